@@ -1,0 +1,111 @@
+// Argument: one positional or keyword arg of a node, or a module attribute. Args nest as
+// in torch.fx: None, bool, int, float, string, dtype, a reference to a node, or a list or
+// tuple of args. Strings are interned (Symbol). Lists are immutable and shared, so an
+// Argument is 24 bytes and cheap to copy; "changing" a list means building a new one.
+#ifndef FUSELAGE_GRAPH_ARGUMENT_H_
+#define FUSELAGE_GRAPH_ARGUMENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "graph/dtype.h"
+#include "graph/symbol.h"
+
+namespace fuselage {
+
+class Node;
+class Argument;
+
+struct ArgList {
+  bool is_tuple = false;
+  std::vector<Argument> items;
+};
+
+class Argument {
+ public:
+  enum class Kind : uint8_t { kNone, kBool, kInt, kFloat, kString, kDType, kNode, kList };
+
+  Argument() = default;  // None
+  Argument(Node* node) : value_(node) {}  // NOLINT: a node is the most common arg.
+  static Argument None() { return Argument(); }
+  static Argument Bool(bool b) { return Argument(Value(b)); }
+  static Argument Int(int64_t i) { return Argument(Value(i)); }
+  static Argument Float(double f) { return Argument(Value(f)); }
+  static Argument String(absl::string_view s) { return Argument(Value(Symbol::Intern(s))); }
+  static Argument Dtype(DType d) { return Argument(Value(d)); }
+  static Argument List(std::vector<Argument> items);
+  static Argument Tuple(std::vector<Argument> items);
+  static Argument Ints(absl::Span<const int64_t> values);  // A list of ints.
+
+  Kind kind() const { return static_cast<Kind>(value_.index()); }
+  bool is_none() const { return kind() == Kind::kNone; }
+  bool is_bool() const { return kind() == Kind::kBool; }
+  bool is_int() const { return kind() == Kind::kInt; }
+  bool is_float() const { return kind() == Kind::kFloat; }
+  bool is_string() const { return kind() == Kind::kString; }
+  bool is_dtype() const { return kind() == Kind::kDType; }
+  bool is_node() const { return kind() == Kind::kNode; }
+  bool is_list() const { return kind() == Kind::kList; }  // list or tuple
+  bool is_tuple() const { return is_list() && std::get<ListPtr>(value_)->is_tuple; }
+
+  // Accessors; calling one for another kind is a bug (checked).
+  bool as_bool() const;
+  int64_t as_int() const;
+  double as_float() const;  // Also accepts an int, as Python does.
+  Symbol as_symbol() const;
+  absl::string_view as_string() const { return as_symbol().name(); }
+  DType as_dtype() const;
+  Node* as_node() const;
+  absl::Span<const Argument> items() const;  // list or tuple items
+
+  // True if any Node is referenced, at any depth.
+  bool ContainsNode() const;
+  // Calls fn(Node*) for every node reference, depth first, in order.
+  template <typename Fn>
+  void ForEachNode(Fn&& fn) const {
+    if (is_node()) {
+      fn(as_node());
+    } else if (is_list()) {
+      for (const Argument& a : items()) a.ForEachNode(fn);
+    }
+  }
+  // A copy with every node reference n replaced by fn(n).
+  template <typename Fn>
+  Argument MapNodes(Fn&& fn) const {
+    if (is_node()) return Argument(fn(as_node()));
+    if (!is_list()) return *this;
+    std::vector<Argument> mapped;
+    mapped.reserve(items().size());
+    for (const Argument& a : items()) mapped.push_back(a.MapNodes(fn));
+    return is_tuple() ? Tuple(std::move(mapped)) : List(std::move(mapped));
+  }
+  // Nesting depth: 0 for a scalar or node, 1 + max item depth for a list.
+  int Depth() const;
+
+  // Python-like rendering: None, True, 3, 0.5, 'str', torch.quint8, node_name, [a, b], (a,).
+  std::string ToString() const;
+
+  // Structural equality; nodes compare by identity.
+  friend bool operator==(const Argument& a, const Argument& b);
+  friend bool operator!=(const Argument& a, const Argument& b) { return !(a == b); }
+
+ private:
+  using ListPtr = std::shared_ptr<const ArgList>;
+  using Value =
+      std::variant<std::monostate, bool, int64_t, double, Symbol, DType, Node*, ListPtr>;
+  explicit Argument(Value v) : value_(std::move(v)) {}
+  Value value_;
+};
+
+using Kwarg = std::pair<Symbol, Argument>;
+using Kwargs = std::vector<Kwarg>;
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_GRAPH_ARGUMENT_H_

@@ -1,0 +1,653 @@
+#include "graph/graph.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "graph/check.h"
+#include "graph/status_macros.h"
+
+namespace fuselage {
+namespace {
+
+constexpr uint64_t kKeySpacing = uint64_t{1} << 20;
+
+// FX's naming: illegal characters become '_', a leading digit gets a '_' prefix.
+std::string Sanitize(absl::string_view hint) {
+  std::string name;
+  name.reserve(hint.size() + 1);
+  for (char c : hint) name.push_back(absl::ascii_isalnum(c) ? c : '_');
+  if (name.empty()) name = "_";
+  if (absl::ascii_isdigit(name[0])) name.insert(name.begin(), '_');
+  return name;
+}
+
+// Splits "add_12" into ("add", 12); a name without a numeric suffix gets -1.
+std::pair<std::string, int64_t> SplitSuffix(const std::string& name) {
+  const size_t underscore = name.rfind('_');
+  if (underscore == std::string::npos || underscore == 0 || underscore + 1 == name.size()) {
+    return {name, -1};
+  }
+  int64_t number = 0;
+  absl::string_view digits = absl::string_view(name).substr(underscore + 1);
+  if (!std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
+      digits.size() > 15 || !absl::SimpleAtoi(digits, &number)) {
+    return {name, -1};
+  }
+  return {name.substr(0, underscore), number};
+}
+
+std::string UsersString(const Node* node) {
+  return absl::StrJoin(node->users(), ", ",
+                       [](std::string* out, const Node* u) { out->append(u->name()); });
+}
+
+}  // namespace
+
+absl::string_view OpKindName(OpKind op) {
+  switch (op) {
+    case OpKind::kPlaceholder: return "placeholder";
+    case OpKind::kGetAttr: return "get_attr";
+    case OpKind::kCallFunction: return "call_function";
+    case OpKind::kCallModule: return "call_module";
+    case OpKind::kCallMethod: return "call_method";
+    case OpKind::kOutput: return "output";
+  }
+  return "<invalid>";
+}
+
+std::optional<OpKind> OpKindFromName(absl::string_view name) {
+  for (OpKind op : {OpKind::kPlaceholder, OpKind::kGetAttr, OpKind::kCallFunction,
+                    OpKind::kCallModule, OpKind::kCallMethod, OpKind::kOutput}) {
+    if (OpKindName(op) == name) return op;
+  }
+  return std::nullopt;
+}
+
+const Argument* Node::FindKwarg(absl::string_view key) const {
+  for (const Kwarg& kw : kwargs_) {
+    if (kw.first.name() == key) return &kw.second;
+  }
+  return nullptr;
+}
+
+const Argument* Node::FindMeta(absl::string_view key) const {
+  for (const Kwarg& kw : meta_) {
+    if (kw.first.name() == key) return &kw.second;
+  }
+  return nullptr;
+}
+
+std::vector<Node*> Node::InputNodes() const {
+  std::vector<Node*> inputs;
+  ForEachInputUse([&](Node* n) {
+    if (std::find(inputs.begin(), inputs.end(), n) == inputs.end()) inputs.push_back(n);
+  });
+  return inputs;
+}
+
+std::string Node::ToString() const {
+  std::string args = Argument::Tuple(args_).ToString();
+  std::string kwargs = absl::StrJoin(kwargs_, ", ", [](std::string* out, const Kwarg& kw) {
+    absl::StrAppend(out, "'", kw.first.name(), "': ", kw.second.ToString());
+  });
+  return absl::StrCat("%", name_, " : ", OpKindName(op_), "[target=", target_.name(),
+                      "](args = ", args, ", kwargs = {", kwargs, "})");
+}
+
+Graph::~Graph() {
+  for (Node* n = head_; n != nullptr;) {
+    Node* next = n->next_;
+    delete n;
+    n = next;
+  }
+}
+
+// ---- Order and links ----------------------------------------------------------------
+
+void Graph::Renumber() {
+  uint64_t key = kKeySpacing;
+  for (Node* n = head_; n != nullptr; n = n->next_, key += kKeySpacing) n->order_key_ = key;
+}
+
+void Graph::Link(Node* node, Node* before) {
+  Node* after = before != nullptr ? before->prev_ : tail_;
+  node->prev_ = after;
+  node->next_ = before;
+  if (after != nullptr) after->next_ = node; else head_ = node;
+  if (before != nullptr) before->prev_ = node; else tail_ = node;
+  ++size_;
+  const uint64_t lo = after != nullptr ? after->order_key_ : 0;
+  if (before == nullptr) {
+    node->order_key_ = lo + kKeySpacing;
+    return;
+  }
+  const uint64_t hi = before->order_key_;
+  if (hi - lo < 2) {
+    Renumber();
+  } else {
+    node->order_key_ = lo + (hi - lo) / 2;
+  }
+}
+
+void Graph::Unlink(Node* node) {
+  if (node->prev_ != nullptr) node->prev_->next_ = node->next_; else head_ = node->next_;
+  if (node->next_ != nullptr) node->next_->prev_ = node->prev_; else tail_ = node->prev_;
+  node->prev_ = node->next_ = nullptr;
+  --size_;
+}
+
+// ---- Use-lists ----------------------------------------------------------------------
+
+void Graph::AddUsesOf(Node* user) {
+  user->ForEachInputUse([user](Node* input) {
+    auto& users = input->users_;
+    if (std::find(users.begin(), users.end(), user) == users.end()) users.push_back(user);
+  });
+}
+
+void Graph::RemoveUsesOf(Node* user) {
+  user->ForEachInputUse([user](Node* input) {
+    auto& users = input->users_;
+    users.erase(std::remove(users.begin(), users.end(), user), users.end());
+  });
+}
+
+// ---- Names --------------------------------------------------------------------------
+
+std::string Graph::DefaultNameFor(OpKind op, Symbol target) const {
+  absl::string_view t = target.name();
+  if (op == OpKind::kCallFunction || op == OpKind::kCallMethod) {
+    // "torch.nn.functional.relu" -> "relu", as FX names call_function nodes.
+    const size_t dot = t.rfind('.');
+    if (dot != absl::string_view::npos) t = t.substr(dot + 1);
+  }
+  return Sanitize(t);
+}
+
+std::string Graph::UniqueName(absl::string_view hint) const {
+  const std::string candidate = Sanitize(hint);
+  if (!by_name_.contains(candidate)) return candidate;
+  auto [base, number] = SplitSuffix(candidate);
+  int64_t& next = next_suffix_[base];
+  next = std::max(next, number + 1);
+  if (next < 1) next = 1;
+  while (true) {
+    std::string name = absl::StrCat(base, "_", next);
+    if (!by_name_.contains(name)) return name;
+    ++next;
+  }
+}
+
+std::string Graph::TakeName(absl::string_view hint) { return UniqueName(hint); }
+
+std::string Graph::Rename(Node* node, absl::string_view name) {
+  if (node->name_ == name) return node->name_;
+  std::string unique = TakeName(name);
+  by_name_.erase(node->name_);
+  node->name_ = std::move(unique);
+  by_name_.emplace(node->name_, node);
+  return node->name_;
+}
+
+Node* Graph::FindNode(absl::string_view name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+// ---- Checks -------------------------------------------------------------------------
+
+absl::Status Graph::CheckArgPrecedes(const Argument& arg, const Node* before,
+                                     absl::string_view what) const {
+  absl::Status status;
+  arg.ForEachNode([&](Node* input) {
+    if (!status.ok()) return;
+    if (input == nullptr) {
+      status = absl::InvalidArgumentError(absl::StrCat(what, ": an arg is a null node"));
+    } else if (input->graph_ != this) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          what, ": arg node '", input->name(), "' belongs to another graph"));
+    } else if (before != nullptr && !Precedes(input, before)) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          what, ": arg node '", input->name(),
+          "' does not come before it; the order must stay topological"));
+    } else if (input->op_ == OpKind::kOutput) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(what, ": the output node cannot be an arg"));
+    }
+  });
+  return status;
+}
+
+absl::Status Graph::CheckInputsPrecede(const std::vector<Argument>& args, const Kwargs& kwargs,
+                                       const Node* before, absl::string_view what) const {
+  for (const Argument& a : args) RETURN_IF_ERROR(CheckArgPrecedes(a, before, what));
+  for (const Kwarg& kw : kwargs) RETURN_IF_ERROR(CheckArgPrecedes(kw.second, before, what));
+  return absl::OkStatus();
+}
+
+// ---- Creating -----------------------------------------------------------------------
+
+absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec spec) {
+  const std::string what = absl::StrCat("new ", OpKindName(spec.op), " node '",
+                                        spec.name.empty() ? spec.target.name() : spec.name, "'");
+  if (before != nullptr && before->graph_ != this) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": anchor belongs to another graph"));
+  }
+  if (spec.op == OpKind::kOutput) {
+    if (output_ != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": the graph already has an output node '", output_->name(), "'"));
+    }
+    if (before != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": the output node must be last"));
+    }
+  } else if (output_ != nullptr && before == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": cannot be placed after the output node"));
+  }
+  // The new node goes just before `before`; its inputs must precede that position, i.e.
+  // precede `before` itself or be the current last node when appending.
+  Node* position = before;
+  RETURN_IF_ERROR(CheckInputsPrecede(spec.args, spec.kwargs, position, what));
+  for (const Kwarg& kw : spec.kwargs) {
+    if (kw.first.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty kwarg name"));
+  }
+  if (spec.op == OpKind::kOutput) spec.name = "output";
+  std::string name = TakeName(spec.name.empty() ? DefaultNameFor(spec.op, spec.target)
+                                                : spec.name);
+  Node* node = new Node(this, spec.op, spec.target, std::move(name));
+  node->args_ = std::move(spec.args);
+  node->kwargs_ = std::move(spec.kwargs);
+  Link(node, before);
+  by_name_.emplace(node->name_, node);
+  AddUsesOf(node);
+  if (node->op_ == OpKind::kOutput) output_ = node;
+  return node;
+}
+
+absl::StatusOr<Node*> Graph::Append(NodeSpec spec) {
+  const bool is_output = spec.op == OpKind::kOutput;
+  return InsertAt(is_output ? nullptr : output_, std::move(spec));
+}
+
+absl::StatusOr<Node*> Graph::InsertBefore(Node* anchor, NodeSpec spec) {
+  if (anchor == nullptr) return absl::InvalidArgumentError("InsertBefore: null anchor");
+  return InsertAt(anchor, std::move(spec));
+}
+
+absl::StatusOr<Node*> Graph::InsertAfter(Node* anchor, NodeSpec spec) {
+  if (anchor == nullptr) return absl::InvalidArgumentError("InsertAfter: null anchor");
+  if (anchor->graph_ != this) {
+    return absl::InvalidArgumentError("InsertAfter: anchor belongs to another graph");
+  }
+  if (anchor == output_) {
+    return absl::FailedPreconditionError(
+        "InsertAfter: nothing can be placed after the output node");
+  }
+  if (anchor->next_ == nullptr) {
+    // Appending at the very end: the inputs only need to be in the graph.
+    const std::string what = absl::StrCat("new node after '", anchor->name(), "'");
+    if (spec.op == OpKind::kOutput) return InsertAt(nullptr, std::move(spec));
+    RETURN_IF_ERROR(CheckInputsPrecede(spec.args, spec.kwargs, nullptr, what));
+    return InsertAt(nullptr, std::move(spec));
+  }
+  return InsertAt(anchor->next_, std::move(spec));
+}
+
+absl::StatusOr<Node*> Graph::AddPlaceholder(absl::string_view name) {
+  return Append({OpKind::kPlaceholder, Symbol::Intern(name), {}, {}, std::string(name)});
+}
+
+absl::StatusOr<Node*> Graph::AddGetAttr(absl::string_view path, absl::string_view name) {
+  return Append({OpKind::kGetAttr, Symbol::Intern(path), {}, {}, std::string(name)});
+}
+
+absl::StatusOr<Node*> Graph::AddCallModule(absl::string_view path, std::vector<Argument> args,
+                                           Kwargs kwargs, absl::string_view name) {
+  return Append({OpKind::kCallModule, Symbol::Intern(path), std::move(args), std::move(kwargs),
+                 std::string(name)});
+}
+
+absl::StatusOr<Node*> Graph::AddCallFunction(absl::string_view function,
+                                             std::vector<Argument> args, Kwargs kwargs,
+                                             absl::string_view name) {
+  return Append({OpKind::kCallFunction, Symbol::Intern(function), std::move(args),
+                 std::move(kwargs), std::string(name)});
+}
+
+absl::StatusOr<Node*> Graph::AddCallMethod(absl::string_view method, std::vector<Argument> args,
+                                           Kwargs kwargs, absl::string_view name) {
+  return Append({OpKind::kCallMethod, Symbol::Intern(method), std::move(args),
+                 std::move(kwargs), std::string(name)});
+}
+
+absl::StatusOr<Node*> Graph::SetOutput(Argument result) {
+  return Append({OpKind::kOutput, Symbol::Intern("output"), {std::move(result)}, {}, "output"});
+}
+
+// ---- Changing -----------------------------------------------------------------------
+
+absl::Status Graph::SetArgs(Node* node, std::vector<Argument> args) {
+  if (node == nullptr || node->graph_ != this) {
+    return absl::InvalidArgumentError("SetArgs: node is not in this graph");
+  }
+  RETURN_IF_ERROR(CheckInputsPrecede(args, {}, node, absl::StrCat("node '", node->name(), "'")));
+  RemoveUsesOf(node);
+  node->args_ = std::move(args);
+  AddUsesOf(node);
+  return absl::OkStatus();
+}
+
+absl::Status Graph::SetArg(Node* node, size_t index, Argument value) {
+  if (node == nullptr || node->graph_ != this) {
+    return absl::InvalidArgumentError("SetArg: node is not in this graph");
+  }
+  if (index >= node->args_.size()) {
+    return absl::OutOfRangeError(absl::StrCat("node '", node->name(), "': arg index ", index,
+                                              " out of range; it has ", node->args_.size(),
+                                              " args"));
+  }
+  std::vector<Argument> args = node->args_;
+  args[index] = std::move(value);
+  return SetArgs(node, std::move(args));
+}
+
+absl::Status Graph::SetKwargs(Node* node, Kwargs kwargs) {
+  if (node == nullptr || node->graph_ != this) {
+    return absl::InvalidArgumentError("SetKwargs: node is not in this graph");
+  }
+  RETURN_IF_ERROR(
+      CheckInputsPrecede({}, kwargs, node, absl::StrCat("node '", node->name(), "'")));
+  RemoveUsesOf(node);
+  node->kwargs_ = std::move(kwargs);
+  AddUsesOf(node);
+  return absl::OkStatus();
+}
+
+absl::Status Graph::SetKwarg(Node* node, absl::string_view key, Argument value) {
+  if (node == nullptr || node->graph_ != this) {
+    return absl::InvalidArgumentError("SetKwarg: node is not in this graph");
+  }
+  if (key.empty()) return absl::InvalidArgumentError("SetKwarg: empty kwarg name");
+  Kwargs kwargs = node->kwargs_;
+  const Symbol k = Symbol::Intern(key);
+  auto it = std::find_if(kwargs.begin(), kwargs.end(), [k](const Kwarg& kw) { return kw.first == k; });
+  if (it != kwargs.end()) {
+    it->second = std::move(value);
+  } else {
+    kwargs.emplace_back(k, std::move(value));
+  }
+  return SetKwargs(node, std::move(kwargs));
+}
+
+absl::Status Graph::RemoveKwarg(Node* node, absl::string_view key) {
+  if (node == nullptr || node->graph_ != this) {
+    return absl::InvalidArgumentError("RemoveKwarg: node is not in this graph");
+  }
+  Kwargs kwargs = node->kwargs_;
+  auto it = std::find_if(kwargs.begin(), kwargs.end(),
+                         [key](const Kwarg& kw) { return kw.first.name() == key; });
+  if (it == kwargs.end()) {
+    return absl::NotFoundError(absl::StrCat("node '", node->name(), "' has no kwarg '", key, "'"));
+  }
+  kwargs.erase(it);
+  return SetKwargs(node, std::move(kwargs));
+}
+
+absl::Status Graph::SetTarget(Node* node, Symbol target) {
+  if (node == nullptr || node->graph_ != this) {
+    return absl::InvalidArgumentError("SetTarget: node is not in this graph");
+  }
+  if (target.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("node '", node->name(), "': empty target"));
+  }
+  node->target_ = target;
+  return absl::OkStatus();
+}
+
+absl::Status Graph::SetOp(Node* node, OpKind op, Symbol target) {
+  if (node == nullptr || node->graph_ != this) {
+    return absl::InvalidArgumentError("SetOp: node is not in this graph");
+  }
+  if ((op == OpKind::kOutput) != (node->op_ == OpKind::kOutput)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", node->name(), "': cannot turn a node into or out of output"));
+  }
+  RETURN_IF_ERROR(SetTarget(node, target));
+  node->op_ = op;
+  return absl::OkStatus();
+}
+
+absl::Status Graph::SetMeta(Node* node, absl::string_view key, Argument value) {
+  if (node == nullptr || node->graph_ != this) {
+    return absl::InvalidArgumentError("SetMeta: node is not in this graph");
+  }
+  if (value.ContainsNode()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", node->name(), "': meta '", key, "' must not reference nodes"));
+  }
+  const Symbol k = Symbol::Intern(key);
+  for (Kwarg& kw : node->meta_) {
+    if (kw.first == k) {
+      kw.second = std::move(value);
+      return absl::OkStatus();
+    }
+  }
+  node->meta_.emplace_back(k, std::move(value));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement) {
+  if (old_node == nullptr || replacement == nullptr || old_node->graph_ != this ||
+      replacement->graph_ != this) {
+    return absl::InvalidArgumentError("ReplaceAllUsesWith: both nodes must be in this graph");
+  }
+  if (old_node == replacement) return 0;
+  if (replacement->op_ == OpKind::kOutput) {
+    return absl::InvalidArgumentError("ReplaceAllUsesWith: the output node cannot be used");
+  }
+  std::vector<Node*> users;
+  for (Node* user : old_node->users_) {
+    if (user == replacement) continue;  // Keeps its use: rewiring it would make a cycle.
+    if (!Precedes(replacement, user)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ReplaceAllUsesWith('", old_node->name(), "', '", replacement->name(), "'): '",
+          replacement->name(), "' does not come before user '", user->name(),
+          "'; the order must stay topological"));
+    }
+    users.push_back(user);
+  }
+  auto swap = [&](Node* n) { return n == old_node ? replacement : n; };
+  for (Node* user : users) {
+    RemoveUsesOf(user);
+    for (Argument& a : user->args_) a = a.MapNodes(swap);
+    for (Kwarg& kw : user->kwargs_) kw.second = kw.second.MapNodes(swap);
+    AddUsesOf(user);
+  }
+  return static_cast<int>(users.size());
+}
+
+absl::Status Graph::MoveBefore(Node* node, Node* anchor) {
+  if (node == nullptr || anchor == nullptr || node->graph_ != this || anchor->graph_ != this) {
+    return absl::InvalidArgumentError("MoveBefore: both nodes must be in this graph");
+  }
+  if (node == anchor || node->next_ == anchor) return absl::OkStatus();
+  if (node == output_) {
+    return absl::FailedPreconditionError("MoveBefore: the output node must stay last");
+  }
+  const std::string what = absl::StrCat("moving '", node->name(), "' before '", anchor->name(), "'");
+  // Inputs must precede the new position, and users must follow it.
+  RETURN_IF_ERROR(CheckInputsPrecede(node->args_, node->kwargs_, anchor, what));
+  for (Node* user : node->users_) {
+    if (Precedes(user, anchor)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": user '", user->name(), "' would come before it"));
+    }
+  }
+  Unlink(node);
+  Link(node, anchor);
+  return absl::OkStatus();
+}
+
+// ---- Removing -----------------------------------------------------------------------
+
+absl::Status Graph::Erase(Node* node) {
+  if (node == nullptr || node->graph_ != this) {
+    return absl::InvalidArgumentError("Erase: node is not in this graph");
+  }
+  if (!node->users_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot erase node '", node->name(), "': it still has ", node->users_.size(),
+        " user(s): ", UsersString(node)));
+  }
+  RemoveUsesOf(node);
+  by_name_.erase(node->name_);
+  if (node == output_) output_ = nullptr;
+  Unlink(node);
+  delete node;
+  return absl::OkStatus();
+}
+
+int Graph::EliminateDeadCode() {
+  // Walking backwards erases chains of dead nodes in one sweep: a node's inputs come
+  // before it, so they are visited after it lost its last user.
+  int erased = 0;
+  for (Node* n = tail_; n != nullptr;) {
+    Node* prev = n->prev_;
+    const bool pure = n->op_ != OpKind::kPlaceholder && n->op_ != OpKind::kOutput;
+    if (pure && n->users_.empty()) {
+      FUSELAGE_CHECK(Erase(n).ok());
+      ++erased;
+    }
+    n = prev;
+  }
+  return erased;
+}
+
+// ---- Reading ------------------------------------------------------------------------
+
+std::vector<Node*> Graph::Placeholders() const {
+  std::vector<Node*> result;
+  for (Node* n = head_; n != nullptr; n = n->next_) {
+    if (n->op_ == OpKind::kPlaceholder) result.push_back(n);
+  }
+  return result;
+}
+
+std::vector<Node*> Graph::Nodes() const {
+  std::vector<Node*> result;
+  result.reserve(size_);
+  for (Node* n = head_; n != nullptr; n = n->next_) result.push_back(n);
+  return result;
+}
+
+absl::Status Graph::Verify() const {
+  absl::flat_hash_set<const Node*> seen;
+  absl::flat_hash_set<absl::string_view> names;
+  seen.reserve(size_);
+  size_t count = 0;
+  const Node* prev = nullptr;
+  Node* outputs_seen = nullptr;
+  for (Node* n = head_; n != nullptr; prev = n, n = n->next_) {
+    ++count;
+    const std::string where = absl::StrCat("node '", n->name_, "'");
+    if (n->graph_ != this) {
+      return absl::InternalError(absl::StrCat(where, ": belongs to another graph"));
+    }
+    if (n->prev_ != prev) return absl::InternalError(absl::StrCat(where, ": broken links"));
+    if (prev != nullptr && prev->order_key_ >= n->order_key_) {
+      return absl::InternalError(absl::StrCat(where, ": order keys not increasing"));
+    }
+    if (n->name_.empty()) return absl::InvalidArgumentError("a node has an empty name");
+    if (!names.insert(n->name_).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate node name '", n->name_, "'"));
+    }
+    auto indexed = by_name_.find(n->name_);
+    if (indexed == by_name_.end() || indexed->second != n) {
+      return absl::InternalError(absl::StrCat(where, ": name index is stale"));
+    }
+    if (n->target_.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": empty target"));
+    }
+    if (n->op_ == OpKind::kOutput) {
+      if (outputs_seen != nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "more than one output node: '", outputs_seen->name_, "' and '", n->name_, "'"));
+      }
+      outputs_seen = n;
+    } else if (outputs_seen != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " comes after the output node '", outputs_seen->name_,
+          "'; the output must be last"));
+    }
+    // Topological order: every input was seen earlier.
+    absl::Status status;
+    n->ForEachInputUse([&](Node* input) {
+      if (!status.ok()) return;
+      if (input == n) {
+        status = absl::InvalidArgumentError(absl::StrCat(where, " uses itself (a cycle)"));
+      } else if (!seen.contains(input)) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            where, " uses '", input->name_,
+            "', which does not come before it: the order is not topological"));
+      } else if (input->op_ == OpKind::kOutput) {
+        status = absl::InvalidArgumentError(absl::StrCat(where, " uses the output node"));
+      } else if (std::find(input->users_.begin(), input->users_.end(), n) ==
+                 input->users_.end()) {
+        status = absl::InternalError(absl::StrCat(
+            where, " uses '", input->name_, "' but is missing from its users"));
+      }
+    });
+    RETURN_IF_ERROR(status);
+    // Every listed user really uses this node, once.
+    absl::flat_hash_set<const Node*> distinct_users;
+    for (const Node* user : n->users_) {
+      bool uses = false;
+      user->ForEachInputUse([&](Node* input) { uses = uses || input == n; });
+      if (!uses) {
+        return absl::InternalError(absl::StrCat(where, " lists '", user->name_,
+                                                "' as a user, but it does not use it"));
+      }
+      if (!distinct_users.insert(user).second) {
+        return absl::InternalError(absl::StrCat(where, " lists user '", user->name_, "' twice"));
+      }
+    }
+    seen.insert(n);
+  }
+  if (prev != tail_) return absl::InternalError("graph tail is stale");
+  if (count != size_) return absl::InternalError("graph size is stale");
+  if (outputs_seen == nullptr) return absl::InvalidArgumentError("the graph has no output node");
+  if (outputs_seen != output_) return absl::InternalError("graph output pointer is stale");
+  if (by_name_.size() != size_) return absl::InternalError("name index has stale entries");
+  return absl::OkStatus();
+}
+
+// ---- GraphBuilder -------------------------------------------------------------------
+
+absl::StatusOr<Node*> GraphBuilder::AddNode(OpKind op, Symbol target, absl::string_view name) {
+  if (name.empty()) return absl::InvalidArgumentError("a node has an empty name");
+  if (graph_->by_name_.contains(name)) {
+    return absl::InvalidArgumentError(absl::StrCat("duplicate node name '", name, "'"));
+  }
+  Node* node = new Node(graph_, op, target, std::string(name));
+  graph_->Link(node, nullptr);
+  graph_->by_name_.emplace(node->name_, node);
+  if (op == OpKind::kOutput && graph_->output_ == nullptr) graph_->output_ = node;
+  return node;
+}
+
+void GraphBuilder::SetInputs(Node* node, std::vector<Argument> args, Kwargs kwargs) {
+  node->args_ = std::move(args);
+  node->kwargs_ = std::move(kwargs);
+  graph_->AddUsesOf(node);
+}
+
+void GraphBuilder::SetMeta(Node* node, Kwargs meta) { node->meta_ = std::move(meta); }
+
+}  // namespace fuselage

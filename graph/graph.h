@@ -1,0 +1,184 @@
+// Graph: the nodes of one forward function, owned in a single always-topological order,
+// with use-lists maintained here and nowhere else.
+//
+// Contract (torch.fx semantics, XLA's ownership):
+//  - The Graph owns its nodes; everyone else holds `Node*`. A node's address is stable
+//    until it is erased.
+//  - The order is topological at all times: a node comes after every node it reads.
+//    Every mutation that would break this fails with an error and changes nothing.
+//  - Use-lists are always exact: `n->users()` lists the distinct nodes whose args or
+//    kwargs reference `n`.
+//  - Names are unique; a requested name that is taken gets a numeric suffix, as in FX.
+//  - There is at most one `output` node and it is always last.
+//  - Every mutating method either succeeds completely or returns an error and leaves the
+//    graph exactly as it was.
+#ifndef FUSELAGE_GRAPH_GRAPH_H_
+#define FUSELAGE_GRAPH_GRAPH_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/argument.h"
+#include "graph/node.h"
+#include "graph/symbol.h"
+
+namespace fuselage {
+
+// What a new node is: the arguments of every node-creating method.
+struct NodeSpec {
+  OpKind op = OpKind::kCallFunction;
+  Symbol target;
+  std::vector<Argument> args;
+  Kwargs kwargs;
+  // Desired name; empty means "derive from the target" as FX does (`conv1`, `add_2`).
+  std::string name;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // ---- Creating nodes -------------------------------------------------------------
+  // Each fails (InvalidArgument / FailedPrecondition) if an arg references a node of
+  // another graph or a node that would not precede the new one, if a second output node
+  // is requested, or if the new node would land after the output node.
+
+  // Appends at the end, or just before the output node if there is one.
+  absl::StatusOr<Node*> Append(NodeSpec spec);
+  absl::StatusOr<Node*> InsertBefore(Node* anchor, NodeSpec spec);
+  absl::StatusOr<Node*> InsertAfter(Node* anchor, NodeSpec spec);
+
+  // Shorthands for Append.
+  absl::StatusOr<Node*> AddPlaceholder(absl::string_view name);
+  absl::StatusOr<Node*> AddGetAttr(absl::string_view path, absl::string_view name = "");
+  absl::StatusOr<Node*> AddCallModule(absl::string_view path, std::vector<Argument> args,
+                                      Kwargs kwargs = {}, absl::string_view name = "");
+  absl::StatusOr<Node*> AddCallFunction(absl::string_view function,
+                                        std::vector<Argument> args, Kwargs kwargs = {},
+                                        absl::string_view name = "");
+  absl::StatusOr<Node*> AddCallMethod(absl::string_view method, std::vector<Argument> args,
+                                      Kwargs kwargs = {}, absl::string_view name = "");
+  absl::StatusOr<Node*> SetOutput(Argument result);
+
+  // ---- Changing nodes -------------------------------------------------------------
+  // Each re-derives the use-lists of the nodes that gain or lose a use, and fails, with
+  // the node unchanged, if a new input would not precede `node` or belongs elsewhere.
+  absl::Status SetArg(Node* node, size_t index, Argument value);
+  absl::Status SetArgs(Node* node, std::vector<Argument> args);
+  absl::Status SetKwarg(Node* node, absl::string_view key, Argument value);
+  absl::Status RemoveKwarg(Node* node, absl::string_view key);
+  absl::Status SetKwargs(Node* node, Kwargs kwargs);
+  // Changes what the node calls (e.g. a float op lowered to a quantized one).
+  absl::Status SetTarget(Node* node, Symbol target);
+  absl::Status SetOp(Node* node, OpKind op, Symbol target);
+  // Annotations; `value` must not reference nodes.
+  absl::Status SetMeta(Node* node, absl::string_view key, Argument value);
+  // Renames to `name` (made unique); returns the name given.
+  std::string Rename(Node* node, absl::string_view name);
+
+  // Replaces every use of `old_node` (in args and kwargs of all its users) by
+  // `replacement`, and returns how many users were rewired. If `replacement` is itself a
+  // user of `old_node`, it remains a user of `old_node`, to avoid introducing a cycle
+  // (XLA's rule). Fails, changing nothing, if `replacement` does not precede every user
+  // it would gain, or belongs to another graph.
+  absl::StatusOr<int> ReplaceAllUsesWith(Node* old_node, Node* replacement);
+
+  // Moves `node` to just before `anchor`. Fails, changing nothing, if the move would
+  // break topological order.
+  absl::Status MoveBefore(Node* node, Node* anchor);
+
+  // ---- Removing nodes -------------------------------------------------------------
+  // Erases `node` and frees it. FailedPrecondition (naming the users) if it still has
+  // users; the node's own inputs lose it as a user.
+  absl::Status Erase(Node* node);
+  // Erases, until none is left, every node without users that has no side effect:
+  // get_attr, call_function, call_module and call_method nodes. Placeholders and the
+  // output are kept, as in FX. Returns how many nodes were erased.
+  int EliminateDeadCode();
+
+  // ---- Reading --------------------------------------------------------------------
+  Node* first() const { return head_; }
+  Node* last() const { return tail_; }
+  size_t size() const { return size_; }
+  Node* output() const { return output_; }
+  Node* FindNode(absl::string_view name) const;
+  std::vector<Node*> Placeholders() const;
+  // All nodes in topological order (a snapshot: safe to mutate the graph meanwhile).
+  std::vector<Node*> Nodes() const;
+  // Calls fn(Node*) in order; fn must not erase nodes other than the one it was given.
+  template <typename Fn>
+  void ForEachNode(Fn&& fn) const {
+    for (Node* n = head_; n != nullptr;) {
+      Node* next = n->next();
+      fn(n);
+      n = next;
+    }
+  }
+  // True if `a` comes before `b` in the order. O(1).
+  bool Precedes(const Node* a, const Node* b) const { return a->order_key_ < b->order_key_; }
+
+  // Checks every graph invariant: order is topological, use-lists are exact, names unique
+  // and indexed, exactly one output and it is last, nodes belong to this graph. The error
+  // names the first broken invariant and the node. The API keeps these true; Verify exists
+  // for graphs read from files and as the check tests run after every pass.
+  absl::Status Verify() const;
+
+  // A name not yet used in this graph, derived from `hint` as FX does ("add" -> "add_1").
+  std::string UniqueName(absl::string_view hint) const;
+
+ private:
+  friend class GraphBuilder;
+
+  absl::StatusOr<Node*> InsertAt(Node* before, NodeSpec spec);
+  // Checks that every node referenced by `args`/`kwargs` is in this graph and precedes
+  // position `before` (nullptr: the end). `what` names the node for the error.
+  absl::Status CheckInputsPrecede(const std::vector<Argument>& args, const Kwargs& kwargs,
+                                  const Node* before, absl::string_view what) const;
+  absl::Status CheckArgPrecedes(const Argument& arg, const Node* before,
+                                absl::string_view what) const;
+  // Links `node` before `before` (nullptr: at the end) and assigns its order key.
+  void Link(Node* node, Node* before);
+  void Unlink(Node* node);
+  void Renumber();
+  void AddUsesOf(Node* user);
+  void RemoveUsesOf(Node* user);
+  std::string TakeName(absl::string_view hint);
+  std::string DefaultNameFor(OpKind op, Symbol target) const;
+
+  Node* head_ = nullptr;
+  Node* tail_ = nullptr;
+  Node* output_ = nullptr;
+  size_t size_ = 0;
+  absl::flat_hash_map<absl::string_view, Node*> by_name_;
+  // Next free suffix per base name, so naming stays O(1) with many `add_N` nodes.
+  mutable absl::flat_hash_map<std::string, int64_t> next_suffix_;
+};
+
+// For model-file loaders only: adds nodes in the order given, without the API's order
+// checks, so that Verify() can judge a graph as a file describes it. Use-lists are still
+// derived here, never taken from the file.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(Graph* graph) : graph_(graph) {}
+  // Appends a node with no inputs yet. Fails only if `name` is empty or taken.
+  absl::StatusOr<Node*> AddNode(OpKind op, Symbol target, absl::string_view name);
+  // Sets the inputs of a node made by AddNode (once) and records its uses.
+  void SetInputs(Node* node, std::vector<Argument> args, Kwargs kwargs);
+  void SetMeta(Node* node, Kwargs meta);
+
+ private:
+  Graph* graph_;
+};
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_GRAPH_GRAPH_H_

@@ -1,0 +1,199 @@
+#include "graph/graph_module.h"
+
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "graph/status_macros.h"
+
+namespace fuselage {
+namespace {
+
+// Splits "a.b.c" into ("a.b", "c").
+std::pair<absl::string_view, absl::string_view> SplitLast(absl::string_view path) {
+  const size_t dot = path.rfind('.');
+  if (dot == absl::string_view::npos) return {"", path};
+  return {path.substr(0, dot), path.substr(dot + 1)};
+}
+
+absl::Status VerifyModuleTree(const Module& module, const std::string& path,
+                              const ModuleSchemaRegistry& schemas, int depth) {
+  const std::string where = path.empty() ? std::string("root module") : absl::StrCat("module '", path, "'");
+  if (depth > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": module tree deeper than 64"));
+  }
+  const ModuleSchema* schema = schemas.Find(module.type());
+  if (schema == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": unknown module type '", module.type().name(),
+        "'; register its schema in ModuleSchemaRegistry"));
+  }
+  for (const std::string& tensor : schema->required_tensors) {
+    if (module.FindTensor(tensor) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " (", module.type().name(),
+                                                     "): missing required tensor '", tensor, "'"));
+    }
+  }
+  for (const auto& [name, child] : module.children()) {
+    RETURN_IF_ERROR(VerifyModuleTree(*child, path.empty() ? name : absl::StrCat(path, ".", name),
+                                     schemas, depth + 1));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+GraphModule::GraphModule()
+    : graph_(std::make_unique<Graph>()), root_(std::make_unique<Module>("GraphModule")) {}
+
+Module* GraphModule::FindModule(absl::string_view path) const {
+  Module* module = root_.get();
+  if (path.empty()) return module;
+  for (absl::string_view part : absl::StrSplit(path, '.')) {
+    module = module->FindChild(part);
+    if (module == nullptr) return nullptr;
+  }
+  return module;
+}
+
+absl::StatusOr<Module*> GraphModule::GetModule(absl::string_view path) const {
+  Module* module = root_.get();
+  if (path.empty()) return module;
+  std::string walked;
+  for (absl::string_view part : absl::StrSplit(path, '.')) {
+    Module* child = module->FindChild(part);
+    if (child == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no module '", part, "' under '",
+                                              walked.empty() ? "<root>" : walked,
+                                              "' (resolving '", path, "')"));
+    }
+    absl::StrAppend(&walked, walked.empty() ? "" : ".", part);
+    module = child;
+  }
+  return module;
+}
+
+const Tensor* GraphModule::FindTensor(absl::string_view path) const {
+  auto [parent, name] = SplitLast(path);
+  const Module* module = FindModule(parent);
+  return module == nullptr ? nullptr : module->FindTensor(name);
+}
+
+absl::Status GraphModule::SetModule(absl::string_view path, std::unique_ptr<Module> module) {
+  if (path.empty() || module == nullptr) {
+    return absl::InvalidArgumentError("SetModule: empty path or null module");
+  }
+  Module* parent = root_.get();
+  std::vector<absl::string_view> parts = absl::StrSplit(path, '.');
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (parts[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("SetModule: bad path '", path, "'"));
+    }
+    Module* child = parent->FindChild(parts[i]);
+    if (child == nullptr) child = parent->SetChild(parts[i], std::make_unique<Module>("nn.Module"));
+    parent = child;
+  }
+  if (parts.back().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("SetModule: bad path '", path, "'"));
+  }
+  parent->SetChild(parts.back(), std::move(module));
+  return absl::OkStatus();
+}
+
+absl::Status GraphModule::RemoveModule(absl::string_view path) {
+  const Symbol target = Symbol::Lookup(path);
+  for (Node* n = graph_->first(); n != nullptr; n = n->next()) {
+    if (n->op() == OpKind::kCallModule && n->target() == target) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot remove module '", path, "': node '", n->name(), "' still calls it"));
+    }
+  }
+  auto [parent_path, name] = SplitLast(path);
+  Module* parent = FindModule(parent_path);
+  if (parent == nullptr || parent->RemoveChild(name) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no module '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GraphModule::SetTensor(absl::string_view path, Tensor tensor) {
+  auto [parent_path, name] = SplitLast(path);
+  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat("SetTensor: bad path '", path, "'"));
+  ASSIGN_OR_RETURN(Module * parent, GetModule(parent_path));
+  parent->SetTensor(name, std::move(tensor));
+  return absl::OkStatus();
+}
+
+std::string GraphModule::UniqueModulePath(absl::string_view hint) const {
+  std::string candidate(hint);
+  for (char& c : candidate) {
+    if (c != '.' && !std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+  }
+  if (candidate.empty()) candidate = "_module";
+  if (FindModule(candidate) == nullptr && FindTensor(candidate) == nullptr) return candidate;
+  for (int i = 1;; ++i) {
+    std::string path = absl::StrCat(candidate, "_", i);
+    if (FindModule(path) == nullptr && FindTensor(path) == nullptr) return path;
+  }
+}
+
+absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
+  RETURN_IF_ERROR(graph_->Verify());
+  RETURN_IF_ERROR(VerifyModuleTree(*root_, "", schemas, 0));
+  for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
+    const absl::string_view target = n->target().name();
+    if (n->op() == OpKind::kCallModule) {
+      const Module* module = FindModule(target);
+      if (module == nullptr || target.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "node '", n->name(), "': call_module target '", target, "' is not a module"));
+      }
+      const ModuleSchema* schema = schemas.Find(module->type());
+      const int num_args = static_cast<int>(n->num_args());
+      if (num_args < schema->min_inputs ||
+          (schema->max_inputs != ModuleSchema::kAnyNumber && num_args > schema->max_inputs)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "node '", n->name(), "': ", module->type().name(), " takes ",
+            schema->min_inputs == schema->max_inputs
+                ? absl::StrCat(schema->min_inputs)
+                : absl::StrCat(schema->min_inputs, " to ",
+                               schema->max_inputs == ModuleSchema::kAnyNumber
+                                   ? std::string("any number of")
+                                   : absl::StrCat(schema->max_inputs)),
+            " positional args; got ", num_args));
+      }
+    } else if (n->op() == OpKind::kGetAttr) {
+      if (FindTensor(target) == nullptr && (target.empty() || FindModule(target) == nullptr)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "node '", n->name(), "': get_attr target '", target,
+            "' is neither a tensor nor a module"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<GraphModule> GraphModule::Clone() const {
+  auto copy = std::make_unique<GraphModule>();
+  copy->root_ = root_->Clone();
+  absl::flat_hash_map<const Node*, Node*> mapping;
+  GraphBuilder builder(copy->graph_.get());
+  for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
+    Node* c = *builder.AddNode(n->op(), n->target(), n->name());
+    mapping[n] = c;
+  }
+  auto map = [&](Node* n) { return mapping.at(n); };
+  for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
+    std::vector<Argument> args;
+    for (const Argument& a : n->args()) args.push_back(a.MapNodes(map));
+    Kwargs kwargs;
+    for (const Kwarg& kw : n->kwargs()) kwargs.emplace_back(kw.first, kw.second.MapNodes(map));
+    Node* c = mapping.at(n);
+    builder.SetInputs(c, std::move(args), std::move(kwargs));
+    builder.SetMeta(c, n->meta());
+  }
+  return copy;
+}
+
+}  // namespace fuselage

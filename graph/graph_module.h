@@ -1,0 +1,62 @@
+// GraphModule: what a pass works on — a Graph plus the module tree its call_module and
+// get_attr nodes refer to (torch.fx.GraphModule without generated code).
+#ifndef FUSELAGE_GRAPH_GRAPH_MODULE_H_
+#define FUSELAGE_GRAPH_GRAPH_MODULE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/graph.h"
+#include "graph/module.h"
+#include "graph/module_schema.h"
+#include "graph/tensor.h"
+
+namespace fuselage {
+
+class GraphModule {
+ public:
+  GraphModule();
+  GraphModule(const GraphModule&) = delete;
+  GraphModule& operator=(const GraphModule&) = delete;
+
+  Graph& graph() { return *graph_; }
+  const Graph& graph() const { return *graph_; }
+  Module& root() { return *root_; }
+  const Module& root() const { return *root_; }
+
+  // The submodule at dotted `path` ("layer1.0.conv1"; "" is the root), or nullptr.
+  Module* FindModule(absl::string_view path) const;
+  // The same, or NotFound naming the first missing path component.
+  absl::StatusOr<Module*> GetModule(absl::string_view path) const;
+  // The tensor at dotted `path` ("layer1.0.conv1.weight", "_tensor_constant0"), or nullptr.
+  const Tensor* FindTensor(absl::string_view path) const;
+
+  // Installs `module` at `path`, creating plain "nn.Module" parents as needed (as FX's
+  // add_submodule does) and replacing any module already there.
+  absl::Status SetModule(absl::string_view path, std::unique_ptr<Module> module);
+  // Removes the module at `path`; FailedPrecondition if a call_module node still uses it.
+  absl::Status RemoveModule(absl::string_view path);
+  // Installs a tensor at `path` (its parent module must exist).
+  absl::Status SetTensor(absl::string_view path, Tensor tensor);
+  // A module path under `parent` ("" = root) not yet taken, from `hint`.
+  std::string UniqueModulePath(absl::string_view hint) const;
+
+  // Graph::Verify plus: every call_module target resolves to a module of a registered
+  // type whose input count fits the node's args, every get_attr resolves to a tensor or
+  // module, and every module in the tree has a registered type and its required tensors.
+  absl::Status Verify(const ModuleSchemaRegistry& schemas = ModuleSchemaRegistry::Global()) const;
+
+  // A deep copy (graph, modules, tensor data shared copy-on-write).
+  std::unique_ptr<GraphModule> Clone() const;
+
+ private:
+  std::unique_ptr<Graph> graph_;
+  std::unique_ptr<Module> root_;
+};
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_GRAPH_GRAPH_MODULE_H_

@@ -1,0 +1,103 @@
+// Node: one operation of a Graph, with torch.fx semantics (op kind, target, args, kwargs,
+// unique name, users). Nodes are owned by their Graph and live at stable addresses until
+// erased. A Node is read-only to everyone but its Graph: every mutation (args, users,
+// position, name) goes through Graph, which keeps use-lists and order consistent.
+#ifndef FUSELAGE_GRAPH_NODE_H_
+#define FUSELAGE_GRAPH_NODE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "graph/argument.h"
+#include "graph/symbol.h"
+
+namespace fuselage {
+
+class Graph;
+
+// The values are part of the model file format: append, never renumber.
+enum class OpKind : uint8_t {
+  kPlaceholder = 1,
+  kGetAttr = 2,
+  kCallFunction = 3,
+  kCallModule = 4,
+  kCallMethod = 5,
+  kOutput = 6,
+};
+
+// "placeholder", "get_attr", "call_function", "call_module", "call_method", "output".
+absl::string_view OpKindName(OpKind op);
+std::optional<OpKind> OpKindFromName(absl::string_view name);
+
+class Node {
+ public:
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  OpKind op() const { return op_; }
+  // call_function: a qualified function name ("torch.add", "operator.getitem");
+  // call_method: the method name ("relu"); call_module / get_attr: the dotted path of the
+  // module or tensor ("layer1.0.conv1"); placeholder: the parameter name; output: "output".
+  Symbol target() const { return target_; }
+  const std::string& name() const { return name_; }
+  absl::Span<const Argument> args() const { return args_; }
+  const Argument& arg(size_t i) const { return args_[i]; }
+  size_t num_args() const { return args_.size(); }
+  const Kwargs& kwargs() const { return kwargs_; }
+  // The kwarg named `key`, or nullptr.
+  const Argument* FindKwarg(absl::string_view key) const;
+
+  // Distinct nodes that use this one, in the order they started using it (as FX's
+  // `Node.users` dict). A node that uses this one twice is listed once.
+  absl::Span<Node* const> users() const { return users_; }
+  size_t num_users() const { return users_.size(); }
+
+  // Distinct nodes this one reads, in first-use order over args then kwargs.
+  std::vector<Node*> InputNodes() const;
+
+  // Free-form annotations that survive passes and the model file, e.g. "pattern" on a
+  // fused node names the pattern that made it.
+  const Kwargs& meta() const { return meta_; }
+  const Argument* FindMeta(absl::string_view key) const;
+
+  Graph* graph() const { return graph_; }
+  // Neighbours in the graph's topological order (nullptr at the ends).
+  Node* prev() const { return prev_; }
+  Node* next() const { return next_; }
+
+  // Readable one-line form: "%conv : call_module[target=conv](args = (%x,), kwargs = {})".
+  std::string ToString() const;
+
+ private:
+  friend class Graph;
+  friend class GraphBuilder;
+  Node(Graph* graph, OpKind op, Symbol target, std::string name)
+      : graph_(graph), op_(op), target_(target), name_(std::move(name)) {}
+
+  // Calls fn(Node*) for every node reference in args and kwargs (with repeats).
+  template <typename Fn>
+  void ForEachInputUse(Fn&& fn) const {
+    for (const Argument& a : args_) a.ForEachNode(fn);
+    for (const Kwarg& kw : kwargs_) kw.second.ForEachNode(fn);
+  }
+
+  Graph* graph_;
+  Node* prev_ = nullptr;
+  Node* next_ = nullptr;
+  uint64_t order_key_ = 0;  // Strictly increasing along the list; see Graph.
+  OpKind op_;
+  Symbol target_;
+  std::string name_;
+  std::vector<Argument> args_;
+  Kwargs kwargs_;
+  std::vector<Node*> users_;
+  Kwargs meta_;
+};
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_GRAPH_NODE_H_

@@ -1,0 +1,541 @@
+#include "graph/serialization.h"
+
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/text_format.h"
+#include "graph/status_macros.h"
+
+namespace fuselage {
+namespace {
+
+// ---- GraphModule -> proto -----------------------------------------------------------
+
+void ArgToProto(const Argument& arg, proto::Arg* out) {
+  switch (arg.kind()) {
+    case Argument::Kind::kNone: out->set_none(true); break;
+    case Argument::Kind::kBool: out->set_bool_value(arg.as_bool()); break;
+    case Argument::Kind::kInt: out->set_int_value(arg.as_int()); break;
+    case Argument::Kind::kFloat: out->set_float_value(arg.as_float()); break;
+    case Argument::Kind::kString: out->set_string_value(std::string(arg.as_string())); break;
+    case Argument::Kind::kDType:
+      out->set_dtype_value(static_cast<proto::DType>(arg.as_dtype()));
+      break;
+    case Argument::Kind::kNode: out->set_node(arg.as_node()->name()); break;
+    case Argument::Kind::kList: {
+      proto::ArgList* list = arg.is_tuple() ? out->mutable_tuple() : out->mutable_list();
+      for (const Argument& item : arg.items()) ArgToProto(item, list->add_items());
+      break;
+    }
+  }
+}
+
+void NamedArgsToProto(const Kwargs& args,
+                      google::protobuf::RepeatedPtrField<proto::NamedArg>* out) {
+  for (const Kwarg& kw : args) {
+    proto::NamedArg* named = out->Add();
+    named->set_name(std::string(kw.first.name()));
+    ArgToProto(kw.second, named->mutable_value());
+  }
+}
+
+void TensorToProto(const Tensor& t, proto::Tensor* out) {
+  out->set_dtype(static_cast<proto::DType>(t.dtype()));
+  for (int64_t d : t.shape()) out->add_shape(d);
+  out->set_data(t.bytes());
+  const QuantParams& q = t.qparams();
+  out->set_qscheme(static_cast<proto::QScheme>(q.scheme));
+  for (double s : q.scales) out->add_scales(s);
+  for (int64_t z : q.zero_points) out->add_zero_points(z);
+  if (q.scheme == QScheme::kPerChannelAffine) out->set_axis(q.axis);
+}
+
+void ModuleToProto(const Module& m, proto::Module* out) {
+  out->set_type(std::string(m.type().name()));
+  for (const auto& [name, tensor] : m.tensors()) {
+    proto::NamedTensor* nt = out->add_tensors();
+    nt->set_name(name);
+    TensorToProto(tensor, nt->mutable_tensor());
+  }
+  for (const auto& [name, value] : m.attributes()) {
+    proto::NamedArg* na = out->add_attributes();
+    na->set_name(name);
+    ArgToProto(value, na->mutable_value());
+  }
+  for (const auto& [name, child] : m.children()) {
+    proto::NamedModule* nm = out->add_children();
+    nm->set_name(name);
+    ModuleToProto(*child, nm->mutable_module());
+  }
+}
+
+// ---- proto -> GraphModule -----------------------------------------------------------
+
+class ModelReader {
+ public:
+  explicit ModelReader(const ModelLimits& limits) : limits_(limits) {}
+
+  absl::StatusOr<std::unique_ptr<GraphModule>> Read(const proto::Model& model) {
+    if (model.format_version() != kModelFormatVersion) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model: format_version is ", model.format_version(), "; expected ",
+          kModelFormatVersion));
+    }
+    const auto& nodes = model.graph().nodes();
+    if (nodes.size() > limits_.max_nodes) {
+      return absl::InvalidArgumentError(absl::StrCat("model: ", nodes.size(),
+                                                     " nodes; the limit is ", limits_.max_nodes));
+    }
+    // Validate every node before building: names, op kinds, targets, arg shapes.
+    absl::flat_hash_map<absl::string_view, int> index;
+    index.reserve(nodes.size());
+    for (int i = 0; i < nodes.size(); ++i) {
+      const proto::Node& n = nodes[i];
+      const std::string where = absl::StrCat("node #", i, " '", n.name(), "'");
+      RETURN_IF_ERROR(CheckString(n.name(), where, "name"));
+      if (n.name().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("node #", i, ": field 'name' is empty"));
+      }
+      if (!index.emplace(n.name(), i).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": field 'name' duplicates node #", index[n.name()]));
+      }
+      if (n.op() < proto::PLACEHOLDER || n.op() > proto::OUTPUT) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": field 'op' is ", static_cast<int>(n.op()),
+            "; expected one of placeholder, get_attr, call_function, call_module, "
+            "call_method, output"));
+      }
+      RETURN_IF_ERROR(CheckString(n.target(), where, "target"));
+      if (n.target().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": field 'target' is empty"));
+      }
+    }
+    for (int i = 0; i < nodes.size(); ++i) {
+      const proto::Node& n = nodes[i];
+      const std::string where = absl::StrCat("node '", n.name(), "'");
+      for (int a = 0; a < n.args_size(); ++a) {
+        RETURN_IF_ERROR(CheckArg(n.args(a), index, absl::StrCat(where, " args[", a, "]"), 0));
+      }
+      for (const proto::NamedArg& kw : n.kwargs()) {
+        RETURN_IF_ERROR(CheckNamedArg(kw, index, absl::StrCat(where, " kwargs"), true));
+      }
+      for (const proto::NamedArg& kw : n.meta()) {
+        RETURN_IF_ERROR(CheckNamedArg(kw, {}, absl::StrCat(where, " meta"), false));
+      }
+    }
+    RETURN_IF_ERROR(CheckModule(model.root(), "root module", 0));
+
+    // Build. The file order is kept as is; Verify() judges it.
+    auto gm = std::make_unique<GraphModule>();
+    GraphBuilder builder(&gm->graph());
+    std::vector<Node*> built;
+    built.reserve(nodes.size());
+    for (const proto::Node& n : nodes) {
+      ASSIGN_OR_RETURN(Node * node, builder.AddNode(static_cast<OpKind>(n.op()),
+                                                    Symbol::Intern(n.target()), n.name()));
+      built.push_back(node);
+    }
+    for (int i = 0; i < nodes.size(); ++i) {
+      const proto::Node& n = nodes[i];
+      std::vector<Argument> args;
+      args.reserve(n.args_size());
+      for (const proto::Arg& a : n.args()) args.push_back(BuildArg(a, index, built));
+      builder.SetInputs(built[i], std::move(args), BuildNamedArgs(n.kwargs(), index, built));
+      builder.SetMeta(built[i], BuildNamedArgs(n.meta(), index, built));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Module> root, BuildModule(model.root()));
+    if (root->type() != Symbol::Intern("GraphModule")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "root module: field 'type' is '", root->type().name(), "'; expected 'GraphModule'"));
+    }
+    gm->root() = std::move(*root);
+    RETURN_IF_ERROR(gm->Verify());
+    return gm;
+  }
+
+ private:
+  absl::Status CheckString(const std::string& s, absl::string_view where,
+                           absl::string_view field) const {
+    if (static_cast<int64_t>(s.size()) > limits_.max_string_length) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": field '", field, "' is ",
+                                                     s.size(), " bytes; the limit is ",
+                                                     limits_.max_string_length));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckNamedArg(const proto::NamedArg& kw,
+                             const absl::flat_hash_map<absl::string_view, int>& index,
+                             absl::string_view where, bool nodes_allowed) const {
+    RETURN_IF_ERROR(CheckString(kw.name(), where, "name"));
+    if (kw.name().empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": empty name"));
+    const std::string field = absl::StrCat(where, "['", kw.name(), "']");
+    if (!nodes_allowed) return CheckConstantArg(kw.value(), field, 0);
+    return CheckArg(kw.value(), index, field, 0);
+  }
+
+  absl::Status CheckArg(const proto::Arg& a,
+                        const absl::flat_hash_map<absl::string_view, int>& index,
+                        const std::string& where, int depth) const {
+    if (a.value_case() == proto::Arg::kNode) {
+      if (!index.contains(a.node())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": refers to node '", a.node().substr(0, 64), "', which does not exist"));
+      }
+      return absl::OkStatus();
+    }
+    if (a.value_case() == proto::Arg::kList || a.value_case() == proto::Arg::kTuple) {
+      if (depth >= limits_.max_arg_depth) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": args nest deeper than ", limits_.max_arg_depth));
+      }
+      const proto::ArgList& list = a.has_list() ? a.list() : a.tuple();
+      for (int i = 0; i < list.items_size(); ++i) {
+        RETURN_IF_ERROR(CheckArg(list.items(i), index, absl::StrCat(where, "[", i, "]"), depth + 1));
+      }
+      return absl::OkStatus();
+    }
+    return CheckScalarArg(a, where);
+  }
+
+  absl::Status CheckConstantArg(const proto::Arg& a, const std::string& where, int depth) const {
+    if (a.value_case() == proto::Arg::kNode) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": must not refer to a node"));
+    }
+    static const absl::flat_hash_map<absl::string_view, int> kNoNodes;
+    return CheckArg(a, kNoNodes, where, depth);
+  }
+
+  absl::Status CheckScalarArg(const proto::Arg& a, const std::string& where) const {
+    switch (a.value_case()) {
+      case proto::Arg::VALUE_NOT_SET:
+        return absl::InvalidArgumentError(absl::StrCat(where, ": arg has no value"));
+      case proto::Arg::kDtypeValue:
+        if (!IsValidDType(a.dtype_value())) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": field 'dtype_value' is ", static_cast<int>(a.dtype_value()),
+              "; expected a known dtype"));
+        }
+        return absl::OkStatus();
+      case proto::Arg::kStringValue:
+        return CheckString(a.string_value(), where, "string_value");
+      default:
+        return absl::OkStatus();
+    }
+  }
+
+  absl::Status CheckTensor(const proto::Tensor& t, const std::string& where) const {
+    if (!IsValidDType(t.dtype()) || DTypeSize(static_cast<DType>(t.dtype())) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": field 'dtype' is ", static_cast<int>(t.dtype()),
+          "; expected a storable dtype (float32, int8, uint8, int32, int64, qint8, quint8, "
+          "qint32, bool)"));
+    }
+    const DType dtype = static_cast<DType>(t.dtype());
+    if (t.shape_size() > limits_.max_tensor_rank) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": field 'shape' has rank ",
+                                                     t.shape_size(), "; the limit is ",
+                                                     limits_.max_tensor_rank));
+    }
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    auto numel = CheckedNumel(shape);
+    if (!numel.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": field 'shape': ", numel.status().message()));
+    }
+    // The element count is compared against the bytes actually present before any
+    // allocation, so a huge declared shape cannot make the loader allocate.
+    const uint64_t expected = static_cast<uint64_t>(*numel) * DTypeSize(dtype);
+    if (t.data().size() != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": field 'data' has ", t.data().size(), " bytes; expected ", expected,
+          " for ", DTypeName(dtype), " shape [", absl::StrJoin(shape, ", "), "]"));
+    }
+    const bool quantized = IsQuantized(dtype);
+    switch (t.qscheme()) {
+      case proto::QSCHEME_NONE:
+        if (quantized) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": field 'qscheme' is none; a ", DTypeName(dtype), " tensor needs one"));
+        }
+        return absl::OkStatus();
+      case proto::PER_TENSOR_AFFINE:
+        if (t.scales_size() != 1 || t.zero_points_size() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": per-tensor quantization needs exactly 1 scale and 1 zero_point; got ",
+              t.scales_size(), " and ", t.zero_points_size()));
+        }
+        break;
+      case proto::PER_CHANNEL_AFFINE: {
+        if (t.axis() < 0 || t.axis() >= t.shape_size()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": field 'axis' is ", t.axis(), "; expected 0 <= axis < ", t.shape_size()));
+        }
+        const int64_t channels = t.shape(static_cast<int>(t.axis()));
+        if (t.scales_size() != channels || t.zero_points_size() != channels) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": per-channel quantization needs ", channels,
+              " scales and zero_points (shape[axis]); got ", t.scales_size(), " and ",
+              t.zero_points_size()));
+        }
+        break;
+      }
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": field 'qscheme' is ", static_cast<int>(t.qscheme()), "; expected 0, 1 or 2"));
+    }
+    if (!quantized) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": has quantization parameters but dtype ", DTypeName(dtype), " is not quantized"));
+    }
+    for (int i = 0; i < t.scales_size(); ++i) {
+      const double s = t.scales(i);
+      if (!(s > 0) || s != s || s > 1e30) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": field 'scales[", i, "]' is ", s,
+                                                       "; expected a finite scale > 0"));
+      }
+    }
+    for (int i = 0; i < t.zero_points_size(); ++i) {
+      const int64_t z = t.zero_points(i);
+      if (z < DTypeMin(dtype) || z > DTypeMax(dtype)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": field 'zero_points[", i, "]' is ", z, "; expected within [",
+            DTypeMin(dtype), ", ", DTypeMax(dtype), "] for ", DTypeName(dtype)));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckModule(const proto::Module& m, const std::string& where, int depth) const {
+    if (depth > limits_.max_module_depth) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": modules nest deeper than ",
+                                                     limits_.max_module_depth));
+    }
+    RETURN_IF_ERROR(CheckString(m.type(), where, "type"));
+    if (m.type().empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": field 'type' is empty"));
+    absl::flat_hash_map<absl::string_view, int> seen;
+    auto unique = [&](const std::string& name, absl::string_view kind) -> absl::Status {
+      RETURN_IF_ERROR(CheckString(name, where, kind));
+      if (name.empty() || name.find('.') != std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": ", kind, " name '", name,
+                                                       "' must be non-empty without '.'"));
+      }
+      if (!seen.emplace(name, 0).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": duplicate member name '", name, "'"));
+      }
+      return absl::OkStatus();
+    };
+    for (const proto::NamedTensor& t : m.tensors()) {
+      RETURN_IF_ERROR(unique(t.name(), "tensor"));
+      RETURN_IF_ERROR(CheckTensor(t.tensor(), absl::StrCat(where, " tensor '", t.name(), "'")));
+    }
+    for (const proto::NamedArg& a : m.attributes()) {
+      RETURN_IF_ERROR(unique(a.name(), "attribute"));
+      RETURN_IF_ERROR(CheckConstantArg(a.value(), absl::StrCat(where, " attribute '", a.name(), "'"), 0));
+    }
+    for (const proto::NamedModule& c : m.children()) {
+      RETURN_IF_ERROR(unique(c.name(), "child"));
+      RETURN_IF_ERROR(CheckModule(c.module(), absl::StrCat("module '", c.name(), "' (in ", where, ")"),
+                                  depth + 1));
+    }
+    return absl::OkStatus();
+  }
+
+  // Builders run only on validated input.
+  Argument BuildArg(const proto::Arg& a, const absl::flat_hash_map<absl::string_view, int>& index,
+                    const std::vector<Node*>& built) const {
+    switch (a.value_case()) {
+      case proto::Arg::kBoolValue: return Argument::Bool(a.bool_value());
+      case proto::Arg::kIntValue: return Argument::Int(a.int_value());
+      case proto::Arg::kFloatValue: return Argument::Float(a.float_value());
+      case proto::Arg::kStringValue: return Argument::String(a.string_value());
+      case proto::Arg::kDtypeValue: return Argument::Dtype(static_cast<DType>(a.dtype_value()));
+      case proto::Arg::kNode: return Argument(built[index.at(a.node())]);
+      case proto::Arg::kList:
+      case proto::Arg::kTuple: {
+        const proto::ArgList& list = a.has_list() ? a.list() : a.tuple();
+        std::vector<Argument> items;
+        items.reserve(list.items_size());
+        for (const proto::Arg& item : list.items()) items.push_back(BuildArg(item, index, built));
+        return a.has_list() ? Argument::List(std::move(items)) : Argument::Tuple(std::move(items));
+      }
+      default: return Argument::None();
+    }
+  }
+
+  Kwargs BuildNamedArgs(const google::protobuf::RepeatedPtrField<proto::NamedArg>& named,
+                        const absl::flat_hash_map<absl::string_view, int>& index,
+                        const std::vector<Node*>& built) const {
+    Kwargs kwargs;
+    kwargs.reserve(named.size());
+    for (const proto::NamedArg& kw : named) {
+      kwargs.emplace_back(Symbol::Intern(kw.name()), BuildArg(kw.value(), index, built));
+    }
+    return kwargs;
+  }
+
+  absl::StatusOr<std::unique_ptr<Module>> BuildModule(const proto::Module& m) const {
+    auto module = std::make_unique<Module>(m.type());
+    static const absl::flat_hash_map<absl::string_view, int> kNoNodes;
+    for (const proto::NamedTensor& nt : m.tensors()) {
+      const proto::Tensor& t = nt.tensor();
+      QuantParams q;
+      q.scheme = static_cast<QScheme>(t.qscheme());
+      q.scales.assign(t.scales().begin(), t.scales().end());
+      q.zero_points.assign(t.zero_points().begin(), t.zero_points().end());
+      q.axis = t.axis();
+      ASSIGN_OR_RETURN(Tensor tensor,
+                       Tensor::FromBytes(static_cast<DType>(t.dtype()),
+                                         std::vector<int64_t>(t.shape().begin(), t.shape().end()),
+                                         t.data(), std::move(q)));
+      module->SetTensor(nt.name(), std::move(tensor));
+    }
+    for (const proto::NamedArg& a : m.attributes()) {
+      module->SetAttribute(a.name(), BuildArg(a.value(), kNoNodes, {}));
+    }
+    for (const proto::NamedModule& c : m.children()) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Module> child, BuildModule(c.module()));
+      module->SetChild(c.name(), std::move(child));
+    }
+    return module;
+  }
+
+  const ModelLimits& limits_;
+};
+
+bool IsTextPath(const std::string& path) {
+  return absl::EndsWith(path, ".textproto") || absl::EndsWith(path, ".pbtxt");
+}
+
+}  // namespace
+
+proto::Model ModelToProto(const GraphModule& gm) {
+  proto::Model model;
+  model.set_format_version(kModelFormatVersion);
+  model.set_producer("fuselage");
+  for (const Node* n = gm.graph().first(); n != nullptr; n = n->next()) {
+    proto::Node* out = model.mutable_graph()->add_nodes();
+    out->set_name(n->name());
+    out->set_op(static_cast<proto::OpKind>(n->op()));
+    out->set_target(std::string(n->target().name()));
+    for (const Argument& a : n->args()) ArgToProto(a, out->add_args());
+    NamedArgsToProto(n->kwargs(), out->mutable_kwargs());
+    NamedArgsToProto(n->meta(), out->mutable_meta());
+  }
+  ModuleToProto(gm.root(), model.mutable_root());
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<GraphModule>> ModelFromProto(const proto::Model& model,
+                                                            const ModelLimits& limits) {
+  return ModelReader(limits).Read(model);
+}
+
+absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
+                                                        const ModelLimits& limits) {
+  if (static_cast<int64_t>(bytes.size()) > limits.max_file_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("model file is ", bytes.size(),
+                                                   " bytes; the limit is ", limits.max_file_bytes));
+  }
+  proto::Model model;
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream input(&raw);
+  input.SetRecursionLimit(2 * limits.max_arg_depth + 16);
+  if (!model.ParseFromCodedStream(&input) || !input.ConsumedEntireMessage()) {
+    return absl::InvalidArgumentError(
+        "model file is not a valid fuselage model (protobuf parse failed: truncated, "
+        "corrupt, or nested too deeply)");
+  }
+  return ModelFromProto(model, limits);
+}
+
+absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelText(absl::string_view text,
+                                                            const ModelLimits& limits) {
+  if (static_cast<int64_t>(text.size()) > limits.max_file_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("model text is ", text.size(),
+                                                   " bytes; the limit is ", limits.max_file_bytes));
+  }
+  class Collector : public google::protobuf::io::ErrorCollector {
+   public:
+    void AddError(int line, int column, const std::string& message) override {
+      if (first.empty()) first = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+    }
+    std::string first;
+  } errors;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  parser.SetRecursionLimit(2 * limits.max_arg_depth + 16);
+  proto::Model model;
+  google::protobuf::io::ArrayInputStream raw(text.data(), static_cast<int>(text.size()));
+  if (!parser.Parse(&raw, &model)) {
+    return absl::InvalidArgumentError(absl::StrCat("model text does not parse: ", errors.first));
+  }
+  return ModelFromProto(model, limits);
+}
+
+std::string SerializeModel(const GraphModule& gm) {
+  std::string bytes;
+  google::protobuf::io::StringOutputStream raw(&bytes);
+  google::protobuf::io::CodedOutputStream out(&raw);
+  out.SetSerializationDeterministic(true);
+  ModelToProto(gm).SerializeToCodedStream(&out);
+  out.Trim();
+  return bytes;
+}
+
+std::string SerializeModelText(const GraphModule& gm) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(ModelToProto(gm), &text);
+  return text;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  const std::streamoff size = in.tellg();
+  if (size < 0) return absl::InvalidArgumentError(absl::StrCat("cannot read '", path, "'"));
+  if (size > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is ", size, " bytes; the limit is ", max_bytes));
+  }
+  std::string contents(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(contents.data(), size)) {
+    return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
+  }
+  return contents;
+}
+
+absl::Status WriteFile(const std::string& path, absl::string_view contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
+  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+  if (!out) return absl::DataLossError(absl::StrCat("failed writing '", path, "'"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GraphModule>> LoadModel(const std::string& path,
+                                                       const ModelLimits& limits) {
+  ASSIGN_OR_RETURN(std::string contents, ReadFile(path, limits.max_file_bytes));
+  auto gm = IsTextPath(path) ? ParseModelText(contents, limits) : ParseModel(contents, limits);
+  if (!gm.ok()) {
+    return absl::Status(gm.status().code(), absl::StrCat(path, ": ", gm.status().message()));
+  }
+  return gm;
+}
+
+absl::Status SaveModel(const GraphModule& gm, const std::string& path) {
+  return WriteFile(path, IsTextPath(path) ? SerializeModelText(gm) : SerializeModel(gm));
+}
+
+}  // namespace fuselage

@@ -1,0 +1,61 @@
+// The model file: Save/Load of a GraphModule as a protobuf (graph/model.proto), binary or
+// text form.
+//
+// Loading treats the file as hostile. It validates everything before building anything:
+// sizes against ModelLimits, op kinds, dtypes, tensor shapes against their bytes, node
+// references (a reference to an unknown name is an error; the order is then judged by
+// Verify()), arg nesting depth, names. It then builds the GraphModule and runs Verify().
+// Every error names the node (or module, or tensor) and the field. Nothing aborts, and the
+// loader never allocates much more than the file's own size.
+#ifndef FUSELAGE_GRAPH_SERIALIZATION_H_
+#define FUSELAGE_GRAPH_SERIALIZATION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/graph_module.h"
+#include "graph/model.pb.h"
+
+namespace fuselage {
+
+inline constexpr uint32_t kModelFormatVersion = 1;
+
+// Documented limits on what a model file may hold; each breach is a clear error.
+struct ModelLimits {
+  int64_t max_file_bytes = int64_t{4} << 30;  // 4 GiB
+  int64_t max_nodes = 50'000'000;
+  int max_arg_depth = 16;             // nesting of lists/tuples in one arg
+  int max_module_depth = 64;          // nesting of child modules
+  int64_t max_string_length = 4096;   // names, targets, string args
+  int max_tensor_rank = 8;
+};
+
+// Text form is chosen by the path's extension: ".textproto" or ".pbtxt"; anything else is
+// binary.
+absl::StatusOr<std::unique_ptr<GraphModule>> LoadModel(const std::string& path,
+                                                       const ModelLimits& limits = {});
+absl::Status SaveModel(const GraphModule& gm, const std::string& path);
+
+absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
+                                                        const ModelLimits& limits = {});
+absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelText(absl::string_view text,
+                                                            const ModelLimits& limits = {});
+// Deterministic: the same GraphModule always gives the same bytes.
+std::string SerializeModel(const GraphModule& gm);
+std::string SerializeModelText(const GraphModule& gm);
+
+proto::Model ModelToProto(const GraphModule& gm);
+absl::StatusOr<std::unique_ptr<GraphModule>> ModelFromProto(const proto::Model& model,
+                                                            const ModelLimits& limits = {});
+
+// Reads/writes a whole file (errors name the path).
+absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes);
+absl::Status WriteFile(const std::string& path, absl::string_view contents);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_GRAPH_SERIALIZATION_H_

@@ -1,0 +1,49 @@
+// Interned symbols: node targets, module types, attribute names and string args are
+// interned once, so matching and lookups compare 32-bit integers instead of strings.
+#ifndef FUSELAGE_GRAPH_SYMBOL_H_
+#define FUSELAGE_GRAPH_SYMBOL_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace fuselage {
+
+class Symbol {
+ public:
+  // The empty symbol (id 0, name "").
+  constexpr Symbol() = default;
+
+  // Interns `name` (thread-safe). The same text always yields the same symbol for the
+  // life of the process; interned text is never freed.
+  static Symbol Intern(absl::string_view name);
+
+  // Returns the symbol for `name` if it was ever interned, else the empty symbol. Does not
+  // grow the table, so it is safe on untrusted text.
+  static Symbol Lookup(absl::string_view name);
+
+  absl::string_view name() const;
+  std::string str() const { return std::string(name()); }
+  uint32_t id() const { return id_; }
+  bool empty() const { return id_ == 0; }
+
+  friend bool operator==(Symbol a, Symbol b) { return a.id_ == b.id_; }
+  friend bool operator!=(Symbol a, Symbol b) { return a.id_ != b.id_; }
+  friend bool operator<(Symbol a, Symbol b) { return a.id_ < b.id_; }
+  template <typename H>
+  friend H AbslHashValue(H h, Symbol s) {
+    return H::combine(std::move(h), s.id_);
+  }
+
+ private:
+  explicit constexpr Symbol(uint32_t id) : id_(id) {}
+  uint32_t id_ = 0;
+};
+
+inline std::ostream& operator<<(std::ostream& os, Symbol s) { return os << s.name(); }
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_GRAPH_SYMBOL_H_
