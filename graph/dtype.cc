@@ -18,6 +18,7 @@ absl::string_view DTypeName(DType dtype) {
     case DType::kQInt32: return "torch.qint32";
     case DType::kBool: return "torch.bool";
     case DType::kFloat16: return "torch.float16";
+    case DType::kQUInt4x2: return "torch.quint4x2";
   }
   return "torch.<invalid>";
 }
@@ -34,6 +35,7 @@ std::optional<DType> DTypeFromName(absl::string_view name) {
   if (name == "qint32") return DType::kQInt32;
   if (name == "bool") return DType::kBool;
   if (name == "float16" || name == "half") return DType::kFloat16;
+  if (name == "quint4x2") return DType::kQUInt4x2;
   return std::nullopt;
 }
 
@@ -49,6 +51,7 @@ size_t DTypeSize(DType dtype) {
     case DType::kQInt32: return 4;
     case DType::kBool: return 1;
     case DType::kFloat16: return 0;
+    case DType::kQUInt4x2: return 0;
   }
   return 0;
 }
@@ -88,6 +91,6 @@ int64_t DTypeMax(DType dtype) {
   }
 }
 
-bool IsValidDType(int value) { return value >= 1 && value <= 10; }
+bool IsValidDType(int value) { return value >= 1 && value <= 11; }
 
 }  // namespace fuselage

@@ -22,6 +22,7 @@ enum class DType : uint8_t {
   kQInt32 = 8,   // torch.qint32
   kBool = 9,
   kFloat16 = 10, // only as a dtype arg / config value; tensors of it are not stored.
+  kQUInt4x2 = 11, // torch.quint4x2 (two 4-bit values per byte): config value only, not stored.
 };
 
 // "torch.float32", "torch.quint8", ...
