@@ -1,0 +1,127 @@
+// FusionRule: what the fusion pass applies — a named pattern, which matched node is the
+// root (the node whose args the fused node takes), which matched args are extra inputs,
+// how the fused module is built, and its type. A BackendPatternConfig (backend_configs/)
+// carries one of these plus its quantization settings.
+//
+// The fused call_module node's args are: the root's args, then the extra inputs, in order.
+//
+// Root and extra inputs are positions in the pattern (declarative; see pattern.h for
+// positions and paths) or, from C++, callables. Unset, they default to what is right for
+// multi-input patterns: root = the leaf reached by following arg 0 from the outermost op,
+// extra inputs = the MatchAllNode positions off that chain. For
+// (ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode)) that is root = Conv2d and extra
+// inputs = [the MatchAllNode]; PyTorch's default root getter would return the MatchAllNode.
+//
+// Fusers are data: kWrapInSequence, kFoldBatchNormThenWrap, or a user's C++ callable.
+#ifndef FUSELAGE_PATTERNS_FUSION_RULE_H_
+#define FUSELAGE_PATTERNS_FUSION_RULE_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/argument.h"
+#include "graph/graph_module.h"
+#include "graph/module.h"
+#include "graph/node.h"
+#include "graph/symbol.h"
+#include "patterns/pattern.h"
+
+namespace fuselage {
+
+struct FusionRule;
+
+// One match of a rule: what each pattern position is bound to. Op positions are bound to
+// a node; a MatchAllNode position to whatever the arg is (a node, a constant, None, ...).
+struct PatternMatch {
+  const FusionRule* rule = nullptr;
+  std::vector<Argument> bindings;  // indexed by pattern position (preorder)
+
+  // The node at position `i`, or nullptr if it is bound to a non-node arg.
+  Node* node_at(int i) const {
+    return bindings[i].is_node() ? bindings[i].as_node() : nullptr;
+  }
+  Node* outermost() const { return node_at(0); }
+};
+
+// Builds the fused module of one match. Must not modify `gm`. The pass installs the result
+// as the fused node's module; an error aborts the whole pass with the graph unchanged.
+using Fuser = std::function<absl::StatusOr<std::unique_ptr<Module>>(
+    const GraphModule& gm, const PatternMatch& match)>;
+using RootNodeGetter = std::function<absl::StatusOr<Node*>(const PatternMatch& match)>;
+using ExtraInputsGetter =
+    std::function<absl::StatusOr<std::vector<Argument>>(const PatternMatch& match)>;
+
+enum class FuserKind {
+  // The fused module (type `fused_module_type`) gets as children "0", "1", ... the
+  // modules of the matched op nodes in execution order: call_module nodes contribute a
+  // copy of their module, functional/method relu a new nn.ReLU; binary ops (add, mul) are
+  // implied by the fused type and add no child (PyTorch's ConvAdd2d keeps `add` as a plain
+  // function, not a submodule).
+  kWrapInSequence,
+  // Eval-mode fuse_conv_bn_eval: the BatchNorm node that consumes the root conv / linear
+  // is folded into a copy of it (w' = w * gamma / sqrt(var + eps) per out-channel,
+  // b' = (b - mean) * gamma / sqrt(var + eps) + beta) and absent from the result; the rest
+  // is wrapped as kWrapInSequence does. With an empty `fused_module_type` the result is
+  // the folded conv / linear itself (PyTorch's (BatchNorm2d, Conv2d) -> nn.Conv2d).
+  kFoldBatchNormThenWrap,
+  // `custom_fuser` builds the module.
+  kCustom,
+};
+
+// "wrap_in_sequence", "fold_bn_then_wrap", "custom".
+absl::string_view FuserKindName(FuserKind kind);
+absl::StatusOr<FuserKind> FuserKindFromName(absl::string_view name);
+
+struct FusionRule {
+  // Stable name, e.g. "conv_bn_add_relu"; fused nodes record it as meta "pattern".
+  std::string name;
+  Pattern pattern;
+  // Type of the fused module ("nni.ConvAddReLU2d"). May be empty only for
+  // kFoldBatchNormThenWrap (the folded module itself) and kCustom (whatever it returns).
+  Symbol fused_module_type;
+
+  FuserKind fuser_kind = FuserKind::kWrapInSequence;
+  Fuser custom_fuser;  // kCustom only
+
+  // Declarative getters: a pattern position (see Pattern::PositionAtPath). Unset = default.
+  std::optional<int> root_position;
+  std::optional<std::vector<int>> extra_input_positions;
+  // C++ getters; when set they win over the positions.
+  RootNodeGetter root_node_getter;
+  ExtraInputsGetter extra_inputs_getter;
+
+  // The outermost node may have users outside the match (FX: yes). Inner nodes never may.
+  // (Kept as a knob because a config may want the stricter rule.)
+  bool outermost_may_have_many_users = true;
+
+  // Checks the rule on its own: non-empty name, positions in range and pointing at the
+  // right kind of position (root: an op position; extra inputs: MatchAllNode positions),
+  // a fuser for kCustom, a fused type where required. InvalidArgument naming the rule
+  // and the field.
+  absl::Status Validate() const;
+
+  // The root node of `match`: callable, else position, else the default. FailedPrecondition
+  // if the chosen position is bound to a constant.
+  absl::StatusOr<Node*> RootNode(const PatternMatch& match) const;
+  // The extra inputs of `match`: callable, else positions, else the defaults.
+  absl::StatusOr<std::vector<Argument>> ExtraInputs(const PatternMatch& match) const;
+  // Builds the fused module with the rule's fuser.
+  absl::StatusOr<std::unique_ptr<Module>> Fuse(const GraphModule& gm,
+                                               const PatternMatch& match) const;
+};
+
+// Convenience constructors (parse + fill + Validate).
+absl::StatusOr<FusionRule> MakeFusionRule(absl::string_view name,
+                                          absl::string_view pattern_text,
+                                          PatternFormat format,
+                                          absl::string_view fused_module_type,
+                                          FuserKind fuser_kind);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_PATTERNS_FUSION_RULE_H_

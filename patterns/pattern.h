@@ -1,0 +1,141 @@
+// Pattern: the one internal form of a fusion pattern, a tree of op leaves read outermost op
+// first, exactly like PyTorch's "complex" pattern format:
+//
+//   (ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))
+//     position 0  ReLU                 the outermost op (the last to run)
+//     position 1  add                  = arg 0 of ReLU
+//     position 2  BatchNorm2d          = arg 0 of add
+//     position 3  Conv2d               = arg 0 of BatchNorm2d (its own args unchecked)
+//     position 4  MatchAllNode         = arg 1 of add (anything, not claimed)
+//
+// Positions are numbered in preorder (outermost = 0). A position is also addressed by its
+// *path*: the arg indices from the outermost op, written dotted ("0.0.0" is Conv2d above,
+// "0.1" the MatchAllNode, "" the outermost op). Configs use paths to name the root node
+// and extra inputs (see fusion_rule.h).
+//
+// Text syntax (both formats share it):
+//   pattern := leaf | '(' pattern (',' pattern)* ','? ')'
+//   leaf    := name kwargs?
+//   kwargs  := '{' (key ('=' constant)?) (',' ...)* '}'     e.g. add{alpha=1}, relu{inplace}
+// Complex format: the first element of a tuple is the op, the rest are its args.
+// Sequence format (PyTorch's simple forward format): a flat tuple of leaves in execution
+// order, `(Conv2d, BatchNorm2d, ReLU)` == complex `(ReLU, (BatchNorm2d, Conv2d))`.
+// A flat tuple means different things in the two formats, so the caller says which one.
+//
+// Leaf names (resolved once, at parse time, to (op kind, Symbol) alternatives):
+//   MatchAllNode                 any arg (node or constant); it is not claimed by the match
+//   add, mul                     call_function operator.X / torch.X and call_method X;
+//                                commutative: a binary node matches with its args swapped
+//   relu                         call_function torch.relu / torch.nn.functional.relu and
+//                                call_method relu (kwarg inplace allowed)
+//   F.x, torch.nn.functional.x   exactly call_function torch.nn.functional.x
+//   torch.x, operator.x          exactly that call_function (torch.add / operator.add keep
+//                                their commutativity and built-in kwarg allowances)
+//   method:x / function:q.x / module:T   explicit spelling of a method / function / module
+//   nn.T, nni.T, nnq.T, nniq.T, nnqr.T   call_module of exactly that module type
+//   T (capitalized, no dot)      call_module of module type nn.T (Conv2d -> nn.Conv2d)
+// Any other bare name is an error (so a typo never silently matches nothing).
+//
+// Keyword args: a node matches an op leaf only if each of its kwargs is allowed by the leaf,
+// either by the built-in allowances (relu: inplace=any; add: alpha=1) or by the leaf's own
+// `{...}` list (`key` = any value, `key=constant` = only that value). PyTorch ignores
+// kwargs, which silently fuses `torch.add(x, y, alpha=2)` as if it were x + y.
+#ifndef FUSELAGE_PATTERNS_PATTERN_H_
+#define FUSELAGE_PATTERNS_PATTERN_H_
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/argument.h"
+#include "graph/node.h"
+#include "graph/symbol.h"
+
+namespace fuselage {
+
+// One thing an op leaf can match. For kCallModule, `target` is the module *type*
+// ("nn.Conv2d"), not the node's module path.
+struct OpRef {
+  OpKind op = OpKind::kCallFunction;
+  Symbol target;
+  friend bool operator==(OpRef a, OpRef b) { return a.op == b.op && a.target == b.target; }
+};
+
+// A kwarg an op leaf tolerates on a node. Without `value`, any value is allowed.
+struct AllowedKwarg {
+  Symbol key;
+  std::optional<Argument> value;
+};
+
+// One position of a pattern tree.
+struct PatternPosition {
+  bool match_all = false;           // MatchAllNode
+  std::string spelling;             // as written ("Conv2d", "add", "F.relu"), for messages
+  std::vector<OpRef> alternatives;  // empty iff match_all
+  bool commutative = false;         // binary op whose two args may be swapped
+  std::vector<AllowedKwarg> allowed_kwargs;
+  // Positions of the pattern args, in arg order. Empty: the node's args are not checked.
+  // Non-empty: the node must have exactly this many positional args (FX's rule).
+  std::vector<int> args;
+  int parent = -1;     // -1 for the outermost op
+  int arg_index = -1;  // which arg of the parent this position is
+
+  bool Matches(OpRef op) const;
+};
+
+enum class PatternFormat {
+  kComplex,   // PyTorch's nested format, outermost op first
+  kSequence,  // PyTorch's simple format, a flat tuple in execution order
+};
+
+class Pattern {
+ public:
+  // Parses `text` in `format`. InvalidArgument naming the offending token and its offset
+  // on a syntax error, an unknown leaf name, MatchAllNode as the outermost op, a sequence
+  // pattern that is nested, or a pattern deeper/larger than kMaxPositions.
+  static absl::StatusOr<Pattern> Parse(absl::string_view text, PatternFormat format);
+
+  // Builds a pattern from already-parsed leaves (for C++ users): the same as parsing the
+  // complex-format text, without the text.
+  static absl::StatusOr<Pattern> FromPositions(std::vector<PatternPosition> preorder);
+
+  const std::vector<PatternPosition>& positions() const { return positions_; }
+  const PatternPosition& position(int i) const { return positions_[i]; }
+  const PatternPosition& outermost() const { return positions_[0]; }
+  int size() const { return static_cast<int>(positions_.size()); }
+  // PyTorch's sort key: the number of leaves including MatchAllNode. Longer patterns are
+  // tried first.
+  int length() const { return static_cast<int>(positions_.size()); }
+
+  // The position at dotted `path` ("" = outermost, "0.1" = arg 1 of arg 0), or
+  // InvalidArgument naming the path and the pattern.
+  absl::StatusOr<int> PositionAtPath(absl::string_view path) const;
+  // The dotted path of position `i`.
+  std::string PathOf(int i) const;
+
+  // Default root position: the leaf reached from the outermost op by following arg 0.
+  int DefaultRootPosition() const;
+  // Default extra inputs: the MatchAllNode positions hanging off that arg-0 chain (args 1..n
+  // of each chain node), innermost chain node first, in arg order — i.e. in the order
+  // the fused module's forward takes them after the root's own args.
+  std::vector<int> DefaultExtraInputPositions() const;
+
+  // Complex-format text: "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))".
+  std::string ToString() const;
+
+  // Upper bound on positions in one pattern (patterns come from config files).
+  static constexpr int kMaxPositions = 64;
+
+ private:
+  std::vector<PatternPosition> positions_;
+};
+
+// Resolves one leaf name (see the table above) into a position with no args.
+absl::StatusOr<PatternPosition> ResolvePatternLeaf(absl::string_view name);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_PATTERNS_PATTERN_H_
