@@ -101,6 +101,27 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
         "FixedQParamsObserver", "FakeQuantize", "FixedQParamsFakeQuantize"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kNone));
   }
+  // The remaining module types PyTorch's backend configs name (norms, PReLU, embeddings,
+  // recurrent cells and their reference forms), so configs naming them validate.
+  for (const char* t : {"nn.LayerNorm", "nn.InstanceNorm1d", "nn.InstanceNorm2d",
+                        "nn.InstanceNorm3d"}) {
+    RETURN_IF_ERROR(add(t, 1, 1, kNone));
+  }
+  for (const char* t : {"nn.PReLU", "nn.Embedding", "nnqr.Embedding"}) {
+    RETURN_IF_ERROR(add(t, 1, 1, kWeight));
+  }
+  // EmbeddingBag(input, offsets=None, per_sample_weights=None).
+  for (const char* t : {"nn.EmbeddingBag", "nnqr.EmbeddingBag"}) {
+    RETURN_IF_ERROR(add(t, 1, 3, kWeight));
+  }
+  // Cells take (input, hx=None); LSTM takes (input, (h0, c0)=None).
+  for (const char* t : {"nn.GRUCell", "nn.LSTMCell", "nn.RNNCell", "nnqr.GRUCell",
+                        "nnqr.LSTMCell", "nnqr.RNNCell"}) {
+    RETURN_IF_ERROR(add(t, 1, 2, {"weight_ih", "weight_hh"}));
+  }
+  for (const char* t : {"nn.LSTM", "nnqr.LSTM"}) {
+    RETURN_IF_ERROR(add(t, 1, 2, {"weight_ih_l0", "weight_hh_l0"}));
+  }
   // Functional wrappers of quantized add / mul / cat take several inputs.
   for (const char* t : {"nnq.FloatFunctional", "nnq.QFunctional"}) {
     RETURN_IF_ERROR(add(t, 0, kAny, kNone));
