@@ -1,0 +1,20 @@
+// BuiltinKernels: a registry holding every kernel fuselage itself defines (float and, once
+// runtime/quantized provides RegisterQuantizedKernels, quantized). Explicit: callers build
+// it once and pass it to Run; nothing registers behind their back.
+#ifndef FUSELAGE_RUNTIME_BUILTIN_KERNELS_H_
+#define FUSELAGE_RUNTIME_BUILTIN_KERNELS_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "runtime/kernel_registry.h"
+
+namespace fuselage {
+
+// A new registry with RegisterFloatKernels (and RegisterQuantizedKernels) applied. Add
+// your own kernels to it afterwards.
+absl::StatusOr<std::unique_ptr<KernelRegistry>> BuiltinKernels();
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_RUNTIME_BUILTIN_KERNELS_H_

@@ -1,0 +1,29 @@
+// The float kernels: torch.nn float modules, the fused float modules of
+// torch.ao.nn.intrinsic (nni.*, run through their children "0", "1", ...), and the float
+// functions and methods FX graphs call. Tensors are float32, NCHW, as PyTorch lays them
+// out. Numerics agree with PyTorch 1.13 within 1e-5 relative (tests/runtime goldens).
+//
+// Module kernels: nn.Conv2d, nn.Linear, nn.BatchNorm1d / 2d (eval), nn.ReLU, nn.ReLU6,
+// nn.Hardtanh, nn.Hardswish, nn.Sigmoid, nn.MaxPool2d, nn.AvgPool2d,
+// nn.AdaptiveAvgPool2d, nn.Flatten, nn.Identity, nn.Dropout (eval: identity),
+// nni.ConvReLU2d, nni.ConvBn2d, nni.ConvBnReLU2d, nni.BNReLU2d, nni.LinearReLU,
+// nni.LinearBn1d (sequential over children), nni.ConvAdd2d / nni.ConvAddReLU2d
+// ((x, extra) -> [relu](conv(x) + extra), conv = child "0").
+// call_function: operator.add / mul / getitem, torch.add / mul / cat / flatten / relu /
+// mean, torch.nn.functional.relu / conv2d / linear / hardtanh / relu6 / hardswish,
+// torch.sigmoid. call_method: add, mul, relu, view, reshape, flatten, mean, size,
+// contiguous, sigmoid.
+#ifndef FUSELAGE_RUNTIME_FLOAT_KERNELS_H_
+#define FUSELAGE_RUNTIME_FLOAT_KERNELS_H_
+
+#include "absl/status/status.h"
+#include "runtime/kernel_registry.h"
+
+namespace fuselage {
+
+// Adds every float kernel above; AlreadyExists if any of them is already registered.
+absl::Status RegisterFloatKernels(KernelRegistry& registry);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_RUNTIME_FLOAT_KERNELS_H_

@@ -1,0 +1,186 @@
+#include "runtime/interpreter.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "graph/status_macros.h"
+
+namespace fuselage {
+namespace {
+
+std::string NodePrefix(const Node& node) {
+  return absl::StrCat("node '", node.name(), "' (", OpKindName(node.op()), " ",
+                      node.target().name(), "): ");
+}
+
+absl::Status Prefixed(const Node& node, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(NodePrefix(node), status.message()));
+}
+
+// Values of the nodes run so far, each dropped once its last user has run.
+class ValueStore {
+ public:
+  explicit ValueStore(const Graph& graph) {
+    // A node's last user is the latest node (in order) reading it.
+    int64_t index = 0;
+    for (const Node* n = graph.first(); n != nullptr; n = n->next()) index_[n] = index++;
+    for (const Node* n = graph.first(); n != nullptr; n = n->next()) {
+      int64_t last = -1;
+      for (const Node* user : n->users()) last = std::max(last, index_.at(user));
+      last_use_[n] = last;
+    }
+  }
+
+  void Set(const Node* node, Value value) { values_[node] = std::move(value); }
+
+  // Called after `node` ran: frees the inputs it was the last user of.
+  void ReleaseInputsOf(const Node* node) {
+    const int64_t at = index_.at(node);
+    for (const Node* input : node->InputNodes()) {
+      if (last_use_.at(input) == at) values_.erase(input);
+    }
+    // A value nobody reads is not kept either (an observer has already seen it).
+    if (last_use_.at(node) < 0) values_.erase(node);
+  }
+
+  absl::StatusOr<Value> Evaluate(const Argument& arg) const {
+    switch (arg.kind()) {
+      case Argument::Kind::kNone: return Value::None();
+      case Argument::Kind::kBool: return Value::Bool(arg.as_bool());
+      case Argument::Kind::kInt: return Value::Int(arg.as_int());
+      case Argument::Kind::kFloat: return Value::Float(arg.as_float());
+      case Argument::Kind::kString: return Value::String(arg.as_string());
+      case Argument::Kind::kDType: return Value::Dtype(arg.as_dtype());
+      case Argument::Kind::kNode: {
+        auto it = values_.find(arg.as_node());
+        if (it == values_.end()) {
+          // Only reachable through a graph that breaks Verify()'s order invariant.
+          return absl::FailedPreconditionError(absl::StrCat(
+              "input '", arg.as_node()->name(), "' has no value (graph order broken?)"));
+        }
+        return it->second;
+      }
+      case Argument::Kind::kList: {
+        std::vector<Value> items;
+        items.reserve(arg.items().size());
+        for (const Argument& item : arg.items()) {
+          ASSIGN_OR_RETURN(Value v, Evaluate(item));
+          items.push_back(std::move(v));
+        }
+        return arg.is_tuple() ? Value::Tuple(std::move(items)) : Value::List(std::move(items));
+      }
+    }
+    return absl::InternalError("unknown argument kind");
+  }
+
+ private:
+  absl::flat_hash_map<const Node*, int64_t> index_;
+  absl::flat_hash_map<const Node*, int64_t> last_use_;
+  absl::flat_hash_map<const Node*, Value> values_;
+};
+
+absl::StatusOr<Value> RunGetAttr(const GraphModule& gm, const Node& node) {
+  const absl::string_view path = node.target().name();
+  if (const Tensor* tensor = gm.FindTensor(path)) return Value(*tensor);
+  if (!path.empty() && gm.FindModule(path) != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "get_attr target '", path, "' is a module; the interpreter only reads tensors"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("get_attr target '", path, "' not found"));
+}
+
+absl::StatusOr<Value> RunCall(const GraphModule& gm, const Node& node,
+                              const KernelRegistry& kernels, const ValueStore& store) {
+  std::vector<Value> args;
+  args.reserve(node.num_args());
+  for (const Argument& a : node.args()) {
+    ASSIGN_OR_RETURN(Value v, store.Evaluate(a));
+    args.push_back(std::move(v));
+  }
+  ValueKwargs kwargs;
+  for (const Kwarg& kw : node.kwargs()) {
+    ASSIGN_OR_RETURN(Value v, store.Evaluate(kw.second));
+    kwargs.emplace_back(kw.first, std::move(v));
+  }
+  const KernelContext ctx{node, gm, kernels};
+  if (node.op() == OpKind::kCallModule) {
+    const Module* module = gm.FindModule(node.target().name());
+    if (module == nullptr || node.target().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("call_module target '", node.target().name(), "' is not a module"));
+    }
+    const ModuleKernel* kernel = kernels.FindModule(module->type());
+    if (kernel == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          "no kernel registered for module type '", module->type().name(), "'"));
+    }
+    return (*kernel)(ctx, *module, args, kwargs);
+  }
+  const FunctionKernel* kernel = kernels.FindFunction(node.op(), node.target());
+  if (kernel == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("no kernel registered for ",
+                                                 OpKindName(node.op()), " '",
+                                                 node.target().name(), "'"));
+  }
+  return (*kernel)(ctx, args, kwargs);
+}
+
+}  // namespace
+
+absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> inputs,
+                                    const KernelRegistry& kernels, const RunOptions& options) {
+  const Graph& graph = gm.graph();
+  if (graph.output() == nullptr) {
+    return absl::InvalidArgumentError("graph has no output node");
+  }
+  const std::vector<Node*> placeholders = graph.Placeholders();
+  if (placeholders.size() != inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("graph takes ", placeholders.size(),
+                                                   " inputs; got ", inputs.size()));
+  }
+  ValueStore store(graph);
+  size_t next_input = 0;
+  for (const Node* node = graph.first(); node != nullptr; node = node->next()) {
+    if (node->op() == OpKind::kOutput) {
+      if (node->num_args() != 1) {
+        return Prefixed(*node, absl::InvalidArgumentError(absl::StrCat(
+                                   "output takes 1 arg; got ", node->num_args())));
+      }
+      absl::StatusOr<Value> result = store.Evaluate(node->arg(0));
+      if (!result.ok()) return Prefixed(*node, result.status());
+      return result;
+    }
+    absl::StatusOr<Value> value;
+    switch (node->op()) {
+      case OpKind::kPlaceholder:
+        value = std::move(inputs[next_input++]);
+        break;
+      case OpKind::kGetAttr:
+        value = RunGetAttr(gm, *node);
+        break;
+      default:
+        value = RunCall(gm, *node, kernels, store);
+        break;
+    }
+    if (!value.ok()) return Prefixed(*node, value.status());
+    if (options.observer) {
+      const absl::Status observed = options.observer(*node, *value);
+      if (!observed.ok()) return Prefixed(*node, observed);
+    }
+    store.Set(node, *std::move(value));
+    store.ReleaseInputsOf(node);
+  }
+  return absl::InternalError("graph output node not reached");
+}
+
+absl::StatusOr<std::vector<Value>> Run(const GraphModule& gm, std::vector<Value> inputs,
+                                       const KernelRegistry& kernels, const RunOptions& options) {
+  ASSIGN_OR_RETURN(Value result, RunStructured(gm, std::move(inputs), kernels, options));
+  std::vector<Value> flat;
+  FlattenValue(result, &flat);
+  return flat;
+}
+
+}  // namespace fuselage

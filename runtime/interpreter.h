@@ -1,0 +1,52 @@
+// The interpreter: runs a GraphModule on input Values, node by node in graph order, and
+// is the project's judge of numerics ("fused equals unfused", "lowered equals reference").
+//
+//  - placeholder nodes take `inputs` in order; a count mismatch is InvalidArgument.
+//  - get_attr yields the tensor at the target path; a module there is InvalidArgument.
+//  - call_module dispatches on the module's type, call_function / call_method on
+//    (op, target), through the given KernelRegistry. No kernel: Unimplemented naming the
+//    node and the target. Every kernel error comes back prefixed with
+//    "node '<name>' (<op> <target>): ".
+//  - A node's value is freed after its last user has run, so peak memory follows the
+//    live set, not the whole graph.
+//  - The graph is only read; Run may be called concurrently on one GraphModule.
+#ifndef FUSELAGE_RUNTIME_INTERPRETER_H_
+#define FUSELAGE_RUNTIME_INTERPRETER_H_
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "graph/graph_module.h"
+#include "graph/node.h"
+#include "runtime/kernel_registry.h"
+#include "runtime/value.h"
+
+namespace fuselage {
+
+// Called after each node (placeholders and get_attr included, output excluded) with the
+// node's value, e.g. by calibration to feed observers. A non-OK status stops the run and
+// is returned, prefixed with the node's name.
+using NodeObserver = std::function<absl::Status(const Node& node, const Value& value)>;
+
+struct RunOptions {
+  NodeObserver observer;  // optional
+};
+
+// Runs `gm` and returns the value of the output node's argument with its structure kept
+// (a single Value, or a tuple / list of Values, nested as the graph returns them).
+// A graph without an output node is InvalidArgument.
+absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> inputs,
+                                    const KernelRegistry& kernels,
+                                    const RunOptions& options = {});
+
+// The same, flattened: the leaves of the output (every non-list value, depth first, in
+// output-arg order). `return (a, (b, c))` gives {a, b, c}; `return x` gives {x}.
+absl::StatusOr<std::vector<Value>> Run(const GraphModule& gm, std::vector<Value> inputs,
+                                       const KernelRegistry& kernels,
+                                       const RunOptions& options = {});
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_RUNTIME_INTERPRETER_H_

@@ -1,0 +1,98 @@
+// KernelRegistry: what the interpreter calls for each node. Module kernels are keyed by
+// module type ("nn.Conv2d"); function kernels by (op kind, target): call_function targets
+// are qualified names ("torch.add", "operator.getitem"), call_method targets bare method
+// names ("relu", "view"), with `self` as the first positional arg.
+//
+// Registration is explicit: RegisterFloatKernels (runtime/float_kernels.h) and
+// RegisterQuantizedKernels (runtime/quantized/) fill a registry; a user adds kernels for
+// their own module types and functions the same way (register the module type's schema in
+// ModuleSchemaRegistry too, so Verify() accepts the graph).
+//
+// Kernel contract:
+//  - Arguments arrive evaluated (node references replaced by their Values). Positional
+//    args as given, keyword args in the node's order.
+//  - A kernel never mutates its inputs (Tensors are copy-on-write; write only to tensors
+//    it creates) and never aborts on bad input: wrong shapes, dtypes, kinds or missing
+//    args are an absl::Status (InvalidArgument, or Unimplemented for a valid but
+//    unsupported case). The interpreter prefixes every kernel error with the node's name,
+//    op and target, so a kernel's message only needs to say which arg / field is wrong
+//    and what was expected.
+//  - Kernels may be called concurrently on different graphs; they must not keep state.
+#ifndef FUSELAGE_RUNTIME_KERNEL_REGISTRY_H_
+#define FUSELAGE_RUNTIME_KERNEL_REGISTRY_H_
+
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "graph/graph_module.h"
+#include "graph/module.h"
+#include "graph/node.h"
+#include "graph/symbol.h"
+#include "runtime/value.h"
+
+namespace fuselage {
+
+class KernelRegistry;
+
+// Keyword args of one call, evaluated, in the node's order.
+using ValueKwargs = std::vector<std::pair<Symbol, Value>>;
+
+// Where a kernel runs. `registry` lets a kernel of a composite module (a fused
+// nni.ConvReLU2d) run its children through their own kernels.
+struct KernelContext {
+  const Node& node;
+  const GraphModule& graph_module;
+  const KernelRegistry& registry;
+};
+
+// `module` is the called module (for a fused module's child: the child).
+using ModuleKernel = std::function<absl::StatusOr<Value>(
+    const KernelContext& ctx, const Module& module, absl::Span<const Value> args,
+    const ValueKwargs& kwargs)>;
+using FunctionKernel = std::function<absl::StatusOr<Value>(
+    const KernelContext& ctx, absl::Span<const Value> args, const ValueKwargs& kwargs)>;
+
+class KernelRegistry {
+ public:
+  KernelRegistry() = default;
+  KernelRegistry(const KernelRegistry&) = delete;
+  KernelRegistry& operator=(const KernelRegistry&) = delete;
+  KernelRegistry(KernelRegistry&&) = default;
+  KernelRegistry& operator=(KernelRegistry&&) = default;
+
+  // AlreadyExists if `module_type` already has a kernel; InvalidArgument on an empty type
+  // or an empty kernel.
+  absl::Status RegisterModule(Symbol module_type, ModuleKernel kernel);
+  absl::Status RegisterModule(absl::string_view module_type, ModuleKernel kernel) {
+    return RegisterModule(Symbol::Intern(module_type), std::move(kernel));
+  }
+  // `op` must be kCallFunction or kCallMethod (else InvalidArgument). AlreadyExists on a
+  // duplicate (op, target).
+  absl::Status RegisterFunction(OpKind op, Symbol target, FunctionKernel kernel);
+  absl::Status RegisterFunction(OpKind op, absl::string_view target, FunctionKernel kernel) {
+    return RegisterFunction(op, Symbol::Intern(target), std::move(kernel));
+  }
+
+  // The kernel, or nullptr if none is registered.
+  const ModuleKernel* FindModule(Symbol module_type) const;
+  const FunctionKernel* FindFunction(OpKind op, Symbol target) const;
+
+  // Runs the kernel of `module`'s type on `args`: how composite kernels call children.
+  // Unimplemented (naming the module type) if there is no kernel.
+  absl::StatusOr<Value> CallModule(const KernelContext& ctx, const Module& module,
+                                   absl::Span<const Value> args,
+                                   const ValueKwargs& kwargs = {}) const;
+
+ private:
+  absl::flat_hash_map<Symbol, ModuleKernel> module_kernels_;
+  absl::flat_hash_map<std::pair<OpKind, Symbol>, FunctionKernel> function_kernels_;
+};
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_RUNTIME_KERNEL_REGISTRY_H_
