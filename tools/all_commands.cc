@@ -1,0 +1,19 @@
+#include "tools/all_commands.h"
+
+#include "tools/demo_command.h"
+#include "tools/dot_command.h"
+#include "tools/print_command.h"
+#include "tools/verify_command.h"
+
+namespace fuselage {
+
+std::vector<Command> AllCommands() {
+  return {
+      DemoCommand(),
+      PrintCommand(),
+      DotCommand(),
+      VerifyCommand(),
+  };
+}
+
+}  // namespace fuselage

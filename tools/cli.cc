@@ -1,0 +1,61 @@
+#include "tools/cli.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace fuselage {
+namespace {
+
+// Error messages may quote file contents; keep the promised single line.
+std::string OneLine(absl::string_view message) {
+  return absl::StrReplaceAll(message, {{"\r", " "}, {"\n", " "}});
+}
+
+}  // namespace
+
+std::string UsageText(const std::vector<Command>& commands) {
+  size_t width = 0;
+  for (const Command& c : commands) width = std::max(width, c.usage.size());
+  std::string text =
+      "usage: fuselage COMMAND [ARGS...]\n"
+      "\n"
+      "fuselage fuses, quantizes and lowers FX-style model graphs. Commands:\n";
+  for (const Command& c : commands) {
+    absl::StrAppend(&text, "  ", c.usage, std::string(width - c.usage.size() + 2, ' '),
+                    c.summary, "\n");
+  }
+  absl::StrAppend(&text,
+                  "\n"
+                  "MODEL is a fuselage model file: binary protobuf, or text form when it ends\n"
+                  "in .textproto or .pbtxt (see graph/model.proto).\n");
+  return text;
+}
+
+int RunCli(const std::vector<std::string>& args, const std::vector<Command>& commands,
+           const std::string& working_directory, std::ostream& out, std::ostream& err) {
+  if (args.empty()) {
+    err << UsageText(commands);
+    return kExitUsage;
+  }
+  const std::string& name = args[0];
+  if (name == "help" || name == "-h" || name == "--help") {
+    out << UsageText(commands);
+    return kExitOk;
+  }
+  auto command = std::find_if(commands.begin(), commands.end(),
+                              [&](const Command& c) { return c.name == name; });
+  if (command == commands.end()) {
+    err << "fuselage: unknown command '" << OneLine(name) << "'; run 'fuselage help'\n";
+    return kExitUsage;
+  }
+  CommandContext context{out, working_directory};
+  const absl::Status status =
+      command->run(std::vector<std::string>(args.begin() + 1, args.end()), context);
+  if (status.ok()) return kExitOk;
+  err << "fuselage: " << OneLine(status.message()) << "\n";
+  return IsUsageError(status) ? kExitUsage : kExitFailure;
+}
+
+}  // namespace fuselage

@@ -1,0 +1,80 @@
+// The pieces every `fuselage` subcommand is made of: the Command record the CLI
+// dispatches on, the context a command runs in, a small argument parser, and model
+// loading with paths resolved as the user typed them.
+//
+// A subcommand is a function from its arguments to an absl::Status. It writes its
+// normal output to `context.out`. A usage mistake (unknown flag, missing operand) is
+// reported with UsageError(); anything else that fails (a bad model file, an unwritable
+// path) is an ordinary error status. The CLI turns the first into exit code 2 and the
+// second into exit code 1, each as one line `fuselage: <message>` on stderr.
+#ifndef FUSELAGE_TOOLS_COMMAND_H_
+#define FUSELAGE_TOOLS_COMMAND_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/graph_module.h"
+
+namespace fuselage {
+
+struct CommandContext {
+  std::ostream& out;
+  // Relative paths given by the user are taken relative to this directory; empty means
+  // the process's own working directory. (Under `bazel run` the process runs in the
+  // runfiles tree, so the CLI sets it from BUILD_WORKING_DIRECTORY.)
+  std::string working_directory;
+
+  std::string ResolvePath(const std::string& path) const;
+};
+
+struct Command {
+  std::string name;     // "print"
+  std::string usage;    // "print MODEL [--readable]"
+  std::string summary;  // one line for `fuselage help`
+  std::function<absl::Status(const std::vector<std::string>& args, CommandContext& context)>
+      run;
+};
+
+// An error meaning "the command line is wrong" (exit code 2), as opposed to "the input
+// is wrong" (exit code 1).
+absl::Status UsageError(absl::string_view message);
+bool IsUsageError(const absl::Status& status);
+
+// A flag a command accepts: its spellings ("-o", "--output") and whether it takes a
+// value (`-o FILE`, `--output=FILE`).
+struct FlagSpec {
+  std::vector<std::string> names;
+  bool takes_value = false;
+};
+
+struct ParsedArgs {
+  std::vector<std::string> positional;
+  // Keyed by the flag's first spelling; value-less flags map to "".
+  std::map<std::string, std::string> flags;
+
+  bool Has(const std::string& flag) const { return flags.count(flag) > 0; }
+};
+
+// Splits `args` into flags (from `specs`) and positional operands; "--" ends the flags.
+// A UsageError names an unknown flag, a missing value or a repeated flag.
+absl::StatusOr<ParsedArgs> ParseArgs(absl::string_view command, const std::vector<std::string>& args,
+                                     const std::vector<FlagSpec>& specs);
+
+// UsageError unless there are exactly `count` positional operands.
+absl::Status ExpectPositional(const Command& command, const ParsedArgs& parsed, size_t count);
+
+// Loads (and so validates and verifies) the model at `path`, resolved against the
+// context; text form for .textproto / .pbtxt, binary otherwise.
+absl::StatusOr<std::unique_ptr<GraphModule>> LoadModelArg(const CommandContext& context,
+                                                          const std::string& path);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_TOOLS_COMMAND_H_

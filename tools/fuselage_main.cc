@@ -1,0 +1,18 @@
+// The `fuselage` command-line tool. All logic lives in tools/cli.cc and the commands.
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tools/all_commands.h"
+#include "tools/cli.h"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // Under `bazel run` the process starts in the runfiles tree; resolve the user's
+  // relative paths against the directory the command was typed in.
+  const char* working_directory = std::getenv("BUILD_WORKING_DIRECTORY");
+  return fuselage::RunCli(args, fuselage::AllCommands(),
+                          working_directory != nullptr ? working_directory : "", std::cout,
+                          std::cerr);
+}
