@@ -1,0 +1,432 @@
+#include "quantize/observers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "graph/status_macros.h"
+
+namespace fuselage {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Python's floor division of ints.
+int64_t FloorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+absl::Status CheckFloat(const ObserverSpec& spec, const Tensor& x) {
+  if (x.dtype() != DType::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ObserverKindName(spec.kind), ": observed tensor has dtype ", DTypeName(x.dtype()),
+        "; expected torch.float32"));
+  }
+  return absl::OkStatus();
+}
+
+// torch.aminmax over all elements (NaN-free data assumed, as calibration data is).
+std::pair<float, float> AMinMax(const Tensor& x) {
+  const float* data = x.data<float>();
+  float lo = data[0], hi = data[0];
+  for (int64_t i = 1; i < x.numel(); ++i) {
+    lo = std::min(lo, data[i]);
+    hi = std::max(hi, data[i]);
+  }
+  return {lo, hi};
+}
+
+// ATen's div_floor_floating (Python's float floor division), in float32.
+float DivFloor(float a, float b) {
+  if (b == 0) return a / b;
+  const float mod = std::fmod(a, b);
+  float div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1.0f;
+  if (div == 0) return std::copysign(0.0f, a / b);
+  float floordiv = std::floor(div);
+  if (div - floordiv > 0.5f) floordiv += 1.0f;
+  return floordiv;
+}
+
+// torch.histc(x, bins, min, max) on CPU in PyTorch 1.13: bin edges from linspace in
+// float32, elements outside [min, max] ignored, the last bin closed on the right, bins
+// found by linear interpolation in float32.
+std::vector<float> Histc(const Tensor& x, int64_t bins, double min, double max) {
+  double left = min, right = max;
+  if (left == right && x.numel() > 0) {
+    auto [lo, hi] = AMinMax(x);
+    left = lo;
+    right = hi;
+  }
+  if (left == right) {
+    left -= 1;
+    right += 1;
+  }
+  const float left_f = static_cast<float>(left);
+  const float right_f = static_cast<float>(right);
+  std::vector<float> hist(static_cast<size_t>(bins), 0.0f);
+  const float* data = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float elt = data[i];
+    if (!(elt >= left_f && elt <= right_f)) continue;
+    int64_t pos =
+        static_cast<int64_t>((elt - left_f) * static_cast<float>(bins) / (right_f - left_f));
+    if (pos == bins) pos -= 1;
+    hist[static_cast<size_t>(pos)] += 1.0f;
+  }
+  return hist;
+}
+
+// Python's int() of a float: truncation toward zero.
+double TruncToInt(float v) { return std::trunc(static_cast<double>(v)); }
+
+}  // namespace
+
+QuantParams ObserverQParams::ToQuantParams(bool per_channel, int64_t axis) const {
+  std::vector<double> s(scales.begin(), scales.end());
+  if (per_channel) return QuantParams::PerChannel(std::move(s), zero_points, axis);
+  return QuantParams::PerTensor(s.empty() ? 1.0 : s[0],
+                                zero_points.empty() ? 0 : zero_points[0]);
+}
+
+absl::StatusOr<ObserverQParams> Observer::CalculateQParamsFromMinMax(
+    const std::vector<float>& min_val, const std::vector<float>& max_val) const {
+  const std::string where = absl::StrCat(ObserverKindName(spec_.kind), ": ");
+  // check_min_max_valid: not observed yet -> PyTorch's defaults.
+  if (min_val.empty() || max_val.empty() ||
+      (min_val.size() == 1 && !IsPerChannel(spec_.qscheme) && min_val[0] == kInf &&
+       max_val[0] == -kInf)) {
+    return ObserverQParams{{1.0f}, {0}};
+  }
+  if (min_val.size() != max_val.size()) {
+    return absl::InternalError(absl::StrCat(where, "min_val has ", min_val.size(),
+                                            " entries but max_val has ", max_val.size()));
+  }
+  for (size_t i = 0; i < min_val.size(); ++i) {
+    if (!(min_val[i] <= max_val[i])) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, "min ", min_val[i], " is not <= max ", max_val[i], " (entry ", i, ")"));
+    }
+  }
+  if (spec_.qscheme == ObserverQScheme::kPerChannelAffineFloatQParams) {
+    return absl::UnimplementedError(
+        absl::StrCat(where, "torch.per_channel_affine_float_qparams (float zero points)"));
+  }
+  const int64_t qmin = quant_min_, qmax = quant_max_;
+  const float eps = static_cast<float>(spec_.eps);
+  ObserverQParams out;
+  out.scales.resize(min_val.size());
+  out.zero_points.resize(min_val.size());
+  for (size_t i = 0; i < min_val.size(); ++i) {
+    const float min_neg = std::min(min_val[i], 0.0f);
+    float max_pos = std::max(max_val[i], 0.0f);
+    float scale;
+    int64_t zero_point = 0;
+    if (IsSymmetric(spec_.qscheme)) {
+      max_pos = std::max(-min_neg, max_pos);
+      scale = max_pos / static_cast<float>(static_cast<double>(qmax - qmin) / 2);
+      scale = std::max(scale, eps);
+      if (spec_.dtype == DType::kQUInt8) {
+        zero_point = spec_.quant_min.has_value() ? FloorDiv(qmin + qmax, 2) : 128;
+      }
+    } else {
+      scale = (max_pos - min_neg) / static_cast<float>(qmax - qmin);
+      scale = std::max(scale, eps);
+      // torch.round rounds half to even, as nearbyint in the default rounding mode.
+      zero_point = qmin - static_cast<int64_t>(std::nearbyint(min_neg / scale));
+      zero_point = std::clamp(zero_point, qmin, qmax);
+    }
+    out.scales[i] = scale;
+    out.zero_points[i] = zero_point;
+  }
+  return out;
+}
+
+// ---- MinMax / MovingAverageMinMax ---------------------------------------------------
+
+absl::Status MinMaxObserver::Update(const Tensor& x) {
+  RETURN_IF_ERROR(CheckFloat(spec(), x));
+  if (x.numel() == 0) return absl::OkStatus();
+  const auto [cur_min, cur_max] = AMinMax(x);
+  if (spec().kind == ObserverKind::kMovingAverageMinMax &&
+      !(min_val_ == kInf && max_val_ == -kInf)) {
+    const float c = static_cast<float>(spec().averaging_constant);
+    min_val_ = min_val_ + c * (cur_min - min_val_);
+    max_val_ = max_val_ + c * (cur_max - max_val_);
+    return absl::OkStatus();
+  }
+  if (spec().kind == ObserverKind::kMovingAverageMinMax) {
+    min_val_ = cur_min;
+    max_val_ = cur_max;
+    return absl::OkStatus();
+  }
+  min_val_ = std::min(cur_min, min_val_);
+  max_val_ = std::max(cur_max, max_val_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ObserverQParams> MinMaxObserver::CalculateQParams() const {
+  return CalculateQParamsFromMinMax({min_val_}, {max_val_});
+}
+
+// ---- PerChannelMinMax / MovingAveragePerChannelMinMax ------------------------------
+
+absl::Status PerChannelMinMaxObserver::Update(const Tensor& x) {
+  RETURN_IF_ERROR(CheckFloat(spec(), x));
+  if (x.numel() == 0) return absl::OkStatus();
+  const int64_t rank = x.dim();
+  int64_t axis = spec().ch_axis;
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ObserverKindName(spec().kind), ": ch_axis ", spec().ch_axis,
+        " is out of range for a tensor of shape ", x.ShapeString()));
+  }
+  const int64_t channels = x.shape()[static_cast<size_t>(axis)];
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[static_cast<size_t>(d)];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape()[static_cast<size_t>(d)];
+  if (!min_val_.empty() && static_cast<int64_t>(min_val_.size()) != channels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ObserverKindName(spec().kind), ": tensor of shape ", x.ShapeString(), " has ",
+        channels, " channels on axis ", axis, "; earlier updates had ", min_val_.size()));
+  }
+  std::vector<float> cur_min(static_cast<size_t>(channels), kInf);
+  std::vector<float> cur_max(static_cast<size_t>(channels), -kInf);
+  const float* data = x.data<float>();
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* row = data + (o * channels + c) * inner;
+      float& lo = cur_min[static_cast<size_t>(c)];
+      float& hi = cur_max[static_cast<size_t>(c)];
+      for (int64_t i = 0; i < inner; ++i) {
+        lo = std::min(lo, row[i]);
+        hi = std::max(hi, row[i]);
+      }
+    }
+  }
+  if (min_val_.empty()) {
+    min_val_ = std::move(cur_min);
+    max_val_ = std::move(cur_max);
+    return absl::OkStatus();
+  }
+  const bool moving = spec().kind == ObserverKind::kMovingAveragePerChannelMinMax;
+  const float c = static_cast<float>(spec().averaging_constant);
+  for (size_t i = 0; i < min_val_.size(); ++i) {
+    if (moving) {
+      min_val_[i] = min_val_[i] + c * (cur_min[i] - min_val_[i]);
+      max_val_[i] = max_val_[i] + c * (cur_max[i] - max_val_[i]);
+    } else {
+      min_val_[i] = std::min(cur_min[i], min_val_[i]);
+      max_val_[i] = std::max(cur_max[i], max_val_[i]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ObserverQParams> PerChannelMinMaxObserver::CalculateQParams() const {
+  return CalculateQParamsFromMinMax(min_val_, max_val_);
+}
+
+// ---- Histogram ----------------------------------------------------------------------
+
+absl::Status HistogramObserver::Update(const Tensor& x) {
+  RETURN_IF_ERROR(CheckFloat(spec(), x));
+  if (x.numel() == 0) return absl::OkStatus();
+  const int64_t bins = spec().bins;
+  const bool uninitialized = min_val_ == kInf && max_val_ == -kInf;
+  if (uninitialized || min_val_ == max_val_) {
+    std::tie(min_val_, max_val_) = AMinMax(x);
+    // PyTorch 1.13 passes int(min_val) / int(max_val) to histc: the range is truncated.
+    histogram_ = Histc(x, bins, TruncToInt(min_val_), TruncToInt(max_val_));
+    return absl::OkStatus();
+  }
+  const auto [new_min, new_max] = AMinMax(x);
+  float combined_min = std::min(new_min, min_val_);
+  float combined_max = std::max(new_max, max_val_);
+  // _adjust_min_max.
+  const int64_t upsample_rate = spec().upsample_rate;
+  const float hist_bin_width =
+      (max_val_ - min_val_) / static_cast<float>(bins * upsample_rate);
+  const float full_width = static_cast<float>(bins) * hist_bin_width;
+  const double downsample_ceil = std::ceil((combined_max - combined_min) / full_width);
+  // Guards PyTorch does not have: a range that explodes would need a huge buffer.
+  constexpr double kMaxCombinedBins = double{1 << 28};
+  if (!(downsample_ceil >= 1) || downsample_ceil * static_cast<double>(bins) > kMaxCombinedBins) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HistogramObserver: observed range [", new_min, ", ", new_max,
+        "] cannot be combined with the histogram's range [", min_val_, ", ", max_val_,
+        "] (downsample rate ", downsample_ceil, ")"));
+  }
+  const int64_t downsample_rate = static_cast<int64_t>(downsample_ceil);
+  const float e =
+      static_cast<float>(downsample_rate) * full_width - (combined_max - combined_min);
+  combined_max = combined_max + e;
+  const int64_t start_idx =
+      static_cast<int64_t>(std::nearbyint((min_val_ - combined_min) / hist_bin_width));
+  std::vector<float> combined =
+      Histc(x, bins, TruncToInt(combined_min), TruncToInt(combined_max));
+  if (combined_min == min_val_ && combined_max == max_val_) {
+    for (size_t i = 0; i < combined.size(); ++i) combined[i] += histogram_[i];
+  } else {
+    // _combine_histograms: upsample the old histogram, place it in the new range,
+    // integrate (in double) and downsample.
+    const int64_t total = bins * downsample_rate;
+    const int64_t upsampled = bins * upsample_rate;
+    if (start_idx < 0 || start_idx + upsampled > total) {
+      return absl::InternalError(absl::StrCat(
+          "HistogramObserver: upsampled histogram [", start_idx, ", ", start_idx + upsampled,
+          ") does not fit the combined range of ", total, " bins"));
+    }
+    std::vector<float> with_range(static_cast<size_t>(total), 0.0f);
+    for (int64_t k = 0; k < upsampled; ++k) {
+      with_range[static_cast<size_t>(start_idx + k)] =
+          histogram_[static_cast<size_t>(k / upsample_rate)];
+    }
+    std::vector<double> integral(static_cast<size_t>(bins));
+    double running = 0;
+    for (int64_t k = 0; k < total; ++k) {
+      running += static_cast<double>(with_range[static_cast<size_t>(k)]);
+      if ((k + 1) % downsample_rate == 0) integral[static_cast<size_t>(k / downsample_rate)] = running;
+    }
+    for (int64_t i = 0; i < bins; ++i) {
+      // The shifted integral is a float32 tensor in PyTorch.
+      const float shifted = i == 0 ? 0.0f : static_cast<float>(integral[static_cast<size_t>(i - 1)]);
+      const double interpolated =
+          (integral[static_cast<size_t>(i)] - static_cast<double>(shifted)) /
+          static_cast<double>(upsample_rate);
+      combined[static_cast<size_t>(i)] += static_cast<float>(interpolated);
+    }
+  }
+  histogram_ = std::move(combined);
+  min_val_ = combined_min;
+  max_val_ = combined_max;
+  return absl::OkStatus();
+}
+
+double HistogramObserver::QuantizationError(int64_t next_start_bin,
+                                            int64_t next_end_bin) const {
+  const int64_t bins = spec().bins;
+  const double dst_nbins = std::ldexp(1.0, static_cast<int>(8 * DTypeSize(spec().dtype)));
+  const double bin_width_d =
+      (static_cast<double>(max_val_) - static_cast<double>(min_val_)) / static_cast<double>(bins);
+  const double dst_bin_width_d =
+      bin_width_d * static_cast<double>(next_end_bin - next_start_bin + 1) / dst_nbins;
+  if (dst_bin_width_d == 0.0) return 0.0;
+  // Tensor arithmetic with Python-float scalars happens in float32.
+  const float bin_width = static_cast<float>(bin_width_d);
+  const float dst_bin_width = static_cast<float>(dst_bin_width_d);
+  const float half_dst = static_cast<float>(dst_bin_width_d / 2);
+  const float neg_half_dst = static_cast<float>(-dst_bin_width_d / 2);
+  const float max_dst_bin = static_cast<float>(dst_nbins - 1);
+  auto norm_of = [](float begin, float end, float density) {
+    return density * ((end * end * end - begin * begin * begin) / 3.0f);
+  };
+  double sum = 0;
+  for (int64_t i = 0; i < bins; ++i) {
+    const float src_begin = static_cast<float>(i - next_start_bin) * bin_width;
+    const float src_end = src_begin + bin_width;
+    const float dst_of_begin = std::clamp(DivFloor(src_begin, dst_bin_width), 0.0f, max_dst_bin);
+    const float dst_of_begin_center = (dst_of_begin + 0.5f) * dst_bin_width;
+    const float dst_of_end = std::clamp(DivFloor(src_end, dst_bin_width), 0.0f, max_dst_bin);
+    const float density = histogram_[static_cast<size_t>(i)] / bin_width;
+    float norm = 0.0f;
+    norm += norm_of(src_begin - dst_of_begin_center, half_dst, density);
+    norm += (dst_of_end - dst_of_begin - 1.0f) * norm_of(neg_half_dst, half_dst, density);
+    const float dst_of_end_center = dst_of_end * dst_bin_width + half_dst;
+    norm += norm_of(neg_half_dst, src_end - dst_of_end_center, density);
+    sum += static_cast<double>(norm);
+  }
+  return static_cast<double>(static_cast<float>(sum));
+}
+
+std::pair<float, float> HistogramObserver::NonLinearParamSearch() const {
+  const int64_t bins = spec().bins;
+  const float bin_width = (max_val_ - min_val_) / static_cast<float>(bins);
+  double total_d = 0;
+  for (float h : histogram_) total_d += h;
+  const double total = static_cast<double>(static_cast<float>(total_d));
+  // torch.cumsum on CPU accumulates float32 in double and stores float32.
+  std::vector<float> csum(histogram_.size());
+  double running = 0;
+  for (size_t i = 0; i < histogram_.size(); ++i) {
+    running += histogram_[i];
+    csum[i] = static_cast<float>(running);
+  }
+  constexpr double kStepSize = 1e-5;
+  double alpha = 0.0, beta = 1.0;
+  int64_t start_bin = 0, end_bin = bins - 1;
+  double norm_min = std::numeric_limits<double>::infinity();
+  while (alpha < beta) {
+    const double next_alpha = alpha + kStepSize;
+    const double next_beta = beta - kStepSize;
+    // Comparing a float32 tensor with a Python float compares in float32.
+    const float alpha_mass = static_cast<float>(next_alpha * total);
+    const float beta_mass = static_cast<float>(next_beta * total);
+    int64_t l = start_bin, r = end_bin;
+    while (l < end_bin && csum[static_cast<size_t>(l)] < alpha_mass) ++l;
+    while (r > start_bin && csum[static_cast<size_t>(r)] > beta_mass) --r;
+    int64_t next_start_bin = start_bin, next_end_bin = end_bin;
+    if ((l - start_bin) > (end_bin - r)) {
+      next_start_bin = l;
+      alpha = next_alpha;
+    } else {
+      next_end_bin = r;
+      beta = next_beta;
+    }
+    if (next_start_bin == start_bin && next_end_bin == end_bin) continue;
+    const double norm = QuantizationError(next_start_bin, next_end_bin);
+    if (norm > norm_min) break;
+    norm_min = norm;
+    start_bin = next_start_bin;
+    end_bin = next_end_bin;
+  }
+  return {min_val_ + bin_width * static_cast<float>(start_bin),
+          min_val_ + bin_width * static_cast<float>(end_bin + 1)};
+}
+
+absl::StatusOr<ObserverQParams> HistogramObserver::CalculateQParams() const {
+  if (min_val_ == kInf && max_val_ == -kInf) return ObserverQParams{{1.0f}, {0}};
+  const auto [new_min, new_max] = NonLinearParamSearch();
+  return CalculateQParamsFromMinMax({new_min}, {new_max});
+}
+
+absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec) {
+  RETURN_IF_ERROR(spec.Validate());
+  switch (spec.kind) {
+    case ObserverKind::kMinMax:
+    case ObserverKind::kMovingAverageMinMax:
+    case ObserverKind::kPerChannelMinMax:
+    case ObserverKind::kMovingAveragePerChannelMinMax:
+    case ObserverKind::kHistogram:
+      break;
+    default:
+      return absl::UnimplementedError(absl::StrCat(
+          ObserverKindName(spec.kind), " computes no statistics; it has no Observer class"));
+  }
+  ASSIGN_OR_RETURN(const auto range, spec.QuantRange());
+  std::unique_ptr<Observer> observer;
+  switch (spec.kind) {
+    case ObserverKind::kMinMax:
+    case ObserverKind::kMovingAverageMinMax:
+      observer.reset(new MinMaxObserver(spec, range.first, range.second));
+      break;
+    case ObserverKind::kPerChannelMinMax:
+    case ObserverKind::kMovingAveragePerChannelMinMax:
+      observer.reset(new PerChannelMinMaxObserver(spec, range.first, range.second));
+      break;
+    default: {
+      auto* histogram = new HistogramObserver(spec, range.first, range.second);
+      histogram->histogram_.assign(static_cast<size_t>(spec.bins), 0.0f);
+      observer.reset(histogram);
+      break;
+    }
+  }
+  return observer;
+}
+
+}  // namespace fuselage

@@ -1,0 +1,123 @@
+// Observers: record statistics of the float tensors that flow through a point of the
+// graph during calibration, and compute the scale and zero point to quantize it with.
+//
+// Each class reproduces its namesake in PyTorch 1.13's torch/ao/quantization/observer.py
+// exactly: the same running statistics (in float32, as PyTorch's buffers are), the same
+// quant_min / quant_max (calculate_qmin_qmax), the same eps, and _calculate_qparams for
+// affine and symmetric schemes. HistogramObserver reproduces histc (including PyTorch
+// 1.13's truncation of the histogram range to integers), the histogram combination on
+// range growth and _non_linear_param_search.
+//
+// Contract: Update() fails (InvalidArgument, observer unchanged) on a tensor that is not
+// float32 or, for per-channel observers, whose rank does not have the channel axis or
+// whose channel count differs from earlier updates. An empty tensor is ignored, as in
+// PyTorch. CalculateQParams() before any update returns PyTorch's default (scale 1.0,
+// zero point 0, one entry).
+#ifndef FUSELAGE_QUANTIZE_OBSERVERS_H_
+#define FUSELAGE_QUANTIZE_OBSERVERS_H_
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "graph/tensor.h"
+#include "quantize/qconfig.h"
+
+namespace fuselage {
+
+// Scales and zero points: one entry for per-tensor schemes, one per channel otherwise.
+struct ObserverQParams {
+  std::vector<float> scales;
+  std::vector<int64_t> zero_points;
+  // As a quantized tensor's parameters (per-tensor or per-channel affine on `axis`).
+  QuantParams ToQuantParams(bool per_channel, int64_t axis) const;
+};
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  const ObserverSpec& spec() const { return spec_; }
+  int64_t quant_min() const { return quant_min_; }
+  int64_t quant_max() const { return quant_max_; }
+
+  virtual absl::Status Update(const Tensor& x) = 0;
+  virtual absl::StatusOr<ObserverQParams> CalculateQParams() const = 0;
+  // The running min / max (per channel: one per channel; empty before any update of a
+  // per-channel observer). For the histogram observer, the histogram's range.
+  virtual std::vector<float> min_val() const = 0;
+  virtual std::vector<float> max_val() const = 0;
+
+ protected:
+  Observer(ObserverSpec spec, int64_t quant_min, int64_t quant_max)
+      : spec_(std::move(spec)), quant_min_(quant_min), quant_max_(quant_max) {}
+  // PyTorch's UniformQuantizationObserverBase._calculate_qparams.
+  absl::StatusOr<ObserverQParams> CalculateQParamsFromMinMax(
+      const std::vector<float>& min_val, const std::vector<float>& max_val) const;
+
+ private:
+  ObserverSpec spec_;
+  int64_t quant_min_;
+  int64_t quant_max_;
+};
+
+// MinMaxObserver and MovingAverageMinMaxObserver (per-tensor).
+class MinMaxObserver : public Observer {
+ public:
+  absl::Status Update(const Tensor& x) override;
+  absl::StatusOr<ObserverQParams> CalculateQParams() const override;
+  std::vector<float> min_val() const override { return {min_val_}; }
+  std::vector<float> max_val() const override { return {max_val_}; }
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec&);
+  using Observer::Observer;
+  float min_val_ = std::numeric_limits<float>::infinity();
+  float max_val_ = -std::numeric_limits<float>::infinity();
+};
+
+// PerChannelMinMaxObserver and MovingAveragePerChannelMinMaxObserver.
+class PerChannelMinMaxObserver : public Observer {
+ public:
+  absl::Status Update(const Tensor& x) override;
+  absl::StatusOr<ObserverQParams> CalculateQParams() const override;
+  std::vector<float> min_val() const override { return min_val_; }
+  std::vector<float> max_val() const override { return max_val_; }
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec&);
+  using Observer::Observer;
+  std::vector<float> min_val_;
+  std::vector<float> max_val_;
+};
+
+class HistogramObserver : public Observer {
+ public:
+  absl::Status Update(const Tensor& x) override;
+  absl::StatusOr<ObserverQParams> CalculateQParams() const override;
+  std::vector<float> min_val() const override { return {min_val_}; }
+  std::vector<float> max_val() const override { return {max_val_}; }
+  const std::vector<float>& histogram() const { return histogram_; }
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec&);
+  using Observer::Observer;
+  // PyTorch's _compute_quantization_error and _non_linear_param_search.
+  double QuantizationError(int64_t next_start_bin, int64_t next_end_bin) const;
+  std::pair<float, float> NonLinearParamSearch() const;
+  float min_val_ = std::numeric_limits<float>::infinity();
+  float max_val_ = -std::numeric_limits<float>::infinity();
+  std::vector<float> histogram_;
+};
+
+// Builds the observer `spec` describes, after spec.Validate(). Placeholder, noop,
+// fixed-qparams and reuse-input specs get Unimplemented: they compute nothing here
+// (prepare handles them by their spec).
+absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_QUANTIZE_OBSERVERS_H_

@@ -1,0 +1,168 @@
+// QConfig and QConfigMapping: which observers watch activations and weights, for the
+// whole model, per object type (module type, function or method), per module name or
+// per module-name regex — torch.ao.quantization's QConfig / QConfigMapping as data.
+//
+// An ObserverSpec is what PyTorch writes as `MinMaxObserver.with_args(...)`: the kind of
+// observer and its constructor arguments. `DefaultQConfig(backend)` and
+// `DefaultQConfigMapping(backend)` reproduce PyTorch 1.13's `get_default_qconfig` and
+// `get_default_qconfig_mapping` for "fbgemm", "x86", "qnnpack" and "onednn".
+#ifndef FUSELAGE_QUANTIZE_QCONFIG_H_
+#define FUSELAGE_QUANTIZE_QCONFIG_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/dtype.h"
+#include "graph/symbol.h"
+
+namespace fuselage {
+
+enum class ObserverKind : uint8_t {
+  kMinMax,
+  kMovingAverageMinMax,
+  kPerChannelMinMax,
+  kMovingAveragePerChannelMinMax,
+  kHistogram,
+  // Records nothing; marks a dtype (e.g. float16, or float32 for "stay float").
+  kPlaceholder,
+  // Weight observer of ops without weights (PyTorch's NoopObserver).
+  kNoop,
+  // Fixed scale / zero point (sigmoid, tanh, hardsigmoid, softmax).
+  kFixedQParams,
+  // Shares the observer of the op's input (PyTorch's ReuseInputObserver, for reshape).
+  kReuseInput,
+};
+
+// The class name PyTorch uses, which is also the module type of the observer node
+// fuselage inserts ("MinMaxObserver", "HistogramObserver", ...).
+absl::string_view ObserverKindName(ObserverKind kind);
+std::optional<ObserverKind> ObserverKindFromName(absl::string_view name);
+
+// torch.qscheme values an observer can compute. (A quantized Tensor only carries the
+// affine schemes; symmetric ones are affine with a fixed zero point.)
+enum class ObserverQScheme : uint8_t {
+  kPerTensorAffine,
+  kPerTensorSymmetric,
+  kPerChannelAffine,
+  kPerChannelSymmetric,
+  kPerChannelAffineFloatQParams,
+};
+// "torch.per_tensor_affine", ...
+absl::string_view ObserverQSchemeName(ObserverQScheme qscheme);
+std::optional<ObserverQScheme> ObserverQSchemeFromName(absl::string_view name);
+bool IsPerChannel(ObserverQScheme qscheme);
+bool IsSymmetric(ObserverQScheme qscheme);
+
+// torch.finfo(torch.float32).eps, PyTorch's default observer eps.
+inline constexpr double kFloat32Eps = 1.1920928955078125e-07;
+
+// One observer and its constructor arguments (PyTorch's `Observer.with_args(...)`).
+struct ObserverSpec {
+  ObserverKind kind = ObserverKind::kMinMax;
+  DType dtype = DType::kQUInt8;
+  ObserverQScheme qscheme = ObserverQScheme::kPerTensorAffine;
+  bool reduce_range = false;
+  // A customized range; both set or both unset, as PyTorch's has_customized_qrange.
+  std::optional<int64_t> quant_min;
+  std::optional<int64_t> quant_max;
+  double eps = kFloat32Eps;
+  double averaging_constant = 0.01;  // moving-average observers
+  int64_t ch_axis = 0;               // per-channel observers
+  int64_t bins = 2048;               // histogram
+  int64_t upsample_rate = 128;       // histogram
+  double fixed_scale = 1.0;          // fixed-qparams
+  int64_t fixed_zero_point = 0;      // fixed-qparams
+
+  // The effective [quant_min, quant_max] as PyTorch's calculate_qmin_qmax computes it
+  // (custom range halved by reduce_range; else the dtype's 8-bit range, reduced or not).
+  // InvalidArgument where PyTorch's constructor asserts (range without 0, min >= max,
+  // a custom range wider than 256 values for qint8, only one of the two set).
+  absl::StatusOr<std::pair<int64_t, int64_t>> QuantRange() const;
+
+  // Checks what PyTorch's observer constructors check: the qscheme fits the kind
+  // (per-tensor vs per-channel), the dtype is a quantized dtype (float dtypes only for
+  // placeholder / noop), no reduce_range with symmetric quint8, eps > 0, averaging
+  // constant in (0, 1], bins > 0 and upsample_rate > 0. The error names the field.
+  absl::Status Validate() const;
+
+  friend bool operator==(const ObserverSpec& a, const ObserverSpec& b);
+  friend bool operator!=(const ObserverSpec& a, const ObserverSpec& b) { return !(a == b); }
+  // Python-like rendering: "MinMaxObserver(dtype=torch.qint8, qscheme=...)".
+  std::string ToString() const;
+};
+
+struct QConfig {
+  ObserverSpec activation;
+  ObserverSpec weight;
+
+  friend bool operator==(const QConfig& a, const QConfig& b) {
+    return a.activation == b.activation && a.weight == b.weight;
+  }
+  friend bool operator!=(const QConfig& a, const QConfig& b) { return !(a == b); }
+};
+
+// PyTorch's `QConfigAny`: nullopt means "do not quantize".
+using OptionalQConfig = std::optional<QConfig>;
+
+// The observers of PyTorch 1.13's observer.py defaults.
+ObserverSpec DefaultWeightObserver();            // MinMax, qint8, per-tensor symmetric
+ObserverSpec DefaultPerChannelWeightObserver();  // PerChannelMinMax, qint8, per-channel symmetric
+ObserverSpec DefaultPlaceholderObserver();       // Placeholder, float32
+
+// get_default_qconfig(backend): "fbgemm" / "x86" -> Histogram(reduce_range=True) +
+// per-channel weights; "qnnpack" -> Histogram(reduce_range=False) + per-tensor weights;
+// "onednn" -> Histogram(reduce_range=False) + per-channel weights. InvalidArgument for any
+// other backend (PyTorch silently falls back to default_qconfig; we would rather say so).
+absl::StatusOr<QConfig> DefaultQConfig(absl::string_view backend);
+
+// Which qconfig applies to each node, with PyTorch's precedence (lowest to highest):
+// global < object type < module-name regex < module name. A module name also matches its
+// descendants ("layer1" covers "layer1.0.conv1") unless one of them has its own entry.
+// Object types are fuselage's names (graph/NAMING.md): module types ("nn.Conv2d"),
+// call_function targets ("torch.nn.functional.conv2d", "operator.add") and call_method
+// names ("reshape") — the three never collide. Setting a key twice replaces its qconfig
+// but keeps its first position (regexes are tried in insertion order, first match wins).
+class QConfigMapping {
+ public:
+  QConfigMapping& SetGlobal(OptionalQConfig qconfig);
+  QConfigMapping& SetObjectType(absl::string_view object_type, OptionalQConfig qconfig);
+  QConfigMapping& SetModuleName(absl::string_view module_name, OptionalQConfig qconfig);
+  // `regex` uses ECMAScript syntax and, as Python's re.match, must match at the start of
+  // the module name. InvalidArgument (mapping unchanged) if it does not compile.
+  absl::Status SetModuleNameRegex(absl::string_view regex, OptionalQConfig qconfig);
+
+  const OptionalQConfig& global() const { return global_; }
+  // The entry for exactly this key, or nullptr.
+  const OptionalQConfig* FindObjectType(absl::string_view object_type) const;
+  const OptionalQConfig* FindModuleName(absl::string_view module_name) const;
+
+  // The qconfig for a node: `object_type` is the module type / function / method it
+  // calls, `module_name` its call_module target ("" for functions and methods).
+  const OptionalQConfig& QConfigFor(absl::string_view object_type,
+                                    absl::string_view module_name) const;
+
+ private:
+  struct RegexEntry;
+  OptionalQConfig global_;
+  absl::flat_hash_map<Symbol, OptionalQConfig> object_types_;
+  absl::flat_hash_map<std::string, OptionalQConfig> module_names_;
+  std::vector<std::shared_ptr<const RegexEntry>> regexes_;
+};
+
+// get_default_qconfig_mapping(backend) of PyTorch 1.13: the global default qconfig, the
+// same for convs / linear / relu / batch norm, per-tensor weights for transposed convs on
+// fbgemm / x86, placeholder weights for layer norm, input-reusing "reshape", and the
+// fixed-qparams observers of sigmoid / tanh / hardsigmoid / softmax.
+absl::StatusOr<QConfigMapping> DefaultQConfigMapping(absl::string_view backend);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_QUANTIZE_QCONFIG_H_
