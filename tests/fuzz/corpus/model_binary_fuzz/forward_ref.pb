@@ -1,0 +1,8 @@
+:
+
+a	torch.add":b
+
+bb
+
+outputoutput":a"
+GraphModule

@@ -1,0 +1,14 @@
+// Fuzz target: the binary model file loader (ParseModel) on arbitrary bytes.
+// Properties: tests/fuzz/model_properties.h.
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+#include "tests/fuzz/model_properties.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuselage::fuzz::CheckModelLoad(
+      absl::string_view(reinterpret_cast<const char*>(data), size),
+      fuselage::fuzz::ModelForm::kBinary);
+  return 0;
+}
