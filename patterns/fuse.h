@@ -1,0 +1,41 @@
+// The fusion pass ("fuse-patterns"): replaces every match of a PatternMatcher's rules by
+// one call_module node of the fused module.
+//
+//   x ─► conv ─► bn ─► add ─► relu ─► users          x ─┐
+//   identity ─────────────┘                   ==>   identity ─► ConvAddReLU2d ─► users
+//
+// For each match (found read-only first, see matcher.h):
+//  - the fused module is built by the rule's fuser (fusion_rule.h) and installed at the
+//    root node's module path when only the root used that module (as PyTorch's fuse_fx
+//    does), else at a fresh path;
+//  - a call_module node of it is inserted at the outermost node's position, with args =
+//    the root's args followed by the extra inputs; every use of the outermost node is
+//    rewired to it; the other matched nodes are erased; it takes the root node's name and
+//    records the rule in meta "pattern" (Graph::SetMeta(node, "pattern", String(name)));
+//  - modules no call_module or get_attr node uses any more are removed from the tree.
+//
+// All of it is checked before the graph is touched — every root and extra-input getter,
+// every fuser, that the fused type is registered and takes that many inputs, that the new
+// args read no node the pass erases. A failing fusion returns the error and leaves the
+// GraphModule exactly as it was. (Mutation itself cannot fail once those checks pass; if it
+// ever does, that is reported as Internal.)
+#ifndef FUSELAGE_PATTERNS_FUSE_H_
+#define FUSELAGE_PATTERNS_FUSE_H_
+
+#include "absl/status/statusor.h"
+#include "graph/graph_module.h"
+#include "graph/module_schema.h"
+#include "patterns/matcher.h"
+
+namespace fuselage {
+
+inline constexpr char kFusePassName[] = "fuse-patterns";
+
+// Returns the number of matches fused (0: the graph is unchanged).
+absl::StatusOr<int> FusePatterns(
+    GraphModule& gm, const PatternMatcher& matcher,
+    const ModuleSchemaRegistry& schemas = ModuleSchemaRegistry::Global());
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_PATTERNS_FUSE_H_

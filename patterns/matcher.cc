@@ -1,0 +1,345 @@
+#include "patterns/matcher.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "graph/status_macros.h"
+
+namespace fuselage {
+namespace {
+
+constexpr size_t kMaxUsersListed = 4;
+
+bool IsNumber(const Argument& a) { return a.is_int() || a.is_float(); }
+
+// Equality of a node's kwarg value with a pattern constant; 1 == 1.0 as in Python.
+bool ConstantEquals(const Argument& value, const Argument& allowed) {
+  if (IsNumber(value) && IsNumber(allowed)) return value.as_float() == allowed.as_float();
+  return value == allowed;
+}
+
+// The first kwarg of `node` that `position` does not allow, or nullptr.
+const Kwarg* FirstDisallowedKwarg(const PatternPosition& position, const Node* node) {
+  for (const Kwarg& kw : node->kwargs()) {
+    bool allowed = false;
+    for (const AllowedKwarg& a : position.allowed_kwargs) {
+      if (a.key == kw.first && (!a.value.has_value() || ConstantEquals(kw.second, *a.value))) {
+        allowed = true;
+        break;
+      }
+    }
+    if (!allowed) return &kw;
+  }
+  return nullptr;
+}
+
+std::string UsersList(const Node* node) {
+  std::vector<std::string> names;
+  for (const Node* user : node->users()) {
+    if (names.size() == kMaxUsersListed) {
+      names.push_back("...");
+      break;
+    }
+    names.push_back(user->name());
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+std::string ArgRepr(const Argument& arg) {
+  return arg.is_node() ? arg.as_node()->name() : arg.ToString();
+}
+
+}  // namespace
+
+std::string MatchFailure::ToString() const {
+  return absl::StrCat(rule, " at ", node, ": ", path, ": ", reason);
+}
+
+std::string ExplainReport::ToString() const {
+  std::string out;
+  for (const MatchFailure& f : failures) absl::StrAppend(&out, f.ToString(), "\n");
+  absl::StrAppend(&out, "matches per pattern:\n");
+  for (const auto& [rule, count] : matches_per_rule) {
+    absl::StrAppend(&out, "  ", rule, ": ", count, "\n");
+  }
+  return out;
+}
+
+// One scan of one graph: the mutable state of FindMatches / Explain.
+class PatternMatcher::Scan {
+ public:
+  Scan(const PatternMatcher& matcher, const GraphModule& gm, ExplainReport* explain)
+      : matcher_(matcher), gm_(gm), explain_(explain) {}
+
+  std::vector<PatternMatch> Run() {
+    std::vector<PatternMatch> matches;
+    const Graph& graph = gm_.graph();
+    for (Node* node = graph.last(); node != nullptr; node = node->prev()) {
+      // Only inner nodes of earlier matches can be claimed here, and those have one user.
+      if (node->num_users() == 1 && !claimed_.empty() && claimed_.contains(node)) continue;
+      const auto [begin, end] = matcher_.Candidates(node->op(), KeyOf(node));
+      for (const int* it = begin; it != end; ++it) {
+        const FusionRule& rule = matcher_.rules_[*it];
+        bindings_.resize(rule.pattern.size());
+        failure_set_ = false;
+        if (MatchAt(rule, 0, Argument(node), -1) && CheckDistinct(rule)) {
+          const int index = static_cast<int>(matches.size());
+          for (int p = 0; p < rule.pattern.size(); ++p) {
+            if (!rule.pattern.position(p).match_all) {
+              claimed_.emplace(bindings_[p].as_node(), index);
+            }
+          }
+          matches.push_back(PatternMatch{&rule, bindings_});
+          break;
+        }
+        if (explain_ != nullptr) {
+          failure_.rule = rule.name;
+          failure_.node = node->name();
+          explain_->failures.push_back(failure_);
+        }
+      }
+    }
+    return matches;
+  }
+
+ private:
+  // The index key of a node: the module type for call_module, else the target.
+  Symbol KeyOf(const Node* node) {
+    if (node->op() != OpKind::kCallModule) return node->target();
+    const uint32_t id = node->target().id();
+    if (id >= type_known_.size()) {
+      type_known_.resize(id + 1, false);
+      module_types_.resize(id + 1);
+    }
+    if (!type_known_[id]) {
+      const Module* module = gm_.FindModule(node->target().name());
+      module_types_[id] = module != nullptr ? module->type() : Symbol();
+      type_known_[id] = true;
+    }
+    return module_types_[id];
+  }
+
+  // Records why position `pos` failed (explain mode only; the first failure wins).
+  bool Fail(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index,
+            std::string reason) {
+    if (explain_ == nullptr || failure_set_) return false;
+    failure_set_ = true;
+    const Pattern& pattern = rule.pattern;
+    const PatternPosition& p = pattern.position(pos);
+    failure_.position = pattern.PathOf(pos);
+    failure_.path = p.parent < 0
+                        ? absl::StrCat(p.spelling, " (", ArgRepr(arg), ")")
+                        : absl::StrCat(pattern.position(p.parent).spelling, " \u2192 arg ",
+                                       node_arg_index, " (", ArgRepr(arg), ")");
+    failure_.reason = std::move(reason);
+    return false;
+  }
+
+  // Matches position `pos` of `rule` against `arg` (arg `node_arg_index` of the node
+  // bound to the parent position), binding it and its subtree into bindings_.
+  bool MatchAt(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index) {
+    const PatternPosition& p = rule.pattern.position(pos);
+    if (p.match_all) {
+      bindings_[pos] = arg;
+      return true;
+    }
+    if (!arg.is_node()) {
+      return Fail(rule, pos, arg, node_arg_index,
+                  explain_ ? absl::StrCat("is the constant ", arg.ToString(),
+                                          ", not a node; expected ", p.spelling)
+                           : "");
+    }
+    Node* node = arg.as_node();
+    if (pos != 0) {
+      if (node->num_users() != 1) {
+        return Fail(rule, pos, arg, node_arg_index,
+                    explain_ ? absl::StrCat(node->num_users(), " users (", UsersList(node),
+                                            "); inner nodes may have 1")
+                             : "");
+      }
+      if (!claimed_.empty()) {
+        const auto it = claimed_.find(node);
+        if (it != claimed_.end()) {
+          return Fail(rule, pos, arg, node_arg_index,
+                      explain_ ? std::string("already in another match") : "");
+        }
+      }
+      if (!p.Matches(OpRef{node->op(), KeyOf(node)})) {
+        return Fail(rule, pos, arg, node_arg_index,
+                    explain_ ? absl::StrCat("is ", OpKindName(node->op()), " ",
+                                            KeyOf(node).empty() ? node->target().name()
+                                                                : KeyOf(node).name(),
+                                            "; expected ", p.spelling)
+                             : "");
+      }
+    } else if (!rule.outermost_may_have_many_users && node->num_users() > 1) {
+      return Fail(rule, pos, arg, node_arg_index,
+                  explain_ ? absl::StrCat(node->num_users(), " users (", UsersList(node),
+                                          "); this rule allows the outermost node 1")
+                           : "");
+    }
+    if (!node->kwargs().empty()) {
+      if (const Kwarg* bad = FirstDisallowedKwarg(p, node)) {
+        return Fail(rule, pos, arg, node_arg_index,
+                    explain_ ? absl::StrCat("has kwarg ", bad->first.name(), "=",
+                                            bad->second.ToString(), ", which ", p.spelling,
+                                            " does not allow")
+                             : "");
+      }
+    }
+    bindings_[pos] = arg;
+    if (p.args.empty()) return true;
+    if (node->num_args() != p.args.size()) {
+      return Fail(rule, pos, arg, node_arg_index,
+                  explain_ ? absl::StrCat("has ", node->num_args(), " args; the pattern gives ",
+                                          p.args.size())
+                           : "");
+    }
+    if (p.commutative && p.args.size() == 2) return MatchCommutative(rule, p, node);
+    for (size_t i = 0; i < p.args.size(); ++i) {
+      if (!MatchAt(rule, p.args[i], node->arg(i), static_cast<int>(i))) return false;
+    }
+    return true;
+  }
+
+  // Args as written first, then swapped. When both fail, the first order's reason stands.
+  bool MatchCommutative(const FusionRule& rule, const PatternPosition& p, const Node* node) {
+    if (MatchAt(rule, p.args[0], node->arg(0), 0) && MatchAt(rule, p.args[1], node->arg(1), 1)) {
+      return true;
+    }
+    MatchFailure first;
+    const bool first_set = failure_set_;
+    if (explain_ != nullptr) first = failure_;
+    failure_set_ = false;
+    if (MatchAt(rule, p.args[0], node->arg(1), 1) && MatchAt(rule, p.args[1], node->arg(0), 0)) {
+      return true;
+    }
+    if (explain_ != nullptr) {
+      failure_ = std::move(first);
+      failure_.reason += " (args also tried swapped)";
+    }
+    failure_set_ = first_set;
+    return false;
+  }
+
+  // Difference (e) of the header: no node fills two op positions, and no op node of the
+  // match is what a MatchAllNode position binds.
+  bool CheckDistinct(const FusionRule& rule) {
+    const Pattern& pattern = rule.pattern;
+    op_nodes_.clear();
+    for (int p = 0; p < pattern.size(); ++p) {
+      if (!pattern.position(p).match_all) op_nodes_.push_back(bindings_[p].as_node());
+    }
+    for (size_t i = 0; i < op_nodes_.size(); ++i) {
+      for (size_t j = i + 1; j < op_nodes_.size(); ++j) {
+        if (op_nodes_[i] == op_nodes_[j]) {
+          return Fail(rule, 0, bindings_[0], -1,
+                      explain_ ? absl::StrCat("node ", op_nodes_[i]->name(),
+                                              " would fill two pattern positions")
+                               : "");
+        }
+      }
+    }
+    for (int p = 0; p < pattern.size(); ++p) {
+      if (!pattern.position(p).match_all || !bindings_[p].ContainsNode()) continue;
+      const Node* reused = nullptr;
+      bindings_[p].ForEachNode([&](const Node* n) {
+        if (std::find(op_nodes_.begin(), op_nodes_.end(), n) != op_nodes_.end()) reused = n;
+      });
+      if (reused != nullptr) {
+        return Fail(rule, 0, bindings_[0], -1,
+                    explain_ ? absl::StrCat("node ", reused->name(),
+                                            " is both matched and an input (MatchAllNode) of "
+                                            "the match")
+                             : "");
+      }
+    }
+    return true;
+  }
+
+  const PatternMatcher& matcher_;
+  const GraphModule& gm_;
+  ExplainReport* explain_;
+  std::vector<Argument> bindings_;                   // reused across attempts
+  std::vector<const Node*> op_nodes_;                // reused by CheckDistinct
+  absl::flat_hash_map<const Node*, int> claimed_;    // node -> index of its match
+  std::vector<bool> type_known_;                     // by target symbol id
+  std::vector<Symbol> module_types_;                 // by target symbol id
+  MatchFailure failure_;
+  bool failure_set_ = false;
+};
+
+absl::StatusOr<PatternMatcher> PatternMatcher::Create(std::vector<FusionRule> rules) {
+  absl::flat_hash_set<std::string> names;
+  for (const FusionRule& rule : rules) {
+    RETURN_IF_ERROR(rule.Validate());
+    if (!names.insert(rule.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fusion rule name '", rule.name, "' is registered twice"));
+    }
+  }
+  PatternMatcher matcher;
+  matcher.rules_ = std::move(rules);
+  // Trial order: longest first, then registration order.
+  std::vector<int> order(matcher.rules_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return matcher.rules_[a].pattern.length() > matcher.rules_[b].pattern.length();
+  });
+  // Bucket by (op kind, outermost symbol) into a CSR table per op kind.
+  std::vector<std::pair<uint32_t, int>> entries[8];
+  for (int r : order) {
+    for (const OpRef& op : matcher.rules_[r].pattern.outermost().alternatives) {
+      std::vector<std::pair<uint32_t, int>>& bucket = entries[static_cast<int>(op.op)];
+      // A rule listed twice for the same symbol (duplicate alternatives) is tried once.
+      bool seen = false;
+      for (const auto& e : bucket) seen |= (e.first == op.target.id() && e.second == r);
+      if (!seen) bucket.emplace_back(op.target.id(), r);
+    }
+  }
+  for (int k = 0; k < 8; ++k) {
+    if (entries[k].empty()) continue;
+    std::stable_sort(entries[k].begin(), entries[k].end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    const uint32_t max_id = entries[k].back().first;
+    matcher.offsets_[k].assign(max_id + 2, 0);
+    for (const auto& e : entries[k]) ++matcher.offsets_[k][e.first + 1];
+    for (uint32_t id = 0; id <= max_id; ++id) {
+      matcher.offsets_[k][id + 1] += matcher.offsets_[k][id];
+    }
+    for (const auto& e : entries[k]) matcher.candidates_[k].push_back(e.second);
+  }
+  return matcher;
+}
+
+std::pair<const int*, const int*> PatternMatcher::Candidates(OpKind op, Symbol key) const {
+  const int k = static_cast<int>(op) & 7;
+  const std::vector<uint32_t>& offsets = offsets_[k];
+  const uint32_t id = key.id();
+  if (key.empty() || static_cast<size_t>(id) + 1 >= offsets.size()) return {nullptr, nullptr};
+  const int* base = candidates_[k].data();
+  return {base + offsets[id], base + offsets[id + 1]};
+}
+
+std::vector<PatternMatch> PatternMatcher::FindMatches(const GraphModule& gm) const {
+  Scan scan(*this, gm, nullptr);
+  return scan.Run();
+}
+
+ExplainReport PatternMatcher::Explain(const GraphModule& gm) const {
+  ExplainReport report;
+  Scan scan(*this, gm, &report);
+  const std::vector<PatternMatch> matches = scan.Run();
+  for (const FusionRule& rule : rules_) {
+    int count = 0;
+    for (const PatternMatch& m : matches) count += (m.rule == &rule);
+    report.matches_per_rule.emplace_back(rule.name, count);
+  }
+  return report;
+}
+
+}  // namespace fuselage

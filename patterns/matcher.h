@@ -1,0 +1,108 @@
+// PatternMatcher: finds the matches of a set of fusion rules in a graph, read-only, and
+// explains why a rule did not match where its outermost op did.
+//
+// Semantics (PyTorch FX's fuse_fx `_find_matches` / `_is_match`):
+//  1. Nodes are scanned from the output backwards (reverse topological order).
+//  2. At each node not already in a match, the rules whose outermost op can be that node
+//     are tried, longest pattern first (length = leaves including MatchAllNode, as
+//     PyTorch's sorted_patterns_dict), ties in registration order. The first rule that
+//     matches wins; the scan moves on.
+//  3. A node belongs to at most one match. Inner nodes of a match (every op position but
+//     the outermost) must have exactly one user — so they are never graph outputs and
+//     never read outside the match. The outermost node may have any number of users.
+//  4. An op position with pattern args requires the node to have exactly that many
+//     positional args, each matching recursively; one without pattern args does not look
+//     at the node's args.
+//  5. MatchAllNode matches any arg and does not claim it (it may be in another match).
+//  6. call_module nodes match by their module's *type*; call_function by qualified name;
+//     call_method by method name. Symbols are compared, never strings.
+//  7. Rules are indexed by their outermost op: a node is only tried against rules that
+//     can start there.
+//
+// Where fuselage deliberately differs from PyTorch 1.13 (each a bug there):
+//  a. Keyword args are not ignored: a node matches an op position only if the position
+//     allows each of its kwargs (pattern.h). PyTorch fuses `torch.add(x, y, alpha=2)` as
+//     if it were `x + y`; here it does not match.
+//  b. MatchAllNode bound to a constant (`add(bn(conv(x)), 1.0)`) is an ordinary binding.
+//     PyTorch's apply_match reads `.name` off the constant and raises AttributeError.
+//  c. Commutative binary ops (add, mul) match with their two args in either order, args
+//     as written tried first: `add(identity, bn(conv(x)))` matches
+//     `(add, (BatchNorm2d, Conv2d), MatchAllNode)`. PyTorch needs a second, swapped
+//     pattern for it.
+//  d. `add` / `mul` / `relu` name every spelling (operator.add, torch.add, the add method)
+//     where PyTorch patterns name one Python object each.
+//  e. A match is rejected if one node would fill two op positions, or an op node of the
+//     match is also what a MatchAllNode position binds (e.g. `mul(bn, bn)`): fusing those
+//     would erase a node the fused node still reads. PyTorch does not check.
+//
+// Performance: rules are indexed in dense per-op-kind tables keyed by symbol id; the
+// scan keeps one reusable binding buffer and allocates only when it records a match;
+// matching is linear in nodes times (small) pattern size.
+#ifndef FUSELAGE_PATTERNS_MATCHER_H_
+#define FUSELAGE_PATTERNS_MATCHER_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/graph_module.h"
+#include "patterns/fusion_rule.h"
+
+namespace fuselage {
+
+// Why a rule did not match at a node where its outermost op did.
+struct MatchFailure {
+  std::string rule;         // "conv_bn_add_relu"
+  std::string node;         // where the outermost op matched: "relu_1"
+  std::string path;         // the failing edge: "add → arg 0 (bn1)"
+  std::string position;     // the failing pattern position as a dotted path: "0.0"
+  std::string reason;       // "2 users (add, cat_3); inner nodes may have 1"
+
+  // "conv_bn_add_relu at relu_1: add → arg 0 (bn1): 2 users (add, cat_3); inner nodes may
+  // have 1"
+  std::string ToString() const;
+};
+
+// What `fuselage explain` prints: every failure, then the matches per rule.
+struct ExplainReport {
+  std::vector<MatchFailure> failures;  // in scan order (from the output backwards)
+  std::vector<std::pair<std::string, int>> matches_per_rule;  // registration order
+  std::string ToString() const;
+};
+
+class PatternMatcher {
+ public:
+  // Validates every rule (FusionRule::Validate) and that names are unique, then builds
+  // the index. The rules are copied.
+  static absl::StatusOr<PatternMatcher> Create(std::vector<FusionRule> rules);
+
+  // All matches, in discovery order (from the output backwards). The graph is not touched.
+  // Each match's `rule` points into this matcher, which must outlive the matches.
+  std::vector<PatternMatch> FindMatches(const GraphModule& gm) const;
+
+  // Runs the same scan and reports, for each node tried, every rule whose outermost op
+  // matched there but whose whole pattern did not (rules tried after the winning one are
+  // not tried, so not reported), plus the count of matches per rule.
+  ExplainReport Explain(const GraphModule& gm) const;
+
+  const std::vector<FusionRule>& rules() const { return rules_; }
+
+ private:
+  class Scan;
+
+  PatternMatcher() = default;
+  // Candidate rule indices for a node of kind `op` whose key (target, or module type for
+  // call_module) is `key`; empty if none.
+  std::pair<const int*, const int*> Candidates(OpKind op, Symbol key) const;
+
+  std::vector<FusionRule> rules_;
+  // Per op kind: offsets_[op][id] .. offsets_[op][id + 1] delimit the rule indices in
+  // candidates_[op] for symbol id `id`, in trial order.
+  std::vector<uint32_t> offsets_[8];
+  std::vector<int> candidates_[8];
+};
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_PATTERNS_MATCHER_H_

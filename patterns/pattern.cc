@@ -1,0 +1,505 @@
+#include "patterns/pattern.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "graph/status_macros.h"
+
+namespace fuselage {
+namespace {
+
+constexpr absl::string_view kMatchAllName = "MatchAllNode";
+constexpr absl::string_view kFunctionalPrefix = "torch.nn.functional.";
+
+bool IsModuleNamespace(absl::string_view name) {
+  for (absl::string_view ns : {"nn.", "nni.", "nnq.", "nniq.", "nnqr."}) {
+    if (absl::StartsWith(name, ns)) return true;
+  }
+  return false;
+}
+
+// The last dotted component: "torch.nn.functional.relu" -> "relu".
+absl::string_view BaseName(absl::string_view qualified) {
+  const size_t dot = qualified.rfind('.');
+  return dot == absl::string_view::npos ? qualified : qualified.substr(dot + 1);
+}
+
+// Properties every spelling of a function/method gets from its base name, so `torch.add`,
+// `operator.add`, `add` and `method:add` behave the same way.
+void AddBuiltinProperties(PatternPosition& leaf) {
+  bool all_commutative = !leaf.alternatives.empty();
+  bool any_add = false, any_relu = false, any_functional = false;
+  for (const OpRef& op : leaf.alternatives) {
+    if (op.op == OpKind::kCallModule) {
+      all_commutative = false;
+      continue;
+    }
+    const absl::string_view target = op.target.name();
+    const absl::string_view base = BaseName(target);
+    const bool plain_namespace = op.op == OpKind::kCallMethod ||
+                                 absl::StartsWith(target, "operator.") ||
+                                 target == absl::StrCat("torch.", base);
+    if (!((base == "add" || base == "mul") && plain_namespace)) all_commutative = false;
+    if (base == "add") any_add = true;
+    if (base == "relu") any_relu = true;
+    if (absl::StartsWith(target, kFunctionalPrefix)) any_functional = true;
+  }
+  leaf.commutative = all_commutative;
+  // alpha=1 is torch.add's default: harmless. Any other alpha changes the result.
+  if (any_add) leaf.allowed_kwargs.push_back({Symbol::Intern("alpha"), Argument::Int(1)});
+  // inplace only decides where the result is stored, never its value.
+  if (any_relu || any_functional) {
+    leaf.allowed_kwargs.push_back({Symbol::Intern("inplace"), std::nullopt});
+  }
+}
+
+PatternPosition FunctionLeaf(absl::string_view spelling,
+                             std::vector<std::pair<OpKind, absl::string_view>> alternatives) {
+  PatternPosition leaf;
+  leaf.spelling = std::string(spelling);
+  for (const auto& [op, target] : alternatives) {
+    leaf.alternatives.push_back({op, Symbol::Intern(target)});
+  }
+  AddBuiltinProperties(leaf);
+  return leaf;
+}
+
+bool IsIdentifier(absl::string_view name) {
+  if (name.empty()) return false;
+  if (!(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_')) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.')) return false;
+  }
+  return !absl::EndsWith(name, ".") && !absl::StrContains(name, "..");
+}
+
+// ---- Text parsing ----------------------------------------------------------------------
+
+// The parse tree before resolution: a leaf (name + kwargs) or a tuple.
+struct TextTree {
+  bool is_tuple = false;
+  std::string name;
+  size_t offset = 0;
+  std::vector<AllowedKwarg> kwargs;
+  std::vector<TextTree> items;
+};
+
+class PatternParser {
+ public:
+  explicit PatternParser(absl::string_view text) : text_(text) {}
+
+  absl::StatusOr<TextTree> ParseAll() {
+    ASSIGN_OR_RETURN(TextTree tree, ParseTree(0));
+    SkipSpace();
+    if (pos_ != text_.size()) return Error("unexpected text after the pattern");
+    return tree;
+  }
+
+ private:
+  static constexpr int kMaxDepth = Pattern::kMaxPositions;
+
+  absl::Status Error(absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat("pattern '", text_, "': ", what,
+                                                   " at offset ", pos_));
+  }
+
+  void SkipSpace() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+
+  bool Consume(char c) {
+    SkipSpace();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+
+  // A name or bare constant token: letters, digits, '_', '.', ':', '+', '-'.
+  absl::string_view Word() {
+    SkipSpace();
+    const size_t start = pos_;
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':' ||
+          c == '+' || c == '-') {
+        ++pos_;
+      } else {
+        break;
+      }
+    }
+    return text_.substr(start, pos_ - start);
+  }
+
+  absl::StatusOr<TextTree> ParseTree(int depth) {
+    if (depth > kMaxDepth) return Error("pattern nested too deeply");
+    SkipSpace();
+    TextTree tree;
+    tree.offset = pos_;
+    if (Consume('(')) {
+      tree.is_tuple = true;
+      while (true) {
+        if (Consume(')')) break;
+        if (!tree.items.empty() && !Consume(',')) return Error("expected ',' or ')'");
+        if (Consume(')')) break;  // trailing comma
+        ASSIGN_OR_RETURN(TextTree item, ParseTree(depth + 1));
+        tree.items.push_back(std::move(item));
+        if (tree.items.size() > static_cast<size_t>(Pattern::kMaxPositions)) {
+          return Error("too many elements");
+        }
+      }
+      if (tree.items.empty()) return Error("empty tuple");
+      return tree;
+    }
+    const absl::string_view name = Word();
+    if (name.empty()) return Error("expected a leaf name or '('");
+    tree.name = std::string(name);
+    if (Consume('{')) {
+      while (!Consume('}')) {
+        if (!tree.kwargs.empty() && !Consume(',')) return Error("expected ',' or '}'");
+        if (Consume('}')) break;
+        const absl::string_view key = Word();
+        if (!IsIdentifier(key)) return Error("expected a kwarg name");
+        AllowedKwarg allowed{Symbol::Intern(key), std::nullopt};
+        if (Consume('=')) {
+          ASSIGN_OR_RETURN(allowed.value, ParseConstant());
+        }
+        tree.kwargs.push_back(std::move(allowed));
+      }
+    }
+    return tree;
+  }
+
+  absl::StatusOr<Argument> ParseConstant() {
+    SkipSpace();
+    if (pos_ < text_.size() && (text_[pos_] == '\'' || text_[pos_] == '"')) {
+      const char quote = text_[pos_++];
+      const size_t start = pos_;
+      while (pos_ < text_.size() && text_[pos_] != quote) ++pos_;
+      if (pos_ == text_.size()) return Error("unterminated string");
+      const absl::string_view s = text_.substr(start, pos_ - start);
+      ++pos_;
+      return Argument::String(s);
+    }
+    const absl::string_view word = Word();
+    if (word == "None") return Argument::None();
+    if (word == "True") return Argument::Bool(true);
+    if (word == "False") return Argument::Bool(false);
+    int64_t i;
+    if (absl::SimpleAtoi(word, &i)) return Argument::Int(i);
+    double d;
+    if (absl::SimpleAtod(word, &d)) return Argument::Float(d);
+    return Error(absl::StrCat("expected a constant (None, True, False, a number or a quoted "
+                              "string), got '", word, "'"));
+  }
+
+  absl::string_view text_;
+  size_t pos_ = 0;
+};
+
+// Appends `tree` (complex format) to `out` in preorder; returns its position.
+absl::StatusOr<int> FlattenComplex(const TextTree& tree, std::vector<PatternPosition>& out,
+                                   absl::string_view text) {
+  const TextTree& op = tree.is_tuple ? tree.items[0] : tree;
+  if (op.is_tuple) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pattern '", text, "': the first element of a tuple must be an op, not a tuple, at "
+        "offset ", op.offset));
+  }
+  if (out.size() >= static_cast<size_t>(Pattern::kMaxPositions)) {
+    return absl::InvalidArgumentError(absl::StrCat("pattern '", text, "': more than ",
+                                                   Pattern::kMaxPositions, " positions"));
+  }
+  ASSIGN_OR_RETURN(PatternPosition leaf, ResolvePatternLeaf(op.name));
+  for (const AllowedKwarg& kw : op.kwargs) leaf.allowed_kwargs.push_back(kw);
+  if (leaf.match_all && tree.is_tuple && tree.items.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pattern '", text, "': MatchAllNode cannot have args"));
+  }
+  const int self = static_cast<int>(out.size());
+  out.push_back(std::move(leaf));
+  if (tree.is_tuple) {
+    for (size_t i = 1; i < tree.items.size(); ++i) {
+      ASSIGN_OR_RETURN(int child, FlattenComplex(tree.items[i], out, text));
+      out[self].args.push_back(child);
+    }
+  }
+  return self;
+}
+
+absl::Status CheckOutermost(const std::vector<PatternPosition>& positions,
+                            absl::string_view text) {
+  if (positions.empty()) return absl::InvalidArgumentError("empty pattern");
+  if (positions[0].match_all) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pattern '", text, "': the outermost op cannot be MatchAllNode (it would match "
+        "every node)"));
+  }
+  return absl::OkStatus();
+}
+
+// Renders the kwargs a pattern author added; the built-in allowances of the spelling come
+// first in the list and are implied by the spelling itself.
+std::string UserKwargsToString(const PatternPosition& p) {
+  absl::StatusOr<PatternPosition> builtin = ResolvePatternLeaf(p.spelling);
+  const size_t skip = builtin.ok() ? builtin->allowed_kwargs.size() : 0;
+  if (p.allowed_kwargs.size() <= skip) return "";
+  std::vector<std::string> parts;
+  for (size_t i = skip; i < p.allowed_kwargs.size(); ++i) {
+    const AllowedKwarg& kw = p.allowed_kwargs[i];
+    parts.push_back(kw.value ? absl::StrCat(kw.key.name(), "=", kw.value->ToString())
+                             : std::string(kw.key.name()));
+  }
+  return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
+}
+
+}  // namespace
+
+bool PatternPosition::Matches(OpRef op) const {
+  for (const OpRef& alt : alternatives) {
+    if (alt == op) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<PatternPosition> ResolvePatternLeaf(absl::string_view name) {
+  if (name == kMatchAllName) {
+    PatternPosition leaf;
+    leaf.match_all = true;
+    leaf.spelling = std::string(name);
+    return leaf;
+  }
+  const auto unknown = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown pattern leaf '", name, "': ", why,
+        " (write a module type like Conv2d or nni.ConvReLU2d, a function like torch.add or "
+        "F.relu, method:NAME, or one of add, mul, relu, MatchAllNode)"));
+  };
+  // Explicit spellings.
+  if (absl::StartsWith(name, "module:")) {
+    const absl::string_view type = name.substr(7);
+    if (!IsIdentifier(type)) return unknown("bad module type");
+    PatternPosition leaf;
+    leaf.spelling = std::string(name);
+    leaf.alternatives.push_back({OpKind::kCallModule, Symbol::Intern(type)});
+    return leaf;
+  }
+  if (absl::StartsWith(name, "method:")) {
+    const absl::string_view method = name.substr(7);
+    if (!IsIdentifier(method) || absl::StrContains(method, '.')) return unknown("bad method");
+    return FunctionLeaf(name, {{OpKind::kCallMethod, method}});
+  }
+  if (absl::StartsWith(name, "function:")) {
+    const absl::string_view function = name.substr(9);
+    if (!IsIdentifier(function)) return unknown("bad function name");
+    return FunctionLeaf(name, {{OpKind::kCallFunction, function}});
+  }
+  if (!IsIdentifier(name)) return unknown("not a name");
+  // The aliases users expect.
+  if (name == "add" || name == "mul") {
+    const std::string op_name = absl::StrCat("operator.", name);
+    const std::string torch_name = absl::StrCat("torch.", name);
+    return FunctionLeaf(name, {{OpKind::kCallFunction, op_name},
+                               {OpKind::kCallFunction, torch_name},
+                               {OpKind::kCallMethod, name}});
+  }
+  if (name == "relu") {
+    return FunctionLeaf(name, {{OpKind::kCallFunction, "torch.relu"},
+                               {OpKind::kCallFunction, "torch.nn.functional.relu"},
+                               {OpKind::kCallMethod, "relu"}});
+  }
+  // Qualified names.
+  if (IsModuleNamespace(name)) {
+    PatternPosition leaf;
+    leaf.spelling = std::string(name);
+    leaf.alternatives.push_back({OpKind::kCallModule, Symbol::Intern(name)});
+    return leaf;
+  }
+  if (absl::StartsWith(name, "F.")) {
+    return FunctionLeaf(name, {{OpKind::kCallFunction,
+                                absl::StrCat(kFunctionalPrefix, name.substr(2))}});
+  }
+  if (absl::StartsWith(name, "torch.") || absl::StartsWith(name, "operator.")) {
+    return FunctionLeaf(name, {{OpKind::kCallFunction, name}});
+  }
+  if (absl::StartsWith(name, "_operator.")) {
+    return FunctionLeaf(name, {{OpKind::kCallFunction, absl::StrCat("operator.",
+                                                                     name.substr(10))}});
+  }
+  // Short module names: Conv2d -> nn.Conv2d.
+  if (std::isupper(static_cast<unsigned char>(name[0])) && !absl::StrContains(name, '.')) {
+    PatternPosition leaf;
+    leaf.spelling = std::string(name);
+    leaf.alternatives.push_back({OpKind::kCallModule, Symbol::Intern(absl::StrCat("nn.", name))});
+    return leaf;
+  }
+  return unknown("not a known alias, module type or qualified function");
+}
+
+absl::StatusOr<Pattern> Pattern::Parse(absl::string_view text, PatternFormat format) {
+  PatternParser parser(text);
+  ASSIGN_OR_RETURN(TextTree tree, parser.ParseAll());
+  std::vector<PatternPosition> positions;
+  if (format == PatternFormat::kComplex || !tree.is_tuple) {
+    RETURN_IF_ERROR(FlattenComplex(tree, positions, text).status());
+  } else {
+    // Sequence format: (a, b, c) in execution order == complex (c, (b, a)).
+    if (tree.items.size() > static_cast<size_t>(kMaxPositions)) {
+      return absl::InvalidArgumentError(absl::StrCat("pattern '", text, "': more than ",
+                                                     kMaxPositions, " positions"));
+    }
+    for (auto it = tree.items.rbegin(); it != tree.items.rend(); ++it) {
+      if (it->is_tuple) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pattern '", text, "': a sequence pattern is a flat tuple of ops; nested tuple at "
+            "offset ", it->offset, " (use the complex format for trees)"));
+      }
+      ASSIGN_OR_RETURN(PatternPosition leaf, ResolvePatternLeaf(it->name));
+      for (const AllowedKwarg& kw : it->kwargs) leaf.allowed_kwargs.push_back(kw);
+      if (leaf.match_all && std::next(it) != tree.items.rend()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pattern '", text, "': MatchAllNode can only be first in a sequence pattern"));
+      }
+      const int self = static_cast<int>(positions.size());
+      if (self > 0) positions[self - 1].args.push_back(self);
+      positions.push_back(std::move(leaf));
+    }
+  }
+  RETURN_IF_ERROR(CheckOutermost(positions, text));
+  return FromPositions(std::move(positions));
+}
+
+absl::StatusOr<Pattern> Pattern::FromPositions(std::vector<PatternPosition> preorder) {
+  if (preorder.size() > static_cast<size_t>(kMaxPositions)) {
+    return absl::InvalidArgumentError(absl::StrCat("pattern has more than ", kMaxPositions,
+                                                   " positions"));
+  }
+  RETURN_IF_ERROR(CheckOutermost(preorder, "<positions>"));
+  // Walk in preorder and require it to visit 0, 1, 2, ... exactly once each.
+  int next = 0;
+  std::vector<int> stack = {0};
+  for (PatternPosition& p : preorder) {
+    p.parent = -1;
+    p.arg_index = -1;
+  }
+  while (!stack.empty()) {
+    const int i = stack.back();
+    stack.pop_back();
+    if (i != next) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pattern positions are not in preorder: expected position ", next, ", found ", i));
+    }
+    ++next;
+    PatternPosition& p = preorder[i];
+    if (p.match_all != p.alternatives.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pattern position ", i, " ('", p.spelling,
+          "'): an op position needs alternatives and MatchAllNode must have none"));
+    }
+    if (p.match_all && !p.args.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pattern position ", i, ": MatchAllNode cannot have args"));
+    }
+    for (size_t a = p.args.size(); a-- > 0;) {
+      const int child = p.args[a];
+      if (child <= i || child >= static_cast<int>(preorder.size()) ||
+          preorder[child].parent != -1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pattern position ", i, " ('", p.spelling, "'): arg ", a,
+            " refers to position ", child, ", which is out of range or already used"));
+      }
+      preorder[child].parent = i;
+      preorder[child].arg_index = static_cast<int>(a);
+      stack.push_back(child);
+    }
+  }
+  if (next != static_cast<int>(preorder.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pattern positions ", next, ".. are not reachable from the outermost op"));
+  }
+  Pattern pattern;
+  pattern.positions_ = std::move(preorder);
+  return pattern;
+}
+
+absl::StatusOr<int> Pattern::PositionAtPath(absl::string_view path) const {
+  int pos = 0;
+  if (path.empty()) return pos;
+  for (absl::string_view step : absl::StrSplit(path, '.')) {
+    int arg;
+    if (!absl::SimpleAtoi(step, &arg) || arg < 0 ||
+        arg >= static_cast<int>(positions_[pos].args.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pattern position path '", path, "' does not exist in ", ToString(), " (step '",
+          step, "' at '", positions_[pos].spelling, "', which has ",
+          positions_[pos].args.size(), " pattern args)"));
+    }
+    pos = positions_[pos].args[arg];
+  }
+  return pos;
+}
+
+std::string Pattern::PathOf(int i) const {
+  std::vector<int> steps;
+  for (int p = i; positions_[p].parent != -1; p = positions_[p].parent) {
+    steps.push_back(positions_[p].arg_index);
+  }
+  return absl::StrJoin(steps.rbegin(), steps.rend(), ".");
+}
+
+int Pattern::DefaultRootPosition() const {
+  int pos = 0;
+  while (!positions_[pos].args.empty() && !positions_[positions_[pos].args[0]].match_all) {
+    pos = positions_[pos].args[0];
+  }
+  return pos;
+}
+
+std::vector<int> Pattern::DefaultExtraInputPositions() const {
+  std::vector<int> chain;
+  for (int pos = 0;; pos = positions_[pos].args[0]) {
+    chain.push_back(pos);
+    if (positions_[pos].args.empty() || positions_[positions_[pos].args[0]].match_all) break;
+  }
+  std::vector<int> extra;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const std::vector<int>& args = positions_[*it].args;
+    // The root's own args are the fused node's leading args, not extras.
+    const size_t first = (it == chain.rbegin()) ? args.size() : 1;
+    for (size_t a = first; a < args.size(); ++a) {
+      if (positions_[args[a]].match_all) extra.push_back(args[a]);
+    }
+  }
+  return extra;
+}
+
+std::string Pattern::ToString() const {
+  // Recursive rendering of a preorder tree.
+  std::string out;
+  auto render = [&](auto&& self, int i) -> void {
+    const PatternPosition& p = positions_[i];
+    if (p.args.empty()) {
+      absl::StrAppend(&out, p.spelling, UserKwargsToString(p));
+      return;
+    }
+    absl::StrAppend(&out, "(", p.spelling, UserKwargsToString(p));
+    for (int child : p.args) {
+      absl::StrAppend(&out, ", ");
+      self(self, child);
+    }
+    absl::StrAppend(&out, ")");
+  };
+  render(render, 0);
+  return out;
+}
+
+}  // namespace fuselage
