@@ -1,0 +1,203 @@
+"""fuselage.export: a PyTorch model as a fuselage model file (graph/model.proto).
+
+The graph is torch.fx's: an nn.Module is traced with torch.fx.symbolic_trace, a
+GraphModule (including what prepare_fx, convert_to_reference_fx and convert_fx return) is
+taken as is. Every node is written in graph order with its name, op, target, args and
+kwargs; every module of the tree with its tensors, attributes and children
+(fuselage._modules). Nothing is written until everything was checked, so an unsupported
+model leaves no file behind.
+
+Cost: one pass over the nodes and one over the modules; per-node work does not depend on
+the size of the graph (name lookups are cached per distinct target).
+"""
+
+import copy
+import os
+import tempfile
+
+import torch
+import torch.fx
+from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
+
+from fuselage import _modules, _names
+from fuselage._proto import model_pb2
+from fuselage._values import write_arg, write_tensor
+from fuselage.errors import ExportError
+
+_MAX_MODULE_DEPTH = 64  # graph/serialization.h ModelLimits::max_module_depth
+
+
+def _as_graph_module(module):
+    if isinstance(module, torch.fx.GraphModule):
+        return module
+    if not isinstance(module, torch.nn.Module):
+        raise ExportError(f"export: expected a torch.nn.Module or torch.fx.GraphModule; got "
+                          f"{type(module).__name__}")
+    try:
+        return torch.fx.symbolic_trace(module)
+    except Exception as e:
+        raise ExportError(f"export: torch.fx cannot trace {type(module).__qualname__}: {e}") from e
+
+
+def _shape_meta(gm, example_inputs):
+    """node name -> (shape, dtype) of every node producing one tensor, found by running a
+    copy of the module (running it may update observers or batch-norm statistics; the
+    caller's module must stay as it was)."""
+    if example_inputs is None:
+        return {}
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    probe = copy.deepcopy(gm)
+    try:
+        with torch.no_grad():
+            ShapeProp(probe).propagate(*example_inputs)
+    except Exception as e:
+        raise ExportError(f"export: running the model on example_inputs failed: {e}") from e
+    meta = {}
+    for node in probe.graph.nodes:
+        tm = node.meta.get("tensor_meta")
+        if isinstance(tm, TensorMetadata):
+            meta[node.name] = (list(tm.shape), tm.dtype)
+    return meta
+
+
+class _Exporter:
+    def __init__(self, gm):
+        self.gm = gm
+        self.pb = model_pb2()
+        self.op_codes = {
+            "placeholder": self.pb.PLACEHOLDER, "get_attr": self.pb.GET_ATTR,
+            "call_function": self.pb.CALL_FUNCTION, "call_module": self.pb.CALL_MODULE,
+            "call_method": self.pb.CALL_METHOD, "output": self.pb.OUTPUT,
+        }
+        # call_module target -> name of the first node calling it (for error messages).
+        self.callers = {}
+        for node in gm.graph.nodes:
+            if node.op == "call_module":
+                self.callers.setdefault(node.target, node.name)
+
+    def model(self, example_inputs):
+        model = self.pb.Model()
+        model.format_version = 1
+        model.producer = f"fuselage.export (torch {torch.__version__})"
+        self._write_module(self.gm, "", _names.ROOT_TYPE, model.root, 0)
+        shapes = _shape_meta(self.gm, example_inputs)
+        nodes = model.graph.nodes
+        for node in self.gm.graph.nodes:
+            self._write_node(node, nodes.add(), shapes.get(node.name))
+        return model
+
+    def _write_module(self, module, path, type_name, out, depth):
+        where = f"module '{path}'" if path else "root module"
+        if depth > _MAX_MODULE_DEPTH:
+            raise ExportError(f"{where}: modules nest deeper than {_MAX_MODULE_DEPTH}")
+        out.type = type_name
+        contents = _modules.describe(module, type_name, where)
+        for name, tensor in contents.tensors:
+            named = out.tensors.add()
+            named.name = name
+            write_tensor(named.tensor, tensor, f"{where} tensor '{name}'")
+        for name, value in contents.attributes:
+            named = out.attributes.add()
+            named.name = name
+            write_arg(named.value, value, f"{where} attribute '{name}'")
+        # Children are walked through _modules, not named_modules(): a module shared by
+        # two paths (prepare_fx shares observers) must appear under both.
+        for name, child in contents.children:
+            child_path = f"{path}.{name}" if path else name
+            named = out.children.add()
+            named.name = name
+            self._write_module(child, child_path, self._child_type(child, child_path),
+                               named.module, depth + 1)
+
+    def _child_type(self, child, path):
+        type_name = _names.module_type_name(type(child))
+        if type_name is not None:
+            return type_name
+        caller = self.callers.get(path)
+        if caller is not None:
+            cls = type(child)
+            raise ExportError(
+                f"node '{caller}': call_module target '{path}' is a "
+                f"{cls.__module__}.{cls.__qualname__}, which has no fuselage module type; "
+                "let torch.fx trace through it (do not make it a leaf module) or use a "
+                "torch.nn / torch.ao.nn module")
+        # Never called: it only holds submodules or tensors other nodes reach.
+        return _names.CONTAINER_TYPE
+
+    def _write_node(self, node, out, shape):
+        where = f"node '{node.name}'"
+        out.name = node.name
+        out.op = self.op_codes[node.op]
+        out.target = self._target(node, where)
+        for i, arg in enumerate(node.args):
+            write_arg(out.args.add(), arg, f"{where} args[{i}]")
+        for key, value in node.kwargs.items():
+            kw = out.kwargs.add()
+            kw.name = key
+            write_arg(kw.value, value, f"{where} kwargs['{key}']")
+        if shape is not None:
+            dims, dtype = shape
+            entry = out.meta.add()
+            entry.name = "shape"
+            write_arg(entry.value, dims, f"{where} meta")
+            if _names.dtype_to_proto(dtype) is not None:
+                entry = out.meta.add()
+                entry.name = "dtype"
+                write_arg(entry.value, dtype, f"{where} meta")
+
+    def _target(self, node, where):
+        if node.op == "call_function":
+            name = _names.function_name(node.target)
+            if name is None:
+                raise ExportError(
+                    f"{where}: call_function target {node.target!r} has no importable name "
+                    "(a lambda or a function of __main__ or a local scope cannot be named in "
+                    "a model file)")
+            return name
+        if node.op == "get_attr":
+            self._check_attr(node, where)
+        if not isinstance(node.target, str):
+            raise ExportError(f"{where}: {node.op} target {node.target!r} is not a string")
+        return node.target
+
+    def _check_attr(self, node, where):
+        obj = self.gm
+        for part in node.target.split("."):
+            obj = getattr(obj, part, None)
+        if not isinstance(obj, (torch.Tensor, torch.nn.Module)):
+            raise ExportError(
+                f"{where}: get_attr target '{node.target}' is a {type(obj).__name__}; a model "
+                "file can only refer to tensors and modules (packed parameters of functional "
+                "quantized ops are not supported)")
+
+
+def to_proto(module, example_inputs=None):
+    """The model.proto `Model` message of `module` (see `export`)."""
+    return _Exporter(_as_graph_module(module)).model(example_inputs)
+
+
+def export(module, example_inputs, path):
+    """Writes `module` (an nn.Module, traced with torch.fx, or an fx.GraphModule) to the
+    fuselage model file `path`, with every parameter and buffer.
+
+    example_inputs (a tensor or a tuple of them, or None) run a copy of the module to
+    record each node's output shape and dtype as node meta `shape` / `dtype`; the module
+    itself is not run or changed. Raises ExportError, naming the node or module, for what
+    the file cannot express; no file is written then.
+    """
+    model = to_proto(module, example_inputs)
+    data = model.SerializeToString()
+    directory = os.path.dirname(os.path.abspath(path))
+    # Write next to the target and rename, so a reader never sees half a file.
+    fd, staged = tempfile.mkstemp(dir=directory, prefix=".fuselage-export-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(staged, 0o644)  # mkstemp creates 0600
+        os.replace(staged, path)
+    except BaseException:
+        if os.path.exists(staged):
+            os.unlink(staged)
+        raise
+    return path

@@ -1,0 +1,145 @@
+"""fuselage.to_torch: a runnable torch.fx.GraphModule from a fuselage model file.
+
+Modules become PyTorch's own classes (nn.Conv2d, nni.ConvReLU2d, nnqr.Conv2d,
+nnq.Conv2d, nniq.ConvReLU2d, observers, ...; fuselage._modules), call_function targets the
+callables their names import to (torch.ops.quantized.add_relu, operator.add, ...), so a
+graph fuselage produced runs on PyTorch's kernels. The file is checked as it is read:
+errors name the node or module and the field.
+
+The result is in eval mode. Node meta the file carries is kept in node.meta["fuselage"].
+"""
+
+import torch
+import torch.fx
+
+from fuselage import _modules, _names
+from fuselage._proto import model_pb2
+from fuselage._values import read_arg, read_tensor
+from fuselage.errors import ModelFileError
+
+_FORMAT_VERSION = 1
+_MAX_MODULE_DEPTH = 64
+
+
+def _named_args(entries, nodes, where):
+    result = {}
+    for entry in entries:
+        if not entry.name:
+            raise ModelFileError(f"{where}: an entry has an empty name")
+        if entry.name in result:
+            raise ModelFileError(f"{where}: '{entry.name}' appears twice")
+        result[entry.name] = read_arg(entry.value, nodes, f"{where}['{entry.name}']")
+    return result
+
+
+def _build_module(pm, path, depth):
+    where = f"module '{path}'" if path else "root module"
+    if depth > _MAX_MODULE_DEPTH:
+        raise ModelFileError(f"{where}: modules nest deeper than {_MAX_MODULE_DEPTH}")
+    if not pm.type:
+        raise ModelFileError(f"{where}: field 'type' is empty")
+    seen = set()
+
+    def member(name, kind):
+        if not name or "." in name:
+            raise ModelFileError(f"{where}: {kind} name '{name}' must be non-empty without '.'")
+        if name in seen:
+            raise ModelFileError(f"{where}: duplicate member name '{name}'")
+        seen.add(name)
+        return name
+
+    tensors = {member(t.name, "tensor"): read_tensor(t.tensor, f"{where} tensor '{t.name}'")
+               for t in pm.tensors}
+    attributes = {}
+    for a in pm.attributes:
+        attributes[member(a.name, "attribute")] = read_arg(a.value, None,
+                                                           f"{where} attribute '{a.name}'")
+    children = {}
+    for c in pm.children:
+        child_path = f"{path}.{c.name}" if path else c.name
+        children[member(c.name, "child")] = _build_module(c.module, child_path, depth + 1)
+    return _modules.build(pm.type, tensors, attributes, children, where)
+
+
+def _build_graph(pg):
+    pb = model_pb2()
+    op_names = {
+        pb.PLACEHOLDER: "placeholder", pb.GET_ATTR: "get_attr",
+        pb.CALL_FUNCTION: "call_function", pb.CALL_MODULE: "call_module",
+        pb.CALL_METHOD: "call_method", pb.OUTPUT: "output",
+    }
+    graph = torch.fx.Graph()
+    nodes = {}
+    output_seen = None
+    for i, pn in enumerate(pg.nodes):
+        if not pn.name:
+            raise ModelFileError(f"node #{i}: field 'name' is empty")
+        where = f"node '{pn.name}'"
+        if pn.name in nodes:
+            raise ModelFileError(f"{where}: field 'name' is used by an earlier node")
+        op = op_names.get(pn.op)
+        if op is None:
+            raise ModelFileError(f"{where}: field 'op' is {pn.op}; expected one of placeholder, "
+                                 "get_attr, call_function, call_module, call_method, output")
+        if output_seen is not None:
+            raise ModelFileError(f"{where} comes after the output node '{output_seen}'")
+        if not pn.target:
+            raise ModelFileError(f"{where}: field 'target' is empty")
+        target = pn.target
+        if op == "call_function":
+            target = _names.resolve_function(pn.target)
+            if target is None:
+                raise ModelFileError(f"{where}: call_function target '{pn.target}' does not "
+                                     "name a Python callable")
+        args = tuple(read_arg(a, nodes, f"{where} args[{j}]") for j, a in enumerate(pn.args))
+        kwargs = _named_args(pn.kwargs, nodes, f"{where} kwargs")
+        node = graph.create_node(op, target, args, kwargs, name=pn.name)
+        if pn.meta:
+            node.meta["fuselage"] = _named_args(pn.meta, None, f"{where} meta")
+        if op == "output":
+            output_seen = pn.name
+        nodes[pn.name] = node
+    if output_seen is None:
+        raise ModelFileError("the graph has no output node")
+    return graph
+
+
+def from_proto(model):
+    """The GraphModule of a model.proto `Model` message (see `to_torch`)."""
+    if model.format_version != _FORMAT_VERSION:
+        raise ModelFileError(f"model: format_version is {model.format_version}; expected "
+                             f"{_FORMAT_VERSION}")
+    if model.root.type != _names.ROOT_TYPE:
+        raise ModelFileError(f"root module: field 'type' is '{model.root.type}'; expected "
+                             f"'{_names.ROOT_TYPE}'")
+    root = _build_module(model.root, "", 0)
+    graph = _build_graph(model.graph)
+    try:
+        gm = torch.fx.GraphModule(root, graph)
+    except Exception as e:  # a call_module / get_attr target missing from the module tree
+        raise ModelFileError(f"model: the graph does not fit its module tree: {e}") from e
+    # GraphModule copies only what the graph refers to; keep the whole tree, as exported.
+    for name, child in root._modules.items():
+        setattr(gm, name, child)
+    for name, tensor in root._buffers.items():
+        if name not in gm._buffers:
+            gm.register_buffer(name, tensor)
+    return gm.eval()
+
+
+def to_torch(path):
+    """Rebuilds a runnable torch.fx.GraphModule from the fuselage model file `path`.
+    Raises ModelFileError, naming the node or module and field, for a malformed file or
+    one naming a module type or function PyTorch does not have."""
+    with open(path, "rb") as f:
+        data = f.read()
+    model = model_pb2().Model()
+    try:
+        model.ParseFromString(data)
+    except Exception as e:
+        raise ModelFileError(f"{path}: not a fuselage model file (protobuf parse failed: "
+                             f"{e})") from e
+    try:
+        return from_proto(model)
+    except ModelFileError as e:
+        raise ModelFileError(f"{path}: {e}") from e

@@ -1,0 +1,217 @@
+"""What a module holds in a model file, and how to rebuild it (graph/NAMING.md).
+
+A module is written as its type name, named tensors, named attributes and named children:
+- tensors: its parameters and buffers, and any tensor kept as a plain attribute (torch.fx
+  stores traced constants that way);
+- attributes: its public plain-valued fields (`in_channels`, `kernel_size`, `eps`,
+  `scale`, ...) under PyTorch's own names; fields whose value the file cannot hold
+  (callables, dicts, sets) are left out;
+- children: its submodules, in order.
+
+Three kinds differ from that:
+- quantized modules (nnq.Conv2d, nniq.ConvReLU2d, nnq.Linear, ...) keep weight and bias
+  packed for the backend: they are unpacked into tensors `weight` (quantized) and `bias`
+  (float32), and the packed object is not written;
+- observers keep `eps` as a one-element buffer; it is written as the float attribute
+  `eps`;
+- the root and plain containers carry no attributes.
+
+Rebuilding calls the class's constructor with the attributes its signature names (so the
+module derives whatever it derives from them), then assigns every tensor, child and
+attribute, so the result holds exactly what the file holds. Parameters keep the shape the
+constructor gives them; a file that disagrees is rejected.
+"""
+
+import collections
+import inspect
+
+import torch
+import torch.ao.nn.intrinsic as nni
+import torch.ao.nn.quantized as nnq
+import torch.ao.quantization.fake_quantize as tq_fake_quantize
+import torch.ao.quantization.observer as tq_observer
+import torch.nn as nn
+from torch.ao.nn.quantized.modules.conv import _ConvNd as _QuantizedConvNd
+
+from fuselage import _names
+from fuselage._values import attribute_value
+from fuselage.errors import ExportError, ModelFileError
+
+_ScriptObject = torch._C.ScriptObject
+_FusedModule = nni._FusedModule
+_PACKED = (_QuantizedConvNd, nnq.Linear)
+_CONTAINERS = (nn.Sequential, nn.ModuleList)
+
+
+def _is_packed(cls):
+    return issubclass(cls, _PACKED)
+
+
+def _is_observer(cls):
+    return issubclass(cls, (tq_observer.ObserverBase, tq_fake_quantize.FakeQuantizeBase))
+
+
+# ---- export -------------------------------------------------------------------------------
+
+class ModuleContents:
+    """What one module contributes to the file (its children are listed, not described)."""
+
+    __slots__ = ("tensors", "attributes", "children")
+
+    def __init__(self):
+        self.tensors = []     # (name, torch.Tensor)
+        self.attributes = []  # (name, storable value)
+        self.children = []    # (name, nn.Module)
+
+
+def describe(module, type_name, where):
+    """The tensors, attributes and children `module` of fuselage type `type_name` is
+    written with. Raises ExportError for state the file cannot express."""
+    cls = type(module)
+    contents = ModuleContents()
+    packed = _is_packed(cls) and type_name is not None
+    for name, value in module.__dict__.items():
+        if isinstance(value, _ScriptObject) and not packed:
+            raise ExportError(
+                f"{where} ({type_name or cls.__qualname__}): keeps '{name}' as a TorchScript "
+                "object (packed parameters) that fuselage cannot unpack")
+    if packed:
+        weight, bias = module.weight(), module.bias()
+        contents.tensors.append(("weight", weight))
+        if bias is not None:
+            contents.tensors.append(("bias", bias))
+    else:
+        for name, value in module._parameters.items():
+            if value is not None:
+                contents.tensors.append((name, value))
+        for name, value in module._buffers.items():
+            if value is not None and not (name == "eps" and _is_observer(cls)):
+                contents.tensors.append((name, value))
+        for name, value in module.__dict__.items():
+            if isinstance(value, torch.Tensor):
+                contents.tensors.append((name, value))
+        for name, child in module._modules.items():
+            if child is not None:
+                contents.children.append((name, child))
+    if type_name in (_names.ROOT_TYPE, _names.CONTAINER_TYPE, "nn.Sequential", "nn.ModuleList"):
+        return contents
+    for name, value in module.__dict__.items():
+        if name.startswith("_") or name == "training" or isinstance(value, torch.Tensor):
+            continue
+        try:
+            contents.attributes.append((name, attribute_value(value)))
+        except TypeError:
+            pass  # not storable (a callable, a dict...): not part of the file's contract
+    if _is_observer(cls) and isinstance(module._buffers.get("eps"), torch.Tensor):
+        contents.attributes.append(("eps", float(module._buffers["eps"].reshape(-1)[0])))
+    return contents
+
+
+# ---- import -------------------------------------------------------------------------------
+
+def _attribute_from_file(name, value):
+    if name.endswith("qscheme") and isinstance(value, str):
+        qscheme = _names.qscheme_from_name(value)
+        if qscheme is not None:
+            return qscheme
+    return value
+
+
+def _constructor_kwargs(cls, tensors, attributes, where):
+    """Keyword arguments for cls.__init__ taken from the file. Observers do not get
+    quant_min/quant_max unless they were customized: PyTorch derives them from dtype and
+    reduce_range, and passing the derived values back would reduce the range twice. The
+    exact values are assigned after construction anyway."""
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return {}
+    skip = {"device", "factory_kwargs"}
+    if _is_observer(cls) and not attributes.get("has_customized_qrange", True):
+        skip |= {"quant_min", "quant_max"}
+    kwargs = {}
+    for p in parameters:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in skip:
+            continue
+        if p.name in attributes:
+            kwargs[p.name] = _attribute_from_file(p.name, attributes[p.name])
+        elif p.name in ("bias", "bias_") and "weight" in tensors:
+            kwargs[p.name] = "bias" in tensors
+        elif p.name == "weight_qparams":
+            kwargs[p.name] = _reference_weight_qparams(tensors, attributes, where)
+        elif p.name in tensors and p.default is p.empty and tensors[p.name].numel() == 1:
+            kwargs[p.name] = tensors[p.name].reshape(-1)[0].item()
+        elif p.default is p.empty:
+            raise ModelFileError(f"{where}: cannot rebuild {cls.__qualname__}: its constructor "
+                                 f"needs '{p.name}', which the module has no attribute for")
+    return kwargs
+
+
+def _reference_weight_qparams(tensors, attributes, where):
+    """The weight_qparams dict of a reference module (nnqr.Conv2d, nnqr.Linear)."""
+    try:
+        return {
+            "qscheme": _names.qscheme_from_name(attributes["weight_qscheme"]),
+            "dtype": attributes["weight_dtype"],
+            "scale": tensors["weight_scale"].tolist(),
+            "zero_point": tensors["weight_zero_point"].tolist(),
+            "axis": int(tensors["weight_axis"].item()),
+        }
+    except KeyError as e:
+        raise ModelFileError(f"{where}: a reference quantized module needs '{e.args[0]}'") from None
+
+
+def _assign_tensor(module, name, tensor, where):
+    if name in module._parameters:
+        old = module._parameters[name]
+        if old is not None and old.shape != tensor.shape:
+            raise ModelFileError(
+                f"{where}: tensor '{name}' has shape {list(tensor.shape)}; the module's "
+                f"attributes give it shape {list(old.shape)}")
+        module._parameters[name] = nn.Parameter(tensor, requires_grad=tensor.is_floating_point())
+    elif name in module._buffers:
+        module._buffers[name] = tensor
+    else:
+        module.register_buffer(name, tensor)
+
+
+def build(type_name, tensors, attributes, children, where):
+    """Rebuilds a module from its file contents (dicts in file order). Raises
+    ModelFileError if the type has no PyTorch class or the contents do not fit it."""
+    cls = _names.module_class(type_name)
+    if cls is None:
+        raise ModelFileError(f"{where}: module type '{type_name}' has no PyTorch class")
+    if issubclass(cls, _FusedModule):  # (an nn.Sequential too: test it first)
+        # Bypass the constructor's type checks: a reference model's fused module holds a
+        # reference conv (nnqr.Conv2d) where the float one held nn.Conv2d.
+        module = cls.__new__(cls)
+        nn.Sequential.__init__(module, collections.OrderedDict(children))
+    elif cls is nn.Module or issubclass(cls, _CONTAINERS):
+        module = cls()
+    else:
+        kwargs = _constructor_kwargs(cls, tensors, attributes, where)
+        try:
+            module = cls(**kwargs)
+        except Exception as e:
+            raise ModelFileError(f"{where}: cannot rebuild {type_name} from its attributes "
+                                 f"{sorted(kwargs)}: {e}") from e
+    if not issubclass(cls, _FusedModule):
+        for name, child in children.items():
+            module.add_module(name, child)
+    if _is_packed(cls):
+        if "weight" not in tensors or not tensors["weight"].is_quantized:
+            raise ModelFileError(f"{where} ({type_name}): needs a quantized tensor 'weight'")
+        module.set_weight_bias(tensors["weight"], tensors.get("bias"))
+    else:
+        for name, tensor in tensors.items():
+            _assign_tensor(module, name, tensor, where)
+    for name, value in attributes.items():
+        value = _attribute_from_file(name, value)
+        if name == "eps" and _is_observer(cls) and "eps" in module._buffers:
+            module._buffers["eps"] = torch.tensor([value], dtype=torch.float32)
+            continue
+        try:
+            setattr(module, name, value)
+        except Exception as e:
+            raise ModelFileError(f"{where}: cannot set attribute '{name}' of {type_name}: {e}") from e
+    return module

@@ -1,0 +1,206 @@
+"""Conversion of the values a model file holds — args, attributes, tensors — between
+PyTorch objects and model.proto messages.
+
+Errors: every function that can meet a value the file cannot hold raises
+`fuselage.errors.ExportError` / `ModelFileError` with `where` (the node or module and the
+field) in the message.
+"""
+
+import math
+import sys
+
+import numpy as np
+import torch
+import torch.fx
+
+from fuselage import _names
+from fuselage._proto import model_pb2
+from fuselage.errors import ExportError, ModelFileError
+
+MAX_ARG_DEPTH = 16  # graph/serialization.h ModelLimits::max_arg_depth
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+# Storage of each tensor dtype in the file (little-endian, row-major).
+_NUMPY_STORAGE = {
+    torch.float32: np.dtype("<f4"),
+    torch.int8: np.dtype("i1"),
+    torch.uint8: np.dtype("u1"),
+    torch.int32: np.dtype("<i4"),
+    torch.int64: np.dtype("<i8"),
+    torch.bool: np.dtype("?"),
+    torch.qint8: np.dtype("i1"),
+    torch.quint8: np.dtype("u1"),
+    torch.qint32: np.dtype("<i4"),
+}
+
+
+# ---- args and attributes: PyTorch -> proto -----------------------------------------------
+
+def write_arg(out, value, where, depth=0):
+    """Fills the proto Arg `out` from a torch.fx arg (Node references by name)."""
+    if isinstance(value, torch.fx.Node):
+        out.node = value.name
+    elif value is None:
+        out.none = True
+    elif isinstance(value, bool):
+        out.bool_value = value
+    elif isinstance(value, int):
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise ExportError(f"{where}: int {value} does not fit in 64 bits")
+        out.int_value = value
+    elif isinstance(value, float):
+        out.float_value = value
+    elif isinstance(value, str):
+        out.string_value = value
+    elif isinstance(value, torch.dtype):
+        code = _names.dtype_to_proto(value)
+        if code is None:
+            raise ExportError(f"{where}: dtype {value} has no fuselage equivalent "
+                              "(float32, float16, int8, uint8, int32, int64, qint8, quint8, "
+                              "qint32, bool)")
+        out.dtype_value = code
+    elif isinstance(value, (list, tuple)):  # torch.Size and fx's immutable_list included
+        if depth >= MAX_ARG_DEPTH:
+            raise ExportError(f"{where}: lists nest deeper than {MAX_ARG_DEPTH}")
+        items = out.list if isinstance(value, list) else out.tuple
+        items.SetInParent()  # an empty list is still a list, not "no value"
+        for item in value:
+            write_arg(items.items.add(), item, where, depth + 1)
+    else:
+        raise ExportError(f"{where}: a value of type {type(value).__name__} ({value!r:.80}) "
+                          "cannot be stored in a model file (supported: None, bool, int, "
+                          "float, str, dtype, node, list, tuple)")
+
+
+def attribute_value(value):
+    """The storable form of a module attribute, or raises TypeError. qschemes become their
+    name ("torch.per_tensor_affine", as graph/NAMING.md says)."""
+    if isinstance(value, torch.qscheme):
+        return _names.qscheme_name(value)
+    if isinstance(value, (list, tuple)):
+        converted = [attribute_value(v) for v in value]
+        return converted if isinstance(value, list) else tuple(converted)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.dtype) and _names.dtype_to_proto(value) is not None:
+        return value
+    raise TypeError(type(value).__name__)
+
+
+# ---- args and attributes: proto -> PyTorch ----------------------------------------------
+
+def read_arg(arg, nodes, where):
+    """The Python value of a proto Arg; `nodes` maps names to already built fx Nodes (None
+    for a constant context, where a node reference is an error)."""
+    kind = arg.WhichOneof("value")
+    if kind == "node":
+        if nodes is None:
+            raise ModelFileError(f"{where}: must not refer to a node")
+        try:
+            return nodes[arg.node]
+        except KeyError:
+            raise ModelFileError(f"{where}: refers to node '{arg.node}', which does not come "
+                                 "before it") from None
+    if kind == "none":
+        return None
+    if kind == "bool_value":
+        return arg.bool_value
+    if kind == "int_value":
+        return arg.int_value
+    if kind == "float_value":
+        return arg.float_value
+    if kind == "string_value":
+        return arg.string_value
+    if kind == "dtype_value":
+        dtype = _names.proto_to_dtype(arg.dtype_value)
+        if dtype is None:
+            raise ModelFileError(f"{where}: unknown dtype value {arg.dtype_value}")
+        return dtype
+    if kind == "list":
+        return [read_arg(a, nodes, f"{where}[{i}]") for i, a in enumerate(arg.list.items)]
+    if kind == "tuple":
+        return tuple(read_arg(a, nodes, f"{where}[{i}]") for i, a in enumerate(arg.tuple.items))
+    raise ModelFileError(f"{where}: arg has no value")
+
+
+# ---- tensors ----------------------------------------------------------------------------
+
+def write_tensor(out, tensor, where):
+    """Fills the proto Tensor `out`: bytes row-major little-endian; a quantized tensor
+    stores its integer representation plus qscheme, scales, zero points and axis."""
+    pb = model_pb2()
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.is_quantized:
+        scheme = t.qscheme()
+        if scheme == torch.per_tensor_affine:
+            out.qscheme = pb.PER_TENSOR_AFFINE
+            out.scales.append(float(t.q_scale()))
+            out.zero_points.append(int(t.q_zero_point()))
+        elif scheme == torch.per_channel_affine:
+            out.qscheme = pb.PER_CHANNEL_AFFINE
+            out.scales.extend(t.q_per_channel_scales().tolist())
+            out.zero_points.extend(t.q_per_channel_zero_points().tolist())
+            out.axis = int(t.q_per_channel_axis())
+        else:
+            raise ExportError(f"{where}: quantization scheme {scheme} is not supported "
+                              "(per_tensor_affine, per_channel_affine)")
+        storage = t.int_repr()
+    else:
+        storage = t
+    if t.dtype not in _NUMPY_STORAGE:
+        raise ExportError(f"{where}: tensor dtype {t.dtype} cannot be stored (float32, int8, "
+                          "uint8, int32, int64, bool, qint8, quint8, qint32)")
+    out.dtype = _names.dtype_to_proto(t.dtype)
+    out.shape.extend(t.shape)
+    array = storage.contiguous().numpy()
+    if sys.byteorder != "little":
+        array = array.astype(_NUMPY_STORAGE[t.dtype])
+    out.data = array.tobytes()
+
+
+def read_tensor(pt, where):
+    """The torch tensor of a proto Tensor, checked against its declared shape and dtype."""
+    pb = model_pb2()
+    dtype = _names.proto_to_dtype(pt.dtype)
+    if dtype not in _NUMPY_STORAGE:
+        raise ModelFileError(f"{where}: field 'dtype' is {pt.dtype}; expected a storable dtype")
+    shape = tuple(pt.shape)
+    if any(d < 0 for d in shape):
+        raise ModelFileError(f"{where}: field 'shape' {list(shape)} has a negative dimension")
+    storage = _NUMPY_STORAGE[dtype]
+    numel = math.prod(shape)
+    if len(pt.data) != numel * storage.itemsize:
+        raise ModelFileError(f"{where}: field 'data' has {len(pt.data)} bytes; expected "
+                             f"{numel * storage.itemsize} for {dtype} shape {list(shape)}")
+    array = np.frombuffer(pt.data, dtype=storage).reshape(shape)
+    if sys.byteorder != "little":
+        array = array.astype(storage.newbyteorder("="))
+    values = torch.from_numpy(array.copy())  # own the memory: the proto may go away
+    quantized = dtype in (torch.qint8, torch.quint8, torch.qint32)
+    if pt.qscheme == pb.QSCHEME_NONE:
+        if quantized:
+            raise ModelFileError(f"{where}: field 'qscheme' is none; a {dtype} tensor needs one")
+        return values
+    if not quantized:
+        raise ModelFileError(f"{where}: has quantization parameters but dtype {dtype} is not "
+                             "quantized")
+    if pt.qscheme == pb.PER_TENSOR_AFFINE:
+        if len(pt.scales) != 1 or len(pt.zero_points) != 1:
+            raise ModelFileError(f"{where}: per-tensor quantization needs exactly 1 scale and "
+                                 f"1 zero_point; got {len(pt.scales)} and {len(pt.zero_points)}")
+        return torch._make_per_tensor_quantized_tensor(values, pt.scales[0], pt.zero_points[0])
+    if pt.qscheme == pb.PER_CHANNEL_AFFINE:
+        if not 0 <= pt.axis < len(shape):
+            raise ModelFileError(f"{where}: field 'axis' is {pt.axis}; expected 0 <= axis < "
+                                 f"{len(shape)}")
+        channels = shape[pt.axis]
+        if len(pt.scales) != channels or len(pt.zero_points) != channels:
+            raise ModelFileError(f"{where}: per-channel quantization needs {channels} scales "
+                                 f"and zero_points; got {len(pt.scales)} and "
+                                 f"{len(pt.zero_points)}")
+        return torch._make_per_channel_quantized_tensor(
+            values, torch.tensor(list(pt.scales), dtype=torch.float64),
+            torch.tensor(list(pt.zero_points), dtype=torch.int64), pt.axis)
+    raise ModelFileError(f"{where}: field 'qscheme' is {pt.qscheme}; expected 0, 1 or 2")

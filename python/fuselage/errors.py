@@ -1,0 +1,16 @@
+"""The exceptions of the fuselage bridge. Each message names the node or module and the
+field at fault, and what was expected."""
+
+
+class FuselageError(Exception):
+    """Base class of the bridge's errors."""
+
+
+class ExportError(FuselageError):
+    """The PyTorch model holds something a fuselage model file cannot express: a module
+    type or function with no fuselage name, a value of an unsupported type, a tensor of an
+    unsupported dtype."""
+
+
+class ModelFileError(FuselageError):
+    """A model file is malformed, or names something PyTorch cannot rebuild."""
