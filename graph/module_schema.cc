@@ -63,16 +63,21 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
   for (const char* t :
        {"nn.Conv1d", "nn.Conv2d", "nn.Conv3d", "nn.ConvTranspose1d", "nn.ConvTranspose2d",
         "nn.ConvTranspose3d", "nn.Linear", "nn.BatchNorm1d", "nn.BatchNorm2d", "nn.BatchNorm3d",
-        "nni.ConvReLU1d", "nni.ConvReLU2d", "nni.ConvReLU3d", "nni.LinearReLU",
-        "nni.ConvBn1d", "nni.ConvBn2d", "nni.ConvBn3d", "nni.ConvBnReLU1d",
-        "nni.ConvBnReLU2d", "nni.ConvBnReLU3d", "nni.LinearBn1d", "nni.BNReLU2d",
-        "nni.BNReLU3d", "nnqr.Conv1d", "nnqr.Conv2d", "nnqr.Conv3d", "nnqr.Linear",
+        "nnqr.Conv1d", "nnqr.Conv2d", "nnqr.Conv3d", "nnqr.Linear",
         "nnqr.ConvTranspose1d", "nnqr.ConvTranspose2d", "nnqr.ConvTranspose3d"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kWeight));
   }
+  // Fused float modules of torch.ao.nn.intrinsic hold their parts as children "0", "1",
+  // ... (NAMING.md) and no tensors of their own, so they require none.
+  for (const char* t :
+       {"nni.ConvReLU1d", "nni.ConvReLU2d", "nni.ConvReLU3d", "nni.LinearReLU", "nni.ConvBn1d",
+        "nni.ConvBn2d", "nni.ConvBn3d", "nni.ConvBnReLU1d", "nni.ConvBnReLU2d",
+        "nni.ConvBnReLU3d", "nni.LinearBn1d", "nni.BNReLU2d", "nni.BNReLU3d"}) {
+    RETURN_IF_ERROR(add(t, 1, 1, kNone));
+  }
   // Two inputs: the fused conv-add(-relu) modules take the residual as a second input.
   for (const char* t : {"nni.ConvAdd2d", "nni.ConvAddReLU2d"}) {
-    RETURN_IF_ERROR(add(t, 2, 2, kWeight));
+    RETURN_IF_ERROR(add(t, 2, 2, kNone));
   }
   // Quantized (native) modules keep packed parameters as tensors too.
   for (const char* t : {"nnq.Conv1d", "nnq.Conv2d", "nnq.Conv3d", "nnq.Linear",
