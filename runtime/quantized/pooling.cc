@@ -1,0 +1,207 @@
+#include "runtime/quantized/pooling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "graph/status_macros.h"
+#include "runtime/quantized/quant_math.h"
+
+namespace fuselage {
+namespace quantized {
+namespace {
+
+// An NCHW view: planes = N * C (or C), each in_h x in_w.
+struct Planes {
+  int64_t planes = 0;
+  int64_t in_h = 0;
+  int64_t in_w = 0;
+};
+
+absl::StatusOr<Planes> ExpectPoolInput(const Tensor& qx, absl::string_view op) {
+  RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, op, "input"));
+  if (qx.dim() != 3 && qx.dim() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": input has shape ", qx.ShapeString(), "; expected [N, C, H, W] or [C, H, W]"));
+  }
+  Planes p;
+  p.in_h = qx.shape()[qx.dim() - 2];
+  p.in_w = qx.shape()[qx.dim() - 1];
+  p.planes = qx.numel() / std::max<int64_t>(1, p.in_h * p.in_w);
+  if (p.in_h * p.in_w == 0) p.planes = 0;
+  return p;
+}
+
+// PyTorch's pooling_output_shape.
+int64_t PooledSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation,
+                   bool ceil_mode) {
+  const int64_t numerator = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  // Floor division (numerator may be negative for an oversized kernel).
+  int64_t out = (numerator >= 0 ? numerator / stride : -((-numerator + stride - 1) / stride)) + 1;
+  // The last window must start inside the input or its left padding.
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+absl::Status ExpectWindow(const Pool2dParams& p, absl::string_view op) {
+  for (int i = 0; i < 2; ++i) {
+    if (p.kernel_size[i] <= 0 || p.stride[i] <= 0 || p.dilation[i] <= 0 || p.padding[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": kernel_size [", p.kernel_size[0], ", ", p.kernel_size[1], "], stride [",
+          p.stride[0], ", ", p.stride[1], "], padding [", p.padding[0], ", ", p.padding[1],
+          "], dilation [", p.dilation[0], ", ", p.dilation[1],
+          "]; expected kernel, stride and dilation > 0 and padding >= 0"));
+    }
+    if (p.padding[i] * 2 > p.kernel_size[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": padding ", p.padding[i], " is more than half of kernel_size ",
+          p.kernel_size[i], "; expected padding <= kernel_size / 2"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> OutputShape(const Tensor& qx, int64_t out_h, int64_t out_w) {
+  std::vector<int64_t> shape = qx.shape();
+  shape[shape.size() - 2] = out_h;
+  shape[shape.size() - 1] = out_w;
+  return shape;
+}
+
+absl::Status ExpectNonEmpty(int64_t out_h, int64_t out_w, const Tensor& qx,
+                            absl::string_view op) {
+  if (out_h > 0 && out_w > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": output would be ", out_h, " x ",
+                                                 out_w, " for input ", qx.ShapeString(),
+                                                 "; expected a non-empty output"));
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> QuantizedMaxPool2d(const Tensor& qx, const Pool2dParams& p) {
+  constexpr absl::string_view kOp = "quantized max_pool2d";
+  ASSIGN_OR_RETURN(const Planes planes, ExpectPoolInput(qx, kOp));
+  RETURN_IF_ERROR(ExpectWindow(p, kOp));
+  const int64_t out_h = PooledSize(planes.in_h, p.kernel_size[0], p.padding[0], p.stride[0],
+                                   p.dilation[0], p.ceil_mode);
+  const int64_t out_w = PooledSize(planes.in_w, p.kernel_size[1], p.padding[1], p.stride[1],
+                                   p.dilation[1], p.ceil_mode);
+  RETURN_IF_ERROR(ExpectNonEmpty(out_h, out_w, qx, kOp));
+  const std::vector<int32_t> x = IntValues(qx);
+  std::vector<int32_t> out(static_cast<size_t>(planes.planes * out_h * out_w));
+  for (int64_t c = 0; c < planes.planes; ++c) {
+    const int32_t* plane = x.data() + c * planes.in_h * planes.in_w;
+    for (int64_t oh = 0; oh < out_h; ++oh) {
+      for (int64_t ow = 0; ow < out_w; ++ow) {
+        int32_t best = std::numeric_limits<int32_t>::min();
+        for (int64_t kh = 0; kh < p.kernel_size[0]; ++kh) {
+          const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
+          if (ih < 0 || ih >= planes.in_h) continue;
+          for (int64_t kw = 0; kw < p.kernel_size[1]; ++kw) {
+            const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
+            if (iw < 0 || iw >= planes.in_w) continue;
+            best = std::max(best, plane[ih * planes.in_w + iw]);
+          }
+        }
+        out[(c * out_h + oh) * out_w + ow] = best;
+      }
+    }
+  }
+  return FromIntValues(qx.dtype(), OutputShape(qx, out_h, out_w), qx.qparams(), out);
+}
+
+absl::StatusOr<Tensor> QuantizedAvgPool2d(const Tensor& qx, const Pool2dParams& p) {
+  constexpr absl::string_view kOp = "quantized avg_pool2d";
+  ASSIGN_OR_RETURN(const Planes planes, ExpectPoolInput(qx, kOp));
+  RETURN_IF_ERROR(ExpectWindow(p, kOp));
+  if (p.divisor_override.has_value() && *p.divisor_override == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": divisor_override is 0; expected a non-zero divisor"));
+  }
+  const int64_t out_h =
+      PooledSize(planes.in_h, p.kernel_size[0], p.padding[0], p.stride[0], 1, p.ceil_mode);
+  const int64_t out_w =
+      PooledSize(planes.in_w, p.kernel_size[1], p.padding[1], p.stride[1], 1, p.ceil_mode);
+  RETURN_IF_ERROR(ExpectNonEmpty(out_h, out_w, qx, kOp));
+  const int64_t zero_point = qx.qparams().zero_points[0];
+  const std::vector<int32_t> x = IntValues(qx);
+  std::vector<int32_t> out(static_cast<size_t>(planes.planes * out_h * out_w));
+  for (int64_t c = 0; c < planes.planes; ++c) {
+    const int32_t* plane = x.data() + c * planes.in_h * planes.in_w;
+    for (int64_t oh = 0; oh < out_h; ++oh) {
+      for (int64_t ow = 0; ow < out_w; ++ow) {
+        int64_t h0 = oh * p.stride[0] - p.padding[0];
+        int64_t w0 = ow * p.stride[1] - p.padding[1];
+        int64_t h1 = std::min(h0 + p.kernel_size[0], planes.in_h + p.padding[0]);
+        int64_t w1 = std::min(w0 + p.kernel_size[1], planes.in_w + p.padding[1]);
+        const int64_t pool_size = (h1 - h0) * (w1 - w0);
+        h0 = std::max<int64_t>(h0, 0);
+        w0 = std::max<int64_t>(w0, 0);
+        h1 = std::min(h1, planes.in_h);
+        w1 = std::min(w1, planes.in_w);
+        const int64_t size = (h1 - h0) * (w1 - w0);
+        const int64_t divide_factor = p.divisor_override.has_value() ? *p.divisor_override
+                                      : p.count_include_pad         ? pool_size
+                                                                    : size;
+        int64_t sum = 0;
+        for (int64_t ih = h0; ih < h1; ++ih) {
+          for (int64_t iw = w0; iw < w1; ++iw) sum += plane[ih * planes.in_w + iw];
+        }
+        sum -= size * zero_point;
+        // scale_factor = in_scale / out_scale = 1 (same qparams), narrowed to float.
+        const float multiplier = static_cast<float>(1.0 / static_cast<double>(divide_factor));
+        const float value = static_cast<float>(sum) * multiplier + static_cast<float>(zero_point);
+        out[(c * out_h + oh) * out_w + ow] =
+            RoundAndClamp(value, DTypeMin(qx.dtype()), DTypeMax(qx.dtype()));
+      }
+    }
+  }
+  return FromIntValues(qx.dtype(), OutputShape(qx, out_h, out_w), qx.qparams(), out);
+}
+
+absl::StatusOr<Tensor> QuantizedAdaptiveAvgPool2d(const Tensor& qx,
+                                                  std::array<int64_t, 2> output_size) {
+  constexpr absl::string_view kOp = "quantized adaptive_avg_pool2d";
+  ASSIGN_OR_RETURN(const Planes planes, ExpectPoolInput(qx, kOp));
+  const int64_t out_h = output_size[0], out_w = output_size[1];
+  if (out_h <= 0 || out_w <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": output_size is [", out_h, ", ",
+                                                   out_w, "]; expected sizes > 0"));
+  }
+  if (planes.in_h <= 0 || planes.in_w <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": input ", qx.ShapeString(), " has empty spatial dimensions; expected > 0"));
+  }
+  // PyTorch's start_index / end_index, computed in float.
+  auto start = [](int64_t i, int64_t out, int64_t in) {
+    return static_cast<int64_t>(std::floor(static_cast<float>(i * in) / out));
+  };
+  auto end = [](int64_t i, int64_t out, int64_t in) {
+    return static_cast<int64_t>(std::ceil(static_cast<float>((i + 1) * in) / out));
+  };
+  const std::vector<int32_t> x = IntValues(qx);
+  std::vector<int32_t> out(static_cast<size_t>(planes.planes * out_h * out_w));
+  for (int64_t c = 0; c < planes.planes; ++c) {
+    const int32_t* plane = x.data() + c * planes.in_h * planes.in_w;
+    for (int64_t oh = 0; oh < out_h; ++oh) {
+      const int64_t h0 = start(oh, out_h, planes.in_h), h1 = end(oh, out_h, planes.in_h);
+      const float inv_h = static_cast<float>(1.0 / static_cast<double>(h1 - h0));
+      for (int64_t ow = 0; ow < out_w; ++ow) {
+        const int64_t w0 = start(ow, out_w, planes.in_w), w1 = end(ow, out_w, planes.in_w);
+        const float inv_area = inv_h / static_cast<float>(w1 - w0);
+        int64_t sum = 0;
+        for (int64_t ih = h0; ih < h1; ++ih) {
+          for (int64_t iw = w0; iw < w1; ++iw) sum += plane[ih * planes.in_w + iw];
+        }
+        out[(c * out_h + oh) * out_w + ow] = RoundAndClamp(
+            static_cast<float>(sum) * inv_area, DTypeMin(qx.dtype()), DTypeMax(qx.dtype()));
+      }
+    }
+  }
+  return FromIntValues(qx.dtype(), OutputShape(qx, out_h, out_w), qx.qparams(), out);
+}
+
+}  // namespace quantized
+}  // namespace fuselage
