@@ -9,10 +9,18 @@
 // nni.ConvReLU2d, nni.ConvBn2d, nni.ConvBnReLU2d, nni.BNReLU2d, nni.LinearReLU,
 // nni.LinearBn1d (sequential over children), nni.ConvAdd2d / nni.ConvAddReLU2d
 // ((x, extra) -> [relu](conv(x) + extra), conv = child "0").
-// call_function: operator.add / mul / getitem, torch.add / mul / cat / flatten / relu /
-// mean, torch.nn.functional.relu / conv2d / linear / hardtanh / relu6 / hardswish,
-// torch.sigmoid. call_method: add, mul, relu, view, reshape, flatten, mean, size,
-// contiguous, sigmoid.
+// call_function: operator.add / mul / getitem, torch.add / mul / cat / flatten / reshape
+// / relu / mean / sigmoid, torch.nn.functional.relu / relu6 / hardtanh / hardswish /
+// conv2d / linear / max_pool2d / avg_pool2d / adaptive_avg_pool2d.
+// call_method: add, mul, relu, sigmoid, view, reshape, flatten, mean, size, contiguous.
+//
+// add / mul take tensors or numbers on either side (two ints give an int, as in Python,
+// for shape arithmetic on size()). The shape-only kernels (flatten, view, reshape, size,
+// contiguous, getitem, cat, nn.Identity, nn.Dropout, nn.Flatten) accept any dtype,
+// quantized included; every other kernel wants float32 and says so otherwise (a quantized
+// tensor reaching nn.ReLU runs the quantized overload if runtime/quantized registered one).
+//
+// Absent module attributes take PyTorch's defaults (stride 1, padding 0, eps 1e-5, ...).
 #ifndef FUSELAGE_RUNTIME_FLOAT_KERNELS_H_
 #define FUSELAGE_RUNTIME_FLOAT_KERNELS_H_
 
@@ -21,7 +29,8 @@
 
 namespace fuselage {
 
-// Adds every float kernel above; AlreadyExists if any of them is already registered.
+// Adds every float kernel above; AlreadyExists (registering none) if any of them is
+// already registered.
 absl::Status RegisterFloatKernels(KernelRegistry& registry);
 
 }  // namespace fuselage

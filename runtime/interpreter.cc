@@ -111,14 +111,14 @@ absl::StatusOr<Value> RunCall(const GraphModule& gm, const Node& node,
       return absl::InvalidArgumentError(
           absl::StrCat("call_module target '", node.target().name(), "' is not a module"));
     }
-    const ModuleKernel* kernel = kernels.FindModule(module->type());
+    const ModuleKernel* kernel = kernels.SelectModule(module->type(), args);
     if (kernel == nullptr) {
       return absl::UnimplementedError(absl::StrCat(
           "no kernel registered for module type '", module->type().name(), "'"));
     }
     return (*kernel)(ctx, *module, args, kwargs);
   }
-  const FunctionKernel* kernel = kernels.FindFunction(node.op(), node.target());
+  const FunctionKernel* kernel = kernels.SelectFunction(node.op(), node.target(), args);
   if (kernel == nullptr) {
     return absl::UnimplementedError(absl::StrCat("no kernel registered for ",
                                                  OpKindName(node.op()), " '",

@@ -4,46 +4,106 @@
 
 namespace fuselage {
 
-absl::Status KernelRegistry::RegisterModule(Symbol module_type, ModuleKernel kernel) {
-  if (module_type.empty() || !kernel) {
-    return absl::InvalidArgumentError("RegisterModule: empty module type or empty kernel");
+namespace {
+
+absl::Status AddModuleKernel(absl::flat_hash_map<Symbol, ModuleKernel>& table, Symbol type,
+                             ModuleKernel kernel, absl::string_view what) {
+  if (type.empty() || !kernel) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": empty module type or empty kernel"));
   }
-  if (!module_kernels_.emplace(module_type, std::move(kernel)).second) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("a kernel for module type '", module_type.name(), "' is already registered"));
+  if (!table.emplace(type, std::move(kernel)).second) {
+    return absl::AlreadyExistsError(absl::StrCat(what, ": a kernel for module type '",
+                                                 type.name(), "' is already registered"));
   }
   return absl::OkStatus();
 }
 
-absl::Status KernelRegistry::RegisterFunction(OpKind op, Symbol target, FunctionKernel kernel) {
+absl::Status AddFunctionKernel(
+    absl::flat_hash_map<std::pair<OpKind, Symbol>, FunctionKernel>& table, OpKind op,
+    Symbol target, FunctionKernel kernel, absl::string_view what) {
   if (op != OpKind::kCallFunction && op != OpKind::kCallMethod) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "RegisterFunction: op must be call_function or call_method; got ", OpKindName(op)));
+        what, ": op must be call_function or call_method; got ", OpKindName(op)));
   }
   if (target.empty() || !kernel) {
-    return absl::InvalidArgumentError("RegisterFunction: empty target or empty kernel");
+    return absl::InvalidArgumentError(absl::StrCat(what, ": empty target or empty kernel"));
   }
-  if (!function_kernels_.emplace(std::make_pair(op, target), std::move(kernel)).second) {
-    return absl::AlreadyExistsError(absl::StrCat("a kernel for ", OpKindName(op), " '",
+  if (!table.emplace(std::make_pair(op, target), std::move(kernel)).second) {
+    return absl::AlreadyExistsError(absl::StrCat(what, ": a kernel for ", OpKindName(op), " '",
                                                  target.name(), "' is already registered"));
   }
   return absl::OkStatus();
 }
 
+template <typename Map, typename Key>
+const typename Map::mapped_type* FindIn(const Map& map, const Key& key) {
+  auto it = map.find(key);
+  return it == map.end() ? nullptr : &it->second;
+}
+
+// True if the first tensor of the call (args[0], or the first item of a list args[0]) is
+// quantized.
+bool FirstTensorIsQuantized(absl::Span<const Value> args) {
+  if (args.empty()) return false;
+  const Value& first = args[0];
+  if (first.is_tensor()) return first.as_tensor().is_quantized();
+  if (first.is_list() && !first.items().empty() && first.items()[0].is_tensor()) {
+    return first.items()[0].as_tensor().is_quantized();
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status KernelRegistry::RegisterModule(Symbol module_type, ModuleKernel kernel) {
+  return AddModuleKernel(module_kernels_, module_type, std::move(kernel), "RegisterModule");
+}
+
+absl::Status KernelRegistry::RegisterFunction(OpKind op, Symbol target, FunctionKernel kernel) {
+  return AddFunctionKernel(function_kernels_, op, target, std::move(kernel), "RegisterFunction");
+}
+
+absl::Status KernelRegistry::RegisterQuantizedModuleOverload(Symbol module_type,
+                                                             ModuleKernel kernel) {
+  return AddModuleKernel(quantized_module_kernels_, module_type, std::move(kernel),
+                         "RegisterQuantizedModuleOverload");
+}
+
+absl::Status KernelRegistry::RegisterQuantizedFunctionOverload(OpKind op, Symbol target,
+                                                               FunctionKernel kernel) {
+  return AddFunctionKernel(quantized_function_kernels_, op, target, std::move(kernel),
+                           "RegisterQuantizedFunctionOverload");
+}
+
 const ModuleKernel* KernelRegistry::FindModule(Symbol module_type) const {
-  auto it = module_kernels_.find(module_type);
-  return it == module_kernels_.end() ? nullptr : &it->second;
+  return FindIn(module_kernels_, module_type);
 }
 
 const FunctionKernel* KernelRegistry::FindFunction(OpKind op, Symbol target) const {
-  auto it = function_kernels_.find(std::make_pair(op, target));
-  return it == function_kernels_.end() ? nullptr : &it->second;
+  return FindIn(function_kernels_, std::make_pair(op, target));
+}
+
+const ModuleKernel* KernelRegistry::SelectModule(Symbol module_type,
+                                                 absl::Span<const Value> args) const {
+  if (FirstTensorIsQuantized(args)) {
+    if (const ModuleKernel* k = FindIn(quantized_module_kernels_, module_type)) return k;
+  }
+  return FindModule(module_type);
+}
+
+const FunctionKernel* KernelRegistry::SelectFunction(OpKind op, Symbol target,
+                                                     absl::Span<const Value> args) const {
+  if (FirstTensorIsQuantized(args)) {
+    const auto key = std::make_pair(op, target);
+    if (const FunctionKernel* k = FindIn(quantized_function_kernels_, key)) return k;
+  }
+  return FindFunction(op, target);
 }
 
 absl::StatusOr<Value> KernelRegistry::CallModule(const KernelContext& ctx, const Module& module,
                                                  absl::Span<const Value> args,
                                                  const ValueKwargs& kwargs) const {
-  const ModuleKernel* kernel = FindModule(module.type());
+  const ModuleKernel* kernel = SelectModule(module.type(), args);
   if (kernel == nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("no kernel registered for module type '", module.type().name(), "'"));

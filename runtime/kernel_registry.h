@@ -78,12 +78,27 @@ class KernelRegistry {
     return RegisterFunction(op, Symbol::Intern(target), std::move(kernel));
   }
 
-  // The kernel, or nullptr if none is registered.
+  // Quantized overloads. Some targets take float or quantized tensors under one name
+  // (nn.MaxPool2d, nn.ReLU, torch.cat, torch.flatten, ...). A quantized overload runs
+  // instead of the kernel registered above when the call's first tensor is quantized
+  // (args[0], or the first item of a list/tuple args[0], e.g. torch.cat's list); otherwise
+  // the plain kernel runs. AlreadyExists on a duplicate overload. An overload may exist
+  // without a plain kernel.
+  absl::Status RegisterQuantizedModuleOverload(Symbol module_type, ModuleKernel kernel);
+  absl::Status RegisterQuantizedFunctionOverload(OpKind op, Symbol target,
+                                                 FunctionKernel kernel);
+
+  // The plain kernel, or nullptr if none is registered.
   const ModuleKernel* FindModule(Symbol module_type) const;
   const FunctionKernel* FindFunction(OpKind op, Symbol target) const;
+  // The kernel to run for a call with `args`: the quantized overload if the first tensor
+  // is quantized and one is registered, else the plain kernel; nullptr if neither.
+  const ModuleKernel* SelectModule(Symbol module_type, absl::Span<const Value> args) const;
+  const FunctionKernel* SelectFunction(OpKind op, Symbol target,
+                                       absl::Span<const Value> args) const;
 
-  // Runs the kernel of `module`'s type on `args`: how composite kernels call children.
-  // Unimplemented (naming the module type) if there is no kernel.
+  // Runs the kernel SelectModule picks for `module`'s type and `args`: how composite
+  // kernels call their children. Unimplemented (naming the module type) if there is no kernel.
   absl::StatusOr<Value> CallModule(const KernelContext& ctx, const Module& module,
                                    absl::Span<const Value> args,
                                    const ValueKwargs& kwargs = {}) const;
@@ -91,6 +106,8 @@ class KernelRegistry {
  private:
   absl::flat_hash_map<Symbol, ModuleKernel> module_kernels_;
   absl::flat_hash_map<std::pair<OpKind, Symbol>, FunctionKernel> function_kernels_;
+  absl::flat_hash_map<Symbol, ModuleKernel> quantized_module_kernels_;
+  absl::flat_hash_map<std::pair<OpKind, Symbol>, FunctionKernel> quantized_function_kernels_;
 };
 
 }  // namespace fuselage

@@ -1,0 +1,14 @@
+#include "runtime/builtin_kernels.h"
+
+#include "graph/status_macros.h"
+#include "runtime/float_kernels.h"
+
+namespace fuselage {
+
+absl::StatusOr<std::unique_ptr<KernelRegistry>> BuiltinKernels() {
+  auto registry = std::make_unique<KernelRegistry>();
+  RETURN_IF_ERROR(RegisterFloatKernels(*registry));
+  return registry;
+}
+
+}  // namespace fuselage
