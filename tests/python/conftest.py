@@ -1,0 +1,72 @@
+"""Shared fixtures of the bridge tests. Run with
+    PYTHONPATH=python /usr/bin/python3 -m pytest tests/python -q
+(python/ is also put on sys.path here, so the PYTHONPATH is a convenience)."""
+
+import copy
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+torch.backends.quantized.engine = "qnnpack"
+
+
+class SmallResidual(nn.Module):
+    """conv-bn-relu, conv-bn, add, relu, pool, linear: the shape of a ResNet block."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.relu(self.bn1(self.conv1(x)))
+        z = self.bn2(self.conv2(y))
+        z = torch.relu(z + y)
+        return self.fc(torch.flatten(self.pool(z), 1))
+
+
+def randomize_batch_norm(model, seed=1):
+    """Untrained batch norms are identities; give them statistics so they matter."""
+    g = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+    return model
+
+
+@pytest.fixture
+def small_residual():
+    torch.manual_seed(0)
+    return randomize_batch_norm(SmallResidual().eval())
+
+
+def quantize_with_pytorch(model, example, calibration, qconfig="qnnpack"):
+    """PyTorch's own FX flow with the qnnpack backend config: (prepared after calibration,
+    reference, converted)."""
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.backend_config import get_qnnpack_backend_config
+    from torch.ao.quantization.quantize_fx import convert_fx, convert_to_reference_fx, prepare_fx
+
+    backend = get_qnnpack_backend_config()
+    prepared = prepare_fx(copy.deepcopy(model), get_default_qconfig_mapping(qconfig),
+                          (example,), backend_config=backend)
+    with torch.no_grad():
+        for batch in calibration:
+            prepared(batch)
+    reference = convert_to_reference_fx(copy.deepcopy(prepared), backend_config=backend)
+    converted = convert_fx(copy.deepcopy(prepared), backend_config=backend)
+    return prepared, reference, converted
