@@ -1,0 +1,377 @@
+// Graph API: every kind of mutation keeps use-lists exact and the graph valid; failed
+// mutations change nothing; names are unique the way FX makes them unique.
+#include "graph/graph.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/graph/test_graphs.h"
+
+namespace fuselage {
+namespace {
+
+using ::fuselage::testing::Names;
+using ::fuselage::testing::UseListMismatch;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// Verify() plus the independent use-list recount, after every mutation.
+#define EXPECT_GRAPH_VALID(g)                  \
+  do {                                         \
+    EXPECT_TRUE((g).Verify().ok()) << (g).Verify(); \
+    EXPECT_EQ(UseListMismatch(g), "");         \
+  } while (0)
+
+// x -> neg -> relu -> output(relu)
+struct Chain {
+  Graph g;
+  Node* x;
+  Node* neg;
+  Node* relu;
+  Node* out;
+  Chain() {
+    x = *g.AddPlaceholder("x");
+    neg = *g.AddCallFunction("operator.neg", {x});
+    relu = *g.AddCallFunction("torch.relu", {neg});
+    out = *g.SetOutput(relu);
+  }
+};
+
+TEST(GraphTest, AppendBuildsOrderUsersAndFxNames) {
+  Chain c;
+  EXPECT_GRAPH_VALID(c.g);
+  EXPECT_THAT(Names(c.g.Nodes()), ElementsAre("x", "neg", "relu", "output"));
+  EXPECT_THAT(Names(c.x->users()), ElementsAre("neg"));
+  EXPECT_THAT(Names(c.neg->users()), ElementsAre("relu"));
+  EXPECT_THAT(Names(c.relu->users()), ElementsAre("output"));
+  EXPECT_THAT(c.out->users(), IsEmpty());
+  EXPECT_EQ(c.g.output(), c.out);
+  EXPECT_EQ(c.g.last(), c.out);
+  // Appending after the output exists lands before it.
+  Node* extra = *c.g.AddCallFunction("torch.flatten", {c.relu, Argument::Int(1)});
+  EXPECT_EQ(extra->next(), c.out);
+  EXPECT_EQ(extra->name(), "flatten");
+  EXPECT_THAT(Names(c.relu->users()), ElementsAre("output", "flatten"));
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, NodeUsingAnInputTwiceIsOneUser) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  Node* add = *g.AddCallFunction("operator.add", {x, x}, {{Symbol::Intern("alpha"), x}});
+  EXPECT_THAT(Names(x->users()), ElementsAre("add"));
+  EXPECT_THAT(Names(add->InputNodes()), ElementsAre("x"));
+  // Losing one of the three uses keeps the user.
+  ASSERT_TRUE(g.SetArg(add, 0, Argument::Int(1)).ok());
+  EXPECT_THAT(Names(x->users()), ElementsAre("add"));
+  ASSERT_TRUE(g.RemoveKwarg(add, "alpha").ok());
+  EXPECT_THAT(Names(x->users()), ElementsAre("add"));
+  ASSERT_TRUE(g.SetArg(add, 1, Argument::Float(2.0)).ok());
+  EXPECT_THAT(x->users(), IsEmpty());
+  ASSERT_TRUE(g.SetOutput(add).ok());
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, NestedListArgsAreUses) {
+  Graph g;
+  Node* a = *g.AddPlaceholder("a");
+  Node* b = *g.AddPlaceholder("b");
+  Node* cat = *g.AddCallFunction(
+      "torch.cat", {Argument::List({a, Argument::Tuple({b, Argument::None()})})});
+  EXPECT_THAT(Names(a->users()), ElementsAre("cat"));
+  EXPECT_THAT(Names(b->users()), ElementsAre("cat"));
+  ASSERT_TRUE(g.SetArgs(cat, {Argument::List({a})}).ok());
+  EXPECT_THAT(b->users(), IsEmpty());
+  ASSERT_TRUE(g.SetOutput(cat).ok());
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, InsertBeforeAndAfterKeepUseLists) {
+  Chain c;
+  Node* before = *c.g.InsertBefore(c.relu, {OpKind::kCallMethod, Symbol::Intern("sigmoid"),
+                                             {c.neg}, {}, ""});
+  EXPECT_EQ(before->next(), c.relu);
+  Node* after = *c.g.InsertAfter(c.x, {OpKind::kCallFunction, Symbol::Intern("torch.abs"),
+                                        {c.x}, {}, ""});
+  EXPECT_EQ(after->prev(), c.x);
+  EXPECT_THAT(Names(c.g.Nodes()), ElementsAre("x", "abs", "neg", "sigmoid", "relu", "output"));
+  EXPECT_THAT(Names(c.x->users()), ElementsAre("neg", "abs"));
+  EXPECT_THAT(Names(c.neg->users()), ElementsAre("relu", "sigmoid"));
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, InsertWhoseInputComesLaterFailsAndChangesNothing) {
+  Chain c;
+  auto bad = c.g.InsertBefore(c.neg, {OpKind::kCallFunction, Symbol::Intern("torch.abs"),
+                                      {c.relu}, {}, "abs"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'relu'"));
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("topological"));
+  EXPECT_EQ(c.g.size(), 4u);
+  EXPECT_EQ(c.g.FindNode("abs"), nullptr);
+  EXPECT_THAT(Names(c.relu->users()), ElementsAre("output"));
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, SecondOutputAndNodesAfterOutputAreRefused) {
+  Chain c;
+  auto second = c.g.SetOutput(c.neg);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("already has an output"));
+  auto after = c.g.InsertAfter(c.out, {OpKind::kCallFunction, Symbol::Intern("torch.abs"),
+                                       {c.x}, {}, ""});
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Names(c.neg->users()), ElementsAre("relu"));
+  EXPECT_EQ(c.g.size(), 4u);
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, NodesOfAnotherGraphAreRefused) {
+  Chain c;
+  Chain other;
+  auto bad = c.g.AddCallFunction("torch.abs", {other.x});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("another graph"));
+  EXPECT_EQ(c.g.SetArg(c.relu, 0, other.neg).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(other.neg->users(), ElementsAre(other.relu));
+  EXPECT_GRAPH_VALID(c.g);
+  EXPECT_GRAPH_VALID(other.g);
+}
+
+TEST(GraphTest, SetArgMovesTheUse) {
+  Chain c;
+  ASSERT_TRUE(c.g.SetArg(c.relu, 0, c.x).ok());
+  EXPECT_THAT(Names(c.x->users()), ElementsAre("neg", "relu"));
+  EXPECT_THAT(c.neg->users(), IsEmpty());
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, SetArgFailuresChangeNothing) {
+  Chain c;
+  // An input that does not precede the node.
+  absl::Status later = c.g.SetArg(c.neg, 0, c.relu);
+  EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(later.message()), HasSubstr("node 'neg'"));
+  // The node itself.
+  EXPECT_FALSE(c.g.SetArg(c.neg, 0, c.neg).ok());
+  // Out of range.
+  absl::Status range = c.g.SetArg(c.neg, 5, c.x);
+  EXPECT_EQ(range.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(range.message()), HasSubstr("node 'neg'"));
+  EXPECT_THAT(Names(c.neg->InputNodes()), ElementsAre("x"));
+  EXPECT_THAT(Names(c.x->users()), ElementsAre("neg"));
+  EXPECT_THAT(Names(c.neg->users()), ElementsAre("relu"));
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, SetKwargAddsReplacesAndRemovesUses) {
+  Chain c;
+  ASSERT_TRUE(c.g.SetKwarg(c.relu, "other", c.x).ok());
+  EXPECT_THAT(Names(c.x->users()), ElementsAre("neg", "relu"));
+  ASSERT_NE(c.relu->FindKwarg("other"), nullptr);
+  EXPECT_EQ(c.relu->FindKwarg("other")->as_node(), c.x);
+  // Replacing the value keeps one kwarg and moves the use.
+  ASSERT_TRUE(c.g.SetKwarg(c.relu, "other", c.neg).ok());
+  EXPECT_EQ(c.relu->kwargs().size(), 1u);
+  EXPECT_THAT(Names(c.x->users()), ElementsAre("neg"));
+  EXPECT_THAT(Names(c.neg->users()), ElementsAre("relu"));
+  // neg is still an arg of relu after the kwarg goes.
+  ASSERT_TRUE(c.g.RemoveKwarg(c.relu, "other").ok());
+  EXPECT_THAT(Names(c.neg->users()), ElementsAre("relu"));
+  EXPECT_EQ(c.g.RemoveKwarg(c.relu, "other").code(), absl::StatusCode::kNotFound);
+  // A kwarg input that comes later is refused.
+  EXPECT_EQ(c.g.SetKwarg(c.neg, "inplace", c.relu).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(c.neg->kwargs().empty());
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, ReplaceAllUsesRewiresEveryUser) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  Node* y = *g.AddPlaceholder("y");
+  Node* a = *g.AddCallFunction("torch.relu", {x});
+  Node* b = *g.AddCallFunction("operator.add", {a, x}, {{Symbol::Intern("alpha"), a}});
+  Node* out = *g.SetOutput(Argument::Tuple({a, b}));
+  auto replaced = g.ReplaceAllUsesWith(a, y);
+  ASSERT_TRUE(replaced.ok());
+  EXPECT_EQ(*replaced, 2);  // b and output, each counted once.
+  EXPECT_THAT(a->users(), IsEmpty());
+  EXPECT_THAT(Names(y->users()), ElementsAre("add", "output"));
+  EXPECT_EQ(b->arg(0).as_node(), y);
+  EXPECT_EQ(b->FindKwarg("alpha")->as_node(), y);
+  EXPECT_EQ(out->arg(0).items()[0].as_node(), y);
+  EXPECT_GRAPH_VALID(g);
+}
+
+// FX's idiom: insert f(x) after x, then send every other use of x through it. The new
+// node must keep reading x (XLA's rule), or the graph would have a cycle.
+TEST(GraphTest, ReplaceAllUsesKeepsTheReplacementsOwnUse) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  Node* neg = *g.AddCallFunction("operator.neg", {x});
+  Node* add = *g.AddCallFunction("operator.add", {neg, x});
+  ASSERT_TRUE(g.SetOutput(add).ok());
+  Node* observer = *g.InsertAfter(x, {OpKind::kCallModule, Symbol::Intern("obs"), {x}, {}, ""});
+  auto replaced = g.ReplaceAllUsesWith(x, observer);
+  ASSERT_TRUE(replaced.ok());
+  EXPECT_EQ(*replaced, 2);
+  EXPECT_THAT(Names(x->users()), ElementsAre("obs"));
+  EXPECT_EQ(observer->arg(0).as_node(), x);
+  EXPECT_THAT(Names(observer->users()), ElementsAre("neg", "add"));
+  EXPECT_EQ(add->arg(1).as_node(), observer);
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, ReplaceAllUsesWithALaterNodeFailsAndChangesNothing) {
+  Chain c;
+  // x's user neg comes before relu, so neg cannot read relu.
+  auto replaced = c.g.ReplaceAllUsesWith(c.x, c.relu);
+  ASSERT_FALSE(replaced.ok());
+  EXPECT_EQ(replaced.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(replaced.status().message()), HasSubstr("user 'neg'"));
+  EXPECT_EQ(c.neg->arg(0).as_node(), c.x);
+  EXPECT_THAT(Names(c.x->users()), ElementsAre("neg"));
+  EXPECT_GRAPH_VALID(c.g);
+  // Replacing a node by itself is a no-op.
+  EXPECT_EQ(*c.g.ReplaceAllUsesWith(c.neg, c.neg), 0);
+}
+
+TEST(GraphTest, EraseWithUsersIsAnErrorNamingThem) {
+  Chain c;
+  absl::Status st = c.g.Erase(c.neg);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("'neg'"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("relu"));
+  EXPECT_EQ(c.g.size(), 4u);
+  EXPECT_EQ(c.g.FindNode("neg"), c.neg);
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, EraseRemovesTheNodeFromItsInputsUsers) {
+  Chain c;
+  ASSERT_TRUE(c.g.SetArg(c.out, 0, c.neg).ok());
+  ASSERT_TRUE(c.g.Erase(c.relu).ok());
+  EXPECT_EQ(c.g.FindNode("relu"), nullptr);
+  EXPECT_THAT(Names(c.neg->users()), ElementsAre("output"));
+  EXPECT_THAT(Names(c.g.Nodes()), ElementsAre("x", "neg", "output"));
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, EliminateDeadCodeErasesDeadChainsAndKeepsPlaceholders) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  Node* unused_input = *g.AddPlaceholder("unused");
+  Node* w = *g.AddGetAttr("conv.weight");
+  Node* dead1 = *g.AddCallFunction("torch.relu", {x});
+  Node* dead2 = *g.AddCallMethod("view", {dead1, Argument::Int(-1)}, {{Symbol::Intern("w"), w}});
+  (void)dead2;
+  Node* live = *g.AddCallFunction("operator.neg", {x});
+  ASSERT_TRUE(g.SetOutput(live).ok());
+  EXPECT_EQ(g.EliminateDeadCode(), 3);  // view, relu, then conv_weight.
+  EXPECT_THAT(Names(g.Nodes()), ElementsAre("x", "unused", "neg", "output"));
+  EXPECT_THAT(Names(x->users()), ElementsAre("neg"));
+  EXPECT_THAT(unused_input->users(), IsEmpty());
+  EXPECT_EQ(g.EliminateDeadCode(), 0);
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, MoveBeforeKeepsOrderTopological) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  Node* a = *g.AddCallFunction("torch.relu", {x});
+  Node* b = *g.AddCallFunction("torch.sigmoid", {x});
+  Node* c = *g.AddCallFunction("operator.add", {a, b});
+  ASSERT_TRUE(g.SetOutput(c).ok());
+  ASSERT_TRUE(g.MoveBefore(b, a).ok());
+  EXPECT_THAT(Names(g.Nodes()), ElementsAre("x", "sigmoid", "relu", "add", "output"));
+  EXPECT_TRUE(g.Precedes(b, a));
+  // c cannot move before one of its inputs.
+  EXPECT_EQ(g.MoveBefore(c, a).code(), absl::StatusCode::kFailedPrecondition);
+  // x cannot move after its users.
+  EXPECT_EQ(g.MoveBefore(x, c).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Names(g.Nodes()), ElementsAre("x", "sigmoid", "relu", "add", "output"));
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, ManyInsertionsAtOnePlaceStayOrdered) {
+  // Repeated halving of the order-key gap forces renumbering; order must survive it.
+  Chain c;
+  Node* anchor = c.relu;
+  for (int i = 0; i < 100; ++i) {
+    anchor = *c.g.InsertBefore(anchor, {OpKind::kCallFunction, Symbol::Intern("torch.abs"),
+                                        {c.neg}, {}, ""});
+  }
+  EXPECT_EQ(c.g.size(), 104u);
+  EXPECT_EQ(c.neg->num_users(), 101u);
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, NamesAreUniqueTheWayFxMakesThem) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  EXPECT_EQ((*g.AddCallFunction("operator.add", {x, x}))->name(), "add");
+  EXPECT_EQ((*g.AddCallFunction("operator.add", {x, x}))->name(), "add_1");
+  EXPECT_EQ((*g.AddCallFunction("torch.add", {x, x}))->name(), "add_2");
+  // An explicit name that is taken gets the next free suffix.
+  EXPECT_EQ((*g.AddCallFunction("operator.add", {x, x}, {}, "add_1"))->name(), "add_3");
+  EXPECT_EQ((*g.AddCallFunction("operator.mul", {x, x}, {}, "add_7"))->name(), "add_7");
+  EXPECT_EQ((*g.AddCallFunction("operator.add", {x, x}, {}, "add_7"))->name(), "add_8");
+  // Qualified function names use their last part; module paths their whole path.
+  EXPECT_EQ((*g.AddCallFunction("torch.nn.functional.relu", {x}))->name(), "relu");
+  EXPECT_EQ((*g.AddCallModule("layer1.0.conv1", {x}))->name(), "layer1_0_conv1");
+  EXPECT_EQ((*g.AddCallMethod("relu", {x}))->name(), "relu_1");
+  // Characters Python does not allow become '_'; a leading digit gets a '_' prefix.
+  EXPECT_EQ((*g.AddCallFunction("torch.abs", {x}, {}, "my-node"))->name(), "my_node");
+  EXPECT_EQ((*g.AddCallFunction("torch.abs", {x}, {}, "1x"))->name(), "_1x");
+  EXPECT_EQ((*g.AddPlaceholder("x"))->name(), "x_1");
+  // A fresh suffix is not taken (which number is an implementation choice: the graph
+  // hands out suffixes in O(1) rather than filling holes as FX does).
+  const std::string next_add = g.UniqueName("add");
+  EXPECT_TRUE(absl::StartsWith(next_add, "add_")) << next_add;
+  EXPECT_EQ(g.FindNode(next_add), nullptr);
+  EXPECT_EQ(g.UniqueName("fresh"), "fresh");
+  ASSERT_TRUE(g.SetOutput(x).ok());
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, RenameToATakenNameGetsASuffix) {
+  Chain c;
+  EXPECT_EQ(c.g.Rename(c.neg, "relu"), "relu_1");
+  EXPECT_EQ(c.g.FindNode("relu_1"), c.neg);
+  EXPECT_EQ(c.g.FindNode("neg"), nullptr);
+  EXPECT_EQ(c.g.Rename(c.neg, "relu_1"), "relu_1");
+  EXPECT_EQ(c.g.Rename(c.neg, "negated"), "negated");
+  EXPECT_EQ(c.g.FindNode("relu_1"), nullptr);
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, MetaCannotReferenceNodes) {
+  Chain c;
+  EXPECT_TRUE(c.g.SetMeta(c.relu, "pattern", Argument::String("relu")).ok());
+  EXPECT_EQ(c.relu->FindMeta("pattern")->as_string(), "relu");
+  EXPECT_EQ(c.g.SetMeta(c.relu, "input", c.x).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.relu->FindMeta("input"), nullptr);
+  EXPECT_THAT(c.x->users(), ElementsAre(c.neg));
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, SetTargetAndSetOpKeepUses) {
+  Chain c;
+  ASSERT_TRUE(c.g.SetOp(c.relu, OpKind::kCallMethod, Symbol::Intern("relu")).ok());
+  EXPECT_EQ(c.relu->op(), OpKind::kCallMethod);
+  EXPECT_THAT(Names(c.neg->users()), ElementsAre("relu"));
+  EXPECT_EQ(c.g.SetOp(c.relu, OpKind::kOutput, Symbol::Intern("output")).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.g.SetTarget(c.relu, Symbol()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.relu->target().name(), "relu");
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+}  // namespace
+}  // namespace fuselage
