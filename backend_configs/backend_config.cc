@@ -1,0 +1,274 @@
+#include "backend_configs/backend_config.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "graph/status_macros.h"
+
+namespace fuselage {
+namespace {
+
+absl::Status EntryError(const BackendPatternConfig& config, absl::string_view field,
+                        absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat("backend pattern config '", config.name(),
+                                                 "': field '", field, "': ", message));
+}
+
+std::string OpRefKey(OpRef op) {
+  return absl::StrCat(OpKindName(op.op), ":", op.target.name());
+}
+
+std::string PositionKey(const Pattern& pattern, int i) {
+  const PatternPosition& position = pattern.position(i);
+  if (position.match_all) return "*";
+  std::vector<std::string> alternatives;
+  for (OpRef op : position.alternatives) alternatives.push_back(OpRefKey(op));
+  std::sort(alternatives.begin(), alternatives.end());
+  std::vector<std::string> kwargs;
+  for (const AllowedKwarg& kw : position.allowed_kwargs) {
+    kwargs.push_back(absl::StrCat(kw.key.name(), kw.value ? "=" + kw.value->ToString() : ""));
+  }
+  std::sort(kwargs.begin(), kwargs.end());
+  std::string key = absl::StrCat("[", absl::StrJoin(alternatives, "|"), "]",
+                                 position.commutative ? "~" : "");
+  if (!kwargs.empty()) absl::StrAppend(&key, "{", absl::StrJoin(kwargs, ","), "}");
+  if (!position.args.empty()) {
+    std::vector<std::string> args;
+    for (int arg : position.args) args.push_back(PositionKey(pattern, arg));
+    absl::StrAppend(&key, "(", absl::StrJoin(args, ","), ")");
+  }
+  return key;
+}
+
+// The module types and functions a pattern names must be known: a typo would otherwise
+// give a pattern that silently never matches.
+absl::Status ValidatePatternTargets(const BackendPatternConfig& config,
+                                    const ModuleSchemaRegistry& modules,
+                                    const FunctionRegistry& functions) {
+  const Pattern& pattern = config.pattern();
+  for (int i = 0; i < pattern.size(); ++i) {
+    const PatternPosition& position = pattern.position(i);
+    for (OpRef op : position.alternatives) {
+      if (op.op == OpKind::kCallModule && modules.Find(op.target) == nullptr) {
+        return EntryError(config, "pattern",
+                          absl::StrCat("position '", pattern.PathOf(i), "' ('",
+                                       position.spelling, "') names module type '",
+                                       op.target.name(), "', which is not registered"));
+      }
+      if (op.op == OpKind::kCallFunction && !functions.Contains(op.target)) {
+        return EntryError(config, "pattern",
+                          absl::StrCat("position '", pattern.PathOf(i), "' ('",
+                                       position.spelling, "') names function '",
+                                       op.target.name(), "', which is not a known function"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateModuleField(const BackendPatternConfig& config, absl::string_view field,
+                                 Symbol type, const ModuleSchemaRegistry& modules) {
+  if (type.empty() || modules.Find(type) != nullptr) return absl::OkStatus();
+  return EntryError(config, field,
+                    absl::StrCat("module type '", type.name(), "' is not registered"));
+}
+
+// The fused node takes the root's args followed by the extra inputs, so the fused module's
+// forward must accept that many inputs. The root's input count is known when the pattern
+// lists its args, or when it is a module (from its schema); a functional root with
+// unchecked args, or C++ getters, leave it open.
+absl::Status ValidateFusedArity(const BackendPatternConfig& config,
+                                const ModuleSchemaRegistry& modules) {
+  const FusionRule& rule = config.rule;
+  if (rule.fused_module_type.empty() || rule.root_node_getter || rule.extra_inputs_getter) {
+    return absl::OkStatus();
+  }
+  const ModuleSchema* fused = modules.Find(rule.fused_module_type);
+  if (fused == nullptr) return absl::OkStatus();  // Reported by ValidateModuleField.
+  const Pattern& pattern = rule.pattern;
+  const int root = rule.root_position.value_or(pattern.DefaultRootPosition());
+  const PatternPosition& root_position = pattern.position(root);
+  int root_min = 0;
+  int root_max = 0;
+  if (!root_position.args.empty()) {
+    root_min = root_max = static_cast<int>(root_position.args.size());
+  } else {
+    bool known = !root_position.alternatives.empty();
+    root_min = ModuleSchema::kAnyNumber;
+    for (OpRef op : root_position.alternatives) {
+      const ModuleSchema* schema =
+          op.op == OpKind::kCallModule ? modules.Find(op.target) : nullptr;
+      if (schema == nullptr || schema->max_inputs == ModuleSchema::kAnyNumber) {
+        known = false;
+        break;
+      }
+      root_min = root_min == ModuleSchema::kAnyNumber ? schema->min_inputs
+                                                      : std::min(root_min, schema->min_inputs);
+      root_max = std::max(root_max, schema->max_inputs);
+    }
+    if (!known) return absl::OkStatus();
+  }
+  const int extras = static_cast<int>(
+      rule.extra_input_positions.value_or(pattern.DefaultExtraInputPositions()).size());
+  const bool too_many =
+      fused->max_inputs != ModuleSchema::kAnyNumber && root_min + extras > fused->max_inputs;
+  const bool too_few = root_max + extras < fused->min_inputs;
+  if (too_many || too_few) {
+    const std::string fused_range =
+        fused->max_inputs == ModuleSchema::kAnyNumber
+            ? absl::StrCat("at least ", fused->min_inputs)
+            : (fused->min_inputs == fused->max_inputs
+                   ? absl::StrCat(fused->min_inputs)
+                   : absl::StrCat(fused->min_inputs, " to ", fused->max_inputs));
+    const std::string root_range = root_min == root_max
+                                       ? absl::StrCat(root_min)
+                                       : absl::StrCat(root_min, " to ", root_max);
+    return EntryError(config, "fused_module",
+                      absl::StrCat("'", rule.fused_module_type.name(), "' takes ", fused_range,
+                                   " inputs, but the fused node gets the root's ", root_range,
+                                   " (root '", root_position.spelling, "' at position '",
+                                   pattern.PathOf(root), "') plus ", extras,
+                                   " extra input(s)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string PatternKey(const Pattern& pattern) {
+  return pattern.size() == 0 ? "" : PositionKey(pattern, 0);
+}
+
+absl::Status ValidateBackendPatternConfig(const BackendPatternConfig& config,
+                                          const ModuleSchemaRegistry& modules,
+                                          const FunctionRegistry& functions) {
+  if (config.name().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend pattern config with pattern ", config.pattern().ToString(),
+                     ": field 'name': must not be empty"));
+  }
+  if (config.pattern().size() == 0) return EntryError(config, "pattern", "must not be empty");
+  RETURN_IF_ERROR(ValidatePatternTargets(config, modules, functions));
+  RETURN_IF_ERROR(ValidateModuleField(config, "root_module", config.root_module, modules));
+  RETURN_IF_ERROR(ValidateModuleField(config, "reference_quantized_module",
+                                      config.reference_quantized_module, modules));
+  for (size_t i = 0; i < config.dtype_configs.size(); ++i) {
+    const absl::Status status =
+        config.dtype_configs[i].Validate(absl::StrCat("dtype_configs[", i, "]"));
+    if (!status.ok()) return EntryError(config, "dtype_configs", status.message());
+  }
+  for (const std::optional<int>& index : {config.weight_arg_index, config.bias_arg_index}) {
+    if (index.has_value() && *index < 0) {
+      return EntryError(config, "input_type_to_index",
+                        absl::StrCat(*index, " is negative; expected an arg index"));
+    }
+  }
+  if (config.fixed_output_qparams.has_value() && !(config.fixed_output_qparams->scale > 0)) {
+    return EntryError(config, "fixed_output_qparams",
+                      absl::StrCat("scale ", config.fixed_output_qparams->scale,
+                                   "; expected a positive scale"));
+  }
+  if (!config.fuses) return absl::OkStatus();
+  // The rule's own checks: getter positions inside the pattern and of the right kind, a
+  // fuser and fused type that fit together.
+  if (const absl::Status status = config.rule.Validate(); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("backend pattern config '", config.name(),
+                                                   "': ", status.message()));
+  }
+  RETURN_IF_ERROR(
+      ValidateModuleField(config, "fused_module", config.rule.fused_module_type, modules));
+  return ValidateFusedArity(config, modules);
+}
+
+absl::Status BackendConfig::Add(BackendPatternConfig config,
+                                const ModuleSchemaRegistry& modules,
+                                const FunctionRegistry& functions) {
+  return Insert(std::move(config), /*replace=*/false, modules, functions);
+}
+
+absl::Status BackendConfig::SetOrReplace(BackendPatternConfig config,
+                                         const ModuleSchemaRegistry& modules,
+                                         const FunctionRegistry& functions) {
+  return Insert(std::move(config), /*replace=*/true, modules, functions);
+}
+
+absl::Status BackendConfig::Insert(BackendPatternConfig config, bool replace,
+                                   const ModuleSchemaRegistry& modules,
+                                   const FunctionRegistry& functions) {
+  RETURN_IF_ERROR(ValidateBackendPatternConfig(config, modules, functions));
+  std::string key = PatternKey(config.pattern());
+  auto same_pattern = index_by_pattern_key_.find(key);
+  auto same_name = index_by_name_.find(config.name());
+  if (same_pattern != index_by_pattern_key_.end()) {
+    const BackendPatternConfig& existing = configs_[same_pattern->second];
+    if (!replace) {
+      return EntryError(config, "pattern",
+                        absl::StrCat(config.pattern().ToString(), " duplicates the pattern of '",
+                                     existing.name(), "' in backend config '", name_, "'"));
+    }
+    if (same_name != index_by_name_.end() && same_name->second != same_pattern->second) {
+      return EntryError(config, "name",
+                        absl::StrCat("is already used by another entry of backend config '",
+                                     name_, "'"));
+    }
+    const size_t index = same_pattern->second;
+    index_by_name_.erase(existing.name());
+    index_by_name_[config.name()] = index;
+    configs_[index] = std::move(config);
+    return absl::OkStatus();
+  }
+  if (same_name != index_by_name_.end()) {
+    return EntryError(config, "name",
+                      absl::StrCat("is already used by another entry of backend config '",
+                                   name_, "'"));
+  }
+  index_by_pattern_key_.emplace(std::move(key), configs_.size());
+  index_by_name_.emplace(config.name(), configs_.size());
+  configs_.push_back(std::move(config));
+  return absl::OkStatus();
+}
+
+const BackendPatternConfig* BackendConfig::Find(absl::string_view name) const {
+  auto it = index_by_name_.find(std::string(name));
+  return it == index_by_name_.end() ? nullptr : &configs_[it->second];
+}
+
+const BackendPatternConfig* BackendConfig::FindByPattern(const Pattern& pattern) const {
+  auto it = index_by_pattern_key_.find(PatternKey(pattern));
+  return it == index_by_pattern_key_.end() ? nullptr : &configs_[it->second];
+}
+
+std::vector<const BackendPatternConfig*> BackendConfig::FindForOp(OpRef op) const {
+  std::vector<const BackendPatternConfig*> found;
+  for (const BackendPatternConfig& config : configs_) {
+    if (config.pattern().size() == 1 && config.pattern().outermost().Matches(op)) {
+      found.push_back(&config);
+    }
+  }
+  return found;
+}
+
+std::vector<const BackendPatternConfig*> BackendConfig::FindFusionsProducing(
+    Symbol fused_type) const {
+  std::vector<const BackendPatternConfig*> found;
+  for (const BackendPatternConfig& config : configs_) {
+    if (config.fuses && !fused_type.empty() && config.rule.fused_module_type == fused_type) {
+      found.push_back(&config);
+    }
+  }
+  return found;
+}
+
+std::vector<const FusionRule*> BackendConfig::FusionRules() const {
+  std::vector<const FusionRule*> rules;
+  for (const BackendPatternConfig& config : configs_) {
+    if (config.fuses) rules.push_back(&config.rule);
+  }
+  return rules;
+}
+
+}  // namespace fuselage

@@ -1,0 +1,74 @@
+#include "backend_configs/known_functions.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "graph/check.h"
+#include "graph/status_macros.h"
+
+namespace fuselage {
+
+FunctionRegistry& FunctionRegistry::Global() {
+  static FunctionRegistry* registry = [] {
+    auto* r = new FunctionRegistry();
+    FUSELAGE_CHECK(RegisterBuiltinFunctions(*r).ok());
+    return r;
+  }();
+  return *registry;
+}
+
+absl::Status FunctionRegistry::Register(absl::string_view qualified_name) {
+  if (qualified_name.empty() || !absl::StrContains(qualified_name, '.') ||
+      absl::StartsWith(qualified_name, ".") || absl::EndsWith(qualified_name, ".")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "function '", qualified_name,
+        "': expected a qualified name such as 'torch.nn.functional.relu'"));
+  }
+  const Symbol function = Symbol::Intern(qualified_name);
+  absl::MutexLock lock(&mu_);
+  functions_.insert(function);
+  return absl::OkStatus();
+}
+
+bool FunctionRegistry::Contains(Symbol function) const {
+  absl::MutexLock lock(&mu_);
+  return functions_.contains(function);
+}
+
+absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
+  for (const char* name : {
+           // Binary ops and their torch forms.
+           "operator.add", "operator.mul", "operator.floordiv", "operator.getitem",
+           "torch.add", "torch.mul", "torch.matmul", "torch.cat", "torch.stack",
+           // Activations and elementwise ops.
+           "torch.relu", "torch.sigmoid", "torch.tanh", "torch.clamp",
+           "torch.nn.functional.relu", "torch.nn.functional.relu6",
+           "torch.nn.functional.hardtanh", "torch.nn.functional.hardtanh_",
+           "torch.nn.functional.hardswish", "torch.nn.functional.hardsigmoid",
+           "torch.nn.functional.elu", "torch.nn.functional.leaky_relu",
+           "torch.nn.functional.gelu", "torch.nn.functional.silu",
+           "torch.nn.functional.sigmoid", "torch.nn.functional.tanh",
+           "torch.nn.functional.softmax", "torch.nn.functional.dropout",
+           // Weighted functionals and norms.
+           "torch.nn.functional.conv1d", "torch.nn.functional.conv2d",
+           "torch.nn.functional.conv3d", "torch.nn.functional.linear",
+           "torch.nn.functional.layer_norm", "torch.nn.functional.group_norm",
+           "torch.nn.functional.instance_norm", "torch.nn.functional.batch_norm",
+           // Pools, resampling and shape ops.
+           "torch.nn.functional.adaptive_avg_pool1d", "torch.nn.functional.adaptive_avg_pool2d",
+           "torch.nn.functional.adaptive_avg_pool3d", "torch.nn.functional.avg_pool1d",
+           "torch.nn.functional.avg_pool2d", "torch.nn.functional.avg_pool3d",
+           "torch.nn.functional.max_pool1d", "torch.nn.functional.max_pool2d",
+           "torch.nn.functional.max_pool3d", "torch.nn.functional.interpolate",
+           "torch.flatten", "torch.mean", "torch.repeat_interleave", "torch.transpose",
+           "torch.squeeze", "torch.unsqueeze", "torch.reshape",
+           // Quantization ops (graphs after convert / lowering).
+           "torch.quantize_per_tensor", "torch.quantize_per_channel",
+           "torch.ops.quantized.add", "torch.ops.quantized.add_relu",
+           "torch.ops.quantized.mul", "torch.ops.quantized.mul_relu",
+       }) {
+    RETURN_IF_ERROR(registry.Register(name));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fuselage

@@ -1,0 +1,42 @@
+// FunctionRegistry: the call_function targets a backend config may name in a pattern
+// ("torch.nn.functional.relu", "operator.add", ...), so that a typo in a config file
+// ("torch.nn.functional.rleu") is an error at load time instead of a pattern that silently
+// never matches. Module types are checked against graph/'s ModuleSchemaRegistry instead.
+// A user whose graphs call other functions registers them before loading a config.
+#ifndef FUSELAGE_BACKEND_CONFIGS_KNOWN_FUNCTIONS_H_
+#define FUSELAGE_BACKEND_CONFIGS_KNOWN_FUNCTIONS_H_
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "graph/symbol.h"
+
+namespace fuselage {
+
+class FunctionRegistry {
+ public:
+  // The process-wide registry, holding every function PyTorch 1.13's and 2.x's backend
+  // configs name, plus those of graph/NAMING.md.
+  static FunctionRegistry& Global();
+
+  // An empty registry (tests).
+  FunctionRegistry() = default;
+
+  // Adds a qualified name ("torch.nn.functional.gelu"). InvalidArgument if it is empty or
+  // not a dotted name (a function of a module: at least one '.').
+  absl::Status Register(absl::string_view qualified_name);
+  bool Contains(Symbol function) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_set<Symbol> functions_ ABSL_GUARDED_BY(mu_);
+};
+
+// Registers the functions described at FunctionRegistry::Global.
+absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_BACKEND_CONFIGS_KNOWN_FUNCTIONS_H_
