@@ -8,7 +8,8 @@ graph/model.proto changes. The generated file starts with a line holding the SHA
 
 Where it goes: python/fuselage/proto/model_pb2.py (git-ignored) when that folder is
 writable, else a per-user cache folder ($FUSELAGE_CACHE_DIR, or
-$XDG_CACHE_HOME/fuselage, or ~/.cache/fuselage). $FUSELAGE_PROTO overrides the .proto path.
+$XDG_CACHE_HOME/fuselage, or ~/.cache/fuselage). $FUSELAGE_PROTO overrides the .proto path;
+its generated module then only goes to the cache folder.
 """
 
 import hashlib
@@ -36,7 +37,10 @@ def _proto_source() -> Path:
 
 
 def _cache_dirs():
-    yield _PACKAGE_DIR / "proto"
+    # The package folder holds the schema of this checkout's graph/model.proto only; an
+    # overridden .proto never replaces it (another process may be using it).
+    if not os.environ.get("FUSELAGE_PROTO"):
+        yield _PACKAGE_DIR / "proto"
     if os.environ.get("FUSELAGE_CACHE_DIR"):
         yield Path(os.environ["FUSELAGE_CACHE_DIR"]) / "proto"
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

@@ -1,0 +1,171 @@
+"""What cannot be exported gets an ExportError naming the node (or module) and field, and
+no file; a malformed model file gets a ModelFileError naming what is wrong."""
+
+import pytest
+import torch
+import torch.fx
+import torch.nn as nn
+
+import fuselage
+from fuselage import ExportError, ModelFileError
+
+
+class Custom(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class LeafTracer(torch.fx.Tracer):
+    def is_leaf_module(self, m, qualname):
+        return isinstance(m, Custom) or super().is_leaf_module(m, qualname)
+
+
+class UsesCustom(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 1, 1)
+        self.mystery = Custom()
+
+    def forward(self, x):
+        return self.mystery(self.conv(x))
+
+
+def test_unsupported_module_names_the_node_and_class(tmp_path):
+    model = UsesCustom()
+    gm = torch.fx.GraphModule(model, LeafTracer().trace(model))
+    path = tmp_path / "custom.fsl"
+    with pytest.raises(ExportError) as info:
+        fuselage.export(gm, None, str(path))
+    message = str(info.value)
+    assert "node 'mystery'" in message
+    assert "Custom" in message and "no fuselage module type" in message
+    assert not path.exists()
+
+
+def test_unsupported_module_that_nothing_calls_is_only_a_container():
+    model = UsesCustom()
+    gm = torch.fx.symbolic_trace(model)  # traced through Custom: nothing calls it
+    gm.add_submodule("unused", Custom())
+    proto = fuselage.to_proto(gm)
+    assert {c.name: c.module.type for c in proto.root.children}["unused"] == "nn.Module"
+
+
+def test_function_without_importable_name_names_the_node():
+    def local_scale(x):
+        return x * 3
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(local_scale, (x,)))
+    with pytest.raises(ExportError, match=r"node 'local_scale': call_function target"):
+        fuselage.to_proto(torch.fx.GraphModule(nn.Module(), graph))
+
+
+def test_unsupported_arg_value_names_node_and_position():
+    class Slices(nn.Module):
+        def forward(self, x):
+            return x[:, 0]
+
+    with pytest.raises(ExportError, match=r"node 'getitem' args\[1\].*slice"):
+        fuselage.to_proto(Slices())
+
+
+def test_unsupported_tensor_dtype_names_module_and_tensor():
+    class Double(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("table", torch.zeros(2, dtype=torch.float64))
+
+        def forward(self, x):
+            return x + self.table
+
+    with pytest.raises(ExportError, match=r"root module tensor 'table'.*torch.float64"):
+        fuselage.to_proto(Double())
+
+
+def test_untraceable_module_is_an_export_error():
+    class Branches(nn.Module):
+        def forward(self, x):
+            return x if x.sum() > 0 else -x
+
+    with pytest.raises(ExportError, match=r"torch.fx cannot trace .*Branches: .*control flow"):
+        fuselage.to_proto(Branches())
+
+
+# ---- reading malformed files ----------------------------------------------------------------
+
+def write(tmp_path, model_proto):
+    path = tmp_path / "model.fsl"
+    path.write_bytes(model_proto.SerializeToString())
+    return str(path)
+
+
+def valid_model():
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    return fuselage.to_proto(Tiny())
+
+
+def test_valid_model_loads(tmp_path):
+    gm = fuselage.to_torch(write(tmp_path, valid_model()))
+    assert isinstance(gm.fc, nn.Linear)
+
+
+def test_wrong_format_version(tmp_path):
+    model = valid_model()
+    model.format_version = 7
+    with pytest.raises(ModelFileError, match="format_version is 7; expected 1"):
+        fuselage.to_torch(write(tmp_path, model))
+
+
+def test_unknown_module_type_names_the_module(tmp_path):
+    model = valid_model()
+    model.root.children[0].module.type = "nn.NoSuchLayer"
+    with pytest.raises(ModelFileError, match=r"module 'fc': module type 'nn.NoSuchLayer'"):
+        fuselage.to_torch(write(tmp_path, model))
+
+
+def test_unknown_function_names_the_node(tmp_path):
+    model = valid_model()
+    model.graph.nodes[2].target = "torch.no_such_function"
+    with pytest.raises(ModelFileError, match=r"node 'relu': call_function target "
+                                             r"'torch.no_such_function'"):
+        fuselage.to_torch(write(tmp_path, model))
+
+
+def test_reference_to_a_later_node(tmp_path):
+    model = valid_model()
+    model.graph.nodes[1].args[0].node = "relu"
+    with pytest.raises(ModelFileError, match=r"node 'fc' args\[0\]: refers to node 'relu'"):
+        fuselage.to_torch(write(tmp_path, model))
+
+
+def test_tensor_bytes_not_matching_shape(tmp_path):
+    model = valid_model()
+    weight = model.root.children[0].module.tensors[0]
+    weight.tensor.data = weight.tensor.data[:-4]
+    with pytest.raises(ModelFileError, match=r"module 'fc' tensor 'weight': field 'data' has "
+                                             r"12 bytes; expected 16"):
+        fuselage.to_torch(write(tmp_path, model))
+
+
+def test_tensor_shape_not_matching_the_module(tmp_path):
+    model = valid_model()
+    weight = model.root.children[0].module.tensors[0].tensor
+    del weight.shape[:]
+    weight.shape.extend([4, 1])
+    with pytest.raises(ModelFileError, match=r"module 'fc'.*'weight' has shape \[4, 1\]"):
+        fuselage.to_torch(write(tmp_path, model))
+
+
+def test_garbage_file(tmp_path):
+    path = tmp_path / "garbage.fsl"
+    path.write_bytes(b"\x1a\x10abc")  # field 'graph' declares 16 bytes; 3 follow
+    with pytest.raises(ModelFileError, match="not a fuselage model file"):
+        fuselage.to_torch(str(path))
