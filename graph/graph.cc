@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -253,6 +252,10 @@ absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec spec) {
   }
   // The new node goes just before `before`; its inputs must precede that position, i.e.
   // precede `before` itself or be the current last node when appending.
+  if (spec.target.empty()) {
+    // Verify() rejects a node without a target, so creating one must fail here.
+    return absl::InvalidArgumentError(absl::StrCat(what, ": empty target"));
+  }
   Node* position = before;
   RETURN_IF_ERROR(CheckInputsPrecede(spec.args, spec.kwargs, position, what));
   for (const Kwarg& kw : spec.kwargs) {
@@ -548,32 +551,30 @@ std::vector<Node*> Graph::Nodes() const {
 }
 
 absl::Status Graph::Verify() const {
-  absl::flat_hash_set<const Node*> seen;
-  absl::flat_hash_set<absl::string_view> names;
-  seen.reserve(size_);
   size_t count = 0;
   const Node* prev = nullptr;
   Node* outputs_seen = nullptr;
   for (Node* n = head_; n != nullptr; prev = n, n = n->next_) {
     ++count;
-    const std::string where = absl::StrCat("node '", n->name_, "'");
+    auto where = [n] { return absl::StrCat("node '", n->name_, "'"); };
     if (n->graph_ != this) {
-      return absl::InternalError(absl::StrCat(where, ": belongs to another graph"));
+      return absl::InternalError(absl::StrCat(where(), ": belongs to another graph"));
     }
-    if (n->prev_ != prev) return absl::InternalError(absl::StrCat(where, ": broken links"));
+    if (n->prev_ != prev) return absl::InternalError(absl::StrCat(where(), ": broken links"));
+    // Keys strictly increase along the list, so "comes before" is a key comparison below.
     if (prev != nullptr && prev->order_key_ >= n->order_key_) {
-      return absl::InternalError(absl::StrCat(where, ": order keys not increasing"));
+      return absl::InternalError(absl::StrCat(where(), ": order keys not increasing"));
     }
     if (n->name_.empty()) return absl::InvalidArgumentError("a node has an empty name");
-    if (!names.insert(n->name_).second) {
+    auto indexed = by_name_.find(n->name_);
+    if (indexed == by_name_.end()) {
+      return absl::InternalError(absl::StrCat(where(), ": missing from the name index"));
+    }
+    if (indexed->second != n) {
       return absl::InvalidArgumentError(absl::StrCat("duplicate node name '", n->name_, "'"));
     }
-    auto indexed = by_name_.find(n->name_);
-    if (indexed == by_name_.end() || indexed->second != n) {
-      return absl::InternalError(absl::StrCat(where, ": name index is stale"));
-    }
     if (n->target_.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": empty target"));
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": empty target"));
     }
     if (n->op_ == OpKind::kOutput) {
       if (outputs_seen != nullptr) {
@@ -583,42 +584,44 @@ absl::Status Graph::Verify() const {
       outputs_seen = n;
     } else if (outputs_seen != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, " comes after the output node '", outputs_seen->name_,
+          where(), " comes after the output node '", outputs_seen->name_,
           "'; the output must be last"));
     }
-    // Topological order: every input was seen earlier.
+    // Topological order: every input is in this graph and comes earlier.
     absl::Status status;
     n->ForEachInputUse([&](Node* input) {
       if (!status.ok()) return;
       if (input == n) {
-        status = absl::InvalidArgumentError(absl::StrCat(where, " uses itself (a cycle)"));
-      } else if (!seen.contains(input)) {
+        status = absl::InvalidArgumentError(absl::StrCat(where(), " uses itself (a cycle)"));
+      } else if (input->graph_ != this) {
+        status = absl::InternalError(absl::StrCat(where(), " uses a node of another graph"));
+      } else if (input->order_key_ >= n->order_key_) {
         status = absl::InvalidArgumentError(absl::StrCat(
-            where, " uses '", input->name_,
+            where(), " uses '", input->name_,
             "', which does not come before it: the order is not topological"));
       } else if (input->op_ == OpKind::kOutput) {
-        status = absl::InvalidArgumentError(absl::StrCat(where, " uses the output node"));
+        status = absl::InvalidArgumentError(absl::StrCat(where(), " uses the output node"));
       } else if (std::find(input->users_.begin(), input->users_.end(), n) ==
                  input->users_.end()) {
         status = absl::InternalError(absl::StrCat(
-            where, " uses '", input->name_, "' but is missing from its users"));
+            where(), " uses '", input->name_, "' but is missing from its users"));
       }
     });
     RETURN_IF_ERROR(status);
-    // Every listed user really uses this node, once.
-    absl::flat_hash_set<const Node*> distinct_users;
-    for (const Node* user : n->users_) {
+    // Every listed user really uses this node, and is listed once.
+    for (size_t i = 0; i < n->users_.size(); ++i) {
+      const Node* user = n->users_[i];
       bool uses = false;
       user->ForEachInputUse([&](Node* input) { uses = uses || input == n; });
       if (!uses) {
-        return absl::InternalError(absl::StrCat(where, " lists '", user->name_,
+        return absl::InternalError(absl::StrCat(where(), " lists '", user->name_,
                                                 "' as a user, but it does not use it"));
       }
-      if (!distinct_users.insert(user).second) {
-        return absl::InternalError(absl::StrCat(where, " lists user '", user->name_, "' twice"));
+      if (std::find(n->users_.begin(), n->users_.begin() + static_cast<std::ptrdiff_t>(i),
+                    user) != n->users_.begin() + static_cast<std::ptrdiff_t>(i)) {
+        return absl::InternalError(absl::StrCat(where(), " lists user '", user->name_, "' twice"));
       }
     }
-    seen.insert(n);
   }
   if (prev != tail_) return absl::InternalError("graph tail is stale");
   if (count != size_) return absl::InternalError("graph size is stale");

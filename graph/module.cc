@@ -117,27 +117,31 @@ absl::StatusOr<std::vector<int64_t>> Module::GetInts(absl::string_view name, siz
 }
 
 Module* Module::FindChild(absl::string_view name) const {
-  auto it = std::find_if(children_.begin(), children_.end(),
-                         [name](const auto& e) { return e.first == name; });
-  return it == children_.end() ? nullptr : it->second.get();
+  auto it = child_index_.find(name);
+  return it == child_index_.end() ? nullptr : children_[it->second].second.get();
 }
 
 Module* Module::SetChild(absl::string_view name, std::unique_ptr<Module> child) {
   Module* raw = child.get();
-  auto it = FindEntry(children_, name);
-  if (it != children_.end()) {
-    it->second = std::move(child);
-  } else {
+  auto [it, inserted] = child_index_.emplace(std::string(name), children_.size());
+  if (inserted) {
     children_.emplace_back(std::string(name), std::move(child));
+  } else {
+    children_[it->second].second = std::move(child);
   }
   return raw;
 }
 
 std::unique_ptr<Module> Module::RemoveChild(absl::string_view name) {
-  auto it = FindEntry(children_, name);
-  if (it == children_.end()) return nullptr;
-  std::unique_ptr<Module> child = std::move(it->second);
-  children_.erase(it);
+  auto it = child_index_.find(name);
+  if (it == child_index_.end()) return nullptr;
+  const size_t index = it->second;
+  std::unique_ptr<Module> child = std::move(children_[index].second);
+  children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(index));
+  child_index_.erase(it);
+  for (auto& [child_name, i] : child_index_) {
+    if (i > index) --i;
+  }
   return child;
 }
 
@@ -145,7 +149,7 @@ std::unique_ptr<Module> Module::Clone() const {
   auto copy = std::make_unique<Module>(type_);
   copy->tensors_ = tensors_;
   copy->attributes_ = attributes_;
-  for (const auto& [name, child] : children_) copy->children_.emplace_back(name, child->Clone());
+  for (const auto& [name, child] : children_) copy->SetChild(name, child->Clone());
   return copy;
 }
 

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "graph/argument.h"
@@ -68,6 +69,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> tensors_;
   std::vector<std::pair<std::string, Argument>> attributes_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  // Child name -> index in children_: a root may hold hundreds of thousands of children.
+  absl::flat_hash_map<std::string, size_t> child_index_;
 };
 
 }  // namespace fuselage
