@@ -221,6 +221,11 @@ absl::StatusOr<int> FlattenComplex(const TextTree& tree, std::vector<PatternPosi
   }
   ASSIGN_OR_RETURN(PatternPosition leaf, ResolvePatternLeaf(op.name));
   for (const AllowedKwarg& kw : op.kwargs) leaf.allowed_kwargs.push_back(kw);
+  if (leaf.match_all && out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pattern '", text, "': the outermost op cannot be MatchAllNode (it would match "
+        "every node)"));
+  }
   if (leaf.match_all && tree.is_tuple && tree.items.size() > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("pattern '", text, "': MatchAllNode cannot have args"));
