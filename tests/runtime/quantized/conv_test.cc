@@ -1,0 +1,162 @@
+// QuantizedConv2d / QuantizedConvAdd2d: hand-checked values, PyTorch 1.13 goldens
+// (nnq.Conv2d / nniq.ConvReLU2d, engine onednn: conv.txt; the reference pattern of
+// ConvAdd2d: conv_add.txt) and errors.
+#include "runtime/quantized/conv.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/quantized/quantize.h"
+#include "tests/runtime/quantized/golden_reader.h"
+
+namespace fuselage {
+namespace quantized {
+namespace {
+
+Tensor QU8(std::vector<int64_t> shape, const std::vector<uint8_t>& values, double scale,
+           int64_t zp) {
+  auto t = Tensor::FromBytes(DType::kQUInt8, std::move(shape),
+                             std::string(values.begin(), values.end()),
+                             QuantParams::PerTensor(scale, zp));
+  EXPECT_TRUE(t.ok());
+  return *t;
+}
+
+Tensor QI8(std::vector<int64_t> shape, const std::vector<int8_t>& values, QuantParams q) {
+  std::string bytes(values.size(), '\0');
+  for (size_t i = 0; i < values.size(); ++i) bytes[i] = static_cast<char>(values[i]);
+  auto t = Tensor::FromBytes(DType::kQInt8, std::move(shape), bytes, std::move(q));
+  EXPECT_TRUE(t.ok());
+  return *t;
+}
+
+std::vector<int64_t> Ints(const Tensor& t) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < t.numel(); ++i) out.push_back(IntAt(t, i));
+  return out;
+}
+
+Conv2dParams ParamsOf(const GoldenCase& c) {
+  Conv2dParams p;
+  const int64_t stride = static_cast<int64_t>(c.number("stride"));
+  const int64_t padding = static_cast<int64_t>(c.number("padding"));
+  const int64_t dilation = static_cast<int64_t>(c.number("dilation"));
+  p.stride = {stride, stride};
+  p.padding = {padding, padding};
+  p.dilation = {dilation, dilation};
+  p.groups = static_cast<int64_t>(c.number("groups"));
+  return p;
+}
+
+TEST(QuantizedConv2dTest, HandComputed1x1And2x2) {
+  // x: 1x1x2x2 quint8 values 12, 14, 8, 10 with scale 0.5, zp 10 -> real 1, 2, -1, 0.
+  const Tensor x = QU8({1, 1, 2, 2}, {12, 14, 8, 10}, 0.5, 10);
+  // weight: 2 output channels, 1x1 kernels 2 and -3 (scale 0.25) -> real 0.5 and -0.75.
+  const Tensor w = QI8({2, 1, 1, 1}, {2, -3}, QuantParams::PerTensor(0.25, 0));
+  const Tensor bias = Tensor::FromFloats({2}, {0.25f, 0.0f});
+  // Output scale 0.125, zp 3. Channel 0: real 0.5*x + 0.25 = 0.75, 1.25, -0.25, 0.25
+  // -> /0.125 = 6, 10, -2, 2 -> +3 = 9, 13, 1, 5. Channel 1: -0.75*x = -0.75, -1.5,
+  // 0.75, 0 -> -6, -12, 6, 0 -> -3, -9, 9, 3 -> clamped at 0: 0, 0, 9, 3.
+  auto y = QuantizedConv2d(x, w, &bias, Conv2dParams{}, 0.125, 3, /*relu=*/false);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{1, 2, 2, 2}));
+  EXPECT_EQ(y->qparams(), QuantParams::PerTensor(0.125, 3));
+  EXPECT_EQ(Ints(*y), (std::vector<int64_t>{9, 13, 1, 5, 0, 0, 9, 3}));
+  // With relu, values below the zero point (real < 0) become the zero point.
+  auto yr = QuantizedConv2d(x, w, &bias, Conv2dParams{}, 0.125, 3, /*relu=*/true);
+  ASSERT_TRUE(yr.ok()) << yr.status();
+  EXPECT_EQ(Ints(*yr), (std::vector<int64_t>{9, 13, 3, 5, 3, 3, 9, 3}));
+
+  // A 2x2 kernel of ones over the same input with padding 0: sum = 1 + 2 - 1 + 0 = 2
+  // real (acc = 8 in units of 0.5 * 0.25), / 0.125 = 16 -> + 3 = 19.
+  const Tensor ones = QI8({1, 1, 2, 2}, {4, 4, 4, 4}, QuantParams::PerTensor(0.25, 0));
+  auto sum = QuantizedConv2d(x, ones, nullptr, Conv2dParams{}, 0.125, 3, false);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(Ints(*sum), (std::vector<int64_t>{19}));
+}
+
+TEST(QuantizedConv2dTest, MatchesPyTorchGoldens) {
+  auto cases = ReadGoldenFile("tests/runtime/testdata/quantized/conv.txt");
+  ASSERT_TRUE(cases.ok()) << cases.status();
+  ASSERT_EQ(cases->size(), 5u);
+  for (const GoldenCase& c : *cases) {
+    SCOPED_TRACE(c.name);
+    const Tensor& expected = c.tensor("y");
+    auto y = QuantizedConv2d(c.tensor("x"), c.tensor("weight"), c.find_tensor("bias"),
+                             ParamsOf(c), c.number("scale"),
+                             static_cast<int64_t>(c.number("zero_point")),
+                             c.number("relu") != 0);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(SameQuantized(*y, expected));  // exact: same integers
+  }
+}
+
+TEST(QuantizedConvAdd2dTest, HandComputed) {
+  // Conv part as in HandComputed1x1And2x2 (channel 0 only): real 0.75, 1.25, -0.25, 0.25.
+  const Tensor x = QU8({1, 1, 2, 2}, {12, 14, 8, 10}, 0.5, 10);
+  const Tensor w = QI8({1, 1, 1, 1}, {2}, QuantParams::PerTensor(0.25, 0));
+  const Tensor bias = Tensor::FromFloats({1}, {0.25f});
+  // extra: quint8 1, 0, 0, 0 with scale 0.25, zp 2 -> real -0.25, -0.5, -0.5, -0.5.
+  const Tensor extra = QU8({1, 1, 2, 2}, {1, 0, 0, 0}, 0.25, 2);
+  // sum = 0.5, 0.75, -0.75, -0.25 -> / 0.25 = 2, 3, -3, -1 -> + 4 = 6, 7, 1, 3.
+  auto y = QuantizedConvAdd2d(x, extra, w, &bias, Conv2dParams{}, 0.25, 4, false);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(Ints(*y), (std::vector<int64_t>{6, 7, 1, 3}));
+  auto yr = QuantizedConvAdd2d(x, extra, w, &bias, Conv2dParams{}, 0.25, 4, true);
+  ASSERT_TRUE(yr.ok()) << yr.status();
+  EXPECT_EQ(Ints(*yr), (std::vector<int64_t>{6, 7, 4, 4}));
+}
+
+TEST(QuantizedConvAdd2dTest, MatchesPyTorchReferencePattern) {
+  auto cases = ReadGoldenFile("tests/runtime/testdata/quantized/conv_add.txt");
+  ASSERT_TRUE(cases.ok()) << cases.status();
+  ASSERT_EQ(cases->size(), 2u);
+  for (const GoldenCase& c : *cases) {
+    SCOPED_TRACE(c.name);
+    auto y = QuantizedConvAdd2d(c.tensor("x"), c.tensor("extra"), c.tensor("weight"),
+                                c.find_tensor("bias"), ParamsOf(c), c.number("scale"),
+                                static_cast<int64_t>(c.number("zero_point")),
+                                c.number("relu") != 0);
+    ASSERT_TRUE(y.ok()) << y.status();
+    // Exact except where the float sum is within 1e-3 step of a half ("ambiguous"):
+    // PyTorch's float conv sums in its own order, ours scales an exact accumulator.
+    EXPECT_TRUE(SameQuantized(*y, c.tensor("y"), &c.tensor("ambiguous")));
+  }
+}
+
+TEST(QuantizedConv2dTest, BadInputErrorsNameOpAndField) {
+  const Tensor x = QU8({1, 2, 3, 3}, std::vector<uint8_t>(18, 10), 0.5, 10);
+  const Tensor w = QI8({4, 2, 1, 1}, std::vector<int8_t>(8, 1), QuantParams::PerTensor(0.1, 0));
+  auto expect_error = [](const absl::StatusOr<Tensor>& r, const std::string& needle) {
+    ASSERT_FALSE(r.ok()) << "expected an error containing '" << needle << "'";
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status();
+  };
+  // A float input.
+  const Tensor float_x = Tensor::FromFloats({1, 2, 1, 1}, {1.f, 2.f});
+  expect_error(QuantizedConv2d(float_x, w, nullptr, {}, 0.1, 0, false),
+               "quantized conv2d: input is a torch.float32 tensor");
+  // Wrong channel count: weight wants 2 * groups input channels.
+  const Tensor w3 = QI8({4, 3, 1, 1}, std::vector<int8_t>(12, 1), QuantParams::PerTensor(0.1, 0));
+  expect_error(QuantizedConv2d(x, w3, nullptr, {}, 0.1, 0, false), "input has 2 channels");
+  // Zero output scale.
+  expect_error(QuantizedConv2d(x, w, nullptr, {}, 0.0, 0, false), "output scale");
+  // Zero weight scale.
+  const Tensor w0 = QI8({4, 2, 1, 1}, std::vector<int8_t>(8, 1), QuantParams::PerTensor(0.0, 0));
+  expect_error(QuantizedConv2d(x, w0, nullptr, {}, 0.1, 0, false), "weight scale");
+  // Bias of the wrong size.
+  const Tensor bias3 = Tensor::FromFloats({3}, {1.f, 2.f, 3.f});
+  expect_error(QuantizedConv2d(x, w, &bias3, {}, 0.1, 0, false), "bias has shape [3]");
+  // A quint8 weight.
+  expect_error(QuantizedConv2d(x, x, nullptr, {}, 0.1, 0, false), "expected torch.qint8");
+  // Extra input of the wrong shape.
+  expect_error(QuantizedConvAdd2d(x, x, w, nullptr, {}, 0.1, 0, true), "extra input has shape");
+  // Kernel larger than the input.
+  const Tensor w_big = QI8({1, 2, 5, 5}, std::vector<int8_t>(50, 1), QuantParams::PerTensor(0.1, 0));
+  expect_error(QuantizedConv2d(x, w_big, nullptr, {}, 0.1, 0, false), "non-empty output");
+}
+
+}  // namespace
+}  // namespace quantized
+}  // namespace fuselage
