@@ -1,0 +1,427 @@
+#include "lowering/lower_to_native.h"
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "graph/status_macros.h"
+
+namespace fuselage {
+namespace {
+
+constexpr absl::string_view kOutputQParamsMeta = "output_qparams";
+
+bool IsCall(const Node* n, OpKind op, absl::string_view target) {
+  return n->op() == op && n->target().name() == target;
+}
+
+// `x.dequantize()` (or torch.dequantize(x)) of a node: returns x, else nullptr.
+Node* DequantizedInput(const Argument& arg) {
+  if (!arg.is_node()) return nullptr;
+  const Node* n = arg.as_node();
+  const bool is_dq = IsCall(n, OpKind::kCallMethod, "dequantize") ||
+                     IsCall(n, OpKind::kCallFunction, "torch.dequantize");
+  if (!is_dq || n->num_args() != 1 || !n->arg(0).is_node()) return nullptr;
+  return n->arg(0).as_node();
+}
+
+bool IsQuantizePerTensor(const Node* n) {
+  return IsCall(n, OpKind::kCallFunction, "torch.quantize_per_tensor") && n->num_args() == 4 &&
+         n->arg(0).is_node();
+}
+
+bool IsRelu(const GraphModule& gm, const Node* n) {
+  if (n->num_args() < 1 || !n->arg(0).is_node()) return false;
+  if (IsCall(n, OpKind::kCallFunction, "torch.relu") ||
+      IsCall(n, OpKind::kCallFunction, "torch.nn.functional.relu") ||
+      IsCall(n, OpKind::kCallMethod, "relu")) {
+    return true;
+  }
+  if (n->op() != OpKind::kCallModule) return false;
+  const Module* m = gm.FindModule(n->target().name());
+  return m != nullptr && m->type().name() == "nn.ReLU";
+}
+
+// A float from an inline arg or a get_attr of a one-element tensor.
+absl::StatusOr<double> ScalarArg(const GraphModule& gm, const Node* q, const Argument& arg,
+                                 absl::string_view field) {
+  if (arg.is_float() || arg.is_int()) return arg.as_float();
+  if (arg.is_node() && arg.as_node()->op() == OpKind::kGetAttr) {
+    const Tensor* t = gm.FindTensor(arg.as_node()->target().name());
+    if (t != nullptr && t->numel() == 1) {
+      switch (t->dtype()) {
+        case DType::kFloat32: return static_cast<double>(t->data<float>()[0]);
+        case DType::kInt64: return static_cast<double>(t->data<int64_t>()[0]);
+        case DType::kInt32: return static_cast<double>(t->data<int32_t>()[0]);
+        default: break;
+      }
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "node '", q->name(), "': ", field, " is ", arg.ToString(),
+      "; expected a number or a get_attr of a one-element float32/int tensor"));
+}
+
+absl::StatusOr<OutputQParams> QuantizeParams(const GraphModule& gm, const Node* q) {
+  OutputQParams p;
+  ASSIGN_OR_RETURN(p.scale, ScalarArg(gm, q, q->arg(1), "scale"));
+  ASSIGN_OR_RETURN(const double zp, ScalarArg(gm, q, q->arg(2), "zero_point"));
+  p.zero_point = static_cast<int64_t>(zp);
+  if (!q->arg(3).is_dtype() || !IsQuantized(q->arg(3).as_dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node '", q->name(), "': dtype is ", q->arg(3).ToString(),
+        "; expected torch.quint8, torch.qint8 or torch.qint32"));
+  }
+  p.dtype = q->arg(3).as_dtype();
+  if (!(p.scale > 0) || !std::isfinite(p.scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node '", q->name(), "': scale ", p.scale, " must be positive and finite"));
+  }
+  return p;
+}
+
+Argument QParamsMeta(const OutputQParams& p) {
+  return Argument::Tuple(
+      {Argument::Float(p.scale), Argument::Int(p.zero_point), Argument::Dtype(p.dtype)});
+}
+
+// What a matched rule will do; built completely before the graph changes.
+struct Plan {
+  const LoweringRule* rule = nullptr;
+  Node* quantize = nullptr;
+  Node* reference = nullptr;
+  Node* relu = nullptr;
+  OutputQParams output;
+  std::vector<std::pair<size_t, Argument>> quantized_args;
+  std::unique_ptr<Module> native_module;
+};
+
+class Lowerer {
+ public:
+  Lowerer(GraphModule& gm, const LoweringRuleRegistry& registry, LoweringReport& report)
+      : gm_(gm), graph_(gm.graph()), registry_(registry), report_(report) {}
+
+  absl::Status LowerTuples();
+  absl::Status LowerPatterns();
+  absl::Status RemoveDequantizeQuantizePairs();
+
+ private:
+  Symbol RuleKey(const Node* n) const {
+    if (n->op() == OpKind::kCallModule) {
+      const Module* m = gm_.FindModule(n->target().name());
+      return m == nullptr ? Symbol() : m->type();
+    }
+    return n->target();
+  }
+  // Checks whether `rule` lowers (ref [, relu], q); the error message is the reason not.
+  absl::StatusOr<Plan> TryRule(const LoweringRule& rule, Node* ref, Node* relu, Node* q,
+                               const OutputQParams& output) const;
+  absl::Status Apply(Plan plan);
+  static bool HasDequantizedInput(const Node* n);
+
+  GraphModule& gm_;
+  Graph& graph_;
+  const LoweringRuleRegistry& registry_;
+  LoweringReport& report_;
+};
+
+bool Lowerer::HasDequantizedInput(const Node* n) {
+  for (const Argument& a : n->args()) {
+    if (DequantizedInput(a) != nullptr) return true;
+    if (a.is_list()) {
+      for (const Argument& item : a.items()) {
+        if (DequantizedInput(item) != nullptr) return true;
+      }
+    }
+  }
+  return false;
+}
+
+absl::Status Lowerer::LowerTuples() {
+  for (Node* n : graph_.Nodes()) {
+    if (!IsCall(n, OpKind::kCallFunction, "operator.getitem") || n->num_args() != 2 ||
+        !n->arg(0).is_node() || !n->arg(1).is_int()) {
+      continue;
+    }
+    const Node* packer = n->arg(0).as_node();
+    const bool packs = packer->op() == OpKind::kCallFunction && packer->num_args() == 1 &&
+                       packer->arg(0).is_list() &&
+                       (packer->target().name() == "builtins.tuple" ||
+                        packer->target().name() == "builtins.list" ||
+                        packer->target().name() == "tuple" || packer->target().name() == "list");
+    if (!packs) continue;
+    const auto items = packer->arg(0).items();
+    int64_t index = n->arg(1).as_int();
+    if (index < 0) index += static_cast<int64_t>(items.size());
+    if (index < 0 || index >= static_cast<int64_t>(items.size()) ||
+        !items[static_cast<size_t>(index)].is_node()) {
+      continue;
+    }
+    Node* item = items[static_cast<size_t>(index)].as_node();
+    // The item precedes its packer, which precedes `n` and so every user of `n`.
+    ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(n, item));
+    (void)rewired;
+    RETURN_IF_ERROR(graph_.Erase(n));
+    ++report_.tuple_accesses_removed;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Node* relu, Node* q,
+                                      const OutputQParams& output) const {
+  const std::string where = absl::StrCat("rule '", rule.name, "'");
+  Plan plan;
+  plan.rule = &rule;
+  plan.quantize = q;
+  plan.reference = ref;
+  plan.relu = relu;
+  plan.output = output;
+  if (relu != nullptr && (rule.action != LoweringRule::Action::kNativeFunction ||
+                          rule.native_relu_target.empty())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, " does not absorb the relu '", relu->name(), "'"));
+  }
+  // The reference op's value must not be needed in float elsewhere.
+  if (ref->num_users() != 1 || (relu != nullptr && relu->num_users() != 1)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": '", (relu != nullptr && relu->num_users() != 1 ? relu : ref)->name(),
+        "' has other users besides the quantize; its float output is still needed"));
+  }
+  const Module* module = nullptr;
+  if (ref->op() == OpKind::kCallModule) {
+    module = gm_.FindModule(ref->target().name());
+    if (module == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(where, ": no module at '", ref->target().name(), "'"));
+    }
+    if (!rule.inner_type.empty()) {
+      const Module* inner = module->FindChild("0");
+      if (inner == nullptr || inner->type().name() != rule.inner_type) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            where, ": child '0' of ", module->type().name(), " is ",
+            inner == nullptr ? std::string("missing") : inner->type().str(), "; expected ",
+            rule.inner_type));
+      }
+    }
+  }
+  // The dequantized inputs, and their quantized replacements.
+  std::vector<Node*> quantized_inputs;
+  for (int index : rule.dequantized_args) {
+    const size_t i = static_cast<size_t>(index);
+    if (i >= ref->num_args()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": needs a dequantized arg ", index, " but '", ref->name(), "' has ",
+          ref->num_args(), " args"));
+    }
+    const Argument& arg = ref->arg(i);
+    if (rule.list_of_dequantized) {
+      if (!arg.is_list() || arg.items().empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            where, ": arg ", index, " of '", ref->name(), "' is not a list of tensors"));
+      }
+      std::vector<Argument> items;
+      for (const Argument& item : arg.items()) {
+        Node* x = DequantizedInput(item);
+        if (x == nullptr) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              where, ": item ", item.ToString(), " of arg ", index, " of '", ref->name(),
+              "' is not a dequantized tensor"));
+        }
+        items.emplace_back(x);
+        quantized_inputs.push_back(x);
+      }
+      plan.quantized_args.emplace_back(
+          i, arg.is_tuple() ? Argument::Tuple(std::move(items)) : Argument::List(std::move(items)));
+    } else {
+      Node* x = DequantizedInput(arg);
+      if (x == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            where, ": arg ", index, " of '", ref->name(), "' (", arg.ToString(),
+            ") is not a dequantized tensor"));
+      }
+      plan.quantized_args.emplace_back(i, Argument(x));
+      quantized_inputs.push_back(x);
+    }
+  }
+  switch (rule.action) {
+    case LoweringRule::Action::kNativeModule: {
+      auto native = rule.build_module(*module, output);
+      if (!native.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(where, ": ", native.status().message()));
+      }
+      plan.native_module = *std::move(native);
+      break;
+    }
+    case LoweringRule::Action::kPassThrough:
+      // Dropping the quantize is only right if it does not requantize.
+      for (const Node* x : quantized_inputs) {
+        const std::optional<OutputQParams> in = KnownOutputQParams(gm_, x);
+        if (in.has_value() && !(*in == output)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              where, ": the quantize '", q->name(), "' requantizes (input '", x->name(),
+              "' has scale ", in->scale, " zero_point ", in->zero_point, ", output has scale ",
+              output.scale, " zero_point ", output.zero_point, ")"));
+        }
+      }
+      break;
+    case LoweringRule::Action::kNativeFunction:
+      break;
+  }
+  return plan;
+}
+
+absl::Status Lowerer::Apply(Plan plan) {
+  const LoweringRule& rule = *plan.rule;
+  Node* ref = plan.reference;
+  if (rule.action == LoweringRule::Action::kNativeModule) {
+    RETURN_IF_ERROR(gm_.SetModule(ref->target().name(), std::move(plan.native_module)));
+  }
+  for (auto& [index, value] : plan.quantized_args) {
+    RETURN_IF_ERROR(graph_.SetArg(ref, index, std::move(value)));
+  }
+  if (rule.action == LoweringRule::Action::kNativeFunction) {
+    const std::string& target =
+        plan.relu != nullptr ? rule.native_relu_target : rule.native_target;
+    RETURN_IF_ERROR(graph_.SetOp(ref, OpKind::kCallFunction, Symbol::Intern(target)));
+    if (rule.output_qparams_style == LoweringRule::OutputQParamsStyle::kAppendArgs) {
+      std::vector<Argument> args(ref->args().begin(), ref->args().end());
+      args.push_back(Argument::Float(plan.output.scale));
+      args.push_back(Argument::Int(plan.output.zero_point));
+      RETURN_IF_ERROR(graph_.SetArgs(ref, std::move(args)));
+    } else {
+      RETURN_IF_ERROR(graph_.SetKwarg(ref, "output_scale", Argument::Float(plan.output.scale)));
+      RETURN_IF_ERROR(
+          graph_.SetKwarg(ref, "output_zero_point", Argument::Int(plan.output.zero_point)));
+    }
+  }
+  // The reference node precedes the quantize, hence all of the quantize's users.
+  ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(plan.quantize, ref));
+  (void)rewired;
+  RETURN_IF_ERROR(graph_.Erase(plan.quantize));
+  if (plan.relu != nullptr) RETURN_IF_ERROR(graph_.Erase(plan.relu));
+  RETURN_IF_ERROR(graph_.SetMeta(ref, kOutputQParamsMeta, QParamsMeta(plan.output)));
+  ++report_.lowered_per_rule[rule.name];
+  return absl::OkStatus();
+}
+
+absl::Status Lowerer::LowerPatterns() {
+  // In topological order, so a pattern sees its inputs already lowered (and their
+  // output_qparams). Only the current quantize and an earlier relu are erased, so the
+  // snapshot's later entries stay valid.
+  for (Node* q : graph_.Nodes()) {
+    if (!IsQuantizePerTensor(q)) continue;
+    Node* r = q->arg(0).as_node();
+    // Candidates: (relu absorbed into the op under it), then the op itself.
+    std::vector<std::pair<Node*, Node*>> candidates;  // (reference, relu)
+    if (IsRelu(gm_, r)) candidates.emplace_back(r->arg(0).as_node(), r);
+    candidates.emplace_back(r, nullptr);
+    const bool is_reference_pattern =
+        HasDequantizedInput(r) || (candidates.size() == 2 && HasDequantizedInput(candidates[0].first));
+    if (!is_reference_pattern) continue;
+
+    std::vector<std::string> reasons;
+    auto output = QuantizeParams(gm_, q);
+    if (!output.ok()) {
+      report_.unlowered.push_back({r->name(), RuleKey(r).str(), std::string(output.status().message())});
+      continue;
+    }
+    std::optional<Plan> chosen;
+    for (const auto& [ref, relu] : candidates) {
+      if (relu != nullptr && !HasDequantizedInput(ref)) continue;
+      if (ref->op() != OpKind::kCallModule && ref->op() != OpKind::kCallFunction &&
+          ref->op() != OpKind::kCallMethod) {
+        continue;
+      }
+      const std::vector<const LoweringRule*> rules = registry_.RulesFor(ref->op(), RuleKey(ref));
+      if (rules.empty() && relu == nullptr) {
+        reasons.push_back(absl::StrCat("no lowering rule for ", OpKindName(ref->op()), " ",
+                                       RuleKey(ref).name()));
+      }
+      for (const LoweringRule* rule : rules) {
+        auto plan = TryRule(*rule, ref, relu, q, *output);
+        if (plan.ok()) {
+          chosen = *std::move(plan);
+          break;
+        }
+        reasons.emplace_back(plan.status().message());
+      }
+      if (chosen.has_value()) break;
+    }
+    if (!chosen.has_value()) {
+      report_.unlowered.push_back({r->name(), RuleKey(r).str(), absl::StrJoin(reasons, "; ")});
+      continue;
+    }
+    RETURN_IF_ERROR(Apply(*std::move(chosen)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Lowerer::RemoveDequantizeQuantizePairs() {
+  for (Node* q : graph_.Nodes()) {
+    if (!IsQuantizePerTensor(q)) continue;
+    Node* x = DequantizedInput(q->arg(0));
+    if (x == nullptr) continue;
+    const std::optional<OutputQParams> in = KnownOutputQParams(gm_, x);
+    auto out = QuantizeParams(gm_, q);
+    if (!in.has_value() || !out.ok() || !(*in == *out)) continue;
+    ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(q, x));
+    (void)rewired;
+    RETURN_IF_ERROR(graph_.Erase(q));
+    ++report_.dequantize_quantize_pairs_removed;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::optional<OutputQParams> KnownOutputQParams(const GraphModule& gm, const Node* node) {
+  if (IsQuantizePerTensor(node)) {
+    auto p = QuantizeParams(gm, node);
+    if (p.ok()) return *p;
+    return std::nullopt;
+  }
+  const Argument* meta = node->FindMeta(kOutputQParamsMeta);
+  if (meta != nullptr && meta->is_tuple() && meta->items().size() == 3 &&
+      meta->items()[0].is_float() && meta->items()[1].is_int() && meta->items()[2].is_dtype()) {
+    return OutputQParams{meta->items()[0].as_float(), meta->items()[1].as_int(),
+                         meta->items()[2].as_dtype()};
+  }
+  return std::nullopt;
+}
+
+int LoweringReport::total_lowered() const {
+  int total = 0;
+  for (const auto& [rule, count] : lowered_per_rule) total += count;
+  return total;
+}
+
+std::string LoweringReport::ToString() const {
+  std::string out = absl::StrCat("lower-to-native: ", total_lowered(), " pattern(s) lowered\n");
+  for (const auto& [rule, count] : lowered_per_rule) {
+    absl::StrAppend(&out, "  ", rule, ": ", count, "\n");
+  }
+  for (const Unlowered& u : unlowered) {
+    absl::StrAppend(&out, "  left as reference: ", u.node, " (", u.target, "): ", u.reason, "\n");
+  }
+  absl::StrAppend(&out, "  tuple accesses removed: ", tuple_accesses_removed,
+                  ", dequantize/quantize pairs removed: ", dequantize_quantize_pairs_removed,
+                  ", dead nodes removed: ", dead_nodes_removed, "\n");
+  return out;
+}
+
+absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
+                                             const LoweringRuleRegistry& registry) {
+  LoweringReport report;
+  Lowerer lowerer(gm, registry, report);
+  RETURN_IF_ERROR(lowerer.LowerTuples());
+  RETURN_IF_ERROR(lowerer.LowerPatterns());
+  RETURN_IF_ERROR(lowerer.RemoveDequantizeQuantizePairs());
+  report.dead_nodes_removed = gm.graph().EliminateDeadCode();
+  return report;
+}
+
+}  // namespace fuselage

@@ -1,0 +1,94 @@
+// LowerToNative: the pass "lower-to-native" that turns a reference quantized graph (the
+// output of ConvertToReference, PyTorch's convert_to_reference_fx) into native quantized
+// ops, as PyTorch 1.13's _lower_to_native_backend does, driven by a LoweringRuleRegistry.
+//
+//   x_q = quantize_per_tensor(x, s0, z0, quint8)        x_q = quantize_per_tensor(x, ...)
+//   a = x_q.dequantize()                                y_q = conv_add_relu(x_q, x_q)
+//   b = x_q.dequantize()                        ⇒       out = y_q.dequantize()
+//   y = conv_add_relu(a, b)       (nni.ConvAddReLU2d,
+//   y_q = quantize_per_tensor(y, s1, z1, quint8)         now an nniq.ConvAddReLU2d)
+//   out = y_q.dequantize()
+//
+// Steps, in order:
+//  1. Tuple lowering: `operator.getitem(t, i)` where `t` builds a tuple or list
+//     (`builtins.tuple` / `builtins.list` / `tuple` of an inline list) is replaced by the
+//     i-th item, so patterns are seen through tuple packing and unpacking.
+//  2. Every `quantize_per_tensor(r, scale, zp, dtype)` whose input `r` (optionally a relu
+//     around `r`) is a reference op with dequantized inputs is matched against the rules
+//     for `r`, in registration order. The first rule that applies rewrites the pattern:
+//     the dequantized args are replaced by the quantized tensors, `r` becomes the native
+//     op with the quantize's scale and zero point, and the quantize node goes.
+//  3. `x_q.dequantize() → quantize_per_tensor(·, s, z, dt)` where x_q is known to be
+//     quantized with exactly (s, z, dt) is removed: users read x_q.
+//  4. Dead nodes (dequantize nodes nobody reads, unused get_attr of output qparams) go.
+//  Each native node gets meta "output_qparams" = (scale, zero_point, dtype).
+//
+// Contract: the pass never fails on a well-formed graph whose patterns do not apply: a
+// reference pattern that no rule lowers stays exactly as it is and is listed in the
+// report with the reason. Every check of a rewrite (module types, child "0", single
+// users, quantization parameters, building the native module) is done before the graph
+// is touched. Errors (Internal) mean a bug in fuselage, not bad input.
+//
+// Where fuselage deliberately differs from PyTorch 1.13's _lower_to_native_backend.py:
+//  - Two-input fused modules (nni.ConvAdd2d, nni.ConvAddReLU2d) lower to modules that
+//    take BOTH inputs quantized; PyTorch 1.13 has no such lowering at all (its later
+//    versions keep a dequantize on the second input).
+//  - A reference pattern left unlowered is reported with its reason; PyTorch skips it
+//    silently.
+//  - The rules are a public registry (lowering_rule.h), not module-private dicts; a
+//    user's own fused module lowers by registering a rule.
+//  - Output quantization parameters become inline float / int args and module
+//    attributes; PyTorch passes get_attr nodes.
+//  - Functional conv / linear keep the quantized weight as an arg of
+//    torch.ops.quantized.conv2d / linear (with output_scale / output_zero_point kwargs)
+//    instead of a backend-specific prepack node; the runtime packs.
+//  - A relu between a reference module and its quantize is never silently dropped
+//    (PyTorch's module path loses it); only function rules with a relu variant absorb it.
+//  - A pass-through op (pool, flatten, cat, ...) only drops its quantize if that quantize
+//    has its input's parameters, where those are known; a real requantization stays and
+//    is reported.
+//  - Binary ops need both operands dequantized; the scalar form (add_scalar) is reported
+//    as not lowered.
+#ifndef FUSELAGE_LOWERING_LOWER_TO_NATIVE_H_
+#define FUSELAGE_LOWERING_LOWER_TO_NATIVE_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/graph_module.h"
+#include "lowering/lowering_rule.h"
+
+namespace fuselage {
+
+struct LoweringReport {
+  struct Unlowered {
+    std::string node;    // the reference op's node name
+    std::string target;  // its target or module type
+    std::string reason;
+  };
+  // Rule name → how many patterns it lowered.
+  std::map<std::string, int> lowered_per_rule;
+  std::vector<Unlowered> unlowered;
+  int tuple_accesses_removed = 0;
+  int dequantize_quantize_pairs_removed = 0;
+  int dead_nodes_removed = 0;
+
+  int total_lowered() const;
+  // Human-readable summary, one line per rule and per unlowered pattern.
+  std::string ToString() const;
+};
+
+// Runs the pass on `gm`. See the file comment.
+absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
+                                             const LoweringRuleRegistry& registry);
+
+// The quantization parameters a node's output is known to carry: a
+// quantize_per_tensor with constant (or 0-d get_attr) scale / zero point, or a node with
+// meta "output_qparams". nullopt if unknown.
+std::optional<OutputQParams> KnownOutputQParams(const GraphModule& gm, const Node* node);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_LOWERING_LOWER_TO_NATIVE_H_

@@ -1,0 +1,149 @@
+// Lowering rules and their public registry: how one reference quantized pattern
+//
+//     dq(x_q) [, dq(y_q) ...] → reference op → quantize_per_tensor(·, scale, zp, dtype)
+//
+// becomes a native quantized op that reads the quantized tensors directly and produces a
+// quantized tensor with (scale, zp). A rule is data — which reference op, which of its
+// args must be dequantized tensors, which native op to produce — plus, for modules, a
+// builder that makes the native module from the reference one. Everything built in
+// (RegisterNativeLoweringRules) goes through the same public Register() a user calls for
+// their own fused module, so a user's two-input module lowers with both inputs quantized
+// without touching any internal table.
+#ifndef FUSELAGE_LOWERING_LOWERING_RULE_H_
+#define FUSELAGE_LOWERING_LOWERING_RULE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/dtype.h"
+#include "graph/module.h"
+#include "graph/node.h"
+#include "graph/symbol.h"
+
+namespace fuselage {
+
+// The quantization parameters of a quantized tensor flowing out of a node.
+struct OutputQParams {
+  double scale = 1.0;
+  int64_t zero_point = 0;
+  DType dtype = DType::kQUInt8;
+  friend bool operator==(const OutputQParams& a, const OutputQParams& b) {
+    return a.scale == b.scale && a.zero_point == b.zero_point && a.dtype == b.dtype;
+  }
+};
+
+// Makes the native module from the reference module (for a fused module: the fused
+// module, whose child "0" is the reference weighted module) and the output's quantization
+// parameters. Must not modify anything; an error leaves the pattern unlowered and is
+// reported with the node.
+using NativeModuleBuilder = std::function<absl::StatusOr<std::unique_ptr<Module>>(
+    const Module& reference, const OutputQParams& output)>;
+
+struct LoweringRule {
+  enum class Action : uint8_t {
+    // call_module of a reference module → call_module of a native module built by
+    // `build_module` (default: BuildNativeWeightedModule with `native_target`).
+    kNativeModule,
+    // call_function / call_method → call_function `native_target` (or
+    // `native_relu_target` when a following relu is absorbed), with the quantized inputs
+    // and the output's scale and zero point.
+    kNativeFunction,
+    // An op that runs on quantized tensors as it is (pools, flatten, reshape, cat, relu):
+    // the same node, fed the quantized inputs; the quantize after it goes.
+    kPassThrough,
+  };
+  // Where a kNativeFunction puts the output scale and zero point.
+  enum class OutputQParamsStyle : uint8_t {
+    kAppendArgs,  // (..., scale, zero_point): torch.ops.quantized.add(qa, qb, scale, zp)
+    kKwargs,      // output_scale=, output_zero_point=
+  };
+
+  // Stable kebab-case name, used in reports ("conv-add-relu2d").
+  std::string name;
+  Action action = Action::kNativeModule;
+
+  // The reference op: `reference_op` is call_module (match on the module's type),
+  // call_function (on the target) or call_method (on the method name).
+  OpKind reference_op = OpKind::kCallModule;
+  std::string reference_target;  // "nni.ConvAddReLU2d", "operator.add", "flatten"
+  // For a fused reference module: the type child "0" must have ("nnqr.Conv2d"); empty
+  // means no check.
+  std::string inner_type;
+
+  // The positional args that must be dequantized tensors (`x.dequantize()` nodes); they
+  // are replaced by the quantized tensors. {0}: one input; {0, 1}: two inputs.
+  std::vector<int> dequantized_args = {0};
+  // n inputs: arg `dequantized_args[0]` is a list (torch.cat) whose every item must be
+  // a dequantized tensor.
+  bool list_of_dequantized = false;
+
+  // The native op: a module type ("nniq.ConvAddReLU2d") or a function target
+  // ("torch.ops.quantized.add"). Unused by kPassThrough.
+  std::string native_target;
+  // kNativeFunction only: the target when a relu (torch.relu, F.relu, .relu(), nn.ReLU)
+  // between the op and the quantize is absorbed; empty: this rule absorbs no relu.
+  std::string native_relu_target;
+  OutputQParamsStyle output_qparams_style = OutputQParamsStyle::kAppendArgs;
+  // kNativeModule only; empty means BuildNativeWeightedModule(native_target, inner_type).
+  NativeModuleBuilder build_module;
+};
+
+// Quantizes a reference weighted module (nnqr.Conv*, nnqr.Linear, or a fused module
+// whose child "0" is one) into a native one of type `native_type`, as PyTorch's
+// `from_reference`: the float weight quantized with the reference module's weight_scale /
+// weight_zero_point / weight_axis / weight_qscheme / weight_dtype (per-tensor or
+// per-channel, round half to even, clamped to the dtype); the bias copied as float32; the
+// conv / linear attributes copied; `scale` and `zero_point` set to the output's.
+// InvalidArgument naming the module type and field if anything is missing or malformed.
+absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModule(
+    absl::string_view native_type, const Module& reference, const OutputQParams& output);
+
+class LoweringRuleRegistry {
+ public:
+  LoweringRuleRegistry() = default;
+  LoweringRuleRegistry(const LoweringRuleRegistry&) = delete;
+  LoweringRuleRegistry& operator=(const LoweringRuleRegistry&) = delete;
+
+  // Adds a rule. InvalidArgument (naming the rule and field) if it is inconsistent:
+  // empty name or reference target, no dequantized args, a negative index, a list rule
+  // with more than one index, a kNativeModule rule on a non-module op, a missing native
+  // target. AlreadyExists if the name is taken. Rules for the same reference op are
+  // tried in registration order; the first that applies wins.
+  absl::Status Register(LoweringRule rule);
+
+  // The rules for a reference op (kind + target or module type), in registration order.
+  std::vector<const LoweringRule*> RulesFor(OpKind op, Symbol target_or_type) const;
+  const LoweringRule* FindByName(absl::string_view name) const;
+  size_t size() const { return rules_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<LoweringRule>> rules_;
+  absl::flat_hash_map<std::pair<OpKind, Symbol>, std::vector<const LoweringRule*>> by_op_;
+};
+
+// Registers fuselage's native rules (PyTorch 1.13's tables, plus the two-input ones):
+//  - one dequantized input: nnqr.Conv1d/2d/3d → nnq.Conv*, nnqr.Linear → nnq.Linear,
+//    nni.ConvReLU1d/2d/3d (child 0 nnqr.Conv*) → nniq.ConvReLU*, nni.LinearReLU (child 0
+//    nnqr.Linear) → nniq.LinearReLU;
+//  - two dequantized inputs: nni.ConvAdd2d / nni.ConvAddReLU2d (child 0 nnqr.Conv2d) →
+//    nniq.ConvAdd2d / nniq.ConvAddReLU2d;
+//  - functionals (dequantized input and weight): F.conv1d/2d/3d →
+//    torch.ops.quantized.conv{1,2,3}d[_relu], F.linear → torch.ops.quantized.linear[_relu],
+//    with output_scale / output_zero_point kwargs;
+//  - binary ops on two dequantized tensors: operator.add / torch.add →
+//    torch.ops.quantized.add[_relu], operator.mul / torch.mul → torch.ops.quantized.mul[_relu];
+//  - pass-through on quantized tensors: max / avg / adaptive-avg pools, flatten, reshape,
+//    view, relu, identity, dropout, contiguous, and torch.cat (a list of dequantized
+//    tensors).
+absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_LOWERING_LOWERING_RULE_H_

@@ -1,0 +1,380 @@
+// LowerToNative on hand-built reference graphs (the shape PyTorch 1.13's
+// convert_to_reference_fx produces), asserting the lowered structure exactly and the
+// native modules' contents against hand-computed values.
+#include "lowering/lower_to_native.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "graph/graph_module.h"
+#include "lowering/lowering_rule.h"
+
+namespace fuselage {
+namespace {
+
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)       \
+  auto lhs##_or = (expr);                     \
+  ASSERT_TRUE(lhs##_or.ok()) << lhs##_or.status(); \
+  auto lhs = *lhs##_or
+
+Tensor Floats(std::vector<int64_t> shape, std::vector<float> v) {
+  return Tensor::FromFloats(std::move(shape), v);
+}
+
+// nnqr.Conv2d 2→2 channels, 1x1, per-channel weights: channel 0 scale 0.1, channel 1
+// scale 0.02, zero points 0.
+std::unique_ptr<Module> ReferenceConv() {
+  auto conv = std::make_unique<Module>("nnqr.Conv2d");
+  conv->SetTensor("weight", Floats({2, 2, 1, 1}, {0.25f, -0.3f, 0.5f, 3.0f}));
+  conv->SetTensor("bias", Floats({2}, {0.5f, -1.0f}));
+  conv->SetTensor("weight_scale", Floats({2}, {0.1f, 0.02f}));
+  conv->SetTensor("weight_zero_point", Tensor::FromInt64s({2}, {0, 0}));
+  conv->SetTensor("weight_axis", Tensor::FromInt64s({}, {0}));
+  conv->SetAttribute("weight_qscheme", Argument::String("torch.per_channel_affine"));
+  conv->SetAttribute("weight_dtype", Argument::Dtype(DType::kQInt8));
+  conv->SetAttribute("in_channels", Argument::Int(2));
+  conv->SetAttribute("out_channels", Argument::Int(2));
+  conv->SetAttribute("kernel_size", Argument::Ints({1, 1}));
+  conv->SetAttribute("stride", Argument::Ints({1, 1}));
+  conv->SetAttribute("padding", Argument::Ints({0, 0}));
+  conv->SetAttribute("dilation", Argument::Ints({1, 1}));
+  conv->SetAttribute("groups", Argument::Int(1));
+  conv->SetAttribute("padding_mode", Argument::String("zeros"));
+  return conv;
+}
+
+std::unique_ptr<Module> Fused(absl::string_view type, std::unique_ptr<Module> inner,
+                              bool with_relu) {
+  auto fused = std::make_unique<Module>(type);
+  fused->SetChild("0", std::move(inner));
+  if (with_relu) fused->SetChild("1", std::make_unique<Module>("nn.ReLU"));
+  return fused;
+}
+
+Node* Quantize(Graph& g, Node* x, double scale, int64_t zp, absl::string_view name = "") {
+  return *g.AddCallFunction("torch.quantize_per_tensor",
+                            {x, Argument::Float(scale), Argument::Int(zp),
+                             Argument::Dtype(DType::kQUInt8)},
+                            {}, name);
+}
+Node* Dequantize(Graph& g, Node* x) { return *g.AddCallMethod("dequantize", {x}); }
+
+int Count(const Graph& g, OpKind op, absl::string_view target) {
+  int n = 0;
+  for (const Node* node : g.Nodes()) n += node->op() == op && node->target().name() == target;
+  return n;
+}
+
+std::string Listing(const Graph& g) {
+  std::string s;
+  for (const Node* n : g.Nodes()) s += n->ToString() + "\n";
+  return s;
+}
+
+std::unique_ptr<LoweringRuleRegistry> NativeRules() {
+  auto r = std::make_unique<LoweringRuleRegistry>();
+  EXPECT_TRUE(RegisterNativeLoweringRules(*r).ok());
+  return r;
+}
+
+// The residual block: relu(conv(x) + x) fused into nni.ConvAddReLU2d, converted to
+// reference (two dequantize nodes of the same quantized input).
+TEST(LowerToNativeTest, ResidualConvAddReluTakesBothInputsQuantized) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("block", Fused("nni.ConvAddReLU2d", ReferenceConv(), true)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* x_q = Quantize(g, x, 0.05, 128, "x_q");
+  Node* dq1 = Dequantize(g, x_q);
+  Node* dq2 = Dequantize(g, x_q);
+  Node* y = *g.AddCallModule("block", {dq1, dq2});
+  Node* y_q = Quantize(g, y, 0.1, 0);
+  Node* out = Dequantize(g, y_q);
+  ASSERT_TRUE(g.SetOutput(out).ok());
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify() << "\n" << Listing(g);
+
+  EXPECT_EQ(report.lowered_per_rule.at("conv-add-relu2d"), 1);
+  EXPECT_EQ(report.total_lowered(), 1);
+  EXPECT_TRUE(report.unlowered.empty()) << report.ToString();
+  // x, x_q, block, dequantize, output — nothing else.
+  ASSERT_EQ(g.size(), 5u) << Listing(g);
+  EXPECT_EQ(Count(g, OpKind::kCallModule, "block"), 1);
+  EXPECT_EQ(Count(g, OpKind::kCallMethod, "dequantize"), 1);
+  ASSERT_EQ(y->num_args(), 2u);
+  EXPECT_EQ(y->arg(0), Argument(x_q));
+  EXPECT_EQ(y->arg(1), Argument(x_q));
+  const Node* output_value = g.output()->arg(0).as_node();
+  EXPECT_EQ(output_value->target().name(), "dequantize");
+  EXPECT_EQ(output_value->arg(0), Argument(y));
+
+  const Module* native = gm.FindModule("block");
+  ASSERT_NE(native, nullptr);
+  EXPECT_EQ(native->type().name(), "nniq.ConvAddReLU2d");
+  EXPECT_DOUBLE_EQ(*native->GetFloat("scale"), 0.1);
+  EXPECT_EQ(*native->GetInt("zero_point"), 0);
+  EXPECT_EQ(*native->GetInt("out_channels"), 2);
+  const Tensor* w = native->FindTensor("weight");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->dtype(), DType::kQInt8);
+  EXPECT_EQ(w->qparams().scheme, QScheme::kPerChannelAffine);
+  // 0.25/0.1 = 2.5 → 2 (half to even); -0.3/0.1 → -3; 0.5/0.02 → 25; 3.0/0.02 = 150 → 127.
+  const int8_t* q = w->data<int8_t>();
+  EXPECT_EQ(std::vector<int>(q, q + 4), std::vector<int>({2, -3, 25, 127}));
+  EXPECT_EQ(*native->FindTensor("bias"), Floats({2}, {0.5f, -1.0f}));
+  EXPECT_EQ(native->FindAttribute("weight_qscheme"), nullptr);
+}
+
+// A user's own two-input fused module lowers through the public registry only.
+TEST(LowerToNativeTest, UserRegisteredTwoInputModuleLowersWithBothInputsQuantized) {
+  ASSERT_TRUE(ModuleSchemaRegistry::Global().Register({"user.ConvMul2d", 2, 2, {}}).ok());
+  ASSERT_TRUE(ModuleSchemaRegistry::Global().Register({"userq.ConvMul2d", 2, 2, {"weight"}}).ok());
+  auto build = [](const LoweringRuleRegistry& rules) {
+    auto gm = std::make_unique<GraphModule>();
+    EXPECT_TRUE(gm->SetModule("fused", Fused("user.ConvMul2d", ReferenceConv(), false)).ok());
+    Graph& g = gm->graph();
+    Node* a = *g.AddPlaceholder("a");
+    Node* b = *g.AddPlaceholder("b");
+    Node* a_q = Quantize(g, a, 0.05, 10, "a_q");
+    Node* b_q = Quantize(g, b, 0.07, 20, "b_q");
+    Node* y = *g.AddCallModule("fused", {Dequantize(g, a_q), Dequantize(g, b_q)});
+    EXPECT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, y, 0.3, 7))).ok());
+    (void)rules;
+    return gm;
+  };
+
+  // Without the rule: left as it is, and reported.
+  auto builtin = NativeRules();
+  auto gm = build(*builtin);
+  const std::string before = Listing(gm->graph());
+  ASSERT_OK_AND_ASSIGN(unlowered, LowerToNative(*gm, *builtin));
+  EXPECT_EQ(Listing(gm->graph()), before);
+  EXPECT_EQ(gm->FindModule("fused")->type().name(), "user.ConvMul2d");
+  ASSERT_EQ(unlowered.unlowered.size(), 1u);
+  EXPECT_EQ(unlowered.unlowered[0].node, "fused");
+  EXPECT_NE(unlowered.unlowered[0].reason.find("no lowering rule for call_module user.ConvMul2d"),
+            std::string::npos)
+      << unlowered.ToString();
+
+  // With the rule, registered by the same public API the built-ins use.
+  LoweringRule rule;
+  rule.name = "user-conv-mul2d";
+  rule.action = LoweringRule::Action::kNativeModule;
+  rule.reference_op = OpKind::kCallModule;
+  rule.reference_target = "user.ConvMul2d";
+  rule.inner_type = "nnqr.Conv2d";
+  rule.dequantized_args = {0, 1};
+  rule.native_target = "userq.ConvMul2d";
+  ASSERT_TRUE(builtin->Register(rule).ok());
+  EXPECT_EQ(builtin->Register(rule).code(), absl::StatusCode::kAlreadyExists);
+
+  gm = build(*builtin);
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(*gm, *builtin));
+  ASSERT_TRUE(gm->Verify().ok()) << gm->Verify();
+  EXPECT_EQ(report.lowered_per_rule.at("user-conv-mul2d"), 1);
+  EXPECT_TRUE(report.unlowered.empty()) << report.ToString();
+  const Graph& g = gm->graph();
+  const Node* fused = g.FindNode("fused");
+  ASSERT_NE(fused, nullptr);
+  EXPECT_EQ(fused->arg(0), Argument(g.FindNode("a_q")));
+  EXPECT_EQ(fused->arg(1), Argument(g.FindNode("b_q")));
+  EXPECT_EQ(Count(g, OpKind::kCallMethod, "dequantize"), 1);
+  const Module* native = gm->FindModule("fused");
+  EXPECT_EQ(native->type().name(), "userq.ConvMul2d");
+  EXPECT_DOUBLE_EQ(*native->GetFloat("scale"), 0.3);
+  EXPECT_EQ(*native->GetInt("zero_point"), 7);
+}
+
+TEST(LowerToNativeTest, RegistryRejectsInconsistentRules) {
+  LoweringRuleRegistry registry;
+  LoweringRule rule;
+  rule.name = "bad";
+  rule.reference_target = "nnqr.Conv2d";
+  rule.dequantized_args = {};
+  rule.native_target = "nnq.Conv2d";
+  absl::Status st = registry.Register(rule);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("dequantized_args"), std::string::npos) << st;
+  rule.dequantized_args = {0};
+  rule.reference_op = OpKind::kCallFunction;  // a module rule needs call_module
+  EXPECT_EQ(registry.Register(rule).code(), absl::StatusCode::kInvalidArgument);
+  rule.reference_op = OpKind::kCallModule;
+  rule.native_target = "";
+  EXPECT_EQ(registry.Register(rule).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry.size(), 0u);
+}
+
+// Two outputs, each with its own quantization parameters and its own dequantize.
+TEST(LowerToNativeTest, EveryOutputKeepsItsOwnQuantizationParameters) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("conv_a", ReferenceConv()).ok());
+  ASSERT_TRUE(gm.SetModule("conv_b", ReferenceConv()).ok());
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
+  Node* a = *g.AddCallModule("conv_a", {Dequantize(g, x_q)});
+  Node* b = *g.AddCallModule("conv_b", {Dequantize(g, x_q)});
+  Node* out_a = Dequantize(g, Quantize(g, a, 0.1, 3));
+  Node* out_b = Dequantize(g, Quantize(g, b, 0.25, 9));
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({out_a, out_b})).ok());
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.lowered_per_rule.at("conv2d"), 2);
+  EXPECT_EQ(gm.FindModule("conv_a")->type().name(), "nnq.Conv2d");
+  EXPECT_DOUBLE_EQ(*gm.FindModule("conv_a")->GetFloat("scale"), 0.1);
+  EXPECT_DOUBLE_EQ(*gm.FindModule("conv_b")->GetFloat("scale"), 0.25);
+  EXPECT_EQ(*gm.FindModule("conv_b")->GetInt("zero_point"), 9);
+  const Argument& result = g.output()->arg(0);
+  ASSERT_TRUE(result.is_tuple());
+  ASSERT_EQ(result.items().size(), 2u);
+  EXPECT_EQ(result.items()[0].as_node()->target().name(), "dequantize");
+  EXPECT_EQ(result.items()[0].as_node()->arg(0), Argument(a));
+  EXPECT_EQ(result.items()[1].as_node()->target().name(), "dequantize");
+  EXPECT_EQ(result.items()[1].as_node()->arg(0), Argument(b));
+  EXPECT_EQ(a->arg(0), Argument(x_q));
+  EXPECT_EQ(b->arg(0), Argument(x_q));
+  EXPECT_EQ(Count(g, OpKind::kCallMethod, "dequantize"), 2);
+  ASSERT_TRUE(KnownOutputQParams(gm, a).has_value());
+  EXPECT_EQ(KnownOutputQParams(gm, a)->zero_point, 3);
+}
+
+// add → relu on two dequantized tensors becomes torch.ops.quantized.add_relu(qa, qb, s, zp).
+TEST(LowerToNativeTest, BinaryAddReluBecomesQuantizedAddRelu) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* a_q = Quantize(g, *g.AddPlaceholder("a"), 0.05, 10, "a_q");
+  Node* b_q = Quantize(g, *g.AddPlaceholder("b"), 0.07, 20, "b_q");
+  Node* add = *g.AddCallFunction("operator.add", {Dequantize(g, a_q), Dequantize(g, b_q)});
+  Node* relu = *g.AddCallFunction("torch.relu", {add});
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, relu, 0.2, 5))).ok());
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.lowered_per_rule.at("add:operator.add"), 1);
+  EXPECT_EQ(add->op(), OpKind::kCallFunction);
+  EXPECT_EQ(add->target().name(), "torch.ops.quantized.add_relu");
+  ASSERT_EQ(add->num_args(), 4u);
+  EXPECT_EQ(add->arg(0), Argument(a_q));
+  EXPECT_EQ(add->arg(1), Argument(b_q));
+  EXPECT_EQ(add->arg(2), Argument::Float(0.2));
+  EXPECT_EQ(add->arg(3), Argument::Int(5));
+  EXPECT_EQ(Count(g, OpKind::kCallFunction, "torch.relu"), 0);
+  EXPECT_EQ(g.output()->arg(0).as_node()->arg(0), Argument(add));
+  // a, b, a_q, b_q, add, dequantize, output.
+  EXPECT_EQ(g.size(), 7u);
+}
+
+// Pools and flatten run on quantized tensors; their quantize goes when it does not
+// requantize; a dequantize → quantize pair with equal parameters disappears; a real
+// requantization stays and is reported.
+TEST(LowerToNativeTest, PassThroughOpsAndDequantizeQuantizePairs) {
+  GraphModule gm;
+  auto pool = std::make_unique<Module>("nn.MaxPool2d");
+  pool->SetAttribute("kernel_size", Argument::Int(2));
+  ASSERT_TRUE(gm.SetModule("pool", std::move(pool)).ok());
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
+  Node* pooled = *g.AddCallModule("pool", {Dequantize(g, x_q)});
+  Node* pooled_q = Quantize(g, pooled, 0.05, 128);
+  Node* flat = *g.AddCallMethod("flatten", {Dequantize(g, pooled_q), Argument::Int(1)});
+  Node* flat_q = Quantize(g, flat, 0.5, 0);  // requantizes: stays
+  Node* again = Quantize(g, Dequantize(g, flat_q), 0.5, 0, "again");  // same params: goes
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, again)).ok());
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.lowered_per_rule.at("pass-through:nn.MaxPool2d"), 1);
+  EXPECT_EQ(report.dequantize_quantize_pairs_removed, 1);
+  EXPECT_EQ(pooled->arg(0), Argument(x_q));
+  ASSERT_EQ(report.unlowered.size(), 1u) << report.ToString();
+  EXPECT_EQ(report.unlowered[0].node, "flatten");
+  EXPECT_NE(report.unlowered[0].reason.find("requantizes"), std::string::npos)
+      << report.ToString();
+  // flatten still reads the dequantized pool output; its quantize feeds the output's
+  // dequantize directly now that `again` is gone.
+  EXPECT_EQ(flat->arg(0).as_node()->target().name(), "dequantize");
+  EXPECT_EQ(flat->arg(0).as_node()->arg(0), Argument(pooled));
+  EXPECT_EQ(g.FindNode("again"), nullptr);
+  EXPECT_EQ(g.output()->arg(0).as_node()->arg(0), Argument(flat_q));
+}
+
+// A fused module whose child "0" is not a reference module stays, with the reason.
+TEST(LowerToNativeTest, FusedModuleWithFloatInnerModuleIsReportedNotLowered) {
+  GraphModule gm;
+  auto float_conv = ReferenceConv();
+  float_conv->set_type(Symbol::Intern("nn.Conv2d"));
+  ASSERT_TRUE(gm.SetModule("conv_relu", Fused("nni.ConvReLU2d", std::move(float_conv), true)).ok());
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128);
+  Node* y = *g.AddCallModule("conv_relu", {Dequantize(g, x_q)});
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, y, 0.1, 0))).ok());
+  const std::string before = Listing(g);
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(Listing(g), before);
+  EXPECT_EQ(report.total_lowered(), 0);
+  ASSERT_EQ(report.unlowered.size(), 1u);
+  EXPECT_NE(report.unlowered[0].reason.find("child '0' of nni.ConvReLU2d is nn.Conv2d; "
+                                            "expected nnqr.Conv2d"),
+            std::string::npos)
+      << report.ToString();
+  EXPECT_EQ(gm.FindModule("conv_relu")->type().name(), "nni.ConvReLU2d");
+}
+
+// Functional conv: quantized input and weight, output qparams as kwargs.
+TEST(LowerToNativeTest, FunctionalConvUsesQuantizedInputAndWeight) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetTensor("w", Floats({1, 1, 1, 1}, {0.5f})).ok());
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
+  Node* w = *g.AddGetAttr("w");
+  Node* w_q = *g.AddCallFunction("torch.quantize_per_tensor",
+                                 {w, Argument::Float(0.01), Argument::Int(0),
+                                  Argument::Dtype(DType::kQInt8)}, {}, "w_q");
+  Node* conv = *g.AddCallFunction("torch.nn.functional.conv2d",
+                                  {Dequantize(g, x_q), Dequantize(g, w_q), Argument::None()});
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, conv, 0.1, 2))).ok());
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.lowered_per_rule.at("functional-conv2d"), 1);
+  EXPECT_EQ(conv->target().name(), "torch.ops.quantized.conv2d");
+  EXPECT_EQ(conv->arg(0), Argument(x_q));
+  EXPECT_EQ(conv->arg(1), Argument(w_q));
+  ASSERT_NE(conv->FindKwarg("output_scale"), nullptr);
+  EXPECT_EQ(*conv->FindKwarg("output_scale"), Argument::Float(0.1));
+  EXPECT_EQ(*conv->FindKwarg("output_zero_point"), Argument::Int(2));
+}
+
+// getitem over a packed tuple is seen through.
+TEST(LowerToNativeTest, TupleLoweringSeesThroughPacking) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* a = *g.AddPlaceholder("a");
+  Node* b = *g.AddPlaceholder("b");
+  Node* packed = *g.AddCallFunction("builtins.tuple", {Argument::List({a, b})});
+  const std::string packed_name = packed->name();
+  Node* second = *g.AddCallFunction("operator.getitem", {packed, Argument::Int(1)});
+  Node* relu = *g.AddCallFunction("torch.relu", {second});
+  ASSERT_TRUE(g.SetOutput(relu).ok());
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.tuple_accesses_removed, 1);
+  EXPECT_EQ(relu->arg(0), Argument(b));
+  EXPECT_EQ(g.FindNode(packed_name), nullptr);  // dead, removed
+}
+
+}  // namespace
+}  // namespace fuselage
