@@ -68,17 +68,22 @@ std::optional<OpKind> OpKindFromName(absl::string_view name) {
 }
 
 const Argument* Node::FindKwarg(absl::string_view key) const {
-  for (const Kwarg& kw : kwargs_) {
+  for (const Kwarg& kw : kwargs()) {
     if (kw.first.name() == key) return &kw.second;
   }
   return nullptr;
 }
 
 const Argument* Node::FindMeta(absl::string_view key) const {
-  for (const Kwarg& kw : meta_) {
+  for (const Kwarg& kw : meta()) {
     if (kw.first.name() == key) return &kw.second;
   }
   return nullptr;
+}
+
+const Kwargs& Node::EmptyKwargs() {
+  static const Kwargs* empty = new Kwargs();
+  return *empty;
 }
 
 std::vector<Node*> Node::InputNodes() const {
@@ -90,12 +95,13 @@ std::vector<Node*> Node::InputNodes() const {
 }
 
 std::string Node::ToString() const {
-  std::string args = Argument::Tuple(args_).ToString();
-  std::string kwargs = absl::StrJoin(kwargs_, ", ", [](std::string* out, const Kwarg& kw) {
+  std::string args =
+      Argument::Tuple(std::vector<Argument>(args_.begin(), args_.end())).ToString();
+  std::string kwargs_text = absl::StrJoin(kwargs(), ", ", [](std::string* out, const Kwarg& kw) {
     absl::StrAppend(out, "'", kw.first.name(), "': ", kw.second.ToString());
   });
   return absl::StrCat("%", name_, " : ", OpKindName(op_), "[target=", target_.name(),
-                      "](args = ", args, ", kwargs = {", kwargs, "})");
+                      "](args = ", args, ", kwargs = {", kwargs_text, "})");
 }
 
 Graph::~Graph() {
@@ -170,14 +176,14 @@ std::string Graph::DefaultNameFor(OpKind op, Symbol target) const {
 
 std::string Graph::UniqueName(absl::string_view hint) const {
   const std::string candidate = Sanitize(hint);
-  if (!by_name_.contains(candidate)) return candidate;
+  if (!by_name_.contains(absl::string_view(candidate))) return candidate;
   auto [base, number] = SplitSuffix(candidate);
   int64_t& next = next_suffix_[base];
   next = std::max(next, number + 1);
   if (next < 1) next = 1;
   while (true) {
     std::string name = absl::StrCat(base, "_", next);
-    if (!by_name_.contains(name)) return name;
+    if (!by_name_.contains(absl::string_view(name))) return name;
     ++next;
   }
 }
@@ -187,15 +193,15 @@ std::string Graph::TakeName(absl::string_view hint) { return UniqueName(hint); }
 std::string Graph::Rename(Node* node, absl::string_view name) {
   if (node->name_ == name) return node->name_;
   std::string unique = TakeName(name);
-  by_name_.erase(node->name_);
+  by_name_.erase(node);
   node->name_ = std::move(unique);
-  by_name_.emplace(node->name_, node);
+  by_name_.insert(node);
   return node->name_;
 }
 
 Node* Graph::FindNode(absl::string_view name) const {
   auto it = by_name_.find(name);
-  return it == by_name_.end() ? nullptr : it->second;
+  return it == by_name_.end() ? nullptr : *it;
 }
 
 // ---- Checks -------------------------------------------------------------------------
@@ -222,7 +228,7 @@ absl::Status Graph::CheckArgPrecedes(const Argument& arg, const Node* before,
   return status;
 }
 
-absl::Status Graph::CheckInputsPrecede(const std::vector<Argument>& args, const Kwargs& kwargs,
+absl::Status Graph::CheckInputsPrecede(absl::Span<const Argument> args, const Kwargs& kwargs,
                                        const Node* before, absl::string_view what) const {
   for (const Argument& a : args) RETURN_IF_ERROR(CheckArgPrecedes(a, before, what));
   for (const Kwarg& kw : kwargs) RETURN_IF_ERROR(CheckArgPrecedes(kw.second, before, what));
@@ -265,10 +271,10 @@ absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec spec) {
   std::string name = TakeName(spec.name.empty() ? DefaultNameFor(spec.op, spec.target)
                                                 : spec.name);
   Node* node = new Node(this, spec.op, spec.target, std::move(name));
-  node->args_ = std::move(spec.args);
-  node->kwargs_ = std::move(spec.kwargs);
+  node->set_args(std::move(spec.args));
+  node->set_kwargs(std::move(spec.kwargs));
   Link(node, before);
-  by_name_.emplace(node->name_, node);
+  by_name_.insert(node);
   AddUsesOf(node);
   if (node->op_ == OpKind::kOutput) output_ = node;
   return node;
@@ -342,7 +348,7 @@ absl::Status Graph::SetArgs(Node* node, std::vector<Argument> args) {
   }
   RETURN_IF_ERROR(CheckInputsPrecede(args, {}, node, absl::StrCat("node '", node->name(), "'")));
   RemoveUsesOf(node);
-  node->args_ = std::move(args);
+  node->set_args(std::move(args));
   AddUsesOf(node);
   return absl::OkStatus();
 }
@@ -356,7 +362,7 @@ absl::Status Graph::SetArg(Node* node, size_t index, Argument value) {
                                               " out of range; it has ", node->args_.size(),
                                               " args"));
   }
-  std::vector<Argument> args = node->args_;
+  std::vector<Argument> args(node->args_.begin(), node->args_.end());
   args[index] = std::move(value);
   return SetArgs(node, std::move(args));
 }
@@ -368,7 +374,7 @@ absl::Status Graph::SetKwargs(Node* node, Kwargs kwargs) {
   RETURN_IF_ERROR(
       CheckInputsPrecede({}, kwargs, node, absl::StrCat("node '", node->name(), "'")));
   RemoveUsesOf(node);
-  node->kwargs_ = std::move(kwargs);
+  node->set_kwargs(std::move(kwargs));
   AddUsesOf(node);
   return absl::OkStatus();
 }
@@ -378,7 +384,7 @@ absl::Status Graph::SetKwarg(Node* node, absl::string_view key, Argument value) 
     return absl::InvalidArgumentError("SetKwarg: node is not in this graph");
   }
   if (key.empty()) return absl::InvalidArgumentError("SetKwarg: empty kwarg name");
-  Kwargs kwargs = node->kwargs_;
+  Kwargs kwargs = node->kwargs();
   const Symbol k = Symbol::Intern(key);
   auto it = std::find_if(kwargs.begin(), kwargs.end(), [k](const Kwarg& kw) { return kw.first == k; });
   if (it != kwargs.end()) {
@@ -393,7 +399,7 @@ absl::Status Graph::RemoveKwarg(Node* node, absl::string_view key) {
   if (node == nullptr || node->graph_ != this) {
     return absl::InvalidArgumentError("RemoveKwarg: node is not in this graph");
   }
-  Kwargs kwargs = node->kwargs_;
+  Kwargs kwargs = node->kwargs();
   auto it = std::find_if(kwargs.begin(), kwargs.end(),
                          [key](const Kwarg& kw) { return kw.first.name() == key; });
   if (it == kwargs.end()) {
@@ -436,13 +442,14 @@ absl::Status Graph::SetMeta(Node* node, absl::string_view key, Argument value) {
         absl::StrCat("node '", node->name(), "': meta '", key, "' must not reference nodes"));
   }
   const Symbol k = Symbol::Intern(key);
-  for (Kwarg& kw : node->meta_) {
-    if (kw.first == k) {
-      kw.second = std::move(value);
-      return absl::OkStatus();
-    }
+  Kwargs meta = node->meta();
+  auto it = std::find_if(meta.begin(), meta.end(), [k](const Kwarg& kw) { return kw.first == k; });
+  if (it != meta.end()) {
+    it->second = std::move(value);
+  } else {
+    meta.emplace_back(k, std::move(value));
   }
-  node->meta_.emplace_back(k, std::move(value));
+  node->set_meta(std::move(meta));
   return absl::OkStatus();
 }
 
@@ -470,7 +477,9 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
   for (Node* user : users) {
     RemoveUsesOf(user);
     for (Argument& a : user->args_) a = a.MapNodes(swap);
-    for (Kwarg& kw : user->kwargs_) kw.second = kw.second.MapNodes(swap);
+    if (user->kwargs_ != nullptr) {
+      for (Kwarg& kw : *user->kwargs_) kw.second = kw.second.MapNodes(swap);
+    }
     AddUsesOf(user);
   }
   return static_cast<int>(users.size());
@@ -486,7 +495,7 @@ absl::Status Graph::MoveBefore(Node* node, Node* anchor) {
   }
   const std::string what = absl::StrCat("moving '", node->name(), "' before '", anchor->name(), "'");
   // Inputs must precede the new position, and users must follow it.
-  RETURN_IF_ERROR(CheckInputsPrecede(node->args_, node->kwargs_, anchor, what));
+  RETURN_IF_ERROR(CheckInputsPrecede(node->args_, node->kwargs(), anchor, what));
   for (Node* user : node->users_) {
     if (Precedes(user, anchor)) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -510,7 +519,7 @@ absl::Status Graph::Erase(Node* node) {
         " user(s): ", UsersString(node)));
   }
   RemoveUsesOf(node);
-  by_name_.erase(node->name_);
+  by_name_.erase(node);
   if (node == output_) output_ = nullptr;
   Unlink(node);
   delete node;
@@ -566,11 +575,11 @@ absl::Status Graph::Verify() const {
       return absl::InternalError(absl::StrCat(where(), ": order keys not increasing"));
     }
     if (n->name_.empty()) return absl::InvalidArgumentError("a node has an empty name");
-    auto indexed = by_name_.find(n->name_);
+    auto indexed = by_name_.find(absl::string_view(n->name_));
     if (indexed == by_name_.end()) {
       return absl::InternalError(absl::StrCat(where(), ": missing from the name index"));
     }
-    if (indexed->second != n) {
+    if (*indexed != n) {
       return absl::InvalidArgumentError(absl::StrCat("duplicate node name '", n->name_, "'"));
     }
     if (n->target_.empty()) {
@@ -635,22 +644,22 @@ absl::Status Graph::Verify() const {
 
 absl::StatusOr<Node*> GraphBuilder::AddNode(OpKind op, Symbol target, absl::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError("a node has an empty name");
-  if (graph_->by_name_.contains(name)) {
+  if (graph_->by_name_.contains(absl::string_view(name))) {
     return absl::InvalidArgumentError(absl::StrCat("duplicate node name '", name, "'"));
   }
   Node* node = new Node(graph_, op, target, std::string(name));
   graph_->Link(node, nullptr);
-  graph_->by_name_.emplace(node->name_, node);
+  graph_->by_name_.insert(node);
   if (op == OpKind::kOutput && graph_->output_ == nullptr) graph_->output_ = node;
   return node;
 }
 
 void GraphBuilder::SetInputs(Node* node, std::vector<Argument> args, Kwargs kwargs) {
-  node->args_ = std::move(args);
-  node->kwargs_ = std::move(kwargs);
+  node->set_args(std::move(args));
+  node->set_kwargs(std::move(kwargs));
   graph_->AddUsesOf(node);
 }
 
-void GraphBuilder::SetMeta(Node* node, Kwargs meta) { node->meta_ = std::move(meta); }
+void GraphBuilder::SetMeta(Node* node, Kwargs meta) { node->set_meta(std::move(meta)); }
 
 }  // namespace fuselage

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -141,7 +143,7 @@ class Graph {
   absl::StatusOr<Node*> InsertAt(Node* before, NodeSpec spec);
   // Checks that every node referenced by `args`/`kwargs` is in this graph and precedes
   // position `before` (nullptr: the end). `what` names the node for the error.
-  absl::Status CheckInputsPrecede(const std::vector<Argument>& args, const Kwargs& kwargs,
+  absl::Status CheckInputsPrecede(absl::Span<const Argument> args, const Kwargs& kwargs,
                                   const Node* before, absl::string_view what) const;
   absl::Status CheckArgPrecedes(const Argument& arg, const Node* before,
                                 absl::string_view what) const;
@@ -158,7 +160,20 @@ class Graph {
   Node* tail_ = nullptr;
   Node* output_ = nullptr;
   size_t size_ = 0;
-  absl::flat_hash_map<absl::string_view, Node*> by_name_;
+  // Nodes indexed by name; the key is the node itself (8 bytes a slot), looked up by name.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(absl::string_view name) const { return absl::Hash<absl::string_view>()(name); }
+    size_t operator()(const Node* n) const { return (*this)(absl::string_view(n->name())); }
+  };
+  struct NameEq {
+    using is_transparent = void;
+    static absl::string_view Key(absl::string_view name) { return name; }
+    static absl::string_view Key(const Node* n) { return n->name(); }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const { return Key(a) == Key(b); }
+  };
+  absl::flat_hash_set<Node*, NameHash, NameEq> by_name_;
   // Next free suffix per base name, so naming stays O(1) with many `add_N` nodes.
   mutable absl::flat_hash_map<std::string, int64_t> next_suffix_;
 };

@@ -6,10 +6,12 @@
 #define FUSELAGE_GRAPH_NODE_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "graph/argument.h"
@@ -47,7 +49,7 @@ class Node {
   absl::Span<const Argument> args() const { return args_; }
   const Argument& arg(size_t i) const { return args_[i]; }
   size_t num_args() const { return args_.size(); }
-  const Kwargs& kwargs() const { return kwargs_; }
+  const Kwargs& kwargs() const { return kwargs_ ? *kwargs_ : EmptyKwargs(); }
   // The kwarg named `key`, or nullptr.
   const Argument* FindKwarg(absl::string_view key) const;
 
@@ -61,7 +63,7 @@ class Node {
 
   // Free-form annotations that survive passes and the model file, e.g. "pattern" on a
   // fused node names the pattern that made it.
-  const Kwargs& meta() const { return meta_; }
+  const Kwargs& meta() const { return meta_ ? *meta_ : EmptyKwargs(); }
   const Argument* FindMeta(absl::string_view key) const;
 
   Graph* graph() const { return graph_; }
@@ -82,7 +84,7 @@ class Node {
   template <typename Fn>
   void ForEachInputUse(Fn&& fn) const {
     for (const Argument& a : args_) a.ForEachNode(fn);
-    for (const Kwarg& kw : kwargs_) kw.second.ForEachNode(fn);
+    for (const Kwarg& kw : kwargs()) kw.second.ForEachNode(fn);
   }
 
   Graph* graph_;
@@ -92,10 +94,24 @@ class Node {
   OpKind op_;
   Symbol target_;
   std::string name_;
-  std::vector<Argument> args_;
-  Kwargs kwargs_;
-  std::vector<Node*> users_;
-  Kwargs meta_;
+  static const Kwargs& EmptyKwargs();
+  void set_kwargs(Kwargs kwargs) {
+    kwargs_ = kwargs.empty() ? nullptr : std::make_unique<Kwargs>(std::move(kwargs));
+  }
+  void set_meta(Kwargs meta) {
+    meta_ = meta.empty() ? nullptr : std::make_unique<Kwargs>(std::move(meta));
+  }
+
+  void set_args(std::vector<Argument> args) {
+    args_.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
+  }
+
+  // Inline capacity 2: most nodes have one or two args and users, so no heap block.
+  absl::InlinedVector<Argument, 2> args_;
+  absl::InlinedVector<Node*, 2> users_;
+  // Most nodes have no kwargs and no meta: kept out of line to keep Node small.
+  std::unique_ptr<Kwargs> kwargs_;
+  std::unique_ptr<Kwargs> meta_;
 };
 
 }  // namespace fuselage

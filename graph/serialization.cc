@@ -12,6 +12,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/stubs/common.h"
 #include "google/protobuf/text_format.h"
 #include "graph/status_macros.h"
 
@@ -170,6 +171,12 @@ class ModelReader {
       return absl::InvalidArgumentError(absl::StrCat(where, ": field '", field, "' is ",
                                                      s.size(), " bytes; the limit is ",
                                                      limits_.max_string_length));
+    }
+    // The text parser does not check UTF-8 but the binary one does: without this, a text
+    // model could load and then save a binary file that does not load.
+    if (!google::protobuf::internal::IsStructurallyValidUTF8(s.data(), static_cast<int>(s.size()))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": field '", field, "' is not valid UTF-8"));
     }
     return absl::OkStatus();
   }
@@ -448,10 +455,11 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
                                                    " bytes; the limit is ", limits.max_file_bytes));
   }
   proto::Model model;
-  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
-  google::protobuf::io::CodedInputStream input(&raw);
-  input.SetRecursionLimit(2 * limits.max_arg_depth + 16);
-  if (!model.ParseFromCodedStream(&input) || !input.ConsumedEntireMessage()) {
+  // Parsing from a flat array (not a CodedInputStream) lets protobuf see that a declared
+  // length exceeds the bytes present before it reserves up to 50 MB for that field, so a
+  // 9-byte file cannot make the loader allocate 50 MB. Its nesting limit is protobuf's
+  // default (100); deeper args are then rejected with a clear error by ModelReader.
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::InvalidArgumentError(
         "model file is not a valid fuselage model (protobuf parse failed: truncated, "
         "corrupt, or nested too deeply)");
