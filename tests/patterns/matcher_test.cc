@@ -1,0 +1,334 @@
+// The matcher's FX semantics, each as a test, plus fuselage's documented differences
+// from PyTorch (matcher.h) and Explain's report.
+#include "patterns/matcher.h"
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "patterns/fusion_rule.h"
+#include "tests/patterns/test_models.h"
+
+namespace fuselage {
+namespace {
+
+using ::fuselage::testing::BatchNorm2dModule;
+using ::fuselage::testing::Conv2dModule;
+using ::fuselage::testing::Must;
+using ::fuselage::testing::PlainModule;
+using ::testing::HasSubstr;
+
+class MatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override { x_ = Must(graph().AddPlaceholder("x")); }
+
+  Graph& graph() { return gm_.graph(); }
+
+  Node* Conv(Node* in, const char* path) {
+    EXPECT_TRUE(gm_.SetModule(path, Conv2dModule(rng_, 3, 3, 1)).ok());
+    return Must(graph().AddCallModule(path, {in}, {}, path));
+  }
+  Node* Bn(Node* in, const char* path) {
+    EXPECT_TRUE(gm_.SetModule(path, BatchNorm2dModule(rng_, 3)).ok());
+    return Must(graph().AddCallModule(path, {in}, {}, path));
+  }
+  Node* Module(Node* in, const char* path, const char* type) {
+    EXPECT_TRUE(gm_.SetModule(path, PlainModule(type)).ok());
+    return Must(graph().AddCallModule(path, {in}, {}, path));
+  }
+  Node* Relu(Node* in, const char* path) { return Module(in, path, "nn.ReLU"); }
+
+  static FusionRule Rule(const char* name, const char* pattern,
+                         PatternFormat format = PatternFormat::kComplex) {
+    absl::StatusOr<FusionRule> rule =
+        MakeFusionRule(name, pattern, format, "nni.ConvReLU2d", FuserKind::kWrapInSequence);
+    EXPECT_TRUE(rule.ok()) << rule.status();
+    return *rule;
+  }
+
+  std::vector<PatternMatch> Find(std::vector<FusionRule> rules) {
+    absl::StatusOr<PatternMatcher> m = PatternMatcher::Create(std::move(rules));
+    EXPECT_TRUE(m.ok()) << m.status();
+    matcher_ = std::make_unique<PatternMatcher>(std::move(*m));
+    return matcher_->FindMatches(gm_);
+  }
+
+  // Which node each op position of `m` is bound to, by name, in preorder.
+  static std::vector<std::string> BoundNames(const PatternMatch& m) {
+    std::vector<std::string> names;
+    for (const Argument& a : m.bindings) {
+      names.push_back(a.is_node() ? a.as_node()->name() : a.ToString());
+    }
+    return names;
+  }
+
+  std::mt19937 rng_{7};
+  GraphModule gm_;
+  Node* x_ = nullptr;
+  std::unique_ptr<PatternMatcher> matcher_;
+};
+
+using Names = std::vector<std::string>;
+
+// PyTorch: bn with two users blocks (ReLU, (BatchNorm2d, Conv2d)) — bn is an inner node —
+// but (BatchNorm2d, Conv2d) still fuses: there bn is the outermost node, which may have
+// many users.
+TEST_F(MatcherTest, BnWithTwoUsersBlocksConvBnReluButConvBnStillFuses) {
+  Node* conv = Conv(x_, "conv");
+  Node* bn = Bn(conv, "bn");
+  Node* relu = Relu(bn, "relu");
+  Must(graph().SetOutput(Argument::Tuple({relu, bn})));
+  const std::vector<PatternMatch> matches =
+      Find({Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))"),
+            Rule("conv_bn", "(BatchNorm2d, Conv2d)")});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(matches[0].rule->name, "conv_bn");
+  EXPECT_EQ(BoundNames(matches[0]), (Names{"bn", "conv"}));
+  EXPECT_TRUE(gm_.Verify().ok());
+}
+
+TEST_F(MatcherTest, ConvWithTwoUsersBlocksEverything) {
+  Node* conv = Conv(x_, "conv");
+  Node* bn = Bn(conv, "bn");
+  Node* relu = Relu(bn, "relu");
+  Must(graph().SetOutput(Argument::Tuple({relu, conv})));
+  const std::vector<PatternMatch> matches =
+      Find({Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))"),
+            Rule("conv_bn", "(BatchNorm2d, Conv2d)")});
+  EXPECT_TRUE(matches.empty());
+}
+
+TEST_F(MatcherTest, OutermostReluWithTwoUsersStillFuses) {
+  Node* relu = Relu(Bn(Conv(x_, "conv"), "bn"), "relu");
+  Node* a = Module(relu, "id1", "nn.Identity");
+  Node* b = Module(relu, "id2", "nn.Identity");
+  Must(graph().SetOutput(Argument::Tuple({a, b})));
+  const std::vector<PatternMatch> matches =
+      Find({Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))")});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(BoundNames(matches[0]), (Names{"relu", "bn", "conv"}));
+}
+
+// Scanning from the output, relu+bn match first and claim bn; conv is left alone.
+TEST_F(MatcherTest, GreedyOverlapFirstMatchFromTheOutputWins) {
+  Node* relu = Relu(Bn(Conv(x_, "conv"), "bn"), "relu");
+  Must(graph().SetOutput(relu));
+  const std::vector<PatternMatch> matches = Find(
+      {Rule("bn_relu", "(ReLU, BatchNorm2d)"), Rule("conv_bn", "(BatchNorm2d, Conv2d)")});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(matches[0].rule->name, "bn_relu");
+  EXPECT_EQ(BoundNames(matches[0]), (Names{"relu", "bn"}));
+}
+
+TEST_F(MatcherTest, LongerPatternsFirstThenRegistrationOrder) {
+  Node* relu = Relu(Bn(Conv(x_, "conv"), "bn"), "relu");
+  Must(graph().SetOutput(relu));
+  // Registered shorter first; the longer one still wins.
+  std::vector<PatternMatch> matches = Find({Rule("bn_relu", "(ReLU, BatchNorm2d)"),
+                                            Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))")});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(matches[0].rule->name, "conv_bn_relu");
+  // Same length: registration order decides.
+  matches = Find({Rule("first", "(ReLU, BatchNorm2d)"), Rule("second", "(ReLU, MatchAllNode)")});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(matches[0].rule->name, "first");
+  matches = Find({Rule("second", "(ReLU, MatchAllNode)"), Rule("first", "(ReLU, BatchNorm2d)")});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(matches[0].rule->name, "second");
+}
+
+// `add` covers torch.add, operator.add and the add method; a qualified name only itself.
+TEST_F(MatcherTest, TorchAddVersusOperatorAdd) {
+  Node* y = Must(graph().AddPlaceholder("y"));
+  std::vector<Argument> outs;
+  Node* a1 = Must(graph().AddCallFunction("torch.add", {x_, y}, {}, "torch_add"));
+  outs.push_back(Must(graph().AddCallFunction("torch.relu", {a1}, {}, "r1")));
+  Node* a2 = Must(graph().AddCallFunction("operator.add", {x_, y}, {}, "op_add"));
+  outs.push_back(Must(graph().AddCallFunction("torch.relu", {a2}, {}, "r2")));
+  Node* a3 = Must(graph().AddCallMethod("add", {x_, y}, {}, "method_add"));
+  outs.push_back(Must(graph().AddCallFunction("torch.relu", {a3}, {}, "r3")));
+  Node* a4 = Must(graph().AddCallFunction("torch.sub", {x_, y}, {}, "sub"));
+  outs.push_back(Must(graph().AddCallFunction("torch.relu", {a4}, {}, "r4")));
+  Must(graph().SetOutput(Argument::Tuple(outs)));
+  ASSERT_TRUE(gm_.Verify().ok());
+
+  std::vector<PatternMatch> matches = Find({Rule("add_relu", "(relu, add)")});
+  std::vector<std::string> found;
+  for (const PatternMatch& m : matches) found.push_back(m.node_at(1)->name());
+  EXPECT_EQ(found, (Names{"method_add", "op_add", "torch_add"}));
+
+  matches = Find({Rule("add_relu", "(relu, operator.add)")});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(matches[0].node_at(1)->name(), "op_add");
+}
+
+TEST_F(MatcherTest, AlphaTwoIsNotFusedButAlphaOneIs) {
+  Node* y = Must(graph().AddPlaceholder("y"));
+  Node* bn = Bn(Conv(x_, "conv"), "bn");
+  Node* add = Must(graph().AddCallFunction("torch.add", {bn, y},
+                                           {{Symbol::Intern("alpha"), Argument::Int(2)}}, "add"));
+  Node* relu = Relu(add, "relu");
+  Must(graph().SetOutput(relu));
+  const FusionRule rule = Rule("conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))");
+  EXPECT_TRUE(Find({rule}).empty());
+  // The report says why.
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 1u);
+  EXPECT_EQ(report.failures[0].ToString(),
+            "conv_bn_add_relu at relu: ReLU \u2192 arg 0 (add): has kwarg alpha=2, which add "
+            "does not allow");
+  // alpha=1 is torch.add's default and changes nothing.
+  ASSERT_TRUE(graph().SetKwarg(add, "alpha", Argument::Int(1)).ok());
+  EXPECT_EQ(Find({rule}).size(), 1u);
+  // A pattern may allow any alpha explicitly.
+  ASSERT_TRUE(graph().SetKwarg(add, "alpha", Argument::Float(2.5)).ok());
+  EXPECT_TRUE(Find({rule}).empty());
+  EXPECT_EQ(Find({Rule("any_alpha", "(ReLU, (add{alpha}, (BatchNorm2d, Conv2d), MatchAllNode))")})
+                .size(),
+            1u);
+}
+
+TEST_F(MatcherTest, InplaceKwargOfFunctionalReluIsHarmless) {
+  Node* conv = Conv(x_, "conv");
+  Node* relu = Must(graph().AddCallFunction(
+      "torch.nn.functional.relu", {conv}, {{Symbol::Intern("inplace"), Argument::Bool(false)}}));
+  Must(graph().SetOutput(relu));
+  const std::vector<PatternMatch> matches =
+      Find({Rule("conv_relu", "(Conv2d, F.relu)", PatternFormat::kSequence)});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(matches[0].node_at(1), conv);
+}
+
+// PyTorch's apply_match raises AttributeError here ('float' has no attribute 'name').
+TEST_F(MatcherTest, MatchAllNodeOnAConstant) {
+  Node* bn = Bn(Conv(x_, "conv"), "bn");
+  Node* add = Must(graph().AddCallFunction("operator.add", {bn, Argument::Float(1.5)}, {}, "add"));
+  Must(graph().SetOutput(Relu(add, "relu")));
+  const std::vector<PatternMatch> matches = Find(
+      {Rule("conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))")});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(BoundNames(matches[0]), (Names{"relu", "add", "bn", "conv", "1.5"}));
+  EXPECT_EQ(matches[0].node_at(4), nullptr);
+}
+
+TEST_F(MatcherTest, CommutativeAddMatchesWithArgsSwapped) {
+  Node* identity = Module(x_, "identity", "nn.Identity");
+  Node* bn = Bn(Conv(x_, "conv"), "bn");
+  Node* add = Must(graph().AddCallFunction("operator.add", {identity, bn}, {}, "add"));
+  Must(graph().SetOutput(Relu(add, "relu")));
+  const std::vector<PatternMatch> matches = Find(
+      {Rule("conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))")});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(BoundNames(matches[0]), (Names{"relu", "add", "bn", "conv", "identity"}));
+}
+
+TEST_F(MatcherTest, NonCommutativeOpIsNotSwapped) {
+  Node* identity = Module(x_, "identity", "nn.Identity");
+  Node* bn = Bn(Conv(x_, "conv"), "bn");
+  Node* sub = Must(graph().AddCallFunction("torch.sub", {identity, bn}, {}, "sub"));
+  Must(graph().SetOutput(Relu(sub, "relu")));
+  EXPECT_TRUE(Find({Rule("r", "(ReLU, (torch.sub, (BatchNorm2d, Conv2d), MatchAllNode))")})
+                  .empty());
+}
+
+// Difference (e): mul(bn, bn) — bn has one (distinct) user, but fusing would erase the bn
+// the MatchAllNode input still reads.
+TEST_F(MatcherTest, NodeBothMatchedAndMatchAllInputIsRejected) {
+  Node* bn = Bn(Conv(x_, "conv"), "bn");
+  Node* mul = Must(graph().AddCallFunction("operator.mul", {bn, bn}, {}, "mul"));
+  Must(graph().SetOutput(mul));
+  EXPECT_TRUE(Find({Rule("r", "(mul, (BatchNorm2d, Conv2d), MatchAllNode)")}).empty());
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 1u);
+  EXPECT_THAT(report.failures[0].reason, HasSubstr("node bn is both matched and an input"));
+}
+
+TEST_F(MatcherTest, PatternArgsRequireTheExactArgCount) {
+  Node* y = Must(graph().AddPlaceholder("y"));
+  Node* cat = Must(graph().AddCallFunction("torch.cat", {Argument::List({x_, y})}, {}, "cat"));
+  Node* flat = Must(graph().AddCallFunction("torch.flatten", {cat, Argument::Int(1)}, {}, "flat"));
+  Must(graph().SetOutput(flat));
+  // flatten has 2 args, the pattern gives 1.
+  EXPECT_TRUE(Find({Rule("r", "(torch.flatten, torch.cat)")}).empty());
+  EXPECT_EQ(Find({Rule("r", "(torch.flatten, torch.cat, MatchAllNode)")}).size(), 1u);
+  // A leaf without pattern args does not look at the node's args.
+  EXPECT_EQ(Find({Rule("r", "torch.flatten")}).size(), 1u);
+}
+
+// The example of the issue, reproduced exactly.
+TEST_F(MatcherTest, ExplainSaysWhyWithAPathAndAReason) {
+  Node* y = Must(graph().AddPlaceholder("y"));
+  Node* bn1 = Bn(Conv(x_, "conv1"), "bn1");
+  Node* add = Must(graph().AddCallFunction("operator.add", {bn1, y}, {}, "add"));
+  Node* relu = Relu(add, "relu_1");
+  Node* cat = Must(graph().AddCallFunction("torch.cat", {Argument::List({relu, bn1})}, {}, "cat_3"));
+  Must(graph().SetOutput(cat));
+  const std::vector<PatternMatch> matches = Find(
+      {Rule("conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))"),
+       Rule("conv_bn", "(BatchNorm2d, Conv2d)")});
+  ASSERT_EQ(matches.size(), 1u);
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 1u);
+  // Swapped order was tried too (add is commutative), so the reason says so.
+  EXPECT_EQ(report.failures[0].ToString(),
+            "conv_bn_add_relu at relu_1: add \u2192 arg 0 (bn1): 2 users (add, cat_3); inner "
+            "nodes may have 1 (args also tried swapped)");
+  EXPECT_EQ(report.failures[0].position, "0.0");
+  EXPECT_EQ(report.matches_per_rule,
+            (std::vector<std::pair<std::string, int>>{{"conv_bn_add_relu", 0}, {"conv_bn", 1}}));
+  EXPECT_EQ(report.ToString(),
+            "conv_bn_add_relu at relu_1: add \u2192 arg 0 (bn1): 2 users (add, cat_3); inner "
+            "nodes may have 1 (args also tried swapped)\n"
+            "matches per pattern:\n"
+            "  conv_bn_add_relu: 0\n"
+            "  conv_bn: 1\n");
+}
+
+TEST_F(MatcherTest, ExplainNamesAWrongOp) {
+  Node* conv = Conv(x_, "conv");
+  Must(graph().SetOutput(Relu(Module(conv, "pool", "nn.MaxPool2d"), "relu")));
+  Find({Rule("conv_relu", "(ReLU, Conv2d)")});
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 1u);
+  EXPECT_EQ(report.failures[0].ToString(),
+            "conv_relu at relu: ReLU \u2192 arg 0 (pool): is call_module nn.MaxPool2d; "
+            "expected Conv2d");
+}
+
+TEST_F(MatcherTest, CreateRejectsBadRules) {
+  FusionRule a = Rule("same", "(ReLU, Conv2d)");
+  FusionRule b = Rule("same", "(ReLU, Linear)");
+  absl::StatusOr<PatternMatcher> m = PatternMatcher::Create({a, b});
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("'same' is registered twice"));
+  FusionRule c = Rule("c", "(ReLU, (add, Conv2d, MatchAllNode))");
+  c.extra_input_positions = std::vector<int>{2};  // the conv, not a MatchAllNode
+  m = PatternMatcher::Create({c});
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("extra_input_positions"));
+}
+
+// Many independent blocks: every one is found, and only once (no quadratic rescans).
+TEST_F(MatcherTest, FindsEveryBlockOfALongChain) {
+  Node* cur = x_;
+  EXPECT_TRUE(gm_.SetModule("conv", Conv2dModule(rng_, 3, 3, 1)).ok());
+  EXPECT_TRUE(gm_.SetModule("bn", BatchNorm2dModule(rng_, 3)).ok());
+  EXPECT_TRUE(gm_.SetModule("relu", PlainModule("nn.ReLU")).ok());
+  for (int i = 0; i < 1000; ++i) {
+    cur = Must(graph().AddCallModule("conv", {cur}));
+    cur = Must(graph().AddCallModule("bn", {cur}));
+    cur = Must(graph().AddCallModule("relu", {cur}));
+  }
+  Must(graph().SetOutput(cur));
+  const std::vector<PatternMatch> matches =
+      Find({Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))"),
+            Rule("conv_relu", "(ReLU, Conv2d)"), Rule("conv_bn", "(BatchNorm2d, Conv2d)")});
+  ASSERT_EQ(matches.size(), 1000u);
+  for (const PatternMatch& m : matches) EXPECT_EQ(m.rule->name, "conv_bn_relu");
+}
+
+}  // namespace
+}  // namespace fuselage
