@@ -1,0 +1,365 @@
+// The fusion pass: structure of the result (text in, structure out), BN folding against
+// hand-computed numbers, module-tree bookkeeping, and "a failing fusion changes nothing".
+#include "patterns/fuse.h"
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "graph/serialization.h"
+#include "gtest/gtest.h"
+#include "patterns/fusion_rule.h"
+#include "patterns/matcher.h"
+#include "tests/patterns/test_models.h"
+
+namespace fuselage {
+namespace {
+
+using ::fuselage::testing::BatchNorm2dModule;
+using ::fuselage::testing::Conv2dModule;
+using ::fuselage::testing::Must;
+using ::fuselage::testing::PlainModule;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class FuseTest : public ::testing::Test {
+ protected:
+  void SetUp() override { x_ = Must(graph().AddPlaceholder("x")); }
+  Graph& graph() { return gm_.graph(); }
+
+  Node* Call(Node* in, const char* path, std::unique_ptr<Module> module) {
+    EXPECT_TRUE(gm_.SetModule(path, std::move(module)).ok());
+    return Must(graph().AddCallModule(path, {in}, {}, path));
+  }
+
+  static FusionRule Rule(const char* name, const char* pattern, const char* fused_type,
+                         FuserKind fuser = FuserKind::kFoldBatchNormThenWrap) {
+    absl::StatusOr<FusionRule> rule =
+        MakeFusionRule(name, pattern, PatternFormat::kComplex, fused_type, fuser);
+    EXPECT_TRUE(rule.ok()) << rule.status();
+    return *rule;
+  }
+
+  absl::StatusOr<int> Fuse(std::vector<FusionRule> rules) {
+    absl::StatusOr<PatternMatcher> m = PatternMatcher::Create(std::move(rules));
+    if (!m.ok()) return m.status();
+    return FusePatterns(gm_, *m);
+  }
+
+  // The call_module nodes of the graph, by module type.
+  std::vector<Node*> NodesOfType(const char* type) {
+    std::vector<Node*> found;
+    for (Node* n : graph().Nodes()) {
+      if (n->op() != OpKind::kCallModule) continue;
+      const Module* m = gm_.FindModule(n->target().name());
+      if (m != nullptr && m->type().name() == type) found.push_back(n);
+    }
+    return found;
+  }
+
+  std::mt19937 rng_{11};
+  GraphModule gm_;
+  Node* x_ = nullptr;
+};
+
+std::vector<std::string> ArgNames(const Node* n) {
+  std::vector<std::string> names;
+  for (const Argument& a : n->args()) names.push_back(a.is_node() ? a.as_node()->name() : a.ToString());
+  return names;
+}
+
+// The residual model: y = identity(x); x = relu(add(bn(conv(x)), y)).
+TEST_F(FuseTest, ResidualBlockBecomesOneConvAddReLU2d) {
+  Node* identity = Call(x_, "identity", PlainModule("nn.Identity"));
+  Node* conv = Call(x_, "conv", Conv2dModule(rng_, 3, 3, 3));
+  Node* bn = Call(conv, "bn", BatchNorm2dModule(rng_, 3));
+  Node* add = Must(graph().AddCallFunction("operator.add", {bn, identity}, {}, "add"));
+  Node* relu = Call(add, "relu", PlainModule("nn.ReLU"));
+  Must(graph().SetOutput(relu));
+  ASSERT_TRUE(gm_.Verify().ok());
+  const std::unique_ptr<Module> original_conv = gm_.FindModule("conv")->Clone();
+
+  FusionRule rule = Rule("conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))",
+                         "nni.ConvAddReLU2d");
+  rule.root_position = 3;                        // the conv
+  rule.extra_input_positions = std::vector<int>{4};  // the residual
+  absl::StatusOr<int> fused = Fuse({rule});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_EQ(*fused, 1);
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+
+  const std::vector<Node*> nodes = NodesOfType("nni.ConvAddReLU2d");
+  ASSERT_EQ(nodes.size(), 1u);
+  const Node* f = nodes[0];
+  EXPECT_THAT(ArgNames(f), ElementsAre("x", "identity"));
+  EXPECT_EQ(f->name(), "conv");  // the root's name, as FX's fuser keeps it
+  ASSERT_NE(f->FindMeta("pattern"), nullptr);
+  EXPECT_EQ(f->FindMeta("pattern")->as_string(), "conv_bn_add_relu");
+  EXPECT_EQ(graph().output()->arg(0).as_node(), f);
+  // placeholder x, identity, fused, output.
+  EXPECT_EQ(graph().size(), 4u);
+  // The fused module sits at the conv's path; bn and relu modules are gone.
+  const Module* m = gm_.FindModule(f->target().name());
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(f->target().name(), "conv");
+  ASSERT_EQ(m->children().size(), 2u);
+  EXPECT_EQ(m->children()[0].first, "0");
+  EXPECT_EQ(m->children()[0].second->type().name(), "nn.Conv2d");
+  EXPECT_EQ(m->children()[1].first, "1");
+  EXPECT_EQ(m->children()[1].second->type().name(), "nn.ReLU");
+  EXPECT_TRUE(m->tensors().empty());
+  EXPECT_EQ(gm_.FindModule("bn"), nullptr);
+  EXPECT_EQ(gm_.FindModule("relu"), nullptr);
+  EXPECT_NE(gm_.FindModule("identity"), nullptr);
+  // The conv child kept its attributes and its weight changed (batch norm folded).
+  const Module& folded = *m->children()[0].second;
+  EXPECT_EQ(*folded.FindAttribute("kernel_size"), *original_conv->FindAttribute("kernel_size"));
+  EXPECT_FALSE(*folded.FindTensor("weight") == *original_conv->FindTensor("weight"));
+}
+
+TEST_F(FuseTest, DefaultGettersGiveTheSameResidualFusion) {
+  Node* identity = Call(x_, "identity", PlainModule("nn.Identity"));
+  Node* bn = Call(Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1)), "bn", BatchNorm2dModule(rng_, 3));
+  // Residual written first: add is commutative.
+  Node* add = Must(graph().AddCallMethod("add", {identity, bn}, {}, "add"));
+  Must(graph().SetOutput(Call(add, "relu", PlainModule("nn.ReLU"))));
+  absl::StatusOr<int> fused = Fuse({Rule(
+      "conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))", "nni.ConvAddReLU2d")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const std::vector<Node*> nodes = NodesOfType("nni.ConvAddReLU2d");
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_THAT(ArgNames(nodes[0]), ElementsAre("x", "identity"));
+}
+
+// fuse_conv_bn_eval by hand: 1 input channel, 2 output channels, 1x1 kernel.
+//   w = [2, -1], b = [0.5, 1]; gamma = [2, 0.5], beta = [0.1, -0.2],
+//   mean = [1, -1], var = [3, 0], eps = 1  =>  sqrt(var + eps) = [2, 1], scale = [1, 0.5]
+//   w' = [2, -0.5];  b' = [(0.5 - 1) * 1 + 0.1, (1 + 1) * 0.5 - 0.2] = [-0.4, 0.8]
+TEST_F(FuseTest, BatchNormFoldingMatchesHandComputedValues) {
+  auto conv = Conv2dModule(rng_, 1, 2, 1);
+  conv->SetTensor("weight", Tensor::FromFloats({2, 1, 1, 1}, {2.0f, -1.0f}));
+  conv->SetTensor("bias", Tensor::FromFloats({2}, {0.5f, 1.0f}));
+  auto bn = BatchNorm2dModule(rng_, 2, /*eps=*/1.0);
+  bn->SetTensor("weight", Tensor::FromFloats({2}, {2.0f, 0.5f}));
+  bn->SetTensor("bias", Tensor::FromFloats({2}, {0.1f, -0.2f}));
+  bn->SetTensor("running_mean", Tensor::FromFloats({2}, {1.0f, -1.0f}));
+  bn->SetTensor("running_var", Tensor::FromFloats({2}, {3.0f, 0.0f}));
+  Node* out = Call(Call(x_, "conv", std::move(conv)), "bn", std::move(bn));
+  Must(graph().SetOutput(out));
+
+  // (BatchNorm2d, Conv2d) with no fused type: the result is the folded nn.Conv2d itself.
+  absl::StatusOr<int> fused = Fuse({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const std::vector<Node*> convs = NodesOfType("nn.Conv2d");
+  ASSERT_EQ(convs.size(), 1u);
+  const Module* m = gm_.FindModule(convs[0]->target().name());
+  const Tensor* w = m->FindTensor("weight");
+  const Tensor* b = m->FindTensor("bias");
+  ASSERT_NE(w, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(w->shape(), (std::vector<int64_t>{2, 1, 1, 1}));
+  EXPECT_FLOAT_EQ(w->data<float>()[0], 2.0f);
+  EXPECT_FLOAT_EQ(w->data<float>()[1], -0.5f);
+  EXPECT_FLOAT_EQ(b->data<float>()[0], -0.4f);
+  EXPECT_FLOAT_EQ(b->data<float>()[1], 0.8f);
+  EXPECT_EQ(graph().size(), 3u);  // x, conv, output
+}
+
+TEST_F(FuseTest, ConvWithoutBiasGetsOne) {
+  auto conv = Conv2dModule(rng_, 1, 1, 1, /*bias=*/false);
+  conv->SetTensor("weight", Tensor::FromFloats({1, 1, 1, 1}, {3.0f}));
+  auto bn = BatchNorm2dModule(rng_, 1, /*eps=*/0.0);
+  bn->SetTensor("weight", Tensor::FromFloats({1}, {1.0f}));
+  bn->SetTensor("bias", Tensor::FromFloats({1}, {0.25f}));
+  bn->SetTensor("running_mean", Tensor::FromFloats({1}, {2.0f}));
+  bn->SetTensor("running_var", Tensor::FromFloats({1}, {4.0f}));
+  Node* relu = Call(Call(Call(x_, "conv", std::move(conv)), "bn", std::move(bn)), "relu",
+                    PlainModule("nn.ReLU"));
+  Must(graph().SetOutput(relu));
+  absl::StatusOr<int> fused =
+      Fuse({Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))", "nni.ConvReLU2d")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const Module* m = gm_.FindModule("conv");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->type().name(), "nni.ConvReLU2d");
+  const Module* c = m->FindChild("0");
+  ASSERT_NE(c, nullptr);
+  // scale = 1 / sqrt(4) = 0.5: w' = 1.5, b' = (0 - 2) * 0.5 + 0.25 = -0.75.
+  EXPECT_FLOAT_EQ(c->FindTensor("weight")->data<float>()[0], 1.5f);
+  EXPECT_FLOAT_EQ(c->FindTensor("bias")->data<float>()[0], -0.75f);
+  EXPECT_EQ(m->FindChild("1")->type().name(), "nn.ReLU");
+}
+
+TEST_F(FuseTest, FunctionalReluBecomesAReLUChild) {
+  Node* conv = Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1));
+  Node* relu = Must(graph().AddCallFunction("torch.nn.functional.relu", {conv},
+                                            {{Symbol::Intern("inplace"), Argument::Bool(false)}}));
+  Must(graph().SetOutput(relu));
+  const Tensor weight_before = *gm_.FindModule("conv")->FindTensor("weight");
+  absl::StatusOr<int> fused =
+      Fuse({Rule("conv_relu", "(F.relu, Conv2d)", "nni.ConvReLU2d", FuserKind::kWrapInSequence)});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const Module* m = gm_.FindModule("conv");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->type().name(), "nni.ConvReLU2d");
+  EXPECT_EQ(m->FindChild("0")->type().name(), "nn.Conv2d");
+  EXPECT_EQ(m->FindChild("1")->type().name(), "nn.ReLU");
+  // Wrapping copies the conv unchanged.
+  EXPECT_EQ(*m->FindChild("0")->FindTensor("weight"), weight_before);
+}
+
+// Block 2 reads block 1's outermost node twice (as conv input and as residual); after
+// fusion both args are block 1's fused node.
+TEST_F(FuseTest, ChainedResidualBlocksRemapInputs) {
+  Node* r1 = Call(Call(Call(x_, "conv1", Conv2dModule(rng_, 3, 3, 1)), "bn1",
+                       BatchNorm2dModule(rng_, 3)),
+                  "relu1", PlainModule("nn.ReLU"));
+  Node* bn2 = Call(Call(r1, "conv2", Conv2dModule(rng_, 3, 3, 1)), "bn2", BatchNorm2dModule(rng_, 3));
+  Node* add = Must(graph().AddCallFunction("operator.add", {bn2, r1}, {}, "add"));
+  Must(graph().SetOutput(Call(add, "relu2", PlainModule("nn.ReLU"))));
+  absl::StatusOr<int> fused = Fuse(
+      {Rule("conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))",
+            "nni.ConvAddReLU2d"),
+       Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))", "nni.ConvReLU2d")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_EQ(*fused, 2);
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const std::vector<Node*> first = NodesOfType("nni.ConvReLU2d");
+  const std::vector<Node*> second = NodesOfType("nni.ConvAddReLU2d");
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_THAT(ArgNames(first[0]), ElementsAre("x"));
+  EXPECT_THAT(ArgNames(second[0]), ElementsAre("conv1", "conv1"));
+  EXPECT_EQ(first[0]->FindMeta("pattern")->as_string(), "conv_bn_relu");
+  EXPECT_EQ(second[0]->FindMeta("pattern")->as_string(), "conv_bn_add_relu");
+  EXPECT_EQ(graph().size(), 4u);  // x, two fused nodes, output
+}
+
+// A module called from two places is not overwritten: the fused module gets a new path.
+TEST_F(FuseTest, SharedConvModuleKeepsItsPath) {
+  EXPECT_TRUE(gm_.SetModule("conv", Conv2dModule(rng_, 3, 3, 1)).ok());
+  EXPECT_TRUE(gm_.SetModule("relu", PlainModule("nn.ReLU")).ok());
+  Node* c1 = Must(graph().AddCallModule("conv", {x_}, {}, "c1"));
+  Node* r1 = Must(graph().AddCallModule("relu", {c1}, {}, "r1"));
+  Node* c2 = Must(graph().AddCallModule("conv", {r1}, {}, "c2"));
+  Must(graph().SetOutput(c2));
+  absl::StatusOr<int> fused = Fuse({Rule("conv_relu", "(ReLU, Conv2d)", "nni.ConvReLU2d",
+                                         FuserKind::kWrapInSequence)});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  ASSERT_EQ(gm_.FindModule("conv")->type().name(), "nn.Conv2d");  // c2 still calls it
+  const std::vector<Node*> f = NodesOfType("nni.ConvReLU2d");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0]->target().name(), "conv");
+  EXPECT_EQ(f[0]->name(), "c1");
+}
+
+TEST_F(FuseTest, CustomFuserAndRootGetter) {
+  Node* relu = Call(Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1)), "relu", PlainModule("nn.ReLU"));
+  Must(graph().SetOutput(relu));
+  FusionRule rule;
+  rule.name = "custom";
+  rule.pattern = *Pattern::Parse("(ReLU, Conv2d)", PatternFormat::kComplex);
+  rule.fuser_kind = FuserKind::kCustom;
+  int calls = 0;
+  rule.custom_fuser = [&calls](const GraphModule& gm,
+                               const PatternMatch& match) -> absl::StatusOr<std::unique_ptr<Module>> {
+    ++calls;
+    auto m = std::make_unique<Module>("nni.ConvReLU2d");
+    m->SetChild("0", gm.FindModule(match.node_at(1)->target().name())->Clone());
+    m->SetChild("1", std::make_unique<Module>("nn.ReLU"));
+    m->SetAttribute("made_by", Argument::String("custom"));
+    return m;
+  };
+  rule.root_node_getter = [](const PatternMatch& match) -> absl::StatusOr<Node*> {
+    return match.node_at(1);
+  };
+  absl::StatusOr<int> fused = Fuse({rule});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  EXPECT_EQ(calls, 1);
+  const Module* m = gm_.FindModule("conv");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->FindAttribute("made_by")->as_string(), "custom");
+}
+
+TEST_F(FuseTest, NoMatchLeavesTheGraphAlone) {
+  Must(graph().SetOutput(Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1))));
+  const std::string before = SerializeModelText(gm_);
+  absl::StatusOr<int> fused =
+      Fuse({Rule("conv_relu", "(ReLU, Conv2d)", "nni.ConvReLU2d", FuserKind::kWrapInSequence)});
+  ASSERT_TRUE(fused.ok());
+  EXPECT_EQ(*fused, 0);
+  EXPECT_EQ(SerializeModelText(gm_), before);
+}
+
+// Two good matches and one bad one: the error names the bad one, and nothing changed.
+TEST_F(FuseTest, FailingFusionLeavesTheGraphUnchanged) {
+  Node* a = Call(Call(Call(x_, "conv1", Conv2dModule(rng_, 3, 3, 1)), "bn1",
+                      BatchNorm2dModule(rng_, 3)),
+                 "relu1", PlainModule("nn.ReLU"));
+  auto bad_bn = BatchNorm2dModule(rng_, 3, /*eps=*/0.0);
+  bad_bn->SetTensor("running_var", Tensor::FromFloats({3}, {1.0f, -1.0f, 1.0f}));
+  Node* b = Call(Call(Call(a, "conv2", Conv2dModule(rng_, 3, 3, 1)), "bn2", std::move(bad_bn)),
+                 "relu2", PlainModule("nn.ReLU"));
+  Node* c = Call(Call(Call(b, "conv3", Conv2dModule(rng_, 3, 3, 1)), "bn3",
+                      BatchNorm2dModule(rng_, 3)),
+                 "relu3", PlainModule("nn.ReLU"));
+  Must(graph().SetOutput(c));
+  const std::string before = SerializeModelText(gm_);
+  absl::StatusOr<int> fused =
+      Fuse({Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))", "nni.ConvReLU2d")});
+  ASSERT_FALSE(fused.ok());
+  EXPECT_EQ(fused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(fused.status().message()), HasSubstr("'bn2'"));
+  EXPECT_THAT(std::string(fused.status().message()), HasSubstr("channel 1"));
+  EXPECT_EQ(SerializeModelText(gm_), before);
+  EXPECT_TRUE(gm_.Verify().ok());
+}
+
+TEST_F(FuseTest, UnregisteredFusedTypeFailsBeforeMutating) {
+  Must(graph().SetOutput(Call(Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1)), "relu",
+                              PlainModule("nn.ReLU"))));
+  const std::string before = SerializeModelText(gm_);
+  absl::StatusOr<int> fused = Fuse(
+      {Rule("conv_relu", "(ReLU, Conv2d)", "nni.NoSuchModule", FuserKind::kWrapInSequence)});
+  ASSERT_FALSE(fused.ok());
+  EXPECT_EQ(fused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(fused.status().message()),
+              HasSubstr("rule 'conv_relu' at node 'relu': fused module type 'nni.NoSuchModule' "
+                        "is not a registered module type"));
+  EXPECT_EQ(SerializeModelText(gm_), before);
+}
+
+TEST_F(FuseTest, WrongInputCountFailsBeforeMutating) {
+  Node* y = Must(graph().AddPlaceholder("y"));
+  Node* conv = Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1));
+  Node* add = Must(graph().AddCallFunction("operator.add", {conv, y}, {}, "add"));
+  Must(graph().SetOutput(Call(add, "relu", PlainModule("nn.ReLU"))));
+  const std::string before = SerializeModelText(gm_);
+  // nni.ConvReLU2d takes one input; this rule would give it two (x and y).
+  absl::StatusOr<int> fused = Fuse({Rule("conv_add_relu", "(ReLU, (add, Conv2d, MatchAllNode))",
+                                         "nni.ConvReLU2d", FuserKind::kWrapInSequence)});
+  ASSERT_FALSE(fused.ok());
+  EXPECT_THAT(std::string(fused.status().message()), HasSubstr("takes 1..1 inputs"));
+  EXPECT_EQ(SerializeModelText(gm_), before);
+}
+
+TEST_F(FuseTest, FoldingWithoutABatchNormIsAnError) {
+  Must(graph().SetOutput(Call(Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1)), "relu",
+                              PlainModule("nn.ReLU"))));
+  const std::string before = SerializeModelText(gm_);
+  absl::StatusOr<int> fused = Fuse({Rule("conv_relu", "(ReLU, Conv2d)", "nni.ConvReLU2d")});
+  ASSERT_FALSE(fused.ok());
+  EXPECT_THAT(std::string(fused.status().message()), HasSubstr("found no BatchNorm"));
+  EXPECT_EQ(SerializeModelText(gm_), before);
+}
+
+}  // namespace
+}  // namespace fuselage
