@@ -271,4 +271,10 @@ std::vector<const FusionRule*> BackendConfig::FusionRules() const {
   return rules;
 }
 
+absl::StatusOr<PatternMatcher> BuildFusionMatcher(const BackendConfig& config) {
+  std::vector<FusionRule> rules;
+  for (const FusionRule* rule : config.FusionRules()) rules.push_back(*rule);
+  return PatternMatcher::Create(std::move(rules));
+}
+
 }  // namespace fuselage

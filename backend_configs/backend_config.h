@@ -41,6 +41,7 @@
 #include "graph/module_schema.h"
 #include "graph/symbol.h"
 #include "patterns/fusion_rule.h"
+#include "patterns/matcher.h"
 #include "patterns/pattern.h"
 
 namespace fuselage {
@@ -140,6 +141,9 @@ class BackendConfig {
   absl::flat_hash_map<std::string, size_t> index_by_name_;
   absl::flat_hash_map<std::string, size_t> index_by_pattern_key_;
 };
+
+// A matcher over the config's fusion rules, ready for FusePatterns (patterns/fuse.h).
+absl::StatusOr<PatternMatcher> BuildFusionMatcher(const BackendConfig& config);
 
 }  // namespace fuselage
 

@@ -1,0 +1,261 @@
+// The .textproto loader: the example config (qnnpack + conv-bn-add-relu, no C++), every
+// kind of bad config (each an InvalidArgument naming the entry and the field), and the
+// example applied by the fusion pass to the residual block.
+#include "backend_configs/config_loader.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "backend_configs/builtin_configs.h"
+#include "graph/graph_module.h"
+#include "gtest/gtest.h"
+#include "patterns/fuse.h"
+
+namespace fuselage {
+namespace {
+
+constexpr char kExample[] = "backend_configs/examples/conv_bn_add_relu.textproto";
+
+// A file on top of qnnpack with one entry whose body is `entry`.
+absl::StatusOr<BackendConfig> LoadEntry(const std::string& entry) {
+  return ParseBackendConfigText("base: \"qnnpack\"\npattern {\n" + entry + "\n}\n", "test.textproto");
+}
+
+// The status is InvalidArgument and its message names every fragment.
+void ExpectInvalid(const absl::StatusOr<BackendConfig>& config,
+                   std::initializer_list<const char*> fragments) {
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+  for (const char* fragment : fragments) {
+    EXPECT_TRUE(absl::StrContains(config.status().message(), fragment))
+        << "'" << fragment << "' not in: " << config.status().message();
+  }
+}
+
+TEST(ConfigLoader, ExampleExtendsQnnpackWithConvBnAddRelu) {
+  absl::StatusOr<BackendConfig> config = LoadBackendConfigFile(kExample);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<BackendConfig> qnnpack = GetBackendConfig("qnnpack");
+  ASSERT_TRUE(qnnpack.ok());
+  EXPECT_EQ(config->name(), "qnnpack_conv_bn_add_relu");
+  EXPECT_EQ(config->size(), qnnpack->size() + 2);
+  EXPECT_EQ(config->FusionRules().size(), qnnpack->FusionRules().size() + 1);
+
+  const BackendPatternConfig* fusion = config->Find("conv_bn_add_relu");
+  ASSERT_NE(fusion, nullptr);
+  EXPECT_TRUE(fusion->fuses);
+  EXPECT_EQ(fusion->fused_module().str(), "nni.ConvAddReLU2d");
+  EXPECT_EQ(fusion->rule.fuser_kind, FuserKind::kFoldBatchNormThenWrap);
+  const Pattern& p = fusion->pattern();
+  ASSERT_TRUE(fusion->rule.root_position.has_value());
+  EXPECT_EQ(p.position(*fusion->rule.root_position).spelling, "Conv2d");
+  ASSERT_TRUE(fusion->rule.extra_input_positions.has_value());
+  ASSERT_EQ(fusion->rule.extra_input_positions->size(), 1u);
+  EXPECT_TRUE(p.position((*fusion->rule.extra_input_positions)[0]).match_all);
+  ASSERT_EQ(fusion->dtype_configs.size(), 1u);
+  EXPECT_EQ(fusion->dtype_configs[0],
+            DTypeConfig::Of(DType::kQUInt8, DType::kQUInt8, DType::kQInt8, DType::kFloat32));
+
+  auto module_entries =
+      config->FindForOp({OpKind::kCallModule, Symbol::Intern("nni.ConvAddReLU2d")});
+  ASSERT_EQ(module_entries.size(), 1u);
+  EXPECT_EQ(module_entries[0]->root_module.str(), "nn.Conv2d");
+  EXPECT_EQ(module_entries[0]->reference_quantized_module.str(), "nnqr.Conv2d");
+}
+
+TEST(ConfigLoader, UnknownModuleTypeInPattern) {
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU, nn.Conv9d)" fuser: WRAP_IN_SEQUENCE
+                             fused_module: "ConvReLU2d")pb"),
+                {"pattern[0]", "'bad'", "field 'pattern'", "nn.Conv9d", "not registered"});
+}
+
+TEST(ConfigLoader, UnknownFunctionInPattern) {
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(torch.nn.functional.rleu, Conv2d)"
+                             fuser: WRAP_IN_SEQUENCE fused_module: "ConvReLU2d")pb"),
+                {"'bad'", "field 'pattern'", "torch.nn.functional.rleu", "not a known function"});
+}
+
+TEST(ConfigLoader, UnknownFusedRootAndReferenceModules) {
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU, (add, Conv2d, MatchAllNode))"
+                             fuser: WRAP_IN_SEQUENCE fused_module: "ConvAddReLU9d")pb"),
+                {"'bad'", "field 'fused_module'", "nni.ConvAddReLU9d", "not registered"});
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "nni.ConvAdd2d" root_module: "Conv2D")pb"),
+                {"'bad'", "field 'root_module'", "nn.Conv2D"});
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "nni.ConvAdd2d"
+                             reference_quantized_module: "Conv2dRef")pb"),
+                {"'bad'", "field 'reference_quantized_module'", "nnqr.Conv2dRef"});
+}
+
+TEST(ConfigLoader, DuplicatePattern) {
+  // (ReLU, Conv2d) is qnnpack's (nn.ReLU, nn.Conv2d), spelled differently.
+  ExpectInvalid(LoadEntry(R"pb(name: "mine" pattern: "(ReLU, Conv2d)" fuser: WRAP_IN_SEQUENCE
+                             fused_module: "ConvReLU2d")pb"),
+                {"'mine'", "field 'pattern'", "duplicates", "(nn.ReLU, nn.Conv2d)", "qnnpack"});
+  // Twice in one file without a base.
+  ExpectInvalid(ParseBackendConfigText(R"pb(
+      pattern { name: "a" pattern: "nn.Linear" }
+      pattern { name: "b" pattern: "Linear" })pb", "dup.textproto"),
+                {"dup.textproto", "pattern[1]", "'b'", "field 'pattern'", "duplicates", "'a'"});
+  // With `replace`, the base entry is redefined on purpose.
+  absl::StatusOr<BackendConfig> replaced = LoadEntry(
+      R"pb(name: "mine" pattern: "(ReLU, Conv2d)" replace: true fuser: WRAP_IN_SEQUENCE
+         fused_module: "ConvReLU2d")pb");
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_EQ(replaced->size(), GetBackendConfig("qnnpack")->size());
+  EXPECT_NE(replaced->Find("mine"), nullptr);
+  EXPECT_EQ(replaced->Find("(nn.ReLU, nn.Conv2d)"), nullptr);
+}
+
+TEST(ConfigLoader, GetterPositionOutsidePattern) {
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU, (add, Conv2d, MatchAllNode))"
+                             fuser: WRAP_IN_SEQUENCE fused_module: "ConvAddReLU2d"
+                             root: "0.0.0")pb"),
+                {"'bad'", "field 'root'", "0.0.0"});
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU, (add, Conv2d, MatchAllNode))"
+                             fuser: WRAP_IN_SEQUENCE fused_module: "ConvAddReLU2d"
+                             extra_input: "0.2")pb"),
+                {"'bad'", "field 'extra_input'", "0.2"});
+  // Inside the pattern but not a MatchAllNode: the conv cannot be an extra input.
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU, (add, Conv2d, MatchAllNode))"
+                             fuser: WRAP_IN_SEQUENCE fused_module: "ConvAddReLU2d"
+                             extra_input: "0.0")pb"),
+                {"'bad'", "extra_input_positions"});
+}
+
+TEST(ConfigLoader, FusedModuleArityMustFitRootArgsPlusExtraInputs) {
+  // ConvReLU2d takes 1 input; the conv's 1 arg plus the residual make 2.
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU, (add, Conv2d, MatchAllNode))"
+                             fuser: WRAP_IN_SEQUENCE fused_module: "ConvReLU2d")pb"),
+                {"'bad'", "field 'fused_module'", "nni.ConvReLU2d", "takes 1 inputs",
+                 "plus 1 extra input"});
+  // ConvAddReLU2d takes 2; without a MatchAllNode there is no second input.
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU, (BatchNorm2d, Conv2d))"
+                             fuser: FOLD_BN_THEN_WRAP fused_module: "ConvAddReLU2d")pb"),
+                {"'bad'", "field 'fused_module'", "nni.ConvAddReLU2d", "takes 2 inputs",
+                 "plus 0 extra input"});
+}
+
+TEST(ConfigLoader, MalformedFiles) {
+  ExpectInvalid(ParseBackendConfigText("base: \"qnnpack\"\npattern { nme: \"x\" }\n", "t.textproto"),
+                {"t.textproto", "line 2"});
+  ExpectInvalid(ParseBackendConfigText("base: \"tensorrt\"", "t.textproto"),
+                {"field 'base'", "tensorrt"});
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU, Conv2d")pb"),
+                {"'bad'", "field 'pattern'"});
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "nni.ConvAdd2d"
+                             dtype_config { input { dtype: "quint7" } })pb"),
+                {"'bad'", "dtype_config[0].input", "quint7"});
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "nni.ConvAdd2d"
+                             dtype_config { weight { dtype: "qint8" quant_min_lower_bound: -200 } })pb"),
+                {"'bad'", "field 'dtype_configs'", "quant_min_lower_bound", "-200"});
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "nni.ConvAdd2d" fused_module: "ConvAdd2d")pb"),
+                {"'bad'", "field 'fuser'"});
+  EXPECT_EQ(LoadBackendConfigFile("no/such/file.textproto").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(BackendConfig, FailedAddLeavesConfigUnchanged) {
+  absl::StatusOr<BackendConfig> config = GetBackendConfig("x86");
+  ASSERT_TRUE(config.ok());
+  const size_t size = config->size();
+  BackendPatternConfig entry;
+  entry.rule.name = "conv_add";
+  absl::StatusOr<Pattern> pattern =
+      Pattern::Parse("(add, Conv2d, MatchAllNode)", PatternFormat::kComplex);
+  ASSERT_TRUE(pattern.ok());
+  entry.rule.pattern = *pattern;
+  entry.fuses = true;
+  entry.rule.fused_module_type = Symbol::Intern("nni.ConvAdd2d");
+  entry.rule.root_position = 7;  // from C++: a position past the pattern's 3
+  absl::Status status = config->Add(entry);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(status.message(), "conv_add")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "root_position")) << status;
+  EXPECT_EQ(config->size(), size);
+  EXPECT_EQ(config->Find("conv_add"), nullptr);
+
+  entry.rule.root_position.reset();  // default: the conv
+  EXPECT_TRUE(config->Add(entry).ok());
+  EXPECT_EQ(config->size(), size + 1);
+  EXPECT_EQ(config->Add(entry).code(), absl::StatusCode::kInvalidArgument);  // duplicate now
+}
+
+// The example applied by the fusion pass to the residual block
+//   y = identity(x); out = relu(add(bn(conv(x)), y))
+// with a 1x1, one-channel conv so the folded weights can be checked by hand.
+TEST(ConfigLoader, ExampleFusesTheResidualBlock) {
+  absl::StatusOr<BackendConfig> config = LoadBackendConfigFile(kExample);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<PatternMatcher> matcher = BuildFusionMatcher(*config);
+  ASSERT_TRUE(matcher.ok()) << matcher.status();
+
+  GraphModule gm;
+  auto conv = std::make_unique<Module>("nn.Conv2d");
+  conv->SetTensor("weight", Tensor::FromFloats({1, 1, 1, 1}, {2.0f}));
+  conv->SetTensor("bias", Tensor::FromFloats({1}, {1.0f}));
+  conv->SetAttribute("in_channels", Argument::Int(1));
+  conv->SetAttribute("out_channels", Argument::Int(1));
+  conv->SetAttribute("kernel_size", Argument::Ints({1, 1}));
+  conv->SetAttribute("stride", Argument::Ints({1, 1}));
+  conv->SetAttribute("padding", Argument::Ints({0, 0}));
+  conv->SetAttribute("dilation", Argument::Ints({1, 1}));
+  conv->SetAttribute("groups", Argument::Int(1));
+  conv->SetAttribute("padding_mode", Argument::String("zeros"));
+  auto bn = std::make_unique<Module>("nn.BatchNorm2d");
+  bn->SetTensor("weight", Tensor::FromFloats({1}, {3.0f}));
+  bn->SetTensor("bias", Tensor::FromFloats({1}, {0.5f}));
+  bn->SetTensor("running_mean", Tensor::FromFloats({1}, {1.0f}));
+  bn->SetTensor("running_var", Tensor::FromFloats({1}, {4.0f}));
+  bn->SetAttribute("num_features", Argument::Int(1));
+  bn->SetAttribute("eps", Argument::Float(0.0));
+  bn->SetAttribute("momentum", Argument::Float(0.1));
+  bn->SetAttribute("affine", Argument::Bool(true));
+  bn->SetAttribute("track_running_stats", Argument::Bool(true));
+  ASSERT_TRUE(gm.SetModule("conv", std::move(conv)).ok());
+  ASSERT_TRUE(gm.SetModule("bn", std::move(bn)).ok());
+  ASSERT_TRUE(gm.SetModule("identity", std::make_unique<Module>("nn.Identity")).ok());
+  ASSERT_TRUE(gm.SetModule("relu", std::make_unique<Module>("nn.ReLU")).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* y = *g.AddCallModule("identity", {x});
+  Node* c = *g.AddCallModule("conv", {x});
+  Node* b = *g.AddCallModule("bn", {c});
+  Node* add = *g.AddCallFunction("operator.add", {b, y});
+  Node* relu = *g.AddCallModule("relu", {add});
+  ASSERT_TRUE(g.SetOutput(relu).ok());
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+
+  absl::StatusOr<int> fused = FusePatterns(gm, *matcher);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_EQ(*fused, 1);
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+
+  // placeholder, identity, the fused node, output.
+  ASSERT_EQ(g.size(), 4u);
+  Node* f = g.output()->arg(0).as_node();
+  ASSERT_EQ(f->op(), OpKind::kCallModule);
+  const Module* m = gm.FindModule(f->target().name());
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->type().str(), "nni.ConvAddReLU2d");
+  ASSERT_EQ(f->num_args(), 2u);  // the conv's input, then the residual
+  EXPECT_EQ(f->arg(0).as_node(), x);
+  EXPECT_EQ(f->arg(1).as_node(), y);
+  ASSERT_NE(f->FindMeta("pattern"), nullptr);
+  EXPECT_EQ(f->FindMeta("pattern")->as_string(), "conv_bn_add_relu");
+  // Folded by hand: w' = w * gamma / sqrt(var + eps) = 2 * 3 / 2 = 3,
+  // b' = (b - mean) * gamma / sqrt(var + eps) + beta = 0 * 1.5 + 0.5 = 0.5.
+  ASSERT_NE(m->FindChild("0"), nullptr);
+  const Module& folded = *m->FindChild("0");
+  EXPECT_EQ(folded.type().str(), "nn.Conv2d");
+  ASSERT_NE(folded.FindTensor("weight"), nullptr);
+  ASSERT_NE(folded.FindTensor("bias"), nullptr);
+  EXPECT_NEAR(folded.FindTensor("weight")->data<float>()[0], 3.0f, 1e-6);
+  EXPECT_NEAR(folded.FindTensor("bias")->data<float>()[0], 0.5f, 1e-6);
+  ASSERT_NE(m->FindChild("1"), nullptr);
+  EXPECT_EQ(m->FindChild("1")->type().str(), "nn.ReLU");
+}
+
+}  // namespace
+}  // namespace fuselage
