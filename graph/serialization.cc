@@ -13,6 +13,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/stubs/common.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "google/protobuf/text_format.h"
 #include "graph/status_macros.h"
 
@@ -420,6 +421,60 @@ class ModelReader {
   const ModelLimits& limits_;
 };
 
+// True if every length-delimited field of a Model (at any depth) fits inside its enclosing
+// message and nothing nests deeper than `depth_left`. Protobuf reserves up to 50 MB for a
+// string whose declared length it has not yet checked against the input, so without this
+// a 9-byte file makes the loader allocate 50 MB. Groups (unused by proto3) are rejected.
+bool LengthsFit(google::protobuf::io::CodedInputStream& in,
+                const google::protobuf::Descriptor* message, int depth_left) {
+  using google::protobuf::internal::WireFormatLite;
+  if (depth_left < 0) return false;
+  while (true) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) return in.BytesUntilLimit() == 0;
+    switch (WireFormatLite::GetTagWireType(tag)) {
+      case WireFormatLite::WIRETYPE_VARINT: {
+        uint64_t ignored;
+        if (!in.ReadVarint64(&ignored)) return false;
+        break;
+      }
+      case WireFormatLite::WIRETYPE_FIXED64:
+        if (!in.Skip(8)) return false;
+        break;
+      case WireFormatLite::WIRETYPE_FIXED32:
+        if (!in.Skip(4)) return false;
+        break;
+      case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+        uint32_t length;
+        if (!in.ReadVarint32(&length) || length > static_cast<uint32_t>(in.BytesUntilLimit())) {
+          return false;
+        }
+        const google::protobuf::FieldDescriptor* field =
+            message->FindFieldByNumber(WireFormatLite::GetTagFieldNumber(tag));
+        if (field != nullptr && field->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE) {
+          const auto limit = in.PushLimit(static_cast<int>(length));
+          if (!LengthsFit(in, field->message_type(), depth_left - 1)) return false;
+          in.PopLimit(limit);
+        } else if (!in.Skip(static_cast<int>(length))) {
+          return false;
+        }
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+}
+
+bool LengthsFit(absl::string_view bytes, int max_depth) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  const auto limit = in.PushLimit(static_cast<int>(bytes.size()));
+  const bool fit = LengthsFit(in, proto::Model::descriptor(), max_depth);
+  in.PopLimit(limit);
+  return fit;
+}
+
 bool IsTextPath(const std::string& path) {
   return absl::EndsWith(path, ".textproto") || absl::EndsWith(path, ".pbtxt");
 }
@@ -454,12 +509,13 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
     return absl::InvalidArgumentError(absl::StrCat("model file is ", bytes.size(),
                                                    " bytes; the limit is ", limits.max_file_bytes));
   }
+  const int recursion_limit = 2 * limits.max_arg_depth + 16;
   proto::Model model;
-  // Parsing from a flat array (not a CodedInputStream) lets protobuf see that a declared
-  // length exceeds the bytes present before it reserves up to 50 MB for that field, so a
-  // 9-byte file cannot make the loader allocate 50 MB. Its nesting limit is protobuf's
-  // default (100); deeper args are then rejected with a clear error by ModelReader.
-  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream input(&raw);
+  input.SetRecursionLimit(recursion_limit);
+  if (!LengthsFit(bytes, recursion_limit) || !model.ParseFromCodedStream(&input) ||
+      !input.ConsumedEntireMessage()) {
     return absl::InvalidArgumentError(
         "model file is not a valid fuselage model (protobuf parse failed: truncated, "
         "corrupt, or nested too deeply)");
