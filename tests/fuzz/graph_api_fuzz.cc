@@ -238,6 +238,7 @@ class GraphApiFuzzer {
         Node* replacement = AnyNode();
         absl::StatusOr<int> rewired = graph_.ReplaceAllUsesWith(old_node, replacement);
         if (!rewired.ok()) return rewired.status();
+        if (old_node == replacement) return absl::OkStatus();  // Documented no-op.
         for (const Node* user : old_node->users()) {
           FUZZ_CHECK(user == replacement,
                      absl::StrCat("after ReplaceAllUsesWith('", old_node->name(), "', '",

@@ -3,7 +3,8 @@
 //  - a rejected file gets a non-empty error that is not kInternal (Internal means one of
 //    Graph's own invariants broke, i.e. a loader bug, not bad input);
 //  - an accepted model passes GraphModule::Verify() and round-trips: saving it (binary and
-//    text) and loading that again succeeds and saves to the same bytes;
+//    text) and loading that again succeeds and saves to the same bytes (the same text for
+//    the text form, which cannot keep a NaN's sign and payload);
 //  - under ASan, loading allocates at most kMaxAllocationFactor times the input's size
 //    plus kAllocationSlackBytes in total (so a hostile file cannot make the loader allocate
 //    far more than its own size).
