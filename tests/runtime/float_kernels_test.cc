@@ -1,0 +1,241 @@
+// Float kernels as the interpreter calls them: argument binding (positional, keyword,
+// scalars), shape arithmetic, fused modules, and bad input that must be an error naming
+// the node. Numerics against PyTorch are in float_golden_test.
+#include "runtime/float_kernels.h"
+
+#include <memory>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "graph/graph_module.h"
+#include "runtime/builtin_kernels.h"
+#include "runtime/interpreter.h"
+
+namespace fuselage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<float> Floats(const Value& v) {
+  const Tensor& t = v.as_tensor();
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+class FloatKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto k = BuiltinKernels();
+    ASSERT_TRUE(k.ok()) << k.status();
+    kernels_ = *std::move(k);
+  }
+  absl::StatusOr<Value> RunGraph(const GraphModule& gm, std::vector<Value> inputs) {
+    const absl::Status verified = gm.Verify();
+    if (!verified.ok()) return verified;
+    return RunStructured(gm, std::move(inputs), *kernels_);
+  }
+  std::unique_ptr<KernelRegistry> kernels_;
+};
+
+TEST_F(FloatKernelsTest, ViewWithSizeArithmetic) {
+  // y = x.view(x.size(0) * 2, -1): size() yields an int, int * int stays an int.
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* n = *g.AddCallMethod("size", {x, Argument::Int(0)});
+  Node* doubled = *g.AddCallFunction("operator.mul", {n, Argument::Int(2)});
+  Node* view = *g.AddCallMethod("view", {x, doubled, Argument::Int(-1)});
+  ASSERT_TRUE(g.SetOutput(view).ok());
+  std::vector<float> data(24);
+  for (int i = 0; i < 24; ++i) data[i] = i;
+  auto out = RunGraph(gm, {Tensor::FromFloats({2, 3, 4}, data)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->as_tensor().shape(), (std::vector<int64_t>{4, 6}));
+}
+
+TEST_F(FloatKernelsTest, ScalarArithmeticFollowsPython) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* add_ints = *g.AddCallFunction("operator.add", {Argument::Int(2), Argument::Int(3)});
+  Node* add_mixed = *g.AddCallFunction("operator.add", {Argument::Int(2), Argument::Float(0.5)});
+  Node* alpha = *g.AddCallFunction("torch.add", {Argument::Int(1), Argument::Int(2)},
+                                   {{Symbol::Intern("alpha"), Argument::Int(10)}});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({add_ints, add_mixed, alpha})).ok());
+  auto out = RunGraph(gm, {});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->items()[0].is_int());
+  EXPECT_EQ(out->items()[0].as_int(), 5);
+  EXPECT_TRUE(out->items()[1].is_float());
+  EXPECT_EQ(out->items()[1].as_float(), 2.5);
+  EXPECT_EQ(out->items()[2].as_int(), 21);
+}
+
+TEST_F(FloatKernelsTest, TensorAddWithAlphaOnScalarOnEitherSide) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  // torch.add(x, 2, alpha=3) = x + 6; torch.add(1, x, alpha=2) = 1 + 2x.
+  Node* right = *g.AddCallFunction("torch.add", {x, Argument::Int(2)},
+                                   {{Symbol::Intern("alpha"), Argument::Int(3)}});
+  Node* left = *g.AddCallFunction("torch.add", {Argument::Int(1), x},
+                                  {{Symbol::Intern("alpha"), Argument::Float(2)}});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({right, left})).ok());
+  auto out = RunGraph(gm, {Tensor::FromFloats({2}, {1, -1})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(Floats(out->items()[0]), ElementsAre(7, 5));
+  EXPECT_THAT(Floats(out->items()[1]), ElementsAre(3, -1));
+}
+
+TEST_F(FloatKernelsTest, GetItemOnTuplesAndItsErrors) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* size = *g.AddCallMethod("size", {x});
+  Node* last = *g.AddCallFunction("operator.getitem", {size, Argument::Int(-1)});
+  ASSERT_TRUE(g.SetOutput(last).ok());
+  auto out = RunGraph(gm, {Tensor::FromFloats({2, 5}, std::vector<float>(10))});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->as_int(), 5);
+
+  GraphModule bad;
+  Node* y = *bad.graph().AddPlaceholder("y");
+  Node* size2 = *bad.graph().AddCallMethod("size", {y});
+  Node* oob = *bad.graph().AddCallFunction("operator.getitem", {size2, Argument::Int(2)}, {}, "oob");
+  ASSERT_TRUE(bad.graph().SetOutput(oob).ok());
+  auto error = RunGraph(bad, {Tensor::FromFloats({2, 5}, std::vector<float>(10))});
+  EXPECT_EQ(error.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(error.status().message(), HasSubstr("node 'oob'"));
+  EXPECT_THAT(error.status().message(), HasSubstr("index 2 out of range for a tuple of 2"));
+}
+
+TEST_F(FloatKernelsTest, QuantizedTensorIntoFloatOpIsAnErrorButShapeOpsTakeIt) {
+  auto q = Tensor::Zeros(DType::kQUInt8, {1, 2, 2, 2}, QuantParams::PerTensor(0.5, 3));
+  ASSERT_TRUE(q.ok());
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("relu", std::make_unique<Module>("nn.ReLU")).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* relu = *gm.graph().AddCallModule("relu", {x});
+  ASSERT_TRUE(gm.graph().SetOutput(relu).ok());
+  auto error = RunGraph(gm, {*q});
+  EXPECT_EQ(error.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(error.status().message(), HasSubstr("node 'relu'"));
+  EXPECT_THAT(error.status().message(), HasSubstr("torch.quint8"));
+
+  GraphModule shape_gm;
+  Node* y = *shape_gm.graph().AddPlaceholder("y");
+  Node* flat = *shape_gm.graph().AddCallFunction("torch.flatten", {y, Argument::Int(1)});
+  ASSERT_TRUE(shape_gm.graph().SetOutput(flat).ok());
+  auto out = RunGraph(shape_gm, {*q});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->as_tensor().dtype(), DType::kQUInt8);
+  EXPECT_EQ(out->as_tensor().shape(), (std::vector<int64_t>{1, 8}));
+  EXPECT_EQ(out->as_tensor().qparams(), QuantParams::PerTensor(0.5, 3));
+}
+
+std::unique_ptr<Module> Conv1x1(float w) {
+  auto conv = std::make_unique<Module>("nn.Conv2d");
+  conv->SetTensor("weight", Tensor::FromFloats({1, 1, 1, 1}, {w}));
+  return conv;
+}
+
+TEST_F(FloatKernelsTest, FusedModulesRunTheirChildren) {
+  // ConvReLU2d(conv w=-2, relu) on [1, -3] = relu([-2, 6]) = [0, 6].
+  auto fused = std::make_unique<Module>("nni.ConvReLU2d");
+  fused->SetChild("0", Conv1x1(-2));
+  fused->SetChild("1", std::make_unique<Module>("nn.ReLU"));
+  // ConvAddReLU2d(conv w=3) on ([1, -3], [1, 1]) = relu([4, -8]) = [4, 0].
+  auto add_relu = std::make_unique<Module>("nni.ConvAddReLU2d");
+  add_relu->SetChild("0", Conv1x1(3));
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("cr", std::move(fused)).ok());
+  ASSERT_TRUE(gm.SetModule("car", std::move(add_relu)).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* extra = *gm.graph().AddPlaceholder("extra");
+  Node* cr = *gm.graph().AddCallModule("cr", {x});
+  Node* car = *gm.graph().AddCallModule("car", {x, extra});
+  ASSERT_TRUE(gm.graph().SetOutput(Argument::Tuple({cr, car})).ok());
+  auto out = RunGraph(gm, {Tensor::FromFloats({1, 1, 1, 2}, {1, -3}),
+                           Tensor::FromFloats({1, 1, 1, 2}, {1, 1})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(Floats(out->items()[0]), ElementsAre(0, 6));
+  EXPECT_THAT(Floats(out->items()[1]), ElementsAre(4, 0));
+
+  // The residual must match the conv output's shape.
+  auto mismatch = RunGraph(gm, {Tensor::FromFloats({1, 1, 1, 2}, {1, -3}),
+                                Tensor::FromFloats({1, 1, 2, 1}, {1, 1})});
+  EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mismatch.status().message(), HasSubstr("node 'car'"));
+  EXPECT_THAT(mismatch.status().message(), HasSubstr("differ in shape"));
+}
+
+TEST_F(FloatKernelsTest, MalformedFusedModulesAreErrors) {
+  auto no_parts = std::make_unique<Module>("nni.LinearReLU");
+  auto wrong_last = std::make_unique<Module>("nni.ConvReLU2d");
+  wrong_last->SetChild("0", Conv1x1(1));
+  wrong_last->SetChild("1", std::make_unique<Module>("nn.Identity"));
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("a", std::move(no_parts)).ok());
+  ASSERT_TRUE(gm.SetModule("b", std::move(wrong_last)).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* a = *gm.graph().AddCallModule("a", {x});
+  ASSERT_TRUE(gm.graph().SetOutput(a).ok());
+  auto error = RunGraph(gm, {Tensor::FromFloats({1, 1, 1, 1}, {1})});
+  EXPECT_THAT(error.status().message(), HasSubstr("found no child \"0\""));
+
+  GraphModule gm2;
+  ASSERT_TRUE(gm2.SetModule("b", gm.root().FindChild("b")->Clone()).ok());
+  Node* y = *gm2.graph().AddPlaceholder("y");
+  Node* b = *gm2.graph().AddCallModule("b", {y});
+  ASSERT_TRUE(gm2.graph().SetOutput(b).ok());
+  auto error2 = RunGraph(gm2, {Tensor::FromFloats({1, 1, 1, 1}, {1})});
+  EXPECT_THAT(error2.status().message(), HasSubstr("expected nn.ReLU"));
+}
+
+TEST_F(FloatKernelsTest, UnsupportedOptionsAreUnimplemented) {
+  GraphModule gm;
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* w = *gm.graph().AddPlaceholder("w");
+  Node* conv = *gm.graph().AddCallFunction("torch.nn.functional.conv2d", {x, w},
+                                           {{Symbol::Intern("padding"), Argument::String("same")}});
+  ASSERT_TRUE(gm.graph().SetOutput(conv).ok());
+  auto out = RunGraph(gm, {Tensor::FromFloats({1, 1, 2, 2}, {1, 2, 3, 4}),
+                           Tensor::FromFloats({1, 1, 1, 1}, {1})});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(out.status().message(), HasSubstr("padding='same'"));
+}
+
+TEST_F(FloatKernelsTest, WrongArgKindsAreErrors) {
+  GraphModule gm;
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* cat = *gm.graph().AddCallFunction("torch.cat", {x}, {}, "bad_cat");
+  ASSERT_TRUE(gm.graph().SetOutput(cat).ok());
+  auto out = RunGraph(gm, {Tensor::FromFloats({1}, {1})});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("node 'bad_cat'"));
+  EXPECT_THAT(out.status().message(), HasSubstr("expected a list of Tensors"));
+
+  GraphModule gm2;
+  Node* y = *gm2.graph().AddPlaceholder("y");
+  Node* add = *gm2.graph().AddCallFunction("operator.add", {y, Argument::String("s")});
+  ASSERT_TRUE(gm2.graph().SetOutput(add).ok());
+  auto out2 = RunGraph(gm2, {Tensor::FromFloats({1}, {1})});
+  EXPECT_EQ(out2.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out2.status().message(), HasSubstr("expected a Tensor or a number"));
+}
+
+TEST_F(FloatKernelsTest, ModuleMissingItsWeightIsAnError) {
+  // Verify() would reject this graph, so run it without: the kernel must still not crash.
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("fc", std::make_unique<Module>("nn.Linear")).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* fc = *gm.graph().AddCallModule("fc", {x});
+  ASSERT_TRUE(gm.graph().SetOutput(fc).ok());
+  auto out = RunStructured(gm, {Tensor::FromFloats({1, 2}, {1, 2})}, *kernels_);
+  EXPECT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("node 'fc'"));
+  EXPECT_THAT(out.status().message(), HasSubstr("weight"));
+}
+
+}  // namespace
+}  // namespace fuselage

@@ -1,0 +1,246 @@
+// Float ops against values computed by hand (the arithmetic is in the comments).
+#include "runtime/float_ops.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/float_conv.h"
+
+namespace fuselage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::FloatNear;
+using ::testing::HasSubstr;
+using ::testing::Pointwise;
+
+std::vector<float> Floats(const Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+// 0, 1, 2, ... n-1 as floats (plus `start`).
+std::vector<float> Iota(int n, float start = 0.0f) {
+  std::vector<float> v(n);
+  for (int i = 0; i < n; ++i) v[i] = start + i;
+  return v;
+}
+
+TEST(Conv2dTest, PaddingAndStride) {
+  // x = [[1,2,3],[4,5,6],[7,8,9]], w = [[1,0],[0,-1]], padding 1, stride 2: output (i, j)
+  // is xp[r][c] - xp[r+1][c+1] at r = 2i - 1, c = 2j - 1 of the zero-padded input:
+  // (0,0): 0 - x[0][0] = -1;  (0,1): 0 - x[0][2] = -3;
+  // (1,0): 0 - x[2][0] = -7;  (1,1): x[1][1] - x[2][2] = 5 - 9 = -4.
+  Tensor x = Tensor::FromFloats({1, 1, 3, 3}, Iota(9, 1));
+  Tensor w = Tensor::FromFloats({1, 1, 2, 2}, {1, 0, 0, -1});
+  Conv2dParams p;
+  p.stride = {2, 2};
+  p.padding = {1, 1};
+  auto y = Conv2d(x, w, nullptr, p);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{1, 1, 2, 2}));
+  EXPECT_THAT(Floats(*y), ElementsAre(-1, -3, -7, -4));
+}
+
+TEST(Conv2dTest, BiasGroupsAndDepthwise) {
+  // Two channels [3], [5]; depthwise 1x1 weights 2 and 10, bias 1 and -1: [7, 49].
+  Tensor x = Tensor::FromFloats({1, 2, 1, 1}, {3, 5});
+  Tensor w = Tensor::FromFloats({2, 1, 1, 1}, {2, 10});
+  Tensor b = Tensor::FromFloats({2}, {1, -1});
+  Conv2dParams p;
+  p.groups = 2;
+  auto y = Conv2d(x, w, &b, p);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Floats(*y), ElementsAre(7, 49));
+}
+
+TEST(Conv2dTest, Dilation) {
+  // Row [1..5], kernel [1, 1] dilated by 2: x[i] + x[i+2] = 4, 6, 8.
+  Tensor x = Tensor::FromFloats({1, 1, 1, 5}, Iota(5, 1));
+  Tensor w = Tensor::FromFloats({1, 1, 1, 2}, {1, 1});
+  Conv2dParams p;
+  p.dilation = {1, 2};
+  auto y = Conv2d(x, w, nullptr, p);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Floats(*y), ElementsAre(4, 6, 8));
+}
+
+TEST(Conv2dTest, WrongChannelCountIsAnError) {
+  Tensor x = Tensor::FromFloats({1, 3, 2, 2}, Iota(12));
+  Tensor w = Tensor::FromFloats({2, 2, 1, 1}, {1, 1, 1, 1});
+  auto y = Conv2d(x, w, nullptr, {});
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("expects 2 input channels"));
+}
+
+TEST(Conv2dTest, KernelLargerThanInputIsAnError) {
+  Tensor x = Tensor::FromFloats({1, 1, 2, 2}, Iota(4));
+  Tensor w = Tensor::FromFloats({1, 1, 3, 3}, Iota(9));
+  EXPECT_EQ(Conv2d(x, w, nullptr, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Conv2dTest, QuantizedInputIsAnError) {
+  auto q = Tensor::Zeros(DType::kQUInt8, {1, 1, 2, 2}, QuantParams::PerTensor(0.1, 0));
+  ASSERT_TRUE(q.ok());
+  Tensor w = Tensor::FromFloats({1, 1, 1, 1}, {1});
+  auto y = Conv2d(*q, w, nullptr, {});
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("torch.quint8"));
+}
+
+TEST(LinearTest, MatchesHandComputation) {
+  // [1, 2] . rows [1,2], [3,4], [5,6] = 5, 11, 17; plus bias [0.5, 0, -1].
+  Tensor x = Tensor::FromFloats({1, 2}, {1, 2});
+  Tensor w = Tensor::FromFloats({3, 2}, {1, 2, 3, 4, 5, 6});
+  Tensor b = Tensor::FromFloats({3}, {0.5, 0, -1});
+  auto y = Linear(x, w, &b);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Floats(*y), ElementsAre(5.5, 11, 16));
+  auto bad = Linear(Tensor::FromFloats({1, 3}, {1, 2, 3}), w, nullptr);
+  EXPECT_THAT(bad.status().message(), HasSubstr("must end in 2 features"));
+  Tensor short_bias = Tensor::FromFloats({2}, {1, 1});
+  EXPECT_FALSE(Linear(x, w, &short_bias).ok());
+}
+
+TEST(BatchNormTest, EvalModeNormalizesPerChannel) {
+  // Channel 0: (3 - 1) / sqrt(4) * 2 + 0 = 2; channel 1: (-1 - 0) / sqrt(0.25) * 1 + 1 = -1.
+  Tensor x = Tensor::FromFloats({1, 2, 1, 1}, {3, -1});
+  Tensor mean = Tensor::FromFloats({2}, {1, 0});
+  Tensor var = Tensor::FromFloats({2}, {4, 0.25});
+  Tensor w = Tensor::FromFloats({2}, {2, 1});
+  Tensor b = Tensor::FromFloats({2}, {0, 1});
+  auto y = BatchNorm(x, mean, var, &w, &b, 0.0);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Floats(*y), ElementsAre(2, -1));
+  Tensor wrong = Tensor::FromFloats({3}, {1, 1, 1});
+  EXPECT_THAT(BatchNorm(x, wrong, var, nullptr, nullptr, 0.0).status().message(),
+              HasSubstr("running_mean has shape [3]; expected [2]"));
+}
+
+TEST(ActivationTest, HandValues) {
+  Tensor x = Tensor::FromFloats({5}, {-4, -1, 0, 1, 4});
+  EXPECT_THAT(Floats(Relu(x)), ElementsAre(0, 0, 0, 1, 4));
+  EXPECT_THAT(Floats(Hardtanh(x, -2, 3)), ElementsAre(-2, -1, 0, 1, 3));
+  // x * clamp(x + 3, 0, 6) / 6: -4 -> 0, -1 -> -1/3, 0 -> 0, 1 -> 2/3, 4 -> 4.
+  EXPECT_THAT(Floats(Hardswish(x)),
+              Pointwise(FloatNear(1e-6), std::vector<float>{0, -1.0f / 3, 0, 2.0f / 3, 4}));
+  EXPECT_THAT(Floats(Sigmoid(Tensor::FromFloats({1}, {0}))), ElementsAre(0.5));
+  // The input is not modified (copy on write).
+  EXPECT_THAT(Floats(x), ElementsAre(-4, -1, 0, 1, 4));
+}
+
+TEST(BinaryTest, BroadcastAddWithAlphaAndMul) {
+  // [[1], [2]] + 10 * [[1, 2, 3]] = [[11, 21, 31], [12, 22, 32]].
+  Tensor a = Tensor::FromFloats({2, 1}, {1, 2});
+  Tensor b = Tensor::FromFloats({1, 3}, {1, 2, 3});
+  auto sum = Add(a, b, 10.0f);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(sum->shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_THAT(Floats(*sum), ElementsAre(11, 21, 31, 12, 22, 32));
+  auto product = Mul(b, a);
+  ASSERT_TRUE(product.ok());
+  EXPECT_THAT(Floats(*product), ElementsAre(1, 2, 3, 2, 4, 6));
+  // A 3-d by 1-d broadcast (the odometer path): [2, 1, 2] * [2].
+  auto p3 = Mul(Tensor::FromFloats({2, 1, 2}, {1, 2, 3, 4}), Tensor::FromFloats({2}, {10, 100}));
+  ASSERT_TRUE(p3.ok());
+  EXPECT_THAT(Floats(*p3), ElementsAre(10, 200, 30, 400));
+  EXPECT_THAT(Floats(AddScalar(a, 0.5)), ElementsAre(1.5, 2.5));
+  EXPECT_THAT(Floats(MulScalar(a, -2)), ElementsAre(-2, -4));
+}
+
+TEST(BinaryTest, MismatchedBroadcastIsAnError) {
+  auto sum = Add(Tensor::FromFloats({2, 3}, Iota(6)), Tensor::FromFloats({4}, Iota(4)));
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(sum.status().message(), HasSubstr("do not broadcast"));
+}
+
+TEST(PoolTest, MaxAndAvg) {
+  Tensor x = Tensor::FromFloats({1, 1, 4, 4}, Iota(16));
+  Pool2dParams p;
+  p.kernel_size = {2, 2};
+  p.stride = {2, 2};
+  auto max = MaxPool2d(x, p);
+  ASSERT_TRUE(max.ok()) << max.status();
+  EXPECT_THAT(Floats(*max), ElementsAre(5, 7, 13, 15));
+  auto avg = AvgPool2d(x, p);
+  ASSERT_TRUE(avg.ok()) << avg.status();
+  EXPECT_THAT(Floats(*avg), ElementsAre(2.5, 4.5, 10.5, 12.5));
+}
+
+TEST(PoolTest, AvgPaddingCountsOrNot) {
+  // 2x2 input, kernel 2, stride 2, padding 1: each window holds one real element.
+  Tensor x = Tensor::FromFloats({1, 1, 2, 2}, {1, 2, 3, 4});
+  Pool2dParams p;
+  p.kernel_size = {2, 2};
+  p.stride = {2, 2};
+  p.padding = {1, 1};
+  auto with_pad = AvgPool2d(x, p);
+  ASSERT_TRUE(with_pad.ok()) << with_pad.status();
+  EXPECT_THAT(Floats(*with_pad), ElementsAre(0.25, 0.5, 0.75, 1));
+  p.count_include_pad = false;
+  EXPECT_THAT(Floats(*AvgPool2d(x, p)), ElementsAre(1, 2, 3, 4));
+  p.padding = {2, 2};  // more than half the kernel
+  EXPECT_THAT(AvgPool2d(x, p).status().message(), HasSubstr("at most half of kernel_size"));
+}
+
+TEST(PoolTest, AdaptiveAvg) {
+  // 1x3 row [1, 2, 6] to width 2: windows [0, 2) and [1, 3): 1.5 and 4.
+  Tensor x = Tensor::FromFloats({1, 1, 1, 3}, {1, 2, 6});
+  auto y = AdaptiveAvgPool2d(x, 1, 2);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Floats(*y), ElementsAre(1.5, 4));
+  EXPECT_FALSE(AdaptiveAvgPool2d(Tensor::FromFloats({3}, {1, 2, 3}), 1, 1).ok());
+}
+
+TEST(MeanTest, DimsAndKeepdim) {
+  Tensor x = Tensor::FromFloats({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto rows = Mean(x, {1}, false);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->shape(), (std::vector<int64_t>{2}));
+  EXPECT_THAT(Floats(*rows), ElementsAre(2, 5));
+  auto cols = Mean(x, {-2}, true);
+  ASSERT_TRUE(cols.ok());
+  EXPECT_EQ(cols->shape(), (std::vector<int64_t>{1, 3}));
+  EXPECT_THAT(Floats(*cols), ElementsAre(2.5, 3.5, 4.5));
+  auto all = Mean(x, {}, false);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->dim(), 0);
+  EXPECT_THAT(Floats(*all), ElementsAre(3.5));
+  EXPECT_FALSE(Mean(x, {2}, false).ok());
+  EXPECT_FALSE(Mean(x, {1, 1}, false).ok());
+}
+
+TEST(ShapeOpsTest, CatFlattenReshape) {
+  Tensor a = Tensor::FromFloats({2, 1}, {1, 2});
+  Tensor b = Tensor::FromFloats({2, 2}, {3, 4, 5, 6});
+  auto cat = Cat({a, b}, 1);
+  ASSERT_TRUE(cat.ok()) << cat.status();
+  EXPECT_EQ(cat->shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_THAT(Floats(*cat), ElementsAre(1, 3, 4, 2, 5, 6));
+  EXPECT_THAT(Cat({a, b}, 0).status().message(), HasSubstr("does not match tensor 0"));
+
+  Tensor x = Tensor::FromFloats({2, 3, 4}, Iota(24));
+  EXPECT_EQ(Flatten(x, 1, -1)->shape(), (std::vector<int64_t>{2, 12}));
+  EXPECT_EQ(Flatten(x, 0, 1)->shape(), (std::vector<int64_t>{6, 4}));
+  EXPECT_FALSE(Flatten(x, 2, 1).ok());
+  EXPECT_EQ(Reshape(x, {4, -1})->shape(), (std::vector<int64_t>{4, 6}));
+  EXPECT_THAT(Floats(*Reshape(x, {4, -1})), ElementsAreArray(Iota(24)));
+  EXPECT_FALSE(Reshape(x, {-1, -1}).ok());
+  EXPECT_FALSE(Reshape(x, {5, -1}).ok());
+  EXPECT_FALSE(Reshape(x, {5, 5}).ok());
+}
+
+TEST(ShapeOpsTest, CatKeepsQuantizedStorage) {
+  auto q = Tensor::FromBytes(DType::kQUInt8, {1, 2}, std::string("\x01\x02", 2),
+                             QuantParams::PerTensor(0.5, 3));
+  ASSERT_TRUE(q.ok());
+  auto cat = Cat({*q, *q}, 0);
+  ASSERT_TRUE(cat.ok()) << cat.status();
+  EXPECT_EQ(cat->dtype(), DType::kQUInt8);
+  EXPECT_EQ(cat->qparams(), QuantParams::PerTensor(0.5, 3));
+  EXPECT_EQ(cat->bytes(), std::string("\x01\x02\x01\x02", 4));
+}
+
+}  // namespace
+}  // namespace fuselage

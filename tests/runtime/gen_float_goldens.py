@@ -1,0 +1,332 @@
+#!/usr/bin/python3
+"""Writes the float-kernel goldens under tests/runtime/testdata/float/.
+
+Run with the interpreter that has PyTorch 1.13 (/usr/bin/python3), from the repo root:
+
+    /usr/bin/python3 tests/runtime/gen_float_goldens.py
+
+Each case is one fuselage model file (<case>.pb): a small graph of placeholders, one op
+(a call_module whose module mirrors the PyTorch module, or a call_function /
+call_method with the args FX would record) and the output. Its root module carries the
+inputs as tensors input_0, input_1, ... and PyTorch's results as expected_0, ...
+(flattened in output order). MANIFEST.txt lists the cases. The C++ golden test runs every
+case through the interpreter and compares with expected_* (rtol 1e-5).
+
+The model_pb2 module is generated from graph/model.proto into a temporary directory
+with the system protoc at run time; nothing generated is committed. Seeded: re-running
+gives the same files.
+"""
+import importlib
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.ao.nn.intrinsic as nni
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+OUT_DIR = os.path.join(REPO, "tests", "runtime", "testdata", "float")
+
+
+def load_model_pb2():
+    tmp = tempfile.mkdtemp(prefix="fuselage_pb2_")
+    subprocess.check_call(["protoc", "--proto_path=" + os.path.join(REPO, "graph"),
+                           "--python_out=" + tmp, "model.proto"])
+    sys.path.insert(0, tmp)
+    return importlib.import_module("model_pb2")
+
+
+pb = load_model_pb2()
+
+
+class Ref:
+    """A reference to a node by name, as an arg."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+def arg(v):
+    a = pb.Arg()
+    if v is None:
+        a.none = True
+    elif isinstance(v, Ref):
+        a.node = v.name
+    elif isinstance(v, bool):
+        a.bool_value = v
+    elif isinstance(v, int):
+        a.int_value = v
+    elif isinstance(v, float):
+        a.float_value = v
+    elif isinstance(v, str):
+        a.string_value = v
+    elif isinstance(v, torch.dtype):
+        a.dtype_value = {torch.float32: pb.FLOAT32}[v]
+    elif isinstance(v, tuple):
+        a.tuple.items.extend(arg(x) for x in v)
+    elif isinstance(v, list):
+        a.list.items.extend(arg(x) for x in v)
+    else:
+        raise TypeError(v)
+    return a
+
+
+def tensor(t):
+    t = t.detach().contiguous()
+    p = pb.Tensor()
+    p.dtype = pb.FLOAT32
+    p.shape.extend(t.shape)
+    p.data = t.numpy().astype("<f4").tobytes()
+    return p
+
+
+def module_type(m):
+    if type(m).__module__.startswith("torch.ao.nn.intrinsic"):
+        return "nni." + type(m).__name__
+    return "nn." + type(m).__name__
+
+
+ATTRS = {
+    nn.Conv2d: ["in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation",
+                "groups", "padding_mode"],
+    nn.Linear: ["in_features", "out_features"],
+    nn.BatchNorm1d: ["num_features", "eps", "momentum", "affine", "track_running_stats"],
+    nn.BatchNorm2d: ["num_features", "eps", "momentum", "affine", "track_running_stats"],
+    nn.ReLU6: ["min_val", "max_val"],
+    nn.Hardtanh: ["min_val", "max_val"],
+    nn.MaxPool2d: ["kernel_size", "stride", "padding", "dilation", "ceil_mode"],
+    nn.AvgPool2d: ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                   "divisor_override"],
+    nn.AdaptiveAvgPool2d: ["output_size"],
+    nn.Flatten: ["start_dim", "end_dim"],
+    nn.Dropout: ["p"],
+}
+
+
+def module_proto(m):
+    p = pb.Module()
+    p.type = module_type(m)
+    for name, t in list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False)):
+        if t is not None and t.dtype == torch.float32:
+            p.tensors.add(name=name, tensor=tensor(t))
+    for name in ATTRS.get(type(m), []):
+        value = getattr(m, name)
+        p.attributes.add(name=name, value=arg(list(value) if isinstance(value, tuple) else value))
+    for name, child in m.named_children():
+        p.children.add(name=name, module=module_proto(child))
+    return p
+
+
+def node(name, op, target, args=(), kwargs=None):
+    n = pb.Node(name=name, op=op, target=target)
+    n.args.extend(arg(a) for a in args)
+    for k, v in (kwargs or {}).items():
+        n.kwargs.add(name=k, value=arg(v))
+    return n
+
+
+CASES = []
+
+
+def case(name, inputs, outputs, op, target, args, kwargs=None, modules=None, attrs=None):
+    """One golden: placeholders x0.. fed `inputs`, one op node, output = the op's value.
+
+    args / kwargs may use Ref("x0"), Ref("w") (a get_attr of root tensor `w` from `attrs`).
+    """
+    model = pb.Model(format_version=1, producer="tests/runtime/gen_float_goldens.py (torch %s)"
+                     % torch.__version__)
+    model.root.type = "GraphModule"
+    for i, x in enumerate(inputs):
+        model.graph.nodes.append(node("x%d" % i, pb.PLACEHOLDER, "x%d" % i))
+    for attr_name, t in (attrs or {}).items():
+        model.root.tensors.add(name=attr_name, tensor=tensor(t))
+        model.graph.nodes.append(node(attr_name, pb.GET_ATTR, attr_name))
+    for path, m in (modules or {}).items():
+        model.root.children.add(name=path, module=module_proto(m))
+    model.graph.nodes.append(node("op", op, target, args, kwargs))
+    model.graph.nodes.append(node("output", pb.OUTPUT, "output", [Ref("op")]))
+    flat = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    for i, x in enumerate(inputs):
+        model.root.tensors.add(name="input_%d" % i, tensor=tensor(x))
+    for i, y in enumerate(flat):
+        model.root.tensors.add(name="expected_%d" % i, tensor=tensor(y))
+    CASES.append((name, model))
+
+
+def module_case(name, m, *inputs):
+    m.eval()
+    with torch.no_grad():
+        y = m(*inputs)
+    case(name, inputs, y, pb.CALL_MODULE, "m", [Ref("x%d" % i) for i in range(len(inputs))],
+         modules={"m": m})
+
+
+def randomize_bn(bn):
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    return bn
+
+
+def build_cases():
+    torch.manual_seed(0)
+    r = torch.randn
+    # ---- Conv2d: stride, padding, dilation, groups (depthwise), bias -----------------
+    module_case("conv2d_basic", nn.Conv2d(3, 4, 3, padding=1), r(1, 3, 6, 6))
+    module_case("conv2d_stride_dilation_nobias",
+                nn.Conv2d(3, 5, 3, stride=2, padding=2, dilation=2, bias=False), r(2, 3, 9, 8))
+    module_case("conv2d_groups", nn.Conv2d(4, 6, (3, 2), padding=(1, 0), groups=2), r(1, 4, 5, 6))
+    module_case("conv2d_depthwise", nn.Conv2d(4, 4, 3, stride=2, padding=1, groups=4), r(2, 4, 7, 7))
+    module_case("conv2d_1x1", nn.Conv2d(6, 3, 1), r(1, 6, 4, 5))
+    module_case("conv2d_unbatched", nn.Conv2d(2, 3, 2, stride=(1, 2)), r(2, 5, 5))
+    # ---- Linear, BatchNorm -----------------------------------------------------------
+    module_case("linear", nn.Linear(5, 3), r(2, 4, 5))
+    module_case("linear_nobias", nn.Linear(6, 2, bias=False), r(3, 6))
+    module_case("batchnorm2d", randomize_bn(nn.BatchNorm2d(3, eps=1e-3)), r(2, 3, 4, 4))
+    module_case("batchnorm1d_2d", randomize_bn(nn.BatchNorm1d(4)), r(5, 4))
+    module_case("batchnorm1d_3d", randomize_bn(nn.BatchNorm1d(3)), r(2, 3, 6))
+    # ---- Activations -----------------------------------------------------------------
+    module_case("relu", nn.ReLU(), r(2, 3, 4))
+    module_case("relu6", nn.ReLU6(), r(2, 3, 4) * 5)
+    module_case("hardtanh", nn.Hardtanh(-0.5, 0.75), r(3, 5))
+    module_case("hardswish", nn.Hardswish(), r(2, 3, 4) * 4)
+    module_case("sigmoid", nn.Sigmoid(), r(2, 7) * 3)
+    # ---- Pools -----------------------------------------------------------------------
+    module_case("maxpool2d", nn.MaxPool2d(3, 2, 1), r(1, 2, 7, 7))
+    module_case("maxpool2d_ceil_dilation", nn.MaxPool2d(2, stride=2, dilation=2, ceil_mode=True),
+                r(1, 2, 8, 7))
+    module_case("avgpool2d", nn.AvgPool2d(3, 2, 1), r(1, 2, 7, 6))
+    module_case("avgpool2d_no_pad_count_ceil",
+                nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), r(2, 2, 6, 6))
+    module_case("avgpool2d_divisor", nn.AvgPool2d((2, 3), divisor_override=5), r(1, 1, 6, 6))
+    module_case("adaptive_avgpool2d_1x1", nn.AdaptiveAvgPool2d((1, 1)), r(2, 3, 5, 5))
+    module_case("adaptive_avgpool2d_uneven", nn.AdaptiveAvgPool2d((3, 2)), r(1, 2, 7, 5))
+    module_case("adaptive_avgpool2d_none", nn.AdaptiveAvgPool2d((None, 2)), r(1, 2, 3, 5))
+    # ---- Shape / pass-through modules --------------------------------------------------
+    module_case("flatten_module", nn.Flatten(), r(2, 3, 2, 2))
+    module_case("identity", nn.Identity(), r(2, 3))
+    module_case("dropout_eval", nn.Dropout(0.5), r(4, 4))
+    # ---- Fused float modules (children "0", "1", ...) ---------------------------------
+    module_case("nni_conv_relu2d", nni.ConvReLU2d(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU()),
+                r(1, 3, 5, 5))
+    module_case("nni_conv_bn2d",
+                nni.ConvBn2d(nn.Conv2d(3, 4, 3), randomize_bn(nn.BatchNorm2d(4))), r(1, 3, 5, 5))
+    module_case("nni_conv_bn_relu2d",
+                nni.ConvBnReLU2d(nn.Conv2d(2, 3, 3, stride=2), randomize_bn(nn.BatchNorm2d(3)),
+                                 nn.ReLU()), r(1, 2, 7, 7))
+    module_case("nni_bn_relu2d", nni.BNReLU2d(randomize_bn(nn.BatchNorm2d(3)), nn.ReLU()),
+                r(1, 3, 4, 4))
+    module_case("nni_linear_relu", nni.LinearReLU(nn.Linear(4, 5), nn.ReLU()), r(3, 4))
+    module_case("nni_linear_bn1d", nni.LinearBn1d(nn.Linear(4, 3), randomize_bn(nn.BatchNorm1d(3))),
+                r(5, 4))
+    # torch 1.13 has no ConvAdd2d / ConvAddReLU2d: same children layout, semantics per
+    # NAMING.md: relu(conv(x) + extra).
+    conv = nn.Conv2d(3, 4, 3, padding=1).eval()
+    x, extra = r(1, 3, 5, 5), r(1, 4, 5, 5)
+    with torch.no_grad():
+        y = conv(x) + extra
+    for relu in (False, True):
+        p = pb.Module(type="nni.ConvAddReLU2d" if relu else "nni.ConvAdd2d")
+        p.children.add(name="0", module=module_proto(conv))
+        if relu:
+            p.children.add(name="1", module=module_proto(nn.ReLU()))
+        name = "nni_conv_add_relu2d" if relu else "nni_conv_add2d"
+        case(name, [x, extra], torch.relu(y) if relu else y, pb.CALL_MODULE, "m",
+             [Ref("x0"), Ref("x1")])
+        CASES[-1][1].root.children.add(name="m", module=p)
+
+    # ---- Functions and methods --------------------------------------------------------
+    fn, meth = pb.CALL_FUNCTION, pb.CALL_METHOD
+    a, b = r(2, 3, 4), r(3, 1)
+    case("torch_add_broadcast_alpha", [a, b], torch.add(a, b, alpha=0.5), fn, "torch.add",
+         [Ref("x0"), Ref("x1")], {"alpha": 0.5})
+    case("operator_add_scalar", [a], a + 2.5, fn, "operator.add", [Ref("x0"), 2.5])
+    case("operator_add_scalar_left", [a], 3 + a, fn, "operator.add", [3, Ref("x0")])
+    case("method_add_tensor", [a, a * 2], a.add(a * 2), meth, "add", [Ref("x0"), Ref("x1")])
+    c = r(1, 3, 1)
+    case("operator_mul_broadcast", [a, c], a * c, fn, "operator.mul", [Ref("x0"), Ref("x1")])
+    case("torch_mul_scalar", [a], torch.mul(a, -1.5), fn, "torch.mul", [Ref("x0"), -1.5])
+    d = r(2, 2, 4)
+    case("torch_cat_dim1", [a, d], torch.cat([a, d], dim=1), fn, "torch.cat",
+         [[Ref("x0"), Ref("x1")]], {"dim": 1})
+    case("torch_cat_negative_dim", [a, a], torch.cat((a, a), -1), fn, "torch.cat",
+         [(Ref("x0"), Ref("x0")), -1])
+    e = r(2, 3, 4, 5)
+    case("torch_flatten", [e], torch.flatten(e, 1), fn, "torch.flatten", [Ref("x0"), 1])
+    case("method_flatten_range", [e], e.flatten(1, 2), meth, "flatten", [Ref("x0"), 1, 2])
+    case("method_view", [e], e.view(2, -1), meth, "view", [Ref("x0"), 2, -1])
+    case("method_reshape_list", [e], e.reshape([6, 20]), meth, "reshape", [Ref("x0"), [6, 20]])
+    case("method_mean_hw_keepdim", [e], e.mean([2, 3], keepdim=True), meth, "mean",
+         [Ref("x0"), [2, 3]], {"keepdim": True})
+    case("torch_mean_all", [e], torch.mean(e), fn, "torch.mean", [Ref("x0")])
+    case("method_mean_dim", [e], e.mean(1), meth, "mean", [Ref("x0"), 1])
+    case("method_relu", [a], a.relu(), meth, "relu", [Ref("x0")])
+    case("torch_relu", [a], torch.relu(a), fn, "torch.relu", [Ref("x0")])
+    case("functional_relu", [a], F.relu(a), fn, "torch.nn.functional.relu", [Ref("x0")],
+         {"inplace": False})
+    case("functional_hardtanh", [a], F.hardtanh(a, -0.2, 0.3), fn, "torch.nn.functional.hardtanh",
+         [Ref("x0"), -0.2, 0.3])
+    case("functional_relu6", [a * 4], F.relu6(a * 4), fn, "torch.nn.functional.relu6", [Ref("x0")])
+    case("functional_hardswish", [a * 3], F.hardswish(a * 3), fn,
+         "torch.nn.functional.hardswish", [Ref("x0")])
+    case("torch_sigmoid", [a], torch.sigmoid(a), fn, "torch.sigmoid", [Ref("x0")])
+    w, bias = r(4, 2, 3, 3), r(4)
+    f = r(1, 4, 6, 6)
+    case("functional_conv2d_kwargs", [f], F.conv2d(f, w, bias, stride=2, padding=1, groups=2),
+         fn, "torch.nn.functional.conv2d", [Ref("x0"), Ref("w"), Ref("bias")],
+         {"stride": 2, "padding": 1, "groups": 2}, attrs={"w": w, "bias": bias})
+    w2 = r(3, 5)
+    g = r(2, 5)
+    case("functional_linear_nobias", [g], F.linear(g, w2), fn, "torch.nn.functional.linear",
+         [Ref("x0"), Ref("w")], attrs={"w": w2})
+    case("functional_max_pool2d", [f], F.max_pool2d(f, 2), fn, "torch.nn.functional.max_pool2d",
+         [Ref("x0"), 2])
+    case("functional_avg_pool2d", [f], F.avg_pool2d(f, 3, stride=2, padding=1), fn,
+         "torch.nn.functional.avg_pool2d", [Ref("x0"), 3], {"stride": 2, "padding": 1})
+    case("functional_adaptive_avg_pool2d", [f], F.adaptive_avg_pool2d(f, (2, 3)), fn,
+         "torch.nn.functional.adaptive_avg_pool2d", [Ref("x0"), (2, 3)])
+    case("method_contiguous", [a], a.contiguous(), meth, "contiguous", [Ref("x0")])
+
+
+def write_npy_fixtures():
+    """Arrays written by NumPy itself, for npy_test (values are restated in the test)."""
+    import numpy as np
+    out = os.path.join(REPO, "tests", "runtime", "testdata", "npy")
+    os.makedirs(out, exist_ok=True)
+    np.save(os.path.join(out, "f32_2x3.npy"), np.arange(6, dtype=np.float32).reshape(2, 3) / 4)
+    np.save(os.path.join(out, "i64_3.npy"), np.array([-1, 2 ** 40, 7], dtype=np.int64))
+    np.save(os.path.join(out, "u8_2x2.npy"), np.array([[0, 255], [128, 1]], dtype=np.uint8))
+    np.save(os.path.join(out, "i8_4.npy"), np.array([-128, -1, 0, 127], dtype=np.int8))
+    np.save(os.path.join(out, "f32_scalar.npy"), np.array(1.5, dtype=np.float32))
+    with open(os.path.join(out, "f32_v2.npy"), "wb") as f:
+        np.lib.format.write_array(f, np.array([[1.0, -2.0]], dtype=np.float32), version=(2, 0))
+    np.save(os.path.join(out, "f32_fortran.npy"),
+            np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)))
+    np.save(os.path.join(out, "f64_2.npy"), np.array([1.0, 2.0], dtype=np.float64))
+    np.save(os.path.join(out, "f32_bigendian.npy"), np.array([1.0, 2.0], dtype=">f4"))
+
+
+def main():
+    write_npy_fixtures()
+    build_cases()
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for old in os.listdir(OUT_DIR):
+        if old.endswith(".pb") or old == "MANIFEST.txt":
+            os.remove(os.path.join(OUT_DIR, old))
+    names = []
+    for name, model in CASES:
+        with open(os.path.join(OUT_DIR, name + ".pb"), "wb") as f:
+            f.write(model.SerializeToString(deterministic=True))
+        names.append(name)
+    with open(os.path.join(OUT_DIR, "MANIFEST.txt"), "w") as f:
+        f.write("".join(n + "\n" for n in names))
+    print("wrote %d cases to %s" % (len(names), OUT_DIR))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+// The interpreter: input binding, get_attr, dispatch, nested outputs, the observer hook,
+// user kernels, and errors that name the node.
+#include "runtime/interpreter.h"
+
+#include <sys/resource.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "graph/graph_module.h"
+#include "graph/check.h"
+#include "graph/module_schema.h"
+#include "graph/status_macros.h"
+#include "runtime/builtin_kernels.h"
+#include "runtime/float_kernels.h"
+#include "runtime/kernel_args.h"
+
+namespace fuselage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<float> Floats(const Value& v) {
+  const Tensor& t = v.as_tensor();
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+std::unique_ptr<KernelRegistry> Kernels() {
+  auto kernels = BuiltinKernels();
+  FUSELAGE_CHECK(kernels.ok());
+  return *std::move(kernels);
+}
+
+// x, y -> (x + y, (relu(x), x.size(1)))
+std::unique_ptr<GraphModule> NestedOutputModule() {
+  auto gm = std::make_unique<GraphModule>();
+  Graph& g = gm->graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* y = *g.AddPlaceholder("y");
+  Node* add = *g.AddCallFunction("operator.add", {x, y});
+  Node* relu = *g.AddCallMethod("relu", {x});
+  Node* size = *g.AddCallMethod("size", {x, Argument::Int(1)});
+  FUSELAGE_CHECK(g.SetOutput(Argument::Tuple({add, Argument::Tuple({relu, size})})).ok());
+  return gm;
+}
+
+TEST(InterpreterTest, RunsAndKeepsOrFlattensTheOutputStructure) {
+  auto gm = NestedOutputModule();
+  ASSERT_TRUE(gm->Verify().ok()) << gm->Verify();
+  auto kernels = Kernels();
+  const Tensor x = Tensor::FromFloats({1, 3}, {-1, 2, -3});
+  const Tensor y = Tensor::FromFloats({1, 3}, {10, 20, 30});
+
+  auto structured = RunStructured(*gm, {x, y}, *kernels);
+  ASSERT_TRUE(structured.ok()) << structured.status();
+  ASSERT_TRUE(structured->is_tuple());
+  ASSERT_EQ(structured->items().size(), 2u);
+  EXPECT_THAT(Floats(structured->items()[0]), ElementsAre(9, 22, 27));
+  const Value& inner = structured->items()[1];
+  ASSERT_TRUE(inner.is_tuple());
+  EXPECT_THAT(Floats(inner.items()[0]), ElementsAre(0, 2, 0));
+  EXPECT_EQ(inner.items()[1].as_int(), 3);
+
+  auto flat = fuselage::Run(*gm, {x, y}, *kernels);
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  ASSERT_EQ(flat->size(), 3u);
+  EXPECT_THAT(Floats((*flat)[0]), ElementsAre(9, 22, 27));
+  EXPECT_THAT(Floats((*flat)[1]), ElementsAre(0, 2, 0));
+  EXPECT_EQ((*flat)[2].as_int(), 3);
+}
+
+TEST(InterpreterTest, ObserverSeesEveryNodeInOrder) {
+  auto gm = NestedOutputModule();
+  auto kernels = Kernels();
+  std::vector<std::string> seen;
+  RunOptions options;
+  options.observer = [&](const Node& node, const Value& value) {
+    seen.push_back(absl::StrCat(node.name(), ":", value.KindName()));
+    return absl::OkStatus();
+  };
+  auto out = fuselage::Run(*gm, {Tensor::FromFloats({1, 1}, {1}), Tensor::FromFloats({1, 1}, {2})},
+                           *kernels, options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(seen, ElementsAre("x:Tensor", "y:Tensor", "add:Tensor", "relu:Tensor", "size:int"));
+}
+
+TEST(InterpreterTest, ObserverErrorStopsTheRunNamingTheNode) {
+  auto gm = NestedOutputModule();
+  auto kernels = Kernels();
+  RunOptions options;
+  options.observer = [](const Node& node, const Value&) {
+    return node.name() == "add" ? absl::FailedPreconditionError("observer full")
+                                : absl::OkStatus();
+  };
+  auto out = fuselage::Run(*gm, {Tensor::FromFloats({1}, {1}), Tensor::FromFloats({1}, {2})},
+                           *kernels, options);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(out.status().message(), HasSubstr("node 'add'"));
+  EXPECT_THAT(out.status().message(), HasSubstr("observer full"));
+}
+
+TEST(InterpreterTest, WrongInputCountIsAnError) {
+  auto gm = NestedOutputModule();
+  auto out = fuselage::Run(*gm, {Tensor::FromFloats({1}, {1})}, *Kernels());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("takes 2 inputs; got 1"));
+}
+
+TEST(InterpreterTest, GetAttrYieldsTensorsAndRejectsModules) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("sub", std::make_unique<Module>("nn.Module")).ok());
+  ASSERT_TRUE(gm.SetTensor("sub.scale", Tensor::FromFloats({2}, {2, 3})).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* scale = *gm.graph().AddGetAttr("sub.scale");
+  Node* mul = *gm.graph().AddCallFunction("torch.mul", {x, scale});
+  ASSERT_TRUE(gm.graph().SetOutput(mul).ok());
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  auto kernels = Kernels();
+  auto out = fuselage::Run(gm, {Tensor::FromFloats({2}, {5, 7})}, *kernels);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(Floats((*out)[0]), ElementsAre(10, 21));
+
+  GraphModule bad;
+  ASSERT_TRUE(bad.SetModule("sub", std::make_unique<Module>("nn.Module")).ok());
+  Node* attr = *bad.graph().AddGetAttr("sub", "sub_attr");
+  ASSERT_TRUE(bad.graph().SetOutput(attr).ok());
+  auto error = fuselage::Run(bad, {}, *kernels);
+  EXPECT_EQ(error.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(error.status().message(), HasSubstr("node 'sub_attr'"));
+  EXPECT_THAT(error.status().message(), HasSubstr("is a module"));
+}
+
+TEST(InterpreterTest, MissingKernelIsUnimplementedNamingNodeAndTarget) {
+  GraphModule gm;
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* op = *gm.graph().AddCallFunction("torch.erfinv", {x}, {}, "mystery");
+  ASSERT_TRUE(gm.graph().SetOutput(op).ok());
+  auto out = fuselage::Run(gm, {Tensor::FromFloats({1}, {0})}, *Kernels());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(out.status().message(), HasSubstr("node 'mystery'"));
+  EXPECT_THAT(out.status().message(), HasSubstr("torch.erfinv"));
+
+  // A module type with a schema but no kernel.
+  GraphModule gm2;
+  ASSERT_TRUE(gm2.SetModule("act", std::make_unique<Module>("nn.GELU")).ok());
+  Node* y = *gm2.graph().AddPlaceholder("y");
+  Node* call = *gm2.graph().AddCallModule("act", {y});
+  ASSERT_TRUE(gm2.graph().SetOutput(call).ok());
+  ASSERT_TRUE(gm2.Verify().ok()) << gm2.Verify();
+  auto out2 = fuselage::Run(gm2, {Tensor::FromFloats({1}, {0})}, *Kernels());
+  EXPECT_EQ(out2.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(out2.status().message(), HasSubstr("node 'act'"));
+  EXPECT_THAT(out2.status().message(), HasSubstr("nn.GELU"));
+}
+
+TEST(InterpreterTest, KernelErrorsNameTheNode) {
+  // A conv with 3 input channels fed 2 channels.
+  GraphModule gm;
+  auto conv = std::make_unique<Module>("nn.Conv2d");
+  conv->SetTensor("weight", Tensor::FromFloats({1, 3, 1, 1}, {1, 1, 1}));
+  ASSERT_TRUE(gm.SetModule("features.conv", std::move(conv)).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* call = *gm.graph().AddCallModule("features.conv", {x});
+  ASSERT_TRUE(gm.graph().SetOutput(call).ok());
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  auto out = fuselage::Run(gm, {Tensor::FromFloats({1, 2, 1, 1}, {1, 2})}, *Kernels());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("node 'features_conv' (call_module features.conv)"));
+  EXPECT_THAT(out.status().message(), HasSubstr("expects 3 input channels"));
+}
+
+TEST(InterpreterTest, UserModuleTypeWithItsOwnSchemaAndKernel) {
+  ASSERT_TRUE(ModuleSchemaRegistry::Global().Register({"test.Scale", 1, 1, {}}).ok());
+  GraphModule gm;
+  auto scale = std::make_unique<Module>("test.Scale");
+  scale->SetAttribute("factor", Argument::Float(2.5));
+  ASSERT_TRUE(gm.SetModule("scale", std::move(scale)).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* call = *gm.graph().AddCallModule("scale", {x});
+  Node* relu = *gm.graph().AddCallFunction("torch.relu", {call});
+  ASSERT_TRUE(gm.graph().SetOutput(relu).ok());
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+
+  auto kernels = Kernels();
+  ASSERT_TRUE(kernels
+                  ->RegisterModule("test.Scale",
+                                   [](const KernelContext&, const Module& m,
+                                      absl::Span<const Value> args,
+                                      const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+                                     ArgReader r(args, kwargs);
+                                     ASSIGN_OR_RETURN(const Tensor* t, r.GetFloatTensor(0, "x"));
+                                     ASSIGN_OR_RETURN(double f, m.GetFloat("factor"));
+                                     Tensor out = *t;
+                                     for (int64_t i = 0; i < out.numel(); ++i) {
+                                       out.mutable_data<float>()[i] *= static_cast<float>(f);
+                                     }
+                                     return Value(out);
+                                   })
+                  .ok());
+  const Tensor input = Tensor::FromFloats({3}, {-2, 0, 4});
+  auto out = fuselage::Run(gm, {input}, *kernels);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(Floats((*out)[0]), ElementsAre(0, 0, 10));
+  // The caller's input is untouched (copy on write).
+  EXPECT_EQ(input.data<float>()[0], -2);
+}
+
+TEST(InterpreterTest, GraphWithoutOutputIsAnError) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.graph().AddPlaceholder("x").ok());
+  EXPECT_EQ(fuselage::Run(gm, {Value::None()}, *Kernels()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(InterpreterTest, IntermediateValuesAreFreedAfterTheirLastUser) {
+  // 1000 chained adds of a 1 MiB tensor: 1 GiB if every value were kept; a few MiB when
+  // each is freed after its only user ran. Peak RSS of the whole test process tells.
+  GraphModule gm;
+  Node* last = *gm.graph().AddPlaceholder("x");
+  for (int i = 0; i < 1000; ++i) {
+    last = *gm.graph().AddCallFunction("operator.add", {last, Argument::Float(1.0)});
+  }
+  ASSERT_TRUE(gm.graph().SetOutput(last).ok());
+  std::vector<float> zeros(256 * 1024, 0.0f);
+  auto out = fuselage::Run(gm, {Tensor::FromFloats({256 * 1024}, zeros)}, *Kernels());
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].as_tensor().data<float>()[12345], 1000.0f);
+  struct rusage usage;
+  ASSERT_EQ(getrusage(RUSAGE_SELF, &usage), 0);
+  EXPECT_LT(usage.ru_maxrss, 400 * 1024) << "peak RSS in KiB";
+}
+
+}  // namespace
+}  // namespace fuselage
