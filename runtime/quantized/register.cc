@@ -1,0 +1,648 @@
+#include "runtime/quantized/register.h"
+
+#include <array>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "graph/module.h"
+#include "graph/status_macros.h"
+#include "runtime/kernel_args.h"
+#include "runtime/quantized/conv.h"
+#include "runtime/quantized/elementwise.h"
+#include "runtime/quantized/linear.h"
+#include "runtime/quantized/pooling.h"
+#include "runtime/quantized/quantize.h"
+#include "runtime/quantized/shape_ops.h"
+
+namespace fuselage {
+namespace {
+
+using quantized::Conv2dParams;
+using quantized::Pool2dParams;
+
+// ---- Reading values ----
+
+// A number given as an int / float Value or as a tensor of one element (a get_attr of a
+// 0-d tensor in graphs imported from PyTorch).
+absl::StatusOr<double> NumberOf(const Value& v, absl::string_view what) {
+  if (v.is_number()) return v.as_float();
+  if (v.is_tensor() && v.as_tensor().numel() == 1) {
+    const Tensor& t = v.as_tensor();
+    switch (t.dtype()) {
+      case DType::kFloat32: return t.data<float>()[0];
+      case DType::kInt32: return t.data<int32_t>()[0];
+      case DType::kInt64: return static_cast<double>(t.data<int64_t>()[0]);
+      default: break;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "arg '", what, "': expected a number or a one-element float / int tensor; got ",
+      v.ToString()));
+}
+
+absl::StatusOr<int64_t> IntOf(const Value& v, absl::string_view what) {
+  ASSIGN_OR_RETURN(double d, NumberOf(v, what));
+  if (d != static_cast<double>(static_cast<int64_t>(d))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("arg '", what, "': expected an integer; got ", v.ToString()));
+  }
+  return static_cast<int64_t>(d);
+}
+
+// The numbers of a float32 / int32 / int64 tensor of any shape (per-channel parameters).
+absl::StatusOr<std::vector<double>> NumbersOfTensor(const Tensor& t, absl::string_view what) {
+  std::vector<double> out;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (t.dtype()) {
+      case DType::kFloat32: out.push_back(t.data<float>()[i]); break;
+      case DType::kInt32: out.push_back(t.data<int32_t>()[i]); break;
+      case DType::kInt64: out.push_back(static_cast<double>(t.data<int64_t>()[i])); break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(what, ": tensor of dtype ",
+                                                       DTypeName(t.dtype()),
+                                                       "; expected float32, int32 or int64"));
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> ToInts(const std::vector<double>& values) {
+  return std::vector<int64_t>(values.begin(), values.end());
+}
+
+absl::StatusOr<DType> DTypeArg(const ArgReader& r, size_t index, absl::string_view name) {
+  ASSIGN_OR_RETURN(Value v, r.Required(index, name));
+  if (!v.is_dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("arg '", name, "': expected a dtype; got ", v.ToString()));
+  }
+  return v.as_dtype();
+}
+
+absl::StatusOr<std::array<int64_t, 2>> Pair(std::vector<int64_t> v) {
+  if (v.size() == 1) return std::array<int64_t, 2>{v[0], v[0]};
+  if (v.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("expected 1 or 2 ints; got ", v.size()));
+  }
+  return std::array<int64_t, 2>{v[0], v[1]};
+}
+
+// A module attribute as a pair (an int or a list of two), `fallback` when absent.
+absl::StatusOr<std::array<int64_t, 2>> AttrPair(const Module& m, absl::string_view name,
+                                                int64_t fallback) {
+  if (m.FindAttribute(name) == nullptr) return std::array<int64_t, 2>{fallback, fallback};
+  ASSIGN_OR_RETURN(std::vector<int64_t> v, m.GetInts(name, 2));
+  return std::array<int64_t, 2>{v[0], v[1]};
+}
+
+absl::StatusOr<const Tensor*> OnlyTensorInput(absl::Span<const Value> args, const Module& m,
+                                              size_t count = 1) {
+  if (args.size() != count || !args[0].is_tensor() ||
+      (count == 2 && !args[1].is_tensor())) {
+    return absl::InvalidArgumentError(absl::StrCat(m.type().name(), " takes ", count,
+                                                   " Tensor input(s); got ", args.size(),
+                                                   " args"));
+  }
+  return &args[0].as_tensor();
+}
+
+// A module attribute or 0-d tensor named `name` (nnq.Quantize keeps scale / zero_point
+// as buffers in PyTorch; fuselage may store them as attributes).
+absl::StatusOr<double> AttrOrTensorNumber(const Module& m, absl::string_view name) {
+  if (m.FindAttribute(name) != nullptr) return m.GetFloat(name);
+  if (const Tensor* t = m.FindTensor(name)) {
+    ASSIGN_OR_RETURN(std::vector<double> v,
+                     NumbersOfTensor(*t, absl::StrCat(m.type().name(), " ", name)));
+    if (v.size() == 1) return v[0];
+  }
+  return absl::InvalidArgumentError(absl::StrCat(m.type().name(), ": missing '", name,
+                                                 "' (an attribute or a one-element tensor)"));
+}
+
+// ---- Native quantized modules ----
+
+struct QuantizedModuleParts {
+  const Tensor* weight = nullptr;
+  const Tensor* bias = nullptr;  // may stay null
+  double scale = 1.0;
+  int64_t zero_point = 0;
+};
+
+absl::StatusOr<QuantizedModuleParts> ReadQuantizedModule(const Module& m) {
+  QuantizedModuleParts parts;
+  ASSIGN_OR_RETURN(parts.weight, m.GetTensor("weight"));
+  parts.bias = m.FindTensor("bias");
+  ASSIGN_OR_RETURN(parts.scale, AttrOrTensorNumber(m, "scale"));
+  ASSIGN_OR_RETURN(double zero_point, AttrOrTensorNumber(m, "zero_point"));
+  parts.zero_point = static_cast<int64_t>(zero_point);
+  return parts;
+}
+
+absl::StatusOr<Conv2dParams> ReadConvParams(const Module& m) {
+  Conv2dParams p;
+  ASSIGN_OR_RETURN(p.stride, AttrPair(m, "stride", 1));
+  ASSIGN_OR_RETURN(p.padding, AttrPair(m, "padding", 0));
+  ASSIGN_OR_RETURN(p.dilation, AttrPair(m, "dilation", 1));
+  if (m.FindAttribute("groups") != nullptr) {
+    ASSIGN_OR_RETURN(p.groups, m.GetInt("groups"));
+  }
+  if (const Argument* mode = m.FindAttribute("padding_mode")) {
+    if (!mode->is_string() || mode->as_string() != "zeros") {
+      return absl::UnimplementedError(absl::StrCat(m.type().name(), " attribute 'padding_mode' is ",
+                                                   mode->ToString(), "; only 'zeros' is supported"));
+    }
+  }
+  return p;
+}
+
+ModuleKernel QuantizedConvModule(bool relu) {
+  return [relu](const KernelContext&, const Module& m, absl::Span<const Value> args,
+                const ValueKwargs&) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
+    ASSIGN_OR_RETURN(QuantizedModuleParts parts, ReadQuantizedModule(m));
+    ASSIGN_OR_RETURN(Conv2dParams p, ReadConvParams(m));
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConv2d(*x, *parts.weight, parts.bias, p,
+                                                          parts.scale, parts.zero_point, relu));
+    return Value(std::move(y));
+  };
+}
+
+ModuleKernel QuantizedConvAddModule(bool relu) {
+  return [relu](const KernelContext&, const Module& m, absl::Span<const Value> args,
+                const ValueKwargs&) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m, 2));
+    ASSIGN_OR_RETURN(QuantizedModuleParts parts, ReadQuantizedModule(m));
+    ASSIGN_OR_RETURN(Conv2dParams p, ReadConvParams(m));
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConvAdd2d(*x, args[1].as_tensor(),
+                                                             *parts.weight, parts.bias, p,
+                                                             parts.scale, parts.zero_point,
+                                                             relu));
+    return Value(std::move(y));
+  };
+}
+
+ModuleKernel QuantizedLinearModule(bool relu) {
+  return [relu](const KernelContext&, const Module& m, absl::Span<const Value> args,
+                const ValueKwargs&) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
+    ASSIGN_OR_RETURN(QuantizedModuleParts parts, ReadQuantizedModule(m));
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedLinear(*x, *parts.weight, parts.bias,
+                                                          parts.scale, parts.zero_point, relu));
+    return Value(std::move(y));
+  };
+}
+
+absl::StatusOr<Value> QuantizeModule(const KernelContext&, const Module& m,
+                                     absl::Span<const Value> args, const ValueKwargs&) {
+  ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
+  ASSIGN_OR_RETURN(double scale, AttrOrTensorNumber(m, "scale"));
+  ASSIGN_OR_RETURN(double zero_point, AttrOrTensorNumber(m, "zero_point"));
+  const Argument* dtype = m.FindAttribute("dtype");
+  if (dtype == nullptr || !dtype->is_dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(m.type().name(), " attribute 'dtype': expected a dtype"));
+  }
+  ASSIGN_OR_RETURN(Tensor y, quantized::QuantizePerTensor(
+                                 *x, scale, static_cast<int64_t>(zero_point), dtype->as_dtype()));
+  return Value(std::move(y));
+}
+
+absl::StatusOr<Value> DequantizeModule(const KernelContext&, const Module& m,
+                                       absl::Span<const Value> args, const ValueKwargs&) {
+  ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
+  ASSIGN_OR_RETURN(Tensor y, quantized::Dequantize(*x));
+  return Value(std::move(y));
+}
+
+// ---- Reference modules ----
+
+// The weight quantized with the module's weight_* parameters and dequantized again
+// (torch.ao.nn.quantized.reference's _quantize_and_dequantize_weight).
+absl::StatusOr<Tensor> QuantizeDequantizeWeight(const Module& m) {
+  const std::string type(m.type().name());
+  ASSIGN_OR_RETURN(const Tensor* weight, m.GetTensor("weight"));
+  ASSIGN_OR_RETURN(const Tensor* scale_t, m.GetTensor("weight_scale"));
+  ASSIGN_OR_RETURN(const Tensor* zero_point_t, m.GetTensor("weight_zero_point"));
+  ASSIGN_OR_RETURN(std::vector<double> scales,
+                   NumbersOfTensor(*scale_t, absl::StrCat(type, " weight_scale")));
+  ASSIGN_OR_RETURN(std::vector<double> zero_points,
+                   NumbersOfTensor(*zero_point_t, absl::StrCat(type, " weight_zero_point")));
+  const Argument* qscheme = m.FindAttribute("weight_qscheme");
+  const Argument* dtype = m.FindAttribute("weight_dtype");
+  if (qscheme == nullptr || !qscheme->is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(type, " attribute 'weight_qscheme': expected "
+                                                         "torch.per_tensor_affine or "
+                                                         "torch.per_channel_affine"));
+  }
+  if (dtype == nullptr || !dtype->is_dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(type, " attribute 'weight_dtype': expected a dtype"));
+  }
+  if (!IsQuantized(dtype->as_dtype())) return *weight;  // e.g. float16: not emulated here
+  const absl::string_view scheme = qscheme->as_string();
+  absl::StatusOr<Tensor> q;
+  if (scheme == "torch.per_tensor_affine") {
+    if (scales.size() != 1 || zero_points.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          type, ": per-tensor weight_scale / weight_zero_point must have one element; got ",
+          scales.size(), " and ", zero_points.size()));
+    }
+    q = quantized::QuantizePerTensor(*weight, scales[0], static_cast<int64_t>(zero_points[0]),
+                                     dtype->as_dtype());
+  } else if (scheme == "torch.per_channel_affine") {
+    ASSIGN_OR_RETURN(const Tensor* axis_t, m.GetTensor("weight_axis"));
+    ASSIGN_OR_RETURN(std::vector<double> axis,
+                     NumbersOfTensor(*axis_t, absl::StrCat(type, " weight_axis")));
+    if (axis.size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(type, ": weight_axis must have one element; got ", axis.size()));
+    }
+    q = quantized::QuantizePerChannel(*weight, scales, ToInts(zero_points),
+                                      static_cast<int64_t>(axis[0]), dtype->as_dtype());
+  } else {
+    return absl::UnimplementedError(absl::StrCat(type, " attribute 'weight_qscheme' is ",
+                                                 scheme, "; supported: torch.per_tensor_affine, "
+                                                 "torch.per_channel_affine"));
+  }
+  if (!q.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(type, " weight: ", q.status().message()));
+  }
+  return quantized::Dequantize(*q);
+}
+
+// nnqr.X runs the float kernel of `float_type` on a copy of the module whose weight is
+// quantized and dequantized.
+ModuleKernel ReferenceModule(std::string float_type) {
+  return [float_type](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
+                      const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(Tensor weight, QuantizeDequantizeWeight(m));
+    std::unique_ptr<Module> float_module = m.Clone();
+    float_module->set_type(Symbol::Intern(float_type));
+    float_module->SetTensor("weight", std::move(weight));
+    return ctx.registry.CallModule(ctx, *float_module, args, kwargs);
+  };
+}
+
+// ---- Unary pass-through overloads (quantized input) ----
+
+ModuleKernel UnaryModule(
+    std::function<absl::StatusOr<Tensor>(const Module&, const Tensor&)> fn) {
+  return [fn](const KernelContext&, const Module& m, absl::Span<const Value> args,
+              const ValueKwargs&) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
+    ASSIGN_OR_RETURN(Tensor y, fn(m, *x));
+    return Value(std::move(y));
+  };
+}
+
+FunctionKernel UnaryFunction(
+    std::function<absl::StatusOr<Tensor>(const ArgReader&, const Tensor&)> fn) {
+  return [fn](const KernelContext&, absl::Span<const Value> args,
+              const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+    ASSIGN_OR_RETURN(Tensor y, fn(r, *x));
+    return Value(std::move(y));
+  };
+}
+
+absl::StatusOr<Pool2dParams> ModulePoolParams(const Module& m, bool max_pool) {
+  Pool2dParams p;
+  ASSIGN_OR_RETURN(p.kernel_size, AttrPair(m, "kernel_size", 0));
+  const Argument* stride = m.FindAttribute("stride");
+  if (stride == nullptr || stride->is_none() || (stride->is_list() && stride->items().empty())) {
+    p.stride = p.kernel_size;
+  } else {
+    ASSIGN_OR_RETURN(p.stride, AttrPair(m, "stride", 0));
+  }
+  ASSIGN_OR_RETURN(p.padding, AttrPair(m, "padding", 0));
+  if (m.FindAttribute("ceil_mode") != nullptr) {
+    ASSIGN_OR_RETURN(p.ceil_mode, m.GetBool("ceil_mode"));
+  }
+  if (max_pool) {
+    ASSIGN_OR_RETURN(p.dilation, AttrPair(m, "dilation", 1));
+    if (const Argument* ri = m.FindAttribute("return_indices"); ri && ri->is_bool() && ri->as_bool()) {
+      return absl::UnimplementedError("nn.MaxPool2d: return_indices=True on a quantized input");
+    }
+  } else {
+    if (m.FindAttribute("count_include_pad") != nullptr) {
+      ASSIGN_OR_RETURN(p.count_include_pad, m.GetBool("count_include_pad"));
+    }
+    const Argument* divisor = m.FindAttribute("divisor_override");
+    if (divisor != nullptr && !divisor->is_none()) {
+      ASSIGN_OR_RETURN(int64_t d, m.GetInt("divisor_override"));
+      p.divisor_override = d;
+    }
+  }
+  return p;
+}
+
+absl::StatusOr<Pool2dParams> FunctionPoolParams(const ArgReader& r, bool max_pool) {
+  // max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+  //            return_indices=False)
+  // avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+  //            count_include_pad=True, divisor_override=None)
+  Pool2dParams p;
+  ASSIGN_OR_RETURN(std::vector<int64_t> k, r.OptionalInts(1, "kernel_size", 2, {}));
+  if (k.empty()) return absl::InvalidArgumentError("arg 'kernel_size': required");
+  ASSIGN_OR_RETURN(p.kernel_size, Pair(k));
+  ASSIGN_OR_RETURN(std::vector<int64_t> s, r.OptionalInts(2, "stride", 2, {}));
+  if (s.empty()) {
+    p.stride = p.kernel_size;
+  } else {
+    ASSIGN_OR_RETURN(p.stride, Pair(s));
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> pad, r.OptionalInts(3, "padding", 2, {0, 0}));
+  ASSIGN_OR_RETURN(p.padding, Pair(pad));
+  if (max_pool) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> d, r.OptionalInts(4, "dilation", 2, {1, 1}));
+    ASSIGN_OR_RETURN(p.dilation, Pair(d));
+    ASSIGN_OR_RETURN(p.ceil_mode, r.OptionalBool(5, "ceil_mode", false));
+    ASSIGN_OR_RETURN(bool indices, r.OptionalBool(6, "return_indices", false));
+    if (indices) {
+      return absl::UnimplementedError("max_pool2d: return_indices=True on a quantized input");
+    }
+  } else {
+    ASSIGN_OR_RETURN(p.ceil_mode, r.OptionalBool(4, "ceil_mode", false));
+    ASSIGN_OR_RETURN(p.count_include_pad, r.OptionalBool(5, "count_include_pad", true));
+    const Value* divisor = r.Find(6, "divisor_override");
+    if (divisor != nullptr && !divisor->is_none()) {
+      ASSIGN_OR_RETURN(int64_t d, IntOf(*divisor, "divisor_override"));
+      p.divisor_override = d;
+    }
+  }
+  return p;
+}
+
+// output_size: an int or two entries, each an int or None (None keeps the input size).
+absl::StatusOr<std::array<int64_t, 2>> AdaptiveSize(const Value& v, const Tensor& x) {
+  const std::array<int64_t, 2> input = {x.dim() >= 2 ? x.shape()[x.dim() - 2] : 0,
+                                        x.dim() >= 2 ? x.shape()[x.dim() - 1] : 0};
+  if (v.is_int()) return std::array<int64_t, 2>{v.as_int(), v.as_int()};
+  if (v.is_list() && (v.items().size() == 1 || v.items().size() == 2)) {
+    std::array<int64_t, 2> out{};
+    for (size_t i = 0; i < 2; ++i) {
+      const Value& e = v.items()[v.items().size() == 1 ? 0 : i];
+      if (e.is_none()) {
+        out[i] = input[i];
+      } else if (e.is_int()) {
+        out[i] = e.as_int();
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("arg 'output_size': entries must be ints or None; got ", v.ToString()));
+      }
+    }
+    return out;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("arg 'output_size': expected an int or 2 entries; got ", v.ToString()));
+}
+
+absl::StatusOr<Value> ArgumentToValue(const Argument& a) {
+  switch (a.kind()) {
+    case Argument::Kind::kNone: return Value::None();
+    case Argument::Kind::kInt: return Value::Int(a.as_int());
+    case Argument::Kind::kFloat: return Value::Float(a.as_float());
+    case Argument::Kind::kList: {
+      std::vector<Value> items;
+      for (const Argument& i : a.items()) {
+        ASSIGN_OR_RETURN(Value v, ArgumentToValue(i));
+        items.push_back(std::move(v));
+      }
+      return a.is_tuple() ? Value::Tuple(std::move(items)) : Value::List(std::move(items));
+    }
+    default: return absl::InvalidArgumentError(absl::StrCat("unexpected ", a.ToString()));
+  }
+}
+
+// ---- Functions ----
+
+absl::StatusOr<Value> QuantizePerTensorFn(const KernelContext&, absl::Span<const Value> args,
+                                          const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+  ASSIGN_OR_RETURN(Value scale_v, r.Required(1, "scale"));
+  ASSIGN_OR_RETURN(Value zp_v, r.Required(2, "zero_point"));
+  ASSIGN_OR_RETURN(double scale, NumberOf(scale_v, "scale"));
+  ASSIGN_OR_RETURN(int64_t zero_point, IntOf(zp_v, "zero_point"));
+  ASSIGN_OR_RETURN(DType dtype, DTypeArg(r, 3, "dtype"));
+  ASSIGN_OR_RETURN(Tensor y, quantized::QuantizePerTensor(*x, scale, zero_point, dtype));
+  return Value(std::move(y));
+}
+
+absl::StatusOr<Value> QuantizePerChannelFn(const KernelContext&, absl::Span<const Value> args,
+                                           const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+  ASSIGN_OR_RETURN(const Tensor* scales_t, r.GetTensor(1, "scales"));
+  ASSIGN_OR_RETURN(const Tensor* zps_t, r.GetTensor(2, "zero_points"));
+  ASSIGN_OR_RETURN(std::vector<double> scales, NumbersOfTensor(*scales_t, "arg 'scales'"));
+  ASSIGN_OR_RETURN(std::vector<double> zps, NumbersOfTensor(*zps_t, "arg 'zero_points'"));
+  ASSIGN_OR_RETURN(int64_t axis, r.GetInt(3, "axis"));
+  ASSIGN_OR_RETURN(DType dtype, DTypeArg(r, 4, "dtype"));
+  ASSIGN_OR_RETURN(Tensor y,
+                   quantized::QuantizePerChannel(*x, scales, ToInts(zps), axis, dtype));
+  return Value(std::move(y));
+}
+
+absl::StatusOr<Value> DequantizeFn(const KernelContext&, absl::Span<const Value> args,
+                                   const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  ASSIGN_OR_RETURN(Value x, r.Required(0, "input"));
+  if (x.is_list()) {  // torch.dequantize(list of tensors) -> list
+    std::vector<Value> out;
+    for (const Value& item : x.items()) {
+      if (!item.is_tensor()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("dequantize: expected tensors in the list; got ", item.ToString()));
+      }
+      ASSIGN_OR_RETURN(Tensor y, quantized::Dequantize(item.as_tensor()));
+      out.push_back(Value(std::move(y)));
+    }
+    return Value::List(std::move(out));
+  }
+  if (!x.is_tensor()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dequantize: expected a Tensor; got ", x.ToString()));
+  }
+  ASSIGN_OR_RETURN(Tensor y, quantized::Dequantize(x.as_tensor()));
+  return Value(std::move(y));
+}
+
+FunctionKernel BinaryFn(bool add, bool relu) {
+  return [add, relu](const KernelContext&, absl::Span<const Value> args,
+                     const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    ASSIGN_OR_RETURN(const Tensor* a, r.GetTensor(0, "qa"));
+    ASSIGN_OR_RETURN(const Tensor* b, r.GetTensor(1, "qb"));
+    ASSIGN_OR_RETURN(Value scale_v, r.Required(2, "scale"));
+    ASSIGN_OR_RETURN(Value zp_v, r.Required(3, "zero_point"));
+    ASSIGN_OR_RETURN(double scale, NumberOf(scale_v, "scale"));
+    ASSIGN_OR_RETURN(int64_t zero_point, IntOf(zp_v, "zero_point"));
+    ASSIGN_OR_RETURN(Tensor y, add ? quantized::QuantizedAdd(*a, *b, scale, zero_point, relu)
+                                   : quantized::QuantizedMul(*a, *b, scale, zero_point, relu));
+    return Value(std::move(y));
+  };
+}
+
+absl::StatusOr<std::vector<Tensor>> TensorList(const Value& v) {
+  if (!v.is_list()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("arg 'tensors': expected a list of tensors; got ", v.ToString()));
+  }
+  std::vector<Tensor> out;
+  for (const Value& item : v.items()) {
+    if (!item.is_tensor()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("arg 'tensors': expected tensors; got ", item.ToString()));
+    }
+    out.push_back(item.as_tensor());
+  }
+  return out;
+}
+
+// torch.cat(tensors, dim=0) on quantized tensors and
+// torch.ops.quantized.cat(tensors, dim, scale=None, zero_point=None).
+FunctionKernel CatFn(bool explicit_qparams) {
+  return [explicit_qparams](const KernelContext&, absl::Span<const Value> args,
+                            const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    ASSIGN_OR_RETURN(Value tensors_v, r.Required(0, "tensors"));
+    ASSIGN_OR_RETURN(std::vector<Tensor> tensors, TensorList(tensors_v));
+    ASSIGN_OR_RETURN(int64_t dim, r.OptionalInt(1, "dim", 0));
+    std::optional<quantized::OutputQParams> out;
+    if (explicit_qparams) {
+      const Value* scale = r.Find(2, "scale");
+      const Value* zp = r.Find(3, "zero_point");
+      if (scale != nullptr && !scale->is_none() && zp != nullptr && !zp->is_none()) {
+        ASSIGN_OR_RETURN(double s, NumberOf(*scale, "scale"));
+        ASSIGN_OR_RETURN(int64_t z, IntOf(*zp, "zero_point"));
+        out = quantized::OutputQParams{s, z};
+      }
+    }
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedCat(tensors, dim, out));
+    return Value(std::move(y));
+  };
+}
+
+}  // namespace
+
+absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
+  // Native quantized modules and quantize / dequantize stubs.
+  const std::vector<std::pair<const char*, ModuleKernel>> modules = {
+      {"nnq.Conv2d", QuantizedConvModule(false)},
+      {"nniq.ConvReLU2d", QuantizedConvModule(true)},
+      {"nniq.ConvAdd2d", QuantizedConvAddModule(false)},
+      {"nniq.ConvAddReLU2d", QuantizedConvAddModule(true)},
+      {"nnq.Linear", QuantizedLinearModule(false)},
+      {"nniq.LinearReLU", QuantizedLinearModule(true)},
+      {"nnq.Quantize", QuantizeModule},
+      {"nnq.DeQuantize", DequantizeModule},
+      {"nnqr.Conv2d", ReferenceModule("nn.Conv2d")},
+      {"nnqr.Linear", ReferenceModule("nn.Linear")},
+  };
+  for (const auto& [type, kernel] : modules) {
+    RETURN_IF_ERROR(registry.RegisterModule(type, kernel));
+  }
+
+  const std::vector<std::pair<const char*, ModuleKernel>> module_overloads = {
+      {"nn.ReLU", UnaryModule([](const Module&, const Tensor& x) {
+         return quantized::QuantizedRelu(x);
+       })},
+      {"nn.ReLU6", UnaryModule([](const Module&, const Tensor& x) {
+         return quantized::QuantizedHardtanh(x, 0.0, 6.0);
+       })},
+      {"nn.Hardtanh", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         double lo = -1.0, hi = 1.0;
+         if (m.FindAttribute("min_val") != nullptr) {
+           ASSIGN_OR_RETURN(lo, m.GetFloat("min_val"));
+         }
+         if (m.FindAttribute("max_val") != nullptr) {
+           ASSIGN_OR_RETURN(hi, m.GetFloat("max_val"));
+         }
+         return quantized::QuantizedHardtanh(x, lo, hi);
+       })},
+      {"nn.MaxPool2d", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(Pool2dParams p, ModulePoolParams(m, true));
+         return quantized::QuantizedMaxPool2d(x, p);
+       })},
+      {"nn.AvgPool2d", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(Pool2dParams p, ModulePoolParams(m, false));
+         return quantized::QuantizedAvgPool2d(x, p);
+       })},
+      {"nn.AdaptiveAvgPool2d",
+       UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         const Argument* size = m.FindAttribute("output_size");
+         if (size == nullptr) {
+           return absl::InvalidArgumentError("nn.AdaptiveAvgPool2d: missing 'output_size'");
+         }
+         ASSIGN_OR_RETURN(Value v, ArgumentToValue(*size));
+         ASSIGN_OR_RETURN(auto out, AdaptiveSize(v, x));
+         return quantized::QuantizedAdaptiveAvgPool2d(x, out);
+       })},
+  };
+  for (const auto& [type, kernel] : module_overloads) {
+    RETURN_IF_ERROR(registry.RegisterQuantizedModuleOverload(Symbol::Intern(type), kernel));
+  }
+
+  const FunctionKernel relu = UnaryFunction(
+      [](const ArgReader&, const Tensor& x) { return quantized::QuantizedRelu(x); });
+  const std::vector<std::pair<const char*, FunctionKernel>> functions = {
+      {"torch.quantize_per_tensor", QuantizePerTensorFn},
+      {"torch.quantize_per_channel", QuantizePerChannelFn},
+      {"torch.dequantize", DequantizeFn},
+      {"torch.ops.quantized.add", BinaryFn(true, false)},
+      {"torch.ops.quantized.add_relu", BinaryFn(true, true)},
+      {"torch.ops.quantized.mul", BinaryFn(false, false)},
+      {"torch.ops.quantized.mul_relu", BinaryFn(false, true)},
+      {"torch.ops.quantized.cat", CatFn(true)},
+  };
+  for (const auto& [target, kernel] : functions) {
+    RETURN_IF_ERROR(registry.RegisterFunction(OpKind::kCallFunction, target, kernel));
+  }
+  RETURN_IF_ERROR(registry.RegisterFunction(OpKind::kCallMethod, "dequantize", DequantizeFn));
+
+  const std::vector<std::pair<const char*, FunctionKernel>> function_overloads = {
+      {"torch.relu", relu},
+      {"torch.nn.functional.relu", relu},
+      {"torch.nn.functional.relu6",
+       UnaryFunction([](const ArgReader&, const Tensor& x) {
+         return quantized::QuantizedHardtanh(x, 0.0, 6.0);
+       })},
+      {"torch.nn.functional.hardtanh",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(double lo, r.OptionalFloat(1, "min_val", -1.0));
+         ASSIGN_OR_RETURN(double hi, r.OptionalFloat(2, "max_val", 1.0));
+         return quantized::QuantizedHardtanh(x, lo, hi);
+       })},
+      {"torch.nn.functional.max_pool2d",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(Pool2dParams p, FunctionPoolParams(r, true));
+         return quantized::QuantizedMaxPool2d(x, p);
+       })},
+      {"torch.nn.functional.avg_pool2d",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(Pool2dParams p, FunctionPoolParams(r, false));
+         return quantized::QuantizedAvgPool2d(x, p);
+       })},
+      {"torch.nn.functional.adaptive_avg_pool2d",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(Value size, r.Required(1, "output_size"));
+         ASSIGN_OR_RETURN(auto out, AdaptiveSize(size, x));
+         return quantized::QuantizedAdaptiveAvgPool2d(x, out);
+       })},
+      {"torch.cat", CatFn(false)},
+  };
+  for (const auto& [target, kernel] : function_overloads) {
+    RETURN_IF_ERROR(registry.RegisterQuantizedFunctionOverload(OpKind::kCallFunction,
+                                                               Symbol::Intern(target), kernel));
+  }
+  RETURN_IF_ERROR(registry.RegisterQuantizedFunctionOverload(OpKind::kCallMethod,
+                                                             Symbol::Intern("relu"), relu));
+  return absl::OkStatus();
+}
+
+}  // namespace fuselage

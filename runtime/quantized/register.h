@@ -1,0 +1,38 @@
+// RegisterQuantizedKernels: binds the quantized kernels of runtime/quantized/ to the
+// targets and module types of graph/NAMING.md, so the interpreter runs quantized graphs
+// (the reference graphs of ConvertToReference and the native graphs of LowerToNative).
+//
+// call_function: torch.quantize_per_tensor(x, scale, zero_point, dtype) (scale and
+//   zero_point as numbers or 0-d / one-element tensors), torch.quantize_per_channel(x,
+//   scales, zero_points, axis, dtype), torch.dequantize(x or list of x),
+//   torch.ops.quantized.add / add_relu / mul / mul_relu(qa, qb, scale, zero_point),
+//   torch.ops.quantized.cat(tensors, dim, scale=None, zero_point=None).
+// call_method: dequantize.
+// Modules: nnq.Conv2d, nniq.ConvReLU2d, nniq.ConvAdd2d, nniq.ConvAddReLU2d (two inputs),
+//   nnq.Linear, nniq.LinearReLU (weight qint8, bias float32, attributes scale /
+//   zero_point and the conv / linear attributes); nnq.Quantize, nnq.DeQuantize;
+//   nnqr.Conv2d and nnqr.Linear (reference: the float module's kernel on the weight
+//   quantized and dequantized with weight_scale / weight_zero_point / weight_axis /
+//   weight_qscheme / weight_dtype, as torch.ao.nn.quantized.reference does).
+// Quantized overloads (run when the call's first tensor is quantized; the float kernels
+//   run otherwise): nn.ReLU, nn.ReLU6, nn.Hardtanh, nn.MaxPool2d, nn.AvgPool2d,
+//   nn.AdaptiveAvgPool2d; torch.relu, torch.nn.functional.relu / relu6 / hardtanh /
+//   max_pool2d / avg_pool2d / adaptive_avg_pool2d, torch.cat (requantizes to the first
+//   input's qparams, as at::cat does); call_method relu. flatten / view / reshape need no
+//   overload: the float side's shape kernels keep the bytes and qparams.
+#ifndef FUSELAGE_RUNTIME_QUANTIZED_REGISTER_H_
+#define FUSELAGE_RUNTIME_QUANTIZED_REGISTER_H_
+
+#include "absl/status/status.h"
+#include "runtime/kernel_registry.h"
+
+namespace fuselage {
+
+// Adds every kernel and overload above. AlreadyExists if one is already registered (the
+// registry may then hold some of them). The nnqr.* kernels call the registry's
+// nn.Conv2d / nn.Linear kernels (RegisterFloatKernels) at run time.
+absl::Status RegisterQuantizedKernels(KernelRegistry& registry);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_RUNTIME_QUANTIZED_REGISTER_H_
