@@ -44,6 +44,12 @@ std::string PositionKey(const Pattern& pattern, int i) {
   return key;
 }
 
+// "position '0.0'", or "the outermost op" for the empty path.
+std::string PositionLabel(const Pattern& pattern, int i) {
+  const std::string path = pattern.PathOf(i);
+  return path.empty() ? "the outermost op" : absl::StrCat("position '", path, "'");
+}
+
 // The module types and functions a pattern names must be known: a typo would otherwise
 // give a pattern that silently never matches.
 absl::Status ValidatePatternTargets(const BackendPatternConfig& config,
@@ -55,13 +61,13 @@ absl::Status ValidatePatternTargets(const BackendPatternConfig& config,
     for (OpRef op : position.alternatives) {
       if (op.op == OpKind::kCallModule && modules.Find(op.target) == nullptr) {
         return EntryError(config, "pattern",
-                          absl::StrCat("position '", pattern.PathOf(i), "' ('",
+                          absl::StrCat(PositionLabel(pattern, i), " ('",
                                        position.spelling, "') names module type '",
                                        op.target.name(), "', which is not registered"));
       }
       if (op.op == OpKind::kCallFunction && !functions.Contains(op.target)) {
         return EntryError(config, "pattern",
-                          absl::StrCat("position '", pattern.PathOf(i), "' ('",
+                          absl::StrCat(PositionLabel(pattern, i), " ('",
                                        position.spelling, "') names function '",
                                        op.target.name(), "', which is not a known function"));
       }

@@ -163,7 +163,15 @@ absl::StatusOr<BackendConfig> ParseBackendConfigText(absl::string_view text,
     }
     config = *std::move(base);
   }
-  if (!file.name().empty()) config.set_name(file.name());
+  if (!file.name().empty()) {
+    config.set_name(file.name());
+  } else if (file.base().empty()) {
+    // No name and no base: the file's stem ("dir/my_backend.textproto" -> "my_backend").
+    absl::string_view stem = source;
+    if (size_t slash = stem.rfind('/'); slash != absl::string_view::npos) stem.remove_prefix(slash + 1);
+    if (size_t dot = stem.find('.'); dot != absl::string_view::npos) stem = stem.substr(0, dot);
+    config.set_name(std::string(stem));
+  }
   for (int i = 0; i < file.pattern_size(); ++i) {
     const config::PatternConfig& proto = file.pattern(i);
     const EntryContext entry(source, i, proto.name().empty() ? proto.pattern() : proto.name());

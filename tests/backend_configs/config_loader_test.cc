@@ -74,7 +74,8 @@ TEST(ConfigLoader, UnknownModuleTypeInPattern) {
 TEST(ConfigLoader, UnknownFunctionInPattern) {
   ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(torch.nn.functional.rleu, Conv2d)"
                              fuser: WRAP_IN_SEQUENCE fused_module: "ConvReLU2d")pb"),
-                {"'bad'", "field 'pattern'", "torch.nn.functional.rleu", "not a known function"});
+                {"'bad'", "field 'pattern'", "the outermost op", "torch.nn.functional.rleu",
+                 "not a known function"});
 }
 
 TEST(ConfigLoader, UnknownFusedRootAndReferenceModules) {
@@ -97,7 +98,8 @@ TEST(ConfigLoader, DuplicatePattern) {
   ExpectInvalid(ParseBackendConfigText(R"pb(
       pattern { name: "a" pattern: "nn.Linear" }
       pattern { name: "b" pattern: "Linear" })pb", "dup.textproto"),
-                {"dup.textproto", "pattern[1]", "'b'", "field 'pattern'", "duplicates", "'a'"});
+                {"dup.textproto", "pattern[1]", "'b'", "field 'pattern'", "duplicates", "'a'",
+                 "backend config 'dup'"});
   // With `replace`, the base entry is redefined on purpose.
   absl::StatusOr<BackendConfig> replaced = LoadEntry(
       R"pb(name: "mine" pattern: "(ReLU, Conv2d)" replace: true fuser: WRAP_IN_SEQUENCE
