@@ -1,11 +1,14 @@
 #include "graph/serialization.h"
 
+#include <algorithm>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -82,6 +85,18 @@ void ModuleToProto(const Module& m, proto::Module* out) {
 
 // ---- proto -> GraphModule -----------------------------------------------------------
 
+int64_t EffectiveMaxBytes(const ModelLimits& limits) {
+  return std::min<int64_t>(limits.max_file_bytes, std::numeric_limits<int>::max());
+}
+
+bool IsIdentifier(absl::string_view name) {
+  if (name.empty() || absl::ascii_isdigit(name[0])) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '_') return false;
+  }
+  return true;
+}
+
 class ModelReader {
  public:
   explicit ModelReader(const ModelLimits& limits) : limits_(limits) {}
@@ -106,6 +121,11 @@ class ModelReader {
       RETURN_IF_ERROR(CheckString(n.name(), where, "name"));
       if (n.name().empty()) {
         return absl::InvalidArgumentError(absl::StrCat("node #", i, ": field 'name' is empty"));
+      }
+      if (!IsIdentifier(n.name())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "node #", i, ": field 'name' is '", n.name().substr(0, 64),
+            "'; expected an identifier ([A-Za-z_][A-Za-z0-9_]*)"));
       }
       if (!index.emplace(n.name(), i).second) {
         return absl::InvalidArgumentError(
@@ -505,9 +525,9 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ModelFromProto(const proto::Model& 
 
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
                                                         const ModelLimits& limits) {
-  if (static_cast<int64_t>(bytes.size()) > limits.max_file_bytes) {
+  if (static_cast<int64_t>(bytes.size()) > EffectiveMaxBytes(limits)) {
     return absl::InvalidArgumentError(absl::StrCat("model file is ", bytes.size(),
-                                                   " bytes; the limit is ", limits.max_file_bytes));
+                                                   " bytes; the limit is ", EffectiveMaxBytes(limits)));
   }
   const int recursion_limit = 2 * limits.max_arg_depth + 16;
   proto::Model model;
@@ -525,9 +545,9 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
 
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelText(absl::string_view text,
                                                             const ModelLimits& limits) {
-  if (static_cast<int64_t>(text.size()) > limits.max_file_bytes) {
+  if (static_cast<int64_t>(text.size()) > EffectiveMaxBytes(limits)) {
     return absl::InvalidArgumentError(absl::StrCat("model text is ", text.size(),
-                                                   " bytes; the limit is ", limits.max_file_bytes));
+                                                   " bytes; the limit is ", EffectiveMaxBytes(limits)));
   }
   class Collector : public google::protobuf::io::ErrorCollector {
    public:
@@ -590,7 +610,7 @@ absl::Status WriteFile(const std::string& path, absl::string_view contents) {
 
 absl::StatusOr<std::unique_ptr<GraphModule>> LoadModel(const std::string& path,
                                                        const ModelLimits& limits) {
-  ASSIGN_OR_RETURN(std::string contents, ReadFile(path, limits.max_file_bytes));
+  ASSIGN_OR_RETURN(std::string contents, ReadFile(path, EffectiveMaxBytes(limits)));
   auto gm = IsTextPath(path) ? ParseModelText(contents, limits) : ParseModel(contents, limits);
   if (!gm.ok()) {
     return absl::Status(gm.status().code(), absl::StrCat(path, ": ", gm.status().message()));

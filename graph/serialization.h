@@ -26,12 +26,15 @@ inline constexpr uint32_t kModelFormatVersion = 1;
 
 // Documented limits on what a model file may hold; each breach is a clear error.
 struct ModelLimits {
-  int64_t max_file_bytes = int64_t{4} << 30;  // 4 GiB
+  // Protobuf parses at most 2 GiB - 1; larger limits are clamped to that.
+  int64_t max_file_bytes = (int64_t{1} << 31) - 1;
   int64_t max_nodes = 50'000'000;
   int max_arg_depth = 16;             // nesting of lists/tuples in one arg
   int max_module_depth = 64;          // nesting of child modules
   int64_t max_string_length = 4096;   // names, targets, string args
   int max_tensor_rank = 8;
+  // Node names must also be Python identifiers ([A-Za-z_][A-Za-z0-9_]*), as torch.fx's
+  // are, so that printed code and a rebuilt torch.fx graph are valid Python.
 };
 
 // Text form is chosen by the path's extension: ".textproto" or ".pbtxt"; anything else is

@@ -38,19 +38,20 @@ TEST(DotTest, AnInputReadTwiceIsOneEdge) {
 
 // Node names from a model file are not sanitized; quotes, backslashes and line breaks
 // in them must not break the DOT syntax.
-TEST(DotTest, NamesAreEscaped) {
+TEST(DotTest, TargetsAreEscaped) {
+  // Node names are identifiers (the loader enforces it); targets may hold anything.
   auto gm = ParseModelText(R"pb(
     format_version: 1
     graph {
-      nodes { name: "in\"put\\" op: PLACEHOLDER target: "x\ny" }
-      nodes { name: "output" op: OUTPUT target: "output" args { node: "in\"put\\" } }
+      nodes { name: "in_put" op: PLACEHOLDER target: "x\"y\\\nz" }
+      nodes { name: "output" op: OUTPUT target: "output" args { node: "in_put" } }
     }
     root { type: "GraphModule" }
   )pb");
   ASSERT_TRUE(gm.ok()) << gm.status();
   const std::string dot = ToDot(**gm);
-  EXPECT_THAT(dot, HasSubstr(R"(  "in\"put\\" [label="in\"put\\\nplaceholder\ntarget: x\ny", )"));
-  EXPECT_THAT(dot, HasSubstr(R"(  "in\"put\\" -> "output";)"));
+  EXPECT_THAT(dot, HasSubstr(R"(  "in_put" [label="in_put\nplaceholder\ntarget: x\"y\\\nz", )"));
+  EXPECT_THAT(dot, HasSubstr(R"(  "in_put" -> "output";)"));
 }
 
 TEST(DotTest, QuoteEscapesAndDropsControlCharacters) {

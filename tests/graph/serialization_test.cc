@@ -237,6 +237,19 @@ TEST(BadModelTest, EmptyNameAndTarget) {
                  {"node #0 'x'", "field 'target' is empty"});
 }
 
+TEST(BadModelTest, NamesMustBeIdentifiers) {
+  ExpectRejected(ParseModelText(Model(R"pb(
+    nodes { name: "x y" op: PLACEHOLDER target: "x" }
+    nodes { name: "output" op: OUTPUT target: "output" args { node: "x y" } }
+  )pb")),
+                 {"node #0", "field 'name' is 'x y'", "expected an identifier"});
+  ExpectRejected(ParseModelText(Model(R"pb(
+    nodes { name: "1x" op: PLACEHOLDER target: "x" }
+    nodes { name: "output" op: OUTPUT target: "output" args { node: "1x" } }
+  )pb")),
+                 {"node #0", "field 'name' is '1x'"});
+}
+
 TEST(BadModelTest, UnknownOpKind) {
   ExpectRejected(ParseModelText(Model(R"pb(
     nodes { name: "x" op: PLACEHOLDER target: "x" }
