@@ -1,5 +1,7 @@
 #include "tools/all_commands.h"
 
+#include "tools/cmd_explain.h"
+#include "tools/cmd_fuse.h"
 #include "tools/demo_command.h"
 #include "tools/dot_command.h"
 #include "tools/print_command.h"
@@ -13,6 +15,8 @@ std::vector<Command> AllCommands() {
       PrintCommand(),
       DotCommand(),
       VerifyCommand(),
+      FuseCommand(),
+      ExplainCommand(),
   };
 }
 

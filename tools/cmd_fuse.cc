@@ -1,0 +1,142 @@
+// `fuselage fuse MODEL (--backend=NAME | --config=FILE) -o OUT [--time] [--profile]`:
+// loads MODEL, fuses every match of the backend config's fusion patterns (FusePatterns,
+// patterns/fuse.h), verifies the result and writes it to OUT. Prints one summary line:
+// the matches per pattern and the node counts before and after.
+//
+//  --time     one line per stage with its wall time: load, matcher (building it from the
+//             config), match (FindMatches alone, read-only), fuse (the whole pass, which
+//             matches again), verify, save. bench/compare_pytorch.py reads these lines.
+//  --profile  per pattern that was tried at least once: attempts (nodes where its
+//             outermost op matched and it was tried, in the real scan), matches, and the
+//             time a scan with that pattern alone takes over the unfused graph. The real
+//             scan's attempts depend on the other patterns (a node claimed by one match is
+//             not tried again), a per-pattern time cannot be separated out of it without
+//             instrumenting the matcher, so "ms alone" is measured in isolation.
+#include "tools/cmd_fuse.h"
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "graph/serialization.h"
+#include "graph/status_macros.h"
+#include "patterns/fuse.h"
+#include "tools/backend_flag.h"
+
+namespace fuselage {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MillisecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Per-pattern attempts, matches and isolated scan time over the unfused graph.
+absl::StatusOr<std::string> Profile(const PatternMatcher& matcher, const GraphModule& gm) {
+  const ExplainReport report = matcher.Explain(gm);
+  absl::flat_hash_map<std::string, int> failures;
+  for (const MatchFailure& f : report.failures) ++failures[f.rule];
+
+  std::string out = absl::StrFormat("%-40s %9s %9s %10s\n", "pattern", "attempts", "matches",
+                                    "ms alone");
+  int never_tried = 0;
+  for (size_t r = 0; r < matcher.rules().size(); ++r) {
+    const FusionRule& rule = matcher.rules()[r];
+    const int matches = report.matches_per_rule[r].second;
+    const auto it = failures.find(rule.name);
+    const int attempts = matches + (it == failures.end() ? 0 : it->second);
+    if (attempts == 0) {
+      ++never_tried;
+      continue;
+    }
+    ASSIGN_OR_RETURN(PatternMatcher alone, PatternMatcher::Create({rule}));
+    const Clock::time_point start = Clock::now();
+    alone.FindMatches(gm);
+    const double ms = MillisecondsSince(start);
+    absl::StrAppendFormat(&out, "%-40s %9d %9d %10.3f\n", rule.name, attempts, matches, ms);
+  }
+  absl::StrAppend(&out, never_tried, " of ", matcher.rules().size(),
+                  " patterns never tried (their outermost op is not in the graph)\n");
+  return out;
+}
+
+}  // namespace
+
+Command FuseCommand() {
+  Command command;
+  command.name = "fuse";
+  command.usage = "fuse MODEL (--backend=NAME | --config=FILE) -o OUT [--time] [--profile]";
+  command.summary = "fuse the backend config's patterns (conv-bn-relu, ...) into fused modules";
+  command.run = [command](const std::vector<std::string>& args,
+                          CommandContext& context) -> absl::Status {
+    std::vector<FlagSpec> specs = BackendFlagSpecs();
+    specs.push_back({{"-o", "--output"}, true});
+    specs.push_back({{"--time"}, false});
+    specs.push_back({{"--profile"}, false});
+    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
+    RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
+    if (!parsed.Has("-o") || parsed.flags.at("-o").empty()) {
+      return UsageError("fuse: needs -o OUT, the file to write the fused model to");
+    }
+    const std::string& output = parsed.flags.at("-o");
+    std::vector<std::pair<std::string, double>> times;
+
+    ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, parsed));
+    Clock::time_point start = Clock::now();
+    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
+    times.emplace_back("load", MillisecondsSince(start));
+    start = Clock::now();
+    ASSIGN_OR_RETURN(PatternMatcher matcher, BuildFusionMatcher(config));
+    times.emplace_back("matcher", MillisecondsSince(start));
+
+    std::string profile;
+    if (parsed.Has("--profile")) {
+      ASSIGN_OR_RETURN(profile, Profile(matcher, *gm));
+    }
+    start = Clock::now();
+    const std::vector<PatternMatch> matches = matcher.FindMatches(*gm);
+    times.emplace_back("match", MillisecondsSince(start));
+
+    const size_t nodes_before = gm->graph().size();
+    start = Clock::now();
+    ASSIGN_OR_RETURN(const int fused, FusePatterns(*gm, matcher));
+    times.emplace_back("fuse", MillisecondsSince(start));
+    start = Clock::now();
+    if (absl::Status verified = gm->Verify(); !verified.ok()) {
+      return absl::InternalError(
+          absl::StrCat("fused graph fails Verify (a fuselage bug): ", verified.message()));
+    }
+    times.emplace_back("verify", MillisecondsSince(start));
+    start = Clock::now();
+    RETURN_IF_ERROR(SaveModel(*gm, context.ResolvePath(output)));
+    times.emplace_back("save", MillisecondsSince(start));
+
+    // Matches per pattern, in the config's order, for the summary line.
+    std::vector<std::string> per_rule;
+    for (const FusionRule& rule : matcher.rules()) {
+      int count = 0;
+      for (const PatternMatch& m : matches) count += (m.rule == &rule);
+      if (count > 0) per_rule.push_back(absl::StrCat(rule.name, ": ", count));
+    }
+    context.out << "fused " << fused << (fused == 1 ? " match" : " matches");
+    if (!per_rule.empty()) context.out << " (" << absl::StrJoin(per_rule, ", ") << ")";
+    context.out << " with backend " << config.name() << ": " << nodes_before << " -> "
+                << gm->graph().size() << " nodes; wrote " << output << "\n";
+    if (parsed.Has("--time")) {
+      for (const auto& [stage, ms] : times) {
+        context.out << absl::StrFormat("time %-8s %12.3f ms\n", stage, ms);
+      }
+    }
+    if (parsed.Has("--profile")) context.out << profile;
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+}  // namespace fuselage
