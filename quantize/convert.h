@@ -1,0 +1,61 @@
+// ConvertToReference: the pass "convert-to-reference" that turns a calibrated prepared
+// graph (quantize/prepare.h, quantize/calibrate.h) into a reference quantized graph, as
+// PyTorch 1.13's convert_to_reference_fx does:
+//
+//   x ─► obs_0 ─► conv ─► obs_1 ─► users
+//      ⇒
+//   x ─► quantize_per_tensor(·, s0, z0, quint8) ─► dequantize ─► conv' ─►
+//        quantize_per_tensor(·, s1, z1, quint8) ─► dequantize ─► users
+//
+//  - every observer node becomes quantize_per_tensor with its observer's scale and zero
+//    point (inline float / int / dtype args, graph/NAMING.md) followed by one
+//    `dequantize` that all its former users read; the observer modules are removed;
+//  - every quantized weighted module becomes its reference module: a float nn.Conv2d
+//    becomes nnqr.Conv2d (the float contents plus weight_scale, weight_zero_point,
+//    weight_axis, weight_qscheme, weight_dtype from the qconfig's weight observer run
+//    on the weight); a fused module (nni.ConvAddReLU2d) keeps its type and structure with
+//    child "0" replaced by the reference module. Symmetric weight schemes are recorded
+//    as their affine form, as PyTorch's reference modules do.
+// Every output thus keeps its own quantization parameters.
+//
+// Contract: every observer's parameters and every reference module are computed before
+// the graph is touched; an error (an activation observer with a per-channel scheme, a
+// weight observer that fails) names the observer or node and leaves the GraphModule as
+// it was. Linear in the number of nodes.
+#ifndef FUSELAGE_QUANTIZE_CONVERT_H_
+#define FUSELAGE_QUANTIZE_CONVERT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "graph/graph_module.h"
+#include "graph/module.h"
+#include "quantize/prepare.h"
+
+namespace fuselage {
+
+inline constexpr char kConvertPassName[] = "convert-to-reference";
+
+struct ConvertReport {
+  int observers_replaced = 0;       // observer nodes → quantize + dequantize
+  int reference_modules = 0;        // weighted modules made reference modules
+  std::string ToString() const;
+};
+
+// Runs the pass on `gm` (see the file comment). `prepared` is what Prepare returned for
+// this graph, after calibration.
+absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
+                                                 const PreparedModel& prepared);
+
+// The reference module of a float weighted module `float_module` (e.g. nn.Conv2d): a copy
+// of type `reference_type` with the weight quantization parameters `weight_observer`
+// computes on its weight. InvalidArgument naming the module type if it has no float32
+// weight or the observer cannot be built or run.
+absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModule(const Module& float_module,
+                                                            Symbol reference_type,
+                                                            const ObserverSpec& weight_observer);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_QUANTIZE_CONVERT_H_

@@ -1,0 +1,427 @@
+#include "quantize/prepare.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "graph/status_macros.h"
+#include "patterns/pattern.h"
+
+namespace fuselage {
+namespace {
+
+// Where a tensor input sits in a node's positional args: args[arg] itself, or item
+// `item` of the list args[arg] (torch.cat's tensors).
+struct TensorInput {
+  size_t arg = 0;
+  int item = -1;
+  Node* producer = nullptr;
+};
+
+// One op Prepare quantizes, decided before anything is mutated.
+struct Decision {
+  Node* node = nullptr;
+  ObserverSpec activation;
+  bool share_output_with_input = false;
+  std::vector<TensorInput> inputs;
+  QuantizedOpPlan plan;
+};
+
+// Nodes whose value is not a tensor: observing them means nothing.
+bool ProducesNonTensor(const Node* n) {
+  if (n->op() == OpKind::kCallMethod) {
+    const absl::string_view m = n->target().name();
+    return m == "size" || m == "dim" || m == "numel" || m == "shape";
+  }
+  if (n->op() == OpKind::kCallFunction) {
+    const absl::string_view f = n->target().name();
+    if (absl::StartsWith(f, "builtins.")) return true;
+    if (f == "operator.getitem" && n->num_args() > 0 && n->arg(0).is_node()) {
+      return ProducesNonTensor(n->arg(0).as_node());
+    }
+  }
+  return false;
+}
+
+std::vector<TensorInput> TensorInputsOf(Node* n) {
+  std::vector<TensorInput> inputs;
+  for (size_t i = 0; i < n->num_args(); ++i) {
+    const Argument& a = n->arg(i);
+    if (a.is_node()) {
+      if (!ProducesNonTensor(a.as_node())) inputs.push_back({i, -1, a.as_node()});
+    } else if (a.is_list()) {
+      for (size_t j = 0; j < a.items().size(); ++j) {
+        const Argument& item = a.items()[j];
+        if (item.is_node() && !ProducesNonTensor(item.as_node())) {
+          inputs.push_back({i, static_cast<int>(j), item.as_node()});
+        }
+      }
+    }
+  }
+  return inputs;
+}
+
+// Why `c` does not accept tensors observed by `spec`, or nullopt if it does.
+std::optional<std::string> Unsatisfied(const DTypeWithConstraints& c, const ObserverSpec& spec,
+                                       absl::string_view what) {
+  if (!c.dtype.has_value()) return absl::StrCat(what, " dtype is unset");
+  if (*c.dtype != spec.dtype) {
+    return absl::StrCat(what, " dtype ", DTypeName(*c.dtype), " is not the observer's ",
+                        DTypeName(spec.dtype));
+  }
+  auto range = spec.QuantRange();
+  if (!range.ok()) return absl::StrCat(what, ": ", range.status().message());
+  if (c.quant_min_lower_bound && range->first < *c.quant_min_lower_bound) {
+    return absl::StrCat(what, " needs quant_min >= ", *c.quant_min_lower_bound,
+                        "; the observer's is ", range->first);
+  }
+  if (c.quant_max_upper_bound && range->second > *c.quant_max_upper_bound) {
+    return absl::StrCat(what, " needs quant_max <= ", *c.quant_max_upper_bound,
+                        "; the observer's is ", range->second);
+  }
+  // The observer's eps is the smallest scale it can produce.
+  if (c.scale_min_lower_bound && spec.eps < *c.scale_min_lower_bound) {
+    return absl::StrCat(what, " needs scale >= ", *c.scale_min_lower_bound,
+                        "; the observer's eps is ", spec.eps);
+  }
+  if (c.scale_exact_match || c.zero_point_exact_match) {
+    return absl::StrCat(what, " requires fixed quantization parameters");
+  }
+  return std::nullopt;
+}
+
+// The first dtype config `qconfig` satisfies, or the reasons none does.
+absl::StatusOr<DTypeConfig> SelectDTypeConfig(const std::vector<DTypeConfig>& configs,
+                                              const ObserverSpec& activation,
+                                              const ObserverSpec* weight) {
+  std::vector<std::string> reasons;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const DTypeConfig& c = configs[i];
+    std::optional<std::string> why;
+    if (c.is_dynamic) {
+      why = "dynamic quantization is not supported";
+    } else {
+      why = Unsatisfied(c.input, activation, "input");
+      if (!why) why = Unsatisfied(c.output, activation, "output");
+      if (!why && weight != nullptr) why = Unsatisfied(c.weight, *weight, "weight");
+    }
+    if (!why) return c;
+    reasons.push_back(absl::StrCat("[", i, "] ", *why));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "its qconfig satisfies none of the ", configs.size(), " dtype configs: ",
+      absl::StrJoin(reasons, "; ")));
+}
+
+// The module type / function / method a node calls, as QConfigMapping and
+// BackendConfig name it; empty for nodes that call nothing.
+Symbol ObjectType(const GraphModule& gm, const Node* n) {
+  switch (n->op()) {
+    case OpKind::kCallModule: {
+      const Module* m = gm.FindModule(n->target().name());
+      return m == nullptr ? Symbol() : m->type();
+    }
+    case OpKind::kCallFunction:
+    case OpKind::kCallMethod:
+      return n->target();
+    default:
+      return Symbol();
+  }
+}
+
+class Planner {
+ public:
+  Planner(const GraphModule& gm, const QConfigMapping& mapping, const BackendConfig& config)
+      : gm_(gm), mapping_(mapping), config_(config) {}
+
+  // Decides every node, in order; errors name the node.
+  absl::Status Run(std::vector<Decision>* decisions, PrepareReport* report) {
+    for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
+      const Symbol type = ObjectType(gm_, n);
+      if (type.empty()) continue;
+      const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
+      if (entry == nullptr || ProducesNonTensor(n)) continue;
+      std::string reason;
+      ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, type, *entry, &reason));
+      if (decision.has_value()) {
+        observed_.insert(n);
+        for (const TensorInput& in : decision->inputs) observed_.insert(in.producer);
+        decisions->push_back(std::move(*decision));
+      } else {
+        report->kept_float.push_back({n->name(), std::string(type.name()), reason});
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const BackendPatternConfig* EntryFor(OpRef op) {
+    auto it = entry_cache_.find(std::make_pair(op.op, op.target));
+    if (it != entry_cache_.end()) return it->second;
+    std::vector<const BackendPatternConfig*> found = config_.FindForOp(op);
+    const BackendPatternConfig* entry = found.empty() ? nullptr : found.front();
+    entry_cache_.emplace(std::make_pair(op.op, op.target), entry);
+    return entry;
+  }
+
+  // A decision, or nullopt with `reason` set when the op stays float.
+  absl::StatusOr<std::optional<Decision>> Decide(Node* n, Symbol type,
+                                                 const BackendPatternConfig& entry,
+                                                 std::string* reason) {
+    const absl::string_view module_name =
+        n->op() == OpKind::kCallModule ? n->target().name() : absl::string_view();
+    const OptionalQConfig& qconfig = mapping_.QConfigFor(type.name(), module_name);
+    auto keep_float = [&](std::string why) -> std::optional<Decision> {
+      *reason = std::move(why);
+      return std::nullopt;
+    };
+    if (!qconfig.has_value()) return keep_float("its qconfig is None");
+    if (!entry.input_output_observed) {
+      return keep_float("weight-only quantization (input and output not observed) is not supported");
+    }
+    if (entry.fixed_output_qparams.has_value()) {
+      return keep_float("fixed-qparams ops are not quantized by fuselage yet");
+    }
+    if (entry.weight_arg_index.has_value()) {
+      return keep_float("functional weighted ops are not quantized by fuselage yet");
+    }
+    const ObserverSpec& activation = qconfig->activation;
+    switch (activation.kind) {
+      case ObserverKind::kPlaceholder:
+      case ObserverKind::kNoop:
+        return keep_float(absl::StrCat("its activation observer ",
+                                       ObserverKindName(activation.kind),
+                                       " does not quantize"));
+      case ObserverKind::kFixedQParams:
+        return keep_float("fixed-qparams observers are not supported yet");
+      default:
+        break;
+    }
+
+    Decision d;
+    d.node = n;
+    d.activation = activation;
+    d.inputs = TensorInputsOf(n);
+    if (d.inputs.empty()) return keep_float("it has no tensor input");
+    ObservationType observation = entry.observation_type;
+    if (!entry.num_tensor_args_to_observation_type.empty()) {
+      bool found = false;
+      for (const auto& [count, type_for_count] : entry.num_tensor_args_to_observation_type) {
+        if (count == static_cast<int>(d.inputs.size())) {
+          observation = type_for_count;
+          found = true;
+        }
+      }
+      if (!found) {
+        return keep_float(absl::StrCat("the config has no observation type for ",
+                                       d.inputs.size(), " tensor args"));
+      }
+    }
+    d.share_output_with_input =
+        observation == ObservationType::kOutputShareObserverWithInput;
+    if (activation.kind == ObserverKind::kReuseInput) {
+      // ReuseInputObserver: the output is the input's tensor, re-viewed.
+      if (!observed_.contains(d.inputs.front().producer)) {
+        return keep_float("its ReuseInputObserver needs a quantized input; its input is float");
+      }
+      d.share_output_with_input = true;
+    } else {
+      RETURN_IF_ERROR(ValidateSpec(n, activation, "activation"));
+    }
+
+    const ObserverSpec* weight = nullptr;
+    if (!entry.root_module.empty()) {
+      if (n->op() != OpKind::kCallModule) {
+        return keep_float("the entry names a root module but the op is not a module call");
+      }
+      if (entry.reference_quantized_module.empty()) {
+        return keep_float("the entry has a root module but no reference_quantized_module");
+      }
+      const Module* m = gm_.FindModule(n->target().name());
+      const Module* weighted = m->type() == entry.root_module ? m : m->FindChild("0");
+      if (weighted == nullptr || weighted->type() != entry.root_module) {
+        return keep_float(absl::StrCat(
+            "its weighted part (the module or its child \"0\") is ",
+            weighted == nullptr ? std::string("missing") : std::string(weighted->type().name()),
+            "; the entry's root_module is ", entry.root_module.name()));
+      }
+      const Tensor* w = weighted->FindTensor("weight");
+      if (w == nullptr || w->dtype() != DType::kFloat32) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "prepare: node '", n->name(), "': module '", n->target().name(),
+            "' (", weighted->type().name(), ") has no float32 tensor 'weight'"));
+      }
+      RETURN_IF_ERROR(ValidateSpec(n, qconfig->weight, "weight"));
+      weight = &qconfig->weight;
+      d.plan.root_module = entry.root_module;
+      d.plan.reference_module = entry.reference_quantized_module;
+      d.plan.weight_observer = qconfig->weight;
+    }
+    const ObserverSpec& checked = activation.kind == ObserverKind::kReuseInput
+                                      ? activation_of_reused_input_
+                                      : activation;
+    auto dtype_config = SelectDTypeConfig(entry.dtype_configs, checked, weight);
+    if (!dtype_config.ok()) return keep_float(std::string(dtype_config.status().message()));
+    d.plan.dtype_config = *dtype_config;
+    return std::optional<Decision>(std::move(d));
+  }
+
+  static absl::Status ValidateSpec(const Node* n, const ObserverSpec& spec, absl::string_view what) {
+    auto observer = MakeObserver(spec);
+    if (observer.ok()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("prepare: node '", n->name(), "': ", what,
+                                                   " observer ", spec.ToString(), ": ",
+                                                   observer.status().message()));
+  }
+
+  const GraphModule& gm_;
+  const QConfigMapping& mapping_;
+  const BackendConfig& config_;
+  // ReuseInputObserver carries no dtype of its own; its dtype config is checked against a
+  // quint8 activation, the dtype Prepare's observers give the input.
+  const ObserverSpec activation_of_reused_input_;
+  absl::flat_hash_set<const Node*> observed_;
+  absl::flat_hash_map<std::pair<OpKind, Symbol>, const BackendPatternConfig*> entry_cache_;
+};
+
+// Inserts the observer nodes and modules the decisions call for.
+class ObserverInserter {
+ public:
+  ObserverInserter(GraphModule& gm, PreparedModel& out) : gm_(gm), out_(out) {}
+
+  absl::Status Apply(const Decision& d) {
+    Graph& g = gm_.graph();
+    Node* first_input_observer = nullptr;
+    for (const TensorInput& in : d.inputs) {
+      ASSIGN_OR_RETURN(Node * obs, ObserverOf(in.producer, d.activation));
+      if (first_input_observer == nullptr) first_input_observer = obs;
+      if (in.item < 0) {
+        RETURN_IF_ERROR(g.SetArg(d.node, in.arg, obs));
+      } else {
+        std::vector<Argument> items(d.node->arg(in.arg).items().begin(),
+                                    d.node->arg(in.arg).items().end());
+        items[static_cast<size_t>(in.item)] = obs;
+        const bool tuple = d.node->arg(in.arg).is_tuple();
+        RETURN_IF_ERROR(g.SetArg(d.node, in.arg,
+                                 tuple ? Argument::Tuple(std::move(items))
+                                       : Argument::List(std::move(items))));
+      }
+    }
+    std::string path;
+    if (d.share_output_with_input) {
+      path = std::string(first_input_observer->target().name());
+    } else {
+      ASSIGN_OR_RETURN(path, NewObserverModule(d.activation));
+    }
+    ASSIGN_OR_RETURN(Node * out_obs, InsertObserverNode(d.node, path));
+    ASSIGN_OR_RETURN(int rewired, g.ReplaceAllUsesWith(d.node, out_obs));
+    (void)rewired;
+    observer_of_[d.node] = out_obs;
+    observer_of_[out_obs] = out_obs;
+    out_.quantized_ops.emplace(d.node->name(), d.plan);
+    ++out_.report.quantized_ops;
+    return absl::OkStatus();
+  }
+
+ private:
+  // The observer node watching `producer`'s value, inserted after it if there is none
+  // (or if the one there observes another dtype).
+  absl::StatusOr<Node*> ObserverOf(Node* producer, const ObserverSpec& spec) {
+    auto it = observer_of_.find(producer);
+    if (it != observer_of_.end() && DTypeOfObserverNode(it->second) == spec.dtype) {
+      return it->second;
+    }
+    ASSIGN_OR_RETURN(std::string path, NewObserverModule(spec));
+    ASSIGN_OR_RETURN(Node * obs, InsertObserverNode(producer, path));
+    if (it == observer_of_.end()) observer_of_[producer] = obs;
+    observer_of_[obs] = obs;
+    return obs;
+  }
+
+  DType DTypeOfObserverNode(const Node* obs) const {
+    return out_.observers.at(std::string(obs->target().name()))->spec().dtype;
+  }
+
+  absl::StatusOr<std::string> NewObserverModule(const ObserverSpec& spec) {
+    if (out_.observer_container.empty()) {
+      out_.observer_container = gm_.UniqueModulePath("activation_post_process");
+      RETURN_IF_ERROR(gm_.SetModule(out_.observer_container,
+                                    std::make_unique<Module>("nn.Module")));
+    }
+    const std::string path = absl::StrCat(out_.observer_container, ".", next_id_++);
+    ASSIGN_OR_RETURN(std::unique_ptr<Observer> observer, MakeObserver(spec));
+    auto module = std::make_unique<Module>(ObserverKindName(spec.kind));
+    ASSIGN_OR_RETURN(auto range, spec.QuantRange());
+    module->SetAttribute("dtype", Argument::Dtype(spec.dtype));
+    module->SetAttribute("qscheme", Argument::String(ObserverQSchemeName(spec.qscheme)));
+    module->SetAttribute("quant_min", Argument::Int(range.first));
+    module->SetAttribute("quant_max", Argument::Int(range.second));
+    module->SetAttribute("reduce_range", Argument::Bool(spec.reduce_range));
+    module->SetAttribute("eps", Argument::Float(spec.eps));
+    module->SetAttribute("ch_axis", Argument::Int(spec.ch_axis));
+    const float inf = std::numeric_limits<float>::infinity();
+    module->SetTensor("min_val", Tensor::FromFloats({}, {inf}));
+    module->SetTensor("max_val", Tensor::FromFloats({}, {-inf}));
+    RETURN_IF_ERROR(gm_.SetModule(path, std::move(module)));
+    out_.observers.emplace(path, std::move(observer));
+    ++out_.report.observer_modules;
+    return path;
+  }
+
+  absl::StatusOr<Node*> InsertObserverNode(Node* after, const std::string& path) {
+    NodeSpec spec;
+    spec.op = OpKind::kCallModule;
+    spec.target = Symbol::Intern(path);
+    spec.args = {after};
+    spec.name = absl::StrReplaceAll(path, {{".", "_"}});
+    ++out_.report.observer_nodes;
+    return gm_.graph().InsertAfter(after, std::move(spec));
+  }
+
+  GraphModule& gm_;
+  PreparedModel& out_;
+  absl::flat_hash_map<const Node*, Node*> observer_of_;
+  int64_t next_id_ = 0;
+};
+
+}  // namespace
+
+std::string PrepareReport::ToString() const {
+  std::string s = absl::StrCat(kPreparePassName, ": ", quantized_ops, " ops quantized, ",
+                               observer_nodes, " observer nodes, ", observer_modules,
+                               " observer modules, ", kept_float.size(), " ops kept float\n");
+  for (const KeptFloat& k : kept_float) {
+    absl::StrAppend(&s, "  kept float: ", k.node, " (", k.op, "): ", k.reason, "\n");
+  }
+  return s;
+}
+
+bool IsObserverModuleType(Symbol type) {
+  return ObserverKindFromName(type.name()).has_value();
+}
+
+absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qconfig_mapping,
+                                      const BackendConfig& backend_config) {
+  PreparedModel prepared;
+  std::vector<Decision> decisions;
+  Planner planner(gm, qconfig_mapping, backend_config);
+  RETURN_IF_ERROR(planner.Run(&decisions, &prepared.report));
+  // From here on nothing depends on the input: a failure is a bug in this pass.
+  ObserverInserter inserter(gm, prepared);
+  for (const Decision& d : decisions) {
+    absl::Status st = inserter.Apply(d);
+    if (!st.ok()) {
+      return absl::InternalError(absl::StrCat("prepare: inserting observers for node '",
+                                              d.node->name(), "': ", st.message()));
+    }
+  }
+  return prepared;
+}
+
+}  // namespace fuselage

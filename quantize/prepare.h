@@ -1,0 +1,110 @@
+// Prepare: the pass "prepare" that inserts observers into a (fused) float graph where the
+// backend config's dtype configs and observation types say, as PyTorch 1.13's prepare_fx
+// does for post-training static quantization.
+//
+//   x ─► conv ─► users              x ─► obs_0 ─► conv ─► obs_1 ─► users
+//
+// For every node whose op has a single-op entry in the BackendConfig (a float module,
+// a fused module such as nni.ConvAddReLU2d, a function or a method), with the qconfig the
+// QConfigMapping gives it:
+//  - the first dtype config the qconfig satisfies (input / output dtype = the activation
+//    observer's dtype, weight dtype = the weight observer's, the quant_min / quant_max and
+//    scale bounds of the constraints) makes the op quantized;
+//  - each tensor input is observed: an observer call_module node after the producer, with
+//    the consumer's activation observer, shared by every quantized consumer of that
+//    producer (PyTorch 1.13 reuses an existing observer of the arg too);
+//  - the output is observed by a new observer (OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT) or
+//    by a second call of its first input's observer module, i.e. the same observer
+//    instance (OUTPUT_SHARE_OBSERVER_WITH_INPUT: max pool, flatten, identity, relu, ...);
+//    all users of the op then read the observer node;
+//  - the weight of a weighted module (the module itself, or child "0" of a fused module,
+//    of the entry's root_module type) is observed at convert time by the qconfig's weight
+//    observer, as PyTorch's convert does; the plan records that observer.
+// Observer modules are installed at `activation_post_process.<n>` (children of one plain
+// nn.Module container, so that convert removes them all at once; the nodes calling them
+// are named `activation_post_process_<n>` as in PyTorch) with the observer's class name
+// as module type and its spec as attributes (graph/NAMING.md).
+//
+// Where fuselage differs from PyTorch 1.13:
+//  - An op whose qconfig satisfies none of its pattern's dtype configs stays float AND is
+//    listed in the report with the reason (PyTorch skips it silently). So is an op whose
+//    qconfig is None, and every op form fuselage does not quantize yet (fixed-qparams ops,
+//    functional conv / linear, weight-only and dynamic configs).
+//  - torch.cat's inputs keep their own observers; its output shares its first input's
+//    observer and the quantized cat requantizes the other inputs (as at::cat does).
+//    PyTorch instead forces every input onto the first input's observer, which changes
+//    the parameters other consumers of those inputs see.
+//  - The pass is linear in the number of nodes: decisions are one walk with per-op
+//    lookups cached, observers are found through a producer → observer map, and module
+//    paths come from a counter (PyTorch 1.13's prepare rescans users and names).
+//
+// Contract: everything that can fail (an invalid qconfig, a weighted module without a
+// float weight where the config says it has one) is checked before the graph is touched;
+// a failing Prepare returns the error naming the node and leaves the GraphModule as it was.
+#ifndef FUSELAGE_QUANTIZE_PREPARE_H_
+#define FUSELAGE_QUANTIZE_PREPARE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "backend_configs/backend_config.h"
+#include "backend_configs/dtype_config.h"
+#include "graph/graph_module.h"
+#include "graph/symbol.h"
+#include "quantize/observers.h"
+#include "quantize/qconfig.h"
+
+namespace fuselage {
+
+inline constexpr char kPreparePassName[] = "prepare";
+
+struct PrepareReport {
+  struct KeptFloat {
+    std::string node;    // the node's name
+    std::string op;      // its module type, function or method
+    std::string reason;  // why it stays float
+  };
+  int quantized_ops = 0;
+  int observer_nodes = 0;
+  int observer_modules = 0;
+  // Ops the backend config knows but that stay float, in graph order, with the reason.
+  std::vector<KeptFloat> kept_float;
+
+  // One summary line, then one line per op kept float.
+  std::string ToString() const;
+};
+
+// What convert needs to know of one quantized op.
+struct QuantizedOpPlan {
+  // The weighted module's float type (nn.Conv2d) and its reference type (nnqr.Conv2d);
+  // empty for ops without weights.
+  Symbol root_module;
+  Symbol reference_module;
+  ObserverSpec weight_observer;
+  DTypeConfig dtype_config;  // the one the qconfig satisfied
+};
+
+// The result of Prepare: the observers calibration feeds and convert reads, by module
+// path, and the plan of every quantized op, by node name.
+struct PreparedModel {
+  PrepareReport report;
+  absl::flat_hash_map<std::string, std::unique_ptr<Observer>> observers;
+  absl::flat_hash_map<std::string, QuantizedOpPlan> quantized_ops;
+  // The container module holding the observer modules ("activation_post_process", or a
+  // fresh path if the model has that name already); empty if no observer was inserted.
+  std::string observer_container;
+};
+
+// Runs the pass on `gm` (see the file comment).
+absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qconfig_mapping,
+                                      const BackendConfig& backend_config);
+
+// True if `type` is the module type of an observer Prepare inserts.
+bool IsObserverModuleType(Symbol type);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_QUANTIZE_PREPARE_H_

@@ -1,0 +1,61 @@
+// The whole quantization flow on one GraphModule, as the `quantize` and `demo`
+// subcommands, the end-to-end tests and the benchmark run it:
+//
+//   fuse (patterns/) → prepare → calibrate → convert-to-reference (quantize/)
+//                    → lower-to-native (lowering/)
+//
+// It lives in tools/ because it spans quantize/ and lowering/, and lowering depends on
+// quantize, not the other way round. Each stage verifies the graph before the next one
+// runs; `on_stage` (optional) sees the graph after each stage, e.g. to print it or to keep
+// a copy of the reference graph.
+#ifndef FUSELAGE_TOOLS_QUANTIZE_FLOW_H_
+#define FUSELAGE_TOOLS_QUANTIZE_FLOW_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "backend_configs/backend_config.h"
+#include "graph/graph_module.h"
+#include "lowering/lower_to_native.h"
+#include "quantize/calibrate.h"
+#include "quantize/convert.h"
+#include "quantize/prepare.h"
+#include "quantize/qconfig.h"
+
+namespace fuselage {
+
+// The stages, in order, as `on_stage` names them.
+inline constexpr absl::string_view kQuantizeFlowStages[] = {
+    "fuse", "prepare", "calibrate", "convert", "lower"};
+
+struct QuantizeFlowOptions {
+  // Called after each stage with its name and the graph as it is then. An error stops
+  // the flow and is returned.
+  std::function<absl::Status(absl::string_view stage, const GraphModule& gm)> on_stage;
+  // Stop after convert-to-reference (the `lower` subcommand does the rest).
+  bool stop_at_reference = false;
+};
+
+struct QuantizeFlowReport {
+  int fused = 0;
+  PrepareReport prepare;
+  CalibrationReport calibration;
+  ConvertReport convert;
+  LoweringReport lowering;
+  std::string ToString() const;
+};
+
+// Runs the flow on `gm` in place, calibrating with the built-in kernels (BuiltinKernels)
+// plus the observer kernels. The first failing stage's error is returned; each pass
+// leaves the graph as it was when it fails, but earlier stages have run.
+absl::StatusOr<QuantizeFlowReport> RunQuantizeFlow(
+    GraphModule& gm, const BackendConfig& backend_config,
+    const QConfigMapping& qconfig_mapping, const std::vector<CalibrationSample>& samples,
+    const QuantizeFlowOptions& options = {});
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_TOOLS_QUANTIZE_FLOW_H_
