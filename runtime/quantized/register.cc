@@ -541,6 +541,10 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"nniq.LinearReLU", QuantizedLinearModule(true)},
       {"nnq.Quantize", QuantizeModule},
       {"nnq.DeQuantize", DequantizeModule},
+      // quantized::relu6 clamps to [zero_point, quantize_val(6.0)]: hardtanh(0, 6).
+      {"nnq.ReLU6", UnaryModule([](const Module&, const Tensor& x) {
+         return quantized::QuantizedHardtanh(x, 0.0, 6.0);
+       })},
       {"nnqr.Conv2d", ReferenceModule("nn.Conv2d")},
       {"nnqr.Linear", ReferenceModule("nn.Linear")},
   };

@@ -10,7 +10,7 @@
 // call_method: dequantize.
 // Modules: nnq.Conv2d, nniq.ConvReLU2d, nniq.ConvAdd2d, nniq.ConvAddReLU2d (two inputs),
 //   nnq.Linear, nniq.LinearReLU (weight qint8, bias float32, attributes scale /
-//   zero_point and the conv / linear attributes); nnq.Quantize, nnq.DeQuantize;
+//   zero_point and the conv / linear attributes); nnq.Quantize, nnq.DeQuantize, nnq.ReLU6;
 //   nnqr.Conv2d and nnqr.Linear (reference: the float module's kernel on the weight
 //   quantized and dequantized with weight_scale / weight_zero_point / weight_axis /
 //   weight_qscheme / weight_dtype, as torch.ao.nn.quantized.reference does).

@@ -186,6 +186,36 @@ TEST(RegisterQuantizedKernelsTest, ReferenceConvQuantizesAndDequantizesTheWeight
   EXPECT_FLOAT_EQ((*out)[0].as_tensor().data<float>()[0], w * 2.0f);
 }
 
+TEST(RegisterQuantizedKernelsTest, ReferenceLinearPerChannelWeight) {
+  auto kernels = Kernels();
+  // nnqr.Linear, weight [2, 2] per channel along axis 0: row 0 scale 0.5 zp 0, row 1
+  // scale 0.25 zp 1 (qint8). Row 0 (0.7, -1.2) -> q (1, -2) -> (0.5, -1.0); row 1
+  // (0.3, 0.1) -> q (1 + 1, 0 + 1) -> (0.25, 0.0). Bias (1, -1).
+  auto m = std::make_unique<Module>("nnqr.Linear");
+  m->SetTensor("weight", Tensor::FromFloats({2, 2}, {0.7f, -1.2f, 0.3f, 0.1f}));
+  m->SetTensor("bias", Tensor::FromFloats({2}, {1.0f, -1.0f}));
+  m->SetTensor("weight_scale", Tensor::FromFloats({2}, {0.5f, 0.25f}));
+  m->SetTensor("weight_zero_point", Tensor::FromInt64s({2}, {0, 1}));
+  m->SetTensor("weight_axis", Tensor::FromInt64s({}, {0}));
+  m->SetAttribute("weight_qscheme", Argument::String("torch.per_channel_affine"));
+  m->SetAttribute("weight_dtype", Argument::Dtype(DType::kQInt8));
+  m->SetAttribute("in_features", Argument::Int(2));
+  m->SetAttribute("out_features", Argument::Int(2));
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("fc", std::move(m)).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* fc = *gm.graph().AddCallModule("fc", {x});
+  ASSERT_TRUE(gm.graph().SetOutput(fc).ok());
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  // x = (2, 1): row 0: 1.0 - 1.0 + 1 = 1; row 1: 0.5 + 0 - 1 = -0.5.
+  auto out = fuselage::Run(gm, {Value(Tensor::FromFloats({1, 2}, {2.0f, 1.0f}))}, *kernels);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const Tensor& y = (*out)[0].as_tensor();
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{1, 2}));
+  EXPECT_FLOAT_EQ(y.data<float>()[0], 1.0f);
+  EXPECT_FLOAT_EQ(y.data<float>()[1], -0.5f);
+}
+
 TEST(RegisterQuantizedKernelsTest, FloatInputToQuantizedConvNamesTheNode) {
   auto kernels = Kernels();
   const GoldenCase c = FindCase("conv.txt", "basic");
