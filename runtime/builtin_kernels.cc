@@ -2,12 +2,14 @@
 
 #include "graph/status_macros.h"
 #include "runtime/float_kernels.h"
+#include "runtime/quantized/register.h"
 
 namespace fuselage {
 
 absl::StatusOr<std::unique_ptr<KernelRegistry>> BuiltinKernels() {
   auto registry = std::make_unique<KernelRegistry>();
   RETURN_IF_ERROR(RegisterFloatKernels(*registry));
+  RETURN_IF_ERROR(RegisterQuantizedKernels(*registry));
   return registry;
 }
 

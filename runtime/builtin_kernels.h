@@ -1,6 +1,6 @@
-// BuiltinKernels: a registry holding every kernel fuselage itself defines (float and, once
-// runtime/quantized provides RegisterQuantizedKernels, quantized). Explicit: callers build
-// it once and pass it to Run; nothing registers behind their back.
+// BuiltinKernels: a registry holding every kernel fuselage itself defines, float
+// (runtime/float_kernels.h) and quantized (runtime/quantized/register.h). Explicit:
+// callers build it once and pass it to Run; nothing registers behind their back.
 #ifndef FUSELAGE_RUNTIME_BUILTIN_KERNELS_H_
 #define FUSELAGE_RUNTIME_BUILTIN_KERNELS_H_
 
@@ -11,8 +11,8 @@
 
 namespace fuselage {
 
-// A new registry with RegisterFloatKernels (and RegisterQuantizedKernels) applied. Add
-// your own kernels to it afterwards.
+// A new registry with RegisterFloatKernels and RegisterQuantizedKernels applied. Add your
+// own kernels to it afterwards.
 absl::StatusOr<std::unique_ptr<KernelRegistry>> BuiltinKernels();
 
 }  // namespace fuselage

@@ -3,6 +3,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/builtin_kernels.h"
 #include "runtime/float_kernels.h"
 
 namespace fuselage {
@@ -84,6 +85,21 @@ TEST(KernelRegistryTest, RegisterFloatKernelsIsAllOrNothing) {
   EXPECT_NE(fresh.FindModule(Symbol::Intern("nn.Conv2d")), nullptr);
   EXPECT_NE(fresh.FindFunction(OpKind::kCallFunction, Symbol::Intern("operator.getitem")), nullptr);
   EXPECT_EQ(RegisterFloatKernels(fresh).code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST(KernelRegistryTest, BuiltinKernelsHoldFloatKernelsAndQuantizedOverloads) {
+  auto kernels = BuiltinKernels();
+  ASSERT_TRUE(kernels.ok()) << kernels.status();
+  const Symbol max_pool = Symbol::Intern("nn.MaxPool2d");
+  const Value float_arg = Tensor::FromFloats({1, 1, 1, 1}, {1});
+  const Value quant_arg =
+      *Tensor::Zeros(DType::kQUInt8, {1, 1, 1, 1}, QuantParams::PerTensor(1, 0));
+  const ModuleKernel* for_float = (*kernels)->SelectModule(max_pool, {float_arg});
+  const ModuleKernel* for_quant = (*kernels)->SelectModule(max_pool, {quant_arg});
+  ASSERT_NE(for_float, nullptr);
+  ASSERT_NE(for_quant, nullptr);
+  EXPECT_NE(for_float, for_quant);
+  EXPECT_NE((*kernels)->FindModule(Symbol::Intern("nnq.Conv2d")), nullptr);
 }
 
 }  // namespace
