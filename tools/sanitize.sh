@@ -27,7 +27,7 @@ done
 failed=()
 for config in "${configs[@]}"; do
   echo "==== bazel test --config=${config} ${patterns[*]}"
-  bazel "--output_base=${output_base}" test "--config=${config}" -- "${patterns[@]}" \
+  bazel "--output_base=${output_base}" test --keep_going "--config=${config}" -- "${patterns[@]}" \
     || failed+=("${config}")
 done
 if [[ ${#failed[@]} -gt 0 ]]; then

@@ -29,8 +29,10 @@
 namespace fuselage::fuzz {
 namespace {
 
-// Bounds keep one input fast; the interesting bugs need few nodes.
-constexpr int kMaxCalls = 200;
+// Bounds keep one input fast (every call snapshots and verifies the whole graph); the
+// interesting bugs need few nodes.
+constexpr int kMaxCalls = 100;
+constexpr size_t kMaxNodes = 48;
 constexpr int kMaxArgDepth = 4;
 constexpr int kMaxListItems = 4;
 
@@ -87,19 +89,20 @@ class GraphApiFuzzer {
   explicit GraphApiFuzzer(Decoder& in) : in_(in) {}
 
   void Run() {
+    std::string before = GraphSnapshot(graph_);
     for (int call = 0; call < kMaxCalls && !in_.done(); ++call) {
-      const std::string before = GraphSnapshot(graph_);
       const size_t size_before = graph_.size();
       const int opcode = static_cast<int>(in_.Below(17));
       const absl::Status status = Call(opcode, size_before);
+      std::string after = GraphSnapshot(graph_);
       if (!status.ok()) {
         FUZZ_CHECK(!status.message().empty(), absl::StrCat("call ", opcode, ": empty error"));
-        const std::string after = GraphSnapshot(graph_);
         FUZZ_CHECK(after == before, absl::StrCat("call ", opcode, " failed (", status.ToString(),
                                                  ") but changed the graph:\nbefore:\n", before,
                                                  "after:\n", after));
       }
-      CheckVerifies(opcode);
+      CheckVerifies(opcode, after);
+      before = std::move(after);
     }
   }
 
@@ -166,6 +169,9 @@ class GraphApiFuzzer {
     return spec;
   }
 
+  // Graphs stay small so each call stays cheap: past kMaxNodes, creating is a no-op.
+  bool Full() const { return graph_.size() >= kMaxNodes; }
+
   // A node was created: it must be in the graph, findable under the name it got.
   absl::Status Created(absl::StatusOr<Node*> node, size_t size_before) {
     if (!node.ok()) return node.status();
@@ -177,6 +183,7 @@ class GraphApiFuzzer {
   }
 
   absl::Status Call(int opcode, size_t size_before) {
+    if (opcode <= 3 && Full()) return absl::OkStatus();
     switch (opcode) {
       case 0: return Created(graph_.AddPlaceholder(in_.Text()), size_before);
       case 1: return Created(graph_.Append(AnySpec()), size_before);
@@ -278,14 +285,13 @@ class GraphApiFuzzer {
 
   // Verify() must pass. Without an output node Verify reports exactly that, so an output is
   // appended for the check and erased again, which must restore the graph.
-  void CheckVerifies(int opcode) {
+  void CheckVerifies(int opcode, const std::string& before) {
     if (graph_.output() != nullptr) {
       const absl::Status verified = graph_.Verify();
       FUZZ_CHECK(verified.ok(), absl::StrCat("after call ", opcode, ": ", verified.ToString(),
                                              "\n", GraphSnapshot(graph_)));
       return;
     }
-    const std::string before = GraphSnapshot(graph_);
     absl::StatusOr<Node*> output = graph_.SetOutput(Argument::None());
     FUZZ_CHECK(output.ok(), absl::StrCat("cannot add an output to a graph without one: ",
                                          output.status().ToString()));
