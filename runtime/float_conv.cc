@@ -119,6 +119,13 @@ absl::StatusOr<Tensor> Conv2d(const Tensor& input, const Tensor& weight, const T
   const int64_t OG = O / G;           // out channels per group
   const int64_t K = CG * KH * KW;     // GEMM depth
   const int64_t P = OH * OW;          // output pixels
+  // The column buffer is one group's unfolded input; bound it like any tensor, so a
+  // hostile kernel or image size is an error rather than a failed allocation.
+  if (K > Tensor::kMaxElements / std::max<int64_t>(P, 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "conv2d: unfolding input ", input.ShapeString(), " for weight ", weight.ShapeString(),
+        " needs more than ", Tensor::kMaxElements, " elements"));
+  }
   const bool direct = KH == 1 && KW == 1 && p.stride[0] == 1 && p.stride[1] == 1 &&
                       p.padding[0] == 0 && p.padding[1] == 0;  // input already is the columns
   std::vector<float> col(direct ? 0 : static_cast<size_t>(K * P));

@@ -487,6 +487,21 @@ absl::StatusOr<Value> ContiguousKernel(const KernelContext&, absl::Span<const Va
   return Value(*x);
 }
 
+// F.dropout(input, p=0.5, training=True, inplace=False): the identity when training is
+// False (how FX records an eval-mode model); random dropout is not something a reference
+// interpreter should do, so training=True is Unimplemented.
+absl::StatusOr<Value> DropoutKernel(const KernelContext&, absl::Span<const Value> args,
+                                    const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  RETURN_IF_ERROR(r.ExpectAtMostPositional(4));
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+  ASSIGN_OR_RETURN(bool training, r.OptionalBool(2, "training", true));
+  if (training) {
+    return absl::UnimplementedError("dropout with training=True (only eval mode runs)");
+  }
+  return Value(*x);
+}
+
 absl::StatusOr<Conv2dParams> ConvParamsOfArgs(const ArgReader& r) {
   Conv2dParams p;
   ASSIGN_OR_RETURN(p.stride, r.OptionalInts(3, "stride", 2, {1, 1}));
@@ -669,6 +684,7 @@ std::vector<NamedFunctionKernel> FunctionKernels() {
       {kMethod, "mean", MeanKernel},
       {kMethod, "size", SizeKernel},
       {kMethod, "contiguous", ContiguousKernel},
+      {kFunction, "torch.nn.functional.dropout", DropoutKernel},
       {kFunction, "torch.relu", relu},
       {kFunction, "torch.nn.functional.relu", relu},
       {kMethod, "relu", relu},

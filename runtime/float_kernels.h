@@ -11,7 +11,7 @@
 // ((x, extra) -> [relu](conv(x) + extra), conv = child "0").
 // call_function: operator.add / mul / getitem, torch.add / mul / cat / flatten / reshape
 // / relu / mean / sigmoid, torch.nn.functional.relu / relu6 / hardtanh / hardswish /
-// conv2d / linear / max_pool2d / avg_pool2d / adaptive_avg_pool2d.
+// conv2d / linear / max_pool2d / avg_pool2d / adaptive_avg_pool2d / dropout (training=False).
 // call_method: add, mul, relu, sigmoid, view, reshape, flatten, mean, size, contiguous.
 //
 // add / mul take tensors or numbers on either side (two ints give an int, as in Python,

@@ -206,6 +206,24 @@ TEST_F(FloatKernelsTest, UnsupportedOptionsAreUnimplemented) {
   EXPECT_THAT(out.status().message(), HasSubstr("padding='same'"));
 }
 
+TEST_F(FloatKernelsTest, FunctionalDropoutRunsOnlyInEvalMode) {
+  for (bool training : {false, true}) {
+    GraphModule gm;
+    Node* x = *gm.graph().AddPlaceholder("x");
+    Node* drop = *gm.graph().AddCallFunction(
+        "torch.nn.functional.dropout", {x, Argument::Float(0.5)},
+        {{Symbol::Intern("training"), Argument::Bool(training)}});
+    ASSERT_TRUE(gm.graph().SetOutput(drop).ok());
+    auto out = RunGraph(gm, {Tensor::FromFloats({2}, {1, -2})});
+    if (training) {
+      EXPECT_EQ(out.status().code(), absl::StatusCode::kUnimplemented);
+    } else {
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_THAT(Floats(*out), ElementsAre(1, -2));
+    }
+  }
+}
+
 TEST_F(FloatKernelsTest, WrongArgKindsAreErrors) {
   GraphModule gm;
   Node* x = *gm.graph().AddPlaceholder("x");

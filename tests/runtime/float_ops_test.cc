@@ -80,6 +80,16 @@ TEST(Conv2dTest, KernelLargerThanInputIsAnError) {
   EXPECT_EQ(Conv2d(x, w, nullptr, {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(Conv2dTest, OversizedUnfoldIsAnErrorNotAnAllocation) {
+  // A 1000x1000 kernel over a 3000x3000 image: 1e6 x 2001^2 column entries.
+  auto x = Tensor::Zeros(DType::kFloat32, {1, 1, 3000, 3000});
+  auto w = Tensor::Zeros(DType::kFloat32, {1, 1, 1000, 1000});
+  ASSERT_TRUE(x.ok() && w.ok());
+  auto y = Conv2d(*x, *w, nullptr, {});
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("needs more than"));
+}
+
 TEST(Conv2dTest, QuantizedInputIsAnError) {
   auto q = Tensor::Zeros(DType::kQUInt8, {1, 1, 2, 2}, QuantParams::PerTensor(0.1, 0));
   ASSERT_TRUE(q.ok());
