@@ -103,7 +103,11 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
         // Observers and fake-quantize modules (quantize/ inserts them).
         "MinMaxObserver", "MovingAverageMinMaxObserver", "PerChannelMinMaxObserver",
         "MovingAveragePerChannelMinMaxObserver", "HistogramObserver", "PlaceholderObserver",
-        "FixedQParamsObserver", "FakeQuantize", "FixedQParamsFakeQuantize"}) {
+        "FixedQParamsObserver", "FakeQuantize", "FixedQParamsFakeQuantize",
+        "FusedMovingAvgObsFakeQuantize", "ReuseInputObserver", "NoopObserver",
+        // Quantized modules without weights that PyTorch's convert_fx can emit.
+        "nnq.MaxPool2d", "nnq.Softmax", "nnq.LayerNorm", "nnq.GroupNorm",
+        "nnq.InstanceNorm1d", "nnq.InstanceNorm2d", "nnq.InstanceNorm3d"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kNone));
   }
   // The remaining module types PyTorch's backend configs name (norms, PReLU, embeddings,
@@ -112,7 +116,7 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
                         "nn.InstanceNorm3d"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kNone));
   }
-  for (const char* t : {"nn.PReLU", "nn.Embedding", "nnqr.Embedding"}) {
+  for (const char* t : {"nn.PReLU", "nn.Embedding", "nnqr.Embedding", "nnq.PReLU"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kWeight));
   }
   // EmbeddingBag(input, offsets=None, per_sample_weights=None).
@@ -128,7 +132,7 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
     RETURN_IF_ERROR(add(t, 1, 2, {"weight_ih_l0", "weight_hh_l0"}));
   }
   // Functional wrappers of quantized add / mul / cat take several inputs.
-  for (const char* t : {"nnq.FloatFunctional", "nnq.QFunctional"}) {
+  for (const char* t : {"nnq.FloatFunctional", "nnq.FXFloatFunctional", "nnq.QFunctional"}) {
     RETURN_IF_ERROR(add(t, 0, kAny, kNone));
   }
   return absl::OkStatus();
