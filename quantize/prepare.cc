@@ -9,7 +9,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "graph/status_macros.h"
 #include "patterns/pattern.h"
 
@@ -350,11 +349,12 @@ class ObserverInserter {
 
   absl::StatusOr<std::string> NewObserverModule(const ObserverSpec& spec) {
     if (out_.observer_container.empty()) {
-      out_.observer_container = gm_.UniqueModulePath("activation_post_process");
+      out_.observer_container = gm_.UniqueModulePath("observers");
       RETURN_IF_ERROR(gm_.SetModule(out_.observer_container,
                                     std::make_unique<Module>("nn.Module")));
     }
-    const std::string path = absl::StrCat(out_.observer_container, ".", next_id_++);
+    const std::string path =
+        absl::StrCat(out_.observer_container, ".activation_post_process_", next_id_++);
     ASSIGN_OR_RETURN(std::unique_ptr<Observer> observer, MakeObserver(spec));
     auto module = std::make_unique<Module>(ObserverKindName(spec.kind));
     ASSIGN_OR_RETURN(auto range, spec.QuantRange());
@@ -379,7 +379,8 @@ class ObserverInserter {
     spec.op = OpKind::kCallModule;
     spec.target = Symbol::Intern(path);
     spec.args = {after};
-    spec.name = absl::StrReplaceAll(path, {{".", "_"}});
+    // Named as PyTorch names the node of its observer module: activation_post_process_<n>.
+    spec.name = path.substr(path.rfind('.') + 1);
     ++out_.report.observer_nodes;
     return gm_.graph().InsertAfter(after, std::move(spec));
   }

@@ -20,10 +20,11 @@
 //  - the weight of a weighted module (the module itself, or child "0" of a fused module,
 //    of the entry's root_module type) is observed at convert time by the qconfig's weight
 //    observer, as PyTorch's convert does; the plan records that observer.
-// Observer modules are installed at `activation_post_process.<n>` (children of one plain
-// nn.Module container, so that convert removes them all at once; the nodes calling them
-// are named `activation_post_process_<n>` as in PyTorch) with the observer's class name
-// as module type and its spec as attributes (graph/NAMING.md).
+// Observer modules are installed at `observers.activation_post_process_<n>` (children of
+// one plain nn.Module container, so that convert removes them all at once; PyTorch puts
+// them at the root), the nodes calling them are named `activation_post_process_<n>` as in
+// PyTorch; the module type is the observer's class name and its spec is kept as
+// attributes (graph/NAMING.md).
 //
 // Where fuselage differs from PyTorch 1.13:
 //  - An op whose qconfig satisfies none of its pattern's dtype configs stays float AND is
@@ -93,8 +94,8 @@ struct PreparedModel {
   PrepareReport report;
   absl::flat_hash_map<std::string, std::unique_ptr<Observer>> observers;
   absl::flat_hash_map<std::string, QuantizedOpPlan> quantized_ops;
-  // The container module holding the observer modules ("activation_post_process", or a
-  // fresh path if the model has that name already); empty if no observer was inserted.
+  // The container module holding the observer modules ("observers", or a fresh path if
+  // the model has that name already); empty if no observer was inserted.
   std::string observer_container;
 };
 

@@ -2,6 +2,8 @@
 
 #include "tools/cmd_explain.h"
 #include "tools/cmd_fuse.h"
+#include "tools/cmd_quantize.h"
+#include "tools/cmd_run.h"
 #include "tools/demo_command.h"
 #include "tools/dot_command.h"
 #include "tools/print_command.h"
@@ -17,6 +19,9 @@ std::vector<Command> AllCommands() {
       VerifyCommand(),
       FuseCommand(),
       ExplainCommand(),
+      QuantizeCommand(),
+      LowerCommand(),
+      RunCommand(),
   };
 }
 

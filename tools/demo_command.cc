@@ -1,26 +1,102 @@
 // `fuselage demo [--seed N] [--write-example FILE]`: the README's main job on the
-// built-in residual example. Today: build it, save it to model bytes, load them back
+// built-in residual example. First build it, save it to model bytes, load them back
 // (through the same validating loader every model file goes through), verify and print
-// it. Later stages (fuse, quantize, lower) are added here as they land.
+// it. Then run the whole quantization flow on it (tools/quantize_flow.h) with the example
+// config backend_configs/examples/conv_bn_add_relu.textproto (qnnpack plus the
+// conv-bn-add-relu fusion; compiled into the binary so the demo runs from anywhere) and
+// qnnpack's default qconfigs, calibrating on 8 seeded random inputs of shape [1, 4, 8, 8],
+// printing the code after every stage and each stage's report, and finally the largest
+// difference between the quantized and the float model on one more random input.
 //
 // --write-example FILE writes the example as a model file instead (text form for
 // .textproto), which is how tools/examples/residual.textproto is produced.
 #include "tools/demo_command.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "backend_configs/config_loader.h"
 #include "graph/printer.h"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
+#include "quantize/calibrate.h"
+#include "quantize/qconfig.h"
+#include "runtime/builtin_kernels.h"
+#include "runtime/interpreter.h"
+#include "runtime/quantized/quantize.h"
 #include "tools/examples.h"
+#include "tools/quantize_flow.h"
 
 namespace fuselage {
+namespace {
+
+// backend_configs/examples/conv_bn_add_relu.textproto, embedded by a genrule.
+constexpr char kDemoConfigText[] =
+#include "tools/demo_config.inc"
+    ;
+constexpr int kCalibrationSamples = 8;
+
+// The flow on `float_model`'s copy, printing every stage; then the numerics.
+absl::Status RunQuantizationDemo(const GraphModule& float_model, uint32_t seed,
+                                 std::ostream& out) {
+  ASSIGN_OR_RETURN(BackendConfig config,
+                   ParseBackendConfigText(kDemoConfigText,
+                                          "backend_configs/examples/conv_bn_add_relu.textproto"));
+  ASSIGN_OR_RETURN(QConfigMapping mapping, DefaultQConfigMapping("qnnpack"));
+  const absl::flat_hash_map<std::string, std::vector<int64_t>> shapes = {{"x", {1, 4, 8, 8}}};
+  ASSIGN_OR_RETURN(std::vector<CalibrationSample> samples,
+                   RandomCalibrationSamples(float_model, kCalibrationSamples, seed, shapes));
+  ASSIGN_OR_RETURN(std::vector<CalibrationSample> test_input,
+                   RandomCalibrationSamples(float_model, 1, seed + 1, shapes));
+
+  out << "\nThe quantization flow with backend config " << config.name()
+      << " and qnnpack's default qconfigs (" << kCalibrationSamples
+      << " random calibration inputs [1, 4, 8, 8], seed " << seed << "):\n";
+  std::unique_ptr<GraphModule> gm = float_model.Clone();
+  QuantizeFlowOptions options;
+  int step = 0;
+  options.on_stage = [&](absl::string_view stage, const GraphModule& g) -> absl::Status {
+    out << "\n[" << ++step << "/5] " << stage << ":\n\n" << PrintReadable(g);
+    return absl::OkStatus();
+  };
+  ASSIGN_OR_RETURN(QuantizeFlowReport report,
+                   RunQuantizeFlow(*gm, config, mapping, samples, options));
+  out << "\nReports:\n" << report.ToString();
+
+  ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
+  ASSIGN_OR_RETURN(std::vector<Value> expected,
+                   Run(float_model, {Value(test_input[0][0])}, *kernels));
+  ASSIGN_OR_RETURN(std::vector<Value> actual, Run(*gm, {Value(test_input[0][0])}, *kernels));
+  if (expected.size() != 1 || actual.size() != 1 || !expected[0].is_tensor() ||
+      !actual[0].is_tensor()) {
+    return absl::InternalError("demo: the example should return one tensor");
+  }
+  Tensor y = actual[0].as_tensor();
+  if (y.is_quantized()) {
+    ASSIGN_OR_RETURN(y, quantized::Dequantize(y));
+  }
+  const Tensor& y_float = expected[0].as_tensor();
+  double max_error = 0.0;
+  double max_magnitude = 0.0;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    max_error = std::max(max_error, std::fabs(double{y.data<float>()[i]} -
+                                              double{y_float.data<float>()[i]}));
+    max_magnitude = std::max(max_magnitude, std::fabs(double{y_float.data<float>()[i]}));
+  }
+  out << "\nnumerics on one more random input: max |quantized - float| = " << max_error
+      << " (float outputs up to " << max_magnitude << ")\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 Command DemoCommand() {
   Command command;
   command.name = "demo";
   command.usage = "demo [--seed N] [--write-example FILE]";
-  command.summary = "run the main job on the built-in residual example";
+  command.summary = "run the main job (fuse, quantize, lower) on the built-in residual example";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
     ASSIGN_OR_RETURN(ParsedArgs parsed,
@@ -49,7 +125,7 @@ Command DemoCommand() {
     RETURN_IF_ERROR(gm->Verify());
     out << "[2/3] verify: ok (" << gm->graph().size() << " nodes)\n";
     out << "[3/3] print:\n\n" << PrintReadable(*gm);
-    return absl::OkStatus();
+    return RunQuantizationDemo(*gm, seed, out);
   };
   return command;
 }

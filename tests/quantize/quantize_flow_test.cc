@@ -110,7 +110,7 @@ TEST(QuantizeFlowTest, ResidualExampleLowersToOneQuantizedConvAddRelu) {
   // placeholder, quantize, identity, block, dequantize, output.
   EXPECT_EQ(gm->graph().size(), 6u) << Listing(gm->graph());
   // No observer is left behind in the module tree.
-  EXPECT_EQ(gm->FindModule("activation_post_process"), nullptr);
+  EXPECT_EQ(gm->FindModule("observers"), nullptr);
 
   // The prepared graph: observers after x (shared by identity and the block), after the
   // identity (the same observer module: identity shares its input's) and after the block.

@@ -1,0 +1,98 @@
+// `fuselage run MODEL --input=X.npy[,X2.npy...] [--output=Y.npy[,Y2.npy...]]`
+//   Runs MODEL (float, prepared, reference or native quantized) with the interpreter and
+//   the built-in kernels, one .npy input per placeholder in order. The outputs, flattened
+//   as the graph returns them (`return (a, (b, c))` gives a, b, c), are written to the
+//   --output files, one each; the counts must agree. A quantized output is written
+//   dequantized (float32), as `y.dequantize()` would give it. Prints one line per output:
+//   its shape and dtype.
+#include "tools/cmd_run.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "graph/status_macros.h"
+#include "quantize/calibrate.h"
+#include "runtime/builtin_kernels.h"
+#include "runtime/interpreter.h"
+#include "runtime/npy.h"
+#include "runtime/quantized/quantize.h"
+
+namespace fuselage {
+namespace {
+
+std::vector<std::string> SplitPaths(const CommandContext& context, const std::string& list) {
+  std::vector<std::string> paths;
+  for (absl::string_view p : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    paths.push_back(context.ResolvePath(std::string(p)));
+  }
+  return paths;
+}
+
+}  // namespace
+
+Command RunCommand() {
+  Command command;
+  command.name = "run";
+  command.usage = "run MODEL --input=X.npy[,X2.npy...] [--output=Y.npy[,Y2.npy...]]";
+  command.summary = "run a model on .npy inputs and write its outputs as .npy";
+  command.run = [command](const std::vector<std::string>& args,
+                          CommandContext& context) -> absl::Status {
+    ASSIGN_OR_RETURN(ParsedArgs parsed,
+                     ParseArgs(command.name, args,
+                               {{{"--input", "-i"}, true}, {{"--output", "-o"}, true}}));
+    RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
+    if (!parsed.Has("--input")) {
+      return UsageError("run: needs --input=X.npy (one file per placeholder, comma-separated)");
+    }
+    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
+    const std::vector<std::string> inputs = SplitPaths(context, parsed.flags.at("--input"));
+    const size_t placeholders = gm->graph().Placeholders().size();
+    if (inputs.size() != placeholders) {
+      return UsageError(absl::StrCat("run: ", inputs.size(), " --input files for a model with ",
+                                     placeholders, " placeholders"));
+    }
+    std::vector<Value> values;
+    for (const std::string& path : inputs) {
+      ASSIGN_OR_RETURN(Tensor t, ReadNpy(path));
+      values.emplace_back(std::move(t));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
+    // A prepared model (observers still in it) runs too.
+    RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
+    ASSIGN_OR_RETURN(std::vector<Value> outputs, Run(*gm, std::move(values), *kernels));
+
+    std::vector<std::string> output_paths;
+    if (parsed.Has("--output")) {
+      output_paths = SplitPaths(context, parsed.flags.at("--output"));
+      if (output_paths.size() != outputs.size()) {
+        return UsageError(absl::StrCat("run: ", output_paths.size(),
+                                       " --output files for a model with ", outputs.size(),
+                                       " outputs"));
+      }
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (!outputs[i].is_tensor()) {
+        context.out << "output " << i << ": " << outputs[i].ToString() << "\n";
+        if (!output_paths.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "run: output ", i, " is a ", outputs[i].KindName(), "; only tensors are written"));
+        }
+        continue;
+      }
+      Tensor t = outputs[i].as_tensor();
+      context.out << "output " << i << ": " << DTypeName(t.dtype()) << " " << t.ShapeString()
+                  << "\n";
+      if (output_paths.empty()) continue;
+      if (t.is_quantized()) {
+        ASSIGN_OR_RETURN(t, quantized::Dequantize(t));
+      }
+      RETURN_IF_ERROR(WriteNpy(t, output_paths[i]));
+    }
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+}  // namespace fuselage
