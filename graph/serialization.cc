@@ -450,8 +450,11 @@ bool LengthsFit(google::protobuf::io::CodedInputStream& in,
   using google::protobuf::internal::WireFormatLite;
   if (depth_left < 0) return false;
   while (true) {
+    if (in.BytesUntilLimit() == 0) return true;
+    // A truncated tag is an error here: protobuf reads it on into its zero padding and
+    // may find a length-delimited field there.
     const uint32_t tag = in.ReadTag();
-    if (tag == 0) return in.BytesUntilLimit() == 0;
+    if (tag == 0) return false;
     switch (WireFormatLite::GetTagWireType(tag)) {
       case WireFormatLite::WIRETYPE_VARINT: {
         uint64_t ignored;
