@@ -578,6 +578,9 @@ std::vector<NamedModuleKernel> ModuleKernels() {
       {"nn.Hardswish", UnaryModule([](const Module&, const Tensor& x) -> absl::StatusOr<Tensor> {
          return Hardswish(x);
        })},
+      {"nn.Hardsigmoid", UnaryModule([](const Module&, const Tensor& x) -> absl::StatusOr<Tensor> {
+         return Hardsigmoid(x);
+       })},
       {"nn.Sigmoid", UnaryModule([](const Module&, const Tensor& x) -> absl::StatusOr<Tensor> {
          return Sigmoid(x);
        })},
@@ -636,6 +639,9 @@ std::vector<NamedFunctionKernel> FunctionKernels() {
   auto hardswish = UnaryFunction([](const Tensor& x, const ArgReader&) -> absl::StatusOr<Tensor> {
     return Hardswish(x);
   });
+  auto hardsigmoid = UnaryFunction([](const Tensor& x, const ArgReader&) -> absl::StatusOr<Tensor> {
+    return Hardsigmoid(x);
+  });
   auto sigmoid = UnaryFunction([](const Tensor& x, const ArgReader&) -> absl::StatusOr<Tensor> {
     return Sigmoid(x);
   });
@@ -691,6 +697,7 @@ std::vector<NamedFunctionKernel> FunctionKernels() {
       {kFunction, "torch.nn.functional.relu6", relu6},
       {kFunction, "torch.nn.functional.hardtanh", hardtanh},
       {kFunction, "torch.nn.functional.hardswish", hardswish},
+      {kFunction, "torch.nn.functional.hardsigmoid", hardsigmoid},
       {kFunction, "torch.sigmoid", sigmoid},
       {kMethod, "sigmoid", sigmoid},
       {kFunction, "torch.nn.functional.conv2d", conv2d},

@@ -161,6 +161,10 @@ Tensor Hardswish(const Tensor& x) {
   return MapFloats(x, [](float v) { return v * std::min(std::max(v + 3.0f, 0.0f), 6.0f) / 6.0f; });
 }
 
+Tensor Hardsigmoid(const Tensor& x) {
+  return MapFloats(x, [](float v) { return std::min(std::max(v + 3.0f, 0.0f), 6.0f) / 6.0f; });
+}
+
 Tensor Sigmoid(const Tensor& x) {
   return MapFloats(x, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
 }

@@ -24,7 +24,8 @@ absl::StatusOr<int64_t> NormalizeDim(int64_t dim, int64_t rank);
 // ---- Elementwise ------------------------------------------------------------------
 Tensor Relu(const Tensor& x);
 Tensor Hardtanh(const Tensor& x, float min_val, float max_val);
-Tensor Hardswish(const Tensor& x);  // x * relu6(x + 3) / 6
+Tensor Hardswish(const Tensor& x);    // x * relu6(x + 3) / 6
+Tensor Hardsigmoid(const Tensor& x);  // relu6(x + 3) / 6
 Tensor Sigmoid(const Tensor& x);
 
 // NumPy/PyTorch broadcasting of two shapes, or InvalidArgument naming both.

@@ -291,6 +291,11 @@ def build_cases():
     case("functional_adaptive_avg_pool2d", [f], F.adaptive_avg_pool2d(f, (2, 3)), fn,
          "torch.nn.functional.adaptive_avg_pool2d", [Ref("x0"), (2, 3)])
     case("method_contiguous", [a], a.contiguous(), meth, "contiguous", [Ref("x0")])
+    # Added later; kept last so earlier cases keep their random draws.
+    module_case("hardsigmoid", nn.Hardsigmoid(), r(2, 3, 4) * 4)
+    h = r(3, 5) * 4
+    case("functional_hardsigmoid", [h], F.hardsigmoid(h), fn,
+         "torch.nn.functional.hardsigmoid", [Ref("x0")])
 
 
 def write_npy_fixtures():
