@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -78,19 +77,27 @@ class PatternMatcher::Scan {
   std::vector<PatternMatch> Run() {
     std::vector<PatternMatch> matches;
     const Graph& graph = gm_.graph();
+    const auto later = [&graph](const Node* a, const Node* b) { return graph.Precedes(a, b); };
     for (Node* node = graph.last(); node != nullptr; node = node->prev()) {
-      // Only inner nodes of earlier matches can be claimed here, and those have one user.
-      if (node->num_users() == 1 && !claimed_.empty() && claimed_.contains(node)) continue;
+      // Inner nodes of earlier matches precede their outermost node, so the scan meets them
+      // later, latest first: the pending claim that comes last in the graph order is
+      // always the next claimed node the scan reaches. A heap keyed by that order replaces
+      // a node -> match hash set (a cache miss per node on large graphs).
+      if (!pending_claims_.empty() && pending_claims_.front() == node) {
+        std::pop_heap(pending_claims_.begin(), pending_claims_.end(), later);
+        pending_claims_.pop_back();
+        continue;
+      }
       const auto [begin, end] = matcher_.Candidates(node->op(), KeyOf(node));
       for (const int* it = begin; it != end; ++it) {
         const FusionRule& rule = matcher_.rules_[*it];
         bindings_.resize(rule.pattern.size());
         failure_set_ = false;
         if (MatchAt(rule, 0, Argument(node), -1) && CheckDistinct(rule)) {
-          const int index = static_cast<int>(matches.size());
-          for (int p = 0; p < rule.pattern.size(); ++p) {
+          for (int p = 1; p < rule.pattern.size(); ++p) {
             if (!rule.pattern.position(p).match_all) {
-              claimed_.emplace(bindings_[p].as_node(), index);
+              pending_claims_.push_back(bindings_[p].as_node());
+              std::push_heap(pending_claims_.begin(), pending_claims_.end(), later);
             }
           }
           matches.push_back(PatternMatch{&rule, bindings_});
@@ -161,13 +168,11 @@ class PatternMatcher::Scan {
                                             "); inner nodes may have 1")
                              : "");
       }
-      if (!claimed_.empty()) {
-        const auto it = claimed_.find(node);
-        if (it != claimed_.end()) {
-          return Fail(rule, pos, arg, node_arg_index,
-                      explain_ ? std::string("already in another match") : "");
-        }
-      }
+      // No check for "already in another match" is needed here: an inner candidate has
+      // one user, on the path to the current node; were it in an earlier match, that user
+      // would be too, and so on up to the current node, which the scan would then have
+      // skipped. (The outermost node of an earlier match comes later in the graph than
+      // the current node, so it is never an input of it.)
       if (!p.Matches(OpRef{node->op(), KeyOf(node)})) {
         return Fail(rule, pos, arg, node_arg_index,
                     explain_ ? absl::StrCat("is ", OpKindName(node->op()), " ",
@@ -266,7 +271,7 @@ class PatternMatcher::Scan {
   ExplainReport* explain_;
   std::vector<Argument> bindings_;                   // reused across attempts
   std::vector<const Node*> op_nodes_;                // reused by CheckDistinct
-  absl::flat_hash_map<const Node*, int> claimed_;    // node -> index of its match
+  std::vector<Node*> pending_claims_;  // inner nodes of matches the scan has yet to meet
   std::vector<bool> type_known_;                     // by target symbol id
   std::vector<Symbol> module_types_;                 // by target symbol id
   MatchFailure failure_;
