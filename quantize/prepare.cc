@@ -26,6 +26,10 @@ struct TensorInput {
 // One op Prepare quantizes, decided before anything is mutated.
 struct Decision {
   Node* node = nullptr;
+  // The node whose value the output observer watches: `node` itself, or the op that
+  // follows it in a two-op pattern of the config ((ReLU, add): add's output is not
+  // observed, the relu's is, as in PyTorch's prepare_fx).
+  Node* output = nullptr;
   ObserverSpec activation;
   bool share_output_with_input = false;
   std::vector<TensorInput> inputs;
@@ -144,6 +148,10 @@ class Planner {
     for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
       const Symbol type = ObjectType(gm_, n);
       if (type.empty()) continue;
+      if (MergeIntoPrecedingOp(n, type, decisions)) {
+        observed_.insert(n);
+        continue;
+      }
       const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
       if (entry == nullptr || ProducesNonTensor(n)) continue;
       std::string reason;
@@ -151,6 +159,7 @@ class Planner {
       if (decision.has_value()) {
         observed_.insert(n);
         for (const TensorInput& in : decision->inputs) observed_.insert(in.producer);
+        decision_of_[n] = decisions->size();
         decisions->push_back(std::move(*decision));
       } else {
         report->kept_float.push_back({n->name(), std::string(type.name()), reason});
@@ -160,6 +169,60 @@ class Planner {
   }
 
  private:
+  // The non-fusing two-op entry (outer, inner) of the config, e.g. (ReLU, add), that `n`
+  // (outer) and its only input `producer` (inner) match, or nullptr.
+  const BackendPatternConfig* TwoOpEntryFor(const Node* n, Symbol type, const Node* producer) {
+    const OpRef outer{n->op(), type};
+    const OpRef inner{producer->op(), ObjectType(gm_, producer)};
+    for (const BackendPatternConfig& entry : config_.configs()) {
+      const Pattern& pattern = entry.pattern();
+      if (entry.fuses || pattern.size() != 2 || pattern.position(1).match_all) continue;
+      if (pattern.position(0).Matches(outer) && pattern.position(1).Matches(inner)) {
+        return &entry;
+      }
+    }
+    return nullptr;
+  }
+
+  // If `n` (a relu after add, ...) completes a two-op pattern with its only input, which
+  // was decided quantized and has no other user, extends that decision so the pattern's
+  // output is observed after `n` (and not between the two) and returns true. PyTorch 1.13
+  // matches these patterns before single ops, so the pair is quantized as one op (and
+  // lowered to one native op, quantized::add_relu).
+  bool MergeIntoPrecedingOp(Node* n, Symbol type, std::vector<Decision>* decisions) {
+    const std::vector<TensorInput> inputs = TensorInputsOf(n);
+    if (inputs.size() != 1) return false;
+    Node* producer = inputs.front().producer;
+    const auto decided = decision_of_.find(producer);
+    if (decided == decision_of_.end()) return false;
+    Decision& previous = (*decisions)[decided->second];
+    if (previous.output != producer ||
+        producer->users().size() != 1) {
+      return false;
+    }
+    const BackendPatternConfig* entry = TwoOpEntryFor(n, type, producer);
+    if (entry == nullptr || !entry->input_output_observed ||
+        entry->fixed_output_qparams.has_value() || !entry->root_module.empty()) {
+      return false;
+    }
+    ObservationType observation = entry->observation_type;
+    bool found = entry->num_tensor_args_to_observation_type.empty();
+    for (const auto& [count, type_for_count] : entry->num_tensor_args_to_observation_type) {
+      if (count == static_cast<int>(previous.inputs.size())) {
+        observation = type_for_count;
+        found = true;
+      }
+    }
+    if (!found || previous.activation.kind == ObserverKind::kReuseInput) return false;
+    auto dtype_config = SelectDTypeConfig(entry->dtype_configs, previous.activation, nullptr);
+    if (!dtype_config.ok()) return false;
+    previous.output = n;
+    previous.share_output_with_input =
+        observation == ObservationType::kOutputShareObserverWithInput;
+    previous.plan.dtype_config = *dtype_config;
+    return true;
+  }
+
   const BackendPatternConfig* EntryFor(OpRef op) {
     auto it = entry_cache_.find(std::make_pair(op.op, op.target));
     if (it != entry_cache_.end()) return it->second;
@@ -205,6 +268,7 @@ class Planner {
 
     Decision d;
     d.node = n;
+    d.output = n;
     d.activation = activation;
     d.inputs = TensorInputsOf(n);
     if (d.inputs.empty()) return keep_float("it has no tensor input");
@@ -286,6 +350,8 @@ class Planner {
   // quint8 activation, the dtype Prepare's observers give the input.
   const ObserverSpec activation_of_reused_input_;
   absl::flat_hash_set<const Node*> observed_;
+  // Index in the decision list of every node decided quantized.
+  absl::flat_hash_map<const Node*, size_t> decision_of_;
   absl::flat_hash_map<std::pair<OpKind, Symbol>, const BackendPatternConfig*> entry_cache_;
 };
 
@@ -318,10 +384,10 @@ class ObserverInserter {
     } else {
       ASSIGN_OR_RETURN(path, NewObserverModule(d.activation));
     }
-    ASSIGN_OR_RETURN(Node * out_obs, InsertObserverNode(d.node, path));
-    ASSIGN_OR_RETURN(int rewired, g.ReplaceAllUsesWith(d.node, out_obs));
+    ASSIGN_OR_RETURN(Node * out_obs, InsertObserverNode(d.output, path));
+    ASSIGN_OR_RETURN(int rewired, g.ReplaceAllUsesWith(d.output, out_obs));
     (void)rewired;
-    observer_of_[d.node] = out_obs;
+    observer_of_[d.output] = out_obs;
     observer_of_[out_obs] = out_obs;
     out_.quantized_ops.emplace(d.node->name(), d.plan);
     ++out_.report.quantized_ops;

@@ -20,6 +20,10 @@
 //  - the weight of a weighted module (the module itself, or child "0" of a fused module,
 //    of the entry's root_module type) is observed at convert time by the qconfig's weight
 //    observer, as PyTorch's convert does; the plan records that observer.
+//  - a non-fusing two-op entry of the config (ReLU, add) whose ops are a quantized op and
+//    its only user, with a single tensor input, is quantized as one op, as PyTorch does:
+//    the inner op's inputs are observed, its output is not, the outer op's output is (so
+//    lowering makes quantized::add_relu, with the relu's output parameters).
 // Observer modules are installed at `observers.activation_post_process_<n>` (children of
 // one plain nn.Module container, so that convert removes them all at once; PyTorch puts
 // them at the root), the nodes calling them are named `activation_post_process_<n>` as in

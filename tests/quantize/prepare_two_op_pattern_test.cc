@@ -1,0 +1,98 @@
+// Prepare with two-op quantization patterns of the backend config, e.g. (ReLU, add):
+// PyTorch 1.13's prepare_fx quantizes the pair as one op, observing the relu's output and
+// nothing between the two, and convert_fx lowers it to quantized::add_relu. Before this
+// was handled, fuselage observed the add's output (with negative values: zero point 104
+// on the residual example) and made the relu share that observer, so the lowered model's
+// output scale and zero point differed from PyTorch's (found by tests/conformance).
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backend_configs/builtin_configs.h"
+#include "gtest/gtest.h"
+#include "quantize/observers.h"
+#include "quantize/prepare.h"
+#include "tools/examples.h"
+#include "tools/quantize_flow.h"
+
+namespace fuselage {
+namespace {
+
+std::string Listing(const Graph& g) {
+  std::string s;
+  for (const Node* n : g.Nodes()) absl::StrAppend(&s, n->ToString(), "\n");
+  return s;
+}
+
+// The MinMax qconfig: quint8 per-tensor affine activations, default weights.
+QConfigMapping MinMaxMapping() {
+  ObserverSpec activation;
+  activation.kind = ObserverKind::kMinMax;
+  activation.dtype = DType::kQUInt8;
+  QConfigMapping mapping;
+  mapping.SetGlobal(QConfig{activation, DefaultWeightObserver()});
+  return mapping;
+}
+
+std::vector<CalibrationSample> RandomSamples(int count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<CalibrationSample> samples;
+  for (int i = 0; i < count; ++i) {
+    Tensor t = *Tensor::Zeros(DType::kFloat32, {2, 4, 8, 8});
+    for (int64_t k = 0; k < t.numel(); ++k) t.mutable_data<float>()[k] = uniform(rng);
+    samples.push_back({t});
+  }
+  return samples;
+}
+
+bool IsObserverNode(const GraphModule& gm, const Node* n) {
+  return n->op() == OpKind::kCallModule &&
+         IsObserverModuleType(gm.FindModule(n->target().name())->type());
+}
+
+// qnnpack (no conv-add fusion): conv-bn is folded, then add → relu is one quantized op.
+TEST(PrepareTwoOpPatternTest, AddThenReluIsObservedOnlyAfterTheRelu) {
+  auto gm = *BuildResidualExample(kResidualExampleSeed);
+  const BackendConfig config = *GetBackendConfig("qnnpack");
+  std::unique_ptr<GraphModule> prepared;
+  QuantizeFlowOptions options;
+  options.on_stage = [&](absl::string_view stage, const GraphModule& g) {
+    EXPECT_TRUE(g.Verify().ok()) << stage << ": " << g.Verify();
+    if (stage == "prepare") prepared = g.Clone();
+    return absl::OkStatus();
+  };
+  auto report = RunQuantizeFlow(*gm, config, MinMaxMapping(), RandomSamples(2, 3), options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(gm->Verify().ok()) << gm->Verify();
+
+  // Prepared: the relu reads the add directly; the relu's output is observed.
+  ASSERT_NE(prepared, nullptr);
+  const Node* add = prepared->graph().FindNode("add");
+  const Node* relu = prepared->graph().FindNode("relu");
+  ASSERT_NE(add, nullptr);
+  ASSERT_NE(relu, nullptr);
+  ASSERT_EQ(add->users().size(), 1u) << Listing(prepared->graph());
+  EXPECT_EQ(add->users()[0], relu) << Listing(prepared->graph());
+  ASSERT_EQ(relu->users().size(), 1u);
+  EXPECT_TRUE(IsObserverNode(*prepared, relu->users()[0])) << Listing(prepared->graph());
+
+  // Lowered: one quantized::add_relu, no separate add or relu. Its output follows a relu
+  // (values >= 0), so MinMax gives zero point 0.
+  const Node* add_relu = nullptr;
+  for (const Node* n : gm->graph().Nodes()) {
+    EXPECT_NE(n->target().name(), "torch.ops.quantized.add") << Listing(gm->graph());
+    EXPECT_NE(n->target().name(), "relu") << Listing(gm->graph());
+    if (n->target().name() == "torch.ops.quantized.add_relu") add_relu = n;
+  }
+  ASSERT_NE(add_relu, nullptr) << Listing(gm->graph());
+  ASSERT_EQ(add_relu->num_args(), 4u);
+  EXPECT_EQ(add_relu->arg(3).as_int(), 0) << Listing(gm->graph());
+  EXPECT_GT(add_relu->arg(2).as_float(), 0.0);
+  EXPECT_TRUE(report->lowering.unlowered.empty()) << report->lowering.ToString();
+}
+
+}  // namespace
+}  // namespace fuselage
