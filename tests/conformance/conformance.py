@@ -1,0 +1,566 @@
+"""Conformance of fuselage against PyTorch 1.13 (issue 6).
+
+    PYTHONPATH=python /usr/bin/python3 tests/conformance/conformance.py [--models a,b] [--keep DIR]
+
+Builds the C++ tools once (`bazel build //tools:fuselage //tests/conformance:minmax_quantize`),
+then, per model (torchvision resnet18, resnet50, mobilenet_v2 with weights=None, eval, fixed
+seeds and randomized batch-norm statistics; and the residual example
+tools/examples/residual.textproto), runs fuselage's stages as separate processes and
+PyTorch's own, and compares:
+
+  float      fuselage's interpreter (`fuselage run`) vs PyTorch eager on the same input:
+             max |fuselage - pytorch| / max |pytorch| <= 1e-4.
+  fuse       `fuselage fuse --backend=native` and `--backend=qnnpack` vs PyTorch's
+             fuse_fx with get_native_backend_config() / get_qnnpack_backend_config(): the
+             fused graphs node by node (name, op, target, args, kwargs, the module type at
+             each call_module target and the types of its children) must be identical. The
+             fused modules' tensors (batch norm folded) are compared too (relative 1e-5).
+  residual   (resnets and the residual example) `--backend=onednn` and the custom config
+             backend_configs/examples/conv_bn_add_relu.textproto: every residual block's
+             conv-bn-add-relu tail is one nni.ConvAddReLU2d at the block's last conv, taking
+             (the conv's input, the identity branch), and every fusion PyTorch's qnnpack
+             fuse_fx makes elsewhere is made too. PyTorch 1.13 has no ConvAddReLU2d, so the
+             expectation is derived from the torchvision block structure.
+  qparams    the same observers (MinMax quint8 activations, per-tensor symmetric qint8
+             weights, qnnpack backend config) and the same 2 calibration batches: every
+             activation scale / zero point of the reference graphs (keyed by the node a
+             quantize_per_tensor reads) and every weight scale / zero point (keyed by module
+             path) equal PyTorch's: relative 1e-6, zero points exact.
+  lowered    fuselage's lowered model (`fuselage run`) vs PyTorch's convert_fx output on the
+             evaluation batch: >= 99% of the elements equal and none more than 1 output
+             quantization step apart.
+  roundtrip  fuselage's lowered model rebuilt with fuselage.to_torch and run by PyTorch vs
+             fuselage's own output: the same two criteria.
+
+Prints one table of the figures (and the first differences of a failing check), and exits
+non-zero if any figure fails. PyTorch runs the quantized models with its onednn engine (see ENGINE).
+"""
+
+import argparse
+import copy
+import operator
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torchvision
+from google.protobuf import text_format
+from torch.ao.quantization import MinMaxObserver, QConfig, QConfigMapping, default_weight_observer
+from torch.ao.quantization.backend_config import (get_native_backend_config,
+                                                  get_qnnpack_backend_config)
+from torch.ao.quantization.quantize_fx import (convert_fx, convert_to_reference_fx, fuse_fx,
+                                               prepare_fx)
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+import fuselage  # noqa: E402
+from fuselage import _names  # noqa: E402
+from fuselage._proto import model_pb2  # noqa: E402
+from fuselage._values import read_tensor  # noqa: E402
+
+FUSELAGE = os.path.join(REPO, "bazel-bin", "tools", "fuselage")
+MINMAX_QUANTIZE = os.path.join(REPO, "bazel-bin", "tests", "conformance", "minmax_quantize")
+CUSTOM_CONFIG = os.path.join(REPO, "backend_configs", "examples", "conv_bn_add_relu.textproto")
+RESIDUAL_EXAMPLE = os.path.join(REPO, "tools", "examples", "residual.textproto")
+
+# The issue's tolerances. Never loosen them.
+FLOAT_MAX_RELATIVE = 1e-4
+QPARAM_RELATIVE = 1e-6
+MIN_EQUAL_FRACTION = 0.99
+MAX_STEPS = 1
+FOLDED_RELATIVE = 1e-5
+
+TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v2")
+ALL_MODELS = TORCHVISION_MODELS + ("residual_example",)
+CALIBRATION_BATCHES = 2
+# The quantized engine PyTorch runs convert_fx's output (and the round trip) with: the one
+# whose arithmetic fuselage's quantized kernels reproduce (runtime/quantized/: fbgemm's
+# requantization with a float bias, which oneDNN computes too; Debian's PyTorch has no
+# fbgemm). The QNNPACK engine's figure is printed for information.
+ENGINE = "onednn"
+
+
+# ---- Models and inputs ----------------------------------------------------------------
+
+def randomize_batch_norm(model, seed):
+    """Untrained batch norms are identities; give every one statistics and affine
+    parameters so that folding them into the conv changes its weights."""
+    g = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+    return model
+
+
+def build_model(name):
+    """(float model in eval mode, input shape)."""
+    if name == "residual_example":
+        with open(RESIDUAL_EXAMPLE) as f:
+            proto = text_format.Parse(f.read(), model_pb2().Model())
+        return fuselage.from_proto(proto).eval(), (2, 4, 16, 16)
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None)
+    return randomize_batch_norm(model, seed=1).eval(), (1, 3, 224, 224)
+
+
+def make_inputs(shape, seed=2):
+    """CALIBRATION_BATCHES calibration batches and one evaluation batch, N(0, 1)."""
+    g = torch.Generator().manual_seed(seed)
+    batches = [torch.randn(*shape, generator=g) for _ in range(CALIBRATION_BATCHES + 1)]
+    return batches[:-1], batches[-1]
+
+
+def minmax_qconfig_mapping():
+    """The issue's observers; minmax_quantize.cc builds the same mapping in C++."""
+    activation = MinMaxObserver.with_args(dtype=torch.quint8, qscheme=torch.per_tensor_affine,
+                                          reduce_range=False)
+    return QConfigMapping().set_global(QConfig(activation=activation,
+                                               weight=default_weight_observer))
+
+
+# ---- Running the C++ tools ------------------------------------------------------------
+
+def run_tool(argv):
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {result.returncode}: "
+                           f"{result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout
+
+
+def fuselage_run(model_path, input_path, output_path):
+    run_tool([FUSELAGE, "run", model_path, f"--input={input_path}", f"--output={output_path}"])
+    return np.load(output_path)
+
+
+def load_proto(path):
+    model = model_pb2().Model()
+    with open(path, "rb") as f:
+        model.ParseFromString(f.read())
+    return model
+
+
+# ---- Fusion structure -----------------------------------------------------------------
+
+def module_at(root, path):
+    module = root
+    for part in path.split("."):
+        module = next((c.module for c in module.children if c.name == part), None)
+        if module is None:
+            return None
+    return module
+
+
+def node_signature(node, root):
+    """Everything that identifies a node of a fused graph, in comparable form."""
+    signature = {
+        "op": node.op,
+        "target": node.target,
+        "args": [a.SerializeToString(deterministic=True) for a in node.args],
+        "kwargs": sorted((k.name, k.value.SerializeToString(deterministic=True))
+                         for k in node.kwargs),
+    }
+    if node.op == model_pb2().CALL_MODULE:
+        module = module_at(root, node.target)
+        signature["type"] = module.type if module else None
+        signature["children"] = [(c.name, c.module.type) for c in module.children] if module else None
+    return signature
+
+
+def module_tensors(module):
+    """{relative path: tensor} of a module and its children (the fused parameters)."""
+    out = {t.name: read_tensor(t.tensor, t.name) for t in module.tensors}
+    for c in module.children:
+        for name, tensor in module_tensors(c.module).items():
+            out[f"{c.name}.{name}"] = tensor
+    return out
+
+
+def compare_fused_graphs(ours, theirs):
+    """(nodes compared, list of differences, max relative difference of fused tensors)."""
+    ours_nodes = {n.name: n for n in ours.graph.nodes}
+    theirs_nodes = {n.name: n for n in theirs.graph.nodes}
+    differences = []
+    for name in sorted(set(ours_nodes) ^ set(theirs_nodes)):
+        where = "fuselage" if name in ours_nodes else "PyTorch"
+        differences.append(f"node '{name}' only in {where}'s fused graph")
+    order_ours = [n.name for n in ours.graph.nodes if n.name in theirs_nodes]
+    order_theirs = [n.name for n in theirs.graph.nodes if n.name in ours_nodes]
+    if order_ours != order_theirs:
+        differences.append("the shared nodes come in a different order")
+    worst = 0.0
+    for name in order_theirs:
+        a = node_signature(ours_nodes[name], ours.root)
+        b = node_signature(theirs_nodes[name], theirs.root)
+        for key in b:
+            if a[key] != b[key]:
+                differences.append(f"node '{name}': {key} differs: fuselage {a[key]!r:.120} "
+                                   f"vs PyTorch {b[key]!r:.120}")
+        if b.get("type") and b["type"] == a.get("type") and b.get("children"):
+            ta = module_tensors(module_at(ours.root, ours_nodes[name].target))
+            tb = module_tensors(module_at(theirs.root, theirs_nodes[name].target))
+            if set(ta) != set(tb):
+                differences.append(f"node '{name}': fused tensors {sorted(ta)} vs {sorted(tb)}")
+                continue
+            for key in tb:
+                scale = max(tb[key].abs().max().item(), 1e-12)
+                worst = max(worst, (ta[key] - tb[key]).abs().max().item() / scale)
+    return len(theirs_nodes), differences, worst
+
+
+def fused_type_counts(proto):
+    """{module type: count} of the call_module nodes whose module is a fused one (has
+    children) or a conv/linear that absorbed a batch norm (PyTorch folds conv-bn into a
+    plain nn.Conv2d)."""
+    counts = {}
+    for n in proto.graph.nodes:
+        if n.op == model_pb2().CALL_MODULE:
+            module = module_at(proto.root, n.target)
+            if module is not None and module.type.startswith("nni."):
+                counts[module.type] = counts.get(module.type, 0) + 1
+    return counts
+
+
+def residual_blocks(model):
+    """[(block path, name of its last conv)] of a torchvision ResNet's residual blocks."""
+    blocks = []
+    for path, m in model.named_modules():
+        if isinstance(m, torchvision.models.resnet.BasicBlock):
+            blocks.append((path, "conv2"))
+        elif isinstance(m, torchvision.models.resnet.Bottleneck):
+            blocks.append((path, "conv3"))
+    return blocks
+
+
+def expected_residual_fusions(qnnpack_fused, blocks):
+    """{fused node name: (expected args)} for every residual block of a ResNet: the
+    block's last conv becomes nni.ConvAddReLU2d taking (its input, the identity branch),
+    named as in PyTorch's qnnpack fuse_fx result `qnnpack_fused` (where conv-bn-relu and
+    the downsample conv-bn are already fused, and the last conv-bn is a folded conv
+    feeding the add)."""
+    expected = {}
+    tail_of = {}  # a block's output (the relu after its add) -> its fused tail's name
+    for path, conv in blocks:
+        conv_node = next(n for n in qnnpack_fused.graph.nodes
+                         if n.op == "call_module" and n.target == f"{path}.{conv}")
+        add_node = next(iter(conv_node.users))
+        assert add_node.target in (torch.add, operator.add), add_node.target
+        identity = add_node.args[1] if add_node.args[0] is conv_node else add_node.args[0]
+        expected[conv_node.name] = (conv_node.args[0].name,
+                                    tail_of.get(identity.name, identity.name))
+        tail_of[next(iter(add_node.users)).name] = conv_node.name
+    return expected
+
+
+def check_residual_fusion(proto, expected, qnnpack_theirs):
+    """Differences between a fused graph from the onednn / custom config and the
+    expectation: every block tail fused into nni.ConvAddReLU2d with the expected args,
+    and every other fusion of PyTorch's qnnpack fuse_fx present."""
+    nodes = {n.name: n for n in proto.graph.nodes}
+    differences = []
+    for name, args in expected.items():
+        node = nodes.get(name)
+        module = module_at(proto.root, node.target) if node is not None else None
+        if module is None or module.type != "nni.ConvAddReLU2d":
+            differences.append(f"block tail '{name}' is "
+                               f"{module.type if module else 'missing'}, not nni.ConvAddReLU2d")
+            continue
+        got = tuple(a.node for a in node.args)
+        if got != args:
+            differences.append(f"'{name}' takes {got}, expected {args}")
+    for n in qnnpack_theirs.graph.nodes:
+        if n.op != model_pb2().CALL_MODULE or n.name in expected:
+            continue
+        want = module_at(qnnpack_theirs.root, n.target)
+        got = nodes.get(n.name)
+        got_module = module_at(proto.root, got.target) if got is not None else None
+        if want.type.startswith("nni.") and (got_module is None or got_module.type != want.type):
+            differences.append(f"'{n.name}': PyTorch qnnpack fuses it into {want.type}, this "
+                               f"config into {got_module.type if got_module else 'nothing'}")
+    count = fused_type_counts(proto).get("nni.ConvAddReLU2d", 0)
+    if count != len(expected):
+        differences.append(f"{count} nni.ConvAddReLU2d, expected {len(expected)}")
+    return differences
+
+
+# ---- Quantization parameters ----------------------------------------------------------
+
+def _scalar(gm, value):
+    if isinstance(value, torch.fx.Node):
+        value = getattr(gm, value.target) if "." not in value.target else gm.get_submodule(
+            value.target.rsplit(".", 1)[0]).get_buffer(value.target.rsplit(".", 1)[1])
+    return float(value) if not isinstance(value, torch.Tensor) else value.item()
+
+
+def activation_qparams(gm):
+    """{name of the quantized node: {(scale, zero_point, dtype)}} from the
+    quantize_per_tensor nodes of a reference graph."""
+    out = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is torch.quantize_per_tensor:
+            scale, zero_point = _scalar(gm, n.args[1]), int(_scalar(gm, n.args[2]))
+            out.setdefault(n.args[0].name, set()).add((scale, zero_point, str(n.args[3])))
+    return out
+
+
+def weight_qparams(gm):
+    """{module path: (scales, zero points, qscheme)} of the reference modules' weights."""
+    out = {}
+    for path, m in gm.named_modules():
+        if hasattr(m, "weight_scale") and isinstance(m.weight_scale, torch.Tensor):
+            out[path] = (m.weight_scale.flatten().tolist(),
+                         m.weight_zero_point.flatten().to(torch.int64).tolist(),
+                         str(m.weight_qscheme))
+    return out
+
+
+def compare_qparams(ours, theirs):
+    """(count compared, max relative scale difference, differences)."""
+    differences = []
+    worst = 0.0
+    compared = 0
+    a_act, b_act = activation_qparams(ours), activation_qparams(theirs)
+    for key in sorted(set(a_act) ^ set(b_act)):
+        differences.append(f"activation of '{key}' quantized only by "
+                           f"{'fuselage' if key in a_act else 'PyTorch'}")
+    for key in sorted(set(a_act) & set(b_act)):
+        if len(a_act[key]) != 1 or len(b_act[key]) != 1:
+            differences.append(f"activation of '{key}': several qparams {a_act[key]} vs "
+                               f"{b_act[key]}")
+            continue
+        (sa, za, da), = a_act[key]
+        (sb, zb, db), = b_act[key]
+        compared += 1
+        rel = abs(sa - sb) / abs(sb)
+        worst = max(worst, rel)
+        if rel > QPARAM_RELATIVE or za != zb or da != db:
+            differences.append(f"activation of '{key}': fuselage ({sa!r}, {za}, {da}) vs "
+                               f"PyTorch ({sb!r}, {zb}, {db})")
+    a_w, b_w = weight_qparams(ours), weight_qparams(theirs)
+    for key in sorted(set(a_w) ^ set(b_w)):
+        differences.append(f"weight of '{key}' quantized only by "
+                           f"{'fuselage' if key in a_w else 'PyTorch'}")
+    for key in sorted(set(a_w) & set(b_w)):
+        (sa, za, qa), (sb, zb, qb) = a_w[key], b_w[key]
+        compared += 1
+        if len(sa) != len(sb) or za != zb or qa != qb:
+            differences.append(f"weight of '{key}': fuselage {za} {qa} vs PyTorch {zb} {qb}")
+            continue
+        rel = max(abs(x - y) / abs(y) for x, y in zip(sa, sb))
+        worst = max(worst, rel)
+        if rel > QPARAM_RELATIVE:
+            differences.append(f"weight of '{key}': scales differ by {rel:.3g} (relative)")
+    return compared, worst, differences
+
+
+def output_scale(reference):
+    """The scale of the quantize node that feeds the (only) output's dequantize."""
+    out_node = next(n for n in reference.graph.nodes if n.op == "output")
+    node = out_node.args[0]
+    while not (node.op == "call_function" and node.target is torch.quantize_per_tensor):
+        node = node.args[0]
+    return _scalar(reference, node.args[1])
+
+
+def step_agreement(ours, theirs, scale):
+    """(fraction of elements equal, max difference in quantization steps)."""
+    steps = np.rint(np.abs(ours.astype(np.float64) - theirs.astype(np.float64)) / scale)
+    return float(np.mean(steps == 0)), int(steps.max())
+
+
+# ---- One model ------------------------------------------------------------------------
+
+class Result:
+    def __init__(self, model):
+        self.model = model
+        self.figures = {}
+        self.failures = []
+        self.seconds = 0.0
+
+    def check(self, label, ok, details=()):
+        if not ok:
+            self.failures.append(label)
+            for d in list(details)[:8]:
+                print(f"    {self.model} {label}: {d}")
+            if len(details) > 8:
+                print(f"    {self.model} {label}: ... {len(details) - 8} more")
+
+
+def conform(name, workdir):
+    result = Result(name)
+    start = time.time()
+    model, shape = build_model(name)
+    calibration, evaluation = make_inputs(shape)
+    files = lambda f: os.path.join(workdir, f"{name}_{f}")  # noqa: E731
+    calibration_paths = []
+    for i, batch in enumerate(calibration):
+        calibration_paths.append(files(f"calibration{i}.npy"))
+        np.save(calibration_paths[-1], batch.numpy())
+    np.save(files("eval.npy"), evaluation.numpy())
+    model_path = files("float.fsl")
+    fuselage.export(model, (evaluation,), model_path)
+
+    # Float.
+    with torch.no_grad():
+        expected = model(evaluation).numpy()
+    ours = fuselage_run(model_path, files("eval.npy"), files("float_out.npy"))
+    rel = float(np.abs(ours - expected).max() / np.abs(expected).max())
+    result.figures["float max rel"] = f"{rel:.1e}"
+    result.check("float", ours.shape == expected.shape and rel <= FLOAT_MAX_RELATIVE,
+                 [f"max relative difference {rel:.3g} > {FLOAT_MAX_RELATIVE}"])
+
+    # Fusion structure, native and qnnpack.
+    pytorch_fused = {}
+    for backend, config in (("native", get_native_backend_config()),
+                            ("qnnpack", get_qnnpack_backend_config())):
+        out = files(f"fused_{backend}.fsl")
+        run_tool([FUSELAGE, "fuse", model_path, f"--backend={backend}", "-o", out])
+        theirs_gm = fuse_fx(copy.deepcopy(model), backend_config=config)
+        theirs = fuselage.to_proto(theirs_gm)
+        pytorch_fused[backend] = (theirs_gm, theirs)
+        count, differences, folded = compare_fused_graphs(load_proto(out), theirs)
+        fused = sum(fused_type_counts(theirs).values())
+        result.figures[f"fuse {backend}"] = (f"{count} nodes, {len(differences)} diff, "
+                                             f"{fused} nni")
+        result.figures["folded max rel"] = f"{max(folded, 0):.1e}"
+        result.check(f"fuse {backend}", not differences and folded <= FOLDED_RELATIVE,
+                     differences + ([f"fused tensors differ by {folded:.3g}"]
+                                    if folded > FOLDED_RELATIVE else []))
+
+    # Residual conv-bn-add-relu blocks with the onednn and the custom config.
+    if name.startswith("resnet") or name == "residual_example":
+        if name == "residual_example":
+            expected_fusions = {"conv": ("x", "identity")}
+        else:
+            expected_fusions = expected_residual_fusions(pytorch_fused["qnnpack"][0],
+                                                         residual_blocks(model))
+        for label, flag in (("onednn", "--backend=onednn"),
+                            ("custom", f"--config={CUSTOM_CONFIG}")):
+            out = files(f"fused_{label}.fsl")
+            run_tool([FUSELAGE, "fuse", model_path, flag, "-o", out])
+            differences = check_residual_fusion(load_proto(out), expected_fusions,
+                                                pytorch_fused["qnnpack"][1])
+            result.figures[f"{label} blocks"] = \
+                f"{len(expected_fusions) - len([d for d in differences if 'block' in d])}" \
+                f"/{len(expected_fusions)}"
+            result.check(f"fuse {label}", not differences, differences)
+
+    # Quantization: PyTorch's FX flow and fuselage's, same observers and calibration.
+    torch.backends.quantized.engine = ENGINE
+    backend_config = get_qnnpack_backend_config()
+    prepared = prepare_fx(copy.deepcopy(model), minmax_qconfig_mapping(), (evaluation,),
+                          backend_config=backend_config)
+    with torch.no_grad():
+        for batch in calibration:
+            prepared(batch)
+    reference = convert_to_reference_fx(copy.deepcopy(prepared), backend_config=backend_config)
+    converted = convert_fx(copy.deepcopy(prepared), backend_config=backend_config)
+    with torch.no_grad():
+        theirs_q = converted(evaluation)
+    theirs_q = (theirs_q.dequantize() if theirs_q.is_quantized else theirs_q).numpy()
+
+    ref_path, lowered_path = files("reference.fsl"), files("lowered.fsl")
+    run_tool([MINMAX_QUANTIZE, model_path, "--calibration=" + ",".join(calibration_paths),
+              f"--reference={ref_path}", "-o", lowered_path])
+    count, worst, differences = compare_qparams(fuselage.to_torch(ref_path), reference)
+    result.figures["qparams"] = f"{count} cmp, max rel {worst:.1e}, {len(differences)} diff"
+    result.check("qparams", not differences and count > 0, differences)
+
+    scale = output_scale(reference)
+    ours_q = fuselage_run(lowered_path, files("eval.npy"), files("lowered_out.npy"))
+    equal, steps = step_agreement(ours_q, theirs_q, scale)
+    result.figures["lowered equal / max steps"] = f"{100 * equal:.2f}% / {steps}"
+    result.check("lowered", equal >= MIN_EQUAL_FRACTION and steps <= MAX_STEPS,
+                 [f"{100 * equal:.2f}% equal, max {steps} steps (output scale {scale:.4g})"])
+
+    # For information: PyTorch's QNNPACK kernels, whose requantization rounds the bias to
+    # int32 first (fuselage's kernels compute fbgemm's / oneDNN's formula).
+    torch.backends.quantized.engine = "qnnpack"
+    with torch.no_grad():
+        qnnpack_q = convert_fx(copy.deepcopy(prepared), backend_config=backend_config)(evaluation)
+    qnnpack_q = (qnnpack_q.dequantize() if qnnpack_q.is_quantized else qnnpack_q).numpy()
+    equal, steps = step_agreement(ours_q, qnnpack_q, scale)
+    result.figures["vs qnnpack engine (info)"] = f"{100 * equal:.2f}% / {steps}"
+    torch.backends.quantized.engine = ENGINE
+
+    # Round trip: fuselage's lowered graph on PyTorch's kernels.
+    rebuilt = fuselage.to_torch(lowered_path)
+    with torch.no_grad():
+        roundtrip = rebuilt(evaluation)
+    roundtrip = (roundtrip.dequantize() if roundtrip.is_quantized else roundtrip).numpy()
+    equal, steps = step_agreement(roundtrip, ours_q, scale)
+    result.figures["roundtrip equal / max steps"] = f"{100 * equal:.2f}% / {steps}"
+    result.check("roundtrip", equal >= MIN_EQUAL_FRACTION and steps <= MAX_STEPS,
+                 [f"{100 * equal:.2f}% equal, max {steps} steps"])
+    result.seconds = time.time() - start
+    return result
+
+
+# ---- Main -----------------------------------------------------------------------------
+
+COLUMNS = ("float max rel", "fuse native", "fuse qnnpack", "folded max rel", "onednn blocks",
+           "custom blocks", "qparams", "lowered equal / max steps",
+           "roundtrip equal / max steps", "vs qnnpack engine (info)")
+
+
+def print_table(results):
+    header = ("model",) + COLUMNS + ("time", "result")
+    rows = [header]
+    for r in results:
+        rows.append((r.model,) + tuple(r.figures.get(c, "-") for c in COLUMNS) +
+                    (f"{r.seconds:.0f} s", "FAILED: " + ", ".join(r.failures)
+                     if r.failures else "passed"))
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows[1:]:
+        print("| " + " | ".join(row) + " |")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(ALL_MODELS),
+                        help=f"comma-separated subset of {', '.join(ALL_MODELS)}")
+    parser.add_argument("--keep", help="keep the model files and arrays in this directory")
+    parser.add_argument("--no-build", action="store_true",
+                        help="use the tools already in bazel-bin")
+    args = parser.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in models if m not in ALL_MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {ALL_MODELS}")
+    if not args.no_build:
+        subprocess.run(["bazel", "build", "//tools:fuselage",
+                        "//tests/conformance:minmax_quantize"], cwd=REPO, check=True)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+    results = []
+    workdir = args.keep or tempfile.mkdtemp(prefix="fuselage-conformance-")
+    os.makedirs(workdir, exist_ok=True)
+    for name in models:
+        print(f"== {name}", flush=True)
+        try:
+            result = conform(name, workdir)
+        except Exception as e:  # a crash of one model is that model's failure
+            result = Result(name)
+            result.failures.append(f"error: {e}")
+        print(f"CONFORMANCE {name} {'FAILED' if result.failures else 'PASSED'}", flush=True)
+        results.append(result)
+    if not args.keep:
+        subprocess.run(["rm", "-rf", workdir], check=False)
+    print()
+    print_table(results)
+    failed = sum(1 for r in results if r.failures)
+    print(f"\nconformance: {len(results) - failed} passed, {failed} failed (models)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
