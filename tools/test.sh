@@ -30,6 +30,25 @@ step_bazel_tests() {
   FAILED=$((FAILED + failed))
 }
 
+# Conformance against PyTorch 1.13 (tests/conformance/conformance.py): one case per model
+# (resnet18, resnet50, mobilenet_v2, the residual example), counted from its
+# "CONFORMANCE <model> PASSED|FAILED" lines; it prints the table of figures.
+step_conformance() {
+  local log
+  log="$(mktemp)"
+  PYTHONPATH=python /usr/bin/python3 tests/conformance/conformance.py 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local passed failed
+  passed=$(grep -cE '^CONFORMANCE [^ ]+ PASSED$' "$log")
+  failed=$(grep -cE '^CONFORMANCE [^ ]+ FAILED$' "$log")
+  rm -f "$log"
+  # A crash before any model ran (no torch, a build failure) still counts once.
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+  echo "conformance: $passed passed, $failed failed (models)"
+  PASSED=$((PASSED + passed))
+  FAILED=$((FAILED + failed))
+}
+
 # ---- Steps --------------------------------------------------------------------------
 # Later work adds its step here: a function that runs its suite and adds to PASSED and
 # FAILED, then its name in STEPS.
@@ -38,6 +57,7 @@ step_bazel_tests() {
 #   step_sanitizers           //tests/... under ASan/UBSan (clang-14)
 STEPS=(
   step_bazel_tests
+  step_conformance
 )
 
 if ! bash tools/install_deps.sh; then
