@@ -35,8 +35,8 @@ fi
 
 build_labels=()
 for t in "${targets[@]}"; do build_labels+=("//tests/fuzz:${t}"); done
-"${bazel_clang[@]}" build --config=fuzz "${build_labels[@]}"
 bin_dir="$("${bazel_clang[@]}" info --config=fuzz bazel-bin 2>/dev/null)"
+"${bazel_clang[@]}" build --config=fuzz "${build_labels[@]}"
 
 # Runs one target; writes its summary line to $workdir/<target>/summary.
 run_target() {
