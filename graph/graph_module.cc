@@ -1,8 +1,10 @@
 #include "graph/graph_module.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "graph/status_macros.h"
@@ -113,6 +115,47 @@ absl::Status GraphModule::RemoveModule(absl::string_view path) {
   Module* parent = FindModule(parent_path);
   if (parent == nullptr || parent->RemoveChild(name) == nullptr) {
     return absl::NotFoundError(absl::StrCat("no module '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GraphModule::RemoveModules(const std::vector<std::string>& paths) {
+  absl::flat_hash_set<Symbol> targets;
+  for (const std::string& path : paths) {
+    if (path.empty() || FindModule(path) == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no module '", path, "'"));
+    }
+    const Symbol target = Symbol::Lookup(path);
+    if (!target.empty()) targets.insert(target);
+  }
+  if (!targets.empty()) {
+    for (Node* n = graph_->first(); n != nullptr; n = n->next()) {
+      if (n->op() == OpKind::kCallModule && targets.contains(n->target())) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot remove module '", n->target().name(), "': node '", n->name(),
+                         "' still calls it"));
+      }
+    }
+  }
+  // Group the names by parent path; remove from the deepest parents first, so no parent
+  // is freed (with its subtree) before its own children are edited.
+  absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> by_parent;
+  for (const std::string& path : paths) {
+    auto [parent, name] = SplitLast(path);
+    by_parent[std::string(parent)].insert(std::string(name));
+  }
+  std::vector<std::string> parents;
+  parents.reserve(by_parent.size());
+  for (const auto& entry : by_parent) parents.push_back(entry.first);
+  const auto depth = [](const std::string& path) {
+    return path.empty() ? 0 : 1 + std::count(path.begin(), path.end(), '.');
+  };
+  std::sort(parents.begin(), parents.end(), [&](const std::string& a, const std::string& b) {
+    return depth(a) != depth(b) ? depth(a) > depth(b) : a < b;
+  });
+  for (const std::string& parent_path : parents) {
+    // Absent if an enclosing path was removed already: then so are these.
+    if (Module* parent = FindModule(parent_path)) parent->RemoveChildren(by_parent[parent_path]);
   }
   return absl::OkStatus();
 }

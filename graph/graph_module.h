@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -39,6 +40,13 @@ class GraphModule {
   absl::Status SetModule(absl::string_view path, std::unique_ptr<Module> module);
   // Removes the module at `path`; FailedPrecondition if a call_module node still uses it.
   absl::Status RemoveModule(absl::string_view path);
+  // Removes the modules at all of `paths` at once: NotFound if one does not exist,
+  // FailedPrecondition if a call_module node uses one; either way nothing is removed.
+  // One scan of the graph and one pass over each parent's children, where calling
+  // RemoveModule k times costs k scans of the graph and of the parent (what made removing
+  // the modules a fusion pass frees quadratic). A path inside another removed path is
+  // removed with it.
+  absl::Status RemoveModules(const std::vector<std::string>& paths);
   // Installs a tensor at `path` (its parent module must exist).
   absl::Status SetTensor(absl::string_view path, Tensor tensor);
   // A module path under `parent` ("" = root) not yet taken, from `hint`.

@@ -145,6 +145,21 @@ std::unique_ptr<Module> Module::RemoveChild(absl::string_view name) {
   return child;
 }
 
+int Module::RemoveChildren(const absl::flat_hash_set<std::string>& names) {
+  size_t kept = 0;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (names.contains(children_[i].first)) continue;
+    if (kept != i) children_[kept] = std::move(children_[i]);
+    ++kept;
+  }
+  const int removed = static_cast<int>(children_.size() - kept);
+  if (removed == 0) return 0;
+  children_.resize(kept);
+  child_index_.clear();
+  for (size_t i = 0; i < children_.size(); ++i) child_index_.emplace(children_[i].first, i);
+  return removed;
+}
+
 std::unique_ptr<Module> Module::Clone() const {
   auto copy = std::make_unique<Module>(type_);
   copy->tensors_ = tensors_;

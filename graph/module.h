@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "graph/argument.h"
@@ -58,6 +59,11 @@ class Module {
   // Adds or replaces; returns the child.
   Module* SetChild(absl::string_view name, std::unique_ptr<Module> child);
   std::unique_ptr<Module> RemoveChild(absl::string_view name);
+  // Removes every child whose name is in `names` (absent names are ignored) in one pass
+  // over the children, keeping the others' order; returns how many were removed.
+  // RemoveChild is O(children) per call, so removing k of n children one by one is
+  // O(k * n); this is O(n).
+  int RemoveChildren(const absl::flat_hash_set<std::string>& names);
   const std::vector<std::pair<std::string, std::unique_ptr<Module>>>& children() const {
     return children_;
   }
