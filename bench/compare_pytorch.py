@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""Side by side: PyTorch 1.13 FX and fuselage on identical graphs.
+
+For each synthetic network size (written by //bench:write_synthetic, then rebuilt in
+PyTorch from that same model file with fuselage.to_torch) and for torchvision's resnet50
+(exported with `python -m fuselage export-torchvision`), times:
+
+  stage     PyTorch                                   fuselage (CLI, --time)
+  match     fuse.py's _find_matches, native patterns   `fuse` line "time match"
+  fuse      fuse_fx                                    `fuse` line "time fuse"
+  prepare   prepare_fx (default qconfig mapping)       `prepare` line "time prepare" *
+  convert   convert_fx                                 `convert`/`lower` lines *
+
+* only if the `fuselage` binary has those subcommands with --time; else "n/a".
+Each PyTorch stage runs in its own process (its prerequisites untimed) and is stopped
+after --budget seconds: it is then reported as "> budget" with the budget.
+fuselage times exclude loading and saving the model file (reported separately as
+"load" / "save" rows).
+
+Run from the repository root after building the tools:
+
+  bazel build //tools:fuselage //bench:write_synthetic
+  PYTHONPATH=python /usr/bin/python3 bench/compare_pytorch.py --sizes 1000,3000,10000 \
+      --resnet50 --budget 120
+"""
+import argparse
+import multiprocessing as mp
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+STAGES = ["match", "fuse", "prepare", "convert"]
+
+
+def _load_torch(model):
+    import fuselage
+    if model["kind"] == "resnet50":
+        import torch.fx
+        import torchvision
+        return torch.fx.symbolic_trace(torchvision.models.resnet50().eval())
+    return fuselage.to_torch(model["path"])
+
+
+def _pytorch_stage(model, stage, queue):
+    """Runs `stage` on `model` in this (child) process and puts its seconds on `queue`."""
+    import warnings
+    warnings.filterwarnings("ignore")  # PyTorch's deprecation notes would break the table
+    import torch
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.backend_config import get_native_backend_config
+    from torch.ao.quantization.fx.backend_config_utils import (
+        get_fusion_pattern_to_fuse_handler_cls)
+    from torch.ao.quantization.fx.fuse import _find_matches
+    from torch.ao.quantization.fx.pattern_utils import sorted_patterns_dict
+    from torch.ao.quantization.quantize_fx import convert_fx, fuse_fx, prepare_fx
+
+    torch.manual_seed(0)
+    gm = _load_torch(model).eval()
+    example = (torch.randn(1, 3, 224, 224) if model["kind"] == "resnet50"
+               else torch.randn(1, 8, 8, 8),)
+    qconfig_mapping = get_default_qconfig_mapping("fbgemm")
+    if stage == "match":
+        patterns = sorted_patterns_dict(
+            get_fusion_pattern_to_fuse_handler_cls(get_native_backend_config()))
+        start = time.perf_counter()
+        _find_matches(gm, gm.graph, patterns)
+    elif stage == "fuse":
+        start = time.perf_counter()
+        fuse_fx(gm)
+    elif stage == "prepare":
+        start = time.perf_counter()
+        prepare_fx(gm, qconfig_mapping, example)
+    elif stage == "convert":
+        prepared = prepare_fx(gm, qconfig_mapping, example)
+        prepared(*example)  # calibrate once, so observers hold statistics
+        start = time.perf_counter()
+        convert_fx(prepared)
+    queue.put(time.perf_counter() - start)
+
+
+def pytorch_seconds(model, stage, budget):
+    """Seconds, or None if the stage did not finish within `budget` seconds."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_pytorch_stage, args=(model, stage, queue))
+    proc.start()
+    proc.join(budget + 60)  # + time to import torch and build the prerequisites
+    if proc.is_alive():
+        proc.terminate()
+        proc.join()
+        return None
+    if queue.empty():
+        raise RuntimeError(f"PyTorch {stage} on {model['name']} failed (exit {proc.exitcode})")
+    seconds = queue.get()
+    return None if seconds > budget else seconds
+
+
+def fuselage_times(binary, model_path, workdir):
+    """Stage -> seconds from the CLI's --time lines, for every stage it has."""
+    times = {}
+    fused = os.path.join(workdir, "fused.fsl")
+    out = subprocess.run([binary, "fuse", model_path, "--backend=native", "-o", fused,
+                          "--time"], check=True, capture_output=True, text=True).stdout
+    for stage, ms in re.findall(r"^time (\w+)\s+([0-9.]+) ms$", out, re.M):
+        times[stage] = float(ms) / 1000.0
+    commands = subprocess.run([binary, "help"], capture_output=True, text=True).stdout
+    # Later stages, when the CLI has them: each takes the previous stage's output.
+    previous = fused
+    for command, stage in (("prepare", "prepare"), ("convert", "convert"), ("lower", "lower")):
+        if not re.search(rf"^\s*{command}\b", commands, re.M):
+            continue
+        out_path = os.path.join(workdir, f"{stage}.fsl")
+        result = subprocess.run([binary, command, previous, "--backend=native", "-o", out_path,
+                                 "--time"], capture_output=True, text=True)
+        if result.returncode != 0:
+            continue
+        for name, ms in re.findall(r"^time (\w+)\s+([0-9.]+) ms$", result.stdout, re.M):
+            if name in (stage, command):
+                times[stage] = float(ms) / 1000.0
+        previous = out_path
+    return times
+
+
+def node_count(binary, model_path):
+    out = subprocess.run([binary, "verify", model_path], check=True, capture_output=True,
+                         text=True).stdout
+    return int(re.search(r"\((\d+) nodes", out).group(1))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1000,3000,10000",
+                        help="synthetic network sizes in nodes, comma-separated")
+    parser.add_argument("--resnet50", action="store_true", help="also torchvision resnet50")
+    parser.add_argument("--budget", type=float, default=120.0,
+                        help="seconds a PyTorch stage may take before it is stopped")
+    parser.add_argument("--fuselage", default="bazel-bin/tools/fuselage")
+    parser.add_argument("--writer", default="bazel-bin/bench/write_synthetic")
+    parser.add_argument("--stages", default=",".join(STAGES))
+    args = parser.parse_args()
+    stages = args.stages.split(",")
+
+    workdir = tempfile.mkdtemp(prefix="fuselage_compare_")
+    models = []
+    for size in [int(s) for s in args.sizes.split(",") if s]:
+        path = os.path.join(workdir, f"synthetic_{size}.fsl")
+        subprocess.run([args.writer, str(size), path], check=True, capture_output=True)
+        models.append({"name": f"synthetic {size}", "kind": "synthetic", "path": path})
+    if args.resnet50:
+        path = os.path.join(workdir, "resnet50.fsl")
+        subprocess.run([sys.executable, "-m", "fuselage", "export-torchvision", "resnet50", path],
+                       check=True, capture_output=True)
+        models.append({"name": "resnet50", "kind": "resnet50", "path": path})
+
+    print(f"{'model':<18} {'stage':<8} {'nodes':>8} {'PyTorch s':>12} {'fuselage s':>12} "
+          f"{'ratio':>10}")
+    for model in models:
+        nodes = node_count(args.fuselage, model["path"])
+        ours = fuselage_times(args.fuselage, model["path"], workdir)
+        for stage in stages:
+            theirs = pytorch_seconds(model, stage, args.budget)
+            mine = ours.get(stage)
+            theirs_text = f"> {args.budget:g}" if theirs is None else f"{theirs:.6f}"
+            mine_text = "n/a" if mine is None else f"{mine:.6f}"
+            if mine is None or mine == 0:
+                ratio = "n/a"
+            elif theirs is None:
+                ratio = f"> {args.budget / mine:,.0f}x"
+            else:
+                ratio = f"{theirs / mine:,.0f}x"
+            print(f"{model['name']:<18} {stage:<8} {nodes:>8} {theirs_text:>12} {mine_text:>12} "
+                  f"{ratio:>10}", flush=True)
+        for stage in ("load", "save"):
+            if stage in ours:
+                print(f"{model['name']:<18} {stage:<8} {nodes:>8} {'':>12} {ours[stage]:>12.6f}")
+
+
+if __name__ == "__main__":
+    main()
