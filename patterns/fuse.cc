@@ -37,6 +37,19 @@ absl::Status Internal(const absl::Status& status) {
       "may be partly fused): ", status.message()));
 }
 
+// A module path not yet taken, from `hint`: hint, hint_1, hint_2, ... The per-hint counter
+// keeps many fusions of one shared module linear (GraphModule::UniqueModulePath would
+// rescan hint_1.. from the start each time).
+std::string FreshModulePath(const GraphModule& gm, absl::string_view hint,
+                            absl::flat_hash_map<std::string, int>& next_suffix) {
+  int& k = next_suffix[hint];
+  while (true) {
+    std::string path = k == 0 ? std::string(hint) : absl::StrCat(hint, "_", k);
+    ++k;
+    if (gm.FindModule(path) == nullptr && gm.FindTensor(path) == nullptr) return path;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
@@ -142,6 +155,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
 
   // ---- Apply ----------------------------------------------------------------------------
   absl::flat_hash_map<Node*, Node*> replaced;  // outermost node -> its fused node
+  absl::flat_hash_map<std::string, int> next_suffix;  // for FreshModulePath
   const auto remap = [&replaced](Node* n) {
     const auto it = replaced.find(n);
     return it == replaced.end() ? n : it->second;
@@ -156,9 +170,11 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     const std::string path =
         plan.reuse_root_path
             ? std::string(plan.root->target().name())
-            : gm.UniqueModulePath(plan.root->op() == OpKind::kCallModule
-                                      ? plan.root->target().name()
-                                      : absl::string_view(root_name));
+            : FreshModulePath(gm,
+                              plan.root->op() == OpKind::kCallModule
+                                  ? plan.root->target().name()
+                                  : absl::string_view(root_name),
+                              next_suffix);
     absl::Status status = gm.SetModule(path, std::move(plan.module));
     if (!status.ok()) return Internal(status);
 
@@ -196,8 +212,18 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
           get_attr_paths.contains(freed_path)) {
         continue;
       }
-      status = gm.RemoveModule(freed_path);
-      if (!status.ok()) return Internal(status);
+      // The use count above already proves no call_module node calls it, so detach it from
+      // its parent directly: GraphModule::RemoveModule would rescan the whole graph to
+      // prove it again, once per removed module.
+      const size_t dot = freed_path.rfind('.');
+      Module* parent = dot == absl::string_view::npos
+                           ? &gm.root()
+                           : gm.FindModule(freed_path.substr(0, dot));
+      const absl::string_view child =
+          dot == absl::string_view::npos ? freed_path : freed_path.substr(dot + 1);
+      if (parent == nullptr || parent->RemoveChild(child) == nullptr) {
+        return Internal(absl::NotFoundError(absl::StrCat("no module '", freed_path, "'")));
+      }
     }
   }
   return static_cast<int>(plans.size());
