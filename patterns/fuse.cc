@@ -156,6 +156,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   // ---- Apply ----------------------------------------------------------------------------
   absl::flat_hash_map<Node*, Node*> replaced;  // outermost node -> its fused node
   absl::flat_hash_map<std::string, int> next_suffix;  // for FreshModulePath
+  std::vector<std::string> unused_modules;            // removed after the last fusion
   const auto remap = [&replaced](Node* n) {
     const auto it = replaced.find(n);
     return it == replaced.end() ? n : it->second;
@@ -212,19 +213,14 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
           get_attr_paths.contains(freed_path)) {
         continue;
       }
-      // The use count above already proves no call_module node calls it, so detach it from
-      // its parent directly: GraphModule::RemoveModule would rescan the whole graph to
-      // prove it again, once per removed module.
-      const size_t dot = freed_path.rfind('.');
-      Module* parent = dot == absl::string_view::npos
-                           ? &gm.root()
-                           : gm.FindModule(freed_path.substr(0, dot));
-      const absl::string_view child =
-          dot == absl::string_view::npos ? freed_path : freed_path.substr(dot + 1);
-      if (parent == nullptr || parent->RemoveChild(child) == nullptr) {
-        return Internal(absl::NotFoundError(absl::StrCat("no module '", freed_path, "'")));
-      }
+      unused_modules.push_back(std::string(freed_path));
     }
+  }
+  // All at once: one graph scan and one pass per parent, where removing them one by one
+  // would rescan the graph and the parent's children for each.
+  if (!unused_modules.empty()) {
+    const absl::Status status = gm.RemoveModules(unused_modules);
+    if (!status.ok()) return Internal(status);
   }
   return static_cast<int>(plans.size());
 }
