@@ -1,0 +1,322 @@
+// Prepare and ConvertToReference on small hand-built graphs: where observers go (own vs
+// shared observers, reuse by several consumers), the report of ops kept float and why,
+// errors that leave the graph unchanged, and the reference graph and modules convert
+// makes, checked against hand-computed quantization parameters.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backend_configs/builtin_configs.h"
+#include "graph/serialization.h"
+#include "gtest/gtest.h"
+#include "quantize/calibrate.h"
+#include "quantize/convert.h"
+#include "quantize/prepare.h"
+#include "runtime/builtin_kernels.h"
+
+namespace fuselage {
+namespace {
+
+std::string Listing(const Graph& g) {
+  std::string s;
+  for (const Node* n : g.Nodes()) absl::StrAppend(&s, n->ToString(), "\n");
+  return s;
+}
+
+// nn.Conv2d 1→1, 1x1 kernel, weight `w`, bias 0.
+std::unique_ptr<Module> Conv1x1(float w) {
+  auto conv = std::make_unique<Module>("nn.Conv2d");
+  conv->SetTensor("weight", Tensor::FromFloats({1, 1, 1, 1}, {w}));
+  conv->SetTensor("bias", Tensor::FromFloats({1}, {0.0f}));
+  conv->SetAttribute("in_channels", Argument::Int(1));
+  conv->SetAttribute("out_channels", Argument::Int(1));
+  conv->SetAttribute("kernel_size", Argument::Ints({1, 1}));
+  conv->SetAttribute("stride", Argument::Ints({1, 1}));
+  conv->SetAttribute("padding", Argument::Ints({0, 0}));
+  conv->SetAttribute("dilation", Argument::Ints({1, 1}));
+  conv->SetAttribute("groups", Argument::Int(1));
+  conv->SetAttribute("padding_mode", Argument::String("zeros"));
+  return conv;
+}
+
+std::unique_ptr<Module> MaxPool1x1() {
+  auto m = std::make_unique<Module>("nn.MaxPool2d");
+  m->SetAttribute("kernel_size", Argument::Ints({1, 1}));
+  m->SetAttribute("stride", Argument::Ints({1, 1}));
+  m->SetAttribute("padding", Argument::Ints({0, 0}));
+  m->SetAttribute("dilation", Argument::Ints({1, 1}));
+  m->SetAttribute("ceil_mode", Argument::Bool(false));
+  return m;
+}
+
+// MinMax quint8 activations (affine, full range), MinMax qint8 symmetric weights.
+QConfigMapping MinMaxMapping() {
+  ObserverSpec activation;
+  activation.kind = ObserverKind::kMinMax;
+  activation.dtype = DType::kQUInt8;
+  QConfigMapping mapping;
+  mapping.SetGlobal(QConfig{activation, DefaultWeightObserver()});
+  return mapping;
+}
+
+bool IsObserverNode(const GraphModule& gm, const Node* n) {
+  if (n == nullptr || n->op() != OpKind::kCallModule) return false;
+  const Module* m = gm.FindModule(n->target().name());
+  return m != nullptr && IsObserverModuleType(m->type());
+}
+
+// x → conv → pool → output, and x also feeds a float-only op (torch.sigmoid stays float:
+// fixed-qparams ops are not quantized yet, and the report says so).
+struct ConvPoolModel {
+  GraphModule gm;
+  Node* x;
+  Node* conv;
+  Node* pool;
+  Node* sigmoid;
+};
+std::unique_ptr<ConvPoolModel> BuildConvPool() {
+  auto model = std::make_unique<ConvPoolModel>();
+  GraphModule& gm = model->gm;
+  EXPECT_TRUE(gm.SetModule("conv", Conv1x1(0.5f)).ok());
+  EXPECT_TRUE(gm.SetModule("pool", MaxPool1x1()).ok());
+  Graph& g = gm.graph();
+  model->x = *g.AddPlaceholder("x");
+  model->conv = *g.AddCallModule("conv", {model->x});
+  model->pool = *g.AddCallModule("pool", {model->conv});
+  model->sigmoid = *g.AddCallFunction("torch.sigmoid", {model->x});
+  EXPECT_TRUE(g.SetOutput(Argument::Tuple({model->pool, model->sigmoid})).ok());
+  EXPECT_TRUE(gm.Verify().ok()) << gm.Verify();
+  return model;
+}
+
+TEST(PrepareTest, ObserversFollowObservationTypes) {
+  auto m = BuildConvPool();
+  auto config = *GetBackendConfig("qnnpack");
+  auto prepared = Prepare(m->gm, MinMaxMapping(), config);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify() << "\n" << Listing(m->gm.graph());
+
+  // conv reads an observer of x; pool reads conv's output observer; pool's own output
+  // observer calls the same module as its input's (OUTPUT_SHARE_OBSERVER_WITH_INPUT).
+  const Node* x_obs = m->conv->arg(0).as_node();
+  ASSERT_TRUE(IsObserverNode(m->gm, x_obs)) << Listing(m->gm.graph());
+  EXPECT_EQ(x_obs->arg(0).as_node(), m->x);
+  const Node* conv_obs = m->pool->arg(0).as_node();
+  ASSERT_TRUE(IsObserverNode(m->gm, conv_obs));
+  EXPECT_EQ(conv_obs->arg(0).as_node(), m->conv);
+  EXPECT_NE(conv_obs->target(), x_obs->target());
+  const Node* pool_obs = m->gm.graph().output()->arg(0).items()[0].as_node();
+  ASSERT_TRUE(IsObserverNode(m->gm, pool_obs));
+  EXPECT_EQ(pool_obs->arg(0).as_node(), m->pool);
+  EXPECT_EQ(pool_obs->target(), conv_obs->target());
+  // The float sigmoid still reads x itself.
+  EXPECT_EQ(m->sigmoid->arg(0).as_node(), m->x);
+
+  EXPECT_EQ(prepared->report.quantized_ops, 2);
+  EXPECT_EQ(prepared->report.observer_nodes, 3);
+  EXPECT_EQ(prepared->report.observer_modules, 2);
+  EXPECT_EQ(prepared->observers.size(), 2u);
+  ASSERT_EQ(prepared->report.kept_float.size(), 1u) << prepared->report.ToString();
+  EXPECT_EQ(prepared->report.kept_float[0].node, "sigmoid");
+  EXPECT_NE(prepared->report.kept_float[0].reason.find("fixed-qparams"), std::string::npos);
+  // conv's plan: nn.Conv2d → nnqr.Conv2d with the qconfig's weight observer.
+  const QuantizedOpPlan& plan = prepared->quantized_ops.at("conv");
+  EXPECT_EQ(plan.root_module.name(), "nn.Conv2d");
+  EXPECT_EQ(plan.reference_module.name(), "nnqr.Conv2d");
+  EXPECT_EQ(plan.weight_observer, DefaultWeightObserver());
+}
+
+// Two quantized consumers of one value share one observer of it.
+TEST(PrepareTest, ConsumersOfOneValueShareItsObserver) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("a", Conv1x1(0.5f)).ok());
+  ASSERT_TRUE(gm.SetModule("b", Conv1x1(2.0f)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* a = *g.AddCallModule("a", {x});
+  Node* b = *g.AddCallModule("b", {x});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({a, b})).ok());
+  auto prepared = Prepare(gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(a->arg(0).as_node(), b->arg(0).as_node()) << Listing(g);
+  EXPECT_TRUE(IsObserverNode(gm, a->arg(0).as_node()));
+  EXPECT_EQ(prepared->report.observer_nodes, 3);  // x's, a's, b's
+}
+
+// qnnpack's first conv dtype config wants qint8 activations with scale >= 2^-12 and the
+// second wants quint8; a qint8 activation with a small eps satisfies neither, so the conv
+// stays float and the report says why, config by config.
+TEST(PrepareTest, UnsatisfiedDTypeConfigKeepsOpFloatAndSaysWhy) {
+  auto m = BuildConvPool();
+  ObserverSpec activation;
+  activation.kind = ObserverKind::kMinMax;
+  activation.dtype = DType::kQInt8;
+  activation.qscheme = ObserverQScheme::kPerTensorSymmetric;
+  activation.eps = 1e-9;
+  QConfigMapping mapping;
+  mapping.SetGlobal(QConfig{activation, DefaultWeightObserver()});
+  auto prepared = Prepare(m->gm, mapping, *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ASSERT_TRUE(m->gm.Verify().ok());
+  EXPECT_EQ(m->conv->arg(0).as_node(), m->x) << Listing(m->gm.graph());
+  const PrepareReport::KeptFloat* conv_entry = nullptr;
+  for (const auto& k : prepared->report.kept_float) {
+    if (k.node == "conv") conv_entry = &k;
+  }
+  ASSERT_NE(conv_entry, nullptr) << prepared->report.ToString();
+  EXPECT_EQ(conv_entry->op, "nn.Conv2d");
+  EXPECT_NE(conv_entry->reason.find("[0] input needs scale >= 0.000244141"),
+            std::string::npos) << conv_entry->reason;
+  EXPECT_NE(conv_entry->reason.find("[1] input dtype torch.quint8 is not the observer's torch.qint8"),
+            std::string::npos) << conv_entry->reason;
+  EXPECT_NE(prepared->report.ToString().find("kept float: conv (nn.Conv2d)"), std::string::npos);
+}
+
+TEST(PrepareTest, QConfigNoneIsReported) {
+  auto m = BuildConvPool();
+  QConfigMapping mapping = MinMaxMapping();
+  mapping.SetModuleName("conv", std::nullopt);
+  auto prepared = Prepare(m->gm, mapping, *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(m->conv->arg(0).as_node(), m->x);
+  ASSERT_FALSE(prepared->report.kept_float.empty());
+  EXPECT_EQ(prepared->report.kept_float[0].node, "conv");
+  EXPECT_EQ(prepared->report.kept_float[0].reason, "its qconfig is None");
+}
+
+// An invalid observer spec is an error naming the node, and the graph is untouched.
+TEST(PrepareTest, InvalidQConfigFailsWithoutChangingTheGraph) {
+  auto m = BuildConvPool();
+  const std::string before = SerializeModel(m->gm);
+  ObserverSpec activation;
+  activation.kind = ObserverKind::kMinMax;
+  activation.eps = -1;
+  QConfigMapping mapping;
+  mapping.SetGlobal(QConfig{activation, DefaultWeightObserver()});
+  auto prepared = Prepare(m->gm, mapping, *GetBackendConfig("qnnpack"));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_EQ(prepared.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(prepared.status().message().find("node 'conv'"), std::string::npos)
+      << prepared.status();
+  EXPECT_EQ(SerializeModel(m->gm), before);
+}
+
+// Calibration on known values, then convert: hand-computed quantization parameters.
+TEST(ConvertTest, ObserversBecomeQuantizeDequantizeWithCalibratedParameters) {
+  auto m = BuildConvPool();
+  auto prepared = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  auto kernels = *BuiltinKernels();
+  ASSERT_TRUE(RegisterObserverKernels(*kernels).ok());
+  // x in [-1, 3]; conv (w = 0.5, bias 0) gives [-0.5, 1.5].
+  const std::vector<CalibrationSample> samples = {
+      {Tensor::FromFloats({1, 1, 1, 2}, {-1.0f, 3.0f})}};
+  auto calibration = Calibrate(m->gm, *prepared, samples, *kernels);
+  ASSERT_TRUE(calibration.ok()) << calibration.status();
+  EXPECT_TRUE(calibration->unobserved.empty());
+
+  auto report = ConvertToReference(m->gm, *prepared);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify() << "\n" << Listing(m->gm.graph());
+  EXPECT_EQ(report->observers_replaced, 3);
+  EXPECT_EQ(report->reference_modules, 1);
+  EXPECT_EQ(m->gm.FindModule("observers"), nullptr);
+
+  // conv reads dequantize(quantize_per_tensor(x, 4/255, 64, quint8)):
+  // scale = (3 - (-1)) / 255, zero point = 0 - round(-1 / scale) = round(63.75) = 64.
+  const Node* dq = m->conv->arg(0).as_node();
+  ASSERT_EQ(dq->target().name(), "dequantize") << Listing(m->gm.graph());
+  const Node* q = dq->arg(0).as_node();
+  ASSERT_EQ(q->target().name(), "torch.quantize_per_tensor");
+  EXPECT_EQ(q->arg(0).as_node(), m->x);
+  EXPECT_FLOAT_EQ(static_cast<float>(q->arg(1).as_float()), 4.0f / 255.0f);
+  EXPECT_EQ(q->arg(2).as_int(), 64);
+  EXPECT_EQ(q->arg(3).as_dtype(), DType::kQUInt8);
+  // pool's input and output quantize share conv's parameters: 2/255, zero point 64.
+  const Node* pool_in_q = m->pool->arg(0).as_node()->arg(0).as_node();
+  const Node* out_dq = m->gm.graph().output()->arg(0).items()[0].as_node();
+  ASSERT_EQ(out_dq->target().name(), "dequantize");
+  const Node* pool_out_q = out_dq->arg(0).as_node();
+  EXPECT_EQ(pool_out_q->arg(0).as_node(), m->pool);
+  EXPECT_FLOAT_EQ(static_cast<float>(pool_in_q->arg(1).as_float()), 2.0f / 255.0f);
+  EXPECT_EQ(pool_in_q->arg(2).as_int(), 64);
+  EXPECT_EQ(pool_out_q->arg(1), pool_in_q->arg(1));
+  EXPECT_EQ(pool_out_q->arg(2), pool_in_q->arg(2));
+
+  // The reference conv: weight 0.5 with MinMax qint8 symmetric: scale = 0.5 / 127.5
+  // (max(|min|, |max|) / ((127 - (-128)) / 2)), zero point 0.
+  const Module* ref = m->gm.FindModule("conv");
+  ASSERT_NE(ref, nullptr);
+  EXPECT_EQ(ref->type().name(), "nnqr.Conv2d");
+  EXPECT_FLOAT_EQ(ref->FindTensor("weight_scale")->data<float>()[0], 0.5f / 127.5f);
+  EXPECT_EQ(ref->FindTensor("weight_zero_point")->data<int64_t>()[0], 0);
+  EXPECT_EQ(ref->FindAttribute("weight_qscheme")->as_string(), "torch.per_tensor_affine");
+  EXPECT_EQ(ref->FindAttribute("weight_dtype")->as_dtype(), DType::kQInt8);
+  EXPECT_EQ(*ref->FindTensor("weight"), Tensor::FromFloats({1, 1, 1, 1}, {0.5f}));
+}
+
+// A fused module keeps its type and structure; child "0" becomes the reference module.
+TEST(ConvertTest, FusedModuleKeepsStructureWithReferenceChild) {
+  GraphModule gm;
+  auto fused = std::make_unique<Module>("nni.ConvReLU2d");
+  fused->SetChild("0", Conv1x1(-0.25f));
+  fused->SetChild("1", std::make_unique<Module>("nn.ReLU"));
+  ASSERT_TRUE(gm.SetModule("block", std::move(fused)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* block = *g.AddCallModule("block", {x});
+  ASSERT_TRUE(g.SetOutput(block).ok());
+  auto prepared = Prepare(gm, MinMaxMapping(), *GetBackendConfig("fbgemm"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  auto report = ConvertToReference(gm, *prepared);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  const Module* m = gm.FindModule("block");
+  EXPECT_EQ(m->type().name(), "nni.ConvReLU2d");
+  ASSERT_EQ(m->children().size(), 2u);
+  EXPECT_EQ(m->FindChild("0")->type().name(), "nnqr.Conv2d");
+  EXPECT_EQ(m->FindChild("1")->type().name(), "nn.ReLU");
+  EXPECT_FLOAT_EQ(m->FindChild("0")->FindTensor("weight_scale")->data<float>()[0],
+                  0.25f / 127.5f);
+}
+
+// Per-channel weight observers give per-channel weight parameters on axis 0.
+TEST(ConvertTest, PerChannelWeightParameters) {
+  auto conv = Conv1x1(1.0f);
+  conv->SetTensor("weight", Tensor::FromFloats({2, 1, 1, 1}, {0.5f, -2.0f}));
+  conv->SetAttribute("out_channels", Argument::Int(2));
+  auto ref = MakeReferenceModule(*conv, Symbol::Intern("nnqr.Conv2d"),
+                                 DefaultPerChannelWeightObserver());
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const Tensor* scale = (*ref)->FindTensor("weight_scale");
+  ASSERT_EQ(scale->shape(), std::vector<int64_t>({2}));
+  EXPECT_FLOAT_EQ(scale->data<float>()[0], 0.5f / 127.5f);
+  EXPECT_FLOAT_EQ(scale->data<float>()[1], 2.0f / 127.5f);
+  EXPECT_EQ((*ref)->FindAttribute("weight_qscheme")->as_string(), "torch.per_channel_affine");
+  EXPECT_EQ((*ref)->FindTensor("weight_axis")->data<int64_t>()[0], 0);
+}
+
+TEST(CalibrateTest, RandomSamplesNeedAShape) {
+  auto m = BuildConvPool();
+  auto samples = RandomCalibrationSamples(m->gm, 2, 5);
+  ASSERT_FALSE(samples.ok());
+  EXPECT_NE(samples.status().message().find("placeholder 'x'"), std::string::npos);
+  auto shaped = RandomCalibrationSamples(m->gm, 2, 5, {{"x", {1, 1, 2, 2}}});
+  ASSERT_TRUE(shaped.ok()) << shaped.status();
+  ASSERT_EQ(shaped->size(), 2u);
+  EXPECT_EQ((*shaped)[0][0].shape(), std::vector<int64_t>({1, 1, 2, 2}));
+  EXPECT_FALSE((*shaped)[0][0] == (*shaped)[1][0]);
+  // The same seed gives the same inputs.
+  EXPECT_TRUE((*shaped)[0][0] == (*RandomCalibrationSamples(m->gm, 1, 5, {{"x", {1, 1, 2, 2}}}))[0][0]);
+  for (int64_t i = 0; i < 4; ++i) {
+    const float v = (*shaped)[0][0].data<float>()[i];
+    EXPECT_GE(v, -1.0f);
+    EXPECT_LT(v, 1.0f);
+  }
+}
+
+}  // namespace
+}  // namespace fuselage
