@@ -85,7 +85,13 @@ absl::StatusOr<std::unique_ptr<Module>> WrapInSequence(const GraphModule& gm,
 
 bool IsFoldableInto(Symbol type) {
   const absl::string_view t = type.name();
-  return t == "nn.Conv1d" || t == "nn.Conv2d" || t == "nn.Conv3d" || t == "nn.Linear";
+  return t == "nn.Conv1d" || t == "nn.Conv2d" || t == "nn.Conv3d" || t == "nn.Linear" ||
+         t == "nn.ConvTranspose1d" || t == "nn.ConvTranspose2d" || t == "nn.ConvTranspose3d";
+}
+
+bool IsConvTranspose(Symbol type) {
+  const absl::string_view t = type.name();
+  return t == "nn.ConvTranspose1d" || t == "nn.ConvTranspose2d" || t == "nn.ConvTranspose3d";
 }
 
 bool IsBatchNorm(Symbol type) {
@@ -126,8 +132,21 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(const Module& conv,
         "batch-norm folding: weight of '", conv_path, "' must be a float32 tensor of rank >= 2,"
         " got ", DTypeName(weight->dtype()), " ", weight->ShapeString()));
   }
-  const int64_t out_channels = weight->shape()[0];
-  const int64_t per_channel = out_channels == 0 ? 0 : weight->numel() / out_channels;
+  // A transposed conv's weight is [in, out / groups, k...]: output channels are dim 1, as
+  // in PyTorch's fuse_conv_bn_weights(transpose=True), which supports groups == 1 only.
+  const bool transpose = IsConvTranspose(conv.type());
+  if (transpose && conv.FindAttribute("groups") != nullptr) {
+    ASSIGN_OR_RETURN(int64_t groups, conv.GetInt("groups"));
+    if (groups != 1) {
+      return absl::UnimplementedError(absl::StrCat(
+          "batch-norm folding: transposed conv '", conv_path, "' has groups = ", groups,
+          "; only groups = 1 folds (as in PyTorch)"));
+    }
+  }
+  const int64_t outer = transpose ? weight->shape()[0] : 1;
+  const int64_t out_channels = weight->shape()[transpose ? 1 : 0];
+  const int64_t per_channel =
+      out_channels == 0 || outer == 0 ? 0 : weight->numel() / (outer * out_channels);
   ASSIGN_OR_RETURN(std::vector<double> mean,
                    ReadVector(bn, bn_path, "running_mean", out_channels, false, 0));
   ASSIGN_OR_RETURN(std::vector<double> var,
@@ -155,10 +174,12 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(const Module& conv,
   }
   std::vector<float> new_weight(weight->numel());
   const float* w = weight->data<float>();
-  for (int64_t c = 0; c < out_channels; ++c) {
-    for (int64_t k = 0; k < per_channel; ++k) {
-      const int64_t i = c * per_channel + k;
-      new_weight[i] = static_cast<float>(w[i] * scale[c]);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t c = 0; c < out_channels; ++c) {
+      for (int64_t k = 0; k < per_channel; ++k) {
+        const int64_t i = (o * out_channels + c) * per_channel + k;
+        new_weight[i] = static_cast<float>(w[i] * scale[c]);
+      }
     }
   }
   std::vector<float> new_bias(out_channels);
@@ -180,7 +201,7 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(const GraphModule&
   if (root_module == nullptr || !IsFoldableInto(root_module->type())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "fusion rule '", rule.name, "': batch norm can only be folded into a call_module of "
-        "nn.Conv1d/2d/3d or nn.Linear; root node '", root->name(), "' is not one"));
+        "nn.Conv1d/2d/3d, nn.ConvTranspose1d/2d/3d or nn.Linear; root node '", root->name(), "' is not one"));
   }
   // The batch norm to fold is the matched node reading the root.
   const Node* bn_node = nullptr;

@@ -169,6 +169,35 @@ TEST_F(FuseTest, BatchNormFoldingMatchesHandComputedValues) {
   EXPECT_EQ(graph().size(), 3u);  // x, conv, output
 }
 
+TEST_F(FuseTest, TransposedConvFoldsAlongOutputChannelsDimOne) {
+  // ConvTranspose2d weight is [in=2, out=2, 1, 1]: output channel c is dim 1.
+  auto deconv = std::make_unique<Module>("nn.ConvTranspose2d");
+  deconv->SetTensor("weight", Tensor::FromFloats({2, 2, 1, 1}, {1.0f, 2.0f, 3.0f, 4.0f}));
+  deconv->SetAttribute("groups", Argument::Int(1));
+  auto bn = BatchNorm2dModule(rng_, 2, /*eps=*/0.0);
+  bn->SetTensor("weight", Tensor::FromFloats({2}, {1.0f, 1.0f}));
+  bn->SetTensor("bias", Tensor::FromFloats({2}, {0.0f, 1.0f}));
+  bn->SetTensor("running_mean", Tensor::FromFloats({2}, {0.0f, 2.0f}));
+  bn->SetTensor("running_var", Tensor::FromFloats({2}, {4.0f, 1.0f}));
+  Must(graph().SetOutput(Call(Call(x_, "deconv", std::move(deconv)), "bn", std::move(bn))));
+
+  absl::StatusOr<int> fused = Fuse({Rule("convtranspose_bn", "(BatchNorm2d, ConvTranspose2d)", "")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const Module* m = gm_.FindModule("deconv");
+  ASSERT_NE(m, nullptr);
+  // scale = (1/2, 1): channel 0 (w[i][0]) halves, channel 1 (w[i][1]) stays.
+  const float* w = m->FindTensor("weight")->data<float>();
+  EXPECT_FLOAT_EQ(w[0], 0.5f);
+  EXPECT_FLOAT_EQ(w[1], 2.0f);
+  EXPECT_FLOAT_EQ(w[2], 1.5f);
+  EXPECT_FLOAT_EQ(w[3], 4.0f);
+  // b' = (0 - mean) * scale + beta = (0, -2 + 1).
+  const float* b = m->FindTensor("bias")->data<float>();
+  EXPECT_FLOAT_EQ(b[0], 0.0f);
+  EXPECT_FLOAT_EQ(b[1], -1.0f);
+}
+
 TEST_F(FuseTest, ConvWithoutBiasGetsOne) {
   auto conv = Conv2dModule(rng_, 1, 1, 1, /*bias=*/false);
   conv->SetTensor("weight", Tensor::FromFloats({1, 1, 1, 1}, {3.0f}));
