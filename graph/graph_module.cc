@@ -175,8 +175,9 @@ std::string GraphModule::UniqueModulePath(absl::string_view hint) const {
   }
   if (candidate.empty()) candidate = "_module";
   if (FindModule(candidate) == nullptr && FindTensor(candidate) == nullptr) return candidate;
-  for (int i = 1;; ++i) {
-    std::string path = absl::StrCat(candidate, "_", i);
+  int64_t& next = next_path_suffix_[candidate];
+  for (next = std::max<int64_t>(next, 1);; ++next) {
+    std::string path = absl::StrCat(candidate, "_", next);
     if (FindModule(path) == nullptr && FindTensor(path) == nullptr) return path;
   }
 }

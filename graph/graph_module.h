@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -63,6 +64,8 @@ class GraphModule {
  private:
   std::unique_ptr<Graph> graph_;
   std::unique_ptr<Module> root_;
+  // Next suffix to try per hint, so naming many modules from one hint stays linear.
+  mutable absl::flat_hash_map<std::string, int64_t> next_path_suffix_;
 };
 
 }  // namespace fuselage
