@@ -1,0 +1,136 @@
+// The quantization flow on generated residual networks (bench/synthetic_network.h):
+//  - BM_QuantizeFlow: the whole `fuselage quantize` flow (fuse → prepare → calibrate on
+//    one random [1, 8, 8, 8] input → convert → lower) on a fresh copy of the network,
+//    with MinMax observers and with qnnpack's default HistogramObservers;
+//  - BM_Prepare / BM_Convert: the two passes alone at 1k to 100k nodes, to show they are
+//    linear in the number of nodes (time per node stays flat).
+// The copy of the float network each iteration starts from is made outside the timing.
+// Results and the command: bench/RESULTS.md.
+#include <memory>
+#include <vector>
+
+#include "backend_configs/builtin_configs.h"
+#include "bench/synthetic_network.h"
+#include "benchmark/benchmark.h"
+#include "patterns/fuse.h"
+#include "quantize/calibrate.h"
+#include "quantize/convert.h"
+#include "quantize/prepare.h"
+#include "quantize/qconfig.h"
+#include "tools/quantize_flow.h"
+
+namespace fuselage {
+namespace {
+
+constexpr int64_t kChannels = 8;
+
+std::unique_ptr<GraphModule> Network(int64_t nodes) {
+  SyntheticNetworkOptions options;
+  options.target_nodes = nodes;
+  options.channels = kChannels;
+  auto gm = BuildSyntheticNetwork(options);
+  if (!gm.ok()) std::abort();
+  return std::move(*gm);
+}
+
+// The network fused with the qnnpack config (what prepare runs on).
+std::unique_ptr<GraphModule> FusedNetwork(int64_t nodes, const BackendConfig& config) {
+  auto gm = Network(nodes);
+  auto matcher = BuildFusionMatcher(config);
+  if (!matcher.ok() || !FusePatterns(*gm, *matcher).ok()) std::abort();
+  return gm;
+}
+
+std::vector<CalibrationSample> OneSample(const GraphModule& gm) {
+  auto samples = RandomCalibrationSamples(gm, 1, 0, {{"x", {1, kChannels, kChannels, kChannels}}});
+  if (!samples.ok()) std::abort();
+  return *samples;
+}
+
+void SetNodes(benchmark::State& state, int64_t nodes) {
+  state.SetItemsProcessed(state.iterations() * nodes);
+  state.counters["nodes"] = static_cast<double>(nodes);
+}
+
+// PyTorch's default_qconfig: MinMax activations (quint8), MinMax symmetric qint8 weights.
+QConfigMapping MinMaxMapping() {
+  ObserverSpec activation;
+  activation.kind = ObserverKind::kMinMax;
+  activation.dtype = DType::kQUInt8;
+  QConfigMapping mapping;
+  mapping.SetGlobal(QConfig{activation, DefaultWeightObserver()});
+  return mapping;
+}
+
+// range(0): nodes; range(1): 1 = qnnpack's default qconfig mapping (HistogramObserver
+// activations, as `fuselage quantize --backend=qnnpack` uses), 0 = MinMax observers.
+void BM_QuantizeFlow(benchmark::State& state) {
+  const auto config = *GetBackendConfig("qnnpack");
+  const auto mapping = state.range(1) == 1 ? *DefaultQConfigMapping("qnnpack") : MinMaxMapping();
+  const auto network = Network(state.range(0));
+  const auto samples = OneSample(*network);
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto gm = network->Clone();
+    state.ResumeTiming();
+    auto report = RunQuantizeFlow(*gm, config, mapping, samples);
+    if (!report.ok()) {
+      state.SkipWithError(std::string(report.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(report->lowering.total_lowered());
+  }
+  SetNodes(state, static_cast<int64_t>(network->graph().size()));
+}
+BENCHMARK(BM_QuantizeFlow)
+    ->Args({10000, 0})
+    ->Args({10000, 1})
+    ->ArgNames({"nodes", "histogram"})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_Prepare(benchmark::State& state) {
+  const auto config = *GetBackendConfig("qnnpack");
+  const auto mapping = *DefaultQConfigMapping("qnnpack");
+  const auto fused = FusedNetwork(state.range(0), config);
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto gm = fused->Clone();
+    state.ResumeTiming();
+    auto prepared = Prepare(*gm, mapping, config);
+    if (!prepared.ok()) {
+      state.SkipWithError(std::string(prepared.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(prepared->report.observer_nodes);
+  }
+  SetNodes(state, static_cast<int64_t>(fused->graph().size()));
+}
+BENCHMARK(BM_Prepare)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+// Convert of an uncalibrated prepared graph (observers at PyTorch's default parameters):
+// the pass's cost does not depend on the statistics.
+void BM_Convert(benchmark::State& state) {
+  const auto config = *GetBackendConfig("qnnpack");
+  const auto mapping = *DefaultQConfigMapping("qnnpack");
+  const auto fused = FusedNetwork(state.range(0), config);
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto gm = fused->Clone();
+    auto prepared = Prepare(*gm, mapping, config);
+    if (!prepared.ok()) std::abort();
+    state.ResumeTiming();
+    auto report = ConvertToReference(*gm, *prepared);
+    if (!report.ok()) {
+      state.SkipWithError(std::string(report.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(report->observers_replaced);
+  }
+  SetNodes(state, static_cast<int64_t>(fused->graph().size()));
+}
+BENCHMARK(BM_Convert)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace fuselage
+
+BENCHMARK_MAIN();
