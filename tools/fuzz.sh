@@ -17,7 +17,8 @@ cd "$(dirname "$0")/.."
 
 seconds="${1:-60}"
 shift || true
-output_base="${FUSELAGE_CLANG_OUTPUT_BASE:-/root/.cache/bazel-clang}"
+# One clang output base per checkout: two checkouts sharing one would evict each other.
+output_base="${FUSELAGE_CLANG_OUTPUT_BASE:-${HOME:-/root}/.cache/bazel-clang-$(pwd | md5sum | cut -c1-12)}"
 bazel_clang=(bazel "--output_base=${output_base}")
 workdir="${FUSELAGE_FUZZ_WORKDIR:-$(mktemp -d /tmp/fuselage-fuzz.XXXXXX)}"
 jobs="${FUSELAGE_FUZZ_JOBS:-1}"

@@ -3,7 +3,8 @@
 # UndefinedBehaviorSanitizer, both built with clang 14 (configs in .bazelrc). Exits
 # non-zero if either run fails.
 #
-# usage: tools/sanitize.sh [asan|ubsan ...] [-- target patterns]   (default: both, //tests/...)
+# usage: tools/sanitize.sh [asan|ubsan|asan_ubsan ...] [-- target patterns]
+#        (default: asan then ubsan, //tests/...; asan_ubsan is both in one build, as CI runs it)
 # env:   FUSELAGE_CLANG_OUTPUT_BASE  Bazel output base of the clang builds
 #
 # The clang builds use their own Bazel output base (and server), so they never evict the
@@ -11,14 +12,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-output_base="${FUSELAGE_CLANG_OUTPUT_BASE:-/root/.cache/bazel-clang}"
+# One clang output base per checkout: two checkouts sharing one would evict each other.
+output_base="${FUSELAGE_CLANG_OUTPUT_BASE:-${HOME:-/root}/.cache/bazel-clang-$(pwd | md5sum | cut -c1-12)}"
 configs=()
 patterns=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --) shift; patterns=("$@"); break ;;
-    asan|ubsan) configs+=("$1"); shift ;;
-    *) echo "sanitize.sh: unknown argument '$1' (expected asan, ubsan or -- patterns)" >&2; exit 2 ;;
+    asan|ubsan|asan_ubsan) configs+=("$1"); shift ;;
+    *) echo "sanitize.sh: unknown argument '$1' (expected asan, ubsan, asan_ubsan or -- patterns)" >&2; exit 2 ;;
   esac
 done
 [[ ${#configs[@]} -gt 0 ]] || configs=(asan ubsan)

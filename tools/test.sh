@@ -49,15 +49,65 @@ step_conformance() {
   FAILED=$((FAILED + failed))
 }
 
+# The Python bridge's tests (pytest): one count per test case.
+step_python() {
+  local log
+  log="$(mktemp)"
+  PYTHONPATH=python /usr/bin/python3 -m pytest tests/python -q -p no:cacheprovider 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local passed failed
+  passed=$(grep -oE '[0-9]+ passed' "$log" | tail -1 | grep -oE '[0-9]+' || echo 0)
+  failed=$(grep -oE '[0-9]+ (failed|error)' "$log" | awk '{s += $1} END {print s + 0}')
+  rm -f "$log"
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+  echo "python: $passed passed, $failed failed (test cases)"
+  PASSED=$((PASSED + passed))
+  FAILED=$((FAILED + failed))
+}
+
+# Fuzz targets: each runs FUSELAGE_FUZZ_SECONDS (default 30) over its checked-in corpus;
+# one count per target.
+step_fuzz() {
+  local log
+  log="$(mktemp)"
+  bash tools/fuzz.sh "${FUSELAGE_FUZZ_SECONDS:-30}" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local passed failed
+  passed=$(grep -cE '^[a-z_0-9]+: OK ' "$log")
+  failed=$(grep -cE '^[a-z_0-9]+: FAILED ' "$log")
+  rm -f "$log"
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+  echo "fuzz: $passed passed, $failed failed (fuzz targets)"
+  PASSED=$((PASSED + passed))
+  FAILED=$((FAILED + failed))
+}
+
+# //tests/... under AddressSanitizer + UndefinedBehaviorSanitizer in one clang-14 build
+# (its own output base); one count per test target.
+step_sanitizers() {
+  local log
+  log="$(mktemp)"
+  bash tools/sanitize.sh asan_ubsan 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local passed failed
+  passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+  failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|FAILED TO BUILD|TIMEOUT|NO STATUS|INCOMPLETE|FLAKY)' "$log")
+  rm -f "$log"
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+  echo "sanitizers (asan+ubsan): $passed passed, $failed failed (test targets)"
+  PASSED=$((PASSED + passed))
+  FAILED=$((FAILED + failed))
+}
+
 # ---- Steps --------------------------------------------------------------------------
-# Later work adds its step here: a function that runs its suite and adds to PASSED and
-# FAILED, then its name in STEPS.
-#   step_python_conformance   python/ bridge and conformance against PyTorch (pytest)
-#   step_fuzz                 short libFuzzer runs of the model loader and parsers
-#   step_sanitizers           //tests/... under ASan/UBSan (clang-14)
+# A step is a function that runs its suite and adds to PASSED and FAILED; add new ones
+# to STEPS.
 STEPS=(
   step_bazel_tests
+  step_python
   step_conformance
+  step_fuzz
+  step_sanitizers
 )
 
 if ! bash tools/install_deps.sh; then
