@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -174,14 +175,22 @@ class Planner {
   const BackendPatternConfig* TwoOpEntryFor(const Node* n, Symbol type, const Node* producer) {
     const OpRef outer{n->op(), type};
     const OpRef inner{producer->op(), ObjectType(gm_, producer)};
+    // Cached per (outer, inner) op pair: the scan over the config's entries then runs once
+    // per distinct pair, not once per node.
+    const auto key = std::make_tuple(outer.op, outer.target, inner.op, inner.target);
+    auto cached = two_op_entry_cache_.find(key);
+    if (cached != two_op_entry_cache_.end()) return cached->second;
+    const BackendPatternConfig* found = nullptr;
     for (const BackendPatternConfig& entry : config_.configs()) {
       const Pattern& pattern = entry.pattern();
       if (entry.fuses || pattern.size() != 2 || pattern.position(1).match_all) continue;
       if (pattern.position(0).Matches(outer) && pattern.position(1).Matches(inner)) {
-        return &entry;
+        found = &entry;
+        break;
       }
     }
-    return nullptr;
+    two_op_entry_cache_.emplace(key, found);
+    return found;
   }
 
   // If `n` (a relu after add, ...) completes a two-op pattern with its only input, which
@@ -353,6 +362,8 @@ class Planner {
   // Index in the decision list of every node decided quantized.
   absl::flat_hash_map<const Node*, size_t> decision_of_;
   absl::flat_hash_map<std::pair<OpKind, Symbol>, const BackendPatternConfig*> entry_cache_;
+  absl::flat_hash_map<std::tuple<OpKind, Symbol, OpKind, Symbol>, const BackendPatternConfig*>
+      two_op_entry_cache_;
 };
 
 // Inserts the observer nodes and modules the decisions call for.
