@@ -52,6 +52,46 @@ float DivFloor(float a, float b) {
   return floordiv;
 }
 
+// DivFloor(a, b) without fmodf when the float32 quotient is far from an integer.
+// There the result is floor(a / b) exactly: |a / b| < 2^16 puts the rounded quotient
+// within 2^-8 of the true one, so both have the same floor, and DivFloor's two rounded
+// steps stay within 2^-6 of that integer, which its final rounding restores. Quotients
+// near an integer (or huge, or not finite) take DivFloor itself.
+inline float FastDivFloor(float a, float b) {
+  const float q = a / b;
+  if (std::fabs(q) < 65536.0f && std::fabs(q - std::nearbyint(q)) > 0.03125f) {
+    return std::floor(q);
+  }
+  return DivFloor(a, b);
+}
+
+// Exponent of the lowest set bit of a finite nonzero double's significand.
+int LowestBitExponent(double v) {
+  int exponent = 0;
+  const double mantissa = std::frexp(std::fabs(v), &exponent);  // in [0.5, 1)
+  const auto bits = static_cast<uint64_t>(std::ldexp(mantissa, 53));
+  return exponent - 53 + __builtin_ctzll(bits);  // bits != 0: the mantissa is >= 0.5
+}
+
+// `running` after `count` times `running += value` in double, as the sequential loop
+// computes it. When every partial sum is a multiple of the coarser of the two lowest bits
+// and stays below 2^52 of them, each addition is exact, so one multiply-add gives the same
+// double; otherwise the additions are done one by one.
+double AddRepeated(double running, float value, int64_t count) {
+  const double v = static_cast<double>(value);
+  if (count > 0 && std::isfinite(v) && std::isfinite(running) && v != 0.0 &&
+      count < (int64_t{1} << 28)) {
+    int grain = LowestBitExponent(v);
+    if (running != 0.0) grain = std::min(grain, LowestBitExponent(running));
+    const double bound = std::fabs(running) + static_cast<double>(count) * std::fabs(v);
+    if (bound < std::ldexp(1.0, 52 + grain)) {
+      return running + static_cast<double>(count) * v;  // both operations exact
+    }
+  }
+  for (int64_t k = 0; k < count; ++k) running += v;
+  return running;
+}
+
 // torch.histc(x, bins, min, max) on CPU in PyTorch 1.13: bin edges from linspace in
 // float32, elements outside [min, max] ignored, the last bin closed on the right, bins
 // found by linear interpolation in float32.
@@ -282,17 +322,32 @@ absl::Status HistogramObserver::Update(const Tensor& x) {
           "HistogramObserver: upsampled histogram [", start_idx, ", ", start_idx + upsampled,
           ") does not fit the combined range of ", total, " bins"));
     }
-    std::vector<float> with_range(static_cast<size_t>(total), 0.0f);
-    for (int64_t k = 0; k < upsampled; ++k) {
-      with_range[static_cast<size_t>(start_idx + k)] =
-          histogram_[static_cast<size_t>(k / upsample_rate)];
-    }
+    // PyTorch sums the `total` upsampled entries one by one in double; the entries are
+    // runs of `upsample_rate` copies of each old bin amid zeros. Adding +0 leaves the sum
+    // unchanged and AddRepeated reproduces a run of additions, so the walk below visits
+    // runs and downsampled bin boundaries instead of `total` entries.
     std::vector<double> integral(static_cast<size_t>(bins));
     double running = 0;
-    for (int64_t k = 0; k < total; ++k) {
-      running += static_cast<double>(with_range[static_cast<size_t>(k)]);
-      if ((k + 1) % downsample_rate == 0) integral[static_cast<size_t>(k / downsample_rate)] = running;
+    int64_t next_integral = 0;  // integral[i] is the sum of entries [0, (i + 1) * rate)
+    auto record_integrals_up_to = [&](int64_t summed_entries) {
+      while (next_integral < bins && (next_integral + 1) * downsample_rate <= summed_entries) {
+        integral[static_cast<size_t>(next_integral++)] = running;
+      }
+    };
+    for (int64_t j = 0; j < bins; ++j) {
+      const float value = histogram_[static_cast<size_t>(j)];
+      int64_t k = start_idx + j * upsample_rate;
+      const int64_t run_end = k + upsample_rate;
+      record_integrals_up_to(k);
+      if (value == 0.0f) continue;
+      while (k < run_end) {
+        const int64_t segment_end = std::min(run_end, (next_integral + 1) * downsample_rate);
+        running = AddRepeated(running, value, segment_end - k);
+        k = segment_end;
+        record_integrals_up_to(k);
+      }
     }
+    record_integrals_up_to(total);
     for (int64_t i = 0; i < bins; ++i) {
       // The shifted integral is a float32 tensor in PyTorch.
       const float shifted = i == 0 ? 0.0f : static_cast<float>(integral[static_cast<size_t>(i - 1)]);
@@ -308,8 +363,8 @@ absl::Status HistogramObserver::Update(const Tensor& x) {
   return absl::OkStatus();
 }
 
-double HistogramObserver::QuantizationError(int64_t next_start_bin,
-                                            int64_t next_end_bin) const {
+double HistogramObserver::QuantizationError(int64_t next_start_bin, int64_t next_end_bin,
+                                            const std::vector<int64_t>& nonzero_bins) const {
   const int64_t bins = spec().bins;
   const double dst_nbins = std::ldexp(1.0, static_cast<int>(8 * DTypeSize(spec().dtype)));
   const double bin_width_d =
@@ -326,13 +381,25 @@ double HistogramObserver::QuantizationError(int64_t next_start_bin,
   auto norm_of = [](float begin, float end, float density) {
     return density * ((end * end * end - begin * begin * begin) / 3.0f);
   };
+  // An empty bin has density 0 and adds a zero norm, which leaves `sum` unchanged, as
+  // long as no cube overflows to infinity (0 * inf would be NaN): every cubed value is
+  // below about 2.1 * bins * bin_width, so below 1e12 the empty bins can be skipped.
+  const bool skip_empty_bins =
+      bin_width > 0.0f && dst_bin_width > 0.0f &&
+      3.0 * static_cast<double>(bins) * static_cast<double>(bin_width) < 1e12;
+  std::vector<int64_t> all_bins;
+  if (!skip_empty_bins) {
+    all_bins.resize(static_cast<size_t>(bins));
+    for (int64_t i = 0; i < bins; ++i) all_bins[static_cast<size_t>(i)] = i;
+  }
   double sum = 0;
-  for (int64_t i = 0; i < bins; ++i) {
+  for (const int64_t i : skip_empty_bins ? nonzero_bins : all_bins) {
     const float src_begin = static_cast<float>(i - next_start_bin) * bin_width;
     const float src_end = src_begin + bin_width;
-    const float dst_of_begin = std::clamp(DivFloor(src_begin, dst_bin_width), 0.0f, max_dst_bin);
+    const float dst_of_begin =
+        std::clamp(FastDivFloor(src_begin, dst_bin_width), 0.0f, max_dst_bin);
     const float dst_of_begin_center = (dst_of_begin + 0.5f) * dst_bin_width;
-    const float dst_of_end = std::clamp(DivFloor(src_end, dst_bin_width), 0.0f, max_dst_bin);
+    const float dst_of_end = std::clamp(FastDivFloor(src_end, dst_bin_width), 0.0f, max_dst_bin);
     const float density = histogram_[static_cast<size_t>(i)] / bin_width;
     float norm = 0.0f;
     norm += norm_of(src_begin - dst_of_begin_center, half_dst, density);
@@ -342,6 +409,14 @@ double HistogramObserver::QuantizationError(int64_t next_start_bin,
     sum += static_cast<double>(norm);
   }
   return static_cast<double>(static_cast<float>(sum));
+}
+
+double HistogramObserver::QuantizationError(int64_t start_bin, int64_t end_bin) const {
+  std::vector<int64_t> nonzero_bins;
+  for (size_t i = 0; i < histogram_.size(); ++i) {
+    if (histogram_[i] != 0.0f) nonzero_bins.push_back(static_cast<int64_t>(i));
+  }
+  return QuantizationError(start_bin, end_bin, nonzero_bins);
 }
 
 std::pair<float, float> HistogramObserver::NonLinearParamSearch() const {
@@ -357,19 +432,31 @@ std::pair<float, float> HistogramObserver::NonLinearParamSearch() const {
     running += histogram_[i];
     csum[i] = static_cast<float>(running);
   }
+  std::vector<int64_t> nonzero_bins;
+  for (int64_t i = 0; i < bins; ++i) {
+    if (histogram_[static_cast<size_t>(i)] != 0.0f) nonzero_bins.push_back(i);
+  }
   constexpr double kStepSize = 1e-5;
   double alpha = 0.0, beta = 1.0;
   int64_t start_bin = 0, end_bin = bins - 1;
   double norm_min = std::numeric_limits<double>::infinity();
+  // PyTorch scans from start_bin (end_bin) on every step. alpha_mass only grows and
+  // beta_mass only shrinks, so the bins a scan passed still pass on later steps: bins
+  // [start_bin, left_passed) had csum < alpha_mass and (right_passed, end_bin] had
+  // csum > beta_mass, and each scan resumes there.
+  int64_t left_passed = start_bin, right_passed = end_bin;
   while (alpha < beta) {
     const double next_alpha = alpha + kStepSize;
     const double next_beta = beta - kStepSize;
     // Comparing a float32 tensor with a Python float compares in float32.
     const float alpha_mass = static_cast<float>(next_alpha * total);
     const float beta_mass = static_cast<float>(next_beta * total);
-    int64_t l = start_bin, r = end_bin;
+    int64_t l = std::min(std::max(left_passed, start_bin), end_bin);
+    int64_t r = std::max(std::min(right_passed, end_bin), start_bin);
     while (l < end_bin && csum[static_cast<size_t>(l)] < alpha_mass) ++l;
     while (r > start_bin && csum[static_cast<size_t>(r)] > beta_mass) --r;
+    left_passed = l;
+    right_passed = r;
     int64_t next_start_bin = start_bin, next_end_bin = end_bin;
     if ((l - start_bin) > (end_bin - r)) {
       next_start_bin = l;
@@ -379,7 +466,7 @@ std::pair<float, float> HistogramObserver::NonLinearParamSearch() const {
       beta = next_beta;
     }
     if (next_start_bin == start_bin && next_end_bin == end_bin) continue;
-    const double norm = QuantizationError(next_start_bin, next_end_bin);
+    const double norm = QuantizationError(next_start_bin, next_end_bin, nonzero_bins);
     if (norm > norm_min) break;
     norm_min = norm;
     start_bin = next_start_bin;

@@ -101,12 +101,21 @@ class HistogramObserver : public Observer {
   std::vector<float> min_val() const override { return {min_val_}; }
   std::vector<float> max_val() const override { return {max_val_}; }
   const std::vector<float>& histogram() const { return histogram_; }
+  // PyTorch's _compute_quantization_error of quantizing the histogram's bins
+  // [start_bin, end_bin] to the dtype's levels (what the range search minimizes).
+  double QuantizationError(int64_t start_bin, int64_t end_bin) const;
+  // The range _non_linear_param_search picks (CalculateQParams' min / max).
+  std::pair<float, float> SearchedRange() const { return NonLinearParamSearch(); }
 
  private:
   friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec&);
   using Observer::Observer;
-  // PyTorch's _compute_quantization_error and _non_linear_param_search.
-  double QuantizationError(int64_t next_start_bin, int64_t next_end_bin) const;
+  // PyTorch's _compute_quantization_error and _non_linear_param_search, with the same
+  // float32 / double arithmetic in the same order (bit-identical results) but without
+  // PyTorch's redundant work: empty bins skipped, range scans resumed, fmodf avoided
+  // where the floor division is unambiguous. `nonzero_bins` lists the non-empty bins.
+  double QuantizationError(int64_t next_start_bin, int64_t next_end_bin,
+                           const std::vector<int64_t>& nonzero_bins) const;
   std::pair<float, float> NonLinearParamSearch() const;
   float min_val_ = std::numeric_limits<float>::infinity();
   float max_val_ = -std::numeric_limits<float>::infinity();
