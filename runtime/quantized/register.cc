@@ -528,6 +528,60 @@ FunctionKernel CatFn(bool explicit_qparams) {
   };
 }
 
+// The output_scale / output_zero_point of a functional quantized conv / linear: keyword
+// args per graph/NAMING.md (positions `index`, `index + 1` are accepted too).
+absl::StatusOr<quantized::OutputQParams> FunctionalOutputQParams(const ArgReader& r,
+                                                                size_t index) {
+  ASSIGN_OR_RETURN(Value scale_v, r.Required(index, "output_scale"));
+  ASSIGN_OR_RETURN(Value zp_v, r.Required(index + 1, "output_zero_point"));
+  ASSIGN_OR_RETURN(double scale, NumberOf(scale_v, "output_scale"));
+  ASSIGN_OR_RETURN(int64_t zero_point, IntOf(zp_v, "output_zero_point"));
+  return quantized::OutputQParams{scale, zero_point};
+}
+
+// torch.ops.quantized.conv2d[_relu] as lowering writes it for F.conv2d:
+// (input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+//  output_scale, output_zero_point), input and weight quantized, bias float or None.
+FunctionKernel FunctionalConv2dFn(bool relu) {
+  return [relu](const KernelContext&, absl::Span<const Value> args,
+                const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(9));
+    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+    ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(1, "weight"));
+    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
+    Conv2dParams p;
+    ASSIGN_OR_RETURN(std::vector<int64_t> stride, r.OptionalInts(3, "stride", 2, {1, 1}));
+    ASSIGN_OR_RETURN(std::vector<int64_t> padding, r.OptionalInts(4, "padding", 2, {0, 0}));
+    ASSIGN_OR_RETURN(std::vector<int64_t> dilation, r.OptionalInts(5, "dilation", 2, {1, 1}));
+    ASSIGN_OR_RETURN(p.stride, Pair(std::move(stride)));
+    ASSIGN_OR_RETURN(p.padding, Pair(std::move(padding)));
+    ASSIGN_OR_RETURN(p.dilation, Pair(std::move(dilation)));
+    ASSIGN_OR_RETURN(p.groups, r.OptionalInt(6, "groups", 1));
+    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 7));
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConv2d(*x, *w, bias, p, out.scale,
+                                                          out.zero_point, relu));
+    return Value(std::move(y));
+  };
+}
+
+// torch.ops.quantized.linear[_relu] as lowering writes it for F.linear:
+// (input, weight, bias=None, *, output_scale, output_zero_point).
+FunctionKernel FunctionalLinearFn(bool relu) {
+  return [relu](const KernelContext&, absl::Span<const Value> args,
+                const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(5));
+    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+    ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(1, "weight"));
+    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
+    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 3));
+    ASSIGN_OR_RETURN(Tensor y,
+                     quantized::QuantizedLinear(*x, *w, bias, out.scale, out.zero_point, relu));
+    return Value(std::move(y));
+  };
+}
+
 }  // namespace
 
 absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
@@ -603,6 +657,10 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"torch.ops.quantized.mul", BinaryFn(false, false)},
       {"torch.ops.quantized.mul_relu", BinaryFn(false, true)},
       {"torch.ops.quantized.cat", CatFn(true)},
+      {"torch.ops.quantized.conv2d", FunctionalConv2dFn(false)},
+      {"torch.ops.quantized.conv2d_relu", FunctionalConv2dFn(true)},
+      {"torch.ops.quantized.linear", FunctionalLinearFn(false)},
+      {"torch.ops.quantized.linear_relu", FunctionalLinearFn(true)},
   };
   for (const auto& [target, kernel] : functions) {
     RETURN_IF_ERROR(registry.RegisterFunction(OpKind::kCallFunction, target, kernel));

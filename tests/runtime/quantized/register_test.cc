@@ -242,5 +242,99 @@ TEST(RegisterQuantizedKernelsTest, FloatInputToQuantizedConvNamesTheNode) {
   EXPECT_NE(bad.status().message().find("scale"), std::string::npos) << bad.status();
 }
 
+// torch.ops.quantized.conv2d[_relu] in the functional form lowering writes for F.conv2d
+// (graph/NAMING.md): quantized input and weight, float bias, stride / padding / dilation /
+// groups, kwargs output_scale / output_zero_point. Same goldens as the module form.
+TEST(RegisterQuantizedKernelsTest, FunctionalConv2dMatchesPyTorch) {
+  auto kernels = Kernels();
+  for (const char* name : {"basic", "relu_per_channel", "dilated_grouped", "depthwise_no_bias"}) {
+    SCOPED_TRACE(name);
+    const GoldenCase c = FindCase("conv.txt", name);
+    GraphModule gm;
+    Graph& g = gm.graph();
+    Node* x = *g.AddPlaceholder("x");
+    Node* w = *g.AddPlaceholder("w");
+    Node* b = *g.AddPlaceholder("b");
+    const bool has_bias = c.find_tensor("bias") != nullptr;
+    const int64_t s = static_cast<int64_t>(c.number("stride"));
+    const int64_t p = static_cast<int64_t>(c.number("padding"));
+    const int64_t d = static_cast<int64_t>(c.number("dilation"));
+    const char* target =
+        c.number("relu") != 0 ? "torch.ops.quantized.conv2d_relu" : "torch.ops.quantized.conv2d";
+    Node* conv = *g.AddCallFunction(
+        target,
+        {x, w, has_bias ? Argument(b) : Argument::None(), Argument::Ints({s, s}),
+         Argument::Int(p), Argument::Ints({d, d}),
+         Argument::Int(static_cast<int64_t>(c.number("groups")))},
+        {{Symbol::Intern("output_scale"), Argument::Float(c.number("scale"))},
+         {Symbol::Intern("output_zero_point"),
+          Argument::Int(static_cast<int64_t>(c.number("zero_point")))}});
+    ASSERT_TRUE(g.SetOutput(conv).ok());
+    ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+    const Tensor unused_bias = Tensor::FromFloats({1}, {0.f});
+    auto out = fuselage::Run(gm,
+                             {Value(c.tensor("x")), Value(c.tensor("weight")),
+                              Value(has_bias ? *c.find_tensor("bias") : unused_bias)},
+                             *kernels);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(SameQuantized((*out)[0].as_tensor(), c.tensor("y")));
+  }
+}
+
+// torch.ops.quantized.linear[_relu] in the functional form lowering writes for F.linear,
+// bias positional, as a keyword, or None.
+TEST(RegisterQuantizedKernelsTest, FunctionalLinearMatchesPyTorch) {
+  auto kernels = Kernels();
+  for (const char* name : {"basic", "relu_per_channel", "no_bias"}) {
+    SCOPED_TRACE(name);
+    const GoldenCase c = FindCase("linear.txt", name);
+    GraphModule gm;
+    Graph& g = gm.graph();
+    Node* x = *g.AddPlaceholder("x");
+    Node* w = *g.AddPlaceholder("w");
+    Node* b = *g.AddPlaceholder("b");
+    const bool has_bias = c.find_tensor("bias") != nullptr;
+    const char* target =
+        c.number("relu") != 0 ? "torch.ops.quantized.linear_relu" : "torch.ops.quantized.linear";
+    std::vector<Argument> args = {x, w};
+    Kwargs kwargs = {
+        {Symbol::Intern("output_scale"), Argument::Float(c.number("scale"))},
+        {Symbol::Intern("output_zero_point"),
+         Argument::Int(static_cast<int64_t>(c.number("zero_point")))}};
+    if (std::string(name) == "basic") {
+      args.push_back(b);
+    } else if (has_bias) {
+      kwargs.emplace_back(Symbol::Intern("bias"), Argument(b));
+    } else {
+      args.push_back(Argument::None());
+    }
+    Node* linear = *g.AddCallFunction(target, std::move(args), std::move(kwargs));
+    ASSERT_TRUE(g.SetOutput(linear).ok());
+    ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+    const Tensor unused_bias = Tensor::FromFloats({1}, {0.f});
+    auto out = fuselage::Run(gm,
+                             {Value(c.tensor("x")), Value(c.tensor("weight")),
+                              Value(has_bias ? *c.find_tensor("bias") : unused_bias)},
+                             *kernels);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(SameQuantized((*out)[0].as_tensor(), c.tensor("y")));
+  }
+}
+
+TEST(RegisterQuantizedKernelsTest, FunctionalLinearWithoutOutputScaleNamesIt) {
+  auto kernels = Kernels();
+  const GoldenCase c = FindCase("linear.txt", "basic");
+  GraphModule gm;
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* w = *gm.graph().AddPlaceholder("w");
+  Node* linear =
+      *gm.graph().AddCallFunction("torch.ops.quantized.linear", {x, w},
+                                  {{Symbol::Intern("output_zero_point"), Argument::Int(70)}});
+  ASSERT_TRUE(gm.graph().SetOutput(linear).ok());
+  auto out = fuselage::Run(gm, {Value(c.tensor("x")), Value(c.tensor("weight"))}, *kernels);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("output_scale"), std::string::npos) << out.status();
+}
+
 }  // namespace
 }  // namespace fuselage
