@@ -218,9 +218,9 @@ struct Case {
   ObserverQScheme qscheme;
 };
 
-// A batch around `base_scale` whose distribution and scale vary with the draw, so updates grow the range by
-// small and large factors, shift it, or leave it unchanged, and histograms are dense,
-// sparse, or concentrated in a few bins.
+// A batch around `base_scale` whose distribution and scale vary with the draw, so
+// updates grow the range by small and large factors, shift it, or leave it unchanged,
+// and histograms are dense, sparse, or concentrated in a few bins.
 std::vector<float> RandomBatch(float base_scale, std::mt19937& rng) {
   std::uniform_int_distribution<int> pick(0, 5);
   std::uniform_int_distribution<int> size_pick(1, 700);
