@@ -8,7 +8,7 @@
 
 #include "benchmark/benchmark.h"
 #include "bench/alloc_counter.h"
-#include "bench/synthetic_network.h"
+#include "bench/bench_common.h"
 #include "graph/check.h"
 #include "graph/serialization.h"
 
@@ -16,17 +16,7 @@ namespace fuselage {
 namespace {
 
 std::unique_ptr<GraphModule> Network(int64_t nodes, bool create_modules = true) {
-  SyntheticNetworkOptions options;
-  options.target_nodes = nodes;
-  options.create_modules = create_modules;
-  auto gm = BuildSyntheticNetwork(options);
-  FUSELAGE_CHECK(gm.ok());
-  return *std::move(gm);
-}
-
-void SetNodesPerSecond(benchmark::State& state, int64_t nodes) {
-  state.SetItemsProcessed(state.iterations() * nodes);
-  state.counters["nodes"] = static_cast<double>(nodes);
+  return SyntheticNetwork(nodes, create_modules);
 }
 
 void BM_BuildNetwork(benchmark::State& state) {

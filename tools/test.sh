@@ -10,93 +10,79 @@ cd "$(dirname "$0")/.."
 PASSED=0
 FAILED=0
 
-# Bazel test targets under //tests/...: counted from Bazel's per-target summary lines
-# ("//tests/graph:graph_test    PASSED in 0.1s", "FAILED", "FAILED TO BUILD",
-# "TIMEOUT", "NO STATUS", ...).
+# Runs a suite (its output shown), counts its passed and failed units with a counter
+# function, and adds them to the totals. A non-zero exit with no failure counted (a crash,
+# a BUILD file that does not load, no torch) still counts once.
+#   run_counted LABEL UNIT COUNTER COMMAND...
+# COUNTER reads the log file named by its argument and prints "<passed> <failed>".
+run_counted() {
+  local label=$1 unit=$2 counter=$3
+  shift 3
+  local log
+  log="$(mktemp)"
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local passed failed
+  read -r passed failed < <("$counter" "$log")
+  rm -f "$log"
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
+  echo "$label: $passed passed, $failed failed ($unit)"
+  PASSED=$((PASSED + passed))
+  FAILED=$((FAILED + failed))
+}
+
+# Bazel's per-target summary lines ("//tests/graph:graph_test    PASSED in 0.1s",
+# "FAILED", "FAILED TO BUILD", "TIMEOUT", "NO STATUS", ...).
+count_bazel_targets() {
+  echo "$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$1")" \
+       "$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|FAILED TO BUILD|TIMEOUT|NO STATUS|INCOMPLETE|FLAKY)' "$1")"
+}
+
+# pytest's closing line ("34 passed, 1 failed, 2 errors in 55.1s").
+count_pytest_cases() {
+  echo "$(grep -oE '[0-9]+ passed' "$1" | tail -1 | grep -oE '[0-9]+' || echo 0)" \
+       "$(grep -oE '[0-9]+ (failed|errors?)' "$1" | awk '{s += $1} END {print s + 0}')"
+}
+
+# "CONFORMANCE <model> PASSED|FAILED", one line per model.
+count_conformance_models() {
+  echo "$(grep -cE '^CONFORMANCE [^ ]+ PASSED$' "$1")" "$(grep -cE '^CONFORMANCE [^ ]+ FAILED$' "$1")"
+}
+
+# tools/fuzz.sh's "<target>: OK ..." / "<target>: FAILED ..." lines.
+count_fuzz_targets() {
+  echo "$(grep -cE '^[a-z_0-9]+: OK ' "$1")" "$(grep -cE '^[a-z_0-9]+: FAILED ' "$1")"
+}
+
 step_bazel_tests() {
-  local log
-  log="$(mktemp)"
-  bazel test --keep_going //tests/... 2>&1 | tee "$log"
-  local rc=${PIPESTATUS[0]}
-  local passed failed
-  passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
-  failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|FAILED TO BUILD|TIMEOUT|NO STATUS|INCOMPLETE|FLAKY)' "$log")
-  rm -f "$log"
-  # A failure Bazel reports without per-target lines (e.g. a BUILD file that does not
-  # load) still counts once.
-  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
-  echo "bazel tests: $passed passed, $failed failed (test targets)"
-  PASSED=$((PASSED + passed))
-  FAILED=$((FAILED + failed))
+  run_counted "bazel tests" "test targets" count_bazel_targets \
+    bazel test --keep_going //tests/...
 }
 
-# Conformance against PyTorch 1.13 (tests/conformance/conformance.py): one case per model
-# (resnet18, resnet50, mobilenet_v2, the residual example), counted from its
-# "CONFORMANCE <model> PASSED|FAILED" lines; it prints the table of figures.
-step_conformance() {
-  local log
-  log="$(mktemp)"
-  PYTHONPATH=python /usr/bin/python3 tests/conformance/conformance.py 2>&1 | tee "$log"
-  local rc=${PIPESTATUS[0]}
-  local passed failed
-  passed=$(grep -cE '^CONFORMANCE [^ ]+ PASSED$' "$log")
-  failed=$(grep -cE '^CONFORMANCE [^ ]+ FAILED$' "$log")
-  rm -f "$log"
-  # A crash before any model ran (no torch, a build failure) still counts once.
-  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
-  echo "conformance: $passed passed, $failed failed (models)"
-  PASSED=$((PASSED + passed))
-  FAILED=$((FAILED + failed))
-}
-
-# The Python bridge's tests (pytest): one count per test case.
+# The Python bridge's tests.
 step_python() {
-  local log
-  log="$(mktemp)"
-  PYTHONPATH=python /usr/bin/python3 -m pytest tests/python -q -p no:cacheprovider 2>&1 | tee "$log"
-  local rc=${PIPESTATUS[0]}
-  local passed failed
-  passed=$(grep -oE '[0-9]+ passed' "$log" | tail -1 | grep -oE '[0-9]+' || echo 0)
-  failed=$(grep -oE '[0-9]+ (failed|error)' "$log" | awk '{s += $1} END {print s + 0}')
-  rm -f "$log"
-  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
-  echo "python: $passed passed, $failed failed (test cases)"
-  PASSED=$((PASSED + passed))
-  FAILED=$((FAILED + failed))
+  run_counted "python" "test cases" count_pytest_cases \
+    env PYTHONPATH=python /usr/bin/python3 -m pytest tests/python -q -p no:cacheprovider
 }
 
-# Fuzz targets: each runs FUSELAGE_FUZZ_SECONDS (default 30) over its checked-in corpus;
-# one count per target.
+# Conformance against PyTorch 1.13 (tests/conformance/conformance.py) on resnet18,
+# resnet50, mobilenet_v2 and the residual example; it prints the table of figures.
+step_conformance() {
+  run_counted "conformance" "models" count_conformance_models \
+    env PYTHONPATH=python /usr/bin/python3 tests/conformance/conformance.py
+}
+
+# Each fuzz target for FUSELAGE_FUZZ_SECONDS (default 30) over its checked-in corpus.
 step_fuzz() {
-  local log
-  log="$(mktemp)"
-  bash tools/fuzz.sh "${FUSELAGE_FUZZ_SECONDS:-30}" 2>&1 | tee "$log"
-  local rc=${PIPESTATUS[0]}
-  local passed failed
-  passed=$(grep -cE '^[a-z_0-9]+: OK ' "$log")
-  failed=$(grep -cE '^[a-z_0-9]+: FAILED ' "$log")
-  rm -f "$log"
-  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
-  echo "fuzz: $passed passed, $failed failed (fuzz targets)"
-  PASSED=$((PASSED + passed))
-  FAILED=$((FAILED + failed))
+  run_counted "fuzz" "fuzz targets" count_fuzz_targets \
+    bash tools/fuzz.sh "${FUSELAGE_FUZZ_SECONDS:-30}"
 }
 
 # //tests/... under AddressSanitizer + UndefinedBehaviorSanitizer in one clang-14 build
-# (its own output base); one count per test target.
+# (its own output base).
 step_sanitizers() {
-  local log
-  log="$(mktemp)"
-  bash tools/sanitize.sh asan_ubsan 2>&1 | tee "$log"
-  local rc=${PIPESTATUS[0]}
-  local passed failed
-  passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
-  failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|FAILED TO BUILD|TIMEOUT|NO STATUS|INCOMPLETE|FLAKY)' "$log")
-  rm -f "$log"
-  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
-  echo "sanitizers (asan+ubsan): $passed passed, $failed failed (test targets)"
-  PASSED=$((PASSED + passed))
-  FAILED=$((FAILED + failed))
+  run_counted "sanitizers (asan+ubsan)" "test targets" count_bazel_targets \
+    bash tools/sanitize.sh asan_ubsan
 }
 
 # ---- Steps --------------------------------------------------------------------------
