@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 #include "runtime/float_conv.h"
+#include "runtime/float_conv_nd.h"
 #include "runtime/float_ops.h"
 #include "runtime/kernel_args.h"
 
@@ -101,6 +102,40 @@ absl::StatusOr<Tensor> RunConv2dModule(const Module& m, const Tensor& x) {
   ASSIGN_OR_RETURN(const Tensor* weight, m.GetTensor("weight"));
   ASSIGN_OR_RETURN(Conv2dParams params, ConvParamsOf(m));
   return Conv2d(x, *weight, OptionalTensor(m, "bias"), params);
+}
+
+// nn.Conv{1,3}d and nn.ConvTranspose{1,2,3}d: the same attributes with one entry per
+// spatial dim, plus output_padding for the transposed ones.
+absl::StatusOr<Tensor> RunConvNdModule(const Module& m, const Tensor& x, int spatial_dims,
+                                       bool transposed) {
+  ASSIGN_OR_RETURN(const Tensor* weight, m.GetTensor("weight"));
+  const std::vector<int64_t> zeros(spatial_dims, 0), ones(spatial_dims, 1);
+  ConvNdParams p;
+  ASSIGN_OR_RETURN(p.stride, IntsAttr(m, "stride", ones));
+  const Argument* padding = m.FindAttribute("padding");
+  if (padding != nullptr && padding->is_string()) {
+    if (padding->as_string() != "valid") {
+      return absl::UnimplementedError(absl::StrCat(m.type().name(), ": padding='",
+                                                   padding->as_string(),
+                                                   "' is not supported; use explicit ints"));
+    }
+    p.padding = zeros;
+  } else {
+    ASSIGN_OR_RETURN(p.padding, IntsAttr(m, "padding", zeros));
+  }
+  ASSIGN_OR_RETURN(p.dilation, IntsAttr(m, "dilation", ones));
+  if (transposed) {
+    ASSIGN_OR_RETURN(p.output_padding, IntsAttr(m, "output_padding", zeros));
+  }
+  ASSIGN_OR_RETURN(p.groups, IntAttr(m, "groups", 1));
+  const Argument* mode = m.FindAttribute("padding_mode");
+  if (mode != nullptr && !(mode->is_string() && mode->as_string() == "zeros")) {
+    return absl::UnimplementedError(absl::StrCat(m.type().name(), ": padding_mode ",
+                                                 mode->ToString(), " is not supported; only 'zeros'"));
+  }
+  const Tensor* bias = OptionalTensor(m, "bias");
+  return transposed ? ConvTransposeNd(x, *weight, bias, p, spatial_dims)
+                    : ConvNd(x, *weight, bias, p, spatial_dims);
 }
 
 absl::StatusOr<Tensor> RunLinearModule(const Module& m, const Tensor& x) {
@@ -562,6 +597,24 @@ std::vector<NamedModuleKernel> ModuleKernels() {
       {"nn.BatchNorm1d", UnaryModule([](const Module& m, const Tensor& x) {
          return RunBatchNormModule(m, x, {2, 3});
        })},
+      {"nn.BatchNorm3d", UnaryModule([](const Module& m, const Tensor& x) {
+         return RunBatchNormModule(m, x, {5});
+       })},
+      {"nn.Conv1d", UnaryModule([](const Module& m, const Tensor& x) {
+         return RunConvNdModule(m, x, 1, /*transposed=*/false);
+       })},
+      {"nn.Conv3d", UnaryModule([](const Module& m, const Tensor& x) {
+         return RunConvNdModule(m, x, 3, /*transposed=*/false);
+       })},
+      {"nn.ConvTranspose1d", UnaryModule([](const Module& m, const Tensor& x) {
+         return RunConvNdModule(m, x, 1, /*transposed=*/true);
+       })},
+      {"nn.ConvTranspose2d", UnaryModule([](const Module& m, const Tensor& x) {
+         return RunConvNdModule(m, x, 2, /*transposed=*/true);
+       })},
+      {"nn.ConvTranspose3d", UnaryModule([](const Module& m, const Tensor& x) {
+         return RunConvNdModule(m, x, 3, /*transposed=*/true);
+       })},
       {"nn.ReLU", relu},
       {"nn.ReLU6", UnaryModule([](const Module&, const Tensor& x) -> absl::StatusOr<Tensor> {
          return Hardtanh(x, 0.0f, 6.0f);
@@ -614,6 +667,13 @@ std::vector<NamedModuleKernel> ModuleKernels() {
       {"nni.ConvBn2d", SequentialFusedModule(false)},
       {"nni.ConvBnReLU2d", SequentialFusedModule(true)},
       {"nni.BNReLU2d", SequentialFusedModule(true)},
+      {"nni.ConvReLU1d", SequentialFusedModule(true)},
+      {"nni.ConvReLU3d", SequentialFusedModule(true)},
+      {"nni.ConvBn1d", SequentialFusedModule(false)},
+      {"nni.ConvBn3d", SequentialFusedModule(false)},
+      {"nni.ConvBnReLU1d", SequentialFusedModule(true)},
+      {"nni.ConvBnReLU3d", SequentialFusedModule(true)},
+      {"nni.BNReLU3d", SequentialFusedModule(true)},
       {"nni.LinearReLU", SequentialFusedModule(true)},
       {"nni.LinearBn1d", SequentialFusedModule(false)},
       {"nni.ConvAdd2d", ConvAddModule(false)},

@@ -3,10 +3,12 @@
 // functions and methods FX graphs call. Tensors are float32, NCHW, as PyTorch lays them
 // out. Numerics agree with PyTorch 1.13 within 1e-5 relative (tests/runtime goldens).
 //
-// Module kernels: nn.Conv2d, nn.Linear, nn.BatchNorm1d / 2d (eval), nn.ReLU, nn.ReLU6,
+// Module kernels: nn.Conv1d / 2d / 3d, nn.ConvTranspose1d / 2d / 3d (float_conv_nd.h),
+// nn.Linear, nn.BatchNorm1d / 2d / 3d (eval), nn.ReLU, nn.ReLU6,
 // nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid, nn.Sigmoid, nn.MaxPool2d, nn.AvgPool2d,
 // nn.AdaptiveAvgPool2d, nn.Flatten, nn.Identity, nn.Dropout (eval: identity),
-// nni.ConvReLU2d, nni.ConvBn2d, nni.ConvBnReLU2d, nni.BNReLU2d, nni.LinearReLU,
+// nni.ConvReLU{1,2,3}d, nni.ConvBn{1,2,3}d, nni.ConvBnReLU{1,2,3}d, nni.BNReLU{2,3}d,
+// nni.LinearReLU,
 // nni.LinearBn1d (sequential over children), nni.ConvAdd2d / nni.ConvAddReLU2d
 // ((x, extra) -> [relu](conv(x) + extra), conv = child "0").
 // call_function: operator.add / mul / getitem, torch.add / mul / cat / flatten / reshape

@@ -92,6 +92,17 @@ def module_type(m):
 ATTRS = {
     nn.Conv2d: ["in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation",
                 "groups", "padding_mode"],
+    nn.Conv1d: ["in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation",
+                "groups", "padding_mode"],
+    nn.Conv3d: ["in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation",
+                "groups", "padding_mode"],
+    nn.ConvTranspose1d: ["in_channels", "out_channels", "kernel_size", "stride", "padding",
+                         "output_padding", "dilation", "groups", "padding_mode"],
+    nn.ConvTranspose2d: ["in_channels", "out_channels", "kernel_size", "stride", "padding",
+                         "output_padding", "dilation", "groups", "padding_mode"],
+    nn.ConvTranspose3d: ["in_channels", "out_channels", "kernel_size", "stride", "padding",
+                         "output_padding", "dilation", "groups", "padding_mode"],
+    nn.BatchNorm3d: ["num_features", "eps", "momentum", "affine", "track_running_stats"],
     nn.Linear: ["in_features", "out_features"],
     nn.BatchNorm1d: ["num_features", "eps", "momentum", "affine", "track_running_stats"],
     nn.BatchNorm2d: ["num_features", "eps", "momentum", "affine", "track_running_stats"],
@@ -296,6 +307,52 @@ def build_cases():
     h = r(3, 5) * 4
     case("functional_hardsigmoid", [h], F.hardsigmoid(h), fn,
          "torch.nn.functional.hardsigmoid", [Ref("x0")])
+
+    build_nd_conv_cases()
+
+
+def build_nd_conv_cases():
+    """Conv1d / Conv3d, ConvTranspose1d/2d/3d, BatchNorm3d and their fused forms. Seeded
+    on their own, after the older cases, so adding them left those goldens unchanged."""
+    torch.manual_seed(1)
+    r = torch.randn
+    module_case("conv1d_basic", nn.Conv1d(3, 4, 3, padding=1), r(2, 3, 9))
+    module_case("conv1d_stride_dilation_groups_nobias",
+                nn.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2, groups=2, bias=False),
+                r(1, 4, 11))
+    module_case("conv1d_unbatched", nn.Conv1d(2, 3, 2), r(2, 6))
+    module_case("conv3d_basic", nn.Conv3d(2, 3, 3, padding=1), r(1, 2, 4, 5, 5))
+    module_case("conv3d_stride_dilation_groups",
+                nn.Conv3d(4, 4, (2, 3, 3), stride=(1, 2, 2), padding=(0, 2, 1),
+                          dilation=(1, 2, 1), groups=2), r(2, 4, 4, 7, 6))
+    module_case("conv_transpose1d_basic", nn.ConvTranspose1d(3, 4, 3), r(2, 3, 6))
+    module_case("conv_transpose1d_all_params",
+                nn.ConvTranspose1d(4, 6, 3, stride=3, padding=1, output_padding=2, dilation=2,
+                                   groups=2), r(1, 4, 5))
+    module_case("conv_transpose2d_basic", nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1),
+                r(1, 3, 4, 4))
+    module_case("conv_transpose2d_all_params_nobias",
+                nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(1, 0),
+                                   output_padding=(1, 2), dilation=(2, 1), groups=2, bias=False),
+                r(2, 4, 3, 5))
+    module_case("conv_transpose2d_unbatched", nn.ConvTranspose2d(2, 3, 2), r(2, 3, 3))
+    module_case("conv_transpose3d_basic", nn.ConvTranspose3d(2, 3, 2, stride=2), r(1, 2, 2, 3, 3))
+    module_case("conv_transpose3d_all_params",
+                nn.ConvTranspose3d(2, 4, (2, 3, 2), stride=(2, 1, 2), padding=(1, 1, 0),
+                                   output_padding=(1, 0, 1), dilation=(1, 2, 1), groups=2),
+                r(2, 2, 3, 4, 3))
+    module_case("batchnorm3d", randomize_bn(nn.BatchNorm3d(3)), r(2, 3, 2, 3, 4))
+    module_case("nni_conv_relu1d", nni.ConvReLU1d(nn.Conv1d(3, 4, 3, padding=1), nn.ReLU()),
+                r(2, 3, 7))
+    module_case("nni_conv_relu3d", nni.ConvReLU3d(nn.Conv3d(2, 3, 3, padding=1), nn.ReLU()),
+                r(1, 2, 3, 4, 4))
+    module_case("nni_conv_bn1d",
+                nni.ConvBn1d(nn.Conv1d(3, 4, 3), randomize_bn(nn.BatchNorm1d(4))), r(2, 3, 8))
+    module_case("nni_conv_bn_relu3d",
+                nni.ConvBnReLU3d(nn.Conv3d(2, 3, 2), randomize_bn(nn.BatchNorm3d(3)), nn.ReLU()),
+                r(1, 2, 3, 4, 4))
+    module_case("nni_bn_relu3d", nni.BNReLU3d(randomize_bn(nn.BatchNorm3d(3)), nn.ReLU()),
+                r(1, 3, 2, 3, 3))
 
 
 def write_npy_fixtures():
