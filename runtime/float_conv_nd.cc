@@ -58,8 +58,9 @@ absl::StatusOr<Geometry> ReadGeometry(const Tensor& input, const Tensor& weight,
   Geometry g;
   g.unbatched = input.dim() == batched_rank - 1;
   if (input.dim() != batched_rank && !g.unbatched) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": expected a ", batched_rank, "-d [N, C, ...] or ",
-                                                   batched_rank - 1, "-d [C, ...] input; got ",
+    return absl::InvalidArgumentError(absl::StrCat(op, ": expected a ", batched_rank,
+                                                   "-d [N, C, ...] or ", batched_rank - 1,
+                                                   "-d [C, ...] input; got ",
                                                    input.ShapeString()));
   }
   if (weight.dim() != batched_rank) {

@@ -131,7 +131,8 @@ absl::StatusOr<Tensor> RunConvNdModule(const Module& m, const Tensor& x, int spa
   const Argument* mode = m.FindAttribute("padding_mode");
   if (mode != nullptr && !(mode->is_string() && mode->as_string() == "zeros")) {
     return absl::UnimplementedError(absl::StrCat(m.type().name(), ": padding_mode ",
-                                                 mode->ToString(), " is not supported; only 'zeros'"));
+                                                 mode->ToString(),
+                                                 " is not supported; only 'zeros'"));
   }
   const Tensor* bias = OptionalTensor(m, "bias");
   return transposed ? ConvTransposeNd(x, *weight, bias, p, spatial_dims)
