@@ -252,6 +252,15 @@ absl::Status CheckOutermost(const std::vector<PatternPosition>& positions,
   return absl::OkStatus();
 }
 
+// A constant as the pattern syntax writes it. Strings have no escapes: they are quoted
+// with whichever quote they do not contain (a parsed string never contains both).
+std::string ConstantToString(const Argument& value) {
+  if (!value.is_string()) return value.ToString();
+  const absl::string_view s = value.as_string();
+  const char quote = s.find('\'') == absl::string_view::npos ? '\'' : '"';
+  return absl::StrCat(std::string(1, quote), s, std::string(1, quote));
+}
+
 // Renders the kwargs a pattern author added; the built-in allowances of the spelling come
 // first in the list and are implied by the spelling itself.
 std::string UserKwargsToString(const PatternPosition& p) {
@@ -261,7 +270,7 @@ std::string UserKwargsToString(const PatternPosition& p) {
   std::vector<std::string> parts;
   for (size_t i = skip; i < p.allowed_kwargs.size(); ++i) {
     const AllowedKwarg& kw = p.allowed_kwargs[i];
-    parts.push_back(kw.value ? absl::StrCat(kw.key.name(), "=", kw.value->ToString())
+    parts.push_back(kw.value ? absl::StrCat(kw.key.name(), "=", ConstantToString(*kw.value))
                              : std::string(kw.key.name()));
   }
   return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");

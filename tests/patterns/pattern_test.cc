@@ -135,6 +135,22 @@ TEST(PatternTest, KwargAllowances) {
   EXPECT_EQ(p->ToString(), "(add{alpha=2, out}, Conv2d, MatchAllNode)");
 }
 
+TEST(PatternTest, StringKwargsPrintWithAQuoteTheyDoNotContain) {
+  // Found by pattern_parser_fuzz: a double-quoted value holding a single quote printed
+  // inside single quotes and did not parse back.
+  absl::StatusOr<Pattern> p =
+      Pattern::Parse(R"((ReLU{mode="it's"}, Conv2d))", PatternFormat::kComplex);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->ToString(), R"((ReLU{mode="it's"}, Conv2d))");
+  absl::StatusOr<Pattern> reparsed = Pattern::Parse(p->ToString(), PatternFormat::kComplex);
+  ASSERT_TRUE(reparsed.ok()) << reparsed.status();
+  EXPECT_EQ(reparsed->ToString(), p->ToString());
+  absl::StatusOr<Pattern> single =
+      Pattern::Parse(R"((ReLU{mode='a"b'}, Conv2d))", PatternFormat::kComplex);
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ(single->ToString(), R"((ReLU{mode='a"b'}, Conv2d))");
+}
+
 TEST(PatternTest, PathsAndDefaultGetters) {
   absl::StatusOr<Pattern> p =
       Pattern::Parse("(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))",
