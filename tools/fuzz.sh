@@ -8,6 +8,9 @@
 # env:   FUSELAGE_FUZZ_WORKDIR  keep the grown corpora and crashes here across runs
 #                               (default: a fresh temporary directory)
 #        FUSELAGE_FUZZ_JOBS     targets run in parallel (default 1; the machine is shared)
+#        FUSELAGE_FUZZ_SEED     libFuzzer's -seed (default 1: the short CI runs explore the
+#                               same inputs every time, so CI is reproducible; use 0 for a
+#                               random seed in long development runs)
 #        FUSELAGE_CLANG_OUTPUT_BASE  Bazel output base of the clang builds
 #
 # The clang builds use their own Bazel output base (and server), so they never evict the
@@ -22,6 +25,7 @@ output_base="${FUSELAGE_CLANG_OUTPUT_BASE:-${HOME:-/root}/.cache/bazel-clang-$(p
 bazel_clang=(bazel "--output_base=${output_base}")
 workdir="${FUSELAGE_FUZZ_WORKDIR:-$(mktemp -d /tmp/fuselage-fuzz.XXXXXX)}"
 jobs="${FUSELAGE_FUZZ_JOBS:-1}"
+seed="${FUSELAGE_FUZZ_SEED:-1}"
 
 if [[ $# -gt 0 ]]; then
   targets=("$@")
@@ -47,7 +51,7 @@ run_target() {
   # New inputs go to the first (scratch) corpus dir; the checked-in corpus is read only.
   # malloc_limit_mb: no single allocation may approach what a small input could justify.
   nice -n 19 "${bin_dir}/tests/fuzz/${target}" \
-    -max_total_time="${seconds}" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
+    -max_total_time="${seconds}" -seed="${seed}" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
     -max_len=16384 -print_final_stats=1 -artifact_prefix="${dir}/artifacts/" \
     "${dir}/corpus" "tests/fuzz/corpus/${target}" >"${log}" 2>&1 || status=$?
   local execs cov ft units
