@@ -136,9 +136,10 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
   ASSIGN_OR_RETURN(ConvAccumulators acc, Accumulate(op, qx, qweight, bias, params));
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
   RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
-  const OutputRequantizer requantizer(qx.qparams().scales[0], acc.weight_scales,
-                                      bias ? bias->data<float>() : nullptr, output_scale,
-                                      output_zero_point, relu, qx.dtype());
+  const OutputRequantizer requantizer(
+      qx.qparams().scales[0], acc.weight_scales,
+      qweight.qparams().scheme == QScheme::kPerChannelAffine,
+      bias ? bias->data<float>() : nullptr, output_scale, output_zero_point, relu, qx.dtype());
   const int64_t channels = acc.shape[1];
   const int64_t pixels = acc.shape[2] * acc.shape[3];
   std::vector<int32_t> q(acc.acc.size());

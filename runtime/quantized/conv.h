@@ -3,8 +3,8 @@
 //   QuantizedConv2d    = torch.ops.quantized.conv2d / conv2d_relu (nnq.Conv2d,
 //                        nniq.ConvReLU2d). The int32 accumulator sum((x - x_zp) *
 //                        (w - w_zp)) is exact; it is requantized by OutputRequantizer
-//                        (fbgemm's ReQuantizeOutput with a float bias), which is what
-//                        PyTorch 1.13's fbgemm and onednn engines compute.
+//                        exactly as PyTorch 1.13's onednn engine does (see
+//                        output_requantizer.h; fbgemm's formula differs at ties).
 //   QuantizedConvAdd2d = nniq.ConvAdd2d / nniq.ConvAddReLU2d: conv(x) + extra with two
 //                        quantized inputs. PyTorch 1.13 has no native kernel for it
 //                        (onednn's quantized::conv2d_add[_relu] came later), so its

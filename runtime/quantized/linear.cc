@@ -62,6 +62,7 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
 
   const OutputRequantizer requantizer(
       qx.qparams().scales[0], PerOutputChannel(qweight.qparams().scales, out_features),
+      qweight.qparams().scheme == QScheme::kPerChannelAffine,
       bias ? bias->data<float>() : nullptr, output_scale, output_zero_point, relu, qx.dtype());
   std::vector<int32_t> q(static_cast<size_t>(rows * out_features));
   for (int64_t r = 0; r < rows; ++r) {

@@ -1,18 +1,33 @@
 // OutputRequantizer: turns the int32 accumulators of a quantized conv / linear into
-// output values, as fbgemm's ReQuantizeOutput does with a float bias (the formula
-// PyTorch 1.13's fbgemm and onednn engines both produce; verified bit for bit against
-// onednn goldens). For output channel c:
-//   act_times_w_scale = float(input_scale) * float(weight_scale[c])
-//   multiplier        = act_times_w_scale / float(output_scale)
-//   raw               = float(acc) + float(bias[c]) / act_times_w_scale
-//   out               = clamp(nearbyint(raw * multiplier) + output_zero_point)
-// so the bias is "quantized" with input_scale x weight_scale but kept in float, not
-// rounded to int32. (QNNPACK rounds the bias to int32 first; its results can differ
-// from these by one step where raw * multiplier lands near a half.) With relu the lower
-// clamp is the output zero point (a real 0).
+// output values exactly as PyTorch 1.13's onednn engine does (ideep 2.6 + oneDNN 2.6:
+// aten/src/ATen/native/quantized/cpu/qconv.cpp / qlinear.cpp pass reciprocal scales to
+// ideep, whose conv_deconv_utils::prepare_parameters and utils::compute_scales derive
+// the bias and output scales below; oneDNN's int8 post-processing then adds the f32
+// bias, multiplies, applies relu and adds the destination zero point in float before
+// rounding). For output channel c, every step in float32 and separately rounded:
+//   src_inv    = float(1.0 / input_scale)          (divided in double)
+//   w_inv[c]   = per-tensor weight: float(1.0 / weight_scale)
+//                per-channel weight: 1.0f / float(weight_scale[c])
+//   dst_inv    = float(1.0 / output_scale)
+//   bias_scale = src_inv * w_inv[c]
+//   op_scale   = dst_inv / bias_scale
+//   bias_term  = bias[c] * bias_scale              (kept in f32, not rounded to int32)
+//   v          = (float(acc) + bias_term) * op_scale,  relu: max(v, 0)
+//   out        = saturate(nearbyint(v + float(output_zero_point)))
+// Adding the zero point in float before rounding matters: it drops v's low bits, so a
+// v just off a half can land on it and round half to even (v = -3.4999962 with zero
+// point 112 gives 108.5 -> 108, not 109). Verified to match onednn on 3.8 M adversarial
+// conv and linear outputs sitting on or near .5 ties (tests/runtime/
+// gen_quantized_goldens.py, tie cases); fbgemm's ReQuantizeOutput (bias divided by
+// input_scale x weight_scale, zero point added after rounding) differs from it there,
+// and QNNPACK, which rounds the bias to int32 first, differs again.
+//
+// The arithmetic must stay unfused: the targets that include this header compile with
+// -ffp-contract=off so that "v * op_scale + zero_point" never becomes one FMA.
 #ifndef FUSELAGE_RUNTIME_QUANTIZED_OUTPUT_REQUANTIZER_H_
 #define FUSELAGE_RUNTIME_QUANTIZED_OUTPUT_REQUANTIZER_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -24,26 +39,30 @@ namespace quantized {
 
 class OutputRequantizer {
  public:
-  // `weight_scales` has one entry per output channel; `bias` is null or has as many.
-  // Scales must already be validated (> 0).
+  // `weight_scales` has one entry per output channel; `per_channel_weight` says whether
+  // the weight was quantized per channel (PyTorch rounds the reciprocals differently);
+  // `bias` is null or has one entry per output channel. Scales must already be
+  // validated (> 0).
   OutputRequantizer(double input_scale, const std::vector<double>& weight_scales,
-                    const float* bias, double output_scale, int64_t output_zero_point,
-                    bool relu, DType output_dtype);
+                    bool per_channel_weight, const float* bias, double output_scale,
+                    int64_t output_zero_point, bool relu, DType output_dtype);
 
   int32_t Apply(int32_t acc, int64_t channel) const {
-    const float raw = static_cast<float>(acc) + bias_term_[channel];
-    const float rounded = std::nearbyint(raw * multiplier_[channel]);
-    // Add the zero point in double so that saturated values cannot wrap.
-    const double q = static_cast<double>(rounded) + output_zero_point_;
-    if (!(q > lo_)) return static_cast<int32_t>(lo_);  // also NaN
-    if (q > hi_) return static_cast<int32_t>(hi_);
-    return static_cast<int32_t>(q);
+    float v = (static_cast<float>(acc) + bias_term_[channel]) * op_scale_[channel];
+    if (relu_) v = std::max(v, 0.0f);
+    const float shifted = v + zero_point_;
+    // Saturate in double: the bounds of every quantized dtype are exact there.
+    const double rounded = std::nearbyint(shifted);
+    if (!(rounded > lo_)) return static_cast<int32_t>(lo_);  // also NaN
+    if (rounded > hi_) return static_cast<int32_t>(hi_);
+    return static_cast<int32_t>(rounded);
   }
 
  private:
-  std::vector<float> multiplier_;
+  std::vector<float> op_scale_;
   std::vector<float> bias_term_;
-  int64_t output_zero_point_;
+  float zero_point_;
+  bool relu_;
   double lo_;
   double hi_;
 };

@@ -228,6 +228,186 @@ def gen_linear():
     w.save()
 
 
+# ---- Requantization at ties (conv_ties.txt, linear_ties.txt) ----
+# The output scale is chosen so that x_scale * w_scale / out_scale is a short binary
+# fraction (0.5, 0.25, 1.5, ...) up to float rounding: many exact outputs then sit on a
+# .5 tie or within a few float ulps of one, where the order of onednn's float steps
+# decides the rounding. Each case records how many of its outputs two plausible but
+# wrong formulas get wrong ('fbgemm_differs': fbgemm's ReQuantizeOutput; 'int_zp_differs':
+# onednn's steps with the zero point added after rounding; 'double_recip_differs':
+# per-channel weight reciprocals rounded as per-tensor ones), so the C++ test checks
+# that the goldens really exercise the differences.
+#
+# PyTorch 1.13's onednn conv caches primitives by shape and float output scales but not
+# the output zero point: two calls with the same shapes and scales and another zero point
+# reuse the first one's. Every case below therefore has its own input shape.
+TIE_RATIOS = [0.5, 0.25, 1.5, 0.125, 2.5, 0.75]
+
+
+def onednn_requantize(acc, x_scale, w_scales, per_channel, bias, out_scale, out_zp, relu,
+                      zp_after_rounding=False):
+    """PyTorch 1.13 onednn's requantization of exact int accumulators [N, C, ...]: the
+    formula of runtime/quantized/output_requantizer.h, in numpy float32."""
+    f32 = np.float32
+    src_inv, dst_inv = f32(1.0 / x_scale), f32(1.0 / out_scale)
+    w_inv = (f32(1) / w_scales.astype(f32)) if per_channel else (1.0 / w_scales).astype(f32)
+    bias_scale = src_inv * w_inv
+    op_scale = dst_inv / bias_scale
+    b = bias.astype(f32) * bias_scale if bias is not None else np.zeros_like(bias_scale)
+    shape = (1, -1) + (1,) * (acc.ndim - 2)
+    v = (acc.astype(f32) + b.reshape(shape)) * op_scale.reshape(shape)
+    if relu:
+        v = np.maximum(v, f32(0))
+    q = np.rint(v) + out_zp if zp_after_rounding else np.rint(v + f32(out_zp))
+    return np.clip(q, 0, 255).astype(np.int64)
+
+
+def fbgemm_requantize(acc, x_scale, w_scales, bias, out_scale, out_zp, relu):
+    """fbgemm's ReQuantizeOutput with a float bias (fuselage's formula before 2026-11-30)."""
+    f32 = np.float32
+    act_w = f32(x_scale) * w_scales.astype(f32)
+    mult = act_w / f32(out_scale)
+    b = bias.astype(f32) / act_w if bias is not None else np.zeros_like(act_w)
+    shape = (1, -1) + (1,) * (acc.ndim - 2)
+    q = np.rint((acc.astype(f32) + b.reshape(shape)) * mult.reshape(shape)) + out_zp
+    return np.clip(q, out_zp if relu else 0, 255).astype(np.int64)
+
+
+def tie_case(rng, out_channels, per_channel, bias_kind, x_scale):
+    """Weight scales, output scale and bias for a tie case (see TIE_RATIOS)."""
+    if per_channel:  # short binary multiples of one scale keep every channel at ties
+        w_scales = rng.uniform(0.001, 0.008) * rng.choice([1, 0.75, 1.25, 1.5, 2],
+                                                           out_channels)
+    else:
+        w_scales = np.full(out_channels, rng.uniform(0.001, 0.01))
+    ratio = float(rng.choice(TIE_RATIOS))
+    out_scale = float(x_scale * w_scales[0] / ratio)
+    bias = None
+    if bias_kind == 'random':
+        bias = torch.from_numpy(rng.standard_normal(out_channels).astype(np.float32))
+    elif bias_kind == 'grid':  # whole accumulator steps: keeps the ties
+        bias = torch.from_numpy(rng.integers(-50, 50, out_channels) * x_scale *
+                                w_scales).float()
+    return w_scales, out_scale, bias
+
+
+def quantized_weight(wf, w_scales, per_channel):
+    if per_channel:
+        return torch.quantize_per_channel(wf, torch.from_numpy(w_scales),
+                                          torch.zeros(len(w_scales), dtype=torch.long), 0,
+                                          torch.qint8)
+    return torch.quantize_per_tensor(wf, float(w_scales[0]), 0, torch.qint8)
+
+
+def write_tie_figures(w, y, acc, x_scale, w_scales, per_channel, bias, out_scale, out_zp,
+                      relu):
+    """Checks PyTorch's output against the numpy formula and records the two counts."""
+    got = y.int_repr().numpy().astype(np.int64).reshape(acc.shape)
+    b = bias.numpy() if bias is not None else None
+    mine = onednn_requantize(acc, x_scale, w_scales, per_channel, b, out_scale, out_zp, relu)
+    assert (mine == got).all(), 'onednn formula disagrees with PyTorch: %d outputs' % (
+        (mine != got).sum())
+    fb = fbgemm_requantize(acc, x_scale, w_scales, b, out_scale, out_zp, relu)
+    int_zp = onednn_requantize(acc, x_scale, w_scales, per_channel, b, out_scale, out_zp,
+                               relu, zp_after_rounding=True)
+    double_recip = onednn_requantize(acc, x_scale, w_scales, False, b, out_scale, out_zp,
+                                     relu)
+    w.scalar('fbgemm_differs', int((fb != got).sum()))
+    w.scalar('int_zp_differs', int((int_zp != got).sum()))
+    # Per-channel weights only: the reciprocal scale taken in double as for per-tensor.
+    w.scalar('double_recip_differs', int((double_recip != got).sum()))
+
+
+def gen_conv_ties():
+    w = Writer('conv_ties')
+    configs = [
+        # name, C, O, k, pad, stride, per_channel, bias, relu
+        ('pt_1x1_nobias', 3, 4, 1, 0, 1, False, 'none', False),
+        ('pt_1x1_grid_bias_relu', 2, 5, 1, 0, 1, False, 'grid', True),
+        ('pt_3x3_random_bias', 3, 3, 3, 1, 1, False, 'random', False),
+        ('pt_3x3_stride2_grid_bias', 2, 4, 3, 1, 2, False, 'grid', False),
+        ('pc_1x1_nobias_relu', 3, 5, 1, 0, 1, True, 'none', True),
+        ('pc_1x1_grid_bias', 2, 4, 1, 0, 1, True, 'grid', False),
+        ('pc_3x3_random_bias_relu', 3, 4, 3, 1, 1, True, 'random', True),
+        ('pc_3x3_grid_bias', 2, 3, 3, 1, 1, True, 'grid', False),
+    ]
+    for i, (name, c, o, k, pad, stride, per_channel, bias_kind, relu) in enumerate(configs):
+        rng = np.random.default_rng(100 + i)
+        torch.manual_seed(100 + i)
+        h, wd = 20 + i, 21 + i  # unique shapes (primitive cache, above)
+        x_scale = float(rng.uniform(0.005, 0.1))
+        x_zp, out_zp = int(rng.integers(0, 256)), int(rng.integers(0, 256))
+        qx = torch.quantize_per_tensor(torch.randn(1, c, h, wd) * 2, x_scale, x_zp,
+                                       torch.quint8)
+        w_scales, out_scale, bias = tie_case(rng, o, per_channel, bias_kind, x_scale)
+        qw = quantized_weight(torch.randn(o, c, k, k) * 0.3, w_scales, per_channel)
+        cls = nniq.ConvReLU2d if relu else nnq.Conv2d
+        m = cls(c, o, k, stride=stride, padding=pad, bias=bias is not None)
+        m.set_weight_bias(qw, bias)
+        m.scale, m.zero_point = out_scale, out_zp
+        y = m(qx)
+        acc = F.conv2d(torch.from_numpy(qx.int_repr().numpy().astype(np.float64) - x_zp),
+                       torch.from_numpy(qw.int_repr().numpy().astype(np.float64)),
+                       stride=stride, padding=pad).numpy().astype(np.int64)  # exact
+        w.case(name)
+        w.tensor('x', qx)
+        w.tensor('weight', qw)
+        if bias is not None:
+            w.tensor('bias', bias)
+        for key, v in [('stride', stride), ('padding', pad), ('dilation', 1), ('groups', 1),
+                       ('relu', relu)]:
+            w.scalar(key, v)
+        w.scalar('scale', out_scale)
+        w.scalar('zero_point', out_zp)
+        w.tensor('y', y)
+        write_tie_figures(w, y, acc, x_scale, w_scales, per_channel, bias, out_scale,
+                          out_zp, relu)
+        w.end()
+    w.save()
+
+
+def gen_linear_ties():
+    w = Writer('linear_ties')
+    configs = [
+        # name, in_features, out_features, per_channel, bias, relu
+        ('pt_nobias', 3, 6, False, 'none', False),
+        ('pt_grid_bias_relu', 2, 5, False, 'grid', True),
+        ('pc_random_bias', 4, 7, True, 'random', False),
+        ('pc_grid_bias_relu', 3, 4, True, 'grid', True),
+    ]
+    for i, (name, k, o, per_channel, bias_kind, relu) in enumerate(configs):
+        rng = np.random.default_rng(200 + i)
+        torch.manual_seed(200 + i)
+        rows = 300 + i  # unique shapes, as for the convs
+        x_scale = float(rng.uniform(0.005, 0.1))
+        x_zp, out_zp = int(rng.integers(0, 256)), int(rng.integers(0, 256))
+        qx = torch.quantize_per_tensor(torch.randn(rows, k) * 2, x_scale, x_zp, torch.quint8)
+        w_scales, out_scale, bias = tie_case(rng, o, per_channel, bias_kind, x_scale)
+        qw = quantized_weight(torch.randn(o, k) * 0.3, w_scales, per_channel)
+        if relu:
+            m = nniq.LinearReLU(k, o, bias=bias is not None)
+        else:
+            m = nnq.Linear(k, o, bias_=bias is not None)
+        m.set_weight_bias(qw, bias)
+        m.scale, m.zero_point = out_scale, out_zp
+        y = m(qx)
+        acc = ((qx.int_repr().numpy().astype(np.int64) - x_zp) @
+               qw.int_repr().numpy().astype(np.int64).T)  # exact, [rows, o]
+        w.case(name)
+        w.tensor('x', qx)
+        w.tensor('weight', qw)
+        if bias is not None:
+            w.tensor('bias', bias)
+        w.scalar('relu', relu)
+        w.scalar('scale', out_scale)
+        w.scalar('zero_point', out_zp)
+        w.tensor('y', y)
+        write_tie_figures(w, y, acc, x_scale, w_scales, per_channel, bias, out_scale,
+                          out_zp, relu)
+        w.end()
+    w.save()
+
+
 def dq_plain(q):
     s = np.float32(q.q_scale())
     return s * (q.int_repr().numpy().astype(np.int32) - q.q_zero_point()).astype(np.float32)
@@ -349,6 +529,8 @@ if __name__ == '__main__':
     gen_conv()
     gen_conv_add()
     gen_linear()
+    gen_conv_ties()
+    gen_linear_ties()
     gen_binary()
     gen_unary()
     gen_cat()

@@ -1,6 +1,6 @@
 // QuantizedConv2d / QuantizedConvAdd2d: hand-checked values, PyTorch 1.13 goldens
-// (nnq.Conv2d / nniq.ConvReLU2d, engine onednn: conv.txt; the reference pattern of
-// ConvAdd2d: conv_add.txt) and errors.
+// (nnq.Conv2d / nniq.ConvReLU2d, engine onednn: conv.txt, and at requantization ties:
+// conv_ties.txt; the reference pattern of ConvAdd2d: conv_add.txt) and errors.
 #include "runtime/quantized/conv.h"
 
 #include <string>
@@ -90,6 +90,42 @@ TEST(QuantizedConv2dTest, MatchesPyTorchGoldens) {
     ASSERT_TRUE(y.ok()) << y.status();
     EXPECT_TRUE(SameQuantized(*y, expected));  // exact: same integers
   }
+}
+
+TEST(QuantizedConv2dTest, TieRoundsHalfToEvenAfterAddingTheZeroPoint) {
+  // onednn adds the output zero point in float before rounding (output_requantizer.h).
+  // x = 3, 5 (scale 0.5, zp 0), w = 1 (scale 0.25), output scale 0.25: every scale is a
+  // power of two, so v = acc * 0.5 = 1.5, 2.5 exactly; + zp 11 = 12.5, 13.5 -> half to
+  // even: 12, 14. Rounding first and adding the zero point after would give 13, 13.
+  const Tensor x = QU8({1, 1, 1, 2}, {3, 5}, 0.5, 0);
+  const Tensor w = QI8({1, 1, 1, 1}, {1}, QuantParams::PerTensor(0.25, 0));
+  auto y = QuantizedConv2d(x, w, nullptr, Conv2dParams{}, 0.25, 11, /*relu=*/false);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(Ints(*y), (std::vector<int64_t>{12, 14}));
+}
+
+TEST(QuantizedConv2dTest, MatchesPyTorchOnednnAtTies) {
+  // conv_ties.txt: outputs on or within float ulps of a .5 tie (see the generator).
+  auto cases = ReadGoldenFile("tests/runtime/testdata/quantized/conv_ties.txt");
+  ASSERT_TRUE(cases.ok()) << cases.status();
+  ASSERT_EQ(cases->size(), 8u);
+  int64_t fbgemm_differs = 0, int_zp_differs = 0, double_recip_differs = 0;
+  for (const GoldenCase& c : *cases) {
+    SCOPED_TRACE(c.name);
+    auto y = QuantizedConv2d(c.tensor("x"), c.tensor("weight"), c.find_tensor("bias"),
+                             ParamsOf(c), c.number("scale"),
+                             static_cast<int64_t>(c.number("zero_point")),
+                             c.number("relu") != 0);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(SameQuantized(*y, c.tensor("y")));  // exact, ties included
+    fbgemm_differs += static_cast<int64_t>(c.number("fbgemm_differs"));
+    int_zp_differs += static_cast<int64_t>(c.number("int_zp_differs"));
+    double_recip_differs += static_cast<int64_t>(c.number("double_recip_differs"));
+  }
+  // The goldens separate the formula from its near misses (counted by the generator).
+  EXPECT_GT(fbgemm_differs, 0);
+  EXPECT_GT(int_zp_differs, 0);
+  EXPECT_GT(double_recip_differs, 0);
 }
 
 TEST(QuantizedConvAdd2dTest, HandComputed) {

@@ -1,5 +1,6 @@
 // QuantizedLinear: hand-checked values, PyTorch 1.13 goldens (nnq.Linear /
-// nniq.LinearReLU, engine onednn: linear.txt) and errors.
+// nniq.LinearReLU, engine onednn: linear.txt, and at requantization ties:
+// linear_ties.txt) and errors.
 #include "runtime/quantized/linear.h"
 
 #include <string>
@@ -52,6 +53,27 @@ TEST(QuantizedLinearTest, MatchesPyTorchGoldens) {
     ASSERT_TRUE(y.ok()) << y.status();
     EXPECT_TRUE(SameQuantized(*y, c.tensor("y")));
   }
+}
+
+TEST(QuantizedLinearTest, MatchesPyTorchOnednnAtTies) {
+  // linear_ties.txt: outputs on or within float ulps of a .5 tie (see the generator).
+  auto cases = ReadGoldenFile("tests/runtime/testdata/quantized/linear_ties.txt");
+  ASSERT_TRUE(cases.ok()) << cases.status();
+  ASSERT_EQ(cases->size(), 4u);
+  int64_t fbgemm_differs = 0, int_zp_differs = 0;
+  for (const GoldenCase& c : *cases) {
+    SCOPED_TRACE(c.name);
+    auto y = QuantizedLinear(c.tensor("x"), c.tensor("weight"), c.find_tensor("bias"),
+                             c.number("scale"), static_cast<int64_t>(c.number("zero_point")),
+                             c.number("relu") != 0);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(SameQuantized(*y, c.tensor("y")));  // exact, ties included
+    fbgemm_differs += static_cast<int64_t>(c.number("fbgemm_differs"));
+    int_zp_differs += static_cast<int64_t>(c.number("int_zp_differs"));
+  }
+  // The goldens separate the formula from its near misses (counted by the generator).
+  EXPECT_GT(fbgemm_differs, 0);
+  EXPECT_GT(int_zp_differs, 0);
 }
 
 TEST(QuantizedLinearTest, BadInputErrors) {
