@@ -1,14 +1,31 @@
 // Fuzz target: the passes on a hostile model. The first byte picks a built-in backend
-// config; the rest is a binary model file. A model that loads goes through the pipeline
-// (fuse → lower to native; prepare and convert join as they land, see README.md), and
-// after every pass:
+// config; the rest is a binary model file. A model that loads goes through the whole
+// quantization flow with that config and the default qconfig mapping of its backend:
+//
+//   fuse → prepare → calibrate → convert-to-reference → lower-to-native
+//
+// and after every pass:
 //  - success: the GraphModule passes Verify();
 //  - failure: a non-empty error, and the GraphModule saves to exactly the bytes it saved
-//    to before the pass (a failing pass leaves the graph as it was); the pipeline stops.
+//    to before the pass (a failing pass leaves the graph as it was).
+// A failing pass stops the pipeline, except calibration, which is optional input: convert
+// still runs after it fails or is skipped, on observers that saw no value (or only the
+// values of the samples that ran). That is defined behaviour: an observer that saw nothing
+// gives PyTorch's default parameters, scale 1.0 and zero point 0 (quantize/observers.cc,
+// check_min_max_valid), as PyTorch's convert does with a warning.
+//
+// Calibration runs kSamples seeded random inputs through the interpreter when every
+// placeholder has a meta "shape" (the Python exporter writes it) of at most
+// kMaxSampleElements elements; otherwise it is skipped.
+//
+// FUSELAGE_FUZZ_VERBOSE=1 prints each pass's verdict, to see how far a corpus gets.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,20 +35,37 @@
 #include "absl/strings/string_view.h"
 #include "backend_configs/backend_config.h"
 #include "backend_configs/builtin_configs.h"
+#include "graph/argument.h"
 #include "graph/graph_module.h"
+#include "graph/node.h"
 #include "graph/serialization.h"
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
 #include "patterns/fuse.h"
+#include "quantize/calibrate.h"
+#include "quantize/convert.h"
+#include "quantize/prepare.h"
+#include "quantize/qconfig.h"
+#include "runtime/builtin_kernels.h"
+#include "runtime/kernel_registry.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace fuselage::fuzz {
 namespace {
 
-struct Pass {
-  const char* name;
-  std::function<absl::Status(GraphModule&)> run;
-};
+constexpr int kSamples = 2;
+constexpr uint32_t kSampleSeed = 7;
+// Per placeholder: enough for the seeds' [1, 4, 8, 8]-sized inputs, small enough that a
+// hostile "shape" cannot make calibration the slow part of an execution.
+constexpr int64_t kMaxSampleElements = 4096;
+
+bool Verbose() {
+  static const bool verbose = [] {
+    const char* v = std::getenv("FUSELAGE_FUZZ_VERBOSE");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return verbose;
+}
 
 const LoweringRuleRegistry& NativeLoweringRules() {
   static const LoweringRuleRegistry* const registry = [] {
@@ -43,7 +77,61 @@ const LoweringRuleRegistry& NativeLoweringRules() {
   return *registry;
 }
 
-std::vector<Pass> Pipeline(const BackendConfig& config) {
+// The built-in kernels plus the observers' identity kernels, as the quantize flow uses.
+const KernelRegistry& CalibrationKernels() {
+  static const KernelRegistry* const registry = [] {
+    absl::StatusOr<std::unique_ptr<KernelRegistry>> kernels = BuiltinKernels();
+    FUZZ_CHECK(kernels.ok(), kernels.status().ToString());
+    const absl::Status registered = RegisterObserverKernels(**kernels);
+    FUZZ_CHECK(registered.ok(), registered.ToString());
+    return kernels->release();
+  }();
+  return *registry;
+}
+
+// The qconfig mapping of a built-in config's backend. "native" has no default qconfig of
+// its own in PyTorch; users pair it with fbgemm's.
+QConfigMapping DefaultMappingFor(const std::string& config_name) {
+  absl::StatusOr<QConfigMapping> mapping =
+      DefaultQConfigMapping(config_name == "native" ? "fbgemm" : config_name);
+  FUZZ_CHECK(mapping.ok(), absl::StrCat("no default qconfig mapping for built-in config '",
+                                        config_name, "': ", mapping.status().ToString()));
+  return *std::move(mapping);
+}
+
+// Random samples if every placeholder has a small enough meta "shape"; nullopt (skip
+// calibration) otherwise.
+std::optional<std::vector<CalibrationSample>> SmallCalibrationSamples(const GraphModule& gm) {
+  for (const Node* p : gm.graph().Placeholders()) {
+    const Argument* shape = p->FindMeta("shape");
+    if (shape == nullptr || !shape->is_list()) return std::nullopt;
+    int64_t elements = 1;
+    for (const Argument& d : shape->items()) {
+      if (!d.is_int() || d.as_int() < 0 || d.as_int() > kMaxSampleElements) return std::nullopt;
+      elements *= d.as_int();  // each factor ≤ kMaxSampleElements and so is the product
+      if (elements > kMaxSampleElements) return std::nullopt;
+    }
+  }
+  absl::StatusOr<std::vector<CalibrationSample>> samples =
+      RandomCalibrationSamples(gm, kSamples, kSampleSeed);
+  if (!samples.ok()) return std::nullopt;
+  return *std::move(samples);
+}
+
+struct Pass {
+  const char* name;
+  std::function<absl::Status(GraphModule&)> run;
+  // A failure does not stop the pipeline (the next passes are defined without it).
+  bool optional = false;
+};
+
+// What the passes hand on to each other.
+struct FlowState {
+  std::optional<PreparedModel> prepared;
+};
+
+std::vector<Pass> Pipeline(const BackendConfig& config, const QConfigMapping& mapping,
+                           FlowState& state) {
   return {
       {"fuse",
        [&config](GraphModule& gm) -> absl::Status {
@@ -52,6 +140,27 @@ std::vector<Pass> Pipeline(const BackendConfig& config) {
                                                "' gives no matcher: ", matcher.status().ToString()));
          return FusePatterns(gm, *matcher).status();
        }},
+      {"prepare",
+       [&config, &mapping, &state](GraphModule& gm) -> absl::Status {
+         absl::StatusOr<PreparedModel> prepared = Prepare(gm, mapping, config);
+         if (!prepared.ok()) return prepared.status();
+         state.prepared = *std::move(prepared);
+         return absl::OkStatus();
+       }},
+      {"calibrate",
+       [&state](GraphModule& gm) -> absl::Status {
+         std::optional<std::vector<CalibrationSample>> samples = SmallCalibrationSamples(gm);
+         if (!samples.has_value()) {
+           if (Verbose()) std::fprintf(stderr, "  calibrate: skipped (no small input shape)\n");
+           return absl::OkStatus();
+         }
+         return Calibrate(gm, *state.prepared, *samples, CalibrationKernels()).status();
+       },
+       /*optional=*/true},
+      {"convert",
+       [&state](GraphModule& gm) {
+         return ConvertToReference(gm, *state.prepared).status();
+       }},
       {"lower",
        [](GraphModule& gm) { return LowerToNative(gm, NativeLoweringRules()).status(); }},
   };
@@ -59,22 +168,32 @@ std::vector<Pass> Pipeline(const BackendConfig& config) {
 
 void RunPipeline(uint8_t config_choice, absl::string_view model_bytes) {
   absl::StatusOr<std::unique_ptr<GraphModule>> loaded = ParseModel(model_bytes);
-  if (!loaded.ok()) return;  // The loader's own target covers rejections.
+  if (!loaded.ok()) {
+    if (Verbose()) std::fprintf(stderr, "  load: %s\n", loaded.status().ToString().c_str());
+    return;  // The loader's own target covers rejections.
+  }
   GraphModule& gm = **loaded;
 
   const std::vector<std::string> names = BuiltinBackendConfigNames();
   const std::string& config_name = names[config_choice % names.size()];
   absl::StatusOr<BackendConfig> config = GetBackendConfig(config_name);
   FUZZ_CHECK(config.ok(), config.status().ToString());
+  const QConfigMapping mapping = DefaultMappingFor(config_name);
 
-  for (const Pass& pass : Pipeline(*config)) {
+  FlowState state;
+  for (const Pass& pass : Pipeline(*config, mapping, state)) {
     const std::string before = SerializeModel(gm);
     const absl::Status status = pass.run(gm);
+    if (Verbose()) {
+      std::fprintf(stderr, "  %s (%s): %s, %zu nodes\n", pass.name, config_name.c_str(),
+                   status.ToString().c_str(), gm.graph().size());
+    }
     if (!status.ok()) {
       FUZZ_CHECK(!status.message().empty(), absl::StrCat(pass.name, ": empty error"));
       FUZZ_CHECK(SerializeModel(gm) == before,
                  absl::StrCat(pass.name, " (", config_name, ") failed with ", status.ToString(),
                               " but changed the model"));
+      if (pass.optional) continue;
       return;
     }
     const absl::Status verified = gm.Verify();
