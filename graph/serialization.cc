@@ -16,6 +16,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/stubs/common.h"
+#include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "google/protobuf/text_format.h"
 #include "graph/status_macros.h"
@@ -537,11 +538,21 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
   google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
   google::protobuf::io::CodedInputStream input(&raw);
   input.SetRecursionLimit(recursion_limit);
-  if (!LengthsFit(bytes, recursion_limit) || !model.ParseFromCodedStream(&input) ||
-      !input.ConsumedEntireMessage()) {
+  bool parsed;
+  {
+    // A hostile file would make protobuf log "[libprotobuf ERROR ...] String field ...
+    // contains invalid UTF-8 data" or "exceeded maximum protobuf recursion depth" to
+    // stderr before we return our own error: the caller reports the failure, so the
+    // library stays quiet about it. (Thread-safe; it also mutes other threads' protobuf
+    // warnings while it lives, which the parse of one file makes brief.)
+    google::protobuf::LogSilencer quiet;
+    parsed = LengthsFit(bytes, recursion_limit) && model.ParseFromCodedStream(&input) &&
+             input.ConsumedEntireMessage();
+  }
+  if (!parsed) {
     return absl::InvalidArgumentError(
         "model file is not a valid fuselage model (protobuf parse failed: truncated, "
-        "corrupt, or nested too deeply)");
+        "corrupt, a string field that is not valid UTF-8, or nested too deeply)");
   }
   return ModelFromProto(model, limits);
 }
