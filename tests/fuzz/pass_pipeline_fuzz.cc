@@ -89,14 +89,37 @@ const KernelRegistry& CalibrationKernels() {
   return *registry;
 }
 
-// The qconfig mapping of a built-in config's backend. "native" has no default qconfig of
-// its own in PyTorch; users pair it with fbgemm's.
-QConfigMapping DefaultMappingFor(const std::string& config_name) {
-  absl::StatusOr<QConfigMapping> mapping =
-      DefaultQConfigMapping(config_name == "native" ? "fbgemm" : config_name);
-  FUZZ_CHECK(mapping.ok(), absl::StrCat("no default qconfig mapping for built-in config '",
-                                        config_name, "': ", mapping.status().ToString()));
-  return *std::move(mapping);
+// A built-in backend config with what the passes need of it, built once per process:
+// building a config and its matcher costs more than running the passes on a small model.
+struct BuiltinSetup {
+  std::string name;
+  BackendConfig config;
+  std::optional<PatternMatcher> matcher;
+  std::optional<QConfigMapping> mapping;
+};
+
+const BuiltinSetup& SetupFor(uint8_t choice) {
+  static const std::vector<std::unique_ptr<BuiltinSetup>>* const setups = [] {
+    auto* all = new std::vector<std::unique_ptr<BuiltinSetup>>();
+    for (const std::string& name : BuiltinBackendConfigNames()) {
+      absl::StatusOr<BackendConfig> config = GetBackendConfig(name);
+      FUZZ_CHECK(config.ok(), config.status().ToString());
+      auto setup = std::make_unique<BuiltinSetup>(BuiltinSetup{name, *std::move(config), {}, {}});
+      absl::StatusOr<PatternMatcher> matcher = BuildFusionMatcher(setup->config);
+      FUZZ_CHECK(matcher.ok(), absl::StrCat("built-in config '", name, "' gives no matcher: ",
+                                            matcher.status().ToString()));
+      setup->matcher.emplace(*std::move(matcher));
+      // "native" has no default qconfig of its own in PyTorch; users pair it with fbgemm's.
+      absl::StatusOr<QConfigMapping> mapping =
+          DefaultQConfigMapping(name == "native" ? "fbgemm" : name);
+      FUZZ_CHECK(mapping.ok(), absl::StrCat("no default qconfig mapping for built-in config '",
+                                            name, "': ", mapping.status().ToString()));
+      setup->mapping.emplace(*std::move(mapping));
+      all->push_back(std::move(setup));
+    }
+    return all;
+  }();
+  return *(*setups)[choice % setups->size()];
 }
 
 // Random samples if every placeholder has a small enough meta "shape"; nullopt (skip
@@ -130,19 +153,13 @@ struct FlowState {
   std::optional<PreparedModel> prepared;
 };
 
-std::vector<Pass> Pipeline(const BackendConfig& config, const QConfigMapping& mapping,
-                           FlowState& state) {
+std::vector<Pass> Pipeline(const BuiltinSetup& setup, FlowState& state) {
   return {
       {"fuse",
-       [&config](GraphModule& gm) -> absl::Status {
-         absl::StatusOr<PatternMatcher> matcher = BuildFusionMatcher(config);
-         FUZZ_CHECK(matcher.ok(), absl::StrCat("built-in config '", config.name(),
-                                               "' gives no matcher: ", matcher.status().ToString()));
-         return FusePatterns(gm, *matcher).status();
-       }},
+       [&setup](GraphModule& gm) { return FusePatterns(gm, *setup.matcher).status(); }},
       {"prepare",
-       [&config, &mapping, &state](GraphModule& gm) -> absl::Status {
-         absl::StatusOr<PreparedModel> prepared = Prepare(gm, mapping, config);
+       [&setup, &state](GraphModule& gm) -> absl::Status {
+         absl::StatusOr<PreparedModel> prepared = Prepare(gm, *setup.mapping, setup.config);
          if (!prepared.ok()) return prepared.status();
          state.prepared = *std::move(prepared);
          return absl::OkStatus();
@@ -174,14 +191,10 @@ void RunPipeline(uint8_t config_choice, absl::string_view model_bytes) {
   }
   GraphModule& gm = **loaded;
 
-  const std::vector<std::string> names = BuiltinBackendConfigNames();
-  const std::string& config_name = names[config_choice % names.size()];
-  absl::StatusOr<BackendConfig> config = GetBackendConfig(config_name);
-  FUZZ_CHECK(config.ok(), config.status().ToString());
-  const QConfigMapping mapping = DefaultMappingFor(config_name);
-
+  const BuiltinSetup& setup = SetupFor(config_choice);
+  const std::string& config_name = setup.name;
   FlowState state;
-  for (const Pass& pass : Pipeline(*config, mapping, state)) {
+  for (const Pass& pass : Pipeline(setup, state)) {
     const std::string before = SerializeModel(gm);
     const absl::Status status = pass.run(gm);
     if (Verbose()) {
