@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 #include "quantize/observers.h"
@@ -20,34 +21,43 @@ struct ObserverReplacement {
 
 absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Observer& observer) {
   const ObserverSpec& spec = observer.spec();
-  const std::string where =
-      absl::StrCat("convert: observer node '", n->name(), "' (", n->target().name(), ")");
+  // Built only on the error paths: this runs once per observer node.
+  auto where = [n] {
+    return absl::StrCat("convert: observer node '", n->name(), "' (", n->target().name(), ")");
+  };
   if (IsPerChannel(spec.qscheme)) {
     return absl::UnimplementedError(
-        absl::StrCat(where, ": per-channel activation quantization is not supported"));
+        absl::StrCat(where(), ": per-channel activation quantization is not supported"));
   }
   if (!IsQuantized(spec.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": dtype ", DTypeName(spec.dtype),
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": dtype ", DTypeName(spec.dtype),
                                                    " is not a quantized dtype"));
   }
   ASSIGN_OR_RETURN(ObserverQParams qparams, observer.CalculateQParams());
   if (qparams.scales.size() != 1 || qparams.zero_points.size() != 1) {
-    return absl::InternalError(absl::StrCat(where, ": expected one scale and zero point"));
+    return absl::InternalError(absl::StrCat(where(), ": expected one scale and zero point"));
   }
   return ObserverReplacement{n, qparams.scales[0], qparams.zero_points[0], spec.dtype};
 }
 
-absl::Status ReplaceObserver(Graph& g, const ObserverReplacement& r) {
+// The targets of the nodes an observer becomes, interned once per pass.
+struct ReplacementTargets {
+  Symbol quantize = Symbol::Intern("torch.quantize_per_tensor");
+  Symbol dequantize = Symbol::Intern("dequantize");
+};
+
+absl::Status ReplaceObserver(Graph& g, const ReplacementTargets& targets,
+                             const ObserverReplacement& r) {
   Node* input = r.observer->arg(0).as_node();
   NodeSpec quantize;
   quantize.op = OpKind::kCallFunction;
-  quantize.target = Symbol::Intern("torch.quantize_per_tensor");
+  quantize.target = targets.quantize;
   quantize.args = {input, Argument::Float(r.scale), Argument::Int(r.zero_point),
                    Argument::Dtype(r.dtype)};
   ASSIGN_OR_RETURN(Node * q, g.InsertAfter(r.observer, std::move(quantize)));
   NodeSpec dequantize;
   dequantize.op = OpKind::kCallMethod;
-  dequantize.target = Symbol::Intern("dequantize");
+  dequantize.target = targets.dequantize;
   dequantize.args = {q};
   ASSIGN_OR_RETURN(Node * dq, g.InsertAfter(q, std::move(dequantize)));
   RETURN_IF_ERROR(g.ReplaceAllUsesWith(r.observer, dq).status());
@@ -71,16 +81,18 @@ std::string ConvertReport::ToString() const {
 absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModule(const Module& float_module,
                                                             Symbol reference_type,
                                                             const ObserverSpec& weight_observer) {
-  const std::string where = absl::StrCat("convert: ", float_module.type().name(), " → ",
-                                         reference_type.name());
+  // Built only on the error paths: this runs once per weighted module.
+  auto where = [&] {
+    return absl::StrCat("convert: ", float_module.type().name(), " → ", reference_type.name());
+  };
   const Tensor* weight = float_module.FindTensor("weight");
   if (weight == nullptr || weight->dtype() != DType::kFloat32) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": the module has no float32 tensor 'weight'"));
+        absl::StrCat(where(), ": the module has no float32 tensor 'weight'"));
   }
   auto observer_or = MakeObserver(weight_observer);
   if (!observer_or.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": weight observer ",
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": weight observer ",
                                                    weight_observer.ToString(), ": ",
                                                    observer_or.status().message()));
   }
@@ -88,7 +100,7 @@ absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModule(const Module& float_
   absl::Status updated = observer.Update(*weight);
   if (!updated.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": observing the weight: ", updated.message()));
+        absl::StrCat(where(), ": observing the weight: ", updated.message()));
   }
   ASSIGN_OR_RETURN(ObserverQParams qparams, observer.CalculateQParams());
   const bool per_channel = IsPerChannel(weight_observer.qscheme);
@@ -153,8 +165,9 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
 
   // 2. Mutation; it cannot fail on a graph the checks above passed.
   ConvertReport report;
+  const ReplacementTargets targets;
   for (const ObserverReplacement& r : replacements) {
-    absl::Status st = ReplaceObserver(g, r);
+    absl::Status st = ReplaceObserver(g, targets, r);
     if (!st.ok()) return absl::InternalError(absl::StrCat("convert: ", st.message()));
     ++report.observers_replaced;
   }
@@ -163,15 +176,20 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     ++report.reference_modules;
   }
   // The observer modules go with their container, in one step (removing thousands of
-  // children one by one would be quadratic).
+  // children one by one would be quadratic), and so do the plan modules of a prepared
+  // model read from a file (quantize/prepared_model.h).
   if (!prepared.observer_container.empty()) {
     const Module* container = gm.FindModule(prepared.observer_container);
     bool only_observers = container != nullptr;
     if (container != nullptr) {
+      std::string path = absl::StrCat(prepared.observer_container, ".");
+      const size_t prefix = path.size();
       for (const auto& [name, child] : container->children()) {
-        only_observers = only_observers &&
-                         prepared.observers.contains(
-                             absl::StrCat(prepared.observer_container, ".", name));
+        path.resize(prefix);
+        path += name;
+        const bool plan_module = absl::StartsWith(name, kWeightPlanModulePrefix) &&
+                                 IsObserverModuleType(child->type());
+        only_observers = only_observers && (plan_module || prepared.observers.contains(path));
       }
     }
     if (only_observers) {

@@ -121,6 +121,29 @@ std::vector<float> Histc(const Tensor& x, int64_t bins, double min, double max) 
   return hist;
 }
 
+// SetState's checks: one min and max entry per tensor (or equal counts per channel), and
+// either no histogram or `histogram_bins` entries (0: the observer has no histogram).
+absl::Status CheckStateSizes(const ObserverSpec& spec, const std::vector<float>& min_val,
+                             const std::vector<float>& max_val,
+                             const std::vector<float>& histogram, bool per_channel,
+                             int64_t histogram_bins) {
+  const bool sizes_fit = per_channel ? min_val.size() == max_val.size()
+                                     : min_val.size() == 1 && max_val.size() == 1;
+  if (!sizes_fit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ObserverKindName(spec.kind), ": state has ", min_val.size(), " min_val and ",
+        max_val.size(), " max_val entries; expected ",
+        per_channel ? "as many of each (one per channel)" : "one of each"));
+  }
+  if (!histogram.empty() && static_cast<int64_t>(histogram.size()) != histogram_bins) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ObserverKindName(spec.kind), ": state has a histogram of ", histogram.size(),
+        " bins; expected ",
+        histogram_bins == 0 ? std::string("none") : absl::StrCat(histogram_bins)));
+  }
+  return absl::OkStatus();
+}
+
 // Python's int() of a float: truncation toward zero.
 double TruncToInt(float v) { return std::trunc(static_cast<double>(v)); }
 
@@ -135,7 +158,8 @@ QuantParams ObserverQParams::ToQuantParams(bool per_channel, int64_t axis) const
 
 absl::StatusOr<ObserverQParams> Observer::CalculateQParamsFromMinMax(
     const std::vector<float>& min_val, const std::vector<float>& max_val) const {
-  const std::string where = absl::StrCat(ObserverKindName(spec_.kind), ": ");
+  // Built only on the error paths: this runs once per observer at convert.
+  auto where = [&] { return absl::StrCat(ObserverKindName(spec_.kind), ": "); };
   // check_min_max_valid: not observed yet -> PyTorch's defaults.
   if (min_val.empty() || max_val.empty() ||
       (min_val.size() == 1 && !IsPerChannel(spec_.qscheme) && min_val[0] == kInf &&
@@ -143,18 +167,18 @@ absl::StatusOr<ObserverQParams> Observer::CalculateQParamsFromMinMax(
     return ObserverQParams{{1.0f}, {0}};
   }
   if (min_val.size() != max_val.size()) {
-    return absl::InternalError(absl::StrCat(where, "min_val has ", min_val.size(),
+    return absl::InternalError(absl::StrCat(where(), "min_val has ", min_val.size(),
                                             " entries but max_val has ", max_val.size()));
   }
   for (size_t i = 0; i < min_val.size(); ++i) {
     if (!(min_val[i] <= max_val[i])) {
       return absl::FailedPreconditionError(absl::StrCat(
-          where, "min ", min_val[i], " is not <= max ", max_val[i], " (entry ", i, ")"));
+          where(), "min ", min_val[i], " is not <= max ", max_val[i], " (entry ", i, ")"));
     }
   }
   if (spec_.qscheme == ObserverQScheme::kPerChannelAffineFloatQParams) {
     return absl::UnimplementedError(
-        absl::StrCat(where, "torch.per_channel_affine_float_qparams (float zero points)"));
+        absl::StrCat(where(), "torch.per_channel_affine_float_qparams (float zero points)"));
   }
   const int64_t qmin = quant_min_, qmax = quant_max_;
   const float eps = static_cast<float>(spec_.eps);
@@ -206,6 +230,16 @@ absl::Status MinMaxObserver::Update(const Tensor& x) {
   }
   min_val_ = std::min(cur_min, min_val_);
   max_val_ = std::max(cur_max, max_val_);
+  return absl::OkStatus();
+}
+
+absl::Status MinMaxObserver::SetState(const std::vector<float>& min_val,
+                                      const std::vector<float>& max_val,
+                                      const std::vector<float>& histogram) {
+  RETURN_IF_ERROR(CheckStateSizes(spec(), min_val, max_val, histogram, /*per_channel=*/false,
+                                  /*histogram_bins=*/0));
+  min_val_ = min_val[0];
+  max_val_ = max_val[0];
   return absl::OkStatus();
 }
 
@@ -265,6 +299,16 @@ absl::Status PerChannelMinMaxObserver::Update(const Tensor& x) {
       max_val_[i] = std::max(cur_max[i], max_val_[i]);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status PerChannelMinMaxObserver::SetState(const std::vector<float>& min_val,
+                                                const std::vector<float>& max_val,
+                                                const std::vector<float>& histogram) {
+  RETURN_IF_ERROR(CheckStateSizes(spec(), min_val, max_val, histogram, /*per_channel=*/true,
+                                  /*histogram_bins=*/0));
+  min_val_ = min_val;
+  max_val_ = max_val;
   return absl::OkStatus();
 }
 
@@ -476,6 +520,23 @@ std::pair<float, float> HistogramObserver::NonLinearParamSearch() const {
           min_val_ + bin_width * static_cast<float>(end_bin + 1)};
 }
 
+absl::Status HistogramObserver::SetState(const std::vector<float>& min_val,
+                                         const std::vector<float>& max_val,
+                                         const std::vector<float>& histogram) {
+  RETURN_IF_ERROR(CheckStateSizes(spec(), min_val, max_val, histogram, /*per_channel=*/false,
+                                  spec().bins));
+  const bool uninitialized = min_val[0] == kInf && max_val[0] == -kInf;
+  if (!uninitialized && histogram.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ObserverKindName(spec().kind), ": range [", min_val[0], ", ", max_val[0],
+        "] was observed but no histogram is given; expected ", spec().bins, " bins"));
+  }
+  min_val_ = min_val[0];
+  max_val_ = max_val[0];
+  histogram_ = histogram;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ObserverQParams> HistogramObserver::CalculateQParams() const {
   if (min_val_ == kInf && max_val_ == -kInf) return ObserverQParams{{1.0f}, {0}};
   const auto [new_min, new_max] = NonLinearParamSearch();
@@ -506,12 +567,10 @@ absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec)
     case ObserverKind::kMovingAveragePerChannelMinMax:
       observer.reset(new PerChannelMinMaxObserver(spec, range.first, range.second));
       break;
-    default: {
-      auto* histogram = new HistogramObserver(spec, range.first, range.second);
-      histogram->histogram_.assign(static_cast<size_t>(spec.bins), 0.0f);
-      observer.reset(histogram);
+    default:
+      // The histogram stays empty until the first update, which replaces it.
+      observer.reset(new HistogramObserver(spec, range.first, range.second));
       break;
-    }
   }
   return observer;
 }

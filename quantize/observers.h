@@ -50,6 +50,15 @@ class Observer {
   // per-channel observer). For the histogram observer, the histogram's range.
   virtual std::vector<float> min_val() const = 0;
   virtual std::vector<float> max_val() const = 0;
+  // Puts back statistics saved from min_val() / max_val() (and, for the histogram
+  // observer, histogram()), e.g. read from a prepared model file. InvalidArgument
+  // (observer unchanged) if the sizes do not fit this observer: one entry each for
+  // per-tensor observers, equal sizes for per-channel ones, `bins` histogram entries (or
+  // none, before any update) for the histogram observer. Other observers take no
+  // histogram.
+  virtual absl::Status SetState(const std::vector<float>& min_val,
+                                const std::vector<float>& max_val,
+                                const std::vector<float>& histogram) = 0;
 
  protected:
   Observer(ObserverSpec spec, int64_t quant_min, int64_t quant_max)
@@ -71,6 +80,8 @@ class MinMaxObserver : public Observer {
   absl::StatusOr<ObserverQParams> CalculateQParams() const override;
   std::vector<float> min_val() const override { return {min_val_}; }
   std::vector<float> max_val() const override { return {max_val_}; }
+  absl::Status SetState(const std::vector<float>& min_val, const std::vector<float>& max_val,
+                        const std::vector<float>& histogram) override;
 
  private:
   friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec&);
@@ -86,6 +97,8 @@ class PerChannelMinMaxObserver : public Observer {
   absl::StatusOr<ObserverQParams> CalculateQParams() const override;
   std::vector<float> min_val() const override { return min_val_; }
   std::vector<float> max_val() const override { return max_val_; }
+  absl::Status SetState(const std::vector<float>& min_val, const std::vector<float>& max_val,
+                        const std::vector<float>& histogram) override;
 
  private:
   friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec&);
@@ -100,6 +113,11 @@ class HistogramObserver : public Observer {
   absl::StatusOr<ObserverQParams> CalculateQParams() const override;
   std::vector<float> min_val() const override { return {min_val_}; }
   std::vector<float> max_val() const override { return {max_val_}; }
+  absl::Status SetState(const std::vector<float>& min_val, const std::vector<float>& max_val,
+                        const std::vector<float>& histogram) override;
+  // The `bins` counts; empty before the first update (PyTorch's buffer is then zeros:
+  // allocating them for every observer Prepare inserts would cost bins * 4 bytes each,
+  // and the first update replaces them anyway).
   const std::vector<float>& histogram() const { return histogram_; }
   // PyTorch's _compute_quantization_error of quantizing the histogram's bins
   // [start_bin, end_bin] to the dtype's levels (what the range search minimizes).

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "graph/status_macros.h"
 #include "patterns/pattern.h"
+#include "quantize/observer_module.h"
 
 namespace fuselage {
 namespace {
@@ -344,9 +345,15 @@ class Planner {
     return std::optional<Decision>(std::move(d));
   }
 
-  static absl::Status ValidateSpec(const Node* n, const ObserverSpec& spec, absl::string_view what) {
+  // Checks that `spec` builds an observer. The specs are the mapping's own qconfigs, so a
+  // spec object checked once is not checked (nor an observer built) again per node.
+  absl::Status ValidateSpec(const Node* n, const ObserverSpec& spec, absl::string_view what) {
+    if (valid_specs_.contains(&spec)) return absl::OkStatus();
     auto observer = MakeObserver(spec);
-    if (observer.ok()) return absl::OkStatus();
+    if (observer.ok()) {
+      valid_specs_.insert(&spec);
+      return absl::OkStatus();
+    }
     return absl::InvalidArgumentError(absl::StrCat("prepare: node '", n->name(), "': ", what,
                                                    " observer ", spec.ToString(), ": ",
                                                    observer.status().message()));
@@ -359,6 +366,7 @@ class Planner {
   // quint8 activation, the dtype Prepare's observers give the input.
   const ObserverSpec activation_of_reused_input_;
   absl::flat_hash_set<const Node*> observed_;
+  absl::flat_hash_set<const ObserverSpec*> valid_specs_;
   // Index in the decision list of every node decided quantized.
   absl::flat_hash_map<const Node*, size_t> decision_of_;
   absl::flat_hash_map<std::pair<OpKind, Symbol>, const BackendPatternConfig*> entry_cache_;
@@ -398,8 +406,12 @@ class ObserverInserter {
     ASSIGN_OR_RETURN(Node * out_obs, InsertObserverNode(d.output, path));
     ASSIGN_OR_RETURN(int rewired, g.ReplaceAllUsesWith(d.output, out_obs));
     (void)rewired;
-    observer_of_[d.output] = out_obs;
-    observer_of_[out_obs] = out_obs;
+    // A shared output observer is its input's observer module, of the input's dtype.
+    const DType out_dtype = d.share_output_with_input
+                                ? observer_of_.at(first_input_observer).dtype
+                                : d.activation.dtype;
+    observer_of_[d.output] = {out_obs, out_dtype};
+    observer_of_[out_obs] = {out_obs, out_dtype};
     out_.quantized_ops.emplace(d.node->name(), d.plan);
     ++out_.report.quantized_ops;
     return absl::OkStatus();
@@ -410,18 +422,12 @@ class ObserverInserter {
   // (or if the one there observes another dtype).
   absl::StatusOr<Node*> ObserverOf(Node* producer, const ObserverSpec& spec) {
     auto it = observer_of_.find(producer);
-    if (it != observer_of_.end() && DTypeOfObserverNode(it->second) == spec.dtype) {
-      return it->second;
-    }
+    if (it != observer_of_.end() && it->second.dtype == spec.dtype) return it->second.node;
     ASSIGN_OR_RETURN(std::string path, NewObserverModule(spec));
     ASSIGN_OR_RETURN(Node * obs, InsertObserverNode(producer, path));
-    if (it == observer_of_.end()) observer_of_[producer] = obs;
-    observer_of_[obs] = obs;
+    if (it == observer_of_.end()) observer_of_[producer] = {obs, spec.dtype};
+    observer_of_[obs] = {obs, spec.dtype};
     return obs;
-  }
-
-  DType DTypeOfObserverNode(const Node* obs) const {
-    return out_.observers.at(std::string(obs->target().name()))->spec().dtype;
   }
 
   absl::StatusOr<std::string> NewObserverModule(const ObserverSpec& spec) {
@@ -433,22 +439,23 @@ class ObserverInserter {
     const std::string path =
         absl::StrCat(out_.observer_container, ".activation_post_process_", next_id_++);
     ASSIGN_OR_RETURN(std::unique_ptr<Observer> observer, MakeObserver(spec));
-    auto module = std::make_unique<Module>(ObserverKindName(spec.kind));
-    ASSIGN_OR_RETURN(auto range, spec.QuantRange());
-    module->SetAttribute("dtype", Argument::Dtype(spec.dtype));
-    module->SetAttribute("qscheme", Argument::String(ObserverQSchemeName(spec.qscheme)));
-    module->SetAttribute("quant_min", Argument::Int(range.first));
-    module->SetAttribute("quant_max", Argument::Int(range.second));
-    module->SetAttribute("reduce_range", Argument::Bool(spec.reduce_range));
-    module->SetAttribute("eps", Argument::Float(spec.eps));
-    module->SetAttribute("ch_axis", Argument::Int(spec.ch_axis));
-    const float inf = std::numeric_limits<float>::infinity();
-    module->SetTensor("min_val", Tensor::FromFloats({}, {inf}));
-    module->SetTensor("max_val", Tensor::FromFloats({}, {-inf}));
-    RETURN_IF_ERROR(gm_.SetModule(path, std::move(module)));
+    ASSIGN_OR_RETURN(const Module* prototype, PrototypeFor(spec));
+    RETURN_IF_ERROR(gm_.SetModule(path, prototype->Clone()));
     out_.observers.emplace(path, std::move(observer));
     ++out_.report.observer_modules;
     return path;
+  }
+
+  // The module of a fresh observer of `spec`, built once per distinct spec (a handful
+  // per model) and cloned for each observer: tensors are shared copy-on-write, and the
+  // attribute and tensor lists are copied in one allocation each.
+  absl::StatusOr<const Module*> PrototypeFor(const ObserverSpec& spec) {
+    for (const auto& [known, module] : prototypes_) {
+      if (known == spec) return module.get();
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Module> module, MakeObserverModule(spec));
+    prototypes_.emplace_back(spec, std::move(module));
+    return prototypes_.back().second.get();
   }
 
   absl::StatusOr<Node*> InsertObserverNode(Node* after, const std::string& path) {
@@ -462,9 +469,16 @@ class ObserverInserter {
     return gm_.graph().InsertAfter(after, std::move(spec));
   }
 
+  // An observer node and the dtype its module observes.
+  struct ObserverNode {
+    Node* node = nullptr;
+    DType dtype = DType::kQUInt8;
+  };
+
   GraphModule& gm_;
   PreparedModel& out_;
-  absl::flat_hash_map<const Node*, Node*> observer_of_;
+  absl::flat_hash_map<const Node*, ObserverNode> observer_of_;
+  std::vector<std::pair<ObserverSpec, std::unique_ptr<Module>>> prototypes_;
   int64_t next_id_ = 0;
 };
 

@@ -103,6 +103,10 @@ struct PreparedModel {
   std::string observer_container;
 };
 
+// The name prefix of the modules StorePreparedModel (quantize/prepared_model.h) adds to
+// the observer container to record a weighted op's plan.
+inline constexpr char kWeightPlanModulePrefix[] = "weight_post_process_";
+
 // Runs the pass on `gm` (see the file comment).
 absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qconfig_mapping,
                                       const BackendConfig& backend_config);

@@ -75,10 +75,11 @@ bool IsSymmetric(ObserverQScheme qscheme) {
 }
 
 absl::StatusOr<std::pair<int64_t, int64_t>> ObserverSpec::QuantRange() const {
-  const std::string where = absl::StrCat(ObserverKindName(kind), ": ");
+  // Built only on the error paths: these run once per observer Prepare inserts.
+  auto where = [&] { return absl::StrCat(ObserverKindName(kind), ": "); };
   if (quant_min.has_value() != quant_max.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, "quant_min and quant_max must be set together; got only ",
+        where(), "quant_min and quant_max must be set together; got only ",
         quant_min.has_value() ? "quant_min" : "quant_max"));
   }
   if (quant_min.has_value()) {
@@ -86,20 +87,20 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ObserverSpec::QuantRange() const {
     // PyTorch's _validate_qmin_qmax and calculate_qmin_qmax assertions.
     if (!(qmin <= 0 && 0 <= qmax)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, "quant_min/quant_max [", qmin, ", ", qmax, "] must include 0"));
+          where(), "quant_min/quant_max [", qmin, ", ", qmax, "] must include 0"));
     }
     if (qmin >= qmax) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, "quant_min ", qmin, " must be less than quant_max ", qmax));
+          where(), "quant_min ", qmin, " must be less than quant_max ", qmax));
     }
     const int64_t range_len = qmax - qmin + 1;
     if (dtype == DType::kQInt8 && range_len > 256) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, "quant range of ", range_len, " values exceeds 256 for torch.qint8"));
+          where(), "quant range of ", range_len, " values exceeds 256 for torch.qint8"));
     }
     if (dtype == DType::kQInt32 && range_len > (int64_t{1} << 31)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, "quant range of ", range_len, " values exceeds 2^31"));
+          absl::StrCat(where(), "quant range of ", range_len, " values exceeds 2^31"));
     }
     // PyTorch halves a customized range too (floor division).
     if (reduce_range) {
@@ -125,7 +126,8 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ObserverSpec::QuantRange() const {
 }
 
 absl::Status ObserverSpec::Validate() const {
-  const std::string where = absl::StrCat(ObserverKindName(kind), ": ");
+  // Built only on the error paths: these run once per observer Prepare inserts.
+  auto where = [&] { return absl::StrCat(ObserverKindName(kind), ": "); };
   const bool per_channel_kind = kind == ObserverKind::kPerChannelMinMax ||
                                 kind == ObserverKind::kMovingAveragePerChannelMinMax;
   const bool per_tensor_kind = kind == ObserverKind::kMinMax ||
@@ -133,29 +135,29 @@ absl::Status ObserverSpec::Validate() const {
                                kind == ObserverKind::kHistogram;
   if (per_channel_kind && !IsPerChannel(qscheme)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, "qscheme ", ObserverQSchemeName(qscheme),
+        where(), "qscheme ", ObserverQSchemeName(qscheme),
         " is not per-channel; expected torch.per_channel_affine, "
         "torch.per_channel_symmetric or torch.per_channel_affine_float_qparams"));
   }
   if (per_tensor_kind && IsPerChannel(qscheme)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, "qscheme ", ObserverQSchemeName(qscheme),
+        where(), "qscheme ", ObserverQSchemeName(qscheme),
         " is not per-tensor; expected torch.per_tensor_affine or torch.per_tensor_symmetric"));
   }
   if (per_channel_kind || per_tensor_kind) {
     if (dtype != DType::kQInt8 && dtype != DType::kQUInt8 && dtype != DType::kQInt32 &&
         dtype != DType::kQUInt4x2) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, "dtype ", DTypeName(dtype),
+          where(), "dtype ", DTypeName(dtype),
           " is not observable; expected torch.qint8, torch.quint8, torch.quint4x2 or "
           "torch.qint32"));
     }
     if (IsSymmetric(qscheme) && reduce_range && dtype == DType::kQUInt8) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, "reduce_range is not supported with symmetric torch.quint8"));
+          absl::StrCat(where(), "reduce_range is not supported with symmetric torch.quint8"));
     }
     if (!(eps > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "eps ", eps, " must be > 0"));
+      return absl::InvalidArgumentError(absl::StrCat(where(), "eps ", eps, " must be > 0"));
     }
     auto range = QuantRange();
     if (!range.ok()) return range.status();
@@ -164,15 +166,15 @@ absl::Status ObserverSpec::Validate() const {
        kind == ObserverKind::kMovingAveragePerChannelMinMax) &&
       !(averaging_constant > 0 && averaging_constant <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, "averaging_constant ", averaging_constant, " must be in (0, 1]"));
+        where(), "averaging_constant ", averaging_constant, " must be in (0, 1]"));
   }
   if (kind == ObserverKind::kHistogram && (bins <= 0 || upsample_rate <= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, "bins (", bins, ") and upsample_rate (", upsample_rate, ") must be > 0"));
+        where(), "bins (", bins, ") and upsample_rate (", upsample_rate, ") must be > 0"));
   }
   if (kind == ObserverKind::kFixedQParams && !(fixed_scale > 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, "scale ", fixed_scale, " must be > 0"));
+        absl::StrCat(where(), "scale ", fixed_scale, " must be > 0"));
   }
   return absl::OkStatus();
 }
@@ -335,12 +337,14 @@ const OptionalQConfig& QConfigMapping::QConfigFor(absl::string_view object_type,
   // Highest precedence first: module name (walking up to its ancestors), then the first
   // matching regex, then the object type, then global — PyTorch's
   // maybe_adjust_qconfig_for_module_type_or_name.
-  for (absl::string_view name = module_name; !name.empty();) {
+  // (The emptiness checks skip per-node hashing and copying for mappings without
+  // module-name or regex entries, such as the default ones.)
+  for (absl::string_view name = module_name; !name.empty() && !module_names_.empty();) {
     if (const OptionalQConfig* q = FindModuleName(name)) return *q;
     const size_t dot = name.rfind('.');
     name = dot == absl::string_view::npos ? absl::string_view() : name.substr(0, dot);
   }
-  if (!module_name.empty()) {
+  if (!module_name.empty() && !regexes_.empty()) {
     const std::string name(module_name);
     for (const auto& entry : regexes_) {
       if (std::regex_search(name, entry->regex, std::regex_constants::match_continuous)) {
