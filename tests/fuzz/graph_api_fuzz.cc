@@ -12,7 +12,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,14 +95,15 @@ class GraphApiFuzzer {
       const size_t size_before = graph_.size();
       const int opcode = static_cast<int>(in_.Below(17));
       // The snapshot is the expensive part of a call, and only a failure needs it.
-      std::optional<GraphSnapshot> before;
-      if (MayFail(opcode)) before.emplace(graph_);
+      const bool may_fail = MayFail(opcode);
+      if (may_fail) before_.Take(graph_);
       const absl::Status status = Call(opcode, size_before);
       if (!status.ok()) {
-        FUZZ_CHECK(before.has_value(),
+        FUZZ_CHECK(may_fail,
                    absl::StrCat("call ", opcode, " cannot fail but returned ", status.ToString()));
         FUZZ_CHECK(!status.message().empty(), absl::StrCat("call ", opcode, ": empty error"));
-        const std::string difference = before->FirstDifference(GraphSnapshot(graph_));
+        now_.Take(graph_);
+        const std::string difference = before_.FirstDifference(now_);
         FUZZ_CHECK(difference.empty(),
                    absl::StrCat("call ", opcode, " failed (", status.ToString(),
                                 ") but changed the graph: ", difference, "\nafter:\n",
@@ -303,7 +303,7 @@ class GraphApiFuzzer {
                                              "\n", GraphText(graph_)));
       return;
     }
-    const GraphSnapshot before(graph_);
+    before_.Take(graph_);
     absl::StatusOr<Node*> output = graph_.SetOutput(Argument::None());
     FUZZ_CHECK(output.ok(), absl::StrCat("cannot add an output to a graph without one: ",
                                          output.status().ToString()));
@@ -312,7 +312,8 @@ class GraphApiFuzzer {
                                            "\n", GraphText(graph_)));
     const absl::Status erased = graph_.Erase(*output);
     FUZZ_CHECK(erased.ok(), erased.ToString());
-    const std::string difference = before.FirstDifference(GraphSnapshot(graph_));
+    now_.Take(graph_);
+    const std::string difference = before_.FirstDifference(now_);
     FUZZ_CHECK(difference.empty(),
                absl::StrCat("erasing the temporary output did not restore the graph: ",
                             difference));
@@ -320,6 +321,9 @@ class GraphApiFuzzer {
 
   Decoder& in_;
   Graph graph_;
+  // Reused by every call (GraphSnapshot::Take): the graph before a call, and as it is now.
+  GraphSnapshot before_;
+  GraphSnapshot now_;
 };
 
 }  // namespace

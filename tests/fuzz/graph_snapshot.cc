@@ -50,14 +50,24 @@ absl::Span<const T> Slice(const std::vector<T>& all, size_t begin, size_t size) 
 
 }  // namespace
 
-GraphSnapshot::GraphSnapshot(const Graph& graph)
-    : size_(graph.size()), output_(graph.output()) {
-  nodes_.reserve(graph.size());
+void GraphSnapshot::Take(const Graph& graph) {
+  size_ = graph.size();
+  output_ = graph.output();
+  args_.clear();
+  kwargs_.clear();
+  users_.clear();
   // Most nodes have up to two args and users: one allocation each, usually.
   args_.reserve(2 * graph.size());
   users_.reserve(2 * graph.size());
+  // NodeStates past node_count_ are kept, not destroyed, so their names' storage is reused.
+  node_count_ = 0;
   for (const Node* n = graph.first(); n != nullptr; n = n->next()) {
-    NodeState state{n, n->op(), n->target(), n->name(), {}, {}, {}, {}};
+    if (node_count_ == nodes_.size()) nodes_.emplace_back();
+    NodeState& state = nodes_[node_count_++];
+    state.node = n;
+    state.op = n->op();
+    state.target = n->target();
+    state.name.assign(n->name());
     state.args = {args_.size(), n->num_args()};
     args_.insert(args_.end(), n->args().begin(), n->args().end());
     state.kwargs = {kwargs_.size(), n->kwargs().size()};
@@ -66,7 +76,6 @@ GraphSnapshot::GraphSnapshot(const Graph& graph)
     kwargs_.insert(kwargs_.end(), n->meta().begin(), n->meta().end());
     state.users = {users_.size(), n->num_users()};
     users_.insert(users_.end(), n->users().begin(), n->users().end());
-    nodes_.push_back(std::move(state));
   }
 }
 
@@ -100,11 +109,11 @@ std::string GraphSnapshot::DifferenceAt(size_t index, const GraphSnapshot& other
 }
 
 std::string GraphSnapshot::FirstDifference(const GraphSnapshot& other) const {
-  if (size_ != other.size_ || nodes_.size() != other.nodes_.size()) {
-    return absl::StrCat("size ", size_, " / ", other.size_, " (", nodes_.size(), " / ",
-                        other.nodes_.size(), " nodes in order)");
+  if (size_ != other.size_ || node_count_ != other.node_count_) {
+    return absl::StrCat("size ", size_, " / ", other.size_, " (", node_count_, " / ",
+                        other.node_count_, " nodes in order)");
   }
-  for (size_t i = 0; i < nodes_.size(); ++i) {
+  for (size_t i = 0; i < node_count_; ++i) {
     std::string difference = DifferenceAt(i, other);
     if (!difference.empty()) return difference;
   }

@@ -25,7 +25,12 @@ namespace fuselage::fuzz {
 
 class GraphSnapshot {
  public:
-  explicit GraphSnapshot(const Graph& graph);
+  GraphSnapshot() = default;  // of an empty graph
+  explicit GraphSnapshot(const Graph& graph) { Take(graph); }
+
+  // Retakes the snapshot of `graph`, reusing this one's memory: a harness that snapshots
+  // before every call keeps two and allocates nothing once they have grown.
+  void Take(const Graph& graph);
 
   // Empty if equal; else what differs first, e.g. "node 3 ('add'): args differ".
   std::string FirstDifference(const GraphSnapshot& other) const;
@@ -40,20 +45,21 @@ class GraphSnapshot {
     size_t size;
   };
   struct NodeState {
-    const Node* node;
-    OpKind op;
+    const Node* node = nullptr;
+    OpKind op = OpKind::kPlaceholder;
     Symbol target;
     std::string name;
-    Range args;
-    Range kwargs;
-    Range meta;
-    Range users;
+    Range args = {0, 0};
+    Range kwargs = {0, 0};
+    Range meta = {0, 0};
+    Range users = {0, 0};
   };
   std::string DifferenceAt(size_t index, const GraphSnapshot& other) const;
 
-  size_t size_;
-  const Node* output_;
-  std::vector<NodeState> nodes_;
+  size_t size_ = 0;
+  const Node* output_ = nullptr;
+  size_t node_count_ = 0;         // nodes_[0, node_count_) are this snapshot's
+  std::vector<NodeState> nodes_;  // never shrinks, see Take
   std::vector<Argument> args_;
   Kwargs kwargs_;  // kwargs and meta
   std::vector<const Node*> users_;
