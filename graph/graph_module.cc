@@ -59,6 +59,24 @@ Module* GraphModule::FindModule(absl::string_view path) const {
   return module;
 }
 
+Symbol GraphModule::ResolveModuleType(const Node* node) const {
+  if (node->op() != OpKind::kCallModule || node->target().empty()) return Symbol();
+  const Module* module = FindModule(node->target().name());
+  return module == nullptr ? Symbol() : module->type();
+}
+
+void GraphModule::ResolveModuleTypes() const {
+  absl::MutexLock lock(&resolve_mu_);
+  // Read before resolving: an edit during the walk (a data race the API does not allow
+  // anyway) then leaves the cache marked stale rather than wrongly current.
+  const uint64_t generation = ModuleBindingGeneration();
+  if (resolved_generation_.load(std::memory_order_relaxed) == generation) return;
+  for (Node* n = graph_->first(); n != nullptr; n = n->next()) {
+    if (n->op() == OpKind::kCallModule) n->set_cached_module_type(ResolveModuleType(n));
+  }
+  resolved_generation_.store(generation, std::memory_order_release);
+}
+
 absl::StatusOr<Module*> GraphModule::GetModule(absl::string_view path) const {
   Module* module = root_.get();
   if (path.empty()) return module;
@@ -121,16 +139,31 @@ absl::Status GraphModule::RemoveModule(absl::string_view path) {
 
 absl::Status GraphModule::RemoveModules(const std::vector<std::string>& paths) {
   absl::flat_hash_set<Symbol> targets;
+  // Removed modules that have children: a node calling one of those children calls a
+  // module this removes too. (The fusion pass removes leaves only, so it never pays for
+  // the prefix walk below.)
+  absl::flat_hash_set<absl::string_view> removed_parents;
   for (const std::string& path : paths) {
-    if (path.empty() || FindModule(path) == nullptr) {
+    const Module* module = path.empty() ? nullptr : FindModule(path);
+    if (module == nullptr) {
       return absl::NotFoundError(absl::StrCat("no module '", path, "'"));
     }
     const Symbol target = Symbol::Lookup(path);
     if (!target.empty()) targets.insert(target);
+    if (!module->children().empty()) removed_parents.insert(path);
   }
-  if (!targets.empty()) {
+  const auto removed_with_a_parent = [&removed_parents](absl::string_view target) {
+    for (size_t dot = target.find('.'); dot != absl::string_view::npos;
+         dot = target.find('.', dot + 1)) {
+      if (removed_parents.contains(target.substr(0, dot))) return true;
+    }
+    return false;
+  };
+  if (!targets.empty() || !removed_parents.empty()) {
     for (Node* n = graph_->first(); n != nullptr; n = n->next()) {
-      if (n->op() == OpKind::kCallModule && targets.contains(n->target())) {
+      if (n->op() != OpKind::kCallModule) continue;
+      if (targets.contains(n->target()) ||
+          (!removed_parents.empty() && removed_with_a_parent(n->target().name()))) {
         return absl::FailedPreconditionError(
             absl::StrCat("cannot remove module '", n->target().name(), "': node '", n->name(),
                          "' still calls it"));
@@ -185,6 +218,20 @@ std::string GraphModule::UniqueModulePath(absl::string_view hint) const {
 absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
   RETURN_IF_ERROR(graph_->Verify());
   RETURN_IF_ERROR(VerifyModuleTree(*root_, "", schemas, 0));
+  // The module-type cache, if current, must agree with the tree.
+  if (resolved_generation_.load(std::memory_order_acquire) == ModuleBindingGeneration()) {
+    for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
+      if (n->op() != OpKind::kCallModule) continue;
+      const Symbol cached = n->cached_module_type();
+      const Symbol actual = ResolveModuleType(n);
+      if (cached != actual) {
+        return absl::InternalError(absl::StrCat(
+            "node '", n->name(), "': cached module type '", cached.name(), "' but module '",
+            n->target().name(), "' is '", actual.name(),
+            "' (stale module-type cache: an edit did not call InvalidateModuleBindings)"));
+      }
+    }
+  }
   for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
     const absl::string_view target = n->target().name();
     if (n->op() == OpKind::kCallModule) {

@@ -3,6 +3,8 @@
 #ifndef FUSELAGE_GRAPH_GRAPH_MODULE_H_
 #define FUSELAGE_GRAPH_GRAPH_MODULE_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,8 +13,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "graph/graph.h"
 #include "graph/module.h"
+#include "graph/module_binding.h"
 #include "graph/module_schema.h"
 #include "graph/tensor.h"
 
@@ -35,6 +39,25 @@ class GraphModule {
   absl::StatusOr<Module*> GetModule(absl::string_view path) const;
   // The tensor at dotted `path` ("layer1.0.conv1.weight", "_tensor_constant0"), or nullptr.
   const Tensor* FindTensor(absl::string_view path) const;
+
+  // The type of the module `node` calls: for a call_module node of this graph whose target
+  // resolves, that module's type; otherwise the empty symbol.
+  // O(1) while the types are cached: ResolveModuleTypes() stores each call_module node's
+  // module type on the node, and the cache stays current until a module tree is edited or
+  // a call_module node is created or retargeted (graph/module_binding.h). When it is not
+  // current this resolves the path (FindModule) and does not refill the cache, so a scan
+  // never costs more than resolving each node once.
+  Symbol ModuleTypeOf(const Node* node) const {
+    if (node->op() != OpKind::kCallModule) return Symbol();
+    if (node->graph() == graph_.get() &&
+        resolved_generation_.load(std::memory_order_acquire) == ModuleBindingGeneration()) {
+      return node->cached_module_type();
+    }
+    return ResolveModuleType(node);
+  }
+  // Fills the cache ModuleTypeOf reads (one FindModule per call_module node) if it is not
+  // current. Readers of an unchanged GraphModule may call it concurrently (it locks).
+  void ResolveModuleTypes() const;
 
   // Installs `module` at `path`, creating plain "nn.Module" parents as needed (as FX's
   // add_submodule does) and replacing any module already there.
@@ -62,8 +85,15 @@ class GraphModule {
   std::unique_ptr<GraphModule> Clone() const;
 
  private:
+  // The type of the module `node` calls, from the module tree (no cache).
+  Symbol ResolveModuleType(const Node* node) const;
+
   std::unique_ptr<Graph> graph_;
   std::unique_ptr<Module> root_;
+  // The module-binding generation at which every call_module node's cached type was last
+  // resolved; 0: never. Written under resolve_mu_, read without it.
+  mutable std::atomic<uint64_t> resolved_generation_{0};
+  mutable absl::Mutex resolve_mu_;
   // Next suffix to try per hint, so naming many modules from one hint stays linear.
   mutable absl::flat_hash_map<std::string, int64_t> next_path_suffix_;
 };

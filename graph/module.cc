@@ -15,6 +15,30 @@ auto FindEntry(Vec& entries, absl::string_view name) -> decltype(entries.begin()
 
 }  // namespace
 
+Module::Module(Module&& other) noexcept
+    : type_(other.type_),
+      tensors_(std::move(other.tensors_)),
+      attributes_(std::move(other.attributes_)),
+      children_(std::move(other.children_)),
+      child_index_(std::move(other.child_index_)) {
+  other.children_.clear();
+  other.child_index_.clear();
+  InvalidateModuleBindings();
+}
+
+Module& Module::operator=(Module&& other) noexcept {
+  if (this == &other) return *this;
+  type_ = other.type_;
+  tensors_ = std::move(other.tensors_);
+  attributes_ = std::move(other.attributes_);
+  children_ = std::move(other.children_);
+  child_index_ = std::move(other.child_index_);
+  other.children_.clear();
+  other.child_index_.clear();
+  InvalidateModuleBindings();
+  return *this;
+}
+
 const Tensor* Module::FindTensor(absl::string_view name) const {
   auto it = FindEntry(tensors_, name);
   return it == tensors_.end() ? nullptr : &it->second;
@@ -122,6 +146,7 @@ Module* Module::FindChild(absl::string_view name) const {
 }
 
 Module* Module::SetChild(absl::string_view name, std::unique_ptr<Module> child) {
+  InvalidateModuleBindings();
   Module* raw = child.get();
   auto [it, inserted] = child_index_.emplace(std::string(name), children_.size());
   if (inserted) {
@@ -135,6 +160,7 @@ Module* Module::SetChild(absl::string_view name, std::unique_ptr<Module> child) 
 std::unique_ptr<Module> Module::RemoveChild(absl::string_view name) {
   auto it = child_index_.find(name);
   if (it == child_index_.end()) return nullptr;
+  InvalidateModuleBindings();
   const size_t index = it->second;
   std::unique_ptr<Module> child = std::move(children_[index].second);
   children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(index));
@@ -154,6 +180,7 @@ int Module::RemoveChildren(const absl::flat_hash_set<std::string>& names) {
   }
   const int removed = static_cast<int>(children_.size() - kept);
   if (removed == 0) return 0;
+  InvalidateModuleBindings();
   children_.resize(kept);
   child_index_.clear();
   for (size_t i = 0; i < children_.size(); ++i) child_index_.emplace(children_[i].first, i);

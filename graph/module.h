@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "graph/argument.h"
+#include "graph/module_binding.h"
 #include "graph/symbol.h"
 #include "graph/tensor.h"
 
@@ -28,9 +29,16 @@ class Module {
  public:
   explicit Module(Symbol type) : type_(type) {}
   explicit Module(absl::string_view type) : type_(Symbol::Intern(type)) {}
+  // Moving changes what both modules hold, so, like every edit of a type or of children,
+  // it invalidates cached module types (graph/module_binding.h).
+  Module(Module&& other) noexcept;
+  Module& operator=(Module&& other) noexcept;
 
   Symbol type() const { return type_; }
-  void set_type(Symbol type) { type_ = type; }
+  void set_type(Symbol type) {
+    type_ = type;
+    InvalidateModuleBindings();
+  }
 
   // Tensors (parameters and buffers).
   const Tensor* FindTensor(absl::string_view name) const;

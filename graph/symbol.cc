@@ -18,6 +18,8 @@ namespace {
 constexpr uint32_t kChunkBits = 14;
 constexpr uint32_t kChunkSize = 1u << kChunkBits;
 constexpr uint32_t kMaxChunks = 1u << 10;
+static_assert(kChunkSize * kMaxChunks == (1u << Symbol::kIdBits),
+              "Symbol::kIdBits must bound every id the table can hand out");
 
 struct SymbolTable {
   absl::Mutex mu;

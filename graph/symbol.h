@@ -13,6 +13,10 @@ namespace fuselage {
 
 class Symbol {
  public:
+  // Every id is below 2^kIdBits (the table holds at most that many symbols), so an id can
+  // be stored in kIdBits bits (Node keeps a cached module type in the padding of its op).
+  static constexpr int kIdBits = 24;
+
   // The empty symbol (id 0, name "").
   constexpr Symbol() = default;
 
@@ -38,6 +42,7 @@ class Symbol {
   }
 
  private:
+  friend class Node;  // Rebuilds its cached module type from the stored id.
   explicit constexpr Symbol(uint32_t id) : id_(id) {}
   uint32_t id_ = 0;
 };

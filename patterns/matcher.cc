@@ -72,10 +72,21 @@ std::string ExplainReport::ToString() const {
 class PatternMatcher::Scan {
  public:
   Scan(const PatternMatcher& matcher, const GraphModule& gm, ExplainReport* explain)
-      : matcher_(matcher), gm_(gm), explain_(explain) {}
+      : matcher_(matcher), gm_(gm), explain_(explain) {
+    // Sized once for the longest pattern: an attempt binds only its rule's positions, so
+    // the buffer is never resized (resizing per attempt destroyed and rebuilt Arguments).
+    size_t longest = 0;
+    for (const FusionRule& rule : matcher_.rules_) {
+      longest = std::max(longest, static_cast<size_t>(rule.pattern.size()));
+    }
+    bindings_.resize(longest);
+  }
 
   std::vector<PatternMatch> Run() {
     std::vector<PatternMatch> matches;
+    // Module types come from the cache on the nodes (one hash lookup per call_module node
+    // if the module tree changed since the last scan, none otherwise).
+    gm_.ResolveModuleTypes();
     const Graph& graph = gm_.graph();
     const auto later = [&graph](const Node* a, const Node* b) { return graph.Precedes(a, b); };
     for (Node* node = graph.last(); node != nullptr; node = node->prev()) {
@@ -91,7 +102,6 @@ class PatternMatcher::Scan {
       const auto [begin, end] = matcher_.Candidates(node->op(), KeyOf(node));
       for (const int* it = begin; it != end; ++it) {
         const FusionRule& rule = matcher_.rules_[*it];
-        bindings_.resize(rule.pattern.size());
         failure_set_ = false;
         if (MatchAt(rule, 0, Argument(node), -1) && CheckDistinct(rule)) {
           for (int p = 1; p < rule.pattern.size(); ++p) {
@@ -100,7 +110,9 @@ class PatternMatcher::Scan {
               std::push_heap(pending_claims_.begin(), pending_claims_.end(), later);
             }
           }
-          matches.push_back(PatternMatch{&rule, bindings_});
+          matches.push_back(PatternMatch{
+              &rule, std::vector<Argument>(bindings_.begin(),
+                                           bindings_.begin() + rule.pattern.size())});
           break;
         }
         if (explain_ != nullptr) {
@@ -115,24 +127,16 @@ class PatternMatcher::Scan {
 
  private:
   // The index key of a node: the module type for call_module, else the target.
-  Symbol KeyOf(const Node* node) {
-    if (node->op() != OpKind::kCallModule) return node->target();
-    const uint32_t id = node->target().id();
-    if (id >= type_known_.size()) {
-      type_known_.resize(id + 1, false);
-      module_types_.resize(id + 1);
-    }
-    if (!type_known_[id]) {
-      const Module* module = gm_.FindModule(node->target().name());
-      module_types_[id] = module != nullptr ? module->type() : Symbol();
-      type_known_[id] = true;
-    }
-    return module_types_[id];
+  Symbol KeyOf(const Node* node) const {
+    return node->op() == OpKind::kCallModule ? gm_.ModuleTypeOf(node) : node->target();
   }
 
   // Records why position `pos` failed (explain mode only; the first failure wins).
+  // `reason()` builds the text; it is only called in explain mode, so a plain scan builds
+  // no strings.
+  template <typename Reason>
   bool Fail(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index,
-            std::string reason) {
+            Reason&& reason) {
     if (explain_ == nullptr || failure_set_) return false;
     failure_set_ = true;
     const Pattern& pattern = rule.pattern;
@@ -142,7 +146,7 @@ class PatternMatcher::Scan {
                         ? absl::StrCat(p.spelling, " (", ArgRepr(arg), ")")
                         : absl::StrCat(pattern.position(p.parent).spelling, " \u2192 arg ",
                                        node_arg_index, " (", ArgRepr(arg), ")");
-    failure_.reason = std::move(reason);
+    failure_.reason = reason();
     return false;
   }
 
@@ -156,17 +160,15 @@ class PatternMatcher::Scan {
     }
     if (!arg.is_node()) {
       return Fail(rule, pos, arg, node_arg_index,
-                  explain_ ? absl::StrCat("is the constant ", arg.ToString(),
-                                          ", not a node; expected ", p.spelling)
-                           : "");
+                  [&] { return absl::StrCat("is the constant ", arg.ToString(),
+                                          ", not a node; expected ", p.spelling); });
     }
     Node* node = arg.as_node();
     if (pos != 0) {
       if (node->num_users() != 1) {
         return Fail(rule, pos, arg, node_arg_index,
-                    explain_ ? absl::StrCat(node->num_users(), " users (", UsersList(node),
-                                            "); inner nodes may have 1")
-                             : "");
+                    [&] { return absl::StrCat(node->num_users(), " users (", UsersList(node),
+                                            "); inner nodes may have 1"); });
       }
       // No check for "already in another match" is needed here: an inner candidate has
       // one user, on the path to the current node; were it in an earlier match, that user
@@ -175,34 +177,30 @@ class PatternMatcher::Scan {
       // the current node, so it is never an input of it.)
       if (!p.Matches(OpRef{node->op(), KeyOf(node)})) {
         return Fail(rule, pos, arg, node_arg_index,
-                    explain_ ? absl::StrCat("is ", OpKindName(node->op()), " ",
+                    [&] { return absl::StrCat("is ", OpKindName(node->op()), " ",
                                             KeyOf(node).empty() ? node->target().name()
                                                                 : KeyOf(node).name(),
-                                            "; expected ", p.spelling)
-                             : "");
+                                            "; expected ", p.spelling); });
       }
     } else if (!rule.outermost_may_have_many_users && node->num_users() > 1) {
       return Fail(rule, pos, arg, node_arg_index,
-                  explain_ ? absl::StrCat(node->num_users(), " users (", UsersList(node),
-                                          "); this rule allows the outermost node 1")
-                           : "");
+                  [&] { return absl::StrCat(node->num_users(), " users (", UsersList(node),
+                                          "); this rule allows the outermost node 1"); });
     }
     if (!node->kwargs().empty()) {
       if (const Kwarg* bad = FirstDisallowedKwarg(p, node)) {
         return Fail(rule, pos, arg, node_arg_index,
-                    explain_ ? absl::StrCat("has kwarg ", bad->first.name(), "=",
+                    [&] { return absl::StrCat("has kwarg ", bad->first.name(), "=",
                                             bad->second.ToString(), ", which ", p.spelling,
-                                            " does not allow")
-                             : "");
+                                            " does not allow"); });
       }
     }
     bindings_[pos] = arg;
     if (p.args.empty()) return true;
     if (node->num_args() != p.args.size()) {
       return Fail(rule, pos, arg, node_arg_index,
-                  explain_ ? absl::StrCat("has ", node->num_args(), " args; the pattern gives ",
-                                          p.args.size())
-                           : "");
+                  [&] { return absl::StrCat("has ", node->num_args(), " args; the pattern gives ",
+                                          p.args.size()); });
     }
     if (p.commutative && p.args.size() == 2) return MatchCommutative(rule, p, node);
     for (size_t i = 0; i < p.args.size(); ++i) {
@@ -243,9 +241,8 @@ class PatternMatcher::Scan {
       for (size_t j = i + 1; j < op_nodes_.size(); ++j) {
         if (op_nodes_[i] == op_nodes_[j]) {
           return Fail(rule, 0, bindings_[0], -1,
-                      explain_ ? absl::StrCat("node ", op_nodes_[i]->name(),
-                                              " would fill two pattern positions")
-                               : "");
+                      [&] { return absl::StrCat("node ", op_nodes_[i]->name(),
+                                              " would fill two pattern positions"); });
         }
       }
     }
@@ -257,10 +254,9 @@ class PatternMatcher::Scan {
       });
       if (reused != nullptr) {
         return Fail(rule, 0, bindings_[0], -1,
-                    explain_ ? absl::StrCat("node ", reused->name(),
+                    [&] { return absl::StrCat("node ", reused->name(),
                                             " is both matched and an input (MatchAllNode) of "
-                                            "the match")
-                             : "");
+                                            "the match"); });
       }
     }
     return true;
@@ -269,11 +265,9 @@ class PatternMatcher::Scan {
   const PatternMatcher& matcher_;
   const GraphModule& gm_;
   ExplainReport* explain_;
-  std::vector<Argument> bindings_;                   // reused across attempts
+  std::vector<Argument> bindings_;     // by pattern position; reused across attempts
   std::vector<const Node*> op_nodes_;                // reused by CheckDistinct
   std::vector<Node*> pending_claims_;  // inner nodes of matches the scan has yet to meet
-  std::vector<bool> type_known_;                     // by target symbol id
-  std::vector<Symbol> module_types_;                 // by target symbol id
   MatchFailure failure_;
   bool failure_set_ = false;
 };

@@ -330,5 +330,47 @@ TEST_F(MatcherTest, FindsEveryBlockOfALongChain) {
   for (const PatternMatch& m : matches) EXPECT_EQ(m.rule->name, "conv_bn_relu");
 }
 
+
+// The matcher reads module types from GraphModule's cache on the nodes: every kind of
+// edit between two scans must be seen by the second (graph/module_binding.h).
+TEST_F(MatcherTest, SeesModuleTreeEditsBetweenScans) {
+  Node* conv = Conv(x_, "conv");
+  Node* relu = Relu(conv, "relu");
+  Must(graph().SetOutput(relu));
+  matcher_ = std::make_unique<PatternMatcher>(
+      *PatternMatcher::Create({Rule("conv_relu", "(ReLU, Conv2d)")}));
+  const auto matches = [&] {
+    EXPECT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+    return matcher_->FindMatches(gm_).size();
+  };
+  ASSERT_EQ(matches(), 1u);
+
+  // SetModule replacing the conv with a module of another type: no match.
+  ASSERT_TRUE(gm_.SetModule("conv", BatchNorm2dModule(rng_, 3)).ok());
+  EXPECT_EQ(matches(), 0u);
+  ASSERT_TRUE(gm_.SetModule("conv", Conv2dModule(rng_, 3, 3, 1)).ok());
+  EXPECT_EQ(matches(), 1u);
+
+  // The type of the module in place changed.
+  gm_.FindModule("relu")->set_type(Symbol::Intern("nn.Identity"));
+  EXPECT_EQ(matches(), 0u);
+  gm_.FindModule("relu")->set_type(Symbol::Intern("nn.ReLU"));
+  EXPECT_EQ(matches(), 1u);
+
+  // The node retargeted to another module (a batch norm), then back.
+  ASSERT_TRUE(gm_.SetModule("bn", BatchNorm2dModule(rng_, 3)).ok());
+  ASSERT_TRUE(graph().SetTarget(conv, Symbol::Intern("bn")).ok());
+  EXPECT_EQ(matches(), 0u);
+  ASSERT_TRUE(graph().SetTarget(conv, Symbol::Intern("conv")).ok());
+  EXPECT_EQ(matches(), 1u);
+
+  // RemoveModules, then a conv reinstalled where the batch norm was and the node
+  // retargeted to it.
+  ASSERT_TRUE(gm_.RemoveModules({"bn"}).ok());
+  ASSERT_TRUE(gm_.SetModule("bn", Conv2dModule(rng_, 3, 3, 1)).ok());
+  ASSERT_TRUE(graph().SetTarget(conv, Symbol::Intern("bn")).ok());
+  EXPECT_EQ(matches(), 1u);
+}
+
 }  // namespace
 }  // namespace fuselage

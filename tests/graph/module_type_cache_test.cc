@@ -1,0 +1,132 @@
+// GraphModule::ModuleTypeOf and its cache on the nodes: whatever changes the module a
+// call_module node resolves to — replacing the module, changing its type, moving a module
+// tree in, removing and reinstalling, retargeting the node, a new node — the next
+// ModuleTypeOf (with or without ResolveModuleTypes in between) answers from the tree as
+// it is now, and Verify() finds the cache consistent. The expectation in each test is
+// FindModule(path)->type(), the uncached lookup.
+#include <memory>
+#include <utility>
+
+#include "gtest/gtest.h"
+#include "graph/graph_module.h"
+#include "graph/module.h"
+#include "tests/graph/test_graphs.h"
+
+namespace fuselage {
+namespace {
+
+Symbol Type(const char* name) { return Symbol::Intern(name); }
+
+class ModuleTypeCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    x_ = *gm_.graph().AddPlaceholder("x");
+    ASSERT_TRUE(gm_.SetModule("a", std::make_unique<Module>("nn.ReLU")).ok());
+    ASSERT_TRUE(gm_.SetModule("b", std::make_unique<Module>("nn.Identity")).ok());
+    a_ = *gm_.graph().AddCallModule("a", {x_}, {}, "a");
+    b_ = *gm_.graph().AddCallModule("b", {a_}, {}, "b");
+    ASSERT_TRUE(gm_.graph().SetOutput(b_).ok());
+    gm_.ResolveModuleTypes();
+  }
+
+  // ModuleTypeOf agrees with the tree, before and after re-resolving, and Verify passes.
+  void ExpectType(const Node* node, const char* expected) {
+    EXPECT_EQ(gm_.ModuleTypeOf(node), Type(expected)) << node->name() << " (stale cache)";
+    gm_.ResolveModuleTypes();
+    EXPECT_EQ(gm_.ModuleTypeOf(node), Type(expected)) << node->name() << " (resolved)";
+    absl::Status verified = gm_.Verify();
+    EXPECT_TRUE(verified.ok()) << verified;
+  }
+
+  GraphModule gm_;
+  Node* x_ = nullptr;
+  Node* a_ = nullptr;
+  Node* b_ = nullptr;
+};
+
+TEST_F(ModuleTypeCacheTest, ResolvesCallModuleNodesOnly) {
+  ExpectType(a_, "nn.ReLU");
+  ExpectType(b_, "nn.Identity");
+  EXPECT_TRUE(gm_.ModuleTypeOf(x_).empty());
+  EXPECT_TRUE(gm_.ModuleTypeOf(gm_.graph().output()).empty());
+}
+
+TEST_F(ModuleTypeCacheTest, SetModuleReplacingWithAnotherTypeIsSeen) {
+  ASSERT_EQ(gm_.ModuleTypeOf(a_), Type("nn.ReLU"));
+  ASSERT_TRUE(gm_.SetModule("a", std::make_unique<Module>("nn.Sigmoid")).ok());
+  ExpectType(a_, "nn.Sigmoid");
+  ExpectType(b_, "nn.Identity");
+}
+
+TEST_F(ModuleTypeCacheTest, SetTypeOnAModuleInTheTreeIsSeen) {
+  gm_.FindModule("b")->set_type(Type("nn.Hardswish"));
+  ExpectType(b_, "nn.Hardswish");
+}
+
+TEST_F(ModuleTypeCacheTest, ChildReplacedThroughTheParentModuleIsSeen) {
+  gm_.root().SetChild("a", std::make_unique<Module>("nn.Identity"));
+  ExpectType(a_, "nn.Identity");
+}
+
+TEST_F(ModuleTypeCacheTest, RootMovedInIsSeen) {
+  // What the model loader does: build a tree, then move it into root().
+  Module tree("GraphModule");
+  tree.SetChild("a", std::make_unique<Module>("nn.Hardtanh"));
+  tree.SetChild("b", std::make_unique<Module>("nn.Flatten"));
+  ASSERT_EQ(gm_.ModuleTypeOf(a_), Type("nn.ReLU"));
+  gm_.root() = std::move(tree);
+  ExpectType(a_, "nn.Hardtanh");
+  ExpectType(b_, "nn.Flatten");
+}
+
+TEST_F(ModuleTypeCacheTest, RetargetedNodeIsSeen) {
+  ASSERT_EQ(gm_.ModuleTypeOf(b_), Type("nn.Identity"));
+  ASSERT_TRUE(gm_.graph().SetTarget(b_, Symbol::Intern("a")).ok());
+  ExpectType(b_, "nn.ReLU");
+}
+
+TEST_F(ModuleTypeCacheTest, RemovedThenReinstalledUnderTheSamePathIsSeen) {
+  ASSERT_TRUE(gm_.graph().SetArgs(gm_.graph().output(), {Argument(a_)}).ok());
+  ASSERT_TRUE(gm_.graph().Erase(b_).ok());
+  ASSERT_TRUE(gm_.RemoveModules({"b"}).ok());
+  ASSERT_TRUE(gm_.SetModule("b", std::make_unique<Module>("nn.Dropout")).ok());
+  Node* b2 = *gm_.graph().InsertBefore(gm_.graph().output(), NodeSpec{
+      OpKind::kCallModule, Symbol::Intern("b"), {Argument(a_)}, {}, "b2"});
+  ExpectType(b2, "nn.Dropout");
+}
+
+TEST_F(ModuleTypeCacheTest, NewNodeOfAnotherGraphModuleIsResolved) {
+  // The cache is per GraphModule; an edit of another one only makes this one re-check.
+  GraphModule other;
+  ASSERT_TRUE(other.SetModule("a", std::make_unique<Module>("nn.Sigmoid")).ok());
+  Node* ox = *other.graph().AddPlaceholder("x");
+  Node* oa = *other.graph().AddCallModule("a", {ox}, {}, "a");
+  EXPECT_EQ(other.ModuleTypeOf(oa), Type("nn.Sigmoid"));
+  ExpectType(a_, "nn.ReLU");
+  // A node of another graph is answered from this module tree, never from the cache.
+  EXPECT_EQ(gm_.ModuleTypeOf(oa), Type("nn.ReLU"));
+}
+
+TEST_F(ModuleTypeCacheTest, TargetWithoutAModuleHasTheEmptyType) {
+  ASSERT_TRUE(gm_.graph().SetTarget(b_, Symbol::Intern("no.such.module")).ok());
+  EXPECT_TRUE(gm_.ModuleTypeOf(b_).empty());
+  gm_.ResolveModuleTypes();
+  EXPECT_TRUE(gm_.ModuleTypeOf(b_).empty());
+  EXPECT_FALSE(gm_.Verify().ok());  // The dangling target itself is still an error.
+}
+
+TEST(RemoveModulesNestingTest, RefusesToRemoveAModuleEnclosingOneANodeCalls) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("block.conv", std::make_unique<Module>("nn.ReLU")).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* conv = *gm.graph().AddCallModule("block.conv", {x}, {}, "conv");
+  ASSERT_TRUE(gm.graph().SetOutput(conv).ok());
+  absl::Status removed = gm.RemoveModules({"block"});
+  EXPECT_EQ(removed.code(), absl::StatusCode::kFailedPrecondition) << removed;
+  EXPECT_NE(removed.message().find("block.conv"), absl::string_view::npos) << removed;
+  ASSERT_NE(gm.FindModule("block.conv"), nullptr);
+  EXPECT_TRUE(gm.Verify().ok());
+}
+
+}  // namespace
+}  // namespace fuselage
