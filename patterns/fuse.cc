@@ -21,6 +21,7 @@ struct PlannedFusion {
   Node* root = nullptr;
   std::vector<Argument> args;          // root args + extra inputs, before remapping
   std::unique_ptr<Module> module;
+  PendingWeightScale weight_scale;     // a batch-norm fold's weight half, applied last
   bool reuse_root_path = false;
   std::vector<Node*> erase_order;      // matched op nodes, last in graph order first
 };
@@ -128,7 +129,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       });
       RETURN_IF_ERROR(bad);
     }
-    ASSIGN_OR_RETURN(plan.module, rule.Fuse(gm, match));
+    ASSIGN_OR_RETURN(plan.module, rule.Fuse(gm, match, &plan.weight_scale));
     if (plan.module == nullptr) return PlanError(match, "the fuser returned no module");
     const ModuleSchema* schema = schemas.Find(plan.module->type());
     if (schema == nullptr) {
@@ -222,6 +223,10 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     const absl::Status status = gm.RemoveModules(unused_modules);
     if (!status.ok()) return Internal(status);
   }
+  // Batch-norm folds scale their weights only now: the modules they were copied from are
+  // gone, so the data is no longer shared and is scaled in place, not copied (a weight
+  // still shared, e.g. read by a get_attr, is copied first by Tensor's copy-on-write).
+  for (PlannedFusion& plan : plans) plan.weight_scale.Apply();
   return static_cast<int>(plans.size());
 }
 

@@ -121,11 +121,13 @@ absl::StatusOr<std::vector<float>> ReadVector(const Module& module, absl::string
 }
 
 // PyTorch's fuse_conv_bn_eval / fuse_linear_bn_eval on module data: returns a copy of
-// `conv` with the batch norm folded into its weight and bias.
+// `conv` with the batch norm folded into its bias, and in `pending` the scaling still owed
+// to its weight (see PendingWeightScale).
 absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(const Module& conv,
                                                       absl::string_view conv_path,
                                                       const Module& bn,
-                                                      absl::string_view bn_path) {
+                                                      absl::string_view bn_path,
+                                                      PendingWeightScale* pending) {
   ASSIGN_OR_RETURN(const Tensor* weight, conv.GetTensor("weight"));
   if (weight->dtype() != DType::kFloat32 || weight->dim() < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -182,30 +184,25 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(const Module& conv,
     rsqrt[c] = 1.0f / std::sqrt(denominator);
     scale[c] = gamma[c] * rsqrt[c];
   }
-  std::vector<float> new_weight(weight->numel());
-  const float* w = weight->data<float>();
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t c = 0; c < out_channels; ++c) {
-      for (int64_t k = 0; k < per_channel; ++k) {
-        const int64_t i = (o * out_channels + c) * per_channel + k;
-        new_weight[i] = w[i] * scale[c];
-      }
-    }
-  }
   std::vector<float> new_bias(out_channels);
   for (int64_t c = 0; c < out_channels; ++c) {
     const float centered = bias[c] - mean[c];
     new_bias[c] = is_linear ? centered * scale[c] + beta[c]
                             : (centered * rsqrt[c]) * gamma[c] + beta[c];
   }
+  // The clone shares the weight's data with `conv`; PendingWeightScale::Apply scales it.
   std::unique_ptr<Module> folded = conv.Clone();
-  folded->SetTensor("weight", Tensor::FromFloats(weight->shape(), new_weight));
   folded->SetTensor("bias", Tensor::FromFloats({out_channels}, new_bias));
+  pending->module = folded.get();
+  pending->scale = std::move(scale);
+  pending->outer = outer;
+  pending->per_channel = per_channel;
   return folded;
 }
 
 absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(const GraphModule& gm,
-                                                              const PatternMatch& match) {
+                                                              const PatternMatch& match,
+                                                              PendingWeightScale* pending) {
   const FusionRule& rule = *match.rule;
   ASSIGN_OR_RETURN(Node * root, rule.RootNode(match));
   const Module* root_module =
@@ -237,7 +234,7 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(const GraphModule&
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Module> folded,
                    FoldBatchNorm(*root_module, root->target().name(), *bn_module,
-                                 bn_node->target().name()));
+                                 bn_node->target().name(), pending));
   std::vector<std::unique_ptr<Module>> parts;
   for (const Node* node : MatchedOpNodesInOrder(match)) {
     if (node == bn_node) continue;
@@ -269,6 +266,23 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(const GraphModule&
 }
 
 }  // namespace
+
+void PendingWeightScale::Apply() {
+  if (module == nullptr) return;
+  Tensor* weight = module->FindMutableTensor("weight");
+  // Copy-on-write: detaches (one memcpy) only if another tensor still shares the data.
+  float* w = weight->mutable_data<float>();
+  const int64_t channels = static_cast<int64_t>(scale.size());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t c = 0; c < channels; ++c) {
+      float* row = w + (o * channels + c) * per_channel;
+      const float s = scale[c];
+      for (int64_t k = 0; k < per_channel; ++k) row[k] = row[k] * s;
+    }
+  }
+  module = nullptr;
+  scale.clear();
+}
 
 absl::string_view FuserKindName(FuserKind kind) {
   switch (kind) {
@@ -348,11 +362,25 @@ absl::StatusOr<std::vector<Argument>> FusionRule::ExtraInputs(const PatternMatch
 
 absl::StatusOr<std::unique_ptr<Module>> FusionRule::Fuse(const GraphModule& gm,
                                                          const PatternMatch& match) const {
+  PendingWeightScale pending;
+  absl::StatusOr<std::unique_ptr<Module>> fused = Fuse(gm, match, &pending);
+  if (fused.ok()) pending.Apply();
+  return fused;
+}
+
+absl::StatusOr<std::unique_ptr<Module>> FusionRule::Fuse(const GraphModule& gm,
+                                                         const PatternMatch& match,
+                                                         PendingWeightScale* pending) const {
+  *pending = PendingWeightScale();
   switch (fuser_kind) {
     case FuserKind::kWrapInSequence:
       return WrapInSequence(gm, match);
-    case FuserKind::kFoldBatchNormThenWrap:
-      return FoldBatchNormThenWrap(gm, match);
+    case FuserKind::kFoldBatchNormThenWrap: {
+      absl::StatusOr<std::unique_ptr<Module>> fused = FoldBatchNormThenWrap(gm, match, pending);
+      // On failure the folded module is gone: nothing may point at it.
+      if (!fused.ok()) *pending = PendingWeightScale();
+      return fused;
+    }
     case FuserKind::kCustom:
       if (!custom_fuser) return RuleError(*this, "custom_fuser", "kCustom needs a fuser");
       return custom_fuser(gm, match);

@@ -73,6 +73,26 @@ enum class FuserKind {
   kCustom,
 };
 
+// The weight half of a batch-norm fold, checked but not yet applied. The fusion pass asks
+// Fuse for it (FusionRule::Fuse with `pending`), so the fused module comes back with its
+// folded bias but its conv / linear weight still unscaled and sharing its data with the
+// original module; the pass scales it once it has removed the modules it replaced. By then
+// nothing else holds the data, and Tensor's copy-on-write scales it in place instead of
+// copying it: for resnet50 that is 100 MB less to allocate, fill and copy. Data still
+// shared (a weight tied to another module, a get_attr reading it) is copied first, so no
+// other module sees the change.
+struct PendingWeightScale {
+  Module* module = nullptr;  // the folded conv / linear; nullptr: nothing pending
+  std::vector<float> scale;  // per output channel: gamma / sqrt(var + eps)
+  int64_t outer = 1;         // a transposed conv's input channels (its weight's dim 0), else 1
+  int64_t per_channel = 0;   // elements per output channel within one `outer` slice
+
+  // w[o][c][k] = w[o][c][k] * scale[c] on `module`'s float32 "weight" (the float32 product
+  // fuse_fx computes, so the result is bit-identical). Cannot fail: Fuse checked the weight.
+  // Clears the record; a second call does nothing.
+  void Apply();
+};
+
 // "wrap_in_sequence", "fold_bn_then_wrap", "custom".
 absl::string_view FuserKindName(FuserKind kind);
 absl::StatusOr<FuserKind> FuserKindFromName(absl::string_view name);
@@ -113,6 +133,11 @@ struct FusionRule {
   // Builds the fused module with the rule's fuser.
   absl::StatusOr<std::unique_ptr<Module>> Fuse(const GraphModule& gm,
                                                const PatternMatch& match) const;
+  // The same, except that a batch-norm fold's weight scaling is left to the caller: the
+  // returned module's weight is unscaled until `pending->Apply()`, which the caller must
+  // call while the returned module is alive. `pending` is left empty by other fusers.
+  absl::StatusOr<std::unique_ptr<Module>> Fuse(const GraphModule& gm, const PatternMatch& match,
+                                               PendingWeightScale* pending) const;
 };
 
 // Convenience constructors (parse + fill + Validate).

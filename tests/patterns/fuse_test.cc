@@ -390,5 +390,81 @@ TEST_F(FuseTest, FoldingWithoutABatchNormIsAnError) {
   EXPECT_EQ(SerializeModelText(gm_), before);
 }
 
+
+// The fold scales the weight in place once the original conv is gone: the fused conv's
+// weight is the same buffer, holding the hand-computed values w * gamma / sqrt(var + eps).
+TEST_F(FuseTest, BatchNormFoldScalesAnUnsharedWeightInPlace) {
+  auto conv = Conv2dModule(rng_, 1, 2, 1);
+  conv->SetTensor("weight", Tensor::FromFloats({2, 1, 1, 1}, {2.0f, -1.0f}));
+  auto bn = BatchNorm2dModule(rng_, 2, /*eps=*/1.0);
+  bn->SetTensor("weight", Tensor::FromFloats({2}, {2.0f, 0.5f}));
+  bn->SetTensor("running_var", Tensor::FromFloats({2}, {3.0f, 0.0f}));
+  Must(graph().SetOutput(Call(Call(x_, "conv", std::move(conv)), "bn", std::move(bn))));
+  const void* buffer = gm_.FindModule("conv")->FindTensor("weight")->raw_data();
+
+  absl::StatusOr<int> fused = Fuse({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const Tensor* w = gm_.FindModule("conv")->FindTensor("weight");
+  EXPECT_EQ(w->raw_data(), buffer);  // scaled where it was, not copied
+  EXPECT_FLOAT_EQ(w->data<float>()[0], 2.0f * (2.0f / 2.0f));
+  EXPECT_FLOAT_EQ(w->data<float>()[1], -1.0f * (0.5f / 1.0f));
+}
+
+// A weight whose data another module shares is not modified: the fused conv gets a
+// scaled copy, and the other module keeps the original values in the original buffer.
+TEST_F(FuseTest, BatchNormFoldLeavesASharedWeightUnmodified) {
+  auto conv = Conv2dModule(rng_, 1, 2, 1);
+  conv->SetTensor("weight", Tensor::FromFloats({2, 1, 1, 1}, {2.0f, -1.0f}));
+  auto tied = Conv2dModule(rng_, 1, 2, 1);
+  tied->SetTensor("weight", *conv->FindTensor("weight"));  // shares the data
+  auto bn = BatchNorm2dModule(rng_, 2, /*eps=*/1.0);
+  bn->SetTensor("weight", Tensor::FromFloats({2}, {2.0f, 0.5f}));
+  bn->SetTensor("running_var", Tensor::FromFloats({2}, {3.0f, 0.0f}));
+  Node* folded = Call(Call(x_, "conv", std::move(conv)), "bn", std::move(bn));
+  Node* other = Call(x_, "tied", std::move(tied));
+  Must(graph().SetOutput(Argument::Tuple({folded, other})));
+  const Tensor* tied_weight = gm_.FindModule("tied")->FindTensor("weight");
+  const void* buffer = tied_weight->raw_data();
+  ASSERT_EQ(gm_.FindModule("conv")->FindTensor("weight")->raw_data(), buffer);
+
+  absl::StatusOr<int> fused = Fuse({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_EQ(*fused, 1);
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  tied_weight = gm_.FindModule("tied")->FindTensor("weight");
+  EXPECT_EQ(tied_weight->raw_data(), buffer);
+  EXPECT_EQ(tied_weight->data<float>()[0], 2.0f);
+  EXPECT_EQ(tied_weight->data<float>()[1], -1.0f);
+  const Tensor* w = gm_.FindModule("conv")->FindTensor("weight");
+  EXPECT_NE(w->raw_data(), buffer);
+  EXPECT_FLOAT_EQ(w->data<float>()[0], 2.0f);
+  EXPECT_FLOAT_EQ(w->data<float>()[1], -0.5f);
+}
+
+// FusionRule::Fuse on its own (no pass) returns the module fully folded, and leaves the
+// module in the graph, whose data it shared, as it was.
+TEST_F(FuseTest, FuseOutsideThePassFoldsTheWeightCompletely) {
+  auto conv = Conv2dModule(rng_, 1, 2, 1);
+  conv->SetTensor("weight", Tensor::FromFloats({2, 1, 1, 1}, {2.0f, -1.0f}));
+  auto bn = BatchNorm2dModule(rng_, 2, /*eps=*/1.0);
+  bn->SetTensor("weight", Tensor::FromFloats({2}, {2.0f, 0.5f}));
+  bn->SetTensor("running_var", Tensor::FromFloats({2}, {3.0f, 0.0f}));
+  Must(graph().SetOutput(Call(Call(x_, "conv", std::move(conv)), "bn", std::move(bn))));
+  absl::StatusOr<PatternMatcher> m =
+      PatternMatcher::Create({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::vector<PatternMatch> matches = m->FindMatches(gm_);
+  ASSERT_EQ(matches.size(), 1u);
+  absl::StatusOr<std::unique_ptr<Module>> module = matches[0].rule->Fuse(gm_, matches[0]);
+  ASSERT_TRUE(module.ok()) << module.status();
+  const Tensor* w = (*module)->FindTensor("weight");
+  EXPECT_FLOAT_EQ(w->data<float>()[0], 2.0f);
+  EXPECT_FLOAT_EQ(w->data<float>()[1], -0.5f);
+  const Tensor* original = gm_.FindModule("conv")->FindTensor("weight");
+  EXPECT_EQ(original->data<float>()[0], 2.0f);
+  EXPECT_EQ(original->data<float>()[1], -1.0f);
+}
+
 }  // namespace
 }  // namespace fuselage
