@@ -1,5 +1,15 @@
-# Seeds for pass_pipeline_fuzz: byte 0 = built-in config index, rest = binary model file.
-import sys, torch
+"""Writes the seeds of pass_pipeline_fuzz that reach every pass (see tests/fuzz/README.md).
+
+A seed is one byte (the index of a built-in backend config in BuiltinBackendConfigNames:
+native, fbgemm, qnnpack, x86, onednn) followed by a binary model file. Run from the
+workspace root with PyTorch 1.13:
+
+    PYTHONPATH=python /usr/bin/python3 tests/fuzz/make_pass_pipeline_seeds.py \
+        tests/fuzz/corpus/pass_pipeline_fuzz
+"""
+import sys
+
+import torch
 from google.protobuf import text_format
 sys.path.insert(0, "python")
 import fuselage

@@ -1,0 +1,204 @@
+#include "tests/fuzz/pass_pipeline.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "backend_configs/backend_config.h"
+#include "backend_configs/builtin_configs.h"
+#include "graph/argument.h"
+#include "graph/graph_module.h"
+#include "graph/node.h"
+#include "graph/serialization.h"
+#include "lowering/lower_to_native.h"
+#include "lowering/lowering_rule.h"
+#include "patterns/fuse.h"
+#include "quantize/calibrate.h"
+#include "quantize/convert.h"
+#include "quantize/prepare.h"
+#include "quantize/qconfig.h"
+#include "runtime/builtin_kernels.h"
+#include "runtime/kernel_registry.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace fuselage::fuzz {
+namespace {
+
+bool Verbose() {
+  static const bool verbose = [] {
+    const char* v = std::getenv("FUSELAGE_FUZZ_VERBOSE");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return verbose;
+}
+
+const LoweringRuleRegistry& NativeLoweringRules() {
+  static const LoweringRuleRegistry* const registry = [] {
+    auto* r = new LoweringRuleRegistry();
+    const absl::Status registered = RegisterNativeLoweringRules(*r);
+    FUZZ_CHECK(registered.ok(), registered.ToString());
+    return r;
+  }();
+  return *registry;
+}
+
+// The built-in kernels plus the observers' identity kernels, as the quantize flow uses.
+const KernelRegistry& CalibrationKernels() {
+  static const KernelRegistry* const registry = [] {
+    absl::StatusOr<std::unique_ptr<KernelRegistry>> kernels = BuiltinKernels();
+    FUZZ_CHECK(kernels.ok(), kernels.status().ToString());
+    const absl::Status registered = RegisterObserverKernels(**kernels);
+    FUZZ_CHECK(registered.ok(), registered.ToString());
+    return kernels->release();
+  }();
+  return *registry;
+}
+
+// A built-in backend config with what the passes need of it, built once per process:
+// building a config and its matcher costs more than running the passes on a small model.
+struct BuiltinSetup {
+  std::string name;
+  BackendConfig config;
+  std::optional<PatternMatcher> matcher;
+  std::optional<QConfigMapping> mapping;
+};
+
+const BuiltinSetup& SetupFor(uint8_t choice) {
+  static const std::vector<std::unique_ptr<BuiltinSetup>>* const setups = [] {
+    auto* all = new std::vector<std::unique_ptr<BuiltinSetup>>();
+    for (const std::string& name : BuiltinBackendConfigNames()) {
+      absl::StatusOr<BackendConfig> config = GetBackendConfig(name);
+      FUZZ_CHECK(config.ok(), config.status().ToString());
+      auto setup = std::make_unique<BuiltinSetup>(BuiltinSetup{name, *std::move(config), {}, {}});
+      absl::StatusOr<PatternMatcher> matcher = BuildFusionMatcher(setup->config);
+      FUZZ_CHECK(matcher.ok(), absl::StrCat("built-in config '", name, "' gives no matcher: ",
+                                            matcher.status().ToString()));
+      setup->matcher.emplace(*std::move(matcher));
+      // "native" has no default qconfig of its own in PyTorch; users pair it with fbgemm's.
+      absl::StatusOr<QConfigMapping> mapping =
+          DefaultQConfigMapping(name == "native" ? "fbgemm" : name);
+      FUZZ_CHECK(mapping.ok(), absl::StrCat("no default qconfig mapping for built-in config '",
+                                            name, "': ", mapping.status().ToString()));
+      setup->mapping.emplace(*std::move(mapping));
+      all->push_back(std::move(setup));
+    }
+    return all;
+  }();
+  return *(*setups)[choice % setups->size()];
+}
+
+// Random samples if every placeholder has a small enough meta "shape"; nullopt (skip
+// calibration) otherwise.
+std::optional<std::vector<CalibrationSample>> SmallCalibrationSamples(const GraphModule& gm) {
+  for (const Node* p : gm.graph().Placeholders()) {
+    const Argument* shape = p->FindMeta("shape");
+    if (shape == nullptr || !shape->is_list()) return std::nullopt;
+    int64_t elements = 1;
+    for (const Argument& d : shape->items()) {
+      if (!d.is_int() || d.as_int() < 0 || d.as_int() > kMaxSampleElements) return std::nullopt;
+      elements *= d.as_int();  // each factor ≤ kMaxSampleElements and so is the product
+      if (elements > kMaxSampleElements) return std::nullopt;
+    }
+  }
+  absl::StatusOr<std::vector<CalibrationSample>> samples =
+      RandomCalibrationSamples(gm, kCalibrationSamples, kCalibrationSeed);
+  if (!samples.ok()) return std::nullopt;
+  return *std::move(samples);
+}
+
+struct Pass {
+  const char* name;
+  std::function<absl::Status(GraphModule&)> run;
+  // A failure does not stop the pipeline (the next passes are defined without it).
+  bool optional = false;
+};
+
+// What the passes hand on to each other.
+struct FlowState {
+  std::optional<PreparedModel> prepared;
+  bool calibration_skipped = false;
+};
+
+std::vector<Pass> Pipeline(const BuiltinSetup& setup, FlowState& state) {
+  return {
+      {"fuse",
+       [&setup](GraphModule& gm) { return FusePatterns(gm, *setup.matcher).status(); }},
+      {"prepare",
+       [&setup, &state](GraphModule& gm) -> absl::Status {
+         absl::StatusOr<PreparedModel> prepared = Prepare(gm, *setup.mapping, setup.config);
+         if (!prepared.ok()) return prepared.status();
+         state.prepared = *std::move(prepared);
+         return absl::OkStatus();
+       }},
+      {"calibrate",
+       [&state](GraphModule& gm) -> absl::Status {
+         std::optional<std::vector<CalibrationSample>> samples = SmallCalibrationSamples(gm);
+         if (!samples.has_value()) {
+           if (Verbose()) std::fprintf(stderr, "  calibrate: skipped (no small input shape)\n");
+           state.calibration_skipped = true;
+           return absl::OkStatus();
+         }
+         return Calibrate(gm, *state.prepared, *samples, CalibrationKernels()).status();
+       },
+       /*optional=*/true},
+      {"convert",
+       [&state](GraphModule& gm) {
+         return ConvertToReference(gm, *state.prepared).status();
+       }},
+      {"lower",
+       [](GraphModule& gm) { return LowerToNative(gm, NativeLoweringRules()).status(); }},
+  };
+}
+
+}  // namespace
+
+PipelineResult RunPassPipeline(uint8_t config_choice, absl::string_view model_bytes) {
+  PipelineResult result;
+  const BuiltinSetup& setup = SetupFor(config_choice);
+  result.config = setup.name;
+  absl::StatusOr<std::unique_ptr<GraphModule>> loaded = ParseModel(model_bytes);
+  if (!loaded.ok()) {
+    if (Verbose()) std::fprintf(stderr, "  load: %s\n", loaded.status().ToString().c_str());
+    result.load = loaded.status();
+    return result;  // The loader's own target covers rejections.
+  }
+  result.module = *std::move(loaded);
+  GraphModule& gm = *result.module;
+
+  FlowState state;
+  for (const Pass& pass : Pipeline(setup, state)) {
+    const std::string before = SerializeModel(gm);
+    const absl::Status status = pass.run(gm);
+    result.passes.push_back({pass.name, status});
+    if (Verbose()) {
+      std::fprintf(stderr, "  %s (%s): %s, %zu nodes\n", pass.name, setup.name.c_str(),
+                   status.ToString().c_str(), gm.graph().size());
+    }
+    if (!status.ok()) {
+      FUZZ_CHECK(!status.message().empty(), absl::StrCat(pass.name, ": empty error"));
+      FUZZ_CHECK(SerializeModel(gm) == before,
+                 absl::StrCat(pass.name, " (", setup.name, ") failed with ", status.ToString(),
+                              " but changed the model"));
+      if (pass.optional) continue;
+      break;
+    }
+    const absl::Status verified = gm.Verify();
+    FUZZ_CHECK(verified.ok(), absl::StrCat(pass.name, " (", setup.name,
+                                           ") left a model that fails Verify: ",
+                                           verified.ToString()));
+  }
+  result.calibration_skipped = state.calibration_skipped;
+  return result;
+}
+
+}  // namespace fuselage::fuzz

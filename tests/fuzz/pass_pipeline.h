@@ -1,0 +1,60 @@
+// The pass pipeline of pass_pipeline_fuzz, as a function its seed test can also call.
+//
+// RunPassPipeline loads a binary model file and runs the whole quantization flow on it with
+// one of the built-in backend configs and the default qconfig mapping of its backend:
+//
+//   fuse → prepare → calibrate → convert-to-reference → lower-to-native
+//
+// and after every pass asserts (FUZZ_CHECK: a broken property prints and aborts):
+//  - success: the GraphModule passes Verify();
+//  - failure: a non-empty error, and the GraphModule saves to exactly the bytes it saved
+//    to before the pass (a failing pass leaves the graph as it was).
+// A failing pass stops the pipeline, except calibration, which is optional input: convert
+// still runs after it fails or is skipped, on observers that saw no value (or only the
+// values of the samples that ran). That is defined behaviour: an observer that saw nothing
+// gives PyTorch's default parameters, scale 1.0 and zero point 0 (quantize/observers.cc,
+// check_min_max_valid), as PyTorch's convert does with a warning.
+//
+// Calibration runs kCalibrationSamples seeded random inputs through the interpreter when
+// every placeholder has a meta "shape" (the Python exporter writes it) of at most
+// kMaxSampleElements elements; otherwise it is skipped.
+#ifndef FUSELAGE_TESTS_FUZZ_PASS_PIPELINE_H_
+#define FUSELAGE_TESTS_FUZZ_PASS_PIPELINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "graph/graph_module.h"
+
+namespace fuselage::fuzz {
+
+inline constexpr int kCalibrationSamples = 2;
+inline constexpr uint32_t kCalibrationSeed = 7;
+// Per placeholder: enough for the seeds' [1, 4, 8, 8]-sized inputs, small enough that a
+// hostile "shape" cannot make calibration the slow part of an execution.
+inline constexpr int64_t kMaxSampleElements = 4096;
+
+struct PassOutcome {
+  std::string pass;  // "fuse", "prepare", "calibrate", "convert", "lower"
+  absl::Status status;
+};
+
+struct PipelineResult {
+  std::string config;                   // the built-in config byte 0 chose
+  absl::Status load;                    // ParseModel's verdict; no pass runs if not OK
+  std::vector<PassOutcome> passes;      // in order, up to the first failure that stops
+  bool calibration_skipped = false;     // no small input shape
+  std::unique_ptr<GraphModule> module;  // as the last pass left it (null if not loaded)
+};
+
+// Runs the pipeline on `model_bytes` with the built-in config `config_choice` picks
+// (modulo their count), asserting the properties above.
+PipelineResult RunPassPipeline(uint8_t config_choice, absl::string_view model_bytes);
+
+}  // namespace fuselage::fuzz
+
+#endif  // FUSELAGE_TESTS_FUZZ_PASS_PIPELINE_H_
