@@ -12,7 +12,6 @@ OutputRequantizer::OutputRequantizer(double input_scale, const std::vector<doubl
     : op_scale_(weight_scales.size()),
       bias_term_(weight_scales.size(), 0.0f),
       zero_point_(static_cast<float>(output_zero_point)),
-      relu_(relu),
       lo_(static_cast<double>(relu ? std::max(output_zero_point, DTypeMin(output_dtype))
                                   : DTypeMin(output_dtype))),
       hi_(static_cast<double>(DTypeMax(output_dtype))) {

@@ -27,7 +27,6 @@
 #ifndef FUSELAGE_RUNTIME_QUANTIZED_OUTPUT_REQUANTIZER_H_
 #define FUSELAGE_RUNTIME_QUANTIZED_OUTPUT_REQUANTIZER_H_
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -48,8 +47,9 @@ class OutputRequantizer {
                     int64_t output_zero_point, bool relu, DType output_dtype);
 
   int32_t Apply(int32_t acc, int64_t channel) const {
-    float v = (static_cast<float>(acc) + bias_term_[channel]) * op_scale_[channel];
-    if (relu_) v = std::max(v, 0.0f);
+    const float v = (static_cast<float>(acc) + bias_term_[channel]) * op_scale_[channel];
+    // relu (max(v, 0) before the zero point) is the lower bound lo_ = zero point: float
+    // addition and rounding are monotonic, so v < 0 gives at most the zero point.
     const float shifted = v + zero_point_;
     // Saturate in double: the bounds of every quantized dtype are exact there.
     const double rounded = std::nearbyint(shifted);
@@ -62,7 +62,6 @@ class OutputRequantizer {
   std::vector<float> op_scale_;
   std::vector<float> bias_term_;
   float zero_point_;
-  bool relu_;
   double lo_;
   double hi_;
 };
