@@ -4,6 +4,7 @@
 #include "tools/cmd_fuse.h"
 #include "tools/cmd_quantize.h"
 #include "tools/cmd_run.h"
+#include "tools/cmd_stages.h"
 #include "tools/demo_command.h"
 #include "tools/dot_command.h"
 #include "tools/print_command.h"
@@ -20,6 +21,9 @@ std::vector<Command> AllCommands() {
       FuseCommand(),
       ExplainCommand(),
       QuantizeCommand(),
+      PrepareCommand(),
+      CalibrateCommand(),
+      ConvertCommand(),
       LowerCommand(),
       RunCommand(),
   };

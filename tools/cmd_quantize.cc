@@ -9,18 +9,18 @@
 //   --reference stops after convert-to-reference. Prints every stage's report, including
 //   the ops kept float and why, and the patterns left unlowered and why.
 //
-// `fuselage lower REFERENCE_MODEL --backend=NAME [--config=FILE] -o OUT`
+// `fuselage lower REFERENCE_MODEL --backend=NAME [--config=FILE] -o OUT [--time]`
 //   LowerToNative with fuselage's native lowering rules. The backend flags are checked
 //   (the config must load) and name the backend in the summary; the rules themselves do
 //   not depend on the backend config (as in PyTorch 1.13, whose lowering is one table).
+//   --time prints one line per step (load, lower, verify, save) with its wall time.
 #include "tools/cmd_quantize.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
 #include "lowering/lower_to_native.h"
@@ -28,71 +28,10 @@
 #include "quantize/calibrate.h"
 #include "quantize/qconfig.h"
 #include "tools/backend_flag.h"
+#include "tools/quantize_flags.h"
 #include "tools/quantize_flow.h"
 
 namespace fuselage {
-namespace {
-
-constexpr int kDefaultSamples = 8;
-
-absl::StatusOr<std::string> RequiredOutput(const ParsedArgs& parsed, absl::string_view command) {
-  if (!parsed.Has("-o") || parsed.flags.at("-o").empty()) {
-    return UsageError(absl::StrCat(command, ": needs -o OUT, the file to write the model to"));
-  }
-  return parsed.flags.at("-o");
-}
-
-absl::StatusOr<std::string> RequiredBackend(const ParsedArgs& parsed, absl::string_view command) {
-  if (!parsed.Has("--backend") || parsed.flags.at("--backend").empty()) {
-    return UsageError(absl::StrCat(
-        command, ": needs --backend=NAME (fbgemm, qnnpack, x86, onednn): it chooses the "
-                 "default qconfigs, and the config unless --config gives one"));
-  }
-  return parsed.flags.at("--backend");
-}
-
-absl::StatusOr<int64_t> IntFlag(const ParsedArgs& parsed, const std::string& flag,
-                                int64_t default_value, int64_t min_value) {
-  if (!parsed.Has(flag)) return default_value;
-  int64_t value = 0;
-  if (!absl::SimpleAtoi(parsed.flags.at(flag), &value) || value < min_value) {
-    return UsageError(absl::StrCat(flag, " is '", parsed.flags.at(flag),
-                                   "'; expected an integer >= ", min_value));
-  }
-  return value;
-}
-
-absl::StatusOr<std::vector<CalibrationSample>> SamplesFromFlags(const CommandContext& context,
-                                                               const ParsedArgs& parsed,
-                                                               const GraphModule& gm) {
-  if (parsed.Has("--calibration")) {
-    std::vector<std::string> paths;
-    for (absl::string_view p : absl::StrSplit(parsed.flags.at("--calibration"), ',',
-                                              absl::SkipEmpty())) {
-      paths.push_back(context.ResolvePath(std::string(p)));
-    }
-    return NpyCalibrationSamples(gm, paths);
-  }
-  ASSIGN_OR_RETURN(const int64_t count, IntFlag(parsed, "--samples", kDefaultSamples, 1));
-  ASSIGN_OR_RETURN(const int64_t seed, IntFlag(parsed, "--seed", 0, 0));
-  absl::flat_hash_map<std::string, std::vector<int64_t>> shapes;
-  if (parsed.Has("--input-shape")) {
-    std::vector<int64_t> shape;
-    for (absl::string_view d : absl::StrSplit(parsed.flags.at("--input-shape"), ',')) {
-      int64_t dim = 0;
-      if (!absl::SimpleAtoi(d, &dim) || dim < 0) {
-        return UsageError(absl::StrCat("--input-shape is '", parsed.flags.at("--input-shape"),
-                                       "'; expected comma-separated dimensions, e.g. 1,3,8,8"));
-      }
-      shape.push_back(dim);
-    }
-    for (const Node* p : gm.graph().Placeholders()) shapes[p->name()] = shape;
-  }
-  return RandomCalibrationSamples(gm, static_cast<int>(count), static_cast<uint32_t>(seed),
-                                  shapes);
-}
-
-}  // namespace
 
 Command QuantizeCommand() {
   Command command;
@@ -105,10 +44,7 @@ Command QuantizeCommand() {
                           CommandContext& context) -> absl::Status {
     std::vector<FlagSpec> specs = BackendFlagSpecs();
     specs.push_back({{"-o", "--output"}, true});
-    specs.push_back({{"--calibration"}, true});
-    specs.push_back({{"--samples"}, true});
-    specs.push_back({{"--seed"}, true});
-    specs.push_back({{"--input-shape"}, true});
+    for (FlagSpec& spec : CalibrationFlagSpecs()) specs.push_back(std::move(spec));
     specs.push_back({{"--reference"}, false});
     ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
     RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
@@ -138,29 +74,39 @@ Command QuantizeCommand() {
 Command LowerCommand() {
   Command command;
   command.name = "lower";
-  command.usage = "lower REFERENCE_MODEL --backend=NAME [--config=FILE] -o OUT";
+  command.usage = "lower REFERENCE_MODEL --backend=NAME [--config=FILE] -o OUT [--time]";
   command.summary = "lower a reference quantized model to native quantized ops";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
     std::vector<FlagSpec> specs = BackendFlagSpecs();
     specs.push_back({{"-o", "--output"}, true});
+    specs.push_back({{"--time"}, false});
     ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
     RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
     ASSIGN_OR_RETURN(const std::string output, RequiredOutput(parsed, command.name));
     ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, parsed));
+    StageTimes times;
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
+    times.Stop("load");
     LoweringRuleRegistry rules;
     RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));
     const size_t nodes_before = gm->graph().size();
+    times.Start();
     ASSIGN_OR_RETURN(LoweringReport report, LowerToNative(*gm, rules));
+    times.Stop("lower");
+    times.Start();
     if (absl::Status verified = gm->Verify(); !verified.ok()) {
       return absl::InternalError(
           absl::StrCat("lowered graph fails Verify (a fuselage bug): ", verified.message()));
     }
+    times.Stop("verify");
+    times.Start();
     RETURN_IF_ERROR(SaveModel(*gm, context.ResolvePath(output)));
+    times.Stop("save");
     context.out << report.ToString();
     context.out << "lowered for backend " << config.name() << ": " << nodes_before << " -> "
                 << gm->graph().size() << " nodes; wrote " << output << "\n";
+    if (parsed.Has("--time")) context.out << times.ToString();
     return absl::OkStatus();
   };
   return command;

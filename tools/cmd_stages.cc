@@ -1,0 +1,180 @@
+// `fuselage prepare MODEL --backend=NAME [--config=FILE] -o PREPARED [--time]`
+//   Prepare (quantize/prepare.h) with PyTorch 1.13's default qconfig mapping of the
+//   backend and the backend config NAME (or the --config file, whose base must be NAME),
+//   on a model as it is: run `fuse` first (PyTorch's prepare_fx fuses as its first step;
+//   `quantize` does both). The observers and each weighted op's plan are written into the
+//   model (quantize/prepared_model.h), so the file is a complete prepared model.
+// `fuselage calibrate PREPARED [--calibration=X.npy,... | --samples=N --seed=N
+//                    --input-shape=DIMS] -o CALIBRATED [--time]`
+//   Runs the prepared model on the samples (the flags of `quantize`) and writes the
+//   observers' statistics back; calibrating a calibrated model adds to its statistics.
+// `fuselage convert PREPARED -o REFERENCE [--time]`
+//   ConvertToReference (quantize/convert.h) on a prepared, usually calibrated, model: the
+//   reference quantized model `lower` takes. An uncalibrated observer gives PyTorch's
+//   default parameters (scale 1.0, zero point 0), as convert_fx does. A model without
+//   observers is refused: it was not prepared.
+// Each prints its pass's report and a summary line; --time adds one line per step with
+// its wall time, `time <step> <ms> ms`: load, then the pass (prepare, calibrate, convert),
+// then verify and save (and, for prepare and calibrate, store: writing the state into
+// the model's modules).
+#include "tools/cmd_stages.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "graph/serialization.h"
+#include "graph/status_macros.h"
+#include "quantize/calibrate.h"
+#include "quantize/convert.h"
+#include "quantize/prepare.h"
+#include "quantize/prepared_model.h"
+#include "quantize/qconfig.h"
+#include "runtime/builtin_kernels.h"
+#include "tools/backend_flag.h"
+#include "tools/quantize_flags.h"
+
+namespace fuselage {
+namespace {
+
+// Verifies the graph a pass left (a failure is a fuselage bug) and saves it.
+absl::Status VerifyAndSave(const CommandContext& context, absl::string_view stage,
+                           const GraphModule& gm, const std::string& output, StageTimes& times) {
+  times.Start();
+  if (absl::Status verified = gm.Verify(); !verified.ok()) {
+    return absl::InternalError(absl::StrCat("the graph after '", stage,
+                                            "' fails Verify (a fuselage bug): ",
+                                            verified.message()));
+  }
+  times.Stop("verify");
+  times.Start();
+  RETURN_IF_ERROR(SaveModel(gm, context.ResolvePath(output)));
+  times.Stop("save");
+  return absl::OkStatus();
+}
+
+// The PreparedModel of a loaded model, with the command's name on the error.
+absl::StatusOr<PreparedModel> ReadPrepared(absl::string_view command, const std::string& path,
+                                           const GraphModule& gm) {
+  auto prepared = PreparedModelFromGraph(gm);
+  if (!prepared.ok()) {
+    return absl::Status(prepared.status().code(),
+                        absl::StrCat(command, ": ", path, ": ", prepared.status().message()));
+  }
+  return prepared;
+}
+
+}  // namespace
+
+Command PrepareCommand() {
+  Command command;
+  command.name = "prepare";
+  command.usage = "prepare MODEL --backend=NAME [--config=FILE] -o OUT [--time]";
+  command.summary = "insert observers into a (fused) float model, as prepare_fx does";
+  command.run = [command](const std::vector<std::string>& args,
+                          CommandContext& context) -> absl::Status {
+    std::vector<FlagSpec> specs = BackendFlagSpecs();
+    specs.push_back({{"-o", "--output"}, true});
+    specs.push_back({{"--time"}, false});
+    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
+    RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
+    ASSIGN_OR_RETURN(const std::string output, RequiredOutput(parsed, command.name));
+    ASSIGN_OR_RETURN(const std::string backend, RequiredBackend(parsed, command.name));
+    ASSIGN_OR_RETURN(QConfigMapping mapping, DefaultQConfigMapping(backend));
+    ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, parsed));
+    StageTimes times;
+    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
+    times.Stop("load");
+    const size_t nodes_before = gm->graph().size();
+    times.Start();
+    ASSIGN_OR_RETURN(PreparedModel prepared, Prepare(*gm, mapping, config));
+    times.Stop("prepare");
+    times.Start();
+    RETURN_IF_ERROR(StorePreparedModel(prepared, *gm));
+    times.Stop("store");
+    RETURN_IF_ERROR(VerifyAndSave(context, command.name, *gm, output, times));
+    context.out << prepared.report.ToString();
+    context.out << "prepared with backend " << config.name() << ": " << nodes_before << " -> "
+                << gm->graph().size() << " nodes; wrote " << output << "\n";
+    if (parsed.Has("--time")) context.out << times.ToString();
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+Command CalibrateCommand() {
+  Command command;
+  command.name = "calibrate";
+  command.usage =
+      "calibrate PREPARED [--calibration=X.npy,...] [--samples=N] [--seed=N] "
+      "[--input-shape=DIMS] -o OUT [--time]";
+  command.summary = "run a prepared model on samples so its observers record ranges";
+  command.run = [command](const std::vector<std::string>& args,
+                          CommandContext& context) -> absl::Status {
+    std::vector<FlagSpec> specs = CalibrationFlagSpecs();
+    specs.push_back({{"-o", "--output"}, true});
+    specs.push_back({{"--time"}, false});
+    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
+    RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
+    ASSIGN_OR_RETURN(const std::string output, RequiredOutput(parsed, command.name));
+    StageTimes times;
+    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
+    ASSIGN_OR_RETURN(PreparedModel prepared,
+                     ReadPrepared(command.name, parsed.positional[0], *gm));
+    times.Stop("load");
+    ASSIGN_OR_RETURN(std::vector<CalibrationSample> samples,
+                     SamplesFromFlags(context, parsed, *gm));
+    ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
+    RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
+    times.Start();
+    ASSIGN_OR_RETURN(CalibrationReport report, Calibrate(*gm, prepared, samples, *kernels));
+    times.Stop("calibrate");
+    times.Start();
+    RETURN_IF_ERROR(StorePreparedModel(prepared, *gm));
+    times.Stop("store");
+    RETURN_IF_ERROR(VerifyAndSave(context, command.name, *gm, output, times));
+    context.out << report.ToString();
+    context.out << "calibrated " << prepared.observers.size() << " observers; wrote " << output
+                << "\n";
+    if (parsed.Has("--time")) context.out << times.ToString();
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+Command ConvertCommand() {
+  Command command;
+  command.name = "convert";
+  command.usage = "convert PREPARED -o OUT [--time]";
+  command.summary = "convert a prepared model to a reference quantized model";
+  command.run = [command](const std::vector<std::string>& args,
+                          CommandContext& context) -> absl::Status {
+    std::vector<FlagSpec> specs = {{{"-o", "--output"}, true}, {{"--time"}, false}};
+    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
+    RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
+    ASSIGN_OR_RETURN(const std::string output, RequiredOutput(parsed, command.name));
+    StageTimes times;
+    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
+    times.Stop("load");
+    // Reading the observers and plans back is part of what convert costs from a file.
+    times.Start();
+    ASSIGN_OR_RETURN(PreparedModel prepared,
+                     ReadPrepared(command.name, parsed.positional[0], *gm));
+    times.Stop("read");
+    const size_t nodes_before = gm->graph().size();
+    times.Start();
+    ASSIGN_OR_RETURN(ConvertReport report, ConvertToReference(*gm, prepared));
+    times.Stop("convert");
+    RETURN_IF_ERROR(VerifyAndSave(context, command.name, *gm, output, times));
+    context.out << report.ToString();
+    context.out << "converted to reference: " << nodes_before << " -> " << gm->graph().size()
+                << " nodes; wrote " << output << "\n";
+    if (parsed.Has("--time")) context.out << times.ToString();
+    return absl::OkStatus();
+  };
+  return command;
+}
+
+}  // namespace fuselage

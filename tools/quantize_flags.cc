@@ -1,0 +1,93 @@
+#include "tools/quantize_flags.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "graph/status_macros.h"
+
+namespace fuselage {
+namespace {
+
+constexpr int kDefaultSamples = 8;
+
+absl::StatusOr<int64_t> IntFlag(const ParsedArgs& parsed, const std::string& flag,
+                                int64_t default_value, int64_t min_value) {
+  if (!parsed.Has(flag)) return default_value;
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(parsed.flags.at(flag), &value) || value < min_value) {
+    return UsageError(absl::StrCat(flag, " is '", parsed.flags.at(flag),
+                                   "'; expected an integer >= ", min_value));
+  }
+  return value;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RequiredOutput(const ParsedArgs& parsed, absl::string_view command) {
+  if (!parsed.Has("-o") || parsed.flags.at("-o").empty()) {
+    return UsageError(absl::StrCat(command, ": needs -o OUT, the file to write the model to"));
+  }
+  return parsed.flags.at("-o");
+}
+
+absl::StatusOr<std::string> RequiredBackend(const ParsedArgs& parsed, absl::string_view command) {
+  if (!parsed.Has("--backend") || parsed.flags.at("--backend").empty()) {
+    return UsageError(absl::StrCat(
+        command, ": needs --backend=NAME (fbgemm, qnnpack, x86, onednn): it chooses the "
+                 "default qconfigs, and the config unless --config gives one"));
+  }
+  return parsed.flags.at("--backend");
+}
+
+std::vector<FlagSpec> CalibrationFlagSpecs() {
+  return {{{"--calibration"}, true},
+          {{"--samples"}, true},
+          {{"--seed"}, true},
+          {{"--input-shape"}, true}};
+}
+
+absl::StatusOr<std::vector<CalibrationSample>> SamplesFromFlags(const CommandContext& context,
+                                                               const ParsedArgs& parsed,
+                                                               const GraphModule& gm) {
+  if (parsed.Has("--calibration")) {
+    std::vector<std::string> paths;
+    for (absl::string_view p : absl::StrSplit(parsed.flags.at("--calibration"), ',',
+                                              absl::SkipEmpty())) {
+      paths.push_back(context.ResolvePath(std::string(p)));
+    }
+    return NpyCalibrationSamples(gm, paths);
+  }
+  ASSIGN_OR_RETURN(const int64_t count, IntFlag(parsed, "--samples", kDefaultSamples, 1));
+  ASSIGN_OR_RETURN(const int64_t seed, IntFlag(parsed, "--seed", 0, 0));
+  absl::flat_hash_map<std::string, std::vector<int64_t>> shapes;
+  if (parsed.Has("--input-shape")) {
+    std::vector<int64_t> shape;
+    for (absl::string_view d : absl::StrSplit(parsed.flags.at("--input-shape"), ',')) {
+      int64_t dim = 0;
+      if (!absl::SimpleAtoi(d, &dim) || dim < 0) {
+        return UsageError(absl::StrCat("--input-shape is '", parsed.flags.at("--input-shape"),
+                                       "'; expected comma-separated dimensions, e.g. 1,3,8,8"));
+      }
+      shape.push_back(dim);
+    }
+    for (const Node* p : gm.graph().Placeholders()) shapes[p->name()] = shape;
+  }
+  return RandomCalibrationSamples(gm, static_cast<int>(count), static_cast<uint32_t>(seed),
+                                  shapes);
+}
+
+void StageTimes::Stop(absl::string_view step) {
+  times_.emplace_back(
+      std::string(step),
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+          .count());
+}
+
+std::string StageTimes::ToString() const {
+  std::string out;
+  for (const auto& [step, ms] : times_) absl::StrAppendFormat(&out, "time %-8s %12.3f ms\n", step, ms);
+  return out;
+}
+
+}  // namespace fuselage

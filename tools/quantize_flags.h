@@ -1,0 +1,55 @@
+// Command-line pieces the quantization subcommands (quantize, prepare, calibrate,
+// convert, lower) share: the required -o and --backend flags, the calibration-sample
+// flags, and the `--time` lines bench/compare_pytorch.py reads.
+#ifndef FUSELAGE_TOOLS_QUANTIZE_FLAGS_H_
+#define FUSELAGE_TOOLS_QUANTIZE_FLAGS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/graph_module.h"
+#include "quantize/calibrate.h"
+#include "tools/command.h"
+
+namespace fuselage {
+
+// -o's value, or a UsageError saying `command` needs it.
+absl::StatusOr<std::string> RequiredOutput(const ParsedArgs& parsed, absl::string_view command);
+
+// --backend's value, or a UsageError saying `command` needs it (it chooses the default
+// qconfig mapping).
+absl::StatusOr<std::string> RequiredBackend(const ParsedArgs& parsed, absl::string_view command);
+
+// The flag specs of SamplesFromFlags: --calibration, --samples, --seed, --input-shape.
+std::vector<FlagSpec> CalibrationFlagSpecs();
+
+// Calibration samples from the parsed flags: the comma-separated .npy files of
+// --calibration, or else --samples (default 8) seeded random inputs shaped by the
+// placeholders' meta "shape" or --input-shape. UsageError for a malformed value.
+absl::StatusOr<std::vector<CalibrationSample>> SamplesFromFlags(const CommandContext& context,
+                                                               const ParsedArgs& parsed,
+                                                               const GraphModule& gm);
+
+// Wall-clock milliseconds of a command's steps, printed with --time as one line per
+// step, `time <step> <ms> ms` (the format `fuse --time` prints).
+class StageTimes {
+ public:
+  // Starts timing the next step.
+  void Start() { start_ = std::chrono::steady_clock::now(); }
+  // Ends the step begun by the last Start() and records it as `step`.
+  void Stop(absl::string_view step);
+  std::string ToString() const;
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::vector<std::pair<std::string, double>> times_;
+};
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_TOOLS_QUANTIZE_FLAGS_H_
