@@ -1,10 +1,12 @@
 #include "lowering/lower_to_native.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/status_macros.h"
@@ -14,35 +16,57 @@ namespace {
 
 constexpr absl::string_view kOutputQParamsMeta = "output_qparams";
 
-bool IsCall(const Node* n, OpKind op, absl::string_view target) {
-  return n->op() == op && n->target().name() == target;
+// The targets the pass recognizes, interned once: matching compares symbols (integers),
+// not strings, on every node.
+struct Targets {
+  Symbol dequantize_method = Symbol::Intern("dequantize");
+  Symbol dequantize_function = Symbol::Intern("torch.dequantize");
+  Symbol quantize_per_tensor = Symbol::Intern("torch.quantize_per_tensor");
+  Symbol relu_function = Symbol::Intern("torch.relu");
+  Symbol functional_relu = Symbol::Intern("torch.nn.functional.relu");
+  Symbol relu_method = Symbol::Intern("relu");
+  Symbol relu_module = Symbol::Intern("nn.ReLU");
+  Symbol getitem = Symbol::Intern("operator.getitem");
+  Symbol builtins_tuple = Symbol::Intern("builtins.tuple");
+  Symbol builtins_list = Symbol::Intern("builtins.list");
+  Symbol tuple = Symbol::Intern("tuple");
+  Symbol list = Symbol::Intern("list");
+};
+
+const Targets& T() {
+  static const Targets* const targets = new Targets();
+  return *targets;
+}
+
+bool IsCall(const Node* n, OpKind op, Symbol target) {
+  return n->op() == op && n->target() == target;
 }
 
 // `x.dequantize()` (or torch.dequantize(x)) of a node: returns x, else nullptr.
 Node* DequantizedInput(const Argument& arg) {
   if (!arg.is_node()) return nullptr;
   const Node* n = arg.as_node();
-  const bool is_dq = IsCall(n, OpKind::kCallMethod, "dequantize") ||
-                     IsCall(n, OpKind::kCallFunction, "torch.dequantize");
+  const bool is_dq = IsCall(n, OpKind::kCallMethod, T().dequantize_method) ||
+                     IsCall(n, OpKind::kCallFunction, T().dequantize_function);
   if (!is_dq || n->num_args() != 1 || !n->arg(0).is_node()) return nullptr;
   return n->arg(0).as_node();
 }
 
 bool IsQuantizePerTensor(const Node* n) {
-  return IsCall(n, OpKind::kCallFunction, "torch.quantize_per_tensor") && n->num_args() == 4 &&
+  return IsCall(n, OpKind::kCallFunction, T().quantize_per_tensor) && n->num_args() == 4 &&
          n->arg(0).is_node();
 }
 
 bool IsRelu(const GraphModule& gm, const Node* n) {
   if (n->num_args() < 1 || !n->arg(0).is_node()) return false;
-  if (IsCall(n, OpKind::kCallFunction, "torch.relu") ||
-      IsCall(n, OpKind::kCallFunction, "torch.nn.functional.relu") ||
-      IsCall(n, OpKind::kCallMethod, "relu")) {
+  if (IsCall(n, OpKind::kCallFunction, T().relu_function) ||
+      IsCall(n, OpKind::kCallFunction, T().functional_relu) ||
+      IsCall(n, OpKind::kCallMethod, T().relu_method)) {
     return true;
   }
   if (n->op() != OpKind::kCallModule) return false;
   const Module* m = gm.FindModule(n->target().name());
-  return m != nullptr && m->type().name() == "nn.ReLU";
+  return m != nullptr && m->type() == T().relu_module;
 }
 
 // A float from an inline arg or a get_attr of a one-element tensor.
@@ -83,6 +107,18 @@ absl::StatusOr<OutputQParams> QuantizeParams(const GraphModule& gm, const Node* 
   return p;
 }
 
+// Sets `key` in `kwargs`, appending it if absent (what Graph::SetKwarg does to a node).
+void SetOrAppendKwarg(Kwargs& kwargs, absl::string_view key, Argument value) {
+  const Symbol k = Symbol::Intern(key);
+  auto it = std::find_if(kwargs.begin(), kwargs.end(),
+                         [k](const Kwarg& kw) { return kw.first == k; });
+  if (it != kwargs.end()) {
+    it->second = std::move(value);
+  } else {
+    kwargs.emplace_back(k, std::move(value));
+  }
+}
+
 Argument QParamsMeta(const OutputQParams& p) {
   return Argument::Tuple(
       {Argument::Float(p.scale), Argument::Int(p.zero_point), Argument::Dtype(p.dtype)});
@@ -99,6 +135,11 @@ struct Plan {
   std::unique_ptr<Module> native_module;
 };
 
+// The pass. Its steps (file comment of lower_to_native.h) touch each node of the graph
+// once: LowerTuples walks every node and collects the quantize nodes; LowerPatterns and
+// RemoveDequantizeQuantizePairs visit only those, in the same topological order a full
+// walk would (quantize nodes are never created by the pass, and each step erases only the
+// quantize it is looking at, plus a relu, which is no quantize node).
 class Lowerer {
  public:
   Lowerer(GraphModule& gm, const LoweringRuleRegistry& registry, LoweringReport& report)
@@ -107,25 +148,49 @@ class Lowerer {
   absl::Status LowerTuples();
   absl::Status LowerPatterns();
   absl::Status RemoveDequantizeQuantizePairs();
+  // Adds the per-rule counts to the report.
+  void FinishReport() {
+    for (const auto& [rule, count] : lowered_per_rule_) {
+      report_.lowered_per_rule[rule->name] += count;
+    }
+  }
 
  private:
-  Symbol RuleKey(const Node* n) const {
-    if (n->op() == OpKind::kCallModule) {
-      const Module* m = gm_.FindModule(n->target().name());
-      return m == nullptr ? Symbol() : m->type();
-    }
+  // The module a call_module node calls, or nullptr.
+  const Module* ModuleOf(const Node* n) const {
+    return n->op() == OpKind::kCallModule ? gm_.FindModule(n->target().name()) : nullptr;
+  }
+  // What rules are keyed by: the module type of a call_module node (given its `module`,
+  // possibly nullptr), else the target.
+  static Symbol RuleKey(const Node* n, const Module* module) {
+    if (n->op() == OpKind::kCallModule) return module == nullptr ? Symbol() : module->type();
     return n->target();
   }
+  Symbol RuleKey(const Node* n) const { return RuleKey(n, ModuleOf(n)); }
   // Checks whether `rule` lowers (ref [, relu], q); the error message is the reason not.
-  absl::StatusOr<Plan> TryRule(const LoweringRule& rule, Node* ref, Node* relu, Node* q,
-                               const OutputQParams& output) const;
+  // `module` is ref's module for call_module (nullptr if it does not resolve).
+  absl::StatusOr<Plan> TryRule(const LoweringRule& rule, Node* ref, const Module* module,
+                               Node* relu, Node* q, const OutputQParams& output) const;
   absl::Status Apply(Plan plan);
+  // Lowers the pattern ending at the quantize `q`, if it is a reference pattern and a
+  // rule applies; true if it did (`q` is then erased). An unlowered reference pattern is
+  // added to the report.
+  absl::StatusOr<bool> LowerPatternAt(Node* q);
+  // The native target of a function rule (its relu variant if `relu`), interned once per
+  // rule and pass.
+  Symbol NativeTarget(const LoweringRule& rule, bool relu);
   static bool HasDequantizedInput(const Node* n);
 
   GraphModule& gm_;
   Graph& graph_;
   const LoweringRuleRegistry& registry_;
   LoweringReport& report_;
+  // The quantize_per_tensor nodes still in the graph, in topological order.
+  std::vector<Node*> quantize_nodes_;
+  absl::flat_hash_map<std::pair<const LoweringRule*, bool>, Symbol> native_targets_;
+  // Patterns lowered per rule; by name into the report at the end (a pointer hash per
+  // pattern instead of a string-keyed map lookup).
+  absl::flat_hash_map<const LoweringRule*, int> lowered_per_rule_;
 };
 
 bool Lowerer::HasDequantizedInput(const Node* n) {
@@ -140,24 +205,40 @@ bool Lowerer::HasDequantizedInput(const Node* n) {
   return false;
 }
 
+Symbol Lowerer::NativeTarget(const LoweringRule& rule, bool relu) {
+  auto [it, inserted] = native_targets_.try_emplace({&rule, relu});
+  if (inserted) it->second = Symbol::Intern(relu ? rule.native_relu_target : rule.native_target);
+  return it->second;
+}
+
 absl::Status Lowerer::LowerTuples() {
-  for (Node* n : graph_.Nodes()) {
-    if (!IsCall(n, OpKind::kCallFunction, "operator.getitem") || n->num_args() != 2 ||
+  // About one node in five is a quantize in a reference graph.
+  quantize_nodes_.reserve(graph_.size() / 4);
+  // Erases only the node it is looking at, so walking on from its successor is safe.
+  for (Node* n = graph_.first(); n != nullptr;) {
+    Node* const next = n->next();
+    if (IsQuantizePerTensor(n)) quantize_nodes_.push_back(n);
+    if (!IsCall(n, OpKind::kCallFunction, T().getitem) || n->num_args() != 2 ||
         !n->arg(0).is_node() || !n->arg(1).is_int()) {
+      n = next;
       continue;
     }
     const Node* packer = n->arg(0).as_node();
+    const Symbol kind = packer->target();
     const bool packs = packer->op() == OpKind::kCallFunction && packer->num_args() == 1 &&
                        packer->arg(0).is_list() &&
-                       (packer->target().name() == "builtins.tuple" ||
-                        packer->target().name() == "builtins.list" ||
-                        packer->target().name() == "tuple" || packer->target().name() == "list");
-    if (!packs) continue;
+                       (kind == T().builtins_tuple || kind == T().builtins_list ||
+                        kind == T().tuple || kind == T().list);
+    if (!packs) {
+      n = next;
+      continue;
+    }
     const auto items = packer->arg(0).items();
     int64_t index = n->arg(1).as_int();
     if (index < 0) index += static_cast<int64_t>(items.size());
     if (index < 0 || index >= static_cast<int64_t>(items.size()) ||
         !items[static_cast<size_t>(index)].is_node()) {
+      n = next;
       continue;
     }
     Node* item = items[static_cast<size_t>(index)].as_node();
@@ -166,13 +247,15 @@ absl::Status Lowerer::LowerTuples() {
     (void)rewired;
     RETURN_IF_ERROR(graph_.Erase(n));
     ++report_.tuple_accesses_removed;
+    n = next;
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Node* relu, Node* q,
-                                      const OutputQParams& output) const {
-  const std::string where = absl::StrCat("rule '", rule.name, "'");
+absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, const Module* module,
+                                      Node* relu, Node* q, const OutputQParams& output) const {
+  // Built only for the reason a rule does not apply.
+  auto where = [&rule] { return absl::StrCat("rule '", rule.name, "'"); };
   Plan plan;
   plan.rule = &rule;
   plan.quantize = q;
@@ -182,26 +265,24 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Node*
   if (relu != nullptr && (rule.action != LoweringRule::Action::kNativeFunction ||
                           rule.native_relu_target.empty())) {
     return absl::FailedPreconditionError(
-        absl::StrCat(where, " does not absorb the relu '", relu->name(), "'"));
+        absl::StrCat(where(), " does not absorb the relu '", relu->name(), "'"));
   }
   // The reference op's value must not be needed in float elsewhere.
   if (ref->num_users() != 1 || (relu != nullptr && relu->num_users() != 1)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        where, ": '", (relu != nullptr && relu->num_users() != 1 ? relu : ref)->name(),
+        where(), ": '", (relu != nullptr && relu->num_users() != 1 ? relu : ref)->name(),
         "' has other users besides the quantize; its float output is still needed"));
   }
-  const Module* module = nullptr;
   if (ref->op() == OpKind::kCallModule) {
-    module = gm_.FindModule(ref->target().name());
     if (module == nullptr) {
       return absl::FailedPreconditionError(
-          absl::StrCat(where, ": no module at '", ref->target().name(), "'"));
+          absl::StrCat(where(), ": no module at '", ref->target().name(), "'"));
     }
     if (!rule.inner_type.empty()) {
       const Module* inner = module->FindChild("0");
       if (inner == nullptr || inner->type().name() != rule.inner_type) {
         return absl::FailedPreconditionError(absl::StrCat(
-            where, ": child '0' of ", module->type().name(), " is ",
+            where(), ": child '0' of ", module->type().name(), " is ",
             inner == nullptr ? std::string("missing") : inner->type().str(), "; expected ",
             rule.inner_type));
       }
@@ -209,25 +290,26 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Node*
   }
   // The dequantized inputs, and their quantized replacements.
   std::vector<Node*> quantized_inputs;
+  plan.quantized_args.reserve(rule.dequantized_args.size());
   for (int index : rule.dequantized_args) {
     const size_t i = static_cast<size_t>(index);
     if (i >= ref->num_args()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          where, ": needs a dequantized arg ", index, " but '", ref->name(), "' has ",
+          where(), ": needs a dequantized arg ", index, " but '", ref->name(), "' has ",
           ref->num_args(), " args"));
     }
     const Argument& arg = ref->arg(i);
     if (rule.list_of_dequantized) {
       if (!arg.is_list() || arg.items().empty()) {
         return absl::FailedPreconditionError(absl::StrCat(
-            where, ": arg ", index, " of '", ref->name(), "' is not a list of tensors"));
+            where(), ": arg ", index, " of '", ref->name(), "' is not a list of tensors"));
       }
       std::vector<Argument> items;
       for (const Argument& item : arg.items()) {
         Node* x = DequantizedInput(item);
         if (x == nullptr) {
           return absl::FailedPreconditionError(absl::StrCat(
-              where, ": item ", item.ToString(), " of arg ", index, " of '", ref->name(),
+              where(), ": item ", item.ToString(), " of arg ", index, " of '", ref->name(),
               "' is not a dequantized tensor"));
         }
         items.emplace_back(x);
@@ -239,7 +321,7 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Node*
       Node* x = DequantizedInput(arg);
       if (x == nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(
-            where, ": arg ", index, " of '", ref->name(), "' (", arg.ToString(),
+            where(), ": arg ", index, " of '", ref->name(), "' (", arg.ToString(),
             ") is not a dequantized tensor"));
       }
       plan.quantized_args.emplace_back(i, Argument(x));
@@ -251,7 +333,7 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Node*
       auto native = rule.build_module(*module, output);
       if (!native.ok()) {
         return absl::FailedPreconditionError(
-            absl::StrCat(where, ": ", native.status().message()));
+            absl::StrCat(where(), ": ", native.status().message()));
       }
       plan.native_module = *std::move(native);
       break;
@@ -262,7 +344,7 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Node*
         const std::optional<OutputQParams> in = KnownOutputQParams(gm_, x);
         if (in.has_value() && !(*in == output)) {
           return absl::FailedPreconditionError(absl::StrCat(
-              where, ": the quantize '", q->name(), "' requantizes (input '", x->name(),
+              where(), ": the quantize '", q->name(), "' requantizes (input '", x->name(),
               "' has scale ", in->scale, " zero_point ", in->zero_point, ", output has scale ",
               output.scale, " zero_point ", output.zero_point, ")"));
         }
@@ -280,22 +362,26 @@ absl::Status Lowerer::Apply(Plan plan) {
   if (rule.action == LoweringRule::Action::kNativeModule) {
     RETURN_IF_ERROR(gm_.SetModule(ref->target().name(), std::move(plan.native_module)));
   }
-  for (auto& [index, value] : plan.quantized_args) {
-    RETURN_IF_ERROR(graph_.SetArg(ref, index, std::move(value)));
+  // All new args in one SetArgs (each SetArgs re-derives the node's use-lists): the
+  // quantized inputs and, for a function rule that takes them so, the output qparams.
+  std::vector<Argument> args(ref->args().begin(), ref->args().end());
+  for (auto& [index, value] : plan.quantized_args) args[index] = std::move(value);
+  const bool is_function = rule.action == LoweringRule::Action::kNativeFunction;
+  const bool append_qparams =
+      is_function && rule.output_qparams_style == LoweringRule::OutputQParamsStyle::kAppendArgs;
+  if (append_qparams) {
+    args.push_back(Argument::Float(plan.output.scale));
+    args.push_back(Argument::Int(plan.output.zero_point));
   }
-  if (rule.action == LoweringRule::Action::kNativeFunction) {
-    const std::string& target =
-        plan.relu != nullptr ? rule.native_relu_target : rule.native_target;
-    RETURN_IF_ERROR(graph_.SetOp(ref, OpKind::kCallFunction, Symbol::Intern(target)));
-    if (rule.output_qparams_style == LoweringRule::OutputQParamsStyle::kAppendArgs) {
-      std::vector<Argument> args(ref->args().begin(), ref->args().end());
-      args.push_back(Argument::Float(plan.output.scale));
-      args.push_back(Argument::Int(plan.output.zero_point));
-      RETURN_IF_ERROR(graph_.SetArgs(ref, std::move(args)));
-    } else {
-      RETURN_IF_ERROR(graph_.SetKwarg(ref, "output_scale", Argument::Float(plan.output.scale)));
-      RETURN_IF_ERROR(
-          graph_.SetKwarg(ref, "output_zero_point", Argument::Int(plan.output.zero_point)));
+  RETURN_IF_ERROR(graph_.SetArgs(ref, std::move(args)));
+  if (is_function) {
+    RETURN_IF_ERROR(
+        graph_.SetOp(ref, OpKind::kCallFunction, NativeTarget(rule, plan.relu != nullptr)));
+    if (!append_qparams) {
+      Kwargs kwargs = ref->kwargs();
+      SetOrAppendKwarg(kwargs, "output_scale", Argument::Float(plan.output.scale));
+      SetOrAppendKwarg(kwargs, "output_zero_point", Argument::Int(plan.output.zero_point));
+      RETURN_IF_ERROR(graph_.SetKwargs(ref, std::move(kwargs)));
     }
   }
   // The reference node precedes the quantize, hence all of the quantize's users.
@@ -304,65 +390,84 @@ absl::Status Lowerer::Apply(Plan plan) {
   RETURN_IF_ERROR(graph_.Erase(plan.quantize));
   if (plan.relu != nullptr) RETURN_IF_ERROR(graph_.Erase(plan.relu));
   RETURN_IF_ERROR(graph_.SetMeta(ref, kOutputQParamsMeta, QParamsMeta(plan.output)));
-  ++report_.lowered_per_rule[rule.name];
+  ++lowered_per_rule_[&rule];
   return absl::OkStatus();
 }
 
 absl::Status Lowerer::LowerPatterns() {
   // In topological order, so a pattern sees its inputs already lowered (and their
   // output_qparams). Only the current quantize and an earlier relu are erased, so the
-  // snapshot's later entries stay valid.
-  for (Node* q : graph_.Nodes()) {
-    if (!IsQuantizePerTensor(q)) continue;
-    Node* r = q->arg(0).as_node();
-    // Candidates: (relu absorbed into the op under it), then the op itself.
-    std::vector<std::pair<Node*, Node*>> candidates;  // (reference, relu)
-    if (IsRelu(gm_, r)) candidates.emplace_back(r->arg(0).as_node(), r);
-    candidates.emplace_back(r, nullptr);
-    const bool is_reference_pattern =
-        HasDequantizedInput(r) || (candidates.size() == 2 && HasDequantizedInput(candidates[0].first));
-    if (!is_reference_pattern) continue;
-
-    std::vector<std::string> reasons;
-    auto output = QuantizeParams(gm_, q);
-    if (!output.ok()) {
-      report_.unlowered.push_back({r->name(), RuleKey(r).str(), std::string(output.status().message())});
-      continue;
-    }
-    std::optional<Plan> chosen;
-    for (const auto& [ref, relu] : candidates) {
-      if (relu != nullptr && !HasDequantizedInput(ref)) continue;
-      if (ref->op() != OpKind::kCallModule && ref->op() != OpKind::kCallFunction &&
-          ref->op() != OpKind::kCallMethod) {
-        continue;
-      }
-      const std::vector<const LoweringRule*> rules = registry_.RulesFor(ref->op(), RuleKey(ref));
-      if (rules.empty() && relu == nullptr) {
-        reasons.push_back(absl::StrCat("no lowering rule for ", OpKindName(ref->op()), " ",
-                                       RuleKey(ref).name()));
-      }
-      for (const LoweringRule* rule : rules) {
-        auto plan = TryRule(*rule, ref, relu, q, *output);
-        if (plan.ok()) {
-          chosen = *std::move(plan);
-          break;
-        }
-        reasons.emplace_back(plan.status().message());
-      }
-      if (chosen.has_value()) break;
-    }
-    if (!chosen.has_value()) {
-      report_.unlowered.push_back({r->name(), RuleKey(r).str(), absl::StrJoin(reasons, "; ")});
-      continue;
-    }
-    RETURN_IF_ERROR(Apply(*std::move(chosen)));
+  // list's later entries stay valid; the quantize nodes that stay are kept, in order, for
+  // RemoveDequantizeQuantizePairs.
+  size_t kept = 0;
+  for (Node* q : quantize_nodes_) {
+    ASSIGN_OR_RETURN(const bool erased, LowerPatternAt(q));
+    if (!erased) quantize_nodes_[kept++] = q;
   }
+  quantize_nodes_.resize(kept);
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
+  Node* r = q->arg(0).as_node();
+  // Candidates: (relu absorbed into the op under it), then the op itself.
+  struct Candidate {
+    Node* reference;
+    Node* relu;
+  };
+  Candidate candidates[2];
+  size_t num_candidates = 0;
+  if (IsRelu(gm_, r)) candidates[num_candidates++] = {r->arg(0).as_node(), r};
+  candidates[num_candidates++] = {r, nullptr};
+  const bool is_reference_pattern =
+      HasDequantizedInput(r) ||
+      (num_candidates == 2 && HasDequantizedInput(candidates[0].reference));
+  if (!is_reference_pattern) return false;
+
+  auto output = QuantizeParams(gm_, q);
+  if (!output.ok()) {
+    report_.unlowered.push_back(
+        {r->name(), RuleKey(r).str(), std::string(output.status().message())});
+    return false;
+  }
+  std::vector<std::string> reasons;
+  std::optional<Plan> chosen;
+  for (size_t c = 0; c < num_candidates && !chosen.has_value(); ++c) {
+    Node* ref = candidates[c].reference;
+    Node* relu = candidates[c].relu;
+    if (relu != nullptr && !HasDequantizedInput(ref)) continue;
+    if (ref->op() != OpKind::kCallModule && ref->op() != OpKind::kCallFunction &&
+        ref->op() != OpKind::kCallMethod) {
+      continue;
+    }
+    const Module* module = ModuleOf(ref);
+    const Symbol key = RuleKey(ref, module);
+    const absl::Span<const LoweringRule* const> rules = registry_.RulesFor(ref->op(), key);
+    if (rules.empty() && relu == nullptr) {
+      reasons.push_back(
+          absl::StrCat("no lowering rule for ", OpKindName(ref->op()), " ", key.name()));
+    }
+    for (const LoweringRule* rule : rules) {
+      auto plan = TryRule(*rule, ref, module, relu, q, *output);
+      if (plan.ok()) {
+        chosen = *std::move(plan);
+        break;
+      }
+      reasons.emplace_back(plan.status().message());
+    }
+  }
+  if (!chosen.has_value()) {
+    report_.unlowered.push_back({r->name(), RuleKey(r).str(), absl::StrJoin(reasons, "; ")});
+    return false;
+  }
+  RETURN_IF_ERROR(Apply(*std::move(chosen)));
+  return true;
+}
+
 absl::Status Lowerer::RemoveDequantizeQuantizePairs() {
-  for (Node* q : graph_.Nodes()) {
-    if (!IsQuantizePerTensor(q)) continue;
+  // Every quantize node the patterns left, in order; each iteration erases at most the
+  // node it is looking at.
+  for (Node* q : quantize_nodes_) {
     Node* x = DequantizedInput(q->arg(0));
     if (x == nullptr) continue;
     const std::optional<OutputQParams> in = KnownOutputQParams(gm_, x);
@@ -373,6 +478,7 @@ absl::Status Lowerer::RemoveDequantizeQuantizePairs() {
     RETURN_IF_ERROR(graph_.Erase(q));
     ++report_.dequantize_quantize_pairs_removed;
   }
+  quantize_nodes_.clear();
   return absl::OkStatus();
 }
 
@@ -420,6 +526,7 @@ absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
   RETURN_IF_ERROR(lowerer.LowerTuples());
   RETURN_IF_ERROR(lowerer.LowerPatterns());
   RETURN_IF_ERROR(lowerer.RemoveDequantizeQuantizePairs());
+  lowerer.FinishReport();
   report.dead_nodes_removed = gm.graph().EliminateDeadCode();
   return report;
 }

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "graph/dtype.h"
 #include "graph/module.h"
 #include "graph/node.h"
@@ -119,7 +120,8 @@ class LoweringRuleRegistry {
   absl::Status Register(LoweringRule rule);
 
   // The rules for a reference op (kind + target or module type), in registration order.
-  std::vector<const LoweringRule*> RulesFor(OpKind op, Symbol target_or_type) const;
+  // The span is valid until the next Register.
+  absl::Span<const LoweringRule* const> RulesFor(OpKind op, Symbol target_or_type) const;
   const LoweringRule* FindByName(absl::string_view name) const;
   size_t size() const { return rules_.size(); }
 

@@ -1,0 +1,159 @@
+// BuildNativeWeightedModule's weight quantization against a plain per-element reference
+// (PyTorch's quantize_val: zero_point + nearbyint(w * (1.0f / float(scale))), clamped),
+// on random weights plus the values where a fast rounding path could differ: exact .5
+// ties and values beyond the int32 range, per tensor and per channel on every axis,
+// qint8 and quint8. (Values whose scaled form leaves the int64 range, infinities and NaN
+// are undefined behaviour in PyTorch's quantize_val too, so they are not asserted.)
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "graph/module.h"
+#include "graph/tensor.h"
+#include "lowering/lowering_rule.h"
+
+namespace fuselage {
+namespace {
+
+// The reference: one element at a time, the channel from the flat index.
+std::vector<int64_t> ReferenceQuantize(const std::vector<float>& w,
+                                       const std::vector<int64_t>& shape, bool per_channel,
+                                       int64_t axis, const std::vector<float>& scales,
+                                       const std::vector<int64_t>& zero_points, int64_t qmin,
+                                       int64_t qmax) {
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t channels = shape[static_cast<size_t>(axis)];
+  std::vector<int64_t> q(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    const size_t c =
+        per_channel ? static_cast<size_t>((static_cast<int64_t>(i) / inner) % channels) : 0;
+    const float inv_scale = 1.0f / scales[c];
+    const int64_t rounded = static_cast<int64_t>(std::nearbyint(w[i] * inv_scale));
+    q[i] = std::min(std::max(zero_points[c] + rounded, qmin), qmax);
+  }
+  return q;
+}
+
+std::unique_ptr<Module> ReferenceWeighted(const std::vector<float>& w,
+                                          const std::vector<int64_t>& shape, bool per_channel,
+                                          int64_t axis, const std::vector<float>& scales,
+                                          const std::vector<int64_t>& zero_points,
+                                          DType dtype) {
+  auto m = std::make_unique<Module>("nnqr.Conv2d");
+  m->SetTensor("weight", Tensor::FromFloats(shape, w));
+  const int64_t n = static_cast<int64_t>(scales.size());
+  m->SetTensor("weight_scale", Tensor::FromFloats({n}, scales));
+  m->SetTensor("weight_zero_point", Tensor::FromInt64s({n}, zero_points));
+  m->SetTensor("weight_axis", Tensor::FromInt64s({}, {axis}));
+  m->SetAttribute("weight_qscheme", Argument::String(per_channel ? "torch.per_channel_affine"
+                                                                 : "torch.per_tensor_affine"));
+  m->SetAttribute("weight_dtype", Argument::Dtype(dtype));
+  m->SetAttribute("groups", Argument::Int(1));
+  return m;
+}
+
+std::vector<int64_t> StoredValues(const Tensor& t) {
+  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = t.dtype() == DType::kQInt8 ? t.data<int8_t>()[i] : t.data<uint8_t>()[i];
+  }
+  return v;
+}
+
+// Random weights around the quantization grid, with exact ties and extreme values mixed
+// in at fixed positions.
+std::vector<float> Weights(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 60.0f * scale);
+  std::vector<float> w(n);
+  for (float& x : w) x = normal(rng);
+  // Ties (x.5 after scaling, up to float rounding of the product), both sides of the
+  // 2^30 boundary of the fast path, far beyond int32, and signed zeros.
+  const float specials[] = {0.5f * scale,   -0.5f * scale,   1.5f * scale,  -2.5f * scale,
+                            0x1p30f * scale, -0x1p30f * scale, 3e9f * scale, -3e9f * scale,
+                            1e15f * scale,  -1e15f * scale,  0.0f,          -0.0f};
+  for (size_t i = 0; i < std::size(specials) && 3 * i < n; ++i) w[3 * i] = specials[i];
+  return w;
+}
+
+struct Case {
+  std::vector<int64_t> shape;
+  bool per_channel;
+  int64_t axis;
+  DType dtype;
+};
+
+class WeightQuantizationTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(WeightQuantizationTest, MatchesPerElementReference) {
+  const Case& c = GetParam();
+  int64_t numel = 1;
+  for (int64_t d : c.shape) numel *= d;
+  const int64_t channels = c.per_channel ? c.shape[static_cast<size_t>(c.axis)] : 1;
+  std::vector<float> scales;
+  std::vector<int64_t> zero_points;
+  for (int64_t i = 0; i < channels; ++i) {
+    // Scales with an inexact reciprocal, and zero points inside and outside the range
+    // (a zero point past the range must still clamp, not wrap).
+    scales.push_back(0.013f * static_cast<float>(i + 1) / 3.0f);
+    zero_points.push_back(c.dtype == DType::kQInt8 ? (i % 3) - 1
+                                                   : 128 + 3 * (i % 4) - 300 * (i == 2));
+  }
+  const std::vector<float> w = Weights(static_cast<size_t>(numel), scales[0], 7);
+  auto reference = ReferenceWeighted(w, c.shape, c.per_channel, c.axis, scales, zero_points,
+                                     c.dtype);
+  auto native = BuildNativeWeightedModule("nnq.Conv2d", *reference,
+                                          OutputQParams{0.05, 3, DType::kQUInt8});
+  ASSERT_TRUE(native.ok()) << native.status();
+  const Tensor* qweight = (*native)->FindTensor("weight");
+  ASSERT_NE(qweight, nullptr);
+  EXPECT_EQ(qweight->dtype(), c.dtype);
+  EXPECT_EQ(qweight->shape(), c.shape);
+  ASSERT_EQ(qweight->nbytes(), static_cast<size_t>(numel));
+  const std::vector<int64_t> expected =
+      ReferenceQuantize(w, c.shape, c.per_channel, c.axis, scales, zero_points,
+                        DTypeMin(c.dtype), DTypeMax(c.dtype));
+  EXPECT_EQ(StoredValues(*qweight), expected);
+
+  // The quantization parameters travel with the tensor.
+  const QuantParams& qp = qweight->qparams();
+  EXPECT_EQ(qp.scheme, c.per_channel ? QScheme::kPerChannelAffine : QScheme::kPerTensorAffine);
+  ASSERT_EQ(qp.scales.size(), scales.size());
+  for (size_t i = 0; i < scales.size(); ++i) {
+    EXPECT_EQ(qp.scales[i], static_cast<double>(scales[i]));
+  }
+  EXPECT_EQ(qp.zero_points, zero_points);
+  if (c.per_channel) EXPECT_EQ(qp.axis, c.axis);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, WeightQuantizationTest,
+    ::testing::Values(Case{{8, 8, 3, 3}, false, 0, DType::kQInt8},
+                      Case{{8, 8, 3, 3}, true, 0, DType::kQInt8},
+                      Case{{4, 6, 3, 3}, true, 1, DType::kQInt8},   // outer > 1
+                      Case{{4, 6, 2, 5}, true, 3, DType::kQInt8},   // inner == 1
+                      Case{{5, 7}, true, 0, DType::kQUInt8},
+                      Case{{5, 7}, false, 0, DType::kQUInt8},
+                      Case{{3, 4, 2, 2}, true, 1, DType::kQUInt8}));
+
+// A hand-computed case, independent of the reference function above: scale 0.1 (its
+// float reciprocal is 10.0f exactly after rounding), zero point 0.
+TEST(WeightQuantizationTest, HandComputedTiesRoundHalfToEven) {
+  const std::vector<float> w = {0.05f, 0.15f, 0.25f, -0.05f, -0.15f, 12.8f, -12.9f, 0.0f};
+  auto reference = ReferenceWeighted(w, {8}, false, 0, {0.1f}, {0}, DType::kQInt8);
+  auto native = BuildNativeWeightedModule("nnq.Linear", *reference,
+                                          OutputQParams{1.0, 0, DType::kQUInt8});
+  ASSERT_TRUE(native.ok()) << native.status();
+  // 0.05f * 10 = 0.5 (ties to 0), 0.15f * 10 = 1.5 (to 2), 0.25f * 10 = 2.5 (to 2),
+  // -0.5 to 0, -1.5 to -2, 128 clamps to 127, -129 clamps to -128.
+  EXPECT_EQ(StoredValues(*(*native)->FindTensor("weight")),
+            (std::vector<int64_t>{0, 2, 2, 0, -2, 127, -128, 0}));
+}
+
+}  // namespace
+}  // namespace fuselage
