@@ -410,7 +410,9 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
   for (const char* m :
        {"nn.MaxPool1d", "nn.MaxPool2d", "nn.MaxPool3d", "nn.AvgPool1d", "nn.AvgPool2d",
         "nn.AvgPool3d", "nn.AdaptiveAvgPool1d", "nn.AdaptiveAvgPool2d", "nn.AdaptiveAvgPool3d",
-        "nn.Flatten", "nn.ReLU", "nn.Identity", "nn.Dropout"}) {
+        "nn.Flatten", "nn.ReLU", "nn.Identity", "nn.Dropout",
+        // Clamp-like: PyTorch's copy nodes; they share their input's qparams.
+        "nn.ReLU6", "nn.Hardtanh"}) {
     RETURN_IF_ERROR(registry.Register(PassThrough(absl::StrCat("pass-through:", m),
                                                   OpKind::kCallModule, m)));
   }
@@ -418,11 +420,13 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
        {"torch.flatten", "torch.reshape", "torch.relu", "torch.nn.functional.relu",
         "torch.nn.functional.max_pool1d", "torch.nn.functional.max_pool2d",
         "torch.nn.functional.max_pool3d", "torch.nn.functional.avg_pool2d",
-        "torch.nn.functional.adaptive_avg_pool2d", "torch.nn.functional.dropout"}) {
+        "torch.nn.functional.adaptive_avg_pool2d", "torch.nn.functional.dropout",
+        "torch.nn.functional.relu6", "torch.nn.functional.hardtanh",
+        "torch.nn.functional.hardtanh_", "torch.clamp"}) {
     RETURN_IF_ERROR(registry.Register(PassThrough(absl::StrCat("pass-through:", f),
                                                   OpKind::kCallFunction, f)));
   }
-  for (const char* m : {"flatten", "reshape", "view", "relu", "contiguous"}) {
+  for (const char* m : {"flatten", "reshape", "view", "relu", "contiguous", "clamp"}) {
     RETURN_IF_ERROR(registry.Register(PassThrough(absl::StrCat("pass-through:.", m),
                                                   OpKind::kCallMethod, m)));
   }

@@ -142,8 +142,9 @@ class LoweringRuleRegistry {
 //  - binary ops on two dequantized tensors: operator.add / torch.add →
 //    torch.ops.quantized.add[_relu], operator.mul / torch.mul → torch.ops.quantized.mul[_relu];
 //  - pass-through on quantized tensors: max / avg / adaptive-avg pools, flatten, reshape,
-//    view, relu, identity, dropout, contiguous, and torch.cat (a list of dequantized
-//    tensors).
+//    view, relu, identity, dropout, contiguous, the clamp-like ops nn.ReLU6, nn.Hardtanh,
+//    F.relu6, F.hardtanh[_], torch.clamp and .clamp (PyTorch's copy nodes: convert_fx
+//    runs them on the quantized tensor), and torch.cat (a list of dequantized tensors).
 absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry);
 
 }  // namespace fuselage
