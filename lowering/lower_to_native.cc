@@ -135,18 +135,18 @@ struct Plan {
   std::unique_ptr<Module> native_module;
 };
 
-// The pass. Its steps (file comment of lower_to_native.h) touch each node of the graph
-// once: LowerTuples walks every node and collects the quantize nodes; LowerPatterns and
-// RemoveDequantizeQuantizePairs visit only those, in the same topological order a full
-// walk would (quantize nodes are never created by the pass, and each step erases only the
-// quantize it is looking at, plus a relu, which is no quantize node).
+// The pass. Its steps (file comment of lower_to_native.h) walk the graph once: tuple
+// accesses and patterns are lowered in one walk that collects the quantize nodes left,
+// and RemoveDequantizeQuantizePairs visits only those, in the same topological order a
+// full walk would (quantize nodes are never created by the pass, and each step erases
+// only the quantize it is looking at, plus a relu, which is no quantize node).
 class Lowerer {
  public:
   Lowerer(GraphModule& gm, const LoweringRuleRegistry& registry, LoweringReport& report)
       : gm_(gm), graph_(gm.graph()), registry_(registry), report_(report) {}
 
-  absl::Status LowerTuples();
-  absl::Status LowerPatterns();
+  // Steps 1 and 2 in one walk (see LowerTuplesAndPatterns in the .cc).
+  absl::Status LowerTuplesAndPatterns();
   absl::Status RemoveDequantizeQuantizePairs();
   // Adds the per-rule counts to the report.
   void FinishReport() {
@@ -172,6 +172,12 @@ class Lowerer {
   absl::StatusOr<Plan> TryRule(const LoweringRule& rule, Node* ref, const Module* module,
                                Node* relu, Node* q, const OutputQParams& output) const;
   absl::Status Apply(Plan plan);
+  // Step 1 at one node: a tuple access of a packer replaced by the item.
+  absl::Status LowerTupleAt(Node* n);
+  // Step 2 over the collected quantize nodes, compacting the list to those that stay.
+  absl::Status LowerPatterns();
+  // Whether a rule lowers tuple / list construction (then tuples go first).
+  bool RegistryLowersPackers() const;
   // Lowers the pattern ending at the quantize `q`, if it is a reference pattern and a
   // rule applies; true if it did (`q` is then erased). An unlowered reference pattern is
   // added to the report.
@@ -211,44 +217,68 @@ Symbol Lowerer::NativeTarget(const LoweringRule& rule, bool relu) {
   return it->second;
 }
 
-absl::Status Lowerer::LowerTuples() {
+bool Lowerer::RegistryLowersPackers() const {
+  for (const Symbol packer : {T().builtins_tuple, T().builtins_list, T().tuple, T().list}) {
+    if (!registry_.RulesFor(OpKind::kCallFunction, packer).empty()) return true;
+  }
+  return false;
+}
+
+absl::Status Lowerer::LowerTuplesAndPatterns() {
+  // Lowering each pattern as the walk reaches its quantize, while its nodes (just
+  // visited) are still in cache, gives the same graph and report as lowering every tuple
+  // access first: a pattern reads only nodes before its quantize, and a tuple access
+  // further on changes only the users of its packer and its item. An item is used by
+  // its packer and so never passes a rule's single-user check either way; a packer can
+  // be a pattern's reference op only under a rule for tuple / list construction, so with
+  // such a rule the tuples go first, in a walk of their own.
+  const bool patterns_during_walk = !RegistryLowersPackers();
   // About one node in five is a quantize in a reference graph.
   quantize_nodes_.reserve(graph_.size() / 4);
-  // Erases only the node it is looking at, so walking on from its successor is safe.
+  // Each step erases only the node it is looking at, or (a relu) one before it, so
+  // walking on from the successor is safe.
   for (Node* n = graph_.first(); n != nullptr;) {
     Node* const next = n->next();
-    if (IsQuantizePerTensor(n)) quantize_nodes_.push_back(n);
-    if (!IsCall(n, OpKind::kCallFunction, T().getitem) || n->num_args() != 2 ||
-        !n->arg(0).is_node() || !n->arg(1).is_int()) {
-      n = next;
-      continue;
+    if (IsQuantizePerTensor(n)) {
+      bool erased = false;
+      if (patterns_during_walk) {
+        ASSIGN_OR_RETURN(erased, LowerPatternAt(n));
+      }
+      if (!erased) quantize_nodes_.push_back(n);
+    } else {
+      RETURN_IF_ERROR(LowerTupleAt(n));
     }
-    const Node* packer = n->arg(0).as_node();
-    const Symbol kind = packer->target();
-    const bool packs = packer->op() == OpKind::kCallFunction && packer->num_args() == 1 &&
-                       packer->arg(0).is_list() &&
-                       (kind == T().builtins_tuple || kind == T().builtins_list ||
-                        kind == T().tuple || kind == T().list);
-    if (!packs) {
-      n = next;
-      continue;
-    }
-    const auto items = packer->arg(0).items();
-    int64_t index = n->arg(1).as_int();
-    if (index < 0) index += static_cast<int64_t>(items.size());
-    if (index < 0 || index >= static_cast<int64_t>(items.size()) ||
-        !items[static_cast<size_t>(index)].is_node()) {
-      n = next;
-      continue;
-    }
-    Node* item = items[static_cast<size_t>(index)].as_node();
-    // The item precedes its packer, which precedes `n` and so every user of `n`.
-    ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(n, item));
-    (void)rewired;
-    RETURN_IF_ERROR(graph_.Erase(n));
-    ++report_.tuple_accesses_removed;
     n = next;
   }
+  if (!patterns_during_walk) RETURN_IF_ERROR(LowerPatterns());
+  return absl::OkStatus();
+}
+
+absl::Status Lowerer::LowerTupleAt(Node* n) {
+  if (!IsCall(n, OpKind::kCallFunction, T().getitem) || n->num_args() != 2 ||
+      !n->arg(0).is_node() || !n->arg(1).is_int()) {
+    return absl::OkStatus();
+  }
+  const Node* packer = n->arg(0).as_node();
+  const Symbol kind = packer->target();
+  const bool packs = packer->op() == OpKind::kCallFunction && packer->num_args() == 1 &&
+                     packer->arg(0).is_list() &&
+                     (kind == T().builtins_tuple || kind == T().builtins_list ||
+                      kind == T().tuple || kind == T().list);
+  if (!packs) return absl::OkStatus();
+  const auto items = packer->arg(0).items();
+  int64_t index = n->arg(1).as_int();
+  if (index < 0) index += static_cast<int64_t>(items.size());
+  if (index < 0 || index >= static_cast<int64_t>(items.size()) ||
+      !items[static_cast<size_t>(index)].is_node()) {
+    return absl::OkStatus();
+  }
+  Node* item = items[static_cast<size_t>(index)].as_node();
+  // The item precedes its packer, which precedes `n` and so every user of `n`.
+  ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(n, item));
+  (void)rewired;
+  RETURN_IF_ERROR(graph_.Erase(n));
+  ++report_.tuple_accesses_removed;
   return absl::OkStatus();
 }
 
@@ -523,8 +553,7 @@ absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
                                              const LoweringRuleRegistry& registry) {
   LoweringReport report;
   Lowerer lowerer(gm, registry, report);
-  RETURN_IF_ERROR(lowerer.LowerTuples());
-  RETURN_IF_ERROR(lowerer.LowerPatterns());
+  RETURN_IF_ERROR(lowerer.LowerTuplesAndPatterns());
   RETURN_IF_ERROR(lowerer.RemoveDequantizeQuantizePairs());
   lowerer.FinishReport();
   report.dead_nodes_removed = gm.graph().EliminateDeadCode();

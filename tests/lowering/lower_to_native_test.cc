@@ -244,6 +244,41 @@ TEST(LowerToNativeTest, EveryOutputKeepsItsOwnQuantizationParameters) {
   EXPECT_EQ(KnownOutputQParams(gm, a)->zero_point, 3);
 }
 
+// With a user's rule for tuple construction, every tuple access is lowered before any
+// pattern, so the packer's accesses further on no longer count as users of its value:
+//   t = builtins.tuple([x.dequantize()]); t_q = quantize(t); y = t[0]
+// lowers t (one user after tuple lowering), although `y` comes after t_q. (The pass
+// otherwise lowers patterns in the same walk as tuple accesses.)
+TEST(LowerToNativeTest, PackerRuleSeesTupleAccessesLoweredFirst) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 7, "x_q");
+  Node* a = Dequantize(g, x_q);
+  Node* t = *g.AddCallFunction("builtins.tuple", {Argument::List({a})}, {}, "t");
+  Node* t_q = Quantize(g, t, 0.05, 7, "t_q");
+  Node* y = *g.AddCallFunction("operator.getitem", {t, Argument::Int(0)}, {}, "y");
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({t_q, y})).ok());
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+
+  auto rules = NativeRules();
+  LoweringRule packer;
+  packer.name = "pass-through:builtins.tuple";
+  packer.action = LoweringRule::Action::kPassThrough;
+  packer.reference_op = OpKind::kCallFunction;
+  packer.reference_target = "builtins.tuple";
+  packer.list_of_dequantized = true;
+  ASSERT_TRUE(rules->Register(std::move(packer)).ok());
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify() << "\n" << Listing(g);
+  EXPECT_EQ(report.tuple_accesses_removed, 1);
+  EXPECT_EQ(report.lowered_per_rule.count("pass-through:builtins.tuple"), 1u)
+      << report.ToString();
+  EXPECT_TRUE(report.unlowered.empty()) << report.ToString();
+  // The output reads t (now packing x_q) and the dequantized item directly.
+  EXPECT_EQ(t->arg(0), Argument::List({x_q}));
+  EXPECT_EQ(g.output()->arg(0), Argument::Tuple({t, a}));
+}
+
 // add → relu on two dequantized tensors becomes torch.ops.quantized.add_relu(qa, qb, s, zp).
 TEST(LowerToNativeTest, BinaryAddReluBecomesQuantizedAddRelu) {
   GraphModule gm;
