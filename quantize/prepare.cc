@@ -150,14 +150,16 @@ class Planner {
     for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
       const Symbol type = ObjectType(gm_, n);
       if (type.empty()) continue;
-      if (MergeIntoPrecedingOp(n, type, decisions)) {
+      // The tensor inputs, found once for both the merge check and the decision.
+      std::vector<TensorInput> inputs = TensorInputsOf(n);
+      if (MergeIntoPrecedingOp(n, type, inputs, decisions)) {
         observed_.insert(n);
         continue;
       }
       const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
       if (entry == nullptr || ProducesNonTensor(n)) continue;
       std::string reason;
-      ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, type, *entry, &reason));
+      ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, type, *entry, std::move(inputs), &reason));
       if (decision.has_value()) {
         observed_.insert(n);
         for (const TensorInput& in : decision->inputs) observed_.insert(in.producer);
@@ -199,8 +201,8 @@ class Planner {
   // output is observed after `n` (and not between the two) and returns true. PyTorch 1.13
   // matches these patterns before single ops, so the pair is quantized as one op (and
   // lowered to one native op, quantized::add_relu).
-  bool MergeIntoPrecedingOp(Node* n, Symbol type, std::vector<Decision>* decisions) {
-    const std::vector<TensorInput> inputs = TensorInputsOf(n);
+  bool MergeIntoPrecedingOp(Node* n, Symbol type, const std::vector<TensorInput>& inputs,
+                            std::vector<Decision>* decisions) {
     if (inputs.size() != 1) return false;
     Node* producer = inputs.front().producer;
     const auto decided = decision_of_.find(producer);
@@ -242,13 +244,15 @@ class Planner {
     return entry;
   }
 
-  // A decision, or nullopt with `reason` set when the op stays float.
+  // A decision, or nullopt with `reason` set when the op stays float. `inputs` are the
+  // node's tensor inputs (TensorInputsOf).
   absl::StatusOr<std::optional<Decision>> Decide(Node* n, Symbol type,
                                                  const BackendPatternConfig& entry,
+                                                 std::vector<TensorInput> inputs,
                                                  std::string* reason) {
     const absl::string_view module_name =
         n->op() == OpKind::kCallModule ? n->target().name() : absl::string_view();
-    const OptionalQConfig& qconfig = mapping_.QConfigFor(type.name(), module_name);
+    const OptionalQConfig& qconfig = mapping_.QConfigFor(type, module_name);
     auto keep_float = [&](std::string why) -> std::optional<Decision> {
       *reason = std::move(why);
       return std::nullopt;
@@ -280,7 +284,7 @@ class Planner {
     d.node = n;
     d.output = n;
     d.activation = activation;
-    d.inputs = TensorInputsOf(n);
+    d.inputs = std::move(inputs);
     if (d.inputs.empty()) return keep_float("it has no tensor input");
     ObservationType observation = entry.observation_type;
     if (!entry.num_tensor_args_to_observation_type.empty()) {
@@ -339,10 +343,26 @@ class Planner {
     const ObserverSpec& checked = activation.kind == ObserverKind::kReuseInput
                                       ? activation_of_reused_input_
                                       : activation;
-    auto dtype_config = SelectDTypeConfig(entry.dtype_configs, checked, weight);
+    const absl::StatusOr<DTypeConfig>& dtype_config = CachedDTypeConfig(entry, checked, weight);
     if (!dtype_config.ok()) return keep_float(std::string(dtype_config.status().message()));
     d.plan.dtype_config = *dtype_config;
     return std::optional<Decision>(std::move(d));
+  }
+
+  // SelectDTypeConfig for an entry and the mapping's own observer specs (stable
+  // addresses), computed once per distinct triple: it scans every dtype config of the
+  // entry and words a reason for each one that does not fit, per node otherwise.
+  const absl::StatusOr<DTypeConfig>& CachedDTypeConfig(const BackendPatternConfig& entry,
+                                                       const ObserverSpec& activation,
+                                                       const ObserverSpec* weight) {
+    const auto key = std::make_tuple(&entry, &activation, weight);
+    auto it = dtype_config_cache_.find(key);
+    if (it == dtype_config_cache_.end()) {
+      it = dtype_config_cache_
+               .emplace(key, SelectDTypeConfig(entry.dtype_configs, activation, weight))
+               .first;
+    }
+    return it->second;
   }
 
   // Checks that `spec` builds an observer. The specs are the mapping's own qconfigs, so a
@@ -367,6 +387,10 @@ class Planner {
   const ObserverSpec activation_of_reused_input_;
   absl::flat_hash_set<const Node*> observed_;
   absl::flat_hash_set<const ObserverSpec*> valid_specs_;
+  absl::flat_hash_map<std::tuple<const BackendPatternConfig*, const ObserverSpec*,
+                                 const ObserverSpec*>,
+                      absl::StatusOr<DTypeConfig>>
+      dtype_config_cache_;
   // Index in the decision list of every node decided quantized.
   absl::flat_hash_map<const Node*, size_t> decision_of_;
   absl::flat_hash_map<std::pair<OpKind, Symbol>, const BackendPatternConfig*> entry_cache_;

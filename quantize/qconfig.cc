@@ -334,6 +334,12 @@ const OptionalQConfig* QConfigMapping::FindModuleName(absl::string_view module_n
 
 const OptionalQConfig& QConfigMapping::QConfigFor(absl::string_view object_type,
                                                   absl::string_view module_name) const {
+  // An object type never interned has no entry; Symbol() then finds none either.
+  return QConfigFor(Symbol::Lookup(object_type), module_name);
+}
+
+const OptionalQConfig& QConfigMapping::QConfigFor(Symbol object_type,
+                                                  absl::string_view module_name) const {
   // Highest precedence first: module name (walking up to its ancestors), then the first
   // matching regex, then the object type, then global — PyTorch's
   // maybe_adjust_qconfig_for_module_type_or_name.
@@ -352,7 +358,10 @@ const OptionalQConfig& QConfigMapping::QConfigFor(absl::string_view object_type,
       }
     }
   }
-  if (const OptionalQConfig* q = FindObjectType(object_type)) return *q;
+  if (!object_type.empty()) {
+    auto it = object_types_.find(object_type);
+    if (it != object_types_.end()) return it->second;
+  }
   return global_;
 }
 

@@ -148,6 +148,8 @@ class QConfigMapping {
   // calls, `module_name` its call_module target ("" for functions and methods).
   const OptionalQConfig& QConfigFor(absl::string_view object_type,
                                     absl::string_view module_name) const;
+  // The same for an interned object type (no string lookup; what Prepare calls per node).
+  const OptionalQConfig& QConfigFor(Symbol object_type, absl::string_view module_name) const;
 
  private:
   struct RegexEntry;
