@@ -64,6 +64,19 @@ absl::Status ReplaceObserver(Graph& g, const ReplacementTargets& targets,
   return g.Erase(r.observer);
 }
 
+// A copy of `m` whose child `name` is `child` (Clone() then SetChild() would deep-copy the
+// child only to drop it).
+std::unique_ptr<Module> CloneWithChild(const Module& m, absl::string_view name,
+                                       std::unique_ptr<Module> child) {
+  auto copy = std::make_unique<Module>(m.type());
+  for (const auto& [tensor_name, tensor] : m.tensors()) copy->SetTensor(tensor_name, tensor);
+  for (const auto& [attribute, value] : m.attributes()) copy->SetAttribute(attribute, value);
+  for (const auto& [child_name, original] : m.children()) {
+    copy->SetChild(child_name, child_name == name ? std::move(child) : original->Clone());
+  }
+  return copy;
+}
+
 std::pair<std::string, std::string> SplitModulePath(absl::string_view path) {
   const size_t dot = path.rfind('.');
   if (dot == absl::string_view::npos) return {"", std::string(path)};
@@ -155,11 +168,7 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
                           absl::StrCat("node '", n->name(), "': ", ref_or.status().message()));
     }
     std::unique_ptr<Module> replacement = std::move(*ref_or);
-    if (fused) {
-      std::unique_ptr<Module> outer = m->Clone();
-      outer->SetChild("0", std::move(replacement));
-      replacement = std::move(outer);
-    }
+    if (fused) replacement = CloneWithChild(*m, "0", std::move(replacement));
     reference_modules.emplace_back(path, std::move(replacement));
   }
 

@@ -455,16 +455,18 @@ class ObserverInserter {
   }
 
   absl::StatusOr<std::string> NewObserverModule(const ObserverSpec& spec) {
-    if (out_.observer_container.empty()) {
+    if (container_ == nullptr) {
       out_.observer_container = gm_.UniqueModulePath("observers");
       RETURN_IF_ERROR(gm_.SetModule(out_.observer_container,
                                     std::make_unique<Module>("nn.Module")));
+      container_ = gm_.FindModule(out_.observer_container);
     }
-    const std::string path =
-        absl::StrCat(out_.observer_container, ".activation_post_process_", next_id_++);
+    const std::string name = absl::StrCat("activation_post_process_", next_id_++);
+    const std::string path = absl::StrCat(out_.observer_container, ".", name);
     ASSIGN_OR_RETURN(std::unique_ptr<Observer> observer, MakeObserver(spec));
     ASSIGN_OR_RETURN(const Module* prototype, PrototypeFor(spec));
-    RETURN_IF_ERROR(gm_.SetModule(path, prototype->Clone()));
+    // Straight into the container, which we hold: no path to resolve per observer.
+    container_->SetChild(name, prototype->Clone());
     out_.observers.emplace(path, std::move(observer));
     ++out_.report.observer_modules;
     return path;
@@ -503,6 +505,7 @@ class ObserverInserter {
   PreparedModel& out_;
   absl::flat_hash_map<const Node*, ObserverNode> observer_of_;
   std::vector<std::pair<ObserverSpec, std::unique_ptr<Module>>> prototypes_;
+  Module* container_ = nullptr;  // the module at out_.observer_container
   int64_t next_id_ = 0;
 };
 
