@@ -1,6 +1,7 @@
 #include "graph/graph.h"
 
 #include <algorithm>
+#include <new>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -107,9 +108,18 @@ std::string Node::ToString() const {
 Graph::~Graph() {
   for (Node* n = head_; n != nullptr;) {
     Node* next = n->next_;
-    delete n;
+    DestroyNode(n);
     n = next;
   }
+}
+
+Node* Graph::NewNode(OpKind op, Symbol target, std::string name) {
+  return new (arena_.Allocate()) Node(this, op, target, std::move(name));
+}
+
+void Graph::DestroyNode(Node* node) {
+  node->~Node();
+  arena_.Free(node);
 }
 
 // ---- Order and links ----------------------------------------------------------------
@@ -276,7 +286,7 @@ absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec spec) {
   if (spec.op == OpKind::kOutput) spec.name = "output";
   std::string name = TakeName(spec.name.empty() ? DefaultNameFor(spec.op, spec.target)
                                                 : spec.name);
-  Node* node = new Node(this, spec.op, spec.target, std::move(name));
+  Node* node = NewNode(spec.op, spec.target, std::move(name));
   node->set_args(std::move(spec.args));
   node->set_kwargs(std::move(spec.kwargs));
   Link(node, before);
@@ -529,7 +539,7 @@ absl::Status Graph::Erase(Node* node) {
   by_name_.erase(node);
   if (node == output_) output_ = nullptr;
   Unlink(node);
-  delete node;
+  DestroyNode(node);
   return absl::OkStatus();
 }
 
@@ -654,7 +664,7 @@ absl::StatusOr<Node*> GraphBuilder::AddNode(OpKind op, Symbol target, absl::stri
   if (graph_->by_name_.contains(absl::string_view(name))) {
     return absl::InvalidArgumentError(absl::StrCat("duplicate node name '", name, "'"));
   }
-  Node* node = new Node(graph_, op, target, std::string(name));
+  Node* node = graph_->NewNode(op, target, std::string(name));
   graph_->Link(node, nullptr);
   graph_->by_name_.insert(node);
   if (op == OpKind::kOutput && graph_->output_ == nullptr) graph_->output_ = node;

@@ -28,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "graph/argument.h"
 #include "graph/node.h"
+#include "graph/node_arena.h"
 #include "graph/symbol.h"
 
 namespace fuselage {
@@ -154,8 +155,14 @@ class Graph {
   void AddUsesOf(Node* user);
   void RemoveUsesOf(Node* user);
   std::string TakeName(absl::string_view hint);
+  // Constructs a node in the arena / destroys one and returns its slot.
+  Node* NewNode(OpKind op, Symbol target, std::string name);
+  void DestroyNode(Node* node);
   std::string DefaultNameFor(OpKind op, Symbol target) const;
 
+  // Where the nodes live: side by side in creation order, so walks over the graph read
+  // mostly contiguous memory. Declared first: destroyed after every node is.
+  NodeArena arena_{sizeof(Node), alignof(Node)};
   Node* head_ = nullptr;
   Node* tail_ = nullptr;
   Node* output_ = nullptr;

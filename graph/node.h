@@ -51,6 +51,7 @@ class Node {
   const Argument& arg(size_t i) const { return args_[i]; }
   size_t num_args() const { return args_.size(); }
   const Kwargs& kwargs() const { return kwargs_ ? *kwargs_ : EmptyKwargs(); }
+  bool has_kwargs() const { return kwargs_ != nullptr; }  // kwargs_ is null when empty
   // The kwarg named `key`, or nullptr.
   const Argument* FindKwarg(absl::string_view key) const;
 
@@ -106,7 +107,6 @@ class Node {
   // the three bytes of padding after op_ and Node does not grow.
   uint32_t module_type_id_ : Symbol::kIdBits;
   Symbol target_;
-  std::string name_;
   static const Kwargs& EmptyKwargs();
   void set_kwargs(Kwargs kwargs) {
     kwargs_ = kwargs.empty() ? nullptr : std::make_unique<Kwargs>(std::move(kwargs));
@@ -125,6 +125,9 @@ class Node {
   // Most nodes have no kwargs and no meta: kept out of line to keep Node small.
   std::unique_ptr<Kwargs> kwargs_;
   std::unique_ptr<Kwargs> meta_;
+  // Last: a scan reads links, op, target, args, users and kwargs (the first 128 bytes),
+  // rarely the name, so the name does not sit between them.
+  std::string name_;
 };
 
 }  // namespace fuselage
