@@ -277,7 +277,13 @@ void PendingWeightScale::Apply() {
     for (int64_t c = 0; c < channels; ++c) {
       float* row = w + (o * channels + c) * per_channel;
       const float s = scale[c];
-      for (int64_t k = 0; k < per_channel; ++k) row[k] = row[k] * s;
+      // Blocks of 8 with a fixed trip count, which -O2 turns into SIMD multiplies (it does
+      // not vectorize the plain loop); each lane is the same float32 product as before.
+      int64_t k = 0;
+      for (; k + 8 <= per_channel; k += 8) {
+        for (int j = 0; j < 8; ++j) row[k + j] = row[k + j] * s;
+      }
+      for (; k < per_channel; ++k) row[k] = row[k] * s;
     }
   }
   module = nullptr;

@@ -74,12 +74,12 @@ class PatternMatcher::Scan {
   Scan(const PatternMatcher& matcher, const GraphModule& gm, ExplainReport* explain)
       : matcher_(matcher), gm_(gm), explain_(explain) {
     // Sized once for the longest pattern: an attempt binds only its rule's positions, so
-    // the buffer is never resized (resizing per attempt destroyed and rebuilt Arguments).
+    // the buffer is never resized.
     size_t longest = 0;
     for (const FusionRule& rule : matcher_.rules_) {
       longest = std::max(longest, static_cast<size_t>(rule.pattern.size()));
     }
-    bindings_.resize(longest);
+    bindings_.resize(longest, nullptr);
   }
 
   std::vector<PatternMatch> Run() {
@@ -100,19 +100,21 @@ class PatternMatcher::Scan {
         continue;
       }
       const auto [begin, end] = matcher_.Candidates(node->op(), KeyOf(node));
+      if (begin != end) node_arg_ = Argument(node);
       for (const int* it = begin; it != end; ++it) {
         const FusionRule& rule = matcher_.rules_[*it];
         failure_set_ = false;
-        if (MatchAt(rule, 0, Argument(node), -1) && CheckDistinct(rule)) {
+        if (MatchAt(rule, 0, node_arg_, -1) && CheckDistinct(rule)) {
           for (int p = 1; p < rule.pattern.size(); ++p) {
             if (!rule.pattern.position(p).match_all) {
-              pending_claims_.push_back(bindings_[p].as_node());
+              pending_claims_.push_back(bindings_[p]->as_node());
               std::push_heap(pending_claims_.begin(), pending_claims_.end(), later);
             }
           }
-          matches.push_back(PatternMatch{
-              &rule, std::vector<Argument>(bindings_.begin(),
-                                           bindings_.begin() + rule.pattern.size())});
+          std::vector<Argument> bound;
+          bound.reserve(rule.pattern.size());
+          for (int p = 0; p < rule.pattern.size(); ++p) bound.push_back(*bindings_[p]);
+          matches.push_back(PatternMatch{&rule, std::move(bound)});
           break;
         }
         if (explain_ != nullptr) {
@@ -137,7 +139,13 @@ class PatternMatcher::Scan {
   template <typename Reason>
   bool Fail(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index,
             Reason&& reason) {
-    if (explain_ == nullptr || failure_set_) return false;
+    if (explain_ == nullptr || failure_set_) return false;  // the only part a scan runs
+    RecordFailure(rule, pos, arg, node_arg_index, reason());
+    return false;
+  }
+
+  void RecordFailure(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index,
+                     std::string reason) {
     failure_set_ = true;
     const Pattern& pattern = rule.pattern;
     const PatternPosition& p = pattern.position(pos);
@@ -146,8 +154,7 @@ class PatternMatcher::Scan {
                         ? absl::StrCat(p.spelling, " (", ArgRepr(arg), ")")
                         : absl::StrCat(pattern.position(p.parent).spelling, " \u2192 arg ",
                                        node_arg_index, " (", ArgRepr(arg), ")");
-    failure_.reason = reason();
-    return false;
+    failure_.reason = std::move(reason);
   }
 
   // Matches position `pos` of `rule` against `arg` (arg `node_arg_index` of the node
@@ -155,7 +162,7 @@ class PatternMatcher::Scan {
   bool MatchAt(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index) {
     const PatternPosition& p = rule.pattern.position(pos);
     if (p.match_all) {
-      bindings_[pos] = arg;
+      bindings_[pos] = &arg;
       return true;
     }
     if (!arg.is_node()) {
@@ -187,7 +194,7 @@ class PatternMatcher::Scan {
                   [&] { return absl::StrCat(node->num_users(), " users (", UsersList(node),
                                           "); this rule allows the outermost node 1"); });
     }
-    if (!node->kwargs().empty()) {
+    if (node->has_kwargs()) {
       if (const Kwarg* bad = FirstDisallowedKwarg(p, node)) {
         return Fail(rule, pos, arg, node_arg_index,
                     [&] { return absl::StrCat("has kwarg ", bad->first.name(), "=",
@@ -195,7 +202,7 @@ class PatternMatcher::Scan {
                                             " does not allow"); });
       }
     }
-    bindings_[pos] = arg;
+    bindings_[pos] = &arg;
     if (p.args.empty()) return true;
     if (node->num_args() != p.args.size()) {
       return Fail(rule, pos, arg, node_arg_index,
@@ -235,25 +242,25 @@ class PatternMatcher::Scan {
     const Pattern& pattern = rule.pattern;
     op_nodes_.clear();
     for (int p = 0; p < pattern.size(); ++p) {
-      if (!pattern.position(p).match_all) op_nodes_.push_back(bindings_[p].as_node());
+      if (!pattern.position(p).match_all) op_nodes_.push_back(bindings_[p]->as_node());
     }
     for (size_t i = 0; i < op_nodes_.size(); ++i) {
       for (size_t j = i + 1; j < op_nodes_.size(); ++j) {
         if (op_nodes_[i] == op_nodes_[j]) {
-          return Fail(rule, 0, bindings_[0], -1,
+          return Fail(rule, 0, *bindings_[0], -1,
                       [&] { return absl::StrCat("node ", op_nodes_[i]->name(),
                                               " would fill two pattern positions"); });
         }
       }
     }
     for (int p = 0; p < pattern.size(); ++p) {
-      if (!pattern.position(p).match_all || !bindings_[p].ContainsNode()) continue;
+      if (!pattern.position(p).match_all || !bindings_[p]->ContainsNode()) continue;
       const Node* reused = nullptr;
-      bindings_[p].ForEachNode([&](const Node* n) {
+      bindings_[p]->ForEachNode([&](const Node* n) {
         if (std::find(op_nodes_.begin(), op_nodes_.end(), n) != op_nodes_.end()) reused = n;
       });
       if (reused != nullptr) {
-        return Fail(rule, 0, bindings_[0], -1,
+        return Fail(rule, 0, *bindings_[0], -1,
                     [&] { return absl::StrCat("node ", reused->name(),
                                             " is both matched and an input (MatchAllNode) of "
                                             "the match"); });
@@ -265,7 +272,11 @@ class PatternMatcher::Scan {
   const PatternMatcher& matcher_;
   const GraphModule& gm_;
   ExplainReport* explain_;
-  std::vector<Argument> bindings_;     // by pattern position; reused across attempts
+  // What each pattern position is bound to, by pattern position: the arg of the node it
+  // was read from (stable: the scan changes nothing), or node_arg_ for the outermost op.
+  // Pointers, so an attempt copies no Argument; a match copies them once.
+  std::vector<const Argument*> bindings_;
+  Argument node_arg_;  // the node the scan is at, as an Argument
   std::vector<const Node*> op_nodes_;                // reused by CheckDistinct
   std::vector<Node*> pending_claims_;  // inner nodes of matches the scan has yet to meet
   MatchFailure failure_;
