@@ -16,11 +16,12 @@
 //   out        = saturate(nearbyint(v + float(output_zero_point)))
 // Adding the zero point in float before rounding matters: it drops v's low bits, so a
 // v just off a half can land on it and round half to even (v = -3.4999962 with zero
-// point 112 gives 108.5 -> 108, not 109). Verified to match onednn on 3.8 M adversarial
-// conv and linear outputs sitting on or near .5 ties (tests/runtime/
-// gen_quantized_goldens.py, tie cases); fbgemm's ReQuantizeOutput (bias divided by
-// input_scale x weight_scale, zero point added after rounding) differs from it there,
-// and QNNPACK, which rounds the bias to int32 first, differs again.
+// point 112 gives 108.5 -> 108, not 109). Found and verified by experiment: 0 of 3.8 M
+// adversarial conv and linear outputs on or near .5 ties differ from onednn's, while
+// every variant (fbgemm's ReQuantizeOutput, zero point added after rounding, bias
+// rounded to int32, FMA, per-channel reciprocals in double) misses some; a sample of
+// those cases is kept as goldens (tests/runtime/gen_quantized_goldens.py, *_ties.txt).
+// QNNPACK, which rounds the bias to int32 first, differs again.
 //
 // The arithmetic must stay unfused: the targets that include this header compile with
 // -ffp-contract=off so that "v * op_scale + zero_point" never becomes one FMA.
