@@ -1,7 +1,8 @@
 """Writes the seeds of pass_pipeline_fuzz that reach every pass (see tests/fuzz/README.md).
 
-A seed is one byte (the index of a built-in backend config in BuiltinBackendConfigNames:
-native, fbgemm, qnnpack, x86, onednn) followed by a binary model file. Run from the
+A seed is one byte followed by a binary model file. Byte 0 is the index of a built-in
+backend config in BuiltinBackendConfigNames (0 native, 1 fbgemm, 2 qnnpack, 3 x86,
+4 onednn), plus 5 for the global MinMax qconfig mapping instead of the backend's default. Run from the
 workspace root with PyTorch 1.13:
 
     PYTHONPATH=python /usr/bin/python3 tests/fuzz/make_pass_pipeline_seeds.py \
@@ -35,6 +36,8 @@ for node in m.graph.nodes:
 data = m.SerializeToString()
 write("residual", 2, data)
 write("residual", 4, data)
+write("residual", 7, data)  # qnnpack, MinMax mapping
+write("residual", 9, data)  # onednn, MinMax mapping
 
 class ConvBnReluLinear(torch.nn.Module):
     def __init__(self):
@@ -56,3 +59,4 @@ data = fuselage.to_proto(model, (torch.randn(1, 3, 6, 6),)).SerializeToString()
 write("conv_bn_relu_linear", 0, data)
 write("conv_bn_relu_linear", 1, data)
 write("conv_bn_relu_linear", 3, data)
+write("conv_bn_relu_linear", 6, data)  # fbgemm, MinMax mapping

@@ -70,8 +70,24 @@ struct BuiltinSetup {
   std::string name;
   BackendConfig config;
   std::optional<PatternMatcher> matcher;
-  std::optional<QConfigMapping> mapping;
+  std::optional<QConfigMapping> mapping;         // get_default_qconfig_mapping(backend)
+  std::optional<QConfigMapping> minmax_mapping;  // set_global(MinMax activations)
 };
+
+// QConfigMapping().set_global(qconfig) with PyTorch's default_qconfig-style MinMax
+// activation observer (keeping the backend's reduce_range) and the backend's default weight
+// observer: what many users write, and far cheaper to convert than the histogram
+// observers of the default mapping (their parameter search is most of an execution).
+QConfigMapping MinMaxMapping(const std::string& backend) {
+  absl::StatusOr<QConfig> qconfig = DefaultQConfig(backend);
+  FUZZ_CHECK(qconfig.ok(), qconfig.status().ToString());
+  ObserverSpec activation;  // MinMaxObserver, quint8, per-tensor affine
+  activation.reduce_range = qconfig->activation.reduce_range;
+  qconfig->activation = activation;
+  QConfigMapping mapping;
+  mapping.SetGlobal(*qconfig);
+  return mapping;
+}
 
 const BuiltinSetup& SetupFor(uint8_t choice) {
   static const std::vector<std::unique_ptr<BuiltinSetup>>* const setups = [] {
@@ -85,16 +101,23 @@ const BuiltinSetup& SetupFor(uint8_t choice) {
                                             matcher.status().ToString()));
       setup->matcher.emplace(*std::move(matcher));
       // "native" has no default qconfig of its own in PyTorch; users pair it with fbgemm's.
-      absl::StatusOr<QConfigMapping> mapping =
-          DefaultQConfigMapping(name == "native" ? "fbgemm" : name);
+      const std::string backend = name == "native" ? "fbgemm" : name;
+      absl::StatusOr<QConfigMapping> mapping = DefaultQConfigMapping(backend);
       FUZZ_CHECK(mapping.ok(), absl::StrCat("no default qconfig mapping for built-in config '",
                                             name, "': ", mapping.status().ToString()));
       setup->mapping.emplace(*std::move(mapping));
+      setup->minmax_mapping.emplace(MinMaxMapping(backend));
       all->push_back(std::move(setup));
     }
     return all;
   }();
   return *(*setups)[choice % setups->size()];
+}
+
+// Byte 0 = config index + count × (0: default mapping, 1: MinMax mapping), modulo 2 × count.
+bool UsesMinMaxMapping(uint8_t choice) {
+  const size_t count = BuiltinBackendConfigNames().size();
+  return (choice / count) % 2 == 1;
 }
 
 // Random samples if every placeholder has a small enough meta "shape"; nullopt (skip
@@ -129,13 +152,14 @@ struct FlowState {
   bool calibration_skipped = false;
 };
 
-std::vector<Pass> Pipeline(const BuiltinSetup& setup, FlowState& state) {
+std::vector<Pass> Pipeline(const BuiltinSetup& setup, const QConfigMapping& mapping,
+                           FlowState& state) {
   return {
       {"fuse",
        [&setup](GraphModule& gm) { return FusePatterns(gm, *setup.matcher).status(); }},
       {"prepare",
-       [&setup, &state](GraphModule& gm) -> absl::Status {
-         absl::StatusOr<PreparedModel> prepared = Prepare(gm, *setup.mapping, setup.config);
+       [&setup, &mapping, &state](GraphModule& gm) -> absl::Status {
+         absl::StatusOr<PreparedModel> prepared = Prepare(gm, mapping, setup.config);
          if (!prepared.ok()) return prepared.status();
          state.prepared = *std::move(prepared);
          return absl::OkStatus();
@@ -166,6 +190,9 @@ PipelineResult RunPassPipeline(uint8_t config_choice, absl::string_view model_by
   PipelineResult result;
   const BuiltinSetup& setup = SetupFor(config_choice);
   result.config = setup.name;
+  result.minmax_mapping = UsesMinMaxMapping(config_choice);
+  const QConfigMapping& mapping =
+      result.minmax_mapping ? *setup.minmax_mapping : *setup.mapping;
   absl::StatusOr<std::unique_ptr<GraphModule>> loaded = ParseModel(model_bytes);
   if (!loaded.ok()) {
     if (Verbose()) std::fprintf(stderr, "  load: %s\n", loaded.status().ToString().c_str());
@@ -176,7 +203,7 @@ PipelineResult RunPassPipeline(uint8_t config_choice, absl::string_view model_by
   GraphModule& gm = *result.module;
 
   FlowState state;
-  for (const Pass& pass : Pipeline(setup, state)) {
+  for (const Pass& pass : Pipeline(setup, mapping, state)) {
     const std::string before = SerializeModel(gm);
     const absl::Status status = pass.run(gm);
     result.passes.push_back({pass.name, status});

@@ -1,7 +1,9 @@
 // The pass pipeline of pass_pipeline_fuzz, as a function its seed test can also call.
 //
 // RunPassPipeline loads a binary model file and runs the whole quantization flow on it with
-// one of the built-in backend configs and the default qconfig mapping of its backend:
+// one of the built-in backend configs and either the default qconfig mapping of its backend
+// (histogram activation observers) or a global MinMax-activation mapping (cheaper, and
+// what many users write):
 //
 //   fuse → prepare → calibrate → convert-to-reference → lower-to-native
 //
@@ -45,14 +47,16 @@ struct PassOutcome {
 
 struct PipelineResult {
   std::string config;                   // the built-in config byte 0 chose
+  bool minmax_mapping = false;          // else the backend's default qconfig mapping
   absl::Status load;                    // ParseModel's verdict; no pass runs if not OK
   std::vector<PassOutcome> passes;      // in order, up to the first failure that stops
   bool calibration_skipped = false;     // no small input shape
   std::unique_ptr<GraphModule> module;  // as the last pass left it (null if not loaded)
 };
 
-// Runs the pipeline on `model_bytes` with the built-in config `config_choice` picks
-// (modulo their count), asserting the properties above.
+// Runs the pipeline on `model_bytes`, asserting the properties above. With n built-in
+// configs, `config_choice` % n picks the config and (`config_choice` / n) % 2 the mapping
+// (0: default, 1: MinMax).
 PipelineResult RunPassPipeline(uint8_t config_choice, absl::string_view model_bytes);
 
 }  // namespace fuselage::fuzz

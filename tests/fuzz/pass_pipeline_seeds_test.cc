@@ -35,10 +35,14 @@ const std::vector<Seed>& Seeds() {
       {"config2-residual.pb", true, {"nnq.Conv2d", "torch.ops.quantized.add_relu"}},
       {"config2-residual-unshaped.pb", false, {"nnq.Conv2d", "torch.ops.quantized.add_relu"}},
       {"config4-residual.pb", true, {"nniq.ConvAddReLU2d"}},
+      // The same with the global MinMax mapping (byte 0 = config + 5).
+      {"config7-residual.pb", true, {"nnq.Conv2d", "torch.ops.quantized.add_relu"}},
+      {"config9-residual.pb", true, {"nniq.ConvAddReLU2d"}},
       // conv → bn → relu → flatten → linear: ConvReLU2d (bn folded) and Linear.
       {"config0-conv_bn_relu_linear.pb", true, {"nniq.ConvReLU2d", "nnq.Linear"}},
       {"config1-conv_bn_relu_linear.pb", true, {"nniq.ConvReLU2d", "nnq.Linear"}},
       {"config3-conv_bn_relu_linear.pb", true, {"nniq.ConvReLU2d", "nnq.Linear"}},
+      {"config6-conv_bn_relu_linear.pb", true, {"nniq.ConvReLU2d", "nnq.Linear"}},
       // conv → relu.
       {"config0-conv_relu.pb", false, {"nniq.ConvReLU2d"}},
       {"config2-conv_relu.pb", false, {"nniq.ConvReLU2d"}},
@@ -81,6 +85,7 @@ TEST(PassPipelineSeedsTest, EverySeedGetsThroughEveryPass) {
     const PipelineResult result = RunPassPipeline(
         static_cast<uint8_t>(bytes[0]), absl::string_view(bytes).substr(1));
     ASSERT_TRUE(result.load.ok()) << result.load;
+    EXPECT_EQ(result.minmax_mapping, static_cast<uint8_t>(bytes[0]) >= 5);
     ASSERT_EQ(result.passes.size(), kPasses.size());
     for (size_t i = 0; i < kPasses.size(); ++i) {
       EXPECT_EQ(result.passes[i].pass, kPasses[i]);
