@@ -8,14 +8,19 @@ PyTorch from that same model file with fuselage.to_torch) and for torchvision's 
   stage     PyTorch                                   fuselage (CLI, --time)
   match     fuse.py's _find_matches, native patterns   `fuse` line "time match"
   fuse      fuse_fx                                    `fuse` line "time fuse"
-  prepare   prepare_fx (default qconfig mapping)       `prepare` line "time prepare" *
-  convert   convert_fx                                 `convert`/`lower` lines *
+  prepare   prepare_fx (fbgemm default qconfig         `fuse` + `prepare --backend=fbgemm`
+            mapping; it fuses as its first step)       lines "time fuse" + "time prepare"
+  convert   convert_fx (to reference, then lowered)    `convert` + `lower --backend=fbgemm`
+                                                       lines "time convert" + "time lower"
 
-* only if the `fuselage` binary has those subcommands with --time; else "n/a".
+PyTorch calibrates the prepared model once before convert_fx (untimed); fuselage runs
+`calibrate --samples=1` between prepare and convert (untimed). Each fuselage stage reads
+the previous stage's output file, so a stage is only timed if the CLI has the command
+(else "n/a"); its figure is the fastest of --repeats runs.
 Each PyTorch stage runs in its own process (its prerequisites untimed) and is stopped
 after --budget seconds: it is then reported as "> budget" with the budget.
 fuselage times exclude loading and saving the model file (reported separately as
-"load" / "save" rows).
+"load" / "save" rows, from `fuse`).
 
 Run from the repository root after building the tools:
 
@@ -98,31 +103,50 @@ def pytorch_seconds(model, stage, budget):
     return None if seconds > budget else seconds
 
 
-def fuselage_times(binary, model_path, workdir, repeats=3):
-    """Stage -> seconds from the CLI's --time lines, for every stage it has; the fastest
-    of `repeats` runs of `fuse` (one CLI run is one cold, wall-clock sample)."""
+def _timed_runs(command, repeats):
+    """Step -> milliseconds (the fastest of `repeats` runs) from the `time <step> <ms> ms`
+    lines of one CLI command; None if the command fails."""
     times = {}
-    fused = os.path.join(workdir, "fused.fsl")
     for _ in range(repeats):
-        out = subprocess.run([binary, "fuse", model_path, "--backend=native", "-o", fused,
-                              "--time"], check=True, capture_output=True, text=True).stdout
-        for stage, ms in re.findall(r"^time (\w+)\s+([0-9.]+) ms$", out, re.M):
-            times[stage] = min(times.get(stage, float("inf")), float(ms) / 1000.0)
-    commands = subprocess.run([binary, "help"], capture_output=True, text=True).stdout
-    # Later stages, when the CLI has them: each takes the previous stage's output.
-    previous = fused
-    for command, stage in (("prepare", "prepare"), ("convert", "convert"), ("lower", "lower")):
-        if not re.search(rf"^\s*{command}\b", commands, re.M):
-            continue
-        out_path = os.path.join(workdir, f"{stage}.fsl")
-        result = subprocess.run([binary, command, previous, "--backend=native", "-o", out_path,
-                                 "--time"], capture_output=True, text=True)
+        result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
-            continue
-        for name, ms in re.findall(r"^time (\w+)\s+([0-9.]+) ms$", result.stdout, re.M):
-            if name in (stage, command):
-                times[stage] = float(ms) / 1000.0
-        previous = out_path
+            sys.stderr.write(f"{' '.join(command)}: {result.stderr}")
+            return None
+        for step, ms in re.findall(r"^time (\w+)\s+([0-9.]+) ms$", result.stdout, re.M):
+            times[step] = min(times.get(step, float("inf")), float(ms))
+    return times
+
+
+def fuselage_times(binary, model_path, input_shape, workdir, repeats=3):
+    """Comparison stage -> seconds, for every stage the CLI can run (see the module
+    docstring for how each is composed of the CLI's --time lines)."""
+    fused = os.path.join(workdir, "fused.fsl")
+    fuse = _timed_runs([binary, "fuse", model_path, "--backend=native", "-o", fused, "--time"],
+                       repeats)
+    times = {stage: fuse[stage] / 1000.0 for stage in ("match", "fuse", "load", "save")}
+    commands = subprocess.run([binary, "help"], capture_output=True, text=True).stdout
+    if not all(re.search(rf"^\s*{c}\b", commands, re.M)
+               for c in ("prepare", "calibrate", "convert", "lower")):
+        return times
+    prepared = os.path.join(workdir, "prepared.fsl")
+    calibrated = os.path.join(workdir, "calibrated.fsl")
+    reference = os.path.join(workdir, "reference.fsl")
+    lowered = os.path.join(workdir, "lowered.fsl")
+    prepare = _timed_runs([binary, "prepare", fused, "--backend=fbgemm", "-o", prepared,
+                           "--time"], repeats)
+    if prepare is None:
+        return times
+    times["prepare"] = (fuse["fuse"] + prepare["prepare"]) / 1000.0
+    if _timed_runs([binary, "calibrate", prepared, "--samples=1", f"--input-shape={input_shape}",
+                    "-o", calibrated], 1) is None:
+        return times
+    convert = _timed_runs([binary, "convert", calibrated, "-o", reference, "--time"], repeats)
+    lower = convert and _timed_runs([binary, "lower", reference, "--backend=fbgemm", "-o",
+                                     lowered, "--time"], repeats)
+    if lower:
+        times["convert"] = (convert["convert"] + lower["lower"]) / 1000.0
+        times["convert-ref"] = convert["convert"] / 1000.0
+        times["lower"] = lower["lower"] / 1000.0
     return times
 
 
@@ -142,6 +166,8 @@ def main():
     parser.add_argument("--fuselage", default="bazel-bin/tools/fuselage")
     parser.add_argument("--writer", default="bazel-bin/bench/write_synthetic")
     parser.add_argument("--stages", default=",".join(STAGES))
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each fuselage command; the fastest is reported")
     args = parser.parse_args()
     stages = args.stages.split(",")
 
@@ -150,18 +176,21 @@ def main():
     for size in [int(s) for s in args.sizes.split(",") if s]:
         path = os.path.join(workdir, f"synthetic_{size}.fsl")
         subprocess.run([args.writer, str(size), path], check=True, capture_output=True)
-        models.append({"name": f"synthetic {size}", "kind": "synthetic", "path": path})
+        models.append({"name": f"synthetic {size}", "kind": "synthetic", "path": path,
+                       "input_shape": "1,8,8,8"})
     if args.resnet50:
         path = os.path.join(workdir, "resnet50.fsl")
         subprocess.run([sys.executable, "-m", "fuselage", "export-torchvision", "resnet50", path],
                        check=True, capture_output=True)
-        models.append({"name": "resnet50", "kind": "resnet50", "path": path})
+        models.append({"name": "resnet50", "kind": "resnet50", "path": path,
+                       "input_shape": "1,3,224,224"})
 
-    print(f"{'model':<18} {'stage':<8} {'nodes':>8} {'PyTorch s':>12} {'fuselage s':>12} "
+    print(f"{'model':<18} {'stage':<11} {'nodes':>8} {'PyTorch s':>12} {'fuselage s':>12} "
           f"{'ratio':>10}")
     for model in models:
         nodes = node_count(args.fuselage, model["path"])
-        ours = fuselage_times(args.fuselage, model["path"], workdir)
+        ours = fuselage_times(args.fuselage, model["path"], model["input_shape"], workdir,
+                              args.repeats)
         for stage in stages:
             theirs = pytorch_seconds(model, stage, args.budget)
             mine = ours.get(stage)
@@ -173,11 +202,12 @@ def main():
                 ratio = f"> {args.budget / mine:,.0f}x"
             else:
                 ratio = f"{theirs / mine:,.0f}x"
-            print(f"{model['name']:<18} {stage:<8} {nodes:>8} {theirs_text:>12} {mine_text:>12} "
+            print(f"{model['name']:<18} {stage:<11} {nodes:>8} {theirs_text:>12} {mine_text:>12} "
                   f"{ratio:>10}", flush=True)
-        for stage in ("load", "save"):
+        # fuselage's parts of the convert row, and its file I/O (no PyTorch counterpart).
+        for stage in ("convert-ref", "lower", "load", "save"):
             if stage in ours:
-                print(f"{model['name']:<18} {stage:<8} {nodes:>8} {'':>12} {ours[stage]:>12.6f}")
+                print(f"{model['name']:<18} {stage:<11} {nodes:>8} {'':>12} {ours[stage]:>12.6f}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 //  - BM_QuantizeFlow: the whole `fuselage quantize` flow (fuse → prepare → calibrate on
 //    one random [1, 8, 8, 8] input → convert → lower) on a fresh copy of the network,
 //    with MinMax observers and with qnnpack's default HistogramObservers;
-//  - BM_Prepare / BM_Convert: the two passes alone at 1k to 100k nodes, to show they are
-//    linear in the number of nodes (time per node stays flat).
+//  - BM_Prepare / BM_Convert: the two passes alone at 1k to 1M nodes, to show they are
+//    linear in the number of nodes (time per node stays flat);
+//  - BM_ConvertCalibrated: convert after calibration, HistogramObservers' search included.
 // The copy of the float network each iteration starts from is made outside the timing.
 // Results and the command: bench/RESULTS.md.
 #include <memory>
@@ -17,6 +18,7 @@
 #include "quantize/convert.h"
 #include "quantize/prepare.h"
 #include "quantize/qconfig.h"
+#include "runtime/builtin_kernels.h"
 #include "tools/quantize_flow.h"
 
 namespace fuselage {
@@ -105,10 +107,17 @@ void BM_Prepare(benchmark::State& state) {
   }
   SetNodes(state, static_cast<int64_t>(fused->graph().size()));
 }
-BENCHMARK(BM_Prepare)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Prepare)
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(100000)
+    ->Arg(1000000)
+    ->Unit(benchmark::kMillisecond);
 
 // Convert of an uncalibrated prepared graph (observers at PyTorch's default parameters):
-// the pass's cost does not depend on the statistics.
+// the graph rewriting alone. With calibrated HistogramObservers, computing their
+// parameters (PyTorch's _non_linear_param_search) costs more than the rewriting: see
+// BM_ConvertCalibrated.
 void BM_Convert(benchmark::State& state) {
   const auto config = *GetBackendConfig("qnnpack");
   const auto mapping = *DefaultQConfigMapping("qnnpack");
@@ -128,7 +137,39 @@ void BM_Convert(benchmark::State& state) {
   }
   SetNodes(state, static_cast<int64_t>(fused->graph().size()));
 }
-BENCHMARK(BM_Convert)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Convert)
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(100000)
+    ->Arg(1000000)
+    ->Unit(benchmark::kMillisecond);
+
+// Convert after calibration on one random input, with qnnpack's default HistogramObservers
+// (what `fuselage convert` does on a calibrated model): each observer's parameter search
+// is part of the cost.
+void BM_ConvertCalibrated(benchmark::State& state) {
+  const auto config = *GetBackendConfig("qnnpack");
+  const auto mapping = *DefaultQConfigMapping("qnnpack");
+  const auto fused = FusedNetwork(state.range(0), config);
+  const auto samples = OneSample(*fused);
+  auto kernels = BuiltinKernels();
+  if (!kernels.ok() || !RegisterObserverKernels(**kernels).ok()) std::abort();
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto gm = fused->Clone();
+    auto prepared = Prepare(*gm, mapping, config);
+    if (!prepared.ok() || !Calibrate(*gm, *prepared, samples, **kernels).ok()) std::abort();
+    state.ResumeTiming();
+    auto report = ConvertToReference(*gm, *prepared);
+    if (!report.ok()) {
+      state.SkipWithError(std::string(report.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(report->observers_replaced);
+  }
+  SetNodes(state, static_cast<int64_t>(fused->graph().size()));
+}
+BENCHMARK(BM_ConvertCalibrated)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace fuselage
