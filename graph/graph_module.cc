@@ -218,20 +218,10 @@ std::string GraphModule::UniqueModulePath(absl::string_view hint) const {
 absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
   RETURN_IF_ERROR(graph_->Verify());
   RETURN_IF_ERROR(VerifyModuleTree(*root_, "", schemas, 0));
-  // The module-type cache, if current, must agree with the tree.
-  if (resolved_generation_.load(std::memory_order_acquire) == ModuleBindingGeneration()) {
-    for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
-      if (n->op() != OpKind::kCallModule) continue;
-      const Symbol cached = n->cached_module_type();
-      const Symbol actual = ResolveModuleType(n);
-      if (cached != actual) {
-        return absl::InternalError(absl::StrCat(
-            "node '", n->name(), "': cached module type '", cached.name(), "' but module '",
-            n->target().name(), "' is '", actual.name(),
-            "' (stale module-type cache: an edit did not call InvalidateModuleBindings)"));
-      }
-    }
-  }
+  // The module-type cache, if current, must agree with the tree (checked below, where each
+  // call_module node's module is looked up anyway).
+  const bool types_cached =
+      resolved_generation_.load(std::memory_order_acquire) == ModuleBindingGeneration();
   for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
     const absl::string_view target = n->target().name();
     if (n->op() == OpKind::kCallModule) {
@@ -239,6 +229,12 @@ absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
       if (module == nullptr || target.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "node '", n->name(), "': call_module target '", target, "' is not a module"));
+      }
+      if (types_cached && n->cached_module_type() != module->type()) {
+        return absl::InternalError(absl::StrCat(
+            "node '", n->name(), "': cached module type '", n->cached_module_type().name(),
+            "' but module '", target, "' is '", module->type().name(),
+            "' (stale module-type cache: an edit did not call InvalidateModuleBindings)"));
       }
       const ModuleSchema* schema = schemas.Find(module->type());
       const int num_args = static_cast<int>(n->num_args());
