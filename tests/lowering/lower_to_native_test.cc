@@ -279,6 +279,39 @@ TEST(LowerToNativeTest, PackerRuleSeesTupleAccessesLoweredFirst) {
   EXPECT_EQ(g.output()->arg(0), Argument::Tuple({t, a}));
 }
 
+// Dead code: what the pass leaves unread (the dequantize a lowered op no longer reads) and
+// what was dead before it ran (a chain and a dequantize nobody reads) all go, and the
+// count says so; what the output reads stays.
+TEST(LowerToNativeTest, RemovesEveryDeadNodeOldAndNew) {
+  GraphModule gm;
+  auto pool = std::make_unique<Module>("nn.MaxPool2d");
+  pool->SetAttribute("kernel_size", Argument::Int(2));
+  ASSERT_TRUE(gm.SetModule("pool", std::move(pool)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* unused_relu = *g.AddCallFunction("torch.relu", {x}, {}, "unused_relu");
+  *g.AddCallFunction("torch.sigmoid", {unused_relu}, {}, "unused_sigmoid");
+  Node* x_q = Quantize(g, x, 0.05, 128, "x_q");
+  *g.AddCallMethod("dequantize", {x_q}, {}, "unused_dq");
+  Node* pooled = *g.AddCallModule("pool", {Dequantize(g, x_q)}, {}, "pooled");
+  Node* out = Dequantize(g, Quantize(g, pooled, 0.05, 128));
+  ASSERT_TRUE(g.SetOutput(out).ok());
+  ASSERT_EQ(g.size(), 10u);
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.total_lowered(), 1);
+  // unused_relu, unused_sigmoid, unused_dq, and the dequantize pooled read before.
+  EXPECT_EQ(report.dead_nodes_removed, 4) << Listing(g);
+  // x, x_q, pooled, dequantize, output.
+  EXPECT_EQ(g.size(), 5u) << Listing(g);
+  EXPECT_EQ(g.FindNode("unused_relu"), nullptr);
+  EXPECT_EQ(g.FindNode("unused_dq"), nullptr);
+  EXPECT_EQ(pooled->arg(0), Argument(x_q));
+  EXPECT_EQ(g.output()->arg(0), Argument(out));
+}
+
 // add → relu on two dequantized tensors becomes torch.ops.quantized.add_relu(qa, qb, s, zp).
 TEST(LowerToNativeTest, BinaryAddReluBecomesQuantizedAddRelu) {
   GraphModule gm;
