@@ -4,7 +4,10 @@
 // points exactly.
 #include "quantize/observers.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -106,6 +109,61 @@ TEST(ObserversTest, MatchPyTorchGoldens) {
       EXPECT_NEAR(qparams->scales[i], c.scales[i], 1e-6 * std::abs(c.scales[i]))
           << "scale[" << i << "]";
       EXPECT_EQ(qparams->zero_points[i], c.zero_points[i]) << "zero_point[" << i << "]";
+    }
+  }
+}
+
+// The running min / max are what the plain sequential loop `lo = std::min(lo, x)`,
+// `hi = std::max(hi, x)` gives (the observers compute them in vectorized lanes): on random
+// data of every length around the lane width, and on zeros of both signs, where the
+// sequential loop keeps the first of -0 / +0 it meets.
+std::pair<float, float> SequentialMinMax(const std::vector<float>& v, float lo, float hi) {
+  for (float x : v) {
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  return {lo, hi};
+}
+
+TEST(ObserversTest, MinMaxEqualsTheSequentialLoopBitForBit) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-4.0f, 4.0f);
+  for (int n = 1; n <= 41; ++n) {
+    for (int zeros = 0; zeros < 3; ++zeros) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) x = uniform(rng);
+      if (zeros > 0) {
+        // Clamp to one side so the extreme is exactly zero, with both signs of zero in it.
+        for (float& x : v) x = zeros == 1 ? std::max(x, 0.0f) : std::min(x, 0.0f);
+        v[static_cast<size_t>(rng() % n)] = -0.0f;
+        v[static_cast<size_t>(rng() % n)] = 0.0f;
+      }
+      auto observer = MakeObserver(DefaultWeightObserver());
+      ASSERT_TRUE((*observer)->Update(Tensor::FromFloats({n}, v)).ok());
+      const auto [lo, hi] = SequentialMinMax(std::vector<float>(v.begin() + 1, v.end()), v[0],
+                                             v[0]);
+      const float got_lo = (*observer)->min_val()[0], got_hi = (*observer)->max_val()[0];
+      EXPECT_EQ(got_lo, lo) << "n=" << n;
+      EXPECT_EQ(std::signbit(got_lo), std::signbit(lo)) << "n=" << n << " zeros=" << zeros;
+      EXPECT_EQ(got_hi, hi) << "n=" << n;
+      EXPECT_EQ(std::signbit(got_hi), std::signbit(hi)) << "n=" << n << " zeros=" << zeros;
+
+      // Per channel: two channels on axis 0, each row its own sequential loop from +-inf.
+      auto per_channel = MakeObserver(DefaultPerChannelWeightObserver());
+      std::vector<float> rows = v;
+      rows.insert(rows.end(), v.rbegin(), v.rend());
+      ASSERT_TRUE((*per_channel)->Update(Tensor::FromFloats({2, n}, rows)).ok());
+      const float inf = std::numeric_limits<float>::infinity();
+      const auto row0 = SequentialMinMax(v, inf, -inf);
+      const auto row1 = SequentialMinMax(std::vector<float>(v.rbegin(), v.rend()), inf, -inf);
+      const std::vector<float> mins = (*per_channel)->min_val();
+      const std::vector<float> maxs = (*per_channel)->max_val();
+      EXPECT_EQ(std::signbit(mins[0]), std::signbit(row0.first)) << "n=" << n;
+      EXPECT_EQ(std::signbit(mins[1]), std::signbit(row1.first)) << "n=" << n;
+      EXPECT_EQ(std::signbit(maxs[0]), std::signbit(row0.second)) << "n=" << n;
+      EXPECT_EQ(std::signbit(maxs[1]), std::signbit(row1.second)) << "n=" << n;
+      EXPECT_EQ(mins, (std::vector<float>{row0.first, row1.first}));
+      EXPECT_EQ(maxs, (std::vector<float>{row0.second, row1.second}));
     }
   }
 }
