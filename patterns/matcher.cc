@@ -103,6 +103,9 @@ class PatternMatcher::Scan {
       if (begin != end) node_arg_ = Argument(node);
       for (const int* it = begin; it != end; ++it) {
         const FusionRule& rule = matcher_.rules_[*it];
+        // Most attempts fail at the outermost op's first arg; decide those without entering
+        // MatchAt. (Explain needs MatchAt's reasons, so it always takes the full path.)
+        if (explain_ == nullptr && !FirstArgMayMatch(rule, node)) continue;
         failure_set_ = false;
         if (MatchAt(rule, 0, node_arg_, -1) && CheckDistinct(rule)) {
           for (int p = 1; p < rule.pattern.size(); ++p) {
@@ -131,6 +134,23 @@ class PatternMatcher::Scan {
   // The index key of a node: the module type for call_module, else the target.
   Symbol KeyOf(const Node* node) const {
     return node->op() == OpKind::kCallModule ? gm_.ModuleTypeOf(node) : node->target();
+  }
+
+  // False only where MatchAt(rule, 0, node) is certain to fail at the outermost op's first
+  // pattern arg: for a non-commutative outermost op whose first pattern arg is an op
+  // position, the node must have as many args as the pattern gives, and its arg 0 must be
+  // a node with one user (an inner node) whose op that position accepts. These are exactly
+  // MatchAt's checks there, so skipping on false changes no result.
+  bool FirstArgMayMatch(const FusionRule& rule, const Node* node) const {
+    const PatternPosition& outermost = rule.pattern.position(0);
+    if (outermost.args.empty() || outermost.commutative) return true;
+    if (node->num_args() != outermost.args.size()) return false;
+    const PatternPosition& first = rule.pattern.position(outermost.args[0]);
+    if (first.match_all) return true;
+    const Argument& arg = node->arg(0);
+    if (!arg.is_node()) return false;
+    const Node* input = arg.as_node();
+    return input->num_users() == 1 && first.Matches(OpRef{input->op(), KeyOf(input)});
   }
 
   // Records why position `pos` failed (explain mode only; the first failure wins).
