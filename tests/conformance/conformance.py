@@ -44,15 +44,41 @@ PyTorch's own, and compares:
              fuselage's own output: the same two criteria (fuselage's quantized kernels
              compute onednn's arithmetic bit for bit, so this is 100% equal in practice).
 
+Tracked (info) figures of what limits "lowered":
+  pytorch w/ fuselage qparams
+             PyTorch's convert_fx model with fuselage's calibrated output scale and zero
+             point substituted at every quantized op that stores its own (paired with
+             fuselage's nodes as in per layer) vs fuselage's lowered output. Where
+             calibration is the only difference between "lowered"'s two sides this is
+             100% / 0 (resnet18, resnet50, residual example). The figure names every op
+             whose qparams, as run, still differ from fuselage's: on mobilenet_v2 the
+             classifier's Dropout - PyTorch's reference graph quantizes its output with its
+             own observer (scale ~0.005, zero point 0), and fuselage's lowered graph does
+             too, but convert_fx lowers it to nnq.Dropout, whose from_reference discards
+             that scale and zero point (its output keeps its input's 0.0093 / 117), so the
+             Linear after it reads other integers: a lowering difference, not calibration
+             (with that requantization put back into PyTorch's model: 100% / 0).
+  scales 1 ulp off, scales x(1+-1e-6)
+             PyTorch's convert_fx model against itself with every activation scale moved
+             by what the qparams criterion allows - to a float32 neighbour (random
+             direction), or by a random factor within 1 +- 1e-6 - zero points and weights
+             unchanged: the whole-network figure any implementation gets whose calibrated
+             scales are that close to PyTorch's but not bit-equal (65-70% on resnet18).
+             So ">= 99% equal" on the deep models needs bit-equal calibration (float convs
+             summed in oneDNN's order), which the 1e-6 qparams criterion does not require.
+
 ASSERTED (a miss fails the run): float, fuse, residual, qparams, per layer and roundtrip on
 every model; lowered on the residual example (one block). TRACKED (printed PASS / MISS
 against the issue's figure, never failing the run): lowered on the deep models, and the
-comparison with PyTorch's qnnpack engine. Lowered compares two graphs that differ only in
-their activation scales: fuselage calibrates on its own float interpreter, whose convs sum
+comparison with PyTorch's qnnpack engine, and the figures above. Lowered compares two graphs
+that differ only in their activation scales (and, on mobilenet_v2, the Dropout
+requantization above): fuselage calibrates on its own float interpreter, whose convs sum
 in another order than PyTorch's, so some calibrated minima / maxima and the scales derived
 from them are a float ulp apart (the qparams column counts the bit-equal ones); the rare
 1-step flips this causes in single ops compound over 20-50 layers (PyTorch's own onednn and
-qnnpack engines disagree as much with each other on these models). Prints the two tables and the per-layer
+qnnpack engines disagree as much with each other on these models, and PyTorch's model
+disagrees as much with itself when its scales move by one float ulp; with fuselage's
+qparams substituted it equals fuselage's output on the resnets). Prints the two tables and the per-layer
 differences by op kind, and exits non-zero if any asserted figure fails. PyTorch runs the
 quantized models with its onednn engine (see ENGINE).
 """
@@ -415,6 +441,117 @@ def step_agreement(ours, theirs, scale):
     return float(np.mean(steps == 0)), int(steps.max())
 
 
+# ---- What limits the whole-network figure ---------------------------------------------
+# The issue asks for activation scales within QPARAM_RELATIVE of PyTorch's AND >= 99% of
+# the whole-network outputs equal. These (info) figures measure whether the two can hold
+# together: PyTorch's own convert_fx model against itself with every activation scale
+# moved by as little as the first criterion allows, and PyTorch's model with fuselage's
+# calibrated qparams against fuselage's lowered output (does anything but calibration
+# differ?).
+
+def output_qparam_holders(gm, node):
+    """Where convert_fx keeps the output scale and zero point of `node`:
+    ((object, attribute) of the scale, (object, attribute) of the zero point) - the
+    quantized module's `scale` / `zero_point`, or the get_attr arguments of a
+    quantize_per_tensor / quantized.add_relu call - or None for an op that inherits its
+    input's qparams (max pool, flatten, ...)."""
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        if isinstance(getattr(module, "scale", None), float):
+            return (module, "scale"), (module, "zero_point")
+        return None
+    if node.op == "call_function":
+        attrs = [a.target for a in node.args
+                 if isinstance(a, torch.fx.Node) and a.op == "get_attr"]
+        scales = [a for a in attrs if "scale" in a]
+        zero_points = [a for a in attrs if "zero_point" in a]
+        if len(scales) == 1 and len(zero_points) == 1:
+            return (gm, scales[0]), (gm, zero_points[0])
+    return None
+
+
+def _get_qparam(holder):
+    value = getattr(*holder)
+    return value.item() if isinstance(value, torch.Tensor) else value
+
+
+def _set_qparam(holder, value):
+    old = getattr(*holder)
+    if isinstance(old, torch.Tensor):
+        value = torch.tensor(value, dtype=old.dtype)
+    else:
+        value = type(old)(value)
+    setattr(*holder, value)
+
+
+def with_activation_scales(converted, new_scale):
+    """A copy of a convert_fx model whose every activation scale s of node n is
+    new_scale(n.name, s) (zero points, weights and weight qparams unchanged); returns
+    (model, number of scales changed)."""
+    gm = copy.deepcopy(converted)
+    changed = 0
+    for node in gm.graph.nodes:
+        holders = output_qparam_holders(gm, node)
+        if holders is not None:
+            old = _get_qparam(holders[0])
+            new = new_scale(node.name, old)
+            _set_qparam(holders[0], new)
+            changed += new != old
+    return gm, changed
+
+
+def one_ulp_away(seed):
+    """new_scale for with_activation_scales: each scale moved to its float32 neighbour,
+    up or down at random (scales are float32 values: observers compute them in float32)."""
+    rng = np.random.default_rng(seed)
+    return lambda name, s: float(np.nextafter(np.float32(s), np.float32(
+        np.inf if rng.integers(2) else -np.inf)))
+
+
+def relative_jitter(seed, relative):
+    """new_scale for with_activation_scales: each scale times a random factor in
+    [1 - relative, 1 + relative], rounded to float32. The factor is drawn from 0.9 x that
+    range so that the rounding (<= 6e-8 relative) keeps the result within `relative`."""
+    rng = np.random.default_rng(seed)
+
+    def new_scale(name, s):
+        new = float(np.float32(s * (1 + rng.uniform(-0.9, 0.9) * relative)))
+        assert abs(new - s) <= relative * s, (name, s, new)
+        return new
+    return new_scale
+
+
+def with_fuselage_qparams(converted, fuselage_qparams, evaluation):
+    """PyTorch's convert_fx model with fuselage's output scale and zero point substituted
+    at every quantized op that stores its own (fuselage_qparams from per_layer), run on
+    `evaluation`. Returns (float output, ops substituted, differences): the quantized nodes
+    whose output qparams, as actually run, are not fuselage's (an op that inherits its
+    input's qparams in PyTorch's graph where fuselage's lowered graph requantizes)."""
+    gm = copy.deepcopy(converted)
+    substituted, differences = 0, []
+    for node in gm.graph.nodes:
+        holders = output_qparam_holders(gm, node)
+        if holders is None:
+            continue
+        if node.name not in fuselage_qparams:
+            differences.append(f"{node.name} (no counterpart)")
+            continue
+        scale, zero_point = fuselage_qparams[node.name]
+        _set_qparam(holders[0], scale)
+        _set_qparam(holders[1], zero_point)
+        substituted += 1
+    run = _Recorder(gm)
+    with torch.no_grad():
+        out = run.run(evaluation)
+    for name, (scale, zero_point) in fuselage_qparams.items():
+        value = run.values[name]
+        if (value.q_scale(), value.q_zero_point()) != (scale, zero_point):
+            differences.append(f"{name} ({value.q_scale():.4g}, {value.q_zero_point()} vs "
+                               f"{scale:.4g}, {zero_point})")
+    out = (out.dequantize() if out.is_quantized else out).numpy()
+    return out, substituted, differences
+
+
 # ---- Per layer ------------------------------------------------------------------------
 
 class _Recorder(torch.fx.Interpreter):
@@ -469,8 +606,9 @@ def per_layer(lowered_path, converted, evaluation, input_path, prefix):
     inputs of that op, and compares its output with fuselage's output of the same node.
     Both sides then compute one op from identical integers, so this measures the kernels
     op by op, without the compounding of whole-network outputs. Returns
-    [(node name, op kind, elements, elements equal, max steps)] and the differences
-    (nodes that cannot be matched)."""
+    [(node name, op kind, elements, elements equal, max steps)], the differences
+    (nodes that cannot be matched) and {PyTorch's quantized node: fuselage's output
+    (scale, zero point) of its counterpart}."""
     # fuselage's qparams of each quantized node: its lowered graph run by PyTorch (the
     # round-trip module) gives quantized tensors carrying them; the values come from
     # fuselage's own run.
@@ -520,6 +658,7 @@ def per_layer(lowered_path, converted, evaluation, input_path, prefix):
         return torch.quantize_per_tensor(value, q.q_scale(), q.q_zero_point(), q.dtype)
 
     rows, differences = [], []
+    fuselage_qparams = {}
     for node in converted.graph.nodes:
         if node.op not in ("call_module", "call_function", "call_method"):
             continue
@@ -532,6 +671,8 @@ def per_layer(lowered_path, converted, evaluation, input_path, prefix):
             differences.append(f"PyTorch's quantized node '{node.name}' has no quantized "
                                "counterpart in fuselage's lowered graph")
             continue
+        q = rebuilt.values[ours_name]
+        fuselage_qparams[node.name] = (q.q_scale(), q.q_zero_point())
         env = {}
         for arg in node.all_input_nodes:
             # A quantized input comes from fuselage; anything else (the float input,
@@ -559,7 +700,7 @@ def per_layer(lowered_path, converted, evaluation, input_path, prefix):
                                mine.astype(np.float64)) / got.q_scale())
         rows.append((node.name, op_kind(converted, node), steps.size,
                      int(np.sum(steps == 0)), int(steps.max()) if steps.size else 0))
-    return rows, differences
+    return rows, differences, fuselage_qparams
 
 
 # ---- One model ------------------------------------------------------------------------
@@ -669,8 +810,8 @@ def conform(name, workdir):
     result.check("qparams", not differences and count > 0, differences)
 
     # Per layer (asserted): every quantized op fed the same integers on both sides.
-    rows, differences = per_layer(lowered_path, converted, evaluation, files("eval.npy"),
-                                  files(""))
+    rows, differences, fuselage_qparams = per_layer(lowered_path, converted, evaluation,
+                                                    files("eval.npy"), files(""))
     for node_name, kind, elements, equal_count, steps in rows:
         ops, total, differing, worst_steps = result.per_kind.get(kind, [0, 0, 0, 0])
         result.per_kind[kind] = [ops + 1, total + elements,
@@ -705,6 +846,28 @@ def conform(name, workdir):
         else:
             result.tracked[f"{label} equal / max steps"] = (figure, met)
 
+    # For information: what limits "lowered" (see "What limits the whole-network figure").
+    # PyTorch against itself, every activation scale moved within the issue's tolerance:
+    for label, new_scale in (("pytorch vs itself, scales 1 ulp off (info)", one_ulp_away(3)),
+                             ("pytorch vs itself, scales x(1+-1e-6) (info)",
+                              relative_jitter(4, QPARAM_RELATIVE))):
+        jittered, changed = with_activation_scales(converted, new_scale)
+        with torch.no_grad():
+            out = jittered(evaluation)
+        out = (out.dequantize() if out.is_quantized else out).numpy()
+        equal, steps = step_agreement(out, theirs_q, scale)
+        result.tracked[label] = (f"{100 * equal:.2f}% / {steps} ({changed} scales)", None)
+    # PyTorch's model with fuselage's calibrated qparams vs fuselage's lowered output:
+    out, substituted, differences = with_fuselage_qparams(converted, fuselage_qparams,
+                                                          evaluation)
+    # 100% / 0 where calibration is the only difference. Not asserted: on mobilenet_v2
+    # PyTorch's graph cannot carry fuselage's qparams at one op (the header, "pytorch w/
+    # fuselage qparams"), which the figure names.
+    equal, steps = step_agreement(out, ours_q, scale)
+    result.tracked["pytorch w/ fuselage qparams vs lowered (info)"] = (
+        f"{100 * equal:.2f}% / {steps} ({substituted} ops"
+        f"{'; qparams differ at ' + ', '.join(differences) if differences else ''})", None)
+
     # For information: PyTorch's QNNPACK kernels, whose requantization rounds the bias to
     # int32 first (fuselage's kernels compute onednn's formula, see
     # runtime/quantized/output_requantizer.h).
@@ -724,7 +887,10 @@ def conform(name, workdir):
 ASSERTED_COLUMNS = ("float max rel", "fuse native", "fuse qnnpack", "folded max rel",
                     "onednn blocks", "custom blocks", "qparams", "per layer",
                     "lowered equal / max steps", "roundtrip equal / max steps")
-TRACKED_COLUMNS = ("lowered equal / max steps", "vs qnnpack engine (info)")
+TRACKED_COLUMNS = ("lowered equal / max steps", "vs qnnpack engine (info)",
+                   "pytorch vs itself, scales 1 ulp off (info)",
+                   "pytorch vs itself, scales x(1+-1e-6) (info)",
+                   "pytorch w/ fuselage qparams vs lowered (info)")
 
 
 def _print_rows(header, rows):
