@@ -230,6 +230,15 @@ absl::StatusOr<ObserverQParams> Observer::CalculateQParamsFromMinMax(
           where(), "min ", min_val[i], " is not <= max ", max_val[i], " (entry ", i, ")"));
     }
   }
+  for (size_t i = 0; i < min_val.size(); ++i) {
+    // PyTorch computes NaN parameters from an infinite range; converting them to an int64
+    // zero point is undefined behaviour (found by pass_pipeline_fuzz), so it is an error.
+    if (!std::isfinite(min_val[i]) || !std::isfinite(max_val[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where(), "observed range [", min_val[i], ", ", max_val[i], "] (entry ", i,
+          ") is not finite; expected finite values"));
+    }
+  }
   if (spec_.qscheme == ObserverQScheme::kPerChannelAffineFloatQParams) {
     return absl::UnimplementedError(
         absl::StrCat(where(), "torch.per_channel_affine_float_qparams (float zero points)"));
@@ -373,6 +382,20 @@ absl::Status HistogramObserver::Update(const Tensor& x) {
   if (x.numel() == 0) return absl::OkStatus();
   const int64_t bins = spec().bins;
   const bool uninitialized = min_val_ == kInf && max_val_ == -kInf;
+  {
+    // PyTorch's histc refuses a non-finite range; the bin arithmetic would convert inf or
+    // NaN to an integer (found by pass_pipeline_fuzz). Checked before anything changes.
+    const auto [lo, hi] = AMinMax(x);
+    const float wide_lo = uninitialized ? lo : std::min(lo, min_val_);
+    const float wide_hi = uninitialized ? hi : std::max(hi, max_val_);
+    if (!std::isfinite(lo) || !std::isfinite(hi) || !std::isfinite(wide_hi - wide_lo)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ObserverKindName(spec().kind), ": observed range [", lo, ", ", hi, "]",
+          uninitialized ? "" : absl::StrCat(" with the histogram's [", min_val_, ", ",
+                                            max_val_, "]"),
+          " is not finite or too wide for float32; expected finite values"));
+    }
+  }
   if (uninitialized || min_val_ == max_val_) {
     std::tie(min_val_, max_val_) = AMinMax(x);
     // PyTorch 1.13 passes int(min_val) / int(max_val) to histc: the range is truncated.

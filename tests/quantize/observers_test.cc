@@ -168,6 +168,32 @@ TEST(ObserversTest, MinMaxEqualsTheSequentialLoopBitForBit) {
   }
 }
 
+// Found by pass_pipeline_fuzz (tests/fuzz/README.md): infinite activations made Histc and
+// the MinMax parameters convert inf / NaN to int64. Now: InvalidArgument, state unchanged.
+TEST(ObserversTest, NonFiniteRangesAreErrorsNotUndefinedBehaviour) {
+  const float inf = std::numeric_limits<float>::infinity();
+  ObserverSpec histogram_spec;
+  histogram_spec.kind = ObserverKind::kHistogram;
+  auto histogram = MakeObserver(histogram_spec);
+  ASSERT_TRUE((*histogram)->Update(Tensor::FromFloats({2}, {-1.0f, 1.0f})).ok());
+  const absl::Status st = (*histogram)->Update(Tensor::FromFloats({2}, {0.0f, inf}));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("HistogramObserver"), std::string::npos) << st;
+  EXPECT_EQ((*histogram)->min_val(), std::vector<float>{-1.0f});
+  EXPECT_EQ((*histogram)->max_val(), std::vector<float>{1.0f});
+  // A range whose width overflows float32.
+  auto fresh = MakeObserver(histogram_spec);
+  EXPECT_EQ((*fresh)->Update(Tensor::FromFloats({2}, {-3e38f, 3e38f})).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  auto minmax = MakeObserver(DefaultWeightObserver());
+  ASSERT_TRUE((*minmax)->Update(Tensor::FromFloats({2}, {-inf, 1.0f})).ok());
+  auto qparams = (*minmax)->CalculateQParams();
+  EXPECT_EQ(qparams.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(qparams.status().message().find("not finite"), std::string::npos)
+      << qparams.status();
+}
+
 TEST(ObserversTest, UnobservedReturnsPyTorchDefaults) {
   for (const ObserverSpec& spec : {DefaultWeightObserver(), DefaultPerChannelWeightObserver()}) {
     auto observer = MakeObserver(spec);
