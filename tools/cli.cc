@@ -16,15 +16,14 @@ std::string OneLine(absl::string_view message) {
 }  // namespace
 
 std::string UsageText(const std::vector<Command>& commands) {
-  size_t width = 0;
-  for (const Command& c : commands) width = std::max(width, c.usage.size());
+  // Usage and summary on separate lines: one long usage (quantize's) would otherwise pad
+  // every summary past the terminal's width.
   std::string text =
       "usage: fuselage COMMAND [ARGS...]\n"
       "\n"
       "fuselage fuses, quantizes and lowers FX-style model graphs. Commands:\n";
   for (const Command& c : commands) {
-    absl::StrAppend(&text, "  ", c.usage, std::string(width - c.usage.size() + 2, ' '),
-                    c.summary, "\n");
+    absl::StrAppend(&text, "  ", c.usage, "\n      ", c.summary, "\n");
   }
   absl::StrAppend(&text,
                   "\n"
