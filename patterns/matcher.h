@@ -48,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "graph/graph_module.h"
 #include "patterns/fusion_rule.h"
+#include "patterns/pattern.h"
 
 namespace fuselage {
 
@@ -70,6 +71,17 @@ struct ExplainReport {
   std::vector<std::pair<std::string, int>> matches_per_rule;  // registration order
   std::string ToString() const;
 };
+
+// False when no match of `pattern` can break difference (e), whatever the graph: every
+// position has at most one pattern arg, so the positions form a chain p0 -> p1 -> ... -> pk
+// and the node bound at p(i+1) is an arg of the node bound at p(i). A graph's args precede
+// their users (Graph keeps it; Verify checks it), so each bound node strictly precedes the
+// one bound above it: the op nodes are pairwise distinct, and a MatchAllNode (only ever at
+// the end of the chain, having no pattern args) binds an arg of the lowest op node, so any
+// node it holds precedes every op node of the match. True for a pattern with a position
+// of two or more pattern args (add(bn(conv), MatchAllNode), mul(bn, bn), ...), where two
+// subtrees can reach one node; the matcher checks those matches (CheckDistinct).
+bool PatternMayBindANodeTwice(const Pattern& pattern);
 
 class PatternMatcher {
  public:
@@ -101,6 +113,9 @@ class PatternMatcher {
   // candidates_[op] for symbol id `id`, in trial order.
   std::vector<uint32_t> offsets_[8];
   std::vector<int> candidates_[8];
+  // By rule index: PatternMayBindANodeTwice(rule.pattern), so the scan checks difference
+  // (e) only where a match can break it.
+  std::vector<char> check_distinct_;
 };
 
 }  // namespace fuselage

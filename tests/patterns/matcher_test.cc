@@ -246,6 +246,37 @@ TEST_F(MatcherTest, NodeBothMatchedAndMatchAllInputIsRejected) {
   EXPECT_THAT(report.failures[0].reason, HasSubstr("node bn is both matched and an input"));
 }
 
+// Difference (e), the other half: add(bn, bn) against a pattern with two (BatchNorm2d,
+// Conv2d) subtrees would bind bn (and conv) to two op positions each.
+TEST_F(MatcherTest, NodeFillingTwoOpPositionsIsRejected) {
+  Node* bn = Bn(Conv(x_, "conv"), "bn");
+  Node* add = Must(graph().AddCallFunction("operator.add", {bn, bn}, {}, "add"));
+  Must(graph().SetOutput(add));
+  EXPECT_TRUE(gm_.Verify().ok());
+  EXPECT_TRUE(
+      Find({Rule("r", "(add, (BatchNorm2d, Conv2d), (BatchNorm2d, Conv2d))")}).empty());
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 1u);
+  EXPECT_THAT(report.failures[0].reason,
+              HasSubstr("node bn would fill two pattern positions"));
+}
+
+// The scan checks difference (e) only for patterns that can break it (matcher.h): chains
+// cannot, a position with two pattern args can.
+TEST(PatternMayBindANodeTwiceTest, OnlyPatternsWithATwoArgPosition) {
+  const auto may_bind_twice = [](const char* text) {
+    absl::StatusOr<Pattern> p = Pattern::Parse(text, PatternFormat::kComplex);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return PatternMayBindANodeTwice(*p);
+  };
+  EXPECT_FALSE(may_bind_twice("Conv2d"));
+  EXPECT_FALSE(may_bind_twice("(ReLU, (BatchNorm2d, Conv2d))"));
+  EXPECT_FALSE(may_bind_twice("(ReLU, MatchAllNode)"));
+  EXPECT_TRUE(may_bind_twice("(add, (BatchNorm2d, Conv2d), MatchAllNode)"));
+  EXPECT_TRUE(may_bind_twice("(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))"));
+  EXPECT_TRUE(may_bind_twice("(mul, MatchAllNode, MatchAllNode)"));
+}
+
 TEST_F(MatcherTest, PatternArgsRequireTheExactArgCount) {
   Node* y = Must(graph().AddPlaceholder("y"));
   Node* cat = Must(graph().AddCallFunction("torch.cat", {Argument::List({x_, y})}, {}, "cat"));
