@@ -111,18 +111,18 @@ class PatternMatcher::Scan {
       // Read once per node, not once per candidate rule.
       const FirstArg first_arg = ReadFirstArg(node);
       bool node_arg_set = false;
-      for (const int* it = begin; it != end; ++it) {
-        const FusionRule& rule = matcher_.rules_[*it];
+      for (const Candidate* it = begin; it != end; ++it) {
         // Most attempts fail at the outermost op's first arg; decide those without entering
         // MatchAt. (Explain needs MatchAt's reasons, so it always takes the full path.)
-        if (explain_ == nullptr && !FirstArgMayMatch(rule, first_arg)) continue;
+        if (explain_ == nullptr && !FirstArgMayMatch(*it, first_arg)) continue;
+        const FusionRule& rule = matcher_.rules_[it->rule];
         if (!node_arg_set) {
           node_arg_ = Argument(node);
           node_arg_set = true;
         }
         failure_set_ = false;
         if (MatchAt(rule, 0, node_arg_, -1) &&
-            (!matcher_.check_distinct_[*it] || CheckDistinct(rule))) {
+            (!matcher_.check_distinct_[it->rule] || CheckDistinct(rule))) {
           for (int p = 1; p < rule.pattern.size(); ++p) {
             if (!rule.pattern.position(p).match_all) {
               pending_claims_.push_back(bindings_[p]->as_node());
@@ -168,18 +168,27 @@ class PatternMatcher::Scan {
     return first;
   }
 
+  using Candidate = PatternMatcher::Candidate;
+
   // False only where MatchAt(rule, 0, node) is certain to fail at the outermost op's first
   // pattern arg: for a non-commutative outermost op whose first pattern arg is an op
   // position, the node must have as many args as the pattern gives, and its arg 0 must be
   // a node with one user (an inner node) whose op that position accepts. These are exactly
   // MatchAt's checks there, so skipping on false changes no result.
-  static bool FirstArgMayMatch(const FusionRule& rule, const FirstArg& node_first_arg) {
-    const PatternPosition& outermost = rule.pattern.position(0);
-    if (outermost.args.empty() || outermost.commutative) return true;
-    if (node_first_arg.num_args != outermost.args.size()) return false;
-    const PatternPosition& first = rule.pattern.position(outermost.args[0]);
-    if (first.match_all) return true;
-    return node_first_arg.inner_candidate && Accepts(first, node_first_arg.op);
+  // The candidate carries these facts of its rule's pattern (MakeCandidate).
+  bool FirstArgMayMatch(const Candidate& candidate, const FirstArg& node_first_arg) const {
+    if (candidate.num_args < 0) return true;
+    if (node_first_arg.num_args != static_cast<size_t>(candidate.num_args)) return false;
+    if (candidate.num_alternatives < 0) return true;  // MatchAllNode
+    if (!node_first_arg.inner_candidate) return false;
+    if (candidate.num_alternatives > Candidate::kInlineAlternatives) {
+      const Pattern& pattern = matcher_.rules_[candidate.rule].pattern;
+      return Accepts(pattern.position(pattern.outermost().args[0]), node_first_arg.op);
+    }
+    for (int i = 0; i < candidate.num_alternatives; ++i) {
+      if (candidate.alternatives[i] == node_first_arg.op) return true;
+    }
+    return false;
   }
 
   // PatternPosition::Matches, inlined into the scan (the out-of-line call was 7 % of a
@@ -382,18 +391,27 @@ absl::StatusOr<PatternMatcher> PatternMatcher::Create(std::vector<FusionRule> ru
     for (uint32_t id = 0; id <= max_id; ++id) {
       matcher.offsets_[k][id + 1] += matcher.offsets_[k][id];
     }
-    for (const auto& e : entries[k]) matcher.candidates_[k].push_back(e.second);
+    for (const auto& e : entries[k]) {
+      matcher.candidates_[k].push_back(MakeCandidate(matcher.rules_, e.second));
+    }
   }
   return matcher;
 }
 
-std::pair<const int*, const int*> PatternMatcher::Candidates(OpKind op, Symbol key) const {
-  const int k = static_cast<int>(op) & 7;
-  const std::vector<uint32_t>& offsets = offsets_[k];
-  const uint32_t id = key.id();
-  if (key.empty() || static_cast<size_t>(id) + 1 >= offsets.size()) return {nullptr, nullptr};
-  const int* base = candidates_[k].data();
-  return {base + offsets[id], base + offsets[id + 1]};
+PatternMatcher::Candidate PatternMatcher::MakeCandidate(const std::vector<FusionRule>& rules,
+                                                        int rule) {
+  Candidate c{rule, -1, -1, {}};
+  const Pattern& pattern = rules[rule].pattern;
+  const PatternPosition& outermost = pattern.outermost();
+  if (outermost.args.empty() || outermost.commutative) return c;
+  c.num_args = static_cast<int16_t>(outermost.args.size());  // <= Pattern::kMaxPositions
+  const PatternPosition& first = pattern.position(outermost.args[0]);
+  if (first.match_all) return c;
+  c.num_alternatives = static_cast<int16_t>(first.alternatives.size());
+  for (int i = 0; i < c.num_alternatives && i < Candidate::kInlineAlternatives; ++i) {
+    c.alternatives[i] = first.alternatives[i];
+  }
+  return c;
 }
 
 std::vector<PatternMatch> PatternMatcher::FindMatches(const GraphModule& gm) const {

@@ -104,15 +104,38 @@ class PatternMatcher {
   class Scan;
 
   PatternMatcher() = default;
-  // Candidate rule indices for a node of kind `op` whose key (target, or module type for
-  // call_module) is `key`; empty if none.
-  std::pair<const int*, const int*> Candidates(OpKind op, Symbol key) const;
+  // One rule to try at a node, with what the scan needs to rule it out from the node's
+  // first arg without entering the pattern (Scan::FirstArgMayMatch), copied out of the
+  // rule's pattern so that deciding reads one small record.
+  struct Candidate {
+    static constexpr int kInlineAlternatives = 3;  // add, mul and relu have 3
+    int rule;  // index into rules_
+    // The arg count the outermost op's pattern args require, or -1 when the pre-check does
+    // not apply (no pattern args, or a commutative op).
+    int16_t num_args;
+    // The outermost op's first pattern arg: -1 if it is a MatchAllNode; else how many
+    // alternatives it accepts, the first kInlineAlternatives of them in `alternatives`.
+    int16_t num_alternatives;
+    OpRef alternatives[kInlineAlternatives];
+  };
+
+  // Candidate rules for a node of kind `op` whose key (target, or module type for
+  // call_module) is `key`, in trial order; empty if none.
+  std::pair<const Candidate*, const Candidate*> Candidates(OpKind op, Symbol key) const {
+    const int k = static_cast<int>(op) & 7;
+    const std::vector<uint32_t>& offsets = offsets_[k];
+    const uint32_t id = key.id();
+    if (key.empty() || static_cast<size_t>(id) + 1 >= offsets.size()) return {nullptr, nullptr};
+    const Candidate* base = candidates_[k].data();
+    return {base + offsets[id], base + offsets[id + 1]};
+  }
+  static Candidate MakeCandidate(const std::vector<FusionRule>& rules, int rule);
 
   std::vector<FusionRule> rules_;
-  // Per op kind: offsets_[op][id] .. offsets_[op][id + 1] delimit the rule indices in
+  // Per op kind: offsets_[op][id] .. offsets_[op][id + 1] delimit the candidates in
   // candidates_[op] for symbol id `id`, in trial order.
   std::vector<uint32_t> offsets_[8];
-  std::vector<int> candidates_[8];
+  std::vector<Candidate> candidates_[8];
   // By rule index: PatternMayBindANodeTwice(rule.pattern), so the scan checks difference
   // (e) only where a match can break it.
   std::vector<char> check_distinct_;

@@ -277,6 +277,31 @@ TEST(PatternMayBindANodeTwiceTest, OnlyPatternsWithATwoArgPosition) {
   EXPECT_TRUE(may_bind_twice("(mul, MatchAllNode, MatchAllNode)"));
 }
 
+// The scan rules a candidate out from the node's first arg using a copy of the pattern's
+// first-arg alternatives (3 kept inline); a position with more takes the pattern's own
+// list. Both must match exactly what the pattern accepts.
+TEST_F(MatcherTest, FirstArgWithManyAlternativesMatchesEachOfThem) {
+  FusionRule rule = Rule("relu_addish", "(ReLU, (add, MatchAllNode, MatchAllNode))");
+  std::vector<PatternPosition> positions = rule.pattern.positions();
+  ASSERT_EQ(positions[1].alternatives.size(), 3u);  // operator.add, torch.add, .add
+  positions[1].alternatives.push_back({OpKind::kCallMethod, Symbol::Intern("add_")});
+  absl::StatusOr<Pattern> four = Pattern::FromPositions(positions);
+  ASSERT_TRUE(four.ok()) << four.status();
+  rule.pattern = *four;
+  Node* y = Must(graph().AddPlaceholder("y"));
+  Node* in_place = Must(graph().AddCallMethod("add_", {x_, y}, {}, "add_inplace"));
+  Node* relu1 = Relu(in_place, "relu1");
+  Node* torch_add = Must(graph().AddCallFunction("torch.add", {relu1, y}, {}, "torch_add"));
+  Node* relu2 = Relu(torch_add, "relu2");
+  Node* sub = Must(graph().AddCallFunction("torch.sub", {relu2, y}, {}, "sub"));
+  Must(graph().SetOutput(Relu(sub, "relu3")));
+  ASSERT_TRUE(gm_.Verify().ok());
+  const std::vector<PatternMatch> matches = Find({rule});
+  ASSERT_EQ(matches.size(), 2u);  // from the output backwards; relu3(sub) does not match
+  EXPECT_EQ(BoundNames(matches[0]), (Names{"relu2", "torch_add", "relu1", "y"}));
+  EXPECT_EQ(BoundNames(matches[1]), (Names{"relu1", "add_inplace", "x", "y"}));
+}
+
 TEST_F(MatcherTest, PatternArgsRequireTheExactArgCount) {
   Node* y = Must(graph().AddPlaceholder("y"));
   Node* cat = Must(graph().AddCallFunction("torch.cat", {Argument::List({x_, y})}, {}, "cat"));
