@@ -46,6 +46,12 @@ inline int64_t NearbyIntToInt64(float x) {
 #if defined(__SSE2__)
   if (std::fabs(x) < 0x1p30f) return _mm_cvtss_si32(_mm_set_ss(x));
 #endif
+  // Converting NaN or a value past int64 is undefined behaviour (UBSan finding of
+  // pass_pipeline_fuzz): NaN gives 0 (so the weight becomes its zero point, as
+  // runtime/quantized's QuantizeValue does) and huge values saturate, so they clamp to
+  // qmin / qmax.
+  if (std::isnan(x)) return 0;
+  if (!(std::fabs(x) < 0x1p61f)) return x > 0 ? (int64_t{1} << 61) : -(int64_t{1} << 61);
   return static_cast<int64_t>(std::nearbyint(x));
 }
 

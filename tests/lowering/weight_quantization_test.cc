@@ -6,6 +6,7 @@
 // are undefined behaviour in PyTorch's quantize_val too, so they are not asserted.)
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -140,6 +141,20 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{5, 7}, true, 0, DType::kQUInt8},
                       Case{{5, 7}, false, 0, DType::kQUInt8},
                       Case{{3, 4, 2, 2}, true, 1, DType::kQUInt8}));
+
+// Non-finite and huge weights (undefined behaviour in a plain int64 conversion): NaN
+// becomes the zero point, +inf / huge the top of the range, -inf / -huge the bottom.
+TEST(WeightQuantizationTest, NonFiniteWeightsSaturate) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> w = {std::numeric_limits<float>::quiet_NaN(), inf, -inf, 1e30f,
+                                -1e30f, 0.3f};
+  auto reference = ReferenceWeighted(w, {6}, false, 0, {0.1f}, {5}, DType::kQInt8);
+  auto native = BuildNativeWeightedModule("nnq.Linear", *reference,
+                                          OutputQParams{1.0, 0, DType::kQUInt8});
+  ASSERT_TRUE(native.ok()) << native.status();
+  EXPECT_EQ(StoredValues(*(*native)->FindTensor("weight")),
+            (std::vector<int64_t>{5, 127, -128, 127, -128, 8}));
+}
 
 // A hand-computed case, independent of the reference function above: scale 0.1 (its
 // float reciprocal is 10.0f exactly after rounding), zero point 0.
