@@ -697,6 +697,26 @@ std::vector<NamedFunctionKernel> FunctionKernels() {
     }
     return Hardtanh(x, static_cast<float>(lo), static_cast<float>(hi));
   });
+  // torch.clamp(input, min=None, max=None) / Tensor.clamp: number bounds; PyTorch refuses
+  // two None bounds, and so do we.
+  auto clamp = UnaryFunction([](const Tensor& x, const ArgReader& r) -> absl::StatusOr<Tensor> {
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(3));
+    std::optional<float> bounds[2];
+    const char* names[2] = {"min", "max"};
+    for (int i = 0; i < 2; ++i) {
+      const Value* v = r.Find(1 + i, names[i]);
+      if (v == nullptr || v->is_none()) continue;
+      if (!v->is_number()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "clamp: '", names[i], "' must be a number or None (tensor bounds are not supported)"));
+      }
+      bounds[i] = static_cast<float>(v->as_float());
+    }
+    if (!bounds[0].has_value() && !bounds[1].has_value()) {
+      return absl::InvalidArgumentError("clamp: at least one of 'min' or 'max' must not be None");
+    }
+    return Clamp(x, bounds[0], bounds[1]);
+  });
   auto hardswish = UnaryFunction([](const Tensor& x, const ArgReader&) -> absl::StatusOr<Tensor> {
     return Hardswish(x);
   });
@@ -757,6 +777,10 @@ std::vector<NamedFunctionKernel> FunctionKernels() {
       {kMethod, "relu", relu},
       {kFunction, "torch.nn.functional.relu6", relu6},
       {kFunction, "torch.nn.functional.hardtanh", hardtanh},
+      // In place is out of place here: the interpreter's values are never aliased.
+      {kFunction, "torch.nn.functional.hardtanh_", hardtanh},
+      {kFunction, "torch.clamp", clamp},
+      {kMethod, "clamp", clamp},
       {kFunction, "torch.nn.functional.hardswish", hardswish},
       {kFunction, "torch.nn.functional.hardsigmoid", hardsigmoid},
       {kFunction, "torch.sigmoid", sigmoid},

@@ -157,6 +157,16 @@ Tensor Hardtanh(const Tensor& x, float min_val, float max_val) {
   return MapFloats(x, [=](float v) { return v < min_val ? min_val : (v > max_val ? max_val : v); });
 }
 
+Tensor Clamp(const Tensor& x, std::optional<float> min_val, std::optional<float> max_val) {
+  const float lo = min_val.value_or(-std::numeric_limits<float>::infinity());
+  const float hi = max_val.value_or(std::numeric_limits<float>::infinity());
+  return MapFloats(x, [=](float v) {
+    if (std::isnan(v)) return v;
+    const float at_least_lo = v < lo ? lo : v;
+    return at_least_lo > hi ? hi : at_least_lo;
+  });
+}
+
 Tensor Hardswish(const Tensor& x) {
   return MapFloats(x, [](float v) { return v * std::min(std::max(v + 3.0f, 0.0f), 6.0f) / 6.0f; });
 }

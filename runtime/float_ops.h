@@ -7,6 +7,7 @@
 #define FUSELAGE_RUNTIME_FLOAT_OPS_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,6 +25,9 @@ absl::StatusOr<int64_t> NormalizeDim(int64_t dim, int64_t rank);
 // ---- Elementwise ------------------------------------------------------------------
 Tensor Relu(const Tensor& x);
 Tensor Hardtanh(const Tensor& x, float min_val, float max_val);
+// torch.clamp: max then min, so min > max gives max everywhere, as PyTorch; NaN stays NaN.
+// An absent bound does not clamp.
+Tensor Clamp(const Tensor& x, std::optional<float> min_val, std::optional<float> max_val);
 Tensor Hardswish(const Tensor& x);    // x * relu6(x + 3) / 6
 Tensor Hardsigmoid(const Tensor& x);  // relu6(x + 3) / 6
 Tensor Sigmoid(const Tensor& x);

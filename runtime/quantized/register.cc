@@ -10,6 +10,7 @@
 #include "graph/module.h"
 #include "graph/status_macros.h"
 #include "runtime/kernel_args.h"
+#include "runtime/quantized/clamp.h"
 #include "runtime/quantized/conv.h"
 #include "runtime/quantized/elementwise.h"
 #include "runtime/quantized/linear.h"
@@ -704,6 +705,8 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
   }
   RETURN_IF_ERROR(registry.RegisterQuantizedFunctionOverload(OpKind::kCallMethod,
                                                              Symbol::Intern("relu"), relu));
+  // torch.clamp, Tensor.clamp, F.hardtanh_: what lowering leaves on quantized tensors.
+  RETURN_IF_ERROR(RegisterQuantizedClampKernels(registry));
   return absl::OkStatus();
 }
 

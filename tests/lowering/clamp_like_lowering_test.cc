@@ -117,7 +117,6 @@ TEST_P(ClampLikeLoweringTest, RunsOnTheQuantizedTensorLikePyTorch) {
 
     auto kernels = BuiltinKernels();
     ASSERT_TRUE(kernels.ok()) << kernels.status();
-    ASSERT_TRUE(RegisterQuantizedClampKernels(**kernels).ok());
     auto out = fuselage::Run(*r.gm, {Value(Tensor::FromFloats({10}, kInput))}, **kernels);
     ASSERT_TRUE(out.ok()) << out.status();
     ASSERT_EQ(out->size(), 1u);

@@ -3,6 +3,7 @@
 // the node. Numerics against PyTorch are in float_golden_test.
 #include "runtime/float_kernels.h"
 
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -52,6 +53,44 @@ TEST_F(FloatKernelsTest, ViewWithSizeArithmetic) {
   auto out = RunGraph(gm, {Tensor::FromFloats({2, 3, 4}, data)});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->as_tensor().shape(), (std::vector<int64_t>{4, 6}));
+}
+
+TEST_F(FloatKernelsTest, ClampLikeOpsFollowPyTorch) {
+  // Expected values by hand, from torch.clamp's definition min(max(x, lo), hi): a NaN
+  // stays NaN; min > max gives max everywhere; one bound alone clamps one side.
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* both = *g.AddCallFunction("torch.clamp", {x, Argument::Float(-1.0), Argument::Float(2.0)});
+  Node* only_min = *g.AddCallMethod("clamp", {x}, {{Symbol::Intern("min"), Argument::Float(0.5)}});
+  Node* crossed = *g.AddCallFunction("torch.clamp", {x, Argument::Float(3.0), Argument::Float(1.0)});
+  Node* hardtanh_ = *g.AddCallFunction("torch.nn.functional.hardtanh_", {x});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({both, only_min, crossed, hardtanh_})).ok());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto out = RunGraph(gm, {Tensor::FromFloats({5}, {-3.0f, -0.25f, 1.5f, 7.0f, nan})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  using ::testing::IsNan;
+  using ::testing::FloatEq;
+  EXPECT_THAT(Floats(out->items()[0]),
+              ElementsAre(FloatEq(-1.0f), FloatEq(-0.25f), FloatEq(1.5f), FloatEq(2.0f), IsNan()));
+  EXPECT_THAT(Floats(out->items()[1]),
+              ElementsAre(FloatEq(0.5f), FloatEq(0.5f), FloatEq(1.5f), FloatEq(7.0f), IsNan()));
+  EXPECT_THAT(Floats(out->items()[2]),
+              ElementsAre(FloatEq(1.0f), FloatEq(1.0f), FloatEq(1.0f), FloatEq(1.0f), IsNan()));
+  EXPECT_THAT(Floats(out->items()[3]),
+              ElementsAre(FloatEq(-1.0f), FloatEq(-0.25f), FloatEq(1.0f), FloatEq(1.0f), IsNan()));
+}
+
+TEST_F(FloatKernelsTest, ClampWithoutBoundsIsAnError) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* clamp = *g.AddCallFunction("torch.clamp", {x, Argument::None()});
+  ASSERT_TRUE(g.SetOutput(clamp).ok());
+  auto out = RunGraph(gm, {Tensor::FromFloats({1}, {1.0f})});
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("at least one of 'min' or 'max'"));
+  EXPECT_THAT(out.status().message(), HasSubstr("clamp"));
 }
 
 TEST_F(FloatKernelsTest, ScalarArithmeticFollowsPython) {
