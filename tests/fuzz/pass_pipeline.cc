@@ -95,7 +95,7 @@ const BuiltinSetup& SetupFor(uint8_t choice) {
     for (const std::string& name : BuiltinBackendConfigNames()) {
       absl::StatusOr<BackendConfig> config = GetBackendConfig(name);
       FUZZ_CHECK(config.ok(), config.status().ToString());
-      auto setup = std::make_unique<BuiltinSetup>(BuiltinSetup{name, *std::move(config), {}, {}});
+      auto setup = std::make_unique<BuiltinSetup>(BuiltinSetup{name, *std::move(config), {}, {}, {}});
       absl::StatusOr<PatternMatcher> matcher = BuildFusionMatcher(setup->config);
       FUZZ_CHECK(matcher.ok(), absl::StrCat("built-in config '", name, "' gives no matcher: ",
                                             matcher.status().ToString()));
