@@ -167,8 +167,17 @@ std::vector<float> Histc(const Tensor& x, int64_t bins, double min, double max) 
   for (int64_t i = 0; i < x.numel(); ++i) {
     const float elt = data[i];
     if (!(elt >= left_f && elt <= right_f)) continue;
-    int64_t pos =
-        static_cast<int64_t>((elt - left_f) * static_cast<float>(bins) / (right_f - left_f));
+    // PyTorch's float32 formula (multiply first), bit for bit. With a range wider than
+    // FLT_MAX / bins the product overflows to inf, which PyTorch converts to an integer
+    // (undefined behaviour; found by pass_pipeline_fuzz): there the bin is computed in
+    // double, where nothing overflows, and clamped to the last bin.
+    const float pos_f = (elt - left_f) * static_cast<float>(bins) / (right_f - left_f);
+    const double pos_d =
+        std::isfinite(pos_f)
+            ? pos_f
+            : (static_cast<double>(elt) - left_f) * static_cast<double>(bins) /
+                  (static_cast<double>(right_f) - left_f);
+    int64_t pos = pos_d < static_cast<double>(bins) ? static_cast<int64_t>(pos_d) : bins;
     if (pos == bins) pos -= 1;
     hist[static_cast<size_t>(pos)] += 1.0f;
   }

@@ -194,6 +194,33 @@ TEST(ObserversTest, NonFiniteRangesAreErrorsNotUndefinedBehaviour) {
       << qparams.status();
 }
 
+// Found by pass_pipeline_fuzz: a finite range wider than FLT_MAX / bins made histc's
+// float product (elt - min) * bins overflow to inf before the division, and inf was
+// converted to a bin index. The bins are now computed in double there. Expected by hand:
+// [-1e36, 1e36] in 2048 bins of width ~9.8e32: -1e36 is bin 0, 0 is bin 1024, 1e36 the
+// last bin (the right edge belongs to it).
+TEST(ObserversTest, HistogramOfARangeWiderThanFloatMaxOverBinsStaysInRange) {
+  ObserverSpec spec;
+  spec.kind = ObserverKind::kHistogram;
+  auto observer = MakeObserver(spec);
+  ASSERT_TRUE(observer.ok());
+  const absl::Status st =
+      (*observer)->Update(Tensor::FromFloats({3}, {-1e36f, 0.0f, 1e36f}));
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ((*observer)->min_val(), std::vector<float>{-1e36f});
+  EXPECT_EQ((*observer)->max_val(), std::vector<float>{1e36f});
+  auto* histogram = dynamic_cast<HistogramObserver*>(observer->get());
+  ASSERT_NE(histogram, nullptr);
+  const std::vector<float>& bins = histogram->histogram();
+  ASSERT_EQ(bins.size(), 2048u);
+  EXPECT_EQ(bins[0], 1.0f);
+  EXPECT_EQ(bins[1024], 1.0f);
+  EXPECT_EQ(bins[2047], 1.0f);
+  float total = 0;
+  for (float b : bins) total += b;
+  EXPECT_EQ(total, 3.0f);
+}
+
 TEST(ObserversTest, UnobservedReturnsPyTorchDefaults) {
   for (const ObserverSpec& spec : {DefaultWeightObserver(), DefaultPerChannelWeightObserver()}) {
     auto observer = MakeObserver(spec);
