@@ -12,6 +12,9 @@
 #                               same inputs every time, so CI is reproducible; use 0 for a
 #                               random seed in long development runs)
 #        FUSELAGE_CLANG_OUTPUT_BASE  Bazel output base of the clang builds
+#        FUSELAGE_FUZZ_FLAGS    extra libFuzzer flags, e.g. "-fork=1 -ignore_crashes=1" for
+#                               a long run that keeps going past a known finding (each
+#                               crash is still saved under artifacts/ and fails the run)
 #
 # The clang builds use their own Bazel output base (and server), so they never evict the
 # gcc build everyone else uses.
@@ -26,6 +29,7 @@ bazel_clang=(bazel "--output_base=${output_base}")
 workdir="${FUSELAGE_FUZZ_WORKDIR:-$(mktemp -d /tmp/fuselage-fuzz.XXXXXX)}"
 jobs="${FUSELAGE_FUZZ_JOBS:-1}"
 seed="${FUSELAGE_FUZZ_SEED:-1}"
+read -r -a extra_flags <<<"${FUSELAGE_FUZZ_FLAGS:-}"
 
 if [[ $# -gt 0 ]]; then
   targets=("$@")
@@ -53,7 +57,9 @@ run_target() {
   nice -n 19 "${bin_dir}/tests/fuzz/${target}" \
     -max_total_time="${seconds}" -seed="${seed}" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
     -max_len=16384 -print_final_stats=1 -artifact_prefix="${dir}/artifacts/" \
-    "${dir}/corpus" "tests/fuzz/corpus/${target}" >"${log}" 2>&1 || status=$?
+    ${extra_flags[@]+"${extra_flags[@]}"} "${dir}/corpus" "tests/fuzz/corpus/${target}" >"${log}" 2>&1 || status=$?
+  # With -ignore_crashes libFuzzer may exit 0 after saving crashes: a saved crash fails.
+  if [[ ${status} -eq 0 && -n "$(ls -A "${dir}/artifacts")" ]]; then status=1; fi
   local execs cov ft units
   execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "${log}" | grep -o '[0-9]*$' || true)"
   cov="$(grep -o 'cov: [0-9]*' "${log}" | tail -1 | grep -o '[0-9]*' || true)"
