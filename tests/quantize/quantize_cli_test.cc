@@ -1,7 +1,5 @@
 // The `quantize`, `lower` and `run` subcommands, called as the CLI calls them, on the
 // residual example with the example config and the committed calibration inputs.
-#include <cstdlib>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -9,6 +7,7 @@
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
 #include "runtime/npy.h"
+#include "tests/tools/run_cli.h"
 #include "tools/cmd_quantize.h"
 #include "tools/cmd_run.h"
 
@@ -18,11 +17,6 @@ namespace {
 constexpr char kModel[] = "tools/examples/residual.textproto";
 constexpr char kConfig[] = "--config=backend_configs/examples/conv_bn_add_relu.textproto";
 
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
-}
-
 std::string Calibration() {
   std::string files;
   for (int i = 0; i < 8; ++i) {
@@ -30,17 +24,6 @@ std::string Calibration() {
                     i, ".npy");
   }
   return absl::StrCat("--calibration=", files);
-}
-
-struct Result {
-  absl::Status status;
-  std::string out;
-};
-Result Invoke(const Command& command, std::vector<std::string> args) {
-  std::ostringstream out;
-  CommandContext context{out, ""};
-  absl::Status status = command.run(args, context);
-  return {status, out.str()};
 }
 
 int CountModules(const GraphModule& gm, absl::string_view type) {
@@ -54,8 +37,8 @@ int CountModules(const GraphModule& gm, absl::string_view type) {
 
 TEST(QuantizeCliTest, QuantizeThenRun) {
   const std::string q = TempPath("q.fsl");
-  Result r = Invoke(QuantizeCommand(),
-                        {kModel, "--backend=qnnpack", kConfig, Calibration(), "-o", q});
+  CommandResult r = InvokeCommand(QuantizeCommand(),
+                                  {kModel, "--backend=qnnpack", kConfig, Calibration(), "-o", q});
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_NE(r.out.find("0 ops kept float"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("conv-add-relu2d: 1"), std::string::npos) << r.out;
@@ -65,8 +48,8 @@ TEST(QuantizeCliTest, QuantizeThenRun) {
   EXPECT_EQ(CountModules(**gm, "nniq.ConvAddReLU2d"), 1);
 
   const std::string y = TempPath("y.npy");
-  r = Invoke(RunCommand(), {q, "--input=tests/quantize/testdata/residual_test_input.npy",
-                                absl::StrCat("--output=", y)});
+  r = InvokeCommand(RunCommand(), {q, "--input=tests/quantize/testdata/residual_test_input.npy",
+                                   absl::StrCat("--output=", y)});
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(r.out, "output 0: torch.float32 [16, 4, 8, 8]\n");
   auto out = ReadNpy(y);
@@ -79,37 +62,37 @@ TEST(QuantizeCliTest, ReferenceThenLowerEqualsQuantize) {
   const std::string ref = TempPath("ref.fsl");
   const std::string lowered = TempPath("lowered.fsl");
   const std::string direct = TempPath("direct.fsl");
-  Result r = Invoke(QuantizeCommand(), {kModel, "--backend=qnnpack", kConfig,
-                                            Calibration(), "--reference", "-o", ref});
+  CommandResult r = InvokeCommand(QuantizeCommand(), {kModel, "--backend=qnnpack", kConfig,
+                                                      Calibration(), "--reference", "-o", ref});
   ASSERT_TRUE(r.status.ok()) << r.status;
   auto reference = LoadModel(ref);
   ASSERT_TRUE(reference.ok()) << reference.status();
   EXPECT_EQ(CountModules(**reference, "nni.ConvAddReLU2d"), 1);
   EXPECT_EQ((*reference)->FindModule("conv.0")->type().name(), "nnqr.Conv2d");
 
-  r = Invoke(LowerCommand(), {ref, "--backend=qnnpack", kConfig, "-o", lowered});
+  r = InvokeCommand(LowerCommand(), {ref, "--backend=qnnpack", kConfig, "-o", lowered});
   ASSERT_TRUE(r.status.ok()) << r.status;
-  r = Invoke(QuantizeCommand(),
-                 {kModel, "--backend=qnnpack", kConfig, Calibration(), "-o", direct});
+  r = InvokeCommand(QuantizeCommand(),
+                    {kModel, "--backend=qnnpack", kConfig, Calibration(), "-o", direct});
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(SerializeModel(**LoadModel(lowered)), SerializeModel(**LoadModel(direct)));
 }
 
 TEST(QuantizeCliTest, MistakesAreReported) {
   const std::string q = TempPath("bad.fsl");
-  Result r = Invoke(QuantizeCommand(), {kModel, Calibration(), "-o", q});
+  CommandResult r = InvokeCommand(QuantizeCommand(), {kModel, Calibration(), "-o", q});
   EXPECT_TRUE(IsUsageError(r.status)) << r.status;
   EXPECT_NE(r.status.message().find("--backend"), std::string::npos);
-  r = Invoke(QuantizeCommand(), {kModel, "--backend=qnnpack"});
+  r = InvokeCommand(QuantizeCommand(), {kModel, "--backend=qnnpack"});
   EXPECT_TRUE(IsUsageError(r.status)) << r.status;
   // No calibration files and no recorded input shape.
-  r = Invoke(QuantizeCommand(), {kModel, "--backend=qnnpack", "-o", q});
+  r = InvokeCommand(QuantizeCommand(), {kModel, "--backend=qnnpack", "-o", q});
   EXPECT_EQ(r.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status.message().find("placeholder 'x'"), std::string::npos) << r.status;
-  r = Invoke(QuantizeCommand(), {kModel, "--backend=qnnpack", "--samples=0",
-                                     "--input-shape=1,4,8,8", "-o", q});
+  r = InvokeCommand(QuantizeCommand(),
+                    {kModel, "--backend=qnnpack", "--samples=0", "--input-shape=1,4,8,8", "-o", q});
   EXPECT_TRUE(IsUsageError(r.status)) << r.status;
-  r = Invoke(RunCommand(), {kModel, "--input=a.npy,b.npy"});
+  r = InvokeCommand(RunCommand(), {kModel, "--input=a.npy,b.npy"});
   EXPECT_TRUE(IsUsageError(r.status)) << r.status;
 }
 

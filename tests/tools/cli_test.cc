@@ -3,9 +3,6 @@
 #include "tools/cli.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
-#include "tools/all_commands.h"
+#include "tests/tools/run_cli.h"
 
 namespace fuselage {
 namespace {
@@ -24,46 +21,22 @@ using ::testing::StartsWith;
 
 constexpr char kExample[] = "tools/examples/residual.textproto";
 
-struct Result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Result RunFuselage(std::vector<std::string> args, const std::string& working_directory = "") {
-  std::ostringstream out, err;
-  const int code = RunCli(args, AllCommands(), working_directory, out, err);
-  return {code, out.str(), err.str()};
-}
-
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
 // One line: "fuselage: ...\n" and nothing else.
-void ExpectOneErrorLine(const Result& r) {
+void ExpectOneErrorLine(const CliResult& r) {
   EXPECT_THAT(r.err, StartsWith("fuselage: "));
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_EQ(r.err.back(), '\n');
 }
 
 TEST(CliTest, NoArgumentsPrintsUsageAndExits2) {
-  Result r = RunFuselage({});
+  CliResult r = RunFuselage({});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("usage: fuselage COMMAND"));
   EXPECT_TRUE(r.out.empty());
 }
 
 TEST(CliTest, HelpListsEveryCommand) {
-  Result r = RunFuselage({"help"});
+  CliResult r = RunFuselage({"help"});
   EXPECT_EQ(r.code, 0);
   for (const char* usage : {"demo [--seed N]", "print MODEL", "dot MODEL [-o FILE]", "verify MODEL"}) {
     EXPECT_THAT(r.out, HasSubstr(usage));
@@ -72,18 +45,18 @@ TEST(CliTest, HelpListsEveryCommand) {
 }
 
 TEST(CliTest, UnknownCommandIsAUsageError) {
-  Result r = RunFuselage({"frobnicate"});
+  CliResult r = RunFuselage({"frobnicate"});
   EXPECT_EQ(r.code, 2);
   ExpectOneErrorLine(r);
   EXPECT_THAT(r.err, HasSubstr("unknown command 'frobnicate'"));
 }
 
 TEST(CliTest, PrintMatchesTorchFxCode) {
-  Result r = RunFuselage({"print", kExample});
+  CliResult r = RunFuselage({"print", kExample});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out, ReadAll("tests/graph/testdata/fx_code_residual.txt"));
+  EXPECT_EQ(r.out, FileContents("tests/graph/testdata/fx_code_residual.txt"));
   EXPECT_TRUE(r.err.empty());
-  Result readable = RunFuselage({"print", "--readable", kExample});
+  CliResult readable = RunFuselage({"print", "--readable", kExample});
   EXPECT_EQ(readable.code, 0);
   EXPECT_THAT(readable.out, HasSubstr("        conv = self.conv(x)  # nn.Conv2d\n"));
 }
@@ -97,7 +70,7 @@ TEST(CliTest, UsageMistakesExit2WithOneLine) {
                                              {"verify"},
                                              {"demo", "--seed", "minus-one"},
                                              {"demo", "extra"}}) {
-    Result r = RunFuselage(args);
+    CliResult r = RunFuselage(args);
     EXPECT_EQ(r.code, 2) << args[0];
     ExpectOneErrorLine(r);
   }
@@ -117,35 +90,35 @@ TEST(CliTest, BadModelFileExits1WithOneLineNamingTheProblem) {
                         "root { type: \"GraphModule\" }\n")
                   .ok());
   for (const char* command : {"print", "verify", "dot"}) {
-    Result r = RunFuselage({command, path});
+    CliResult r = RunFuselage({command, path});
     EXPECT_EQ(r.code, 1) << command;
     ExpectOneErrorLine(r);
     EXPECT_THAT(r.err, HasSubstr("node 'r' args[0]"));
     EXPECT_THAT(r.err, HasSubstr("'ghost'"));
     EXPECT_TRUE(r.out.empty());
   }
-  Result missing = RunFuselage({"verify", "/nonexistent/model.pb"});
+  CliResult missing = RunFuselage({"verify", "/nonexistent/model.pb"});
   EXPECT_EQ(missing.code, 1);
   ExpectOneErrorLine(missing);
   EXPECT_THAT(missing.err, HasSubstr("/nonexistent/model.pb"));
 }
 
 TEST(CliTest, VerifySummarizesAValidModel) {
-  Result r = RunFuselage({"verify", kExample});
+  CliResult r = RunFuselage({"verify", kExample});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, absl::StrCat(kExample, ": ok (7 nodes, 4 modules, 6 tensors)\n"));
 }
 
 TEST(CliTest, DotWritesTheFileOrStdout) {
   const std::string path = absl::StrCat(TempDir(), "/residual.dot");
-  Result r = RunFuselage({"dot", kExample, "-o", path});
+  CliResult r = RunFuselage({"dot", kExample, "-o", path});
   EXPECT_EQ(r.code, 0) << r.err;
-  const std::string dot = ReadAll(path);
+  const std::string dot = FileContents(path);
   EXPECT_THAT(dot, StartsWith("digraph GraphModule {\n"));
   EXPECT_THAT(dot, HasSubstr("\"bn\" -> \"add\";"));
   EXPECT_THAT(dot, HasSubstr("type: nn.BatchNorm2d"));
   EXPECT_EQ(RunFuselage({"dot", kExample}).out, dot);
-  Result unwritable = RunFuselage({"dot", kExample, "-o", "/nonexistent/dir/g.dot"});
+  CliResult unwritable = RunFuselage({"dot", kExample, "-o", "/nonexistent/dir/g.dot"});
   EXPECT_EQ(unwritable.code, 1);
   ExpectOneErrorLine(unwritable);
 }
@@ -153,13 +126,13 @@ TEST(CliTest, DotWritesTheFileOrStdout) {
 TEST(CliTest, RelativePathsResolveAgainstTheWorkingDirectory) {
   const std::string dir = TempDir();
   ASSERT_EQ(RunFuselage({"demo", "--write-example", "copy.textproto"}, dir).code, 0);
-  Result r = RunFuselage({"verify", "copy.textproto"}, dir);
+  CliResult r = RunFuselage({"verify", "copy.textproto"}, dir);
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(ReadAll(absl::StrCat(dir, "/copy.textproto")), ReadAll(kExample));
+  EXPECT_EQ(FileContents(absl::StrCat(dir, "/copy.textproto")), FileContents(kExample));
 }
 
 TEST(CliTest, DemoLoadsVerifiesAndPrints) {
-  Result r = RunFuselage({"demo"});
+  CliResult r = RunFuselage({"demo"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("[1/3] load"));
   EXPECT_THAT(r.out, HasSubstr("[2/3] verify: ok (7 nodes)"));

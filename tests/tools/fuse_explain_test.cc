@@ -15,8 +15,6 @@
 //    not tried (0 partial matches) and conv, bn, add, relu become one nni.ConvAddReLU2d
 //    taking (x, identity): 7 nodes -> 4 (x, identity, conv, output).
 #include <cstdio>
-#include <cstdlib>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,8 +22,7 @@
 #include "gmock/gmock.h"
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
-#include "tools/all_commands.h"
-#include "tools/cli.h"
+#include "tests/tools/run_cli.h"
 
 namespace fuselage {
 namespace {
@@ -36,23 +33,6 @@ using ::testing::StartsWith;
 
 constexpr char kExample[] = "tools/examples/residual.textproto";
 constexpr char kResidualConfig[] = "backend_configs/examples/conv_bn_add_relu.textproto";
-
-struct Result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Result RunFuselage(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  const int code = RunCli(args, AllCommands(), "", out, err);
-  return {code, out.str(), err.str()};
-}
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
 
 bool FileExists(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "r");
@@ -67,7 +47,7 @@ std::vector<std::string> Lines(const std::string& text) {
 
 TEST(FuseCommandTest, NativeFoldsConvBnAndKeepsAddRelu) {
   const std::string out_path = TempPath("native.fsl");
-  Result r = RunFuselage({"fuse", kExample, "--backend=native", "-o", out_path});
+  CliResult r = RunFuselage({"fuse", kExample, "--backend=native", "-o", out_path});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "fused 1 match ((nn.BatchNorm2d, nn.Conv2d): 1) with backend native: 7 -> 6 "
                    "nodes; wrote " + out_path + "\n");
@@ -89,7 +69,7 @@ TEST(FuseCommandTest, NativeFoldsConvBnAndKeepsAddRelu) {
 
 TEST(FuseCommandTest, ConfigFileFusesTheWholeResidualTail) {
   const std::string out_path = TempPath("residual.fsl");
-  Result r = RunFuselage({"fuse", kExample, "--config", kResidualConfig, "-o", out_path});
+  CliResult r = RunFuselage({"fuse", kExample, "--config", kResidualConfig, "-o", out_path});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("fused 1 match (conv_bn_add_relu: 1) with backend "
                                 "qnnpack_conv_bn_add_relu: 7 -> 4 nodes"));
@@ -109,15 +89,15 @@ TEST(FuseCommandTest, ConfigFileFusesTheWholeResidualTail) {
 }
 
 TEST(FuseCommandTest, BackendMatchingTheConfigsBaseIsAccepted) {
-  Result r = RunFuselage({"fuse", kExample, "--backend=qnnpack", "--config", kResidualConfig,
-                          "-o", TempPath("both.fsl")});
+  CliResult r = RunFuselage({"fuse", kExample, "--backend=qnnpack", "--config", kResidualConfig,
+                             "-o", TempPath("both.fsl")});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("conv_bn_add_relu: 1"));
 }
 
 TEST(FuseCommandTest, TimePrintsEveryStage) {
-  Result r = RunFuselage({"fuse", kExample, "--backend=native", "-o", TempPath("t.fsl"),
-                          "--time"});
+  CliResult r =
+      RunFuselage({"fuse", kExample, "--backend=native", "-o", TempPath("t.fsl"), "--time"});
   ASSERT_EQ(r.code, 0) << r.err;
   std::vector<std::string> stages;
   for (const std::string& line : Lines(r.out)) {
@@ -133,8 +113,8 @@ TEST(FuseCommandTest, TimePrintsEveryStage) {
 }
 
 TEST(FuseCommandTest, ProfileCountsAttemptsAndMatchesPerPattern) {
-  Result r = RunFuselage({"fuse", kExample, "--backend=native", "-o", TempPath("p.fsl"),
-                          "--profile"});
+  CliResult r =
+      RunFuselage({"fuse", kExample, "--backend=native", "-o", TempPath("p.fsl"), "--profile"});
   ASSERT_EQ(r.code, 0) << r.err;
   // Rows: pattern, attempts, matches, ms alone. Each pattern tried here was tried once.
   std::vector<std::string> tried;
@@ -161,7 +141,7 @@ TEST(FuseCommandTest, UsageMistakesExit2) {
            {"fuse", "--backend=native", "-o", TempPath("x.fsl")},      // no model
            {"fuse", kExample, "--backend=", "-o", TempPath("x.fsl")},  // empty name
            {"fuse", kExample, "--backend=native", "-o", TempPath("x.fsl"), "--fast"}}) {
-    Result r = RunFuselage(args);
+    CliResult r = RunFuselage(args);
     EXPECT_EQ(r.code, 2) << args.back() << ": " << r.err;
     EXPECT_THAT(r.err, StartsWith("fuselage: "));
   }
@@ -180,7 +160,7 @@ TEST(FuseCommandTest, BadInputExits1NamingItAndWritesNothing) {
            {{"fuse", kExample, "--config=no/such.textproto", "-o", out_path}, "no/such.textproto"},
            {{"fuse", kExample, "--backend=native", "--config", kResidualConfig, "-o", out_path},
             "extends backend 'qnnpack', not --backend=native"}}) {
-    Result r = RunFuselage(c.args);
+    CliResult r = RunFuselage(c.args);
     EXPECT_EQ(r.code, 1) << c.expected;
     EXPECT_THAT(r.err, StartsWith("fuselage: "));
     EXPECT_THAT(r.err, HasSubstr(c.expected));
@@ -189,7 +169,7 @@ TEST(FuseCommandTest, BadInputExits1NamingItAndWritesNothing) {
 }
 
 TEST(ExplainCommandTest, NativeSaysWhyEveryReluPatternFailsAtRelu) {
-  Result r = RunFuselage({"explain", kExample, "--backend=native"});
+  CliResult r = RunFuselage({"explain", kExample, "--backend=native"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("backend native, 7 nodes, 9 partial matches:\n"));
   EXPECT_THAT(r.out, HasSubstr("(nn.ReLU, (nn.BatchNorm2d, nn.Conv2d)) at relu: nn.ReLU → arg 0 "
@@ -211,7 +191,7 @@ TEST(ExplainCommandTest, NativeSaysWhyEveryReluPatternFailsAtRelu) {
 }
 
 TEST(ExplainCommandTest, ResidualConfigMatchesAndLeavesNothingPartial) {
-  Result r = RunFuselage({"explain", kExample, "--config", kResidualConfig});
+  CliResult r = RunFuselage({"explain", kExample, "--config", kResidualConfig});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("backend qnnpack_conv_bn_add_relu, 7 nodes, 0 partial "
                                 "matches:\nmatches per pattern:\n"));
@@ -220,7 +200,7 @@ TEST(ExplainCommandTest, ResidualConfigMatchesAndLeavesNothingPartial) {
 }
 
 TEST(ExplainCommandTest, DoesNotChangeTheModelAndRejectsMistakes) {
-  Result r = RunFuselage({"explain", kExample});
+  CliResult r = RunFuselage({"explain", kExample});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--backend=NAME or --config=FILE"));
   r = RunFuselage({"explain", "no/such/model.fsl", "--backend=native"});

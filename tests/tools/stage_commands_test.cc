@@ -14,8 +14,6 @@
 // into quantize_per_tensor + dequantize: 7 - 3 + 6 = 10 nodes. The stages run one by one
 // through files must give the same lowered model file, byte for byte, as `quantize`.
 #include <cstdio>
-#include <cstdlib>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,7 +23,7 @@
 #include "gmock/gmock.h"
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
-#include "tools/all_commands.h"
+#include "tests/tools/run_cli.h"
 #include "tools/cli.h"
 
 namespace fuselage {
@@ -36,29 +34,6 @@ using ::testing::HasSubstr;
 
 constexpr char kExample[] = "tools/examples/residual.textproto";
 constexpr char kResidualConfig[] = "backend_configs/examples/conv_bn_add_relu.textproto";
-
-struct Result {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Result RunFuselage(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  const int code = RunCli(args, AllCommands(), "", out, err);
-  return {code, out.str(), err.str()};
-}
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
-
-std::string Contents(const std::string& path) {
-  auto bytes = ReadFile(path, int64_t{1} << 30);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
-  return bytes.ok() ? *bytes : "";
-}
 
 // The steps of the `time <step> <ms> ms` lines, in order (the format
 // bench/compare_pytorch.py parses: `^time (\w+)\s+([0-9.]+) ms$`).
@@ -89,8 +64,8 @@ int CountCalls(const GraphModule& gm, absl::string_view module_type) {
 class StageCommandsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    Result r = RunFuselage({"fuse", kExample, "--config=" + std::string(kResidualConfig), "-o",
-                            fused_});
+    CliResult r =
+        RunFuselage({"fuse", kExample, "--config=" + std::string(kResidualConfig), "-o", fused_});
     ASSERT_EQ(r.code, 0) << r.err;
   }
   const std::string fused_ = TempPath("stages_fused.fsl");
@@ -100,8 +75,8 @@ class StageCommandsTest : public ::testing::Test {
 
 TEST_F(StageCommandsTest, StagesThroughFilesEqualTheQuantizeCommand) {
   const std::string prepared = TempPath("stages_prepared.fsl");
-  Result r = RunFuselage({"prepare", fused_, "--backend=qnnpack",
-                          "--config=" + std::string(kResidualConfig), "-o", prepared, "--time"});
+  CliResult r = RunFuselage({"prepare", fused_, "--backend=qnnpack",
+                             "--config=" + std::string(kResidualConfig), "-o", prepared, "--time"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("prepare: 2 ops quantized, 3 observer nodes, 2 observer "
                                "modules, 0 ops kept float\n"));
@@ -166,11 +141,11 @@ TEST_F(StageCommandsTest, StagesThroughFilesEqualTheQuantizeCommand) {
   args.insert(args.end(), calibration_.begin(), calibration_.end());
   r = RunFuselage(args);
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(Contents(lowered), Contents(quantized));
+  EXPECT_EQ(FileContents(lowered), FileContents(quantized));
 }
 
 TEST_F(StageCommandsTest, ConvertAndCalibrateRefuseAnUnpreparedModel) {
-  Result r = RunFuselage({"convert", fused_, "-o", TempPath("x.fsl")});
+  CliResult r = RunFuselage({"convert", fused_, "-o", TempPath("x.fsl")});
   EXPECT_EQ(r.code, kExitFailure);
   EXPECT_THAT(r.err, HasSubstr("convert: " + fused_ + ": not a prepared model"));
   r = RunFuselage({"calibrate", fused_, "--samples=1", "-o", TempPath("x.fsl")});
@@ -179,7 +154,7 @@ TEST_F(StageCommandsTest, ConvertAndCalibrateRefuseAnUnpreparedModel) {
 }
 
 TEST_F(StageCommandsTest, WrongCommandLinesAreUsageErrors) {
-  Result r = RunFuselage({"prepare", fused_, "-o", TempPath("x.fsl")});
+  CliResult r = RunFuselage({"prepare", fused_, "-o", TempPath("x.fsl")});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("prepare: needs --backend=NAME"));
   r = RunFuselage({"convert", fused_});
