@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "graph/serialization.h"
 #include "graph/status_macros.h"
 #include "quantize/calibrate.h"
 #include "quantize/convert.h"
@@ -35,25 +34,10 @@
 #include "runtime/builtin_kernels.h"
 #include "tools/backend_flag.h"
 #include "tools/quantize_flags.h"
+#include "tools/stage_run.h"
 
 namespace fuselage {
 namespace {
-
-// Verifies the graph a pass left (a failure is a fuselage bug) and saves it.
-absl::Status VerifyAndSave(const CommandContext& context, absl::string_view stage,
-                           const GraphModule& gm, const std::string& output, StageTimes& times) {
-  times.Start();
-  if (absl::Status verified = gm.Verify(); !verified.ok()) {
-    return absl::InternalError(absl::StrCat("the graph after '", stage,
-                                            "' fails Verify (a fuselage bug): ",
-                                            verified.message()));
-  }
-  times.Stop("verify");
-  times.Start();
-  RETURN_IF_ERROR(SaveModel(gm, context.ResolvePath(output)));
-  times.Stop("save");
-  return absl::OkStatus();
-}
 
 // The PreparedModel of a loaded model, with the command's name on the error.
 absl::StatusOr<PreparedModel> ReadPrepared(absl::string_view command, const std::string& path,
@@ -66,6 +50,11 @@ absl::StatusOr<PreparedModel> ReadPrepared(absl::string_view command, const std:
   return prepared;
 }
 
+// What a pass left that fails Verify is named so in the error (a fuselage bug).
+std::string GraphAfter(absl::string_view stage) {
+  return absl::StrCat("the graph after '", stage, "'");
+}
+
 }  // namespace
 
 Command PrepareCommand() {
@@ -75,30 +64,23 @@ Command PrepareCommand() {
   command.summary = "insert observers into a (fused) float model, as prepare_fx does";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
-    std::vector<FlagSpec> specs = BackendFlagSpecs();
-    specs.push_back({{"-o", "--output"}, true});
-    specs.push_back({{"--time"}, false});
-    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
-    RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
-    ASSIGN_OR_RETURN(const std::string output, RequiredOutput(parsed, command.name));
-    ASSIGN_OR_RETURN(const std::string backend, RequiredBackend(parsed, command.name));
+    ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, {BackendFlagSpecs()}));
+    ASSIGN_OR_RETURN(const std::string backend, RequiredBackend(stage.parsed(), command.name));
     ASSIGN_OR_RETURN(QConfigMapping mapping, DefaultQConfigMapping(backend));
-    ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, parsed));
-    StageTimes times;
-    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
-    times.Stop("load");
+    ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, stage.parsed()));
+    ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
     const size_t nodes_before = gm->graph().size();
-    times.Start();
+    stage.times().Start();
     ASSIGN_OR_RETURN(PreparedModel prepared, Prepare(*gm, mapping, config));
-    times.Stop("prepare");
-    times.Start();
+    stage.times().Stop("prepare");
+    stage.times().Start();
     RETURN_IF_ERROR(StorePreparedModel(prepared, *gm));
-    times.Stop("store");
-    RETURN_IF_ERROR(VerifyAndSave(context, command.name, *gm, output, times));
+    stage.times().Stop("store");
+    RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, GraphAfter(command.name)));
     context.out << prepared.report.ToString();
     context.out << "prepared with backend " << config.name() << ": " << nodes_before << " -> "
-                << gm->graph().size() << " nodes; wrote " << output << "\n";
-    if (parsed.Has("--time")) context.out << times.ToString();
+                << gm->graph().size() << " nodes; wrote " << stage.output() << "\n";
+    stage.PrintTimes(context.out);
     return absl::OkStatus();
   };
   return command;
@@ -113,32 +95,27 @@ Command CalibrateCommand() {
   command.summary = "run a prepared model on samples so its observers record ranges";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
-    std::vector<FlagSpec> specs = CalibrationFlagSpecs();
-    specs.push_back({{"-o", "--output"}, true});
-    specs.push_back({{"--time"}, false});
-    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
-    RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
-    ASSIGN_OR_RETURN(const std::string output, RequiredOutput(parsed, command.name));
-    StageTimes times;
-    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
-    ASSIGN_OR_RETURN(PreparedModel prepared,
-                     ReadPrepared(command.name, parsed.positional[0], *gm));
-    times.Stop("load");
+    ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, {CalibrationFlagSpecs()}));
+    // Reading the observers back is part of the step "load" here.
+    stage.times().Start();
+    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, stage.input()));
+    ASSIGN_OR_RETURN(PreparedModel prepared, ReadPrepared(command.name, stage.input(), *gm));
+    stage.times().Stop("load");
     ASSIGN_OR_RETURN(std::vector<CalibrationSample> samples,
-                     SamplesFromFlags(context, parsed, *gm));
+                     SamplesFromFlags(context, stage.parsed(), *gm));
     ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
     RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
-    times.Start();
+    stage.times().Start();
     ASSIGN_OR_RETURN(CalibrationReport report, Calibrate(*gm, prepared, samples, *kernels));
-    times.Stop("calibrate");
-    times.Start();
+    stage.times().Stop("calibrate");
+    stage.times().Start();
     RETURN_IF_ERROR(StorePreparedModel(prepared, *gm));
-    times.Stop("store");
-    RETURN_IF_ERROR(VerifyAndSave(context, command.name, *gm, output, times));
+    stage.times().Stop("store");
+    RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, GraphAfter(command.name)));
     context.out << report.ToString();
-    context.out << "calibrated " << prepared.observers.size() << " observers; wrote " << output
-                << "\n";
-    if (parsed.Has("--time")) context.out << times.ToString();
+    context.out << "calibrated " << prepared.observers.size() << " observers; wrote "
+                << stage.output() << "\n";
+    stage.PrintTimes(context.out);
     return absl::OkStatus();
   };
   return command;
@@ -151,27 +128,21 @@ Command ConvertCommand() {
   command.summary = "convert a prepared model to a reference quantized model";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
-    std::vector<FlagSpec> specs = {{{"-o", "--output"}, true}, {{"--time"}, false}};
-    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
-    RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
-    ASSIGN_OR_RETURN(const std::string output, RequiredOutput(parsed, command.name));
-    StageTimes times;
-    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
-    times.Stop("load");
+    ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, {}));
+    ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
     // Reading the observers and plans back is part of what convert costs from a file.
-    times.Start();
-    ASSIGN_OR_RETURN(PreparedModel prepared,
-                     ReadPrepared(command.name, parsed.positional[0], *gm));
-    times.Stop("read");
+    stage.times().Start();
+    ASSIGN_OR_RETURN(PreparedModel prepared, ReadPrepared(command.name, stage.input(), *gm));
+    stage.times().Stop("read");
     const size_t nodes_before = gm->graph().size();
-    times.Start();
+    stage.times().Start();
     ASSIGN_OR_RETURN(ConvertReport report, ConvertToReference(*gm, prepared));
-    times.Stop("convert");
-    RETURN_IF_ERROR(VerifyAndSave(context, command.name, *gm, output, times));
+    stage.times().Stop("convert");
+    RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, GraphAfter(command.name)));
     context.out << report.ToString();
     context.out << "converted to reference: " << nodes_before << " -> " << gm->graph().size()
-                << " nodes; wrote " << output << "\n";
-    if (parsed.Has("--time")) context.out << times.ToString();
+                << " nodes; wrote " << stage.output() << "\n";
+    stage.PrintTimes(context.out);
     return absl::OkStatus();
   };
   return command;
