@@ -20,8 +20,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "graph/serialization.h"
 #include "graph/status_macros.h"
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
@@ -30,6 +28,7 @@
 #include "tools/backend_flag.h"
 #include "tools/quantize_flags.h"
 #include "tools/quantize_flow.h"
+#include "tools/stage_run.h"
 
 namespace fuselage {
 
@@ -42,29 +41,26 @@ Command QuantizeCommand() {
   command.summary = "fuse, prepare, calibrate, convert and lower a float model";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
-    std::vector<FlagSpec> specs = BackendFlagSpecs();
-    specs.push_back({{"-o", "--output"}, true});
-    for (FlagSpec& spec : CalibrationFlagSpecs()) specs.push_back(std::move(spec));
-    specs.push_back({{"--reference"}, false});
-    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
-    RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
-    ASSIGN_OR_RETURN(const std::string output, RequiredOutput(parsed, command.name));
-    ASSIGN_OR_RETURN(const std::string backend, RequiredBackend(parsed, command.name));
+    StageFlags flags{BackendFlagSpecs(), /*timed=*/false};
+    for (FlagSpec& spec : CalibrationFlagSpecs()) flags.flags.push_back(std::move(spec));
+    flags.flags.push_back({{"--reference"}, false});
+    ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
+    ASSIGN_OR_RETURN(const std::string backend, RequiredBackend(stage.parsed(), command.name));
     ASSIGN_OR_RETURN(QConfigMapping mapping, DefaultQConfigMapping(backend));
-    ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, parsed));
-    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
+    ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, stage.parsed()));
+    ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
     ASSIGN_OR_RETURN(std::vector<CalibrationSample> samples,
-                     SamplesFromFlags(context, parsed, *gm));
+                     SamplesFromFlags(context, stage.parsed(), *gm));
     const size_t nodes_before = gm->graph().size();
     QuantizeFlowOptions options;
-    options.stop_at_reference = parsed.Has("--reference");
+    options.stop_at_reference = stage.parsed().Has("--reference");
     ASSIGN_OR_RETURN(QuantizeFlowReport report,
                      RunQuantizeFlow(*gm, config, mapping, samples, options));
-    RETURN_IF_ERROR(SaveModel(*gm, context.ResolvePath(output)));
+    RETURN_IF_ERROR(stage.Save(context, *gm));
     context.out << report.ToString();
-    context.out << "quantized with backend " << config.name() << ": " << nodes_before
-                << " -> " << gm->graph().size() << " nodes; wrote "
-                << (options.stop_at_reference ? "the reference model " : "") << output
+    context.out << "quantized with backend " << config.name() << ": " << nodes_before << " -> "
+                << gm->graph().size() << " nodes; wrote "
+                << (options.stop_at_reference ? "the reference model " : "") << stage.output()
                 << "\n";
     return absl::OkStatus();
   };
@@ -78,35 +74,20 @@ Command LowerCommand() {
   command.summary = "lower a reference quantized model to native quantized ops";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
-    std::vector<FlagSpec> specs = BackendFlagSpecs();
-    specs.push_back({{"-o", "--output"}, true});
-    specs.push_back({{"--time"}, false});
-    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
-    RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
-    ASSIGN_OR_RETURN(const std::string output, RequiredOutput(parsed, command.name));
-    ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, parsed));
-    StageTimes times;
-    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
-    times.Stop("load");
+    ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, {BackendFlagSpecs()}));
+    ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, stage.parsed()));
+    ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
     LoweringRuleRegistry rules;
     RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));
     const size_t nodes_before = gm->graph().size();
-    times.Start();
+    stage.times().Start();
     ASSIGN_OR_RETURN(LoweringReport report, LowerToNative(*gm, rules));
-    times.Stop("lower");
-    times.Start();
-    if (absl::Status verified = gm->Verify(); !verified.ok()) {
-      return absl::InternalError(
-          absl::StrCat("lowered graph fails Verify (a fuselage bug): ", verified.message()));
-    }
-    times.Stop("verify");
-    times.Start();
-    RETURN_IF_ERROR(SaveModel(*gm, context.ResolvePath(output)));
-    times.Stop("save");
+    stage.times().Stop("lower");
+    RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, "lowered graph"));
     context.out << report.ToString();
     context.out << "lowered for backend " << config.name() << ": " << nodes_before << " -> "
-                << gm->graph().size() << " nodes; wrote " << output << "\n";
-    if (parsed.Has("--time")) context.out << times.ToString();
+                << gm->graph().size() << " nodes; wrote " << stage.output() << "\n";
+    stage.PrintTimes(context.out);
     return absl::OkStatus();
   };
   return command;
