@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "bench/alloc_counter.h"
 #include "bench/bench_common.h"
@@ -138,6 +139,192 @@ void BM_RemoveModulesBatch(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(removed));
 }
 
+// ---- Graph mutations, one kind at a time (issue 7) -------------------------------------
+// Each iteration makes `n` mutations of one kind on a graph of about n nodes (built with
+// timing paused when the mutations consume it); items_per_second = mutations per second.
+// Run under callgrind with --toggle-collect='fuselage::Graph::<Method>*' for instructions
+// per mutation.
+
+// x -> relu -> relu -> ... (n nodes) -> output: the graph the passes below rewrite.
+std::unique_ptr<Graph> ReluChain(int64_t n, std::vector<Node*>* nodes) {
+  auto g = std::make_unique<Graph>();
+  Node* x = *g->AddPlaceholder("x");
+  nodes->push_back(x);
+  const Symbol relu = Symbol::Intern("torch.relu");
+  for (int64_t i = 1; i + 1 < n; ++i) {
+    x = *g->Append({OpKind::kCallFunction, relu, {x}, {}, ""});
+    nodes->push_back(x);
+  }
+  FUSELAGE_CHECK(g->SetOutput(x).ok());
+  return g;
+}
+
+// Inserts one node after every node of a chain, as convert inserts quantize and dequantize
+// nodes and prepare inserts observers. range(1) picks the name:
+//   0: default name of call_function torch.quantize_per_tensor ("quantize_per_tensor",
+//      "quantize_per_tensor_1", ...: the same hint again and again),
+//   1: default name of call_method dequantize (short: fits std::string's inline buffer),
+//   2: an explicit free name ("activation_post_process_<i>", as prepare names observers).
+void BM_InsertAfter(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const int naming = static_cast<int>(state.range(1));
+  const Symbol target = Symbol::Intern(naming == 1 ? "dequantize" : "torch.quantize_per_tensor");
+  const OpKind op = naming == 1 ? OpKind::kCallMethod : OpKind::kCallFunction;
+  std::vector<std::string> names;
+  if (naming == 2) {
+    for (int64_t i = 0; i < n; ++i) names.push_back(absl::StrCat("activation_post_process_", i));
+  }
+  int64_t inserted = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::vector<Node*> nodes;
+    auto g = ReluChain(n, &nodes);
+    state.ResumeTiming();
+    for (size_t i = 0; i + 1 < nodes.size(); ++i) {
+      NodeSpec spec{op, target, {nodes[i]}, {}, naming == 2 ? names[i] : std::string()};
+      benchmark::DoNotOptimize(*g->InsertAfter(nodes[i], std::move(spec)));
+    }
+    inserted += static_cast<int64_t>(nodes.size()) - 1;
+    state.PauseTiming();
+    g.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(inserted);
+}
+
+// Switches arg 1 of every add of a chain between two nodes that read the previous add, as
+// prepare points an op's input at the observer it inserted:
+//   prev -> {relu, neg} ; add(prev, relu)  <->  add(prev, neg).
+// (Every input has one or two users: SetArg costs O(users) of the inputs it touches.)
+void BM_SetArg(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const Symbol relu = Symbol::Intern("torch.relu");
+  const Symbol neg = Symbol::Intern("operator.neg");
+  const Symbol add = Symbol::Intern("operator.add");
+  Graph g;
+  struct Flip { Node* add; Node* a; Node* b; };
+  std::vector<Flip> flips;
+  Node* prev = *g.AddPlaceholder("x");
+  for (int64_t i = 0; i < n / 3; ++i) {
+    Node* a = *g.Append({OpKind::kCallFunction, relu, {prev}, {}, ""});
+    Node* b = *g.Append({OpKind::kCallFunction, neg, {prev}, {}, ""});
+    prev = *g.Append({OpKind::kCallFunction, add, {prev, a}, {}, ""});
+    flips.push_back({prev, a, b});
+  }
+  FUSELAGE_CHECK(g.SetOutput(prev).ok());
+  int64_t done = 0;
+  bool to_b = true;
+  for (auto _ : state) {
+    for (const Flip& f : flips) FUSELAGE_CHECK(g.SetArg(f.add, 1, to_b ? f.b : f.a).ok());
+    to_b = !to_b;
+    done += static_cast<int64_t>(flips.size());
+  }
+  state.SetItemsProcessed(done);
+}
+
+// Rewires the single user of each relu to its twin, as convert rewires an observer's
+// users to the dequantize that replaces it: prev -> {relu, neg} ; add(relu, relu).
+void BM_ReplaceAllUsesWith(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const Symbol relu = Symbol::Intern("torch.relu");
+  const Symbol neg = Symbol::Intern("operator.neg");
+  const Symbol add = Symbol::Intern("operator.add");
+  int64_t replaced = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Graph g;
+    std::vector<std::pair<Node*, Node*>> pairs;
+    Node* prev = *g.AddPlaceholder("x");
+    for (int64_t i = 0; i < n / 3; ++i) {
+      Node* r = *g.Append({OpKind::kCallFunction, relu, {prev}, {}, ""});
+      Node* t = *g.Append({OpKind::kCallFunction, neg, {prev}, {}, ""});
+      prev = *g.Append({OpKind::kCallFunction, add, {r, r}, {}, ""});
+      pairs.emplace_back(r, t);
+    }
+    FUSELAGE_CHECK(g.SetOutput(prev).ok());
+    state.ResumeTiming();
+    for (const auto& [old_node, twin] : pairs) {
+      FUSELAGE_CHECK(*g.ReplaceAllUsesWith(old_node, twin) == 1);
+    }
+    replaced += static_cast<int64_t>(pairs.size());
+  }
+  state.SetItemsProcessed(replaced);
+}
+
+// Erases, front to back, a dead relu hanging off every node of a chain (lowering erases
+// the dequantize and quantize nodes it absorbed).
+void BM_Erase(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const Symbol relu = Symbol::Intern("torch.relu");
+  int64_t erased = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::vector<Node*> chain;
+    auto g = ReluChain(n / 2, &chain);
+    std::vector<Node*> dead;
+    for (size_t i = 0; i + 1 < chain.size(); ++i) {
+      dead.push_back(*g->InsertAfter(chain[i], {OpKind::kCallFunction, relu, {chain[i]}, {}, ""}));
+    }
+    state.ResumeTiming();
+    for (Node* d : dead) FUSELAGE_CHECK(g->Erase(d).ok());
+    erased += static_cast<int64_t>(dead.size());
+    state.PauseTiming();
+    g.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(erased);
+}
+
+// Sets meta "pattern" (replacing it after the first round) and "output_qparams" on every
+// node: what fusion and lowering annotate.
+void BM_SetMeta(benchmark::State& state) {
+  std::vector<Node*> nodes;
+  auto g = ReluChain(state.range(0), &nodes);
+  const Argument pattern = Argument::String("conv_bn_relu");
+  const Argument qparams =
+      Argument::Tuple({Argument::Float(0.5), Argument::Int(3), Argument::Dtype(DType::kQUInt8)});
+  int64_t set = 0;
+  for (auto _ : state) {
+    for (Node* node : nodes) {
+      FUSELAGE_CHECK(g->SetMeta(node, "pattern", pattern).ok());
+      FUSELAGE_CHECK(g->SetMeta(node, "output_qparams", qparams).ok());
+    }
+    set += 2 * static_cast<int64_t>(nodes.size());
+  }
+  state.SetItemsProcessed(set);
+}
+
+// Renames every node to a free name and back (fusion renames each fused node to the name
+// of the root it replaced).
+void BM_Rename(benchmark::State& state) {
+  std::vector<Node*> nodes;
+  auto g = ReluChain(state.range(0), &nodes);
+  std::vector<std::string> original, fused;
+  for (Node* node : nodes) {
+    original.push_back(node->name());
+    fused.push_back(absl::StrCat("fused_", node->name()));
+  }
+  int64_t renamed = 0;
+  bool to_fused = true;
+  for (auto _ : state) {
+    const std::vector<std::string>& names = to_fused ? fused : original;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      benchmark::DoNotOptimize(g->Rename(nodes[i], names[i]));
+    }
+    to_fused = !to_fused;
+    renamed += static_cast<int64_t>(nodes.size());
+  }
+  state.SetItemsProcessed(renamed);
+}
+
+BENCHMARK(BM_InsertAfter)
+    ->ArgsProduct({{1000, 100000, 1000000}, {0, 1, 2}})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SetArg)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReplaceAllUsesWith)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Erase)->Arg(1000)->Arg(100000)->Arg(1000000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SetMeta)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Rename)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RemoveModulesOneByOne)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RemoveModulesBatch)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BuildNetwork)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);

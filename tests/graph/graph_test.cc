@@ -340,6 +340,154 @@ TEST(GraphTest, NamesAreUniqueTheWayFxMakesThem) {
   EXPECT_GRAPH_VALID(g);
 }
 
+// The exact names of the suffix rule (graph/NAMING.md), hand-computed: a taken candidate
+// "base[_k]" gets base_n for the first free n >= max(counter(base), k + 1, 1), and the
+// counter remembers the n handed out, so it is tried first next time.
+TEST(GraphTest, SuffixCounterHandsOutAndReusesNamesExactly) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  const Symbol quantize = Symbol::Intern("torch.quantize_per_tensor");
+  auto quantize_after = [&](Node* anchor) {
+    return *g.InsertAfter(anchor, {OpKind::kCallFunction, quantize, {x}, {}, ""});
+  };
+  Node* q0 = quantize_after(x);
+  Node* q1 = quantize_after(q0);
+  Node* q2 = quantize_after(q1);
+  EXPECT_EQ(q0->name(), "quantize_per_tensor");
+  EXPECT_EQ(q1->name(), "quantize_per_tensor_1");
+  EXPECT_EQ(q2->name(), "quantize_per_tensor_2");
+  // A hole below the counter stays a hole: counter 2, _2 taken, so _3.
+  ASSERT_TRUE(g.Erase(q1).ok());
+  Node* q3 = quantize_after(q2);
+  EXPECT_EQ(q3->name(), "quantize_per_tensor_3");
+  // The number last handed out is tried first, so once it is free it comes back.
+  ASSERT_TRUE(g.Erase(q3).ok());
+  EXPECT_EQ(quantize_after(q2)->name(), "quantize_per_tensor_3");
+  EXPECT_EQ(g.FindNode("quantize_per_tensor_1"), nullptr);
+  ASSERT_TRUE(g.SetOutput(x).ok());
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, SuffixesOfExplicitNamesFollowTheRule) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  auto named = [&](absl::string_view name) {
+    return (*g.AddCallFunction("torch.abs", {x}, {}, name))->name();
+  };
+  EXPECT_EQ(named("add_0"), "add_0");
+  EXPECT_EQ(named("add_0"), "add_1");  // suffix 0 taken: base add, n >= 0 + 1
+  EXPECT_EQ(named("add"), "add");
+  EXPECT_EQ(named("add"), "add_2");    // counter(add) = 1 and add_1 is taken
+  EXPECT_EQ(named("x_01"), "x_01");
+  EXPECT_EQ(named("x_01"), "x_2");     // suffix "01" is 1: n >= 2
+  // 15 digits are a suffix, 16 are not.
+  EXPECT_EQ(named("b_123456789012345"), "b_123456789012345");
+  EXPECT_EQ(named("b_123456789012345"), "b_123456789012346");
+  EXPECT_EQ(named("a_1234567890123456"), "a_1234567890123456");
+  EXPECT_EQ(named("a_1234567890123456"), "a_1234567890123456_1");
+  // An underscore first or last is not a suffix separator.
+  EXPECT_EQ(named("_7"), "_7");
+  EXPECT_EQ(named("_7"), "_7_1");
+  EXPECT_EQ(named("add_"), "add_");
+  EXPECT_EQ(named("add_"), "add__1");
+  // Longer than std::string's inline buffer, sanitized, twice.
+  EXPECT_EQ((*g.AddCallModule("features.denseblock1.denselayer10.conv1", {x}))->name(),
+            "features_denseblock1_denselayer10_conv1");
+  EXPECT_EQ((*g.AddCallModule("features.denseblock1.denselayer10.conv1", {x}))->name(),
+            "features_denseblock1_denselayer10_conv1_1");
+  // UniqueName sanitizes and suffixes the same way but takes nothing.
+  EXPECT_EQ(g.UniqueName(""), "_");
+  EXPECT_EQ(g.UniqueName("3.x"), "_3_x");
+  EXPECT_EQ(g.UniqueName("add"), "add_3");
+  EXPECT_EQ(g.UniqueName("add"), "add_3");
+  EXPECT_EQ(named("add"), "add_3");
+  ASSERT_TRUE(g.SetOutput(x).ok());
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, RenameCountsTheNodesOwnNameAsTaken) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  Node* add = *g.AddCallFunction("operator.add", {x, x});
+  Node* add_1 = *g.AddCallFunction("operator.add", {add, x});
+  ASSERT_TRUE(g.SetOutput(add_1).ok());
+  // "add" is taken and so, while it is computed, is add_1 itself: add_2.
+  EXPECT_EQ(g.Rename(add_1, "add"), "add_2");
+  EXPECT_EQ(g.FindNode("add_2"), add_1);
+  EXPECT_EQ(g.FindNode("add_1"), nullptr);
+  // Sanitized as a new name is.
+  EXPECT_EQ(g.Rename(add_1, "fused.conv-relu"), "fused_conv_relu");
+  // The freed names can be taken again.
+  EXPECT_EQ(g.Rename(add_1, "add_1"), "add_1");
+  Node* again = *g.AddCallFunction("operator.add", {x, x}, {}, "fused_conv_relu");
+  EXPECT_EQ(again->name(), "fused_conv_relu");
+  EXPECT_EQ(g.FindNode("fused_conv_relu"), again);
+  EXPECT_GRAPH_VALID(g);
+}
+
+// As FX's Node.__update_args_kwargs: a node whose args change is re-registered with every
+// input, so it moves to the end of their user lists, changed or not.
+TEST(GraphTest, SetArgReRegistersTheNodeWithItsInputsAsFxDoes) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  Node* y = *g.AddPlaceholder("y");
+  Node* z = *g.AddPlaceholder("z");
+  Node* a = *g.AddCallFunction("operator.add", {x, y});
+  Node* b = *g.AddCallFunction("torch.relu", {x});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({a, b})).ok());
+  EXPECT_THAT(Names(x->users()), ElementsAre("add", "relu"));
+  ASSERT_TRUE(g.SetArg(a, 1, z).ok());
+  EXPECT_THAT(Names(x->users()), ElementsAre("relu", "add"));
+  EXPECT_THAT(y->users(), IsEmpty());
+  EXPECT_THAT(Names(z->users()), ElementsAre("add"));
+  EXPECT_EQ(a->arg(1).as_node(), z);
+  // A list value: each node in it gains the use once.
+  ASSERT_TRUE(g.SetArg(b, 0, Argument::List({y, z, y})).ok());
+  EXPECT_THAT(x->users(), ElementsAre(a));
+  EXPECT_THAT(Names(y->users()), ElementsAre("relu"));
+  EXPECT_THAT(Names(z->users()), ElementsAre("add", "relu"));
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, ReplaceAllUsesRewritesNestedUsesAndKeepsOtherArgs) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  Node* y = *g.AddPlaceholder("y");
+  Node* a = *g.AddCallFunction("torch.relu", {x});
+  const Argument untouched = Argument::List({x, Argument::Int(2)});
+  Node* cat = *g.AddCallFunction(
+      "torch.cat", {Argument::List({a, x, a}), untouched, Argument::Float(0.5)},
+      {{Symbol::Intern("out"), Argument::Tuple({Argument::None(), a})}});
+  ASSERT_TRUE(g.SetOutput(cat).ok());
+  EXPECT_THAT(Names(x->users()), ElementsAre("relu", "cat"));
+  ASSERT_EQ(*g.ReplaceAllUsesWith(a, y), 1);
+  EXPECT_EQ(cat->arg(0), Argument::List({y, x, y}));
+  EXPECT_EQ(cat->arg(1), untouched);
+  EXPECT_EQ(cat->arg(2), Argument::Float(0.5));
+  EXPECT_EQ(*cat->FindKwarg("out"), Argument::Tuple({Argument::None(), y}));
+  EXPECT_TRUE(cat->arg(0).is_tuple() == false && cat->FindKwarg("out")->is_tuple());
+  EXPECT_THAT(a->users(), IsEmpty());
+  EXPECT_THAT(Names(y->users()), ElementsAre("cat"));
+  // cat was re-registered with x too (FX's order).
+  EXPECT_THAT(Names(x->users()), ElementsAre("relu", "cat"));
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, SetMetaReplacesInPlaceAndKeepsOrder) {
+  Chain c;
+  ASSERT_TRUE(c.g.SetMeta(c.relu, "pattern", Argument::String("relu")).ok());
+  ASSERT_TRUE(c.g.SetMeta(c.relu, "output_qparams", Argument::Tuple({Argument::Float(0.5),
+                                                                     Argument::Int(3)})).ok());
+  ASSERT_TRUE(c.g.SetMeta(c.relu, "pattern", Argument::String("fused")).ok());
+  ASSERT_EQ(c.relu->meta().size(), 2u);
+  EXPECT_EQ(c.relu->meta()[0].first.name(), "pattern");
+  EXPECT_EQ(c.relu->meta()[0].second.as_string(), "fused");
+  EXPECT_EQ(c.relu->meta()[1].first.name(), "output_qparams");
+  EXPECT_EQ(c.relu->FindMeta("output_qparams")->items()[1].as_int(), 3);
+  EXPECT_TRUE(c.neg->meta().empty());
+  EXPECT_GRAPH_VALID(c.g);
+}
+
 TEST(GraphTest, RenameToATakenNameGetsASuffix) {
   Chain c;
   EXPECT_EQ(c.g.Rename(c.neg, "relu"), "relu_1");
