@@ -23,10 +23,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "graph/serialization.h"
 #include "graph/status_macros.h"
 #include "patterns/fuse.h"
 #include "tools/backend_flag.h"
+#include "tools/stage_run.h"
 
 namespace fuselage {
 namespace {
@@ -75,47 +75,29 @@ Command FuseCommand() {
   command.summary = "fuse the backend config's patterns (conv-bn-relu, ...) into fused modules";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
-    std::vector<FlagSpec> specs = BackendFlagSpecs();
-    specs.push_back({{"-o", "--output"}, true});
-    specs.push_back({{"--time"}, false});
-    specs.push_back({{"--profile"}, false});
-    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
-    RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
-    if (!parsed.Has("-o") || parsed.flags.at("-o").empty()) {
-      return UsageError("fuse: needs -o OUT, the file to write the fused model to");
-    }
-    const std::string& output = parsed.flags.at("-o");
-    std::vector<std::pair<std::string, double>> times;
-
-    ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, parsed));
-    Clock::time_point start = Clock::now();
-    ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
-    times.emplace_back("load", MillisecondsSince(start));
-    start = Clock::now();
+    StageFlags flags{BackendFlagSpecs()};
+    flags.flags.push_back({{"--profile"}, false});
+    flags.output_noun = "fused model";
+    ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
+    ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, stage.parsed()));
+    ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
+    stage.times().Start();
     ASSIGN_OR_RETURN(PatternMatcher matcher, BuildFusionMatcher(config));
-    times.emplace_back("matcher", MillisecondsSince(start));
+    stage.times().Stop("matcher");
 
     std::string profile;
-    if (parsed.Has("--profile")) {
+    if (stage.parsed().Has("--profile")) {
       ASSIGN_OR_RETURN(profile, Profile(matcher, *gm));
     }
-    start = Clock::now();
+    stage.times().Start();
     const std::vector<PatternMatch> matches = matcher.FindMatches(*gm);
-    times.emplace_back("match", MillisecondsSince(start));
+    stage.times().Stop("match");
 
     const size_t nodes_before = gm->graph().size();
-    start = Clock::now();
+    stage.times().Start();
     ASSIGN_OR_RETURN(const int fused, FusePatterns(*gm, matcher));
-    times.emplace_back("fuse", MillisecondsSince(start));
-    start = Clock::now();
-    if (absl::Status verified = gm->Verify(); !verified.ok()) {
-      return absl::InternalError(
-          absl::StrCat("fused graph fails Verify (a fuselage bug): ", verified.message()));
-    }
-    times.emplace_back("verify", MillisecondsSince(start));
-    start = Clock::now();
-    RETURN_IF_ERROR(SaveModel(*gm, context.ResolvePath(output)));
-    times.emplace_back("save", MillisecondsSince(start));
+    stage.times().Stop("fuse");
+    RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, "fused graph"));
 
     // Matches per pattern, in the config's order, for the summary line.
     std::vector<std::string> per_rule;
@@ -127,13 +109,9 @@ Command FuseCommand() {
     context.out << "fused " << fused << (fused == 1 ? " match" : " matches");
     if (!per_rule.empty()) context.out << " (" << absl::StrJoin(per_rule, ", ") << ")";
     context.out << " with backend " << config.name() << ": " << nodes_before << " -> "
-                << gm->graph().size() << " nodes; wrote " << output << "\n";
-    if (parsed.Has("--time")) {
-      for (const auto& [stage, ms] : times) {
-        context.out << absl::StrFormat("time %-8s %12.3f ms\n", stage, ms);
-      }
-    }
-    if (parsed.Has("--profile")) context.out << profile;
+                << gm->graph().size() << " nodes; wrote " << stage.output() << "\n";
+    stage.PrintTimes(context.out);
+    if (stage.parsed().Has("--profile")) context.out << profile;
     return absl::OkStatus();
   };
   return command;
