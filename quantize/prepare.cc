@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -24,18 +25,38 @@ struct TensorInput {
   int item = -1;
   Node* producer = nullptr;
 };
+// Most ops have one or two tensor inputs: no heap block per node for the list.
+using TensorInputs = absl::InlinedVector<TensorInput, 2>;
 
-// One op Prepare quantizes, decided before anything is mutated.
+// One op Prepare quantizes, decided before anything is mutated. The specs and the dtype
+// config are pointers into the QConfigMapping and the BackendConfig, which outlive the
+// pass: a decision is ~120 bytes, not the ~500 of a copy of each (at 10^6 nodes the list
+// of decisions was ~140 MB, copied at every growth of the vector).
 struct Decision {
   Node* node = nullptr;
   // The node whose value the output observer watches: `node` itself, or the op that
   // follows it in a two-op pattern of the config ((ReLU, add): add's output is not
   // observed, the relu's is, as in PyTorch's prepare_fx).
   Node* output = nullptr;
-  ObserverSpec activation;
+  const ObserverSpec* activation = nullptr;
   bool share_output_with_input = false;
-  std::vector<TensorInput> inputs;
-  QuantizedOpPlan plan;
+  TensorInputs inputs;
+  // The plan's parts (QuantizedOpPlan): the weighted module's float and reference types
+  // and weight observer (empty / nullptr for ops without weights), and the dtype config
+  // the qconfig satisfied.
+  Symbol root_module;
+  Symbol reference_module;
+  const ObserverSpec* weight_observer = nullptr;
+  const DTypeConfig* dtype_config = nullptr;
+
+  QuantizedOpPlan Plan() const {
+    QuantizedOpPlan plan;
+    plan.root_module = root_module;
+    plan.reference_module = reference_module;
+    if (weight_observer != nullptr) plan.weight_observer = *weight_observer;
+    plan.dtype_config = *dtype_config;
+    return plan;
+  }
 };
 
 // Nodes whose value is not a tensor: observing them means nothing.
@@ -54,8 +75,8 @@ bool ProducesNonTensor(const Node* n) {
   return false;
 }
 
-std::vector<TensorInput> TensorInputsOf(Node* n) {
-  std::vector<TensorInput> inputs;
+TensorInputs TensorInputsOf(Node* n) {
+  TensorInputs inputs;
   for (size_t i = 0; i < n->num_args(); ++i) {
     const Argument& a = n->arg(i);
     if (a.is_node()) {
@@ -101,8 +122,9 @@ std::optional<std::string> Unsatisfied(const DTypeWithConstraints& c, const Obse
   return std::nullopt;
 }
 
-// The first dtype config `qconfig` satisfies, or the reasons none does.
-absl::StatusOr<DTypeConfig> SelectDTypeConfig(const std::vector<DTypeConfig>& configs,
+// The first dtype config `qconfig` satisfies (an element of `configs`), or the reasons
+// none does.
+absl::StatusOr<const DTypeConfig*> SelectDTypeConfig(const std::vector<DTypeConfig>& configs,
                                               const ObserverSpec& activation,
                                               const ObserverSpec* weight) {
   std::vector<std::string> reasons;
@@ -116,7 +138,7 @@ absl::StatusOr<DTypeConfig> SelectDTypeConfig(const std::vector<DTypeConfig>& co
       if (!why) why = Unsatisfied(c.output, activation, "output");
       if (!why && weight != nullptr) why = Unsatisfied(c.weight, *weight, "weight");
     }
-    if (!why) return c;
+    if (!why) return &c;
     reasons.push_back(absl::StrCat("[", i, "] ", *why));
   }
   return absl::FailedPreconditionError(absl::StrCat(
@@ -125,13 +147,13 @@ absl::StatusOr<DTypeConfig> SelectDTypeConfig(const std::vector<DTypeConfig>& co
 }
 
 // The module type / function / method a node calls, as QConfigMapping and
-// BackendConfig name it; empty for nodes that call nothing.
+// BackendConfig name it; empty for nodes that call nothing. A module's type comes from
+// the GraphModule's per-node cache (Planner::Run fills it once), not from resolving the
+// dotted path in the module tree per call.
 Symbol ObjectType(const GraphModule& gm, const Node* n) {
   switch (n->op()) {
-    case OpKind::kCallModule: {
-      const Module* m = gm.FindModule(n->target().name());
-      return m == nullptr ? Symbol() : m->type();
-    }
+    case OpKind::kCallModule:
+      return gm.ModuleTypeOf(n);
     case OpKind::kCallFunction:
     case OpKind::kCallMethod:
       return n->target();
@@ -147,11 +169,14 @@ class Planner {
 
   // Decides every node, in order; errors name the node.
   absl::Status Run(std::vector<Decision>* decisions, PrepareReport* report) {
+    // One path lookup per call_module node, here; ObjectType then reads the cache (the
+    // planner does not edit the module tree, so it stays current for the whole walk).
+    gm_.ResolveModuleTypes();
     for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
       const Symbol type = ObjectType(gm_, n);
       if (type.empty()) continue;
       // The tensor inputs, found once for both the merge check and the decision.
-      std::vector<TensorInput> inputs = TensorInputsOf(n);
+      TensorInputs inputs = TensorInputsOf(n);
       if (MergeIntoPrecedingOp(n, type, inputs, decisions)) {
         observed_.insert(n);
         continue;
@@ -201,7 +226,7 @@ class Planner {
   // output is observed after `n` (and not between the two) and returns true. PyTorch 1.13
   // matches these patterns before single ops, so the pair is quantized as one op (and
   // lowered to one native op, quantized::add_relu).
-  bool MergeIntoPrecedingOp(Node* n, Symbol type, const std::vector<TensorInput>& inputs,
+  bool MergeIntoPrecedingOp(Node* n, Symbol type, const TensorInputs& inputs,
                             std::vector<Decision>* decisions) {
     if (inputs.size() != 1) return false;
     Node* producer = inputs.front().producer;
@@ -225,13 +250,13 @@ class Planner {
         found = true;
       }
     }
-    if (!found || previous.activation.kind == ObserverKind::kReuseInput) return false;
-    auto dtype_config = SelectDTypeConfig(entry->dtype_configs, previous.activation, nullptr);
+    if (!found || previous.activation->kind == ObserverKind::kReuseInput) return false;
+    auto dtype_config = SelectDTypeConfig(entry->dtype_configs, *previous.activation, nullptr);
     if (!dtype_config.ok()) return false;
     previous.output = n;
     previous.share_output_with_input =
         observation == ObservationType::kOutputShareObserverWithInput;
-    previous.plan.dtype_config = *dtype_config;
+    previous.dtype_config = *dtype_config;
     return true;
   }
 
@@ -248,7 +273,7 @@ class Planner {
   // node's tensor inputs (TensorInputsOf).
   absl::StatusOr<std::optional<Decision>> Decide(Node* n, Symbol type,
                                                  const BackendPatternConfig& entry,
-                                                 std::vector<TensorInput> inputs,
+                                                 TensorInputs inputs,
                                                  std::string* reason) {
     const absl::string_view module_name =
         n->op() == OpKind::kCallModule ? n->target().name() : absl::string_view();
@@ -283,7 +308,7 @@ class Planner {
     Decision d;
     d.node = n;
     d.output = n;
-    d.activation = activation;
+    d.activation = &activation;
     d.inputs = std::move(inputs);
     if (d.inputs.empty()) return keep_float("it has no tensor input");
     ObservationType observation = entry.observation_type;
@@ -336,25 +361,26 @@ class Planner {
       }
       RETURN_IF_ERROR(ValidateSpec(n, qconfig->weight, "weight"));
       weight = &qconfig->weight;
-      d.plan.root_module = entry.root_module;
-      d.plan.reference_module = entry.reference_quantized_module;
-      d.plan.weight_observer = qconfig->weight;
+      d.root_module = entry.root_module;
+      d.reference_module = entry.reference_quantized_module;
+      d.weight_observer = &qconfig->weight;
     }
     const ObserverSpec& checked = activation.kind == ObserverKind::kReuseInput
                                       ? activation_of_reused_input_
                                       : activation;
-    const absl::StatusOr<DTypeConfig>& dtype_config = CachedDTypeConfig(entry, checked, weight);
+    const absl::StatusOr<const DTypeConfig*>& dtype_config =
+        CachedDTypeConfig(entry, checked, weight);
     if (!dtype_config.ok()) return keep_float(std::string(dtype_config.status().message()));
-    d.plan.dtype_config = *dtype_config;
+    d.dtype_config = *dtype_config;
     return std::optional<Decision>(std::move(d));
   }
 
   // SelectDTypeConfig for an entry and the mapping's own observer specs (stable
   // addresses), computed once per distinct triple: it scans every dtype config of the
   // entry and words a reason for each one that does not fit, per node otherwise.
-  const absl::StatusOr<DTypeConfig>& CachedDTypeConfig(const BackendPatternConfig& entry,
-                                                       const ObserverSpec& activation,
-                                                       const ObserverSpec* weight) {
+  const absl::StatusOr<const DTypeConfig*>& CachedDTypeConfig(
+      const BackendPatternConfig& entry, const ObserverSpec& activation,
+      const ObserverSpec* weight) {
     const auto key = std::make_tuple(&entry, &activation, weight);
     auto it = dtype_config_cache_.find(key);
     if (it == dtype_config_cache_.end()) {
@@ -389,7 +415,7 @@ class Planner {
   absl::flat_hash_set<const ObserverSpec*> valid_specs_;
   absl::flat_hash_map<std::tuple<const BackendPatternConfig*, const ObserverSpec*,
                                  const ObserverSpec*>,
-                      absl::StatusOr<DTypeConfig>>
+                      absl::StatusOr<const DTypeConfig*>>
       dtype_config_cache_;
   // Index in the decision list of every node decided quantized.
   absl::flat_hash_map<const Node*, size_t> decision_of_;
@@ -397,6 +423,9 @@ class Planner {
   absl::flat_hash_map<std::tuple<OpKind, Symbol, OpKind, Symbol>, const BackendPatternConfig*>
       two_op_entry_cache_;
 };
+
+// The name of every observer module (and of the node calling it), then its number.
+constexpr absl::string_view kObserverNamePrefix = "activation_post_process_";
 
 // Inserts the observer nodes and modules the decisions call for.
 class ObserverInserter {
@@ -407,7 +436,7 @@ class ObserverInserter {
     Graph& g = gm_.graph();
     Node* first_input_observer = nullptr;
     for (const TensorInput& in : d.inputs) {
-      ASSIGN_OR_RETURN(Node * obs, ObserverOf(in.producer, d.activation));
+      ASSIGN_OR_RETURN(Node * obs, ObserverOf(in.producer, *d.activation));
       if (first_input_observer == nullptr) first_input_observer = obs;
       if (in.item < 0) {
         RETURN_IF_ERROR(g.SetArg(d.node, in.arg, obs));
@@ -421,11 +450,13 @@ class ObserverInserter {
                                        : Argument::List(std::move(items))));
       }
     }
-    std::string path;
+    // A shared output observer is a second call of the input observer's module: its
+    // target symbol is reused as it is.
+    Symbol path;
     if (d.share_output_with_input) {
-      path = std::string(first_input_observer->target().name());
+      path = first_input_observer->target();
     } else {
-      ASSIGN_OR_RETURN(path, NewObserverModule(d.activation));
+      ASSIGN_OR_RETURN(path, NewObserverModule(*d.activation));
     }
     ASSIGN_OR_RETURN(Node * out_obs, InsertObserverNode(d.output, path));
     ASSIGN_OR_RETURN(int rewired, g.ReplaceAllUsesWith(d.output, out_obs));
@@ -433,10 +464,10 @@ class ObserverInserter {
     // A shared output observer is its input's observer module, of the input's dtype.
     const DType out_dtype = d.share_output_with_input
                                 ? observer_of_.at(first_input_observer).dtype
-                                : d.activation.dtype;
+                                : d.activation->dtype;
     observer_of_[d.output] = {out_obs, out_dtype};
     observer_of_[out_obs] = {out_obs, out_dtype};
-    out_.quantized_ops.emplace(d.node->name(), d.plan);
+    out_.quantized_ops.emplace(d.node->name(), d.Plan());
     ++out_.report.quantized_ops;
     return absl::OkStatus();
   }
@@ -447,29 +478,37 @@ class ObserverInserter {
   absl::StatusOr<Node*> ObserverOf(Node* producer, const ObserverSpec& spec) {
     auto it = observer_of_.find(producer);
     if (it != observer_of_.end() && it->second.dtype == spec.dtype) return it->second.node;
-    ASSIGN_OR_RETURN(std::string path, NewObserverModule(spec));
+    ASSIGN_OR_RETURN(Symbol path, NewObserverModule(spec));
     ASSIGN_OR_RETURN(Node * obs, InsertObserverNode(producer, path));
     if (it == observer_of_.end()) observer_of_[producer] = {obs, spec.dtype};
     observer_of_[obs] = {obs, spec.dtype};
     return obs;
   }
 
-  absl::StatusOr<std::string> NewObserverModule(const ObserverSpec& spec) {
+  // Adds a fresh observer module of `spec` to the container; returns its path, interned
+  // (the target of every node that calls it).
+  absl::StatusOr<Symbol> NewObserverModule(const ObserverSpec& spec) {
     if (container_ == nullptr) {
       out_.observer_container = gm_.UniqueModulePath("observers");
       RETURN_IF_ERROR(gm_.SetModule(out_.observer_container,
                                     std::make_unique<Module>("nn.Module")));
       container_ = gm_.FindModule(out_.observer_container);
+      path_ = absl::StrCat(out_.observer_container, ".", kObserverNamePrefix);
+      name_offset_ = out_.observer_container.size() + 1;
+      number_offset_ = path_.size();
     }
-    const std::string name = absl::StrCat("activation_post_process_", next_id_++);
-    const std::string path = absl::StrCat(out_.observer_container, ".", name);
+    // "<container>.activation_post_process_<n>" built in place in one reused buffer; the
+    // module's name is its tail.
+    path_.resize(number_offset_);
+    absl::StrAppend(&path_, next_id_++);
+    const absl::string_view name = absl::string_view(path_).substr(name_offset_);
     ASSIGN_OR_RETURN(std::unique_ptr<Observer> observer, MakeObserver(spec));
     ASSIGN_OR_RETURN(const Module* prototype, PrototypeFor(spec));
     // Straight into the container, which we hold: no path to resolve per observer.
     container_->SetChild(name, prototype->Clone());
-    out_.observers.emplace(path, std::move(observer));
+    out_.observers.emplace(path_, std::move(observer));
     ++out_.report.observer_modules;
-    return path;
+    return Symbol::Intern(path_);
   }
 
   // The module of a fresh observer of `spec`, built once per distinct spec (a handful
@@ -484,13 +523,14 @@ class ObserverInserter {
     return prototypes_.back().second.get();
   }
 
-  absl::StatusOr<Node*> InsertObserverNode(Node* after, const std::string& path) {
+  absl::StatusOr<Node*> InsertObserverNode(Node* after, Symbol path) {
     NodeSpec spec;
     spec.op = OpKind::kCallModule;
-    spec.target = Symbol::Intern(path);
+    spec.target = path;
     spec.args = {after};
     // Named as PyTorch names the node of its observer module: activation_post_process_<n>.
-    spec.name = path.substr(path.rfind('.') + 1);
+    const absl::string_view full = path.name();
+    spec.name = std::string(full.substr(full.rfind('.') + 1));
     ++out_.report.observer_nodes;
     return gm_.graph().InsertAfter(after, std::move(spec));
   }
@@ -507,6 +547,11 @@ class ObserverInserter {
   std::vector<std::pair<ObserverSpec, std::unique_ptr<Module>>> prototypes_;
   Module* container_ = nullptr;  // the module at out_.observer_container
   int64_t next_id_ = 0;
+  // "<container>.activation_post_process_" then the number of the last module; the
+  // module name starts at name_offset_, the number at number_offset_.
+  std::string path_;
+  size_t name_offset_ = 0;
+  size_t number_offset_ = 0;
 };
 
 }  // namespace
@@ -532,6 +577,15 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
   Planner planner(gm, qconfig_mapping, backend_config);
   RETURN_IF_ERROR(planner.Run(&decisions, &prepared.report));
   // From here on nothing depends on the input: a failure is a bug in this pass.
+  // The result maps sized once: at 10^6 nodes growing them rehashed (and, for the plans,
+  // moved ~350-byte values) a few hundred MB. Every input and every unshared output may
+  // get its own observer module.
+  size_t max_observer_modules = 0;
+  for (const Decision& d : decisions) {
+    max_observer_modules += d.inputs.size() + (d.share_output_with_input ? 0 : 1);
+  }
+  prepared.quantized_ops.reserve(decisions.size());
+  prepared.observers.reserve(max_observer_modules);
   ObserverInserter inserter(gm, prepared);
   for (const Decision& d : decisions) {
     absl::Status st = inserter.Apply(d);

@@ -128,6 +128,46 @@ TEST(PrepareTest, ObserversFollowObservationTypes) {
   EXPECT_EQ(plan.weight_observer, DefaultWeightObserver());
 }
 
+// The names Prepare gives, as PyTorch's prepare_fx does: modules
+// observers.activation_post_process_<n> numbered in order of creation, each node named
+// after its module; a shared output observer is a second node calling its input's
+// module, named as FX names a second node of one target (the next free suffix). The
+// plan carries the dtype config the qconfig satisfied.
+TEST(PrepareTest, ObserverNamesAndPlanDTypeConfig) {
+  auto m = BuildConvPool();
+  auto config = *GetBackendConfig("qnnpack");
+  auto prepared = Prepare(m->gm, MinMaxMapping(), config);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify();
+  EXPECT_EQ(prepared->observer_container, "observers");
+
+  const Node* x_obs = m->conv->arg(0).as_node();
+  const Node* conv_obs = m->pool->arg(0).as_node();
+  const Node* pool_obs = m->gm.graph().output()->arg(0).items()[0].as_node();
+  EXPECT_EQ(x_obs->target().name(), "observers.activation_post_process_0");
+  EXPECT_EQ(x_obs->name(), "activation_post_process_0");
+  EXPECT_EQ(conv_obs->target().name(), "observers.activation_post_process_1");
+  EXPECT_EQ(conv_obs->name(), "activation_post_process_1");
+  EXPECT_EQ(pool_obs->target().name(), "observers.activation_post_process_1");
+  EXPECT_EQ(pool_obs->name(), "activation_post_process_2");
+  for (const char* path :
+       {"observers.activation_post_process_0", "observers.activation_post_process_1"}) {
+    EXPECT_TRUE(prepared->observers.contains(path)) << path;
+    const Module* module = m->gm.FindModule(path);
+    ASSERT_NE(module, nullptr) << path;
+    EXPECT_EQ(module->type().name(), "MinMaxObserver");
+  }
+
+  // conv and pool: quint8 in and out; conv's weight qint8 (the qnnpack config's
+  // default dtype config, which MinMax quint8 / qint8 satisfies).
+  for (const char* op : {"conv", "pool"}) {
+    const DTypeConfig& dtypes = prepared->quantized_ops.at(op).dtype_config;
+    EXPECT_EQ(dtypes.input.dtype, DType::kQUInt8) << op;
+    EXPECT_EQ(dtypes.output.dtype, DType::kQUInt8) << op;
+  }
+  EXPECT_EQ(prepared->quantized_ops.at("conv").dtype_config.weight.dtype, DType::kQInt8);
+}
+
 // Two quantized consumers of one value share one observer of it.
 TEST(PrepareTest, ConsumersOfOneValueShareItsObserver) {
   GraphModule gm;
