@@ -5,8 +5,10 @@
 //  - BM_Prepare / BM_Convert: the two passes alone at 1k to 1M nodes, to show they are
 //    linear in the number of nodes (time per node stays flat);
 //  - BM_ConvertCalibrated: convert after calibration, HistogramObservers' search included.
-// The copy of the float network each iteration starts from is made outside the timing.
+// The copy of the float network each iteration starts from is made, and the graph and
+// prepared model it ends with are freed, outside the timing.
 // Results and the command: bench/RESULTS.md.
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -35,18 +37,36 @@ std::unique_ptr<GraphModule> Network(int64_t nodes) {
   return std::move(*gm);
 }
 
-// The network fused with the qnnpack config (what prepare runs on).
-std::unique_ptr<GraphModule> FusedNetwork(int64_t nodes, const BackendConfig& config) {
-  auto gm = Network(nodes);
-  auto matcher = BuildFusionMatcher(config);
-  if (!matcher.ok() || !FusePatterns(*gm, *matcher).ok()) std::abort();
-  return gm;
+// The network fused with the qnnpack config (what prepare runs on), built once per size
+// and process: BM_Prepare and BM_Convert, and every repetition of each, share it (at
+// 10^6 nodes building and fusing it takes far longer than the passes measured).
+// Benchmarks run one at a time, so the cache needs no lock.
+const GraphModule& FusedNetwork(int64_t nodes, const BackendConfig& config) {
+  static auto* cache = new std::map<int64_t, std::unique_ptr<GraphModule>>();
+  std::unique_ptr<GraphModule>& fused = (*cache)[nodes];
+  if (fused == nullptr) {
+    fused = Network(nodes);
+    auto matcher = BuildFusionMatcher(config);
+    if (!matcher.ok() || !FusePatterns(*fused, *matcher).ok()) std::abort();
+  }
+  return *fused;
 }
 
 std::vector<CalibrationSample> OneSample(const GraphModule& gm) {
   auto samples = RandomCalibrationSamples(gm, 1, 0, {{"x", {1, kChannels, kChannels, kChannels}}});
   if (!samples.ok()) std::abort();
   return *samples;
+}
+
+// Frees an iteration's graph and prepared model with the timer paused: what is timed is
+// the pass, not tearing down ~10^6 nodes and modules (as in lowering_bench).
+template <typename PreparedOr>
+void FreeUntimed(benchmark::State& state, std::unique_ptr<GraphModule>& gm,
+                 PreparedOr& prepared) {
+  state.PauseTiming();
+  gm.reset();
+  prepared = PreparedOr(absl::CancelledError("freed"));
+  state.ResumeTiming();
 }
 
 void SetNodes(benchmark::State& state, int64_t nodes) {
@@ -93,7 +113,7 @@ BENCHMARK(BM_QuantizeFlow)
 void BM_Prepare(benchmark::State& state) {
   const auto config = *GetBackendConfig("qnnpack");
   const auto mapping = *DefaultQConfigMapping("qnnpack");
-  const auto fused = FusedNetwork(state.range(0), config);
+  const GraphModule* const fused = &FusedNetwork(state.range(0), config);
   for (auto _ : state) {
     state.PauseTiming();
     auto gm = fused->Clone();
@@ -104,6 +124,7 @@ void BM_Prepare(benchmark::State& state) {
       break;
     }
     benchmark::DoNotOptimize(prepared->report.observer_nodes);
+    FreeUntimed(state, gm, prepared);
   }
   SetNodes(state, static_cast<int64_t>(fused->graph().size()));
 }
@@ -121,7 +142,7 @@ BENCHMARK(BM_Prepare)
 void BM_Convert(benchmark::State& state) {
   const auto config = *GetBackendConfig("qnnpack");
   const auto mapping = *DefaultQConfigMapping("qnnpack");
-  const auto fused = FusedNetwork(state.range(0), config);
+  const GraphModule* const fused = &FusedNetwork(state.range(0), config);
   for (auto _ : state) {
     state.PauseTiming();
     auto gm = fused->Clone();
@@ -134,6 +155,7 @@ void BM_Convert(benchmark::State& state) {
       break;
     }
     benchmark::DoNotOptimize(report->observers_replaced);
+    FreeUntimed(state, gm, prepared);
   }
   SetNodes(state, static_cast<int64_t>(fused->graph().size()));
 }
@@ -150,7 +172,7 @@ BENCHMARK(BM_Convert)
 void BM_ConvertCalibrated(benchmark::State& state) {
   const auto config = *GetBackendConfig("qnnpack");
   const auto mapping = *DefaultQConfigMapping("qnnpack");
-  const auto fused = FusedNetwork(state.range(0), config);
+  const GraphModule* const fused = &FusedNetwork(state.range(0), config);
   const auto samples = OneSample(*fused);
   auto kernels = BuiltinKernels();
   if (!kernels.ok() || !RegisterObserverKernels(**kernels).ok()) std::abort();
@@ -166,6 +188,7 @@ void BM_ConvertCalibrated(benchmark::State& state) {
       break;
     }
     benchmark::DoNotOptimize(report->observers_replaced);
+    FreeUntimed(state, gm, prepared);
   }
   SetNodes(state, static_cast<int64_t>(fused->graph().size()));
 }
