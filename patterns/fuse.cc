@@ -1,6 +1,7 @@
 #include "patterns/fuse.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -8,22 +9,37 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
 namespace {
 
+// The name a fused node carries between its insertion and its renaming to the root's name
+// (the root holds that name until it is erased). A fixed short name (no heap allocation)
+// keeps that step one lookup: named after its target, the node would find that name taken
+// by the root, and the graph would mint and index "<root>_1" for a moment each time.
+constexpr char kFusedNodeTemporaryName[] = "_fusing";
+
 // One fusion, fully decided before the graph is touched.
 struct PlannedFusion {
   const PatternMatch* match = nullptr;
   Node* outermost = nullptr;
   Node* root = nullptr;
-  std::vector<Argument> args;          // root args + extra inputs, before remapping
+  // Root args + extra inputs, before remapping.
+  absl::InlinedVector<Argument, 4> args;
   std::unique_ptr<Module> module;
-  PendingWeightScale weight_scale;     // a batch-norm fold's weight half, applied last
-  bool reuse_root_path = false;
-  std::vector<Node*> erase_order;      // matched op nodes, last in graph order first
+  PendingFusion pending;  // parts to move in when installed; a fold's weight half, last
+  // The module of the root node, which the fused module replaces in place (PyTorch's
+  // fuse_fx installs it at the root's path when only the root used that module); nullptr:
+  // the fused module goes to a fresh path.
+  Module* reuse_slot = nullptr;
+  // The matched op nodes in execution order, their modules resolved.
+  absl::InlinedVector<MatchedOpNode, 4> nodes;
+  // By index into `nodes`: the pass may delete that node's module once nothing calls it
+  // (a leaf no get_attr reads).
+  absl::InlinedVector<bool, 4> removable;
 };
 
 absl::Status PlanError(const PatternMatch& match, absl::string_view what) {
@@ -51,6 +67,49 @@ std::string FreshModulePath(const GraphModule& gm, absl::string_view hint,
   }
 }
 
+// How many call_module nodes call each module path. The paths of one model are interned
+// together (when it is built or loaded), so their symbol ids mostly form one dense range:
+// then the counts are a vector indexed by id, which at 10^5..10^6 modules is one memory
+// access per count where a hash map costs a probe and a cache miss. A model whose ids are
+// spread out (range > 4x its call_module nodes) gets a hash map.
+class ModuleUseCounts {
+ public:
+  explicit ModuleUseCounts(const std::vector<uint32_t>& target_ids) {
+    if (target_ids.empty()) return;
+    const auto [min, max] = std::minmax_element(target_ids.begin(), target_ids.end());
+    const uint64_t range = static_cast<uint64_t>(*max) - *min + 1;
+    dense_ = range <= 4 * static_cast<uint64_t>(target_ids.size()) + 1024;
+    if (dense_) {
+      min_id_ = *min;
+      counts_.assign(range, 0);
+      for (uint32_t id : target_ids) ++counts_[id - min_id_];
+    } else {
+      sparse_.reserve(target_ids.size());
+      for (uint32_t id : target_ids) ++sparse_[id];
+    }
+  }
+
+  // The count of `path`, which some call_module node of the graph calls.
+  int& operator[](Symbol path) {
+    return dense_ ? counts_[path.id() - min_id_] : sparse_[path.id()];
+  }
+
+ private:
+  bool dense_ = false;
+  uint32_t min_id_ = 0;
+  std::vector<int> counts_;
+  absl::flat_hash_map<uint32_t, int> sparse_;
+};
+
+// Sorts a match's few op nodes into execution order (insertion sort: 2-6 elements).
+void SortInExecutionOrder(const Graph& graph, absl::InlinedVector<MatchedOpNode, 4>& nodes) {
+  for (size_t i = 1; i < nodes.size(); ++i) {
+    for (size_t j = i; j > 0 && graph.Precedes(nodes[j].node, nodes[j - 1].node); --j) {
+      std::swap(nodes[j], nodes[j - 1]);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
@@ -58,29 +117,60 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   const std::vector<PatternMatch> matches = matcher.FindMatches(gm);
   if (matches.empty()) return 0;
   Graph& graph = gm.graph();
+  const std::vector<FusionRule>& rules = matcher.rules();
 
-  // Which match each matched op node belongs to, so new args can be checked and remapped.
-  absl::flat_hash_map<const Node*, int> match_of;
-  for (size_t m = 0; m < matches.size(); ++m) {
-    const Pattern& pattern = matches[m].rule->pattern;
-    for (int p = 0; p < pattern.size(); ++p) {
-      if (!pattern.position(p).match_all) match_of.emplace(matches[m].node_at(p), m);
-    }
-  }
-  // How many call_module nodes use each module path.
-  absl::flat_hash_map<Symbol, int> module_uses;
-  absl::flat_hash_set<std::string> get_attr_paths;  // every get_attr target and its prefixes
+  // One walk over the graph: the module paths call_module nodes call, and every get_attr
+  // target with all its prefixes (a module read by a get_attr, or holding a tensor one
+  // reads, is never deleted nor moved). The views point at interned symbol text, which
+  // lives as long as the process.
+  std::vector<uint32_t> called_paths;
+  absl::flat_hash_set<absl::string_view> get_attr_paths;
   for (const Node* n = graph.first(); n != nullptr; n = n->next()) {
     if (n->op() == OpKind::kCallModule) {
-      ++module_uses[n->target()];
+      called_paths.push_back(n->target().id());
     } else if (n->op() == OpKind::kGetAttr) {
       const absl::string_view t = n->target().name();
       for (size_t dot = t.find('.'); dot != absl::string_view::npos; dot = t.find('.', dot + 1)) {
-        get_attr_paths.insert(std::string(t.substr(0, dot)));
+        get_attr_paths.insert(t.substr(0, dot));
       }
-      get_attr_paths.insert(std::string(t));
+      get_attr_paths.insert(t);
     }
   }
+  ModuleUseCounts module_uses(called_paths);
+  called_paths = std::vector<uint32_t>();
+
+  // Which match each matched op node belongs to — needed only to check the inputs a custom
+  // root or extra-inputs getter returns. With the built-in getters every input is an arg of
+  // a node of its own match, and so cannot be an inner node of another match: an inner node
+  // has exactly one user (matcher.h, rule 3), inside its own match, and matches are
+  // disjoint.
+  absl::flat_hash_map<const Node*, int> match_of;
+  const bool custom_getters =
+      std::any_of(matches.begin(), matches.end(), [](const PatternMatch& m) {
+        return m.rule->root_node_getter || m.rule->extra_inputs_getter;
+      });
+  if (custom_getters) {
+    for (size_t m = 0; m < matches.size(); ++m) {
+      const Pattern& pattern = matches[m].rule->pattern;
+      for (int p = 0; p < pattern.size(); ++p) {
+        if (!pattern.position(p).match_all) match_of.emplace(matches[m].node_at(p), m);
+      }
+    }
+  }
+
+  // Per pass, per rule: the meta value every fused node of the rule gets, and the schema
+  // of each fused type met (interning the name and finding the schema once, not per node).
+  std::vector<Argument> pattern_meta(rules.size());
+  for (size_t r = 0; r < rules.size(); ++r) pattern_meta[r] = Argument::String(rules[r].name);
+  std::vector<std::pair<Symbol, const ModuleSchema*>> schema_cache;
+  const auto find_schema = [&](Symbol type) {
+    for (const auto& [cached_type, schema] : schema_cache) {
+      if (cached_type == type) return schema;
+    }
+    const ModuleSchema* schema = schemas.Find(type);
+    schema_cache.emplace_back(type, schema);
+    return schema;
+  };
 
   // ---- Plan: every check, no mutation ---------------------------------------------------
   // Matches were found from the output backwards; apply them in graph order so that a
@@ -90,22 +180,44 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   for (auto it = matches.rbegin(); it != matches.rend(); ++it) {
     const PatternMatch& match = *it;
     const FusionRule& rule = *match.rule;
+    const Pattern& pattern = rule.pattern;
     PlannedFusion plan;
     plan.match = &match;
     plan.outermost = match.outermost();
-    const int self = match_of.at(plan.outermost);
+    for (int p = 0; p < pattern.size(); ++p) {
+      Node* node = match.node_at(p);
+      if (pattern.position(p).match_all || node == nullptr) continue;
+      MatchedOpNode entry;
+      entry.node = node;
+      plan.nodes.push_back(entry);
+    }
+    SortInExecutionOrder(graph, plan.nodes);
+    const auto in_this_match = [&plan](const Node* n) {
+      for (const MatchedOpNode& entry : plan.nodes) {
+        if (entry.node == n) return true;
+      }
+      return false;
+    };
+
     ASSIGN_OR_RETURN(plan.root, rule.RootNode(match));
-    if (plan.root == nullptr || !match_of.contains(plan.root) ||
-        match_of.at(plan.root) != self) {
+    if (plan.root == nullptr || !in_this_match(plan.root)) {
       return PlanError(match, "the root node getter returned a node outside the match");
     }
     if (!plan.root->kwargs().empty()) {
       return PlanError(match, absl::StrCat("root node '", plan.root->name(),
                                            "' has kwargs, which a fused module cannot take"));
     }
-    ASSIGN_OR_RETURN(std::vector<Argument> extras, rule.ExtraInputs(match));
     plan.args.assign(plan.root->args().begin(), plan.root->args().end());
-    for (Argument& extra : extras) plan.args.push_back(std::move(extra));
+    if (rule.extra_inputs_getter) {
+      ASSIGN_OR_RETURN(std::vector<Argument> extras, rule.ExtraInputs(match));
+      for (Argument& extra : extras) plan.args.push_back(std::move(extra));
+    } else {
+      for (int p : rule.extra_input_positions.has_value()
+                       ? *rule.extra_input_positions
+                       : pattern.default_extra_input_positions()) {
+        plan.args.push_back(match.bindings[p]);
+      }
+    }
     // Every node the fused node reads must survive the pass and precede its position.
     for (const Argument& arg : plan.args) {
       absl::Status bad;
@@ -116,22 +228,40 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
                                               "' does not precede the outermost node"));
           return;
         }
-        const auto owner = match_of.find(n);
-        if (owner == match_of.end()) return;
-        if (owner->second == self) {
+        if (in_this_match(n)) {
           bad = PlanError(match, absl::StrCat("input '", n->name(),
                                               "' is a node of the match itself, which "
                                               "fusion erases"));
-        } else if (matches[owner->second].outermost() != n) {
+          return;
+        }
+        if (!custom_getters) return;  // see match_of
+        const auto owner = match_of.find(n);
+        if (owner != match_of.end() && matches[owner->second].outermost() != n) {
           bad = PlanError(match, absl::StrCat("input '", n->name(), "' is an inner node of "
                                               "another match, which fusion erases"));
         }
       });
       RETURN_IF_ERROR(bad);
     }
-    ASSIGN_OR_RETURN(plan.module, rule.Fuse(gm, match, &plan.weight_scale));
+
+    // Each matched module, looked up once. A module only this node calls, that has no
+    // children and that no get_attr reads is deleted with the match: the fuser may move it
+    // into the fused module rather than copy it.
+    plan.removable.assign(plan.nodes.size(), false);
+    for (size_t i = 0; i < plan.nodes.size(); ++i) {
+      MatchedOpNode& entry = plan.nodes[i];
+      if (entry.node->op() != OpKind::kCallModule) continue;
+      const Symbol path = entry.node->target();
+      entry.module = gm.FindModule(path.name());
+      plan.removable[i] = entry.module != nullptr && entry.module->children().empty() &&
+                          !get_attr_paths.contains(path.name());
+      entry.movable = plan.removable[i] && module_uses[path] == 1;
+    }
+
+    ASSIGN_OR_RETURN(plan.module,
+                     rule.FuseForPass(gm, match, plan.root, plan.nodes, &plan.pending));
     if (plan.module == nullptr) return PlanError(match, "the fuser returned no module");
-    const ModuleSchema* schema = schemas.Find(plan.module->type());
+    const ModuleSchema* schema = find_schema(plan.module->type());
     if (schema == nullptr) {
       return PlanError(match, absl::StrCat("fused module type '", plan.module->type().name(),
                                            "' is not a registered module type"));
@@ -143,19 +273,17 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
                                            schema->min_inputs, "..", schema->max_inputs,
                                            " inputs; the fused node would have ", inputs));
     }
-    plan.reuse_root_path = plan.root->op() == OpKind::kCallModule &&
-                           module_uses[plan.root->target()] == 1;
-    const Pattern& pattern = rule.pattern;
-    for (int p = 0; p < pattern.size(); ++p) {
-      if (!pattern.position(p).match_all) plan.erase_order.push_back(match.node_at(p));
+    if (plan.root->op() == OpKind::kCallModule && module_uses[plan.root->target()] == 1) {
+      for (const MatchedOpNode& entry : plan.nodes) {
+        if (entry.node == plan.root) plan.reuse_slot = entry.module;
+      }
     }
-    std::sort(plan.erase_order.begin(), plan.erase_order.end(),
-              [&graph](const Node* a, const Node* b) { return graph.Precedes(b, a); });
     plans.push_back(std::move(plan));
   }
 
   // ---- Apply ----------------------------------------------------------------------------
   absl::flat_hash_map<Node*, Node*> replaced;  // outermost node -> its fused node
+  replaced.reserve(plans.size());
   absl::flat_hash_map<std::string, int> next_suffix;  // for FreshModulePath
   std::vector<std::string> unused_modules;            // removed after the last fusion
   const auto remap = [&replaced](Node* n) {
@@ -164,58 +292,61 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   };
   for (PlannedFusion& plan : plans) {
     const FusionRule& rule = *plan.match->rule;
-    std::vector<Argument> args;
-    args.reserve(plan.args.size());
-    for (const Argument& a : plan.args) args.push_back(a.MapNodes(remap));
-
-    const std::string root_name = plan.root->name();
-    const std::string path =
-        plan.reuse_root_path
-            ? std::string(plan.root->target().name())
-            : FreshModulePath(gm,
-                              plan.root->op() == OpKind::kCallModule
-                                  ? plan.root->target().name()
-                                  : absl::string_view(root_name),
-                              next_suffix);
-    absl::Status status = gm.SetModule(path, std::move(plan.module));
-    if (!status.ok()) return Internal(status);
-
-    const Symbol path_symbol = Symbol::Intern(path);
     NodeSpec spec;
     spec.op = OpKind::kCallModule;
-    spec.target = path_symbol;
-    spec.args = std::move(args);
+    spec.args.reserve(plan.args.size());
+    for (const Argument& a : plan.args) {
+      if (a.is_node()) {
+        spec.args.push_back(Argument(remap(a.as_node())));
+      } else {
+        spec.args.push_back(a.ContainsNode() ? a.MapNodes(remap) : a);
+      }
+    }
+
+    // Install the fused module, moving in the parts it takes from the tree.
+    plan.pending.ApplyMoves();
+    if (plan.reuse_slot != nullptr) {
+      *plan.reuse_slot = std::move(*plan.module);
+      plan.pending.Relocate(plan.module.get(), plan.reuse_slot);
+      plan.module.reset();
+      spec.target = plan.root->target();
+    } else {
+      const std::string path = FreshModulePath(
+          gm,
+          plan.root->op() == OpKind::kCallModule ? plan.root->target().name()
+                                                 : absl::string_view(plan.root->name()),
+          next_suffix);
+      const absl::Status status = gm.SetModule(path, std::move(plan.module));
+      if (!status.ok()) return Internal(status);
+      spec.target = Symbol::Intern(path);
+    }
+
+    const std::string root_name = plan.root->name();
+    spec.name = kFusedNodeTemporaryName;
     absl::StatusOr<Node*> fused = graph.InsertBefore(plan.outermost, std::move(spec));
     if (!fused.ok()) return Internal(fused.status());
     absl::StatusOr<int> rewired = graph.ReplaceAllUsesWith(plan.outermost, *fused);
     if (!rewired.ok()) return Internal(rewired.status());
 
-    std::vector<Symbol> freed_paths;
-    for (Node* n : plan.erase_order) {
-      if (n->op() == OpKind::kCallModule && !(plan.reuse_root_path && n == plan.root)) {
-        freed_paths.push_back(n->target());
+    // Erase last in graph order first (each erased node's users are gone by then), and
+    // note the modules nothing calls any more: leaf modules no get_attr reads, as
+    // torch.fx.GraphModule keeps only the submodules its graph references.
+    for (size_t i = plan.nodes.size(); i-- > 0;) {
+      Node* n = plan.nodes[i].node;
+      if (n->op() == OpKind::kCallModule && !(plan.reuse_slot != nullptr && n == plan.root)) {
+        const Symbol freed = n->target();
+        if (--module_uses[freed] == 0 && plan.removable[i]) {
+          unused_modules.push_back(std::string(freed.name()));
+        }
       }
-      status = graph.Erase(n);
+      const absl::Status status = graph.Erase(n);
       if (!status.ok()) return Internal(status);
     }
     graph.Rename(*fused, root_name);
-    status = graph.SetMeta(*fused, "pattern", Argument::String(rule.name));
+    const absl::Status status =
+        graph.SetMeta(*fused, "pattern", pattern_meta[plan.match->rule - rules.data()]);
     if (!status.ok()) return Internal(status);
     replaced.emplace(plan.outermost, *fused);
-    if (!plan.reuse_root_path) module_uses[path_symbol] = 1;
-
-    // Drop modules nothing uses any more (leaf modules only, and none a get_attr reads),
-    // as torch.fx.GraphModule keeps only the submodules its graph references.
-    for (Symbol freed : freed_paths) {
-      if (--module_uses[freed] > 0) continue;
-      const absl::string_view freed_path = freed.name();
-      const Module* module = gm.FindModule(freed_path);
-      if (module == nullptr || !module->children().empty() ||
-          get_attr_paths.contains(freed_path)) {
-        continue;
-      }
-      unused_modules.push_back(std::string(freed_path));
-    }
   }
   // All at once: one graph scan and one pass per parent, where removing them one by one
   // would rescan the graph and the parent's children for each.
@@ -223,10 +354,11 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     const absl::Status status = gm.RemoveModules(unused_modules);
     if (!status.ok()) return Internal(status);
   }
-  // Batch-norm folds scale their weights only now: the modules they were copied from are
-  // gone, so the data is no longer shared and is scaled in place, not copied (a weight
-  // still shared, e.g. read by a get_attr, is copied first by Tensor's copy-on-write).
-  for (PlannedFusion& plan : plans) plan.weight_scale.Apply();
+  // Batch-norm folds scale their weights only now: the modules they came from are gone
+  // (moved or removed), so the data is no longer shared and is scaled in place, not copied
+  // (a weight still shared, e.g. read by a get_attr, is copied first by Tensor's
+  // copy-on-write).
+  for (PlannedFusion& plan : plans) plan.pending.weight_scale.Apply();
   return static_cast<int>(plans.size());
 }
 

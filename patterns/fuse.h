@@ -7,7 +7,9 @@
 // For each match (found read-only first, see matcher.h):
 //  - the fused module is built by the rule's fuser (fusion_rule.h) and installed at the
 //    root node's module path when only the root used that module (as PyTorch's fuse_fx
-//    does), else at a fresh path;
+//    does), else at a fresh path. A matched module that the pass deletes with the match
+//    (no other call_module node or get_attr uses it, no children) is moved into the fused
+//    module, not copied; any other is copied and stays;
 //  - a call_module node of it is inserted at the outermost node's position, with args =
 //    the root's args followed by the extra inputs; every use of the outermost node is
 //    rewired to it; the other matched nodes are erased; it takes the root node's name and

@@ -17,44 +17,100 @@ absl::Status RuleError(const FusionRule& rule, absl::string_view field,
       absl::StrCat("fusion rule '", rule.name, "': ", field, ": ", what));
 }
 
-// The matched op nodes of `match`, in execution (graph) order.
-std::vector<Node*> MatchedOpNodesInOrder(const PatternMatch& match) {
-  std::vector<Node*> nodes;
+// The symbols the built-in fusers compare against, interned once: comparing symbols is an
+// integer compare, where comparing their names compared strings per node.
+struct KnownSymbols {
+  Symbol relu_module = Symbol::Intern("nn.ReLU");
+  Symbol linear = Symbol::Intern("nn.Linear");
+  Symbol torch_relu = Symbol::Intern("torch.relu");
+  Symbol functional_relu = Symbol::Intern("torch.nn.functional.relu");
+  Symbol method_relu = Symbol::Intern("relu");
+  Symbol method_add = Symbol::Intern("add");
+  Symbol method_mul = Symbol::Intern("mul");
+  Symbol binary_functions[4] = {Symbol::Intern("operator.add"), Symbol::Intern("torch.add"),
+                                Symbol::Intern("operator.mul"), Symbol::Intern("torch.mul")};
+  Symbol convs[3] = {Symbol::Intern("nn.Conv1d"), Symbol::Intern("nn.Conv2d"),
+                     Symbol::Intern("nn.Conv3d")};
+  Symbol transposed_convs[3] = {Symbol::Intern("nn.ConvTranspose1d"),
+                                Symbol::Intern("nn.ConvTranspose2d"),
+                                Symbol::Intern("nn.ConvTranspose3d")};
+  Symbol batch_norms[3] = {Symbol::Intern("nn.BatchNorm1d"), Symbol::Intern("nn.BatchNorm2d"),
+                           Symbol::Intern("nn.BatchNorm3d")};
+};
+
+const KnownSymbols& Known() {
+  static const KnownSymbols* const known = new KnownSymbols();
+  return *known;
+}
+
+template <size_t N>
+bool IsOneOf(Symbol s, const Symbol (&set)[N]) {
+  for (Symbol candidate : set) {
+    if (s == candidate) return true;
+  }
+  return false;
+}
+
+// The matched op nodes of `match`, in execution (graph) order, with their modules looked up
+// (for Fuse outside the pass: nothing is movable).
+std::vector<MatchedOpNode> MatchedOpNodesInOrder(const GraphModule& gm,
+                                                 const PatternMatch& match) {
+  std::vector<MatchedOpNode> nodes;
   const Pattern& pattern = match.rule->pattern;
   for (int i = 0; i < pattern.size(); ++i) {
-    if (!pattern.position(i).match_all && match.node_at(i) != nullptr) {
-      nodes.push_back(match.node_at(i));
-    }
+    Node* node = match.node_at(i);
+    if (pattern.position(i).match_all || node == nullptr) continue;
+    MatchedOpNode entry;
+    entry.node = node;
+    if (node->op() == OpKind::kCallModule) entry.module = gm.FindModule(node->target().name());
+    nodes.push_back(entry);
   }
-  const Graph* graph = nodes.front()->graph();
-  std::sort(nodes.begin(), nodes.end(),
-            [graph](const Node* a, const Node* b) { return graph->Precedes(a, b); });
+  const Graph* graph = nodes.front().node->graph();
+  std::sort(nodes.begin(), nodes.end(), [graph](const MatchedOpNode& a, const MatchedOpNode& b) {
+    return graph->Precedes(a.node, b.node);
+  });
   return nodes;
 }
 
 bool IsFunctionalRelu(const Node* node) {
-  const absl::string_view t = node->target().name();
+  const KnownSymbols& known = Known();
+  const Symbol t = node->target();
   return (node->op() == OpKind::kCallFunction &&
-          (t == "torch.relu" || t == "torch.nn.functional.relu")) ||
-         (node->op() == OpKind::kCallMethod && t == "relu");
+          (t == known.torch_relu || t == known.functional_relu)) ||
+         (node->op() == OpKind::kCallMethod && t == known.method_relu);
 }
 
 bool IsBinaryOp(const Node* node) {
-  const absl::string_view t = node->target().name();
-  if (node->op() == OpKind::kCallMethod) return t == "add" || t == "mul";
-  return node->op() == OpKind::kCallFunction &&
-         (t == "operator.add" || t == "torch.add" || t == "operator.mul" || t == "torch.mul");
+  const KnownSymbols& known = Known();
+  const Symbol t = node->target();
+  if (node->op() == OpKind::kCallMethod) return t == known.method_add || t == known.method_mul;
+  return node->op() == OpKind::kCallFunction && IsOneOf(t, known.binary_functions);
+}
+
+// The module `entry` calls, or the NotFound error GraphModule::GetModule gives for its path.
+absl::StatusOr<Module*> ModuleOf(const GraphModule& gm, const MatchedOpNode& entry) {
+  if (entry.module != nullptr) return entry.module;
+  return gm.GetModule(entry.node->target().name());
 }
 
 // The module of one matched node as a part of a fused module, or nullptr for a binary op
-// the fused type implies.
-absl::StatusOr<std::unique_ptr<Module>> PartModule(const GraphModule& gm, const Node* node,
-                                                   absl::string_view rule_name) {
+// the fused type implies. A movable module (with `pending`) is not copied: the part is an
+// empty placeholder that the pass fills by moving the module into it.
+absl::StatusOr<std::unique_ptr<Module>> PartModule(const GraphModule& gm,
+                                                   const MatchedOpNode& entry,
+                                                   absl::string_view rule_name,
+                                                   PendingFusion* pending) {
+  const Node* node = entry.node;
   if (node->op() == OpKind::kCallModule) {
-    ASSIGN_OR_RETURN(Module * module, gm.GetModule(node->target().name()));
+    ASSIGN_OR_RETURN(Module * module, ModuleOf(gm, entry));
+    if (entry.movable && pending != nullptr) {
+      auto placeholder = std::make_unique<Module>(module->type());
+      pending->moves.push_back({module, placeholder.get()});
+      return placeholder;
+    }
     return module->Clone();
   }
-  if (IsFunctionalRelu(node)) return std::make_unique<Module>("nn.ReLU");
+  if (IsFunctionalRelu(node)) return std::make_unique<Module>(Known().relu_module);
   if (IsBinaryOp(node)) return std::unique_ptr<Module>();
   return absl::UnimplementedError(absl::StrCat(
       "fusion rule '", rule_name, "': node '", node->name(), "' (", OpKindName(node->op()),
@@ -74,39 +130,36 @@ absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type,
 }
 
 absl::StatusOr<std::unique_ptr<Module>> WrapInSequence(const GraphModule& gm,
-                                                       const PatternMatch& match) {
+                                                       const PatternMatch& match,
+                                                       absl::Span<const MatchedOpNode> nodes,
+                                                       PendingFusion* pending) {
   std::vector<std::unique_ptr<Module>> parts;
-  for (const Node* node : MatchedOpNodesInOrder(match)) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Module> part, PartModule(gm, node, match.rule->name));
+  parts.reserve(nodes.size());
+  for (const MatchedOpNode& entry : nodes) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Module> part,
+                     PartModule(gm, entry, match.rule->name, pending));
     parts.push_back(std::move(part));
   }
   return Wrap(match.rule->fused_module_type, std::move(parts));
 }
 
 bool IsFoldableInto(Symbol type) {
-  const absl::string_view t = type.name();
-  return t == "nn.Conv1d" || t == "nn.Conv2d" || t == "nn.Conv3d" || t == "nn.Linear" ||
-         t == "nn.ConvTranspose1d" || t == "nn.ConvTranspose2d" || t == "nn.ConvTranspose3d";
+  return type == Known().linear || IsOneOf(type, Known().convs) ||
+         IsOneOf(type, Known().transposed_convs);
 }
 
-bool IsConvTranspose(Symbol type) {
-  const absl::string_view t = type.name();
-  return t == "nn.ConvTranspose1d" || t == "nn.ConvTranspose2d" || t == "nn.ConvTranspose3d";
-}
+bool IsConvTranspose(Symbol type) { return IsOneOf(type, Known().transposed_convs); }
 
-bool IsBatchNorm(Symbol type) {
-  const absl::string_view t = type.name();
-  return t == "nn.BatchNorm1d" || t == "nn.BatchNorm2d" || t == "nn.BatchNorm3d";
-}
+bool IsBatchNorm(Symbol type) { return IsOneOf(type, Known().batch_norms); }
 
-// Reads a float32 tensor of exactly `n` elements, or a default of `fill` if absent and
-// `optional`.
-absl::StatusOr<std::vector<float>> ReadVector(const Module& module, absl::string_view owner,
-                                              absl::string_view name, int64_t n,
-                                              bool optional, float fill) {
+// Points `*data` at the `n` float32 values of tensor `name` of `module`, or at nullptr if it
+// is absent and `optional` (the caller then uses its default). InvalidArgument otherwise.
+absl::Status ReadVector(const Module& module, absl::string_view owner, absl::string_view name,
+                        int64_t n, bool optional, const float** data) {
+  *data = nullptr;
   const Tensor* t = module.FindTensor(name);
   if (t == nullptr) {
-    if (optional) return std::vector<float>(n, fill);
+    if (optional) return absl::OkStatus();
     return absl::InvalidArgumentError(
         absl::StrCat("batch-norm folding: module '", owner, "' has no tensor '", name, "'"));
   }
@@ -116,18 +169,19 @@ absl::StatusOr<std::vector<float>> ReadVector(const Module& module, absl::string
         "' must be float32 with ", n, " elements (one per output channel); it is ",
         DTypeName(t->dtype()), " ", t->ShapeString()));
   }
-  const float* data = t->data<float>();
-  return std::vector<float>(data, data + n);
+  *data = t->data<float>();
+  return absl::OkStatus();
 }
 
-// PyTorch's fuse_conv_bn_eval / fuse_linear_bn_eval on module data: returns a copy of
-// `conv` with the batch norm folded into its bias, and in `pending` the scaling still owed
-// to its weight (see PendingWeightScale).
-absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(const Module& conv,
-                                                      absl::string_view conv_path,
-                                                      const Module& bn,
+// PyTorch's fuse_conv_bn_eval / fuse_linear_bn_eval on module data: returns `conv` with
+// the batch norm folded into its bias, and in `pending->weight_scale` the scaling still
+// owed to its weight (see PendingWeightScale). The result is a copy of `conv`, or, if
+// `conv_entry` is movable and `pending_moves` is set, an empty placeholder that the pass
+// fills by moving `conv` into it, and then gives the folded bias (PendingFusion).
+absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string_view conv_path,
+                                                      bool move_conv, const Module& bn,
                                                       absl::string_view bn_path,
-                                                      PendingWeightScale* pending) {
+                                                      PendingFusion* pending) {
   ASSIGN_OR_RETURN(const Tensor* weight, conv.GetTensor("weight"));
   if (weight->dtype() != DType::kFloat32 || weight->dim() < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -149,17 +203,14 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(const Module& conv,
   const int64_t out_channels = weight->shape()[transpose ? 1 : 0];
   const int64_t per_channel =
       out_channels == 0 || outer == 0 ? 0 : weight->numel() / (outer * out_channels);
-  ASSIGN_OR_RETURN(std::vector<float> mean,
-                   ReadVector(bn, bn_path, "running_mean", out_channels, false, 0));
-  ASSIGN_OR_RETURN(std::vector<float> var,
-                   ReadVector(bn, bn_path, "running_var", out_channels, false, 0));
+  // Read in place (no copies); an absent optional tensor reads as its default.
+  const float *mean, *var, *gamma, *beta, *bias;
+  RETURN_IF_ERROR(ReadVector(bn, bn_path, "running_mean", out_channels, false, &mean));
+  RETURN_IF_ERROR(ReadVector(bn, bn_path, "running_var", out_channels, false, &var));
   // affine=False batch norm has no weight / bias: gamma 1, beta 0.
-  ASSIGN_OR_RETURN(std::vector<float> gamma,
-                   ReadVector(bn, bn_path, "weight", out_channels, true, 1.0f));
-  ASSIGN_OR_RETURN(std::vector<float> beta,
-                   ReadVector(bn, bn_path, "bias", out_channels, true, 0.0f));
-  ASSIGN_OR_RETURN(std::vector<float> bias,
-                   ReadVector(conv, conv_path, "bias", out_channels, true, 0.0f));
+  RETURN_IF_ERROR(ReadVector(bn, bn_path, "weight", out_channels, true, &gamma));
+  RETURN_IF_ERROR(ReadVector(bn, bn_path, "bias", out_channels, true, &beta));
+  RETURN_IF_ERROR(ReadVector(conv, conv_path, "bias", out_channels, true, &bias));
   double eps = 1e-5;
   if (bn.FindAttribute("eps") != nullptr) {
     ASSIGN_OR_RETURN(eps, bn.GetFloat("eps"));
@@ -171,9 +222,9 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(const Module& conv,
   //                                 b' = ((b - mean) * r) * gamma + beta
   //   linear (fuse_linear_bn_weights): s = gamma * rsqrt(var + eps); w' = w * s;
   //                                 b' = (b - mean) * s + beta
-  const bool is_linear = conv.type().name() == "nn.Linear";
+  const bool is_linear = conv.type() == Known().linear;
   const float eps_f = static_cast<float>(eps);
-  std::vector<float> rsqrt(out_channels), scale(out_channels);
+  std::vector<float> scale(out_channels), new_bias(out_channels);
   for (int64_t c = 0; c < out_channels; ++c) {
     const float denominator = var[c] + eps_f;
     if (!(denominator > 0) || !std::isfinite(denominator)) {
@@ -181,33 +232,47 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(const Module& conv,
           "batch-norm folding: '", bn_path, "' has running_var + eps = ", denominator,
           " at channel ", c, "; it must be positive"));
     }
-    rsqrt[c] = 1.0f / std::sqrt(denominator);
-    scale[c] = gamma[c] * rsqrt[c];
+    const float g = gamma != nullptr ? gamma[c] : 1.0f;
+    const float b = beta != nullptr ? beta[c] : 0.0f;
+    const float rsqrt = 1.0f / std::sqrt(denominator);
+    scale[c] = g * rsqrt;
+    const float centered = (bias != nullptr ? bias[c] : 0.0f) - mean[c];
+    new_bias[c] = is_linear ? centered * scale[c] + b : (centered * rsqrt) * g + b;
   }
-  std::vector<float> new_bias(out_channels);
-  for (int64_t c = 0; c < out_channels; ++c) {
-    const float centered = bias[c] - mean[c];
-    new_bias[c] = is_linear ? centered * scale[c] + beta[c]
-                            : (centered * rsqrt[c]) * gamma[c] + beta[c];
+  Tensor folded_bias = Tensor::FromFloats({out_channels}, new_bias);
+  std::unique_ptr<Module> folded;
+  if (move_conv) {
+    folded = std::make_unique<Module>(conv.type());
+    pending->moves.push_back({&conv, folded.get()});
+    pending->bias_module = folded.get();
+    pending->bias = std::move(folded_bias);
+  } else {
+    // The copy shares the weight's data with `conv`; PendingWeightScale::Apply scales it.
+    folded = conv.Clone();
+    folded->SetTensor("bias", std::move(folded_bias));
   }
-  // The clone shares the weight's data with `conv`; PendingWeightScale::Apply scales it.
-  std::unique_ptr<Module> folded = conv.Clone();
-  folded->SetTensor("bias", Tensor::FromFloats({out_channels}, new_bias));
-  pending->module = folded.get();
-  pending->scale = std::move(scale);
-  pending->outer = outer;
-  pending->per_channel = per_channel;
+  PendingWeightScale& weight_scale = pending->weight_scale;
+  weight_scale.module = folded.get();
+  weight_scale.scale = std::move(scale);
+  weight_scale.outer = outer;
+  weight_scale.per_channel = per_channel;
   return folded;
 }
 
-absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(const GraphModule& gm,
-                                                              const PatternMatch& match,
-                                                              PendingWeightScale* pending) {
+absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(
+    const GraphModule& gm, const PatternMatch& match, Node* root,
+    absl::Span<const MatchedOpNode> nodes, PendingFusion* pending) {
   const FusionRule& rule = *match.rule;
-  ASSIGN_OR_RETURN(Node * root, rule.RootNode(match));
-  const Module* root_module =
-      root->op() == OpKind::kCallModule ? gm.FindModule(root->target().name()) : nullptr;
-  if (root_module == nullptr || !IsFoldableInto(root_module->type())) {
+  const MatchedOpNode* root_entry = nullptr;
+  for (const MatchedOpNode& entry : nodes) {
+    if (entry.node == root) root_entry = &entry;
+  }
+  Module* root_module = root_entry != nullptr ? root_entry->module
+                        : root->op() == OpKind::kCallModule
+                            ? gm.FindModule(root->target().name())
+                            : nullptr;
+  if (root->op() != OpKind::kCallModule || root_module == nullptr ||
+      !IsFoldableInto(root_module->type())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "fusion rule '", rule.name, "': batch norm can only be folded into a call_module of "
         "nn.Conv1d/2d/3d, nn.ConvTranspose1d/2d/3d or nn.Linear; root node '", root->name(), "' is not one"));
@@ -215,15 +280,15 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(const GraphModule&
   // The batch norm to fold is the matched node reading the root.
   const Node* bn_node = nullptr;
   const Module* bn_module = nullptr;
-  for (const Node* node : MatchedOpNodesInOrder(match)) {
+  for (const MatchedOpNode& entry : nodes) {
+    const Node* node = entry.node;
     if (node->op() != OpKind::kCallModule || node->num_args() < 1 ||
         !node->arg(0).is_node() || node->arg(0).as_node() != root) {
       continue;
     }
-    const Module* module = gm.FindModule(node->target().name());
-    if (module != nullptr && IsBatchNorm(module->type())) {
+    if (entry.module != nullptr && IsBatchNorm(entry.module->type())) {
       bn_node = node;
-      bn_module = module;
+      bn_module = entry.module;
       break;
     }
   }
@@ -232,17 +297,19 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(const GraphModule&
         "fusion rule '", rule.name, "': fuser fold_bn_then_wrap found no BatchNorm node "
         "reading root node '", root->name(), "'"));
   }
+  const bool move_root = root_entry != nullptr && root_entry->movable;
   ASSIGN_OR_RETURN(std::unique_ptr<Module> folded,
-                   FoldBatchNorm(*root_module, root->target().name(), *bn_module,
+                   FoldBatchNorm(*root_module, root->target().name(), move_root, *bn_module,
                                  bn_node->target().name(), pending));
   std::vector<std::unique_ptr<Module>> parts;
-  for (const Node* node : MatchedOpNodesInOrder(match)) {
-    if (node == bn_node) continue;
-    if (node == root) {
+  parts.reserve(nodes.size());
+  for (const MatchedOpNode& entry : nodes) {
+    if (entry.node == bn_node) continue;
+    if (entry.node == root) {
       parts.push_back(std::move(folded));
       continue;
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<Module> part, PartModule(gm, node, rule.name));
+    ASSIGN_OR_RETURN(std::unique_ptr<Module> part, PartModule(gm, entry, rule.name, pending));
     parts.push_back(std::move(part));
   }
   if (rule.fused_module_type.empty()) {
@@ -288,6 +355,24 @@ void PendingWeightScale::Apply() {
   }
   module = nullptr;
   scale.clear();
+}
+
+void PendingFusion::ApplyMoves() {
+  for (const Move& move : moves) *move.to = std::move(*move.from);
+  moves.clear();
+  if (bias_module != nullptr) {
+    bias_module->SetTensor("bias", std::move(bias));
+    bias_module = nullptr;
+    bias = Tensor();
+  }
+}
+
+void PendingFusion::Relocate(const Module* from, Module* to) {
+  for (Move& move : moves) {
+    if (move.to == from) move.to = to;
+  }
+  if (bias_module == from) bias_module = to;
+  if (weight_scale.module == from) weight_scale.module = to;
 }
 
 absl::string_view FuserKindName(FuserKind kind) {
@@ -360,7 +445,11 @@ absl::StatusOr<Node*> FusionRule::RootNode(const PatternMatch& match) const {
 absl::StatusOr<std::vector<Argument>> FusionRule::ExtraInputs(const PatternMatch& match) const {
   if (extra_inputs_getter) return extra_inputs_getter(match);
   std::vector<Argument> extra;
-  for (int p : extra_input_positions.value_or(pattern.DefaultExtraInputPositions())) {
+  const std::vector<int>& positions = extra_input_positions.has_value()
+                                          ? *extra_input_positions
+                                          : pattern.default_extra_input_positions();
+  extra.reserve(positions.size());
+  for (int p : positions) {
     extra.push_back(match.bindings[p]);
   }
   return extra;
@@ -378,20 +467,40 @@ absl::StatusOr<std::unique_ptr<Module>> FusionRule::Fuse(const GraphModule& gm,
                                                          const PatternMatch& match,
                                                          PendingWeightScale* pending) const {
   *pending = PendingWeightScale();
+  Node* root = nullptr;
+  if (fuser_kind == FuserKind::kFoldBatchNormThenWrap) {
+    ASSIGN_OR_RETURN(root, RootNode(match));
+  }
+  PendingFusion deferred;
+  // Nothing is movable here, so nothing but the weight scale is deferred.
+  ASSIGN_OR_RETURN(std::unique_ptr<Module> fused,
+                   FuseForPass(gm, match, root, MatchedOpNodesInOrder(gm, match), &deferred));
+  *pending = std::move(deferred.weight_scale);
+  return fused;
+}
+
+absl::StatusOr<std::unique_ptr<Module>> FusionRule::FuseForPass(
+    const GraphModule& gm, const PatternMatch& match, Node* root,
+    absl::Span<const MatchedOpNode> nodes, PendingFusion* pending) const {
+  *pending = PendingFusion();
+  absl::StatusOr<std::unique_ptr<Module>> fused;
   switch (fuser_kind) {
     case FuserKind::kWrapInSequence:
-      return WrapInSequence(gm, match);
-    case FuserKind::kFoldBatchNormThenWrap: {
-      absl::StatusOr<std::unique_ptr<Module>> fused = FoldBatchNormThenWrap(gm, match, pending);
-      // On failure the folded module is gone: nothing may point at it.
-      if (!fused.ok()) *pending = PendingWeightScale();
-      return fused;
-    }
+      fused = WrapInSequence(gm, match, nodes, pending);
+      break;
+    case FuserKind::kFoldBatchNormThenWrap:
+      if (root == nullptr) return absl::InternalError("FuseForPass: no root node");
+      fused = FoldBatchNormThenWrap(gm, match, root, nodes, pending);
+      break;
     case FuserKind::kCustom:
       if (!custom_fuser) return RuleError(*this, "custom_fuser", "kCustom needs a fuser");
       return custom_fuser(gm, match);
+    default:
+      return absl::InternalError("unknown fuser kind");
   }
-  return absl::InternalError("unknown fuser kind");
+  // On failure the parts are gone: nothing may point at them.
+  if (!fused.ok()) *pending = PendingFusion();
+  return fused;
 }
 
 absl::StatusOr<FusionRule> MakeFusionRule(absl::string_view name,

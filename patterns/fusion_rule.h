@@ -22,13 +22,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "graph/argument.h"
 #include "graph/graph_module.h"
 #include "graph/module.h"
 #include "graph/node.h"
 #include "graph/symbol.h"
+#include "graph/tensor.h"
 #include "patterns/pattern.h"
 
 namespace fuselage {
@@ -93,6 +96,47 @@ struct PendingWeightScale {
   void Apply();
 };
 
+// ---- For the fusion pass (patterns/fuse.cc) --------------------------------------------
+// The pass resolves each matched op node's module once per match and knows which modules
+// it will delete; given that, a fuser neither looks the modules up again nor copies a
+// module only to have the pass free the original.
+
+// One matched op node of a match, as the pass resolved it.
+struct MatchedOpNode {
+  Node* node = nullptr;
+  // call_module: the module it calls (nullptr if the path does not resolve); else nullptr.
+  Module* module = nullptr;
+  // The pass deletes `module` with this match: no other call_module node calls it, no
+  // get_attr reads it or anything inside it, and it has no children. A fuser may then take
+  // it (PendingFusion::moves) instead of copying it.
+  bool movable = false;
+};
+
+// What FusionRule::FuseForPass leaves to the pass: the parts to move out of the module
+// tree, applied when the pass installs the fused module (ApplyMoves, after every check of
+// every match), and the weight half of a batch-norm fold (weight_scale), applied last.
+struct PendingFusion {
+  // *to = std::move(*from): `from` is a movable module of the graph, `to` an empty
+  // placeholder inside the fused module (or the fused module itself). The moved-from
+  // module stays in the tree, empty, until the pass removes it.
+  struct Move {
+    Module* from;
+    Module* to;
+  };
+  absl::InlinedVector<Move, 3> moves;
+  // The folded bias of a batch-norm fold whose conv / linear is moved, not copied: set on
+  // `bias_module` (its placeholder) once the move has filled it.
+  Module* bias_module = nullptr;
+  Tensor bias;
+  PendingWeightScale weight_scale;
+
+  // Performs the moves, then sets the folded bias; clears both. Cannot fail.
+  void ApplyMoves();
+  // The module at `from` has been moved into `to` (the pass moved the fused module into its
+  // slot of the module tree): what still points at `from` now points at `to`.
+  void Relocate(const Module* from, Module* to);
+};
+
 // "wrap_in_sequence", "fold_bn_then_wrap", "custom".
 absl::string_view FuserKindName(FuserKind kind);
 absl::StatusOr<FuserKind> FuserKindFromName(absl::string_view name);
@@ -138,6 +182,16 @@ struct FusionRule {
   // call while the returned module is alive. `pending` is left empty by other fusers.
   absl::StatusOr<std::unique_ptr<Module>> Fuse(const GraphModule& gm, const PatternMatch& match,
                                                PendingWeightScale* pending) const;
+  // The fusion pass's Fuse: `root` is RootNode(match) and `nodes` the match's op nodes in
+  // execution order with their modules resolved (MatchedOpNode). Reads `gm` only; parts
+  // marked movable are not copied but left in `pending->moves`, and a batch-norm fold's
+  // weight scaling in `pending->weight_scale`. The caller applies `pending`
+  // (ApplyMoves, then weight_scale.Apply()) while the returned module is alive, or drops
+  // both, having changed nothing. A custom fuser is called as by Fuse and defers nothing.
+  absl::StatusOr<std::unique_ptr<Module>> FuseForPass(const GraphModule& gm,
+                                                      const PatternMatch& match, Node* root,
+                                                      absl::Span<const MatchedOpNode> nodes,
+                                                      PendingFusion* pending) const;
 };
 
 // Convenience constructors (parse + fill + Validate).

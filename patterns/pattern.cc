@@ -442,6 +442,7 @@ absl::StatusOr<Pattern> Pattern::FromPositions(std::vector<PatternPosition> preo
   }
   Pattern pattern;
   pattern.positions_ = std::move(preorder);
+  pattern.ComputeDefaults();
   return pattern;
 }
 
@@ -470,30 +471,24 @@ std::string Pattern::PathOf(int i) const {
   return absl::StrJoin(steps.rbegin(), steps.rend(), ".");
 }
 
-int Pattern::DefaultRootPosition() const {
-  int pos = 0;
-  while (!positions_[pos].args.empty() && !positions_[positions_[pos].args[0]].match_all) {
-    pos = positions_[pos].args[0];
-  }
-  return pos;
-}
-
-std::vector<int> Pattern::DefaultExtraInputPositions() const {
-  std::vector<int> chain;
+void Pattern::ComputeDefaults() {
+  int root = 0;
+  std::vector<int> chain;  // from the outermost op down arg 0 to the root
   for (int pos = 0;; pos = positions_[pos].args[0]) {
     chain.push_back(pos);
+    root = pos;
     if (positions_[pos].args.empty() || positions_[positions_[pos].args[0]].match_all) break;
   }
-  std::vector<int> extra;
+  default_root_ = root;
+  default_extras_.clear();
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
     const std::vector<int>& args = positions_[*it].args;
     // The root's own args are the fused node's leading args, not extras.
     const size_t first = (it == chain.rbegin()) ? args.size() : 1;
     for (size_t a = first; a < args.size(); ++a) {
-      if (positions_[args[a]].match_all) extra.push_back(args[a]);
+      if (positions_[args[a]].match_all) default_extras_.push_back(args[a]);
     }
   }
-  return extra;
 }
 
 std::string Pattern::ToString() const {

@@ -117,11 +117,13 @@ class Pattern {
   std::string PathOf(int i) const;
 
   // Default root position: the leaf reached from the outermost op by following arg 0.
-  int DefaultRootPosition() const;
+  int DefaultRootPosition() const { return default_root_; }
   // Default extra inputs: the MatchAllNode positions hanging off that arg-0 chain (args 1..n
   // of each chain node), innermost chain node first, in arg order — i.e. in the order
   // the fused module's forward takes them after the root's own args.
-  std::vector<int> DefaultExtraInputPositions() const;
+  std::vector<int> DefaultExtraInputPositions() const { return default_extras_; }
+  // The same, without a copy (the fusion pass reads it once per match).
+  const std::vector<int>& default_extra_input_positions() const { return default_extras_; }
 
   // Complex-format text: "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))".
   std::string ToString() const;
@@ -130,7 +132,12 @@ class Pattern {
   static constexpr int kMaxPositions = 64;
 
  private:
+  // Fills default_root_ and default_extras_ from positions_ (once, when built).
+  void ComputeDefaults();
+
   std::vector<PatternPosition> positions_;
+  int default_root_ = 0;
+  std::vector<int> default_extras_;
 };
 
 // Resolves one leaf name (see the table above) into a position with no args.

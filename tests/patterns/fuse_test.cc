@@ -70,6 +70,24 @@ std::vector<std::string> ArgNames(const Node* n) {
   return names;
 }
 
+// Same type, tensors (names, dtypes, shapes, bytes), attributes and no children.
+void ExpectSameLeafModule(const Module& actual, const Module& expected) {
+  EXPECT_EQ(actual.type(), expected.type());
+  ASSERT_EQ(actual.tensors().size(), expected.tensors().size());
+  for (size_t i = 0; i < expected.tensors().size(); ++i) {
+    EXPECT_EQ(actual.tensors()[i].first, expected.tensors()[i].first);
+    EXPECT_TRUE(actual.tensors()[i].second == expected.tensors()[i].second)
+        << expected.tensors()[i].first;
+  }
+  ASSERT_EQ(actual.attributes().size(), expected.attributes().size());
+  for (size_t i = 0; i < expected.attributes().size(); ++i) {
+    EXPECT_EQ(actual.attributes()[i].first, expected.attributes()[i].first);
+    EXPECT_EQ(actual.attributes()[i].second, expected.attributes()[i].second);
+  }
+  EXPECT_TRUE(actual.children().empty());
+  EXPECT_TRUE(expected.children().empty());
+}
+
 // The residual model: y = identity(x); x = relu(add(bn(conv(x)), y)).
 TEST_F(FuseTest, ResidualBlockBecomesOneConvAddReLU2d) {
   Node* identity = Call(x_, "identity", PlainModule("nn.Identity"));
@@ -287,6 +305,159 @@ TEST_F(FuseTest, SharedConvModuleKeepsItsPath) {
   ASSERT_EQ(f.size(), 1u);
   EXPECT_NE(f[0]->target().name(), "conv");
   EXPECT_EQ(f[0]->name(), "c1");
+  // The shared conv was copied into the fused module, not taken: both hold its contents.
+  ExpectSameLeafModule(*gm_.FindModule(f[0]->target().name())->FindChild("0"),
+                       *gm_.FindModule("conv"));
+  EXPECT_EQ(gm_.FindModule("relu"), nullptr);  // used by the match only: moved, then removed
+}
+
+// Modules only the match uses are taken into the fused module (moved, not copied): the
+// fused module holds exactly their contents, the weight's data where it was, and the
+// modules are gone from the tree.
+TEST_F(FuseTest, WrapTakesTheModulesOnlyTheMatchUses) {
+  Node* bn = Call(Call(x_, "conv", Conv2dModule(rng_, 3, 4, 3)), "bn", BatchNorm2dModule(rng_, 4));
+  Must(graph().SetOutput(bn));
+  const std::unique_ptr<Module> conv_before = gm_.FindModule("conv")->Clone();
+  const std::unique_ptr<Module> bn_before = gm_.FindModule("bn")->Clone();
+  const void* weight_data = gm_.FindModule("conv")->FindTensor("weight")->raw_data();
+  absl::StatusOr<int> fused = Fuse(
+      {Rule("conv_bn", "(BatchNorm2d, Conv2d)", "nni.ConvBn2d", FuserKind::kWrapInSequence)});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_EQ(*fused, 1);
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const Node* f = graph().output()->arg(0).as_node();
+  EXPECT_EQ(f->name(), "conv");
+  EXPECT_EQ(f->target().name(), "conv");
+  const Module* m = gm_.FindModule("conv");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->type().name(), "nni.ConvBn2d");
+  ASSERT_EQ(m->children().size(), 2u);
+  EXPECT_TRUE(m->tensors().empty());
+  EXPECT_TRUE(m->attributes().empty());
+  ExpectSameLeafModule(*m->FindChild("0"), *conv_before);
+  ExpectSameLeafModule(*m->FindChild("1"), *bn_before);
+  EXPECT_EQ(m->FindChild("0")->FindTensor("weight")->raw_data(), weight_data);
+  EXPECT_EQ(gm_.FindModule("bn"), nullptr);
+  EXPECT_EQ(gm_.root().children().size(), 1u);
+}
+
+// A module a get_attr reads (here: a tensor inside it) is copied into the fused module and
+// stays, unchanged, where the get_attr reads it.
+TEST_F(FuseTest, AModuleAGetAttrReadsIsCopiedAndKept) {
+  Node* bn = Call(Call(x_, "conv", Conv2dModule(rng_, 3, 4, 3)), "bn", BatchNorm2dModule(rng_, 4));
+  Node* mean = Must(graph().AddGetAttr("bn.running_mean", "mean"));
+  Must(graph().SetOutput(Argument::Tuple({bn, mean})));
+  const std::unique_ptr<Module> bn_before = gm_.FindModule("bn")->Clone();
+  absl::StatusOr<int> fused = Fuse(
+      {Rule("conv_bn", "(BatchNorm2d, Conv2d)", "nni.ConvBn2d", FuserKind::kWrapInSequence)});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_EQ(*fused, 1);
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  ASSERT_NE(gm_.FindModule("bn"), nullptr);
+  ExpectSameLeafModule(*gm_.FindModule("bn"), *bn_before);
+  ExpectSameLeafModule(*gm_.FindModule("conv")->FindChild("1"), *bn_before);
+  EXPECT_TRUE(*gm_.FindTensor("bn.running_mean") == *bn_before->FindTensor("running_mean"));
+}
+
+// One ReLU module called by two matches: each fused module gets a copy, and the module is
+// removed once the second fusion leaves nothing calling it. The convs, one match's each,
+// are taken.
+TEST_F(FuseTest, AModuleTwoMatchesCallIsCopiedIntoBothThenRemoved) {
+  EXPECT_TRUE(gm_.SetModule("conv1", Conv2dModule(rng_, 3, 3, 1)).ok());
+  EXPECT_TRUE(gm_.SetModule("conv2", Conv2dModule(rng_, 3, 3, 1)).ok());
+  EXPECT_TRUE(gm_.SetModule("relu", PlainModule("nn.ReLU")).ok());
+  const std::unique_ptr<Module> conv1_before = gm_.FindModule("conv1")->Clone();
+  const std::unique_ptr<Module> conv2_before = gm_.FindModule("conv2")->Clone();
+  Node* c1 = Must(graph().AddCallModule("conv1", {x_}, {}, "c1"));
+  Node* r1 = Must(graph().AddCallModule("relu", {c1}, {}, "r1"));
+  Node* c2 = Must(graph().AddCallModule("conv2", {r1}, {}, "c2"));
+  Must(graph().SetOutput(Must(graph().AddCallModule("relu", {c2}, {}, "r2"))));
+  absl::StatusOr<int> fused = Fuse({Rule("conv_relu", "(ReLU, Conv2d)", "nni.ConvReLU2d",
+                                         FuserKind::kWrapInSequence)});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_EQ(*fused, 2);
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  EXPECT_EQ(gm_.FindModule("relu"), nullptr);
+  const std::vector<Node*> f = NodesOfType("nni.ConvReLU2d");
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0]->name(), "c1");
+  EXPECT_EQ(f[1]->name(), "c2");
+  EXPECT_THAT(ArgNames(f[1]), ElementsAre("c1"));
+  ExpectSameLeafModule(*gm_.FindModule("conv1")->FindChild("0"), *conv1_before);
+  ExpectSameLeafModule(*gm_.FindModule("conv2")->FindChild("0"), *conv2_before);
+  EXPECT_EQ(gm_.FindModule("conv1")->FindChild("1")->type().name(), "nn.ReLU");
+  EXPECT_EQ(gm_.FindModule("conv2")->FindChild("1")->type().name(), "nn.ReLU");
+  EXPECT_EQ(gm_.root().children().size(), 2u);
+}
+
+// Inputs a custom getter returns are checked like any other: none may be erased by the
+// pass or come after the fused node. Each error names the input; nothing changes.
+TEST_F(FuseTest, CustomGetterInputsThatFusionWouldEraseAreErrors) {
+  Node* bn1 =
+      Call(Call(x_, "conv1", Conv2dModule(rng_, 3, 3, 1)), "bn1", BatchNorm2dModule(rng_, 3));
+  Node* relu1 = Call(bn1, "relu1", PlainModule("nn.ReLU"));
+  Node* conv2 = Call(relu1, "conv2", Conv2dModule(rng_, 3, 3, 1));
+  Node* relu2 = Call(conv2, "relu2", PlainModule("nn.ReLU"));
+  Node* later = Call(relu2, "later", PlainModule("nn.Identity"));
+  Must(graph().SetOutput(later));
+  const std::string before = SerializeModelText(gm_);
+  const auto fuse_with_extra = [&](Node* extra) {
+    // Its fused node takes the conv's input and `extra`.
+    FusionRule conv_relu = Rule("conv_relu", "(ReLU, Conv2d)", "nni.ConvAddReLU2d",
+                                FuserKind::kWrapInSequence);
+    conv_relu.extra_inputs_getter =
+        [extra](const PatternMatch&) -> absl::StatusOr<std::vector<Argument>> {
+      return std::vector<Argument>{Argument(extra)};
+    };
+    return Fuse({Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))", "nni.ConvReLU2d"),
+                 conv_relu});
+  };
+  absl::StatusOr<int> fused = fuse_with_extra(bn1);
+  ASSERT_FALSE(fused.ok());
+  EXPECT_EQ(fused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(fused.status().message()),
+              HasSubstr("rule 'conv_relu' at node 'relu2': input 'bn1' is an inner node of "
+                        "another match"));
+  EXPECT_EQ(SerializeModelText(gm_), before);
+
+  fused = fuse_with_extra(conv2);
+  ASSERT_FALSE(fused.ok());
+  EXPECT_THAT(std::string(fused.status().message()),
+              HasSubstr("input 'conv2' is a node of the match itself"));
+  EXPECT_EQ(SerializeModelText(gm_), before);
+
+  fused = fuse_with_extra(later);
+  ASSERT_FALSE(fused.ok());
+  EXPECT_THAT(std::string(fused.status().message()),
+              HasSubstr("input 'later' does not precede the outermost node"));
+  EXPECT_EQ(SerializeModelText(gm_), before);
+
+  // The outermost node of another match is a fine input: it becomes that fused node.
+  fused = fuse_with_extra(relu1);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_EQ(*fused, 2);
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const std::vector<Node*> first = NodesOfType("nni.ConvReLU2d");
+  const std::vector<Node*> second = NodesOfType("nni.ConvAddReLU2d");
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(first[0]->name(), "conv1");
+  EXPECT_THAT(ArgNames(second[0]), ElementsAre("conv1", "conv1"));
+}
+
+TEST_F(FuseTest, ARootOutsideTheMatchIsAnError) {
+  Must(graph().SetOutput(Call(Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1)), "relu",
+                              PlainModule("nn.ReLU"))));
+  const std::string before = SerializeModelText(gm_);
+  FusionRule rule =
+      Rule("conv_relu", "(ReLU, Conv2d)", "nni.ConvReLU2d", FuserKind::kWrapInSequence);
+  Node* x = x_;
+  rule.root_node_getter = [x](const PatternMatch&) -> absl::StatusOr<Node*> { return x; };
+  absl::StatusOr<int> fused = Fuse({rule});
+  ASSERT_FALSE(fused.ok());
+  EXPECT_THAT(std::string(fused.status().message()),
+              HasSubstr("the root node getter returned a node outside the match"));
+  EXPECT_EQ(SerializeModelText(gm_), before);
 }
 
 TEST_F(FuseTest, CustomFuserAndRootGetter) {
