@@ -42,7 +42,12 @@ struct FusionRule;
 // a node; a MatchAllNode position to whatever the arg is (a node, a constant, None, ...).
 struct PatternMatch {
   const FusionRule* rule = nullptr;
-  std::vector<Argument> bindings;  // indexed by pattern position (preorder)
+  // Indexed by pattern position (preorder). A view of `storage`, which the matcher fills
+  // with the bindings of all the matches of one scan: one array for all of them, where a
+  // vector per match cost an allocation and a free per match.
+  absl::Span<const Argument> bindings;
+  // Keeps `bindings` alive (shared by the matches of one scan and by copies; immutable).
+  std::shared_ptr<const std::vector<Argument>> storage;
 
   // The node at position `i`, or nullptr if it is bound to a non-node arg.
   Node* node_at(int i) const {

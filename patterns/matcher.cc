@@ -1,6 +1,7 @@
 #include "patterns/matcher.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -91,6 +92,8 @@ class PatternMatcher::Scan {
 
   std::vector<PatternMatch> Run() {
     std::vector<PatternMatch> matches;
+    // Every match's bindings, one after the other (views are made once it stops growing).
+    auto storage = std::make_shared<std::vector<Argument>>();
     // Module types come from the cache on the nodes (one hash lookup per call_module node
     // if the module tree changed since the last scan, none otherwise).
     gm_.ResolveModuleTypes();
@@ -129,10 +132,9 @@ class PatternMatcher::Scan {
               std::push_heap(pending_claims_.begin(), pending_claims_.end(), later);
             }
           }
-          std::vector<Argument> bound;
-          bound.reserve(rule.pattern.size());
-          for (int p = 0; p < rule.pattern.size(); ++p) bound.push_back(*bindings_[p]);
-          matches.push_back(PatternMatch{&rule, std::move(bound)});
+          for (int p = 0; p < rule.pattern.size(); ++p) storage->push_back(*bindings_[p]);
+          PatternMatch& match = matches.emplace_back();
+          match.rule = &rule;
           break;
         }
         if (explain_ != nullptr) {
@@ -142,6 +144,14 @@ class PatternMatcher::Scan {
         }
       }
     }
+    size_t offset = 0;
+    for (PatternMatch& match : matches) {
+      const size_t size = static_cast<size_t>(match.rule->pattern.size());
+      match.bindings = absl::MakeConstSpan(storage->data() + offset, size);
+      offset += size;
+    }
+    std::shared_ptr<const std::vector<Argument>> shared = std::move(storage);
+    for (PatternMatch& match : matches) match.storage = shared;
     return matches;
   }
 

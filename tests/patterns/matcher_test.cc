@@ -90,6 +90,31 @@ TEST_F(MatcherTest, BnWithTwoUsersBlocksConvBnReluButConvBnStillFuses) {
   EXPECT_TRUE(gm_.Verify().ok());
 }
 
+// Matches of different lengths share one bindings array: each match sees exactly its own
+// positions, and a copy of a match keeps them readable after the scan's vector is gone.
+TEST_F(MatcherTest, EachMatchReadsItsOwnBindingsAndCopiesOutliveTheScan) {
+  Node* r1 = Relu(Bn(Conv(x_, "conv1"), "bn1"), "relu1");
+  Node* b2 = Bn(Conv(r1, "conv2"), "bn2");
+  Node* id = Module(b2, "id", "nn.Identity");
+  Node* r3 = Relu(Bn(Conv(id, "conv3"), "bn3"), "relu3");
+  Must(graph().SetOutput(r3));
+  PatternMatch copy;
+  {
+    const std::vector<PatternMatch> matches =
+        Find({Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))"),
+              Rule("conv_bn", "(BatchNorm2d, Conv2d)")});
+    ASSERT_EQ(matches.size(), 3u);  // from the output backwards
+    EXPECT_EQ(BoundNames(matches[0]), (Names{"relu3", "bn3", "conv3"}));
+    EXPECT_EQ(BoundNames(matches[1]), (Names{"bn2", "conv2"}));
+    EXPECT_EQ(BoundNames(matches[2]), (Names{"relu1", "bn1", "conv1"}));
+    EXPECT_EQ(matches[1].bindings.size(), 2u);
+    copy = matches[1];
+  }
+  EXPECT_EQ(copy.rule->name, "conv_bn");
+  EXPECT_EQ(BoundNames(copy), (Names{"bn2", "conv2"}));
+  EXPECT_EQ(copy.outermost(), b2);
+}
+
 TEST_F(MatcherTest, ConvWithTwoUsersBlocksEverything) {
   Node* conv = Conv(x_, "conv");
   Node* bn = Bn(conv, "bn");
