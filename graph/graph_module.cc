@@ -1,22 +1,41 @@
 #include "graph/graph_module.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
 namespace {
 
+// The first '.' in `path` at or after `from`, or npos. (absl::string_view::find is out of
+// line in Debian's Abseil, and this runs per path component of every module lookup.)
+size_t FindDot(absl::string_view path, size_t from = 0) {
+  if (from >= path.size()) return absl::string_view::npos;
+  const void* dot = std::memchr(path.data() + from, '.', path.size() - from);
+  return dot == nullptr ? absl::string_view::npos
+                        : static_cast<size_t>(static_cast<const char*>(dot) - path.data());
+}
+
+// True if `path` has an empty component ("", ".a", "a.", "a..b").
+bool HasEmptyComponent(absl::string_view path) {
+  if (path.empty() || path.front() == '.' || path.back() == '.') return true;
+  for (size_t i = 1; i < path.size(); ++i) {
+    if (path[i] == '.' && path[i - 1] == '.') return true;
+  }
+  return false;
+}
+
 // Splits "a.b.c" into ("a.b", "c").
 std::pair<absl::string_view, absl::string_view> SplitLast(absl::string_view path) {
-  const size_t dot = path.rfind('.');
-  if (dot == absl::string_view::npos) return {"", path};
-  return {path.substr(0, dot), path.substr(dot + 1)};
+  for (size_t i = path.size(); i > 0; --i) {
+    if (path[i - 1] == '.') return {path.substr(0, i - 1), path.substr(i)};
+  }
+  return {"", path};
 }
 
 absl::Status VerifyModuleTree(const Module& module, const std::string& path,
@@ -52,11 +71,14 @@ GraphModule::GraphModule()
 Module* GraphModule::FindModule(absl::string_view path) const {
   Module* module = root_.get();
   if (path.empty()) return module;
-  for (absl::string_view part : absl::StrSplit(path, '.')) {
-    module = module->FindChild(part);
-    if (module == nullptr) return nullptr;
+  // Component by component, without splitting the path into a container first: this is
+  // called per node by every pass.
+  while (true) {
+    const size_t dot = FindDot(path);
+    module = module->FindChild(path.substr(0, dot));
+    if (module == nullptr || dot == absl::string_view::npos) return module;
+    path.remove_prefix(dot + 1);
   }
-  return module;
 }
 
 Symbol GraphModule::ResolveModuleType(const Node* node) const {
@@ -80,18 +102,21 @@ void GraphModule::ResolveModuleTypes() const {
 absl::StatusOr<Module*> GraphModule::GetModule(absl::string_view path) const {
   Module* module = root_.get();
   if (path.empty()) return module;
-  std::string walked;
-  for (absl::string_view part : absl::StrSplit(path, '.')) {
+  size_t begin = 0;  // of the component being resolved
+  while (true) {
+    const size_t dot = FindDot(path, begin);
+    const absl::string_view part =
+        path.substr(begin, dot == absl::string_view::npos ? absl::string_view::npos : dot - begin);
     Module* child = module->FindChild(part);
     if (child == nullptr) {
-      return absl::NotFoundError(absl::StrCat("no module '", part, "' under '",
-                                              walked.empty() ? "<root>" : walked,
+      const absl::string_view walked = begin == 0 ? "<root>" : path.substr(0, begin - 1);
+      return absl::NotFoundError(absl::StrCat("no module '", part, "' under '", walked,
                                               "' (resolving '", path, "')"));
     }
-    absl::StrAppend(&walked, walked.empty() ? "" : ".", part);
     module = child;
+    if (dot == absl::string_view::npos) return module;
+    begin = dot + 1;
   }
-  return module;
 }
 
 const Tensor* GraphModule::FindTensor(absl::string_view path) const {
@@ -104,20 +129,22 @@ absl::Status GraphModule::SetModule(absl::string_view path, std::unique_ptr<Modu
   if (path.empty() || module == nullptr) {
     return absl::InvalidArgumentError("SetModule: empty path or null module");
   }
-  Module* parent = root_.get();
-  std::vector<absl::string_view> parts = absl::StrSplit(path, '.');
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    if (parts[i].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("SetModule: bad path '", path, "'"));
-    }
-    Module* child = parent->FindChild(parts[i]);
-    if (child == nullptr) child = parent->SetChild(parts[i], std::make_unique<Module>("nn.Module"));
-    parent = child;
-  }
-  if (parts.back().empty()) {
+  // Checked before anything is created, so a bad path leaves the tree unchanged.
+  if (HasEmptyComponent(path)) {
     return absl::InvalidArgumentError(absl::StrCat("SetModule: bad path '", path, "'"));
   }
-  parent->SetChild(parts.back(), std::move(module));
+  Module* parent = root_.get();
+  for (size_t dot = FindDot(path); dot != absl::string_view::npos; dot = FindDot(path)) {
+    const absl::string_view part = path.substr(0, dot);
+    Module* child = parent->FindChild(part);
+    if (child == nullptr) {
+      static const Symbol kContainer = Symbol::Intern("nn.Module");
+      child = parent->SetChild(part, std::make_unique<Module>(kContainer));
+    }
+    parent = child;
+    path.remove_prefix(dot + 1);
+  }
+  parent->SetChild(path, std::move(module));
   return absl::OkStatus();
 }
 
@@ -138,19 +165,40 @@ absl::Status GraphModule::RemoveModule(absl::string_view path) {
 }
 
 absl::Status GraphModule::RemoveModules(const std::vector<std::string>& paths) {
+  // The children to remove grouped by parent, as positions (no copies of the names).
+  struct Removal {
+    Module* parent;
+    int depth;
+    std::vector<uint32_t> positions;
+  };
+  std::vector<Removal> removals;
+  absl::flat_hash_map<const Module*, size_t> removal_of_parent;
   absl::flat_hash_set<Symbol> targets;
   // Removed modules that have children: a node calling one of those children calls a
   // module this removes too. (The fusion pass removes leaves only, so it never pays for
   // the prefix walk below.)
   absl::flat_hash_set<absl::string_view> removed_parents;
   for (const std::string& path : paths) {
-    const Module* module = path.empty() ? nullptr : FindModule(path);
+    auto [parent_path, name] = SplitLast(path);
+    Module* parent = path.empty() ? nullptr : FindModule(parent_path);
+    const size_t position = parent == nullptr ? Module::kNoChild : parent->ChildPosition(name);
+    const Module* module =
+        position == Module::kNoChild ? nullptr : parent->children_[position].second.get();
     if (module == nullptr) {
       return absl::NotFoundError(absl::StrCat("no module '", path, "'"));
     }
     const Symbol target = Symbol::Lookup(path);
     if (!target.empty()) targets.insert(target);
     if (!module->children().empty()) removed_parents.insert(path);
+    auto [it, inserted] = removal_of_parent.try_emplace(parent, removals.size());
+    if (inserted) {
+      const int depth = parent_path.empty()
+                            ? 0
+                            : 1 + static_cast<int>(std::count(parent_path.begin(),
+                                                              parent_path.end(), '.'));
+      removals.push_back({parent, depth, {}});
+    }
+    removals[it->second].positions.push_back(static_cast<uint32_t>(position));
   }
   const auto removed_with_a_parent = [&removed_parents](absl::string_view target) {
     for (size_t dot = target.find('.'); dot != absl::string_view::npos;
@@ -170,25 +218,15 @@ absl::Status GraphModule::RemoveModules(const std::vector<std::string>& paths) {
       }
     }
   }
-  // Group the names by parent path; remove from the deepest parents first, so no parent
-  // is freed (with its subtree) before its own children are edited.
-  absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> by_parent;
-  for (const std::string& path : paths) {
-    auto [parent, name] = SplitLast(path);
-    by_parent[std::string(parent)].insert(std::string(name));
-  }
-  std::vector<std::string> parents;
-  parents.reserve(by_parent.size());
-  for (const auto& entry : by_parent) parents.push_back(entry.first);
-  const auto depth = [](const std::string& path) {
-    return path.empty() ? 0 : 1 + std::count(path.begin(), path.end(), '.');
-  };
-  std::sort(parents.begin(), parents.end(), [&](const std::string& a, const std::string& b) {
-    return depth(a) != depth(b) ? depth(a) > depth(b) : a < b;
-  });
-  for (const std::string& parent_path : parents) {
-    // Absent if an enclosing path was removed already: then so are these.
-    if (Module* parent = FindModule(parent_path)) parent->RemoveChildren(by_parent[parent_path]);
+  // Deepest parents first, so no parent is freed (with its subtree) before its own
+  // children are edited; a parent inside a removed module is then freed with it.
+  std::stable_sort(removals.begin(), removals.end(),
+                   [](const Removal& a, const Removal& b) { return a.depth > b.depth; });
+  for (Removal& removal : removals) {
+    std::sort(removal.positions.begin(), removal.positions.end());
+    removal.positions.erase(std::unique(removal.positions.begin(), removal.positions.end()),
+                            removal.positions.end());
+    removal.parent->EraseChildrenAt(removal.positions);
   }
   return absl::OkStatus();
 }

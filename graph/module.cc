@@ -19,10 +19,10 @@ Module::Module(Module&& other) noexcept
     : type_(other.type_),
       tensors_(std::move(other.tensors_)),
       attributes_(std::move(other.attributes_)),
-      children_(std::move(other.children_)),
-      child_index_(std::move(other.child_index_)) {
+      children_(std::move(other.children_)) {
   other.children_.clear();
   other.child_index_.clear();
+  RebuildChildIndex();
   InvalidateModuleBindings();
 }
 
@@ -32,9 +32,9 @@ Module& Module::operator=(Module&& other) noexcept {
   tensors_ = std::move(other.tensors_);
   attributes_ = std::move(other.attributes_);
   children_ = std::move(other.children_);
-  child_index_ = std::move(other.child_index_);
   other.children_.clear();
   other.child_index_.clear();
+  RebuildChildIndex();
   InvalidateModuleBindings();
   return *this;
 }
@@ -140,58 +140,127 @@ absl::StatusOr<std::vector<int64_t>> Module::GetInts(absl::string_view name, siz
       " ints, got ", a == nullptr ? "nothing" : a->ToString()));
 }
 
-Module* Module::FindChild(absl::string_view name) const {
+size_t Module::ChildPosition(absl::string_view name) const {
+  if (children_.size() <= kChildrenScannedLinearly) {
+    for (size_t i = 0; i < children_.size(); ++i) {
+      if (children_[i].first == name) return i;
+    }
+    return kNoChild;
+  }
   auto it = child_index_.find(name);
-  return it == child_index_.end() ? nullptr : children_[it->second].second.get();
+  return it == child_index_.end() ? kNoChild : *it;
+}
+
+void Module::RebuildChildIndex() {
+  child_index_.clear();
+  if (children_.size() <= kChildrenScannedLinearly) return;
+  child_index_.reserve(children_.size());
+  for (size_t i = 0; i < children_.size(); ++i) child_index_.insert(static_cast<uint32_t>(i));
+}
+
+Module* Module::FindChild(absl::string_view name) const {
+  const size_t position = ChildPosition(name);
+  return position == kNoChild ? nullptr : children_[position].second.get();
 }
 
 Module* Module::SetChild(absl::string_view name, std::unique_ptr<Module> child) {
   InvalidateModuleBindings();
   Module* raw = child.get();
-  auto [it, inserted] = child_index_.emplace(std::string(name), children_.size());
-  if (inserted) {
+  if (children_.size() <= kChildrenScannedLinearly) {
+    const size_t position = ChildPosition(name);
+    if (position != kNoChild) {
+      children_[position].second = std::move(child);
+      return raw;
+    }
+    children_.emplace_back(std::string(name), std::move(child));
+    if (children_.size() > kChildrenScannedLinearly) RebuildChildIndex();
+    return raw;
+  }
+  // Indexed: one hash of `name` finds the child or the index slot for the new one (whose
+  // position is children_.size(); any rehash before it is stored sees children_ as is).
+  const auto next_position = static_cast<uint32_t>(children_.size());
+  bool added = false;
+  const auto it = child_index_.lazy_emplace(name, [&](const ChildIndex::constructor& construct) {
+    construct(next_position);
+    added = true;
+  });
+  if (added) {
     children_.emplace_back(std::string(name), std::move(child));
   } else {
-    children_[it->second].second = std::move(child);
+    children_[*it].second = std::move(child);
   }
   return raw;
 }
 
-std::unique_ptr<Module> Module::RemoveChild(absl::string_view name) {
-  auto it = child_index_.find(name);
-  if (it == child_index_.end()) return nullptr;
+std::vector<std::unique_ptr<Module>> Module::EraseChildrenAt(
+    const std::vector<uint32_t>& positions) {
+  std::vector<std::unique_ptr<Module>> removed;
+  if (positions.empty()) return removed;
   InvalidateModuleBindings();
-  const size_t index = it->second;
-  std::unique_ptr<Module> child = std::move(children_[index].second);
-  children_.erase(children_.begin() + static_cast<std::ptrdiff_t>(index));
-  child_index_.erase(it);
-  for (auto& [child_name, i] : child_index_) {
-    if (i > index) --i;
-  }
-  return child;
-}
-
-int Module::RemoveChildren(const absl::flat_hash_set<std::string>& names) {
+  removed.reserve(positions.size());
+  // new_position[i]: where child i goes, or kGone.
+  constexpr uint32_t kGone = static_cast<uint32_t>(-1);
+  std::vector<uint32_t> new_position(children_.size());
   size_t kept = 0;
+  size_t next_removed = 0;
   for (size_t i = 0; i < children_.size(); ++i) {
-    if (names.contains(children_[i].first)) continue;
+    if (next_removed < positions.size() && positions[next_removed] == i) {
+      ++next_removed;
+      new_position[i] = kGone;
+      removed.push_back(std::move(children_[i].second));
+      continue;
+    }
+    new_position[i] = static_cast<uint32_t>(kept);
     if (kept != i) children_[kept] = std::move(children_[i]);
     ++kept;
   }
-  const int removed = static_cast<int>(children_.size() - kept);
-  if (removed == 0) return 0;
-  InvalidateModuleBindings();
   children_.resize(kept);
-  child_index_.clear();
-  for (size_t i = 0; i < children_.size(); ++i) child_index_.emplace(children_[i].first, i);
+  if (children_.size() <= kChildrenScannedLinearly) {
+    child_index_.clear();
+    return removed;
+  }
+  // Renumber the index in place instead of rehashing every name: an entry's hash is that
+  // of the name at its position, and each kept name moved from its old position to its
+  // new one, so writing the new position keeps the entry's hash (and slot) valid. The
+  // index hashes nothing while it is renumbered (erasing by iterator does not hash).
+  for (auto it = child_index_.begin(); it != child_index_.end();) {
+    const uint32_t to = new_position[*it];
+    if (to == kGone) {
+      child_index_.erase(it++);
+    } else {
+      const_cast<uint32_t&>(*it) = to;  // The slot holds a plain uint32_t.
+      ++it;
+    }
+  }
   return removed;
+}
+
+std::unique_ptr<Module> Module::RemoveChild(absl::string_view name) {
+  const size_t position = ChildPosition(name);
+  if (position == kNoChild) return nullptr;
+  return std::move(EraseChildrenAt({static_cast<uint32_t>(position)}).front());
+}
+
+int Module::RemoveChildren(const absl::flat_hash_set<std::string>& names) {
+  std::vector<uint32_t> positions;
+  positions.reserve(names.size());
+  for (const std::string& name : names) {
+    const size_t position = ChildPosition(name);
+    if (position != kNoChild) positions.push_back(static_cast<uint32_t>(position));
+  }
+  std::sort(positions.begin(), positions.end());
+  return static_cast<int>(EraseChildrenAt(positions).size());
 }
 
 std::unique_ptr<Module> Module::Clone() const {
   auto copy = std::make_unique<Module>(type_);
   copy->tensors_ = tensors_;
   copy->attributes_ = attributes_;
-  for (const auto& [name, child] : children_) copy->SetChild(name, child->Clone());
+  copy->children_.reserve(children_.size());
+  for (const auto& [name, child] : children_) {
+    copy->children_.emplace_back(name, child == nullptr ? nullptr : child->Clone());
+  }
+  copy->RebuildChildIndex();
   return copy;
 }
 

@@ -9,13 +9,16 @@
 #ifndef FUSELAGE_GRAPH_MODULE_H_
 #define FUSELAGE_GRAPH_MODULE_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_map.h"  // Not used here; kept for includers.
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "graph/argument.h"
@@ -62,7 +65,9 @@ class Module {
   // A list of ints; a single int is broadcast to `size` entries (PyTorch's _pair).
   absl::StatusOr<std::vector<int64_t>> GetInts(absl::string_view name, size_t size) const;
 
-  // Children.
+  // Children. FindChild and SetChild are O(1): a module with more than
+  // kChildrenScannedLinearly children keeps a hash index of them (a root may hold hundreds
+  // of thousands); a smaller one (a fused module's "0", "1", ...) is scanned.
   Module* FindChild(absl::string_view name) const;
   // Adds or replaces; returns the child.
   Module* SetChild(absl::string_view name, std::unique_ptr<Module> child);
@@ -78,13 +83,53 @@ class Module {
 
   std::unique_ptr<Module> Clone() const;
 
+  static constexpr size_t kChildrenScannedLinearly = 8;
+
  private:
+  friend class GraphModule;  // Removes a batch of children by position (RemoveModules).
+
+  // The child index holds positions in children_ (4 bytes each, no copy of the name) and
+  // hashes and compares a position by the name stored there, so it is looked up by name.
+  // Both functors point back at the owning module, which is why a moved module rebuilds
+  // its index rather than taking the other's.
+  struct ChildNameHash {
+    using is_transparent = void;
+    size_t operator()(absl::string_view name) const {
+      return absl::Hash<absl::string_view>{}(name);
+    }
+    size_t operator()(uint32_t position) const {
+      return (*this)(absl::string_view(owner->children_[position].first));
+    }
+    const Module* owner;
+  };
+  struct ChildNameEq {
+    using is_transparent = void;
+    absl::string_view NameAt(uint32_t position) const {
+      return owner->children_[position].first;
+    }
+    bool operator()(uint32_t a, uint32_t b) const { return a == b; }
+    bool operator()(uint32_t a, absl::string_view b) const { return NameAt(a) == b; }
+    bool operator()(absl::string_view a, uint32_t b) const { return a == NameAt(b); }
+    const Module* owner;
+  };
+  using ChildIndex = absl::flat_hash_set<uint32_t, ChildNameHash, ChildNameEq>;
+
+  static constexpr size_t kNoChild = static_cast<size_t>(-1);
+  // Position of child `name` in children_, or kNoChild.
+  size_t ChildPosition(absl::string_view name) const;
+  // Indexes children_ from scratch if it is past kChildrenScannedLinearly, else empties
+  // the index.
+  void RebuildChildIndex();
+  // Removes the children at `positions` (ascending, no repeats) keeping the others' order,
+  // and moves the index along; returns the removed children.
+  std::vector<std::unique_ptr<Module>> EraseChildrenAt(const std::vector<uint32_t>& positions);
+
   Symbol type_;
   std::vector<std::pair<std::string, Tensor>> tensors_;
   std::vector<std::pair<std::string, Argument>> attributes_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
-  // Child name -> index in children_: a root may hold hundreds of thousands of children.
-  absl::flat_hash_map<std::string, size_t> child_index_;
+  // Empty while children_.size() <= kChildrenScannedLinearly.
+  ChildIndex child_index_{0, ChildNameHash{this}, ChildNameEq{this}};
 };
 
 }  // namespace fuselage

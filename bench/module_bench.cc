@@ -1,0 +1,216 @@
+// Module-tree micro-benchmarks (issue 7): the per-node module-tree operations every pass
+// performs — resolving a dotted path, installing a module, removing a batch of modules,
+// cloning a conv-like module, interning a name — on trees shaped like the synthetic
+// networks (up to 10^6 modules directly under the root). items_per_second = operations
+// per CPU second.
+//
+//   bazel build //bench:module_bench && bazel-bin/bench/module_bench
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "benchmark/benchmark.h"
+#include "graph/check.h"
+#include "graph/graph_module.h"
+#include "graph/module.h"
+#include "graph/symbol.h"
+
+namespace fuselage {
+namespace {
+
+// Root child names as the synthetic network names them ("Conv2d17", "BatchNorm2d18", ...).
+std::vector<std::string> FlatNames(int64_t n) {
+  static const char* const kKinds[] = {"Conv2d", "BatchNorm2d", "ReLU", "Linear", "MaxPool2d"};
+  std::vector<std::string> names;
+  names.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) names.push_back(absl::StrCat(kKinds[i % 5], i));
+  return names;
+}
+
+// `names` in a fixed pseudo-random order, so lookups do not walk memory in insertion order
+// (a pass looks modules up in graph order, which after a few edits is not that order).
+std::vector<std::string> Shuffled(std::vector<std::string> names) {
+  std::mt19937 rng(7);
+  std::shuffle(names.begin(), names.end(), rng);
+  return names;
+}
+
+std::unique_ptr<GraphModule> FlatTree(const std::vector<std::string>& names) {
+  auto gm = std::make_unique<GraphModule>();
+  const Symbol relu = Symbol::Intern("nn.ReLU");
+  for (const std::string& name : names) {
+    FUSELAGE_CHECK(gm->SetModule(name, std::make_unique<Module>(relu)).ok());
+  }
+  return gm;
+}
+
+// A conv-like module: weight, bias and the 8 attributes nn.Conv2d carries.
+std::unique_ptr<Module> ConvLike() {
+  auto m = std::make_unique<Module>("nn.Conv2d");
+  m->SetTensor("weight", Tensor::FromFloats({2, 2, 1, 1}, {1, 2, 3, 4}));
+  m->SetTensor("bias", Tensor::FromFloats({2}, {0.5f, -0.5f}));
+  m->SetAttribute("in_channels", Argument::Int(2));
+  m->SetAttribute("out_channels", Argument::Int(2));
+  m->SetAttribute("kernel_size", Argument::Ints({1, 1}));
+  m->SetAttribute("stride", Argument::Ints({1, 1}));
+  m->SetAttribute("padding", Argument::Ints({0, 0}));
+  m->SetAttribute("dilation", Argument::Ints({1, 1}));
+  m->SetAttribute("groups", Argument::Int(1));
+  m->SetAttribute("padding_mode", Argument::String("zeros"));
+  return m;
+}
+
+// FindModule of single-component paths in a root with n children.
+void BM_FindModuleFlat(benchmark::State& state) {
+  const std::vector<std::string> names = FlatNames(state.range(0));
+  auto gm = FlatTree(names);
+  const std::vector<std::string> order = Shuffled(names);
+  size_t i = 0;
+  for (auto _ : state) {
+    Module* m = gm->FindModule(order[i]);
+    benchmark::DoNotOptimize(m);
+    if (++i == order.size()) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// The same lookups through the path's interned symbol (what ModuleTypeOf resolves: a
+// call_module node's target).
+void BM_FindModuleFlatSymbol(benchmark::State& state) {
+  const std::vector<std::string> names = FlatNames(state.range(0));
+  auto gm = FlatTree(names);
+  std::vector<Symbol> order;
+  for (const std::string& name : Shuffled(names)) order.push_back(Symbol::Intern(name));
+  size_t i = 0;
+  for (auto _ : state) {
+    Module* m = gm->FindModule(order[i].name());
+    benchmark::DoNotOptimize(m);
+    if (++i == order.size()) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// FindModule of nested paths ("layer3.1.conv2", ResNet-style) next to a flat root of n
+// other children.
+void BM_FindModuleNested(benchmark::State& state) {
+  auto gm = FlatTree(FlatNames(state.range(0)));
+  std::vector<std::string> paths;
+  for (int layer = 1; layer <= 4; ++layer) {
+    for (int block = 0; block < 6; ++block) {
+      for (const char* leaf : {"conv1", "bn1", "conv2", "bn2", "relu", "downsample.0"}) {
+        paths.push_back(absl::StrCat("layer", layer, ".", block, ".", leaf));
+        FUSELAGE_CHECK(gm->SetModule(paths.back(), std::make_unique<Module>("nn.ReLU")).ok());
+      }
+    }
+  }
+  paths = Shuffled(paths);
+  size_t i = 0;
+  for (auto _ : state) {
+    Module* m = gm->FindModule(paths[i]);
+    benchmark::DoNotOptimize(m);
+    if (++i == paths.size()) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// SetModule of n new root children, then of the same n paths again (replacing each).
+// items = SetModule calls. Destroying the tree is not timed.
+void BM_SetModule(benchmark::State& state) {
+  const std::vector<std::string> names = FlatNames(state.range(0));
+  const Symbol relu = Symbol::Intern("nn.ReLU");
+  for (auto _ : state) {
+    auto gm = std::make_unique<GraphModule>();
+    for (const std::string& name : names) {
+      FUSELAGE_CHECK(gm->SetModule(name, std::make_unique<Module>(relu)).ok());
+    }
+    for (const std::string& name : names) {
+      FUSELAGE_CHECK(gm->SetModule(name, std::make_unique<Module>(relu)).ok());
+    }
+    state.PauseTiming();
+    gm.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * state.range(0));
+}
+
+// RemoveModules of every 4th of n root children (what a fusion pass frees at the end),
+// in a GraphModule whose graph calls none of them. items = modules removed.
+void BM_RemoveModules(benchmark::State& state) {
+  const std::vector<std::string> names = FlatNames(state.range(0));
+  std::vector<std::string> removed;
+  for (size_t i = 0; i < names.size(); i += 4) removed.push_back(names[i]);
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto gm = FlatTree(names);
+    state.ResumeTiming();
+    FUSELAGE_CHECK(gm->RemoveModules(removed).ok());
+    state.PauseTiming();
+    gm.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(removed.size()));
+}
+
+// Clone (and destroy) a conv-like module; and a fused module holding one (nni.ConvReLU2d:
+// children "0" conv, "1" relu).
+void BM_CloneConv(benchmark::State& state) {
+  const std::unique_ptr<Module> conv = ConvLike();
+  for (auto _ : state) {
+    std::unique_ptr<Module> copy = conv->Clone();
+    benchmark::DoNotOptimize(copy);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_CloneFused(benchmark::State& state) {
+  Module fused("nni.ConvReLU2d");
+  fused.SetChild("0", ConvLike());
+  fused.SetChild("1", std::make_unique<Module>("nn.ReLU"));
+  for (auto _ : state) {
+    std::unique_ptr<Module> copy = fused.Clone();
+    benchmark::DoNotOptimize(copy);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// Symbol::Intern / Symbol::Lookup of already-interned names (1000 of them, in turn).
+void BM_SymbolIntern(benchmark::State& state) {
+  const std::vector<std::string> names = FlatNames(1000);
+  for (const std::string& name : names) Symbol::Intern(name);
+  size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(Symbol::Intern(names[i]));
+    if (++i == names.size()) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_SymbolLookup(benchmark::State& state) {
+  const std::vector<std::string> names = FlatNames(1000);
+  for (const std::string& name : names) Symbol::Intern(name);
+  size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(Symbol::Lookup(names[i]));
+    if (++i == names.size()) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+BENCHMARK(BM_FindModuleFlat)->Arg(1000)->Arg(100000)->Arg(1000000);
+BENCHMARK(BM_FindModuleFlatSymbol)->Arg(1000)->Arg(100000)->Arg(1000000);
+BENCHMARK(BM_FindModuleNested)->Arg(1000)->Arg(100000);
+BENCHMARK(BM_SetModule)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RemoveModules)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CloneConv);
+BENCHMARK(BM_CloneFused);
+BENCHMARK(BM_SymbolIntern)->Threads(1)->Threads(2);
+BENCHMARK(BM_SymbolLookup)->Threads(1)->Threads(2);
+
+}  // namespace
+}  // namespace fuselage
+
+BENCHMARK_MAIN();
