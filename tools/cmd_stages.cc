@@ -55,6 +55,16 @@ std::string GraphAfter(absl::string_view stage) {
   return absl::StrCat("the graph after '", stage, "'");
 }
 
+// Writes the observers' state and the weight plans into the model's modules (step
+// "store"), so the saved file is a complete prepared model, then verifies and saves it.
+absl::Status StoreVerifyAndSave(const CommandContext& context, absl::string_view command,
+                                const PreparedModel& prepared, GraphModule& gm, StageRun& stage) {
+  stage.times().Start();
+  RETURN_IF_ERROR(StorePreparedModel(prepared, gm));
+  stage.times().Stop("store");
+  return stage.VerifyAndSave(context, gm, GraphAfter(command));
+}
+
 }  // namespace
 
 Command PrepareCommand() {
@@ -73,10 +83,7 @@ Command PrepareCommand() {
     stage.times().Start();
     ASSIGN_OR_RETURN(PreparedModel prepared, Prepare(*gm, mapping, config));
     stage.times().Stop("prepare");
-    stage.times().Start();
-    RETURN_IF_ERROR(StorePreparedModel(prepared, *gm));
-    stage.times().Stop("store");
-    RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, GraphAfter(command.name)));
+    RETURN_IF_ERROR(StoreVerifyAndSave(context, command.name, prepared, *gm, stage));
     context.out << prepared.report.ToString();
     context.out << "prepared with backend " << config.name() << ": " << nodes_before << " -> "
                 << gm->graph().size() << " nodes; wrote " << stage.output() << "\n";
@@ -108,10 +115,7 @@ Command CalibrateCommand() {
     stage.times().Start();
     ASSIGN_OR_RETURN(CalibrationReport report, Calibrate(*gm, prepared, samples, *kernels));
     stage.times().Stop("calibrate");
-    stage.times().Start();
-    RETURN_IF_ERROR(StorePreparedModel(prepared, *gm));
-    stage.times().Stop("store");
-    RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, GraphAfter(command.name)));
+    RETURN_IF_ERROR(StoreVerifyAndSave(context, command.name, prepared, *gm, stage));
     context.out << report.ToString();
     context.out << "calibrated " << prepared.observers.size() << " observers; wrote "
                 << stage.output() << "\n";
