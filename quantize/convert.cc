@@ -77,10 +77,81 @@ std::unique_ptr<Module> CloneWithChild(const Module& m, absl::string_view name,
   return copy;
 }
 
+// The parts of a reference module that do not depend on its weight's values — the
+// weight_axis tensor, a per-tensor zero point (0 for every symmetric scheme), the
+// weight_qscheme and weight_dtype attributes — made once per pass and copied into each
+// module (a tensor copy shares its bytes), instead of allocating and interning them
+// again for each of 10^5 modules.
+class ReferenceModuleParts {
+ public:
+  const Tensor& Axis(int64_t ch_axis) { return Cached(axes_, ch_axis); }
+  const Tensor& PerTensorZeroPoint(int64_t zero_point) {
+    return Cached(zero_points_, zero_point);
+  }
+  const Argument& QScheme(bool per_channel) const {
+    return per_channel ? per_channel_affine_ : per_tensor_affine_;
+  }
+
+ private:
+  // A 0-d int64 tensor holding `value`, from `cache` (a handful of distinct values per
+  // model: searched linearly, bounded).
+  static const Tensor& Cached(std::vector<std::pair<int64_t, Tensor>>& cache, int64_t value) {
+    for (const auto& [known, tensor] : cache) {
+      if (known == value) return tensor;
+    }
+    if (cache.size() >= kMaxCached) cache.erase(cache.begin());
+    cache.emplace_back(value, Tensor::FromInt64s({}, {value}));
+    return cache.back().second;
+  }
+  static constexpr size_t kMaxCached = 8;
+
+  std::vector<std::pair<int64_t, Tensor>> axes_;
+  std::vector<std::pair<int64_t, Tensor>> zero_points_;
+  // PyTorch's reference modules record symmetric schemes as affine (get_qparam_dict).
+  const Argument per_tensor_affine_ = Argument::String("torch.per_tensor_affine");
+  const Argument per_channel_affine_ = Argument::String("torch.per_channel_affine");
+};
+
+// MakeReferenceModule, taking the weight-independent parts from `parts`.
+absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModuleWithParts(
+    const Module& float_module, Symbol reference_type, const ObserverSpec& weight_observer,
+    ReferenceModuleParts& parts);
+
 std::pair<std::string, std::string> SplitModulePath(absl::string_view path) {
   const size_t dot = path.rfind('.');
   if (dot == absl::string_view::npos) return {"", std::string(path)};
   return {std::string(path.substr(0, dot)), std::string(path.substr(dot + 1))};
+}
+
+// The error for a node prepared as a weighted module call that calls no module now.
+absl::Status NoModuleError(const Node* n) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "convert: node '", n->name(), "' was prepared as a weighted module call; it now "
+      "calls no module"));
+}
+
+// Every weighted plan whose node is in the graph must have been found at a call_module
+// node that is no observer (`found` of them). Otherwise one names another node, and the
+// error names the first such node in graph order; only then are all nodes looked up.
+absl::Status CheckWeightedPlansFound(const Graph& g, const PreparedModel& prepared,
+                                     size_t found) {
+  size_t weighted_plans = 0;
+  for (const auto& [name, plan] : prepared.quantized_ops) {
+    weighted_plans += plan.root_module.empty() ? 0 : 1;
+  }
+  if (weighted_plans == found) return absl::OkStatus();
+  for (const Node* n = g.first(); n != nullptr; n = n->next()) {
+    auto it = prepared.quantized_ops.find(n->name());
+    if (it == prepared.quantized_ops.end() || it->second.root_module.empty()) continue;
+    if (n->op() != OpKind::kCallModule) return NoModuleError(n);
+    if (prepared.observers.contains(n->target().name())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "convert: node '", n->name(), "' calls the observer '", n->target().name(),
+          "' but was prepared as a weighted module call (", it->second.root_module.name(),
+          ")"));
+    }
+  }
+  return absl::OkStatus();  // the other plans name nodes the graph does not have
 }
 
 }  // namespace
@@ -94,6 +165,15 @@ std::string ConvertReport::ToString() const {
 absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModule(const Module& float_module,
                                                             Symbol reference_type,
                                                             const ObserverSpec& weight_observer) {
+  ReferenceModuleParts parts;
+  return MakeReferenceModuleWithParts(float_module, reference_type, weight_observer, parts);
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModuleWithParts(
+    const Module& float_module, Symbol reference_type, const ObserverSpec& weight_observer,
+    ReferenceModuleParts& parts) {
   // Built only on the error paths: this runs once per weighted module.
   auto where = [&] {
     return absl::StrCat("convert: ", float_module.type().name(), " → ", reference_type.name());
@@ -122,39 +202,45 @@ absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModule(const Module& float_
   std::vector<int64_t> shape;
   if (per_channel) shape = {static_cast<int64_t>(qparams.scales.size())};
   ref->SetTensor("weight_scale", Tensor::FromFloats(shape, qparams.scales));
-  ref->SetTensor("weight_zero_point", Tensor::FromInt64s(shape, qparams.zero_points));
-  ref->SetTensor("weight_axis", Tensor::FromInt64s({}, {weight_observer.ch_axis}));
-  // PyTorch's reference modules record symmetric schemes as affine (get_qparam_dict).
-  ref->SetAttribute("weight_qscheme", Argument::String(per_channel ? "torch.per_channel_affine"
-                                                                   : "torch.per_tensor_affine"));
+  if (per_channel || qparams.zero_points.size() != 1) {
+    ref->SetTensor("weight_zero_point", Tensor::FromInt64s(shape, qparams.zero_points));
+  } else {
+    ref->SetTensor("weight_zero_point", parts.PerTensorZeroPoint(qparams.zero_points[0]));
+  }
+  ref->SetTensor("weight_axis", parts.Axis(weight_observer.ch_axis));
+  ref->SetAttribute("weight_qscheme", parts.QScheme(per_channel));
   ref->SetAttribute("weight_dtype", Argument::Dtype(weight_observer.dtype));
   return ref;
 }
 
+}  // namespace
+
 absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
                                                  const PreparedModel& prepared) {
   Graph& g = gm.graph();
-  // 1. Everything computed, nothing touched.
+  // 1. Everything computed, nothing touched; one walk. Only call_module nodes can be
+  // observers or weighted ops: the others are not looked up by name (a string hash per
+  // node), except to name the node in the error if a weighted plan's node is no module
+  // call any more (CheckWeightedPlansFound).
   std::vector<ObserverReplacement> replacements;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> reference_modules;
+  ReferenceModuleParts parts;
+  size_t weighted_plans_found = 0;
   for (Node* n = g.first(); n != nullptr; n = n->next()) {
     if (n->op() != OpKind::kCallModule) continue;
-    auto it = prepared.observers.find(n->target().name());
-    if (it == prepared.observers.end()) continue;
-    ASSIGN_OR_RETURN(ObserverReplacement r, PlanObserverReplacement(n, *it->second));
-    replacements.push_back(r);
-  }
-  std::vector<std::pair<std::string, std::unique_ptr<Module>>> reference_modules;
-  for (Node* n = g.first(); n != nullptr; n = n->next()) {
+    auto observer = prepared.observers.find(n->target().name());
+    if (observer != prepared.observers.end()) {
+      ASSIGN_OR_RETURN(ObserverReplacement r, PlanObserverReplacement(n, *observer->second));
+      replacements.push_back(r);
+      continue;
+    }
     auto it = prepared.quantized_ops.find(n->name());
     if (it == prepared.quantized_ops.end() || it->second.root_module.empty()) continue;
+    ++weighted_plans_found;
     const QuantizedOpPlan& plan = it->second;
-    const std::string path(n->target().name());
-    const Module* m = n->op() == OpKind::kCallModule ? gm.FindModule(path) : nullptr;
-    if (m == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "convert: node '", n->name(), "' was prepared as a weighted module call; it now "
-          "calls no module"));
-    }
+    const absl::string_view path = n->target().name();
+    const Module* m = gm.FindModule(path);
+    if (m == nullptr) return NoModuleError(n);
     const bool fused = m->type() != plan.root_module;
     const Module* weighted = fused ? m->FindChild("0") : m;
     if (weighted == nullptr || weighted->type() != plan.root_module) {
@@ -162,15 +248,17 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
           "convert: node '", n->name(), "': module '", path, "' (", m->type().name(),
           ") has no ", plan.root_module.name(), " as itself or child \"0\""));
     }
-    auto ref_or = MakeReferenceModule(*weighted, plan.reference_module, plan.weight_observer);
+    auto ref_or = MakeReferenceModuleWithParts(*weighted, plan.reference_module,
+                                               plan.weight_observer, parts);
     if (!ref_or.ok()) {
       return absl::Status(ref_or.status().code(),
                           absl::StrCat("node '", n->name(), "': ", ref_or.status().message()));
     }
     std::unique_ptr<Module> replacement = std::move(*ref_or);
     if (fused) replacement = CloneWithChild(*m, "0", std::move(replacement));
-    reference_modules.emplace_back(path, std::move(replacement));
+    reference_modules.emplace_back(std::string(path), std::move(replacement));
   }
+  RETURN_IF_ERROR(CheckWeightedPlansFound(g, prepared, weighted_plans_found));
 
   // 2. Mutation; it cannot fail on a graph the checks above passed.
   ConvertReport report;

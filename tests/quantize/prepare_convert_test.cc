@@ -339,6 +339,110 @@ TEST(ConvertTest, PerChannelWeightParameters) {
   EXPECT_EQ((*ref)->FindTensor("weight_axis")->data<int64_t>()[0], 0);
 }
 
+// Several weighted modules converted in one pass: the weight-independent parts
+// (weight_axis, a per-tensor zero point, the qscheme attribute) are made once and shared
+// by copy, and each module still gets its own hand-computed weight parameters, including
+// an asymmetric scheme (non-zero zero point) and a per-channel module after per-tensor
+// ones.
+TEST(ConvertTest, ManyReferenceModulesEachGetTheirOwnParameters) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("a", Conv1x1(0.5f)).ok());
+  ASSERT_TRUE(gm.SetModule("b", Conv1x1(-2.0f)).ok());
+  auto wide = Conv1x1(1.0f);
+  wide->SetTensor("weight", Tensor::FromFloats({2, 1, 1, 1}, {0.5f, -2.0f}));
+  wide->SetAttribute("in_channels", Argument::Int(1));
+  wide->SetAttribute("out_channels", Argument::Int(2));
+  ASSERT_TRUE(gm.SetModule("c", std::move(wide)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* a = *g.AddCallModule("a", {x});
+  Node* b = *g.AddCallModule("b", {a});
+  Node* c = *g.AddCallModule("c", {b});
+  ASSERT_TRUE(g.SetOutput(c).ok());
+  // a: MinMax qint8 symmetric; b (by module name): MinMax qint8 affine; c: per-channel
+  // symmetric.
+  ObserverSpec activation;
+  ObserverSpec affine_qint8;
+  affine_qint8.dtype = DType::kQInt8;
+  QConfigMapping mapping;
+  mapping.SetGlobal(QConfig{activation, DefaultWeightObserver()});
+  mapping.SetModuleName("b", QConfig{activation, affine_qint8});
+  mapping.SetModuleName("c", QConfig{activation, DefaultPerChannelWeightObserver()});
+  auto prepared = Prepare(gm, mapping, *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  auto report = ConvertToReference(gm, *prepared);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report->reference_modules, 3);
+  // a, symmetric qint8: scale = max(|w|) / 127.5 = 0.5 / 127.5, zero point 0.
+  // b, affine qint8 on [-2, 0] (the range always holds 0): scale 2 / 255, zero point
+  // -128 - round(-2 / scale) = 127.
+  struct Expected {
+    const char* path;
+    float scale;
+    int64_t zero_point;
+  };
+  for (const Expected& e : {Expected{"a", 0.5f / 127.5f, 0}, Expected{"b", 2.0f / 255.0f, 127}}) {
+    const Module* ref = gm.FindModule(e.path);
+    ASSERT_NE(ref, nullptr) << e.path;
+    EXPECT_EQ(ref->type().name(), "nnqr.Conv2d") << e.path;
+    EXPECT_EQ(ref->FindTensor("weight_scale")->shape(), std::vector<int64_t>{}) << e.path;
+    EXPECT_FLOAT_EQ(ref->FindTensor("weight_scale")->data<float>()[0], e.scale) << e.path;
+    EXPECT_EQ(*ref->FindTensor("weight_zero_point"), Tensor::FromInt64s({}, {e.zero_point}))
+        << e.path;
+    EXPECT_EQ(*ref->FindTensor("weight_axis"), Tensor::FromInt64s({}, {0})) << e.path;
+    EXPECT_EQ(ref->FindAttribute("weight_qscheme")->as_string(), "torch.per_tensor_affine");
+  }
+  const Module* ref_c = gm.FindModule("c");
+  ASSERT_NE(ref_c, nullptr);
+  EXPECT_EQ(*ref_c->FindTensor("weight_zero_point"), Tensor::FromInt64s({2}, {0, 0}));
+  EXPECT_FLOAT_EQ(ref_c->FindTensor("weight_scale")->data<float>()[1], 2.0f / 127.5f);
+  EXPECT_EQ(ref_c->FindAttribute("weight_qscheme")->as_string(), "torch.per_channel_affine");
+
+  // An asymmetric per-tensor weight observer: weight 0.5 in quint8 affine gives
+  // min 0 (the range always holds 0), max 0.5: scale 0.5 / 255, zero point 0; weight -2
+  // gives scale 2 / 255, zero point 255 (0 - round(-2 / scale)).
+  ObserverSpec affine;
+  affine.dtype = DType::kQUInt8;
+  auto ref_a = MakeReferenceModule(*Conv1x1(0.5f), Symbol::Intern("nnqr.Conv2d"), affine);
+  auto ref_b = MakeReferenceModule(*Conv1x1(-2.0f), Symbol::Intern("nnqr.Conv2d"), affine);
+  ASSERT_TRUE(ref_a.ok() && ref_b.ok());
+  EXPECT_EQ(*(*ref_a)->FindTensor("weight_zero_point"), Tensor::FromInt64s({}, {0}));
+  EXPECT_EQ(*(*ref_b)->FindTensor("weight_zero_point"), Tensor::FromInt64s({}, {255}));
+  EXPECT_FLOAT_EQ((*ref_b)->FindTensor("weight_scale")->data<float>()[0], 2.0f / 255.0f);
+}
+
+// A plan for a weighted op whose node no longer calls a module, or calls an observer, is
+// an error naming the node, and the graph is unchanged; a plan naming a node the graph
+// does not have is ignored, as before.
+TEST(ConvertTest, WeightedPlanAtANodeThatCallsNoModule) {
+  for (const bool at_observer : {false, true}) {
+    auto m = BuildConvPool();
+    auto prepared = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    const QuantizedOpPlan conv_plan = prepared->quantized_ops.at("conv");
+    const std::string node =
+        at_observer ? m->conv->arg(0).as_node()->name() : std::string("sigmoid");
+    prepared->quantized_ops.emplace(node, conv_plan);
+    const std::string before = SerializeModel(m->gm);
+    auto report = ConvertToReference(m->gm, *prepared);
+    ASSERT_FALSE(report.ok()) << node;
+    EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(report.status().message().find(absl::StrCat("node '", node, "'")),
+              std::string::npos)
+        << report.status();
+    EXPECT_EQ(SerializeModel(m->gm), before);
+  }
+  auto m = BuildConvPool();
+  auto prepared = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  prepared->quantized_ops.emplace("no_such_node", prepared->quantized_ops.at("conv"));
+  auto report = ConvertToReference(m->gm, *prepared);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->reference_modules, 1);
+  EXPECT_TRUE(m->gm.Verify().ok()) << m->gm.Verify();
+}
+
 TEST(CalibrateTest, RandomSamplesNeedAShape) {
   auto m = BuildConvPool();
   auto samples = RandomCalibrationSamples(m->gm, 2, 5);
