@@ -42,12 +42,12 @@ struct FusionRule;
 // a node; a MatchAllNode position to whatever the arg is (a node, a constant, None, ...).
 struct PatternMatch {
   const FusionRule* rule = nullptr;
-  // Indexed by pattern position (preorder). A view of `storage`, which the matcher fills
-  // with the bindings of all the matches of one scan: one array for all of them, where a
-  // vector per match cost an allocation and a free per match.
+  // Indexed by pattern position (preorder). A view of `storage`, where the matcher stores
+  // the bindings of all the matches of one scan side by side (in blocks of thousands), so a
+  // match costs no allocation and no free of its own.
   absl::Span<const Argument> bindings;
-  // Keeps `bindings` alive (shared by the matches of one scan and by copies; immutable).
-  std::shared_ptr<const std::vector<Argument>> storage;
+  // Keeps `bindings` alive; shared by the matches of one scan and by copies (immutable).
+  std::shared_ptr<const void> storage;
 
   // The node at position `i`, or nullptr if it is bound to a non-node arg.
   Node* node_at(int i) const {

@@ -13,6 +13,9 @@ namespace fuselage {
 namespace {
 
 constexpr size_t kMaxUsersListed = 4;
+// Bindings per storage block of a scan (24 bytes each): ~100 KB, one allocation per ~1000
+// matches.
+constexpr size_t kBindingsPerBlock = 4096;
 
 bool IsNumber(const Argument& a) { return a.is_int() || a.is_float(); }
 
@@ -92,8 +95,9 @@ class PatternMatcher::Scan {
 
   std::vector<PatternMatch> Run() {
     std::vector<PatternMatch> matches;
-    // Every match's bindings, one after the other (views are made once it stops growing).
-    auto storage = std::make_shared<std::vector<Argument>>();
+    // Every match's bindings, side by side in blocks that never reallocate, so each match's
+    // view stays valid as more are added.
+    auto storage = std::make_shared<std::vector<std::vector<Argument>>>();
     // Module types come from the cache on the nodes (one hash lookup per call_module node
     // if the module tree changed since the last scan, none otherwise).
     gm_.ResolveModuleTypes();
@@ -132,9 +136,16 @@ class PatternMatcher::Scan {
               std::push_heap(pending_claims_.begin(), pending_claims_.end(), later);
             }
           }
-          for (int p = 0; p < rule.pattern.size(); ++p) storage->push_back(*bindings_[p]);
+          const size_t size = static_cast<size_t>(rule.pattern.size());
+          if (storage->empty() || storage->back().size() + size > storage->back().capacity()) {
+            storage->emplace_back().reserve(std::max(kBindingsPerBlock, size));
+          }
+          std::vector<Argument>& block = storage->back();
+          const size_t offset = block.size();
+          for (size_t p = 0; p < size; ++p) block.push_back(*bindings_[p]);
           PatternMatch& match = matches.emplace_back();
           match.rule = &rule;
+          match.bindings = absl::MakeConstSpan(block.data() + offset, size);
           break;
         }
         if (explain_ != nullptr) {
@@ -144,13 +155,7 @@ class PatternMatcher::Scan {
         }
       }
     }
-    size_t offset = 0;
-    for (PatternMatch& match : matches) {
-      const size_t size = static_cast<size_t>(match.rule->pattern.size());
-      match.bindings = absl::MakeConstSpan(storage->data() + offset, size);
-      offset += size;
-    }
-    std::shared_ptr<const std::vector<Argument>> shared = std::move(storage);
+    const std::shared_ptr<const void> shared = std::move(storage);
     for (PatternMatch& match : matches) match.storage = shared;
     return matches;
   }

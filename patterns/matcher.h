@@ -36,7 +36,7 @@
 //     would erase a node the fused node still reads. PyTorch does not check.
 //
 // Performance: rules are indexed in dense per-op-kind tables keyed by symbol id; the
-// scan keeps one reusable binding buffer and copies a match's bindings into one array shared
+// scan keeps one reusable binding buffer and copies a match's bindings into blocks shared
 // by all the matches of the scan (no allocation per match);
 // matching is linear in nodes times (small) pattern size.
 #ifndef FUSELAGE_PATTERNS_MATCHER_H_

@@ -90,7 +90,7 @@ TEST_F(MatcherTest, BnWithTwoUsersBlocksConvBnReluButConvBnStillFuses) {
   EXPECT_TRUE(gm_.Verify().ok());
 }
 
-// Matches of different lengths share one bindings array: each match sees exactly its own
+// Matches of different lengths share one bindings storage: each match sees exactly its own
 // positions, and a copy of a match keeps them readable after the scan's vector is gone.
 TEST_F(MatcherTest, EachMatchReadsItsOwnBindingsAndCopiesOutliveTheScan) {
   Node* r1 = Relu(Bn(Conv(x_, "conv1"), "bn1"), "relu1");
