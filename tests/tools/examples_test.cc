@@ -4,30 +4,22 @@
 #include "tools/examples.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "graph/printer.h"
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
+#include "tests/tools/run_cli.h"
 
 namespace fuselage {
 namespace {
-
-std::string ReadFileOrEmpty(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
 
 TEST(ResidualExampleTest, GraphIsWhatTorchFxTraces) {
   auto gm = BuildResidualExample(kResidualExampleSeed);
   ASSERT_TRUE(gm.ok()) << gm.status();
   EXPECT_TRUE((*gm)->Verify().ok());
   // Written by PyTorch's own codegen (tests/graph/testdata/make_fx_goldens.py).
-  const std::string golden = ReadFileOrEmpty("tests/graph/testdata/fx_code_residual.txt");
+  const std::string golden = FileContents("tests/graph/testdata/fx_code_residual.txt");
   ASSERT_FALSE(golden.empty());
   EXPECT_EQ(PrintCode(**gm), golden);
   EXPECT_EQ((*gm)->FindModule("identity")->type().name(), "nn.Identity");
@@ -79,7 +71,7 @@ TEST(ResidualExampleTest, SameSeedSameBytesOtherSeedOtherWeights) {
 }
 
 TEST(ResidualExampleTest, CheckedInTextprotoIsUpToDate) {
-  const std::string checked_in = ReadFileOrEmpty("tools/examples/residual.textproto");
+  const std::string checked_in = FileContents("tools/examples/residual.textproto");
   ASSERT_FALSE(checked_in.empty());
   EXPECT_EQ(checked_in, SerializeModelText(**BuildResidualExample(kResidualExampleSeed)))
       << "regenerate with: bazel run //tools:fuselage -- demo --write-example "
