@@ -52,14 +52,6 @@ DType Argument::as_dtype() const {
   FUSELAGE_CHECK(is_dtype());
   return std::get<DType>(value_);
 }
-Node* Argument::as_node() const {
-  FUSELAGE_CHECK(is_node());
-  return std::get<Node*>(value_);
-}
-absl::Span<const Argument> Argument::items() const {
-  FUSELAGE_CHECK(is_list());
-  return std::get<ListPtr>(value_)->items;
-}
 
 bool Argument::ContainsNode() const {
   bool found = false;

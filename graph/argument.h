@@ -12,8 +12,10 @@
 #include <variant>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "graph/check.h"
 #include "graph/dtype.h"
 #include "graph/symbol.h"
 
@@ -61,18 +63,29 @@ class Argument {
   Symbol as_symbol() const;
   absl::string_view as_string() const { return as_symbol().name(); }
   DType as_dtype() const;
-  Node* as_node() const;
-  absl::Span<const Argument> items() const;  // list or tuple items
+  // Inline: every walk over a graph's edges reads these two.
+  Node* as_node() const {
+    Node* const* node = std::get_if<Node*>(&value_);
+    FUSELAGE_CHECK(node != nullptr);
+    return *node;
+  }
+  absl::Span<const Argument> items() const {  // list or tuple items
+    const ListPtr* list = std::get_if<ListPtr>(&value_);
+    FUSELAGE_CHECK(list != nullptr);
+    return (*list)->items;
+  }
 
   // True if any Node is referenced, at any depth.
   bool ContainsNode() const;
   // Calls fn(Node*) for every node reference, depth first, in order.
   template <typename Fn>
   void ForEachNode(Fn&& fn) const {
-    if (is_node()) {
-      fn(as_node());
-    } else if (is_list()) {
-      for (const Argument& a : items()) a.ForEachNode(fn);
+    // Not recursive itself, so that it inlines into every walk over edges; only a list
+    // recurses.
+    if (Node* const* node = std::get_if<Node*>(&value_)) {
+      fn(*node);
+    } else if (const ListPtr* list = std::get_if<ListPtr>(&value_)) {
+      for (const Argument& a : (*list)->items) a.ForEachNodeInList(fn);
     }
   }
   // A copy with every node reference n replaced by fn(n).
@@ -97,6 +110,10 @@ class Argument {
 
  private:
   using ListPtr = std::shared_ptr<const ArgList>;
+  template <typename Fn>
+  ABSL_ATTRIBUTE_NOINLINE void ForEachNodeInList(Fn& fn) const {
+    ForEachNode(fn);
+  }
   using Value =
       std::variant<std::monostate, bool, int64_t, double, Symbol, DType, Node*, ListPtr>;
   explicit Argument(Value v) : value_(std::move(v)) {}

@@ -1,11 +1,13 @@
 #include "graph/graph.h"
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 #include <utility>
 
+#include "absl/container/fixed_array.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/check.h"
@@ -16,29 +18,139 @@ namespace {
 
 constexpr uint64_t kKeySpacing = uint64_t{1} << 20;
 
-// FX's naming: illegal characters become '_', a leading digit gets a '_' prefix.
-std::string Sanitize(absl::string_view hint) {
-  std::string name;
-  name.reserve(hint.size() + 1);
-  for (char c : hint) name.push_back(absl::ascii_isalnum(c) ? c : '_');
-  if (name.empty()) name = "_";
-  if (absl::ascii_isdigit(name[0])) name.insert(name.begin(), '_');
-  return name;
+// A name being built: candidates are made and probed here, on the stack (a name of up to
+// 100-odd characters), and only the free one is copied into the node.
+class NameChars {
+ public:
+  // Room for `hint` sanitized (one more character) plus "_<19 digits>".
+  explicit NameChars(size_t hint_size) : chars_(hint_size + 22) {}
+  absl::string_view view() const { return {chars_.data(), size_}; }
+  size_t size() const { return size_; }
+  char* data() { return chars_.data(); }
+  void push_back(char c) { chars_[size_++] = c; }
+  // Sets the size: shrinking, or after writing up to size() + room characters at data().
+  void resize(size_t size) { size_ = size; }
+
+ private:
+  absl::FixedArray<char, 128> chars_;  // uninitialized
+  size_t size_ = 0;
+};
+
+absl::string_view View(const NameChars& name) { return name.view(); }
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// Position of the last `c` in `s`, or npos (inline: absl's rfind is an out-of-line call).
+size_t FindLast(absl::string_view s, char c) {
+  for (size_t i = s.size(); i > 0; --i) {
+    if (s[i - 1] == c) return i - 1;
+  }
+  return absl::string_view::npos;
 }
 
-// Splits "add_12" into ("add", 12); a name without a numeric suffix gets -1.
-std::pair<std::string, int64_t> SplitSuffix(const std::string& name) {
-  const size_t underscore = name.rfind('_');
-  if (underscore == std::string::npos || underscore == 0 || underscore + 1 == name.size()) {
-    return {name, -1};
+// FX's naming: illegal characters become '_', a leading digit gets a '_' prefix.
+void Sanitize(absl::string_view hint, NameChars* out) {
+  // Through a local pointer: a store through char* may alias out's size, which would be
+  // reloaded for every character.
+  char* to = out->data();
+  if (hint.empty() || IsDigit(hint[0])) *to++ = '_';
+  for (char c : hint) *to++ = absl::ascii_isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  out->resize(static_cast<size_t>(to - out->data()));
+}
+
+// Appends the decimal digits of `n` (>= 0).
+void AppendNumber(int64_t n, NameChars* out) {
+  const uint64_t value = static_cast<uint64_t>(n);
+  size_t digits = 1;
+  for (uint64_t rest = value / 10; rest > 0; rest /= 10) ++digits;
+  char* end = out->data() + out->size() + digits;
+  uint64_t rest = value;
+  for (char* p = end; p != end - digits; rest /= 10) *--p = static_cast<char>('0' + rest % 10);
+  out->resize(out->size() + digits);
+}
+
+uint64_t Load64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+uint32_t Load32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+uint64_t MixWord(uint64_t h, uint64_t word) {
+  h = (h ^ word) * 0xbf58476d1ce4e5b9u;
+  return h ^ (h >> 31);
+}
+
+// "add_12" has base "add" (size 3) and number 12; a name without a numeric suffix (at
+// most 15 digits after an underscore that is neither first nor last) is all base, -1.
+struct SuffixSplit {
+  size_t base_size;
+  int64_t number;
+};
+SuffixSplit SplitSuffix(absl::string_view name) {
+  const size_t underscore = FindLast(name, '_');
+  if (underscore == absl::string_view::npos || underscore == 0 ||
+      underscore + 1 == name.size()) {
+    return {name.size(), -1};
+  }
+  const absl::string_view digits = name.substr(underscore + 1);
+  if (digits.size() > 15 || !std::all_of(digits.begin(), digits.end(), IsDigit)) {
+    return {name.size(), -1};
   }
   int64_t number = 0;
-  absl::string_view digits = absl::string_view(name).substr(underscore + 1);
-  if (!std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
-      digits.size() > 15 || !absl::SimpleAtoi(digits, &number)) {
-    return {name, -1};
+  for (char c : digits) number = number * 10 + (c - '0');
+  return {underscore, number};
+}
+
+// The naming rule (graph/NAMING.md). `*name` holds a sanitized candidate; while
+// `claim(candidate)` returns false (taken), the candidate becomes base_n for the next n of
+// the rule: n >= max(counter(base), suffix + 1, 1), counter(base) = the n handed out.
+// claim hashes a candidate once: UniqueName only looks it up, InsertAt and Rename take
+// the free one in the same probe (lazy_emplace).
+template <typename Counters, typename Claim>
+void MakeUnique(NameChars* name, Counters* counters, Claim&& claim) {
+  if (claim(View(*name))) return;
+  const SuffixSplit split = SplitSuffix(View(*name));
+  name->resize(split.base_size);  // now the base
+  auto counter = counters->find(View(*name));
+  int64_t next = counter == counters->end() ? 0 : counter->second;
+  next = std::max<int64_t>({next, split.number + 1, 1});
+  name->push_back('_');
+  while (true) {
+    AppendNumber(next, name);
+    if (claim(View(*name))) break;
+    name->resize(split.base_size + 1);
+    ++next;
   }
-  return {name.substr(0, underscore), number};
+  // A counter of 1 behaves as no counter (n >= 1 either way), so base_1 creates no entry:
+  // most bases never get a second suffix (fusion's "layer1_0_conv1_1"), and an entry
+  // costs an allocation.
+  if (counter != counters->end()) {
+    counter->second = next;
+  } else if (next != 1) {
+    counters->emplace(std::string(name->data(), split.base_size), next);
+  }
+}
+
+// What FX derives a default name from: call_function / call_method keep the last part
+// of the qualified name ("torch.nn.functional.relu" -> "relu"); other ops the whole target.
+absl::string_view DefaultNameHint(OpKind op, Symbol target) {
+  absl::string_view t = target.name();
+  if (op == OpKind::kCallFunction || op == OpKind::kCallMethod) {
+    const size_t dot = FindLast(t, '.');
+    if (dot != absl::string_view::npos) t = t.substr(dot + 1);
+  }
+  return t;
+}
+
+// Adds `prefix` before an error's message (built only on the error path).
+template <typename Prefix>
+absl::Status Prefixed(absl::Status status, Prefix&& prefix) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(prefix(), status.message()));
 }
 
 std::string UsersString(const Node* node) {
@@ -167,45 +279,81 @@ void Graph::AddUsesOf(Node* user) {
 
 void Graph::RemoveUsesOf(Node* user) {
   user->ForEachInputUse([user](Node* input) {
+    // A user is listed once; a repeated use finds it gone already.
     auto& users = input->users_;
-    users.erase(std::remove(users.begin(), users.end(), user), users.end());
+    for (size_t i = 0; i < users.size(); ++i) {
+      if (users[i] == user) {
+        users.erase(users.begin() + static_cast<std::ptrdiff_t>(i));
+        return;
+      }
+    }
   });
 }
 
 // ---- Names --------------------------------------------------------------------------
 
-std::string Graph::DefaultNameFor(OpKind op, Symbol target) const {
-  absl::string_view t = target.name();
-  if (op == OpKind::kCallFunction || op == OpKind::kCallMethod) {
-    // "torch.nn.functional.relu" -> "relu", as FX names call_function nodes.
-    const size_t dot = t.rfind('.');
-    if (dot != absl::string_view::npos) t = t.substr(dot + 1);
+size_t Graph::NameHash::operator()(absl::string_view name) const {
+  // Words of 8 bytes (the last one overlapping when the size is not a multiple of 8),
+  // each mixed in with a multiply-xorshift, then MurmurHash3's finalizer, so that both the
+  // low 7 bits (the table's tag) and the high bits (its position) depend on every byte.
+  const char* p = name.data();
+  size_t n = name.size();
+  uint64_t h = 0x9e3779b97f4a7c15u ^ n;
+  if (n >= 8) {
+    for (; n > 8; p += 8, n -= 8) h = MixWord(h, Load64(p));
+    h = MixWord(h, Load64(p + n - 8));
+  } else if (n >= 4) {
+    h = MixWord(h, uint64_t{Load32(p)} | uint64_t{Load32(p + n - 4)} << 32);
+  } else if (n > 0) {
+    const auto byte = [p](size_t i) { return uint64_t{static_cast<unsigned char>(p[i])}; };
+    h = MixWord(h, byte(0) | byte(n / 2) << 8 | byte(n - 1) << 16);
   }
-  return Sanitize(t);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdu;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53u;
+  return static_cast<size_t>(h ^ (h >> 33));
 }
 
 std::string Graph::UniqueName(absl::string_view hint) const {
-  const std::string candidate = Sanitize(hint);
-  if (!by_name_.contains(absl::string_view(candidate))) return candidate;
-  auto [base, number] = SplitSuffix(candidate);
-  int64_t& next = next_suffix_[base];
-  next = std::max(next, number + 1);
-  if (next < 1) next = 1;
-  while (true) {
-    std::string name = absl::StrCat(base, "_", next);
-    if (!by_name_.contains(absl::string_view(name))) return name;
-    ++next;
-  }
+  NameChars name(hint.size());
+  Sanitize(hint, &name);
+  MakeUnique(&name, &next_suffix_,
+             [this](absl::string_view candidate) { return !by_name_.contains(candidate); });
+  return std::string(View(name));
 }
 
-std::string Graph::TakeName(absl::string_view hint) { return UniqueName(hint); }
+// Claims `candidate` for `node` if it is free: one probe finds it and indexes the node,
+// whose name is set before its slot is filled.
+bool Graph::ClaimName(Node* node, absl::string_view candidate) {
+  bool claimed = false;
+  by_name_.lazy_emplace(candidate, [&](const auto& construct) {
+    // Constructed, not assigned: std::string's assign is a long out-of-line path.
+    node->name_ = std::string(candidate.data(), candidate.size());
+    construct(node);
+    claimed = true;
+  });
+  return claimed;
+}
+
+void Graph::NameNewNode(Node* node, absl::string_view hint) {
+  NameChars name(hint.size());
+  Sanitize(hint, &name);
+  MakeUnique(&name, &next_suffix_,
+             [this, node](absl::string_view candidate) { return ClaimName(node, candidate); });
+}
 
 std::string Graph::Rename(Node* node, absl::string_view name) {
   if (node->name_ == name) return node->name_;
-  std::string unique = TakeName(name);
+  // The new name is chosen as if the node still held its old one (a candidate equal to it
+  // counts as taken); the node leaves the index first so that the free one is indexed in
+  // the probe that finds it. node->name_ keeps the old name until that last probe.
   by_name_.erase(node);
-  node->name_ = std::move(unique);
-  by_name_.insert(node);
+  NameChars unique(name.size());
+  Sanitize(name, &unique);
+  MakeUnique(&unique, &next_suffix_, [this, node](absl::string_view candidate) {
+    return candidate != node->name_ && ClaimName(node, candidate);
+  });
   return node->name_;
 }
 
@@ -283,14 +431,17 @@ absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec spec) {
   for (const Kwarg& kw : spec.kwargs) {
     if (kw.first.empty()) return absl::InvalidArgumentError(absl::StrCat(what(), ": empty kwarg name"));
   }
-  if (spec.op == OpKind::kOutput) spec.name = "output";
-  std::string name = TakeName(spec.name.empty() ? DefaultNameFor(spec.op, spec.target)
-                                                : spec.name);
-  Node* node = NewNode(spec.op, spec.target, std::move(name));
+  Node* node = NewNode(spec.op, spec.target, std::string());
+  if (spec.op == OpKind::kOutput) {
+    NameNewNode(node, "output");
+  } else if (spec.name.empty()) {
+    NameNewNode(node, DefaultNameHint(spec.op, spec.target));
+  } else {
+    NameNewNode(node, spec.name);
+  }
   node->set_args(std::move(spec.args));
   node->set_kwargs(std::move(spec.kwargs));
   Link(node, before);
-  by_name_.insert(node);
   AddUsesOf(node);
   if (node->op_ == OpKind::kOutput) output_ = node;
   return node;
@@ -317,9 +468,10 @@ absl::StatusOr<Node*> Graph::InsertAfter(Node* anchor, NodeSpec spec) {
   }
   if (anchor->next_ == nullptr) {
     // Appending at the very end: the inputs only need to be in the graph.
-    const std::string what = absl::StrCat("new node after '", anchor->name(), "'");
     if (spec.op == OpKind::kOutput) return InsertAt(nullptr, std::move(spec));
-    RETURN_IF_ERROR(CheckInputsPrecede(spec.args, spec.kwargs, nullptr, what));
+    RETURN_IF_ERROR(Prefixed(CheckInputsPrecede(spec.args, spec.kwargs, nullptr, ""), [anchor] {
+      return absl::StrCat("new node after '", anchor->name(), "'");
+    }));
     return InsertAt(nullptr, std::move(spec));
   }
   return InsertAt(anchor->next_, std::move(spec));
@@ -362,7 +514,8 @@ absl::Status Graph::SetArgs(Node* node, std::vector<Argument> args) {
   if (node == nullptr || node->graph_ != this) {
     return absl::InvalidArgumentError("SetArgs: node is not in this graph");
   }
-  RETURN_IF_ERROR(CheckInputsPrecede(args, {}, node, absl::StrCat("node '", node->name(), "'")));
+  RETURN_IF_ERROR(Prefixed(CheckInputsPrecede(args, {}, node, ""),
+                           [node] { return absl::StrCat("node '", node->name(), "'"); }));
   RemoveUsesOf(node);
   node->set_args(std::move(args));
   AddUsesOf(node);
@@ -378,17 +531,22 @@ absl::Status Graph::SetArg(Node* node, size_t index, Argument value) {
                                               " out of range; it has ", node->args_.size(),
                                               " args"));
   }
-  std::vector<Argument> args(node->args_.begin(), node->args_.end());
-  args[index] = std::move(value);
-  return SetArgs(node, std::move(args));
+  RETURN_IF_ERROR(Prefixed(CheckArgPrecedes(value, node, ""),
+                           [node] { return absl::StrCat("node '", node->name(), "'"); }));
+  // In place; the node is still re-registered with all its inputs, as SetArgs does (and
+  // FX's __update_args_kwargs): it moves to the end of each input's user list.
+  RemoveUsesOf(node);
+  node->args_[index] = std::move(value);
+  AddUsesOf(node);
+  return absl::OkStatus();
 }
 
 absl::Status Graph::SetKwargs(Node* node, Kwargs kwargs) {
   if (node == nullptr || node->graph_ != this) {
     return absl::InvalidArgumentError("SetKwargs: node is not in this graph");
   }
-  RETURN_IF_ERROR(
-      CheckInputsPrecede({}, kwargs, node, absl::StrCat("node '", node->name(), "'")));
+  RETURN_IF_ERROR(Prefixed(CheckInputsPrecede({}, kwargs, node, ""),
+                           [node] { return absl::StrCat("node '", node->name(), "'"); }));
   RemoveUsesOf(node);
   node->set_kwargs(std::move(kwargs));
   AddUsesOf(node);
@@ -458,15 +616,16 @@ absl::Status Graph::SetMeta(Node* node, absl::string_view key, Argument value) {
     return absl::InvalidArgumentError(
         absl::StrCat("node '", node->name(), "': meta '", key, "' must not reference nodes"));
   }
+  // In place: the other entries are neither copied nor moved.
   const Symbol k = Symbol::Intern(key);
-  Kwargs meta = node->meta();
+  if (node->meta_ == nullptr) node->meta_ = std::make_unique<Kwargs>();
+  Kwargs& meta = *node->meta_;
   auto it = std::find_if(meta.begin(), meta.end(), [k](const Kwarg& kw) { return kw.first == k; });
   if (it != meta.end()) {
     it->second = std::move(value);
   } else {
     meta.emplace_back(k, std::move(value));
   }
-  node->set_meta(std::move(meta));
   return absl::OkStatus();
 }
 
@@ -479,7 +638,7 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
   if (replacement->op_ == OpKind::kOutput) {
     return absl::InvalidArgumentError("ReplaceAllUsesWith: the output node cannot be used");
   }
-  std::vector<Node*> users;
+  absl::InlinedVector<Node*, 4> users;
   for (Node* user : old_node->users_) {
     if (user == replacement) continue;  // Keeps its use: rewiring it would make a cycle.
     if (!Precedes(replacement, user)) {
@@ -490,12 +649,24 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
     }
     users.push_back(user);
   }
+  // Slots that are the node itself are rewritten in place; only lists that contain it are
+  // rebuilt (they are shared and immutable); every other arg stays as it is.
   auto swap = [&](Node* n) { return n == old_node ? replacement : n; };
+  auto rewrite = [&](Argument& a) {
+    if (a.is_node()) {
+      if (a.as_node() == old_node) a = Argument(replacement);
+    } else if (a.is_list()) {
+      bool contains = false;
+      a.ForEachNode([&](Node* n) { contains = contains || n == old_node; });
+      if (contains) a = a.MapNodes(swap);
+    }
+  };
   for (Node* user : users) {
+    // Re-registered with all its inputs, as FX does: it moves to the end of their lists.
     RemoveUsesOf(user);
-    for (Argument& a : user->args_) a = a.MapNodes(swap);
+    for (Argument& a : user->args_) rewrite(a);
     if (user->kwargs_ != nullptr) {
-      for (Kwarg& kw : *user->kwargs_) kw.second = kw.second.MapNodes(swap);
+      for (Kwarg& kw : *user->kwargs_) rewrite(kw.second);
     }
     AddUsesOf(user);
   }
@@ -661,12 +832,15 @@ absl::Status Graph::Verify() const {
 
 absl::StatusOr<Node*> GraphBuilder::AddNode(OpKind op, Symbol target, absl::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError("a node has an empty name");
-  if (graph_->by_name_.contains(absl::string_view(name))) {
+  Node* node = nullptr;
+  graph_->by_name_.lazy_emplace(name, [&](const auto& construct) {
+    node = graph_->NewNode(op, target, std::string(name));
+    construct(node);
+  });
+  if (node == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("duplicate node name '", name, "'"));
   }
-  Node* node = graph_->NewNode(op, target, std::string(name));
   graph_->Link(node, nullptr);
-  graph_->by_name_.insert(node);
   if (op == OpKind::kOutput && graph_->output_ == nullptr) graph_->output_ = node;
   return node;
 }
