@@ -28,7 +28,7 @@ struct PlannedFusion {
   Node* outermost = nullptr;
   Node* root = nullptr;
   // Root args + extra inputs, before remapping.
-  absl::InlinedVector<Argument, 4> args;
+  absl::InlinedVector<Argument, 2> args;
   std::unique_ptr<Module> module;
   PendingFusion pending;  // parts to move in when installed; a fold's weight half, last
   // The module of the root node, which the fused module replaces in place (PyTorch's
@@ -37,9 +37,9 @@ struct PlannedFusion {
   Module* reuse_slot = nullptr;
   // The matched op nodes in execution order, their modules resolved.
   absl::InlinedVector<MatchedOpNode, 4> nodes;
-  // By index into `nodes`: the pass may delete that node's module once nothing calls it
-  // (a leaf no get_attr reads).
-  absl::InlinedVector<bool, 4> removable;
+  // Bit i: the pass may delete the module of nodes[i] once nothing calls it (a leaf no
+  // get_attr reads). A pattern has at most Pattern::kMaxPositions = 64 positions.
+  uint64_t removable = 0;
 };
 
 absl::Status PlanError(const PatternMatch& match, absl::string_view what) {
@@ -181,7 +181,8 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     const PatternMatch& match = *it;
     const FusionRule& rule = *match.rule;
     const Pattern& pattern = rule.pattern;
-    PlannedFusion plan;
+    // Built in place (a plan is a few hundred bytes; one per match).
+    PlannedFusion& plan = plans.emplace_back();
     plan.match = &match;
     plan.outermost = match.outermost();
     for (int p = 0; p < pattern.size(); ++p) {
@@ -247,15 +248,15 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     // Each matched module, looked up once. A module only this node calls, that has no
     // children and that no get_attr reads is deleted with the match: the fuser may move it
     // into the fused module rather than copy it.
-    plan.removable.assign(plan.nodes.size(), false);
     for (size_t i = 0; i < plan.nodes.size(); ++i) {
       MatchedOpNode& entry = plan.nodes[i];
       if (entry.node->op() != OpKind::kCallModule) continue;
       const Symbol path = entry.node->target();
       entry.module = gm.FindModule(path.name());
-      plan.removable[i] = entry.module != nullptr && entry.module->children().empty() &&
-                          !get_attr_paths.contains(path.name());
-      entry.movable = plan.removable[i] && module_uses[path] == 1;
+      const bool removable = entry.module != nullptr && entry.module->children().empty() &&
+                             !get_attr_paths.contains(path.name());
+      if (removable) plan.removable |= uint64_t{1} << i;
+      entry.movable = removable && module_uses[path] == 1;
     }
 
     ASSIGN_OR_RETURN(plan.module,
@@ -278,7 +279,6 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
         if (entry.node == plan.root) plan.reuse_slot = entry.module;
       }
     }
-    plans.push_back(std::move(plan));
   }
 
   // ---- Apply ----------------------------------------------------------------------------
@@ -335,7 +335,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       Node* n = plan.nodes[i].node;
       if (n->op() == OpKind::kCallModule && !(plan.reuse_slot != nullptr && n == plan.root)) {
         const Symbol freed = n->target();
-        if (--module_uses[freed] == 0 && plan.removable[i]) {
+        if (--module_uses[freed] == 0 && (plan.removable >> i & 1) != 0) {
           unused_modules.push_back(std::string(freed.name()));
         }
       }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -173,6 +174,20 @@ absl::Status ReadVector(const Module& module, absl::string_view owner, absl::str
   return absl::OkStatus();
 }
 
+// Gives `module` the float32 bias `values` (shape [n]): written over its own bias when it has
+// one of that dtype and shape (and no quantization parameters) — in place unless another module shares the data (Tensor's
+// copy-on-write then copies it first) — else set as a new tensor.
+void SetFoldedBias(Module& module, absl::Span<const float> values) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  Tensor* bias = module.FindMutableTensor("bias");
+  if (bias != nullptr && bias->dtype() == DType::kFloat32 && bias->dim() == 1 &&
+      bias->numel() == n && bias->qparams() == QuantParams()) {
+    if (n > 0) std::memcpy(bias->mutable_data<float>(), values.data(), n * sizeof(float));
+    return;
+  }
+  module.SetTensor("bias", Tensor::FromFloats({n}, values));
+}
+
 // PyTorch's fuse_conv_bn_eval / fuse_linear_bn_eval on module data: returns `conv` with
 // the batch norm folded into its bias, and in `pending->weight_scale` the scaling still
 // owed to its weight (see PendingWeightScale). The result is a copy of `conv`, or, if
@@ -239,17 +254,16 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string
     const float centered = (bias != nullptr ? bias[c] : 0.0f) - mean[c];
     new_bias[c] = is_linear ? centered * scale[c] + b : (centered * rsqrt) * g + b;
   }
-  Tensor folded_bias = Tensor::FromFloats({out_channels}, new_bias);
   std::unique_ptr<Module> folded;
   if (move_conv) {
     folded = std::make_unique<Module>(conv.type());
     pending->moves.push_back({&conv, folded.get()});
     pending->bias_module = folded.get();
-    pending->bias = std::move(folded_bias);
+    pending->bias = std::move(new_bias);
   } else {
     // The copy shares the weight's data with `conv`; PendingWeightScale::Apply scales it.
     folded = conv.Clone();
-    folded->SetTensor("bias", std::move(folded_bias));
+    SetFoldedBias(*folded, new_bias);
   }
   PendingWeightScale& weight_scale = pending->weight_scale;
   weight_scale.module = folded.get();
@@ -361,9 +375,9 @@ void PendingFusion::ApplyMoves() {
   for (const Move& move : moves) *move.to = std::move(*move.from);
   moves.clear();
   if (bias_module != nullptr) {
-    bias_module->SetTensor("bias", std::move(bias));
+    SetFoldedBias(*bias_module, bias);
     bias_module = nullptr;
-    bias = Tensor();
+    bias.clear();
   }
 }
 

@@ -129,10 +129,10 @@ struct PendingFusion {
     Module* to;
   };
   absl::InlinedVector<Move, 3> moves;
-  // The folded bias of a batch-norm fold whose conv / linear is moved, not copied: set on
-  // `bias_module` (its placeholder) once the move has filled it.
+  // The folded bias of a batch-norm fold whose conv / linear is moved, not copied: written
+  // into `bias_module` (its placeholder) once the move has filled it.
   Module* bias_module = nullptr;
-  Tensor bias;
+  std::vector<float> bias;
   PendingWeightScale weight_scale;
 
   // Performs the moves, then sets the folded bias; clears both. Cannot fail.

@@ -613,6 +613,60 @@ TEST_F(FuseTest, BatchNormFoldLeavesASharedWeightUnmodified) {
   EXPECT_FLOAT_EQ(w->data<float>()[1], -0.5f);
 }
 
+// The folded bias (hand-computed as in BatchNormFoldingMatchesHandComputedValues:
+// b' = ((b - mean) / sqrt(var + eps)) * gamma + beta = [-0.4, 0.8]) is written over the
+// conv's own bias buffer when no other module shares it, and into a copy when one does,
+// which keeps its values.
+TEST_F(FuseTest, BatchNormFoldWritesTheBiasInPlaceUnlessShared) {
+  for (const bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared bias" : "own bias");
+    GraphModule gm;
+    Node* x = Must(gm.graph().AddPlaceholder("x"));
+    auto conv = Conv2dModule(rng_, 1, 2, 1);
+    conv->SetTensor("weight", Tensor::FromFloats({2, 1, 1, 1}, {2.0f, -1.0f}));
+    conv->SetTensor("bias", Tensor::FromFloats({2}, {0.5f, 1.0f}));
+    auto bn = BatchNorm2dModule(rng_, 2, /*eps=*/1.0);
+    bn->SetTensor("weight", Tensor::FromFloats({2}, {2.0f, 0.5f}));
+    bn->SetTensor("bias", Tensor::FromFloats({2}, {0.1f, -0.2f}));
+    bn->SetTensor("running_mean", Tensor::FromFloats({2}, {1.0f, -1.0f}));
+    bn->SetTensor("running_var", Tensor::FromFloats({2}, {3.0f, 0.0f}));
+    const void* bias_data = conv->FindTensor("bias")->raw_data();
+    std::vector<Argument> outputs;
+    if (shared) {
+      auto tied = Conv2dModule(rng_, 1, 2, 1);
+      tied->SetTensor("bias", *conv->FindTensor("bias"));
+      ASSERT_TRUE(gm.SetModule("tied", std::move(tied)).ok());
+      outputs.push_back(Must(gm.graph().AddCallModule("tied", {x}, {}, "tied")));
+    }
+    ASSERT_TRUE(gm.SetModule("conv", std::move(conv)).ok());
+    ASSERT_TRUE(gm.SetModule("bn", std::move(bn)).ok());
+    Node* c = Must(gm.graph().AddCallModule("conv", {x}, {}, "conv"));
+    outputs.push_back(Must(gm.graph().AddCallModule("bn", {c}, {}, "bn")));
+    Must(gm.graph().SetOutput(Argument::Tuple(outputs)));
+
+    absl::StatusOr<PatternMatcher> m =
+        PatternMatcher::Create({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
+    ASSERT_TRUE(m.ok()) << m.status();
+    absl::StatusOr<int> fused = FusePatterns(gm, *m);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    ASSERT_EQ(*fused, 1);
+    ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+    const Tensor* b = gm.FindModule("conv")->FindTensor("bias");
+    ASSERT_EQ(b->shape(), (std::vector<int64_t>{2}));
+    EXPECT_FLOAT_EQ(b->data<float>()[0], -0.4f);
+    EXPECT_FLOAT_EQ(b->data<float>()[1], 0.8f);
+    if (shared) {
+      EXPECT_NE(b->raw_data(), bias_data);
+      const Tensor* tied_bias = gm.FindModule("tied")->FindTensor("bias");
+      EXPECT_EQ(tied_bias->raw_data(), bias_data);
+      EXPECT_EQ(tied_bias->data<float>()[0], 0.5f);
+      EXPECT_EQ(tied_bias->data<float>()[1], 1.0f);
+    } else {
+      EXPECT_EQ(b->raw_data(), bias_data);
+    }
+  }
+}
+
 // FusionRule::Fuse on its own (no pass) returns the module fully folded, and leaves the
 // module in the graph, whose data it shared, as it was.
 TEST_F(FuseTest, FuseOutsideThePassFoldsTheWeightCompletely) {
