@@ -609,16 +609,24 @@ absl::Status Graph::SetOp(Node* node, OpKind op, Symbol target) {
 }
 
 absl::Status Graph::SetMeta(Node* node, absl::string_view key, Argument value) {
+  return SetMeta(node, Symbol::Intern(key), std::move(value));
+}
+
+absl::Status Graph::SetMeta(Node* node, Symbol k, Argument value) {
   if (node == nullptr || node->graph_ != this) {
     return absl::InvalidArgumentError("SetMeta: node is not in this graph");
   }
+  if (k.empty()) return absl::InvalidArgumentError("SetMeta: empty meta key");
   if (value.ContainsNode()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node '", node->name(), "': meta '", key, "' must not reference nodes"));
+    return absl::InvalidArgumentError(absl::StrCat("node '", node->name(), "': meta '",
+                                                   k.name(), "' must not reference nodes"));
   }
-  // In place: the other entries are neither copied nor moved.
-  const Symbol k = Symbol::Intern(key);
-  if (node->meta_ == nullptr) node->meta_ = std::make_unique<Kwargs>();
+  // In place: the other entries are neither copied nor moved. Room for two, since the
+  // passes set two (fusion's "pattern", lowering's "output_qparams").
+  if (node->meta_ == nullptr) {
+    node->meta_ = std::make_unique<Kwargs>();
+    node->meta_->reserve(2);
+  }
   Kwargs& meta = *node->meta_;
   auto it = std::find_if(meta.begin(), meta.end(), [k](const Kwarg& kw) { return kw.first == k; });
   if (it != meta.end()) {

@@ -83,8 +83,10 @@ class Graph {
   // Changes what the node calls (e.g. a float op lowered to a quantized one).
   absl::Status SetTarget(Node* node, Symbol target);
   absl::Status SetOp(Node* node, OpKind op, Symbol target);
-  // Annotations; `value` must not reference nodes.
+  // Annotations; `value` must not reference nodes. Set in place. The Symbol overload
+  // saves interning the key on every call (a pass annotating every node interns it once).
   absl::Status SetMeta(Node* node, absl::string_view key, Argument value);
+  absl::Status SetMeta(Node* node, Symbol key, Argument value);
   // Renames to `name` (made unique); returns the name given.
   std::string Rename(Node* node, absl::string_view name);
 

@@ -485,6 +485,15 @@ TEST(GraphTest, SetMetaReplacesInPlaceAndKeepsOrder) {
   EXPECT_EQ(c.relu->meta()[1].first.name(), "output_qparams");
   EXPECT_EQ(c.relu->FindMeta("output_qparams")->items()[1].as_int(), 3);
   EXPECT_TRUE(c.neg->meta().empty());
+  // The Symbol overload is the same operation.
+  ASSERT_TRUE(c.g.SetMeta(c.relu, Symbol::Intern("pattern"), Argument::String("again")).ok());
+  ASSERT_EQ(c.relu->meta().size(), 2u);
+  EXPECT_EQ(c.relu->FindMeta("pattern")->as_string(), "again");
+  // An empty key is refused, as an empty kwarg name is, and changes nothing.
+  EXPECT_EQ(c.g.SetMeta(c.neg, "", Argument::Int(1)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.g.SetMeta(c.neg, Symbol(), Argument::Int(1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(c.neg->meta().empty());
   EXPECT_GRAPH_VALID(c.g);
 }
 
