@@ -21,11 +21,12 @@ class Symbol {
   constexpr Symbol() = default;
 
   // Interns `name` (thread-safe). The same text always yields the same symbol for the
-  // life of the process; interned text is never freed.
+  // life of the process; interned text is never freed. Finding text interned before takes
+  // no lock (one hash and, nearly always, one comparison); only new text takes a mutex.
   static Symbol Intern(absl::string_view name);
 
   // Returns the symbol for `name` if it was ever interned, else the empty symbol. Does not
-  // grow the table, so it is safe on untrusted text.
+  // grow the table, so it is safe on untrusted text. Takes no lock.
   static Symbol Lookup(absl::string_view name);
 
   absl::string_view name() const;
