@@ -253,8 +253,9 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       if (entry.node->op() != OpKind::kCallModule) continue;
       const Symbol path = entry.node->target();
       entry.module = gm.FindModule(path.name());
-      const bool removable = entry.module != nullptr && entry.module->children().empty() &&
-                             !get_attr_paths.contains(path.name());
+      const bool removable =
+          entry.module != nullptr && entry.module->children().empty() &&
+          (get_attr_paths.empty() || !get_attr_paths.contains(path.name()));
       if (removable) plan.removable |= uint64_t{1} << i;
       entry.movable = removable && module_uses[path] == 1;
     }
