@@ -99,17 +99,8 @@ TEST(FuseCommandTest, TimePrintsEveryStage) {
   CliResult r =
       RunFuselage({"fuse", kExample, "--backend=native", "-o", TempPath("t.fsl"), "--time"});
   ASSERT_EQ(r.code, 0) << r.err;
-  std::vector<std::string> stages;
-  for (const std::string& line : Lines(r.out)) {
-    if (line.rfind("time ", 0) != 0) continue;
-    std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    ASSERT_EQ(words.size(), 4u) << line;
-    EXPECT_EQ(words[3], "ms");
-    EXPECT_GE(std::stod(words[2]), 0.0);
-    stages.push_back(words[1]);
-  }
-  EXPECT_EQ(stages, (std::vector<std::string>{"load", "matcher", "match", "fuse", "verify",
-                                              "save"}));
+  EXPECT_EQ(TimedSteps(r.out),
+            (std::vector<std::string>{"load", "matcher", "match", "fuse", "verify", "save"}));
 }
 
 TEST(FuseCommandTest, ProfileCountsAttemptsAndMatchesPerPattern) {

@@ -5,7 +5,11 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
 #include "tools/all_commands.h"
@@ -32,6 +36,22 @@ std::string TempDir() {
 }
 
 std::string TempPath(const std::string& name) { return absl::StrCat(TempDir(), "/", name); }
+
+std::vector<std::string> TimedSteps(const std::string& out) {
+  std::vector<std::string> steps;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    if (!absl::StartsWith(line, "time ")) continue;
+    std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.size() != 4 || words[3] != "ms") {
+      ADD_FAILURE() << "not `time <step> <ms> ms`: " << line;
+      continue;
+    }
+    double ms = -1;
+    EXPECT_TRUE(absl::SimpleAtod(words[2], &ms) && ms >= 0) << line;
+    steps.emplace_back(words[1]);
+  }
+  return steps;
+}
 
 std::string FileContents(const std::string& path) {
   // Far above any file these tests write; ReadFile refuses larger ones.

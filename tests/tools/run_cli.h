@@ -44,6 +44,12 @@ std::string TempDir();
 // `name` in TempDir().
 std::string TempPath(const std::string& name);
 
+// The steps of the `time <step> <ms> ms` lines of a command's output, in order (the
+// format bench/compare_pytorch.py parses: `^time (\w+)\s+([0-9.]+) ms$`); other lines are
+// skipped. A time line of another shape, or whose figure is not a number >= 0, is a test
+// failure.
+std::vector<std::string> TimedSteps(const std::string& out);
+
 // The bytes of the file at `path`; "" and a test failure naming the file if it cannot be
 // read.
 std::string FileContents(const std::string& path);

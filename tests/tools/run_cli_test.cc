@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -50,6 +51,15 @@ TEST(RunCliTest, FileContentsIsEveryByteAndAFailureForAMissingFile) {
   EXPECT_NONFATAL_FAILURE(missing_contents = FileContents("/nonexistent/file.fsl"),
                           "cannot open '/nonexistent/file.fsl'");
   EXPECT_EQ(missing_contents, "");
+}
+
+TEST(RunCliTest, TimedStepsReadsOnlyTheTimeLinesAndChecksTheirShape) {
+  EXPECT_EQ(TimedSteps("fused 1 match\ntime load            0.123 ms\nload 5\ntime save 12.5 ms\n"),
+            (std::vector<std::string>{"load", "save"}));
+  EXPECT_EQ(TimedSteps("no time lines\n"), std::vector<std::string>{});
+  EXPECT_NONFATAL_FAILURE(TimedSteps("time load fast\n"), "not `time <step> <ms> ms`");
+  EXPECT_NONFATAL_FAILURE(TimedSteps("time load 1.0 s\n"), "not `time <step> <ms> ms`");
+  EXPECT_NONFATAL_FAILURE(TimedSteps("time load -1.0 ms\n"), "time load -1.0 ms");
 }
 
 TEST(RunCliTest, RunFuselageGivesExitCodeAndBothStreams) {

@@ -17,9 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
@@ -34,22 +31,6 @@ using ::testing::HasSubstr;
 
 constexpr char kExample[] = "tools/examples/residual.textproto";
 constexpr char kResidualConfig[] = "backend_configs/examples/conv_bn_add_relu.textproto";
-
-// The steps of the `time <step> <ms> ms` lines, in order (the format
-// bench/compare_pytorch.py parses: `^time (\w+)\s+([0-9.]+) ms$`).
-std::vector<std::string> TimedSteps(const std::string& out) {
-  std::vector<std::string> steps;
-  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
-    if (!absl::StartsWith(line, "time ")) continue;
-    std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    EXPECT_EQ(words.size(), 4u) << line;
-    EXPECT_EQ(words.back(), "ms") << line;
-    double ms = -1;
-    EXPECT_TRUE(absl::SimpleAtod(words[2], &ms) && ms >= 0) << line;
-    steps.emplace_back(words[1]);
-  }
-  return steps;
-}
 
 int CountCalls(const GraphModule& gm, absl::string_view module_type) {
   int count = 0;
