@@ -158,8 +158,9 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     }
   }
 
-  // Per pass, per rule: the meta value every fused node of the rule gets, and the schema
-  // of each fused type met (interning the name and finding the schema once, not per node).
+  // Per pass, per rule: the meta key and the value every fused node of the rule gets, and
+  // the schema of each fused type met (interned and found once, not per node).
+  const Symbol pattern_key = Symbol::Intern("pattern");
   std::vector<Argument> pattern_meta(rules.size());
   for (size_t r = 0; r < rules.size(); ++r) pattern_meta[r] = Argument::String(rules[r].name);
   std::vector<std::pair<Symbol, const ModuleSchema*>> schema_cache;
@@ -345,7 +346,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     }
     graph.Rename(*fused, root_name);
     const absl::Status status =
-        graph.SetMeta(*fused, "pattern", pattern_meta[plan.match->rule - rules.data()]);
+        graph.SetMeta(*fused, pattern_key, pattern_meta[plan.match->rule - rules.data()]);
     if (!status.ok()) return Internal(status);
     replaced.emplace(plan.outermost, *fused);
   }
