@@ -136,6 +136,12 @@ TEST(FuseCommandTest, UsageMistakesExit2) {
     EXPECT_EQ(r.code, 2) << args.back() << ": " << r.err;
     EXPECT_THAT(r.err, StartsWith("fuselage: "));
   }
+  // Fuse's own wording of a missing -o (not quantize's "the model"); an unknown flag is named.
+  EXPECT_EQ(RunFuselage({"fuse", kExample, "--backend=native"}).err,
+            "fuselage: fuse: needs -o OUT, the file to write the fused model to\n");
+  EXPECT_EQ(
+      RunFuselage({"fuse", kExample, "--backend=native", "-o", TempPath("x.fsl"), "--fast"}).err,
+      "fuselage: fuse: unknown flag '--fast'\n");
 }
 
 TEST(FuseCommandTest, BadInputExits1NamingItAndWritesNothing) {
