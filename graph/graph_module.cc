@@ -1,7 +1,7 @@
 #include "graph/graph_module.h"
 
 #include <algorithm>
-#include <cstring>
+#include <cstring>  // memchr; memrchr (GNU, declared by glibc's <string.h>)
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -32,10 +32,10 @@ bool HasEmptyComponent(absl::string_view path) {
 
 // Splits "a.b.c" into ("a.b", "c").
 std::pair<absl::string_view, absl::string_view> SplitLast(absl::string_view path) {
-  for (size_t i = path.size(); i > 0; --i) {
-    if (path[i - 1] == '.') return {path.substr(0, i - 1), path.substr(i)};
-  }
-  return {"", path};
+  const void* dot = path.empty() ? nullptr : memrchr(path.data(), '.', path.size());
+  if (dot == nullptr) return {"", path};
+  const size_t at = static_cast<size_t>(static_cast<const char*>(dot) - path.data());
+  return {path.substr(0, at), path.substr(at + 1)};
 }
 
 absl::Status VerifyModuleTree(const Module& module, const std::string& path,
