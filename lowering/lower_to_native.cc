@@ -59,7 +59,8 @@ bool IsQuantizePerTensor(const Node* n) {
          n->arg(0).is_node();
 }
 
-bool IsRelu(const GraphModule& gm, const Node* n) {
+// `module`: the module `n` calls if it is a call_module node (nullptr if none resolves).
+bool IsRelu(const Node* n, const Module* module) {
   if (n->num_args() < 1 || !n->arg(0).is_node()) return false;
   if (IsCall(n, OpKind::kCallFunction, T().relu_function) ||
       IsCall(n, OpKind::kCallFunction, T().functional_relu) ||
@@ -67,8 +68,7 @@ bool IsRelu(const GraphModule& gm, const Node* n) {
     return true;
   }
   if (n->op() != OpKind::kCallModule) return false;
-  const Module* m = gm.FindModule(n->target().name());
-  return m != nullptr && m->type() == T().relu_module;
+  return module != nullptr && module->type() == T().relu_module;
 }
 
 // A float from an inline arg or a get_attr of a one-element tensor.
@@ -177,7 +177,6 @@ class Lowerer {
     if (n->op() == OpKind::kCallModule) return module == nullptr ? Symbol() : module->type();
     return n->target();
   }
-  Symbol RuleKey(const Node* n) const { return RuleKey(n, ModuleOf(n)); }
   // Checks whether `rule` lowers (ref [, relu], q); the error message is the reason not.
   // `module` is ref's module for call_module (nullptr if it does not resolve).
   absl::StatusOr<Plan> TryRule(const LoweringRule& rule, Node* ref, const Module* module,
@@ -501,6 +500,9 @@ absl::Status Lowerer::LowerPatterns() {
 
 absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   Node* r = q->arg(0).as_node();
+  // r's module, resolved once for the relu check, its rule key and its rules (a path
+  // lookup in a module tree of up to 10^6 modules each time).
+  const Module* const r_module = ModuleOf(r);
   // Candidates: (relu absorbed into the op under it), then the op itself.
   struct Candidate {
     Node* reference;
@@ -508,7 +510,7 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   };
   Candidate candidates[2];
   size_t num_candidates = 0;
-  if (IsRelu(gm_, r)) candidates[num_candidates++] = {r->arg(0).as_node(), r};
+  if (IsRelu(r, r_module)) candidates[num_candidates++] = {r->arg(0).as_node(), r};
   candidates[num_candidates++] = {r, nullptr};
   const bool is_reference_pattern =
       HasDequantizedInput(r) ||
@@ -518,7 +520,7 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   auto output = QuantizeParams(gm_, q);
   if (!output.ok()) {
     report_.unlowered.push_back(
-        {r->name(), RuleKey(r).str(), std::string(output.status().message())});
+        {r->name(), RuleKey(r, r_module).str(), std::string(output.status().message())});
     return false;
   }
   std::vector<std::string> reasons;
@@ -531,7 +533,7 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
         ref->op() != OpKind::kCallMethod) {
       continue;
     }
-    const Module* module = ModuleOf(ref);
+    const Module* module = ref == r ? r_module : ModuleOf(ref);
     const Symbol key = RuleKey(ref, module);
     const absl::Span<const LoweringRule* const> rules = registry_.RulesFor(ref->op(), key);
     if (rules.empty() && relu == nullptr) {
@@ -548,7 +550,8 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
     }
   }
   if (!chosen.has_value()) {
-    report_.unlowered.push_back({r->name(), RuleKey(r).str(), absl::StrJoin(reasons, "; ")});
+    report_.unlowered.push_back(
+        {r->name(), RuleKey(r, r_module).str(), absl::StrJoin(reasons, "; ")});
     return false;
   }
   RETURN_IF_ERROR(Apply(*std::move(chosen)));
