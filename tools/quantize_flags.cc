@@ -24,13 +24,6 @@ absl::StatusOr<int64_t> IntFlag(const ParsedArgs& parsed, const std::string& fla
 
 }  // namespace
 
-absl::StatusOr<std::string> RequiredOutput(const ParsedArgs& parsed, absl::string_view command) {
-  if (!parsed.Has("-o") || parsed.flags.at("-o").empty()) {
-    return UsageError(absl::StrCat(command, ": needs -o OUT, the file to write the model to"));
-  }
-  return parsed.flags.at("-o");
-}
-
 absl::StatusOr<std::string> RequiredBackend(const ParsedArgs& parsed, absl::string_view command) {
   if (!parsed.Has("--backend") || parsed.flags.at("--backend").empty()) {
     return UsageError(absl::StrCat(

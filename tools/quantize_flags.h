@@ -1,6 +1,6 @@
 // Command-line pieces the quantization subcommands (quantize, prepare, calibrate,
-// convert, lower) share: the required -o and --backend flags, the calibration-sample
-// flags, and the `--time` lines bench/compare_pytorch.py reads.
+// convert, lower) share: the required --backend flag, the calibration-sample flags, and
+// the `--time` lines bench/compare_pytorch.py reads (-o is StageRun's, tools/stage_run.h).
 #ifndef FUSELAGE_TOOLS_QUANTIZE_FLAGS_H_
 #define FUSELAGE_TOOLS_QUANTIZE_FLAGS_H_
 
@@ -17,9 +17,6 @@
 #include "tools/command.h"
 
 namespace fuselage {
-
-// -o's value, or a UsageError saying `command` needs it.
-absl::StatusOr<std::string> RequiredOutput(const ParsedArgs& parsed, absl::string_view command);
 
 // --backend's value, or a UsageError saying `command` needs it (it chooses the default
 // qconfig mapping).
