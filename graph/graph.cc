@@ -109,15 +109,19 @@ SuffixSplit SplitSuffix(absl::string_view name) {
 // `claim(candidate)` returns false (taken), the candidate becomes base_n for the next n of
 // the rule: n >= max(counter(base), suffix + 1, 1), counter(base) = the n handed out.
 // claim hashes a candidate once: UniqueName only looks it up, InsertAt and Rename take
-// the free one in the same probe (lazy_emplace).
-template <typename Counters, typename Claim>
-void MakeUnique(NameChars* name, Counters* counters, Claim&& claim) {
+// the free one in the same probe (lazy_emplace). `still_taken(counter)` may prove that
+// base_<counter> is taken, which skips its probe (the outcome of that probe, so the name
+// is the same); `record(counter, name)` fills the counter once a name is chosen.
+template <typename Counters, typename Claim, typename StillTakenFn, typename Record>
+void MakeUnique(NameChars* name, Counters* counters, Claim&& claim, StillTakenFn&& still_taken,
+                Record&& record) {
   if (claim(View(*name))) return;
   const SuffixSplit split = SplitSuffix(View(*name));
   name->resize(split.base_size);  // now the base
   auto counter = counters->find(View(*name));
-  int64_t next = counter == counters->end() ? 0 : counter->second;
-  next = std::max<int64_t>({next, split.number + 1, 1});
+  const int64_t last = counter == counters->end() ? 0 : counter->second.last;
+  int64_t next = std::max<int64_t>({last, split.number + 1, 1});
+  if (counter != counters->end() && next == last && still_taken(counter->second)) ++next;
   name->push_back('_');
   while (true) {
     AppendNumber(next, name);
@@ -128,11 +132,13 @@ void MakeUnique(NameChars* name, Counters* counters, Claim&& claim) {
   // A counter of 1 behaves as no counter (n >= 1 either way), so base_1 creates no entry:
   // most bases never get a second suffix (fusion's "layer1_0_conv1_1"), and an entry
   // costs an allocation.
-  if (counter != counters->end()) {
-    counter->second = next;
-  } else if (next != 1) {
-    counters->emplace(std::string(name->data(), split.base_size), next);
+  if (counter == counters->end()) {
+    if (next == 1) return;
+    counter = counters->emplace(std::string(name->data(), split.base_size),
+                                typename Counters::mapped_type()).first;
   }
+  counter->second.last = next;
+  record(counter->second, View(*name));
 }
 
 // What FX derives a default name from: call_function / call_method keep the last part
@@ -315,11 +321,22 @@ size_t Graph::NameHash::operator()(absl::string_view name) const {
   return static_cast<size_t>(h ^ (h >> 33));
 }
 
+bool Graph::StillTaken(const SuffixCounter& counter) const {
+  if (!counter.taken || names_freed_ - counter.taken_at > kFreedWindow) return false;
+  for (uint64_t i = counter.taken_at; i < names_freed_; ++i) {
+    if (freed_hashes_[i % kFreedWindow] == counter.taken_hash) return false;
+  }
+  return true;
+}
+
 std::string Graph::UniqueName(absl::string_view hint) const {
   NameChars name(hint.size());
   Sanitize(hint, &name);
-  MakeUnique(&name, &next_suffix_,
-             [this](absl::string_view candidate) { return !by_name_.contains(candidate); });
+  MakeUnique(
+      &name, &next_suffix_,
+      [this](absl::string_view candidate) { return !by_name_.contains(candidate); },
+      [this](const SuffixCounter& counter) { return StillTaken(counter); },
+      [](SuffixCounter& counter, absl::string_view) { counter.taken = false; });
   return std::string(View(name));
 }
 
@@ -339,8 +356,17 @@ bool Graph::ClaimName(Node* node, absl::string_view candidate) {
 void Graph::NameNewNode(Node* node, absl::string_view hint) {
   NameChars name(hint.size());
   Sanitize(hint, &name);
-  MakeUnique(&name, &next_suffix_,
-             [this, node](absl::string_view candidate) { return ClaimName(node, candidate); });
+  MakeUnique(
+      &name, &next_suffix_,
+      [this, node](absl::string_view candidate) { return ClaimName(node, candidate); },
+      [this](const SuffixCounter& counter) { return StillTaken(counter); },
+      [this](SuffixCounter& counter, absl::string_view taken) { RecordTaken(counter, taken); });
+}
+
+void Graph::RecordTaken(SuffixCounter& counter, absl::string_view name) const {
+  counter.taken = true;
+  counter.taken_hash = NameHash()(name);
+  counter.taken_at = names_freed_;
 }
 
 std::string Graph::Rename(Node* node, absl::string_view name) {
@@ -348,13 +374,23 @@ std::string Graph::Rename(Node* node, absl::string_view name) {
   // The new name is chosen as if the node still held its old one (a candidate equal to it
   // counts as taken); the node leaves the index first so that the free one is indexed in
   // the probe that finds it. node->name_ keeps the old name until that last probe.
-  by_name_.erase(node);
+  EraseFromNameIndex(node);
   NameChars unique(name.size());
   Sanitize(name, &unique);
-  MakeUnique(&unique, &next_suffix_, [this, node](absl::string_view candidate) {
-    return candidate != node->name_ && ClaimName(node, candidate);
-  });
+  MakeUnique(
+      &unique, &next_suffix_,
+      [this, node](absl::string_view candidate) {
+        return candidate != node->name_ && ClaimName(node, candidate);
+      },
+      [this](const SuffixCounter& counter) { return StillTaken(counter); },
+      [this](SuffixCounter& counter, absl::string_view taken) { RecordTaken(counter, taken); });
   return node->name_;
+}
+
+void Graph::EraseFromNameIndex(Node* node) {
+  const size_t hash = NameHash()(node->name_);
+  by_name_.erase(by_name_.find(node, hash));
+  NoteNameFreed(hash);
 }
 
 Node* Graph::FindNode(absl::string_view name) const {
@@ -715,7 +751,7 @@ absl::Status Graph::Erase(Node* node) {
         " user(s): ", UsersString(node)));
   }
   RemoveUsesOf(node);
-  by_name_.erase(node);
+  EraseFromNameIndex(node);
   if (node == output_) output_ = nullptr;
   Unlink(node);
   DestroyNode(node);

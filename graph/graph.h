@@ -161,6 +161,10 @@ class Graph {
   void NameNewNode(Node* node, absl::string_view hint);
   // Indexes `node` under `candidate` and gives it that name, if no node has it.
   bool ClaimName(Node* node, absl::string_view candidate);
+  // Removes `node` (under its current name) from the name index.
+  void EraseFromNameIndex(Node* node);
+  struct SuffixCounter;
+  void RecordTaken(SuffixCounter& counter, absl::string_view name) const;
   // Constructs a node in the arena / destroys one and returns its slot.
   Node* NewNode(OpKind op, Symbol target, std::string name);
   void DestroyNode(Node* node);
@@ -196,8 +200,27 @@ class Graph {
     bool operator()(Node* a, Node* b) const { return a == b; }
   };
   absl::flat_hash_set<Node*, NameHash, NameEq> by_name_;
-  // Next free suffix per base name, so naming stays O(1) with many `add_N` nodes.
-  mutable absl::flat_hash_map<std::string, int64_t, NameHash, NameEqual> next_suffix_;
+  // Per base name, the suffix last handed out (graph/NAMING.md), so naming stays O(1) with
+  // many `add_N` nodes; and what proves without a probe that base_<last> is still taken
+  // (no name with its hash was freed since a node took it), which saves the one probe
+  // that nearly always finds it taken when the same hint comes again.
+  struct SuffixCounter {
+    int64_t last = 0;
+    bool taken = false;       // a node took base_<last> (UniqueName only computes names)
+    size_t taken_hash = 0;    // NameHash of base_<last>
+    uint64_t taken_at = 0;    // names_freed_ when it was taken
+  };
+  bool StillTaken(const SuffixCounter& counter) const;
+  // Every name leaving the index passes here (Erase, Rename).
+  void NoteNameFreed(size_t hash) {
+    freed_hashes_[names_freed_ % kFreedWindow] = hash;
+    ++names_freed_;
+  }
+  mutable absl::flat_hash_map<std::string, SuffixCounter, NameHash, NameEqual> next_suffix_;
+  // The hashes of the last kFreedWindow names freed, and how many names were ever freed.
+  static constexpr uint64_t kFreedWindow = 8;
+  uint64_t names_freed_ = 0;
+  size_t freed_hashes_[kFreedWindow] = {};
 };
 
 // For model-file loaders only: adds nodes in the order given, without the API's order

@@ -2,10 +2,17 @@
 // mutations change nothing; names are unique the way FX makes them unique.
 #include "graph/graph.h"
 
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <random>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/graph/test_graphs.h"
@@ -402,6 +409,123 @@ TEST(GraphTest, SuffixesOfExplicitNamesFollowTheRule) {
   EXPECT_EQ(g.UniqueName("add"), "add_3");
   EXPECT_EQ(named("add"), "add_3");
   ASSERT_TRUE(g.SetOutput(x).ok());
+  EXPECT_GRAPH_VALID(g);
+}
+
+// The naming rule of graph/NAMING.md written the plain way (a set of taken names, a map of
+// counters, a regex for the suffix), as the reference for random sequences of inserts,
+// erases, renames and UniqueName calls: the graph must give every name it gives, whatever
+// shortcuts it takes (probes it skips, counters it does not store).
+class ReferenceNamer {
+ public:
+  std::set<std::string> taken;
+
+  std::string Unique(const std::string& hint, const std::string* also_taken = nullptr) {
+    std::string candidate = Sanitize(hint);
+    auto is_taken = [&](const std::string& n) {
+      return taken.count(n) > 0 || (also_taken != nullptr && n == *also_taken);
+    };
+    if (!is_taken(candidate)) return candidate;
+    std::string base = candidate;
+    int64_t number = -1;
+    std::smatch m;
+    static const std::regex kSuffix("^(.+)_([0-9]{1,15})$");
+    if (std::regex_match(candidate, m, kSuffix)) {
+      base = m[1];
+      number = std::stoll(m[2]);
+    }
+    int64_t next = std::max<int64_t>({counters_[base], number + 1, 1});
+    while (is_taken(base + "_" + std::to_string(next))) ++next;
+    counters_[base] = next;
+    return base + "_" + std::to_string(next);
+  }
+
+ private:
+  static std::string Sanitize(const std::string& hint) {
+    std::string out;
+    for (char c : hint) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    if (out.empty()) out = "_";
+    if (std::isdigit(static_cast<unsigned char>(out[0]))) out = "_" + out;
+    return out;
+  }
+  std::map<std::string, int64_t> counters_;
+};
+
+TEST(GraphTest, NamesMatchTheRuleOverRandomInsertsErasesAndRenames) {
+  const std::vector<std::string> targets = {"torch.quantize_per_tensor", "dequantize",
+                                            "operator.add", "torch.nn.functional.relu"};
+  const std::vector<std::string> hints = {
+      "",      "add",    "add_1", "add_3",  "relu", "quantize_per_tensor",
+      "quantize_per_tensor_2", "dequantize_1", "q_7", "1x", "my-node", "a_000000000000005",
+      "x",     "output", "_",     "add__1", "relu_0"};
+  std::mt19937 random(7);
+  auto pick = [&random](size_t n) { return static_cast<size_t>(random() % n); };
+  Graph g;
+  ReferenceNamer reference;
+  Node* x = *g.AddPlaceholder("x");
+  ASSERT_TRUE(g.SetOutput(x).ok());
+  reference.taken = {"x", "output"};
+  std::vector<Node*> nodes;  // erasable: nothing uses them
+  for (int step = 0; step < 4000; ++step) {
+    const size_t op = pick(10);
+    if (op < 5 || nodes.empty()) {  // insert, default or explicit name
+      const std::string& target = targets[pick(targets.size())];
+      const std::string hint = pick(2) == 0 ? "" : hints[pick(hints.size())];
+      const std::string default_hint = target.substr(target.rfind('.') + 1);
+      const std::string expected = reference.Unique(hint.empty() ? default_hint : hint);
+      Node* n = *g.AddCallFunction(target, {x}, {}, hint);
+      ASSERT_EQ(n->name(), expected) << "step " << step;
+      reference.taken.insert(expected);
+      nodes.push_back(n);
+    } else if (op < 8) {  // erase
+      const size_t i = pick(nodes.size());
+      reference.taken.erase(nodes[i]->name());
+      ASSERT_TRUE(g.Erase(nodes[i]).ok());
+      nodes.erase(nodes.begin() + static_cast<std::ptrdiff_t>(i));
+    } else if (op == 8) {  // rename
+      Node* n = nodes[pick(nodes.size())];
+      const std::string hint = hints[pick(hints.size())];
+      const std::string old_name = n->name();
+      std::string expected = old_name;
+      if (hint != old_name) {
+        reference.taken.erase(old_name);
+        expected = reference.Unique(hint, &old_name);
+        reference.taken.insert(expected);
+      }
+      ASSERT_EQ(g.Rename(n, hint), expected) << "step " << step;
+    } else {  // a name computed, not taken
+      const std::string hint = hints[pick(hints.size())];
+      ASSERT_EQ(g.UniqueName(hint), reference.Unique(hint)) << "step " << step;
+    }
+  }
+  EXPECT_EQ(g.size(), reference.taken.size());
+  EXPECT_GRAPH_VALID(g);
+}
+
+// The counter's last name is skipped without a probe only while it is certainly taken:
+// freed by an erase or a rename, directly or among many other names, it comes back.
+TEST(GraphTest, TheLastSuffixComesBackWhenFreedAmongOtherErases) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  ASSERT_TRUE(g.SetOutput(x).ok());
+  auto add = [&](absl::string_view name) { return *g.AddCallFunction("operator.add", {x, x}, {}, name); };
+  add("add");
+  add("add");
+  Node* add_2 = add("add");
+  ASSERT_EQ(add_2->name(), "add_2");
+  // Twelve other names freed after add_2 (more than any window of recent frees).
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(g.Erase(add(absl::StrCat("other", i))).ok());
+  EXPECT_EQ(add("add")->name(), "add_3");
+  ASSERT_TRUE(g.Erase(g.FindNode("add_3")).ok());
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(g.Erase(add(absl::StrCat("other", i))).ok());
+  EXPECT_EQ(add("add")->name(), "add_3");
+  // Renamed away, with a few other frees after it.
+  EXPECT_EQ(g.Rename(g.FindNode("add_3"), "moved"), "moved");
+  ASSERT_TRUE(g.Erase(add("tmp")).ok());
+  EXPECT_EQ(add("add")->name(), "add_3");
+  // Still taken: the next one.
+  ASSERT_TRUE(g.Erase(add("tmp")).ok());
+  EXPECT_EQ(add("add")->name(), "add_4");
   EXPECT_GRAPH_VALID(g);
 }
 
