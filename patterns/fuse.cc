@@ -356,10 +356,10 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     const absl::Status status = gm.RemoveModules(unused_modules);
     if (!status.ok()) return Internal(status);
   }
-  // Batch-norm folds scale their weights only now: the modules they came from are gone
-  // (moved or removed), so the data is no longer shared and is scaled in place, not copied
-  // (a weight still shared, e.g. read by a get_attr, is copied first by Tensor's
-  // copy-on-write).
+  // Batch-norm folds into a copied conv / linear (a moved one was scaled when installed)
+  // scale their weights only now: the modules they were copied from are gone, so the data
+  // is no longer shared and is scaled in place, not copied (a weight still shared, e.g.
+  // read by a get_attr, is copied first by Tensor's copy-on-write).
   for (PlannedFusion& plan : plans) plan.pending.weight_scale.Apply();
   return static_cast<int>(plans.size());
 }

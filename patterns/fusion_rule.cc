@@ -378,6 +378,10 @@ void PendingFusion::ApplyMoves() {
     SetFoldedBias(*bias_module, bias);
     bias_module = nullptr;
     bias.clear();
+    // The conv was moved, not copied: the module it came from holds none of its tensors
+    // any more, so its weight can be scaled now, while it is in cache, rather than after
+    // the pass (still copy-on-write: data another module shares is copied first).
+    weight_scale.Apply();
   }
 }
 

@@ -119,7 +119,8 @@ struct MatchedOpNode {
 
 // What FusionRule::FuseForPass leaves to the pass: the parts to move out of the module
 // tree, applied when the pass installs the fused module (ApplyMoves, after every check of
-// every match), and the weight half of a batch-norm fold (weight_scale), applied last.
+// every match), and the weight half of a batch-norm fold (weight_scale): applied by
+// ApplyMoves too when the folded conv / linear was moved, else by the pass, last.
 struct PendingFusion {
   // *to = std::move(*from): `from` is a movable module of the graph, `to` an empty
   // placeholder inside the fused module (or the fused module itself). The moved-from
@@ -135,7 +136,8 @@ struct PendingFusion {
   std::vector<float> bias;
   PendingWeightScale weight_scale;
 
-  // Performs the moves, then sets the folded bias; clears both. Cannot fail.
+  // Performs the moves, then sets the folded bias and, the conv / linear having been
+  // moved, scales its weight (weight_scale.Apply()); clears all three. Cannot fail.
   void ApplyMoves();
   // The module at `from` has been moved into `to` (the pass moved the fused module into its
   // slot of the module tree): what still points at `from` now points at `to`.
