@@ -74,7 +74,9 @@ class Graph {
 
   // ---- Changing nodes -------------------------------------------------------------
   // Each re-derives the use-lists of the nodes that gain or lose a use, and fails, with
-  // the node unchanged, if a new input would not precede `node` or belongs elsewhere.
+  // the node unchanged, if a new input would not precede `node` or belongs elsewhere. As in
+  // FX (Node.__update_args_kwargs), the changed node is re-registered with all its inputs,
+  // so it moves to the end of each input's user list, changed or not.
   absl::Status SetArg(Node* node, size_t index, Argument value);
   absl::Status SetArgs(Node* node, std::vector<Argument> args);
   absl::Status SetKwarg(Node* node, absl::string_view key, Argument value);
@@ -176,7 +178,6 @@ class Graph {
   Node* tail_ = nullptr;
   Node* output_ = nullptr;
   size_t size_ = 0;
-  // Nodes indexed by name; the key is the node itself (8 bytes a slot), looked up by name.
   // A hash of short identifiers, inline and a third of absl::Hash's instructions for a
   // name of 20-odd characters (naming probes 1-4 candidates per new node).
   struct NameHash {
@@ -199,6 +200,7 @@ class Graph {
     // the name (lazy_emplace), so this never hides a duplicate.
     bool operator()(Node* a, Node* b) const { return a == b; }
   };
+  // Nodes indexed by name; the key is the node itself (8 bytes a slot), looked up by name.
   absl::flat_hash_set<Node*, NameHash, NameEq> by_name_;
   // Per base name, the suffix last handed out (graph/NAMING.md), so naming stays O(1) with
   // many `add_N` nodes; and what proves without a probe that base_<last> is still taken
@@ -211,7 +213,7 @@ class Graph {
     uint64_t taken_at = 0;    // names_freed_ when it was taken
   };
   bool StillTaken(const SuffixCounter& counter) const;
-  // Every name leaving the index passes here (Erase, Rename).
+  // Every name leaving the index passes here (EraseFromNameIndex: Erase, Rename).
   void NoteNameFreed(size_t hash) {
     freed_hashes_[names_freed_ % kFreedWindow] = hash;
     ++names_freed_;
