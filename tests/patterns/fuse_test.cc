@@ -42,6 +42,25 @@ class FuseTest : public ::testing::Test {
     return *rule;
   }
 
+  // fuse_conv_bn_eval by hand: 1 input channel, 2 output channels, 1x1 kernel.
+  //   w = [2, -1], b = [0.5, 1]; gamma = [2, 0.5], beta = [0.1, -0.2],
+  //   mean = [1, -1], var = [3, 0], eps = 1  =>  sqrt(var + eps) = [2, 1], scale = [1, 0.5]
+  //   w' = [2, -0.5];  b' = [(0.5 - 1) * 1 + 0.1, (1 + 1) * 0.5 - 0.2] = [-0.4, 0.8]
+  std::unique_ptr<Module> HandFoldConv() {
+    auto conv = Conv2dModule(rng_, 1, 2, 1);
+    conv->SetTensor("weight", Tensor::FromFloats({2, 1, 1, 1}, {2.0f, -1.0f}));
+    conv->SetTensor("bias", Tensor::FromFloats({2}, {0.5f, 1.0f}));
+    return conv;
+  }
+  std::unique_ptr<Module> HandFoldBatchNorm() {
+    auto bn = BatchNorm2dModule(rng_, 2, /*eps=*/1.0);
+    bn->SetTensor("weight", Tensor::FromFloats({2}, {2.0f, 0.5f}));
+    bn->SetTensor("bias", Tensor::FromFloats({2}, {0.1f, -0.2f}));
+    bn->SetTensor("running_mean", Tensor::FromFloats({2}, {1.0f, -1.0f}));
+    bn->SetTensor("running_var", Tensor::FromFloats({2}, {3.0f, 0.0f}));
+    return bn;
+  }
+
   absl::StatusOr<int> Fuse(std::vector<FusionRule> rules) {
     absl::StatusOr<PatternMatcher> m = PatternMatcher::Create(std::move(rules));
     if (!m.ok()) return m.status();
@@ -152,19 +171,10 @@ TEST_F(FuseTest, DefaultGettersGiveTheSameResidualFusion) {
   EXPECT_THAT(ArgNames(nodes[0]), ElementsAre("x", "identity"));
 }
 
-// fuse_conv_bn_eval by hand: 1 input channel, 2 output channels, 1x1 kernel.
-//   w = [2, -1], b = [0.5, 1]; gamma = [2, 0.5], beta = [0.1, -0.2],
-//   mean = [1, -1], var = [3, 0], eps = 1  =>  sqrt(var + eps) = [2, 1], scale = [1, 0.5]
-//   w' = [2, -0.5];  b' = [(0.5 - 1) * 1 + 0.1, (1 + 1) * 0.5 - 0.2] = [-0.4, 0.8]
+// The fold of HandFoldConv + HandFoldBatchNorm, computed by hand in the fixture.
 TEST_F(FuseTest, BatchNormFoldingMatchesHandComputedValues) {
-  auto conv = Conv2dModule(rng_, 1, 2, 1);
-  conv->SetTensor("weight", Tensor::FromFloats({2, 1, 1, 1}, {2.0f, -1.0f}));
-  conv->SetTensor("bias", Tensor::FromFloats({2}, {0.5f, 1.0f}));
-  auto bn = BatchNorm2dModule(rng_, 2, /*eps=*/1.0);
-  bn->SetTensor("weight", Tensor::FromFloats({2}, {2.0f, 0.5f}));
-  bn->SetTensor("bias", Tensor::FromFloats({2}, {0.1f, -0.2f}));
-  bn->SetTensor("running_mean", Tensor::FromFloats({2}, {1.0f, -1.0f}));
-  bn->SetTensor("running_var", Tensor::FromFloats({2}, {3.0f, 0.0f}));
+  std::unique_ptr<Module> conv = HandFoldConv();
+  std::unique_ptr<Module> bn = HandFoldBatchNorm();
   Node* out = Call(Call(x_, "conv", std::move(conv)), "bn", std::move(bn));
   Must(graph().SetOutput(out));
 
@@ -622,14 +632,8 @@ TEST_F(FuseTest, BatchNormFoldWritesTheBiasInPlaceUnlessShared) {
     SCOPED_TRACE(shared ? "shared bias" : "own bias");
     GraphModule gm;
     Node* x = Must(gm.graph().AddPlaceholder("x"));
-    auto conv = Conv2dModule(rng_, 1, 2, 1);
-    conv->SetTensor("weight", Tensor::FromFloats({2, 1, 1, 1}, {2.0f, -1.0f}));
-    conv->SetTensor("bias", Tensor::FromFloats({2}, {0.5f, 1.0f}));
-    auto bn = BatchNorm2dModule(rng_, 2, /*eps=*/1.0);
-    bn->SetTensor("weight", Tensor::FromFloats({2}, {2.0f, 0.5f}));
-    bn->SetTensor("bias", Tensor::FromFloats({2}, {0.1f, -0.2f}));
-    bn->SetTensor("running_mean", Tensor::FromFloats({2}, {1.0f, -1.0f}));
-    bn->SetTensor("running_var", Tensor::FromFloats({2}, {3.0f, 0.0f}));
+    std::unique_ptr<Module> conv = HandFoldConv();
+    std::unique_ptr<Module> bn = HandFoldBatchNorm();
     const void* bias_data = conv->FindTensor("bias")->raw_data();
     std::vector<Argument> outputs;
     if (shared) {
