@@ -135,19 +135,26 @@ BENCHMARK(BM_Prepare)
     ->Arg(1000000)
     ->Unit(benchmark::kMillisecond);
 
-// Convert of an uncalibrated prepared graph (observers at PyTorch's default parameters):
-// the graph rewriting alone. With calibrated HistogramObservers, computing their
-// parameters (PyTorch's _non_linear_param_search) costs more than the rewriting: see
-// BM_ConvertCalibrated.
-void BM_Convert(benchmark::State& state) {
+// ConvertToReference on a fresh prepared copy of the fused network per iteration;
+// preparing (and calibrating, if asked) is untimed.
+void ConvertBenchmark(benchmark::State& state, bool calibrated) {
   const auto config = *GetBackendConfig("qnnpack");
   const auto mapping = *DefaultQConfigMapping("qnnpack");
   const GraphModule* const fused = &FusedNetwork(state.range(0), config);
+  std::vector<CalibrationSample> samples;
+  std::unique_ptr<KernelRegistry> kernels;
+  if (calibrated) {
+    samples = OneSample(*fused);
+    auto builtin = BuiltinKernels();
+    if (!builtin.ok() || !RegisterObserverKernels(**builtin).ok()) std::abort();
+    kernels = *std::move(builtin);
+  }
   for (auto _ : state) {
     state.PauseTiming();
     auto gm = fused->Clone();
     auto prepared = Prepare(*gm, mapping, config);
     if (!prepared.ok()) std::abort();
+    if (calibrated && !Calibrate(*gm, *prepared, samples, *kernels).ok()) std::abort();
     state.ResumeTiming();
     auto report = ConvertToReference(*gm, *prepared);
     if (!report.ok()) {
@@ -159,6 +166,12 @@ void BM_Convert(benchmark::State& state) {
   }
   SetNodes(state, static_cast<int64_t>(fused->graph().size()));
 }
+
+// Convert of an uncalibrated prepared graph (observers at PyTorch's default parameters):
+// the graph rewriting alone. With calibrated HistogramObservers, computing their
+// parameters (PyTorch's _non_linear_param_search) costs more than the rewriting: see
+// BM_ConvertCalibrated.
+void BM_Convert(benchmark::State& state) { ConvertBenchmark(state, /*calibrated=*/false); }
 BENCHMARK(BM_Convert)
     ->Arg(1000)
     ->Arg(10000)
@@ -169,29 +182,7 @@ BENCHMARK(BM_Convert)
 // Convert after calibration on one random input, with qnnpack's default HistogramObservers
 // (what `fuselage convert` does on a calibrated model): each observer's parameter search
 // is part of the cost.
-void BM_ConvertCalibrated(benchmark::State& state) {
-  const auto config = *GetBackendConfig("qnnpack");
-  const auto mapping = *DefaultQConfigMapping("qnnpack");
-  const GraphModule* const fused = &FusedNetwork(state.range(0), config);
-  const auto samples = OneSample(*fused);
-  auto kernels = BuiltinKernels();
-  if (!kernels.ok() || !RegisterObserverKernels(**kernels).ok()) std::abort();
-  for (auto _ : state) {
-    state.PauseTiming();
-    auto gm = fused->Clone();
-    auto prepared = Prepare(*gm, mapping, config);
-    if (!prepared.ok() || !Calibrate(*gm, *prepared, samples, **kernels).ok()) std::abort();
-    state.ResumeTiming();
-    auto report = ConvertToReference(*gm, *prepared);
-    if (!report.ok()) {
-      state.SkipWithError(std::string(report.status().message()).c_str());
-      break;
-    }
-    benchmark::DoNotOptimize(report->observers_replaced);
-    FreeUntimed(state, gm, prepared);
-  }
-  SetNodes(state, static_cast<int64_t>(fused->graph().size()));
-}
+void BM_ConvertCalibrated(benchmark::State& state) { ConvertBenchmark(state, /*calibrated=*/true); }
 BENCHMARK(BM_ConvertCalibrated)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
