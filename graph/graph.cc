@@ -159,6 +159,11 @@ absl::Status Prefixed(absl::Status status, Prefix&& prefix) {
   return absl::Status(status.code(), absl::StrCat(prefix(), status.message()));
 }
 
+// The prefix "node '<name>'" for Prefixed.
+auto NodeNamed(const Node* node) {
+  return [node] { return absl::StrCat("node '", node->name(), "'"); };
+}
+
 std::string UsersString(const Node* node) {
   return absl::StrJoin(node->users(), ", ",
                        [](std::string* out, const Node* u) { out->append(u->name()); });
@@ -400,32 +405,30 @@ Node* Graph::FindNode(absl::string_view name) const {
 
 // ---- Checks -------------------------------------------------------------------------
 
-absl::Status Graph::CheckArgPrecedes(const Argument& arg, const Node* before,
-                                     absl::string_view what) const {
+absl::Status Graph::CheckArgPrecedes(const Argument& arg, const Node* before) const {
   absl::Status status;
   arg.ForEachNode([&](Node* input) {
     if (!status.ok()) return;
     if (input == nullptr) {
-      status = absl::InvalidArgumentError(absl::StrCat(what, ": an arg is a null node"));
+      status = absl::InvalidArgumentError(": an arg is a null node");
     } else if (input->graph_ != this) {
       status = absl::InvalidArgumentError(absl::StrCat(
-          what, ": arg node '", input->name(), "' belongs to another graph"));
+          ": arg node '", input->name(), "' belongs to another graph"));
     } else if (before != nullptr && !Precedes(input, before)) {
       status = absl::FailedPreconditionError(absl::StrCat(
-          what, ": arg node '", input->name(),
+          ": arg node '", input->name(),
           "' does not come before it; the order must stay topological"));
     } else if (input->op_ == OpKind::kOutput) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat(what, ": the output node cannot be an arg"));
+      status = absl::InvalidArgumentError(": the output node cannot be an arg");
     }
   });
   return status;
 }
 
 absl::Status Graph::CheckInputsPrecede(absl::Span<const Argument> args, const Kwargs& kwargs,
-                                       const Node* before, absl::string_view what) const {
-  for (const Argument& a : args) RETURN_IF_ERROR(CheckArgPrecedes(a, before, what));
-  for (const Kwarg& kw : kwargs) RETURN_IF_ERROR(CheckArgPrecedes(kw.second, before, what));
+                                       const Node* before) const {
+  for (const Argument& a : args) RETURN_IF_ERROR(CheckArgPrecedes(a, before));
+  for (const Kwarg& kw : kwargs) RETURN_IF_ERROR(CheckArgPrecedes(kw.second, before));
   return absl::OkStatus();
 }
 
@@ -460,10 +463,7 @@ absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec spec) {
     return absl::InvalidArgumentError(absl::StrCat(what(), ": empty target"));
   }
   Node* position = before;
-  if (absl::Status inputs = CheckInputsPrecede(spec.args, spec.kwargs, position, "");
-      !inputs.ok()) {
-    return absl::Status(inputs.code(), absl::StrCat(what(), inputs.message()));
-  }
+  RETURN_IF_ERROR(Prefixed(CheckInputsPrecede(spec.args, spec.kwargs, position), what));
   for (const Kwarg& kw : spec.kwargs) {
     if (kw.first.empty()) return absl::InvalidArgumentError(absl::StrCat(what(), ": empty kwarg name"));
   }
@@ -505,7 +505,7 @@ absl::StatusOr<Node*> Graph::InsertAfter(Node* anchor, NodeSpec spec) {
   if (anchor->next_ == nullptr) {
     // Appending at the very end: the inputs only need to be in the graph.
     if (spec.op == OpKind::kOutput) return InsertAt(nullptr, std::move(spec));
-    RETURN_IF_ERROR(Prefixed(CheckInputsPrecede(spec.args, spec.kwargs, nullptr, ""), [anchor] {
+    RETURN_IF_ERROR(Prefixed(CheckInputsPrecede(spec.args, spec.kwargs, nullptr), [anchor] {
       return absl::StrCat("new node after '", anchor->name(), "'");
     }));
     return InsertAt(nullptr, std::move(spec));
@@ -550,8 +550,8 @@ absl::Status Graph::SetArgs(Node* node, std::vector<Argument> args) {
   if (node == nullptr || node->graph_ != this) {
     return absl::InvalidArgumentError("SetArgs: node is not in this graph");
   }
-  RETURN_IF_ERROR(Prefixed(CheckInputsPrecede(args, {}, node, ""),
-                           [node] { return absl::StrCat("node '", node->name(), "'"); }));
+  RETURN_IF_ERROR(Prefixed(CheckInputsPrecede(args, {}, node),
+                           NodeNamed(node)));
   RemoveUsesOf(node);
   node->set_args(std::move(args));
   AddUsesOf(node);
@@ -567,8 +567,8 @@ absl::Status Graph::SetArg(Node* node, size_t index, Argument value) {
                                               " out of range; it has ", node->args_.size(),
                                               " args"));
   }
-  RETURN_IF_ERROR(Prefixed(CheckArgPrecedes(value, node, ""),
-                           [node] { return absl::StrCat("node '", node->name(), "'"); }));
+  RETURN_IF_ERROR(Prefixed(CheckArgPrecedes(value, node),
+                           NodeNamed(node)));
   // In place; the node is still re-registered with all its inputs, as SetArgs does (and
   // FX's __update_args_kwargs): it moves to the end of each input's user list.
   RemoveUsesOf(node);
@@ -581,8 +581,8 @@ absl::Status Graph::SetKwargs(Node* node, Kwargs kwargs) {
   if (node == nullptr || node->graph_ != this) {
     return absl::InvalidArgumentError("SetKwargs: node is not in this graph");
   }
-  RETURN_IF_ERROR(Prefixed(CheckInputsPrecede({}, kwargs, node, ""),
-                           [node] { return absl::StrCat("node '", node->name(), "'"); }));
+  RETURN_IF_ERROR(Prefixed(CheckInputsPrecede({}, kwargs, node),
+                           NodeNamed(node)));
   RemoveUsesOf(node);
   node->set_kwargs(std::move(kwargs));
   AddUsesOf(node);
@@ -727,7 +727,8 @@ absl::Status Graph::MoveBefore(Node* node, Node* anchor) {
   }
   const std::string what = absl::StrCat("moving '", node->name(), "' before '", anchor->name(), "'");
   // Inputs must precede the new position, and users must follow it.
-  RETURN_IF_ERROR(CheckInputsPrecede(node->args_, node->kwargs(), anchor, what));
+  RETURN_IF_ERROR(Prefixed(CheckInputsPrecede(node->args_, node->kwargs(), anchor),
+                           [&what] { return what; }));
   for (Node* user : node->users_) {
     if (Precedes(user, anchor)) {
       return absl::FailedPreconditionError(absl::StrCat(

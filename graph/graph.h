@@ -147,11 +147,11 @@ class Graph {
 
   absl::StatusOr<Node*> InsertAt(Node* before, NodeSpec spec);
   // Checks that every node referenced by `args`/`kwargs` is in this graph and precedes
-  // position `before` (nullptr: the end). `what` names the node for the error.
+  // position `before` (nullptr: the end). The error message starts with ": "; callers
+  // put the node's description in front (Prefixed).
   absl::Status CheckInputsPrecede(absl::Span<const Argument> args, const Kwargs& kwargs,
-                                  const Node* before, absl::string_view what) const;
-  absl::Status CheckArgPrecedes(const Argument& arg, const Node* before,
-                                absl::string_view what) const;
+                                  const Node* before) const;
+  absl::Status CheckArgPrecedes(const Argument& arg, const Node* before) const;
   // Links `node` before `before` (nullptr: at the end) and assigns its order key.
   void Link(Node* node, Node* before);
   void Unlink(Node* node);
