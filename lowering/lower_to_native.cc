@@ -33,6 +33,7 @@ struct Targets {
   Symbol builtins_list = Symbol::Intern("builtins.list");
   Symbol tuple = Symbol::Intern("tuple");
   Symbol list = Symbol::Intern("list");
+  Symbol output_qparams_meta = Symbol::Intern(kOutputQParamsMeta);
 };
 
 const Targets& T() {
@@ -479,7 +480,7 @@ absl::Status Lowerer::Apply(Plan plan) {
   (void)rewired;
   RETURN_IF_ERROR(EraseNode(plan.quantize));
   if (plan.relu != nullptr) RETURN_IF_ERROR(EraseNode(plan.relu));
-  RETURN_IF_ERROR(graph_.SetMeta(ref, kOutputQParamsMeta, QParamsMeta(plan.output)));
+  RETURN_IF_ERROR(graph_.SetMeta(ref, T().output_qparams_meta, QParamsMeta(plan.output)));
   ++lowered_per_rule_[&rule];
   return absl::OkStatus();
 }
