@@ -434,11 +434,11 @@ absl::Status Graph::CheckInputsPrecede(absl::Span<const Argument> args, const Kw
 
 // ---- Creating -----------------------------------------------------------------------
 
-absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec spec) {
+absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec&& spec) {
   // Names the node in errors; built only on an error (passes insert millions of nodes).
   const auto what = [&spec] {
     return absl::StrCat("new ", OpKindName(spec.op), " node '",
-                        spec.name.empty() ? spec.target.name() : spec.name, "'");
+                        spec.name.empty() ? spec.target.name() : spec.name.view(), "'");
   };
   if (before != nullptr && before->graph_ != this) {
     return absl::InvalidArgumentError(absl::StrCat(what(), ": anchor belongs to another graph"));
@@ -473,7 +473,7 @@ absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec spec) {
   } else if (spec.name.empty()) {
     NameNewNode(node, DefaultNameHint(spec.op, spec.target));
   } else {
-    NameNewNode(node, spec.name);
+    NameNewNode(node, spec.name.view());
   }
   node->set_args(std::move(spec.args));
   node->set_kwargs(std::move(spec.kwargs));
@@ -514,30 +514,30 @@ absl::StatusOr<Node*> Graph::InsertAfter(Node* anchor, NodeSpec spec) {
 }
 
 absl::StatusOr<Node*> Graph::AddPlaceholder(absl::string_view name) {
-  return Append({OpKind::kPlaceholder, Symbol::Intern(name), {}, {}, std::string(name)});
+  return Append({OpKind::kPlaceholder, Symbol::Intern(name), {}, {}, name});
 }
 
 absl::StatusOr<Node*> Graph::AddGetAttr(absl::string_view path, absl::string_view name) {
-  return Append({OpKind::kGetAttr, Symbol::Intern(path), {}, {}, std::string(name)});
+  return Append({OpKind::kGetAttr, Symbol::Intern(path), {}, {}, name});
 }
 
-absl::StatusOr<Node*> Graph::AddCallModule(absl::string_view path, std::vector<Argument> args,
+absl::StatusOr<Node*> Graph::AddCallModule(absl::string_view path, NodeArgs args,
                                            Kwargs kwargs, absl::string_view name) {
   return Append({OpKind::kCallModule, Symbol::Intern(path), std::move(args), std::move(kwargs),
-                 std::string(name)});
+                 name});
 }
 
 absl::StatusOr<Node*> Graph::AddCallFunction(absl::string_view function,
-                                             std::vector<Argument> args, Kwargs kwargs,
+                                             NodeArgs args, Kwargs kwargs,
                                              absl::string_view name) {
   return Append({OpKind::kCallFunction, Symbol::Intern(function), std::move(args),
-                 std::move(kwargs), std::string(name)});
+                 std::move(kwargs), name});
 }
 
-absl::StatusOr<Node*> Graph::AddCallMethod(absl::string_view method, std::vector<Argument> args,
+absl::StatusOr<Node*> Graph::AddCallMethod(absl::string_view method, NodeArgs args,
                                            Kwargs kwargs, absl::string_view name) {
   return Append({OpKind::kCallMethod, Symbol::Intern(method), std::move(args),
-                 std::move(kwargs), std::string(name)});
+                 std::move(kwargs), name});
 }
 
 absl::StatusOr<Node*> Graph::SetOutput(Argument result) {
@@ -546,7 +546,7 @@ absl::StatusOr<Node*> Graph::SetOutput(Argument result) {
 
 // ---- Changing -----------------------------------------------------------------------
 
-absl::Status Graph::SetArgs(Node* node, std::vector<Argument> args) {
+absl::Status Graph::SetArgs(Node* node, NodeArgs args) {
   if (node == nullptr || node->graph_ != this) {
     return absl::InvalidArgumentError("SetArgs: node is not in this graph");
   }
@@ -753,6 +753,34 @@ absl::Status Graph::Erase(Node* node) {
   }
   RemoveUsesOf(node);
   EraseFromNameIndex(node);
+  if (node == output_) output_ = nullptr;
+  Unlink(node);
+  DestroyNode(node);
+  return absl::OkStatus();
+}
+
+absl::Status Graph::EraseAndPassName(Node* node, Node* heir) {
+  if (node == nullptr || heir == nullptr || node->graph_ != this || heir->graph_ != this) {
+    return absl::InvalidArgumentError("EraseAndPassName: both nodes must be in this graph");
+  }
+  if (node == heir) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EraseAndPassName: node '", node->name(), "' cannot pass its name to itself"));
+  }
+  if (!node->users_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot erase node '", node->name(), "': it still has ", node->users_.size(),
+        " user(s): ", UsersString(node)));
+  }
+  RemoveUsesOf(node);
+  EraseFromNameIndex(heir);  // the heir's own name is freed
+  // The name stays taken, so its index slot stays where it is and only changes hands: the
+  // slot is keyed by the name, which does not change (a const_cast of the stored pointer,
+  // never of the table's structure). The name is not "freed", so the suffix counters'
+  // proof that it is taken (StillTaken) stays true, as it is.
+  auto slot = by_name_.find(node, NameHash()(node->name_));
+  const_cast<Node*&>(*slot) = heir;
+  heir->name_ = std::move(node->name_);
   if (node == output_) output_ = nullptr;
   Unlink(node);
   DestroyNode(node);

@@ -17,11 +17,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,14 +36,65 @@
 
 namespace fuselage {
 
-// What a new node is: the arguments of every node-creating method.
+// The positional args of a new node: Node's own storage type (two inline), so a spec of
+// up to two args allocates nothing and moves into the node element by element. Also
+// built from a std::vector, so `spec.args = some_vector` keeps working.
+class NodeArgs : public absl::InlinedVector<Argument, 2> {
+ public:
+  using absl::InlinedVector<Argument, 2>::InlinedVector;
+  NodeArgs() = default;
+  NodeArgs(std::vector<Argument> args)  // NOLINT: a vector of args is a spec's args.
+      : absl::InlinedVector<Argument, 2>(std::make_move_iterator(args.begin()),
+                                         std::make_move_iterator(args.end())) {}
+};
+
+// The name requested for a new node, without a copy where none is needed:
+//  - a string literal or an absl::string_view is kept as a view: the text must outlive
+//    the call that creates the node (a literal always does);
+//  - a std::string (temporary or not) is owned: `spec.name = absl::StrCat(...)` is safe.
+// Empty means "derive from the target" as FX does (`conv1`, `add_2`).
+class NodeName {
+ public:
+  NodeName() = default;
+  NodeName(const char* literal) : view_(literal) {}      // NOLINT: implicit by design.
+  NodeName(absl::string_view view) : view_(view) {}      // NOLINT
+  NodeName(std::string owned)                            // NOLINT
+      : owned_(std::move(owned)), is_owned_(true) {}
+  NodeName(const NodeName& other) { *this = other; }
+  NodeName& operator=(const NodeName& other) {
+    owned_ = other.owned_;
+    view_ = other.view_;
+    is_owned_ = other.is_owned_;
+    return *this;
+  }
+  NodeName(NodeName&& other) noexcept { *this = std::move(other); }
+  NodeName& operator=(NodeName&& other) noexcept {
+    owned_ = std::move(other.owned_);
+    view_ = other.view_;
+    is_owned_ = other.is_owned_;
+    return *this;
+  }
+
+  absl::string_view view() const { return is_owned_ ? absl::string_view(owned_) : view_; }
+  operator absl::string_view() const { return view(); }  // NOLINT
+  bool empty() const { return view().empty(); }
+  size_t size() const { return view().size(); }
+
+ private:
+  std::string owned_;
+  absl::string_view view_;
+  bool is_owned_ = false;
+};
+
+// What a new node is: the arguments of every node-creating method. The common case (up to
+// two args, no kwargs, a default or viewed name) allocates nothing but the node.
 struct NodeSpec {
   OpKind op = OpKind::kCallFunction;
   Symbol target;
-  std::vector<Argument> args;
+  NodeArgs args;
   Kwargs kwargs;
   // Desired name; empty means "derive from the target" as FX does (`conv1`, `add_2`).
-  std::string name;
+  NodeName name;
 };
 
 class Graph {
@@ -63,12 +117,12 @@ class Graph {
   // Shorthands for Append.
   absl::StatusOr<Node*> AddPlaceholder(absl::string_view name);
   absl::StatusOr<Node*> AddGetAttr(absl::string_view path, absl::string_view name = "");
-  absl::StatusOr<Node*> AddCallModule(absl::string_view path, std::vector<Argument> args,
+  absl::StatusOr<Node*> AddCallModule(absl::string_view path, NodeArgs args,
                                       Kwargs kwargs = {}, absl::string_view name = "");
   absl::StatusOr<Node*> AddCallFunction(absl::string_view function,
-                                        std::vector<Argument> args, Kwargs kwargs = {},
+                                        NodeArgs args, Kwargs kwargs = {},
                                         absl::string_view name = "");
-  absl::StatusOr<Node*> AddCallMethod(absl::string_view method, std::vector<Argument> args,
+  absl::StatusOr<Node*> AddCallMethod(absl::string_view method, NodeArgs args,
                                       Kwargs kwargs = {}, absl::string_view name = "");
   absl::StatusOr<Node*> SetOutput(Argument result);
 
@@ -78,7 +132,7 @@ class Graph {
   // FX (Node.__update_args_kwargs), the changed node is re-registered with all its inputs,
   // so it moves to the end of each input's user list, changed or not.
   absl::Status SetArg(Node* node, size_t index, Argument value);
-  absl::Status SetArgs(Node* node, std::vector<Argument> args);
+  absl::Status SetArgs(Node* node, NodeArgs args);
   absl::Status SetKwarg(Node* node, absl::string_view key, Argument value);
   absl::Status RemoveKwarg(Node* node, absl::string_view key);
   absl::Status SetKwargs(Node* node, Kwargs kwargs);
@@ -107,6 +161,15 @@ class Graph {
   // Erases `node` and frees it. FailedPrecondition (naming the users) if it still has
   // users; the node's own inputs lose it as a user.
   absl::Status Erase(Node* node);
+  // Erases `node` as Erase does and gives its name, exactly, to `heir`, whose own name is
+  // freed: what a rewrite does when a new node takes the place of one it replaces (the
+  // fused node takes the name of the pattern's root; create it under any free name). The
+  // outcome is that of Erase(node) then Rename(heir, <node's name>) -- the name is free by
+  // then, so Rename keeps it (graph/NAMING.md) -- but costs one name-index update and moves
+  // the name's text instead of copying it. Fails, changing nothing, if either node is null
+  // or of another graph, if they are the same node, or if `node` still has users
+  // (FailedPrecondition naming them).
+  absl::Status EraseAndPassName(Node* node, Node* heir);
   // Erases, until none is left, every node without users that has no side effect:
   // get_attr, call_function, call_module and call_method nodes. Placeholders and the
   // output are kept, as in FX. Returns how many nodes were erased.
@@ -145,7 +208,7 @@ class Graph {
  private:
   friend class GraphBuilder;
 
-  absl::StatusOr<Node*> InsertAt(Node* before, NodeSpec spec);
+  absl::StatusOr<Node*> InsertAt(Node* before, NodeSpec&& spec);
   // Checks that every node referenced by `args`/`kwargs` is in this graph and precedes
   // position `before` (nullptr: the end). The error message starts with ": "; callers
   // put the node's description in front (Prefixed).

@@ -118,6 +118,8 @@ class Node {
   void set_args(std::vector<Argument> args) {
     args_.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
   }
+  // A new node's args in the same storage type (NodeSpec::args): moved, never reallocated.
+  void set_args(absl::InlinedVector<Argument, 2>&& args) { args_ = std::move(args); }
 
   // Inline capacity 2: most nodes have one or two args and users, so no heap block.
   absl::InlinedVector<Argument, 2> args_;

@@ -654,5 +654,151 @@ TEST(GraphTest, SetTargetAndSetOpKeepUses) {
   EXPECT_GRAPH_VALID(c.g);
 }
 
+// NodeSpec's name is a view of a literal or a string_view, or owns a std::string: an
+// owned temporary (StrCat) outlives the statement that made it, and survives copies and
+// moves of the spec; a vector of args is accepted as before.
+TEST(GraphTest, NodeSpecNamesAndArgsKeepTheirValuesWhateverTheirSource) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  NodeSpec owned;
+  owned.target = Symbol::Intern("torch.relu");
+  owned.args = {x};
+  owned.name = absl::StrCat("activation_post_process_", 12345);  // a temporary, owned
+  NodeSpec copy = owned;                                          // copied, still owned
+  NodeSpec moved = std::move(owned);
+  EXPECT_EQ(copy.name.view(), "activation_post_process_12345");
+  EXPECT_EQ((*g.Append(std::move(moved)))->name(), "activation_post_process_12345");
+  EXPECT_EQ((*g.Append(copy))->name(), "activation_post_process_12346");
+
+  const std::string long_text = "a_name_longer_than_the_inline_buffer";
+  NodeSpec viewed{OpKind::kCallFunction, Symbol::Intern("torch.relu"), {x}, {},
+                  absl::string_view(long_text)};
+  EXPECT_EQ((*g.Append(std::move(viewed)))->name(), long_text);
+
+  NodeSpec literal;
+  literal.op = OpKind::kCallMethod;
+  literal.target = Symbol::Intern("dequantize");
+  literal.args.push_back(x);
+  literal.name = "dq";
+  EXPECT_TRUE(literal.name.view() == "dq" && !literal.name.empty());
+  EXPECT_EQ((*g.Append(std::move(literal)))->name(), "dq");
+
+  // More args than the inline two, given as a std::vector.
+  const std::vector<Argument> three = {x, Argument::Int(1), x};
+  NodeSpec cat;
+  cat.target = Symbol::Intern("torch.cat");
+  cat.args = three;
+  Node* c = *g.Append(std::move(cat));
+  EXPECT_EQ(c->name(), "cat");
+  ASSERT_EQ(c->num_args(), 3u);
+  EXPECT_EQ(c->arg(0).as_node(), x);
+  EXPECT_EQ(c->arg(1).as_int(), 1);
+  EXPECT_EQ(c->arg(2).as_node(), x);
+  EXPECT_THAT(Names(x->users()),
+              ElementsAre("activation_post_process_12345", "activation_post_process_12346",
+                          long_text, "dq", "cat"));
+  // An empty name derives from the target.
+  NodeSpec unnamed{OpKind::kCallFunction, Symbol::Intern("torch.nn.functional.relu"), {x}};
+  EXPECT_TRUE(unnamed.name.empty());
+  EXPECT_EQ((*g.Append(std::move(unnamed)))->name(), "relu");
+  ASSERT_TRUE(g.SetOutput(c).ok());
+  EXPECT_GRAPH_VALID(g);
+}
+
+// x -> conv -> bn -> relu -> output, fused as fusion does: the fused node goes before the
+// last matched node, takes its users, and takes the root's name when the root is erased.
+TEST(GraphTest, EraseAndPassNameHandsTheRootsNameToTheFusedNode) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  Node* conv = *g.AddCallModule("layer1.0.conv1", {x});
+  Node* bn = *g.AddCallModule("layer1.0.bn1", {conv});
+  Node* relu = *g.AddCallModule("layer1.0.relu", {bn});
+  Node* out = *g.SetOutput(relu);
+  Node* fused = *g.InsertBefore(
+      relu, {OpKind::kCallModule, Symbol::Intern("layer1.0.conv1"), {x}, {}, "_fusing"});
+  ASSERT_EQ(*g.ReplaceAllUsesWith(relu, fused), 1);
+  ASSERT_TRUE(g.Erase(relu).ok());
+  ASSERT_TRUE(g.Erase(bn).ok());
+  ASSERT_TRUE(g.EraseAndPassName(conv, fused).ok());
+  EXPECT_EQ(fused->name(), "layer1_0_conv1");
+  EXPECT_EQ(g.FindNode("layer1_0_conv1"), fused);
+  EXPECT_EQ(g.FindNode("_fusing"), nullptr);
+  EXPECT_THAT(Names(g.Nodes()), ElementsAre("x", "layer1_0_conv1", "output"));
+  EXPECT_THAT(fused->users(), ElementsAre(out));
+  EXPECT_THAT(x->users(), ElementsAre(fused));
+  EXPECT_EQ(out->arg(0).as_node(), fused);
+  EXPECT_EQ(g.size(), 3u);
+  EXPECT_GRAPH_VALID(g);
+  // The heir's old name is free again; the passed name is taken.
+  EXPECT_EQ(g.UniqueName("_fusing"), "_fusing");
+  EXPECT_EQ(g.UniqueName("layer1.0.conv1"), "layer1_0_conv1_1");
+}
+
+TEST(GraphTest, EraseAndPassNameFailuresChangeNothing) {
+  Chain c;
+  Graph other;
+  Node* stranger = *other.AddPlaceholder("stranger");
+  const std::vector<std::string> before = Names(c.g.Nodes());
+  // neg still has a user (relu): refused, naming it.
+  const absl::Status used = c.g.EraseAndPassName(c.neg, c.x);
+  EXPECT_EQ(used.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(used.message()), HasSubstr("'neg'"));
+  EXPECT_THAT(std::string(used.message()), HasSubstr("relu"));
+  EXPECT_EQ(c.g.EraseAndPassName(c.out, c.out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.g.EraseAndPassName(c.out, stranger).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.g.EraseAndPassName(stranger, c.x).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.g.EraseAndPassName(nullptr, c.x).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.g.EraseAndPassName(c.out, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Names(c.g.Nodes()), before);
+  EXPECT_EQ(stranger->name(), "stranger");
+  EXPECT_EQ(c.g.FindNode("neg"), c.neg);
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+// EraseAndPassName against its definition, Erase then Rename to the freed name, on two
+// graphs driven by the same random steps: every name handed out afterwards must agree
+// (names, suffix counters and the freed-name window included).
+TEST(GraphTest, EraseAndPassNameNamesAsEraseThenRename) {
+  const std::vector<std::string> hints = {"", "add", "add_1", "relu", "relu_2", "q", "_fusing"};
+  std::mt19937 random(11);
+  auto pick = [&random](size_t n) { return static_cast<size_t>(random() % n); };
+  Graph fast, slow;
+  Node* fast_x = *fast.AddPlaceholder("x");
+  Node* slow_x = *slow.AddPlaceholder("x");
+  ASSERT_TRUE(fast.SetOutput(fast_x).ok());
+  ASSERT_TRUE(slow.SetOutput(slow_x).ok());
+  std::vector<Node*> fast_nodes, slow_nodes;  // in step: same index, same role
+  for (int step = 0; step < 3000; ++step) {
+    const size_t op = pick(8);
+    if (op < 4 || fast_nodes.size() < 2) {
+      const std::string& hint = hints[pick(hints.size())];
+      const char* target = pick(2) == 0 ? "operator.add" : "torch.relu";
+      fast_nodes.push_back(*fast.AddCallFunction(target, {fast_x}, {}, hint));
+      slow_nodes.push_back(*slow.AddCallFunction(target, {slow_x}, {}, hint));
+    } else if (op < 6) {
+      const size_t i = pick(fast_nodes.size());
+      ASSERT_TRUE(fast.Erase(fast_nodes[i]).ok());
+      ASSERT_TRUE(slow.Erase(slow_nodes[i]).ok());
+      fast_nodes.erase(fast_nodes.begin() + static_cast<std::ptrdiff_t>(i));
+      slow_nodes.erase(slow_nodes.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      const size_t i = pick(fast_nodes.size());
+      size_t heir = pick(fast_nodes.size() - 1);
+      if (heir >= i) ++heir;
+      const std::string name = slow_nodes[i]->name();
+      ASSERT_TRUE(fast.EraseAndPassName(fast_nodes[i], fast_nodes[heir]).ok());
+      ASSERT_TRUE(slow.Erase(slow_nodes[i]).ok());
+      ASSERT_EQ(slow.Rename(slow_nodes[heir], name), name);
+      fast_nodes.erase(fast_nodes.begin() + static_cast<std::ptrdiff_t>(i));
+      slow_nodes.erase(slow_nodes.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    ASSERT_EQ(Names(fast.Nodes()), Names(slow.Nodes())) << "step " << step;
+    const std::string& probe = hints[pick(hints.size())];
+    ASSERT_EQ(fast.UniqueName(probe), slow.UniqueName(probe)) << "step " << step;
+  }
+  EXPECT_GRAPH_VALID(fast);
+  EXPECT_GRAPH_VALID(slow);
+}
+
 }  // namespace
 }  // namespace fuselage
