@@ -22,13 +22,26 @@ namespace {
 // by the root, and the graph would mint and index "<root>_1" for a moment each time.
 constexpr char kFusedNodeTemporaryName[] = "_fusing";
 
+// An extra input of a fused node. A node bound at a pattern position is read at apply time
+// from `consumer` (the matched node that takes it) at arg `arg_index`: by then, if it was
+// the outermost node of an earlier fusion, that arg reads the fused node instead, so no
+// "replaced by" map is needed. Anything else (a constant; whatever a custom extra-inputs
+// getter returns) is `value`, remapped through such a map if it holds nodes.
+struct ExtraInput {
+  Argument value;
+  const Node* consumer = nullptr;
+  int arg_index = -1;
+};
+
 // One fusion, fully decided before the graph is touched.
 struct PlannedFusion {
   const PatternMatch* match = nullptr;
   Node* outermost = nullptr;
   Node* root = nullptr;
-  // Root args + extra inputs, before remapping.
-  absl::InlinedVector<Argument, 2> args;
+  // The fused node's args are the root's args, read when the fusion is applied (by then
+  // they read the fused node of any earlier match whose outermost node they read), then
+  // these.
+  absl::InlinedVector<ExtraInput, 1> extras;
   std::unique_ptr<Module> module;
   PendingFusion pending;  // parts to move in when installed; a fold's weight half, last
   // The module of the root node, which the fused module replaces in place (PyTorch's
@@ -110,6 +123,32 @@ void SortInExecutionOrder(const Graph& graph, absl::InlinedVector<MatchedOpNode,
   }
 }
 
+// The extra input bound at MatchAllNode position `p` of `match`: if it is a node, where to
+// re-read it when the fusion is applied — the matched node at the parent position, at the
+// arg that holds it (the position's arg index, or the other one if a commutative op
+// matched with its args swapped).
+ExtraInput BoundExtraInput(const PatternMatch& match, int p) {
+  ExtraInput extra{match.bindings[p]};
+  if (!extra.value.is_node()) return extra;
+  const PatternPosition& position = match.rule->pattern.position(p);
+  const Node* consumer = position.parent >= 0 ? match.node_at(position.parent) : nullptr;
+  if (consumer == nullptr) return extra;
+  const Node* bound = extra.value.as_node();
+  const auto reads_bound = [&](int k) {
+    return k >= 0 && static_cast<size_t>(k) < consumer->num_args() &&
+           consumer->arg(k).is_node() && consumer->arg(k).as_node() == bound;
+  };
+  int k = position.arg_index;
+  if (!reads_bound(k)) {
+    for (k = 0; static_cast<size_t>(k) < consumer->num_args() && !reads_bound(k); ++k) {
+    }
+    if (!reads_bound(k)) return extra;
+  }
+  extra.consumer = consumer;
+  extra.arg_index = k;
+  return extra;
+}
+
 }  // namespace
 
 absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
@@ -177,6 +216,8 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   // Matches were found from the output backwards; apply them in graph order so that a
   // match reading another's outermost node sees it already replaced.
   std::vector<PlannedFusion> plans;
+  // Some extra input holds nodes and has no consumer to re-read it from (ExtraInput).
+  bool remap_extras = false;
   plans.reserve(matches.size());
   for (auto it = matches.rbegin(); it != matches.rend(); ++it) {
     const PatternMatch& match = *it;
@@ -209,19 +250,24 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       return PlanError(match, absl::StrCat("root node '", plan.root->name(),
                                            "' has kwargs, which a fused module cannot take"));
     }
-    plan.args.assign(plan.root->args().begin(), plan.root->args().end());
     if (rule.extra_inputs_getter) {
       ASSIGN_OR_RETURN(std::vector<Argument> extras, rule.ExtraInputs(match));
-      for (Argument& extra : extras) plan.args.push_back(std::move(extra));
+      for (Argument& extra : extras) {
+        if (extra.ContainsNode()) remap_extras = true;
+        plan.extras.push_back({std::move(extra)});
+      }
     } else {
       for (int p : rule.extra_input_positions.has_value()
                        ? *rule.extra_input_positions
                        : pattern.default_extra_input_positions()) {
-        plan.args.push_back(match.bindings[p]);
+        plan.extras.push_back(BoundExtraInput(match, p));
+        if (plan.extras.back().consumer == nullptr && plan.extras.back().value.ContainsNode()) {
+          remap_extras = true;
+        }
       }
     }
     // Every node the fused node reads must survive the pass and precede its position.
-    for (const Argument& arg : plan.args) {
+    const auto check_input = [&](const Argument& arg) {
       absl::Status bad;
       arg.ForEachNode([&](const Node* n) {
         if (!bad.ok()) return;
@@ -243,8 +289,10 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
                                               "another match, which fusion erases"));
         }
       });
-      RETURN_IF_ERROR(bad);
-    }
+      return bad;
+    };
+    for (const Argument& arg : plan.root->args()) RETURN_IF_ERROR(check_input(arg));
+    for (const ExtraInput& extra : plan.extras) RETURN_IF_ERROR(check_input(extra.value));
 
     // Each matched module, looked up once. A module only this node calls, that has no
     // children and that no get_attr reads is deleted with the match: the fuser may move it
@@ -269,7 +317,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       return PlanError(match, absl::StrCat("fused module type '", plan.module->type().name(),
                                            "' is not a registered module type"));
     }
-    const int inputs = static_cast<int>(plan.args.size());
+    const int inputs = static_cast<int>(plan.root->num_args() + plan.extras.size());
     if (inputs < schema->min_inputs ||
         (schema->max_inputs != ModuleSchema::kAnyNumber && inputs > schema->max_inputs)) {
       return PlanError(match, absl::StrCat("fused module type '", schema->type, "' takes ",
@@ -284,8 +332,10 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   }
 
   // ---- Apply ----------------------------------------------------------------------------
-  absl::flat_hash_map<Node*, Node*> replaced;  // outermost node -> its fused node
-  replaced.reserve(plans.size());
+  // Outermost node -> its fused node; kept only for extra inputs that hold nodes and have
+  // no consumer to re-read them from (see ExtraInput).
+  absl::flat_hash_map<Node*, Node*> replaced;
+  if (remap_extras) replaced.reserve(plans.size());
   absl::flat_hash_map<std::string, int> next_suffix;  // for FreshModulePath
   std::vector<std::string> unused_modules;            // removed after the last fusion
   const auto remap = [&replaced](Node* n) {
@@ -296,12 +346,16 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     const FusionRule& rule = *plan.match->rule;
     NodeSpec spec;
     spec.op = OpKind::kCallModule;
-    spec.args.reserve(plan.args.size());
-    for (const Argument& a : plan.args) {
-      if (a.is_node()) {
-        spec.args.push_back(Argument(remap(a.as_node())));
+    // The root's args as they are now: ReplaceAllUsesWith has pointed every arg that read
+    // an earlier fusion's outermost node at its fused node.
+    spec.args.reserve(plan.root->num_args() + plan.extras.size());
+    spec.args.assign(plan.root->args().begin(), plan.root->args().end());
+    for (const ExtraInput& extra : plan.extras) {
+      if (extra.consumer != nullptr) {
+        spec.args.push_back(extra.consumer->arg(extra.arg_index));
       } else {
-        spec.args.push_back(a.ContainsNode() ? a.MapNodes(remap) : a);
+        spec.args.push_back(extra.value.ContainsNode() ? extra.value.MapNodes(remap)
+                                                       : extra.value);
       }
     }
 
@@ -348,7 +402,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     const absl::Status status =
         graph.SetMeta(*fused, pattern_key, pattern_meta[plan.match->rule - rules.data()]);
     if (!status.ok()) return Internal(status);
-    replaced.emplace(plan.outermost, *fused);
+    if (remap_extras) replaced.emplace(plan.outermost, *fused);
   }
   // All at once: one graph scan and one pass per parent, where removing them one by one
   // would rescan the graph and the parent's children for each.

@@ -119,8 +119,11 @@ absl::StatusOr<std::unique_ptr<Module>> PartModule(const GraphModule& gm,
       ") has no module form to put in a fused module; register a custom fuser"));
 }
 
-absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type,
-                                             std::vector<std::unique_ptr<Module>> parts) {
+// The parts of one fused module: a pattern has a handful of op nodes, so they stay inline
+// (no allocation per fusion).
+using ModuleParts = absl::InlinedVector<std::unique_ptr<Module>, 4>;
+
+absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type, ModuleParts parts) {
   auto fused = std::make_unique<Module>(type);
   int index = 0;
   for (std::unique_ptr<Module>& part : parts) {
@@ -134,8 +137,7 @@ absl::StatusOr<std::unique_ptr<Module>> WrapInSequence(const GraphModule& gm,
                                                        const PatternMatch& match,
                                                        absl::Span<const MatchedOpNode> nodes,
                                                        PendingFusion* pending) {
-  std::vector<std::unique_ptr<Module>> parts;
-  parts.reserve(nodes.size());
+  ModuleParts parts;
   for (const MatchedOpNode& entry : nodes) {
     ASSIGN_OR_RETURN(std::unique_ptr<Module> part,
                      PartModule(gm, entry, match.rule->name, pending));
@@ -153,12 +155,12 @@ bool IsConvTranspose(Symbol type) { return IsOneOf(type, Known().transposed_conv
 
 bool IsBatchNorm(Symbol type) { return IsOneOf(type, Known().batch_norms); }
 
-// Points `*data` at the `n` float32 values of tensor `name` of `module`, or at nullptr if it
-// is absent and `optional` (the caller then uses its default). InvalidArgument otherwise.
-absl::Status ReadVector(const Module& module, absl::string_view owner, absl::string_view name,
+// Points `*data` at the `n` float32 values of `t`, tensor `name` of module `owner`, or at
+// nullptr if `t` is absent (nullptr) and `optional` (the caller then uses its default).
+// InvalidArgument otherwise.
+absl::Status ReadVector(const Tensor* t, absl::string_view owner, absl::string_view name,
                         int64_t n, bool optional, const float** data) {
   *data = nullptr;
-  const Tensor* t = module.FindTensor(name);
   if (t == nullptr) {
     if (optional) return absl::OkStatus();
     return absl::InvalidArgumentError(
@@ -173,6 +175,28 @@ absl::Status ReadVector(const Module& module, absl::string_view owner, absl::str
   *data = t->data<float>();
   return absl::OkStatus();
 }
+
+// The four tensors of a batch norm that a fold reads, found in one scan of its tensors
+// (four FindTensor calls would scan them four times); absent ones are nullptr.
+struct BatchNormTensors {
+  const Tensor* running_mean = nullptr;
+  const Tensor* running_var = nullptr;
+  const Tensor* weight = nullptr;
+  const Tensor* bias = nullptr;
+
+  explicit BatchNormTensors(const Module& bn) {
+    for (const auto& [stored_name, tensor] : bn.tensors()) {
+      const absl::string_view name = stored_name;  // compares lengths first
+      const Tensor** slot = name == "running_mean" ? &running_mean
+                            : name == "running_var" ? &running_var
+                            : name == "weight"      ? &weight
+                            : name == "bias"        ? &bias
+                                                    : nullptr;
+      // The first of a name wins, as FindTensor's does (names are unique anyway).
+      if (slot != nullptr && *slot == nullptr) *slot = &tensor;
+    }
+  }
+};
 
 // Gives `module` the float32 bias `values` (shape [n]): written over its own bias when it has
 // one of that dtype and shape (and no quantization parameters) — in place unless another module shares the data (Tensor's
@@ -220,12 +244,16 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string
       out_channels == 0 || outer == 0 ? 0 : weight->numel() / (outer * out_channels);
   // Read in place (no copies); an absent optional tensor reads as its default.
   const float *mean, *var, *gamma, *beta, *bias;
-  RETURN_IF_ERROR(ReadVector(bn, bn_path, "running_mean", out_channels, false, &mean));
-  RETURN_IF_ERROR(ReadVector(bn, bn_path, "running_var", out_channels, false, &var));
+  const BatchNormTensors bn_tensors(bn);
+  RETURN_IF_ERROR(ReadVector(bn_tensors.running_mean, bn_path, "running_mean", out_channels,
+                             false, &mean));
+  RETURN_IF_ERROR(ReadVector(bn_tensors.running_var, bn_path, "running_var", out_channels,
+                             false, &var));
   // affine=False batch norm has no weight / bias: gamma 1, beta 0.
-  RETURN_IF_ERROR(ReadVector(bn, bn_path, "weight", out_channels, true, &gamma));
-  RETURN_IF_ERROR(ReadVector(bn, bn_path, "bias", out_channels, true, &beta));
-  RETURN_IF_ERROR(ReadVector(conv, conv_path, "bias", out_channels, true, &bias));
+  RETURN_IF_ERROR(ReadVector(bn_tensors.weight, bn_path, "weight", out_channels, true, &gamma));
+  RETURN_IF_ERROR(ReadVector(bn_tensors.bias, bn_path, "bias", out_channels, true, &beta));
+  RETURN_IF_ERROR(
+      ReadVector(conv.FindTensor("bias"), conv_path, "bias", out_channels, true, &bias));
   double eps = 1e-5;
   if (bn.FindAttribute("eps") != nullptr) {
     ASSIGN_OR_RETURN(eps, bn.GetFloat("eps"));
@@ -315,8 +343,7 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(
   ASSIGN_OR_RETURN(std::unique_ptr<Module> folded,
                    FoldBatchNorm(*root_module, root->target().name(), move_root, *bn_module,
                                  bn_node->target().name(), pending));
-  std::vector<std::unique_ptr<Module>> parts;
-  parts.reserve(nodes.size());
+  ModuleParts parts;
   for (const MatchedOpNode& entry : nodes) {
     if (entry.node == bn_node) continue;
     if (entry.node == root) {
