@@ -298,6 +298,56 @@ TEST_F(FuseTest, ChainedResidualBlocksRemapInputs) {
   EXPECT_EQ(graph().size(), 4u);  // x, two fused nodes, output
 }
 
+// The same chain with the add's args swapped (add is commutative): the extra input, bound
+// to the add's arg 0 rather than the pattern's arg 1, is the first block's outermost node
+// and must become its fused node, at the end of the second fused node's args.
+TEST_F(FuseTest, ChainedResidualBlocksWithSwappedAddArgsRemapTheExtraInput) {
+  Node* r1 = Call(Call(Call(x_, "conv1", Conv2dModule(rng_, 3, 3, 1)), "bn1",
+                       BatchNorm2dModule(rng_, 3)),
+                  "relu1", PlainModule("nn.ReLU"));
+  Node* bn2 = Call(Call(r1, "conv2", Conv2dModule(rng_, 3, 3, 1)), "bn2", BatchNorm2dModule(rng_, 3));
+  Node* add = Must(graph().AddCallFunction("operator.add", {r1, bn2}, {}, "add"));
+  Node* relu2 = Call(add, "relu2", PlainModule("nn.ReLU"));
+  // A later reader of the first block's output, so that output has three users.
+  Node* mul = Must(graph().AddCallFunction("operator.mul", {relu2, r1}, {}, "mul"));
+  Must(graph().SetOutput(mul));
+  absl::StatusOr<int> fused = Fuse(
+      {Rule("conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))",
+            "nni.ConvAddReLU2d"),
+       Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))", "nni.ConvReLU2d")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_EQ(*fused, 2);
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const std::vector<Node*> first = NodesOfType("nni.ConvReLU2d");
+  const std::vector<Node*> second = NodesOfType("nni.ConvAddReLU2d");
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(first[0]->name(), "conv1");
+  EXPECT_EQ(second[0]->name(), "conv2");
+  // The conv's input, then the extra input: both the first fused node.
+  EXPECT_THAT(ArgNames(second[0]), ElementsAre("conv1", "conv1"));
+  EXPECT_THAT(ArgNames(mul), ElementsAre("conv2", "conv1"));
+  EXPECT_EQ(graph().size(), 5u);  // x, two fused nodes, mul, output
+}
+
+// An extra input that is a constant is passed through as is.
+TEST_F(FuseTest, AConstantExtraInputIsPassedThrough) {
+  Node* bn = Call(Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1)), "bn", BatchNorm2dModule(rng_, 3));
+  Node* add = Must(graph().AddCallFunction("operator.add", {bn, Argument::Float(2.5)}, {}, "add"));
+  Must(graph().SetOutput(Call(add, "relu", PlainModule("nn.ReLU"))));
+  absl::StatusOr<int> fused = Fuse({Rule(
+      "conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))", "nni.ConvAddReLU2d")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_EQ(*fused, 1);
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const std::vector<Node*> result = NodesOfType("nni.ConvAddReLU2d");
+  ASSERT_EQ(result.size(), 1u);
+  ASSERT_EQ(result[0]->num_args(), 2u);
+  EXPECT_EQ(result[0]->arg(0).as_node(), x_);
+  ASSERT_TRUE(result[0]->arg(1).is_float());
+  EXPECT_EQ(result[0]->arg(1).as_float(), 2.5);
+}
+
 // A module called from two places is not overwritten: the fused module gets a new path.
 TEST_F(FuseTest, SharedConvModuleKeepsItsPath) {
   EXPECT_TRUE(gm_.SetModule("conv", Conv2dModule(rng_, 3, 3, 1)).ok());
