@@ -16,8 +16,8 @@
 namespace fuselage {
 namespace {
 
-// The name a fused node carries between its insertion and its renaming to the root's name
-// (the root holds that name until it is erased). A fixed short name (no heap allocation)
+// The name a fused node carries between its insertion and taking the root's name
+// (Graph::EraseAndPassName: the root holds that name until it is erased). A fixed short name (no heap allocation)
 // keeps that step one lookup: named after its target, the node would find that name taken
 // by the root, and the graph would mint and index "<root>_1" for a moment each time.
 constexpr char kFusedNodeTemporaryName[] = "_fusing";
@@ -377,7 +377,6 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       spec.target = Symbol::Intern(path);
     }
 
-    const std::string root_name = plan.root->name();
     spec.name = kFusedNodeTemporaryName;
     absl::StatusOr<Node*> fused = graph.InsertBefore(plan.outermost, std::move(spec));
     if (!fused.ok()) return Internal(fused.status());
@@ -386,7 +385,8 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
 
     // Erase last in graph order first (each erased node's users are gone by then), and
     // note the modules nothing calls any more: leaf modules no get_attr reads, as
-    // torch.fx.GraphModule keeps only the submodules its graph references.
+    // torch.fx.GraphModule keeps only the submodules its graph references. The root hands
+    // its name to the fused node as it goes (one name-index update, no copy of the text).
     for (size_t i = plan.nodes.size(); i-- > 0;) {
       Node* n = plan.nodes[i].node;
       if (n->op() == OpKind::kCallModule && !(plan.reuse_slot != nullptr && n == plan.root)) {
@@ -395,10 +395,10 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
           unused_modules.push_back(std::string(freed.name()));
         }
       }
-      const absl::Status status = graph.Erase(n);
+      const absl::Status status =
+          n == plan.root ? graph.EraseAndPassName(n, *fused) : graph.Erase(n);
       if (!status.ok()) return Internal(status);
     }
-    graph.Rename(*fused, root_name);
     const absl::Status status =
         graph.SetMeta(*fused, pattern_key, pattern_meta[plan.match->rule - rules.data()]);
     if (!status.ok()) return Internal(status);
