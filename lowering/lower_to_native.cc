@@ -139,6 +139,9 @@ struct Plan {
   Node* quantize = nullptr;
   Node* reference = nullptr;
   Node* relu = nullptr;
+  // The module `reference` calls (call_module only); a native-module rule replaces its
+  // contents with native_module's.
+  Module* reference_module = nullptr;
   OutputQParams output;
   std::vector<std::pair<size_t, Argument>> quantized_args;
   std::unique_ptr<Module> native_module;
@@ -169,7 +172,7 @@ class Lowerer {
 
  private:
   // The module a call_module node calls, or nullptr.
-  const Module* ModuleOf(const Node* n) const {
+  Module* ModuleOf(const Node* n) const {
     return n->op() == OpKind::kCallModule ? gm_.FindModule(n->target().name()) : nullptr;
   }
   // What rules are keyed by: the module type of a call_module node (given its `module`,
@@ -180,7 +183,7 @@ class Lowerer {
   }
   // Checks whether `rule` lowers (ref [, relu], q); the error message is the reason not.
   // `module` is ref's module for call_module (nullptr if it does not resolve).
-  absl::StatusOr<Plan> TryRule(const LoweringRule& rule, Node* ref, const Module* module,
+  absl::StatusOr<Plan> TryRule(const LoweringRule& rule, Node* ref, Module* module,
                                Node* relu, Node* q, const OutputQParams& output) const;
   absl::Status Apply(Plan plan);
   // Step 1 at one node: a tuple access of a packer replaced by the item; true if it was
@@ -294,6 +297,9 @@ absl::Status Lowerer::LowerTuplesAndPatterns() {
   const bool patterns_during_walk = !RegistryLowersPackers();
   // About one node in five is a quantize in a reference graph.
   quantize_nodes_.reserve(graph_.size() / 4);
+  // Each lowered pattern notes its dequantize nodes and erased nodes' inputs (about one
+  // node in three of a reference graph); sized once instead of rehashed as it grows.
+  maybe_dead_.reserve(graph_.size() / 2);
   // Each step erases only the node it is looking at, or (a relu) one before it, so
   // walking on from the successor is safe.
   for (Node* n = graph_.first(); n != nullptr;) {
@@ -342,7 +348,7 @@ absl::StatusOr<bool> Lowerer::LowerTupleAt(Node* n) {
   return true;
 }
 
-absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, const Module* module,
+absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Module* module,
                                       Node* relu, Node* q, const OutputQParams& output) const {
   // Built only for the reason a rule does not apply.
   auto where = [&rule] { return absl::StrCat("rule '", rule.name, "'"); };
@@ -351,6 +357,7 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, const
   plan.quantize = q;
   plan.reference = ref;
   plan.relu = relu;
+  plan.reference_module = module;
   plan.output = output;
   if (relu != nullptr && (rule.action != LoweringRule::Action::kNativeFunction ||
                           rule.native_relu_target.empty())) {
@@ -450,7 +457,11 @@ absl::Status Lowerer::Apply(Plan plan) {
   const LoweringRule& rule = *plan.rule;
   Node* ref = plan.reference;
   if (rule.action == LoweringRule::Action::kNativeModule) {
-    RETURN_IF_ERROR(gm_.SetModule(ref->target().name(), std::move(plan.native_module)));
+    // What SetModule(ref's target, native) would leave, without walking the path again:
+    // the module object stays where it is in its parent and takes the native module's
+    // type, tensors, attributes and (no) children; the move invalidates cached module
+    // types as SetModule does.
+    *plan.reference_module = std::move(*plan.native_module);
   }
   // All new args in one SetArgs (each SetArgs re-derives the node's use-lists): the
   // quantized inputs and, for a function rule that takes them so, the output qparams.
@@ -503,7 +514,7 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   Node* r = q->arg(0).as_node();
   // r's module, resolved once for the relu check, its rule key and its rules (a path
   // lookup in a module tree of up to 10^6 modules each time).
-  const Module* const r_module = ModuleOf(r);
+  Module* const r_module = ModuleOf(r);
   // Candidates: (relu absorbed into the op under it), then the op itself.
   struct Candidate {
     Node* reference;
@@ -534,7 +545,7 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
         ref->op() != OpKind::kCallMethod) {
       continue;
     }
-    const Module* module = ref == r ? r_module : ModuleOf(ref);
+    Module* module = ref == r ? r_module : ModuleOf(ref);
     const Symbol key = RuleKey(ref, module);
     const absl::Span<const LoweringRule* const> rules = registry_.RulesFor(ref->op(), key);
     if (rules.empty() && relu == nullptr) {

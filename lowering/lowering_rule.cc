@@ -66,14 +66,31 @@ void QuantizeRunScalar(const float* src, int64_t count, float inv_scale, int64_t
   }
 }
 
-// The same, four values at a time with SSE2 where that is exact: cvtps2dq rounds like
-// NearbyIntToInt64 for |x| < 2^30, the zero point is added in int32 (it fits: |zp| <
-// 2^16 is required), and the two saturating packs (int32 → int16 → int8 / uint8) clamp
-// to exactly [-128, 127] / [0, 255], which must be [qmin, qmax]. A group of four with
-// any |x| >= 2^30 or NaN, and the tail, go through the scalar loop.
+// Four values with SSE2: x = src * inv_scale (already multiplied), rounded by cvtps2dq
+// (like NearbyIntToInt64 for |x| < 2^30), plus the zero point in int32.
+#if defined(__SSE2__)
+inline __m128i RoundAddZeroPoint(__m128 x, __m128i zp4) {
+  return _mm_add_epi32(_mm_cvtps_epi32(x), zp4);
+}
+// Whether all four of x are finite and below 2^30 in magnitude (NaN compares false).
+inline __m128 InRange(__m128 x, __m128 abs_mask, __m128 limit) {
+  return _mm_cmplt_ps(_mm_and_ps(x, abs_mask), limit);
+}
+#endif
+
+// The same as QuantizeRunScalar, sixteen values at a time with SSE2 where that is exact:
+// cvtps2dq rounds like NearbyIntToInt64 for |x| < 2^30, the zero point is added in int32
+// (it fits: |zp| < 2^16 is required), and the two saturating packs (int32 → int16 →
+// int8 / uint8) clamp to exactly [-128, 127] / [0, 255], which must be [qmin, qmax]. A
+// group of sixteen with any |x| >= 2^30 or NaN, and the tail, go through the scalar
+// loop, which gives the same value for every element the vector path would take.
+// Sixteen at a time so the packs end in one 16-byte store; the loop is kept out of its
+// caller so its constants stay in registers (inlined into the module builder, the
+// four-wide loop reloaded them and spilled every iteration).
 template <typename Q>
-void QuantizeRun(const float* src, int64_t count, float inv_scale, int64_t zero_point,
-                 int64_t qmin, int64_t qmax, Q* dst) {
+__attribute__((noinline)) void QuantizeRun(const float* src, int64_t count, float inv_scale,
+                                           int64_t zero_point, int64_t qmin, int64_t qmax,
+                                           Q* dst) {
   int64_t i = 0;
 #if defined(__SSE2__)
   if (zero_point > -(int64_t{1} << 16) && zero_point < (int64_t{1} << 16) &&
@@ -82,19 +99,25 @@ void QuantizeRun(const float* src, int64_t count, float inv_scale, int64_t zero_
     const __m128 limit = _mm_set1_ps(0x1p30f);
     const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
     const __m128i zp4 = _mm_set1_epi32(static_cast<int32_t>(zero_point));
-    for (; i + 4 <= count; i += 4) {
-      const __m128 x = _mm_mul_ps(_mm_loadu_ps(src + i), scale4);
-      // All four finite and below 2^30 in magnitude (NaN compares false).
-      if (_mm_movemask_ps(_mm_cmplt_ps(_mm_and_ps(x, abs_mask), limit)) != 0xf) {
-        QuantizeRunScalar(src + i, 4, inv_scale, zero_point, qmin, qmax, dst + i);
+    for (; i + 16 <= count; i += 16) {
+      const __m128 x0 = _mm_mul_ps(_mm_loadu_ps(src + i), scale4);
+      const __m128 x1 = _mm_mul_ps(_mm_loadu_ps(src + i + 4), scale4);
+      const __m128 x2 = _mm_mul_ps(_mm_loadu_ps(src + i + 8), scale4);
+      const __m128 x3 = _mm_mul_ps(_mm_loadu_ps(src + i + 12), scale4);
+      const __m128 ok = _mm_and_ps(
+          _mm_and_ps(InRange(x0, abs_mask, limit), InRange(x1, abs_mask, limit)),
+          _mm_and_ps(InRange(x2, abs_mask, limit), InRange(x3, abs_mask, limit)));
+      if (_mm_movemask_ps(ok) != 0xf) {
+        QuantizeRunScalar(src + i, 16, inv_scale, zero_point, qmin, qmax, dst + i);
         continue;
       }
-      const __m128i q32 = _mm_add_epi32(_mm_cvtps_epi32(x), zp4);
-      const __m128i q16 = _mm_packs_epi32(q32, q32);
-      const __m128i q8 = std::is_signed<Q>::value ? _mm_packs_epi16(q16, q16)
-                                                  : _mm_packus_epi16(q16, q16);
-      const int32_t packed = _mm_cvtsi128_si32(q8);
-      std::memcpy(dst + i, &packed, 4);
+      const __m128i q01 =
+          _mm_packs_epi32(RoundAddZeroPoint(x0, zp4), RoundAddZeroPoint(x1, zp4));
+      const __m128i q23 =
+          _mm_packs_epi32(RoundAddZeroPoint(x2, zp4), RoundAddZeroPoint(x3, zp4));
+      const __m128i q8 = std::is_signed<Q>::value ? _mm_packs_epi16(q01, q23)
+                                                  : _mm_packus_epi16(q01, q23);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), q8);
     }
   }
 #endif
@@ -239,12 +262,13 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
   }
   // The reference module's attributes in their order (one vector copy), minus the weight
   // quantization ones, then scale and zero_point; its tensors replaced by the quantized
-  // weight and the float bias; no children.
+  // weight and the float bias; no children. (Building a fresh module attribute by
+  // attribute instead cost more: each SetAttribute scans and regrows the vector.)
   std::unique_ptr<Module> native = ref->Clone();
   native->set_type(native_type);
   while (!native->tensors().empty()) {
-    const std::string name = native->tensors().back().first;
-    native->RemoveTensor(name);
+    // The name is compared before the entry it views is erased; no copy needed.
+    native->RemoveTensor(native->tensors().back().first);
   }
   if (!native->children().empty()) {
     absl::flat_hash_set<std::string> children;

@@ -140,7 +140,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{4, 6, 2, 5}, true, 3, DType::kQInt8},   // inner == 1
                       Case{{5, 7}, true, 0, DType::kQUInt8},
                       Case{{5, 7}, false, 0, DType::kQUInt8},
-                      Case{{3, 4, 2, 2}, true, 1, DType::kQUInt8}));
+                      Case{{3, 4, 2, 2}, true, 1, DType::kQUInt8},
+                      // Runs the sixteen-wide path takes whole and with a tail: per
+                      // tensor, 2368 values; per channel, 51 per channel (3 groups of
+                      // 16 + 3), channel 2's zero point -166 clamping everything to 0.
+                      Case{{64, 37}, false, 0, DType::kQUInt8},
+                      Case{{16, 3, 17}, true, 0, DType::kQUInt8},
+                      Case{{16, 3, 17}, true, 0, DType::kQInt8}));
 
 // Non-finite and huge weights (undefined behaviour in a plain int64 conversion): NaN
 // becomes the zero point, +inf / huge the top of the range, -inf / -huge the bottom.
