@@ -343,7 +343,6 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     return it == replaced.end() ? n : it->second;
   };
   for (PlannedFusion& plan : plans) {
-    const FusionRule& rule = *plan.match->rule;
     NodeSpec spec;
     spec.op = OpKind::kCallModule;
     // The root's args as they are now: ReplaceAllUsesWith has pointed every arg that read

@@ -212,11 +212,52 @@ void SetFoldedBias(Module& module, absl::Span<const float> values) {
   module.SetTensor("bias", Tensor::FromFloats({n}, values));
 }
 
-// PyTorch's fuse_conv_bn_eval / fuse_linear_bn_eval on module data: returns `conv` with
-// the batch norm folded into its bias, and in `pending->weight_scale` the scaling still
-// owed to its weight (see PendingWeightScale). The result is a copy of `conv`, or, if
-// `conv_entry` is movable and `pending_moves` is set, an empty placeholder that the pass
-// fills by moving `conv` into it, and then gives the folded bias (PendingFusion).
+// Float32 arithmetic in PyTorch 1.13's own order, so the folded weights are bit-identical
+// to fuse_fx's (a double-precision fold differs by one ulp in ~40% of weights, which flips
+// quantized weights at rounding ties):
+//   conv (fuse_conv_bn_weights):  r = rsqrt(var + eps); w' = w * (gamma * r);
+//                                 b' = ((b - mean) * r) * gamma + beta
+//   linear (fuse_linear_bn_weights): s = gamma * rsqrt(var + eps); w' = w * s;
+//                                 b' = (b - mean) * s + beta
+// Absent gamma / beta / b (nullptr) read as 1 / 0 / 0. var + eps is checked positive first.
+struct FoldInputs {
+  const float* mean;
+  const float* var;
+  const float* gamma;
+  const float* beta;
+  const float* bias;
+  float eps;
+  bool is_linear;
+
+  // Channel c's weight scale and folded bias. Reads bias[c] before the caller writes
+  // *new_bias, which may therefore be &bias[c].
+  void Channel(int64_t c, float* scale, float* new_bias) const {
+    const float g = gamma != nullptr ? gamma[c] : 1.0f;
+    const float b = beta != nullptr ? beta[c] : 0.0f;
+    const float rsqrt = 1.0f / std::sqrt(var[c] + eps);
+    const float s = g * rsqrt;
+    const float centered = (bias != nullptr ? bias[c] : 0.0f) - mean[c];
+    *scale = s;
+    *new_bias = is_linear ? centered * s + b : (centered * rsqrt) * g + b;
+  }
+};
+
+// row[k] = row[k] * s for k < n: blocks of 8 with a fixed trip count, which -O2 turns into
+// SIMD multiplies (it does not vectorize the plain loop); each lane is the same float32
+// product.
+void ScaleRow(float* row, int64_t n, float s) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    for (int j = 0; j < 8; ++j) row[k + j] = row[k + j] * s;
+  }
+  for (; k < n; ++k) row[k] = row[k] * s;
+}
+
+// PyTorch's fuse_conv_bn_eval / fuse_linear_bn_eval on module data, checked here. If
+// `move_conv`, returns an empty placeholder that the pass fills by moving `conv` into it,
+// and leaves the whole fold to compute then (pending->moved_fold, PendingFusion::
+// ApplyMoves). Else returns a copy of `conv` with the batch norm folded into its bias, and
+// in `pending->weight_scale` the scaling still owed to its weight (PendingWeightScale).
 absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string_view conv_path,
                                                       bool move_conv, const Module& bn,
                                                       absl::string_view bn_path,
@@ -258,16 +299,9 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string
   if (bn.FindAttribute("eps") != nullptr) {
     ASSIGN_OR_RETURN(eps, bn.GetFloat("eps"));
   }
-  // Float32 arithmetic in PyTorch 1.13's own order, so the folded weights are bit-identical
-  // to fuse_fx's (a double-precision fold differs by one ulp in ~40% of weights, which
-  // flips quantized weights at rounding ties):
-  //   conv (fuse_conv_bn_weights):  r = rsqrt(var + eps); w' = w * (gamma * r);
-  //                                 b' = ((b - mean) * r) * gamma + beta
-  //   linear (fuse_linear_bn_weights): s = gamma * rsqrt(var + eps); w' = w * s;
-  //                                 b' = (b - mean) * s + beta
+  // The arithmetic is FoldInputs::Channel's; only the check is done here for a moved conv.
   const bool is_linear = conv.type() == Known().linear;
   const float eps_f = static_cast<float>(eps);
-  std::vector<float> scale(out_channels), new_bias(out_channels);
   for (int64_t c = 0; c < out_channels; ++c) {
     const float denominator = var[c] + eps_f;
     if (!(denominator > 0) || !std::isfinite(denominator)) {
@@ -275,24 +309,33 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string
           "batch-norm folding: '", bn_path, "' has running_var + eps = ", denominator,
           " at channel ", c, "; it must be positive"));
     }
-    const float g = gamma != nullptr ? gamma[c] : 1.0f;
-    const float b = beta != nullptr ? beta[c] : 0.0f;
-    const float rsqrt = 1.0f / std::sqrt(denominator);
-    scale[c] = g * rsqrt;
-    const float centered = (bias != nullptr ? bias[c] : 0.0f) - mean[c];
-    new_bias[c] = is_linear ? centered * scale[c] + b : (centered * rsqrt) * g + b;
   }
-  std::unique_ptr<Module> folded;
   if (move_conv) {
-    folded = std::make_unique<Module>(conv.type());
+    // Computed when the move has filled the placeholder (PendingFusion::ApplyMoves).
+    auto folded = std::make_unique<Module>(conv.type());
     pending->moves.push_back({&conv, folded.get()});
-    pending->bias_module = folded.get();
-    pending->bias = std::move(new_bias);
-  } else {
-    // The copy shares the weight's data with `conv`; PendingWeightScale::Apply scales it.
-    folded = conv.Clone();
-    SetFoldedBias(*folded, new_bias);
+    PendingFusion::MovedFold& fold = pending->moved_fold;
+    fold.module = folded.get();
+    fold.mean = mean;
+    fold.var = var;
+    fold.gamma = gamma;
+    fold.beta = beta;
+    fold.bias = bias;
+    fold.eps = eps_f;
+    fold.is_linear = is_linear;
+    fold.channels = out_channels;
+    fold.outer = outer;
+    fold.per_channel = per_channel;
+    return folded;
   }
+  const FoldInputs inputs{mean, var, gamma, beta, bias, eps_f, is_linear};
+  std::vector<float> scale(out_channels), new_bias(out_channels);
+  for (int64_t c = 0; c < out_channels; ++c) {
+    inputs.Channel(c, &scale[c], &new_bias[c]);
+  }
+  // The copy shares the weight's data with `conv`; PendingWeightScale::Apply scales it.
+  std::unique_ptr<Module> folded = conv.Clone();
+  SetFoldedBias(*folded, new_bias);
   PendingWeightScale& weight_scale = pending->weight_scale;
   weight_scale.module = folded.get();
   weight_scale.scale = std::move(scale);
@@ -373,6 +416,39 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(
   return Wrap(rule.fused_module_type, std::move(parts));
 }
 
+// Computes `fold` into its module: the folded bias (in place when the module has a float32
+// bias of shape [channels] without quantization parameters, as SetFoldedBias) and the
+// scaled weight, channel by channel, with no buffer for the scales.
+void ApplyMovedFold(const PendingFusion::MovedFold& fold) {
+  Module& module = *fold.module;
+  const FoldInputs inputs{fold.mean, fold.var, fold.gamma, fold.beta, fold.bias, fold.eps,
+                          fold.is_linear};
+  const int64_t n = fold.channels;
+  Tensor* bias = module.FindMutableTensor("bias");
+  float* new_bias = nullptr;
+  std::vector<float> replacement;  // a bias SetFoldedBias would replace, not overwrite
+  const bool in_place = bias != nullptr && bias->dtype() == DType::kFloat32 &&
+                        bias->dim() == 1 && bias->numel() == n &&
+                        bias->qparams() == QuantParams();
+  if (in_place) {
+    // Copy-on-write: detaches only if another tensor shares the data; fold.bias may be
+    // this very buffer (read per channel before it is written).
+    new_bias = n > 0 ? bias->mutable_data<float>() : nullptr;
+  } else {
+    replacement.resize(n);
+    new_bias = replacement.data();
+  }
+  float* w = module.FindMutableTensor("weight")->mutable_data<float>();
+  for (int64_t c = 0; c < n; ++c) {
+    float scale;
+    inputs.Channel(c, &scale, &new_bias[c]);
+    for (int64_t o = 0; o < fold.outer; ++o) {
+      ScaleRow(w + (o * n + c) * fold.per_channel, fold.per_channel, scale);
+    }
+  }
+  if (!in_place) SetFoldedBias(module, replacement);
+}
+
 }  // namespace
 
 void PendingWeightScale::Apply() {
@@ -383,15 +459,7 @@ void PendingWeightScale::Apply() {
   const int64_t channels = static_cast<int64_t>(scale.size());
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t c = 0; c < channels; ++c) {
-      float* row = w + (o * channels + c) * per_channel;
-      const float s = scale[c];
-      // Blocks of 8 with a fixed trip count, which -O2 turns into SIMD multiplies (it does
-      // not vectorize the plain loop); each lane is the same float32 product as before.
-      int64_t k = 0;
-      for (; k + 8 <= per_channel; k += 8) {
-        for (int j = 0; j < 8; ++j) row[k + j] = row[k + j] * s;
-      }
-      for (; k < per_channel; ++k) row[k] = row[k] * s;
+      ScaleRow(w + (o * channels + c) * per_channel, per_channel, scale[c]);
     }
   }
   module = nullptr;
@@ -401,14 +469,12 @@ void PendingWeightScale::Apply() {
 void PendingFusion::ApplyMoves() {
   for (const Move& move : moves) *move.to = std::move(*move.from);
   moves.clear();
-  if (bias_module != nullptr) {
-    SetFoldedBias(*bias_module, bias);
-    bias_module = nullptr;
-    bias.clear();
+  if (moved_fold.module != nullptr) {
     // The conv was moved, not copied: the module it came from holds none of its tensors
-    // any more, so its weight can be scaled now, while it is in cache, rather than after
-    // the pass (still copy-on-write: data another module shares is copied first).
-    weight_scale.Apply();
+    // any more, so its weight is scaled now, while it is in cache, rather than after the
+    // pass (still copy-on-write: data another module shares is copied first).
+    ApplyMovedFold(moved_fold);
+    moved_fold = MovedFold();
   }
 }
 
@@ -416,7 +482,7 @@ void PendingFusion::Relocate(const Module* from, Module* to) {
   for (Move& move : moves) {
     if (move.to == from) move.to = to;
   }
-  if (bias_module == from) bias_module = to;
+  if (moved_fold.module == from) moved_fold.module = to;
   if (weight_scale.module == from) weight_scale.module = to;
 }
 

@@ -119,8 +119,9 @@ struct MatchedOpNode {
 
 // What FusionRule::FuseForPass leaves to the pass: the parts to move out of the module
 // tree, applied when the pass installs the fused module (ApplyMoves, after every check of
-// every match), and the weight half of a batch-norm fold (weight_scale): applied by
-// ApplyMoves too when the folded conv / linear was moved, else by the pass, last.
+// every match), and a batch-norm fold: computed by ApplyMoves when the folded conv /
+// linear is moved (moved_fold), else only its weight half (weight_scale) is left, which
+// the pass applies last.
 struct PendingFusion {
   // *to = std::move(*from): `from` is a movable module of the graph, `to` an empty
   // placeholder inside the fused module (or the fused module itself). The moved-from
@@ -130,14 +131,31 @@ struct PendingFusion {
     Module* to;
   };
   absl::InlinedVector<Move, 3> moves;
-  // The folded bias of a batch-norm fold whose conv / linear is moved, not copied: written
-  // into `bias_module` (its placeholder) once the move has filled it.
-  Module* bias_module = nullptr;
-  std::vector<float> bias;
+  // A batch-norm fold whose conv / linear is moved, not copied: checked, not yet computed.
+  // It keeps the fold's inputs -- the data of the batch norm and of the conv's bias, which
+  // no fusion of the pass changes (every write to shared data copies it first) -- and
+  // ApplyMoves computes the fold once the move has filled `module` (the conv's
+  // placeholder), writing the bias and scaling the weight in place: no per-fold buffers.
+  struct MovedFold {
+    Module* module = nullptr;  // nullptr: no fold pending
+    const float* mean = nullptr;
+    const float* var = nullptr;
+    const float* gamma = nullptr;  // nullptr: 1
+    const float* beta = nullptr;   // nullptr: 0
+    const float* bias = nullptr;   // the conv's own bias; nullptr: 0
+    float eps = 0;
+    bool is_linear = false;
+    int64_t channels = 0;     // output channels
+    int64_t outer = 1;        // as PendingWeightScale
+    int64_t per_channel = 0;  // as PendingWeightScale
+  };
+  MovedFold moved_fold;
+  // The weight half of a fold into a copied conv / linear (its bias is already folded).
   PendingWeightScale weight_scale;
 
-  // Performs the moves, then sets the folded bias and, the conv / linear having been
-  // moved, scales its weight (weight_scale.Apply()); clears all three. Cannot fail.
+  // Performs the moves, then computes a moved fold (moved_fold) into the moved module:
+  // folded bias and scaled weight, the float32 arithmetic Fuse uses, so bit-identical.
+  // Clears both. Cannot fail.
   void ApplyMoves();
   // The module at `from` has been moved into `to` (the pass moved the fused module into its
   // slot of the module tree): what still points at `from` now points at `to`.

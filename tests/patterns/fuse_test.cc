@@ -721,6 +721,52 @@ TEST_F(FuseTest, BatchNormFoldWritesTheBiasInPlaceUnlessShared) {
   }
 }
 
+// A conv the pass moves into the fused module is folded when it is moved, from the batch
+// norm's data as it was: a bias of another shape is replaced (not written over), and a
+// batch-norm tensor sharing its data with the conv's bias still reads the old values.
+TEST_F(FuseTest, AMovedConvIsFoldedFromTheOriginalData) {
+  for (const bool beta_is_conv_bias : {false, true}) {
+    SCOPED_TRACE(beta_is_conv_bias ? "bn bias shares the conv bias" : "bias of shape [2, 1]");
+    GraphModule gm;
+    Node* x = Must(gm.graph().AddPlaceholder("x"));
+    std::unique_ptr<Module> conv = HandFoldConv();
+    std::unique_ptr<Module> bn = HandFoldBatchNorm();
+    if (beta_is_conv_bias) {
+      bn->SetTensor("bias", *conv->FindTensor("bias"));  // beta = [0.5, 1], same data
+    } else {
+      conv->SetTensor("bias", Tensor::FromFloats({2, 1}, {0.5f, 1.0f}));
+    }
+    ASSERT_TRUE(gm.SetModule("conv", std::move(conv)).ok());
+    ASSERT_TRUE(gm.SetModule("bn", std::move(bn)).ok());
+    Node* c = Must(gm.graph().AddCallModule("conv", {x}, {}, "conv"));
+    Must(gm.graph().SetOutput(Must(gm.graph().AddCallModule("bn", {c}, {}, "bn"))));
+
+    absl::StatusOr<PatternMatcher> m =
+        PatternMatcher::Create({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
+    ASSERT_TRUE(m.ok()) << m.status();
+    absl::StatusOr<int> fused = FusePatterns(gm, *m);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    ASSERT_EQ(*fused, 1);
+    ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+    const Module* folded = gm.FindModule("conv");
+    ASSERT_NE(folded, nullptr);
+    EXPECT_EQ(gm.FindModule("bn"), nullptr);
+    const Tensor* w = folded->FindTensor("weight");
+    EXPECT_FLOAT_EQ(w->data<float>()[0], 2.0f);
+    EXPECT_FLOAT_EQ(w->data<float>()[1], -0.5f);
+    const Tensor* b = folded->FindTensor("bias");
+    ASSERT_EQ(b->shape(), (std::vector<int64_t>{2}));
+    if (beta_is_conv_bias) {
+      // b' = [(0.5 - 1) * 1 + 0.5, (1 + 1) * 0.5 + 1] = [0, 2].
+      EXPECT_FLOAT_EQ(b->data<float>()[0], 0.0f);
+      EXPECT_FLOAT_EQ(b->data<float>()[1], 2.0f);
+    } else {
+      EXPECT_FLOAT_EQ(b->data<float>()[0], -0.4f);
+      EXPECT_FLOAT_EQ(b->data<float>()[1], 0.8f);
+    }
+  }
+}
+
 // FusionRule::Fuse on its own (no pass) returns the module fully folded, and leaves the
 // module in the graph, whose data it shared, as it was.
 TEST_F(FuseTest, FuseOutsideThePassFoldsTheWeightCompletely) {
