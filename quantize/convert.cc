@@ -44,37 +44,45 @@ absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Obser
 struct ReplacementTargets {
   Symbol quantize = Symbol::Intern("torch.quantize_per_tensor");
   Symbol dequantize = Symbol::Intern("dequantize");
+  // The name FX derives from the quantize target (torch.quantize_per_tensor).
+  absl::string_view quantize_name = "quantize_per_tensor";
 };
 
 absl::Status ReplaceObserver(Graph& g, const ReplacementTargets& targets,
                              const ObserverReplacement& r) {
-  Node* input = r.observer->arg(0).as_node();
-  NodeSpec quantize;
-  quantize.op = OpKind::kCallFunction;
-  quantize.target = targets.quantize;
-  quantize.args = {input, Argument::Float(r.scale), Argument::Int(r.zero_point),
-                   Argument::Dtype(r.dtype)};
-  ASSIGN_OR_RETURN(Node * q, g.InsertAfter(r.observer, std::move(quantize)));
+  Node* observer = r.observer;
+  Node* input = observer->arg(0).as_node();
+  std::vector<Argument> quantize_args = {input, Argument::Float(r.scale),
+                                         Argument::Int(r.zero_point), Argument::Dtype(r.dtype)};
+  Node* q = nullptr;
+  if (!observer->has_kwargs() && observer->meta().empty()) {
+    // The observer node itself becomes the quantize node, in its place: one node fewer
+    // to create and to erase per observer. It ends up as a new node there would: the same
+    // op, target, args and name (the observer's name is freed first, and no
+    // quantize_per_tensor name can be an observer's), last in its input's user list
+    // (SetArgs re-registers it, as inserting the new node and erasing the observer did),
+    // and without kwargs or meta (an observer that has either takes the path below).
+    RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallFunction, targets.quantize));
+    RETURN_IF_ERROR(g.SetArgs(observer, std::move(quantize_args)));
+    g.Rename(observer, targets.quantize_name);
+    q = observer;
+  } else {
+    NodeSpec quantize;
+    quantize.op = OpKind::kCallFunction;
+    quantize.target = targets.quantize;
+    quantize.args = std::move(quantize_args);
+    ASSIGN_OR_RETURN(q, g.InsertAfter(observer, std::move(quantize)));
+  }
   NodeSpec dequantize;
   dequantize.op = OpKind::kCallMethod;
   dequantize.target = targets.dequantize;
   dequantize.args = {q};
   ASSIGN_OR_RETURN(Node * dq, g.InsertAfter(q, std::move(dequantize)));
-  RETURN_IF_ERROR(g.ReplaceAllUsesWith(r.observer, dq).status());
-  return g.Erase(r.observer);
-}
-
-// A copy of `m` whose child `name` is `child` (Clone() then SetChild() would deep-copy the
-// child only to drop it).
-std::unique_ptr<Module> CloneWithChild(const Module& m, absl::string_view name,
-                                       std::unique_ptr<Module> child) {
-  auto copy = std::make_unique<Module>(m.type());
-  for (const auto& [tensor_name, tensor] : m.tensors()) copy->SetTensor(tensor_name, tensor);
-  for (const auto& [attribute, value] : m.attributes()) copy->SetAttribute(attribute, value);
-  for (const auto& [child_name, original] : m.children()) {
-    copy->SetChild(child_name, child_name == name ? std::move(child) : original->Clone());
-  }
-  return copy;
+  // The observer's users read dq; when the observer is q, dq keeps its own use of it
+  // (ReplaceAllUsesWith does not make a cycle).
+  RETURN_IF_ERROR(g.ReplaceAllUsesWith(observer, dq).status());
+  if (q == observer) return absl::OkStatus();
+  return g.Erase(observer);
 }
 
 // The parts of a reference module that do not depend on its weight's values — the
@@ -112,10 +120,33 @@ class ReferenceModuleParts {
   const Argument per_channel_affine_ = Argument::String("torch.per_channel_affine");
 };
 
-// MakeReferenceModule, taking the weight-independent parts from `parts`.
-absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModuleWithParts(
-    const Module& float_module, Symbol reference_type, const ObserverSpec& weight_observer,
-    ReferenceModuleParts& parts);
+// What a float weighted module gains to become its reference module: the weight's
+// quantization parameters and how they were computed.
+struct WeightQuantization {
+  Tensor scale;
+  Tensor zero_point;
+  Tensor axis;
+  Argument qscheme;
+  Argument dtype;
+};
+
+// Runs `weight_observer` on the weight of `float_module`; `reference_type` names the
+// target in errors. The weight-independent parts come from `parts`.
+absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
+                                                  Symbol reference_type,
+                                                  const ObserverSpec& weight_observer,
+                                                  ReferenceModuleParts& parts);
+
+// Makes `module` (a float weighted module) the reference module of type `reference_type`
+// with the parameters `w`. Cannot fail.
+void MakeReference(Module& module, Symbol reference_type, WeightQuantization w) {
+  module.set_type(reference_type);
+  module.SetTensor("weight_scale", std::move(w.scale));
+  module.SetTensor("weight_zero_point", std::move(w.zero_point));
+  module.SetTensor("weight_axis", std::move(w.axis));
+  module.SetAttribute("weight_qscheme", std::move(w.qscheme));
+  module.SetAttribute("weight_dtype", std::move(w.dtype));
+}
 
 std::pair<std::string, std::string> SplitModulePath(absl::string_view path) {
   const size_t dot = path.rfind('.');
@@ -166,14 +197,19 @@ absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModule(const Module& float_
                                                             Symbol reference_type,
                                                             const ObserverSpec& weight_observer) {
   ReferenceModuleParts parts;
-  return MakeReferenceModuleWithParts(float_module, reference_type, weight_observer, parts);
+  ASSIGN_OR_RETURN(WeightQuantization w,
+                   QuantizeWeight(float_module, reference_type, weight_observer, parts));
+  auto ref = float_module.Clone();
+  MakeReference(*ref, reference_type, std::move(w));
+  return ref;
 }
 
 namespace {
 
-absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModuleWithParts(
-    const Module& float_module, Symbol reference_type, const ObserverSpec& weight_observer,
-    ReferenceModuleParts& parts) {
+absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
+                                                  Symbol reference_type,
+                                                  const ObserverSpec& weight_observer,
+                                                  ReferenceModuleParts& parts) {
   // Built only on the error paths: this runs once per weighted module.
   auto where = [&] {
     return absl::StrCat("convert: ", float_module.type().name(), " → ", reference_type.name());
@@ -197,20 +233,19 @@ absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModuleWithParts(
   }
   ASSIGN_OR_RETURN(ObserverQParams qparams, observer.CalculateQParams());
   const bool per_channel = IsPerChannel(weight_observer.qscheme);
-  auto ref = float_module.Clone();
-  ref->set_type(reference_type);
+  WeightQuantization w;
   std::vector<int64_t> shape;
   if (per_channel) shape = {static_cast<int64_t>(qparams.scales.size())};
-  ref->SetTensor("weight_scale", Tensor::FromFloats(shape, qparams.scales));
+  w.scale = Tensor::FromFloats(shape, qparams.scales);
   if (per_channel || qparams.zero_points.size() != 1) {
-    ref->SetTensor("weight_zero_point", Tensor::FromInt64s(shape, qparams.zero_points));
+    w.zero_point = Tensor::FromInt64s(shape, qparams.zero_points);
   } else {
-    ref->SetTensor("weight_zero_point", parts.PerTensorZeroPoint(qparams.zero_points[0]));
+    w.zero_point = parts.PerTensorZeroPoint(qparams.zero_points[0]);
   }
-  ref->SetTensor("weight_axis", parts.Axis(weight_observer.ch_axis));
-  ref->SetAttribute("weight_qscheme", parts.QScheme(per_channel));
-  ref->SetAttribute("weight_dtype", Argument::Dtype(weight_observer.dtype));
-  return ref;
+  w.axis = parts.Axis(weight_observer.ch_axis);
+  w.qscheme = parts.QScheme(per_channel);
+  w.dtype = Argument::Dtype(weight_observer.dtype);
+  return w;
 }
 
 }  // namespace
@@ -223,7 +258,16 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   // node), except to name the node in the error if a weighted plan's node is no module
   // call any more (CheckWeightedPlansFound).
   std::vector<ObserverReplacement> replacements;
-  std::vector<std::pair<std::string, std::unique_ptr<Module>>> reference_modules;
+  // The weighted modules to make reference modules, in place (no copy of the module, nor
+  // of a fused module's other children, and nothing to free): the float module is read
+  // here and changed only in step 2. Two nodes calling one module change it twice, the
+  // same way.
+  struct ReferenceConversion {
+    Module* weighted = nullptr;
+    Symbol reference_type;
+    WeightQuantization weight;
+  };
+  std::vector<ReferenceConversion> conversions;
   ReferenceModuleParts parts;
   size_t weighted_plans_found = 0;
   for (Node* n = g.first(); n != nullptr; n = n->next()) {
@@ -239,24 +283,22 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     ++weighted_plans_found;
     const QuantizedOpPlan& plan = it->second;
     const absl::string_view path = n->target().name();
-    const Module* m = gm.FindModule(path);
+    Module* m = gm.FindModule(path);
     if (m == nullptr) return NoModuleError(n);
     const bool fused = m->type() != plan.root_module;
-    const Module* weighted = fused ? m->FindChild("0") : m;
+    Module* weighted = fused ? m->FindChild("0") : m;
     if (weighted == nullptr || weighted->type() != plan.root_module) {
       return absl::InvalidArgumentError(absl::StrCat(
           "convert: node '", n->name(), "': module '", path, "' (", m->type().name(),
           ") has no ", plan.root_module.name(), " as itself or child \"0\""));
     }
-    auto ref_or = MakeReferenceModuleWithParts(*weighted, plan.reference_module,
-                                               plan.weight_observer, parts);
-    if (!ref_or.ok()) {
-      return absl::Status(ref_or.status().code(),
-                          absl::StrCat("node '", n->name(), "': ", ref_or.status().message()));
+    auto weight_or =
+        QuantizeWeight(*weighted, plan.reference_module, plan.weight_observer, parts);
+    if (!weight_or.ok()) {
+      return absl::Status(weight_or.status().code(), absl::StrCat("node '", n->name(), "': ",
+                                                                  weight_or.status().message()));
     }
-    std::unique_ptr<Module> replacement = std::move(*ref_or);
-    if (fused) replacement = CloneWithChild(*m, "0", std::move(replacement));
-    reference_modules.emplace_back(std::string(path), std::move(replacement));
+    conversions.push_back({weighted, plan.reference_module, *std::move(weight_or)});
   }
   RETURN_IF_ERROR(CheckWeightedPlansFound(g, prepared, weighted_plans_found));
 
@@ -268,8 +310,8 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     if (!st.ok()) return absl::InternalError(absl::StrCat("convert: ", st.message()));
     ++report.observers_replaced;
   }
-  for (auto& [path, module] : reference_modules) {
-    RETURN_IF_ERROR(gm.SetModule(path, std::move(module)));
+  for (ReferenceConversion& c : conversions) {
+    MakeReference(*c.weighted, c.reference_type, std::move(c.weight));
     ++report.reference_modules;
   }
   // The observer modules go with their container, in one step (removing thousands of

@@ -172,6 +172,7 @@ class Planner {
     // One path lookup per call_module node, here; ObjectType then reads the cache (the
     // planner does not edit the module tree, so it stays current for the whole walk).
     gm_.ResolveModuleTypes();
+    observed_.reserve(gm_.graph().size());
     for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
       const Symbol type = ObjectType(gm_, n);
       if (type.empty()) continue;
@@ -430,7 +431,12 @@ constexpr absl::string_view kObserverNamePrefix = "activation_post_process_";
 // Inserts the observer nodes and modules the decisions call for.
 class ObserverInserter {
  public:
-  ObserverInserter(GraphModule& gm, PreparedModel& out) : gm_(gm), out_(out) {}
+  // `max_observer_nodes` bounds the observer nodes Apply will insert: the map from
+  // observed node to observer is sized for it once instead of rehashing as it grows.
+  ObserverInserter(GraphModule& gm, PreparedModel& out, size_t max_observer_nodes)
+      : gm_(gm), out_(out) {
+    observer_of_.reserve(2 * max_observer_nodes);
+  }
 
   absl::Status Apply(const Decision& d) {
     Graph& g = gm_.graph();
@@ -528,9 +534,10 @@ class ObserverInserter {
     spec.op = OpKind::kCallModule;
     spec.target = path;
     spec.args = {after};
-    // Named as PyTorch names the node of its observer module: activation_post_process_<n>.
+    // Named as PyTorch names the node of its observer module: activation_post_process_<n>,
+    // the tail of the path. Viewed, not copied: interned text never moves or dies.
     const absl::string_view full = path.name();
-    spec.name = std::string(full.substr(full.rfind('.') + 1));
+    spec.name = full.substr(full.rfind('.') + 1);
     ++out_.report.observer_nodes;
     return gm_.graph().InsertAfter(after, std::move(spec));
   }
@@ -581,12 +588,14 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
   // moved ~350-byte values) a few hundred MB. Every input and every unshared output may
   // get its own observer module.
   size_t max_observer_modules = 0;
+  size_t max_observer_nodes = 0;
   for (const Decision& d : decisions) {
     max_observer_modules += d.inputs.size() + (d.share_output_with_input ? 0 : 1);
+    max_observer_nodes += d.inputs.size() + 1;
   }
   prepared.quantized_ops.reserve(decisions.size());
   prepared.observers.reserve(max_observer_modules);
-  ObserverInserter inserter(gm, prepared);
+  ObserverInserter inserter(gm, prepared, max_observer_nodes);
   for (const Decision& d : decisions) {
     absl::Status st = inserter.Apply(d);
     if (!st.ok()) {

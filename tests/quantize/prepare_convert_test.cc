@@ -443,6 +443,89 @@ TEST(ConvertTest, WeightedPlanAtANodeThatCallsNoModule) {
   EXPECT_TRUE(m->gm.Verify().ok()) << m->gm.Verify();
 }
 
+// Convert turns each observer node into its quantize node in place unless the observer
+// node carries meta or kwargs; then it inserts a new quantize node and erases the
+// observer. Both give the same graph: names as FX derives them from the targets, the
+// same args, and the same user lists (the quantize node last among its input's users).
+TEST(ConvertTest, ObserverNodesBecomeQuantizeNodesAsNewNodesWould) {
+  std::vector<std::string> listings;
+  for (const bool observers_with_meta : {false, true}) {
+    auto m = BuildConvPool();
+    auto prepared = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    Graph& g = m->gm.graph();
+    if (observers_with_meta) {
+      for (Node* n : g.Nodes()) {
+        if (IsObserverNode(m->gm, n)) ASSERT_TRUE(g.SetMeta(n, "note", Argument::Int(1)).ok());
+      }
+    }
+    auto report = ConvertToReference(m->gm, *prepared);
+    ASSERT_TRUE(report.ok()) << report.status();
+    ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify() << "\n" << Listing(g);
+    EXPECT_EQ(report->observers_replaced, 3);
+    // x → quantize_per_tensor → dequantize → conv → quantize_per_tensor_1 →
+    // dequantize_1 → pool → quantize_per_tensor_2 → dequantize_2 → output; no observer
+    // node and no meta is left.
+    std::vector<std::string> names;
+    for (const Node* n : g.Nodes()) {
+      names.push_back(n->name());
+      EXPECT_TRUE(n->meta().empty()) << n->name();
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{
+                         "x", "quantize_per_tensor", "dequantize", "conv",
+                         "quantize_per_tensor_1", "dequantize_1", "pool",
+                         "quantize_per_tensor_2", "dequantize_2", "sigmoid", "output"}))
+        << Listing(g);
+    // x's users: sigmoid (never rewired), then the quantize node that replaced conv's
+    // input observer.
+    const Node* q = g.FindNode("quantize_per_tensor");
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->op(), OpKind::kCallFunction);
+    EXPECT_EQ(q->arg(0).as_node(), m->x);
+    EXPECT_EQ(std::vector<Node*>(m->x->users().begin(), m->x->users().end()),
+              (std::vector<Node*>{m->sigmoid, const_cast<Node*>(q)}));
+    // Each quantize node's only user is its dequantize node.
+    for (const char* name : {"quantize_per_tensor", "quantize_per_tensor_1",
+                             "quantize_per_tensor_2"}) {
+      const Node* quantize = g.FindNode(name);
+      ASSERT_NE(quantize, nullptr) << name;
+      ASSERT_EQ(quantize->num_users(), 1u) << name;
+      EXPECT_EQ(quantize->users()[0]->target().name(), "dequantize") << name;
+    }
+    listings.push_back(Listing(g));
+  }
+  EXPECT_EQ(listings[0], listings[1]);
+}
+
+// Two nodes calling one conv module: convert makes it a reference module once (changing
+// it in place twice, the same way), with one set of weight parameters.
+TEST(ConvertTest, ModuleCalledTwiceBecomesOneReferenceModule) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("conv", Conv1x1(0.5f)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* a = *g.AddCallModule("conv", {x});
+  Node* b = *g.AddCallModule("conv", {a});
+  ASSERT_TRUE(g.SetOutput(b).ok());
+  auto prepared = Prepare(gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  auto report = ConvertToReference(gm, *prepared);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify() << "\n" << Listing(g);
+  EXPECT_EQ(report->reference_modules, 2);
+  const Module* ref = gm.FindModule("conv");
+  ASSERT_NE(ref, nullptr);
+  EXPECT_EQ(ref->type().name(), "nnqr.Conv2d");
+  std::vector<std::string> tensors;
+  for (const auto& [name, tensor] : ref->tensors()) tensors.push_back(name);
+  EXPECT_EQ(tensors, (std::vector<std::string>{"weight", "bias", "weight_scale",
+                                               "weight_zero_point", "weight_axis"}));
+  EXPECT_EQ(ref->attributes().size(), 10u);  // the conv's 8, weight_qscheme, weight_dtype
+  // Symmetric qint8 MinMax on weight 0.5: scale 0.5 / 127.5, zero point 0.
+  EXPECT_FLOAT_EQ(ref->FindTensor("weight_scale")->data<float>()[0], 0.5f / 127.5f);
+  EXPECT_EQ(*ref->FindTensor("weight_zero_point"), Tensor::FromInt64s({}, {0}));
+}
+
 TEST(CalibrateTest, RandomSamplesNeedAShape) {
   auto m = BuildConvPool();
   auto samples = RandomCalibrationSamples(m->gm, 2, 5);
