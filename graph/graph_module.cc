@@ -66,7 +66,9 @@ absl::Status VerifyModuleTree(const Module& module, const std::string& path,
 }  // namespace
 
 GraphModule::GraphModule()
-    : graph_(std::make_unique<Graph>()), root_(std::make_unique<Module>("GraphModule")) {}
+    : graph_(std::make_unique<Graph>()), root_(std::make_unique<Module>("GraphModule")) {
+  root_->in_tree_ = true;
+}
 
 Module* GraphModule::FindModule(absl::string_view path) const {
   Module* module = root_.get();
@@ -83,20 +85,46 @@ Module* GraphModule::FindModule(absl::string_view path) const {
 
 Symbol GraphModule::ResolveModuleType(const Node* node) const {
   if (node->op() != OpKind::kCallModule || node->target().empty()) return Symbol();
-  const Module* module = FindModule(node->target().name());
+  const Module* module = FindModule(node->target());
   return module == nullptr ? Symbol() : module->type();
 }
 
 void GraphModule::ResolveModuleTypes() const {
   absl::MutexLock lock(&resolve_mu_);
   // Read before resolving: an edit during the walk (a data race the API does not allow
-  // anyway) then leaves the cache marked stale rather than wrongly current.
+  // anyway) then leaves the caches marked stale rather than wrongly current.
   const uint64_t generation = ModuleBindingGeneration();
+  const uint64_t tree_generation = ModuleTreeGeneration();
   if (resolved_generation_.load(std::memory_order_relaxed) == generation) return;
+  // Only nodes changed since the table was filled: it is current, and readers may be
+  // reading it, so it is read (a called path missing from it is resolved from the tree)
+  // but not written.
+  const bool paths_current = paths_generation_.load(std::memory_order_relaxed) == tree_generation;
+  if (!paths_current) module_of_path_.clear();
   for (Node* n = graph_->first(); n != nullptr; n = n->next()) {
-    if (n->op() == OpKind::kCallModule) n->set_cached_module_type(ResolveModuleType(n));
+    if (n->op() != OpKind::kCallModule) continue;
+    const Module* module = nullptr;
+    if (n->target().empty()) {
+      // Calls nothing (Verify reports it); "" is the root's path, not this node's module.
+    } else if (paths_current) {
+      module = FindModule(n->target());
+    } else {
+      const auto [it, added] = module_of_path_.try_emplace(n->target(), nullptr);
+      if (added) it->second = FindModule(n->target().name());
+      module = it->second;
+    }
+    n->set_cached_module_type(module == nullptr ? Symbol() : module->type());
   }
+  if (!paths_current) paths_generation_.store(tree_generation, std::memory_order_release);
   resolved_generation_.store(generation, std::memory_order_release);
+}
+
+absl::StatusOr<Module*> GraphModule::GetModule(Symbol path) const {
+  if (paths_generation_.load(std::memory_order_acquire) == ModuleTreeGeneration()) {
+    const auto it = module_of_path_.find(path);
+    if (it != module_of_path_.end() && it->second != nullptr) return it->second;
+  }
+  return GetModule(path.name());
 }
 
 absl::StatusOr<Module*> GraphModule::GetModule(absl::string_view path) const {
@@ -165,6 +193,20 @@ absl::Status GraphModule::RemoveModule(absl::string_view path) {
 }
 
 absl::Status GraphModule::RemoveModules(const std::vector<std::string>& paths) {
+  std::vector<PathToRemove> to_remove;
+  to_remove.reserve(paths.size());
+  for (const std::string& path : paths) to_remove.push_back({path, Symbol::Lookup(path)});
+  return RemoveModulesImpl(to_remove);
+}
+
+absl::Status GraphModule::RemoveModules(absl::Span<const Symbol> paths) {
+  std::vector<PathToRemove> to_remove;
+  to_remove.reserve(paths.size());
+  for (const Symbol path : paths) to_remove.push_back({path.name(), path});
+  return RemoveModulesImpl(to_remove);
+}
+
+absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths) {
   // The children to remove grouped by parent, as positions (no copies of the names).
   struct Removal {
     Module* parent;
@@ -178,7 +220,9 @@ absl::Status GraphModule::RemoveModules(const std::vector<std::string>& paths) {
   // module this removes too. (The fusion pass removes leaves only, so it never pays for
   // the prefix walk below.)
   absl::flat_hash_set<absl::string_view> removed_parents;
-  for (const std::string& path : paths) {
+  targets.reserve(paths.size());
+  size_t last_removal = 0;  // removals[last_removal]: the previous path's parent's
+  for (const auto& [path, target] : paths) {
     auto [parent_path, name] = SplitLast(path);
     Module* parent = path.empty() ? nullptr : FindModule(parent_path);
     const size_t position = parent == nullptr ? Module::kNoChild : parent->ChildPosition(name);
@@ -187,18 +231,21 @@ absl::Status GraphModule::RemoveModules(const std::vector<std::string>& paths) {
     if (module == nullptr) {
       return absl::NotFoundError(absl::StrCat("no module '", path, "'"));
     }
-    const Symbol target = Symbol::Lookup(path);
     if (!target.empty()) targets.insert(target);
     if (!module->children().empty()) removed_parents.insert(path);
-    auto [it, inserted] = removal_of_parent.try_emplace(parent, removals.size());
-    if (inserted) {
-      const int depth = parent_path.empty()
-                            ? 0
-                            : 1 + static_cast<int>(std::count(parent_path.begin(),
-                                                              parent_path.end(), '.'));
-      removals.push_back({parent, depth, {}});
+    // Consecutive paths mostly share a parent (often the root): no hash for those.
+    if (removals.empty() || removals[last_removal].parent != parent) {
+      auto [it, inserted] = removal_of_parent.try_emplace(parent, removals.size());
+      if (inserted) {
+        const int depth = parent_path.empty()
+                              ? 0
+                              : 1 + static_cast<int>(std::count(parent_path.begin(),
+                                                                parent_path.end(), '.'));
+        removals.push_back({parent, depth, {}});
+      }
+      last_removal = it->second;
     }
-    removals[it->second].positions.push_back(static_cast<uint32_t>(position));
+    removals[last_removal].positions.push_back(static_cast<uint32_t>(position));
   }
   const auto removed_with_a_parent = [&removed_parents](absl::string_view target) {
     for (size_t dot = target.find('.'); dot != absl::string_view::npos;
@@ -260,6 +307,8 @@ absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
   // call_module node's module is looked up anyway).
   const bool types_cached =
       resolved_generation_.load(std::memory_order_acquire) == ModuleBindingGeneration();
+  const bool paths_cached =
+      paths_generation_.load(std::memory_order_acquire) == ModuleTreeGeneration();
   for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
     const absl::string_view target = n->target().name();
     if (n->op() == OpKind::kCallModule) {
@@ -273,6 +322,14 @@ absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
             "node '", n->name(), "': cached module type '", n->cached_module_type().name(),
             "' but module '", target, "' is '", module->type().name(),
             "' (stale module-type cache: an edit did not call InvalidateModuleBindings)"));
+      }
+      if (paths_cached) {
+        const auto cached = module_of_path_.find(n->target());
+        if (cached != module_of_path_.end() && cached->second != module) {
+          return absl::InternalError(absl::StrCat(
+              "node '", n->name(), "': the path table holds another module for '", target,
+              "' than the tree (stale: a tree edit did not call InvalidateModuleTree)"));
+        }
       }
       const ModuleSchema* schema = schemas.Find(module->type());
       const int num_args = static_cast<int>(n->num_args());
@@ -302,6 +359,7 @@ absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
 std::unique_ptr<GraphModule> GraphModule::Clone() const {
   auto copy = std::make_unique<GraphModule>();
   copy->root_ = root_->Clone();
+  copy->root_->in_tree_ = true;
   absl::flat_hash_map<const Node*, Node*> mapping;
   GraphBuilder builder(copy->graph_.get());
   for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {

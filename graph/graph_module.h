@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "graph/graph.h"
 #include "graph/module.h"
 #include "graph/module_binding.h"
@@ -37,6 +38,28 @@ class GraphModule {
   Module* FindModule(absl::string_view path) const;
   // The same, or NotFound naming the first missing path component.
   absl::StatusOr<Module*> GetModule(absl::string_view path) const;
+
+  // The same for an interned path (a call_module node's target). O(1) — one integer-keyed
+  // hash probe, no hashing or comparing of text — for every path some call_module node
+  // called at the last ResolveModuleTypes(), while the module tree has not been edited
+  // since (graph/module_binding.h: creating or retargeting nodes does not matter here,
+  // editing a module outside the tree does not either). Otherwise, or for a path no node
+  // called, it resolves the text as FindModule(absl::string_view) does.
+  Module* FindModule(Symbol path) const {
+    if (paths_generation_.load(std::memory_order_acquire) == ModuleTreeGeneration()) {
+      const auto it = module_of_path_.find(path);
+      if (it != module_of_path_.end()) return it->second;
+    }
+    return FindModule(path.name());
+  }
+  absl::StatusOr<Module*> GetModule(Symbol path) const;
+  // The module a call_module node calls (of this graph or another: it is resolved in this
+  // module tree), or nullptr for another op or a target that does not resolve. Costs what
+  // FindModule(node->target()) does.
+  Module* ModuleOf(const Node* node) const {
+    if (node->op() != OpKind::kCallModule || node->target().empty()) return nullptr;
+    return FindModule(node->target());
+  }
   // The tensor at dotted `path` ("layer1.0.conv1.weight", "_tensor_constant0"), or nullptr.
   const Tensor* FindTensor(absl::string_view path) const;
 
@@ -56,7 +79,10 @@ class GraphModule {
     return ResolveModuleType(node);
   }
   // Fills the cache ModuleTypeOf reads (one FindModule per call_module node) if it is not
-  // current. Readers of an unchanged GraphModule may call it concurrently (it locks).
+  // current, and the path -> module table FindModule(Symbol) reads if the module tree was
+  // edited since it was filled (the table costs ~17-34 bytes per distinct called path,
+  // allocated only here). Readers of an unchanged GraphModule may call it concurrently
+  // (it locks).
   void ResolveModuleTypes() const;
 
   // Installs `module` at `path`, creating plain "nn.Module" parents as needed (as FX's
@@ -71,6 +97,9 @@ class GraphModule {
   // the modules a fusion pass frees quadratic). A path inside another removed path is
   // removed with it.
   absl::Status RemoveModules(const std::vector<std::string>& paths);
+  // The same for interned paths (e.g. the targets of the call_module nodes a pass erased):
+  // no text to hash per path but its last component's, no string to build.
+  absl::Status RemoveModules(absl::Span<const Symbol> paths);
   // Installs a tensor at `path` (its parent module must exist).
   absl::Status SetTensor(absl::string_view path, Tensor tensor);
   // A module path under `parent` ("" = root) not yet taken, from `hint`.
@@ -87,6 +116,13 @@ class GraphModule {
  private:
   // The type of the module `node` calls, from the module tree (no cache).
   Symbol ResolveModuleType(const Node* node) const;
+  // A path to remove: its text and its symbol (empty if the text was never interned, so
+  // no node can call it).
+  struct PathToRemove {
+    absl::string_view text;
+    Symbol symbol;
+  };
+  absl::Status RemoveModulesImpl(absl::Span<const PathToRemove> paths);
 
   std::unique_ptr<Graph> graph_;
   std::unique_ptr<Module> root_;
@@ -94,6 +130,12 @@ class GraphModule {
   // resolved; 0: never. Written under resolve_mu_, read without it.
   mutable std::atomic<uint64_t> resolved_generation_{0};
   mutable absl::Mutex resolve_mu_;
+  // Every path a call_module node called at the last ResolveModuleTypes() that found the
+  // tree edited, with its module (nullptr: no module there). Written under resolve_mu_
+  // only while stale (readers do not read it then), read without it.
+  mutable absl::flat_hash_map<Symbol, Module*> module_of_path_;
+  // The module-tree generation at which module_of_path_ was filled; 0: never.
+  mutable std::atomic<uint64_t> paths_generation_{0};
   // Next suffix to try per hint, so naming many modules from one hint stays linear.
   mutable absl::flat_hash_map<std::string, int64_t> next_path_suffix_;
 };

@@ -23,7 +23,7 @@ Module::Module(Module&& other) noexcept
   other.children_.clear();
   other.child_index_.clear();
   RebuildChildIndex();
-  InvalidateModuleBindings();
+  other.NoteTreeEdit();  // This one is new, so in no tree yet.
 }
 
 Module& Module::operator=(Module&& other) noexcept {
@@ -35,7 +35,7 @@ Module& Module::operator=(Module&& other) noexcept {
   other.children_.clear();
   other.child_index_.clear();
   RebuildChildIndex();
-  InvalidateModuleBindings();
+  if (in_tree_ || other.in_tree_) InvalidateModuleTree();
   return *this;
 }
 
@@ -164,8 +164,9 @@ Module* Module::FindChild(absl::string_view name) const {
 }
 
 Module* Module::SetChild(absl::string_view name, std::unique_ptr<Module> child) {
-  InvalidateModuleBindings();
+  NoteTreeEdit();
   Module* raw = child.get();
+  if (raw != nullptr) raw->in_tree_ = true;
   if (children_.size() <= kChildrenScannedLinearly) {
     const size_t position = ChildPosition(name);
     if (position != kNoChild) {
@@ -196,7 +197,7 @@ std::vector<std::unique_ptr<Module>> Module::EraseChildrenAt(
     const std::vector<uint32_t>& positions) {
   std::vector<std::unique_ptr<Module>> removed;
   if (positions.empty()) return removed;
-  InvalidateModuleBindings();
+  NoteTreeEdit();
   removed.reserve(positions.size());
   // new_position[i]: where child i goes, or kGone.
   constexpr uint32_t kGone = static_cast<uint32_t>(-1);
@@ -207,6 +208,7 @@ std::vector<std::unique_ptr<Module>> Module::EraseChildrenAt(
     if (next_removed < positions.size() && positions[next_removed] == i) {
       ++next_removed;
       new_position[i] = kGone;
+      if (children_[i].second != nullptr) children_[i].second->in_tree_ = false;
       removed.push_back(std::move(children_[i].second));
       continue;
     }
@@ -252,13 +254,19 @@ int Module::RemoveChildren(const absl::flat_hash_set<std::string>& names) {
   return static_cast<int>(EraseChildrenAt(positions).size());
 }
 
-std::unique_ptr<Module> Module::Clone() const {
+std::unique_ptr<Module> Module::Clone() const { return Clone(0, 0); }
+
+std::unique_ptr<Module> Module::Clone(size_t spare_tensors, size_t spare_attributes) const {
   auto copy = std::make_unique<Module>(type_);
-  copy->tensors_ = tensors_;
-  copy->attributes_ = attributes_;
+  copy->tensors_.reserve(tensors_.size() + spare_tensors);
+  copy->tensors_.insert(copy->tensors_.end(), tensors_.begin(), tensors_.end());
+  copy->attributes_.reserve(attributes_.size() + spare_attributes);
+  copy->attributes_.insert(copy->attributes_.end(), attributes_.begin(), attributes_.end());
   copy->children_.reserve(children_.size());
   for (const auto& [name, child] : children_) {
-    copy->children_.emplace_back(name, child == nullptr ? nullptr : child->Clone());
+    std::unique_ptr<Module> child_copy = child == nullptr ? nullptr : child->Clone();
+    if (child_copy != nullptr) child_copy->in_tree_ = true;  // a child of the copy
+    copy->children_.emplace_back(name, std::move(child_copy));
   }
   copy->RebuildChildIndex();
   return copy;

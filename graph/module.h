@@ -32,15 +32,17 @@ class Module {
  public:
   explicit Module(Symbol type) : type_(type) {}
   explicit Module(absl::string_view type) : type_(Symbol::Intern(type)) {}
-  // Moving changes what both modules hold, so, like every edit of a type or of children,
-  // it invalidates cached module types (graph/module_binding.h).
+  // Moving changes what both modules hold, so, like every edit of a type or of children
+  // of a module in a tree, it invalidates cached module types (graph/module_binding.h).
+  // A module outside every tree (neither a GraphModule's root nor any module's child, e.g.
+  // a fused module being built) is edited without invalidating anything.
   Module(Module&& other) noexcept;
   Module& operator=(Module&& other) noexcept;
 
   Symbol type() const { return type_; }
   void set_type(Symbol type) {
     type_ = type;
-    InvalidateModuleBindings();
+    NoteTreeEdit();
   }
 
   // Tensors (parameters and buffers).
@@ -81,7 +83,18 @@ class Module {
     return children_;
   }
 
+  // Room for `n` tensors / attributes / children in all, so adding fields one by one up to
+  // that count reallocates nothing (a module being built, or a clone being extended).
+  void ReserveTensors(size_t n) { tensors_.reserve(n); }
+  void ReserveAttributes(size_t n) { attributes_.reserve(n); }
+  void ReserveChildren(size_t n) { children_.reserve(n); }
+
   std::unique_ptr<Module> Clone() const;
+  // The same, with room in the copy for `spare_tensors` more tensors and
+  // `spare_attributes` more attributes: adding that many fields to a clone (what convert
+  // and lowering do to a float module) then reallocates and moves nothing, where a plain
+  // Clone's lists are at exact capacity and the first new field moves them all.
+  std::unique_ptr<Module> Clone(size_t spare_tensors, size_t spare_attributes) const;
 
   static constexpr size_t kChildrenScannedLinearly = 8;
 
@@ -123,8 +136,16 @@ class Module {
   // Removes the children at `positions` (ascending, no repeats) keeping the others' order,
   // and moves the index along; returns the removed children.
   std::vector<std::unique_ptr<Module>> EraseChildrenAt(const std::vector<uint32_t>& positions);
+  // Invalidates cached bindings if this module is part of a tree.
+  void NoteTreeEdit() const {
+    if (in_tree_) InvalidateModuleTree();
+  }
 
   Symbol type_;
+  // True while this module is a GraphModule's root or some module's child: only then can
+  // an edit of it change what a call_module node resolves to. Belongs to the object, not
+  // its contents: moving does not carry it. (Fits in the padding after type_.)
+  bool in_tree_ = false;
   std::vector<std::pair<std::string, Tensor>> tensors_;
   std::vector<std::pair<std::string, Argument>> attributes_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;

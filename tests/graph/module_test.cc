@@ -1,7 +1,7 @@
 // Module's children and GraphModule's path operations: the child index (a module with more
 // than Module::kChildrenScannedLinearly children hashes them, a smaller one scans) must
-// always agree with children(); every edit of the tree bumps the module-binding
-// generation; paths resolve component by component with errors that name the component.
+// always agree with children(); every edit of a module in a tree bumps the module-tree
+// and module-binding generations, an edit of a module in no tree neither; paths resolve component by component with errors that name the component.
 // The expectation in the randomized test is a plain list of (name, module) kept by the
 // test itself.
 #include <memory>
@@ -89,27 +89,81 @@ TEST(ModuleChildrenTest, IndexAgreesWithAReferenceListThroughRandomEdits) {
   }
 }
 
-TEST(ModuleChildrenTest, EveryChildEditBumpsTheModuleBindingGeneration) {
-  Module m("nn.Module");
+TEST(ModuleChildrenTest, EveryChildEditInATreeBumpsBothGenerations) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("m", std::make_unique<Module>("nn.Module")).ok());
+  Module& m = *gm.FindModule("m");  // in gm's tree
   for (int i = 0; i < 20; ++i) m.SetChild(absl::StrCat("c", i), Relu());
-  uint64_t before = ModuleBindingGeneration();
+  const auto expect_bumped = [](uint64_t binding_before, uint64_t tree_before,
+                                const char* what) {
+    EXPECT_GT(ModuleBindingGeneration(), binding_before) << what;
+    EXPECT_GT(ModuleTreeGeneration(), tree_before) << what;
+  };
+  uint64_t binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
   m.SetChild("c3", Relu());
-  EXPECT_GT(ModuleBindingGeneration(), before) << "replace";
-  before = ModuleBindingGeneration();
+  expect_bumped(binding, tree, "replace");
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
   m.RemoveChild("c4");
-  EXPECT_GT(ModuleBindingGeneration(), before) << "RemoveChild";
-  before = ModuleBindingGeneration();
+  expect_bumped(binding, tree, "RemoveChild");
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
   EXPECT_EQ(m.RemoveChildren({"c5", "c6"}), 2);
-  EXPECT_GT(ModuleBindingGeneration(), before) << "RemoveChildren";
-  before = ModuleBindingGeneration();
+  expect_bumped(binding, tree, "RemoveChildren");
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  m.FindChild("c7")->set_type(Symbol::Intern("nn.Sigmoid"));  // a grandchild of the root
+  expect_bumped(binding, tree, "set_type");
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
   Module moved(std::move(m));
-  EXPECT_GT(ModuleBindingGeneration(), before) << "move";
+  expect_bumped(binding, tree, "move out of the tree");
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  m = std::move(moved);
+  expect_bumped(binding, tree, "move into the tree");
+
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(gm.SetModule(absl::StrCat("r", i), Relu()).ok());
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  ASSERT_TRUE(gm.RemoveModules({"r1", "r2"}).ok());
+  expect_bumped(binding, tree, "RemoveModules");
+}
+
+// A module in no tree (being built, or removed from one) can change what no call_module
+// node resolves to, so editing it leaves every cache current; installing it bumps.
+TEST(ModuleChildrenTest, EditsOutsideEveryTreeBumpNothing) {
+  const uint64_t tree = ModuleTreeGeneration();
+  auto fused = std::make_unique<Module>("nni.ConvReLU2d");
+  for (int i = 0; i < 12; ++i) fused->SetChild(absl::StrCat(i), Relu());  // indexed too
+  fused->SetChild("3", Relu());
+  fused->FindChild("0")->set_type(Symbol::Intern("nn.Conv2d"));  // a child of it: counted
+  EXPECT_GT(ModuleTreeGeneration(), tree) << "a child's edit is conservatively counted";
+  const uint64_t tree_after_child = ModuleTreeGeneration();
+  const uint64_t binding_after_child = ModuleBindingGeneration();
+  EXPECT_EQ(fused->RemoveChildren({"5", "6"}), 2);
+  fused->set_type(Symbol::Intern("nni.LinearReLU"));
+  Module moved(std::move(*fused));
+  *fused = std::move(moved);
+  std::unique_ptr<Module> copy = fused->Clone();
+  copy->SetChild("extra", Relu());
+  EXPECT_EQ(ModuleTreeGeneration(), tree_after_child);
+  EXPECT_EQ(ModuleBindingGeneration(), binding_after_child);
 
   GraphModule gm;
-  for (int i = 0; i < 20; ++i) ASSERT_TRUE(gm.SetModule(absl::StrCat("r", i), Relu()).ok());
-  before = ModuleBindingGeneration();
-  ASSERT_TRUE(gm.RemoveModules({"r1", "r2"}).ok());
-  EXPECT_GT(ModuleBindingGeneration(), before) << "RemoveModules";
+  ASSERT_TRUE(gm.SetModule("f", std::move(fused)).ok());
+  EXPECT_GT(ModuleTreeGeneration(), tree_after_child) << "installing";
+  std::unique_ptr<Module> removed = gm.root().RemoveChild("f");
+  ASSERT_NE(removed, nullptr);
+  const uint64_t tree_after_removal = ModuleTreeGeneration();
+  removed->SetChild("again", Relu());
+  removed->set_type(Symbol::Intern("nn.Sequential"));
+  EXPECT_EQ(ModuleTreeGeneration(), tree_after_removal) << "removed from the tree";
+}
+
+// Creating a node that calls a module changes what nodes resolve to, not what paths do.
+TEST(ModuleChildrenTest, NewCallModuleNodeBumpsTheBindingGenerationOnly) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("a", Relu()).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  const uint64_t binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  ASSERT_TRUE(gm.graph().AddCallModule("a", {x}).ok());
+  EXPECT_GT(ModuleBindingGeneration(), binding);
+  EXPECT_EQ(ModuleTreeGeneration(), tree);
 }
 
 // A moved module's index belongs to the module that now holds the children: both sizes
@@ -157,6 +211,67 @@ TEST(ModuleChildrenTest, CloneCopiesChildrenInOrderDeeply) {
     EXPECT_EQ(block->FindChild("conv")->type().name(), "nn.Conv2d");
     EXPECT_EQ(block->children()[1].first, "relu");
   }
+}
+
+// Clone(spare_tensors, spare_attributes): the same copy as Clone(), and that many fields
+// can be added without moving the ones already there (no reallocation).
+TEST(ModuleCloneTest, CloneWithSpareRoomCopiesTheSameAndAddsWithoutMoving) {
+  Module conv("nn.Conv2d");
+  conv.SetTensor("weight", Tensor::FromFloats({2}, {1.0f, 2.0f}));
+  conv.SetTensor("bias", Tensor::FromFloats({1}, {0.5f}));
+  conv.SetAttribute("stride", Argument::Ints({1, 1}));
+  conv.SetChild("inner", Relu());
+  std::unique_ptr<Module> plain = conv.Clone();
+  std::unique_ptr<Module> roomy = conv.Clone(3, 2);
+  for (const Module* copy : {plain.get(), roomy.get()}) {
+    EXPECT_EQ(copy->type(), conv.type());
+    ASSERT_EQ(copy->tensors().size(), 2u);
+    EXPECT_EQ(copy->tensors()[0].first, "weight");
+    EXPECT_EQ(copy->tensors()[0].second, conv.tensors()[0].second);
+    EXPECT_EQ(copy->tensors()[1].first, "bias");
+    ASSERT_EQ(copy->attributes().size(), 1u);
+    EXPECT_EQ(copy->attributes()[0], conv.attributes()[0]);
+    ASSERT_NE(copy->FindChild("inner"), nullptr);
+    EXPECT_NE(copy->FindChild("inner"), conv.FindChild("inner"));
+  }
+  const auto* first_tensor = &roomy->tensors()[0];
+  const auto* first_attribute = &roomy->attributes()[0];
+  roomy->SetTensor("weight_scale", Tensor::FromFloats({1}, {0.1f}));
+  roomy->SetTensor("weight_zero_point", Tensor::FromInt64s({1}, {0}));
+  roomy->SetTensor("weight_axis", Tensor::FromInt64s({1}, {0}));
+  roomy->SetAttribute("weight_qscheme", Argument::Int(0));
+  roomy->SetAttribute("weight_dtype", Argument::Int(1));
+  EXPECT_EQ(&roomy->tensors()[0], first_tensor) << "tensors were moved";
+  EXPECT_EQ(&roomy->attributes()[0], first_attribute) << "attributes were moved";
+  EXPECT_EQ(roomy->tensors().size(), 5u);
+  EXPECT_EQ(roomy->attributes().size(), 3u);
+  EXPECT_EQ(conv.tensors().size(), 2u) << "the original is untouched";
+}
+
+TEST(ModuleCloneTest, ReservedFieldsAndChildrenAreAddedWithoutMoving) {
+  Module fused("nni.ConvReLU2d");
+  fused.ReserveTensors(3);
+  fused.ReserveAttributes(2);
+  fused.ReserveChildren(3);
+  fused.SetTensor("a", Tensor::FromFloats({1}, {1.0f}));
+  fused.SetAttribute("x", Argument::Int(1));
+  Module* first_child = fused.SetChild("0", Relu());
+  const auto* first_tensor = &fused.tensors()[0];
+  const auto* first_attribute = &fused.attributes()[0];
+  const auto* first_child_entry = &fused.children()[0];
+  fused.SetTensor("b", Tensor::FromFloats({1}, {2.0f}));
+  fused.SetTensor("c", Tensor::FromFloats({1}, {3.0f}));
+  fused.SetAttribute("y", Argument::Int(2));
+  fused.SetChild("1", Relu());
+  fused.SetChild("2", Relu());
+  EXPECT_EQ(&fused.tensors()[0], first_tensor);
+  EXPECT_EQ(&fused.attributes()[0], first_attribute);
+  EXPECT_EQ(&fused.children()[0], first_child_entry);
+  EXPECT_EQ(fused.FindChild("0"), first_child);
+  EXPECT_EQ(fused.children().size(), 3u);
+  ASSERT_NE(fused.FindTensor("c"), nullptr);
+  EXPECT_EQ(fused.FindTensor("c")->data<float>()[0], 3.0f);
+  EXPECT_EQ(fused.GetInt("y").value_or(-1), 2);
 }
 
 // Root "big" with 20 children b0..b19, each with 10 children l0..l9; "small" with 2, x and

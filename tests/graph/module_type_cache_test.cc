@@ -3,7 +3,9 @@
 // tree in, removing and reinstalling, retargeting the node, a new node — the next
 // ModuleTypeOf (with or without ResolveModuleTypes in between) answers from the tree as
 // it is now, and Verify() finds the cache consistent. The expectation in each test is
-// FindModule(path)->type(), the uncached lookup.
+// FindModule(path)->type(), the uncached lookup. The same for GraphModule::ModuleOf and
+// FindModule(Symbol) (the path -> module table ResolveModuleTypes fills): each answers the
+// module the uncached path walk finds.
 #include <memory>
 #include <utility>
 
@@ -29,13 +31,37 @@ class ModuleTypeCacheTest : public ::testing::Test {
     gm_.ResolveModuleTypes();
   }
 
-  // ModuleTypeOf agrees with the tree, before and after re-resolving, and Verify passes.
+  // ModuleTypeOf agrees with the tree, and ModuleOf / FindModule(Symbol) with the
+  // uncached path walk, before and after re-resolving, and Verify passes.
   void ExpectType(const Node* node, const char* expected) {
     EXPECT_EQ(gm_.ModuleTypeOf(node), Type(expected)) << node->name() << " (stale cache)";
+    ExpectModule(node, "stale cache");
     gm_.ResolveModuleTypes();
     EXPECT_EQ(gm_.ModuleTypeOf(node), Type(expected)) << node->name() << " (resolved)";
+    ExpectModule(node, "resolved");
     absl::Status verified = gm_.Verify();
     EXPECT_TRUE(verified.ok()) << verified;
+  }
+  void ExpectModule(const Node* node, const char* when) {
+    const Module* walked = gm_.FindModule(node->target().name());
+    EXPECT_EQ(gm_.ModuleOf(node), walked) << node->name() << " (" << when << ")";
+    EXPECT_EQ(gm_.FindModule(node->target()), walked) << node->name() << " (" << when << ")";
+    absl::StatusOr<Module*> got = gm_.GetModule(node->target());
+    if (walked == nullptr) {
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << node->name();
+    } else {
+      EXPECT_TRUE(got.ok() && *got == walked) << node->name() << " (" << when << ")";
+    }
+  }
+
+  // A call_module node calling `target` with `input`, inserted before the output.
+  Node* InsertCall(const char* target, Node* input, const char* name) {
+    NodeSpec spec;
+    spec.op = OpKind::kCallModule;
+    spec.target = Symbol::Intern(target);
+    spec.args = {Argument(input)};
+    spec.name = name;
+    return *gm_.graph().InsertBefore(gm_.graph().output(), std::move(spec));
   }
 
   GraphModule gm_;
@@ -113,6 +139,70 @@ TEST_F(ModuleTypeCacheTest, TargetWithoutAModuleHasTheEmptyType) {
   gm_.ResolveModuleTypes();
   EXPECT_TRUE(gm_.ModuleTypeOf(b_).empty());
   EXPECT_FALSE(gm_.Verify().ok());  // The dangling target itself is still an error.
+}
+
+// ModuleOf answers from the path table while the tree is unedited, however many nodes
+// are created or retargeted meanwhile: it is the table's pointer, and the table was filled
+// from the tree.
+TEST_F(ModuleTypeCacheTest, ModuleOfIsTheTreesModuleAndNoneForOtherOps) {
+  Module* a = gm_.FindModule("a");
+  Module* b = gm_.FindModule("b");
+  EXPECT_EQ(gm_.ModuleOf(a_), a);
+  EXPECT_EQ(gm_.ModuleOf(b_), b);
+  EXPECT_EQ(gm_.ModuleOf(x_), nullptr);
+  EXPECT_EQ(gm_.ModuleOf(gm_.graph().output()), nullptr);
+  EXPECT_EQ(gm_.FindModule(Symbol()), &gm_.root()) << "\"\" is the root, as FindModule(\"\")";
+  // New nodes (the binding generation moves, the tree's does not).
+  Node* a2 = InsertCall("a", b_, "a2");
+  EXPECT_EQ(gm_.ModuleOf(a2), a);
+  ExpectType(a2, "nn.ReLU");
+}
+
+TEST_F(ModuleTypeCacheTest, ModuleOfAPathNoNodeCalledAtResolveTimeIsWalked) {
+  ASSERT_TRUE(gm_.SetModule("block.c", std::make_unique<Module>("nn.Tanh")).ok());
+  gm_.ResolveModuleTypes();  // fills the table with "a" and "b" only
+  Node* c = InsertCall("block.c", b_, "c");
+  EXPECT_EQ(gm_.ModuleOf(c), gm_.FindModule("block.c"));
+  EXPECT_EQ(gm_.FindModule(Symbol::Intern("block")), gm_.FindModule("block"));
+  EXPECT_EQ(gm_.FindModule(Symbol::Intern("block.nope")), nullptr);
+  ExpectType(c, "nn.Tanh");
+}
+
+TEST_F(ModuleTypeCacheTest, ModuleOfAReplacedModuleIsTheNewOne) {
+  ASSERT_EQ(gm_.ModuleOf(a_), gm_.FindModule("a"));
+  auto sigmoid = std::make_unique<Module>("nn.Sigmoid");
+  const Module* installed = sigmoid.get();
+  ASSERT_TRUE(gm_.SetModule("a", std::move(sigmoid)).ok());  // frees the cached one
+  EXPECT_EQ(gm_.ModuleOf(a_), installed);
+  ExpectType(a_, "nn.Sigmoid");
+  // Replaced through a parent reached without GraphModule, and removed.
+  gm_.root().SetChild("b", std::make_unique<Module>("nn.Identity"));
+  EXPECT_EQ(gm_.ModuleOf(b_), gm_.root().FindChild("b"));
+  gm_.ResolveModuleTypes();
+  ASSERT_NE(gm_.root().RemoveChild("b"), nullptr);
+  EXPECT_EQ(gm_.ModuleOf(b_), nullptr);
+  EXPECT_EQ(gm_.GetModule(b_->target()).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ModuleTypeCacheTest, ModuleOfARetargetedNodeIsItsNewTargetsModule) {
+  ASSERT_EQ(gm_.ModuleOf(b_), gm_.FindModule("b"));
+  ASSERT_TRUE(gm_.graph().SetTarget(b_, Symbol::Intern("a")).ok());
+  EXPECT_EQ(gm_.ModuleOf(b_), gm_.FindModule("a"));
+  ExpectType(b_, "nn.ReLU");
+}
+
+// Building a fused module on the side (what the fusion pass does between matching and
+// rewriting) leaves the table current: no walk, same answers.
+TEST_F(ModuleTypeCacheTest, ModulesBuiltOutsideTheTreeLeaveTheCachesCurrent) {
+  const uint64_t tree = ModuleTreeGeneration();
+  const uint64_t binding = ModuleBindingGeneration();
+  auto fused = std::make_unique<Module>("nni.LinearReLU");
+  fused->SetChild("0", gm_.FindModule("a")->Clone());
+  fused->SetChild("1", std::make_unique<Module>("nn.ReLU"));
+  fused->set_type(Type("nni.ConvReLU2d"));
+  EXPECT_EQ(ModuleTreeGeneration(), tree);
+  EXPECT_EQ(ModuleBindingGeneration(), binding);
+  ExpectType(a_, "nn.ReLU");
 }
 
 TEST(RemoveModulesNestingTest, RefusesToRemoveAModuleEnclosingOneANodeCalls) {

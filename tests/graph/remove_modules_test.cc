@@ -63,5 +63,67 @@ TEST(RemoveModulesTest, RefusedBatchRemovesNothing) {
   EXPECT_EQ(ChildNames(gm->root()), (std::vector<std::string>{"a", "b", "c", "d"}));
 }
 
+// RemoveModules(Span<const Symbol>) removes what the string overload removes and refuses
+// what it refuses, with the same messages.
+std::vector<Symbol> Symbols(const std::vector<std::string>& paths) {
+  std::vector<Symbol> symbols;
+  for (const std::string& path : paths) symbols.push_back(Symbol::Intern(path));
+  return symbols;
+}
+
+TEST(RemoveModulesBySymbolTest, RemovesEveryPathIncludingNestedOnes) {
+  auto gm = Sample();
+  ASSERT_TRUE(gm->RemoveModules(Symbols({"a", "b.y", "d"})).ok());
+  EXPECT_EQ(ChildNames(gm->root()), (std::vector<std::string>{"b", "c"}));
+  EXPECT_EQ(ChildNames(*gm->FindModule("b")), (std::vector<std::string>{"x"}));
+  ASSERT_TRUE(gm->RemoveModules(Symbols({"b.x", "b"})).ok());
+  EXPECT_EQ(ChildNames(gm->root()), (std::vector<std::string>{"c"}));
+  EXPECT_TRUE(gm->Verify().ok());
+  EXPECT_TRUE(gm->RemoveModules(absl::Span<const Symbol>()).ok());
+  EXPECT_EQ(ChildNames(gm->root()), (std::vector<std::string>{"c"}));
+}
+
+TEST(RemoveModulesBySymbolTest, RefusedBatchRemovesNothing) {
+  auto gm = Sample();
+  absl::Status used = gm->RemoveModules(Symbols({"a", "c"}));
+  EXPECT_EQ(used.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(used.message().find("node 'c' still calls it"), std::string::npos) << used;
+  absl::Status missing = gm->RemoveModules(Symbols({"a", "nope"}));
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find("'nope'"), std::string::npos) << missing;
+  // "b" encloses "b.x", which a node now calls.
+  NodeSpec spec;
+  spec.op = OpKind::kCallModule;
+  spec.target = Symbol::Intern("b.x");
+  spec.args = {Argument(gm->graph().first())};
+  spec.name = "bx";
+  ASSERT_TRUE(gm->graph().InsertBefore(gm->graph().output(), std::move(spec)).ok());
+  absl::Status enclosing = gm->RemoveModules(Symbols({"d", "b"}));
+  EXPECT_EQ(enclosing.code(), absl::StatusCode::kFailedPrecondition) << enclosing;
+  EXPECT_NE(enclosing.message().find("'b.x'"), std::string::npos) << enclosing;
+  EXPECT_EQ(gm->RemoveModules(Symbols({""})).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ChildNames(gm->root()), (std::vector<std::string>{"a", "b", "c", "d"}));
+  EXPECT_EQ(ChildNames(*gm->FindModule("b")), (std::vector<std::string>{"x", "y"}));
+}
+
+// Paths under several parents, given in an order that alternates between them: each
+// parent keeps its other children in order.
+TEST(RemoveModulesBySymbolTest, AlternatingParentsKeepTheirOrder) {
+  GraphModule gm;
+  std::vector<std::string> paths;
+  for (int i = 0; i < 12; ++i) {
+    for (const char* parent : {"p", "q"}) {
+      paths.push_back(std::string(parent) + "." + std::to_string(i));
+      ASSERT_TRUE(gm.SetModule(paths.back(), std::make_unique<Module>("nn.ReLU")).ok());
+    }
+  }
+  ASSERT_TRUE(gm.RemoveModules(Symbols({"p.3", "q.3", "p.0", "q.11", "p.11", "q.0"})).ok());
+  const std::vector<std::string> kept = {"1", "2", "4", "5", "6", "7", "8", "9", "10"};
+  EXPECT_EQ(ChildNames(*gm.FindModule("p")), kept);
+  EXPECT_EQ(ChildNames(*gm.FindModule("q")), kept);
+  EXPECT_EQ(gm.FindModule("p.3"), nullptr);
+  EXPECT_NE(gm.FindModule("q.10"), nullptr);
+}
+
 }  // namespace
 }  // namespace fuselage
