@@ -292,8 +292,13 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
           "convert: node '", n->name(), "': module '", path, "' (", m->type().name(),
           ") has no ", plan.root_module.name(), " as itself or child \"0\""));
     }
+    if (plan.weight_observer == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "convert: node '", n->name(), "': its plan names the weighted module ",
+          plan.root_module.name(), " but no weight observer"));
+    }
     auto weight_or =
-        QuantizeWeight(*weighted, plan.reference_module, plan.weight_observer, parts);
+        QuantizeWeight(*weighted, plan.reference_module, *plan.weight_observer, parts);
     if (!weight_or.ok()) {
       return absl::Status(weight_or.status().code(), absl::StrCat("node '", n->name(), "': ",
                                                                   weight_or.status().message()));

@@ -48,15 +48,6 @@ struct Decision {
   Symbol reference_module;
   const ObserverSpec* weight_observer = nullptr;
   const DTypeConfig* dtype_config = nullptr;
-
-  QuantizedOpPlan Plan() const {
-    QuantizedOpPlan plan;
-    plan.root_module = root_module;
-    plan.reference_module = reference_module;
-    if (weight_observer != nullptr) plan.weight_observer = *weight_observer;
-    plan.dtype_config = *dtype_config;
-    return plan;
-  }
 };
 
 // Nodes whose value is not a tensor: observing them means nothing.
@@ -473,7 +464,7 @@ class ObserverInserter {
                                 : d.activation->dtype;
     observer_of_[d.output] = {out_obs, out_dtype};
     observer_of_[out_obs] = {out_obs, out_dtype};
-    out_.quantized_ops.emplace(d.node->name(), d.Plan());
+    out_.quantized_ops.emplace(d.node->name(), PlanOf(d));
     ++out_.report.quantized_ops;
     return absl::OkStatus();
   }
@@ -542,6 +533,28 @@ class ObserverInserter {
     return gm_.graph().InsertAfter(after, std::move(spec));
   }
 
+  // The plan of `d`, sharing one copy of each distinct observer spec and dtype config
+  // (found by the address of the mapping's / config's own object).
+  QuantizedOpPlan PlanOf(const Decision& d) {
+    QuantizedOpPlan plan;
+    plan.root_module = d.root_module;
+    plan.reference_module = d.reference_module;
+    if (d.weight_observer != nullptr) plan.weight_observer = Shared(d.weight_observer, specs_);
+    plan.dtype_config = Shared(d.dtype_config, dtype_configs_);
+    return plan;
+  }
+  template <typename T>
+  using SharedCopies = std::vector<std::pair<const T*, std::shared_ptr<const T>>>;
+  // The shared copy of `*original` in `copies` (a handful: searched linearly).
+  template <typename T>
+  static std::shared_ptr<const T> Shared(const T* original, SharedCopies<T>& copies) {
+    for (const auto& [known, copy] : copies) {
+      if (known == original) return copy;
+    }
+    copies.emplace_back(original, std::make_shared<const T>(*original));
+    return copies.back().second;
+  }
+
   // An observer node and the dtype its module observes.
   struct ObserverNode {
     Node* node = nullptr;
@@ -552,6 +565,8 @@ class ObserverInserter {
   PreparedModel& out_;
   absl::flat_hash_map<const Node*, ObserverNode> observer_of_;
   std::vector<std::pair<ObserverSpec, std::unique_ptr<Module>>> prototypes_;
+  SharedCopies<ObserverSpec> specs_;
+  SharedCopies<DTypeConfig> dtype_configs_;
   Module* container_ = nullptr;  // the module at out_.observer_container
   int64_t next_id_ = 0;
   // "<container>.activation_post_process_" then the number of the last module; the

@@ -48,7 +48,7 @@ absl::StatusOr<std::pair<std::string, QuantizedOpPlan>> ReadPlan(const Module& m
   QuantizedOpPlan plan;
   plan.root_module = Symbol::Intern(root);
   plan.reference_module = Symbol::Intern(reference);
-  plan.weight_observer = *spec;
+  plan.weight_observer = std::make_shared<const ObserverSpec>(*std::move(spec));
   return std::make_pair(std::move(node), std::move(plan));
 }
 
@@ -70,7 +70,12 @@ absl::Status StorePreparedModel(const PreparedModel& prepared, GraphModule& gm) 
     auto it = prepared.quantized_ops.find(n->name());
     if (it == prepared.quantized_ops.end() || it->second.root_module.empty()) continue;
     const QuantizedOpPlan& plan = it->second;
-    auto module = MakeObserverModule(plan.weight_observer);
+    if (plan.weight_observer == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "store prepared model: node '", n->name(), "': its plan names the weighted module ",
+          plan.root_module.name(), " but no weight observer"));
+    }
+    auto module = MakeObserverModule(*plan.weight_observer);
     if (!module.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("store prepared model: node '", n->name(),
                                                      "': weight observer: ",

@@ -35,7 +35,7 @@ absl::Status StorePreparedModel(const PreparedModel& prepared, GraphModule& gm);
 // The PreparedModel of a prepared graph read back from its modules: an Observer (with its
 // statistics) for every module a call_module node calls whose type is an observer class,
 // the container holding them, and the weighted ops' plans. The plans carry no
-// dtype_config (convert does not use it) and the report only counts the observer nodes
+// dtype_config (null: convert does not use it) and the report only counts the observer nodes
 // and modules. FailedPrecondition if no node calls an observer (not a prepared model);
 // InvalidArgument naming the module if an observer or plan module is malformed.
 absl::StatusOr<PreparedModel> PreparedModelFromGraph(const GraphModule& gm);

@@ -125,7 +125,8 @@ TEST(PrepareTest, ObserversFollowObservationTypes) {
   const QuantizedOpPlan& plan = prepared->quantized_ops.at("conv");
   EXPECT_EQ(plan.root_module.name(), "nn.Conv2d");
   EXPECT_EQ(plan.reference_module.name(), "nnqr.Conv2d");
-  EXPECT_EQ(plan.weight_observer, DefaultWeightObserver());
+  ASSERT_NE(plan.weight_observer, nullptr);
+  EXPECT_EQ(*plan.weight_observer, DefaultWeightObserver());
 }
 
 // The names Prepare gives, as PyTorch's prepare_fx does: modules
@@ -161,11 +162,11 @@ TEST(PrepareTest, ObserverNamesAndPlanDTypeConfig) {
   // conv and pool: quint8 in and out; conv's weight qint8 (the qnnpack config's
   // default dtype config, which MinMax quint8 / qint8 satisfies).
   for (const char* op : {"conv", "pool"}) {
-    const DTypeConfig& dtypes = prepared->quantized_ops.at(op).dtype_config;
+    const DTypeConfig& dtypes = *prepared->quantized_ops.at(op).dtype_config;
     EXPECT_EQ(dtypes.input.dtype, DType::kQUInt8) << op;
     EXPECT_EQ(dtypes.output.dtype, DType::kQUInt8) << op;
   }
-  EXPECT_EQ(prepared->quantized_ops.at("conv").dtype_config.weight.dtype, DType::kQInt8);
+  EXPECT_EQ(prepared->quantized_ops.at("conv").dtype_config->weight.dtype, DType::kQInt8);
 }
 
 // Two quantized consumers of one value share one observer of it.
@@ -430,6 +431,22 @@ TEST(ConvertTest, WeightedPlanAtANodeThatCallsNoModule) {
     EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(report.status().message().find(absl::StrCat("node '", node, "'")),
               std::string::npos)
+        << report.status();
+    EXPECT_EQ(SerializeModel(m->gm), before);
+  }
+  {
+    // A weighted plan without a weight observer (only a hand-made plan can be one).
+    auto m = BuildConvPool();
+    auto prepared = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    prepared->quantized_ops.at("conv").weight_observer = nullptr;
+    const std::string before = SerializeModel(m->gm);
+    auto report = ConvertToReference(m->gm, *prepared);
+    ASSERT_FALSE(report.ok());
+    EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(report.status().message().find("node 'conv'"), std::string::npos)
+        << report.status();
+    EXPECT_NE(report.status().message().find("no weight observer"), std::string::npos)
         << report.status();
     EXPECT_EQ(SerializeModel(m->gm), before);
   }
