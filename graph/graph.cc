@@ -205,6 +205,44 @@ const Argument* Node::FindMeta(absl::string_view key) const {
   return nullptr;
 }
 
+absl::StatusOr<NodeMeta> NodeMeta::Make(Kwargs entries) {
+  for (const Kwarg& kw : entries) {
+    if (kw.first.empty()) return absl::InvalidArgumentError("meta: empty key");
+    if (kw.second.ContainsNode()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("meta '", kw.first.name(), "' must not reference nodes"));
+    }
+  }
+  return FromEntries(std::move(entries));
+}
+
+NodeMeta NodeMeta::FromEntries(Kwargs entries) {
+  NodeMeta meta;
+  if (!entries.empty()) {
+    meta.block_ = new Block;
+    meta.block_->entries = std::move(entries);
+  }
+  return meta;
+}
+
+const Kwargs& NodeMeta::entries() const {
+  return block_ != nullptr ? block_->entries : Node::EmptyKwargs();
+}
+
+Kwargs& NodeMeta::MutableEntries() {
+  if (block_ == nullptr) {
+    block_ = new Block;
+    // Room for two: the passes set two (fusion's "pattern", lowering's "output_qparams").
+    block_->entries.reserve(2);
+  } else if (shared()) {
+    Block* copy = new Block;
+    copy->entries = block_->entries;
+    Unref();
+    block_ = copy;
+  }
+  return block_->entries;
+}
+
 const Kwargs& Node::EmptyKwargs() {
   static const Kwargs* empty = new Kwargs();
   return *empty;
@@ -477,6 +515,7 @@ absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec&& spec) {
   }
   node->set_args(std::move(spec.args));
   node->set_kwargs(std::move(spec.kwargs));
+  node->meta_ = std::move(spec.meta);
   Link(node, before);
   AddUsesOf(node);
   if (node->op_ == OpKind::kOutput) output_ = node;
@@ -657,19 +696,23 @@ absl::Status Graph::SetMeta(Node* node, Symbol k, Argument value) {
     return absl::InvalidArgumentError(absl::StrCat("node '", node->name(), "': meta '",
                                                    k.name(), "' must not reference nodes"));
   }
-  // In place: the other entries are neither copied nor moved. Room for two, since the
-  // passes set two (fusion's "pattern", lowering's "output_qparams").
-  if (node->meta_ == nullptr) {
-    node->meta_ = std::make_unique<Kwargs>();
-    node->meta_->reserve(2);
-  }
-  Kwargs& meta = *node->meta_;
+  // In place (the other entries are neither copied nor moved) unless the block is shared
+  // with other nodes: then this node gets its own copy first.
+  Kwargs& meta = node->meta_.MutableEntries();
   auto it = std::find_if(meta.begin(), meta.end(), [k](const Kwarg& kw) { return kw.first == k; });
   if (it != meta.end()) {
     it->second = std::move(value);
   } else {
     meta.emplace_back(k, std::move(value));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Graph::SetMeta(Node* node, NodeMeta meta) {
+  if (node == nullptr || node->graph_ != this) {
+    return absl::InvalidArgumentError("SetMeta: node is not in this graph");
+  }
+  node->meta_ = std::move(meta);
   return absl::OkStatus();
 }
 
@@ -925,5 +968,7 @@ void GraphBuilder::SetInputs(Node* node, std::vector<Argument> args, Kwargs kwar
 }
 
 void GraphBuilder::SetMeta(Node* node, Kwargs meta) { node->set_meta(std::move(meta)); }
+
+void GraphBuilder::SetMeta(Node* node, NodeMeta meta) { node->meta_ = std::move(meta); }
 
 }  // namespace fuselage

@@ -95,6 +95,11 @@ struct NodeSpec {
   Kwargs kwargs;
   // Desired name; empty means "derive from the target" as FX does (`conv1`, `add_2`).
   NodeName name;
+  // Annotations, shared with whoever else holds them (NodeMeta::Make once, then a copy per
+  // node is a reference count): fusion's "pattern" without a SetMeta per fused node.
+  // (Default-initialized explicitly: `{op, target, args, kwargs, name}` then draws no
+  // -Wmissing-field-initializers.)
+  NodeMeta meta{};
 };
 
 class Graph {
@@ -143,6 +148,8 @@ class Graph {
   // saves interning the key on every call (a pass annotating every node interns it once).
   absl::Status SetMeta(Node* node, absl::string_view key, Argument value);
   absl::Status SetMeta(Node* node, Symbol key, Argument value);
+  // Replaces all of the node's meta by `meta`, shared (NodeMeta::Make checked it).
+  absl::Status SetMeta(Node* node, NodeMeta meta);
   // Renames to `name` (made unique); returns the name given.
   std::string Rename(Node* node, absl::string_view name);
 
@@ -299,6 +306,8 @@ class GraphBuilder {
   // Sets the inputs of a node made by AddNode (once) and records its uses.
   void SetInputs(Node* node, std::vector<Argument> args, Kwargs kwargs);
   void SetMeta(Node* node, Kwargs meta);
+  // Shares `meta` (e.g. another node's shared_meta(), when copying a graph).
+  void SetMeta(Node* node, NodeMeta meta);
 
  private:
   Graph* graph_;

@@ -5,13 +5,16 @@
 #ifndef FUSELAGE_GRAPH_NODE_H_
 #define FUSELAGE_GRAPH_NODE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "graph/argument.h"
@@ -35,6 +38,54 @@ enum class OpKind : uint8_t {
 // "placeholder", "get_attr", "call_function", "call_module", "call_method", "output".
 absl::string_view OpKindName(OpKind op);
 std::optional<OpKind> OpKindFromName(absl::string_view name);
+
+// A node's annotations (meta), shareable: one immutable block may be held by many nodes
+// (every node a fusion rule makes carries the same "pattern"), so giving a new node its
+// meta costs a reference count, not an allocation. Copying a NodeMeta shares the block;
+// Graph::SetMeta copies a shared block before changing it (copy on write). The count is
+// atomic: a pass may keep NodeMetas in tables shared between threads.
+class NodeMeta {
+ public:
+  NodeMeta() = default;  // no meta
+  // Fails (InvalidArgument naming the key) on an empty key or a value that references a
+  // node: meta survives passes and the model file, nodes do not.
+  static absl::StatusOr<NodeMeta> Make(Kwargs entries);
+  NodeMeta(const NodeMeta& other) : block_(other.block_) { Ref(); }
+  NodeMeta(NodeMeta&& other) noexcept : block_(other.block_) { other.block_ = nullptr; }
+  NodeMeta& operator=(NodeMeta other) noexcept {
+    std::swap(block_, other.block_);
+    return *this;
+  }
+  ~NodeMeta() { Unref(); }
+
+  const Kwargs& entries() const;
+  bool empty() const { return block_ == nullptr; }
+  // True if another NodeMeta holds the same block.
+  bool shared() const { return block_ != nullptr && block_->refs.load(std::memory_order_acquire) > 1; }
+
+ private:
+  friend class Graph;
+  friend class GraphBuilder;
+  friend class Node;
+  struct Block {
+    std::atomic<int32_t> refs{1};
+    Kwargs entries;
+  };
+  // Unchecked: Graph and GraphBuilder (a loader keeps what the file says) check themselves.
+  static NodeMeta FromEntries(Kwargs entries);
+  // The entries to change in place: a block of this NodeMeta alone (copied if shared).
+  Kwargs& MutableEntries();
+  void Ref() const {
+    if (block_ != nullptr) block_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  void Unref() {
+    if (block_ != nullptr && block_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      delete block_;
+    }
+    block_ = nullptr;
+  }
+  Block* block_ = nullptr;
+};
 
 class Node {
  public:
@@ -65,8 +116,11 @@ class Node {
 
   // Free-form annotations that survive passes and the model file, e.g. "pattern" on a
   // fused node names the pattern that made it.
-  const Kwargs& meta() const { return meta_ ? *meta_ : EmptyKwargs(); }
+  const Kwargs& meta() const { return meta_.entries(); }
   const Argument* FindMeta(absl::string_view key) const;
+  // The meta as a shareable handle: hand it to another node (NodeSpec::meta,
+  // Graph::SetMeta(Node*, NodeMeta)) without copying the entries.
+  const NodeMeta& shared_meta() const { return meta_; }
 
   Graph* graph() const { return graph_; }
   // Neighbours in the graph's topological order (nullptr at the ends).
@@ -80,6 +134,7 @@ class Node {
   friend class Graph;
   friend class GraphBuilder;
   friend class GraphModule;  // Fills and reads the cached module type.
+  friend class NodeMeta;     // An empty NodeMeta reads EmptyKwargs.
   Node(Graph* graph, OpKind op, Symbol target, std::string name)
       : graph_(graph), op_(op), module_type_id_(0), target_(target), name_(std::move(name)) {
     // A new call_module node has no cached type yet: make every cache stale.
@@ -111,9 +166,7 @@ class Node {
   void set_kwargs(Kwargs kwargs) {
     kwargs_ = kwargs.empty() ? nullptr : std::make_unique<Kwargs>(std::move(kwargs));
   }
-  void set_meta(Kwargs meta) {
-    meta_ = meta.empty() ? nullptr : std::make_unique<Kwargs>(std::move(meta));
-  }
+  void set_meta(Kwargs meta) { meta_ = NodeMeta::FromEntries(std::move(meta)); }
 
   void set_args(std::vector<Argument> args) {
     args_.assign(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
@@ -126,7 +179,7 @@ class Node {
   absl::InlinedVector<Node*, 2> users_;
   // Most nodes have no kwargs and no meta: kept out of line to keep Node small.
   std::unique_ptr<Kwargs> kwargs_;
-  std::unique_ptr<Kwargs> meta_;
+  NodeMeta meta_;
   // Last: a scan reads links, op, target, args, users and kwargs (the first 128 bytes),
   // rarely the name, so the name does not sit between them.
   std::string name_;

@@ -698,7 +698,8 @@ TEST(GraphTest, NodeSpecNamesAndArgsKeepTheirValuesWhateverTheirSource) {
               ElementsAre("activation_post_process_12345", "activation_post_process_12346",
                           long_text, "dq", "cat"));
   // An empty name derives from the target.
-  NodeSpec unnamed{OpKind::kCallFunction, Symbol::Intern("torch.nn.functional.relu"), {x}};
+  NodeSpec unnamed{
+      OpKind::kCallFunction, Symbol::Intern("torch.nn.functional.relu"), {x}, {}, ""};
   EXPECT_TRUE(unnamed.name.empty());
   EXPECT_EQ((*g.Append(std::move(unnamed)))->name(), "relu");
   ASSERT_TRUE(g.SetOutput(c).ok());
@@ -798,6 +799,65 @@ TEST(GraphTest, EraseAndPassNameNamesAsEraseThenRename) {
   }
   EXPECT_GRAPH_VALID(fast);
   EXPECT_GRAPH_VALID(slow);
+}
+
+// Meta given at creation is shared between the nodes that got it; changing one node's
+// meta copies the block for that node only (copy on write), the others keep the original.
+TEST(GraphTest, SharedMetaIsGivenAtCreationAndCopiedOnWrite) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  const Symbol pattern = Symbol::Intern("pattern");
+  absl::StatusOr<NodeMeta> meta = NodeMeta::Make({{pattern, Argument::String("conv_relu")}});
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  NodeSpec spec{OpKind::kCallModule, Symbol::Intern("conv"), {x}, {}, ""};
+  spec.meta = *meta;
+  Node* a = *g.Append(spec);
+  Node* b = *g.Append(spec);
+  EXPECT_TRUE(meta->shared());
+  EXPECT_EQ(&a->meta(), &b->meta());  // one block
+  ASSERT_EQ(a->meta().size(), 1u);
+  EXPECT_EQ(a->FindMeta("pattern")->as_string(), "conv_relu");
+  EXPECT_EQ(b->FindMeta("pattern")->as_string(), "conv_relu");
+
+  ASSERT_TRUE(g.SetMeta(a, "output_qparams", Argument::Int(3)).ok());
+  EXPECT_NE(&a->meta(), &b->meta());
+  ASSERT_EQ(a->meta().size(), 2u);
+  EXPECT_EQ(a->meta()[0].first, pattern);
+  EXPECT_EQ(a->FindMeta("output_qparams")->as_int(), 3);
+  ASSERT_EQ(b->meta().size(), 1u);  // untouched
+  EXPECT_EQ(meta->entries().size(), 1u);
+  ASSERT_TRUE(g.SetMeta(b, pattern, Argument::String("other")).ok());
+  EXPECT_EQ(b->FindMeta("pattern")->as_string(), "other");
+  EXPECT_EQ(meta->entries()[0].second.as_string(), "conv_relu");
+  EXPECT_EQ(a->FindMeta("pattern")->as_string(), "conv_relu");
+
+  // A whole meta set later, and shared from another node.
+  Node* c = *g.AddCallFunction("torch.relu", {x});
+  ASSERT_TRUE(g.SetMeta(c, a->shared_meta()).ok());
+  EXPECT_EQ(&c->meta(), &a->meta());
+  ASSERT_TRUE(g.Erase(a).ok());  // c still holds the block
+  EXPECT_EQ(c->FindMeta("output_qparams")->as_int(), 3);
+  ASSERT_TRUE(g.SetMeta(c, NodeMeta()).ok());
+  EXPECT_TRUE(c->meta().empty());
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({b, c})).ok());
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, NodeMetaRefusesNodesAndEmptyKeys) {
+  Chain c;
+  const absl::StatusOr<NodeMeta> with_node =
+      NodeMeta::Make({{Symbol::Intern("input"), Argument::List({Argument::Int(1), c.x})}});
+  EXPECT_EQ(with_node.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(with_node.status().message()), HasSubstr("'input'"));
+  EXPECT_EQ(NodeMeta::Make({{Symbol(), Argument::Int(1)}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const absl::StatusOr<NodeMeta> none = NodeMeta::Make({});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  EXPECT_TRUE(none->entries().empty());
+  EXPECT_EQ(c.g.SetMeta(nullptr, *none).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.x->users(), ElementsAre(c.neg));
+  EXPECT_GRAPH_VALID(c.g);
 }
 
 }  // namespace
