@@ -164,12 +164,17 @@ absl::Status NoModuleError(const Node* n) {
 // Every weighted plan whose node is in the graph must have been found at a call_module
 // node that is no observer (`found` of them). Otherwise one names another node, and the
 // error names the first such node in graph order; only then are all nodes looked up.
-absl::Status CheckWeightedPlansFound(const Graph& g, const PreparedModel& prepared,
-                                     size_t found) {
+size_t CountWeightedPlans(const PreparedModel& prepared) {
   size_t weighted_plans = 0;
   for (const auto& [name, plan] : prepared.quantized_ops) {
     weighted_plans += plan.root_module.empty() ? 0 : 1;
   }
+  return weighted_plans;
+}
+
+// `weighted_plans` of the plans are weighted (CountWeightedPlans).
+absl::Status CheckWeightedPlansFound(const Graph& g, const PreparedModel& prepared,
+                                     size_t weighted_plans, size_t found) {
   if (weighted_plans == found) return absl::OkStatus();
   for (const Node* n = g.first(); n != nullptr; n = n->next()) {
     auto it = prepared.quantized_ops.find(n->name());
@@ -268,6 +273,11 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     WeightQuantization weight;
   };
   std::vector<ReferenceConversion> conversions;
+  // Sized once: a conversion is ~150 bytes of tensors moved at every growth otherwise.
+  // Every observer module is called by at least one node.
+  const size_t weighted_plans = CountWeightedPlans(prepared);
+  conversions.reserve(weighted_plans);
+  replacements.reserve(prepared.observers.size());
   ReferenceModuleParts parts;
   size_t weighted_plans_found = 0;
   for (Node* n = g.first(); n != nullptr; n = n->next()) {
@@ -305,7 +315,8 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     }
     conversions.push_back({weighted, plan.reference_module, *std::move(weight_or)});
   }
-  RETURN_IF_ERROR(CheckWeightedPlansFound(g, prepared, weighted_plans_found));
+  RETURN_IF_ERROR(
+      CheckWeightedPlansFound(g, prepared, weighted_plans, weighted_plans_found));
 
   // 2. Mutation; it cannot fail on a graph the checks above passed.
   ConvertReport report;
