@@ -141,6 +141,10 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
 // with the parameters `w`. Cannot fail.
 void MakeReference(Module& module, Symbol reference_type, WeightQuantization w) {
   module.set_type(reference_type);
+  // Room for the 3 tensors and 2 attributes at once: appending them one by one regrew
+  // (and moved) each list up to twice per module.
+  module.ReserveTensors(module.tensors().size() + 3);
+  module.ReserveAttributes(module.attributes().size() + 2);
   module.SetTensor("weight_scale", std::move(w.scale));
   module.SetTensor("weight_zero_point", std::move(w.zero_point));
   module.SetTensor("weight_axis", std::move(w.axis));
