@@ -94,6 +94,28 @@ void BM_FindModuleFlatSymbol(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// GraphModule::ModuleOf of call_module nodes calling n root children, in a shuffled order,
+// after ResolveModuleTypes filled the path table (what a pass does after the matcher).
+void BM_ModuleOfFlat(benchmark::State& state) {
+  const std::vector<std::string> names = FlatNames(state.range(0));
+  auto gm = FlatTree(names);
+  // A chain (each node uses the previous one: one user per node, as in a network).
+  Node* previous = *gm->graph().AddPlaceholder("x");
+  std::vector<const Node*> nodes;
+  for (const std::string& name : Shuffled(names)) {
+    previous = *gm->graph().AddCallModule(name, {previous});
+    nodes.push_back(previous);
+  }
+  gm->ResolveModuleTypes();
+  size_t i = 0;
+  for (auto _ : state) {
+    Module* m = gm->ModuleOf(nodes[i]);
+    benchmark::DoNotOptimize(m);
+    if (++i == nodes.size()) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 // FindModule of nested paths ("layer3.1.conv2", ResNet-style) next to a flat root of n
 // other children.
 void BM_FindModuleNested(benchmark::State& state) {
@@ -155,12 +177,50 @@ void BM_RemoveModules(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(removed.size()));
 }
 
+// The same through RemoveModules(Span<const Symbol>) (the paths interned beforehand, as a
+// pass has them: the targets of the nodes it erased).
+void BM_RemoveModulesSymbol(benchmark::State& state) {
+  const std::vector<std::string> names = FlatNames(state.range(0));
+  std::vector<Symbol> removed;
+  for (size_t i = 0; i < names.size(); i += 4) removed.push_back(Symbol::Intern(names[i]));
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto gm = FlatTree(names);
+    state.ResumeTiming();
+    FUSELAGE_CHECK(gm->RemoveModules(removed).ok());
+    state.PauseTiming();
+    gm.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(removed.size()));
+}
+
 // Clone (and destroy) a conv-like module; and a fused module holding one (nni.ConvReLU2d:
 // children "0" conv, "1" relu).
 void BM_CloneConv(benchmark::State& state) {
   const std::unique_ptr<Module> conv = ConvLike();
   for (auto _ : state) {
     std::unique_ptr<Module> copy = conv->Clone();
+    benchmark::DoNotOptimize(copy);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// Clone a conv-like module and add the fields convert adds to make a reference module
+// (weight_scale, weight_zero_point, weight_axis, weight_qscheme, weight_dtype); arg 1:
+// through Clone(3, 2), which leaves room for them; arg 0: through Clone().
+void BM_CloneConvAddFields(benchmark::State& state) {
+  const std::unique_ptr<Module> conv = ConvLike();
+  const bool with_room = state.range(0) != 0;
+  const Tensor scale = Tensor::FromFloats({1}, {0.1f});
+  const Tensor zero_point = Tensor::FromInt64s({1}, {0});
+  for (auto _ : state) {
+    std::unique_ptr<Module> copy = with_room ? conv->Clone(3, 2) : conv->Clone();
+    copy->SetTensor("weight_scale", scale);
+    copy->SetTensor("weight_zero_point", zero_point);
+    copy->SetTensor("weight_axis", zero_point);
+    copy->SetAttribute("weight_qscheme", Argument::Int(0));
+    copy->SetAttribute("weight_dtype", Argument::Int(1));
     benchmark::DoNotOptimize(copy);
   }
   state.SetItemsProcessed(state.iterations());
@@ -202,11 +262,14 @@ void BM_SymbolLookup(benchmark::State& state) {
 
 BENCHMARK(BM_FindModuleFlat)->Arg(1000)->Arg(100000)->Arg(1000000);
 BENCHMARK(BM_FindModuleFlatSymbol)->Arg(1000)->Arg(100000)->Arg(1000000);
+BENCHMARK(BM_ModuleOfFlat)->Arg(1000)->Arg(100000)->Arg(1000000);
 BENCHMARK(BM_FindModuleNested)->Arg(1000)->Arg(100000);
 BENCHMARK(BM_SetModule)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RemoveModules)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RemoveModulesSymbol)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CloneConv);
 BENCHMARK(BM_CloneFused);
+BENCHMARK(BM_CloneConvAddFields)->Arg(0)->Arg(1);
 BENCHMARK(BM_SymbolIntern)->Threads(1)->Threads(2);
 BENCHMARK(BM_SymbolLookup)->Threads(1)->Threads(2);
 
