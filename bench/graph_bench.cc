@@ -164,14 +164,16 @@ std::unique_ptr<Graph> ReluChain(int64_t n, std::vector<Node*>* nodes) {
 //   0: default name of call_function torch.quantize_per_tensor ("quantize_per_tensor",
 //      "quantize_per_tensor_1", ...: the same hint again and again),
 //   1: default name of call_method dequantize (short: fits std::string's inline buffer),
-//   2: an explicit free name ("activation_post_process_<i>", as prepare names observers).
+//   2: an explicit free name ("activation_post_process_<i>", as prepare names observers),
+//      given as a std::string (copied into the spec, as before NodeName),
+//   3: the same names given as views (NodeName keeps a view: no copy).
 void BM_InsertAfter(benchmark::State& state) {
   const int64_t n = state.range(0);
   const int naming = static_cast<int>(state.range(1));
   const Symbol target = Symbol::Intern(naming == 1 ? "dequantize" : "torch.quantize_per_tensor");
   const OpKind op = naming == 1 ? OpKind::kCallMethod : OpKind::kCallFunction;
   std::vector<std::string> names;
-  if (naming == 2) {
+  if (naming >= 2) {
     for (int64_t i = 0; i < n; ++i) names.push_back(absl::StrCat("activation_post_process_", i));
   }
   int64_t inserted = 0;
@@ -181,7 +183,9 @@ void BM_InsertAfter(benchmark::State& state) {
     auto g = ReluChain(n, &nodes);
     state.ResumeTiming();
     for (size_t i = 0; i + 1 < nodes.size(); ++i) {
-      NodeSpec spec{op, target, {nodes[i]}, {}, naming == 2 ? names[i] : std::string()};
+      NodeSpec spec{op, target, {nodes[i]}, {}, ""};
+      if (naming == 2) spec.name = names[i];
+      if (naming == 3) spec.name = absl::string_view(names[i]);
       benchmark::DoNotOptimize(*g->InsertAfter(nodes[i], std::move(spec)));
     }
     inserted += static_cast<int64_t>(nodes.size()) - 1;
@@ -317,8 +321,64 @@ void BM_Rename(benchmark::State& state) {
   state.SetItemsProcessed(renamed);
 }
 
+// What fusion does per fused node, for a chain x -> conv_i -> relu_i -> ...: a node
+// inserted before relu_i under a temporary name takes relu_i's users, relu_i is erased and
+// conv_i erased with its name going to the new node. range(1): 0 = Erase(conv_i) then
+// Rename(new, <conv_i's name>) with a SetMeta("pattern"); 1 = EraseAndPassName and the
+// meta given at creation (a NodeMeta shared by all of them).
+void BM_FuseStep(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const bool pass_name = state.range(1) == 1;
+  const Symbol conv = Symbol::Intern("torch.nn.functional.conv2d");
+  const Symbol relu = Symbol::Intern("torch.relu");
+  const Symbol fused_target = Symbol::Intern("layer1.0.conv_relu");
+  const Symbol pattern_key = Symbol::Intern("pattern");
+  const Argument pattern = Argument::String("conv_relu");
+  const NodeMeta shared = *NodeMeta::Make({{pattern_key, pattern}});
+  int64_t fused = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto g = std::make_unique<Graph>();
+    Node* x = *g->AddPlaceholder("x");
+    struct Pair { Node* conv; Node* relu; };
+    std::vector<Pair> pairs;
+    for (int64_t i = 0; i < n / 2; ++i) {
+      // Names of fusion_bench's size: "layer1_0_conv1_<i>" (past std::string's inline 15).
+      Node* c = *g->Append({OpKind::kCallFunction, conv, {x}, {}, "layer1_0_conv1_block"});
+      x = *g->Append({OpKind::kCallFunction, relu, {c}, {}, ""});
+      pairs.push_back({c, x});
+    }
+    FUSELAGE_CHECK(g->SetOutput(x).ok());
+    state.ResumeTiming();
+    for (const Pair& p : pairs) {
+      NodeSpec spec{OpKind::kCallModule, fused_target, {p.conv->arg(0)}, {}, "_fusing"};
+      if (pass_name) spec.meta = shared;
+      Node* f = *g->InsertBefore(p.relu, std::move(spec));
+      FUSELAGE_CHECK(g->ReplaceAllUsesWith(p.relu, f).ok());
+      FUSELAGE_CHECK(g->Erase(p.relu).ok());
+      if (pass_name) {
+        FUSELAGE_CHECK(g->EraseAndPassName(p.conv, f).ok());
+      } else {
+        const std::string root_name = p.conv->name();
+        FUSELAGE_CHECK(g->Erase(p.conv).ok());
+        g->Rename(f, root_name);
+        FUSELAGE_CHECK(g->SetMeta(f, pattern_key, pattern).ok());
+      }
+    }
+    fused += static_cast<int64_t>(pairs.size());
+    state.PauseTiming();
+    FUSELAGE_CHECK(g->Verify().ok());
+    g.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(fused);
+}
+
+BENCHMARK(BM_FuseStep)
+    ->ArgsProduct({{10000, 100000}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_InsertAfter)
-    ->ArgsProduct({{1000, 100000, 1000000}, {0, 1, 2}})
+    ->ArgsProduct({{1000, 100000, 1000000}, {0, 1, 2, 3}})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SetArg)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReplaceAllUsesWith)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
