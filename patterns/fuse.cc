@@ -301,7 +301,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       MatchedOpNode& entry = plan.nodes[i];
       if (entry.node->op() != OpKind::kCallModule) continue;
       const Symbol path = entry.node->target();
-      entry.module = gm.FindModule(path.name());
+      entry.module = gm.FindModule(path);  // O(1): the matcher resolved every path
       const bool removable =
           entry.module != nullptr && entry.module->children().empty() &&
           (get_attr_paths.empty() || !get_attr_paths.contains(path.name()));
@@ -337,7 +337,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   absl::flat_hash_map<Node*, Node*> replaced;
   if (remap_extras) replaced.reserve(plans.size());
   absl::flat_hash_map<std::string, int> next_suffix;  // for FreshModulePath
-  std::vector<std::string> unused_modules;            // removed after the last fusion
+  std::vector<Symbol> unused_modules;                 // removed after the last fusion
   const auto remap = [&replaced](Node* n) {
     const auto it = replaced.find(n);
     return it == replaced.end() ? n : it->second;
@@ -391,7 +391,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       if (n->op() == OpKind::kCallModule && !(plan.reuse_slot != nullptr && n == plan.root)) {
         const Symbol freed = n->target();
         if (--module_uses[freed] == 0 && (plan.removable >> i & 1) != 0) {
-          unused_modules.push_back(std::string(freed.name()));
+          unused_modules.push_back(freed);
         }
       }
       const absl::Status status =

@@ -63,7 +63,7 @@ std::vector<MatchedOpNode> MatchedOpNodesInOrder(const GraphModule& gm,
     if (pattern.position(i).match_all || node == nullptr) continue;
     MatchedOpNode entry;
     entry.node = node;
-    if (node->op() == OpKind::kCallModule) entry.module = gm.FindModule(node->target().name());
+    if (node->op() == OpKind::kCallModule) entry.module = gm.FindModule(node->target());
     nodes.push_back(entry);
   }
   const Graph* graph = nodes.front().node->graph();
@@ -91,7 +91,7 @@ bool IsBinaryOp(const Node* node) {
 // The module `entry` calls, or the NotFound error GraphModule::GetModule gives for its path.
 absl::StatusOr<Module*> ModuleOf(const GraphModule& gm, const MatchedOpNode& entry) {
   if (entry.module != nullptr) return entry.module;
-  return gm.GetModule(entry.node->target().name());
+  return gm.GetModule(entry.node->target());
 }
 
 // The module of one matched node as a part of a fused module, or nullptr for a binary op
@@ -125,6 +125,8 @@ using ModuleParts = absl::InlinedVector<std::unique_ptr<Module>, 4>;
 
 absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type, ModuleParts parts) {
   auto fused = std::make_unique<Module>(type);
+  fused->ReserveChildren(static_cast<size_t>(
+      std::count_if(parts.begin(), parts.end(), [](const auto& part) { return part != nullptr; })));
   int index = 0;
   for (std::unique_ptr<Module>& part : parts) {
     if (part == nullptr) continue;
@@ -354,7 +356,7 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(
   }
   Module* root_module = root_entry != nullptr ? root_entry->module
                         : root->op() == OpKind::kCallModule
-                            ? gm.FindModule(root->target().name())
+                            ? gm.FindModule(root->target())
                             : nullptr;
   if (root->op() != OpKind::kCallModule || root_module == nullptr ||
       !IsFoldableInto(root_module->type())) {
