@@ -1,6 +1,7 @@
 #include "graph/graph_module.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>  // memchr; memrchr (GNU, declared by glibc's <string.h>)
 #include <vector>
 
@@ -96,34 +97,47 @@ void GraphModule::ResolveModuleTypes() const {
   const uint64_t generation = ModuleBindingGeneration();
   const uint64_t tree_generation = ModuleTreeGeneration();
   if (resolved_generation_.load(std::memory_order_relaxed) == generation) return;
-  // Only nodes changed since the table was filled: it is current, and readers may be
-  // reading it, so it is read (a called path missing from it is resolved from the tree)
-  // but not written.
-  const bool paths_current = paths_generation_.load(std::memory_order_relaxed) == tree_generation;
-  if (!paths_current) module_of_path_.clear();
+  // If only nodes changed since the path table was filled it is current, and readers may
+  // be reading it: it is read (a path missing from it is walked) but not written.
+  bool fill_table = paths_generation_.load(std::memory_order_relaxed) != tree_generation;
+  if (fill_table) {
+    module_of_path_.clear();
+    uint32_t min_id = UINT32_MAX, max_id = 0;
+    size_t called = 0;
+    for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
+      if (n->op() != OpKind::kCallModule || n->target().empty()) continue;
+      min_id = std::min(min_id, n->target().id());
+      max_id = std::max(max_id, n->target().id());
+      ++called;
+    }
+    const size_t range = called == 0 ? 0 : size_t{max_id} - min_id + 1;
+    fill_table = called > 0 && range <= 4 * called + 1024;
+    if (fill_table) {
+      module_of_path_.assign(range, nullptr);
+      module_of_path_.shrink_to_fit();  // a smaller table than the last keeps no slack
+      paths_base_ = min_id;
+    }
+  }
   for (Node* n = graph_->first(); n != nullptr; n = n->next()) {
     if (n->op() != OpKind::kCallModule) continue;
     const Module* module = nullptr;
     if (n->target().empty()) {
       // Calls nothing (Verify reports it); "" is the root's path, not this node's module.
-    } else if (paths_current) {
-      module = FindModule(n->target());
+    } else if (fill_table) {
+      Module*& slot = module_of_path_[n->target().id() - paths_base_];
+      if (slot == nullptr) slot = FindModule(n->target().name());
+      module = slot;
     } else {
-      const auto [it, added] = module_of_path_.try_emplace(n->target(), nullptr);
-      if (added) it->second = FindModule(n->target().name());
-      module = it->second;
+      module = FindModule(n->target());
     }
     n->set_cached_module_type(module == nullptr ? Symbol() : module->type());
   }
-  if (!paths_current) paths_generation_.store(tree_generation, std::memory_order_release);
+  if (fill_table) paths_generation_.store(tree_generation, std::memory_order_release);
   resolved_generation_.store(generation, std::memory_order_release);
 }
 
 absl::StatusOr<Module*> GraphModule::GetModule(Symbol path) const {
-  if (paths_generation_.load(std::memory_order_acquire) == ModuleTreeGeneration()) {
-    const auto it = module_of_path_.find(path);
-    if (it != module_of_path_.end() && it->second != nullptr) return it->second;
-  }
+  if (Module* cached = CachedModule(path)) return cached;
   return GetModule(path.name());
 }
 
@@ -324,8 +338,8 @@ absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
             "' (stale module-type cache: an edit did not call InvalidateModuleBindings)"));
       }
       if (paths_cached) {
-        const auto cached = module_of_path_.find(n->target());
-        if (cached != module_of_path_.end() && cached->second != module) {
+        const Module* cached = CachedModule(n->target());
+        if (cached != nullptr && cached != module) {
           return absl::InternalError(absl::StrCat(
               "node '", n->name(), "': the path table holds another module for '", target,
               "' than the tree (stale: a tree edit did not call InvalidateModuleTree)"));

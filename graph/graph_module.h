@@ -46,11 +46,8 @@ class GraphModule {
   // editing a module outside the tree does not either). Otherwise, or for a path no node
   // called, it resolves the text as FindModule(absl::string_view) does.
   Module* FindModule(Symbol path) const {
-    if (paths_generation_.load(std::memory_order_acquire) == ModuleTreeGeneration()) {
-      const auto it = module_of_path_.find(path);
-      if (it != module_of_path_.end()) return it->second;
-    }
-    return FindModule(path.name());
+    Module* cached = CachedModule(path);
+    return cached != nullptr ? cached : FindModule(path.name());
   }
   absl::StatusOr<Module*> GetModule(Symbol path) const;
   // The module a call_module node calls (of this graph or another: it is resolved in this
@@ -116,6 +113,14 @@ class GraphModule {
  private:
   // The type of the module `node` calls, from the module tree (no cache).
   Symbol ResolveModuleType(const Node* node) const;
+  // The module at `path` from the path table if it is current and holds one, else nullptr.
+  Module* CachedModule(Symbol path) const {
+    if (paths_generation_.load(std::memory_order_acquire) != ModuleTreeGeneration()) {
+      return nullptr;
+    }
+    const uint32_t slot = path.id() - paths_base_;  // wraps below the base: out of range
+    return slot < module_of_path_.size() ? module_of_path_[slot] : nullptr;
+  }
   // A path to remove: its text and its symbol (empty if the text was never interned, so
   // no node can call it).
   struct PathToRemove {
@@ -130,10 +135,15 @@ class GraphModule {
   // resolved; 0: never. Written under resolve_mu_, read without it.
   mutable std::atomic<uint64_t> resolved_generation_{0};
   mutable absl::Mutex resolve_mu_;
-  // Every path a call_module node called at the last ResolveModuleTypes() that found the
-  // tree edited, with its module (nullptr: no module there). Written under resolve_mu_
-  // only while stale (readers do not read it then), read without it.
-  mutable absl::flat_hash_map<Symbol, Module*> module_of_path_;
+  // The module of every path a call_module node called at the last ResolveModuleTypes()
+  // that found the tree edited, indexed by the path's symbol id minus paths_base_ (the
+  // smallest such id); nullptr for ids no node called (or that name no module). Symbol ids
+  // are dense and a model's paths are interned together, so this is ~8 bytes per called
+  // path; if the ids are spread too far (more than 4 slots per called path + 1024) there
+  // is no table and FindModule(Symbol) walks. Written under resolve_mu_ only while stale
+  // (readers do not read it then), read without it.
+  mutable std::vector<Module*> module_of_path_;
+  mutable uint32_t paths_base_ = 0;
   // The module-tree generation at which module_of_path_ was filled; 0: never.
   mutable std::atomic<uint64_t> paths_generation_{0};
   // Next suffix to try per hint, so naming many modules from one hint stays linear.

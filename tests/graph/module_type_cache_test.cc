@@ -9,6 +9,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "graph/graph_module.h"
 #include "graph/module.h"
@@ -203,6 +204,25 @@ TEST_F(ModuleTypeCacheTest, ModulesBuiltOutsideTheTreeLeaveTheCachesCurrent) {
   EXPECT_EQ(ModuleTreeGeneration(), tree);
   EXPECT_EQ(ModuleBindingGeneration(), binding);
   ExpectType(a_, "nn.ReLU");
+}
+
+// Paths whose symbol ids lie far apart (interned at very different times): the table is
+// not built, and every answer is still the walk's.
+TEST(ModuleOfSpreadIdsTest, FarApartPathsAreWalkedCorrectly) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("early", std::make_unique<Module>("nn.ReLU")).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* early = *gm.graph().AddCallModule("early", {x}, {}, "early");
+  for (int i = 0; i < 3000; ++i) Symbol::Intern(absl::StrCat("spread_ids_filler_", i));
+  ASSERT_TRUE(gm.SetModule("late", std::make_unique<Module>("nn.Tanh")).ok());
+  Node* late = *gm.graph().AddCallModule("late", {early}, {}, "late");
+  ASSERT_TRUE(gm.graph().SetOutput(late).ok());
+  ASSERT_GT(late->target().id() - early->target().id(), 3000u);
+  gm.ResolveModuleTypes();
+  EXPECT_EQ(gm.ModuleOf(early), gm.FindModule("early"));
+  EXPECT_EQ(gm.ModuleOf(late), gm.FindModule("late"));
+  EXPECT_EQ(gm.ModuleTypeOf(late), Type("nn.Tanh"));
+  EXPECT_TRUE(gm.Verify().ok());
 }
 
 TEST(RemoveModulesNestingTest, RefusesToRemoveAModuleEnclosingOneANodeCalls) {
