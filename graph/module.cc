@@ -256,6 +256,15 @@ int Module::RemoveChildren(const absl::flat_hash_set<std::string>& names) {
 
 std::unique_ptr<Module> Module::Clone() const { return Clone(0, 0); }
 
+std::unique_ptr<Module> Module::CloneAttributes(size_t spare_tensors,
+                                                size_t spare_attributes) const {
+  auto copy = std::make_unique<Module>(type_);
+  copy->tensors_.reserve(spare_tensors);
+  copy->attributes_.reserve(attributes_.size() + spare_attributes);
+  copy->attributes_.insert(copy->attributes_.end(), attributes_.begin(), attributes_.end());
+  return copy;
+}
+
 std::unique_ptr<Module> Module::Clone(size_t spare_tensors, size_t spare_attributes) const {
   auto copy = std::make_unique<Module>(type_);
   copy->tensors_.reserve(tensors_.size() + spare_tensors);

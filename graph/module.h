@@ -95,6 +95,12 @@ class Module {
   // and lowering do to a float module) then reallocates and moves nothing, where a plain
   // Clone's lists are at exact capacity and the first new field moves them all.
   std::unique_ptr<Module> Clone(size_t spare_tensors, size_t spare_attributes) const;
+  // A module of the same type with the same attributes but no tensors and no children,
+  // with room for `spare_tensors` tensors and `spare_attributes` more attributes (e.g. a
+  // native module built from a reference one: Clone() and then removing every tensor
+  // copies each tensor only to free it).
+  std::unique_ptr<Module> CloneAttributes(size_t spare_tensors = 0,
+                                          size_t spare_attributes = 0) const;
 
   static constexpr size_t kChildrenScannedLinearly = 8;
 

@@ -248,6 +248,31 @@ TEST(ModuleCloneTest, CloneWithSpareRoomCopiesTheSameAndAddsWithoutMoving) {
   EXPECT_EQ(conv.tensors().size(), 2u) << "the original is untouched";
 }
 
+TEST(ModuleCloneTest, CloneAttributesCopiesTypeAndAttributesOnly) {
+  Module conv("nnqr.Conv2d");
+  conv.SetTensor("weight", Tensor::FromFloats({1}, {1.0f}));
+  conv.SetAttribute("stride", Argument::Ints({2, 2}));
+  conv.SetAttribute("groups", Argument::Int(1));
+  conv.SetChild("inner", Relu());
+  std::unique_ptr<Module> copy = conv.CloneAttributes(2, 1);
+  EXPECT_EQ(copy->type(), conv.type());
+  EXPECT_TRUE(copy->tensors().empty());
+  EXPECT_TRUE(copy->children().empty());
+  ASSERT_EQ(copy->attributes().size(), 2u);
+  EXPECT_EQ(copy->attributes()[0].first, "stride");
+  EXPECT_EQ(copy->attributes()[0].second, Argument::Ints({2, 2}));
+  EXPECT_EQ(copy->GetInt("groups").value_or(-1), 1);
+  const auto* first_attribute = &copy->attributes()[0];
+  copy->SetTensor("weight", Tensor::FromFloats({1}, {2.0f}));
+  Tensor* added = copy->FindMutableTensor("weight");
+  copy->SetTensor("scale", Tensor::FromFloats({1}, {0.5f}));
+  copy->SetAttribute("scale_attr", Argument::Int(3));
+  EXPECT_EQ(copy->FindMutableTensor("weight"), added) << "tensors were moved";
+  EXPECT_EQ(&copy->attributes()[0], first_attribute) << "attributes were moved";
+  EXPECT_EQ(conv.FindTensor("weight")->data<float>()[0], 1.0f) << "the original is untouched";
+  EXPECT_EQ(conv.children().size(), 1u);
+}
+
 TEST(ModuleCloneTest, ReservedFieldsAndChildrenAreAddedWithoutMoving) {
   Module fused("nni.ConvReLU2d");
   fused.ReserveTensors(3);
