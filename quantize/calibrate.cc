@@ -60,7 +60,7 @@ absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prep
   absl::flat_hash_map<const Observer*, bool> reached;
   for (const Node* n = gm.graph().first(); n != nullptr; n = n->next()) {
     if (n->op() != OpKind::kCallModule) continue;
-    auto it = prepared.observers.find(n->target().name());
+    auto it = prepared.observers.find(n->target());
     if (it == prepared.observers.end()) continue;
     observer_of_node[n] = it->second.get();
     reached[it->second.get()] = false;
@@ -95,7 +95,7 @@ absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prep
     m->SetTensor("min_val", Tensor::FromFloats(shape, lo));
     m->SetTensor("max_val", Tensor::FromFloats(shape, hi));
     auto r = reached.find(observer.get());
-    if (r == reached.end() || !r->second) report.unobserved.push_back(path);
+    if (r == reached.end() || !r->second) report.unobserved.push_back(std::string(path.name()));
   }
   std::sort(report.unobserved.begin(), report.unobserved.end());
   return report;

@@ -184,7 +184,7 @@ absl::Status CheckWeightedPlansFound(const Graph& g, const PreparedModel& prepar
     auto it = prepared.quantized_ops.find(n->name());
     if (it == prepared.quantized_ops.end() || it->second.root_module.empty()) continue;
     if (n->op() != OpKind::kCallModule) return NoModuleError(n);
-    if (prepared.observers.contains(n->target().name())) {
+    if (prepared.observers.contains(n->target())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "convert: node '", n->name(), "' calls the observer '", n->target().name(),
           "' but was prepared as a weighted module call (", it->second.root_module.name(),
@@ -286,7 +286,7 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   size_t weighted_plans_found = 0;
   for (Node* n = g.first(); n != nullptr; n = n->next()) {
     if (n->op() != OpKind::kCallModule) continue;
-    auto observer = prepared.observers.find(n->target().name());
+    auto observer = prepared.observers.find(n->target());
     if (observer != prepared.observers.end()) {
       ASSIGN_OR_RETURN(ObserverReplacement r, PlanObserverReplacement(n, *observer->second));
       replacements.push_back(r);
@@ -348,7 +348,8 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
         path += name;
         const bool plan_module = absl::StartsWith(name, kWeightPlanModulePrefix) &&
                                  IsObserverModuleType(child->type());
-        only_observers = only_observers && (plan_module || prepared.observers.contains(path));
+        only_observers = only_observers &&
+                         (plan_module || prepared.observers.contains(Symbol::Lookup(path)));
       }
     }
     if (only_observers) {

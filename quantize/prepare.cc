@@ -503,9 +503,10 @@ class ObserverInserter {
     ASSIGN_OR_RETURN(const Module* prototype, PrototypeFor(spec));
     // Straight into the container, which we hold: no path to resolve per observer.
     container_->SetChild(name, prototype->Clone());
-    out_.observers.emplace(path_, std::move(observer));
+    const Symbol path = Symbol::Intern(path_);
+    out_.observers.emplace(path, std::move(observer));
     ++out_.report.observer_modules;
-    return Symbol::Intern(path_);
+    return path;
   }
 
   // The module of a fresh observer of `spec`, built once per distinct spec (a handful

@@ -102,7 +102,9 @@ struct QuantizedOpPlan {
 // path, and the plan of every quantized op, by node name.
 struct PreparedModel {
   PrepareReport report;
-  absl::flat_hash_map<std::string, std::unique_ptr<Observer>> observers;
+  // Keyed by the interned path, the target of the nodes that call the observer: looked up
+  // by a node's target without hashing its text.
+  absl::flat_hash_map<Symbol, std::unique_ptr<Observer>> observers;
   absl::flat_hash_map<std::string, QuantizedOpPlan> quantized_ops;
   // The container module holding the observer modules ("observers", or a fresh path if
   // the model has that name already); empty if no observer was inserted.

@@ -61,7 +61,7 @@ absl::Status StorePreparedModel(const PreparedModel& prepared, GraphModule& gm) 
     Module* m = gm.FindModule(path);
     if (m == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("store prepared model: observer module '", path, "' is missing"));
+          absl::StrCat("store prepared model: observer module '", path.name(), "' is missing"));
     }
     observer_modules.emplace_back(m, observer.get());
   }
@@ -122,14 +122,14 @@ absl::StatusOr<PreparedModel> PreparedModelFromGraph(const GraphModule& gm) {
     if (m == nullptr || !IsObserverModuleType(m->type())) continue;
     ++prepared.report.observer_nodes;
     const absl::string_view path = n->target().name();
-    if (prepared.observers.contains(path)) continue;
+    if (prepared.observers.contains(n->target())) continue;
     auto observer = ObserverFromModule(*m);
     if (!observer.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("observer module '", path, "' (node '",
                                                      n->name(), "'): ",
                                                      observer.status().message()));
     }
-    prepared.observers.emplace(std::string(path), std::move(*observer));
+    prepared.observers.emplace(n->target(), std::move(*observer));
     parents.insert(ParentPath(path));
   }
   if (prepared.observers.empty()) {

@@ -153,7 +153,7 @@ TEST(PrepareTest, ObserverNamesAndPlanDTypeConfig) {
   EXPECT_EQ(pool_obs->name(), "activation_post_process_2");
   for (const char* path :
        {"observers.activation_post_process_0", "observers.activation_post_process_1"}) {
-    EXPECT_TRUE(prepared->observers.contains(path)) << path;
+    EXPECT_TRUE(prepared->observers.contains(Symbol::Intern(path))) << path;
     const Module* module = m->gm.FindModule(path);
     ASSERT_NE(module, nullptr) << path;
     EXPECT_EQ(module->type().name(), "MinMaxObserver");
