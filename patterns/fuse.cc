@@ -17,9 +17,10 @@ namespace fuselage {
 namespace {
 
 // The name a fused node carries between its insertion and taking the root's name
-// (Graph::EraseAndPassName: the root holds that name until it is erased). A fixed short name (no heap allocation)
-// keeps that step one lookup: named after its target, the node would find that name taken
-// by the root, and the graph would mint and index "<root>_1" for a moment each time.
+// (Graph::EraseAndPassName: the root holds that name until it is erased). A fixed short
+// literal (viewed, no heap allocation) keeps that step one lookup: named after its target,
+// the node would find that name taken by the root, and the graph would mint and index
+// "<root>_1" for a moment each time.
 constexpr char kFusedNodeTemporaryName[] = "_fusing";
 
 // An extra input of a fused node. A node bound at a pattern position is read at apply time
@@ -43,7 +44,9 @@ struct PlannedFusion {
   // these.
   absl::InlinedVector<ExtraInput, 1> extras;
   std::unique_ptr<Module> module;
-  PendingFusion pending;  // parts to move in when installed; a fold's weight half, last
+  // Parts to move in when installed (with the fold of a moved conv); a copied conv's
+  // weight scaling, after the last fusion.
+  PendingFusion pending;
   // The module of the root node, which the fused module replaces in place (PyTorch's
   // fuse_fx installs it at the root's path when only the root used that module); nullptr:
   // the fused module goes to a fresh path.
