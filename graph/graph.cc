@@ -412,7 +412,7 @@ void Graph::RecordTaken(SuffixCounter& counter, absl::string_view name) const {
   counter.taken_at = names_freed_;
 }
 
-std::string Graph::Rename(Node* node, absl::string_view name) {
+const std::string& Graph::Rename(Node* node, absl::string_view name) {
   if (node->name_ == name) return node->name_;
   // The new name is chosen as if the node still held its old one (a candidate equal to it
   // counts as taken); the node leaves the index first so that the free one is indexed in

@@ -150,8 +150,10 @@ class Graph {
   absl::Status SetMeta(Node* node, Symbol key, Argument value);
   // Replaces all of the node's meta by `meta`, shared (NodeMeta::Make checked it).
   absl::Status SetMeta(Node* node, NodeMeta meta);
-  // Renames to `name` (made unique); returns the name given.
-  std::string Rename(Node* node, absl::string_view name);
+  // Renames to `name` (made unique); returns the name given: the node's own name (valid
+  // until the node is renamed or erased; copy it to keep it), so a caller that ignores it
+  // pays no string copy.
+  const std::string& Rename(Node* node, absl::string_view name);
 
   // Replaces every use of `old_node` (in args and kwargs of all its users) by
   // `replacement`, and returns how many users were rewired. If `replacement` is itself a
