@@ -200,11 +200,16 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     }
   }
 
-  // Per pass, per rule: the meta key and the value every fused node of the rule gets, and
-  // the schema of each fused type met (interned and found once, not per node).
-  const Symbol pattern_key = Symbol::Intern("pattern");
-  std::vector<Argument> pattern_meta(rules.size());
-  for (size_t r = 0; r < rules.size(); ++r) pattern_meta[r] = Argument::String(rules[r].name);
+  // Per pass, per rule: the meta every fused node of the rule gets ({"pattern": rule name},
+  // one block shared by all of them: a reference count per fused node, not an allocation),
+  // and the schema of each fused type met (found once, not per node).
+  std::vector<NodeMeta> pattern_meta;
+  pattern_meta.reserve(rules.size());
+  for (const FusionRule& rule : rules) {
+    ASSIGN_OR_RETURN(NodeMeta meta,
+                     NodeMeta::Make({{Symbol::Intern("pattern"), Argument::String(rule.name)}}));
+    pattern_meta.push_back(std::move(meta));
+  }
   std::vector<std::pair<Symbol, const ModuleSchema*>> schema_cache;
   const auto find_schema = [&](Symbol type) {
     for (const auto& [cached_type, schema] : schema_cache) {
@@ -380,6 +385,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     }
 
     spec.name = kFusedNodeTemporaryName;
+    spec.meta = pattern_meta[plan.match->rule - rules.data()];
     absl::StatusOr<Node*> fused = graph.InsertBefore(plan.outermost, std::move(spec));
     if (!fused.ok()) return Internal(fused.status());
     absl::StatusOr<int> rewired = graph.ReplaceAllUsesWith(plan.outermost, *fused);
@@ -401,9 +407,6 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
           n == plan.root ? graph.EraseAndPassName(n, *fused) : graph.Erase(n);
       if (!status.ok()) return Internal(status);
     }
-    const absl::Status status =
-        graph.SetMeta(*fused, pattern_key, pattern_meta[plan.match->rule - rules.data()]);
-    if (!status.ok()) return Internal(status);
     if (remap_extras) replaced.emplace(plan.outermost, *fused);
   }
   // All at once: one graph scan and one pass per parent, where removing them one by one
