@@ -5,6 +5,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -59,6 +60,25 @@ class FuseTest : public ::testing::Test {
     bn->SetTensor("running_mean", Tensor::FromFloats({2}, {1.0f, -1.0f}));
     bn->SetTensor("running_var", Tensor::FromFloats({2}, {3.0f, 0.0f}));
     return bn;
+  }
+
+  static FusionRule ConvBnAddReluRule() {
+    return Rule("conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))",
+                "nni.ConvAddReLU2d");
+  }
+  static FusionRule ConvBnReluRule() {
+    return Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))", "nni.ConvReLU2d");
+  }
+
+  // Two chained residual blocks up to the add: block 1 (conv1 -> bn1 -> relu1) and block
+  // 2's conv2 -> bn2 reading it. Returns {relu1, bn2}; the test adds the add and the rest.
+  std::pair<Node*, Node*> TwoChainedBlockHeads() {
+    Node* r1 = Call(Call(Call(x_, "conv1", Conv2dModule(rng_, 3, 3, 1)), "bn1",
+                         BatchNorm2dModule(rng_, 3)),
+                    "relu1", PlainModule("nn.ReLU"));
+    Node* bn2 =
+        Call(Call(r1, "conv2", Conv2dModule(rng_, 3, 3, 1)), "bn2", BatchNorm2dModule(rng_, 3));
+    return {r1, bn2};
   }
 
   absl::StatusOr<int> Fuse(std::vector<FusionRule> rules) {
@@ -118,8 +138,7 @@ TEST_F(FuseTest, ResidualBlockBecomesOneConvAddReLU2d) {
   ASSERT_TRUE(gm_.Verify().ok());
   const std::unique_ptr<Module> original_conv = gm_.FindModule("conv")->Clone();
 
-  FusionRule rule = Rule("conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))",
-                         "nni.ConvAddReLU2d");
+  FusionRule rule = ConvBnAddReluRule();
   rule.root_position = 3;                        // the conv
   rule.extra_input_positions = std::vector<int>{4};  // the residual
   absl::StatusOr<int> fused = Fuse({rule});
@@ -238,7 +257,7 @@ TEST_F(FuseTest, ConvWithoutBiasGetsOne) {
                     PlainModule("nn.ReLU"));
   Must(graph().SetOutput(relu));
   absl::StatusOr<int> fused =
-      Fuse({Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))", "nni.ConvReLU2d")});
+      Fuse({ConvBnReluRule()});
   ASSERT_TRUE(fused.ok()) << fused.status();
   ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
   const Module* m = gm_.FindModule("conv");
@@ -274,16 +293,10 @@ TEST_F(FuseTest, FunctionalReluBecomesAReLUChild) {
 // Block 2 reads block 1's outermost node twice (as conv input and as residual); after
 // fusion both args are block 1's fused node.
 TEST_F(FuseTest, ChainedResidualBlocksRemapInputs) {
-  Node* r1 = Call(Call(Call(x_, "conv1", Conv2dModule(rng_, 3, 3, 1)), "bn1",
-                       BatchNorm2dModule(rng_, 3)),
-                  "relu1", PlainModule("nn.ReLU"));
-  Node* bn2 = Call(Call(r1, "conv2", Conv2dModule(rng_, 3, 3, 1)), "bn2", BatchNorm2dModule(rng_, 3));
+  const auto [r1, bn2] = TwoChainedBlockHeads();
   Node* add = Must(graph().AddCallFunction("operator.add", {bn2, r1}, {}, "add"));
   Must(graph().SetOutput(Call(add, "relu2", PlainModule("nn.ReLU"))));
-  absl::StatusOr<int> fused = Fuse(
-      {Rule("conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))",
-            "nni.ConvAddReLU2d"),
-       Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))", "nni.ConvReLU2d")});
+  absl::StatusOr<int> fused = Fuse({ConvBnAddReluRule(), ConvBnReluRule()});
   ASSERT_TRUE(fused.ok()) << fused.status();
   EXPECT_EQ(*fused, 2);
   ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
@@ -302,19 +315,13 @@ TEST_F(FuseTest, ChainedResidualBlocksRemapInputs) {
 // to the add's arg 0 rather than the pattern's arg 1, is the first block's outermost node
 // and must become its fused node, at the end of the second fused node's args.
 TEST_F(FuseTest, ChainedResidualBlocksWithSwappedAddArgsRemapTheExtraInput) {
-  Node* r1 = Call(Call(Call(x_, "conv1", Conv2dModule(rng_, 3, 3, 1)), "bn1",
-                       BatchNorm2dModule(rng_, 3)),
-                  "relu1", PlainModule("nn.ReLU"));
-  Node* bn2 = Call(Call(r1, "conv2", Conv2dModule(rng_, 3, 3, 1)), "bn2", BatchNorm2dModule(rng_, 3));
+  const auto [r1, bn2] = TwoChainedBlockHeads();
   Node* add = Must(graph().AddCallFunction("operator.add", {r1, bn2}, {}, "add"));
   Node* relu2 = Call(add, "relu2", PlainModule("nn.ReLU"));
   // A later reader of the first block's output, so that output has three users.
   Node* mul = Must(graph().AddCallFunction("operator.mul", {relu2, r1}, {}, "mul"));
   Must(graph().SetOutput(mul));
-  absl::StatusOr<int> fused = Fuse(
-      {Rule("conv_bn_add_relu", "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))",
-            "nni.ConvAddReLU2d"),
-       Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))", "nni.ConvReLU2d")});
+  absl::StatusOr<int> fused = Fuse({ConvBnAddReluRule(), ConvBnReluRule()});
   ASSERT_TRUE(fused.ok()) << fused.status();
   EXPECT_EQ(*fused, 2);
   ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
@@ -469,7 +476,7 @@ TEST_F(FuseTest, CustomGetterInputsThatFusionWouldEraseAreErrors) {
         [extra](const PatternMatch&) -> absl::StatusOr<std::vector<Argument>> {
       return std::vector<Argument>{Argument(extra)};
     };
-    return Fuse({Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))", "nni.ConvReLU2d"),
+    return Fuse({ConvBnReluRule(),
                  conv_relu});
   };
   absl::StatusOr<int> fused = fuse_with_extra(bn1);
@@ -574,7 +581,7 @@ TEST_F(FuseTest, FailingFusionLeavesTheGraphUnchanged) {
   Must(graph().SetOutput(c));
   const std::string before = SerializeModelText(gm_);
   absl::StatusOr<int> fused =
-      Fuse({Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))", "nni.ConvReLU2d")});
+      Fuse({ConvBnReluRule()});
   ASSERT_FALSE(fused.ok());
   EXPECT_EQ(fused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(fused.status().message()), HasSubstr("'bn2'"));
