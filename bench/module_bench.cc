@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -160,11 +161,20 @@ void BM_SetModule(benchmark::State& state) {
 }
 
 // RemoveModules of every 4th of n root children (what a fusion pass frees at the end),
-// in a GraphModule whose graph calls none of them. items = modules removed.
-void BM_RemoveModules(benchmark::State& state) {
+// in a GraphModule whose graph calls none of them, the paths given as `Path`: std::string
+// or Symbol (interned beforehand, as a pass has them: the targets of the nodes it erased).
+// items = modules removed.
+template <typename Path>
+void RemoveEveryFourthChild(benchmark::State& state) {
   const std::vector<std::string> names = FlatNames(state.range(0));
-  std::vector<std::string> removed;
-  for (size_t i = 0; i < names.size(); i += 4) removed.push_back(names[i]);
+  std::vector<Path> removed;
+  for (size_t i = 0; i < names.size(); i += 4) {
+    if constexpr (std::is_same_v<Path, Symbol>) {
+      removed.push_back(Symbol::Intern(names[i]));
+    } else {
+      removed.push_back(names[i]);
+    }
+  }
   for (auto _ : state) {
     state.PauseTiming();
     auto gm = FlatTree(names);
@@ -177,23 +187,8 @@ void BM_RemoveModules(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(removed.size()));
 }
 
-// The same through RemoveModules(Span<const Symbol>) (the paths interned beforehand, as a
-// pass has them: the targets of the nodes it erased).
-void BM_RemoveModulesSymbol(benchmark::State& state) {
-  const std::vector<std::string> names = FlatNames(state.range(0));
-  std::vector<Symbol> removed;
-  for (size_t i = 0; i < names.size(); i += 4) removed.push_back(Symbol::Intern(names[i]));
-  for (auto _ : state) {
-    state.PauseTiming();
-    auto gm = FlatTree(names);
-    state.ResumeTiming();
-    FUSELAGE_CHECK(gm->RemoveModules(removed).ok());
-    state.PauseTiming();
-    gm.reset();
-    state.ResumeTiming();
-  }
-  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(removed.size()));
-}
+void BM_RemoveModules(benchmark::State& state) { RemoveEveryFourthChild<std::string>(state); }
+void BM_RemoveModulesSymbol(benchmark::State& state) { RemoveEveryFourthChild<Symbol>(state); }
 
 // Clone (and destroy) a conv-like module; and a fused module holding one (nni.ConvReLU2d:
 // children "0" conv, "1" relu).
