@@ -60,20 +60,8 @@ class NodeName {
   NodeName(absl::string_view view) : view_(view) {}      // NOLINT
   NodeName(std::string owned)                            // NOLINT
       : owned_(std::move(owned)), is_owned_(true) {}
-  NodeName(const NodeName& other) { *this = other; }
-  NodeName& operator=(const NodeName& other) {
-    owned_ = other.owned_;
-    view_ = other.view_;
-    is_owned_ = other.is_owned_;
-    return *this;
-  }
-  NodeName(NodeName&& other) noexcept { *this = std::move(other); }
-  NodeName& operator=(NodeName&& other) noexcept {
-    owned_ = std::move(other.owned_);
-    view_ = other.view_;
-    is_owned_ = other.is_owned_;
-    return *this;
-  }
+  // Copies and moves are memberwise: an owned name is read from owned_ (view_ is unused
+  // then), so a copy never points into the original.
 
   absl::string_view view() const { return is_owned_ ? absl::string_view(owned_) : view_; }
   operator absl::string_view() const { return view(); }  // NOLINT
