@@ -12,7 +12,6 @@
 #include <emmintrin.h>
 #endif
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 #include "graph/tensor.h"
@@ -261,20 +260,12 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
         "; expected torch.float32"));
   }
   // The reference module's attributes in their order (one vector copy), minus the weight
-  // quantization ones, then scale and zero_point; its tensors replaced by the quantized
-  // weight and the float bias; no children. (Building a fresh module attribute by
-  // attribute instead cost more: each SetAttribute scans and regrows the vector.)
-  std::unique_ptr<Module> native = ref->Clone();
+  // quantization ones, then scale and zero_point; as tensors only the quantized weight and
+  // the float bias; no children. (Building a fresh module attribute by attribute instead
+  // cost more: each SetAttribute scans and regrows the vector.)
+  std::unique_ptr<Module> native =
+      ref->CloneAttributes(/*spare_tensors=*/2, /*spare_attributes=*/2);
   native->set_type(native_type);
-  while (!native->tensors().empty()) {
-    // The name is compared before the entry it views is erased; no copy needed.
-    native->RemoveTensor(native->tensors().back().first);
-  }
-  if (!native->children().empty()) {
-    absl::flat_hash_set<std::string> children;
-    for (const auto& [name, child] : native->children()) children.insert(name);
-    native->RemoveChildren(children);
-  }
   native->SetTensor("weight", std::move(qweight));
   if (bias != nullptr) native->SetTensor("bias", *bias);
   native->RemoveAttribute("weight_qscheme");
