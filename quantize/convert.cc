@@ -52,8 +52,10 @@ absl::Status ReplaceObserver(Graph& g, const ReplacementTargets& targets,
                              const ObserverReplacement& r) {
   Node* observer = r.observer;
   Node* input = observer->arg(0).as_node();
-  std::vector<Argument> quantize_args = {input, Argument::Float(r.scale),
-                                         Argument::Int(r.zero_point), Argument::Dtype(r.dtype)};
+  // Built as the node's own arg storage, which the node takes over whole (a std::vector
+  // would be copied into a second heap block).
+  NodeArgs quantize_args = {input, Argument::Float(r.scale), Argument::Int(r.zero_point),
+                            Argument::Dtype(r.dtype)};
   Node* q = nullptr;
   if (!observer->has_kwargs() && observer->meta().empty()) {
     // The observer node itself becomes the quantize node, in its place: one node fewer
