@@ -275,12 +275,15 @@ Graph::~Graph() {
 }
 
 Node* Graph::NewNode(OpKind op, Symbol target, std::string name) {
-  return new (arena_.Allocate()) Node(this, op, target, std::move(name));
+  uint32_t index;
+  void* slot = arena_.Allocate(&index);
+  return new (slot) Node(this, index, op, target, std::move(name));
 }
 
 void Graph::DestroyNode(Node* node) {
+  const uint32_t index = node->index_;
   node->~Node();
-  arena_.Free(node);
+  arena_.Free(node, index);
 }
 
 // ---- Order and links ----------------------------------------------------------------

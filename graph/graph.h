@@ -190,6 +190,12 @@ class Graph {
       n = next;
     }
   }
+  // Every live node's index() is below this bound; it never decreases. It is the largest
+  // number of nodes the graph ever held at once (erased nodes' indices are reused first),
+  // so a vector of node_index_bound() entries is about size() long. Nodes created after you
+  // read it may get indices at or above the value you read: size per-node vectors after
+  // creating, or grow them when a new node's index() does not fit.
+  size_t node_index_bound() const { return arena_.slots_used(); }
   // True if `a` comes before `b` in the order. O(1).
   bool Precedes(const Node* a, const Node* b) const { return a->order_key_ < b->order_key_; }
 

@@ -123,6 +123,12 @@ class Node {
   const NodeMeta& shared_meta() const { return meta_; }
 
   Graph* graph() const { return graph_; }
+  // A small number that identifies the node among the live nodes of its graph: distinct
+  // for distinct live nodes, fixed while the node lives, below graph()->node_index_bound(),
+  // and handed to a later node once this one is erased. Dense (the graph's nodes number
+  // 0 .. bound-1 with few holes), so a pass keeps per-node state in a vector indexed by
+  // it instead of a hash map keyed by Node*. See Graph::node_index_bound().
+  uint32_t index() const { return index_; }
   // Neighbours in the graph's topological order (nullptr at the ends).
   Node* prev() const { return prev_; }
   Node* next() const { return next_; }
@@ -135,8 +141,13 @@ class Node {
   friend class GraphBuilder;
   friend class GraphModule;  // Fills and reads the cached module type.
   friend class NodeMeta;     // An empty NodeMeta reads EmptyKwargs.
-  Node(Graph* graph, OpKind op, Symbol target, std::string name)
-      : graph_(graph), op_(op), module_type_id_(0), target_(target), name_(std::move(name)) {
+  Node(Graph* graph, uint32_t index, OpKind op, Symbol target, std::string name)
+      : graph_(graph),
+        op_(op),
+        module_type_id_(0),
+        target_(target),
+        index_(index),
+        name_(std::move(name)) {
     // A new call_module node has no cached type yet: make every cache stale.
     if (op == OpKind::kCallModule) InvalidateModuleBindings();
   }
@@ -180,6 +191,7 @@ class Node {
   // Most nodes have no kwargs and no meta: kept out of line to keep Node small.
   std::unique_ptr<Kwargs> kwargs_;
   NodeMeta meta_;
+  uint32_t index_;  // the node's arena slot number (NodeArena)
   // Last: a scan reads links, op, target, args, users and kwargs (the first 128 bytes),
   // rarely the name, so the name does not sit between them.
   std::string name_;

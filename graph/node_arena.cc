@@ -33,11 +33,12 @@ NodeArena::NodeArena(size_t slot_size, size_t slot_align) {
   slot_size_ = (slot_size_ + align - 1) / align * align;
 }
 
-void* NodeArena::Allocate() {
+void* NodeArena::Allocate(uint32_t* index) {
   if (free_ != nullptr) {
     FreeSlot* slot = free_;
     FUSELAGE_UNPOISON(slot, slot_size_);
     free_ = slot->next;
+    *index = slot->index;
     return slot;
   }
   if (left_ == 0) {
@@ -51,15 +52,19 @@ void* NodeArena::Allocate() {
   }
   void* slot = next_;
   FUSELAGE_UNPOISON(slot, slot_size_);
+  // Slot numbers are 32-bit: 4 billion nodes alive at once is far beyond any graph.
+  FUSELAGE_CHECK(slots_used() < UINT32_MAX);
+  *index = static_cast<uint32_t>(slots_used());
   next_ += slot_size_;
   --left_;
   return slot;
 }
 
-void NodeArena::Free(void* slot) {
+void NodeArena::Free(void* slot, uint32_t index) {
   FUSELAGE_CHECK(slot != nullptr);
   FreeSlot* freed = static_cast<FreeSlot*>(slot);
   freed->next = free_;
+  freed->index = index;
   free_ = freed;
   // The link stays readable; the rest of the slot is poisoned until it is reused.
   FUSELAGE_POISON(static_cast<unsigned char*>(slot) + sizeof(FreeSlot),

@@ -7,10 +7,15 @@
 // Addresses are stable: a slot keeps its node until the Graph destroys it; the slot is then
 // reused by a later node. The arena only hands out and takes back raw slots: the Graph
 // constructs and destroys the nodes in them.
+//
+// Every slot has a number, dense from 0 in the order slots are first handed out, that goes
+// with the slot when it is reused: Node::index() (a pass keeps per-node state in a vector
+// indexed by it). The numbers handed out so far are all below slots_used().
 #ifndef FUSELAGE_GRAPH_NODE_ARENA_H_
 #define FUSELAGE_GRAPH_NODE_ARENA_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -25,14 +30,18 @@ class NodeArena {
   NodeArena& operator=(const NodeArena&) = delete;
 
   // Uninitialized storage for one node: a freed slot if there is one, else the next slot of
-  // the newest chunk (a new chunk when it is full).
-  void* Allocate();
-  // Takes back a slot from Allocate() whose node has been destroyed.
-  void Free(void* slot);
+  // the newest chunk (a new chunk when it is full). `*index` receives the slot's number.
+  void* Allocate(uint32_t* index);
+  // Takes back a slot from Allocate() whose node has been destroyed, with its number.
+  void Free(void* slot, uint32_t index);
+  // How many slots were ever handed out: every slot number is below it. Never decreases.
+  size_t slots_used() const { return total_slots_ - left_; }
 
  private:
+  // What a freed slot holds until it is reused: the free list's link and its number.
   struct FreeSlot {
     FreeSlot* next;
+    uint32_t index;
   };
   // Chunks grow with the arena (a quarter of the slots so far, 32 to 4096 slots), so small
   // graphs waste little and large ones add a chunk every few thousand nodes.

@@ -502,6 +502,73 @@ TEST(GraphTest, NamesMatchTheRuleOverRandomInsertsErasesAndRenames) {
   EXPECT_GRAPH_VALID(g);
 }
 
+// Node::index(): distinct among live nodes, below node_index_bound(), fixed while the node
+// lives, reused after an erase (so the bound stays the peak node count), checked against
+// an independent record of which node holds which index over random inserts and erases.
+TEST(GraphTest, NodeIndicesAreDenseUniqueAndReusedAfterErase) {
+  Graph g;
+  EXPECT_EQ(g.node_index_bound(), 0u);
+  Node* x = *g.AddPlaceholder("x");
+  ASSERT_TRUE(g.SetOutput(x).ok());
+  std::vector<Node*> live = {x, g.output()};
+  std::map<Node*, uint32_t> first_seen;  // every live node's index when it was created
+  for (Node* n : live) first_seen[n] = n->index();
+  size_t peak = live.size();
+  std::mt19937 random(11);
+  for (int step = 0; step < 3000; ++step) {
+    if (random() % 3 != 0 || live.size() == 2) {
+      Node* n = *g.InsertAfter(x, {OpKind::kCallFunction, Symbol::Intern("torch.relu"), {x}, {}, ""});
+      first_seen[n] = n->index();
+      live.push_back(n);
+    } else {
+      const size_t i = 2 + random() % (live.size() - 2);
+      first_seen.erase(live[i]);
+      ASSERT_TRUE(g.Erase(live[i]).ok());
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    peak = std::max(peak, live.size());
+    // The bound is the peak number of live nodes: erased indices are used again first.
+    ASSERT_EQ(g.node_index_bound(), peak) << "step " << step;
+    std::set<uint32_t> seen;
+    for (Node* n : live) {
+      ASSERT_LT(n->index(), g.node_index_bound()) << n->name();
+      ASSERT_TRUE(seen.insert(n->index()).second) << "index " << n->index() << " twice";
+      ASSERT_EQ(n->index(), first_seen[n]) << n->name() << " changed its index";
+    }
+  }
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, AnErasedNodesIndexGoesToTheNextNewNode) {
+  Chain c;
+  EXPECT_EQ(c.g.node_index_bound(), 4u);
+  std::set<uint32_t> indices = {c.x->index(), c.neg->index(), c.relu->index(), c.out->index()};
+  EXPECT_EQ(indices, (std::set<uint32_t>{0, 1, 2, 3}));
+  Node* dead = *c.g.InsertAfter(c.x, {OpKind::kCallFunction, Symbol::Intern("torch.relu"),
+                                      {c.x}, {}, ""});
+  EXPECT_EQ(dead->index(), 4u);
+  EXPECT_EQ(c.g.node_index_bound(), 5u);
+  ASSERT_TRUE(c.g.Erase(dead).ok());
+  EXPECT_EQ(c.g.node_index_bound(), 5u);  // never decreases
+  Node* fresh = *c.g.InsertAfter(c.neg, {OpKind::kCallMethod, Symbol::Intern("relu"),
+                                         {c.neg}, {}, ""});
+  EXPECT_EQ(fresh->index(), 4u);
+  EXPECT_EQ(c.g.node_index_bound(), 5u);
+  // EraseAndPassName frees the erased node's index too; the heir keeps its own.
+  const uint32_t heir_index = fresh->index();
+  const uint32_t neg_index = c.neg->index();
+  ASSERT_TRUE(c.g.ReplaceAllUsesWith(c.neg, fresh).ok());
+  ASSERT_TRUE(c.g.SetArgs(fresh, {c.x}).ok());
+  ASSERT_TRUE(c.g.MoveBefore(fresh, c.relu).ok());
+  ASSERT_TRUE(c.g.EraseAndPassName(c.neg, fresh).ok());
+  EXPECT_EQ(fresh->name(), "neg");
+  EXPECT_EQ(fresh->index(), heir_index);
+  Node* next = *c.g.InsertAfter(c.x, {OpKind::kCallFunction, Symbol::Intern("torch.relu"),
+                                      {c.x}, {}, ""});
+  EXPECT_EQ(next->index(), neg_index);
+  EXPECT_GRAPH_VALID(c.g);
+}
+
 // The counter's last name is skipped without a probe only while it is certainly taken:
 // freed by an erase or a rename, directly or among many other names, it comes back.
 TEST(GraphTest, TheLastSuffixComesBackWhenFreedAmongOtherErases) {
