@@ -232,6 +232,29 @@ void BM_CloneFused(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// Clone (and destroy) an observer module as prepare does for every activation: a
+// MinMaxObserver prototype (8 attributes, two names past 15 characters; 2 scalar
+// tensors); arg 1: after ShareFieldsWithClones (the clone shares both lists), arg 0: not.
+void BM_CloneObserver(benchmark::State& state) {
+  auto prototype = std::make_unique<Module>("MinMaxObserver");
+  prototype->SetAttribute("dtype", Argument::Int(13));
+  prototype->SetAttribute("qscheme", Argument::String("torch.per_tensor_affine"));
+  prototype->SetAttribute("quant_min", Argument::Int(0));
+  prototype->SetAttribute("quant_max", Argument::Int(255));
+  prototype->SetAttribute("reduce_range", Argument::Bool(false));
+  prototype->SetAttribute("eps", Argument::Float(1.1920928955078125e-07));
+  prototype->SetAttribute("ch_axis", Argument::Int(-1));
+  prototype->SetAttribute("has_customized_qrange", Argument::Bool(false));
+  prototype->SetTensor("min_val", Tensor::FromFloats({}, {1.0f}));
+  prototype->SetTensor("max_val", Tensor::FromFloats({}, {-1.0f}));
+  if (state.range(0) != 0) prototype->ShareFieldsWithClones();
+  for (auto _ : state) {
+    std::unique_ptr<Module> copy = prototype->Clone();
+    benchmark::DoNotOptimize(copy);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 // Symbol::Intern / Symbol::Lookup of already-interned names (1000 of them, in turn).
 void BM_SymbolIntern(benchmark::State& state) {
   const std::vector<std::string> names = FlatNames(1000);
@@ -265,6 +288,7 @@ BENCHMARK(BM_RemoveModulesSymbol)->Arg(1000)->Arg(100000)->Unit(benchmark::kMill
 BENCHMARK(BM_CloneConv);
 BENCHMARK(BM_CloneFused);
 BENCHMARK(BM_CloneConvAddFields)->Arg(0)->Arg(1);
+BENCHMARK(BM_CloneObserver)->Arg(0)->Arg(1);
 BENCHMARK(BM_SymbolIntern)->Threads(1)->Threads(2);
 BENCHMARK(BM_SymbolLookup)->Threads(1)->Threads(2);
 

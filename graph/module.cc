@@ -32,9 +32,11 @@ Module::Module(Module&& other) noexcept
     : type_(other.type_),
       tensors_(std::move(other.tensors_)),
       attributes_(std::move(other.attributes_)),
+      shared_tensors_(std::move(other.shared_tensors_)),
+      shared_attributes_(std::move(other.shared_attributes_)),
       children_(std::move(other.children_)) {
   other.children_.clear();
-  other.child_index_.clear();
+  other.child_index_.reset();
   RebuildChildIndex();
   other.NoteTreeEdit();  // This one is new, so in no tree yet.
 }
@@ -44,37 +46,72 @@ Module& Module::operator=(Module&& other) noexcept {
   type_ = other.type_;
   tensors_ = std::move(other.tensors_);
   attributes_ = std::move(other.attributes_);
+  shared_tensors_ = std::move(other.shared_tensors_);
+  shared_attributes_ = std::move(other.shared_attributes_);
   children_ = std::move(other.children_);
   other.children_.clear();
-  other.child_index_.clear();
+  other.child_index_.reset();
   RebuildChildIndex();
   if (in_tree_ || other.in_tree_) InvalidateModuleTree();
   return *this;
 }
 
+Module::TensorList& Module::OwnTensors(size_t capacity) {
+  if (shared_tensors_ != nullptr) {
+    tensors_.reserve(std::max(capacity, shared_tensors_->size()));
+    tensors_.assign(shared_tensors_->begin(), shared_tensors_->end());
+    shared_tensors_.reset();
+  }
+  return tensors_;
+}
+
+Module::AttributeList& Module::OwnAttributes(size_t capacity) {
+  if (shared_attributes_ != nullptr) {
+    attributes_.reserve(std::max(capacity, shared_attributes_->size()));
+    attributes_.assign(shared_attributes_->begin(), shared_attributes_->end());
+    shared_attributes_.reset();
+  }
+  return attributes_;
+}
+
+void Module::ShareFieldsWithClones() {
+  if (shared_tensors_ == nullptr && !tensors_.empty()) {
+    shared_tensors_ = std::make_shared<const TensorList>(std::move(tensors_));
+    tensors_ = TensorList();
+  }
+  if (shared_attributes_ == nullptr && !attributes_.empty()) {
+    shared_attributes_ = std::make_shared<const AttributeList>(std::move(attributes_));
+    attributes_ = AttributeList();
+  }
+}
+
 const Tensor* Module::FindTensor(absl::string_view name) const {
-  auto it = FindEntry(tensors_, name);
-  return it == tensors_.end() ? nullptr : &it->second;
+  const TensorList& tensors = this->tensors();
+  auto it = FindEntry(tensors, name);
+  return it == tensors.end() ? nullptr : &it->second;
 }
 
 Tensor* Module::FindMutableTensor(absl::string_view name) {
-  auto it = FindEntry(tensors_, name);
-  return it == tensors_.end() ? nullptr : &it->second;
+  // A shared list is copied only if the caller gets a tensor it may write.
+  if (FindTensor(name) == nullptr) return nullptr;
+  TensorList& tensors = OwnTensors();
+  return &FindEntry(tensors, name)->second;
 }
 
 void Module::SetTensor(absl::string_view name, Tensor tensor) {
-  auto it = FindEntry(tensors_, name);
-  if (it != tensors_.end()) {
-    it->second = std::move(tensor);
+  const bool present = FindTensor(name) != nullptr;
+  TensorList& tensors = OwnTensors(this->tensors().size() + (present ? 0 : 1));
+  if (present) {
+    FindEntry(tensors, name)->second = std::move(tensor);
   } else {
-    tensors_.emplace_back(std::string(name), std::move(tensor));
+    tensors.emplace_back(std::string(name), std::move(tensor));
   }
 }
 
 bool Module::RemoveTensor(absl::string_view name) {
-  auto it = FindEntry(tensors_, name);
-  if (it == tensors_.end()) return false;
-  tensors_.erase(it);
+  if (FindTensor(name) == nullptr) return false;
+  TensorList& tensors = OwnTensors();
+  tensors.erase(FindEntry(tensors, name));
   return true;
 }
 
@@ -88,23 +125,25 @@ absl::StatusOr<const Tensor*> Module::GetTensor(absl::string_view name) const {
 }
 
 const Argument* Module::FindAttribute(absl::string_view name) const {
-  auto it = FindEntry(attributes_, name);
-  return it == attributes_.end() ? nullptr : &it->second;
+  const AttributeList& attributes = this->attributes();
+  auto it = FindEntry(attributes, name);
+  return it == attributes.end() ? nullptr : &it->second;
 }
 
 void Module::SetAttribute(absl::string_view name, Argument value) {
-  auto it = FindEntry(attributes_, name);
-  if (it != attributes_.end()) {
-    it->second = std::move(value);
+  const bool present = FindAttribute(name) != nullptr;
+  AttributeList& attributes = OwnAttributes(this->attributes().size() + (present ? 0 : 1));
+  if (present) {
+    FindEntry(attributes, name)->second = std::move(value);
   } else {
-    attributes_.emplace_back(std::string(name), std::move(value));
+    attributes.emplace_back(std::string(name), std::move(value));
   }
 }
 
 bool Module::RemoveAttribute(absl::string_view name) {
-  auto it = FindEntry(attributes_, name);
-  if (it == attributes_.end()) return false;
-  attributes_.erase(it);
+  if (FindAttribute(name) == nullptr) return false;
+  AttributeList& attributes = OwnAttributes();
+  attributes.erase(FindEntry(attributes, name));
   return true;
 }
 
@@ -160,15 +199,22 @@ size_t Module::ChildPosition(absl::string_view name) const {
     }
     return kNoChild;
   }
-  auto it = child_index_.find(name);
-  return it == child_index_.end() ? kNoChild : *it;
+  auto it = child_index_->find(name);
+  return it == child_index_->end() ? kNoChild : *it;
 }
 
 void Module::RebuildChildIndex() {
-  child_index_.clear();
-  if (children_.size() <= kChildrenScannedLinearly) return;
-  child_index_.reserve(children_.size());
-  for (size_t i = 0; i < children_.size(); ++i) child_index_.insert(static_cast<uint32_t>(i));
+  if (children_.size() <= kChildrenScannedLinearly) {
+    child_index_.reset();
+    return;
+  }
+  if (child_index_ == nullptr) {
+    child_index_ = std::make_unique<ChildIndex>(0, ChildNameHash{this}, ChildNameEq{this});
+  } else {
+    child_index_->clear();
+  }
+  child_index_->reserve(children_.size());
+  for (size_t i = 0; i < children_.size(); ++i) child_index_->insert(static_cast<uint32_t>(i));
 }
 
 Module* Module::FindChild(absl::string_view name) const {
@@ -194,7 +240,7 @@ Module* Module::SetChild(absl::string_view name, std::unique_ptr<Module> child) 
   // position is children_.size(); any rehash before it is stored sees children_ as is).
   const auto next_position = static_cast<uint32_t>(children_.size());
   bool added = false;
-  const auto it = child_index_.lazy_emplace(name, [&](const ChildIndex::constructor& construct) {
+  const auto it = child_index_->lazy_emplace(name, [&](const ChildIndex::constructor& construct) {
     construct(next_position);
     added = true;
   });
@@ -231,17 +277,17 @@ std::vector<std::unique_ptr<Module>> Module::EraseChildrenAt(
   }
   children_.resize(kept);
   if (children_.size() <= kChildrenScannedLinearly) {
-    child_index_.clear();
+    child_index_.reset();
     return removed;
   }
   // Renumber the index in place instead of rehashing every name: an entry's hash is that
   // of the name at its position, and each kept name moved from its old position to its
   // new one, so writing the new position keeps the entry's hash (and slot) valid. The
   // index hashes nothing while it is renumbered (erasing by iterator does not hash).
-  for (auto it = child_index_.begin(); it != child_index_.end();) {
+  for (auto it = child_index_->begin(); it != child_index_->end();) {
     const uint32_t to = new_position[*it];
     if (to == kGone) {
-      child_index_.erase(it++);
+      child_index_->erase(it++);
     } else {
       const_cast<uint32_t&>(*it) = to;  // The slot holds a plain uint32_t.
       ++it;
@@ -269,18 +315,30 @@ int Module::RemoveChildren(const absl::flat_hash_set<std::string>& names) {
 
 std::unique_ptr<Module> Module::Clone() const { return Clone(0, 0); }
 
+void Module::CopyAttributesTo(size_t spare_attributes, Module* copy) const {
+  if (shared_attributes_ != nullptr && spare_attributes == 0) {
+    copy->shared_attributes_ = shared_attributes_;
+  } else {
+    CopyWithRoom(attributes(), spare_attributes, &copy->attributes_);
+  }
+}
+
 std::unique_ptr<Module> Module::CloneAttributes(size_t spare_tensors,
                                                 size_t spare_attributes) const {
   auto copy = std::make_unique<Module>(type_);
   copy->tensors_.reserve(spare_tensors);
-  CopyWithRoom(attributes_, spare_attributes, &copy->attributes_);
+  CopyAttributesTo(spare_attributes, copy.get());
   return copy;
 }
 
 std::unique_ptr<Module> Module::Clone(size_t spare_tensors, size_t spare_attributes) const {
   auto copy = std::make_unique<Module>(type_);
-  CopyWithRoom(tensors_, spare_tensors, &copy->tensors_);
-  CopyWithRoom(attributes_, spare_attributes, &copy->attributes_);
+  if (shared_tensors_ != nullptr && spare_tensors == 0) {
+    copy->shared_tensors_ = shared_tensors_;
+  } else {
+    CopyWithRoom(tensors(), spare_tensors, &copy->tensors_);
+  }
+  CopyAttributesTo(spare_attributes, copy.get());
   copy->children_.reserve(children_.size());
   for (const auto& [name, child] : children_) {
     std::unique_ptr<Module> child_copy = child == nullptr ? nullptr : child->Clone();

@@ -39,6 +39,9 @@ class Module {
   Module(Module&& other) noexcept;
   Module& operator=(Module&& other) noexcept;
 
+  using TensorList = std::vector<std::pair<std::string, Tensor>>;
+  using AttributeList = std::vector<std::pair<std::string, Argument>>;
+
   Symbol type() const { return type_; }
   void set_type(Symbol type) {
     type_ = type;
@@ -51,7 +54,9 @@ class Module {
   // Adds or replaces.
   void SetTensor(absl::string_view name, Tensor tensor);
   bool RemoveTensor(absl::string_view name);
-  const std::vector<std::pair<std::string, Tensor>>& tensors() const { return tensors_; }
+  const TensorList& tensors() const {
+    return shared_tensors_ != nullptr ? *shared_tensors_ : tensors_;
+  }
   // The tensor or a NotFound / InvalidArgument error naming module type and field.
   absl::StatusOr<const Tensor*> GetTensor(absl::string_view name) const;
 
@@ -59,7 +64,9 @@ class Module {
   const Argument* FindAttribute(absl::string_view name) const;
   void SetAttribute(absl::string_view name, Argument value);
   bool RemoveAttribute(absl::string_view name);
-  const std::vector<std::pair<std::string, Argument>>& attributes() const { return attributes_; }
+  const AttributeList& attributes() const {
+    return shared_attributes_ != nullptr ? *shared_attributes_ : attributes_;
+  }
   // Typed reads with errors that name the field and the expectation.
   absl::StatusOr<int64_t> GetInt(absl::string_view name) const;
   absl::StatusOr<double> GetFloat(absl::string_view name) const;  // int accepted
@@ -85,8 +92,8 @@ class Module {
 
   // Room for `n` tensors / attributes / children in all, so adding fields one by one up to
   // that count reallocates nothing (a module being built, or a clone being extended).
-  void ReserveTensors(size_t n) { tensors_.reserve(n); }
-  void ReserveAttributes(size_t n) { attributes_.reserve(n); }
+  void ReserveTensors(size_t n) { OwnTensors(n).reserve(n); }
+  void ReserveAttributes(size_t n) { OwnAttributes(n).reserve(n); }
   void ReserveChildren(size_t n) { children_.reserve(n); }
 
   std::unique_ptr<Module> Clone() const;
@@ -101,6 +108,16 @@ class Module {
   // copies each tensor only to free it).
   std::unique_ptr<Module> CloneAttributes(size_t spare_tensors = 0,
                                           size_t spare_attributes = 0) const;
+
+  // From now on this module's clones share its tensor and attribute lists (copy on
+  // write) instead of copying them: Clone() costs one heap block (the Module) plus its
+  // children's clones, where a copy costs one per non-empty list plus one per name longer
+  // than 15 characters (an observer: 4-5 blocks). For a prototype cloned many times
+  // (prepare's observer modules). Whichever module edits a shared list first copies it
+  // then (the same cost the clone would have paid); the shared list itself is never
+  // written, so modules sharing it may be read and edited from different threads as
+  // unrelated modules can. Changes nothing this module holds, so it is no tree edit.
+  void ShareFieldsWithClones();
 
   static constexpr size_t kChildrenScannedLinearly = 8;
 
@@ -133,6 +150,14 @@ class Module {
   };
   using ChildIndex = absl::flat_hash_set<uint32_t, ChildNameHash, ChildNameEq>;
 
+  // The lists edits write to: the module's own, after copying a shared one into it with
+  // room for `capacity` entries (at least its size).
+  TensorList& OwnTensors(size_t capacity = 0);
+  AttributeList& OwnAttributes(size_t capacity = 0);
+  // Gives `copy` (new, with no attributes) this module's attributes: the shared list if
+  // there is one and no spare room is asked for, else a copy with that room.
+  void CopyAttributesTo(size_t spare_attributes, Module* copy) const;
+
   static constexpr size_t kNoChild = static_cast<size_t>(-1);
   // Position of child `name` in children_, or kNoChild.
   size_t ChildPosition(absl::string_view name) const;
@@ -152,11 +177,17 @@ class Module {
   // an edit of it change what a call_module node resolves to. Belongs to the object, not
   // its contents: moving does not carry it. (Fits in the padding after type_.)
   bool in_tree_ = false;
-  std::vector<std::pair<std::string, Tensor>> tensors_;
-  std::vector<std::pair<std::string, Argument>> attributes_;
+  // Each field list is either the module's own vector or, after ShareFieldsWithClones()
+  // (of this module or of the one it was cloned from), a read-only vector shared with
+  // other modules; while shared_* is set the own vector is empty and unused.
+  TensorList tensors_;
+  AttributeList attributes_;
+  std::shared_ptr<const TensorList> shared_tensors_;
+  std::shared_ptr<const AttributeList> shared_attributes_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
-  // Empty while children_.size() <= kChildrenScannedLinearly.
-  ChildIndex child_index_{0, ChildNameHash{this}, ChildNameEq{this}};
+  // Null while children_.size() <= kChildrenScannedLinearly (most modules: a leaf pays 8
+  // bytes for it, not an empty hash set's ~56).
+  std::unique_ptr<ChildIndex> child_index_;
 };
 
 }  // namespace fuselage

@@ -316,6 +316,113 @@ std::unique_ptr<GraphModule> Tree() {
   return gm;
 }
 
+// An observer-like prototype: 2 tensors, 3 attributes (one name past 15 characters).
+std::unique_ptr<Module> ObserverLike() {
+  auto m = std::make_unique<Module>("MinMaxObserver");
+  m->SetAttribute("quant_min", Argument::Int(0));
+  m->SetAttribute("quant_max", Argument::Int(255));
+  m->SetAttribute("has_customized_qrange", Argument::Bool(false));
+  m->SetTensor("min_val", Tensor::FromFloats({}, {1.0f}));
+  m->SetTensor("max_val", Tensor::FromFloats({}, {2.0f}));
+  return m;
+}
+
+TEST(ModuleShareTest, ClonesOfASharingModuleShareItsListsUntilOneEditsThem) {
+  std::unique_ptr<Module> prototype = ObserverLike();
+  prototype->ShareFieldsWithClones();
+  std::unique_ptr<Module> a = prototype->Clone();
+  std::unique_ptr<Module> b = prototype->Clone();
+  // Shared: the very same list objects, holding what the prototype was built with.
+  EXPECT_EQ(&a->tensors(), &prototype->tensors());
+  EXPECT_EQ(&b->attributes(), &prototype->attributes());
+  ASSERT_EQ(a->tensors().size(), 2u);
+  EXPECT_EQ(a->tensors()[1].first, "max_val");
+  EXPECT_EQ(a->FindTensor("min_val")->data<float>()[0], 1.0f);
+  EXPECT_EQ(a->GetInt("quant_max").value_or(-1), 255);
+  ASSERT_NE(a->FindAttribute("has_customized_qrange"), nullptr);
+  // Looking for an absent tensor to write copies nothing.
+  EXPECT_EQ(a->FindMutableTensor("absent"), nullptr);
+  EXPECT_EQ(&a->tensors(), &prototype->tensors());
+
+  // Edits of one clone: its own copy; the prototype and the other clone keep the values.
+  a->SetTensor("min_val", Tensor::FromFloats({}, {-3.0f}));
+  a->SetAttribute("eps", Argument::Float(0.5));
+  a->FindMutableTensor("max_val")->mutable_data<float>()[0] = 7.0f;
+  EXPECT_NE(&a->tensors(), &prototype->tensors());
+  EXPECT_NE(&a->attributes(), &prototype->attributes());
+  EXPECT_EQ(a->FindTensor("min_val")->data<float>()[0], -3.0f);
+  EXPECT_EQ(a->FindTensor("max_val")->data<float>()[0], 7.0f);
+  ASSERT_EQ(a->attributes().size(), 4u);
+  EXPECT_EQ(a->attributes()[3].first, "eps");
+  EXPECT_EQ(a->attributes()[2].first, "has_customized_qrange");
+  for (const Module* unedited : {prototype.get(), b.get()}) {
+    EXPECT_EQ(unedited->FindTensor("min_val")->data<float>()[0], 1.0f);
+    EXPECT_EQ(unedited->FindTensor("max_val")->data<float>()[0], 2.0f);
+    EXPECT_EQ(unedited->attributes().size(), 3u);
+    EXPECT_EQ(unedited->FindAttribute("eps"), nullptr);
+  }
+
+  // Removing from a shared list; editing the prototype itself; the clones keep theirs.
+  EXPECT_TRUE(b->RemoveTensor("min_val"));
+  EXPECT_FALSE(b->RemoveTensor("min_val"));
+  EXPECT_TRUE(b->RemoveAttribute("quant_min"));
+  ASSERT_EQ(b->tensors().size(), 1u);
+  EXPECT_EQ(b->tensors()[0].first, "max_val");
+  EXPECT_EQ(b->FindAttribute("quant_min"), nullptr);
+  std::unique_ptr<Module> c = prototype->Clone();
+  prototype->SetAttribute("quant_max", Argument::Int(127));
+  EXPECT_EQ(prototype->GetInt("quant_max").value_or(-1), 127);
+  EXPECT_EQ(c->GetInt("quant_max").value_or(-1), 255);
+  EXPECT_EQ(c->tensors().size(), 2u);
+  EXPECT_EQ(prototype->FindTensor("min_val")->data<float>()[0], 1.0f);
+}
+
+TEST(ModuleShareTest, SharedListsOutliveTheirPrototypeAndSurviveMoves) {
+  std::unique_ptr<Module> prototype = ObserverLike();
+  prototype->SetChild("inner", Relu());
+  prototype->ShareFieldsWithClones();
+  prototype->ShareFieldsWithClones();  // again: nothing changes
+  std::unique_ptr<Module> clone = prototype->Clone();
+  prototype.reset();
+  ASSERT_EQ(clone->tensors().size(), 2u);
+  EXPECT_EQ(clone->FindTensor("max_val")->data<float>()[0], 2.0f);
+  ASSERT_EQ(clone->children().size(), 1u);
+  EXPECT_EQ(clone->FindChild("inner")->type().name(), "nn.ReLU");
+  Module moved(std::move(*clone));
+  EXPECT_EQ(moved.FindTensor("min_val")->data<float>()[0], 1.0f);
+  EXPECT_EQ(moved.GetInt("quant_min").value_or(-1), 0);
+  Module assigned("nn.ReLU");
+  assigned = std::move(moved);
+  EXPECT_EQ(assigned.type().name(), "MinMaxObserver");
+  EXPECT_EQ(assigned.attributes().size(), 3u);
+  assigned.SetTensor("histogram", Tensor::FromFloats({1}, {4.0f}));
+  EXPECT_EQ(assigned.tensors().size(), 3u);
+}
+
+TEST(ModuleShareTest, CloneWithRoomAndCloneAttributesOfASharingModule) {
+  std::unique_ptr<Module> prototype = ObserverLike();
+  prototype->ShareFieldsWithClones();
+  // Room asked for: a copy of its own, extended without moving.
+  std::unique_ptr<Module> roomy = prototype->Clone(1, 1);
+  EXPECT_NE(&roomy->tensors(), &prototype->tensors());
+  ASSERT_EQ(roomy->tensors().size(), 2u);
+  const auto* first_tensor = &roomy->tensors()[0];
+  const auto* first_attribute = &roomy->attributes()[0];
+  roomy->SetTensor("scale", Tensor::FromFloats({1}, {0.25f}));
+  roomy->SetAttribute("axis", Argument::Int(0));
+  EXPECT_EQ(&roomy->tensors()[0], first_tensor);
+  EXPECT_EQ(&roomy->attributes()[0], first_attribute);
+  EXPECT_EQ(prototype->tensors().size(), 2u);
+  // CloneAttributes without room shares the attributes and has no tensors.
+  std::unique_ptr<Module> attributes_only = prototype->CloneAttributes();
+  EXPECT_EQ(&attributes_only->attributes(), &prototype->attributes());
+  EXPECT_TRUE(attributes_only->tensors().empty());
+  std::unique_ptr<Module> with_room = prototype->CloneAttributes(2, 1);
+  EXPECT_NE(&with_room->attributes(), &prototype->attributes());
+  EXPECT_EQ(with_room->attributes().size(), 3u);
+  EXPECT_EQ(with_room->GetInt("quant_max").value_or(-1), 255);
+}
+
 TEST(GraphModulePathTest, FindAndGetModuleResolveEachComponent) {
   auto gm = Tree();
   const Module* leaf = gm->FindModule("big.b7.l3");
