@@ -33,11 +33,9 @@ absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Obser
     return absl::InvalidArgumentError(absl::StrCat(where(), ": dtype ", DTypeName(spec.dtype),
                                                    " is not a quantized dtype"));
   }
-  ASSIGN_OR_RETURN(ObserverQParams qparams, observer.CalculateQParams());
-  if (qparams.scales.size() != 1 || qparams.zero_points.size() != 1) {
-    return absl::InternalError(absl::StrCat(where(), ": expected one scale and zero point"));
-  }
-  return ObserverReplacement{n, qparams.scales[0], qparams.zero_points[0], spec.dtype};
+  // One scale and zero point (the scheme is per-tensor), without a vector of each.
+  ASSIGN_OR_RETURN(PerTensorQParams qparams, observer.CalculatePerTensorQParams());
+  return ObserverReplacement{n, qparams.scale, qparams.zero_point, spec.dtype};
 }
 
 // The targets of the nodes an observer becomes, interned once per pass.
@@ -123,7 +121,8 @@ class ReferenceModuleParts {
 };
 
 // What a float weighted module gains to become its reference module: the weight's
-// quantization parameters and how they were computed.
+// quantization parameters and how they were computed. Built whole by QuantizeWeight (no
+// default-constructed Tensor, whose shape [0] is a heap block of its own).
 struct WeightQuantization {
   Tensor scale;
   Tensor zero_point;
@@ -132,12 +131,36 @@ struct WeightQuantization {
   Argument dtype;
 };
 
-// Runs `weight_observer` on the weight of `float_module`; `reference_type` names the
-// target in errors. The weight-independent parts come from `parts`.
+// The weight observers of a pass, one per distinct spec (found by the address of the
+// plan's shared spec: a handful per model), reset before each weight instead of built,
+// validated and freed once per weighted module.
+class WeightObservers {
+ public:
+  // The observer of `spec`, with no statistics; the error of MakeObserver otherwise.
+  absl::StatusOr<Observer*> Fresh(const ObserverSpec& spec) {
+    for (auto& [known, observer] : observers_) {
+      if (known == &spec) {
+        observer->Reset();
+        return observer.get();
+      }
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Observer> observer, MakeObserver(spec));
+    observers_.emplace_back(&spec, std::move(observer));
+    return observers_.back().second.get();
+  }
+
+ private:
+  std::vector<std::pair<const ObserverSpec*, std::unique_ptr<Observer>>> observers_;
+};
+
+// Runs the weight observer of `weight_observer` (from `observers`) on the weight of
+// `float_module`; `reference_type` names the target in errors. The weight-independent
+// parts come from `parts`.
 absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
                                                   Symbol reference_type,
                                                   const ObserverSpec& weight_observer,
-                                                  ReferenceModuleParts& parts);
+                                                  ReferenceModuleParts& parts,
+                                                  WeightObservers& observers);
 
 // Makes `module` (a float weighted module) the reference module of type `reference_type`
 // with the parameters `w`. Cannot fail.
@@ -208,8 +231,9 @@ absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModule(const Module& float_
                                                             Symbol reference_type,
                                                             const ObserverSpec& weight_observer) {
   ReferenceModuleParts parts;
-  ASSIGN_OR_RETURN(WeightQuantization w,
-                   QuantizeWeight(float_module, reference_type, weight_observer, parts));
+  WeightObservers observers;
+  ASSIGN_OR_RETURN(WeightQuantization w, QuantizeWeight(float_module, reference_type,
+                                                        weight_observer, parts, observers));
   auto ref = float_module.Clone();
   MakeReference(*ref, reference_type, std::move(w));
   return ref;
@@ -220,7 +244,8 @@ namespace {
 absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
                                                   Symbol reference_type,
                                                   const ObserverSpec& weight_observer,
-                                                  ReferenceModuleParts& parts) {
+                                                  ReferenceModuleParts& parts,
+                                                  WeightObservers& observers) {
   // Built only on the error paths: this runs once per weighted module.
   auto where = [&] {
     return absl::StrCat("convert: ", float_module.type().name(), " → ", reference_type.name());
@@ -230,7 +255,7 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": the module has no float32 tensor 'weight'"));
   }
-  auto observer_or = MakeObserver(weight_observer);
+  auto observer_or = observers.Fresh(weight_observer);
   if (!observer_or.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(where(), ": weight observer ",
                                                    weight_observer.ToString(), ": ",
@@ -242,21 +267,21 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": observing the weight: ", updated.message()));
   }
-  ASSIGN_OR_RETURN(ObserverQParams qparams, observer.CalculateQParams());
   const bool per_channel = IsPerChannel(weight_observer.qscheme);
-  WeightQuantization w;
-  std::vector<int64_t> shape;
-  if (per_channel) shape = {static_cast<int64_t>(qparams.scales.size())};
-  w.scale = Tensor::FromFloats(shape, qparams.scales);
-  if (per_channel || qparams.zero_points.size() != 1) {
-    w.zero_point = Tensor::FromInt64s(shape, qparams.zero_points);
-  } else {
-    w.zero_point = parts.PerTensorZeroPoint(qparams.zero_points[0]);
+  if (!per_channel) {
+    // One scale and zero point: no vector of each, and the zero point's tensor is shared.
+    ASSIGN_OR_RETURN(PerTensorQParams qparams, observer.CalculatePerTensorQParams());
+    return WeightQuantization{Tensor::FromFloats({}, {qparams.scale}),
+                              parts.PerTensorZeroPoint(qparams.zero_point),
+                              parts.Axis(weight_observer.ch_axis), parts.QScheme(false),
+                              Argument::Dtype(weight_observer.dtype)};
   }
-  w.axis = parts.Axis(weight_observer.ch_axis);
-  w.qscheme = parts.QScheme(per_channel);
-  w.dtype = Argument::Dtype(weight_observer.dtype);
-  return w;
+  ASSIGN_OR_RETURN(ObserverQParams qparams, observer.CalculateQParams());
+  const std::vector<int64_t> shape = {static_cast<int64_t>(qparams.scales.size())};
+  return WeightQuantization{Tensor::FromFloats(shape, qparams.scales),
+                            Tensor::FromInt64s(shape, qparams.zero_points),
+                            parts.Axis(weight_observer.ch_axis), parts.QScheme(true),
+                            Argument::Dtype(weight_observer.dtype)};
 }
 
 }  // namespace
@@ -285,6 +310,7 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   conversions.reserve(weighted_plans);
   replacements.reserve(prepared.observers.size());
   ReferenceModuleParts parts;
+  WeightObservers weight_observers;
   size_t weighted_plans_found = 0;
   for (Node* n = g.first(); n != nullptr; n = n->next()) {
     if (n->op() != OpKind::kCallModule) continue;
@@ -314,7 +340,8 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
           plan.root_module.name(), " but no weight observer"));
     }
     auto weight_or =
-        QuantizeWeight(*weighted, plan.reference_module, *plan.weight_observer, parts);
+        QuantizeWeight(*weighted, plan.reference_module, *plan.weight_observer, parts,
+                       weight_observers);
     if (!weight_or.ok()) {
       return absl::Status(weight_or.status().code(), absl::StrCat("node '", n->name(), "': ",
                                                                   weight_or.status().message()));

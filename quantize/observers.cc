@@ -219,10 +219,48 @@ QuantParams ObserverQParams::ToQuantParams(bool per_channel, int64_t axis) const
                                 zero_points.empty() ? 0 : zero_points[0]);
 }
 
+absl::Status Observer::CheckRangeOrdered(size_t i, float min_val, float max_val) const {
+  if (min_val <= max_val) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(ObserverKindName(spec_.kind), ": min ",
+                                                    min_val, " is not <= max ", max_val,
+                                                    " (entry ", i, ")"));
+}
+
+absl::Status Observer::CheckRangeFinite(size_t i, float min_val, float max_val) const {
+  // PyTorch computes NaN parameters from an infinite range; converting them to an int64
+  // zero point is undefined behaviour (found by pass_pipeline_fuzz), so it is an error.
+  if (std::isfinite(min_val) && std::isfinite(max_val)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      ObserverKindName(spec_.kind), ": observed range [", min_val, ", ", max_val,
+      "] (entry ", i, ") is not finite; expected finite values"));
+}
+
+PerTensorQParams Observer::QParamsOfRange(float min_val, float max_val) const {
+  const int64_t qmin = quant_min_, qmax = quant_max_;
+  const float eps = static_cast<float>(spec_.eps);
+  const float min_neg = std::min(min_val, 0.0f);
+  float max_pos = std::max(max_val, 0.0f);
+  float scale;
+  int64_t zero_point = 0;
+  if (IsSymmetric(spec_.qscheme)) {
+    max_pos = std::max(-min_neg, max_pos);
+    scale = max_pos / static_cast<float>(static_cast<double>(qmax - qmin) / 2);
+    scale = std::max(scale, eps);
+    if (spec_.dtype == DType::kQUInt8) {
+      zero_point = spec_.quant_min.has_value() ? FloorDiv(qmin + qmax, 2) : 128;
+    }
+  } else {
+    scale = (max_pos - min_neg) / static_cast<float>(qmax - qmin);
+    scale = std::max(scale, eps);
+    // torch.round rounds half to even, as nearbyint in the default rounding mode.
+    zero_point = qmin - static_cast<int64_t>(std::nearbyint(min_neg / scale));
+    zero_point = std::clamp(zero_point, qmin, qmax);
+  }
+  return {scale, zero_point};
+}
+
 absl::StatusOr<ObserverQParams> Observer::CalculateQParamsFromMinMax(
     const std::vector<float>& min_val, const std::vector<float>& max_val) const {
-  // Built only on the error paths: this runs once per observer at convert.
-  auto where = [&] { return absl::StrCat(ObserverKindName(spec_.kind), ": "); };
   // check_min_max_valid: not observed yet -> PyTorch's defaults.
   if (min_val.empty() || max_val.empty() ||
       (min_val.size() == 1 && !IsPerChannel(spec_.qscheme) && min_val[0] == kInf &&
@@ -230,56 +268,46 @@ absl::StatusOr<ObserverQParams> Observer::CalculateQParamsFromMinMax(
     return ObserverQParams{{1.0f}, {0}};
   }
   if (min_val.size() != max_val.size()) {
-    return absl::InternalError(absl::StrCat(where(), "min_val has ", min_val.size(),
-                                            " entries but max_val has ", max_val.size()));
+    return absl::InternalError(absl::StrCat(ObserverKindName(spec_.kind), ": min_val has ",
+                                            min_val.size(), " entries but max_val has ",
+                                            max_val.size()));
   }
   for (size_t i = 0; i < min_val.size(); ++i) {
-    if (!(min_val[i] <= max_val[i])) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          where(), "min ", min_val[i], " is not <= max ", max_val[i], " (entry ", i, ")"));
-    }
+    RETURN_IF_ERROR(CheckRangeOrdered(i, min_val[i], max_val[i]));
   }
   for (size_t i = 0; i < min_val.size(); ++i) {
-    // PyTorch computes NaN parameters from an infinite range; converting them to an int64
-    // zero point is undefined behaviour (found by pass_pipeline_fuzz), so it is an error.
-    if (!std::isfinite(min_val[i]) || !std::isfinite(max_val[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where(), "observed range [", min_val[i], ", ", max_val[i], "] (entry ", i,
-          ") is not finite; expected finite values"));
-    }
+    RETURN_IF_ERROR(CheckRangeFinite(i, min_val[i], max_val[i]));
   }
   if (spec_.qscheme == ObserverQScheme::kPerChannelAffineFloatQParams) {
-    return absl::UnimplementedError(
-        absl::StrCat(where(), "torch.per_channel_affine_float_qparams (float zero points)"));
+    return absl::UnimplementedError(absl::StrCat(
+        ObserverKindName(spec_.kind),
+        ": torch.per_channel_affine_float_qparams (float zero points)"));
   }
-  const int64_t qmin = quant_min_, qmax = quant_max_;
-  const float eps = static_cast<float>(spec_.eps);
   ObserverQParams out;
   out.scales.resize(min_val.size());
   out.zero_points.resize(min_val.size());
   for (size_t i = 0; i < min_val.size(); ++i) {
-    const float min_neg = std::min(min_val[i], 0.0f);
-    float max_pos = std::max(max_val[i], 0.0f);
-    float scale;
-    int64_t zero_point = 0;
-    if (IsSymmetric(spec_.qscheme)) {
-      max_pos = std::max(-min_neg, max_pos);
-      scale = max_pos / static_cast<float>(static_cast<double>(qmax - qmin) / 2);
-      scale = std::max(scale, eps);
-      if (spec_.dtype == DType::kQUInt8) {
-        zero_point = spec_.quant_min.has_value() ? FloorDiv(qmin + qmax, 2) : 128;
-      }
-    } else {
-      scale = (max_pos - min_neg) / static_cast<float>(qmax - qmin);
-      scale = std::max(scale, eps);
-      // torch.round rounds half to even, as nearbyint in the default rounding mode.
-      zero_point = qmin - static_cast<int64_t>(std::nearbyint(min_neg / scale));
-      zero_point = std::clamp(zero_point, qmin, qmax);
-    }
-    out.scales[i] = scale;
-    out.zero_points[i] = zero_point;
+    const PerTensorQParams q = QParamsOfRange(min_val[i], max_val[i]);
+    out.scales[i] = q.scale;
+    out.zero_points[i] = q.zero_point;
   }
   return out;
+}
+
+absl::StatusOr<PerTensorQParams> Observer::PerTensorQParamsFromMinMax(float min_val,
+                                                                      float max_val) const {
+  // CalculateQParamsFromMinMax({min_val}, {max_val}), step for step.
+  if (!IsPerChannel(spec_.qscheme) && min_val == kInf && max_val == -kInf) {
+    return PerTensorQParams{1.0f, 0};
+  }
+  RETURN_IF_ERROR(CheckRangeOrdered(0, min_val, max_val));
+  RETURN_IF_ERROR(CheckRangeFinite(0, min_val, max_val));
+  if (spec_.qscheme == ObserverQScheme::kPerChannelAffineFloatQParams) {
+    return absl::UnimplementedError(absl::StrCat(
+        ObserverKindName(spec_.kind),
+        ": torch.per_channel_affine_float_qparams (float zero points)"));
+  }
+  return QParamsOfRange(min_val, max_val);
 }
 
 // ---- MinMax / MovingAverageMinMax ---------------------------------------------------
@@ -317,6 +345,15 @@ absl::Status MinMaxObserver::SetState(const std::vector<float>& min_val,
 
 absl::StatusOr<ObserverQParams> MinMaxObserver::CalculateQParams() const {
   return CalculateQParamsFromMinMax({min_val_}, {max_val_});
+}
+
+absl::StatusOr<PerTensorQParams> MinMaxObserver::CalculatePerTensorQParams() const {
+  return PerTensorQParamsFromMinMax(min_val_, max_val_);
+}
+
+void MinMaxObserver::Reset() {
+  min_val_ = kInf;
+  max_val_ = -kInf;
 }
 
 // ---- PerChannelMinMax / MovingAveragePerChannelMinMax ------------------------------
@@ -382,6 +419,16 @@ absl::Status PerChannelMinMaxObserver::SetState(const std::vector<float>& min_va
 
 absl::StatusOr<ObserverQParams> PerChannelMinMaxObserver::CalculateQParams() const {
   return CalculateQParamsFromMinMax(min_val_, max_val_);
+}
+
+absl::StatusOr<PerTensorQParams> PerChannelMinMaxObserver::CalculatePerTensorQParams() const {
+  return absl::UnimplementedError(absl::StrCat(
+      ObserverKindName(spec().kind), ": a per-channel observer has one scale per channel"));
+}
+
+void PerChannelMinMaxObserver::Reset() {
+  min_val_.clear();
+  max_val_.clear();
 }
 
 // ---- Histogram ----------------------------------------------------------------------
@@ -623,6 +670,18 @@ absl::StatusOr<ObserverQParams> HistogramObserver::CalculateQParams() const {
   if (min_val_ == kInf && max_val_ == -kInf) return ObserverQParams{{1.0f}, {0}};
   const auto [new_min, new_max] = NonLinearParamSearch();
   return CalculateQParamsFromMinMax({new_min}, {new_max});
+}
+
+absl::StatusOr<PerTensorQParams> HistogramObserver::CalculatePerTensorQParams() const {
+  if (min_val_ == kInf && max_val_ == -kInf) return PerTensorQParams{1.0f, 0};
+  const auto [new_min, new_max] = NonLinearParamSearch();
+  return PerTensorQParamsFromMinMax(new_min, new_max);
+}
+
+void HistogramObserver::Reset() {
+  min_val_ = kInf;
+  max_val_ = -kInf;
+  histogram_.clear();
 }
 
 absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec) {

@@ -37,6 +37,13 @@ struct ObserverQParams {
   QuantParams ToQuantParams(bool per_channel, int64_t axis) const;
 };
 
+// The one scale and zero point of a per-tensor observer, without ObserverQParams' two
+// heap-allocated vectors: convert asks for them once per observer node and per weight.
+struct PerTensorQParams {
+  float scale = 1.0f;
+  int64_t zero_point = 0;
+};
+
 class Observer {
  public:
   virtual ~Observer() = default;
@@ -46,6 +53,13 @@ class Observer {
 
   virtual absl::Status Update(const Tensor& x) = 0;
   virtual absl::StatusOr<ObserverQParams> CalculateQParams() const = 0;
+  // CalculateQParams()' single entry, for the per-tensor observers (MinMax,
+  // MovingAverageMinMax, Histogram): the same values and the same errors, computed by the
+  // same code, without a vector. Unimplemented for per-channel observers.
+  virtual absl::StatusOr<PerTensorQParams> CalculatePerTensorQParams() const = 0;
+  // Forgets every update: the observer is again as MakeObserver built it, so one observer
+  // can observe many tensors in turn (convert's weight observers).
+  virtual void Reset() = 0;
   // The running min / max (per channel: one per channel; empty before any update of a
   // per-channel observer). For the histogram observer, the histogram's range.
   virtual std::vector<float> min_val() const = 0;
@@ -66,8 +80,18 @@ class Observer {
   // PyTorch's UniformQuantizationObserverBase._calculate_qparams.
   absl::StatusOr<ObserverQParams> CalculateQParamsFromMinMax(
       const std::vector<float>& min_val, const std::vector<float>& max_val) const;
+  // The same for a single (per-tensor) range.
+  absl::StatusOr<PerTensorQParams> PerTensorQParamsFromMinMax(float min_val,
+                                                              float max_val) const;
 
  private:
+  // CalculateQParamsFromMinMax's checks of entry `i` ([min_val, max_val]): "min <= max"
+  // (run over every entry first), then a finite range.
+  absl::Status CheckRangeOrdered(size_t i, float min_val, float max_val) const;
+  absl::Status CheckRangeFinite(size_t i, float min_val, float max_val) const;
+  // The parameters of one checked range (the loop body of _calculate_qparams).
+  PerTensorQParams QParamsOfRange(float min_val, float max_val) const;
+
   ObserverSpec spec_;
   int64_t quant_min_;
   int64_t quant_max_;
@@ -78,6 +102,8 @@ class MinMaxObserver : public Observer {
  public:
   absl::Status Update(const Tensor& x) override;
   absl::StatusOr<ObserverQParams> CalculateQParams() const override;
+  absl::StatusOr<PerTensorQParams> CalculatePerTensorQParams() const override;
+  void Reset() override;
   std::vector<float> min_val() const override { return {min_val_}; }
   std::vector<float> max_val() const override { return {max_val_}; }
   absl::Status SetState(const std::vector<float>& min_val, const std::vector<float>& max_val,
@@ -95,6 +121,8 @@ class PerChannelMinMaxObserver : public Observer {
  public:
   absl::Status Update(const Tensor& x) override;
   absl::StatusOr<ObserverQParams> CalculateQParams() const override;
+  absl::StatusOr<PerTensorQParams> CalculatePerTensorQParams() const override;
+  void Reset() override;
   std::vector<float> min_val() const override { return min_val_; }
   std::vector<float> max_val() const override { return max_val_; }
   absl::Status SetState(const std::vector<float>& min_val, const std::vector<float>& max_val,
@@ -111,6 +139,8 @@ class HistogramObserver : public Observer {
  public:
   absl::Status Update(const Tensor& x) override;
   absl::StatusOr<ObserverQParams> CalculateQParams() const override;
+  absl::StatusOr<PerTensorQParams> CalculatePerTensorQParams() const override;
+  void Reset() override;
   std::vector<float> min_val() const override { return {min_val_}; }
   std::vector<float> max_val() const override { return {max_val_}; }
   absl::Status SetState(const std::vector<float>& min_val, const std::vector<float>& max_val,

@@ -5,6 +5,7 @@
 #include "quantize/observers.h"
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -111,6 +112,68 @@ TEST(ObserversTest, MatchPyTorchGoldens) {
       EXPECT_EQ(qparams->zero_points[i], c.zero_points[i]) << "zero_point[" << i << "]";
     }
   }
+}
+
+// CalculatePerTensorQParams (convert's path: no vectors) gives what PyTorch gives and
+// exactly CalculateQParams' single entry; per-channel observers refuse it. After Reset()
+// an observer is a fresh one: PyTorch's defaults, and the same statistics and parameters,
+// bit for bit, when it sees the same tensors again (convert reuses one weight observer
+// for every weight).
+TEST(ObserversTest, PerTensorQParamsAndResetMatchTheGoldens) {
+  const std::vector<GoldenCase> cases = LoadGoldens();
+  ASSERT_GE(cases.size(), 20u);
+  int per_tensor_cases = 0;
+  for (const GoldenCase& c : cases) {
+    SCOPED_TRACE(c.name + ": " + c.spec.ToString());
+    auto observer = MakeObserver(c.spec);
+    ASSERT_TRUE(observer.ok()) << observer.status();
+    Observer& o = **observer;
+    for (const Tensor& x : c.inputs) ASSERT_TRUE(o.Update(x).ok());
+    auto all = o.CalculateQParams();
+    ASSERT_TRUE(all.ok()) << all.status();
+    auto one = o.CalculatePerTensorQParams();
+    if (IsPerChannel(c.spec.qscheme)) {
+      EXPECT_EQ(one.status().code(), absl::StatusCode::kUnimplemented) << one.status();
+    } else {
+      ++per_tensor_cases;
+      ASSERT_TRUE(one.ok()) << one.status();
+      ASSERT_EQ(c.scales.size(), 1u);
+      EXPECT_NEAR(one->scale, c.scales[0], 1e-6 * std::abs(c.scales[0]));
+      EXPECT_EQ(one->zero_point, c.zero_points[0]);
+      EXPECT_EQ(std::memcmp(&one->scale, &all->scales[0], sizeof(float)), 0);
+      EXPECT_EQ(one->zero_point, all->zero_points[0]);
+    }
+    o.Reset();
+    auto reset = o.CalculateQParams();
+    ASSERT_TRUE(reset.ok()) << reset.status();
+    EXPECT_EQ(reset->scales, std::vector<float>({1.0f}));
+    EXPECT_EQ(reset->zero_points, std::vector<int64_t>({0}));
+    for (const Tensor& x : c.inputs) ASSERT_TRUE(o.Update(x).ok());
+    auto again = o.CalculateQParams();
+    ASSERT_TRUE(again.ok()) << again.status();
+    ASSERT_EQ(again->scales.size(), all->scales.size());
+    for (size_t i = 0; i < all->scales.size(); ++i) {
+      EXPECT_EQ(std::memcmp(&again->scales[i], &all->scales[i], sizeof(float)), 0) << i;
+    }
+    EXPECT_EQ(again->zero_points, all->zero_points);
+  }
+  EXPECT_GE(per_tensor_cases, 5);
+}
+
+// The per-tensor path reports the errors CalculateQParams reports, word for word.
+TEST(ObserversTest, PerTensorQParamsErrorsAreCalculateQParamsErrors) {
+  const float inf = std::numeric_limits<float>::infinity();
+  auto minmax = MakeObserver(DefaultWeightObserver());
+  ASSERT_TRUE((*minmax)->Update(Tensor::FromFloats({2}, {-inf, 1.0f})).ok());
+  const absl::Status all = (*minmax)->CalculateQParams().status();
+  const absl::Status one = (*minmax)->CalculatePerTensorQParams().status();
+  EXPECT_EQ(all.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(one, all);
+  auto unobserved = MakeObserver(DefaultWeightObserver());
+  auto defaults = (*unobserved)->CalculatePerTensorQParams();
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->scale, 1.0f);
+  EXPECT_EQ(defaults->zero_point, 0);
 }
 
 // The running min / max are what the plain sequential loop `lo = std::min(lo, x)`,
