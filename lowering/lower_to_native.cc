@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/check.h"
@@ -127,6 +128,29 @@ Argument QParamsMeta(const OutputQParams& p) {
       {Argument::Float(p.scale), Argument::Int(p.zero_point), Argument::Dtype(p.dtype)});
 }
 
+// Sets meta "output_qparams" on `node`. A fused node shares its meta block with every
+// node of its rule ({"pattern": ...}); Graph::SetMeta would copy that block and then grow
+// the copy (two allocations and a reallocation): here the node's own block is built once,
+// at its final size. A block of the node's own is changed in place by Graph::SetMeta.
+absl::Status SetOutputQParamsMeta(Graph& graph, Node* node, const OutputQParams& p) {
+  if (!node->shared_meta().shared()) {
+    return graph.SetMeta(node, T().output_qparams_meta, QParamsMeta(p));
+  }
+  const Kwargs& old = node->meta();
+  Kwargs entries;
+  entries.reserve(old.size() + 1);
+  entries.assign(old.begin(), old.end());
+  auto it = std::find_if(entries.begin(), entries.end(),
+                         [](const Kwarg& kw) { return kw.first == T().output_qparams_meta; });
+  if (it != entries.end()) {
+    it->second = QParamsMeta(p);
+  } else {
+    entries.emplace_back(T().output_qparams_meta, QParamsMeta(p));
+  }
+  ASSIGN_OR_RETURN(NodeMeta meta, NodeMeta::Make(std::move(entries)));
+  return graph.SetMeta(node, std::move(meta));
+}
+
 // A node dead-code elimination may erase: anything but placeholders and the output, as in
 // Graph::EliminateDeadCode.
 bool IsPure(const Node* n) {
@@ -143,7 +167,9 @@ struct Plan {
   // contents with native_module's.
   Module* reference_module = nullptr;
   OutputQParams output;
-  std::vector<std::pair<size_t, Argument>> quantized_args;
+  // (arg index, quantized replacement); a rule has one or two dequantized args, kept
+  // inline (no allocation per pattern).
+  absl::InlinedVector<std::pair<size_t, Argument>, 2> quantized_args;
   std::unique_ptr<Module> native_module;
 };
 
@@ -243,12 +269,13 @@ int Lowerer::EliminateDeadNodes() {
   // depend on), in another order.
   std::vector<Node*> work(maybe_dead_.begin(), maybe_dead_.end());
   int erased = 0;
+  std::vector<Node*> inputs;  // of the node being erased; one buffer for all of them
   while (!work.empty()) {
     Node* n = work.back();
     work.pop_back();
     if (maybe_dead_.erase(n) == 0) continue;  // seen again since it was queued
     if (!IsPure(n) || n->num_users() != 0) continue;
-    std::vector<Node*> inputs;
+    inputs.clear();
     auto collect = [&inputs](Node* input) { inputs.push_back(input); };
     for (const Argument& a : n->args()) a.ForEachNode(collect);
     for (const Kwarg& kw : n->kwargs()) kw.second.ForEachNode(collect);
@@ -385,9 +412,9 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
       }
     }
   }
-  // The dequantized inputs, and their quantized replacements.
-  std::vector<Node*> quantized_inputs;
-  plan.quantized_args.reserve(rule.dequantized_args.size());
+  // The dequantized inputs, and their quantized replacements (one or two, but a list
+  // rule, torch.cat, has any number).
+  absl::InlinedVector<Node*, 2> quantized_inputs;
   for (int index : rule.dequantized_args) {
     const size_t i = static_cast<size_t>(index);
     if (i >= ref->num_args()) {
@@ -465,11 +492,15 @@ absl::Status Lowerer::Apply(Plan plan) {
   }
   // All new args in one SetArgs (each SetArgs re-derives the node's use-lists): the
   // quantized inputs and, for a function rule that takes them so, the output qparams.
-  std::vector<Argument> args(ref->args().begin(), ref->args().end());
-  for (auto& [index, value] : plan.quantized_args) args[index] = std::move(value);
+  // Built as the node's own storage type and sized once: up to two args stay inline, and
+  // more (a binary op's four) are one block, which the node takes over.
   const bool is_function = rule.action == LoweringRule::Action::kNativeFunction;
   const bool append_qparams =
       is_function && rule.output_qparams_style == LoweringRule::OutputQParamsStyle::kAppendArgs;
+  NodeArgs args;
+  args.reserve(ref->num_args() + (append_qparams ? 2 : 0));
+  args.assign(ref->args().begin(), ref->args().end());
+  for (auto& [index, value] : plan.quantized_args) args[index] = std::move(value);
   if (append_qparams) {
     args.push_back(Argument::Float(plan.output.scale));
     args.push_back(Argument::Int(plan.output.zero_point));
@@ -491,7 +522,7 @@ absl::Status Lowerer::Apply(Plan plan) {
   (void)rewired;
   RETURN_IF_ERROR(EraseNode(plan.quantize));
   if (plan.relu != nullptr) RETURN_IF_ERROR(EraseNode(plan.relu));
-  RETURN_IF_ERROR(graph_.SetMeta(ref, T().output_qparams_meta, QParamsMeta(plan.output)));
+  RETURN_IF_ERROR(SetOutputQParamsMeta(graph_, ref, plan.output));
   ++lowered_per_rule_[&rule];
   return absl::OkStatus();
 }

@@ -12,29 +12,37 @@
 #include <emmintrin.h>
 #endif
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "graph/status_macros.h"
 #include "graph/tensor.h"
 
 namespace fuselage {
 namespace {
 
-// The values of a small float32 / int64 / int32 tensor, as doubles.
-absl::StatusOr<std::vector<double>> TensorValues(const Module& module, absl::string_view name) {
+// A few values per weighted module (one per output channel, or just one per tensor): a
+// per-tensor module's scale, zero point and their conversions stay inline, where a
+// std::vector each was four heap blocks per lowered module.
+using SmallDoubles = absl::InlinedVector<double, 4>;
+using SmallInts = absl::InlinedVector<int64_t, 4>;
+
+// The values of a small float32 / int64 / int32 tensor, as doubles, into `values`.
+absl::Status TensorValues(const Module& module, absl::string_view name, SmallDoubles* values) {
   ASSIGN_OR_RETURN(const Tensor* t, module.GetTensor(name));
-  std::vector<double> values(static_cast<size_t>(t->numel()));
-  for (size_t i = 0; i < values.size(); ++i) {
+  values->resize(static_cast<size_t>(t->numel()));
+  for (size_t i = 0; i < values->size(); ++i) {
     switch (t->dtype()) {
-      case DType::kFloat32: values[i] = t->data<float>()[i]; break;
-      case DType::kInt64: values[i] = static_cast<double>(t->data<int64_t>()[i]); break;
-      case DType::kInt32: values[i] = t->data<int32_t>()[i]; break;
+      case DType::kFloat32: (*values)[i] = t->data<float>()[i]; break;
+      case DType::kInt64: (*values)[i] = static_cast<double>(t->data<int64_t>()[i]); break;
+      case DType::kInt32: (*values)[i] = t->data<int32_t>()[i]; break;
       default:
         return absl::InvalidArgumentError(absl::StrCat(
             module.type().name(), " tensor '", name, "' has dtype ", DTypeName(t->dtype()),
             "; expected torch.float32, torch.int64 or torch.int32"));
     }
   }
-  return values;
+  return absl::OkStatus();
 }
 
 // std::nearbyint(x) as an integer, under the current rounding mode (half to even by
@@ -127,9 +135,9 @@ __attribute__((noinline)) void QuantizeRun(const float* src, int64_t count, floa
 // axis; channels = 1 for per-tensor) into `dst`, one run per (outer, channel) pair.
 template <typename Q>
 void QuantizeWeight(const float* src, int64_t outer, int64_t channels, int64_t inner,
-                    const std::vector<double>& scales, const std::vector<int64_t>& zero_points,
+                    absl::Span<const double> scales, absl::Span<const int64_t> zero_points,
                     int64_t qmin, int64_t qmax, Q* dst) {
-  std::vector<float> inv_scales(scales.size());
+  absl::InlinedVector<float, 4> inv_scales(scales.size());
   for (size_t c = 0; c < scales.size(); ++c) inv_scales[c] = 1.0f / static_cast<float>(scales[c]);
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t c = 0; c < channels; ++c) {
@@ -168,8 +176,9 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
         where(), ": tensor 'weight' is ", DTypeName(weight->dtype()), " ",
         weight->ShapeString(), "; expected a float32 tensor of rank >= 1"));
   }
-  ASSIGN_OR_RETURN(std::vector<double> scales, TensorValues(*ref, "weight_scale"));
-  ASSIGN_OR_RETURN(std::vector<double> zero_points_d, TensorValues(*ref, "weight_zero_point"));
+  SmallDoubles scales, zero_points_d;
+  RETURN_IF_ERROR(TensorValues(*ref, "weight_scale", &scales));
+  RETURN_IF_ERROR(TensorValues(*ref, "weight_zero_point", &zero_points_d));
   const Argument* qscheme_attr = ref->FindAttribute("weight_qscheme");
   if (qscheme_attr == nullptr || !qscheme_attr->is_string()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -202,7 +211,8 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
   int64_t axis = 0;
   const int64_t count = per_channel ? 0 : 1;
   if (per_channel) {
-    ASSIGN_OR_RETURN(std::vector<double> axis_values, TensorValues(*ref, "weight_axis"));
+    SmallDoubles axis_values;
+    RETURN_IF_ERROR(TensorValues(*ref, "weight_axis", &axis_values));
     if (axis_values.size() != 1 || axis_values[0] < 0 || axis_values[0] >= weight->dim()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where(), ": weight_axis must hold one axis in [0, ", weight->dim(), ")"));
@@ -218,7 +228,8 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
         zero_points_d.size(), " entries; expected ", expected, " for ", qscheme,
         " on weight ", weight->ShapeString()));
   }
-  std::vector<int64_t> zero_points;
+  SmallInts zero_points;
+  zero_points.reserve(scales.size());
   for (size_t i = 0; i < scales.size(); ++i) {
     if (!(scales[i] > 0) || !std::isfinite(scales[i])) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -239,9 +250,12 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
       inner *= weight->shape()[static_cast<size_t>(d)];
     }
   }
-  QuantParams qparams = per_channel
-                            ? QuantParams::PerChannel(scales, zero_points, axis)
-                            : QuantParams::PerTensor(scales[0], zero_points[0]);
+  QuantParams qparams =
+      per_channel
+          ? QuantParams::PerChannel(std::vector<double>(scales.begin(), scales.end()),
+                                    std::vector<int64_t>(zero_points.begin(), zero_points.end()),
+                                    axis)
+          : QuantParams::PerTensor(scales[0], zero_points[0]);
   std::string qbytes(static_cast<size_t>(weight->numel()), '\0');  // one byte per element
   if (weight_dtype == DType::kQInt8) {
     QuantizeWeight(weight->data<float>(), outer, channels, inner, scales, zero_points, qmin,

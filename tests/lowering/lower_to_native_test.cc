@@ -130,6 +130,50 @@ TEST(LowerToNativeTest, ResidualConvAddReluTakesBothInputsQuantized) {
   EXPECT_EQ(native->FindAttribute("weight_qscheme"), nullptr);
 }
 
+// Two fused nodes share one meta block ({"pattern": ...}, as the fusion pass gives every
+// node of a rule). Lowering gives each its own output_qparams after the pattern entry,
+// and neither's qparams leak into the other's meta.
+TEST(LowerToNativeTest, NativeNodesSharingPatternMetaEachGetTheirOwnOutputQParams) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("block1", Fused("nni.ConvAddReLU2d", ReferenceConv(), true)).ok());
+  ASSERT_TRUE(gm.SetModule("block2", Fused("nni.ConvAddReLU2d", ReferenceConv(), true)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* x_q = Quantize(g, x, 0.05, 128, "x_q");
+  Node* y1 = *g.AddCallModule("block1", {Dequantize(g, x_q), Dequantize(g, x_q)});
+  Node* y1_q = Quantize(g, y1, 0.25, 3);
+  Node* y2 = *g.AddCallModule("block2", {Dequantize(g, y1_q), Dequantize(g, y1_q)});
+  Node* y2_q = Quantize(g, y2, 0.5, 7);
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, y2_q)).ok());
+  const Symbol pattern = Symbol::Intern("pattern");
+  ASSERT_OK_AND_ASSIGN(meta, NodeMeta::Make({{pattern, Argument::String("conv_add_relu")}}));
+  ASSERT_TRUE(g.SetMeta(y1, meta).ok());
+  ASSERT_TRUE(g.SetMeta(y2, meta).ok());
+  ASSERT_TRUE(y1->shared_meta().shared());
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify() << "\n" << Listing(g);
+  EXPECT_EQ(report.lowered_per_rule.at("conv-add-relu2d"), 2);
+
+  const Symbol qparams = Symbol::Intern("output_qparams");
+  const auto expect_meta = [&](const Node* n, double scale, int64_t zp) {
+    ASSERT_EQ(n->meta().size(), 2u) << n->ToString();
+    EXPECT_EQ(n->meta()[0].first, pattern);
+    EXPECT_EQ(n->meta()[0].second, Argument::String("conv_add_relu"));
+    EXPECT_EQ(n->meta()[1].first, qparams);
+    EXPECT_EQ(n->meta()[1].second,
+              Argument::Tuple({Argument::Float(scale), Argument::Int(zp),
+                               Argument::Dtype(DType::kQUInt8)}));
+  };
+  expect_meta(y1, 0.25, 3);
+  expect_meta(y2, 0.5, 7);
+  // The block they shared is unchanged.
+  ASSERT_EQ(meta.entries().size(), 1u);
+  EXPECT_EQ(meta.entries()[0].first, pattern);
+}
+
 // A user's own two-input fused module lowers through the public registry only.
 TEST(LowerToNativeTest, UserRegisteredTwoInputModuleLowersWithBothInputsQuantized) {
   ASSERT_TRUE(ModuleSchemaRegistry::Global().Register({"user.ConvMul2d", 2, 2, {}}).ok());
