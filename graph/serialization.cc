@@ -57,7 +57,7 @@ void NamedArgsToProto(const Kwargs& args,
 void TensorToProto(const Tensor& t, proto::Tensor* out) {
   out->set_dtype(static_cast<proto::DType>(t.dtype()));
   for (int64_t d : t.shape()) out->add_shape(d);
-  out->set_data(t.bytes());
+  out->set_data(t.bytes().data(), t.bytes().size());
   const QuantParams& q = t.qparams();
   out->set_qscheme(static_cast<proto::QScheme>(q.scheme));
   for (double s : q.scales) out->add_scales(s);
@@ -424,9 +424,9 @@ class ModelReader {
       q.zero_points.assign(t.zero_points().begin(), t.zero_points().end());
       q.axis = t.axis();
       ASSIGN_OR_RETURN(Tensor tensor,
-                       Tensor::FromBytes(static_cast<DType>(t.dtype()),
-                                         std::vector<int64_t>(t.shape().begin(), t.shape().end()),
-                                         t.data(), std::move(q)));
+                       Tensor::CopyFromBytes(static_cast<DType>(t.dtype()),
+                                             Shape(t.shape().begin(), t.shape().end()),
+                                             t.data(), std::move(q)));
       module->SetTensor(nt.name(), std::move(tensor));
     }
     for (const proto::NamedArg& a : m.attributes()) {

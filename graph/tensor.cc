@@ -1,6 +1,8 @@
 #include "graph/tensor.h"
 
 #include <cstring>
+#include <new>
+#include <ostream>
 #include <utility>
 
 #include "graph/check.h"
@@ -32,6 +34,32 @@ bool operator==(const QuantParams& a, const QuantParams& b) {
          (a.scheme != QScheme::kPerChannelAffine || a.axis == b.axis);
 }
 
+std::ostream& operator<<(std::ostream& os, const Shape& shape) {
+  return os << "[" << absl::StrJoin(shape, ", ") << "]";
+}
+
+TensorBuffer* TensorBuffer::Allocate(size_t size) {
+  static_assert(sizeof(TensorBuffer) % alignof(std::max_align_t) == 0,
+                "the data after the header must stay aligned for any element type");
+  static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= alignof(std::max_align_t),
+                "operator new must return blocks aligned for any element type");
+  void* block = ::operator new(sizeof(TensorBuffer) + size);
+  return new (block) TensorBuffer(size);
+}
+
+TensorBuffer* TensorBuffer::Copy(absl::string_view bytes) {
+  TensorBuffer* buffer = Allocate(bytes.size());
+  if (!bytes.empty()) std::memcpy(buffer->data(), bytes.data(), bytes.size());
+  return buffer;
+}
+
+void TensorBuffer::Unref() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    this->~TensorBuffer();
+    ::operator delete(static_cast<void*>(this));
+  }
+}
+
 absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape) {
   int64_t numel = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -50,72 +78,127 @@ absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape) {
   return numel;
 }
 
-absl::StatusOr<Tensor> Tensor::Zeros(DType dtype, std::vector<int64_t> shape,
-                                     QuantParams qparams) {
-  const size_t element_size = DTypeSize(dtype);
-  if (element_size == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensors of dtype ", DTypeName(dtype), " are not supported"));
-  }
-  auto numel = CheckedNumel(shape);
-  if (!numel.ok()) return numel.status();
-  return FromBytes(dtype, std::move(shape),
-                   std::string(static_cast<size_t>(*numel) * element_size, '\0'),
-                   std::move(qparams));
+Tensor::Tensor(const Tensor& other)
+    : dtype_(other.dtype_),
+      shape_(other.shape_),
+      numel_(other.numel_),
+      qparams_(other.qparams_),
+      buffer_(other.buffer_) {
+  if (buffer_ != nullptr) buffer_->Ref();
 }
 
-absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype, std::vector<int64_t> shape,
-                                         std::string bytes, QuantParams qparams) {
-  const size_t element_size = DTypeSize(dtype);
-  if (element_size == 0) {
+Tensor::Tensor(Tensor&& other) noexcept
+    : dtype_(other.dtype_),
+      shape_(std::move(other.shape_)),
+      numel_(other.numel_),
+      qparams_(std::move(other.qparams_)),
+      buffer_(other.buffer_) {
+  other.buffer_ = nullptr;
+}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this != &other) *this = Tensor(other);
+  return *this;
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    dtype_ = other.dtype_;
+    shape_ = std::move(other.shape_);
+    numel_ = other.numel_;
+    qparams_ = std::move(other.qparams_);
+    if (buffer_ != nullptr) buffer_->Unref();
+    buffer_ = other.buffer_;
+    other.buffer_ = nullptr;
+  }
+  return *this;
+}
+
+Tensor::~Tensor() {
+  if (buffer_ != nullptr) buffer_->Unref();
+}
+
+absl::StatusOr<Tensor> Tensor::WithoutData(DType dtype, Shape shape, QuantParams qparams) {
+  if (DTypeSize(dtype) == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensors of dtype ", DTypeName(dtype), " are not supported"));
   }
   auto numel = CheckedNumel(shape);
   if (!numel.ok()) return numel.status();
-  const size_t expected = static_cast<size_t>(*numel) * element_size;
-  if (bytes.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor data has ", bytes.size(), " bytes; expected ", expected, " for ",
-        DTypeName(dtype), " shape [", absl::StrJoin(shape, ", "), "]"));
-  }
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   t.numel_ = *numel;
   t.qparams_ = std::move(qparams);
-  t.bytes_ = std::make_shared<std::string>(std::move(bytes));
   return t;
 }
 
-Tensor Tensor::FromFloats(std::vector<int64_t> shape, absl::Span<const float> values) {
-  std::string bytes(values.size() * sizeof(float), '\0');
-  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
-  auto t = FromBytes(DType::kFloat32, std::move(shape), std::move(bytes));
+absl::StatusOr<Tensor> Tensor::Uninitialized(DType dtype, Shape shape, QuantParams qparams) {
+  auto t = WithoutData(dtype, std::move(shape), std::move(qparams));
+  if (!t.ok()) return t.status();
+  const size_t nbytes = static_cast<size_t>(t->numel_) * DTypeSize(dtype);
+  if (nbytes != 0) t->buffer_ = TensorBuffer::Allocate(nbytes);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Zeros(DType dtype, Shape shape, QuantParams qparams) {
+  auto t = Uninitialized(dtype, std::move(shape), std::move(qparams));
+  if (t.ok() && t->buffer_ != nullptr) std::memset(t->buffer_->data(), 0, t->nbytes());
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype, Shape shape, std::string bytes,
+                                         QuantParams qparams) {
+  return CopyFromBytes(dtype, std::move(shape), bytes, std::move(qparams));
+}
+
+absl::StatusOr<Tensor> Tensor::CopyFromBytes(DType dtype, Shape shape, absl::string_view bytes,
+                                             QuantParams qparams) {
+  auto t = WithoutData(dtype, std::move(shape), std::move(qparams));
+  if (!t.ok()) return t.status();
+  const size_t expected = static_cast<size_t>(t->numel_) * DTypeSize(dtype);
+  if (bytes.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor data has ", bytes.size(), " bytes; expected ", expected, " for ",
+        DTypeName(dtype), " shape ", t->ShapeString()));
+  }
+  if (expected != 0) t->buffer_ = TensorBuffer::Copy(bytes);
+  return t;
+}
+
+Tensor Tensor::FromFloats(Shape shape, absl::Span<const float> values) {
+  auto t = CopyFromBytes(
+      DType::kFloat32, std::move(shape),
+      absl::string_view(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
   FUSELAGE_CHECK(t.ok());
   return *std::move(t);
 }
 
-Tensor Tensor::FromInt64s(std::vector<int64_t> shape, absl::Span<const int64_t> values) {
-  std::string bytes(values.size() * sizeof(int64_t), '\0');
-  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
-  auto t = FromBytes(DType::kInt64, std::move(shape), std::move(bytes));
+Tensor Tensor::FromInt64s(Shape shape, absl::Span<const int64_t> values) {
+  auto t = CopyFromBytes(DType::kInt64, std::move(shape),
+                         absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                           values.size() * sizeof(int64_t)));
   FUSELAGE_CHECK(t.ok());
   return *std::move(t);
 }
 
-const std::string& Tensor::bytes() const {
-  static const std::string* empty = new std::string();
-  return bytes_ ? *bytes_ : *empty;
+const void* Tensor::raw_data() const {
+  // What empty tensors point at: aligned like a buffer's data, never written (0 bytes).
+  alignas(std::max_align_t) static char empty[alignof(std::max_align_t)] = {};
+  return buffer_ != nullptr ? buffer_->data() : empty;
 }
 
 void* Tensor::mutable_raw_data() {
-  if (!bytes_) bytes_ = std::make_shared<std::string>();
-  if (bytes_.use_count() > 1) bytes_ = std::make_shared<std::string>(*bytes_);
-  return bytes_->data();
+  if (buffer_ == nullptr) return const_cast<void*>(raw_data());
+  if (buffer_->shared()) {
+    TensorBuffer* copy = TensorBuffer::Copy(bytes());
+    buffer_->Unref();
+    buffer_ = copy;
+  }
+  return buffer_->data();
 }
 
-absl::StatusOr<Tensor> Tensor::Reshaped(std::vector<int64_t> shape) const {
+absl::StatusOr<Tensor> Tensor::Reshaped(Shape shape) const {
   auto numel = CheckedNumel(shape);
   if (!numel.ok()) return numel.status();
   if (*numel != numel_) {

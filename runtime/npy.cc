@@ -128,7 +128,7 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes) {
     return Bad(absl::StrCat("data has ", actual, " bytes; shape ", shape_text, " of ",
                             descr->descr, " needs ", expected));
   }
-  return Tensor::FromBytes(descr->dtype, std::move(shape), std::string(bytes.substr(data_start)));
+  return Tensor::CopyFromBytes(descr->dtype, std::move(shape), bytes.substr(data_start));
 }
 
 absl::StatusOr<std::string> SerializeNpy(const Tensor& tensor) {
@@ -158,7 +158,7 @@ absl::StatusOr<std::string> SerializeNpy(const Tensor& tensor) {
   out.push_back(static_cast<char>(header.size() & 0xff));
   out.push_back(static_cast<char>((header.size() >> 8) & 0xff));
   out += header;
-  out += tensor.bytes();
+  out.append(tensor.bytes().data(), tensor.bytes().size());
   return out;
 }
 

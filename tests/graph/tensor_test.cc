@@ -1,0 +1,287 @@
+// Tensor, Shape and TensorBuffer: shapes inline and convertible to / from std::vector,
+// bytes in one refcounted block shared by copies and detached on write, the factories'
+// errors. Expected values are hand-computed.
+#include "graph/tensor.h"
+
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fuselage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Takes a std::vector, as callers that predate Shape do.
+int64_t SumOfVector(const std::vector<int64_t>& v) {
+  int64_t sum = 0;
+  for (int64_t d : v) sum += d;
+  return sum;
+}
+
+// --- Shape -------------------------------------------------------------------------
+
+TEST(ShapeTest, ConstructsFromEachForm) {
+  const Shape from_list = {1, 3, 224, 224};
+  const std::vector<int64_t> vector = {1, 3, 224, 224};
+  const Shape from_vector = vector;
+  const int64_t array[] = {1, 3, 224, 224};
+  const Shape from_span = absl::Span<const int64_t>(array);
+  const Shape from_range(vector.begin() + 1, vector.end());
+  const Shape empty;
+
+  EXPECT_THAT(from_list, ElementsAre(1, 3, 224, 224));
+  EXPECT_THAT(from_vector, ElementsAre(1, 3, 224, 224));
+  EXPECT_THAT(from_span, ElementsAre(1, 3, 224, 224));
+  EXPECT_THAT(from_range, ElementsAre(3, 224, 224));
+  EXPECT_TRUE(empty.empty());
+  EXPECT_EQ(empty.size(), 0u);
+}
+
+TEST(ShapeTest, ComparesWithShapesAndVectors) {
+  const Shape a = {2, 3};
+  EXPECT_TRUE(a == Shape({2, 3}));
+  EXPECT_TRUE(a != Shape({3, 2}));
+  EXPECT_TRUE(a != Shape({2, 3, 1}));
+  EXPECT_TRUE(a == std::vector<int64_t>({2, 3}));
+  EXPECT_TRUE(std::vector<int64_t>({2, 3}) == a);
+  EXPECT_TRUE(a != std::vector<int64_t>({2}));
+  EXPECT_TRUE(std::vector<int64_t>({2, 4}) != a);
+  EXPECT_EQ(a, (std::vector<int64_t>{2, 3}));  // gtest: both argument orders compile.
+  EXPECT_EQ((std::vector<int64_t>{2, 3}), a);
+}
+
+TEST(ShapeTest, ConvertsToVectorAndSpan) {
+  const Shape shape = {4, 5, 6};
+  const std::vector<int64_t> v = shape;
+  EXPECT_EQ(v, (std::vector<int64_t>{4, 5, 6}));
+  EXPECT_EQ(SumOfVector(shape), 15);
+  EXPECT_EQ(shape.ToVector(), (std::vector<int64_t>{4, 5, 6}));
+  const absl::Span<const int64_t> span = shape;
+  ASSERT_EQ(span.size(), 3u);
+  EXPECT_EQ(span.data(), shape.data());  // a view, not a copy
+}
+
+TEST(ShapeTest, AccessAndEdit) {
+  Shape shape = {7, 8};
+  EXPECT_EQ(shape[0], 7);
+  EXPECT_EQ(shape.front(), 7);
+  EXPECT_EQ(shape.back(), 8);
+  shape[1] = 9;
+  shape.push_back(10);
+  EXPECT_THAT(shape, ElementsAre(7, 9, 10));
+  shape.resize(2);
+  EXPECT_THAT(shape, ElementsAre(7, 9));
+  shape.clear();
+  EXPECT_TRUE(shape.empty());
+}
+
+TEST(ShapeTest, MoreDimensionsThanInlineStillWork) {
+  Shape shape;
+  for (int64_t d = 1; d <= 9; ++d) shape.push_back(d);
+  ASSERT_GT(shape.size(), Shape::kInlineDims);
+  EXPECT_THAT(shape, ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9));
+  const Shape copy = shape;
+  EXPECT_EQ(copy, shape);
+}
+
+TEST(ShapeTest, Prints) {
+  std::ostringstream os;
+  os << Shape({1, 3, 224, 224});
+  EXPECT_EQ(os.str(), "[1, 3, 224, 224]");
+  EXPECT_EQ(::testing::PrintToString(Shape({2})), "[2]");
+}
+
+TEST(ShapeTest, TensorShapeNeedsNoHeapForUpToSixDims) {
+  // The shape lives inside the tensor: its data pointer points into the Tensor object.
+  const Tensor t = *Tensor::Zeros(DType::kFloat32, {1, 2, 3, 4, 5, 6});
+  const char* begin = reinterpret_cast<const char*>(&t);
+  const char* dims = reinterpret_cast<const char*>(t.shape().data());
+  EXPECT_GE(dims, begin);
+  EXPECT_LT(dims, begin + sizeof(Tensor));
+}
+
+// --- buffer: sharing, copy-on-write, alignment -------------------------------------
+
+TEST(TensorBufferTest, CopySharesAndWriteDetaches) {
+  Tensor a = Tensor::FromFloats({2, 2}, {1, 2, 3, 4});
+  Tensor b = a;
+  EXPECT_EQ(a.raw_data(), b.raw_data());  // shared, no copy
+
+  b.mutable_data<float>()[0] = 10.0f;
+  EXPECT_NE(a.raw_data(), b.raw_data());  // b detached
+  EXPECT_EQ(a.data<float>()[0], 1.0f);    // a unchanged
+  EXPECT_EQ(b.data<float>()[0], 10.0f);
+  EXPECT_EQ(b.data<float>()[3], 4.0f);  // the rest copied
+
+  // Sole owner: writing does not move the data.
+  const void* before = a.raw_data();
+  a.mutable_data<float>()[1] = 20.0f;
+  EXPECT_EQ(a.raw_data(), before);
+  EXPECT_EQ(a.data<float>()[1], 20.0f);
+}
+
+TEST(TensorBufferTest, OriginalDetachesWhenWrittenWhileShared) {
+  Tensor a = Tensor::FromFloats({2}, {1, 2});
+  const Tensor b = a;
+  a.mutable_data<float>()[0] = 5.0f;
+  EXPECT_EQ(b.data<float>()[0], 1.0f);
+  EXPECT_EQ(a.data<float>()[0], 5.0f);
+}
+
+TEST(TensorBufferTest, BufferOutlivesTheTensorThatCreatedIt) {
+  Tensor b;
+  {
+    const Tensor a = Tensor::FromInt64s({3}, {7, 8, 9});
+    b = a;
+  }
+  EXPECT_THAT(absl::MakeConstSpan(b.data<int64_t>(), 3), ElementsAre(7, 8, 9));
+}
+
+TEST(TensorBufferTest, MoveTransfersTheBuffer) {
+  Tensor a = Tensor::FromFloats({2}, {1, 2});
+  const void* data = a.raw_data();
+  Tensor b = std::move(a);
+  EXPECT_EQ(b.raw_data(), data);
+  Tensor c;
+  c = std::move(b);
+  EXPECT_EQ(c.raw_data(), data);
+  EXPECT_EQ(c.data<float>()[1], 2.0f);
+}
+
+TEST(TensorBufferTest, SelfAssignmentKeepsTheData) {
+  Tensor a = Tensor::FromFloats({2}, {1, 2});
+  Tensor& alias = a;
+  a = alias;
+  EXPECT_EQ(a.data<float>()[1], 2.0f);
+}
+
+TEST(TensorBufferTest, DataIsAlignedForEveryElementType) {
+  for (DType dtype : {DType::kInt64, DType::kFloat32, DType::kQInt8, DType::kBool}) {
+    for (int64_t n : {1, 3, 17}) {
+      const Tensor t = *Tensor::Zeros(dtype, {n});
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % alignof(std::max_align_t), 0u)
+          << DTypeName(dtype) << " x " << n;
+    }
+  }
+  // No stored dtype is double today, but kernels may read any 8-byte type through data<T>().
+  const Tensor d = *Tensor::Zeros(DType::kQInt8, {24});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(d.data<double>()) % alignof(double), 0u);
+  const Tensor i = *Tensor::Zeros(DType::kInt64, {3});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(i.data<int64_t>()) % alignof(int64_t), 0u);
+}
+
+TEST(TensorBufferTest, EmptyTensorsHaveAnAlignedPointerAndNoBytes) {
+  const Tensor default_tensor;
+  EXPECT_THAT(default_tensor.shape(), ElementsAre(0));
+  EXPECT_EQ(default_tensor.numel(), 0);
+  EXPECT_EQ(default_tensor.nbytes(), 0u);
+  EXPECT_NE(default_tensor.raw_data(), nullptr);
+  EXPECT_EQ(default_tensor.bytes(), "");
+
+  Tensor zero = *Tensor::Zeros(DType::kInt64, {4, 0});
+  EXPECT_EQ(zero.numel(), 0);
+  EXPECT_EQ(zero.nbytes(), 0u);
+  EXPECT_NE(zero.mutable_raw_data(), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(zero.data<int64_t>()) % alignof(int64_t), 0u);
+  EXPECT_EQ(zero, *Tensor::FromBytes(DType::kInt64, {4, 0}, ""));
+}
+
+TEST(TensorBufferTest, ReshapedSharesTheBuffer) {
+  const Tensor t = Tensor::FromFloats({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor r = *t.Reshaped({3, 2});
+  EXPECT_EQ(r.raw_data(), t.raw_data());
+  EXPECT_THAT(r.shape(), ElementsAre(3, 2));
+  EXPECT_THAT(t.shape(), ElementsAre(2, 3));
+  EXPECT_EQ(r.numel(), 6);
+
+  auto bad = t.Reshaped({4, 2});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "cannot reshape [2, 3] (6 elements) to [4, 2]");
+}
+
+TEST(TensorBufferTest, TensorBufferCountsReferences) {
+  TensorBuffer* buffer = TensorBuffer::Copy("abc");
+  EXPECT_EQ(buffer->size(), 3u);
+  EXPECT_EQ(std::string(buffer->data(), 3), "abc");
+  EXPECT_FALSE(buffer->shared());
+  buffer->Ref();
+  EXPECT_TRUE(buffer->shared());
+  buffer->Unref();
+  EXPECT_FALSE(buffer->shared());
+  buffer->Unref();  // frees; ASan / LSan runs of this test check it
+}
+
+// --- factories ---------------------------------------------------------------------
+
+TEST(TensorFactoryTest, ZerosAreZero) {
+  const Tensor t = *Tensor::Zeros(DType::kInt32, {2, 3});
+  EXPECT_EQ(t.nbytes(), 24u);
+  EXPECT_EQ(t.bytes(), std::string(24, '\0'));
+}
+
+TEST(TensorFactoryTest, FromBytesAndCopyFromBytesKeepTheBytes) {
+  const std::string bytes("\x01\x02\x03\x04", 4);
+  const Tensor a = *Tensor::FromBytes(DType::kQUInt8, {4}, bytes,
+                                      QuantParams::PerTensor(0.5, 2));
+  const Tensor b = *Tensor::CopyFromBytes(DType::kQUInt8, {2, 2}, bytes,
+                                          QuantParams::PerTensor(0.5, 2));
+  EXPECT_EQ(a.bytes(), bytes);
+  EXPECT_EQ(b.bytes(), bytes);
+  EXPECT_EQ(a.qparams(), QuantParams::PerTensor(0.5, 2));
+  EXPECT_FALSE(a == b);  // shapes differ
+  EXPECT_EQ(a, *b.Reshaped({4}));
+
+  auto short_bytes = Tensor::CopyFromBytes(DType::kFloat32, {2}, "abc");
+  ASSERT_FALSE(short_bytes.ok());
+  EXPECT_EQ(short_bytes.status().message(),
+            "tensor data has 3 bytes; expected 8 for torch.float32 shape [2]");
+}
+
+TEST(TensorFactoryTest, UninitializedHasTheShapeAndWritableBytes) {
+  Tensor t = *Tensor::Uninitialized(DType::kQInt8, {2, 3}, QuantParams::PerTensor(0.1, 0));
+  EXPECT_THAT(t.shape(), ElementsAre(2, 3));
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.nbytes(), 6u);
+  EXPECT_EQ(t.dtype(), DType::kQInt8);
+  EXPECT_EQ(t.qparams(), QuantParams::PerTensor(0.1, 0));
+  const void* data = t.raw_data();
+  std::memcpy(t.mutable_raw_data(), "abcdef", 6);
+  EXPECT_EQ(t.raw_data(), data);  // sole owner: written in place
+  EXPECT_EQ(t.bytes(), "abcdef");
+
+  const Tensor empty = *Tensor::Uninitialized(DType::kFloat32, {0, 5});
+  EXPECT_EQ(empty.nbytes(), 0u);
+}
+
+TEST(TensorFactoryTest, UninitializedRejectsNegativeDims) {
+  auto t = Tensor::Uninitialized(DType::kFloat32, {2, -1});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.status().message(), "shape dimension 1 is -1; expected >= 0");
+}
+
+TEST(TensorFactoryTest, UninitializedRejectsTooManyElements) {
+  // 2^16 * 2^16 = 2^32 elements, past kMaxElements = 2^31. (Checked before allocating.)
+  auto t = Tensor::Uninitialized(DType::kQInt8, {int64_t{1} << 16, int64_t{1} << 16});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()),
+              HasSubstr("shape [65536, 65536] has more than 2147483648 elements"));
+}
+
+TEST(TensorFactoryTest, UninitializedRejectsDTypesWithoutStorage) {
+  auto t = Tensor::Uninitialized(DType::kFloat16, {2});
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("are not supported"));
+}
+
+}  // namespace
+}  // namespace fuselage
