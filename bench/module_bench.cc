@@ -267,6 +267,20 @@ void BM_SymbolIntern(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// Symbol::Intern of new names, as prepare interns every observer path
+// ("observers_<run>.activation_post_process_<i>": each run's prefix is new, so every name
+// is). Fixed iterations: every name stays in the table for the life of the process.
+void BM_SymbolInternNew(benchmark::State& state) {
+  static int run = 0;
+  const std::string prefix = absl::StrCat("observers_", run++, ".activation_post_process_");
+  std::vector<std::string> names;
+  names.reserve(static_cast<size_t>(state.max_iterations));
+  for (int64_t i = 0; i < state.max_iterations; ++i) names.push_back(absl::StrCat(prefix, i));
+  size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(Symbol::Intern(names[i++]));
+  state.SetItemsProcessed(state.iterations());
+}
+
 void BM_SymbolLookup(benchmark::State& state) {
   const std::vector<std::string> names = FlatNames(1000);
   for (const std::string& name : names) Symbol::Intern(name);
@@ -291,6 +305,7 @@ BENCHMARK(BM_CloneConvAddFields)->Arg(0)->Arg(1);
 BENCHMARK(BM_CloneObserver)->Arg(0)->Arg(1);
 BENCHMARK(BM_SymbolIntern)->Threads(1)->Threads(2);
 BENCHMARK(BM_SymbolLookup)->Threads(1)->Threads(2);
+BENCHMARK(BM_SymbolInternNew)->Iterations(200000);
 
 }  // namespace
 }  // namespace fuselage

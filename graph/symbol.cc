@@ -1,13 +1,14 @@
 #include "graph/symbol.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/hash/hash.h"
-#include "absl/synchronization/mutex.h"
 #include "graph/check.h"
 
 namespace fuselage {
@@ -16,9 +17,12 @@ namespace {
 // Interning a new name takes a mutex; finding an interned one (Intern's common case,
 // Lookup, name()) takes none.
 //
-// Names live in fixed-size chunks that never move, so a reader holding a valid id (which
-// it can only have obtained after the name was stored) can read it lock-free. Ids are
-// < kChunkSize * kMaxChunks (16.7M).
+// Names live in fixed-size chunks of string_views that never move, so a reader holding a
+// valid id (which it can only have obtained after the name was stored) can read it
+// lock-free. Ids are < kChunkSize * kMaxChunks (16.7M). The text itself is copied into
+// large append-only blocks (never freed, like the symbols): a new name costs no heap block
+// of its own, where a std::string per name cost one for every name past 15 characters
+// (every observer path "observers.activation_post_process_123").
 constexpr uint32_t kChunkBits = 14;
 constexpr uint32_t kChunkSize = 1u << kChunkBits;
 constexpr uint32_t kMaxChunks = 1u << 10;
@@ -49,22 +53,51 @@ constexpr size_t kInitialCapacity = 1 << 12;
 size_t HashOf(absl::string_view name) { return absl::Hash<absl::string_view>{}(name); }
 uint32_t TagOf(size_t hash) { return static_cast<uint32_t>(hash >> (8 * sizeof(size_t) - 8)); }
 
+// Text blocks hold this much unless one name is longer.
+constexpr size_t kTextBlockSize = size_t{1} << 16;
+
 struct SymbolTable {
-  absl::Mutex mu;
-  uint32_t size ABSL_GUARDED_BY(mu) = 1;  // Id 0 is "" and is never in the id table.
+  // A std::mutex, not an absl::Mutex: Debian's Abseil runs its deadlock detector on every
+  // Lock/Unlock (~360 instructions per new name in callgrind, a third of its cost), and
+  // this lock is only ever held for a few stores. Members marked "guarded" are read and
+  // written under it only.
+  std::mutex mu;
+  uint32_t size = 1;  // guarded. Id 0 is "" and is never in the id table.
   std::atomic<IdTable*> ids{nullptr};
-  std::vector<std::unique_ptr<IdTable>> tables ABSL_GUARDED_BY(mu);  // current one last
-  std::atomic<std::string*> chunks[kMaxChunks] = {};
+  std::vector<std::unique_ptr<IdTable>> tables;  // guarded; the current one last
+  std::atomic<absl::string_view*> chunks[kMaxChunks] = {};
+  // hashes[id]: the hash of id's name, so growing the id table rehashes no text.
+  std::vector<size_t> hashes = {0};  // guarded
+  // The text blocks (kept, never freed: the names outlive everything) and the free room in
+  // the last one.
+  std::vector<std::unique_ptr<char[]>> text_blocks;  // guarded
+  char* text_next = nullptr;  // guarded
+  char* text_end = nullptr;  // guarded
 
   SymbolTable() {
-    absl::MutexLock lock(&mu);
-    chunks[0].store(new std::string[kChunkSize], std::memory_order_release);  // [0] = ""
+    std::lock_guard<std::mutex> lock(mu);
+    // [0] = "" (a default string_view).
+    chunks[0].store(new absl::string_view[kChunkSize], std::memory_order_release);
     tables.push_back(std::make_unique<IdTable>(kInitialCapacity));
     ids.store(tables.back().get(), std::memory_order_release);
   }
 
-  const std::string& NameOf(uint32_t id) const {
+  absl::string_view NameOf(uint32_t id) const {
     return chunks[id >> kChunkBits].load(std::memory_order_acquire)[id & (kChunkSize - 1)];
+  }
+
+  // A copy of `name` in the text blocks. Under mu.
+  absl::string_view StoreText(absl::string_view name) {
+    if (static_cast<size_t>(text_end - text_next) < name.size()) {
+      const size_t block_size = std::max(kTextBlockSize, name.size());
+      text_blocks.push_back(std::make_unique<char[]>(block_size));
+      text_next = text_blocks.back().get();
+      text_end = text_next + block_size;
+    }
+    std::memcpy(text_next, name.data(), name.size());
+    const absl::string_view stored(text_next, name.size());
+    text_next += name.size();
+    return stored;
   }
 
   // The id of non-empty `name` with hash `hash`, or 0. Lock-free.
@@ -80,17 +113,18 @@ struct SymbolTable {
     }
   }
 
-  // Stores `name` (not interned yet, hash `hash`) under a new id and returns the id.
-  uint32_t Add(absl::string_view name, size_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  // Stores `name` (not interned yet, hash `hash`) under a new id and returns the id. Under mu.
+  uint32_t Add(absl::string_view name, size_t hash) {
     const uint32_t id = size;
     const uint32_t chunk = id >> kChunkBits;
     FUSELAGE_CHECK(chunk < kMaxChunks);  // 16.7M distinct symbols: far past any model.
-    std::string* storage = chunks[chunk].load(std::memory_order_acquire);
+    absl::string_view* storage = chunks[chunk].load(std::memory_order_acquire);
     if (storage == nullptr) {
-      storage = new std::string[kChunkSize];
+      storage = new absl::string_view[kChunkSize];
       chunks[chunk].store(storage, std::memory_order_release);
     }
-    storage[id & (kChunkSize - 1)] = std::string(name);
+    storage[id & (kChunkSize - 1)] = StoreText(name);
+    hashes.push_back(hash);
     ++size;
     IdTable* table = tables.back().get();
     if (2 * static_cast<size_t>(size) > table->capacity()) {
@@ -107,9 +141,9 @@ struct SymbolTable {
   }
 
   // A table twice the size holding ids 1 .. size - 2, published for readers.
-  IdTable* Grow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  IdTable* Grow() {
     auto bigger = std::make_unique<IdTable>(2 * tables.back()->capacity());
-    for (uint32_t id = 1; id + 1 < size; ++id) Insert(*bigger, id, HashOf(NameOf(id)));
+    for (uint32_t id = 1; id + 1 < size; ++id) Insert(*bigger, id, hashes[id]);
     tables.push_back(std::move(bigger));
     ids.store(tables.back().get(), std::memory_order_release);
     return tables.back().get();
@@ -128,7 +162,7 @@ Symbol Symbol::Intern(absl::string_view name) {
   SymbolTable& table = Table();
   const size_t hash = HashOf(name);
   if (const uint32_t id = table.Find(name, hash)) return Symbol(id);
-  absl::MutexLock lock(&table.mu);
+  std::lock_guard<std::mutex> lock(table.mu);
   if (const uint32_t id = table.Find(name, hash)) return Symbol(id);  // Interned meanwhile.
   return Symbol(table.Add(name, hash));
 }

@@ -57,6 +57,25 @@ TEST(SymbolTest, IdsSurviveGrowth) {
   }
 }
 
+// Interned text is stored in 64 KiB blocks: names that fill several blocks, one longer
+// than a block, and names after it keep their text and ids.
+TEST(SymbolTest, LongNamesAcrossTextBlocksKeepTheirText) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 3000; ++i) {
+    names.push_back(absl::StrCat("text_block_", i, "_", std::string(100, 'a' + i % 26)));
+  }
+  names.push_back(std::string(100000, 'z'));
+  for (int i = 0; i < 10; ++i) names.push_back(absl::StrCat("after_the_long_one_", i));
+  std::vector<Symbol> symbols;
+  for (const std::string& name : names) symbols.push_back(Symbol::Intern(name));
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSERT_EQ(symbols[i].name(), names[i]) << i;
+    ASSERT_EQ(Symbol::Lookup(names[i]), symbols[i]) << i;
+    ASSERT_EQ(Symbol::Intern(names[i]), symbols[i]) << i;
+  }
+  EXPECT_TRUE(Symbol::Lookup(std::string(99999, 'z')).empty());
+}
+
 // Four threads intern the same 50k new names, each in its own order, and look up names
 // the others may be interning: each name gets one id, whoever interned it first.
 TEST(SymbolTest, ConcurrentInterningAgrees) {
