@@ -48,13 +48,28 @@ size_t FindLast(absl::string_view s, char c) {
   return absl::string_view::npos;
 }
 
+// Each character as Sanitize writes it: itself if in [A-Za-z0-9], else '_'. A table
+// lookup per character instead of a classification and a select.
+struct SanitizedChars {
+  char of[256];
+};
+constexpr SanitizedChars MakeSanitizedChars() {
+  SanitizedChars table{};
+  for (int c = 0; c < 256; ++c) {
+    const bool alnum = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+    table.of[c] = alnum ? static_cast<char>(c) : '_';
+  }
+  return table;
+}
+constexpr SanitizedChars kSanitized = MakeSanitizedChars();
+
 // FX's naming: illegal characters become '_', a leading digit gets a '_' prefix.
 void Sanitize(absl::string_view hint, NameChars* out) {
   // Through a local pointer: a store through char* may alias out's size, which would be
   // reloaded for every character.
   char* to = out->data();
   if (hint.empty() || IsDigit(hint[0])) *to++ = '_';
-  for (char c : hint) *to++ = absl::ascii_isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  for (char c : hint) *to++ = kSanitized.of[static_cast<unsigned char>(c)];
   out->resize(static_cast<size_t>(to - out->data()));
 }
 
@@ -108,24 +123,31 @@ SuffixSplit SplitSuffix(absl::string_view name) {
 // The naming rule (graph/NAMING.md). `*name` holds a sanitized candidate; while
 // `claim(candidate)` returns false (taken), the candidate becomes base_n for the next n of
 // the rule: n >= max(counter(base), suffix + 1, 1), counter(base) = the n handed out.
-// claim hashes a candidate once: UniqueName only looks it up, InsertAt and Rename take
-// the free one in the same probe (lazy_emplace). `still_taken(counter)` may prove that
+// Each candidate is hashed once (a HashedName): UniqueName only looks it up, InsertAt and
+// Rename take the free one in the same probe (lazy_emplace), and the hash of a hint
+// without a suffix also finds its counter. `still_taken(counter)` may prove that
 // base_<counter> is taken, which skips its probe (the outcome of that probe, so the name
-// is the same); `record(counter, name)` fills the counter once a name is chosen.
+// is the same); `record(counter, hash)` fills the counter once a name is chosen.
 template <typename Counters, typename Claim, typename StillTakenFn, typename Record>
 void MakeUnique(NameChars* name, Counters* counters, Claim&& claim, StillTakenFn&& still_taken,
                 Record&& record) {
-  if (claim(View(*name))) return;
+  using graph_internal::HashedName;
+  using graph_internal::NameHashOf;
+  const uint32_t hint_hash = NameHashOf(View(*name));
+  if (claim(HashedName{View(*name), hint_hash})) return;
   const SuffixSplit split = SplitSuffix(View(*name));
   name->resize(split.base_size);  // now the base
-  auto counter = counters->find(View(*name));
+  const uint32_t base_hash = split.number < 0 ? hint_hash : NameHashOf(View(*name));
+  auto counter = counters->find(HashedName{View(*name), base_hash});
   const int64_t last = counter == counters->end() ? 0 : counter->second.last;
   int64_t next = std::max<int64_t>({last, split.number + 1, 1});
   if (counter != counters->end() && next == last && still_taken(counter->second)) ++next;
   name->push_back('_');
+  uint32_t taken_hash;
   while (true) {
     AppendNumber(next, name);
-    if (claim(View(*name))) break;
+    taken_hash = NameHashOf(View(*name));
+    if (claim(HashedName{View(*name), taken_hash})) break;
     name->resize(split.base_size + 1);
     ++next;
   }
@@ -138,7 +160,7 @@ void MakeUnique(NameChars* name, Counters* counters, Claim&& claim, StillTakenFn
                                 typename Counters::mapped_type()).first;
   }
   counter->second.last = next;
-  record(counter->second, View(*name));
+  record(counter->second, taken_hash);
 }
 
 // What FX derives a default name from: call_function / call_method keep the last part
@@ -344,7 +366,7 @@ void Graph::RemoveUsesOf(Node* user) {
 
 // ---- Names --------------------------------------------------------------------------
 
-size_t Graph::NameHash::operator()(absl::string_view name) const {
+uint32_t graph_internal::NameHashOf(absl::string_view name) {
   // Words of 8 bytes (the last one overlapping when the size is not a multiple of 8),
   // each mixed in with a multiply-xorshift, then MurmurHash3's finalizer, so that both the
   // low 7 bits (the table's tag) and the high bits (its position) depend on every byte.
@@ -364,7 +386,8 @@ size_t Graph::NameHash::operator()(absl::string_view name) const {
   h *= 0xff51afd7ed558ccdu;
   h ^= h >> 33;
   h *= 0xc4ceb9fe1a85ec53u;
-  return static_cast<size_t>(h ^ (h >> 33));
+  // The low 32 bits of the finalized hash: each depends on every byte.
+  return static_cast<uint32_t>(h ^ (h >> 33));
 }
 
 bool Graph::StillTaken(const SuffixCounter& counter) const {
@@ -380,19 +403,29 @@ std::string Graph::UniqueName(absl::string_view hint) const {
   Sanitize(hint, &name);
   MakeUnique(
       &name, &next_suffix_,
-      [this](absl::string_view candidate) { return !by_name_.contains(candidate); },
+      [this](HashedName candidate) { return !by_name_.contains(candidate); },
       [this](const SuffixCounter& counter) { return StillTaken(counter); },
-      [](SuffixCounter& counter, absl::string_view) { counter.taken = false; });
+      [](SuffixCounter& counter, uint32_t) { counter.taken = false; });
   return std::string(View(name));
 }
 
 // Claims `candidate` for `node` if it is free: one probe finds it and indexes the node,
-// whose name is set before its slot is filled.
-bool Graph::ClaimName(Node* node, absl::string_view candidate) {
+// whose name (and its hash) is set before its slot is filled.
+bool Graph::ClaimName(Node* node, HashedName candidate) {
   bool claimed = false;
   by_name_.lazy_emplace(candidate, [&](const auto& construct) {
-    // Constructed, not assigned: std::string's assign is a long out-of-line path.
-    node->name_ = std::string(candidate.data(), candidate.size());
+    std::string& name = node->name_;
+    const absl::string_view text = candidate.text;
+    if (text.size() >= sizeof(std::string) / 2 && name.capacity() >= text.size()) {
+      // A renamed node whose old name is on the heap and long enough (convert renames
+      // each observer, "activation_post_process_<n>", to "quantize_per_tensor_<n>"): the
+      // text goes into that block, which saves freeing it and allocating another.
+      name.assign(text.data(), text.size());
+    } else {
+      // Constructed, not assigned: std::string's assign is a long out-of-line path.
+      name = std::string(text.data(), text.size());
+    }
+    node->name_hash_ = candidate.hash;
     construct(node);
     claimed = true;
   });
@@ -404,14 +437,14 @@ void Graph::NameNewNode(Node* node, absl::string_view hint) {
   Sanitize(hint, &name);
   MakeUnique(
       &name, &next_suffix_,
-      [this, node](absl::string_view candidate) { return ClaimName(node, candidate); },
+      [this, node](HashedName candidate) { return ClaimName(node, candidate); },
       [this](const SuffixCounter& counter) { return StillTaken(counter); },
-      [this](SuffixCounter& counter, absl::string_view taken) { RecordTaken(counter, taken); });
+      [this](SuffixCounter& counter, uint32_t taken) { RecordTaken(counter, taken); });
 }
 
-void Graph::RecordTaken(SuffixCounter& counter, absl::string_view name) const {
+void Graph::RecordTaken(SuffixCounter& counter, uint32_t name_hash) const {
   counter.taken = true;
-  counter.taken_hash = NameHash()(name);
+  counter.taken_hash = name_hash;
   counter.taken_at = names_freed_;
 }
 
@@ -425,18 +458,18 @@ const std::string& Graph::Rename(Node* node, absl::string_view name) {
   Sanitize(name, &unique);
   MakeUnique(
       &unique, &next_suffix_,
-      [this, node](absl::string_view candidate) {
-        return candidate != node->name_ && ClaimName(node, candidate);
+      [this, node](HashedName candidate) {
+        return candidate.text != node->name_ && ClaimName(node, candidate);
       },
       [this](const SuffixCounter& counter) { return StillTaken(counter); },
-      [this](SuffixCounter& counter, absl::string_view taken) { RecordTaken(counter, taken); });
+      [this](SuffixCounter& counter, uint32_t taken) { RecordTaken(counter, taken); });
   return node->name_;
 }
 
 void Graph::EraseFromNameIndex(Node* node) {
-  const size_t hash = NameHash()(node->name_);
-  by_name_.erase(by_name_.find(node, hash));
-  NoteNameFreed(hash);
+  // Found by the node's kept hash and compared as pointers: the text is not read.
+  by_name_.erase(by_name_.find(node));
+  NoteNameFreed(node->name_hash_);
 }
 
 Node* Graph::FindNode(absl::string_view name) const {
@@ -824,9 +857,10 @@ absl::Status Graph::EraseAndPassName(Node* node, Node* heir) {
   // slot is keyed by the name, which does not change (a const_cast of the stored pointer,
   // never of the table's structure). The name is not "freed", so the suffix counters'
   // proof that it is taken (StillTaken) stays true, as it is.
-  auto slot = by_name_.find(node, NameHash()(node->name_));
+  auto slot = by_name_.find(node);
   const_cast<Node*&>(*slot) = heir;
   heir->name_ = std::move(node->name_);
+  heir->name_hash_ = node->name_hash_;
   if (node == output_) output_ = nullptr;
   Unlink(node);
   DestroyNode(node);
@@ -882,6 +916,9 @@ absl::Status Graph::Verify() const {
       return absl::InternalError(absl::StrCat(where(), ": order keys not increasing"));
     }
     if (n->name_.empty()) return absl::InvalidArgumentError("a node has an empty name");
+    if (n->name_hash_ != graph_internal::NameHashOf(n->name_)) {
+      return absl::InternalError(absl::StrCat(where(), ": stale name hash"));
+    }
     auto indexed = by_name_.find(absl::string_view(n->name_));
     if (indexed == by_name_.end()) {
       return absl::InternalError(absl::StrCat(where(), ": missing from the name index"));
@@ -952,8 +989,10 @@ absl::Status Graph::Verify() const {
 absl::StatusOr<Node*> GraphBuilder::AddNode(OpKind op, Symbol target, absl::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError("a node has an empty name");
   Node* node = nullptr;
-  graph_->by_name_.lazy_emplace(name, [&](const auto& construct) {
+  const graph_internal::HashedName hashed{name, graph_internal::NameHashOf(name)};
+  graph_->by_name_.lazy_emplace(hashed, [&](const auto& construct) {
     node = graph_->NewNode(op, target, std::string(name));
+    node->name_hash_ = hashed.hash;
     construct(node);
   });
   if (node == nullptr) {

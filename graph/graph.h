@@ -90,6 +90,18 @@ struct NodeSpec {
   NodeMeta meta{};
 };
 
+namespace graph_internal {
+// A hash of short identifiers (node names), inline and a third of absl::Hash's
+// instructions for a name of 20-odd characters. 32 bits: a node keeps its name's in 4 bytes.
+uint32_t NameHashOf(absl::string_view name);
+// A name with its NameHashOf, computed once: the key of every probe of a graph's name index
+// and suffix counters, and what the named node keeps.
+struct HashedName {
+  absl::string_view text;
+  uint32_t hash;
+};
+}  // namespace graph_internal
+
 class Graph {
  public:
   Graph() = default;
@@ -224,15 +236,16 @@ class Graph {
   void Renumber();
   void AddUsesOf(Node* user);
   void RemoveUsesOf(Node* user);
+  using HashedName = graph_internal::HashedName;
   // Gives `node` (not yet in the name index) a unique name derived from `hint`, and
   // indexes it.
   void NameNewNode(Node* node, absl::string_view hint);
   // Indexes `node` under `candidate` and gives it that name, if no node has it.
-  bool ClaimName(Node* node, absl::string_view candidate);
+  bool ClaimName(Node* node, HashedName candidate);
   // Removes `node` (under its current name) from the name index.
   void EraseFromNameIndex(Node* node);
   struct SuffixCounter;
-  void RecordTaken(SuffixCounter& counter, absl::string_view name) const;
+  void RecordTaken(SuffixCounter& counter, uint32_t name_hash) const;
   // Constructs a node in the arena / destroys one and returns its slot.
   Node* NewNode(OpKind op, Symbol target, std::string name);
   void DestroyNode(Node* node);
@@ -244,20 +257,24 @@ class Graph {
   Node* tail_ = nullptr;
   Node* output_ = nullptr;
   size_t size_ = 0;
-  // A hash of short identifiers, inline and a third of absl::Hash's instructions for a
-  // name of 20-odd characters (naming probes 1-4 candidates per new node).
+  // graph_internal::NameHashOf of a name, or the hash a node or HashedName already holds.
   struct NameHash {
     using is_transparent = void;
-    size_t operator()(absl::string_view name) const;
-    size_t operator()(const Node* n) const { return (*this)(absl::string_view(n->name())); }
+    size_t operator()(absl::string_view name) const { return graph_internal::NameHashOf(name); }
+    size_t operator()(const HashedName& name) const { return name.hash; }
+    size_t operator()(const Node* n) const { return n->name_hash_; }
   };
   struct NameEqual {
     using is_transparent = void;
-    bool operator()(absl::string_view a, absl::string_view b) const { return a == b; }
+    static absl::string_view Key(absl::string_view name) { return name; }
+    static absl::string_view Key(const HashedName& name) { return name.text; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const { return Key(a) == Key(b); }
   };
   struct NameEq {
     using is_transparent = void;
     static absl::string_view Key(absl::string_view name) { return name; }
+    static absl::string_view Key(const HashedName& name) { return name.text; }
     static absl::string_view Key(const Node* n) { return n->name(); }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const { return Key(a) == Key(b); }
@@ -275,12 +292,12 @@ class Graph {
   struct SuffixCounter {
     int64_t last = 0;
     bool taken = false;       // a node took base_<last> (UniqueName only computes names)
-    size_t taken_hash = 0;    // NameHash of base_<last>
+    uint32_t taken_hash = 0;  // NameHash of base_<last>
     uint64_t taken_at = 0;    // names_freed_ when it was taken
   };
   bool StillTaken(const SuffixCounter& counter) const;
   // Every name leaving the index passes here (EraseFromNameIndex: Erase, Rename).
-  void NoteNameFreed(size_t hash) {
+  void NoteNameFreed(uint32_t hash) {
     freed_hashes_[names_freed_ % kFreedWindow] = hash;
     ++names_freed_;
   }
@@ -288,7 +305,7 @@ class Graph {
   // The hashes of the last kFreedWindow names freed, and how many names were ever freed.
   static constexpr uint64_t kFreedWindow = 8;
   uint64_t names_freed_ = 0;
-  size_t freed_hashes_[kFreedWindow] = {};
+  uint32_t freed_hashes_[kFreedWindow] = {};
 };
 
 // For model-file loaders only: adds nodes in the order given, without the API's order

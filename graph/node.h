@@ -192,6 +192,9 @@ class Node {
   std::unique_ptr<Kwargs> kwargs_;
   NodeMeta meta_;
   uint32_t index_;  // the node's arena slot number (NodeArena)
+  // Graph::NameHash of name_, kept by Graph with the name: the name index never hashes a
+  // node's text again (not when it grows, not on Erase or Rename).
+  uint32_t name_hash_ = 0;
   // Last: a scan reads links, op, target, args, users and kwargs (the first 128 bytes),
   // rarely the name, so the name does not sit between them.
   std::string name_;

@@ -502,6 +502,33 @@ TEST(GraphTest, NamesMatchTheRuleOverRandomInsertsErasesAndRenames) {
   EXPECT_GRAPH_VALID(g);
 }
 
+// Renames between long names (past std::string's inline buffer), where the new text is
+// written over the old name's storage when it fits: the node has exactly the new name,
+// is found by it and not by the old one, and the old name is free again.
+TEST(GraphTest, RenameBetweenLongNamesKeepsTheIndexExact) {
+  Chain c;
+  const Symbol observer = Symbol::Intern("activation_post_process_123");
+  Node* obs = *c.g.InsertAfter(
+      c.x, {OpKind::kCallModule, observer, {c.x}, {}, "activation_post_process_123"});
+  EXPECT_EQ(obs->name(), "activation_post_process_123");
+  const Symbol quantize = Symbol::Intern("torch.quantize_per_tensor");
+  Node* q = *c.g.InsertAfter(obs, {OpKind::kCallFunction, quantize, {obs}, {}, ""});
+  EXPECT_EQ(q->name(), "quantize_per_tensor");
+  EXPECT_EQ(c.g.Rename(obs, "quantize_per_tensor"), "quantize_per_tensor_1");  // shorter
+  EXPECT_EQ(c.g.FindNode("quantize_per_tensor_1"), obs);
+  EXPECT_EQ(c.g.FindNode("activation_post_process_123"), nullptr);
+  EXPECT_EQ(c.g.Rename(obs, "a_much_longer_name_than_the_one_before"),  // longer: a new block
+            "a_much_longer_name_than_the_one_before");
+  EXPECT_EQ(c.g.FindNode("a_much_longer_name_than_the_one_before"), obs);
+  EXPECT_EQ(c.g.FindNode("quantize_per_tensor_1"), nullptr);
+  EXPECT_EQ(c.g.Rename(obs, "short"), "short");  // inline
+  EXPECT_EQ(c.g.Rename(q, "activation_post_process_123"), "activation_post_process_123");
+  EXPECT_EQ(c.g.FindNode("activation_post_process_123"), q);
+  EXPECT_EQ(c.g.FindNode("quantize_per_tensor"), nullptr);
+  EXPECT_EQ(c.g.UniqueName("quantize_per_tensor"), "quantize_per_tensor");
+  EXPECT_GRAPH_VALID(c.g);
+}
+
 // Node::index(): distinct among live nodes, below node_index_bound(), fixed while the node
 // lives, reused after an erase (so the bound stays the peak node count), checked against
 // an independent record of which node holds which index over random inserts and erases.
@@ -517,7 +544,8 @@ TEST(GraphTest, NodeIndicesAreDenseUniqueAndReusedAfterErase) {
   std::mt19937 random(11);
   for (int step = 0; step < 3000; ++step) {
     if (random() % 3 != 0 || live.size() == 2) {
-      Node* n = *g.InsertAfter(x, {OpKind::kCallFunction, Symbol::Intern("torch.relu"), {x}, {}, ""});
+      Node* n =
+          *g.InsertAfter(x, {OpKind::kCallFunction, Symbol::Intern("torch.relu"), {x}, {}, ""});
       first_seen[n] = n->index();
       live.push_back(n);
     } else {
