@@ -510,13 +510,15 @@ class ObserverInserter {
   }
 
   // The module of a fresh observer of `spec`, built once per distinct spec (a handful
-  // per model) and cloned for each observer: tensors are shared copy-on-write, and the
-  // attribute and tensor lists are copied in one allocation each.
+  // per model) and cloned for each observer. Its tensor and attribute lists are shared
+  // with the clones copy-on-write (Module::ShareFieldsWithClones): a clone is one heap
+  // block, the Module, until calibration stores statistics into it.
   absl::StatusOr<const Module*> PrototypeFor(const ObserverSpec& spec) {
     for (const auto& [known, module] : prototypes_) {
       if (known == spec) return module.get();
     }
     ASSIGN_OR_RETURN(std::unique_ptr<Module> module, MakeObserverModule(spec));
+    module->ShareFieldsWithClones();
     prototypes_.emplace_back(spec, std::move(module));
     return prototypes_.back().second.get();
   }

@@ -3,8 +3,10 @@
 // errors that leave the graph unchanged, and the reference graph and modules convert
 // makes, checked against hand-computed quantization parameters.
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,7 @@
 #include "quantize/calibrate.h"
 #include "quantize/convert.h"
 #include "quantize/prepare.h"
+#include "quantize/prepared_model.h"
 #include "runtime/builtin_kernels.h"
 
 namespace fuselage {
@@ -167,6 +170,47 @@ TEST(PrepareTest, ObserverNamesAndPlanDTypeConfig) {
     EXPECT_EQ(dtypes.output.dtype, DType::kQUInt8) << op;
   }
   EXPECT_EQ(prepared->quantized_ops.at("conv").dtype_config->weight.dtype, DType::kQInt8);
+}
+
+// The observer modules of one spec start as clones of one prototype sharing its tensor
+// and attribute lists; storing one observer's statistics changes that module alone, and
+// a later Prepare still starts from +inf / -inf. Expected by hand: x in [-1, 3], conv
+// (w = 0.5) in [-0.5, 1.5].
+TEST(PrepareTest, ObserverModulesOfOneSpecAreIndependent) {
+  auto m = BuildConvPool();
+  auto config = *GetBackendConfig("qnnpack");
+  auto prepared = Prepare(m->gm, MinMaxMapping(), config);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  auto kernels = *BuiltinKernels();
+  ASSERT_TRUE(RegisterObserverKernels(*kernels).ok());
+  const std::vector<CalibrationSample> samples = {
+      {Tensor::FromFloats({1, 1, 1, 2}, {-1.0f, 3.0f})}};
+  ASSERT_TRUE(Calibrate(m->gm, *prepared, samples, *kernels).ok());
+  ASSERT_TRUE(StorePreparedModel(*prepared, m->gm).ok());
+  ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify();
+  auto range = [](const Module* module) {
+    return std::make_pair(module->FindTensor("min_val")->data<float>()[0],
+                          module->FindTensor("max_val")->data<float>()[0]);
+  };
+  const Module* x_obs = m->gm.FindModule("observers.activation_post_process_0");
+  const Module* conv_obs = m->gm.FindModule("observers.activation_post_process_1");
+  ASSERT_NE(x_obs, nullptr);
+  ASSERT_NE(conv_obs, nullptr);
+  EXPECT_EQ(range(x_obs), std::make_pair(-1.0f, 3.0f));
+  EXPECT_EQ(range(conv_obs), std::make_pair(-0.5f, 1.5f));
+  EXPECT_EQ(x_obs->attributes(), conv_obs->attributes());
+
+  auto fresh = BuildConvPool();
+  auto fresh_prepared = Prepare(fresh->gm, MinMaxMapping(), config);
+  ASSERT_TRUE(fresh_prepared.ok()) << fresh_prepared.status();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const char* path :
+       {"observers.activation_post_process_0", "observers.activation_post_process_1"}) {
+    const Module* module = fresh->gm.FindModule(path);
+    ASSERT_NE(module, nullptr) << path;
+    EXPECT_EQ(range(module), std::make_pair(inf, -inf)) << path;
+    EXPECT_EQ(module->attributes(), x_obs->attributes()) << path;
+  }
 }
 
 // Two quantized consumers of one value share one observer of it.
