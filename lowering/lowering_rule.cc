@@ -256,16 +256,17 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
                                     std::vector<int64_t>(zero_points.begin(), zero_points.end()),
                                     axis)
           : QuantParams::PerTensor(scales[0], zero_points[0]);
-  std::string qbytes(static_cast<size_t>(weight->numel()), '\0');  // one byte per element
+  // Quantized straight into the tensor's own block (one allocation; no zero fill, no
+  // copy of a staging buffer): QuantizeWeight writes every element.
+  ASSIGN_OR_RETURN(Tensor qweight,
+                   Tensor::Uninitialized(weight_dtype, weight->shape(), std::move(qparams)));
   if (weight_dtype == DType::kQInt8) {
     QuantizeWeight(weight->data<float>(), outer, channels, inner, scales, zero_points, qmin,
-                   qmax, reinterpret_cast<int8_t*>(qbytes.data()));
+                   qmax, qweight.mutable_data<int8_t>());
   } else {
     QuantizeWeight(weight->data<float>(), outer, channels, inner, scales, zero_points, qmin,
-                   qmax, reinterpret_cast<uint8_t*>(qbytes.data()));
+                   qmax, qweight.mutable_data<uint8_t>());
   }
-  ASSIGN_OR_RETURN(Tensor qweight, Tensor::FromBytes(weight_dtype, weight->shape(),
-                                                     std::move(qbytes), std::move(qparams)));
 
   const Tensor* bias = ref->FindTensor("bias");
   if (bias != nullptr && bias->dtype() != DType::kFloat32) {
