@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string.h>  // memrchr (GNU)
 #include <new>
 #include <utility>
 
@@ -40,12 +41,13 @@ absl::string_view View(const NameChars& name) { return name.view(); }
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
-// Position of the last `c` in `s`, or npos (inline: absl's rfind is an out-of-line call).
+// Position of the last `c` in `s`, or npos. glibc's memrchr compares 32 bytes at a time: a
+// byte loop cost 8 instructions a character ("torch.quantize_per_tensor": 160 a name).
 size_t FindLast(absl::string_view s, char c) {
-  for (size_t i = s.size(); i > 0; --i) {
-    if (s[i - 1] == c) return i - 1;
-  }
-  return absl::string_view::npos;
+  if (s.empty()) return absl::string_view::npos;
+  const void* found = memrchr(s.data(), c, s.size());
+  return found == nullptr ? absl::string_view::npos
+                          : static_cast<size_t>(static_cast<const char*>(found) - s.data());
 }
 
 // Each character as Sanitize writes it: itself if in [A-Za-z0-9], else '_'. A table
