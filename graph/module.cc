@@ -38,11 +38,13 @@ Module::Module(Module&& other) noexcept
   other.children_.clear();
   other.child_index_.reset();
   RebuildChildIndex();
-  other.NoteTreeEdit();  // This one is new, so in no tree yet.
+  other.NoteChildrenReplaced(!children_.empty());  // This one is new, so in no tree yet.
 }
 
 Module& Module::operator=(Module&& other) noexcept {
   if (this == &other) return *this;
+  const bool had_children = !children_.empty();
+  const bool other_had_children = !other.children_.empty();
   type_ = other.type_;
   tensors_ = std::move(other.tensors_);
   attributes_ = std::move(other.attributes_);
@@ -52,7 +54,8 @@ Module& Module::operator=(Module&& other) noexcept {
   other.children_.clear();
   other.child_index_.reset();
   RebuildChildIndex();
-  if (in_tree_ || other.in_tree_) InvalidateModuleTree();
+  NoteChildrenReplaced(had_children);
+  other.NoteChildrenReplaced(other_had_children);
   return *this;
 }
 
@@ -223,15 +226,16 @@ Module* Module::FindChild(absl::string_view name) const {
 }
 
 Module* Module::SetChild(absl::string_view name, std::unique_ptr<Module> child) {
-  NoteTreeEdit();
   Module* raw = child.get();
   if (raw != nullptr) raw->in_tree_ = true;
   if (children_.size() <= kChildrenScannedLinearly) {
     const size_t position = ChildPosition(name);
     if (position != kNoChild) {
+      NoteTreeEdit();  // The old child (and its subtree) leaves the tree.
       children_[position].second = std::move(child);
       return raw;
     }
+    NoteBindingEdit();  // A new path; every existing one resolves as before.
     children_.emplace_back(std::string(name), std::move(child));
     if (children_.size() > kChildrenScannedLinearly) RebuildChildIndex();
     return raw;
@@ -245,8 +249,10 @@ Module* Module::SetChild(absl::string_view name, std::unique_ptr<Module> child) 
     added = true;
   });
   if (added) {
+    NoteBindingEdit();
     children_.emplace_back(std::string(name), std::move(child));
   } else {
+    NoteTreeEdit();
     children_[*it].second = std::move(child);
   }
   return raw;

@@ -36,6 +36,14 @@ class Module {
   // of a module in a tree, it invalidates cached module types (graph/module_binding.h).
   // A module outside every tree (neither a GraphModule's root nor any module's child, e.g.
   // a fused module being built) is edited without invalidating anything.
+  //
+  // Only an edit that takes a module out of a tree (a child replaced or removed, a module
+  // with children moved from or into) changes what an existing module path resolves to,
+  // and so the module-tree generation (GraphModule's path table); changing a type, adding
+  // a new child or moving a module into a childless one in a tree (what lowering and
+  // fusion do to replace a module in place) changes only the binding generation: every
+  // module keeps its path and address, and paths that resolved to nothing before are
+  // looked up anew anyway.
   Module(Module&& other) noexcept;
   Module& operator=(Module&& other) noexcept;
 
@@ -45,7 +53,7 @@ class Module {
   Symbol type() const { return type_; }
   void set_type(Symbol type) {
     type_ = type;
-    NoteTreeEdit();
+    NoteBindingEdit();
   }
 
   // Tensors (parameters and buffers).
@@ -167,9 +175,23 @@ class Module {
   // Removes the children at `positions` (ascending, no repeats) keeping the others' order,
   // and moves the index along; returns the removed children.
   std::vector<std::unique_ptr<Module>> EraseChildrenAt(const std::vector<uint32_t>& positions);
-  // Invalidates cached bindings if this module is part of a tree.
+  // Invalidates what a module path resolves to, if this module is part of a tree.
   void NoteTreeEdit() const {
     if (in_tree_) InvalidateModuleTree();
+  }
+  // Invalidates what call_module nodes resolve to (their module's type) but no path, if
+  // this module is part of a tree.
+  void NoteBindingEdit() const {
+    if (in_tree_) InvalidateModuleBindings();
+  }
+  // The edit when this module's children are replaced (moved from or into): paths change
+  // only if it had any.
+  void NoteChildrenReplaced(bool had_children) const {
+    if (had_children) {
+      NoteTreeEdit();
+    } else {
+      NoteBindingEdit();
+    }
   }
 
   Symbol type_;

@@ -89,6 +89,8 @@ TEST(ModuleChildrenTest, IndexAgreesWithAReferenceListThroughRandomEdits) {
   }
 }
 
+// Edits that take a module out of a tree change what an existing path resolves to: both
+// generations change.
 TEST(ModuleChildrenTest, EveryChildEditInATreeBumpsBothGenerations) {
   GraphModule gm;
   ASSERT_TRUE(gm.SetModule("m", std::make_unique<Module>("nn.Module")).ok());
@@ -109,14 +111,17 @@ TEST(ModuleChildrenTest, EveryChildEditInATreeBumpsBothGenerations) {
   EXPECT_EQ(m.RemoveChildren({"c5", "c6"}), 2);
   expect_bumped(binding, tree, "RemoveChildren");
   binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
-  m.FindChild("c7")->set_type(Symbol::Intern("nn.Sigmoid"));  // a grandchild of the root
-  expect_bumped(binding, tree, "set_type");
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
   Module moved(std::move(m));
   expect_bumped(binding, tree, "move out of the tree");
   binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
-  m = std::move(moved);
-  expect_bumped(binding, tree, "move into the tree");
+  Module replacement("nn.Module");
+  replacement.SetChild("z", Relu());
+  moved = std::move(replacement);  // moved's 17 children are freed; in no tree: no bump
+  EXPECT_EQ(ModuleTreeGeneration(), tree);
+  m.SetChild("only", Relu());  // a new path: the binding generation only
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  m = std::move(moved);  // m's child "only" leaves the tree
+  expect_bumped(binding, tree, "move into a module with children in the tree");
 
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(gm.SetModule(absl::StrCat("r", i), Relu()).ok());
   binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
@@ -124,15 +129,62 @@ TEST(ModuleChildrenTest, EveryChildEditInATreeBumpsBothGenerations) {
   expect_bumped(binding, tree, "RemoveModules");
 }
 
+// Edits that leave every existing path resolving to the same module object: a type
+// changed, a child added under a new name, a module moved into a childless module of the
+// tree (replacing a module in place) or out of one. Only the binding generation changes
+// (the nodes' cached types), and the path table stays valid (module_type_cache_test checks
+// FindModule(Symbol) against the walk after each).
+TEST(ModuleChildrenTest, EditsKeepingEveryPathBumpTheBindingGenerationOnly) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("m.leaf", Relu()).ok());
+  Module& m = *gm.FindModule("m");
+  const auto expect_binding_only = [](uint64_t binding_before, uint64_t tree_before,
+                                      const char* what) {
+    EXPECT_GT(ModuleBindingGeneration(), binding_before) << what;
+    EXPECT_EQ(ModuleTreeGeneration(), tree_before) << what;
+  };
+  uint64_t binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  m.FindChild("leaf")->set_type(Symbol::Intern("nn.Sigmoid"));
+  expect_binding_only(binding, tree, "set_type");
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  m.SetChild("new", Relu());
+  expect_binding_only(binding, tree, "SetChild of a new name (scanned parent)");
+  for (int i = 0; i < 10; ++i) m.SetChild(absl::StrCat("n", i), Relu());
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  m.SetChild("n10", Relu());
+  expect_binding_only(binding, tree, "SetChild of a new name (indexed parent)");
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  ASSERT_TRUE(gm.SetModule("p.q.r", Relu()).ok());
+  expect_binding_only(binding, tree, "SetModule creating parents");
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  Module native("nnq.Conv2d");
+  native.SetChild("inner", Relu());
+  *m.FindChild("leaf") = std::move(native);
+  expect_binding_only(binding, tree, "move into a childless module");
+  EXPECT_EQ(gm.FindModule("m.leaf")->type().name(), "nnq.Conv2d");
+  EXPECT_NE(gm.FindModule("m.leaf.inner"), nullptr);
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  Module taken(std::move(*m.FindChild("new")));
+  expect_binding_only(binding, tree, "move out of a childless module");
+  EXPECT_EQ(taken.type().name(), "nn.ReLU");
+  // And the edits that do change a path, for contrast: replacing a child by name.
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  m.SetChild("new", Relu());
+  EXPECT_GT(ModuleTreeGeneration(), tree) << "replacing a child";
+  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  m.SetChild("n3", Relu());
+  EXPECT_GT(ModuleTreeGeneration(), tree) << "replacing a child (indexed parent)";
+}
+
 // A module in no tree (being built, or removed from one) can change what no call_module
 // node resolves to, so editing it leaves every cache current; installing it bumps.
 TEST(ModuleChildrenTest, EditsOutsideEveryTreeBumpNothing) {
-  const uint64_t tree = ModuleTreeGeneration();
+  const uint64_t binding = ModuleBindingGeneration();
   auto fused = std::make_unique<Module>("nni.ConvReLU2d");
   for (int i = 0; i < 12; ++i) fused->SetChild(absl::StrCat(i), Relu());  // indexed too
   fused->SetChild("3", Relu());
   fused->FindChild("0")->set_type(Symbol::Intern("nn.Conv2d"));  // a child of it: counted
-  EXPECT_GT(ModuleTreeGeneration(), tree) << "a child's edit is conservatively counted";
+  EXPECT_GT(ModuleBindingGeneration(), binding) << "a child's edit is conservatively counted";
   const uint64_t tree_after_child = ModuleTreeGeneration();
   const uint64_t binding_after_child = ModuleBindingGeneration();
   EXPECT_EQ(fused->RemoveChildren({"5", "6"}), 2);
@@ -146,9 +198,12 @@ TEST(ModuleChildrenTest, EditsOutsideEveryTreeBumpNothing) {
 
   GraphModule gm;
   ASSERT_TRUE(gm.SetModule("f", std::move(fused)).ok());
-  EXPECT_GT(ModuleTreeGeneration(), tree_after_child) << "installing";
+  // A new path: what nodes resolve to changes, what existing paths do does not.
+  EXPECT_GT(ModuleBindingGeneration(), binding_after_child) << "installing";
+  EXPECT_EQ(ModuleTreeGeneration(), tree_after_child) << "installing under a new path";
   std::unique_ptr<Module> removed = gm.root().RemoveChild("f");
   ASSERT_NE(removed, nullptr);
+  EXPECT_GT(ModuleTreeGeneration(), tree_after_child) << "removing";
   const uint64_t tree_after_removal = ModuleTreeGeneration();
   removed->SetChild("again", Relu());
   removed->set_type(Symbol::Intern("nn.Sequential"));

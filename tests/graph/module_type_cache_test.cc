@@ -7,6 +7,7 @@
 // FindModule(Symbol) (the path -> module table ResolveModuleTypes fills): each answers the
 // module the uncached path walk finds.
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -204,6 +205,64 @@ TEST_F(ModuleTypeCacheTest, ModulesBuiltOutsideTheTreeLeaveTheCachesCurrent) {
   EXPECT_EQ(ModuleTreeGeneration(), tree);
   EXPECT_EQ(ModuleBindingGeneration(), binding);
   ExpectType(a_, "nn.ReLU");
+}
+
+// Replacing a module in place (lowering moves the native module into the reference
+// module's object) or adding modules under new paths (prepare's observers) leaves every
+// existing path on the same module object: the path table stays current and still gives
+// the walk's answers; only the nodes' cached types are re-resolved.
+TEST_F(ModuleTypeCacheTest, ModuleReplacedInPlaceKeepsThePathTableCurrent) {
+  Module* a = gm_.FindModule("a");
+  const uint64_t tree = ModuleTreeGeneration();
+  Module native("nn.Sigmoid");
+  native.SetChild("inner", std::make_unique<Module>("nn.Tanh"));
+  *a = std::move(native);
+  EXPECT_EQ(ModuleTreeGeneration(), tree) << "the path table stays current";
+  EXPECT_EQ(gm_.FindModule(a_->target()), a);
+  ExpectType(a_, "nn.Sigmoid");
+  ExpectType(b_, "nn.Identity");
+  Node* inner = InsertCall("a.inner", b_, "inner");  // a path that resolved to nothing
+  ExpectType(inner, "nn.Tanh");
+  gm_.FindModule("b")->set_type(Type("nn.ReLU"));
+  EXPECT_EQ(ModuleTreeGeneration(), tree);
+  ExpectType(b_, "nn.ReLU");
+}
+
+TEST_F(ModuleTypeCacheTest, ModulesAddedUnderNewPathsKeepThePathTableCurrent) {
+  const uint64_t tree = ModuleTreeGeneration();
+  Module* container = gm_.root().SetChild("observers", std::make_unique<Module>("nn.Module"));
+  Node* last = b_;
+  for (int i = 0; i < 12; ++i) {  // past kChildrenScannedLinearly: the container indexes
+    const std::string name = absl::StrCat("obs_", i);
+    container->SetChild(name, std::make_unique<Module>(i % 2 == 0 ? "nn.Identity" : "nn.Tanh"));
+    last = InsertCall(absl::StrCat("observers.", name).c_str(), last, name.c_str());
+    ExpectModule(last, "added");
+  }
+  EXPECT_EQ(ModuleTreeGeneration(), tree);
+  ExpectType(last, "nn.Tanh");
+  ExpectType(a_, "nn.ReLU");
+}
+
+// Moving a module with children out of the tree, or another module into its place, frees
+// or detaches its subtree: the table must not answer the old child any more.
+TEST_F(ModuleTypeCacheTest, ModuleWithChildrenReplacedInPlaceVoidsItsChildrensPaths) {
+  ASSERT_TRUE(gm_.SetModule("block.c", std::make_unique<Module>("nn.Tanh")).ok());
+  Node* c = InsertCall("block.c", b_, "c");
+  gm_.ResolveModuleTypes();
+  ASSERT_EQ(gm_.ModuleOf(c), gm_.FindModule("block.c"));
+  *gm_.FindModule("block") = Module("nn.ReLU");  // block.c is freed
+  EXPECT_EQ(gm_.FindModule(c->target()), nullptr);
+  EXPECT_EQ(gm_.ModuleOf(c), nullptr);
+  EXPECT_TRUE(gm_.ModuleTypeOf(c).empty());
+  gm_.ResolveModuleTypes();
+  EXPECT_EQ(gm_.FindModule(c->target()), nullptr);
+
+  ASSERT_TRUE(gm_.SetModule("block.c", std::make_unique<Module>("nn.Tanh")).ok());
+  ExpectType(c, "nn.Tanh");
+  Module taken(std::move(*gm_.FindModule("block")));  // block.c leaves the tree with it
+  EXPECT_EQ(gm_.FindModule(c->target()), nullptr);
+  EXPECT_EQ(gm_.ModuleOf(c), nullptr);
+  EXPECT_EQ(taken.FindChild("c")->type(), Type("nn.Tanh"));
 }
 
 // Paths whose symbol ids lie far apart (interned at very different times): the table is
