@@ -163,14 +163,17 @@ class Planner {
     // One path lookup per call_module node, here; ObjectType then reads the cache (the
     // planner does not edit the module tree, so it stays current for the whole walk).
     gm_.ResolveModuleTypes();
-    observed_.reserve(gm_.graph().size());
+    // Per-node state in vectors indexed by Node::index(): the planner creates no node, so
+    // the bound read here covers every node it meets.
+    observed_.assign(gm_.graph().node_index_bound(), false);
+    decision_of_.assign(gm_.graph().node_index_bound(), kNoDecision);
     for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
       const Symbol type = ObjectType(gm_, n);
       if (type.empty()) continue;
       // The tensor inputs, found once for both the merge check and the decision.
       TensorInputs inputs = TensorInputsOf(n);
       if (MergeIntoPrecedingOp(n, type, inputs, decisions)) {
-        observed_.insert(n);
+        observed_[n->index()] = true;
         continue;
       }
       const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
@@ -178,9 +181,9 @@ class Planner {
       std::string reason;
       ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, type, *entry, std::move(inputs), &reason));
       if (decision.has_value()) {
-        observed_.insert(n);
-        for (const TensorInput& in : decision->inputs) observed_.insert(in.producer);
-        decision_of_[n] = decisions->size();
+        observed_[n->index()] = true;
+        for (const TensorInput& in : decision->inputs) observed_[in.producer->index()] = true;
+        decision_of_[n->index()] = decisions->size();
         decisions->push_back(std::move(*decision));
       } else {
         report->kept_float.push_back({n->name(), std::string(type.name()), reason});
@@ -222,9 +225,9 @@ class Planner {
                             std::vector<Decision>* decisions) {
     if (inputs.size() != 1) return false;
     Node* producer = inputs.front().producer;
-    const auto decided = decision_of_.find(producer);
-    if (decided == decision_of_.end()) return false;
-    Decision& previous = (*decisions)[decided->second];
+    const size_t decided = decision_of_[producer->index()];
+    if (decided == kNoDecision) return false;
+    Decision& previous = (*decisions)[decided];
     if (previous.output != producer ||
         producer->users().size() != 1) {
       return false;
@@ -321,7 +324,7 @@ class Planner {
         observation == ObservationType::kOutputShareObserverWithInput;
     if (activation.kind == ObserverKind::kReuseInput) {
       // ReuseInputObserver: the output is the input's tensor, re-viewed.
-      if (!observed_.contains(d.inputs.front().producer)) {
+      if (!observed_[d.inputs.front().producer->index()]) {
         return keep_float("its ReuseInputObserver needs a quantized input; its input is float");
       }
       d.share_output_with_input = true;
@@ -403,14 +406,18 @@ class Planner {
   // ReuseInputObserver carries no dtype of its own; its dtype config is checked against a
   // quint8 activation, the dtype Prepare's observers give the input.
   const ObserverSpec activation_of_reused_input_;
-  absl::flat_hash_set<const Node*> observed_;
+  // Per Node::index(): whether the node's value is observed (a quantized op's input or
+  // output).
+  std::vector<bool> observed_;
   absl::flat_hash_set<const ObserverSpec*> valid_specs_;
   absl::flat_hash_map<std::tuple<const BackendPatternConfig*, const ObserverSpec*,
                                  const ObserverSpec*>,
                       absl::StatusOr<const DTypeConfig*>>
       dtype_config_cache_;
-  // Index in the decision list of every node decided quantized.
-  absl::flat_hash_map<const Node*, size_t> decision_of_;
+  // Per Node::index(): the index in the decision list of a node decided quantized, or
+  // kNoDecision.
+  static constexpr size_t kNoDecision = static_cast<size_t>(-1);
+  std::vector<size_t> decision_of_;
   absl::flat_hash_map<std::pair<OpKind, Symbol>, const BackendPatternConfig*> entry_cache_;
   absl::flat_hash_map<std::tuple<OpKind, Symbol, OpKind, Symbol>, const BackendPatternConfig*>
       two_op_entry_cache_;
@@ -422,11 +429,12 @@ constexpr absl::string_view kObserverNamePrefix = "activation_post_process_";
 // Inserts the observer nodes and modules the decisions call for.
 class ObserverInserter {
  public:
-  // `max_observer_nodes` bounds the observer nodes Apply will insert: the map from
-  // observed node to observer is sized for it once instead of rehashing as it grows.
+  // `max_observer_nodes` bounds the observer nodes Apply will insert: the per-node
+  // observer table is sized for them once instead of growing as they are created.
   ObserverInserter(GraphModule& gm, PreparedModel& out, size_t max_observer_nodes)
       : gm_(gm), out_(out) {
-    observer_of_.reserve(2 * max_observer_nodes);
+    observer_of_.reserve(gm.graph().node_index_bound() + max_observer_nodes);
+    observer_of_.resize(gm.graph().node_index_bound());
   }
 
   absl::Status Apply(const Decision& d) {
@@ -460,10 +468,10 @@ class ObserverInserter {
     (void)rewired;
     // A shared output observer is its input's observer module, of the input's dtype.
     const DType out_dtype = d.share_output_with_input
-                                ? observer_of_.at(first_input_observer).dtype
+                                ? ObserverEntry(first_input_observer).dtype
                                 : d.activation->dtype;
-    observer_of_[d.output] = {out_obs, out_dtype};
-    observer_of_[out_obs] = {out_obs, out_dtype};
+    ObserverEntry(d.output) = {out_obs, out_dtype};
+    ObserverEntry(out_obs) = {out_obs, out_dtype};
     out_.quantized_ops.emplace(d.node->name(), PlanOf(d));
     ++out_.report.quantized_ops;
     return absl::OkStatus();
@@ -473,12 +481,12 @@ class ObserverInserter {
   // The observer node watching `producer`'s value, inserted after it if there is none
   // (or if the one there observes another dtype).
   absl::StatusOr<Node*> ObserverOf(Node* producer, const ObserverSpec& spec) {
-    auto it = observer_of_.find(producer);
-    if (it != observer_of_.end() && it->second.dtype == spec.dtype) return it->second.node;
+    const ObserverNode existing = ObserverEntry(producer);
+    if (existing.node != nullptr && existing.dtype == spec.dtype) return existing.node;
     ASSIGN_OR_RETURN(Symbol path, NewObserverModule(spec));
     ASSIGN_OR_RETURN(Node * obs, InsertObserverNode(producer, path));
-    if (it == observer_of_.end()) observer_of_[producer] = {obs, spec.dtype};
-    observer_of_[obs] = {obs, spec.dtype};
+    if (existing.node == nullptr) ObserverEntry(producer) = {obs, spec.dtype};
+    ObserverEntry(obs) = {obs, spec.dtype};
     return obs;
   }
 
@@ -564,9 +572,18 @@ class ObserverInserter {
     DType dtype = DType::kQUInt8;
   };
 
+  // The entry of `n` in observer_of_ (node null: none yet), grown to cover the observer
+  // nodes created since (Prepare erases no node, so an index is never reused meanwhile).
+  ObserverNode& ObserverEntry(const Node* n) {
+    if (n->index() >= observer_of_.size()) observer_of_.resize(gm_.graph().node_index_bound());
+    return observer_of_[n->index()];
+  }
+
   GraphModule& gm_;
   PreparedModel& out_;
-  absl::flat_hash_map<const Node*, ObserverNode> observer_of_;
+  // Per Node::index(): the observer node watching the node's value (an observer node
+  // watches its own), with its dtype.
+  std::vector<ObserverNode> observer_of_;
   std::vector<std::pair<ObserverSpec, std::unique_ptr<Module>>> prototypes_;
   SharedCopies<ObserverSpec> specs_;
   SharedCopies<DTypeConfig> dtype_configs_;
