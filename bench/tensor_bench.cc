@@ -105,6 +105,17 @@ void BM_CreateQuantizedScalar(benchmark::State& state) {
 }
 BENCHMARK(BM_CreateQuantizedScalar);
 
+// A module clone of a lowered module copies its per-tensor quantized int8 weight.
+void BM_CopyQuantizedWeight(benchmark::State& state) {
+  const Tensor weight =
+      *Tensor::Zeros(DType::kQInt8, kWeightShape, QuantParams::PerTensor(0.05, 3));
+  RunCountingBlocks(state, [&] {
+    Tensor copy = weight;
+    benchmark::DoNotOptimize(copy);
+  });
+}
+BENCHMARK(BM_CopyQuantizedWeight);
+
 // Reshaping shares the bytes; only the shape is new.
 void BM_ReshapeWeight(benchmark::State& state) {
   const Tensor weight = *Tensor::Zeros(DType::kFloat32, kWeightShape);

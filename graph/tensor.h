@@ -29,65 +29,81 @@
 
 namespace fuselage {
 
-// The dimensions of a tensor, stored inline up to kInlineDims (every tensor of a CNN or
-// transformer; more spill to the heap). It offers the parts of std::vector<int64_t>'s
-// interface that callers use, converts implicitly from a std::vector<int64_t>, a braced
-// list, an absl::Span<const int64_t> or an iterator range, and converts implicitly to a
-// std::vector<int64_t> (which allocates: prefer passing a Shape or a Span).
-class Shape {
+// A short sequence of T stored inline up to N elements (more spill to the heap): what a
+// tensor keeps per dimension or per channel, without a heap block in the common case. It
+// offers the parts of std::vector<T>'s interface that callers use, converts implicitly
+// from a std::vector<T>, a braced list, an absl::Span<const T> or an iterator range, and
+// converts implicitly to a std::vector<T> (that conversion allocates: prefer passing it
+// as an absl::Span<const T>, which is free).
+template <typename T, size_t N>
+class InlineVector {
  public:
-  static constexpr size_t kInlineDims = 6;
-  using value_type = int64_t;
+  using value_type = T;
   using size_type = size_t;
   using difference_type = std::ptrdiff_t;
-  using reference = int64_t&;
-  using const_reference = const int64_t&;
-  using pointer = int64_t*;
-  using const_pointer = const int64_t*;
-  using iterator = int64_t*;
-  using const_iterator = const int64_t*;
+  using reference = T&;
+  using const_reference = const T&;
+  using pointer = T*;
+  using const_pointer = const T*;
+  using iterator = T*;
+  using const_iterator = const T*;
 
-  Shape() = default;  // Rank 0 (a scalar's shape).
-  Shape(std::initializer_list<int64_t> dims) : dims_(dims) {}
-  Shape(const std::vector<int64_t>& dims) : dims_(dims.begin(), dims.end()) {}  // NOLINT
-  Shape(absl::Span<const int64_t> dims) : dims_(dims.begin(), dims.end()) {}    // NOLINT
-  template <typename InputIt,
-            typename = decltype(static_cast<int64_t>(*std::declval<InputIt&>()))>
-  Shape(InputIt first, InputIt last) : dims_(first, last) {}
+  InlineVector() = default;
+  InlineVector(std::initializer_list<T> values) : values_(values) {}
+  InlineVector(const std::vector<T>& values)  // NOLINT(google-explicit-constructor)
+      : values_(values.begin(), values.end()) {}
+  InlineVector(absl::Span<const T> values)  // NOLINT(google-explicit-constructor)
+      : values_(values.begin(), values.end()) {}
+  template <typename InputIt, typename = decltype(static_cast<T>(*std::declval<InputIt&>()))>
+  InlineVector(InputIt first, InputIt last) : values_(first, last) {}
 
-  operator std::vector<int64_t>() const { return {begin(), end()}; }  // NOLINT
-  std::vector<int64_t> ToVector() const { return {begin(), end()}; }
+  operator std::vector<T>() const { return {begin(), end()}; }  // NOLINT
+  std::vector<T> ToVector() const { return {begin(), end()}; }
 
-  size_t size() const { return dims_.size(); }
-  bool empty() const { return dims_.empty(); }
-  const int64_t* data() const { return dims_.data(); }
-  int64_t* data() { return dims_.data(); }
-  int64_t operator[](size_t i) const { return dims_[i]; }
-  int64_t& operator[](size_t i) { return dims_[i]; }
-  int64_t front() const { return dims_.front(); }
-  int64_t back() const { return dims_.back(); }
-  const_iterator begin() const { return dims_.data(); }
-  const_iterator end() const { return dims_.data() + dims_.size(); }
-  iterator begin() { return dims_.data(); }
-  iterator end() { return dims_.data() + dims_.size(); }
-  void push_back(int64_t d) { dims_.push_back(d); }
-  void resize(size_t n, int64_t d = 0) { dims_.resize(n, d); }
-  void clear() { dims_.clear(); }
+  size_t size() const { return values_.size(); }
+  bool empty() const { return values_.empty(); }
+  const T* data() const { return values_.data(); }
+  T* data() { return values_.data(); }
+  const T& operator[](size_t i) const { return values_[i]; }
+  T& operator[](size_t i) { return values_[i]; }
+  const T& front() const { return values_.front(); }
+  const T& back() const { return values_.back(); }
+  const_iterator begin() const { return values_.data(); }
+  const_iterator end() const { return values_.data() + values_.size(); }
+  iterator begin() { return values_.data(); }
+  iterator end() { return values_.data() + values_.size(); }
+  void push_back(T value) { values_.push_back(value); }
+  void resize(size_t n, T value = T()) { values_.resize(n, value); }
+  template <typename InputIt>
+  void assign(InputIt first, InputIt last) { values_.assign(first, last); }
+  void clear() { values_.clear(); }
 
-  friend bool operator==(const Shape& a, const Shape& b) { return a.dims_ == b.dims_; }
-  friend bool operator!=(const Shape& a, const Shape& b) { return !(a == b); }
-  friend bool operator==(const Shape& a, const std::vector<int64_t>& b) {
+  friend bool operator==(const InlineVector& a, const InlineVector& b) {
+    return a.values_ == b.values_;
+  }
+  friend bool operator!=(const InlineVector& a, const InlineVector& b) { return !(a == b); }
+  friend bool operator==(const InlineVector& a, const std::vector<T>& b) {
     return absl::MakeConstSpan(a.data(), a.size()) == absl::MakeConstSpan(b);
   }
-  friend bool operator==(const std::vector<int64_t>& a, const Shape& b) { return b == a; }
-  friend bool operator!=(const Shape& a, const std::vector<int64_t>& b) { return !(a == b); }
-  friend bool operator!=(const std::vector<int64_t>& a, const Shape& b) { return !(b == a); }
+  friend bool operator==(const std::vector<T>& a, const InlineVector& b) { return b == a; }
+  friend bool operator!=(const InlineVector& a, const std::vector<T>& b) { return !(a == b); }
+  friend bool operator!=(const std::vector<T>& a, const InlineVector& b) { return !(b == a); }
+
+ private:
+  absl::InlinedVector<T, N> values_;
+};
+
+// The dimensions of a tensor: inline up to kInlineDims (every tensor of a CNN or
+// transformer), so a tensor's shape costs no heap block.
+class Shape : public InlineVector<int64_t, 6> {
+ public:
+  static constexpr size_t kInlineDims = 6;
+  using InlineVector::InlineVector;
+  Shape() = default;  // Rank 0 (a scalar's shape).
+
   // "[1, 3, 224, 224]"; also how gtest prints a Shape.
   friend std::ostream& operator<<(std::ostream& os, const Shape& shape);
   friend void PrintTo(const Shape& shape, std::ostream* os) { *os << shape; }
-
- private:
-  absl::InlinedVector<int64_t, kInlineDims> dims_;
 };
 
 // The bytes of a tensor: one heap block holding this header, then the data, aligned for
@@ -122,11 +138,13 @@ enum class QScheme : uint8_t {
   kPerChannelAffine = 2,
 };
 
+// Per-tensor parameters (one scale, one zero point) live inline: a quantized tensor
+// costs no heap block beyond its bytes. Per-channel ones spill to the heap.
 struct QuantParams {
   QScheme scheme = QScheme::kNone;
-  std::vector<double> scales;       // 1 for per-tensor, shape[axis] for per-channel.
-  std::vector<int64_t> zero_points; // same length as scales.
-  int64_t axis = 0;                 // per-channel only.
+  InlineVector<double, 1> scales;       // 1 for per-tensor, shape[axis] for per-channel.
+  InlineVector<int64_t, 1> zero_points; // same length as scales.
+  int64_t axis = 0;                     // per-channel only.
 
   static QuantParams PerTensor(double scale, int64_t zero_point);
   static QuantParams PerChannel(std::vector<double> scales, std::vector<int64_t> zero_points,

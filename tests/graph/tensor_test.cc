@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -106,6 +107,52 @@ TEST(ShapeTest, TensorShapeNeedsNoHeapForUpToSixDims) {
   const char* dims = reinterpret_cast<const char*>(t.shape().data());
   EXPECT_GE(dims, begin);
   EXPECT_LT(dims, begin + sizeof(Tensor));
+}
+
+// --- QuantParams ---------------------------------------------------------------------
+
+// True if `p` points into the object at `object` of `size` bytes (no heap block).
+bool PointsInto(const void* p, const void* object, size_t size) {
+  const char* c = static_cast<const char*>(p);
+  const char* begin = static_cast<const char*>(object);
+  return c >= begin && c < begin + size;
+}
+
+TEST(QuantParamsTest, PerTensorParamsAreInline) {
+  const QuantParams q = QuantParams::PerTensor(0.25, -3);
+  EXPECT_EQ(q.scheme, QScheme::kPerTensorAffine);
+  EXPECT_THAT(q.scales, ElementsAre(0.25));
+  EXPECT_THAT(q.zero_points, ElementsAre(-3));
+  EXPECT_TRUE(PointsInto(q.scales.data(), &q, sizeof(q)));
+  EXPECT_TRUE(PointsInto(q.zero_points.data(), &q, sizeof(q)));
+  const QuantParams copy = q;
+  EXPECT_TRUE(PointsInto(copy.scales.data(), &copy, sizeof(copy)));
+  EXPECT_EQ(copy, q);
+}
+
+TEST(QuantParamsTest, PerChannelParamsKeepEveryChannel) {
+  const QuantParams q = QuantParams::PerChannel({0.5, 0.25, 0.125}, {0, 1, -1}, 1);
+  EXPECT_THAT(q.scales, ElementsAre(0.5, 0.25, 0.125));
+  EXPECT_THAT(q.zero_points, ElementsAre(0, 1, -1));
+  EXPECT_EQ(q.axis, 1);
+  EXPECT_EQ(q, QuantParams::PerChannel({0.5, 0.25, 0.125}, {0, 1, -1}, 1));
+  EXPECT_FALSE(q == QuantParams::PerChannel({0.5, 0.25, 0.125}, {0, 1, -1}, 0));
+  EXPECT_FALSE(q == QuantParams::PerChannel({0.5, 0.25, 0.125}, {0, 1, 1}, 1));
+}
+
+TEST(QuantParamsTest, ParamsConvertToAndFromVectors) {
+  QuantParams q;
+  q.scales = std::vector<double>{1.5, 2.5};
+  const int64_t loaded[] = {4, 5};  // as the loader assigns from a protobuf repeated field
+  q.zero_points.assign(std::begin(loaded), std::end(loaded));
+  const std::vector<double> scales = q.scales;
+  const std::vector<int64_t>& zero_points = q.zero_points;  // a temporary, as old callers bind
+  EXPECT_EQ(scales, (std::vector<double>{1.5, 2.5}));
+  EXPECT_EQ(zero_points, (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(q.zero_points, (std::vector<int64_t>{4, 5}));
+  q.scales.resize(3, 9.0);
+  q.scales[0] = 0.5;
+  EXPECT_THAT(q.scales, ElementsAre(0.5, 2.5, 9.0));
 }
 
 // --- buffer: sharing, copy-on-write, alignment -------------------------------------
