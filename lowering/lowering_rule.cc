@@ -27,9 +27,16 @@ namespace {
 using SmallDoubles = absl::InlinedVector<double, 4>;
 using SmallInts = absl::InlinedVector<int64_t, 4>;
 
-// The values of a small float32 / int64 / int32 tensor, as doubles, into `values`.
-absl::Status TensorValues(const Module& module, absl::string_view name, SmallDoubles* values) {
-  ASSIGN_OR_RETURN(const Tensor* t, module.GetTensor(name));
+// The NotFound error of Module::GetTensor(name).
+absl::Status NoTensor(const Module& module, absl::string_view name) {
+  return absl::NotFoundError(absl::StrCat(module.type().name(), " module has no tensor '", name, "'"));
+}
+
+// The values of a small float32 / int64 / int32 tensor `t` (tensor `name` of `module`,
+// nullptr if it has none), as doubles, into `values`.
+absl::Status TensorValues(const Module& module, const Tensor* t, absl::string_view name,
+                          SmallDoubles* values) {
+  if (t == nullptr) return NoTensor(module, name);
   values->resize(static_cast<size_t>(t->numel()));
   for (size_t i = 0; i < values->size(); ++i) {
     switch (t->dtype()) {
@@ -153,14 +160,53 @@ void QuantizeWeight(const float* src, int64_t outer, int64_t channels, int64_t i
 
 namespace {
 
+// The tensors and attributes of a reference weighted module that the builder reads, found
+// in one scan of each list: a FindTensor / FindAttribute per name scanned them eight
+// times per module, and the weight quantization attributes come last (convert appends
+// them after the conv's own). The first entry of a name wins, as with FindTensor; absent
+// ones are nullptr.
+struct ReferenceFields {
+  const Tensor* weight = nullptr;
+  const Tensor* bias = nullptr;
+  const Tensor* weight_scale = nullptr;
+  const Tensor* weight_zero_point = nullptr;
+  const Tensor* weight_axis = nullptr;
+  const Argument* weight_qscheme = nullptr;
+  const Argument* weight_dtype = nullptr;
+
+  explicit ReferenceFields(const Module& module) {
+    for (const auto& [stored_name, tensor] : module.tensors()) {
+      const absl::string_view name = stored_name;  // compares lengths first
+      const Tensor** slot = name == "weight"              ? &weight
+                            : name == "bias"              ? &bias
+                            : name == "weight_scale"      ? &weight_scale
+                            : name == "weight_zero_point" ? &weight_zero_point
+                            : name == "weight_axis"       ? &weight_axis
+                                                          : nullptr;
+      if (slot != nullptr && *slot == nullptr) *slot = &tensor;
+    }
+    for (const auto& [stored_name, value] : module.attributes()) {
+      const absl::string_view name = stored_name;
+      const Argument** slot = name == "weight_qscheme" ? &weight_qscheme
+                              : name == "weight_dtype" ? &weight_dtype
+                                                       : nullptr;
+      if (slot != nullptr && *slot == nullptr) *slot = &value;
+    }
+  }
+};
+
 // BuildNativeWeightedModule with the native type already interned (the built-in rules
 // call this once per weighted module of the model).
 absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
     Symbol native_type, const Module& reference, const OutputQParams& output) {
   // A fused module holds the reference weighted module as child "0".
   const Module* ref = &reference;
-  if (ref->FindTensor("weight") == nullptr && ref->FindChild("0") != nullptr) {
-    ref = ref->FindChild("0");
+  ReferenceFields fields(*ref);
+  if (fields.weight == nullptr) {
+    if (const Module* inner = ref->FindChild("0")) {
+      ref = inner;
+      fields = ReferenceFields(*ref);
+    }
   }
   // Built only for an error message: the pass calls this once per weighted module.
   auto where = [&] {
@@ -170,16 +216,18 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": output scale ", output.scale, " must be positive and finite"));
   }
-  ASSIGN_OR_RETURN(const Tensor* weight, ref->GetTensor("weight"));
+  const Tensor* const weight = fields.weight;
+  if (weight == nullptr) return NoTensor(*ref, "weight");
   if (weight->dtype() != DType::kFloat32 || weight->dim() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         where(), ": tensor 'weight' is ", DTypeName(weight->dtype()), " ",
         weight->ShapeString(), "; expected a float32 tensor of rank >= 1"));
   }
   SmallDoubles scales, zero_points_d;
-  RETURN_IF_ERROR(TensorValues(*ref, "weight_scale", &scales));
-  RETURN_IF_ERROR(TensorValues(*ref, "weight_zero_point", &zero_points_d));
-  const Argument* qscheme_attr = ref->FindAttribute("weight_qscheme");
+  RETURN_IF_ERROR(TensorValues(*ref, fields.weight_scale, "weight_scale", &scales));
+  RETURN_IF_ERROR(
+      TensorValues(*ref, fields.weight_zero_point, "weight_zero_point", &zero_points_d));
+  const Argument* qscheme_attr = fields.weight_qscheme;
   if (qscheme_attr == nullptr || !qscheme_attr->is_string()) {
     return absl::InvalidArgumentError(absl::StrCat(
         where(), ": attribute 'weight_qscheme' must be a string such as "
@@ -196,7 +244,7 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
         "torch.per_channel_affine/symmetric"));
   }
   DType weight_dtype = DType::kQInt8;
-  if (const Argument* d = ref->FindAttribute("weight_dtype")) {
+  if (const Argument* d = fields.weight_dtype) {
     if (!d->is_dtype()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where(), ": attribute 'weight_dtype' must be a dtype, got ", d->ToString()));
@@ -212,7 +260,7 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
   const int64_t count = per_channel ? 0 : 1;
   if (per_channel) {
     SmallDoubles axis_values;
-    RETURN_IF_ERROR(TensorValues(*ref, "weight_axis", &axis_values));
+    RETURN_IF_ERROR(TensorValues(*ref, fields.weight_axis, "weight_axis", &axis_values));
     if (axis_values.size() != 1 || axis_values[0] < 0 || axis_values[0] >= weight->dim()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where(), ": weight_axis must hold one axis in [0, ", weight->dim(), ")"));
@@ -268,7 +316,7 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
                    qmax, qweight.mutable_data<uint8_t>());
   }
 
-  const Tensor* bias = ref->FindTensor("bias");
+  const Tensor* bias = fields.bias;
   if (bias != nullptr && bias->dtype() != DType::kFloat32) {
     return absl::InvalidArgumentError(absl::StrCat(
         where(), ": tensor 'bias' has dtype ", DTypeName(bias->dtype()),

@@ -176,5 +176,57 @@ TEST(WeightQuantizationTest, HandComputedTiesRoundHalfToEven) {
             (std::vector<int64_t>{0, 2, 2, 0, -2, 127, -128, 0}));
 }
 
+// The builder reads the reference module's fields (in one scan of its tensors and
+// attributes): a fused module's child "0", the bias and attributes copied, the weight
+// quantization attributes dropped; each missing field named in the error.
+TEST(WeightQuantizationTest, ReadsFusedChildAndNamesMissingFields) {
+  auto inner = ReferenceWeighted({0.5f, -0.5f}, {2}, false, 0, {0.25f}, {1}, DType::kQInt8);
+  inner->SetTensor("bias", Tensor::FromFloats({2}, {1.5f, -2.0f}));
+  Module fused("nni.ConvReLU2d");
+  fused.SetChild("0", std::move(inner));
+  fused.SetChild("1", std::make_unique<Module>("nn.ReLU"));
+  auto native = BuildNativeWeightedModule("nniq.ConvReLU2d", fused,
+                                          OutputQParams{0.5, 3, DType::kQUInt8});
+  ASSERT_TRUE(native.ok()) << native.status();
+  const Module& m = **native;
+  EXPECT_EQ(m.type().name(), "nniq.ConvReLU2d");
+  // 0.5 / 0.25 + 1 = 3, -0.5 / 0.25 + 1 = -1.
+  EXPECT_EQ(StoredValues(*m.FindTensor("weight")), (std::vector<int64_t>{3, -1}));
+  EXPECT_EQ(*m.FindTensor("bias"), Tensor::FromFloats({2}, {1.5f, -2.0f}));
+  EXPECT_EQ(m.tensors().size(), 2u);
+  EXPECT_EQ(m.FindAttribute("weight_qscheme"), nullptr);
+  EXPECT_EQ(m.FindAttribute("weight_dtype"), nullptr);
+  EXPECT_EQ(*m.GetInt("groups"), 1);
+  EXPECT_DOUBLE_EQ(*m.GetFloat("scale"), 0.5);
+  EXPECT_EQ(*m.GetInt("zero_point"), 3);
+  EXPECT_TRUE(m.children().empty());
+
+  const OutputQParams out{1.0, 0, DType::kQUInt8};
+  for (const char* tensor : {"weight", "weight_scale", "weight_zero_point"}) {
+    auto reference = ReferenceWeighted({0.5f}, {1}, false, 0, {0.25f}, {0}, DType::kQInt8);
+    ASSERT_TRUE(reference->RemoveTensor(tensor));
+    auto built = BuildNativeWeightedModule("nnq.Linear", *reference, out);
+    ASSERT_FALSE(built.ok()) << tensor;
+    EXPECT_EQ(built.status().code(), absl::StatusCode::kNotFound) << built.status();
+    EXPECT_EQ(built.status().message(),
+              std::string("nnqr.Conv2d module has no tensor '") + tensor + "'");
+  }
+  auto per_channel = ReferenceWeighted({0.5f, 0.5f}, {2}, true, 0, {0.25f, 0.5f}, {0, 0},
+                                       DType::kQInt8);
+  ASSERT_TRUE(per_channel->RemoveTensor("weight_axis"));
+  auto built = BuildNativeWeightedModule("nnq.Linear", *per_channel, out);
+  ASSERT_FALSE(built.ok());
+  EXPECT_EQ(built.status().message(), "nnqr.Conv2d module has no tensor 'weight_axis'");
+
+  auto no_qscheme = ReferenceWeighted({0.5f}, {1}, false, 0, {0.25f}, {0}, DType::kQInt8);
+  ASSERT_TRUE(no_qscheme->RemoveAttribute("weight_qscheme"));
+  built = BuildNativeWeightedModule("nnq.Linear", *no_qscheme, out);
+  ASSERT_FALSE(built.ok());
+  EXPECT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(built.status().message().find("'weight_qscheme' must be a string"),
+            absl::string_view::npos)
+      << built.status();
+}
+
 }  // namespace
 }  // namespace fuselage
