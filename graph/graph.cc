@@ -19,9 +19,11 @@ namespace {
 
 constexpr uint64_t kKeySpacing = uint64_t{1} << 20;
 
+}  // namespace
+
 // A name being built: candidates are made and probed here, on the stack (a name of up to
 // 100-odd characters), and only the free one is copied into the node.
-class NameChars {
+class graph_internal::NameChars {
  public:
   // Room for `hint` sanitized (one more character) plus "_<19 digits>".
   explicit NameChars(size_t hint_size) : chars_(hint_size + 22) {}
@@ -36,6 +38,12 @@ class NameChars {
   absl::FixedArray<char, 128> chars_;  // uninitialized
   size_t size_ = 0;
 };
+
+namespace {
+using graph_internal::Claim;
+using graph_internal::HashedName;
+using graph_internal::NameChars;
+using graph_internal::NameHashOf;
 
 absl::string_view View(const NameChars& name) { return name.view(); }
 
@@ -120,49 +128,6 @@ SuffixSplit SplitSuffix(absl::string_view name) {
   int64_t number = 0;
   for (char c : digits) number = number * 10 + (c - '0');
   return {underscore, number};
-}
-
-// The naming rule (graph/NAMING.md). `*name` holds a sanitized candidate; while
-// `claim(candidate)` returns false (taken), the candidate becomes base_n for the next n of
-// the rule: n >= max(counter(base), suffix + 1, 1), counter(base) = the n handed out.
-// Each candidate is hashed once (a HashedName): UniqueName only looks it up, InsertAt and
-// Rename take the free one in the same probe (lazy_emplace), and the hash of a hint
-// without a suffix also finds its counter. `still_taken(counter)` may prove that
-// base_<counter> is taken, which skips its probe (the outcome of that probe, so the name
-// is the same); `record(counter, hash)` fills the counter once a name is chosen.
-template <typename Counters, typename Claim, typename StillTakenFn, typename Record>
-void MakeUnique(NameChars* name, Counters* counters, Claim&& claim, StillTakenFn&& still_taken,
-                Record&& record) {
-  using graph_internal::HashedName;
-  using graph_internal::NameHashOf;
-  const uint32_t hint_hash = NameHashOf(View(*name));
-  if (claim(HashedName{View(*name), hint_hash})) return;
-  const SuffixSplit split = SplitSuffix(View(*name));
-  name->resize(split.base_size);  // now the base
-  const uint32_t base_hash = split.number < 0 ? hint_hash : NameHashOf(View(*name));
-  auto counter = counters->find(HashedName{View(*name), base_hash});
-  const int64_t last = counter == counters->end() ? 0 : counter->second.last;
-  int64_t next = std::max<int64_t>({last, split.number + 1, 1});
-  if (counter != counters->end() && next == last && still_taken(counter->second)) ++next;
-  name->push_back('_');
-  uint32_t taken_hash;
-  while (true) {
-    AppendNumber(next, name);
-    taken_hash = NameHashOf(View(*name));
-    if (claim(HashedName{View(*name), taken_hash})) break;
-    name->resize(split.base_size + 1);
-    ++next;
-  }
-  // A counter of 1 behaves as no counter (n >= 1 either way), so base_1 creates no entry:
-  // most bases never get a second suffix (fusion's "layer1_0_conv1_1"), and an entry
-  // costs an allocation.
-  if (counter == counters->end()) {
-    if (next == 1) return;
-    counter = counters->emplace(std::string(name->data(), split.base_size),
-                                typename Counters::mapped_type()).first;
-  }
-  counter->second.last = next;
-  record(counter->second, taken_hash);
 }
 
 // What FX derives a default name from: call_function / call_method keep the last part
@@ -392,22 +357,94 @@ uint32_t graph_internal::NameHashOf(absl::string_view name) {
   return static_cast<uint32_t>(h ^ (h >> 33));
 }
 
-bool Graph::StillTaken(const SuffixCounter& counter) const {
-  if (!counter.taken || names_freed_ - counter.taken_at > kFreedWindow) return false;
-  for (uint64_t i = counter.taken_at; i < names_freed_; ++i) {
-    if (freed_hashes_[i % kFreedWindow] == counter.taken_hash) return false;
+bool Graph::StillTaken(uint32_t hash, uint64_t taken_at) const {
+  if (names_freed_ - taken_at > kFreedWindow) return false;
+  for (uint64_t i = taken_at; i < names_freed_; ++i) {
+    if (freed_hashes_[i % kFreedWindow] == hash) return false;
   }
   return true;
+}
+
+// `*name` holds a sanitized hint; while claim(candidate) does not return kClaimed, the
+// candidate becomes base_n for the next n of the rule: n >= max(counter(base), suffix + 1,
+// 1), counter(base) = the n handed out. Each candidate is hashed once (a HashedName): the
+// probe of a free one also indexes it (lazy_emplace), and a suffix-less hint's hash also
+// finds its counter. Two proofs skip probes whose outcome they know (so the name is the
+// same): that the hint itself is taken (base_taken) and that base_<last> is (taken).
+template <typename ClaimFn>
+void Graph::MakeUnique(NameChars* name, ClaimFn&& claim, bool takes_name) const {
+  const uint32_t hint_hash = NameHashOf(View(*name));
+  auto hint_counter = next_suffix_.end();
+  if (counter_bits_ & CounterBit(hint_hash)) {
+    hint_counter = next_suffix_.find(HashedName{View(*name), hint_hash});
+  }
+  // "Taken by a node", proven or probed (the node's own old name does not count: it is
+  // free in the index, and becomes free for good once the node is renamed).
+  bool hint_in_index = hint_counter != next_suffix_.end() &&
+                       hint_counter->second.base_taken &&
+                       StillTaken(hint_hash, hint_counter->second.base_taken_at);
+  if (!hint_in_index) {
+    const Claim found = claim(HashedName{View(*name), hint_hash});
+    if (found == Claim::kClaimed) return;
+    hint_in_index = found == Claim::kTaken;
+  }
+  const SuffixSplit split = SplitSuffix(View(*name));
+  name->resize(split.base_size);  // now the base
+  auto counter = hint_counter;
+  if (split.number >= 0) {
+    const uint32_t base_hash = NameHashOf(View(*name));
+    counter = next_suffix_.end();
+    if (counter_bits_ & CounterBit(base_hash)) {
+      counter = next_suffix_.find(HashedName{View(*name), base_hash});
+    }
+  }
+  const int64_t last = counter == next_suffix_.end() ? 0 : counter->second.last;
+  int64_t next = std::max<int64_t>({last, split.number + 1, 1});
+  if (counter != next_suffix_.end() && next == last && counter->second.taken &&
+      StillTaken(counter->second.taken_hash, counter->second.taken_at)) {
+    ++next;
+  }
+  name->push_back('_');
+  uint32_t taken_hash;
+  while (true) {
+    AppendNumber(next, name);
+    taken_hash = NameHashOf(View(*name));
+    if (claim(HashedName{View(*name), taken_hash}) == Claim::kClaimed) break;
+    name->resize(split.base_size + 1);
+    ++next;
+  }
+  // A counter of 1 behaves as no counter (n >= 1 either way), so base_1 creates no entry:
+  // most bases never get a second suffix (fusion's "layer1_0_conv1_1"), and an entry
+  // costs an allocation.
+  if (counter == next_suffix_.end()) {
+    if (next == 1) return;
+    const absl::string_view base(name->data(), split.base_size);
+    const uint32_t base_hash = split.number >= 0 ? NameHashOf(base) : hint_hash;
+    counter = next_suffix_.emplace(std::string(base), SuffixCounter()).first;
+    counter_bits_ |= CounterBit(base_hash);
+  }
+  SuffixCounter& c = counter->second;
+  c.last = next;
+  c.taken = takes_name;  // UniqueName only computes the name
+  c.taken_hash = taken_hash;
+  c.taken_at = names_freed_;
+  if (split.number < 0 && hint_in_index) {
+    // The base is the hint, known taken now; the proof is renewed with each use, so a hint
+    // that keeps coming is probed again only after a name of its hash was freed.
+    c.base_taken = true;
+    c.base_taken_at = names_freed_;
+  }
 }
 
 std::string Graph::UniqueName(absl::string_view hint) const {
   NameChars name(hint.size());
   Sanitize(hint, &name);
   MakeUnique(
-      &name, &next_suffix_,
-      [this](HashedName candidate) { return !by_name_.contains(candidate); },
-      [this](const SuffixCounter& counter) { return StillTaken(counter); },
-      [](SuffixCounter& counter, uint32_t) { counter.taken = false; });
+      &name,
+      [this](HashedName candidate) {
+        return by_name_.contains(candidate) ? Claim::kTaken : Claim::kClaimed;
+      },
+      /*takes_name=*/false);
   return std::string(View(name));
 }
 
@@ -438,16 +475,11 @@ void Graph::NameNewNode(Node* node, absl::string_view hint) {
   NameChars name(hint.size());
   Sanitize(hint, &name);
   MakeUnique(
-      &name, &next_suffix_,
-      [this, node](HashedName candidate) { return ClaimName(node, candidate); },
-      [this](const SuffixCounter& counter) { return StillTaken(counter); },
-      [this](SuffixCounter& counter, uint32_t taken) { RecordTaken(counter, taken); });
-}
-
-void Graph::RecordTaken(SuffixCounter& counter, uint32_t name_hash) const {
-  counter.taken = true;
-  counter.taken_hash = name_hash;
-  counter.taken_at = names_freed_;
+      &name,
+      [this, node](HashedName candidate) {
+        return ClaimName(node, candidate) ? Claim::kClaimed : Claim::kTaken;
+      },
+      /*takes_name=*/true);
 }
 
 const std::string& Graph::Rename(Node* node, absl::string_view name) {
@@ -459,12 +491,12 @@ const std::string& Graph::Rename(Node* node, absl::string_view name) {
   NameChars unique(name.size());
   Sanitize(name, &unique);
   MakeUnique(
-      &unique, &next_suffix_,
+      &unique,
       [this, node](HashedName candidate) {
-        return candidate.text != node->name_ && ClaimName(node, candidate);
+        if (candidate.text == node->name_) return Claim::kOwnOldName;
+        return ClaimName(node, candidate) ? Claim::kClaimed : Claim::kTaken;
       },
-      [this](const SuffixCounter& counter) { return StillTaken(counter); },
-      [this](SuffixCounter& counter, uint32_t taken) { RecordTaken(counter, taken); });
+      /*takes_name=*/true);
   return node->name_;
 }
 

@@ -100,6 +100,13 @@ struct HashedName {
   absl::string_view text;
   uint32_t hash;
 };
+class NameChars;  // a name being built (graph.cc)
+// What probing a candidate name found (Graph's naming, graph.cc).
+enum class Claim {
+  kClaimed,      // free (and taken by the node being named, if any)
+  kTaken,        // another node has it
+  kOwnOldName,   // the old name of the node being renamed: taken for the rule, not indexed
+};
 }  // namespace graph_internal
 
 class Graph {
@@ -245,7 +252,11 @@ class Graph {
   // Removes `node` (under its current name) from the name index.
   void EraseFromNameIndex(Node* node);
   struct SuffixCounter;
-  void RecordTaken(SuffixCounter& counter, uint32_t name_hash) const;
+  // The naming rule (graph/NAMING.md) on the sanitized hint in `*name`: probes candidates
+  // with claim(HashedName) -> graph_internal::Claim until one is kClaimed. `takes_name`:
+  // the caller takes the free candidate (false: UniqueName only computes it).
+  template <typename ClaimFn>
+  void MakeUnique(graph_internal::NameChars* name, ClaimFn&& claim, bool takes_name) const;
   // Constructs a node in the arena / destroys one and returns its slot.
   Node* NewNode(OpKind op, Symbol target, std::string name);
   void DestroyNode(Node* node);
@@ -289,13 +300,24 @@ class Graph {
   // many `add_N` nodes; and what proves without a probe that base_<last> is still taken
   // (no name with its hash was freed since a node took it), which saves the one probe
   // that nearly always finds it taken when the same hint comes again.
+  // The same kind of proof for the base itself: a hint such as "dequantize" that comes
+  // again and again is known taken without probing it (then only base_<last + 1> is
+  // probed: one probe per new node).
   struct SuffixCounter {
     int64_t last = 0;
     bool taken = false;       // a node took base_<last> (UniqueName only computes names)
     uint32_t taken_hash = 0;  // NameHash of base_<last>
     uint64_t taken_at = 0;    // names_freed_ when it was taken
+    bool base_taken = false;  // a probe found the base itself taken by a node ...
+    uint64_t base_taken_at = 0;  // ... when names_freed_ was this
   };
-  bool StillTaken(const SuffixCounter& counter) const;
+  // True if a name of hash `hash` known taken when names_freed_ was `taken_at` is surely
+  // still taken: no name of that hash was freed since (false when unsure).
+  bool StillTaken(uint32_t hash, uint64_t taken_at) const;
+  // A bit per counter key's hash (bit hash >> 26): a clear bit proves a hint has no counter
+  // without probing next_suffix_ (an explicit free name, as prepare's observers have).
+  static uint64_t CounterBit(uint32_t hash) { return uint64_t{1} << (hash >> 26); }
+  mutable uint64_t counter_bits_ = 0;
   // Every name leaving the index passes here (EraseFromNameIndex: Erase, Rename).
   void NoteNameFreed(uint32_t hash) {
     freed_hashes_[names_freed_ % kFreedWindow] = hash;

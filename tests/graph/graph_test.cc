@@ -529,6 +529,50 @@ TEST(GraphTest, RenameBetweenLongNamesKeepsTheIndexExact) {
   EXPECT_GRAPH_VALID(c.g);
 }
 
+// A hint that comes again and again ("dequantize") is known taken without a probe only
+// while no name of its hash was freed: freed directly, among many other frees, or by
+// renaming its node (also to the hint's sanitized self), it is handed out again.
+TEST(GraphTest, ARepeatedHintIsGivenAgainOnceItsNameIsFreed) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  ASSERT_TRUE(g.SetOutput(x).ok());
+  auto dq = [&](absl::string_view name = "") {
+    return *g.InsertAfter(x, {OpKind::kCallMethod, Symbol::Intern("dequantize"), {x}, {}, name});
+  };
+  Node* first = dq();
+  EXPECT_EQ(first->name(), "dequantize");
+  EXPECT_EQ(dq()->name(), "dequantize_1");
+  EXPECT_EQ(dq()->name(), "dequantize_2");
+  EXPECT_EQ(dq()->name(), "dequantize_3");
+  ASSERT_TRUE(g.Erase(first).ok());
+  first = dq();
+  EXPECT_EQ(first->name(), "dequantize");  // freed just now
+  EXPECT_EQ(dq()->name(), "dequantize_4");
+  // Freed among more frees than the proof remembers.
+  std::vector<Node*> others;
+  for (int i = 0; i < 20; ++i) others.push_back(dq(absl::StrCat("other_", i)));
+  ASSERT_TRUE(g.Erase(first).ok());
+  for (Node* n : others) ASSERT_TRUE(g.Erase(n).ok());
+  first = dq();
+  EXPECT_EQ(first->name(), "dequantize");
+  EXPECT_EQ(dq()->name(), "dequantize_5");
+  // Renamed away: the name is free.
+  EXPECT_EQ(g.Rename(first, "renamed"), "renamed");
+  EXPECT_EQ(dq()->name(), "dequantize");
+  EXPECT_EQ(dq()->name(), "dequantize_6");
+  EXPECT_EQ(g.UniqueName("dequantize"), "dequantize_7");
+  EXPECT_EQ(dq()->name(), "dequantize_7");
+  // Renamed to a hint that sanitizes to its own name: that counts as taken for the rename,
+  // and then the old name is free.
+  Node* own = dq("my_node");
+  EXPECT_EQ(dq("my_node")->name(), "my_node_1");
+  EXPECT_EQ(dq("my_node")->name(), "my_node_2");
+  EXPECT_EQ(g.Rename(own, "my-node"), "my_node_3");
+  EXPECT_EQ(dq("my_node")->name(), "my_node");
+  EXPECT_EQ(dq("my_node")->name(), "my_node_4");
+  EXPECT_GRAPH_VALID(g);
+}
+
 // Node::index(): distinct among live nodes, below node_index_bound(), fixed while the node
 // lives, reused after an erase (so the bound stays the peak node count), checked against
 // an independent record of which node holds which index over random inserts and erases.
