@@ -121,14 +121,15 @@ class ReferenceModuleParts {
 };
 
 // What a float weighted module gains to become its reference module: the weight's
-// quantization parameters and how they were computed. Built whole by QuantizeWeight (no
-// default-constructed Tensor, whose shape [0] is a heap block of its own).
+// quantization parameters and how they were computed. Numbers, not tensors: the tensors
+// are built by MakeReference straight into the module (a Tensor is ~150 bytes, moved
+// five times on the way there otherwise).
 struct WeightQuantization {
-  Tensor scale;
-  Tensor zero_point;
-  Tensor axis;
-  Argument qscheme;
-  Argument dtype;
+  bool per_channel = false;
+  PerTensorQParams per_tensor;        // per-tensor schemes
+  ObserverQParams per_channel_params;  // per-channel schemes: one entry per channel
+  int64_t ch_axis = 0;
+  DType dtype = DType::kQInt8;
 };
 
 // The weight observers of a pass, one per distinct spec (found by the address of the
@@ -154,27 +155,34 @@ class WeightObservers {
 };
 
 // Runs the weight observer of `weight_observer` (from `observers`) on the weight of
-// `float_module`; `reference_type` names the target in errors. The weight-independent
-// parts come from `parts`.
+// `float_module`; `reference_type` names the target in errors.
 absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
                                                   Symbol reference_type,
                                                   const ObserverSpec& weight_observer,
-                                                  ReferenceModuleParts& parts,
                                                   WeightObservers& observers);
 
 // Makes `module` (a float weighted module) the reference module of type `reference_type`
-// with the parameters `w`. Cannot fail.
-void MakeReference(Module& module, Symbol reference_type, WeightQuantization w) {
+// with the parameters `w`; the weight-independent parts come from `parts`. Cannot fail.
+void MakeReference(Module& module, Symbol reference_type, const WeightQuantization& w,
+                   ReferenceModuleParts& parts) {
   module.set_type(reference_type);
   // Room for the 3 tensors and 2 attributes at once: appending them one by one regrew
   // (and moved) each list up to twice per module.
   module.ReserveTensors(module.tensors().size() + 3);
   module.ReserveAttributes(module.attributes().size() + 2);
-  module.SetTensor("weight_scale", std::move(w.scale));
-  module.SetTensor("weight_zero_point", std::move(w.zero_point));
-  module.SetTensor("weight_axis", std::move(w.axis));
-  module.SetAttribute("weight_qscheme", std::move(w.qscheme));
-  module.SetAttribute("weight_dtype", std::move(w.dtype));
+  if (w.per_channel) {
+    const ObserverQParams& q = w.per_channel_params;
+    const Shape shape = {static_cast<int64_t>(q.scales.size())};
+    module.SetTensor("weight_scale", Tensor::FromFloats(shape, q.scales));
+    module.SetTensor("weight_zero_point", Tensor::FromInt64s(shape, q.zero_points));
+  } else {
+    module.SetTensor("weight_scale", Tensor::FromFloats({}, {w.per_tensor.scale}));
+    // A 0-d zero point shared by every module with the same one.
+    module.SetTensor("weight_zero_point", parts.PerTensorZeroPoint(w.per_tensor.zero_point));
+  }
+  module.SetTensor("weight_axis", parts.Axis(w.ch_axis));
+  module.SetAttribute("weight_qscheme", parts.QScheme(w.per_channel));
+  module.SetAttribute("weight_dtype", Argument::Dtype(w.dtype));
 }
 
 std::pair<std::string, std::string> SplitModulePath(absl::string_view path) {
@@ -232,10 +240,10 @@ absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModule(const Module& float_
                                                             const ObserverSpec& weight_observer) {
   ReferenceModuleParts parts;
   WeightObservers observers;
-  ASSIGN_OR_RETURN(WeightQuantization w, QuantizeWeight(float_module, reference_type,
-                                                        weight_observer, parts, observers));
+  ASSIGN_OR_RETURN(WeightQuantization w,
+                   QuantizeWeight(float_module, reference_type, weight_observer, observers));
   auto ref = float_module.Clone();
-  MakeReference(*ref, reference_type, std::move(w));
+  MakeReference(*ref, reference_type, w, parts);
   return ref;
 }
 
@@ -244,7 +252,6 @@ namespace {
 absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
                                                   Symbol reference_type,
                                                   const ObserverSpec& weight_observer,
-                                                  ReferenceModuleParts& parts,
                                                   WeightObservers& observers) {
   // Built only on the error paths: this runs once per weighted module.
   auto where = [&] {
@@ -267,21 +274,17 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": observing the weight: ", updated.message()));
   }
-  const bool per_channel = IsPerChannel(weight_observer.qscheme);
-  if (!per_channel) {
-    // One scale and zero point: no vector of each, and the zero point's tensor is shared.
-    ASSIGN_OR_RETURN(PerTensorQParams qparams, observer.CalculatePerTensorQParams());
-    return WeightQuantization{Tensor::FromFloats({}, {qparams.scale}),
-                              parts.PerTensorZeroPoint(qparams.zero_point),
-                              parts.Axis(weight_observer.ch_axis), parts.QScheme(false),
-                              Argument::Dtype(weight_observer.dtype)};
+  WeightQuantization w;
+  w.per_channel = IsPerChannel(weight_observer.qscheme);
+  w.ch_axis = weight_observer.ch_axis;
+  w.dtype = weight_observer.dtype;
+  if (w.per_channel) {
+    ASSIGN_OR_RETURN(w.per_channel_params, observer.CalculateQParams());
+  } else {
+    // One scale and zero point: no vector of each.
+    ASSIGN_OR_RETURN(w.per_tensor, observer.CalculatePerTensorQParams());
   }
-  ASSIGN_OR_RETURN(ObserverQParams qparams, observer.CalculateQParams());
-  const std::vector<int64_t> shape = {static_cast<int64_t>(qparams.scales.size())};
-  return WeightQuantization{Tensor::FromFloats(shape, qparams.scales),
-                            Tensor::FromInt64s(shape, qparams.zero_points),
-                            parts.Axis(weight_observer.ch_axis), parts.QScheme(true),
-                            Argument::Dtype(weight_observer.dtype)};
+  return w;
 }
 
 }  // namespace
@@ -340,7 +343,7 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
           plan.root_module.name(), " but no weight observer"));
     }
     auto weight_or =
-        QuantizeWeight(*weighted, plan.reference_module, *plan.weight_observer, parts,
+        QuantizeWeight(*weighted, plan.reference_module, *plan.weight_observer,
                        weight_observers);
     if (!weight_or.ok()) {
       return absl::Status(weight_or.status().code(), absl::StrCat("node '", n->name(), "': ",
@@ -360,7 +363,7 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     ++report.observers_replaced;
   }
   for (ReferenceConversion& c : conversions) {
-    MakeReference(*c.weighted, c.reference_type, std::move(c.weight));
+    MakeReference(*c.weighted, c.reference_type, c.weight, parts);
     ++report.reference_modules;
   }
   // The observer modules go with their container, in one step (removing thousands of
