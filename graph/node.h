@@ -156,11 +156,14 @@ class Node {
   Symbol cached_module_type() const { return Symbol(module_type_id_); }
   void set_cached_module_type(Symbol type) { module_type_id_ = type.id(); }
 
-  // Calls fn(Node*) for every node reference in args and kwargs (with repeats).
+  // Calls fn(Node*) for every node reference in args and kwargs (with repeats). Reads
+  // kwargs_ directly: kwargs() is a call (EmptyKwargs) on every node without kwargs.
   template <typename Fn>
   void ForEachInputUse(Fn&& fn) const {
     for (const Argument& a : args_) a.ForEachNode(fn);
-    for (const Kwarg& kw : kwargs()) kw.second.ForEachNode(fn);
+    if (kwargs_ != nullptr) {
+      for (const Kwarg& kw : *kwargs_) kw.second.ForEachNode(fn);
+    }
   }
 
   Graph* graph_;
