@@ -116,6 +116,7 @@ void GraphModule::ResolveModuleTypes() const {
       module_of_path_.assign(range, nullptr);
       module_of_path_.shrink_to_fit();  // a smaller table than the last keeps no slack
       paths_base_ = min_id;
+      FillPathTableByWalk();
     }
   }
   for (Node* n = graph_->first(); n != nullptr; n = n->next()) {
@@ -134,6 +135,69 @@ void GraphModule::ResolveModuleTypes() const {
   }
   if (fill_table) paths_generation_.store(tree_generation, std::memory_order_release);
   resolved_generation_.store(generation, std::memory_order_release);
+}
+
+void GraphModule::FillPathTableByWalk() const {
+  const size_t range = module_of_path_.size();
+  // Which slots some node calls, and how many distinct ones.
+  std::vector<uint8_t> called(range, 0);
+  size_t distinct = 0;
+  for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
+    if (n->op() != OpKind::kCallModule || n->target().empty()) continue;
+    const uint32_t slot = n->target().id() - paths_base_;
+    if (!called[slot]) {
+      called[slot] = 1;
+      ++distinct;
+    }
+  }
+  // Depth first over the tree in child order, the path of each module built on the one of
+  // its parent, until every called path is found or the walk has looked at more modules
+  // than it may (a tree mostly of modules no node calls); a called module's own children
+  // are not visited (FX calls leaves and fused modules, not their parts). Whatever is not
+  // found here is resolved by text, as before.
+  size_t budget = 2 * distinct + 64;
+  size_t found = 0;
+  // path[0, frame.path_size): the path of the module of the innermost frame; a child's is
+  // written after it (a child of the root's is its name, read in place).
+  std::string path(256, '\0');
+  struct Frame {
+    const Module* module;
+    size_t next_child;
+    size_t path_size;  // of the module's path; 0 for the root
+  };
+  std::vector<Frame> stack = {{root_.get(), 0, 0}};
+  while (!stack.empty() && found < distinct && budget > 0) {
+    Frame& frame = stack.back();
+    if (frame.next_child == frame.module->children_.size()) {
+      stack.pop_back();
+      continue;
+    }
+    const auto& [name, child] = frame.module->children_[frame.next_child++];
+    if (child == nullptr) continue;
+    --budget;
+    const size_t prefix = frame.path_size;
+    absl::string_view child_path = name;
+    if (prefix != 0) {
+      const size_t size = prefix + 1 + name.size();
+      if (path.size() < size) path.resize(2 * size);
+      path[prefix] = '.';
+      std::memcpy(&path[prefix + 1], name.data(), name.size());
+      child_path = absl::string_view(path.data(), size);
+    }
+    // A path never interned is called by no node.
+    const Symbol symbol = Symbol::Lookup(child_path);
+    const uint32_t slot = symbol.id() - paths_base_;  // wraps below the base
+    if (!symbol.empty() && slot < range && called[slot]) {
+      module_of_path_[slot] = child.get();
+      ++found;
+    } else if (!child->children_.empty()) {
+      if (prefix == 0) {
+        if (path.size() < name.size()) path.resize(2 * name.size());
+        std::memcpy(&path[0], name.data(), name.size());
+      }
+      stack.push_back({child.get(), 0, child_path.size()});  // `frame` is dead from here
+    }
+  }
 }
 
 absl::StatusOr<Module*> GraphModule::GetModule(Symbol path) const {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -263,6 +264,70 @@ TEST_F(ModuleTypeCacheTest, ModuleWithChildrenReplacedInPlaceVoidsItsChildrensPa
   EXPECT_EQ(gm_.FindModule(c->target()), nullptr);
   EXPECT_EQ(gm_.ModuleOf(c), nullptr);
   EXPECT_EQ(taken.FindChild("c")->type(), Type("nn.Tanh"));
+}
+
+// ResolveModuleTypes fills the path table by one walk of the tree (a path built from its
+// parent's, looked up, never interned), stops at called modules and after a budget of
+// modules, and resolves by text what the walk did not reach: every called path must
+// still answer the uncached walk's module, whatever the shape of the tree.
+TEST(PathTableWalkTest, NestedCalledAndUncalledPathsAllResolve) {
+  GraphModule gm;
+  for (const char* path : {"layer1.0.conv1", "layer1.0.bn1", "layer1.0.downsample.0",
+                           "layer1.1.conv1", "layer2.0.conv1", "fc"}) {
+    ASSERT_TRUE(gm.SetModule(path, std::make_unique<Module>("nn.ReLU")).ok());
+  }
+  // A called module with a child that is called too (the walk does not descend into a
+  // called module), and paths no node calls (layer1.1.conv1, layer1.0.bn1).
+  ASSERT_TRUE(gm.SetModule("fused", std::make_unique<Module>("nn.Sequential")).ok());
+  ASSERT_TRUE(gm.SetModule("fused.0", std::make_unique<Module>("nn.Tanh")).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  std::vector<Node*> calls;
+  for (const char* target : {"layer2.0.conv1", "layer1.0.conv1", "fused", "fused.0",
+                             "layer1.0.downsample.0", "fc", "layer1.0.conv1"}) {
+    x = *gm.graph().AddCallModule(target, {x}, {}, "");
+    calls.push_back(x);
+  }
+  ASSERT_TRUE(gm.graph().SetOutput(x).ok());
+  gm.ResolveModuleTypes();
+  for (const Node* n : calls) {
+    const Module* walked = gm.FindModule(n->target().name());
+    ASSERT_NE(walked, nullptr) << n->target();
+    EXPECT_EQ(gm.FindModule(n->target()), walked) << n->target();
+    EXPECT_EQ(gm.ModuleTypeOf(n), walked->type()) << n->target();
+  }
+  EXPECT_EQ(gm.ModuleTypeOf(calls[3]), Type("nn.Tanh"));
+  absl::Status verified = gm.Verify();
+  EXPECT_TRUE(verified.ok()) << verified;
+}
+
+TEST(PathTableWalkTest, ManyUncalledModulesExhaustTheWalkAndTheRestIsResolvedByText) {
+  GraphModule gm;
+  // 300 uncalled modules come first in child order, then the called ones (deeper).
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(gm.SetModule(absl::StrCat("unused", i), std::make_unique<Module>("nn.ReLU")).ok());
+  }
+  Node* x = *gm.graph().AddPlaceholder("x");
+  std::vector<Node*> calls;
+  for (int i = 0; i < 20; ++i) {
+    const std::string path = absl::StrCat("blocks.", i, ".act");
+    ASSERT_TRUE(gm.SetModule(path, std::make_unique<Module>(i % 2 ? "nn.Tanh" : "nn.ReLU")).ok());
+    x = *gm.graph().AddCallModule(path, {x}, {}, "");
+    calls.push_back(x);
+  }
+  // A called path that names no module.
+  ASSERT_TRUE(gm.SetModule("gone", std::make_unique<Module>("nn.ReLU")).ok());
+  Node* gone = *gm.graph().AddCallModule("gone", {x}, {}, "");
+  ASSERT_TRUE(gm.graph().SetOutput(gone).ok());
+  ASSERT_NE(gm.root().RemoveChild("gone"), nullptr);
+  gm.ResolveModuleTypes();
+  for (const Node* n : calls) {
+    const Module* walked = gm.FindModule(n->target().name());
+    ASSERT_NE(walked, nullptr);
+    EXPECT_EQ(gm.FindModule(n->target()), walked) << n->target();
+    EXPECT_EQ(gm.ModuleTypeOf(n), walked->type()) << n->target();
+  }
+  EXPECT_EQ(gm.FindModule(gone->target()), nullptr);
+  EXPECT_TRUE(gm.ModuleTypeOf(gone).empty());
 }
 
 // Paths whose symbol ids lie far apart (interned at very different times): the table is
