@@ -351,6 +351,10 @@ absl::StatusOr<PerTensorQParams> MinMaxObserver::CalculatePerTensorQParams() con
   return PerTensorQParamsFromMinMax(min_val_, max_val_);
 }
 
+std::unique_ptr<Observer> MinMaxObserver::Clone() const {
+  return std::unique_ptr<Observer>(new MinMaxObserver(*this));
+}
+
 void MinMaxObserver::Reset() {
   min_val_ = kInf;
   max_val_ = -kInf;
@@ -424,6 +428,10 @@ absl::StatusOr<ObserverQParams> PerChannelMinMaxObserver::CalculateQParams() con
 absl::StatusOr<PerTensorQParams> PerChannelMinMaxObserver::CalculatePerTensorQParams() const {
   return absl::UnimplementedError(absl::StrCat(
       ObserverKindName(spec().kind), ": a per-channel observer has one scale per channel"));
+}
+
+std::unique_ptr<Observer> PerChannelMinMaxObserver::Clone() const {
+  return std::unique_ptr<Observer>(new PerChannelMinMaxObserver(*this));
 }
 
 void PerChannelMinMaxObserver::Reset() {
@@ -676,6 +684,10 @@ absl::StatusOr<PerTensorQParams> HistogramObserver::CalculatePerTensorQParams() 
   if (min_val_ == kInf && max_val_ == -kInf) return PerTensorQParams{1.0f, 0};
   const auto [new_min, new_max] = NonLinearParamSearch();
   return PerTensorQParamsFromMinMax(new_min, new_max);
+}
+
+std::unique_ptr<Observer> HistogramObserver::Clone() const {
+  return std::unique_ptr<Observer>(new HistogramObserver(*this));
 }
 
 void HistogramObserver::Reset() {

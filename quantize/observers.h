@@ -60,6 +60,9 @@ class Observer {
   // Forgets every update: the observer is again as MakeObserver built it, so one observer
   // can observe many tensors in turn (convert's weight observers).
   virtual void Reset() = 0;
+  // A copy, statistics included: an observer of a spec already built once, without
+  // validating the spec again (prepare clones one fresh observer per observer module).
+  virtual std::unique_ptr<Observer> Clone() const = 0;
   // The running min / max (per channel: one per channel; empty before any update of a
   // per-channel observer). For the histogram observer, the histogram's range.
   virtual std::vector<float> min_val() const = 0;
@@ -104,6 +107,7 @@ class MinMaxObserver : public Observer {
   absl::StatusOr<ObserverQParams> CalculateQParams() const override;
   absl::StatusOr<PerTensorQParams> CalculatePerTensorQParams() const override;
   void Reset() override;
+  std::unique_ptr<Observer> Clone() const override;
   std::vector<float> min_val() const override { return {min_val_}; }
   std::vector<float> max_val() const override { return {max_val_}; }
   absl::Status SetState(const std::vector<float>& min_val, const std::vector<float>& max_val,
@@ -123,6 +127,7 @@ class PerChannelMinMaxObserver : public Observer {
   absl::StatusOr<ObserverQParams> CalculateQParams() const override;
   absl::StatusOr<PerTensorQParams> CalculatePerTensorQParams() const override;
   void Reset() override;
+  std::unique_ptr<Observer> Clone() const override;
   std::vector<float> min_val() const override { return min_val_; }
   std::vector<float> max_val() const override { return max_val_; }
   absl::Status SetState(const std::vector<float>& min_val, const std::vector<float>& max_val,
@@ -141,6 +146,7 @@ class HistogramObserver : public Observer {
   absl::StatusOr<ObserverQParams> CalculateQParams() const override;
   absl::StatusOr<PerTensorQParams> CalculatePerTensorQParams() const override;
   void Reset() override;
+  std::unique_ptr<Observer> Clone() const override;
   std::vector<float> min_val() const override { return {min_val_}; }
   std::vector<float> max_val() const override { return {max_val_}; }
   absl::Status SetState(const std::vector<float>& min_val, const std::vector<float>& max_val,

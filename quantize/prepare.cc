@@ -1,6 +1,7 @@
 #include "quantize/prepare.h"
 
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -429,10 +430,12 @@ constexpr absl::string_view kObserverNamePrefix = "activation_post_process_";
 // Inserts the observer nodes and modules the decisions call for.
 class ObserverInserter {
  public:
-  // `max_observer_nodes` bounds the observer nodes Apply will insert: the per-node
-  // observer table is sized for them once instead of growing as they are created.
-  ObserverInserter(GraphModule& gm, PreparedModel& out, size_t max_observer_nodes)
-      : gm_(gm), out_(out) {
+  // `max_observer_nodes` and `max_observer_modules` bound the observer nodes and modules
+  // Apply will insert: the per-node observer table and the container's child list are
+  // sized for them once instead of growing as they are created.
+  ObserverInserter(GraphModule& gm, PreparedModel& out, size_t max_observer_nodes,
+                   size_t max_observer_modules)
+      : gm_(gm), out_(out), max_observer_modules_(max_observer_modules) {
     observer_of_.reserve(gm.graph().node_index_bound() + max_observer_nodes);
     observer_of_.resize(gm.graph().node_index_bound());
   }
@@ -498,6 +501,7 @@ class ObserverInserter {
       RETURN_IF_ERROR(gm_.SetModule(out_.observer_container,
                                     std::make_unique<Module>("nn.Module")));
       container_ = gm_.FindModule(out_.observer_container);
+      container_->ReserveChildren(max_observer_modules_);
       path_ = absl::StrCat(out_.observer_container, ".", kObserverNamePrefix);
       name_offset_ = out_.observer_container.size() + 1;
       number_offset_ = path_.size();
@@ -507,28 +511,43 @@ class ObserverInserter {
     path_.resize(number_offset_);
     absl::StrAppend(&path_, next_id_++);
     const absl::string_view name = absl::string_view(path_).substr(name_offset_);
-    ASSIGN_OR_RETURN(std::unique_ptr<Observer> observer, MakeObserver(spec));
-    ASSIGN_OR_RETURN(const Module* prototype, PrototypeFor(spec));
+    ASSIGN_OR_RETURN(const Prototype* prototype, PrototypeFor(spec));
     // Straight into the container, which we hold: no path to resolve per observer.
-    container_->SetChild(name, prototype->Clone());
+    container_->SetChild(name, prototype->module->Clone());
     const Symbol path = Symbol::Intern(path_);
-    out_.observers.emplace(path, std::move(observer));
+    out_.observers.emplace(path, prototype->observer->Clone());
     ++out_.report.observer_modules;
     return path;
   }
 
-  // The module of a fresh observer of `spec`, built once per distinct spec (a handful
-  // per model) and cloned for each observer. Its tensor and attribute lists are shared
-  // with the clones copy-on-write (Module::ShareFieldsWithClones): a clone is one heap
-  // block, the Module, until calibration stores statistics into it.
-  absl::StatusOr<const Module*> PrototypeFor(const ObserverSpec& spec) {
-    for (const auto& [known, module] : prototypes_) {
-      if (known == spec) return module.get();
+  // A fresh observer of one spec and its module, built once per distinct spec (a handful
+  // per model) and cloned for each observer module: the spec is validated once, and the
+  // module's tensor and attribute lists are shared with the clones copy-on-write
+  // (Module::ShareFieldsWithClones): a clone is one heap block, the Module, until
+  // calibration stores statistics into it.
+  struct Prototype {
+    const ObserverSpec* spec_object;  // the caller's spec it was last found for
+    ObserverSpec spec;
+    std::unique_ptr<Observer> observer;
+    std::unique_ptr<Module> module;
+  };
+  absl::StatusOr<const Prototype*> PrototypeFor(const ObserverSpec& spec) {
+    // The specs are the mapping's own objects: found by address first, by value if a
+    // different object has an equal spec.
+    for (Prototype& known : prototypes_) {
+      if (known.spec_object == &spec) return &known;
     }
+    for (Prototype& known : prototypes_) {
+      if (known.spec == spec) {
+        known.spec_object = &spec;
+        return &known;
+      }
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Observer> observer, MakeObserver(spec));
     ASSIGN_OR_RETURN(std::unique_ptr<Module> module, MakeObserverModule(spec));
     module->ShareFieldsWithClones();
-    prototypes_.emplace_back(spec, std::move(module));
-    return prototypes_.back().second.get();
+    prototypes_.push_back(Prototype{&spec, spec, std::move(observer), std::move(module)});
+    return &prototypes_.back();
   }
 
   absl::StatusOr<Node*> InsertObserverNode(Node* after, Symbol path) {
@@ -538,8 +557,8 @@ class ObserverInserter {
     spec.args = {after};
     // Named as PyTorch names the node of its observer module: activation_post_process_<n>,
     // the tail of the path. Viewed, not copied: interned text never moves or dies.
-    const absl::string_view full = path.name();
-    spec.name = full.substr(full.rfind('.') + 1);
+    // Every observer path is "<container>.activation_post_process_<n>".
+    spec.name = path.name().substr(name_offset_);
     ++out_.report.observer_nodes;
     return gm_.graph().InsertAfter(after, std::move(spec));
   }
@@ -584,9 +603,11 @@ class ObserverInserter {
   // Per Node::index(): the observer node watching the node's value (an observer node
   // watches its own), with its dtype.
   std::vector<ObserverNode> observer_of_;
-  std::vector<std::pair<ObserverSpec, std::unique_ptr<Module>>> prototypes_;
+  // Few (one per distinct spec); a deque keeps their addresses as it grows.
+  std::deque<Prototype> prototypes_;
   SharedCopies<ObserverSpec> specs_;
   SharedCopies<DTypeConfig> dtype_configs_;
+  const size_t max_observer_modules_;
   Module* container_ = nullptr;  // the module at out_.observer_container
   int64_t next_id_ = 0;
   // "<container>.activation_post_process_" then the number of the last module; the
@@ -630,7 +651,7 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
   }
   prepared.quantized_ops.reserve(decisions.size());
   prepared.observers.reserve(max_observer_modules);
-  ObserverInserter inserter(gm, prepared, max_observer_nodes);
+  ObserverInserter inserter(gm, prepared, max_observer_nodes, max_observer_modules);
   for (const Decision& d : decisions) {
     absl::Status st = inserter.Apply(d);
     if (!st.ok()) {

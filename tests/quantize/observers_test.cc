@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -158,6 +159,37 @@ TEST(ObserversTest, PerTensorQParamsAndResetMatchTheGoldens) {
     EXPECT_EQ(again->zero_points, all->zero_points);
   }
   EXPECT_GE(per_tensor_cases, 5);
+}
+
+// Clone() copies the statistics and nothing is shared afterwards: the clone continues
+// exactly as the original would, and updating it leaves the original alone.
+TEST(ObserversTest, CloneContinuesLikeTheOriginalAndIsIndependent) {
+  const std::vector<GoldenCase> cases = LoadGoldens();
+  ASSERT_GE(cases.size(), 20u);
+  for (const GoldenCase& c : cases) {
+    SCOPED_TRACE(c.name + ": " + c.spec.ToString());
+    if (c.inputs.size() < 2) continue;
+    auto observer = MakeObserver(c.spec);
+    ASSERT_TRUE(observer.ok()) << observer.status();
+    ASSERT_TRUE((*observer)->Update(c.inputs[0]).ok());
+    const std::vector<float> min_after_first = (*observer)->min_val();
+    std::unique_ptr<Observer> clone = (*observer)->Clone();
+    EXPECT_EQ(clone->spec(), c.spec);
+    EXPECT_EQ(clone->min_val(), min_after_first);
+    for (size_t i = 1; i < c.inputs.size(); ++i) ASSERT_TRUE(clone->Update(c.inputs[i]).ok());
+    EXPECT_EQ((*observer)->min_val(), min_after_first);
+    ASSERT_EQ(clone->min_val().size(), c.min_val.size());
+    for (size_t i = 0; i < c.min_val.size(); ++i) {
+      EXPECT_FLOAT_EQ(clone->min_val()[i], c.min_val[i]);
+      EXPECT_FLOAT_EQ(clone->max_val()[i], c.max_val[i]);
+    }
+    auto qparams = clone->CalculateQParams();
+    ASSERT_TRUE(qparams.ok()) << qparams.status();
+    ASSERT_EQ(qparams->zero_points, c.zero_points);
+    for (size_t i = 0; i < c.scales.size(); ++i) {
+      EXPECT_NEAR(qparams->scales[i], c.scales[i], 1e-6 * std::abs(c.scales[i]));
+    }
+  }
 }
 
 // The per-tensor path reports the errors CalculateQParams reports, word for word.
