@@ -78,46 +78,6 @@ absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape) {
   return numel;
 }
 
-Tensor::Tensor(const Tensor& other)
-    : dtype_(other.dtype_),
-      shape_(other.shape_),
-      numel_(other.numel_),
-      qparams_(other.qparams_),
-      buffer_(other.buffer_) {
-  if (buffer_ != nullptr) buffer_->Ref();
-}
-
-Tensor::Tensor(Tensor&& other) noexcept
-    : dtype_(other.dtype_),
-      shape_(std::move(other.shape_)),
-      numel_(other.numel_),
-      qparams_(std::move(other.qparams_)),
-      buffer_(other.buffer_) {
-  other.buffer_ = nullptr;
-}
-
-Tensor& Tensor::operator=(const Tensor& other) {
-  if (this != &other) *this = Tensor(other);
-  return *this;
-}
-
-Tensor& Tensor::operator=(Tensor&& other) noexcept {
-  if (this != &other) {
-    dtype_ = other.dtype_;
-    shape_ = std::move(other.shape_);
-    numel_ = other.numel_;
-    qparams_ = std::move(other.qparams_);
-    if (buffer_ != nullptr) buffer_->Unref();
-    buffer_ = other.buffer_;
-    other.buffer_ = nullptr;
-  }
-  return *this;
-}
-
-Tensor::~Tensor() {
-  if (buffer_ != nullptr) buffer_->Unref();
-}
-
 absl::StatusOr<Tensor> Tensor::WithoutData(DType dtype, Shape shape, QuantParams qparams) {
   if (DTypeSize(dtype) == 0) {
     return absl::InvalidArgumentError(

@@ -11,16 +11,18 @@
 #ifndef FUSELAGE_GRAPH_TENSOR_H_
 #define FUSELAGE_GRAPH_TENSOR_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <iosfwd>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -37,6 +39,8 @@ namespace fuselage {
 // as an absl::Span<const T>, which is free).
 template <typename T, size_t N>
 class InlineVector {
+  static_assert(std::is_trivially_copyable<T>::value, "elements are copied as bytes");
+
  public:
   using value_type = T;
   using size_type = size_t;
@@ -48,38 +52,75 @@ class InlineVector {
   using iterator = T*;
   using const_iterator = const T*;
 
-  InlineVector() = default;
-  InlineVector(std::initializer_list<T> values) : values_(values) {}
-  InlineVector(const std::vector<T>& values)  // NOLINT(google-explicit-constructor)
-      : values_(values.begin(), values.end()) {}
-  InlineVector(absl::Span<const T> values)  // NOLINT(google-explicit-constructor)
-      : values_(values.begin(), values.end()) {}
+  InlineVector() {}  // user-provided: `const InlineVector v;` is allowed
+  InlineVector(std::initializer_list<T> values) { Assign(values.begin(), values.size()); }
+  InlineVector(const std::vector<T>& values) {  // NOLINT(google-explicit-constructor)
+    Assign(values.data(), values.size());
+  }
+  InlineVector(absl::Span<const T> values) {  // NOLINT(google-explicit-constructor)
+    Assign(values.data(), values.size());
+  }
   template <typename InputIt, typename = decltype(static_cast<T>(*std::declval<InputIt&>()))>
-  InlineVector(InputIt first, InputIt last) : values_(first, last) {}
+  InlineVector(InputIt first, InputIt last) { assign(first, last); }
+
+  // Copies and moves are what the passes do to tensors per node: kept inline and cheap
+  // (a move of inline values is a fixed-size copy, no branch on the element count).
+  InlineVector(const InlineVector& other) {
+    if (other.on_heap()) {
+      Assign(other.heap_, other.size_);
+    } else {
+      std::memcpy(inline_, other.inline_, sizeof(inline_));
+      size_ = other.size_;
+    }
+  }
+  InlineVector(InlineVector&& other) noexcept { StealFrom(other); }
+  InlineVector& operator=(const InlineVector& other) {
+    if (this != &other) Assign(other.data(), other.size_);
+    return *this;
+  }
+  InlineVector& operator=(InlineVector&& other) noexcept {
+    if (this != &other) {
+      FreeHeap();
+      StealFrom(other);
+    }
+    return *this;
+  }
+  ~InlineVector() { FreeHeap(); }
 
   operator std::vector<T>() const { return {begin(), end()}; }  // NOLINT
   std::vector<T> ToVector() const { return {begin(), end()}; }
 
-  size_t size() const { return values_.size(); }
-  bool empty() const { return values_.empty(); }
-  const T* data() const { return values_.data(); }
-  T* data() { return values_.data(); }
-  const T& operator[](size_t i) const { return values_[i]; }
-  T& operator[](size_t i) { return values_[i]; }
-  const T& front() const { return values_.front(); }
-  const T& back() const { return values_.back(); }
-  const_iterator begin() const { return values_.data(); }
-  const_iterator end() const { return values_.data() + values_.size(); }
-  iterator begin() { return values_.data(); }
-  iterator end() { return values_.data() + values_.size(); }
-  void push_back(T value) { values_.push_back(value); }
-  void resize(size_t n, T value = T()) { values_.resize(n, value); }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const T* data() const { return on_heap() ? heap_ : inline_; }
+  T* data() { return on_heap() ? heap_ : inline_; }
+  const T& operator[](size_t i) const { return data()[i]; }
+  T& operator[](size_t i) { return data()[i]; }
+  const T& front() const { return data()[0]; }
+  const T& back() const { return data()[size_ - 1]; }
+  const_iterator begin() const { return data(); }
+  const_iterator end() const { return data() + size_; }
+  iterator begin() { return data(); }
+  iterator end() { return data() + size_; }
+  void push_back(T value) {
+    if (size_ == capacity_) Grow(size_ + 1);
+    data()[size_++] = value;
+  }
+  void resize(size_t n, T value = T()) {
+    if (n > capacity_) Grow(n);
+    T* values = data();
+    for (size_t i = size_; i < n; ++i) values[i] = value;
+    size_ = static_cast<uint32_t>(n);
+  }
   template <typename InputIt>
-  void assign(InputIt first, InputIt last) { values_.assign(first, last); }
-  void clear() { values_.clear(); }
+  void assign(InputIt first, InputIt last) {
+    clear();
+    for (; first != last; ++first) push_back(static_cast<T>(*first));
+  }
+  void clear() { size_ = 0; }
 
   friend bool operator==(const InlineVector& a, const InlineVector& b) {
-    return a.values_ == b.values_;
+    return absl::MakeConstSpan(a.data(), a.size()) == absl::MakeConstSpan(b.data(), b.size());
   }
   friend bool operator!=(const InlineVector& a, const InlineVector& b) { return !(a == b); }
   friend bool operator==(const InlineVector& a, const std::vector<T>& b) {
@@ -90,7 +131,44 @@ class InlineVector {
   friend bool operator!=(const std::vector<T>& a, const InlineVector& b) { return !(b == a); }
 
  private:
-  absl::InlinedVector<T, N> values_;
+  bool on_heap() const { return capacity_ > N; }
+  // Replaces the contents with values[0, n).
+  void Assign(const T* values, size_t n) {
+    if (n > capacity_) Grow(n);
+    if (n != 0) std::memcpy(data(), values, n * sizeof(T));
+    size_ = static_cast<uint32_t>(n);
+  }
+  // Moves the values to a heap array with room for at least min_capacity.
+  void Grow(size_t min_capacity) {
+    const size_t capacity = std::max<size_t>(min_capacity, 2 * size_t{capacity_});
+    T* heap = new T[capacity];
+    if (size_ != 0) std::memcpy(heap, data(), size_ * sizeof(T));
+    FreeHeap();
+    heap_ = heap;
+    capacity_ = static_cast<uint32_t>(capacity);
+  }
+  void FreeHeap() {
+    if (on_heap()) delete[] heap_;
+  }
+  // Takes other's values (its heap array, or a copy of its inline ones); leaves it empty.
+  void StealFrom(InlineVector& other) {
+    size_ = other.size_;
+    capacity_ = other.capacity_;
+    if (other.on_heap()) {
+      heap_ = other.heap_;
+    } else {
+      std::memcpy(inline_, other.inline_, sizeof(inline_));
+    }
+    other.size_ = 0;
+    other.capacity_ = N;
+  }
+
+  uint32_t size_ = 0;
+  uint32_t capacity_ = N;  // N: the values are inline; more: they are in heap_.
+  union {
+    T inline_[N] = {};
+    T* heap_;
+  };
 };
 
 // The dimensions of a tensor: inline up to kInlineDims (every tensor of a CNN or
@@ -99,7 +177,7 @@ class Shape : public InlineVector<int64_t, 6> {
  public:
   static constexpr size_t kInlineDims = 6;
   using InlineVector::InlineVector;
-  Shape() = default;  // Rank 0 (a scalar's shape).
+  Shape() {}  // Rank 0 (a scalar's shape).
 
   // "[1, 3, 224, 224]"; also how gtest prints a Shape.
   friend std::ostream& operator<<(std::ostream& os, const Shape& shape);
@@ -155,11 +233,43 @@ struct QuantParams {
 class Tensor {
  public:
   Tensor() = default;  // An empty float32 tensor of shape [0].
-  Tensor(const Tensor& other);
-  Tensor(Tensor&& other) noexcept;
-  Tensor& operator=(const Tensor& other);
-  Tensor& operator=(Tensor&& other) noexcept;
-  ~Tensor();
+  // Copies share the buffer (a refcount increment); moves take it. Inline: the passes
+  // move tensors through StatusOr, module lists and structs several times per node.
+  Tensor(const Tensor& other)
+      : dtype_(other.dtype_),
+        shape_(other.shape_),
+        numel_(other.numel_),
+        qparams_(other.qparams_),
+        buffer_(other.buffer_) {
+    if (buffer_ != nullptr) buffer_->Ref();
+  }
+  Tensor(Tensor&& other) noexcept
+      : dtype_(other.dtype_),
+        shape_(std::move(other.shape_)),
+        numel_(other.numel_),
+        qparams_(std::move(other.qparams_)),
+        buffer_(other.buffer_) {
+    other.buffer_ = nullptr;
+  }
+  Tensor& operator=(const Tensor& other) {
+    if (this != &other) *this = Tensor(other);
+    return *this;
+  }
+  Tensor& operator=(Tensor&& other) noexcept {
+    if (this != &other) {
+      dtype_ = other.dtype_;
+      shape_ = std::move(other.shape_);
+      numel_ = other.numel_;
+      qparams_ = std::move(other.qparams_);
+      if (buffer_ != nullptr) buffer_->Unref();
+      buffer_ = other.buffer_;
+      other.buffer_ = nullptr;
+    }
+    return *this;
+  }
+  ~Tensor() {
+    if (buffer_ != nullptr) buffer_->Unref();
+  }
 
   // A zero-filled tensor. Fails on a negative dimension, a dtype tensors cannot have, or
   // an element count past kMaxElements.

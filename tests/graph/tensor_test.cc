@@ -93,6 +93,40 @@ TEST(ShapeTest, MoreDimensionsThanInlineStillWork) {
   EXPECT_EQ(copy, shape);
 }
 
+TEST(ShapeTest, CopiesAndMovesInlineAndHeapShapes) {
+  const Shape small = {2, 3};
+  const Shape big = {1, 2, 3, 4, 5, 6, 7, 8};  // past kInlineDims: on the heap
+
+  Shape a = big;  // heap copy is independent
+  a[0] = 100;
+  EXPECT_EQ(big[0], 1);
+  EXPECT_THAT(a, ElementsAre(100, 2, 3, 4, 5, 6, 7, 8));
+
+  Shape moved = std::move(a);  // takes the heap array; the source is left empty
+  EXPECT_THAT(moved, ElementsAre(100, 2, 3, 4, 5, 6, 7, 8));
+  EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move): documented state
+
+  moved = small;  // heap -> inline contents
+  EXPECT_THAT(moved, ElementsAre(2, 3));
+  moved = big;
+  EXPECT_EQ(moved, big);
+  Shape c = small;
+  c = std::move(moved);
+  EXPECT_EQ(c, big);
+  Shape& alias = c;
+  c = alias;  // self-assignment keeps the values
+  EXPECT_EQ(c, big);
+  c = std::move(alias);  // NOLINT: self-move keeps them too
+  EXPECT_EQ(c, big);
+
+  Shape d = small;
+  Shape e = std::move(d);
+  EXPECT_THAT(e, ElementsAre(2, 3));
+  EXPECT_TRUE(d.empty());  // NOLINT(bugprone-use-after-move)
+  d.push_back(9);  // a moved-from shape is usable
+  EXPECT_THAT(d, ElementsAre(9));
+}
+
 TEST(ShapeTest, Prints) {
   std::ostringstream os;
   os << Shape({1, 3, 224, 224});
@@ -138,6 +172,17 @@ TEST(QuantParamsTest, PerChannelParamsKeepEveryChannel) {
   EXPECT_EQ(q, QuantParams::PerChannel({0.5, 0.25, 0.125}, {0, 1, -1}, 1));
   EXPECT_FALSE(q == QuantParams::PerChannel({0.5, 0.25, 0.125}, {0, 1, -1}, 0));
   EXPECT_FALSE(q == QuantParams::PerChannel({0.5, 0.25, 0.125}, {0, 1, 1}, 1));
+}
+
+TEST(QuantParamsTest, PerChannelCopiesAreIndependent) {
+  QuantParams a = QuantParams::PerChannel({0.5, 0.25}, {1, 2}, 0);
+  QuantParams b = a;
+  b.scales[0] = 4.0;
+  b.zero_points.push_back(3);
+  EXPECT_THAT(a.scales, ElementsAre(0.5, 0.25));
+  EXPECT_THAT(a.zero_points, ElementsAre(1, 2));
+  EXPECT_THAT(b.scales, ElementsAre(4.0, 0.25));
+  EXPECT_THAT(b.zero_points, ElementsAre(1, 2, 3));
 }
 
 TEST(QuantParamsTest, ParamsConvertToAndFromVectors) {
