@@ -216,7 +216,9 @@ void Module::RebuildChildIndex() {
   } else {
     child_index_->clear();
   }
-  child_index_->reserve(children_.size());
+  // Room for as many children as children_ has room for: after ReserveChildren(n) (prepare
+  // reserves its observer container) adding up to n children rehashes no name.
+  child_index_->reserve(children_.capacity());
   for (size_t i = 0; i < children_.size(); ++i) child_index_->insert(static_cast<uint32_t>(i));
 }
 
