@@ -166,7 +166,7 @@ class InlineVector {
   uint32_t size_ = 0;
   uint32_t capacity_ = N;  // N: the values are inline; more: they are in heap_.
   union {
-    T inline_[N];  // Not zeroed: only [0, size_) is ever read as values.
+    T inline_[N] = {};
     T* heap_;
   };
 };
