@@ -309,9 +309,10 @@ void Lowerer::NoteInputsMayDie(const Node* n) {
 
 absl::Status Lowerer::EraseNode(Node* n) {
   NoteInputsMayDie(n);
-  RETURN_IF_ERROR(graph_.Erase(n));
+  // Out of the worklist before it leaves the graph: afterwards its slot is freed and its
+  // index may belong to the next node created.
   maybe_dead_.Erase(n);
-  return absl::OkStatus();
+  return graph_.Erase(n);
 }
 
 int Lowerer::EliminateDeadNodes() {
