@@ -59,22 +59,28 @@ Module& Module::operator=(Module&& other) noexcept {
   return *this;
 }
 
-Module::TensorList& Module::OwnTensors(size_t capacity) {
-  if (shared_tensors_ != nullptr) {
-    tensors_.reserve(std::max(capacity, shared_tensors_->size()));
-    tensors_.assign(shared_tensors_->begin(), shared_tensors_->end());
-    shared_tensors_.reset();
+namespace {
+
+// `own` after copying into it, with room for `capacity`, the list `shared` held (if any),
+// which it then lets go of: the first edit of a list shared with clones.
+template <typename List>
+List& Unshare(List& own, std::shared_ptr<const List>& shared, size_t capacity) {
+  if (shared != nullptr) {
+    own.reserve(std::max(capacity, shared->size()));
+    own.assign(shared->begin(), shared->end());
+    shared.reset();
   }
-  return tensors_;
+  return own;
+}
+
+}  // namespace
+
+Module::TensorList& Module::OwnTensors(size_t capacity) {
+  return Unshare(tensors_, shared_tensors_, capacity);
 }
 
 Module::AttributeList& Module::OwnAttributes(size_t capacity) {
-  if (shared_attributes_ != nullptr) {
-    attributes_.reserve(std::max(capacity, shared_attributes_->size()));
-    attributes_.assign(shared_attributes_->begin(), shared_attributes_->end());
-    shared_attributes_.reset();
-  }
-  return attributes_;
+  return Unshare(attributes_, shared_attributes_, capacity);
 }
 
 void Module::ShareFieldsWithClones() {
