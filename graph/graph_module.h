@@ -111,12 +111,19 @@ class GraphModule {
   std::unique_ptr<GraphModule> Clone() const;
 
  private:
+  // A call_module node with a non-empty target, and the target's id: what filling the
+  // table reads, gathered in one walk of the graph.
+  struct CallSite {
+    Node* node;
+    uint32_t target_id;
+  };
   // Fills module_of_path_ (sized, all nullptr, paths_base_ set) with the modules of the
   // paths call_module nodes call, by one walk of the module tree that interns nothing
   // (Symbol::Lookup of each path built from its parent's): resolving ~160 paths of a
   // freshly parsed resnet50 one by one from the root was most of the CLI's first match.
-  // Leaves nullptr for paths it did not reach. Under resolve_mu_.
-  void FillPathTableByWalk() const;
+  // Leaves nullptr for paths it did not reach. `calls`: every call site of the graph.
+  // Under resolve_mu_.
+  void FillPathTableByWalk(const std::vector<CallSite>& calls) const;
   // The type of the module `node` calls, from the module tree (no cache).
   Symbol ResolveModuleType(const Node* node) const;
   // The module at `path` from the path table if it is current and holds one, else nullptr.

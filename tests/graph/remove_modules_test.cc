@@ -106,6 +106,32 @@ TEST(RemoveModulesBySymbolTest, RefusedBatchRemovesNothing) {
   EXPECT_EQ(ChildNames(*gm->FindModule("b")), (std::vector<std::string>{"x", "y"}));
 }
 
+// A batch refused for two reasons (a node calls a removed path, an earlier node calls a
+// module inside a removed one): the error names the first of those nodes in graph order.
+TEST(RemoveModulesBySymbolTest, RefusalNamesTheFirstCallerInGraphOrder) {
+  auto gm = Sample();
+  NodeSpec spec;
+  spec.op = OpKind::kCallModule;
+  spec.target = Symbol::Intern("b.x");
+  spec.args = {Argument(gm->graph().first())};
+  spec.name = "bx";
+  Node* call_c = gm->graph().output()->prev();
+  ASSERT_EQ(call_c->target(), Symbol::Intern("c"));
+  ASSERT_TRUE(gm->graph().InsertBefore(call_c, std::move(spec)).ok());
+  for (const auto& paths : {std::vector<std::string>{"c", "b"}, {"b", "c"}}) {
+    absl::Status refused = gm->RemoveModules(Symbols(paths));
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+    EXPECT_NE(refused.message().find("node 'bx' still calls it"), std::string::npos) << refused;
+    absl::Status refused_text = gm->RemoveModules(paths);
+    EXPECT_EQ(refused_text.message(), refused.message());
+  }
+  // Without the enclosing module, the caller of the removed path is named.
+  absl::Status used = gm->RemoveModules(Symbols({"a", "c"}));
+  EXPECT_NE(used.message().find("node 'c' still calls it"), std::string::npos) << used;
+  EXPECT_EQ(ChildNames(gm->root()), (std::vector<std::string>{"a", "b", "c", "d"}));
+  EXPECT_TRUE(gm->Verify().ok());
+}
+
 // Paths under several parents, given in an order that alternates between them: each
 // parent keeps its other children in order.
 TEST(RemoveModulesBySymbolTest, AlternatingParentsKeepTheirOrder) {
