@@ -43,6 +43,8 @@ struct PlannedFusion {
   // they read the fused node of any earlier match whose outermost node they read), then
   // these.
   absl::InlinedVector<ExtraInput, 1> extras;
+  // The fused module; null once planned if it is the root's own module, left in its slot
+  // (KeepInPlace).
   std::unique_ptr<Module> module;
   // Parts to move in when installed (with the fold of a moved conv); a copied conv's
   // weight scaling, after the last fusion.
@@ -150,6 +152,31 @@ ExtraInput BoundExtraInput(const PatternMatch& match, int p) {
   extra.consumer = consumer;
   extra.arg_index = k;
   return extra;
+}
+
+// Whether the fused module `fused` is only a placeholder that `pending` fills by moving
+// `slot`'s module into it: the fuser took that module whole, e.g. (BatchNorm2d, Conv2d) ->
+// the folded nn.Conv2d itself, its conv moved rather than copied.
+bool IsMovedHere(const PendingFusion& pending, const Module* slot,
+                 const std::unique_ptr<Module>& fused) {
+  for (const PendingFusion::Move& move : pending.moves) {
+    if (move.from == slot && move.to == fused.get()) return fused->type() == slot->type();
+  }
+  return false;
+}
+
+// For a fusion whose fused module would be its root's own module moved out and back
+// (IsMovedHere): leaves the module in its slot instead, and has `pending` apply the rest
+// (the batch-norm fold) there. What the slot ends up holding is the same; what is saved is
+// a module allocated and freed and two whole-module moves per fusion. Afterwards
+// plan.module is null (the apply loop then installs nothing).
+void KeepInPlace(PlannedFusion& plan) {
+  auto& moves = plan.pending.moves;
+  moves.erase(std::find_if(moves.begin(), moves.end(), [&plan](const PendingFusion::Move& m) {
+    return m.from == plan.reuse_slot && m.to == plan.module.get();
+  }));
+  plan.pending.Relocate(plan.module.get(), plan.reuse_slot);
+  plan.module.reset();
 }
 
 }  // namespace
@@ -336,6 +363,9 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       for (const MatchedOpNode& entry : plan.nodes) {
         if (entry.node == plan.root) plan.reuse_slot = entry.module;
       }
+      if (plan.reuse_slot != nullptr && IsMovedHere(plan.pending, plan.reuse_slot, plan.module)) {
+        KeepInPlace(plan);
+      }
     }
   }
 
@@ -369,9 +399,11 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     // Install the fused module, moving in the parts it takes from the tree.
     plan.pending.ApplyMoves();
     if (plan.reuse_slot != nullptr) {
-      *plan.reuse_slot = std::move(*plan.module);
-      plan.pending.Relocate(plan.module.get(), plan.reuse_slot);
-      plan.module.reset();
+      if (plan.module != nullptr) {  // else the fused module is the slot's own (KeepInPlace)
+        *plan.reuse_slot = std::move(*plan.module);
+        plan.pending.Relocate(plan.module.get(), plan.reuse_slot);
+        plan.module.reset();
+      }
       spec.target = plan.root->target();
     } else {
       const std::string path = FreshModulePath(

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/base/attributes.h"
+#include "absl/base/macros.h"
 #include "absl/strings/str_cat.h"
 #include "graph/graph.h"
 #include "graph/status_macros.h"
@@ -127,10 +129,17 @@ absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type, ModuleParts parts) {
   auto fused = std::make_unique<Module>(type);
   fused->ReserveChildren(static_cast<size_t>(
       std::count_if(parts.begin(), parts.end(), [](const auto& part) { return part != nullptr; })));
-  int index = 0;
+  // The children's names "0", "1", ... viewed from literals (no string built per child).
+  static constexpr absl::string_view kChildNames[] = {"0", "1", "2", "3", "4", "5", "6", "7"};
+  size_t index = 0;
   for (std::unique_ptr<Module>& part : parts) {
     if (part == nullptr) continue;
-    fused->SetChild(absl::StrCat(index++), std::move(part));
+    if (index < ABSL_ARRAYSIZE(kChildNames)) {
+      fused->SetChild(kChildNames[index], std::move(part));
+    } else {
+      fused->SetChild(absl::StrCat(index), std::move(part));
+    }
+    ++index;
   }
   return fused;
 }
@@ -157,25 +166,33 @@ bool IsConvTranspose(Symbol type) { return IsOneOf(type, Known().transposed_conv
 
 bool IsBatchNorm(Symbol type) { return IsOneOf(type, Known().batch_norms); }
 
-// Points `*data` at the `n` float32 values of `t`, tensor `name` of module `owner`, or at
-// nullptr if `t` is absent (nullptr) and `optional` (the caller then uses its default).
-// InvalidArgument otherwise.
-absl::Status ReadVector(const Tensor* t, absl::string_view owner, absl::string_view name,
-                        int64_t n, bool optional, const float** data) {
-  *data = nullptr;
+// The InvalidArgument ReadVector returns for a tensor that is absent (and not optional) or
+// not float32 with `n` elements. Kept out of line: ReadVector runs five times per fold, and
+// building an error is the rare path.
+ABSL_ATTRIBUTE_NOINLINE absl::Status ReadVectorError(const Tensor* t, absl::string_view owner,
+                                                     absl::string_view name, int64_t n) {
   if (t == nullptr) {
-    if (optional) return absl::OkStatus();
     return absl::InvalidArgumentError(
         absl::StrCat("batch-norm folding: module '", owner, "' has no tensor '", name, "'"));
   }
-  if (t->dtype() != DType::kFloat32 || t->numel() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch-norm folding: tensor '", name, "' of module '", owner,
-        "' must be float32 with ", n, " elements (one per output channel); it is ",
-        DTypeName(t->dtype()), " ", t->ShapeString()));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "batch-norm folding: tensor '", name, "' of module '", owner,
+      "' must be float32 with ", n, " elements (one per output channel); it is ",
+      DTypeName(t->dtype()), " ", t->ShapeString()));
+}
+
+// Points `*data` at the `n` float32 values of `t`, tensor `name` of module `owner`, or at
+// nullptr if `t` is absent (nullptr) and `optional` (the caller then uses its default).
+// InvalidArgument otherwise.
+inline absl::Status ReadVector(const Tensor* t, absl::string_view owner, absl::string_view name,
+                               int64_t n, bool optional, const float** data) {
+  if (t != nullptr && t->dtype() == DType::kFloat32 && t->numel() == n) {
+    *data = t->data<float>();
+    return absl::OkStatus();
   }
-  *data = t->data<float>();
-  return absl::OkStatus();
+  *data = nullptr;
+  if (t == nullptr && optional) return absl::OkStatus();
+  return ReadVectorError(t, owner, name, n);
 }
 
 // The four tensors of a batch norm that a fold reads, found in one scan of its tensors
@@ -195,6 +212,21 @@ struct BatchNormTensors {
                             : name == "bias"        ? &bias
                                                     : nullptr;
       // The first of a name wins, as FindTensor's does (names are unique anyway).
+      if (slot != nullptr && *slot == nullptr) *slot = &tensor;
+    }
+  }
+};
+
+// The conv / linear tensors a fold reads, "weight" and "bias", found in one scan of its
+// tensors (as BatchNormTensors); absent ones are nullptr.
+struct FoldedModuleTensors {
+  const Tensor* weight = nullptr;
+  const Tensor* bias = nullptr;
+
+  explicit FoldedModuleTensors(const Module& conv) {
+    for (const auto& [stored_name, tensor] : conv.tensors()) {
+      const absl::string_view name = stored_name;
+      const Tensor** slot = name == "weight" ? &weight : name == "bias" ? &bias : nullptr;
       if (slot != nullptr && *slot == nullptr) *slot = &tensor;
     }
   }
@@ -264,7 +296,9 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string
                                                       bool move_conv, const Module& bn,
                                                       absl::string_view bn_path,
                                                       PendingFusion* pending) {
-  ASSIGN_OR_RETURN(const Tensor* weight, conv.GetTensor("weight"));
+  const FoldedModuleTensors conv_tensors(conv);
+  const Tensor* weight = conv_tensors.weight;
+  if (weight == nullptr) return conv.GetTensor("weight").status();  // its NotFound
   if (weight->dtype() != DType::kFloat32 || weight->dim() < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch-norm folding: weight of '", conv_path, "' must be a float32 tensor of rank >= 2,"
@@ -296,10 +330,14 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string
   RETURN_IF_ERROR(ReadVector(bn_tensors.weight, bn_path, "weight", out_channels, true, &gamma));
   RETURN_IF_ERROR(ReadVector(bn_tensors.bias, bn_path, "bias", out_channels, true, &beta));
   RETURN_IF_ERROR(
-      ReadVector(conv.FindTensor("bias"), conv_path, "bias", out_channels, true, &bias));
+      ReadVector(conv_tensors.bias, conv_path, "bias", out_channels, true, &bias));
   double eps = 1e-5;
-  if (bn.FindAttribute("eps") != nullptr) {
-    ASSIGN_OR_RETURN(eps, bn.GetFloat("eps"));
+  if (const Argument* eps_attribute = bn.FindAttribute("eps"); eps_attribute != nullptr) {
+    if (eps_attribute->is_float() || eps_attribute->is_int()) {
+      eps = eps_attribute->as_float();  // what GetFloat reads, without a second lookup
+    } else {
+      ASSIGN_OR_RETURN(eps, bn.GetFloat("eps"));  // its InvalidArgument
+    }
   }
   // The arithmetic is FoldInputs::Channel's; only the check is done here for a moved conv.
   const bool is_linear = conv.type() == Known().linear;
@@ -451,6 +489,17 @@ void ApplyMovedFold(const PendingFusion::MovedFold& fold) {
   if (!in_place) SetFoldedBias(module, replacement);
 }
 
+// Empties `pending` field by field (assigning it a temporary PendingFusion() moves an empty
+// InlinedVector, which gcc 12 flags -Wmaybe-uninitialized: a false positive).
+void ClearPending(PendingFusion* pending) {
+  pending->moves.clear();
+  pending->moved_fold = PendingFusion::MovedFold();
+  pending->weight_scale.module = nullptr;
+  pending->weight_scale.scale.clear();
+  pending->weight_scale.outer = 1;
+  pending->weight_scale.per_channel = 0;
+}
+
 }  // namespace
 
 void PendingWeightScale::Apply() {
@@ -595,7 +644,7 @@ absl::StatusOr<std::unique_ptr<Module>> FusionRule::Fuse(const GraphModule& gm,
 absl::StatusOr<std::unique_ptr<Module>> FusionRule::FuseForPass(
     const GraphModule& gm, const PatternMatch& match, Node* root,
     absl::Span<const MatchedOpNode> nodes, PendingFusion* pending) const {
-  *pending = PendingFusion();
+  ClearPending(pending);
   absl::StatusOr<std::unique_ptr<Module>> fused;
   switch (fuser_kind) {
     case FuserKind::kWrapInSequence:
@@ -612,7 +661,7 @@ absl::StatusOr<std::unique_ptr<Module>> FusionRule::FuseForPass(
       return absl::InternalError("unknown fuser kind");
   }
   // On failure the parts are gone: nothing may point at them.
-  if (!fused.ok()) *pending = PendingFusion();
+  if (!fused.ok()) ClearPending(pending);
   return fused;
 }
 

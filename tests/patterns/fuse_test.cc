@@ -774,6 +774,102 @@ TEST_F(FuseTest, AMovedConvIsFoldedFromTheOriginalData) {
   }
 }
 
+// (BatchNorm2d, Conv2d) -> nn.Conv2d of a conv only this match calls: the fused module is
+// the conv's own module object, folded where it is in the tree (not moved out and back),
+// with its attributes as they were and the hand-computed weight and bias.
+TEST_F(FuseTest, AFoldIntoTheRootsOwnModuleLeavesItInItsSlot) {
+  Must(graph().SetOutput(Call(Call(x_, "conv", HandFoldConv()), "bn", HandFoldBatchNorm())));
+  const Module* before = gm_.FindModule("conv");
+  const Module::AttributeList attributes = before->attributes();
+
+  absl::StatusOr<int> fused = Fuse({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_EQ(*fused, 1);
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const Module* after = gm_.FindModule("conv");
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(gm_.FindModule("bn"), nullptr);
+  EXPECT_EQ(after->type().name(), "nn.Conv2d");
+  EXPECT_EQ(after->attributes(), attributes);
+  ASSERT_EQ(after->tensors().size(), 2u);
+  EXPECT_EQ(after->tensors()[0].first, "weight");
+  EXPECT_EQ(after->tensors()[1].first, "bias");
+  const float* w = after->FindTensor("weight")->data<float>();
+  const float* b = after->FindTensor("bias")->data<float>();
+  EXPECT_FLOAT_EQ(w[0], 2.0f);
+  EXPECT_FLOAT_EQ(w[1], -0.5f);
+  EXPECT_FLOAT_EQ(b[0], -0.4f);
+  EXPECT_FLOAT_EQ(b[1], 0.8f);
+  const std::vector<Node*> convs = NodesOfType("nn.Conv2d");
+  ASSERT_EQ(convs.size(), 1u);
+  EXPECT_EQ(convs[0]->target().name(), "conv");
+  EXPECT_EQ(convs[0]->name(), "conv");
+}
+
+// eps may be an int attribute (as GetFloat reads it): eps = 1 gives the hand-computed fold.
+TEST_F(FuseTest, BatchNormFoldReadsAnIntEps) {
+  std::unique_ptr<Module> bn = HandFoldBatchNorm();
+  bn->SetAttribute("eps", Argument::Int(1));
+  Must(graph().SetOutput(Call(Call(x_, "conv", HandFoldConv()), "bn", std::move(bn))));
+  absl::StatusOr<int> fused = Fuse({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  const Module* m = gm_.FindModule("conv");
+  EXPECT_FLOAT_EQ(m->FindTensor("weight")->data<float>()[1], -0.5f);
+  EXPECT_FLOAT_EQ(m->FindTensor("bias")->data<float>()[1], 0.8f);
+}
+
+// Bad module data for a fold is an error naming the module and the field, found before
+// the graph is touched: the graph and both modules stay as they were.
+TEST_F(FuseTest, BadFoldInputsAreErrorsThatChangeNothing) {
+  struct Case {
+    const char* what;
+    void (*spoil)(Module& conv, Module& bn);
+    absl::StatusCode code;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"conv without weight", [](Module& conv, Module&) { conv.RemoveTensor("weight"); },
+       absl::StatusCode::kNotFound, "nn.Conv2d module has no tensor 'weight'"},
+      {"running_var of 3 elements",
+       [](Module&, Module& bn) { bn.SetTensor("running_var", Tensor::FromFloats({3}, {1, 1, 1})); },
+       absl::StatusCode::kInvalidArgument,
+       "tensor 'running_var' of module 'bn' must be float32 with 2 elements"},
+      {"no running_mean", [](Module&, Module& bn) { bn.RemoveTensor("running_mean"); },
+       absl::StatusCode::kInvalidArgument, "module 'bn' has no tensor 'running_mean'"},
+      {"conv bias of 1 element",
+       [](Module& conv, Module&) { conv.SetTensor("bias", Tensor::FromFloats({1}, {1})); },
+       absl::StatusCode::kInvalidArgument,
+       "tensor 'bias' of module 'conv' must be float32 with 2 elements"},
+      {"eps a string", [](Module&, Module& bn) { bn.SetAttribute("eps", Argument::String("x")); },
+       absl::StatusCode::kInvalidArgument, "attribute 'eps': expected a float"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    GraphModule gm;
+    Node* x = Must(gm.graph().AddPlaceholder("x"));
+    std::unique_ptr<Module> conv = HandFoldConv();
+    std::unique_ptr<Module> bn = HandFoldBatchNorm();
+    c.spoil(*conv, *bn);
+    ASSERT_TRUE(gm.SetModule("conv", std::move(conv)).ok());
+    ASSERT_TRUE(gm.SetModule("bn", std::move(bn)).ok());
+    Node* n = Must(gm.graph().AddCallModule("conv", {x}, {}, "conv"));
+    Must(gm.graph().SetOutput(Must(gm.graph().AddCallModule("bn", {n}, {}, "bn"))));
+    const std::string before = SerializeModelText(gm);
+    const Module* conv_before = gm.FindModule("conv");
+
+    absl::StatusOr<PatternMatcher> m =
+        PatternMatcher::Create({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
+    ASSERT_TRUE(m.ok()) << m.status();
+    absl::StatusOr<int> fused = FusePatterns(gm, *m);
+    ASSERT_FALSE(fused.ok());
+    EXPECT_EQ(fused.status().code(), c.code) << fused.status();
+    EXPECT_THAT(std::string(fused.status().message()), HasSubstr(c.message));
+    EXPECT_EQ(SerializeModelText(gm), before);  // graph, module tree and tensor data
+    EXPECT_EQ(gm.FindModule("conv"), conv_before);
+  }
+}
+
 // FusionRule::Fuse on its own (no pass) returns the module fully folded, and leaves the
 // module in the graph, whose data it shared, as it was.
 TEST_F(FuseTest, FuseOutsideThePassFoldsTheWeightCompletely) {
