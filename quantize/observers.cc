@@ -106,6 +106,18 @@ float DivFloor(float a, float b) {
   return floordiv;
 }
 
+// std::nearbyint(q) for |q| < 2^16 (not NaN): the SSE conversion rounds in the current
+// rounding mode as nearbyintf does and is exact in that range, without nearbyintf's libm
+// call (two per bin and candidate range in the histogram search below). The sign of a zero
+// result may differ; FastDivFloor only subtracts it from q, where that does not matter.
+inline float NearbyIntSmall(float q) {
+#ifdef __SSE2__
+  return static_cast<float>(_mm_cvtss_si32(_mm_set_ss(q)));
+#else
+  return std::nearbyint(q);
+#endif
+}
+
 // DivFloor(a, b) without fmodf when the float32 quotient is far from an integer.
 // There the result is floor(a / b) exactly: |a / b| < 2^16 puts the rounded quotient
 // within 2^-8 of the true one, so both have the same floor, and DivFloor's two rounded
@@ -113,7 +125,7 @@ float DivFloor(float a, float b) {
 // near an integer (or huge, or not finite) take DivFloor itself.
 inline float FastDivFloor(float a, float b) {
   const float q = a / b;
-  if (std::fabs(q) < 65536.0f && std::fabs(q - std::nearbyint(q)) > 0.03125f) {
+  if (std::fabs(q) < 65536.0f && std::fabs(q - NearbyIntSmall(q)) > 0.03125f) {
     return std::floor(q);
   }
   return DivFloor(a, b);
@@ -544,8 +556,25 @@ absl::Status HistogramObserver::Update(const Tensor& x) {
   return absl::OkStatus();
 }
 
+float HistogramObserver::ErrorBinWidth() const {
+  const double bin_width_d = (static_cast<double>(max_val_) - static_cast<double>(min_val_)) /
+                             static_cast<double>(spec().bins);
+  return static_cast<float>(bin_width_d);
+}
+
+void HistogramObserver::NonzeroBins(std::vector<int64_t>* bins,
+                                    std::vector<float>* densities) const {
+  const float bin_width = ErrorBinWidth();
+  for (size_t i = 0; i < histogram_.size(); ++i) {
+    if (histogram_[i] == 0.0f) continue;
+    bins->push_back(static_cast<int64_t>(i));
+    densities->push_back(histogram_[i] / bin_width);
+  }
+}
+
 double HistogramObserver::QuantizationError(int64_t next_start_bin, int64_t next_end_bin,
-                                            const std::vector<int64_t>& nonzero_bins) const {
+                                            const std::vector<int64_t>& nonzero_bins,
+                                            const std::vector<float>& nonzero_densities) const {
   const int64_t bins = spec().bins;
   const double dst_nbins = std::ldexp(1.0, static_cast<int>(8 * DTypeSize(spec().dtype)));
   const double bin_width_d =
@@ -562,6 +591,10 @@ double HistogramObserver::QuantizationError(int64_t next_start_bin, int64_t next
   auto norm_of = [](float begin, float end, float density) {
     return density * ((end * end * end - begin * begin * begin) / 3.0f);
   };
+  // norm_of(neg_half_dst, half_dst, density) is density times this, the same for every
+  // bin of this range: computed once, with the same float operations.
+  const float full_dst_bin_norm =
+      (half_dst * half_dst * half_dst - neg_half_dst * neg_half_dst * neg_half_dst) / 3.0f;
   // An empty bin has density 0 and adds a zero norm, which leaves `sum` unchanged, as
   // long as no cube overflows to infinity (0 * inf would be NaN): every cubed value is
   // below about 2.1 * bins * bin_width, so below 1e12 the empty bins can be skipped.
@@ -574,17 +607,22 @@ double HistogramObserver::QuantizationError(int64_t next_start_bin, int64_t next
     for (int64_t i = 0; i < bins; ++i) all_bins[static_cast<size_t>(i)] = i;
   }
   double sum = 0;
-  for (const int64_t i : skip_empty_bins ? nonzero_bins : all_bins) {
+  const std::vector<int64_t>& visited = skip_empty_bins ? nonzero_bins : all_bins;
+  for (size_t k = 0; k < visited.size(); ++k) {
+    const int64_t i = visited[k];
     const float src_begin = static_cast<float>(i - next_start_bin) * bin_width;
     const float src_end = src_begin + bin_width;
     const float dst_of_begin =
         std::clamp(FastDivFloor(src_begin, dst_bin_width), 0.0f, max_dst_bin);
     const float dst_of_begin_center = (dst_of_begin + 0.5f) * dst_bin_width;
     const float dst_of_end = std::clamp(FastDivFloor(src_end, dst_bin_width), 0.0f, max_dst_bin);
-    const float density = histogram_[static_cast<size_t>(i)] / bin_width;
+    // The non-empty bins' densities are the search's (computed once per histogram with
+    // this bin_width); an empty bin's is computed here.
+    const float density = skip_empty_bins ? nonzero_densities[k]
+                                          : histogram_[static_cast<size_t>(i)] / bin_width;
     float norm = 0.0f;
     norm += norm_of(src_begin - dst_of_begin_center, half_dst, density);
-    norm += (dst_of_end - dst_of_begin - 1.0f) * norm_of(neg_half_dst, half_dst, density);
+    norm += (dst_of_end - dst_of_begin - 1.0f) * (density * full_dst_bin_norm);
     const float dst_of_end_center = dst_of_end * dst_bin_width + half_dst;
     norm += norm_of(neg_half_dst, src_end - dst_of_end_center, density);
     sum += static_cast<double>(norm);
@@ -594,10 +632,9 @@ double HistogramObserver::QuantizationError(int64_t next_start_bin, int64_t next
 
 double HistogramObserver::QuantizationError(int64_t start_bin, int64_t end_bin) const {
   std::vector<int64_t> nonzero_bins;
-  for (size_t i = 0; i < histogram_.size(); ++i) {
-    if (histogram_[i] != 0.0f) nonzero_bins.push_back(static_cast<int64_t>(i));
-  }
-  return QuantizationError(start_bin, end_bin, nonzero_bins);
+  std::vector<float> nonzero_densities;
+  NonzeroBins(&nonzero_bins, &nonzero_densities);
+  return QuantizationError(start_bin, end_bin, nonzero_bins, nonzero_densities);
 }
 
 std::pair<float, float> HistogramObserver::NonLinearParamSearch() const {
@@ -614,9 +651,8 @@ std::pair<float, float> HistogramObserver::NonLinearParamSearch() const {
     csum[i] = static_cast<float>(running);
   }
   std::vector<int64_t> nonzero_bins;
-  for (int64_t i = 0; i < bins; ++i) {
-    if (histogram_[static_cast<size_t>(i)] != 0.0f) nonzero_bins.push_back(i);
-  }
+  std::vector<float> nonzero_densities;
+  NonzeroBins(&nonzero_bins, &nonzero_densities);
   constexpr double kStepSize = 1e-5;
   double alpha = 0.0, beta = 1.0;
   int64_t start_bin = 0, end_bin = bins - 1;
@@ -647,7 +683,8 @@ std::pair<float, float> HistogramObserver::NonLinearParamSearch() const {
       beta = next_beta;
     }
     if (next_start_bin == start_bin && next_end_bin == end_bin) continue;
-    const double norm = QuantizationError(next_start_bin, next_end_bin, nonzero_bins);
+    const double norm =
+        QuantizationError(next_start_bin, next_end_bin, nonzero_bins, nonzero_densities);
     if (norm > norm_min) break;
     norm_min = norm;
     start_bin = next_start_bin;

@@ -167,9 +167,17 @@ class HistogramObserver : public Observer {
   // PyTorch's _compute_quantization_error and _non_linear_param_search, with the same
   // float32 / double arithmetic in the same order (bit-identical results) but without
   // PyTorch's redundant work: empty bins skipped, range scans resumed, fmodf avoided
-  // where the floor division is unambiguous. `nonzero_bins` lists the non-empty bins.
+  // where the floor division is unambiguous, per-range constants and per-bin densities
+  // computed once. `nonzero_bins` lists the non-empty bins, `nonzero_densities` their
+  // densities (NonzeroBins).
   double QuantizationError(int64_t next_start_bin, int64_t next_end_bin,
-                           const std::vector<int64_t>& nonzero_bins) const;
+                           const std::vector<int64_t>& nonzero_bins,
+                           const std::vector<float>& nonzero_densities) const;
+  // The bin width _compute_quantization_error divides the counts by (float32).
+  float ErrorBinWidth() const;
+  // Appends the index of every non-empty bin to `bins` and its density (count /
+  // ErrorBinWidth(), in float32 as _compute_quantization_error divides) to `densities`.
+  void NonzeroBins(std::vector<int64_t>* bins, std::vector<float>* densities) const;
   std::pair<float, float> NonLinearParamSearch() const;
   float min_val_ = std::numeric_limits<float>::infinity();
   float max_val_ = -std::numeric_limits<float>::infinity();
