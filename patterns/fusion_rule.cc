@@ -108,7 +108,11 @@ absl::StatusOr<std::unique_ptr<Module>> PartModule(const GraphModule& gm,
     ASSIGN_OR_RETURN(Module * module, ModuleOf(gm, entry));
     if (entry.movable && pending != nullptr) {
       auto placeholder = std::make_unique<Module>(module->type());
-      pending->moves.push_back({module, placeholder.get()});
+      // A module with no fields (nn.ReLU) is its type alone: the placeholder already equals
+      // it, and there is nothing to move (nor a module to touch again when installing).
+      if (!module->tensors().empty() || !module->attributes().empty()) {
+        pending->moves.push_back({module, placeholder.get()});
+      }
       return placeholder;
     }
     return module->Clone();
