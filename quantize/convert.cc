@@ -1,5 +1,7 @@
 #include "quantize/convert.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -191,6 +193,66 @@ std::pair<std::string, std::string> SplitModulePath(absl::string_view path) {
   return {std::string(path.substr(0, dot)), std::string(path.substr(dot + 1))};
 }
 
+// The observers of a prepared model found by their path's symbol id in a vector: the ids
+// are dense and Prepare (or a model's loading) interns a model's observer paths one after
+// the other, so the entries of the observer nodes met in graph order sit close together,
+// where each probe of the hash map lands on a random cache line (at 10^5 nodes most of
+// convert's own time). Ids spread too far (more than 4 slots per observer + 1024) keep
+// the map.
+class ObserverTable {
+ public:
+  explicit ObserverTable(const absl::flat_hash_map<Symbol, std::unique_ptr<Observer>>& observers)
+      : observers_(observers) {
+    if (observers.empty()) return;
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (const auto& [path, observer] : observers) {
+      lo = std::min(lo, path.id());
+      hi = std::max(hi, path.id());
+    }
+    const uint64_t span = uint64_t{hi} - lo + 1;
+    if (span > 4 * uint64_t{observers.size()} + 1024) return;
+    base_ = lo;
+    table_.resize(span);
+    for (const auto& [path, observer] : observers) {
+      table_[path.id() - base_] = {path, observer.get()};
+    }
+  }
+
+  // The observer of the module at `path`, or nullptr.
+  const Observer* Find(Symbol path) const {
+    if (table_.empty()) {
+      auto it = observers_.find(path);
+      return it == observers_.end() ? nullptr : it->second.get();
+    }
+    const uint32_t slot = path.id() - base_;  // wraps below the base: out of range
+    return slot < table_.size() ? table_[slot].observer : nullptr;
+  }
+
+  // Whether the module at `path` (text) has an observer. `cursor` (0 at first) guesses
+  // the next observer in id order: walking the observer container's children, which
+  // Prepare adds in the order it interns their paths, each guess is one comparison of
+  // text beside the last, not a lookup of the text in the symbol table plus a probe.
+  bool ContainsPath(absl::string_view path, size_t* cursor) const {
+    if (!table_.empty()) {
+      while (*cursor < table_.size() && table_[*cursor].observer == nullptr) ++*cursor;
+      if (*cursor < table_.size() && table_[*cursor].path.name() == path) {
+        ++*cursor;
+        return true;
+      }
+    }
+    return Find(Symbol::Lookup(path)) != nullptr;
+  }
+
+ private:
+  struct Entry {
+    Symbol path;
+    const Observer* observer = nullptr;
+  };
+  const absl::flat_hash_map<Symbol, std::unique_ptr<Observer>>& observers_;
+  uint32_t base_ = 0;
+  std::vector<Entry> table_;  // empty: look up observers_
+};
+
 // The error for a node prepared as a weighted module call that calls no module now.
 absl::Status NoModuleError(const Node* n) {
   return absl::InvalidArgumentError(absl::StrCat(
@@ -315,11 +377,11 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   ReferenceModuleParts parts;
   WeightObservers weight_observers;
   size_t weighted_plans_found = 0;
+  const ObserverTable observers(prepared.observers);
   for (Node* n = g.first(); n != nullptr; n = n->next()) {
     if (n->op() != OpKind::kCallModule) continue;
-    auto observer = prepared.observers.find(n->target());
-    if (observer != prepared.observers.end()) {
-      ASSIGN_OR_RETURN(ObserverReplacement r, PlanObserverReplacement(n, *observer->second));
+    if (const Observer* observer = observers.Find(n->target()); observer != nullptr) {
+      ASSIGN_OR_RETURN(ObserverReplacement r, PlanObserverReplacement(n, *observer));
       replacements.push_back(r);
       continue;
     }
@@ -375,13 +437,16 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     if (container != nullptr) {
       std::string path = absl::StrCat(prepared.observer_container, ".");
       const size_t prefix = path.size();
+      size_t cursor = 0;
       for (const auto& [name, child] : container->children()) {
         path.resize(prefix);
         path += name;
         const bool plan_module = absl::StartsWith(name, kWeightPlanModulePrefix) &&
                                  IsObserverModuleType(child->type());
-        only_observers = only_observers &&
-                         (plan_module || prepared.observers.contains(Symbol::Lookup(path)));
+        if (!plan_module && !observers.ContainsPath(path, &cursor)) {
+          only_observers = false;
+          break;
+        }
       }
     }
     if (only_observers) {
