@@ -560,6 +560,46 @@ TEST(ConvertTest, ObserverNodesBecomeQuantizeNodesAsNewNodesWould) {
 
 // Two nodes calling one conv module: convert makes it a reference module once (changing
 // it in place twice, the same way), with one set of weight parameters.
+// Convert finds observers by their path, whether the paths' symbol ids are close
+// together (Prepare's: a table indexed by id) or spread (a hash map), with the same
+// graph; and it removes the observer container only if every child is an observer or a
+// plan module.
+TEST(ConvertTest, ObserversFoundByPathAndContainerRemovedOnlyIfAllObservers) {
+  auto converted = [](bool spread_ids, bool foreign_child, std::string* listing,
+                      bool* container_removed) {
+    auto m = BuildConvPool();
+    auto prepared = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    if (spread_ids) {
+      // One more observer, of a path interned thousands of symbols later (no node calls
+      // it, no module is there): the ids now span far more than the observers.
+      for (int k = 0; k < 5000; ++k) Symbol::Intern(absl::StrCat("spread_ids_filler_", k));
+      const Symbol far = Symbol::Intern("observers.spread_ids_unused");
+      prepared->observers.emplace(far, prepared->observers.begin()->second->Clone());
+    }
+    if (foreign_child) {
+      ASSERT_TRUE(m->gm.SetModule("observers.not_an_observer", MaxPool1x1()).ok());
+    }
+    auto report = ConvertToReference(m->gm, *prepared);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->observers_replaced, 3);
+    ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify();
+    *listing = Listing(m->gm.graph());
+    *container_removed = m->gm.FindModule("observers") == nullptr;
+  };
+  std::string dense, spread, with_foreign;
+  bool dense_removed = false, spread_removed = false, foreign_removed = true;
+  converted(/*spread_ids=*/false, /*foreign_child=*/false, &dense, &dense_removed);
+  converted(/*spread_ids=*/true, /*foreign_child=*/false, &spread, &spread_removed);
+  converted(/*spread_ids=*/false, /*foreign_child=*/true, &with_foreign, &foreign_removed);
+  EXPECT_EQ(spread, dense);
+  EXPECT_EQ(with_foreign, dense);
+  EXPECT_TRUE(dense_removed);
+  EXPECT_TRUE(spread_removed);
+  EXPECT_FALSE(foreign_removed);
+  EXPECT_NE(dense.find("quantize_per_tensor"), std::string::npos) << dense;
+}
+
 TEST(ConvertTest, ModuleCalledTwiceBecomesOneReferenceModule) {
   GraphModule gm;
   ASSERT_TRUE(gm.SetModule("conv", Conv1x1(0.5f)).ok());
