@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -102,7 +103,10 @@ class ModelReader {
  public:
   explicit ModelReader(const ModelLimits& limits) : limits_(limits) {}
 
-  absl::StatusOr<std::unique_ptr<GraphModule>> Read(const proto::Model& model) {
+  // `donor`, if given, is `model` itself, writable: the tensors take their bytes out of
+  // it instead of copying them (the parsers' own model, which nobody reads afterwards).
+  absl::StatusOr<std::unique_ptr<GraphModule>> Read(const proto::Model& model,
+                                                    proto::Model* donor = nullptr) {
     if (model.format_version() != kModelFormatVersion) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model: format_version is ", model.format_version(), "; expected ",
@@ -176,7 +180,8 @@ class ModelReader {
       builder.SetInputs(built[i], std::move(args), BuildNamedArgs(n.kwargs(), index, built));
       builder.SetMeta(built[i], BuildNamedArgs(n.meta(), index, built));
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<Module> root, BuildModule(model.root()));
+    ASSIGN_OR_RETURN(std::unique_ptr<Module> root,
+                     BuildModule(model.root(), donor != nullptr ? donor->mutable_root() : nullptr));
     if (root->type() != Symbol::Intern("GraphModule")) {
       return absl::InvalidArgumentError(absl::StrCat(
           "root module: field 'type' is '", root->type().name(), "'; expected 'GraphModule'"));
@@ -413,27 +418,41 @@ class ModelReader {
     return kwargs;
   }
 
-  absl::StatusOr<std::unique_ptr<Module>> BuildModule(const proto::Module& m) const {
+  // `donor`: `m` itself, writable, or nullptr (see Read).
+  absl::StatusOr<std::unique_ptr<Module>> BuildModule(const proto::Module& m,
+                                                      proto::Module* donor) const {
     auto module = std::make_unique<Module>(m.type());
     static const absl::flat_hash_map<absl::string_view, int> kNoNodes;
-    for (const proto::NamedTensor& nt : m.tensors()) {
+    for (int i = 0; i < m.tensors_size(); ++i) {
+      const proto::NamedTensor& nt = m.tensors(i);
       const proto::Tensor& t = nt.tensor();
       QuantParams q;
       q.scheme = static_cast<QScheme>(t.qscheme());
       q.scales.assign(t.scales().begin(), t.scales().end());
       q.zero_points.assign(t.zero_points().begin(), t.zero_points().end());
       q.axis = t.axis();
-      ASSIGN_OR_RETURN(Tensor tensor,
-                       Tensor::CopyFromBytes(static_cast<DType>(t.dtype()),
-                                             Shape(t.shape().begin(), t.shape().end()),
-                                             t.data(), std::move(q)));
+      const DType dtype = static_cast<DType>(t.dtype());
+      Shape shape(t.shape().begin(), t.shape().end());
+      // The parsed bytes become the tensor's data (a 100 MB model's weights are not
+      // copied a second time into fresh memory); CheckTensor has checked their size.
+      ASSIGN_OR_RETURN(
+          Tensor tensor,
+          donor != nullptr
+              ? Tensor::FromBytes(dtype, std::move(shape),
+                                  std::move(*donor->mutable_tensors(i)->mutable_tensor()->mutable_data()),
+                                  std::move(q))
+              : Tensor::CopyFromBytes(dtype, std::move(shape), t.data(), std::move(q)));
       module->SetTensor(nt.name(), std::move(tensor));
     }
     for (const proto::NamedArg& a : m.attributes()) {
       module->SetAttribute(a.name(), BuildArg(a.value(), kNoNodes, {}));
     }
-    for (const proto::NamedModule& c : m.children()) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Module> child, BuildModule(c.module()));
+    for (int i = 0; i < m.children_size(); ++i) {
+      const proto::NamedModule& c = m.children(i);
+      ASSIGN_OR_RETURN(
+          std::unique_ptr<Module> child,
+          BuildModule(c.module(),
+                      donor != nullptr ? donor->mutable_children(i)->mutable_module() : nullptr));
       module->SetChild(c.name(), std::move(child));
     }
     return module;
@@ -554,7 +573,7 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
         "model file is not a valid fuselage model (protobuf parse failed: truncated, "
         "corrupt, a string field that is not valid UTF-8, or nested too deeply)");
   }
-  return ModelFromProto(model, limits);
+  return ModelReader(limits).Read(model, &model);
 }
 
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelText(absl::string_view text,
@@ -578,7 +597,7 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelText(absl::string_view te
   if (!parser.Parse(&raw, &model)) {
     return absl::InvalidArgumentError(absl::StrCat("model text does not parse: ", errors.first));
   }
-  return ModelFromProto(model, limits);
+  return ModelReader(limits).Read(model, &model);
 }
 
 std::string SerializeModel(const GraphModule& gm) {
@@ -622,9 +641,46 @@ absl::Status WriteFile(const std::string& path, absl::string_view contents) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A file's bytes, read as ReadFile does, into a TensorBuffer instead of a std::string: no
+// zero fill before the read, and a large file lands in huge pages (a 100 MB model took
+// ~25 k page faults for its copy alone).
+struct FileBytes {
+  struct Unref {
+    void operator()(TensorBuffer* b) const { b->Unref(); }
+  };
+  std::unique_ptr<TensorBuffer, Unref> buffer;
+  absl::string_view bytes() const {
+    return buffer == nullptr ? absl::string_view() : absl::string_view(buffer->data(), buffer->size());
+  }
+};
+
+absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path, int64_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  const std::streamoff size = in.tellg();
+  if (size < 0) return absl::InvalidArgumentError(absl::StrCat("cannot read '", path, "'"));
+  if (size > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is ", size, " bytes; the limit is ", max_bytes));
+  }
+  FileBytes file;
+  if (size == 0) return file;
+  file.buffer.reset(TensorBuffer::Allocate(static_cast<size_t>(size)));
+  in.seekg(0);
+  if (!in.read(file.buffer->data(), size)) {
+    return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
+  }
+  return file;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<GraphModule>> LoadModel(const std::string& path,
                                                        const ModelLimits& limits) {
-  ASSIGN_OR_RETURN(std::string contents, ReadFile(path, EffectiveMaxBytes(limits)));
+  ASSIGN_OR_RETURN(FileBytes file, ReadFileBytes(path, EffectiveMaxBytes(limits)));
+  const absl::string_view contents = file.bytes();
   auto gm = IsTextPath(path) ? ParseModelText(contents, limits) : ParseModel(contents, limits);
   if (!gm.ok()) {
     return absl::Status(gm.status().code(), absl::StrCat(path, ": ", gm.status().message()));

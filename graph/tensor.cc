@@ -1,9 +1,16 @@
 #include "graph/tensor.h"
 
+#include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <ostream>
 #include <utility>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #include "graph/check.h"
 #include "absl/strings/str_cat.h"
@@ -38,13 +45,172 @@ std::ostream& operator<<(std::ostream& os, const Shape& shape) {
   return os << "[" << absl::StrJoin(shape, ", ") << "]";
 }
 
+namespace tensor_internal {
+
+// Huge-page memory for tensor buffers (see TensorBuffer). Without Linux's mmap / madvise
+// every allocation here fails, and buffers are heap blocks as before.
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// `length` bytes (a page multiple) mapped at a 2 MiB boundary and advised for huge
+// pages; nullptr if the kernel refuses.
+char* MapHugePageAligned(size_t length) {
+#if defined(__linux__)
+  // Reserve one huge page more than needed, then unmap the head before the first 2 MiB
+  // boundary and the tail after `length`.
+  const size_t reserved = length + kHugePage;
+  void* const start =
+      mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (start == MAP_FAILED) return nullptr;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(start);
+  const uintptr_t aligned = (begin + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+  if (aligned != begin) munmap(start, aligned - begin);
+  const size_t tail = begin + reserved - (aligned + length);
+  if (tail != 0) munmap(reinterpret_cast<void*>(aligned + length), tail);
+  char* const data = reinterpret_cast<char*>(aligned);
+  // Advice only: without transparent huge pages the mapping works with small pages.
+  (void)madvise(data, length, MADV_HUGEPAGE);
+  return data;
+#else
+  (void)length;
+  return nullptr;
+#endif
+}
+
+void Unmap(char* data, size_t length) {
+#if defined(__linux__)
+  munmap(data, length);
+#else
+  (void)data;
+  (void)length;
+#endif
+}
+
+size_t PageSize() {
+#if defined(__linux__)
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+#else
+  return 4096;
+#endif
+}
+
+// A region medium buffers are carved from, front to back; freed when its last buffer is
+// (or reused from its start if it is still the one being carved).
+struct Region {
+  static constexpr size_t kBytes = size_t{16} << 20;  // 8 huge pages
+  char* base;
+  size_t used = 0;  // bytes carved so far
+  size_t live = 0;  // buffers not yet freed
+};
+
+// The process's regions: the one being carved and at most one empty spare. Regions that
+// are full stay mapped only while one of their buffers lives. Huge pages a region has
+// not touched cost no memory, so a region's tail past its last buffer is free.
+class RegionPool {
+ public:
+  static RegionPool& Get() {
+    static RegionPool* const pool = new RegionPool();  // never destroyed: buffers may
+    return *pool;                                       // outlive static destructors
+  }
+
+  // `size` bytes in a region (aligned to a cache line), or nullptr if none can be mapped.
+  char* Allocate(size_t size, Region** region) {
+    constexpr size_t kAlign = 64;
+    const size_t need = (size + kAlign - 1) / kAlign * kAlign;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (current_ == nullptr || current_->used + need > Region::kBytes) {
+      Region* next = spare_;
+      spare_ = nullptr;
+      if (next == nullptr) {
+        char* base = MapHugePageAligned(Region::kBytes);
+        if (base == nullptr) return nullptr;
+        next = new Region{base};
+      }
+      // The retired region goes when its last buffer does (Free); one without buffers
+      // becomes the spare.
+      if (current_ != nullptr && current_->live == 0) Release(current_);
+      current_ = next;
+    }
+    char* data = current_->base + current_->used;
+    current_->used += need;
+    ++current_->live;
+    *region = current_;
+    return data;
+  }
+
+  void Free(Region* region) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--region->live != 0) return;
+    if (region == current_) {
+      region->used = 0;  // carve again from its start: those pages are already there
+    } else {
+      Release(region);
+    }
+  }
+
+ private:
+  // An empty region that is not current: kept as the spare, or unmapped.
+  void Release(Region* region) {
+    if (spare_ == nullptr) {
+      region->used = 0;
+      spare_ = region;
+      return;
+    }
+    Unmap(region->base, Region::kBytes);
+    delete region;
+  }
+
+  std::mutex mu_;
+  Region* current_ = nullptr;
+  Region* spare_ = nullptr;
+};
+
+// Whether medium buffers come from regions: not under AddressSanitizer, which only
+// catches an overflow into a neighbour when every buffer is a heap block of its own.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kPoolMediumBuffers = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kPoolMediumBuffers = false;
+#else
+constexpr bool kPoolMediumBuffers = true;
+#endif
+#else
+constexpr bool kPoolMediumBuffers = true;
+#endif
+
+}  // namespace tensor_internal
+
+TensorBuffer* TensorBuffer::NewExternal(size_t size, Storage storage, char* data) {
+  void* block = ::operator new(sizeof(TensorBuffer) + sizeof(External));
+  TensorBuffer* buffer = new (block) TensorBuffer(size, storage);
+  new (buffer->external()) External{data, 0, nullptr, std::string()};
+  return buffer;
+}
+
 TensorBuffer* TensorBuffer::Allocate(size_t size) {
   static_assert(sizeof(TensorBuffer) % alignof(std::max_align_t) == 0,
                 "the data after the header must stay aligned for any element type");
   static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= alignof(std::max_align_t),
                 "operator new must return blocks aligned for any element type");
+  using namespace tensor_internal;  // NOLINT(build/namespaces): this file's own helpers
+  if (size >= kHugePageBytes) {
+    const size_t length = (size + PageSize() - 1) / PageSize() * PageSize();
+    if (char* data = MapHugePageAligned(length)) {
+      TensorBuffer* buffer = NewExternal(size, Storage::kMapped, data);
+      buffer->external()->mapped_length = length;
+      return buffer;
+    }
+  } else if (size >= kPooledMinBytes && kPoolMediumBuffers) {
+    Region* region = nullptr;
+    if (char* data = RegionPool::Get().Allocate(size, &region)) {
+      TensorBuffer* buffer = NewExternal(size, Storage::kPooled, data);
+      buffer->external()->region = region;
+      return buffer;
+    }
+  }
   void* block = ::operator new(sizeof(TensorBuffer) + size);
-  return new (block) TensorBuffer(size);
+  return new (block) TensorBuffer(size, Storage::kInline);
 }
 
 TensorBuffer* TensorBuffer::Copy(absl::string_view bytes) {
@@ -53,11 +219,35 @@ TensorBuffer* TensorBuffer::Copy(absl::string_view bytes) {
   return buffer;
 }
 
+TensorBuffer* TensorBuffer::Adopt(std::string bytes) {
+  // A string's own inline storage (short strings) moves with the string object, a block
+  // that is not aligned for every element type cannot be the data, and a block much
+  // larger than its bytes is not kept for them: copy those.
+  const bool on_heap = bytes.capacity() > std::string().capacity();
+  const bool snug = bytes.capacity() - bytes.size() <= bytes.size() / 4;
+  const bool aligned =
+      reinterpret_cast<uintptr_t>(bytes.data()) % alignof(std::max_align_t) == 0;
+  if (bytes.empty() || !on_heap || !snug || !aligned) return Copy(bytes);
+  TensorBuffer* buffer = NewExternal(bytes.size(), Storage::kString, nullptr);
+  External* external = buffer->external();
+  external->owner = std::move(bytes);
+  external->data = external->owner.data();  // the moved string keeps its heap block
+  return buffer;
+}
+
 void TensorBuffer::Unref() {
-  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    this->~TensorBuffer();
-    ::operator delete(static_cast<void*>(this));
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (storage_ != Storage::kInline) {
+    External* external = this->external();
+    if (storage_ == Storage::kMapped) {
+      tensor_internal::Unmap(external->data, external->mapped_length);
+    } else if (storage_ == Storage::kPooled) {
+      tensor_internal::RegionPool::Get().Free(external->region);
+    }
+    external->~External();
   }
+  this->~TensorBuffer();
+  ::operator delete(static_cast<void*>(this));
 }
 
 absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape) {
@@ -93,6 +283,12 @@ absl::StatusOr<Tensor> Tensor::WithoutData(DType dtype, Shape shape, QuantParams
   return t;
 }
 
+absl::Status Tensor::WrongByteCount(size_t actual, const Tensor& t) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tensor data has ", actual, " bytes; expected ", t.numel_ * DTypeSize(t.dtype_),
+      " for ", DTypeName(t.dtype_), " shape ", t.ShapeString()));
+}
+
 absl::StatusOr<Tensor> Tensor::Uninitialized(DType dtype, Shape shape, QuantParams qparams) {
   auto t = WithoutData(dtype, std::move(shape), std::move(qparams));
   if (!t.ok()) return t.status();
@@ -109,7 +305,12 @@ absl::StatusOr<Tensor> Tensor::Zeros(DType dtype, Shape shape, QuantParams qpara
 
 absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype, Shape shape, std::string bytes,
                                          QuantParams qparams) {
-  return CopyFromBytes(dtype, std::move(shape), bytes, std::move(qparams));
+  auto t = WithoutData(dtype, std::move(shape), std::move(qparams));
+  if (!t.ok()) return t.status();
+  const size_t expected = static_cast<size_t>(t->numel_) * DTypeSize(dtype);
+  if (bytes.size() != expected) return WrongByteCount(bytes.size(), *t);
+  if (expected != 0) t->buffer_ = TensorBuffer::Adopt(std::move(bytes));
+  return t;
 }
 
 absl::StatusOr<Tensor> Tensor::CopyFromBytes(DType dtype, Shape shape, absl::string_view bytes,
@@ -117,11 +318,7 @@ absl::StatusOr<Tensor> Tensor::CopyFromBytes(DType dtype, Shape shape, absl::str
   auto t = WithoutData(dtype, std::move(shape), std::move(qparams));
   if (!t.ok()) return t.status();
   const size_t expected = static_cast<size_t>(t->numel_) * DTypeSize(dtype);
-  if (bytes.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor data has ", bytes.size(), " bytes; expected ", expected, " for ",
-        DTypeName(dtype), " shape ", t->ShapeString()));
-  }
+  if (bytes.size() != expected) return WrongByteCount(bytes.size(), *t);
   if (expected != 0) t->buffer_ = TensorBuffer::Copy(bytes);
   return t;
 }

@@ -311,6 +311,122 @@ TEST(TensorBufferTest, TensorBufferCountsReferences) {
   buffer->Unref();  // frees; ASan / LSan runs of this test check it
 }
 
+// --- buffer storage: huge-page mappings, shared regions, adopted strings -----------
+
+// Fills `t` with a pattern of its own (by index and `seed`) and checks it reads back.
+void FillAndCheck(Tensor& t, uint8_t seed) {
+  uint8_t* bytes = static_cast<uint8_t*>(t.mutable_raw_data());
+  for (size_t i = 0; i < t.nbytes(); ++i) bytes[i] = static_cast<uint8_t>(i * 31 + seed);
+  const uint8_t* read = static_cast<const uint8_t*>(t.raw_data());
+  for (size_t i = 0; i < t.nbytes(); ++i) {
+    ASSERT_EQ(read[i], static_cast<uint8_t>(i * 31 + seed)) << i;
+  }
+}
+
+TEST(TensorBufferStorageTest, LargeBuffersStartOnAHugePage) {
+  const size_t n = TensorBuffer::kHugePageBytes + 12345;  // not a page multiple
+  Tensor t = *Tensor::Uninitialized(DType::kQInt8, {static_cast<int64_t>(n)});
+  EXPECT_EQ(t.nbytes(), n);
+#if defined(__linux__)
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % TensorBuffer::kHugePageBytes, 0u);
+#endif
+  FillAndCheck(t, 1);
+  // Copy-on-write as for any buffer: the copy detaches into a buffer of its own.
+  Tensor copy = t;
+  EXPECT_EQ(copy.raw_data(), t.raw_data());
+  copy.mutable_data<int8_t>()[n - 1] = 0;
+  EXPECT_NE(copy.raw_data(), t.raw_data());
+  EXPECT_EQ(copy.bytes().substr(0, n - 1), t.bytes().substr(0, n - 1));
+  EXPECT_EQ(t.data<uint8_t>()[n - 1], static_cast<uint8_t>((n - 1) * 31 + 1));
+  // Zeros zero every byte of a mapping as of a heap block.
+  const Tensor zeros = *Tensor::Zeros(DType::kFloat32, {static_cast<int64_t>(n / 4)});
+  EXPECT_EQ(zeros.bytes(), std::string(zeros.nbytes(), '\0'));
+}
+
+TEST(TensorBufferStorageTest, MediumBuffersAreIndependentAndAligned) {
+  // Enough medium buffers to fill more than one region, of sizes that are not cache-line
+  // multiples; each keeps its own bytes while the others are written and freed.
+  std::vector<Tensor> tensors;
+  size_t total = 0;
+  for (int i = 0; total < (size_t{40} << 20); ++i) {
+    const int64_t n = static_cast<int64_t>(TensorBuffer::kPooledMinBytes) + 1000 * i + 3;
+    tensors.push_back(*Tensor::Uninitialized(DType::kQUInt8, {n}));
+    total += static_cast<size_t>(n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(tensors.back().raw_data()) % alignof(std::max_align_t),
+              0u);
+    FillAndCheck(tensors.back(), static_cast<uint8_t>(i));
+  }
+  // Free every other one, allocate again (reusing what was freed where it can), and
+  // check everything that lives still holds its own pattern.
+  for (size_t i = 0; i < tensors.size(); i += 2) tensors[i] = Tensor();
+  for (size_t i = 0; i < tensors.size(); i += 2) {
+    tensors[i] = *Tensor::Uninitialized(DType::kQUInt8, {static_cast<int64_t>(
+                                                           TensorBuffer::kPooledMinBytes + 77)});
+    FillAndCheck(tensors[i], 200);
+  }
+  for (size_t i = 1; i < tensors.size(); i += 2) {
+    const uint8_t* read = tensors[i].data<uint8_t>();
+    for (size_t b = 0; b < tensors[i].nbytes(); b += 997) {
+      ASSERT_EQ(read[b], static_cast<uint8_t>(b * 31 + i)) << i << " " << b;
+    }
+  }
+  // Just below the pooled size and just below the huge-page size work alike.
+  for (size_t n : {TensorBuffer::kPooledMinBytes - 1, TensorBuffer::kHugePageBytes - 1}) {
+    Tensor t = *Tensor::Uninitialized(DType::kQInt8, {static_cast<int64_t>(n)});
+    FillAndCheck(t, 9);
+  }
+}
+
+TEST(TensorBufferStorageTest, AdoptKeepsALargeStringWithoutCopying) {
+  std::string bytes(100000, 'x');
+  bytes[99999] = 'y';
+  const char* storage = bytes.data();
+  TensorBuffer* buffer = TensorBuffer::Adopt(std::move(bytes));
+  EXPECT_EQ(buffer->size(), 100000u);
+  if (reinterpret_cast<uintptr_t>(storage) % alignof(std::max_align_t) == 0) {
+    EXPECT_EQ(buffer->data(), storage);  // the string's block is the data
+  }
+  EXPECT_EQ(buffer->data()[0], 'x');
+  EXPECT_EQ(buffer->data()[99999], 'y');
+  buffer->Unref();  // frees the string's block too; ASan / LSan runs check it
+
+  // Short strings (inline in the string object) and loose blocks are copied.
+  TensorBuffer* small = TensorBuffer::Adopt("abc");
+  EXPECT_EQ(std::string(small->data(), small->size()), "abc");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small->data()) % alignof(std::max_align_t), 0u);
+  small->Unref();
+  std::string loose;
+  loose.reserve(10000);
+  loose = "0123456789";
+  const char* loose_storage = loose.data();
+  TensorBuffer* copied = TensorBuffer::Adopt(std::move(loose));
+  EXPECT_NE(copied->data(), loose_storage);
+  EXPECT_EQ(std::string(copied->data(), copied->size()), "0123456789");
+  copied->Unref();
+}
+
+TEST(TensorBufferStorageTest, FromBytesTakesTheStringAndChecksItsSize) {
+  std::string bytes(4096 * sizeof(float), '\0');
+  const float one = 1.0f;
+  std::memcpy(&bytes[4095 * sizeof(float)], &one, sizeof(float));
+  Tensor t = *Tensor::FromBytes(DType::kFloat32, {64, 64}, std::move(bytes));
+  EXPECT_EQ(t.data<float>()[4095], 1.0f);
+  EXPECT_EQ(t.data<float>()[0], 0.0f);
+  // Written while shared: detaches as any tensor does.
+  Tensor copy = t;
+  copy.mutable_data<float>()[0] = 2.0f;
+  EXPECT_EQ(t.data<float>()[0], 0.0f);
+
+  auto bad = Tensor::FromBytes(DType::kFloat32, {2, 3}, std::string(23, 'a'));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "tensor data has 23 bytes; expected 24 for torch.float32 shape [2, 3]");
+  auto bad_copy = Tensor::CopyFromBytes(DType::kFloat32, {2, 3}, std::string(25, 'a'));
+  ASSERT_FALSE(bad_copy.ok());
+  EXPECT_EQ(bad_copy.status().message(),
+            "tensor data has 25 bytes; expected 24 for torch.float32 shape [2, 3]");
+}
+
 // --- factories ---------------------------------------------------------------------
 
 TEST(TensorFactoryTest, ZerosAreZero) {
