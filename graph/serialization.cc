@@ -20,6 +20,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "google/protobuf/text_format.h"
+#include "graph/check.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -600,13 +601,31 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelText(absl::string_view te
   return ModelReader(limits).Read(model, &model);
 }
 
+namespace {
+
+// Protobuf serializes messages of at most 2 GiB - 1 bytes.
+constexpr size_t kMaxSerializedBytes = (size_t{1} << 31) - 1;
+
+// `model`'s bytes (deterministic: map entries and unknown fields in a fixed order) into
+// `out`, which has room for exactly model.ByteSizeLong() bytes, computed just before.
+void SerializeInto(const proto::Model& model, char* out, size_t size) {
+  google::protobuf::io::ArrayOutputStream raw(out, static_cast<int>(size));
+  google::protobuf::io::CodedOutputStream coded(&raw);
+  coded.SetSerializationDeterministic(true);
+  model.SerializeWithCachedSizes(&coded);
+  FUSELAGE_CHECK(!coded.HadError() && static_cast<size_t>(coded.ByteCount()) == size);
+}
+
+}  // namespace
+
 std::string SerializeModel(const GraphModule& gm) {
-  std::string bytes;
-  google::protobuf::io::StringOutputStream raw(&bytes);
-  google::protobuf::io::CodedOutputStream out(&raw);
-  out.SetSerializationDeterministic(true);
-  ModelToProto(gm).SerializeToCodedStream(&out);
-  out.Trim();
+  // Sized once: a growing string copied the model's bytes (all its weights) again at
+  // every doubling.
+  const proto::Model model = ModelToProto(gm);
+  const size_t size = model.ByteSizeLong();
+  if (size > kMaxSerializedBytes) return std::string();  // as protobuf's own refusal
+  std::string bytes(size, '\0');
+  SerializeInto(model, bytes.data(), bytes.size());
   return bytes;
 }
 
@@ -689,7 +708,22 @@ absl::StatusOr<std::unique_ptr<GraphModule>> LoadModel(const std::string& path,
 }
 
 absl::Status SaveModel(const GraphModule& gm, const std::string& path) {
-  return WriteFile(path, IsTextPath(path) ? SerializeModelText(gm) : SerializeModel(gm));
+  if (IsTextPath(path)) return WriteFile(path, SerializeModelText(gm));
+  // Into a buffer that is neither zero-filled first nor, for a large model, in small
+  // pages (see ReadFileBytes).
+  const proto::Model model = ModelToProto(gm);
+  const size_t size = model.ByteSizeLong();
+  if (size > kMaxSerializedBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot save '", path, "': the model is ", size, " bytes; protobuf's limit is ",
+        kMaxSerializedBytes));
+  }
+  FileBytes file;
+  if (size != 0) {
+    file.buffer.reset(TensorBuffer::Allocate(size));
+    SerializeInto(model, file.buffer->data(), size);
+  }
+  return WriteFile(path, file.bytes());
 }
 
 }  // namespace fuselage
