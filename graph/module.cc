@@ -279,6 +279,13 @@ std::vector<std::unique_ptr<Module>> Module::EraseChildrenAt(
   size_t next_removed = 0;
   for (size_t i = 0; i < children_.size(); ++i) {
     if (next_removed < positions.size() && positions[next_removed] == i) {
+      // Each removed child is written (in_tree_) and later freed: a cache miss per child
+      // in a large tree, overlapped by asking for the one a few removals ahead.
+      constexpr size_t kRemovalsAhead = 8;
+      if (next_removed + kRemovalsAhead < positions.size()) {
+        __builtin_prefetch(children_[positions[next_removed + kRemovalsAhead]].second.get(),
+                           /*rw=*/1);
+      }
       ++next_removed;
       new_position[i] = kGone;
       if (children_[i].second != nullptr) children_[i].second->in_tree_ = false;

@@ -172,6 +172,28 @@ Symbol Symbol::Lookup(absl::string_view name) {
   return Symbol(Table().Find(name, HashOf(name)));
 }
 
+void Symbol::LookupMany(absl::Span<const absl::string_view> names, Symbol* out) {
+  const SymbolTable& table = Table();
+  // Enough misses in flight to cover the latency, few enough that the prefetched lines
+  // are still there when they are read.
+  constexpr size_t kGroup = 16;
+  size_t hashes[kGroup];
+  for (size_t begin = 0; begin < names.size(); begin += kGroup) {
+    const size_t size = std::min(kGroup, names.size() - begin);
+    // Find reads the table current then, which may be a larger one by now: a prefetch of
+    // this one is then merely useless.
+    const IdTable* ids = table.ids.load(std::memory_order_acquire);
+    for (size_t i = 0; i < size; ++i) {
+      hashes[i] = HashOf(names[begin + i]);
+      __builtin_prefetch(&ids->slots[hashes[i] & ids->mask]);
+    }
+    for (size_t i = 0; i < size; ++i) {
+      const absl::string_view name = names[begin + i];
+      out[begin + i] = name.empty() ? Symbol() : Symbol(table.Find(name, hashes[i]));
+    }
+  }
+}
+
 absl::string_view Symbol::name() const { return Table().NameOf(id_); }
 
 }  // namespace fuselage

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace fuselage {
 
@@ -28,6 +29,13 @@ class Symbol {
   // Returns the symbol for `name` if it was ever interned, else the empty symbol. Does not
   // grow the table, so it is safe on untrusted text. Takes no lock.
   static Symbol Lookup(absl::string_view name);
+
+  // Sets out[i] = Lookup(names[i]) for every i (`out` has room for names.size()). For
+  // many names whose table entries are not in the cache (a module tree walked right after
+  // a model was parsed, or one of 10^5 modules): each group of names is hashed first and
+  // the table's memory for all of them requested before any is read, so the cache misses
+  // overlap instead of following one another. Takes no lock.
+  static void LookupMany(absl::Span<const absl::string_view> names, Symbol* out);
 
   absl::string_view name() const;
   std::string str() const { return std::string(name()); }

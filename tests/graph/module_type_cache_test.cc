@@ -300,6 +300,41 @@ TEST(PathTableWalkTest, NestedCalledAndUncalledPathsAllResolve) {
   EXPECT_TRUE(verified.ok()) << verified;
 }
 
+// The walk looks a module's children up in groups and keeps the paths of the modules it
+// descends into side by side: parents of more children than a group, several levels of
+// long names (no small-string storage), siblings descended into in turn.
+TEST(PathTableWalkTest, WideAndDeepTreesWithLongNamesAllResolve) {
+  GraphModule gm;
+  Node* x = *gm.graph().AddPlaceholder("x");
+  std::vector<Node*> calls;
+  for (int stage = 0; stage < 3; ++stage) {
+    for (int block = 0; block < 40; ++block) {
+      const std::string prefix =
+          absl::StrCat("stage_with_a_long_name_", stage, ".block_", block);
+      // Every third block is called whole; the others only in a grandchild.
+      const std::string path =
+          block % 3 == 0 ? prefix : absl::StrCat(prefix, ".inner_module_of_the_block.act");
+      ASSERT_TRUE(gm.SetModule(path, std::make_unique<Module>(block % 2 ? "nn.Tanh" : "nn.ReLU"))
+                      .ok());
+      ASSERT_TRUE(gm.SetModule(absl::StrCat(prefix, "_uncalled"),
+                               std::make_unique<Module>("nn.Identity"))
+                      .ok());
+      x = *gm.graph().AddCallModule(path, {x}, {}, "");
+      calls.push_back(x);
+    }
+  }
+  ASSERT_TRUE(gm.graph().SetOutput(x).ok());
+  gm.ResolveModuleTypes();
+  for (const Node* n : calls) {
+    const Module* walked = gm.FindModule(n->target().name());
+    ASSERT_NE(walked, nullptr) << n->target();
+    EXPECT_EQ(gm.FindModule(n->target()), walked) << n->target();
+    EXPECT_EQ(gm.ModuleTypeOf(n), walked->type()) << n->target();
+  }
+  absl::Status verified = gm.Verify();
+  EXPECT_TRUE(verified.ok()) << verified;
+}
+
 TEST(PathTableWalkTest, ManyUncalledModulesExhaustTheWalkAndTheRestIsResolvedByText) {
   GraphModule gm;
   // 300 uncalled modules come first in child order, then the called ones (deeper).

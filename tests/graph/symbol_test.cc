@@ -43,6 +43,28 @@ TEST(SymbolTest, LookupDoesNotIntern) {
 
 // 200k names grow the name -> id table from its initial 4096 slots many times; every name
 // keeps its id and text, and ids are distinct.
+TEST(SymbolTest, LookupManyAnswersWhatLookupAnswersForEachName) {
+  // More names than one group, mixing interned, never-interned and empty text.
+  std::vector<std::string> texts;
+  std::vector<Symbol> expected;
+  for (int i = 0; i < 50; ++i) {
+    texts.push_back(absl::StrCat("lookup_many_", i));
+    expected.push_back(i % 3 == 0 ? Symbol::Intern(texts.back()) : Symbol());
+    if (i % 7 == 0) {
+      texts.push_back("");
+      expected.push_back(Symbol());
+    }
+  }
+  std::vector<absl::string_view> names(texts.begin(), texts.end());
+  std::vector<Symbol> out(names.size(), Symbol::Intern("sentinel"));
+  Symbol::LookupMany(names, out.data());
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(out[i], expected[i]) << "'" << names[i] << "'";
+    EXPECT_EQ(out[i], Symbol::Lookup(names[i])) << "'" << names[i] << "'";
+  }
+  Symbol::LookupMany({}, nullptr);  // nothing to do
+}
+
 TEST(SymbolTest, IdsSurviveGrowth) {
   constexpr int kNames = 200000;
   std::vector<Symbol> symbols;
