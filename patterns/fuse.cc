@@ -119,6 +119,34 @@ class ModuleUseCounts {
   absl::flat_hash_map<uint32_t, int> sparse_;
 };
 
+// ---- Prefetching -----------------------------------------------------------------------
+// At 10^5 nodes and more, the graph (~180 B a node) and its modules (~900 B a node) are far
+// larger than the caches, and each loop of the pass below reaches them through pointers:
+// a chain of cache misses the hardware prefetcher cannot run ahead of. The addresses of
+// later iterations' nodes and modules are known (in the matches, in the plans), so each
+// loop asks for them a few iterations early. A prefetch never faults and changes nothing
+// but timing.
+constexpr size_t kIterationsAhead = 6;
+
+// The first `bytes` of the object at `p` (nullptr: nothing).
+inline void PrefetchObject(const void* p, size_t bytes) {
+  if (p == nullptr) return;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  for (uintptr_t line = 0; line < bytes; line += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(start + line));
+  }
+}
+
+// The node a few places later in the graph's list, guessing that the graph's arena keeps
+// nodes side by side in list order (mostly true: nodes are created in order; an erased
+// slot is reused by a node created in its place). A wrong guess is one useless prefetch;
+// the address is computed as an integer and never dereferenced.
+inline void PrefetchLaterNode(const Node* node) {
+  PrefetchObject(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(node) +
+                                               kIterationsAhead * sizeof(Node)),
+                 sizeof(Node));
+}
+
 // Sorts a match's few op nodes into execution order (insertion sort: 2-6 elements).
 void SortInExecutionOrder(const Graph& graph, absl::InlinedVector<MatchedOpNode, 4>& nodes) {
   for (size_t i = 1; i < nodes.size(); ++i) {
@@ -194,7 +222,9 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   // lives as long as the process.
   std::vector<uint32_t> called_paths;
   absl::flat_hash_set<absl::string_view> get_attr_paths;
+  called_paths.reserve(graph.size());
   for (const Node* n = graph.first(); n != nullptr; n = n->next()) {
+    PrefetchLaterNode(n);
     if (n->op() == OpKind::kCallModule) {
       called_paths.push_back(n->target().id());
     } else if (n->op() == OpKind::kGetAttr) {
@@ -256,6 +286,12 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   plans.reserve(matches.size());
   for (auto it = matches.rbegin(); it != matches.rend(); ++it) {
     const PatternMatch& match = *it;
+    if (static_cast<size_t>(matches.rend() - it) > kIterationsAhead) {
+      // The op nodes of a later match (their modules are looked up through them).
+      for (const Argument& bound : it[kIterationsAhead].bindings) {
+        if (bound.is_node()) PrefetchObject(bound.as_node(), sizeof(Node));
+      }
+    }
     const FusionRule& rule = *match.rule;
     const Pattern& pattern = rule.pattern;
     // Built in place (a plan is a few hundred bytes; one per match).
@@ -380,7 +416,18 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     const auto it = replaced.find(n);
     return it == replaced.end() ? n : it->second;
   };
-  for (PlannedFusion& plan : plans) {
+  for (size_t p = 0; p < plans.size(); ++p) {
+    PlannedFusion& plan = plans[p];
+    if (p + kIterationsAhead < plans.size()) {
+      // What a later fusion reads and writes: its nodes, the modules it moves or
+      // installs, the fused module built for it.
+      const PlannedFusion& later = plans[p + kIterationsAhead];
+      for (const MatchedOpNode& entry : later.nodes) {
+        PrefetchObject(entry.node, sizeof(Node));
+        PrefetchObject(entry.module, sizeof(Module));
+      }
+      PrefetchObject(later.module.get(), sizeof(Module));
+    }
     NodeSpec spec;
     spec.op = OpKind::kCallModule;
     // The root's args as they are now: ReplaceAllUsesWith has pointed every arg that read
