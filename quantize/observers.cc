@@ -94,10 +94,26 @@ std::pair<float, float> AMinMax(const Tensor& x) {
   return {lo, hi};
 }
 
+// std::fmod(a, b), exact as it is, without libm's bit-by-bit fmodf where |a / b| < 2^16
+// (the quotients of the histogram search): there n = trunc(a / b) has at most 17 bits,
+// so n * b and a - n * b are exact in double; a quotient rounded across an integer is
+// corrected by one step of b, and the remainder (which fmod's always is) is a float.
+float Fmod(float a, float b) {
+  const double ad = a, bd = b;
+  if (!std::isfinite(bd) || !(std::fabs(ad) < 65536.0 * std::fabs(bd))) {
+    return std::fmod(a, b);  // also every NaN, infinity and zero divisor
+  }
+  double r = ad - std::trunc(ad / bd) * bd;
+  const double step = std::signbit(a) ? -std::fabs(bd) : std::fabs(bd);  // toward a's sign
+  if (r != 0 && std::signbit(r) != std::signbit(a)) r += step;
+  if (std::fabs(r) >= std::fabs(bd)) r -= step;
+  return r == 0 ? std::copysign(0.0f, a) : static_cast<float>(r);
+}
+
 // ATen's div_floor_floating (Python's float floor division), in float32.
 float DivFloor(float a, float b) {
   if (b == 0) return a / b;
-  const float mod = std::fmod(a, b);
+  const float mod = Fmod(a, b);
   float div = (a - mod) / b;
   if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1.0f;
   if (div == 0) return std::copysign(0.0f, a / b);
