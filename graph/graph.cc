@@ -357,6 +357,82 @@ uint32_t graph_internal::NameHashOf(absl::string_view name) {
   return static_cast<uint32_t>(h ^ (h >> 33));
 }
 
+// ---- The name index (graph_internal::NameIndex) -----------------------------------
+
+Node* graph_internal::NameIndex::NodeOf(uint64_t entry) const {
+  return static_cast<Node*>(arena_->SlotAt(IndexOf(entry)));
+}
+
+Node* graph_internal::NameIndex::Find(HashedName name) const {
+  if (size_ == 0) return nullptr;
+  for (size_t i = Home(name.hash);; i = (i + 1) & mask_) {
+    const uint64_t entry = entries_[i];
+    if (entry == 0) return nullptr;
+    if (HashOf(entry) == name.hash) {
+      Node* node = NodeOf(entry);
+      if (node->name() == name.text) return node;
+    }
+  }
+}
+
+bool graph_internal::NameIndex::InsertIfAbsent(HashedName name, uint32_t index) {
+  // At most 3/4 full: probes for a free name then end within a few entries.
+  if ((size_ + 1) * 4 > (mask_ + 1) * 3) Grow();
+  size_t i = Home(name.hash);
+  for (;; i = (i + 1) & mask_) {
+    const uint64_t entry = entries_[i];
+    if (entry == 0) break;
+    if (HashOf(entry) == name.hash && NodeOf(entry)->name() == name.text) return false;
+  }
+  entries_[i] = EntryOf(name.hash, index);
+  ++size_;
+  return true;
+}
+
+size_t graph_internal::NameIndex::PositionOf(uint32_t hash, uint32_t index) const {
+  const uint64_t wanted = EntryOf(hash, index);
+  size_t i = Home(hash);
+  while (entries_[i] != wanted) {
+    FUSELAGE_CHECK(entries_[i] != 0);  // the node is indexed under this hash
+    i = (i + 1) & mask_;
+  }
+  return i;
+}
+
+void graph_internal::NameIndex::Erase(uint32_t hash, uint32_t index) {
+  size_t hole = PositionOf(hash, index);
+  // Backward shift: each following entry of the run that may sit at the hole (its home is
+  // not after the hole, cyclically) moves into it, and leaves a new hole behind.
+  for (size_t j = (hole + 1) & mask_; entries_[j] != 0; j = (j + 1) & mask_) {
+    const size_t home = Home(HashOf(entries_[j]));
+    if (((j - home) & mask_) >= ((j - hole) & mask_)) {
+      entries_[hole] = entries_[j];
+      hole = j;
+    }
+  }
+  entries_[hole] = 0;
+  --size_;
+}
+
+void graph_internal::NameIndex::Replace(uint32_t hash, uint32_t index, uint32_t heir) {
+  entries_[PositionOf(hash, index)] = EntryOf(hash, heir);
+}
+
+void graph_internal::NameIndex::Grow() {
+  const size_t old_capacity = mask_ == 0 ? 0 : mask_ + 1;
+  const size_t capacity = old_capacity == 0 ? 16 : 2 * old_capacity;
+  std::unique_ptr<uint64_t[]> old = std::move(entries_);
+  entries_ = std::make_unique<uint64_t[]>(capacity);  // zeroed: all empty
+  mask_ = capacity - 1;
+  for (size_t k = 0; k < old_capacity; ++k) {
+    const uint64_t entry = old[k];
+    if (entry == 0) continue;
+    size_t i = Home(HashOf(entry));
+    while (entries_[i] != 0) i = (i + 1) & mask_;
+    entries_[i] = entry;
+  }
+}
+
 bool Graph::StillTaken(uint32_t hash, uint64_t taken_at) const {
   if (names_freed_ - taken_at > kFreedWindow) return false;
   for (uint64_t i = taken_at; i < names_freed_; ++i) {
@@ -442,7 +518,7 @@ std::string Graph::UniqueName(absl::string_view hint) const {
   MakeUnique(
       &name,
       [this](HashedName candidate) {
-        return by_name_.contains(candidate) ? Claim::kTaken : Claim::kClaimed;
+        return by_name_.Find(candidate) != nullptr ? Claim::kTaken : Claim::kClaimed;
       },
       /*takes_name=*/false);
   return std::string(View(name));
@@ -451,24 +527,20 @@ std::string Graph::UniqueName(absl::string_view hint) const {
 // Claims `candidate` for `node` if it is free: one probe finds it and indexes the node,
 // whose name (and its hash) is set before its slot is filled.
 bool Graph::ClaimName(Node* node, HashedName candidate) {
-  bool claimed = false;
-  by_name_.lazy_emplace(candidate, [&](const auto& construct) {
-    std::string& name = node->name_;
-    const absl::string_view text = candidate.text;
-    if (text.size() >= sizeof(std::string) / 2 && name.capacity() >= text.size()) {
-      // A renamed node whose old name is on the heap and long enough (convert renames
-      // each observer, "activation_post_process_<n>", to "quantize_per_tensor_<n>"): the
-      // text goes into that block, which saves freeing it and allocating another.
-      name.assign(text.data(), text.size());
-    } else {
-      // Constructed, not assigned: std::string's assign is a long out-of-line path.
-      name = std::string(text.data(), text.size());
-    }
-    node->name_hash_ = candidate.hash;
-    construct(node);
-    claimed = true;
-  });
-  return claimed;
+  if (!by_name_.InsertIfAbsent(candidate, node->index_)) return false;
+  std::string& name = node->name_;
+  const absl::string_view text = candidate.text;
+  if (text.size() >= sizeof(std::string) / 2 && name.capacity() >= text.size()) {
+    // A renamed node whose old name is on the heap and long enough (convert renames
+    // each observer, "activation_post_process_<n>", to "quantize_per_tensor_<n>"): the
+    // text goes into that block, which saves freeing it and allocating another.
+    name.assign(text.data(), text.size());
+  } else {
+    // Constructed, not assigned: std::string's assign is a long out-of-line path.
+    name = std::string(text.data(), text.size());
+  }
+  node->name_hash_ = candidate.hash;
+  return true;
 }
 
 void Graph::NameNewNode(Node* node, absl::string_view hint) {
@@ -501,14 +573,13 @@ const std::string& Graph::Rename(Node* node, absl::string_view name) {
 }
 
 void Graph::EraseFromNameIndex(Node* node) {
-  // Found by the node's kept hash and compared as pointers: the text is not read.
-  by_name_.erase(by_name_.find(node));
+  // Found by the node's kept hash and slot number: no name is read.
+  by_name_.Erase(node->name_hash_, node->index_);
   NoteNameFreed(node->name_hash_);
 }
 
 Node* Graph::FindNode(absl::string_view name) const {
-  auto it = by_name_.find(name);
-  return it == by_name_.end() ? nullptr : *it;
+  return by_name_.Find(HashedName{name, NameHashOf(name)});
 }
 
 // ---- Checks -------------------------------------------------------------------------
@@ -887,12 +958,10 @@ absl::Status Graph::EraseAndPassName(Node* node, Node* heir) {
   }
   RemoveUsesOf(node);
   EraseFromNameIndex(heir);  // the heir's own name is freed
-  // The name stays taken, so its index slot stays where it is and only changes hands: the
-  // slot is keyed by the name, which does not change (a const_cast of the stored pointer,
-  // never of the table's structure). The name is not "freed", so the suffix counters'
-  // proof that it is taken (StillTaken) stays true, as it is.
-  auto slot = by_name_.find(node);
-  const_cast<Node*&>(*slot) = heir;
+  // The name stays taken, so its index entry stays where it is and only changes hands
+  // (the entry is placed by the name's hash, which does not change). The name is not
+  // "freed", so the suffix counters' proof that it is taken (StillTaken) stays true.
+  by_name_.Replace(node->name_hash_, node->index_, heir->index_);
   heir->name_ = std::move(node->name_);
   heir->name_hash_ = node->name_hash_;
   if (node == output_) output_ = nullptr;
@@ -953,11 +1022,11 @@ absl::Status Graph::Verify() const {
     if (n->name_hash_ != graph_internal::NameHashOf(n->name_)) {
       return absl::InternalError(absl::StrCat(where(), ": stale name hash"));
     }
-    auto indexed = by_name_.find(absl::string_view(n->name_));
-    if (indexed == by_name_.end()) {
+    const Node* indexed = by_name_.Find(HashedName{n->name_, n->name_hash_});
+    if (indexed == nullptr) {
       return absl::InternalError(absl::StrCat(where(), ": missing from the name index"));
     }
-    if (*indexed != n) {
+    if (indexed != n) {
       return absl::InvalidArgumentError(absl::StrCat("duplicate node name '", n->name_, "'"));
     }
     if (n->target_.empty()) {
@@ -1022,16 +1091,13 @@ absl::Status Graph::Verify() const {
 
 absl::StatusOr<Node*> GraphBuilder::AddNode(OpKind op, Symbol target, absl::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError("a node has an empty name");
-  Node* node = nullptr;
   const graph_internal::HashedName hashed{name, graph_internal::NameHashOf(name)};
-  graph_->by_name_.lazy_emplace(hashed, [&](const auto& construct) {
-    node = graph_->NewNode(op, target, std::string(name));
-    node->name_hash_ = hashed.hash;
-    construct(node);
-  });
-  if (node == nullptr) {
+  if (graph_->by_name_.Find(hashed) != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("duplicate node name '", name, "'"));
   }
+  Node* node = graph_->NewNode(op, target, std::string(name));
+  node->name_hash_ = hashed.hash;
+  FUSELAGE_CHECK(graph_->by_name_.InsertIfAbsent(hashed, node->index_));
   graph_->Link(node, nullptr);
   if (op == OpKind::kOutput && graph_->output_ == nullptr) graph_->output_ = node;
   return node;

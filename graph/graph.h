@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +102,60 @@ struct HashedName {
   uint32_t hash;
 };
 class NameChars;  // a name being built (graph.cc)
+
+// A graph's name index: every live node under its name. An open-addressing table (linear
+// probing, at most 3/4 full) of 8-byte entries that hold the name's hash and the node's
+// slot number (Node::index()), so that
+//  - a probe rejects every other name by its 32-bit hash, in the entry itself: it reads
+//    another node (and its name's heap block) only when the whole hash matches, that is
+//    when the name is there (or once in 4 billion compares);
+//  - a node's entry is found by its kept hash and slot number (Erase, Rename) without
+//    reading any node or name;
+//  - growing rehashes from the entries alone;
+//  - a probe, a claim and an erase touch one cache line of the table, mostly (a
+//    flat_hash_set<Node*> reads a control byte line and a slot line, then the node).
+// Erasing shifts the following entries back (no tombstones), so probes stay short
+// through any number of erases and renames.
+class NameIndex {
+ public:
+  // Nodes are found by slot number in `arena` (Graph's: it outlives the index).
+  explicit NameIndex(const NodeArena* arena) : arena_(arena) {}
+  NameIndex(const NameIndex&) = delete;
+  NameIndex& operator=(const NameIndex&) = delete;
+
+  size_t size() const { return size_; }
+  // The node named `name`, or nullptr.
+  Node* Find(HashedName name) const;
+  // Indexes node `index` under `name` (the node's name need not be set yet) unless a node
+  // has that name; true if it was added.
+  bool InsertIfAbsent(HashedName name, uint32_t index);
+  // Removes the entry of node `index`, indexed under a name of hash `hash` (it must be).
+  void Erase(uint32_t hash, uint32_t index);
+  // The entry of node `index` (hash `hash`, it must be indexed) now stands for node `heir`.
+  void Replace(uint32_t hash, uint32_t index, uint32_t heir);
+
+ private:
+  // 0 is an empty entry; the slot number is stored plus one.
+  static uint64_t EntryOf(uint32_t hash, uint32_t index) {
+    return uint64_t{hash} << 32 | (uint64_t{index} + 1);
+  }
+  static uint32_t HashOf(uint64_t entry) { return static_cast<uint32_t>(entry >> 32); }
+  static uint32_t IndexOf(uint64_t entry) { return static_cast<uint32_t>(entry) - 1; }
+  Node* NodeOf(uint64_t entry) const;
+  // Where an entry of this hash is placed first: the hash's top bits (NameHashOf mixes
+  // every byte into them).
+  size_t Home(uint32_t hash) const {
+    return static_cast<size_t>((uint64_t{hash} * (mask_ + 1)) >> 32);
+  }
+  // The position of node `index`'s entry (present).
+  size_t PositionOf(uint32_t hash, uint32_t index) const;
+  void Grow();
+
+  const NodeArena* arena_;
+  std::unique_ptr<uint64_t[]> entries_;
+  size_t mask_ = 0;  // capacity - 1 (a power of two), 0 while there is no table
+  size_t size_ = 0;
+};
 // What probing a candidate name found (Graph's naming, graph.cc).
 enum class Claim {
   kClaimed,      // free (and taken by the node being named, if any)
@@ -268,12 +323,12 @@ class Graph {
   Node* tail_ = nullptr;
   Node* output_ = nullptr;
   size_t size_ = 0;
-  // graph_internal::NameHashOf of a name, or the hash a node or HashedName already holds.
+  // graph_internal::NameHashOf of a name, or the hash a HashedName already holds: the
+  // suffix counters' keys.
   struct NameHash {
     using is_transparent = void;
     size_t operator()(absl::string_view name) const { return graph_internal::NameHashOf(name); }
     size_t operator()(const HashedName& name) const { return name.hash; }
-    size_t operator()(const Node* n) const { return n->name_hash_; }
   };
   struct NameEqual {
     using is_transparent = void;
@@ -282,20 +337,8 @@ class Graph {
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const { return Key(a) == Key(b); }
   };
-  struct NameEq {
-    using is_transparent = void;
-    static absl::string_view Key(absl::string_view name) { return name; }
-    static absl::string_view Key(const HashedName& name) { return name.text; }
-    static absl::string_view Key(const Node* n) { return n->name(); }
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const { return Key(a) == Key(b); }
-    // Node against node (Erase): names are unique in the index, so the same name means
-    // the same node, and the compare need not read the names. Every insertion is keyed by
-    // the name (lazy_emplace), so this never hides a duplicate.
-    bool operator()(Node* a, Node* b) const { return a == b; }
-  };
-  // Nodes indexed by name; the key is the node itself (8 bytes a slot), looked up by name.
-  absl::flat_hash_set<Node*, NameHash, NameEq> by_name_;
+  // Nodes indexed by name (graph_internal::NameIndex: hash and slot number per entry).
+  graph_internal::NameIndex by_name_{&arena_};
   // Per base name, the suffix last handed out (graph/NAMING.md), so naming stays O(1) with
   // many `add_N` nodes; and what proves without a probe that base_<last> is still taken
   // (no name with its hash was freed since a node took it), which saves the one probe

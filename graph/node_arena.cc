@@ -42,10 +42,13 @@ void* NodeArena::Allocate(uint32_t* index) {
     return slot;
   }
   if (left_ == 0) {
-    const size_t slots = std::clamp(total_slots_ / 4, kMinChunkSlots, kMaxChunkSlots);
+    // A whole number of blocks (SlotAt).
+    const size_t slots = std::clamp(total_slots_ / 4, kMinChunkSlots, kMaxChunkSlots) /
+                         kBlockSlots * kBlockSlots;
     // operator new[] aligns to max_align_t; slot_size_ is a multiple of the slot alignment.
     chunks_.emplace_back(new unsigned char[slots * slot_size_]);
     next_ = chunks_.back().get();
+    for (size_t b = 0; b < slots; b += kBlockSlots) blocks_.push_back(next_ + b * slot_size_);
     left_ = slots;
     total_slots_ += slots;
     FUSELAGE_POISON(next_, slots * slot_size_);

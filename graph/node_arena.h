@@ -36,6 +36,11 @@ class NodeArena {
   void Free(void* slot, uint32_t index);
   // How many slots were ever handed out: every slot number is below it. Never decreases.
   size_t slots_used() const { return total_slots_ - left_; }
+  // The slot numbered `index` (handed out by Allocate, live or free): two loads, no search,
+  // so a table may hold 4-byte slot numbers instead of 8-byte node pointers.
+  void* SlotAt(uint32_t index) const {
+    return blocks_[index >> kBlockShift] + (index & (kBlockSlots - 1)) * slot_size_;
+  }
 
  private:
   // What a freed slot holds until it is reused: the free list's link and its number.
@@ -47,9 +52,15 @@ class NodeArena {
   // graphs waste little and large ones add a chunk every few thousand nodes.
   static constexpr size_t kMinChunkSlots = 32;
   static constexpr size_t kMaxChunkSlots = 4096;
+  // Chunk sizes are multiples of kBlockSlots, so every block of kBlockSlots consecutive
+  // slot numbers lies in one chunk: SlotAt finds it in blocks_ (8 bytes per 32 slots).
+  static constexpr size_t kBlockShift = 5;
+  static constexpr size_t kBlockSlots = size_t{1} << kBlockShift;
+  static_assert(kMinChunkSlots % kBlockSlots == 0, "chunks hold whole blocks");
 
   size_t slot_size_;
   std::vector<std::unique_ptr<unsigned char[]>> chunks_;
+  std::vector<unsigned char*> blocks_;  // the first slot of each block, by slot number / 32
   size_t total_slots_ = 0;
   unsigned char* next_ = nullptr;  // next never-used slot of the newest chunk
   size_t left_ = 0;                // never-used slots left in the newest chunk

@@ -940,6 +940,111 @@ TEST(GraphTest, EraseAndPassNameNamesAsEraseThenRename) {
   EXPECT_GRAPH_VALID(slow);
 }
 
+// The name index against a std::map from name to node, through random inserts (explicit
+// and default names, short and past std::string's inline buffer), erases, renames and
+// EraseAndPassName on a graph that grows past many table sizes and shrinks again (erases
+// shift entries back, so runs that wrap around the table's end are exercised too): every
+// live name is found as its node, and every freed name is not found.
+TEST(GraphTest, TheNameIndexFindsExactlyTheLiveNamesThroughGrowthAndErases) {
+  const std::vector<std::string> hints = {"", "add", "relu_3", "a_long_name_past_sixteen",
+                                          "activation_post_process_7", "q"};
+  std::mt19937 random(13);
+  auto pick = [&random](size_t n) { return static_cast<size_t>(random() % n); };
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  ASSERT_TRUE(g.SetOutput(x).ok());
+  std::map<std::string, Node*> live = {{"x", x}, {"output", g.output()}};
+  std::set<std::string> freed;
+  std::vector<Node*> nodes;  // erasable
+  auto forget = [&](const std::string& name) {
+    live.erase(name);
+    freed.insert(name);
+  };
+  auto remember = [&](Node* n) {
+    ASSERT_EQ(live.count(n->name()), 0u) << n->name();
+    live[n->name()] = n;
+    freed.erase(n->name());
+  };
+  for (int step = 0; step < 30000; ++step) {
+    // Grow for the first half, then shrink: the table grows to thousands of entries,
+    // then most of them are erased.
+    const size_t op = pick(10);
+    const bool grow = step < 15000;
+    if (nodes.size() < 2 || (grow ? op < 6 : op < 2)) {
+      const std::string& hint = hints[pick(hints.size())];
+      Node* n = *g.AddCallFunction(pick(2) == 0 ? "operator.add" : "torch.relu", {x}, {}, hint);
+      remember(n);
+      nodes.push_back(n);
+    } else if (op < 8) {
+      const size_t i = pick(nodes.size());
+      forget(nodes[i]->name());
+      ASSERT_TRUE(g.Erase(nodes[i]).ok());
+      nodes.erase(nodes.begin() + static_cast<std::ptrdiff_t>(i));
+    } else if (op == 8) {
+      Node* n = nodes[pick(nodes.size())];
+      const std::string old_name = n->name();
+      const std::string& given = g.Rename(n, hints[pick(hints.size())]);
+      if (given != old_name) {
+        forget(old_name);
+        remember(n);
+      }
+    } else {
+      const size_t i = pick(nodes.size());
+      size_t heir = pick(nodes.size() - 1);
+      if (heir >= i) ++heir;
+      const std::string name = nodes[i]->name();
+      forget(nodes[heir]->name());
+      ASSERT_TRUE(g.EraseAndPassName(nodes[i], nodes[heir]).ok());
+      live[name] = nodes[heir];
+      nodes.erase(nodes.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (step % 1000 == 999) {
+      for (const auto& [name, node] : live) ASSERT_EQ(g.FindNode(name), node) << name;
+      for (const std::string& name : freed) ASSERT_EQ(g.FindNode(name), nullptr) << name;
+      ASSERT_EQ(g.size(), live.size());
+      ASSERT_TRUE(g.Verify().ok()) << g.Verify();
+    }
+  }
+  EXPECT_GRAPH_VALID(g);
+}
+
+// Two names with the same 32-bit NameHashOf: the index tells them apart by their text,
+// whichever is indexed first and whichever is erased or renamed.
+TEST(GraphTest, NamesWithTheSameHashAreTwoNames) {
+  std::map<uint32_t, std::string> seen;
+  std::string first, second;
+  for (int i = 0; i < 2000000 && second.empty(); ++i) {
+    std::string name = absl::StrCat("n", i);
+    auto [it, added] = seen.emplace(graph_internal::NameHashOf(name), name);
+    if (!added) {
+      first = it->second;
+      second = std::move(name);
+    }
+  }
+  ASSERT_FALSE(second.empty()) << "no two names of the same hash among 2 million";
+  ASSERT_EQ(graph_internal::NameHashOf(first), graph_internal::NameHashOf(second));
+  Chain c;
+  Node* a = *c.g.InsertAfter(c.x, {OpKind::kCallFunction, Symbol::Intern("torch.relu"), {c.x}, {}, first});
+  EXPECT_EQ(c.g.FindNode(second), nullptr);
+  EXPECT_EQ(c.g.UniqueName(second), second);
+  Node* b = *c.g.InsertAfter(c.x, {OpKind::kCallFunction, Symbol::Intern("torch.relu"), {c.x}, {}, second});
+  EXPECT_EQ(a->name(), first);
+  EXPECT_EQ(b->name(), second);
+  EXPECT_EQ(c.g.FindNode(first), a);
+  EXPECT_EQ(c.g.FindNode(second), b);
+  EXPECT_GRAPH_VALID(c.g);
+  ASSERT_TRUE(c.g.Erase(a).ok());
+  EXPECT_EQ(c.g.FindNode(first), nullptr);
+  EXPECT_EQ(c.g.FindNode(second), b);
+  EXPECT_EQ(c.g.Rename(b, first), first);
+  EXPECT_EQ(c.g.FindNode(first), b);
+  EXPECT_EQ(c.g.FindNode(second), nullptr);
+  Node* d = *c.g.InsertAfter(c.x, {OpKind::kCallFunction, Symbol::Intern("torch.relu"), {c.x}, {}, second});
+  EXPECT_EQ(d->name(), second);
+  EXPECT_EQ(c.g.FindNode(second), d);
+  EXPECT_GRAPH_VALID(c.g);
+}
+
 // Meta given at creation is shared between the nodes that got it; changing one node's
 // meta copies the block for that node only (copy on write), the others keep the original.
 TEST(GraphTest, SharedMetaIsGivenAtCreationAndCopiedOnWrite) {
