@@ -390,7 +390,9 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     ++weighted_plans_found;
     const QuantizedOpPlan& plan = it->second;
     const absl::string_view path = n->target().name();
-    Module* m = gm.FindModule(path);
+    // By the interned path: one probe of the GraphModule's path table where it is current
+    // (Prepare's adding observer modules keeps it so), not a walk of the text's components.
+    Module* m = gm.FindModule(n->target());
     if (m == nullptr) return NoModuleError(n);
     const bool fused = m->type() != plan.root_module;
     Module* weighted = fused ? m->FindChild("0") : m;

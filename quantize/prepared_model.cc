@@ -118,7 +118,7 @@ absl::StatusOr<PreparedModel> PreparedModelFromGraph(const GraphModule& gm) {
   absl::flat_hash_set<absl::string_view> parents;
   for (const Node* n = gm.graph().first(); n != nullptr; n = n->next()) {
     if (n->op() != OpKind::kCallModule) continue;
-    const Module* m = gm.FindModule(n->target().name());
+    const Module* m = gm.FindModule(n->target());
     if (m == nullptr || !IsObserverModuleType(m->type())) continue;
     ++prepared.report.observer_nodes;
     const absl::string_view path = n->target().name();
