@@ -43,8 +43,8 @@ struct PlannedFusion {
   // they read the fused node of any earlier match whose outermost node they read), then
   // these.
   absl::InlinedVector<ExtraInput, 1> extras;
-  // The fused module; null once planned if it is the root's own module, left in its slot
-  // (KeepInPlace).
+  // The fused module; null if it is the root's own module, folded in its slot
+  // (PendingFusion::root_slot).
   std::unique_ptr<Module> module;
   // Parts to move in when installed (with the fold of a moved conv); a copied conv's
   // weight scaling, after the last fusion.
@@ -180,31 +180,6 @@ ExtraInput BoundExtraInput(const PatternMatch& match, int p) {
   extra.consumer = consumer;
   extra.arg_index = k;
   return extra;
-}
-
-// Whether the fused module `fused` is only a placeholder that `pending` fills by moving
-// `slot`'s module into it: the fuser took that module whole, e.g. (BatchNorm2d, Conv2d) ->
-// the folded nn.Conv2d itself, its conv moved rather than copied.
-bool IsMovedHere(const PendingFusion& pending, const Module* slot,
-                 const std::unique_ptr<Module>& fused) {
-  for (const PendingFusion::Move& move : pending.moves) {
-    if (move.from == slot && move.to == fused.get()) return fused->type() == slot->type();
-  }
-  return false;
-}
-
-// For a fusion whose fused module would be its root's own module moved out and back
-// (IsMovedHere): leaves the module in its slot instead, and has `pending` apply the rest
-// (the batch-norm fold) there. What the slot ends up holding is the same; what is saved is
-// a module allocated and freed and two whole-module moves per fusion. Afterwards
-// plan.module is null (the apply loop then installs nothing).
-void KeepInPlace(PlannedFusion& plan) {
-  auto& moves = plan.pending.moves;
-  moves.erase(std::find_if(moves.begin(), moves.end(), [&plan](const PendingFusion::Move& m) {
-    return m.from == plan.reuse_slot && m.to == plan.module.get();
-  }));
-  plan.pending.Relocate(plan.module.get(), plan.reuse_slot);
-  plan.module.reset();
 }
 
 }  // namespace
@@ -380,12 +355,22 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       entry.movable = removable && module_uses[path] == 1;
     }
 
+    if (plan.root->op() == OpKind::kCallModule && module_uses[plan.root->target()] == 1) {
+      for (const MatchedOpNode& entry : plan.nodes) {
+        if (entry.node == plan.root) plan.reuse_slot = entry.module;
+      }
+    }
+    plan.pending.root_slot = plan.reuse_slot;
     ASSIGN_OR_RETURN(plan.module,
                      rule.FuseForPass(gm, match, plan.root, plan.nodes, &plan.pending));
-    if (plan.module == nullptr) return PlanError(match, "the fuser returned no module");
-    const ModuleSchema* schema = find_schema(plan.module->type());
+    const bool in_place = plan.pending.fused_in_place && plan.reuse_slot != nullptr;
+    if (plan.module == nullptr && !in_place) {
+      return PlanError(match, "the fuser returned no module");
+    }
+    const Symbol fused_type = in_place ? plan.reuse_slot->type() : plan.module->type();
+    const ModuleSchema* schema = find_schema(fused_type);
     if (schema == nullptr) {
-      return PlanError(match, absl::StrCat("fused module type '", plan.module->type().name(),
+      return PlanError(match, absl::StrCat("fused module type '", fused_type.name(),
                                            "' is not a registered module type"));
     }
     const int inputs = static_cast<int>(plan.root->num_args() + plan.extras.size());
@@ -394,14 +379,6 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       return PlanError(match, absl::StrCat("fused module type '", schema->type, "' takes ",
                                            schema->min_inputs, "..", schema->max_inputs,
                                            " inputs; the fused node would have ", inputs));
-    }
-    if (plan.root->op() == OpKind::kCallModule && module_uses[plan.root->target()] == 1) {
-      for (const MatchedOpNode& entry : plan.nodes) {
-        if (entry.node == plan.root) plan.reuse_slot = entry.module;
-      }
-      if (plan.reuse_slot != nullptr && IsMovedHere(plan.pending, plan.reuse_slot, plan.module)) {
-        KeepInPlace(plan);
-      }
     }
   }
 
@@ -446,7 +423,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     // Install the fused module, moving in the parts it takes from the tree.
     plan.pending.ApplyMoves();
     if (plan.reuse_slot != nullptr) {
-      if (plan.module != nullptr) {  // else the fused module is the slot's own (KeepInPlace)
+      if (plan.module != nullptr) {  // else the fused module is the slot's own, in place
         *plan.reuse_slot = std::move(*plan.module);
         plan.pending.Relocate(plan.module.get(), plan.reuse_slot);
         plan.module.reset();

@@ -294,10 +294,13 @@ void ScaleRow(float* row, int64_t n, float s) {
 // PyTorch's fuse_conv_bn_eval / fuse_linear_bn_eval on module data, checked here. If
 // `move_conv`, returns an empty placeholder that the pass fills by moving `conv` into it,
 // and leaves the whole fold to compute then (pending->moved_fold, PendingFusion::
-// ApplyMoves). Else returns a copy of `conv` with the batch norm folded into its bias, and
-// in `pending->weight_scale` the scaling still owed to its weight (PendingWeightScale).
+// ApplyMoves); if also `in_place`, returns nullptr and leaves the fold to compute into
+// `conv` itself, where it is. Else returns a copy of `conv` with the batch norm folded into
+// its bias, and in `pending->weight_scale` the scaling still owed to its weight
+// (PendingWeightScale).
 absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string_view conv_path,
-                                                      bool move_conv, const Module& bn,
+                                                      bool move_conv, bool in_place,
+                                                      const Module& bn,
                                                       absl::string_view bn_path,
                                                       PendingFusion* pending) {
   const FoldedModuleTensors conv_tensors(conv);
@@ -355,11 +358,15 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string
     }
   }
   if (move_conv) {
-    // Computed when the move has filled the placeholder (PendingFusion::ApplyMoves).
-    auto folded = std::make_unique<Module>(conv.type());
-    pending->moves.push_back({&conv, folded.get()});
+    // Computed when the move has filled the placeholder (PendingFusion::ApplyMoves), or,
+    // in place, when the pass installs the fusion.
+    std::unique_ptr<Module> folded;
+    if (!in_place) {
+      folded = std::make_unique<Module>(conv.type());
+      pending->moves.push_back({&conv, folded.get()});
+    }
     PendingFusion::MovedFold& fold = pending->moved_fold;
-    fold.module = folded.get();
+    fold.module = in_place ? &conv : folded.get();
     fold.mean = mean;
     fold.var = var;
     fold.gamma = gamma;
@@ -427,9 +434,17 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(
         "reading root node '", root->name(), "'"));
   }
   const bool move_root = root_entry != nullptr && root_entry->movable;
+  // The result is the folded root module alone (no fused type, no other matched node) and
+  // the pass replaces that very module: it is folded where it is (PendingFusion::root_slot).
+  const bool in_place = move_root && rule.fused_module_type.empty() && nodes.size() == 2 &&
+                        pending->root_slot == root_module;
   ASSIGN_OR_RETURN(std::unique_ptr<Module> folded,
-                   FoldBatchNorm(*root_module, root->target().name(), move_root, *bn_module,
-                                 bn_node->target().name(), pending));
+                   FoldBatchNorm(*root_module, root->target().name(), move_root, in_place,
+                                 *bn_module, bn_node->target().name(), pending));
+  if (in_place) {
+    pending->fused_in_place = true;
+    return folded;  // nullptr
+  }
   ModuleParts parts;
   for (const MatchedOpNode& entry : nodes) {
     if (entry.node == bn_node) continue;
@@ -494,8 +509,10 @@ void ApplyMovedFold(const PendingFusion::MovedFold& fold) {
 }
 
 // Empties `pending` field by field (assigning it a temporary PendingFusion() moves an empty
-// InlinedVector, which gcc 12 flags -Wmaybe-uninitialized: a false positive).
+// InlinedVector, which gcc 12 flags -Wmaybe-uninitialized: a false positive), except its
+// input root_slot.
 void ClearPending(PendingFusion* pending) {
+  pending->fused_in_place = false;
   pending->moves.clear();
   pending->moved_fold = PendingFusion::MovedFold();
   pending->weight_scale.module = nullptr;

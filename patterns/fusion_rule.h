@@ -152,6 +152,15 @@ struct PendingFusion {
   MovedFold moved_fold;
   // The weight half of a fold into a copied conv / linear (its bias is already folded).
   PendingWeightScale weight_scale;
+  // Set by the pass before FuseForPass (which keeps it): the module the pass will replace
+  // by the fused module in its slot of the tree (the root node's, when only the root calls
+  // it), or nullptr. If the fused module would be that very module, moved whole -- a
+  // batch-norm fold with no fused type, e.g. (BatchNorm2d, Conv2d) -> nn.Conv2d, of a
+  // movable conv -- the fuser leaves it where it is instead: FuseForPass returns nullptr,
+  // sets `fused_in_place`, and ApplyMoves computes the fold into it (no module allocated,
+  // nothing moved out and back).
+  Module* root_slot = nullptr;
+  bool fused_in_place = false;
 
   // Performs the moves, then computes a moved fold (moved_fold) into the moved module:
   // folded bias and scaled weight, the float32 arithmetic Fuse uses, so bit-identical.
@@ -213,6 +222,8 @@ struct FusionRule {
   // weight scaling in `pending->weight_scale`. The caller applies `pending`
   // (ApplyMoves, then weight_scale.Apply()) while the returned module is alive, or drops
   // both, having changed nothing. A custom fuser is called as by Fuse and defers nothing.
+  // Returns nullptr (and sets pending->fused_in_place) only when the fused module is
+  // pending->root_slot itself, folded in place (see PendingFusion::root_slot).
   absl::StatusOr<std::unique_ptr<Module>> FuseForPass(const GraphModule& gm,
                                                       const PatternMatch& match, Node* root,
                                                       absl::Span<const MatchedOpNode> nodes,
