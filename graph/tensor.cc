@@ -6,6 +6,7 @@
 #include <new>
 #include <ostream>
 #include <utility>
+#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -119,9 +120,11 @@ class RegionPool {
     const size_t need = (size + kAlign - 1) / kAlign * kAlign;
     std::lock_guard<std::mutex> lock(mu_);
     if (current_ == nullptr || current_->used + need > Region::kBytes) {
-      Region* next = spare_;
-      spare_ = nullptr;
-      if (next == nullptr) {
+      Region* next = nullptr;
+      if (!spares_.empty()) {
+        next = spares_.back();
+        spares_.pop_back();
+      } else {
         char* base = MapHugePageAligned(Region::kBytes);
         if (base == nullptr) return nullptr;
         next = new Region{base};
@@ -149,20 +152,73 @@ class RegionPool {
   }
 
  private:
-  // An empty region that is not current: kept as the spare, or unmapped.
+  // An empty region that is not current: kept as a spare, or unmapped.
   void Release(Region* region) {
-    if (spare_ == nullptr) {
+    if (spares_.size() < kMaxSpares) {
       region->used = 0;
-      spare_ = region;
+      spares_.push_back(region);
       return;
     }
     Unmap(region->base, Region::kBytes);
     delete region;
   }
 
+  // Empty regions kept for reuse: a pass run again and again (a server, a benchmark)
+  // carves its buffers from pages already faulted in, as the heap would give it blocks
+  // it freed, instead of mapping and faulting new ones each time.
+  static constexpr size_t kMaxSpares = 8;  // 128 MiB of address space at most
   std::mutex mu_;
   Region* current_ = nullptr;
-  Region* spare_ = nullptr;
+  std::vector<Region*> spares_;
+};
+
+// Large buffers' mappings freed lately, kept for reuse (same reason as the spare
+// regions): up to kMaxBytes in all; a mapping is reused for a buffer that needs its
+// length or up to an eighth less.
+class MappingCache {
+ public:
+  static MappingCache& Get() {
+    static MappingCache* const cache = new MappingCache();  // never destroyed
+    return *cache;
+  }
+  // A cached mapping for `length` bytes (its own length into *mapped_length), or nullptr.
+  char* Take(size_t length, size_t* mapped_length) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < mappings_.size(); ++i) {
+      const Mapping m = mappings_[i];
+      if (m.length >= length && m.length - length <= m.length / 8) {
+        mappings_[i] = mappings_.back();
+        mappings_.pop_back();
+        bytes_ -= m.length;
+        *mapped_length = m.length;
+        return m.data;
+      }
+    }
+    return nullptr;
+  }
+  // Keeps the mapping for reuse, or unmaps it when the cache is full.
+  void Give(char* data, size_t length) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (bytes_ + length <= kMaxBytes && mappings_.size() < kMaxMappings) {
+        mappings_.push_back({data, length});
+        bytes_ += length;
+        return;
+      }
+    }
+    Unmap(data, length);
+  }
+
+ private:
+  static constexpr size_t kMaxBytes = size_t{256} << 20;
+  static constexpr size_t kMaxMappings = 64;
+  struct Mapping {
+    char* data;
+    size_t length;
+  };
+  std::mutex mu_;
+  std::vector<Mapping> mappings_;
+  size_t bytes_ = 0;
 };
 
 // Whether medium buffers come from regions: not under AddressSanitizer, which only
@@ -195,8 +251,10 @@ TensorBuffer* TensorBuffer::Allocate(size_t size) {
                 "operator new must return blocks aligned for any element type");
   using namespace tensor_internal;  // NOLINT(build/namespaces): this file's own helpers
   if (size >= kHugePageBytes) {
-    const size_t length = (size + PageSize() - 1) / PageSize() * PageSize();
-    if (char* data = MapHugePageAligned(length)) {
+    size_t length = (size + PageSize() - 1) / PageSize() * PageSize();
+    char* data = MappingCache::Get().Take(length, &length);
+    if (data == nullptr) data = MapHugePageAligned(length);
+    if (data != nullptr) {
       TensorBuffer* buffer = NewExternal(size, Storage::kMapped, data);
       buffer->external()->mapped_length = length;
       return buffer;
@@ -240,7 +298,7 @@ void TensorBuffer::Unref() {
   if (storage_ != Storage::kInline) {
     External* external = this->external();
     if (storage_ == Storage::kMapped) {
-      tensor_internal::Unmap(external->data, external->mapped_length);
+      tensor_internal::MappingCache::Get().Give(external->data, external->mapped_length);
     } else if (storage_ == Storage::kPooled) {
       tensor_internal::RegionPool::Get().Free(external->region);
     }
