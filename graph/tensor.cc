@@ -130,7 +130,7 @@ class RegionPool {
         next = new Region{base};
       }
       // The retired region goes when its last buffer does (Free); one without buffers
-      // becomes the spare.
+      // becomes a spare now.
       if (current_ != nullptr && current_->live == 0) Release(current_);
       current_ = next;
     }
