@@ -439,6 +439,9 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
         absl::StrCat("cannot remove module '", first_caller->target().name(), "': node '",
                      first_caller->name(), "' still calls it"));
   }
+  // Read before the edit changes the tree generation.
+  const bool table_current =
+      paths_generation_.load(std::memory_order_acquire) == ModuleTreeGeneration();
   // Deepest parents first, so no parent is freed (with its subtree) before its own
   // children are edited; a parent inside a removed module is then freed with it.
   std::stable_sort(removals.begin(), removals.end(),
@@ -449,7 +452,19 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
                             removal.positions.end());
     removal.parent->EraseChildrenAt(removal.positions);
   }
+  if (table_current && removed_parents.empty()) KeepPathTableAfterRemoving(paths);
   return absl::OkStatus();
+}
+
+void GraphModule::KeepPathTableAfterRemoving(absl::Span<const PathToRemove> paths) {
+  absl::MutexLock lock(&resolve_mu_);
+  // Every other module keeps its path and address (EraseChildrenAt moves the owning
+  // pointers, not the modules): only the removed paths' slots, if any, change.
+  for (const PathToRemove& path : paths) {
+    const uint32_t slot = path.symbol.id() - paths_base_;  // wraps below the base
+    if (!path.symbol.empty() && slot < module_of_path_.size()) module_of_path_[slot] = nullptr;
+  }
+  paths_generation_.store(ModuleTreeGeneration(), std::memory_order_release);
 }
 
 absl::Status GraphModule::SetTensor(absl::string_view path, Tensor tensor) {

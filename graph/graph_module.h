@@ -141,6 +141,11 @@ class GraphModule {
     Symbol symbol;
   };
   absl::Status RemoveModulesImpl(absl::Span<const PathToRemove> paths);
+  // After removing leaf modules at `paths` from a tree whose path table was current: the
+  // table stays current (no path but the removed ones resolves differently), with the
+  // removed paths' slots emptied, so the next ResolveModuleTypes does not refill it (the
+  // fusion pass removes every folded batch norm; prepare then resolved every path anew).
+  void KeepPathTableAfterRemoving(absl::Span<const PathToRemove> paths);
 
   std::unique_ptr<Graph> graph_;
   std::unique_ptr<Module> root_;

@@ -244,6 +244,41 @@ TEST_F(ModuleTypeCacheTest, ModulesAddedUnderNewPathsKeepThePathTableCurrent) {
   ExpectType(a_, "nn.ReLU");
 }
 
+// What the fusion pass does: erase the nodes calling some leaf modules, then remove those
+// modules. The path table stays current for every other path, and answers nothing (not a
+// freed module) for the removed ones, nor later for a module installed at such a path.
+TEST_F(ModuleTypeCacheTest, RemovedLeavesLeaveTheOtherPathsInTheTable) {
+  ASSERT_TRUE(gm_.SetModule("c", std::make_unique<Module>("nn.Tanh")).ok());
+  ASSERT_TRUE(gm_.SetModule("block.d", std::make_unique<Module>("nn.Tanh")).ok());
+  Node* c = InsertCall("c", b_, "c");
+  Node* d = InsertCall("block.d", c, "d");
+  gm_.ResolveModuleTypes();
+  const Symbol c_path = c->target();
+  const Symbol d_path = d->target();
+  ASSERT_TRUE(gm_.graph().Erase(d).ok());
+  ASSERT_TRUE(gm_.graph().Erase(c).ok());
+  const Symbol removed[] = {c_path, d_path};
+  ASSERT_TRUE(gm_.RemoveModules(absl::MakeConstSpan(removed)).ok());
+  EXPECT_EQ(gm_.FindModule(c_path), nullptr);
+  EXPECT_EQ(gm_.FindModule(d_path), nullptr);
+  ASSERT_NE(gm_.FindModule("block"), nullptr);
+  ExpectModule(a_, "after removal");
+  ExpectModule(b_, "after removal");
+  absl::Status verified = gm_.Verify();
+  EXPECT_TRUE(verified.ok()) << verified;
+  Module* again = gm_.root().SetChild("c", std::make_unique<Module>("nn.Sigmoid"));
+  EXPECT_EQ(gm_.FindModule(c_path), again);
+  Node* c2 = InsertCall("c", b_, "c2");
+  ExpectType(c2, "nn.Sigmoid");
+  ExpectType(a_, "nn.ReLU");
+  // By text too, and a removed module with children leaves every path as it was.
+  ASSERT_TRUE(gm_.graph().Erase(c2).ok());
+  ASSERT_TRUE(gm_.RemoveModules(std::vector<std::string>{"c", "block"}).ok());
+  EXPECT_EQ(gm_.FindModule(c_path), nullptr);
+  EXPECT_EQ(gm_.FindModule(Symbol::Intern("block")), nullptr);
+  ExpectType(b_, "nn.Identity");
+}
+
 // Moving a module with children out of the tree, or another module into its place, frees
 // or detaches its subtree: the table must not answer the old child any more.
 TEST_F(ModuleTypeCacheTest, ModuleWithChildrenReplacedInPlaceVoidsItsChildrensPaths) {
