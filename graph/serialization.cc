@@ -635,7 +635,13 @@ std::string SerializeModelText(const GraphModule& gm) {
   return text;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
+namespace {
+
+// Reads the whole file at `path`, refusing one past `max_bytes` before allocating;
+// `make_room(bytes, size)` sizes `bytes` and returns where the file's bytes go.
+template <typename Bytes, typename MakeRoom>
+absl::StatusOr<Bytes> ReadWholeFile(const std::string& path, int64_t max_bytes,
+                                    MakeRoom make_room) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
   const std::streamoff size = in.tellg();
@@ -644,12 +650,23 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes)
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "' is ", size, " bytes; the limit is ", max_bytes));
   }
-  std::string contents(static_cast<size_t>(size), '\0');
+  Bytes bytes;
+  if (size == 0) return bytes;
+  char* destination = make_room(bytes, static_cast<size_t>(size));
   in.seekg(0);
-  if (!in.read(contents.data(), size)) {
+  if (!in.read(destination, size)) {
     return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
   }
-  return contents;
+  return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
+  return ReadWholeFile<std::string>(path, max_bytes, [](std::string& bytes, size_t size) {
+    bytes.resize(size);
+    return bytes.data();
+  });
 }
 
 absl::Status WriteFile(const std::string& path, absl::string_view contents) {
@@ -676,22 +693,10 @@ struct FileBytes {
 };
 
 absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path, int64_t max_bytes) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  const std::streamoff size = in.tellg();
-  if (size < 0) return absl::InvalidArgumentError(absl::StrCat("cannot read '", path, "'"));
-  if (size > max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' is ", size, " bytes; the limit is ", max_bytes));
-  }
-  FileBytes file;
-  if (size == 0) return file;
-  file.buffer.reset(TensorBuffer::Allocate(static_cast<size_t>(size)));
-  in.seekg(0);
-  if (!in.read(file.buffer->data(), size)) {
-    return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
-  }
-  return file;
+  return ReadWholeFile<FileBytes>(path, max_bytes, [](FileBytes& file, size_t size) {
+    file.buffer.reset(TensorBuffer::Allocate(size));
+    return file.buffer->data();
+  });
 }
 
 }  // namespace
