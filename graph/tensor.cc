@@ -50,7 +50,7 @@ namespace tensor_internal {
 
 // Huge-page memory for tensor buffers (see TensorBuffer). Without Linux's mmap / madvise
 // every allocation here fails, and buffers are heap blocks as before.
-constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugePage = TensorBuffer::kHugePageBytes;  // the alignment THP needs
 
 // `length` bytes (a page multiple) mapped at a 2 MiB boundary and advised for huge
 // pages; nullptr if the kernel refuses.
@@ -104,7 +104,7 @@ struct Region {
   size_t live = 0;  // buffers not yet freed
 };
 
-// The process's regions: the one being carved and at most one empty spare. Regions that
+// The process's regions: the one being carved and up to kMaxSpares empty ones. Regions that
 // are full stay mapped only while one of their buffers lives. Huge pages a region has
 // not touched cost no memory, so a region's tail past its last buffer is free.
 class RegionPool {

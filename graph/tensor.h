@@ -200,7 +200,8 @@ struct Region;  // A huge-page region shared by medium buffers (tensor.cc).
 //   another out of shared regions advised the same way. A fresh process writing new
 //   weights (resnet50's int8 weights in `lower`, fused weights in `fuse`) then takes one
 //   page fault per 2 MiB instead of one per 4 KiB. A mapping goes back to the kernel when
-//   its buffer is freed, a region when its last buffer is (one empty region is kept);
+//   its buffer is freed and a region when its last buffer is, except for a bounded number of
+//   each kept for reuse (tensor.cc: MappingCache, RegionPool);
 // - adopted ones (Adopt) keep the std::string they were given, so a loader hands the
 //   bytes it parsed to the tensor without copying them.
 class TensorBuffer {
