@@ -301,6 +301,18 @@ TEST_F(ModuleTypeCacheTest, ModuleWithChildrenReplacedInPlaceVoidsItsChildrensPa
   EXPECT_EQ(taken.FindChild("c")->type(), Type("nn.Tanh"));
 }
 
+// After ResolveModuleTypes, every call's module through the path table (by Symbol) and its
+// cached type are those of the module found by walking its dotted path as text.
+void ExpectTableAgreesWithTextWalk(GraphModule& gm, const std::vector<Node*>& calls) {
+  gm.ResolveModuleTypes();
+  for (const Node* n : calls) {
+    const Module* walked = gm.FindModule(n->target().name());
+    ASSERT_NE(walked, nullptr) << n->target();
+    EXPECT_EQ(gm.FindModule(n->target()), walked) << n->target();
+    EXPECT_EQ(gm.ModuleTypeOf(n), walked->type()) << n->target();
+  }
+}
+
 // ResolveModuleTypes fills the path table by one walk of the tree (a path built from its
 // parent's, looked up, never interned), stops at called modules and after a budget of
 // modules, and resolves by text what the walk did not reach: every called path must
@@ -323,13 +335,7 @@ TEST(PathTableWalkTest, NestedCalledAndUncalledPathsAllResolve) {
     calls.push_back(x);
   }
   ASSERT_TRUE(gm.graph().SetOutput(x).ok());
-  gm.ResolveModuleTypes();
-  for (const Node* n : calls) {
-    const Module* walked = gm.FindModule(n->target().name());
-    ASSERT_NE(walked, nullptr) << n->target();
-    EXPECT_EQ(gm.FindModule(n->target()), walked) << n->target();
-    EXPECT_EQ(gm.ModuleTypeOf(n), walked->type()) << n->target();
-  }
+  ExpectTableAgreesWithTextWalk(gm, calls);
   EXPECT_EQ(gm.ModuleTypeOf(calls[3]), Type("nn.Tanh"));
   absl::Status verified = gm.Verify();
   EXPECT_TRUE(verified.ok()) << verified;
@@ -359,13 +365,7 @@ TEST(PathTableWalkTest, WideAndDeepTreesWithLongNamesAllResolve) {
     }
   }
   ASSERT_TRUE(gm.graph().SetOutput(x).ok());
-  gm.ResolveModuleTypes();
-  for (const Node* n : calls) {
-    const Module* walked = gm.FindModule(n->target().name());
-    ASSERT_NE(walked, nullptr) << n->target();
-    EXPECT_EQ(gm.FindModule(n->target()), walked) << n->target();
-    EXPECT_EQ(gm.ModuleTypeOf(n), walked->type()) << n->target();
-  }
+  ExpectTableAgreesWithTextWalk(gm, calls);
   absl::Status verified = gm.Verify();
   EXPECT_TRUE(verified.ok()) << verified;
 }
