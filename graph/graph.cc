@@ -6,6 +6,7 @@
 #include <new>
 #include <utility>
 
+#include "absl/base/attributes.h"
 #include "absl/container/fixed_array.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/ascii.h"
@@ -363,27 +364,27 @@ Node* graph_internal::NameIndex::NodeOf(uint64_t entry) const {
   return static_cast<Node*>(arena_->SlotAt(IndexOf(entry)));
 }
 
-Node* graph_internal::NameIndex::Find(HashedName name) const {
-  if (size_ == 0) return nullptr;
+// Always inlined: a call per probe showed in the passes (+0.5 % of prepare's instructions).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline size_t graph_internal::NameIndex::SlotFor(
+    HashedName name) const {
   for (size_t i = Home(name.hash);; i = (i + 1) & mask_) {
     const uint64_t entry = entries_[i];
-    if (entry == 0) return nullptr;
-    if (HashOf(entry) == name.hash) {
-      Node* node = NodeOf(entry);
-      if (node->name() == name.text) return node;
-    }
+    if (entry == 0) return i;
+    if (HashOf(entry) == name.hash && NodeOf(entry)->name() == name.text) return i;
   }
+}
+
+Node* graph_internal::NameIndex::Find(HashedName name) const {
+  if (size_ == 0) return nullptr;
+  const uint64_t entry = entries_[SlotFor(name)];
+  return entry == 0 ? nullptr : NodeOf(entry);
 }
 
 bool graph_internal::NameIndex::InsertIfAbsent(HashedName name, uint32_t index) {
   // At most 3/4 full: probes for a free name then end within a few entries.
   if ((size_ + 1) * 4 > (mask_ + 1) * 3) Grow();
-  size_t i = Home(name.hash);
-  for (;; i = (i + 1) & mask_) {
-    const uint64_t entry = entries_[i];
-    if (entry == 0) break;
-    if (HashOf(entry) == name.hash && NodeOf(entry)->name() == name.text) return false;
-  }
+  const size_t i = SlotFor(name);
+  if (entries_[i] != 0) return false;
   entries_[i] = EntryOf(name.hash, index);
   ++size_;
   return true;

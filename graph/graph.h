@@ -147,6 +147,9 @@ class NameIndex {
   size_t Home(uint32_t hash) const {
     return static_cast<size_t>((uint64_t{hash} * (mask_ + 1)) >> 32);
   }
+  // The position of `name`'s entry, or of the empty entry where it would go (the table
+  // must exist).
+  size_t SlotFor(HashedName name) const;
   // The position of node `index`'s entry (present).
   size_t PositionOf(uint32_t hash, uint32_t index) const;
   void Grow();
