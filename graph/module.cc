@@ -1,6 +1,7 @@
 #include "graph/module.h"
 
 #include <algorithm>
+#include <cassert>
 
 #include "absl/strings/str_cat.h"
 
@@ -107,6 +108,34 @@ Tensor* Module::FindMutableTensor(absl::string_view name) {
   return &FindEntry(tensors, name)->second;
 }
 
+std::pair<Tensor*, Tensor*> Module::FindMutableTensors(absl::string_view a,
+                                                       absl::string_view b) {
+  // Positions first (reading a shared list), so a list shared with clones is copied only
+  // if there is a tensor to hand out.
+  constexpr size_t kAbsent = static_cast<size_t>(-1);
+  size_t at_a = kAbsent, at_b = kAbsent;
+  const TensorList& list = tensors();
+  for (size_t i = 0; i < list.size() && (at_a == kAbsent || at_b == kAbsent); ++i) {
+    const absl::string_view name = list[i].first;
+    if (at_a == kAbsent && name == a) {
+      at_a = i;
+    } else if (at_b == kAbsent && name == b) {
+      at_b = i;
+    }
+  }
+  // a == b: both are the one tensor (the loop above gave it to `a` only).
+  if (at_b == kAbsent && a == b) at_b = at_a;
+  if (at_a == kAbsent && at_b == kAbsent) return {nullptr, nullptr};
+  TensorList& own = OwnTensors();  // same order as the shared list, so same positions
+  return {at_a == kAbsent ? nullptr : &own[at_a].second,
+          at_b == kAbsent ? nullptr : &own[at_b].second};
+}
+
+void Module::AppendTensor(absl::string_view name, Tensor tensor) {
+  assert(FindTensor(name) == nullptr && "AppendTensor: the module already has this tensor");
+  OwnTensors(tensors().size() + 1).emplace_back(std::string(name), std::move(tensor));
+}
+
 void Module::SetTensor(absl::string_view name, Tensor tensor) {
   const bool present = FindTensor(name) != nullptr;
   TensorList& tensors = OwnTensors(this->tensors().size() + (present ? 0 : 1));
@@ -147,6 +176,12 @@ void Module::SetAttribute(absl::string_view name, Argument value) {
   } else {
     attributes.emplace_back(std::string(name), std::move(value));
   }
+}
+
+void Module::AppendAttribute(absl::string_view name, Argument value) {
+  assert(FindAttribute(name) == nullptr &&
+         "AppendAttribute: the module already has this attribute");
+  OwnAttributes(attributes().size() + 1).emplace_back(std::string(name), std::move(value));
 }
 
 bool Module::RemoveAttribute(absl::string_view name) {

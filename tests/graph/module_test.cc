@@ -478,6 +478,85 @@ TEST(ModuleShareTest, CloneWithRoomAndCloneAttributesOfASharingModule) {
   EXPECT_EQ(with_room->GetInt("quant_max").value_or(-1), 255);
 }
 
+// FindMutableTensors(a, b) finds what two FindMutableTensor calls find, in any order of
+// the list, with one or both absent, and with a == b; a list shared with clones is copied
+// only if a tensor is handed out, and the clones keep their values.
+TEST(ModuleFieldsTest, FindMutableTensorsAgreesWithTwoSingleLookups) {
+  Module m("nn.Conv2d");
+  m.SetTensor("bias", Tensor::FromFloats({1}, {2.0f}));
+  m.SetTensor("running_mean", Tensor::FromFloats({1}, {3.0f}));
+  m.SetTensor("weight", Tensor::FromFloats({1}, {1.0f}));
+  for (const auto& [a, b] : std::vector<std::pair<std::string, std::string>>{
+           {"weight", "bias"}, {"bias", "weight"}, {"weight", "absent"},
+           {"absent", "bias"}, {"absent", "other"}, {"weight", "weight"}}) {
+    const std::pair<Tensor*, Tensor*> found = m.FindMutableTensors(a, b);
+    EXPECT_EQ(found.first, m.FindMutableTensor(a)) << a << ", " << b;
+    EXPECT_EQ(found.second, m.FindMutableTensor(b)) << a << ", " << b;
+  }
+  EXPECT_EQ(m.FindMutableTensors("weight", "bias").first->data<float>()[0], 1.0f);
+  EXPECT_EQ(m.FindMutableTensors("weight", "bias").second->data<float>()[0], 2.0f);
+
+  std::unique_ptr<Module> prototype = ObserverLike();
+  prototype->ShareFieldsWithClones();
+  std::unique_ptr<Module> clone = prototype->Clone();
+  const std::pair<Tensor*, Tensor*> none = clone->FindMutableTensors("absent", "other");
+  EXPECT_EQ(none.first, nullptr);
+  EXPECT_EQ(none.second, nullptr);
+  EXPECT_EQ(&clone->tensors(), &prototype->tensors());  // nothing handed out: still shared
+  auto [max_val, min_val] = clone->FindMutableTensors("max_val", "min_val");
+  EXPECT_NE(&clone->tensors(), &prototype->tensors());
+  ASSERT_NE(max_val, nullptr);
+  ASSERT_NE(min_val, nullptr);
+  EXPECT_EQ(max_val, &clone->tensors()[1].second);
+  EXPECT_EQ(min_val, &clone->tensors()[0].second);
+  max_val->mutable_data<float>()[0] = 9.0f;
+  EXPECT_EQ(prototype->FindTensor("max_val")->data<float>()[0], 2.0f);
+}
+
+// AppendTensor / AppendAttribute add a new field at the end as SetTensor / SetAttribute
+// do, within reserved room without moving the others, and from a list shared with clones
+// copy it first (the clones keep theirs).
+TEST(ModuleFieldsTest, AppendAddsNewFieldsAsSetDoes) {
+  Module appended("nnqr.Conv2d");
+  Module set("nnqr.Conv2d");
+  for (Module* m : {&appended, &set}) {
+    m->SetTensor("weight", Tensor::FromFloats({1}, {1.0f}));
+    m->SetAttribute("stride", Argument::Int(1));
+    m->ReserveTensors(3);
+    m->ReserveAttributes(2);
+  }
+  const auto* first_tensor = &appended.tensors()[0];
+  const auto* first_attribute = &appended.attributes()[0];
+  appended.AppendTensor("weight_scale", Tensor::FromFloats({}, {0.5f}));
+  appended.AppendTensor("weight_zero_point", Tensor::FromInt64s({}, {3}));
+  appended.AppendAttribute("weight_dtype", Argument::Int(12));
+  set.SetTensor("weight_scale", Tensor::FromFloats({}, {0.5f}));
+  set.SetTensor("weight_zero_point", Tensor::FromInt64s({}, {3}));
+  set.SetAttribute("weight_dtype", Argument::Int(12));
+  EXPECT_EQ(&appended.tensors()[0], first_tensor);
+  EXPECT_EQ(&appended.attributes()[0], first_attribute);
+  ASSERT_EQ(appended.tensors().size(), set.tensors().size());
+  for (size_t i = 0; i < set.tensors().size(); ++i) {
+    EXPECT_EQ(appended.tensors()[i].first, set.tensors()[i].first) << i;
+  }
+  ASSERT_EQ(appended.attributes().size(), 2u);
+  EXPECT_EQ(appended.attributes()[1].first, "weight_dtype");
+  EXPECT_EQ(appended.FindTensor("weight_scale")->data<float>()[0], 0.5f);
+  EXPECT_EQ(appended.FindTensor("weight_zero_point")->data<int64_t>()[0], 3);
+  EXPECT_EQ(appended.GetInt("weight_dtype").value_or(-1), 12);
+
+  std::unique_ptr<Module> prototype = ObserverLike();
+  prototype->ShareFieldsWithClones();
+  std::unique_ptr<Module> clone = prototype->Clone();
+  clone->AppendTensor("histogram", Tensor::FromFloats({1}, {4.0f}));
+  clone->AppendAttribute("bins", Argument::Int(2048));
+  EXPECT_EQ(clone->tensors().size(), 3u);
+  EXPECT_EQ(clone->attributes().size(), 4u);
+  EXPECT_EQ(clone->GetInt("quant_max").value_or(-1), 255);
+  EXPECT_EQ(prototype->tensors().size(), 2u);
+  EXPECT_EQ(prototype->attributes().size(), 3u);
+}
+
 TEST(GraphModulePathTest, FindAndGetModuleResolveEachComponent) {
   auto gm = Tree();
   const Module* leaf = gm->FindModule("big.b7.l3");
