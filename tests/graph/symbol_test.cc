@@ -75,7 +75,9 @@ TEST(SymbolTest, IdsSurviveGrowth) {
     ASSERT_EQ(symbols[static_cast<size_t>(i)].name(), name);
     ASSERT_EQ(Symbol::Lookup(name), symbols[static_cast<size_t>(i)]) << name;
     ASSERT_EQ(Symbol::Intern(name), symbols[static_cast<size_t>(i)]) << name;
-    if (i > 0) ASSERT_EQ(symbols[static_cast<size_t>(i)].id(), symbols[static_cast<size_t>(i - 1)].id() + 1);
+    if (i > 0) {
+      ASSERT_EQ(symbols[static_cast<size_t>(i)].id(), symbols[static_cast<size_t>(i - 1)].id() + 1);
+    }
   }
 }
 
