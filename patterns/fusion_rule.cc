@@ -483,7 +483,8 @@ void ApplyMovedFold(const PendingFusion::MovedFold& fold) {
   const FoldInputs inputs{fold.mean, fold.var, fold.gamma, fold.beta, fold.bias, fold.eps,
                           fold.is_linear};
   const int64_t n = fold.channels;
-  Tensor* bias = module.FindMutableTensor("bias");
+  // Both in one scan of the module's tensors (FoldBatchNorm checked that "weight" exists).
+  const auto [weight, bias] = module.FindMutableTensors("weight", "bias");
   float* new_bias = nullptr;
   std::vector<float> replacement;  // a bias SetFoldedBias would replace, not overwrite
   const bool in_place = bias != nullptr && bias->dtype() == DType::kFloat32 &&
@@ -497,7 +498,7 @@ void ApplyMovedFold(const PendingFusion::MovedFold& fold) {
     replacement.resize(n);
     new_bias = replacement.data();
   }
-  float* w = module.FindMutableTensor("weight")->mutable_data<float>();
+  float* w = weight->mutable_data<float>();
   for (int64_t c = 0; c < n; ++c) {
     float scale;
     inputs.Channel(c, &scale, &new_bias[c]);
