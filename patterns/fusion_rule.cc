@@ -162,8 +162,9 @@ absl::StatusOr<std::unique_ptr<Module>> WrapInSequence(const GraphModule& gm,
 }
 
 bool IsFoldableInto(Symbol type) {
-  return type == Known().linear || IsOneOf(type, Known().convs) ||
-         IsOneOf(type, Known().transposed_convs);
+  const KnownSymbols& known = Known();
+  return type == known.linear || IsOneOf(type, known.convs) ||
+         IsOneOf(type, known.transposed_convs);
 }
 
 bool IsConvTranspose(Symbol type) { return IsOneOf(type, Known().transposed_convs); }
@@ -173,22 +174,23 @@ bool IsBatchNorm(Symbol type) { return IsOneOf(type, Known().batch_norms); }
 // The InvalidArgument ReadVector returns for a tensor that is absent (and not optional) or
 // not float32 with `n` elements. Kept out of line: ReadVector runs five times per fold, and
 // building an error is the rare path.
-ABSL_ATTRIBUTE_NOINLINE absl::Status ReadVectorError(const Tensor* t, absl::string_view owner,
+ABSL_ATTRIBUTE_NOINLINE absl::Status ReadVectorError(const Tensor* t, Symbol owner,
                                                      absl::string_view name, int64_t n) {
   if (t == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("batch-norm folding: module '", owner, "' has no tensor '", name, "'"));
+        absl::StrCat("batch-norm folding: module '", owner.name(), "' has no tensor '", name,
+                     "'"));
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "batch-norm folding: tensor '", name, "' of module '", owner,
+      "batch-norm folding: tensor '", name, "' of module '", owner.name(),
       "' must be float32 with ", n, " elements (one per output channel); it is ",
       DTypeName(t->dtype()), " ", t->ShapeString()));
 }
 
-// Points `*data` at the `n` float32 values of `t`, tensor `name` of module `owner`, or at
-// nullptr if `t` is absent (nullptr) and `optional` (the caller then uses its default).
-// InvalidArgument otherwise.
-inline absl::Status ReadVector(const Tensor* t, absl::string_view owner, absl::string_view name,
+// Points `*data` at the `n` float32 values of `t`, tensor `name` of the module at path
+// `owner`, or at nullptr if `t` is absent (nullptr) and `optional` (the caller then uses its
+// default). InvalidArgument otherwise. The path's text is read only for the error.
+inline absl::Status ReadVector(const Tensor* t, Symbol owner, absl::string_view name,
                                int64_t n, bool optional, const float** data) {
   if (t != nullptr && t->dtype() == DType::kFloat32 && t->numel() == n) {
     *data = t->data<float>();
@@ -297,19 +299,19 @@ void ScaleRow(float* row, int64_t n, float s) {
 // ApplyMoves); if also `in_place`, returns nullptr and leaves the fold to compute into
 // `conv` itself, where it is. Else returns a copy of `conv` with the batch norm folded into
 // its bias, and in `pending->weight_scale` the scaling still owed to its weight
-// (PendingWeightScale).
-absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string_view conv_path,
+// (PendingWeightScale). `conv_path` and `bn_path` are the modules' paths, for errors (their
+// text is read only to build one).
+absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, Symbol conv_path,
                                                       bool move_conv, bool in_place,
-                                                      const Module& bn,
-                                                      absl::string_view bn_path,
+                                                      const Module& bn, Symbol bn_path,
                                                       PendingFusion* pending) {
   const FoldedModuleTensors conv_tensors(conv);
   const Tensor* weight = conv_tensors.weight;
   if (weight == nullptr) return conv.GetTensor("weight").status();  // its NotFound
   if (weight->dtype() != DType::kFloat32 || weight->dim() < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "batch-norm folding: weight of '", conv_path, "' must be a float32 tensor of rank >= 2,"
-        " got ", DTypeName(weight->dtype()), " ", weight->ShapeString()));
+        "batch-norm folding: weight of '", conv_path.name(),
+        "' must be a float32 tensor of rank >= 2, got ", DTypeName(weight->dtype()), " ", weight->ShapeString()));
   }
   // A transposed conv's weight is [in, out / groups, k...]: output channels are dim 1, as
   // in PyTorch's fuse_conv_bn_weights(transpose=True), which supports groups == 1 only.
@@ -318,7 +320,7 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string
     ASSIGN_OR_RETURN(int64_t groups, conv.GetInt("groups"));
     if (groups != 1) {
       return absl::UnimplementedError(absl::StrCat(
-          "batch-norm folding: transposed conv '", conv_path, "' has groups = ", groups,
+          "batch-norm folding: transposed conv '", conv_path.name(), "' has groups = ", groups,
           "; only groups = 1 folds (as in PyTorch)"));
     }
   }
@@ -353,7 +355,7 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, absl::string
     const float denominator = var[c] + eps_f;
     if (!(denominator > 0) || !std::isfinite(denominator)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "batch-norm folding: '", bn_path, "' has running_var + eps = ", denominator,
+          "batch-norm folding: '", bn_path.name(), "' has running_var + eps = ", denominator,
           " at channel ", c, "; it must be positive"));
     }
   }
@@ -439,8 +441,8 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(
   const bool in_place = move_root && rule.fused_module_type.empty() && nodes.size() == 2 &&
                         pending->root_slot == root_module;
   ASSIGN_OR_RETURN(std::unique_ptr<Module> folded,
-                   FoldBatchNorm(*root_module, root->target().name(), move_root, in_place,
-                                 *bn_module, bn_node->target().name(), pending));
+                   FoldBatchNorm(*root_module, root->target(), move_root, in_place, *bn_module,
+                                 bn_node->target(), pending));
   if (in_place) {
     pending->fused_in_place = true;
     return folded;  // nullptr
