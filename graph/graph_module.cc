@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/base/attributes.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
@@ -53,6 +54,64 @@ std::pair<absl::string_view, absl::string_view> SplitLast(absl::string_view path
   const size_t at = static_cast<size_t>(static_cast<const char*>(dot) - path.data());
   return {path.substr(0, at), path.substr(at + 1)};
 }
+
+// A set of symbols asked about once per call_module node of a graph (RemoveModules' check
+// that no node calls a removed path): a bitmap over the ids' range when the ids are close
+// together (a model's module paths are interned together, so the removed ones are), a
+// range check and a bit test per query where a hash set probe costs ~25 instructions and
+// inserting each removed path ~50 more; a hash set if the ids are spread too far.
+class SymbolSet {
+ public:
+  explicit SymbolSet(absl::Span<const Symbol> symbols) {
+    uint32_t min_id = UINT32_MAX, max_id = 0;
+    size_t count = 0;
+    for (const Symbol symbol : symbols) {
+      if (symbol.empty()) continue;
+      min_id = std::min(min_id, symbol.id());
+      max_id = std::max(max_id, symbol.id());
+      ++count;
+    }
+    if (count == 0) return;
+    empty_ = false;
+    const size_t range = size_t{max_id} - min_id + 1;
+    if (range <= 64 * count + 4096) {  // at most ~8 bytes per symbol + 512
+      base_ = min_id;
+      range_ = static_cast<uint32_t>(range);
+      bits_.assign((range + 63) / 64, 0);
+      for (const Symbol symbol : symbols) {
+        if (symbol.empty()) continue;
+        const uint32_t bit = symbol.id() - base_;
+        bits_[bit / 64] |= uint64_t{1} << (bit % 64);
+      }
+      return;
+    }
+    spread_.reserve(count);
+    for (const Symbol symbol : symbols) {
+      if (!symbol.empty()) spread_.insert(symbol);
+    }
+  }
+
+  bool empty() const { return empty_; }
+  // Inlined into the walk of the graph (out of line it was a call per call_module node).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool contains(Symbol symbol) const {
+    if (!bits_.empty()) {
+      const uint32_t bit = symbol.id() - base_;  // wraps below the base: out of range
+      return bit < range_ && (bits_[bit / 64] >> (bit % 64) & 1) != 0;
+    }
+    return !spread_.empty() && SpreadContains(symbol);
+  }
+
+ private:
+  ABSL_ATTRIBUTE_NOINLINE bool SpreadContains(Symbol symbol) const {
+    return spread_.contains(symbol);
+  }
+
+  bool empty_ = true;
+  uint32_t base_ = 0;
+  uint32_t range_ = 0;
+  std::vector<uint64_t> bits_;
+  absl::flat_hash_set<Symbol> spread_;
+};
 
 absl::Status VerifyModuleTree(const Module& module, const std::string& path,
                               const ModuleSchemaRegistry& schemas, int depth) {
@@ -365,11 +424,9 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
   };
   std::vector<Removal> removals;
   absl::flat_hash_map<const Module*, size_t> removal_of_parent;
-  absl::flat_hash_set<Symbol> targets;
   // The module of each path, in the order of `paths`.
   std::vector<const Module*> modules;
   modules.reserve(paths.size());
-  targets.reserve(paths.size());
   size_t last_removal = 0;  // removals[last_removal]: the previous path's parent's
   for (const auto& [path, target] : paths) {
     auto [parent_path, name] = SplitLast(path);
@@ -380,7 +437,6 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
     if (module == nullptr) {
       return absl::NotFoundError(absl::StrCat("no module '", path, "'"));
     }
-    if (!target.empty()) targets.insert(target);
     modules.push_back(module);  // not read yet (see below)
     // Consecutive paths mostly share a parent (often the root): no hash for those.
     if (removals.empty() || removals[last_removal].parent != parent) {
@@ -399,6 +455,10 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
   // First the graph against the removed paths, then the removed modules themselves: read
   // after the walk, a removed module is still in the cache when it is freed below (in a
   // graph of 10^5 nodes the walk evicts whatever was read before it).
+  std::vector<Symbol> target_symbols;
+  target_symbols.reserve(paths.size());
+  for (const PathToRemove& path : paths) target_symbols.push_back(path.symbol);
+  const SymbolSet targets(target_symbols);
   const Node* first_caller = nullptr;  // of a removed path
   if (!targets.empty()) {
     for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
@@ -447,9 +507,7 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
   std::stable_sort(removals.begin(), removals.end(),
                    [](const Removal& a, const Removal& b) { return a.depth > b.depth; });
   for (Removal& removal : removals) {
-    std::sort(removal.positions.begin(), removal.positions.end());
-    removal.positions.erase(std::unique(removal.positions.begin(), removal.positions.end()),
-                            removal.positions.end());
+    // In any order, repeats included (a path given twice): EraseChildrenAt marks them.
     removal.parent->EraseChildrenAt(removal.positions);
   }
   if (table_current && removed_parents.empty()) KeepPathTableAfterRemoving(paths);

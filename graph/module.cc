@@ -307,23 +307,26 @@ std::vector<std::unique_ptr<Module>> Module::EraseChildrenAt(
   if (positions.empty()) return removed;
   NoteTreeEdit();
   removed.reserve(positions.size());
-  // new_position[i]: where child i goes, or kGone.
+  // new_position[i]: where child i goes, or kGone. Marking the removed ones in it first
+  // takes the positions in any order and with repeats: the walk below is over every child
+  // anyway, so sorting them (what RemoveModules did per parent, ~80 instructions per
+  // removed child) buys nothing.
   constexpr uint32_t kGone = static_cast<uint32_t>(-1);
-  std::vector<uint32_t> new_position(children_.size());
+  std::vector<uint32_t> new_position(children_.size(), 0);
+  for (size_t k = 0; k < positions.size(); ++k) {
+    // Each removed child is written (in_tree_) and later freed: a cache miss per child
+    // in a large tree, overlapped by asking for the one a few removals ahead.
+    constexpr size_t kRemovalsAhead = 8;
+    if (k + kRemovalsAhead < positions.size()) {
+      __builtin_prefetch(children_[positions[k + kRemovalsAhead]].second.get(), /*rw=*/1);
+    }
+    const uint32_t position = positions[k];
+    new_position[position] = kGone;
+    if (children_[position].second != nullptr) children_[position].second->in_tree_ = false;
+  }
   size_t kept = 0;
-  size_t next_removed = 0;
   for (size_t i = 0; i < children_.size(); ++i) {
-    if (next_removed < positions.size() && positions[next_removed] == i) {
-      // Each removed child is written (in_tree_) and later freed: a cache miss per child
-      // in a large tree, overlapped by asking for the one a few removals ahead.
-      constexpr size_t kRemovalsAhead = 8;
-      if (next_removed + kRemovalsAhead < positions.size()) {
-        __builtin_prefetch(children_[positions[next_removed + kRemovalsAhead]].second.get(),
-                           /*rw=*/1);
-      }
-      ++next_removed;
-      new_position[i] = kGone;
-      if (children_[i].second != nullptr) children_[i].second->in_tree_ = false;
+    if (new_position[i] == kGone) {
       removed.push_back(std::move(children_[i].second));
       continue;
     }
@@ -365,7 +368,6 @@ int Module::RemoveChildren(const absl::flat_hash_set<std::string>& names) {
     const size_t position = ChildPosition(name);
     if (position != kNoChild) positions.push_back(static_cast<uint32_t>(position));
   }
-  std::sort(positions.begin(), positions.end());
   return static_cast<int>(EraseChildrenAt(positions).size());
 }
 

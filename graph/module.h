@@ -184,8 +184,9 @@ class Module {
   // Indexes children_ from scratch if it is past kChildrenScannedLinearly, else empties
   // the index.
   void RebuildChildIndex();
-  // Removes the children at `positions` (ascending, no repeats) keeping the others' order,
-  // and moves the index along; returns the removed children.
+  // Removes the children at `positions` (each < children_.size(); any order, repeats
+  // allowed) keeping the others' order, and moves the index along; returns the removed
+  // children in their former order. O(children) whatever the number removed.
   std::vector<std::unique_ptr<Module>> EraseChildrenAt(const std::vector<uint32_t>& positions);
   // Invalidates what a module path resolves to, if this module is part of a tree.
   void NoteTreeEdit() const {

@@ -151,5 +151,34 @@ TEST(RemoveModulesBySymbolTest, AlternatingParentsKeepTheirOrder) {
   EXPECT_NE(gm.FindModule("q.10"), nullptr);
 }
 
+// The check that no node calls a removed path holds whether the removed paths' symbol ids
+// are close together (a bitmap of them) or spread far apart (a hash set): paths interned
+// ~10^5 symbols apart, called and not called, given in descending position order and with
+// a repeat.
+TEST(RemoveModulesBySymbolTest, CallerCheckHoldsForIdsFarApart) {
+  GraphModule gm;
+  const Symbol near = Symbol::Intern("spread_near");
+  for (int i = 0; i < 100000; ++i) Symbol::Intern("spread_filler_" + std::to_string(i));
+  const Symbol far = Symbol::Intern("spread_far");
+  ASSERT_GT(far.id() - near.id(), 64u * 2 + 4096);
+  for (const char* path : {"spread_near", "keep", "spread_far"}) {
+    ASSERT_TRUE(gm.SetModule(path, std::make_unique<Module>("nn.ReLU")).ok()) << path;
+  }
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* call = *gm.graph().AddCallModule("spread_far", {x});
+  ASSERT_TRUE(gm.graph().SetOutput(call).ok());
+  const std::vector<Symbol> both = {far, near, far};
+  absl::Status refused = gm.RemoveModules(absl::MakeConstSpan(both));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("still calls it"), std::string::npos) << refused;
+  EXPECT_EQ(ChildNames(gm.root()),
+            (std::vector<std::string>{"spread_near", "keep", "spread_far"}));
+  // Nothing calls them once the node calls "keep": both go, in one batch.
+  ASSERT_TRUE(gm.graph().SetTarget(call, Symbol::Intern("keep")).ok());
+  ASSERT_TRUE(gm.RemoveModules(absl::MakeConstSpan(both)).ok());
+  EXPECT_EQ(ChildNames(gm.root()), (std::vector<std::string>{"keep"}));
+  EXPECT_TRUE(gm.Verify().ok());
+}
+
 }  // namespace
 }  // namespace fuselage
