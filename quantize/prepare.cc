@@ -447,7 +447,9 @@ class ObserverInserter {
       ASSIGN_OR_RETURN(Node * obs, ObserverOf(in.producer, *d.activation));
       if (first_input_observer == nullptr) first_input_observer = obs;
       if (in.item < 0) {
-        RETURN_IF_ERROR(g.SetArg(d.node, in.arg, obs));
+        if (!SetArgWouldChangeNothing(d.node, in.arg, obs)) {
+          RETURN_IF_ERROR(g.SetArg(d.node, in.arg, obs));
+        }
       } else {
         std::vector<Argument> items(d.node->arg(in.arg).items().begin(),
                                     d.node->arg(in.arg).items().end());
@@ -481,6 +483,23 @@ class ObserverInserter {
   }
 
  private:
+  // Whether Graph::SetArg(node, arg, obs) would leave the graph as it is: the arg is
+  // `obs` already (an earlier output observer's ReplaceAllUsesWith rewired it: most
+  // inputs) and `node` is already last among the users of each of its inputs, where
+  // SetArg's re-registering would move it. Then the call (~380 instructions) is skipped
+  // and the user lists stay exactly as it would leave them.
+  static bool SetArgWouldChangeNothing(const Node* node, size_t arg, const Node* obs) {
+    const Argument& current = node->arg(arg);
+    if (!current.is_node() || current.as_node() != obs) return false;
+    bool last_everywhere = true;
+    auto check = [&](Node* input) {
+      last_everywhere = last_everywhere && input->users().back() == node;
+    };
+    for (const Argument& a : node->args()) a.ForEachNode(check);
+    for (const auto& kw : node->kwargs()) kw.second.ForEachNode(check);
+    return last_everywhere;
+  }
+
   // The observer node watching `producer`'s value, inserted after it if there is none
   // (or if the one there observes another dtype).
   absl::StatusOr<Node*> ObserverOf(Node* producer, const ObserverSpec& spec) {

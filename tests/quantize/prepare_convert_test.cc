@@ -231,6 +231,46 @@ TEST(PrepareTest, ConsumersOfOneValueShareItsObserver) {
   EXPECT_EQ(prepared->report.observer_nodes, 3);  // x's, a's, b's
 }
 
+// The user lists after Prepare are those FX's re-registering gives (each rewired user
+// moves to the end of its inputs' lists), also where Prepare skips rewiring an arg that
+// already reads the observer. c's output observer O takes c's users in order (a,
+// sigmoid, b); a's input arg is O already, but a is not O's last user, so it moves to the
+// end (sigmoid, b, a); then b does (sigmoid, a, b). Not rewiring a would leave (a,
+// sigmoid, b).
+TEST(PrepareTest, UserListsAreFxsWhereArgsAlreadyReadTheObserver) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("c", Conv1x1(1.0f)).ok());
+  ASSERT_TRUE(gm.SetModule("a", Conv1x1(0.5f)).ok());
+  ASSERT_TRUE(gm.SetModule("b", Conv1x1(2.0f)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* c = *g.AddCallModule("c", {x});
+  Node* a = *g.AddCallModule("a", {c});
+  Node* sigmoid = *g.AddCallFunction("torch.sigmoid", {c});
+  Node* b = *g.AddCallModule("b", {c});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({sigmoid, a, b})).ok());
+  auto prepared = Prepare(gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  const Node* o = a->arg(0).as_node();
+  ASSERT_TRUE(IsObserverNode(gm, o)) << Listing(g);
+  EXPECT_EQ(b->arg(0).as_node(), o);
+  EXPECT_EQ(sigmoid->arg(0).as_node(), o);
+  EXPECT_EQ(std::vector<Node*>(o->users().begin(), o->users().end()),
+            (std::vector<Node*>{sigmoid, a, b}))
+      << Listing(g);
+  ASSERT_EQ(c->num_users(), 1u);
+  EXPECT_EQ(c->users()[0], o);
+  // a's and b's output observers: each the only user of its op, read by the output.
+  for (const Node* op : {a, b}) {
+    ASSERT_EQ(op->num_users(), 1u) << op->name();
+    const Node* out_obs = op->users()[0];
+    EXPECT_TRUE(IsObserverNode(gm, out_obs)) << op->name();
+    ASSERT_EQ(out_obs->num_users(), 1u) << op->name();
+    EXPECT_EQ(out_obs->users()[0], g.output()) << op->name();
+  }
+}
+
 // qnnpack's first conv dtype config wants qint8 activations with scale >= 2^-12 and the
 // second wants quint8; a qint8 activation with a small eps satisfies neither, so the conv
 // stays float and the report says why, config by config.
