@@ -205,11 +205,14 @@ void GraphModule::ResolveModuleTypes() const {
     calls.push_back({n, target.id()});
   }
   module_of_path_.clear();
+  place_of_path_.clear();
   const size_t range = calls.empty() ? 0 : size_t{max_id} - min_id + 1;
   fill_table = !calls.empty() && range <= 4 * calls.size() + 1024;
   if (fill_table) {
     module_of_path_.assign(range, nullptr);
     module_of_path_.shrink_to_fit();  // a smaller table than the last keeps no slack
+    place_of_path_.assign(range, PlaceOfPath());
+    place_of_path_.shrink_to_fit();
     paths_base_ = min_id;
     FillPathTableByWalk(calls);
   }
@@ -264,7 +267,7 @@ void GraphModule::FillPathTableByWalk(const std::vector<CallSite>& calls) const 
   // The paths of the modules on the stack live side by side in `frame_paths`, each frame's
   // after its parent's (a stack of text: popping a frame drops its path, the last one).
   struct Frame {
-    const Module* module;
+    Module* module;
     size_t next_child;
     size_t path_begin;  // in frame_paths
     size_t path_size;   // 0 for the root, whose children's paths are their names
@@ -274,6 +277,7 @@ void GraphModule::FillPathTableByWalk(const std::vector<CallSite>& calls) const 
   std::string text;  // a group's paths under a module other than the root, side by side
   absl::string_view paths[kGroup];
   Module* modules[kGroup];
+  uint32_t positions[kGroup];  // in the frame's module's children
   Symbol symbols[kGroup];
   size_t to_walk[kGroup];  // group members whose children are walked next
   while (!stack.empty() && found < distinct && budget > 0) {
@@ -292,6 +296,7 @@ void GraphModule::FillPathTableByWalk(const std::vector<CallSite>& calls) const 
       const auto& [name, child] = children[frame.next_child];
       if (child == nullptr) continue;
       modules[count] = child.get();
+      positions[count] = static_cast<uint32_t>(frame.next_child);
       paths[count] = name;
       text_size += frame.path_size + 1 + name.size();
       ++count;
@@ -317,6 +322,7 @@ void GraphModule::FillPathTableByWalk(const std::vector<CallSite>& calls) const 
       const uint32_t slot = symbols[i].id() - paths_base_;  // wraps below the base
       if (!symbols[i].empty() && slot < range && called[slot]) {
         module_of_path_[slot] = modules[i];
+        place_of_path_[slot] = {frame.module, positions[i]};
         ++found;
       } else if (!modules[i]->children_.empty()) {
         to_walk[walk_count++] = i;
@@ -428,10 +434,29 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
   std::vector<const Module*> modules;
   modules.reserve(paths.size());
   size_t last_removal = 0;  // removals[last_removal]: the previous path's parent's
+  // Read before the edit changes the tree generation. While current, a called path's module
+  // and its place in its parent come from the path table, with no text hashed or compared.
+  const bool table_current =
+      paths_generation_.load(std::memory_order_acquire) == ModuleTreeGeneration();
   for (const auto& [path, target] : paths) {
-    auto [parent_path, name] = SplitLast(path);
-    Module* parent = path.empty() ? nullptr : FindModule(parent_path);
-    const size_t position = parent == nullptr ? Module::kNoChild : parent->ChildPosition(name);
+    Module* parent = nullptr;
+    size_t position = Module::kNoChild;
+    const uint32_t slot = target.id() - paths_base_;  // wraps below the base
+    if (table_current && !target.empty() && slot < place_of_path_.size()) {
+      const PlaceOfPath& place = place_of_path_[slot];
+      const Module* module = module_of_path_[slot];
+      if (module != nullptr && place.parent != nullptr &&
+          place.position < place.parent->children_.size() &&
+          place.parent->children_[place.position].second.get() == module) {
+        parent = place.parent;
+        position = place.position;
+      }
+    }
+    if (parent == nullptr && !path.empty()) {  // not in the table, or moved since: by text
+      auto [parent_path, name] = SplitLast(path);
+      parent = FindModule(parent_path);
+      if (parent != nullptr) position = parent->ChildPosition(name);
+    }
     const Module* module =
         position == Module::kNoChild ? nullptr : parent->children_[position].second.get();
     if (module == nullptr) {
@@ -442,10 +467,8 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
     if (removals.empty() || removals[last_removal].parent != parent) {
       auto [it, inserted] = removal_of_parent.try_emplace(parent, removals.size());
       if (inserted) {
-        const int depth = parent_path.empty()
-                              ? 0
-                              : 1 + static_cast<int>(std::count(parent_path.begin(),
-                                                                parent_path.end(), '.'));
+        // The parent's depth: one per '.' in the path ("a" -> the root, 0).
+        const int depth = static_cast<int>(std::count(path.begin(), path.end(), '.'));
         removals.push_back({parent, depth, {}});
       }
       last_removal = it->second;
@@ -499,9 +522,6 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
         absl::StrCat("cannot remove module '", first_caller->target().name(), "': node '",
                      first_caller->name(), "' still calls it"));
   }
-  // Read before the edit changes the tree generation.
-  const bool table_current =
-      paths_generation_.load(std::memory_order_acquire) == ModuleTreeGeneration();
   // Deepest parents first, so no parent is freed (with its subtree) before its own
   // children are edited; a parent inside a removed module is then freed with it.
   std::stable_sort(removals.begin(), removals.end(),

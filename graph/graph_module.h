@@ -161,6 +161,18 @@ class GraphModule {
   // is no table and FindModule(Symbol) walks. Written under resolve_mu_ only while stale
   // (readers do not read it then), read without it.
   mutable std::vector<Module*> module_of_path_;
+  // Where the walk that filled module_of_path_ found each module: its parent and its
+  // position among the parent's children (parent nullptr: not found by the walk). Apart
+  // from module_of_path_, which every lookup reads, as only RemoveModules reads it: it
+  // removes a path by (parent, position) without hashing and comparing the text. Positions
+  // go stale when a removal moves siblings, so a reader checks that the position still
+  // holds the module (parents stay valid while the table is current: removing or replacing
+  // a module with children is a tree edit).
+  struct PlaceOfPath {
+    Module* parent = nullptr;
+    uint32_t position = 0;
+  };
+  mutable std::vector<PlaceOfPath> place_of_path_;
   mutable uint32_t paths_base_ = 0;
   // The module-tree generation at which module_of_path_ was filled; 0: never.
   mutable std::atomic<uint64_t> paths_generation_{0};

@@ -180,5 +180,72 @@ TEST(RemoveModulesBySymbolTest, CallerCheckHoldsForIdsFarApart) {
   EXPECT_TRUE(gm.Verify().ok());
 }
 
+// With a current path table, RemoveModules finds each module's parent and position in
+// it; positions go stale as earlier removals move siblings, and a later batch must still
+// remove exactly its own modules (at the root and one level down), with the table left
+// agreeing with the tree (Verify compares them).
+TEST(RemoveModulesBySymbolTest, PathTablePlacesStayCorrectAcrossBatches) {
+  GraphModule gm;
+  for (int i = 0; i < 20; ++i) {
+    const std::string name = "m" + std::to_string(i);
+    ASSERT_TRUE(gm.SetModule(name, std::make_unique<Module>("nn.ReLU")).ok());
+    ASSERT_TRUE(gm.SetModule("blk." + name, std::make_unique<Module>("nn.ReLU")).ok());
+  }
+  Node* x = *gm.graph().AddPlaceholder("x");
+  std::vector<Node*> calls;
+  Node* last = x;
+  for (int i = 0; i < 20; ++i) {
+    last = *gm.graph().AddCallModule("m" + std::to_string(i), {last});
+    calls.push_back(last);
+    last = *gm.graph().AddCallModule("blk.m" + std::to_string(i), {last});
+    calls.push_back(last);
+  }
+  ASSERT_TRUE(gm.graph().SetOutput(last).ok());
+  gm.ResolveModuleTypes();  // fills the path table (and the places)
+  // Unhook the callers of modules i (root and blk) for `removed`, then remove them.
+  const auto remove = [&](const std::vector<int>& removed) {
+    std::vector<Symbol> paths;
+    for (int i : removed) {
+      for (int k : {2 * i, 2 * i + 1}) {
+        Node* call = calls[static_cast<size_t>(k)];
+        NodeSpec spec;
+        spec.op = OpKind::kCallModule;
+        spec.target = Symbol::Intern("m19");
+        spec.args = {call->args()[0]};
+        spec.name = "keep_" + std::string(call->name());
+        Node* keep = *gm.graph().InsertBefore(call, std::move(spec));
+        ASSERT_TRUE(gm.graph().ReplaceAllUsesWith(call, keep).ok());
+        ASSERT_TRUE(gm.graph().Erase(call).ok());
+        calls[static_cast<size_t>(k)] = keep;
+      }
+      paths.push_back(Symbol::Intern("blk.m" + std::to_string(i)));
+      paths.push_back(Symbol::Intern("m" + std::to_string(i)));
+    }
+    ASSERT_TRUE(gm.RemoveModules(absl::MakeConstSpan(paths)).ok());
+  };
+  remove({5, 3});
+  remove({10, 4, 18});  // positions of 10 and 18 moved by the first batch
+  remove({0, 17});
+  std::vector<std::string> expected;
+  for (int i = 0; i < 20; ++i) {
+    if (i == 0 || i == 3 || i == 4 || i == 5 || i == 10 || i == 17 || i == 18) continue;
+    expected.push_back("m" + std::to_string(i));
+  }
+  std::vector<std::string> root = ChildNames(gm.root());
+  std::vector<std::string> root_without_blk;
+  for (const std::string& name : root) {
+    if (name != "blk") root_without_blk.push_back(name);
+  }
+  EXPECT_EQ(root_without_blk, expected);
+  EXPECT_EQ(ChildNames(*gm.FindModule("blk")), expected);
+  for (const std::string& name : expected) {
+    EXPECT_EQ(gm.FindModule(Symbol::Intern(name)), gm.FindModule(name)) << name;
+    EXPECT_NE(gm.FindModule(Symbol::Intern("blk." + name)), nullptr) << name;
+  }
+  EXPECT_EQ(gm.FindModule(Symbol::Intern("m10")), nullptr);
+  EXPECT_EQ(gm.FindModule(Symbol::Intern("blk.m18")), nullptr);
+  EXPECT_TRUE(gm.Verify().ok()) << gm.Verify();
+}
+
 }  // namespace
 }  // namespace fuselage
