@@ -60,7 +60,7 @@ size_t FindLast(absl::string_view s, char c) {
 }
 
 // Each character as Sanitize writes it: itself if in [A-Za-z0-9], else '_'. A table
-// lookup per character instead of a classification and a select.
+// lookup per character (for hints shorter than a word; longer ones: SanitizeWord).
 struct SanitizedChars {
   char of[256];
 };
@@ -74,32 +74,64 @@ constexpr SanitizedChars MakeSanitizedChars() {
 }
 constexpr SanitizedChars kSanitized = MakeSanitizedChars();
 
+uint64_t Load64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+void Store64(char* p, uint64_t v) { std::memcpy(p, &v, sizeof(v)); }
+
+// Eight characters as Sanitize writes them, at once (SWAR): a byte is kept if its bit 7 is
+// clear and its low 7 bits are a digit or, with bit 5 set (which lowercases a letter and
+// leaves no other byte a letter), a lowercase letter; every other byte becomes '_'. The
+// range checks add a constant to each byte's low 7 bits and read bit 7: no carry crosses
+// into the next byte. About 2.5 instructions a character where the table took 7. Always
+// inlined: gcc kept it out of line, and the call cost as much as the work.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint64_t SanitizeWord(uint64_t word) {
+  constexpr uint64_t kOnes = 0x0101010101010101u;
+  constexpr uint64_t kHigh = kOnes * 0x80;
+  const auto at_least = [](uint64_t v, uint64_t lo) { return (v + kOnes * (0x80 - lo)) & kHigh; };
+  const auto at_most = [](uint64_t v, uint64_t hi) { return ~(v + kOnes * (0x7f - hi)) & kHigh; };
+  const uint64_t low = word & ~kHigh;
+  const uint64_t lowered = low | kOnes * 0x20;
+  const uint64_t digit = at_least(low, '0') & at_most(low, '9');
+  const uint64_t letter = at_least(lowered, 'a') & at_most(lowered, 'z');
+  const uint64_t kept = (digit | letter) & ~word;  // bit 7 of each kept byte
+  const uint64_t keep_mask = (kept >> 7) * 0xff;    // 0xff in each kept byte
+  return (word & keep_mask) | (kOnes * '_' & ~keep_mask);
+}
+
 // FX's naming: illegal characters become '_', a leading digit gets a '_' prefix.
 void Sanitize(absl::string_view hint, NameChars* out) {
   // Through a local pointer: a store through char* may alias out's size, which would be
   // reloaded for every character.
   char* to = out->data();
   if (hint.empty() || IsDigit(hint[0])) *to++ = '_';
-  for (char c : hint) *to++ = kSanitized.of[static_cast<unsigned char>(c)];
-  out->resize(static_cast<size_t>(to - out->data()));
+  const char* from = hint.data();
+  const size_t size = hint.size();
+  if (size >= 8) {
+    size_t i = 0;
+    for (; i + 8 <= size; i += 8) Store64(to + i, SanitizeWord(Load64(from + i)));
+    // The last word overlaps the one before: its first bytes are written again, the same.
+    if (i < size) Store64(to + size - 8, SanitizeWord(Load64(from + size - 8)));
+  } else {
+    for (size_t i = 0; i < size; ++i) to[i] = kSanitized.of[static_cast<unsigned char>(from[i])];
+  }
+  out->resize(static_cast<size_t>(to + size - out->data()));
 }
 
-// Appends the decimal digits of `n` (>= 0).
+// Appends the decimal digits of `n` (>= 0): counted by comparisons, written by one
+// division loop.
 void AppendNumber(int64_t n, NameChars* out) {
   const uint64_t value = static_cast<uint64_t>(n);
   size_t digits = 1;
-  for (uint64_t rest = value / 10; rest > 0; rest /= 10) ++digits;
+  for (uint64_t bound = 10; digits < 19 && value >= bound; bound *= 10) ++digits;
   char* end = out->data() + out->size() + digits;
   uint64_t rest = value;
   for (char* p = end; p != end - digits; rest /= 10) *--p = static_cast<char>('0' + rest % 10);
   out->resize(out->size() + digits);
 }
 
-uint64_t Load64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
 uint32_t Load32(const char* p) {
   uint32_t v;
   std::memcpy(&v, p, sizeof(v));
@@ -117,18 +149,17 @@ struct SuffixSplit {
   int64_t number;
 };
 SuffixSplit SplitSuffix(absl::string_view name) {
-  const size_t underscore = FindLast(name, '_');
-  if (underscore == absl::string_view::npos || underscore == 0 ||
-      underscore + 1 == name.size()) {
-    return {name.size(), -1};
-  }
-  const absl::string_view digits = name.substr(underscore + 1);
-  if (digits.size() > 15 || !std::all_of(digits.begin(), digits.end(), IsDigit)) {
+  // The run of digits at the end, then the underscore before it: no search for the last
+  // underscore and no second pass to check the digits.
+  size_t start = name.size();
+  while (start > 0 && IsDigit(name[start - 1])) --start;
+  const size_t digits = name.size() - start;
+  if (digits == 0 || digits > 15 || start < 2 || name[start - 1] != '_') {
     return {name.size(), -1};
   }
   int64_t number = 0;
-  for (char c : digits) number = number * 10 + (c - '0');
-  return {underscore, number};
+  for (size_t i = start; i < name.size(); ++i) number = number * 10 + (name[i] - '0');
+  return {start - 1, number};
 }
 
 // What FX derives a default name from: call_function / call_method keep the last part

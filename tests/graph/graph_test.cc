@@ -502,6 +502,58 @@ TEST(GraphTest, NamesMatchTheRuleOverRandomInsertsErasesAndRenames) {
   EXPECT_GRAPH_VALID(g);
 }
 
+// Sanitizing works on eight characters at a time for hints of eight or more: every byte
+// value, at every position of words and of the overlapping last word, must come out as the
+// plain per-character rule says (std::isalnum in the C locale: ASCII letters and digits).
+TEST(GraphTest, SanitizeMatchesThePerCharacterRuleForEveryByteAtEveryPosition) {
+  Graph g;
+  ReferenceNamer reference;
+  for (size_t size : {1, 7, 8, 9, 15, 16, 17, 26}) {
+    for (size_t position = 0; position < size; ++position) {
+      for (int byte = 0; byte < 256; ++byte) {
+        std::string hint(size, 'a');
+        hint[position] = static_cast<char>(byte);
+        ASSERT_EQ(g.UniqueName(hint), reference.Unique(hint))
+            << "size " << size << " position " << position << " byte " << byte;
+      }
+    }
+  }
+  // Mixed text past a word, non-ASCII (UTF-8) and control characters included.
+  for (const std::string hint :
+       {std::string("features.denseblock1.denselayer10.conv1"), std::string("caf\xc3\xa9.layer-1"),
+        std::string("a\x10\x19\x1f\x7f\x80\xb0\xb9\xffZz09@[`{/:"),
+        std::string("0123456789abcdefghij")}) {
+    EXPECT_EQ(g.UniqueName(hint), reference.Unique(hint)) << hint;
+  }
+}
+
+// A numeric suffix is at most 15 digits after an underscore that is neither first nor last.
+TEST(GraphTest, SuffixSplitEdgeCases) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  auto named = [&](absl::string_view name) {
+    return (*g.AddCallFunction("torch.relu", {x}, {}, name))->name();
+  };
+  for (const char* name : {"a_123456789012345", "a_1234567890123456", "_12", "a__7", "12",
+                           "a_1b2", "a_b_9", "x_0", "a_000000000000005"}) {
+    named(name);
+  }
+  EXPECT_EQ(named("a_123456789012345"), "a_123456789012346");  // 15 digits: a suffix
+  EXPECT_EQ(named("a_1234567890123456"), "a_1234567890123456_1");  // 16: part of the base
+  // "12" sanitized is "_12": taken, and its underscore is first, so "_12" is all base
+  // ("_12_1" went to the first "12" above).
+  EXPECT_EQ(named("_12"), "_12_2");
+  EXPECT_EQ(named("a__7"), "a__8");      // base "a_"
+  EXPECT_EQ(named("12"), "_12_3");
+  EXPECT_EQ(named("a_1b2"), "a_1b2_1");  // not all digits after the last underscore
+  EXPECT_EQ(named("a_b_9"), "a_b_10");
+  EXPECT_EQ(named("x_0"), "x_1");
+  // Base "a", number 5, but the counter of "a" is past it (a_123456789012346 above).
+  EXPECT_EQ(named("a_000000000000005"), "a_123456789012347");
+  ASSERT_TRUE(g.SetOutput(x).ok());
+  EXPECT_GRAPH_VALID(g);
+}
+
 // Renames between long names (past std::string's inline buffer), where the new text is
 // written over the old name's storage when it fits: the node has exactly the new name,
 // is found by it and not by the old one, and the old name is free again.
