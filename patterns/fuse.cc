@@ -147,6 +147,21 @@ inline void PrefetchLaterNode(const Node* node) {
                  sizeof(Node));
 }
 
+// The start of a module's tensor and attribute lists: names, shapes and buffer pointers,
+// what a batch-norm fold reads (a batch norm's "eps" is its second attribute).
+constexpr size_t kTensorListBytes = 512;     // a batch norm's four tensors, nearly
+constexpr size_t kAttributeListBytes = 128;  // its first two attributes
+
+inline void PrefetchFieldLists(const Module* module, bool attributes_too) {
+  if (module == nullptr) return;
+  const Module::TensorList& tensors = module->tensors();
+  PrefetchObject(tensors.data(), std::min(kTensorListBytes, tensors.size() * sizeof(tensors[0])));
+  if (!attributes_too) return;
+  const Module::AttributeList& attributes = module->attributes();
+  PrefetchObject(attributes.data(),
+                 std::min(kAttributeListBytes, attributes.size() * sizeof(attributes[0])));
+}
+
 // Sorts a match's few op nodes into execution order (insertion sort: 2-6 elements).
 void SortInExecutionOrder(const Graph& graph, absl::InlinedVector<MatchedOpNode, 4>& nodes) {
   for (size_t i = 1; i < nodes.size(); ++i) {
@@ -259,28 +274,51 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   // Some extra input holds nodes and has no consumer to re-read it from (ExtraInput).
   bool remap_extras = false;
   plans.reserve(matches.size());
+  // First, streaming through the matches, each one's op nodes in execution order and their
+  // modules, each looked up once (O(1): the matcher resolved every path). The checking loop
+  // below then knows, plans ahead, which nodes and modules it will read, and asks for them
+  // early.
   for (auto it = matches.rbegin(); it != matches.rend(); ++it) {
-    const PatternMatch& match = *it;
     if (static_cast<size_t>(matches.rend() - it) > kIterationsAhead) {
-      // The op nodes of a later match (their modules are looked up through them).
       for (const Argument& bound : it[kIterationsAhead].bindings) {
         if (bound.is_node()) PrefetchObject(bound.as_node(), sizeof(Node));
       }
     }
-    const FusionRule& rule = *match.rule;
-    const Pattern& pattern = rule.pattern;
+    const Pattern& pattern = it->rule->pattern;
     // Built in place (a plan is a few hundred bytes; one per match).
     PlannedFusion& plan = plans.emplace_back();
-    plan.match = &match;
-    plan.outermost = match.outermost();
+    plan.match = &*it;
+    plan.outermost = it->outermost();
     for (int p = 0; p < pattern.size(); ++p) {
-      Node* node = match.node_at(p);
+      Node* node = it->node_at(p);
       if (pattern.position(p).match_all || node == nullptr) continue;
       MatchedOpNode entry;
       entry.node = node;
+      if (node->op() == OpKind::kCallModule) entry.module = gm.FindModule(node->target());
       plan.nodes.push_back(entry);
     }
     SortInExecutionOrder(graph, plan.nodes);
+  }
+  for (size_t i = 0; i < plans.size(); ++i) {
+    PlannedFusion& plan = plans[i];
+    const PatternMatch& match = *plan.match;
+    // What a later plan reads, in three steps (each reads what the one before brought in):
+    // its nodes, then its modules, then their tensor and attribute lists.
+    if (i + kIterationsAhead < plans.size()) {
+      for (const MatchedOpNode& entry : plans[i + kIterationsAhead].nodes) {
+        PrefetchObject(entry.node, sizeof(Node));
+      }
+    }
+    if (i + kIterationsAhead / 2 < plans.size()) {
+      for (const MatchedOpNode& entry : plans[i + kIterationsAhead / 2].nodes) {
+        PrefetchObject(entry.module, sizeof(Module));
+      }
+    }
+    if (i + 1 < plans.size()) {
+      for (const MatchedOpNode& entry : plans[i + 1].nodes) PrefetchFieldLists(entry.module, true);
+    }
+    const FusionRule& rule = *match.rule;
+    const Pattern& pattern = rule.pattern;
     const auto in_this_match = [&plan](const Node* n) {
       for (const MatchedOpNode& entry : plan.nodes) {
         if (entry.node == n) return true;
@@ -340,18 +378,17 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     for (const Argument& arg : plan.root->args()) RETURN_IF_ERROR(check_input(arg));
     for (const ExtraInput& extra : plan.extras) RETURN_IF_ERROR(check_input(extra.value));
 
-    // Each matched module, looked up once. A module only this node calls, that has no
-    // children and that no get_attr reads is deleted with the match: the fuser may move it
-    // into the fused module rather than copy it.
-    for (size_t i = 0; i < plan.nodes.size(); ++i) {
-      MatchedOpNode& entry = plan.nodes[i];
+    // A module only this node calls, that has no children and that no get_attr reads is
+    // deleted with the match: the fuser may move it into the fused module rather than copy
+    // it.
+    for (size_t n = 0; n < plan.nodes.size(); ++n) {
+      MatchedOpNode& entry = plan.nodes[n];
       if (entry.node->op() != OpKind::kCallModule) continue;
       const Symbol path = entry.node->target();
-      entry.module = gm.FindModule(path);  // O(1): the matcher resolved every path
       const bool removable =
           entry.module != nullptr && entry.module->children().empty() &&
           (get_attr_paths.empty() || !get_attr_paths.contains(path.name()));
-      if (removable) plan.removable |= uint64_t{1} << i;
+      if (removable) plan.removable |= uint64_t{1} << n;
       entry.movable = removable && module_uses[path] == 1;
     }
 
@@ -404,6 +441,13 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
         PrefetchObject(entry.module, sizeof(Module));
       }
       PrefetchObject(later.module.get(), sizeof(Module));
+    }
+    if (p + kIterationsAhead / 2 < plans.size()) {
+      // The tensor lists of the modules a nearer fusion moves or folds (their module
+      // objects were asked for above, a few fusions ago).
+      for (const MatchedOpNode& entry : plans[p + kIterationsAhead / 2].nodes) {
+        PrefetchFieldLists(entry.module, false);
+      }
     }
     NodeSpec spec;
     spec.op = OpKind::kCallModule;
