@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,8 +45,12 @@ struct PlannedFusion {
   // these.
   absl::InlinedVector<ExtraInput, 1> extras;
   // The fused module; null if it is the root's own module, folded in its slot
-  // (PendingFusion::root_slot).
+  // (PendingFusion::root_slot), or built in `storage`.
   std::unique_ptr<Module> module;
+  // Where the fuser builds the fused module that goes to reuse_slot (PendingFusion::
+  // storage): no heap block for a module that is only moved into the slot. Plans never
+  // move (their vector is reserved once), so the address the fuser was given holds.
+  std::optional<Module> storage;
   // Parts to move in when installed (with the fold of a moved conv); a copied conv's
   // weight scaling, after the last fusion.
   PendingFusion pending;
@@ -398,13 +403,18 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       }
     }
     plan.pending.root_slot = plan.reuse_slot;
+    plan.pending.storage = plan.reuse_slot != nullptr ? &plan.storage : nullptr;
     ASSIGN_OR_RETURN(plan.module,
                      rule.FuseForPass(gm, match, plan.root, plan.nodes, &plan.pending));
     const bool in_place = plan.pending.fused_in_place && plan.reuse_slot != nullptr;
-    if (plan.module == nullptr && !in_place) {
+    const bool in_storage = plan.module == nullptr && plan.pending.fused_in_storage &&
+                            plan.storage.has_value();
+    if (plan.module == nullptr && !in_place && !in_storage) {
       return PlanError(match, "the fuser returned no module");
     }
-    const Symbol fused_type = in_place ? plan.reuse_slot->type() : plan.module->type();
+    const Symbol fused_type = in_place     ? plan.reuse_slot->type()
+                              : in_storage ? plan.storage->type()
+                                           : plan.module->type();
     const ModuleSchema* schema = find_schema(fused_type);
     if (schema == nullptr) {
       return PlanError(match, absl::StrCat("fused module type '", fused_type.name(),
@@ -467,11 +477,15 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     // Install the fused module, moving in the parts it takes from the tree.
     plan.pending.ApplyMoves();
     if (plan.reuse_slot != nullptr) {
-      if (plan.module != nullptr) {  // else the fused module is the slot's own, in place
+      if (plan.module != nullptr) {
         *plan.reuse_slot = std::move(*plan.module);
         plan.pending.Relocate(plan.module.get(), plan.reuse_slot);
         plan.module.reset();
-      }
+      } else if (plan.storage.has_value()) {
+        *plan.reuse_slot = std::move(*plan.storage);
+        plan.pending.Relocate(&*plan.storage, plan.reuse_slot);
+        plan.storage.reset();
+      }  // else the fused module is the slot's own, folded in place
       spec.target = plan.root->target();
     } else {
       const std::string path = FreshModulePath(

@@ -129,8 +129,19 @@ absl::StatusOr<std::unique_ptr<Module>> PartModule(const GraphModule& gm,
 // (no allocation per fusion).
 using ModuleParts = absl::InlinedVector<std::unique_ptr<Module>, 4>;
 
-absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type, ModuleParts parts) {
-  auto fused = std::make_unique<Module>(type);
+// The module of type `type` with `parts` as children: built in pending->storage if the pass
+// gave one (then returns nullptr and sets pending->fused_in_storage), else on the heap.
+absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type, ModuleParts parts,
+                                             PendingFusion* pending) {
+  std::unique_ptr<Module> owned;
+  Module* fused = nullptr;
+  if (pending != nullptr && pending->storage != nullptr) {
+    fused = &pending->storage->emplace(type);
+    pending->fused_in_storage = true;
+  } else {
+    owned = std::make_unique<Module>(type);
+    fused = owned.get();
+  }
   fused->ReserveChildren(static_cast<size_t>(
       std::count_if(parts.begin(), parts.end(), [](const auto& part) { return part != nullptr; })));
   // The children's names "0", "1", ... viewed from literals (no string built per child).
@@ -145,7 +156,7 @@ absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type, ModuleParts parts) {
     }
     ++index;
   }
-  return fused;
+  return owned;
 }
 
 absl::StatusOr<std::unique_ptr<Module>> WrapInSequence(const GraphModule& gm,
@@ -158,7 +169,7 @@ absl::StatusOr<std::unique_ptr<Module>> WrapInSequence(const GraphModule& gm,
                      PartModule(gm, entry, match.rule->name, pending));
     parts.push_back(std::move(part));
   }
-  return Wrap(match.rule->fused_module_type, std::move(parts));
+  return Wrap(match.rule->fused_module_type, std::move(parts), pending);
 }
 
 bool IsFoldableInto(Symbol type) {
@@ -474,7 +485,7 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(
     }
     return std::move(*only);
   }
-  return Wrap(rule.fused_module_type, std::move(parts));
+  return Wrap(rule.fused_module_type, std::move(parts), pending);
 }
 
 // Computes `fold` into its module: the folded bias (in place when the module has a float32
@@ -513,9 +524,11 @@ void ApplyMovedFold(const PendingFusion::MovedFold& fold) {
 
 // Empties `pending` field by field (assigning it a temporary PendingFusion() moves an empty
 // InlinedVector, which gcc 12 flags -Wmaybe-uninitialized: a false positive), except its
-// input root_slot.
+// inputs root_slot and storage (whose module, if any, it drops).
 void ClearPending(PendingFusion* pending) {
   pending->fused_in_place = false;
+  pending->fused_in_storage = false;
+  if (pending->storage != nullptr) pending->storage->reset();
   pending->moves.clear();
   pending->moved_fold = PendingFusion::MovedFold();
   pending->weight_scale.module = nullptr;

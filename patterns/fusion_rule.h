@@ -161,6 +161,14 @@ struct PendingFusion {
   // nothing moved out and back).
   Module* root_slot = nullptr;
   bool fused_in_place = false;
+  // Set by the pass before FuseForPass (which keeps it) when the fused module will go to
+  // root_slot: where a fuser that wraps the parts in a new module of the fused type
+  // (kWrapInSequence; kFoldBatchNormThenWrap with a fused type) builds it, as the pass
+  // would only move it into root_slot (a heap block and its free fewer per fusion).
+  // FuseForPass then returns nullptr and sets `fused_in_storage`; the caller moves
+  // **storage into root_slot (and Relocate()s from it). nullptr: built on the heap.
+  std::optional<Module>* storage = nullptr;
+  bool fused_in_storage = false;
 
   // Performs the moves, then computes a moved fold (moved_fold) into the moved module:
   // folded bias and scaled weight, the float32 arithmetic Fuse uses, so bit-identical.
@@ -223,7 +231,8 @@ struct FusionRule {
   // (ApplyMoves, then weight_scale.Apply()) while the returned module is alive, or drops
   // both, having changed nothing. A custom fuser is called as by Fuse and defers nothing.
   // Returns nullptr (and sets pending->fused_in_place) only when the fused module is
-  // pending->root_slot itself, folded in place (see PendingFusion::root_slot).
+  // pending->root_slot itself, folded in place (see PendingFusion::root_slot), or (and sets
+  // pending->fused_in_storage) when it was built in *pending->storage.
   absl::StatusOr<std::unique_ptr<Module>> FuseForPass(const GraphModule& gm,
                                                       const PatternMatch& match, Node* root,
                                                       absl::Span<const MatchedOpNode> nodes,
