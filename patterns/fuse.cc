@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
@@ -117,12 +118,15 @@ class ModuleUseCounts {
     }
   }
 
-  // The count of `path`, which some call_module node of the graph calls.
-  int& operator[](Symbol path) {
-    return dense_ ? counts_[path.id() - min_id_] : sparse_[path.id()];
+  // The count of `path`, which some call_module node of the graph calls. The dense case is
+  // inlined (a few instructions, 4-5 times per fusion); the hash map's is not.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE int& operator[](Symbol path) {
+    return dense_ ? counts_[path.id() - min_id_] : Sparse(path);
   }
 
  private:
+  ABSL_ATTRIBUTE_NOINLINE int& Sparse(Symbol path) { return sparse_[path.id()]; }
+
   bool dense_ = false;
   uint32_t min_id_ = 0;
   std::vector<int> counts_;
