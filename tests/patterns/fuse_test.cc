@@ -2,6 +2,7 @@
 // hand-computed numbers, module-tree bookkeeping, and "a failing fusion changes nothing".
 #include "patterns/fuse.h"
 
+#include <cmath>
 #include <memory>
 #include <random>
 #include <string>
@@ -678,6 +679,68 @@ TEST_F(FuseTest, BatchNormFoldLeavesASharedWeightUnmodified) {
   EXPECT_NE(w->raw_data(), buffer);
   EXPECT_FLOAT_EQ(w->data<float>()[0], 2.0f);
   EXPECT_FLOAT_EQ(w->data<float>()[1], -0.5f);
+}
+
+// Rows long enough for the fold's blocks of 8 (2 input channels x 3x3 = 18 per output
+// channel: two blocks and a tail of 2) are scaled to exactly the float32 products
+// w * (gamma * (1 / sqrt(var + eps))), PyTorch's order, whether the fold writes over the
+// weight's own buffer or, the data being shared with another module, into a new one (which
+// leaves the other module's values as they were).
+TEST_F(FuseTest, BatchNormFoldScalesLongRowsExactlySharedOrNot) {
+  constexpr int kOut = 2, kIn = 2, kPerChannel = kIn * 3 * 3;
+  std::vector<float> weight(kOut * kPerChannel);
+  for (size_t i = 0; i < weight.size(); ++i) weight[i] = 0.37f * static_cast<float>(i) - 5.1f;
+  const std::vector<float> gamma = {1.7f, -0.3f}, var = {0.9f, 2.5f};
+  const float eps = 1e-5f;
+  for (const bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared weight" : "own weight");
+    GraphModule gm;
+    Graph& g = gm.graph();
+    Node* x = Must(g.AddPlaceholder("x"));
+    auto conv = Conv2dModule(rng_, kIn, kOut, 3);
+    conv->SetTensor("weight", Tensor::FromFloats({kOut, kIn, 3, 3}, weight));
+    auto bn = BatchNorm2dModule(rng_, kOut, eps);
+    bn->SetTensor("weight", Tensor::FromFloats({kOut}, gamma));
+    bn->SetTensor("running_var", Tensor::FromFloats({kOut}, var));
+    std::vector<Argument> outputs;
+    if (shared) {
+      auto tied = Conv2dModule(rng_, kIn, kOut, 3);
+      tied->SetTensor("weight", *conv->FindTensor("weight"));
+      ASSERT_TRUE(gm.SetModule("tied", std::move(tied)).ok());
+      outputs.push_back(Must(g.AddCallModule("tied", {x}, {}, "tied")));
+    }
+    ASSERT_TRUE(gm.SetModule("conv", std::move(conv)).ok());
+    ASSERT_TRUE(gm.SetModule("bn", std::move(bn)).ok());
+    Node* c = Must(g.AddCallModule("conv", {x}, {}, "conv"));
+    outputs.push_back(Must(g.AddCallModule("bn", {c}, {}, "bn")));
+    Must(g.SetOutput(Argument::Tuple(outputs)));
+    const void* buffer = gm.FindModule("conv")->FindTensor("weight")->raw_data();
+
+    absl::StatusOr<PatternMatcher> m =
+        PatternMatcher::Create({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
+    ASSERT_TRUE(m.ok()) << m.status();
+    absl::StatusOr<int> fused = FusePatterns(gm, *m);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    ASSERT_EQ(*fused, 1);
+    ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+    const Tensor* w = gm.FindModule("conv")->FindTensor("weight");
+    ASSERT_EQ(w->numel(), kOut * kPerChannel);
+    if (shared) {
+      EXPECT_NE(w->raw_data(), buffer);
+      const Tensor* tied_weight = gm.FindModule("tied")->FindTensor("weight");
+      EXPECT_EQ(tied_weight->raw_data(), buffer);
+      EXPECT_EQ(*tied_weight, Tensor::FromFloats({kOut, kIn, 3, 3}, weight));
+    } else {
+      EXPECT_EQ(w->raw_data(), buffer);
+    }
+    for (int o = 0; o < kOut; ++o) {
+      const float scale = gamma[o] * (1.0f / std::sqrt(var[o] + eps));
+      for (int k = 0; k < kPerChannel; ++k) {
+        const int i = o * kPerChannel + k;
+        EXPECT_EQ(w->data<float>()[i], weight[i] * scale) << "element " << i;
+      }
+    }
+  }
 }
 
 // The folded bias (hand-computed as in BatchNormFoldingMatchesHandComputedValues:
