@@ -325,10 +325,12 @@ void BM_Rename(benchmark::State& state) {
 // inserted before relu_i under a temporary name takes relu_i's users, relu_i is erased and
 // conv_i erased with its name going to the new node. range(1): 0 = Erase(conv_i) then
 // Rename(new, <conv_i's name>) with a SetMeta("pattern"); 1 = EraseAndPassName and the
-// meta given at creation (a NodeMeta shared by all of them).
+// meta given at creation (a NodeMeta shared by all of them); 2 = as 1, but the new node is
+// inserted unnamed (InsertBeforeUnnamed) instead of under the temporary name.
 void BM_FuseStep(benchmark::State& state) {
   const int64_t n = state.range(0);
-  const bool pass_name = state.range(1) == 1;
+  const bool pass_name = state.range(1) >= 1;
+  const bool unnamed = state.range(1) == 2;
   const Symbol conv = Symbol::Intern("torch.nn.functional.conv2d");
   const Symbol relu = Symbol::Intern("torch.relu");
   const Symbol fused_target = Symbol::Intern("layer1.0.conv_relu");
@@ -353,7 +355,9 @@ void BM_FuseStep(benchmark::State& state) {
     for (const Pair& p : pairs) {
       NodeSpec spec{OpKind::kCallModule, fused_target, {p.conv->arg(0)}, {}, "_fusing"};
       if (pass_name) spec.meta = shared;
-      Node* f = *g->InsertBefore(p.relu, std::move(spec));
+      if (unnamed) spec.name = "";
+      Node* f = unnamed ? *g->InsertBeforeUnnamed(p.relu, std::move(spec))
+                        : *g->InsertBefore(p.relu, std::move(spec));
       FUSELAGE_CHECK(g->ReplaceAllUsesWith(p.relu, f).ok());
       FUSELAGE_CHECK(g->Erase(p.relu).ok());
       if (pass_name) {
@@ -375,7 +379,7 @@ void BM_FuseStep(benchmark::State& state) {
 }
 
 BENCHMARK(BM_FuseStep)
-    ->ArgsProduct({{10000, 100000}, {0, 1}})
+    ->ArgsProduct({{10000, 100000}, {0, 1, 2}})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_InsertAfter)
     ->ArgsProduct({{1000, 100000, 1000000}, {0, 1, 2, 3}})

@@ -587,7 +587,8 @@ void Graph::NameNewNode(Node* node, absl::string_view hint) {
 }
 
 const std::string& Graph::Rename(Node* node, absl::string_view name) {
-  if (node->name_ == name) return node->name_;
+  // (A node not named yet has an empty name_ and must be named even if `name` is empty.)
+  if (node->name_ == name && !node->name_.empty()) return node->name_;
   // The new name is chosen as if the node still held its old one (a candidate equal to it
   // counts as taken); the node leaves the index first so that the free one is indexed in
   // the probe that finds it. node->name_ keeps the old name until that last probe.
@@ -605,6 +606,7 @@ const std::string& Graph::Rename(Node* node, absl::string_view name) {
 }
 
 void Graph::EraseFromNameIndex(Node* node) {
+  if (node->name_.empty()) return;  // not named yet (InsertBeforeUnnamed): not indexed
   // Found by the node's kept hash and slot number: no name is read.
   by_name_.Erase(node->name_hash_, node->index_);
   NoteNameFreed(node->name_hash_);
@@ -645,7 +647,7 @@ absl::Status Graph::CheckInputsPrecede(absl::Span<const Argument> args, const Kw
 
 // ---- Creating -----------------------------------------------------------------------
 
-absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec&& spec) {
+absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec&& spec, bool named) {
   // Names the node in errors; built only on an error (passes insert millions of nodes).
   const auto what = [&spec] {
     return absl::StrCat("new ", OpKindName(spec.op), " node '",
@@ -679,7 +681,9 @@ absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec&& spec) {
     if (kw.first.empty()) return absl::InvalidArgumentError(absl::StrCat(what(), ": empty kwarg name"));
   }
   Node* node = NewNode(spec.op, spec.target, std::string());
-  if (spec.op == OpKind::kOutput) {
+  if (!named) {
+    // Named later (InsertBeforeUnnamed): in no index until then.
+  } else if (spec.op == OpKind::kOutput) {
     NameNewNode(node, "output");
   } else if (spec.name.empty()) {
     NameNewNode(node, DefaultNameHint(spec.op, spec.target));
@@ -723,6 +727,19 @@ absl::StatusOr<Node*> Graph::InsertAfter(Node* anchor, NodeSpec spec) {
     return InsertAt(nullptr, std::move(spec));
   }
   return InsertAt(anchor->next_, std::move(spec));
+}
+
+absl::StatusOr<Node*> Graph::InsertBeforeUnnamed(Node* anchor, NodeSpec&& spec) {
+  if (anchor == nullptr) return absl::InvalidArgumentError("InsertBeforeUnnamed: null anchor");
+  if (!spec.name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InsertBeforeUnnamed: new node of target '", spec.target.name(),
+        "' is given name '", spec.name.view(), "'; an unnamed node takes none"));
+  }
+  if (spec.op == OpKind::kOutput) {
+    return absl::InvalidArgumentError("InsertBeforeUnnamed: the output node is always named");
+  }
+  return InsertAt(anchor, std::move(spec), /*named=*/false);
 }
 
 absl::StatusOr<Node*> Graph::AddPlaceholder(absl::string_view name) {
@@ -983,13 +1000,18 @@ absl::Status Graph::EraseAndPassName(Node* node, Node* heir) {
     return absl::InvalidArgumentError(absl::StrCat(
         "EraseAndPassName: node '", node->name(), "' cannot pass its name to itself"));
   }
+  if (node->name_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EraseAndPassName: the node to erase has no name yet (inserted unnamed) to pass to '",
+        heir->name(), "'"));
+  }
   if (!node->users_.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot erase node '", node->name(), "': it still has ", node->users_.size(),
         " user(s): ", UsersString(node)));
   }
   RemoveUsesOf(node);
-  EraseFromNameIndex(heir);  // the heir's own name is freed
+  EraseFromNameIndex(heir);  // the heir's own name is freed (if it has one yet)
   // The name stays taken, so its index entry stays where it is and only changes hands
   // (the entry is placed by the name's hash, which does not change). The name is not
   // "freed", so the suffix counters' proof that it is taken (StillTaken) stays true.
@@ -1050,7 +1072,11 @@ absl::Status Graph::Verify() const {
     if (prev != nullptr && prev->order_key_ >= n->order_key_) {
       return absl::InternalError(absl::StrCat(where(), ": order keys not increasing"));
     }
-    if (n->name_.empty()) return absl::InvalidArgumentError("a node has an empty name");
+    if (n->name_.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a node has an empty name: the ", OpKindName(n->op_), " node of target '",
+          n->target_.name(), "' was inserted unnamed (InsertBeforeUnnamed) and never named"));
+    }
     if (n->name_hash_ != graph_internal::NameHashOf(n->name_)) {
       return absl::InternalError(absl::StrCat(where(), ": stale name hash"));
     }

@@ -183,6 +183,16 @@ class Graph {
   absl::StatusOr<Node*> Append(NodeSpec spec);
   absl::StatusOr<Node*> InsertBefore(Node* anchor, NodeSpec spec);
   absl::StatusOr<Node*> InsertAfter(Node* anchor, NodeSpec spec);
+  // As InsertBefore, but the node gets no name yet, for a rewrite whose new node takes the
+  // name of a node it replaces (fusion: the fused node takes its root's name): naming it
+  // first (sanitize, probe, copy the text) would only be undone by EraseAndPassName.
+  // `spec.name` must be empty (InvalidArgument otherwise). Until it is named -- by
+  // EraseAndPassName(replaced, node), which is what it is for, or by Rename -- the node's
+  // name() is empty, it is in no name index (FindNode does not find it), and Verify()
+  // fails ("a node has an empty name"): name it before the pass ends. Erasing it unnamed
+  // is fine; passing its (missing) name on with EraseAndPassName(node, ...) is an error.
+  // Takes the spec by rvalue: no NodeSpec move and second destructor per call.
+  absl::StatusOr<Node*> InsertBeforeUnnamed(Node* anchor, NodeSpec&& spec);
 
   // Shorthands for Append.
   absl::StatusOr<Node*> AddPlaceholder(absl::string_view name);
@@ -288,7 +298,8 @@ class Graph {
  private:
   friend class GraphBuilder;
 
-  absl::StatusOr<Node*> InsertAt(Node* before, NodeSpec&& spec);
+  // `named`: false leaves the node without a name (InsertBeforeUnnamed).
+  absl::StatusOr<Node*> InsertAt(Node* before, NodeSpec&& spec, bool named = true);
   // Checks that every node referenced by `args`/`kwargs` is in this graph and precedes
   // position `before` (nullptr: the end). The error message starts with ": "; callers
   // put the node's description in front (Prefixed).
@@ -307,7 +318,8 @@ class Graph {
   void NameNewNode(Node* node, absl::string_view hint);
   // Indexes `node` under `candidate` and gives it that name, if no node has it.
   bool ClaimName(Node* node, HashedName candidate);
-  // Removes `node` (under its current name) from the name index.
+  // Removes `node` (under its current name) from the name index; nothing for a node
+  // without a name yet (InsertBeforeUnnamed), which is not in it.
   void EraseFromNameIndex(Node* node);
   struct SuffixCounter;
   // The naming rule (graph/NAMING.md) on the sanitized hint in `*name`: probes candidates

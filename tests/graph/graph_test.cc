@@ -926,6 +926,75 @@ TEST(GraphTest, EraseAndPassNameHandsTheRootsNameToTheFusedNode) {
   EXPECT_EQ(g.UniqueName("layer1.0.conv1"), "layer1_0_conv1_1");
 }
 
+// The same fusion with the fused node inserted unnamed: it has no name, is in no index and
+// fails Verify until EraseAndPassName names it; the names end as with a temporary name.
+TEST(GraphTest, AnUnnamedInsertIsNamedByEraseAndPassName) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  Node* conv = *g.AddCallModule("layer1.0.conv1", {x});
+  Node* bn = *g.AddCallModule("layer1.0.bn1", {conv});
+  Node* relu = *g.AddCallModule("layer1.0.relu", {bn});
+  Node* out = *g.SetOutput(relu);
+  Node* fused = *g.InsertBeforeUnnamed(
+      relu, {OpKind::kCallModule, Symbol::Intern("layer1.0.conv1"), {x}, {}, ""});
+  EXPECT_EQ(fused->name(), "");
+  EXPECT_EQ(g.FindNode(""), nullptr);
+  EXPECT_EQ(fused->prev(), bn);
+  EXPECT_THAT(x->users(), ElementsAre(conv, fused));
+  const absl::Status unnamed = g.Verify();
+  EXPECT_EQ(unnamed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unnamed.message(), HasSubstr("empty name"));
+  EXPECT_THAT(unnamed.message(), HasSubstr("layer1.0.conv1"));
+  ASSERT_EQ(*g.ReplaceAllUsesWith(relu, fused), 1);
+  ASSERT_TRUE(g.Erase(relu).ok());
+  ASSERT_TRUE(g.Erase(bn).ok());
+  ASSERT_TRUE(g.EraseAndPassName(conv, fused).ok());
+  EXPECT_EQ(fused->name(), "layer1_0_conv1");
+  EXPECT_EQ(g.FindNode("layer1_0_conv1"), fused);
+  EXPECT_THAT(Names(g.Nodes()), ElementsAre("x", "layer1_0_conv1", "output"));
+  EXPECT_EQ(out->arg(0).as_node(), fused);
+  EXPECT_GRAPH_VALID(g);
+  EXPECT_EQ(g.UniqueName("layer1.0.conv1"), "layer1_0_conv1_1");
+}
+
+// What else an unnamed node allows: Rename names it (even to an empty hint, "_"), Erase
+// erases it; a name given in the spec, an output node and passing its missing name on are
+// refused, changing nothing.
+TEST(GraphTest, UnnamedInsertOtherUsesAndRefusals) {
+  Chain c;
+  const Symbol neg = Symbol::Intern("operator.neg");
+  Node* a = *c.g.InsertBeforeUnnamed(c.relu, {OpKind::kCallFunction, neg, {c.x}, {}, ""});
+  EXPECT_EQ(c.g.Rename(a, ""), "_");
+  EXPECT_EQ(c.g.FindNode("_"), a);
+  Node* b = *c.g.InsertBeforeUnnamed(c.relu, {OpKind::kCallFunction, neg, {c.x}, {}, ""});
+  EXPECT_EQ(c.g.Rename(b, "neg"), "neg_1");  // the rule as for any rename
+  Node* d = *c.g.InsertBeforeUnnamed(c.relu, {OpKind::kCallFunction, neg, {c.x}, {}, ""});
+  ASSERT_TRUE(c.g.Erase(d).ok());
+  EXPECT_GRAPH_VALID(c.g);
+
+  const std::vector<std::string> before = Names(c.g.Nodes());
+  const absl::Status named =
+      c.g.InsertBeforeUnnamed(c.relu, {OpKind::kCallFunction, neg, {c.x}, {}, "given"}).status();
+  EXPECT_EQ(named.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(named.message(), HasSubstr("given"));
+  EXPECT_FALSE(
+      c.g.InsertBeforeUnnamed(c.relu, {OpKind::kOutput, Symbol::Intern("output"), {c.x}, {}, ""})
+          .ok());
+  EXPECT_FALSE(c.g.InsertBeforeUnnamed(nullptr, {OpKind::kCallFunction, neg, {c.x}, {}, ""}).ok());
+  // Inputs must still precede the anchor.
+  EXPECT_FALSE(c.g.InsertBeforeUnnamed(c.neg, {OpKind::kCallFunction, neg, {c.relu}, {}, ""}).ok());
+  EXPECT_EQ(Names(c.g.Nodes()), before);
+  EXPECT_GRAPH_VALID(c.g);
+
+  Node* e = *c.g.InsertBeforeUnnamed(c.relu, {OpKind::kCallFunction, neg, {c.x}, {}, ""});
+  const absl::Status pass = c.g.EraseAndPassName(e, a);
+  EXPECT_EQ(pass.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(pass.message(), HasSubstr("no name yet"));
+  EXPECT_EQ(a->name(), "_");
+  ASSERT_TRUE(c.g.Erase(e).ok());
+  EXPECT_GRAPH_VALID(c.g);
+}
+
 TEST(GraphTest, EraseAndPassNameFailuresChangeNothing) {
   Chain c;
   Graph other;
