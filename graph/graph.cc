@@ -421,6 +421,17 @@ bool graph_internal::NameIndex::InsertIfAbsent(HashedName name, uint32_t index) 
   return true;
 }
 
+size_t graph_internal::NameIndex::FreePosition(HashedName name) {
+  if ((size_ + 1) * 4 > (mask_ + 1) * 3) Grow();
+  const size_t i = SlotFor(name);
+  return entries_[i] != 0 ? kTaken : i;
+}
+
+void graph_internal::NameIndex::Fill(size_t position, uint32_t hash, uint32_t index) {
+  entries_[position] = EntryOf(hash, index);
+  ++size_;
+}
+
 size_t graph_internal::NameIndex::PositionOf(uint32_t hash, uint32_t index) const {
   const uint64_t wanted = EntryOf(hash, index);
   size_t i = Home(hash);
@@ -1150,12 +1161,14 @@ absl::Status Graph::Verify() const {
 absl::StatusOr<Node*> GraphBuilder::AddNode(OpKind op, Symbol target, absl::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError("a node has an empty name");
   const graph_internal::HashedName hashed{name, graph_internal::NameHashOf(name)};
-  if (graph_->by_name_.Find(hashed) != nullptr) {
+  // One probe: it finds the name taken, or the entry the new node fills.
+  const size_t position = graph_->by_name_.FreePosition(hashed);
+  if (position == graph_internal::NameIndex::kTaken) {
     return absl::InvalidArgumentError(absl::StrCat("duplicate node name '", name, "'"));
   }
   Node* node = graph_->NewNode(op, target, std::string(name));
   node->name_hash_ = hashed.hash;
-  FUSELAGE_CHECK(graph_->by_name_.InsertIfAbsent(hashed, node->index_));
+  graph_->by_name_.Fill(position, hashed.hash, node->index_);
   graph_->Link(node, nullptr);
   if (op == OpKind::kOutput && graph_->output_ == nullptr) graph_->output_ = node;
   return node;

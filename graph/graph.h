@@ -129,6 +129,12 @@ class NameIndex {
   // Indexes node `index` under `name` (the node's name need not be set yet) unless a node
   // has that name; true if it was added.
   bool InsertIfAbsent(HashedName name, uint32_t index);
+  // InsertIfAbsent in two steps, for a caller that creates the node only once the name is
+  // known free (one probe): the position where `name` goes (room is made first), or
+  // kTaken if a node has it; then Fill(position, ...) before any other change to the index.
+  static constexpr size_t kTaken = ~size_t{0};
+  size_t FreePosition(HashedName name);
+  void Fill(size_t position, uint32_t hash, uint32_t index);
   // Removes the entry of node `index`, indexed under a name of hash `hash` (it must be).
   void Erase(uint32_t hash, uint32_t index);
   // The entry of node `index` (hash `hash`, it must be indexed) now stands for node `heir`.

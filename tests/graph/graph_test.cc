@@ -995,6 +995,34 @@ TEST(GraphTest, UnnamedInsertOtherUsesAndRefusals) {
   EXPECT_GRAPH_VALID(c.g);
 }
 
+// The loader's AddNode probes the name index once: a taken name is refused (nothing
+// added), a free one is indexed where that probe found room, through the index's growth.
+TEST(GraphTest, GraphBuilderAddsNamesOnceAndRefusesDuplicates) {
+  Graph g;
+  GraphBuilder builder(&g);
+  const Symbol relu = Symbol::Intern("torch.relu");
+  Node* x = *builder.AddNode(OpKind::kPlaceholder, Symbol::Intern("x"), "x");
+  std::vector<Node*> nodes;
+  for (int i = 0; i < 1000; ++i) {  // grows the index several times
+    Node* n = *builder.AddNode(OpKind::kCallFunction, relu, absl::StrCat("r_", i));
+    builder.SetInputs(n, {x}, {});
+    nodes.push_back(n);
+  }
+  const absl::Status duplicate =
+      builder.AddNode(OpKind::kCallFunction, relu, "r_500").status();
+  EXPECT_EQ(duplicate.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(duplicate.message(), HasSubstr("duplicate node name 'r_500'"));
+  EXPECT_FALSE(builder.AddNode(OpKind::kCallFunction, relu, "").ok());
+  Node* out = *builder.AddNode(OpKind::kOutput, Symbol::Intern("output"), "output");
+  builder.SetInputs(out, {nodes.back()}, {});
+  EXPECT_EQ(g.size(), 1002u);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(g.FindNode(absl::StrCat("r_", i)), nodes[i]);
+  EXPECT_EQ(g.FindNode("r_1000"), nullptr);
+  EXPECT_GRAPH_VALID(g);
+  // Naming after loading follows the rule over the loaded names.
+  EXPECT_EQ(g.UniqueName("r_5"), "r_1000");
+}
+
 TEST(GraphTest, EraseAndPassNameFailuresChangeNothing) {
   Chain c;
   Graph other;
