@@ -18,12 +18,6 @@
 namespace fuselage {
 namespace {
 
-// The name a fused node carries between its insertion and taking the root's name
-// (Graph::EraseAndPassName: the root holds that name until it is erased). A fixed short
-// literal (viewed, no heap allocation) keeps that step one lookup: named after its target,
-// the node would find that name taken by the root, and the graph would mint and index
-// "<root>_1" for a moment each time.
-constexpr char kFusedNodeTemporaryName[] = "_fusing";
 
 // An extra input of a fused node. A node bound at a pattern position is read at apply time
 // from `consumer` (the matched node that takes it) at arg `arg_index`: by then, if it was
@@ -507,9 +501,10 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       spec.target = Symbol::Intern(path);
     }
 
-    spec.name = kFusedNodeTemporaryName;
+    // Inserted without a name: it takes the root's as the root is erased below
+    // (EraseAndPassName), so no name is made up, indexed and dropped in between.
     spec.meta = pattern_meta[plan.match->rule - rules.data()];
-    absl::StatusOr<Node*> fused = graph.InsertBefore(plan.outermost, std::move(spec));
+    absl::StatusOr<Node*> fused = graph.InsertBeforeUnnamed(plan.outermost, std::move(spec));
     if (!fused.ok()) return Internal(fused.status());
     absl::StatusOr<int> rewired = graph.ReplaceAllUsesWith(plan.outermost, *fused);
     if (!rewired.ok()) return Internal(rewired.status());
