@@ -490,18 +490,27 @@ bool Graph::StillTaken(uint32_t hash, uint64_t taken_at) const {
 // probe of a free one also indexes it (lazy_emplace), and a suffix-less hint's hash also
 // finds its counter. Two proofs skip probes whose outcome they know (so the name is the
 // same): that the hint itself is taken (base_taken) and that base_<last> is (taken).
+Graph::SuffixCounter* Graph::FindCounter(HashedName key) const {
+  // A clear bit proves there is none (most explicit names: prepare's observers).
+  if ((counter_bits_ & CounterBit(key.hash)) == 0) return nullptr;
+  CounterCacheEntry& cached = counter_cache_[key.hash % kCounterCacheSize];
+  if (cached.counter != nullptr && cached.hash == key.hash && *cached.key == key.text) {
+    return cached.counter;
+  }
+  const auto it = next_suffix_.find(key);
+  if (it == next_suffix_.end()) return nullptr;
+  cached = {key.hash, &it->first, &it->second};
+  return &it->second;
+}
+
 template <typename ClaimFn>
 void Graph::MakeUnique(NameChars* name, ClaimFn&& claim, bool takes_name) const {
   const uint32_t hint_hash = NameHashOf(View(*name));
-  auto hint_counter = next_suffix_.end();
-  if (counter_bits_ & CounterBit(hint_hash)) {
-    hint_counter = next_suffix_.find(HashedName{View(*name), hint_hash});
-  }
+  SuffixCounter* const hint_counter = FindCounter(HashedName{View(*name), hint_hash});
   // "Taken by a node", proven or probed (the node's own old name does not count: it is
   // free in the index, and becomes free for good once the node is renamed).
-  bool hint_in_index = hint_counter != next_suffix_.end() &&
-                       hint_counter->second.base_taken &&
-                       StillTaken(hint_hash, hint_counter->second.base_taken_at);
+  bool hint_in_index = hint_counter != nullptr && hint_counter->base_taken &&
+                       StillTaken(hint_hash, hint_counter->base_taken_at);
   if (!hint_in_index) {
     const Claim found = claim(HashedName{View(*name), hint_hash});
     if (found == Claim::kClaimed) return;
@@ -509,18 +518,16 @@ void Graph::MakeUnique(NameChars* name, ClaimFn&& claim, bool takes_name) const 
   }
   const SuffixSplit split = SplitSuffix(View(*name));
   name->resize(split.base_size);  // now the base
-  auto counter = hint_counter;
+  SuffixCounter* counter = hint_counter;
+  uint32_t base_hash = hint_hash;
   if (split.number >= 0) {
-    const uint32_t base_hash = NameHashOf(View(*name));
-    counter = next_suffix_.end();
-    if (counter_bits_ & CounterBit(base_hash)) {
-      counter = next_suffix_.find(HashedName{View(*name), base_hash});
-    }
+    base_hash = NameHashOf(View(*name));
+    counter = FindCounter(HashedName{View(*name), base_hash});
   }
-  const int64_t last = counter == next_suffix_.end() ? 0 : counter->second.last;
+  const int64_t last = counter == nullptr ? 0 : counter->last;
   int64_t next = std::max<int64_t>({last, split.number + 1, 1});
-  if (counter != next_suffix_.end() && next == last && counter->second.taken &&
-      StillTaken(counter->second.taken_hash, counter->second.taken_at)) {
+  if (counter != nullptr && next == last && counter->taken &&
+      StillTaken(counter->taken_hash, counter->taken_at)) {
     ++next;
   }
   name->push_back('_');
@@ -535,14 +542,15 @@ void Graph::MakeUnique(NameChars* name, ClaimFn&& claim, bool takes_name) const 
   // A counter of 1 behaves as no counter (n >= 1 either way), so base_1 creates no entry:
   // most bases never get a second suffix (fusion's "layer1_0_conv1_1"), and an entry
   // costs an allocation.
-  if (counter == next_suffix_.end()) {
+  if (counter == nullptr) {
     if (next == 1) return;
     const absl::string_view base(name->data(), split.base_size);
-    const uint32_t base_hash = split.number >= 0 ? NameHashOf(base) : hint_hash;
-    counter = next_suffix_.emplace(std::string(base), SuffixCounter()).first;
+    counter = &next_suffix_.emplace(std::string(base), SuffixCounter()).first->second;
     counter_bits_ |= CounterBit(base_hash);
+    // The map may have rehashed: the cached pointers into it may dangle.
+    for (CounterCacheEntry& cached : counter_cache_) cached = CounterCacheEntry();
   }
-  SuffixCounter& c = counter->second;
+  SuffixCounter& c = *counter;
   c.last = next;
   c.taken = takes_name;  // UniqueName only computes the name
   c.taken_hash = taken_hash;

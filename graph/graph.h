@@ -388,6 +388,21 @@ class Graph {
     ++names_freed_;
   }
   mutable absl::flat_hash_map<std::string, SuffixCounter, NameHash, NameEqual> next_suffix_;
+  // The counter of `key` (its hash in key.hash), or nullptr: counter_bits_, then the
+  // cache below, then next_suffix_.
+  SuffixCounter* FindCounter(HashedName key) const;
+  // The counters found last, one per key hash % kCounterCacheSize: a pass names its nodes
+  // from a few hints in turn (convert: "quantize_per_tensor", "dequantize"), and a hit is a
+  // compare of the key instead of a probe of next_suffix_ (~100 instructions). Pointers
+  // into next_suffix_, stable until it rehashes: cleared whenever a counter is added (it
+  // never loses one).
+  struct CounterCacheEntry {
+    uint32_t hash = 0;
+    const std::string* key = nullptr;
+    SuffixCounter* counter = nullptr;
+  };
+  static constexpr uint32_t kCounterCacheSize = 4;
+  mutable CounterCacheEntry counter_cache_[kCounterCacheSize];
   // The hashes of the last kFreedWindow names freed, and how many names were ever freed.
   static constexpr uint64_t kFreedWindow = 8;
   uint64_t names_freed_ = 0;
