@@ -44,47 +44,63 @@ absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Obser
 struct ReplacementTargets {
   Symbol quantize = Symbol::Intern("torch.quantize_per_tensor");
   Symbol dequantize = Symbol::Intern("dequantize");
-  // The name FX derives from the quantize target (torch.quantize_per_tensor).
+  // The names FX derives from the targets (torch.quantize_per_tensor, dequantize).
   absl::string_view quantize_name = "quantize_per_tensor";
+  absl::string_view dequantize_name = "dequantize";
 };
 
+// The args of the quantize node of `r`: the node's own arg storage type, which the node
+// takes over whole.
+NodeArgs QuantizeArgs(Node* input, const ObserverReplacement& r) {
+  return {input, Argument::Float(r.scale), Argument::Int(r.zero_point),
+          Argument::Dtype(r.dtype)};
+}
+
+// Replaces the observer node of `r` by quantize → dequantize, as FX's convert does
+// (insert both, replace the observer's uses by the dequantize node, erase the observer),
+// in fewer graph operations: the quantize node is inserted just before the observer with
+// its final args and name, and the observer node itself becomes the dequantize node
+// (op, target, args, name; kwargs and meta dropped, as a new node has none). Its users
+// already read it: no use to replace, no node to erase. (The one difference: FX's
+// replace_all_uses_with re-registers each user, moving it to the end of its other
+// inputs' user lists; here they keep their places. Nothing after convert reads that
+// order: lowering and the model file do not.) The names are FX's: the
+// quantize node is named while the observer still holds its own name, the dequantize
+// node after, as inserting both then erasing the observer names them, as long as the
+// observer's own name is none a dequantize node could take (Prepare names observers
+// activation_post_process_<n>); one that could be takes the way below.
 absl::Status ReplaceObserver(Graph& g, const ReplacementTargets& targets,
                              const ObserverReplacement& r) {
   Node* observer = r.observer;
   Node* input = observer->arg(0).as_node();
-  // Built as the node's own arg storage, which the node takes over whole (a std::vector
-  // would be copied into a second heap block).
-  NodeArgs quantize_args = {input, Argument::Float(r.scale), Argument::Int(r.zero_point),
-                            Argument::Dtype(r.dtype)};
-  Node* q = nullptr;
-  if (!observer->has_kwargs() && observer->meta().empty()) {
-    // The observer node itself becomes the quantize node, in its place: one node fewer
-    // to create and to erase per observer. It ends up as a new node there would: the same
-    // op, target, args and name (the observer's name is freed first, and no
-    // quantize_per_tensor name can be an observer's), last in its input's user list
-    // (SetArgs re-registers it, as inserting the new node and erasing the observer did),
-    // and without kwargs or meta (an observer that has either takes the path below).
-    RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallFunction, targets.quantize));
-    RETURN_IF_ERROR(g.SetArgs(observer, std::move(quantize_args)));
-    g.Rename(observer, targets.quantize_name);
-    q = observer;
-  } else {
+  if (observer->has_kwargs()) RETURN_IF_ERROR(g.SetKwargs(observer, {}));
+  if (!observer->meta().empty()) RETURN_IF_ERROR(g.SetMeta(observer, NodeMeta()));
+  if (!absl::StartsWith(observer->name(), targets.dequantize_name)) {
     NodeSpec quantize;
     quantize.op = OpKind::kCallFunction;
     quantize.target = targets.quantize;
-    quantize.args = std::move(quantize_args);
-    ASSIGN_OR_RETURN(q, g.InsertAfter(observer, std::move(quantize)));
+    quantize.args = QuantizeArgs(input, r);
+    quantize.name = targets.quantize_name;
+    ASSIGN_OR_RETURN(Node * q, g.InsertBefore(observer, std::move(quantize)));
+    RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallMethod, targets.dequantize));
+    RETURN_IF_ERROR(g.SetArgs(observer, NodeArgs{q}));
+    g.Rename(observer, targets.dequantize_name);
+    return absl::OkStatus();
   }
+  // The observer's name is freed (by renaming it the quantize node) before the
+  // dequantize node is named, which may take it.
+  RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallFunction, targets.quantize));
+  RETURN_IF_ERROR(g.SetArgs(observer, QuantizeArgs(input, r)));
+  g.Rename(observer, targets.quantize_name);
   NodeSpec dequantize;
   dequantize.op = OpKind::kCallMethod;
   dequantize.target = targets.dequantize;
-  dequantize.args = {q};
-  ASSIGN_OR_RETURN(Node * dq, g.InsertAfter(q, std::move(dequantize)));
-  // The observer's users read dq; when the observer is q, dq keeps its own use of it
-  // (ReplaceAllUsesWith does not make a cycle).
-  RETURN_IF_ERROR(g.ReplaceAllUsesWith(observer, dq).status());
-  if (q == observer) return absl::OkStatus();
-  return g.Erase(observer);
+  dequantize.args = {observer};
+  dequantize.name = targets.dequantize_name;
+  ASSIGN_OR_RETURN(Node * dq, g.InsertAfter(observer, std::move(dequantize)));
+  // The observer's users read dq; dq keeps its own use of the quantize node (which
+  // ReplaceAllUsesWith does not make a cycle).
+  return g.ReplaceAllUsesWith(observer, dq).status();
 }
 
 // The parts of a reference module that do not depend on its weight's values — the

@@ -544,10 +544,11 @@ TEST(ConvertTest, WeightedPlanAtANodeThatCallsNoModule) {
   EXPECT_TRUE(m->gm.Verify().ok()) << m->gm.Verify();
 }
 
-// Convert turns each observer node into its quantize node in place unless the observer
-// node carries meta or kwargs; then it inserts a new quantize node and erases the
-// observer. Both give the same graph: names as FX derives them from the targets, the
-// same args, and the same user lists (the quantize node last among its input's users).
+// Convert inserts each observer's quantize node before it and turns the observer node
+// into the dequantize node, dropping any meta or kwargs the observer carries. With or
+// without them the graph is the one FX's insert-both-and-erase gives: names as FX derives
+// them from the targets, the same args, and the same user lists (the quantize node last
+// among its input's users).
 TEST(ConvertTest, ObserverNodesBecomeQuantizeNodesAsNewNodesWould) {
   std::vector<std::string> listings;
   for (const bool observers_with_meta : {false, true}) {
@@ -596,6 +597,34 @@ TEST(ConvertTest, ObserverNodesBecomeQuantizeNodesAsNewNodesWould) {
     listings.push_back(Listing(g));
   }
   EXPECT_EQ(listings[0], listings[1]);
+}
+
+// An observer node whose own name is one a dequantize node could take ("dequantize")
+// frees it before the dequantize node is named, as erasing the observer would: the
+// names are those of observers named by Prepare.
+TEST(ConvertTest, ObserverNamedLikeADequantizeNodeGivesFxsNames) {
+  auto m = BuildConvPool();
+  auto prepared = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  Graph& g = m->gm.graph();
+  Node* x_obs = m->conv->arg(0).as_node();
+  ASSERT_TRUE(IsObserverNode(m->gm, x_obs));
+  EXPECT_EQ(g.Rename(x_obs, "dequantize"), "dequantize");
+  auto report = ConvertToReference(m->gm, *prepared);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify() << "\n" << Listing(g);
+  std::vector<std::string> names;
+  for (const Node* n : g.Nodes()) names.push_back(n->name());
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "x", "quantize_per_tensor", "dequantize", "conv",
+                       "quantize_per_tensor_1", "dequantize_1", "pool",
+                       "quantize_per_tensor_2", "dequantize_2", "sigmoid", "output"}))
+      << Listing(g);
+  const Node* dq = g.FindNode("dequantize");
+  ASSERT_NE(dq, nullptr);
+  EXPECT_EQ(dq->target().name(), "dequantize");
+  EXPECT_EQ(dq->arg(0).as_node(), g.FindNode("quantize_per_tensor"));
+  EXPECT_EQ(m->conv->arg(0).as_node(), dq);
 }
 
 // Two nodes calling one conv module: convert makes it a reference module once (changing
