@@ -490,9 +490,7 @@ bool Graph::StillTaken(uint32_t hash, uint64_t taken_at) const {
 // probe of a free one also indexes it (lazy_emplace), and a suffix-less hint's hash also
 // finds its counter. Two proofs skip probes whose outcome they know (so the name is the
 // same): that the hint itself is taken (base_taken) and that base_<last> is (taken).
-Graph::SuffixCounter* Graph::FindCounter(HashedName key) const {
-  // A clear bit proves there is none (most explicit names: prepare's observers).
-  if ((counter_bits_ & CounterBit(key.hash)) == 0) return nullptr;
+Graph::SuffixCounter* Graph::FindCounterPastBits(HashedName key) const {
   CounterCacheEntry& cached = counter_cache_[key.hash % kCounterCacheSize];
   if (cached.counter != nullptr && cached.hash == key.hash && *cached.key == key.text) {
     return cached.counter;

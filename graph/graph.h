@@ -388,9 +388,14 @@ class Graph {
     ++names_freed_;
   }
   mutable absl::flat_hash_map<std::string, SuffixCounter, NameHash, NameEqual> next_suffix_;
-  // The counter of `key` (its hash in key.hash), or nullptr: counter_bits_, then the
-  // cache below, then next_suffix_.
-  SuffixCounter* FindCounter(HashedName key) const;
+  // The counter of `key` (its hash in key.hash), or nullptr: counter_bits_ (inline: most
+  // explicit names, as prepare's observers have, stop there), then the cache below, then
+  // next_suffix_ (FindCounterPastBits).
+  SuffixCounter* FindCounter(HashedName key) const {
+    if ((counter_bits_ & CounterBit(key.hash)) == 0) return nullptr;
+    return FindCounterPastBits(key);
+  }
+  SuffixCounter* FindCounterPastBits(HashedName key) const;
   // The counters found last, one per key hash % kCounterCacheSize: a pass names its nodes
   // from a few hints in turn (convert: "quantize_per_tensor", "dequantize"), and a hit is a
   // compare of the key instead of a probe of next_suffix_ (~100 instructions). Pointers
