@@ -716,17 +716,17 @@ absl::StatusOr<Node*> Graph::InsertAt(Node* before, NodeSpec&& spec, bool named)
   return node;
 }
 
-absl::StatusOr<Node*> Graph::Append(NodeSpec spec) {
+absl::StatusOr<Node*> Graph::Append(NodeSpec&& spec) {
   const bool is_output = spec.op == OpKind::kOutput;
   return InsertAt(is_output ? nullptr : output_, std::move(spec));
 }
 
-absl::StatusOr<Node*> Graph::InsertBefore(Node* anchor, NodeSpec spec) {
+absl::StatusOr<Node*> Graph::InsertBefore(Node* anchor, NodeSpec&& spec) {
   if (anchor == nullptr) return absl::InvalidArgumentError("InsertBefore: null anchor");
   return InsertAt(anchor, std::move(spec));
 }
 
-absl::StatusOr<Node*> Graph::InsertAfter(Node* anchor, NodeSpec spec) {
+absl::StatusOr<Node*> Graph::InsertAfter(Node* anchor, NodeSpec&& spec) {
   if (anchor == nullptr) return absl::InvalidArgumentError("InsertAfter: null anchor");
   if (anchor->graph_ != this) {
     return absl::InvalidArgumentError("InsertAfter: anchor belongs to another graph");
