@@ -519,7 +519,7 @@ TEST(GraphTest, SanitizeMatchesThePerCharacterRuleForEveryByteAtEveryPosition) {
     }
   }
   // Mixed text past a word, non-ASCII (UTF-8) and control characters included.
-  for (const std::string hint :
+  for (const std::string& hint :
        {std::string("features.denseblock1.denselayer10.conv1"), std::string("caf\xc3\xa9.layer-1"),
         std::string("a\x10\x19\x1f\x7f\x80\xb0\xb9\xffZz09@[`{/:"),
         std::string("0123456789abcdefghij")}) {
