@@ -1,7 +1,6 @@
 #include "graph/module.h"
 
 #include <algorithm>
-#include <cassert>
 
 #include "absl/strings/str_cat.h"
 
@@ -131,11 +130,6 @@ std::pair<Tensor*, Tensor*> Module::FindMutableTensors(absl::string_view a,
           at_b == kAbsent ? nullptr : &own[at_b].second};
 }
 
-void Module::AppendTensor(absl::string_view name, Tensor tensor) {
-  assert(FindTensor(name) == nullptr && "AppendTensor: the module already has this tensor");
-  OwnTensors(tensors().size() + 1).emplace_back(std::string(name), std::move(tensor));
-}
-
 void Module::SetTensor(absl::string_view name, Tensor tensor) {
   const bool present = FindTensor(name) != nullptr;
   TensorList& tensors = OwnTensors(this->tensors().size() + (present ? 0 : 1));
@@ -176,12 +170,6 @@ void Module::SetAttribute(absl::string_view name, Argument value) {
   } else {
     attributes.emplace_back(std::string(name), std::move(value));
   }
-}
-
-void Module::AppendAttribute(absl::string_view name, Argument value) {
-  assert(FindAttribute(name) == nullptr &&
-         "AppendAttribute: the module already has this attribute");
-  OwnAttributes(attributes().size() + 1).emplace_back(std::string(name), std::move(value));
 }
 
 bool Module::RemoveAttribute(absl::string_view name) {

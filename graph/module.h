@@ -65,12 +65,6 @@ class Module {
   std::pair<Tensor*, Tensor*> FindMutableTensors(absl::string_view a, absl::string_view b);
   // Adds or replaces.
   void SetTensor(absl::string_view name, Tensor tensor);
-  // Adds a tensor the caller knows the module does not have (one it just created the
-  // module without, e.g. convert's "weight_scale" on a float module): SetTensor without
-  // the scan for an existing entry. Appending a name already present is a caller bug:
-  // debug builds (no NDEBUG) assert; optimized builds keep both entries and every lookup
-  // finds the older one.
-  void AppendTensor(absl::string_view name, Tensor tensor);
   bool RemoveTensor(absl::string_view name);
   const TensorList& tensors() const {
     return shared_tensors_ != nullptr ? *shared_tensors_ : tensors_;
@@ -81,8 +75,6 @@ class Module {
   // Attributes: constant args (no node references).
   const Argument* FindAttribute(absl::string_view name) const;
   void SetAttribute(absl::string_view name, Argument value);
-  // Adds an attribute the caller knows is absent: as AppendTensor.
-  void AppendAttribute(absl::string_view name, Argument value);
   bool RemoveAttribute(absl::string_view name);
   const AttributeList& attributes() const {
     return shared_attributes_ != nullptr ? *shared_attributes_ : attributes_;

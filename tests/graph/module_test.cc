@@ -513,50 +513,6 @@ TEST(ModuleFieldsTest, FindMutableTensorsAgreesWithTwoSingleLookups) {
   EXPECT_EQ(prototype->FindTensor("max_val")->data<float>()[0], 2.0f);
 }
 
-// AppendTensor / AppendAttribute add a new field at the end as SetTensor / SetAttribute
-// do, within reserved room without moving the others, and from a list shared with clones
-// copy it first (the clones keep theirs).
-TEST(ModuleFieldsTest, AppendAddsNewFieldsAsSetDoes) {
-  Module appended("nnqr.Conv2d");
-  Module set("nnqr.Conv2d");
-  for (Module* m : {&appended, &set}) {
-    m->SetTensor("weight", Tensor::FromFloats({1}, {1.0f}));
-    m->SetAttribute("stride", Argument::Int(1));
-    m->ReserveTensors(3);
-    m->ReserveAttributes(2);
-  }
-  const auto* first_tensor = &appended.tensors()[0];
-  const auto* first_attribute = &appended.attributes()[0];
-  appended.AppendTensor("weight_scale", Tensor::FromFloats({}, {0.5f}));
-  appended.AppendTensor("weight_zero_point", Tensor::FromInt64s({}, {3}));
-  appended.AppendAttribute("weight_dtype", Argument::Int(12));
-  set.SetTensor("weight_scale", Tensor::FromFloats({}, {0.5f}));
-  set.SetTensor("weight_zero_point", Tensor::FromInt64s({}, {3}));
-  set.SetAttribute("weight_dtype", Argument::Int(12));
-  EXPECT_EQ(&appended.tensors()[0], first_tensor);
-  EXPECT_EQ(&appended.attributes()[0], first_attribute);
-  ASSERT_EQ(appended.tensors().size(), set.tensors().size());
-  for (size_t i = 0; i < set.tensors().size(); ++i) {
-    EXPECT_EQ(appended.tensors()[i].first, set.tensors()[i].first) << i;
-  }
-  ASSERT_EQ(appended.attributes().size(), 2u);
-  EXPECT_EQ(appended.attributes()[1].first, "weight_dtype");
-  EXPECT_EQ(appended.FindTensor("weight_scale")->data<float>()[0], 0.5f);
-  EXPECT_EQ(appended.FindTensor("weight_zero_point")->data<int64_t>()[0], 3);
-  EXPECT_EQ(appended.GetInt("weight_dtype").value_or(-1), 12);
-
-  std::unique_ptr<Module> prototype = ObserverLike();
-  prototype->ShareFieldsWithClones();
-  std::unique_ptr<Module> clone = prototype->Clone();
-  clone->AppendTensor("histogram", Tensor::FromFloats({1}, {4.0f}));
-  clone->AppendAttribute("bins", Argument::Int(2048));
-  EXPECT_EQ(clone->tensors().size(), 3u);
-  EXPECT_EQ(clone->attributes().size(), 4u);
-  EXPECT_EQ(clone->GetInt("quant_max").value_or(-1), 255);
-  EXPECT_EQ(prototype->tensors().size(), 2u);
-  EXPECT_EQ(prototype->attributes().size(), 3u);
-}
-
 TEST(GraphModulePathTest, FindAndGetModuleResolveEachComponent) {
   auto gm = Tree();
   const Module* leaf = gm->FindModule("big.b7.l3");
