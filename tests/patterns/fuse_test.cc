@@ -83,9 +83,13 @@ class FuseTest : public ::testing::Test {
   }
 
   absl::StatusOr<int> Fuse(std::vector<FusionRule> rules) {
+    return FuseIn(gm_, std::move(rules));
+  }
+  // For tests that build a GraphModule of their own, one per case.
+  static absl::StatusOr<int> FuseIn(GraphModule& gm, std::vector<FusionRule> rules) {
     absl::StatusOr<PatternMatcher> m = PatternMatcher::Create(std::move(rules));
     if (!m.ok()) return m.status();
-    return FusePatterns(gm_, *m);
+    return FusePatterns(gm, *m);
   }
 
   // The call_module nodes of the graph, by module type.
@@ -716,10 +720,7 @@ TEST_F(FuseTest, BatchNormFoldScalesLongRowsExactlySharedOrNot) {
     Must(g.SetOutput(Argument::Tuple(outputs)));
     const void* buffer = gm.FindModule("conv")->FindTensor("weight")->raw_data();
 
-    absl::StatusOr<PatternMatcher> m =
-        PatternMatcher::Create({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
-    ASSERT_TRUE(m.ok()) << m.status();
-    absl::StatusOr<int> fused = FusePatterns(gm, *m);
+    absl::StatusOr<int> fused = FuseIn(gm, {Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
     ASSERT_TRUE(fused.ok()) << fused.status();
     ASSERT_EQ(*fused, 1);
     ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
@@ -768,10 +769,7 @@ TEST_F(FuseTest, BatchNormFoldWritesTheBiasInPlaceUnlessShared) {
     outputs.push_back(Must(gm.graph().AddCallModule("bn", {c}, {}, "bn")));
     Must(gm.graph().SetOutput(Argument::Tuple(outputs)));
 
-    absl::StatusOr<PatternMatcher> m =
-        PatternMatcher::Create({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
-    ASSERT_TRUE(m.ok()) << m.status();
-    absl::StatusOr<int> fused = FusePatterns(gm, *m);
+    absl::StatusOr<int> fused = FuseIn(gm, {Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
     ASSERT_TRUE(fused.ok()) << fused.status();
     ASSERT_EQ(*fused, 1);
     ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
@@ -811,10 +809,7 @@ TEST_F(FuseTest, AMovedConvIsFoldedFromTheOriginalData) {
     Node* c = Must(gm.graph().AddCallModule("conv", {x}, {}, "conv"));
     Must(gm.graph().SetOutput(Must(gm.graph().AddCallModule("bn", {c}, {}, "bn"))));
 
-    absl::StatusOr<PatternMatcher> m =
-        PatternMatcher::Create({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
-    ASSERT_TRUE(m.ok()) << m.status();
-    absl::StatusOr<int> fused = FusePatterns(gm, *m);
+    absl::StatusOr<int> fused = FuseIn(gm, {Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
     ASSERT_TRUE(fused.ok()) << fused.status();
     ASSERT_EQ(*fused, 1);
     ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
@@ -921,10 +916,7 @@ TEST_F(FuseTest, BadFoldInputsAreErrorsThatChangeNothing) {
     const std::string before = SerializeModelText(gm);
     const Module* conv_before = gm.FindModule("conv");
 
-    absl::StatusOr<PatternMatcher> m =
-        PatternMatcher::Create({Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
-    ASSERT_TRUE(m.ok()) << m.status();
-    absl::StatusOr<int> fused = FusePatterns(gm, *m);
+    absl::StatusOr<int> fused = FuseIn(gm, {Rule("conv_bn", "(BatchNorm2d, Conv2d)", "")});
     ASSERT_FALSE(fused.ok());
     EXPECT_EQ(fused.status().code(), c.code) << fused.status();
     EXPECT_THAT(std::string(fused.status().message()), HasSubstr(c.message));
