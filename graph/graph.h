@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "graph/argument.h"
 #include "graph/node.h"
 #include "graph/node_arena.h"
@@ -102,6 +103,7 @@ struct HashedName {
   uint32_t hash;
 };
 class NameChars;  // a name being built (graph.cc)
+class GraphTestPeer;  // tests only
 
 // A graph's name index: every live node under its name. An open-addressing table (linear
 // probing, at most 3/4 full) of 8-byte entries that hold the name's hash and the node's
@@ -135,6 +137,11 @@ class NameIndex {
   static constexpr size_t kTaken = ~size_t{0};
   size_t FreePosition(HashedName name);
   void Fill(size_t position, uint32_t hash, uint32_t index);
+  // Asks for the cache line where a name of hash `hash` is placed first, ahead of an
+  // Erase or probe of it (EraseAll: the entries of the nodes a few erases ahead).
+  void Prefetch(uint32_t hash) const {
+    if (entries_ != nullptr) __builtin_prefetch(&entries_[Home(hash)], /*rw=*/1);
+  }
   // Removes the entry of node `index`, indexed under a name of hash `hash` (it must be).
   void Erase(uint32_t hash, uint32_t index);
   // The entry of node `index` (hash `hash`, it must be indexed) now stands for node `heir`.
@@ -273,6 +280,17 @@ class Graph {
   // get_attr, call_function, call_module and call_method nodes. Placeholders and the
   // output are kept, as in FX. Returns how many nodes were erased.
   int EliminateDeadCode();
+  // Erases every node of `nodes` (in any order; empty is fine): a batch of dead nodes,
+  // e.g. lowering's, for which erasing one by one would pay a cache miss per node in the
+  // name index that the batch prefetches ahead. Every user of every node must be in
+  // `nodes` too. All of it is checked before anything changes: a null node, a node of
+  // another graph or one listed twice (InvalidArgument), or a node with a user outside
+  // the batch (FailedPrecondition naming both) fails and leaves the graph unchanged.
+  // The outcome is that of erasing the nodes one by one in a users-first order: names
+  // are freed and slots (Node::index()) released in the order given. Costs a bitmap of
+  // node_index_bound() bits for a batch of more than a few nodes: call it per batch, not
+  // per node.
+  absl::Status EraseAll(absl::Span<Node* const> nodes);
 
   // ---- Reading --------------------------------------------------------------------
   Node* first() const { return head_; }
@@ -307,11 +325,21 @@ class Graph {
   // for graphs read from files and as the check tests run after every pass.
   absl::Status Verify() const;
 
+  // How many live call_module nodes call `target` (have it as their target). O(1): a count
+  // per target kept by every mutation that creates, erases or retargets a node (Append,
+  // Insert*, GraphBuilder, Erase*, EliminateDeadCode, SetTarget, SetOp), and checked by
+  // Verify() against a recount. 0 for a symbol no call_module node has as its target.
+  // What proves that a module of the tree is no longer called, without a walk.
+  int NumCallers(Symbol target) const {
+    return target.id() < callers_.size() ? static_cast<int>(callers_[target.id()]) : 0;
+  }
+
   // A name not yet used in this graph, derived from `hint` as FX does ("add" -> "add_1").
   std::string UniqueName(absl::string_view hint) const;
 
  private:
   friend class GraphBuilder;
+  friend class graph_internal::GraphTestPeer;  // tests/graph: breaks invariants for Verify
 
   // `named`: false leaves the node without a name (InsertBeforeUnnamed).
   absl::StatusOr<Node*> InsertAt(Node* before, NodeSpec&& spec, bool named = true);
@@ -421,6 +449,26 @@ class Graph {
   static constexpr uint64_t kFreedWindow = 8;
   uint64_t names_freed_ = 0;
   uint32_t freed_hashes_[kFreedWindow] = {};
+
+  // NumCallers: per Symbol id, the live call_module nodes with that target. Dense (ids are
+  // dense and a graph's targets are most of the symbols its process interned), 4 bytes per
+  // id up to the largest call_module target's; grown only when a node calls a larger id.
+  std::vector<uint32_t> callers_;
+  // Counts `node` as a caller of its target if it is a call_module node / stops counting it.
+  void CountCaller(const Node* node) {
+    if (node->op_ != OpKind::kCallModule) return;
+    const uint32_t id = node->target_.id();
+    if (id >= callers_.size()) GrowCallers(id);
+    ++callers_[id];
+  }
+  void UncountCaller(const Node* node) {
+    if (node->op_ == OpKind::kCallModule) --callers_[node->target_.id()];
+  }
+  void GrowCallers(uint32_t id);
+  // Changes `node`'s op and target, keeping NumCallers (SetTarget, SetOp; checked before).
+  void Retarget(Node* node, OpKind op, Symbol target);
+  // Verify's check of callers_ against a recount of the call_module nodes.
+  absl::Status VerifyCallerCounts() const;
 };
 
 // For model-file loaders only: adds nodes in the order given, without the API's order

@@ -13,11 +13,22 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/graph/test_graphs.h"
 
 namespace fuselage {
+namespace graph_internal {
+// Breaks what only a bug in Graph could break, so that Verify()'s check of it is tested.
+class GraphTestPeer {
+ public:
+  static void MiscountCallers(Graph& g, Symbol target, int delta) {
+    if (target.id() >= g.callers_.size()) g.GrowCallers(target.id());
+    g.callers_[target.id()] += static_cast<uint32_t>(delta);
+  }
+};
+}  // namespace graph_internal
 namespace {
 
 using ::fuselage::testing::Names;
@@ -1251,6 +1262,296 @@ TEST(GraphTest, NodeMetaRefusesNodesAndEmptyKeys) {
   EXPECT_EQ(c.g.SetMeta(nullptr, *none).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(c.x->users(), ElementsAre(c.neg));
   EXPECT_GRAPH_VALID(c.g);
+}
+
+// ---- NumCallers: call_module nodes per target ------------------------------------------
+
+// The independent count: a walk over the nodes.
+int RecountCallers(const Graph& g, Symbol target) {
+  int count = 0;
+  for (const Node* n : g.Nodes()) count += n->op() == OpKind::kCallModule && n->target() == target;
+  return count;
+}
+
+#define EXPECT_CALLERS(g, target, expected)                       \
+  do {                                                            \
+    EXPECT_EQ((g).NumCallers(target), expected) << (target).name(); \
+    EXPECT_EQ(RecountCallers((g), (target)), expected) << (target).name(); \
+  } while (0)
+
+TEST(GraphTest, NumCallersFollowsEveryNodeCreationAndErase) {
+  Graph g;
+  const Symbol conv = Symbol::Intern("layer1.0.conv1");
+  const Symbol relu = Symbol::Intern("layer1.0.relu");
+  EXPECT_CALLERS(g, conv, 0);
+  EXPECT_EQ(g.NumCallers(Symbol()), 0);
+  EXPECT_EQ(g.NumCallers(Symbol::Intern("never.called.by.any.node.of.h1")), 0);
+  Node* x = *g.AddPlaceholder("x");
+  Node* c1 = *g.AddCallModule("layer1.0.conv1", {x});
+  Node* out = *g.SetOutput(c1);
+  EXPECT_CALLERS(g, conv, 1);
+  Node* c2 = *g.InsertBefore(out, {OpKind::kCallModule, conv, {c1}, {}, ""});
+  EXPECT_EQ(c2->name(), "layer1_0_conv1_1");
+  Node* r1 = *g.InsertAfter(c2, {OpKind::kCallModule, relu, {c2}, {}, ""});
+  Node* unnamed = *g.InsertBeforeUnnamed(out, {OpKind::kCallModule, conv, {r1}, {}, {}});
+  // A call_function / get_attr of the same symbol is not a caller.
+  Node* attr = *g.AddGetAttr("layer1.0.conv1", "conv_as_attr");
+  Node* fn = *g.AddCallFunction("layer1.0.conv1", {attr}, {}, "conv_as_function");
+  EXPECT_CALLERS(g, conv, 3);
+  EXPECT_CALLERS(g, relu, 1);
+  // EraseAndPassName: the erased call_module stops counting, the heir keeps counting.
+  ASSERT_TRUE(g.SetArg(out, 0, unnamed).ok());
+  EXPECT_FALSE(g.EraseAndPassName(unnamed, c2).ok());  // no name to pass, and a user
+  EXPECT_CALLERS(g, conv, 3);
+  ASSERT_TRUE(g.SetArg(out, 0, r1).ok());
+  EXPECT_EQ(g.Rename(unnamed, "named"), "named");
+  ASSERT_TRUE(g.EraseAndPassName(unnamed, r1).ok());
+  EXPECT_EQ(r1->name(), "named");
+  EXPECT_CALLERS(g, conv, 2);
+  EXPECT_CALLERS(g, relu, 1);
+  // A failed erase changes no count.
+  EXPECT_FALSE(g.Erase(c2).ok());
+  EXPECT_CALLERS(g, conv, 2);
+  ASSERT_TRUE(g.Erase(fn).ok());
+  ASSERT_TRUE(g.Erase(attr).ok());
+  EXPECT_CALLERS(g, conv, 2);
+  // EliminateDeadCode: the dead call_module nodes stop counting.
+  ASSERT_TRUE(g.SetArg(out, 0, x).ok());
+  EXPECT_EQ(g.EliminateDeadCode(), 3);
+  EXPECT_CALLERS(g, conv, 0);
+  EXPECT_CALLERS(g, relu, 0);
+  EXPECT_GRAPH_VALID(g);
+}
+
+TEST(GraphTest, NumCallersFollowsRetargetsAndFailedMutationsChangeNone) {
+  Chain c;
+  const Symbol a = Symbol::Intern("features.a");
+  const Symbol b = Symbol::Intern("features.b");
+  Node* m = *c.g.InsertAfter(c.x, {OpKind::kCallModule, a, {c.x}, {}, ""});
+  ASSERT_TRUE(c.g.SetArg(c.neg, 0, m).ok());
+  EXPECT_CALLERS(c.g, a, 1);
+  // SetTarget moves the caller from one target to the other.
+  ASSERT_TRUE(c.g.SetTarget(m, b).ok());
+  EXPECT_CALLERS(c.g, a, 0);
+  EXPECT_CALLERS(c.g, b, 1);
+  // SetOp to and from call_module starts and stops counting.
+  ASSERT_TRUE(c.g.SetOp(m, OpKind::kCallMethod, Symbol::Intern("relu")).ok());
+  EXPECT_CALLERS(c.g, b, 0);
+  ASSERT_TRUE(c.g.SetOp(c.neg, OpKind::kCallModule, a).ok());
+  ASSERT_TRUE(c.g.SetOp(m, OpKind::kCallModule, a).ok());
+  EXPECT_CALLERS(c.g, a, 2);
+  // A retarget of a call_function node to a module path is no caller.
+  ASSERT_TRUE(c.g.SetTarget(c.relu, b).ok());
+  EXPECT_CALLERS(c.g, b, 0);
+  EXPECT_GRAPH_VALID(c.g);
+  // Failures leave every count as it was.
+  EXPECT_FALSE(c.g.SetTarget(m, Symbol()).ok());
+  EXPECT_FALSE(c.g.SetOp(m, OpKind::kCallModule, Symbol()).ok());
+  EXPECT_FALSE(c.g.SetOp(m, OpKind::kOutput, Symbol::Intern("output")).ok());
+  EXPECT_FALSE(c.g.SetOp(c.out, OpKind::kCallModule, a).ok());
+  EXPECT_FALSE(c.g.InsertBefore(c.x, {OpKind::kCallModule, a, {c.neg}, {}, ""}).ok());
+  EXPECT_FALSE(c.g.InsertBeforeUnnamed(c.out, {OpKind::kCallModule, a, {}, {}, "named"}).ok());
+  EXPECT_FALSE(c.g.Append({OpKind::kCallModule, Symbol(), {}, {}, ""}).ok());
+  EXPECT_FALSE(c.g.EraseAll({m}).ok());  // m has a user
+  EXPECT_CALLERS(c.g, a, 2);
+  EXPECT_CALLERS(c.g, b, 0);
+  EXPECT_EQ(m->target(), a);
+  EXPECT_EQ(m->op(), OpKind::kCallModule);
+  EXPECT_GRAPH_VALID(c.g);
+}
+
+TEST(GraphTest, NumCallersCountsTheNodesALoaderBuildsAndTargetsOfLargeIds) {
+  Graph g;
+  GraphBuilder builder(&g);
+  Node* x = *builder.AddNode(OpKind::kPlaceholder, Symbol::Intern("x"), "x");
+  // Targets interned after many other symbols: the table grows to their ids.
+  std::vector<Symbol> targets;
+  for (int i = 0; i < 300; ++i) targets.push_back(Symbol::Intern(absl::StrCat("h1.callers.m", i)));
+  Node* prev = x;
+  for (int i = 0; i < 600; ++i) {
+    Node* n = *builder.AddNode(OpKind::kCallModule, targets[static_cast<size_t>(i % 300)],
+                               absl::StrCat("m_", i));
+    builder.SetInputs(n, {prev}, {});
+    prev = n;
+  }
+  Node* out = *builder.AddNode(OpKind::kOutput, Symbol::Intern("output"), "output");
+  builder.SetInputs(out, {prev}, {});
+  EXPECT_GRAPH_VALID(g);
+  for (const Symbol t : targets) EXPECT_CALLERS(g, t, 2);
+}
+
+TEST(GraphTest, VerifyRecountsTheCallersOfEachTarget) {
+  Chain c;
+  const Symbol a = Symbol::Intern("features.counted");
+  Node* m = *c.g.InsertAfter(c.x, {OpKind::kCallModule, a, {c.x}, {}, "m"});
+  (void)m;
+  EXPECT_GRAPH_VALID(c.g);
+  graph_internal::GraphTestPeer::MiscountCallers(c.g, a, +1);
+  absl::Status st = c.g.Verify();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("call_module caller count of 'features.counted' is 2; the graph has 1"));
+  graph_internal::GraphTestPeer::MiscountCallers(c.g, a, -1);
+  EXPECT_TRUE(c.g.Verify().ok());
+  // A count left for a target no node calls is named by its symbol id.
+  const Symbol gone = Symbol::Intern("features.gone");
+  graph_internal::GraphTestPeer::MiscountCallers(c.g, gone, +1);
+  st = c.g.Verify();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr(absl::StrCat("caller count of symbol #", gone.id(), " is 1; the graph has 0")));
+}
+
+// ---- EraseAll: a batch of dead nodes ---------------------------------------------------
+
+// x -> r_0 -> ... -> r_{chains-1} -> output, and off each r_i a dead chain as lowering
+// leaves them: dequantize(r_i) -> call_module layer.i(dq, kwargs w=get_attr) -> quantize.
+struct DeadChains {
+  Graph g;
+  std::vector<Node*> live;
+  std::vector<Node*> dead_users_first;  // per chain: q, ref, w, dq
+  explicit DeadChains(int chains) {
+    Node* x = *g.AddPlaceholder("x");
+    live.push_back(x);
+    Node* prev = x;
+    for (int i = 0; i < chains; ++i) {
+      Node* r = *g.AddCallFunction("torch.relu", {prev});
+      Node* dq = *g.AddCallMethod("dequantize", {r});
+      Node* w = *g.AddGetAttr(absl::StrCat("layer", i, ".weight"));
+      Node* ref = *g.AddCallModule(absl::StrCat("layer", i), {dq, dq}, {{Symbol::Intern("w"), w}});
+      Node* q = *g.AddCallFunction("torch.quantize_per_tensor",
+                                   {ref, Argument::Float(0.5), Argument::Int(0)});
+      for (Node* n : {q, ref, w, dq}) dead_users_first.push_back(n);
+      live.push_back(r);
+      prev = r;
+    }
+    live.push_back(*g.SetOutput(prev));
+  }
+};
+
+// Everything a later pass can observe: names in order, users, indices, call counts, and
+// the names and indices the next new nodes get.
+std::vector<std::string> Observable(Graph& g, int chains) {
+  std::vector<std::string> seen;
+  for (const Node* n : g.Nodes()) {
+    seen.push_back(absl::StrCat(n->name(), "#", n->index(), " users:",
+                                absl::StrJoin(Names(n->users()), ",")));
+  }
+  for (int i = 0; i < chains; ++i) {
+    seen.push_back(absl::StrCat("callers ", g.NumCallers(Symbol::Intern(absl::StrCat("layer", i)))));
+  }
+  seen.push_back(absl::StrCat("bound ", g.node_index_bound()));
+  for (const char* hint : {"dequantize", "quantize_per_tensor", "layer3", "relu"}) {
+    Node* n = *g.InsertAfter(g.first(), {OpKind::kCallFunction, Symbol::Intern(hint),
+                                         {g.first()}, {}, hint});
+    seen.push_back(absl::StrCat("new ", n->name(), "#", n->index()));
+  }
+  return seen;
+}
+
+TEST(GraphTest, EraseAllEndsAsErasingOneByOne) {
+  // 40 chains (160 nodes: the bitmap) and 3 chains (12 nodes: the scanned list).
+  for (const int chains : {40, 3}) {
+    SCOPED_TRACE(chains);
+    DeadChains one_by_one(chains);
+    for (Node* n : one_by_one.dead_users_first) ASSERT_TRUE(one_by_one.g.Erase(n).ok());
+    EXPECT_GRAPH_VALID(one_by_one.g);
+    DeadChains batch(chains);
+    ASSERT_TRUE(batch.g.EraseAll(batch.dead_users_first).ok());
+    EXPECT_GRAPH_VALID(batch.g);
+    EXPECT_EQ(batch.g.size(), static_cast<size_t>(chains + 2));
+    EXPECT_EQ(Names(batch.g.Nodes()), Names(batch.live));
+    for (int i = 0; i < chains; ++i) {
+      EXPECT_EQ(batch.g.FindNode(absl::StrCat("layer", i)), nullptr);
+    }
+    EXPECT_EQ(Observable(batch.g, chains), Observable(one_by_one.g, chains));
+    EXPECT_GRAPH_VALID(batch.g);
+  }
+}
+
+TEST(GraphTest, EraseAllTakesTheBatchInAnyOrder) {
+  for (const int chains : {40, 3}) {
+    SCOPED_TRACE(chains);
+    DeadChains inputs_first(chains);
+    std::vector<Node*> order(inputs_first.dead_users_first.rbegin(),
+                             inputs_first.dead_users_first.rend());
+    std::mt19937 random(7);
+    std::shuffle(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(order.size() / 2),
+                 random);
+    ASSERT_TRUE(inputs_first.g.EraseAll(order).ok());
+    EXPECT_GRAPH_VALID(inputs_first.g);
+    EXPECT_EQ(Names(inputs_first.g.Nodes()), Names(inputs_first.live));
+    for (Node* n : inputs_first.live) {
+      const size_t expected_users = n->op() == OpKind::kOutput ? 0u : 1u;
+      EXPECT_EQ(n->num_users(), expected_users) << n->name();
+    }
+  }
+}
+
+TEST(GraphTest, EraseAllOfNothingOfTheOutputAndOfUnnamedNodes) {
+  Chain c;
+  EXPECT_TRUE(c.g.EraseAll({}).ok());
+  Node* unnamed = *c.g.InsertBeforeUnnamed(
+      c.out, {OpKind::kCallModule, Symbol::Intern("pending"), {c.relu}, {}, {}});
+  ASSERT_TRUE(c.g.EraseAll({c.out, unnamed, c.relu}).ok());
+  EXPECT_EQ(c.g.output(), nullptr);
+  EXPECT_EQ(c.g.NumCallers(Symbol::Intern("pending")), 0);
+  EXPECT_THAT(Names(c.g.Nodes()), ElementsAre("x", "neg"));
+  EXPECT_THAT(c.neg->users(), IsEmpty());
+  ASSERT_TRUE(c.g.SetOutput(c.neg).ok());
+  EXPECT_GRAPH_VALID(c.g);
+  EXPECT_EQ(c.g.output()->name(), "output");  // the output's name was freed
+}
+
+TEST(GraphTest, EraseAllFailuresNameTheNodeAndChangeNothing) {
+  for (const int chains : {40, 3}) {
+    SCOPED_TRACE(chains);
+    DeadChains d(chains);
+    Graph other;
+    Node* stranger = *other.AddPlaceholder("stranger");
+    const std::vector<std::string> before = Names(d.g.Nodes());
+    const auto expect_unchanged = [&] {
+      EXPECT_EQ(Names(d.g.Nodes()), before);
+      EXPECT_CALLERS(d.g, Symbol::Intern("layer0"), 1);
+      EXPECT_GRAPH_VALID(d.g);
+    };
+    std::vector<Node*> batch = d.dead_users_first;
+    // A user left out: the ref's user q is not in the batch.
+    batch.erase(batch.begin());
+    absl::Status st = d.g.EraseAll(batch);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(st.message()),
+                HasSubstr("cannot erase node 'layer0': its user 'quantize_per_tensor' is not "
+                          "erased with it"));
+    expect_unchanged();
+    // A live node whose users are outside the batch.
+    batch = d.dead_users_first;
+    batch.push_back(d.live[1]);
+    st = d.g.EraseAll(batch);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(st.message()), HasSubstr("cannot erase node 'relu'"));
+    expect_unchanged();
+    // Listed twice.
+    batch = d.dead_users_first;
+    batch.push_back(batch[1]);
+    st = d.g.EraseAll(batch);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(st.message()), HasSubstr("node 'layer0' is listed twice"));
+    expect_unchanged();
+    // Null, and a node of another graph.
+    batch = d.dead_users_first;
+    batch.push_back(nullptr);
+    st = d.g.EraseAll(batch);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(st.message()), HasSubstr("is null"));
+    expect_unchanged();
+    batch.back() = stranger;
+    st = d.g.EraseAll(batch);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(st.message()), HasSubstr("('stranger') is not in this graph"));
+    expect_unchanged();
+    EXPECT_EQ(other.size(), 1u);
+  }
 }
 
 }  // namespace
