@@ -247,7 +247,10 @@ class Planner {
       }
     }
     if (!found || previous.activation->kind == ObserverKind::kReuseInput) return false;
-    auto dtype_config = SelectDTypeConfig(entry->dtype_configs, *previous.activation, nullptr);
+    // Cached like a single op's: per node, a config the activation does not satisfy
+    // would word its reasons again only to drop them.
+    const absl::StatusOr<const DTypeConfig*>& dtype_config =
+        CachedDTypeConfig(*entry, *previous.activation, nullptr);
     if (!dtype_config.ok()) return false;
     previous.output = n;
     previous.share_output_with_input =
