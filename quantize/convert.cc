@@ -179,6 +179,11 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
                                                   const ObserverSpec& weight_observer,
                                                   WeightObservers& observers);
 
+// The fields MakeReference adds to a float module: weight_scale, weight_zero_point and
+// weight_axis; weight_qscheme and weight_dtype.
+constexpr size_t kReferenceTensorsAdded = 3;
+constexpr size_t kReferenceAttributesAdded = 2;
+
 // Makes `module` (a float weighted module) the reference module of type `reference_type`
 // with the parameters `w`; the weight-independent parts come from `parts`. Cannot fail.
 void MakeReference(Module& module, Symbol reference_type, const WeightQuantization& w,
@@ -186,8 +191,8 @@ void MakeReference(Module& module, Symbol reference_type, const WeightQuantizati
   module.set_type(reference_type);
   // Room for the 3 tensors and 2 attributes at once: appending them one by one regrew
   // (and moved) each list up to twice per module.
-  module.ReserveTensors(module.tensors().size() + 3);
-  module.ReserveAttributes(module.attributes().size() + 2);
+  module.ReserveTensors(module.tensors().size() + kReferenceTensorsAdded);
+  module.ReserveAttributes(module.attributes().size() + kReferenceAttributesAdded);
   if (w.per_channel) {
     const ObserverQParams& q = w.per_channel_params;
     const Shape shape = {static_cast<int64_t>(q.scales.size())};
@@ -320,7 +325,8 @@ absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModule(const Module& float_
   WeightObservers observers;
   ASSIGN_OR_RETURN(WeightQuantization w,
                    QuantizeWeight(float_module, reference_type, weight_observer, observers));
-  auto ref = float_module.Clone();
+  // Room for the fields MakeReference adds: a plain Clone's lists are exactly full.
+  auto ref = float_module.Clone(kReferenceTensorsAdded, kReferenceAttributesAdded);
   MakeReference(*ref, reference_type, w, parts);
   return ref;
 }
