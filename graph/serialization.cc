@@ -1,9 +1,12 @@
 #include "graph/serialization.h"
 
 #include <algorithm>
+#include <cstring>
+#include <deque>
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -15,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/stubs/common.h"
 #include "google/protobuf/stubs/logging.h"
@@ -100,14 +104,39 @@ bool IsIdentifier(absl::string_view name) {
   return true;
 }
 
+// ParseModel hands protobuf a skeleton of the model file (SplitTensorData, below) in
+// which every Tensor.data field of at least kDataTokenBytes bytes is replaced by a token
+// of exactly kDataTokenBytes: where the field's bytes lie in the file (offset, then
+// length, each a little-endian uint32; the file is below 2 GiB). A shorter data field
+// stays as it is. So in a model parsed from a skeleton a data field of kDataTokenBytes is
+// a token, a shorter one is the tensor's bytes, and none is longer: no bytes of a file
+// can pass for a token, as a file's own data field of this size is itself replaced.
+constexpr size_t kDataTokenBytes = 8;
+
+void AppendUint32(uint32_t value, std::string& out) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(value >> (8 * i)));
+}
+
+uint32_t ReadUint32(const char* at) {
+  uint32_t value = 0;
+  for (int i = 0; i < 4; ++i) value |= uint32_t{static_cast<uint8_t>(at[i])} << (8 * i);
+  return value;
+}
+
 class ModelReader {
  public:
   explicit ModelReader(const ModelLimits& limits) : limits_(limits) {}
 
   // `donor`, if given, is `model` itself, writable: the tensors take their bytes out of
   // it instead of copying them (the parsers' own model, which nobody reads afterwards).
-  absl::StatusOr<std::unique_ptr<GraphModule>> Read(const proto::Model& model,
-                                                    proto::Model* donor = nullptr) {
+  //
+  // `skeleton_of`, if given, is the file whose skeleton `model` was parsed from
+  // (SplitTensorData): a data field that is a token names bytes of that file, which the
+  // tensor copies into a buffer of its own.
+  absl::StatusOr<std::unique_ptr<GraphModule>> Read(
+      const proto::Model& model, proto::Model* donor = nullptr,
+      const absl::string_view* skeleton_of = nullptr) {
+    skeleton_of_ = skeleton_of;
     if (model.format_version() != kModelFormatVersion) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model: format_version is ", model.format_version(), "; expected ",
@@ -269,6 +298,25 @@ class ModelReader {
     }
   }
 
+  // The bytes of `t`: its data field, or the bytes of the file its token names (see
+  // kDataTokenBytes). A token is only ever written by SplitTensorData, so one that does
+  // not name bytes of the file cannot come from any file; it is still refused as a
+  // malformed file rather than trusted.
+  absl::StatusOr<absl::string_view> TensorData(const proto::Tensor& t,
+                                               absl::string_view where) const {
+    const std::string& data = t.data();
+    if (skeleton_of_ == nullptr || data.size() < kDataTokenBytes) return absl::string_view(data);
+    if (data.size() == kDataTokenBytes) {
+      const uint64_t offset = ReadUint32(data.data());
+      const uint64_t length = ReadUint32(data.data() + 4);
+      if (length >= kDataTokenBytes && offset + length <= skeleton_of_->size()) {
+        return skeleton_of_->substr(offset, length);
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": field 'data' is not where the model file's lengths put it (a corrupt file)"));
+  }
+
   absl::Status CheckTensor(const proto::Tensor& t, const std::string& where) const {
     if (!IsValidDType(t.dtype()) || DTypeSize(static_cast<DType>(t.dtype())) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -290,9 +338,10 @@ class ModelReader {
     // The element count is compared against the bytes actually present before any
     // allocation, so a huge declared shape cannot make the loader allocate.
     const uint64_t expected = static_cast<uint64_t>(*numel) * DTypeSize(dtype);
-    if (t.data().size() != expected) {
+    ASSIGN_OR_RETURN(const absl::string_view data, TensorData(t, where));
+    if (data.size() != expected) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": field 'data' has ", t.data().size(), " bytes; expected ", expected,
+          where, ": field 'data' has ", data.size(), " bytes; expected ", expected,
           " for ", DTypeName(dtype), " shape [", absl::StrJoin(shape, ", "), "]"));
     }
     const bool quantized = IsQuantized(dtype);
@@ -434,15 +483,23 @@ class ModelReader {
       q.axis = t.axis();
       const DType dtype = static_cast<DType>(t.dtype());
       Shape shape(t.shape().begin(), t.shape().end());
-      // The parsed bytes become the tensor's data (a 100 MB model's weights are not
-      // copied a second time into fresh memory); CheckTensor has checked their size.
-      ASSIGN_OR_RETURN(
-          Tensor tensor,
-          donor != nullptr
-              ? Tensor::FromBytes(dtype, std::move(shape),
-                                  std::move(*donor->mutable_tensors(i)->mutable_tensor()->mutable_data()),
-                                  std::move(q))
-              : Tensor::CopyFromBytes(dtype, std::move(shape), t.data(), std::move(q)));
+      // The bytes are copied once, from the file (a skeleton's token) or from the parsed
+      // model, into the tensor's buffer; or a donor's parsed bytes become the tensor's data
+      // without a copy. CheckTensor has checked their size (and the token).
+      auto make_tensor = [&]() -> absl::StatusOr<Tensor> {
+        if (skeleton_of_ != nullptr) {
+          ASSIGN_OR_RETURN(const absl::string_view data, TensorData(t, nt.name()));
+          return Tensor::CopyFromBytes(dtype, std::move(shape), data, std::move(q));
+        }
+        if (donor != nullptr) {
+          return Tensor::FromBytes(
+              dtype, std::move(shape),
+              std::move(*donor->mutable_tensors(i)->mutable_tensor()->mutable_data()),
+              std::move(q));
+        }
+        return Tensor::CopyFromBytes(dtype, std::move(shape), t.data(), std::move(q));
+      };
+      ASSIGN_OR_RETURN(Tensor tensor, make_tensor());
       module->SetTensor(nt.name(), std::move(tensor));
     }
     for (const proto::NamedArg& a : m.attributes()) {
@@ -460,6 +517,7 @@ class ModelReader {
   }
 
   const ModelLimits& limits_;
+  const absl::string_view* skeleton_of_ = nullptr;  // see Read
 };
 
 // True if every length-delimited field of a Model (at any depth) fits inside its enclosing
@@ -519,6 +577,272 @@ bool LengthsFit(absl::string_view bytes, int max_depth) {
   return fit;
 }
 
+// ---- Tensor data outside protobuf ---------------------------------------------------
+//
+// Protobuf copies every bytes field into a std::string from malloc. For a 100 MB model that
+// is ~100 MB of heap which glibc hands back to the kernel when the model is freed (it trims
+// the heap top), so every parse in a long-lived process faulted in and zeroed fresh pages
+// again: resnet50's warm re-parse took 36 ms CPU, 14.5 ms with glibc's trimming turned off.
+// ParseModel therefore gives protobuf a skeleton of the file in which each Tensor.data
+// field's bytes are replaced by a token (kDataTokenBytes), and the reader copies them from
+// the file straight into the tensor's TensorBuffer, whose memory comes from the huge-page
+// caches: warm when reused, in huge pages when fresh. The file's bytes are read once
+// either way (by protobuf's copy before, by this copy now).
+//
+// The skeleton is never longer than the file: each field of it is at most as long as the
+// file's (a token is no longer than the bytes it replaces; a rewritten message keeps its
+// length's width, and its length can only shrink). Fields the rewrite does not touch stay
+// in the file (pieces of at least kMinFilePiece bytes) or are copied (shorter runs), so
+// the skeleton costs at most the file's size plus one piece per kMinFilePiece bytes.
+
+// Whether a message of type `message` can hold a Tensor at some depth (Model, Module,
+// NamedModule, NamedTensor, Tensor): only those are rewritten; the graph, for one, stays
+// in the file. Computed from the descriptors, so a field added to model.proto is seen.
+bool CanHoldTensors(const google::protobuf::Descriptor* message,
+                    std::vector<const google::protobuf::Descriptor*>& visiting) {
+  if (message == proto::Tensor::descriptor()) return true;
+  if (std::find(visiting.begin(), visiting.end(), message) != visiting.end()) return false;
+  visiting.push_back(message);
+  bool holds = false;
+  for (int i = 0; i < message->field_count() && !holds; ++i) {
+    const google::protobuf::FieldDescriptor* field = message->field(i);
+    holds = field->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE &&
+            CanHoldTensors(field->message_type(), visiting);
+  }
+  visiting.pop_back();
+  return holds;
+}
+
+bool CanHoldTensors(const google::protobuf::Descriptor* message) {
+  // Every message of model.proto, decided once (thread-safe static initialization).
+  static const auto* const holders = [] {
+    auto* set = new absl::flat_hash_map<const google::protobuf::Descriptor*, bool>();
+    const google::protobuf::FileDescriptor* file = proto::Model::descriptor()->file();
+    for (int i = 0; i < file->message_type_count(); ++i) {
+      std::vector<const google::protobuf::Descriptor*> visiting;
+      (*set)[file->message_type(i)] = CanHoldTensors(file->message_type(i), visiting);
+    }
+    return set;
+  }();
+  auto it = holders->find(message);
+  return it != holders->end() && it->second;
+}
+
+// The most bytes protobuf's parser reads for a length (a varint below 2^31).
+constexpr int kMaxLengthBytes = 5;
+
+// Reads a length-delimited field's length as protobuf's parser does (at most five bytes,
+// the fifth below 8: below 2^31; CodedInputStream alone would take ten) and checks it
+// against the bytes left in the message. `width` is the number of bytes it took.
+bool ReadLength(google::protobuf::io::CodedInputStream& in, const char* file,
+                uint32_t& length, int& width) {
+  const int start = in.CurrentPosition();
+  if (!in.ReadVarint32(&length)) return false;
+  width = in.CurrentPosition() - start;
+  if (width > kMaxLengthBytes ||
+      (width == kMaxLengthBytes && static_cast<uint8_t>(file[start + kMaxLengthBytes - 1]) >= 8)) {
+    return false;
+  }
+  return length <= static_cast<uint32_t>(in.BytesUntilLimit());
+}
+
+// The skeleton of a model file: its pieces in order, each either bytes of the file or
+// bytes of `rewritten`.
+struct ModelSkeleton {
+  struct Piece {
+    bool in_file;
+    size_t begin, end;
+  };
+  std::vector<Piece> pieces;
+  std::string rewritten;
+};
+
+// Builds the ModelSkeleton of `file` from runs of its bytes and new bytes, in order.
+class SkeletonBuilder {
+ public:
+  // A run of the file's bytes shorter than this is copied into the rewritten bytes: the
+  // pieces stay few (at most two per kMinFilePiece bytes of the file) whatever the file.
+  static constexpr size_t kMinFilePiece = 4096;
+
+  explicit SkeletonBuilder(absl::string_view file) : file_(file) {}
+
+  // The file's bytes [begin, end) come next, as they are.
+  void CopyFromFile(size_t begin, size_t end) {
+    if (begin != file_run_end_) {
+      FlushFileRun();
+      file_run_begin_ = begin;
+    }
+    file_run_end_ = end;
+    size_ += end - begin;
+  }
+
+  // `bytes` come next.
+  void Append(absl::string_view bytes) {
+    FlushFileRun();
+    skeleton_.rewritten.append(bytes.data(), bytes.size());
+    size_ += bytes.size();
+  }
+
+  // A length of `width` bytes comes next, its value not yet known: returns where it is,
+  // for SetLength.
+  size_t StartLength(int width) {
+    FlushFileRun();
+    const size_t at = skeleton_.rewritten.size();
+    skeleton_.rewritten.append(static_cast<size_t>(width), '\0');
+    size_ += static_cast<size_t>(width);
+    return at;
+  }
+
+  // Writes `value` (below 2^(7 * width)) at `at` as a varint of exactly `width` bytes:
+  // continuation bits pad it, and protobuf reads it like the short form.
+  void SetLength(size_t at, int width, size_t value) {
+    for (int i = 0; i < width; ++i) {
+      const uint8_t bits = static_cast<uint8_t>((value >> (7 * i)) & 0x7f);
+      skeleton_.rewritten[at + i] = static_cast<char>(i + 1 < width ? (bits | 0x80) : bits);
+    }
+  }
+
+  // Bytes of the skeleton so far.
+  size_t size() const { return size_; }
+
+  ModelSkeleton Finish() && {
+    FlushFileRun();
+    FlushRewrittenRun();
+    return std::move(skeleton_);
+  }
+
+ private:
+  void FlushFileRun() {
+    const size_t length = file_run_end_ - file_run_begin_;
+    if (length >= kMinFilePiece) {
+      FlushRewrittenRun();
+      skeleton_.pieces.push_back({true, file_run_begin_, file_run_end_});
+    } else {
+      skeleton_.rewritten.append(file_.data() + file_run_begin_, length);
+    }
+    file_run_begin_ = file_run_end_ = 0;
+  }
+
+  void FlushRewrittenRun() {
+    if (skeleton_.rewritten.size() > rewritten_run_begin_) {
+      skeleton_.pieces.push_back({false, rewritten_run_begin_, skeleton_.rewritten.size()});
+      rewritten_run_begin_ = skeleton_.rewritten.size();
+    }
+  }
+
+  const absl::string_view file_;
+  ModelSkeleton skeleton_;
+  size_t size_ = 0;
+  size_t file_run_begin_ = 0, file_run_end_ = 0;  // file bytes not yet placed
+  size_t rewritten_run_begin_ = 0;                // rewritten bytes not yet in a piece
+};
+
+// Appends to `out` the fields of a message of type `message` that `in` (reading `file`)
+// reads up to its limit, each Tensor.data field of kDataTokenBytes or more replaced by a
+// token. False on anything protobuf's parser would read differently from `in` or reject
+// in any case (LengthsFit, which has run on the same bytes, rejects the rest).
+bool RewriteMessage(google::protobuf::io::CodedInputStream& in, absl::string_view file,
+                    const google::protobuf::Descriptor* message, SkeletonBuilder& out) {
+  using google::protobuf::internal::WireFormatLite;
+  while (in.BytesUntilLimit() > 0) {
+    const size_t field_start = static_cast<size_t>(in.CurrentPosition());
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) return false;
+    switch (WireFormatLite::GetTagWireType(tag)) {
+      case WireFormatLite::WIRETYPE_VARINT: {
+        uint64_t ignored;
+        if (!in.ReadVarint64(&ignored)) return false;
+        break;
+      }
+      case WireFormatLite::WIRETYPE_FIXED64:
+        if (!in.Skip(8)) return false;
+        break;
+      case WireFormatLite::WIRETYPE_FIXED32:
+        if (!in.Skip(4)) return false;
+        break;
+      case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+        // The tag stays as the file has it (even a padded varint): protobuf judges it as
+        // it would have judged the file.
+        const size_t length_start = static_cast<size_t>(in.CurrentPosition());
+        uint32_t length;
+        int width;
+        if (!ReadLength(in, file.data(), length, width)) return false;
+        const size_t payload_start = static_cast<size_t>(in.CurrentPosition());
+        const int number = WireFormatLite::GetTagFieldNumber(tag);
+        if (message == proto::Tensor::descriptor() && number == proto::Tensor::kDataFieldNumber &&
+            length >= kDataTokenBytes) {
+          if (!in.Skip(static_cast<int>(length))) return false;
+          std::string token(1, static_cast<char>(kDataTokenBytes));  // its length, then it
+          AppendUint32(static_cast<uint32_t>(payload_start), token);
+          AppendUint32(length, token);
+          out.CopyFromFile(field_start, length_start);
+          out.Append(token);
+          continue;
+        }
+        const google::protobuf::FieldDescriptor* field = message->FindFieldByNumber(number);
+        if (field != nullptr && field->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE &&
+            CanHoldTensors(field->message_type())) {
+          out.CopyFromFile(field_start, length_start);
+          // The rewritten message is at most `length` bytes (see above): its length fits
+          // the file's width.
+          const size_t length_at = out.StartLength(width);
+          const size_t message_start = out.size();
+          const auto limit = in.PushLimit(static_cast<int>(length));
+          if (!RewriteMessage(in, file, field->message_type(), out)) return false;
+          in.PopLimit(limit);
+          const size_t rewritten_length = out.size() - message_start;
+          FUSELAGE_CHECK(rewritten_length <= length);
+          out.SetLength(length_at, width, rewritten_length);
+          continue;
+        }
+        if (!in.Skip(static_cast<int>(length))) return false;
+        break;
+      }
+      default:
+        return false;  // groups, as LengthsFit
+    }
+    out.CopyFromFile(field_start, static_cast<size_t>(in.CurrentPosition()));
+  }
+  return true;
+}
+
+// The skeleton of the model file `file` (see above), or nullopt if protobuf would not
+// parse the file.
+std::optional<ModelSkeleton> SplitTensorData(absl::string_view file) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(file.data()),
+                                            static_cast<int>(file.size()));
+  const auto limit = in.PushLimit(static_cast<int>(file.size()));
+  SkeletonBuilder out(file);
+  if (!RewriteMessage(in, file, proto::Model::descriptor(), out)) return std::nullopt;
+  in.PopLimit(limit);
+  return std::move(out).Finish();
+}
+
+// Parses `skeleton` of the model file `file` into `model`, as protobuf would parse the
+// file; false if protobuf cannot.
+bool ParseSkeleton(absl::string_view file, const ModelSkeleton& skeleton, int recursion_limit,
+                   proto::Model& model) {
+  std::deque<google::protobuf::io::ArrayInputStream> pieces;  // `streams` point into it
+  std::vector<google::protobuf::io::ZeroCopyInputStream*> streams;
+  streams.reserve(skeleton.pieces.size());
+  for (const ModelSkeleton::Piece& piece : skeleton.pieces) {
+    const char* from = piece.in_file ? file.data() : skeleton.rewritten.data();
+    pieces.emplace_back(from + piece.begin, static_cast<int>(piece.end - piece.begin));
+    streams.push_back(&pieces.back());
+  }
+  google::protobuf::io::ConcatenatingInputStream joined(streams.data(),
+                                                        static_cast<int>(streams.size()));
+  google::protobuf::io::CodedInputStream input(&joined);
+  input.SetRecursionLimit(recursion_limit);
+  // A hostile file would make protobuf log "[libprotobuf ERROR ...] String field ...
+  // contains invalid UTF-8 data" or "exceeded maximum protobuf recursion depth" to
+  // stderr before we return our own error: the caller reports the failure, so the
+  // library stays quiet about it. (Thread-safe; it also mutes other threads' protobuf
+  // warnings while it lives, which the parse of one file makes brief.)
+  google::protobuf::LogSilencer quiet;
+  return model.ParseFromCodedStream(&input) && input.ConsumedEntireMessage();
+}
+
 bool IsTextPath(const std::string& path) {
   return absl::EndsWith(path, ".textproto") || absl::EndsWith(path, ".pbtxt");
 }
@@ -554,27 +878,18 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
                                                    " bytes; the limit is ", EffectiveMaxBytes(limits)));
   }
   const int recursion_limit = 2 * limits.max_arg_depth + 16;
+  // LengthsFit first: SplitTensorData and protobuf then only see files whose every length
+  // fits. The tensors' bytes stay in `bytes` (see SplitTensorData); protobuf parses the
+  // skeleton, pieces of the file and rewritten bytes one after another.
+  std::optional<ModelSkeleton> skeleton;
+  if (LengthsFit(bytes, recursion_limit)) skeleton = SplitTensorData(bytes);
   proto::Model model;
-  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
-  google::protobuf::io::CodedInputStream input(&raw);
-  input.SetRecursionLimit(recursion_limit);
-  bool parsed;
-  {
-    // A hostile file would make protobuf log "[libprotobuf ERROR ...] String field ...
-    // contains invalid UTF-8 data" or "exceeded maximum protobuf recursion depth" to
-    // stderr before we return our own error: the caller reports the failure, so the
-    // library stays quiet about it. (Thread-safe; it also mutes other threads' protobuf
-    // warnings while it lives, which the parse of one file makes brief.)
-    google::protobuf::LogSilencer quiet;
-    parsed = LengthsFit(bytes, recursion_limit) && model.ParseFromCodedStream(&input) &&
-             input.ConsumedEntireMessage();
-  }
-  if (!parsed) {
+  if (!skeleton.has_value() || !ParseSkeleton(bytes, *skeleton, recursion_limit, model)) {
     return absl::InvalidArgumentError(
         "model file is not a valid fuselage model (protobuf parse failed: truncated, "
         "corrupt, a string field that is not valid UTF-8, or nested too deeply)");
   }
-  return ModelReader(limits).Read(model, &model);
+  return ModelReader(limits).Read(model, /*donor=*/nullptr, &bytes);
 }
 
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelText(absl::string_view text,

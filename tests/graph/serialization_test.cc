@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/stubs/logging.h"
 #include "graph/printer.h"
 #include "gtest/gtest.h"
 #include "tests/graph/test_graphs.h"
@@ -225,6 +227,358 @@ TEST(BadModelTest, CorruptedBytesNeverCrash) {
       EXPECT_FALSE(result.status().message().empty());
     }
   }
+}
+
+// ---- Tensor data outside protobuf ----------------------------------------------------
+//
+// ParseModel leaves the tensors' bytes in the file and hands protobuf a skeleton in which
+// each Tensor.data field of 8 bytes or more is an 8-byte token naming where its bytes lie.
+// Whatever a file holds, the model must be the one protobuf's own parse of the same bytes
+// gives (read by ModelFromProto), or both must be refused. The files below are written by
+// hand, in the wire format.
+
+std::string Varint(uint64_t value) {
+  std::string out;
+  while (value >= 0x80) {
+    out.push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out.push_back(static_cast<char>(value));
+  return out;
+}
+
+// `value` as a varint of exactly `width` bytes (continuation bits pad it).
+std::string PaddedVarint(uint64_t value, int width) {
+  std::string out;
+  for (int i = 0; i < width; ++i) {
+    const uint8_t bits = static_cast<uint8_t>((value >> (7 * i)) & 0x7f);
+    out.push_back(static_cast<char>(i + 1 < width ? (bits | 0x80) : bits));
+  }
+  return out;
+}
+
+std::string Tag(int number, int wire_type) { return Varint(uint64_t(number) << 3 | wire_type); }
+std::string Field(int number, const std::string& payload) {  // length-delimited
+  return Tag(number, 2) + Varint(payload.size()) + payload;
+}
+std::string VarintField(int number, uint64_t value) { return Tag(number, 0) + Varint(value); }
+
+// Field numbers (graph/model.proto). Model: 4 root. Module: 1 type, 2 tensors,
+// 3 attributes, 4 children. NamedTensor / NamedModule: 1 name, 2 value. Tensor: 1 dtype,
+// 2 shape, 3 data.
+constexpr int kInt8 = 2;
+
+// Tensor fields of an int8 tensor of shape [size] (packed shape) holding `data`.
+std::string Int8Tensor(const std::string& data) {
+  return VarintField(1, kInt8) + Field(2, Varint(data.size())) + Field(3, data);
+}
+std::string NamedTensorField(const std::string& name, const std::string& tensor_fields) {
+  return Field(2, Field(1, name) + Field(2, tensor_fields));
+}
+
+// A valid model file with `root_fields` (fields of a Module) merged into its root module:
+// a second root field, which protobuf merges into the first.
+std::string WithRootFields(const std::string& root_fields) {
+  return SerializeModel(*MakeConvBnAddRelu()) + Field(4, root_fields);
+}
+
+// Protobuf's own reading of `bytes`, as the loader reads a parsed proto.
+absl::StatusOr<std::unique_ptr<GraphModule>> ProtobufsReading(const std::string& bytes) {
+  proto::Model model;
+  google::protobuf::LogSilencer quiet;
+  if (!model.ParseFromString(bytes)) return absl::InvalidArgumentError("protobuf refuses it");
+  return ModelFromProto(model);
+}
+
+// ParseModel(bytes) is protobuf's reading of `bytes`: the same model (compared by its saved
+// bytes), or both refuse it with InvalidArgument.
+void ExpectAsProtobufReadsIt(const std::string& bytes) {
+  auto expected = ProtobufsReading(bytes);
+  auto loaded = ParseModel(bytes);
+  ASSERT_EQ(loaded.ok(), expected.ok())
+      << "ParseModel: " << loaded.status() << "; protobuf: " << expected.status();
+  if (loaded.ok()) {
+    EXPECT_TRUE(SerializeModel(**loaded) == SerializeModel(**expected));
+    EXPECT_TRUE((*loaded)->Verify().ok());
+  } else {
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << loaded.status();
+  }
+}
+
+// The bytes of root tensor `name` of ParseModel(bytes), which must load.
+std::string LoadedBytes(const std::string& bytes, const std::string& name) {
+  auto loaded = ParseModel(bytes);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  if (!loaded.ok()) return "<not loaded>";
+  const Tensor* t = (*loaded)->FindTensor(name);
+  EXPECT_NE(t, nullptr) << name;
+  return t == nullptr ? "<no tensor>" : std::string(t->bytes());
+}
+
+TEST(TensorDataTest, KeepsProtobufsMeaning) {
+  const std::string i8 = VarintField(1, kInt8);
+  const std::string tensors =
+      // data given twice: the last wins, token or not.
+      NamedTensorField("a", i8 + VarintField(2, 8) + Field(3, "abcdefgh") + Field(3, "ABCDEFGH")) +
+      NamedTensorField("b", i8 + VarintField(2, 3) + Field(3, std::string(100, 'x')) + Field(3, "xyz")) +
+      NamedTensorField("c", i8 + VarintField(2, 100) + Field(3, "xyz") + Field(3, std::string(100, 'y'))) +
+      // tensor given twice: merged (dtype and shape from the first, data from the second).
+      Field(2, Field(1, "d") + Field(2, i8 + VarintField(2, 8) + Field(3, "12345678")) +
+                   Field(2, Field(3, "87654321"))) +
+      // unknown fields, one numbered 3 as a varint, one a long bytes field.
+      NamedTensorField("e", i8 + VarintField(3, 9) + VarintField(2, 8) + Field(15, std::string(300, 'x')) +
+                                Field(3, std::string(8, '\x7f'))) +
+      // empty data, explicitly present, of a tensor of shape [0].
+      NamedTensorField("f", i8 + VarintField(2, 0) + Field(3, ""));
+  const std::string bytes = WithRootFields(tensors);
+  ExpectAsProtobufReadsIt(bytes);
+  EXPECT_EQ(LoadedBytes(bytes, "a"), "ABCDEFGH");
+  EXPECT_EQ(LoadedBytes(bytes, "b"), "xyz");
+  EXPECT_EQ(LoadedBytes(bytes, "c"), std::string(100, 'y'));
+  EXPECT_EQ(LoadedBytes(bytes, "d"), "87654321");
+  EXPECT_EQ(LoadedBytes(bytes, "e"), std::string(8, '\x7f'));
+  EXPECT_EQ(LoadedBytes(bytes, "f"), "");
+}
+
+// Every size around the token's (8 bytes): shorter data reaches protobuf as it is, longer
+// data as a token; both read back exactly.
+TEST(TensorDataTest, EverySizeAroundTheTokensReadsBack) {
+  std::string tensors;
+  for (int size = 0; size <= 20; ++size) {
+    std::string data;
+    for (int i = 0; i < size; ++i) data.push_back(static_cast<char>(size * 16 + i));
+    tensors += NamedTensorField(absl::StrCat("t", size), Int8Tensor(data));
+  }
+  const std::string bytes = WithRootFields(tensors);
+  ExpectAsProtobufReadsIt(bytes);
+  for (int size = 0; size <= 20; ++size) {
+    std::string data;
+    for (int i = 0; i < size; ++i) data.push_back(static_cast<char>(size * 16 + i));
+    EXPECT_EQ(LoadedBytes(bytes, absl::StrCat("t", size)), data) << size;
+  }
+}
+
+// A file's own data can look exactly like a token (an offset and a length of 4 bytes
+// each, even naming real bytes of the file): it is read as the bytes it is.
+TEST(TensorDataTest, BytesShapedLikeTokensAreData) {
+  auto token = [](uint32_t offset, uint32_t length) {
+    std::string out;
+    for (uint32_t v : {offset, length}) {
+      for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+    }
+    return out;
+  };
+  const std::string target(64, 'T');
+  // The first pass finds where `target` lies in the file; the second forges a token
+  // naming exactly those bytes (the file's layout does not change: same sizes).
+  std::string forged = token(0, 8);
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::string bytes = WithRootFields(
+        NamedTensorField("target", Int8Tensor(target)) +
+        NamedTensorField("forged", Int8Tensor(forged)) +
+        NamedTensorField("zero", Int8Tensor(token(0, 0))) +
+        NamedTensorField("huge", Int8Tensor(token(0xffffffffu, 0xffffffffu))) +
+        // An 8-byte tensor whose data field is given as an unknown field too.
+        NamedTensorField("unknown", Int8Tensor(token(1, 8)) + Field(9, token(2, 8))));
+    ExpectAsProtobufReadsIt(bytes);
+    EXPECT_EQ(LoadedBytes(bytes, "forged"), forged);
+    EXPECT_EQ(LoadedBytes(bytes, "zero"), token(0, 0));
+    EXPECT_EQ(LoadedBytes(bytes, "huge"), token(0xffffffffu, 0xffffffffu));
+    EXPECT_EQ(LoadedBytes(bytes, "unknown"), token(1, 8));
+    const size_t at = bytes.find(target);
+    ASSERT_NE(at, std::string::npos);
+    forged = token(static_cast<uint32_t>(at), static_cast<uint32_t>(target.size()));
+  }
+}
+
+// Tensor-shaped bytes where no Tensor is (unknown fields, a known field with another wire
+// type, a string argument of the graph) are not tensors, as protobuf sees it; tensors of
+// nested child modules are.
+TEST(TensorDataTest, OnlyRealTensorFieldsAreTensors) {
+  const std::string tensor = Int8Tensor(std::string(32, 'q'));
+  const std::string fields =
+      // unknown fields holding a Tensor, a NamedTensor, a Module
+      Field(12, tensor) + Field(13, NamedTensorField("ghost", tensor)) +
+      NamedTensorField("n", Int8Tensor(std::string(16, 'n')) + Field(11, tensor)) +
+      Field(2, Field(1, "m") + Field(2, Int8Tensor("12345678")) + Field(7, tensor)) +
+      // Module.tensors (2) and Tensor.data (3) with other wire types
+      VarintField(2, 5) + Tag(2, 5) + "abcd" +
+      NamedTensorField("w", Int8Tensor(std::string(9, 'w')) + VarintField(3, 7) + Tag(3, 1) + "12345678") +
+      // tensors of children three deep
+      Field(4, Field(1, "c1") +
+                   Field(2, Field(1, "nn.Identity") +
+                                NamedTensorField("k1", Int8Tensor(std::string(40, 'k'))) +
+                                Field(4, Field(1, "c2") +
+                                             Field(2, Field(1, "nn.Identity") +
+                                                          NamedTensorField("k2", Int8Tensor("kk")) +
+                                                          NamedTensorField("k3", Int8Tensor(std::string(300, 'z')))))));
+  const std::string bytes = WithRootFields(fields);
+  ExpectAsProtobufReadsIt(bytes);
+  auto loaded = ParseModel(bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->FindTensor("ghost"), nullptr);
+  EXPECT_EQ((*loaded)->FindTensor("n")->bytes(), std::string(16, 'n'));
+  EXPECT_EQ((*loaded)->FindTensor("m")->bytes(), "12345678");
+  EXPECT_EQ((*loaded)->FindTensor("w")->bytes(), std::string(9, 'w'));
+  ASSERT_NE((*loaded)->FindModule("c1.c2"), nullptr);
+  EXPECT_EQ((*loaded)->FindModule("c1")->FindTensor("k1")->bytes(), std::string(40, 'k'));
+  EXPECT_EQ((*loaded)->FindModule("c1.c2")->FindTensor("k2")->bytes(), "kk");
+  EXPECT_EQ((*loaded)->FindModule("c1.c2")->FindTensor("k3")->bytes(), std::string(300, 'z'));
+
+  // A string argument of the graph holding a serialized model's root: just a string.
+  auto gm = MakeConvBnAddRelu();
+  Node* relu = gm->graph().FindNode("relu");
+  ASSERT_TRUE(gm->graph().SetMeta(relu, "note", Argument::String(Field(2, NamedTensorField("s", tensor)))).ok());
+  ExpectAsProtobufReadsIt(SerializeModel(*gm));
+}
+
+TEST(TensorDataTest, PackedAndUnpackedShapes) {
+  const std::string i8 = VarintField(1, kInt8);
+  const std::string data = Field(3, std::string(24, 'p'));
+  const std::string bytes = WithRootFields(
+      NamedTensorField("packed", i8 + Field(2, Varint(2) + Varint(3) + Varint(4)) + data) +
+      NamedTensorField("unpacked", i8 + VarintField(2, 2) + VarintField(2, 3) + VarintField(2, 4) + data) +
+      NamedTensorField("mixed", i8 + Field(2, Varint(2)) + VarintField(2, 3) + Field(2, Varint(4)) + data) +
+      NamedTensorField("after", i8 + data + Field(2, Varint(24))));
+  ExpectAsProtobufReadsIt(bytes);
+  auto loaded = ParseModel(bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (const char* name : {"packed", "unpacked", "mixed"}) {
+    EXPECT_EQ((*loaded)->FindTensor(name)->ShapeString(), "[2, 3, 4]") << name;
+    EXPECT_EQ((*loaded)->FindTensor(name)->bytes(), std::string(24, 'p')) << name;
+  }
+}
+
+// Varints written longer than they need (protobuf reads up to 5 bytes for a length, the
+// fifth below 8, and up to 5 for a tag): the same model; longer ones are refused as
+// protobuf refuses them.
+TEST(TensorDataTest, PaddedVarints) {
+  const std::string data(20, 'v');
+  const std::string i8_shape = VarintField(1, kInt8) + VarintField(2, data.size());
+  for (int width = 1; width <= 7; ++width) {
+    SCOPED_TRACE(width);
+    // The data field's length, the Tensor's, the NamedTensor's, the root's.
+    const std::string tensor = i8_shape + Tag(3, 2) + PaddedVarint(data.size(), width) + data;
+    const std::string named = Field(1, "t") + Tag(2, 2) + PaddedVarint(tensor.size(), width) + tensor;
+    const std::string root = Tag(2, 2) + PaddedVarint(named.size(), width) + named;
+    const std::string bytes =
+        SerializeModel(*MakeConvBnAddRelu()) + Tag(4, 2) + PaddedVarint(root.size(), width) + root;
+    ExpectAsProtobufReadsIt(bytes);
+    if (width <= 5) {
+      EXPECT_EQ(LoadedBytes(bytes, "t"), data);
+    }
+    // The data field's tag padded too.
+    const std::string padded_tag =
+        i8_shape + PaddedVarint(3 << 3 | 2, width) + PaddedVarint(data.size(), 1) + data;
+    ExpectAsProtobufReadsIt(WithRootFields(NamedTensorField("u", padded_tag)));
+  }
+  // A five-byte length whose fifth byte is 8 or more (2 GiB or more, or bits past 32).
+  for (const std::string& length : {std::string("\x94\x80\x80\x80\x08", 5),
+                                   std::string("\x94\x80\x80\x80\x10", 5)}) {
+    const std::string bytes = WithRootFields(
+        NamedTensorField("t", VarintField(1, kInt8) + VarintField(2, 20) + Tag(3, 2) + length + data));
+    ExpectRejected(ParseModel(bytes), {"protobuf parse failed"});
+    ExpectAsProtobufReadsIt(bytes);
+  }
+}
+
+// Lengths past the end of their message or of the file, or that overflow 32 bits: refused
+// as a corrupt file, before anything is allocated for them.
+TEST(TensorDataTest, LengthsThatDoNotFitAreRefused) {
+  const std::string i8 = VarintField(1, kInt8) + VarintField(2, 8);
+  const std::string base = SerializeModel(*MakeConvBnAddRelu());
+  for (const uint64_t length : {uint64_t{9}, uint64_t{1} << 20, uint64_t{0x7fffffff},
+                                uint64_t{0x80000000}, uint64_t{0xffffffff},
+                                uint64_t{0x100000008}, ~uint64_t{0}}) {
+    SCOPED_TRACE(length);
+    // The data field claims more than its Tensor holds (8 bytes follow).
+    const std::string tensor = i8 + Tag(3, 2) + Varint(length) + "12345678";
+    ExpectRejected(ParseModel(WithRootFields(NamedTensorField("t", tensor))), {"protobuf parse failed"});
+    // The Tensor claims more than its NamedTensor holds.
+    const std::string named = Field(1, "t") + Tag(2, 2) + Varint(length) + Int8Tensor("12345678");
+    ExpectRejected(ParseModel(WithRootFields(Field(2, named))), {"protobuf parse failed"});
+    // The root claims more than the file holds.
+    ExpectRejected(ParseModel(base + Tag(4, 2) + Varint(length) + NamedTensorField("t", Int8Tensor("12345678"))),
+                   {"protobuf parse failed"});
+  }
+}
+
+// Files with the module tree's fields in long runs (a graph of thousands of nodes, a
+// module attribute of many kilobytes, many tensors of every size, children): the skeleton
+// keeps long runs in the file and copies short ones; the model is protobuf's reading and
+// saves back to the same bytes, through memory and through a file.
+TEST(TensorDataTest, LongRunsAndManyTensorsRoundTrip) {
+  auto gm = MakeConvBnAddRelu();
+  Graph& g = gm->graph();
+  Node* last = g.FindNode("relu");
+  for (int i = 0; i < 400; ++i) {
+    last = *g.InsertAfter(last, {OpKind::kCallFunction, Symbol::Intern("torch.relu"), {last}, {}, ""});
+  }
+  ASSERT_TRUE(g.SetArg(g.output(), 0, last).ok());
+  std::vector<int64_t> long_list(3000);
+  for (size_t i = 0; i < long_list.size(); ++i) long_list[i] = static_cast<int64_t>(i * 977);
+  for (int m = 0; m < 3; ++m) {
+    auto module = std::make_unique<Module>("nn.Identity");
+    module->SetAttribute("long", Argument::Ints(long_list));
+    for (int size = 0; size < 40; size += 3) {
+      auto t = Tensor::FromBytes(DType::kInt8, {size}, std::string(static_cast<size_t>(size), static_cast<char>('a' + m)));
+      ASSERT_TRUE(t.ok());
+      module->SetTensor(absl::StrCat("t", size), *t);
+    }
+    module->SetAttribute("after", Argument::String(std::string(4000, 's')));
+    ASSERT_TRUE(gm->SetModule(absl::StrCat("holder.m", m), std::move(module)).ok());
+  }
+  ASSERT_TRUE(gm->Verify().ok()) << gm->Verify();
+  const std::string bytes = SerializeModel(*gm);
+  ExpectAsProtobufReadsIt(bytes);
+  auto loaded = ParseModel(bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(SerializeModel(**loaded) == bytes);
+  EXPECT_EQ(*(*loaded)->FindModule("holder.m2")->FindTensor("t39"),
+            *gm->FindModule("holder.m2")->FindTensor("t39"));
+  const std::string path = TempPath("long_runs.pb");
+  ASSERT_TRUE(SaveModel(**loaded, path).ok());
+  auto from_file = LoadModel(path);
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_TRUE(SerializeModel(**from_file) == bytes);
+}
+
+// Random corruption of a file with tensors of every size around the token's: whatever
+// ParseModel accepts is protobuf's reading of the same bytes, and a file it refuses after
+// protobuf's parse (a bad tensor, name, reference...) gets the error protobuf's reading
+// gets. (ParseModel refuses some files protobuf would take: groups, a truncated tag.)
+TEST(TensorDataTest, CorruptedFilesReadAsProtobufReadsThem) {
+  std::string tensors;
+  for (int size = 0; size <= 12; ++size) {
+    tensors += NamedTensorField(absl::StrCat("t", size), Int8Tensor(std::string(static_cast<size_t>(size), 'd')));
+  }
+  const std::string bytes = WithRootFields(tensors);
+  std::mt19937 random(11);
+  int accepted = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string corrupt = bytes;
+    const int flips = 1 + trial % 3;
+    for (int f = 0; f < flips; ++f) {
+      // Mostly in the tensors (the end of the file), where the rewrite works.
+      const size_t at = trial % 4 == 0 ? random() % corrupt.size()
+                                       : corrupt.size() - 1 - random() % tensors.size();
+      corrupt[at] = static_cast<char>(random() & 0xff);
+    }
+    auto loaded = ParseModel(corrupt);
+    auto expected = ProtobufsReading(corrupt);
+    if (loaded.ok()) {
+      ++accepted;
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      ASSERT_TRUE(SerializeModel(**loaded) == SerializeModel(**expected)) << trial;
+    } else {
+      ASSERT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << loaded.status();
+      if (!absl::StrContains(loaded.status().message(), "protobuf parse failed")) {
+        ASSERT_FALSE(expected.ok()) << trial;
+        ASSERT_EQ(loaded.status(), expected.status());
+      }
+    }
+  }
+  EXPECT_GT(accepted, 100);
 }
 
 TEST(BadModelTest, DanglingReference) {
