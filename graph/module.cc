@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "graph/check.h"
 
 namespace fuselage {
 namespace {
@@ -27,6 +28,22 @@ auto FindEntry(Vec& entries, absl::string_view name) -> decltype(entries.begin()
 }
 
 }  // namespace
+
+Module::Module(Symbol type, TensorList tensors, AttributeList attributes)
+    : type_(type), tensors_(std::move(tensors)), attributes_(std::move(attributes)) {
+#ifndef NDEBUG
+  const auto distinct = [](const auto& list) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      for (size_t j = i + 1; j < list.size(); ++j) {
+        if (list[i].first == list[j].first) return false;
+      }
+    }
+    return true;
+  };
+  FUSELAGE_CHECK(distinct(tensors_));
+  FUSELAGE_CHECK(distinct(attributes_));
+#endif
+}
 
 Module::Module(Module&& other) noexcept
     : type_(other.type_),

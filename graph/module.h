@@ -50,6 +50,13 @@ class Module {
   using TensorList = std::vector<std::pair<std::string, Tensor>>;
   using AttributeList = std::vector<std::pair<std::string, Argument>>;
 
+  // A module of type `type` holding exactly these lists (moved in: no copy, no scan), in
+  // this order, and no children: for a caller that builds a module's final fields in one
+  // pass (lowering's native modules), where SetTensor / SetAttribute scan the list once
+  // per field. The names within each list must be distinct, as SetTensor / SetAttribute
+  // keep them (the caller's invariant: checked only in builds without NDEBUG).
+  Module(Symbol type, TensorList tensors, AttributeList attributes);
+
   Symbol type() const { return type_; }
   void set_type(Symbol type) {
     type_ = type;

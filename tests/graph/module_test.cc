@@ -513,6 +513,82 @@ TEST(ModuleFieldsTest, FindMutableTensorsAgreesWithTwoSingleLookups) {
   EXPECT_EQ(prototype->FindTensor("max_val")->data<float>()[0], 2.0f);
 }
 
+TEST(ModuleFieldsTest, ModuleFromWholeListsHoldsThemInOrder) {
+  Module::TensorList tensors;
+  tensors.emplace_back("weight", Tensor::FromFloats({2}, {1.0f, 2.0f}));
+  tensors.emplace_back("bias", Tensor::FromFloats({1}, {3.0f}));
+  Module::AttributeList attributes;
+  attributes.emplace_back("scale", Argument::Float(0.5));
+  attributes.emplace_back("zero_point", Argument::Int(3));
+  const float* weight_data = tensors[0].second.data<float>();
+  Module m(Symbol::Intern("nnq.Linear"), std::move(tensors), std::move(attributes));
+  EXPECT_EQ(m.type().name(), "nnq.Linear");
+  ASSERT_EQ(m.tensors().size(), 2u);
+  EXPECT_EQ(m.tensors()[0].first, "weight");
+  EXPECT_EQ(m.tensors()[1].first, "bias");
+  EXPECT_EQ(m.FindTensor("weight")->data<float>(), weight_data);  // moved, not copied
+  ASSERT_EQ(m.attributes().size(), 2u);
+  EXPECT_EQ(m.attributes()[0].first, "scale");
+  EXPECT_EQ(*m.GetFloat("scale"), 0.5);
+  EXPECT_EQ(*m.GetInt("zero_point"), 3);
+  EXPECT_TRUE(m.children().empty());
+  // Edited like any module: a present name is replaced, a new one appended.
+  m.SetAttribute("scale", Argument::Float(0.25));
+  m.SetTensor("extra", Tensor::FromFloats({1}, {4.0f}));
+  EXPECT_EQ(m.attributes().size(), 2u);
+  EXPECT_EQ(*m.GetFloat("scale"), 0.25);
+  EXPECT_EQ(m.tensors()[2].first, "extra");
+
+  const Module empty(Symbol::Intern("nn.ReLU"), {}, {});
+  EXPECT_TRUE(empty.tensors().empty());
+  EXPECT_TRUE(empty.attributes().empty());
+}
+
+TEST(GraphModulePathTest, RemoveModulesFreesEveryModuleOfAnyShape) {
+  // More removed modules than every prefetch distance of the freeing loop, of every
+  // shape: empty, with lists shared with a prototype, with own lists, with children. Each
+  // is freed (the sanitizer runs of this test catch a leak or a read after free), the
+  // rest stay in order and findable.
+  std::unique_ptr<Module> prototype = ObserverLike();
+  prototype->ShareFieldsWithClones();
+  GraphModule gm;
+  Node* x = *gm.graph().AddPlaceholder("x");
+  ASSERT_TRUE(gm.graph().SetOutput(x).ok());
+  std::vector<std::string> removed, kept;
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = absl::StrCat("m", i);
+    std::unique_ptr<Module> module;
+    switch (i % 4) {
+      case 0:
+        module = std::make_unique<Module>("nn.ReLU");
+        break;
+      case 1:
+        module = prototype->Clone();
+        break;
+      case 2:
+        module = ObserverLike();
+        break;
+      default:
+        module = std::make_unique<Module>("nni.ConvReLU2d");
+        module->SetChild("0", ObserverLike());
+        module->SetChild("1", std::make_unique<Module>("nn.ReLU"));
+    }
+    ASSERT_TRUE(gm.SetModule(name, std::move(module)).ok());
+    (i % 7 == 3 ? kept : removed).push_back(name);
+  }
+  ASSERT_TRUE(gm.RemoveModules(removed).ok());
+  ASSERT_EQ(gm.root().children().size(), kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    EXPECT_EQ(gm.root().children()[i].first, kept[i]);
+    EXPECT_NE(gm.FindModule(kept[i]), nullptr) << kept[i];
+  }
+  for (const std::string& name : removed) EXPECT_EQ(gm.FindModule(name), nullptr) << name;
+  // The prototype's shared lists outlived the removed clones.
+  EXPECT_EQ(prototype->FindTensor("max_val")->data<float>()[0], 2.0f);
+  const absl::Status verified = gm.Verify();
+  EXPECT_TRUE(verified.ok()) << verified;
+}
+
 TEST(GraphModulePathTest, FindAndGetModuleResolveEachComponent) {
   auto gm = Tree();
   const Module* leaf = gm->FindModule("big.b7.l3");
