@@ -1,6 +1,7 @@
 #include "quantize/prepare.h"
 
 #include <cmath>
+#include <cstddef>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -530,8 +531,7 @@ class ObserverInserter {
     }
     // "<container>.activation_post_process_<n>" built in place in one reused buffer; the
     // module's name is its tail.
-    path_.resize(number_offset_);
-    absl::StrAppend(&path_, next_id_++);
+    AdvanceNumber();
     const absl::string_view name = absl::string_view(path_).substr(name_offset_);
     ASSIGN_OR_RETURN(const Prototype* prototype, PrototypeFor(spec));
     // Straight into the container, which we hold: no path to resolve per observer.
@@ -540,6 +540,23 @@ class ObserverInserter {
     out_.observers.emplace(path, prototype->observer->Clone());
     ++out_.report.observer_modules;
     return path;
+  }
+
+  // Makes the number at the end of path_ the next one (0 first): the last digits are
+  // counted up in place, a carry past the first digit adds one; no number is formatted
+  // per observer.
+  void AdvanceNumber() {
+    if (path_.size() == number_offset_) {
+      path_.push_back('0');
+      return;
+    }
+    size_t i = path_.size();
+    while (i > number_offset_ && path_[i - 1] == '9') path_[--i] = '0';
+    if (i == number_offset_) {
+      path_.insert(path_.begin() + static_cast<std::ptrdiff_t>(number_offset_), '1');
+    } else {
+      ++path_[i - 1];
+    }
   }
 
   // A fresh observer of one spec and its module, built once per distinct spec (a handful
@@ -631,7 +648,6 @@ class ObserverInserter {
   SharedCopies<DTypeConfig> dtype_configs_;
   const size_t max_observer_modules_;
   Module* container_ = nullptr;  // the module at out_.observer_container
-  int64_t next_id_ = 0;
   // "<container>.activation_post_process_" then the number of the last module; the
   // module name starts at name_offset_, the number at number_offset_.
   std::string path_;

@@ -172,6 +172,34 @@ TEST(PrepareTest, ObserverNamesAndPlanDTypeConfig) {
   EXPECT_EQ(prepared->quantized_ops.at("conv").dtype_config->weight.dtype, DType::kQInt8);
 }
 
+// Observer modules are numbered 0, 1, ... in the order they are made, across every
+// change of digit count (9 → 10, 99 → 100): a chain of 105 adds has x's observer and one
+// per add's output, each add reading the one before it.
+TEST(PrepareTest, ObserverNumbersCountOnPastEachPowerOfTen) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* value = *g.AddPlaceholder("x");
+  constexpr int kAdds = 105;
+  for (int i = 0; i < kAdds; ++i) value = *g.AddCallFunction("operator.add", {value, value});
+  ASSERT_TRUE(g.SetOutput(value).ok());
+  auto prepared = Prepare(gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(prepared->report.observer_modules, kAdds + 1);
+
+  std::vector<std::string> observer_names;
+  for (const Node* n : g.Nodes()) {
+    if (!IsObserverNode(gm, n)) continue;
+    EXPECT_EQ(n->target().name(), absl::StrCat("observers.", n->name()));
+    EXPECT_TRUE(prepared->observers.contains(n->target())) << n->name();
+    observer_names.push_back(n->name());
+  }
+  ASSERT_EQ(observer_names.size(), static_cast<size_t>(kAdds + 1)) << Listing(g);
+  for (int i = 0; i <= kAdds; ++i) {
+    EXPECT_EQ(observer_names[static_cast<size_t>(i)], absl::StrCat("activation_post_process_", i));
+  }
+}
+
 // The observer modules of one spec start as clones of one prototype sharing its tensor
 // and attribute lists; storing one observer's statistics changes that module alone, and
 // a later Prepare still starts from +inf / -inf. Expected by hand: x in [-1, 3], conv
