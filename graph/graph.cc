@@ -1070,28 +1070,28 @@ class NodeBatch {
   NodeBatch(absl::Span<Node* const> nodes, size_t index_bound) : nodes_(nodes) {
     if (nodes.size() > kScanned) bits_.assign((index_bound + 63) / 64, 0);
   }
-  // Adds nodes[i] (a live node of the graph); false if it was listed before.
-  bool Add(size_t i) {
-    const Node* node = nodes_[i];
-    if (bits_.empty()) {
-      return std::find(nodes_.begin(), nodes_.begin() + static_cast<std::ptrdiff_t>(i), node) ==
-             nodes_.begin() + static_cast<std::ptrdiff_t>(i);
-    }
-    uint64_t& word = bits_[node->index() >> 6];
-    const uint64_t bit = uint64_t{1} << (node->index() & 63);
-    if ((word & bit) != 0) return false;
-    word |= bit;
-    return true;
+  // Adds the next node of the list (a live node of the graph): nodes[i] for the i-th
+  // call; false if it was added before.
+  bool AddNext() {
+    const Node* node = nodes_[added_];
+    const bool added = !Contains(node);
+    ++added_;
+    if (added && !bits_.empty()) bits_[node->index() >> 6] |= uint64_t{1} << (node->index() & 63);
+    return added;
   }
-  // Whether live node `node` (of the graph) is in the batch.
+  // Whether live node `node` (of the graph) is among the nodes added so far.
   bool Contains(const Node* node) const {
-    if (bits_.empty()) return std::find(nodes_.begin(), nodes_.end(), node) != nodes_.end();
+    if (bits_.empty()) {
+      const auto added_end = nodes_.begin() + static_cast<std::ptrdiff_t>(added_);
+      return std::find(nodes_.begin(), added_end, node) != added_end;
+    }
     return ((bits_[node->index() >> 6] >> (node->index() & 63)) & 1) != 0;
   }
 
  private:
   static constexpr size_t kScanned = 16;
   absl::Span<Node* const> nodes_;
+  size_t added_ = 0;
   std::vector<uint64_t> bits_;
 };
 
@@ -1102,8 +1102,11 @@ constexpr size_t kEraseAhead = 8;
 }  // namespace
 
 absl::Status Graph::EraseAll(absl::Span<Node* const> nodes) {
-  // Everything is checked before the first change.
+  // Everything is checked before the first change. Nodes are added to the batch in the
+  // order given, and a batch in users-first order (each node's users listed before it, as
+  // a dead-code walk finds them) is recognized on the way: every user is in already.
   NodeBatch batch(nodes, node_index_bound());
+  bool users_first = true;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node* node = nodes[i];
     if (node == nullptr) {
@@ -1113,39 +1116,50 @@ absl::Status Graph::EraseAll(absl::Span<Node* const> nodes) {
       return absl::InvalidArgumentError(absl::StrCat("EraseAll: nodes[", i, "] ('",
                                                      node->name(), "') is not in this graph"));
     }
-    if (!batch.Add(i)) {
+    if (users_first) {
+      for (const Node* user : node->users_) users_first = users_first && batch.Contains(user);
+    }
+    if (!batch.AddNext()) {
       return absl::InvalidArgumentError(
           absl::StrCat("EraseAll: node '", node->name(), "' is listed twice"));
     }
   }
-  for (const Node* node : nodes) {
-    for (const Node* user : node->users_) {
-      if (!batch.Contains(user)) {
-        return absl::FailedPreconditionError(absl::StrCat("cannot erase node '", node->name(),
-                                                          "': its user '", user->name(),
-                                                          "' is not erased with it"));
+  if (!users_first) {
+    // Some user came later in the list, or is not in it at all: which, now that the whole
+    // batch is known.
+    for (const Node* node : nodes) {
+      for (const Node* user : node->users_) {
+        if (!batch.Contains(user)) {
+          return absl::FailedPreconditionError(absl::StrCat("cannot erase node '", node->name(),
+                                                            "': its user '", user->name(),
+                                                            "' is not erased with it"));
+        }
       }
     }
+    // Any order: the inputs that stay lose the batch's nodes as users while every node of
+    // the batch is alive (an input of the batch is skipped: its use-list goes with it).
+    // Membership is read here, before any node is destroyed and its index handed back.
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (i + kEraseAhead < nodes.size()) __builtin_prefetch(nodes[i + kEraseAhead]);
+      Node* user = nodes[i];
+      user->ForEachInputUse([user, &batch](Node* input) {
+        if (batch.Contains(input)) return;
+        auto& users = input->users_;  // listed once: a repeated use finds it gone already
+        const auto it = std::find(users.begin(), users.end(), user);
+        if (it != users.end()) users.erase(it);
+      });
+    }
   }
-  // The inputs that stay lose the batch's nodes as users, while every node of the batch
-  // is alive (an input of the batch is skipped: its use-list goes with it). Membership is
-  // read here, before any node is destroyed and its index handed back.
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (i + kEraseAhead < nodes.size()) __builtin_prefetch(nodes[i + kEraseAhead]);
-    Node* user = nodes[i];
-    user->ForEachInputUse([user, &batch](Node* input) {
-      if (batch.Contains(input)) return;
-      auto& users = input->users_;  // listed once: a repeated use finds it gone already
-      const auto it = std::find(users.begin(), users.end(), user);
-      if (it != users.end()) users.erase(it);
-    });
-  }
-  // Then each node leaves the name index, the list and its slot. The name-index entry of
-  // a node kEraseAhead ahead is asked for (its hash read from a node asked for
-  // kEraseAhead before that), so the random probes of the index overlap.
+  // Each node leaves its inputs' use-lists (users first: its inputs are all alive still;
+  // otherwise done above), the name index, the list and its slot. The name-index entry of
+  // the node kEraseAhead ahead is asked for, with its neighbours in the list, its hash
+  // read from a node asked for kEraseAhead before that: the random probes of the index
+  // overlap instead of following one another.
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (i + 2 * kEraseAhead < nodes.size()) {
-      __builtin_prefetch(&nodes[i + 2 * kEraseAhead]->name_hash_);
+      const Node* far = nodes[i + 2 * kEraseAhead];
+      __builtin_prefetch(far);
+      __builtin_prefetch(&far->name_hash_);
     }
     if (i + kEraseAhead < nodes.size()) {
       const Node* ahead = nodes[i + kEraseAhead];
@@ -1154,6 +1168,7 @@ absl::Status Graph::EraseAll(absl::Span<Node* const> nodes) {
       __builtin_prefetch(ahead->next_, /*rw=*/1);
     }
     Node* node = nodes[i];
+    if (users_first) RemoveUsesOf(node);
     EraseFromNameIndex(node);
     if (node == output_) output_ = nullptr;
     Unlink(node);
