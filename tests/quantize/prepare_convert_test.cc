@@ -572,6 +572,21 @@ TEST(ConvertTest, WeightedPlanAtANodeThatCallsNoModule) {
   EXPECT_TRUE(m->gm.Verify().ok()) << m->gm.Verify();
 }
 
+std::vector<std::string> NodeNames(const Graph& g) {
+  std::vector<std::string> names;
+  for (const Node* n : g.Nodes()) names.push_back(n->name());
+  return names;
+}
+
+// The nodes of a ConvPoolModel after Prepare and convert, in graph order, named as FX
+// names them: x → quantize_per_tensor → dequantize → conv → quantize_per_tensor_1 →
+// dequantize_1 → pool → quantize_per_tensor_2 → dequantize_2 → output, and sigmoid.
+std::vector<std::string> ConvertedConvPoolNames() {
+  return {"x", "quantize_per_tensor", "dequantize", "conv",
+          "quantize_per_tensor_1", "dequantize_1", "pool",
+          "quantize_per_tensor_2", "dequantize_2", "sigmoid", "output"};
+}
+
 // Convert inserts each observer's quantize node before it and turns the observer node
 // into the dequantize node, dropping any meta or kwargs the observer carries. With or
 // without them the graph is the one FX's insert-both-and-erase gives: names as FX derives
@@ -586,26 +601,18 @@ TEST(ConvertTest, ObserverNodesBecomeQuantizeNodesAsNewNodesWould) {
     Graph& g = m->gm.graph();
     if (observers_with_meta) {
       for (Node* n : g.Nodes()) {
-        if (IsObserverNode(m->gm, n)) ASSERT_TRUE(g.SetMeta(n, "note", Argument::Int(1)).ok());
+        if (IsObserverNode(m->gm, n)) {
+          ASSERT_TRUE(g.SetMeta(n, "note", Argument::Int(1)).ok());
+        }
       }
     }
     auto report = ConvertToReference(m->gm, *prepared);
     ASSERT_TRUE(report.ok()) << report.status();
     ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify() << "\n" << Listing(g);
     EXPECT_EQ(report->observers_replaced, 3);
-    // x → quantize_per_tensor → dequantize → conv → quantize_per_tensor_1 →
-    // dequantize_1 → pool → quantize_per_tensor_2 → dequantize_2 → output; no observer
-    // node and no meta is left.
-    std::vector<std::string> names;
-    for (const Node* n : g.Nodes()) {
-      names.push_back(n->name());
-      EXPECT_TRUE(n->meta().empty()) << n->name();
-    }
-    EXPECT_EQ(names, (std::vector<std::string>{
-                         "x", "quantize_per_tensor", "dequantize", "conv",
-                         "quantize_per_tensor_1", "dequantize_1", "pool",
-                         "quantize_per_tensor_2", "dequantize_2", "sigmoid", "output"}))
-        << Listing(g);
+    // FX's names (ConvertedConvPoolNames); no observer node and no meta is left.
+    for (const Node* n : g.Nodes()) EXPECT_TRUE(n->meta().empty()) << n->name();
+    EXPECT_EQ(NodeNames(g), ConvertedConvPoolNames()) << Listing(g);
     // x's users: sigmoid (never rewired), then the quantize node that replaced conv's
     // input observer.
     const Node* q = g.FindNode("quantize_per_tensor");
@@ -641,13 +648,7 @@ TEST(ConvertTest, ObserverNamedLikeADequantizeNodeGivesFxsNames) {
   auto report = ConvertToReference(m->gm, *prepared);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify() << "\n" << Listing(g);
-  std::vector<std::string> names;
-  for (const Node* n : g.Nodes()) names.push_back(n->name());
-  EXPECT_EQ(names, (std::vector<std::string>{
-                       "x", "quantize_per_tensor", "dequantize", "conv",
-                       "quantize_per_tensor_1", "dequantize_1", "pool",
-                       "quantize_per_tensor_2", "dequantize_2", "sigmoid", "output"}))
-      << Listing(g);
+  EXPECT_EQ(NodeNames(g), ConvertedConvPoolNames()) << Listing(g);
   const Node* dq = g.FindNode("dequantize");
   ASSERT_NE(dq, nullptr);
   EXPECT_EQ(dq->target().name(), "dequantize");
