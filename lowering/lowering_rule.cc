@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -195,6 +196,45 @@ struct ReferenceFields {
   }
 };
 
+// The native module's tensors: the quantized weight, then the float bias if there is
+// one.
+Module::TensorList NativeTensors(Tensor qweight, const Tensor* bias) {
+  Module::TensorList tensors;
+  tensors.reserve(bias != nullptr ? 2 : 1);
+  tensors.emplace_back("weight", std::move(qweight));
+  if (bias != nullptr) tensors.emplace_back("bias", *bias);
+  return tensors;
+}
+
+// The native module's attributes, in one pass over the reference's: its attributes in
+// their order without weight_qscheme and weight_dtype, with scale and zero_point set to
+// the output's (in place if the reference has them, else appended in that order) -- what
+// removing the two and then SetAttribute-ing the two would leave, without a scan of the
+// list per field. Names stay distinct, as Module's list constructor requires: the
+// reference's are.
+Module::AttributeList NativeAttributes(const Module& reference, const OutputQParams& output) {
+  const Module::AttributeList& from = reference.attributes();
+  Module::AttributeList attributes;
+  attributes.reserve(from.size() + 2);
+  bool has_scale = false, has_zero_point = false;
+  for (const auto& [stored_name, value] : from) {
+    const absl::string_view name = stored_name;  // compares lengths first
+    if (name == "weight_qscheme" || name == "weight_dtype") continue;
+    if (name == "scale") {
+      attributes.emplace_back(stored_name, Argument::Float(output.scale));
+      has_scale = true;
+    } else if (name == "zero_point") {
+      attributes.emplace_back(stored_name, Argument::Int(output.zero_point));
+      has_zero_point = true;
+    } else {
+      attributes.emplace_back(stored_name, value);
+    }
+  }
+  if (!has_scale) attributes.emplace_back("scale", Argument::Float(output.scale));
+  if (!has_zero_point) attributes.emplace_back("zero_point", Argument::Int(output.zero_point));
+  return attributes;
+}
+
 // BuildNativeWeightedModule with the native type already interned (the built-in rules
 // call this once per weighted module of the model).
 absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
@@ -322,20 +362,9 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
         where(), ": tensor 'bias' has dtype ", DTypeName(bias->dtype()),
         "; expected torch.float32"));
   }
-  // The reference module's attributes in their order (one vector copy), minus the weight
-  // quantization ones, then scale and zero_point; as tensors only the quantized weight and
-  // the float bias; no children. (Building a fresh module attribute by attribute instead
-  // cost more: each SetAttribute scans and regrows the vector.)
-  std::unique_ptr<Module> native =
-      ref->CloneAttributes(/*spare_tensors=*/2, /*spare_attributes=*/2);
-  native->set_type(native_type);
-  native->SetTensor("weight", std::move(qweight));
-  if (bias != nullptr) native->SetTensor("bias", *bias);
-  native->RemoveAttribute("weight_qscheme");
-  native->RemoveAttribute("weight_dtype");
-  native->SetAttribute("scale", Argument::Float(output.scale));
-  native->SetAttribute("zero_point", Argument::Int(output.zero_point));
-  return native;
+  return std::make_unique<Module>(native_type,
+                                  NativeTensors(std::move(qweight), bias),
+                                  NativeAttributes(*ref, output));
 }
 
 }  // namespace

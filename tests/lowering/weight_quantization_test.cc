@@ -228,5 +228,54 @@ TEST(WeightQuantizationTest, ReadsFusedChildAndNamesMissingFields) {
       << built.status();
 }
 
+// The native module's field lists, in order: the reference's attributes without the
+// weight quantization ones, then scale and zero_point appended -- or, where the
+// reference already has them, set in their places -- and the tensors weight, bias. (The
+// model file keeps this order, so the CLI's output depends on it.)
+TEST(WeightQuantizationTest, NativeFieldsKeepTheReferenceOrder) {
+  auto attribute_names = [](const Module& m) {
+    std::vector<std::string> names;
+    for (const auto& [name, value] : m.attributes()) names.push_back(name);
+    return names;
+  };
+  auto tensor_names = [](const Module& m) {
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : m.tensors()) names.push_back(name);
+    return names;
+  };
+  const OutputQParams out{0.5, 3, DType::kQUInt8};
+
+  auto plain = ReferenceWeighted({0.5f}, {1}, false, 0, {0.25f}, {0}, DType::kQInt8);
+  plain->SetAttribute("stride", Argument::Ints({1, 1}));
+  auto native = BuildNativeWeightedModule("nnq.Conv2d", *plain, out);
+  ASSERT_TRUE(native.ok()) << native.status();
+  EXPECT_EQ(attribute_names(**native),
+            (std::vector<std::string>{"groups", "stride", "scale", "zero_point"}));
+  EXPECT_EQ(*(*native)->FindAttribute("stride"), Argument::Ints({1, 1}));
+  EXPECT_EQ(tensor_names(**native), (std::vector<std::string>{"weight"}));
+
+  // A reference that carries scale / zero_point already (before and after the weight
+  // quantization attributes) keeps their positions, with the output's values.
+  auto with_qparams = std::make_unique<Module>("nnqr.Linear");
+  with_qparams->SetTensor("bias", Tensor::FromFloats({1}, {2.0f}));
+  with_qparams->SetTensor("weight", Tensor::FromFloats({1}, {0.5f}));
+  with_qparams->SetTensor("weight_scale", Tensor::FromFloats({1}, {0.25f}));
+  with_qparams->SetTensor("weight_zero_point", Tensor::FromInt64s({1}, {0}));
+  with_qparams->SetAttribute("zero_point", Argument::Int(9));
+  with_qparams->SetAttribute("weight_qscheme", Argument::String("torch.per_tensor_affine"));
+  with_qparams->SetAttribute("in_features", Argument::Int(1));
+  with_qparams->SetAttribute("weight_dtype", Argument::Dtype(DType::kQInt8));
+  with_qparams->SetAttribute("scale", Argument::Float(7.0));
+  native = BuildNativeWeightedModule("nnq.Linear", *with_qparams, out);
+  ASSERT_TRUE(native.ok()) << native.status();
+  EXPECT_EQ(attribute_names(**native),
+            (std::vector<std::string>{"zero_point", "in_features", "scale"}));
+  EXPECT_EQ(*(*native)->GetInt("zero_point"), 3);
+  EXPECT_DOUBLE_EQ(*(*native)->GetFloat("scale"), 0.5);
+  // weight first, then bias, whatever the reference's order.
+  EXPECT_EQ(tensor_names(**native), (std::vector<std::string>{"weight", "bias"}));
+  EXPECT_EQ(*(*native)->FindTensor("bias"), Tensor::FromFloats({1}, {2.0f}));
+}
+
 }  // namespace
 }  // namespace fuselage
