@@ -8,7 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/stubs/logging.h"
 #include "graph/graph_module.h"
 #include "graph/serialization.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -44,6 +46,36 @@ absl::StatusOr<std::unique_ptr<GraphModule>> Load(absl::string_view bytes, Model
 
 const char* FormName(ModelForm form) { return form == ModelForm::kBinary ? "binary" : "text"; }
 
+// ParseModel does not hand protobuf the file itself (tensor data stays in the file, see
+// graph/serialization.cc): its verdict must be protobuf's own parse of the same bytes,
+// read by ModelFromProto. ParseModel may refuse, before protobuf's parse, files protobuf
+// takes (groups, a truncated tag, lengths that do not fit); everything else must agree.
+void CheckBinaryLoadIsProtobufs(absl::string_view bytes,
+                                const absl::StatusOr<std::unique_ptr<GraphModule>>& loaded) {
+  proto::Model model;
+  bool parsed;
+  {
+    google::protobuf::LogSilencer quiet;
+    parsed = model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+  }
+  if (loaded.ok()) {
+    FUZZ_CHECK(parsed, "ParseModel accepted a file protobuf does not parse");
+    auto expected = ModelFromProto(model);
+    FUZZ_CHECK(expected.ok(), absl::StrCat("ParseModel accepted a file whose protobuf parse is refused: ",
+                                           expected.status().ToString()));
+    FUZZ_CHECK(SerializeModel(**loaded) == SerializeModel(**expected),
+               "ParseModel's model differs from protobuf's parse of the same bytes");
+    return;
+  }
+  if (absl::StrContains(loaded.status().message(), "protobuf parse failed")) return;
+  FUZZ_CHECK(parsed, absl::StrCat("ParseModel refused after parsing a file protobuf does not parse: ",
+                                  loaded.status().ToString()));
+  const absl::Status expected = ModelFromProto(model).status();
+  FUZZ_CHECK(expected == loaded.status(),
+             absl::StrCat("ParseModel: ", loaded.status().ToString(),
+                          "; protobuf's parse of the same bytes: ", expected.ToString()));
+}
+
 }  // namespace
 
 void CheckModelLoad(absl::string_view bytes, ModelForm form) {
@@ -65,6 +97,7 @@ void CheckModelLoad(absl::string_view bytes, ModelForm form) {
     std::fprintf(stderr, "  %s model: %s\n", FormName(form),
                  loaded.ok() ? "accepted" : loaded.status().ToString().c_str());
   }
+  if (form == ModelForm::kBinary) CheckBinaryLoadIsProtobufs(bytes, loaded);
   if (!loaded.ok()) {
     FUZZ_CHECK(!loaded.status().message().empty(), "a rejected model has an empty error message");
     FUZZ_CHECK(loaded.status().code() != absl::StatusCode::kInternal,

@@ -5,6 +5,10 @@
 //  - an accepted model passes GraphModule::Verify() and round-trips: saving it (binary and
 //    text) and loading that again succeeds and saves to the same bytes (the same text for
 //    the text form, which cannot keep a NaN's sign and payload);
+//  - the binary form's model (or error) is what protobuf's own parse of the same bytes
+//    gives, read by ModelFromProto (ParseModel keeps tensor data out of protobuf), except
+//    that ParseModel may refuse a file before protobuf's parse (groups, a truncated tag, a
+//    length that does not fit);
 //  - under ASan, loading allocates at most kMaxAllocationFactor times the input's size
 //    plus kAllocationSlackBytes in total (so a hostile file cannot make the loader allocate
 //    far more than its own size).
