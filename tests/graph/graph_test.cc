@@ -910,62 +910,59 @@ TEST(GraphTest, NodeSpecNamesAndArgsKeepTheirValuesWhateverTheirSource) {
 
 // x -> conv -> bn -> relu -> output, fused as fusion does: the fused node goes before the
 // last matched node, takes its users, and takes the root's name when the root is erased.
-TEST(GraphTest, EraseAndPassNameHandsTheRootsNameToTheFusedNode) {
+struct ConvBnRelu {
   Graph g;
   Node* x = *g.AddPlaceholder("x");
   Node* conv = *g.AddCallModule("layer1.0.conv1", {x});
   Node* bn = *g.AddCallModule("layer1.0.bn1", {conv});
   Node* relu = *g.AddCallModule("layer1.0.relu", {bn});
   Node* out = *g.SetOutput(relu);
-  Node* fused = *g.InsertBefore(
-      relu, {OpKind::kCallModule, Symbol::Intern("layer1.0.conv1"), {x}, {}, "_fusing"});
-  ASSERT_EQ(*g.ReplaceAllUsesWith(relu, fused), 1);
-  ASSERT_TRUE(g.Erase(relu).ok());
-  ASSERT_TRUE(g.Erase(bn).ok());
-  ASSERT_TRUE(g.EraseAndPassName(conv, fused).ok());
-  EXPECT_EQ(fused->name(), "layer1_0_conv1");
-  EXPECT_EQ(g.FindNode("layer1_0_conv1"), fused);
-  EXPECT_EQ(g.FindNode("_fusing"), nullptr);
-  EXPECT_THAT(Names(g.Nodes()), ElementsAre("x", "layer1_0_conv1", "output"));
-  EXPECT_THAT(fused->users(), ElementsAre(out));
-  EXPECT_THAT(x->users(), ElementsAre(fused));
-  EXPECT_EQ(out->arg(0).as_node(), fused);
-  EXPECT_EQ(g.size(), 3u);
-  EXPECT_GRAPH_VALID(g);
-  // The heir's old name is free again; the passed name is taken.
-  EXPECT_EQ(g.UniqueName("_fusing"), "_fusing");
-  EXPECT_EQ(g.UniqueName("layer1.0.conv1"), "layer1_0_conv1_1");
+
+  // Fusion's last steps once `fused` (before relu, reading x) exists, and what they must
+  // leave: the fused node alone in the pattern's place, under the root's name.
+  void FuseInto(Node* fused) {
+    ASSERT_EQ(*g.ReplaceAllUsesWith(relu, fused), 1);
+    ASSERT_TRUE(g.Erase(relu).ok());
+    ASSERT_TRUE(g.Erase(bn).ok());
+    ASSERT_TRUE(g.EraseAndPassName(conv, fused).ok());
+    EXPECT_EQ(fused->name(), "layer1_0_conv1");
+    EXPECT_EQ(g.FindNode("layer1_0_conv1"), fused);
+    EXPECT_THAT(Names(g.Nodes()), ElementsAre("x", "layer1_0_conv1", "output"));
+    EXPECT_EQ(out->arg(0).as_node(), fused);
+    EXPECT_GRAPH_VALID(g);
+    // The passed name is taken.
+    EXPECT_EQ(g.UniqueName("layer1.0.conv1"), "layer1_0_conv1_1");
+  }
+};
+
+TEST(GraphTest, EraseAndPassNameHandsTheRootsNameToTheFusedNode) {
+  ConvBnRelu p;
+  Node* fused = *p.g.InsertBefore(
+      p.relu, {OpKind::kCallModule, Symbol::Intern("layer1.0.conv1"), {p.x}, {}, "_fusing"});
+  p.FuseInto(fused);
+  EXPECT_EQ(p.g.FindNode("_fusing"), nullptr);
+  EXPECT_THAT(fused->users(), ElementsAre(p.out));
+  EXPECT_THAT(p.x->users(), ElementsAre(fused));
+  EXPECT_EQ(p.g.size(), 3u);
+  // The heir's old name is free again.
+  EXPECT_EQ(p.g.UniqueName("_fusing"), "_fusing");
 }
 
 // The same fusion with the fused node inserted unnamed: it has no name, is in no index and
 // fails Verify until EraseAndPassName names it; the names end as with a temporary name.
 TEST(GraphTest, AnUnnamedInsertIsNamedByEraseAndPassName) {
-  Graph g;
-  Node* x = *g.AddPlaceholder("x");
-  Node* conv = *g.AddCallModule("layer1.0.conv1", {x});
-  Node* bn = *g.AddCallModule("layer1.0.bn1", {conv});
-  Node* relu = *g.AddCallModule("layer1.0.relu", {bn});
-  Node* out = *g.SetOutput(relu);
-  Node* fused = *g.InsertBeforeUnnamed(
-      relu, {OpKind::kCallModule, Symbol::Intern("layer1.0.conv1"), {x}, {}, ""});
+  ConvBnRelu p;
+  Node* fused = *p.g.InsertBeforeUnnamed(
+      p.relu, {OpKind::kCallModule, Symbol::Intern("layer1.0.conv1"), {p.x}, {}, ""});
   EXPECT_EQ(fused->name(), "");
-  EXPECT_EQ(g.FindNode(""), nullptr);
-  EXPECT_EQ(fused->prev(), bn);
-  EXPECT_THAT(x->users(), ElementsAre(conv, fused));
-  const absl::Status unnamed = g.Verify();
+  EXPECT_EQ(p.g.FindNode(""), nullptr);
+  EXPECT_EQ(fused->prev(), p.bn);
+  EXPECT_THAT(p.x->users(), ElementsAre(p.conv, fused));
+  const absl::Status unnamed = p.g.Verify();
   EXPECT_EQ(unnamed.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(unnamed.message(), HasSubstr("empty name"));
   EXPECT_THAT(unnamed.message(), HasSubstr("layer1.0.conv1"));
-  ASSERT_EQ(*g.ReplaceAllUsesWith(relu, fused), 1);
-  ASSERT_TRUE(g.Erase(relu).ok());
-  ASSERT_TRUE(g.Erase(bn).ok());
-  ASSERT_TRUE(g.EraseAndPassName(conv, fused).ok());
-  EXPECT_EQ(fused->name(), "layer1_0_conv1");
-  EXPECT_EQ(g.FindNode("layer1_0_conv1"), fused);
-  EXPECT_THAT(Names(g.Nodes()), ElementsAre("x", "layer1_0_conv1", "output"));
-  EXPECT_EQ(out->arg(0).as_node(), fused);
-  EXPECT_GRAPH_VALID(g);
-  EXPECT_EQ(g.UniqueName("layer1.0.conv1"), "layer1_0_conv1_1");
+  p.FuseInto(fused);
 }
 
 // What else an unnamed node allows: Rename names it (even to an empty hint, "_"), Erase
