@@ -122,18 +122,43 @@ void SetOrAppendKwarg(Kwargs& kwargs, absl::string_view key, Argument value) {
   }
 }
 
+// A new meta value (scale, zero_point, dtype). Items are moved in, not copied from an
+// initializer list (three variant copies and a second buffer).
 Argument QParamsMeta(const OutputQParams& p) {
-  return Argument::Tuple(
-      {Argument::Float(p.scale), Argument::Int(p.zero_point), Argument::Dtype(p.dtype)});
+  std::vector<Argument> items;
+  items.reserve(3);
+  items.push_back(Argument::Float(p.scale));
+  items.push_back(Argument::Int(p.zero_point));
+  items.push_back(Argument::Dtype(p.dtype));
+  return Argument::Tuple(std::move(items));
+}
+
+// The meta "output_qparams" of `node` if it is a well-formed tuple holding exactly `p`
+// (what KnownOutputQParams would read back), else nullptr. A pass-through op's output
+// has its input's parameters: its meta shares the input's tuple (lists are immutable and
+// shared) instead of building the same one again (two heap blocks).
+const Argument* QParamsMetaHolding(const Node* node, const OutputQParams& p) {
+  for (const Kwarg& kw : node->meta()) {
+    if (kw.first != T().output_qparams_meta) continue;
+    const Argument& meta = kw.second;
+    if (!meta.is_tuple() || meta.items().size() != 3) return nullptr;
+    const auto items = meta.items();
+    const bool holds_p = items[0].is_float() && items[0].as_float() == p.scale &&
+                         items[1].is_int() && items[1].as_int() == p.zero_point &&
+                         items[2].is_dtype() && items[2].as_dtype() == p.dtype;
+    return holds_p ? &meta : nullptr;
+  }
+  return nullptr;
 }
 
 // Sets meta "output_qparams" on `node`. A fused node shares its meta block with every
 // node of its rule ({"pattern": ...}); Graph::SetMeta would copy that block and then grow
 // the copy (two allocations and a reallocation): here the node's own block is built once,
 // at its final size. A block of the node's own is changed in place by Graph::SetMeta.
-absl::Status SetOutputQParamsMeta(Graph& graph, Node* node, const OutputQParams& p) {
+// `value`: the meta value, QParamsMeta(p) or an existing tuple holding p.
+absl::Status SetOutputQParamsMeta(Graph& graph, Node* node, Argument value) {
   if (!node->shared_meta().shared()) {
-    return graph.SetMeta(node, T().output_qparams_meta, QParamsMeta(p));
+    return graph.SetMeta(node, T().output_qparams_meta, std::move(value));
   }
   const Kwargs& old = node->meta();
   Kwargs entries;
@@ -142,9 +167,9 @@ absl::Status SetOutputQParamsMeta(Graph& graph, Node* node, const OutputQParams&
   auto it = std::find_if(entries.begin(), entries.end(),
                          [](const Kwarg& kw) { return kw.first == T().output_qparams_meta; });
   if (it != entries.end()) {
-    it->second = QParamsMeta(p);
+    it->second = std::move(value);
   } else {
-    entries.emplace_back(T().output_qparams_meta, QParamsMeta(p));
+    entries.emplace_back(T().output_qparams_meta, std::move(value));
   }
   ASSIGN_OR_RETURN(NodeMeta meta, NodeMeta::Make(std::move(entries)));
   return graph.SetMeta(node, std::move(meta));
@@ -166,6 +191,10 @@ struct Plan {
   // contents with native_module's.
   Module* reference_module = nullptr;
   OutputQParams output;
+  // The meta value for `output` if an input holds it already (a pass-through op's); read
+  // by Apply before the graph changes. nullptr: build it. (A pointer: an Argument here
+  // made every move and destruction of a Plan an out-of-line call.)
+  const Argument* output_meta = nullptr;
   // (arg index, quantized replacement); a rule has one or two dequantized args, kept
   // inline (no allocation per pattern).
   absl::InlinedVector<std::pair<size_t, Argument>, 2> quantized_args;
@@ -318,17 +347,33 @@ absl::Status Lowerer::EraseNode(Node* n) {
 int Lowerer::EliminateDeadNodes() {
   // A worklist version of Graph::EliminateDeadCode: a pure node without users goes, and
   // its inputs are looked at again. Same dead set (the pure nodes the output does not
-  // depend on), in another order.
+  // depend on), in another order. The nodes found dead go in small batches through
+  // Graph::EraseAll, which overlaps their random probes of the name index (one erase at
+  // a time waited for each); a batch this small is still in cache when it is erased, and
+  // EraseAll checks it by a scan, without a bitmap over all node indices. Every node of a
+  // batch has no users at all, and an input of one has a user until the batch is erased,
+  // so no batch holds a node and its input: the inputs are looked at after it.
+  constexpr size_t kBatch = 16;
   int erased = 0;
-  std::vector<Node*> inputs;  // of the node being erased; one buffer for all of them
-  while (Node* n = maybe_dead_.Pop()) {
-    if (!IsPure(n) || n->num_users() != 0) continue;
+  std::vector<Node*> batch;
+  batch.reserve(kBatch);
+  std::vector<Node*> inputs;  // of the batch's nodes; one buffer for all batches
+  for (;;) {
+    batch.clear();
     inputs.clear();
     auto collect = [&inputs](Node* input) { inputs.push_back(input); };
-    for (const Argument& a : n->args()) a.ForEachNode(collect);
-    for (const Kwarg& kw : n->kwargs()) kw.second.ForEachNode(collect);
-    FUSELAGE_CHECK(graph_.Erase(n).ok());  // pure and without users
-    ++erased;
+    while (batch.size() < kBatch) {
+      Node* n = maybe_dead_.Pop();
+      if (n == nullptr) break;
+      if (!IsPure(n) || n->num_users() != 0) continue;
+      batch.push_back(n);
+      for (const Argument& a : n->args()) a.ForEachNode(collect);
+      for (const Kwarg& kw : n->kwargs()) kw.second.ForEachNode(collect);
+    }
+    if (batch.empty()) break;
+    // Popped, so no longer in maybe_dead_ when their indices are freed.
+    FUSELAGE_CHECK(graph_.EraseAll(batch).ok());  // pure and without users
+    erased += static_cast<int>(batch.size());
     for (Node* input : inputs) maybe_dead_.Insert(input);
   }
   return erased;
@@ -518,6 +563,7 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
               "' has scale ", in->scale, " zero_point ", in->zero_point, ", output has scale ",
               output.scale, " zero_point ", output.zero_point, ")"));
         }
+        if (plan.output_meta == nullptr) plan.output_meta = QParamsMetaHolding(x, output);
       }
       break;
     case LoweringRule::Action::kNativeFunction:
@@ -529,6 +575,9 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
 absl::Status Lowerer::Apply(Plan plan) {
   const LoweringRule& rule = *plan.rule;
   Node* ref = plan.reference;
+  // Taken while the input whose meta it may share is untouched.
+  Argument output_meta =
+      plan.output_meta != nullptr ? *plan.output_meta : QParamsMeta(plan.output);
   if (rule.action == LoweringRule::Action::kNativeModule) {
     // What SetModule(ref's target, native) would leave, without walking the path again:
     // the module object stays where it is in its parent and takes the native module's
@@ -568,7 +617,7 @@ absl::Status Lowerer::Apply(Plan plan) {
   (void)rewired;
   RETURN_IF_ERROR(EraseNode(plan.quantize));
   if (plan.relu != nullptr) RETURN_IF_ERROR(EraseNode(plan.relu));
-  RETURN_IF_ERROR(SetOutputQParamsMeta(graph_, ref, plan.output));
+  RETURN_IF_ERROR(SetOutputQParamsMeta(graph_, ref, std::move(output_meta)));
   ++lowered_per_rule_[&rule];
   return absl::OkStatus();
 }

@@ -418,6 +418,40 @@ TEST(LowerToNativeTest, PassThroughOpsAndDequantizeQuantizePairs) {
   EXPECT_EQ(g.output()->arg(0).as_node()->arg(0), Argument(flat_q));
 }
 
+// A pass-through op after a lowered op carries the same output qparams meta as its
+// input (the tuple is shared, not rebuilt); one after a plain quantize gets its own.
+TEST(LowerToNativeTest, PassThroughOpKeepsItsInputsOutputQParams) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("conv", ReferenceConv()).ok());
+  auto pool = std::make_unique<Module>("nn.MaxPool2d");
+  pool->SetAttribute("kernel_size", Argument::Int(2));
+  ASSERT_TRUE(gm.SetModule("pool", std::move(pool)).ok());
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
+  Node* first_pool = *g.AddCallModule("pool", {Dequantize(g, x_q)});
+  Node* conv = *g.AddCallModule("conv", {Dequantize(g, Quantize(g, first_pool, 0.05, 128))});
+  Node* conv_q = Quantize(g, conv, 0.1, 3);
+  Node* pooled = *g.AddCallModule("pool", {Dequantize(g, conv_q)});
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, pooled, 0.1, 3))).ok());
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.lowered_per_rule.at("pass-through:nn.MaxPool2d"), 2) << report.ToString();
+  EXPECT_EQ(report.lowered_per_rule.at("conv2d"), 1) << report.ToString();
+  const Argument expected = Argument::Tuple(
+      {Argument::Float(0.1), Argument::Int(3), Argument::Dtype(DType::kQUInt8)});
+  ASSERT_NE(conv->FindMeta("output_qparams"), nullptr);
+  ASSERT_NE(pooled->FindMeta("output_qparams"), nullptr);
+  EXPECT_EQ(*conv->FindMeta("output_qparams"), expected);
+  EXPECT_EQ(*pooled->FindMeta("output_qparams"), expected);
+  ASSERT_NE(first_pool->FindMeta("output_qparams"), nullptr);
+  EXPECT_EQ(*first_pool->FindMeta("output_qparams"),
+            Argument::Tuple({Argument::Float(0.05), Argument::Int(128),
+                             Argument::Dtype(DType::kQUInt8)}));
+  EXPECT_EQ(pooled->arg(0), Argument(conv));
+}
+
 // A fused module whose child "0" is not a reference module stays, with the reason.
 TEST(LowerToNativeTest, FusedModuleWithFloatInnerModuleIsReportedNotLowered) {
   GraphModule gm;
