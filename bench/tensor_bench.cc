@@ -2,35 +2,18 @@
 // create a conv weight or a 1-D bias, copy one (a module clone), write a shared copy
 // (copy-on-write detach, as fusion's conv-bn folding does), create a per-tensor quantized
 // tensor (convert's scale / zero_point, lower's int8 weight). Every case also reports
-// `blocks`: heap blocks allocated per iteration, counted by the operator new below.
+// `blocks`: heap blocks allocated per iteration, counted by the operator new of
+// bench/block_counter.cc.
 // items_per_second = operations per CPU second.
 //
 //   bazel build //bench:tensor_bench && bazel-bin/bench/tensor_bench
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <new>
 #include <vector>
 
+#include "bench/block_counter.h"
 #include "benchmark/benchmark.h"
 #include "graph/check.h"
 #include "graph/tensor.h"
-
-namespace {
-// Heap blocks allocated through operator new since the program started.
-std::atomic<int64_t> g_blocks{0};
-}  // namespace
-
-void* operator new(size_t size) {
-  g_blocks.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t size) { return operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
 
 namespace fuselage {
 namespace {
@@ -38,9 +21,9 @@ namespace {
 // Runs `body` once per iteration and reports heap blocks allocated per iteration.
 template <typename Body>
 void RunCountingBlocks(benchmark::State& state, Body body) {
-  const int64_t blocks_before = g_blocks.load();
+  const int64_t blocks_before = HeapBlocksAllocated();
   for (auto _ : state) body();
-  const int64_t blocks = g_blocks.load() - blocks_before;
+  const int64_t blocks = HeapBlocksAllocated() - blocks_before;
   state.counters["blocks"] = static_cast<double>(blocks) / static_cast<double>(state.iterations());
   state.SetItemsProcessed(state.iterations());
 }
