@@ -5,6 +5,7 @@
 #include <deque>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -112,10 +113,6 @@ bool IsIdentifier(absl::string_view name) {
 // a token, a shorter one is the tensor's bytes, and none is longer: no bytes of a file
 // can pass for a token, as a file's own data field of this size is itself replaced.
 constexpr size_t kDataTokenBytes = 8;
-
-void AppendUint32(uint32_t value, std::string& out) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(value >> (8 * i)));
-}
 
 uint32_t ReadUint32(const char* at) {
   uint32_t value = 0;
@@ -591,13 +588,15 @@ bool LengthsFit(absl::string_view bytes, int max_depth) {
 //
 // The skeleton is never longer than the file: each field of it is at most as long as the
 // file's (a token is no longer than the bytes it replaces; a rewritten message keeps its
-// length's width, and its length can only shrink). Fields the rewrite does not touch stay
-// in the file (pieces of at least kMinFilePiece bytes) or are copied (shorter runs), so
-// the skeleton costs at most the file's size plus one piece per kMinFilePiece bytes.
+// tag's bytes and its length's width, and its length can only shrink). Fields the rewrite
+// does not touch stay in the file (pieces of at least kMinFilePiece bytes) or are copied
+// (shorter runs), so the skeleton costs at most the file's size plus one piece per
+// kMinFilePiece bytes.
+//
+// The walk reads the wire format by hand (LengthsFit has checked it with protobuf's
+// CodedInputStream just before; every read here is bounds-checked again all the same).
 
-// Whether a message of type `message` can hold a Tensor at some depth (Model, Module,
-// NamedModule, NamedTensor, Tensor): only those are rewritten; the graph, for one, stays
-// in the file. Computed from the descriptors, so a field added to model.proto is seen.
+// Whether a message of type `message` can hold a Tensor at some depth.
 bool CanHoldTensors(const google::protobuf::Descriptor* message,
                     std::vector<const google::protobuf::Descriptor*>& visiting) {
   if (message == proto::Tensor::descriptor()) return true;
@@ -613,38 +612,59 @@ bool CanHoldTensors(const google::protobuf::Descriptor* message,
   return holds;
 }
 
-bool CanHoldTensors(const google::protobuf::Descriptor* message) {
-  // Every message of model.proto, decided once (thread-safe static initialization).
-  static const auto* const holders = [] {
-    auto* set = new absl::flat_hash_map<const google::protobuf::Descriptor*, bool>();
+// A message type of model.proto that can hold a Tensor (Model, Module, NamedModule,
+// NamedTensor, Tensor): only those are rewritten; the graph, for one, stays in the file.
+// Derived from the descriptors, so a field added to model.proto is seen.
+struct TensorHolder {
+  bool is_tensor = false;
+  // Its message fields that can hold a Tensor: field number and type.
+  std::vector<std::pair<int, const TensorHolder*>> fields;
+
+  const TensorHolder* Field(int number) const {
+    for (const auto& [n, holder] : fields) {
+      if (n == number) return holder;
+    }
+    return nullptr;
+  }
+};
+
+const TensorHolder& ModelHolder() {
+  static const TensorHolder* const model = [] {
+    // std::map: the holders point at each other, so their addresses must not move.
+    auto* holders = new std::map<const google::protobuf::Descriptor*, TensorHolder>();
     const google::protobuf::FileDescriptor* file = proto::Model::descriptor()->file();
     for (int i = 0; i < file->message_type_count(); ++i) {
       std::vector<const google::protobuf::Descriptor*> visiting;
-      (*set)[file->message_type(i)] = CanHoldTensors(file->message_type(i), visiting);
+      if (CanHoldTensors(file->message_type(i), visiting)) (*holders)[file->message_type(i)];
     }
-    return set;
+    for (auto& [message, holder] : *holders) {
+      holder.is_tensor = message == proto::Tensor::descriptor();
+      for (int i = 0; i < message->field_count(); ++i) {
+        const google::protobuf::FieldDescriptor* field = message->field(i);
+        if (field->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE) continue;
+        auto it = holders->find(field->message_type());
+        if (it != holders->end()) holder.fields.emplace_back(field->number(), &it->second);
+      }
+    }
+    return &holders->at(proto::Model::descriptor());
   }();
-  auto it = holders->find(message);
-  return it != holders->end() && it->second;
+  return *model;
+}
+
+// Reads a varint at `p` as protobuf does (at most 10 bytes; bits past 64 dropped); nullptr
+// if it does not end before `end`.
+const char* ReadVarint(const char* p, const char* end, uint64_t& value) {
+  value = 0;
+  for (int shift = 0; shift < 64 && p < end; shift += 7) {
+    const uint8_t byte = static_cast<uint8_t>(*p++);
+    value |= uint64_t{byte & 0x7fu} << shift;
+    if (byte < 0x80) return p;
+  }
+  return nullptr;
 }
 
 // The most bytes protobuf's parser reads for a length (a varint below 2^31).
 constexpr int kMaxLengthBytes = 5;
-
-// Reads a length-delimited field's length as protobuf's parser does (at most five bytes,
-// the fifth below 8: below 2^31; CodedInputStream alone would take ten) and checks it
-// against the bytes left in the message. `width` is the number of bytes it took.
-bool ReadLength(google::protobuf::io::CodedInputStream& in, const char* file,
-                uint32_t& length, int& width) {
-  const int start = in.CurrentPosition();
-  if (!in.ReadVarint32(&length)) return false;
-  width = in.CurrentPosition() - start;
-  if (width > kMaxLengthBytes ||
-      (width == kMaxLengthBytes && static_cast<uint8_t>(file[start + kMaxLengthBytes - 1]) >= 8)) {
-    return false;
-  }
-  return length <= static_cast<uint32_t>(in.BytesUntilLimit());
-}
 
 // The skeleton of a model file: its pieces in order, each either bytes of the file or
 // bytes of `rewritten`.
@@ -654,7 +674,10 @@ struct ModelSkeleton {
     size_t begin, end;
   };
   std::vector<Piece> pieces;
-  std::string rewritten;
+  // Room for as many bytes as the file (the skeleton is never longer); `rewritten_size`
+  // are written.
+  std::unique_ptr<char[]> rewritten;
+  size_t rewritten_size = 0;
 };
 
 // Builds the ModelSkeleton of `file` from runs of its bytes and new bytes, in order.
@@ -664,7 +687,10 @@ class SkeletonBuilder {
   // pieces stay few (at most two per kMinFilePiece bytes of the file) whatever the file.
   static constexpr size_t kMinFilePiece = 4096;
 
-  explicit SkeletonBuilder(absl::string_view file) : file_(file) {}
+  explicit SkeletonBuilder(absl::string_view file) : file_(file) {
+    // Not zero-filled; pages never written are never faulted in.
+    skeleton_.rewritten.reset(new char[file.size()]);
+  }
 
   // The file's bytes [begin, end) come next, as they are.
   void CopyFromFile(size_t begin, size_t end) {
@@ -676,34 +702,27 @@ class SkeletonBuilder {
     size_ += end - begin;
   }
 
-  // `bytes` come next.
-  void Append(absl::string_view bytes) {
+  // `size` bytes come next; returns where to write them.
+  char* Append(size_t size) {
     FlushFileRun();
-    skeleton_.rewritten.append(bytes.data(), bytes.size());
-    size_ += bytes.size();
-  }
-
-  // A length of `width` bytes comes next, its value not yet known: returns where it is,
-  // for SetLength.
-  size_t StartLength(int width) {
-    FlushFileRun();
-    const size_t at = skeleton_.rewritten.size();
-    skeleton_.rewritten.append(static_cast<size_t>(width), '\0');
-    size_ += static_cast<size_t>(width);
-    return at;
+    size_ += size;
+    return Room(size);
   }
 
   // Writes `value` (below 2^(7 * width)) at `at` as a varint of exactly `width` bytes:
   // continuation bits pad it, and protobuf reads it like the short form.
-  void SetLength(size_t at, int width, size_t value) {
+  static void WritePaddedVarint(uint64_t value, int width, char* at) {
     for (int i = 0; i < width; ++i) {
       const uint8_t bits = static_cast<uint8_t>((value >> (7 * i)) & 0x7f);
-      skeleton_.rewritten[at + i] = static_cast<char>(i + 1 < width ? (bits | 0x80) : bits);
+      at[i] = static_cast<char>(i + 1 < width ? (bits | 0x80) : bits);
     }
   }
 
   // Bytes of the skeleton so far.
   size_t size() const { return size_; }
+
+  // Where the rewritten byte `offset` is (for a length written before its message).
+  char* rewritten_at(size_t offset) { return skeleton_.rewritten.get() + offset; }
 
   ModelSkeleton Finish() && {
     FlushFileRun();
@@ -712,21 +731,30 @@ class SkeletonBuilder {
   }
 
  private:
+  // `size` more rewritten bytes.
+  char* Room(size_t size) {
+    // The skeleton is never longer than the file (see above).
+    FUSELAGE_CHECK(skeleton_.rewritten_size + size <= file_.size());
+    char* at = skeleton_.rewritten.get() + skeleton_.rewritten_size;
+    skeleton_.rewritten_size += size;
+    return at;
+  }
+
   void FlushFileRun() {
     const size_t length = file_run_end_ - file_run_begin_;
     if (length >= kMinFilePiece) {
       FlushRewrittenRun();
       skeleton_.pieces.push_back({true, file_run_begin_, file_run_end_});
-    } else {
-      skeleton_.rewritten.append(file_.data() + file_run_begin_, length);
+    } else if (length > 0) {
+      std::memcpy(Room(length), file_.data() + file_run_begin_, length);
     }
     file_run_begin_ = file_run_end_ = 0;
   }
 
   void FlushRewrittenRun() {
-    if (skeleton_.rewritten.size() > rewritten_run_begin_) {
-      skeleton_.pieces.push_back({false, rewritten_run_begin_, skeleton_.rewritten.size()});
-      rewritten_run_begin_ = skeleton_.rewritten.size();
+    if (skeleton_.rewritten_size > rewritten_run_begin_) {
+      skeleton_.pieces.push_back({false, rewritten_run_begin_, skeleton_.rewritten_size});
+      rewritten_run_begin_ = skeleton_.rewritten_size;
     }
   }
 
@@ -737,84 +765,99 @@ class SkeletonBuilder {
   size_t rewritten_run_begin_ = 0;                // rewritten bytes not yet in a piece
 };
 
-// Appends to `out` the fields of a message of type `message` that `in` (reading `file`)
-// reads up to its limit, each Tensor.data field of kDataTokenBytes or more replaced by a
-// token. False on anything protobuf's parser would read differently from `in` or reject
-// in any case (LengthsFit, which has run on the same bytes, rejects the rest).
-bool RewriteMessage(google::protobuf::io::CodedInputStream& in, absl::string_view file,
-                    const google::protobuf::Descriptor* message, SkeletonBuilder& out) {
-  using google::protobuf::internal::WireFormatLite;
-  while (in.BytesUntilLimit() > 0) {
-    const size_t field_start = static_cast<size_t>(in.CurrentPosition());
-    const uint32_t tag = in.ReadTag();
-    if (tag == 0) return false;
-    switch (WireFormatLite::GetTagWireType(tag)) {
-      case WireFormatLite::WIRETYPE_VARINT: {
+// Appends to `out` the fields of a message of type `message` that lie in `file` at
+// [begin, end), each Tensor.data field of kDataTokenBytes or more replaced by a token.
+// False on anything protobuf's parser would read differently or reject in any case
+// (LengthsFit, which has run on the same bytes, rejects the rest), or nesting deeper than
+// `depth_left`.
+bool RewriteMessage(absl::string_view file, size_t begin, size_t end, const TensorHolder& message,
+                    int depth_left, SkeletonBuilder& out) {
+  if (depth_left < 0) return false;
+  const char* const base = file.data();
+  const char* const limit = base + end;
+  const char* p = base + begin;
+  while (p < limit) {
+    const char* const field_start = p;
+    uint64_t tag;
+    p = ReadVarint(p, limit, tag);
+    if (p == nullptr || static_cast<uint32_t>(tag) == 0) return false;
+    switch (tag & 7) {
+      case 0: {  // varint
         uint64_t ignored;
-        if (!in.ReadVarint64(&ignored)) return false;
+        p = ReadVarint(p, limit, ignored);
+        if (p == nullptr) return false;
         break;
       }
-      case WireFormatLite::WIRETYPE_FIXED64:
-        if (!in.Skip(8)) return false;
+      case 1:  // fixed64
+        if (limit - p < 8) return false;
+        p += 8;
         break;
-      case WireFormatLite::WIRETYPE_FIXED32:
-        if (!in.Skip(4)) return false;
+      case 5:  // fixed32
+        if (limit - p < 4) return false;
+        p += 4;
         break;
-      case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+      case 2: {  // length-delimited
         // The tag stays as the file has it (even a padded varint): protobuf judges it as
-        // it would have judged the file.
-        const size_t length_start = static_cast<size_t>(in.CurrentPosition());
-        uint32_t length;
-        int width;
-        if (!ReadLength(in, file.data(), length, width)) return false;
-        const size_t payload_start = static_cast<size_t>(in.CurrentPosition());
-        const int number = WireFormatLite::GetTagFieldNumber(tag);
-        if (message == proto::Tensor::descriptor() && number == proto::Tensor::kDataFieldNumber &&
+        // it would have judged the file. The length is read as protobuf's parser reads
+        // it: at most five bytes, the fifth below 8 (below 2^31).
+        const char* const length_start = p;
+        uint64_t length;
+        p = ReadVarint(p, limit, length);
+        if (p == nullptr) return false;
+        const int width = static_cast<int>(p - length_start);
+        if (width > kMaxLengthBytes ||
+            (width == kMaxLengthBytes && static_cast<uint8_t>(length_start[4]) >= 8) ||
+            length > static_cast<uint64_t>(limit - p)) {
+          return false;
+        }
+        const size_t payload_start = static_cast<size_t>(p - base);
+        const int number = static_cast<int>(static_cast<uint32_t>(tag) >> 3);
+        if (message.is_tensor && number == proto::Tensor::kDataFieldNumber &&
             length >= kDataTokenBytes) {
-          if (!in.Skip(static_cast<int>(length))) return false;
-          std::string token(1, static_cast<char>(kDataTokenBytes));  // its length, then it
-          AppendUint32(static_cast<uint32_t>(payload_start), token);
-          AppendUint32(length, token);
-          out.CopyFromFile(field_start, length_start);
-          out.Append(token);
+          out.CopyFromFile(static_cast<size_t>(field_start - base),
+                           static_cast<size_t>(length_start - base));
+          char* token = out.Append(1 + kDataTokenBytes);
+          token[0] = static_cast<char>(kDataTokenBytes);  // the token's length, then it
+          for (int i = 0; i < 4; ++i) {
+            token[1 + i] = static_cast<char>(payload_start >> (8 * i));
+            token[5 + i] = static_cast<char>(length >> (8 * i));
+          }
+          p += length;
           continue;
         }
-        const google::protobuf::FieldDescriptor* field = message->FindFieldByNumber(number);
-        if (field != nullptr && field->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE &&
-            CanHoldTensors(field->message_type())) {
-          out.CopyFromFile(field_start, length_start);
+        if (const TensorHolder* nested = message.Field(number); nested != nullptr) {
+          out.CopyFromFile(static_cast<size_t>(field_start - base),
+                           static_cast<size_t>(length_start - base));
+          const size_t length_at = out.Append(static_cast<size_t>(width)) - out.rewritten_at(0);
+          const size_t message_start = out.size();
+          if (!RewriteMessage(file, payload_start, payload_start + length, *nested, depth_left - 1,
+                              out)) {
+            return false;
+          }
           // The rewritten message is at most `length` bytes (see above): its length fits
           // the file's width.
-          const size_t length_at = out.StartLength(width);
-          const size_t message_start = out.size();
-          const auto limit = in.PushLimit(static_cast<int>(length));
-          if (!RewriteMessage(in, file, field->message_type(), out)) return false;
-          in.PopLimit(limit);
           const size_t rewritten_length = out.size() - message_start;
           FUSELAGE_CHECK(rewritten_length <= length);
-          out.SetLength(length_at, width, rewritten_length);
+          SkeletonBuilder::WritePaddedVarint(rewritten_length, width, out.rewritten_at(length_at));
+          p += length;
           continue;
         }
-        if (!in.Skip(static_cast<int>(length))) return false;
+        p += length;
         break;
       }
       default:
         return false;  // groups, as LengthsFit
     }
-    out.CopyFromFile(field_start, static_cast<size_t>(in.CurrentPosition()));
+    out.CopyFromFile(static_cast<size_t>(field_start - base), static_cast<size_t>(p - base));
   }
   return true;
 }
 
 // The skeleton of the model file `file` (see above), or nullopt if protobuf would not
 // parse the file.
-std::optional<ModelSkeleton> SplitTensorData(absl::string_view file) {
-  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(file.data()),
-                                            static_cast<int>(file.size()));
-  const auto limit = in.PushLimit(static_cast<int>(file.size()));
+std::optional<ModelSkeleton> SplitTensorData(absl::string_view file, int max_depth) {
   SkeletonBuilder out(file);
-  if (!RewriteMessage(in, file, proto::Model::descriptor(), out)) return std::nullopt;
-  in.PopLimit(limit);
+  if (!RewriteMessage(file, 0, file.size(), ModelHolder(), max_depth, out)) return std::nullopt;
   return std::move(out).Finish();
 }
 
@@ -826,7 +869,7 @@ bool ParseSkeleton(absl::string_view file, const ModelSkeleton& skeleton, int re
   std::vector<google::protobuf::io::ZeroCopyInputStream*> streams;
   streams.reserve(skeleton.pieces.size());
   for (const ModelSkeleton::Piece& piece : skeleton.pieces) {
-    const char* from = piece.in_file ? file.data() : skeleton.rewritten.data();
+    const char* from = piece.in_file ? file.data() : skeleton.rewritten.get();
     pieces.emplace_back(from + piece.begin, static_cast<int>(piece.end - piece.begin));
     streams.push_back(&pieces.back());
   }
@@ -882,7 +925,7 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
   // fits. The tensors' bytes stay in `bytes` (see SplitTensorData); protobuf parses the
   // skeleton, pieces of the file and rewritten bytes one after another.
   std::optional<ModelSkeleton> skeleton;
-  if (LengthsFit(bytes, recursion_limit)) skeleton = SplitTensorData(bytes);
+  if (LengthsFit(bytes, recursion_limit)) skeleton = SplitTensorData(bytes, recursion_limit);
   proto::Model model;
   if (!skeleton.has_value() || !ParseSkeleton(bytes, *skeleton, recursion_limit, model)) {
     return absl::InvalidArgumentError(
