@@ -565,7 +565,9 @@ class ObserverInserter {
   // (Module::ShareFieldsWithClones): a clone is one heap block, the Module, until
   // calibration stores statistics into it.
   struct Prototype {
-    const ObserverSpec* spec_object;  // the caller's spec it was last found for
+    // The caller's spec objects it was found for (the mapping's qconfigs: a handful;
+    // equal specs of different qconfigs alternate, so one remembered address would miss).
+    absl::InlinedVector<const ObserverSpec*, 4> spec_objects;
     ObserverSpec spec;
     std::unique_ptr<Observer> observer;
     std::unique_ptr<Module> module;
@@ -574,18 +576,20 @@ class ObserverInserter {
     // The specs are the mapping's own objects: found by address first, by value if a
     // different object has an equal spec.
     for (Prototype& known : prototypes_) {
-      if (known.spec_object == &spec) return &known;
+      for (const ObserverSpec* object : known.spec_objects) {
+        if (object == &spec) return &known;
+      }
     }
     for (Prototype& known : prototypes_) {
       if (known.spec == spec) {
-        known.spec_object = &spec;
+        known.spec_objects.push_back(&spec);
         return &known;
       }
     }
     ASSIGN_OR_RETURN(std::unique_ptr<Observer> observer, MakeObserver(spec));
     ASSIGN_OR_RETURN(std::unique_ptr<Module> module, MakeObserverModule(spec));
     module->ShareFieldsWithClones();
-    prototypes_.push_back(Prototype{&spec, spec, std::move(observer), std::move(module)});
+    prototypes_.push_back(Prototype{{&spec}, spec, std::move(observer), std::move(module)});
     return &prototypes_.back();
   }
 
