@@ -190,6 +190,53 @@ void RemoveEveryFourthChild(benchmark::State& state) {
 void BM_RemoveModules(benchmark::State& state) { RemoveEveryFourthChild<std::string>(state); }
 void BM_RemoveModulesSymbol(benchmark::State& state) { RemoveEveryFourthChild<Symbol>(state); }
 
+// A batch-norm-like module: the 5 tensors and 5 attributes nn.BatchNorm2d carries (what a
+// fusion pass frees once it folded the batch norms).
+std::unique_ptr<Module> BatchNormLike() {
+  auto m = std::make_unique<Module>("nn.BatchNorm2d");
+  m->SetTensor("weight", Tensor::FromFloats({2}, {1, 2}));
+  m->SetTensor("bias", Tensor::FromFloats({2}, {0.5f, -0.5f}));
+  m->SetTensor("running_mean", Tensor::FromFloats({2}, {0, 0}));
+  m->SetTensor("running_var", Tensor::FromFloats({2}, {1, 1}));
+  m->SetTensor("num_batches_tracked", Tensor::FromInt64s({}, {0}));
+  m->SetAttribute("num_features", Argument::Int(2));
+  m->SetAttribute("eps", Argument::Float(1e-5));
+  m->SetAttribute("momentum", Argument::Float(0.1));
+  m->SetAttribute("affine", Argument::Bool(true));
+  m->SetAttribute("track_running_stats", Argument::Bool(true));
+  return m;
+}
+
+// RemoveModules as the fusion pass does it: every 4th of n batch-norm-like root children,
+// by symbol, in a GraphModule whose graph calls each of the others (n * 3/4 call_module
+// nodes: the no-caller check reads the graph's caller counts, it walks none of them) and
+// whose path table is current (ResolveModuleTypes ran, as the pass's match did).
+// items = modules removed.
+void BM_RemoveModulesResolved(benchmark::State& state) {
+  const std::vector<std::string> names = FlatNames(state.range(0));
+  std::vector<Symbol> removed;
+  for (size_t i = 0; i < names.size(); i += 4) removed.push_back(Symbol::Intern(names[i]));
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto gm = std::make_unique<GraphModule>();
+    for (const std::string& name : names) {
+      FUSELAGE_CHECK(gm->SetModule(name, BatchNormLike()).ok());
+    }
+    Node* last = *gm->graph().AddPlaceholder("x");
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (i % 4 != 0) last = *gm->graph().AddCallModule(names[i], {last});
+    }
+    FUSELAGE_CHECK(gm->graph().SetOutput(last).ok());
+    gm->ResolveModuleTypes();
+    state.ResumeTiming();
+    FUSELAGE_CHECK(gm->RemoveModules(absl::MakeConstSpan(removed)).ok());
+    state.PauseTiming();
+    gm.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(removed.size()));
+}
+
 // Clone (and destroy) a conv-like module; and a fused module holding one (nni.ConvReLU2d:
 // children "0" conv, "1" relu).
 void BM_CloneConv(benchmark::State& state) {
@@ -299,6 +346,7 @@ BENCHMARK(BM_FindModuleNested)->Arg(1000)->Arg(100000);
 BENCHMARK(BM_SetModule)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RemoveModules)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RemoveModulesSymbol)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RemoveModulesResolved)->Arg(1000)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CloneConv);
 BENCHMARK(BM_CloneFused);
 BENCHMARK(BM_CloneConvAddFields)->Arg(0)->Arg(1);

@@ -393,10 +393,13 @@ absl::Status GraphModule::SetModule(absl::string_view path, std::unique_ptr<Modu
 
 absl::Status GraphModule::RemoveModule(absl::string_view path) {
   const Symbol target = Symbol::Lookup(path);
-  for (Node* n = graph_->first(); n != nullptr; n = n->next()) {
-    if (n->op() == OpKind::kCallModule && n->target() == target) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot remove module '", path, "': node '", n->name(), "' still calls it"));
+  // The graph counts each target's callers: the walk only names the first one.
+  if (graph_->NumCallers(target) != 0) {
+    for (Node* n = graph_->first(); n != nullptr; n = n->next()) {
+      if (n->op() == OpKind::kCallModule && n->target() == target) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot remove module '", path, "': node '", n->name(), "' still calls it"));
+      }
     }
   }
   auto [parent_path, name] = SplitLast(path);
@@ -475,21 +478,14 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
     }
     removals[last_removal].positions.push_back(static_cast<uint32_t>(position));
   }
-  // First the graph against the removed paths, then the removed modules themselves: read
-  // after the walk, a removed module is still in the cache when it is freed below (in a
-  // graph of 10^5 nodes the walk evicts whatever was read before it).
-  std::vector<Symbol> target_symbols;
-  target_symbols.reserve(paths.size());
-  for (const PathToRemove& path : paths) target_symbols.push_back(path.symbol);
-  const SymbolSet targets(target_symbols);
-  const Node* first_caller = nullptr;  // of a removed path
-  if (!targets.empty()) {
-    for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
-      PrefetchLaterNodes(n);
-      if (n->op() == OpKind::kCallModule && targets.contains(n->target())) {
-        first_caller = n;
-        break;
-      }
+  // No call_module node may still call a removed path: the graph counts the callers of
+  // each target, so that is one read per path, not a walk of every node. Only if one is
+  // called is the graph walked, to name the first caller in graph order.
+  bool removed_path_called = false;
+  for (const PathToRemove& path : paths) {
+    if (!path.symbol.empty() && graph_->NumCallers(path.symbol) != 0) {
+      removed_path_called = true;
+      break;
     }
   }
   // Removed modules that have children: a node calling one of those children calls a
@@ -506,12 +502,18 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
     }
     return false;
   };
-  if (!removed_parents.empty()) {
+  const Node* first_caller = nullptr;  // of a removed path, or of a path inside one
+  if (removed_path_called || !removed_parents.empty()) {
+    std::vector<Symbol> target_symbols;
+    target_symbols.reserve(paths.size());
+    for (const PathToRemove& path : paths) target_symbols.push_back(path.symbol);
+    const SymbolSet targets(target_symbols);
     // Both checks, so the error names the first node in graph order that fails either.
-    first_caller = nullptr;
     for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
+      PrefetchLaterNodes(n);
       if (n->op() != OpKind::kCallModule) continue;
-      if (targets.contains(n->target()) || removed_with_a_parent(n->target().name())) {
+      if (targets.contains(n->target()) ||
+          (!removed_parents.empty() && removed_with_a_parent(n->target().name()))) {
         first_caller = n;
         break;
       }

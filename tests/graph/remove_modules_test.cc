@@ -132,6 +132,59 @@ TEST(RemoveModulesBySymbolTest, RefusalNamesTheFirstCallerInGraphOrder) {
   EXPECT_TRUE(gm->Verify().ok());
 }
 
+// The caller check reads the graph's caller counts, so it must follow every edit that
+// makes or stops a node calling a path: insertion before an earlier node, SetTarget and
+// SetOp both ways, erasure. A refusal names the first caller in graph order, which is not
+// the first one created; both RemoveModules overloads and RemoveModule agree throughout,
+// and a refused removal removes nothing.
+TEST(RemoveModulesBySymbolTest, CallerCheckFollowsEveryGraphEdit) {
+  auto gm = std::make_unique<GraphModule>();
+  for (const char* path : {"e", "f", "g"}) {
+    ASSERT_TRUE(gm->SetModule(path, std::make_unique<Module>("nn.ReLU")).ok()) << path;
+  }
+  Graph& g = gm->graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* late = *g.AddCallModule("e", {x}, {}, "late");
+  NodeSpec spec;
+  spec.op = OpKind::kCallModule;
+  spec.target = Symbol::Intern("e");
+  spec.args = {Argument(x)};
+  spec.name = "early";
+  Node* early = *g.InsertBefore(late, std::move(spec));  // created second, first in order
+  Node* relu = *g.AddCallFunction("torch.relu", {late});
+  ASSERT_TRUE(g.SetOutput(relu).ok());
+  const auto expect_refused = [&](const std::string& path, const std::string& caller) {
+    const std::string expected =
+        "cannot remove module '" + path + "': node '" + caller + "' still calls it";
+    const absl::Status by_symbol = gm->RemoveModules(Symbols({"g", path}));
+    EXPECT_EQ(by_symbol.code(), absl::StatusCode::kFailedPrecondition) << by_symbol;
+    EXPECT_EQ(by_symbol.message(), expected);
+    EXPECT_EQ(gm->RemoveModules({path, "g"}).message(), expected);
+    EXPECT_EQ(gm->RemoveModule(path).message(), expected);
+    EXPECT_EQ(ChildNames(gm->root()), (std::vector<std::string>{"e", "f", "g"}));
+  };
+  expect_refused("e", "early");
+  // A node retargeted away from "e" stops calling it, onto "f" starts calling that.
+  ASSERT_TRUE(g.SetTarget(early, Symbol::Intern("f")).ok());
+  EXPECT_EQ(g.NumCallers(Symbol::Intern("e")), 1);
+  expect_refused("e", "late");
+  expect_refused("f", "early");
+  // A call_function node turned into a call_module one calls its new target.
+  ASSERT_TRUE(g.SetOp(relu, OpKind::kCallModule, Symbol::Intern("g")).ok());
+  const absl::Status g_called = gm->RemoveModules(Symbols({"g"}));
+  EXPECT_EQ(g_called.message(), "cannot remove module 'g': node 'relu' still calls it");
+  ASSERT_TRUE(g.SetOp(relu, OpKind::kCallFunction, Symbol::Intern("torch.relu")).ok());
+  // Erasing the callers frees each path.
+  ASSERT_TRUE(g.SetArg(relu, 0, Argument(x)).ok());
+  ASSERT_TRUE(g.Erase(late).ok());
+  ASSERT_TRUE(g.Erase(early).ok());
+  ASSERT_TRUE(gm->RemoveModules(Symbols({"e", "g"})).ok());
+  ASSERT_TRUE(gm->RemoveModule("f").ok());
+  EXPECT_TRUE(gm->root().children().empty());
+  const absl::Status verified = gm->Verify();
+  EXPECT_TRUE(verified.ok()) << verified;
+}
+
 // Paths under several parents, given in an order that alternates between them: each
 // parent keeps its other children in order.
 TEST(RemoveModulesBySymbolTest, AlternatingParentsKeepTheirOrder) {
