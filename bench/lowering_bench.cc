@@ -5,8 +5,8 @@
 // fresh copy; making and freeing the copy is not timed. items_per_second = nodes of the
 // reference graph per second. PyTorch's counterpart is the lowering inside convert_fx.
 //
-//   bazel run //bench:lowering_bench -- --benchmark_repetitions=3 \
-//       --benchmark_report_aggregates_only=true
+//   bazel run //bench:lowering_bench -- --benchmark_repetitions=3
+//       --benchmark_report_aggregates_only=true   (one command line)
 #include <map>
 #include <memory>
 #include <string>
