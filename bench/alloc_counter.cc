@@ -9,9 +9,11 @@
 namespace fuselage {
 namespace {
 std::atomic<int64_t> live_bytes{0};
+std::atomic<int64_t> blocks{0};
 }  // namespace
 
 int64_t LiveHeapBytes() { return live_bytes.load(std::memory_order_relaxed); }
+int64_t HeapBlocksAllocated() { return blocks.load(std::memory_order_relaxed); }
 
 }  // namespace fuselage
 
@@ -19,6 +21,7 @@ int64_t LiveHeapBytes() { return live_bytes.load(std::memory_order_relaxed); }
 void* operator new(std::size_t size) {
   void* p = std::malloc(size == 0 ? 1 : size);
   if (p == nullptr) throw std::bad_alloc();
+  fuselage::blocks.fetch_add(1, std::memory_order_relaxed);
   fuselage::live_bytes.fetch_add(static_cast<int64_t>(malloc_usable_size(p)),
                                  std::memory_order_relaxed);
   return p;

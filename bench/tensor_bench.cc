@@ -3,14 +3,14 @@
 // (copy-on-write detach, as fusion's conv-bn folding does), create a per-tensor quantized
 // tensor (convert's scale / zero_point, lower's int8 weight). Every case also reports
 // `blocks`: heap blocks allocated per iteration, counted by the operator new of
-// bench/block_counter.cc.
+// bench/alloc_counter.cc.
 // items_per_second = operations per CPU second.
 //
 //   bazel build //bench:tensor_bench && bazel-bin/bench/tensor_bench
 #include <cstdint>
 #include <vector>
 
-#include "bench/block_counter.h"
+#include "bench/alloc_counter.h"
 #include "benchmark/benchmark.h"
 #include "graph/check.h"
 #include "graph/tensor.h"
