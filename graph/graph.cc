@@ -354,22 +354,20 @@ void Graph::AddUsesOf(Node* user) {
 }
 
 void Graph::RemoveUsesOf(Node* user) {
-  user->ForEachInputUse([user](Node* input) {
-    // A user is listed once; a repeated use finds it gone already. The user is most
-    // often the last one listed (the newest, or the only one): popped without a search
-    // and without InlinedVector::erase's general shift.
-    auto& users = input->users_;
-    if (!users.empty() && users.back() == user) {
-      users.pop_back();
-      return;
-    }
-    for (size_t i = 0; i < users.size(); ++i) {
-      if (users[i] == user) {
-        users.erase(users.begin() + static_cast<std::ptrdiff_t>(i));
-        return;
-      }
-    }
-  });
+  user->ForEachInputUse([user](Node* input) { RemoveUser(input, user); });
+}
+
+void Graph::RemoveUser(Node* input, const Node* user) {
+  // A user is listed once; a repeated use finds it gone already. The user is most often
+  // the last one listed (the newest, or the only one): popped without a search and
+  // without InlinedVector::erase's general shift.
+  auto& users = input->users_;
+  if (!users.empty() && users.back() == user) {
+    users.pop_back();
+    return;
+  }
+  const auto it = std::find(users.begin(), users.end(), user);
+  if (it != users.end()) users.erase(it);
 }
 
 // ---- Names --------------------------------------------------------------------------
@@ -1149,14 +1147,7 @@ absl::Status Graph::EraseAll(absl::Span<Node* const> nodes) {
       if (i + kEraseAhead < nodes.size()) __builtin_prefetch(nodes[i + kEraseAhead]);
       Node* user = nodes[i];
       user->ForEachInputUse([user, &batch](Node* input) {
-        if (batch.Contains(input)) return;
-        auto& users = input->users_;  // listed once: a repeated use finds it gone already
-        if (!users.empty() && users.back() == user) {
-          users.pop_back();  // the usual place: without a search (as RemoveUsesOf)
-          return;
-        }
-        const auto it = std::find(users.begin(), users.end(), user);
-        if (it != users.end()) users.erase(it);
+        if (!batch.Contains(input)) RemoveUser(input, user);
       });
     }
   }

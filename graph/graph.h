@@ -357,6 +357,8 @@ class Graph {
   void Renumber();
   void AddUsesOf(Node* user);
   void RemoveUsesOf(Node* user);
+  // Takes `user` off `input`'s use-list, where it is listed at most once.
+  static void RemoveUser(Node* input, const Node* user);
   using HashedName = graph_internal::HashedName;
   // Gives `node` (not yet in the name index) a unique name derived from `hint`, and
   // indexes it.
