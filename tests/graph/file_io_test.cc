@@ -1,0 +1,229 @@
+// graph/file_io: bounded reads refuse what never ends or is too large; atomic writes leave the
+// old file byte-identical when they fail, leave no temporary behind, report a full device, and
+// follow a symlink instead of replacing it.
+#include "graph/file_io.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fuselage {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A fresh, empty folder per test under Bazel's TEST_TMPDIR.
+std::string FreshFolder(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string folder = std::string(tmp != nullptr ? tmp : "/tmp") + "/file_io_" + name;
+  std::string command = "rm -rf '" + folder + "' && mkdir -p '" + folder + "'";
+  EXPECT_EQ(std::system(command.c_str()), 0);
+  return folder;
+}
+
+std::set<std::string> Entries(const std::string& folder) {
+  std::set<std::string> names;
+  DIR* dir = ::opendir(folder.c_str());
+  if (dir == nullptr) return names;
+  while (dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.insert(name);
+  }
+  ::closedir(dir);
+  return names;
+}
+
+// Written with std::ofstream, independently of the code under test.
+void PutFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+  ASSERT_TRUE(out.good());
+}
+
+std::string GetFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(ReadFileBounded, ReadsAWholeFileUpToExactlyTheLimit) {
+  const std::string folder = FreshFolder("read_exact");
+  const std::string bytes(10000, 'x');
+  PutFile(folder + "/f", bytes);
+  absl::StatusOr<std::string> read = ReadFileBounded(folder + "/f", 10000);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, bytes);
+  PutFile(folder + "/empty", "");
+  read = ReadFileBounded(folder + "/empty", 0);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "");
+}
+
+TEST(ReadFileBounded, RefusesAFileOneByteOverTheLimit) {
+  const std::string folder = FreshFolder("read_over");
+  PutFile(folder + "/f", std::string(10001, 'x'));
+  absl::StatusOr<std::string> read = ReadFileBounded(folder + "/f", 10000);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(read.status().message(), HasSubstr(folder + "/f"));
+  EXPECT_THAT(read.status().message(), HasSubstr("10000"));
+}
+
+// /dev/zero has size 0 by stat and never ends: a sized read returned "", an unbounded one
+// would never finish.
+TEST(ReadFileBounded, RefusesDevZeroAtTheLimit) {
+  absl::StatusOr<std::string> read = ReadFileBounded("/dev/zero", 1 << 20);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(read.status().message(), HasSubstr("/dev/zero"));
+  EXPECT_THAT(read.status().message(), HasSubstr("1048576"));
+}
+
+TEST(ReadFileBounded, ADirectoryIsAFailedPrecondition) {
+  const std::string folder = FreshFolder("read_dir");
+  absl::StatusOr<std::string> read = ReadFileBounded(folder, 100);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(read.status().message(), HasSubstr(folder));
+  EXPECT_THAT(read.status().message(), HasSubstr("directory"));
+}
+
+TEST(ReadFileBounded, AMissingFileIsNotFound) {
+  const std::string folder = FreshFolder("read_missing");
+  absl::StatusOr<std::string> read = ReadFileBounded(folder + "/nope", 100);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(read.status().message(), HasSubstr(folder + "/nope"));
+  EXPECT_THAT(read.status().message(), HasSubstr("No such file"));
+}
+
+TEST(WriteFileAtomically, WritesANewFileAndLeavesNoTemporary) {
+  const std::string folder = FreshFolder("write_new");
+  ASSERT_TRUE(WriteFileAtomically(folder + "/out.bin", "hello").ok());
+  EXPECT_EQ(GetFile(folder + "/out.bin"), "hello");
+  EXPECT_EQ(Entries(folder), std::set<std::string>{"out.bin"});
+  // A relative path (no folder part) works too.
+  const std::string cwd = ::getcwd(nullptr, 0);
+  ASSERT_EQ(::chdir(folder.c_str()), 0);
+  const absl::Status relative = WriteFileAtomically("rel.txt", "r");
+  ASSERT_EQ(::chdir(cwd.c_str()), 0);
+  ASSERT_TRUE(relative.ok()) << relative;
+  EXPECT_EQ(GetFile(folder + "/rel.txt"), "r");
+  EXPECT_EQ(Entries(folder), (std::set<std::string>{"out.bin", "rel.txt"}));
+}
+
+TEST(WriteFileAtomically, ReplacesAnExistingFileKeepingItsMode) {
+  const std::string folder = FreshFolder("write_replace");
+  const std::string path = folder + "/model.bin";
+  PutFile(path, std::string(5000, 'o'));
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  ASSERT_TRUE(WriteFileAtomically(path, "new").ok());
+  EXPECT_EQ(GetFile(path), "new");
+  struct stat info;
+  ASSERT_EQ(::stat(path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 07777, 0640u);
+  EXPECT_EQ(Entries(folder), std::set<std::string>{"model.bin"});
+}
+
+// A real write failure over an existing file, also as root: RLIMIT_FSIZE makes write() fail
+// with EFBIG past 4 KiB. The old file must stay byte-identical and no temporary may remain.
+TEST(WriteFileAtomically, AFailedOverwriteLeavesTheOldFileByteIdentical) {
+  const std::string folder = FreshFolder("write_fails");
+  const std::string path = folder + "/model.bin";
+  const std::string old_bytes = "the old model, still loadable";
+  PutFile(path, old_bytes);
+
+  struct rlimit saved;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  struct rlimit small = saved;
+  small.rlim_cur = 4096;
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // else the kernel kills the process
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const absl::Status status = WriteFileAtomically(path, std::string(64 << 10, 'n'));
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);
+  std::signal(SIGXFSZ, old_handler);
+
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr(path));
+  EXPECT_THAT(status.message(), HasSubstr("File too large"));
+  EXPECT_EQ(GetFile(path), old_bytes);
+  EXPECT_EQ(Entries(folder), std::set<std::string>{"model.bin"});
+}
+
+// /dev/full is a character device: written in place (never renamed over), and its ENOSPC
+// is an error instead of a lost write.
+TEST(WriteFileAtomically, DevFullIsAnErrorAndStaysADevice) {
+  const absl::Status status = WriteFileAtomically("/dev/full", std::string(890, 'm'));
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("/dev/full"));
+  EXPECT_THAT(status.message(), HasSubstr("No space left on device"));
+  struct stat info;
+  ASSERT_EQ(::stat("/dev/full", &info), 0);
+  EXPECT_TRUE(S_ISCHR(info.st_mode));
+}
+
+TEST(WriteFileAtomically, DevNullSucceedsAndStaysADevice) {
+  ASSERT_TRUE(WriteFileAtomically("/dev/null", "discarded").ok());
+  struct stat info;
+  ASSERT_EQ(::stat("/dev/null", &info), 0);
+  EXPECT_TRUE(S_ISCHR(info.st_mode));
+}
+
+TEST(WriteFileAtomically, AFolderThatIsAFileIsAnErrorNamingThePath) {
+  const std::string folder = FreshFolder("write_notdir");
+  PutFile(folder + "/plain", "not a folder");
+  const absl::Status status = WriteFileAtomically(folder + "/plain/out.bin", "x");
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr(folder + "/plain/out.bin"));
+  EXPECT_THAT(status.message(), HasSubstr("Not a directory"));
+  EXPECT_EQ(GetFile(folder + "/plain"), "not a folder");
+  EXPECT_EQ(Entries(folder), std::set<std::string>{"plain"});
+}
+
+TEST(WriteFileAtomically, AMissingFolderIsNotFound) {
+  const std::string folder = FreshFolder("write_nofolder");
+  const absl::Status status = WriteFileAtomically(folder + "/no/such/out.bin", "x");
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr(folder + "/no/such/out.bin"));
+  EXPECT_TRUE(Entries(folder).empty());
+}
+
+TEST(WriteFileAtomically, ADirectoryIsAFailedPrecondition) {
+  const std::string folder = FreshFolder("write_dir");
+  ASSERT_EQ(::mkdir((folder + "/sub").c_str(), 0755), 0);
+  const absl::Status status = WriteFileAtomically(folder + "/sub", "x");
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr(folder + "/sub"));
+  EXPECT_TRUE(Entries(folder + "/sub").empty());
+}
+
+// Writing through a symlink replaces the file it points to; the link stays a link.
+TEST(WriteFileAtomically, FollowsASymlinkToItsTarget) {
+  const std::string folder = FreshFolder("write_symlink");
+  ASSERT_EQ(::mkdir((folder + "/real").c_str(), 0755), 0);
+  PutFile(folder + "/real/model.bin", "old");
+  ASSERT_EQ(::symlink("real/model.bin", (folder + "/link.bin").c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomically(folder + "/link.bin", "new").ok());
+  struct stat info;
+  ASSERT_EQ(::lstat((folder + "/link.bin").c_str(), &info), 0);
+  EXPECT_TRUE(S_ISLNK(info.st_mode));
+  EXPECT_EQ(GetFile(folder + "/real/model.bin"), "new");
+  EXPECT_EQ(Entries(folder), (std::set<std::string>{"link.bin", "real"}));
+  EXPECT_EQ(Entries(folder + "/real"), std::set<std::string>{"model.bin"});
+}
+
+}  // namespace
+}  // namespace fuselage
