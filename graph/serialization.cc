@@ -26,6 +26,7 @@
 #include "google/protobuf/wire_format_lite.h"
 #include "google/protobuf/text_format.h"
 #include "graph/check.h"
+#include "graph/file_io.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -1021,18 +1022,11 @@ absl::StatusOr<Bytes> ReadWholeFile(const std::string& path, int64_t max_bytes,
 }  // namespace
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
-  return ReadWholeFile<std::string>(path, max_bytes, [](std::string& bytes, size_t size) {
-    bytes.resize(size);
-    return bytes.data();
-  });
+  return ReadFileBounded(path, static_cast<size_t>(std::max<int64_t>(max_bytes, 0)));
 }
 
 absl::Status WriteFile(const std::string& path, absl::string_view contents) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
-  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-  if (!out) return absl::DataLossError(absl::StrCat("failed writing '", path, "'"));
-  return absl::OkStatus();
+  return WriteFileAtomically(path, contents);
 }
 
 namespace {

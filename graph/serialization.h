@@ -41,6 +41,8 @@ struct ModelLimits {
 // binary.
 absl::StatusOr<std::unique_ptr<GraphModule>> LoadModel(const std::string& path,
                                                        const ModelLimits& limits = {});
+// Writes atomically (WriteFileAtomically): on any error, including a full disk, `path` keeps
+// its old contents and no temporary file is left.
 absl::Status SaveModel(const GraphModule& gm, const std::string& path);
 
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
@@ -55,7 +57,8 @@ proto::Model ModelToProto(const GraphModule& gm);
 absl::StatusOr<std::unique_ptr<GraphModule>> ModelFromProto(const proto::Model& model,
                                                             const ModelLimits& limits = {});
 
-// Reads/writes a whole file (errors name the path).
+// ReadFileBounded / WriteFileAtomically (graph/file_io.h) under the names their existing
+// callers use; a negative max_bytes reads nothing but an empty file.
 absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes);
 absl::Status WriteFile(const std::string& path, absl::string_view contents);
 

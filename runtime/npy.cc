@@ -1,7 +1,7 @@
 #include "runtime/npy.h"
 
+#include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "graph/file_io.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -163,18 +164,8 @@ absl::StatusOr<std::string> SerializeNpy(const Tensor& tensor) {
 }
 
 absl::StatusOr<Tensor> ReadNpy(const std::string& path, int64_t max_bytes) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  const std::streamoff size = in.tellg();
-  if (size < 0 || size > max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' is ", size, " bytes; limit ", max_bytes));
-  }
-  std::string bytes(static_cast<size_t>(size), '\0');
-  in.seekg(0);
-  if (!in.read(bytes.data(), size)) {
-    return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
-  }
+  ASSIGN_OR_RETURN(std::string bytes,
+                   ReadFileBounded(path, static_cast<size_t>(std::max<int64_t>(max_bytes, 0))));
   absl::StatusOr<Tensor> tensor = ParseNpy(bytes);
   if (!tensor.ok()) {
     return absl::Status(tensor.status().code(),
@@ -185,11 +176,7 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path, int64_t max_bytes) {
 
 absl::Status WriteNpy(const Tensor& tensor, const std::string& path) {
   ASSIGN_OR_RETURN(std::string bytes, SerializeNpy(tensor));
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out || !out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, bytes);
 }
 
 }  // namespace fuselage

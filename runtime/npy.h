@@ -27,7 +27,9 @@ absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes);
 // tensor is InvalidArgument (dequantize it first).
 absl::StatusOr<std::string> SerializeNpy(const Tensor& tensor);
 
-// File forms; errors name the path. `max_bytes` bounds the file size read.
+// File forms; errors name the path. ReadNpy reads at most `max_bytes` (ReadFileBounded: a
+// device or pipe that never ends is refused at the limit); WriteNpy replaces the file
+// atomically (WriteFileAtomically).
 absl::StatusOr<Tensor> ReadNpy(const std::string& path, int64_t max_bytes = int64_t{8} << 30);
 absl::Status WriteNpy(const Tensor& tensor, const std::string& path);
 

@@ -72,6 +72,13 @@ Command RunCommand() {
                                        " outputs"));
       }
     }
+    // Refused before any file is written, so a failed run leaves no partial set of outputs.
+    for (size_t i = 0; i < outputs.size() && !output_paths.empty(); ++i) {
+      if (!outputs[i].is_tensor()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "run: output ", i, " is a ", outputs[i].KindName(), "; only tensors are written"));
+      }
+    }
     for (size_t i = 0; i < outputs.size(); ++i) {
       if (!outputs[i].is_tensor()) {
         context.out << "output " << i << ": " << outputs[i].ToString() << "\n";

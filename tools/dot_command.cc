@@ -1,10 +1,11 @@
 // `fuselage dot MODEL [-o FILE]`: loads MODEL and writes it as a Graphviz digraph to
-// FILE (or to stdout without -o, or with `-o -`).
+// FILE (or to stdout without -o, or with `-o -`). FILE is replaced atomically: "wrote" is
+// printed only once it holds the whole picture.
 #include "tools/dot_command.h"
 
 #include "absl/strings/str_cat.h"
 #include "graph/dot.h"
-#include "graph/serialization.h"
+#include "graph/file_io.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -27,7 +28,7 @@ Command DotCommand() {
       return absl::OkStatus();
     }
     if (output.empty()) return UsageError("dot: -o needs a file name");
-    RETURN_IF_ERROR(WriteFile(context.ResolvePath(output), dot));
+    RETURN_IF_ERROR(WriteFileAtomically(context.ResolvePath(output), dot));
     context.out << "wrote " << output << " (" << gm->graph().size() << " nodes)\n";
     return absl::OkStatus();
   };

@@ -138,5 +138,28 @@ TEST(NpyTest, HostileInputIsAnErrorNeverACrash) {
   EXPECT_THAT(ParseNpy(huge).status().message(), HasSubstr("exceeds the limit"));
 }
 
+// The file forms go through graph/file_io: /dev/zero is refused at the read limit (it was
+// sized by tellg as 0 bytes and parsed as "bad magic"), a full device is a write error
+// naming it, and a failed write into a missing folder leaves nothing behind.
+TEST(NpyTest, FileFormsAreBoundedAndReportWriteErrors) {
+  auto zero = ReadNpy("/dev/zero", 1 << 20);
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(zero.status().message(), HasSubstr("/dev/zero"));
+  EXPECT_THAT(zero.status().message(), HasSubstr("limit of 1048576 bytes"));
+
+  auto t = Tensor::Zeros(DType::kFloat32, {4});
+  ASSERT_TRUE(t.ok());
+  const absl::Status full = WriteNpy(*t, "/dev/full");
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), HasSubstr("/dev/full"));
+  EXPECT_THAT(full.message(), HasSubstr("No space left on device"));
+
+  const std::string folder =
+      std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/npy_no_such_dir";
+  const absl::Status missing = WriteNpy(*t, folder + "/y.npy");
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.message(), HasSubstr(folder + "/y.npy"));
+}
+
 }  // namespace
 }  // namespace fuselage
