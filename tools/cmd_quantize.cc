@@ -14,12 +14,15 @@
 //   (the config must load) and name the backend in the summary; the rules themselves do
 //   not depend on the backend config (as in PyTorch 1.13, whose lowering is one table).
 //   --time prints one line per step (load, lower, verify, save) with its wall time.
+//   A model with no reference pattern at all (e.g. a float model) is refused and -o is
+//   left as it was.
 #include "tools/cmd_quantize.h"
 
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
@@ -31,6 +34,24 @@
 #include "tools/stage_run.h"
 
 namespace fuselage {
+namespace {
+
+// `lower` of a model with no reference pattern (a float model, or one not yet converted)
+// would write its input back unchanged under -o and exit 0; it is refused instead, before
+// anything is written.
+absl::Status CheckSomethingWasLowered(const LoweringReport& report, const std::string& input) {
+  if (report.total_lowered() > 0 || !report.unlowered.empty() ||
+      report.dequantize_quantize_pairs_removed > 0 || report.tuple_accesses_removed > 0) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "lower: nothing to lower in ", input,
+      ": it has no quantize / dequantize reference patterns (dequantize -> op -> "
+      "quantize_per_tensor); lower takes a reference quantized model, the output of "
+      "`convert` or `quantize --reference`; nothing was written"));
+}
+
+}  // namespace
 
 Command QuantizeCommand() {
   Command command;
@@ -83,6 +104,7 @@ Command LowerCommand() {
     stage.times().Start();
     ASSIGN_OR_RETURN(LoweringReport report, LowerToNative(*gm, rules));
     stage.times().Stop("lower");
+    RETURN_IF_ERROR(CheckSomethingWasLowered(report, stage.input()));
     RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, "lowered graph"));
     context.out << report.ToString();
     context.out << "lowered for backend " << config.name() << ": " << nodes_before << " -> "
