@@ -13,6 +13,7 @@ the size of the graph (name lookups are cached per distinct target).
 
 import copy
 import os
+import stat
 import tempfile
 
 import torch
@@ -20,11 +21,12 @@ import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
 from fuselage import _modules, _names
+from fuselage._limits import LIMITS
 from fuselage._proto import model_pb2
 from fuselage._values import write_arg, write_tensor
 from fuselage.errors import ExportError
 
-_MAX_MODULE_DEPTH = 64  # graph/serialization.h ModelLimits::max_module_depth
+_MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
 
 
 def _as_graph_module(module):
@@ -177,6 +179,53 @@ def to_proto(module, example_inputs=None):
     return _Exporter(_as_graph_module(module)).model(example_inputs)
 
 
+def _write_atomically(path, data):
+    """Replaces the file `path` with `data` as graph/file_io.h's WriteFileAtomically does: a
+    temporary file in the same folder, written, flushed and fsynced, then renamed over
+    `path`, so a reader never sees half a file and a failure leaves the old file as it was.
+    A symlink is followed (its target is replaced); a device or FIFO (/dev/null) is written
+    in place, never renamed over. Every OSError is an ExportError naming the path."""
+    shown = os.fspath(path)
+    try:
+        info = os.stat(shown)
+    except FileNotFoundError:
+        info = None
+    except OSError as e:
+        raise ExportError(f"cannot write '{shown}': {e.strerror}") from None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise ExportError(f"cannot write '{shown}': it is a directory, not a file")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        try:
+            with open(shown, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise ExportError(f"cannot write '{shown}': {e.strerror}") from None
+        return
+    target = os.path.realpath(shown) if info is not None else os.path.abspath(shown)
+    directory = os.path.dirname(target)
+    if not os.path.isdir(directory):
+        raise ExportError(f"cannot write '{shown}': the folder '{directory}' does not exist")
+    try:
+        fd, staged = tempfile.mkstemp(dir=directory, prefix=".fuselage-export-")
+    except OSError as e:
+        raise ExportError(f"cannot write '{shown}': cannot create a file in the folder "
+                          f"'{directory}': {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp creates 0600; keep the replaced file's mode, else the usual 0644.
+        os.chmod(staged, stat.S_IMODE(info.st_mode) if info is not None else 0o644)
+        os.replace(staged, target)
+    except BaseException as e:
+        if os.path.exists(staged):
+            os.unlink(staged)
+        if isinstance(e, OSError):
+            raise ExportError(f"cannot write '{shown}': {e.strerror or e}") from None
+        raise
+
+
 def export(module, example_inputs, path):
     """Writes `module` (an nn.Module, traced with torch.fx, or an fx.GraphModule) to the
     fuselage model file `path`, with every parameter and buffer.
@@ -184,20 +233,9 @@ def export(module, example_inputs, path):
     example_inputs (a tensor or a tuple of them, or None) run a copy of the module to
     record each node's output shape and dtype as node meta `shape` / `dtype`; the module
     itself is not run or changed. Raises ExportError, naming the node or module, for what
-    the file cannot express; no file is written then.
+    the file cannot express, and for a file that cannot be written (a missing folder, a
+    full disk); no file is written then, and an existing one keeps its contents.
     """
     model = to_proto(module, example_inputs)
-    data = model.SerializeToString()
-    directory = os.path.dirname(os.path.abspath(path))
-    # Write next to the target and rename, so a reader never sees half a file.
-    fd, staged = tempfile.mkstemp(dir=directory, prefix=".fuselage-export-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(staged, 0o644)  # mkstemp creates 0600
-        os.replace(staged, path)
-    except BaseException:
-        if os.path.exists(staged):
-            os.unlink(staged)
-        raise
+    _write_atomically(path, model.SerializeToString())
     return path

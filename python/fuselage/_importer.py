@@ -9,21 +9,29 @@ errors name the node or module and the field.
 The result is in eval mode. Node meta the file carries is kept in node.meta["fuselage"].
 """
 
+import os
+
 import torch
 import torch.fx
+from google.protobuf import text_format
 
 from fuselage import _modules, _names
+from fuselage._limits import LIMITS, MAX_FILE_BYTES, NODE_NAME
 from fuselage._proto import model_pb2
-from fuselage._values import read_arg, read_tensor
+from fuselage._values import check_string, read_arg, read_tensor
 from fuselage.errors import ModelFileError
 
 _FORMAT_VERSION = 1
-_MAX_MODULE_DEPTH = 64
+_MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
+_MAX_NODES = LIMITS["max_nodes"]
+# As graph/serialization.h: these extensions are the text form, anything else binary.
+_TEXT_SUFFIXES = (".textproto", ".pbtxt")
 
 
 def _named_args(entries, nodes, where):
     result = {}
     for entry in entries:
+        check_string(entry.name, where, "name")
         if not entry.name:
             raise ModelFileError(f"{where}: an entry has an empty name")
         if entry.name in result:
@@ -36,11 +44,13 @@ def _build_module(pm, path, depth):
     where = f"module '{path}'" if path else "root module"
     if depth > _MAX_MODULE_DEPTH:
         raise ModelFileError(f"{where}: modules nest deeper than {_MAX_MODULE_DEPTH}")
+    check_string(pm.type, where, "type")
     if not pm.type:
         raise ModelFileError(f"{where}: field 'type' is empty")
     seen = set()
 
     def member(name, kind):
+        check_string(name, where, kind)
         if not name or "." in name:
             raise ModelFileError(f"{where}: {kind} name '{name}' must be non-empty without '.'")
         if name in seen:
@@ -71,10 +81,17 @@ def _build_graph(pg):
     graph = torch.fx.Graph()
     nodes = {}
     output_seen = None
+    if len(pg.nodes) > _MAX_NODES:
+        raise ModelFileError(f"model: {len(pg.nodes)} nodes; the limit is {_MAX_NODES}")
     for i, pn in enumerate(pg.nodes):
+        check_string(pn.name, f"node #{i}", "name")
         if not pn.name:
             raise ModelFileError(f"node #{i}: field 'name' is empty")
+        if not NODE_NAME.match(pn.name):
+            raise ModelFileError(f"node #{i}: field 'name' is '{pn.name[:64]}'; expected an "
+                                 "identifier ([A-Za-z_][A-Za-z0-9_]*)")
         where = f"node '{pn.name}'"
+        check_string(pn.target, where, "target")
         if pn.name in nodes:
             raise ModelFileError(f"{where}: field 'name' is used by an earlier node")
         op = op_names.get(pn.op)
@@ -127,18 +144,45 @@ def from_proto(model):
     return gm.eval()
 
 
-def to_torch(path):
-    """Rebuilds a runnable torch.fx.GraphModule from the fuselage model file `path`.
-    Raises ModelFileError, naming the node or module and field, for a malformed file or
-    one naming a module type or function PyTorch does not have."""
-    with open(path, "rb") as f:
-        data = f.read()
+def _read_bytes(path):
+    """The bytes of the model file `path`, at most the C++ loader's limit; every OSError
+    (missing, a directory, unreadable) is a ModelFileError naming the path."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)  # bounded: /dev/zero or a pipe cannot run on
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: no such model file") from None
+    except IsADirectoryError:
+        raise ModelFileError(f"{path}: is a directory, not a model file") from None
+    except OSError as e:
+        raise ModelFileError(f"{path}: cannot read the model file: {e.strerror or e}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ModelFileError(f"{path}: the model file is larger than the limit of "
+                             f"{MAX_FILE_BYTES} bytes")
+    return data
+
+
+def _parse(path, data):
     model = model_pb2().Model()
     try:
-        model.ParseFromString(data)
-    except Exception as e:
+        if path.endswith(_TEXT_SUFFIXES):
+            text_format.Parse(data.decode("utf-8"), model)
+        else:
+            model.ParseFromString(data)
+    except Exception as e:  # DecodeError, ParseError, UnicodeDecodeError, RecursionError...
         raise ModelFileError(f"{path}: not a fuselage model file (protobuf parse failed: "
-                             f"{e})") from e
+                             f"{e})") from None
+    return model
+
+
+def to_torch(path):
+    """Rebuilds a runnable torch.fx.GraphModule from the fuselage model file `path` (the
+    text form if it ends in .textproto or .pbtxt, as in the C++ loader). Raises
+    ModelFileError, naming the path and the node or module and field, for a missing,
+    unreadable, truncated or malformed file, one past the C++ loader's limits
+    (fuselage._limits), or one naming a module type or function PyTorch does not have."""
+    path = os.fspath(path)
+    model = _parse(path, _read_bytes(path))
     try:
         return from_proto(model)
     except ModelFileError as e:

@@ -14,10 +14,13 @@ import torch
 import torch.fx
 
 from fuselage import _names
+from fuselage._limits import LIMITS
 from fuselage._proto import model_pb2
 from fuselage.errors import ExportError, ModelFileError
 
-MAX_ARG_DEPTH = 16  # graph/serialization.h ModelLimits::max_arg_depth
+MAX_ARG_DEPTH = LIMITS["max_arg_depth"]
+MAX_STRING_LENGTH = LIMITS["max_string_length"]
+MAX_TENSOR_RANK = LIMITS["max_tensor_rank"]
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # Storage of each tensor dtype in the file (little-endian, row-major).
@@ -89,9 +92,20 @@ def attribute_value(value):
 
 # ---- args and attributes: proto -> PyTorch ----------------------------------------------
 
-def read_arg(arg, nodes, where):
+def check_string(value, where, field):
+    """Refuses a string the C++ loader refuses: longer than max_string_length bytes
+    (UTF-8; protobuf has already refused invalid UTF-8)."""
+    size = len(value.encode("utf-8"))
+    if size > MAX_STRING_LENGTH:
+        raise ModelFileError(f"{where}: field '{field}' is {size} bytes; the limit is "
+                             f"{MAX_STRING_LENGTH}")
+    return value
+
+
+def read_arg(arg, nodes, where, depth=0):
     """The Python value of a proto Arg; `nodes` maps names to already built fx Nodes (None
-    for a constant context, where a node reference is an error)."""
+    for a constant context, where a node reference is an error). Lists and tuples nest at
+    most max_arg_depth deep, as in the C++ loader."""
     kind = arg.WhichOneof("value")
     if kind == "node":
         if nodes is None:
@@ -110,16 +124,18 @@ def read_arg(arg, nodes, where):
     if kind == "float_value":
         return arg.float_value
     if kind == "string_value":
-        return arg.string_value
+        return check_string(arg.string_value, where, "string_value")
     if kind == "dtype_value":
         dtype = _names.proto_to_dtype(arg.dtype_value)
         if dtype is None:
             raise ModelFileError(f"{where}: unknown dtype value {arg.dtype_value}")
         return dtype
-    if kind == "list":
-        return [read_arg(a, nodes, f"{where}[{i}]") for i, a in enumerate(arg.list.items)]
-    if kind == "tuple":
-        return tuple(read_arg(a, nodes, f"{where}[{i}]") for i, a in enumerate(arg.tuple.items))
+    if kind in ("list", "tuple"):
+        if depth >= MAX_ARG_DEPTH:
+            raise ModelFileError(f"{where}: args nest deeper than {MAX_ARG_DEPTH}")
+        items = [read_arg(a, nodes, f"{where}[{i}]", depth + 1)
+                 for i, a in enumerate(getattr(arg, kind).items)]
+        return items if kind == "list" else tuple(items)
     raise ModelFileError(f"{where}: arg has no value")
 
 
@@ -167,6 +183,9 @@ def read_tensor(pt, where):
     if dtype not in _NUMPY_STORAGE:
         raise ModelFileError(f"{where}: field 'dtype' is {pt.dtype}; expected a storable dtype")
     shape = tuple(pt.shape)
+    if len(shape) > MAX_TENSOR_RANK:
+        raise ModelFileError(f"{where}: field 'shape' has rank {len(shape)}; the limit is "
+                             f"{MAX_TENSOR_RANK}")
     if any(d < 0 for d in shape):
         raise ModelFileError(f"{where}: field 'shape' {list(shape)} has a negative dimension")
     storage = _NUMPY_STORAGE[dtype]

@@ -4,6 +4,7 @@
 
 import copy
 import os
+import subprocess
 import sys
 
 import pytest
@@ -70,3 +71,23 @@ def quantize_with_pytorch(model, example, calibration, qconfig="qnnpack"):
     reference = convert_to_reference_fx(copy.deepcopy(prepared), backend_config=backend)
     converted = convert_fx(copy.deepcopy(prepared), backend_config=backend)
     return prepared, reference, converted
+
+
+BINARY = os.path.join(REPO, "bazel-bin", "tools", "fuselage")
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """The C++ command-line tool, built with Bazel once per session; the tests that need it
+    are skipped only if it cannot be built at all."""
+    build = subprocess.run(["bazel", "build", "//tools:fuselage"], cwd=REPO,
+                           capture_output=True, text=True, timeout=3600)
+    if not os.access(BINARY, os.X_OK):
+        pytest.skip("//tools:fuselage is not built: " + build.stderr[-2000:])
+    return BINARY
+
+
+def verify(cli, path):
+    """`fuselage verify PATH`: the C++ loader's verdict on a model file."""
+    return subprocess.run([cli, "verify", str(path)], capture_output=True, text=True,
+                          timeout=300)

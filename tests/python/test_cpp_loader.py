@@ -1,33 +1,15 @@
 """Files the bridge writes load in the C++ loader: `fuselage verify FILE` (tools/) parses
 them, validates every field and runs GraphModule::Verify (module types registered in
 graph/module_schema.cc, targets resolving, arities). The binary is built with Bazel first;
-the tests are skipped only if it cannot be built at all."""
+the tests are skipped only if it cannot be built at all (the `cli` fixture of conftest)."""
 
-import os
 import re
-import subprocess
 
-import pytest
 import torch
 import torchvision
 
 import fuselage
-from conftest import REPO, quantize_with_pytorch
-
-BINARY = os.path.join(REPO, "bazel-bin", "tools", "fuselage")
-
-
-@pytest.fixture(scope="module")
-def cli():
-    build = subprocess.run(["bazel", "build", "//tools:fuselage"], cwd=REPO,
-                           capture_output=True, text=True, timeout=3600)
-    if not os.access(BINARY, os.X_OK):
-        pytest.skip("//tools:fuselage is not built: " + build.stderr[-2000:])
-    return BINARY
-
-
-def verify(cli, path):
-    return subprocess.run([cli, "verify", path], capture_output=True, text=True, timeout=300)
+from conftest import quantize_with_pytorch, verify
 
 
 def test_resnet18_loads_in_cpp(cli, tmp_path):
