@@ -119,6 +119,10 @@ TEST(NpyTest, HostileInputIsAnErrorNeverACrash) {
        "bad shape entry"},
       {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", ""),
        "more than"},
+      // 2^40 elements: refused from the header alone, nothing allocated for it.
+      {NpyBytes("{'descr': '|i1', 'fortran_order': False, 'shape': (1099511627776,), }",
+                std::string(16, '\0')),
+       "more than"},
       {NpyBytes("{'descr': '<f4', 'shape': (2,), }", std::string(8, '\0')), "no 'fortran_order'"},
       {NpyBytes("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
                 std::string(8, '\0')),
