@@ -62,7 +62,9 @@ class StageRun {
   absl::Status VerifyAndSave(const CommandContext& context, const GraphModule& gm,
                              absl::string_view graph);
 
-  // Saves `gm` to -o's file, timed as the step "save".
+  // Saves `gm` to -o's file, timed as the step "save". The file is replaced atomically
+  // (SaveModel): on an error it keeps its old contents, so a command prints "wrote" only
+  // after this returned OK.
   absl::Status Save(const CommandContext& context, const GraphModule& gm);
 
   // Writes the `time <step> <ms> ms` lines if --time was given, else nothing.
