@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/graph/test_devices.h"
 
 namespace fuselage {
 namespace {
@@ -163,20 +164,22 @@ TEST(WriteFileAtomically, AFailedOverwriteLeavesTheOldFileByteIdentical) {
 // /dev/full is a character device: written in place (never renamed over), and its ENOSPC
 // is an error instead of a lost write.
 TEST(WriteFileAtomically, DevFullIsAnErrorAndStaysADevice) {
-  const absl::Status status = WriteFileAtomically("/dev/full", std::string(890, 'm'));
+  const std::string full = FullDeviceForTest();
+  const absl::Status status = WriteFileAtomically(full, std::string(890, 'm'));
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(status.message(), HasSubstr("/dev/full"));
+  EXPECT_THAT(status.message(), HasSubstr(full));
   EXPECT_THAT(status.message(), HasSubstr("No space left on device"));
   struct stat info;
-  ASSERT_EQ(::stat("/dev/full", &info), 0);
+  ASSERT_EQ(::stat(full.c_str(), &info), 0);
   EXPECT_TRUE(S_ISCHR(info.st_mode));
 }
 
 TEST(WriteFileAtomically, DevNullSucceedsAndStaysADevice) {
-  ASSERT_TRUE(WriteFileAtomically("/dev/null", "discarded").ok());
+  const std::string null = NullDeviceForTest();
+  ASSERT_TRUE(WriteFileAtomically(null, "discarded").ok());
   struct stat info;
-  ASSERT_EQ(::stat("/dev/null", &info), 0);
+  ASSERT_EQ(::stat(null.c_str(), &info), 0);
   EXPECT_TRUE(S_ISCHR(info.st_mode));
 }
 

@@ -73,14 +73,29 @@ def test_export_into_a_file_as_folder_is_an_export_error(small_file):
     assert str(small_file / "m.fsl") in str(info.value)
 
 
-def test_export_to_a_device_writes_in_place():
-    # Renaming over /dev/null (as root) would replace the device with a regular file.
-    fuselage.export(SmallResidual().eval(), None, "/dev/null")
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+def _device_for_test(folder, name, minor):
+    """A private node of /dev/<name> (major 1) in `folder`, so that a regression that renamed
+    over the device (as root that replaces it) damages only this copy; without the privilege
+    to create one, the real device (which such a process cannot replace either)."""
+    path = folder / name
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, minor))
+        with open(path, "wb"):
+            pass
+    except OSError:
+        return f"/dev/{name}"
+    return str(path)
+
+
+def test_export_to_a_device_writes_in_place(tmp_path):
+    null = _device_for_test(tmp_path, "null", 3)
+    fuselage.export(SmallResidual().eval(), None, null)
+    assert stat.S_ISCHR(os.stat(null).st_mode)
+    full = _device_for_test(tmp_path, "full", 7)
     with pytest.raises(ExportError) as info:
-        fuselage.export(SmallResidual().eval(), None, "/dev/full")
-    assert "/dev/full" in str(info.value) and "No space left on device" in str(info.value)
-    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+        fuselage.export(SmallResidual().eval(), None, full)
+    assert full in str(info.value) and "No space left on device" in str(info.value)
+    assert stat.S_ISCHR(os.stat(full).st_mode)
 
 
 def test_export_through_a_symlink_replaces_its_target(tmp_path, small_file):

@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/graph/test_devices.h"
 
 namespace fuselage {
 namespace {
@@ -153,9 +154,10 @@ TEST(NpyTest, FileFormsAreBoundedAndReportWriteErrors) {
 
   auto t = Tensor::Zeros(DType::kFloat32, {4});
   ASSERT_TRUE(t.ok());
-  const absl::Status full = WriteNpy(*t, "/dev/full");
+  const std::string device = FullDeviceForTest();
+  const absl::Status full = WriteNpy(*t, device);
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(full.message(), HasSubstr("/dev/full"));
+  EXPECT_THAT(full.message(), HasSubstr(device));
   EXPECT_THAT(full.message(), HasSubstr("No space left on device"));
 
   const std::string folder =

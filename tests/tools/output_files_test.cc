@@ -1,4 +1,5 @@
-// What the CLI's output files look like when writing them fails (issue 22, item 6): every
+// What the CLI's output files look like when writing them fails (issue 22, item 6); the
+// full device is a private /dev/full node (tests/graph/test_devices.h). Every
 // command that writes a file (`-o`, `run --output`, `dot -o`, `demo --write-example`)
 // reports a full device as one `fuselage:` line and exit 1 instead of "wrote"; a failed
 // overwrite leaves the old model byte-identical and loadable with no temporary left; and
@@ -18,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
+#include "tests/graph/test_devices.h"
 #include "tests/tools/run_cli.h"
 #include "tools/cli.h"
 
@@ -81,8 +83,9 @@ void ExpectOneFailureLine(const CliResult& r, const std::string& path) {
 }
 
 TEST(OutputFilesTest, QuantizeToDevFullFails) {
-  const CliResult r = RunFuselage(QuantizeArgs("/dev/full"));
-  ExpectOneFailureLine(r, "/dev/full");
+  const std::string full = FullDeviceForTest();
+  const CliResult r = RunFuselage(QuantizeArgs(full));
+  ExpectOneFailureLine(r, full);
   EXPECT_THAT(r.err, HasSubstr("No space left on device"));
 }
 
@@ -97,16 +100,17 @@ TEST(OutputFilesTest, EveryWritingCommandReportsDevFull) {
   // The run itself works: only the output is the problem.
   const CliResult ok = RunFuselage({"run", model, "--input=" + input});
   ASSERT_EQ(ok.code, kExitOk) << ok.err;
+  const std::string full = FullDeviceForTest();
   const std::vector<std::vector<std::string>> commands = {
-      {"fuse", model, kConfig, "-o", "/dev/full"},
-      {"dot", model, "-o", "/dev/full"},
-      {"demo", "--write-example", "/dev/full"},
-      {"run", model, "--input=" + input, "--output=/dev/full"},
+      {"fuse", model, kConfig, "-o", full},
+      {"dot", model, "-o", full},
+      {"demo", "--write-example", full},
+      {"run", model, "--input=" + input, "--output=" + full},
   };
   for (const std::vector<std::string>& args : commands) {
     SCOPED_TRACE(args[0]);
     const CliResult r = RunFuselage(args);
-    ExpectOneFailureLine(r, "/dev/full");
+    ExpectOneFailureLine(r, full);
     EXPECT_THAT(r.err, HasSubstr("No space left on device"));
   }
 }
