@@ -146,7 +146,9 @@ absl::Status ReplaceAtomically(const std::string& target, absl::string_view cont
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes) {
+absl::StatusOr<size_t> ReadFileBoundedInto(
+    const std::string& path, size_t max_bytes,
+    absl::FunctionRef<char*(size_t capacity, size_t length)> grow) {
   int fd;
   do {
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
@@ -162,23 +164,24 @@ absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_
   // The size of a regular file only sizes the first buffer; the loop below reads until EOF
   // whatever it says (a device reports 0, a growing file more than it said).
   const size_t limit_plus_one = max_bytes == SIZE_MAX ? SIZE_MAX : max_bytes + 1;
-  size_t guess = size_t{64} << 10;
+  size_t capacity = size_t{64} << 10;
   if (S_ISREG(info.st_mode) && info.st_size >= 0) {
-    guess = static_cast<size_t>(info.st_size) + 1;  // +1 to see EOF without growing
+    capacity = static_cast<size_t>(info.st_size) + 1;  // +1 to see EOF without growing
   }
-  std::string bytes;
-  bytes.resize(std::min(std::max<size_t>(guess, 4096), limit_plus_one));
+  capacity = std::min(std::max<size_t>(capacity, 4096), limit_plus_one);
+  char* buffer = grow(capacity, 0);
   size_t length = 0;
   auto over_limit = [&] {
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "' is larger than the limit of ", max_bytes, " bytes"));
   };
   while (true) {
-    if (length == bytes.size()) {
+    if (length == capacity) {
       if (length >= limit_plus_one) return over_limit();
-      bytes.resize(std::min(limit_plus_one, std::max(length * 2, length + 4096)));
+      capacity = std::min(limit_plus_one, std::max(length * 2, length + 4096));
+      buffer = grow(capacity, length);
     }
-    const ssize_t got = ::read(fd, bytes.data() + length, bytes.size() - length);
+    const ssize_t got = ::read(fd, buffer + length, capacity - length);
     if (got < 0) {
       if (errno == EINTR) continue;
       return ErrnoError(errno, "cannot read", path);
@@ -187,7 +190,18 @@ absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_
     length += static_cast<size_t>(got);
     if (length > max_bytes) return over_limit();
   }
-  bytes.resize(length);
+  return length;
+}
+
+absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes) {
+  std::string bytes;
+  absl::StatusOr<size_t> length =
+      ReadFileBoundedInto(path, max_bytes, [&bytes](size_t capacity, size_t) {
+        bytes.resize(capacity);
+        return bytes.data();
+      });
+  if (!length.ok()) return length.status();
+  bytes.resize(*length);
   return bytes;
 }
 

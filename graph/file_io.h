@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -22,6 +23,15 @@ namespace fuselage {
 // pipe is refused at the limit instead of read as empty or forever. NotFound / PermissionDenied /
 // FailedPrecondition (a directory) name the path.
 absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes);
+
+// ReadFileBounded's reading, with the same errors, into storage the caller owns (LoadModel
+// reads a model into a buffer that is not zero-filled first and lands in huge pages).
+// `grow(capacity, length)` must return a buffer of at least `capacity` bytes whose first
+// `length` bytes are the ones read so far; it is called once for a regular file whose size
+// does not change while it is read. Returns how many bytes the file held.
+absl::StatusOr<size_t> ReadFileBoundedInto(const std::string& path, size_t max_bytes,
+                                           absl::FunctionRef<char*(size_t capacity,
+                                                                   size_t length)> grow);
 
 // Replaces `path` with `contents` atomically: a temporary file in path's folder, write all,
 // fflush/fsync, close checked, rename over path. Any failure leaves the old file exactly as it was

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
@@ -994,33 +993,6 @@ std::string SerializeModelText(const GraphModule& gm) {
   return text;
 }
 
-namespace {
-
-// Reads the whole file at `path`, refusing one past `max_bytes` before allocating;
-// `make_room(bytes, size)` sizes `bytes` and returns where the file's bytes go.
-template <typename Bytes, typename MakeRoom>
-absl::StatusOr<Bytes> ReadWholeFile(const std::string& path, int64_t max_bytes,
-                                    MakeRoom make_room) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  const std::streamoff size = in.tellg();
-  if (size < 0) return absl::InvalidArgumentError(absl::StrCat("cannot read '", path, "'"));
-  if (size > max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' is ", size, " bytes; the limit is ", max_bytes));
-  }
-  Bytes bytes;
-  if (size == 0) return bytes;
-  char* destination = make_room(bytes, static_cast<size_t>(size));
-  in.seekg(0);
-  if (!in.read(destination, size)) {
-    return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
-  }
-  return bytes;
-}
-
-}  // namespace
-
 absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
   return ReadFileBounded(path, static_cast<size_t>(std::max<int64_t>(max_bytes, 0)));
 }
@@ -1031,24 +1003,36 @@ absl::Status WriteFile(const std::string& path, absl::string_view contents) {
 
 namespace {
 
-// A file's bytes, read as ReadFile does, into a TensorBuffer instead of a std::string: no
-// zero fill before the read, and a large file lands in huge pages (a 100 MB model took
-// ~25 k page faults for its copy alone).
+// A file's bytes in a TensorBuffer instead of a std::string: no zero fill before the read,
+// and a large file lands in huge pages (a 100 MB model took ~25 k page faults for its copy
+// alone). `length` bytes of the buffer are the file's.
 struct FileBytes {
   struct Unref {
     void operator()(TensorBuffer* b) const { b->Unref(); }
   };
   std::unique_ptr<TensorBuffer, Unref> buffer;
+  size_t length = 0;
   absl::string_view bytes() const {
-    return buffer == nullptr ? absl::string_view() : absl::string_view(buffer->data(), buffer->size());
+    return buffer == nullptr ? absl::string_view() : absl::string_view(buffer->data(), length);
   }
 };
 
+// Read as ReadFile reads (ReadFileBoundedInto: until EOF, refused past max_bytes). A regular
+// file is one allocation of its size + 1; only a file that grows while read, a pipe or a
+// device is copied into a larger buffer as it grows.
 absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path, int64_t max_bytes) {
-  return ReadWholeFile<FileBytes>(path, max_bytes, [](FileBytes& file, size_t size) {
-    file.buffer.reset(TensorBuffer::Allocate(size));
-    return file.buffer->data();
-  });
+  FileBytes file;
+  ASSIGN_OR_RETURN(
+      file.length,
+      ReadFileBoundedInto(path, static_cast<size_t>(std::max<int64_t>(max_bytes, 0)),
+                          [&file](size_t capacity, size_t length) {
+                            std::unique_ptr<TensorBuffer, FileBytes::Unref> larger(
+                                TensorBuffer::Allocate(capacity));
+                            if (length > 0) std::memcpy(larger->data(), file.buffer->data(), length);
+                            file.buffer = std::move(larger);
+                            return file.buffer->data();
+                          }));
+  return file;
 }
 
 }  // namespace
@@ -1078,6 +1062,7 @@ absl::Status SaveModel(const GraphModule& gm, const std::string& path) {
   FileBytes file;
   if (size != 0) {
     file.buffer.reset(TensorBuffer::Allocate(size));
+    file.length = size;
     SerializeInto(model, file.buffer->data(), size);
   }
   return WriteFile(path, file.bytes());

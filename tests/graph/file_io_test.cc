@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
+#include "graph/serialization.h"
 #include "gtest/gtest.h"
 #include "tests/graph/test_devices.h"
 
@@ -226,6 +227,42 @@ TEST(WriteFileAtomically, FollowsASymlinkToItsTarget) {
   EXPECT_EQ(GetFile(folder + "/real/model.bin"), "new");
   EXPECT_EQ(Entries(folder), (std::set<std::string>{"link.bin", "real"}));
   EXPECT_EQ(Entries(folder + "/real"), std::set<std::string>{"model.bin"});
+}
+
+// LoadModel reads through ReadFileBoundedInto: /dev/zero was sized 0 by tellg and parsed as
+// an empty model ("format_version is 0"), a directory was "9223372036854775807 bytes".
+TEST(LoadModelFile, ReadsBoundedAndNamesWhatIsWrong) {
+  ModelLimits limits;
+  limits.max_file_bytes = 1 << 20;
+  auto zero = LoadModel("/dev/zero", limits);
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(zero.status().message(), HasSubstr("'/dev/zero' is larger than the limit of 1048576"));
+
+  const std::string folder = FreshFolder("load_model");
+  auto dir = LoadModel(folder);
+  EXPECT_EQ(dir.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(dir.status().message(), HasSubstr("is a directory"));
+  auto missing = LoadModel(folder + "/none.fsl");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+
+  // A model saved and loaded back through the same path, binary and text.
+  auto gm = ParseModelText(R"pb(
+    format_version: 1
+    root { type: "GraphModule" }
+    graph {
+      nodes { name: "x" op: PLACEHOLDER target: "x" }
+      nodes { name: "output" op: OUTPUT target: "output" args { node: "x" } }
+    }
+  )pb");
+  ASSERT_TRUE(gm.ok()) << gm.status();
+  for (const std::string name : {"m.fsl", "m.textproto"}) {
+    const std::string path = folder + "/" + name;
+    ASSERT_TRUE(SaveModel(**gm, path).ok());
+    auto back = LoadModel(path);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(SerializeModel(**back), SerializeModel(**gm));
+  }
+  EXPECT_EQ(Entries(folder), (std::set<std::string>{"m.fsl", "m.textproto"}));
 }
 
 }  // namespace
