@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -53,7 +53,9 @@ absl::Status WriteAll(int fd, absl::string_view contents, const std::string& pat
       if (errno == EINTR) continue;
       return ErrnoError(errno, "cannot write", path);
     }
-    if (written == 0) return absl::DataLossError(absl::StrCat("cannot write '", path, "': no progress"));
+    if (written == 0) {
+      return absl::DataLossError(absl::StrCat("cannot write '", path, "': no progress"));
+    }
     data += written;
     left -= static_cast<size_t>(written);
   }

@@ -1022,16 +1022,15 @@ struct FileBytes {
 // device is copied into a larger buffer as it grows.
 absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path, int64_t max_bytes) {
   FileBytes file;
-  ASSIGN_OR_RETURN(
-      file.length,
-      ReadFileBoundedInto(path, static_cast<size_t>(std::max<int64_t>(max_bytes, 0)),
-                          [&file](size_t capacity, size_t length) {
-                            std::unique_ptr<TensorBuffer, FileBytes::Unref> larger(
-                                TensorBuffer::Allocate(capacity));
-                            if (length > 0) std::memcpy(larger->data(), file.buffer->data(), length);
-                            file.buffer = std::move(larger);
-                            return file.buffer->data();
-                          }));
+  auto grow = [&file](size_t capacity, size_t length) {
+    std::unique_ptr<TensorBuffer, FileBytes::Unref> larger(TensorBuffer::Allocate(capacity));
+    if (length > 0) std::memcpy(larger->data(), file.buffer->data(), length);
+    file.buffer = std::move(larger);
+    return file.buffer->data();
+  };
+  ASSIGN_OR_RETURN(file.length,
+                   ReadFileBoundedInto(
+                       path, static_cast<size_t>(std::max<int64_t>(max_bytes, 0)), grow));
   return file;
 }
 

@@ -236,7 +236,8 @@ TEST(LoadModelFile, ReadsBoundedAndNamesWhatIsWrong) {
   limits.max_file_bytes = 1 << 20;
   auto zero = LoadModel("/dev/zero", limits);
   EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(zero.status().message(), HasSubstr("'/dev/zero' is larger than the limit of 1048576"));
+  EXPECT_THAT(zero.status().message(),
+              HasSubstr("'/dev/zero' is larger than the limit of 1048576"));
 
   const std::string folder = FreshFolder("load_model");
   auto dir = LoadModel(folder);
