@@ -39,6 +39,14 @@ _NUMPY_STORAGE = {
 
 # ---- args and attributes: PyTorch -> proto -----------------------------------------------
 
+def _check_export_string(value, where):
+    # What the C++ loader would refuse is not written (check_string, below, is the reader's).
+    size = len(value.encode("utf-8"))
+    if size > MAX_STRING_LENGTH:
+        raise ExportError(f"{where}: a string of {size} bytes; a model file holds at most "
+                          f"{MAX_STRING_LENGTH}")
+
+
 def write_arg(out, value, where, depth=0):
     """Fills the proto Arg `out` from a torch.fx arg (Node references by name)."""
     if isinstance(value, torch.fx.Node):
@@ -54,6 +62,7 @@ def write_arg(out, value, where, depth=0):
     elif isinstance(value, float):
         out.float_value = value
     elif isinstance(value, str):
+        _check_export_string(value, where)
         out.string_value = value
     elif isinstance(value, torch.dtype):
         code = _names.dtype_to_proto(value)
@@ -146,6 +155,9 @@ def write_tensor(out, tensor, where):
     stores its integer representation plus qscheme, scales, zero points and axis."""
     pb = model_pb2()
     t = tensor.detach()
+    if t.dim() > MAX_TENSOR_RANK:
+        raise ExportError(f"{where}: a tensor of rank {t.dim()}; a model file holds at most "
+                          f"rank {MAX_TENSOR_RANK}")
     if t.device.type != "cpu":
         t = t.cpu()
     if t.is_quantized:

@@ -245,3 +245,45 @@ def test_text_form_is_read_as_the_cpp_loader_reads_it(cli):
     path = os.path.join(REPO, "tools", "examples", "residual.textproto")
     assert verify(cli, path).returncode == 0
     assert isinstance(fuselage.to_torch(path), torch.fx.GraphModule)
+
+
+# ---- limits: export writes nothing the C++ loader refuses ---------------------------------
+
+
+class _Tagged(torch.nn.Module):
+    def __init__(self, tag):
+        super().__init__()
+        self.tag = tag
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x, approximate=self.tag)
+
+
+class _HighRank(torch.nn.Module):
+    def __init__(self, rank):
+        super().__init__()
+        self.register_buffer("b", torch.zeros([1] * rank))
+
+    def forward(self, x):
+        return x + self.b
+
+
+@pytest.mark.parametrize("module,message", [
+    (_Tagged("n" * (MAX_STRING + 1)), f"a string of {MAX_STRING + 1} bytes"),
+    (_HighRank(MAX_RANK + 1), f"a tensor of rank {MAX_RANK + 1}"),
+], ids=["string", "rank"])
+def test_export_refuses_past_the_limits_and_writes_nothing(tmp_path, module, message):
+    path = tmp_path / "m.fsl"
+    with pytest.raises(ExportError) as info:
+        fuselage.export(module, None, str(path))
+    assert message in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_at_the_limits_loads_in_both_readers(cli, tmp_path):
+    for i, module in enumerate((_Tagged("n" * MAX_STRING), _HighRank(MAX_RANK))):
+        path = tmp_path / f"m{i}.fsl"
+        fuselage.export(module, None, str(path))
+        result = verify(cli, path)
+        assert result.returncode == 0, result.stderr
+        assert isinstance(fuselage.to_torch(path), torch.fx.GraphModule)
