@@ -104,10 +104,11 @@ absl::StatusOr<int> CreateTemporaryNextTo(const std::string& target, std::string
 }
 
 // Writes `contents` to a fresh temporary next to `target`, makes it durable and renames it over
-// `target`. `mode`, if non-negative, is given to the new file (the permission bits of the file
-// it replaces). On any failure the temporary is removed and `target` is untouched.
-absl::Status ReplaceAtomically(const std::string& target, absl::string_view contents, int mode,
-                               const std::string& shown_path) {
+// `target`. `replaced`, if not null, is the file being replaced: the new one gets its
+// permission bits and, where allowed, its owner. On any failure the temporary is removed and
+// `target` is untouched.
+absl::Status ReplaceAtomically(const std::string& target, absl::string_view contents,
+                               const struct stat* replaced, const std::string& shown_path) {
   std::string temp_path;
   absl::StatusOr<int> created = CreateTemporaryNextTo(target, temp_path);
   if (!created.ok()) return created.status();
@@ -117,8 +118,15 @@ absl::Status ReplaceAtomically(const std::string& target, absl::string_view cont
     ::unlink(temp_path.c_str());
     return status;
   };
-  if (mode >= 0 && ::fchmod(*created, static_cast<mode_t>(mode)) != 0) {
-    return fail(ErrnoError(errno, "cannot set the mode of a temporary file for", shown_path));
+  if (replaced != nullptr) {
+    // Best effort: only root may give a file to another user, and a file of our own needs
+    // nothing. (Before fchmod: fchown may clear set-user-ID bits.)
+    if (replaced->st_uid != ::geteuid() || replaced->st_gid != ::getegid()) {
+      (void)::fchown(*created, replaced->st_uid, replaced->st_gid);
+    }
+    if (::fchmod(*created, replaced->st_mode & 07777) != 0) {
+      return fail(ErrnoError(errno, "cannot set the mode of a temporary file for", shown_path));
+    }
   }
   if (absl::Status written = WriteAll(*created, contents, shown_path); !written.ok()) {
     return fail(written);
@@ -213,7 +221,7 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   if (::stat(path.c_str(), &info) != 0) {
     // Nothing there yet (or a dangling symlink, which the rename replaces): a new file.
     if (errno != ENOENT) return ErrnoError(errno, "cannot write", path);
-    return ReplaceAtomically(path, contents, /*mode=*/-1, path);
+    return ReplaceAtomically(path, contents, /*replaced=*/nullptr, path);
   }
   if (S_ISDIR(info.st_mode)) {
     return absl::FailedPreconditionError(
@@ -231,7 +239,7 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
     if (resolved == nullptr) return ErrnoError(errno, "cannot resolve the symlink", path);
     target = resolved.get();
   }
-  return ReplaceAtomically(target, contents, static_cast<int>(info.st_mode & 07777), path);
+  return ReplaceAtomically(target, contents, &info, path);
 }
 
 }  // namespace fuselage

@@ -40,7 +40,8 @@ absl::StatusOr<size_t> ReadFileBoundedInto(const std::string& path, size_t max_b
 // close checked (so `-o /dev/full` is an error: ENOSPC). Errors name the path and the errno text.
 //
 // A symlink to a regular file is followed: its target is replaced (the link still points at
-// it) and keeps its permission bits; a new file gets 0666 less the umask.
+// it). A replaced file keeps its permission bits (and, where the caller may, its owner); a
+// new file gets 0666 less the umask.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 
 }  // namespace fuselage

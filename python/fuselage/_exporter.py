@@ -215,7 +215,13 @@ def _write_atomically(path, data):
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        # mkstemp creates 0600; keep the replaced file's mode, else the usual 0644.
+        # mkstemp creates 0600; keep the replaced file's mode (and, where allowed, owner),
+        # else the usual 0644.
+        if info is not None and (info.st_uid, info.st_gid) != (os.geteuid(), os.getegid()):
+            try:
+                os.chown(staged, info.st_uid, info.st_gid)
+            except OSError:
+                pass  # only root may give a file to another user
         os.chmod(staged, stat.S_IMODE(info.st_mode) if info is not None else 0o644)
         os.replace(staged, target)
     except BaseException as e:

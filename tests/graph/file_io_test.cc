@@ -135,6 +135,17 @@ TEST(WriteFileAtomically, ReplacesAnExistingFileKeepingItsMode) {
   ASSERT_EQ(::stat(path.c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 07777, 0640u);
   EXPECT_EQ(Entries(folder), std::set<std::string>{"model.bin"});
+
+  // Another user's file keeps its owner (only checkable where we may chown: as root).
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(path.c_str(), 4242, 4343), 0);
+    ASSERT_TRUE(WriteFileAtomically(path, "newer").ok());
+    ASSERT_EQ(::stat(path.c_str(), &info), 0);
+    EXPECT_EQ(info.st_uid, 4242u);
+    EXPECT_EQ(info.st_gid, 4343u);
+    EXPECT_EQ(info.st_mode & 07777, 0640u);
+    EXPECT_EQ(GetFile(path), "newer");
+  }
 }
 
 // A real write failure over an existing file, also as root: RLIMIT_FSIZE makes write() fail
