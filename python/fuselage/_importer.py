@@ -181,7 +181,7 @@ def to_torch(path):
     ModelFileError, naming the path and the node or module and field, for a missing,
     unreadable, truncated or malformed file, one past the C++ loader's limits
     (fuselage._limits), or one naming a module type or function PyTorch does not have."""
-    path = os.fspath(path)
+    path = os.fsdecode(path)  # str, bytes or os.PathLike
     model = _parse(path, _read_bytes(path))
     try:
         return from_proto(model)
