@@ -115,7 +115,10 @@ TEST(WriteFileAtomically, WritesANewFileAndLeavesNoTemporary) {
   EXPECT_EQ(GetFile(folder + "/out.bin"), "hello");
   EXPECT_EQ(Entries(folder), std::set<std::string>{"out.bin"});
   // A relative path (no folder part) works too.
-  const std::string cwd = ::getcwd(nullptr, 0);
+  char* cwd_buffer = ::getcwd(nullptr, 0);
+  ASSERT_NE(cwd_buffer, nullptr);
+  const std::string cwd = cwd_buffer;
+  std::free(cwd_buffer);
   ASSERT_EQ(::chdir(folder.c_str()), 0);
   const absl::Status relative = WriteFileAtomically("rel.txt", "r");
   ASSERT_EQ(::chdir(cwd.c_str()), 0);
