@@ -143,6 +143,43 @@ absl::Status ValidateFusedArity(const BackendPatternConfig& config,
   return absl::OkStatus();
 }
 
+// The children the fuser gives the fused module (FusionRule::ChildTypesFromPattern) must
+// be those its type holds (ModuleSchema::children): a part with no place in the type
+// would be silently dropped by its kernel, or break Verify after fusion.
+absl::Status ValidateFusedChildren(const BackendPatternConfig& config,
+                                   const ModuleSchemaRegistry& modules) {
+  const FusionRule& rule = config.rule;
+  const ModuleSchema* fused =
+      rule.fused_module_type.empty() ? nullptr : modules.Find(rule.fused_module_type);
+  if (fused == nullptr || fused->children.empty()) return absl::OkStatus();
+  const std::optional<std::vector<std::vector<Symbol>>> children = rule.ChildTypesFromPattern();
+  if (!children.has_value()) return absl::OkStatus();
+  bool fits = children->size() == fused->children.size();
+  for (size_t i = 0; fits && i < children->size(); ++i) {
+    const std::vector<std::string>& allowed = fused->children[i];
+    for (Symbol type : (*children)[i]) {
+      if (std::find(allowed.begin(), allowed.end(), type.name()) == allowed.end()) fits = false;
+    }
+  }
+  if (fits) return absl::OkStatus();
+  std::vector<std::string> got, expected;
+  for (const std::vector<Symbol>& types : *children) {
+    std::vector<std::string> names;
+    for (Symbol type : types) names.emplace_back(type.name());
+    got.push_back(absl::StrJoin(names, " or "));
+  }
+  for (const std::vector<std::string>& types : fused->children) {
+    expected.push_back(absl::StrJoin(types, " or "));
+  }
+  return EntryError(config, "fuser",
+                    absl::StrCat(FuserKindName(rule.fuser_kind), " of ",
+                                 rule.pattern.ToString(), " gives '",
+                                 rule.fused_module_type.name(), "' the children (",
+                                 absl::StrJoin(got, ", "), "), but it holds (",
+                                 absl::StrJoin(expected, ", "),
+                                 "); choose the fuser and fused module that fit the pattern"));
+}
+
 }  // namespace
 
 std::string PatternKey(const Pattern& pattern) {
@@ -187,7 +224,8 @@ absl::Status ValidateBackendPatternConfig(const BackendPatternConfig& config,
   }
   RETURN_IF_ERROR(
       ValidateModuleField(config, "fused_module", config.rule.fused_module_type, modules));
-  return ValidateFusedArity(config, modules);
+  RETURN_IF_ERROR(ValidateFusedArity(config, modules));
+  return ValidateFusedChildren(config, modules);
 }
 
 absl::Status BackendConfig::Add(BackendPatternConfig config,

@@ -13,7 +13,8 @@
 //    registered in the ModuleSchemaRegistry; every call_function is in the FunctionRegistry;
 //  - the root position and extra-input positions lie inside the pattern (root: an op
 //    position; extra inputs: MatchAllNode positions);
-//  - the fused module's input count fits the root's inputs plus the extra inputs;
+//  - the fused module's input count fits the root's inputs plus the extra inputs, and the
+//    children the fuser gives it are those its schema lists (ModuleSchema::children);
 //  - the dtype configs are coherent.
 // Each failure is an InvalidArgument naming the entry and the field; the config is left
 // unchanged.
