@@ -101,7 +101,8 @@ absl::Status CheckFields(const google::protobuf::Message& message, const std::st
             std::vector<std::string> names;
             for (int v = 0; v < type->value_count(); ++v) names.push_back(type->value(v)->name());
             return absl::InvalidArgumentError(absl::StrCat(
-                "field '", path, "': ", value, " is not a ", type->name(), "; expected one of ",
+                "field '", path, "': ", value, " is not a value of enum ", type->name(),
+                "; expected one of ",
                 absl::StrJoin(names, ", ")));
           }
           break;
