@@ -66,7 +66,7 @@ absl::Status AgreesWith(const std::optional<int64_t>& attribute, absl::string_vi
                         int64_t expected, absl::string_view what) {
   if (!attribute.has_value() || *attribute == expected) return absl::OkStatus();
   return FieldError(absl::StrCat("attribute '", name, "'"),
-                    absl::StrCat("is ", *attribute, " but ", what, " is ", expected));
+                    absl::StrCat("is ", *attribute, " but ", what, " ", expected));
 }
 
 // A bias, if present: rank 1 with `channels` entries.
@@ -178,9 +178,9 @@ absl::Status CheckLinear(const Module& m) {
                                                       "; expected [out_features, in_features]"));
   }
   RETURN_IF_ERROR(AgreesWith(in_features, "in_features", weight->shape()[1],
-                             absl::StrCat("weight ", weight->ShapeString(), " dim 1")));
+                             absl::StrCat("weight ", weight->ShapeString(), " has in features")));
   RETURN_IF_ERROR(AgreesWith(out_features, "out_features", weight->shape()[0],
-                             absl::StrCat("weight ", weight->ShapeString(), " dim 0")));
+                             absl::StrCat("weight ", weight->ShapeString(), " has out features")));
   return CheckBias(m, weight->shape()[0],
                    absl::StrCat("out features of weight ", weight->ShapeString()));
 }
