@@ -267,35 +267,10 @@ std::vector<std::vector<std::string>> BuiltinChildren(absl::string_view type) {
 
 absl::Status CheckModuleAgainstSchema(const Module& module, const ModuleSchema& schema,
                                       absl::string_view where) {
-  if (!schema.children.empty()) {
-    const auto& children = module.children();
-    bool fits = children.size() == schema.children.size();
-    for (size_t i = 0; fits && i < children.size(); ++i) {
-      const std::vector<std::string>& allowed = schema.children[i];
-      fits = children[i].first == absl::StrCat(i) &&
-             std::find(allowed.begin(), allowed.end(), children[i].second->type().name()) !=
-                 allowed.end();
-    }
-    if (!fits) {
-      std::vector<std::string> expected, got;
-      for (size_t i = 0; i < schema.children.size(); ++i) {
-        expected.push_back(absl::StrCat("'", i, "': ", absl::StrJoin(schema.children[i], " or ")));
-      }
-      for (const auto& [name, child] : children) {
-        got.push_back(absl::StrCat("'", name, "': ", child->type().name()));
-      }
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": children are (", absl::StrJoin(got, ", "), "); ", schema.type,
-          " expects (", absl::StrJoin(expected, ", "), ")"));
-    }
-  }
-  if (schema.check) {
-    const absl::Status status = schema.check(module);
-    if (!status.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", status.message()));
-    }
-  }
-  return absl::OkStatus();
+  if (!schema.check) return absl::OkStatus();
+  const absl::Status status = schema.check(module);
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", status.message()));
 }
 
 ModuleSchemaRegistry& ModuleSchemaRegistry::Global() {

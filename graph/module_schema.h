@@ -1,7 +1,8 @@
 // What the graph knows of each module type: how many positional inputs its forward takes,
 // which tensors it must carry, which children a fused module holds, and what its
 // attributes and tensors must satisfy (stride >= 1, a weight whose shape agrees with the
-// channels, ...). Verify() checks every module and every call_module against this, and a
+// channels, ...). Verify() checks every module and every call_module against this (all but
+// the children, which backend configs are checked against), and a
 // model file naming an unregistered type is rejected. A user adds a module type by
 // registering its schema here (and, if it must run, a kernel in runtime/).
 #ifndef FUSELAGE_GRAPH_MODULE_SCHEMA_H_
@@ -35,7 +36,9 @@ struct ModuleSchema {
   std::vector<std::string> required_tensors;  // e.g. {"weight"}
   // A fused module's children "0", "1", ... in order, each one of the listed types
   // (nni.ConvReLU2d: {{"nn.Conv2d", "nnqr.Conv2d"}, {"nn.ReLU"}}: a reference conv after
-  // convert). Empty: children are not constrained.
+  // convert). Empty: children are not constrained. Backend configs check their fusions
+  // against it (backend_configs/backend_config.h); Verify leaves a fused module's parts to
+  // its kernel, which reports a malformed one when it runs.
   std::vector<std::vector<std::string>> children;
   // Empty: no check beyond the above.
   ModuleFieldCheck check;
@@ -43,8 +46,8 @@ struct ModuleSchema {
   static constexpr int kAnyNumber = -1;
 };
 
-// Checks `module` against `schema`'s children and `check` (GraphModule::Verify checks the
-// required tensors itself, then calls this). Errors start with `where`
+// Checks `module` against `schema`'s `check` (GraphModule::Verify checks the required
+// tensors itself, then calls this for every module of the tree). Errors start with `where`
 // ("module 'layer1.0.conv' (nn.Conv2d)").
 absl::Status CheckModuleAgainstSchema(const Module& module, const ModuleSchema& schema,
                                       absl::string_view where);
