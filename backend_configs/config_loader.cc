@@ -64,15 +64,18 @@ bool IsSoundString(const std::string& s, int64_t max_length) {
 // Holds the strings and enums of `message` and of every message in it to what a model
 // file can carry: strings of at most `max_length` bytes and valid UTF-8 (protobuf's text
 // parser checks neither), enums one of their named values (proto3 keeps any number).
-// `prefix` is the dotted path of `message` ("" at the top, "dtype_config[0].input.").
+// `prefix` is the dotted path of `message` ("" at the top, "dtype_config[0].input.");
+// `skip`, if set, a field of `message` left out (checked separately).
 // InvalidArgument "field 'PATH': ...".
 absl::Status CheckFields(const google::protobuf::Message& message, const std::string& prefix,
-                         int64_t max_length) {
+                         int64_t max_length,
+                         const google::protobuf::FieldDescriptor* skip = nullptr) {
   using google::protobuf::FieldDescriptor;
   const google::protobuf::Reflection* reflection = message.GetReflection();
   std::vector<const FieldDescriptor*> fields;
   reflection->ListFields(message, &fields);
   for (const FieldDescriptor* field : fields) {
+    if (field == skip) continue;
     const int count = field->is_repeated() ? reflection->FieldSize(message, field) : 1;
     for (int i = 0; i < count; ++i) {
       const std::string path = field->is_repeated()
@@ -242,12 +245,11 @@ absl::StatusOr<BackendConfig> ParseBackendConfigText(absl::string_view text,
   // Every string and enum, before any is used: the file's own fields, then each entry's,
   // naming the entry by index (and by name once its name is known to be sound).
   const int64_t max_length = ModelLimits().max_string_length;
-  {
-    config::BackendConfigFile top = file;
-    top.clear_pattern();
-    const absl::Status status = CheckFields(top, "", max_length);
-    if (!status.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", status.message()));
-  }
+  const absl::Status top = CheckFields(
+      file, "", max_length,
+      config::BackendConfigFile::descriptor()->FindFieldByNumber(
+          config::BackendConfigFile::kPatternFieldNumber));
+  if (!top.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", top.message()));
   for (int i = 0; i < file.pattern_size(); ++i) {
     const absl::Status status = CheckFields(file.pattern(i), "", max_length);
     if (!status.ok()) {
