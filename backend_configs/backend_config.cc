@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/status_macros.h"
@@ -143,6 +144,25 @@ absl::Status ValidateFusedArity(const BackendPatternConfig& config,
   return absl::OkStatus();
 }
 
+// The reference quantized module replaces the root module, weights and attributes as
+// they are, so it must be that module's reference form: nn.Conv2d -> nnqr.Conv2d. (A
+// config saying nnqr.Conv3d for nn.Conv2d made convert write a Conv3d with 2-d weights.)
+// Checked for the built-in namespaces; a user's own types pair as their schemas allow.
+absl::Status ValidateReferenceModule(const BackendPatternConfig& config) {
+  if (config.root_module.empty() || config.reference_quantized_module.empty()) {
+    return absl::OkStatus();
+  }
+  const absl::string_view root = config.root_module.name();
+  const absl::string_view reference = config.reference_quantized_module.name();
+  if (!absl::StartsWith(root, "nn.") || !absl::StartsWith(reference, "nnqr.")) {
+    return absl::OkStatus();
+  }
+  if (root.substr(3) == reference.substr(5)) return absl::OkStatus();
+  return EntryError(config, "reference_quantized_module",
+                    absl::StrCat("'", reference, "' is not the reference form of root_module '",
+                                 root, "'; expected 'nnqr.", root.substr(3), "'"));
+}
+
 // The children the fuser gives the fused module (FusionRule::ChildTypesFromPattern) must
 // be those its type holds (ModuleSchema::children): a part with no place in the type
 // would be silently dropped by its kernel, or break Verify after fusion.
@@ -199,6 +219,7 @@ absl::Status ValidateBackendPatternConfig(const BackendPatternConfig& config,
   RETURN_IF_ERROR(ValidateModuleField(config, "root_module", config.root_module, modules));
   RETURN_IF_ERROR(ValidateModuleField(config, "reference_quantized_module",
                                       config.reference_quantized_module, modules));
+  RETURN_IF_ERROR(ValidateReferenceModule(config));
   for (size_t i = 0; i < config.dtype_configs.size(); ++i) {
     const absl::Status status =
         config.dtype_configs[i].Validate(absl::StrCat("dtype_configs[", i, "]"));

@@ -387,5 +387,20 @@ TEST(ConfigLoader, SyntaxErrorsAreNotLogged) {
   EXPECT_EQ(*DeclaredBackendBase("base: \"fbgemm\"", "v"), "fbgemm");
 }
 
+// Found by config_fusion_fuzz (corpus regress-reference-conv3d-for-conv2d.textproto):
+// nnqr.Conv3d as the reference of nn.Conv2d loaded, and convert then wrote a Conv3d
+// holding a 2-d conv's weights, which Verify refuses.
+TEST(ConfigLoader, ReferenceModuleMustBeTheRootsReferenceForm) {
+  ExpectInvalid(LoadEntry(R"pb(name: "car" pattern: "nni.ConvAddReLU2d" replace: true
+                               root_module: "Conv2d" reference_quantized_module: "Conv3d")pb"),
+                {"pattern[0]", "'car'", "field 'reference_quantized_module'",
+                 "'nnqr.Conv3d' is not the reference form of root_module 'nn.Conv2d'",
+                 "expected 'nnqr.Conv2d'"});
+  const absl::StatusOr<BackendConfig> fits =
+      LoadEntry(R"pb(name: "car" pattern: "nni.ConvAddReLU2d" replace: true
+                     root_module: "Conv2d" reference_quantized_module: "Conv2d")pb");
+  EXPECT_TRUE(fits.ok()) << fits.status();
+}
+
 }  // namespace
 }  // namespace fuselage
