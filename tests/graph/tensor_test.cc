@@ -477,12 +477,12 @@ TEST(TensorFactoryTest, UninitializedRejectsNegativeDims) {
 }
 
 TEST(TensorFactoryTest, UninitializedRejectsTooManyElements) {
-  // 2^16 * 2^16 = 2^32 elements, past kMaxElements = 2^31. (Checked before allocating.)
+  // 2^16 * 2^16 = 2^32 elements, past kMaxElements = 2^28. (Checked before allocating.)
   auto t = Tensor::Uninitialized(DType::kQInt8, {int64_t{1} << 16, int64_t{1} << 16});
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(t.status().message()),
-              HasSubstr("shape [65536, 65536] has more than 2147483648 elements"));
+              HasSubstr("shape [65536, 65536] has more than 268435456 elements"));
 }
 
 TEST(TensorFactoryTest, UninitializedRejectsDTypesWithoutStorage) {
