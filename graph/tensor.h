@@ -389,8 +389,8 @@ class Tensor {
   TensorBuffer* buffer_ = nullptr;  // One reference owned; null when nbytes() == 0.
 };
 
-// Element count of `shape`, or an error for a negative dimension or a count past
-// Tensor::kMaxElements (checked without overflow).
+// Element count of `shape`, or an error for a negative dimension, a dimension or a count
+// past Tensor::kMaxElements (checked without overflow).
 absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape);
 
 }  // namespace fuselage
