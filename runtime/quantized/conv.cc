@@ -82,6 +82,15 @@ absl::StatusOr<ConvAccumulators> Accumulate(absl::string_view op, const Tensor& 
   const int64_t depth = group_in_c * k_h * k_w;
   RETURN_IF_ERROR(ExpectAccumulatorFits(depth, op));
 
+  // The accumulators (one per output element) and one group's columns are allocated
+  // below: both bounded like any tensor first, so a padding that makes a huge output is
+  // an error, not a failed allocation.
+  const std::vector<int64_t> accumulators = {batch, out_c, out_h, out_w};
+  const std::vector<int64_t> column_scratch = {depth, out_h * out_w};
+  for (const std::vector<int64_t>* size : {&accumulators, &column_scratch}) {
+    absl::Status fits = CheckedNumel(*size).status();
+    if (!fits.ok()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", fits.message()));
+  }
   ConvAccumulators out;
   out.shape = {batch, out_c, out_h, out_w};
   out.weight_scales = PerOutputChannel(qweight.qparams().scales, out_c);
