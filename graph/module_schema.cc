@@ -265,8 +265,47 @@ std::vector<std::vector<std::string>> BuiltinChildren(absl::string_view type) {
 
 }  // namespace
 
+namespace {
+
+std::string ChildrenText(const ModuleSchema& schema) {
+  std::vector<std::string> parts;
+  for (const auto& allowed : schema.children) parts.push_back(absl::StrJoin(allowed, " | "));
+  return absl::StrJoin(parts, ", ");
+}
+
+absl::Status CheckFusedChildren(const Module& module, const ModuleSchema& schema,
+                                absl::string_view where) {
+  if (schema.children.empty()) return absl::OkStatus();
+  const auto& children = module.children();
+  if (children.size() != schema.children.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": has ", children.size(), " children; a ", schema.type, " holds ",
+        schema.children.size(), " (", ChildrenText(schema), ")"));
+  }
+  for (size_t i = 0; i < children.size(); ++i) {
+    const auto& [name, child] = children[i];
+    const std::vector<std::string>& allowed = schema.children[i];
+    if (name != absl::StrCat(i)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": child ", i, " is named '", name,
+                                                     "'; expected '", i, "'"));
+    }
+    if (std::find(allowed.begin(), allowed.end(), child->type().name()) == allowed.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": child '", name, "' is a ", child->type().name(), "; expected ",
+          absl::StrJoin(allowed, " or ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckModuleAgainstSchema(const Module& module, const ModuleSchema& schema,
                                       absl::string_view where) {
+  // A fused module's kernel runs the parts it knows (ConvAddReLU2d: child "0" and its own
+  // relu), so any other part would be skipped silently: a batch norm as a second child
+  // would simply not run.
+  RETURN_IF_ERROR(CheckFusedChildren(module, schema, where));
   if (!schema.check) return absl::OkStatus();
   const absl::Status status = schema.check(module);
   if (status.ok()) return status;

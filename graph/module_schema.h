@@ -37,8 +37,8 @@ struct ModuleSchema {
   // A fused module's children "0", "1", ... in order, each one of the listed types
   // (nni.ConvReLU2d: {{"nn.Conv2d", "nnqr.Conv2d"}, {"nn.ReLU"}}: a reference conv after
   // convert). Empty: children are not constrained. Backend configs check their fusions
-  // against it (backend_configs/backend_config.h); Verify leaves a fused module's parts to
-  // its kernel, which reports a malformed one when it runs.
+  // against it (backend_configs/backend_config.h), and Verify checks every module of a
+  // tree against it: count, names and types.
   std::vector<std::vector<std::string>> children;
   // Empty: no check beyond the above.
   ModuleFieldCheck check;
@@ -46,7 +46,8 @@ struct ModuleSchema {
   static constexpr int kAnyNumber = -1;
 };
 
-// Checks `module` against `schema`'s `check` (GraphModule::Verify checks the required
+// Checks `module`'s children against `schema.children`, then against `schema`'s `check`
+// (GraphModule::Verify checks the required
 // tensors itself, then calls this for every module of the tree). Errors start with `where`
 // ("module 'layer1.0.conv' (nn.Conv2d)").
 absl::Status CheckModuleAgainstSchema(const Module& module, const ModuleSchema& schema,

@@ -187,6 +187,7 @@ TEST_F(FloatKernelsTest, FusedModulesRunTheirChildren) {
   // ConvAddReLU2d(conv w=3) on ([1, -3], [1, 1]) = relu([4, -8]) = [4, 0].
   auto add_relu = std::make_unique<Module>("nni.ConvAddReLU2d");
   add_relu->SetChild("0", Conv1x1(3));
+  add_relu->SetChild("1", std::make_unique<Module>("nn.ReLU"));
   GraphModule gm;
   ASSERT_TRUE(gm.SetModule("cr", std::move(fused)).ok());
   ASSERT_TRUE(gm.SetModule("car", std::move(add_relu)).ok());
@@ -221,7 +222,9 @@ TEST_F(FloatKernelsTest, MalformedFusedModulesAreErrors) {
   Node* a = *gm.graph().AddCallModule("a", {x});
   ASSERT_TRUE(gm.graph().SetOutput(a).ok());
   auto error = RunGraph(gm, {Tensor::FromFloats({1, 1, 1, 1}, {1})});
-  EXPECT_THAT(error.status().message(), HasSubstr("found no child \"0\""));
+  // Refused before anything runs (Verify checks a fused module's parts against its
+  // schema), with the count expected.
+  EXPECT_THAT(error.status().message(), HasSubstr("has 0 children; a nni.LinearReLU holds 2"));
 
   GraphModule gm2;
   ASSERT_TRUE(gm2.SetModule("b", gm.root().FindChild("b")->Clone()).ok());
@@ -229,7 +232,26 @@ TEST_F(FloatKernelsTest, MalformedFusedModulesAreErrors) {
   Node* b = *gm2.graph().AddCallModule("b", {y});
   ASSERT_TRUE(gm2.graph().SetOutput(b).ok());
   auto error2 = RunGraph(gm2, {Tensor::FromFloats({1, 1, 1, 1}, {1})});
-  EXPECT_THAT(error2.status().message(), HasSubstr("expected nn.ReLU"));
+  EXPECT_THAT(error2.status().message(), HasSubstr("child '1' is a nn.Identity; expected nn.ReLU"));
+}
+
+// A part the fused kernel does not run is refused, not skipped: a ConvAddReLU2d holding
+// (conv, bn, relu), as a WRAP_IN_SEQUENCE fuser of conv-bn-add-relu would build it, would
+// otherwise run conv + add + relu with the batch norm silently left out.
+TEST_F(FloatKernelsTest, AFusedModuleWithAPartItsKernelWouldSkipIsRefused) {
+  auto fused = std::make_unique<Module>("nni.ConvAddReLU2d");
+  fused->SetChild("0", Conv1x1(3));
+  fused->SetChild("1", std::make_unique<Module>("nn.BatchNorm2d"));
+  fused->SetChild("2", std::make_unique<Module>("nn.ReLU"));
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("car", std::move(fused)).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* extra = *gm.graph().AddPlaceholder("extra");
+  Node* car = *gm.graph().AddCallModule("car", {x, extra});
+  ASSERT_TRUE(gm.graph().SetOutput(car).ok());
+  const absl::Status verified = gm.Verify();
+  EXPECT_EQ(verified.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(verified.message(), HasSubstr("module 'car' (nni.ConvAddReLU2d): has 3 children"));
 }
 
 TEST_F(FloatKernelsTest, UnsupportedOptionsAreUnimplemented) {
