@@ -299,6 +299,8 @@ Node* Graph::NewNode(OpKind op, Symbol target, std::string name) {
   uint32_t index;
   void* slot = arena_.Allocate(&index);
   Node* node = new (slot) Node(this, index, op, target, std::move(name));
+  // A new call_module node has no cached type yet: make this model's caches stale.
+  if (op == OpKind::kCallModule) module_bindings_.InvalidateBindings();
   CountCaller(node);
   return node;
 }
@@ -497,7 +499,7 @@ bool Graph::StillTaken(uint32_t hash, uint64_t taken_at) const {
 // probe of a free one also indexes it (lazy_emplace), and a suffix-less hint's hash also
 // finds its counter. Two proofs skip probes whose outcome they know (so the name is the
 // same): that the hint itself is taken (base_taken) and that base_<last> is (taken).
-Graph::SuffixCounter* Graph::FindCounterPastBits(HashedName key) const {
+Graph::SuffixCounter* Graph::FindCounterPastBits(HashedName key) {
   CounterCacheEntry& cached = counter_cache_[key.hash % kCounterCacheSize];
   if (cached.counter != nullptr && cached.hash == key.hash && *cached.key == key.text) {
     return cached.counter;
@@ -509,7 +511,7 @@ Graph::SuffixCounter* Graph::FindCounterPastBits(HashedName key) const {
 }
 
 template <typename ClaimFn>
-void Graph::MakeUnique(NameChars* name, ClaimFn&& claim, bool takes_name) const {
+void Graph::MakeUnique(NameChars* name, ClaimFn&& claim, bool takes_name) {
   const uint32_t hint_hash = NameHashOf(View(*name));
   SuffixCounter* const hint_counter = FindCounter(HashedName{View(*name), hint_hash});
   // "Taken by a node", proven or probed (the node's own old name does not count: it is
@@ -568,7 +570,7 @@ void Graph::MakeUnique(NameChars* name, ClaimFn&& claim, bool takes_name) const 
   }
 }
 
-std::string Graph::UniqueName(absl::string_view hint) const {
+std::string Graph::UniqueName(absl::string_view hint) {
   NameChars name(hint.size());
   Sanitize(hint, &name);
   MakeUnique(
@@ -888,7 +890,7 @@ void Graph::Retarget(Node* node, OpKind op, Symbol target) {
   node->op_ = op;
   node->target_ = target;
   CountCaller(node);
-  InvalidateModuleBindings();  // A retargeted call_module node calls another module.
+  module_bindings_.InvalidateBindings();  // A retargeted call_module node calls another module.
 }
 
 void Graph::GrowCallers(uint32_t id) {

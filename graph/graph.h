@@ -32,6 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "graph/argument.h"
+#include "graph/module_binding.h"
 #include "graph/node.h"
 #include "graph/node_arena.h"
 #include "graph/symbol.h"
@@ -336,8 +337,16 @@ class Graph {
     return target.id() < callers_.size() ? static_cast<int>(callers_[target.id()]) : 0;
   }
 
+  // This model's module-binding generations (graph/module_binding.h): GraphModule's caches
+  // and the modules of its tree read and bump them; node creation and retargeting of
+  // call_module nodes bump the binding generation here.
+  ModuleBindingGenerations& module_bindings() { return module_bindings_; }
+  const ModuleBindingGenerations& module_bindings() const { return module_bindings_; }
+
   // A name not yet used in this graph, derived from `hint` as FX does ("add" -> "add_1").
-  std::string UniqueName(absl::string_view hint) const;
+  // Not const: it advances the per-hint suffix counters (graph/NAMING.md) that keep
+  // naming O(1), so it is an edit for the threading contract (graph/graph_module.h).
+  std::string UniqueName(absl::string_view hint);
 
  private:
   friend class GraphBuilder;
@@ -373,7 +382,7 @@ class Graph {
   // with claim(HashedName) -> graph_internal::Claim until one is kClaimed. `takes_name`:
   // the caller takes the free candidate (false: UniqueName only computes it).
   template <typename ClaimFn>
-  void MakeUnique(graph_internal::NameChars* name, ClaimFn&& claim, bool takes_name) const;
+  void MakeUnique(graph_internal::NameChars* name, ClaimFn&& claim, bool takes_name);
   // Constructs a node in the arena / destroys one and returns its slot.
   Node* NewNode(OpKind op, Symbol target, std::string name);
   void DestroyNode(Node* node);
@@ -383,6 +392,7 @@ class Graph {
   NodeArena arena_{sizeof(Node), alignof(Node)};
   Node* head_ = nullptr;
   Node* tail_ = nullptr;
+  ModuleBindingGenerations module_bindings_;
   Node* output_ = nullptr;
   size_t size_ = 0;
   // graph_internal::NameHashOf of a name, or the hash a HashedName already holds: the
@@ -422,21 +432,21 @@ class Graph {
   // A bit per counter key's hash (bit hash >> 26): a clear bit proves a hint has no counter
   // without probing next_suffix_ (an explicit free name, as prepare's observers have).
   static uint64_t CounterBit(uint32_t hash) { return uint64_t{1} << (hash >> 26); }
-  mutable uint64_t counter_bits_ = 0;
+  uint64_t counter_bits_ = 0;
   // Every name leaving the index passes here (EraseFromNameIndex: Erase, Rename).
   void NoteNameFreed(uint32_t hash) {
     freed_hashes_[names_freed_ % kFreedWindow] = hash;
     ++names_freed_;
   }
-  mutable absl::flat_hash_map<std::string, SuffixCounter, NameHash, NameEqual> next_suffix_;
+  absl::flat_hash_map<std::string, SuffixCounter, NameHash, NameEqual> next_suffix_;
   // The counter of `key` (its hash in key.hash), or nullptr: counter_bits_ (inline: most
   // explicit names, as prepare's observers have, stop there), then the cache below, then
   // next_suffix_ (FindCounterPastBits).
-  SuffixCounter* FindCounter(HashedName key) const {
+  SuffixCounter* FindCounter(HashedName key) {
     if ((counter_bits_ & CounterBit(key.hash)) == 0) return nullptr;
     return FindCounterPastBits(key);
   }
-  SuffixCounter* FindCounterPastBits(HashedName key) const;
+  SuffixCounter* FindCounterPastBits(HashedName key);
   // The counters found last, one per key hash % kCounterCacheSize: a pass names its nodes
   // from a few hints in turn (convert: "quantize_per_tensor", "dequantize"), and a hit is a
   // compare of the key instead of a probe of next_suffix_ (~100 instructions). Pointers
@@ -448,7 +458,7 @@ class Graph {
     SuffixCounter* counter = nullptr;
   };
   static constexpr uint32_t kCounterCacheSize = 4;
-  mutable CounterCacheEntry counter_cache_[kCounterCacheSize];
+  CounterCacheEntry counter_cache_[kCounterCacheSize];
   // The hashes of the last kFreedWindow names freed, and how many names were ever freed.
   static constexpr uint64_t kFreedWindow = 8;
   uint64_t names_freed_ = 0;
