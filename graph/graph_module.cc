@@ -165,7 +165,7 @@ Symbol GraphModule::ResolveModuleType(const Node* node) const {
 }
 
 void GraphModule::ResolveModuleTypes() const {
-  absl::MutexLock lock(&resolve_mu_);
+  std::lock_guard<std::mutex> lock(resolve_mu_);
   // Read before resolving: an edit during the walk (a data race the API does not allow
   // anyway) then leaves the caches marked stale rather than wrongly current.
   const uint64_t generation = bindings().binding();
@@ -539,7 +539,7 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
 }
 
 void GraphModule::KeepPathTableAfterRemoving(absl::Span<const PathToRemove> paths) {
-  absl::MutexLock lock(&resolve_mu_);
+  std::lock_guard<std::mutex> lock(resolve_mu_);
   // Every other module keeps its path and address (EraseChildrenAt moves the owning
   // pointers, not the modules): only the removed paths' slots, if any, change.
   for (const PathToRemove& path : paths) {

@@ -1,11 +1,29 @@
 // GraphModule: what a pass works on — a Graph plus the module tree its call_module and
 // get_attr nodes refer to (torch.fx.GraphModule without generated code).
+//
+// Threading contract (issue #22; tests/graph/threading_test runs it under ThreadSanitizer):
+//  - Different models may be used on different threads at once, each in any way (load,
+//    fuse, prepare, calibrate, convert, lower, save): models share no mutable state. Each
+//    model keeps its own caches and generations (graph/module_binding.h); what is
+//    process-wide is thread-safe: interned symbols (graph/symbol.h), the schema and
+//    function registries, shared tensor buffers and node meta blocks (atomic counts).
+//  - One model may be read by several threads at once: every const method of GraphModule,
+//    Graph, Node and Module (FindModule, ModuleOf, ModuleTypeOf, ResolveModuleTypes,
+//    FindTensor, Verify, Clone, walking nodes and users), and the passes that take a const
+//    GraphModule& (PatternMatcher::FindMatches / Explain, the printer, Save). The caches
+//    the readers fill (ResolveModuleTypes) are filled under a lock, into tables no reader
+//    reads until they are published.
+//  - An edit of a model (any non-const method, e.g. Graph::SetArgs, UniqueName,
+//    SetModule, a pass that takes a GraphModule&, an edit of a Module of its tree) must
+//    not run at the same time as anything else on that model: the caller orders edits and
+//    reads of one model (one thread at a time, or a lock or join between them).
 #ifndef FUSELAGE_GRAPH_GRAPH_MODULE_H_
 #define FUSELAGE_GRAPH_GRAPH_MODULE_H_
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -13,7 +31,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "graph/graph.h"
 #include "graph/module.h"
@@ -164,7 +181,9 @@ class GraphModule {
   // The module-binding generation at which every call_module node's cached type was last
   // resolved; 0: never. Written under resolve_mu_, read without it.
   mutable std::atomic<uint64_t> resolved_generation_{0};
-  mutable absl::Mutex resolve_mu_;
+  // A std::mutex (pthread), which ThreadSanitizer sees: Debian's Abseil is not
+  // instrumented, so an absl::Mutex's ordering would be invisible to it.
+  mutable std::mutex resolve_mu_;
   // The module type of each call_module node (its symbol; empty if its target does not
   // resolve), indexed by Node::index(), as ResolveModuleTypes() last filled it. Written
   // under resolve_mu_ only while stale (readers do not read it then), read without it.
