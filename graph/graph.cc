@@ -16,6 +16,8 @@
 #include "graph/status_macros.h"
 
 namespace fuselage {
+
+using graph_internal::CountUseListSteps;
 namespace {
 
 constexpr uint64_t kKeySpacing = uint64_t{1} << 20;
@@ -271,8 +273,19 @@ const Kwargs& Node::EmptyKwargs() {
 
 std::vector<Node*> Node::InputNodes() const {
   std::vector<Node*> inputs;
+  // Past a few inputs a set dedups them (a linear search per use made an output of 10^5
+  // values quadratic); below, the search over a handful is cheaper than hashing.
+  constexpr size_t kSearchedLinearly = 16;
+  absl::flat_hash_set<const Node*> seen;
   ForEachInputUse([&](Node* n) {
-    if (std::find(inputs.begin(), inputs.end(), n) == inputs.end()) inputs.push_back(n);
+    if (inputs.size() < kSearchedLinearly) {
+      CountUseListSteps(inputs.size());
+      if (std::find(inputs.begin(), inputs.end(), n) == inputs.end()) inputs.push_back(n);
+      if (inputs.size() == kSearchedLinearly) seen.insert(inputs.begin(), inputs.end());
+      return;
+    }
+    CountUseListSteps(1);
+    if (seen.insert(n).second) inputs.push_back(n);
   });
   return inputs;
 }
@@ -306,6 +319,7 @@ Node* Graph::NewNode(OpKind op, Symbol target, std::string name) {
 }
 
 void Graph::DestroyNode(Node* node) {
+  ForgetWideUses(node);
   UncountCaller(node);
   const uint32_t index = node->index_;
   node->~Node();
@@ -349,13 +363,19 @@ void Graph::Unlink(Node* node) {
 // ---- Use-lists ----------------------------------------------------------------------
 
 void Graph::AddUsesOf(Node* user) {
+  // `user` is on no input's list when this starts (a new node, or after RemoveUsesOf), and
+  // only `user` is appended here: it is already on an input's list exactly if it is that
+  // list's last entry (appended for an earlier use of the same input). O(1) per use where
+  // a search of the list made 10^5 users of one node quadratic.
   user->ForEachInputUse([user](Node* input) {
     auto& users = input->users_;
-    if (std::find(users.begin(), users.end(), user) == users.end()) users.push_back(user);
+    CountUseListSteps(1);
+    if (users.empty() || users.back() != user) users.push_back(user);
   });
 }
 
 void Graph::RemoveUsesOf(Node* user) {
+  ForgetWideUses(user);  // its inputs are about to change
   user->ForEachInputUse([user](Node* input) { RemoveUser(input, user); });
 }
 
@@ -364,15 +384,25 @@ void Graph::RemoveUser(Node* input, const Node* user) {
   // the last one listed (the newest, or the only one): popped without a search and
   // without InlinedVector::erase's general shift.
   auto& users = input->users_;
+  CountUseListSteps(1);
   if (!users.empty() && users.back() == user) {
     users.pop_back();
     return;
   }
   const auto it = std::find(users.begin(), users.end(), user);
+  // The search, and the shift of the entries after the one erased.
+  CountUseListSteps(static_cast<uint64_t>(users.end() - users.begin()));
   if (it != users.end()) users.erase(it);
 }
 
 // ---- Names --------------------------------------------------------------------------
+
+namespace {
+thread_local uint64_t use_list_steps = 0;
+}  // namespace
+
+uint64_t graph_internal::UseListSteps() { return use_list_steps; }
+void graph_internal::CountUseListSteps(uint64_t steps) { use_list_steps += steps; }
 
 uint32_t graph_internal::NameHashOf(absl::string_view name) {
   // Words of 8 bytes (the last one overlapping when the size is not a multiple of 8),
@@ -949,6 +979,49 @@ absl::Status Graph::SetMeta(Node* node, NodeMeta meta) {
   return absl::OkStatus();
 }
 
+void Graph::ForgetWideUses(const Node* user) {
+  if (!wide_uses_.empty()) wide_uses_.erase(user);
+}
+
+Graph::WideUses* Graph::WideUsesOf(Node* user) {
+  // Below this many node references a scan of the args is as cheap as the index.
+  constexpr size_t kWideUser = 32;
+  if (auto it = wide_uses_.find(user); it != wide_uses_.end()) return it->second.get();
+  if (user->kwargs_ != nullptr) {
+    for (const Kwarg& kw : *user->kwargs_) {
+      if (kw.second.ContainsNode()) return nullptr;
+    }
+  }
+  size_t refs = 0;
+  for (const Argument& a : user->args_) {
+    if (a.is_node()) {
+      ++refs;
+    } else if (a.is_list()) {
+      for (const Argument& item : a.items()) {
+        if (item.is_list() && item.ContainsNode()) return nullptr;  // nested: not indexed
+        refs += item.is_node();
+      }
+      if (a.items().size() >= (size_t{1} << WideUses::kItemBits) - 1) return nullptr;
+    }
+  }
+  if (refs < kWideUser) return nullptr;
+  auto index = std::make_unique<WideUses>();
+  for (size_t i = 0; i < user->args_.size(); ++i) {
+    const Argument& a = user->args_[i];
+    const uint64_t base = uint64_t{i} << WideUses::kItemBits;
+    if (a.is_node()) {
+      index->slots[a.as_node()].push_back(base);
+    } else if (a.is_list()) {
+      const auto items = a.items();
+      for (size_t k = 0; k < items.size(); ++k) {
+        if (items[k].is_node()) index->slots[items[k].as_node()].push_back(base | (k + 1));
+      }
+    }
+  }
+  CountUseListSteps(refs);
+  return wide_uses_.emplace(user, std::move(index)).first->second.get();
+}
+
 absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement) {
   if (old_node == nullptr || replacement == nullptr || old_node->graph_ != this ||
       replacement->graph_ != this) {
@@ -959,8 +1032,12 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
     return absl::InvalidArgumentError("ReplaceAllUsesWith: the output node cannot be used");
   }
   absl::InlinedVector<Node*, 4> users;
+  bool replacement_uses_old = false;
   for (Node* user : old_node->users_) {
-    if (user == replacement) continue;  // Keeps its use: rewiring it would make a cycle.
+    if (user == replacement) {  // Keeps its use: rewiring it would make a cycle.
+      replacement_uses_old = true;
+      continue;
+    }
     if (!Precedes(replacement, user)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "ReplaceAllUsesWith('", old_node->name(), "', '", replacement->name(), "'): '",
@@ -969,8 +1046,10 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
     }
     users.push_back(user);
   }
+  CountUseListSteps(old_node->users_.size());
   // Slots that are the node itself are rewritten in place; only lists that contain it are
-  // rebuilt (they are shared and immutable); every other arg stays as it is.
+  // rebuilt (they are shared and immutable) or, for a wide user, written in place if not
+  // shared; every other arg stays as it is.
   auto swap = [&](Node* n) { return n == old_node ? replacement : n; };
   auto rewrite = [&](Argument& a) {
     if (a.is_node()) {
@@ -978,18 +1057,63 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
     } else if (a.is_list()) {
       bool contains = false;
       a.ForEachNode([&](Node* n) { contains = contains || n == old_node; });
+      CountUseListSteps(a.items().size());
       if (contains) a = a.MapNodes(swap);
     }
   };
-  for (Node* user : users) {
-    // Re-registered with all its inputs, as FX does: it moves to the end of their lists.
-    RemoveUsesOf(user);
-    for (Argument& a : user->args_) rewrite(a);
-    if (user->kwargs_ != nullptr) {
-      for (Kwarg& kw : *user->kwargs_) rewrite(kw.second);
+  // Which users `replacement` has already, so none is listed twice: a search of its list
+  // per rewired user while it is short, a set once it is long.
+  constexpr size_t kSearchedLinearly = 16;
+  absl::flat_hash_set<const Node*> replacement_users;
+  bool users_in_set = false;
+  const auto already_user = [&](const Node* user) {
+    const auto& list = replacement->users_;
+    if (!users_in_set && list.size() > kSearchedLinearly) {
+      replacement_users.insert(list.begin(), list.end());
+      CountUseListSteps(list.size());
+      users_in_set = true;
     }
-    AddUsesOf(user);
+    if (!users_in_set) {
+      CountUseListSteps(list.size());
+      return std::find(list.begin(), list.end(), user) != list.end();
+    }
+    CountUseListSteps(1);
+    return replacement_users.contains(user);
+  };
+  for (Node* user : users) {
+    if (WideUses* wide = WideUsesOf(user)) {
+      auto it = wide->slots.find(old_node);
+      if (it != wide->slots.end()) {
+        auto moved = std::move(it->second);
+        wide->slots.erase(it);
+        for (const uint64_t slot : moved) {
+          Argument& a = user->args_[slot >> WideUses::kItemBits];
+          const uint64_t item = slot & ((uint64_t{1} << WideUses::kItemBits) - 1);
+          if (item == 0) {
+            a = Argument(replacement);
+          } else {
+            a.SetListItem(item - 1, replacement);
+          }
+        }
+        CountUseListSteps(moved.size());
+        auto& to = wide->slots[replacement];
+        to.insert(to.end(), moved.begin(), moved.end());
+      }
+    } else {
+      for (Argument& a : user->args_) rewrite(a);
+      if (user->kwargs_ != nullptr) {
+        for (Kwarg& kw : *user->kwargs_) rewrite(kw.second);
+      }
+      CountUseListSteps(user->args_.size());
+    }
+    if (!already_user(user)) {
+      replacement->users_.push_back(user);
+      if (users_in_set) replacement_users.insert(user);
+    }
   }
+  // Every user but `replacement` was rewired: that is the whole list now.
+  old_node->users_.clear();
+  if (replacement_uses_old) old_node->users_.push_back(replacement);
   return static_cast<int>(users.size());
 }
 
@@ -1216,7 +1340,110 @@ std::vector<Node*> Graph::Nodes() const {
   return result;
 }
 
+namespace {
+
+// Verify's use-list questions, each linear overall: a node with few users or inputs is
+// searched as before; one with many (10^5 users of one node, an output of 10^5 values)
+// is answered from sets built once per Verify, only if some node needs them (a search per
+// use made Verify quadratic in a node's number of users).
+class EdgeChecker {
+ public:
+  explicit EdgeChecker(const Graph& graph) : graph_(graph) {}
+
+  // True if `user` is on `input`'s use-list.
+  bool Listed(const Node* input, const Node* user) {
+    const auto users = input->users();
+    if (users.size() <= kSearched) {
+      CountUseListSteps(users.size());
+      return std::find(users.begin(), users.end(), user) != users.end();
+    }
+    Build();
+    CountUseListSteps(1);
+    return listed_.contains(Edge(input, user));
+  }
+  // True if `user` reads `input` (in its args or kwargs).
+  bool Uses(const Node* user, const Node* input) {
+    if (!Wide(user)) {
+      bool uses = false;
+      size_t steps = 0;
+      const auto visit = [&](Node* n) {
+        uses = uses || n == input;
+        ++steps;
+      };
+      for (const Argument& a : user->args()) a.ForEachNode(visit);
+      for (const Kwarg& kw : user->kwargs()) kw.second.ForEachNode(visit);
+      CountUseListSteps(steps);
+      return uses;
+    }
+    Build();
+    CountUseListSteps(1);
+    return used_.contains(Edge(input, user));
+  }
+  // True if users()[i] of `node` is also one of its users before i.
+  bool ListedBefore(const Node* node, size_t i) {
+    const auto users = node->users();
+    if (users.size() <= kSearched) {
+      CountUseListSteps(i);
+      return std::find(users.begin(), users.begin() + static_cast<std::ptrdiff_t>(i),
+                       users[i]) != users.begin() + static_cast<std::ptrdiff_t>(i);
+    }
+    if (i == 0) seen_.clear();
+    CountUseListSteps(1);
+    return !seen_.insert(users[i]).second;
+  }
+
+ private:
+  static constexpr size_t kSearched = 16;
+  static uint64_t Edge(const Node* input, const Node* user) {
+    return uint64_t{input->index()} << 32 | user->index();
+  }
+  // More than kSearched node references in args and kwargs.
+  static bool Wide(const Node* user) {
+    size_t refs = 0;
+    for (const Argument& a : user->args()) {
+      if (CountRefs(a, &refs)) return true;
+    }
+    for (const Kwarg& kw : user->kwargs()) {
+      if (CountRefs(kw.second, &refs)) return true;
+    }
+    return false;
+  }
+  // Adds `a`'s node references to *refs, stopping (true) once past kSearched.
+  static bool CountRefs(const Argument& a, size_t* refs) {
+    if (a.is_node()) return ++*refs > kSearched;
+    if (!a.is_list()) return false;
+    for (const Argument& item : a.items()) {
+      if (CountRefs(item, refs)) return true;
+    }
+    return false;
+  }
+  void Build() {
+    if (built_) return;
+    built_ = true;
+    size_t budget = graph_.size() + 1;  // links Verify has not checked yet may loop
+    for (const Node* n = graph_.first(); n != nullptr && budget-- > 0; n = n->next()) {
+      for (const Node* user : n->users()) listed_.insert(Edge(n, user));
+      for (const Argument& a : n->args()) {
+        a.ForEachNode([&](Node* input) { used_.insert(Edge(input, n)); });
+      }
+      for (const Kwarg& kw : n->kwargs()) {
+        kw.second.ForEachNode([&](Node* input) { used_.insert(Edge(input, n)); });
+      }
+      CountUseListSteps(n->num_users() + 1);
+    }
+  }
+
+  const Graph& graph_;
+  bool built_ = false;
+  absl::flat_hash_set<uint64_t> listed_;  // (input, user) for every use-list entry
+  absl::flat_hash_set<uint64_t> used_;    // (input, user) for every use in args/kwargs
+  absl::flat_hash_set<const Node*> seen_;  // ListedBefore: the users of one node so far
+};
+
+}  // namespace
+
 absl::Status Graph::Verify() const {
+  EdgeChecker edges(*this);
   size_t count = 0;
   const Node* prev = nullptr;
   Node* outputs_seen = nullptr;
@@ -1274,8 +1501,7 @@ absl::Status Graph::Verify() const {
             "', which does not come before it: the order is not topological"));
       } else if (input->op_ == OpKind::kOutput) {
         status = absl::InvalidArgumentError(absl::StrCat(where(), " uses the output node"));
-      } else if (std::find(input->users_.begin(), input->users_.end(), n) ==
-                 input->users_.end()) {
+      } else if (!edges.Listed(input, n)) {
         status = absl::InternalError(absl::StrCat(
             where(), " uses '", input->name_, "' but is missing from its users"));
       }
@@ -1284,14 +1510,11 @@ absl::Status Graph::Verify() const {
     // Every listed user really uses this node, and is listed once.
     for (size_t i = 0; i < n->users_.size(); ++i) {
       const Node* user = n->users_[i];
-      bool uses = false;
-      user->ForEachInputUse([&](Node* input) { uses = uses || input == n; });
-      if (!uses) {
+      if (!edges.Uses(user, n)) {
         return absl::InternalError(absl::StrCat(where(), " lists '", user->name_,
                                                 "' as a user, but it does not use it"));
       }
-      if (std::find(n->users_.begin(), n->users_.begin() + static_cast<std::ptrdiff_t>(i),
-                    user) != n->users_.begin() + static_cast<std::ptrdiff_t>(i)) {
+      if (edges.ListedBefore(n, i)) {
         return absl::InternalError(absl::StrCat(where(), " lists user '", user->name_, "' twice"));
       }
     }

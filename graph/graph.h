@@ -173,6 +173,12 @@ class NameIndex {
   size_t mask_ = 0;  // capacity - 1 (a power of two), 0 while there is no table
   size_t size_ = 0;
 };
+// A count, per thread, of the use-list and arg-list elements the graph's use-list upkeep
+// visited (compared, moved or rewritten): what tests/graph/users_cost_test reads to show
+// that the upkeep is linear in a node's number of users and inputs, without a clock.
+// Counting costs one add per operation on a thread-local word.
+uint64_t UseListSteps();
+void CountUseListSteps(uint64_t steps);
 // What probing a candidate name found (Graph's naming, graph.cc).
 enum class Claim {
   kClaimed,      // free (and taken by the node being named, if any)
@@ -258,6 +264,12 @@ class Graph {
   // user of `old_node`, it remains a user of `old_node`, to avoid introducing a cycle
   // (XLA's rule). Fails, changing nothing, if `replacement` does not precede every user
   // it would gain, or belongs to another graph.
+  // Costs O(users of old_node + users of replacement + the slots rewritten), whatever the
+  // users' other inputs: unlike SetArgs, a rewired user is not re-registered with its
+  // other inputs (their user lists keep their order), and it joins the end of
+  // `replacement`'s list unless it is there already. A user with many node args (an
+  // output tuple of 10^5 values) is rewritten in place through an index of where each
+  // input occurs in it, so replacing its inputs one by one stays linear.
   absl::StatusOr<int> ReplaceAllUsesWith(Node* old_node, Node* replacement);
 
   // Moves `node` to just before `anchor`. Fails, changing nothing, if the move would
@@ -366,6 +378,22 @@ class Graph {
   void Renumber();
   void AddUsesOf(Node* user);
   void RemoveUsesOf(Node* user);
+  // Where each input occurs in the top-level args of a user with many node references
+  // (ReplaceAllUsesWith's index; graph.cc). Built on the first ReplaceAllUsesWith that
+  // rewires such a user, kept through the rewrites it does itself, and dropped whenever the
+  // user's inputs change any other way (every such change passes RemoveUsesOf) or the user
+  // is destroyed.
+  // Per input, its slots: (arg index << kItemBits) | (list item + 1), or
+  // arg index << kItemBits for the arg itself.
+  struct WideUses {
+    static constexpr int kItemBits = 24;
+    absl::flat_hash_map<const Node*, absl::InlinedVector<uint64_t, 1>> slots;
+  };
+  absl::flat_hash_map<const Node*, std::unique_ptr<WideUses>> wide_uses_;
+  void ForgetWideUses(const Node* user);
+  // The index of `user`, built if needed; nullptr if it has few node references or some
+  // that no index entry can name (a node in a nested list or in kwargs).
+  WideUses* WideUsesOf(Node* user);
   // Takes `user` off `input`'s use-list, where it is listed at most once.
   static void RemoveUser(Node* input, const Node* user);
   using HashedName = graph_internal::HashedName;
