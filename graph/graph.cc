@@ -370,6 +370,8 @@ void Graph::AddUsesOf(Node* user) {
   user->ForEachInputUse([user](Node* input) {
     auto& users = input->users_;
     CountUseListSteps(1);
+    // users_ holds no dropped entries once no user is left (RemoveUser), so back() is a
+    // live user whenever the list is not empty.
     if (users.empty() || users.back() != user) users.push_back(user);
   });
 }
@@ -382,17 +384,40 @@ void Graph::RemoveUsesOf(Node* user) {
 void Graph::RemoveUser(Node* input, const Node* user) {
   // A user is listed once; a repeated use finds it gone already. The user is most often
   // the last one listed (the newest, or the only one): popped without a search and
-  // without InlinedVector::erase's general shift.
+  // without InlinedVector::erase's general shift. The first one (a pass replacing the
+  // users of a node with 10^5 of them in order) is dropped by moving the list's front:
+  // erasing it shifted the whole list, which made such a pass quadratic.
   auto& users = input->users_;
+  const size_t front = input->users_front_;
   CountUseListSteps(1);
-  if (!users.empty() && users.back() == user) {
+  if (users.size() == front) return;  // no user left
+  if (users.back() == user) {
     users.pop_back();
-    return;
+  } else if (users[front] == user) {
+    constexpr uint32_t kMaxFront = (1u << 24) - 1;
+    const size_t dropped = front + 1;
+    if (dropped < users.size() - dropped && dropped < kMaxFront) {
+      input->users_front_ = static_cast<uint32_t>(dropped);
+      return;
+    }
+    // As many dropped entries as live ones: compacting now costs what the drops saved.
+    CountUseListSteps(users.size());
+    users.erase(users.begin(), users.begin() + static_cast<std::ptrdiff_t>(dropped));
+    input->users_front_ = 0;
+  } else {
+    const auto begin = users.begin() + static_cast<std::ptrdiff_t>(front);
+    const auto it = std::find(begin, users.end(), user);
+    // The search, and the shift of the entries after the one erased.
+    CountUseListSteps(static_cast<uint64_t>(users.end() - begin));
+    if (it != users.end()) users.erase(it);
   }
-  const auto it = std::find(users.begin(), users.end(), user);
-  // The search, and the shift of the entries after the one erased.
-  CountUseListSteps(static_cast<uint64_t>(users.end() - users.begin()));
-  if (it != users.end()) users.erase(it);
+  // No user left: no dropped entries either, so users_.back() is always a live user.
+  if (users.size() == input->users_front_) ClearUsers(input);
+}
+
+void Graph::ClearUsers(Node* node) {
+  node->users_.clear();
+  node->users_front_ = 0;
 }
 
 // ---- Names --------------------------------------------------------------------------
@@ -1033,7 +1058,7 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
   }
   absl::InlinedVector<Node*, 4> users;
   bool replacement_uses_old = false;
-  for (Node* user : old_node->users_) {
+  for (Node* user : old_node->users()) {
     if (user == replacement) {  // Keeps its use: rewiring it would make a cycle.
       replacement_uses_old = true;
       continue;
@@ -1046,7 +1071,7 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
     }
     users.push_back(user);
   }
-  CountUseListSteps(old_node->users_.size());
+  CountUseListSteps(old_node->num_users());
   // Slots that are the node itself are rewritten in place; only lists that contain it are
   // rebuilt (they are shared and immutable) or, for a wide user, written in place if not
   // shared; every other arg stays as it is.
@@ -1067,7 +1092,7 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
   absl::flat_hash_set<const Node*> replacement_users;
   bool users_in_set = false;
   const auto already_user = [&](const Node* user) {
-    const auto& list = replacement->users_;
+    const auto list = replacement->users();
     if (!users_in_set && list.size() > kSearchedLinearly) {
       replacement_users.insert(list.begin(), list.end());
       CountUseListSteps(list.size());
@@ -1112,7 +1137,7 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
     }
   }
   // Every user but `replacement` was rewired: that is the whole list now.
-  old_node->users_.clear();
+  ClearUsers(old_node);
   if (replacement_uses_old) old_node->users_.push_back(replacement);
   return static_cast<int>(users.size());
 }
@@ -1129,7 +1154,7 @@ absl::Status Graph::MoveBefore(Node* node, Node* anchor) {
   // Inputs must precede the new position, and users must follow it.
   RETURN_IF_ERROR(Prefixed(CheckInputsPrecede(node->args_, node->kwargs(), anchor),
                            [&what] { return what; }));
-  for (Node* user : node->users_) {
+  for (Node* user : node->users()) {
     if (Precedes(user, anchor)) {
       return absl::FailedPreconditionError(absl::StrCat(
           what, ": user '", user->name(), "' would come before it"));
@@ -1146,9 +1171,9 @@ absl::Status Graph::Erase(Node* node) {
   if (node == nullptr || node->graph_ != this) {
     return absl::InvalidArgumentError("Erase: node is not in this graph");
   }
-  if (!node->users_.empty()) {
+  if (node->num_users() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cannot erase node '", node->name(), "': it still has ", node->users_.size(),
+        "cannot erase node '", node->name(), "': it still has ", node->num_users(),
         " user(s): ", UsersString(node)));
   }
   RemoveUsesOf(node);
@@ -1172,9 +1197,9 @@ absl::Status Graph::EraseAndPassName(Node* node, Node* heir) {
         "EraseAndPassName: the node to erase has no name yet (inserted unnamed) to pass to '",
         heir->name(), "'"));
   }
-  if (!node->users_.empty()) {
+  if (node->num_users() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cannot erase node '", node->name(), "': it still has ", node->users_.size(),
+        "cannot erase node '", node->name(), "': it still has ", node->num_users(),
         " user(s): ", UsersString(node)));
   }
   RemoveUsesOf(node);
@@ -1247,7 +1272,7 @@ absl::Status Graph::EraseAll(absl::Span<Node* const> nodes) {
                                                      node->name(), "') is not in this graph"));
     }
     if (users_first) {
-      for (const Node* user : node->users_) users_first = users_first && batch.Contains(user);
+      for (const Node* user : node->users()) users_first = users_first && batch.Contains(user);
     }
     if (!batch.AddNext()) {
       return absl::InvalidArgumentError(
@@ -1258,7 +1283,7 @@ absl::Status Graph::EraseAll(absl::Span<Node* const> nodes) {
     // Some user came later in the list, or is not in it at all: which, now that the whole
     // batch is known.
     for (const Node* node : nodes) {
-      for (const Node* user : node->users_) {
+      for (const Node* user : node->users()) {
         if (!batch.Contains(user)) {
           return absl::FailedPreconditionError(absl::StrCat("cannot erase node '", node->name(),
                                                             "': its user '", user->name(),
@@ -1314,7 +1339,7 @@ int Graph::EliminateDeadCode() {
   for (Node* n = tail_; n != nullptr;) {
     Node* prev = n->prev_;
     const bool pure = n->op_ != OpKind::kPlaceholder && n->op_ != OpKind::kOutput;
-    if (pure && n->users_.empty()) {
+    if (pure && n->num_users() == 0) {
       FUSELAGE_CHECK(Erase(n).ok());
       ++erased;
     }
@@ -1508,8 +1533,8 @@ absl::Status Graph::Verify() const {
     });
     RETURN_IF_ERROR(status);
     // Every listed user really uses this node, and is listed once.
-    for (size_t i = 0; i < n->users_.size(); ++i) {
-      const Node* user = n->users_[i];
+    for (size_t i = 0; i < n->num_users(); ++i) {
+      const Node* user = n->users()[i];
       if (!edges.Uses(user, n)) {
         return absl::InternalError(absl::StrCat(where(), " lists '", user->name_,
                                                 "' as a user, but it does not use it"));

@@ -396,6 +396,8 @@ class Graph {
   WideUses* WideUsesOf(Node* user);
   // Takes `user` off `input`'s use-list, where it is listed at most once.
   static void RemoveUser(Node* input, const Node* user);
+  // Empties `node`'s use-list (and its dropped front entries).
+  static void ClearUsers(Node* node);
   using HashedName = graph_internal::HashedName;
   // Gives `node` (not yet in the name index) a unique name derived from `hint`, and
   // indexes it.

@@ -107,8 +107,10 @@ class Node {
 
   // Distinct nodes that use this one, in the order they started using it (as FX's
   // `Node.users` dict). A node that uses this one twice is listed once.
-  absl::Span<Node* const> users() const { return users_; }
-  size_t num_users() const { return users_.size(); }
+  absl::Span<Node* const> users() const {
+    return absl::MakeConstSpan(users_.data() + users_front_, users_.size() - users_front_);
+  }
+  size_t num_users() const { return users_.size() - users_front_; }
 
   // Distinct nodes this one reads, in first-use order over args then kwargs.
   std::vector<Node*> InputNodes() const;
@@ -142,6 +144,7 @@ class Node {
   Node(Graph* graph, uint32_t index, OpKind op, Symbol target, std::string name)
       : graph_(graph),
         op_(op),
+        users_front_(0),
         target_(target),
         index_(index),
         name_(std::move(name)) {}
@@ -164,6 +167,10 @@ class Node {
   // in a table of its own): readers sharing a model never race with a cache fill on a
   // word they read.
   OpKind op_;
+  // How many entries at the front of users_ are no longer users (Graph::RemoveUser takes
+  // the first user off in O(1) this way; the list is compacted once they outnumber the
+  // live ones, and emptied whenever no user is left). In the padding after op_.
+  uint32_t users_front_ : 24;
   Symbol target_;
   static const Kwargs& EmptyKwargs();
   void set_kwargs(Kwargs kwargs) {
