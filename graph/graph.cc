@@ -1369,12 +1369,10 @@ namespace {
 
 // Verify's use-list questions, each linear overall: a node with few users or inputs is
 // searched as before; one with many (10^5 users of one node, an output of 10^5 values)
-// is answered from sets built once per Verify, only if some node needs them (a search per
-// use made Verify quadratic in a node's number of users).
+// is answered from a set of its users / inputs, built once per Verify on its first
+// question (a search per use made Verify quadratic in a node's number of users).
 class EdgeChecker {
  public:
-  explicit EdgeChecker(const Graph& graph) : graph_(graph) {}
-
   // True if `user` is on `input`'s use-list.
   bool Listed(const Node* input, const Node* user) {
     const auto users = input->users();
@@ -1382,29 +1380,45 @@ class EdgeChecker {
       CountUseListSteps(users.size());
       return std::find(users.begin(), users.end(), user) != users.end();
     }
-    Build();
+    auto [it, added] = users_of_.try_emplace(input);
+    if (added) {
+      it->second.insert(users.begin(), users.end());
+      CountUseListSteps(users.size());
+    }
     CountUseListSteps(1);
-    return listed_.contains(Edge(input, user));
+    return it->second.contains(user);
   }
   // True if `user` reads `input` (in its args or kwargs).
   bool Uses(const Node* user, const Node* input) {
-    if (!Wide(user)) {
-      bool uses = false;
+    auto known = inputs_of_.find(user);
+    if (known == inputs_of_.end()) {
+      if (!Wide(user)) {
+        bool uses = false;
+        size_t steps = 0;
+        const auto visit = [&](Node* n) {
+          uses = uses || n == input;
+          ++steps;
+        };
+        for (const Argument& a : user->args()) a.ForEachNode(visit);
+        for (const Kwarg& kw : user->kwargs()) kw.second.ForEachNode(visit);
+        CountUseListSteps(steps);
+        return uses;
+      }
+      known = inputs_of_.try_emplace(user).first;
       size_t steps = 0;
-      const auto visit = [&](Node* n) {
-        uses = uses || n == input;
+      const auto add = [&](Node* n) {
+        known->second.insert(n);
         ++steps;
       };
-      for (const Argument& a : user->args()) a.ForEachNode(visit);
-      for (const Kwarg& kw : user->kwargs()) kw.second.ForEachNode(visit);
+      for (const Argument& a : user->args()) a.ForEachNode(add);
+      for (const Kwarg& kw : user->kwargs()) kw.second.ForEachNode(add);
       CountUseListSteps(steps);
-      return uses;
     }
-    Build();
     CountUseListSteps(1);
-    return used_.contains(Edge(input, user));
+    return known->second.contains(input);
   }
-  // True if users()[i] of `node` is also one of its users before i.
+  // True if users()[i] of `node` is also one of its users before i (asked for i = 0, 1,
+  // ... of one node at a time).
   bool ListedBefore(const Node* node, size_t i) {
     const auto users = node->users();
     if (users.size() <= kSearched) {
@@ -1419,9 +1433,6 @@ class EdgeChecker {
 
  private:
   static constexpr size_t kSearched = 16;
-  static uint64_t Edge(const Node* input, const Node* user) {
-    return uint64_t{input->index()} << 32 | user->index();
-  }
   // More than kSearched node references in args and kwargs.
   static bool Wide(const Node* user) {
     size_t refs = 0;
@@ -1442,33 +1453,16 @@ class EdgeChecker {
     }
     return false;
   }
-  void Build() {
-    if (built_) return;
-    built_ = true;
-    size_t budget = graph_.size() + 1;  // links Verify has not checked yet may loop
-    for (const Node* n = graph_.first(); n != nullptr && budget-- > 0; n = n->next()) {
-      for (const Node* user : n->users()) listed_.insert(Edge(n, user));
-      for (const Argument& a : n->args()) {
-        a.ForEachNode([&](Node* input) { used_.insert(Edge(input, n)); });
-      }
-      for (const Kwarg& kw : n->kwargs()) {
-        kw.second.ForEachNode([&](Node* input) { used_.insert(Edge(input, n)); });
-      }
-      CountUseListSteps(n->num_users() + 1);
-    }
-  }
 
-  const Graph& graph_;
-  bool built_ = false;
-  absl::flat_hash_set<uint64_t> listed_;  // (input, user) for every use-list entry
-  absl::flat_hash_set<uint64_t> used_;    // (input, user) for every use in args/kwargs
+  absl::flat_hash_map<const Node*, absl::flat_hash_set<const Node*>> users_of_;
+  absl::flat_hash_map<const Node*, absl::flat_hash_set<const Node*>> inputs_of_;
   absl::flat_hash_set<const Node*> seen_;  // ListedBefore: the users of one node so far
 };
 
 }  // namespace
 
 absl::Status Graph::Verify() const {
-  EdgeChecker edges(*this);
+  EdgeChecker edges;
   size_t count = 0;
   const Node* prev = nullptr;
   Node* outputs_seen = nullptr;
