@@ -16,7 +16,7 @@ namespace fuselage {
 class Symbol {
  public:
   // Every id is below 2^kIdBits (the table holds at most that many symbols), so an id can
-  // be stored in kIdBits bits (Node keeps a cached module type in the padding of its op).
+  // be stored in kIdBits bits (the table's slots keep an 8-bit hash tag beside it).
   static constexpr int kIdBits = 24;
 
   // The empty symbol (id 0, name "").
@@ -72,7 +72,6 @@ class Symbol {
   }
 
  private:
-  friend class Node;  // Rebuilds its cached module type from the stored id.
   explicit constexpr Symbol(uint32_t id) : id_(id) {}
   uint32_t id_ = 0;
 };
