@@ -31,9 +31,9 @@ void RunMatcher(benchmark::State& state, const PatternMatcher& matcher,
       state.PauseTiming();
       // What an edit of the module tree / of a call_module node signals.
       if (edit == EditBeforeScan::kModuleTree) {
-        InvalidateModuleTree();
+        gm->graph().module_bindings().InvalidateTree();
       } else {
-        InvalidateModuleBindings();
+        gm->graph().module_bindings().InvalidateBindings();
       }
       state.ResumeTiming();
     }

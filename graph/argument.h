@@ -109,7 +109,16 @@ class Argument {
   friend bool operator!=(const Argument& a, const Argument& b) { return !(a == b); }
 
  private:
+  friend class Graph;  // SetListItem, for ReplaceAllUsesWith's in-place rewrite
   using ListPtr = std::shared_ptr<const ArgList>;
+  // Sets item `i` of this list (or tuple) to `node`, in place if no other Argument shares
+  // the list, else on a copy this one then holds (lists are immutable once shared).
+  void SetListItem(size_t i, Node* node) {
+    ListPtr& list = std::get<ListPtr>(value_);
+    if (list.use_count() != 1) list = std::make_shared<ArgList>(*list);
+    // Every list is created non-const (Argument::List / Tuple, the copy above).
+    const_cast<ArgList&>(*list).items[i] = Argument(node);
+  }
   template <typename Fn>
   ABSL_ATTRIBUTE_NOINLINE void ForEachNodeInList(Fn& fn) const {
     ForEachNode(fn);

@@ -16,6 +16,8 @@
 #include "graph/status_macros.h"
 
 namespace fuselage {
+
+using graph_internal::CountUseListSteps;
 namespace {
 
 constexpr uint64_t kKeySpacing = uint64_t{1} << 20;
@@ -271,8 +273,19 @@ const Kwargs& Node::EmptyKwargs() {
 
 std::vector<Node*> Node::InputNodes() const {
   std::vector<Node*> inputs;
+  // Past a few inputs a set dedups them (a linear search per use made an output of 10^5
+  // values quadratic); below, the search over a handful is cheaper than hashing.
+  constexpr size_t kSearchedLinearly = 16;
+  absl::flat_hash_set<const Node*> seen;
   ForEachInputUse([&](Node* n) {
-    if (std::find(inputs.begin(), inputs.end(), n) == inputs.end()) inputs.push_back(n);
+    if (inputs.size() < kSearchedLinearly) {
+      CountUseListSteps(inputs.size());
+      if (std::find(inputs.begin(), inputs.end(), n) == inputs.end()) inputs.push_back(n);
+      if (inputs.size() == kSearchedLinearly) seen.insert(inputs.begin(), inputs.end());
+      return;
+    }
+    CountUseListSteps(1);
+    if (seen.insert(n).second) inputs.push_back(n);
   });
   return inputs;
 }
@@ -299,11 +312,14 @@ Node* Graph::NewNode(OpKind op, Symbol target, std::string name) {
   uint32_t index;
   void* slot = arena_.Allocate(&index);
   Node* node = new (slot) Node(this, index, op, target, std::move(name));
+  // A new call_module node has no cached type yet: make this model's caches stale.
+  if (op == OpKind::kCallModule) module_bindings_.InvalidateBindings();
   CountCaller(node);
   return node;
 }
 
 void Graph::DestroyNode(Node* node) {
+  ForgetWideUses(node);
   UncountCaller(node);
   const uint32_t index = node->index_;
   node->~Node();
@@ -347,30 +363,71 @@ void Graph::Unlink(Node* node) {
 // ---- Use-lists ----------------------------------------------------------------------
 
 void Graph::AddUsesOf(Node* user) {
+  // `user` is on no input's list when this starts (a new node, or after RemoveUsesOf), and
+  // only `user` is appended here: it is already on an input's list exactly if it is that
+  // list's last entry (appended for an earlier use of the same input). O(1) per use where
+  // a search of the list made 10^5 users of one node quadratic.
   user->ForEachInputUse([user](Node* input) {
     auto& users = input->users_;
-    if (std::find(users.begin(), users.end(), user) == users.end()) users.push_back(user);
+    CountUseListSteps(1);
+    // users_ holds no dropped entries once no user is left (RemoveUser), so back() is a
+    // live user whenever the list is not empty.
+    if (users.empty() || users.back() != user) users.push_back(user);
   });
 }
 
 void Graph::RemoveUsesOf(Node* user) {
+  ForgetWideUses(user);  // its inputs are about to change
   user->ForEachInputUse([user](Node* input) { RemoveUser(input, user); });
 }
 
 void Graph::RemoveUser(Node* input, const Node* user) {
   // A user is listed once; a repeated use finds it gone already. The user is most often
   // the last one listed (the newest, or the only one): popped without a search and
-  // without InlinedVector::erase's general shift.
+  // without InlinedVector::erase's general shift. The first one (a pass replacing the
+  // users of a node with 10^5 of them in order) is dropped by moving the list's front:
+  // erasing it shifted the whole list, which made such a pass quadratic.
   auto& users = input->users_;
-  if (!users.empty() && users.back() == user) {
+  const size_t front = input->users_front_;
+  CountUseListSteps(1);
+  if (users.size() == front) return;  // no user left
+  if (users.back() == user) {
     users.pop_back();
-    return;
+  } else if (users[front] == user) {
+    constexpr uint32_t kMaxFront = (1u << 24) - 1;
+    const size_t dropped = front + 1;
+    if (dropped < users.size() - dropped && dropped < kMaxFront) {
+      input->users_front_ = static_cast<uint32_t>(dropped);
+      return;
+    }
+    // As many dropped entries as live ones: compacting now costs what the drops saved.
+    CountUseListSteps(users.size());
+    users.erase(users.begin(), users.begin() + static_cast<std::ptrdiff_t>(dropped));
+    input->users_front_ = 0;
+  } else {
+    const auto begin = users.begin() + static_cast<std::ptrdiff_t>(front);
+    const auto it = std::find(begin, users.end(), user);
+    // The search, and the shift of the entries after the one erased.
+    CountUseListSteps(static_cast<uint64_t>(users.end() - begin));
+    if (it != users.end()) users.erase(it);
   }
-  const auto it = std::find(users.begin(), users.end(), user);
-  if (it != users.end()) users.erase(it);
+  // No user left: no dropped entries either, so users_.back() is always a live user.
+  if (users.size() == input->users_front_) ClearUsers(input);
+}
+
+void Graph::ClearUsers(Node* node) {
+  node->users_.clear();
+  node->users_front_ = 0;
 }
 
 // ---- Names --------------------------------------------------------------------------
+
+namespace {
+thread_local uint64_t use_list_steps = 0;
+}  // namespace
+
+uint64_t graph_internal::UseListSteps() { return use_list_steps; }
+void graph_internal::CountUseListSteps(uint64_t steps) { use_list_steps += steps; }
 
 uint32_t graph_internal::NameHashOf(absl::string_view name) {
   // Words of 8 bytes (the last one overlapping when the size is not a multiple of 8),
@@ -497,7 +554,7 @@ bool Graph::StillTaken(uint32_t hash, uint64_t taken_at) const {
 // probe of a free one also indexes it (lazy_emplace), and a suffix-less hint's hash also
 // finds its counter. Two proofs skip probes whose outcome they know (so the name is the
 // same): that the hint itself is taken (base_taken) and that base_<last> is (taken).
-Graph::SuffixCounter* Graph::FindCounterPastBits(HashedName key) const {
+Graph::SuffixCounter* Graph::FindCounterPastBits(HashedName key) {
   CounterCacheEntry& cached = counter_cache_[key.hash % kCounterCacheSize];
   if (cached.counter != nullptr && cached.hash == key.hash && *cached.key == key.text) {
     return cached.counter;
@@ -509,7 +566,7 @@ Graph::SuffixCounter* Graph::FindCounterPastBits(HashedName key) const {
 }
 
 template <typename ClaimFn>
-void Graph::MakeUnique(NameChars* name, ClaimFn&& claim, bool takes_name) const {
+void Graph::MakeUnique(NameChars* name, ClaimFn&& claim, bool takes_name) {
   const uint32_t hint_hash = NameHashOf(View(*name));
   SuffixCounter* const hint_counter = FindCounter(HashedName{View(*name), hint_hash});
   // "Taken by a node", proven or probed (the node's own old name does not count: it is
@@ -568,7 +625,7 @@ void Graph::MakeUnique(NameChars* name, ClaimFn&& claim, bool takes_name) const 
   }
 }
 
-std::string Graph::UniqueName(absl::string_view hint) const {
+std::string Graph::UniqueName(absl::string_view hint) {
   NameChars name(hint.size());
   Sanitize(hint, &name);
   MakeUnique(
@@ -888,7 +945,7 @@ void Graph::Retarget(Node* node, OpKind op, Symbol target) {
   node->op_ = op;
   node->target_ = target;
   CountCaller(node);
-  InvalidateModuleBindings();  // A retargeted call_module node calls another module.
+  module_bindings_.InvalidateBindings();  // A retargeted call_module node calls another module.
 }
 
 void Graph::GrowCallers(uint32_t id) {
@@ -947,6 +1004,49 @@ absl::Status Graph::SetMeta(Node* node, NodeMeta meta) {
   return absl::OkStatus();
 }
 
+void Graph::ForgetWideUses(const Node* user) {
+  if (!wide_uses_.empty()) wide_uses_.erase(user);
+}
+
+Graph::WideUses* Graph::WideUsesOf(Node* user) {
+  // Below this many node references a scan of the args is as cheap as the index.
+  constexpr size_t kWideUser = 32;
+  if (auto it = wide_uses_.find(user); it != wide_uses_.end()) return it->second.get();
+  if (user->kwargs_ != nullptr) {
+    for (const Kwarg& kw : *user->kwargs_) {
+      if (kw.second.ContainsNode()) return nullptr;
+    }
+  }
+  size_t refs = 0;
+  for (const Argument& a : user->args_) {
+    if (a.is_node()) {
+      ++refs;
+    } else if (a.is_list()) {
+      for (const Argument& item : a.items()) {
+        if (item.is_list() && item.ContainsNode()) return nullptr;  // nested: not indexed
+        refs += item.is_node();
+      }
+      if (a.items().size() >= (size_t{1} << WideUses::kItemBits) - 1) return nullptr;
+    }
+  }
+  if (refs < kWideUser) return nullptr;
+  auto index = std::make_unique<WideUses>();
+  for (size_t i = 0; i < user->args_.size(); ++i) {
+    const Argument& a = user->args_[i];
+    const uint64_t base = uint64_t{i} << WideUses::kItemBits;
+    if (a.is_node()) {
+      index->slots[a.as_node()].push_back(base);
+    } else if (a.is_list()) {
+      const auto items = a.items();
+      for (size_t k = 0; k < items.size(); ++k) {
+        if (items[k].is_node()) index->slots[items[k].as_node()].push_back(base | (k + 1));
+      }
+    }
+  }
+  CountUseListSteps(refs);
+  return wide_uses_.emplace(user, std::move(index)).first->second.get();
+}
+
 absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement) {
   if (old_node == nullptr || replacement == nullptr || old_node->graph_ != this ||
       replacement->graph_ != this) {
@@ -957,8 +1057,12 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
     return absl::InvalidArgumentError("ReplaceAllUsesWith: the output node cannot be used");
   }
   absl::InlinedVector<Node*, 4> users;
-  for (Node* user : old_node->users_) {
-    if (user == replacement) continue;  // Keeps its use: rewiring it would make a cycle.
+  bool replacement_uses_old = false;
+  for (Node* user : old_node->users()) {
+    if (user == replacement) {  // Keeps its use: rewiring it would make a cycle.
+      replacement_uses_old = true;
+      continue;
+    }
     if (!Precedes(replacement, user)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "ReplaceAllUsesWith('", old_node->name(), "', '", replacement->name(), "'): '",
@@ -967,8 +1071,10 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
     }
     users.push_back(user);
   }
+  CountUseListSteps(old_node->num_users());
   // Slots that are the node itself are rewritten in place; only lists that contain it are
-  // rebuilt (they are shared and immutable); every other arg stays as it is.
+  // rebuilt (they are shared and immutable) or, for a wide user, written in place if not
+  // shared; every other arg stays as it is.
   auto swap = [&](Node* n) { return n == old_node ? replacement : n; };
   auto rewrite = [&](Argument& a) {
     if (a.is_node()) {
@@ -976,18 +1082,63 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
     } else if (a.is_list()) {
       bool contains = false;
       a.ForEachNode([&](Node* n) { contains = contains || n == old_node; });
+      CountUseListSteps(a.items().size());
       if (contains) a = a.MapNodes(swap);
     }
   };
-  for (Node* user : users) {
-    // Re-registered with all its inputs, as FX does: it moves to the end of their lists.
-    RemoveUsesOf(user);
-    for (Argument& a : user->args_) rewrite(a);
-    if (user->kwargs_ != nullptr) {
-      for (Kwarg& kw : *user->kwargs_) rewrite(kw.second);
+  // Which users `replacement` has already, so none is listed twice: a search of its list
+  // per rewired user while it is short, a set once it is long.
+  constexpr size_t kSearchedLinearly = 16;
+  absl::flat_hash_set<const Node*> replacement_users;
+  bool users_in_set = false;
+  const auto already_user = [&](const Node* user) {
+    const auto list = replacement->users();
+    if (!users_in_set && list.size() > kSearchedLinearly) {
+      replacement_users.insert(list.begin(), list.end());
+      CountUseListSteps(list.size());
+      users_in_set = true;
     }
-    AddUsesOf(user);
+    if (!users_in_set) {
+      CountUseListSteps(list.size());
+      return std::find(list.begin(), list.end(), user) != list.end();
+    }
+    CountUseListSteps(1);
+    return replacement_users.contains(user);
+  };
+  for (Node* user : users) {
+    if (WideUses* wide = WideUsesOf(user)) {
+      auto it = wide->slots.find(old_node);
+      if (it != wide->slots.end()) {
+        auto moved = std::move(it->second);
+        wide->slots.erase(it);
+        for (const uint64_t slot : moved) {
+          Argument& a = user->args_[slot >> WideUses::kItemBits];
+          const uint64_t item = slot & ((uint64_t{1} << WideUses::kItemBits) - 1);
+          if (item == 0) {
+            a = Argument(replacement);
+          } else {
+            a.SetListItem(item - 1, replacement);
+          }
+        }
+        CountUseListSteps(moved.size());
+        auto& to = wide->slots[replacement];
+        to.insert(to.end(), moved.begin(), moved.end());
+      }
+    } else {
+      for (Argument& a : user->args_) rewrite(a);
+      if (user->kwargs_ != nullptr) {
+        for (Kwarg& kw : *user->kwargs_) rewrite(kw.second);
+      }
+      CountUseListSteps(user->args_.size());
+    }
+    if (!already_user(user)) {
+      replacement->users_.push_back(user);
+      if (users_in_set) replacement_users.insert(user);
+    }
   }
+  // Every user but `replacement` was rewired: that is the whole list now.
+  ClearUsers(old_node);
+  if (replacement_uses_old) old_node->users_.push_back(replacement);
   return static_cast<int>(users.size());
 }
 
@@ -1003,7 +1154,7 @@ absl::Status Graph::MoveBefore(Node* node, Node* anchor) {
   // Inputs must precede the new position, and users must follow it.
   RETURN_IF_ERROR(Prefixed(CheckInputsPrecede(node->args_, node->kwargs(), anchor),
                            [&what] { return what; }));
-  for (Node* user : node->users_) {
+  for (Node* user : node->users()) {
     if (Precedes(user, anchor)) {
       return absl::FailedPreconditionError(absl::StrCat(
           what, ": user '", user->name(), "' would come before it"));
@@ -1020,9 +1171,9 @@ absl::Status Graph::Erase(Node* node) {
   if (node == nullptr || node->graph_ != this) {
     return absl::InvalidArgumentError("Erase: node is not in this graph");
   }
-  if (!node->users_.empty()) {
+  if (node->num_users() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cannot erase node '", node->name(), "': it still has ", node->users_.size(),
+        "cannot erase node '", node->name(), "': it still has ", node->num_users(),
         " user(s): ", UsersString(node)));
   }
   RemoveUsesOf(node);
@@ -1046,9 +1197,9 @@ absl::Status Graph::EraseAndPassName(Node* node, Node* heir) {
         "EraseAndPassName: the node to erase has no name yet (inserted unnamed) to pass to '",
         heir->name(), "'"));
   }
-  if (!node->users_.empty()) {
+  if (node->num_users() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cannot erase node '", node->name(), "': it still has ", node->users_.size(),
+        "cannot erase node '", node->name(), "': it still has ", node->num_users(),
         " user(s): ", UsersString(node)));
   }
   RemoveUsesOf(node);
@@ -1121,7 +1272,7 @@ absl::Status Graph::EraseAll(absl::Span<Node* const> nodes) {
                                                      node->name(), "') is not in this graph"));
     }
     if (users_first) {
-      for (const Node* user : node->users_) users_first = users_first && batch.Contains(user);
+      for (const Node* user : node->users()) users_first = users_first && batch.Contains(user);
     }
     if (!batch.AddNext()) {
       return absl::InvalidArgumentError(
@@ -1132,7 +1283,7 @@ absl::Status Graph::EraseAll(absl::Span<Node* const> nodes) {
     // Some user came later in the list, or is not in it at all: which, now that the whole
     // batch is known.
     for (const Node* node : nodes) {
-      for (const Node* user : node->users_) {
+      for (const Node* user : node->users()) {
         if (!batch.Contains(user)) {
           return absl::FailedPreconditionError(absl::StrCat("cannot erase node '", node->name(),
                                                             "': its user '", user->name(),
@@ -1188,7 +1339,7 @@ int Graph::EliminateDeadCode() {
   for (Node* n = tail_; n != nullptr;) {
     Node* prev = n->prev_;
     const bool pure = n->op_ != OpKind::kPlaceholder && n->op_ != OpKind::kOutput;
-    if (pure && n->users_.empty()) {
+    if (pure && n->num_users() == 0) {
       FUSELAGE_CHECK(Erase(n).ok());
       ++erased;
     }
@@ -1214,7 +1365,104 @@ std::vector<Node*> Graph::Nodes() const {
   return result;
 }
 
+namespace {
+
+// Verify's use-list questions, each linear overall: a node with few users or inputs is
+// searched as before; one with many (10^5 users of one node, an output of 10^5 values)
+// is answered from a set of its users / inputs, built once per Verify on its first
+// question (a search per use made Verify quadratic in a node's number of users).
+class EdgeChecker {
+ public:
+  // True if `user` is on `input`'s use-list.
+  bool Listed(const Node* input, const Node* user) {
+    const auto users = input->users();
+    if (users.size() <= kSearched) {
+      CountUseListSteps(users.size());
+      return std::find(users.begin(), users.end(), user) != users.end();
+    }
+    auto [it, added] = users_of_.try_emplace(input);
+    if (added) {
+      it->second.insert(users.begin(), users.end());
+      CountUseListSteps(users.size());
+    }
+    CountUseListSteps(1);
+    return it->second.contains(user);
+  }
+  // True if `user` reads `input` (in its args or kwargs).
+  bool Uses(const Node* user, const Node* input) {
+    auto known = inputs_of_.find(user);
+    if (known == inputs_of_.end()) {
+      if (!Wide(user)) {
+        bool uses = false;
+        size_t steps = 0;
+        const auto visit = [&](Node* n) {
+          uses = uses || n == input;
+          ++steps;
+        };
+        for (const Argument& a : user->args()) a.ForEachNode(visit);
+        for (const Kwarg& kw : user->kwargs()) kw.second.ForEachNode(visit);
+        CountUseListSteps(steps);
+        return uses;
+      }
+      known = inputs_of_.try_emplace(user).first;
+      size_t steps = 0;
+      const auto add = [&](Node* n) {
+        known->second.insert(n);
+        ++steps;
+      };
+      for (const Argument& a : user->args()) a.ForEachNode(add);
+      for (const Kwarg& kw : user->kwargs()) kw.second.ForEachNode(add);
+      CountUseListSteps(steps);
+    }
+    CountUseListSteps(1);
+    return known->second.contains(input);
+  }
+  // True if users()[i] of `node` is also one of its users before i (asked for i = 0, 1,
+  // ... of one node at a time).
+  bool ListedBefore(const Node* node, size_t i) {
+    const auto users = node->users();
+    if (users.size() <= kSearched) {
+      CountUseListSteps(i);
+      return std::find(users.begin(), users.begin() + static_cast<std::ptrdiff_t>(i),
+                       users[i]) != users.begin() + static_cast<std::ptrdiff_t>(i);
+    }
+    if (i == 0) seen_.clear();
+    CountUseListSteps(1);
+    return !seen_.insert(users[i]).second;
+  }
+
+ private:
+  static constexpr size_t kSearched = 16;
+  // More than kSearched node references in args and kwargs.
+  static bool Wide(const Node* user) {
+    size_t refs = 0;
+    for (const Argument& a : user->args()) {
+      if (CountRefs(a, &refs)) return true;
+    }
+    for (const Kwarg& kw : user->kwargs()) {
+      if (CountRefs(kw.second, &refs)) return true;
+    }
+    return false;
+  }
+  // Adds `a`'s node references to *refs, stopping (true) once past kSearched.
+  static bool CountRefs(const Argument& a, size_t* refs) {
+    if (a.is_node()) return ++*refs > kSearched;
+    if (!a.is_list()) return false;
+    for (const Argument& item : a.items()) {
+      if (CountRefs(item, refs)) return true;
+    }
+    return false;
+  }
+
+  absl::flat_hash_map<const Node*, absl::flat_hash_set<const Node*>> users_of_;
+  absl::flat_hash_map<const Node*, absl::flat_hash_set<const Node*>> inputs_of_;
+  absl::flat_hash_set<const Node*> seen_;  // ListedBefore: the users of one node so far
+};
+
+}  // namespace
+
 absl::Status Graph::Verify() const {
+  EdgeChecker edges;
   size_t count = 0;
   const Node* prev = nullptr;
   Node* outputs_seen = nullptr;
@@ -1272,24 +1520,20 @@ absl::Status Graph::Verify() const {
             "', which does not come before it: the order is not topological"));
       } else if (input->op_ == OpKind::kOutput) {
         status = absl::InvalidArgumentError(absl::StrCat(where(), " uses the output node"));
-      } else if (std::find(input->users_.begin(), input->users_.end(), n) ==
-                 input->users_.end()) {
+      } else if (!edges.Listed(input, n)) {
         status = absl::InternalError(absl::StrCat(
             where(), " uses '", input->name_, "' but is missing from its users"));
       }
     });
     RETURN_IF_ERROR(status);
     // Every listed user really uses this node, and is listed once.
-    for (size_t i = 0; i < n->users_.size(); ++i) {
-      const Node* user = n->users_[i];
-      bool uses = false;
-      user->ForEachInputUse([&](Node* input) { uses = uses || input == n; });
-      if (!uses) {
+    for (size_t i = 0; i < n->num_users(); ++i) {
+      const Node* user = n->users()[i];
+      if (!edges.Uses(user, n)) {
         return absl::InternalError(absl::StrCat(where(), " lists '", user->name_,
                                                 "' as a user, but it does not use it"));
       }
-      if (std::find(n->users_.begin(), n->users_.begin() + static_cast<std::ptrdiff_t>(i),
-                    user) != n->users_.begin() + static_cast<std::ptrdiff_t>(i)) {
+      if (edges.ListedBefore(n, i)) {
         return absl::InternalError(absl::StrCat(where(), " lists user '", user->name_, "' twice"));
       }
     }

@@ -32,6 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "graph/argument.h"
+#include "graph/module_binding.h"
 #include "graph/node.h"
 #include "graph/node_arena.h"
 #include "graph/symbol.h"
@@ -172,6 +173,12 @@ class NameIndex {
   size_t mask_ = 0;  // capacity - 1 (a power of two), 0 while there is no table
   size_t size_ = 0;
 };
+// A count, per thread, of the use-list and arg-list elements the graph's use-list upkeep
+// visited (compared, moved or rewritten): what tests/graph/users_cost_test reads to show
+// that the upkeep is linear in a node's number of users and inputs, without a clock.
+// Counting costs one add per operation on a thread-local word.
+uint64_t UseListSteps();
+void CountUseListSteps(uint64_t steps);
 // What probing a candidate name found (Graph's naming, graph.cc).
 enum class Claim {
   kClaimed,      // free (and taken by the node being named, if any)
@@ -257,6 +264,12 @@ class Graph {
   // user of `old_node`, it remains a user of `old_node`, to avoid introducing a cycle
   // (XLA's rule). Fails, changing nothing, if `replacement` does not precede every user
   // it would gain, or belongs to another graph.
+  // Costs O(users of old_node + users of replacement + the slots rewritten), whatever the
+  // users' other inputs: unlike SetArgs, a rewired user is not re-registered with its
+  // other inputs (their user lists keep their order), and it joins the end of
+  // `replacement`'s list unless it is there already. A user with many node args (an
+  // output tuple of 10^5 values) is rewritten in place through an index of where each
+  // input occurs in it, so replacing its inputs one by one stays linear.
   absl::StatusOr<int> ReplaceAllUsesWith(Node* old_node, Node* replacement);
 
   // Moves `node` to just before `anchor`. Fails, changing nothing, if the move would
@@ -336,8 +349,16 @@ class Graph {
     return target.id() < callers_.size() ? static_cast<int>(callers_[target.id()]) : 0;
   }
 
+  // This model's module-binding generations (graph/module_binding.h): GraphModule's caches
+  // and the modules of its tree read and bump them; node creation and retargeting of
+  // call_module nodes bump the binding generation here.
+  ModuleBindingGenerations& module_bindings() { return module_bindings_; }
+  const ModuleBindingGenerations& module_bindings() const { return module_bindings_; }
+
   // A name not yet used in this graph, derived from `hint` as FX does ("add" -> "add_1").
-  std::string UniqueName(absl::string_view hint) const;
+  // Not const: it advances the per-hint suffix counters (graph/NAMING.md) that keep
+  // naming O(1), so it is an edit for the threading contract (graph/graph_module.h).
+  std::string UniqueName(absl::string_view hint);
 
  private:
   friend class GraphBuilder;
@@ -357,8 +378,26 @@ class Graph {
   void Renumber();
   void AddUsesOf(Node* user);
   void RemoveUsesOf(Node* user);
+  // Where each input occurs in the top-level args of a user with many node references
+  // (ReplaceAllUsesWith's index; graph.cc). Built on the first ReplaceAllUsesWith that
+  // rewires such a user, kept through the rewrites it does itself, and dropped whenever the
+  // user's inputs change any other way (every such change passes RemoveUsesOf) or the user
+  // is destroyed.
+  // Per input, its slots: (arg index << kItemBits) | (list item + 1), or
+  // arg index << kItemBits for the arg itself.
+  struct WideUses {
+    static constexpr int kItemBits = 24;
+    absl::flat_hash_map<const Node*, absl::InlinedVector<uint64_t, 1>> slots;
+  };
+  absl::flat_hash_map<const Node*, std::unique_ptr<WideUses>> wide_uses_;
+  void ForgetWideUses(const Node* user);
+  // The index of `user`, built if needed; nullptr if it has few node references or some
+  // that no index entry can name (a node in a nested list or in kwargs).
+  WideUses* WideUsesOf(Node* user);
   // Takes `user` off `input`'s use-list, where it is listed at most once.
   static void RemoveUser(Node* input, const Node* user);
+  // Empties `node`'s use-list (and its dropped front entries).
+  static void ClearUsers(Node* node);
   using HashedName = graph_internal::HashedName;
   // Gives `node` (not yet in the name index) a unique name derived from `hint`, and
   // indexes it.
@@ -373,7 +412,7 @@ class Graph {
   // with claim(HashedName) -> graph_internal::Claim until one is kClaimed. `takes_name`:
   // the caller takes the free candidate (false: UniqueName only computes it).
   template <typename ClaimFn>
-  void MakeUnique(graph_internal::NameChars* name, ClaimFn&& claim, bool takes_name) const;
+  void MakeUnique(graph_internal::NameChars* name, ClaimFn&& claim, bool takes_name);
   // Constructs a node in the arena / destroys one and returns its slot.
   Node* NewNode(OpKind op, Symbol target, std::string name);
   void DestroyNode(Node* node);
@@ -383,6 +422,7 @@ class Graph {
   NodeArena arena_{sizeof(Node), alignof(Node)};
   Node* head_ = nullptr;
   Node* tail_ = nullptr;
+  ModuleBindingGenerations module_bindings_;
   Node* output_ = nullptr;
   size_t size_ = 0;
   // graph_internal::NameHashOf of a name, or the hash a HashedName already holds: the
@@ -422,21 +462,21 @@ class Graph {
   // A bit per counter key's hash (bit hash >> 26): a clear bit proves a hint has no counter
   // without probing next_suffix_ (an explicit free name, as prepare's observers have).
   static uint64_t CounterBit(uint32_t hash) { return uint64_t{1} << (hash >> 26); }
-  mutable uint64_t counter_bits_ = 0;
+  uint64_t counter_bits_ = 0;
   // Every name leaving the index passes here (EraseFromNameIndex: Erase, Rename).
   void NoteNameFreed(uint32_t hash) {
     freed_hashes_[names_freed_ % kFreedWindow] = hash;
     ++names_freed_;
   }
-  mutable absl::flat_hash_map<std::string, SuffixCounter, NameHash, NameEqual> next_suffix_;
+  absl::flat_hash_map<std::string, SuffixCounter, NameHash, NameEqual> next_suffix_;
   // The counter of `key` (its hash in key.hash), or nullptr: counter_bits_ (inline: most
   // explicit names, as prepare's observers have, stop there), then the cache below, then
   // next_suffix_ (FindCounterPastBits).
-  SuffixCounter* FindCounter(HashedName key) const {
+  SuffixCounter* FindCounter(HashedName key) {
     if ((counter_bits_ & CounterBit(key.hash)) == 0) return nullptr;
     return FindCounterPastBits(key);
   }
-  SuffixCounter* FindCounterPastBits(HashedName key) const;
+  SuffixCounter* FindCounterPastBits(HashedName key);
   // The counters found last, one per key hash % kCounterCacheSize: a pass names its nodes
   // from a few hints in turn (convert: "quantize_per_tensor", "dequantize"), and a hit is a
   // compare of the key instead of a probe of next_suffix_ (~100 instructions). Pointers
@@ -448,7 +488,7 @@ class Graph {
     SuffixCounter* counter = nullptr;
   };
   static constexpr uint32_t kCounterCacheSize = 4;
-  mutable CounterCacheEntry counter_cache_[kCounterCacheSize];
+  CounterCacheEntry counter_cache_[kCounterCacheSize];
   // The hashes of the last kFreedWindow names freed, and how many names were ever freed.
   static constexpr uint64_t kFreedWindow = 8;
   uint64_t names_freed_ = 0;

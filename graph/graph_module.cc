@@ -144,7 +144,7 @@ absl::Status VerifyModuleTree(const Module& module, const std::string& path,
 
 GraphModule::GraphModule()
     : graph_(std::make_unique<Graph>()), root_(std::make_unique<Module>("GraphModule")) {
-  root_->in_tree_ = true;
+  root_->SetModel(&graph_->module_bindings());
 }
 
 Module* GraphModule::FindModule(absl::string_view path) const {
@@ -167,12 +167,14 @@ Symbol GraphModule::ResolveModuleType(const Node* node) const {
 }
 
 void GraphModule::ResolveModuleTypes() const {
-  absl::MutexLock lock(&resolve_mu_);
+  std::lock_guard<std::mutex> lock(resolve_mu_);
   // Read before resolving: an edit during the walk (a data race the API does not allow
   // anyway) then leaves the caches marked stale rather than wrongly current.
-  const uint64_t generation = ModuleBindingGeneration();
-  const uint64_t tree_generation = ModuleTreeGeneration();
+  const uint64_t generation = bindings().binding();
+  const uint64_t tree_generation = bindings().tree();
   if (resolved_generation_.load(std::memory_order_relaxed) == generation) return;
+  // Stale, so no reader reads this table now (ModuleTypeOf checks the generation first).
+  module_type_of_node_.assign(graph_->node_index_bound(), Symbol());
   // If only nodes changed since the path table was filled it is current, and readers may
   // be reading it: it is read (a path missing from it is walked) but not written.
   bool fill_table = paths_generation_.load(std::memory_order_relaxed) != tree_generation;
@@ -182,7 +184,7 @@ void GraphModule::ResolveModuleTypes() const {
       PrefetchLaterNodes(n);
       if (n->op() != OpKind::kCallModule) continue;
       const Module* module = n->target().empty() ? nullptr : FindModule(n->target());
-      n->set_cached_module_type(module == nullptr ? Symbol() : module->type());
+      module_type_of_node_[n->index()] = module == nullptr ? Symbol() : module->type();
     }
     resolved_generation_.store(generation, std::memory_order_release);
     return;
@@ -199,7 +201,7 @@ void GraphModule::ResolveModuleTypes() const {
     const Symbol target = n->target();
     if (target.empty()) {
       // Calls nothing (Verify reports it); "" is the root's path, not this node's module.
-      n->set_cached_module_type(Symbol());
+      module_type_of_node_[n->index()] = Symbol();
       continue;
     }
     min_id = std::min(min_id, target.id());
@@ -238,7 +240,7 @@ void GraphModule::ResolveModuleTypes() const {
     } else {
       module = FindModule(call.node->target());
     }
-    call.node->set_cached_module_type(module == nullptr ? Symbol() : module->type());
+    module_type_of_node_[call.node->index()] = module == nullptr ? Symbol() : module->type();
   }
   if (fill_table) paths_generation_.store(tree_generation, std::memory_order_release);
   resolved_generation_.store(generation, std::memory_order_release);
@@ -442,7 +444,7 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
   // Read before the edit changes the tree generation. While current, a called path's module
   // and its place in its parent come from the path table, with no text hashed or compared.
   const bool table_current =
-      paths_generation_.load(std::memory_order_acquire) == ModuleTreeGeneration();
+      paths_generation_.load(std::memory_order_acquire) == bindings().tree();
   for (const auto& [path, target] : paths) {
     Module* parent = nullptr;
     size_t position = Module::kNoChild;
@@ -539,14 +541,14 @@ absl::Status GraphModule::RemoveModulesImpl(absl::Span<const PathToRemove> paths
 }
 
 void GraphModule::KeepPathTableAfterRemoving(absl::Span<const PathToRemove> paths) {
-  absl::MutexLock lock(&resolve_mu_);
+  std::lock_guard<std::mutex> lock(resolve_mu_);
   // Every other module keeps its path and address (EraseChildrenAt moves the owning
   // pointers, not the modules): only the removed paths' slots, if any, change.
   for (const PathToRemove& path : paths) {
     const uint32_t slot = path.symbol.id() - paths_base_;  // wraps below the base
     if (!path.symbol.empty() && slot < module_of_path_.size()) module_of_path_[slot] = nullptr;
   }
-  paths_generation_.store(ModuleTreeGeneration(), std::memory_order_release);
+  paths_generation_.store(bindings().tree(), std::memory_order_release);
 }
 
 absl::Status GraphModule::SetTensor(absl::string_view path, Tensor tensor) {
@@ -557,7 +559,7 @@ absl::Status GraphModule::SetTensor(absl::string_view path, Tensor tensor) {
   return absl::OkStatus();
 }
 
-std::string GraphModule::UniqueModulePath(absl::string_view hint) const {
+std::string GraphModule::UniqueModulePath(absl::string_view hint) {
   std::string candidate(hint);
   for (char& c : candidate) {
     if (c != '.' && !std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
@@ -577,9 +579,9 @@ absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
   // The module-type cache, if current, must agree with the tree (checked below, where each
   // call_module node's module is looked up anyway).
   const bool types_cached =
-      resolved_generation_.load(std::memory_order_acquire) == ModuleBindingGeneration();
+      resolved_generation_.load(std::memory_order_acquire) == bindings().binding();
   const bool paths_cached =
-      paths_generation_.load(std::memory_order_acquire) == ModuleTreeGeneration();
+      paths_generation_.load(std::memory_order_acquire) == bindings().tree();
   for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {
     const absl::string_view target = n->target().name();
     if (n->op() == OpKind::kCallModule) {
@@ -588,18 +590,21 @@ absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
         return absl::InvalidArgumentError(absl::StrCat(
             "node '", n->name(), "': call_module target '", target, "' is not a module"));
       }
-      if (types_cached && n->cached_module_type() != module->type()) {
+      const Symbol cached_type = n->index() < module_type_of_node_.size()
+                                     ? module_type_of_node_[n->index()]
+                                     : Symbol();
+      if (types_cached && cached_type != module->type()) {
         return absl::InternalError(absl::StrCat(
-            "node '", n->name(), "': cached module type '", n->cached_module_type().name(),
+            "node '", n->name(), "': cached module type '", cached_type.name(),
             "' but module '", target, "' is '", module->type().name(),
-            "' (stale module-type cache: an edit did not call InvalidateModuleBindings)"));
+            "' (stale module-type cache: an edit did not call InvalidateBindings)"));
       }
       if (paths_cached) {
         const Module* cached = CachedModule(n->target());
         if (cached != nullptr && cached != module) {
           return absl::InternalError(absl::StrCat(
               "node '", n->name(), "': the path table holds another module for '", target,
-              "' than the tree (stale: a tree edit did not call InvalidateModuleTree)"));
+              "' than the tree (stale: a tree edit did not call InvalidateTree)"));
         }
       }
       const ModuleSchema* schema = schemas.Find(module->type());
@@ -630,7 +635,7 @@ absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
 std::unique_ptr<GraphModule> GraphModule::Clone() const {
   auto copy = std::make_unique<GraphModule>();
   copy->root_ = root_->Clone();
-  copy->root_->in_tree_ = true;
+  copy->root_->SetModel(&copy->graph_->module_bindings());
   absl::flat_hash_map<const Node*, Node*> mapping;
   GraphBuilder builder(copy->graph_.get());
   for (const Node* n = graph_->first(); n != nullptr; n = n->next()) {

@@ -1,11 +1,29 @@
 // GraphModule: what a pass works on — a Graph plus the module tree its call_module and
 // get_attr nodes refer to (torch.fx.GraphModule without generated code).
+//
+// Threading contract (issue #22; tests/graph/threading_test runs it under ThreadSanitizer):
+//  - Different models may be used on different threads at once, each in any way (load,
+//    fuse, prepare, calibrate, convert, lower, save): models share no mutable state. Each
+//    model keeps its own caches and generations (graph/module_binding.h); what is
+//    process-wide is thread-safe: interned symbols (graph/symbol.h), the schema and
+//    function registries, shared tensor buffers and node meta blocks (atomic counts).
+//  - One model may be read by several threads at once: every const method of GraphModule,
+//    Graph, Node and Module (FindModule, ModuleOf, ModuleTypeOf, ResolveModuleTypes,
+//    FindTensor, Verify, Clone, walking nodes and users), and the passes that take a const
+//    GraphModule& (PatternMatcher::FindMatches / Explain, the printer, Save). The caches
+//    the readers fill (ResolveModuleTypes) are filled under a lock, into tables no reader
+//    reads until they are published.
+//  - An edit of a model (any non-const method, e.g. Graph::SetArgs, UniqueName,
+//    SetModule, a pass that takes a GraphModule&, an edit of a Module of its tree) must
+//    not run at the same time as anything else on that model: the caller orders edits and
+//    reads of one model (one thread at a time, or a lock or join between them).
 #ifndef FUSELAGE_GRAPH_GRAPH_MODULE_H_
 #define FUSELAGE_GRAPH_GRAPH_MODULE_H_
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -13,7 +31,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "graph/graph.h"
 #include "graph/module.h"
@@ -63,15 +80,18 @@ class GraphModule {
   // The type of the module `node` calls: for a call_module node of this graph whose target
   // resolves, that module's type; otherwise the empty symbol.
   // O(1) while the types are cached: ResolveModuleTypes() stores each call_module node's
-  // module type on the node, and the cache stays current until a module tree is edited or
+  // module type in a table indexed by Node::index(), and the cache stays current until a module tree is edited or
   // a call_module node is created or retargeted (graph/module_binding.h). When it is not
   // current this resolves the path (FindModule) and does not refill the cache, so a scan
   // never costs more than resolving each node once.
   Symbol ModuleTypeOf(const Node* node) const {
     if (node->op() != OpKind::kCallModule) return Symbol();
     if (node->graph() == graph_.get() &&
-        resolved_generation_.load(std::memory_order_acquire) == ModuleBindingGeneration()) {
-      return node->cached_module_type();
+        resolved_generation_.load(std::memory_order_acquire) == bindings().binding()) {
+      // Every call_module node of the graph existed when the table was filled (creating
+      // one makes it stale), so its index is in range; checked anyway, it costs nothing.
+      const uint32_t index = node->index();
+      if (index < module_type_of_node_.size()) return module_type_of_node_[index];
     }
     return ResolveModuleType(node);
   }
@@ -79,8 +99,12 @@ class GraphModule {
   // current, and the path -> module table FindModule(Symbol) reads if the module tree was
   // edited since it was filled (the table costs ~17-34 bytes per distinct called path,
   // allocated only here). Readers of an unchanged GraphModule may call it concurrently
-  // (it locks).
+  // (it locks, and writes only tables no reader reads while they are stale).
   void ResolveModuleTypes() const;
+
+  // This model's module-binding generations (graph/module_binding.h), e.g. for a test
+  // that checks which edits make its caches stale.
+  const ModuleBindingGenerations& module_bindings() const { return graph_->module_bindings(); }
 
   // Installs `module` at `path`, creating plain "nn.Module" parents as needed (as FX's
   // add_submodule does) and replacing any module already there.
@@ -99,8 +123,9 @@ class GraphModule {
   absl::Status RemoveModules(absl::Span<const Symbol> paths);
   // Installs a tensor at `path` (its parent module must exist).
   absl::Status SetTensor(absl::string_view path, Tensor tensor);
-  // A module path under `parent` ("" = root) not yet taken, from `hint`.
-  std::string UniqueModulePath(absl::string_view hint) const;
+  // A module path under `parent` ("" = root) not yet taken, from `hint`. Not const: it
+  // advances the per-hint suffix counter that keeps naming many modules linear.
+  std::string UniqueModulePath(absl::string_view hint);
 
   // Graph::Verify plus: every call_module target resolves to a module of a registered
   // type whose input count fits the node's args, every get_attr resolves to a tensor or
@@ -128,7 +153,7 @@ class GraphModule {
   Symbol ResolveModuleType(const Node* node) const;
   // The module at `path` from the path table if it is current and holds one, else nullptr.
   Module* CachedModule(Symbol path) const {
-    if (paths_generation_.load(std::memory_order_acquire) != ModuleTreeGeneration()) {
+    if (paths_generation_.load(std::memory_order_acquire) != bindings().tree()) {
       return nullptr;
     }
     const uint32_t slot = path.id() - paths_base_;  // wraps below the base: out of range
@@ -147,12 +172,22 @@ class GraphModule {
   // fusion pass removes every folded batch norm; prepare then resolved every path anew).
   void KeepPathTableAfterRemoving(absl::Span<const PathToRemove> paths);
 
+  const ModuleBindingGenerations& bindings() const { return graph_->module_bindings(); }
+
+  // Declared first: the modules of root_'s tree point at graph_'s generations, so graph_
+  // is destroyed after them.
   std::unique_ptr<Graph> graph_;
   std::unique_ptr<Module> root_;
   // The module-binding generation at which every call_module node's cached type was last
   // resolved; 0: never. Written under resolve_mu_, read without it.
   mutable std::atomic<uint64_t> resolved_generation_{0};
-  mutable absl::Mutex resolve_mu_;
+  // A std::mutex (pthread), which ThreadSanitizer sees: Debian's Abseil is not
+  // instrumented, so an absl::Mutex's ordering would be invisible to it.
+  mutable std::mutex resolve_mu_;
+  // The module type of each call_module node (its symbol; empty if its target does not
+  // resolve), indexed by Node::index(), as ResolveModuleTypes() last filled it. Written
+  // under resolve_mu_ only while stale (readers do not read it then), read without it.
+  mutable std::vector<Symbol> module_type_of_node_;
   // The module of every path a call_module node called at the last ResolveModuleTypes()
   // that found the tree edited, indexed by the path's symbol id minus paths_base_ (the
   // smallest such id); nullptr for ids no node called (or that name no module). Symbol ids
@@ -177,7 +212,7 @@ class GraphModule {
   // The module-tree generation at which module_of_path_ was filled; 0: never.
   mutable std::atomic<uint64_t> paths_generation_{0};
   // Next suffix to try per hint, so naming many modules from one hint stays linear.
-  mutable absl::flat_hash_map<std::string, int64_t> next_path_suffix_;
+  absl::flat_hash_map<std::string, int64_t> next_path_suffix_;
 };
 
 }  // namespace fuselage

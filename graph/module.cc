@@ -55,6 +55,9 @@ Module::Module(Module&& other) noexcept
   other.children_.clear();
   other.child_index_.reset();
   RebuildChildIndex();
+  for (auto& child : children_) {
+    if (child.second != nullptr) child.second->SetModel(model_);  // none: this one is new
+  }
   other.NoteChildrenReplaced(!children_.empty());  // This one is new, so in no tree yet.
 }
 
@@ -71,6 +74,9 @@ Module& Module::operator=(Module&& other) noexcept {
   other.children_.clear();
   other.child_index_.reset();
   RebuildChildIndex();
+  for (auto& child : children_) {
+    if (child.second != nullptr) child.second->SetModel(model_);
+  }
   NoteChildrenReplaced(had_children);
   other.NoteChildrenReplaced(other_had_children);
   return *this;
@@ -275,7 +281,7 @@ Module* Module::FindChild(absl::string_view name) const {
 
 Module* Module::SetChild(absl::string_view name, std::unique_ptr<Module> child) {
   Module* raw = child.get();
-  if (raw != nullptr) raw->in_tree_ = true;
+  if (raw != nullptr) raw->SetModel(model_);
   if (children_.size() <= kChildrenScannedLinearly) {
     const size_t position = ChildPosition(name);
     if (position != kNoChild) {
@@ -319,7 +325,7 @@ std::vector<std::unique_ptr<Module>> Module::EraseChildrenAt(
   constexpr uint32_t kGone = static_cast<uint32_t>(-1);
   std::vector<uint32_t> new_position(children_.size(), 0);
   for (size_t k = 0; k < positions.size(); ++k) {
-    // Each removed child is written (in_tree_) and later freed: a cache miss per child
+    // Each removed child is written (model_) and later freed: a cache miss per child
     // in a large tree, overlapped by asking for the one a few removals ahead.
     constexpr size_t kRemovalsAhead = 8;
     if (k + kRemovalsAhead < positions.size()) {
@@ -327,7 +333,7 @@ std::vector<std::unique_ptr<Module>> Module::EraseChildrenAt(
     }
     const uint32_t position = positions[k];
     new_position[position] = kGone;
-    if (children_[position].second != nullptr) children_[position].second->in_tree_ = false;
+    if (children_[position].second != nullptr) children_[position].second->SetModel(nullptr);
   }
   size_t kept = 0;
   for (size_t i = 0; i < children_.size(); ++i) {
@@ -358,6 +364,14 @@ std::vector<std::unique_ptr<Module>> Module::EraseChildrenAt(
     }
   }
   return removed;
+}
+
+void Module::SetModel(ModuleBindingGenerations* model) {
+  if (model_ == model) return;
+  model_ = model;
+  for (auto& child : children_) {
+    if (child.second != nullptr) child.second->SetModel(model);
+  }
 }
 
 std::unique_ptr<Module> Module::RemoveChild(absl::string_view name) {
@@ -405,7 +419,6 @@ std::unique_ptr<Module> Module::Clone(size_t spare_tensors, size_t spare_attribu
   copy->children_.reserve(children_.size());
   for (const auto& [name, child] : children_) {
     std::unique_ptr<Module> child_copy = child == nullptr ? nullptr : child->Clone();
-    if (child_copy != nullptr) child_copy->in_tree_ = true;  // a child of the copy
     copy->children_.emplace_back(name, std::move(child_copy));
   }
   copy->RebuildChildIndex();

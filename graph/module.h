@@ -33,9 +33,9 @@ class Module {
   explicit Module(Symbol type) : type_(type) {}
   explicit Module(absl::string_view type) : type_(Symbol::Intern(type)) {}
   // Moving changes what both modules hold, so, like every edit of a type or of children
-  // of a module in a tree, it invalidates cached module types (graph/module_binding.h).
-  // A module outside every tree (neither a GraphModule's root nor any module's child, e.g.
-  // a fused module being built) is edited without invalidating anything.
+  // of a module in a model's tree, it invalidates that model's cached module types
+  // (graph/module_binding.h). A module outside every model's tree (e.g. a fused module
+  // being built, with its children) is edited without invalidating anything.
   //
   // Only an edit that takes a module out of a tree (a child replaced or removed, a module
   // with children moved from or into) changes what an existing module path resolves to,
@@ -187,15 +187,20 @@ class Module {
   // allowed) keeping the others' order, and moves the index along; returns the removed
   // children in their former order. O(children) whatever the number removed.
   std::vector<std::unique_ptr<Module>> EraseChildrenAt(const std::vector<uint32_t>& positions);
-  // Invalidates what a module path resolves to, if this module is part of a tree.
+  // Invalidates what a module path resolves to, if this module is part of a model's tree
+  // (that model's caches only).
   void NoteTreeEdit() const {
-    if (in_tree_) InvalidateModuleTree();
+    if (model_ != nullptr) model_->InvalidateTree();
   }
   // Invalidates what call_module nodes resolve to (their module's type) but no path, if
-  // this module is part of a tree.
+  // this module is part of a model's tree.
   void NoteBindingEdit() const {
-    if (in_tree_) InvalidateModuleBindings();
+    if (model_ != nullptr) model_->InvalidateBindings();
   }
+  // Makes this module and its whole subtree part of the tree of the model whose
+  // generations are `model` (nullptr: of no model). O(subtree), stopping early where the
+  // subtree already is (a child always belongs to its parent's model).
+  void SetModel(ModuleBindingGenerations* model);
   // The edit when this module's children are replaced (moved from or into): paths change
   // only if it had any.
   void NoteChildrenReplaced(bool had_children) const {
@@ -207,10 +212,11 @@ class Module {
   }
 
   Symbol type_;
-  // True while this module is a GraphModule's root or some module's child: only then can
-  // an edit of it change what a call_module node resolves to. Belongs to the object, not
-  // its contents: moving does not carry it. (Fits in the padding after type_.)
-  bool in_tree_ = false;
+  // The generations of the model (graph/module_binding.h) whose tree this module is in (a
+  // GraphModule's root or a descendant of one), nullptr while it is in none: only then can
+  // an edit of it change what a call_module node resolves to, and only in that model.
+  // Belongs to the object, not its contents: moving does not carry it.
+  ModuleBindingGenerations* model_ = nullptr;
   // Each field list is either the module's own vector or, after ShareFieldsWithClones()
   // (of this module or of the one it was cloned from), a read-only vector shared with
   // other modules; while shared_* is set the own vector is empty and unused.

@@ -18,7 +18,6 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "graph/argument.h"
-#include "graph/module_binding.h"
 #include "graph/symbol.h"
 
 namespace fuselage {
@@ -108,8 +107,10 @@ class Node {
 
   // Distinct nodes that use this one, in the order they started using it (as FX's
   // `Node.users` dict). A node that uses this one twice is listed once.
-  absl::Span<Node* const> users() const { return users_; }
-  size_t num_users() const { return users_.size(); }
+  absl::Span<Node* const> users() const {
+    return absl::MakeConstSpan(users_.data() + users_front_, users_.size() - users_front_);
+  }
+  size_t num_users() const { return users_.size() - users_front_; }
 
   // Distinct nodes this one reads, in first-use order over args then kwargs.
   std::vector<Node*> InputNodes() const;
@@ -139,22 +140,14 @@ class Node {
  private:
   friend class Graph;
   friend class GraphBuilder;
-  friend class GraphModule;  // Fills and reads the cached module type.
   friend class NodeMeta;     // An empty NodeMeta reads EmptyKwargs.
   Node(Graph* graph, uint32_t index, OpKind op, Symbol target, std::string name)
       : graph_(graph),
         op_(op),
-        module_type_id_(0),
+        users_front_(0),
         target_(target),
         index_(index),
-        name_(std::move(name)) {
-    // A new call_module node has no cached type yet: make every cache stale.
-    if (op == OpKind::kCallModule) InvalidateModuleBindings();
-  }
-
-  // GraphModule::ModuleTypeOf's cache; meaningful only while GraphModule says it is current.
-  Symbol cached_module_type() const { return Symbol(module_type_id_); }
-  void set_cached_module_type(Symbol type) { module_type_id_ = type.id(); }
+        name_(std::move(name)) {}
 
   // Calls fn(Node*) for every node reference in args and kwargs (with repeats). Reads
   // kwargs_ directly: kwargs() is a call (EmptyKwargs) on every node without kwargs.
@@ -170,11 +163,14 @@ class Node {
   Node* prev_ = nullptr;
   Node* next_ = nullptr;
   uint64_t order_key_ = 0;  // Strictly increasing along the list; see Graph.
+  // No cache lives in a Node (GraphModule keeps the module type of each call_module node
+  // in a table of its own): readers sharing a model never race with a cache fill on a
+  // word they read.
   OpKind op_;
-  // The type of the module this call_module node calls, as a Symbol id, cached by
-  // GraphModule (see ModuleTypeOf there). Ids fit in Symbol::kIdBits bits, so it lives in
-  // the three bytes of padding after op_ and Node does not grow.
-  uint32_t module_type_id_ : Symbol::kIdBits;
+  // How many entries at the front of users_ are no longer users (Graph::RemoveUser takes
+  // the first user off in O(1) this way; the list is compacted once they outnumber the
+  // live ones, and emptied whenever no user is left). In the padding after op_.
+  uint32_t users_front_ : 24;
   Symbol target_;
   static const Kwargs& EmptyKwargs();
   void set_kwargs(Kwargs kwargs) {

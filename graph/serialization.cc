@@ -188,6 +188,10 @@ class ModelReader {
       }
     }
     RETURN_IF_ERROR(CheckModule(model.root(), "root module", 0));
+    // Every text the builders intern, interned first through the bounded interner: a file
+    // that would fill the process's symbol table fails here (ResourceExhausted naming the
+    // limit), and the builders below then only find symbols that exist.
+    RETURN_IF_ERROR(InternInputText(model));
 
     // Build. The file order is kept as is; Verify() judges it.
     auto gm = std::make_unique<GraphModule>();
@@ -430,6 +434,39 @@ class ModelReader {
       RETURN_IF_ERROR(CheckModule(c.module(), absl::StrCat("module '", c.name(), "' (in ", where, ")"),
                                   depth + 1));
     }
+    return absl::OkStatus();
+  }
+
+  // Symbol::TryIntern of every string the builders intern: node targets, string args,
+  // kwarg and meta names, module types and string attributes.
+  static absl::Status InternInputText(const proto::Model& model) {
+    for (const proto::Node& n : model.graph().nodes()) {
+      RETURN_IF_ERROR(Symbol::TryIntern(n.target()).status());
+      for (const proto::Arg& a : n.args()) RETURN_IF_ERROR(InternArgText(a));
+      for (const auto* named : {&n.kwargs(), &n.meta()}) {
+        for (const proto::NamedArg& kw : *named) {
+          RETURN_IF_ERROR(Symbol::TryIntern(kw.name()).status());
+          RETURN_IF_ERROR(InternArgText(kw.value()));
+        }
+      }
+    }
+    return InternModuleText(model.root());
+  }
+  static absl::Status InternArgText(const proto::Arg& a) {
+    if (a.value_case() == proto::Arg::kStringValue) {
+      return Symbol::TryIntern(a.string_value()).status();
+    }
+    if (a.has_list() || a.has_tuple()) {
+      for (const proto::Arg& item : (a.has_list() ? a.list() : a.tuple()).items()) {
+        RETURN_IF_ERROR(InternArgText(item));
+      }
+    }
+    return absl::OkStatus();
+  }
+  static absl::Status InternModuleText(const proto::Module& m) {
+    RETURN_IF_ERROR(Symbol::TryIntern(m.type()).status());
+    for (const proto::NamedArg& a : m.attributes()) RETURN_IF_ERROR(InternArgText(a.value()));
+    for (const proto::NamedModule& c : m.children()) RETURN_IF_ERROR(InternModuleText(c.module()));
     return absl::OkStatus();
   }
 

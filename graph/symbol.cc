@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/hash/hash.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "graph/check.h"
 
 namespace fuselage {
@@ -117,7 +119,7 @@ struct SymbolTable {
   uint32_t Add(absl::string_view name, size_t hash) {
     const uint32_t id = size;
     const uint32_t chunk = id >> kChunkBits;
-    FUSELAGE_CHECK(chunk < kMaxChunks);  // 16.7M distinct symbols: far past any model.
+    FUSELAGE_CHECK(chunk < kMaxChunks);  // Callers stop at Symbol::kMaxSymbols (Intern*).
     absl::string_view* storage = chunks[chunk].load(std::memory_order_acquire);
     if (storage == nullptr) {
       storage = new absl::string_view[kChunkSize];
@@ -150,21 +152,54 @@ struct SymbolTable {
   }
 };
 
+std::atomic<uint32_t> input_limit{Symbol::kInputSymbolLimit};
+
 SymbolTable& Table() {
   static SymbolTable* table = new SymbolTable();  // Never destroyed: symbols outlive all.
   return *table;
 }
 
+// Interns `name` unless the table holds `limit` symbols or more (then 0). The id table's
+// slot stores an id in kIdBits bits, hence kMaxSymbols.
+uint32_t InternBelow(absl::string_view name, uint32_t limit) {
+  SymbolTable& table = Table();
+  const size_t hash = HashOf(name);
+  if (const uint32_t id = table.Find(name, hash)) return id;
+  std::lock_guard<std::mutex> lock(table.mu);
+  if (const uint32_t id = table.Find(name, hash)) return id;  // Interned meanwhile.
+  // size counts "" too, so the table holds size - 1 real symbols.
+  if (table.size - 1 >= std::min(limit, Symbol::kMaxSymbols)) return 0;
+  return table.Add(name, hash);
+}
+
 }  // namespace
+
+absl::StatusOr<Symbol> Symbol::TryIntern(absl::string_view name) {
+  if (name.empty()) return Symbol();
+  const uint32_t limit = input_limit.load(std::memory_order_relaxed);
+  const uint32_t id = InternBelow(name, limit);
+  if (id == 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "symbol table full: it holds ", limit,
+        " symbols, the limit for names read from input; cannot intern '", name.substr(0, 64),
+        name.size() > 64 ? "...'" : "'"));
+  }
+  return Symbol(id);
+}
 
 Symbol Symbol::Intern(absl::string_view name) {
   if (name.empty()) return Symbol();
+  return Symbol(InternBelow(name, kMaxSymbols));
+}
+
+uint32_t Symbol::TableSize() {
   SymbolTable& table = Table();
-  const size_t hash = HashOf(name);
-  if (const uint32_t id = table.Find(name, hash)) return Symbol(id);
   std::lock_guard<std::mutex> lock(table.mu);
-  if (const uint32_t id = table.Find(name, hash)) return Symbol(id);  // Interned meanwhile.
-  return Symbol(table.Add(name, hash));
+  return table.size;
+}
+
+uint32_t symbol_internal::SetInputSymbolLimitForTesting(uint32_t limit) {
+  return input_limit.exchange(limit, std::memory_order_relaxed);
 }
 
 Symbol Symbol::Lookup(absl::string_view name) {

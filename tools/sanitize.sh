@@ -3,8 +3,9 @@
 # UndefinedBehaviorSanitizer, both built with clang 14 (configs in .bazelrc). Exits
 # non-zero if either run fails.
 #
-# usage: tools/sanitize.sh [asan|ubsan|asan_ubsan ...] [-- target patterns]
-#        (default: asan then ubsan, //tests/...; asan_ubsan is both in one build, as CI runs it)
+# usage: tools/sanitize.sh [asan|ubsan|asan_ubsan|tsan ...] [-- target patterns]
+#        (default: asan then ubsan, //tests/...; asan_ubsan is both in one build, as CI runs it;
+#        tsan is ThreadSanitizer, for the threading tests: tsan -- //tests/graph:threading_test)
 # env:   FUSELAGE_CLANG_OUTPUT_BASE  Bazel output base of the clang builds
 #
 # The clang builds use their own Bazel output base (and server), so they never evict the
@@ -19,8 +20,8 @@ patterns=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --) shift; patterns=("$@"); break ;;
-    asan|ubsan|asan_ubsan) configs+=("$1"); shift ;;
-    *) echo "sanitize.sh: unknown argument '$1' (expected asan, ubsan, asan_ubsan or -- patterns)" >&2; exit 2 ;;
+    asan|ubsan|asan_ubsan|tsan) configs+=("$1"); shift ;;
+    *) echo "sanitize.sh: unknown argument '$1' (expected asan, ubsan, asan_ubsan, tsan or -- patterns)" >&2; exit 2 ;;
   esac
 done
 [[ ${#configs[@]} -gt 0 ]] || configs=(asan ubsan)

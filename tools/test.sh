@@ -79,10 +79,13 @@ step_fuzz() {
 }
 
 # //tests/... under AddressSanitizer + UndefinedBehaviorSanitizer in one clang-14 build
-# (its own output base).
+# (its own output base), then the threading tests under ThreadSanitizer.
+THREADING_TESTS=(//tests/graph:threading_test)
 step_sanitizers() {
   run_counted "sanitizers (asan+ubsan)" "test targets" count_bazel_targets \
     bash tools/sanitize.sh asan_ubsan
+  run_counted "sanitizers (tsan)" "test targets" count_bazel_targets \
+    bash tools/sanitize.sh tsan -- "${THREADING_TESTS[@]}"
 }
 
 # ---- Steps --------------------------------------------------------------------------

@@ -96,35 +96,35 @@ TEST(ModuleChildrenTest, EveryChildEditInATreeBumpsBothGenerations) {
   ASSERT_TRUE(gm.SetModule("m", std::make_unique<Module>("nn.Module")).ok());
   Module& m = *gm.FindModule("m");  // in gm's tree
   for (int i = 0; i < 20; ++i) m.SetChild(absl::StrCat("c", i), Relu());
-  const auto expect_bumped = [](uint64_t binding_before, uint64_t tree_before,
+  const auto expect_bumped = [&gm](uint64_t binding_before, uint64_t tree_before,
                                 const char* what) {
-    EXPECT_GT(ModuleBindingGeneration(), binding_before) << what;
-    EXPECT_GT(ModuleTreeGeneration(), tree_before) << what;
+    EXPECT_GT(gm.module_bindings().binding(), binding_before) << what;
+    EXPECT_GT(gm.module_bindings().tree(), tree_before) << what;
   };
-  uint64_t binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  uint64_t binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   m.SetChild("c3", Relu());
   expect_bumped(binding, tree, "replace");
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   m.RemoveChild("c4");
   expect_bumped(binding, tree, "RemoveChild");
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   EXPECT_EQ(m.RemoveChildren({"c5", "c6"}), 2);
   expect_bumped(binding, tree, "RemoveChildren");
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   Module moved(std::move(m));
   expect_bumped(binding, tree, "move out of the tree");
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   Module replacement("nn.Module");
   replacement.SetChild("z", Relu());
   moved = std::move(replacement);  // moved's 17 children are freed; in no tree: no bump
-  EXPECT_EQ(ModuleTreeGeneration(), tree);
+  EXPECT_EQ(gm.module_bindings().tree(), tree);
   m.SetChild("only", Relu());  // a new path: the binding generation only
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   m = std::move(moved);  // m's child "only" leaves the tree
   expect_bumped(binding, tree, "move into a module with children in the tree");
 
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(gm.SetModule(absl::StrCat("r", i), Relu()).ok());
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   ASSERT_TRUE(gm.RemoveModules({"r1", "r2"}).ok());
   expect_bumped(binding, tree, "RemoveModules");
 }
@@ -138,76 +138,115 @@ TEST(ModuleChildrenTest, EditsKeepingEveryPathBumpTheBindingGenerationOnly) {
   GraphModule gm;
   ASSERT_TRUE(gm.SetModule("m.leaf", Relu()).ok());
   Module& m = *gm.FindModule("m");
-  const auto expect_binding_only = [](uint64_t binding_before, uint64_t tree_before,
+  const auto expect_binding_only = [&gm](uint64_t binding_before, uint64_t tree_before,
                                       const char* what) {
-    EXPECT_GT(ModuleBindingGeneration(), binding_before) << what;
-    EXPECT_EQ(ModuleTreeGeneration(), tree_before) << what;
+    EXPECT_GT(gm.module_bindings().binding(), binding_before) << what;
+    EXPECT_EQ(gm.module_bindings().tree(), tree_before) << what;
   };
-  uint64_t binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  uint64_t binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   m.FindChild("leaf")->set_type(Symbol::Intern("nn.Sigmoid"));
   expect_binding_only(binding, tree, "set_type");
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   m.SetChild("new", Relu());
   expect_binding_only(binding, tree, "SetChild of a new name (scanned parent)");
   for (int i = 0; i < 10; ++i) m.SetChild(absl::StrCat("n", i), Relu());
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   m.SetChild("n10", Relu());
   expect_binding_only(binding, tree, "SetChild of a new name (indexed parent)");
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   ASSERT_TRUE(gm.SetModule("p.q.r", Relu()).ok());
   expect_binding_only(binding, tree, "SetModule creating parents");
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   Module native("nnq.Conv2d");
   native.SetChild("inner", Relu());
   *m.FindChild("leaf") = std::move(native);
   expect_binding_only(binding, tree, "move into a childless module");
   EXPECT_EQ(gm.FindModule("m.leaf")->type().name(), "nnq.Conv2d");
   EXPECT_NE(gm.FindModule("m.leaf.inner"), nullptr);
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   Module taken(std::move(*m.FindChild("new")));
   expect_binding_only(binding, tree, "move out of a childless module");
   EXPECT_EQ(taken.type().name(), "nn.ReLU");
   // And the edits that do change a path, for contrast: replacing a child by name.
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   m.SetChild("new", Relu());
-  EXPECT_GT(ModuleTreeGeneration(), tree) << "replacing a child";
-  binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  EXPECT_GT(gm.module_bindings().tree(), tree) << "replacing a child";
+  binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   m.SetChild("n3", Relu());
-  EXPECT_GT(ModuleTreeGeneration(), tree) << "replacing a child (indexed parent)";
+  EXPECT_GT(gm.module_bindings().tree(), tree) << "replacing a child (indexed parent)";
 }
 
-// A module in no tree (being built, or removed from one) can change what no call_module
-// node resolves to, so editing it leaves every cache current; installing it bumps.
+// A module in no model's tree (being built, or removed from one) can change what no
+// call_module node resolves to, so editing it -- or any of its children -- leaves every
+// cache current; installing it bumps the generations of the model it joins.
 TEST(ModuleChildrenTest, EditsOutsideEveryTreeBumpNothing) {
-  const uint64_t binding = ModuleBindingGeneration();
+  GraphModule gm;
+  const uint64_t binding = gm.module_bindings().binding();
+  const uint64_t tree = gm.module_bindings().tree();
   auto fused = std::make_unique<Module>("nni.ConvReLU2d");
   for (int i = 0; i < 12; ++i) fused->SetChild(absl::StrCat(i), Relu());  // indexed too
   fused->SetChild("3", Relu());
-  fused->FindChild("0")->set_type(Symbol::Intern("nn.Conv2d"));  // a child of it: counted
-  EXPECT_GT(ModuleBindingGeneration(), binding) << "a child's edit is conservatively counted";
-  const uint64_t tree_after_child = ModuleTreeGeneration();
-  const uint64_t binding_after_child = ModuleBindingGeneration();
+  fused->FindChild("0")->set_type(Symbol::Intern("nn.Conv2d"));  // a child of it
   EXPECT_EQ(fused->RemoveChildren({"5", "6"}), 2);
   fused->set_type(Symbol::Intern("nni.LinearReLU"));
   Module moved(std::move(*fused));
   *fused = std::move(moved);
   std::unique_ptr<Module> copy = fused->Clone();
   copy->SetChild("extra", Relu());
-  EXPECT_EQ(ModuleTreeGeneration(), tree_after_child);
-  EXPECT_EQ(ModuleBindingGeneration(), binding_after_child);
+  EXPECT_EQ(gm.module_bindings().tree(), tree);
+  EXPECT_EQ(gm.module_bindings().binding(), binding);
 
-  GraphModule gm;
+  Module* child = fused->FindChild("0");
   ASSERT_TRUE(gm.SetModule("f", std::move(fused)).ok());
   // A new path: what nodes resolve to changes, what existing paths do does not.
-  EXPECT_GT(ModuleBindingGeneration(), binding_after_child) << "installing";
-  EXPECT_EQ(ModuleTreeGeneration(), tree_after_child) << "installing under a new path";
+  EXPECT_GT(gm.module_bindings().binding(), binding) << "installing";
+  EXPECT_EQ(gm.module_bindings().tree(), tree) << "installing under a new path";
+  // The installed module's children joined the model too.
+  uint64_t binding_now = gm.module_bindings().binding();
+  child->set_type(Symbol::Intern("nn.Sigmoid"));
+  EXPECT_GT(gm.module_bindings().binding(), binding_now) << "a child of an installed module";
   std::unique_ptr<Module> removed = gm.root().RemoveChild("f");
   ASSERT_NE(removed, nullptr);
-  EXPECT_GT(ModuleTreeGeneration(), tree_after_child) << "removing";
-  const uint64_t tree_after_removal = ModuleTreeGeneration();
+  EXPECT_GT(gm.module_bindings().tree(), tree) << "removing";
+  const uint64_t tree_after_removal = gm.module_bindings().tree();
+  binding_now = gm.module_bindings().binding();
   removed->SetChild("again", Relu());
   removed->set_type(Symbol::Intern("nn.Sequential"));
-  EXPECT_EQ(ModuleTreeGeneration(), tree_after_removal) << "removed from the tree";
+  removed->FindChild("0")->set_type(Symbol::Intern("nn.Tanh"));
+  EXPECT_EQ(gm.module_bindings().tree(), tree_after_removal) << "removed from the tree";
+  EXPECT_EQ(gm.module_bindings().binding(), binding_now) << "removed from the tree";
+}
+
+// The generations are per model (issue #22, item 12): editing one model's tree or nodes
+// leaves another model's caches current, and a module moved between models belongs to
+// the one it is in now.
+TEST(ModuleChildrenTest, EditsOfOneModelLeaveAnotherModelsCachesCurrent) {
+  GraphModule a, b;
+  ASSERT_TRUE(a.SetModule("m", Relu()).ok());
+  ASSERT_TRUE(b.SetModule("m", Relu()).ok());
+  Node* bx = *b.graph().AddPlaceholder("x");
+  Node* bm = *b.graph().AddCallModule("m", {bx});
+  b.ResolveModuleTypes();
+  const uint64_t binding = b.module_bindings().binding(), tree = b.module_bindings().tree();
+  a.FindModule("m")->set_type(Symbol::Intern("nn.Tanh"));
+  ASSERT_TRUE(a.SetModule("m", Relu()).ok());  // a replacement: a tree edit of a
+  ASSERT_TRUE(a.RemoveModules({"m"}).ok());
+  Node* ax = *a.graph().AddPlaceholder("x");
+  ASSERT_TRUE(a.SetModule("n", Relu()).ok());
+  ASSERT_TRUE(a.graph().AddCallModule("n", {ax}).ok());
+  EXPECT_EQ(b.module_bindings().binding(), binding);
+  EXPECT_EQ(b.module_bindings().tree(), tree);
+  EXPECT_EQ(b.ModuleTypeOf(bm).name(), "nn.ReLU");
+  // A module taken out of a and installed in b: an edit of it now is b's.
+  std::unique_ptr<Module> moved = a.root().RemoveChild("n");
+  ASSERT_NE(moved, nullptr);
+  Module* raw = moved.get();
+  ASSERT_TRUE(b.SetModule("k", std::move(moved)).ok());
+  const uint64_t a_binding = a.module_bindings().binding();
+  const uint64_t b_binding = b.module_bindings().binding();
+  raw->set_type(Symbol::Intern("nn.Sigmoid"));
+  EXPECT_EQ(a.module_bindings().binding(), a_binding);
+  EXPECT_GT(b.module_bindings().binding(), b_binding);
 }
 
 // Creating a node that calls a module changes what nodes resolve to, not what paths do.
@@ -215,10 +254,10 @@ TEST(ModuleChildrenTest, NewCallModuleNodeBumpsTheBindingGenerationOnly) {
   GraphModule gm;
   ASSERT_TRUE(gm.SetModule("a", Relu()).ok());
   Node* x = *gm.graph().AddPlaceholder("x");
-  const uint64_t binding = ModuleBindingGeneration(), tree = ModuleTreeGeneration();
+  const uint64_t binding = gm.module_bindings().binding(), tree = gm.module_bindings().tree();
   ASSERT_TRUE(gm.graph().AddCallModule("a", {x}).ok());
-  EXPECT_GT(ModuleBindingGeneration(), binding);
-  EXPECT_EQ(ModuleTreeGeneration(), tree);
+  EXPECT_GT(gm.module_bindings().binding(), binding);
+  EXPECT_EQ(gm.module_bindings().tree(), tree);
 }
 
 // A moved module's index belongs to the module that now holds the children: both sizes

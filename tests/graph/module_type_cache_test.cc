@@ -197,14 +197,14 @@ TEST_F(ModuleTypeCacheTest, ModuleOfARetargetedNodeIsItsNewTargetsModule) {
 // Building a fused module on the side (what the fusion pass does between matching and
 // rewriting) leaves the table current: no walk, same answers.
 TEST_F(ModuleTypeCacheTest, ModulesBuiltOutsideTheTreeLeaveTheCachesCurrent) {
-  const uint64_t tree = ModuleTreeGeneration();
-  const uint64_t binding = ModuleBindingGeneration();
+  const uint64_t tree = gm_.module_bindings().tree();
+  const uint64_t binding = gm_.module_bindings().binding();
   auto fused = std::make_unique<Module>("nni.LinearReLU");
   fused->SetChild("0", gm_.FindModule("a")->Clone());
   fused->SetChild("1", std::make_unique<Module>("nn.ReLU"));
   fused->set_type(Type("nni.ConvReLU2d"));
-  EXPECT_EQ(ModuleTreeGeneration(), tree);
-  EXPECT_EQ(ModuleBindingGeneration(), binding);
+  EXPECT_EQ(gm_.module_bindings().tree(), tree);
+  EXPECT_EQ(gm_.module_bindings().binding(), binding);
   ExpectType(a_, "nn.ReLU");
 }
 
@@ -214,23 +214,23 @@ TEST_F(ModuleTypeCacheTest, ModulesBuiltOutsideTheTreeLeaveTheCachesCurrent) {
 // the walk's answers; only the nodes' cached types are re-resolved.
 TEST_F(ModuleTypeCacheTest, ModuleReplacedInPlaceKeepsThePathTableCurrent) {
   Module* a = gm_.FindModule("a");
-  const uint64_t tree = ModuleTreeGeneration();
+  const uint64_t tree = gm_.module_bindings().tree();
   Module native("nn.Sigmoid");
   native.SetChild("inner", std::make_unique<Module>("nn.Tanh"));
   *a = std::move(native);
-  EXPECT_EQ(ModuleTreeGeneration(), tree) << "the path table stays current";
+  EXPECT_EQ(gm_.module_bindings().tree(), tree) << "the path table stays current";
   EXPECT_EQ(gm_.FindModule(a_->target()), a);
   ExpectType(a_, "nn.Sigmoid");
   ExpectType(b_, "nn.Identity");
   Node* inner = InsertCall("a.inner", b_, "inner");  // a path that resolved to nothing
   ExpectType(inner, "nn.Tanh");
   gm_.FindModule("b")->set_type(Type("nn.ReLU"));
-  EXPECT_EQ(ModuleTreeGeneration(), tree);
+  EXPECT_EQ(gm_.module_bindings().tree(), tree);
   ExpectType(b_, "nn.ReLU");
 }
 
 TEST_F(ModuleTypeCacheTest, ModulesAddedUnderNewPathsKeepThePathTableCurrent) {
-  const uint64_t tree = ModuleTreeGeneration();
+  const uint64_t tree = gm_.module_bindings().tree();
   Module* container = gm_.root().SetChild("observers", std::make_unique<Module>("nn.Module"));
   Node* last = b_;
   for (int i = 0; i < 12; ++i) {  // past kChildrenScannedLinearly: the container indexes
@@ -239,7 +239,7 @@ TEST_F(ModuleTypeCacheTest, ModulesAddedUnderNewPathsKeepThePathTableCurrent) {
     last = InsertCall(absl::StrCat("observers.", name).c_str(), last, name.c_str());
     ExpectModule(last, "added");
   }
-  EXPECT_EQ(ModuleTreeGeneration(), tree);
+  EXPECT_EQ(gm_.module_bindings().tree(), tree);
   ExpectType(last, "nn.Tanh");
   ExpectType(a_, "nn.ReLU");
 }
