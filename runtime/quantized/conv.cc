@@ -6,10 +6,9 @@
 #include <utility>
 #include <vector>
 
-#include <eigen3/Eigen/Core>
-
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
+#include "runtime/onednn/onednn.h"
 #include "runtime/quantized/output_requantizer.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/weight_utils.h"
@@ -18,7 +17,7 @@ namespace fuselage {
 namespace quantized {
 namespace {
 
-using IntMatrix = Eigen::Matrix<int32_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using dt = dnnl::memory::data_type;
 
 // The exact int32 accumulators of one conv call, [N, O, OH, OW], plus what the
 // requantization needs.
@@ -81,46 +80,53 @@ absl::StatusOr<ConvAccumulators> Accumulate(absl::string_view op, const Tensor& 
   out.shape = {batch, out_c, out_h, out_w};
   out.weight_scales = PerOutputChannel(qweight.qparams().scales, out_c);
   const std::vector<int64_t> w_zero_points = PerOutputChannelZeroPoints(qweight, out_c);
-
-  // Weight rows (w - w_zp), one per output channel, depth = group_in_c * kH * kW.
-  const std::vector<int32_t> w_values = IntValues(qweight);
-  IntMatrix weight(out_c, depth);
-  for (int64_t o = 0; o < out_c; ++o) {
-    for (int64_t k = 0; k < depth; ++k) {
-      weight(o, k) = w_values[o * depth + k] - static_cast<int32_t>(w_zero_points[o]);
-    }
-  }
-
-  const std::vector<int32_t> x_values = IntValues(qx);
-  const int32_t x_zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);
   const int64_t pixels = out_h * out_w;
-  const int64_t group_out_c = out_c / p.groups;
   out.acc.assign(static_cast<size_t>(batch * out_c * pixels), 0);
-  IntMatrix columns(depth, pixels);
-  for (int64_t n = 0; n < batch; ++n) {
-    for (int64_t g = 0; g < p.groups; ++g) {
-      // im2col of (x - x_zp); padding contributes a real zero, i.e. 0 after the shift.
-      for (int64_t c = 0; c < group_in_c; ++c) {
-        const int32_t* plane =
-            x_values.data() + ((n * in_c) + g * group_in_c + c) * in_h * in_w;
-        for (int64_t kh = 0; kh < k_h; ++kh) {
-          for (int64_t kw = 0; kw < k_w; ++kw) {
-            const int64_t row = (c * k_h + kh) * k_w + kw;
-            for (int64_t oh = 0; oh < out_h; ++oh) {
-              const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
-              for (int64_t ow = 0; ow < out_w; ++ow) {
-                const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
-                const bool inside = ih >= 0 && ih < in_h && iw >= 0 && iw < in_w;
-                columns(row, oh * out_w + ow) =
-                    inside ? plane[ih * in_w + iw] - x_zero_point : 0;
-              }
-            }
-          }
-        }
+
+  // oneDNN computes sum((x - x_zp) * w) exactly in int32 (x u8 / s8, w s8, the zero point
+  // a run-time argument; padding is a real zero, i.e. x_zp before the shift).
+  const dt src_type = qx.dtype() == DType::kQUInt8 ? dt::u8 : dt::s8;
+  const int32_t x_zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);
+  onednn::ConvGeometry geometry;
+  geometry.src = {batch, in_c, in_h, in_w};
+  geometry.weights = {out_c, group_in_c, k_h, k_w};
+  geometry.dst = out.shape;
+  geometry.stride = {p.stride[0], p.stride[1]};
+  geometry.padding = {p.padding[0], p.padding[1]};
+  geometry.dilation = {p.dilation[0], p.dilation[1]};
+  geometry.groups = p.groups;
+  onednn::ConvBuffers buffers;
+  buffers.src = qx.raw_data();
+  buffers.weights = qweight.raw_data();
+  buffers.dst = out.acc.data();
+  if (out.acc.empty()) return out;
+  RETURN_IF_ERROR(
+      onednn::Convolution(op, geometry, src_type, dt::s8, dt::s32, buffers, x_zero_point));
+
+  // oneDNN convolutions take no weight zero point. sum((x - x_zp) * (w - w_zp)) is the
+  // above minus w_zp[o] * sum(x - x_zp) over the window: the window sums are one more
+  // convolution, with an all-ones weight per group. (PyTorch's engines only produce
+  // w_zp = 0; fuselage accepts any.)
+  const bool weight_zero_points =
+      std::any_of(w_zero_points.begin(), w_zero_points.end(), [](int64_t z) { return z != 0; });
+  if (weight_zero_points) {
+    std::vector<int8_t> ones(static_cast<size_t>(p.groups * depth), 1);
+    std::vector<int32_t> sums(static_cast<size_t>(batch * p.groups * pixels));
+    geometry.weights = {p.groups, group_in_c, k_h, k_w};
+    geometry.dst = {batch, p.groups, out_h, out_w};
+    buffers.weights = ones.data();
+    buffers.dst = sums.data();
+    RETURN_IF_ERROR(
+        onednn::Convolution(op, geometry, src_type, dt::s8, dt::s32, buffers, x_zero_point));
+    const int64_t group_out_c = out_c / p.groups;
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t o = 0; o < out_c; ++o) {
+        const int32_t zp = static_cast<int32_t>(w_zero_points[o]);
+        if (zp == 0) continue;
+        int32_t* acc = out.acc.data() + (n * out_c + o) * pixels;
+        const int32_t* sum = sums.data() + (n * p.groups + o / group_out_c) * pixels;
+        for (int64_t i = 0; i < pixels; ++i) acc[i] -= zp * sum[i];
       }
-      Eigen::Map<IntMatrix> result(out.acc.data() + (n * out_c + g * group_out_c) * pixels,
-                                   group_out_c, pixels);
-      result.noalias() = weight.middleRows(g * group_out_c, group_out_c) * columns;
     }
   }
   return out;

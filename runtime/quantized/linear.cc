@@ -1,11 +1,11 @@
 #include "runtime/quantized/linear.h"
 
+#include <algorithm>
 #include <vector>
-
-#include <eigen3/Eigen/Core>
 
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
+#include "runtime/onednn/onednn.h"
 #include "runtime/quantized/output_requantizer.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/weight_utils.h"
@@ -13,7 +13,7 @@
 namespace fuselage {
 namespace quantized {
 
-using IntMatrix = Eigen::Matrix<int32_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using dt = dnnl::memory::data_type;
 
 absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
                                        const Tensor* bias, double output_scale,
@@ -41,24 +41,31 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
   RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
 
-  const int64_t rows = in_features == 0 ? 0 : qx.numel() / in_features;
-  const std::vector<int32_t> x_values = IntValues(qx);
+  const int64_t rows = in_features == 0 ? qx.numel() : qx.numel() / in_features;
   const int32_t x_zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);
-  IntMatrix x(rows, in_features);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t k = 0; k < in_features; ++k) {
-      x(r, k) = x_values[r * in_features + k] - x_zero_point;
-    }
+  // acc[r, n] = sum_k (x[r, k] - x_zp) * w[n, k], exact in int32, from oneDNN.
+  std::vector<int32_t> acc(static_cast<size_t>(rows * out_features), 0);
+  if (!acc.empty() && in_features > 0) {
+    RETURN_IF_ERROR(onednn::MatMul(op, rows, in_features, out_features,
+                                   qx.dtype() == DType::kQUInt8 ? dt::u8 : dt::s8, dt::s8,
+                                   dt::s32, qx.raw_data(), qweight.raw_data(), nullptr,
+                                   acc.data(), x_zero_point));
   }
-  const std::vector<int32_t> w_values = IntValues(qweight);
+  // oneDNN's matmul takes no per-channel weight zero point: subtract w_zp[n] * sum_k (x - x_zp)
+  // here (PyTorch's engines only produce w_zp = 0).
   const std::vector<int64_t> w_zero_points = PerOutputChannelZeroPoints(qweight, out_features);
-  IntMatrix w(out_features, in_features);
-  for (int64_t n = 0; n < out_features; ++n) {
-    for (int64_t k = 0; k < in_features; ++k) {
-      w(n, k) = w_values[n * in_features + k] - static_cast<int32_t>(w_zero_points[n]);
+  if (std::any_of(w_zero_points.begin(), w_zero_points.end(), [](int64_t z) { return z != 0; })) {
+    const std::vector<int32_t> x_values = IntValues(qx);
+    for (int64_t r = 0; r < rows; ++r) {
+      int32_t row_sum = 0;
+      for (int64_t k = 0; k < in_features; ++k) {
+        row_sum += x_values[r * in_features + k] - x_zero_point;
+      }
+      for (int64_t n = 0; n < out_features; ++n) {
+        acc[r * out_features + n] -= static_cast<int32_t>(w_zero_points[n]) * row_sum;
+      }
     }
   }
-  const IntMatrix acc = x * w.transpose();
 
   const OutputRequantizer requantizer(
       qx.qparams().scales[0], PerOutputChannel(qweight.qparams().scales, out_features),
@@ -67,7 +74,7 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
   std::vector<int32_t> q(static_cast<size_t>(rows * out_features));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t n = 0; n < out_features; ++n) {
-      q[r * out_features + n] = requantizer.Apply(acc(r, n), n);
+      q[r * out_features + n] = requantizer.Apply(acc[r * out_features + n], n);
     }
   }
   std::vector<int64_t> shape = qx.shape();
