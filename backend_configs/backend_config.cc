@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/status_macros.h"
@@ -143,6 +144,62 @@ absl::Status ValidateFusedArity(const BackendPatternConfig& config,
   return absl::OkStatus();
 }
 
+// The reference quantized module replaces the root module, weights and attributes as
+// they are, so it must be that module's reference form: nn.Conv2d -> nnqr.Conv2d. (A
+// config saying nnqr.Conv3d for nn.Conv2d made convert write a Conv3d with 2-d weights.)
+// Checked for the built-in namespaces; a user's own types pair as their schemas allow.
+absl::Status ValidateReferenceModule(const BackendPatternConfig& config) {
+  if (config.root_module.empty() || config.reference_quantized_module.empty()) {
+    return absl::OkStatus();
+  }
+  const absl::string_view root = config.root_module.name();
+  const absl::string_view reference = config.reference_quantized_module.name();
+  if (!absl::StartsWith(root, "nn.") || !absl::StartsWith(reference, "nnqr.")) {
+    return absl::OkStatus();
+  }
+  if (root.substr(3) == reference.substr(5)) return absl::OkStatus();
+  return EntryError(config, "reference_quantized_module",
+                    absl::StrCat("'", reference, "' is not the reference form of root_module '",
+                                 root, "'; expected 'nnqr.", root.substr(3), "'"));
+}
+
+// The children the fuser gives the fused module (FusionRule::ChildTypesFromPattern) must
+// be those its type holds (ModuleSchema::children): a part with no place in the type
+// would be silently dropped by its kernel, or break Verify after fusion.
+absl::Status ValidateFusedChildren(const BackendPatternConfig& config,
+                                   const ModuleSchemaRegistry& modules) {
+  const FusionRule& rule = config.rule;
+  const ModuleSchema* fused =
+      rule.fused_module_type.empty() ? nullptr : modules.Find(rule.fused_module_type);
+  if (fused == nullptr || fused->children.empty()) return absl::OkStatus();
+  const std::optional<std::vector<std::vector<Symbol>>> children = rule.ChildTypesFromPattern();
+  if (!children.has_value()) return absl::OkStatus();
+  bool fits = children->size() == fused->children.size();
+  for (size_t i = 0; fits && i < children->size(); ++i) {
+    const std::vector<std::string>& allowed = fused->children[i];
+    for (Symbol type : (*children)[i]) {
+      if (std::find(allowed.begin(), allowed.end(), type.name()) == allowed.end()) fits = false;
+    }
+  }
+  if (fits) return absl::OkStatus();
+  std::vector<std::string> got, expected;
+  for (const std::vector<Symbol>& types : *children) {
+    std::vector<std::string> names;
+    for (Symbol type : types) names.emplace_back(type.name());
+    got.push_back(absl::StrJoin(names, " or "));
+  }
+  for (const std::vector<std::string>& types : fused->children) {
+    expected.push_back(absl::StrJoin(types, " or "));
+  }
+  return EntryError(config, "fuser",
+                    absl::StrCat(FuserKindName(rule.fuser_kind), " of ",
+                                 rule.pattern.ToString(), " gives '",
+                                 rule.fused_module_type.name(), "' the children (",
+                                 absl::StrJoin(got, ", "), "), but it holds (",
+                                 absl::StrJoin(expected, ", "),
+                                 "); choose the fuser and fused module that fit the pattern"));
+}
+
 }  // namespace
 
 std::string PatternKey(const Pattern& pattern) {
@@ -162,6 +219,7 @@ absl::Status ValidateBackendPatternConfig(const BackendPatternConfig& config,
   RETURN_IF_ERROR(ValidateModuleField(config, "root_module", config.root_module, modules));
   RETURN_IF_ERROR(ValidateModuleField(config, "reference_quantized_module",
                                       config.reference_quantized_module, modules));
+  RETURN_IF_ERROR(ValidateReferenceModule(config));
   for (size_t i = 0; i < config.dtype_configs.size(); ++i) {
     const absl::Status status =
         config.dtype_configs[i].Validate(absl::StrCat("dtype_configs[", i, "]"));
@@ -187,7 +245,8 @@ absl::Status ValidateBackendPatternConfig(const BackendPatternConfig& config,
   }
   RETURN_IF_ERROR(
       ValidateModuleField(config, "fused_module", config.rule.fused_module_type, modules));
-  return ValidateFusedArity(config, modules);
+  RETURN_IF_ERROR(ValidateFusedArity(config, modules));
+  return ValidateFusedChildren(config, modules);
 }
 
 absl::Status BackendConfig::Add(BackendPatternConfig config,

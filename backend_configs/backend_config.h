@@ -11,9 +11,11 @@
 // validated when it is added, so a BackendConfig in hand is always valid:
 //  - every module type in the pattern, and the fused, root and reference module types, is
 //    registered in the ModuleSchemaRegistry; every call_function is in the FunctionRegistry;
+//  - the reference module is the root module's reference form (nn.Conv2d -> nnqr.Conv2d);
 //  - the root position and extra-input positions lie inside the pattern (root: an op
 //    position; extra inputs: MatchAllNode positions);
-//  - the fused module's input count fits the root's inputs plus the extra inputs;
+//  - the fused module's input count fits the root's inputs plus the extra inputs, and the
+//    children the fuser gives it are those its schema lists (ModuleSchema::children);
 //  - the dtype configs are coherent.
 // Each failure is an InvalidArgument naming the entry and the field; the config is left
 // unchanged.

@@ -1,17 +1,21 @@
 #include "backend_configs/config_loader.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "backend_configs/backend_config.pb.h"
 #include "backend_configs/builtin_configs.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/stubs/common.h"
 #include "google/protobuf/text_format.h"
+#include "graph/file_io.h"
+#include "graph/serialization.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -29,6 +33,96 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
  private:
   std::string error_;
 };
+
+// Parses `text` into `file`. The errors go to the Status (line and column of the first),
+// never to the log.
+absl::Status ParseConfigProto(absl::string_view text, absl::string_view source,
+                              config::BackendConfigFile* file) {
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), file)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": ", errors.error().empty() ? "not a BackendConfigFile" : errors.error()));
+  }
+  return absl::OkStatus();
+}
+
+// A string that failed its check, shown escaped and cut short in an error.
+std::string Excerpt(const std::string& s) {
+  constexpr size_t kShown = 40;
+  return absl::StrCat("\"", absl::CHexEscape(absl::string_view(s).substr(0, kShown)), "\"",
+                      s.size() > kShown ? "..." : "");
+}
+
+// At most `max_length` bytes of valid UTF-8.
+bool IsSoundString(const std::string& s, int64_t max_length) {
+  return static_cast<int64_t>(s.size()) <= max_length &&
+         google::protobuf::internal::IsStructurallyValidUTF8(s.data(), static_cast<int>(s.size()));
+}
+
+// Holds the strings and enums of `message` and of every message in it to what a model
+// file can carry: strings of at most `max_length` bytes and valid UTF-8 (protobuf's text
+// parser checks neither), enums one of their named values (proto3 keeps any number).
+// `prefix` is the dotted path of `message` ("" at the top, "dtype_config[0].input.");
+// `skip`, if set, a field of `message` left out (checked separately).
+// InvalidArgument "field 'PATH': ...".
+absl::Status CheckFields(const google::protobuf::Message& message, const std::string& prefix,
+                         int64_t max_length,
+                         const google::protobuf::FieldDescriptor* skip = nullptr) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    if (field == skip) continue;
+    const int count = field->is_repeated() ? reflection->FieldSize(message, field) : 1;
+    for (int i = 0; i < count; ++i) {
+      const std::string path = field->is_repeated()
+                                   ? absl::StrCat(prefix, field->name(), "[", i, "]")
+                                   : absl::StrCat(prefix, field->name());
+      switch (field->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_STRING: {
+          const std::string value = field->is_repeated()
+                                        ? reflection->GetRepeatedString(message, field, i)
+                                        : reflection->GetString(message, field);
+          if (IsSoundString(value, max_length)) break;
+          if (static_cast<int64_t>(value.size()) > max_length) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "field '", path, "': ", Excerpt(value), " is ", value.size(),
+                " bytes; the limit is ", max_length, " (a model file's string limit)"));
+          }
+          return absl::InvalidArgumentError(
+              absl::StrCat("field '", path, "': ", Excerpt(value), " is not valid UTF-8"));
+        }
+        case FieldDescriptor::CPPTYPE_ENUM: {
+          const int value = field->is_repeated()
+                                ? reflection->GetRepeatedEnumValue(message, field, i)
+                                : reflection->GetEnumValue(message, field);
+          const google::protobuf::EnumDescriptor* type = field->enum_type();
+          if (type->FindValueByNumber(value) == nullptr) {
+            std::vector<std::string> names;
+            for (int v = 0; v < type->value_count(); ++v) names.push_back(type->value(v)->name());
+            return absl::InvalidArgumentError(absl::StrCat(
+                "field '", path, "': ", value, " is not a value of enum ", type->name(),
+                "; expected one of ",
+                absl::StrJoin(names, ", ")));
+          }
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          RETURN_IF_ERROR(CheckFields(field->is_repeated()
+                                          ? reflection->GetRepeatedMessage(message, field, i)
+                                          : reflection->GetMessage(message, field),
+                                      absl::StrCat(path, "."), max_length));
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 // Names one entry in errors: `<source>: pattern[2] 'conv_bn_add_relu'`.
 class EntryContext {
@@ -147,12 +241,24 @@ absl::StatusOr<BackendConfig> ParseBackendConfigText(absl::string_view text,
                                                      const ModuleSchemaRegistry& modules,
                                                      const FunctionRegistry& functions) {
   config::BackendConfigFile file;
-  google::protobuf::TextFormat::Parser parser;
-  FirstErrorCollector errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &file)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": ", errors.error().empty() ? "not a BackendConfigFile" : errors.error()));
+  RETURN_IF_ERROR(ParseConfigProto(text, source, &file));
+  // Every string and enum, before any is used: the file's own fields, then each entry's,
+  // naming the entry by index (and by name once its name is known to be sound).
+  const int64_t max_length = ModelLimits().max_string_length;
+  const absl::Status top = CheckFields(
+      file, "", max_length,
+      config::BackendConfigFile::descriptor()->FindFieldByNumber(
+          config::BackendConfigFile::kPatternFieldNumber));
+  if (!top.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", top.message()));
+  for (int i = 0; i < file.pattern_size(); ++i) {
+    const absl::Status status = CheckFields(file.pattern(i), "", max_length);
+    if (!status.ok()) {
+      const std::string& name = file.pattern(i).name();
+      const bool named = !name.empty() && IsSoundString(name, max_length);
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": pattern[", i, "]", named ? absl::StrCat(" '", name, "'") : "",
+                       ": ", status.message()));
+    }
   }
   BackendConfig config;
   if (!file.base().empty()) {
@@ -187,14 +293,26 @@ absl::StatusOr<BackendConfig> ParseBackendConfigText(absl::string_view text,
   return config;
 }
 
+absl::StatusOr<std::string> ReadBackendConfigFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileBounded(path, kMaxBackendConfigFileBytes);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("backend config file: ", text.status().message()));
+  }
+  return text;
+}
+
+absl::StatusOr<std::string> DeclaredBackendBase(absl::string_view text, absl::string_view source) {
+  config::BackendConfigFile file;
+  RETURN_IF_ERROR(ParseConfigProto(text, source, &file));
+  return file.base();
+}
+
 absl::StatusOr<BackendConfig> LoadBackendConfigFile(absl::string_view path,
                                                     const ModuleSchemaRegistry& modules,
                                                     const FunctionRegistry& functions) {
-  std::ifstream in{std::string(path)};
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read backend config file '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseBackendConfigText(text.str(), path, modules, functions);
+  ASSIGN_OR_RETURN(std::string text, ReadBackendConfigFile(std::string(path)));
+  return ParseBackendConfigText(text, path, modules, functions);
 }
 
 }  // namespace fuselage

@@ -65,8 +65,31 @@ absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
            "torch.quantize_per_tensor", "torch.quantize_per_channel",
            "torch.ops.quantized.add", "torch.ops.quantized.add_relu",
            "torch.ops.quantized.mul", "torch.ops.quantized.mul_relu",
+           // What lowering emits and the runtime's kernels run.
+           "torch.dequantize", "torch.nn.functional.conv_transpose1d",
+           "torch.nn.functional.conv_transpose2d", "torch.nn.functional.conv_transpose3d",
+           "torch.ops.quantized.cat", "torch.ops.quantized.linear",
+           "torch.ops.quantized.linear_relu", "torch.ops.quantized.conv1d",
+           "torch.ops.quantized.conv2d", "torch.ops.quantized.conv3d",
+           "torch.ops.quantized.conv1d_relu", "torch.ops.quantized.conv2d_relu",
+           "torch.ops.quantized.conv3d_relu",
        }) {
     RETURN_IF_ERROR(registry.Register(name));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fuselage
+
+namespace fuselage {
+
+absl::Status VerifyFunctionTargets(const GraphModule& gm, const FunctionRegistry& functions) {
+  for (const Node* n = gm.graph().first(); n != nullptr; n = n->next()) {
+    if (n->op() != OpKind::kCallFunction || functions.Contains(n->target())) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node '", n->name(), "': call_function target '", n->target().name(),
+        "' is not a known function; expected one of FunctionRegistry's (e.g. operator.add, "
+        "torch.nn.functional.relu), or register it there"));
   }
   return absl::OkStatus();
 }

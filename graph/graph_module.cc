@@ -131,6 +131,8 @@ absl::Status VerifyModuleTree(const Module& module, const std::string& path,
                                                      "): missing required tensor '", tensor, "'"));
     }
   }
+  RETURN_IF_ERROR(CheckModuleAgainstSchema(
+      module, *schema, absl::StrCat(where, " (", module.type().name(), ")")));
   for (const auto& [name, child] : module.children()) {
     RETURN_IF_ERROR(VerifyModuleTree(*child, path.empty() ? name : absl::StrCat(path, ".", name),
                                      schemas, depth + 1));

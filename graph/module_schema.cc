@@ -1,12 +1,277 @@
 #include "graph/module_schema.h"
 
+#include <algorithm>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "graph/check.h"
+#include "graph/module.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
+namespace {
+
+// ---- Field checks of the built-in module types ------------------------------------------
+// What the kernels (runtime/) and PyTorch itself refuse, checked when a model is verified,
+// so that `verify` and `run` agree. Absent attributes take PyTorch's defaults and are not
+// checked; present ones must have the right type and range.
+
+absl::Status FieldError(absl::string_view field, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
+}
+
+std::string IntsText(const std::vector<int64_t>& values) {
+  return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
+}
+
+// Attribute `name` as `size` ints (an int broadcast, as PyTorch's _pair), each >= `min`;
+// nullopt if absent.
+absl::StatusOr<std::optional<std::vector<int64_t>>> IntsAtLeast(const Module& m,
+                                                                absl::string_view name,
+                                                                size_t size, int64_t min) {
+  if (m.FindAttribute(name) == nullptr) return std::optional<std::vector<int64_t>>();
+  absl::StatusOr<std::vector<int64_t>> values = m.GetInts(name, size);
+  if (!values.ok()) {
+    return FieldError(absl::StrCat("attribute '", name, "'"),
+                      absl::StrCat("is ", m.FindAttribute(name)->ToString(),
+                                   "; expected an int or a list of ", size, " ints"));
+  }
+  for (int64_t v : *values) {
+    if (v < min) {
+      return FieldError(absl::StrCat("attribute '", name, "'"),
+                        absl::StrCat("is ", IntsText(*values), "; expected every entry >= ",
+                                     min));
+    }
+  }
+  return std::optional<std::vector<int64_t>>(*std::move(values));
+}
+
+// Attribute `name` as one int >= `min`; nullopt if absent.
+absl::StatusOr<std::optional<int64_t>> IntAtLeast(const Module& m, absl::string_view name,
+                                                  int64_t min) {
+  const Argument* a = m.FindAttribute(name);
+  if (a == nullptr) return std::optional<int64_t>();
+  if (!a->is_int() || a->as_int() < min) {
+    return FieldError(absl::StrCat("attribute '", name, "'"),
+                      absl::StrCat("is ", a->ToString(), "; expected an int >= ", min));
+  }
+  return std::optional<int64_t>(a->as_int());
+}
+
+// An optional int attribute that must equal `expected` (a tensor's dimension).
+absl::Status AgreesWith(const std::optional<int64_t>& attribute, absl::string_view name,
+                        int64_t expected, absl::string_view what) {
+  if (!attribute.has_value() || *attribute == expected) return absl::OkStatus();
+  return FieldError(absl::StrCat("attribute '", name, "'"),
+                    absl::StrCat("is ", *attribute, " but ", what, " ", expected));
+}
+
+// A bias, if present: rank 1 with `channels` entries.
+absl::Status CheckBias(const Module& m, int64_t channels, absl::string_view channels_source) {
+  const Tensor* bias = m.FindTensor("bias");
+  if (bias == nullptr || (bias->dim() == 1 && bias->shape()[0] == channels)) {
+    return absl::OkStatus();
+  }
+  return FieldError("tensor 'bias'", absl::StrCat("has shape ", bias->ShapeString(),
+                                                  "; expected [", channels, "] (",
+                                                  channels_source, ")"));
+}
+
+// Conv{1,2,3}d and ConvTranspose{1,2,3}d in every form (float, reference, quantized,
+// fused quantized): weight [out, in / groups, *kernel], transposed [in, out / groups,
+// *kernel]; PyTorch's _ConvNd checks.
+absl::Status CheckConv(const Module& m, int spatial_dims, bool transposed) {
+  const size_t n = static_cast<size_t>(spatial_dims);
+  ASSIGN_OR_RETURN(auto kernel_size, IntsAtLeast(m, "kernel_size", n, 1));
+  ASSIGN_OR_RETURN(auto stride, IntsAtLeast(m, "stride", n, 1));
+  ASSIGN_OR_RETURN(auto dilation, IntsAtLeast(m, "dilation", n, 1));
+  const Argument* padding = m.FindAttribute("padding");
+  if (padding != nullptr && padding->is_string()) {
+    if (padding->as_string() != "valid" && padding->as_string() != "same") {
+      return FieldError("attribute 'padding'", absl::StrCat("is ", padding->ToString(),
+                                                            "; expected ints, 'valid' or 'same'"));
+    }
+  } else {
+    ASSIGN_OR_RETURN(auto ignored, IntsAtLeast(m, "padding", n, 0));
+    (void)ignored;
+  }
+  if (transposed) {
+    ASSIGN_OR_RETURN(auto output_padding, IntsAtLeast(m, "output_padding", n, 0));
+    if (output_padding.has_value()) {
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t s = stride.has_value() ? (*stride)[i] : 1;
+        const int64_t d = dilation.has_value() ? (*dilation)[i] : 1;
+        if ((*output_padding)[i] >= std::max(s, d)) {
+          return FieldError("attribute 'output_padding'",
+                            absl::StrCat("is ", IntsText(*output_padding),
+                                         "; expected each entry smaller than its stride or "
+                                         "dilation"));
+        }
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(auto groups_attribute, IntAtLeast(m, "groups", 1));
+  const int64_t groups = groups_attribute.value_or(1);
+  ASSIGN_OR_RETURN(auto in_channels, IntAtLeast(m, "in_channels", 1));
+  ASSIGN_OR_RETURN(auto out_channels, IntAtLeast(m, "out_channels", 1));
+  for (const auto& [name, channels] :
+       {std::pair<const char*, std::optional<int64_t>>{"in_channels", in_channels},
+        {"out_channels", out_channels}}) {
+    if (channels.has_value() && *channels % groups != 0) {
+      return FieldError(absl::StrCat("attribute '", name, "'"),
+                        absl::StrCat("is ", *channels, "; expected a multiple of groups (",
+                                     groups, ")"));
+    }
+  }
+  const Tensor* weight = m.FindTensor("weight");
+  if (weight == nullptr) return absl::OkStatus();  // required_tensors says if it must be
+  const int64_t rank = 2 + spatial_dims;
+  if (weight->dim() != rank) {
+    return FieldError("tensor 'weight'", absl::StrCat("has shape ", weight->ShapeString(),
+                                                      "; expected rank ", rank));
+  }
+  const std::vector<int64_t> shape(weight->shape().begin(), weight->shape().end());
+  for (int64_t d : shape) {
+    if (d < 1) {
+      return FieldError("tensor 'weight'", absl::StrCat("has shape ", weight->ShapeString(),
+                                                        "; expected every dim >= 1"));
+    }
+  }
+  if (shape[0] % groups != 0) {
+    return FieldError("tensor 'weight'",
+                      absl::StrCat("has shape ", weight->ShapeString(), "; dim 0 (",
+                                   transposed ? "in" : "out",
+                                   " channels) must be a multiple of groups (", groups, ")"));
+  }
+  // Weight dims 0 and 1 are (out, in / groups), transposed (in, out / groups).
+  const int64_t weight_in = transposed ? shape[0] : shape[1] * groups;
+  const int64_t weight_out = transposed ? shape[1] * groups : shape[0];
+  const std::string shape_text = absl::StrCat("weight ", weight->ShapeString(), " with groups ",
+                                              groups, " gives");
+  RETURN_IF_ERROR(AgreesWith(in_channels, "in_channels", weight_in,
+                             absl::StrCat(shape_text, " in channels")));
+  RETURN_IF_ERROR(AgreesWith(out_channels, "out_channels", weight_out,
+                             absl::StrCat(shape_text, " out channels")));
+  if (kernel_size.has_value()) {
+    const std::vector<int64_t> weight_kernel(shape.begin() + 2, shape.end());
+    if (weight_kernel != *kernel_size) {
+      return FieldError("attribute 'kernel_size'",
+                        absl::StrCat("is ", IntsText(*kernel_size), " but weight ",
+                                     weight->ShapeString(), " has kernel ",
+                                     IntsText(weight_kernel)));
+    }
+  }
+  return CheckBias(m, weight_out, absl::StrCat("out channels of weight ", weight->ShapeString()));
+}
+
+// Linear in every form: weight [out_features, in_features], bias [out_features].
+absl::Status CheckLinear(const Module& m) {
+  ASSIGN_OR_RETURN(auto in_features, IntAtLeast(m, "in_features", 0));
+  ASSIGN_OR_RETURN(auto out_features, IntAtLeast(m, "out_features", 0));
+  const Tensor* weight = m.FindTensor("weight");
+  if (weight == nullptr) return absl::OkStatus();
+  if (weight->dim() != 2) {
+    return FieldError("tensor 'weight'", absl::StrCat("has shape ", weight->ShapeString(),
+                                                      "; expected [out_features, in_features]"));
+  }
+  RETURN_IF_ERROR(AgreesWith(in_features, "in_features", weight->shape()[1],
+                             absl::StrCat("weight ", weight->ShapeString(), " has in features")));
+  RETURN_IF_ERROR(AgreesWith(out_features, "out_features", weight->shape()[0],
+                             absl::StrCat("weight ", weight->ShapeString(), " has out features")));
+  return CheckBias(m, weight->shape()[0],
+                   absl::StrCat("out features of weight ", weight->ShapeString()));
+}
+
+// BatchNorm{1,2,3}d: num_features >= 1; its per-channel tensors all of that length; eps
+// a number >= 0.
+absl::Status CheckBatchNorm(const Module& m) {
+  ASSIGN_OR_RETURN(auto num_features, IntAtLeast(m, "num_features", 1));
+  if (const Argument* eps = m.FindAttribute("eps"); eps != nullptr) {
+    if (!(eps->is_float() || eps->is_int()) || !(eps->as_float() >= 0)) {
+      return FieldError("attribute 'eps'",
+                        absl::StrCat("is ", eps->ToString(), "; expected a number >= 0"));
+    }
+  }
+  std::optional<int64_t> channels = num_features;
+  std::string source = "num_features";
+  for (const char* name : {"running_mean", "running_var", "weight", "bias"}) {
+    const Tensor* t = m.FindTensor(name);
+    if (t == nullptr) continue;
+    if (t->dim() != 1 || (channels.has_value() && t->shape()[0] != *channels)) {
+      return FieldError(
+          absl::StrCat("tensor '", name, "'"),
+          absl::StrCat("has shape ", t->ShapeString(), "; expected ",
+                       channels.has_value() ? absl::StrCat("[", *channels, "] (", source, ")")
+                                            : std::string("rank 1")));
+    }
+    if (!channels.has_value()) {
+      channels = t->shape()[0];
+      source = absl::StrCat("tensor '", name, "'");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The field check of a built-in type, by its name: convs, linears and batch norms in
+// float, reference (nnqr), quantized (nnq) and fused quantized (nniq) form. Fused float
+// modules (nni) hold their parts as children, checked by the children's own schemas.
+ModuleFieldCheck BuiltinFieldCheck(absl::string_view type) {
+  const size_t dot = type.find('.');
+  if (dot == absl::string_view::npos) return nullptr;
+  const absl::string_view space = type.substr(0, dot);
+  const absl::string_view name = type.substr(dot + 1);
+  if (space != "nn" && space != "nnqr" && space != "nnq" && space != "nniq") return nullptr;
+  for (int d = 1; d <= 3; ++d) {
+    const std::string nd = absl::StrCat(d, "d");
+    if (name == "Conv" + nd || (space == "nniq" && name == "ConvReLU" + nd) ||
+        (space == "nniq" && d == 2 && (name == "ConvAdd2d" || name == "ConvAddReLU2d"))) {
+      return [d](const Module& m) { return CheckConv(m, d, /*transposed=*/false); };
+    }
+    if (name == "ConvTranspose" + nd) {
+      return [d](const Module& m) { return CheckConv(m, d, /*transposed=*/true); };
+    }
+    if (name == "BatchNorm" + nd || (space == "nniq" && name == "BNReLU" + nd)) {
+      return CheckBatchNorm;
+    }
+  }
+  if (name == "Linear" || (space == "nniq" && name == "LinearReLU")) return CheckLinear;
+  return nullptr;
+}
+
+// The children of a built-in fused float module (torch.ao.nn.intrinsic), by its name; a
+// weighted part may also be its reference form (convert_to_reference makes it one).
+std::vector<std::vector<std::string>> BuiltinChildren(absl::string_view type) {
+  using Children = std::vector<std::vector<std::string>>;
+  const std::vector<std::string> relu = {"nn.ReLU"};
+  for (int d = 1; d <= 3; ++d) {
+    const std::string nd = absl::StrCat(d, "d");
+    const std::vector<std::string> conv = {"nn.Conv" + nd, "nnqr.Conv" + nd};
+    const std::vector<std::string> bn = {"nn.BatchNorm" + nd};
+    if (type == "nni.ConvReLU" + nd) return Children{conv, relu};
+    if (type == "nni.ConvBn" + nd) return Children{conv, bn};
+    if (type == "nni.ConvBnReLU" + nd) return Children{conv, bn, relu};
+    if (type == "nni.BNReLU" + nd) return Children{bn, relu};
+    if (d == 2 && type == "nni.ConvAdd2d") return Children{conv};
+    if (d == 2 && type == "nni.ConvAddReLU2d") return Children{conv, relu};
+  }
+  const std::vector<std::string> linear = {"nn.Linear", "nnqr.Linear"};
+  if (type == "nni.LinearReLU") return Children{linear, relu};
+  if (type == "nni.LinearBn1d") return Children{linear, {"nn.BatchNorm1d"}};
+  return {};
+}
+
+}  // namespace
+
+absl::Status CheckModuleAgainstSchema(const Module& module, const ModuleSchema& schema,
+                                      absl::string_view where) {
+  if (!schema.check) return absl::OkStatus();
+  const absl::Status status = schema.check(module);
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", status.message()));
+}
 
 ModuleSchemaRegistry& ModuleSchemaRegistry::Global() {
   static ModuleSchemaRegistry* registry = [] {
@@ -31,7 +296,7 @@ absl::Status ModuleSchemaRegistry::Register(ModuleSchema schema) {
   if (it != schemas_.end()) {
     const ModuleSchema& old = *it->second;
     if (old.min_inputs == schema.min_inputs && old.max_inputs == schema.max_inputs &&
-        old.required_tensors == schema.required_tensors) {
+        old.required_tensors == schema.required_tensors && old.children == schema.children) {
       return absl::OkStatus();
     }
     return absl::AlreadyExistsError(
@@ -53,7 +318,14 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
   const std::vector<std::string> kNone;
   auto add = [&](std::string type, int min_in, int max_in,
                  const std::vector<std::string>& tensors) {
-    return registry.Register({std::move(type), min_in, max_in, tensors});
+    ModuleSchema schema;
+    schema.type = type;
+    schema.min_inputs = min_in;
+    schema.max_inputs = max_in;
+    schema.required_tensors = tensors;
+    schema.children = BuiltinChildren(type);
+    schema.check = BuiltinFieldCheck(type);
+    return registry.Register(std::move(schema));
   };
   // Containers and the root.
   for (const char* t : {"GraphModule", "nn.Module", "nn.Sequential", "nn.ModuleList"}) {

@@ -1,10 +1,14 @@
-// What the graph knows of each module type: how many positional inputs its forward takes
-// and which tensors it must carry. Verify() checks every call_module against this, and a
+// What the graph knows of each module type: how many positional inputs its forward takes,
+// which tensors it must carry, which children a fused module holds, and what its
+// attributes and tensors must satisfy (stride >= 1, a weight whose shape agrees with the
+// channels, ...). Verify() checks every module and every call_module against this (all but
+// the children, which backend configs are checked against), and a
 // model file naming an unregistered type is rejected. A user adds a module type by
 // registering its schema here (and, if it must run, a kernel in runtime/).
 #ifndef FUSELAGE_GRAPH_MODULE_SCHEMA_H_
 #define FUSELAGE_GRAPH_MODULE_SCHEMA_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,19 +16,41 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "graph/symbol.h"
 
 namespace fuselage {
+
+class Module;
+
+// Checks one module's attributes and tensors (types, ranges, shapes against each other).
+// Returns an InvalidArgument naming the field and the expectation; the caller prefixes
+// which module it is.
+using ModuleFieldCheck = std::function<absl::Status(const Module& module)>;
 
 struct ModuleSchema {
   std::string type;            // "nn.Conv2d"
   int min_inputs = 1;          // positional args of forward()
   int max_inputs = 1;          // kAnyNumber for variadic
   std::vector<std::string> required_tensors;  // e.g. {"weight"}
+  // A fused module's children "0", "1", ... in order, each one of the listed types
+  // (nni.ConvReLU2d: {{"nn.Conv2d", "nnqr.Conv2d"}, {"nn.ReLU"}}: a reference conv after
+  // convert). Empty: children are not constrained. Backend configs check their fusions
+  // against it (backend_configs/backend_config.h); Verify leaves a fused module's parts to
+  // its kernel, which reports a malformed one when it runs.
+  std::vector<std::vector<std::string>> children;
+  // Empty: no check beyond the above.
+  ModuleFieldCheck check;
 
   static constexpr int kAnyNumber = -1;
 };
+
+// Checks `module` against `schema`'s `check` (GraphModule::Verify checks the required
+// tensors itself, then calls this for every module of the tree). Errors start with `where`
+// ("module 'layer1.0.conv' (nn.Conv2d)").
+absl::Status CheckModuleAgainstSchema(const Module& module, const ModuleSchema& schema,
+                                      absl::string_view where);
 
 class ModuleSchemaRegistry {
  public:
@@ -34,8 +60,9 @@ class ModuleSchemaRegistry {
   // An empty registry (tests); Global() starts from RegisterBuiltinModuleSchemas.
   ModuleSchemaRegistry() = default;
 
-  // AlreadyExists if the type is registered with a different schema; InvalidArgument on
-  // an empty type or min > max.
+  // AlreadyExists if the type is registered with a different schema (inputs, tensors,
+  // children; `check` cannot be compared: the first one registered stays); InvalidArgument
+  // on an empty type or min > max.
   absl::Status Register(ModuleSchema schema);
   // nullptr if unknown. The pointer stays valid for the registry's life.
   const ModuleSchema* Find(Symbol type) const;

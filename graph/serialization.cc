@@ -914,13 +914,22 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ModelFromProto(const proto::Model& 
   return ModelReader(limits).Read(model);
 }
 
+// The protobuf nesting a model within `limits` can reach, so that the parser's recursion
+// limit never refuses what ModelLimits allows: a module at depth max_module_depth is
+// 1 + 2 * depth messages deep (Model > Module > NamedModule > Module ...), its attribute
+// args another 2 + 2 * max_arg_depth (NamedArg > Arg > ArgList > Arg ...), its tensors 3.
+// Node args (Model > Graph > Node > Arg ...) stay below that.
+int ProtoNestingLimit(const ModelLimits& limits) {
+  return 2 * limits.max_module_depth + 2 * limits.max_arg_depth + 8;
+}
+
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
                                                         const ModelLimits& limits) {
   if (static_cast<int64_t>(bytes.size()) > EffectiveMaxBytes(limits)) {
     return absl::InvalidArgumentError(absl::StrCat("model file is ", bytes.size(),
                                                    " bytes; the limit is ", EffectiveMaxBytes(limits)));
   }
-  const int recursion_limit = 2 * limits.max_arg_depth + 16;
+  const int recursion_limit = ProtoNestingLimit(limits);
   // LengthsFit first: SplitTensorData and protobuf then only see files whose every length
   // fits. The tensors' bytes stay in `bytes` (see SplitTensorData); protobuf parses the
   // skeleton, pieces of the file and rewritten bytes one after another.
@@ -950,7 +959,7 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelText(absl::string_view te
   } errors;
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
-  parser.SetRecursionLimit(2 * limits.max_arg_depth + 16);
+  parser.SetRecursionLimit(ProtoNestingLimit(limits));
   proto::Model model;
   google::protobuf::io::ArrayInputStream raw(text.data(), static_cast<int>(text.size()));
   if (!parser.Parse(&raw, &model)) {

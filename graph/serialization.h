@@ -30,7 +30,11 @@ struct ModelLimits {
   int64_t max_file_bytes = (int64_t{1} << 31) - 1;
   int64_t max_nodes = 50'000'000;
   int max_arg_depth = 16;             // nesting of lists/tuples in one arg
-  int max_module_depth = 64;          // nesting of child modules
+  // Nesting of child modules: the root is depth 0, a module at path "a.b" depth 2. The
+  // loader accepts every depth up to this one (protobuf's recursion limit is derived from
+  // it), and the fusion pass refuses a fusion that would nest deeper, so a fused model
+  // always saves and loads.
+  int max_module_depth = 64;
   int64_t max_string_length = 4096;   // names, targets, string args
   int max_tensor_rank = 8;
   // Node names must also be Python identifiers ([A-Za-z_][A-Za-z0-9_]*), as torch.fx's

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "graph/serialization.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -205,6 +206,32 @@ ExtraInput BoundExtraInput(const PatternMatch& match, int p) {
   return extra;
 }
 
+// How many levels of children hang below `module` (0: none).
+int SubtreeHeight(const Module& module) {
+  int height = 0;
+  for (const auto& entry : module.children()) {
+    height = std::max(height, 1 + SubtreeHeight(*entry.second));
+  }
+  return height;
+}
+
+// The fused module goes to the root's module path, or to a fresh path beside it (the root
+// node's name, at the top, for a functional root): FailedPrecondition if it would nest
+// deeper than a model file may (ModelLimits::max_module_depth), so that every model the
+// pass returns saves and loads.
+absl::Status CheckFusedDepth(const PatternMatch& match, const Node& root, const Module& fused,
+                             int max_depth) {
+  const absl::string_view path =
+      root.op() == OpKind::kCallModule ? root.target().name() : absl::string_view(root.name());
+  const int depth = static_cast<int>(std::count(path.begin(), path.end(), '.')) + 1 +
+                    SubtreeHeight(fused);
+  if (depth <= max_depth) return absl::OkStatus();
+  return PlanError(match, absl::StrCat("the fused module ", fused.type().name(), " at '", path,
+                                       "' would nest modules ", depth,
+                                       " deep; a model file holds at most ", max_depth,
+                                       " (ModelLimits::max_module_depth)"));
+}
+
 }  // namespace
 
 absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
@@ -213,6 +240,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   if (matches.empty()) return 0;
   Graph& graph = gm.graph();
   const std::vector<FusionRule>& rules = matcher.rules();
+  const int max_depth = ModelLimits().max_module_depth;
 
   // One walk over the graph: the module paths call_module nodes call, and every get_attr
   // target with all its prefixes (a module read by a get_attr, or holding a tensor one
@@ -422,6 +450,10 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     if (schema == nullptr) {
       return PlanError(match, absl::StrCat("fused module type '", fused_type.name(),
                                            "' is not a registered module type"));
+    }
+    if (!in_place) {
+      RETURN_IF_ERROR(CheckFusedDepth(match, *plan.root,
+                                      in_storage ? *plan.storage : *plan.module, max_depth));
     }
     const int inputs = static_cast<int>(plan.root->num_args() + plan.extras.size());
     if (inputs < schema->min_inputs ||

@@ -18,7 +18,8 @@
 //
 // All of it is checked before the graph is touched — every root and extra-input getter,
 // every fuser, that the fused type is registered and takes that many inputs, that the new
-// args read no node the pass erases. A failing fusion returns the error and leaves the
+// args read no node the pass erases, that the fused module nests no deeper than a model
+// file holds (ModelLimits::max_module_depth: a fused model always saves and loads). A failing fusion returns the error and leaves the
 // GraphModule exactly as it was. (Mutation itself cannot fail once those checks pass; if it
 // ever does, that is reported as Internal.)
 #ifndef FUSELAGE_PATTERNS_FUSE_H_

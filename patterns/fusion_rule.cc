@@ -702,6 +702,72 @@ absl::StatusOr<std::unique_ptr<Module>> FusionRule::FuseForPass(
   return fused;
 }
 
+std::optional<std::vector<std::vector<Symbol>>> FusionRule::ChildTypesFromPattern() const {
+  using Children = std::vector<std::vector<Symbol>>;
+  if (fuser_kind == FuserKind::kCustom || fused_module_type.empty() || root_node_getter ||
+      pattern.size() == 0) {
+    return std::nullopt;
+  }
+  // The op positions form one chain from the outermost op down arg by arg; executed from
+  // its far end up.
+  std::vector<int> order;
+  for (int p = 0; p >= 0;) {
+    order.push_back(p);
+    int next = -1;
+    for (int arg : pattern.position(p).args) {
+      if (pattern.position(arg).match_all) continue;
+      if (next >= 0) return std::nullopt;
+      next = arg;
+    }
+    p = next;
+  }
+  std::reverse(order.begin(), order.end());
+  // kFoldBatchNormThenWrap folds the batch norm reading the root into it.
+  int folded_bn = -1;
+  if (fuser_kind == FuserKind::kFoldBatchNormThenWrap) {
+    const int root = root_position.value_or(pattern.DefaultRootPosition());
+    for (int p : order) {
+      const PatternPosition& position = pattern.position(p);
+      if (position.args.empty() || position.args[0] != root) continue;
+      const bool all_bn = std::all_of(
+          position.alternatives.begin(), position.alternatives.end(), [](OpRef op) {
+            return op.op == OpKind::kCallModule && IsBatchNorm(op.target);
+          });
+      if (all_bn && !position.alternatives.empty()) folded_bn = p;
+    }
+    if (folded_bn < 0) return std::nullopt;  // the fuser reports it on the graph
+  }
+  const KnownSymbols& known = Known();
+  Children children;
+  for (int p : order) {
+    if (p == folded_bn) continue;
+    std::vector<Symbol> types;
+    int binary = 0;
+    for (OpRef op : pattern.position(p).alternatives) {
+      const Symbol t = op.target;
+      if (op.op == OpKind::kCallModule) {
+        types.push_back(t);
+      } else if ((op.op == OpKind::kCallFunction &&
+                  (t == known.torch_relu || t == known.functional_relu)) ||
+                 (op.op == OpKind::kCallMethod && t == known.method_relu)) {
+        types.push_back(known.relu_module);
+      } else if ((op.op == OpKind::kCallMethod &&
+                  (t == known.method_add || t == known.method_mul)) ||
+                 (op.op == OpKind::kCallFunction && IsOneOf(t, known.binary_functions))) {
+        ++binary;
+      } else {
+        return std::nullopt;  // no module form: the fuser reports it
+      }
+    }
+    if (binary > 0 && !types.empty()) return std::nullopt;
+    if (binary > 0) continue;  // implied by the fused type
+    std::sort(types.begin(), types.end(), [](Symbol a, Symbol b) { return a.id() < b.id(); });
+    types.erase(std::unique(types.begin(), types.end()), types.end());
+    children.push_back(std::move(types));
+  }
+  return children;
+}
+
 absl::StatusOr<FusionRule> MakeFusionRule(absl::string_view name,
                                           absl::string_view pattern_text,
                                           PatternFormat format,

@@ -237,6 +237,17 @@ struct FusionRule {
                                                       const PatternMatch& match, Node* root,
                                                       absl::Span<const MatchedOpNode> nodes,
                                                       PendingFusion* pending) const;
+
+  // The children "0", "1", ... the built-in fuser gives the fused module, known from the
+  // pattern alone: per child, the module types it may have (one per alternative of its
+  // pattern position). A config loader checks them against the fused type's schema, so a
+  // fuser that would drop a part (wrap_in_sequence of conv-bn-add-relu into
+  // nni.ConvAddReLU2d keeps the batch norm the type has no place for) is refused before
+  // any graph is fused. nullopt where the pattern does not decide it: a custom fuser or
+  // getter, no fused type, op positions that branch (their execution order is the
+  // graph's), a position whose alternatives mix module and non-module forms or have no
+  // module form.
+  std::optional<std::vector<std::vector<Symbol>>> ChildTypesFromPattern() const;
 };
 
 // Convenience constructors (parse + fill + Validate).

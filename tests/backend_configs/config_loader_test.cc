@@ -7,9 +7,12 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "backend_configs/builtin_configs.h"
 #include "graph/graph_module.h"
+#include "graph/serialization.h"
 #include "gtest/gtest.h"
 #include "patterns/fuse.h"
 
@@ -184,16 +187,11 @@ TEST(BackendConfig, FailedAddLeavesConfigUnchanged) {
   EXPECT_EQ(config->Add(entry).code(), absl::StatusCode::kInvalidArgument);  // duplicate now
 }
 
-// The example applied by the fusion pass to the residual block
-//   y = identity(x); out = relu(add(bn(conv(x)), y))
-// with a 1x1, one-channel conv so the folded weights can be checked by hand.
-TEST(ConfigLoader, ExampleFusesTheResidualBlock) {
-  absl::StatusOr<BackendConfig> config = LoadBackendConfigFile(kExample);
-  ASSERT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<PatternMatcher> matcher = BuildFusionMatcher(*config);
-  ASSERT_TRUE(matcher.ok()) << matcher.status();
-
-  GraphModule gm;
+// The residual block y = identity(x); out = relu(add(bn(conv(x)), y)), with a 1x1,
+// one-channel conv so the folded weights can be checked by hand.
+std::unique_ptr<GraphModule> ResidualBlock() {
+  auto owned = std::make_unique<GraphModule>();
+  GraphModule& gm = *owned;
   auto conv = std::make_unique<Module>("nn.Conv2d");
   conv->SetTensor("weight", Tensor::FromFloats({1, 1, 1, 1}, {2.0f}));
   conv->SetTensor("bias", Tensor::FromFloats({1}, {1.0f}));
@@ -215,10 +213,10 @@ TEST(ConfigLoader, ExampleFusesTheResidualBlock) {
   bn->SetAttribute("momentum", Argument::Float(0.1));
   bn->SetAttribute("affine", Argument::Bool(true));
   bn->SetAttribute("track_running_stats", Argument::Bool(true));
-  ASSERT_TRUE(gm.SetModule("conv", std::move(conv)).ok());
-  ASSERT_TRUE(gm.SetModule("bn", std::move(bn)).ok());
-  ASSERT_TRUE(gm.SetModule("identity", std::make_unique<Module>("nn.Identity")).ok());
-  ASSERT_TRUE(gm.SetModule("relu", std::make_unique<Module>("nn.ReLU")).ok());
+  EXPECT_TRUE(gm.SetModule("conv", std::move(conv)).ok());
+  EXPECT_TRUE(gm.SetModule("bn", std::move(bn)).ok());
+  EXPECT_TRUE(gm.SetModule("identity", std::make_unique<Module>("nn.Identity")).ok());
+  EXPECT_TRUE(gm.SetModule("relu", std::make_unique<Module>("nn.ReLU")).ok());
   Graph& g = gm.graph();
   Node* x = *g.AddPlaceholder("x");
   Node* y = *g.AddCallModule("identity", {x});
@@ -226,7 +224,20 @@ TEST(ConfigLoader, ExampleFusesTheResidualBlock) {
   Node* b = *g.AddCallModule("bn", {c});
   Node* add = *g.AddCallFunction("operator.add", {b, y});
   Node* relu = *g.AddCallModule("relu", {add});
-  ASSERT_TRUE(g.SetOutput(relu).ok());
+  EXPECT_TRUE(g.SetOutput(relu).ok());
+  return owned;
+}
+
+// The example applied by the fusion pass to the residual block.
+TEST(ConfigLoader, ExampleFusesTheResidualBlock) {
+  absl::StatusOr<BackendConfig> config = LoadBackendConfigFile(kExample);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<PatternMatcher> matcher = BuildFusionMatcher(*config);
+  ASSERT_TRUE(matcher.ok()) << matcher.status();
+
+  std::unique_ptr<GraphModule> owned = ResidualBlock();
+  GraphModule& gm = *owned;
+  Graph& g = gm.graph();
   ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
 
   absl::StatusOr<int> fused = FusePatterns(gm, *matcher);
@@ -242,8 +253,8 @@ TEST(ConfigLoader, ExampleFusesTheResidualBlock) {
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(m->type().str(), "nni.ConvAddReLU2d");
   ASSERT_EQ(f->num_args(), 2u);  // the conv's input, then the residual
-  EXPECT_EQ(f->arg(0).as_node(), x);
-  EXPECT_EQ(f->arg(1).as_node(), y);
+  EXPECT_EQ(f->arg(0).as_node()->name(), "x");
+  EXPECT_EQ(f->arg(1).as_node()->name(), "identity");
   ASSERT_NE(f->FindMeta("pattern"), nullptr);
   EXPECT_EQ(f->FindMeta("pattern")->as_string(), "conv_bn_add_relu");
   // Folded by hand: w' = w * gamma / sqrt(var + eps) = 2 * 3 / 2 = 3,
@@ -257,6 +268,138 @@ TEST(ConfigLoader, ExampleFusesTheResidualBlock) {
   EXPECT_NEAR(folded.FindTensor("bias")->data<float>()[0], 0.5f, 1e-6);
   ASSERT_NE(m->FindChild("1"), nullptr);
   EXPECT_EQ(m->FindChild("1")->type().str(), "nn.ReLU");
+}
+
+// The example's fusion entry, named `name`, with `fuser` as written in the file.
+std::string ConvBnAddReluEntry(const std::string& name, const std::string& fuser = "FOLD_BN_THEN_WRAP") {
+  return absl::StrCat("name: \"", absl::CEscape(name), "\"\n",
+                      R"pb(pattern: "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))"
+                           fused_module: "ConvAddReLU2d"
+                           root: "0.0.0"
+                           extra_input: "0.1"
+                           fuser: )pb",
+                      fuser);
+}
+
+// Issue 22 item 1: a config string reaches the fused model (the entry name becomes the
+// fused node's "pattern" meta), so the loader holds it to the model file's limit. One byte
+// over is refused naming the entry's index and the field; exactly the limit loads, fuses,
+// and the fused model saves and loads again.
+TEST(ConfigLoader, StringsAreBoundedByTheModelFileLimit) {
+  const int64_t limit = ModelLimits().max_string_length;
+  ASSERT_EQ(limit, 4096);  // the documented model-file limit
+  ExpectInvalid(LoadEntry(ConvBnAddReluEntry(std::string(1000000, 'n'))),
+                {"test.textproto: pattern[0]: field 'name'", "1000000 bytes", "limit is 4096"});
+  ExpectInvalid(LoadEntry(ConvBnAddReluEntry(std::string(limit + 1, 'n'))),
+                {"pattern[0]: field 'name'", "4097 bytes"});
+  // Any string field, at any depth, and the file's own fields.
+  ExpectInvalid(LoadEntry(absl::StrCat(ConvBnAddReluEntry("ok"), " dtype_config { input { dtype: \"",
+                                       std::string(limit + 1, 'q'), "\" } }")),
+                {"pattern[0] 'ok': field 'dtype_config[0].input.dtype'", "4097 bytes"});
+  ExpectInvalid(ParseBackendConfigText(absl::StrCat("name: \"", std::string(limit + 1, 'b'), "\""),
+                                       "t.textproto"),
+                {"t.textproto: field 'name'", "4097 bytes"});
+
+  const std::string longest(limit, 'n');
+  absl::StatusOr<BackendConfig> config = LoadEntry(ConvBnAddReluEntry(longest));
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<PatternMatcher> matcher = BuildFusionMatcher(*config);
+  ASSERT_TRUE(matcher.ok()) << matcher.status();
+  std::unique_ptr<GraphModule> gm = ResidualBlock();
+  absl::StatusOr<int> fused = FusePatterns(*gm, *matcher);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_EQ(*fused, 1);
+  absl::StatusOr<std::unique_ptr<GraphModule>> reloaded = ParseModel(SerializeModel(*gm));
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  const Node* f = (*reloaded)->graph().output()->arg(0).as_node();
+  const Argument* pattern = f->FindMeta("pattern");
+  ASSERT_NE(pattern, nullptr);
+  EXPECT_EQ(pattern->as_string(), longest);
+}
+
+// Invalid UTF-8 in any string is refused at load (it would make a binary model file that
+// protobuf refuses to parse), shown escaped in the error.
+TEST(ConfigLoader, StringsMustBeValidUtf8) {
+  ExpectInvalid(LoadEntry(ConvBnAddReluEntry("conv\377relu")),
+                {"test.textproto: pattern[0]: field 'name'", "conv\\xffrelu", "not valid UTF-8"});
+  ExpectInvalid(LoadEntry("name: \"x\" pattern: \"nn.Conv2d\" root_module: \"Conv\\3772d\""),
+                {"pattern[0] 'x': field 'root_module'", "not valid UTF-8"});
+  // Valid multi-byte UTF-8 is fine.
+  EXPECT_TRUE(LoadEntry(ConvBnAddReluEntry("conv\303\251relu")).ok());
+}
+
+// Proto3 keeps an enum number it has no name for; the loader used to read `fuser: 99` as
+// WRAP_IN_SEQUENCE. Every enum field must hold a named value.
+TEST(ConfigLoader, UnknownEnumValuesAreRefused) {
+  ExpectInvalid(LoadEntry(ConvBnAddReluEntry("cbar", "99")),
+                {"pattern[0] 'cbar': field 'fuser'", "99 is not a value of enum Fuser",
+                 "NO_FUSION, WRAP_IN_SEQUENCE, FOLD_BN_THEN_WRAP"});
+  ExpectInvalid(LoadEntry("name: \"x\" pattern: \"nn.Conv2d\" format: 5"),
+                {"pattern[0] 'x': field 'format'", "5 is not a value of enum PatternFormat"});
+  ExpectInvalid(LoadEntry("name: \"x\" pattern: \"nn.Conv2d\" observation_type: -1"),
+                {"pattern[0] 'x': field 'observation_type'", "-1 is not a value of enum ObservationType"});
+}
+
+// wrap_in_sequence of conv-bn-add-relu would give nni.ConvAddReLU2d the children (conv,
+// bn, relu); the type holds (conv, relu), so its kernel silently skipped the batch norm.
+// Refused at load, naming the entry, the field and both child lists.
+TEST(ConfigLoader, FusedChildrenMustFitTheFusedType) {
+  ExpectInvalid(LoadEntry(ConvBnAddReluEntry("cbar", "WRAP_IN_SEQUENCE")),
+                {"pattern[0]", "'cbar'", "field 'fuser'",
+                 "(nn.Conv2d, nn.BatchNorm2d, nn.ReLU)", "(nn.Conv2d or nnqr.Conv2d, nn.ReLU)"});
+  // Wrapping conv-bn-relu into a type with a place for the batch norm is fine ...
+  const absl::StatusOr<BackendConfig> fits =
+      LoadEntry(R"pb(name: "cbr" pattern: "(ReLU, (BatchNorm2d, Conv2d))" replace: true
+                     fuser: WRAP_IN_SEQUENCE fused_module: "ConvBnReLU2d")pb");
+  EXPECT_TRUE(fits.ok()) << fits.status();
+  // ... and a type of the wrong parts is not.
+  ExpectInvalid(LoadEntry(R"pb(name: "cr" pattern: "(ReLU, Conv2d)"
+                               fuser: WRAP_IN_SEQUENCE fused_module: "LinearReLU")pb"),
+                {"'cr'", "field 'fuser'", "(nn.Conv2d, nn.ReLU)", "(nn.Linear or nnqr.Linear, nn.ReLU)"});
+}
+
+// Issue 22 item 7: the config file is read until EOF and refused at a documented size:
+// /dev/zero was read as an empty config (the file was sized with tellg).
+TEST(ConfigLoader, FileIsReadBoundedNotSized) {
+  absl::StatusOr<BackendConfig> zero = LoadBackendConfigFile("/dev/zero");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument) << zero.status();
+  EXPECT_TRUE(absl::StrContains(zero.status().message(), "/dev/zero")) << zero.status();
+  EXPECT_TRUE(absl::StrContains(zero.status().message(),
+                                absl::StrCat(kMaxBackendConfigFileBytes)))
+      << zero.status();
+  EXPECT_EQ(LoadBackendConfigFile("no/such/file.textproto").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// Issue 22 item 10: syntax errors come back in the Status, and nothing is logged to
+// stderr (protobuf's default error collector printed `[libprotobuf ERROR ...]` lines).
+TEST(ConfigLoader, SyntaxErrorsAreNotLogged) {
+  ::testing::internal::CaptureStderr();
+  const absl::StatusOr<BackendConfig> config =
+      ParseBackendConfigText("base: \"qnnpack\"\npattern { nme: \"x\" }\n", "t.textproto");
+  const absl::StatusOr<std::string> base = DeclaredBackendBase("base: qnnpack }", "u.textproto");
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(logged, "");
+  ExpectInvalid(config, {"t.textproto: line 2"});
+  ASSERT_FALSE(base.ok());
+  EXPECT_TRUE(absl::StrContains(base.status().message(), "u.textproto: line 1")) << base.status();
+  EXPECT_EQ(*DeclaredBackendBase("base: \"fbgemm\"", "v"), "fbgemm");
+}
+
+// Found by config_fusion_fuzz (corpus regress-reference-conv3d-for-conv2d.textproto):
+// nnqr.Conv3d as the reference of nn.Conv2d loaded, and convert then wrote a Conv3d
+// holding a 2-d conv's weights, which Verify refuses.
+TEST(ConfigLoader, ReferenceModuleMustBeTheRootsReferenceForm) {
+  ExpectInvalid(LoadEntry(R"pb(name: "car" pattern: "nni.ConvAddReLU2d" replace: true
+                               root_module: "Conv2d" reference_quantized_module: "Conv3d")pb"),
+                {"pattern[0]", "'car'", "field 'reference_quantized_module'",
+                 "'nnqr.Conv3d' is not the reference form of root_module 'nn.Conv2d'",
+                 "expected 'nnqr.Conv2d'"});
+  const absl::StatusOr<BackendConfig> fits =
+      LoadEntry(R"pb(name: "car" pattern: "nni.ConvAddReLU2d" replace: true
+                     root_module: "Conv2d" reference_quantized_module: "Conv2d")pb");
+  EXPECT_TRUE(fits.ok()) << fits.status();
 }
 
 }  // namespace

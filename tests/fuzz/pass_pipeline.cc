@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "backend_configs/backend_config.h"
 #include "backend_configs/builtin_configs.h"
+#include "backend_configs/config_loader.h"
 #include "graph/argument.h"
 #include "graph/graph_module.h"
 #include "graph/node.h"
@@ -64,9 +65,10 @@ const KernelRegistry& CalibrationKernels() {
   return *registry;
 }
 
-// A built-in backend config with what the passes need of it, built once per process:
-// building a config and its matcher costs more than running the passes on a small model.
-struct BuiltinSetup {
+// A backend config with what the passes need of it. The built-in ones are built once per
+// process: building a config and its matcher costs more than running the passes on a small
+// model.
+struct PipelineSetup {
   std::string name;
   BackendConfig config;
   std::optional<PatternMatcher> matcher;
@@ -89,13 +91,13 @@ QConfigMapping MinMaxMapping(const std::string& backend) {
   return mapping;
 }
 
-const BuiltinSetup& SetupFor(uint8_t choice) {
-  static const std::vector<std::unique_ptr<BuiltinSetup>>* const setups = [] {
-    auto* all = new std::vector<std::unique_ptr<BuiltinSetup>>();
+const PipelineSetup& SetupFor(uint8_t choice) {
+  static const std::vector<std::unique_ptr<PipelineSetup>>* const setups = [] {
+    auto* all = new std::vector<std::unique_ptr<PipelineSetup>>();
     for (const std::string& name : BuiltinBackendConfigNames()) {
       absl::StatusOr<BackendConfig> config = GetBackendConfig(name);
       FUZZ_CHECK(config.ok(), config.status().ToString());
-      auto setup = std::make_unique<BuiltinSetup>(BuiltinSetup{name, *std::move(config), {}, {}, {}});
+      auto setup = std::make_unique<PipelineSetup>(PipelineSetup{name, *std::move(config), {}, {}, {}});
       absl::StatusOr<PatternMatcher> matcher = BuildFusionMatcher(setup->config);
       FUZZ_CHECK(matcher.ok(), absl::StrCat("built-in config '", name, "' gives no matcher: ",
                                             matcher.status().ToString()));
@@ -152,7 +154,7 @@ struct FlowState {
   bool calibration_skipped = false;
 };
 
-std::vector<Pass> Pipeline(const BuiltinSetup& setup, const QConfigMapping& mapping,
+std::vector<Pass> Pipeline(const PipelineSetup& setup, const QConfigMapping& mapping,
                            FlowState& state) {
   return {
       {"fuse",
@@ -186,22 +188,14 @@ std::vector<Pass> Pipeline(const BuiltinSetup& setup, const QConfigMapping& mapp
 
 }  // namespace
 
-PipelineResult RunPassPipeline(uint8_t config_choice, absl::string_view model_bytes) {
-  PipelineResult result;
-  const BuiltinSetup& setup = SetupFor(config_choice);
-  result.config = setup.name;
-  result.minmax_mapping = UsesMinMaxMapping(config_choice);
-  const QConfigMapping& mapping =
-      result.minmax_mapping ? *setup.minmax_mapping : *setup.mapping;
-  absl::StatusOr<std::unique_ptr<GraphModule>> loaded = ParseModel(model_bytes);
-  if (!loaded.ok()) {
-    if (Verbose()) std::fprintf(stderr, "  load: %s\n", loaded.status().ToString().c_str());
-    result.load = loaded.status();
-    return result;  // The loader's own target covers rejections.
-  }
-  result.module = *std::move(loaded);
-  GraphModule& gm = *result.module;
+namespace {
 
+// The passes on `gm` (result.module), checking the properties of pass_pipeline.h after
+// each; with `reload_outputs`, also that each successful pass's output saves and loads
+// again (ParseModel runs Verify): an output that was written must load.
+void RunPasses(const PipelineSetup& setup, const QConfigMapping& mapping, bool reload_outputs,
+               PipelineResult& result) {
+  GraphModule& gm = *result.module;
   FlowState state;
   for (const Pass& pass : Pipeline(setup, mapping, state)) {
     const std::string before = SerializeModel(gm);
@@ -223,8 +217,67 @@ PipelineResult RunPassPipeline(uint8_t config_choice, absl::string_view model_by
     FUZZ_CHECK(verified.ok(), absl::StrCat(pass.name, " (", setup.name,
                                            ") left a model that fails Verify: ",
                                            verified.ToString()));
+    if (reload_outputs) {
+      const absl::Status reloaded = ParseModel(SerializeModel(gm)).status();
+      FUZZ_CHECK(reloaded.ok(), absl::StrCat(pass.name, " (", setup.name,
+                                             ") wrote a model that does not load: ",
+                                             reloaded.ToString()));
+    }
   }
   result.calibration_skipped = state.calibration_skipped;
+}
+
+}  // namespace
+
+PipelineResult RunPassPipeline(uint8_t config_choice, absl::string_view model_bytes) {
+  PipelineResult result;
+  const PipelineSetup& setup = SetupFor(config_choice);
+  result.config = setup.name;
+  result.minmax_mapping = UsesMinMaxMapping(config_choice);
+  const QConfigMapping& mapping =
+      result.minmax_mapping ? *setup.minmax_mapping : *setup.mapping;
+  absl::StatusOr<std::unique_ptr<GraphModule>> loaded = ParseModel(model_bytes);
+  if (!loaded.ok()) {
+    if (Verbose()) std::fprintf(stderr, "  load: %s\n", loaded.status().ToString().c_str());
+    result.load = loaded.status();
+    return result;  // The loader's own target covers rejections.
+  }
+  result.module = *std::move(loaded);
+  // Not yet reloading here: regress-histc-inf-to-int64.bin lowers to a weight scale of
+  // 2.2e35, which the loader refuses (scales above 1e30), a finding left to its owners.
+  RunPasses(setup, mapping, /*reload_outputs=*/false, result);
+  return result;
+}
+
+PipelineResult RunConfigPipeline(absl::string_view config_text, const GraphModule& model) {
+  PipelineResult result;
+  absl::StatusOr<BackendConfig> config = ParseBackendConfigText(config_text, "fuzz.textproto");
+  if (!config.ok()) {
+    FUZZ_CHECK(!config.status().message().empty() &&
+                   config.status().code() == absl::StatusCode::kInvalidArgument,
+               absl::StrCat("config rejection is not a clear InvalidArgument: ",
+                            config.status().ToString()));
+    result.load = config.status();
+    return result;  // config_loader_fuzz covers rejections.
+  }
+  PipelineSetup setup{config->name(), *std::move(config), {}, {}, {}};
+  result.config = setup.name;
+  absl::StatusOr<PatternMatcher> matcher = BuildFusionMatcher(setup.config);
+  if (!matcher.ok()) {
+    FUZZ_CHECK(!matcher.status().message().empty(), "BuildFusionMatcher: empty error");
+    result.load = matcher.status();
+    return result;
+  }
+  setup.matcher.emplace(*std::move(matcher));
+  // The qconfig of the built-in config the file extends ("native" and none: fbgemm's);
+  // MinMax activations, the cheap mapping, so the executions go to fusion.
+  const absl::StatusOr<std::string> base = DeclaredBackendBase(config_text, "fuzz.textproto");
+  FUZZ_CHECK(base.ok(), "a config that loads has a base that parses");
+  const std::string backend = base->empty() || *base == "native" ? "fbgemm" : *base;
+  setup.minmax_mapping.emplace(MinMaxMapping(backend));
+  result.minmax_mapping = true;
+  result.module = model.Clone();
+  RunPasses(setup, *setup.minmax_mapping, /*reload_outputs=*/true, result);
   return result;
 }
 

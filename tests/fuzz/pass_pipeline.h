@@ -8,7 +8,8 @@
 //   fuse → prepare → calibrate → convert-to-reference → lower-to-native
 //
 // and after every pass asserts (FUZZ_CHECK: a broken property prints and aborts):
-//  - success: the GraphModule passes Verify();
+//  - success: the GraphModule passes Verify() (and, for RunConfigPipeline, saves to bytes
+//    that load again);
 //  - failure: a non-empty error, and the GraphModule saves to exactly the bytes it saved
 //    to before the pass (a failing pass leaves the graph as it was).
 // A failing pass stops the pipeline, except calibration, which is optional input: convert
@@ -48,16 +49,24 @@ struct PassOutcome {
 struct PipelineResult {
   std::string config;                   // the built-in config byte 0 chose
   bool minmax_mapping = false;          // else the backend's default qconfig mapping
-  absl::Status load;                    // ParseModel's verdict; no pass runs if not OK
+  absl::Status load;                    // ParseModel's (or the config loader's) verdict;
+                                        // no pass runs if not OK
   std::vector<PassOutcome> passes;      // in order, up to the first failure that stops
   bool calibration_skipped = false;     // no small input shape
   std::unique_ptr<GraphModule> module;  // as the last pass left it (null if not loaded)
 };
 
 // Runs the pipeline on `model_bytes`, asserting the properties above. With n built-in
-// configs, `config_choice` % n picks the config and (`config_choice` / n) % 2 the mapping
-// (0: default, 1: MinMax).
+// configs, `config_choice` % n picks
+// the config and (`config_choice` / n) % 2 the mapping (0: default, 1: MinMax).
 PipelineResult RunPassPipeline(uint8_t config_choice, absl::string_view model_bytes);
+
+// The same passes with a custom config (backend_configs/config_loader.h text) on a copy of
+// `model`, with the MinMax mapping of the built-in config the text extends (fbgemm's for
+// "native" or none). A config the loader rejects gets a non-empty InvalidArgument
+// (`load`, no pass run); for one it accepts, every pass's output must Verify, save and load
+// again: a config that loads never makes a model that does not.
+PipelineResult RunConfigPipeline(absl::string_view config_text, const GraphModule& model);
 
 }  // namespace fuselage::fuzz
 

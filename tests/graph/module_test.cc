@@ -569,7 +569,7 @@ TEST(GraphModulePathTest, RemoveModulesFreesEveryModuleOfAnyShape) {
         module = ObserverLike();
         break;
       default:
-        module = std::make_unique<Module>("nni.ConvReLU2d");
+        module = std::make_unique<Module>("nn.Sequential");
         module->SetChild("0", ObserverLike());
         module->SetChild("1", std::make_unique<Module>("nn.ReLU"));
     }

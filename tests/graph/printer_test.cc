@@ -31,7 +31,7 @@ TEST(PrinterTest, ConvBnAddReluMatchesTorchFx) {
 TEST(PrinterTest, EveryKindOfStatementMatchesTorchFx) {
   GraphModule gm;
   auto conv = std::make_unique<Module>("nn.Conv2d");
-  conv->SetTensor("weight", Tensor::FromFloats({1}, {1.0f}));
+  conv->SetTensor("weight", Tensor::FromFloats({1, 1, 1, 1}, {1.0f}));  // a 1x1 conv
   ASSERT_TRUE(gm.SetModule("conv", std::move(conv)).ok());
   ASSERT_TRUE(gm.SetModule("layer1.0", std::make_unique<Module>("nn.ReLU")).ok());
   Graph& g = gm.graph();

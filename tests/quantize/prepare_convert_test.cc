@@ -463,6 +463,7 @@ TEST(ConvertTest, ManyReferenceModulesEachGetTheirOwnParameters) {
   ASSERT_TRUE(gm.SetModule("b", Conv1x1(-2.0f)).ok());
   auto wide = Conv1x1(1.0f);
   wide->SetTensor("weight", Tensor::FromFloats({2, 1, 1, 1}, {0.5f, -2.0f}));
+  wide->SetTensor("bias", Tensor::FromFloats({2}, {0.0f, 0.0f}));  // one per out channel
   wide->SetAttribute("in_channels", Argument::Int(1));
   wide->SetAttribute("out_channels", Argument::Int(2));
   ASSERT_TRUE(gm.SetModule("c", std::move(wide)).ok());
