@@ -2,6 +2,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -33,6 +34,36 @@ bool IsInt8(dt type) { return type == dt::u8 || type == dt::s8; }
 // attribute), so one primitive serves every zero point.
 void AddSourceZeroPoint(dt src_type, dnnl::primitive_attr& attr) {
   if (IsInt8(src_type)) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+}
+
+// Output scales per channel (dst dim 1 for both conv [N, O, ...] and matmul [M, N]),
+// relu as an eltwise post-op, the destination zero point (a run-time argument). oneDNN
+// 2.6's convolutions take no run-time output scales, so the scale values are part of the
+// attribute and hence of the primitive cache's key. oneDNN applies them in this order:
+// scale, post-ops, zero point, round, saturate.
+void AddInt8Output(const Int8Output* output, int64_t channels, dnnl::primitive_attr& attr) {
+  if (output == nullptr) return;
+  attr.set_output_scales(1 << 1, std::vector<float>(output->scales, output->scales + channels));
+  attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+  if (output->relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+}
+
+// The run-time arguments of the attributes above. `zero_points` keeps the two int32
+// values alive until execution.
+void AddRuntimeArgs(dt src_type, int32_t src_zero_point, const Int8Output* output,
+                    int32_t (&zero_points)[2],
+                    std::unordered_map<int, dnnl::memory>& args) {
+  zero_points[0] = src_zero_point;
+  if (IsInt8(src_type)) {
+    args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = PlainMemory({1}, dt::s32, &zero_points[0]);
+  }
+  if (output == nullptr) return;
+  zero_points[1] = output->zero_point;
+  args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = PlainMemory({1}, dt::s32, &zero_points[1]);
 }
 
 }  // namespace
@@ -74,7 +105,7 @@ dnnl::memory ToLayout(const dnnl::memory& m, const dnnl::memory::desc& desc,
 
 absl::Status Convolution(absl::string_view op, const ConvGeometry& g, dt src_type,
                          dt weight_type, dt dst_type, const ConvBuffers& b,
-                         int32_t src_zero_point) {
+                         int32_t src_zero_point, const Int8Output* int8_output) {
   return Run(op, [&](dnnl::stream& stream) {
     dnnl::memory::dims strides = Dims(g.stride), padding = Dims(g.padding), dilates;
     for (int64_t d : g.dilation) dilates.push_back(d - 1);  // oneDNN counts the gaps
@@ -95,6 +126,7 @@ absl::Status Convolution(absl::string_view op, const ConvGeometry& g, dt src_typ
         dilates, padding, padding);
     dnnl::primitive_attr attr;
     AddSourceZeroPoint(src_type, attr);
+    AddInt8Output(int8_output, g.weights[0], attr);
     const dnnl::convolution_forward::primitive_desc pd(desc, attr, CpuEngine());
 
     dnnl::memory src = ToLayout(PlainMemory(g.src, src_type, b.src), pd.src_desc(), stream);
@@ -106,10 +138,8 @@ absl::Status Convolution(absl::string_view op, const ConvGeometry& g, dt src_typ
     std::unordered_map<int, dnnl::memory> args = {
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
     if (b.bias) args[DNNL_ARG_BIAS] = PlainMemory({g.weights[0]}, dt::f32, b.bias);
-    int32_t zero_point = src_zero_point;
-    if (IsInt8(src_type)) {
-      args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = PlainMemory({1}, dt::s32, &zero_point);
-    }
+    int32_t zero_points[2];
+    AddRuntimeArgs(src_type, src_zero_point, int8_output, zero_points, args);
     dnnl::convolution_forward(pd).execute(stream, args);
     if (!dst_plain) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
   });
@@ -117,7 +147,8 @@ absl::Status Convolution(absl::string_view op, const ConvGeometry& g, dt src_typ
 
 absl::Status MatMul(absl::string_view op, int64_t m, int64_t k, int64_t n, dt src_type,
                     dt weight_type, dt dst_type, const void* src, const void* weights,
-                    const float* bias, void* dst, int32_t src_zero_point) {
+                    const float* bias, void* dst, int32_t src_zero_point,
+                    const Int8Output* int8_output) {
   return Run(op, [&](dnnl::stream& stream) {
     const dnnl::memory::desc src_md = PlainDesc({m, k}, src_type);
     // [K, N] viewed over the [N, K] row-major weight: column-major ("ba").
@@ -126,6 +157,7 @@ absl::Status MatMul(absl::string_view op, int64_t m, int64_t k, int64_t n, dt sr
     const dnnl::memory::desc dst_md = PlainDesc({m, n}, dst_type);
     dnnl::primitive_attr attr;
     AddSourceZeroPoint(src_type, attr);
+    AddInt8Output(int8_output, n, attr);
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, weight_md, bias_md, dst_md),
                                           attr, CpuEngine());
     std::unordered_map<int, dnnl::memory> args = {
@@ -133,10 +165,8 @@ absl::Status MatMul(absl::string_view op, int64_t m, int64_t k, int64_t n, dt sr
         {DNNL_ARG_WEIGHTS, dnnl::memory(weight_md, CpuEngine(), const_cast<void*>(weights))},
         {DNNL_ARG_DST, dnnl::memory(dst_md, CpuEngine(), dst)}};
     if (bias) args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, CpuEngine(), const_cast<float*>(bias));
-    int32_t zero_point = src_zero_point;
-    if (IsInt8(src_type)) {
-      args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = PlainMemory({1}, dt::s32, &zero_point);
-    }
+    int32_t zero_points[2];
+    AddRuntimeArgs(src_type, src_zero_point, int8_output, zero_points, args);
     dnnl::matmul(pd).execute(stream, args);
   });
 }
