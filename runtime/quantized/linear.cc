@@ -41,7 +41,12 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
   RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
 
-  const int64_t rows = in_features == 0 ? qx.numel() : qx.numel() / in_features;
+  // Rows: the product of the leading dims (also when in_features is 0).
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < qx.dim(); ++d) rows *= qx.shape()[d];
+  // The accumulators are allocated before the output tensor: bounded like it first.
+  absl::Status fits = CheckedNumel({rows, out_features}).status();
+  if (!fits.ok()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", fits.message()));
   const int32_t x_zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);
   const dt src_type = qx.dtype() == DType::kQUInt8 ? dt::u8 : dt::s8;
   const OutputRequantizer requantizer(
