@@ -380,9 +380,10 @@ class ModelReader {
     }
     for (int i = 0; i < t.scales_size(); ++i) {
       const double s = t.scales(i);
-      if (!(s > 0) || s != s || s > 1e30) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": field 'scales[", i, "]' is ", s,
-                                                       "; expected a finite scale > 0"));
+      if (!(s > 0) || !(s <= QuantParams::kMaxScale)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": field 'scales[", i, "]' is ", s, "; expected a scale in (0, ",
+                         QuantParams::kMaxScale, "]"));
       }
     }
     for (int i = 0; i < t.zero_points_size(); ++i) {

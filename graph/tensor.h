@@ -269,6 +269,11 @@ struct QuantParams {
   InlineVector<int64_t, 1> zero_points; // same length as scales.
   int64_t axis = 0;                     // per-channel only.
 
+  // The largest scale a quantized tensor may carry: the model file's limit, and the bound
+  // an observer checks before it hands out a scale, so a computed scale always saves and
+  // loads. Past it, the products of scales in requantization leave float's range.
+  static constexpr double kMaxScale = 1e30;
+
   static QuantParams PerTensor(double scale, int64_t zero_point);
   static QuantParams PerChannel(std::vector<double> scales, std::vector<int64_t> zero_points,
                                 int64_t axis);

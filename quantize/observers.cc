@@ -299,6 +299,13 @@ absl::Status Observer::CheckRangeFinite(size_t i, float min_val, float max_val) 
       "] (entry ", i, ") is not finite; expected finite values"));
 }
 
+absl::Status Observer::CheckScale(size_t i, float min_val, float max_val, float scale) const {
+  if (scale <= QuantParams::kMaxScale) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      ObserverKindName(spec_.kind), ": observed range [", min_val, ", ", max_val, "] (entry ", i,
+      ") gives scale ", scale, "; expected at most ", QuantParams::kMaxScale));
+}
+
 PerTensorQParams Observer::QParamsOfRange(float min_val, float max_val) const {
   const int64_t qmin = quant_min_, qmax = quant_max_;
   const float eps = static_cast<float>(spec_.eps);
@@ -352,6 +359,7 @@ absl::StatusOr<ObserverQParams> Observer::CalculateQParamsFromMinMax(
   out.zero_points.resize(min_val.size());
   for (size_t i = 0; i < min_val.size(); ++i) {
     const PerTensorQParams q = QParamsOfRange(min_val[i], max_val[i]);
+    RETURN_IF_ERROR(CheckScale(i, min_val[i], max_val[i], q.scale));
     out.scales[i] = q.scale;
     out.zero_points[i] = q.zero_point;
   }
@@ -371,7 +379,9 @@ absl::StatusOr<PerTensorQParams> Observer::PerTensorQParamsFromMinMax(float min_
         ObserverKindName(spec_.kind),
         ": torch.per_channel_affine_float_qparams (float zero points)"));
   }
-  return QParamsOfRange(min_val, max_val);
+  const PerTensorQParams q = QParamsOfRange(min_val, max_val);
+  RETURN_IF_ERROR(CheckScale(0, min_val, max_val, q.scale));
+  return q;
 }
 
 // ---- MinMax / MovingAverageMinMax ---------------------------------------------------

@@ -92,6 +92,9 @@ class Observer {
   // (run over every entry first), then a finite range.
   absl::Status CheckRangeOrdered(size_t i, float min_val, float max_val) const;
   absl::Status CheckRangeFinite(size_t i, float min_val, float max_val) const;
+  // The scale a checked range gives must be one a quantized tensor may carry
+  // (QuantParams::kMaxScale): a range near float's limits gives an infinite or huge scale.
+  absl::Status CheckScale(size_t i, float min_val, float max_val, float scale) const;
   // The parameters of one checked range (the loop body of _calculate_qparams).
   PerTensorQParams QParamsOfRange(float min_val, float max_val) const;
 

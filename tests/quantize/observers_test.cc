@@ -316,6 +316,31 @@ TEST(ObserversTest, HistogramOfARangeWiderThanFloatMaxOverBinsStaysInRange) {
   EXPECT_EQ(total, 3.0f);
 }
 
+// Found by pass_pipeline_fuzz once it reloaded lower's output: weights near float's
+// limits gave a weight scale of 2.2e35, which lowering wrote and the loader refuses
+// (QuantParams::kMaxScale). By hand, a default (symmetric qint8) weight observer over
+// [-1e32, 1e32] gives 1e32 / 127.5 = 7.8e29 (allowed), over [-1e33, 1e33] 7.8e30 (refused).
+TEST(ObserversTest, AScalePastTheModelFileLimitIsAnError) {
+  auto within = MakeObserver(DefaultWeightObserver());
+  ASSERT_TRUE((*within)->Update(Tensor::FromFloats({2}, {-1e32f, 1e32f})).ok());
+  auto allowed = (*within)->CalculateQParams();
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  EXPECT_FLOAT_EQ(allowed->scales[0], 1e32f / 127.5f);
+
+  for (const ObserverSpec& spec : {DefaultWeightObserver(), DefaultPerChannelWeightObserver()}) {
+    auto observer = MakeObserver(spec);
+    ASSERT_TRUE((*observer)->Update(Tensor::FromFloats({2, 1}, {-1e33f, 1e33f})).ok());
+    auto qparams = (*observer)->CalculateQParams();
+    EXPECT_EQ(qparams.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(qparams.status().message().find("expected at most 1e+30"), std::string::npos)
+        << qparams.status();
+  }
+  auto per_tensor = MakeObserver(DefaultWeightObserver());
+  ASSERT_TRUE((*per_tensor)->Update(Tensor::FromFloats({2}, {-1e33f, 1e33f})).ok());
+  EXPECT_EQ((*per_tensor)->CalculatePerTensorQParams().status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ObserversTest, UnobservedReturnsPyTorchDefaults) {
   for (const ObserverSpec& spec : {DefaultWeightObserver(), DefaultPerChannelWeightObserver()}) {
     auto observer = MakeObserver(spec);
