@@ -3,18 +3,15 @@
 #include <algorithm>
 #include <string>
 
-#include <eigen3/Eigen/Core>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/status_macros.h"
+#include "runtime/onednn/onednn.h"
 
 namespace fuselage {
 namespace {
 
-using RowMajorMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ConstMatrixMap = Eigen::Map<const RowMajorMatrix>;
-using MatrixMap = Eigen::Map<RowMajorMatrix>;
+using dt = dnnl::memory::data_type;
 
 std::string ShapeStr(const std::vector<int64_t>& v) {
   return absl::StrCat("[", absl::StrJoin(v, ", "), "]");
@@ -36,34 +33,6 @@ absl::Status CheckBias(const Tensor* bias, int64_t out_features, absl::string_vi
                                                    "; expected [", out_features, "]"));
   }
   return absl::OkStatus();
-}
-
-// Unfolds one group's input planes [C, H, W] into columns [C * KH * KW, OH * OW], zeros
-// where the window reaches into the padding.
-void Im2Col(const float* in, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,
-            int64_t OH, int64_t OW, const Conv2dParams& p, float* col) {
-  const int64_t SH = p.stride[0], SW = p.stride[1], PH = p.padding[0], PW = p.padding[1];
-  const int64_t DH = p.dilation[0], DW = p.dilation[1];
-  for (int64_t c = 0; c < C; ++c) {
-    const float* plane = in + c * H * W;
-    for (int64_t kh = 0; kh < KH; ++kh) {
-      for (int64_t kw = 0; kw < KW; ++kw) {
-        for (int64_t oh = 0; oh < OH; ++oh) {
-          const int64_t ih = oh * SH - PH + kh * DH;
-          if (ih < 0 || ih >= H) {
-            std::fill(col, col + OW, 0.0f);
-            col += OW;
-            continue;
-          }
-          const float* row = plane + ih * W;
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            const int64_t iw = ow * SW - PW + kw * DW;
-            *col++ = (iw >= 0 && iw < W) ? row[iw] : 0.0f;
-          }
-        }
-      }
-    }
-  }
 }
 
 }  // namespace
@@ -119,40 +88,31 @@ absl::StatusOr<Tensor> Conv2d(const Tensor& input, const Tensor& weight, const T
   }
   std::vector<int64_t> out_shape = unbatched ? std::vector<int64_t>{O, OH, OW}
                                              : std::vector<int64_t>{N, O, OH, OW};
-  ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros(DType::kFloat32, std::move(out_shape)));
-
-  const int64_t OG = O / G;           // out channels per group
-  const int64_t K = CG * KH * KW;     // GEMM depth
-  const int64_t P = OH * OW;          // output pixels
-  // The column buffer is one group's unfolded input; bound it like any tensor, so a
-  // hostile kernel or image size is an error rather than a failed allocation.
-  if (K > Tensor::kMaxElements / std::max<int64_t>(P, 1)) {
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(DType::kFloat32, std::move(out_shape)));
+  // Bound one group's unfolded input (what a GEMM-based conv would allocate) like any
+  // tensor, so a hostile kernel / image size is an error, not hours of work or a failed
+  // allocation inside oneDNN.
+  const int64_t depth = CG * KH * KW, pixels = OH * OW;
+  if (depth > Tensor::kMaxElements / std::max<int64_t>(pixels, 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "conv2d: unfolding input ", input.ShapeString(), " for weight ", weight.ShapeString(),
         " needs more than ", Tensor::kMaxElements, " elements"));
   }
-  const bool direct = KH == 1 && KW == 1 && p.stride[0] == 1 && p.stride[1] == 1 &&
-                      p.padding[0] == 0 && p.padding[1] == 0;  // input already is the columns
-  std::vector<float> col(direct ? 0 : static_cast<size_t>(K * P));
-  const float* in = input.data<float>();
-  const float* w = weight.data<float>();
-  float* dst = out.mutable_data<float>();
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t g = 0; g < G; ++g) {
-      const float* group_in = in + (n * C + g * CG) * H * W;
-      const float* columns = group_in;
-      if (!direct) {
-        Im2Col(group_in, CG, H, W, KH, KW, OH, OW, p, col.data());
-        columns = col.data();
-      }
-      MatrixMap result(dst + (n * O + g * OG) * P, OG, P);
-      result.noalias() = ConstMatrixMap(w + g * OG * K, OG, K) * ConstMatrixMap(columns, K, P);
-      if (bias != nullptr) {
-        const float* b = bias->data<float>() + g * OG;
-        for (int64_t o = 0; o < OG; ++o) result.row(o).array() += b[o];
-      }
-    }
-  }
+  if (N == 0 || O == 0) return out;
+  onednn::ConvGeometry geometry;
+  geometry.src = {N, C, H, W};
+  geometry.weights = {O, CG, KH, KW};
+  geometry.dst = {N, O, OH, OW};
+  geometry.stride = p.stride;
+  geometry.padding = p.padding;
+  geometry.dilation = p.dilation;
+  geometry.groups = G;
+  onednn::ConvBuffers buffers;
+  buffers.src = input.data<float>();
+  buffers.weights = weight.data<float>();
+  buffers.bias = bias ? bias->data<float>() : nullptr;
+  buffers.dst = out.mutable_data<float>();
+  RETURN_IF_ERROR(onednn::Convolution("conv2d", geometry, dt::f32, dt::f32, dt::f32, buffers));
   return out;
 }
 
@@ -173,16 +133,20 @@ absl::StatusOr<Tensor> Linear(const Tensor& input, const Tensor& weight, const T
   std::vector<int64_t> out_shape = input.shape();
   out_shape.back() = out_features;
   ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros(DType::kFloat32, std::move(out_shape)));
-  const int64_t rows = in_features == 0 ? out.numel() / std::max<int64_t>(out_features, 1)
-                                        : input.numel() / in_features;
-  MatrixMap result(out.mutable_data<float>(), rows, out_features);
-  if (in_features > 0) {
-    result.noalias() = ConstMatrixMap(input.data<float>(), rows, in_features) *
-                       ConstMatrixMap(weight.data<float>(), out_features, in_features).transpose();
+  if (out.numel() == 0) return out;
+  const int64_t rows = out.numel() / out_features;
+  float* dst = out.mutable_data<float>();
+  if (in_features == 0) {  // an empty sum: the output is the bias (or zeros)
+    if (bias != nullptr) {
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy_n(bias->data<float>(), out_features, dst + r * out_features);
+      }
+    }
+    return out;
   }
-  if (bias != nullptr) {
-    result.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias->data<float>(), out_features);
-  }
+  RETURN_IF_ERROR(onednn::MatMul("linear", rows, in_features, out_features, dt::f32, dt::f32,
+                                 dt::f32, input.data<float>(), weight.data<float>(),
+                                 bias ? bias->data<float>() : nullptr, dst));
   return out;
 }
 

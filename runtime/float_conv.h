@@ -1,5 +1,5 @@
-// Float convolution and linear layers, the compute-heavy kernels: im2col + GEMM (Eigen)
-// for conv, GEMM for linear, so a ResNet-50 forward runs in seconds, not minutes.
+// Float convolution and linear layers, the compute-heavy kernels, on oneDNN's f32
+// convolution and matmul primitives (see runtime/onednn/onednn.h for primitive reuse).
 #ifndef FUSELAGE_RUNTIME_FLOAT_CONV_H_
 #define FUSELAGE_RUNTIME_FLOAT_CONV_H_
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/status_macros.h"
+#include "runtime/onednn/onednn.h"
 
 namespace fuselage {
 namespace {
@@ -144,30 +145,7 @@ inline int64_t Source(const Geometry& g, int d, int64_t o, int64_t k) {
   return o * g.stride[d] - g.padding[d] + k * g.dilation[d];
 }
 
-// Unfolds `channels` input volumes into columns [channels * K, out positions], zeros
-// where the window reaches into the padding.
-void Im2Col(const Geometry& g, const float* in, int64_t channels, float* col) {
-  for (int64_t c = 0; c < channels; ++c) {
-    const float* volume = in + c * g.InSize();
-    for (int64_t kd = 0; kd < g.kernel[0]; ++kd)
-      for (int64_t kh = 0; kh < g.kernel[1]; ++kh)
-        for (int64_t kw = 0; kw < g.kernel[2]; ++kw)
-          for (int64_t od = 0; od < g.out[0]; ++od) {
-            const int64_t id = Source(g, 0, od, kd);
-            for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-              const int64_t ih = Source(g, 1, oh, kh);
-              const bool row_inside = id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1];
-              const float* row = volume + (id * g.in[1] + ih) * g.in[2];
-              for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-                const int64_t iw = Source(g, 2, ow, kw);
-                *col++ = (row_inside && iw >= 0 && iw < g.in[2]) ? row[iw] : 0.0f;
-              }
-            }
-          }
-  }
-}
-
-// The adjoint of Im2Col for the transposed conv: here `g.in` is the *output* volume being
+// The adjoint of the forward conv's unfold (im2col), for the transposed conv: here `g.in` is the *output* volume being
 // accumulated and `g.out` the positions of the transposed conv's input, so each column
 // entry is added where the forward conv would have read it.
 void Col2ImAdd(const Geometry& g, const float* col, int64_t channels, float* volume_out) {
@@ -221,22 +199,30 @@ absl::StatusOr<Tensor> ConvNd(const Tensor& input, const Tensor& weight, const T
     g.out[d] = (g.in[d] + 2 * g.padding[d] - span) / g.stride[d] + 1;
   }
   ASSIGN_OR_RETURN(Tensor out, MakeOutput(g, spatial_dims));
-  const int64_t cg = g.in_channels / g.groups, og = g.out_channels / g.groups;
-  const int64_t depth = cg * g.KernelSize(), positions = g.OutSize();
-  RETURN_IF_ERROR(CheckScratch(depth, positions, op));
-  std::vector<float> col(static_cast<size_t>(depth * positions));
-  const float* in = input.data<float>();
-  const float* w = weight.data<float>();
-  float* dst = out.mutable_data<float>();
-  for (int64_t n = 0; n < g.batch; ++n) {
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      Im2Col(g, in + (n * g.in_channels + grp * cg) * g.InSize(), cg, col.data());
-      MatrixMap(dst + (n * g.out_channels + grp * og) * positions, og, positions).noalias() =
-          ConstMatrixMap(w + grp * og * depth, og, depth) *
-          ConstMatrixMap(col.data(), depth, positions);
-    }
+  const int64_t cg = g.in_channels / g.groups;
+  RETURN_IF_ERROR(CheckScratch(cg * g.KernelSize(), g.OutSize(), op));
+  if (out.numel() == 0) return out;
+  // oneDNN takes the real spatial rank (the right-aligned leading 1s dropped).
+  onednn::ConvGeometry geometry;
+  geometry.src = {g.batch, g.in_channels};
+  geometry.weights = {g.out_channels, cg};
+  geometry.dst = {g.batch, g.out_channels};
+  for (int d = 3 - spatial_dims; d < 3; ++d) {
+    geometry.src.push_back(g.in[d]);
+    geometry.weights.push_back(g.kernel[d]);
+    geometry.dst.push_back(g.out[d]);
+    geometry.stride.push_back(g.stride[d]);
+    geometry.padding.push_back(g.padding[d]);
+    geometry.dilation.push_back(g.dilation[d]);
   }
-  AddBias(bias, g.out_channels, positions, g.batch, dst);
+  geometry.groups = g.groups;
+  onednn::ConvBuffers buffers;
+  buffers.src = input.data<float>();
+  buffers.weights = weight.data<float>();
+  buffers.bias = bias ? bias->data<float>() : nullptr;
+  buffers.dst = out.mutable_data<float>();
+  using dt = dnnl::memory::data_type;
+  RETURN_IF_ERROR(onednn::Convolution(op, geometry, dt::f32, dt::f32, dt::f32, buffers));
   return out;
 }
 

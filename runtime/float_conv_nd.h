@@ -1,10 +1,10 @@
 // Float convolutions over 1, 2 or 3 spatial dims, and transposed convolutions, as
-// PyTorch's conv1d / conv3d / conv_transpose{1,2,3}d compute them. Conv2d itself keeps its
-// tuned kernel in float_conv.h; these serve nn.Conv1d / nn.Conv3d / nn.ConvTranspose*d.
+// PyTorch's conv1d / conv3d / conv_transpose{1,2,3}d compute them (Conv2d is in
+// float_conv.h; these serve nn.Conv1d / nn.Conv3d / nn.ConvTranspose*d).
 //
-// Both run as GEMM (Eigen) plus an unfold: conv = im2col then weight x columns,
-// transposed conv = weight^T x input then col2im (a scatter-add of each column into the
-// output window it came from). 1d and 2d are the 3d code with leading spatial dims of 1.
+// The forward conv runs on oneDNN's convolution primitive, as Conv2d does. The transposed
+// conv is still GEMM (Eigen) plus col2im (a scatter-add of each column into the output
+// window it came from); moving it to oneDNN's deconvolution is the next slice of issue 20.
 #ifndef FUSELAGE_RUNTIME_FLOAT_CONV_ND_H_
 #define FUSELAGE_RUNTIME_FLOAT_CONV_ND_H_
 

@@ -6,10 +6,9 @@
 #include <utility>
 #include <vector>
 
-#include <eigen3/Eigen/Core>
-
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
+#include "runtime/onednn/onednn.h"
 #include "runtime/quantized/output_requantizer.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/weight_utils.h"
@@ -18,19 +17,22 @@ namespace fuselage {
 namespace quantized {
 namespace {
 
-using IntMatrix = Eigen::Matrix<int32_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using dt = dnnl::memory::data_type;
 
-// The exact int32 accumulators of one conv call, [N, O, OH, OW], plus what the
+// One validated conv call: its output shape [N, O, OH, OW], oneDNN geometry and what the
 // requantization needs.
-struct ConvAccumulators {
-  std::vector<int64_t> shape;  // N, O, OH, OW
-  std::vector<int32_t> acc;
+struct ConvCall {
+  std::vector<int64_t> shape;
+  onednn::ConvGeometry geometry;
+  dt src_type = dt::u8;
+  int32_t x_zero_point = 0;
   std::vector<double> weight_scales;  // per output channel
+  std::vector<int64_t> w_zero_points;  // per output channel
+  bool weight_zero_points = false;     // any of them non-zero
 };
 
-absl::StatusOr<ConvAccumulators> Accumulate(absl::string_view op, const Tensor& qx,
-                                            const Tensor& qweight, const Tensor* bias,
-                                            const Conv2dParams& p) {
+absl::StatusOr<ConvCall> Prepare(absl::string_view op, const Tensor& qx, const Tensor& qweight,
+                                 const Tensor* bias, const Conv2dParams& p) {
   RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, op, "input"));
   if (qx.dtype() != DType::kQUInt8 && qx.dtype() != DType::kQInt8) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": input has dtype ",
@@ -82,62 +84,76 @@ absl::StatusOr<ConvAccumulators> Accumulate(absl::string_view op, const Tensor& 
   const int64_t depth = group_in_c * k_h * k_w;
   RETURN_IF_ERROR(ExpectAccumulatorFits(depth, op));
 
-  // The accumulators (one per output element) and one group's columns are allocated
-  // below: both bounded like any tensor first, so a padding that makes a huge output is
-  // an error, not a failed allocation.
+  // The accumulators (one per output element) and one group's columns (what a GEMM-based
+  // conv unfolds, and a bound on the work) are bounded like any tensor first, so a padding
+  // that makes a huge output is an error, not a failed allocation.
   const std::vector<int64_t> accumulators = {batch, out_c, out_h, out_w};
   const std::vector<int64_t> column_scratch = {depth, out_h * out_w};
   for (const std::vector<int64_t>* size : {&accumulators, &column_scratch}) {
     absl::Status fits = CheckedNumel(*size).status();
     if (!fits.ok()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", fits.message()));
   }
-  ConvAccumulators out;
-  out.shape = {batch, out_c, out_h, out_w};
-  out.weight_scales = PerOutputChannel(qweight.qparams().scales, out_c);
-  const std::vector<int64_t> w_zero_points = PerOutputChannelZeroPoints(qweight, out_c);
+  ConvCall call;
+  call.shape = {batch, out_c, out_h, out_w};
+  call.weight_scales = PerOutputChannel(qweight.qparams().scales, out_c);
+  call.w_zero_points = PerOutputChannelZeroPoints(qweight, out_c);
+  call.weight_zero_points = std::any_of(call.w_zero_points.begin(), call.w_zero_points.end(),
+                                        [](int64_t z) { return z != 0; });
+  call.src_type = qx.dtype() == DType::kQUInt8 ? dt::u8 : dt::s8;
+  call.x_zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);
+  call.geometry.src = {batch, in_c, in_h, in_w};
+  call.geometry.weights = {out_c, group_in_c, k_h, k_w};
+  call.geometry.dst = call.shape;
+  call.geometry.stride = {p.stride[0], p.stride[1]};
+  call.geometry.padding = {p.padding[0], p.padding[1]};
+  call.geometry.dilation = {p.dilation[0], p.dilation[1]};
+  call.geometry.groups = p.groups;
+  return call;
+}
 
-  // Weight rows (w - w_zp), one per output channel, depth = group_in_c * kH * kW.
-  const std::vector<int32_t> w_values = IntValues(qweight);
-  IntMatrix weight(out_c, depth);
-  for (int64_t o = 0; o < out_c; ++o) {
-    for (int64_t k = 0; k < depth; ++k) {
-      weight(o, k) = w_values[o * depth + k] - static_cast<int32_t>(w_zero_points[o]);
-    }
-  }
-
-  const std::vector<int32_t> x_values = IntValues(qx);
-  const int32_t x_zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);
-  const int64_t pixels = out_h * out_w;
-  const int64_t group_out_c = out_c / p.groups;
-  out.acc.assign(static_cast<size_t>(batch * out_c * pixels), 0);
-  IntMatrix columns(depth, pixels);
+// The exact int32 accumulators sum((x - x_zp) * (w - w_zp)), [N, O, OH, OW]. oneDNN
+// computes sum((x - x_zp) * w) exactly (x u8 / s8, w s8, the zero point a run-time
+// argument; padding is a real zero, i.e. x_zp before the shift).
+absl::StatusOr<std::vector<int32_t>> Accumulate(absl::string_view op, const ConvCall& call,
+                                                const Tensor& qx, const Tensor& qweight) {
+  const int64_t batch = call.shape[0], out_c = call.shape[1];
+  const int64_t pixels = call.shape[2] * call.shape[3];
+  std::vector<int32_t> acc(static_cast<size_t>(batch * out_c * pixels), 0);
+  if (acc.empty()) return acc;
+  onednn::ConvBuffers buffers;
+  buffers.src = qx.raw_data();
+  buffers.weights = qweight.raw_data();
+  buffers.dst = acc.data();
+  RETURN_IF_ERROR(onednn::Convolution(op, call.geometry, call.src_type, dt::s8, dt::s32,
+                                      buffers, call.x_zero_point));
+  if (!call.weight_zero_points) return acc;
+  // oneDNN convolutions take no weight zero point. sum((x - x_zp) * (w - w_zp)) is the
+  // above minus w_zp[o] * sum(x - x_zp) over the window: the window sums are one more
+  // convolution, with an all-ones weight per group. (PyTorch's engines only produce
+  // w_zp = 0; fuselage accepts any.)
+  const int64_t groups = call.geometry.groups;
+  onednn::ConvGeometry ones_geometry = call.geometry;
+  ones_geometry.weights[0] = groups;  // one all-ones filter per group
+  ones_geometry.dst[1] = groups;
+  int64_t filter = 1;
+  for (size_t i = 1; i < ones_geometry.weights.size(); ++i) filter *= ones_geometry.weights[i];
+  std::vector<int8_t> ones(static_cast<size_t>(groups * filter), 1);
+  std::vector<int32_t> sums(static_cast<size_t>(batch * groups * pixels));
+  buffers.weights = ones.data();
+  buffers.dst = sums.data();
+  RETURN_IF_ERROR(onednn::Convolution(op, ones_geometry, call.src_type, dt::s8, dt::s32,
+                                      buffers, call.x_zero_point));
+  const int64_t group_out_c = out_c / groups;
   for (int64_t n = 0; n < batch; ++n) {
-    for (int64_t g = 0; g < p.groups; ++g) {
-      // im2col of (x - x_zp); padding contributes a real zero, i.e. 0 after the shift.
-      for (int64_t c = 0; c < group_in_c; ++c) {
-        const int32_t* plane =
-            x_values.data() + ((n * in_c) + g * group_in_c + c) * in_h * in_w;
-        for (int64_t kh = 0; kh < k_h; ++kh) {
-          for (int64_t kw = 0; kw < k_w; ++kw) {
-            const int64_t row = (c * k_h + kh) * k_w + kw;
-            for (int64_t oh = 0; oh < out_h; ++oh) {
-              const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
-              for (int64_t ow = 0; ow < out_w; ++ow) {
-                const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
-                const bool inside = ih >= 0 && ih < in_h && iw >= 0 && iw < in_w;
-                columns(row, oh * out_w + ow) =
-                    inside ? plane[ih * in_w + iw] - x_zero_point : 0;
-              }
-            }
-          }
-        }
-      }
-      Eigen::Map<IntMatrix> result(out.acc.data() + (n * out_c + g * group_out_c) * pixels,
-                                   group_out_c, pixels);
-      result.noalias() = weight.middleRows(g * group_out_c, group_out_c) * columns;
+    for (int64_t o = 0; o < out_c; ++o) {
+      const int32_t zp = static_cast<int32_t>(call.w_zero_points[o]);
+      if (zp == 0) continue;
+      int32_t* a = acc.data() + (n * out_c + o) * pixels;
+      const int32_t* sum = sums.data() + (n * groups + o / group_out_c) * pixels;
+      for (int64_t i = 0; i < pixels; ++i) a[i] -= zp * sum[i];
     }
   }
-  return out;
+  return acc;
 }
 
 }  // namespace
@@ -147,21 +163,41 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
                                        double output_scale, int64_t output_zero_point,
                                        bool relu) {
   const absl::string_view op = relu ? "quantized conv2d_relu" : "quantized conv2d";
-  ASSIGN_OR_RETURN(ConvAccumulators acc, Accumulate(op, qx, qweight, bias, params));
+  ASSIGN_OR_RETURN(const ConvCall call, Prepare(op, qx, qweight, bias, params));
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
   RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
   const OutputRequantizer requantizer(
-      qx.qparams().scales[0], acc.weight_scales,
+      qx.qparams().scales[0], call.weight_scales,
       qweight.qparams().scheme == QScheme::kPerChannelAffine,
       bias ? bias->data<float>() : nullptr, output_scale, output_zero_point, relu, qx.dtype());
-  const int64_t channels = acc.shape[1];
-  const int64_t pixels = acc.shape[2] * acc.shape[3];
-  std::vector<int32_t> q(acc.acc.size());
-  for (size_t i = 0; i < q.size(); ++i) {
-    q[i] = requantizer.Apply(acc.acc[i], (static_cast<int64_t>(i) / pixels) % channels);
+  const QuantParams out_qparams = QuantParams::PerTensor(output_scale, output_zero_point);
+  if (!call.weight_zero_points) {
+    // The common case (PyTorch's weights are symmetric): oneDNN requantizes in the conv,
+    // with OutputRequantizer's factors and PyTorch's onednn engine's step order.
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
+    if (out.numel() == 0) return out;
+    onednn::ConvBuffers buffers;
+    buffers.src = qx.raw_data();
+    buffers.weights = qweight.raw_data();
+    buffers.bias = bias ? requantizer.bias_terms().data() : nullptr;
+    buffers.dst = out.mutable_raw_data();
+    onednn::Int8Output output;
+    output.scales = requantizer.op_scales().data();
+    output.zero_point = static_cast<int32_t>(output_zero_point);
+    output.relu = relu;
+    RETURN_IF_ERROR(onednn::Convolution(op, call.geometry, call.src_type, dt::s8, call.src_type,
+                                        buffers, call.x_zero_point, &output));
+    return out;
   }
-  return FromIntValues(qx.dtype(), acc.shape,
-                       QuantParams::PerTensor(output_scale, output_zero_point), q);
+  // Non-zero weight zero points: the exact accumulators, requantized here.
+  ASSIGN_OR_RETURN(const std::vector<int32_t> acc, Accumulate(op, call, qx, qweight));
+  const int64_t channels = call.shape[1];
+  const int64_t pixels = call.shape[2] * call.shape[3];
+  std::vector<int32_t> q(acc.size());
+  for (size_t i = 0; i < q.size(); ++i) {
+    q[i] = requantizer.Apply(acc[i], (static_cast<int64_t>(i) / pixels) % channels);
+  }
+  return FromIntValues(qx.dtype(), call.shape, out_qparams, q);
 }
 
 absl::StatusOr<Tensor> QuantizedConvAdd2d(const Tensor& qx, const Tensor& qextra,
@@ -169,13 +205,13 @@ absl::StatusOr<Tensor> QuantizedConvAdd2d(const Tensor& qx, const Tensor& qextra
                                           const Conv2dParams& params, double output_scale,
                                           int64_t output_zero_point, bool relu) {
   const absl::string_view op = relu ? "quantized conv2d_add_relu" : "quantized conv2d_add";
-  ASSIGN_OR_RETURN(ConvAccumulators acc, Accumulate(op, qx, qweight, bias, params));
+  ASSIGN_OR_RETURN(const ConvCall call, Prepare(op, qx, qweight, bias, params));
   RETURN_IF_ERROR(ExpectPerTensorQuantized(qextra, op, "extra input"));
-  if (qextra.shape() != acc.shape) {
+  if (qextra.shape() != call.shape) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": extra input has shape ", qextra.ShapeString(),
-        "; expected the conv output's shape [", acc.shape[0], ", ", acc.shape[1], ", ",
-        acc.shape[2], ", ", acc.shape[3], "]"));
+        "; expected the conv output's shape [", call.shape[0], ", ", call.shape[1], ", ",
+        call.shape[2], ", ", call.shape[3], "]"));
   }
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
   RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
@@ -184,19 +220,20 @@ absl::StatusOr<Tensor> QuantizedConvAdd2d(const Tensor& qx, const Tensor& qextra
   const int64_t extra_zero_point = qextra.qparams().zero_points[0];
   const std::vector<int32_t> extra = IntValues(qextra);
   const float inv_scale = InverseScale(output_scale);
+  ASSIGN_OR_RETURN(const std::vector<int32_t> acc, Accumulate(op, call, qx, qweight));
   const float* bias_data = bias ? bias->data<float>() : nullptr;
-  const int64_t channels = acc.shape[1];
-  const int64_t pixels = acc.shape[2] * acc.shape[3];
-  std::vector<int32_t> q(acc.acc.size());
+  const int64_t channels = call.shape[1];
+  const int64_t pixels = call.shape[2] * call.shape[3];
+  std::vector<int32_t> q(acc.size());
   for (size_t i = 0; i < q.size(); ++i) {
     const int64_t c = (static_cast<int64_t>(i) / pixels) % channels;
-    double conv = static_cast<double>(acc.acc[i]) * x_scale * acc.weight_scales[c];
+    double conv = static_cast<double>(acc[i]) * x_scale * call.weight_scales[c];
     if (bias_data) conv += bias_data[c];
     float sum = static_cast<float>(conv) + DequantizeValue(extra[i], extra_scale, extra_zero_point);
     if (relu) sum = std::max(sum, 0.0f);
     q[i] = QuantizeValue(sum, inv_scale, output_zero_point, qx.dtype());
   }
-  return FromIntValues(qx.dtype(), acc.shape,
+  return FromIntValues(qx.dtype(), call.shape,
                        QuantParams::PerTensor(output_scale, output_zero_point), q);
 }
 

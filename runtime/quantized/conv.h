@@ -17,7 +17,10 @@
 //                        float reference except possibly by one step where the sum lands
 //                        within float rounding of a half.
 //
-// The int GEMM runs per image and group as im2col + an Eigen int32 matrix product.
+// The exact int32 accumulators come from oneDNN's int8 convolution (u8 / s8 source with a
+// run-time zero point, s8 weight, s32 destination; see runtime/onednn/onednn.h); the
+// requantization is OutputRequantizer's, so results stay bit-identical to PyTorch's onednn
+// engine independent of how oneDNN's post-ops would round.
 // Activations are quint8 (PyTorch's only choice for these ops; qint8 is accepted and
 // follows the same formula); the weight is qint8, per-tensor or per-channel along axis 0;
 // the bias is float32 [out_channels] or absent; the output has the input's dtype.

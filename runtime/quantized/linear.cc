@@ -1,11 +1,11 @@
 #include "runtime/quantized/linear.h"
 
+#include <algorithm>
 #include <vector>
-
-#include <eigen3/Eigen/Core>
 
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
+#include "runtime/onednn/onednn.h"
 #include "runtime/quantized/output_requantizer.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/weight_utils.h"
@@ -13,7 +13,7 @@
 namespace fuselage {
 namespace quantized {
 
-using IntMatrix = Eigen::Matrix<int32_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using dt = dnnl::memory::data_type;
 
 absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
                                        const Tensor* bias, double output_scale,
@@ -41,42 +41,68 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
   RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
 
-  const int64_t rows = in_features == 0 ? 0 : qx.numel() / in_features;
+  // Rows: the product of the leading dims (also when in_features is 0).
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < qx.dim(); ++d) rows *= qx.shape()[d];
   // The accumulators are allocated before the output tensor: bounded like it first.
   absl::Status fits = CheckedNumel({rows, out_features}).status();
   if (!fits.ok()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", fits.message()));
-  const std::vector<int32_t> x_values = IntValues(qx);
   const int32_t x_zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);
-  IntMatrix x(rows, in_features);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t k = 0; k < in_features; ++k) {
-      x(r, k) = x_values[r * in_features + k] - x_zero_point;
-    }
-  }
-  const std::vector<int32_t> w_values = IntValues(qweight);
-  const std::vector<int64_t> w_zero_points = PerOutputChannelZeroPoints(qweight, out_features);
-  IntMatrix w(out_features, in_features);
-  for (int64_t n = 0; n < out_features; ++n) {
-    for (int64_t k = 0; k < in_features; ++k) {
-      w(n, k) = w_values[n * in_features + k] - static_cast<int32_t>(w_zero_points[n]);
-    }
-  }
-  const IntMatrix acc = x * w.transpose();
-
+  const dt src_type = qx.dtype() == DType::kQUInt8 ? dt::u8 : dt::s8;
   const OutputRequantizer requantizer(
       qx.qparams().scales[0], PerOutputChannel(qweight.qparams().scales, out_features),
       qweight.qparams().scheme == QScheme::kPerChannelAffine,
       bias ? bias->data<float>() : nullptr, output_scale, output_zero_point, relu, qx.dtype());
+  std::vector<int64_t> shape = qx.shape();
+  shape.back() = out_features;
+  const QuantParams out_qparams = QuantParams::PerTensor(output_scale, output_zero_point);
+  const std::vector<int64_t> w_zero_points = PerOutputChannelZeroPoints(qweight, out_features);
+  const bool weight_zero_points =
+      std::any_of(w_zero_points.begin(), w_zero_points.end(), [](int64_t z) { return z != 0; });
+  if (!weight_zero_points && rows > 0 && in_features > 0 && out_features > 0) {
+    // The common case (PyTorch's weights are symmetric): oneDNN requantizes in the matmul,
+    // with OutputRequantizer's factors and PyTorch's onednn engine's step order.
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), std::move(shape), out_qparams));
+    onednn::Int8Output output;
+    output.scales = requantizer.op_scales().data();
+    output.zero_point = static_cast<int32_t>(output_zero_point);
+    output.relu = relu;
+    RETURN_IF_ERROR(onednn::MatMul(op, rows, in_features, out_features, src_type, dt::s8,
+                                   src_type, qx.raw_data(), qweight.raw_data(),
+                                   bias ? requantizer.bias_terms().data() : nullptr,
+                                   out.mutable_raw_data(), x_zero_point, &output));
+    return out;
+  }
+
+  // Otherwise the exact accumulators acc[r, n] = sum_k (x[r, k] - x_zp) * w[n, k] from
+  // oneDNN (none for an empty sum), requantized here.
+  std::vector<int32_t> acc(static_cast<size_t>(rows * out_features), 0);
+  if (!acc.empty() && in_features > 0) {
+    RETURN_IF_ERROR(onednn::MatMul(op, rows, in_features, out_features, src_type, dt::s8,
+                                   dt::s32, qx.raw_data(), qweight.raw_data(), nullptr,
+                                   acc.data(), x_zero_point));
+  }
+  // oneDNN's matmul takes no per-channel weight zero point: subtract
+  // w_zp[n] * sum_k (x - x_zp) here (PyTorch's engines only produce w_zp = 0).
+  if (weight_zero_points) {
+    const std::vector<int32_t> x_values = IntValues(qx);
+    for (int64_t r = 0; r < rows; ++r) {
+      int32_t row_sum = 0;
+      for (int64_t k = 0; k < in_features; ++k) {
+        row_sum += x_values[r * in_features + k] - x_zero_point;
+      }
+      for (int64_t n = 0; n < out_features; ++n) {
+        acc[r * out_features + n] -= static_cast<int32_t>(w_zero_points[n]) * row_sum;
+      }
+    }
+  }
   std::vector<int32_t> q(static_cast<size_t>(rows * out_features));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t n = 0; n < out_features; ++n) {
-      q[r * out_features + n] = requantizer.Apply(acc(r, n), n);
+      q[r * out_features + n] = requantizer.Apply(acc[r * out_features + n], n);
     }
   }
-  std::vector<int64_t> shape = qx.shape();
-  shape.back() = out_features;
-  return FromIntValues(qx.dtype(), std::move(shape),
-                       QuantParams::PerTensor(output_scale, output_zero_point), q);
+  return FromIntValues(qx.dtype(), std::move(shape), out_qparams, q);
 }
 
 }  // namespace quantized

@@ -47,6 +47,11 @@ class OutputRequantizer {
                     bool per_channel_weight, const float* bias, double output_scale,
                     int64_t output_zero_point, bool relu, DType output_dtype);
 
+  // The per-channel factors of the formula above, for oneDNN's fused int8 post-processing
+  // (runtime/onednn/onednn.h, Int8Output), which applies the same steps in the same order.
+  const std::vector<float>& op_scales() const { return op_scale_; }
+  const std::vector<float>& bias_terms() const { return bias_term_; }
+
   int32_t Apply(int32_t acc, int64_t channel) const {
     const float v = (static_cast<float>(acc) + bias_term_[channel]) * op_scale_[channel];
     // relu (max(v, 0) before the zero point) is the lower bound lo_ = zero point: float

@@ -9,6 +9,7 @@
 //    (testdata/pytorch_residual_error.txt, written by that script).
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -120,8 +121,12 @@ TEST(QuantizeNumericsTest, ResidualLoweredMatchesReferenceAndPyTorchError) {
   ASSERT_EQ(pytorch.count("max_abs_error"), 1u);
   ASSERT_EQ(pytorch.count("mean_abs_error"), 1u);
   // Both models clip the largest test outputs to the calibrated output range, so the two
-  // maxima agree to float precision; the relative 1e-6 allows for that last bit.
-  EXPECT_LE(max_error, pytorch.at("max_abs_error") * (1 + 1e-6));
+  // maxima agree to float precision: the float outputs (up to max_abs_output) themselves
+  // differ from PyTorch's by the last bit or two (their convs sum in a different order),
+  // and the error moves with them, so allow two float steps at the output's magnitude.
+  ASSERT_EQ(pytorch.count("max_abs_output"), 1u);
+  EXPECT_LE(max_error, pytorch.at("max_abs_error") + 2 * std::numeric_limits<float>::epsilon() *
+                                                         pytorch.at("max_abs_output"));
   EXPECT_LE(sum_error / n, pytorch.at("mean_abs_error"));
   std::printf("lowered vs reference: %lld of %lld equal, max %.3g steps apart (step %.6g)\n"
               "lowered vs float: max |error| %.6g (PyTorch %.6g), mean %.6g (PyTorch %.6g)\n",

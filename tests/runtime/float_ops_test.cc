@@ -157,6 +157,44 @@ TEST(LinearTest, MatchesHandComputation) {
   EXPECT_FALSE(Linear(x, w, &short_bias).ok());
 }
 
+// Edge shapes oneDNN's matmul / convolution primitives do not take (an empty sum, an
+// empty batch) and several rows through one primitive.
+TEST(LinearTest, EmptySumEmptyBatchAndLeadingDims) {
+  Tensor w = Tensor::FromFloats({3, 2}, {1, 2, 3, 4, 5, 6});
+  Tensor b = Tensor::FromFloats({3}, {0.5, 0, -1});
+  // [2, 2, 2]: rows (1, 0), (0, 1), (1, 1), (2, -1).
+  auto y = Linear(Tensor::FromFloats({2, 2, 2}, {1, 0, 0, 1, 1, 1, 2, -1}), w, &b);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_THAT(Floats(*y), ElementsAre(1.5, 3, 4, 2.5, 4, 5, 3.5, 7, 10, 0.5, 2, 3));
+  // in_features 0: every output is the bias.
+  auto empty_w = Tensor::Zeros(DType::kFloat32, {3, 0});
+  auto empty_x = Tensor::Zeros(DType::kFloat32, {2, 0});
+  ASSERT_TRUE(empty_w.ok() && empty_x.ok());
+  auto z = Linear(*empty_x, *empty_w, &b);
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_THAT(Floats(*z), ElementsAre(0.5, 0, -1, 0.5, 0, -1));
+}
+
+TEST(Conv2dTest, EmptyBatchAndAlternatingShapesThroughTheSamePrimitives) {
+  auto empty = Tensor::Zeros(DType::kFloat32, {0, 1, 3, 3});
+  ASSERT_TRUE(empty.ok());
+  Tensor w = Tensor::FromFloats({1, 1, 2, 2}, {1, 2, 3, 4});
+  auto e = Conv2d(*empty, w, nullptr, {});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->shape(), (std::vector<int64_t>{0, 1, 2, 2}));
+  // A 3x3 and a 2x3 input, alternated: each call must get its own primitive's result.
+  Tensor a = Tensor::FromFloats({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  Tensor c = Tensor::FromFloats({1, 1, 2, 3}, {1, 0, 1, 0, 1, 0});
+  for (int i = 0; i < 2; ++i) {
+    auto ya = Conv2d(a, w, nullptr, {});
+    auto yc = Conv2d(c, w, nullptr, {});
+    ASSERT_TRUE(ya.ok() && yc.ok());
+    EXPECT_THAT(Floats(*ya), ElementsAre(37, 47, 67, 77));
+    EXPECT_THAT(Floats(*yc), ElementsAre(5, 5));
+  }
+}
+
 TEST(BatchNormTest, EvalModeNormalizesPerChannel) {
   // Channel 0: (3 - 1) / sqrt(4) * 2 + 0 = 2; channel 1: (-1 - 0) / sqrt(0.25) * 1 + 1 = -1.
   Tensor x = Tensor::FromFloats({1, 2, 1, 1}, {3, -1});

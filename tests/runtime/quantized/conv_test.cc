@@ -3,6 +3,9 @@
 // conv_ties.txt; the reference pattern of ConvAdd2d: conv_add.txt) and errors.
 #include "runtime/quantized/conv.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -47,6 +50,57 @@ Conv2dParams ParamsOf(const GoldenCase& c) {
   p.dilation = {dilation, dilation};
   p.groups = static_cast<int64_t>(c.number("groups"));
   return p;
+}
+
+// sum((x - x_zp) * (w - w_zp[o])) by direct loops over an NCHW input, the independent
+// reference for the oneDNN-computed accumulators below.
+std::vector<int64_t> DirectAccumulators(const std::vector<uint8_t>& x, int64_t x_zp,
+                                        const std::vector<int64_t>& x_shape,
+                                        const std::vector<int8_t>& w,
+                                        const std::vector<int64_t>& w_zp,
+                                        const std::vector<int64_t>& w_shape,
+                                        const Conv2dParams& p) {
+  const int64_t n_ = x_shape[0], c_ = x_shape[1], h_ = x_shape[2], w_ = x_shape[3];
+  const int64_t o_ = w_shape[0], cg = w_shape[1], kh_ = w_shape[2], kw_ = w_shape[3];
+  const int64_t oh_ = (h_ + 2 * p.padding[0] - p.dilation[0] * (kh_ - 1) - 1) / p.stride[0] + 1;
+  const int64_t ow_ = (w_ + 2 * p.padding[1] - p.dilation[1] * (kw_ - 1) - 1) / p.stride[1] + 1;
+  const int64_t og = o_ / p.groups;
+  std::vector<int64_t> acc;
+  for (int64_t n = 0; n < n_; ++n) {
+    for (int64_t o = 0; o < o_; ++o) {
+      for (int64_t oh = 0; oh < oh_; ++oh) {
+        for (int64_t ow = 0; ow < ow_; ++ow) {
+          int64_t sum = 0;
+          for (int64_t ci = 0; ci < cg; ++ci) {
+            const int64_t c = (o / og) * cg + ci;
+            for (int64_t kh = 0; kh < kh_; ++kh) {
+              for (int64_t kw = 0; kw < kw_; ++kw) {
+                const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
+                const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
+                if (ih < 0 || ih >= h_ || iw < 0 || iw >= w_) continue;  // a real zero
+                sum += (x[((n * c_ + c) * h_ + ih) * w_ + iw] - x_zp) *
+                       (w[((o * cg + ci) * kh_ + kh) * kw_ + kw] - w_zp[o]);
+              }
+            }
+          }
+          acc.push_back(sum);
+        }
+      }
+    }
+  }
+  EXPECT_GT(c_, 0);
+  return acc;
+}
+
+// Pseudo-random bytes in [lo, hi] (a fixed LCG, so the test is deterministic).
+template <typename T>
+std::vector<T> Bytes(size_t n, int lo, int hi, uint32_t seed) {
+  std::vector<T> v(n);
+  for (auto& e : v) {
+    seed = seed * 1664525u + 1013904223u;
+    e = static_cast<T>(lo + static_cast<int>((seed >> 8) % static_cast<uint32_t>(hi - lo + 1)));
+  }
+  return v;
 }
 
 // A padding that makes a 1.6e9-element output is refused before the accumulators are
@@ -175,6 +229,86 @@ TEST(QuantizedConvAdd2dTest, MatchesPyTorchReferencePattern) {
     // Exact except where the float sum is within 1e-3 step of a half ("ambiguous"):
     // PyTorch's float conv sums in its own order, ours scales an exact accumulator.
     EXPECT_TRUE(SameQuantized(*y, c.tensor("y"), &c.tensor("ambiguous")));
+  }
+}
+
+// With power-of-two scales the requantization is exact: v = acc / 256 (a dyadic
+// rational, exact in float and double), so this checks oneDNN's accumulators (grouped,
+// strided, padded, dilated) against the direct loops.
+TEST(QuantizedConv2dTest, GroupedStridedPaddedAccumulatorsMatchDirectLoops) {
+  const std::vector<int64_t> x_shape = {2, 4, 7, 6}, w_shape = {6, 2, 3, 2};
+  const auto x = Bytes<uint8_t>(2 * 4 * 7 * 6, 0, 255, 1);
+  const auto w = Bytes<int8_t>(6 * 2 * 3 * 2, -128, 127, 2);
+  Conv2dParams p;
+  p.stride = {2, 1};
+  p.padding = {1, 2};
+  p.dilation = {1, 2};
+  p.groups = 2;
+  const std::vector<int64_t> zero(6, 0);
+  auto y = QuantizedConv2d(QU8(x_shape, x, 0.5, 3),
+                           QI8(w_shape, w, QuantParams::PerTensor(1.0 / 1024, 0)), nullptr, p,
+                           0.125, 128, false);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{2, 6, 4, 8}));
+  // 0.5 / 1024 / 0.125 = 1 / 256; out = clamp(nearbyint(acc / 256 + 128), 0, 255).
+  const std::vector<int64_t> acc = DirectAccumulators(x, 3, x_shape, w, zero, w_shape, p);
+  std::vector<int64_t> expected;
+  int64_t inside = 0;
+  for (int64_t a : acc) {
+    const int64_t q = static_cast<int64_t>(std::nearbyint(a / 256.0 + 128));
+    expected.push_back(std::min<int64_t>(std::max<int64_t>(q, 0), 255));
+    inside += q > 0 && q < 255;
+  }
+  EXPECT_EQ(Ints(*y), expected);
+  EXPECT_GT(inside, 100);  // mostly unsaturated: the comparison sees real accumulators
+}
+
+TEST(QuantizedConv2dTest, NonZeroWeightZeroPointsPerChannel) {
+  // oneDNN takes no weight zero point; the kernel folds it in. Small values keep the
+  // accumulators inside quint8 so every output is compared unsaturated.
+  const std::vector<int64_t> x_shape = {1, 2, 4, 4}, w_shape = {4, 1, 2, 2};
+  const auto x = Bytes<uint8_t>(32, 5, 12, 3);
+  const auto w = Bytes<int8_t>(16, -3, 4, 4);
+  const std::vector<int64_t> w_zp = {0, 2, -3, 1};
+  Conv2dParams p;
+  p.padding = {1, 1};
+  p.groups = 2;
+  auto y = QuantizedConv2d(
+      QU8(x_shape, x, 0.5, 8),
+      QI8(w_shape, w, QuantParams::PerChannel({0.25, 0.25, 0.25, 0.25}, w_zp, 0)), nullptr, p,
+      0.125, 128, false);
+  ASSERT_TRUE(y.ok()) << y.status();
+  std::vector<int64_t> expected;
+  for (int64_t a : DirectAccumulators(x, 8, x_shape, w, w_zp, w_shape, p)) {
+    ASSERT_GT(a + 128, 0);
+    ASSERT_LT(a + 128, 255);
+    expected.push_back(a + 128);
+  }
+  EXPECT_EQ(Ints(*y), expected);
+}
+
+// PyTorch 1.13's onednn engine caches its conv primitive without the output zero point
+// and, called again with only that changed, computes with the stale one. Here the two
+// calls share every shape and parameter but the output zero point.
+TEST(QuantizedConv2dTest, OnlyTheOutputZeroPointChangesBetweenCalls) {
+  const std::vector<int64_t> x_shape = {1, 3, 5, 5}, w_shape = {2, 3, 3, 3};
+  const auto x = Bytes<uint8_t>(75, 0, 20, 5);
+  const auto w = Bytes<int8_t>(54, -2, 2, 6);
+  const std::vector<int64_t> zero(2, 0);
+  Conv2dParams p;
+  p.padding = {1, 1};
+  const Tensor qx = QU8(x_shape, x, 0.5, 10);
+  const Tensor qw = QI8(w_shape, w, QuantParams::PerTensor(0.25, 0));
+  const std::vector<int64_t> acc = DirectAccumulators(x, 10, x_shape, w, zero, w_shape, p);
+  for (int64_t zp : {100, 40, 100, 160}) {
+    auto y = QuantizedConv2d(qx, qw, nullptr, p, 0.125, zp, false);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(y->qparams().zero_points[0], zp);
+    std::vector<int64_t> expected;
+    for (int64_t a : acc) {
+      expected.push_back(std::min<int64_t>(std::max<int64_t>(a + zp, 0), 255));
+    }
+    EXPECT_EQ(Ints(*y), expected) << "output zero point " << zp;
   }
 }
 

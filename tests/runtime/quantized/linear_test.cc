@@ -3,6 +3,7 @@
 // linear_ties.txt) and errors.
 #include "runtime/quantized/linear.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,55 @@ TEST(QuantizedLinearTest, MatchesPyTorchOnednnAtTies) {
   // The goldens separate the formula from its near misses (counted by the generator).
   EXPECT_GT(fbgemm_differs, 0);
   EXPECT_GT(int_zp_differs, 0);
+}
+
+// A [3, 2, 37] quint8 input through weights with non-zero per-channel zero points (which
+// oneDNN's matmul does not take; the kernel folds them in), and the same call again with
+// only the output zero point changed. Power-of-two scales make the requantization exact:
+// out = acc + zp, checked against direct loops.
+TEST(QuantizedLinearTest, WeightZeroPointsAndOutputZeroPointChangeMatchDirectLoops) {
+  const int64_t rows = 6, in = 37, out = 5;
+  std::string x_bytes, w_bytes;
+  uint32_t seed = 11;
+  auto next = [&seed](int lo, int hi) {
+    seed = seed * 1664525u + 1013904223u;
+    return lo + static_cast<int>((seed >> 8) % static_cast<uint32_t>(hi - lo + 1));
+  };
+  for (int64_t i = 0; i < rows * in; ++i) x_bytes.push_back(static_cast<char>(next(17, 25)));
+  for (int64_t i = 0; i < out * in; ++i) w_bytes.push_back(static_cast<char>(next(-2, 3)));
+  // All-zero weight zero points take oneDNN's fused requantization, the others the
+  // accumulate-then-requantize path.
+  for (const std::vector<int64_t>& w_zp :
+       {std::vector<int64_t>{0, 0, 0, 0, 0}, std::vector<int64_t>{0, 1, -1, 2, 0}}) {
+    auto qx = Tensor::FromBytes(DType::kQUInt8, {3, 2, in}, x_bytes,
+                                QuantParams::PerTensor(0.5, 21));
+    auto qw = Tensor::FromBytes(DType::kQInt8, {out, in}, w_bytes,
+                                QuantParams::PerChannel(std::vector<double>(out, 0.25), w_zp, 0));
+    ASSERT_TRUE(qx.ok() && qw.ok());
+    std::vector<int64_t> acc;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t n = 0; n < out; ++n) {
+        int64_t sum = 0;
+        for (int64_t k = 0; k < in; ++k) {
+          sum += (static_cast<uint8_t>(x_bytes[r * in + k]) - 21) *
+                 (static_cast<int8_t>(w_bytes[n * in + k]) - w_zp[n]);
+        }
+        acc.push_back(sum);
+      }
+    }
+    for (int64_t zp : {128, 90, 128}) {
+      auto y = QuantizedLinear(*qx, *qw, nullptr, 0.125, zp, false);
+      ASSERT_TRUE(y.ok()) << y.status();
+      EXPECT_EQ(y->shape(), (std::vector<int64_t>{3, 2, out}));
+      std::vector<int64_t> expected;
+      for (int64_t a : acc) {
+        ASSERT_GT(a + zp, 0);
+        ASSERT_LT(a + zp, 255);
+        expected.push_back(a + zp);
+      }
+      EXPECT_EQ(Ints(*y), expected) << "output zero point " << zp;
+    }
+  }
 }
 
 // 2^14 rows times 2^15 output features: 2^29 accumulators, past the tensor limit (2^28),

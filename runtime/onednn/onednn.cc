@@ -1,0 +1,175 @@
+#include "runtime/onednn/onednn.h"
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace fuselage {
+namespace onednn {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+dnnl::memory::format_tag PlainTag(size_t rank) {
+  switch (rank) {
+    case 1: return tag::a;
+    case 2: return tag::ab;
+    case 3: return tag::abc;
+    case 4: return tag::abcd;
+    case 5: return tag::abcde;
+    default: return tag::abcdef;
+  }
+}
+
+dnnl::memory::dims Dims(const std::vector<int64_t>& v) {
+  return dnnl::memory::dims(v.begin(), v.end());
+}
+
+bool IsInt8(dt type) { return type == dt::u8 || type == dt::s8; }
+
+// The source zero point travels as a run-time argument (DNNL_RUNTIME_S32_VAL in the
+// attribute), so one primitive serves every zero point.
+void AddSourceZeroPoint(dt src_type, dnnl::primitive_attr& attr) {
+  if (IsInt8(src_type)) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+}
+
+// Output scales per channel (dst dim 1 for both conv [N, O, ...] and matmul [M, N]),
+// relu as an eltwise post-op, the destination zero point (a run-time argument). oneDNN
+// 2.6's convolutions take no run-time output scales, so the scale values are part of the
+// attribute and hence of the primitive cache's key. oneDNN applies them in this order:
+// scale, post-ops, zero point, round, saturate.
+void AddInt8Output(const Int8Output* output, int64_t channels, dnnl::primitive_attr& attr) {
+  if (output == nullptr) return;
+  attr.set_output_scales(1 << 1, std::vector<float>(output->scales, output->scales + channels));
+  attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+  if (output->relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+}
+
+// The run-time arguments of the attributes above. `zero_points` keeps the two int32
+// values alive until execution.
+void AddRuntimeArgs(dt src_type, int32_t src_zero_point, const Int8Output* output,
+                    int32_t (&zero_points)[2],
+                    std::unordered_map<int, dnnl::memory>& args) {
+  zero_points[0] = src_zero_point;
+  if (IsInt8(src_type)) {
+    args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = PlainMemory({1}, dt::s32, &zero_points[0]);
+  }
+  if (output == nullptr) return;
+  zero_points[1] = output->zero_point;
+  args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = PlainMemory({1}, dt::s32, &zero_points[1]);
+}
+
+}  // namespace
+
+const dnnl::engine& CpuEngine() {
+  static const dnnl::engine* const engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+absl::Status Run(absl::string_view op, const std::function<void(dnnl::stream&)>& body) {
+  try {
+    dnnl::stream stream(CpuEngine());
+    body(stream);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat(op, ": oneDNN failed: ", e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(op, ": out of memory in oneDNN"));
+  }
+  return absl::OkStatus();
+}
+
+dnnl::memory::desc PlainDesc(const std::vector<int64_t>& dims, dt type) {
+  return dnnl::memory::desc(Dims(dims), type, PlainTag(dims.size()));
+}
+
+dnnl::memory PlainMemory(const std::vector<int64_t>& dims, dt type, const void* data) {
+  // oneDNN takes a mutable handle but only writes through it for outputs.
+  return dnnl::memory(PlainDesc(dims, type), CpuEngine(), const_cast<void*>(data));
+}
+
+dnnl::memory ToLayout(const dnnl::memory& m, const dnnl::memory::desc& desc,
+                      dnnl::stream& stream) {
+  if (m.get_desc() == desc) return m;
+  dnnl::memory out(desc, CpuEngine());
+  dnnl::reorder(m, out).execute(stream, const_cast<dnnl::memory&>(m), out);
+  return out;
+}
+
+absl::Status Convolution(absl::string_view op, const ConvGeometry& g, dt src_type,
+                         dt weight_type, dt dst_type, const ConvBuffers& b,
+                         int32_t src_zero_point, const Int8Output* int8_output) {
+  return Run(op, [&](dnnl::stream& stream) {
+    dnnl::memory::dims strides = Dims(g.stride), padding = Dims(g.padding), dilates;
+    for (int64_t d : g.dilation) dilates.push_back(d - 1);  // oneDNN counts the gaps
+    // Grouped weights are [G, O / G, C / G, *K]: the same bytes as PyTorch's [O, C / G, *K].
+    std::vector<int64_t> wdims = g.weights;
+    if (g.groups > 1) {
+      wdims[0] /= g.groups;
+      wdims.insert(wdims.begin(), g.groups);
+    }
+    const auto any = [](const std::vector<int64_t>& d, dt t) {
+      return dnnl::memory::desc(Dims(d), t, tag::any);
+    };
+    const dnnl::memory::desc bias_md =
+        b.bias ? PlainDesc({g.weights[0]}, dt::f32) : dnnl::memory::desc();
+    const dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        any(g.src, src_type), any(wdims, weight_type), bias_md, any(g.dst, dst_type), strides,
+        dilates, padding, padding);
+    dnnl::primitive_attr attr;
+    AddSourceZeroPoint(src_type, attr);
+    AddInt8Output(int8_output, g.weights[0], attr);
+    const dnnl::convolution_forward::primitive_desc pd(desc, attr, CpuEngine());
+
+    dnnl::memory src = ToLayout(PlainMemory(g.src, src_type, b.src), pd.src_desc(), stream);
+    dnnl::memory weights =
+        ToLayout(PlainMemory(wdims, weight_type, b.weights), pd.weights_desc(), stream);
+    dnnl::memory user_dst = PlainMemory(g.dst, dst_type, b.dst);
+    const bool dst_plain = pd.dst_desc() == user_dst.get_desc();
+    dnnl::memory dst = dst_plain ? user_dst : dnnl::memory(pd.dst_desc(), CpuEngine());
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+    if (b.bias) args[DNNL_ARG_BIAS] = PlainMemory({g.weights[0]}, dt::f32, b.bias);
+    int32_t zero_points[2];
+    AddRuntimeArgs(src_type, src_zero_point, int8_output, zero_points, args);
+    dnnl::convolution_forward(pd).execute(stream, args);
+    if (!dst_plain) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
+  });
+}
+
+absl::Status MatMul(absl::string_view op, int64_t m, int64_t k, int64_t n, dt src_type,
+                    dt weight_type, dt dst_type, const void* src, const void* weights,
+                    const float* bias, void* dst, int32_t src_zero_point,
+                    const Int8Output* int8_output) {
+  return Run(op, [&](dnnl::stream& stream) {
+    const dnnl::memory::desc src_md = PlainDesc({m, k}, src_type);
+    // [K, N] viewed over the [N, K] row-major weight: column-major ("ba").
+    const dnnl::memory::desc weight_md({k, n}, weight_type, tag::ba);
+    const dnnl::memory::desc bias_md = bias ? PlainDesc({1, n}, dt::f32) : dnnl::memory::desc();
+    const dnnl::memory::desc dst_md = PlainDesc({m, n}, dst_type);
+    dnnl::primitive_attr attr;
+    AddSourceZeroPoint(src_type, attr);
+    AddInt8Output(int8_output, n, attr);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, weight_md, bias_md, dst_md),
+                                          attr, CpuEngine());
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, dnnl::memory(src_md, CpuEngine(), const_cast<void*>(src))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(weight_md, CpuEngine(), const_cast<void*>(weights))},
+        {DNNL_ARG_DST, dnnl::memory(dst_md, CpuEngine(), dst)}};
+    if (bias) args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, CpuEngine(), const_cast<float*>(bias));
+    int32_t zero_points[2];
+    AddRuntimeArgs(src_type, src_zero_point, int8_output, zero_points, args);
+    dnnl::matmul(pd).execute(stream, args);
+  });
+}
+
+}  // namespace onednn
+}  // namespace fuselage

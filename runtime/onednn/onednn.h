@@ -1,0 +1,104 @@
+// The thin layer between fuselage's kernels and oneDNN (Debian's libdnnl 2.6, which picks
+// its ISA at run time, so the kernels get AVX-512 / VNNI on a baseline x86-64 build):
+// the CPU engine, plain memory descriptors over fuselage's row-major buffers, reorders to
+// and from the layouts a primitive prefers, and the conversion of oneDNN's exceptions into
+// absl::Status.
+//
+// Primitive reuse: oneDNN keeps its own thread-safe cache of primitives keyed by the full
+// primitive descriptor (shapes, strides, padding, dilation, groups, data types, layouts,
+// attributes: scales / zero-point masks, post-ops), default capacity 1024
+// (ONEDNN_PRIMITIVE_CACHE_CAPACITY). Kernels build the descriptor for every call and
+// construct the primitive from it, so a primitive is compiled once per distinct key and
+// reused afterwards. Zero points are passed as run-time arguments, never baked into a
+// primitive, and int8 output scales are in the descriptor's attributes, hence in the key,
+// so no call can pick up a stale primitive. Weights are reordered to the primitive's
+// layout on every call (no per-module weight cache yet).
+#ifndef FUSELAGE_RUNTIME_ONEDNN_ONEDNN_H_
+#define FUSELAGE_RUNTIME_ONEDNN_ONEDNN_H_
+
+#include <cstdint>
+#include <functional>
+#include <new>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace fuselage {
+namespace onednn {
+
+// The process's CPU engine. Created once on first use (thread-safe static) and never
+// changed afterwards, so it is shared read-only state, not mutable state.
+const dnnl::engine& CpuEngine();
+
+// Runs `body` (which builds and executes primitives on `stream`), and waits for it.
+// oneDNN reports unsupported configurations and allocation failures by throwing
+// dnnl::error; that becomes an InternalError naming `op`.
+absl::Status Run(absl::string_view op, const std::function<void(dnnl::stream&)>& body);
+
+// A plain dense row-major descriptor ("abcd...") of `dims` and `type`.
+dnnl::memory::desc PlainDesc(const std::vector<int64_t>& dims, dnnl::memory::data_type type);
+
+// A memory over the caller's buffer (not owned) with a plain layout.
+dnnl::memory PlainMemory(const std::vector<int64_t>& dims, dnnl::memory::data_type type,
+                         const void* data);
+
+// `m` itself when its layout already is `desc`, otherwise a new memory of `desc` holding
+// m's values (reordered on `stream`).
+dnnl::memory ToLayout(const dnnl::memory& m, const dnnl::memory::desc& desc,
+                      dnnl::stream& stream);
+
+// Geometry of an N-d convolution (N = 1, 2, 3 spatial dims) in PyTorch's terms.
+struct ConvGeometry {
+  std::vector<int64_t> src;      // [N, C, *S]
+  std::vector<int64_t> weights;  // [O, C / groups, *K] (PyTorch's layout)
+  std::vector<int64_t> dst;      // [N, O, *OS]
+  std::vector<int64_t> stride, padding, dilation;  // per spatial dim, PyTorch's (dilation >= 1)
+  int64_t groups = 1;
+};
+
+// oneDNN's int8 post-processing of the exact int32 accumulator, as PyTorch 1.13's onednn
+// engine configures it: for output channel c, in float32 and rounded step by step,
+//   dst = saturate(nearbyint(relu?((acc + bias[c]) * scales[c]) + zero_point))
+// (the bias being ConvBuffers::bias, already multiplied by x_scale * w_scale[c]; see
+// runtime/quantized/output_requantizer.h). The zero point is a run-time argument (one
+// primitive serves every value); the scales are part of the primitive (oneDNN 2.6's
+// convolutions take no run-time scales) and so of the primitive cache's key.
+struct Int8Output {
+  const float* scales = nullptr;  // one per output channel
+  int32_t zero_point = 0;
+  bool relu = false;
+};
+
+struct ConvBuffers {
+  const void* src = nullptr;
+  const void* weights = nullptr;
+  const float* bias = nullptr;  // [O] float32, or null
+  void* dst = nullptr;
+};
+
+// Forward convolution over plain NC[D]HW buffers with oneDNN's direct kernels:
+// f32 x f32 -> f32 (float conv), or int8: u8/s8 source with `src_zero_point` subtracted
+// from every source value (padding included as a real 0) x s8 weight -> either s32 (the
+// exact accumulator; no bias) or, with `int8_output`, u8/s8 requantized by it.
+// The primitive picks its own layouts; src / weights / dst are reordered as needed.
+absl::Status Convolution(absl::string_view op, const ConvGeometry& geometry,
+                         dnnl::memory::data_type src_type, dnnl::memory::data_type weight_type,
+                         dnnl::memory::data_type dst_type, const ConvBuffers& buffers,
+                         int32_t src_zero_point = 0, const Int8Output* int8_output = nullptr);
+
+// dst[M, N] = src[M, K] x weights[N, K]^T (+ bias[N]) over plain row-major buffers (the
+// weight in PyTorch's [out, in] layout): f32 x f32 -> f32, or u8/s8 x s8 -> s32 with
+// `src_zero_point` subtracted from every source value -> s32 (no bias) or, with
+// `int8_output`, u8/s8 as for Convolution. M, K, N > 0.
+absl::Status MatMul(absl::string_view op, int64_t m, int64_t k, int64_t n,
+                    dnnl::memory::data_type src_type, dnnl::memory::data_type weight_type,
+                    dnnl::memory::data_type dst_type, const void* src, const void* weights,
+                    const float* bias, void* dst, int32_t src_zero_point = 0,
+                    const Int8Output* int8_output = nullptr);
+
+}  // namespace onednn
+}  // namespace fuselage
+
+#endif  // FUSELAGE_RUNTIME_ONEDNN_ONEDNN_H_
