@@ -385,7 +385,13 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
   // The remaining module types PyTorch's backend configs name (norms, PReLU, embeddings,
   // recurrent cells and their reference forms), so configs naming them validate.
   for (const char* t : {"nn.LayerNorm", "nn.InstanceNorm1d", "nn.InstanceNorm2d",
-                        "nn.InstanceNorm3d"}) {
+                        "nn.InstanceNorm3d", "nn.GroupNorm"}) {
+    RETURN_IF_ERROR(add(t, 1, 1, kNone));
+  }
+  // Float modules the runtime runs for torchvision's newer models (resampling heads,
+  // classifiers with log-softmax, adaptive max pooling).
+  for (const char* t : {"nn.LogSoftmax", "nn.Upsample", "nn.UpsamplingNearest2d",
+                        "nn.UpsamplingBilinear2d", "nn.AdaptiveMaxPool2d"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kNone));
   }
   for (const char* t : {"nn.PReLU", "nn.Embedding", "nnqr.Embedding", "nnq.PReLU"}) {
