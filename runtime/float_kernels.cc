@@ -936,6 +936,9 @@ absl::StatusOr<Value> UnbindKernel(const KernelContext&, absl::Span<const Value>
   ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
   ASSIGN_OR_RETURN(int64_t dim, r.OptionalInt(1, "dim", 0));
   ASSIGN_OR_RETURN(int64_t n, DimSize(*x, dim, "unbind"));
+  if (x->qparams().scheme == QScheme::kPerChannelAffine) {
+    return absl::UnimplementedError("unbind: per-channel quantized tensors");
+  }
   ASSIGN_OR_RETURN(int64_t d, NormalizeDim(dim, x->dim()));
   ASSIGN_OR_RETURN(std::vector<Tensor> pieces,
                    SplitSizes(*x, std::vector<int64_t>(n, 1), d));

@@ -1004,7 +1004,12 @@ absl::StatusOr<Tensor> Permute(const Tensor& x, absl::Span<const int64_t> dims) 
   std::vector<int64_t> in_strides(rank, 1), out_shape(rank);
   for (int64_t d = rank - 1; d > 0; --d) in_strides[d - 1] = in_strides[d] * x.shape()[d];
   for (int64_t i = 0; i < rank; ++i) out_shape[i] = x.shape()[order[i]];
-  ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros(x.dtype(), out_shape, x.qparams()));
+  // A per-channel quantized tensor's channel axis moves with its dim.
+  QuantParams qparams = x.qparams();
+  if (qparams.scheme == QScheme::kPerChannelAffine) {
+    qparams.axis = std::find(order.begin(), order.end(), qparams.axis) - order.begin();
+  }
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros(x.dtype(), out_shape, std::move(qparams)));
   const size_t elem = DTypeSize(x.dtype());
   const char* src = static_cast<const char*>(x.raw_data());
   char* dst = static_cast<char*>(out.mutable_raw_data());
@@ -1056,17 +1061,30 @@ absl::StatusOr<std::vector<Tensor>> SplitSizes(const Tensor& x, absl::Span<const
   const char* src = static_cast<const char*>(x.raw_data());
   const size_t in_row = static_cast<size_t>(x.shape()[d] * inner) * elem;
   std::vector<Tensor> pieces;
-  size_t offset = 0;
+  size_t offset = 0;  // bytes into each row of `dim`
+  int64_t first = 0;  // index along `dim` of the piece's first entry
   for (int64_t s : sizes) {
     std::vector<int64_t> shape(x.shape().begin(), x.shape().end());
     shape[d] = s;
-    ASSIGN_OR_RETURN(Tensor piece, Tensor::Zeros(x.dtype(), shape, x.qparams()));
+    // Split along a per-channel quantized tensor's axis: each piece keeps its channels'
+    // scales and zero points.
+    QuantParams qparams = x.qparams();
+    if (qparams.scheme == QScheme::kPerChannelAffine && qparams.axis == d) {
+      qparams = QuantParams::PerChannel(
+          std::vector<double>(x.qparams().scales.begin() + first,
+                              x.qparams().scales.begin() + first + s),
+          std::vector<int64_t>(x.qparams().zero_points.begin() + first,
+                               x.qparams().zero_points.begin() + first + s),
+          d);
+    }
+    ASSIGN_OR_RETURN(Tensor piece, Tensor::Zeros(x.dtype(), shape, std::move(qparams)));
     char* dst = static_cast<char*>(piece.mutable_raw_data());
     const size_t row = static_cast<size_t>(s * inner) * elem;
     for (int64_t o = 0; o < outer; ++o) {
       std::copy(src + o * in_row + offset, src + o * in_row + offset + row, dst + o * row);
     }
     offset += row;
+    first += s;
     pieces.push_back(std::move(piece));
   }
   return pieces;
@@ -1075,6 +1093,9 @@ absl::StatusOr<std::vector<Tensor>> SplitSizes(const Tensor& x, absl::Span<const
 absl::StatusOr<Tensor> Stack(absl::Span<const Tensor> tensors, int64_t dim) {
   if (tensors.empty()) return absl::InvalidArgumentError("stack: expected at least one tensor");
   ASSIGN_OR_RETURN(const int64_t d, NormalizeDim(dim, tensors[0].dim() + 1));
+  if (tensors[0].qparams().scheme == QScheme::kPerChannelAffine) {
+    return absl::UnimplementedError("stack: per-channel quantized tensors");
+  }
   std::vector<Tensor> expanded;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].shape() != tensors[0].shape()) {
