@@ -369,5 +369,28 @@ TEST_F(FloatKernelsTest, TrainingModeOpsAndBadArgsAreErrorsNamingTheNode) {
   EXPECT_THAT(out.status().message(), HasSubstr("exactly one of size and scale_factor"));
 }
 
+TEST_F(FloatKernelsTest, GroupNormModuleIsCheckedByVerifyAndRuns) {
+  // nn.GroupNorm(2, 4) without affine on one element per channel: groups {1, 3} and
+  // {5, 9} normalize to [-1, 1, -1, 1] (eps 0). num_channels 5 with 2 groups is refused
+  // by Verify, naming the field, before anything runs.
+  auto norm = std::make_unique<Module>("nn.GroupNorm");
+  norm->SetAttribute("num_groups", Argument::Int(2));
+  norm->SetAttribute("num_channels", Argument::Int(4));
+  norm->SetAttribute("eps", Argument::Float(0.0));
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("gn", std::move(norm)).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* gn = *gm.graph().AddCallModule("gn", {x});
+  ASSERT_TRUE(gm.graph().SetOutput(gn).ok());
+  auto out = RunGraph(gm, {Tensor::FromFloats({1, 4, 1}, {1, 3, 5, 9})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(Floats(*out), ElementsAre(-1, 1, -1, 1));
+  gm.FindModule("gn")->SetAttribute("num_channels", Argument::Int(5));
+  const absl::Status verified = gm.Verify();
+  EXPECT_EQ(verified.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(verified.message(), HasSubstr("num_channels"));
+  EXPECT_THAT(verified.message(), HasSubstr("multiple of num_groups (2)"));
+}
+
 }  // namespace
 }  // namespace fuselage
