@@ -10,6 +10,8 @@
 #include "backend_configs/builtin_configs.h"
 #include "bench/synthetic_network.h"
 #include "graph/check.h"
+#include "graph/tensor.h"
+#include "quantize/observers.h"
 
 namespace fuselage {
 
@@ -72,6 +74,22 @@ const PatternMatcher& NativePlusGeneratedMatcher(int extra) {
   auto matcher = PatternMatcher::Create(std::move(rules));
   FUSELAGE_CHECK(matcher.ok());
   return cache->emplace(extra, *std::move(matcher)).first->second;
+}
+
+QConfigMapping MinMaxActivationMapping(const char* backend) {
+  absl::StatusOr<QConfig> qconfig = DefaultQConfig(backend);
+  FUSELAGE_CHECK(qconfig.ok());
+  qconfig->activation.kind = ObserverKind::kMinMax;
+  QConfigMapping mapping;
+  mapping.SetGlobal(*qconfig);
+  return mapping;
+}
+
+void StandInCalibration(PreparedModel& prepared) {
+  const Tensor range = Tensor::FromFloats({2}, {-1.0f, 1.0f});
+  for (auto& [path, observer] : prepared.observers) {
+    FUSELAGE_CHECK(observer->Update(range).ok());
+  }
 }
 
 }  // namespace fuselage

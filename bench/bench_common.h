@@ -10,6 +10,8 @@
 #include "benchmark/benchmark.h"
 #include "graph/graph_module.h"
 #include "patterns/matcher.h"
+#include "quantize/prepare.h"
+#include "quantize/qconfig.h"
 
 namespace fuselage {
 
@@ -28,6 +30,15 @@ const PatternMatcher& BuiltinFusionMatcher(const char* backend);
 // is really tried at many nodes and fails: the worst case for a large config. The
 // generated rules are longer than the native ones, so they are tried first.
 const PatternMatcher& NativePlusGeneratedMatcher(int extra);
+
+// For the benchmarks of convert's graph rewriting alone (BM_Convert, model_file_bench's
+// convert), which used to convert uncalibrated observers: convert now refuses an observer
+// that saw no value, so these prepare with `backend`'s default qconfig but MinMax
+// activation observers (whose parameters cost a few operations, where the histograms'
+// search is BM_ConvertCalibrated's subject), and StandInCalibration gives every observer
+// the range [-1, 1] untimed. CHECKs that `backend` is a built-in one.
+QConfigMapping MinMaxActivationMapping(const char* backend);
+void StandInCalibration(PreparedModel& prepared);
 
 }  // namespace fuselage
 

@@ -13,8 +13,8 @@
 //   match_first_types_resolved  the same with the module types resolved untimed
 //   fuse     FusePatterns with the native config, on a fresh copy each iteration
 //   prepare  Prepare with qnnpack's config and default qconfig mapping, on the fused graph
-//   convert  ConvertToReference of that prepared graph (uncalibrated: the cost of the
-//            pass does not depend on the statistics)
+//   convert  ConvertToReference of the fused graph prepared with MinMax activation
+//            observers given a stand-in range (bench_common.h: StandInCalibration)
 //   lower    LowerToNative of the reference graph made by the quantize flow, calibrated
 //            once on one seeded random input of the shapes the exporter recorded
 // And the memory floor under fuse and lower, on the model's own conv / linear weights
@@ -313,12 +313,13 @@ void RegisterStages(const Setup& setup) {
   });
   benchmark::RegisterBenchmark("convert", [&setup](benchmark::State& state) {
     const auto config = *GetBackendConfig("qnnpack");
-    const auto mapping = *DefaultQConfigMapping("qnnpack");
+    const QConfigMapping mapping = MinMaxActivationMapping("qnnpack");
     for (auto _ : state) {
       state.PauseTiming();
       auto gm = setup.fused->Clone();
       auto prepared = Prepare(*gm, mapping, config);
       if (!prepared.ok()) return state.SkipWithError(StatusText(prepared.status()).c_str());
+      StandInCalibration(*prepared);
       state.ResumeTiming();
       auto report = ConvertToReference(*gm, *prepared);
       if (!report.ok()) return state.SkipWithError(StatusText(report.status()).c_str());

@@ -309,14 +309,29 @@ void TensorBuffer::Unref() {
 }
 
 absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape) {
-  int64_t numel = 1;
+  bool has_zero = false;
   for (size_t i = 0; i < shape.size(); ++i) {
-    const int64_t d = shape[i];
-    if (d < 0) {
+    if (shape[i] < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("shape dimension ", i, " is ", d, "; expected >= 0"));
+          absl::StrCat("shape dimension ", i, " is ", shape[i], "; expected >= 0"));
     }
-    if (d != 0 && numel > Tensor::kMaxElements / d) {
+    has_zero |= shape[i] == 0;
+  }
+  if (has_zero) {
+    // No elements, but each dimension is still bounded: kernels add and multiply
+    // dimensions with each other and with window parameters, which cannot overflow int64
+    // while all of them are at most 2^28. (Without a 0, the count bounds each dimension.)
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] > Tensor::kMaxElements) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shape dimension ", i, " is ", shape[i], "; the limit is ", Tensor::kMaxElements));
+      }
+    }
+    return 0;
+  }
+  int64_t numel = 1;
+  for (const int64_t d : shape) {
+    if (numel > Tensor::kMaxElements / d) {
       return absl::InvalidArgumentError(absl::StrCat(
           "shape [", absl::StrJoin(shape, ", "), "] has more than ", Tensor::kMaxElements,
           " elements"));

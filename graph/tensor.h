@@ -366,8 +366,15 @@ class Tensor {
   friend bool operator==(const Tensor& a, const Tensor& b);
   std::string ShapeString() const;  // "[1, 3, 224, 224]"
 
-  // Upper bound on elements of one tensor: 2^31. Beyond it a model is hostile or wrong.
-  static constexpr int64_t kMaxElements = int64_t{1} << 31;
+  // The one size limit of the project: at most 2^28 elements in one tensor, i.e. 1 GiB
+  // of float32 and 2 GiB for the widest dtype (8 bytes). Every size taken from input is
+  // checked against it before anything is allocated: tensor creation (CheckedNumel, so
+  // every factory above), the model and .npy loaders, kernels computing an output or
+  // scratch size, and the generated calibration inputs. The largest tensors of the models
+  // this project targets (resnet50's activations at batch 1: 8·10^5 elements) are far
+  // below it; past it a model or flag is hostile or wrong, and the allocation would
+  // likely fail anyway (the build machines have a few GiB per process).
+  static constexpr int64_t kMaxElements = int64_t{1} << 28;
 
  private:
   // Checks dtype and shape; on success a tensor with them, numel set and no buffer.
@@ -382,8 +389,8 @@ class Tensor {
   TensorBuffer* buffer_ = nullptr;  // One reference owned; null when nbytes() == 0.
 };
 
-// Element count of `shape`, or an error for a negative dimension or a count past
-// Tensor::kMaxElements (checked without overflow).
+// Element count of `shape`, or an error for a negative dimension, a dimension or a count
+// past Tensor::kMaxElements (checked without overflow).
 absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape);
 
 }  // namespace fuselage

@@ -17,7 +17,7 @@ std::string CalibrationReport::ToString() const {
   std::string s = absl::StrCat("calibrate: ", samples, " samples\n");
   if (!unobserved.empty()) {
     absl::StrAppend(&s, "  warning: no value reached ", absl::StrJoin(unobserved, ", "),
-                    "; they keep scale 1.0 and zero point 0\n");
+                    "; convert refuses an observer that saw no value\n");
   }
   return s;
 }
@@ -41,19 +41,43 @@ absl::Status RegisterObserverKernels(KernelRegistry& registry) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prepared,
-                                            const std::vector<CalibrationSample>& samples,
-                                            const KernelRegistry& kernels) {
-  if (samples.empty()) {
-    return absl::InvalidArgumentError("calibrate: no calibration sample given");
+CalibrationSamples::CalibrationSamples(std::vector<CalibrationSample> samples)
+    : count_(static_cast<int64_t>(samples.size())),
+      produce_([samples = std::move(samples)](const Visitor& visit) -> absl::Status {
+        for (const CalibrationSample& sample : samples) RETURN_IF_ERROR(visit(sample));
+        return absl::OkStatus();
+      }) {}
+
+namespace {
+
+// InvalidArgument unless `sample` (number `index`) has one tensor per placeholder, each
+// with at least one element: an empty tensor gives an observer no value, and a range
+// invented from nothing (PyTorch's scale 1.0, zero point 0) is a silent wrong result.
+absl::Status CheckSample(const std::vector<Node*>& placeholders, int64_t index,
+                         const CalibrationSample& sample) {
+  if (sample.size() != placeholders.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibrate: sample ", index, " has ", sample.size(),
+                     " tensors; the model has ", placeholders.size(), " placeholders"));
   }
-  const size_t num_placeholders = gm.graph().Placeholders().size();
-  for (size_t i = 0; i < samples.size(); ++i) {
-    if (samples[i].size() != num_placeholders) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("calibrate: sample ", i, " has ", samples[i].size(),
-                       " tensors; the model has ", num_placeholders, " placeholders"));
+  for (size_t i = 0; i < sample.size(); ++i) {
+    if (sample[i].numel() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "calibrate: sample ", index, " gives placeholder '", placeholders[i]->name(),
+          "' a tensor of shape ", sample[i].ShapeString(),
+          ", which has no elements; expected at least one value to observe"));
     }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prepared,
+                                            const CalibrationSamples& samples,
+                                            const KernelRegistry& kernels) {
+  if (samples.size() <= 0) {
+    return absl::InvalidArgumentError("calibrate: no calibration sample given");
   }
   // Node → its observer, looked up once: the per-node callback stays O(1).
   absl::flat_hash_map<const Node*, Observer*> observer_of_node;
@@ -77,13 +101,24 @@ absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prep
     reached[it->second] = true;
     return it->second->Update(value.as_tensor());
   };
-  for (const CalibrationSample& sample : samples) {
-    std::vector<Value> inputs(sample.begin(), sample.end());
+  // Each sample is made, checked, run and dropped before the next one is made.
+  const std::vector<Node*> placeholders = gm.graph().Placeholders();
+  int64_t ran = 0;
+  RETURN_IF_ERROR(samples.ForEach([&](CalibrationSample sample) -> absl::Status {
+    RETURN_IF_ERROR(CheckSample(placeholders, ran, sample));
+    std::vector<Value> inputs(std::make_move_iterator(sample.begin()),
+                              std::make_move_iterator(sample.end()));
     RETURN_IF_ERROR(Run(gm, std::move(inputs), kernels, options).status());
+    ++ran;
+    return absl::OkStatus();
+  }));
+  if (ran != samples.size()) {
+    return absl::InternalError(absl::StrCat("calibrate: ", samples.size(),
+                                            " samples were promised; ", ran, " were made"));
   }
 
   CalibrationReport report;
-  report.samples = static_cast<int>(samples.size());
+  report.samples = ran;
   for (auto& [path, observer] : prepared.observers) {
     Module* m = gm.FindModule(path);
     if (m == nullptr) continue;
@@ -101,70 +136,100 @@ absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prep
   return report;
 }
 
-absl::StatusOr<std::vector<CalibrationSample>> RandomCalibrationSamples(
-    const GraphModule& gm, int count, uint32_t seed,
+absl::StatusOr<CalibrationSamples> RandomCalibrationSource(
+    const GraphModule& gm, int64_t count, uint32_t seed,
     const absl::flat_hash_map<std::string, std::vector<int64_t>>& shapes) {
-  if (count <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calibrate: sample count is ", count, "; expected at least 1"));
+  if (count <= 0 || count > kMaxCalibrationSamples) {
+    return absl::InvalidArgumentError(absl::StrCat("calibrate: sample count is ", count,
+                                                   "; expected 1 to ", kMaxCalibrationSamples));
   }
-  std::vector<std::vector<int64_t>> placeholder_shapes;
+  std::vector<Shape> placeholder_shapes;
   for (const Node* p : gm.graph().Placeholders()) {
+    std::vector<int64_t> shape;
     auto it = shapes.find(p->name());
     if (it != shapes.end()) {
-      placeholder_shapes.push_back(it->second);
-      continue;
-    }
-    const Argument* meta = p->FindMeta("shape");
-    if (meta == nullptr || !meta->is_list()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "calibrate: placeholder '", p->name(),
-          "' has no meta 'shape' (a list of ints); give its shape or calibration files"));
-    }
-    std::vector<int64_t> shape;
-    for (const Argument& d : meta->items()) {
-      if (!d.is_int()) {
+      shape = it->second;
+    } else {
+      const Argument* meta = p->FindMeta("shape");
+      if (meta == nullptr || !meta->is_list()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "calibrate: placeholder '", p->name(), "' meta 'shape' holds ", d.ToString(),
-            "; expected ints"));
+            "calibrate: placeholder '", p->name(),
+            "' has no meta 'shape' (a list of ints); give its shape or calibration files"));
       }
-      shape.push_back(d.as_int());
+      for (const Argument& d : meta->items()) {
+        if (!d.is_int()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "calibrate: placeholder '", p->name(), "' meta 'shape' holds ", d.ToString(),
+              "; expected ints"));
+        }
+        shape.push_back(d.as_int());
+      }
+    }
+    // The tensor limit, checked before any sample is made (not at the first allocation).
+    absl::Status size_ok = CheckedNumel(shape).status();
+    if (!size_ok.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibrate: placeholder '", p->name(), "': ", size_ok.message()));
     }
     placeholder_shapes.push_back(std::move(shape));
   }
-  // Raw mt19937 bits, not std::uniform_real_distribution, whose algorithm differs between
-  // standard libraries: a seed must give the same inputs everywhere.
-  std::mt19937 engine(seed);
+  return CalibrationSamples(
+      count, [count, seed, placeholder_shapes = std::move(placeholder_shapes)](
+                 const CalibrationSamples::Visitor& visit) -> absl::Status {
+        // Raw mt19937 bits, not std::uniform_real_distribution, whose algorithm differs
+        // between standard libraries: a seed must give the same inputs everywhere. One
+        // engine for the whole pass: sample i continues where sample i - 1 stopped.
+        std::mt19937 engine(seed);
+        for (int64_t i = 0; i < count; ++i) {
+          CalibrationSample sample;
+          for (const Shape& shape : placeholder_shapes) {
+            ASSIGN_OR_RETURN(Tensor t, Tensor::Uninitialized(DType::kFloat32, shape));
+            float* data = t.mutable_data<float>();
+            for (int64_t k = 0; k < t.numel(); ++k) {
+              data[k] =
+                  -1.0f + 2.0f * static_cast<float>(engine() >> 8) * (1.0f / 16777216.0f);
+            }
+            sample.push_back(std::move(t));
+          }
+          RETURN_IF_ERROR(visit(std::move(sample)));
+        }
+        return absl::OkStatus();
+      });
+}
+
+absl::StatusOr<std::vector<CalibrationSample>> RandomCalibrationSamples(
+    const GraphModule& gm, int count, uint32_t seed,
+    const absl::flat_hash_map<std::string, std::vector<int64_t>>& shapes) {
+  ASSIGN_OR_RETURN(CalibrationSamples source, RandomCalibrationSource(gm, count, seed, shapes));
   std::vector<CalibrationSample> samples;
-  for (int i = 0; i < count; ++i) {
-    CalibrationSample sample;
-    for (const std::vector<int64_t>& shape : placeholder_shapes) {
-      ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(DType::kFloat32, shape));
-      float* data = t.mutable_data<float>();
-      for (int64_t k = 0; k < t.numel(); ++k) {
-        data[k] = -1.0f + 2.0f * static_cast<float>(engine() >> 8) * (1.0f / 16777216.0f);
-      }
-      sample.push_back(std::move(t));
-    }
+  RETURN_IF_ERROR(source.ForEach([&](CalibrationSample sample) {
     samples.push_back(std::move(sample));
-  }
+    return absl::OkStatus();
+  }));
   return samples;
 }
 
-absl::StatusOr<std::vector<CalibrationSample>> NpyCalibrationSamples(
-    const GraphModule& gm, const std::vector<std::string>& paths) {
+absl::StatusOr<CalibrationSamples> NpyCalibrationSamples(const GraphModule& gm,
+                                                         const std::vector<std::string>& paths) {
   const size_t k = gm.graph().Placeholders().size();
   if (k == 0 || paths.empty() || paths.size() % k != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "calibrate: ", paths.size(), " calibration files for a model with ", k,
         " placeholders; expected a positive multiple of ", k));
   }
-  std::vector<CalibrationSample> samples(paths.size() / k);
-  for (size_t i = 0; i < paths.size(); ++i) {
-    ASSIGN_OR_RETURN(Tensor t, ReadNpy(paths[i]));
-    samples[i / k].push_back(std::move(t));
-  }
-  return samples;
+  return CalibrationSamples(
+      static_cast<int64_t>(paths.size() / k),
+      [k, paths](const CalibrationSamples::Visitor& visit) -> absl::Status {
+        for (size_t first = 0; first < paths.size(); first += k) {
+          CalibrationSample sample;
+          for (size_t i = first; i < first + k; ++i) {
+            ASSIGN_OR_RETURN(Tensor t, ReadNpy(paths[i]));
+            sample.push_back(std::move(t));
+          }
+          RETURN_IF_ERROR(visit(std::move(sample)));
+        }
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace fuselage

@@ -11,7 +11,9 @@
 #define FUSELAGE_QUANTIZE_CALIBRATE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -27,10 +29,40 @@ namespace fuselage {
 // One sample: a tensor per placeholder, in placeholder order.
 using CalibrationSample = std::vector<Tensor>;
 
+// The most samples one calibration takes (`--samples`): samples are made one at a time
+// (CalibrationSamples), so this bounds the time a calibration may take, not its memory.
+inline constexpr int64_t kMaxCalibrationSamples = 1000000000;
+
+// The samples of one calibration, made one at a time as it runs them: each sample is
+// made, run and dropped before the next is made, so a calibration holds one sample in
+// memory however many it runs. Copyable; ForEach may be called any number of times and
+// makes the same samples each time.
+class CalibrationSamples {
+ public:
+  // Gets each sample in turn; an error stops the calibration and is returned.
+  using Visitor = std::function<absl::Status(CalibrationSample sample)>;
+  // Makes the samples in order, calling `visit` with each; returns the first error (its
+  // own, or visit's).
+  using Producer = std::function<absl::Status(const Visitor& visit)>;
+
+  // `count` samples made by `produce`.
+  CalibrationSamples(int64_t count, Producer produce)
+      : count_(count), produce_(std::move(produce)) {}
+  // Samples already in memory (tests, the demo); tensors are shared, not copied.
+  CalibrationSamples(std::vector<CalibrationSample> samples);  // NOLINT: implicit on purpose
+
+  int64_t size() const { return count_; }
+  absl::Status ForEach(const Visitor& visit) const { return produce_(visit); }
+
+ private:
+  int64_t count_;
+  Producer produce_;
+};
+
 struct CalibrationReport {
-  int samples = 0;
-  // Observer modules no sample reached (their parameters stay PyTorch's defaults,
-  // scale 1.0 / zero point 0): worth a warning, as PyTorch gives one.
+  int64_t samples = 0;
+  // Observer modules no sample reached: a warning, as PyTorch gives one; convert then
+  // refuses them (quantize/convert.h) where PyTorch would use scale 1.0, zero point 0.
   std::vector<std::string> unobserved;
   std::string ToString() const;
 };
@@ -39,27 +71,38 @@ struct CalibrationReport {
 // prepared graph runs. AlreadyExists if one is registered already.
 absl::Status RegisterObserverKernels(KernelRegistry& registry);
 
-// Runs `gm` once per sample and updates `prepared`'s observers. InvalidArgument if there
-// is no sample or a sample's size differs from the placeholder count; a kernel error is
-// returned as the interpreter reports it (naming the node). The graph is not modified;
-// only the observer modules' min_val / max_val tensors are.
+// Runs `gm` once per sample, each made just before it runs (CalibrationSamples), and
+// updates `prepared`'s observers. InvalidArgument if there is no sample, a sample's size
+// differs from the placeholder count, or a sample's tensor has no elements (naming its
+// placeholder: an observer learns no range from it); a kernel error is returned as the
+// interpreter reports it (naming the node). The graph is not modified; only the observer
+// modules' min_val / max_val tensors are, and only when every sample ran.
 absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prepared,
-                                            const std::vector<CalibrationSample>& samples,
+                                            const CalibrationSamples& samples,
                                             const KernelRegistry& kernels);
 
-// `count` samples of seeded pseudo-random float32 inputs, uniform in [-1, 1) (identical
-// on every platform for one seed). Each placeholder's shape comes from `shapes` (keyed
-// by placeholder name) or else its meta "shape" (which the Python exporter writes);
-// InvalidArgument naming the placeholder if neither gives one.
+// `count` (1 to kMaxCalibrationSamples) samples of seeded pseudo-random float32 inputs,
+// uniform in [-1, 1) (identical on every platform for one seed), made one at a time as
+// the calibration runs them. Each placeholder's shape comes from `shapes` (keyed by
+// placeholder name) or else its meta "shape" (which the Python exporter writes).
+// InvalidArgument naming the placeholder if neither gives one, or if the shape has a
+// negative dimension or more than Tensor::kMaxElements elements (checked here, before
+// any sample is made).
+absl::StatusOr<CalibrationSamples> RandomCalibrationSource(
+    const GraphModule& gm, int64_t count, uint32_t seed,
+    const absl::flat_hash_map<std::string, std::vector<int64_t>>& shapes = {});
+
+// RandomCalibrationSource's samples, all made now and held in memory (for tests and
+// callers that look at the samples; calibration itself should take the source).
 absl::StatusOr<std::vector<CalibrationSample>> RandomCalibrationSamples(
     const GraphModule& gm, int count, uint32_t seed,
     const absl::flat_hash_map<std::string, std::vector<int64_t>>& shapes = {});
 
-// Samples from .npy files: with k placeholders, files [i*k, i*k + k) are sample i.
-// InvalidArgument if the file count is not a positive multiple of k; read errors name
-// the file.
-absl::StatusOr<std::vector<CalibrationSample>> NpyCalibrationSamples(
-    const GraphModule& gm, const std::vector<std::string>& paths);
+// Samples from .npy files, each sample's files read just before it runs: with k
+// placeholders, files [i*k, i*k + k) are sample i. InvalidArgument if the file count is
+// not a positive multiple of k; read errors name the file (and stop the calibration).
+absl::StatusOr<CalibrationSamples> NpyCalibrationSamples(const GraphModule& gm,
+                                                         const std::vector<std::string>& paths);
 
 }  // namespace fuselage
 

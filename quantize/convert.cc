@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,13 @@ absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Obser
   if (!IsQuantized(spec.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(where(), ": dtype ", DTypeName(spec.dtype),
                                                    " is not a quantized dtype"));
+  }
+  // PyTorch would quantize with its defaults, scale 1.0 and zero point 0, and a warning:
+  // parameters invented from nothing, a silently wrong model. Refuse instead.
+  if (ObserverSawNoValue(observer)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where(), " saw no value; calibrate the prepared model with at least one sample "
+                 "(with at least one element) that reaches it before converting"));
   }
   // One scale and zero point (the scheme is per-tensor), without a vector of each.
   ASSIGN_OR_RETURN(PerTensorQParams qparams, observer.CalculatePerTensorQParams());
@@ -316,6 +324,14 @@ std::string ConvertReport::ToString() const {
   return absl::StrCat(kConvertPassName, ": ", observers_replaced,
                       " observers replaced by quantize/dequantize, ", reference_modules,
                       " reference modules\n");
+}
+
+bool ObserverSawNoValue(const Observer& observer) {
+  const std::vector<float> lo = observer.min_val();
+  const std::vector<float> hi = observer.max_val();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  return lo.empty() || hi.empty() ||
+         (lo.size() == 1 && hi.size() == 1 && lo[0] == kInf && hi[0] == -kInf);
 }
 
 absl::StatusOr<std::unique_ptr<Module>> MakeReferenceModule(const Module& float_module,

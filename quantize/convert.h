@@ -19,9 +19,10 @@
 // Every output thus keeps its own quantization parameters.
 //
 // Contract: every observer's parameters and every reference module are computed before
-// the graph is touched; an error (an activation observer with a per-channel scheme, a
-// weight observer that fails) names the observer or node and leaves the GraphModule as
-// it was. Linear in the number of nodes.
+// the graph is touched; an error (an activation observer that saw no value — PyTorch
+// would use scale 1.0 and zero point 0 with a warning —, one with a per-channel scheme,
+// a weight observer that fails) names the observer or node and leaves the GraphModule
+// as it was. Linear in the number of nodes.
 #ifndef FUSELAGE_QUANTIZE_CONVERT_H_
 #define FUSELAGE_QUANTIZE_CONVERT_H_
 
@@ -31,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "graph/graph_module.h"
 #include "graph/module.h"
+#include "quantize/observers.h"
 #include "quantize/prepare.h"
 
 namespace fuselage {
@@ -47,6 +49,10 @@ struct ConvertReport {
 // this graph, after calibration.
 absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
                                                  const PreparedModel& prepared);
+
+// Whether `observer` has seen no value yet: its range is still the empty one every
+// observer starts with, [inf, -inf]. Convert refuses such an activation observer.
+bool ObserverSawNoValue(const Observer& observer);
 
 // The reference module of a float weighted module `float_module` (e.g. nn.Conv2d): a copy
 // of type `reference_type` with the weight quantization parameters `weight_observer`

@@ -81,14 +81,19 @@ absl::StatusOr<Tensor> Conv2d(const Tensor& input, const Tensor& weight, const T
     return absl::InvalidArgumentError(absl::StrCat(
         "conv2d: expected a 4-d [O, C/groups, KH, KW] weight; got ", weight.ShapeString()));
   }
-  auto pair_ok = [](const std::vector<int64_t>& v, int64_t min) {
-    return v.size() == 2 && v[0] >= min && v[1] >= min;
+  // At most Tensor::kMaxElements each, as tensor dimensions are: the output size
+  // arithmetic below cannot overflow.
+  auto in_range = [](int64_t v, int64_t min) { return v >= min && v <= Tensor::kMaxElements; };
+  auto pair_ok = [&](const std::vector<int64_t>& v, int64_t min) {
+    return v.size() == 2 && in_range(v[0], min) && in_range(v[1], min);
   };
-  if (!pair_ok(p.stride, 1) || !pair_ok(p.padding, 0) || !pair_ok(p.dilation, 1) || p.groups < 1) {
+  if (!pair_ok(p.stride, 1) || !pair_ok(p.padding, 0) || !pair_ok(p.dilation, 1) ||
+      !in_range(p.groups, 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "conv2d: bad parameters stride=", ShapeStr(p.stride), " padding=", ShapeStr(p.padding),
         " dilation=", ShapeStr(p.dilation), " groups=", p.groups,
-        "; expected 2 ints each (stride, dilation >= 1, padding >= 0) and groups >= 1"));
+        "; expected 2 ints each (stride, dilation >= 1, padding >= 0) and groups >= 1, all "
+        "at most ", Tensor::kMaxElements));
   }
   const int64_t N = unbatched ? 1 : input.shape()[0];
   const int64_t C = input.shape()[unbatched ? 0 : 1];

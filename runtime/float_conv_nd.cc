@@ -71,9 +71,13 @@ absl::StatusOr<Geometry> ReadGeometry(const Tensor& input, const Tensor& weight,
   const bool lengths_ok = p.stride.size() == n && p.padding.size() == n &&
                           p.dilation.size() == n &&
                           (p.output_padding.empty() || p.output_padding.size() == n);
-  bool values_ok = lengths_ok && p.groups >= 1;
+  // At most Tensor::kMaxElements each, as tensor dimensions are: the output size
+  // arithmetic cannot overflow.
+  auto in_range = [](int64_t v, int64_t min) { return v >= min && v <= Tensor::kMaxElements; };
+  bool values_ok = lengths_ok && in_range(p.groups, 1);
   for (size_t i = 0; values_ok && i < n; ++i) {
-    values_ok = p.stride[i] >= 1 && p.padding[i] >= 0 && p.dilation[i] >= 1;
+    values_ok = in_range(p.stride[i], 1) && in_range(p.padding[i], 0) &&
+                in_range(p.dilation[i], 1);
     if (values_ok && !p.output_padding.empty()) {
       values_ok = p.output_padding[i] >= 0 &&
                   (p.output_padding[i] < p.stride[i] || p.output_padding[i] < p.dilation[i]);

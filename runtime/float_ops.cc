@@ -104,10 +104,14 @@ std::vector<int64_t> ImageShape(const Tensor& x, int64_t n, int64_t c, int64_t h
 }
 
 absl::Status CheckPoolParams(const Pool2dParams& p, absl::string_view what) {
+  // At most Tensor::kMaxElements, as tensor dimensions are: PoolOutputSize's arithmetic
+  // cannot overflow.
   auto two = [&](const std::vector<int64_t>& v, absl::string_view field, int64_t min) {
-    if (v.size() != 2 || v[0] < min || v[1] < min) {
+    if (v.size() != 2 || v[0] < min || v[1] < min || v[0] > Tensor::kMaxElements ||
+        v[1] > Tensor::kMaxElements) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", field, " must be 2 ints >= ",
-                                                     min, "; got ", ShapeStr(v)));
+                                                     min, " and <= ", Tensor::kMaxElements,
+                                                     "; got ", ShapeStr(v)));
     }
     return absl::OkStatus();
   };

@@ -1,5 +1,6 @@
 #include "runtime/interpreter.h"
 
+#include <new>
 #include <string>
 #include <utility>
 
@@ -161,7 +162,14 @@ absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> in
         value = RunGetAttr(gm, *node);
         break;
       default:
-        value = RunCall(gm, *node, kernels, store);
+        // A kernel's allocation that fails despite the size limits (Tensor::kMaxElements)
+        // is this node's error, not the process's end: callers (the CLI, calibration, the
+        // Python bridge) get a Status naming the node.
+        try {
+          value = RunCall(gm, *node, kernels, store);
+        } catch (const std::bad_alloc&) {
+          value = absl::ResourceExhaustedError("out of memory running its kernel");
+        }
         break;
     }
     if (!value.ok()) return Prefixed(*node, value.status());

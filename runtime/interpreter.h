@@ -6,7 +6,8 @@
 //  - call_module dispatches on the module's type, call_function / call_method on
 //    (op, target), through the given KernelRegistry. No kernel: Unimplemented naming the
 //    node and the target. Every kernel error comes back prefixed with
-//    "node '<name>' (<op> <target>): ".
+//    "node '<name>' (<op> <target>): ". A kernel whose allocation fails (std::bad_alloc)
+//    is ResourceExhausted, "... out of memory running its kernel".
 //  - A node's value is freed after its last user has run, so peak memory follows the
 //    live set, not the whole graph.
 //  - The graph is only read; Run may be called concurrently on one GraphModule.

@@ -1,6 +1,7 @@
 #include "tools/cli.h"
 
 #include <algorithm>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -50,11 +51,21 @@ int RunCli(const std::vector<std::string>& args, const std::vector<Command>& com
     return kExitUsage;
   }
   CommandContext context{out, working_directory};
-  const absl::Status status =
-      command->run(std::vector<std::string>(args.begin() + 1, args.end()), context);
+  absl::Status status;
+  try {
+    status = command->run(std::vector<std::string>(args.begin() + 1, args.end()), context);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemoryExit(err);
+  }
   if (status.ok()) return kExitOk;
   err << "fuselage: " << OneLine(status.message()) << "\n";
   return IsUsageError(status) ? kExitUsage : kExitFailure;
+}
+
+int OutOfMemoryExit(std::ostream& err) {
+  err << "fuselage: out of memory (an allocation failed); the input needs more memory than "
+         "this machine gives the process\n";
+  return kExitFailure;
 }
 
 }  // namespace fuselage

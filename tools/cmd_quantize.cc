@@ -70,7 +70,7 @@ Command QuantizeCommand() {
     ASSIGN_OR_RETURN(QConfigMapping mapping, DefaultQConfigMapping(backend));
     ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, stage.parsed()));
     ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
-    ASSIGN_OR_RETURN(std::vector<CalibrationSample> samples,
+    ASSIGN_OR_RETURN(CalibrationSamples samples,
                      SamplesFromFlags(context, stage.parsed(), *gm));
     const size_t nodes_before = gm->graph().size();
     QuantizeFlowOptions options;

@@ -10,9 +10,9 @@
 //   observers' statistics back; calibrating a calibrated model adds to its statistics.
 // `fuselage convert PREPARED -o REFERENCE [--time]`
 //   ConvertToReference (quantize/convert.h) on a prepared, usually calibrated, model: the
-//   reference quantized model `lower` takes. An uncalibrated observer gives PyTorch's
-//   default parameters (scale 1.0, zero point 0), as convert_fx does. A model without
-//   observers is refused: it was not prepared.
+//   reference quantized model `lower` takes. An observer that saw no value is refused
+//   (convert_fx would give it scale 1.0 and zero point 0). A model without observers is
+//   refused: it was not prepared.
 // Each prints its pass's report and a summary line; --time adds one line per step with
 // its wall time, `time <step> <ms> ms`: load, then the pass (prepare, calibrate, convert),
 // then verify and save (and, for prepare and calibrate, store: writing the state into
@@ -108,7 +108,7 @@ Command CalibrateCommand() {
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, stage.input()));
     ASSIGN_OR_RETURN(PreparedModel prepared, ReadPrepared(command.name, stage.input(), *gm));
     stage.times().Stop("load");
-    ASSIGN_OR_RETURN(std::vector<CalibrationSample> samples,
+    ASSIGN_OR_RETURN(CalibrationSamples samples,
                      SamplesFromFlags(context, stage.parsed(), *gm));
     ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
     RETURN_IF_ERROR(RegisterObserverKernels(*kernels));

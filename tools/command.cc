@@ -1,7 +1,11 @@
 #include "tools/command.h"
 
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "graph/serialization.h"
 
@@ -69,6 +73,34 @@ absl::StatusOr<ParsedArgs> ParseArgs(absl::string_view command, const std::vecto
     }
   }
   return parsed;
+}
+
+std::optional<int64_t> ParseInteger(absl::string_view text, int64_t min_value,
+                                   int64_t max_value) {
+  // SimpleAtoi alone would also accept surrounding spaces and a '+': a flag's value must
+  // be exactly an integer, as typed.
+  const absl::string_view digits = absl::StartsWith(text, "-") ? text.substr(1) : text;
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(),
+                                     [](char c) { return absl::ascii_isdigit(c); })) {
+    return std::nullopt;
+  }
+  int64_t value = 0;  // SimpleAtoi fails on int64 overflow: no wrap-around.
+  if (!absl::SimpleAtoi(text, &value) || value < min_value || value > max_value) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+absl::StatusOr<int64_t> IntFlag(const ParsedArgs& parsed, const std::string& flag,
+                                int64_t default_value, int64_t min_value, int64_t max_value) {
+  auto it = parsed.flags.find(flag);
+  if (it == parsed.flags.end()) return default_value;
+  std::optional<int64_t> value = ParseInteger(it->second, min_value, max_value);
+  if (!value.has_value()) {
+    return UsageError(absl::StrCat(flag, " is '", it->second, "'; expected an integer in [",
+                                   min_value, ", ", max_value, "]"));
+  }
+  return *value;
 }
 
 absl::Status ExpectPositional(const Command& command, const ParsedArgs& parsed, size_t count) {

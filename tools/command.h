@@ -12,7 +12,9 @@
 
 #include <functional>
 #include <map>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -66,6 +68,18 @@ struct ParsedArgs {
 // A UsageError names an unknown flag, a missing value or a repeated flag.
 absl::StatusOr<ParsedArgs> ParseArgs(absl::string_view command, const std::vector<std::string>& args,
                                      const std::vector<FlagSpec>& specs);
+
+// `text` as a decimal integer in [min_value, max_value]: an optional '-', then digits and
+// nothing else (no space, no '+', no trailing junk), or std::nullopt. Every integer the
+// command line gives is read with it (IntFlag, --input-shape's dimensions), so no value is
+// silently truncated to a narrower type.
+std::optional<int64_t> ParseInteger(absl::string_view text, int64_t min_value, int64_t max_value);
+
+// The value of the integer flag `flag` (its first spelling) in [min_value, max_value], or
+// `default_value` when it is not given. A UsageError names the flag, the value and the
+// accepted range for anything else.
+absl::StatusOr<int64_t> IntFlag(const ParsedArgs& parsed, const std::string& flag,
+                                int64_t default_value, int64_t min_value, int64_t max_value);
 
 // UsageError unless there are exactly `count` positional operands.
 absl::Status ExpectPositional(const Command& command, const ParsedArgs& parsed, size_t count);

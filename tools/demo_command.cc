@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "backend_configs/config_loader.h"
 #include "graph/printer.h"
@@ -103,11 +102,9 @@ Command DemoCommand() {
                      ParseArgs(command.name, args,
                                {{{"--seed"}, true}, {{"--write-example"}, true}}));
     RETURN_IF_ERROR(ExpectPositional(command, parsed, 0));
-    uint32_t seed = kResidualExampleSeed;
-    if (parsed.Has("--seed") && !absl::SimpleAtoi(parsed.flags.at("--seed"), &seed)) {
-      return UsageError(absl::StrCat("demo: --seed is '", parsed.flags.at("--seed"),
-                                     "'; expected an integer in [0, 4294967295]"));
-    }
+    ASSIGN_OR_RETURN(const int64_t seed_flag,
+                     IntFlag(parsed, "--seed", kResidualExampleSeed, 0, int64_t{UINT32_MAX}));
+    const uint32_t seed = static_cast<uint32_t>(seed_flag);
     ASSIGN_OR_RETURN(auto example, BuildResidualExample(seed));
     if (parsed.Has("--write-example")) {
       const std::string& path = parsed.flags.at("--write-example");

@@ -1,26 +1,17 @@
 #include "tools/quantize_flags.h"
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "graph/status_macros.h"
+#include "graph/tensor.h"
 
 namespace fuselage {
 namespace {
 
 constexpr int kDefaultSamples = 8;
-
-absl::StatusOr<int64_t> IntFlag(const ParsedArgs& parsed, const std::string& flag,
-                                int64_t default_value, int64_t min_value) {
-  if (!parsed.Has(flag)) return default_value;
-  int64_t value = 0;
-  if (!absl::SimpleAtoi(parsed.flags.at(flag), &value) || value < min_value) {
-    return UsageError(absl::StrCat(flag, " is '", parsed.flags.at(flag),
-                                   "'; expected an integer >= ", min_value));
-  }
-  return value;
-}
+// --seed seeds a 32-bit Mersenne Twister: every seed it can take, and no other.
+constexpr int64_t kMaxSeed = int64_t{UINT32_MAX};
 
 }  // namespace
 
@@ -40,9 +31,9 @@ std::vector<FlagSpec> CalibrationFlagSpecs() {
           {{"--input-shape"}, true}};
 }
 
-absl::StatusOr<std::vector<CalibrationSample>> SamplesFromFlags(const CommandContext& context,
-                                                               const ParsedArgs& parsed,
-                                                               const GraphModule& gm) {
+absl::StatusOr<CalibrationSamples> SamplesFromFlags(const CommandContext& context,
+                                                    const ParsedArgs& parsed,
+                                                    const GraphModule& gm) {
   if (parsed.Has("--calibration")) {
     std::vector<std::string> paths;
     for (absl::string_view p : absl::StrSplit(parsed.flags.at("--calibration"), ',',
@@ -51,23 +42,24 @@ absl::StatusOr<std::vector<CalibrationSample>> SamplesFromFlags(const CommandCon
     }
     return NpyCalibrationSamples(gm, paths);
   }
-  ASSIGN_OR_RETURN(const int64_t count, IntFlag(parsed, "--samples", kDefaultSamples, 1));
-  ASSIGN_OR_RETURN(const int64_t seed, IntFlag(parsed, "--seed", 0, 0));
+  ASSIGN_OR_RETURN(const int64_t count,
+                   IntFlag(parsed, "--samples", kDefaultSamples, 1, kMaxCalibrationSamples));
+  ASSIGN_OR_RETURN(const int64_t seed, IntFlag(parsed, "--seed", 0, 0, kMaxSeed));
   absl::flat_hash_map<std::string, std::vector<int64_t>> shapes;
   if (parsed.Has("--input-shape")) {
     std::vector<int64_t> shape;
     for (absl::string_view d : absl::StrSplit(parsed.flags.at("--input-shape"), ',')) {
-      int64_t dim = 0;
-      if (!absl::SimpleAtoi(d, &dim) || dim < 0) {
+      const std::optional<int64_t> dim = ParseInteger(d, 0, Tensor::kMaxElements);
+      if (!dim.has_value()) {
         return UsageError(absl::StrCat("--input-shape is '", parsed.flags.at("--input-shape"),
-                                       "'; expected comma-separated dimensions, e.g. 1,3,8,8"));
+                                       "'; expected comma-separated dimensions in [0, ",
+                                       Tensor::kMaxElements, "], e.g. 1,3,8,8"));
       }
-      shape.push_back(dim);
+      shape.push_back(*dim);
     }
     for (const Node* p : gm.graph().Placeholders()) shapes[p->name()] = shape;
   }
-  return RandomCalibrationSamples(gm, static_cast<int>(count), static_cast<uint32_t>(seed),
-                                  shapes);
+  return RandomCalibrationSource(gm, count, static_cast<uint32_t>(seed), shapes);
 }
 
 void StageTimes::Stop(absl::string_view step) {

@@ -25,12 +25,14 @@ absl::StatusOr<std::string> RequiredBackend(const ParsedArgs& parsed, absl::stri
 // The flag specs of SamplesFromFlags: --calibration, --samples, --seed, --input-shape.
 std::vector<FlagSpec> CalibrationFlagSpecs();
 
-// Calibration samples from the parsed flags: the comma-separated .npy files of
-// --calibration, or else --samples (default 8) seeded random inputs shaped by the
-// placeholders' meta "shape" or --input-shape. UsageError for a malformed value.
-absl::StatusOr<std::vector<CalibrationSample>> SamplesFromFlags(const CommandContext& context,
-                                                               const ParsedArgs& parsed,
-                                                               const GraphModule& gm);
+// Calibration samples from the parsed flags, made one at a time as calibration runs them:
+// the comma-separated .npy files of --calibration, or else --samples (default 8, at most
+// kMaxCalibrationSamples) inputs seeded by --seed (0 to 2^32 - 1), shaped by the
+// placeholders' meta "shape" or --input-shape. UsageError naming the flag, its value and
+// the accepted range for a malformed or out-of-range value.
+absl::StatusOr<CalibrationSamples> SamplesFromFlags(const CommandContext& context,
+                                                    const ParsedArgs& parsed,
+                                                    const GraphModule& gm);
 
 // Wall-clock milliseconds of a command's steps, printed with --time as one line per
 // step, `time <step> <ms> ms` (the format `fuse --time` prints).

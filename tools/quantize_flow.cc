@@ -29,7 +29,7 @@ std::string QuantizeFlowReport::ToString() const {
 absl::StatusOr<QuantizeFlowReport> RunQuantizeFlow(GraphModule& gm,
                                                    const BackendConfig& backend_config,
                                                    const QConfigMapping& qconfig_mapping,
-                                                   const std::vector<CalibrationSample>& samples,
+                                                   const CalibrationSamples& samples,
                                                    const QuantizeFlowOptions& options) {
   QuantizeFlowReport report;
   ASSIGN_OR_RETURN(PatternMatcher matcher, BuildFusionMatcher(backend_config));

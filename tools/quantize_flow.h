@@ -53,7 +53,7 @@ struct QuantizeFlowReport {
 // leaves the graph as it was when it fails, but earlier stages have run.
 absl::StatusOr<QuantizeFlowReport> RunQuantizeFlow(
     GraphModule& gm, const BackendConfig& backend_config,
-    const QConfigMapping& qconfig_mapping, const std::vector<CalibrationSample>& samples,
+    const QConfigMapping& qconfig_mapping, const CalibrationSamples& samples,
     const QuantizeFlowOptions& options = {});
 
 }  // namespace fuselage

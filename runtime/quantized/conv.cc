@@ -42,16 +42,21 @@ absl::StatusOr<ConvAccumulators> Accumulate(absl::string_view op, const Tensor& 
                                                    "; expected 4 dimensions [N, C, H, W]"));
   }
   for (int i = 0; i < 2; ++i) {
-    if (p.stride[i] <= 0 || p.dilation[i] <= 0 || p.padding[i] < 0) {
+    // At most Tensor::kMaxElements, as tensor dimensions are: the output size arithmetic
+    // below cannot overflow.
+    if (p.stride[i] <= 0 || p.dilation[i] <= 0 || p.padding[i] < 0 ||
+        p.stride[i] > Tensor::kMaxElements || p.dilation[i] > Tensor::kMaxElements ||
+        p.padding[i] > Tensor::kMaxElements) {
       return absl::InvalidArgumentError(absl::StrCat(
           op, ": stride [", p.stride[0], ", ", p.stride[1], "], padding [", p.padding[0],
           ", ", p.padding[1], "], dilation [", p.dilation[0], ", ", p.dilation[1],
-          "]; expected stride and dilation > 0 and padding >= 0"));
+          "]; expected stride and dilation > 0 and padding >= 0, all at most ",
+          Tensor::kMaxElements));
     }
   }
-  if (p.groups <= 0) {
+  if (p.groups <= 0 || p.groups > Tensor::kMaxElements) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op, ": groups is ", p.groups, "; expected > 0"));
+        absl::StrCat(op, ": groups is ", p.groups, "; expected 1 to ", Tensor::kMaxElements));
   }
   const int64_t batch = qx.shape()[0], in_c = qx.shape()[1];
   const int64_t in_h = qx.shape()[2], in_w = qx.shape()[3];
@@ -77,6 +82,15 @@ absl::StatusOr<ConvAccumulators> Accumulate(absl::string_view op, const Tensor& 
   const int64_t depth = group_in_c * k_h * k_w;
   RETURN_IF_ERROR(ExpectAccumulatorFits(depth, op));
 
+  // The accumulators (one per output element) and one group's columns are allocated
+  // below: both bounded like any tensor first, so a padding that makes a huge output is
+  // an error, not a failed allocation.
+  const std::vector<int64_t> accumulators = {batch, out_c, out_h, out_w};
+  const std::vector<int64_t> column_scratch = {depth, out_h * out_w};
+  for (const std::vector<int64_t>* size : {&accumulators, &column_scratch}) {
+    absl::Status fits = CheckedNumel(*size).status();
+    if (!fits.ok()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", fits.message()));
+  }
   ConvAccumulators out;
   out.shape = {batch, out_c, out_h, out_w};
   out.weight_scales = PerOutputChannel(qweight.qparams().scales, out_c);

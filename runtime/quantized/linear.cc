@@ -42,6 +42,9 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
   RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
 
   const int64_t rows = in_features == 0 ? 0 : qx.numel() / in_features;
+  // The accumulators are allocated before the output tensor: bounded like it first.
+  absl::Status fits = CheckedNumel({rows, out_features}).status();
+  if (!fits.ok()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", fits.message()));
   const std::vector<int32_t> x_values = IntValues(qx);
   const int32_t x_zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);
   IntMatrix x(rows, in_features);

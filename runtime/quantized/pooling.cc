@@ -47,12 +47,17 @@ int64_t PooledSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t d
 
 absl::Status ExpectWindow(const Pool2dParams& p, absl::string_view op) {
   for (int i = 0; i < 2; ++i) {
-    if (p.kernel_size[i] <= 0 || p.stride[i] <= 0 || p.dilation[i] <= 0 || p.padding[i] < 0) {
+    // At most Tensor::kMaxElements, as tensor dimensions are: PooledSize's arithmetic
+    // cannot overflow.
+    const int64_t most = std::max({p.kernel_size[i], p.stride[i], p.dilation[i], p.padding[i]});
+    if (p.kernel_size[i] <= 0 || p.stride[i] <= 0 || p.dilation[i] <= 0 || p.padding[i] < 0 ||
+        most > Tensor::kMaxElements) {
       return absl::InvalidArgumentError(absl::StrCat(
           op, ": kernel_size [", p.kernel_size[0], ", ", p.kernel_size[1], "], stride [",
           p.stride[0], ", ", p.stride[1], "], padding [", p.padding[0], ", ", p.padding[1],
           "], dilation [", p.dilation[0], ", ", p.dilation[1],
-          "]; expected kernel, stride and dilation > 0 and padding >= 0"));
+          "]; expected kernel, stride and dilation > 0 and padding >= 0, all at most ",
+          Tensor::kMaxElements));
     }
     if (p.padding[i] * 2 > p.kernel_size[i]) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -80,7 +80,7 @@ QConfigMapping MinMaxQConfigMapping() {
 absl::Status Quantize(const Args& args) {
   ASSIGN_OR_RETURN(BackendConfig config, GetBackendConfig("qnnpack"));
   ASSIGN_OR_RETURN(std::unique_ptr<GraphModule> gm, LoadModel(args.model));
-  ASSIGN_OR_RETURN(std::vector<CalibrationSample> samples,
+  ASSIGN_OR_RETURN(CalibrationSamples samples,
                    NpyCalibrationSamples(*gm, args.calibration));
   QuantizeFlowOptions options;
   options.on_stage = [&args](absl::string_view stage, const GraphModule& stage_gm) {

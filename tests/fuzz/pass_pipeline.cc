@@ -141,6 +141,18 @@ std::optional<std::vector<CalibrationSample>> SmallCalibrationSamples(const Grap
   return *std::move(samples);
 }
 
+// Convert refuses an observer that saw no value (quantize/convert.h). So that convert and
+// lower are still explored after calibration was skipped or failed, each such observer
+// first sees the stand-in range [-1, 1] (observers the failed calibration did reach keep
+// what they saw). An observer that cannot take it (e.g. a per-channel one) is left for
+// convert to judge.
+void StandInForMissingCalibration(PreparedModel& prepared) {
+  const Tensor range = Tensor::FromFloats({2}, {-1.0f, 1.0f});
+  for (auto& [path, observer] : prepared.observers) {
+    if (ObserverSawNoValue(*observer)) observer->Update(range).IgnoreError();
+  }
+}
+
 struct Pass {
   const char* name;
   std::function<absl::Status(GraphModule&)> run;
@@ -179,6 +191,7 @@ std::vector<Pass> Pipeline(const PipelineSetup& setup, const QConfigMapping& map
        /*optional=*/true},
       {"convert",
        [&state](GraphModule& gm) {
+         StandInForMissingCalibration(*state.prepared);
          return ConvertToReference(gm, *state.prepared).status();
        }},
       {"lower",

@@ -13,10 +13,10 @@
 //  - failure: a non-empty error, and the GraphModule saves to exactly the bytes it saved
 //    to before the pass (a failing pass leaves the graph as it was).
 // A failing pass stops the pipeline, except calibration, which is optional input: convert
-// still runs after it fails or is skipped, on observers that saw no value (or only the
-// values of the samples that ran). That is defined behaviour: an observer that saw nothing
-// gives PyTorch's default parameters, scale 1.0 and zero point 0 (quantize/observers.cc,
-// check_min_max_valid), as PyTorch's convert does with a warning.
+// still runs after it fails or is skipped. Convert refuses an observer that saw no value
+// (PyTorch would give it scale 1.0 and zero point 0 with a warning), so before convert
+// every observer no sample reached sees a stand-in range, [-1, 1]; the others keep the
+// values of the samples that ran.
 //
 // Calibration runs kCalibrationSamples seeded random inputs through the interpreter when
 // every placeholder has a meta "shape" (the Python exporter writes it) of at most

@@ -674,7 +674,7 @@ TEST(BadModelTest, NegativeShape) {
 TEST(BadModelTest, AbsurdShape) {
   ExpectRejected(
       ParseModelText(WithTensor(R"pb(dtype: FLOAT32 shape: [ 1000000, 1000000, 1000000 ])pb")),
-      {"tensor 't'", "field 'shape'", "more than 2147483648 elements"});
+      {"tensor 't'", "field 'shape'", "more than 268435456 elements"});
   ExpectRejected(ParseModelText(WithTensor(R"pb(dtype: FLOAT32 shape: [ 1, 1, 1, 1, 1, 1, 1, 1, 1 ])pb")),
                  {"tensor 't'", "rank 9"});
 }

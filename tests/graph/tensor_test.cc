@@ -477,12 +477,26 @@ TEST(TensorFactoryTest, UninitializedRejectsNegativeDims) {
 }
 
 TEST(TensorFactoryTest, UninitializedRejectsTooManyElements) {
-  // 2^16 * 2^16 = 2^32 elements, past kMaxElements = 2^31. (Checked before allocating.)
+  // 2^16 * 2^16 = 2^32 elements, past kMaxElements = 2^28. (Checked before allocating.)
   auto t = Tensor::Uninitialized(DType::kQInt8, {int64_t{1} << 16, int64_t{1} << 16});
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(t.status().message()),
-              HasSubstr("shape [65536, 65536] has more than 2147483648 elements"));
+              HasSubstr("shape [65536, 65536] has more than 268435456 elements"));
+}
+
+// A dimension past the limit is refused even when another is 0 (no elements): kernels
+// do arithmetic on dimensions, which must not overflow.
+TEST(TensorFactoryTest, UninitializedRejectsADimensionPastTheLimitEvenWithoutElements) {
+  auto t = Tensor::Uninitialized(DType::kFloat32, {0, int64_t{1} << 40});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "shape dimension 1 is 1099511627776; the limit is 268435456");
+  EXPECT_TRUE(Tensor::Uninitialized(DType::kFloat32, {0, int64_t{1} << 28}).ok());
+  // The limit itself: 2^28 one-byte elements (256 MiB, not touched here).
+  auto largest = Tensor::Uninitialized(DType::kQInt8, {int64_t{1} << 28});
+  ASSERT_TRUE(largest.ok()) << largest.status();
+  EXPECT_EQ(largest->nbytes(), size_t{1} << 28);
+  EXPECT_FALSE(Tensor::Uninitialized(DType::kQInt8, {(int64_t{1} << 28) + 1}).ok());
 }
 
 TEST(TensorFactoryTest, UninitializedRejectsDTypesWithoutStorage) {

@@ -64,6 +64,16 @@ QConfigMapping MinMaxMapping() {
   return mapping;
 }
 
+// Gives every observer of `prepared` the range [-1, 3], as one calibration sample
+// would: convert refuses an observer that saw no value. For the tests of convert's
+// structure, which need no real calibration.
+void ObserveEveryObserver(PreparedModel& prepared) {
+  const Tensor range = Tensor::FromFloats({2}, {-1.0f, 3.0f});
+  for (auto& [path, observer] : prepared.observers) {
+    ASSERT_TRUE(observer->Update(range).ok()) << path.name();
+  }
+}
+
 bool IsObserverNode(const GraphModule& gm, const Node* n) {
   if (n == nullptr || n->op() != OpKind::kCallModule) return false;
   const Module* m = gm.FindModule(n->target().name());
@@ -424,6 +434,7 @@ TEST(ConvertTest, FusedModuleKeepsStructureWithReferenceChild) {
   ASSERT_TRUE(g.SetOutput(block).ok());
   auto prepared = Prepare(gm, MinMaxMapping(), *GetBackendConfig("fbgemm"));
   ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ObserveEveryObserver(*prepared);
   auto report = ConvertToReference(gm, *prepared);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
@@ -484,6 +495,7 @@ TEST(ConvertTest, ManyReferenceModulesEachGetTheirOwnParameters) {
   mapping.SetModuleName("c", QConfig{activation, DefaultPerChannelWeightObserver()});
   auto prepared = Prepare(gm, mapping, *GetBackendConfig("qnnpack"));
   ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ObserveEveryObserver(*prepared);
   auto report = ConvertToReference(gm, *prepared);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
@@ -539,6 +551,7 @@ TEST(ConvertTest, WeightedPlanAtANodeThatCallsNoModule) {
         at_observer ? m->conv->arg(0).as_node()->name() : std::string("sigmoid");
     prepared->quantized_ops.emplace(node, conv_plan);
     const std::string before = SerializeModel(m->gm);
+    ObserveEveryObserver(*prepared);
     auto report = ConvertToReference(m->gm, *prepared);
     ASSERT_FALSE(report.ok()) << node;
     EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
@@ -554,6 +567,7 @@ TEST(ConvertTest, WeightedPlanAtANodeThatCallsNoModule) {
     ASSERT_TRUE(prepared.ok()) << prepared.status();
     prepared->quantized_ops.at("conv").weight_observer = nullptr;
     const std::string before = SerializeModel(m->gm);
+    ObserveEveryObserver(*prepared);
     auto report = ConvertToReference(m->gm, *prepared);
     ASSERT_FALSE(report.ok());
     EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
@@ -567,6 +581,7 @@ TEST(ConvertTest, WeightedPlanAtANodeThatCallsNoModule) {
   auto prepared = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
   ASSERT_TRUE(prepared.ok()) << prepared.status();
   prepared->quantized_ops.emplace("no_such_node", prepared->quantized_ops.at("conv"));
+  ObserveEveryObserver(*prepared);
   auto report = ConvertToReference(m->gm, *prepared);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->reference_modules, 1);
@@ -607,6 +622,7 @@ TEST(ConvertTest, ObserverNodesBecomeQuantizeNodesAsNewNodesWould) {
         }
       }
     }
+    ObserveEveryObserver(*prepared);
     auto report = ConvertToReference(m->gm, *prepared);
     ASSERT_TRUE(report.ok()) << report.status();
     ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify() << "\n" << Listing(g);
@@ -646,6 +662,7 @@ TEST(ConvertTest, ObserverNamedLikeADequantizeNodeGivesFxsNames) {
   Node* x_obs = m->conv->arg(0).as_node();
   ASSERT_TRUE(IsObserverNode(m->gm, x_obs));
   EXPECT_EQ(g.Rename(x_obs, "dequantize"), "dequantize");
+  ObserveEveryObserver(*prepared);
   auto report = ConvertToReference(m->gm, *prepared);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify() << "\n" << Listing(g);
@@ -679,6 +696,7 @@ TEST(ConvertTest, ObserversFoundByPathAndContainerRemovedOnlyIfAllObservers) {
     if (foreign_child) {
       ASSERT_TRUE(m->gm.SetModule("observers.not_an_observer", MaxPool1x1()).ok());
     }
+    ObserveEveryObserver(*prepared);
     auto report = ConvertToReference(m->gm, *prepared);
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_EQ(report->observers_replaced, 3);
@@ -709,6 +727,7 @@ TEST(ConvertTest, ModuleCalledTwiceBecomesOneReferenceModule) {
   ASSERT_TRUE(g.SetOutput(b).ok());
   auto prepared = Prepare(gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
   ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ObserveEveryObserver(*prepared);
   auto report = ConvertToReference(gm, *prepared);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_TRUE(gm.Verify().ok()) << gm.Verify() << "\n" << Listing(g);
@@ -743,6 +762,109 @@ TEST(CalibrateTest, RandomSamplesNeedAShape) {
     EXPECT_GE(v, -1.0f);
     EXPECT_LT(v, 1.0f);
   }
+}
+
+// PyTorch converts an observer that saw nothing with scale 1.0 and zero point 0 (and a
+// warning): a model quantized with parameters invented from nothing. Convert refuses it,
+// naming the observer, and leaves the graph as it was.
+TEST(ConvertTest, ObserverThatSawNoValueIsRefused) {
+  auto m = BuildConvPool();
+  auto prepared = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  for (const auto& [path, observer] : prepared->observers) {
+    EXPECT_TRUE(ObserverSawNoValue(*observer)) << path.name();
+  }
+  const std::string before = SerializeModel(m->gm);
+  auto report = ConvertToReference(m->gm, *prepared);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(report.status().message().find(
+                "observer node 'activation_post_process_0' (observers.activation_post_process_0) "
+                "saw no value"),
+            std::string::npos)
+      << report.status();
+  EXPECT_EQ(SerializeModel(m->gm), before);
+}
+
+// A sample tensor without elements gives its observers no value: refused, naming the
+// placeholder, before anything is observed (no observer module changes).
+TEST(CalibrateTest, SampleWithoutElementsIsRefusedNamingThePlaceholder) {
+  auto m = BuildConvPool();
+  auto prepared = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  auto kernels = *BuiltinKernels();
+  ASSERT_TRUE(RegisterObserverKernels(*kernels).ok());
+  const std::string before = SerializeModel(m->gm);
+  const std::vector<CalibrationSample> samples = {
+      {Tensor::FromFloats({1, 1, 1, 2}, {-1.0f, 3.0f})},
+      {*Tensor::Zeros(DType::kFloat32, {0, 1, 2, 2})}};
+  auto calibration = Calibrate(m->gm, *prepared, samples, *kernels);
+  ASSERT_FALSE(calibration.ok());
+  EXPECT_EQ(calibration.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(calibration.status().message(),
+            "calibrate: sample 1 gives placeholder 'x' a tensor of shape [0, 1, 2, 2], which "
+            "has no elements; expected at least one value to observe");
+  EXPECT_EQ(SerializeModel(m->gm), before);
+}
+
+// Samples are made one at a time: a source of kMaxCalibrationSamples (10^9) samples costs
+// nothing until they are asked for, and stopping after three has made three.
+TEST(CalibrateTest, RandomSamplesAreMadeOneAtATime) {
+  auto m = BuildConvPool();
+  const absl::flat_hash_map<std::string, std::vector<int64_t>> shapes = {{"x", {1, 1, 2, 2}}};
+  auto source = RandomCalibrationSource(m->gm, kMaxCalibrationSamples, 5, shapes);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ(source->size(), 1000000000);
+  std::vector<CalibrationSample> seen;
+  const absl::Status stopped = source->ForEach([&](CalibrationSample sample) {
+    seen.push_back(std::move(sample));
+    return seen.size() == 3 ? absl::CancelledError("enough") : absl::OkStatus();
+  });
+  EXPECT_EQ(stopped, absl::CancelledError("enough"));
+  ASSERT_EQ(seen.size(), 3u);
+  // The same inputs as the samples made all at once, from the same seed, and each pass
+  // over the source makes them again.
+  auto all = RandomCalibrationSamples(m->gm, 3, 5, shapes);
+  ASSERT_TRUE(all.ok()) << all.status();
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(seen[i][0] == (*all)[i][0]) << i;
+  std::vector<CalibrationSample> again;
+  (void)source->ForEach([&](CalibrationSample sample) {
+    again.push_back(std::move(sample));
+    return absl::CancelledError("one");
+  });
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_TRUE(again[0][0] == seen[0][0]);
+
+  for (int64_t count : {int64_t{0}, kMaxCalibrationSamples + 1}) {
+    auto bad = RandomCalibrationSource(m->gm, count, 5, shapes);
+    ASSERT_FALSE(bad.ok()) << count;
+    EXPECT_NE(bad.status().message().find("expected 1 to 1000000000"), std::string::npos)
+        << bad.status();
+  }
+}
+
+// A placeholder shape past Tensor::kMaxElements (2^28), given or recorded in the model,
+// is refused naming the placeholder before any sample is made (it used to abort on the
+// failed allocation of the first sample).
+TEST(CalibrateTest, ShapeOverTheTensorLimitIsRefusedBeforeAnySample) {
+  auto m = BuildConvPool();
+  auto given = RandomCalibrationSource(m->gm, 1, 5, {{"x", {int64_t{1} << 31}}});
+  ASSERT_FALSE(given.ok());
+  EXPECT_EQ(given.status().message(),
+            "calibrate: placeholder 'x': shape [2147483648] has more than 268435456 elements");
+  given = RandomCalibrationSource(m->gm, 1, 5, {{"x", {1, 4, 20000, 20000}}});
+  ASSERT_FALSE(given.ok());
+  EXPECT_NE(given.status().message().find("placeholder 'x'"), std::string::npos);
+
+  ASSERT_TRUE(m->gm.graph().SetMeta(m->x, "shape", Argument::Ints({1 << 16, 1 << 15})).ok());
+  auto recorded = RandomCalibrationSource(m->gm, 8, 5);
+  ASSERT_FALSE(recorded.ok());
+  EXPECT_EQ(recorded.status().message(),
+            "calibrate: placeholder 'x': shape [65536, 32768] has more than 268435456 "
+            "elements");
+  // The limit itself is accepted (no sample is made yet, so nothing is allocated).
+  ASSERT_TRUE(m->gm.graph().SetMeta(m->x, "shape", Argument::Ints({1 << 14, 1 << 14})).ok());
+  EXPECT_TRUE(RandomCalibrationSource(m->gm, 8, 5).ok());
 }
 
 }  // namespace

@@ -90,6 +90,50 @@ TEST(Conv2dTest, OversizedUnfoldIsAnErrorNotAnAllocation) {
   EXPECT_THAT(y.status().message(), HasSubstr("needs more than"));
 }
 
+// A valid conv whose padding makes a 1.6e9-element output (4 x 20006 x 20006): refused
+// by the tensor limit (Tensor::kMaxElements, 2^28) before the output is allocated; it
+// used to abort with std::bad_alloc.
+TEST(Conv2dTest, OutputPastTheTensorLimitIsRefusedBeforeAllocating) {
+  auto x = Tensor::Zeros(DType::kFloat32, {1, 4, 8, 8});
+  auto w = Tensor::Zeros(DType::kFloat32, {4, 4, 3, 3});
+  ASSERT_TRUE(x.ok() && w.ok());
+  Conv2dParams p;
+  p.padding = {10000, 10000};
+  auto y = Conv2d(*x, *w, nullptr, p);
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(y.status().message(), "shape [1, 4, 20006, 20006] has more than 268435456 elements");
+}
+
+// Window parameters past the limit are refused before the output-size arithmetic, which
+// they would overflow (H + 2 * 2^62).
+TEST(Conv2dTest, WindowParametersPastTheLimitAreRefused) {
+  Tensor x = Tensor::FromFloats({1, 1, 2, 2}, Iota(4));
+  Tensor w = Tensor::FromFloats({1, 1, 1, 1}, {1});
+  const int64_t huge = int64_t{1} << 62;
+  for (int field = 0; field < 4; ++field) {
+    Conv2dParams p;
+    if (field == 0) p.padding = {huge, 0};
+    if (field == 1) p.stride = {1, huge};
+    if (field == 2) p.dilation = {huge, 1};
+    if (field == 3) p.groups = huge;
+    auto y = Conv2d(x, w, nullptr, p);
+    EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(y.status().message(), HasSubstr("all at most 268435456")) << field;
+  }
+}
+
+TEST(Pool2dTest, WindowParametersPastTheLimitAreRefused) {
+  Tensor x = Tensor::FromFloats({1, 1, 2, 2}, Iota(4));
+  Pool2dParams p;
+  p.kernel_size = {int64_t{1} << 62, 1};
+  p.stride = {1, 1};
+  p.padding = {0, 0};
+  p.dilation = {1, 1};
+  auto y = MaxPool2d(x, p);
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("<= 268435456"));
+}
+
 TEST(Conv2dTest, QuantizedInputIsAnError) {
   auto q = Tensor::Zeros(DType::kQUInt8, {1, 1, 2, 2}, QuantParams::PerTensor(0.1, 0));
   ASSERT_TRUE(q.ok());

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,27 @@ TEST(InterpreterTest, KernelErrorsNameTheNode) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status().message(), HasSubstr("node 'features_conv' (call_module features.conv)"));
   EXPECT_THAT(out.status().message(), HasSubstr("expects 3 input channels"));
+}
+
+// A kernel whose allocation fails is that node's error (ResourceExhausted, naming it),
+// not an uncaught std::bad_alloc that aborts the process.
+TEST(InterpreterTest, KernelOutOfMemoryIsAStatusNamingTheNode) {
+  GraphModule gm;
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* call = *gm.graph().AddCallFunction("test.hungry", {x});
+  ASSERT_TRUE(gm.graph().SetOutput(call).ok());
+  auto kernels = Kernels();
+  ASSERT_TRUE(kernels
+                  ->RegisterFunction(OpKind::kCallFunction, "test.hungry",
+                                     [](const KernelContext&, absl::Span<const Value>,
+                                        const ValueKwargs&) -> absl::StatusOr<Value> {
+                                       throw std::bad_alloc();
+                                     })
+                  .ok());
+  auto out = fuselage::Run(gm, {Tensor::FromFloats({1}, {1})}, *kernels);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(out.status().message(),
+            "node 'hungry' (call_function test.hungry): out of memory running its kernel");
 }
 
 TEST(InterpreterTest, UserModuleTypeWithItsOwnSchemaAndKernel) {

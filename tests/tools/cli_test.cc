@@ -3,6 +3,11 @@
 #include "tools/cli.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <new>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +17,7 @@
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
 #include "tests/tools/run_cli.h"
+#include "tools/command.h"
 
 namespace fuselage {
 namespace {
@@ -69,6 +75,8 @@ TEST(CliTest, UsageMistakesExit2WithOneLine) {
                                              {"dot", kExample, "-o"},
                                              {"verify"},
                                              {"demo", "--seed", "minus-one"},
+                                             {"demo", "--seed", "4294967296"},
+                                             {"demo", "--seed=-1"},
                                              {"demo", "extra"}}) {
     CliResult r = RunFuselage(args);
     EXPECT_EQ(r.code, 2) << args[0];
@@ -138,6 +146,70 @@ TEST(CliTest, DemoLoadsVerifiesAndPrints) {
   EXPECT_THAT(r.out, HasSubstr("[2/3] verify: ok (7 nodes)"));
   EXPECT_THAT(r.out, HasSubstr("        add = bn + identity\n"));
   EXPECT_THAT(r.out, HasSubstr("        return relu\n"));
+}
+
+// demo's --seed is read as every integer flag is (IntFlag): 2^32 used to be refused only
+// by SimpleAtoi's uint32 overflow, now by the range, which the message gives.
+TEST(CliTest, DemoSeedNamesItsRange) {
+  CliResult r = RunFuselage({"demo", "--seed=4294967296"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "fuselage: --seed is '4294967296'; expected an integer in [0, 4294967295]\n");
+  const std::string written = absl::StrCat(TempDir(), "/demo_max_seed.fsl");
+  r = RunFuselage({"demo", "--seed=4294967295", "--write-example", written});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("(seed 4294967295)"));
+}
+
+// The one integer reader of the command line: exactly an optional '-' and digits, in
+// range, or nothing; never a truncated or wrapped value.
+TEST(ParseIntegerTest, AcceptsOnlyDecimalIntegersInRange) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(ParseInteger("0", 0, 10), 0);
+  EXPECT_EQ(ParseInteger("10", 0, 10), 10);
+  EXPECT_EQ(ParseInteger("-5", -5, 5), -5);
+  EXPECT_EQ(ParseInteger("007", 0, 10), 7);
+  EXPECT_EQ(ParseInteger("4294967297", 0, kMax), int64_t{4294967297});
+  EXPECT_EQ(ParseInteger("9223372036854775807", kMin, kMax), kMax);
+  EXPECT_EQ(ParseInteger("-9223372036854775808", kMin, kMax), kMin);
+  for (const char* bad : {"", "-", "+1", " 1", "1 ", "1x", "0x10", "1e3", "1.0", "1,2", "--1",
+                          "9223372036854775808", "-9223372036854775809",
+                          "99999999999999999999999"}) {
+    EXPECT_EQ(ParseInteger(bad, kMin, kMax), std::nullopt) << "'" << bad << "'";
+  }
+  EXPECT_EQ(ParseInteger("11", 0, 10), std::nullopt);
+  EXPECT_EQ(ParseInteger("-1", 0, 10), std::nullopt);
+  EXPECT_EQ(ParseInteger(absl::string_view("1\0" "2", 3), 0, 100), std::nullopt);
+}
+
+TEST(ParseIntegerTest, IntFlagGivesTheDefaultOrAUsageErrorNamingFlagValueAndRange) {
+  ParsedArgs parsed;
+  auto absent = IntFlag(parsed, "--n", 7, 1, 9);
+  ASSERT_TRUE(absent.ok());
+  EXPECT_EQ(*absent, 7);
+  parsed.flags["--n"] = "9";
+  EXPECT_EQ(*IntFlag(parsed, "--n", 7, 1, 9), 9);
+  parsed.flags["--n"] = "10";
+  const absl::Status refused = IntFlag(parsed, "--n", 7, 1, 9).status();
+  EXPECT_TRUE(IsUsageError(refused)) << refused;
+  EXPECT_EQ(refused.message(), "--n is '10'; expected an integer in [1, 9]");
+}
+
+// An allocation failure that escapes a command (sizes from input are bounded, but memory
+// can still run out) is one `fuselage: out of memory` line and exit 1, not an abort.
+TEST(CliTest, OutOfMemoryInACommandIsOneLineAndExit1) {
+  Command hungry;
+  hungry.name = "hungry";
+  hungry.run = [](const std::vector<std::string>&, CommandContext&) -> absl::Status {
+    throw std::bad_alloc();
+  };
+  std::ostringstream out, err;
+  const int code = RunCli({"hungry"}, {hungry}, "", out, err);
+  EXPECT_EQ(code, kExitFailure);
+  CliResult r{code, out.str(), err.str()};
+  ExpectOneErrorLine(r);
+  EXPECT_THAT(r.err, StartsWith("fuselage: out of memory"));
+  EXPECT_TRUE(r.out.empty());
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 // "0" → nnqr.Conv2d) and so one plan module. Convert turns each of the 3 observer nodes
 // into quantize_per_tensor + dequantize: 7 - 3 + 6 = 10 nodes. The stages run one by one
 // through files must give the same lowered model file, byte for byte, as `quantize`.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -132,6 +133,35 @@ TEST_F(StageCommandsTest, ConvertAndCalibrateRefuseAnUnpreparedModel) {
   r = RunFuselage({"calibrate", fused_, "--samples=1", "-o", TempPath("x.fsl")});
   EXPECT_EQ(r.code, kExitFailure);
   EXPECT_THAT(r.err, HasSubstr("calibrate: " + fused_ + ": not a prepared model"));
+}
+
+// `convert` on a prepared but never calibrated model used to quantize with PyTorch's
+// defaults (scale 1.0, zero point 0); it is refused, naming the observer, and writes
+// nothing. `calibrate` refuses an empty input and an out-of-range --samples the same way
+// `quantize` does.
+TEST_F(StageCommandsTest, NothingIsConvertedFromObserversThatSawNoValue) {
+  const std::string prepared = TempPath("uncalibrated_prepared.fsl");
+  CliResult r = RunFuselage({"prepare", fused_, "--backend=qnnpack",
+                             "--config=" + std::string(kResidualConfig), "-o", prepared});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string reference = TempPath("uncalibrated_reference.fsl");
+  std::remove(reference.c_str());
+  r = RunFuselage({"convert", prepared, "-o", reference});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_THAT(r.err, HasSubstr("(observers.activation_post_process_0) saw no value"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(LoadModel(reference).ok()) << "convert wrote " << reference;
+
+  const std::string calibrated = TempPath("empty_calibrated.fsl");
+  r = RunFuselage({"calibrate", prepared, "--input-shape=0,4,8,8", "-o", calibrated});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_THAT(r.err, HasSubstr("gives placeholder 'x' a tensor of shape [0, 4, 8, 8], which "
+                               "has no elements"));
+  r = RunFuselage({"calibrate", prepared, "--samples=4294967304", "--input-shape=1,4,8,8", "-o",
+                   calibrated});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, "fuselage: --samples is '4294967304'; expected an integer in [1, "
+                   "1000000000]\n");
 }
 
 TEST_F(StageCommandsTest, WrongCommandLinesAreUsageErrors) {

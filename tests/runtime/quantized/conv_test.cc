@@ -49,6 +49,23 @@ Conv2dParams ParamsOf(const GoldenCase& c) {
   return p;
 }
 
+// A padding that makes a 1.6e9-element output is refused before the accumulators are
+// allocated (the tensor limit, Tensor::kMaxElements = 2^28), naming the shape.
+TEST(QuantizedConv2dTest, OutputPastTheTensorLimitIsRefusedBeforeAllocating) {
+  const Tensor x = QU8({1, 4, 1, 1}, {10, 10, 10, 10}, 0.5, 10);
+  const Tensor w =
+      QI8({4, 4, 1, 1}, std::vector<int8_t>(16, 1), QuantParams::PerTensor(0.25, 0));
+  Conv2dParams p;
+  p.padding = {10000, 10000};
+  auto y = QuantizedConv2d(x, w, nullptr, p, 0.125, 3, /*relu=*/false);
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(y.status().message().find(
+                "shape [1, 4, 20001, 20001] has more than 268435456 elements"),
+            std::string::npos)
+      << y.status();
+}
+
 TEST(QuantizedConv2dTest, HandComputed1x1And2x2) {
   // x: 1x1x2x2 quint8 values 12, 14, 8, 10 with scale 0.5, zp 10 -> real 1, 2, -1, 0.
   const Tensor x = QU8({1, 1, 2, 2}, {12, 14, 8, 10}, 0.5, 10);

@@ -76,6 +76,22 @@ TEST(QuantizedLinearTest, MatchesPyTorchOnednnAtTies) {
   EXPECT_GT(int_zp_differs, 0);
 }
 
+// 2^14 rows times 2^15 output features: 2^29 accumulators, past the tensor limit (2^28),
+// refused before they are allocated, from inputs of 16 KiB and 32 KiB.
+TEST(QuantizedLinearTest, OutputPastTheTensorLimitIsRefusedBeforeAllocating) {
+  auto x = Tensor::FromBytes(DType::kQUInt8, {1 << 14, 1}, std::string(1 << 14, '\x01'),
+                             QuantParams::PerTensor(0.5, 1));
+  auto w = Tensor::FromBytes(DType::kQInt8, {1 << 15, 1}, std::string(1 << 15, '\x01'),
+                             QuantParams::PerTensor(0.5, 0));
+  ASSERT_TRUE(x.ok() && w.ok());
+  auto y = QuantizedLinear(*x, *w, nullptr, 0.25, 10, false);
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(y.status().message().find("shape [16384, 32768] has more than 268435456 elements"),
+            std::string::npos)
+      << y.status();
+}
+
 TEST(QuantizedLinearTest, BadInputErrors) {
   auto x = Tensor::FromBytes(DType::kQUInt8, {1, 3}, std::string(3, '\x01'),
                              QuantParams::PerTensor(0.5, 1));
