@@ -1086,6 +1086,41 @@ absl::StatusOr<Tensor> PadFunction(const Tensor& x, const ArgReader& r) {
   return ConstantPad(x, pads, static_cast<float>(value));
 }
 
+// F.conv1d / F.conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1,
+// groups=1) and F.conv_transpose1d / 2d / 3d(input, weight, bias=None, stride=1,
+// padding=0, output_padding=0, groups=1, dilation=1): note the transposed forms' order.
+FunctionKernel FunctionalConvNd(int spatial_dims, bool transposed) {
+  return UnaryFunction([spatial_dims, transposed](const Tensor& x,
+                                                  const ArgReader& r) -> absl::StatusOr<Tensor> {
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(transposed ? 8 : 7));
+    ASSIGN_OR_RETURN(const Tensor* weight, r.GetFloatTensor(1, "weight"));
+    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
+    const size_t n = static_cast<size_t>(spatial_dims);
+    const std::vector<int64_t> zeros(n, 0), ones(n, 1);
+    ConvNdParams p;
+    ASSIGN_OR_RETURN(p.stride, r.OptionalInts(3, "stride", n, ones));
+    const Value* padding = r.Find(4, "padding");
+    if (padding != nullptr && padding->is_string()) {
+      if (transposed || padding->as_string() != "valid") {
+        return absl::UnimplementedError(absl::StrCat("conv: padding='", padding->as_string(),
+                                                     "' is not supported; use explicit ints"));
+      }
+      p.padding = zeros;
+    } else {
+      ASSIGN_OR_RETURN(p.padding, r.OptionalInts(4, "padding", n, zeros));
+    }
+    if (transposed) {
+      ASSIGN_OR_RETURN(p.output_padding, r.OptionalInts(5, "output_padding", n, zeros));
+      ASSIGN_OR_RETURN(p.groups, r.OptionalInt(6, "groups", 1));
+      ASSIGN_OR_RETURN(p.dilation, r.OptionalInts(7, "dilation", n, ones));
+      return ConvTransposeNd(x, *weight, bias, p, spatial_dims);
+    }
+    ASSIGN_OR_RETURN(p.dilation, r.OptionalInts(5, "dilation", n, ones));
+    ASSIGN_OR_RETURN(p.groups, r.OptionalInt(6, "groups", 1));
+    return ConvNd(x, *weight, bias, p, spatial_dims);
+  });
+}
+
 struct NamedModuleKernel {
   const char* type;
   ModuleKernel kernel;
@@ -1483,6 +1518,11 @@ std::vector<NamedFunctionKernel> FunctionKernels() {
          return AdaptiveMaxPool2d(x, size.first, size.second);
        })},
       {kFunction, "torchvision.ops.stochastic_depth.stochastic_depth", StochasticDepthKernel},
+      {kFunction, "torch.nn.functional.conv1d", FunctionalConvNd(1, false)},
+      {kFunction, "torch.nn.functional.conv3d", FunctionalConvNd(3, false)},
+      {kFunction, "torch.nn.functional.conv_transpose1d", FunctionalConvNd(1, true)},
+      {kFunction, "torch.nn.functional.conv_transpose2d", FunctionalConvNd(2, true)},
+      {kFunction, "torch.nn.functional.conv_transpose3d", FunctionalConvNd(3, true)},
       {kFunction, "torch.permute", PermuteKernel},
       {kMethod, "permute", PermuteKernel},
       {kFunction, "torch.transpose", TransposeKernel},

@@ -20,7 +20,8 @@
 // relu / sigmoid / tanh / softmax / log_softmax / matmul / bmm / mean / sum / amax,
 // torch.functional.split, torch.nn.functional.relu / relu6 / hardtanh / hardswish /
 // hardsigmoid / sigmoid / tanh / silu / gelu / elu / leaky_relu / prelu / softmax /
-// log_softmax / layer_norm / group_norm / instance_norm / conv2d / linear / max_pool2d /
+// log_softmax / layer_norm / group_norm / instance_norm / conv1d / conv2d / conv3d /
+// conv_transpose1d / 2d / 3d / linear / max_pool2d /
 // avg_pool2d / adaptive_avg_pool2d / adaptive_max_pool2d / interpolate (nearest, bilinear;
 // 4-d inputs) / pad (constant) / dropout (training=False only),
 // torchvision.ops.stochastic_depth.stochastic_depth (training=False or p=0 only: the

@@ -563,6 +563,28 @@ def build_model_op_cases():
     case("operator_truediv_scalar_left", [pos], 2 / pos, fn, "operator.truediv",
          [2, Ref("x0")])
     case("method_div_tensor", [a, d], a.div(d), meth, "div", [Ref("x0"), Ref("x1")])
+    # ---- Functional convolutions with get_attr weights ---------------------------------
+    x1, w1, b1 = r(2, 4, 9), r(6, 2, 3), r(6)
+    case("functional_conv1d", [x1], F.conv1d(x1, w1, b1, 2, 1, 2, 2), fn,
+         "torch.nn.functional.conv1d", [Ref("x0"), Ref("w"), Ref("b"), 2, 1, 2, 2],
+         attrs={"w": w1, "b": b1})
+    x3, w3 = r(1, 2, 4, 5, 5), r(3, 2, 2, 3, 3)
+    case("functional_conv3d_kwargs", [x3], F.conv3d(x3, w3, padding=(0, 1, 1), stride=(1, 2, 1)),
+         fn, "torch.nn.functional.conv3d", [Ref("x0"), Ref("w")],
+         {"padding": (0, 1, 1), "stride": (1, 2, 1)}, attrs={"w": w3})
+    xt, wt, bt = r(1, 4, 5), r(4, 3, 3), r(6)
+    case("functional_conv_transpose1d", [xt], F.conv_transpose1d(xt, wt, bt, 2, 1, 1, 2), fn,
+         "torch.nn.functional.conv_transpose1d", [Ref("x0"), Ref("w"), Ref("b"), 2, 1, 1, 2],
+         attrs={"w": wt, "b": bt})
+    xt2, wt2 = r(1, 2, 3, 4), r(2, 3, 3, 3)
+    case("functional_conv_transpose2d_dilation", [xt2],
+         F.conv_transpose2d(xt2, wt2, stride=2, dilation=2, output_padding=1), fn,
+         "torch.nn.functional.conv_transpose2d", [Ref("x0"), Ref("w")],
+         {"stride": 2, "dilation": 2, "output_padding": 1}, attrs={"w": wt2})
+    xt3, wt3 = r(1, 2, 2, 3, 3), r(2, 2, 2, 2, 2)
+    case("functional_conv_transpose3d", [xt3], F.conv_transpose3d(xt3, wt3, stride=2), fn,
+         "torch.nn.functional.conv_transpose3d", [Ref("x0"), Ref("w")], {"stride": 2},
+         attrs={"w": wt3})
 
 
 def write_npy_fixtures():
