@@ -1121,6 +1121,68 @@ FunctionKernel FunctionalConvNd(int spatial_dims, bool transposed) {
   });
 }
 
+// x with shape `shape`, which drops or inserts size-1 dims only; a per-channel axis
+// moves to `axis` (the caller's count of the dims before it in the new shape).
+absl::StatusOr<Tensor> ReshapedKeepingAxis(const Tensor& x, std::vector<int64_t> shape,
+                                           int64_t axis) {
+  ASSIGN_OR_RETURN(Tensor y, x.Reshaped(std::move(shape)));
+  if (x.qparams().scheme == QScheme::kPerChannelAffine) {
+    QuantParams q = x.qparams();
+    q.axis = axis;
+    y.set_qparams(std::move(q));
+  }
+  return y;
+}
+
+// squeeze(input, dim=None): drops every size-1 dim, or only `dim` if it has size 1. Any
+// dtype.
+absl::StatusOr<Value> SqueezeKernel(const KernelContext&, absl::Span<const Value> args,
+                                    const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  RETURN_IF_ERROR(r.ExpectAtMostPositional(2));
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+  const Value* dim = r.Find(1, "dim");
+  std::vector<bool> drop(x->dim(), false);
+  if (dim == nullptr || dim->is_none()) {
+    for (int64_t d = 0; d < x->dim(); ++d) drop[d] = x->shape()[d] == 1;
+  } else {
+    if (!dim->is_int()) {
+      return absl::InvalidArgumentError(absl::StrCat("squeeze: arg 'dim' is ", dim->ToString(),
+                                                     "; expected an int"));
+    }
+    ASSIGN_OR_RETURN(int64_t d, NormalizeDim(dim->as_int(), x->dim()));
+    if (x->dim() > 0) drop[d] = x->shape()[d] == 1;
+  }
+  const int64_t old_axis = x->qparams().axis;
+  if (x->qparams().scheme == QScheme::kPerChannelAffine && drop[old_axis]) {
+    return absl::UnimplementedError("squeeze: the channel axis of a per-channel quantized tensor");
+  }
+  std::vector<int64_t> shape;
+  int64_t axis = 0;
+  for (int64_t d = 0; d < x->dim(); ++d) {
+    if (drop[d]) continue;
+    if (d < old_axis) ++axis;
+    shape.push_back(x->shape()[d]);
+  }
+  ASSIGN_OR_RETURN(Tensor y, ReshapedKeepingAxis(*x, std::move(shape), axis));
+  return Value(std::move(y));
+}
+
+// unsqueeze(input, dim): a size-1 dim inserted at dim in [-rank - 1, rank]. Any dtype.
+absl::StatusOr<Value> UnsqueezeKernel(const KernelContext&, absl::Span<const Value> args,
+                                      const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  RETURN_IF_ERROR(r.ExpectAtMostPositional(2));
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+  ASSIGN_OR_RETURN(int64_t dim, r.GetInt(1, "dim"));
+  ASSIGN_OR_RETURN(int64_t d, NormalizeDim(dim, x->dim() + 1));
+  std::vector<int64_t> shape(x->shape().begin(), x->shape().end());
+  shape.insert(shape.begin() + d, 1);
+  const int64_t axis = x->qparams().axis + (d <= x->qparams().axis ? 1 : 0);
+  ASSIGN_OR_RETURN(Tensor y, ReshapedKeepingAxis(*x, std::move(shape), axis));
+  return Value(std::move(y));
+}
+
 struct NamedModuleKernel {
   const char* type;
   ModuleKernel kernel;
@@ -1268,8 +1330,8 @@ std::vector<NamedModuleKernel> ModuleKernels() {
          if (shape == nullptr) {
            return absl::InvalidArgumentError("nn.LayerNorm: missing attribute 'normalized_shape'");
          }
-         ASSIGN_OR_RETURN(std::vector<int64_t> normalized,
-                          m.GetInts("normalized_shape", shape->is_list() ? shape->items().size() : 1));
+         const size_t rank = shape->is_list() ? shape->items().size() : 1;
+         ASSIGN_OR_RETURN(std::vector<int64_t> normalized, m.GetInts("normalized_shape", rank));
          ASSIGN_OR_RETURN(double eps, FloatAttr(m, "eps", 1e-5));
          return LayerNorm(x, normalized, OptionalTensor(m, "weight"), OptionalTensor(m, "bias"),
                           eps);
@@ -1523,6 +1585,10 @@ std::vector<NamedFunctionKernel> FunctionKernels() {
       {kFunction, "torch.nn.functional.conv_transpose1d", FunctionalConvNd(1, true)},
       {kFunction, "torch.nn.functional.conv_transpose2d", FunctionalConvNd(2, true)},
       {kFunction, "torch.nn.functional.conv_transpose3d", FunctionalConvNd(3, true)},
+      {kFunction, "torch.squeeze", SqueezeKernel},
+      {kMethod, "squeeze", SqueezeKernel},
+      {kFunction, "torch.unsqueeze", UnsqueezeKernel},
+      {kMethod, "unsqueeze", UnsqueezeKernel},
       {kFunction, "torch.permute", PermuteKernel},
       {kMethod, "permute", PermuteKernel},
       {kFunction, "torch.transpose", TransposeKernel},

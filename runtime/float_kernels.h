@@ -15,30 +15,31 @@
 // nni.LinearReLU,
 // nni.LinearBn1d (sequential over children), nni.ConvAdd2d / nni.ConvAddReLU2d
 // ((x, extra) -> [relu](conv(x) + extra), conv = child "0").
-// call_function: operator.add / sub / mul / truediv / matmul / getitem, torch.add / sub /
-// mul / div / cat / stack / flatten / reshape / permute / transpose / chunk / unbind /
-// relu / sigmoid / tanh / softmax / log_softmax / matmul / bmm / mean / sum / amax,
-// torch.functional.split, torch.nn.functional.relu / relu6 / hardtanh / hardswish /
-// hardsigmoid / sigmoid / tanh / silu / gelu / elu / leaky_relu / prelu / softmax /
-// log_softmax / layer_norm / group_norm / instance_norm / conv1d / conv2d / conv3d /
-// conv_transpose1d / 2d / 3d / linear / max_pool2d /
-// avg_pool2d / adaptive_avg_pool2d / adaptive_max_pool2d / interpolate (nearest, bilinear;
-// 4-d inputs) / pad (constant) / dropout (training=False only),
+// call_function: operator.add / sub / mul / truediv / matmul / getitem; torch.add / sub /
+// mul / div / cat / stack / flatten / reshape / squeeze / unsqueeze / permute / transpose /
+// chunk / unbind / relu / sigmoid / tanh / softmax / log_softmax / matmul / bmm / mean /
+// sum / amax; torch.functional.split; torch.nn.functional.relu / relu6 / hardtanh /
+// hardswish / hardsigmoid / sigmoid / tanh / silu / gelu / elu / leaky_relu / prelu /
+// softmax / log_softmax / layer_norm / group_norm / instance_norm / conv1d / conv2d /
+// conv3d / conv_transpose1d / 2d / 3d / linear / max_pool2d / avg_pool2d /
+// adaptive_avg_pool2d / adaptive_max_pool2d / interpolate (nearest, bilinear; 4-d
+// inputs) / pad (constant) / dropout (training=False only);
 // torchvision.ops.stochastic_depth.stochastic_depth (training=False or p=0 only: the
 // identity).
-// call_method: add, sub, mul, div, relu, sigmoid, tanh, softmax, log_softmax, view, reshape,
-// flatten, permute, transpose, chunk, split, unbind, matmul, bmm, mean, sum, amax, size,
-// contiguous.
+// call_method: add, sub, mul, div, relu, sigmoid, tanh, softmax, log_softmax, view,
+// reshape, flatten, squeeze, unsqueeze, permute, transpose, chunk, split, unbind, matmul,
+// bmm, mean, sum, amax, size, contiguous.
 //
 // add / sub / mul / div take tensors (broadcasting) or numbers on either side (two ints
 // give an int for add / sub / mul, as in Python, for shape arithmetic on size()). chunk /
 // split / unbind return a tuple of tensors (read by getitem). The shape-only kernels
-// (flatten, view, reshape, permute, transpose, chunk, split, unbind, size, contiguous,
-// getitem, stochastic_depth, nn.Identity, nn.Dropout, nn.Flatten) accept any dtype,
-// quantized included, keeping bytes and qparams (a per-channel axis follows permute;
-// split along it splits the scales); cat does too when all inputs share their qparams.
-// Every other kernel wants float32 and says so otherwise (a quantized tensor reaching,
-// say, nn.ReLU runs the quantized overload that runtime/quantized registers).
+// (flatten, view, reshape, squeeze, unsqueeze, permute, transpose, chunk, split, unbind,
+// size, contiguous, getitem, stochastic_depth, nn.Identity, nn.Dropout, nn.Flatten) accept
+// any dtype, quantized included, keeping bytes and qparams (a per-channel axis follows
+// permute / squeeze / unsqueeze; split along it splits the scales); cat does too when all
+// inputs share their qparams. Every other kernel wants float32 and says so otherwise (a
+// quantized tensor reaching, say, nn.ReLU runs the quantized overload that
+// runtime/quantized registers).
 //
 // Absent module attributes take PyTorch's defaults (stride 1, padding 0, eps 1e-5, ...).
 #ifndef FUSELAGE_RUNTIME_FLOAT_KERNELS_H_

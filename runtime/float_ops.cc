@@ -763,8 +763,9 @@ absl::StatusOr<Tensor> LogSoftmax(const Tensor& x, int64_t dim) {
 
 absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b) {
   if (a.dim() == 0 || b.dim() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("matmul: both operands need at least 1 dim; got ",
-                                                   a.ShapeString(), " and ", b.ShapeString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "matmul: both operands need at least 1 dim; got ", a.ShapeString(), " and ",
+        b.ShapeString()));
   }
   // Promote 1-d operands: a vector on the left is a row, on the right a column.
   std::vector<int64_t> sa(a.shape().begin(), a.shape().end());

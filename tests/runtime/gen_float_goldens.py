@@ -585,6 +585,14 @@ def build_model_op_cases():
     case("functional_conv_transpose3d", [xt3], F.conv_transpose3d(xt3, wt3, stride=2), fn,
          "torch.nn.functional.conv_transpose3d", [Ref("x0"), Ref("w")], {"stride": 2},
          attrs={"w": wt3})
+    # ---- squeeze / unsqueeze ------------------------------------------------------------
+    q = r(2, 1, 3, 1)
+    case("torch_squeeze_all", [q], torch.squeeze(q), fn, "torch.squeeze", [Ref("x0")])
+    case("method_squeeze_dim", [q], q.squeeze(-1), meth, "squeeze", [Ref("x0"), -1])
+    case("method_squeeze_non_one_dim", [q], q.squeeze(0), meth, "squeeze", [Ref("x0"), 0])
+    case("torch_unsqueeze_negative", [q], torch.unsqueeze(q, -1), fn, "torch.unsqueeze",
+         [Ref("x0"), -1])
+    case("method_unsqueeze", [q], q.unsqueeze(1), meth, "unsqueeze", [Ref("x0"), 1])
 
 
 def write_npy_fixtures():
