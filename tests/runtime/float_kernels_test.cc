@@ -392,5 +392,27 @@ TEST_F(FloatKernelsTest, GroupNormModuleIsCheckedByVerifyAndRuns) {
   EXPECT_THAT(verified.message(), HasSubstr("multiple of num_groups (2)"));
 }
 
+TEST_F(FloatKernelsTest, ShapeOpsKeepThePerChannelAxisOnItsDim) {
+  // A [3, 2] tensor quantized per channel on axis 0: unsqueeze(0) moves the axis to 1,
+  // then permute(0, 2, 1) to 2, and squeeze() (dropping dim 0) back to 1.
+  auto q = Tensor::Zeros(DType::kQUInt8, {3, 2},
+                         QuantParams::PerChannel({0.1, 0.2, 0.3}, {0, 0, 0}, 0));
+  ASSERT_TRUE(q.ok()) << q.status();
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* u = *g.AddCallMethod("unsqueeze", {x, Argument::Int(0)});
+  Node* p = *g.AddCallMethod("permute", {u, Argument::Int(0), Argument::Int(2), Argument::Int(1)});
+  Node* s = *g.AddCallFunction("torch.squeeze", {p});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({u, p, s})).ok());
+  auto out = RunGraph(gm, {*q});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->items()[0].as_tensor().qparams().axis, 1);
+  EXPECT_EQ(out->items()[1].as_tensor().qparams().axis, 2);
+  EXPECT_EQ(out->items()[1].as_tensor().shape(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(out->items()[2].as_tensor().qparams().axis, 1);
+  EXPECT_EQ(out->items()[2].as_tensor().shape(), (std::vector<int64_t>{2, 3}));
+}
+
 }  // namespace
 }  // namespace fuselage
