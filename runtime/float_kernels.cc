@@ -1272,6 +1272,7 @@ std::vector<NamedModuleKernel> ModuleKernels() {
        }},
       {"nn.Identity", PassThroughModule},
       {"nn.Dropout", PassThroughModule},
+      {"nn.Dropout2d", PassThroughModule},
       {"nni.ConvReLU2d", SequentialFusedModule(true)},
       {"nni.ConvBn2d", SequentialFusedModule(false)},
       {"nni.ConvBnReLU2d", SequentialFusedModule(true)},

@@ -10,7 +10,8 @@
 // nn.LogSoftmax, nn.LayerNorm, nn.GroupNorm, nn.InstanceNorm1d / 2d / 3d (input statistics,
 // or the running ones with track_running_stats), nn.MaxPool2d, nn.AvgPool2d,
 // nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.Upsample / nn.UpsamplingNearest2d /
-// nn.UpsamplingBilinear2d, nn.Flatten, nn.Identity, nn.Dropout (eval: identity),
+// nn.UpsamplingBilinear2d, nn.Flatten, nn.Identity, nn.Dropout / nn.Dropout2d (eval:
+// identity),
 // nni.ConvReLU{1,2,3}d, nni.ConvBn{1,2,3}d, nni.ConvBnReLU{1,2,3}d, nni.BNReLU{2,3}d,
 // nni.LinearReLU,
 // nni.LinearBn1d (sequential over children), nni.ConvAdd2d / nni.ConvAddReLU2d
@@ -34,7 +35,7 @@
 // give an int for add / sub / mul, as in Python, for shape arithmetic on size()). chunk /
 // split / unbind return a tuple of tensors (read by getitem). The shape-only kernels
 // (flatten, view, reshape, squeeze, unsqueeze, permute, transpose, chunk, split, unbind,
-// size, contiguous, getitem, stochastic_depth, nn.Identity, nn.Dropout, nn.Flatten) accept
+// size, contiguous, getitem, stochastic_depth, nn.Identity, nn.Dropout(2d), nn.Flatten) accept
 // any dtype, quantized included, keeping bytes and qparams (a per-channel axis follows
 // permute / squeeze / unsqueeze; split along it splits the scales); cat does too when all
 // inputs share their qparams. Every other kernel wants float32 and says so otherwise (a

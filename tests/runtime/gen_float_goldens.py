@@ -593,6 +593,7 @@ def build_model_op_cases():
     case("torch_unsqueeze_negative", [q], torch.unsqueeze(q, -1), fn, "torch.unsqueeze",
          [Ref("x0"), -1])
     case("method_unsqueeze", [q], q.unsqueeze(1), meth, "unsqueeze", [Ref("x0"), 1])
+    module_case("dropout2d_eval", nn.Dropout2d(0.3), r(1, 3, 2, 2))
 
 
 def write_npy_fixtures():
