@@ -18,6 +18,15 @@ std::string ShapeStr(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+// A weight / bias read as floats must be float32 (a module file may hold any dtype);
+// null (absent) passes.
+absl::Status ExpectFloatParameter(const Tensor* t, absl::string_view what,
+                                  absl::string_view name) {
+  if (t == nullptr || t->dtype() == DType::kFloat32) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", name, " is ", DTypeName(t->dtype()),
+                                                 " ", t->ShapeString(), "; expected float32"));
+}
+
 // Applies `fn` to every element of float tensor `x` into a new tensor of its shape.
 template <typename Fn>
 Tensor MapFloats(const Tensor& x, Fn fn) {
@@ -217,6 +226,7 @@ Tensor LeakyRelu(const Tensor& x, float negative_slope) {
 }
 
 absl::StatusOr<Tensor> Prelu(const Tensor& x, const Tensor& weight) {
+  RETURN_IF_ERROR(ExpectFloatParameter(&weight, "prelu", "weight"));
   const int64_t slopes = weight.numel();
   const int64_t channels = x.dim() == 0 ? 1 : x.dim() == 1 ? x.shape()[0] : x.shape()[1];
   if (slopes != 1 && slopes != channels) {
@@ -634,6 +644,7 @@ Tensor NormalizeRuns(const Tensor& x, int64_t group_size, double eps, Affine aff
 
 absl::Status CheckChannelTensor(const Tensor* t, int64_t channels, absl::string_view what,
                                 absl::string_view name, const Tensor& x) {
+  RETURN_IF_ERROR(ExpectFloatParameter(t, what, name));
   if (t == nullptr || (t->dim() == 1 && t->shape()[0] == channels)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", name, " has shape ",
                                                  t->ShapeString(), "; expected [", channels,
@@ -683,6 +694,7 @@ absl::StatusOr<Tensor> LayerNorm(const Tensor& x, absl::Span<const int64_t> norm
   }
   for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{weight, "weight"},
                                 {bias, "bias"}}) {
+    RETURN_IF_ERROR(ExpectFloatParameter(t, "layer_norm", name));
     if (t != nullptr && !std::equal(t->shape().begin(), t->shape().end(),
                                     normalized_shape.begin(), normalized_shape.end())) {
       return absl::InvalidArgumentError(absl::StrCat("layer_norm: ", name, " has shape ",

@@ -415,5 +415,18 @@ TEST(ReductionTest, SumAmaxAndPad) {
   EXPECT_THAT(Floats(*p), ElementsAre(9, 1));
 }
 
+TEST(ActivationTest, PreluSlopesPerChannelAndFloatWeightsOnly) {
+  // [N=1, C=2, 2]: channel 0 slope 0.5, channel 1 slope -1: [-2, 3 | -4, 5] ->
+  // [-1, 3 | 4, 5]. A module file's int64 weight is refused, not read as floats.
+  Tensor x = Tensor::FromFloats({1, 2, 2}, {-2, 3, -4, 5});
+  auto y = Prelu(x, Tensor::FromFloats({2}, {0.5, -1}));
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Floats(*y), ElementsAre(-1, 3, 4, 5));
+  EXPECT_THAT(Prelu(x, Tensor::FromFloats({3}, {1, 1, 1})).status().message(),
+              HasSubstr("expected 1 or the input's 2 channels"));
+  EXPECT_THAT(Prelu(x, Tensor::FromInt64s({1}, {2})).status().message(),
+              HasSubstr("expected float32"));
+}
+
 }  // namespace
 }  // namespace fuselage
