@@ -1183,6 +1183,111 @@ absl::StatusOr<Value> UnsqueezeKernel(const KernelContext&, absl::Span<const Val
   return Value(std::move(y));
 }
 
+// ---- 1-d pools: the 2-d kernels over [N, C, 1, L] --------------------------------------
+
+// A 1-d pool's parameters (one entry each) as a 2-d pool's with a 1-high window.
+Pool2dParams Pool1dAs2d(int64_t kernel, int64_t stride, int64_t padding, int64_t dilation,
+                        bool ceil_mode, bool count_include_pad) {
+  Pool2dParams p;
+  p.kernel_size = {1, kernel};
+  p.stride = {1, stride};
+  p.padding = {0, padding};
+  p.dilation = {1, dilation};
+  p.ceil_mode = ceil_mode;
+  p.count_include_pad = count_include_pad;
+  return p;
+}
+
+// Runs `pool2d` on x ([N, C, L] or unbatched [C, L]) viewed with a height of 1.
+template <typename Pool2d>
+absl::StatusOr<Tensor> Pool1d(const Tensor& x, absl::string_view what, Pool2d pool2d) {
+  if (x.dim() != 2 && x.dim() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": expected a 3-d [N, C, L] or 2-d [C, L] input; got ", x.ShapeString()));
+  }
+  std::vector<int64_t> shape(x.shape().begin(), x.shape().end());
+  shape.insert(shape.end() - 1, 1);
+  ASSIGN_OR_RETURN(Tensor image, x.Reshaped(shape));
+  ASSIGN_OR_RETURN(Tensor y, pool2d(image));
+  std::vector<int64_t> out(y.shape().begin(), y.shape().end());
+  out.erase(out.end() - 2);
+  return y.Reshaped(out);
+}
+
+// One int of a 1-d pool module attribute (an int or a list of one), or `default_value`.
+absl::StatusOr<int64_t> Int1Attr(const Module& m, absl::string_view name, int64_t default_value) {
+  const Argument* a = m.FindAttribute(name);
+  if (a == nullptr || a->is_none() || (a->is_list() && a->items().empty())) return default_value;
+  ASSIGN_OR_RETURN(std::vector<int64_t> v, m.GetInts(name, 1));
+  return v[0];
+}
+
+absl::StatusOr<Tensor> RunPool1dModule(const Module& m, const Tensor& x, bool max_pool) {
+  ASSIGN_OR_RETURN(int64_t kernel, Int1Attr(m, "kernel_size", 0));
+  if (kernel <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(m.type().name(),
+                                                   ": attribute 'kernel_size' must be >= 1"));
+  }
+  ASSIGN_OR_RETURN(int64_t stride, Int1Attr(m, "stride", kernel));
+  ASSIGN_OR_RETURN(int64_t padding, Int1Attr(m, "padding", 0));
+  ASSIGN_OR_RETURN(int64_t dilation, Int1Attr(m, "dilation", 1));
+  ASSIGN_OR_RETURN(bool ceil_mode, BoolAttr(m, "ceil_mode", false));
+  ASSIGN_OR_RETURN(bool count_include_pad, BoolAttr(m, "count_include_pad", true));
+  ASSIGN_OR_RETURN(bool return_indices, BoolAttr(m, "return_indices", false));
+  if (return_indices) {
+    return absl::UnimplementedError(absl::StrCat(m.type().name(), ": return_indices=True"));
+  }
+  const Pool2dParams p =
+      Pool1dAs2d(kernel, stride, padding, dilation, ceil_mode, count_include_pad);
+  return Pool1d(x, m.type().name(), [&](const Tensor& image) {
+    return max_pool ? MaxPool2d(image, p) : AvgPool2d(image, p);
+  });
+}
+
+// F.max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+// return_indices=False) / F.avg_pool1d(input, kernel_size, stride=None, padding=0,
+// ceil_mode=False, count_include_pad=True).
+FunctionKernel Pool1dFunction(bool max_pool) {
+  return UnaryFunction([max_pool](const Tensor& x, const ArgReader& r) -> absl::StatusOr<Tensor> {
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(max_pool ? 7 : 6));
+    auto one = [&](size_t index, absl::string_view name,
+                   int64_t default_value) -> absl::StatusOr<int64_t> {
+      ASSIGN_OR_RETURN(std::vector<int64_t> v, r.OptionalInts(index, name, 1, {default_value}));
+      if (v.empty()) return default_value;  // stride=[] means "kernel_size"
+      return v[0];
+    };
+    ASSIGN_OR_RETURN(int64_t kernel, one(1, "kernel_size", 0));
+    if (kernel <= 0) return absl::InvalidArgumentError("pool1d: kernel_size must be >= 1");
+    ASSIGN_OR_RETURN(int64_t stride, one(2, "stride", kernel));
+    ASSIGN_OR_RETURN(int64_t padding, one(3, "padding", 0));
+    int64_t dilation = 1;
+    bool ceil_mode = false, count_include_pad = true;
+    if (max_pool) {
+      ASSIGN_OR_RETURN(dilation, one(4, "dilation", 1));
+      ASSIGN_OR_RETURN(ceil_mode, r.OptionalBool(5, "ceil_mode", false));
+      ASSIGN_OR_RETURN(bool return_indices, r.OptionalBool(6, "return_indices", false));
+      if (return_indices) return absl::UnimplementedError("max_pool1d: return_indices=True");
+    } else {
+      ASSIGN_OR_RETURN(ceil_mode, r.OptionalBool(4, "ceil_mode", false));
+      ASSIGN_OR_RETURN(count_include_pad, r.OptionalBool(5, "count_include_pad", true));
+    }
+    const Pool2dParams p =
+        Pool1dAs2d(kernel, stride, padding, dilation, ceil_mode, count_include_pad);
+    return Pool1d(x, max_pool ? "max_pool1d" : "avg_pool1d", [&](const Tensor& image) {
+      return max_pool ? MaxPool2d(image, p) : AvgPool2d(image, p);
+    });
+  });
+}
+
+// nn.AdaptiveAvgPool1d / F.adaptive_avg_pool1d: output_size an int (or a list of one).
+absl::StatusOr<Tensor> AdaptiveAvgPool1d(const Tensor& x, int64_t size, absl::string_view what) {
+  if (size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": output_size must be >= 1; got ",
+                                                   size));
+  }
+  return Pool1d(x, what, [&](const Tensor& image) { return AdaptiveAvgPool2d(image, 1, size); });
+}
+
 struct NamedModuleKernel {
   const char* type;
   ModuleKernel kernel;
@@ -1359,6 +1464,17 @@ std::vector<NamedModuleKernel> ModuleKernels() {
        })},
       {"nn.UpsamplingBilinear2d", UnaryModule([](const Module& m, const Tensor& x) {
          return RunUpsampleModule(m, x, "bilinear");
+       })},
+      {"nn.MaxPool1d", UnaryModule([](const Module& m, const Tensor& x) {
+         return RunPool1dModule(m, x, /*max_pool=*/true);
+       })},
+      {"nn.AvgPool1d", UnaryModule([](const Module& m, const Tensor& x) {
+         return RunPool1dModule(m, x, /*max_pool=*/false);
+       })},
+      {"nn.AdaptiveAvgPool1d",
+       UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(int64_t size, Int1Attr(m, "output_size", 0));
+         return AdaptiveAvgPool1d(x, size, m.type().name());
        })},
       {"nn.AdaptiveMaxPool2d",
        UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
@@ -1570,6 +1686,16 @@ std::vector<NamedFunctionKernel> FunctionKernels() {
        })},
       {kFunction, "torch.nn.functional.interpolate", UnaryFunction(InterpolateFunction)},
       {kFunction, "torch.nn.functional.pad", UnaryFunction(PadFunction)},
+      {kFunction, "torch.nn.functional.max_pool1d", Pool1dFunction(true)},
+      {kFunction, "torch.nn.functional.avg_pool1d", Pool1dFunction(false)},
+      {kFunction, "torch.nn.functional.adaptive_avg_pool1d",
+       UnaryFunction([](const Tensor& x, const ArgReader& r) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(std::vector<int64_t> size, r.OptionalInts(1, "output_size", 1, {}));
+         if (size.size() != 1) {
+           return absl::InvalidArgumentError("adaptive_avg_pool1d: output_size must be one int");
+         }
+         return AdaptiveAvgPool1d(x, size[0], "adaptive_avg_pool1d");
+       })},
       {kFunction, "torch.nn.functional.adaptive_max_pool2d",
        UnaryFunction([](const Tensor& x, const ArgReader& r) -> absl::StatusOr<Tensor> {
          ASSIGN_OR_RETURN(Value size_value, r.Required(1, "output_size"));

@@ -8,8 +8,8 @@
 // nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid, nn.Sigmoid, nn.Tanh, nn.SiLU, nn.GELU
 // (approximate 'none' / 'tanh'), nn.ELU, nn.LeakyReLU, nn.PReLU, nn.Softmax,
 // nn.LogSoftmax, nn.LayerNorm, nn.GroupNorm, nn.InstanceNorm1d / 2d / 3d (input statistics,
-// or the running ones with track_running_stats), nn.MaxPool2d, nn.AvgPool2d,
-// nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.Upsample / nn.UpsamplingNearest2d /
+// or the running ones with track_running_stats), nn.MaxPool1d / 2d, nn.AvgPool1d / 2d,
+// nn.AdaptiveAvgPool1d / 2d, nn.AdaptiveMaxPool2d, nn.Upsample / nn.UpsamplingNearest2d /
 // nn.UpsamplingBilinear2d, nn.Flatten, nn.Identity, nn.Dropout / nn.Dropout2d (eval:
 // identity),
 // nni.ConvReLU{1,2,3}d, nni.ConvBn{1,2,3}d, nni.ConvBnReLU{1,2,3}d, nni.BNReLU{2,3}d,
@@ -22,8 +22,8 @@
 // sum / amax; torch.functional.split; torch.nn.functional.relu / relu6 / hardtanh /
 // hardswish / hardsigmoid / sigmoid / tanh / silu / gelu / elu / leaky_relu / prelu /
 // softmax / log_softmax / layer_norm / group_norm / instance_norm / conv1d / conv2d /
-// conv3d / conv_transpose1d / 2d / 3d / linear / max_pool2d / avg_pool2d /
-// adaptive_avg_pool2d / adaptive_max_pool2d / interpolate (nearest, bilinear; 4-d
+// conv3d / conv_transpose1d / 2d / 3d / linear / max_pool1d / 2d / avg_pool1d / 2d /
+// adaptive_avg_pool1d / 2d / adaptive_max_pool2d / interpolate (nearest, bilinear; 4-d
 // inputs) / pad (constant) / dropout (training=False only);
 // torchvision.ops.stochastic_depth.stochastic_depth (training=False or p=0 only: the
 // identity).

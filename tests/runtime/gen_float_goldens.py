@@ -128,6 +128,9 @@ ATTRS = {
     nn.UpsamplingBilinear2d: ["size", "scale_factor", "mode", "align_corners",
                               "recompute_scale_factor"],
     nn.AdaptiveMaxPool2d: ["output_size", "return_indices"],
+    nn.MaxPool1d: ["kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"],
+    nn.AvgPool1d: ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"],
+    nn.AdaptiveAvgPool1d: ["output_size"],
 }
 
 
@@ -594,6 +597,19 @@ def build_model_op_cases():
          [Ref("x0"), -1])
     case("method_unsqueeze", [q], q.unsqueeze(1), meth, "unsqueeze", [Ref("x0"), 1])
     module_case("dropout2d_eval", nn.Dropout2d(0.3), r(1, 3, 2, 2))
+    # ---- 1-d pools --------------------------------------------------------------------
+    module_case("maxpool1d_dilation_ceil", nn.MaxPool1d(3, 2, 1, dilation=2, ceil_mode=True),
+                r(2, 3, 10))
+    module_case("avgpool1d_pad_exclude", nn.AvgPool1d(3, 2, 1, count_include_pad=False),
+                r(1, 2, 9))
+    module_case("adaptive_avgpool1d", nn.AdaptiveAvgPool1d(4), r(2, 3, 7))
+    p1 = r(1, 2, 8)
+    case("functional_max_pool1d", [p1], F.max_pool1d(p1, 2), fn,
+         "torch.nn.functional.max_pool1d", [Ref("x0"), 2])
+    case("functional_avg_pool1d_unbatched", [p1[0]], F.avg_pool1d(p1[0], 3, stride=2), fn,
+         "torch.nn.functional.avg_pool1d", [Ref("x0"), 3], {"stride": 2})
+    case("functional_adaptive_avg_pool1d", [p1], F.adaptive_avg_pool1d(p1, 3), fn,
+         "torch.nn.functional.adaptive_avg_pool1d", [Ref("x0"), 3])
 
 
 def write_npy_fixtures():
