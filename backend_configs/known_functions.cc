@@ -66,6 +66,13 @@ absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
            "torch.ops.quantized.add", "torch.ops.quantized.add_relu",
            "torch.ops.quantized.mul", "torch.ops.quantized.mul_relu",
            // What lowering emits and the runtime's kernels run.
+           // Float ops the runtime runs (torchvision's newer models).
+           "operator.sub", "operator.truediv", "operator.matmul", "torch.sub", "torch.div",
+           "torch.bmm", "torch.permute", "torch.chunk", "torch.functional.split",
+           "torch.unbind", "torch.sum", "torch.amax", "torch.softmax", "torch.log_softmax",
+           "torch.nn.functional.log_softmax", "torch.nn.functional.prelu",
+           "torch.nn.functional.pad", "torch.nn.functional.adaptive_max_pool2d",
+           "torchvision.ops.stochastic_depth.stochastic_depth",
            "torch.dequantize", "torch.nn.functional.conv_transpose1d",
            "torch.nn.functional.conv_transpose2d", "torch.nn.functional.conv_transpose3d",
            "torch.ops.quantized.cat", "torch.ops.quantized.linear",

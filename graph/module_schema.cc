@@ -215,6 +215,28 @@ absl::Status CheckBatchNorm(const Module& m) {
   return absl::OkStatus();
 }
 
+// nn.GroupNorm: num_groups >= 1 dividing num_channels; weight / bias [num_channels].
+absl::Status CheckGroupNorm(const Module& m) {
+  ASSIGN_OR_RETURN(auto groups, IntAtLeast(m, "num_groups", 1));
+  ASSIGN_OR_RETURN(auto channels, IntAtLeast(m, "num_channels", 1));
+  if (groups.has_value() && channels.has_value() && *channels % *groups != 0) {
+    return FieldError("attribute 'num_channels'",
+                      absl::StrCat("is ", *channels, "; expected a multiple of num_groups (",
+                                   *groups, ")"));
+  }
+  if (channels.has_value()) {
+    for (const char* name : {"weight", "bias"}) {
+      const Tensor* t = m.FindTensor(name);
+      if (t != nullptr && (t->dim() != 1 || t->shape()[0] != *channels)) {
+        return FieldError(absl::StrCat("tensor '", name, "'"),
+                          absl::StrCat("has shape ", t->ShapeString(), "; expected [", *channels,
+                                       "] (num_channels)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The field check of a built-in type, by its name: convs, linears and batch norms in
 // float, reference (nnqr), quantized (nnq) and fused quantized (nniq) form. Fused float
 // modules (nni) hold their parts as children, checked by the children's own schemas.
@@ -238,6 +260,7 @@ ModuleFieldCheck BuiltinFieldCheck(absl::string_view type) {
     }
   }
   if (name == "Linear" || (space == "nniq" && name == "LinearReLU")) return CheckLinear;
+  if (space == "nn" && name == "GroupNorm") return CheckGroupNorm;
   return nullptr;
 }
 
@@ -424,7 +447,13 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
   // The remaining module types PyTorch's backend configs name (norms, PReLU, embeddings,
   // recurrent cells and their reference forms), so configs naming them validate.
   for (const char* t : {"nn.LayerNorm", "nn.InstanceNorm1d", "nn.InstanceNorm2d",
-                        "nn.InstanceNorm3d"}) {
+                        "nn.InstanceNorm3d", "nn.GroupNorm"}) {
+    RETURN_IF_ERROR(add(t, 1, 1, kNone));
+  }
+  // Float modules the runtime runs for torchvision's newer models (resampling heads,
+  // classifiers with log-softmax, adaptive max pooling).
+  for (const char* t : {"nn.LogSoftmax", "nn.Upsample", "nn.UpsamplingNearest2d",
+                        "nn.UpsamplingBilinear2d", "nn.AdaptiveMaxPool2d"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kNone));
   }
   for (const char* t : {"nn.PReLU", "nn.Embedding", "nnqr.Embedding", "nnq.PReLU"}) {

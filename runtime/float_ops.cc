@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -14,6 +16,15 @@ namespace {
 
 std::string ShapeStr(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// A weight / bias read as floats must be float32 (a module file may hold any dtype);
+// null (absent) passes.
+absl::Status ExpectFloatParameter(const Tensor* t, absl::string_view what,
+                                  absl::string_view name) {
+  if (t == nullptr || t->dtype() == DType::kFloat32) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", name, " is ", DTypeName(t->dtype()),
+                                                 " ", t->ShapeString(), "; expected float32"));
 }
 
 // Applies `fn` to every element of float tensor `x` into a new tensor of its shape.
@@ -183,6 +194,58 @@ Tensor Sigmoid(const Tensor& x) {
   return MapFloats(x, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
 }
 
+Tensor Tanh(const Tensor& x) {
+  return MapFloats(x, [](float v) { return std::tanh(v); });
+}
+
+Tensor Silu(const Tensor& x) {
+  return MapFloats(x, [](float v) { return v / (1.0f + std::exp(-v)); });
+}
+
+// Both forms in float, in PyTorch's order of operations (GeluKernel.cpp), so the
+// cancellation in 1 + erf(x / sqrt 2) for very negative x rounds as PyTorch's does.
+Tensor Gelu(const Tensor& x, bool tanh_approx) {
+  if (tanh_approx) {
+    constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+    constexpr float kKappa = 0.044715f;
+    return MapFloats(x, [](float v) {
+      const float inner = kBeta * (v + kKappa * v * v * v);
+      return 0.5f * v * (1.0f + std::tanh(inner));
+    });
+  }
+  constexpr float kAlpha = 0.7071067811865476f;  // 1 / sqrt(2)
+  return MapFloats(x, [](float v) { return v * 0.5f * (1.0f + std::erf(v * kAlpha)); });
+}
+
+Tensor Elu(const Tensor& x, float alpha) {
+  return MapFloats(x, [alpha](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
+}
+
+Tensor LeakyRelu(const Tensor& x, float negative_slope) {
+  return MapFloats(x, [negative_slope](float v) { return v > 0.0f ? v : v * negative_slope; });
+}
+
+absl::StatusOr<Tensor> Prelu(const Tensor& x, const Tensor& weight) {
+  RETURN_IF_ERROR(ExpectFloatParameter(&weight, "prelu", "weight"));
+  const int64_t slopes = weight.numel();
+  const int64_t channels = x.dim() == 0 ? 1 : x.dim() == 1 ? x.shape()[0] : x.shape()[1];
+  if (slopes != 1 && slopes != channels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prelu: weight has ", slopes, " entries; expected 1 or the input's ", channels,
+        " channels (input ", x.ShapeString(), ")"));
+  }
+  int64_t inner = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) inner *= x.shape()[d];
+  Tensor out = x;
+  float* po = out.mutable_data<float>();
+  const float* w = weight.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float slope = slopes == 1 ? w[0] : w[(i / inner) % channels];
+    if (!(po[i] > 0.0f)) po[i] *= slope;
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<int64_t>> BroadcastShapes(absl::Span<const int64_t> a,
                                                      absl::Span<const int64_t> b) {
   const size_t rank = std::max(a.size(), b.size());
@@ -207,6 +270,18 @@ absl::StatusOr<Tensor> Add(const Tensor& a, const Tensor& b, float alpha) {
 
 absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b) {
   return BroadcastBinary(a, b, [](float x, float y) { return x * y; });
+}
+
+absl::StatusOr<Tensor> Div(const Tensor& a, const Tensor& b) {
+  return BroadcastBinary(a, b, [](float x, float y) { return x / y; });
+}
+
+Tensor DivScalar(const Tensor& a, float scalar) {
+  return MapFloats(a, [scalar](float v) { return v / scalar; });
+}
+
+Tensor RDivScalar(float scalar, const Tensor& b) {
+  return MapFloats(b, [scalar](float v) { return scalar / v; });
 }
 
 Tensor AddScalar(const Tensor& a, float scalar) {
@@ -370,14 +445,22 @@ absl::StatusOr<Tensor> AdaptiveAvgPool2d(const Tensor& x, int64_t out_h, int64_t
   return out;
 }
 
-absl::StatusOr<Tensor> Mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+namespace {
+
+// A reduction over `dims` (empty: all dims): `combine(acc, v)` folds every input element
+// into its output slot's accumulator (starting at `init`), `finish(acc, count)` turns an
+// accumulator into the output value, `count` being the number of elements reduced.
+template <typename Combine, typename Finish>
+absl::StatusOr<Tensor> Reduce(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
+                              absl::string_view what, double init, Combine combine,
+                              Finish finish) {
   const int64_t rank = x.dim();
   std::vector<bool> reduced(rank, dims.empty());
   for (int64_t dim : dims) {
     ASSIGN_OR_RETURN(int64_t d, NormalizeDim(dim, rank));
     if (rank == 0) continue;
     if (reduced[d]) {
-      return absl::InvalidArgumentError(absl::StrCat("mean: dim ", dim, " appears twice"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": dim ", dim, " appears twice"));
     }
     reduced[d] = true;
   }
@@ -390,13 +473,13 @@ absl::StatusOr<Tensor> Mean(const Tensor& x, std::vector<int64_t> dims, bool kee
     if (!reduced[d] || keepdim) out_shape.push_back(reduced[d] ? 1 : x.shape()[d]);
   }
   ASSIGN_OR_RETURN(Tensor out, NewFloatTensor(out_shape));
-  std::vector<double> sums(out.numel(), 0.0);
+  std::vector<double> acc(out.numel(), init);
   const std::vector<int64_t> strides = BroadcastStrides(kept_shape, rank);
   std::vector<int64_t> index(rank, 0);
   int64_t at = 0;
   const float* in = x.data<float>();
   for (int64_t i = 0; i < x.numel(); ++i) {
-    sums[at] += in[i];
+    acc[at] = combine(acc[at], static_cast<double>(in[i]));
     for (int64_t d = rank; d-- > 0;) {
       ++index[d];
       at += strides[d];
@@ -406,11 +489,41 @@ absl::StatusOr<Tensor> Mean(const Tensor& x, std::vector<int64_t> dims, bool kee
     }
   }
   float* po = out.mutable_data<float>();
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    po[i] = count == 0 ? std::numeric_limits<float>::quiet_NaN()
-                       : static_cast<float>(sums[i] / static_cast<double>(count));
-  }
+  for (int64_t i = 0; i < out.numel(); ++i) po[i] = finish(acc[i], count);
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  return Reduce(
+      x, dims, keepdim, "mean", 0.0, [](double a, double v) { return a + v; },
+      [](double a, int64_t count) {
+        return count == 0 ? std::numeric_limits<float>::quiet_NaN()
+                          : static_cast<float>(a / static_cast<double>(count));
+      });
+}
+
+absl::StatusOr<Tensor> Sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  return Reduce(
+      x, dims, keepdim, "sum", 0.0, [](double a, double v) { return a + v; },
+      [](double a, int64_t) { return static_cast<float>(a); });
+}
+
+absl::StatusOr<Tensor> Amax(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const bool is_reduced =
+        dims.empty() || std::find(dims.begin(), dims.end(), d) != dims.end() ||
+        std::find(dims.begin(), dims.end(), d - x.dim()) != dims.end();
+    if (is_reduced && x.shape()[d] == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "amax: cannot reduce over dim ", d, " of size 0 (input ", x.ShapeString(), ")"));
+    }
+  }
+  return Reduce(
+      x, dims, keepdim, "amax", -std::numeric_limits<double>::infinity(),
+      [](double a, double v) { return (v > a || std::isnan(v)) && !std::isnan(a) ? v : a; },
+      [](double a, int64_t) { return static_cast<float>(a); });
 }
 
 absl::StatusOr<Tensor> Cat(absl::Span<const Tensor> tensors, int64_t dim) {
@@ -499,6 +612,520 @@ absl::StatusOr<Tensor> Reshape(const Tensor& x, std::vector<int64_t> shape) {
     shape[infer_at] = x.numel() / known;
   }
   return x.Reshaped(std::move(shape));
+}
+
+// ---- Normalization over groups of contiguous elements ---------------------------------
+
+namespace {
+
+// Normalizes `x` viewed as [outer, groups_per_row..]: every run of `group_size`
+// contiguous elements is normalized by its own mean and biased variance; then element
+// i of the run gets `scale(i) * v + shift(i)` via `affine(row, i)` (null: none).
+template <typename Affine>
+Tensor NormalizeRuns(const Tensor& x, int64_t group_size, double eps, Affine affine) {
+  Tensor out = x;
+  float* data = out.mutable_data<float>();
+  const int64_t runs = group_size == 0 ? 0 : x.numel() / group_size;
+  for (int64_t r = 0; r < runs; ++r) {
+    float* p = data + r * group_size;
+    double sum = 0.0;
+    for (int64_t i = 0; i < group_size; ++i) sum += p[i];
+    const double mean = sum / static_cast<double>(group_size);
+    double sq = 0.0;
+    for (int64_t i = 0; i < group_size; ++i) sq += (p[i] - mean) * (p[i] - mean);
+    const double inv_std = 1.0 / std::sqrt(sq / static_cast<double>(group_size) + eps);
+    for (int64_t i = 0; i < group_size; ++i) {
+      const double normalized = (p[i] - mean) * inv_std;
+      p[i] = affine(r, i, normalized);
+    }
+  }
+  return out;
+}
+
+absl::Status CheckChannelTensor(const Tensor* t, int64_t channels, absl::string_view what,
+                                absl::string_view name, const Tensor& x) {
+  RETURN_IF_ERROR(ExpectFloatParameter(t, what, name));
+  if (t == nullptr || (t->dim() == 1 && t->shape()[0] == channels)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", name, " has shape ",
+                                                 t->ShapeString(), "; expected [", channels,
+                                                 "] for input ", x.ShapeString()));
+}
+
+// Group norm's core: [N, C, inner] with C in `groups` groups; per-channel affine.
+absl::StatusOr<Tensor> ChannelGroupNorm(const Tensor& x, int64_t groups, const Tensor* weight,
+                                        const Tensor* bias, double eps, absl::string_view what) {
+  if (x.dim() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": expected an [N, C, ...] input; got ", x.ShapeString()));
+  }
+  const int64_t channels = x.shape()[1];
+  if (groups <= 0 || channels % groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", channels,
+                                                   " channels cannot be split into ", groups,
+                                                   " groups"));
+  }
+  RETURN_IF_ERROR(CheckChannelTensor(weight, channels, what, "weight", x));
+  RETURN_IF_ERROR(CheckChannelTensor(bias, channels, what, "bias", x));
+  int64_t inner = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) inner *= x.shape()[d];
+  const int64_t per_group = channels / groups;
+  const float* w = weight ? weight->data<float>() : nullptr;
+  const float* b = bias ? bias->data<float>() : nullptr;
+  return NormalizeRuns(x, per_group * inner, eps, [&](int64_t run, int64_t i, double v) {
+    const int64_t c = (run % groups) * per_group + i / inner;
+    return static_cast<float>(v * (w ? w[c] : 1.0) + (b ? b[c] : 0.0));
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> LayerNorm(const Tensor& x, absl::Span<const int64_t> normalized_shape,
+                                 const Tensor* weight, const Tensor* bias, double eps) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  bool fits = k >= 1 && k <= x.dim();
+  for (int64_t i = 0; fits && i < k; ++i) {
+    fits = x.shape()[x.dim() - k + i] == normalized_shape[i];
+  }
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat("layer_norm: normalized_shape ",
+                                                   ShapeStr(normalized_shape),
+                                                   " is not the trailing shape of input ",
+                                                   x.ShapeString()));
+  }
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{weight, "weight"},
+                                {bias, "bias"}}) {
+    RETURN_IF_ERROR(ExpectFloatParameter(t, "layer_norm", name));
+    if (t != nullptr && !std::equal(t->shape().begin(), t->shape().end(),
+                                    normalized_shape.begin(), normalized_shape.end())) {
+      return absl::InvalidArgumentError(absl::StrCat("layer_norm: ", name, " has shape ",
+                                                     t->ShapeString(), "; expected ",
+                                                     ShapeStr(normalized_shape)));
+    }
+  }
+  int64_t size = 1;
+  for (int64_t d : normalized_shape) size *= d;
+  const float* w = weight ? weight->data<float>() : nullptr;
+  const float* b = bias ? bias->data<float>() : nullptr;
+  return NormalizeRuns(x, size, eps, [&](int64_t, int64_t i, double v) {
+    return static_cast<float>(v * (w ? w[i] : 1.0) + (b ? b[i] : 0.0));
+  });
+}
+
+absl::StatusOr<Tensor> GroupNorm(const Tensor& x, int64_t num_groups, const Tensor* weight,
+                                 const Tensor* bias, double eps) {
+  return ChannelGroupNorm(x, num_groups, weight, bias, eps, "group_norm");
+}
+
+absl::StatusOr<Tensor> InstanceNorm(const Tensor& x, const Tensor* weight, const Tensor* bias,
+                                    double eps) {
+  if (x.dim() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("instance_norm: expected an [N, C, ...] input; got ", x.ShapeString()));
+  }
+  return ChannelGroupNorm(x, x.shape()[1], weight, bias, eps, "instance_norm");
+}
+
+// ---- Softmax and matrix products ----------------------------------------------------
+
+namespace {
+
+// Runs `fn(row, n, stride)` over every 1-d line along `dim`: `row` points at its first
+// element, the others follow `stride` apart.
+template <typename Fn>
+absl::Status ForEachLine(Tensor& out, int64_t dim, Fn fn) {
+  ASSIGN_OR_RETURN(const int64_t d, NormalizeDim(dim, out.dim()));
+  if (out.dim() == 0) {
+    fn(out.mutable_data<float>(), 1, 1);
+    return absl::OkStatus();
+  }
+  const int64_t n = out.shape()[d];
+  int64_t inner = 1, outer = 1;
+  for (int64_t k = d + 1; k < out.dim(); ++k) inner *= out.shape()[k];
+  for (int64_t k = 0; k < d; ++k) outer *= out.shape()[k];
+  float* data = out.mutable_data<float>();
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) fn(data + o * n * inner + i, n, inner);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> SoftmaxImpl(const Tensor& x, int64_t dim, bool log) {
+  Tensor out = x;
+  RETURN_IF_ERROR(ForEachLine(out, dim, [log](float* p, int64_t n, int64_t stride) {
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i) max = std::max(max, p[i * stride]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(p[i * stride]) - max);
+    const double log_sum = std::log(sum);
+    for (int64_t i = 0; i < n; ++i) {
+      const double shifted = static_cast<double>(p[i * stride]) - max;
+      p[i * stride] = static_cast<float>(log ? shifted - log_sum : std::exp(shifted) / sum);
+    }
+  }));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Softmax(const Tensor& x, int64_t dim) { return SoftmaxImpl(x, dim, false); }
+
+absl::StatusOr<Tensor> LogSoftmax(const Tensor& x, int64_t dim) {
+  return SoftmaxImpl(x, dim, true);
+}
+
+absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b) {
+  if (a.dim() == 0 || b.dim() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "matmul: both operands need at least 1 dim; got ", a.ShapeString(), " and ",
+        b.ShapeString()));
+  }
+  // Promote 1-d operands: a vector on the left is a row, on the right a column.
+  std::vector<int64_t> sa(a.shape().begin(), a.shape().end());
+  std::vector<int64_t> sb(b.shape().begin(), b.shape().end());
+  if (a.dim() == 1) sa.insert(sa.begin(), 1);
+  if (b.dim() == 1) sb.push_back(1);
+  const int64_t M = sa[sa.size() - 2], K = sa.back();
+  const int64_t K2 = sb[sb.size() - 2], N = sb.back();
+  if (K != K2) {
+    return absl::InvalidArgumentError(absl::StrCat("matmul: shapes ", a.ShapeString(), " and ",
+                                                   b.ShapeString(), " cannot be multiplied (",
+                                                   K, " vs ", K2, ")"));
+  }
+  const std::vector<int64_t> batch_a(sa.begin(), sa.end() - 2), batch_b(sb.begin(), sb.end() - 2);
+  ASSIGN_OR_RETURN(std::vector<int64_t> batch, BroadcastShapes(batch_a, batch_b));
+  std::vector<int64_t> out_shape = batch;
+  if (a.dim() > 1) out_shape.push_back(M);
+  if (b.dim() > 1) out_shape.push_back(N);
+  ASSIGN_OR_RETURN(Tensor out, NewFloatTensor(out_shape));
+  int64_t batches = 1;
+  for (int64_t d : batch) batches *= d;
+  const std::vector<int64_t> stride_a = BroadcastStrides(batch_a, batch.size());
+  const std::vector<int64_t> stride_b = BroadcastStrides(batch_b, batch.size());
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* po = out.mutable_data<float>();
+  std::vector<double> row(N);
+  for (int64_t i = 0; i < batches; ++i) {
+    // Batch offsets (in matrices) of both operands for output batch i.
+    int64_t ia = 0, ib = 0, rest = i;
+    for (size_t d = batch.size(); d-- > 0;) {
+      const int64_t at = rest % batch[d];
+      rest /= batch[d];
+      ia += at * stride_a[d];
+      ib += at * stride_b[d];
+    }
+    const float* ma = pa + ia * M * K;
+    const float* mb = pb + ib * K * N;
+    float* mo = po + i * M * N;
+    for (int64_t m = 0; m < M; ++m) {
+      std::fill(row.begin(), row.end(), 0.0);
+      for (int64_t k = 0; k < K; ++k) {
+        const double av = ma[m * K + k];
+        for (int64_t n = 0; n < N; ++n) row[n] += av * mb[k * N + n];
+      }
+      for (int64_t n = 0; n < N; ++n) mo[m * N + n] = static_cast<float>(row[n]);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> AdaptiveMaxPool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
+  int64_t d[4];
+  RETURN_IF_ERROR(Image4d(x, d, "adaptive_max_pool2d"));
+  const int64_t N = d[0], C = d[1], H = d[2], W = d[3];
+  const int64_t OH = out_h < 0 ? H : out_h;
+  const int64_t OW = out_w < 0 ? W : out_w;
+  if (OH == 0 || OW == 0 || H == 0 || W == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("adaptive_max_pool2d: input ", x.ShapeString(),
+                                                   " and output size ", OH, "x", OW,
+                                                   " must be non-empty"));
+  }
+  ASSIGN_OR_RETURN(Tensor out, NewFloatTensor(ImageShape(x, N, C, OH, OW)));
+  const float* in = x.data<float>();
+  float* po = out.mutable_data<float>();
+  for (int64_t plane = 0; plane < N * C; ++plane) {
+    const float* src = in + plane * H * W;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const int64_t h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH;
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
+        float best = -std::numeric_limits<float>::infinity();
+        for (int64_t ih = h0; ih < h1; ++ih) {
+          for (int64_t iw = w0; iw < w1; ++iw) {
+            const float v = src[ih * W + iw];
+            if (v > best || std::isnan(v)) best = v;
+          }
+        }
+        *po++ = best;
+      }
+    }
+  }
+  return out;
+}
+
+// ---- Resampling and padding ----------------------------------------------------------
+
+namespace {
+
+// PyTorch's compute_scales_value: the user's scale factor wins over in / out.
+float SourceScale(double user_scale, int64_t in, int64_t out) {
+  return user_scale > 0.0 ? static_cast<float>(1.0 / user_scale)
+                          : static_cast<float>(in) / static_cast<float>(out);
+}
+
+// nearest_idx of UpSample.h: source index of output index `o`.
+int64_t NearestIndex(int64_t o, int64_t in, int64_t out, double user_scale) {
+  if (out == in) return o;
+  if (out == 2 * in) return o >> 1;
+  const float scale = SourceScale(user_scale, in, out);
+  return std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * scale)), in - 1);
+}
+
+// compute_indices_weights_linear: the two source indices and the weight of the second.
+struct LinearTap {
+  int64_t i0, i1;
+  float lambda1;
+};
+std::vector<LinearTap> LinearTaps(int64_t in, int64_t out, bool align_corners, double user_scale) {
+  float scale;
+  if (align_corners) {
+    scale = out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.0f;
+  } else {
+    scale = SourceScale(user_scale, in, out);
+  }
+  std::vector<LinearTap> taps(out);
+  for (int64_t o = 0; o < out; ++o) {
+    float src = align_corners ? scale * static_cast<float>(o)
+                              : scale * (static_cast<float>(o) + 0.5f) - 0.5f;
+    if (src < 0.0f) src = 0.0f;
+    const int64_t i0 = static_cast<int64_t>(src);
+    const float lambda = std::min(std::max(src - static_cast<float>(i0), 0.0f), 1.0f);
+    taps[o] = {i0, i0 + (i0 < in - 1 ? 1 : 0), lambda};
+  }
+  return taps;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Interpolate(const Tensor& x, const InterpolateParams& p) {
+  if (x.dim() != 4) {
+    return absl::UnimplementedError(absl::StrCat(
+        "interpolate: only 4-d [N, C, H, W] inputs are supported; got ", x.ShapeString()));
+  }
+  if (p.out_h <= 0 || p.out_w <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("interpolate: output size ", p.out_h, "x",
+                                                   p.out_w, " must be positive"));
+  }
+  const int64_t N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
+  const int64_t OH = p.out_h, OW = p.out_w;
+  if (H == 0 || W == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("interpolate: empty input ", x.ShapeString()));
+  }
+  ASSIGN_OR_RETURN(Tensor out, NewFloatTensor({N, C, OH, OW}));
+  const float* in = x.data<float>();
+  float* po = out.mutable_data<float>();
+  if (p.mode == "nearest") {
+    std::vector<int64_t> rows(OH), cols(OW);
+    for (int64_t o = 0; o < OH; ++o) rows[o] = NearestIndex(o, H, OH, p.scale_h);
+    for (int64_t o = 0; o < OW; ++o) cols[o] = NearestIndex(o, W, OW, p.scale_w);
+    for (int64_t plane = 0; plane < N * C; ++plane) {
+      const float* src = in + plane * H * W;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        for (int64_t ow = 0; ow < OW; ++ow) *po++ = src[rows[oh] * W + cols[ow]];
+      }
+    }
+    return out;
+  }
+  if (p.mode == "bilinear") {
+    const std::vector<LinearTap> rows = LinearTaps(H, OH, p.align_corners, p.scale_h);
+    const std::vector<LinearTap> cols = LinearTaps(W, OW, p.align_corners, p.scale_w);
+    for (int64_t plane = 0; plane < N * C; ++plane) {
+      const float* src = in + plane * H * W;
+      for (const LinearTap& r : rows) {
+        const float* r0 = src + r.i0 * W;
+        const float* r1 = src + r.i1 * W;
+        for (const LinearTap& c : cols) {
+          const float top = (1.0f - c.lambda1) * r0[c.i0] + c.lambda1 * r0[c.i1];
+          const float bottom = (1.0f - c.lambda1) * r1[c.i0] + c.lambda1 * r1[c.i1];
+          *po++ = (1.0f - r.lambda1) * top + r.lambda1 * bottom;
+        }
+      }
+    }
+    return out;
+  }
+  return absl::UnimplementedError(absl::StrCat("interpolate: mode '", p.mode,
+                                               "' is not supported; expected 'nearest' or "
+                                               "'bilinear'"));
+}
+
+absl::StatusOr<Tensor> ConstantPad(const Tensor& x, absl::Span<const int64_t> pads, float value) {
+  if (pads.size() % 2 != 0 || static_cast<int64_t>(pads.size() / 2) > x.dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pad: expected an even number of pads, at most 2 per dim of input ", x.ShapeString(),
+        "; got ", ShapeStr(pads)));
+  }
+  const int64_t rank = x.dim();
+  std::vector<int64_t> before(rank, 0), shape(x.shape().begin(), x.shape().end());
+  for (size_t i = 0; i < pads.size() / 2; ++i) {
+    const int64_t d = rank - 1 - static_cast<int64_t>(i);
+    before[d] = pads[2 * i];
+    shape[d] += pads[2 * i] + pads[2 * i + 1];
+    if (shape[d] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("pad: pads ", ShapeStr(pads),
+                                                     " give dim ", d, " of input ",
+                                                     x.ShapeString(), " a negative size"));
+    }
+  }
+  ASSIGN_OR_RETURN(Tensor out, NewFloatTensor(shape));
+  float* po = out.mutable_data<float>();
+  std::fill(po, po + out.numel(), value);
+  const float* in = x.data<float>();
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    // Input index -> output offset, if it lands inside (negative pads crop).
+    int64_t offset = 0;
+    bool inside = true;
+    for (int64_t d = 0; d < rank && inside; ++d) {
+      const int64_t o = index[d] + before[d];
+      inside = o >= 0 && o < shape[d];
+      offset = offset * shape[d] + o;
+    }
+    if (inside) po[offset] = in[i];
+    for (int64_t d = rank; d-- > 0;) {
+      if (++index[d] < x.shape()[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+// ---- Shape ops ------------------------------------------------------------------------
+
+absl::StatusOr<Tensor> Permute(const Tensor& x, absl::Span<const int64_t> dims) {
+  const int64_t rank = x.dim();
+  if (static_cast<int64_t>(dims.size()) != rank) {
+    return absl::InvalidArgumentError(absl::StrCat("permute: dims ", ShapeStr(dims), " has ",
+                                                   dims.size(), " entries; the input ",
+                                                   x.ShapeString(), " has ", rank));
+  }
+  std::vector<int64_t> order(rank);
+  std::vector<bool> seen(rank, false);
+  for (int64_t i = 0; i < rank; ++i) {
+    ASSIGN_OR_RETURN(order[i], NormalizeDim(dims[i], rank));
+    if (seen[order[i]]) {
+      return absl::InvalidArgumentError(absl::StrCat("permute: dims ", ShapeStr(dims),
+                                                     " repeat dim ", order[i]));
+    }
+    seen[order[i]] = true;
+  }
+  std::vector<int64_t> in_strides(rank, 1), out_shape(rank);
+  for (int64_t d = rank - 1; d > 0; --d) in_strides[d - 1] = in_strides[d] * x.shape()[d];
+  for (int64_t i = 0; i < rank; ++i) out_shape[i] = x.shape()[order[i]];
+  // A per-channel quantized tensor's channel axis moves with its dim.
+  QuantParams qparams = x.qparams();
+  if (qparams.scheme == QScheme::kPerChannelAffine) {
+    qparams.axis = std::find(order.begin(), order.end(), qparams.axis) - order.begin();
+  }
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros(x.dtype(), out_shape, std::move(qparams)));
+  const size_t elem = DTypeSize(x.dtype());
+  const char* src = static_cast<const char*>(x.raw_data());
+  char* dst = static_cast<char*>(out.mutable_raw_data());
+  std::vector<int64_t> index(rank, 0);
+  int64_t at = 0;  // input offset of the current output element
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    std::copy(src + at * elem, src + (at + 1) * elem, dst + i * elem);
+    for (int64_t d = rank; d-- > 0;) {
+      at += in_strides[order[d]];
+      if (++index[d] < out_shape[d]) break;
+      at -= in_strides[order[d]] * out_shape[d];
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> Transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  if (x.dim() == 0) return x;
+  ASSIGN_OR_RETURN(const int64_t a, NormalizeDim(dim0, x.dim()));
+  ASSIGN_OR_RETURN(const int64_t b, NormalizeDim(dim1, x.dim()));
+  std::vector<int64_t> order(x.dim());
+  for (int64_t i = 0; i < x.dim(); ++i) order[i] = i;
+  std::swap(order[a], order[b]);
+  return Permute(x, order);
+}
+
+absl::StatusOr<std::vector<Tensor>> SplitSizes(const Tensor& x, absl::Span<const int64_t> sizes,
+                                               int64_t dim) {
+  if (x.dim() == 0) return absl::InvalidArgumentError("split: a 0-d tensor cannot be split");
+  ASSIGN_OR_RETURN(const int64_t d, NormalizeDim(dim, x.dim()));
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("split: sizes ", ShapeStr(sizes),
+                                                     " has a negative entry"));
+    }
+    total += s;
+  }
+  if (total != x.shape()[d]) {
+    return absl::InvalidArgumentError(absl::StrCat("split: sizes ", ShapeStr(sizes), " add up to ",
+                                                   total, "; dim ", d, " of input ",
+                                                   x.ShapeString(), " has ", x.shape()[d]));
+  }
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < d; ++k) outer *= x.shape()[k];
+  for (int64_t k = d + 1; k < x.dim(); ++k) inner *= x.shape()[k];
+  const size_t elem = DTypeSize(x.dtype());
+  const char* src = static_cast<const char*>(x.raw_data());
+  const size_t in_row = static_cast<size_t>(x.shape()[d] * inner) * elem;
+  std::vector<Tensor> pieces;
+  size_t offset = 0;  // bytes into each row of `dim`
+  int64_t first = 0;  // index along `dim` of the piece's first entry
+  for (int64_t s : sizes) {
+    std::vector<int64_t> shape(x.shape().begin(), x.shape().end());
+    shape[d] = s;
+    // Split along a per-channel quantized tensor's axis: each piece keeps its channels'
+    // scales and zero points.
+    QuantParams qparams = x.qparams();
+    if (qparams.scheme == QScheme::kPerChannelAffine && qparams.axis == d) {
+      qparams = QuantParams::PerChannel(
+          std::vector<double>(x.qparams().scales.begin() + first,
+                              x.qparams().scales.begin() + first + s),
+          std::vector<int64_t>(x.qparams().zero_points.begin() + first,
+                               x.qparams().zero_points.begin() + first + s),
+          d);
+    }
+    ASSIGN_OR_RETURN(Tensor piece, Tensor::Zeros(x.dtype(), shape, std::move(qparams)));
+    char* dst = static_cast<char*>(piece.mutable_raw_data());
+    const size_t row = static_cast<size_t>(s * inner) * elem;
+    for (int64_t o = 0; o < outer; ++o) {
+      std::copy(src + o * in_row + offset, src + o * in_row + offset + row, dst + o * row);
+    }
+    offset += row;
+    first += s;
+    pieces.push_back(std::move(piece));
+  }
+  return pieces;
+}
+
+absl::StatusOr<Tensor> Stack(absl::Span<const Tensor> tensors, int64_t dim) {
+  if (tensors.empty()) return absl::InvalidArgumentError("stack: expected at least one tensor");
+  ASSIGN_OR_RETURN(const int64_t d, NormalizeDim(dim, tensors[0].dim() + 1));
+  if (tensors[0].qparams().scheme == QScheme::kPerChannelAffine) {
+    return absl::UnimplementedError("stack: per-channel quantized tensors");
+  }
+  std::vector<Tensor> expanded;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].shape() != tensors[0].shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("stack: tensor ", i, " has shape ",
+                                                     tensors[i].ShapeString(), "; tensor 0 has ",
+                                                     tensors[0].ShapeString()));
+    }
+    std::vector<int64_t> shape(tensors[i].shape().begin(), tensors[i].shape().end());
+    shape.insert(shape.begin() + d, 1);
+    ASSIGN_OR_RETURN(Tensor t, tensors[i].Reshaped(std::move(shape)));
+    expanded.push_back(std::move(t));
+  }
+  return Cat(expanded, d);
 }
 
 }  // namespace fuselage

@@ -1,6 +1,8 @@
 // Runs every PyTorch 1.13 golden of tests/runtime/testdata/float (written by
 // gen_float_goldens.py: a one-op graph, its inputs and PyTorch's outputs) through the
 // interpreter with the built-in kernels and checks the outputs agree within 1e-5 relative.
+// Each case must also pass what `fuselage verify` checks: the graph's invariants and
+// module schemas, and every call_function target known to the function registry.
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -9,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "backend_configs/known_functions.h"
 #include "graph/graph_module.h"
 #include "graph/serialization.h"
 #include "runtime/builtin_kernels.h"
@@ -51,7 +54,7 @@ void ExpectClose(const Tensor& actual, const Tensor& expected, const std::string
 
 TEST(FloatGoldenTest, ManifestListsAllCases) {
   // Guards against a test that passes because it found nothing to run.
-  EXPECT_GE(CaseNames().size(), 60u);
+  EXPECT_GE(CaseNames().size(), 160u);
 }
 
 TEST(FloatGoldenTest, EveryCaseMatchesPyTorch) {
@@ -62,6 +65,7 @@ TEST(FloatGoldenTest, EveryCaseMatchesPyTorch) {
     auto gm = LoadModel(absl::StrCat(kDir, name, ".pb"));
     ASSERT_TRUE(gm.ok()) << gm.status();
     ASSERT_TRUE((*gm)->Verify().ok()) << (*gm)->Verify();
+    ASSERT_TRUE(VerifyFunctionTargets(**gm).ok()) << VerifyFunctionTargets(**gm);
     std::vector<Value> inputs;
     for (int i = 0;; ++i) {
       const Tensor* t = (*gm)->root().FindTensor(absl::StrCat("input_", i));

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "graph/graph_module.h"
@@ -315,6 +316,124 @@ TEST_F(FloatKernelsTest, ModuleMissingItsWeightIsAnError) {
   EXPECT_FALSE(out.ok());
   EXPECT_THAT(out.status().message(), HasSubstr("node 'fc'"));
   EXPECT_THAT(out.status().message(), HasSubstr("weight"));
+}
+
+TEST_F(FloatKernelsTest, ChunkPiecesFollowPyTorch) {
+  // torch.chunk(x, 3) of 5 rows: pieces of ceil(5 / 3) = 2: sizes 2, 2, 1; of 4 rows:
+  // pieces of 2, so only 2 pieces come out. getitem reads one.
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* chunks = *g.AddCallFunction("torch.chunk", {x, Argument::Int(3)});
+  Node* last = *g.AddCallFunction("operator.getitem", {chunks, Argument::Int(-1)});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({chunks, last})).ok());
+  auto out = RunGraph(gm, {Tensor::FromFloats({5}, {0, 1, 2, 3, 4})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->items()[0].items().size(), 3u);
+  EXPECT_THAT(Floats(out->items()[0].items()[1]), ElementsAre(2, 3));
+  EXPECT_THAT(Floats(out->items()[1]), ElementsAre(4));
+  out = RunGraph(gm, {Tensor::FromFloats({4}, {0, 1, 2, 3})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->items()[0].items().size(), 2u);
+}
+
+TEST_F(FloatKernelsTest, IntArithmeticStaysIntExceptTrueDivision) {
+  // Shape arithmetic: 7 - 2 = 5 (int), 7 / 2 = 3.5 (float, as Python's operator.truediv).
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* n = *g.AddCallMethod("size", {x, Argument::Int(0)});
+  Node* diff = *g.AddCallFunction("operator.sub", {n, Argument::Int(2)});
+  Node* quotient = *g.AddCallFunction("operator.truediv", {n, Argument::Int(2)});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({diff, quotient})).ok());
+  std::vector<float> data(7, 1.0f);
+  auto out = RunGraph(gm, {Tensor::FromFloats({7}, data)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_TRUE(out->items()[0].is_int());
+  EXPECT_EQ(out->items()[0].as_int(), 5);
+  ASSERT_TRUE(out->items()[1].is_float());
+  EXPECT_DOUBLE_EQ(out->items()[1].as_float(), 3.5);
+}
+
+TEST_F(FloatKernelsTest, TrainingModeOpsAndBadArgsAreErrorsNamingTheNode) {
+  // Stochastic depth with training=True would drop rows at random: refused, not faked.
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* sd = *g.AddCallFunction(
+      "torchvision.ops.stochastic_depth.stochastic_depth",
+      {x, Argument::Float(0.2), Argument::String("row"), Argument::Bool(true)});
+  ASSERT_TRUE(g.SetOutput(sd).ok());
+  auto out = RunGraph(gm, {Tensor::FromFloats({2}, {1, 2})});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(out.status().message(), HasSubstr("training=True"));
+  EXPECT_THAT(out.status().message(), HasSubstr(absl::StrCat("node '", sd->name(), "'")));
+
+  GraphModule gm2;
+  Graph& g2 = gm2.graph();
+  Node* y = *g2.AddPlaceholder("y");
+  Node* gelu = *g2.AddCallFunction("torch.nn.functional.gelu", {y},
+                                   {{Symbol::Intern("approximate"), Argument::String("fast")}});
+  ASSERT_TRUE(g2.SetOutput(gelu).ok());
+  out = RunGraph(gm2, {Tensor::FromFloats({2}, {1, 2})});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("gelu"));
+  EXPECT_THAT(out.status().message(), HasSubstr("'fast'"));
+
+  // Interpolate needs exactly one of size and scale_factor.
+  GraphModule gm3;
+  Graph& g3 = gm3.graph();
+  Node* z = *g3.AddPlaceholder("z");
+  Node* up = *g3.AddCallFunction("torch.nn.functional.interpolate", {z});
+  ASSERT_TRUE(g3.SetOutput(up).ok());
+  out = RunGraph(gm3, {Tensor::FromFloats({1, 1, 1, 2}, {1, 2})});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("exactly one of size and scale_factor"));
+}
+
+TEST_F(FloatKernelsTest, GroupNormModuleIsCheckedByVerifyAndRuns) {
+  // nn.GroupNorm(2, 4) without affine on one element per channel: groups {1, 3} and
+  // {5, 9} normalize to [-1, 1, -1, 1] (eps 0). num_channels 5 with 2 groups is refused
+  // by Verify, naming the field, before anything runs.
+  auto norm = std::make_unique<Module>("nn.GroupNorm");
+  norm->SetAttribute("num_groups", Argument::Int(2));
+  norm->SetAttribute("num_channels", Argument::Int(4));
+  norm->SetAttribute("eps", Argument::Float(0.0));
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("gn", std::move(norm)).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* gn = *gm.graph().AddCallModule("gn", {x});
+  ASSERT_TRUE(gm.graph().SetOutput(gn).ok());
+  auto out = RunGraph(gm, {Tensor::FromFloats({1, 4, 1}, {1, 3, 5, 9})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(Floats(*out), ElementsAre(-1, 1, -1, 1));
+  gm.FindModule("gn")->SetAttribute("num_channels", Argument::Int(5));
+  const absl::Status verified = gm.Verify();
+  EXPECT_EQ(verified.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(verified.message(), HasSubstr("num_channels"));
+  EXPECT_THAT(verified.message(), HasSubstr("multiple of num_groups (2)"));
+}
+
+TEST_F(FloatKernelsTest, ShapeOpsKeepThePerChannelAxisOnItsDim) {
+  // A [3, 2] tensor quantized per channel on axis 0: unsqueeze(0) moves the axis to 1,
+  // then permute(0, 2, 1) to 2, and squeeze() (dropping dim 0) back to 1.
+  auto q = Tensor::Zeros(DType::kQUInt8, {3, 2},
+                         QuantParams::PerChannel({0.1, 0.2, 0.3}, {0, 0, 0}, 0));
+  ASSERT_TRUE(q.ok()) << q.status();
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* u = *g.AddCallMethod("unsqueeze", {x, Argument::Int(0)});
+  Node* p = *g.AddCallMethod("permute", {u, Argument::Int(0), Argument::Int(2), Argument::Int(1)});
+  Node* s = *g.AddCallFunction("torch.squeeze", {p});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({u, p, s})).ok());
+  auto out = RunGraph(gm, {*q});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->items()[0].as_tensor().qparams().axis, 1);
+  EXPECT_EQ(out->items()[1].as_tensor().qparams().axis, 2);
+  EXPECT_EQ(out->items()[1].as_tensor().shape(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(out->items()[2].as_tensor().qparams().axis, 1);
+  EXPECT_EQ(out->items()[2].as_tensor().shape(), (std::vector<int64_t>{2, 3}));
 }
 
 }  // namespace

@@ -334,5 +334,137 @@ TEST(ShapeOpsTest, CatKeepsQuantizedStorage) {
   EXPECT_EQ(cat->bytes(), std::string("\x01\x02\x01\x02", 4));
 }
 
+TEST(InterpolateTest, BilinearSourceIndexFollowsAlignCorners) {
+  // x = [[0, 1], [2, 3]] to 4x4. align_corners=False: scale in/out = 0.5, source
+  // (o + 0.5) * 0.5 - 0.5 = -0.25 (clamped to 0), 0.25, 0.75, 1.25 (index 1, no right
+  // neighbour); row 0 is [0, 0.25, 0.75, 1]. align_corners=True: source o * 1/3, row 0 is
+  // [0, 1/3, 2/3, 1], and the last row is [2, 7/3, 8/3, 3].
+  Tensor x = Tensor::FromFloats({1, 1, 2, 2}, {0, 1, 2, 3});
+  InterpolateParams p;
+  p.out_h = 4;
+  p.out_w = 4;
+  p.mode = "bilinear";
+  auto y = Interpolate(x, p);
+  ASSERT_TRUE(y.ok()) << y.status();
+  std::vector<float> v = Floats(*y);
+  EXPECT_THAT(std::vector<float>(v.begin(), v.begin() + 4),
+              Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.25, 0.75, 1}));
+  p.align_corners = true;
+  y = Interpolate(x, p);
+  ASSERT_TRUE(y.ok()) << y.status();
+  v = Floats(*y);
+  EXPECT_THAT(std::vector<float>(v.begin(), v.begin() + 4),
+              Pointwise(FloatNear(1e-6), std::vector<float>{0, 1.0f / 3, 2.0f / 3, 1}));
+  EXPECT_THAT(std::vector<float>(v.end() - 4, v.end()),
+              Pointwise(FloatNear(1e-6), std::vector<float>{2, 7.0f / 3, 8.0f / 3, 3}));
+}
+
+TEST(InterpolateTest, NearestAndUnknownMode) {
+  // Nearest 1x3 -> 1x5: source floor(o * 3/5) = 0, 0, 1, 1, 2.
+  Tensor x = Tensor::FromFloats({1, 1, 1, 3}, {10, 20, 30});
+  InterpolateParams p;
+  p.out_h = 1;
+  p.out_w = 5;
+  auto y = Interpolate(x, p);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Floats(*y), ElementsAre(10, 10, 20, 20, 30));
+  p.mode = "bicubic";
+  EXPECT_EQ(Interpolate(x, p).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(NormTest, LayerNormAndGroupNormByHand) {
+  // Row [1, 3]: mean 2, biased variance 1, so (x - 2) / sqrt(1 + eps) ~ [-1, 1];
+  // weight [2, 1], bias [0, 5]: [-2, 6].
+  Tensor x = Tensor::FromFloats({1, 2}, {1, 3});
+  Tensor w = Tensor::FromFloats({2}, {2, 1});
+  Tensor b = Tensor::FromFloats({2}, {0, 5});
+  auto y = LayerNorm(x, {2}, &w, &b, 0.0);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Floats(*y), Pointwise(FloatNear(1e-6), std::vector<float>{-2, 6}));
+  // Group norm, 4 channels of one element in 2 groups: {1, 3} and {5, 9} -> [-1, 1, -1, 1].
+  Tensor g = Tensor::FromFloats({1, 4, 1}, {1, 3, 5, 9});
+  auto z = GroupNorm(g, 2, nullptr, nullptr, 0.0);
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_THAT(Floats(*z), Pointwise(FloatNear(1e-6), std::vector<float>{-1, 1, -1, 1}));
+  EXPECT_THAT(GroupNorm(g, 3, nullptr, nullptr, 0.0).status().message(),
+              HasSubstr("4 channels cannot be split into 3 groups"));
+  EXPECT_THAT(LayerNorm(x, {3}, nullptr, nullptr, 1e-5).status().message(),
+              HasSubstr("is not the trailing shape"));
+}
+
+TEST(MatMulTest, VectorOperandsLoseTheirDim) {
+  // [1, 2, 3] . [4, 5, 6] = 32, a 0-d result; [[1, 2], [3, 4]] @ [1, 1] = [3, 7].
+  auto dot = MatMul(Tensor::FromFloats({3}, {1, 2, 3}), Tensor::FromFloats({3}, {4, 5, 6}));
+  ASSERT_TRUE(dot.ok()) << dot.status();
+  EXPECT_EQ(dot->dim(), 0);
+  EXPECT_THAT(Floats(*dot), ElementsAre(32));
+  auto mv = MatMul(Tensor::FromFloats({2, 2}, {1, 2, 3, 4}), Tensor::FromFloats({2}, {1, 1}));
+  ASSERT_TRUE(mv.ok()) << mv.status();
+  EXPECT_EQ(mv->shape(), (std::vector<int64_t>{2}));
+  EXPECT_THAT(Floats(*mv), ElementsAre(3, 7));
+  EXPECT_THAT(MatMul(Tensor::FromFloats({2, 2}, Iota(4)), Tensor::FromFloats({3}, Iota(3)))
+                  .status()
+                  .message(),
+              HasSubstr("cannot be multiplied"));
+}
+
+TEST(ShapeOpsTest, PermuteMovesThePerChannelAxis) {
+  // [2, 3] per-channel on axis 1 (3 scales), transposed to [3, 2]: the axis becomes 0.
+  auto x = Tensor::Zeros(DType::kQUInt8, {2, 3},
+                         QuantParams::PerChannel({0.1, 0.2, 0.3}, {0, 1, 2}, 1));
+  ASSERT_TRUE(x.ok()) << x.status();
+  x->mutable_data<uint8_t>()[1] = 7;  // element (0, 1)
+  auto y = Permute(*x, {1, 0});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->qparams().axis, 0);
+  EXPECT_EQ(y->data<uint8_t>()[2], 7);  // element (1, 0) of the transpose
+  EXPECT_THAT(Permute(*x, {0, 0}).status().message(), HasSubstr("repeat dim 0"));
+}
+
+TEST(ShapeOpsTest, SplitAlongThePerChannelAxisSplitsTheScales) {
+  auto x = Tensor::Zeros(DType::kQUInt8, {2, 3},
+                         QuantParams::PerChannel({0.1, 0.2, 0.3}, {0, 1, 2}, 1));
+  ASSERT_TRUE(x.ok()) << x.status();
+  auto pieces = SplitSizes(*x, {1, 2}, 1);
+  ASSERT_TRUE(pieces.ok()) << pieces.status();
+  ASSERT_EQ(pieces->size(), 2u);
+  EXPECT_THAT((*pieces)[1].qparams().scales, ElementsAre(0.2, 0.3));
+  EXPECT_THAT((*pieces)[1].qparams().zero_points, ElementsAre(1, 2));
+  EXPECT_THAT(SplitSizes(*x, {1, 1}, 1).status().message(), HasSubstr("add up to 2"));
+}
+
+TEST(ReductionTest, SumAmaxAndPad) {
+  // [[1, 5], [-2, 3]]: sum over dim 0 = [-1, 8]; amax over dim 1 = [5, 3]; amax of an
+  // empty dim is an error, as in PyTorch.
+  Tensor x = Tensor::FromFloats({2, 2}, {1, 5, -2, 3});
+  auto s = Sum(x, {0}, false);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_THAT(Floats(*s), ElementsAre(-1, 8));
+  auto m = Amax(x, {-1}, true);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->shape(), (std::vector<int64_t>{2, 1}));
+  EXPECT_THAT(Floats(*m), ElementsAre(5, 3));
+  auto empty = Tensor::Zeros(DType::kFloat32, {2, 0});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_THAT(Amax(*empty, {1}, false).status().message(), HasSubstr("size 0"));
+  // pad (1, -1) on the last dim of [1, 5]: a 9 in front, the 5 cropped: [9, 1].
+  auto p = ConstantPad(Tensor::FromFloats({2}, {1, 5}), {1, -1}, 9.0f);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(Floats(*p), ElementsAre(9, 1));
+}
+
+TEST(ActivationTest, PreluSlopesPerChannelAndFloatWeightsOnly) {
+  // [N=1, C=2, 2]: channel 0 slope 0.5, channel 1 slope -1: [-2, 3 | -4, 5] ->
+  // [-1, 3 | 4, 5]. A module file's int64 weight is refused, not read as floats.
+  Tensor x = Tensor::FromFloats({1, 2, 2}, {-2, 3, -4, 5});
+  auto y = Prelu(x, Tensor::FromFloats({2}, {0.5, -1}));
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Floats(*y), ElementsAre(-1, 3, 4, 5));
+  EXPECT_THAT(Prelu(x, Tensor::FromFloats({3}, {1, 1, 1})).status().message(),
+              HasSubstr("expected 1 or the input's 2 channels"));
+  EXPECT_THAT(Prelu(x, Tensor::FromInt64s({1}, {2})).status().message(),
+              HasSubstr("expected float32"));
+}
+
 }  // namespace
 }  // namespace fuselage

@@ -114,6 +114,23 @@ ATTRS = {
     nn.AdaptiveAvgPool2d: ["output_size"],
     nn.Flatten: ["start_dim", "end_dim"],
     nn.Dropout: ["p"],
+    nn.GELU: ["approximate"],
+    nn.ELU: ["alpha"],
+    nn.LeakyReLU: ["negative_slope"],
+    nn.PReLU: ["num_parameters"],
+    nn.Softmax: ["dim"],
+    nn.LogSoftmax: ["dim"],
+    nn.LayerNorm: ["normalized_shape", "eps", "elementwise_affine"],
+    nn.GroupNorm: ["num_groups", "num_channels", "eps", "affine"],
+    nn.InstanceNorm1d: ["num_features", "eps", "momentum", "affine", "track_running_stats"],
+    nn.InstanceNorm2d: ["num_features", "eps", "momentum", "affine", "track_running_stats"],
+    nn.Upsample: ["size", "scale_factor", "mode", "align_corners", "recompute_scale_factor"],
+    nn.UpsamplingBilinear2d: ["size", "scale_factor", "mode", "align_corners",
+                              "recompute_scale_factor"],
+    nn.AdaptiveMaxPool2d: ["output_size", "return_indices"],
+    nn.MaxPool1d: ["kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"],
+    nn.AvgPool1d: ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"],
+    nn.AdaptiveAvgPool1d: ["output_size"],
 }
 
 
@@ -142,10 +159,13 @@ def node(name, op, target, args=(), kwargs=None):
 CASES = []
 
 
-def case(name, inputs, outputs, op, target, args, kwargs=None, modules=None, attrs=None):
+def case(name, inputs, outputs, op, target, args, kwargs=None, modules=None, attrs=None,
+         then=None):
     """One golden: placeholders x0.. fed `inputs`, one op node, output = the op's value.
 
     args / kwargs may use Ref("x0"), Ref("w") (a get_attr of root tensor `w` from `attrs`).
+    `then` lists further nodes (name, op, target, args) after "op" (a getitem of its
+    tuple, say); the output is then the last of them.
     """
     model = pb.Model(format_version=1, producer="tests/runtime/gen_float_goldens.py (torch %s)"
                      % torch.__version__)
@@ -158,7 +178,11 @@ def case(name, inputs, outputs, op, target, args, kwargs=None, modules=None, att
     for path, m in (modules or {}).items():
         model.root.children.add(name=path, module=module_proto(m))
     model.graph.nodes.append(node("op", op, target, args, kwargs))
-    model.graph.nodes.append(node("output", pb.OUTPUT, "output", [Ref("op")]))
+    last = "op"
+    for then_name, then_op, then_target, then_args in then or []:
+        model.graph.nodes.append(node(then_name, then_op, then_target, then_args))
+        last = then_name
+    model.graph.nodes.append(node("output", pb.OUTPUT, "output", [Ref(last)]))
     flat = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
     for i, x in enumerate(inputs):
         model.root.tensors.add(name="input_%d" % i, tensor=tensor(x))
@@ -309,6 +333,7 @@ def build_cases():
          "torch.nn.functional.hardsigmoid", [Ref("x0")])
 
     build_nd_conv_cases()
+    build_model_op_cases()
 
 
 def build_nd_conv_cases():
@@ -353,6 +378,238 @@ def build_nd_conv_cases():
                 r(1, 2, 3, 4, 4))
     module_case("nni_bn_relu3d", nni.BNReLU3d(randomize_bn(nn.BatchNorm3d(3)), nn.ReLU()),
                 r(1, 3, 2, 3, 3))
+
+
+def randomize_affine(m):
+    with torch.no_grad():
+        m.weight.uniform_(0.5, 1.5)
+        m.bias.uniform_(-0.5, 0.5)
+    return m
+
+
+def build_model_op_cases():
+    """The ops of torchvision's newer models (efficientnet, mobilenet_v3, convnext,
+    regnet, deeplabv3) and their relatives: activations, norms, softmax, shape ops,
+    matmul, reductions, resampling, padding, stochastic depth and broadcasting
+    arithmetic. Seeded on their own, after the older cases."""
+    torch.manual_seed(2)
+    r = torch.randn
+    fn, meth = pb.CALL_FUNCTION, pb.CALL_METHOD
+    get = pb.CALL_FUNCTION, "operator.getitem"
+    # ---- Activation modules --------------------------------------------------------
+    module_case("silu", nn.SiLU(), r(2, 3, 4) * 3)
+    module_case("gelu_none", nn.GELU(), r(2, 3, 4) * 3)
+    module_case("gelu_tanh", nn.GELU("tanh"), r(2, 3, 4) * 3)
+    module_case("tanh", nn.Tanh(), r(2, 5) * 2)
+    module_case("elu", nn.ELU(0.7), r(2, 6) * 2)
+    module_case("leaky_relu", nn.LeakyReLU(0.2), r(3, 4))
+    prelu = nn.PReLU(3)
+    with torch.no_grad():
+        prelu.weight.uniform_(-0.5, 0.5)
+    module_case("prelu_per_channel", prelu, r(2, 3, 2, 2))
+    module_case("prelu_single", nn.PReLU(init=0.1), r(2, 5))
+    module_case("softmax_dim1", nn.Softmax(dim=1), r(2, 5, 3) * 3)
+    module_case("softmax_dim_none", nn.Softmax(), r(2, 3, 2, 2))  # legacy: dim 1 for 4-d
+    module_case("log_softmax_last", nn.LogSoftmax(dim=-1), r(3, 7) * 3)
+    # ---- Norm modules ----------------------------------------------------------------
+    module_case("layer_norm", randomize_affine(nn.LayerNorm(8)), r(2, 3, 8) * 2 + 1)
+    module_case("layer_norm_2d_shape_no_affine",
+                nn.LayerNorm([4, 5], eps=1e-3, elementwise_affine=False), r(2, 3, 4, 5))
+    module_case("group_norm", randomize_affine(nn.GroupNorm(2, 6)), r(2, 6, 3, 4) + 0.5)
+    module_case("group_norm_no_affine", nn.GroupNorm(3, 3, affine=False), r(1, 3, 5))
+    module_case("instance_norm2d", nn.InstanceNorm2d(3), r(2, 3, 4, 5))
+    module_case("instance_norm2d_affine_unbatched",
+                randomize_affine(nn.InstanceNorm2d(3, affine=True)), r(3, 4, 5))
+    module_case("instance_norm1d_running_stats",
+                randomize_bn(nn.InstanceNorm1d(3, affine=True, track_running_stats=True)),
+                r(2, 3, 6))
+    # ---- Resampling and adaptive max pooling modules ------------------------------------
+    module_case("upsample_nearest_scale2", nn.Upsample(scale_factor=2), r(1, 2, 3, 4))
+    module_case("upsample_bilinear_size", nn.Upsample(size=(7, 5), mode="bilinear"),
+                r(1, 2, 3, 4))
+    module_case("upsample_bilinear_align_corners_scale",
+                nn.Upsample(scale_factor=1.7, mode="bilinear", align_corners=True), r(1, 2, 4, 5))
+    module_case("upsampling_bilinear2d", nn.UpsamplingBilinear2d(scale_factor=2), r(1, 2, 3, 3))
+    module_case("adaptive_maxpool2d", nn.AdaptiveMaxPool2d((3, 2)), r(1, 2, 7, 5))
+    # ---- Activation functions -----------------------------------------------------------
+    a = r(2, 3, 4) * 3
+    case("functional_silu", [a], F.silu(a), fn, "torch.nn.functional.silu", [Ref("x0")],
+         {"inplace": False})
+    case("functional_gelu_tanh", [a], F.gelu(a, approximate="tanh"), fn,
+         "torch.nn.functional.gelu", [Ref("x0")], {"approximate": "tanh"})
+    case("functional_gelu", [a], F.gelu(a), fn, "torch.nn.functional.gelu", [Ref("x0")])
+    case("torch_tanh", [a], torch.tanh(a), fn, "torch.tanh", [Ref("x0")])
+    case("method_tanh", [a], a.tanh(), meth, "tanh", [Ref("x0")])
+    case("functional_sigmoid", [a], torch.sigmoid(a), fn, "torch.nn.functional.sigmoid",
+         [Ref("x0")])
+    case("functional_elu", [a], F.elu(a, alpha=0.5), fn, "torch.nn.functional.elu",
+         [Ref("x0")], {"alpha": 0.5, "inplace": False})
+    case("functional_leaky_relu", [a], F.leaky_relu(a, 0.1), fn,
+         "torch.nn.functional.leaky_relu", [Ref("x0"), 0.1])
+    pw = torch.rand(3) - 0.5
+    case("functional_prelu", [a], F.prelu(a, pw), fn, "torch.nn.functional.prelu",
+         [Ref("x0"), Ref("w")], attrs={"w": pw})
+    # ---- Softmax (FX records F.softmax's _stacklevel and dtype) -------------------------
+    case("functional_softmax", [a], F.softmax(a, dim=-1), fn, "torch.nn.functional.softmax",
+         [Ref("x0")], {"dim": -1, "_stacklevel": 3, "dtype": None})
+    case("torch_softmax", [a], torch.softmax(a, 1), fn, "torch.softmax", [Ref("x0"), 1])
+    case("method_softmax", [a], a.softmax(0), meth, "softmax", [Ref("x0"), 0])
+    case("functional_log_softmax", [a], F.log_softmax(a, dim=1), fn,
+         "torch.nn.functional.log_softmax", [Ref("x0")],
+         {"dim": 1, "_stacklevel": 3, "dtype": None})
+    case("method_log_softmax", [a], a.log_softmax(-1), meth, "log_softmax", [Ref("x0"), -1])
+    # ---- Norm functions (convnext's LayerNorm2d calls F.layer_norm after a permute) ------
+    ln_w, ln_b = torch.rand(4) + 0.5, torch.rand(4) - 0.5
+    e = r(2, 3, 5, 4) * 2
+    case("functional_layer_norm", [e], F.layer_norm(e, (4,), ln_w, ln_b, 1e-6), fn,
+         "torch.nn.functional.layer_norm", [Ref("x0"), (4,), Ref("w"), Ref("b"), 1e-6],
+         attrs={"w": ln_w, "b": ln_b})
+    gn_w, gn_b = torch.rand(6) + 0.5, torch.rand(6) - 0.5
+    g = r(2, 6, 3, 3)
+    case("functional_group_norm", [g], F.group_norm(g, 3, gn_w, gn_b), fn,
+         "torch.nn.functional.group_norm", [Ref("x0"), 3, Ref("w"), Ref("b")],
+         attrs={"w": gn_w, "b": gn_b})
+    case("functional_instance_norm", [g], F.instance_norm(g), fn,
+         "torch.nn.functional.instance_norm", [Ref("x0")])
+    # ---- Shape ops ----------------------------------------------------------------------
+    case("torch_permute", [e], torch.permute(e, (0, 2, 3, 1)), fn, "torch.permute",
+         [Ref("x0"), (0, 2, 3, 1)])
+    case("method_permute_varargs", [e], e.permute(0, 3, 1, 2), meth, "permute",
+         [Ref("x0"), 0, 3, 1, 2])
+    case("method_permute_list_negative", [a], a.permute([-1, 0, 1]), meth, "permute",
+         [Ref("x0"), [-1, 0, 1]])
+    case("torch_transpose", [e], torch.transpose(e, 1, -1), fn, "torch.transpose",
+         [Ref("x0"), 1, -1])
+    case("method_transpose", [a], a.transpose(0, 2), meth, "transpose", [Ref("x0"), 0, 2])
+    h = r(2, 7, 3)
+    case("torch_chunk_getitem", [h], torch.chunk(h, 3, dim=1)[2], fn, "torch.chunk",
+         [Ref("x0"), 3], {"dim": 1}, then=[("item", *get, [Ref("op"), 2])])
+    case("method_chunk_all", [h], h.chunk(2, -1), meth, "chunk", [Ref("x0"), 2, -1])
+    case("torch_split_int", [h], torch.split(h, 3, dim=1), fn, "torch.functional.split",
+         [Ref("x0"), 3], {"dim": 1})
+    case("method_split_sections_getitem", [h], h.split([1, 2], dim=2)[1], meth, "split",
+         [Ref("x0"), [1, 2]], {"dim": 2}, then=[("item", *get, [Ref("op"), -1])])
+    case("torch_unbind", [h], torch.unbind(h, 2), fn, "torch.unbind", [Ref("x0"), 2])
+    case("method_unbind_getitem", [h], h.unbind()[1], meth, "unbind", [Ref("x0")],
+         then=[("item", *get, [Ref("op"), 1])])
+    h2 = r(2, 7, 3)
+    case("torch_stack", [h, h2], torch.stack([h, h2], dim=1), fn, "torch.stack",
+         [[Ref("x0"), Ref("x1")]], {"dim": 1})
+    case("torch_stack_last_dim", [h, h2], torch.stack((h, h2), -1), fn, "torch.stack",
+         [(Ref("x0"), Ref("x1")), -1])
+    # ---- Matrix products ---------------------------------------------------------------
+    m1, m2 = r(2, 1, 3, 4), r(5, 4, 2)
+    case("torch_matmul_batch_broadcast", [m1, m2], torch.matmul(m1, m2), fn, "torch.matmul",
+         [Ref("x0"), Ref("x1")])
+    v1, v2 = r(3, 4), r(4)
+    case("torch_matmul_matrix_vector", [v1, v2], torch.matmul(v1, v2), fn, "torch.matmul",
+         [Ref("x0"), Ref("x1")])
+    v3 = r(2, 4, 3)
+    case("operator_matmul_vector_batch", [v2, v3], v2 @ v3, fn, "operator.matmul",
+         [Ref("x0"), Ref("x1")])
+    b1, b2 = r(2, 3, 4), r(2, 4, 5)
+    case("torch_bmm", [b1, b2], torch.bmm(b1, b2), fn, "torch.bmm", [Ref("x0"), Ref("x1")])
+    case("method_matmul", [b1, b2], b1.matmul(b2), meth, "matmul", [Ref("x0"), Ref("x1")])
+    # ---- Reductions --------------------------------------------------------------------
+    case("torch_sum_dims_keepdim", [e], torch.sum(e, [1, 2], keepdim=True), fn, "torch.sum",
+         [Ref("x0"), [1, 2]], {"keepdim": True})
+    case("method_sum_all", [e], e.sum(), meth, "sum", [Ref("x0")])
+    case("method_sum_dim", [e], e.sum(-1), meth, "sum", [Ref("x0"), -1])
+    case("torch_amax_keepdim", [e], torch.amax(e, dim=(2, 3), keepdim=True), fn, "torch.amax",
+         [Ref("x0")], {"dim": (2, 3), "keepdim": True})
+    case("method_amax_dim", [e], e.amax(1), meth, "amax", [Ref("x0"), 1])
+    case("method_mean_dims_partial", [e], e.mean((1, 3)), meth, "mean", [Ref("x0"), (1, 3)])
+    # ---- Interpolate (as FX records it: every keyword) and pad ------------------------
+    def interp(name, x, **kw):
+        kwargs = {"size": None, "scale_factor": None, "mode": "nearest", "align_corners": None,
+                  "recompute_scale_factor": None, "antialias": False}
+        kwargs.update(kw)
+        case(name, [x], F.interpolate(x, **kwargs), fn, "torch.nn.functional.interpolate",
+             [Ref("x0")], kwargs)
+    f = r(1, 2, 4, 5)
+    interp("interpolate_nearest_size", f, size=(5, 7))
+    interp("interpolate_nearest_scale", f, scale_factor=2.5)
+    interp("interpolate_bilinear_size", f, size=(9, 6), mode="bilinear", align_corners=False)
+    interp("interpolate_bilinear_align_corners", f, size=(7, 8), mode="bilinear",
+           align_corners=True)
+    interp("interpolate_bilinear_scale", f, scale_factor=(1.5, 2.0), mode="bilinear",
+           align_corners=False)
+    interp("interpolate_bilinear_recompute_scale", f, scale_factor=1.3, mode="bilinear",
+           align_corners=False, recompute_scale_factor=True)
+    interp("interpolate_bilinear_downsample", r(1, 2, 5, 7), size=(2, 3), mode="bilinear",
+           align_corners=False)
+    case("functional_pad_constant", [f], F.pad(f, (1, 2, 0, 1), value=0.5), fn,
+         "torch.nn.functional.pad", [Ref("x0"), (1, 2, 0, 1)], {"value": 0.5})
+    case("functional_pad_crop", [f], F.pad(f, (-1, 1)), fn, "torch.nn.functional.pad",
+         [Ref("x0"), [-1, 1]], {"mode": "constant"})
+    case("functional_adaptive_max_pool2d", [f], F.adaptive_max_pool2d(f, 2), fn,
+         "torch.nn.functional.adaptive_max_pool2d", [Ref("x0"), 2])
+    # torchvision's StochasticDepth module calls stochastic_depth(input, p, mode, training).
+    from torchvision.ops import stochastic_depth
+    case("stochastic_depth_eval", [f], stochastic_depth(f, 0.2, "row", False), fn,
+         "torchvision.ops.stochastic_depth.stochastic_depth", [Ref("x0"), 0.2, "row", False])
+    # ---- Broadcasting arithmetic (squeeze-excitation scales, residual subtractions) ----
+    se_x, se_s = r(1, 6, 4, 4), torch.sigmoid(r(1, 6, 1, 1))
+    case("operator_mul_squeeze_excitation", [se_x, se_s], se_x * se_s, fn, "operator.mul",
+         [Ref("x0"), Ref("x1")])
+    c = r(3, 1)
+    case("operator_sub_broadcast", [a, c], a - c, fn, "operator.sub", [Ref("x0"), Ref("x1")])
+    case("torch_sub_alpha", [a, c], torch.sub(a, c, alpha=2), fn, "torch.sub",
+         [Ref("x0"), Ref("x1")], {"alpha": 2})
+    case("operator_sub_scalar_left", [a], 1 - a, fn, "operator.sub", [1, Ref("x0")])
+    case("method_sub_scalar", [a], a.sub(2.5), meth, "sub", [Ref("x0"), 2.5])
+    d = c.abs() + 0.5
+    case("operator_truediv_broadcast", [a, d], a / d, fn, "operator.truediv",
+         [Ref("x0"), Ref("x1")])
+    case("torch_div_scalar", [a], torch.div(a, 4.0), fn, "torch.div", [Ref("x0"), 4.0])
+    pos = a.abs() + 0.5
+    case("operator_truediv_scalar_left", [pos], 2 / pos, fn, "operator.truediv",
+         [2, Ref("x0")])
+    case("method_div_tensor", [a, d], a.div(d), meth, "div", [Ref("x0"), Ref("x1")])
+    # ---- Functional convolutions with get_attr weights ---------------------------------
+    x1, w1, b1 = r(2, 4, 9), r(6, 2, 3), r(6)
+    case("functional_conv1d", [x1], F.conv1d(x1, w1, b1, 2, 1, 2, 2), fn,
+         "torch.nn.functional.conv1d", [Ref("x0"), Ref("w"), Ref("b"), 2, 1, 2, 2],
+         attrs={"w": w1, "b": b1})
+    x3, w3 = r(1, 2, 4, 5, 5), r(3, 2, 2, 3, 3)
+    case("functional_conv3d_kwargs", [x3], F.conv3d(x3, w3, padding=(0, 1, 1), stride=(1, 2, 1)),
+         fn, "torch.nn.functional.conv3d", [Ref("x0"), Ref("w")],
+         {"padding": (0, 1, 1), "stride": (1, 2, 1)}, attrs={"w": w3})
+    xt, wt, bt = r(1, 4, 5), r(4, 3, 3), r(6)
+    case("functional_conv_transpose1d", [xt], F.conv_transpose1d(xt, wt, bt, 2, 1, 1, 2), fn,
+         "torch.nn.functional.conv_transpose1d", [Ref("x0"), Ref("w"), Ref("b"), 2, 1, 1, 2],
+         attrs={"w": wt, "b": bt})
+    xt2, wt2 = r(1, 2, 3, 4), r(2, 3, 3, 3)
+    case("functional_conv_transpose2d_dilation", [xt2],
+         F.conv_transpose2d(xt2, wt2, stride=2, dilation=2, output_padding=1), fn,
+         "torch.nn.functional.conv_transpose2d", [Ref("x0"), Ref("w")],
+         {"stride": 2, "dilation": 2, "output_padding": 1}, attrs={"w": wt2})
+    xt3, wt3 = r(1, 2, 2, 3, 3), r(2, 2, 2, 2, 2)
+    case("functional_conv_transpose3d", [xt3], F.conv_transpose3d(xt3, wt3, stride=2), fn,
+         "torch.nn.functional.conv_transpose3d", [Ref("x0"), Ref("w")], {"stride": 2},
+         attrs={"w": wt3})
+    # ---- squeeze / unsqueeze ------------------------------------------------------------
+    q = r(2, 1, 3, 1)
+    case("torch_squeeze_all", [q], torch.squeeze(q), fn, "torch.squeeze", [Ref("x0")])
+    case("method_squeeze_dim", [q], q.squeeze(-1), meth, "squeeze", [Ref("x0"), -1])
+    case("method_squeeze_non_one_dim", [q], q.squeeze(0), meth, "squeeze", [Ref("x0"), 0])
+    case("torch_unsqueeze_negative", [q], torch.unsqueeze(q, -1), fn, "torch.unsqueeze",
+         [Ref("x0"), -1])
+    case("method_unsqueeze", [q], q.unsqueeze(1), meth, "unsqueeze", [Ref("x0"), 1])
+    module_case("dropout2d_eval", nn.Dropout2d(0.3), r(1, 3, 2, 2))
+    # ---- 1-d pools --------------------------------------------------------------------
+    module_case("maxpool1d_dilation_ceil", nn.MaxPool1d(3, 2, 1, dilation=2, ceil_mode=True),
+                r(2, 3, 10))
+    module_case("avgpool1d_pad_exclude", nn.AvgPool1d(3, 2, 1, count_include_pad=False),
+                r(1, 2, 9))
+    module_case("adaptive_avgpool1d", nn.AdaptiveAvgPool1d(4), r(2, 3, 7))
+    p1 = r(1, 2, 8)
+    case("functional_max_pool1d", [p1], F.max_pool1d(p1, 2), fn,
+         "torch.nn.functional.max_pool1d", [Ref("x0"), 2])
+    case("functional_avg_pool1d_unbatched", [p1[0]], F.avg_pool1d(p1[0], 3, stride=2), fn,
+         "torch.nn.functional.avg_pool1d", [Ref("x0"), 3], {"stride": 2})
+    case("functional_adaptive_avg_pool1d", [p1], F.adaptive_avg_pool1d(p1, 3), fn,
+         "torch.nn.functional.adaptive_avg_pool1d", [Ref("x0"), 3])
 
 
 def write_npy_fixtures():
