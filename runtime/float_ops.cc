@@ -414,14 +414,21 @@ absl::StatusOr<Tensor> AvgPool2d(const Tensor& x, const Pool2dParams& p) {
   return out;
 }
 
-absl::StatusOr<Tensor> AdaptiveAvgPool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
+namespace {
+
+// PyTorch's adaptive pooling: output cell (oh, ow) of an OH x OW output covers input rows
+// [oh * H / OH, ceil((oh + 1) * H / OH)) and the same for columns; `reduce(src, W, h0, h1,
+// w0, w1)` gives the value of the cell whose window that is, in the H x W plane `src`.
+template <typename Reduce>
+absl::StatusOr<Tensor> AdaptivePool2d(const Tensor& x, int64_t out_h, int64_t out_w,
+                                      absl::string_view op, Reduce reduce) {
   int64_t d[4];
-  RETURN_IF_ERROR(Image4d(x, d, "adaptive_avg_pool2d"));
+  RETURN_IF_ERROR(Image4d(x, d, op));
   const int64_t N = d[0], C = d[1], H = d[2], W = d[3];
   const int64_t OH = out_h < 0 ? H : out_h;
   const int64_t OW = out_w < 0 ? W : out_w;
   if (OH == 0 || OW == 0 || H == 0 || W == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("adaptive_avg_pool2d: input ", x.ShapeString(),
+    return absl::InvalidArgumentError(absl::StrCat(op, ": input ", x.ShapeString(),
                                                    " and output size ", OH, "x", OW,
                                                    " must be non-empty"));
   }
@@ -434,15 +441,26 @@ absl::StatusOr<Tensor> AdaptiveAvgPool2d(const Tensor& x, int64_t out_h, int64_t
       const int64_t h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH;
       for (int64_t ow = 0; ow < OW; ++ow) {
         const int64_t w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
-        double sum = 0.0;
-        for (int64_t ih = h0; ih < h1; ++ih) {
-          for (int64_t iw = w0; iw < w1; ++iw) sum += src[ih * W + iw];
-        }
-        *po++ = static_cast<float>(sum / static_cast<double>((h1 - h0) * (w1 - w0)));
+        *po++ = reduce(src, W, h0, h1, w0, w1);
       }
     }
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> AdaptiveAvgPool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
+  return AdaptivePool2d(x, out_h, out_w, "adaptive_avg_pool2d",
+                        [](const float* src, int64_t W, int64_t h0, int64_t h1, int64_t w0,
+                           int64_t w1) {
+                          double sum = 0.0;
+                          for (int64_t ih = h0; ih < h1; ++ih) {
+                            for (int64_t iw = w0; iw < w1; ++iw) sum += src[ih * W + iw];
+                          }
+                          return static_cast<float>(sum / static_cast<double>((h1 - h0) *
+                                                                              (w1 - w0)));
+                        });
 }
 
 namespace {
@@ -830,37 +848,19 @@ absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b) {
 }
 
 absl::StatusOr<Tensor> AdaptiveMaxPool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
-  int64_t d[4];
-  RETURN_IF_ERROR(Image4d(x, d, "adaptive_max_pool2d"));
-  const int64_t N = d[0], C = d[1], H = d[2], W = d[3];
-  const int64_t OH = out_h < 0 ? H : out_h;
-  const int64_t OW = out_w < 0 ? W : out_w;
-  if (OH == 0 || OW == 0 || H == 0 || W == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("adaptive_max_pool2d: input ", x.ShapeString(),
-                                                   " and output size ", OH, "x", OW,
-                                                   " must be non-empty"));
-  }
-  ASSIGN_OR_RETURN(Tensor out, NewFloatTensor(ImageShape(x, N, C, OH, OW)));
-  const float* in = x.data<float>();
-  float* po = out.mutable_data<float>();
-  for (int64_t plane = 0; plane < N * C; ++plane) {
-    const float* src = in + plane * H * W;
-    for (int64_t oh = 0; oh < OH; ++oh) {
-      const int64_t h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH;
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        const int64_t w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
-        float best = -std::numeric_limits<float>::infinity();
-        for (int64_t ih = h0; ih < h1; ++ih) {
-          for (int64_t iw = w0; iw < w1; ++iw) {
-            const float v = src[ih * W + iw];
-            if (v > best || std::isnan(v)) best = v;
-          }
-        }
-        *po++ = best;
-      }
-    }
-  }
-  return out;
+  return AdaptivePool2d(x, out_h, out_w, "adaptive_max_pool2d",
+                        [](const float* src, int64_t W, int64_t h0, int64_t h1, int64_t w0,
+                           int64_t w1) {
+                          // A NaN in the window is the result, as in PyTorch.
+                          float best = -std::numeric_limits<float>::infinity();
+                          for (int64_t ih = h0; ih < h1; ++ih) {
+                            for (int64_t iw = w0; iw < w1; ++iw) {
+                              const float v = src[ih * W + iw];
+                              if (v > best || std::isnan(v)) best = v;
+                            }
+                          }
+                          return best;
+                        });
 }
 
 // ---- Resampling and padding ----------------------------------------------------------
