@@ -25,25 +25,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A fresh, empty folder per test under Bazel's TEST_TMPDIR.
 std::string FreshFolder(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string folder = std::string(tmp != nullptr ? tmp : "/tmp") + "/file_io_" + name;
-  std::string command = "rm -rf '" + folder + "' && mkdir -p '" + folder + "'";
-  EXPECT_EQ(std::system(command.c_str()), 0);
+  const std::string folder = FreshFolderForTest("file_io_" + name);
+  EXPECT_FALSE(folder.empty()) << name;
   return folder;
-}
-
-std::set<std::string> Entries(const std::string& folder) {
-  std::set<std::string> names;
-  DIR* dir = ::opendir(folder.c_str());
-  if (dir == nullptr) return names;
-  while (dirent* entry = ::readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.insert(name);
-  }
-  ::closedir(dir);
-  return names;
 }
 
 // Written with std::ofstream, independently of the code under test.
@@ -113,7 +98,7 @@ TEST(WriteFileAtomically, WritesANewFileAndLeavesNoTemporary) {
   const std::string folder = FreshFolder("write_new");
   ASSERT_TRUE(WriteFileAtomically(folder + "/out.bin", "hello").ok());
   EXPECT_EQ(GetFile(folder + "/out.bin"), "hello");
-  EXPECT_EQ(Entries(folder), std::set<std::string>{"out.bin"});
+  EXPECT_EQ(FolderEntries(folder), std::set<std::string>{"out.bin"});
   // A relative path (no folder part) works too.
   char* cwd_buffer = ::getcwd(nullptr, 0);
   ASSERT_NE(cwd_buffer, nullptr);
@@ -124,7 +109,7 @@ TEST(WriteFileAtomically, WritesANewFileAndLeavesNoTemporary) {
   ASSERT_EQ(::chdir(cwd.c_str()), 0);
   ASSERT_TRUE(relative.ok()) << relative;
   EXPECT_EQ(GetFile(folder + "/rel.txt"), "r");
-  EXPECT_EQ(Entries(folder), (std::set<std::string>{"out.bin", "rel.txt"}));
+  EXPECT_EQ(FolderEntries(folder), (std::set<std::string>{"out.bin", "rel.txt"}));
 }
 
 TEST(WriteFileAtomically, ReplacesAnExistingFileKeepingItsMode) {
@@ -137,7 +122,7 @@ TEST(WriteFileAtomically, ReplacesAnExistingFileKeepingItsMode) {
   struct stat info;
   ASSERT_EQ(::stat(path.c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 07777, 0640u);
-  EXPECT_EQ(Entries(folder), std::set<std::string>{"model.bin"});
+  EXPECT_EQ(FolderEntries(folder), std::set<std::string>{"model.bin"});
 
   // Another user's file keeps its owner (only checkable where we may chown: as root).
   if (::geteuid() == 0) {
@@ -173,7 +158,7 @@ TEST(WriteFileAtomically, AFailedOverwriteLeavesTheOldFileByteIdentical) {
   EXPECT_THAT(status.message(), HasSubstr(path));
   EXPECT_THAT(status.message(), HasSubstr("File too large"));
   EXPECT_EQ(GetFile(path), old_bytes);
-  EXPECT_EQ(Entries(folder), std::set<std::string>{"model.bin"});
+  EXPECT_EQ(FolderEntries(folder), std::set<std::string>{"model.bin"});
 }
 
 // /dev/full is a character device: written in place (never renamed over), and its ENOSPC
@@ -206,7 +191,7 @@ TEST(WriteFileAtomically, AFolderThatIsAFileIsAnErrorNamingThePath) {
   EXPECT_THAT(status.message(), HasSubstr(folder + "/plain/out.bin"));
   EXPECT_THAT(status.message(), HasSubstr("Not a directory"));
   EXPECT_EQ(GetFile(folder + "/plain"), "not a folder");
-  EXPECT_EQ(Entries(folder), std::set<std::string>{"plain"});
+  EXPECT_EQ(FolderEntries(folder), std::set<std::string>{"plain"});
 }
 
 TEST(WriteFileAtomically, AMissingFolderIsNotFound) {
@@ -215,7 +200,7 @@ TEST(WriteFileAtomically, AMissingFolderIsNotFound) {
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr(folder + "/no/such/out.bin"));
-  EXPECT_TRUE(Entries(folder).empty());
+  EXPECT_TRUE(FolderEntries(folder).empty());
 }
 
 TEST(WriteFileAtomically, ADirectoryIsAFailedPrecondition) {
@@ -225,7 +210,7 @@ TEST(WriteFileAtomically, ADirectoryIsAFailedPrecondition) {
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr(folder + "/sub"));
-  EXPECT_TRUE(Entries(folder + "/sub").empty());
+  EXPECT_TRUE(FolderEntries(folder + "/sub").empty());
 }
 
 // Writing through a symlink replaces the file it points to; the link stays a link.
@@ -239,8 +224,8 @@ TEST(WriteFileAtomically, FollowsASymlinkToItsTarget) {
   ASSERT_EQ(::lstat((folder + "/link.bin").c_str(), &info), 0);
   EXPECT_TRUE(S_ISLNK(info.st_mode));
   EXPECT_EQ(GetFile(folder + "/real/model.bin"), "new");
-  EXPECT_EQ(Entries(folder), (std::set<std::string>{"link.bin", "real"}));
-  EXPECT_EQ(Entries(folder + "/real"), std::set<std::string>{"model.bin"});
+  EXPECT_EQ(FolderEntries(folder), (std::set<std::string>{"link.bin", "real"}));
+  EXPECT_EQ(FolderEntries(folder + "/real"), std::set<std::string>{"model.bin"});
 }
 
 // LoadModel reads through ReadFileBoundedInto: /dev/zero was sized 0 by tellg and parsed as
@@ -277,7 +262,7 @@ TEST(LoadModelFile, ReadsBoundedAndNamesWhatIsWrong) {
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(SerializeModel(**back), SerializeModel(**gm));
   }
-  EXPECT_EQ(Entries(folder), (std::set<std::string>{"m.fsl", "m.textproto"}));
+  EXPECT_EQ(FolderEntries(folder), (std::set<std::string>{"m.fsl", "m.textproto"}));
 }
 
 }  // namespace

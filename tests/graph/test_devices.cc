@@ -1,11 +1,13 @@
 #include "tests/graph/test_devices.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <set>
 #include <string>
 
 namespace fuselage {
@@ -35,5 +37,25 @@ std::string PrivateDevice(const std::string& name, const std::string& real, unsi
 
 std::string FullDeviceForTest() { return PrivateDevice("full", "/dev/full", 7); }
 std::string NullDeviceForTest() { return PrivateDevice("null", "/dev/null", 3); }
+
+std::string FreshFolderForTest(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string folder = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+  const std::string command = "rm -rf '" + folder + "' && mkdir -p '" + folder + "'";
+  if (std::system(command.c_str()) != 0) return "";
+  return folder;
+}
+
+std::set<std::string> FolderEntries(const std::string& folder) {
+  std::set<std::string> names;
+  DIR* dir = ::opendir(folder.c_str());
+  if (dir == nullptr) return names;
+  while (dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.insert(name);
+  }
+  ::closedir(dir);
+  return names;
+}
 
 }  // namespace fuselage

@@ -6,6 +6,7 @@
 #ifndef FUSELAGE_TESTS_GRAPH_TEST_DEVICES_H_
 #define FUSELAGE_TESTS_GRAPH_TEST_DEVICES_H_
 
+#include <set>
 #include <string>
 
 namespace fuselage {
@@ -14,6 +15,12 @@ namespace fuselage {
 std::string FullDeviceForTest();
 // A device node for /dev/null (accepts and discards every write).
 std::string NullDeviceForTest();
+
+// For the tests that check what a write leaves in a folder (no temporary, nothing else):
+// an empty folder of its own under $TEST_TMPDIR (else /tmp), emptied if it exists, and the
+// names in a folder (without "." and "..").
+std::string FreshFolderForTest(const std::string& name);
+std::set<std::string> FolderEntries(const std::string& folder);
 
 }  // namespace fuselage
 

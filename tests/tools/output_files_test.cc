@@ -43,23 +43,10 @@ std::vector<std::string> QuantizeArgs(const std::string& output) {
   return args;
 }
 
-// A fresh folder of its own, so the test can assert nothing but the expected file is in it.
 std::string FreshFolder(const std::string& name) {
-  const std::string folder = TempPath("output_files_" + name);
-  EXPECT_EQ(std::system(("rm -rf '" + folder + "' && mkdir -p '" + folder + "'").c_str()), 0);
+  const std::string folder = FreshFolderForTest("output_files_" + name);
+  EXPECT_FALSE(folder.empty()) << name;
   return folder;
-}
-
-std::set<std::string> Entries(const std::string& folder) {
-  std::set<std::string> names;
-  DIR* dir = ::opendir(folder.c_str());
-  if (dir == nullptr) return names;
-  while (dirent* entry = ::readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.insert(name);
-  }
-  ::closedir(dir);
-  return names;
 }
 
 // A (1, 4, 8, 8) float32 .npy of zeros, the residual example's input, written by hand.
@@ -138,14 +125,14 @@ TEST(OutputFilesTest, AFailedOverwriteKeepsTheOldModel) {
   EXPECT_THAT(r.err, HasSubstr("File too large"));
   EXPECT_EQ(FileContents(output), old_bytes);
   EXPECT_TRUE(LoadModel(output).ok());
-  EXPECT_EQ(Entries(folder), std::set<std::string>{"model.fsl"});
+  EXPECT_EQ(FolderEntries(folder), std::set<std::string>{"model.fsl"});
 
   // Without the limit the same command replaces it.
   const CliResult again = RunFuselage(QuantizeArgs(output));
   ASSERT_EQ(again.code, kExitOk) << again.err;
   EXPECT_THAT(again.out, HasSubstr("wrote " + output));
   EXPECT_NE(FileContents(output), old_bytes);
-  EXPECT_EQ(Entries(folder), std::set<std::string>{"model.fsl"});
+  EXPECT_EQ(FolderEntries(folder), std::set<std::string>{"model.fsl"});
 }
 
 TEST(OutputFilesTest, AnOutputFolderThatIsAFileFails) {
@@ -155,7 +142,7 @@ TEST(OutputFilesTest, AnOutputFolderThatIsAFileFails) {
   const CliResult r = RunFuselage(QuantizeArgs(plain + "/model.fsl"));
   ExpectOneFailureLine(r, plain + "/model.fsl");
   EXPECT_THAT(r.err, HasSubstr("Not a directory"));
-  EXPECT_EQ(Entries(folder), std::set<std::string>{"plain"});
+  EXPECT_EQ(FolderEntries(folder), std::set<std::string>{"plain"});
 }
 
 // A float model has no dequantize -> op -> quantize pattern: lower refuses it, and an
@@ -175,7 +162,7 @@ TEST(OutputFilesTest, LowerOfAFloatModelIsRefusedAndWritesNothing) {
 
   r = RunFuselage({"lower", kExample, "--backend=qnnpack", "-o", folder + "/new.fsl"});
   EXPECT_EQ(r.code, kExitFailure);
-  EXPECT_EQ(Entries(folder), std::set<std::string>{"lowered.fsl"});
+  EXPECT_EQ(FolderEntries(folder), std::set<std::string>{"lowered.fsl"});
 }
 
 // The reference model of the same example still lowers (the refusal is only for nothing).
