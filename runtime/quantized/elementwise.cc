@@ -5,15 +5,20 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "graph/status_macros.h"
+#include "runtime/float_ops.h"
 #include "runtime/quantized/quant_math.h"
 
 namespace fuselage {
 namespace quantized {
 namespace {
 
-absl::Status ExpectBinaryInputs(absl::string_view op, const Tensor& qa, const Tensor& qb,
-                                double output_scale, int64_t output_zero_point) {
+// The checks shared by add and mul; on success the broadcast output shape, with its
+// element count checked against Tensor::kMaxElements before anything is allocated.
+absl::StatusOr<std::vector<int64_t>> CheckBinaryInputs(absl::string_view op, const Tensor& qa,
+                                                       const Tensor& qb, double output_scale,
+                                                       int64_t output_zero_point) {
   RETURN_IF_ERROR(ExpectPerTensorQuantized(qa, op, "input a"));
   RETURN_IF_ERROR(ExpectPerTensorQuantized(qb, op, "input b"));
   if (qa.dtype() != qb.dtype()) {
@@ -22,13 +27,57 @@ absl::Status ExpectBinaryInputs(absl::string_view op, const Tensor& qa, const Te
                                                    DTypeName(qb.dtype()),
                                                    "; expected the same dtype"));
   }
-  if (qa.shape() != qb.shape()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": inputs have shapes ", qa.ShapeString(), " and ", qb.ShapeString(),
-        "; expected equal shapes (broadcasting is not supported)"));
+  absl::StatusOr<std::vector<int64_t>> shape = BroadcastShapes(qa.shape(), qb.shape());
+  if (!shape.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": inputs have shapes ", qa.ShapeString(), " and ", qb.ShapeString(),
+                     "; expected shapes that broadcast (", shape.status().message(), ")"));
+  }
+  absl::StatusOr<int64_t> numel = CheckedNumel(*shape);
+  if (!numel.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": inputs of shapes ", qa.ShapeString(),
+                                                   " and ", qb.ShapeString(),
+                                                   " broadcast to an output that is too large (",
+                                                   numel.status().message(), ")"));
   }
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
-  return ExpectValidZeroPoint(output_zero_point, qa.dtype(), op, "output zero_point");
+  RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qa.dtype(), op, "output zero_point"));
+  return shape;
+}
+
+// The stored values of `q` repeated out to `shape` (which q's shape broadcasts to), in
+// row-major order: both operands then line up element by element, as PyTorch's
+// TensorIterator lines them up with zero strides.
+std::vector<int32_t> BroadcastIntValues(const Tensor& q, absl::Span<const int64_t> shape) {
+  std::vector<int32_t> values = IntValues(q);
+  if (std::equal(shape.begin(), shape.end(), q.shape().begin(), q.shape().end())) return values;
+  const size_t rank = shape.size();
+  const size_t offset = rank - q.shape().size();  // q's dims align to the trailing dims
+  // q's row-major strides per output dim, 0 where q broadcasts (size 1 or missing).
+  std::vector<int64_t> strides(rank, 0);
+  int64_t stride = 1;
+  for (size_t d = rank; d-- > offset;) {
+    const int64_t size = q.shape()[d - offset];
+    strides[d] = size == 1 ? 0 : stride;
+    stride *= size;
+  }
+  int64_t n = 1;
+  for (int64_t size : shape) n *= size;
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  std::vector<int64_t> index(rank, 0);
+  int64_t source = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    out[static_cast<size_t>(i)] = values[static_cast<size_t>(source)];
+    // Advance the multi-index like an odometer, keeping the source offset in step.
+    for (size_t d = rank; d-- > 0;) {
+      ++index[d];
+      source += strides[d];
+      if (index[d] < shape[d]) break;
+      source -= strides[d] * shape[d];
+      index[d] = 0;
+    }
+  }
+  return out;
 }
 
 // The AVX2 body of qadd_kernel: fmadd(scale, float(q), scale * -zero_point).
@@ -41,35 +90,37 @@ float DequantizeFma(int32_t q, float scale, float neg_zp_premul) {
 absl::StatusOr<Tensor> QuantizedAdd(const Tensor& qa, const Tensor& qb, double output_scale,
                                     int64_t output_zero_point, bool relu) {
   const absl::string_view op = relu ? "quantized add_relu" : "quantized add";
-  RETURN_IF_ERROR(ExpectBinaryInputs(op, qa, qb, output_scale, output_zero_point));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> shape,
+                   CheckBinaryInputs(op, qa, qb, output_scale, output_zero_point));
   const float a_scale = static_cast<float>(qa.qparams().scales[0]);
   const float b_scale = static_cast<float>(qb.qparams().scales[0]);
   const float a_premul = a_scale * -static_cast<float>(qa.qparams().zero_points[0]);
   const float b_premul = b_scale * -static_cast<float>(qb.qparams().zero_points[0]);
   const float inv_scale = InverseScale(output_scale);
-  const std::vector<int32_t> a = IntValues(qa);
-  const std::vector<int32_t> b = IntValues(qb);
+  const std::vector<int32_t> a = BroadcastIntValues(qa, shape);
+  const std::vector<int32_t> b = BroadcastIntValues(qb, shape);
   std::vector<int32_t> out(a.size());
   for (size_t i = 0; i < a.size(); ++i) {
     float c = DequantizeFma(a[i], a_scale, a_premul) + DequantizeFma(b[i], b_scale, b_premul);
     if (relu) c = std::max(c, 0.0f);
     out[i] = QuantizeValue(c, inv_scale, output_zero_point, qa.dtype());
   }
-  return FromIntValues(qa.dtype(), qa.shape(),
-                       QuantParams::PerTensor(output_scale, output_zero_point), out);
+  return FromIntValues(qa.dtype(), shape, QuantParams::PerTensor(output_scale, output_zero_point),
+                       out);
 }
 
 absl::StatusOr<Tensor> QuantizedMul(const Tensor& qa, const Tensor& qb, double output_scale,
                                     int64_t output_zero_point, bool relu) {
   const absl::string_view op = relu ? "quantized mul_relu" : "quantized mul";
-  RETURN_IF_ERROR(ExpectBinaryInputs(op, qa, qb, output_scale, output_zero_point));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> shape,
+                   CheckBinaryInputs(op, qa, qb, output_scale, output_zero_point));
   const float multiplier = static_cast<float>(qa.qparams().scales[0]) *
                            static_cast<float>(qb.qparams().scales[0]) *
                            InverseScale(output_scale);
   const int64_t a_zero_point = qa.qparams().zero_points[0];
   const int64_t b_zero_point = qb.qparams().zero_points[0];
-  const std::vector<int32_t> a = IntValues(qa);
-  const std::vector<int32_t> b = IntValues(qb);
+  const std::vector<int32_t> a = BroadcastIntValues(qa, shape);
+  const std::vector<int32_t> b = BroadcastIntValues(qb, shape);
   std::vector<int32_t> out(a.size());
   for (size_t i = 0; i < a.size(); ++i) {
     const int64_t c = (a[i] - a_zero_point) * (b[i] - b_zero_point);
@@ -77,8 +128,8 @@ absl::StatusOr<Tensor> QuantizedMul(const Tensor& qa, const Tensor& qb, double o
     if (relu) q = std::max<int32_t>(q, static_cast<int32_t>(output_zero_point));
     out[i] = q;
   }
-  return FromIntValues(qa.dtype(), qa.shape(),
-                       QuantParams::PerTensor(output_scale, output_zero_point), out);
+  return FromIntValues(qa.dtype(), shape, QuantParams::PerTensor(output_scale, output_zero_point),
+                       out);
 }
 
 absl::StatusOr<Tensor> QuantizedRelu(const Tensor& qx) {

@@ -15,8 +15,10 @@
 //   QuantizedHardtanh = hardtanh / relu6 / clamp on a quantized tensor (qclamp_kernel):
 //                   clamp(q, quantize_val(min), quantize_val(max)), same qparams.
 //
-// Inputs of add / mul are per-tensor quantized tensors of one dtype and one shape
-// (broadcasting is not supported); the output has that dtype and shape.
+// Inputs of add / mul are per-tensor quantized tensors of one dtype whose shapes
+// broadcast (NumPy / PyTorch rules, either operand, any rank), as TensorIterator
+// broadcasts them in PyTorch; the output has that dtype and the broadcast shape. An
+// output past Tensor::kMaxElements is an error before anything is allocated.
 #ifndef FUSELAGE_RUNTIME_QUANTIZED_ELEMENTWISE_H_
 #define FUSELAGE_RUNTIME_QUANTIZED_ELEMENTWISE_H_
 

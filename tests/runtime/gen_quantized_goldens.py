@@ -459,6 +459,49 @@ def gen_binary():
     w.save()
 
 
+def gen_binary_broadcast():
+    """Broadcasting add / mul (a separate file, so binary.txt stays as it was)."""
+    w = Writer('binary_broadcast')
+    torch.manual_seed(8)
+    ops = {'add': torch.ops.quantized.add, 'add_relu': torch.ops.quantized.add_relu,
+           'mul': torch.ops.quantized.mul, 'mul_relu': torch.ops.quantized.mul_relu}
+    shapes = [  # (op, a, b): either side smaller, fewer dims, both sides broadcasting
+        ('mul', (1, 8, 1, 1), (1, 8, 5, 5)),  # squeeze-excitation: scale * x
+        ('mul_relu', (1, 8, 5, 5), (1, 8, 1, 1)),
+        ('add', (3, 1, 5), (4, 1)),
+        ('add_relu', (2, 3, 4), (4,)),
+        ('mul', (2, 1, 3), (1, 4, 1)),
+        ('add', (1,), (2, 3, 4)),
+    ]
+    for dtype, zps in [(torch.quint8, (7, 140, 60)), (torch.qint8, (-5, 3, 0))]:
+        for i, (name, sa, sb) in enumerate(shapes):
+            qa = torch.quantize_per_tensor(torch.randn(sa), 0.021, zps[0], dtype)
+            qb = torch.quantize_per_tensor(torch.randn(sb), 0.017, zps[1], dtype)
+            scale = 0.033 if name.startswith('add') else 0.011
+            y = ops[name](qa, qb, scale, zps[2])
+            ambiguous = np.zeros(tuple(y.shape), dtype=np.uint8)
+            if name.startswith('add'):
+                # As in gen_binary: where the fma (vector body) and plain (scalar tail)
+                # dequantizations disagree, either neighbour is PyTorch's answer.
+                f = np.broadcast_to(dq_fma(qa), y.shape) + np.broadcast_to(dq_fma(qb), y.shape)
+                p = (np.broadcast_to(dq_plain(qa), y.shape) +
+                     np.broadcast_to(dq_plain(qb), y.shape))
+                if name == 'add_relu':
+                    f, p = np.maximum(f, 0), np.maximum(p, 0)
+                ambiguous = (quantize_np(f, scale, zps[2], dtype) !=
+                             quantize_np(p, scale, zps[2], dtype)).astype(np.uint8)
+            w.case('%s_%d_%s' % (name, i, DTYPE_NAMES[dtype]))
+            w.scalar('op', name)
+            w.tensor('a', qa)
+            w.tensor('b', qb)
+            w.scalar('scale', scale)
+            w.scalar('zero_point', zps[2])
+            w.tensor('y', y)
+            w.tensor('ambiguous', torch.from_numpy(np.ascontiguousarray(ambiguous)))
+            w.end()
+    w.save()
+
+
 def gen_unary():
     w = Writer('unary')
     torch.manual_seed(6)
@@ -532,5 +575,6 @@ if __name__ == '__main__':
     gen_conv_ties()
     gen_linear_ties()
     gen_binary()
+    gen_binary_broadcast()
     gen_unary()
     gen_cat()

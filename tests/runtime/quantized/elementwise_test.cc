@@ -1,5 +1,6 @@
 // Quantized add / mul (+relu), relu and hardtanh: hand-checked values, PyTorch 1.13
-// goldens (binary.txt: torch.ops.quantized.add/add_relu/mul/mul_relu; unary.txt:
+// goldens (binary.txt: torch.ops.quantized.add/add_relu/mul/mul_relu; binary_broadcast.txt:
+// the same with broadcasting shapes; unary.txt:
 // torch.relu and F.hardtanh on quantized tensors) and errors.
 #include "runtime/quantized/elementwise.h"
 
@@ -57,6 +58,46 @@ TEST(QuantizedMulTest, HandComputed) {
   auto yr = QuantizedMul(a, b, 0.25, 100, true);
   ASSERT_TRUE(yr.ok()) << yr.status();
   EXPECT_EQ(Ints(*yr), (std::vector<int64_t>{102, 100, 100}));
+}
+
+TEST(QuantizedBinaryTest, BroadcastsHandComputed) {
+  // Squeeze-excitation: a per-channel scale [1, 2, 1, 1] times x [1, 2, 1, 3], the
+  // smaller operand first. a (scale 0.5, zp 0) = 2.0, -1.0; x (scale 0.25, zp 4) =
+  // 0.25, 0.5, -1.0 | 1.0, 0, 0.25. Products at scale 0.25, zp 100: 0.5, 1, -2 | -1, 0,
+  // -0.25 -> 102, 104, 92 | 96, 100, 99.
+  const Tensor x = QU8({1, 2, 1, 3}, {5, 6, 0, 8, 4, 5}, 0.25, 4);
+  const Tensor a = QU8({1, 2, 1, 1}, {10, 4}, 0.5, 6);
+  auto y = QuantizedMul(a, x, 0.25, 100, false);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (Shape{1, 2, 1, 3}));
+  EXPECT_EQ(Ints(*y), (std::vector<int64_t>{102, 104, 92, 96, 100, 99}));
+  // add, both sides broadcasting and of different rank: [2, 1] + [3] -> [2, 3].
+  // a (scale 0.5, zp 10) = 1.0, -0.5; b (scale 0.25, zp 0) = 0.5, 0.25, 1.5. Sums at
+  // scale 0.5, zp 4: 1.5, 1.25, 2.5 | 0, -0.25, 1 -> 7, 6 (2.5 half to even 2), 9 | 4,
+  // 4 (-0.5 -> -0), 6.
+  auto z = QuantizedAdd(QU8({2, 1}, {12, 9}, 0.5, 10), QU8({3}, {2, 1, 6}, 0.25, 0), 0.5, 4,
+                        false);
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_EQ(z->shape(), (Shape{2, 3}));
+  EXPECT_EQ(Ints(*z), (std::vector<int64_t>{7, 6, 9, 4, 4, 6}));
+}
+
+TEST(QuantizedBinaryTest, BroadcastMatchesPyTorchGoldens) {
+  auto cases = ReadGoldenFile("tests/runtime/testdata/quantized/binary_broadcast.txt");
+  ASSERT_TRUE(cases.ok()) << cases.status();
+  ASSERT_EQ(cases->size(), 12u);
+  for (const GoldenCase& c : *cases) {
+    SCOPED_TRACE(c.name);
+    const std::string& op = c.text("op");
+    const bool relu = op == "add_relu" || op == "mul_relu";
+    const double scale = c.number("scale");
+    const int64_t zp = static_cast<int64_t>(c.number("zero_point"));
+    ASSERT_NE(c.tensor("a").shape(), c.tensor("b").shape());
+    auto y = op.rfind("add", 0) == 0 ? QuantizedAdd(c.tensor("a"), c.tensor("b"), scale, zp, relu)
+                                     : QuantizedMul(c.tensor("a"), c.tensor("b"), scale, zp, relu);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(SameQuantized(*y, c.tensor("y"), &c.tensor("ambiguous")));
+  }
 }
 
 TEST(QuantizedReluHardtanhTest, HandComputed) {
@@ -127,7 +168,21 @@ TEST(QuantizedElementwiseTest, BadInputErrors) {
       << float_b.status();
   auto shapes = QuantizedMul(a, QU8({2}, {1, 2}, 0.5, 0), 0.5, 0, false);
   ASSERT_FALSE(shapes.ok());
-  EXPECT_NE(shapes.status().message().find("shapes"), std::string::npos);
+  EXPECT_NE(shapes.status().message().find(
+                "quantized mul: inputs have shapes [3] and [2]; expected shapes that broadcast"),
+            std::string::npos)
+      << shapes.status();
+  // [32768, 1] x [1, 16384] would be 2^29 elements, past Tensor::kMaxElements (2^28):
+  // refused before the output is allocated.
+  auto tall = Tensor::Zeros(DType::kQUInt8, {32768, 1}, QuantParams::PerTensor(0.5, 0));
+  auto wide = Tensor::Zeros(DType::kQUInt8, {1, 16384}, QuantParams::PerTensor(0.5, 0));
+  ASSERT_TRUE(tall.ok() && wide.ok());
+  auto huge = QuantizedAdd(*tall, *wide, 0.5, 0, false);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("quantized add: inputs of shapes [32768, 1] and "
+                                         "[1, 16384] broadcast to an output that is too large"),
+            std::string::npos)
+      << huge.status();
   auto zero_scale = QuantizedAdd(a, a, 0.0, 0, true);
   ASSERT_FALSE(zero_scale.ok());
   EXPECT_NE(zero_scale.status().message().find("quantized add_relu: output scale"),

@@ -132,6 +132,27 @@ TEST(RegisterQuantizedKernelsTest, QuantizedAddThenReluOverloadThenDequantize) {
   }
 }
 
+TEST(RegisterQuantizedKernelsTest, QuantizedMulBroadcastsLikeSqueezeExcitation) {
+  // The squeeze-excitation shape of issue #18: quantized.mul(scale [1, 8, 1, 1],
+  // x [1, 8, 5, 5]) through the registered function, against PyTorch's output.
+  auto kernels = Kernels();
+  const GoldenCase mul = FindCase("binary_broadcast.txt", "mul_0_quint8");
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* a = *g.AddPlaceholder("scale");
+  Node* b = *g.AddPlaceholder("x");
+  Node* y = *g.AddCallFunction(
+      "torch.ops.quantized.mul",
+      {a, b, Argument::Float(mul.number("scale")),
+       Argument::Int(static_cast<int64_t>(mul.number("zero_point")))});
+  ASSERT_TRUE(g.SetOutput(y).ok());
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  auto out = fuselage::Run(gm, {Value(mul.tensor("a")), Value(mul.tensor("b"))}, *kernels);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 1u);
+  EXPECT_TRUE(SameQuantized((*out)[0].as_tensor(), mul.tensor("y")));
+}
+
 TEST(RegisterQuantizedKernelsTest, QuantizeWithTensorParamsPoolAndCat) {
   auto kernels = Kernels();
   // x -> quantize_per_tensor(x, scale (0-d tensor), zp (0-d tensor), quint8)
