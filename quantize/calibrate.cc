@@ -75,7 +75,7 @@ absl::Status CheckSample(const std::vector<Node*>& placeholders, int64_t index,
 
 absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prepared,
                                             const CalibrationSamples& samples,
-                                            const KernelRegistry& kernels) {
+                                            const KernelRegistry& kernels, int threads) {
   if (samples.size() <= 0) {
     return absl::InvalidArgumentError("calibrate: no calibration sample given");
   }
@@ -90,6 +90,7 @@ absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prep
     reached[it->second.get()] = false;
   }
   RunOptions options;
+  options.threads = threads;
   options.observer = [&](const Node& node, const Value& value) -> absl::Status {
     auto it = observer_of_node.find(&node);
     if (it == observer_of_node.end()) return absl::OkStatus();

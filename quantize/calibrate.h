@@ -76,10 +76,12 @@ absl::Status RegisterObserverKernels(KernelRegistry& registry);
 // differs from the placeholder count, or a sample's tensor has no elements (naming its
 // placeholder: an observer learns no range from it); a kernel error is returned as the
 // interpreter reports it (naming the node). The graph is not modified; only the observer
-// modules' min_val / max_val tensors are, and only when every sample ran.
+// modules' min_val / max_val tensors are, and only when every sample ran. `threads` is
+// the interpreter's RunOptions::threads for every sample (0: OpenMP's default); the
+// ranges recorded are the same for every thread count.
 absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prepared,
                                             const CalibrationSamples& samples,
-                                            const KernelRegistry& kernels);
+                                            const KernelRegistry& kernels, int threads = 0);
 
 // `count` (1 to kMaxCalibrationSamples) samples of seeded pseudo-random float32 inputs,
 // uniform in [-1, 1) (identical on every platform for one seed), made one at a time as

@@ -1,5 +1,7 @@
 #include "runtime/interpreter.h"
 
+#include <omp.h>
+
 #include <new>
 #include <string>
 #include <utility>
@@ -128,6 +130,28 @@ absl::StatusOr<Value> RunCall(const GraphModule& gm, const Node& node,
   return (*kernel)(ctx, args, kwargs);
 }
 
+// Sets OpenMP's thread count (the nthreads ICV of the calling thread, which oneDNN reads
+// through omp_get_max_threads() when it creates and runs a primitive) for one scope, and
+// restores the previous count when the scope ends. `threads` 0 leaves it as it is.
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int threads) : previous_(omp_get_max_threads()) {
+    if (threads > 0) {
+      omp_set_num_threads(threads);
+      set_ = true;
+    }
+  }
+  ~ScopedOmpThreads() {
+    if (set_) omp_set_num_threads(previous_);
+  }
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+
+ private:
+  int previous_;
+  bool set_ = false;
+};
+
 }  // namespace
 
 absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> inputs,
@@ -141,6 +165,12 @@ absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> in
     return absl::InvalidArgumentError(absl::StrCat("graph takes ", placeholders.size(),
                                                    " inputs; got ", inputs.size()));
   }
+  if (options.threads < 0 || options.threads > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("threads is ", options.threads,
+                                                   "; expected 1 to ", kMaxThreads,
+                                                   " (or 0 for OpenMP's default)"));
+  }
+  const ScopedOmpThreads threads(options.threads);
   ValueStore store(graph);
   size_t next_input = 0;
   for (const Node* node = graph.first(); node != nullptr; node = node->next()) {

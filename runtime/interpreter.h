@@ -11,6 +11,8 @@
 //  - A node's value is freed after its last user has run, so peak memory follows the
 //    live set, not the whole graph.
 //  - The graph is only read; Run may be called concurrently on one GraphModule.
+//  - RunOptions::threads sets how many threads oneDNN's kernels use for this call only
+//    (see there); the result is the same for every thread count.
 #ifndef FUSELAGE_RUNTIME_INTERPRETER_H_
 #define FUSELAGE_RUNTIME_INTERPRETER_H_
 
@@ -31,8 +33,19 @@ namespace fuselage {
 // is returned, prefixed with the node's name.
 using NodeObserver = std::function<absl::Status(const Node& node, const Value& value)>;
 
+// The most threads one run may be given (RunOptions::threads, the CLI's --threads): far
+// above the core count of any machine fuselage runs on, low enough to refuse a typo.
+inline constexpr int kMaxThreads = 1024;
+
 struct RunOptions {
   NodeObserver observer;  // optional
+  // How many threads the kernels may use (oneDNN parallelizes with OpenMP): 1 to
+  // kMaxThreads, or 0 for OpenMP's default (OMP_NUM_THREADS if set, else every core).
+  // OpenMP's thread count belongs to the calling thread: it is set on the thread that
+  // calls Run for the run's duration and restored afterwards, so a Run on another thread
+  // and the caller's own later OpenMP work are unaffected. Outside that range:
+  // InvalidArgument, before any node runs.
+  int threads = 0;
 };
 
 // Runs `gm` and returns the value of the output node's argument with its structure kept

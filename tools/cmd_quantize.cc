@@ -1,12 +1,14 @@
 // `fuselage quantize MODEL --backend=NAME [--config=FILE] [--calibration=FILES]
-//                  [--samples=N] [--seed=N] [--input-shape=DIMS] [--reference] -o OUT`
+//                  [--samples=N] [--seed=N] [--input-shape=DIMS] [--threads=N]
+//                  [--reference] -o OUT`
 //   The whole flow (tools/quantize_flow.h) with PyTorch 1.13's default qconfig mapping of
 //   the backend (get_default_qconfig_mapping(NAME)) and the backend config NAME, or the
 //   --config file (whose base must then be NAME). Calibration reads the comma-separated
 //   .npy files of --calibration (with k placeholders, k files per sample), or else runs
 //   --samples (default 8) seeded random inputs, uniform in [-1, 1), shaped by the
 //   placeholders' meta "shape" or by --input-shape (e.g. 1,3,224,224; every placeholder).
-//   --reference stops after convert-to-reference. Prints every stage's report, including
+//   --threads is calibration's thread count (default: OpenMP's, every core or
+//   OMP_NUM_THREADS). --reference stops after convert-to-reference. Prints every stage's report, including
 //   the ops kept float and why, and the patterns left unlowered and why.
 //
 // `fuselage lower REFERENCE_MODEL --backend=NAME [--config=FILE] -o OUT [--time]`
@@ -58,14 +60,16 @@ Command QuantizeCommand() {
   command.name = "quantize";
   command.usage =
       "quantize MODEL --backend=NAME [--config=FILE] [--calibration=X.npy,...] "
-      "[--samples=N] [--seed=N] [--input-shape=DIMS] [--reference] -o OUT";
+      "[--samples=N] [--seed=N] [--input-shape=DIMS] [--threads=N] [--reference] -o OUT";
   command.summary = "fuse, prepare, calibrate, convert and lower a float model";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
     StageFlags flags{BackendFlagSpecs(), /*timed=*/false};
     for (FlagSpec& spec : CalibrationFlagSpecs()) flags.flags.push_back(std::move(spec));
+    flags.flags.push_back(ThreadsFlagSpec());
     flags.flags.push_back({{"--reference"}, false});
     ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
+    ASSIGN_OR_RETURN(const int threads, ThreadsFlag(stage.parsed()));
     ASSIGN_OR_RETURN(const std::string backend, RequiredBackend(stage.parsed(), command.name));
     ASSIGN_OR_RETURN(QConfigMapping mapping, DefaultQConfigMapping(backend));
     ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, stage.parsed()));
@@ -75,6 +79,7 @@ Command QuantizeCommand() {
     const size_t nodes_before = gm->graph().size();
     QuantizeFlowOptions options;
     options.stop_at_reference = stage.parsed().Has("--reference");
+    options.threads = threads;
     ASSIGN_OR_RETURN(QuantizeFlowReport report,
                      RunQuantizeFlow(*gm, config, mapping, samples, options));
     RETURN_IF_ERROR(stage.Save(context, *gm));

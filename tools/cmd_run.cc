@@ -1,10 +1,15 @@
-// `fuselage run MODEL --input=X.npy[,X2.npy...] [--output=Y.npy[,Y2.npy...]]`
+// `fuselage run MODEL --input=X.npy[,X2.npy...] [--output=Y.npy[,Y2.npy...]]
+//                   [--threads=N] [--repeat=N] [--time]`
 //   Runs MODEL (float, prepared, reference or native quantized) with the interpreter and
 //   the built-in kernels, one .npy input per placeholder in order. The outputs, flattened
 //   as the graph returns them (`return (a, (b, c))` gives a, b, c), are written to the
 //   --output files, one each; the counts must agree. A quantized output is written
 //   dequantized (float32), as `y.dequantize()` would give it. Prints one line per output:
 //   its shape and dtype.
+//   --threads: the kernels' thread count (RunOptions::threads; default OpenMP's: every
+//   core, or OMP_NUM_THREADS). --repeat runs the loaded model N times (default 1) on the
+//   same inputs, for timing; the outputs are those of the last run, written once. --time
+//   prints one `time run <ms> ms` line per run (StageTimes' format), after the outputs.
 #include "tools/cmd_run.h"
 
 #include <string>
@@ -18,9 +23,14 @@
 #include "runtime/interpreter.h"
 #include "runtime/npy.h"
 #include "runtime/quantized/quantize.h"
+#include "tools/quantize_flags.h"
 
 namespace fuselage {
 namespace {
+
+// The most runs --repeat asks for: a bound on a timing loop's length, not on memory (one
+// run's values are dropped before the next starts).
+constexpr int64_t kMaxRepeat = 1000000;
 
 std::vector<std::string> SplitPaths(const CommandContext& context, const std::string& list) {
   std::vector<std::string> paths;
@@ -35,17 +45,26 @@ std::vector<std::string> SplitPaths(const CommandContext& context, const std::st
 Command RunCommand() {
   Command command;
   command.name = "run";
-  command.usage = "run MODEL --input=X.npy[,X2.npy...] [--output=Y.npy[,Y2.npy...]]";
+  command.usage =
+      "run MODEL --input=X.npy[,X2.npy...] [--output=Y.npy[,Y2.npy...]] [--threads=N] "
+      "[--repeat=N] [--time]";
   command.summary = "run a model on .npy inputs and write its outputs as .npy";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
     ASSIGN_OR_RETURN(ParsedArgs parsed,
                      ParseArgs(command.name, args,
-                               {{{"--input", "-i"}, true}, {{"--output", "-o"}, true}}));
+                               {{{"--input", "-i"}, true},
+                                {{"--output", "-o"}, true},
+                                ThreadsFlagSpec(),
+                                {{"--repeat"}, true},
+                                {{"--time"}, false}}));
     RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
     if (!parsed.Has("--input")) {
       return UsageError("run: needs --input=X.npy (one file per placeholder, comma-separated)");
     }
+    RunOptions options;
+    ASSIGN_OR_RETURN(options.threads, ThreadsFlag(parsed));
+    ASSIGN_OR_RETURN(const int64_t repeat, IntFlag(parsed, "--repeat", 1, 1, kMaxRepeat));
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
     const std::vector<std::string> inputs = SplitPaths(context, parsed.flags.at("--input"));
     const size_t placeholders = gm->graph().Placeholders().size();
@@ -61,7 +80,14 @@ Command RunCommand() {
     ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
     // A prepared model (observers still in it) runs too.
     RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
-    ASSIGN_OR_RETURN(std::vector<Value> outputs, Run(*gm, std::move(values), *kernels));
+    StageTimes times;
+    std::vector<Value> outputs;
+    for (int64_t i = 0; i < repeat; ++i) {
+      // Every run gets the same inputs (Values share their tensors: no copy of the data).
+      times.Start();
+      ASSIGN_OR_RETURN(outputs, Run(*gm, values, *kernels, options));
+      times.Stop("run");
+    }
 
     std::vector<std::string> output_paths;
     if (parsed.Has("--output")) {
@@ -97,6 +123,7 @@ Command RunCommand() {
       }
       RETURN_IF_ERROR(WriteNpy(t, output_paths[i]));
     }
+    if (parsed.Has("--time")) context.out << times.ToString();
     return absl::OkStatus();
   };
   return command;

@@ -5,9 +5,10 @@
 //   `quantize` does both). The observers and each weighted op's plan are written into the
 //   model (quantize/prepared_model.h), so the file is a complete prepared model.
 // `fuselage calibrate PREPARED [--calibration=X.npy,... | --samples=N --seed=N
-//                    --input-shape=DIMS] -o CALIBRATED [--time]`
-//   Runs the prepared model on the samples (the flags of `quantize`) and writes the
-//   observers' statistics back; calibrating a calibrated model adds to its statistics.
+//                    --input-shape=DIMS] [--threads=N] -o CALIBRATED [--time]`
+//   Runs the prepared model on the samples (the flags of `quantize`; --threads as there)
+//   and writes the observers' statistics back; calibrating a calibrated model adds to its
+//   statistics.
 // `fuselage convert PREPARED -o REFERENCE [--time]`
 //   ConvertToReference (quantize/convert.h) on a prepared, usually calibrated, model: the
 //   reference quantized model `lower` takes. An observer that saw no value is refused
@@ -98,11 +99,14 @@ Command CalibrateCommand() {
   command.name = "calibrate";
   command.usage =
       "calibrate PREPARED [--calibration=X.npy,...] [--samples=N] [--seed=N] "
-      "[--input-shape=DIMS] -o OUT [--time]";
+      "[--input-shape=DIMS] [--threads=N] -o OUT [--time]";
   command.summary = "run a prepared model on samples so its observers record ranges";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
-    ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, {CalibrationFlagSpecs()}));
+    StageFlags flags{CalibrationFlagSpecs()};
+    flags.flags.push_back(ThreadsFlagSpec());
+    ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
+    ASSIGN_OR_RETURN(const int threads, ThreadsFlag(stage.parsed()));
     // Reading the observers back is part of the step "load" here.
     stage.times().Start();
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, stage.input()));
@@ -113,7 +117,7 @@ Command CalibrateCommand() {
     ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
     RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
     stage.times().Start();
-    ASSIGN_OR_RETURN(CalibrationReport report, Calibrate(*gm, prepared, samples, *kernels));
+    ASSIGN_OR_RETURN(CalibrationReport report, Calibrate(*gm, prepared, samples, *kernels, threads));
     stage.times().Stop("calibrate");
     RETURN_IF_ERROR(StoreVerifyAndSave(context, command.name, prepared, *gm, stage));
     context.out << report.ToString();

@@ -8,6 +8,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "graph/serialization.h"
+#include "graph/status_macros.h"
+#include "runtime/interpreter.h"
 
 namespace fuselage {
 namespace {
@@ -101,6 +103,13 @@ absl::StatusOr<int64_t> IntFlag(const ParsedArgs& parsed, const std::string& fla
                                    min_value, ", ", max_value, "]"));
   }
   return *value;
+}
+
+FlagSpec ThreadsFlagSpec() { return {{"--threads"}, true}; }
+
+absl::StatusOr<int> ThreadsFlag(const ParsedArgs& parsed) {
+  ASSIGN_OR_RETURN(const int64_t threads, IntFlag(parsed, "--threads", 0, 1, kMaxThreads));
+  return static_cast<int>(threads);
 }
 
 absl::Status ExpectPositional(const Command& command, const ParsedArgs& parsed, size_t count) {

@@ -81,6 +81,14 @@ std::optional<int64_t> ParseInteger(absl::string_view text, int64_t min_value, i
 absl::StatusOr<int64_t> IntFlag(const ParsedArgs& parsed, const std::string& flag,
                                 int64_t default_value, int64_t min_value, int64_t max_value);
 
+// --threads=N, the flag of the commands that run a model (run, calibrate, quantize).
+FlagSpec ThreadsFlagSpec();
+
+// --threads's value, 1 to kMaxThreads (runtime/interpreter.h), as RunOptions::threads
+// takes it; 0 (OpenMP's default: OMP_NUM_THREADS if set, else every core) when it is not
+// given. A UsageError (IntFlag's) for 0, a negative or too large count, or junk.
+absl::StatusOr<int> ThreadsFlag(const ParsedArgs& parsed);
+
 // UsageError unless there are exactly `count` positional operands.
 absl::Status ExpectPositional(const Command& command, const ParsedArgs& parsed, size_t count);
 

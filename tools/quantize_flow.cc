@@ -42,7 +42,7 @@ absl::StatusOr<QuantizeFlowReport> RunQuantizeFlow(GraphModule& gm,
 
   ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
   RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
-  ASSIGN_OR_RETURN(report.calibration, Calibrate(gm, prepared, samples, *kernels));
+  ASSIGN_OR_RETURN(report.calibration, Calibrate(gm, prepared, samples, *kernels, options.threads));
   RETURN_IF_ERROR(AfterStage("calibrate", gm, options));
 
   ASSIGN_OR_RETURN(report.convert, ConvertToReference(gm, prepared));

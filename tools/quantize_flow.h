@@ -37,6 +37,8 @@ struct QuantizeFlowOptions {
   std::function<absl::Status(absl::string_view stage, const GraphModule& gm)> on_stage;
   // Stop after convert-to-reference (the `lower` subcommand does the rest).
   bool stop_at_reference = false;
+  // Calibration's thread count (Calibrate's `threads`; 0: OpenMP's default).
+  int threads = 0;
 };
 
 struct QuantizeFlowReport {

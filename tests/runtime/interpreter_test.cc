@@ -2,10 +2,13 @@
 // user kernels, and errors that name the node.
 #include "runtime/interpreter.h"
 
+#include <omp.h>
 #include <sys/resource.h>
 
+#include <cstring>
 #include <memory>
 #include <new>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -255,6 +258,123 @@ TEST(InterpreterTest, IntermediateValuesAreFreedAfterTheirLastUser) {
   struct rusage usage;
   ASSERT_EQ(getrusage(RUSAGE_SELF, &usage), 0);
   EXPECT_LT(usage.ru_maxrss, 400 * 1024) << "peak RSS in KiB";
+}
+
+// x [2, 16, 20, 20] -> conv 3x3 (16 -> 32, padding 1) -> relu -> conv 3x3 (32 -> 32):
+// enough work per conv that oneDNN splits it over every thread it is given. Seeded weights.
+std::unique_ptr<GraphModule> TwoConvModule() {
+  auto gm = std::make_unique<GraphModule>();
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  auto conv = [&](const std::string& name, int64_t in, int64_t out) {
+    std::vector<float> w(static_cast<size_t>(out * in * 9));
+    for (float& f : w) f = u(rng);
+    std::vector<float> b(static_cast<size_t>(out));
+    for (float& f : b) f = u(rng);
+    auto m = std::make_unique<Module>("nn.Conv2d");
+    m->SetTensor("weight", Tensor::FromFloats({out, in, 3, 3}, w));
+    m->SetTensor("bias", Tensor::FromFloats({out}, b));
+    m->SetAttribute("in_channels", Argument::Int(in));
+    m->SetAttribute("out_channels", Argument::Int(out));
+    m->SetAttribute("kernel_size", Argument::Ints({3, 3}));
+    m->SetAttribute("stride", Argument::Ints({1, 1}));
+    m->SetAttribute("padding", Argument::Ints({1, 1}));
+    m->SetAttribute("dilation", Argument::Ints({1, 1}));
+    m->SetAttribute("groups", Argument::Int(1));
+    m->SetAttribute("padding_mode", Argument::String("zeros"));
+    FUSELAGE_CHECK(gm->SetModule(name, std::move(m)).ok());
+  };
+  conv("conv1", 16, 32);
+  conv("conv2", 32, 32);
+  Graph& g = gm->graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* c1 = *g.AddCallModule("conv1", {x});
+  Node* r = *g.AddCallMethod("relu", {c1});
+  Node* c2 = *g.AddCallModule("conv2", {r});
+  FUSELAGE_CHECK(g.SetOutput(c2).ok());
+  return gm;
+}
+
+Tensor SeededInput(const std::vector<int64_t>& shape, int64_t numel) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(numel));
+  for (float& f : v) f = u(rng);
+  return Tensor::FromFloats(shape, v);
+}
+
+TEST(InterpreterTest, ThreadsReachTheKernelsAndAreRestoredAfterTheRun) {
+  auto gm = TwoConvModule();
+  ASSERT_TRUE(gm->Verify().ok()) << gm->Verify();
+  auto kernels = Kernels();
+  const Tensor x = SeededInput({2, 16, 20, 20}, 2 * 16 * 20 * 20);
+  const int before = omp_get_max_threads();
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(threads);
+    // OpenMP's count as a kernel running on this thread sees it (what oneDNN reads).
+    std::vector<int> seen;
+    RunOptions options;
+    options.threads = threads;
+    options.observer = [&](const Node&, const Value&) {
+      seen.push_back(omp_get_max_threads());
+      return absl::OkStatus();
+    };
+    ASSERT_TRUE(fuselage::Run(*gm, {x}, *kernels, options).ok());
+    EXPECT_THAT(seen, ::testing::Each(threads));
+    EXPECT_EQ(omp_get_max_threads(), before);
+  }
+  // 0 leaves OpenMP's own default in place.
+  std::vector<int> seen;
+  RunOptions defaults;
+  defaults.observer = [&](const Node&, const Value&) {
+    seen.push_back(omp_get_max_threads());
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(fuselage::Run(*gm, {x}, *kernels, defaults).ok());
+  EXPECT_THAT(seen, ::testing::Each(before));
+}
+
+TEST(InterpreterTest, ConvResultsAreBitIdenticalForEveryThreadCount) {
+  auto gm = TwoConvModule();
+  auto kernels = Kernels();
+  const Tensor x = SeededInput({2, 16, 20, 20}, 2 * 16 * 20 * 20);
+  std::vector<Tensor> results;
+  for (int threads : {1, 2, 4, 0}) {
+    RunOptions options;
+    options.threads = threads;
+    auto out = fuselage::Run(*gm, {x}, *kernels, options);
+    ASSERT_TRUE(out.ok()) << out.status();
+    results.push_back((*out)[0].as_tensor());
+  }
+  const Tensor& one = results[0];
+  ASSERT_EQ(one.shape(), (std::vector<int64_t>{2, 32, 20, 20}));
+  for (size_t i = 1; i < results.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(results[i].shape(), one.shape());
+    EXPECT_EQ(std::memcmp(results[i].data<float>(), one.data<float>(),
+                          sizeof(float) * static_cast<size_t>(one.numel())),
+              0);
+  }
+}
+
+TEST(InterpreterTest, ThreadCountOutOfRangeIsRefusedBeforeAnyNodeRuns) {
+  auto gm = TwoConvModule();
+  auto kernels = Kernels();
+  const Tensor x = SeededInput({1, 16, 4, 4}, 16 * 4 * 4);
+  for (int threads : {-1, kMaxThreads + 1}) {
+    int nodes_run = 0;
+    RunOptions options;
+    options.threads = threads;
+    options.observer = [&](const Node&, const Value&) {
+      ++nodes_run;
+      return absl::OkStatus();
+    };
+    auto out = fuselage::Run(*gm, {x}, *kernels, options);
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(out.status().message(),
+                HasSubstr(absl::StrCat("threads is ", threads, "; expected 1 to 1024")));
+    EXPECT_EQ(nodes_run, 0);
+  }
 }
 
 }  // namespace
