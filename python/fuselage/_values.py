@@ -22,6 +22,9 @@ MAX_ARG_DEPTH = LIMITS["max_arg_depth"]
 MAX_STRING_LENGTH = LIMITS["max_string_length"]
 MAX_TENSOR_RANK = LIMITS["max_tensor_rank"]
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+# Output node meta: the keys of a dict output, which the file stores as the tuple of its
+# values (the exporter writes it, to_torch rebuilds the dict).
+OUTPUT_KEYS_META = "output_keys"
 
 # Storage of each tensor dtype in the file (little-endian, row-major).
 _NUMPY_STORAGE = {
