@@ -119,3 +119,32 @@ def test_an_unknown_function_is_refused_at_export(tmp_path):
         in message
     assert "FunctionRegistry" in message
     assert not path.exists()
+
+
+def test_deeplabv3_mobilenet_v3_large_exports_and_runs_in_float(tmp_path, cli):
+    """The model of issue 18 whose head needs x.shape[-2:] and returns a dict."""
+    import torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.segmentation.deeplabv3_mobilenet_v3_large(
+        weights=None, weights_backbone=None).eval()
+    for m in model.modules():  # randomized statistics, so batch norm is not an identity
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(1, 3, 128, 128)
+    path = tmp_path / "deeplabv3.fsl"
+    fuselage.export(model, (x,), str(path))
+    with torch.no_grad():
+        expected = model(x)["out"].numpy()
+        back = fuselage.to_torch(str(path))(x)
+    assert list(back) == ["out"]
+    np.testing.assert_array_equal(back["out"].numpy(), expected)
+    np.save(tmp_path / "x.npy", x.numpy())
+    out = tmp_path / "out.npy"
+    run = subprocess.run([cli, "run", str(path), f"--input={tmp_path / 'x.npy'}",
+                          f"--output={out}"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    got = np.load(out)
+    assert got.shape == expected.shape == (1, 21, 128, 128)
+    # Relative to the output's scale (elements near zero make a per-element ratio noise).
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
