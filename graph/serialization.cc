@@ -263,12 +263,15 @@ class ModelReader {
       }
       return absl::OkStatus();
     }
+    const bool nests = a.value_case() == proto::Arg::kList ||
+                       a.value_case() == proto::Arg::kTuple ||
+                       a.value_case() == proto::Arg::kSlice;  // a slice nests as a list
+    if (nests && depth >= limits_.max_arg_depth) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": args nest deeper than ", limits_.max_arg_depth));
+    }
     if (a.value_case() == proto::Arg::kSlice) return CheckSlice(a.slice(), index, where);
-    if (a.value_case() == proto::Arg::kList || a.value_case() == proto::Arg::kTuple) {
-      if (depth >= limits_.max_arg_depth) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": args nest deeper than ", limits_.max_arg_depth));
-      }
+    if (nests) {
       const proto::ArgList& list = a.has_list() ? a.list() : a.tuple();
       for (int i = 0; i < list.items_size(); ++i) {
         RETURN_IF_ERROR(CheckArg(list.items(i), index, absl::StrCat(where, "[", i, "]"), depth + 1));

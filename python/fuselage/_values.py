@@ -75,6 +75,8 @@ def write_arg(out, value, where, depth=0):
                               "qint32, bool)")
         out.dtype_value = code
     elif isinstance(value, slice):  # x[-2:] records slice(-2, None, None)
+        if depth >= MAX_ARG_DEPTH:  # a slice nests as a list does
+            raise ExportError(f"{where}: lists nest deeper than {MAX_ARG_DEPTH}")
         out.slice.SetInParent()
         for part, item in zip(("start", "stop", "step"), (value.start, value.stop, value.step)):
             if not (item is None or isinstance(item, torch.fx.Node)
@@ -156,6 +158,8 @@ def read_arg(arg, nodes, where, depth=0):
         return Ellipsis
     if kind == "slice":
         # As the C++ loader checks it: start, stop, step, each None, an int or a node.
+        if depth >= MAX_ARG_DEPTH:
+            raise ModelFileError(f"{where}: args nest deeper than {MAX_ARG_DEPTH}")
         items = arg.slice.items
         if len(items) != 3:
             raise ModelFileError(f"{where}: field 'slice' has {len(items)} items; expected 3 "

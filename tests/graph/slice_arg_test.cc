@@ -136,5 +136,33 @@ TEST(SliceArgTest, LoaderRejectsBadSlices) {
                                        "items { int_value: 3 }")).ok());
 }
 
+TEST(SliceArgTest, ASliceNestsAsAListForTheDepthLimit) {
+  ModelLimits limits;
+  limits.max_arg_depth = 2;
+  const std::string slice =
+      "slice { items { none: true } items { none: true } items { none: true } }";
+  // Depth 1 (in a tuple) is within 2; depth 2 (in a tuple in a tuple) is past it.
+  EXPECT_TRUE(ParseModelText(WithSlice("items { none: true } items { none: true } "
+                                       "items { none: true }"), limits).ok());
+  const auto nested = [&](int tuples) {
+    std::string arg = slice;
+    for (int i = 0; i < tuples; ++i) arg = absl::StrCat("tuple { items { ", arg, " } }");
+    return absl::StrCat(R"pb(
+      format_version: 1
+      graph {
+        nodes { name: "x" op: PLACEHOLDER target: "x" }
+        nodes { name: "getitem" op: CALL_FUNCTION target: "operator.getitem"
+                args { node: "x" } args { )pb", arg, R"pb( } }
+        nodes { name: "output" op: OUTPUT target: "output" args { node: "getitem" } }
+      }
+      root { type: "GraphModule" })pb");
+  };
+  EXPECT_TRUE(ParseModelText(nested(1), limits).ok());
+  auto deep = ParseModelText(nested(2), limits);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_THAT(std::string(deep.status().message()),
+              HasSubstr("node 'getitem' args[1][0][0]: args nest deeper than 2"));
+}
+
 }  // namespace
 }  // namespace fuselage
