@@ -148,3 +148,38 @@ def test_deeplabv3_mobilenet_v3_large_exports_and_runs_in_float(tmp_path, cli):
     assert got.shape == expected.shape == (1, 21, 128, 128)
     # Relative to the output's scale (elements near zero make a per-element ratio noise).
     assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+
+@pytest.mark.parametrize("make_output, check", [
+    (lambda a, b: [a, b], lambda out: isinstance(out, list)),
+    (lambda a, b: {"b": b, "a": a}, lambda out: isinstance(out, dict) and list(out) == ["b", "a"]),
+])
+def test_list_and_dict_outputs_keep_their_structure(tmp_path, make_output, check):
+    class Split(nn.Module):
+        def forward(self, x):
+            return make_output(torch.relu(x), x + 1)
+
+    model = Split()
+    x = torch.randn(2, 3)
+    path = tmp_path / "split.fsl"
+    fuselage.export(model, (x,), str(path))
+    got, expected = fuselage.to_torch(str(path))(x), model(x)
+    assert check(got), type(got)
+    items = got.values() if isinstance(got, dict) else got
+    for g, e in zip(items, expected.values() if isinstance(expected, dict) else expected):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
+Pair = __import__("collections").namedtuple("Pair", ["low", "high"])
+
+
+def test_a_named_tuple_output_is_refused_naming_the_node():
+    # torch.fx 1.13 records Pair(a, b) as a call_function of the class, which no kernel runs.
+    class Returns(nn.Module):
+        def forward(self, x):
+            return Pair(x, x + 1)
+
+    with pytest.raises(ExportError) as info:
+        fuselage.to_proto(Returns())
+    assert "node 'pair'" in str(info.value) and "not a function fuselage knows" in str(info.value)
