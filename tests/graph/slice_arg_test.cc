@@ -1,7 +1,9 @@
 // Slice and Ellipsis args (`x.shape[-2:]`, `x[..., 0]`, `x[:n]`): the Argument kinds, the
 // printer (as torch.fx's GraphModule.code prints them), the model file and its loader checks,
 // and ReplaceAllUsesWith reaching a node inside a slice.
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -92,6 +94,60 @@ TEST(SliceArgTest, LoadsPrintsAndRoundTrips) {
   EXPECT_TRUE(index.items()[0].is_ellipsis());
   ASSERT_TRUE(index.items()[1].is_slice());
   EXPECT_EQ(index.items()[1].items()[1].as_node(), (*again)->graph().FindNode("n"));
+}
+
+// Indexing.forward of testdata/make_fx_goldens.py, node for node as symbolic_trace records
+// it (with getattr named builtins.getattr, as the exporter writes it).
+constexpr char kIndexingModel[] = R"pb(
+  format_version: 1
+  graph {
+    nodes { name: "x" op: PLACEHOLDER target: "x" }
+    nodes { name: "n" op: PLACEHOLDER target: "n" }
+    nodes {
+      name: "getattr_1" op: CALL_FUNCTION target: "builtins.getattr"
+      args { node: "x" } args { string_value: "shape" }
+    }
+    nodes {
+      name: "getitem" op: CALL_FUNCTION target: "operator.getitem"
+      args { node: "getattr_1" }
+      args { slice { items { int_value: -2 } items { none: true } items { none: true } } }
+    }
+    nodes {
+      name: "getitem_1" op: CALL_FUNCTION target: "operator.getitem"
+      args { node: "x" }
+      args { tuple {
+        items { ellipsis: true }
+        items { slice { items { int_value: 1 } items { none: true } items { none: true } } }
+        items { slice { items { none: true } items { none: true } items { int_value: 2 } } } } }
+    }
+    nodes {
+      name: "getitem_2" op: CALL_FUNCTION target: "operator.getitem"
+      args { node: "x" }
+      args { tuple {
+        items { slice { items { none: true } items { none: true } items { none: true } } }
+        items { slice { items { none: true } items { node: "n" } items { none: true } } } } }
+    }
+    nodes {
+      name: "getitem_3" op: CALL_FUNCTION target: "operator.getitem"
+      args { node: "x" } args { tuple { items { none: true } items { int_value: 0 } } }
+    }
+    nodes {
+      name: "output" op: OUTPUT target: "output"
+      args { tuple { items { node: "getitem" } items { node: "getitem_1" }
+                     items { node: "getitem_2" } items { node: "getitem_3" } } }
+    }
+  }
+  root { type: "GraphModule" }
+)pb";
+
+TEST(SliceArgTest, PrintCodeMatchesTorchFx) {
+  auto gm = ParseModelText(kIndexingModel);
+  ASSERT_TRUE(gm.ok()) << gm.status();
+  std::ifstream in("tests/graph/testdata/fx_code_indexing.txt");
+  std::stringstream golden;
+  golden << in.rdbuf();
+  ASSERT_FALSE(golden.str().empty()) << "cannot read fx_code_indexing.txt";
+  EXPECT_EQ(PrintCode(**gm), golden.str());
 }
 
 TEST(SliceArgTest, ReplaceAllUsesWithReachesANodeInASlice) {
