@@ -55,9 +55,9 @@ class Argument {
   static Argument Ellipsis() { return Argument(Value(EllipsisTag{})); }
 
   Kind kind() const {
-    const ListPtr* list = std::get_if<ListPtr>(&value_);
-    if (list != nullptr && (*list)->is_slice) return Kind::kSlice;
-    return static_cast<Kind>(value_.index());
+    const Kind kind = static_cast<Kind>(value_.index());
+    if (kind == Kind::kList && std::get<ListPtr>(value_)->is_slice) return Kind::kSlice;
+    return kind;
   }
   bool is_none() const { return kind() == Kind::kNone; }
   bool is_bool() const { return kind() == Kind::kBool; }
@@ -65,7 +65,7 @@ class Argument {
   bool is_float() const { return kind() == Kind::kFloat; }
   bool is_string() const { return kind() == Kind::kString; }
   bool is_dtype() const { return kind() == Kind::kDType; }
-  bool is_node() const { return kind() == Kind::kNode; }
+  bool is_node() const { return std::holds_alternative<Node*>(value_); }  // hot: no kind()
   bool is_list() const { return kind() == Kind::kList; }  // list or tuple
   bool is_tuple() const { return is_list() && std::get<ListPtr>(value_)->is_tuple; }
   bool is_slice() const { return kind() == Kind::kSlice; }
