@@ -38,6 +38,7 @@ absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
   for (const char* name : {
            // Binary ops and their torch forms.
            "operator.add", "operator.mul", "operator.floordiv", "operator.getitem",
+           "builtins.getattr",  // x.shape, as torch.fx records it
            "torch.add", "torch.mul", "torch.matmul", "torch.cat", "torch.stack",
            // Activations and elementwise ops.
            "torch.relu", "torch.sigmoid", "torch.tanh", "torch.clamp",

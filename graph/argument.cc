@@ -24,6 +24,13 @@ Argument Argument::Tuple(std::vector<Argument> items) {
   return Argument(Value(ListPtr(std::move(list))));
 }
 
+Argument Argument::Slice(Argument start, Argument stop, Argument step) {
+  auto list = std::make_shared<ArgList>();
+  list->is_slice = true;
+  list->items = {std::move(start), std::move(stop), std::move(step)};
+  return Argument(Value(ListPtr(std::move(list))));
+}
+
 Argument Argument::Ints(absl::Span<const int64_t> values) {
   std::vector<Argument> items;
   items.reserve(values.size());
@@ -60,6 +67,7 @@ bool Argument::ContainsNode() const {
 }
 
 int Argument::Depth() const {
+  if (is_slice()) return 1;
   if (!is_list()) return 0;
   int depth = 0;
   for (const Argument& a : items()) depth = std::max(depth, a.Depth());
@@ -87,10 +95,13 @@ std::string Argument::ToString() const {
     case Kind::kString: return absl::StrCat("'", as_string(), "'");
     case Kind::kDType: return std::string(DTypeName(as_dtype()));
     case Kind::kNode: return as_node()->name();
+    case Kind::kEllipsis: return "Ellipsis";
+    case Kind::kSlice:
     case Kind::kList: {
       std::string inner = absl::StrJoin(items(), ", ", [](std::string* out, const Argument& a) {
         out->append(a.ToString());
       });
+      if (is_slice()) return absl::StrCat("slice(", inner, ")");
       if (!is_tuple()) return absl::StrCat("[", inner, "]");
       return items().size() == 1 ? absl::StrCat("(", inner, ",)") : absl::StrCat("(", inner, ")");
     }
@@ -100,7 +111,7 @@ std::string Argument::ToString() const {
 
 bool operator==(const Argument& a, const Argument& b) {
   if (a.kind() != b.kind()) return false;
-  if (!a.is_list()) return a.value_ == b.value_;
+  if (!a.is_list() && !a.is_slice()) return a.value_ == b.value_;
   if (a.is_tuple() != b.is_tuple()) return false;
   return std::equal(a.items().begin(), a.items().end(), b.items().begin(), b.items().end());
 }

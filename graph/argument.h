@@ -1,6 +1,7 @@
 // Argument: one positional or keyword arg of a node, or a module attribute. Args nest as
-// in torch.fx: None, bool, int, float, string, dtype, a reference to a node, or a list or
-// tuple of args. Strings are interned (Symbol). Lists are immutable and shared, so an
+// in torch.fx: None, bool, int, float, string, dtype, a reference to a node, a list or
+// tuple of args, a slice (start, stop, step: each None, an int or a node) or Ellipsis, as
+// `x[..., -2:]` records them. Strings are interned (Symbol). Lists are immutable and shared, so an
 // Argument is 24 bytes and cheap to copy; "changing" a list means building a new one.
 #ifndef FUSELAGE_GRAPH_ARGUMENT_H_
 #define FUSELAGE_GRAPH_ARGUMENT_H_
@@ -26,12 +27,16 @@ class Argument;
 
 struct ArgList {
   bool is_tuple = false;
+  bool is_slice = false;  // exactly three items: start, stop, step
   std::vector<Argument> items;
 };
 
 class Argument {
  public:
-  enum class Kind : uint8_t { kNone, kBool, kInt, kFloat, kString, kDType, kNode, kList };
+  // kSlice is last: it is a list in the variant (see kind()), told apart by ArgList::is_slice.
+  enum class Kind : uint8_t {
+    kNone, kBool, kInt, kFloat, kString, kDType, kNode, kList, kEllipsis, kSlice
+  };
 
   Argument() = default;  // None
   Argument(Node* node) : value_(node) {}  // NOLINT: a node is the most common arg.
@@ -44,17 +49,27 @@ class Argument {
   static Argument List(std::vector<Argument> items);
   static Argument Tuple(std::vector<Argument> items);
   static Argument Ints(absl::Span<const int64_t> values);  // A list of ints.
+  // slice(start, stop, step); each part is None, an int or a node (not checked here: the
+  // loader and Graph::Verify check it).
+  static Argument Slice(Argument start, Argument stop, Argument step);
+  static Argument Ellipsis() { return Argument(Value(EllipsisTag{})); }
 
-  Kind kind() const { return static_cast<Kind>(value_.index()); }
+  Kind kind() const {
+    const Kind kind = static_cast<Kind>(value_.index());
+    if (kind == Kind::kList && std::get<ListPtr>(value_)->is_slice) return Kind::kSlice;
+    return kind;
+  }
   bool is_none() const { return kind() == Kind::kNone; }
   bool is_bool() const { return kind() == Kind::kBool; }
   bool is_int() const { return kind() == Kind::kInt; }
   bool is_float() const { return kind() == Kind::kFloat; }
   bool is_string() const { return kind() == Kind::kString; }
   bool is_dtype() const { return kind() == Kind::kDType; }
-  bool is_node() const { return kind() == Kind::kNode; }
+  bool is_node() const { return std::holds_alternative<Node*>(value_); }  // hot: no kind()
   bool is_list() const { return kind() == Kind::kList; }  // list or tuple
   bool is_tuple() const { return is_list() && std::get<ListPtr>(value_)->is_tuple; }
+  bool is_slice() const { return kind() == Kind::kSlice; }
+  bool is_ellipsis() const { return kind() == Kind::kEllipsis; }
 
   // Accessors; calling one for another kind is a bug (checked).
   bool as_bool() const;
@@ -69,7 +84,7 @@ class Argument {
     FUSELAGE_CHECK(node != nullptr);
     return *node;
   }
-  absl::Span<const Argument> items() const {  // list or tuple items
+  absl::Span<const Argument> items() const {  // list or tuple items; a slice's 3 parts
     const ListPtr* list = std::get_if<ListPtr>(&value_);
     FUSELAGE_CHECK(list != nullptr);
     return (*list)->items;
@@ -92,16 +107,20 @@ class Argument {
   template <typename Fn>
   Argument MapNodes(Fn&& fn) const {
     if (is_node()) return Argument(fn(as_node()));
+    if (is_slice()) {
+      return Slice(items()[0].MapNodes(fn), items()[1].MapNodes(fn), items()[2].MapNodes(fn));
+    }
     if (!is_list()) return *this;
     std::vector<Argument> mapped;
     mapped.reserve(items().size());
     for (const Argument& a : items()) mapped.push_back(a.MapNodes(fn));
     return is_tuple() ? Tuple(std::move(mapped)) : List(std::move(mapped));
   }
-  // Nesting depth: 0 for a scalar or node, 1 + max item depth for a list.
+  // Nesting depth: 0 for a scalar or node, 1 + max item depth for a list (a slice is 1).
   int Depth() const;
 
-  // Python-like rendering: None, True, 3, 0.5, 'str', torch.quint8, node_name, [a, b], (a,).
+  // Python-like rendering: None, True, 3, 0.5, 'str', torch.quint8, node_name, [a, b], (a,),
+  // slice(-2, None, None), Ellipsis.
   std::string ToString() const;
 
   // Structural equality; nodes compare by identity.
@@ -123,8 +142,12 @@ class Argument {
   ABSL_ATTRIBUTE_NOINLINE void ForEachNodeInList(Fn& fn) const {
     ForEachNode(fn);
   }
-  using Value =
-      std::variant<std::monostate, bool, int64_t, double, Symbol, DType, Node*, ListPtr>;
+  struct EllipsisTag {
+    friend bool operator==(EllipsisTag, EllipsisTag) { return true; }
+  };
+  // The order matches Kind (kSlice excepted, which is a ListPtr).
+  using Value = std::variant<std::monostate, bool, int64_t, double, Symbol, DType, Node*,
+                             ListPtr, EllipsisTag>;
   explicit Argument(Value v) : value_(std::move(v)) {}
   Value value_;
 };

@@ -1021,9 +1021,12 @@ Graph::WideUses* Graph::WideUsesOf(Node* user) {
   for (const Argument& a : user->args_) {
     if (a.is_node()) {
       ++refs;
+    } else if (a.is_slice() && a.ContainsNode()) {
+      return nullptr;  // a slice's node parts are not indexed
     } else if (a.is_list()) {
       for (const Argument& item : a.items()) {
-        if (item.is_list() && item.ContainsNode()) return nullptr;  // nested: not indexed
+        // nested: not indexed
+        if ((item.is_list() || item.is_slice()) && item.ContainsNode()) return nullptr;
         refs += item.is_node();
       }
       if (a.items().size() >= (size_t{1} << WideUses::kItemBits) - 1) return nullptr;
@@ -1079,7 +1082,7 @@ absl::StatusOr<int> Graph::ReplaceAllUsesWith(Node* old_node, Node* replacement)
   auto rewrite = [&](Argument& a) {
     if (a.is_node()) {
       if (a.as_node() == old_node) a = Argument(replacement);
-    } else if (a.is_list()) {
+    } else if (a.is_list() || a.is_slice()) {
       bool contains = false;
       a.ForEachNode([&](Node* n) { contains = contains || n == old_node; });
       CountUseListSteps(a.items().size());
@@ -1447,7 +1450,7 @@ class EdgeChecker {
   // Adds `a`'s node references to *refs, stopping (true) once past kSearched.
   static bool CountRefs(const Argument& a, size_t* refs) {
     if (a.is_node()) return ++*refs > kSearched;
-    if (!a.is_list()) return false;
+    if (!a.is_list() && !a.is_slice()) return false;
     for (const Argument& item : a.items()) {
       if (CountRefs(item, refs)) return true;
     }

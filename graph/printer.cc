@@ -235,10 +235,13 @@ std::string PythonRepr(const Argument& arg) {
     case Argument::Kind::kString: return StringRepr(arg.as_string());
     case Argument::Kind::kDType: return std::string(DTypeName(arg.as_dtype()));
     case Argument::Kind::kNode: return arg.as_node()->name();
+    case Argument::Kind::kEllipsis: return "Ellipsis";
+    case Argument::Kind::kSlice:
     case Argument::Kind::kList: {
       std::string inner = absl::StrJoin(arg.items(), ", ", [](std::string* out, const Argument& a) {
         out->append(PythonRepr(a));
       });
+      if (arg.is_slice()) return absl::StrCat("slice(", inner, ")");
       if (!arg.is_tuple()) return absl::StrCat("[", inner, "]");
       return arg.items().size() == 1 ? absl::StrCat("(", inner, ",)")
                                      : absl::StrCat("(", inner, ")");

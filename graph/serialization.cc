@@ -44,8 +44,12 @@ void ArgToProto(const Argument& arg, proto::Arg* out) {
       out->set_dtype_value(static_cast<proto::DType>(arg.as_dtype()));
       break;
     case Argument::Kind::kNode: out->set_node(arg.as_node()->name()); break;
+    case Argument::Kind::kEllipsis: out->set_ellipsis(true); break;
+    case Argument::Kind::kSlice:
     case Argument::Kind::kList: {
-      proto::ArgList* list = arg.is_tuple() ? out->mutable_tuple() : out->mutable_list();
+      proto::ArgList* list = arg.is_slice()   ? out->mutable_slice()
+                             : arg.is_tuple() ? out->mutable_tuple()
+                                              : out->mutable_list();
       for (const Argument& item : arg.items()) ArgToProto(item, list->add_items());
       break;
     }
@@ -259,11 +263,15 @@ class ModelReader {
       }
       return absl::OkStatus();
     }
-    if (a.value_case() == proto::Arg::kList || a.value_case() == proto::Arg::kTuple) {
-      if (depth >= limits_.max_arg_depth) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": args nest deeper than ", limits_.max_arg_depth));
-      }
+    const bool nests = a.value_case() == proto::Arg::kList ||
+                       a.value_case() == proto::Arg::kTuple ||
+                       a.value_case() == proto::Arg::kSlice;  // a slice nests as a list
+    if (nests && depth >= limits_.max_arg_depth) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": args nest deeper than ", limits_.max_arg_depth));
+    }
+    if (a.value_case() == proto::Arg::kSlice) return CheckSlice(a.slice(), index, where);
+    if (nests) {
       const proto::ArgList& list = a.has_list() ? a.list() : a.tuple();
       for (int i = 0; i < list.items_size(); ++i) {
         RETURN_IF_ERROR(CheckArg(list.items(i), index, absl::StrCat(where, "[", i, "]"), depth + 1));
@@ -271,6 +279,34 @@ class ModelReader {
       return absl::OkStatus();
     }
     return CheckScalarArg(a, where);
+  }
+
+  // A slice's three parts (start, stop, step) are each None, an int or an earlier node.
+  absl::Status CheckSlice(const proto::ArgList& slice,
+                          const absl::flat_hash_map<absl::string_view, int>& index,
+                          const std::string& where) const {
+    if (slice.items_size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": field 'slice' has ", slice.items_size(),
+          " items; expected 3 (start, stop, step)"));
+    }
+    static constexpr const char* kParts[] = {"start", "stop", "step"};
+    for (int i = 0; i < 3; ++i) {
+      const proto::Arg& part = slice.items(i);
+      const std::string part_where = absl::StrCat(where, " slice ", kParts[i]);
+      switch (part.value_case()) {
+        case proto::Arg::kNone:
+        case proto::Arg::kIntValue:
+          break;
+        case proto::Arg::kNode:
+          RETURN_IF_ERROR(CheckArg(part, index, part_where, 0));
+          break;
+        default:
+          return absl::InvalidArgumentError(
+              absl::StrCat(part_where, ": expected None, an int or a node"));
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::Status CheckConstantArg(const proto::Arg& a, const std::string& where, int depth) const {
@@ -461,6 +497,7 @@ class ModelReader {
         RETURN_IF_ERROR(InternArgText(item));
       }
     }
+    // A slice holds no text (CheckSlice admits only None, ints and nodes).
     return absl::OkStatus();
   }
   static absl::Status InternModuleText(const proto::Module& m) {
@@ -480,6 +517,11 @@ class ModelReader {
       case proto::Arg::kStringValue: return Argument::String(a.string_value());
       case proto::Arg::kDtypeValue: return Argument::Dtype(static_cast<DType>(a.dtype_value()));
       case proto::Arg::kNode: return Argument(built[index.at(a.node())]);
+      case proto::Arg::kEllipsis: return Argument::Ellipsis();
+      case proto::Arg::kSlice:
+        return Argument::Slice(BuildArg(a.slice().items(0), index, built),
+                               BuildArg(a.slice().items(1), index, built),
+                               BuildArg(a.slice().items(2), index, built));
       case proto::Arg::kList:
       case proto::Arg::kTuple: {
         const proto::ArgList& list = a.has_list() ? a.list() : a.tuple();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -444,19 +445,145 @@ FunctionKernel BinaryArithmetic(BinaryOp op) {
   };
 }
 
+// Python's slice.indices(size) for step > 0: start, step and element count, with negative
+// bounds counted from the end and out-of-range bounds clamped (as `x[-100:100]` does).
+struct SliceRange {
+  int64_t start = 0;
+  int64_t step = 1;
+  int64_t count = 0;
+};
+
+absl::StatusOr<SliceRange> ResolveSlice(const Value::SliceParts& s, int64_t size) {
+  SliceRange range;
+  range.step = s.step.value_or(1);
+  if (range.step <= 0) {
+    // torch refuses negative steps on tensors too ("step must be greater than zero").
+    return absl::InvalidArgumentError(absl::StrCat(
+        "getitem: slice step ", range.step, "; expected a step greater than zero"));
+  }
+  const auto clamp = [size](std::optional<int64_t> bound, int64_t absent) {
+    if (!bound.has_value()) return absent;
+    int64_t b = *bound < 0 ? *bound + size : *bound;
+    return std::min(std::max<int64_t>(b, 0), size);
+  };
+  range.start = clamp(s.start, 0);
+  const int64_t stop = clamp(s.stop, size);
+  range.count = stop > range.start ? (stop - range.start + range.step - 1) / range.step : 0;
+  return range;
+}
+
+// seq[slice] on a list or tuple (`x.shape[-2:]`): the same kind of sequence.
+absl::StatusOr<Value> SliceSequence(const Value& seq, const Value::SliceParts& parts) {
+  const auto items = seq.items();
+  ASSIGN_OR_RETURN(SliceRange range, ResolveSlice(parts, static_cast<int64_t>(items.size())));
+  std::vector<Value> picked;
+  picked.reserve(range.count);
+  for (int64_t k = 0; k < range.count; ++k) picked.push_back(items[range.start + k * range.step]);
+  return seq.is_tuple() ? Value::Tuple(std::move(picked)) : Value::List(std::move(picked));
+}
+
+// Tensor basic indexing (`x[..., 1:, None, 0]`): each index item is an int (drops the dim),
+// a slice (keeps it, step > 0), None (a new dim of 1) or Ellipsis (as many full dims as
+// the other items leave). Any dtype: the result is a copy of the selected elements.
+absl::StatusOr<Value> IndexTensor(const Tensor& x, const Value& index) {
+  if (x.qparams().scheme == QScheme::kPerChannelAffine) {
+    // Its scales follow one axis, which indexing may drop or cut.
+    return absl::UnimplementedError("getitem on a per-channel quantized tensor is not supported");
+  }
+  std::vector<Value> items;
+  if (index.is_tuple()) {
+    items.assign(index.items().begin(), index.items().end());
+  } else {
+    items.push_back(index);
+  }
+  int64_t consumed = 0;
+  int ellipses = 0;
+  for (const Value& item : items) {
+    if (item.is_int() || item.is_slice()) {
+      ++consumed;
+    } else if (item.is_ellipsis()) {
+      ++ellipses;
+    } else if (!item.is_none()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "getitem on a Tensor: index ", item.KindName(), " ", item.ToString(),
+          " is not supported (ints, slices, None and Ellipsis are)"));
+    }
+  }
+  if (ellipses > 1) {
+    return absl::InvalidArgumentError("getitem: an index can only have a single ellipsis");
+  }
+  if (consumed > x.dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "getitem: too many indices for a tensor of dimension ", x.dim(), " (", consumed, ")"));
+  }
+  // Per input dim: first index, step and count; `keep` is false for an int index.
+  struct DimPick {
+    int64_t start, step, count;
+  };
+  std::vector<DimPick> picks;
+  Shape out_shape;
+  const auto full = [&](int64_t d) {
+    picks.push_back({0, 1, x.shape()[d]});
+    out_shape.push_back(x.shape()[d]);
+  };
+  int64_t d = 0;
+  for (const Value& item : items) {
+    if (item.is_none()) {
+      out_shape.push_back(1);
+    } else if (item.is_ellipsis()) {
+      for (int64_t k = 0; k < x.dim() - consumed; ++k) full(d++);
+    } else if (item.is_int()) {
+      const int64_t size = x.shape()[d];
+      int64_t i = item.as_int();
+      if (i < -size || i >= size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "getitem: index ", i, " is out of bounds for dimension ", d, " with size ", size));
+      }
+      picks.push_back({i < 0 ? i + size : i, 1, 1});
+      ++d;
+    } else {
+      ASSIGN_OR_RETURN(SliceRange range, ResolveSlice(item.as_slice(), x.shape()[d]));
+      picks.push_back({range.start, range.step, range.count});
+      out_shape.push_back(range.count);
+      ++d;
+    }
+  }
+  while (d < x.dim()) full(d++);
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(x.dtype(), out_shape, x.qparams()));
+  if (out.numel() == 0) return Value(std::move(out));
+  // Row-major strides (in elements) of x; then an odometer over the picked elements.
+  std::vector<int64_t> stride(x.dim(), 1);
+  for (int64_t k = x.dim() - 2; k >= 0; --k) stride[k] = stride[k + 1] * x.shape()[k + 1];
+  const size_t element = DTypeSize(x.dtype());
+  const char* src = static_cast<const char*>(x.raw_data());
+  char* dst = static_cast<char*>(out.mutable_raw_data());
+  std::vector<int64_t> at(x.dim(), 0);
+  for (int64_t n = 0; n < out.numel(); ++n) {
+    int64_t offset = 0;
+    for (int64_t k = 0; k < x.dim(); ++k) {
+      offset += (picks[k].start + at[k] * picks[k].step) * stride[k];
+    }
+    std::memcpy(dst + n * element, src + offset * element, element);
+    for (int64_t k = x.dim() - 1; k >= 0; --k) {
+      if (++at[k] < picks[k].count) break;
+      at[k] = 0;
+    }
+  }
+  return Value(std::move(out));
+}
+
 absl::StatusOr<Value> GetItem(const KernelContext&, absl::Span<const Value> args,
                               const ValueKwargs& kwargs) {
   ArgReader r(args, kwargs);
   RETURN_IF_ERROR(r.ExpectAtMostPositional(2));
   ASSIGN_OR_RETURN(Value seq, r.Required(0, "a"));
   ASSIGN_OR_RETURN(Value index, r.Required(1, "b"));
-  if (seq.is_tensor()) {
-    return absl::UnimplementedError("getitem on a Tensor (indexing / slicing) is not supported");
-  }
+  if (seq.is_tensor()) return IndexTensor(seq.as_tensor(), index);
   if (!seq.is_list()) {
     return absl::InvalidArgumentError(absl::StrCat("getitem: expected a list or tuple; got ",
                                                    seq.KindName()));
   }
+  if (index.is_slice()) return SliceSequence(seq, index.as_slice());
   if (!index.is_int()) {
     return absl::InvalidArgumentError(absl::StrCat("getitem: index must be an int; got ",
                                                    index.KindName(), " ", index.ToString()));
@@ -566,6 +693,51 @@ absl::StatusOr<Value> SizeKernel(const KernelContext&, absl::Span<const Value> a
   ASSIGN_OR_RETURN(int64_t d, NormalizeDim(dim->as_int(), x->dim()));
   if (x->dim() == 0) return absl::InvalidArgumentError("size(dim) of a 0-d tensor");
   return Value::Int(x->shape()[d]);
+}
+
+// builtins.getattr(x, "shape"), as torch.fx records `x.shape`: the sizes as a tuple of
+// ints (what x.size() gives; torch.Size is a tuple). Other attributes are not known here.
+absl::StatusOr<Value> GetAttrKernel(const KernelContext&, absl::Span<const Value> args,
+                                    const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  RETURN_IF_ERROR(r.ExpectAtMostPositional(2));
+  ASSIGN_OR_RETURN(Value object, r.Required(0, "object"));
+  ASSIGN_OR_RETURN(Value name, r.Required(1, "name"));
+  if (!name.is_string() || name.as_string() != "shape" || !object.is_tensor()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "getattr(", object.KindName(), ", ", name.ToString(),
+        "): only a tensor's 'shape' is supported"));
+  }
+  std::vector<Value> sizes;
+  for (int64_t d : object.as_tensor().shape()) sizes.push_back(Value::Int(d));
+  return Value::Tuple(std::move(sizes));
+}
+
+// Tensor.dim(): the number of dimensions.
+absl::StatusOr<Value> DimKernel(const KernelContext&, absl::Span<const Value> args,
+                                const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  RETURN_IF_ERROR(r.ExpectAtMostPositional(1));
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+  return Value::Int(x->dim());
+}
+
+// operator.floordiv on ints (shape arithmetic: `h // 2`), rounding toward minus infinity
+// as Python does.
+absl::StatusOr<Value> FloorDivKernel(const KernelContext&, absl::Span<const Value> args,
+                                     const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  RETURN_IF_ERROR(r.ExpectAtMostPositional(2));
+  ASSIGN_OR_RETURN(Value a, r.Required(0, "a"));
+  ASSIGN_OR_RETURN(Value b, r.Required(1, "b"));
+  if (!a.is_int() || !b.is_int()) {
+    return absl::UnimplementedError(absl::StrCat("floordiv: only ints are supported; got ",
+                                                 a.KindName(), " and ", b.KindName()));
+  }
+  if (b.as_int() == 0) return absl::InvalidArgumentError("floordiv: integer division by zero");
+  const int64_t q = a.as_int() / b.as_int();
+  const bool inexact = q * b.as_int() != a.as_int();
+  return Value::Int(inexact && ((a.as_int() < 0) != (b.as_int() < 0)) ? q - 1 : q);
 }
 
 // Tensor.contiguous(): our tensors are always contiguous.
@@ -1579,6 +1751,9 @@ std::vector<NamedFunctionKernel> FunctionKernels() {
       {kFunction, "torch.mean", MeanKernel},
       {kMethod, "mean", MeanKernel},
       {kMethod, "size", SizeKernel},
+      {kMethod, "dim", DimKernel},
+      {kFunction, "builtins.getattr", GetAttrKernel},
+      {kFunction, "operator.floordiv", FloorDivKernel},
       {kMethod, "contiguous", ContiguousKernel},
       {kFunction, "torch.nn.functional.dropout", DropoutKernel},
       {kFunction, "torch.relu", relu},

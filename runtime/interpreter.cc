@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -73,6 +74,23 @@ class ValueStore {
           items.push_back(std::move(v));
         }
         return arg.is_tuple() ? Value::Tuple(std::move(items)) : Value::List(std::move(items));
+      }
+      case Argument::Kind::kEllipsis: return Value::Ellipsis();
+      case Argument::Kind::kSlice: {
+        // A part that is a node (`x[:n]`) must have computed None or an int.
+        std::optional<int64_t> parts[3];
+        static constexpr const char* kParts[] = {"start", "stop", "step"};
+        for (int i = 0; i < 3; ++i) {
+          ASSIGN_OR_RETURN(Value v, Evaluate(arg.items()[i]));
+          if (v.is_int()) {
+            parts[i] = v.as_int();
+          } else if (!v.is_none()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "slice ", kParts[i], ": expected None or an int; got ", v.KindName(), " ",
+                v.ToString()));
+          }
+        }
+        return Value::Slice({parts[0], parts[1], parts[2]});
       }
     }
     return absl::InternalError("unknown argument kind");

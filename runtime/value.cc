@@ -48,6 +48,11 @@ absl::Span<const Value> Value::items() const {
   return std::get<ListPtr>(value_)->items;
 }
 
+const Value::SliceParts& Value::as_slice() const {
+  FUSELAGE_CHECK(is_slice());
+  return std::get<SliceParts>(value_);
+}
+
 absl::string_view Value::KindName() const {
   switch (kind()) {
     case Kind::kNone: return "None";
@@ -58,6 +63,8 @@ absl::string_view Value::KindName() const {
     case Kind::kDType: return "dtype";
     case Kind::kTensor: return "Tensor";
     case Kind::kList: return is_tuple() ? "tuple" : "list";
+    case Kind::kSlice: return "slice";
+    case Kind::kEllipsis: return "ellipsis";
   }
   return "?";
 }
@@ -79,6 +86,14 @@ std::string Value::ToString() const {
       if (!is_tuple()) return absl::StrCat("[", inner, "]");
       return absl::StrCat("(", inner, items().size() == 1 ? ",)" : ")");
     }
+    case Kind::kSlice: {
+      const auto part = [](const std::optional<int64_t>& p) {
+        return p.has_value() ? absl::StrCat(*p) : std::string("None");
+      };
+      const SliceParts& s = as_slice();
+      return absl::StrCat("slice(", part(s.start), ", ", part(s.stop), ", ", part(s.step), ")");
+    }
+    case Kind::kEllipsis: return "Ellipsis";
   }
   return "?";
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -23,7 +24,14 @@ namespace fuselage {
 
 class Value {
  public:
-  enum class Kind : uint8_t { kNone, kBool, kInt, kFloat, kString, kDType, kTensor, kList };
+  enum class Kind : uint8_t {
+    kNone, kBool, kInt, kFloat, kString, kDType, kTensor, kList, kSlice, kEllipsis
+  };
+
+  // A slice index (`x[1:-1:2]`) with its parts evaluated: each absent (None) or an int.
+  struct SliceParts {
+    std::optional<int64_t> start, stop, step;
+  };
 
   Value() = default;  // None
   Value(Tensor tensor) : value_(std::move(tensor)) {}  // NOLINT: tensors are the common case.
@@ -35,6 +43,8 @@ class Value {
   static Value Dtype(DType d) { return Value(Rep(d)); }
   static Value List(std::vector<Value> items) { return Sequence(std::move(items), false); }
   static Value Tuple(std::vector<Value> items) { return Sequence(std::move(items), true); }
+  static Value Slice(SliceParts parts) { return Value(Rep(parts)); }
+  static Value Ellipsis() { return Value(Rep(EllipsisTag{})); }
 
   Kind kind() const { return static_cast<Kind>(value_.index()); }
   bool is_none() const { return kind() == Kind::kNone; }
@@ -48,6 +58,8 @@ class Value {
   bool is_tensor() const { return kind() == Kind::kTensor; }
   bool is_list() const { return kind() == Kind::kList; }  // list or tuple
   bool is_tuple() const { return is_list() && std::get<ListPtr>(value_)->is_tuple; }
+  bool is_slice() const { return kind() == Kind::kSlice; }
+  bool is_ellipsis() const { return kind() == Kind::kEllipsis; }
 
   // Accessors; calling one for another kind is a bug (checked). Check the kind first, or
   // use the ArgReader of runtime/kernel_args.h, which turns a wrong kind into an error.
@@ -58,12 +70,13 @@ class Value {
   DType as_dtype() const;
   const Tensor& as_tensor() const;
   absl::Span<const Value> items() const;  // list or tuple items
+  const SliceParts& as_slice() const;
 
   // "None", "True", "3", "0.5", "'s'", "torch.float32", "Tensor(torch.float32 [1, 3])",
-  // "[a, b]", "(a,)": for error messages and debugging.
+  // "[a, b]", "(a,)", "slice(1, None, None)", "Ellipsis": for error messages and debugging.
   std::string ToString() const;
   // What kind of value this is, for error messages: "None", "bool", "int", "float",
-  // "str", "dtype", "Tensor", "list", "tuple".
+  // "str", "dtype", "Tensor", "list", "tuple", "slice", "ellipsis".
   absl::string_view KindName() const;
 
  private:
@@ -72,8 +85,9 @@ class Value {
     std::vector<Value> items;
   };
   using ListPtr = std::shared_ptr<const ValueList>;
-  using Rep =
-      std::variant<std::monostate, bool, int64_t, double, std::string, DType, Tensor, ListPtr>;
+  struct EllipsisTag {};
+  using Rep = std::variant<std::monostate, bool, int64_t, double, std::string, DType, Tensor,
+                           ListPtr, SliceParts, EllipsisTag>;
   explicit Value(Rep rep) : value_(std::move(rep)) {}
   static Value Sequence(std::vector<Value> items, bool is_tuple);
 

@@ -20,10 +20,10 @@ import torch
 import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
-from fuselage import _modules, _names
+from fuselage import _modules, _names, _registry
 from fuselage._limits import LIMITS
 from fuselage._proto import model_pb2
-from fuselage._values import write_arg, write_tensor
+from fuselage._values import OUTPUT_KEYS_META, write_arg, write_tensor
 from fuselage.errors import ExportError
 
 _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
@@ -114,9 +114,15 @@ class _Exporter:
 
     def _child_type(self, child, path):
         type_name = _names.module_type_name(type(child))
-        if type_name is not None:
-            return type_name
         caller = self.callers.get(path)
+        if type_name is not None:
+            if type_name not in _registry.module_types():
+                where = f"node '{caller}': call_module target '{path}'" if caller else \
+                    f"module '{path}'"
+                raise ExportError(f"{where} is a {type_name}, which fuselage cannot represent "
+                                  f"(no module schema is registered for it); "
+                                  f"{_registry.MODULE_HOWTO}")
+            return type_name
         if caller is not None:
             cls = type(child)
             raise ExportError(
@@ -132,7 +138,10 @@ class _Exporter:
         out.name = node.name
         out.op = self.op_codes[node.op]
         out.target = self._target(node, where)
-        for i, arg in enumerate(node.args):
+        args = node.args
+        if node.op == "output" and len(args) == 1 and isinstance(args[0], dict):
+            args = (self._flatten_dict_output(args[0], out, where),)
+        for i, arg in enumerate(args):
             write_arg(out.args.add(), arg, f"{where} args[{i}]")
         for key, value in node.kwargs.items():
             kw = out.kwargs.add()
@@ -148,6 +157,21 @@ class _Exporter:
                 entry.name = "dtype"
                 write_arg(entry.value, dtype, f"{where} meta")
 
+    @staticmethod
+    def _flatten_dict_output(value, out, where):
+        """A dict output (torchvision's segmentation models return {'out': ..., 'aux': ...})
+        becomes a tuple of its values, its keys the output node's meta `output_keys`: the C++
+        side runs a tuple output, to_torch gives the dict back."""
+        keys = list(value.keys())
+        for key in keys:
+            if not isinstance(key, str):
+                raise ExportError(f"{where}: a dict output has key {key!r:.80} of type "
+                                  f"{type(key).__name__}; only str keys can be stored")
+        entry = out.meta.add()
+        entry.name = OUTPUT_KEYS_META
+        write_arg(entry.value, keys, f"{where} meta")
+        return tuple(value[k] for k in keys)
+
     def _target(self, node, where):
         if node.op == "call_function":
             name = _names.function_name(node.target)
@@ -156,6 +180,9 @@ class _Exporter:
                     f"{where}: call_function target {node.target!r} has no importable name "
                     "(a lambda or a function of __main__ or a local scope cannot be named in "
                     "a model file)")
+            if name not in _registry.functions():
+                raise ExportError(f"{where}: call_function target '{name}' is not a function "
+                                  f"fuselage knows; {_registry.FUNCTION_HOWTO}")
             return name
         if node.op == "get_attr":
             self._check_attr(node, where)

@@ -18,7 +18,7 @@ from google.protobuf import text_format
 from fuselage import _modules, _names
 from fuselage._limits import LIMITS, MAX_FILE_BYTES, NODE_NAME
 from fuselage._proto import model_pb2
-from fuselage._values import check_string, read_arg, read_tensor
+from fuselage._values import OUTPUT_KEYS_META, check_string, read_arg, read_tensor
 from fuselage.errors import ModelFileError
 
 _FORMAT_VERSION = 1
@@ -71,6 +71,16 @@ def _build_module(pm, path, depth):
     return _modules.build(pm.type, tensors, attributes, children, where)
 
 
+def _dict_output(args, keys, where):
+    """The dict an exported dict output was flattened from (_exporter's output_keys)."""
+    if (len(args) != 1 or not isinstance(args[0], tuple) or not isinstance(keys, list)
+            or len(keys) != len(args[0]) or not all(isinstance(k, str) for k in keys)
+            or len(set(keys)) != len(keys)):
+        raise ModelFileError(f"{where}: meta '{OUTPUT_KEYS_META}' must be a list of distinct "
+                             "strings, one per item of the output tuple")
+    return dict(zip(keys, args[0]))
+
+
 def _build_graph(pg):
     pb = model_pb2()
     op_names = {
@@ -110,9 +120,12 @@ def _build_graph(pg):
                                      "name a Python callable")
         args = tuple(read_arg(a, nodes, f"{where} args[{j}]") for j, a in enumerate(pn.args))
         kwargs = _named_args(pn.kwargs, nodes, f"{where} kwargs")
+        meta = _named_args(pn.meta, None, f"{where} meta") if pn.meta else {}
+        if op == "output" and OUTPUT_KEYS_META in meta:
+            args = (_dict_output(args, meta[OUTPUT_KEYS_META], where),)
         node = graph.create_node(op, target, args, kwargs, name=pn.name)
-        if pn.meta:
-            node.meta["fuselage"] = _named_args(pn.meta, None, f"{where} meta")
+        if meta:
+            node.meta["fuselage"] = meta
         if op == "output":
             output_seen = pn.name
         nodes[pn.name] = node

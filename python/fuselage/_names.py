@@ -209,6 +209,10 @@ def _compute_function_name(fn):
         return None
     if name.startswith("_operator."):
         name = "operator." + name[len("_operator."):]
+    if "." not in name:
+        # torch.fx names builtins bare (`getattr`); the file's function names are qualified
+        # (FunctionRegistry requires it), and resolve_function reads both.
+        name = "builtins." + name
     module, _, short = name.rpartition(".")
     if module in ("torch", "torch._C._nn") and getattr(F, short, None) is fn:
         name = "torch.nn.functional." + short

@@ -22,6 +22,9 @@ MAX_ARG_DEPTH = LIMITS["max_arg_depth"]
 MAX_STRING_LENGTH = LIMITS["max_string_length"]
 MAX_TENSOR_RANK = LIMITS["max_tensor_rank"]
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+# Output node meta: the keys of a dict output, which the file stores as the tuple of its
+# values (the exporter writes it, to_torch rebuilds the dict).
+OUTPUT_KEYS_META = "output_keys"
 
 # Storage of each tensor dtype in the file (little-endian, row-major).
 _NUMPY_STORAGE = {
@@ -71,6 +74,18 @@ def write_arg(out, value, where, depth=0):
                               "(float32, float16, int8, uint8, int32, int64, qint8, quint8, "
                               "qint32, bool)")
         out.dtype_value = code
+    elif isinstance(value, slice):  # x[-2:] records slice(-2, None, None)
+        if depth >= MAX_ARG_DEPTH:  # a slice nests as a list does
+            raise ExportError(f"{where}: lists nest deeper than {MAX_ARG_DEPTH}")
+        out.slice.SetInParent()
+        for part, item in zip(("start", "stop", "step"), (value.start, value.stop, value.step)):
+            if not (item is None or isinstance(item, torch.fx.Node)
+                    or (isinstance(item, int) and not isinstance(item, bool))):
+                raise ExportError(f"{where}: slice {part} {item!r:.80} is a "
+                                  f"{type(item).__name__}; expected None, an int or a node")
+            write_arg(out.slice.items.add(), item, f"{where} slice {part}", depth + 1)
+    elif value is Ellipsis:  # x[..., 0]
+        out.ellipsis = True
     elif isinstance(value, (list, tuple)):  # torch.Size and fx's immutable_list included
         if depth >= MAX_ARG_DEPTH:
             raise ExportError(f"{where}: lists nest deeper than {MAX_ARG_DEPTH}")
@@ -81,7 +96,7 @@ def write_arg(out, value, where, depth=0):
     else:
         raise ExportError(f"{where}: a value of type {type(value).__name__} ({value!r:.80}) "
                           "cannot be stored in a model file (supported: None, bool, int, "
-                          "float, str, dtype, node, list, tuple)")
+                          "float, str, dtype, node, list, tuple, slice, Ellipsis)")
 
 
 def attribute_value(value):
@@ -139,6 +154,22 @@ def read_arg(arg, nodes, where, depth=0):
         if dtype is None:
             raise ModelFileError(f"{where}: unknown dtype value {arg.dtype_value}")
         return dtype
+    if kind == "ellipsis":
+        return Ellipsis
+    if kind == "slice":
+        # As the C++ loader checks it: start, stop, step, each None, an int or a node.
+        if depth >= MAX_ARG_DEPTH:
+            raise ModelFileError(f"{where}: args nest deeper than {MAX_ARG_DEPTH}")
+        items = arg.slice.items
+        if len(items) != 3:
+            raise ModelFileError(f"{where}: field 'slice' has {len(items)} items; expected 3 "
+                                 "(start, stop, step)")
+        parts = []
+        for part, item in zip(("start", "stop", "step"), items):
+            if item.WhichOneof("value") not in ("none", "int_value", "node"):
+                raise ModelFileError(f"{where} slice {part}: expected None, an int or a node")
+            parts.append(read_arg(item, nodes, f"{where} slice {part}", depth + 1))
+        return slice(*parts)
     if kind in ("list", "tuple"):
         if depth >= MAX_ARG_DEPTH:
             raise ModelFileError(f"{where}: args nest deeper than {MAX_ARG_DEPTH}")

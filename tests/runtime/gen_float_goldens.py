@@ -65,6 +65,10 @@ def arg(v):
         a.string_value = v
     elif isinstance(v, torch.dtype):
         a.dtype_value = {torch.float32: pb.FLOAT32}[v]
+    elif isinstance(v, slice):
+        a.slice.items.extend(arg(x) for x in (v.start, v.stop, v.step))
+    elif v is Ellipsis:
+        a.ellipsis = True
     elif isinstance(v, tuple):
         a.tuple.items.extend(arg(x) for x in v)
     elif isinstance(v, list):
@@ -610,6 +614,47 @@ def build_model_op_cases():
          "torch.nn.functional.avg_pool1d", [Ref("x0"), 3], {"stride": 2})
     case("functional_adaptive_avg_pool1d", [p1], F.adaptive_avg_pool1d(p1, 3), fn,
          "torch.nn.functional.adaptive_avg_pool1d", [Ref("x0"), 3])
+
+    # ---- getitem: basic tensor indexing, shape values and their int arithmetic ----------
+    # The index args are what torch.fx records for x[...]: ints, slice objects, None,
+    # Ellipsis and tuples of them.
+    g = r(2, 3, 5, 6)
+    for name, index in [
+            ("getitem_ellipsis_slices", (Ellipsis, slice(1, None, None), slice(None, None, 2))),
+            ("getitem_int", 1),
+            ("getitem_negative_int_none", (None, -1, slice(-3, 100, 2))),
+            ("getitem_ellipsis_int", (Ellipsis, 0)),
+            ("getitem_open_and_clamped", (slice(None, None, None), slice(-100, -1, None),
+                                          None, slice(2, 5, 3))),
+            ("getitem_slice_only", slice(1, 2, None)),
+            ("getitem_empty_slice", (slice(None, None, None), slice(3, 1, None)))]:
+        case(name, [g], g[index], fn, "operator.getitem", [Ref("x0"), index])
+    # x.shape[-2:] as the size of an interpolate (deeplabv3 / lraspp heads).
+    big, small = r(1, 2, 6, 8), r(1, 2, 3, 4)
+    case("shape_slice_interpolate", [big, small], F.interpolate(small, size=big.shape[-2:]), fn,
+         "builtins.getattr", [Ref("x0"), "shape"],
+         then=[("getitem", fn, "operator.getitem", [Ref("op"), slice(-2, None, None)]),
+               ("interpolate", fn, "torch.nn.functional.interpolate",
+                [Ref("x1"), Ref("getitem")])])
+    # x.reshape(-1, (x.size(2) * x.dim()) - (x.size(2) * x.dim()) // 2 + (0 - 7) // 2 + 4):
+    # Python's floor division rounds -7 // 2 to -4.
+    s = r(2, 6, 4)
+    k = (s.size(2) * s.dim()) - (s.size(2) * s.dim()) // 2 + (0 - 7) // 2 + 4
+    case("shape_int_arithmetic_reshape", [s], s.reshape(-1, k), meth, "size", [Ref("x0"), 2],
+         then=[("dim", meth, "dim", [Ref("x0")]),
+               ("mul", fn, "operator.mul", [Ref("op"), Ref("dim")]),
+               ("floordiv", fn, "operator.floordiv", [Ref("mul"), 2]),
+               ("sub", fn, "operator.sub", [Ref("mul"), Ref("floordiv")]),
+               ("sub_1", fn, "operator.sub", [0, 7]),
+               ("floordiv_1", fn, "operator.floordiv", [Ref("sub_1"), 2]),
+               ("add", fn, "operator.add", [Ref("sub"), Ref("floordiv_1")]),
+               ("add_1", fn, "operator.add", [Ref("add"), 4]),
+               ("reshape", meth, "reshape", [Ref("x0"), -1, Ref("add_1")])])
+    # x[:, :x.size(1) - 1]: a slice whose stop is a node.
+    case("getitem_slice_stop_node", [g], g[:, :g.size(1) - 1], meth, "size", [Ref("x0"), 1],
+         then=[("sub", fn, "operator.sub", [Ref("op"), 1]),
+               ("getitem", fn, "operator.getitem",
+                [Ref("x0"), (slice(None, None, None), slice(None, Ref("sub"), None))])])
 
 
 def write_npy_fixtures():

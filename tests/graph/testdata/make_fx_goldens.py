@@ -2,10 +2,11 @@
 
 Run with the interpreter that has PyTorch 1.13 (on Debian 12: /usr/bin/python3):
     /usr/bin/python3 tests/graph/testdata/make_fx_goldens.py
-It traces two nn.Modules with torch.fx.symbolic_trace and writes GraphModule.code,
+It traces three nn.Modules with torch.fx.symbolic_trace and writes GraphModule.code,
 normalized the way fuselage's PrintCode documents: no leading blank lines, no trailing
 indentation-only line, and without the `;  x = None` statements FX appends to free dead
-values. tests/graph/printer_test.cc builds the same graphs with the C++ API and compares.
+values. tests/graph/printer_test.cc and slice_arg_test.cc build the same graphs in C++ and
+compare.
 """
 import os
 import re
@@ -54,6 +55,17 @@ class Mixed(torch.nn.Module):
         return (conv, q, w, n, 1e-05, [0.5, 'a', None, True])
 
 
+class Indexing(torch.nn.Module):
+    """Slices, Ellipsis, None and a slice bound that is a node (tests/graph/slice_arg_test.cc)."""
+
+    def forward(self, x, n):
+        s = x.shape[-2:]
+        y = x[..., 1:, ::2]
+        z = x[:, :n]
+        w = x[None, 0]
+        return (s, y, z, w)
+
+
 def normalized_code(module):
     code = torch.fx.symbolic_trace(module).code
     lines = [re.sub(r";  (\w+ = )+None$", "", line) for line in code.strip("\n").split("\n")]
@@ -64,7 +76,7 @@ def normalized_code(module):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    for name, module in [("residual", Residual()), ("mixed", Mixed())]:
+    for name, module in [("residual", Residual()), ("mixed", Mixed()), ("indexing", Indexing())]:
         with open(os.path.join(here, f"fx_code_{name}.txt"), "w") as f:
             f.write(normalized_code(module))
 
