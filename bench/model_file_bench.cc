@@ -48,6 +48,7 @@
 #include "backend_configs/builtin_configs.h"
 #include "bench/bench_common.h"
 #include "graph/check.h"
+#include "graph/file_io.h"
 #include "graph/serialization.h"
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
@@ -80,7 +81,7 @@ Setup Failed(std::string error) {
 
 Setup Load(const std::string& path) {
   Setup setup;
-  auto bytes = ReadFile(path, int64_t{4} << 30);
+  auto bytes = ReadFileBounded(path, int64_t{4} << 30);
   if (!bytes.ok()) return Failed(StatusText(bytes.status()));
   setup.bytes = *std::move(bytes);
   auto model = ParseModel(setup.bytes);

@@ -1082,14 +1082,6 @@ std::string SerializeModelText(const GraphModule& gm) {
   return text;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
-  return ReadFileBounded(path, static_cast<size_t>(std::max<int64_t>(max_bytes, 0)));
-}
-
-absl::Status WriteFile(const std::string& path, absl::string_view contents) {
-  return WriteFileAtomically(path, contents);
-}
-
 namespace {
 
 // A file's bytes in a TensorBuffer instead of a std::string: no zero fill before the read,
@@ -1137,7 +1129,7 @@ absl::StatusOr<std::unique_ptr<GraphModule>> LoadModel(const std::string& path,
 }
 
 absl::Status SaveModel(const GraphModule& gm, const std::string& path) {
-  if (IsTextPath(path)) return WriteFile(path, SerializeModelText(gm));
+  if (IsTextPath(path)) return WriteFileAtomically(path, SerializeModelText(gm));
   // Into a buffer that is neither zero-filled first nor, for a large model, in small
   // pages (see ReadFileBytes).
   const proto::Model model = ModelToProto(gm);
@@ -1153,7 +1145,7 @@ absl::Status SaveModel(const GraphModule& gm, const std::string& path) {
     file.length = size;
     SerializeInto(model, file.buffer->data(), size);
   }
-  return WriteFile(path, file.bytes());
+  return WriteFileAtomically(path, file.bytes());
 }
 
 }  // namespace fuselage

@@ -61,10 +61,6 @@ proto::Model ModelToProto(const GraphModule& gm);
 absl::StatusOr<std::unique_ptr<GraphModule>> ModelFromProto(const proto::Model& model,
                                                             const ModelLimits& limits = {});
 
-// ReadFileBounded / WriteFileAtomically (graph/file_io.h) under the names their existing
-// callers use; a negative max_bytes reads nothing but an empty file.
-absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes);
-absl::Status WriteFile(const std::string& path, absl::string_view contents);
 
 }  // namespace fuselage
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/stubs/logging.h"
+#include "graph/file_io.h"
 #include "graph/printer.h"
 #include "gtest/gtest.h"
 #include "tests/graph/test_graphs.h"
@@ -78,8 +79,8 @@ TEST(SerializationTest, BinarySaveLoadSaveIsByteIdentical) {
   EXPECT_TRUE((*loaded)->Verify().ok());
   const std::string again = TempPath("rich_again.pb");
   ASSERT_TRUE(SaveModel(**loaded, again).ok());
-  auto first = ReadFile(path, 1 << 20);
-  auto second = ReadFile(again, 1 << 20);
+  auto first = ReadFileBounded(path, 1 << 20);
+  auto second = ReadFileBounded(again, 1 << 20);
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_FALSE(first->empty());
   EXPECT_EQ(*first, *second);
@@ -91,9 +92,9 @@ TEST(SerializationTest, TextSaveLoadSaveIsByteIdentical) {
   ASSERT_TRUE(SaveModel(*gm, path).ok());
   auto loaded = LoadModel(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(SerializeModelText(**loaded), *ReadFile(path, 1 << 20));
+  EXPECT_EQ(SerializeModelText(**loaded), *ReadFileBounded(path, 1 << 20));
   // The text form really is text.
-  EXPECT_THAT(*ReadFile(path, 1 << 20), HasSubstr("op: CALL_MODULE"));
+  EXPECT_THAT(*ReadFileBounded(path, 1 << 20), HasSubstr("op: CALL_MODULE"));
 }
 
 // Weights of every storage a buffer can have (small, medium in a shared region, large
@@ -801,7 +802,7 @@ TEST(BadModelTest, FileErrorsNameThePath) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("does_not_exist.pb"));
   const std::string path = TempPath("garbage.textproto");
-  ASSERT_TRUE(WriteFile(path, "graph { nodes { name: 3").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "graph { nodes { name: 3").ok());
   auto bad = LoadModel(path);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), AllOf(HasSubstr("garbage.textproto"), HasSubstr("line 1")));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
+#include "graph/file_io.h"
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
 #include "tests/tools/run_cli.h"
@@ -88,7 +89,7 @@ TEST(CliTest, UsageMistakesExit2WithOneLine) {
 
 TEST(CliTest, BadModelFileExits1WithOneLineNamingTheProblem) {
   const std::string path = absl::StrCat(TempDir(), "/bad.textproto");
-  ASSERT_TRUE(WriteFile(path,
+  ASSERT_TRUE(WriteFileAtomically(path,
                         "format_version: 1\n"
                         "graph {\n"
                         "  nodes { name: \"x\" op: PLACEHOLDER target: \"x\" }\n"

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "graph/file_io.h"
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
 #include "tools/all_commands.h"
@@ -56,7 +57,7 @@ std::vector<std::string> TimedSteps(const std::string& out) {
 std::string FileContents(const std::string& path) {
   // Far above any file these tests write; ReadFile refuses larger ones.
   constexpr int64_t kMaxBytes = int64_t{1} << 30;
-  absl::StatusOr<std::string> bytes = ReadFile(path, kMaxBytes);
+  absl::StatusOr<std::string> bytes = ReadFileBounded(path, kMaxBytes);
   EXPECT_TRUE(bytes.ok()) << bytes.status();
   return bytes.ok() ? *std::move(bytes) : "";
 }

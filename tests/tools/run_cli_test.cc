@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "graph/file_io.h"
 #include "graph/serialization.h"
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
@@ -44,7 +45,7 @@ TEST(RunCliTest, TempPathIsInTheTestsScratchDirectory) {
 TEST(RunCliTest, FileContentsIsEveryByteAndAFailureForAMissingFile) {
   const std::string path = TempPath("bytes.bin");
   const std::string bytes("a\0b\nc", 5);
-  ASSERT_TRUE(WriteFile(path, bytes).ok());
+  ASSERT_TRUE(WriteFileAtomically(path, bytes).ok());
   EXPECT_EQ(FileContents(path), bytes);
 
   static std::string missing_contents = "not read";

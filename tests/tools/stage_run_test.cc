@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "graph/file_io.h"
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
 #include "tests/tools/run_cli.h"
@@ -77,7 +78,7 @@ TEST(StageRunTest, KeepsOperandOutputAndTheCommandsOwnFlagsAsTyped) {
 
 TEST(StageRunTest, LoadsTimesVerifiesAndSavesWhereTheContextSays) {
   // The model operand and -o are both relative to the context's working directory.
-  ASSERT_TRUE(WriteFile(TempPath("in.textproto"), FileContents(kExample)).ok());
+  ASSERT_TRUE(WriteFileAtomically(TempPath("in.textproto"), FileContents(kExample)).ok());
   auto stage = StageRun::Parse(Named("stage"), {"in.textproto", "-o", "out.fsl", "--time"}, {});
   ASSERT_TRUE(stage.ok()) << stage.status();
   std::ostringstream out;
@@ -145,7 +146,7 @@ TEST(StageRunTest, AGraphThatFailsVerifyIsAnInternalErrorAndIsNotWritten) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(s.message()), StartsWith("fused graph fails Verify (a fuselage bug): "));
   EXPECT_THAT(std::string(s.message()), HasSubstr(std::string((*gm)->Verify().message())));
-  EXPECT_FALSE(ReadFile(path, 1 << 20).ok()) << "a graph failing Verify was written";
+  EXPECT_FALSE(ReadFileBounded(path, 1 << 20).ok()) << "a graph failing Verify was written";
 }
 
 }  // namespace
