@@ -161,7 +161,7 @@ absl::StatusOr<std::vector<int32_t>> Accumulate(absl::string_view op, const Conv
 absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
                                        const Tensor* bias, const Conv2dParams& params,
                                        double output_scale, int64_t output_zero_point,
-                                       bool relu) {
+                                       bool relu, QuantizedEngine engine) {
   const absl::string_view op = relu ? "quantized conv2d_relu" : "quantized conv2d";
   ASSIGN_OR_RETURN(const ConvCall call, Prepare(op, qx, qweight, bias, params));
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
@@ -169,9 +169,10 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
   const OutputRequantizer requantizer(
       qx.qparams().scales[0], call.weight_scales,
       qweight.qparams().scheme == QScheme::kPerChannelAffine,
-      bias ? bias->data<float>() : nullptr, output_scale, output_zero_point, relu, qx.dtype());
+      bias ? bias->data<float>() : nullptr, output_scale, output_zero_point, relu, qx.dtype(),
+      engine);
   const QuantParams out_qparams = QuantParams::PerTensor(output_scale, output_zero_point);
-  if (!call.weight_zero_points) {
+  if (!call.weight_zero_points && requantizer.fusable_in_onednn()) {
     // The common case (PyTorch's weights are symmetric): oneDNN requantizes in the conv,
     // with OutputRequantizer's factors and PyTorch's onednn engine's step order.
     ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
@@ -189,7 +190,8 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
                                         buffers, call.x_zero_point, &output));
     return out;
   }
-  // Non-zero weight zero points: the exact accumulators, requantized here.
+  // Non-zero weight zero points or QNNPACK's arithmetic: the exact accumulators,
+  // requantized here.
   ASSIGN_OR_RETURN(const std::vector<int32_t> acc, Accumulate(op, call, qx, qweight));
   const int64_t channels = call.shape[1];
   const int64_t pixels = call.shape[2] * call.shape[3];
