@@ -123,6 +123,7 @@ absl::StatusOr<std::vector<int32_t>> Accumulate(absl::string_view op, const Conv
   onednn::ConvBuffers buffers;
   buffers.src = qx.raw_data();
   buffers.weights = qweight.raw_data();
+  buffers.weights_owner = &qweight;
   buffers.dst = acc.data();
   RETURN_IF_ERROR(onednn::Convolution(op, call.geometry, call.src_type, dt::s8, dt::s32,
                                       buffers, call.x_zero_point));
@@ -140,6 +141,7 @@ absl::StatusOr<std::vector<int32_t>> Accumulate(absl::string_view op, const Conv
   std::vector<int8_t> ones(static_cast<size_t>(groups * filter), 1);
   std::vector<int32_t> sums(static_cast<size_t>(batch * groups * pixels));
   buffers.weights = ones.data();
+  buffers.weights_owner = nullptr;  // a temporary
   buffers.dst = sums.data();
   RETURN_IF_ERROR(onednn::Convolution(op, ones_geometry, call.src_type, dt::s8, dt::s32,
                                       buffers, call.x_zero_point));
@@ -180,6 +182,7 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
     onednn::ConvBuffers buffers;
     buffers.src = qx.raw_data();
     buffers.weights = qweight.raw_data();
+    buffers.weights_owner = &qweight;
     buffers.bias = bias ? requantizer.bias_terms().data() : nullptr;
     buffers.dst = out.mutable_raw_data();
     onednn::Int8Output output;
