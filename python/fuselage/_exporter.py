@@ -18,15 +18,17 @@ import tempfile
 
 import torch
 import torch.fx
+from google.protobuf import text_format
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
 from fuselage import _modules, _names, _registry
 from fuselage._limits import LIMITS
-from fuselage._proto import model_pb2
+from fuselage._proto import is_text_path, model_pb2
 from fuselage._values import OUTPUT_KEYS_META, write_arg, write_tensor
 from fuselage.errors import ExportError
 
 _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
+_UNUSED = object()  # a container's child that the traced tree lacks
 
 
 def _as_graph_module(module):
@@ -63,9 +65,19 @@ def _shape_meta(gm, example_inputs):
     return meta
 
 
+# The torch containers whose class survives export: torch.fx's GraphModule replaces every
+# module it only passes through with a plain nn.Module (fx's _copy_attr), so the traced
+# tree alone would give `m.layer1[0]` back as a plain module without indexing.
+_CONTAINER_CLASSES = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
 class _Exporter:
-    def __init__(self, gm):
+    def __init__(self, gm, source=None):
+        """`source` is the nn.Module `gm` was traced from (None for a GraphModule given as
+        is): where gm holds a plain module at a path where source holds a torch container,
+        the container's class and all its children are written."""
         self.gm = gm
+        self.source = source
         self.pb = model_pb2()
         self.op_codes = {
             "placeholder": self.pb.PLACEHOLDER, "get_attr": self.pb.GET_ATTR,
@@ -82,19 +94,27 @@ class _Exporter:
         model = self.pb.Model()
         model.format_version = 1
         model.producer = f"fuselage.export (torch {torch.__version__})"
-        self._write_module(self.gm, "", _names.ROOT_TYPE, model.root, 0)
+        self._write_module(self.gm, "", _names.ROOT_TYPE, model.root, 0, self.source)
         shapes = _shape_meta(self.gm, example_inputs)
         nodes = model.graph.nodes
         for node in self.gm.graph.nodes:
             self._write_node(node, nodes.add(), shapes.get(node.name))
         return model
 
-    def _write_module(self, module, path, type_name, out, depth):
+    def _write_module(self, module, path, type_name, out, depth, source=None):
         where = f"module '{path}'" if path else "root module"
         if depth > _MAX_MODULE_DEPTH:
             raise ExportError(f"{where}: modules nest deeper than {_MAX_MODULE_DEPTH}")
+        container = type(module) is torch.nn.Module and isinstance(source, _CONTAINER_CLASSES)
+        if container:
+            # A subclass (torchvision's Conv2dNormActivation is a Sequential) is written as
+            # the torch container it extends: its own class has no fuselage type.
+            base = next(c for c in _CONTAINER_CLASSES if isinstance(source, c))
+            type_name = _names.module_type_name(base)
         out.type = type_name
         contents = _modules.describe(module, type_name, where)
+        if container:
+            contents.children = self._container_children(module, source)
         for name, tensor in contents.tensors:
             named = out.tensors.add()
             named.name = name
@@ -109,8 +129,34 @@ class _Exporter:
             child_path = f"{path}.{name}" if path else name
             named = out.children.add()
             named.name = name
-            self._write_module(child, child_path, self._child_type(child, child_path),
-                               named.module, depth + 1)
+            child_source = source._modules.get(name) if source is not None else None
+            if child is _UNUSED:
+                self._write_unused(child_source, child_path, named.module, depth + 1)
+            else:
+                self._write_module(child, child_path, self._child_type(child, child_path),
+                                   named.module, depth + 1, child_source)
+
+    @staticmethod
+    def _container_children(module, source):
+        """The children of a restored container in the container's own order. A child
+        the traced tree lacks (no node uses it) is marked _UNUSED and written from the
+        source: Sequential and ModuleList index by position, so `m.blocks[2]` must still
+        be the third block."""
+        return [(name, module._modules.get(name, _UNUSED))
+                for name, child in source._modules.items() if child is not None]
+
+    def _write_unused(self, source, path, out, depth):
+        """Writes a module no node uses, from the source tree. If the file cannot hold
+        it (a type without a schema), an empty plain module keeps its place instead:
+        what export skipped before cannot make it fail now."""
+        attempt = type(out)()
+        try:
+            self._write_module(source, path, self._child_type(source, path), attempt, depth,
+                               source)
+        except ExportError:
+            attempt = type(out)()
+            attempt.type = _names.CONTAINER_TYPE
+        out.CopyFrom(attempt)
 
     def _child_type(self, child, path):
         type_name = _names.module_type_name(type(child))
@@ -203,7 +249,8 @@ class _Exporter:
 
 def to_proto(module, example_inputs=None):
     """The model.proto `Model` message of `module` (see `export`)."""
-    return _Exporter(_as_graph_module(module)).model(example_inputs)
+    gm = _as_graph_module(module)
+    return _Exporter(gm, None if gm is module else module).model(example_inputs)
 
 
 def _write_atomically(path, data):
@@ -261,7 +308,8 @@ def _write_atomically(path, data):
 
 def export(module, example_inputs, path):
     """Writes `module` (an nn.Module, traced with torch.fx, or an fx.GraphModule) to the
-    fuselage model file `path`, with every parameter and buffer.
+    fuselage model file `path`, with every parameter and buffer: in protobuf text form if
+    the name ends in .textproto or .pbtxt (as the C++ tool decides), else binary.
 
     example_inputs (a tensor or a tuple of them, or None) run a copy of the module to
     record each node's output shape and dtype as node meta `shape` / `dtype`; the module
@@ -270,5 +318,9 @@ def export(module, example_inputs, path):
     full disk); no file is written then, and an existing one keeps its contents.
     """
     model = to_proto(module, example_inputs)
-    _write_atomically(path, model.SerializeToString())
+    if is_text_path(os.fsdecode(path)):
+        data = text_format.MessageToString(model).encode("utf-8")
+    else:
+        data = model.SerializeToString()
+    _write_atomically(path, data)
     return path

@@ -17,15 +17,13 @@ from google.protobuf import text_format
 
 from fuselage import _modules, _names
 from fuselage._limits import LIMITS, MAX_FILE_BYTES, NODE_NAME
-from fuselage._proto import model_pb2
+from fuselage._proto import is_text_path, model_pb2
 from fuselage._values import OUTPUT_KEYS_META, check_string, read_arg, read_tensor
 from fuselage.errors import ModelFileError
 
 _FORMAT_VERSION = 1
 _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
 _MAX_NODES = LIMITS["max_nodes"]
-# As graph/serialization.h: these extensions are the text form, anything else binary.
-_TEXT_SUFFIXES = (".textproto", ".pbtxt")
 
 
 def _named_args(entries, nodes, where):
@@ -178,7 +176,7 @@ def _read_bytes(path):
 def _parse(path, data):
     model = model_pb2().Model()
     try:
-        if path.endswith(_TEXT_SUFFIXES):
+        if is_text_path(path):
             text_format.Parse(data.decode("utf-8"), model)
         else:
             model.ParseFromString(data)

@@ -40,7 +40,7 @@ from fuselage.errors import ExportError, ModelFileError
 _ScriptObject = torch._C.ScriptObject
 _FusedModule = nni._FusedModule
 _PACKED = (_QuantizedConvNd, nnq.Linear)
-_CONTAINERS = (nn.Sequential, nn.ModuleList)
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
 def _is_packed(cls):
@@ -93,7 +93,8 @@ def describe(module, type_name, where):
         for name, child in module._modules.items():
             if child is not None:
                 contents.children.append((name, child))
-    if type_name in (_names.ROOT_TYPE, _names.CONTAINER_TYPE, "nn.Sequential", "nn.ModuleList"):
+    if type_name in (_names.ROOT_TYPE, _names.CONTAINER_TYPE, "nn.Sequential", "nn.ModuleList",
+                     "nn.ModuleDict"):
         return contents
     for name, value in module.__dict__.items():
         if name.startswith("_") or name == "training" or isinstance(value, torch.Tensor):

@@ -26,6 +26,14 @@ _MODULE_NAME = "fuselage.proto.model_pb2"
 _HASH_PREFIX = "# fuselage-proto-sha256: "
 
 _loaded = None
+# As graph/serialization.cc's IsTextPath: these endings are the text form, anything else
+# binary (case-sensitive, as there).
+_TEXT_SUFFIXES = (".textproto", ".pbtxt")
+
+
+def is_text_path(path: str) -> bool:
+    """Whether the model file `path` is in protobuf text form, as the C++ loader decides."""
+    return path.endswith(_TEXT_SUFFIXES)
 
 
 def _proto_source() -> Path:
