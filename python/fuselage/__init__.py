@@ -13,7 +13,8 @@ graph/NAMING.md.
 
 from fuselage._exporter import export, to_proto
 from fuselage._importer import from_proto, to_torch
-from fuselage.errors import ExportError, FuselageError, ModelFileError
+from fuselage.errors import ExportError, FuselageError, ModelFileError, ModuleError
+from fuselage import fusers, nn  # fused modules PyTorch 1.13 lacks, and their fusers
 
 __all__ = [
     "export",
@@ -23,4 +24,7 @@ __all__ = [
     "ExportError",
     "FuselageError",
     "ModelFileError",
+    "ModuleError",
+    "fusers",
+    "nn",
 ]

@@ -31,6 +31,16 @@ _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
 _UNUSED = object()  # a container's child that the traced tree lacks
 
 
+class _Tracer(torch.fx.Tracer):
+    """torch.fx's default tracer, with fuselage's own modules (fuselage.nn) kept as
+    leaves, as torch.fx keeps torch.nn's: they are fuselage module types."""
+
+    def is_leaf_module(self, m, qualname):
+        if _names.is_fuselage_module(m):
+            return True
+        return super().is_leaf_module(m, qualname)
+
+
 def _as_graph_module(module):
     if isinstance(module, torch.fx.GraphModule):
         return module
@@ -38,7 +48,9 @@ def _as_graph_module(module):
         raise ExportError(f"export: expected a torch.nn.Module or torch.fx.GraphModule; got "
                           f"{type(module).__name__}")
     try:
-        return torch.fx.symbolic_trace(module)
+        tracer = _Tracer()
+        graph = tracer.trace(module)
+        return torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
     except Exception as e:
         raise ExportError(f"export: torch.fx cannot trace {type(module).__qualname__}: {e}") from e
 
