@@ -22,8 +22,8 @@ from google.protobuf import text_format
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
 from fuselage import _modules, _names, _registry
-from fuselage._limits import LIMITS
-from fuselage._proto import is_text_path, model_pb2
+from fuselage._limits import LIMITS, MAX_FILE_BYTES
+from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import OUTPUT_KEYS_META, write_arg, write_tensor
 from fuselage.errors import ExportError
 
@@ -329,10 +329,14 @@ def export(module, example_inputs, path):
     the file cannot express, and for a file that cannot be written (a missing folder, a
     full disk); no file is written then, and an existing one keeps its contents.
     """
+    text = is_text_path(model_path(path, ExportError))
     model = to_proto(module, example_inputs)
-    if is_text_path(os.fsdecode(path)):
+    if text:
         data = text_format.MessageToString(model).encode("utf-8")
     else:
         data = model.SerializeToString()
+    if len(data) > MAX_FILE_BYTES:
+        raise ExportError(f"cannot write '{os.fsdecode(path)}': the model is {len(data)} bytes; "
+                          f"the C++ loader reads at most {MAX_FILE_BYTES}")
     _write_atomically(path, data)
     return path

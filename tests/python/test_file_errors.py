@@ -1,0 +1,75 @@
+"""Whatever the path or the file, the bridge raises ModelFileError (to_torch) or
+ExportError (export) naming it, never a raw TypeError / ValueError / OSError /
+DecodeError / UnicodeDecodeError; export writes nothing the C++ loader would refuse for
+its size."""
+
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+
+import fuselage
+import fuselage._exporter as exporter
+from fuselage import ExportError, ModelFileError
+
+
+@pytest.mark.parametrize("path,message", [
+    (None, r"expected a model file path \(str, bytes or os.PathLike\); got NoneType"),
+    (3, "got int"),
+    ("a\0b.fsl", "cannot contain a NUL character"),
+], ids=["none", "int", "nul"])
+def test_a_path_that_names_no_file_is_refused_by_both(tmp_path, path, message):
+    with pytest.raises(ModelFileError, match=message):
+        fuselage.to_torch(path)
+    with pytest.raises(ExportError, match=message):
+        fuselage.export(nn.ReLU(), None, path)
+
+
+def test_bytes_and_pathlike_paths_work(tmp_path):
+    path = tmp_path / "m.fsl"
+    assert fuselage.export(nn.ReLU(), None, path) == path
+    assert isinstance(fuselage.to_torch(bytes(path)), torch.fx.GraphModule)
+    with pytest.raises(ModelFileError, match="no such model file"):
+        fuselage.to_torch(bytes(tmp_path / "missing.fsl"))
+
+
+def test_unreadable_text_files_are_model_file_errors(tmp_path):
+    bad_utf8 = tmp_path / "bad.textproto"
+    bad_utf8.write_bytes(b"format_version: 1\nproducer: \"\xff\xfe\"\n")
+    garbage = tmp_path / "garbage.pbtxt"
+    garbage.write_text("format_version: {{{")
+    for path in (bad_utf8, garbage):
+        with pytest.raises(ModelFileError, match=str(path)):
+            fuselage.to_torch(path)
+
+
+def test_corrupted_bytes_are_model_file_errors(tmp_path, small_residual):
+    """Random byte changes of a real model file: each one loads or is a ModelFileError."""
+    good = tmp_path / "good.fsl"
+    fuselage.export(small_residual, (torch.randn(1, 3, 8, 8),), good)
+    data = good.read_bytes()
+    rng = random.Random(0)
+    bad = tmp_path / "bad.fsl"
+    refused = 0
+    for _ in range(300):
+        corrupted = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            corrupted[rng.randrange(len(corrupted))] = rng.randrange(256)
+        bad.write_bytes(bytes(corrupted))
+        try:
+            fuselage.to_torch(bad)
+        except ModelFileError as e:
+            assert str(bad) in str(e)
+            refused += 1
+    assert refused > 100  # most corruptions are caught, the rest are still valid files
+
+
+def test_export_refuses_a_file_past_the_loader_limit(tmp_path, monkeypatch, small_residual):
+    size = len(fuselage.to_proto(small_residual).SerializeToString())
+    monkeypatch.setattr(exporter, "MAX_FILE_BYTES", size - 1)
+    path = tmp_path / "big.fsl"
+    with pytest.raises(ExportError, match=f"the model is {size} bytes; the C\\+\\+ loader reads "
+                                          f"at most {size - 1}"):
+        fuselage.export(small_residual, None, path)
+    assert not path.exists()
