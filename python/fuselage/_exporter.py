@@ -21,7 +21,7 @@ import torch.fx
 from google.protobuf import text_format
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
-from fuselage import _modules, _names, _registry
+from fuselage import _modules, _names, _prepared, _registry
 from fuselage._limits import LIMITS, MAX_FILE_BYTES
 from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import OUTPUT_KEYS_META, write_arg, write_tensor
@@ -96,6 +96,9 @@ class _Exporter:
             "call_function": self.pb.CALL_FUNCTION, "call_module": self.pb.CALL_MODULE,
             "call_method": self.pb.CALL_METHOD, "output": self.pb.OUTPUT,
         }
+        # A prepare_fx model: its root observers move into a container beside the weight
+        # plans fuselage convert reads (fuselage._prepared).
+        self.prepared = _prepared.layout(gm)
         # call_module target -> name of the first node calling it (for error messages).
         self.callers = {}
         for node in gm.graph.nodes:
@@ -127,6 +130,9 @@ class _Exporter:
         contents = _modules.describe(module, type_name, where)
         if container:
             contents.children = self._container_children(module, source)
+        moved = self.prepared.moved if self.prepared is not None and not path else {}
+        if moved:
+            contents.children = [(n, c) for n, c in contents.children if n not in moved]
         for name, tensor in contents.tensors:
             named = out.tensors.add()
             named.name = name
@@ -147,6 +153,31 @@ class _Exporter:
             else:
                 self._write_module(child, child_path, self._child_type(child, child_path),
                                    named.module, depth + 1, child_source)
+        if moved:
+            named = out.children.add()
+            named.name = self.prepared.container
+            self._write_observer_container(named.module, depth + 1)
+
+    def _write_observer_container(self, out, depth):
+        """The container of a prepare_fx model's observers and weight plans
+        (quantize/prepared_model.h)."""
+        out.type = _names.CONTAINER_TYPE
+        for old, new in self.prepared.moved.items():
+            named = out.children.add()
+            named.name = old
+            observer = self.gm.get_submodule(old)
+            self._write_module(observer, new, self._child_type(observer, old), named.module,
+                               depth + 1)
+        for k, plan in enumerate(self.prepared.plans):
+            named = out.children.add()
+            named.name = f"{_prepared.PLAN_PREFIX}{k}"
+            path = f"{self.prepared.container}.{named.name}"
+            self._write_module(plan.observer, path, plan.observer_type, named.module, depth + 1)
+            for key, value in (("node", plan.node), ("root_module", plan.root_module),
+                               ("reference_module", plan.reference_module)):
+                attribute = named.module.attributes.add()
+                attribute.name = key
+                write_arg(attribute.value, value, f"module '{path}' attribute '{key}'")
 
     @staticmethod
     def _container_children(module, source):
@@ -196,6 +227,8 @@ class _Exporter:
         out.name = node.name
         out.op = self.op_codes[node.op]
         out.target = self._target(node, where)
+        if node.op == "call_module" and self.prepared is not None:
+            out.target = self.prepared.moved.get(out.target, out.target)
         args = node.args
         if node.op == "output" and len(args) == 1 and isinstance(args[0], dict):
             args = (self._flatten_dict_output(args[0], out, where),)
