@@ -355,3 +355,57 @@ def test_fused_float_model_exports_and_runs_in_fuselage(cli, tmp_path):
     with torch.no_grad():
         assert torch.allclose(got, model(x), atol=1e-5)
         assert type(fuselage.to_torch(tmp_path / "model.fsl").conv) is fnn.ConvAddReLU2d
+
+
+@pytest.mark.parametrize("stage", ["fuse", "reference"])
+def test_fused_and_reference_residual_run_in_torch_as_in_fuselage(cli, tmp_path, stage):
+    """`fuselage fuse` gives nni.ConvAddReLU2d (child 0 nn.Conv2d), `quantize --reference`
+    the same with an nnqr.Conv2d child: both run in torch as fuselage's float kernels do."""
+    config = f"--config={REPO}/backend_configs/examples/conv_bn_add_relu.textproto"
+    model = f"{REPO}/tools/examples/residual.textproto"
+    out = tmp_path / f"{stage}.fsl"
+    if stage == "fuse":
+        args = ["fuse", model, config, "-o", out]
+    else:
+        args = ["quantize", model, "--backend=qnnpack", config, "--samples=8", "--seed=0",
+                "--input-shape=1,4,8,8", "--reference", "-o", out]
+    result = subprocess.run([cli, *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    gm = fuselage.to_torch(out)
+    assert type(gm.conv) is fnn.ConvAddReLU2d
+    assert type(gm.conv[0]) is (nn.Conv2d if stage == "fuse" else
+                                torch.ao.nn.quantized.reference.Conv2d)
+    for x in _residual_inputs()[:3]:
+        np.save(tmp_path / "x.npy", x.numpy())
+        result = subprocess.run([cli, "run", str(out), f"--input={tmp_path}/x.npy",
+                                 f"--output={tmp_path}/y.npy"], capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr
+        with torch.no_grad():
+            assert torch.allclose(gm(x), torch.from_numpy(np.load(tmp_path / "y.npy")), atol=1e-5)
+
+
+def test_from_float_and_from_reference_quantize_the_weight_as_pytorch():
+    from torch.ao.quantization import get_default_qconfig
+    from torch.ao.nn.quantized.reference import Conv2d as RefConv2d
+    from torch.ao.quantization.utils import get_qparam_dict
+
+    conv = _conv(4)
+    fused = fnn.ConvAddReLU2d(conv, nn.ReLU())
+    fused.qconfig = get_default_qconfig("qnnpack")
+    fused.activation_post_process = fused.qconfig.activation()
+    fused.activation_post_process(torch.randn(1, 6, 5, 5))
+    q = fnnq.ConvAddReLU2d.from_float(fused)
+    # nnq.Conv2d.from_float on the bare conv is PyTorch's own answer for the weight.
+    conv.qconfig, conv.activation_post_process = fused.qconfig, fused.activation_post_process
+    want = torch.ao.nn.quantized.Conv2d.from_float(conv)
+    assert torch.equal(q.weight().int_repr(), want.weight().int_repr())
+    assert q.weight().q_scale() == want.weight().q_scale() and q.scale == want.scale
+    observer = fused.qconfig.weight()
+    observer(conv.weight)
+    ref_conv = RefConv2d.from_float(conv, get_qparam_dict(observer))  # as convert_fx does
+    q = fnnq.ConvAdd2d.from_reference(fnn.ConvAdd2d(ref_conv), 0.5, 3)
+    assert torch.equal(q.weight().int_repr(), ref_conv.get_quantized_weight().int_repr())
+    assert (q.scale, q.zero_point) == (0.5, 3)
+    with pytest.raises(ModuleError, match="from_float: expected a fuselage.nn.ConvAddReLU2d"):
+        fnnq.ConvAddReLU2d.from_float(conv)
