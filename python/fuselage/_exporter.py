@@ -1,8 +1,12 @@
 """fuselage.export: a PyTorch model as a fuselage model file (graph/model.proto).
 
-The graph is torch.fx's: an nn.Module is traced with torch.fx.symbolic_trace, a
-GraphModule (including what prepare_fx, convert_to_reference_fx and convert_fx return) is
-taken as is. Every node is written in graph order with its name, op, target, args and
+The graph is torch.fx's: an nn.Module is traced by torch.fx's default tracer (with
+fuselage.nn's modules as leaves), a GraphModule (including what prepare_fx,
+convert_to_reference_fx and convert_fx return) is taken as is. A traced module's torch
+containers (Sequential, ModuleList, ModuleDict), which the traced tree holds as plain
+modules, are written as the containers they were, with every child in place. A prepare_fx
+model's observers and weight plans are written as fuselage's prepare writes them
+(fuselage._prepared). Every node is written in graph order with its name, op, target, args and
 kwargs; every module of the tree with its tensors, attributes and children
 (fuselage._modules). Nothing is written until everything was checked, so an unsupported
 model leaves no file behind.

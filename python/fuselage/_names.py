@@ -14,6 +14,7 @@ name is only used if importing it gives back the same callable.
 """
 
 import builtins
+import functools
 import importlib
 
 import torch
@@ -111,6 +112,7 @@ _STUBS = {tq.QuantStub, tq.DeQuantStub}
 _class_names = {}
 
 
+@functools.lru_cache(maxsize=None)
 def _fuselage_classes():
     """fuselage's own modules for the fused types PyTorch 1.13 lacks (fuselage.nn)."""
     import fuselage.nn as fnn
@@ -122,7 +124,12 @@ def _fuselage_classes():
 
 def is_fuselage_module(module):
     """Whether `module` is one of fuselage's own module classes (fuselage.nn)."""
-    return type(module) in _fuselage_classes().values()
+    return type(module) in _fuselage_class_set()
+
+
+@functools.lru_cache(maxsize=None)
+def _fuselage_class_set():
+    return frozenset(_fuselage_classes().values())
 
 
 def module_type_name(cls):
@@ -130,9 +137,9 @@ def module_type_name(cls):
     if cls in _class_names:
         return _class_names[cls]
     name = None
-    own = {c: n for n, c in _fuselage_classes().items()}
-    if cls in own:
-        name = own[cls]
+    own = [n for n, c in _fuselage_classes().items() if c is cls]
+    if own:
+        name = own[0]
     elif cls is nn.Module:
         name = CONTAINER_TYPE
     elif cls in _STUBS:
