@@ -409,3 +409,29 @@ def test_from_float_and_from_reference_quantize_the_weight_as_pytorch():
     assert (q.scale, q.zero_point) == (0.5, 3)
     with pytest.raises(ModuleError, match="from_float: expected a fuselage.nn.ConvAddReLU2d"):
         fnnq.ConvAddReLU2d.from_float(conv)
+
+
+def test_quantized_modules_hold_any_weight_under_any_engine():
+    """onednn's prepack refuses weight zero points != 0; these modules pack nothing."""
+    previous = torch.backends.quantized.engine
+    try:
+        for engine in ("onednn", "qnnpack"):
+            torch.backends.quantized.engine = engine
+            weight = torch.quantize_per_tensor(torch.randn(4, 2, 3, 3), 0.02, 3, torch.qint8)
+            module = _quantized_module(fnnq.ConvAdd2d, weight, torch.randn(4), 0.1, 5, padding=1)
+            assert torch.equal(module.weight().int_repr(), weight.int_repr())
+            copied = copy.deepcopy(module)
+            restored = fnnq.ConvAdd2d(2, 4, 3, padding=1)
+            restored.load_state_dict(module.state_dict())
+            for other in (copied, restored):
+                assert torch.equal(other.weight().int_repr(), weight.int_repr())
+                assert torch.equal(other.bias(), module.bias())
+                assert other.zero_point == 5
+            # nnq's state_dict stores the scale as a float32 tensor, as PyTorch does.
+            assert copied.scale == 0.1 and restored.scale == float(torch.tensor(0.1))
+    finally:
+        torch.backends.quantized.engine = previous
+    with pytest.raises(ModuleError, match="must be a 4-d torch.qint8 quantized tensor"):
+        module.set_weight_bias(torch.randn(4, 2, 3, 3), None)
+    with pytest.raises(ModuleError, match=r"bias must be None or float32 of shape \[4\]"):
+        module.set_weight_bias(weight, torch.randn(3))

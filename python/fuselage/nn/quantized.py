@@ -76,6 +76,32 @@ class _ConvAddBase(nnq.Conv2d):
     def _get_name(self):
         return "QuantizedFuselage" + type(self).__name__
 
+    # The weight and bias are kept as tensors, not packed for a PyTorch engine: forward
+    # computes from them, and every weight fuselage's kernel takes (a per-tensor weight
+    # with a non-zero zero point, which onednn's prepack refuses) is held under any engine.
+    # weight(), bias(), state_dict, copy and pickling all go through these two methods.
+    def set_weight_bias(self, w, b):
+        op = type(self).__name__
+        if not isinstance(w, torch.Tensor) or not w.is_quantized or w.dtype != torch.qint8 \
+                or w.dim() != 4:
+            raise ModuleError(f"{op}: the weight must be a 4-d torch.qint8 quantized tensor; "
+                              f"got {getattr(w, 'dtype', type(w).__name__)} "
+                              f"{list(getattr(w, 'shape', []))}")
+        if w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric) and \
+                w.q_per_channel_axis() != 0:
+            raise ModuleError(f"{op}: the weight is quantized per channel along axis "
+                              f"{w.q_per_channel_axis()}; expected axis 0 (output channels)")
+        if b is not None and (not isinstance(b, torch.Tensor) or b.dtype != torch.float32
+                              or list(b.shape) != [w.shape[0]]):
+            raise ModuleError(f"{op}: the bias must be None or float32 of shape "
+                              f"[{w.shape[0]}]; got {getattr(b, 'dtype', type(b).__name__)} "
+                              f"{list(getattr(b, 'shape', []))}")
+        self._weight_tensor = w
+        self._bias_tensor = None if b is None else b.detach()
+
+    def _weight_bias(self):
+        return self._weight_tensor, self._bias_tensor
+
     def forward(self, input, extra):
         op = type(self).__name__
         _check_input(input, "input", op)
