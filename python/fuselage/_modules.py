@@ -202,7 +202,11 @@ def build(type_name, tensors, attributes, children, where):
     if _is_packed(cls):
         if "weight" not in tensors or not tensors["weight"].is_quantized:
             raise ModelFileError(f"{where} ({type_name}): needs a quantized tensor 'weight'")
-        module.set_weight_bias(tensors["weight"], tensors.get("bias"))
+        try:
+            module.set_weight_bias(tensors["weight"], tensors.get("bias"))
+        except Exception as e:  # the engine's prepack, or fuselage.nn.quantized's checks
+            raise ModelFileError(f"{where} ({type_name}): cannot set its weight and bias: "
+                                 f"{e}") from None
     else:
         for name, tensor in tensors.items():
             _assign_tensor(module, name, tensor, where)

@@ -73,3 +73,33 @@ def test_export_refuses_a_file_past_the_loader_limit(tmp_path, monkeypatch, smal
                                           f"at most {size - 1}"):
         fuselage.export(small_residual, None, path)
     assert not path.exists()
+
+
+@pytest.mark.parametrize("type_name", ["nnq.Conv2d", "nniq.ConvAddReLU2d"])
+def test_a_quantized_conv_whose_bias_does_not_fit_is_a_model_file_error(tmp_path, type_name):
+    import fuselage.nn.quantized as fnnq
+
+    cls = torch.ao.nn.quantized.Conv2d if type_name == "nnq.Conv2d" else fnnq.ConvAddReLU2d
+    module = cls(2, 4, 3)
+    module.set_weight_bias(torch.quantize_per_tensor(torch.randn(4, 2, 3, 3), 0.1, 0,
+                                                     torch.qint8), torch.randn(4))
+
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = module
+
+        def forward(self, x):
+            return self.conv(x) if type_name == "nnq.Conv2d" else self.conv(x, x)
+
+    proto = fuselage.to_proto(Holder())
+    conv = next(c.module for c in proto.root.children if c.name == "conv")
+    bias = next(t.tensor for t in conv.tensors if t.name == "bias")
+    del bias.shape[:]
+    bias.shape.append(3)
+    bias.data = bias.data[:12]
+    path = tmp_path / "bad.fsl"
+    path.write_bytes(proto.SerializeToString())
+    with pytest.raises(ModelFileError, match=f"module 'conv' \\({type_name}\\): cannot set its "
+                                             "weight and bias"):
+        fuselage.to_torch(path)
