@@ -190,7 +190,13 @@ def build(type_name, tensors, attributes, children, where):
     elif cls is nn.Module or issubclass(cls, _CONTAINERS):
         module = cls()
     else:
-        kwargs = _constructor_kwargs(cls, tensors, attributes, where)
+        try:
+            kwargs = _constructor_kwargs(cls, tensors, attributes, where)
+        except ModelFileError:
+            raise
+        except Exception as e:  # an attribute of the wrong kind (a list for a qscheme...)
+            raise ModelFileError(f"{where}: cannot rebuild {type_name}: an attribute its "
+                                 f"constructor takes has the wrong kind of value: {e}") from None
         try:
             module = cls(**kwargs)
         except Exception as e:

@@ -103,3 +103,53 @@ def test_a_quantized_conv_whose_bias_does_not_fit_is_a_model_file_error(tmp_path
     with pytest.raises(ModelFileError, match=f"module 'conv' \\({type_name}\\): cannot set its "
                                              "weight and bias"):
         fuselage.to_torch(path)
+
+
+def _arg_messages(message, out):
+    """Every Arg message (a node's args, kwargs and meta; module attributes) in `message`."""
+    for field, value in message.ListFields():
+        if field.type != field.TYPE_MESSAGE:
+            continue
+        for item in value if field.label == field.LABEL_REPEATED else [value]:
+            if type(item).__name__ == "Arg":
+                out.append(item)
+            _arg_messages(item, out)
+    return out
+
+
+def test_values_of_the_wrong_kind_are_model_file_errors(tmp_path, small_residual):
+    """Each attribute or arg of PyTorch's reference / converted / prepared models replaced
+    by a value of another kind (a list where a qscheme string was, ...): every file loads
+    or is a ModelFileError naming it."""
+    from conftest import quantize_with_pytorch
+
+    x = torch.randn(1, 3, 8, 8)
+    models = quantize_with_pytorch(small_residual, x, [x])
+    protos = [fuselage.to_proto(m) for m in models]
+    rng = random.Random(1)
+    path = tmp_path / "changed.fsl"
+    refused = 0
+    for i in range(400):
+        proto = type(protos[0])()
+        proto.CopyFrom(protos[i % len(protos)])
+        arg = rng.choice(_arg_messages(proto, []))
+        kind = rng.randrange(5)
+        if kind == 0:
+            arg.int_value = rng.choice([0, -1, 1 << 40])
+        elif kind == 1:
+            arg.string_value = rng.choice(["x", "torch.per_channel_affine", ""])
+        elif kind == 2:
+            arg.list.SetInParent()
+            for _ in range(rng.randint(0, 3)):
+                arg.list.items.add().int_value = rng.randint(-2, 5)
+        elif kind == 3:
+            arg.none = True
+        else:
+            arg.float_value = rng.choice([0.0, -1.0, 1e30, float("nan")])
+        path.write_bytes(proto.SerializeToString())
+        try:
+            fuselage.to_torch(path)
+        except ModelFileError as e:
+            assert str(path) in str(e)
+            refused += 1
+    assert refused > 100
