@@ -20,7 +20,6 @@ qconfig its backend_config's dtype configs do not support; prepare_fx inserted n
 observers around such an op in the first place, so its node is not observed either.
 """
 
-import torch
 import torch.ao.nn.intrinsic as nni
 from torch.ao.quantization.utils import weight_is_quantized
 

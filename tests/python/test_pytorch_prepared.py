@@ -9,7 +9,6 @@ import copy
 import subprocess
 
 import numpy as np
-import pytest
 import torch
 import torch.ao.nn.intrinsic as nni
 import torch.ao.nn.quantized.reference as nnqr

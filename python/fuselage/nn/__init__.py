@@ -20,7 +20,7 @@ import torch.nn as nn
 
 from fuselage.errors import ModuleError
 
-__all__ = ["ConvAdd2d", "ConvAddReLU2d"]
+__all__ = ["ConvAdd2d", "ConvAddReLU2d", "quantized"]
 
 
 def _check_conv(conv, cls):
