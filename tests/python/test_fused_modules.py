@@ -91,8 +91,9 @@ class _ConvBnAddReLU(nn.Module):
         return self.relu(torch.add(self.bn(self.conv(x)), x))
 
 
-def test_pytorch_fuse_fx_calls_the_fuser_with_its_signature():
-    """The issue's BackendPatternConfig, run by PyTorch's own fuse_fx."""
+def test_pytorch_fuse_fx_calls_the_fuser_with_its_signature(cli, tmp_path):
+    """The issue's BackendPatternConfig, run by PyTorch's own fuse_fx; the fused
+    GraphModule exports as nni.ConvAddReLU2d and runs in fuselage as in torch."""
     def root_node_getter(pattern):
         relu, add_pattern = pattern
         _, bn_pattern, _ = add_pattern
@@ -113,6 +114,8 @@ def test_pytorch_fuse_fx_calls_the_fuser_with_its_signature():
     x = torch.randn(2, 4, 6, 6)
     with torch.no_grad():
         assert torch.allclose(fused(x), model(x), atol=1e-5)
+    assert [c.module.type for c in fuselage.to_proto(fused).root.children] == ["nni.ConvAddReLU2d"]
+    assert torch.allclose(_run_cpp(cli, tmp_path, fused, [x]), model(x), atol=1e-5)
 
 
 # ---- quantized modules against fuselage's interpreter -----------------------------------

@@ -9,6 +9,7 @@ import copy
 import subprocess
 
 import numpy as np
+import pytest
 import torch
 import torch.ao.nn.intrinsic as nni
 import torch.ao.nn.quantized.reference as nnqr
@@ -58,10 +59,11 @@ def _mapping(qconfig="qnnpack"):
     return QConfigMapping().set_global(get_default_qconfig(qconfig))
 
 
+@pytest.mark.parametrize("qconfig", ["qnnpack", "fbgemm"])  # per-tensor / per-channel weights
 def test_prepared_small_residual_converts_to_pytorchs_reference_modules(
-        cli, tmp_path, small_residual):
+        cli, tmp_path, small_residual, qconfig):
     example = torch.randn(1, 3, 8, 8)
-    prepared, reference, _ = _pytorch_flow(small_residual, example, _mapping())
+    prepared, reference, _ = _pytorch_flow(small_residual, example, _mapping(qconfig))
     out, report = _convert_with_fuselage(cli, tmp_path, prepared, example)
     assert "3 reference modules" in report
     ours = fuselage.to_torch(out)
@@ -74,6 +76,8 @@ def test_prepared_small_residual_converts_to_pytorchs_reference_modules(
         assert torch.equal(got.get_quantized_weight().int_repr(),
                            want.get_quantized_weight().int_repr()), path
         assert torch.equal(got.weight_scale.reshape(-1), want.weight_scale.reshape(-1)), path
+        assert got.weight_qscheme == want.weight_qscheme == (
+            torch.per_channel_affine if qconfig == "fbgemm" else torch.per_tensor_affine), path
     # Same numerics as PyTorch's reference model, up to a float rounding that may move a
     # value across one quantization step.
     x = torch.randn(2, 3, 8, 8)
