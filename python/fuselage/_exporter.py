@@ -6,8 +6,8 @@ convert_to_reference_fx and convert_fx return) is taken as is. A traced module's
 containers (Sequential, ModuleList, ModuleDict), which the traced tree holds as plain
 modules, are written as the containers they were, with every child in place. A prepare_fx
 model's observers and weight plans are written as fuselage's prepare writes them
-(fuselage._prepared). Every node is written in graph order with its name, op, target, args and
-kwargs; every module of the tree with its tensors, attributes and children
+(fuselage._prepared). Every node is written in graph order with its name, op, target,
+args and kwargs; every module of the tree with its tensors, attributes and children
 (fuselage._modules). Nothing is written until everything was checked, so an unsupported
 model leaves no file behind.
 

@@ -56,7 +56,8 @@ def test_fusers_fold_batch_norm_as_pytorch_does():
     x, e = torch.randn(1, 4, 5, 5), torch.randn(1, 6, 5, 5)
     with torch.no_grad():
         expected = bn(conv(x)) + e
-        fused = fusers.fuse_conv_bn_add_relu(False, nn.ReLU(), (torch.add, (bn, conv), MatchAllNode))
+        fused = fusers.fuse_conv_bn_add_relu(False, nn.ReLU(),
+                                             (torch.add, (bn, conv), MatchAllNode))
         assert type(fused) is fnn.ConvAddReLU2d
         assert torch.allclose(fused(x, e), torch.relu(expected), atol=1e-5)
         fused = fusers.fuse_conv_bn_add(False, torch.add, MatchAllNode, (bn, conv))  # extra first
@@ -105,11 +106,12 @@ def test_pytorch_fuse_fx_calls_the_fuser_with_its_signature(cli, tmp_path):
         _, bn_pattern, extra_input = add_pattern
         return [extra_input]
 
-    config = BackendPatternConfig((nn.ReLU, (torch.add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode))) \
-        .set_fuser_method(fusers.fuse_conv_bn_add_relu) \
+    pattern = (nn.ReLU, (torch.add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode))
+    config = BackendPatternConfig(pattern).set_fuser_method(fusers.fuse_conv_bn_add_relu) \
         ._set_root_node_getter(root_node_getter)._set_extra_inputs_getter(extra_inputs_getter)
     model = _ConvBnAddReLU().eval()
-    fused = fuse_fx(copy.deepcopy(model), backend_config=BackendConfig("t").set_backend_pattern_config(config))
+    backend = BackendConfig("t").set_backend_pattern_config(config)
+    fused = fuse_fx(copy.deepcopy(model), backend_config=backend)
     assert type(fused.conv) is fnn.ConvAddReLU2d
     x = torch.randn(2, 4, 6, 6)
     with torch.no_grad():

@@ -39,9 +39,10 @@ _INT_DTYPES = {torch.quint8: torch.uint8, torch.qint8: torch.int8}
 
 def _check_input(tensor, what, op):
     if not isinstance(tensor, torch.Tensor) or not tensor.is_quantized:
+        got = f"a {tensor.dtype} tensor" if isinstance(tensor, torch.Tensor) else \
+            type(tensor).__name__
         raise ModuleError(f"{op}: {what} must be a quantized tensor (torch.quint8 or "
-                          f"torch.qint8); got {type(tensor).__name__}"
-                          f"{'' if not isinstance(tensor, torch.Tensor) else ' ' + str(tensor.dtype)}")
+                          f"torch.qint8); got {got}")
     if tensor.dtype not in _INT_DTYPES:
         raise ModuleError(f"{op}: {what} has dtype {tensor.dtype}; expected torch.quint8 or "
                           "torch.qint8")
