@@ -5,6 +5,7 @@ bit, ties and saturation included; to_torch maps fuselage's nni/nniq types to th
 export maps them back."""
 
 import copy
+import operator
 import subprocess
 
 import numpy as np
@@ -67,6 +68,8 @@ def test_fusers_fold_batch_norm_as_pytorch_does():
         assert torch.allclose(fused(x, e), torch.relu(conv(x) + e), atol=1e-5)
         fused = fusers.fuse_conv_add(False, torch.add, conv, MatchAllNode)
         assert torch.allclose(fused(x, e), conv(x) + e, atol=1e-5)
+        fused = fusers.fuse_conv_add(False, operator.add, MatchAllNode, conv)  # `y + conv(x)`
+        assert torch.allclose(fused(x, e), conv(x) + e, atol=1e-5)
 
 
 def test_fusers_refuse_what_they_cannot_fuse():
@@ -126,14 +129,14 @@ def test_pytorch_fuse_fx_calls_the_fuser_with_its_signature(cli, tmp_path):
 class _QuantizedBlock(nn.Module):
     """quantize both inputs, the quantized fused module, dequantize: a lowered graph."""
 
-    def __init__(self, module, x_qparams, e_qparams):
+    def __init__(self, module, x_qparams, e_qparams, dtype=torch.quint8):
         super().__init__()
         self.block = module
-        self.x_qparams, self.e_qparams = x_qparams, e_qparams
+        self.x_qparams, self.e_qparams, self.dtype = x_qparams, e_qparams, dtype
 
     def forward(self, x, e):
-        qx = torch.quantize_per_tensor(x, self.x_qparams[0], self.x_qparams[1], torch.quint8)
-        qe = torch.quantize_per_tensor(e, self.e_qparams[0], self.e_qparams[1], torch.quint8)
+        qx = torch.quantize_per_tensor(x, self.x_qparams[0], self.x_qparams[1], self.dtype)
+        qe = torch.quantize_per_tensor(e, self.e_qparams[0], self.e_qparams[1], self.dtype)
         return self.block(qx, qe).dequantize()
 
 
@@ -180,6 +183,7 @@ CASES = {
     "add_per_tensor": (fnnq.ConvAdd2d, "per_tensor", True, {"padding": 1, "stride": 2}),
     "relu_no_bias_groups": (fnnq.ConvAddReLU2d, "per_tensor", False, {"padding": 1, "groups": 2}),
     "add_weight_zero_points": (fnnq.ConvAdd2d, "zero_points", True, {"padding": 0, "dilation": 1}),
+    "relu_qint8_dilated": (fnnq.ConvAddReLU2d, "per_channel", True, {"padding": 2, "dilation": 2}),
 }
 
 
@@ -196,20 +200,26 @@ def test_quantized_modules_equal_fuselage_run_on_random_inputs(cli, tmp_path, ca
         weight = torch.quantize_per_tensor(torch.randn(out_c, in_c, 3, 3, generator=g) * 0.3,
                                            0.01, 0, torch.qint8)
     bias = torch.randn(out_c, generator=g) if with_bias else None
-    module = _quantized_module(cls, weight, bias, 0.03, 100, **kw)
+    signed = "qint8" in case  # signed activations: zero points shift by -128
+    dtype, shift = (torch.qint8, -128) if signed else (torch.quint8, 0)
+    module = _quantized_module(cls, weight, bias, 0.03, 100 + shift, **kw)
     x = torch.randn(2, 4, 9, 9, generator=g) * 2
     with torch.no_grad():
         out_shape = torch.nn.functional.conv2d(x, torch.zeros(out_c, in_c, 3, 3), None,
                                                kw.get("stride", 1), kw.get("padding", 0),
                                                kw.get("dilation", 1), kw.get("groups", 1)).shape
     e = torch.randn(*out_shape, generator=g) * 3  # * 3: some sums saturate at 0 / 255
-    model = _QuantizedBlock(module, (0.02, 128), (0.025, 120)).eval()
+    model = _QuantizedBlock(module, (0.02, 128 + shift), (0.025, 120 + shift), dtype).eval()
     with torch.no_grad():
         expected = model(x, e)
+        assert model.block(torch.quantize_per_tensor(x, 0.02, 128 + shift, dtype),
+                           torch.quantize_per_tensor(e, 0.025, 120 + shift, dtype)).dtype == dtype
     got = _run_cpp(cli, tmp_path, model, [x, e])
-    q_torch, q_cpp = _int_values(expected, 0.03, 100), _int_values(got, 0.03, 100)
+    q_torch = _int_values(expected, 0.03, 100 + shift)
+    q_cpp = _int_values(got, 0.03, 100 + shift)
     assert torch.equal(q_torch, q_cpp), (q_torch != q_cpp).sum()
-    assert (q_torch == 255).any() and (q_torch == (100 if cls is fnnq.ConvAddReLU2d else 0)).any()
+    low = (100 if cls is fnnq.ConvAddReLU2d else 0) + shift
+    assert (q_torch == 255 + shift).any() and (q_torch == low).any()  # both ends saturate
 
 
 @pytest.mark.parametrize("relu", [True, False])
