@@ -7,13 +7,20 @@
 `export` accepts float models and what PyTorch's prepare_fx, convert_to_reference_fx and
 convert_fx return (quantized tensors included). `to_torch` rebuilds float graphs and
 lowered quantized graphs with PyTorch's own modules and ops, so a graph fuselage produced
-runs on PyTorch's kernels. The model file format is graph/model.proto; names follow
-graph/NAMING.md.
+runs on PyTorch's kernels. The model file format is graph/model.proto (protobuf text
+when the file name ends in .textproto or .pbtxt, as in the C++ tool); names follow
+graph/NAMING.md. A model PyTorch's prepare_fx returned is written with fuselage's
+prepared-model layout, so `fuselage convert` quantizes the ops PyTorch's convert would.
+
+The fused modules PyTorch 1.13 lacks are fuselage.nn.ConvAdd2d / ConvAddReLU2d (float),
+fuselage.nn.quantized.ConvAdd2d / ConvAddReLU2d (both inputs quantized, bit-exact with
+fuselage's kernel), and fuselage.fusers builds them with PyTorch's fuser signature.
 """
 
 from fuselage._exporter import export, to_proto
 from fuselage._importer import from_proto, to_torch
-from fuselage.errors import ExportError, FuselageError, ModelFileError
+from fuselage.errors import ExportError, FuselageError, ModelFileError, ModuleError
+from fuselage import fusers, nn  # fused modules PyTorch 1.13 lacks, and their fusers
 
 __all__ = [
     "export",
@@ -23,4 +30,7 @@ __all__ = [
     "ExportError",
     "FuselageError",
     "ModelFileError",
+    "ModuleError",
+    "fusers",
+    "nn",
 ]

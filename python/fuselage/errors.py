@@ -14,3 +14,9 @@ class ExportError(FuselageError):
 
 class ModelFileError(FuselageError):
     """A model file is malformed, or names something PyTorch cannot rebuild."""
+
+
+class ModuleError(FuselageError, ValueError):
+    """A fuselage module (fuselage.nn, fuselage.nn.quantized) or fuser (fuselage.fusers)
+    was given parts or inputs it does not take: the wrong module types, a tensor of the
+    wrong dtype, quantization scheme or shape."""
