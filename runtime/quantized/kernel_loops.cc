@@ -9,12 +9,39 @@ namespace quantized {
 
 #define FUSELAGE_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 
+// QuantizeValue, branch-free so that it vectorizes: zero_point + nearbyint(...) is a whole
+// number (or infinite, or NaN exactly when the value is), so RoundAndClamp's rounding is the
+// identity and only its clamp and NaN rule remain.
 FUSELAGE_CLONES
-void QuantizeFloatsTo8Bit(const float* in, int64_t n, float inv_scale, int64_t zero_point,
-                          DType dtype, uint8_t* out) {
-  const int64_t lo = DTypeMin(dtype), hi = DTypeMax(dtype);
+void QuantizeFloatsTo8Bit(const float* __restrict in, int64_t n, float inv_scale,
+                          int64_t zero_point, DType dtype, uint8_t* __restrict out) {
+  const float lo = static_cast<float>(DTypeMin(dtype)), hi = static_cast<float>(DTypeMax(dtype));
+  const float zp = static_cast<float>(zero_point);
+  const bool is_signed = dtype == DType::kQInt8;
   for (int64_t i = 0; i < n; ++i) {
-    out[i] = static_cast<uint8_t>(QuantizeValueIn(in[i], inv_scale, zero_point, lo, hi));
+    const float v = in[i];
+    const float clamped = std::min(std::max(zp + std::nearbyint(v * inv_scale), lo), hi);
+    const float q = std::isnan(v) ? zp : clamped;
+    out[i] = is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q))
+                       : static_cast<uint8_t>(static_cast<int32_t>(q));
+  }
+}
+
+// Branch-free, so that it vectorizes: a table entry is finite (finite scales, 8-bit
+// values), so the sum is never NaN, and zero_point + nearbyint(...) is already a whole
+// number, so RoundAndClamp's second rounding is the identity and only its clamp remains.
+template <bool kRelu>
+inline void AddDequantized8BitBody(const uint8_t* __restrict a, const uint8_t* __restrict b,
+                                   int64_t n, const float* __restrict table_a,
+                                   const float* __restrict table_b, float inv_scale,
+                                   float zero_point, float lo, float hi,
+                                   uint8_t* __restrict out, bool is_signed) {
+  for (int64_t i = 0; i < n; ++i) {
+    float c = table_a[a[i]] + table_b[b[i]];
+    if (kRelu) c = std::max(c, 0.0f);
+    const float q = std::min(std::max(zero_point + std::nearbyint(c * inv_scale), lo), hi);
+    out[i] = is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q))
+                       : static_cast<uint8_t>(static_cast<int32_t>(q));
   }
 }
 
@@ -22,11 +49,14 @@ FUSELAGE_CLONES
 void AddDequantized8Bit(const uint8_t* a, const uint8_t* b, int64_t n, const float* table_a,
                         const float* table_b, bool relu, float inv_scale, int64_t zero_point,
                         DType dtype, uint8_t* out) {
-  const int64_t lo = DTypeMin(dtype), hi = DTypeMax(dtype);
-  for (int64_t i = 0; i < n; ++i) {
-    float c = table_a[a[i]] + table_b[b[i]];
-    if (relu) c = std::max(c, 0.0f);
-    out[i] = static_cast<uint8_t>(QuantizeValueIn(c, inv_scale, zero_point, lo, hi));
+  const float lo = static_cast<float>(DTypeMin(dtype)), hi = static_cast<float>(DTypeMax(dtype));
+  const float zp = static_cast<float>(zero_point);
+  const bool is_signed = dtype == DType::kQInt8;
+  if (relu) {
+    AddDequantized8BitBody<true>(a, b, n, table_a, table_b, inv_scale, zp, lo, hi, out, is_signed);
+  } else {
+    AddDequantized8BitBody<false>(a, b, n, table_a, table_b, inv_scale, zp, lo, hi, out,
+                                  is_signed);
   }
 }
 
