@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 #include "runtime/onednn/onednn.h"
+#include "runtime/quantized/kernel_loops.h"
 #include "runtime/quantized/output_requantizer.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/weight_utils.h"
@@ -198,6 +199,18 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
   ASSIGN_OR_RETURN(const std::vector<int32_t> acc, Accumulate(op, call, qx, qweight));
   const int64_t channels = call.shape[1];
   const int64_t pixels = call.shape[2] * call.shape[3];
+  if (!requantizer.fusable_in_onednn() &&
+      (qx.dtype() == DType::kQUInt8 || qx.dtype() == DType::kQInt8)) {
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
+    uint8_t* dst = static_cast<uint8_t*>(out.mutable_raw_data());
+    for (int64_t plane = 0; plane * pixels < static_cast<int64_t>(acc.size()); ++plane) {
+      const int64_t c = plane % channels;
+      RequantizeQnnpackPlane(acc.data() + plane * pixels, pixels, requantizer.qnnpack_bias()[c],
+                             requantizer.op_scales()[c], requantizer.zero_point(),
+                             requantizer.lo(), requantizer.hi(), qx.dtype(), dst + plane * pixels);
+    }
+    return out;
+  }
   std::vector<int32_t> q(acc.size());
   for (size_t i = 0; i < q.size(); ++i) {
     q[i] = requantizer.Apply(acc[i], (static_cast<int64_t>(i) / pixels) % channels);

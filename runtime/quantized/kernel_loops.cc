@@ -60,6 +60,44 @@ void AddDequantized8Bit(const uint8_t* a, const uint8_t* b, int64_t n, const flo
   }
 }
 
+// The wrap-around add in unsigned arithmetic (defined), then back to int32.
+inline int32_t WrappingAdd(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+}
+
+inline uint8_t RequantizeQnnpack(int32_t acc, int32_t bias_q, float scale, float zero_point,
+                                 float lo, float hi, bool is_signed) {
+  const float v = static_cast<float>(WrappingAdd(acc, bias_q)) * scale;
+  const float q = std::min(std::max(std::nearbyint(v) + zero_point, lo), hi);
+  return is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q))
+                   : static_cast<uint8_t>(static_cast<int32_t>(q));
+}
+
+FUSELAGE_CLONES
+void RequantizeQnnpackPlane(const int32_t* __restrict acc, int64_t n, int32_t bias_q,
+                            float scale, int32_t zero_point, int32_t lo, int32_t hi, DType dtype,
+                            uint8_t* __restrict out) {
+  const bool is_signed = dtype == DType::kQInt8;
+  const float zp = static_cast<float>(zero_point);
+  const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = RequantizeQnnpack(acc[i], bias_q, scale, zp, flo, fhi, is_signed);
+  }
+}
+
+FUSELAGE_CLONES
+void RequantizeQnnpackRow(const int32_t* __restrict acc, int64_t n,
+                          const int32_t* __restrict bias_q, const float* __restrict scales,
+                          int32_t zero_point, int32_t lo, int32_t hi, DType dtype,
+                          uint8_t* __restrict out) {
+  const bool is_signed = dtype == DType::kQInt8;
+  const float zp = static_cast<float>(zero_point);
+  const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = RequantizeQnnpack(acc[i], bias_q[i], scales[i], zp, flo, fhi, is_signed);
+  }
+}
+
 FUSELAGE_CLONES
 void Clamp8Bit(const uint8_t* x, int64_t n, int32_t lo, int32_t hi, DType dtype, uint8_t* out) {
   if (dtype == DType::kQInt8) {

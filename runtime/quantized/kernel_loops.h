@@ -26,6 +26,18 @@ void AddDequantized8Bit(const uint8_t* a, const uint8_t* b, int64_t n, const flo
                         const float* table_b, bool relu, float inv_scale, int64_t zero_point,
                         DType dtype, uint8_t* out);
 
+// QNNPACK's requantization (output_requantizer.h) of int32 accumulators, as its kernels
+// compute it: the int32 bias added to the accumulator with int32 wrap-around, times the
+// float scale, rounded half to even, plus the zero point, clamped to [lo, hi].
+// One conv output plane: n accumulators of one channel.
+void RequantizeQnnpackPlane(const int32_t* acc, int64_t n, int32_t bias_q, float scale,
+                            int32_t zero_point, int32_t lo, int32_t hi, DType dtype,
+                            uint8_t* out);
+// One linear output row: n accumulators of channels 0..n-1.
+void RequantizeQnnpackRow(const int32_t* acc, int64_t n, const int32_t* bias_q,
+                          const float* scales, int32_t zero_point, int32_t lo, int32_t hi,
+                          DType dtype, uint8_t* out);
+
 // out[i] = min(max(x[i], lo), hi) on the stored values (relu, hardtanh, clamp).
 void Clamp8Bit(const uint8_t* x, int64_t n, int32_t lo, int32_t hi, DType dtype, uint8_t* out);
 

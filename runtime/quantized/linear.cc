@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 #include "runtime/onednn/onednn.h"
+#include "runtime/quantized/kernel_loops.h"
 #include "runtime/quantized/output_requantizer.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/weight_utils.h"
@@ -98,6 +99,18 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
         acc[r * out_features + n] -= static_cast<int32_t>(w_zero_points[n]) * row_sum;
       }
     }
+  }
+  if (!requantizer.fusable_in_onednn() &&
+      (qx.dtype() == DType::kQUInt8 || qx.dtype() == DType::kQInt8)) {
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), std::move(shape), out_qparams));
+    uint8_t* dst = static_cast<uint8_t*>(out.mutable_raw_data());
+    for (int64_t r = 0; r < rows; ++r) {
+      RequantizeQnnpackRow(acc.data() + r * out_features, out_features,
+                           requantizer.qnnpack_bias().data(), requantizer.op_scales().data(),
+                           requantizer.zero_point(), requantizer.lo(), requantizer.hi(),
+                           qx.dtype(), dst + r * out_features);
+    }
+    return out;
   }
   std::vector<int32_t> q(static_cast<size_t>(rows * out_features));
   for (int64_t r = 0; r < rows; ++r) {

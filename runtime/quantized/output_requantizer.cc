@@ -28,7 +28,7 @@ OutputRequantizer::OutputRequantizer(double input_scale, const std::vector<doubl
         const float inv = 1.0f / static_cast<float>(weight_scales[c] * input_scale);
         // quantize_val<qint32>: saturated to int32.
         const double q = std::nearbyint(bias[c] * inv);
-        bias_q_[c] = static_cast<int64_t>(std::clamp(q, -2147483648.0, 2147483647.0));
+        bias_q_[c] = static_cast<int32_t>(std::clamp(q, -2147483648.0, 2147483647.0));
       }
     }
     return;

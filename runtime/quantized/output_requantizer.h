@@ -65,8 +65,14 @@ class OutputRequantizer {
   // (runtime/onednn/onednn.h, Int8Output) computes with the factors below in the same
   // order; QNNPACK's rounds before adding the zero point, so it needs Apply.
   bool fusable_in_onednn() const { return engine_ == QuantizedEngine::kOnednn; }
-  const std::vector<float>& op_scales() const { return op_scale_; }
+  const std::vector<float>& op_scales() const { return op_scale_; }  // qnnpack: scale[c]
   const std::vector<float>& bias_terms() const { return bias_term_; }
+  // QNNPACK's arithmetic only: bias_q[c], and the output range (relu's included), for the
+  // vectorized loops of kernel_loops.h.
+  const std::vector<int32_t>& qnnpack_bias() const { return bias_q_; }
+  int32_t zero_point() const { return static_cast<int32_t>(zero_point_); }
+  int32_t lo() const { return static_cast<int32_t>(lo_); }
+  int32_t hi() const { return static_cast<int32_t>(hi_); }
 
   int32_t Apply(int32_t acc, int64_t channel) const {
     if (engine_ == QuantizedEngine::kQnnpack) return ApplyQnnpack(acc, channel);
@@ -83,9 +89,9 @@ class OutputRequantizer {
 
  private:
   int32_t ApplyQnnpack(int32_t acc, int64_t channel) const {
-    // int64: acc + bias_q cannot wrap (QNNPACK's int32 sum would; PyTorch's weights and
-    // biases keep it far from that).
-    const int64_t sum = static_cast<int64_t>(acc) + bias_q_[channel];
+    // The bias initializes QNNPACK's int32 accumulator: the sum wraps around as there.
+    const int32_t sum = static_cast<int32_t>(static_cast<uint32_t>(acc) +
+                                             static_cast<uint32_t>(bias_q_[channel]));
     const double rounded = std::nearbyint(static_cast<float>(sum) * op_scale_[channel]);
     const double shifted = rounded + zero_point_;
     if (!(shifted > lo_)) return static_cast<int32_t>(lo_);  // also NaN
@@ -96,7 +102,7 @@ class OutputRequantizer {
   QuantizedEngine engine_;
   std::vector<float> op_scale_;   // qnnpack: scale[c] of the formula above
   std::vector<float> bias_term_;  // onednn only
-  std::vector<int64_t> bias_q_;   // qnnpack only
+  std::vector<int32_t> bias_q_;   // qnnpack only
   float zero_point_;
   double lo_;
   double hi_;
