@@ -9,6 +9,11 @@ convert_fx return (quantized tensors included). `to_torch` rebuilds float graphs
 lowered quantized graphs with PyTorch's own modules and ops, so a graph fuselage produced
 runs on PyTorch's kernels. The model file format is graph/model.proto; names follow
 graph/NAMING.md.
+
+`fuselage._core` is the engine in process (the compiled extension, built by
+`bash tools/demo.sh`): models from bytes or files, fuse / prepare / calibrate / convert /
+lower, and the interpreter on numpy arrays. It is imported on first use, so everything
+above works without it.
 """
 
 from fuselage._exporter import export, to_proto
@@ -24,3 +29,14 @@ __all__ = [
     "FuselageError",
     "ModelFileError",
 ]
+
+
+def __getattr__(name):
+    # `fuselage._core` on first access: the extension may be missing (not built yet), and
+    # export / to_torch must not need it. _core.py raises an ImportError saying how to
+    # build it.
+    if name == "_core":
+        import importlib
+
+        return importlib.import_module("fuselage._core")
+    raise AttributeError("module 'fuselage' has no attribute %r" % name)
