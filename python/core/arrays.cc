@@ -1,5 +1,6 @@
 #include "python/core/arrays.h"
 
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -67,7 +68,15 @@ Tensor TensorFromArray(py::array array, DType dtype, QuantParams qparams,
   for (py::ssize_t d = 0; d < array.ndim(); ++d) shape.push_back(array.shape(d));
   const absl::string_view bytes(static_cast<const char*>(array.data()),
                                 static_cast<size_t>(array.nbytes()));
-  auto tensor = Tensor::CopyFromBytes(dtype, std::move(shape), bytes, std::move(qparams));
+  // The tensor reads the array's bytes in place (a torch tensor's too: .numpy() shares
+  // its memory) and holds a reference to the array, dropped with the GIL held, on
+  // whichever thread frees the tensor (often inside a run, with the GIL released).
+  std::shared_ptr<const void> owner(new py::object(array), [](const void* p) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<const py::object*>(p);
+  });
+  auto tensor = Tensor::BorrowBytes(dtype, std::move(shape), bytes, std::move(owner),
+                                    std::move(qparams));
   if (!tensor.ok()) ThrowIfError(Refused(what, tensor.status().message()));
   return *std::move(tensor);
 }

@@ -3,8 +3,9 @@
 //
 // In: a numpy array of float32, int8, uint8, int32, int64 or bool, a torch tensor (read
 // through .numpy(), which shares its memory; a quantized one through its int_repr and
-// qparams), or a QuantizedArray. A C-contiguous array's bytes are read in place; any
-// other layout is made contiguous first.
+// qparams), or a QuantizedArray. A C-contiguous, aligned array's bytes are read in place,
+// without a copy (Tensor::BorrowBytes; a kernel that writes copies them first, so the
+// caller's array is never changed); any other layout is made contiguous first.
 // Out: a tensor's bytes become a numpy array without a copy when the tensor is the only
 // holder of its buffer (an interpreter output usually is); a buffer the model still shares
 // (an output that is a weight) is copied, so writing to the array never changes the model.
@@ -22,6 +23,7 @@
 #include "graph/tensor.h"
 #include "pybind11/numpy.h"
 #include "pybind11/pybind11.h"
+#include "pybind11/stl.h"
 
 namespace fuselage::python {
 
