@@ -20,8 +20,7 @@ absl::Status VerifyAfter(absl::string_view stage, const GraphModule& gm) {
   absl::Status verified = gm.Verify();
   if (verified.ok()) return verified;
   return absl::InternalError(absl::StrCat("the graph after '", stage,
-                                          "' fails Verify (a fuselage bug): ",
-                                          verified.message()));
+                                          "' fails Verify (a fuselage bug): ", verified.message()));
 }
 
 }  // namespace
@@ -57,9 +56,10 @@ absl::StatusOr<std::string> DefaultMappingBackend(
   if (config_text.has_value()) {
     ASSIGN_OR_RETURN(std::string base, DeclaredBackendBase(*config_text, config_source));
     if (!base.empty()) return base;
-    return absl::InvalidArgumentError(absl::StrCat(
-        config_source, " extends no built-in backend, so it names no default qconfig "
-        "mapping: name the backend too"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_source,
+                     " extends no built-in backend, so it names no default qconfig "
+                     "mapping: name the backend too"));
   }
   return absl::InvalidArgumentError(
       "no backend: name a built-in backend (its default qconfig mapping is used)");
@@ -122,8 +122,7 @@ absl::StatusOr<PrepareReport> PrepareModel(GraphModule& gm, const QConfigMapping
   return prepared.report;
 }
 
-absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm,
-                                                 const CalibrationSamples& samples,
+absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm, const CalibrationSamples& samples,
                                                  int threads) {
   ASSIGN_OR_RETURN(PreparedModel prepared, PreparedModelFromGraph(gm));
   ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());

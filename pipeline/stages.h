@@ -95,8 +95,7 @@ absl::StatusOr<PrepareReport> PrepareModel(GraphModule& gm, const QConfigMapping
 // Calibrates a prepared model (PreparedModelFromGraph, Calibrate with the built-in and
 // observer kernels, `threads` as RunOptions::threads) and stores the statistics back;
 // calibrating again adds to them. FailedPrecondition if `gm` is not a prepared model.
-absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm,
-                                                 const CalibrationSamples& samples,
+absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm, const CalibrationSamples& samples,
                                                  int threads = 0);
 
 // ConvertToReference of a prepared, calibrated model read back from its modules.

@@ -34,22 +34,28 @@ std::optional<DType> DTypeOfArray(const py::array& array) {
 
 py::dtype NumpyDType(DType storage) {
   switch (storage) {
-    case DType::kFloat32: return py::dtype::of<float>();
-    case DType::kInt8: return py::dtype::of<int8_t>();
-    case DType::kUInt8: return py::dtype::of<uint8_t>();
-    case DType::kInt32: return py::dtype::of<int32_t>();
-    case DType::kInt64: return py::dtype::of<int64_t>();
-    case DType::kBool: return py::dtype::of<bool>();
-    default: break;
+    case DType::kFloat32:
+      return py::dtype::of<float>();
+    case DType::kInt8:
+      return py::dtype::of<int8_t>();
+    case DType::kUInt8:
+      return py::dtype::of<uint8_t>();
+    case DType::kInt32:
+      return py::dtype::of<int32_t>();
+    case DType::kInt64:
+      return py::dtype::of<int64_t>();
+    case DType::kBool:
+      return py::dtype::of<bool>();
+    default:
+      break;
   }
-  ThrowIfError(absl::InternalError(
-      absl::StrCat("a tensor of ", DTypeName(storage), " has no numpy dtype")));
+  ThrowIfError(
+      absl::InternalError(absl::StrCat("a tensor of ", DTypeName(storage), " has no numpy dtype")));
   return py::dtype::of<float>();  // not reached
 }
 
 // The array's bytes as a tensor of `dtype` (its storage dtype for quantized ones).
-Tensor TensorFromArray(py::array array, DType dtype, QuantParams qparams,
-                       const std::string& what) {
+Tensor TensorFromArray(py::array array, DType dtype, QuantParams qparams, const std::string& what) {
   // A non-contiguous view (a slice, a transpose) is made contiguous: the engine's tensors
   // are dense row-major buffers.
   if (!(array.flags() & py::array::c_style)) {
@@ -58,11 +64,12 @@ Tensor TensorFromArray(py::array array, DType dtype, QuantParams qparams,
   const std::optional<DType> element = DTypeOfArray(array);
   if (!element.has_value() || *element != StorageDType(dtype)) {
     ThrowIfError(Refused(
-        what, absl::StrCat("a numpy array of ", std::string(py::str(array.dtype())),
-                           element.has_value() ? absl::StrCat(" where ", DTypeName(StorageDType(dtype)),
-                                                              " was expected")
-                                               : "; expected float32, int8, uint8, int32, "
-                                                 "int64 or bool (e.g. x.astype(numpy.float32))")));
+        what,
+        absl::StrCat("a numpy array of ", std::string(py::str(array.dtype())),
+                     element.has_value()
+                         ? absl::StrCat(" where ", DTypeName(StorageDType(dtype)), " was expected")
+                         : "; expected float32, int8, uint8, int32, "
+                           "int64 or bool (e.g. x.astype(numpy.float32))")));
   }
   Shape shape;
   for (py::ssize_t d = 0; d < array.ndim(); ++d) shape.push_back(array.shape(d));
@@ -75,8 +82,8 @@ Tensor TensorFromArray(py::array array, DType dtype, QuantParams qparams,
     py::gil_scoped_acquire gil;
     delete static_cast<const py::object*>(p);
   });
-  auto tensor = Tensor::BorrowBytes(dtype, std::move(shape), bytes, std::move(owner),
-                                    std::move(qparams));
+  auto tensor =
+      Tensor::BorrowBytes(dtype, std::move(shape), bytes, std::move(owner), std::move(qparams));
   if (!tensor.ok()) ThrowIfError(Refused(what, tensor.status().message()));
   return *std::move(tensor);
 }
@@ -91,13 +98,13 @@ QuantParams QParamsOf(const QuantizedArray& q, const std::string& what) {
       py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(q.zero_point);
   if (!scales || !zero_points || scales.ndim() != 1 || zero_points.ndim() != 1 ||
       scales.size() != zero_points.size()) {
-    ThrowIfError(Refused(what, "a per-channel QuantizedArray needs 1-d scale and zero_point "
-                               "arrays of equal length"));
+    ThrowIfError(Refused(what,
+                         "a per-channel QuantizedArray needs 1-d scale and zero_point "
+                         "arrays of equal length"));
   }
   return QuantParams::PerChannel(
       std::vector<double>(scales.data(), scales.data() + scales.size()),
-      std::vector<int64_t>(zero_points.data(), zero_points.data() + zero_points.size()),
-      *q.axis);
+      std::vector<int64_t>(zero_points.data(), zero_points.data() + zero_points.size()), *q.axis);
 }
 
 Tensor TensorFromQuantized(const QuantizedArray& q, const std::string& what) {
@@ -126,8 +133,8 @@ Tensor TensorFromTorch(py::handle tensor, const std::string& what) {
       q.zero_point = tensor.attr("q_per_channel_zero_points")().attr("numpy")();
       q.axis = tensor.attr("q_per_channel_axis")().cast<int64_t>();
     } else {
-      ThrowIfError(Refused(what, absl::StrCat("a quantized torch tensor with qscheme ",
-                                              qscheme, "; expected per_tensor_affine or "
+      ThrowIfError(Refused(what, absl::StrCat("a quantized torch tensor with qscheme ", qscheme,
+                                              "; expected per_tensor_affine or "
                                               "per_channel_affine")));
     }
     return TensorFromQuantized(q, what);
@@ -135,10 +142,10 @@ Tensor TensorFromTorch(py::handle tensor, const std::string& what) {
   py::array array = tensor.attr("detach")().attr("cpu")().attr("numpy")();
   const std::optional<DType> dtype = DTypeOfArray(array);
   if (!dtype.has_value()) {
-    ThrowIfError(Refused(what, absl::StrCat("a torch tensor of ",
-                                            std::string(py::str(tensor.attr("dtype"))),
-                                            "; expected torch.float32, int8, uint8, int32, "
-                                            "int64 or bool")));
+    ThrowIfError(
+        Refused(what, absl::StrCat("a torch tensor of ", std::string(py::str(tensor.attr("dtype"))),
+                                   "; expected torch.float32, int8, uint8, int32, "
+                                   "int64 or bool")));
   }
   return TensorFromArray(array, *dtype, {}, what);
 }
@@ -170,16 +177,18 @@ Tensor TensorFromPython(py::handle object, const std::string& what) {
   }
   if (IsTorchTensor(object)) return TensorFromTorch(object, what);
   if (!py::isinstance<py::array>(object)) {
-    ThrowIfError(Refused(what, absl::StrCat("a ", std::string(py::str(py::type::handle_of(object).attr("__name__"))),
-                                            "; expected a numpy array, a torch tensor or a "
-                                            "fuselage QuantizedArray")));
+    ThrowIfError(Refused(
+        what, absl::StrCat("a ", std::string(py::str(py::type::handle_of(object).attr("__name__"))),
+                           "; expected a numpy array, a torch tensor or a "
+                           "fuselage QuantizedArray")));
   }
   py::array array = py::reinterpret_borrow<py::array>(object);
   const std::optional<DType> dtype = DTypeOfArray(array);
   if (!dtype.has_value()) {
-    ThrowIfError(Refused(what, absl::StrCat("a numpy array of ", std::string(py::str(array.dtype())),
-                                            "; expected float32, int8, uint8, int32, int64 "
-                                            "or bool (e.g. x.astype(numpy.float32))")));
+    ThrowIfError(
+        Refused(what, absl::StrCat("a numpy array of ", std::string(py::str(array.dtype())),
+                                   "; expected float32, int8, uint8, int32, int64 "
+                                   "or bool (e.g. x.astype(numpy.float32))")));
   }
   return TensorFromArray(array, *dtype, {}, what);
 }
@@ -217,8 +226,8 @@ A quantized tensor: integer `values` (a numpy array: int8 for torch.qint8, uint8
 torch.quint8, int32 for torch.qint32) with `scale` and `zero_point`, floats per tensor or
 numpy arrays along `axis` per channel; value = (values - zero_point) * scale.
 `run` returns one for each quantized output and accepts one as an input.)doc")
-      .def(py::init([](py::array values, std::string dtype, py::object scale,
-                       py::object zero_point, std::optional<int64_t> axis) {
+      .def(py::init([](py::array values, std::string dtype, py::object scale, py::object zero_point,
+                       std::optional<int64_t> axis) {
              return QuantizedArray{std::move(values), std::move(dtype), std::move(scale),
                                    std::move(zero_point), axis};
            }),
@@ -229,7 +238,8 @@ numpy arrays along `axis` per channel; value = (values - zero_point) * scale.
       .def_readonly("scale", &QuantizedArray::scale)
       .def_readonly("zero_point", &QuantizedArray::zero_point)
       .def_readonly("axis", &QuantizedArray::axis)
-      .def_property_readonly("shape", [](const QuantizedArray& q) { return q.values.attr("shape"); })
+      .def_property_readonly("shape",
+                             [](const QuantizedArray& q) { return q.values.attr("shape"); })
       .def(
           "dequantize",
           [](const QuantizedArray& q) {
@@ -238,10 +248,10 @@ numpy arrays along `axis` per channel; value = (values - zero_point) * scale.
           },
           "The float32 values, (values - zero_point) * scale, as a numpy array.")
       .def("__repr__", [](const QuantizedArray& q) {
-        return absl::StrCat("QuantizedArray(dtype=", q.dtype, ", shape=",
-                            std::string(py::str(q.values.attr("shape"))), ", scale=",
-                            std::string(py::repr(q.scale)), ", zero_point=",
-                            std::string(py::repr(q.zero_point)),
+        return absl::StrCat("QuantizedArray(dtype=", q.dtype,
+                            ", shape=", std::string(py::str(q.values.attr("shape"))),
+                            ", scale=", std::string(py::repr(q.scale)),
+                            ", zero_point=", std::string(py::repr(q.zero_point)),
                             q.axis.has_value() ? absl::StrCat(", axis=", *q.axis) : "", ")");
       });
 }

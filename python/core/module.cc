@@ -37,13 +37,13 @@ constexpr int kApiVersion = 1;
 constexpr char kModuleDoc[] = R"doc(fuselage's engine in process (the compiled extension).
 
     from fuselage import _core
-    m = _core.Model.from_bytes(fuselage.to_proto(gm).SerializeToString())
+    m = _core.from_torch(gm, (x,))              # or Model.from_bytes(to_proto(gm)...)
     print(_core.fuse(m, "qnnpack"))            # the report; str() is the CLI's text
     _core.prepare(m, "qnnpack")                 # the backend's default qconfig mapping
     _core.calibrate(m, [(x,) for x in batches]) # numpy arrays or torch tensors
     _core.convert(m); _core.lower(m)
     y = _core.run(m, [x])                       # list of outputs (numpy / QuantizedArray)
-    gm = fuselage.from_proto(fuselage._proto.model_pb2.Model.FromString(m.to_bytes()))
+    gm = _core.to_torch(m)                      # a torch.fx.GraphModule again
 
 Models:
     Model.load(path) / Model.save(path)   binary, or text for .textproto / .pbtxt
@@ -52,6 +52,8 @@ Models:
     model.code()                          the FX-style code listing
     model.verify()                        raises if an invariant is broken
     model.copy(), model.node_count, model.placeholders
+    from_torch(module, example_inputs=None) -> Model   (fuselage.to_proto, in memory)
+    to_torch(model) -> torch.fx.GraphModule            (fuselage.from_proto, in memory)
 
 Passes (in place; each returns a report object with fields, str() = the CLI's text; a
 pass that fails raises and leaves the model as it was). `backend` is a built-in backend
@@ -98,9 +100,13 @@ class Model {
     return work(*gm_);
   }
   template <typename Work>
-  auto Edit(Work work) { return With<std::unique_lock<std::shared_mutex>>(work); }
+  auto Edit(Work work) {
+    return With<std::unique_lock<std::shared_mutex>>(work);
+  }
   template <typename Work>
-  auto Read(Work work) { return With<std::shared_lock<std::shared_mutex>>(work); }
+  auto Read(Work work) {
+    return With<std::shared_lock<std::shared_mutex>>(work);
+  }
   // Makes `gm` the model (a pass run on a copy, kept).
   void Replace(std::unique_ptr<GraphModule> gm) {
     py::gil_scoped_release release;
@@ -113,16 +119,20 @@ class Model {
   std::shared_mutex mutex_;
 };
 
-std::string PathArg(const py::object& path) { return py::str(py::module_::import("os").attr("fspath")(path)); }
+std::string PathArg(const py::object& path) {
+  return py::str(py::module_::import("os").attr("fspath")(path));
+}
 
 std::unique_ptr<Model> ModelFromBytes(const py::buffer& data) {
   const py::buffer_info info = data.request();
   const absl::string_view bytes(static_cast<const char*>(info.ptr),
                                 static_cast<size_t>(info.size * info.itemsize));
-  auto gm = ValueOrThrow([&] {
-    py::gil_scoped_release release;
-    return ParseModel(bytes);
-  }(), ErrorKind::kModelFile);
+  auto gm = ValueOrThrow(
+      [&] {
+        py::gil_scoped_release release;
+        return ParseModel(bytes);
+      }(),
+      ErrorKind::kModelFile);
   return std::make_unique<Model>(std::move(gm));
 }
 
@@ -145,15 +155,14 @@ std::vector<Tensor> InputTensors(const py::handle& inputs,
   }
   if (items.size() != placeholders.size()) {
     ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
-        what, ": ", items.size(), items.size() == 1 ? " input" : " inputs",
-        " for a model with ", placeholders.size(),
-        placeholders.size() == 1 ? " placeholder" : " placeholders", " (",
+        what, ": ", items.size(), items.size() == 1 ? " input" : " inputs", " for a model with ",
+        placeholders.size(), placeholders.size() == 1 ? " placeholder" : " placeholders", " (",
         absl::StrJoin(placeholders, ", "), ")")));
   }
   std::vector<Tensor> tensors;
   for (size_t i = 0; i < items.size(); ++i) {
-    tensors.push_back(TensorFromPython(
-        items[i], absl::StrCat(what, ": input ", i, " (", placeholders[i], ")")));
+    tensors.push_back(
+        TensorFromPython(items[i], absl::StrCat(what, ": input ", i, " (", placeholders[i], ")")));
   }
   return tensors;
 }
@@ -213,8 +222,7 @@ std::string FieldsRepr(const py::handle& self, const std::string& name,
 // Gives a bound report type what a dataclass has for reading: a repr listing its fields
 // and `_fields`, their names.
 template <typename T>
-void DataclassLike(py::class_<T>& cls, const std::string& name,
-                   std::vector<std::string> fields) {
+void DataclassLike(py::class_<T>& cls, const std::string& name, std::vector<std::string> fields) {
   py::tuple names(fields.size());
   for (size_t i = 0; i < fields.size(); ++i) names[i] = py::str(fields[i]);
   cls.attr("_fields") = names;
@@ -231,9 +239,11 @@ void RegisterReports(py::module_& m) {
       .def_readonly("nodes_before", &FuseReport::nodes_before)
       .def_readonly("nodes_after", &FuseReport::nodes_after)
       .def("__str__", &FuseReport::ToString);
-  DataclassLike(fuse, "FuseReport", {"backend", "fused", "per_pattern", "nodes_before", "nodes_after"});
+  DataclassLike(fuse, "FuseReport",
+                {"backend", "fused", "per_pattern", "nodes_before", "nodes_after"});
 
-  py::class_<MatchFailure> failure(m, "MatchFailure", "Where and why a fusion pattern did not match.");
+  py::class_<MatchFailure> failure(m, "MatchFailure",
+                                   "Where and why a fusion pattern did not match.");
   failure.def_readonly("rule", &MatchFailure::rule)
       .def_readonly("node", &MatchFailure::node)
       .def_readonly("path", &MatchFailure::path)
@@ -242,7 +252,8 @@ void RegisterReports(py::module_& m) {
       .def("__str__", &MatchFailure::ToString);
   DataclassLike(failure, "MatchFailure", {"rule", "node", "path", "position", "reason"});
 
-  py::class_<ExplainResult> explain(m, "ExplainReport", "explain's findings; str() is `fuselage explain`'s output.");
+  py::class_<ExplainResult> explain(m, "ExplainReport",
+                                    "explain's findings; str() is `fuselage explain`'s output.");
   explain.def_readonly("backend", &ExplainResult::backend)
       .def_readonly("nodes", &ExplainResult::nodes)
       .def_property_readonly("failures", [](const ExplainResult& r) { return r.report.failures; })
@@ -257,13 +268,15 @@ void RegisterReports(py::module_& m) {
       .def_readonly("reason", &PrepareReport::KeptFloat::reason);
   DataclassLike(kept, "KeptFloat", {"node", "op", "reason"});
 
-  py::class_<PrepareReport> prepare(m, "PrepareReport", "What prepare did; str() is the CLI's report.");
+  py::class_<PrepareReport> prepare(m, "PrepareReport",
+                                    "What prepare did; str() is the CLI's report.");
   prepare.def_readonly("quantized_ops", &PrepareReport::quantized_ops)
       .def_readonly("observer_nodes", &PrepareReport::observer_nodes)
       .def_readonly("observer_modules", &PrepareReport::observer_modules)
       .def_readonly("kept_float", &PrepareReport::kept_float)
       .def("__str__", &PrepareReport::ToString);
-  DataclassLike(prepare, "PrepareReport", {"quantized_ops", "observer_nodes", "observer_modules", "kept_float"});
+  DataclassLike(prepare, "PrepareReport",
+                {"quantized_ops", "observer_nodes", "observer_modules", "kept_float"});
 
   py::class_<CalibrationReport> calibration(m, "CalibrationReport", "What calibrate did.");
   calibration.def_readonly("samples", &CalibrationReport::samples)
@@ -277,7 +290,8 @@ void RegisterReports(py::module_& m) {
       .def("__str__", &ConvertReport::ToString);
   DataclassLike(convert, "ConvertReport", {"observers_replaced", "reference_modules"});
 
-  py::class_<LoweringReport::Unlowered> unlowered(m, "Unlowered", "A reference pattern left unlowered, and why.");
+  py::class_<LoweringReport::Unlowered> unlowered(m, "Unlowered",
+                                                  "A reference pattern left unlowered, and why.");
   unlowered.def_readonly("node", &LoweringReport::Unlowered::node)
       .def_readonly("target", &LoweringReport::Unlowered::target)
       .def_readonly("reason", &LoweringReport::Unlowered::reason);
@@ -296,7 +310,8 @@ void RegisterReports(py::module_& m) {
                 {"lowered_per_rule", "unlowered", "tuple_accesses_removed",
                  "dequantize_quantize_pairs_removed", "dead_nodes_removed"});
 
-  py::class_<QuantizeFlowReport> flow(m, "QuantizeReport", "Every stage's report; str() is `fuselage quantize`'s.");
+  py::class_<QuantizeFlowReport> flow(m, "QuantizeReport",
+                                      "Every stage's report; str() is `fuselage quantize`'s.");
   flow.def_readonly("fused", &QuantizeFlowReport::fused)
       .def_readonly("prepare", &QuantizeFlowReport::prepare)
       .def_readonly("calibration", &QuantizeFlowReport::calibration)
@@ -312,10 +327,12 @@ void RegisterModel(py::module_& m) {
           "load",
           [](const py::object& path) {
             const std::string p = PathArg(path);
-            auto gm = ValueOrThrow([&] {
-              py::gil_scoped_release release;
-              return LoadModel(p);
-            }(), ErrorKind::kModelFile);
+            auto gm = ValueOrThrow(
+                [&] {
+                  py::gil_scoped_release release;
+                  return LoadModel(p);
+                }(),
+                ErrorKind::kModelFile);
             return std::make_unique<Model>(std::move(gm));
           },
           py::arg("path"), "Loads a model file: text for .textproto / .pbtxt, else binary.")
@@ -341,28 +358,37 @@ void RegisterModel(py::module_& m) {
              return py::bytes(self.Read([](GraphModule& gm) { return SerializeModel(gm); }));
            })
       .def("to_text",
-           [](Model& self) { return self.Read([](GraphModule& gm) { return SerializeModelText(gm); }); })
-      .def("code", [](Model& self) { return self.Read([](GraphModule& gm) { return PrintCode(gm); }); },
-           "The FX-style code listing (`fuselage print`).")
-      .def("verify",
-           [](Model& self) { ThrowIfError(self.Read([](GraphModule& gm) { return gm.Verify(); })); },
-           "Checks every graph invariant; raises EngineError naming the first broken one.")
+           [](Model& self) {
+             return self.Read([](GraphModule& gm) { return SerializeModelText(gm); });
+           })
+      .def(
+          "code",
+          [](Model& self) { return self.Read([](GraphModule& gm) { return PrintCode(gm); }); },
+          "The FX-style code listing (`fuselage print`).")
+      .def(
+          "verify",
+          [](Model& self) { ThrowIfError(self.Read([](GraphModule& gm) { return gm.Verify(); })); },
+          "Checks every graph invariant; raises EngineError naming the first broken one.")
       .def("copy",
            [](Model& self) {
              return std::make_unique<Model>(self.Read([](GraphModule& gm) { return gm.Clone(); }));
            })
-      .def("__copy__", [](Model& self) {
-        return std::make_unique<Model>(self.Read([](GraphModule& gm) { return gm.Clone(); }));
-      })
-      .def("__deepcopy__", [](Model& self, py::object) {
-        return std::make_unique<Model>(self.Read([](GraphModule& gm) { return gm.Clone(); }));
-      })
+      .def("__copy__",
+           [](Model& self) {
+             return std::make_unique<Model>(self.Read([](GraphModule& gm) { return gm.Clone(); }));
+           })
+      .def("__deepcopy__",
+           [](Model& self, py::object) {
+             return std::make_unique<Model>(self.Read([](GraphModule& gm) { return gm.Clone(); }));
+           })
       .def_property_readonly(
           "node_count",
           [](Model& self) { return self.Read([](GraphModule& gm) { return gm.graph().size(); }); })
       .def_property_readonly(
           "placeholders",
-          [](Model& self) { return self.Read([](GraphModule& gm) { return PlaceholderNames(gm); }); })
+          [](Model& self) {
+            return self.Read([](GraphModule& gm) { return PlaceholderNames(gm); });
+          })
       .def("__repr__", [](Model& self) {
         return self.Read([](GraphModule& gm) {
           return absl::StrCat("<fuselage Model: ", gm.graph().size(), " nodes, inputs (",
@@ -410,8 +436,8 @@ void RegisterPasses(py::module_& m) {
       [](Model& model, const py::iterable& samples, int threads) {
         const CalibrationSamples calibration =
             SamplesFrom(samples, model.Read([](GraphModule& gm) { return PlaceholderNames(gm); }));
-        return ValueOrThrow(model.Edit(
-            [&](GraphModule& gm) { return CalibrateModel(gm, calibration, threads); }));
+        return ValueOrThrow(
+            model.Edit([&](GraphModule& gm) { return CalibrateModel(gm, calibration, threads); }));
       },
       py::arg("model"), py::arg("samples"), py::kw_only(), py::arg("threads") = 0,
       "Runs a prepared model on the samples so its observers record ranges, in place.");
@@ -500,9 +526,9 @@ void RegisterPasses(py::module_& m) {
           } else if (value.is_string()) {
             result.append(py::str(value.as_string()));
           } else {
-            ThrowIfError(absl::UnimplementedError(absl::StrCat(
-                "run: output ", py::len(result), " is a ", value.KindName(),
-                ", which has no Python form here")));
+            ThrowIfError(absl::UnimplementedError(absl::StrCat("run: output ", py::len(result),
+                                                               " is a ", value.KindName(),
+                                                               ", which has no Python form here")));
           }
         }
         return result;

@@ -248,3 +248,31 @@ def test_inputs_are_read_not_written_whatever_their_layout():
     core.prepare(model, "qnnpack")
     core.calibrate(model, [x, torch.from_numpy(x)])
     np.testing.assert_array_equal(x, kept)
+
+
+class Quantizes(torch.nn.Module):
+    def forward(self, x):
+        return torch.quantize_per_tensor(x, 0.1, 3, torch.quint8)
+
+
+def test_quantized_outputs_are_quantized_arrays_equal_to_torch():
+    x = torch.tensor([[-0.5, 0.0, 0.26, 1.0, 30.0]])
+    model = core.from_torch(torch.fx.symbolic_trace(Quantizes()), (x,))
+    [q] = core.run(model, [x])
+    expected = torch.quantize_per_tensor(x, 0.1, 3, torch.quint8)
+    assert isinstance(q, core.QuantizedArray) and q.dtype == "torch.quint8"
+    assert q.scale == pytest.approx(0.1) and q.zero_point == 3
+    np.testing.assert_array_equal(q.values, expected.int_repr().numpy())
+    # A quantized torch tensor goes in as one, through its integers and qparams.
+    back = core.QuantizedArray(q.values, q.dtype, q.scale, q.zero_point)
+    np.testing.assert_array_equal(back.dequantize(), expected.dequantize().numpy())
+
+
+def test_from_torch_and_to_torch_in_memory(small_residual):
+    gm = torch.fx.symbolic_trace(small_residual)
+    x = torch.randn(1, 3, 8, 8)
+    model = core.from_torch(gm, (x,))
+    back = core.to_torch(model)
+    with torch.no_grad():
+        torch.testing.assert_close(back(x), gm(x))
+        np.testing.assert_allclose(core.run(model, x)[0], gm(x).numpy(), rtol=1e-4, atol=1e-5)
