@@ -276,3 +276,16 @@ def test_from_torch_and_to_torch_in_memory(small_residual):
     with torch.no_grad():
         torch.testing.assert_close(back(x), gm(x))
         np.testing.assert_allclose(core.run(model, x)[0], gm(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_runs_on_several_threads_at_once_agree():
+    # run releases the GIL and reads the model under a shared lock: threads run at once.
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = core.Model.load(RESIDUAL)
+    inputs = samples(8, seed=11)
+    expected = [core.run(model, [x], threads=1)[0] for x in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: core.run(model, [x], threads=1)[0], inputs))
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
