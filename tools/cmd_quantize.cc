@@ -1,7 +1,7 @@
 // `fuselage quantize MODEL --backend=NAME [--config=FILE] [--calibration=FILES]
 //                  [--samples=N] [--seed=N] [--input-shape=DIMS] [--threads=N]
 //                  [--reference] -o OUT`
-//   The whole flow (tools/quantize_flow.h) with PyTorch 1.13's default qconfig mapping of
+//   The whole flow (pipeline/quantize_flow.h) with PyTorch 1.13's default qconfig mapping of
 //   the backend (get_default_qconfig_mapping(NAME)) and the backend config NAME, or the
 //   --config file (whose base must then be NAME). Calibration reads the comma-separated
 //   .npy files of --calibration (with k placeholders, k files per sample), or else runs
@@ -28,11 +28,12 @@
 #include "graph/status_macros.h"
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
+#include "pipeline/quantize_flow.h"
+#include "pipeline/stages.h"
 #include "quantize/calibrate.h"
 #include "quantize/qconfig.h"
 #include "tools/backend_flag.h"
 #include "tools/quantize_flags.h"
-#include "tools/quantize_flow.h"
 #include "tools/stage_run.h"
 
 namespace fuselage {
@@ -42,10 +43,7 @@ namespace {
 // would write its input back unchanged under -o and exit 0; it is refused instead, before
 // anything is written.
 absl::Status CheckSomethingWasLowered(const LoweringReport& report, const std::string& input) {
-  if (report.total_lowered() > 0 || !report.unlowered.empty() ||
-      report.dequantize_quantize_pairs_removed > 0 || report.tuple_accesses_removed > 0) {
-    return absl::OkStatus();
-  }
+  if (!LoweredNothing(report)) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "lower: nothing to lower in ", input,
       ": it has no quantize / dequantize reference patterns (dequantize -> op -> "

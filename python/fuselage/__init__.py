@@ -15,6 +15,11 @@ prepared-model layout, so `fuselage convert` quantizes the ops PyTorch's convert
 The fused modules PyTorch 1.13 lacks are fuselage.nn.ConvAdd2d / ConvAddReLU2d (float),
 fuselage.nn.quantized.ConvAdd2d / ConvAddReLU2d (both inputs quantized, bit-exact with
 fuselage's kernel), and fuselage.fusers builds them with PyTorch's fuser signature.
+
+`fuselage._core` is the engine in process (the compiled extension, built by
+`bash tools/demo.sh`): models from bytes or files, fuse / prepare / calibrate / convert /
+lower, and the interpreter on numpy arrays. It is imported on first use, so everything
+above works without it.
 """
 
 from fuselage._exporter import export, to_proto
@@ -34,3 +39,14 @@ __all__ = [
     "fusers",
     "nn",
 ]
+
+
+def __getattr__(name):
+    # `fuselage._core` on first access: the extension may be missing (not built yet), and
+    # export / to_torch must not need it. _core.py raises an ImportError saying how to
+    # build it.
+    if name == "_core":
+        import importlib
+
+        return importlib.import_module("fuselage._core")
+    raise AttributeError("module 'fuselage' has no attribute %r" % name)
