@@ -169,9 +169,13 @@ class Planner {
     // the bound read here covers every node it meets.
     observed_.assign(gm_.graph().node_index_bound(), false);
     decision_of_.assign(gm_.graph().node_index_bound(), kNoDecision);
+    // Every call is resolved, in graph order, whether or not the config quantizes it:
+    // module_name_object_type_order entries index the calls of a type.
+    QConfigResolver resolver(mapping_, gm_.root().type());
     for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
       const Symbol type = ObjectType(gm_, n);
       if (type.empty()) continue;
+      const OptionalQConfig& qconfig = Resolve(resolver, n, type);
       // The tensor inputs, found once for both the merge check and the decision.
       TensorInputs inputs = TensorInputsOf(n);
       if (MergeIntoPrecedingOp(n, type, inputs, decisions)) {
@@ -181,7 +185,7 @@ class Planner {
       const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
       if (entry == nullptr || ProducesNonTensor(n)) continue;
       std::string reason;
-      ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, type, *entry, std::move(inputs), &reason));
+      ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, type, qconfig, *entry, std::move(inputs), &reason));
       if (decision.has_value()) {
         observed_[n->index()] = true;
         for (const TensorInput& in : decision->inputs) observed_[in.producer->index()] = true;
@@ -269,15 +273,26 @@ class Planner {
     return entry;
   }
 
+  // The qconfig of `n` (a call of `type`). The graph carries no module scope for
+  // function and method calls, so they resolve against the root module.
+  static const OptionalQConfig& Resolve(QConfigResolver& resolver, const Node* n, Symbol type) {
+    switch (n->op()) {
+      case OpKind::kCallModule:
+        return resolver.ForModuleCall(type, n->target().name());
+      case OpKind::kCallFunction:
+        return resolver.ForFunctionCall(type, "", resolver.root_type());
+      default:
+        return resolver.ForMethodCall(type, "", resolver.root_type());
+    }
+  }
+
   // A decision, or nullopt with `reason` set when the op stays float. `inputs` are the
   // node's tensor inputs (TensorInputsOf).
   absl::StatusOr<std::optional<Decision>> Decide(Node* n, Symbol type,
+                                                 const OptionalQConfig& qconfig,
                                                  const BackendPatternConfig& entry,
                                                  TensorInputs inputs,
                                                  std::string* reason) {
-    const absl::string_view module_name =
-        n->op() == OpKind::kCallModule ? n->target().name() : absl::string_view();
-    const OptionalQConfig& qconfig = mapping_.QConfigFor(type, module_name);
     auto keep_float = [&](std::string why) -> std::optional<Decision> {
       *reason = std::move(why);
       return std::nullopt;

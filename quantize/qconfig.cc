@@ -338,6 +338,81 @@ const OptionalQConfig& QConfigMapping::QConfigFor(absl::string_view object_type,
   return QConfigFor(Symbol::Lookup(object_type), module_name);
 }
 
+QConfigMapping& QConfigMapping::SetModuleNameObjectTypeOrder(absl::string_view module_name,
+                                                             absl::string_view object_type,
+                                                             int64_t index,
+                                                             OptionalQConfig qconfig) {
+  object_type_orders_[OrderKey(std::string(module_name), Symbol::Intern(object_type), index)] =
+      std::move(qconfig);
+  return *this;
+}
+
+const OptionalQConfig* QConfigMapping::FindModuleNameObjectTypeOrder(
+    absl::string_view module_name, Symbol object_type, int64_t index) const {
+  if (object_type_orders_.empty()) return nullptr;
+  auto it = object_type_orders_.find(OrderKey(std::string(module_name), object_type, index));
+  return it == object_type_orders_.end() ? nullptr : &it->second;
+}
+
+const OptionalQConfig& QConfigMapping::AdjustForTypeOrName(Symbol object_type,
+                                                           absl::string_view module_name,
+                                                           const OptionalQConfig& fallback) const {
+  for (absl::string_view name = module_name; !name.empty() && !module_names_.empty();) {
+    if (const OptionalQConfig* q = FindModuleName(name)) return *q;
+    const size_t dot = name.rfind('.');
+    name = dot == absl::string_view::npos ? absl::string_view() : name.substr(0, dot);
+  }
+  if (!regexes_.empty()) {
+    const std::string name(module_name);
+    for (const auto& entry : regexes_) {
+      if (std::regex_search(name, entry->regex, std::regex_constants::match_continuous)) {
+        return entry->qconfig;
+      }
+    }
+  }
+  if (!object_type.empty()) {
+    auto it = object_types_.find(object_type);
+    if (it != object_types_.end()) return it->second;
+  }
+  return fallback;
+}
+
+const OptionalQConfig& QConfigResolver::ApplyOrder(absl::string_view scope, Symbol object_type,
+                                                   const OptionalQConfig& qconfig) {
+  // Mappings without order entries (the default ones) skip the per-node counting.
+  if (!mapping_.has_object_type_order_entries()) return qconfig;
+  const int64_t index = next_index_[std::make_pair(std::string(scope), object_type)]++;
+  const OptionalQConfig* ordered =
+      mapping_.FindModuleNameObjectTypeOrder(scope, object_type, index);
+  return ordered != nullptr ? *ordered : qconfig;
+}
+
+const OptionalQConfig& QConfigResolver::ForModuleCall(Symbol module_type,
+                                                      absl::string_view module_name) {
+  const OptionalQConfig& qconfig = mapping_.QConfigFor(module_type, module_name);
+  // PyTorch counts a module call in its parent ("layer1.0.conv1" in "layer1.0").
+  const size_t dot = module_name.rfind('.');
+  const absl::string_view parent =
+      dot == absl::string_view::npos ? absl::string_view() : module_name.substr(0, dot);
+  return ApplyOrder(parent, module_type, qconfig);
+}
+
+const OptionalQConfig& QConfigResolver::ForFunctionCall(Symbol function, absl::string_view scope,
+                                                        Symbol scope_type) {
+  // PyTorch's _get_object_type_qconfig: only the function's object-type entry.
+  const OptionalQConfig* own = mapping_.FindObjectType(function.name());
+  const OptionalQConfig& function_qconfig = own != nullptr ? *own : mapping_.global();
+  const OptionalQConfig& qconfig =
+      mapping_.AdjustForTypeOrName(scope_type, scope, function_qconfig);
+  return ApplyOrder(scope, function, qconfig);
+}
+
+const OptionalQConfig& QConfigResolver::ForMethodCall(Symbol method, absl::string_view scope,
+                                                      Symbol scope_type) {
+  const OptionalQConfig& by_method = mapping_.AdjustForTypeOrName(method, scope, mapping_.global());
+  return mapping_.AdjustForTypeOrName(scope_type, scope, by_method);
+}
+
 const OptionalQConfig& QConfigMapping::QConfigFor(Symbol object_type,
                                                   absl::string_view module_name) const {
   // Highest precedence first: module name (walking up to its ancestors), then the first
