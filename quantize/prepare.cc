@@ -185,7 +185,7 @@ class Planner {
       const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
       if (entry == nullptr || ProducesNonTensor(n)) continue;
       std::string reason;
-      ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, type, qconfig, *entry, std::move(inputs), &reason));
+      ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, qconfig, *entry, std::move(inputs), &reason));
       if (decision.has_value()) {
         observed_[n->index()] = true;
         for (const TensorInput& in : decision->inputs) observed_[in.producer->index()] = true;
@@ -273,23 +273,27 @@ class Planner {
     return entry;
   }
 
-  // The qconfig of `n` (a call of `type`). The graph carries no module scope for
-  // function and method calls, so they resolve against the root module.
-  static const OptionalQConfig& Resolve(QConfigResolver& resolver, const Node* n, Symbol type) {
-    switch (n->op()) {
-      case OpKind::kCallModule:
-        return resolver.ForModuleCall(type, n->target().name());
-      case OpKind::kCallFunction:
-        return resolver.ForFunctionCall(type, "", resolver.root_type());
-      default:
-        return resolver.ForMethodCall(type, "", resolver.root_type());
+  // The qconfig of `n` (a call of `type`). A function or method call resolves in the
+  // module its meta `module_path` names (graph/NAMING.md), else in the root.
+  const OptionalQConfig& Resolve(QConfigResolver& resolver, const Node* n, Symbol type) {
+    if (n->op() == OpKind::kCallModule) return resolver.ForModuleCall(type, n->target().name());
+    absl::string_view scope;
+    Symbol scope_type = resolver.root_type();
+    if (const Argument* path = n->FindMeta("module_path");
+        path != nullptr && path->is_string() && !path->as_string().empty()) {
+      // A path that names no module is ignored: the meta is advisory, not a reference.
+      if (const Module* m = gm_.FindModule(path->as_string()); m != nullptr) {
+        scope = path->as_string();
+        scope_type = m->type();
+      }
     }
+    return n->op() == OpKind::kCallFunction ? resolver.ForFunctionCall(type, scope, scope_type)
+                                            : resolver.ForMethodCall(type, scope, scope_type);
   }
 
   // A decision, or nullopt with `reason` set when the op stays float. `inputs` are the
   // node's tensor inputs (TensorInputsOf).
-  absl::StatusOr<std::optional<Decision>> Decide(Node* n, Symbol type,
-                                                 const OptionalQConfig& qconfig,
+  absl::StatusOr<std::optional<Decision>> Decide(Node* n, const OptionalQConfig& qconfig,
                                                  const BackendPatternConfig& entry,
                                                  TensorInputs inputs,
                                                  std::string* reason) {
