@@ -175,7 +175,8 @@ class Planner {
     for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
       const Symbol type = ObjectType(gm_, n);
       if (type.empty()) continue;
-      const OptionalQConfig& qconfig = Resolve(resolver, n, type);
+      ASSIGN_OR_RETURN(const OptionalQConfig* resolved, Resolve(resolver, n, type));
+      const OptionalQConfig& qconfig = *resolved;
       // The tensor inputs, found once for both the merge check and the decision.
       TensorInputs inputs = TensorInputsOf(n);
       if (MergeIntoPrecedingOp(n, type, inputs, decisions)) {
@@ -275,8 +276,22 @@ class Planner {
 
   // The qconfig of `n` (a call of `type`). A function or method call resolves in the
   // module its meta `module_path` names (graph/NAMING.md), else in the root.
-  const OptionalQConfig& Resolve(QConfigResolver& resolver, const Node* n, Symbol type) {
-    if (n->op() == OpKind::kCallModule) return resolver.ForModuleCall(type, n->target().name());
+  absl::StatusOr<const OptionalQConfig*> Resolve(QConfigResolver& resolver, const Node* n,
+                                                 Symbol type) {
+    if (n->op() == OpKind::kCallModule) {
+      // A fused module (nni.*) shares its parts' object-type qconfig, as in PyTorch.
+      parts_.clear();
+      if (absl::StartsWith(type.name(), "nni.")) {
+        for (const auto& [name, child] : gm_.ModuleOf(n)->children()) parts_.push_back(child->type());
+      }
+      absl::StatusOr<const OptionalQConfig*> q =
+          resolver.ForModuleCall(type, n->target().name(), parts_);
+      if (!q.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "prepare: node '", n->name(), "' (", type.name(), "): ", q.status().message()));
+      }
+      return q;
+    }
     absl::string_view scope;
     Symbol scope_type = resolver.root_type();
     if (const Argument* path = n->FindMeta("module_path");
@@ -287,8 +302,8 @@ class Planner {
         scope_type = m->type();
       }
     }
-    return n->op() == OpKind::kCallFunction ? resolver.ForFunctionCall(type, scope, scope_type)
-                                            : resolver.ForMethodCall(type, scope, scope_type);
+    return n->op() == OpKind::kCallFunction ? &resolver.ForFunctionCall(type, scope, scope_type)
+                                            : &resolver.ForMethodCall(type, scope, scope_type);
   }
 
   // A decision, or nullopt with `reason` set when the op stays float. `inputs` are the
@@ -426,6 +441,7 @@ class Planner {
 
   const GraphModule& gm_;
   const QConfigMapping& mapping_;
+  std::vector<Symbol> parts_;  // Resolve's scratch: a fused module's child types
   const BackendConfig& config_;
   // ReuseInputObserver carries no dtype of its own; its dtype config is checked against a
   // quint8 activation, the dtype Prepare's observers give the input.

@@ -357,6 +357,36 @@ const OptionalQConfig* QConfigMapping::FindModuleNameObjectTypeOrder(
 const OptionalQConfig& QConfigMapping::AdjustForTypeOrName(Symbol object_type,
                                                            absl::string_view module_name,
                                                            const OptionalQConfig& fallback) const {
+  if (!object_type.empty()) {
+    auto it = object_types_.find(object_type);
+    if (it != object_types_.end()) return AdjustForName(module_name, it->second);
+  }
+  return AdjustForName(module_name, fallback);
+}
+
+absl::StatusOr<const OptionalQConfig*> QConfigMapping::FusedObjectType(
+    absl::Span<const Symbol> parts) const {
+  if (object_types_.empty() || parts.empty()) return nullptr;
+  auto entry_of = [&](Symbol type) -> const OptionalQConfig* {
+    auto it = object_types_.find(type);
+    return it == object_types_.end() ? nullptr : &it->second;
+  };
+  const OptionalQConfig* first = entry_of(parts[0]);
+  for (Symbol part : parts.subspan(1)) {
+    const OptionalQConfig* other = entry_of(part);
+    const bool same = first == nullptr ? other == nullptr : other != nullptr && *other == *first;
+    if (!same) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the parts of a fused module need the same object-type qconfig (as PyTorch's "
+          "update_qconfig_for_fusion requires); ", parts[0].name(), " and ", part.name(),
+          " have different ones"));
+    }
+  }
+  return first;
+}
+
+const OptionalQConfig& QConfigMapping::AdjustForName(absl::string_view module_name,
+                                                     const OptionalQConfig& fallback) const {
   for (absl::string_view name = module_name; !name.empty() && !module_names_.empty();) {
     if (const OptionalQConfig* q = FindModuleName(name)) return *q;
     const size_t dot = name.rfind('.');
@@ -369,10 +399,6 @@ const OptionalQConfig& QConfigMapping::AdjustForTypeOrName(Symbol object_type,
         return entry->qconfig;
       }
     }
-  }
-  if (!object_type.empty()) {
-    auto it = object_types_.find(object_type);
-    if (it != object_types_.end()) return it->second;
   }
   return fallback;
 }
@@ -387,14 +413,21 @@ const OptionalQConfig& QConfigResolver::ApplyOrder(absl::string_view scope, Symb
   return ordered != nullptr ? *ordered : qconfig;
 }
 
-const OptionalQConfig& QConfigResolver::ForModuleCall(Symbol module_type,
-                                                      absl::string_view module_name) {
-  const OptionalQConfig& qconfig = mapping_.QConfigFor(module_type, module_name);
-  // PyTorch counts a module call in its parent ("layer1.0.conv1" in "layer1.0").
+absl::StatusOr<const OptionalQConfig*> QConfigResolver::ForModuleCall(
+    Symbol module_type, absl::string_view module_name, absl::Span<const Symbol> fused_parts) {
+  const OptionalQConfig* by_type = mapping_.FindObjectType(module_type.name());
+  absl::StatusOr<const OptionalQConfig*> fused = mapping_.FusedObjectType(fused_parts);
+  if (!fused.ok()) return fused.status();
+  if (*fused != nullptr) by_type = *fused;  // PyTorch overrides the fused type's entry
+  const OptionalQConfig& qconfig =
+      mapping_.AdjustForName(module_name, by_type != nullptr ? *by_type : mapping_.global());
+  // PyTorch counts a module call in its parent ("layer1.0.conv1" in "layer1.0"), by the
+  // type the module had before fusion (its scope was recorded by the tracer): for a fused
+  // module that of its first part, the root it replaced (nn.Conv2d for nni.ConvReLU2d).
   const size_t dot = module_name.rfind('.');
   const absl::string_view parent =
       dot == absl::string_view::npos ? absl::string_view() : module_name.substr(0, dot);
-  return ApplyOrder(parent, module_type, qconfig);
+  return &ApplyOrder(parent, fused_parts.empty() ? module_type : fused_parts.front(), qconfig);
 }
 
 const OptionalQConfig& QConfigResolver::ForFunctionCall(Symbol function, absl::string_view scope,

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "graph/dtype.h"
 #include "graph/symbol.h"
 
@@ -168,6 +169,16 @@ class QConfigMapping {
   // else the object-type entry of `object_type`, else `fallback`.
   const OptionalQConfig& AdjustForTypeOrName(Symbol object_type, absl::string_view module_name,
                                              const OptionalQConfig& fallback) const;
+  // The same without the object-type step: module name (or ancestor), regex, `fallback`.
+  const OptionalQConfig& AdjustForName(absl::string_view module_name,
+                                       const OptionalQConfig& fallback) const;
+
+  // PyTorch's update_qconfig_for_fusion: the object-type qconfig of a fused module
+  // (nni.ConvReLU2d) whose parts (its children) have the module types `parts`: the entry
+  // of the first part's type, or nullptr if it has none (or the mapping has no
+  // object-type entries at all). InvalidArgument, as PyTorch's LookupError, if the parts'
+  // entries differ (one set and another not, or two different qconfigs).
+  absl::StatusOr<const OptionalQConfig*> FusedObjectType(absl::Span<const Symbol> parts) const;
 
  private:
   struct RegexEntry;
@@ -195,8 +206,13 @@ class QConfigResolver {
       : mapping_(mapping), root_type_(root_type) {}
 
   // A call_module node calling `module_name` (a module of type `module_type`); its call
-  // index counts within its parent module.
-  const OptionalQConfig& ForModuleCall(Symbol module_type, absl::string_view module_name);
+  // index counts within its parent module. For a fused module, `fused_parts` are its
+  // children's types: their shared object-type entry applies (FusedObjectType, whose
+  // error this returns), and the call counts as one of its first part's type (the
+  // module it replaced, as PyTorch counts by the types the tracer saw before fusion).
+  absl::StatusOr<const OptionalQConfig*> ForModuleCall(
+      Symbol module_type, absl::string_view module_name,
+      absl::Span<const Symbol> fused_parts = {});
   // A call_function node: the function's object-type entry, then the scope's entries
   // (PyTorch lets the enclosing module's name and type override the function's type),
   // then the order entry.

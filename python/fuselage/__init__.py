@@ -13,13 +13,14 @@ graph/NAMING.md.
 
 from fuselage._exporter import export, to_proto
 from fuselage._importer import from_proto, to_torch
-from fuselage.errors import ExportError, FuselageError, ModelFileError
+from fuselage.errors import ConfigTranslationError, ExportError, FuselageError, ModelFileError
 
 __all__ = [
     "export",
     "to_torch",
     "to_proto",
     "from_proto",
+    "ConfigTranslationError",
     "ExportError",
     "FuselageError",
     "ModelFileError",

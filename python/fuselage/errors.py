@@ -14,3 +14,10 @@ class ExportError(FuselageError):
 
 class ModelFileError(FuselageError):
     """A model file is malformed, or names something PyTorch cannot rebuild."""
+
+
+class ConfigTranslationError(FuselageError):
+    """A PyTorch QConfigMapping or BackendConfig holds something fuselage's config formats
+    cannot express (python/fuselage/_translate.py): a custom observer class, a fake-quantize
+    or dynamic qconfig, an object type or module without a fuselage name, an unknown fuser
+    method, a getter that does more than pick pattern positions."""

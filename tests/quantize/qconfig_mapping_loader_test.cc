@@ -84,8 +84,9 @@ TEST(QConfigMappingLoaderTest, ReadsEveryEntryKindWithPyTorchDefaults) {
   EXPECT_FALSE(m->FindModuleName("fc")->has_value());
 
   QConfigResolver resolver(*m, Symbol::Intern("ResNet"));
-  EXPECT_EQ(resolver.ForModuleCall(Symbol::Intern("nn.Linear"), "head"), *linear);  // 1st
-  const OptionalQConfig& second = resolver.ForModuleCall(Symbol::Intern("nn.Linear"), "tail");
+  EXPECT_EQ(*resolver.ForModuleCall(Symbol::Intern("nn.Linear"), "head").value(), *linear);  // 1st
+  const OptionalQConfig& second =
+      **resolver.ForModuleCall(Symbol::Intern("nn.Linear"), "tail");
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(second->activation.kind, ObserverKind::kFixedQParams);
   EXPECT_EQ(second->activation.fixed_scale, 1.0 / 256);
@@ -238,6 +239,10 @@ class ResolverPrecedenceTest : public ::testing::Test {
   static double Tag(const OptionalQConfig& q) {
     return q.has_value() ? q->activation.averaging_constant : -1;
   }
+  static double Tag(const absl::StatusOr<const OptionalQConfig*>& q) {
+    EXPECT_TRUE(q.ok()) << q.status();
+    return q.ok() ? Tag(**q) : -2;
+  }
   Symbol S(absl::string_view s) { return Symbol::Intern(s); }
 };
 
@@ -291,6 +296,37 @@ TEST_F(ResolverPrecedenceTest, FunctionAndMethodCalls) {
   EXPECT_EQ(Tag(r4.ForFunctionCall(S("operator.add"), "", S("Net"))), 0.6);
   EXPECT_EQ(Tag(r4.ForFunctionCall(S("operator.add"), "", S("Net"))), 0.7);
   EXPECT_EQ(Tag(r4.ForMethodCall(S("reshape"), "", S("Net"))), 0.6);
+}
+
+TEST_F(ResolverPrecedenceTest, FusedModulesShareTheirPartsObjectType) {
+  // update_qconfig_for_fusion: nni.ConvReLU2d takes the entry nn.Conv2d and nn.ReLU share,
+  // over its own; names still win over it.
+  QConfigMapping m;
+  m.SetGlobal(Q(0.1)).SetObjectType("nn.Conv2d", Q(0.2)).SetObjectType("nn.ReLU", Q(0.2));
+  m.SetObjectType("nni.ConvReLU2d", Q(0.3)).SetModuleName("head", Q(0.4));
+  const std::vector<Symbol> parts = {S("nn.Conv2d"), S("nn.ReLU")};
+  QConfigResolver r(m, S("Net"));
+  EXPECT_EQ(Tag(r.ForModuleCall(S("nni.ConvReLU2d"), "stem", parts)), 0.2);
+  EXPECT_EQ(Tag(r.ForModuleCall(S("nni.ConvReLU2d"), "head", parts)), 0.4);
+  EXPECT_EQ(Tag(r.ForModuleCall(S("nni.ConvReLU2d"), "stem")), 0.3);  // not known as fused
+  // A fused module counts as a call of its first part's type.
+  m.SetModuleNameObjectTypeOrder("block", "nn.Conv2d", 1, std::nullopt);
+  QConfigResolver order(m, S("Net"));
+  EXPECT_EQ(Tag(order.ForModuleCall(S("nni.ConvReLU2d"), "block.0", parts)), 0.2);
+  EXPECT_EQ(Tag(order.ForModuleCall(S("nn.Conv2d"), "block.2")), -1);  // index 1
+  // Parts without entries: the fused type's own entry, else global.
+  const std::vector<Symbol> bn_relu = {S("nn.BatchNorm2d"), S("nn.ReLU6")};
+  EXPECT_EQ(Tag(r.ForModuleCall(S("nni.BNReLU2d"), "bn", bn_relu)), 0.1);
+  // Parts that disagree are an error, as PyTorch's LookupError.
+  m.SetObjectType("nn.ReLU", Q(0.5));
+  QConfigResolver r2(m, S("Net"));
+  absl::StatusOr<const OptionalQConfig*> bad = r2.ForModuleCall(S("nni.ConvReLU2d"), "stem", parts);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("nn.Conv2d and nn.ReLU have different ones"));
+  m.SetObjectType("nn.ReLU", std::nullopt);
+  QConfigResolver r3(m, S("Net"));
+  EXPECT_FALSE(r3.ForModuleCall(S("nni.ConvReLU2d"), "stem", parts).ok());
 }
 
 }  // namespace
