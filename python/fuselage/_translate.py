@@ -28,7 +28,6 @@ fuselage quantizes.
 import functools
 import inspect
 import math
-import operator
 
 import torch
 import torch.ao.quantization.fuser_method_mappings as fmm
@@ -157,7 +156,10 @@ def _observer_text(factory, what):
         raise ConfigTranslationError("%s: %s arguments: %s" % (what, kind, e)) from None
     bound.apply_defaults()
     values = dict(bound.arguments)
-    values.pop("kwargs", None)
+    # Arguments that land in the constructor's **kwargs are checked like named ones.
+    for param in inspect.signature(cls).parameters.values():
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            values.update(values.pop(param.name, {}))
     if values.get("is_dynamic") is True or values.get("compute_dtype") is not None:
         raise ConfigTranslationError(
             "%s: %s(is_dynamic / compute_dtype) is dynamic quantization, which fuselage "
@@ -174,7 +176,7 @@ def _observer_text(factory, what):
             continue  # quant_min / quant_max unset
         try:
             if name == "dtype":
-                text = _dtype(value)
+                text = _quote(_dtype(value))
             elif name == "qscheme":
                 text = _quote(_names.qscheme_name(value))
             elif name == "reduce_range":
@@ -184,8 +186,6 @@ def _observer_text(factory, what):
         except (TypeError, ValueError, KeyError) as e:
             raise ConfigTranslationError(
                 "%s: %s argument %s=%r: %s" % (what, kind, name, value, e)) from None
-        if name == "dtype":
-            text = _quote(text)
         lines.append("%s: %s" % (name, text))
     return lines
 

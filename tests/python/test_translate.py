@@ -198,18 +198,37 @@ def test_unknown_fuser_and_unnamed_modules_are_refused():
         backend_config_to_text(get_qnnpack_backend_config().set_backend_pattern_config(cfg))
 
 
-def test_simple_pattern_format_of_later_pytorch_versions():
-    # PyTorch 2.x keeps the execution-order pattern in `pattern` and the nested one in
-    # `_pattern_complex_format`; a config object of that shape is read accordingly.
-    cfg = BackendPatternConfig(nn.Conv2d).set_fuser_method(
-        torch.ao.quantization.fuser_method_mappings.sequential_wrapper2(
-            torch.nn.intrinsic.ConvReLU2d))
-    cfg.pattern = (nn.Conv2d, nn.ReLU)
-    cfg._pattern_complex_format = None
-    backend = types.SimpleNamespace(name="mine", configs=[cfg])
-    text = backend_config_to_text(backend)
-    assert 'pattern: "(nn.Conv2d, nn.ReLU)"\n  format: SEQUENCE' in text
-    assert 'fuser: WRAP_IN_SEQUENCE\n  fused_module: "nni.ConvReLU2d"' in text
+def test_pattern_formats_of_later_pytorch_versions(cli, tmp_path):
+    # PyTorch 2.x keeps the execution-order pattern in `pattern` and the reversed nested
+    # one in `_pattern_complex_format`; config objects of that shape are read accordingly.
+    fmm = torch.ao.quantization.fuser_method_mappings
+    simple = BackendPatternConfig(nn.Conv2d).set_fuser_method(fmm.reverse3(fmm.fuse_conv_bn_relu))
+    simple.pattern = (nn.Conv2d, nn.BatchNorm2d, nn.ReLU)
+    simple._pattern_complex_format = None
+    # Getters still see the nested form: (relu, (bn, conv)).
+    simple._set_root_node_getter(lambda p: p[1][1])
+    nested = BackendPatternConfig(nn.Conv2d).set_fuser_method(
+        fmm.sequential_wrapper2(torch.nn.intrinsic.LinearReLU))
+    nested.pattern = None
+    nested._pattern_complex_format = (nn.ReLU, nn.Linear)
+    text = backend_config_to_text(types.SimpleNamespace(name="mine", configs=[simple, nested]))
+    assert ('pattern: "(nn.Conv2d, nn.BatchNorm2d, nn.ReLU)"\n  format: SEQUENCE\n'
+            '  fuser: FOLD_BN_THEN_WRAP\n  fused_module: "nni.ConvReLU2d"\n  root: "0.0"') in text
+    assert 'pattern: "(nn.ReLU, nn.Linear)"\n  fuser: WRAP_IN_SEQUENCE\n' \
+           '  fused_module: "nni.LinearReLU"' in text
+
+    # The C++ tool reads both and fuses with them.
+    config = write(tmp_path, "mine.textproto", text)
+    model_file = tmp_path / "m.fsl"
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(4 * 4 * 4, 2), nn.ReLU()).eval()
+    fuselage.export(model, (torch.randn(1, 3, 6, 6),), str(model_file))
+    fused = tmp_path / "fused.fsl"
+    run(cli, "fuse", model_file, "--config=%s" % config, "-o", fused)
+    printed = run(cli, "print", fused, "--readable")
+    assert '_0 = getattr(self, "0")(input_1)  # nni.ConvReLU2d' in printed
+    assert '_4 = getattr(self, "4")(_3)  # nni.LinearReLU' in printed
+    assert "BatchNorm" not in printed and "nn.ReLU" not in printed
 
 
 # ---- qconfig mappings ---------------------------------------------------------------------
@@ -273,6 +292,10 @@ def test_unsupported_qconfigs_are_refused_with_their_name():
         (default_dynamic_qconfig, "dynamic"),
         (QConfig(activation=MinMaxObserver.with_args(averaging_constant=0.5), weight=weight),
          "global.activation: MinMaxObserver arguments"),
+        (QConfig(activation=MovingAverageMinMaxObserver.with_args(bins=8), weight=weight),
+         "global.activation: MovingAverageMinMaxObserver argument bins=8 is not supported"),
+        (QConfig(activation=HistogramObserver, weight=weight.with_callable_args(eps=lambda: 1.0)),
+         "global.weight: with_callable_args\\(eps\\) is not supported"),
     ]
     for qconfig, message in cases:
         with pytest.raises(ConfigTranslationError, match=message):
@@ -324,11 +347,13 @@ def test_mapping_entries_are_honoured_as_pytorch_honours_them(cli, tmp_path):
                      weight=MinMaxObserver.with_args(dtype=torch.qint8,
                                                      qscheme=torch.per_tensor_symmetric))
     # Global: histogram observers. Convs (and, as PyTorch requires of a fused conv-relu's
-    # parts, relus): MinMax. The linear and all of layer1: None. layer2's first nn.Conv2d
+    # parts, relus) and linears: MinMax, but "fc" (a regex, over the type): None. All of
+    # layer1 (a name): None. layer2's first nn.Conv2d
     # call: None — layer2.0, which PyTorch counts as the nn.Conv2d it was before it was
     # fused into a ConvReLU2d.
     mapping = QConfigMapping().set_global(base.global_qconfig) \
-        .set_object_type(nn.Linear, None) \
+        .set_object_type(nn.Linear, minmax) \
+        .set_module_name_regex("f\\w", None) \
         .set_object_type(nn.Conv2d, minmax) \
         .set_object_type(nn.ReLU, minmax) \
         .set_module_name("layer1", None) \
