@@ -157,11 +157,13 @@ class QConfigMapping {
                                                        int64_t index) const;
   bool has_object_type_order_entries() const { return !object_type_orders_.empty(); }
 
-  // The qconfig for a node: `object_type` is the module type / function / method it
-  // calls, `module_name` its call_module target ("" for functions and methods).
+  // The qconfig for one call looked up on its own: `object_type` is the module type /
+  // function / method it calls, `module_name` its call_module target ("" for functions
+  // and methods). Order entries and fused modules need the whole graph walk:
+  // QConfigResolver, which Prepare uses, applies those too.
   const OptionalQConfig& QConfigFor(absl::string_view object_type,
                                     absl::string_view module_name) const;
-  // The same for an interned object type (no string lookup; what Prepare calls per node).
+  // The same for an interned object type (no string lookup).
   const OptionalQConfig& QConfigFor(Symbol object_type, absl::string_view module_name) const;
 
   // PyTorch's _maybe_adjust_qconfig_for_module_type_or_name: the module-name entry of

@@ -22,7 +22,8 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, google::protobuf::io::ColumnNumber column,
                 const std::string& message) override {
-    if (error_.empty()) error_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+    if (error_.empty())
+      error_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
   }
   const std::string& error() const { return error_; }
 
@@ -35,8 +36,7 @@ class Where {
  public:
   explicit Where(std::string prefix) : prefix_(std::move(prefix)) {}
   absl::Status Error(absl::string_view field, absl::string_view message) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(prefix_, ": field '", field, "': ", message));
+    return absl::InvalidArgumentError(absl::StrCat(prefix_, ": field '", field, "': ", message));
   }
 
  private:
@@ -54,9 +54,9 @@ std::string Excerpt(absl::string_view s) {
 absl::Status CheckString(const Where& where, absl::string_view field, const std::string& value) {
   const int64_t max_length = ModelLimits().max_string_length;
   if (static_cast<int64_t>(value.size()) > max_length) {
-    return where.Error(field, absl::StrCat(Excerpt(value), " is ", value.size(),
-                                           " bytes; the limit is ", max_length,
-                                           " (a model file's string limit)"));
+    return where.Error(field,
+                       absl::StrCat(Excerpt(value), " is ", value.size(), " bytes; the limit is ",
+                                    max_length, " (a model file's string limit)"));
   }
   if (!google::protobuf::internal::IsStructurallyValidUTF8(value.data(),
                                                            static_cast<int>(value.size()))) {
@@ -70,8 +70,7 @@ bool IsMovingAverage(ObserverKind k) {
          k == ObserverKind::kMovingAveragePerChannelMinMax;
 }
 bool IsPerChannelKind(ObserverKind k) {
-  return k == ObserverKind::kPerChannelMinMax ||
-         k == ObserverKind::kMovingAveragePerChannelMinMax;
+  return k == ObserverKind::kPerChannelMinMax || k == ObserverKind::kMovingAveragePerChannelMinMax;
 }
 
 // One observer; `field` is its path ("qconfig.activation"). Unset fields take PyTorch
@@ -81,8 +80,10 @@ absl::StatusOr<ObserverSpec> ReadObserver(const Where& where, const std::string&
   auto error = [&](absl::string_view sub, absl::string_view message) {
     return where.Error(absl::StrCat(field, ".", sub), message);
   };
-  for (const auto& [name, value] : {std::pair<const char*, const std::string*>{"kind", &proto.kind()},
-                                    {"dtype", &proto.dtype()}, {"qscheme", &proto.qscheme()}}) {
+  for (const auto& [name, value] :
+       {std::pair<const char*, const std::string*>{"kind", &proto.kind()},
+        {"dtype", &proto.dtype()},
+        {"qscheme", &proto.qscheme()}}) {
     RETURN_IF_ERROR(CheckString(where, absl::StrCat(field, ".", name), *value));
   }
   if (proto.kind().empty()) {
@@ -90,11 +91,13 @@ absl::StatusOr<ObserverSpec> ReadObserver(const Where& where, const std::string&
   }
   const std::optional<ObserverKind> kind = ObserverKindFromName(proto.kind());
   if (!kind.has_value()) {
-    return error("kind", absl::StrCat(
-        "unknown observer ", Excerpt(proto.kind()),
-        "; expected MinMaxObserver, MovingAverageMinMaxObserver, PerChannelMinMaxObserver, "
-        "MovingAveragePerChannelMinMaxObserver, HistogramObserver, PlaceholderObserver, "
-        "NoopObserver, FixedQParamsObserver or ReuseInputObserver"));
+    return error(
+        "kind",
+        absl::StrCat(
+            "unknown observer ", Excerpt(proto.kind()),
+            "; expected MinMaxObserver, MovingAverageMinMaxObserver, PerChannelMinMaxObserver, "
+            "MovingAveragePerChannelMinMaxObserver, HistogramObserver, PlaceholderObserver, "
+            "NoopObserver, FixedQParamsObserver or ReuseInputObserver"));
   }
   ObserverSpec spec;
   spec.kind = *kind;
@@ -111,7 +114,8 @@ absl::StatusOr<ObserverSpec> ReadObserver(const Where& where, const std::string&
     if (proto.has_quant_max()) return not_taken("quant_max");
     if (proto.has_eps()) return not_taken("eps");
   }
-  if (!IsMovingAverage(*kind) && proto.has_averaging_constant()) return not_taken("averaging_constant");
+  if (!IsMovingAverage(*kind) && proto.has_averaging_constant())
+    return not_taken("averaging_constant");
   if (!IsPerChannelKind(*kind) && proto.has_ch_axis()) return not_taken("ch_axis");
   if (*kind != ObserverKind::kHistogram) {
     if (proto.has_bins()) return not_taken("bins");
@@ -122,7 +126,8 @@ absl::StatusOr<ObserverSpec> ReadObserver(const Where& where, const std::string&
     if (proto.has_zero_point()) return not_taken("zero_point");
   } else {
     if (!proto.has_scale()) return error("scale", "missing; FixedQParamsObserver needs it");
-    if (!proto.has_zero_point()) return error("zero_point", "missing; FixedQParamsObserver needs it");
+    if (!proto.has_zero_point())
+      return error("zero_point", "missing; FixedQParamsObserver needs it");
   }
 
   // PyTorch's defaults: quint8 (PlaceholderObserver float32, NoopObserver float16).
@@ -142,10 +147,11 @@ absl::StatusOr<ObserverSpec> ReadObserver(const Where& where, const std::string&
   if (!proto.qscheme().empty()) {
     const std::optional<ObserverQScheme> qscheme = ObserverQSchemeFromName(proto.qscheme());
     if (!qscheme.has_value()) {
-      return error("qscheme", absl::StrCat(
-          "unknown qscheme ", Excerpt(proto.qscheme()),
-          "; expected per_tensor_affine, per_tensor_symmetric, per_channel_affine, "
-          "per_channel_symmetric or per_channel_affine_float_qparams"));
+      return error(
+          "qscheme",
+          absl::StrCat("unknown qscheme ", Excerpt(proto.qscheme()),
+                       "; expected per_tensor_affine, per_tensor_symmetric, per_channel_affine, "
+                       "per_channel_symmetric or per_channel_affine_float_qparams"));
     }
     spec.qscheme = *qscheme;
   }
@@ -169,9 +175,9 @@ absl::StatusOr<ObserverSpec> ReadObserver(const Where& where, const std::string&
       auto range = spec.QuantRange();
       if (!range.ok()) return error("quant_min", range.status().message());
       if (spec.fixed_zero_point < range->first || spec.fixed_zero_point > range->second) {
-        return error("zero_point", absl::StrCat("zero_point ", spec.fixed_zero_point,
-                                                " is outside [", range->first, ", ",
-                                                range->second, "]"));
+        return error("zero_point",
+                     absl::StrCat("zero_point ", spec.fixed_zero_point, " is outside [",
+                                  range->first, ", ", range->second, "]"));
       }
       return absl::OkStatus();
     }());
@@ -185,8 +191,9 @@ absl::StatusOr<ObserverSpec> ReadObserver(const Where& where, const std::string&
 absl::StatusOr<OptionalQConfig> ReadQConfig(const Where& where, const std::string& field,
                                             bool present, const config::QConfigValue& proto) {
   if (!present) {
-    return where.Error(field, "missing; expected a qconfig { activation {...} weight {...} } "
-                              "or qconfig { none: true }");
+    return where.Error(field,
+                       "missing; expected a qconfig { activation {...} weight {...} } "
+                       "or qconfig { none: true }");
   }
   if (proto.none()) {
     if (proto.has_activation() || proto.has_weight()) {
@@ -246,7 +253,8 @@ absl::StatusOr<QConfigMapping> ParseQConfigMappingText(absl::string_view text,
     if (!seen.insert(e.object_type()).second) {
       return where.Error("object_type", "given twice; each object type takes one entry");
     }
-    ASSIGN_OR_RETURN(OptionalQConfig q, ReadQConfig(where, "qconfig", e.has_qconfig(), e.qconfig()));
+    ASSIGN_OR_RETURN(OptionalQConfig q,
+                     ReadQConfig(where, "qconfig", e.has_qconfig(), e.qconfig()));
     mapping.SetObjectType(e.object_type(), std::move(q));
   }
   seen.clear();
@@ -257,7 +265,8 @@ absl::StatusOr<QConfigMapping> ParseQConfigMappingText(absl::string_view text,
     if (!seen.insert(e.regex()).second) {
       return where.Error("regex", "given twice; each regex takes one entry");
     }
-    ASSIGN_OR_RETURN(OptionalQConfig q, ReadQConfig(where, "qconfig", e.has_qconfig(), e.qconfig()));
+    ASSIGN_OR_RETURN(OptionalQConfig q,
+                     ReadQConfig(where, "qconfig", e.has_qconfig(), e.qconfig()));
     const absl::Status set = mapping.SetModuleNameRegex(e.regex(), std::move(q));
     if (!set.ok()) return where.Error("regex", set.message());
   }
@@ -269,7 +278,8 @@ absl::StatusOr<QConfigMapping> ParseQConfigMappingText(absl::string_view text,
     if (!seen.insert(e.module_name()).second) {
       return where.Error("module_name", "given twice; each module name takes one entry");
     }
-    ASSIGN_OR_RETURN(OptionalQConfig q, ReadQConfig(where, "qconfig", e.has_qconfig(), e.qconfig()));
+    ASSIGN_OR_RETURN(OptionalQConfig q,
+                     ReadQConfig(where, "qconfig", e.has_qconfig(), e.qconfig()));
     mapping.SetModuleName(e.module_name(), std::move(q));
   }
   seen.clear();
@@ -282,12 +292,13 @@ absl::StatusOr<QConfigMapping> ParseQConfigMappingText(absl::string_view text,
     const Where where = EntryWhere(source, kList, i, key);
     if (e.index() < 0) return where.Error("index", absl::StrCat(e.index(), " must be >= 0"));
     if (!seen.insert(key).second) {
-      return where.Error("index", "given twice; each (module_name, object_type, index) takes "
-                                  "one entry");
+      return where.Error("index",
+                         "given twice; each (module_name, object_type, index) takes "
+                         "one entry");
     }
-    ASSIGN_OR_RETURN(OptionalQConfig q, ReadQConfig(where, "qconfig", e.has_qconfig(), e.qconfig()));
-    mapping.SetModuleNameObjectTypeOrder(e.module_name(), e.object_type(), e.index(),
-                                         std::move(q));
+    ASSIGN_OR_RETURN(OptionalQConfig q,
+                     ReadQConfig(where, "qconfig", e.has_qconfig(), e.qconfig()));
+    mapping.SetModuleNameObjectTypeOrder(e.module_name(), e.object_type(), e.index(), std::move(q));
   }
   return mapping;
 }
