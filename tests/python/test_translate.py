@@ -32,6 +32,7 @@ from torch.ao.quantization.backend_config import (
     get_native_backend_config,
     get_qnnpack_backend_config,
 )
+from torch.ao.quantization.backend_config.x86 import get_x86_backend_config
 from torch.ao.quantization.observer import ObserverBase
 from torch.ao.quantization.utils import MatchAllNode
 
@@ -75,6 +76,7 @@ def torchvision_models(tmp_path_factory):
     ("qnnpack", get_qnnpack_backend_config),
     ("fbgemm", get_fbgemm_backend_config),
     ("native", get_native_backend_config),
+    ("x86", get_x86_backend_config),
 ])
 def test_translated_builtin_configs_fuse_as_the_builtin_ones(cli, tmp_path, torchvision_models,
                                                             backend, getter):
@@ -163,6 +165,31 @@ def test_custom_conv_bn_add_relu_fuses_like_the_example_config(cli, tmp_path):
     printed = run(cli, "print", ours, "--readable")
     assert printed == run(cli, "print", example, "--readable")
     assert "conv = self.conv(x, identity)  # nni.ConvAddReLU2d" in printed
+
+
+class TorchAddBlock(nn.Module):
+    """The residual tail written with torch.add, as the issue's pattern expects."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.relu = nn.ReLU()
+
+    def forward(self, x):
+        return self.relu(torch.add(self.bn(self.conv(x)), x))
+
+
+def test_the_issues_torch_add_pattern_fuses_torch_add(cli, tmp_path):
+    backend_config = get_qnnpack_backend_config().set_backend_pattern_config(
+        conv_bn_add_relu_config(add=torch.add))
+    config = write(tmp_path, "issue.textproto", backend_config_to_text(backend_config))
+    model = tmp_path / "block.fsl"
+    fuselage.export(TorchAddBlock().eval(), (torch.randn(1, 4, 6, 6),), str(model))
+    fused = tmp_path / "fused.fsl"
+    run(cli, "fuse", model, "--config=%s" % config, "-o", fused)
+    printed = run(cli, "print", fused, "--readable")
+    assert "conv = self.conv(x, x)  # nni.ConvAddReLU2d" in printed, printed
 
 
 def test_getters_that_do_more_than_pick_positions_are_refused():
