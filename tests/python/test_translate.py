@@ -412,3 +412,16 @@ def test_mapping_entries_are_honoured_as_pytorch_honours_them(cli, tmp_path):
     assert got["stem.0"][1] == "ConvReLU2d" and got["stem.0"][2] is not None
     assert got["layer1.0"][2] is None and got["layer2.0"][2] is None
     assert got["layer2.2"][2] is not None and got["fc"][1] == "Linear" and got["fc"][2] is None
+
+
+def test_any_module_name_reads_back_in_the_cpp_loader(cli, tmp_path):
+    # Quotes, backslashes and non-ASCII text are escaped so that the C++ loader reads the
+    # same bytes back: a mapping naming only such a module keeps nothing float, and one
+    # naming "conv" (the residual example's conv) keeps exactly that conv float.
+    base = get_default_qconfig_mapping("qnnpack").global_qconfig
+    for name, float_conv in (('a"b\\é', False), ("conv", True)):
+        mapping = QConfigMapping().set_global(base).set_module_name(name, None)
+        path = write(tmp_path, "m.textproto", qconfig_mapping_to_text(mapping))
+        out = run(cli, "prepare", RESIDUAL, "--backend=qnnpack", "--qconfig-mapping=%s" % path,
+                  "-o", tmp_path / "p.fsl")
+        assert ("its qconfig is None" in out) == float_conv, out
