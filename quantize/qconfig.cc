@@ -321,9 +321,12 @@ absl::Status QConfigMapping::SetModuleNameRegex(absl::string_view regex,
 }
 
 const OptionalQConfig* QConfigMapping::FindObjectType(absl::string_view object_type) const {
-  const Symbol key = Symbol::Lookup(object_type);
-  if (key.empty()) return nullptr;
-  auto it = object_types_.find(key);
+  return FindObjectType(Symbol::Lookup(object_type));  // never interned: no entry
+}
+
+const OptionalQConfig* QConfigMapping::FindObjectType(Symbol object_type) const {
+  if (object_type.empty()) return nullptr;
+  auto it = object_types_.find(object_type);
   return it == object_types_.end() ? nullptr : &it->second;
 }
 
@@ -387,6 +390,9 @@ absl::StatusOr<const OptionalQConfig*> QConfigMapping::FusedObjectType(
 
 const OptionalQConfig& QConfigMapping::AdjustForName(absl::string_view module_name,
                                                      const OptionalQConfig& fallback) const {
+  // Highest precedence first: module name (walking up to its ancestors), then the first
+  // matching regex. (The emptiness checks skip per-node hashing and copying for mappings
+  // without module-name or regex entries, such as the default ones.)
   for (absl::string_view name = module_name; !name.empty() && !module_names_.empty();) {
     if (const OptionalQConfig* q = FindModuleName(name)) return *q;
     const size_t dot = name.rfind('.');
@@ -415,7 +421,7 @@ const OptionalQConfig& QConfigResolver::ApplyOrder(absl::string_view scope, Symb
 
 absl::StatusOr<const OptionalQConfig*> QConfigResolver::ForModuleCall(
     Symbol module_type, absl::string_view module_name, absl::Span<const Symbol> fused_parts) {
-  const OptionalQConfig* by_type = mapping_.FindObjectType(module_type.name());
+  const OptionalQConfig* by_type = mapping_.FindObjectType(module_type);
   absl::StatusOr<const OptionalQConfig*> fused = mapping_.FusedObjectType(fused_parts);
   if (!fused.ok()) return fused.status();
   if (*fused != nullptr) by_type = *fused;  // PyTorch overrides the fused type's entry
@@ -433,7 +439,7 @@ absl::StatusOr<const OptionalQConfig*> QConfigResolver::ForModuleCall(
 const OptionalQConfig& QConfigResolver::ForFunctionCall(Symbol function, absl::string_view scope,
                                                         Symbol scope_type) {
   // PyTorch's _get_object_type_qconfig: only the function's object-type entry.
-  const OptionalQConfig* own = mapping_.FindObjectType(function.name());
+  const OptionalQConfig* own = mapping_.FindObjectType(function);
   const OptionalQConfig& function_qconfig = own != nullptr ? *own : mapping_.global();
   const OptionalQConfig& qconfig =
       mapping_.AdjustForTypeOrName(scope_type, scope, function_qconfig);
@@ -448,29 +454,13 @@ const OptionalQConfig& QConfigResolver::ForMethodCall(Symbol method, absl::strin
 
 const OptionalQConfig& QConfigMapping::QConfigFor(Symbol object_type,
                                                   absl::string_view module_name) const {
-  // Highest precedence first: module name (walking up to its ancestors), then the first
-  // matching regex, then the object type, then global — PyTorch's
-  // maybe_adjust_qconfig_for_module_type_or_name.
-  // (The emptiness checks skip per-node hashing and copying for mappings without
-  // module-name or regex entries, such as the default ones.)
-  for (absl::string_view name = module_name; !name.empty() && !module_names_.empty();) {
-    if (const OptionalQConfig* q = FindModuleName(name)) return *q;
-    const size_t dot = name.rfind('.');
-    name = dot == absl::string_view::npos ? absl::string_view() : name.substr(0, dot);
+  // A call without a module name has no name or regex to match: its object type, then
+  // global.
+  if (module_name.empty()) {
+    auto it = object_type.empty() ? object_types_.end() : object_types_.find(object_type);
+    return it != object_types_.end() ? it->second : global_;
   }
-  if (!module_name.empty() && !regexes_.empty()) {
-    const std::string name(module_name);
-    for (const auto& entry : regexes_) {
-      if (std::regex_search(name, entry->regex, std::regex_constants::match_continuous)) {
-        return entry->qconfig;
-      }
-    }
-  }
-  if (!object_type.empty()) {
-    auto it = object_types_.find(object_type);
-    if (it != object_types_.end()) return it->second;
-  }
-  return global_;
+  return AdjustForTypeOrName(object_type, module_name, global_);
 }
 
 absl::StatusOr<QConfigMapping> DefaultQConfigMapping(absl::string_view backend) {

@@ -151,6 +151,7 @@ class QConfigMapping {
   const OptionalQConfig& global() const { return global_; }
   // The entry for exactly this key, or nullptr.
   const OptionalQConfig* FindObjectType(absl::string_view object_type) const;
+  const OptionalQConfig* FindObjectType(Symbol object_type) const;
   const OptionalQConfig* FindModuleName(absl::string_view module_name) const;
   const OptionalQConfig* FindModuleNameObjectTypeOrder(absl::string_view module_name,
                                                        Symbol object_type,
