@@ -22,6 +22,7 @@
 #include "python/core/arrays.h"
 #include "python/core/errors.h"
 #include "quantize/qconfig.h"
+#include "quantize/qconfig_mapping_loader.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/interpreter.h"
 
@@ -176,22 +177,26 @@ BackendConfig ResolveBackend(const std::optional<std::string>& backend,
   return ValueOrThrow(ResolveBackendConfig(backend.value_or(""), text, kConfigSource));
 }
 
-// The qconfig mapping of prepare / quantize: the backend's default, or (#19) a text.
+// The qconfig mapping of prepare / quantize: a PyTorch QConfigMapping (translated), a
+// quantize/qconfig_mapping.proto text, or else the backend's default.
 QConfigMapping ResolveMapping(const std::optional<std::string>& backend,
                               const std::optional<std::string>& config_text,
                               const py::object& qconfig_mapping,
                               const std::optional<std::string>& qconfig_mapping_text) {
+  if (!qconfig_mapping.is_none() && qconfig_mapping_text.has_value()) {
+    ThrowIfError(absl::InvalidArgumentError(
+        "give qconfig_mapping (a PyTorch QConfigMapping) or qconfig_mapping_text "
+        "(quantize/qconfig_mapping.proto text), not both"));
+  }
   if (!qconfig_mapping.is_none()) {
-    PyErr_SetString(PyExc_NotImplementedError,
-                    "qconfig_mapping: only None (the backend's default mapping) is taken yet; "
-                    "a PyTorch QConfigMapping comes with fuselage.quantize_fx (issue #19)");
-    throw py::error_already_set();
+    // PyTorch's object, translated by the bridge (its errors are ConfigTranslationError).
+    const std::string translated = py::module_::import("fuselage._translate")
+                                       .attr("qconfig_mapping_to_text")(qconfig_mapping)
+                                       .cast<std::string>();
+    return ValueOrThrow(ParseQConfigMappingText(translated, "qconfig_mapping"));
   }
   if (qconfig_mapping_text.has_value()) {
-    PyErr_SetString(PyExc_NotImplementedError,
-                    "qconfig_mapping_text: the QConfigMapping text format is not wired into "
-                    "the extension yet (issue #19)");
-    throw py::error_already_set();
+    return ValueOrThrow(ParseQConfigMappingText(*qconfig_mapping_text, "qconfig_mapping_text"));
   }
   std::optional<absl::string_view> text;
   if (config_text.has_value()) text = *config_text;

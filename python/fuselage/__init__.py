@@ -24,7 +24,8 @@ above works without it.
 
 from fuselage._exporter import export, to_proto
 from fuselage._importer import from_proto, to_torch
-from fuselage.errors import ExportError, FuselageError, ModelFileError, ModuleError
+from fuselage.errors import (ConfigTranslationError, ExportError, FuselageError, ModelFileError,
+                             ModuleError)
 from fuselage import fusers, nn  # fused modules PyTorch 1.13 lacks, and their fusers
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "to_torch",
     "to_proto",
     "from_proto",
+    "ConfigTranslationError",
     "ExportError",
     "FuselageError",
     "ModelFileError",

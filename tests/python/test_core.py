@@ -213,8 +213,9 @@ def test_bad_backends_and_failed_passes_leave_the_model_unchanged():
     with pytest.raises(core.EngineError, match="prepared"):
         core.convert(model)  # not prepared
     assert model.to_bytes() == before
-    with pytest.raises(NotImplementedError, match="#19"):
-        core.prepare(model, "qnnpack", qconfig_mapping_text="global {}")
+    with pytest.raises(core.EngineError, match="qconfig_mapping_text"):
+        core.prepare(model, "qnnpack", qconfig_mapping_text="global { activation { kind: 7 } }")
+    assert model.to_bytes() == before
 
 
 def test_missing_extension_says_how_to_build_it(tmp_path):
