@@ -33,16 +33,39 @@ from fuselage.errors import ExportError
 
 _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
 _UNUSED = object()  # a container's child that the traced tree lacks
+MODULE_PATH_META = "module_path"  # graph/NAMING.md
 
 
 class _Tracer(torch.fx.Tracer):
     """torch.fx's default tracer, with fuselage's own modules (fuselage.nn) kept as
-    leaves, as torch.fx keeps torch.nn's: they are fuselage module types."""
+    leaves, as torch.fx keeps torch.nn's: they are fuselage module types. It records, on
+    every call_function / call_method node, the path of the module whose forward made the
+    call (node.meta["module_path"], graph/NAMING.md), as PyTorch's QuantizationTracer
+    records node_name_to_scope: a QConfigMapping entry for a module name applies to the
+    functions its forward calls."""
+
+    def __init__(self):
+        super().__init__()
+        self._scope = ""
 
     def is_leaf_module(self, m, qualname):
         if _names.is_fuselage_module(m):
             return True
         return super().is_leaf_module(m, qualname)
+
+    def call_module(self, m, forward, args, kwargs):
+        outer = self._scope
+        self._scope = self.path_of_module(m)
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        finally:
+            self._scope = outer
+
+    def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        if kind in ("call_function", "call_method") and self._scope:
+            node.meta[MODULE_PATH_META] = self._scope
+        return node
 
 
 def _as_graph_module(module):
@@ -242,6 +265,22 @@ class _Exporter:
             kw = out.kwargs.add()
             kw.name = key
             write_arg(kw.value, value, f"{where} kwargs['{key}']")
+        # The meta a model file gave this node (to_torch keeps it in node.meta["fuselage"]:
+        # a fused node's `pattern`, a native node's `output_qparams`, ...) goes back as it
+        # came, so a model fuselage fused or prepared survives a trip through torch.fx;
+        # output keys, and shape and dtype when example inputs gave new ones, are written
+        # afresh below.
+        carried = dict(node.meta.get("fuselage", {}))
+        carried.pop(OUTPUT_KEYS_META, None)
+        if shape is not None:
+            carried.pop("shape", None)
+            carried.pop("dtype", None)
+        if node.meta.get(MODULE_PATH_META) and node.op in ("call_function", "call_method"):
+            carried[MODULE_PATH_META] = str(node.meta[MODULE_PATH_META])
+        for key, value in carried.items():
+            entry = out.meta.add()
+            entry.name = key
+            write_arg(entry.value, value, f"{where} meta '{key}'")
         if shape is not None:
             dims, dtype = shape
             entry = out.meta.add()

@@ -574,7 +574,9 @@ def backend_config_to_text(backend_config) -> str:
     """The BackendConfigFile text (backend_configs/backend_config.proto) of a PyTorch
     BackendConfig: a complete config (no base) named as the BackendConfig, one `pattern`
     entry per BackendPatternConfig in its order, except entries for QAT modules
-    (_matches_qat_modules). Raises ConfigTranslationError naming the
+    (_matches_qat_modules), with root and reference modules written on fused-module
+    entries and entries added for fused types only a fusion entry names
+    (_fused_module_roots). Raises ConfigTranslationError naming the
     entry and what the format cannot express."""
     configs = getattr(backend_config, "configs", None)
     if configs is None:
@@ -587,10 +589,83 @@ def backend_config_to_text(backend_config) -> str:
            "# proto-message: fuselage.config.BackendConfigFile"]
     if getattr(backend_config, "name", ""):
         out.append("name: " + _quote(backend_config.name))
+    fused = _fused_module_roots(configs)
+    emitted = set()
     for i, cfg in enumerate(configs):
         if _matches_qat_modules(cfg):
             continue
         out.append("pattern {")
-        out.extend("  " + line for line in _entry_lines(cfg, i))
+        lines = _entry_lines(cfg, i)
+        emitted.add(lines[0])
+        if getattr(cfg, "root_module", None) is None and lines[0] in fused:
+            lines.extend(fused[lines[0]][1])
+        out.extend("  " + line for line in lines)
+        out.append("}")
+    for line, (dtype_lines, root_lines) in fused.items():
+        if line in emitted or not dtype_lines:
+            continue
+        out.append("pattern {")
+        out.extend("  " + x for x in [line] + dtype_lines + root_lines)
         out.append("}")
     return "\n".join(out) + "\n"
+
+
+def _element_at(nested, path):
+    """The pattern element (module class, function, ...) at dotted `path` of a complex
+    pattern ("" = the outermost op)."""
+    node = nested
+    for part in path.split(".") if path else []:
+        node = node[1 + int(part)]
+    return node[0] if isinstance(node, (tuple, list)) else node
+
+
+def _default_root_path(nested):
+    path, node = [], nested
+    while isinstance(node, (tuple, list)) and len(node) > 1:
+        path.append("0")
+        node = node[1]
+    return ".".join(path)
+
+
+def _fused_module_roots(configs):
+    """{`pattern: "<fused type>"` line: (dtype_config lines, root / reference lines)} for
+    every fused module type a fusion entry produces whose root position's module type has
+    a reference module.
+
+    PyTorch's convert quantizes a fused module by looking its child 0's type up among the
+    configs' root modules (so its own entry for nni.ConvReLU2d has no root module), where
+    fuselage's prepare reads root and reference module from the fused type's entry: the
+    translation writes them there. A fused type with no entry at all (the issue's
+    conv-bn-add-relu into nni.ConvAddReLU2d, which PyTorch 1.13 then leaves float) gets
+    one, with the fusion entry's dtype configs, so fuselage quantizes it as they say."""
+    references = {}
+    for cfg in configs:
+        pattern = getattr(cfg, "pattern", None)
+        ref = getattr(cfg, "reference_quantized_module", None)
+        if isinstance(pattern, type) and ref is not None:
+            references.setdefault(pattern, ref)
+    fused = {}
+    for i, cfg in enumerate(configs):
+        if cfg.fuser_method is None or _matches_qat_modules(cfg):
+            continue
+        what = "backend pattern config [%d]" % i
+        _, _, nested = _pattern_of(cfg, what)
+        _, fused_type = _fuser(cfg.fuser_method, nested, what)
+        if not fused_type:
+            continue
+        getter = getattr(cfg, "_root_node_getter", None)
+        root_path = (_position_path(_call_getter(getter, nested, what, "root node getter"),
+                                    getter, what, "root node getter")
+                     if getter is not None else _default_root_path(nested))
+        root = _element_at(nested, root_path)
+        if root not in references:
+            continue
+        line = "pattern: " + _quote(fused_type)
+        dtype_lines = ["dtype_config { %s }" % " ".join(
+            _dtype_config_lines(d, "%s dtype_config[%d]" % (what, j)))
+            for j, d in enumerate(cfg.dtype_configs)]
+        root_lines = ["root_module: " + _quote(_module_name(root)),
+                      "reference_quantized_module: " + _quote(_module_name(references[root]))]
+        if line not in fused or (not fused[line][0] and dtype_lines):
+            fused[line] = (dtype_lines, root_lines)
+    return fused

@@ -1,0 +1,150 @@
+"""fuselage.quantize_fx: torch.ao.quantization.quantize_fx (PyTorch 1.13), run by fuselage.
+
+    from fuselage.quantize_fx import prepare_fx, convert_fx
+
+    prepared = prepare_fx(model.eval(), qconfig_mapping, example_inputs,
+                          backend_config=backend_config)
+    for x in loader:                  # the user's own calibration loop
+        prepared(x)
+    converted = convert_fx(prepared)  # a runnable torch.fx.GraphModule
+
+The same functions, signatures and semantics as PyTorch's (fuse_fx, prepare_fx,
+convert_fx, convert_to_reference_fx): a user changes the import, not their code. The
+user's BackendConfig and QConfigMapping are PyTorch's own objects, translated by
+fuselage._translate into fuselage's config formats (root-node / extra-inputs getters
+resolved on marker patterns; anything the formats cannot say is a ConfigTranslationError
+naming it); the passes are fuselage's, in process (fuselage._core); models cross between
+torch.fx and the engine in memory.
+
+prepare_fx returns a GraphModule holding PyTorch's own observer modules, so calibrating is
+running it; convert_fx reads their statistics. Where fuselage deliberately differs from
+PyTorch 1.13:
+  - a fused op with two tensor inputs (conv-add-relu) gets both inputs quantized, so
+    convert_fx's result has no dequantize between them; PyTorch 1.13 has no such native
+    module, so fuselage ships it (fuselage.nn.quantized.ConvAddReLU2d, bit-exact with
+    fuselage's kernel);
+  - an observer that saw no value is an error at convert, not a silent scale of 1.0;
+  - keyword arguments are matched (`torch.add(x, y, alpha=2)` is not fused as x + y).
+Custom configs (fuse / prepare / convert_custom_config), equalization and QAT are not
+supported: passing one is a clear error.
+"""
+
+from torch.ao.quantization import QConfigMapping
+from torch.ao.quantization.backend_config import get_native_backend_config
+
+from fuselage import _translate
+from fuselage.errors import ConfigTranslationError
+
+__all__ = ["fuse_fx", "prepare_fx", "convert_fx", "convert_to_reference_fx"]
+
+# The backend config's text, kept on the prepared GraphModule for convert_fx (PyTorch
+# keeps its own state there too, e.g. _observed_node_names).
+_BACKEND_TEXT_ATTR = "_fuselage_backend_config_text"
+
+
+def _core():
+    # Imported on use: fuselage.export / to_torch work without the compiled extension.
+    from fuselage import _core as core
+
+    return core
+
+
+def _refuse(value, name):
+    if value is not None and value != {} and not _is_empty_custom_config(value):
+        raise ConfigTranslationError(
+            f"quantize_fx: {name} is not supported by fuselage (got {value!r}); pass None")
+
+
+def _is_empty_custom_config(value):
+    to_dict = getattr(value, "to_dict", None)
+    return callable(to_dict) and not any(to_dict().values())
+
+
+def _backend_text(backend_config):
+    if isinstance(backend_config, dict):
+        from torch.ao.quantization.backend_config import BackendConfig
+
+        backend_config = BackendConfig.from_dict(backend_config)
+    return _translate.backend_config_to_text(
+        backend_config if backend_config is not None else get_native_backend_config())
+
+
+def _mapping_text(qconfig_mapping):
+    if isinstance(qconfig_mapping, dict):
+        qconfig_mapping = QConfigMapping.from_dict(qconfig_mapping)
+    if not isinstance(qconfig_mapping, QConfigMapping):
+        raise ConfigTranslationError(
+            f"quantize_fx: qconfig_mapping is a {type(qconfig_mapping).__name__}; expected a "
+            "torch.ao.quantization.QConfigMapping (or its dict form)")
+    return _translate.qconfig_mapping_to_text(qconfig_mapping)
+
+
+def _expect_eval(model, function):
+    if model.training:
+        raise ConfigTranslationError(
+            f"{function}: the model is in training mode; fuselage quantizes for inference "
+            "(post-training): call model.eval() first (QAT is not supported)")
+
+
+def fuse_fx(model, fuse_custom_config=None, backend_config=None):
+    """The model with the backend config's fusion patterns fused (PyTorch's fuse_fx)."""
+    _refuse(fuse_custom_config, "fuse_custom_config")
+    _expect_eval(model, "fuse_fx")
+    core = _core()
+    m = core.from_torch(model)
+    core.fuse(m, config_text=_backend_text(backend_config))
+    return core.to_torch(m)
+
+
+def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
+               _equalization_config=None, backend_config=None):
+    """Fuses and inserts observers (PyTorch's prepare_fx); returns a GraphModule with
+    PyTorch's observer modules, calibrated by running it."""
+    _refuse(prepare_custom_config, "prepare_custom_config")
+    _refuse(_equalization_config, "_equalization_config")
+    _expect_eval(model, "prepare_fx")
+    core = _core()
+    text = _backend_text(backend_config)
+    mapping = _mapping_text(qconfig_mapping)
+    m = core.from_torch(model, example_inputs)
+    core.fuse(m, config_text=text)
+    core.prepare(m, config_text=text, qconfig_mapping_text=mapping)
+    prepared = core.to_torch(m)
+    setattr(prepared, _BACKEND_TEXT_ATTR, text)
+    return prepared
+
+
+def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower):
+    _refuse(convert_custom_config, "convert_custom_config")
+    if qconfig_mapping is not None:
+        # PyTorch allows a convert-time mapping that only narrows prepare's; fuselage's
+        # convert reads the observers prepare placed, so a different mapping is refused.
+        raise ConfigTranslationError(
+            "convert_fx: a qconfig_mapping at convert time is not supported; the mapping "
+            "given to prepare_fx decides what is quantized")
+    text = getattr(graph_module, _BACKEND_TEXT_ATTR, None)
+    if backend_config is not None and text is not None and _backend_text(backend_config) != text:
+        raise ConfigTranslationError(
+            "convert_fx: backend_config differs from the one given to prepare_fx")
+    core = _core()
+    m = core.from_torch(graph_module)
+    core.convert(m)
+    if lower:
+        core.lower(m)
+    return core.to_torch(m)
+
+
+def convert_fx(graph_module, convert_custom_config=None, _remove_qconfig=True,
+               qconfig_mapping=None, backend_config=None):
+    """A calibrated prepared model converted and lowered to native quantized ops
+    (PyTorch's convert_fx): a runnable GraphModule on PyTorch's quantized kernels."""
+    return _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config,
+                    lower=True)
+
+
+def convert_to_reference_fx(graph_module, convert_custom_config=None, _remove_qconfig=True,
+                            qconfig_mapping=None, backend_config=None):
+    """A calibrated prepared model converted to a reference quantized model
+    (dequantize -> float op -> quantize), PyTorch's convert_to_reference_fx."""
+    return _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config,
+                    lower=False)
