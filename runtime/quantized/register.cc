@@ -10,11 +10,14 @@
 #include "graph/module.h"
 #include "graph/status_macros.h"
 #include "runtime/kernel_args.h"
+#include "runtime/quantized/activations.h"
 #include "runtime/quantized/clamp.h"
 #include "runtime/quantized/conv.h"
 #include "runtime/quantized/elementwise.h"
 #include "runtime/quantized/linear.h"
+#include "runtime/quantized/normalization.h"
 #include "runtime/quantized/pooling.h"
+#include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/quantize.h"
 #include "runtime/quantized/shape_ops.h"
 
@@ -419,6 +422,202 @@ absl::StatusOr<Value> ArgumentToValue(const Argument& a) {
   }
 }
 
+
+// ---- Activations and normalization with their own output qparams ----
+
+// The output scale / zero point a quantized activation module keeps as attributes or
+// one-element buffers (nnq.Hardswish / nnq.ELU: attributes; nnq.LeakyReLU: buffers).
+absl::StatusOr<QuantParams> ModuleOutputQParams(const Module& m, absl::string_view scale_name,
+                                                absl::string_view zero_point_name) {
+  ASSIGN_OR_RETURN(double scale, AttrOrTensorNumber(m, scale_name));
+  ASSIGN_OR_RETURN(double zero_point, AttrOrTensorNumber(m, zero_point_name));
+  return QuantParams::PerTensor(scale, static_cast<int64_t>(zero_point));
+}
+
+double FloatAttrOr(const Module& m, absl::string_view name, double fallback,
+                   absl::Status& status) {
+  if (m.FindAttribute(name) == nullptr) return fallback;
+  absl::StatusOr<double> v = m.GetFloat(name);
+  if (!v.ok()) {
+    status = v.status();
+    return fallback;
+  }
+  return *v;
+}
+
+// nnq.BatchNorm2d / 3d, nniq.BNReLU2d / 3d: tensors weight, bias, running_mean,
+// running_var; attributes eps, scale, zero_point.
+ModuleKernel QuantizedBatchNormModule(bool relu) {
+  return [relu](const KernelContext&, const Module& m, absl::Span<const Value> args,
+                const ValueKwargs&) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
+    ASSIGN_OR_RETURN(const Tensor* mean, m.GetTensor("running_mean"));
+    ASSIGN_OR_RETURN(const Tensor* var, m.GetTensor("running_var"));
+    ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+    absl::Status status;
+    const double eps = FloatAttrOr(m, "eps", 1e-5, status);
+    RETURN_IF_ERROR(status);
+    const int64_t rank = m.type().name() == "nnq.BatchNorm3d" ||
+                                 m.type().name() == "nniq.BNReLU3d" ? 5 : 4;
+    if (x->dim() != rank) {
+      return absl::InvalidArgumentError(absl::StrCat(m.type().name(), ": input has shape ",
+                                                     x->ShapeString(), "; expected ", rank,
+                                                     "-D [N, C, ...]"));
+    }
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedBatchNorm(
+                                   *x, m.FindTensor("weight"), m.FindTensor("bias"), *mean,
+                                   *var, eps, out.scales[0], out.zero_points[0], relu));
+    return Value(std::move(y));
+  };
+}
+
+// torch.ops.quantized.batch_norm2d[_relu] / batch_norm3d[_relu](qx, weight, bias, mean,
+// var, eps, output_scale, output_zero_point).
+FunctionKernel QuantizedBatchNormFn(bool relu) {
+  return [relu](const KernelContext&, absl::Span<const Value> args,
+                const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(8));
+    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "qx"));
+    ASSIGN_OR_RETURN(const Tensor* weight, r.OptionalFloatTensor(1, "weight"));
+    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
+    ASSIGN_OR_RETURN(const Tensor* mean, r.GetFloatTensor(3, "mean"));
+    ASSIGN_OR_RETURN(const Tensor* var, r.GetFloatTensor(4, "var"));
+    ASSIGN_OR_RETURN(double eps, r.GetFloat(5, "eps"));
+    ASSIGN_OR_RETURN(Value scale_v, r.Required(6, "output_scale"));
+    ASSIGN_OR_RETURN(Value zp_v, r.Required(7, "output_zero_point"));
+    ASSIGN_OR_RETURN(double scale, NumberOf(scale_v, "output_scale"));
+    ASSIGN_OR_RETURN(int64_t zero_point, IntOf(zp_v, "output_zero_point"));
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedBatchNorm(*x, weight, bias, *mean, *var, eps,
+                                                             scale, zero_point, relu));
+    return Value(std::move(y));
+  };
+}
+
+// mean(input, dim=None, keepdim=False, dtype=None) on a quantized tensor.
+absl::StatusOr<Value> QuantizedMeanFn(const KernelContext&, absl::Span<const Value> args,
+                                      const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  RETURN_IF_ERROR(r.ExpectAtMostPositional(4));
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+  std::vector<int64_t> dims;
+  if (const Value* d = r.Find(1, "dim"); d != nullptr && !d->is_none()) {
+    ASSIGN_OR_RETURN(dims, r.OptionalInts(1, "dim", 0, {}));
+  }
+  ASSIGN_OR_RETURN(bool keepdim, r.OptionalBool(2, "keepdim", false));
+  if (const Value* dt = r.Find(3, "dtype"); dt != nullptr && !dt->is_none()) {
+    if (!dt->is_dtype() || dt->as_dtype() != x->dtype()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "quantized mean: arg 'dtype' is ", dt->ToString(),
+          "; only None or the input's own dtype is supported"));
+    }
+  }
+  ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedMean(*x, std::move(dims), keepdim));
+  return Value(std::move(y));
+}
+
+// ---- Ops that only move or select stored values ----
+
+// The stored integers of a per-tensor quantized tensor as float32 (exact for 8-bit
+// dtypes): a float kernel that only copies or selects elements (nearest interpolation,
+// max pooling) then computes exactly what the quantized kernel does.
+absl::StatusOr<Tensor> StoredValuesAsFloat(const Tensor& qx, absl::string_view what) {
+  RETURN_IF_ERROR(quantized::ExpectPerTensorQuantized(qx, what, "input"));
+  if (qx.dtype() == DType::kQInt32) {
+    return absl::UnimplementedError(absl::StrCat(what, ": qint32 input; expected quint8 or qint8"));
+  }
+  const std::vector<int32_t> q = quantized::IntValues(qx);
+  return Tensor::FromFloats(qx.shape(), std::vector<float>(q.begin(), q.end()));
+}
+
+// The float result of such a kernel back to stored integers with `like`'s dtype and
+// qparams. `requantize`: the float values are interpolated integers (bilinear), so they
+// are dequantized with the input's qparams and quantized again, as PyTorch's quantized
+// upsample_bilinear2d does (quantize_val(scale, zp, (v - zp) * scale)).
+absl::StatusOr<Tensor> StoredValuesFromFloat(const Value& result, const Tensor& like,
+                                             bool requantize, absl::string_view what) {
+  if (!result.is_tensor() || result.as_tensor().dtype() != DType::kFloat32) {
+    return absl::InternalError(absl::StrCat(what, ": the float kernel returned ",
+                                            result.ToString(), "; expected a float32 tensor"));
+  }
+  const Tensor& y = result.as_tensor();
+  const float scale = static_cast<float>(like.qparams().scales[0]);
+  const int64_t zero_point = like.qparams().zero_points[0];
+  const float inv_scale = quantized::InverseScale(like.qparams().scales[0]);
+  std::vector<int32_t> q(static_cast<size_t>(y.numel()));
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const float v = y.data<float>()[i];
+    q[i] = requantize ? quantized::QuantizeValue((v - static_cast<float>(zero_point)) * scale,
+                                                 inv_scale, zero_point, like.dtype())
+                      : quantized::RoundAndClamp(v, DTypeMin(like.dtype()),
+                                                 DTypeMax(like.dtype()));
+  }
+  return quantized::FromIntValues(like.dtype(), y.shape(), like.qparams(), q);
+}
+
+// Whether interpolate's mode (arg 3 / "mode", default nearest) computes new values.
+absl::StatusOr<bool> InterpolatesValues(const Value* mode, absl::string_view default_mode) {
+  const std::string m = mode == nullptr || mode->is_none() ? std::string(default_mode)
+                        : mode->is_string()                 ? std::string(mode->as_string())
+                                                            : "";
+  if (m == "nearest") return false;
+  if (m == "bilinear") return true;
+  return absl::UnimplementedError(
+      absl::StrCat("interpolate on a quantized tensor: mode ",
+                   mode == nullptr ? std::string(default_mode) : mode->ToString(),
+                   "; supported: 'nearest', 'bilinear'"));
+}
+
+// A quantized overload of a call_function / call_method whose float kernel only selects
+// values (`interpolates` false) or interpolates them (bilinear): the float kernel runs on
+// the stored integers. `interpolates(args, kwargs)` says which.
+FunctionKernel OnStoredValuesFn(
+    OpKind op, Symbol target,
+    std::function<absl::StatusOr<bool>(const ArgReader&)> interpolates) {
+  return [op, target, interpolates](const KernelContext& ctx, absl::Span<const Value> args,
+                                    const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    ASSIGN_OR_RETURN(const Tensor* qx, r.GetTensor(0, "input"));
+    ASSIGN_OR_RETURN(bool requantize, interpolates(r));
+    const FunctionKernel* kernel = ctx.registry.FindFunction(op, target);
+    if (kernel == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("no float kernel for ", target.name()));
+    }
+    ASSIGN_OR_RETURN(Tensor x, StoredValuesAsFloat(*qx, target.name()));
+    std::vector<Value> float_args(args.begin(), args.end());
+    float_args[0] = Value(std::move(x));
+    ASSIGN_OR_RETURN(Value y, (*kernel)(ctx, float_args, kwargs));
+    ASSIGN_OR_RETURN(Tensor out, StoredValuesFromFloat(y, *qx, requantize, target.name()));
+    return Value(std::move(out));
+  };
+}
+
+// The same for a module type (nn.Upsample and friends, nn.AdaptiveMaxPool2d).
+ModuleKernel OnStoredValuesModule(std::function<absl::StatusOr<bool>(const Module&)> interpolates) {
+  return [interpolates](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
+                        const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(const Tensor* qx, OnlyTensorInput(args, m));
+    ASSIGN_OR_RETURN(bool requantize, interpolates(m));
+    const ModuleKernel* kernel = ctx.registry.FindModule(m.type());
+    if (kernel == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("no float kernel for ", m.type().name()));
+    }
+    ASSIGN_OR_RETURN(Tensor x, StoredValuesAsFloat(*qx, m.type().name()));
+    const std::vector<Value> float_args = {Value(std::move(x))};
+    ASSIGN_OR_RETURN(Value y, (*kernel)(ctx, m, float_args, kwargs));
+    ASSIGN_OR_RETURN(Tensor out, StoredValuesFromFloat(y, *qx, requantize, m.type().name()));
+    return Value(std::move(out));
+  };
+}
+
+absl::StatusOr<bool> UpsampleInterpolates(const Module& m, absl::string_view default_mode) {
+  const Argument* a = m.FindAttribute("mode");
+  if (a == nullptr || a->is_none()) return InterpolatesValues(nullptr, default_mode);
+  if (!a->is_string()) return InterpolatesValues(nullptr, "");
+  const Value mode = Value::String(std::string(a->as_string()));
+  return InterpolatesValues(&mode, default_mode);
+}
+
 // ---- Functions ----
 
 absl::StatusOr<Value> QuantizePerTensorFn(const KernelContext&, absl::Span<const Value> args,
@@ -600,6 +799,38 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"nnq.ReLU6", UnaryModule([](const Module&, const Tensor& x) {
          return quantized::QuantizedHardtanh(x, 0.0, 6.0);
        })},
+      {"nnq.Hardswish", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+         return quantized::QuantizedHardswish(x, out.scales[0], out.zero_points[0]);
+       })},
+      {"nnq.ELU", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+         absl::Status status;
+         const double alpha = FloatAttrOr(m, "alpha", 1.0, status);
+         RETURN_IF_ERROR(status);
+         return quantized::QuantizedElu(x, out.scales[0], out.zero_points[0], alpha);
+       })},
+      {"nnq.LeakyReLU", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+         absl::Status status;
+         const double slope = FloatAttrOr(m, "negative_slope", 0.01, status);
+         RETURN_IF_ERROR(status);
+         return quantized::QuantizedLeakyRelu(x, slope, out.scales[0], out.zero_points[0]);
+       })},
+      {"nnq.Sigmoid", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out,
+                          ModuleOutputQParams(m, "output_scale", "output_zero_point"));
+         return quantized::QuantizedSigmoid(x, out);
+       })},
+      {"nnq.BatchNorm2d", QuantizedBatchNormModule(false)},
+      {"nnq.BatchNorm3d", QuantizedBatchNormModule(false)},
+      {"nniq.BNReLU2d", QuantizedBatchNormModule(true)},
+      {"nniq.BNReLU3d", QuantizedBatchNormModule(true)},
+      // nnq.Dropout is the identity in eval mode; the value keeps its qparams.
+      {"nnq.Dropout", UnaryModule([](const Module&, const Tensor& x) -> absl::StatusOr<Tensor> {
+         RETURN_IF_ERROR(quantized::ExpectQuantized(x, "nnq.Dropout", "input"));
+         return x;
+       })},
       {"nnqr.Conv2d", ReferenceModule("nn.Conv2d")},
       {"nnqr.Linear", ReferenceModule("nn.Linear")},
   };
@@ -632,6 +863,33 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          ASSIGN_OR_RETURN(Pool2dParams p, ModulePoolParams(m, false));
          return quantized::QuantizedAvgPool2d(x, p);
        })},
+      {"nn.Sigmoid", UnaryModule([](const Module&, const Tensor& x) {
+         return quantized::QuantizedSigmoid(x);
+       })},
+      {"nn.Hardsigmoid", UnaryModule([](const Module&, const Tensor& x) {
+         return quantized::QuantizedHardsigmoid(x);
+       })},
+      {"nn.Tanh", UnaryModule([](const Module&, const Tensor& x) {
+         return quantized::QuantizedTanh(x);
+       })},
+      // F.leaky_relu on a quantized tensor keeps the input's qparams.
+      {"nn.LeakyReLU", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         absl::Status status;
+         const double slope = FloatAttrOr(m, "negative_slope", 0.01, status);
+         RETURN_IF_ERROR(status);
+         return quantized::QuantizedLeakyRelu(x, slope);
+       })},
+      {"nn.AdaptiveMaxPool2d",
+       OnStoredValuesModule([](const Module&) -> absl::StatusOr<bool> { return false; })},
+      {"nn.Upsample", OnStoredValuesModule([](const Module& m) {
+         return UpsampleInterpolates(m, "nearest");
+       })},
+      {"nn.UpsamplingNearest2d", OnStoredValuesModule([](const Module& m) {
+         return UpsampleInterpolates(m, "nearest");
+       })},
+      {"nn.UpsamplingBilinear2d", OnStoredValuesModule([](const Module& m) {
+         return UpsampleInterpolates(m, "bilinear");
+       })},
       {"nn.AdaptiveAvgPool2d",
        UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
          const Argument* size = m.FindAttribute("output_size");
@@ -649,6 +907,10 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
 
   const FunctionKernel relu = UnaryFunction(
       [](const ArgReader&, const Tensor& x) { return quantized::QuantizedRelu(x); });
+  const FunctionKernel sigmoid = UnaryFunction(
+      [](const ArgReader&, const Tensor& x) { return quantized::QuantizedSigmoid(x); });
+  const FunctionKernel tanh = UnaryFunction(
+      [](const ArgReader&, const Tensor& x) { return quantized::QuantizedTanh(x); });
   const std::vector<std::pair<const char*, FunctionKernel>> functions = {
       {"torch.quantize_per_tensor", QuantizePerTensorFn},
       {"torch.quantize_per_channel", QuantizePerChannelFn},
@@ -660,6 +922,22 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"torch.ops.quantized.cat", CatFn(true)},
       {"torch.ops.quantized.conv2d", FunctionalConv2dFn(false)},
       {"torch.ops.quantized.conv2d_relu", FunctionalConv2dFn(true)},
+      {"torch.ops.quantized.batch_norm2d", QuantizedBatchNormFn(false)},
+      {"torch.ops.quantized.batch_norm2d_relu", QuantizedBatchNormFn(true)},
+      {"torch.ops.quantized.batch_norm3d", QuantizedBatchNormFn(false)},
+      {"torch.ops.quantized.batch_norm3d_relu", QuantizedBatchNormFn(true)},
+      // quantized::hardswish(input, output_scale, output_zero_point)
+      {"torch.ops.quantized.hardswish",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 1));
+         return quantized::QuantizedHardswish(x, out.scale, out.zero_point);
+       })},
+      // quantized::sigmoid(qx, output_scale, output_zero_point)
+      {"torch.ops.quantized.sigmoid",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 1));
+         return quantized::QuantizedSigmoid(x, QuantParams::PerTensor(out.scale, out.zero_point));
+       })},
       {"torch.ops.quantized.linear", FunctionalLinearFn(false)},
       {"torch.ops.quantized.linear_relu", FunctionalLinearFn(true)},
   };
@@ -698,13 +976,41 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          return quantized::QuantizedAdaptiveAvgPool2d(x, out);
        })},
       {"torch.cat", CatFn(false)},
+      {"torch.sigmoid", sigmoid},
+      {"torch.nn.functional.sigmoid", sigmoid},
+      {"torch.nn.functional.hardsigmoid", UnaryFunction([](const ArgReader&, const Tensor& x) {
+         return quantized::QuantizedHardsigmoid(x);
+       })},
+      {"torch.tanh", tanh},
+      {"torch.nn.functional.tanh", tanh},
+      {"torch.nn.functional.leaky_relu",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(double slope, r.OptionalFloat(1, "negative_slope", 0.01));
+         return quantized::QuantizedLeakyRelu(x, slope);
+       })},
+      {"torch.mean", QuantizedMeanFn},
+      {"torch.nn.functional.interpolate",
+       OnStoredValuesFn(OpKind::kCallFunction,
+                        Symbol::Intern("torch.nn.functional.interpolate"),
+                        [](const ArgReader& r) {
+                          return InterpolatesValues(r.Find(3, "mode"), "nearest");
+                        })},
+      {"torch.nn.functional.adaptive_max_pool2d",
+       OnStoredValuesFn(OpKind::kCallFunction,
+                        Symbol::Intern("torch.nn.functional.adaptive_max_pool2d"),
+                        [](const ArgReader&) -> absl::StatusOr<bool> { return false; })},
   };
   for (const auto& [target, kernel] : function_overloads) {
     RETURN_IF_ERROR(registry.RegisterQuantizedFunctionOverload(OpKind::kCallFunction,
                                                                Symbol::Intern(target), kernel));
   }
-  RETURN_IF_ERROR(registry.RegisterQuantizedFunctionOverload(OpKind::kCallMethod,
-                                                             Symbol::Intern("relu"), relu));
+  const std::vector<std::pair<const char*, FunctionKernel>> method_overloads = {
+      {"relu", relu}, {"sigmoid", sigmoid}, {"tanh", tanh}, {"mean", QuantizedMeanFn},
+  };
+  for (const auto& [target, kernel] : method_overloads) {
+    RETURN_IF_ERROR(registry.RegisterQuantizedFunctionOverload(OpKind::kCallMethod,
+                                                               Symbol::Intern(target), kernel));
+  }
   // torch.clamp, Tensor.clamp, F.hardtanh_: what lowering leaves on quantized tensors.
   RETURN_IF_ERROR(RegisterQuantizedClampKernels(registry));
   return absl::OkStatus();

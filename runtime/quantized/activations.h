@@ -1,0 +1,59 @@
+// Elementwise activations on quantized tensors, reproducing PyTorch 1.13's CPU kernels
+// (aten/src/ATen/native/quantized/cpu/kernels/QuantizedOpKernels.cpp, the vectorized
+// body used by the onednn / fbgemm engines; the QNNPACK engine's own sigmoid / hardswish
+// are not modelled). Every kernel dequantizes each element as the vector body does,
+// fma(scale, q, scale * -zero_point) in float, computes the activation in float and
+// quantizes with quantize_val(output scale, output zero point).
+//
+//   QuantizedHardswish   nnq.Hardswish / quantized::hardswish: x * clamp(x + 3, 0, 6) / 6,
+//                        to the module's output qparams.
+//   QuantizedElu         nnq.ELU / quantized::elu: x >= 0 ? x : alpha * (exp(x) - 1).
+//   QuantizedLeakyRelu   nnq.LeakyReLU / quantized::leaky_relu: x > 0 ? x : x * slope;
+//                        output qparams given, or the input's (F.leaky_relu on a
+//                        quantized tensor).
+//   QuantizedSigmoid     torch.sigmoid on a quantized tensor: fixed output qparams
+//   QuantizedHardsigmoid F.hardsigmoid:  clamp(x + 3, 0, 6) / 6      (FixedSigmoidQParams)
+//   QuantizedTanh        torch.tanh:     fixed output qparams         (FixedTanhQParams)
+//
+// Example:
+//   ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedSigmoid(qx));  // quint8: 1/256, zp 0
+//
+// Inputs are per-tensor quantized (quint8 / qint8); errors name the op and the field.
+// PyTorch's scalar tail (the last elements of a row that do not fill a vector) uses
+// dequantize_val (scale * (q - zp)), and its vector exp / tanh are Sleef's: either can
+// move a result sitting on a rounding boundary by one step (tests measure how often).
+#ifndef FUSELAGE_RUNTIME_QUANTIZED_ACTIVATIONS_H_
+#define FUSELAGE_RUNTIME_QUANTIZED_ACTIVATIONS_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "graph/tensor.h"
+
+namespace fuselage {
+namespace quantized {
+
+// The fixed output qparams PyTorch's quantized sigmoid / hardsigmoid (range [0, 1]) and
+// tanh (range [-1, 1]) kernels give their outputs, for dtype quint8 / qint8.
+QuantParams FixedSigmoidQParams(DType dtype);
+QuantParams FixedTanhQParams(DType dtype);
+
+absl::StatusOr<Tensor> QuantizedHardswish(const Tensor& qx, double output_scale,
+                                          int64_t output_zero_point);
+absl::StatusOr<Tensor> QuantizedElu(const Tensor& qx, double output_scale,
+                                    int64_t output_zero_point, double alpha);
+absl::StatusOr<Tensor> QuantizedLeakyRelu(const Tensor& qx, double negative_slope,
+                                          std::optional<double> output_scale = std::nullopt,
+                                          std::optional<int64_t> output_zero_point =
+                                              std::nullopt);
+// `output` absent: the fixed qparams above (torch.sigmoid); present: nnq.Sigmoid's.
+absl::StatusOr<Tensor> QuantizedSigmoid(const Tensor& qx,
+                                        std::optional<QuantParams> output = std::nullopt);
+absl::StatusOr<Tensor> QuantizedHardsigmoid(const Tensor& qx);
+absl::StatusOr<Tensor> QuantizedTanh(const Tensor& qx);
+
+}  // namespace quantized
+}  // namespace fuselage
+
+#endif  // FUSELAGE_RUNTIME_QUANTIZED_ACTIVATIONS_H_
