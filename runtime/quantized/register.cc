@@ -19,6 +19,7 @@
 #include "runtime/quantized/pooling.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/quantize.h"
+#include "runtime/quantized/resample.h"
 #include "runtime/quantized/shape_ops.h"
 
 namespace fuselage {
@@ -531,54 +532,73 @@ absl::StatusOr<Tensor> StoredValuesAsFloat(const Tensor& qx, absl::string_view w
 }
 
 // The float result of such a kernel back to stored integers with `like`'s dtype and
-// qparams. `requantize`: the float values are interpolated integers (bilinear), so they
-// are dequantized with the input's qparams and quantized again, as PyTorch's quantized
-// upsample_bilinear2d does (quantize_val(scale, zp, (v - zp) * scale)).
+// qparams.
 absl::StatusOr<Tensor> StoredValuesFromFloat(const Value& result, const Tensor& like,
-                                             bool requantize, absl::string_view what) {
+                                             absl::string_view what) {
   if (!result.is_tensor() || result.as_tensor().dtype() != DType::kFloat32) {
     return absl::InternalError(absl::StrCat(what, ": the float kernel returned ",
                                             result.ToString(), "; expected a float32 tensor"));
   }
   const Tensor& y = result.as_tensor();
-  const float scale = static_cast<float>(like.qparams().scales[0]);
-  const int64_t zero_point = like.qparams().zero_points[0];
-  const float inv_scale = quantized::InverseScale(like.qparams().scales[0]);
   std::vector<int32_t> q(static_cast<size_t>(y.numel()));
   for (int64_t i = 0; i < y.numel(); ++i) {
-    const float v = y.data<float>()[i];
-    q[i] = requantize ? quantized::QuantizeValue((v - static_cast<float>(zero_point)) * scale,
-                                                 inv_scale, zero_point, like.dtype())
-                      : quantized::RoundAndClamp(v, DTypeMin(like.dtype()),
-                                                 DTypeMax(like.dtype()));
+    q[i] = quantized::RoundAndClamp(y.data<float>()[i], DTypeMin(like.dtype()),
+                                    DTypeMax(like.dtype()));
   }
   return quantized::FromIntValues(like.dtype(), y.shape(), like.qparams(), q);
 }
 
-// Whether interpolate's mode (arg 3 / "mode", default nearest) computes new values.
-absl::StatusOr<bool> InterpolatesValues(const Value* mode, absl::string_view default_mode) {
-  const std::string m = mode == nullptr || mode->is_none() ? std::string(default_mode)
-                        : mode->is_string()                 ? std::string(mode->as_string())
-                                                            : "";
-  if (m == "nearest") return false;
-  if (m == "bilinear") return true;
-  return absl::UnimplementedError(
-      absl::StrCat("interpolate on a quantized tensor: mode ",
-                   mode == nullptr ? std::string(default_mode) : mode->ToString(),
-                   "; supported: 'nearest', 'bilinear'"));
+// The (h, w) of a size / scale_factor arg (an int / float or a pair; None: absent).
+absl::StatusOr<std::optional<std::array<double, 2>>> SpatialPairOf(const Value* v,
+                                                                   absl::string_view name) {
+  if (v == nullptr || v->is_none()) return std::optional<std::array<double, 2>>();
+  if (v->is_number()) return std::optional<std::array<double, 2>>({v->as_float(), v->as_float()});
+  if (v->is_list() && v->items().size() == 2 && v->items()[0].is_number() &&
+      v->items()[1].is_number()) {
+    return std::optional<std::array<double, 2>>(
+        {v->items()[0].as_float(), v->items()[1].as_float()});
+  }
+  return absl::InvalidArgumentError(absl::StrCat("interpolate: arg '", name, "' is ",
+                                                 v->ToString(),
+                                                 "; expected a number or two numbers"));
 }
 
-// A quantized overload of a call_function / call_method whose float kernel only selects
-// values (`interpolates` false) or interpolates them (bilinear): the float kernel runs on
-// the stored integers. `interpolates(args, kwargs)` says which.
-FunctionKernel OnStoredValuesFn(
-    OpKind op, Symbol target,
-    std::function<absl::StatusOr<bool>(const ArgReader&)> interpolates) {
-  return [op, target, interpolates](const KernelContext& ctx, absl::Span<const Value> args,
-                                    const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+// Bilinear interpolate / upsample of a quantized tensor from PyTorch's arguments: the
+// output size is `size`, or floor(in * scale_factor), and the scales are passed on to the
+// kernel unless recompute_scale_factor is set (as F.interpolate does).
+absl::StatusOr<Tensor> QuantizedBilinear(const Tensor& qx, const Value* size, const Value* scale,
+                                         bool align_corners, bool recompute) {
+  ASSIGN_OR_RETURN(auto sizes, SpatialPairOf(size, "size"));
+  ASSIGN_OR_RETURN(auto scales, SpatialPairOf(scale, "scale_factor"));
+  if (sizes.has_value() == scales.has_value()) {
+    return absl::InvalidArgumentError(
+        "interpolate: exactly one of 'size' and 'scale_factor' must be given");
+  }
+  if (qx.dim() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bilinear interpolate: input has shape ", qx.ShapeString(), "; expected [N, C, H, W]"));
+  }
+  std::array<int64_t, 2> out{};
+  if (sizes.has_value()) {
+    out = {static_cast<int64_t>((*sizes)[0]), static_cast<int64_t>((*sizes)[1])};
+  } else {
+    for (int i = 0; i < 2; ++i) {
+      out[i] = static_cast<int64_t>(
+          std::floor(static_cast<double>(qx.shape()[2 + i]) * (*scales)[i]));
+    }
+  }
+  return quantized::QuantizedUpsampleBilinear2d(
+      qx, out, align_corners,
+      scales.has_value() && !recompute ? scales : std::optional<std::array<double, 2>>());
+}
+
+// A quantized overload of a call_function whose float kernel only selects values
+// (adaptive_max_pool2d): the float kernel runs on the stored integers.
+FunctionKernel OnStoredValuesFn(OpKind op, Symbol target) {
+  return [op, target](const KernelContext& ctx, absl::Span<const Value> args,
+                      const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
     ArgReader r(args, kwargs);
     ASSIGN_OR_RETURN(const Tensor* qx, r.GetTensor(0, "input"));
-    ASSIGN_OR_RETURN(bool requantize, interpolates(r));
     const FunctionKernel* kernel = ctx.registry.FindFunction(op, target);
     if (kernel == nullptr) {
       return absl::UnimplementedError(absl::StrCat("no float kernel for ", target.name()));
@@ -587,35 +607,104 @@ FunctionKernel OnStoredValuesFn(
     std::vector<Value> float_args(args.begin(), args.end());
     float_args[0] = Value(std::move(x));
     ASSIGN_OR_RETURN(Value y, (*kernel)(ctx, float_args, kwargs));
-    ASSIGN_OR_RETURN(Tensor out, StoredValuesFromFloat(y, *qx, requantize, target.name()));
+    ASSIGN_OR_RETURN(Tensor out, StoredValuesFromFloat(y, *qx, target.name()));
     return Value(std::move(out));
   };
 }
 
-// The same for a module type (nn.Upsample and friends, nn.AdaptiveMaxPool2d).
-ModuleKernel OnStoredValuesModule(std::function<absl::StatusOr<bool>(const Module&)> interpolates) {
-  return [interpolates](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
-                        const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ASSIGN_OR_RETURN(const Tensor* qx, OnlyTensorInput(args, m));
-    ASSIGN_OR_RETURN(bool requantize, interpolates(m));
-    const ModuleKernel* kernel = ctx.registry.FindModule(m.type());
-    if (kernel == nullptr) {
-      return absl::UnimplementedError(absl::StrCat("no float kernel for ", m.type().name()));
+// F.interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
+// recompute_scale_factor=None, antialias=False) on a quantized tensor: nearest copies
+// stored values (the float kernel on them), bilinear is QuantizedUpsampleBilinear2d.
+absl::StatusOr<Value> QuantizedInterpolateFn(const KernelContext& ctx,
+                                             absl::Span<const Value> args,
+                                             const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  ASSIGN_OR_RETURN(const Tensor* qx, r.GetTensor(0, "input"));
+  std::string mode = "nearest";
+  if (const Value* v = r.Find(3, "mode"); v != nullptr && !v->is_none()) {
+    if (!v->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("interpolate: arg 'mode' is ", v->ToString(), "; expected a string"));
     }
-    ASSIGN_OR_RETURN(Tensor x, StoredValuesAsFloat(*qx, m.type().name()));
-    const std::vector<Value> float_args = {Value(std::move(x))};
-    ASSIGN_OR_RETURN(Value y, (*kernel)(ctx, m, float_args, kwargs));
-    ASSIGN_OR_RETURN(Tensor out, StoredValuesFromFloat(y, *qx, requantize, m.type().name()));
-    return Value(std::move(out));
-  };
+    mode = std::string(v->as_string());
+  }
+  if (mode == "nearest") {
+    return OnStoredValuesFn(OpKind::kCallFunction,
+                            Symbol::Intern("torch.nn.functional.interpolate"))(ctx, args, kwargs);
+  }
+  if (mode != "bilinear") {
+    return absl::UnimplementedError(absl::StrCat(
+        "interpolate on a quantized tensor: mode '", mode, "'; supported: nearest, bilinear"));
+  }
+  ASSIGN_OR_RETURN(bool align_corners, r.OptionalBool(4, "align_corners", false));
+  ASSIGN_OR_RETURN(bool recompute, r.OptionalBool(5, "recompute_scale_factor", false));
+  ASSIGN_OR_RETURN(bool antialias, r.OptionalBool(6, "antialias", false));
+  if (antialias) return absl::UnimplementedError("interpolate: antialias=True");
+  ASSIGN_OR_RETURN(Tensor y, QuantizedBilinear(*qx, r.Find(1, "size"), r.Find(2, "scale_factor"),
+                                               align_corners, recompute));
+  return Value(std::move(y));
 }
 
-absl::StatusOr<bool> UpsampleInterpolates(const Module& m, absl::string_view default_mode) {
-  const Argument* a = m.FindAttribute("mode");
-  if (a == nullptr || a->is_none()) return InterpolatesValues(nullptr, default_mode);
-  if (!a->is_string()) return InterpolatesValues(nullptr, "");
-  const Value mode = Value::String(std::string(a->as_string()));
-  return InterpolatesValues(&mode, default_mode);
+// nn.AdaptiveMaxPool2d on a quantized tensor: its float kernel on the stored integers.
+absl::StatusOr<Value> QuantizedAdaptiveMaxPoolModule(const KernelContext& ctx, const Module& m,
+                                                     absl::Span<const Value> args,
+                                                     const ValueKwargs& kwargs) {
+  ASSIGN_OR_RETURN(const Tensor* qx, OnlyTensorInput(args, m));
+  const ModuleKernel* kernel = ctx.registry.FindModule(m.type());
+  if (kernel == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("no float kernel for ", m.type().name()));
+  }
+  ASSIGN_OR_RETURN(Tensor x, StoredValuesAsFloat(*qx, m.type().name()));
+  const std::vector<Value> float_args = {Value(std::move(x))};
+  ASSIGN_OR_RETURN(Value y, (*kernel)(ctx, m, float_args, kwargs));
+  ASSIGN_OR_RETURN(Tensor out, StoredValuesFromFloat(y, *qx, m.type().name()));
+  return Value(std::move(out));
+}
+
+// nn.Upsample / nn.UpsamplingNearest2d / nn.UpsamplingBilinear2d on a quantized tensor:
+// their attributes are interpolate's arguments (the last two fix mode, and bilinear
+// align_corners=True, in their constructors).
+ModuleKernel QuantizedUpsampleModule(absl::string_view default_mode) {
+  const std::string fallback(default_mode);
+  return [fallback](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
+                    const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(const Tensor* qx, OnlyTensorInput(args, m));
+    std::string mode = fallback;
+    if (const Argument* a = m.FindAttribute("mode"); a != nullptr && !a->is_none()) {
+      if (!a->is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(m.type().name(), ": attribute 'mode' is ",
+                                                       a->ToString(), "; expected a string"));
+      }
+      mode = std::string(a->as_string());
+    }
+    if (mode == "nearest") {
+      return QuantizedAdaptiveMaxPoolModule(ctx, m, args, kwargs);  // copies values too
+    }
+    if (mode != "bilinear") {
+      return absl::UnimplementedError(absl::StrCat(m.type().name(), " on a quantized tensor: mode '",
+                                                   mode, "'; supported: nearest, bilinear"));
+    }
+    bool align_corners = false;
+    if (const Argument* a = m.FindAttribute("align_corners"); a != nullptr && !a->is_none()) {
+      ASSIGN_OR_RETURN(align_corners, m.GetBool("align_corners"));
+    }
+    std::optional<Value> size, scale;
+    if (const Argument* a = m.FindAttribute("size"); a != nullptr && !a->is_none()) {
+      ASSIGN_OR_RETURN(size, ArgumentToValue(*a));
+    }
+    if (const Argument* a = m.FindAttribute("scale_factor"); a != nullptr && !a->is_none()) {
+      ASSIGN_OR_RETURN(scale, ArgumentToValue(*a));
+    }
+    bool recompute = false;
+    if (const Argument* a = m.FindAttribute("recompute_scale_factor");
+        a != nullptr && !a->is_none()) {
+      ASSIGN_OR_RETURN(recompute, m.GetBool("recompute_scale_factor"));
+    }
+    ASSIGN_OR_RETURN(Tensor y, QuantizedBilinear(*qx, size ? &*size : nullptr,
+                                                 scale ? &*scale : nullptr, align_corners,
+                                                 recompute));
+    return Value(std::move(y));
+  };
 }
 
 // ---- Functions ----
@@ -879,17 +968,10 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          RETURN_IF_ERROR(status);
          return quantized::QuantizedLeakyRelu(x, slope);
        })},
-      {"nn.AdaptiveMaxPool2d",
-       OnStoredValuesModule([](const Module&) -> absl::StatusOr<bool> { return false; })},
-      {"nn.Upsample", OnStoredValuesModule([](const Module& m) {
-         return UpsampleInterpolates(m, "nearest");
-       })},
-      {"nn.UpsamplingNearest2d", OnStoredValuesModule([](const Module& m) {
-         return UpsampleInterpolates(m, "nearest");
-       })},
-      {"nn.UpsamplingBilinear2d", OnStoredValuesModule([](const Module& m) {
-         return UpsampleInterpolates(m, "bilinear");
-       })},
+      {"nn.AdaptiveMaxPool2d", QuantizedAdaptiveMaxPoolModule},
+      {"nn.Upsample", QuantizedUpsampleModule("nearest")},
+      {"nn.UpsamplingNearest2d", QuantizedUpsampleModule("nearest")},
+      {"nn.UpsamplingBilinear2d", QuantizedUpsampleModule("bilinear")},
       {"nn.AdaptiveAvgPool2d",
        UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
          const Argument* size = m.FindAttribute("output_size");
@@ -989,16 +1071,10 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          return quantized::QuantizedLeakyRelu(x, slope);
        })},
       {"torch.mean", QuantizedMeanFn},
-      {"torch.nn.functional.interpolate",
-       OnStoredValuesFn(OpKind::kCallFunction,
-                        Symbol::Intern("torch.nn.functional.interpolate"),
-                        [](const ArgReader& r) {
-                          return InterpolatesValues(r.Find(3, "mode"), "nearest");
-                        })},
+      {"torch.nn.functional.interpolate", QuantizedInterpolateFn},
       {"torch.nn.functional.adaptive_max_pool2d",
        OnStoredValuesFn(OpKind::kCallFunction,
-                        Symbol::Intern("torch.nn.functional.adaptive_max_pool2d"),
-                        [](const ArgReader&) -> absl::StatusOr<bool> { return false; })},
+                        Symbol::Intern("torch.nn.functional.adaptive_max_pool2d"))},
   };
   for (const auto& [target, kernel] : function_overloads) {
     RETURN_IF_ERROR(registry.RegisterQuantizedFunctionOverload(OpKind::kCallFunction,

@@ -20,6 +20,19 @@
 //   max_pool2d / avg_pool2d / adaptive_avg_pool2d, torch.cat (requantizes to the first
 //   input's qparams, as at::cat does); call_method relu. flatten / view / reshape need no
 //   overload: the float side's shape kernels keep the bytes and qparams.
+// Activations and normalization (runtime/quantized/activations.h, normalization.h,
+//   resample.h): modules nnq.Hardswish, nnq.ELU (attributes scale / zero_point [/ alpha]),
+//   nnq.LeakyReLU (scale / zero_point as attributes or 0-d buffers, negative_slope),
+//   nnq.Sigmoid (output_scale / output_zero_point), nnq.BatchNorm2d / 3d and
+//   nniq.BNReLU2d / 3d (weight, bias, running_mean, running_var; eps; scale /
+//   zero_point), nnq.Dropout (identity); functions torch.ops.quantized.hardswish /
+//   sigmoid (input, output_scale, output_zero_point), torch.ops.quantized.batch_norm2d /
+//   3d [_relu] (qx, weight, bias, mean, var, eps, output_scale, output_zero_point).
+//   Quantized overloads: nn.Sigmoid, nn.Hardsigmoid, nn.Tanh (PyTorch's fixed output
+//   qparams), nn.LeakyReLU, nn.AdaptiveMaxPool2d, nn.Upsample, nn.UpsamplingNearest2d,
+//   nn.UpsamplingBilinear2d; torch.sigmoid, torch.tanh, torch.nn.functional.sigmoid /
+//   tanh / hardsigmoid / leaky_relu / interpolate (nearest, bilinear) /
+//   adaptive_max_pool2d, torch.mean; call_method sigmoid, tanh, mean.
 #ifndef FUSELAGE_RUNTIME_QUANTIZED_REGISTER_H_
 #define FUSELAGE_RUNTIME_QUANTIZED_REGISTER_H_
 
