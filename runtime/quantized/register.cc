@@ -175,6 +175,59 @@ ModuleKernel QuantizedConvModule(bool relu) {
   };
 }
 
+// A per-dim conv attribute of `spatial` ints (an int broadcasts), `fallback` when absent.
+absl::StatusOr<std::vector<int64_t>> AttrInts(const Module& m, absl::string_view name,
+                                              size_t spatial, int64_t fallback) {
+  if (m.FindAttribute(name) == nullptr) return std::vector<int64_t>(spatial, fallback);
+  return m.GetInts(name, spatial);
+}
+
+// The conv attributes of nnq.Conv1d / Conv3d / ConvTranspose*d (graph/NAMING.md: PyTorch's
+// own fields) for `spatial` dims.
+absl::StatusOr<quantized::QuantizedConvParams> ReadConvNdParams(const Module& m, size_t spatial,
+                                                                bool transposed) {
+  quantized::QuantizedConvParams p;
+  ASSIGN_OR_RETURN(p.stride, AttrInts(m, "stride", spatial, 1));
+  ASSIGN_OR_RETURN(p.padding, AttrInts(m, "padding", spatial, 0));
+  ASSIGN_OR_RETURN(p.dilation, AttrInts(m, "dilation", spatial, 1));
+  if (transposed) {
+    ASSIGN_OR_RETURN(p.output_padding, AttrInts(m, "output_padding", spatial, 0));
+  }
+  if (m.FindAttribute("groups") != nullptr) {
+    ASSIGN_OR_RETURN(p.groups, m.GetInt("groups"));
+  }
+  if (const Argument* mode = m.FindAttribute("padding_mode")) {
+    if (!mode->is_string() || mode->as_string() != "zeros") {
+      return absl::UnimplementedError(absl::StrCat(m.type().name(), " attribute 'padding_mode' is ",
+                                                   mode->ToString(), "; only 'zeros' is supported"));
+    }
+  }
+  return p;
+}
+
+// nnq.Conv1d / Conv3d, nniq.ConvReLU1d / 3d, nnq.ConvTranspose1d / 2d / 3d.
+ModuleKernel QuantizedConvNdModule(size_t spatial, bool relu, bool transposed) {
+  return [spatial, relu, transposed](const KernelContext&, const Module& m,
+                                     absl::Span<const Value> args,
+                                     const ValueKwargs&) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
+    ASSIGN_OR_RETURN(QuantizedModuleParts parts, ReadQuantizedModule(m));
+    ASSIGN_OR_RETURN(quantized::QuantizedConvParams p, ReadConvNdParams(m, spatial, transposed));
+    if (x->dim() != static_cast<int64_t>(spatial) + 2) {
+      return absl::InvalidArgumentError(absl::StrCat(m.type().name(), ": input has shape ",
+                                                     x->ShapeString(), "; expected ",
+                                                     spatial + 2, "-D [N, C, ...]"));
+    }
+    ASSIGN_OR_RETURN(Tensor y, transposed ? quantized::QuantizedConvTransposeNd(
+                                                *x, *parts.weight, parts.bias, p, parts.scale,
+                                                parts.zero_point)
+                                          : quantized::QuantizedConvNd(
+                                                *x, *parts.weight, parts.bias, p, parts.scale,
+                                                parts.zero_point, relu));
+    return Value(std::move(y));
+  };
+}
+
 ModuleKernel QuantizedConvAddModule(bool relu) {
   return [relu](const KernelContext&, const Module& m, absl::Span<const Value> args,
                 const ValueKwargs&) -> absl::StatusOr<Value> {
@@ -854,6 +907,31 @@ FunctionKernel FunctionalConv2dFn(bool relu) {
   };
 }
 
+// torch.ops.quantized.conv1d / conv3d [_relu], as conv2d above with `spatial` dims per
+// parameter (an int broadcasts).
+FunctionKernel FunctionalConvNdFn(size_t spatial, bool relu) {
+  return [spatial, relu](const KernelContext&, absl::Span<const Value> args,
+                         const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(9));
+    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+    ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(1, "weight"));
+    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
+    quantized::QuantizedConvParams p;
+    ASSIGN_OR_RETURN(p.stride, r.OptionalInts(3, "stride", spatial,
+                                              std::vector<int64_t>(spatial, 1)));
+    ASSIGN_OR_RETURN(p.padding, r.OptionalInts(4, "padding", spatial,
+                                               std::vector<int64_t>(spatial, 0)));
+    ASSIGN_OR_RETURN(p.dilation, r.OptionalInts(5, "dilation", spatial,
+                                                std::vector<int64_t>(spatial, 1)));
+    ASSIGN_OR_RETURN(p.groups, r.OptionalInt(6, "groups", 1));
+    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 7));
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConvNd(*x, *w, bias, p, out.scale,
+                                                          out.zero_point, relu));
+    return Value(std::move(y));
+  };
+}
+
 // torch.ops.quantized.linear[_relu] as lowering writes it for F.linear:
 // (input, weight, bias=None, *, output_scale, output_zero_point).
 FunctionKernel FunctionalLinearFn(bool relu) {
@@ -880,6 +958,13 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"nniq.ConvReLU2d", QuantizedConvModule(true)},
       {"nniq.ConvAdd2d", QuantizedConvAddModule(false)},
       {"nniq.ConvAddReLU2d", QuantizedConvAddModule(true)},
+      {"nnq.Conv1d", QuantizedConvNdModule(1, false, false)},
+      {"nnq.Conv3d", QuantizedConvNdModule(3, false, false)},
+      {"nniq.ConvReLU1d", QuantizedConvNdModule(1, true, false)},
+      {"nniq.ConvReLU3d", QuantizedConvNdModule(3, true, false)},
+      {"nnq.ConvTranspose1d", QuantizedConvNdModule(1, false, true)},
+      {"nnq.ConvTranspose2d", QuantizedConvNdModule(2, false, true)},
+      {"nnq.ConvTranspose3d", QuantizedConvNdModule(3, false, true)},
       {"nnq.Linear", QuantizedLinearModule(false)},
       {"nniq.LinearReLU", QuantizedLinearModule(true)},
       {"nnq.Quantize", QuantizeModule},
@@ -1020,6 +1105,10 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 1));
          return quantized::QuantizedSigmoid(x, QuantParams::PerTensor(out.scale, out.zero_point));
        })},
+      {"torch.ops.quantized.conv1d", FunctionalConvNdFn(1, false)},
+      {"torch.ops.quantized.conv1d_relu", FunctionalConvNdFn(1, true)},
+      {"torch.ops.quantized.conv3d", FunctionalConvNdFn(3, false)},
+      {"torch.ops.quantized.conv3d_relu", FunctionalConvNdFn(3, true)},
       {"torch.ops.quantized.linear", FunctionalLinearFn(false)},
       {"torch.ops.quantized.linear_relu", FunctionalLinearFn(true)},
   };

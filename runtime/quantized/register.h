@@ -20,6 +20,10 @@
 //   max_pool2d / avg_pool2d / adaptive_avg_pool2d, torch.cat (requantizes to the first
 //   input's qparams, as at::cat does); call_method relu. flatten / view / reshape need no
 //   overload: the float side's shape kernels keep the bytes and qparams.
+// The conv family (runtime/quantized/conv.h, on oneDNN): nnq.Conv1d / Conv3d,
+//   nniq.ConvReLU1d / 3d, nnq.ConvTranspose1d / 2d / 3d (weight, bias, stride / padding /
+//   dilation [/ output_padding] per spatial dim, groups, scale / zero_point);
+//   torch.ops.quantized.conv1d / conv3d [_relu] as conv2d's functional form.
 // Activations and normalization (runtime/quantized/activations.h, normalization.h,
 //   resample.h): modules nnq.Hardswish, nnq.ELU (attributes scale / zero_point [/ alpha]),
 //   nnq.LeakyReLU (scale / zero_point as attributes or 0-d buffers, negative_slope),

@@ -698,6 +698,84 @@ def gen_resample():
             w.end()
     w.save()
 
+def gen_conv_nd():
+    """nnq.Conv1d / Conv3d (+ReLU) and nnq.ConvTranspose1d / 2d / 3d on onednn. Every case
+    has its own input shape (PyTorch 1.13's onednn primitive cache, above)."""
+    w = Writer('conv_nd')
+    torch.manual_seed(15)
+    configs = [
+        # name, class, in shape, out channels, kernel, stride, pad, dilation, groups,
+        # per_channel, bias
+        ('conv1d', nnq.Conv1d, (2, 4, 33), 6, 3, 2, 1, 1, 1, True, True),
+        ('conv_relu1d_grouped', nniq.ConvReLU1d, (1, 6, 40), 4, 3, 1, 2, 2, 2, False, True),
+        ('conv3d', nnq.Conv3d, (1, 3, 6, 9, 8), 5, 3, 1, 1, 1, 1, True, True),
+        ('conv_relu3d_strided', nniq.ConvReLU3d, (2, 4, 7, 6, 9), 4, 2, 2, 0, 1, 2, False,
+         False),
+        ('conv_transpose1d', nnq.ConvTranspose1d, (2, 4, 21), 6, 3, 2, 1, 1, 1, False, True),
+        ('conv_transpose2d_grouped', nnq.ConvTranspose2d, (1, 4, 9, 11), 6, 3, 2, 1, 1, 2,
+         False, True),
+        ('conv_transpose2d_dilated', nnq.ConvTranspose2d, (1, 3, 8, 7), 5, 3, 1, 2, 2, 1,
+         False, False),
+        ('conv_transpose3d', nnq.ConvTranspose3d, (1, 3, 4, 5, 6), 4, 3, 2, 1, 1, 1, False,
+         True),
+    ]
+    for (name, cls, shape, o, k, stride, pad, dil, groups, per_channel, has_bias) in configs:
+        c = shape[1]
+        transposed = 'transpose' in name
+        x_zp = int(torch.randint(0, 200, ()))
+        qx = torch.quantize_per_tensor(torch.randn(shape), 0.031, x_zp, torch.quint8)
+        wshape = ((c, o // groups) if transposed else (o, c // groups)) + (k,) * (len(shape) - 2)
+        qw = qweight(wshape, per_channel, seed=len(name) + 100)
+        bias = torch.randn(o) if has_bias else None
+        m = cls(c, o, k, stride=stride, padding=pad, dilation=dil, groups=groups, bias=has_bias)
+        m.set_weight_bias(qw, bias)
+        out_scale, out_zp = 0.043 + 0.001 * len(name), 40 + len(name)
+        m.scale, m.zero_point = out_scale, out_zp
+        y = m(qx)
+        w.case(name)
+        w.scalar('transposed', transposed)
+        w.scalar('relu', cls in (nniq.ConvReLU1d, nniq.ConvReLU3d))
+        w.tensor('x', qx)
+        w.tensor('weight', qw)
+        if has_bias:
+            w.tensor('bias', bias)
+        for key, v in [('stride', stride), ('padding', pad), ('dilation', dil),
+                       ('groups', groups), ('output_padding', 0)]:
+            w.scalar(key, v)
+        w.scalar('scale', out_scale)
+        w.scalar('zero_point', out_zp)
+        w.tensor('y', y)
+        w.end()
+    # output_padding: PyTorch's onednn engine refuses it ("ONEDNN only supports zero
+    # output_padding"), so the golden is onednn's requantization formula (numpy, checked
+    # against PyTorch by the tie cases) applied to the exact accumulators.
+    qx = torch.quantize_per_tensor(torch.randn(1, 4, 7, 6), 0.027, 77, torch.quint8)
+    qw = qweight((4, 3, 3, 3), False, seed=300)
+    bias = torch.randn(3)
+    acc = F.conv_transpose2d(
+        torch.from_numpy(qx.int_repr().numpy().astype(np.float64) - 77),
+        torch.from_numpy(qw.int_repr().numpy().astype(np.float64)), stride=2, padding=1,
+        output_padding=1).numpy().round().astype(np.int64)
+    out_scale, out_zp = 0.05, 64
+    yq = onednn_requantize(acc, 0.027, np.full(3, qw.q_scale()), False, bias.numpy(),
+                           out_scale, out_zp, False)
+    y = torch._make_per_tensor_quantized_tensor(torch.from_numpy(yq.astype(np.uint8)),
+                                                out_scale, out_zp)
+    w.case('conv_transpose2d_output_padding')
+    w.scalar('transposed', 1)
+    w.scalar('relu', 0)
+    w.tensor('x', qx)
+    w.tensor('weight', qw)
+    w.tensor('bias', bias)
+    for key, v in [('stride', 2), ('padding', 1), ('dilation', 1), ('groups', 1),
+                   ('output_padding', 1)]:
+        w.scalar(key, v)
+    w.scalar('scale', out_scale)
+    w.scalar('zero_point', out_zp)
+    w.tensor('y', y)
+    w.end()
+    w.save()
+
 
 if __name__ == '__main__':
     os.makedirs(OUT_DIR, exist_ok=True)
@@ -720,3 +798,4 @@ if __name__ == '__main__':
     gen_batch_norm()
     gen_mean()
     gen_resample()
+    gen_conv_nd()

@@ -239,6 +239,60 @@ TEST(RegisterQuantizedOpsTest, InterpolateAndAdaptiveMaxPoolMatchPyTorch) {
   }
 }
 
+TEST(RegisterQuantizedOpsTest, ConvNdModulesAndFunctionsMatchPyTorch) {
+  auto kernels = Kernels();
+  const std::vector<std::pair<std::string, std::string>> modules = {
+      {"conv1d", "nnq.Conv1d"},
+      {"conv_relu1d_grouped", "nniq.ConvReLU1d"},
+      {"conv3d", "nnq.Conv3d"},
+      {"conv_relu3d_strided", "nniq.ConvReLU3d"},
+      {"conv_transpose1d", "nnq.ConvTranspose1d"},
+      {"conv_transpose2d_grouped", "nnq.ConvTranspose2d"},
+      {"conv_transpose3d", "nnq.ConvTranspose3d"},
+      {"conv_transpose2d_output_padding", "nnq.ConvTranspose2d"}};
+  for (const auto& [name, type] : modules) {
+    SCOPED_TRACE(name);
+    const GoldenCase c = FindCase("conv_nd.txt", name);
+    const size_t spatial = static_cast<size_t>(c.tensor("x").dim() - 2);
+    // As the bridge exports them: PyTorch's tuples, one entry per spatial dim.
+    auto m = std::make_unique<Module>(type);
+    m->SetTensor("weight", c.tensor("weight"));
+    if (const Tensor* bias = c.find_tensor("bias")) m->SetTensor("bias", *bias);
+    for (const char* key : {"stride", "padding", "dilation", "output_padding"}) {
+      m->SetAttribute(key, Argument::Ints(std::vector<int64_t>(
+                               spatial, static_cast<int64_t>(c.number(key)))));
+    }
+    m->SetAttribute("groups", Argument::Int(static_cast<int64_t>(c.number("groups"))));
+    m->SetAttribute("padding_mode", Argument::String("zeros"));
+    m->SetAttribute("scale", Argument::Float(c.number("scale")));
+    m->SetAttribute("zero_point", Argument::Int(static_cast<int64_t>(c.number("zero_point"))));
+    auto y = RunModule(std::move(m), *kernels, c.tensor("x"));
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor("y")));
+  }
+  // torch.ops.quantized.conv3d(input, weight, bias, stride, padding, dilation, groups,
+  // output_scale=, output_zero_point=).
+  const GoldenCase c = FindCase("conv_nd.txt", "conv3d");
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetTensor("w", c.tensor("weight")).ok());
+  ASSERT_TRUE(gm.SetTensor("b", c.tensor("bias")).ok());
+  auto y = RunOne(gm, *kernels, c.tensor("x"), [&](Graph& g, Node* in) -> absl::StatusOr<Node*> {
+    Node* w = *g.AddGetAttr("w");
+    Node* b = *g.AddGetAttr("b");
+    return g.AddCallFunction(
+        "torch.ops.quantized.conv3d",
+        {in, w, b, Argument::Int(static_cast<int64_t>(c.number("stride"))),
+         Argument::Int(static_cast<int64_t>(c.number("padding"))),
+         Argument::Int(static_cast<int64_t>(c.number("dilation"))),
+         Argument::Int(static_cast<int64_t>(c.number("groups")))},
+        {{Symbol::Intern("output_scale"), Argument::Float(c.number("scale"))},
+         {Symbol::Intern("output_zero_point"),
+          Argument::Int(static_cast<int64_t>(c.number("zero_point")))}});
+  });
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor("y")));
+}
+
 TEST(RegisterQuantizedOpsTest, PassThroughOpsKeepValuesAndQParams) {
   auto kernels = Kernels();
   // x: [1, 2, 1, 3] quint8 (scale 0.5, zp 3) holding 0..5.
