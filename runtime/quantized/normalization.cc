@@ -86,6 +86,128 @@ absl::StatusOr<Tensor> QuantizedBatchNorm(const Tensor& qx, const Tensor* weight
                        QuantParams::PerTensor(output_scale, output_zero_point), q);
 }
 
+namespace {
+
+// quantized_normalize_kernel over `rows` rows of `n` stored values each. per_channel
+// (group norm): row r covers channels_per_group channels of n / channels_per_group values,
+// scaled by gamma / beta of channel (r * channels_per_group + k) % channels; otherwise
+// (layer norm) gamma / beta are indexed by the position in the row.
+absl::StatusOr<Tensor> Normalize(absl::string_view op, const Tensor& qx, const Tensor* gamma,
+                                 const Tensor* beta, bool per_channel, int64_t channels,
+                                 int64_t groups, int64_t rows, int64_t n, double eps,
+                                 double output_scale, int64_t output_zero_point) {
+  if (!(eps >= 0.0) || !std::isfinite(eps)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": eps is ", eps,
+                                                   "; expected a finite value >= 0"));
+  }
+  RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
+  RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
+  const std::vector<int32_t> q = IntValues(qx);
+  std::vector<int32_t> out(q.size());
+  const float x_scale = static_cast<float>(qx.qparams().scales[0]);
+  const float x_zp = static_cast<float>(qx.qparams().zero_points[0]);
+  const float y_inv_scale = 1.0f / static_cast<float>(output_scale);
+  const float* g = gamma != nullptr ? gamma->data<float>() : nullptr;
+  const float* b = beta != nullptr ? beta->data<float>() : nullptr;
+  const int64_t channels_per_group = per_channel ? channels / groups : 1;
+  const int64_t per_channel_n = n / channels_per_group;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* x = q.data() + r * n;
+    int64_t sum = 0, sum_sq = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      sum += x[i];
+      sum_sq += static_cast<int64_t>(x[i]) * x[i];
+    }
+    const float mean_shifted = static_cast<float>(sum) / static_cast<float>(n);
+    const float mean_div_scale = mean_shifted - x_zp;
+    const float var = std::max(
+        static_cast<float>(sum_sq) / static_cast<float>(n) - mean_shifted * mean_shifted, 0.0f);
+    const float inv_std = static_cast<float>(
+        x_scale / std::sqrt(static_cast<double>(var * x_scale * x_scale) + eps));
+    int32_t* y = out.data() + r * n;
+    for (int64_t i = 0; i < n; ++i) {
+      const float centred = (static_cast<float>(x[i]) - x_zp) - mean_div_scale;
+      float v;
+      if (per_channel) {
+        const int64_t c = (r * channels_per_group + i / per_channel_n) % channels;
+        const float signed_scale = inv_std * (g != nullptr ? g[c] : 1.0f);
+        v = centred * signed_scale + (b != nullptr ? b[c] : 0.0f);
+      } else {
+        v = centred * inv_std * (g != nullptr ? g[i] : 1.0f) + (b != nullptr ? b[i] : 0.0f);
+      }
+      y[i] = QuantizeValue(v, y_inv_scale, output_zero_point, qx.dtype());
+    }
+  }
+  return FromIntValues(qx.dtype(), qx.shape(),
+                       QuantParams::PerTensor(output_scale, output_zero_point), out);
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> QuantizedLayerNorm(const Tensor& qx,
+                                          const std::vector<int64_t>& normalized_shape,
+                                          const Tensor* weight, const Tensor* bias, double eps,
+                                          double output_scale, int64_t output_zero_point) {
+  constexpr absl::string_view kOp = "quantized layer_norm";
+  RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, kOp, "input"));
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  bool matches = k >= 1 && k <= qx.dim();
+  for (int64_t i = 0; matches && i < k; ++i) {
+    matches = qx.shape()[qx.dim() - k + i] == normalized_shape[i];
+  }
+  if (!matches) {
+    std::string shape;
+    for (int64_t d : normalized_shape) absl::StrAppend(&shape, shape.empty() ? "" : ", ", d);
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": normalized_shape [", shape,
+                                                   "] is not the trailing shape of input ",
+                                                   qx.ShapeString()));
+  }
+  int64_t n = 1;
+  for (int64_t d : normalized_shape) n *= d;
+  RETURN_IF_ERROR(ExpectChannelVector(weight, n, true, kOp, "weight"));
+  RETURN_IF_ERROR(ExpectChannelVector(bias, n, true, kOp, "bias"));
+  if (n == 0) return qx;
+  return Normalize(kOp, qx, weight, bias, false, 0, 1, qx.numel() / n, n, eps, output_scale,
+                   output_zero_point);
+}
+
+absl::StatusOr<Tensor> QuantizedGroupNorm(const Tensor& qx, int64_t groups, const Tensor* weight,
+                                          const Tensor* bias, double eps, double output_scale,
+                                          int64_t output_zero_point) {
+  constexpr absl::string_view kOp = "quantized group_norm";
+  RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, kOp, "input"));
+  if (qx.dim() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": input has shape ", qx.ShapeString(),
+                                                   "; expected [N, C, ...]"));
+  }
+  const int64_t channels = qx.shape()[1];
+  if (groups <= 0 || channels % groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", channels,
+                                                   " channels in ", groups,
+                                                   " groups; expected groups > 0 dividing "
+                                                   "the channels"));
+  }
+  RETURN_IF_ERROR(ExpectChannelVector(weight, channels, true, kOp, "weight"));
+  RETURN_IF_ERROR(ExpectChannelVector(bias, channels, true, kOp, "bias"));
+  const int64_t rows = qx.shape()[0] * groups;
+  if (qx.numel() == 0) return qx;
+  return Normalize(kOp, qx, weight, bias, true, channels, groups, rows, qx.numel() / rows, eps,
+                   output_scale, output_zero_point);
+}
+
+absl::StatusOr<Tensor> QuantizedInstanceNorm(const Tensor& qx, const Tensor* weight,
+                                             const Tensor* bias, double eps,
+                                             double output_scale, int64_t output_zero_point) {
+  RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, "quantized instance_norm", "input"));
+  if (qx.dim() < 3) {
+    return absl::InvalidArgumentError(absl::StrCat("quantized instance_norm: input has shape ",
+                                                   qx.ShapeString(),
+                                                   "; expected [N, C, ...] of rank 3 or more"));
+  }
+  return QuantizedGroupNorm(qx, qx.shape()[1], weight, bias, eps, output_scale,
+                            output_zero_point);
+}
+
 absl::StatusOr<Tensor> QuantizedMean(const Tensor& qx, std::vector<int64_t> dims, bool keepdim) {
   constexpr absl::string_view kOp = "quantized mean";
   RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, kOp, "input"));

@@ -18,6 +18,17 @@
 //                        integers) / n). Other dims: the dequantized values summed in float,
 //                        divided by n and quantized again (dequantize, at::sum().div_(),
 //                        quantize_per_tensor).
+//   QuantizedLayerNorm   quantized::layer_norm (nnq.LayerNorm, F.layer_norm lowered),
+//   QuantizedGroupNorm   quantized::group_norm (nnq.GroupNorm),
+//   QuantizedInstanceNorm quantized::instance_norm (nnq.InstanceNorm1d / 2d / 3d: group
+//                        norm with one group per channel), all quantized_normalize_kernel:
+//                        per row of n stored values q (a layer, or a group of channels),
+//                          mean = float(sum q) / n,  var = max(float(sum q^2) / n - mean^2, 0)
+//                          inv  = float(scale_x / sqrt(double(var * scale_x * scale_x) + eps))
+//                        and per element, in float,
+//                          layer norm: v = ((q - zp) - (mean - zp)) * inv * gamma + beta
+//                          group norm: v = ((q - zp) - (mean - zp)) * (inv * gamma[c]) + beta[c]
+//                        quantized with the output qparams.
 //
 // Example:
 //   ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedBatchNorm(qx, &w, &b, mean, var, 1e-5,
@@ -41,6 +52,21 @@ absl::StatusOr<Tensor> QuantizedBatchNorm(const Tensor& qx, const Tensor* weight
                                           const Tensor& running_var, double eps,
                                           double output_scale, int64_t output_zero_point,
                                           bool relu);
+
+// `qx`: per-tensor quantized; `normalized_shape`: the trailing dims normalized over;
+// weight / bias: null or float32 of normalized_shape's element count.
+absl::StatusOr<Tensor> QuantizedLayerNorm(const Tensor& qx,
+                                          const std::vector<int64_t>& normalized_shape,
+                                          const Tensor* weight, const Tensor* bias, double eps,
+                                          double output_scale, int64_t output_zero_point);
+// `qx`: per-tensor quantized [N, C, ...]; C divisible by `groups`; weight / bias: null or
+// float32 [C].
+absl::StatusOr<Tensor> QuantizedGroupNorm(const Tensor& qx, int64_t groups, const Tensor* weight,
+                                          const Tensor* bias, double eps, double output_scale,
+                                          int64_t output_zero_point);
+absl::StatusOr<Tensor> QuantizedInstanceNorm(const Tensor& qx, const Tensor* weight,
+                                             const Tensor* bias, double eps,
+                                             double output_scale, int64_t output_zero_point);
 
 // `dims`: the reduced dims (negative counts from the end; empty: all of them).
 absl::StatusOr<Tensor> QuantizedMean(const Tensor& qx, std::vector<int64_t> dims,

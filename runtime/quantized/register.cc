@@ -525,6 +525,46 @@ ModuleKernel QuantizedBatchNormModule(bool relu) {
   };
 }
 
+// nnq.LayerNorm / GroupNorm / InstanceNorm1d / 2d / 3d: tensors weight, bias (either may
+// be absent); attributes eps, scale, zero_point, and normalized_shape / num_groups.
+absl::StatusOr<Value> QuantizedNormModule(const KernelContext&, const Module& m,
+                                          absl::Span<const Value> args, const ValueKwargs&) {
+  ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
+  ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+  absl::Status status;
+  const double eps = FloatAttrOr(m, "eps", 1e-5, status);
+  RETURN_IF_ERROR(status);
+  const Tensor* weight = m.FindTensor("weight");
+  const Tensor* bias = m.FindTensor("bias");
+  const absl::string_view type = m.type().name();
+  absl::StatusOr<Tensor> y;
+  if (type == "nnq.LayerNorm") {
+    const Argument* shape = m.FindAttribute("normalized_shape");
+    if (shape == nullptr) {
+      return absl::InvalidArgumentError("nnq.LayerNorm: missing attribute 'normalized_shape'");
+    }
+    ASSIGN_OR_RETURN(Value v, ArgumentToValue(*shape));
+    ASSIGN_OR_RETURN(std::vector<int64_t> dims, ValueToInts(v, "normalized_shape"));
+    y = quantized::QuantizedLayerNorm(*x, dims, weight, bias, eps, out.scales[0],
+                                      out.zero_points[0]);
+  } else if (type == "nnq.GroupNorm") {
+    ASSIGN_OR_RETURN(int64_t groups, m.GetInt("num_groups"));
+    y = quantized::QuantizedGroupNorm(*x, groups, weight, bias, eps, out.scales[0],
+                                      out.zero_points[0]);
+  } else {
+    const int64_t rank = type == "nnq.InstanceNorm1d" ? 3 : type == "nnq.InstanceNorm2d" ? 4 : 5;
+    if (x->dim() != rank) {
+      return absl::InvalidArgumentError(absl::StrCat(type, ": input has shape ",
+                                                     x->ShapeString(), "; expected ", rank,
+                                                     "-D [N, C, ...]"));
+    }
+    y = quantized::QuantizedInstanceNorm(*x, weight, bias, eps, out.scales[0],
+                                         out.zero_points[0]);
+  }
+  if (!y.ok()) return y.status();
+  return Value(std::move(*y));
+}
+
 // torch.ops.quantized.batch_norm2d[_relu] / batch_norm3d[_relu](qx, weight, bias, mean,
 // var, eps, output_scale, output_zero_point).
 FunctionKernel QuantizedBatchNormFn(bool relu) {
@@ -932,6 +972,38 @@ FunctionKernel FunctionalConvNdFn(size_t spatial, bool relu) {
   };
 }
 
+// torch.ops.quantized.layer_norm(input, normalized_shape, weight, bias, eps, output_scale,
+// output_zero_point), group_norm(input, num_groups, weight, bias, eps, output_scale,
+// output_zero_point), instance_norm(input, weight, bias, eps, output_scale,
+// output_zero_point), as convert_fx writes them (the last ones usually by keyword).
+FunctionKernel QuantizedNormFn(absl::string_view kind) {
+  const std::string k(kind);
+  return [k](const KernelContext&, absl::Span<const Value> args,
+             const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+    const size_t first = k == "instance_norm" ? 1 : 2;  // weight's position
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(first + 5));
+    ASSIGN_OR_RETURN(const Tensor* weight, r.OptionalFloatTensor(first, "weight"));
+    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(first + 1, "bias"));
+    ASSIGN_OR_RETURN(double eps, r.GetFloat(first + 2, "eps"));
+    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, first + 3));
+    absl::StatusOr<Tensor> y;
+    if (k == "layer_norm") {
+      ASSIGN_OR_RETURN(std::vector<int64_t> shape, r.OptionalInts(1, "normalized_shape", 0, {}));
+      y = quantized::QuantizedLayerNorm(*x, shape, weight, bias, eps, out.scale, out.zero_point);
+    } else if (k == "group_norm") {
+      ASSIGN_OR_RETURN(int64_t groups, r.GetInt(1, "num_groups"));
+      y = quantized::QuantizedGroupNorm(*x, groups, weight, bias, eps, out.scale,
+                                        out.zero_point);
+    } else {
+      y = quantized::QuantizedInstanceNorm(*x, weight, bias, eps, out.scale, out.zero_point);
+    }
+    if (!y.ok()) return y.status();
+    return Value(std::move(*y));
+  };
+}
+
 // torch.ops.quantized.linear[_relu] as lowering writes it for F.linear:
 // (input, weight, bias=None, *, output_scale, output_zero_point).
 FunctionKernel FunctionalLinearFn(bool relu) {
@@ -996,6 +1068,11 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
                           ModuleOutputQParams(m, "output_scale", "output_zero_point"));
          return quantized::QuantizedSigmoid(x, out);
        })},
+      {"nnq.LayerNorm", QuantizedNormModule},
+      {"nnq.GroupNorm", QuantizedNormModule},
+      {"nnq.InstanceNorm1d", QuantizedNormModule},
+      {"nnq.InstanceNorm2d", QuantizedNormModule},
+      {"nnq.InstanceNorm3d", QuantizedNormModule},
       {"nnq.BatchNorm2d", QuantizedBatchNormModule(false)},
       {"nnq.BatchNorm3d", QuantizedBatchNormModule(false)},
       {"nniq.BNReLU2d", QuantizedBatchNormModule(true)},
@@ -1089,6 +1166,9 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"torch.ops.quantized.cat", CatFn(true)},
       {"torch.ops.quantized.conv2d", FunctionalConv2dFn(false)},
       {"torch.ops.quantized.conv2d_relu", FunctionalConv2dFn(true)},
+      {"torch.ops.quantized.layer_norm", QuantizedNormFn("layer_norm")},
+      {"torch.ops.quantized.group_norm", QuantizedNormFn("group_norm")},
+      {"torch.ops.quantized.instance_norm", QuantizedNormFn("instance_norm")},
       {"torch.ops.quantized.batch_norm2d", QuantizedBatchNormFn(false)},
       {"torch.ops.quantized.batch_norm2d_relu", QuantizedBatchNormFn(true)},
       {"torch.ops.quantized.batch_norm3d", QuantizedBatchNormFn(false)},

@@ -777,6 +777,47 @@ def gen_conv_nd():
     w.save()
 
 
+def gen_norms():
+    """nnq.LayerNorm / GroupNorm / InstanceNorm1d / 2d (quantized_normalize_kernel)."""
+    w = Writer('norms')
+    P = torch.nn.Parameter
+    torch.manual_seed(16)
+    configs = [
+        # name, input shape, dtype, module
+        ('layer_norm_channels_last', (1, 6, 7, 96), torch.quint8,
+         lambda: nnq.LayerNorm((96,), P(torch.rand(96) + 0.5), P(torch.randn(96) * 0.2), 0.037, 61,
+                               eps=1e-6)),
+        ('layer_norm_two_dims_qint8', (2, 5, 12, 10), torch.qint8,
+         lambda: nnq.LayerNorm((12, 10), P(torch.rand(12, 10) + 0.5), P(torch.randn(12, 10) * 0.2),
+                               0.041, -7)),
+        ('group_norm', (2, 16, 9, 7), torch.quint8,
+         lambda: nnq.GroupNorm(4, 16, P(torch.rand(16) + 0.5), P(torch.randn(16) * 0.2), 0.035, 70)),
+        ('instance_norm2d', (2, 6, 11, 13), torch.quint8,
+         lambda: nnq.InstanceNorm2d(6, P(torch.rand(6) + 0.5), P(torch.randn(6) * 0.2), 0.039, 66)),
+        ('instance_norm1d', (3, 5, 40), torch.quint8,
+         lambda: nnq.InstanceNorm1d(5, P(torch.rand(5) + 0.5), P(torch.randn(5) * 0.2), 0.044, 58)),
+    ]
+    for name, shape, dtype, make in configs:
+        zp = 90 if dtype == torch.quint8 else 4
+        qx = torch.quantize_per_tensor(torch.randn(shape) * 1.5 + 0.3, 0.029, zp, dtype)
+        m = make()
+        y = m(qx)
+        w.case(name)
+        w.tensor('x', qx)
+        w.tensor('weight', m.weight.detach())
+        w.tensor('bias', m.bias.detach())
+        w.scalar('eps', float(m.eps))
+        w.scalar('scale', float(m.scale))
+        w.scalar('zero_point', int(m.zero_point))
+        if name.startswith('layer_norm'):
+            w.scalar('normalized_dims', len(m.normalized_shape))
+        if name.startswith('group_norm'):
+            w.scalar('groups', m.num_groups)
+        w.tensor('y', y)
+        w.end()
+    w.save()
+
+
 if __name__ == '__main__':
     os.makedirs(OUT_DIR, exist_ok=True)
     import sys
@@ -799,3 +840,4 @@ if __name__ == '__main__':
     gen_mean()
     gen_resample()
     gen_conv_nd()
+    gen_norms()

@@ -146,6 +146,46 @@ TEST(QuantizedBatchNormTest, MatchPyTorch) {
   }
 }
 
+TEST(QuantizedNormsTest, MatchPyTorch) {
+  for (const GoldenCase& c : Cases("norms.txt")) {
+    SCOPED_TRACE(c.name);
+    const Tensor& x = c.tensor("x");
+    const double eps = c.number("eps"), scale = c.number("scale");
+    const int64_t zp = static_cast<int64_t>(c.number("zero_point"));
+    absl::StatusOr<Tensor> y;
+    if (c.name.rfind("layer_norm", 0) == 0) {
+      const int64_t k = static_cast<int64_t>(c.number("normalized_dims"));
+      const std::vector<int64_t> shape(x.shape().end() - k, x.shape().end());
+      y = QuantizedLayerNorm(x, shape, &c.tensor("weight"), &c.tensor("bias"), eps, scale, zp);
+    } else if (c.name.rfind("group_norm", 0) == 0) {
+      y = QuantizedGroupNorm(x, static_cast<int64_t>(c.number("groups")), &c.tensor("weight"),
+                             &c.tensor("bias"), eps, scale, zp);
+    } else {
+      y = QuantizedInstanceNorm(x, &c.tensor("weight"), &c.tensor("bias"), eps, scale, zp);
+    }
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(MostlySameQuantized(*y, c.tensor("y")));
+  }
+}
+
+TEST(QuantizedNormsTest, HandComputedAndErrors) {
+  // One row 8, 12 (scale 0.5, zp 10): mean 10 -> centred -2, 2; var 4 (steps), so
+  // std = sqrt(4 * 0.25 + 0) = 1 and inv = 0.5: v = -1, 1; output scale 0.5, zp 100 ->
+  // 98, 102.
+  const Tensor x = QU8({1, 2}, {8, 12}, 0.5, 10);
+  auto y = QuantizedLayerNorm(x, {2}, nullptr, nullptr, 0.0, 0.5, 100);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(Ints(*y), (std::vector<int64_t>{98, 102}));
+  auto bad = QuantizedLayerNorm(x, {3}, nullptr, nullptr, 1e-5, 0.5, 100);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("normalized_shape"), std::string::npos) << bad.status();
+  auto bad_groups = QuantizedGroupNorm(QU8({1, 3, 1}, {1, 2, 3}, 0.5, 0), 2, nullptr, nullptr,
+                                       1e-5, 0.5, 0);
+  ASSERT_FALSE(bad_groups.ok());
+  EXPECT_NE(bad_groups.status().message().find("groups"), std::string::npos)
+      << bad_groups.status();
+}
+
 TEST(QuantizedMeanTest, MatchPyTorch) {
   for (const GoldenCase& c : Cases("mean.txt")) {
     SCOPED_TRACE(c.name);

@@ -184,6 +184,60 @@ TEST(RegisterQuantizedOpsTest, BatchNormModulesMatchPyTorch) {
   EXPECT_NE(bad.status().message().find("4-D"), std::string::npos) << bad.status();
 }
 
+TEST(RegisterQuantizedOpsTest, NormModulesAndLayerNormFunctionMatchPyTorch) {
+  auto kernels = Kernels();
+  const std::vector<std::pair<std::string, std::string>> modules = {
+      {"layer_norm_two_dims_qint8", "nnq.LayerNorm"},
+      {"group_norm", "nnq.GroupNorm"},
+      {"instance_norm2d", "nnq.InstanceNorm2d"},
+      {"instance_norm1d", "nnq.InstanceNorm1d"}};
+  for (const auto& [name, type] : modules) {
+    SCOPED_TRACE(name);
+    const GoldenCase c = FindCase("norms.txt", name);
+    auto m = std::make_unique<Module>(type);
+    m->SetTensor("weight", c.tensor("weight"));
+    m->SetTensor("bias", c.tensor("bias"));
+    m->SetAttribute("eps", Argument::Float(c.number("eps")));
+    m->SetAttribute("scale", Argument::Float(c.number("scale")));
+    m->SetAttribute("zero_point", Argument::Int(static_cast<int64_t>(c.number("zero_point"))));
+    if (type == "nnq.LayerNorm") {
+      const Shape& shape = c.tensor("x").shape();
+      const int64_t k = static_cast<int64_t>(c.number("normalized_dims"));
+      m->SetAttribute("normalized_shape",
+                      Argument::Ints(std::vector<int64_t>(shape.end() - k, shape.end())));
+    }
+    if (type == "nnq.GroupNorm") {
+      m->SetAttribute("num_groups", Argument::Int(static_cast<int64_t>(c.number("groups"))));
+    }
+    auto y = RunModule(std::move(m), *kernels, c.tensor("x"));
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor("y")));
+  }
+  // convnext_tiny's form: quantized.layer_norm(x, (96,), weight=, bias=, eps=,
+  // output_scale=, output_zero_point=) with get_attr tensors.
+  const GoldenCase c = FindCase("norms.txt", "layer_norm_channels_last");
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetTensor("w", c.tensor("weight")).ok());
+  ASSERT_TRUE(gm.SetTensor("b", c.tensor("bias")).ok());
+  ASSERT_TRUE(gm.SetTensor("s", Tensor::FromFloats({}, {static_cast<float>(c.number("scale"))}))
+                  .ok());
+  ASSERT_TRUE(
+      gm.SetTensor("z", Tensor::FromInt64s({}, {static_cast<int64_t>(c.number("zero_point"))}))
+          .ok());
+  auto y = RunOne(gm, *kernels, c.tensor("x"), [&](Graph& g, Node* in) -> absl::StatusOr<Node*> {
+    return g.AddCallFunction(
+        "torch.ops.quantized.layer_norm", {in, Argument::Ints({96})},
+        {{Symbol::Intern("weight"), *g.AddGetAttr("w")},
+         {Symbol::Intern("bias"), *g.AddGetAttr("b")},
+         {Symbol::Intern("eps"), Argument::Float(c.number("eps"))},
+         {Symbol::Intern("output_scale"), *g.AddGetAttr("s")},
+         {Symbol::Intern("output_zero_point"), *g.AddGetAttr("z")}});
+  });
+  ASSERT_TRUE(y.ok()) << y.status();
+  // The output scale came through a float32 0-d tensor, as PyTorch's does.
+  EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor("y")));
+}
+
 TEST(RegisterQuantizedOpsTest, MeanMethodMatchesPyTorch) {
   auto kernels = Kernels();
   const GoldenCase c = FindCase("mean.txt", "hw_keepdim_quint8");
