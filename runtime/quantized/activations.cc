@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
+#include "runtime/float_ops.h"
 #include "runtime/quantized/quant_math.h"
+#include "runtime/quantized/quantize.h"
 
 namespace fuselage {
 namespace quantized {
@@ -91,6 +93,18 @@ absl::StatusOr<Tensor> QuantizedSigmoid(const Tensor& qx, std::optional<QuantPar
 absl::StatusOr<Tensor> QuantizedHardsigmoid(const Tensor& qx) {
   return MapDequantized("quantized hardsigmoid", qx, FixedSigmoidQParams(qx.dtype()),
                         HardsigmoidOf);
+}
+
+absl::StatusOr<Tensor> QuantizedSoftmax(const Tensor& qx, int64_t dim, double output_scale,
+                                        int64_t output_zero_point) {
+  constexpr absl::string_view kOp = "quantized softmax";
+  RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, kOp, "input"));
+  RETURN_IF_ERROR(ExpectValidScale(output_scale, kOp, "output scale"));
+  RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), kOp, "output zero_point"));
+  ASSIGN_OR_RETURN(Tensor x, Dequantize(qx));
+  absl::StatusOr<Tensor> y = Softmax(x, dim);
+  if (!y.ok()) return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", y.status().message()));
+  return QuantizePerTensor(*y, output_scale, output_zero_point, qx.dtype());
 }
 
 absl::StatusOr<Tensor> QuantizedTanh(const Tensor& qx) {

@@ -14,6 +14,11 @@
 //   QuantizedSigmoid     torch.sigmoid on a quantized tensor: fixed output qparams
 //   QuantizedHardsigmoid F.hardsigmoid:  clamp(x + 3, 0, 6) / 6      (FixedSigmoidQParams)
 //   QuantizedTanh        torch.tanh:     fixed output qparams         (FixedTanhQParams)
+//   QuantizedSoftmax     nnq.Softmax / quantized::softmax(qx, dim, scale, zero_point) off
+//                        QNNPACK: Tensor.dequantize() (scale * (q - zp)), float softmax
+//                        along dim, quantize_per_tensor to the given qparams. The float
+//                        softmax is fuselage's (runtime/float_ops.h), not PyTorch's Sleef
+//                        exp: a result on a rounding boundary can move by one step.
 //
 // Example:
 //   ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedSigmoid(qx));  // quint8: 1/256, zp 0
@@ -51,6 +56,9 @@ absl::StatusOr<Tensor> QuantizedLeakyRelu(const Tensor& qx, double negative_slop
 absl::StatusOr<Tensor> QuantizedSigmoid(const Tensor& qx,
                                         std::optional<QuantParams> output = std::nullopt);
 absl::StatusOr<Tensor> QuantizedHardsigmoid(const Tensor& qx);
+// `dim` may be negative (counts from the end).
+absl::StatusOr<Tensor> QuantizedSoftmax(const Tensor& qx, int64_t dim, double output_scale,
+                                        int64_t output_zero_point);
 absl::StatusOr<Tensor> QuantizedTanh(const Tensor& qx);
 
 }  // namespace quantized

@@ -1068,6 +1068,15 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
                           ModuleOutputQParams(m, "output_scale", "output_zero_point"));
          return quantized::QuantizedSigmoid(x, out);
        })},
+      {"nnq.Softmax", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+         // dim None: PyTorch's _get_softmax_dim (0 for 0-, 1- and 3-D inputs, else 1).
+         int64_t dim = (x.dim() == 0 || x.dim() == 1 || x.dim() == 3) ? 0 : 1;
+         if (const Argument* d = m.FindAttribute("dim"); d != nullptr && !d->is_none()) {
+           ASSIGN_OR_RETURN(dim, m.GetInt("dim"));
+         }
+         return quantized::QuantizedSoftmax(x, dim, out.scales[0], out.zero_points[0]);
+       })},
       {"nnq.LayerNorm", QuantizedNormModule},
       {"nnq.GroupNorm", QuantizedNormModule},
       {"nnq.InstanceNorm1d", QuantizedNormModule},
@@ -1166,6 +1175,13 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"torch.ops.quantized.cat", CatFn(true)},
       {"torch.ops.quantized.conv2d", FunctionalConv2dFn(false)},
       {"torch.ops.quantized.conv2d_relu", FunctionalConv2dFn(true)},
+      // quantized::softmax(qx, dim, output_scale, output_zero_point)
+      {"torch.ops.quantized.softmax",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(int64_t dim, r.GetInt(1, "dim"));
+         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 2));
+         return quantized::QuantizedSoftmax(x, dim, out.scale, out.zero_point);
+       })},
       {"torch.ops.quantized.layer_norm", QuantizedNormFn("layer_norm")},
       {"torch.ops.quantized.group_norm", QuantizedNormFn("group_norm")},
       {"torch.ops.quantized.instance_norm", QuantizedNormFn("instance_norm")},

@@ -1,6 +1,7 @@
 // Quantized activations, batch norm and mean: hand-computed values, PyTorch 1.13 goldens
 // (activations.txt: nnq.Hardswish / ELU / LeakyReLU / Sigmoid modules, F.leaky_relu,
-// torch.sigmoid, F.hardsigmoid, torch.tanh on quantized tensors; batch_norm.txt:
+// torch.sigmoid, F.hardsigmoid, torch.tanh on quantized tensors, nnq.Softmax and
+// quantized::softmax; batch_norm.txt:
 // nnq.BatchNorm2d / 3d, nniq.BNReLU2d; mean.txt: Tensor.mean over dims) and errors.
 #include "runtime/quantized/activations.h"
 
@@ -92,6 +93,14 @@ TEST(QuantizedActivationsTest, MatchPyTorch) {
                                      c.number("sigmoid_module.output_zero_point"))))},
         {"hardsigmoid", QuantizedHardsigmoid(x)},
         {"tanh", QuantizedTanh(x)},
+        {"softmax_module",
+         QuantizedSoftmax(x, static_cast<int64_t>(c.number("softmax_module.dim")),
+                          c.number("softmax_module.scale"),
+                          static_cast<int64_t>(c.number("softmax_module.zero_point")))},
+        {"softmax_last",
+         QuantizedSoftmax(x, static_cast<int64_t>(c.number("softmax_last.dim")),
+                          c.number("softmax_last.scale"),
+                          static_cast<int64_t>(c.number("softmax_last.zero_point")))},
     };
     for (const Op& op : ops) {
       SCOPED_TRACE(op.name);

@@ -106,6 +106,15 @@ TEST(RegisterQuantizedOpsTest, ActivationModulesAndOverloadsMatchPyTorch) {
     ASSERT_TRUE(y.ok()) << y.status();
     EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor("sigmoid_module")));
 
+    auto softmax = std::make_unique<Module>("nnq.Softmax");
+    softmax->SetAttribute("dim", Argument::Int(static_cast<int64_t>(c.number("softmax_module.dim"))));
+    softmax->SetAttribute("scale", Argument::Float(c.number("softmax_module.scale")));
+    softmax->SetAttribute("zero_point", Argument::Int(static_cast<int64_t>(
+                                            c.number("softmax_module.zero_point"))));
+    y = RunModule(std::move(softmax), *kernels, x);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor("softmax_module")));
+
     // Float module types on a quantized input: the fixed-qparams kernels.
     for (const auto& [type, key] : std::vector<std::pair<std::string, std::string>>{
              {"nn.Sigmoid", "sigmoid"}, {"nn.Hardsigmoid", "hardsigmoid"}, {"nn.Tanh", "tanh"}}) {
