@@ -208,7 +208,8 @@ absl::StatusOr<Tensor> QuantizedInstanceNorm(const Tensor& qx, const Tensor* wei
                             output_zero_point);
 }
 
-absl::StatusOr<Tensor> QuantizedMean(const Tensor& qx, std::vector<int64_t> dims, bool keepdim) {
+absl::StatusOr<Tensor> QuantizedMean(const Tensor& qx, std::vector<int64_t> dims, bool keepdim,
+                                     bool channels_last) {
   constexpr absl::string_view kOp = "quantized mean";
   RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, kOp, "input"));
   const int64_t rank = qx.dim();
@@ -238,7 +239,7 @@ absl::StatusOr<Tensor> QuantizedMean(const Tensor& qx, std::vector<int64_t> dims
   }
   // Innermost dims only (a suffix of the shape): PyTorch's qmean_inner_dim kernel, the
   // integer sum over each row, nearbyint(float(sum) / n), in the input's qparams.
-  bool inner = true;
+  bool inner = !(channels_last && qx.dim() == 4);  // a channels-last tensor is not contiguous
   for (int64_t d = 0, seen = 0; d < rank; ++d) {
     if (reduced[d]) seen = 1;
     else if (seen) inner = false;

@@ -69,8 +69,10 @@ absl::StatusOr<Tensor> QuantizedInstanceNorm(const Tensor& qx, const Tensor* wei
                                              double output_scale, int64_t output_zero_point);
 
 // `dims`: the reduced dims (negative counts from the end; empty: all of them).
+// `channels_last` (a 4-D input laid out as PyTorch's quantized convs write it): PyTorch
+// never takes the inner-dim path then, only the general one.
 absl::StatusOr<Tensor> QuantizedMean(const Tensor& qx, std::vector<int64_t> dims,
-                                     bool keepdim);
+                                     bool keepdim, bool channels_last = false);
 
 }  // namespace quantized
 }  // namespace fuselage

@@ -606,7 +606,9 @@ absl::StatusOr<Value> QuantizedMeanFn(const KernelContext&, absl::Span<const Val
           "; only None or the input's own dtype is supported"));
     }
   }
-  ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedMean(*x, std::move(dims), keepdim));
+  // 4-D: channels-last in a converted model (runtime/quantized/pooling.h).
+  ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedMean(*x, std::move(dims), keepdim,
+                                                      /*channels_last=*/x->dim() == 4));
   return Value(std::move(y));
 }
 
@@ -1121,6 +1123,7 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
        })},
       {"nn.AvgPool2d", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
          ASSIGN_OR_RETURN(Pool2dParams p, ModulePoolParams(m, false));
+         p.channels_last = x.dim() == 4;  // as in a converted model (pooling.h)
          return quantized::QuantizedAvgPool2d(x, p);
        })},
       {"nn.Sigmoid", UnaryModule([](const Module&, const Tensor& x) {
@@ -1151,7 +1154,7 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          }
          ASSIGN_OR_RETURN(Value v, ArgumentToValue(*size));
          ASSIGN_OR_RETURN(auto out, AdaptiveSize(v, x));
-         return quantized::QuantizedAdaptiveAvgPool2d(x, out);
+         return quantized::QuantizedAdaptiveAvgPool2d(x, out, /*channels_last=*/x.dim() == 4);
        })},
   };
   for (const auto& [type, kernel] : module_overloads) {
@@ -1234,13 +1237,14 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"torch.nn.functional.avg_pool2d",
        UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
          ASSIGN_OR_RETURN(Pool2dParams p, FunctionPoolParams(r, false));
+         p.channels_last = x.dim() == 4;  // as in a converted model (pooling.h)
          return quantized::QuantizedAvgPool2d(x, p);
        })},
       {"torch.nn.functional.adaptive_avg_pool2d",
        UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
          ASSIGN_OR_RETURN(Value size, r.Required(1, "output_size"));
          ASSIGN_OR_RETURN(auto out, AdaptiveSize(size, x));
-         return quantized::QuantizedAdaptiveAvgPool2d(x, out);
+         return quantized::QuantizedAdaptiveAvgPool2d(x, out, /*channels_last=*/x.dim() == 4);
        })},
       {"torch.cat", CatFn(false)},
       {"torch.sigmoid", sigmoid},

@@ -822,6 +822,34 @@ def gen_norms():
     w.save()
 
 
+def gen_channels_last():
+    """Pools and mean on channels-last inputs, the layout every activation after a quantized
+    conv has in PyTorch (its convs write channels-last outputs): PyTorch's NHWC kernels
+    round differently from its NCHW ones (odd zero points make it visible)."""
+    w = Writer('channels_last')
+    torch.manual_seed(17)
+    for dtype, zp in [(torch.quint8, 5), (torch.qint8, -7)]:
+        tag = DTYPE_NAMES[dtype]
+        for shape in [(1, 672, 2, 2), (2, 40, 7, 9)]:
+            qx = torch.quantize_per_tensor(torch.rand(shape) * 3, 0.02, zp, dtype).contiguous(
+                memory_format=torch.channels_last)
+            name = '%s_%dx%d' % (tag, shape[2], shape[3])
+            cases = [
+                ('adaptive_1', F.adaptive_avg_pool2d(qx, 1)),
+                ('adaptive_2x3', F.adaptive_avg_pool2d(qx, (2, 3))),
+                ('avg_2_s1', F.avg_pool2d(qx, 2, 1)),
+                ('avg_3_s2_p1_exclude_ceil', F.avg_pool2d(qx, 3, 2, 1, ceil_mode=True,
+                                                          count_include_pad=False)),
+                ('mean_hw', qx.mean([2, 3], keepdim=True)),
+            ]
+            w.case(name)
+            w.tensor('x', qx)
+            for key, y in cases:
+                w.tensor(key, y)
+            w.end()
+    w.save()
+
+
 if __name__ == '__main__':
     os.makedirs(OUT_DIR, exist_ok=True)
     import sys
@@ -845,3 +873,4 @@ if __name__ == '__main__':
     gen_resample()
     gen_conv_nd()
     gen_norms()
+    gen_channels_last()

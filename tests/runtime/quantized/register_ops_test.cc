@@ -356,6 +356,61 @@ TEST(RegisterQuantizedOpsTest, ConvNdModulesAndFunctionsMatchPyTorch) {
   EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor("y")));
 }
 
+// Pools and mean as a converted model runs them: on channels-last inputs (PyTorch's
+// quantized convs write that layout), where PyTorch's NHWC kernels round as pooling.h says.
+TEST(RegisterQuantizedOpsTest, PoolsAndMeanMatchPyTorchOnChannelsLastInputs) {
+  auto kernels = Kernels();
+  for (const char* name : {"quint8_2x2", "quint8_7x9", "qint8_2x2", "qint8_7x9"}) {
+    SCOPED_TRACE(name);
+    const GoldenCase c = FindCase("channels_last.txt", name);
+    const Tensor& x = c.tensor("x");
+    struct Call {
+      std::string key;
+      std::function<absl::StatusOr<Node*>(Graph&, Node*)> add;
+    };
+    const std::vector<Call> calls = {
+        {"adaptive_1",
+         [](Graph& g, Node* in) {
+           return g.AddCallFunction("torch.nn.functional.adaptive_avg_pool2d",
+                                    {in, Argument::Int(1)});
+         }},
+        {"adaptive_2x3",
+         [](Graph& g, Node* in) {
+           return g.AddCallFunction("torch.nn.functional.adaptive_avg_pool2d",
+                                    {in, Argument::Ints({2, 3})});
+         }},
+        {"avg_2_s1",
+         [](Graph& g, Node* in) {
+           return g.AddCallFunction("torch.nn.functional.avg_pool2d",
+                                    {in, Argument::Int(2), Argument::Int(1)});
+         }},
+        {"avg_3_s2_p1_exclude_ceil",
+         [](Graph& g, Node* in) {
+           return g.AddCallFunction("torch.nn.functional.avg_pool2d",
+                                    {in, Argument::Int(3), Argument::Int(2), Argument::Int(1),
+                                     Argument::Bool(true), Argument::Bool(false)});
+         }},
+        {"mean_hw",
+         [](Graph& g, Node* in) {
+           return g.AddCallMethod("mean", {in, Argument::Ints({2, 3}), Argument::Bool(true)});
+         }},
+    };
+    for (const Call& call : calls) {
+      SCOPED_TRACE(call.key);
+      GraphModule gm;
+      auto y = RunOne(gm, *kernels, x, call.add);
+      ASSERT_TRUE(y.ok()) << y.status();
+      EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor(call.key)));
+    }
+    // nn.AdaptiveAvgPool2d takes the same path.
+    auto m = std::make_unique<Module>("nn.AdaptiveAvgPool2d");
+    m->SetAttribute("output_size", Argument::Ints({1, 1}));
+    auto y = RunModule(std::move(m), *kernels, x);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor("adaptive_1")));
+  }
+}
+
 TEST(RegisterQuantizedOpsTest, PassThroughOpsKeepValuesAndQParams) {
   auto kernels = Kernels();
   // x: [1, 2, 1, 3] quint8 (scale 0.5, zp 3) holding 0..5.
