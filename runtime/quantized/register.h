@@ -42,6 +42,12 @@
 //   nn.UpsamplingBilinear2d; torch.sigmoid, torch.tanh, torch.nn.functional.sigmoid /
 //   tanh / hardsigmoid / leaky_relu / interpolate (nearest, bilinear) /
 //   adaptive_max_pool2d, torch.mean; call_method sigmoid, tanh, mean.
+// Layout: fuselage tensors carry no memory format, but in PyTorch's converted models the
+//   activations after a quantized conv are channels-last, and PyTorch's avg_pool2d /
+//   adaptive_avg_pool2d / mean round differently there (runtime/quantized/pooling.h). The
+//   bindings above run those three with the channels-last arithmetic on every 4-D input;
+//   an NCHW-contiguous input in PyTorch (e.g. convnext_tiny's last pool, fed by an add of
+//   permuted tensors) can then differ by one step where the pooled value is a tie.
 #ifndef FUSELAGE_RUNTIME_QUANTIZED_REGISTER_H_
 #define FUSELAGE_RUNTIME_QUANTIZED_REGISTER_H_
 
