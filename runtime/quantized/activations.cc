@@ -95,6 +95,25 @@ absl::StatusOr<Tensor> QuantizedHardsigmoid(const Tensor& qx) {
                         HardsigmoidOf);
 }
 
+absl::StatusOr<Tensor> QuantizedGelu(const Tensor& qx, bool tanh_approximation) {
+  constexpr absl::string_view kOp = "quantized gelu";
+  RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, kOp, "input"));
+  // qgelu_kernel keeps the input's scale as a float: the output's is that float.
+  const QuantParams out = QuantParams::PerTensor(
+      static_cast<float>(qx.qparams().scales[0]), qx.qparams().zero_points[0]);
+  if (tanh_approximation) {
+    const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+    const float kappa = 0.044715f;
+    return MapDequantized(kOp, qx, out, [beta, kappa](float x) {
+      return 0.5f * x * (1.0f + std::tanh(beta * (x + kappa * (x * x * x))));
+    });
+  }
+  const float alpha = static_cast<float>(M_SQRT1_2);
+  return MapDequantized(kOp, qx, out, [alpha](float x) {
+    return x * 0.5f * (1.0f + std::erf(x * alpha));
+  });
+}
+
 absl::StatusOr<Tensor> QuantizedSoftmax(const Tensor& qx, int64_t dim, double output_scale,
                                         int64_t output_zero_point) {
   constexpr absl::string_view kOp = "quantized softmax";

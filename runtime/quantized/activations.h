@@ -14,6 +14,9 @@
 //   QuantizedSigmoid     torch.sigmoid on a quantized tensor: fixed output qparams
 //   QuantizedHardsigmoid F.hardsigmoid:  clamp(x + 3, 0, 6) / 6      (FixedSigmoidQParams)
 //   QuantizedTanh        torch.tanh:     fixed output qparams         (FixedTanhQParams)
+//   QuantizedGelu        F.gelu / nn.GELU on a quantized tensor (qgelu_kernel), in the input's
+//                        qparams (the scale narrowed to float, as PyTorch keeps it): x * 0.5 * (1 + erf(x / sqrt(2))), or with approximate='tanh'
+//                        0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))).
 //   QuantizedSoftmax     nnq.Softmax / quantized::softmax(qx, dim, scale, zero_point) off
 //                        QNNPACK: Tensor.dequantize() (scale * (q - zp)), float softmax
 //                        along dim, quantize_per_tensor to the given qparams. The float
@@ -56,6 +59,7 @@ absl::StatusOr<Tensor> QuantizedLeakyRelu(const Tensor& qx, double negative_slop
 absl::StatusOr<Tensor> QuantizedSigmoid(const Tensor& qx,
                                         std::optional<QuantParams> output = std::nullopt);
 absl::StatusOr<Tensor> QuantizedHardsigmoid(const Tensor& qx);
+absl::StatusOr<Tensor> QuantizedGelu(const Tensor& qx, bool tanh_approximation);
 // `dim` may be negative (counts from the end).
 absl::StatusOr<Tensor> QuantizedSoftmax(const Tensor& qx, int64_t dim, double output_scale,
                                         int64_t output_zero_point);

@@ -612,6 +612,14 @@ absl::StatusOr<Value> QuantizedMeanFn(const KernelContext&, absl::Span<const Val
   return Value(std::move(y));
 }
 
+// gelu's `approximate`: None / 'none' (erf) or 'tanh'.
+absl::StatusOr<bool> GeluApproximation(const Value& v) {
+  if (v.is_none() || (v.is_string() && v.as_string() == "none")) return false;
+  if (v.is_string() && v.as_string() == "tanh") return true;
+  return absl::InvalidArgumentError(absl::StrCat("gelu: 'approximate' is ", v.ToString(),
+                                                 "; expected 'none' or 'tanh'"));
+}
+
 // ---- Ops that only move or select stored values ----
 
 // The stored integers of a per-tensor quantized tensor as float32 (exact for 8-bit
@@ -1135,6 +1143,14 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"nn.Tanh", UnaryModule([](const Module&, const Tensor& x) {
          return quantized::QuantizedTanh(x);
        })},
+      {"nn.GELU", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         const Argument* a = m.FindAttribute("approximate");
+         const Value v = a == nullptr || a->is_none() ? Value::None()
+                         : a->is_string()             ? Value::String(a->as_string())
+                                                      : Value::String(a->ToString());
+         ASSIGN_OR_RETURN(bool tanh, GeluApproximation(v));
+         return quantized::QuantizedGelu(x, tanh);
+       })},
       // F.leaky_relu on a quantized tensor keeps the input's qparams.
       {"nn.LeakyReLU", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
          absl::Status status;
@@ -1254,6 +1270,12 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
        })},
       {"torch.tanh", tanh},
       {"torch.nn.functional.tanh", tanh},
+      {"torch.nn.functional.gelu",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         const Value* v = r.Find(1, "approximate");
+         ASSIGN_OR_RETURN(bool tanh, GeluApproximation(v == nullptr ? Value::None() : *v));
+         return quantized::QuantizedGelu(x, tanh);
+       })},
       {"torch.nn.functional.leaky_relu",
        UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
          ASSIGN_OR_RETURN(double slope, r.OptionalFloat(1, "negative_slope", 0.01));

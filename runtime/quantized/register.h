@@ -38,9 +38,9 @@
 //   group_norm / instance_norm (as convert_fx writes them), torch.ops.quantized.batch_norm2d /
 //   3d [_relu] (qx, weight, bias, mean, var, eps, output_scale, output_zero_point).
 //   Quantized overloads: nn.Sigmoid, nn.Hardsigmoid, nn.Tanh (PyTorch's fixed output
-//   qparams), nn.LeakyReLU, nn.AdaptiveMaxPool2d, nn.Upsample, nn.UpsamplingNearest2d,
+//   qparams), nn.LeakyReLU, nn.GELU, nn.AdaptiveMaxPool2d, nn.Upsample, nn.UpsamplingNearest2d,
 //   nn.UpsamplingBilinear2d; torch.sigmoid, torch.tanh, torch.nn.functional.sigmoid /
-//   tanh / hardsigmoid / leaky_relu / interpolate (nearest, bilinear) /
+//   tanh / hardsigmoid / leaky_relu / gelu / interpolate (nearest, bilinear) /
 //   adaptive_max_pool2d, torch.mean; call_method sigmoid, tanh, mean.
 // Layout: fuselage tensors carry no memory format, but in PyTorch's converted models the
 //   activations after a quantized conv are channels-last, and PyTorch's avg_pool2d /

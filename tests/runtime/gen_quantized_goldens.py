@@ -596,6 +596,8 @@ def gen_activations():
              nnq.Sigmoid(0.0045, out_zp)(qx)),
             ('hardsigmoid', {}, F.hardsigmoid(qx)),
             ('tanh', {}, torch.tanh(qx)),
+            ('gelu', {}, F.gelu(qx)),
+            ('gelu_tanh', {}, F.gelu(qx, approximate='tanh')),
             ('softmax_module', {'dim': 1, 'scale': 1.0 / 256, 'zero_point': out_zp},
              nnq.Softmax(1, 1.0 / 256, out_zp)(qx)),
             ('softmax_last', {'dim': -1, 'scale': 0.0041, 'zero_point': out_zp + 20},

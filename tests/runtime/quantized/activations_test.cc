@@ -93,6 +93,8 @@ TEST(QuantizedActivationsTest, MatchPyTorch) {
                                      c.number("sigmoid_module.output_zero_point"))))},
         {"hardsigmoid", QuantizedHardsigmoid(x)},
         {"tanh", QuantizedTanh(x)},
+        {"gelu", QuantizedGelu(x, false)},
+        {"gelu_tanh", QuantizedGelu(x, true)},
         {"softmax_module",
          QuantizedSoftmax(x, static_cast<int64_t>(c.number("softmax_module.dim")),
                           c.number("softmax_module.scale"),

@@ -115,6 +115,20 @@ TEST(RegisterQuantizedOpsTest, ActivationModulesAndOverloadsMatchPyTorch) {
     ASSERT_TRUE(y.ok()) << y.status();
     EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor("softmax_module")));
 
+    auto gelu = std::make_unique<Module>("nn.GELU");
+    gelu->SetAttribute("approximate", Argument::String("tanh"));
+    y = RunModule(std::move(gelu), *kernels, x);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor("gelu_tanh")));
+    {
+      GraphModule gm;
+      y = RunOne(gm, *kernels, x, [](Graph& g, Node* in) {
+        return g.AddCallFunction("torch.nn.functional.gelu", {in});
+      });
+      ASSERT_TRUE(y.ok()) << y.status();
+      EXPECT_TRUE(MostlySameQuantized(y->as_tensor(), c.tensor("gelu")));
+    }
+
     // Float module types on a quantized input: the fixed-qparams kernels.
     for (const auto& [type, key] : std::vector<std::pair<std::string, std::string>>{
              {"nn.Sigmoid", "sigmoid"}, {"nn.Hardsigmoid", "hardsigmoid"}, {"nn.Tanh", "tanh"}}) {
