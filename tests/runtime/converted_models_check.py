@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Runs PyTorch 1.13's own convert_fx output of torchvision models in fuselage's
 interpreter and compares it with PyTorch's, engine 'onednn' (issue #18 item 3: the
-quantized kernels real models need). Every model is prepared with the fbgemm backend
-config and default qconfig mapping (x86 / onednn arithmetic), calibrated on random data,
+quantized kernels real models need). Every model is prepared with the fbgemm (default) or
+qnnpack backend config and default qconfig mapping, calibrated on random data,
 converted, exported with fuselage.export and run by `fuselage run`. Prints, per model,
 the share of output elements equal to PyTorch's and the largest difference in steps, or
 the error that stopped it. Writes nothing into the repo.
@@ -20,7 +20,8 @@ import numpy as np
 import torch
 import torchvision
 from torch.ao.quantization import get_default_qconfig_mapping
-from torch.ao.quantization.backend_config import get_fbgemm_backend_config
+from torch.ao.quantization.backend_config import (get_fbgemm_backend_config,
+                                                  get_qnnpack_backend_config)
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -58,6 +59,9 @@ def randomize_batch_norm(model):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--config", default="fbgemm", choices=["fbgemm", "qnnpack"],
+                        help="backend config and default qconfig mapping (both run on "
+                             "PyTorch's onednn engine, whose arithmetic fuselage runs)")
     args = parser.parse_args()
     torch.backends.quantized.engine = "onednn"
     binary = os.path.join(REPO, "bazel-bin", "tools", "fuselage")
@@ -66,12 +70,14 @@ def main():
         torch.manual_seed(0)
         model, x = build(name)
         randomize_batch_norm(model)
-        prepared = prepare_fx(model, get_default_qconfig_mapping("fbgemm"), (x,),
-                              backend_config=get_fbgemm_backend_config())
+        backend = (get_fbgemm_backend_config() if args.config == "fbgemm"
+                   else get_qnnpack_backend_config())
+        prepared = prepare_fx(model, get_default_qconfig_mapping(args.config), (x,),
+                              backend_config=backend)
         with torch.no_grad():
             for _ in range(4):
                 prepared(torch.randn_like(x))
-        converted = convert_fx(prepared, backend_config=get_fbgemm_backend_config())
+        converted = convert_fx(prepared, backend_config=backend)
         try:
             with torch.no_grad():
                 want = converted(x)
