@@ -81,6 +81,12 @@ absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
            "torch.ops.quantized.conv2d", "torch.ops.quantized.conv3d",
            "torch.ops.quantized.conv1d_relu", "torch.ops.quantized.conv2d_relu",
            "torch.ops.quantized.conv3d_relu",
+           // Quantized ops convert_fx writes that runtime/quantized/ runs (issue #18).
+           "torch.ops.quantized.hardswish", "torch.ops.quantized.sigmoid",
+           "torch.ops.quantized.softmax", "torch.ops.quantized.layer_norm",
+           "torch.ops.quantized.group_norm", "torch.ops.quantized.instance_norm",
+           "torch.ops.quantized.batch_norm2d", "torch.ops.quantized.batch_norm2d_relu",
+           "torch.ops.quantized.batch_norm3d", "torch.ops.quantized.batch_norm3d_relu",
        }) {
     RETURN_IF_ERROR(registry.Register(name));
   }

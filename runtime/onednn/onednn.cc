@@ -218,6 +218,41 @@ absl::Status Convolution(absl::string_view op, const ConvGeometry& g, dt src_typ
   });
 }
 
+absl::Status Deconvolution(absl::string_view op, const ConvGeometry& g, dt src_type,
+                           dt weight_type, dt dst_type, const ConvBuffers& b) {
+  return Run(op, [&](dnnl::stream& stream) {
+    dnnl::memory::dims strides = Dims(g.stride), dilates;
+    const dnnl::memory::dims zeros(g.stride.size(), 0);
+    for (int64_t d : g.dilation) dilates.push_back(d - 1);
+    std::vector<int64_t> wdims = g.weights;
+    if (g.groups > 1) {
+      wdims[0] /= g.groups;
+      wdims.insert(wdims.begin(), g.groups);
+    }
+    const auto any = [](const std::vector<int64_t>& d, dt t) {
+      return dnnl::memory::desc(Dims(d), t, tag::any);
+    };
+    const dnnl::memory::desc bias_md =
+        b.bias ? PlainDesc({g.weights[0]}, dt::f32) : dnnl::memory::desc();
+    const dnnl::deconvolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+        any(g.src, src_type), any(wdims, weight_type), bias_md, any(g.dst, dst_type), strides,
+        dilates, zeros, zeros);
+    const dnnl::deconvolution_forward::primitive_desc pd(desc, CpuEngine());
+    dnnl::memory src = ToLayout(PlainMemory(g.src, src_type, b.src), pd.src_desc(), stream);
+    dnnl::memory weights =
+        ToLayout(PlainMemory(wdims, weight_type, b.weights), pd.weights_desc(), stream);
+    dnnl::memory user_dst = PlainMemory(g.dst, dst_type, b.dst);
+    const bool dst_plain = pd.dst_desc() == user_dst.get_desc();
+    dnnl::memory dst = dst_plain ? user_dst : dnnl::memory(pd.dst_desc(), CpuEngine());
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+    if (b.bias) args[DNNL_ARG_BIAS] = PlainMemory({g.weights[0]}, dt::f32, b.bias);
+    dnnl::deconvolution_forward(pd).execute(stream, args);
+    if (!dst_plain) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
+  });
+}
+
 absl::Status MatMul(absl::string_view op, int64_t m, int64_t k, int64_t n, dt src_type,
                     dt weight_type, dt dst_type, const void* src, const void* weights,
                     const float* bias, void* dst, int32_t src_zero_point,

@@ -106,6 +106,16 @@ absl::Status Convolution(absl::string_view op, const ConvGeometry& geometry,
                          dnnl::memory::data_type dst_type, const ConvBuffers& buffers,
                          int32_t src_zero_point = 0, const Int8Output* int8_output = nullptr);
 
+// Transposed convolution (oneDNN's deconvolution, direct) over plain buffers without
+// padding or zero points: dst [N, O, *D] with D = (S - 1) * stride + dilation * (K - 1) + 1,
+// dst[n, o, s * stride + k * dilation] += src[n, c, s] * w[o, c, k] per group. The
+// geometry's `weights` are oneDNN's [O, C / groups, *K] (PyTorch's transposed-conv weight
+// [C, O / groups, *K] must be rearranged by the caller); `padding` is ignored (all 0).
+// Types as Convolution without int8_output: u8/s8 x s8 -> s32 exact, or f32.
+absl::Status Deconvolution(absl::string_view op, const ConvGeometry& geometry,
+                           dnnl::memory::data_type src_type, dnnl::memory::data_type weight_type,
+                           dnnl::memory::data_type dst_type, const ConvBuffers& buffers);
+
 // dst[M, N] = src[M, K] x weights[N, K]^T (+ bias[N]) over plain row-major buffers (the
 // weight in PyTorch's [out, in] layout): f32 x f32 -> f32, or u8/s8 x s8 -> s32 with
 // `src_zero_point` subtracted from every source value -> s32 (no bias) or, with

@@ -20,7 +20,7 @@ namespace {
 
 using dt = dnnl::memory::data_type;
 
-// One validated conv call: its output shape [N, O, OH, OW], oneDNN geometry and what the
+// One validated conv call: its output shape [N, O, *OS], oneDNN geometry and what the
 // requantization needs.
 struct ConvCall {
   std::vector<int64_t> shape;
@@ -32,28 +32,47 @@ struct ConvCall {
   bool weight_zero_points = false;     // any of them non-zero
 };
 
-absl::StatusOr<ConvCall> Prepare(absl::string_view op, const Tensor& qx, const Tensor& qweight,
-                                 const Tensor* bias, const Conv2dParams& p) {
+std::string Join(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) absl::StrAppend(&out, i ? ", " : "", v[i]);
+  return out + "]";
+}
+
+// Checks what a forward or transposed conv shares: the input (quint8 / qint8, per tensor,
+// [N, C, *S] with `spatial` dims), the weight (qint8, rank spatial + 2) and the per-dim
+// parameters. Per-dim parameters must have `spatial` entries (output_padding: or none).
+absl::Status CheckConvArgs(absl::string_view op, const Tensor& qx, const Tensor& qweight,
+                           const QuantizedConvParams& p, size_t spatial) {
   RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, op, "input"));
   if (qx.dtype() != DType::kQUInt8 && qx.dtype() != DType::kQInt8) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": input has dtype ",
                                                    DTypeName(qx.dtype()),
                                                    "; expected torch.quint8 or torch.qint8"));
   }
-  if (qx.dim() != 4) {
+  if (qx.dim() != static_cast<int64_t>(spatial) + 2) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": input has shape ", qx.ShapeString(),
-                                                   "; expected 4 dimensions [N, C, H, W]"));
+                                                   "; expected ", spatial + 2,
+                                                   " dimensions [N, C, ...]"));
   }
-  for (int i = 0; i < 2; ++i) {
+  RETURN_IF_ERROR(ExpectQInt8Weight(qweight, op, static_cast<int64_t>(spatial) + 2));
+  if (p.stride.size() != spatial || p.padding.size() != spatial ||
+      p.dilation.size() != spatial ||
+      (!p.output_padding.empty() && p.output_padding.size() != spatial)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": stride ", Join(p.stride), ", padding ", Join(p.padding), ", dilation ",
+        Join(p.dilation), "; expected ", spatial, " entries each"));
+  }
+  for (size_t i = 0; i < spatial; ++i) {
     // At most Tensor::kMaxElements, as tensor dimensions are: the output size arithmetic
-    // below cannot overflow.
-    if (p.stride[i] <= 0 || p.dilation[i] <= 0 || p.padding[i] < 0 ||
+    // cannot overflow.
+    const int64_t out_pad = p.output_padding.empty() ? 0 : p.output_padding[i];
+    if (p.stride[i] <= 0 || p.dilation[i] <= 0 || p.padding[i] < 0 || out_pad < 0 ||
         p.stride[i] > Tensor::kMaxElements || p.dilation[i] > Tensor::kMaxElements ||
-        p.padding[i] > Tensor::kMaxElements) {
+        p.padding[i] > Tensor::kMaxElements || out_pad > Tensor::kMaxElements) {
       return absl::InvalidArgumentError(absl::StrCat(
-          op, ": stride [", p.stride[0], ", ", p.stride[1], "], padding [", p.padding[0],
-          ", ", p.padding[1], "], dilation [", p.dilation[0], ", ", p.dilation[1],
-          "]; expected stride and dilation > 0 and padding >= 0, all at most ",
+          op, ": stride ", Join(p.stride), ", padding ", Join(p.padding), ", dilation ",
+          Join(p.dilation), ", output_padding ", Join(p.output_padding),
+          "; expected stride and dilation > 0 and padding >= 0, all at most ",
           Tensor::kMaxElements));
     }
   }
@@ -61,11 +80,47 @@ absl::StatusOr<ConvCall> Prepare(absl::string_view op, const Tensor& qx, const T
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": groups is ", p.groups, "; expected 1 to ", Tensor::kMaxElements));
   }
+  return absl::OkStatus();
+}
+
+// Bounds the accumulators and one group's columns (what a GEMM-based conv unfolds, and a
+// bound on the work) like any tensor, so a padding that makes a huge output is an error,
+// not a failed allocation.
+absl::Status CheckWork(absl::string_view op, const std::vector<int64_t>& accumulators,
+                       int64_t depth, int64_t pixels) {
+  RETURN_IF_ERROR(ExpectAccumulatorFits(depth, op));
+  const std::vector<int64_t> column_scratch = {depth, pixels};
+  for (const std::vector<int64_t>* size : {&accumulators, &column_scratch}) {
+    absl::Status fits = CheckedNumel(*size).status();
+    if (!fits.ok()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", fits.message()));
+  }
+  return absl::OkStatus();
+}
+
+void SetQuantization(const Tensor& qx, const Tensor& qweight, int64_t out_c, ConvCall& call) {
+  call.weight_scales = PerOutputChannel(qweight.qparams().scales, out_c);
+  call.w_zero_points = PerOutputChannelZeroPoints(qweight, out_c);
+  call.weight_zero_points = std::any_of(call.w_zero_points.begin(), call.w_zero_points.end(),
+                                        [](int64_t z) { return z != 0; });
+  call.src_type = qx.dtype() == DType::kQUInt8 ? dt::u8 : dt::s8;
+  call.x_zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);
+}
+
+size_t SpatialDims(const Tensor& qx) {
+  return qx.dim() >= 3 ? static_cast<size_t>(qx.dim() - 2) : 0;
+}
+
+absl::StatusOr<ConvCall> Prepare(absl::string_view op, const Tensor& qx, const Tensor& qweight,
+                                 const Tensor* bias, const QuantizedConvParams& p) {
+  const size_t spatial = SpatialDims(qx);
+  if (spatial < 1 || spatial > 3) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": input has shape ", qx.ShapeString(),
+                                                   "; expected [N, C, ...] with 1, 2 or 3 "
+                                                   "spatial dims"));
+  }
+  RETURN_IF_ERROR(CheckConvArgs(op, qx, qweight, p, spatial));
   const int64_t batch = qx.shape()[0], in_c = qx.shape()[1];
-  const int64_t in_h = qx.shape()[2], in_w = qx.shape()[3];
-  RETURN_IF_ERROR(ExpectQInt8Weight(qweight, op, 4));
   const int64_t out_c = qweight.shape()[0], group_in_c = qweight.shape()[1];
-  const int64_t k_h = qweight.shape()[2], k_w = qweight.shape()[3];
   if (in_c % p.groups != 0 || out_c % p.groups != 0 || group_in_c * p.groups != in_c) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": input has ", in_c, " channels and weight ", qweight.ShapeString(), " with ",
@@ -73,43 +128,48 @@ absl::StatusOr<ConvCall> Prepare(absl::string_view op, const Tensor& qx, const T
         group_in_c * p.groups, ") and out channels divisible by groups"));
   }
   RETURN_IF_ERROR(ExpectBias(bias, out_c, op));
-  const int64_t out_h = (in_h + 2 * p.padding[0] - p.dilation[0] * (k_h - 1) - 1) / p.stride[0] + 1;
-  const int64_t out_w = (in_w + 2 * p.padding[1] - p.dilation[1] * (k_w - 1) - 1) / p.stride[1] + 1;
-  if (out_h <= 0 || out_w <= 0 || in_h + 2 * p.padding[0] < p.dilation[0] * (k_h - 1) + 1 ||
-      in_w + 2 * p.padding[1] < p.dilation[1] * (k_w - 1) + 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": input ", qx.ShapeString(), " with padding [", p.padding[0], ", ", p.padding[1],
-        "] is smaller than the dilated kernel ", qweight.ShapeString(),
-        "; expected a non-empty output"));
-  }
-  const int64_t depth = group_in_c * k_h * k_w;
-  RETURN_IF_ERROR(ExpectAccumulatorFits(depth, op));
-
-  // The accumulators (one per output element) and one group's columns (what a GEMM-based
-  // conv unfolds, and a bound on the work) are bounded like any tensor first, so a padding
-  // that makes a huge output is an error, not a failed allocation.
-  const std::vector<int64_t> accumulators = {batch, out_c, out_h, out_w};
-  const std::vector<int64_t> column_scratch = {depth, out_h * out_w};
-  for (const std::vector<int64_t>* size : {&accumulators, &column_scratch}) {
-    absl::Status fits = CheckedNumel(*size).status();
-    if (!fits.ok()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", fits.message()));
-  }
   ConvCall call;
-  call.shape = {batch, out_c, out_h, out_w};
-  call.weight_scales = PerOutputChannel(qweight.qparams().scales, out_c);
-  call.w_zero_points = PerOutputChannelZeroPoints(qweight, out_c);
-  call.weight_zero_points = std::any_of(call.w_zero_points.begin(), call.w_zero_points.end(),
-                                        [](int64_t z) { return z != 0; });
-  call.src_type = qx.dtype() == DType::kQUInt8 ? dt::u8 : dt::s8;
-  call.x_zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);
-  call.geometry.src = {batch, in_c, in_h, in_w};
-  call.geometry.weights = {out_c, group_in_c, k_h, k_w};
+  call.shape = {batch, out_c};
+  int64_t depth = group_in_c, pixels = 1;
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t in = qx.shape()[2 + i], k = qweight.shape()[2 + i];
+    const int64_t reach = p.dilation[i] * (k - 1) + 1;
+    if (in + 2 * p.padding[i] < reach) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": input ", qx.ShapeString(), " with padding ", Join(p.padding),
+          " is smaller than the dilated kernel ", qweight.ShapeString(),
+          "; expected a non-empty output"));
+    }
+    const int64_t out = (in + 2 * p.padding[i] - reach) / p.stride[i] + 1;
+    call.shape.push_back(out);
+    depth *= k;
+    pixels *= out;
+  }
+  RETURN_IF_ERROR(CheckWork(op, call.shape, depth, pixels));
+  SetQuantization(qx, qweight, out_c, call);
+  call.geometry.src = qx.shape();
+  call.geometry.weights = qweight.shape();
   call.geometry.dst = call.shape;
-  call.geometry.stride = {p.stride[0], p.stride[1]};
-  call.geometry.padding = {p.padding[0], p.padding[1]};
-  call.geometry.dilation = {p.dilation[0], p.dilation[1]};
+  call.geometry.stride = p.stride;
+  call.geometry.padding = p.padding;
+  call.geometry.dilation = p.dilation;
   call.geometry.groups = p.groups;
   return call;
+}
+
+QuantizedConvParams FromConv2dParams(const Conv2dParams& p) {
+  QuantizedConvParams q;
+  q.stride = {p.stride[0], p.stride[1]};
+  q.padding = {p.padding[0], p.padding[1]};
+  q.dilation = {p.dilation[0], p.dilation[1]};
+  q.groups = p.groups;
+  return q;
+}
+
+int64_t Pixels(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t i = 2; i < shape.size(); ++i) n *= shape[i];
+  return n;
 }
 
 // The exact int32 accumulators sum((x - x_zp) * (w - w_zp)), [N, O, OH, OW]. oneDNN
@@ -118,7 +178,7 @@ absl::StatusOr<ConvCall> Prepare(absl::string_view op, const Tensor& qx, const T
 absl::StatusOr<std::vector<int32_t>> Accumulate(absl::string_view op, const ConvCall& call,
                                                 const Tensor& qx, const Tensor& qweight) {
   const int64_t batch = call.shape[0], out_c = call.shape[1];
-  const int64_t pixels = call.shape[2] * call.shape[3];
+  const int64_t pixels = Pixels(call.shape);
   std::vector<int32_t> acc(static_cast<size_t>(batch * out_c * pixels), 0);
   if (acc.empty()) return acc;
   onednn::ConvBuffers buffers;
@@ -165,7 +225,16 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
                                        const Tensor* bias, const Conv2dParams& params,
                                        double output_scale, int64_t output_zero_point,
                                        bool relu, QuantizedEngine engine) {
-  const absl::string_view op = relu ? "quantized conv2d_relu" : "quantized conv2d";
+  return QuantizedConvNd(qx, qweight, bias, FromConv2dParams(params), output_scale,
+                         output_zero_point, relu, engine);
+}
+
+absl::StatusOr<Tensor> QuantizedConvNd(const Tensor& qx, const Tensor& qweight,
+                                       const Tensor* bias, const QuantizedConvParams& params,
+                                       double output_scale, int64_t output_zero_point,
+                                       bool relu, QuantizedEngine engine) {
+  const std::string op = absl::StrCat("quantized conv", SpatialDims(qx), "d",
+                                      relu ? "_relu" : "");
   ASSIGN_OR_RETURN(const ConvCall call, Prepare(op, qx, qweight, bias, params));
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
   RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
@@ -198,7 +267,7 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
   // requantized here.
   ASSIGN_OR_RETURN(const std::vector<int32_t> acc, Accumulate(op, call, qx, qweight));
   const int64_t channels = call.shape[1];
-  const int64_t pixels = call.shape[2] * call.shape[3];
+  const int64_t pixels = Pixels(call.shape);
   if (!requantizer.fusable_in_onednn() &&
       (qx.dtype() == DType::kQUInt8 || qx.dtype() == DType::kQInt8)) {
     ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
@@ -218,12 +287,140 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
   return FromIntValues(qx.dtype(), call.shape, out_qparams, q);
 }
 
+absl::StatusOr<Tensor> QuantizedConvTransposeNd(const Tensor& qx, const Tensor& qweight,
+                                                const Tensor* bias,
+                                                const QuantizedConvParams& p,
+                                                double output_scale, int64_t output_zero_point) {
+  const size_t spatial = SpatialDims(qx);
+  const std::string op = absl::StrCat("quantized conv_transpose", spatial, "d");
+  if (spatial < 1 || spatial > 3) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": input has shape ", qx.ShapeString(),
+                                                   "; expected [N, C, ...] with 1, 2 or 3 "
+                                                   "spatial dims"));
+  }
+  RETURN_IF_ERROR(CheckConvArgs(op, qx, qweight, p, spatial));
+  if (qweight.qparams().scheme != QScheme::kPerTensorAffine ||
+      qweight.qparams().zero_points[0] != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        op, ": weight must be quantized per tensor with zero point 0 (PyTorch 1.13 has no "
+            "per-channel transposed conv)"));
+  }
+  const int64_t batch = qx.shape()[0], in_c = qx.shape()[1];
+  if (qweight.shape()[0] != in_c || in_c % p.groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": input has ", in_c, " channels and weight ", qweight.ShapeString(), " with ",
+        p.groups, " groups; expected weight [C, O / groups, ...] with C == input channels, "
+        "divisible by groups"));
+  }
+  const int64_t group_out_c = qweight.shape()[1], out_c = group_out_c * p.groups;
+  const int64_t group_in_c = in_c / p.groups;
+  RETURN_IF_ERROR(ExpectBias(bias, out_c, op));
+  RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
+  RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
+  // The uncropped deconvolution [N, O, *F], F = (S - 1) * stride + dilation * (K - 1) + 1;
+  // PyTorch's output is its window [padding, padding + OS) (zero past F).
+  std::vector<int64_t> full = {batch, out_c}, shape = {batch, out_c};
+  int64_t kernel = 1, pixels = 1;
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t in = qx.shape()[2 + i], k = qweight.shape()[2 + i];
+    const int64_t out_pad = p.output_padding.empty() ? 0 : p.output_padding[i];
+    if (out_pad >= std::max(p.stride[i], p.dilation[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": output_padding ", Join(p.output_padding),
+          "; expected each entry smaller than its stride or dilation"));
+    }
+    const int64_t f = (in - 1) * p.stride[i] + p.dilation[i] * (k - 1) + 1;
+    const int64_t out = f - 2 * p.padding[i] + out_pad;
+    if (out <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": input ", qx.ShapeString(), ", weight ", qweight.ShapeString(), " and padding ",
+          Join(p.padding), " give an empty output"));
+    }
+    full.push_back(f);
+    shape.push_back(out);
+    kernel *= k;
+    pixels *= f;
+  }
+  RETURN_IF_ERROR(CheckWork(op, full, group_in_c * kernel, pixels));
+  RETURN_IF_ERROR(CheckWork(op, shape, group_in_c * kernel, 1));
+
+  // oneDNN's weight [O, C / groups, *K] from PyTorch's [C, O / groups, *K].
+  const int8_t* w = static_cast<const int8_t*>(qweight.raw_data());
+  std::vector<int8_t> weights(static_cast<size_t>(qweight.numel()));
+  for (int64_t g = 0; g < p.groups; ++g) {
+    for (int64_t o = 0; o < group_out_c; ++o) {
+      for (int64_t c = 0; c < group_in_c; ++c) {
+        const int8_t* from = w + (((g * group_in_c + c) * group_out_c) + o) * kernel;
+        int8_t* to = weights.data() + (((g * group_out_c + o) * group_in_c) + c) * kernel;
+        std::copy(from, from + kernel, to);
+      }
+    }
+  }
+  onednn::ConvGeometry geometry;
+  geometry.src = qx.shape();
+  geometry.weights = {out_c, group_in_c};
+  for (size_t i = 0; i < spatial; ++i) geometry.weights.push_back(qweight.shape()[2 + i]);
+  geometry.dst = full;
+  geometry.stride = p.stride;
+  geometry.padding = std::vector<int64_t>(spatial, 0);
+  geometry.dilation = p.dilation;
+  geometry.groups = p.groups;
+  const dt src_type = qx.dtype() == DType::kQUInt8 ? dt::u8 : dt::s8;
+  const int64_t full_pixels = Pixels(full);
+  std::vector<int32_t> acc(static_cast<size_t>(batch * out_c * full_pixels));
+  onednn::ConvBuffers buffers;
+  buffers.src = qx.raw_data();
+  buffers.weights = weights.data();
+  buffers.dst = acc.data();
+  RETURN_IF_ERROR(onednn::Deconvolution(op, geometry, src_type, dt::s8, dt::s32, buffers));
+  // sum(x * w) - x_zp * sum(w) over the taps that reach each output: the second sum is
+  // the deconvolution of an all-ones input.
+  const int32_t x_zp = static_cast<int32_t>(qx.qparams().zero_points[0]);
+  if (x_zp != 0) {
+    const std::vector<uint8_t> ones(static_cast<size_t>(qx.numel()), 1);
+    std::vector<int32_t> taps(acc.size());
+    buffers.src = ones.data();
+    buffers.dst = taps.data();
+    RETURN_IF_ERROR(onednn::Deconvolution(op, geometry, dt::u8, dt::s8, dt::s32, buffers));
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] -= x_zp * taps[i];
+  }
+  const OutputRequantizer requantizer(
+      qx.qparams().scales[0], std::vector<double>(out_c, qweight.qparams().scales[0]),
+      /*per_channel_weight=*/false, bias ? bias->data<float>() : nullptr, output_scale,
+      output_zero_point, /*relu=*/false, qx.dtype());
+  // Crop the window, walking the output in row-major order.
+  const int64_t out_pixels = Pixels(shape);
+  std::vector<int32_t> q(static_cast<size_t>(batch * out_c * out_pixels));
+  std::vector<int64_t> index(spatial, 0);
+  for (int64_t plane = 0; plane < batch * out_c; ++plane) {
+    const int64_t channel = plane % out_c;
+    std::fill(index.begin(), index.end(), 0);
+    for (int64_t i = 0; i < out_pixels; ++i) {
+      int64_t source = 0;
+      bool inside = true;
+      for (size_t d = 0; d < spatial; ++d) {
+        const int64_t f = index[d] + p.padding[d];
+        inside = inside && f < full[2 + d];
+        source = source * full[2 + d] + f;
+      }
+      const int32_t a = inside ? acc[plane * full_pixels + source] : 0;
+      q[plane * out_pixels + i] = requantizer.Apply(a, channel);
+      for (size_t d = spatial; d-- > 0;) {
+        if (++index[d] < shape[2 + d]) break;
+        index[d] = 0;
+      }
+    }
+  }
+  return FromIntValues(qx.dtype(), shape, QuantParams::PerTensor(output_scale, output_zero_point),
+                       q);
+}
+
 absl::StatusOr<Tensor> QuantizedConvAdd2d(const Tensor& qx, const Tensor& qextra,
                                           const Tensor& qweight, const Tensor* bias,
                                           const Conv2dParams& params, double output_scale,
                                           int64_t output_zero_point, bool relu) {
   const absl::string_view op = relu ? "quantized conv2d_add_relu" : "quantized conv2d_add";
-  ASSIGN_OR_RETURN(const ConvCall call, Prepare(op, qx, qweight, bias, params));
+  ASSIGN_OR_RETURN(const ConvCall call, Prepare(op, qx, qweight, bias, FromConv2dParams(params)));
   RETURN_IF_ERROR(ExpectPerTensorQuantized(qextra, op, "extra input"));
   if (qextra.shape() != call.shape) {
     return absl::InvalidArgumentError(absl::StrCat(

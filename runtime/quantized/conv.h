@@ -29,6 +29,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "graph/tensor.h"
@@ -54,6 +55,39 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
                                        double output_scale, int64_t output_zero_point,
                                        bool relu,
                                        QuantizedEngine engine = QuantizedEngine::kOnednn);
+
+// Per-spatial-dim parameters of a quantized conv over 1, 2 or 3 spatial dims (one entry
+// per dim each; output_padding: transposed conv only, empty means all 0).
+struct QuantizedConvParams {
+  std::vector<int64_t> stride;
+  std::vector<int64_t> padding;
+  std::vector<int64_t> dilation;
+  std::vector<int64_t> output_padding;
+  int64_t groups = 1;
+};
+
+// torch.ops.quantized.conv1d / conv2d / conv3d [_relu] (nnq.Conv1d / Conv2d / Conv3d,
+// nniq.ConvReLU1d / 2d / 3d): input [N, C, *S], weight [O, C / groups, *K] with as many
+// spatial dims as params.stride has entries; the same accumulators and requantization as
+// QuantizedConv2d (PyTorch's onednn conv1d is its conv2d over [N, C, 1, L]).
+absl::StatusOr<Tensor> QuantizedConvNd(const Tensor& qx, const Tensor& qweight,
+                                       const Tensor* bias, const QuantizedConvParams& params,
+                                       double output_scale, int64_t output_zero_point,
+                                       bool relu,
+                                       QuantizedEngine engine = QuantizedEngine::kOnednn);
+
+// torch.ops.quantized.conv_transpose1d / 2d / 3d (nnq.ConvTranspose1d / 2d / 3d): input
+// [N, C, *S], weight [C, O / groups, *K] quantized per tensor (PyTorch 1.13 refuses
+// per-channel transposed weights), output [N, O, *OS] with
+// OS = (S - 1) * stride - 2 * padding + dilation * (K - 1) + output_padding + 1
+// (output_padding < stride or dilation, as PyTorch requires). The exact accumulators come
+// from oneDNN's int8 deconvolution (the input zero point corrected by a second one over
+// an all-ones input); requantization is OutputRequantizer's, as PyTorch's onednn engine
+// (ideep's deconvolution) does it.
+absl::StatusOr<Tensor> QuantizedConvTransposeNd(const Tensor& qx, const Tensor& qweight,
+                                                const Tensor* bias,
+                                                const QuantizedConvParams& params,
+                                                double output_scale, int64_t output_zero_point);
 
 // As QuantizedConv2d, plus `qextra`: a per-tensor quantized tensor of the conv output's
 // shape (any qparams of its own).

@@ -173,6 +173,16 @@ absl::StatusOr<Tensor> QuantizedAvgPool2d(const Tensor& qx, const Pool2dParams& 
           for (int64_t iw = w0; iw < w1; ++iw) sum += plane[ih * planes.in_w + iw];
         }
         sum -= size * zero_point;
+        if (p.channels_last) {
+          // _qavg_pool_nhwc_kernel: multiplier = in_scale / out_scale / divide_factor in
+          // float (the scales are equal), the zero point added after rounding.
+          const float multiplier = 1.0f / static_cast<float>(divide_factor);
+          out[(c * out_h + oh) * out_w + ow] = RoundAndClamp(
+              std::nearbyint(static_cast<float>(sum) * multiplier) +
+                  static_cast<float>(zero_point),
+              DTypeMin(qx.dtype()), DTypeMax(qx.dtype()));
+          continue;
+        }
         // scale_factor = in_scale / out_scale = 1 (same qparams), narrowed to float.
         const float multiplier = static_cast<float>(1.0 / static_cast<double>(divide_factor));
         const float value = static_cast<float>(sum) * multiplier + static_cast<float>(zero_point);
@@ -185,7 +195,8 @@ absl::StatusOr<Tensor> QuantizedAvgPool2d(const Tensor& qx, const Pool2dParams& 
 }
 
 absl::StatusOr<Tensor> QuantizedAdaptiveAvgPool2d(const Tensor& qx,
-                                                  std::array<int64_t, 2> output_size) {
+                                                  std::array<int64_t, 2> output_size,
+                                                  bool channels_last) {
   constexpr absl::string_view kOp = "quantized adaptive_avg_pool2d";
   ASSIGN_OR_RETURN(const Planes planes, ExpectPoolInput(qx, kOp));
   const int64_t out_h = output_size[0], out_w = output_size[1];
@@ -217,6 +228,18 @@ absl::StatusOr<Tensor> QuantizedAdaptiveAvgPool2d(const Tensor& qx,
         int64_t sum = 0;
         for (int64_t ih = h0; ih < h1; ++ih) {
           for (int64_t iw = w0; iw < w1; ++iw) sum += plane[ih * planes.in_w + iw];
+        }
+        if (channels_last) {
+          // _qadaptive_avg_pool_kernel: (sum - zp * size) * (in_scale / out_scale / size)
+          // in float, rounded, plus the zero point.
+          const int64_t size = (h1 - h0) * (w1 - w0);
+          const int64_t zp = qx.qparams().zero_points[0];
+          const float multiplier = 1.0f / static_cast<float>(size);
+          out[(c * out_h + oh) * out_w + ow] = RoundAndClamp(
+              std::nearbyint(static_cast<float>(sum - zp * size) * multiplier) +
+                  static_cast<float>(zp),
+              DTypeMin(qx.dtype()), DTypeMax(qx.dtype()));
+          continue;
         }
         out[(c * out_h + oh) * out_w + ow] = RoundAndClamp(
             static_cast<float>(sum) * inv_area, DTypeMin(qx.dtype()), DTypeMax(qx.dtype()));

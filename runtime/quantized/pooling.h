@@ -11,6 +11,14 @@
 //       [floor(i * in / out), ceil((i + 1) * in / out)) computed in float; output
 //       nearbyint(float(sum) * ((1.0f / kH) / kW)) without zero-point correction (the
 //       zero point averages to itself).
+//
+// PyTorch's quantized convs write channels-last outputs, and the ops after them keep that
+// layout, so inside a converted model these pools run PyTorch's NHWC kernels
+// (_qavg_pool_nhwc_kernel, _qadaptive_avg_pool_kernel), which round differently:
+// out = zp + nearbyint(float(sum - size * zp) * (1.0f / divisor)), the zero point added
+// after rounding (an odd zero point moves ties). `channels_last` selects that arithmetic;
+// the values stay in fuselage's plain NCHW order either way. runtime/quantized/register.cc
+// uses it for every 4-D input, as a converted model has them.
 #ifndef FUSELAGE_RUNTIME_QUANTIZED_POOLING_H_
 #define FUSELAGE_RUNTIME_QUANTIZED_POOLING_H_
 
@@ -32,6 +40,7 @@ struct Pool2dParams {
   bool ceil_mode = false;
   bool count_include_pad = true;                // avg pool only
   std::optional<int64_t> divisor_override;      // avg pool only
+  bool channels_last = false;                   // avg pool only: PyTorch's NHWC arithmetic
 };
 
 // Errors: a non-quantized or per-channel input, not 3-D / 4-D, kernel / stride /
@@ -41,7 +50,8 @@ absl::StatusOr<Tensor> QuantizedMaxPool2d(const Tensor& qx, const Pool2dParams& 
 absl::StatusOr<Tensor> QuantizedAvgPool2d(const Tensor& qx, const Pool2dParams& params);
 // `output_size` entries must be > 0.
 absl::StatusOr<Tensor> QuantizedAdaptiveAvgPool2d(const Tensor& qx,
-                                                  std::array<int64_t, 2> output_size);
+                                                  std::array<int64_t, 2> output_size,
+                                                  bool channels_last = false);
 
 }  // namespace quantized
 }  // namespace fuselage

@@ -10,12 +10,16 @@
 #include "graph/module.h"
 #include "graph/status_macros.h"
 #include "runtime/kernel_args.h"
+#include "runtime/quantized/activations.h"
 #include "runtime/quantized/clamp.h"
 #include "runtime/quantized/conv.h"
 #include "runtime/quantized/elementwise.h"
 #include "runtime/quantized/linear.h"
+#include "runtime/quantized/normalization.h"
 #include "runtime/quantized/pooling.h"
+#include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/quantize.h"
+#include "runtime/quantized/resample.h"
 #include "runtime/quantized/shape_ops.h"
 
 namespace fuselage {
@@ -168,6 +172,59 @@ ModuleKernel QuantizedConvModule(bool relu) {
     ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConv2d(*x, *parts.weight, parts.bias, p,
                                                           parts.scale, parts.zero_point, relu,
                                                           ctx.engine));
+    return Value(std::move(y));
+  };
+}
+
+// A per-dim conv attribute of `spatial` ints (an int broadcasts), `fallback` when absent.
+absl::StatusOr<std::vector<int64_t>> AttrInts(const Module& m, absl::string_view name,
+                                              size_t spatial, int64_t fallback) {
+  if (m.FindAttribute(name) == nullptr) return std::vector<int64_t>(spatial, fallback);
+  return m.GetInts(name, spatial);
+}
+
+// The conv attributes of nnq.Conv1d / Conv3d / ConvTranspose*d (graph/NAMING.md: PyTorch's
+// own fields) for `spatial` dims.
+absl::StatusOr<quantized::QuantizedConvParams> ReadConvNdParams(const Module& m, size_t spatial,
+                                                                bool transposed) {
+  quantized::QuantizedConvParams p;
+  ASSIGN_OR_RETURN(p.stride, AttrInts(m, "stride", spatial, 1));
+  ASSIGN_OR_RETURN(p.padding, AttrInts(m, "padding", spatial, 0));
+  ASSIGN_OR_RETURN(p.dilation, AttrInts(m, "dilation", spatial, 1));
+  if (transposed) {
+    ASSIGN_OR_RETURN(p.output_padding, AttrInts(m, "output_padding", spatial, 0));
+  }
+  if (m.FindAttribute("groups") != nullptr) {
+    ASSIGN_OR_RETURN(p.groups, m.GetInt("groups"));
+  }
+  if (const Argument* mode = m.FindAttribute("padding_mode")) {
+    if (!mode->is_string() || mode->as_string() != "zeros") {
+      return absl::UnimplementedError(absl::StrCat(m.type().name(), " attribute 'padding_mode' is ",
+                                                   mode->ToString(), "; only 'zeros' is supported"));
+    }
+  }
+  return p;
+}
+
+// nnq.Conv1d / Conv3d, nniq.ConvReLU1d / 3d, nnq.ConvTranspose1d / 2d / 3d.
+ModuleKernel QuantizedConvNdModule(size_t spatial, bool relu, bool transposed) {
+  return [spatial, relu, transposed](const KernelContext& ctx, const Module& m,
+                                     absl::Span<const Value> args,
+                                     const ValueKwargs&) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
+    ASSIGN_OR_RETURN(QuantizedModuleParts parts, ReadQuantizedModule(m));
+    ASSIGN_OR_RETURN(quantized::QuantizedConvParams p, ReadConvNdParams(m, spatial, transposed));
+    if (x->dim() != static_cast<int64_t>(spatial) + 2) {
+      return absl::InvalidArgumentError(absl::StrCat(m.type().name(), ": input has shape ",
+                                                     x->ShapeString(), "; expected ",
+                                                     spatial + 2, "-D [N, C, ...]"));
+    }
+    ASSIGN_OR_RETURN(Tensor y, transposed ? quantized::QuantizedConvTransposeNd(
+                                                *x, *parts.weight, parts.bias, p, parts.scale,
+                                                parts.zero_point)
+                                          : quantized::QuantizedConvNd(
+                                                *x, *parts.weight, parts.bias, p, parts.scale,
+                                                parts.zero_point, relu, ctx.engine));
     return Value(std::move(y));
   };
 }
@@ -421,6 +478,340 @@ absl::StatusOr<Value> ArgumentToValue(const Argument& a) {
   }
 }
 
+
+// ---- Activations and normalization with their own output qparams ----
+
+// The output scale / zero point a quantized activation module keeps as attributes or
+// one-element buffers (nnq.Hardswish / nnq.ELU: attributes; nnq.LeakyReLU: buffers).
+absl::StatusOr<QuantParams> ModuleOutputQParams(const Module& m, absl::string_view scale_name,
+                                                absl::string_view zero_point_name) {
+  ASSIGN_OR_RETURN(double scale, AttrOrTensorNumber(m, scale_name));
+  ASSIGN_OR_RETURN(double zero_point, AttrOrTensorNumber(m, zero_point_name));
+  return QuantParams::PerTensor(scale, static_cast<int64_t>(zero_point));
+}
+
+double FloatAttrOr(const Module& m, absl::string_view name, double fallback,
+                   absl::Status& status) {
+  if (m.FindAttribute(name) == nullptr) return fallback;
+  absl::StatusOr<double> v = m.GetFloat(name);
+  if (!v.ok()) {
+    status = v.status();
+    return fallback;
+  }
+  return *v;
+}
+
+// nnq.BatchNorm2d / 3d, nniq.BNReLU2d / 3d: tensors weight, bias, running_mean,
+// running_var; attributes eps, scale, zero_point.
+ModuleKernel QuantizedBatchNormModule(bool relu) {
+  return [relu](const KernelContext&, const Module& m, absl::Span<const Value> args,
+                const ValueKwargs&) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
+    ASSIGN_OR_RETURN(const Tensor* mean, m.GetTensor("running_mean"));
+    ASSIGN_OR_RETURN(const Tensor* var, m.GetTensor("running_var"));
+    ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+    absl::Status status;
+    const double eps = FloatAttrOr(m, "eps", 1e-5, status);
+    RETURN_IF_ERROR(status);
+    const int64_t rank = m.type().name() == "nnq.BatchNorm3d" ||
+                                 m.type().name() == "nniq.BNReLU3d" ? 5 : 4;
+    if (x->dim() != rank) {
+      return absl::InvalidArgumentError(absl::StrCat(m.type().name(), ": input has shape ",
+                                                     x->ShapeString(), "; expected ", rank,
+                                                     "-D [N, C, ...]"));
+    }
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedBatchNorm(
+                                   *x, m.FindTensor("weight"), m.FindTensor("bias"), *mean,
+                                   *var, eps, out.scales[0], out.zero_points[0], relu));
+    return Value(std::move(y));
+  };
+}
+
+// nnq.LayerNorm / GroupNorm / InstanceNorm1d / 2d / 3d: tensors weight, bias (either may
+// be absent); attributes eps, scale, zero_point, and normalized_shape / num_groups.
+absl::StatusOr<Value> QuantizedNormModule(const KernelContext&, const Module& m,
+                                          absl::Span<const Value> args, const ValueKwargs&) {
+  ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
+  ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+  absl::Status status;
+  const double eps = FloatAttrOr(m, "eps", 1e-5, status);
+  RETURN_IF_ERROR(status);
+  const Tensor* weight = m.FindTensor("weight");
+  const Tensor* bias = m.FindTensor("bias");
+  const absl::string_view type = m.type().name();
+  absl::StatusOr<Tensor> y;
+  if (type == "nnq.LayerNorm") {
+    const Argument* shape = m.FindAttribute("normalized_shape");
+    if (shape == nullptr) {
+      return absl::InvalidArgumentError("nnq.LayerNorm: missing attribute 'normalized_shape'");
+    }
+    ASSIGN_OR_RETURN(Value v, ArgumentToValue(*shape));
+    ASSIGN_OR_RETURN(std::vector<int64_t> dims, ValueToInts(v, "normalized_shape"));
+    y = quantized::QuantizedLayerNorm(*x, dims, weight, bias, eps, out.scales[0],
+                                      out.zero_points[0]);
+  } else if (type == "nnq.GroupNorm") {
+    ASSIGN_OR_RETURN(int64_t groups, m.GetInt("num_groups"));
+    y = quantized::QuantizedGroupNorm(*x, groups, weight, bias, eps, out.scales[0],
+                                      out.zero_points[0]);
+  } else {
+    const int64_t rank = type == "nnq.InstanceNorm1d" ? 3 : type == "nnq.InstanceNorm2d" ? 4 : 5;
+    if (x->dim() != rank) {
+      return absl::InvalidArgumentError(absl::StrCat(type, ": input has shape ",
+                                                     x->ShapeString(), "; expected ", rank,
+                                                     "-D [N, C, ...]"));
+    }
+    y = quantized::QuantizedInstanceNorm(*x, weight, bias, eps, out.scales[0],
+                                         out.zero_points[0]);
+  }
+  if (!y.ok()) return y.status();
+  return Value(std::move(*y));
+}
+
+// torch.ops.quantized.batch_norm2d[_relu] / batch_norm3d[_relu](qx, weight, bias, mean,
+// var, eps, output_scale, output_zero_point).
+FunctionKernel QuantizedBatchNormFn(bool relu) {
+  return [relu](const KernelContext&, absl::Span<const Value> args,
+                const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(8));
+    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "qx"));
+    ASSIGN_OR_RETURN(const Tensor* weight, r.OptionalFloatTensor(1, "weight"));
+    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
+    ASSIGN_OR_RETURN(const Tensor* mean, r.GetFloatTensor(3, "mean"));
+    ASSIGN_OR_RETURN(const Tensor* var, r.GetFloatTensor(4, "var"));
+    ASSIGN_OR_RETURN(double eps, r.GetFloat(5, "eps"));
+    ASSIGN_OR_RETURN(Value scale_v, r.Required(6, "output_scale"));
+    ASSIGN_OR_RETURN(Value zp_v, r.Required(7, "output_zero_point"));
+    ASSIGN_OR_RETURN(double scale, NumberOf(scale_v, "output_scale"));
+    ASSIGN_OR_RETURN(int64_t zero_point, IntOf(zp_v, "output_zero_point"));
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedBatchNorm(*x, weight, bias, *mean, *var, eps,
+                                                             scale, zero_point, relu));
+    return Value(std::move(y));
+  };
+}
+
+// mean(input, dim=None, keepdim=False, dtype=None) on a quantized tensor.
+absl::StatusOr<Value> QuantizedMeanFn(const KernelContext&, absl::Span<const Value> args,
+                                      const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  RETURN_IF_ERROR(r.ExpectAtMostPositional(4));
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+  std::vector<int64_t> dims;
+  if (const Value* d = r.Find(1, "dim"); d != nullptr && !d->is_none()) {
+    ASSIGN_OR_RETURN(dims, r.OptionalInts(1, "dim", 0, {}));
+  }
+  ASSIGN_OR_RETURN(bool keepdim, r.OptionalBool(2, "keepdim", false));
+  if (const Value* dt = r.Find(3, "dtype"); dt != nullptr && !dt->is_none()) {
+    if (!dt->is_dtype() || dt->as_dtype() != x->dtype()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "quantized mean: arg 'dtype' is ", dt->ToString(),
+          "; only None or the input's own dtype is supported"));
+    }
+  }
+  // 4-D: channels-last in a converted model (runtime/quantized/pooling.h).
+  ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedMean(*x, std::move(dims), keepdim,
+                                                      /*channels_last=*/x->dim() == 4));
+  return Value(std::move(y));
+}
+
+// gelu's `approximate`: None / 'none' (erf) or 'tanh'.
+absl::StatusOr<bool> GeluApproximation(const Value& v) {
+  if (v.is_none() || (v.is_string() && v.as_string() == "none")) return false;
+  if (v.is_string() && v.as_string() == "tanh") return true;
+  return absl::InvalidArgumentError(absl::StrCat("gelu: 'approximate' is ", v.ToString(),
+                                                 "; expected 'none' or 'tanh'"));
+}
+
+// ---- Ops that only move or select stored values ----
+
+// The stored integers of a per-tensor quantized tensor as float32 (exact for 8-bit
+// dtypes): a float kernel that only copies or selects elements (nearest interpolation,
+// max pooling) then computes exactly what the quantized kernel does.
+absl::StatusOr<Tensor> StoredValuesAsFloat(const Tensor& qx, absl::string_view what) {
+  RETURN_IF_ERROR(quantized::ExpectPerTensorQuantized(qx, what, "input"));
+  if (qx.dtype() == DType::kQInt32) {
+    return absl::UnimplementedError(absl::StrCat(what, ": qint32 input; expected quint8 or qint8"));
+  }
+  const std::vector<int32_t> q = quantized::IntValues(qx);
+  return Tensor::FromFloats(qx.shape(), std::vector<float>(q.begin(), q.end()));
+}
+
+// The float result of such a kernel back to stored integers with `like`'s dtype and
+// qparams.
+absl::StatusOr<Tensor> StoredValuesFromFloat(const Value& result, const Tensor& like,
+                                             absl::string_view what) {
+  if (!result.is_tensor() || result.as_tensor().dtype() != DType::kFloat32) {
+    return absl::InternalError(absl::StrCat(what, ": the float kernel returned ",
+                                            result.ToString(), "; expected a float32 tensor"));
+  }
+  const Tensor& y = result.as_tensor();
+  std::vector<int32_t> q(static_cast<size_t>(y.numel()));
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    q[i] = quantized::RoundAndClamp(y.data<float>()[i], DTypeMin(like.dtype()),
+                                    DTypeMax(like.dtype()));
+  }
+  return quantized::FromIntValues(like.dtype(), y.shape(), like.qparams(), q);
+}
+
+// The (h, w) of a size / scale_factor arg (an int / float or a pair; None: absent).
+absl::StatusOr<std::optional<std::array<double, 2>>> SpatialPairOf(const Value* v,
+                                                                   absl::string_view name) {
+  if (v == nullptr || v->is_none()) return std::optional<std::array<double, 2>>();
+  if (v->is_number()) return std::optional<std::array<double, 2>>({v->as_float(), v->as_float()});
+  if (v->is_list() && v->items().size() == 2 && v->items()[0].is_number() &&
+      v->items()[1].is_number()) {
+    return std::optional<std::array<double, 2>>(
+        {v->items()[0].as_float(), v->items()[1].as_float()});
+  }
+  return absl::InvalidArgumentError(absl::StrCat("interpolate: arg '", name, "' is ",
+                                                 v->ToString(),
+                                                 "; expected a number or two numbers"));
+}
+
+// Bilinear interpolate / upsample of a quantized tensor from PyTorch's arguments: the
+// output size is `size`, or floor(in * scale_factor), and the scales are passed on to the
+// kernel unless recompute_scale_factor is set (as F.interpolate does).
+absl::StatusOr<Tensor> QuantizedBilinear(const Tensor& qx, const Value* size, const Value* scale,
+                                         bool align_corners, bool recompute) {
+  ASSIGN_OR_RETURN(auto sizes, SpatialPairOf(size, "size"));
+  ASSIGN_OR_RETURN(auto scales, SpatialPairOf(scale, "scale_factor"));
+  if (sizes.has_value() == scales.has_value()) {
+    return absl::InvalidArgumentError(
+        "interpolate: exactly one of 'size' and 'scale_factor' must be given");
+  }
+  if (qx.dim() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bilinear interpolate: input has shape ", qx.ShapeString(), "; expected [N, C, H, W]"));
+  }
+  std::array<int64_t, 2> out{};
+  if (sizes.has_value()) {
+    out = {static_cast<int64_t>((*sizes)[0]), static_cast<int64_t>((*sizes)[1])};
+  } else {
+    for (int i = 0; i < 2; ++i) {
+      out[i] = static_cast<int64_t>(
+          std::floor(static_cast<double>(qx.shape()[2 + i]) * (*scales)[i]));
+    }
+  }
+  return quantized::QuantizedUpsampleBilinear2d(
+      qx, out, align_corners,
+      scales.has_value() && !recompute ? scales : std::optional<std::array<double, 2>>());
+}
+
+// A quantized overload of a call_function whose float kernel only selects values
+// (adaptive_max_pool2d): the float kernel runs on the stored integers.
+FunctionKernel OnStoredValuesFn(OpKind op, Symbol target) {
+  return [op, target](const KernelContext& ctx, absl::Span<const Value> args,
+                      const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    ASSIGN_OR_RETURN(const Tensor* qx, r.GetTensor(0, "input"));
+    const FunctionKernel* kernel = ctx.registry.FindFunction(op, target);
+    if (kernel == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("no float kernel for ", target.name()));
+    }
+    ASSIGN_OR_RETURN(Tensor x, StoredValuesAsFloat(*qx, target.name()));
+    std::vector<Value> float_args(args.begin(), args.end());
+    float_args[0] = Value(std::move(x));
+    ASSIGN_OR_RETURN(Value y, (*kernel)(ctx, float_args, kwargs));
+    ASSIGN_OR_RETURN(Tensor out, StoredValuesFromFloat(y, *qx, target.name()));
+    return Value(std::move(out));
+  };
+}
+
+// F.interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
+// recompute_scale_factor=None, antialias=False) on a quantized tensor: nearest copies
+// stored values (the float kernel on them), bilinear is QuantizedUpsampleBilinear2d.
+absl::StatusOr<Value> QuantizedInterpolateFn(const KernelContext& ctx,
+                                             absl::Span<const Value> args,
+                                             const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  ASSIGN_OR_RETURN(const Tensor* qx, r.GetTensor(0, "input"));
+  std::string mode = "nearest";
+  if (const Value* v = r.Find(3, "mode"); v != nullptr && !v->is_none()) {
+    if (!v->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("interpolate: arg 'mode' is ", v->ToString(), "; expected a string"));
+    }
+    mode = std::string(v->as_string());
+  }
+  if (mode == "nearest") {
+    return OnStoredValuesFn(OpKind::kCallFunction,
+                            Symbol::Intern("torch.nn.functional.interpolate"))(ctx, args, kwargs);
+  }
+  if (mode != "bilinear") {
+    return absl::UnimplementedError(absl::StrCat(
+        "interpolate on a quantized tensor: mode '", mode, "'; supported: nearest, bilinear"));
+  }
+  ASSIGN_OR_RETURN(bool align_corners, r.OptionalBool(4, "align_corners", false));
+  ASSIGN_OR_RETURN(bool recompute, r.OptionalBool(5, "recompute_scale_factor", false));
+  ASSIGN_OR_RETURN(bool antialias, r.OptionalBool(6, "antialias", false));
+  if (antialias) return absl::UnimplementedError("interpolate: antialias=True");
+  ASSIGN_OR_RETURN(Tensor y, QuantizedBilinear(*qx, r.Find(1, "size"), r.Find(2, "scale_factor"),
+                                               align_corners, recompute));
+  return Value(std::move(y));
+}
+
+// nn.AdaptiveMaxPool2d on a quantized tensor: its float kernel on the stored integers.
+absl::StatusOr<Value> QuantizedAdaptiveMaxPoolModule(const KernelContext& ctx, const Module& m,
+                                                     absl::Span<const Value> args,
+                                                     const ValueKwargs& kwargs) {
+  ASSIGN_OR_RETURN(const Tensor* qx, OnlyTensorInput(args, m));
+  const ModuleKernel* kernel = ctx.registry.FindModule(m.type());
+  if (kernel == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("no float kernel for ", m.type().name()));
+  }
+  ASSIGN_OR_RETURN(Tensor x, StoredValuesAsFloat(*qx, m.type().name()));
+  const std::vector<Value> float_args = {Value(std::move(x))};
+  ASSIGN_OR_RETURN(Value y, (*kernel)(ctx, m, float_args, kwargs));
+  ASSIGN_OR_RETURN(Tensor out, StoredValuesFromFloat(y, *qx, m.type().name()));
+  return Value(std::move(out));
+}
+
+// nn.Upsample / nn.UpsamplingNearest2d / nn.UpsamplingBilinear2d on a quantized tensor:
+// their attributes are interpolate's arguments (the last two fix mode, and bilinear
+// align_corners=True, in their constructors).
+ModuleKernel QuantizedUpsampleModule(absl::string_view default_mode) {
+  const std::string fallback(default_mode);
+  return [fallback](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
+                    const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(const Tensor* qx, OnlyTensorInput(args, m));
+    std::string mode = fallback;
+    if (const Argument* a = m.FindAttribute("mode"); a != nullptr && !a->is_none()) {
+      if (!a->is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(m.type().name(), ": attribute 'mode' is ",
+                                                       a->ToString(), "; expected a string"));
+      }
+      mode = std::string(a->as_string());
+    }
+    if (mode == "nearest") {
+      return QuantizedAdaptiveMaxPoolModule(ctx, m, args, kwargs);  // copies values too
+    }
+    if (mode != "bilinear") {
+      return absl::UnimplementedError(absl::StrCat(m.type().name(), " on a quantized tensor: mode '",
+                                                   mode, "'; supported: nearest, bilinear"));
+    }
+    bool align_corners = false;
+    if (const Argument* a = m.FindAttribute("align_corners"); a != nullptr && !a->is_none()) {
+      ASSIGN_OR_RETURN(align_corners, m.GetBool("align_corners"));
+    }
+    std::optional<Value> size, scale;
+    if (const Argument* a = m.FindAttribute("size"); a != nullptr && !a->is_none()) {
+      ASSIGN_OR_RETURN(size, ArgumentToValue(*a));
+    }
+    if (const Argument* a = m.FindAttribute("scale_factor"); a != nullptr && !a->is_none()) {
+      ASSIGN_OR_RETURN(scale, ArgumentToValue(*a));
+    }
+    bool recompute = false;
+    if (const Argument* a = m.FindAttribute("recompute_scale_factor");
+        a != nullptr && !a->is_none()) {
+      ASSIGN_OR_RETURN(recompute, m.GetBool("recompute_scale_factor"));
+    }
+    ASSIGN_OR_RETURN(Tensor y, QuantizedBilinear(*qx, size ? &*size : nullptr,
+                                                 scale ? &*scale : nullptr, align_corners,
+                                                 recompute));
+    return Value(std::move(y));
+  };
+}
+
 // ---- Functions ----
 
 absl::StatusOr<Value> QuantizePerTensorFn(const KernelContext&, absl::Span<const Value> args,
@@ -568,6 +959,63 @@ FunctionKernel FunctionalConv2dFn(bool relu) {
   };
 }
 
+// torch.ops.quantized.conv1d / conv3d [_relu], as conv2d above with `spatial` dims per
+// parameter (an int broadcasts).
+FunctionKernel FunctionalConvNdFn(size_t spatial, bool relu) {
+  return [spatial, relu](const KernelContext& ctx, absl::Span<const Value> args,
+                         const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(9));
+    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+    ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(1, "weight"));
+    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
+    quantized::QuantizedConvParams p;
+    ASSIGN_OR_RETURN(p.stride, r.OptionalInts(3, "stride", spatial,
+                                              std::vector<int64_t>(spatial, 1)));
+    ASSIGN_OR_RETURN(p.padding, r.OptionalInts(4, "padding", spatial,
+                                               std::vector<int64_t>(spatial, 0)));
+    ASSIGN_OR_RETURN(p.dilation, r.OptionalInts(5, "dilation", spatial,
+                                                std::vector<int64_t>(spatial, 1)));
+    ASSIGN_OR_RETURN(p.groups, r.OptionalInt(6, "groups", 1));
+    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 7));
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConvNd(*x, *w, bias, p, out.scale,
+                                                          out.zero_point, relu, ctx.engine));
+    return Value(std::move(y));
+  };
+}
+
+// torch.ops.quantized.layer_norm(input, normalized_shape, weight, bias, eps, output_scale,
+// output_zero_point), group_norm(input, num_groups, weight, bias, eps, output_scale,
+// output_zero_point), instance_norm(input, weight, bias, eps, output_scale,
+// output_zero_point), as convert_fx writes them (the last ones usually by keyword).
+FunctionKernel QuantizedNormFn(absl::string_view kind) {
+  const std::string k(kind);
+  return [k](const KernelContext&, absl::Span<const Value> args,
+             const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+    const size_t first = k == "instance_norm" ? 1 : 2;  // weight's position
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(first + 5));
+    ASSIGN_OR_RETURN(const Tensor* weight, r.OptionalFloatTensor(first, "weight"));
+    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(first + 1, "bias"));
+    ASSIGN_OR_RETURN(double eps, r.GetFloat(first + 2, "eps"));
+    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, first + 3));
+    absl::StatusOr<Tensor> y;
+    if (k == "layer_norm") {
+      ASSIGN_OR_RETURN(std::vector<int64_t> shape, r.OptionalInts(1, "normalized_shape", 0, {}));
+      y = quantized::QuantizedLayerNorm(*x, shape, weight, bias, eps, out.scale, out.zero_point);
+    } else if (k == "group_norm") {
+      ASSIGN_OR_RETURN(int64_t groups, r.GetInt(1, "num_groups"));
+      y = quantized::QuantizedGroupNorm(*x, groups, weight, bias, eps, out.scale,
+                                        out.zero_point);
+    } else {
+      y = quantized::QuantizedInstanceNorm(*x, weight, bias, eps, out.scale, out.zero_point);
+    }
+    if (!y.ok()) return y.status();
+    return Value(std::move(*y));
+  };
+}
+
 // torch.ops.quantized.linear[_relu] as lowering writes it for F.linear:
 // (input, weight, bias=None, *, output_scale, output_zero_point).
 FunctionKernel FunctionalLinearFn(bool relu) {
@@ -595,6 +1043,13 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"nniq.ConvReLU2d", QuantizedConvModule(true)},
       {"nniq.ConvAdd2d", QuantizedConvAddModule(false)},
       {"nniq.ConvAddReLU2d", QuantizedConvAddModule(true)},
+      {"nnq.Conv1d", QuantizedConvNdModule(1, false, false)},
+      {"nnq.Conv3d", QuantizedConvNdModule(3, false, false)},
+      {"nniq.ConvReLU1d", QuantizedConvNdModule(1, true, false)},
+      {"nniq.ConvReLU3d", QuantizedConvNdModule(3, true, false)},
+      {"nnq.ConvTranspose1d", QuantizedConvNdModule(1, false, true)},
+      {"nnq.ConvTranspose2d", QuantizedConvNdModule(2, false, true)},
+      {"nnq.ConvTranspose3d", QuantizedConvNdModule(3, false, true)},
       {"nnq.Linear", QuantizedLinearModule(false)},
       {"nniq.LinearReLU", QuantizedLinearModule(true)},
       {"nnq.Quantize", QuantizeModule},
@@ -602,6 +1057,52 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       // quantized::relu6 clamps to [zero_point, quantize_val(6.0)]: hardtanh(0, 6).
       {"nnq.ReLU6", UnaryModule([](const Module&, const Tensor& x) {
          return quantized::QuantizedHardtanh(x, 0.0, 6.0);
+       })},
+      {"nnq.Hardswish", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+         return quantized::QuantizedHardswish(x, out.scales[0], out.zero_points[0]);
+       })},
+      {"nnq.ELU", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+         absl::Status status;
+         const double alpha = FloatAttrOr(m, "alpha", 1.0, status);
+         RETURN_IF_ERROR(status);
+         return quantized::QuantizedElu(x, out.scales[0], out.zero_points[0], alpha);
+       })},
+      {"nnq.LeakyReLU", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+         absl::Status status;
+         const double slope = FloatAttrOr(m, "negative_slope", 0.01, status);
+         RETURN_IF_ERROR(status);
+         return quantized::QuantizedLeakyRelu(x, slope, out.scales[0], out.zero_points[0]);
+       })},
+      {"nnq.Sigmoid", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out,
+                          ModuleOutputQParams(m, "output_scale", "output_zero_point"));
+         return quantized::QuantizedSigmoid(x, out);
+       })},
+      {"nnq.Softmax", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+         // dim None: PyTorch's _get_softmax_dim (0 for 0-, 1- and 3-D inputs, else 1).
+         int64_t dim = (x.dim() == 0 || x.dim() == 1 || x.dim() == 3) ? 0 : 1;
+         if (const Argument* d = m.FindAttribute("dim"); d != nullptr && !d->is_none()) {
+           ASSIGN_OR_RETURN(dim, m.GetInt("dim"));
+         }
+         return quantized::QuantizedSoftmax(x, dim, out.scales[0], out.zero_points[0]);
+       })},
+      {"nnq.LayerNorm", QuantizedNormModule},
+      {"nnq.GroupNorm", QuantizedNormModule},
+      {"nnq.InstanceNorm1d", QuantizedNormModule},
+      {"nnq.InstanceNorm2d", QuantizedNormModule},
+      {"nnq.InstanceNorm3d", QuantizedNormModule},
+      {"nnq.BatchNorm2d", QuantizedBatchNormModule(false)},
+      {"nnq.BatchNorm3d", QuantizedBatchNormModule(false)},
+      {"nniq.BNReLU2d", QuantizedBatchNormModule(true)},
+      {"nniq.BNReLU3d", QuantizedBatchNormModule(true)},
+      // nnq.Dropout is the identity in eval mode; the value keeps its qparams.
+      {"nnq.Dropout", UnaryModule([](const Module&, const Tensor& x) -> absl::StatusOr<Tensor> {
+         RETURN_IF_ERROR(quantized::ExpectQuantized(x, "nnq.Dropout", "input"));
+         return x;
        })},
       {"nnqr.Conv2d", ReferenceModule("nn.Conv2d")},
       {"nnqr.Linear", ReferenceModule("nn.Linear")},
@@ -633,8 +1134,37 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
        })},
       {"nn.AvgPool2d", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
          ASSIGN_OR_RETURN(Pool2dParams p, ModulePoolParams(m, false));
+         p.channels_last = x.dim() == 4;  // as in a converted model (pooling.h)
          return quantized::QuantizedAvgPool2d(x, p);
        })},
+      {"nn.Sigmoid", UnaryModule([](const Module&, const Tensor& x) {
+         return quantized::QuantizedSigmoid(x);
+       })},
+      {"nn.Hardsigmoid", UnaryModule([](const Module&, const Tensor& x) {
+         return quantized::QuantizedHardsigmoid(x);
+       })},
+      {"nn.Tanh", UnaryModule([](const Module&, const Tensor& x) {
+         return quantized::QuantizedTanh(x);
+       })},
+      {"nn.GELU", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         const Argument* a = m.FindAttribute("approximate");
+         const Value v = a == nullptr || a->is_none() ? Value::None()
+                         : a->is_string()             ? Value::String(a->as_string())
+                                                      : Value::String(a->ToString());
+         ASSIGN_OR_RETURN(bool tanh, GeluApproximation(v));
+         return quantized::QuantizedGelu(x, tanh);
+       })},
+      // F.leaky_relu on a quantized tensor keeps the input's qparams.
+      {"nn.LeakyReLU", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         absl::Status status;
+         const double slope = FloatAttrOr(m, "negative_slope", 0.01, status);
+         RETURN_IF_ERROR(status);
+         return quantized::QuantizedLeakyRelu(x, slope);
+       })},
+      {"nn.AdaptiveMaxPool2d", QuantizedAdaptiveMaxPoolModule},
+      {"nn.Upsample", QuantizedUpsampleModule("nearest")},
+      {"nn.UpsamplingNearest2d", QuantizedUpsampleModule("nearest")},
+      {"nn.UpsamplingBilinear2d", QuantizedUpsampleModule("bilinear")},
       {"nn.AdaptiveAvgPool2d",
        UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
          const Argument* size = m.FindAttribute("output_size");
@@ -643,7 +1173,7 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          }
          ASSIGN_OR_RETURN(Value v, ArgumentToValue(*size));
          ASSIGN_OR_RETURN(auto out, AdaptiveSize(v, x));
-         return quantized::QuantizedAdaptiveAvgPool2d(x, out);
+         return quantized::QuantizedAdaptiveAvgPool2d(x, out, /*channels_last=*/x.dim() == 4);
        })},
   };
   for (const auto& [type, kernel] : module_overloads) {
@@ -652,6 +1182,10 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
 
   const FunctionKernel relu = UnaryFunction(
       [](const ArgReader&, const Tensor& x) { return quantized::QuantizedRelu(x); });
+  const FunctionKernel sigmoid = UnaryFunction(
+      [](const ArgReader&, const Tensor& x) { return quantized::QuantizedSigmoid(x); });
+  const FunctionKernel tanh = UnaryFunction(
+      [](const ArgReader&, const Tensor& x) { return quantized::QuantizedTanh(x); });
   const std::vector<std::pair<const char*, FunctionKernel>> functions = {
       {"torch.quantize_per_tensor", QuantizePerTensorFn},
       {"torch.quantize_per_channel", QuantizePerChannelFn},
@@ -663,6 +1197,36 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"torch.ops.quantized.cat", CatFn(true)},
       {"torch.ops.quantized.conv2d", FunctionalConv2dFn(false)},
       {"torch.ops.quantized.conv2d_relu", FunctionalConv2dFn(true)},
+      // quantized::softmax(qx, dim, output_scale, output_zero_point)
+      {"torch.ops.quantized.softmax",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(int64_t dim, r.GetInt(1, "dim"));
+         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 2));
+         return quantized::QuantizedSoftmax(x, dim, out.scale, out.zero_point);
+       })},
+      {"torch.ops.quantized.layer_norm", QuantizedNormFn("layer_norm")},
+      {"torch.ops.quantized.group_norm", QuantizedNormFn("group_norm")},
+      {"torch.ops.quantized.instance_norm", QuantizedNormFn("instance_norm")},
+      {"torch.ops.quantized.batch_norm2d", QuantizedBatchNormFn(false)},
+      {"torch.ops.quantized.batch_norm2d_relu", QuantizedBatchNormFn(true)},
+      {"torch.ops.quantized.batch_norm3d", QuantizedBatchNormFn(false)},
+      {"torch.ops.quantized.batch_norm3d_relu", QuantizedBatchNormFn(true)},
+      // quantized::hardswish(input, output_scale, output_zero_point)
+      {"torch.ops.quantized.hardswish",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 1));
+         return quantized::QuantizedHardswish(x, out.scale, out.zero_point);
+       })},
+      // quantized::sigmoid(qx, output_scale, output_zero_point)
+      {"torch.ops.quantized.sigmoid",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 1));
+         return quantized::QuantizedSigmoid(x, QuantParams::PerTensor(out.scale, out.zero_point));
+       })},
+      {"torch.ops.quantized.conv1d", FunctionalConvNdFn(1, false)},
+      {"torch.ops.quantized.conv1d_relu", FunctionalConvNdFn(1, true)},
+      {"torch.ops.quantized.conv3d", FunctionalConvNdFn(3, false)},
+      {"torch.ops.quantized.conv3d_relu", FunctionalConvNdFn(3, true)},
       {"torch.ops.quantized.linear", FunctionalLinearFn(false)},
       {"torch.ops.quantized.linear_relu", FunctionalLinearFn(true)},
   };
@@ -692,22 +1256,51 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"torch.nn.functional.avg_pool2d",
        UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
          ASSIGN_OR_RETURN(Pool2dParams p, FunctionPoolParams(r, false));
+         p.channels_last = x.dim() == 4;  // as in a converted model (pooling.h)
          return quantized::QuantizedAvgPool2d(x, p);
        })},
       {"torch.nn.functional.adaptive_avg_pool2d",
        UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
          ASSIGN_OR_RETURN(Value size, r.Required(1, "output_size"));
          ASSIGN_OR_RETURN(auto out, AdaptiveSize(size, x));
-         return quantized::QuantizedAdaptiveAvgPool2d(x, out);
+         return quantized::QuantizedAdaptiveAvgPool2d(x, out, /*channels_last=*/x.dim() == 4);
        })},
       {"torch.cat", CatFn(false)},
+      {"torch.sigmoid", sigmoid},
+      {"torch.nn.functional.sigmoid", sigmoid},
+      {"torch.nn.functional.hardsigmoid", UnaryFunction([](const ArgReader&, const Tensor& x) {
+         return quantized::QuantizedHardsigmoid(x);
+       })},
+      {"torch.tanh", tanh},
+      {"torch.nn.functional.tanh", tanh},
+      {"torch.nn.functional.gelu",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         const Value* v = r.Find(1, "approximate");
+         ASSIGN_OR_RETURN(bool tanh, GeluApproximation(v == nullptr ? Value::None() : *v));
+         return quantized::QuantizedGelu(x, tanh);
+       })},
+      {"torch.nn.functional.leaky_relu",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(double slope, r.OptionalFloat(1, "negative_slope", 0.01));
+         return quantized::QuantizedLeakyRelu(x, slope);
+       })},
+      {"torch.mean", QuantizedMeanFn},
+      {"torch.nn.functional.interpolate", QuantizedInterpolateFn},
+      {"torch.nn.functional.adaptive_max_pool2d",
+       OnStoredValuesFn(OpKind::kCallFunction,
+                        Symbol::Intern("torch.nn.functional.adaptive_max_pool2d"))},
   };
   for (const auto& [target, kernel] : function_overloads) {
     RETURN_IF_ERROR(registry.RegisterQuantizedFunctionOverload(OpKind::kCallFunction,
                                                                Symbol::Intern(target), kernel));
   }
-  RETURN_IF_ERROR(registry.RegisterQuantizedFunctionOverload(OpKind::kCallMethod,
-                                                             Symbol::Intern("relu"), relu));
+  const std::vector<std::pair<const char*, FunctionKernel>> method_overloads = {
+      {"relu", relu}, {"sigmoid", sigmoid}, {"tanh", tanh}, {"mean", QuantizedMeanFn},
+  };
+  for (const auto& [target, kernel] : method_overloads) {
+    RETURN_IF_ERROR(registry.RegisterQuantizedFunctionOverload(OpKind::kCallMethod,
+                                                               Symbol::Intern(target), kernel));
+  }
   // torch.clamp, Tensor.clamp, F.hardtanh_: what lowering leaves on quantized tensors.
   RETURN_IF_ERROR(RegisterQuantizedClampKernels(registry));
   return absl::OkStatus();

@@ -20,6 +20,34 @@
 //   max_pool2d / avg_pool2d / adaptive_avg_pool2d, torch.cat (requantizes to the first
 //   input's qparams, as at::cat does); call_method relu. flatten / view / reshape need no
 //   overload: the float side's shape kernels keep the bytes and qparams.
+// The conv family (runtime/quantized/conv.h, on oneDNN): nnq.Conv1d / Conv3d,
+//   nniq.ConvReLU1d / 3d, nnq.ConvTranspose1d / 2d / 3d (weight, bias, stride / padding /
+//   dilation [/ output_padding] per spatial dim, groups, scale / zero_point);
+//   torch.ops.quantized.conv1d / conv3d [_relu] as conv2d's functional form.
+// Activations and normalization (runtime/quantized/activations.h, normalization.h,
+//   resample.h): modules nnq.Hardswish, nnq.ELU (attributes scale / zero_point [/ alpha]),
+//   nnq.LeakyReLU (scale / zero_point as attributes or 0-d buffers, negative_slope),
+//   nnq.Sigmoid (output_scale / output_zero_point), nnq.Softmax (dim, scale, zero_point),
+//   nnq.LayerNorm (normalized_shape),
+//   nnq.GroupNorm (num_groups), nnq.InstanceNorm1d / 2d / 3d (weight, bias, eps, scale,
+//   zero_point), nnq.BatchNorm2d / 3d and
+//   nniq.BNReLU2d / 3d (weight, bias, running_mean, running_var; eps; scale /
+//   zero_point), nnq.Dropout (identity); functions torch.ops.quantized.hardswish /
+//   sigmoid (input, output_scale, output_zero_point), torch.ops.quantized.softmax (qx, dim,
+//   output_scale, output_zero_point), torch.ops.quantized.layer_norm /
+//   group_norm / instance_norm (as convert_fx writes them), torch.ops.quantized.batch_norm2d /
+//   3d [_relu] (qx, weight, bias, mean, var, eps, output_scale, output_zero_point).
+//   Quantized overloads: nn.Sigmoid, nn.Hardsigmoid, nn.Tanh (PyTorch's fixed output
+//   qparams), nn.LeakyReLU, nn.GELU, nn.AdaptiveMaxPool2d, nn.Upsample, nn.UpsamplingNearest2d,
+//   nn.UpsamplingBilinear2d; torch.sigmoid, torch.tanh, torch.nn.functional.sigmoid /
+//   tanh / hardsigmoid / leaky_relu / gelu / interpolate (nearest, bilinear) /
+//   adaptive_max_pool2d, torch.mean; call_method sigmoid, tanh, mean.
+// Layout: fuselage tensors carry no memory format, but in PyTorch's converted models the
+//   activations after a quantized conv are channels-last, and PyTorch's avg_pool2d /
+//   adaptive_avg_pool2d / mean round differently there (runtime/quantized/pooling.h). The
+//   bindings above run those three with the channels-last arithmetic on every 4-D input;
+//   an NCHW-contiguous input in PyTorch (e.g. convnext_tiny's last pool, fed by an add of
+//   permuted tensors) can then differ by one step where the pooled value is a tie.
 #ifndef FUSELAGE_RUNTIME_QUANTIZED_REGISTER_H_
 #define FUSELAGE_RUNTIME_QUANTIZED_REGISTER_H_
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <utility>
 
@@ -194,6 +195,49 @@ int64_t IntAt(const Tensor& tensor, int64_t i) {
   if (mismatches == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << mismatches << " of " << actual.numel()
                                        << " values differ (got vs expected):" << first;
+}
+
+}  // namespace quantized
+}  // namespace fuselage
+
+namespace fuselage {
+namespace quantized {
+
+::testing::AssertionResult MostlySameQuantized(const Tensor& actual, const Tensor& expected,
+                                               double min_equal_fraction) {
+  if (actual.dtype() != expected.dtype() || actual.shape() != expected.shape()) {
+    return ::testing::AssertionFailure()
+           << "got " << DTypeName(actual.dtype()) << " " << actual.ShapeString()
+           << ", expected " << DTypeName(expected.dtype()) << " " << expected.ShapeString();
+  }
+  if (!(actual.qparams() == expected.qparams())) {
+    return ::testing::AssertionFailure() << "quantization parameters differ";
+  }
+  int64_t off_by_one = 0, further = 0;
+  std::string first;
+  for (int64_t i = 0; i < actual.numel(); ++i) {
+    const int64_t a = IntAt(actual, i), e = IntAt(expected, i);
+    if (a == e) continue;
+    if (a - e <= 1 && e - a <= 1) {
+      ++off_by_one;
+    } else {
+      ++further;
+    }
+    if (off_by_one + further <= 5) absl::StrAppend(&first, " [", i, "]: ", a, " vs ", e, ";");
+  }
+  const double equal =
+      actual.numel() == 0 ? 1.0
+                          : 1.0 - static_cast<double>(off_by_one + further) / actual.numel();
+  if (further == 0 && equal >= min_equal_fraction) {
+    if (off_by_one > 0) {
+      std::cout << "  (" << off_by_one << " of " << actual.numel()
+                << " values one step from PyTorch's)\n";
+    }
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << off_by_one << " values one step off and " << further << " further, of "
+         << actual.numel() << " (got vs expected):" << first;
 }
 
 }  // namespace quantized

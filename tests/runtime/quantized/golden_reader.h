@@ -37,6 +37,12 @@ int64_t IntAt(const Tensor& tensor, int64_t i);
 ::testing::AssertionResult SameQuantized(const Tensor& actual, const Tensor& expected,
                                          const Tensor* ambiguous = nullptr);
 
+// What issue 18 asks of a kernel against PyTorch's: the same dtype, shape and qparams,
+// at least `min_equal_fraction` of the stored integers equal and none more than one step
+// apart. Prints how many are one step off, so a test log shows where bits differ.
+::testing::AssertionResult MostlySameQuantized(const Tensor& actual, const Tensor& expected,
+                                               double min_equal_fraction = 0.999);
+
 }  // namespace quantized
 }  // namespace fuselage
 
