@@ -23,8 +23,19 @@ awk '/<!-- built and run by tests\/tools\/install_test.sh -->/ {marked = 1; next
 grep -q 'int main' "$scratch/readme_example.cc" || fail "README.md has no marked C++ example with main()"
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+# Under tools/sanitize.sh the library is instrumented: the program must then link the
+# same sanitizer runtimes, with the clang that built it. Otherwise: g++, as the README says.
+compiler=(g++)
+undefined="$(nm -D --undefined-only "$prefix/lib/libfuselage.so")"
+sanitizers=()
+for kind in address:__asan_ undefined:__ubsan_ thread:__tsan_; do
+  if grep -q "${kind#*:}" <<<"$undefined"; then sanitizers+=("${kind%%:*}"); fi
+done
+if [[ ${#sanitizers[@]} -gt 0 ]]; then
+  compiler=(clang++-14 "-fsanitize=$(IFS=,; echo "${sanitizers[*]}")" -fsanitize-link-c++-runtime)
+fi
 # Nothing from the source tree: only what the prefix holds (and the system's libraries).
-g++ -o "$scratch/readme_example" "$scratch/readme_example.cc" \
+"${compiler[@]}" -o "$scratch/readme_example" "$scratch/readme_example.cc" \
     $(pkg-config --cflags --libs fuselage) || fail "the README example does not build"
 
 other="$scratch/elsewhere"
