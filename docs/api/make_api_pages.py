@@ -42,8 +42,11 @@ def opening_comment(lines):
 
 
 def comment_to_markdown(comment):
-    """Comment lines to Markdown: runs of lines indented by 2+ spaces become code blocks."""
+    """Comment lines to Markdown. Lines indented by 2+ spaces become a code block when they
+    follow a blank line, a line ending in ':' or another code line; indented lines under a
+    "- " item continue the item."""
     out, code = [], []
+    item_indent = None  # the continuation indent of the list item being read, if any
 
     def flush():
         if code:
@@ -55,13 +58,26 @@ def comment_to_markdown(comment):
             code.clear()
 
     for line in comment:
-        if line.startswith("  ") and line.strip():
-            code.append(line)
-        elif code and not line.strip():
+        indent = len(line) - len(line.lstrip(" "))
+        item = re.match(r"^\s*- ", line)
+        if not line.strip():
+            if code:
+                code.append(line)
+            else:
+                out.append(line)
+            item_indent = None
+        elif item and not code:
+            out.append(line)
+            item_indent = len(item.group(0))
+        elif item_indent is not None and indent >= 2 and not code:
+            out.append(" " * item_indent + line.strip())  # the item goes on
+        elif indent >= 2 and (code or not out or not out[-1].strip()
+                              or out[-1].rstrip().endswith(":")):
             code.append(line)
         else:
             flush()
             out.append(line)
+            item_indent = None
     flush()
     return out
 
