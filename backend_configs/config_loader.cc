@@ -201,6 +201,28 @@ absl::StatusOr<BackendPatternConfig> ReadEntry(const EntryContext& entry,
   config.reference_quantized_module = ModuleTypeName(proto.reference_quantized_module(), "nnqr");
   if (proto.has_weight_arg_index()) config.weight_arg_index = proto.weight_arg_index();
   if (proto.has_bias_arg_index()) config.bias_arg_index = proto.bias_arg_index();
+  for (int i = 0; i < proto.num_tensor_args_observation_size(); ++i) {
+    const config::TensorArgsObservation& t = proto.num_tensor_args_observation(i);
+    for (const auto& [count, unused] : config.num_tensor_args_to_observation_type) {
+      if (count == t.num_tensor_args()) {
+        return entry.Error(absl::StrCat("num_tensor_args_observation[", i, "]"),
+                           absl::StrCat("num_tensor_args ", count, " given twice"));
+      }
+    }
+    if (t.num_tensor_args() < 0) {
+      return entry.Error(absl::StrCat("num_tensor_args_observation[", i, "]"),
+                         absl::StrCat("num_tensor_args ", t.num_tensor_args(), " must be >= 0"));
+    }
+    config.num_tensor_args_to_observation_type.emplace_back(
+        t.num_tensor_args(), t.observation_type() == config::OUTPUT_SHARE_OBSERVER_WITH_INPUT
+                                 ? ObservationType::kOutputShareObserverWithInput
+                                 : ObservationType::kOutputUseDifferentObserverAsInput);
+  }
+  if (proto.has_input_output_observed()) config.input_output_observed = proto.input_output_observed();
+  if (proto.has_fixed_output_qparams()) {
+    config.fixed_output_qparams =
+        FixedQParams{proto.fixed_output_qparams().scale(), proto.fixed_output_qparams().zero_point()};
+  }
 
   const bool fusion_fields = !proto.fused_module().empty() || proto.has_root() ||
                              proto.extra_input_size() > 0;

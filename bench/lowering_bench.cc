@@ -17,9 +17,9 @@
 #include "graph/check.h"
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
+#include "pipeline/quantize_flow.h"
 #include "quantize/calibrate.h"
 #include "quantize/qconfig.h"
-#include "tools/quantize_flow.h"
 
 namespace fuselage {
 namespace {

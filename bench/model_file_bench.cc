@@ -53,11 +53,11 @@
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
 #include "patterns/fuse.h"
+#include "pipeline/quantize_flow.h"
 #include "quantize/calibrate.h"
 #include "quantize/convert.h"
 #include "quantize/prepare.h"
 #include "quantize/qconfig.h"
-#include "tools/quantize_flow.h"
 
 namespace fuselage {
 namespace {

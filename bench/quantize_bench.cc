@@ -17,12 +17,12 @@
 #include "bench/synthetic_network.h"
 #include "benchmark/benchmark.h"
 #include "patterns/fuse.h"
+#include "pipeline/quantize_flow.h"
 #include "quantize/calibrate.h"
 #include "quantize/convert.h"
 #include "quantize/prepare.h"
 #include "quantize/qconfig.h"
 #include "runtime/builtin_kernels.h"
-#include "tools/quantize_flow.h"
 
 namespace fuselage {
 namespace {

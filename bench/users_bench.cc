@@ -19,9 +19,9 @@
 #include "benchmark/benchmark.h"
 #include "graph/graph_module.h"
 #include "patterns/fuse.h"
+#include "pipeline/quantize_flow.h"
 #include "quantize/calibrate.h"
 #include "quantize/qconfig.h"
-#include "tools/quantize_flow.h"
 
 namespace fuselage {
 namespace {

@@ -390,7 +390,8 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
     return registry.Register(std::move(schema));
   };
   // Containers and the root.
-  for (const char* t : {"GraphModule", "nn.Module", "nn.Sequential", "nn.ModuleList"}) {
+  for (const char* t :
+       {"GraphModule", "nn.Module", "nn.Sequential", "nn.ModuleList", "nn.ModuleDict"}) {
     RETURN_IF_ERROR(add(t, 0, kAny, kNone));
   }
   // Float modules with weights, and their intrinsic fused forms (one input).

@@ -240,7 +240,7 @@ constexpr bool kPoolMediumBuffers = true;
 TensorBuffer* TensorBuffer::NewExternal(size_t size, Storage storage, char* data) {
   void* block = ::operator new(sizeof(TensorBuffer) + sizeof(External));
   TensorBuffer* buffer = new (block) TensorBuffer(size, storage);
-  new (buffer->external()) External{data, 0, nullptr, std::string()};
+  new (buffer->external()) External{data, 0, nullptr, std::string(), nullptr};
   return buffer;
 }
 
@@ -290,6 +290,18 @@ TensorBuffer* TensorBuffer::Adopt(std::string bytes) {
   External* external = buffer->external();
   external->owner = std::move(bytes);
   external->data = external->owner.data();  // the moved string keeps its heap block
+  return buffer;
+}
+
+TensorBuffer* TensorBuffer::Borrow(const void* data, size_t size,
+                                   std::shared_ptr<const void> owner) {
+  const bool aligned = reinterpret_cast<uintptr_t>(data) % alignof(std::max_align_t) == 0;
+  if (size == 0 || !aligned) return Copy(absl::string_view(static_cast<const char*>(data), size));
+  // The bytes are never written through this buffer (shared() is true for it), so the
+  // const_cast only gives them the type data() returns.
+  TensorBuffer* buffer =
+      NewExternal(size, Storage::kBorrowed, const_cast<char*>(static_cast<const char*>(data)));
+  buffer->external()->borrowed_from = std::move(owner);
   return buffer;
 }
 
@@ -383,6 +395,17 @@ absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype, Shape shape, std::string b
   const size_t expected = static_cast<size_t>(t->numel_) * DTypeSize(dtype);
   if (bytes.size() != expected) return WrongByteCount(bytes.size(), *t);
   if (expected != 0) t->buffer_ = TensorBuffer::Adopt(std::move(bytes));
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::BorrowBytes(DType dtype, Shape shape, absl::string_view bytes,
+                                           std::shared_ptr<const void> owner,
+                                           QuantParams qparams) {
+  auto t = WithoutData(dtype, std::move(shape), std::move(qparams));
+  if (!t.ok()) return t.status();
+  const size_t expected = static_cast<size_t>(t->numel_) * DTypeSize(dtype);
+  if (bytes.size() != expected) return WrongByteCount(bytes.size(), *t);
+  if (expected != 0) t->buffer_ = TensorBuffer::Borrow(bytes.data(), bytes.size(), std::move(owner));
   return t;
 }
 

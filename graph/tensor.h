@@ -18,6 +18,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -203,7 +204,10 @@ struct Region;  // A huge-page region shared by medium buffers (tensor.cc).
 //   its buffer is freed and a region when its last buffer is, except for a bounded number of
 //   each kept for reuse (tensor.cc: MappingCache, RegionPool);
 // - adopted ones (Adopt) keep the std::string they were given, so a loader hands the
-//   bytes it parsed to the tensor without copying them.
+//   bytes it parsed to the tensor without copying them;
+// - borrowed ones (Borrow) read bytes someone else owns (a numpy array handed to the
+//   Python extension's `run`), kept alive by an owner handle; they are never written: a
+//   write through a Tensor copies them first, as if they were shared.
 class TensorBuffer {
  public:
   // Buffers of this many bytes or more get a huge-page mapping of their own.
@@ -220,10 +224,19 @@ class TensorBuffer {
   // copying when it is on the heap, aligned for any element type and not much larger
   // than the bytes (a parsed string of 4 KiB and more, in practice); copies otherwise.
   static TensorBuffer* Adopt(std::string bytes);
+  // A buffer over `size` bytes at `data`, with one reference, which `owner` keeps alive:
+  // the owner is released (its deleter runs, on the thread that drops the last reference)
+  // when the buffer is freed. The bytes are only read (shared() is always true, so
+  // Tensor::mutable_raw_data copies them first). Copies instead, releasing `owner` at
+  // once, when `data` is not aligned for any element type, as every buffer's data is.
+  static TensorBuffer* Borrow(const void* data, size_t size, std::shared_ptr<const void> owner);
 
   void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void Unref();  // Frees the block (and the data's storage) when the last reference goes.
-  bool shared() const { return refs_.load(std::memory_order_acquire) > 1; }
+  // True if another reference may read the bytes, so a writer must copy them first.
+  bool shared() const {
+    return storage_ == Storage::kBorrowed || refs_.load(std::memory_order_acquire) > 1;
+  }
 
   size_t size() const { return size_; }
   char* data() { return storage_ == Storage::kInline ? inline_data() : external()->data; }
@@ -232,13 +245,14 @@ class TensorBuffer {
   }
 
  private:
-  enum class Storage : uint32_t { kInline, kMapped, kPooled, kString };
+  enum class Storage : uint32_t { kInline, kMapped, kPooled, kString, kBorrowed };
   // What follows the header of a buffer whose data is elsewhere.
   struct alignas(std::max_align_t) External {
     char* data;
     size_t mapped_length;              // kMapped: the mapping's length (a page multiple).
     tensor_internal::Region* region;  // kPooled: the region the data is in.
     std::string owner;                 // kString: the adopted storage.
+    std::shared_ptr<const void> borrowed_from;  // kBorrowed: keeps the bytes alive.
   };
   TensorBuffer(size_t size, Storage storage) : storage_(storage), size_(size) {}
   ~TensorBuffer() = default;
@@ -338,6 +352,12 @@ class Tensor {
   static absl::StatusOr<Tensor> CopyFromBytes(DType dtype, Shape shape,
                                               absl::string_view bytes,
                                               QuantParams qparams = {});
+  // As CopyFromBytes, but the tensor reads `bytes` in place (TensorBuffer::Borrow), kept
+  // alive by `owner`, and copies them only when written (or when they are not aligned).
+  // E.g. a numpy array's data, with the array as the owner.
+  static absl::StatusOr<Tensor> BorrowBytes(DType dtype, Shape shape, absl::string_view bytes,
+                                            std::shared_ptr<const void> owner,
+                                            QuantParams qparams = {});
   // Convenience for tests and kernels (shape must match values.size(); CHECKs that).
   static Tensor FromFloats(Shape shape, absl::Span<const float> values);
   static Tensor FromInt64s(Shape shape, absl::Span<const int64_t> values);

@@ -169,9 +169,14 @@ class Planner {
     // the bound read here covers every node it meets.
     observed_.assign(gm_.graph().node_index_bound(), false);
     decision_of_.assign(gm_.graph().node_index_bound(), kNoDecision);
+    // Every call is resolved, in graph order, whether or not the config quantizes it:
+    // module_name_object_type_order entries index the calls of a type.
+    QConfigResolver resolver(mapping_, gm_.root().type());
     for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
       const Symbol type = ObjectType(gm_, n);
       if (type.empty()) continue;
+      ASSIGN_OR_RETURN(const OptionalQConfig* resolved, Resolve(resolver, n, type));
+      const OptionalQConfig& qconfig = *resolved;
       // The tensor inputs, found once for both the merge check and the decision.
       TensorInputs inputs = TensorInputsOf(n);
       if (MergeIntoPrecedingOp(n, type, inputs, decisions)) {
@@ -181,7 +186,7 @@ class Planner {
       const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
       if (entry == nullptr || ProducesNonTensor(n)) continue;
       std::string reason;
-      ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, type, *entry, std::move(inputs), &reason));
+      ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, qconfig, *entry, std::move(inputs), &reason));
       if (decision.has_value()) {
         observed_[n->index()] = true;
         for (const TensorInput& in : decision->inputs) observed_[in.producer->index()] = true;
@@ -269,15 +274,44 @@ class Planner {
     return entry;
   }
 
+  // The qconfig of `n` (a call of `type`). A function or method call resolves in the
+  // module its meta `module_path` names (graph/NAMING.md), else in the root.
+  absl::StatusOr<const OptionalQConfig*> Resolve(QConfigResolver& resolver, const Node* n,
+                                                 Symbol type) {
+    if (n->op() == OpKind::kCallModule) {
+      // A fused module (nni.*) shares its parts' object-type qconfig, as in PyTorch.
+      parts_.clear();
+      if (absl::StartsWith(type.name(), "nni.")) {
+        for (const auto& [name, child] : gm_.ModuleOf(n)->children()) parts_.push_back(child->type());
+      }
+      absl::StatusOr<const OptionalQConfig*> q =
+          resolver.ForModuleCall(type, n->target().name(), parts_);
+      if (!q.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "prepare: node '", n->name(), "' (", type.name(), "): ", q.status().message()));
+      }
+      return q;
+    }
+    absl::string_view scope;
+    Symbol scope_type = resolver.root_type();
+    if (const Argument* path = n->FindMeta("module_path");
+        path != nullptr && path->is_string() && !path->as_string().empty()) {
+      // A path that names no module is ignored: the meta is advisory, not a reference.
+      if (const Module* m = gm_.FindModule(path->as_string()); m != nullptr) {
+        scope = path->as_string();
+        scope_type = m->type();
+      }
+    }
+    return n->op() == OpKind::kCallFunction ? &resolver.ForFunctionCall(type, scope, scope_type)
+                                            : &resolver.ForMethodCall(type, scope, scope_type);
+  }
+
   // A decision, or nullopt with `reason` set when the op stays float. `inputs` are the
   // node's tensor inputs (TensorInputsOf).
-  absl::StatusOr<std::optional<Decision>> Decide(Node* n, Symbol type,
+  absl::StatusOr<std::optional<Decision>> Decide(Node* n, const OptionalQConfig& qconfig,
                                                  const BackendPatternConfig& entry,
                                                  TensorInputs inputs,
                                                  std::string* reason) {
-    const absl::string_view module_name =
-        n->op() == OpKind::kCallModule ? n->target().name() : absl::string_view();
-    const OptionalQConfig& qconfig = mapping_.QConfigFor(type, module_name);
     auto keep_float = [&](std::string why) -> std::optional<Decision> {
       *reason = std::move(why);
       return std::nullopt;
@@ -407,6 +441,7 @@ class Planner {
 
   const GraphModule& gm_;
   const QConfigMapping& mapping_;
+  std::vector<Symbol> parts_;  // Resolve's scratch: a fused module's child types
   const BackendConfig& config_;
   // ReuseInputObserver carries no dtype of its own; its dtype config is checked against a
   // quint8 activation, the dtype Prepare's observers give the input.

@@ -6,7 +6,9 @@
 //
 // For every node whose op has a single-op entry in the BackendConfig (a float module,
 // a fused module such as nni.ConvAddReLU2d, a function or a method), with the qconfig the
-// QConfigMapping gives it:
+// QConfigMapping gives it (QConfigResolver, quantize/qconfig.h: PyTorch's precedence,
+// order entries, fused modules sharing their parts' object-type qconfig, a call's meta
+// `module_path` as its scope):
 //  - the first dtype config the qconfig satisfies (input / output dtype = the activation
 //    observer's dtype, weight dtype = the weight observer's, the quant_min / quant_max and
 //    scale bounds of the constraints) makes the op quantized;

@@ -321,9 +321,12 @@ absl::Status QConfigMapping::SetModuleNameRegex(absl::string_view regex,
 }
 
 const OptionalQConfig* QConfigMapping::FindObjectType(absl::string_view object_type) const {
-  const Symbol key = Symbol::Lookup(object_type);
-  if (key.empty()) return nullptr;
-  auto it = object_types_.find(key);
+  return FindObjectType(Symbol::Lookup(object_type));  // never interned: no entry
+}
+
+const OptionalQConfig* QConfigMapping::FindObjectType(Symbol object_type) const {
+  if (object_type.empty()) return nullptr;
+  auto it = object_types_.find(object_type);
   return it == object_types_.end() ? nullptr : &it->second;
 }
 
@@ -338,19 +341,64 @@ const OptionalQConfig& QConfigMapping::QConfigFor(absl::string_view object_type,
   return QConfigFor(Symbol::Lookup(object_type), module_name);
 }
 
-const OptionalQConfig& QConfigMapping::QConfigFor(Symbol object_type,
-                                                  absl::string_view module_name) const {
+QConfigMapping& QConfigMapping::SetModuleNameObjectTypeOrder(absl::string_view module_name,
+                                                             absl::string_view object_type,
+                                                             int64_t index,
+                                                             OptionalQConfig qconfig) {
+  object_type_orders_[OrderKey(std::string(module_name), Symbol::Intern(object_type), index)] =
+      std::move(qconfig);
+  return *this;
+}
+
+const OptionalQConfig* QConfigMapping::FindModuleNameObjectTypeOrder(
+    absl::string_view module_name, Symbol object_type, int64_t index) const {
+  if (object_type_orders_.empty()) return nullptr;
+  auto it = object_type_orders_.find(OrderKey(std::string(module_name), object_type, index));
+  return it == object_type_orders_.end() ? nullptr : &it->second;
+}
+
+const OptionalQConfig& QConfigMapping::AdjustForTypeOrName(Symbol object_type,
+                                                           absl::string_view module_name,
+                                                           const OptionalQConfig& fallback) const {
+  if (!object_type.empty()) {
+    auto it = object_types_.find(object_type);
+    if (it != object_types_.end()) return AdjustForName(module_name, it->second);
+  }
+  return AdjustForName(module_name, fallback);
+}
+
+absl::StatusOr<const OptionalQConfig*> QConfigMapping::FusedObjectType(
+    absl::Span<const Symbol> parts) const {
+  if (object_types_.empty() || parts.empty()) return nullptr;
+  auto entry_of = [&](Symbol type) -> const OptionalQConfig* {
+    auto it = object_types_.find(type);
+    return it == object_types_.end() ? nullptr : &it->second;
+  };
+  const OptionalQConfig* first = entry_of(parts[0]);
+  for (Symbol part : parts.subspan(1)) {
+    const OptionalQConfig* other = entry_of(part);
+    const bool same = first == nullptr ? other == nullptr : other != nullptr && *other == *first;
+    if (!same) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the parts of a fused module need the same object-type qconfig (as PyTorch's "
+          "update_qconfig_for_fusion requires); ", parts[0].name(), " and ", part.name(),
+          " have different ones"));
+    }
+  }
+  return first;
+}
+
+const OptionalQConfig& QConfigMapping::AdjustForName(absl::string_view module_name,
+                                                     const OptionalQConfig& fallback) const {
   // Highest precedence first: module name (walking up to its ancestors), then the first
-  // matching regex, then the object type, then global — PyTorch's
-  // maybe_adjust_qconfig_for_module_type_or_name.
-  // (The emptiness checks skip per-node hashing and copying for mappings without
-  // module-name or regex entries, such as the default ones.)
+  // matching regex. (The emptiness checks skip per-node hashing and copying for mappings
+  // without module-name or regex entries, such as the default ones.)
   for (absl::string_view name = module_name; !name.empty() && !module_names_.empty();) {
     if (const OptionalQConfig* q = FindModuleName(name)) return *q;
     const size_t dot = name.rfind('.');
     name = dot == absl::string_view::npos ? absl::string_view() : name.substr(0, dot);
   }
-  if (!module_name.empty() && !regexes_.empty()) {
+  if (!regexes_.empty()) {
     const std::string name(module_name);
     for (const auto& entry : regexes_) {
       if (std::regex_search(name, entry->regex, std::regex_constants::match_continuous)) {
@@ -358,11 +406,61 @@ const OptionalQConfig& QConfigMapping::QConfigFor(Symbol object_type,
       }
     }
   }
-  if (!object_type.empty()) {
-    auto it = object_types_.find(object_type);
-    if (it != object_types_.end()) return it->second;
+  return fallback;
+}
+
+const OptionalQConfig& QConfigResolver::ApplyOrder(absl::string_view scope, Symbol object_type,
+                                                   const OptionalQConfig& qconfig) {
+  // Mappings without order entries (the default ones) skip the per-node counting.
+  if (!mapping_.has_object_type_order_entries()) return qconfig;
+  const int64_t index = next_index_[std::make_pair(std::string(scope), object_type)]++;
+  const OptionalQConfig* ordered =
+      mapping_.FindModuleNameObjectTypeOrder(scope, object_type, index);
+  return ordered != nullptr ? *ordered : qconfig;
+}
+
+absl::StatusOr<const OptionalQConfig*> QConfigResolver::ForModuleCall(
+    Symbol module_type, absl::string_view module_name, absl::Span<const Symbol> fused_parts) {
+  const OptionalQConfig* by_type = mapping_.FindObjectType(module_type);
+  absl::StatusOr<const OptionalQConfig*> fused = mapping_.FusedObjectType(fused_parts);
+  if (!fused.ok()) return fused.status();
+  if (*fused != nullptr) by_type = *fused;  // PyTorch overrides the fused type's entry
+  const OptionalQConfig& qconfig =
+      mapping_.AdjustForName(module_name, by_type != nullptr ? *by_type : mapping_.global());
+  // PyTorch counts a module call in its parent ("layer1.0.conv1" in "layer1.0"), by the
+  // type the module had before fusion (its scope was recorded by the tracer): for a fused
+  // module that of its first part, the root it replaced (nn.Conv2d for nni.ConvReLU2d).
+  const size_t dot = module_name.rfind('.');
+  const absl::string_view parent =
+      dot == absl::string_view::npos ? absl::string_view() : module_name.substr(0, dot);
+  return &ApplyOrder(parent, fused_parts.empty() ? module_type : fused_parts.front(), qconfig);
+}
+
+const OptionalQConfig& QConfigResolver::ForFunctionCall(Symbol function, absl::string_view scope,
+                                                        Symbol scope_type) {
+  // PyTorch's _get_object_type_qconfig: only the function's object-type entry.
+  const OptionalQConfig* own = mapping_.FindObjectType(function);
+  const OptionalQConfig& function_qconfig = own != nullptr ? *own : mapping_.global();
+  const OptionalQConfig& qconfig =
+      mapping_.AdjustForTypeOrName(scope_type, scope, function_qconfig);
+  return ApplyOrder(scope, function, qconfig);
+}
+
+const OptionalQConfig& QConfigResolver::ForMethodCall(Symbol method, absl::string_view scope,
+                                                      Symbol scope_type) {
+  const OptionalQConfig& by_method = mapping_.AdjustForTypeOrName(method, scope, mapping_.global());
+  return mapping_.AdjustForTypeOrName(scope_type, scope, by_method);
+}
+
+const OptionalQConfig& QConfigMapping::QConfigFor(Symbol object_type,
+                                                  absl::string_view module_name) const {
+  // A call without a module name has no name or regex to match: its object type, then
+  // global.
+  if (module_name.empty()) {
+    auto it = object_type.empty() ? object_types_.end() : object_types_.find(object_type);
+    return it != object_types_.end() ? it->second : global_;
   }
-  return global_;
+  return AdjustForTypeOrName(object_type, module_name, global_);
 }
 
 absl::StatusOr<QConfigMapping> DefaultQConfigMapping(absl::string_view backend) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "graph/dtype.h"
 #include "graph/symbol.h"
 
@@ -124,7 +126,8 @@ ObserverSpec DefaultPlaceholderObserver();       // Placeholder, float32
 absl::StatusOr<QConfig> DefaultQConfig(absl::string_view backend);
 
 // Which qconfig applies to each node, with PyTorch's precedence (lowest to highest):
-// global < object type < module-name regex < module name. A module name also matches its
+// global < object type < module-name regex < module name < module name + object type +
+// call index (QConfigResolver applies the last). A module name also matches its
 // descendants ("layer1" covers "layer1.0.conv1") unless one of them has its own entry.
 // Object types are fuselage's names (graph/NAMING.md): module types ("nn.Conv2d"),
 // call_function targets ("torch.nn.functional.conv2d", "operator.add") and call_method
@@ -138,25 +141,101 @@ class QConfigMapping {
   // `regex` uses ECMAScript syntax and, as Python's re.match, must match at the start of
   // the module name. InvalidArgument (mapping unchanged) if it does not compile.
   absl::Status SetModuleNameRegex(absl::string_view regex, OptionalQConfig qconfig);
+  // PyTorch's set_module_name_object_type_order: the `index`-th call (from 0, in graph
+  // order) of `object_type` directly inside module `module_name` ("" = the root). Only
+  // QConfigResolver, which counts the calls, applies these entries.
+  QConfigMapping& SetModuleNameObjectTypeOrder(absl::string_view module_name,
+                                               absl::string_view object_type, int64_t index,
+                                               OptionalQConfig qconfig);
 
   const OptionalQConfig& global() const { return global_; }
   // The entry for exactly this key, or nullptr.
   const OptionalQConfig* FindObjectType(absl::string_view object_type) const;
+  const OptionalQConfig* FindObjectType(Symbol object_type) const;
   const OptionalQConfig* FindModuleName(absl::string_view module_name) const;
+  const OptionalQConfig* FindModuleNameObjectTypeOrder(absl::string_view module_name,
+                                                       Symbol object_type,
+                                                       int64_t index) const;
+  bool has_object_type_order_entries() const { return !object_type_orders_.empty(); }
 
-  // The qconfig for a node: `object_type` is the module type / function / method it
-  // calls, `module_name` its call_module target ("" for functions and methods).
+  // The qconfig for one call looked up on its own: `object_type` is the module type /
+  // function / method it calls, `module_name` its call_module target ("" for functions
+  // and methods). Order entries and fused modules need the whole graph walk:
+  // QConfigResolver, which Prepare uses, applies those too.
   const OptionalQConfig& QConfigFor(absl::string_view object_type,
                                     absl::string_view module_name) const;
-  // The same for an interned object type (no string lookup; what Prepare calls per node).
+  // The same for an interned object type (no string lookup).
   const OptionalQConfig& QConfigFor(Symbol object_type, absl::string_view module_name) const;
+
+  // PyTorch's _maybe_adjust_qconfig_for_module_type_or_name: the module-name entry of
+  // `module_name` or its nearest ancestor, else the first regex matching it (also ""),
+  // else the object-type entry of `object_type`, else `fallback`.
+  const OptionalQConfig& AdjustForTypeOrName(Symbol object_type, absl::string_view module_name,
+                                             const OptionalQConfig& fallback) const;
+  // The same without the object-type step: module name (or ancestor), regex, `fallback`.
+  const OptionalQConfig& AdjustForName(absl::string_view module_name,
+                                       const OptionalQConfig& fallback) const;
+
+  // PyTorch's update_qconfig_for_fusion: the object-type qconfig of a fused module
+  // (nni.ConvReLU2d) whose parts (its children) have the module types `parts`: the entry
+  // of the first part's type, or nullptr if it has none (or the mapping has no
+  // object-type entries at all). InvalidArgument, as PyTorch's LookupError, if the parts'
+  // entries differ (one set and another not, or two different qconfigs).
+  absl::StatusOr<const OptionalQConfig*> FusedObjectType(absl::Span<const Symbol> parts) const;
 
  private:
   struct RegexEntry;
+  using OrderKey = std::tuple<std::string, Symbol, int64_t>;
   OptionalQConfig global_;
   absl::flat_hash_map<Symbol, OptionalQConfig> object_types_;
   absl::flat_hash_map<std::string, OptionalQConfig> module_names_;
   std::vector<std::shared_ptr<const RegexEntry>> regexes_;
+  absl::flat_hash_map<OrderKey, OptionalQConfig> object_type_orders_;
+};
+
+// The qconfig of each node of one graph, in graph order: PyTorch 1.13's
+// generate_qconfig_map, including module_name_object_type_order, whose call indices it
+// counts. Call it once per call_module / call_function / call_method node (not for
+// observers), first node first; the references it returns point into the mapping.
+//
+//   QConfigResolver resolver(mapping, gm.root().type());
+//   for (node : graph) ... resolver.ForModuleCall(type, "layer1.0.conv1") ...
+//
+// `scope` is the module whose forward makes a function or method call and `scope_type`
+// its type; a graph without scope information passes the root ("" and the root's type).
+class QConfigResolver {
+ public:
+  QConfigResolver(const QConfigMapping& mapping, Symbol root_type)
+      : mapping_(mapping), root_type_(root_type) {}
+
+  // A call_module node calling `module_name` (a module of type `module_type`); its call
+  // index counts within its parent module. For a fused module, `fused_parts` are its
+  // children's types: their shared object-type entry applies (FusedObjectType, whose
+  // error this returns), and the call counts as one of its first part's type (the
+  // module it replaced, as PyTorch counts by the types the tracer saw before fusion).
+  absl::StatusOr<const OptionalQConfig*> ForModuleCall(
+      Symbol module_type, absl::string_view module_name,
+      absl::Span<const Symbol> fused_parts = {});
+  // A call_function node: the function's object-type entry, then the scope's entries
+  // (PyTorch lets the enclosing module's name and type override the function's type),
+  // then the order entry.
+  const OptionalQConfig& ForFunctionCall(Symbol function, absl::string_view scope,
+                                         Symbol scope_type);
+  // A call_method node: the method name's entries, then the scope's (PyTorch does not
+  // index method calls).
+  const OptionalQConfig& ForMethodCall(Symbol method, absl::string_view scope,
+                                       Symbol scope_type);
+  Symbol root_type() const { return root_type_; }
+
+ private:
+  // The next call index of `object_type` in `scope` (counted only when the mapping has
+  // order entries).
+  const OptionalQConfig& ApplyOrder(absl::string_view scope, Symbol object_type,
+                                    const OptionalQConfig& qconfig);
+
+  const QConfigMapping& mapping_;
+  Symbol root_type_;
+  absl::flat_hash_map<std::pair<std::string, Symbol>, int64_t> next_index_;
 };
 
 // get_default_qconfig_mapping(backend) of PyTorch 1.13: the global default qconfig, the

@@ -110,6 +110,7 @@ absl::StatusOr<Tensor> Conv2d(const Tensor& input, const Tensor& weight, const T
   onednn::ConvBuffers buffers;
   buffers.src = input.data<float>();
   buffers.weights = weight.data<float>();
+  buffers.weights_owner = &weight;
   buffers.bias = bias ? bias->data<float>() : nullptr;
   buffers.dst = out.mutable_data<float>();
   RETURN_IF_ERROR(onednn::Convolution("conv2d", geometry, dt::f32, dt::f32, dt::f32, buffers));

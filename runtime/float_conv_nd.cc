@@ -219,6 +219,7 @@ absl::StatusOr<Tensor> ConvNd(const Tensor& input, const Tensor& weight, const T
   onednn::ConvBuffers buffers;
   buffers.src = input.data<float>();
   buffers.weights = weight.data<float>();
+  buffers.weights_owner = &weight;
   buffers.bias = bias ? bias->data<float>() : nullptr;
   buffers.dst = out.mutable_data<float>();
   using dt = dnnl::memory::data_type;

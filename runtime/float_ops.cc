@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "graph/check.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -30,11 +31,16 @@ absl::Status ExpectFloatParameter(const Tensor* t, absl::string_view what,
 // Applies `fn` to every element of float tensor `x` into a new tensor of its shape.
 template <typename Fn>
 Tensor MapFloats(const Tensor& x, Fn fn) {
-  Tensor out = x;  // same shape and dtype; the write below detaches the copy
-  float* dst = out.mutable_data<float>();
+  // Into a fresh buffer, not a copy of x's mapped in place: the interpreter still holds x
+  // while the kernel runs, so writing a copy of it would first duplicate its bytes.
+  // x's shape already passed Tensor's size limits, so this allocation cannot be refused.
+  absl::StatusOr<Tensor> out = Tensor::Uninitialized(DType::kFloat32, x.shape());
+  FUSELAGE_CHECK(out.ok());
+  const float* __restrict src = x.data<float>();
+  float* __restrict dst = out->mutable_data<float>();
   const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) dst[i] = fn(dst[i]);
-  return out;
+  for (int64_t i = 0; i < n; ++i) dst[i] = fn(src[i]);
+  return *std::move(out);
 }
 
 // Row-major strides of `shape`, aligned to `rank` trailing dims, with 0 where `shape`

@@ -113,7 +113,8 @@ absl::StatusOr<Value> RunGetAttr(const GraphModule& gm, const Node& node) {
 }
 
 absl::StatusOr<Value> RunCall(const GraphModule& gm, const Node& node,
-                              const KernelRegistry& kernels, const ValueStore& store) {
+                              const KernelRegistry& kernels, const ValueStore& store,
+                              QuantizedEngine engine) {
   std::vector<Value> args;
   args.reserve(node.num_args());
   for (const Argument& a : node.args()) {
@@ -125,7 +126,7 @@ absl::StatusOr<Value> RunCall(const GraphModule& gm, const Node& node,
     ASSIGN_OR_RETURN(Value v, store.Evaluate(kw.second));
     kwargs.emplace_back(kw.first, std::move(v));
   }
-  const KernelContext ctx{node, gm, kernels};
+  const KernelContext ctx{node, gm, kernels, engine};
   if (node.op() == OpKind::kCallModule) {
     const Module* module = gm.FindModule(node.target().name());
     if (module == nullptr || node.target().empty()) {
@@ -214,7 +215,7 @@ absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> in
         // is this node's error, not the process's end: callers (the CLI, calibration, the
         // Python bridge) get a Status naming the node.
         try {
-          value = RunCall(gm, *node, kernels, store);
+          value = RunCall(gm, *node, kernels, store, options.engine);
         } catch (const std::bad_alloc&) {
           value = absl::ResourceExhaustedError("out of memory running its kernel");
         }

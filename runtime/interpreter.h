@@ -24,6 +24,7 @@
 #include "graph/graph_module.h"
 #include "graph/node.h"
 #include "runtime/kernel_registry.h"
+#include "runtime/quantized_engine.h"
 #include "runtime/value.h"
 
 namespace fuselage {
@@ -46,6 +47,8 @@ struct RunOptions {
   // and the caller's own later OpenMP work are unaffected. Outside that range:
   // InvalidArgument, before any node runs.
   int threads = 0;
+  // Whose requantization arithmetic the quantized kernels compute (quantized_engine.h).
+  QuantizedEngine engine = QuantizedEngine::kOnednn;
 };
 
 // Runs `gm` and returns the value of the output node's argument with its structure kept

@@ -33,6 +33,7 @@
 #include "graph/module.h"
 #include "graph/node.h"
 #include "graph/symbol.h"
+#include "runtime/quantized_engine.h"
 #include "runtime/value.h"
 
 namespace fuselage {
@@ -43,11 +44,13 @@ class KernelRegistry;
 using ValueKwargs = std::vector<std::pair<Symbol, Value>>;
 
 // Where a kernel runs. `registry` lets a kernel of a composite module (a fused
-// nni.ConvReLU2d) run its children through their own kernels.
+// nni.ConvReLU2d) run its children through their own kernels; `engine` is the integer
+// arithmetic quantized kernels reproduce (RunOptions::engine).
 struct KernelContext {
   const Node& node;
   const GraphModule& graph_module;
   const KernelRegistry& registry;
+  QuantizedEngine engine = QuantizedEngine::kOnednn;
 };
 
 // `module` is the called module (for a fused module's child: the child).

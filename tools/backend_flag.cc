@@ -1,11 +1,12 @@
 #include "tools/backend_flag.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "backend_configs/builtin_configs.h"
 #include "backend_configs/config_loader.h"
 #include "graph/status_macros.h"
+#include "pipeline/stages.h"
 
 namespace fuselage {
 
@@ -27,23 +28,12 @@ absl::StatusOr<BackendConfig> BackendFromFlags(const CommandContext& context,
   if (has_config && parsed.flags.at("--config").empty()) {
     return UsageError(absl::StrCat(command, ": --config needs a file name"));
   }
-  if (!has_config) return GetBackendConfig(parsed.flags.at("--backend"));
+  if (!has_config) return ResolveBackendConfig(parsed.flags.at("--backend"), std::nullopt, "");
 
   const std::string& path = parsed.flags.at("--config");
   ASSIGN_OR_RETURN(std::string text, ReadBackendConfigFile(context.ResolvePath(path)));
-  if (has_backend) {
-    // A syntax error is the loader's to report, with line and column, and nothing logged.
-    ASSIGN_OR_RETURN(const std::string base, DeclaredBackendBase(text, path));
-    const std::string& backend = parsed.flags.at("--backend");
-    if (base != backend) {
-      return absl::InvalidArgumentError(
-          base.empty() ? absl::StrCat(path, " extends no built-in backend, so not --backend=",
-                                      backend)
-                       : absl::StrCat(path, " extends backend '", base, "', not --backend=",
-                                      backend));
-    }
-  }
-  return ParseBackendConfigText(text, path);
+  return ResolveBackendConfig(has_backend ? parsed.flags.at("--backend") : "",
+                              absl::string_view(text), path);
 }
 
 }  // namespace fuselage

@@ -6,6 +6,7 @@
 #include "tools/cmd_explain.h"
 
 #include "graph/status_macros.h"
+#include "pipeline/stages.h"
 #include "tools/backend_flag.h"
 
 namespace fuselage {
@@ -21,11 +22,8 @@ Command ExplainCommand() {
     RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
     ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, parsed));
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
-    ASSIGN_OR_RETURN(PatternMatcher matcher, BuildFusionMatcher(config));
-    const ExplainReport report = matcher.Explain(*gm);
-    context.out << "backend " << config.name() << ", " << gm->graph().size() << " nodes, "
-                << report.failures.size() << " partial matches:\n"
-                << report.ToString();
+    ASSIGN_OR_RETURN(const ExplainResult result, ExplainModel(*gm, config));
+    context.out << result.ToString();
     return absl::OkStatus();
   };
   return command;

@@ -22,9 +22,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "graph/status_macros.h"
 #include "patterns/fuse.h"
+#include "pipeline/stages.h"
 #include "tools/backend_flag.h"
 #include "tools/stage_run.h"
 
@@ -99,17 +99,13 @@ Command FuseCommand() {
     stage.times().Stop("fuse");
     RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, "fused graph"));
 
-    // Matches per pattern, in the config's order, for the summary line.
-    std::vector<std::string> per_rule;
-    for (const FusionRule& rule : matcher.rules()) {
-      int count = 0;
-      for (const PatternMatch& m : matches) count += (m.rule == &rule);
-      if (count > 0) per_rule.push_back(absl::StrCat(rule.name, ": ", count));
-    }
-    context.out << "fused " << fused << (fused == 1 ? " match" : " matches");
-    if (!per_rule.empty()) context.out << " (" << absl::StrJoin(per_rule, ", ") << ")";
-    context.out << " with backend " << config.name() << ": " << nodes_before << " -> "
-                << gm->graph().size() << " nodes; wrote " << stage.output() << "\n";
+    FuseReport report;
+    report.backend = config.name();
+    report.fused = fused;
+    report.per_pattern = MatchesPerPattern(matcher, matches);
+    report.nodes_before = nodes_before;
+    report.nodes_after = gm->graph().size();
+    context.out << report.ToString() << "; wrote " << stage.output() << "\n";
     stage.PrintTimes(context.out);
     if (stage.parsed().Has("--profile")) context.out << profile;
     return absl::OkStatus();

@@ -1,8 +1,10 @@
-// `fuselage quantize MODEL --backend=NAME [--config=FILE] [--calibration=FILES]
+// `fuselage quantize MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE]
+//                  [--calibration=FILES]
 //                  [--samples=N] [--seed=N] [--input-shape=DIMS] [--threads=N]
 //                  [--reference] -o OUT`
-//   The whole flow (tools/quantize_flow.h) with PyTorch 1.13's default qconfig mapping of
-//   the backend (get_default_qconfig_mapping(NAME)) and the backend config NAME, or the
+//   The whole flow (pipeline/quantize_flow.h) with the --qconfig-mapping file
+//   (quantize/qconfig_mapping.proto), else PyTorch 1.13's default qconfig mapping of
+//   the backend (get_default_qconfig_mapping(NAME)), and the backend config NAME, or the
 //   --config file (whose base must then be NAME). Calibration reads the comma-separated
 //   .npy files of --calibration (with k placeholders, k files per sample), or else runs
 //   --samples (default 8) seeded random inputs, uniform in [-1, 1), shaped by the
@@ -28,11 +30,12 @@
 #include "graph/status_macros.h"
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
+#include "pipeline/quantize_flow.h"
+#include "pipeline/stages.h"
 #include "quantize/calibrate.h"
 #include "quantize/qconfig.h"
 #include "tools/backend_flag.h"
 #include "tools/quantize_flags.h"
-#include "tools/quantize_flow.h"
 #include "tools/stage_run.h"
 
 namespace fuselage {
@@ -42,10 +45,7 @@ namespace {
 // would write its input back unchanged under -o and exit 0; it is refused instead, before
 // anything is written.
 absl::Status CheckSomethingWasLowered(const LoweringReport& report, const std::string& input) {
-  if (report.total_lowered() > 0 || !report.unlowered.empty() ||
-      report.dequantize_quantize_pairs_removed > 0 || report.tuple_accesses_removed > 0) {
-    return absl::OkStatus();
-  }
+  if (!LoweredNothing(report)) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "lower: nothing to lower in ", input,
       ": it has no quantize / dequantize reference patterns (dequantize -> op -> "
@@ -59,7 +59,8 @@ Command QuantizeCommand() {
   Command command;
   command.name = "quantize";
   command.usage =
-      "quantize MODEL --backend=NAME [--config=FILE] [--calibration=X.npy,...] "
+      "quantize MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE] "
+      "[--calibration=X.npy,...] "
       "[--samples=N] [--seed=N] [--input-shape=DIMS] [--threads=N] [--reference] -o OUT";
   command.summary = "fuse, prepare, calibrate, convert and lower a float model";
   command.run = [command](const std::vector<std::string>& args,
@@ -68,10 +69,12 @@ Command QuantizeCommand() {
     for (FlagSpec& spec : CalibrationFlagSpecs()) flags.flags.push_back(std::move(spec));
     flags.flags.push_back(ThreadsFlagSpec());
     flags.flags.push_back({{"--reference"}, false});
+    flags.flags.push_back(QConfigMappingFlagSpec());
     ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
     ASSIGN_OR_RETURN(const int threads, ThreadsFlag(stage.parsed()));
     ASSIGN_OR_RETURN(const std::string backend, RequiredBackend(stage.parsed(), command.name));
-    ASSIGN_OR_RETURN(QConfigMapping mapping, DefaultQConfigMapping(backend));
+    ASSIGN_OR_RETURN(QConfigMapping mapping,
+                     QConfigMappingFromFlags(context, stage.parsed(), backend, command.name));
     ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, stage.parsed()));
     ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
     ASSIGN_OR_RETURN(CalibrationSamples samples,

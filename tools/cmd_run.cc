@@ -1,5 +1,5 @@
 // `fuselage run MODEL --input=X.npy[,X2.npy...] [--output=Y.npy[,Y2.npy...]]
-//                   [--threads=N] [--repeat=N] [--time]`
+//                   [--threads=N] [--engine=onednn|qnnpack] [--repeat=N] [--time]`
 //   Runs MODEL (float, prepared, reference or native quantized) with the interpreter and
 //   the built-in kernels, one .npy input per placeholder in order. The outputs, flattened
 //   as the graph returns them (`return (a, (b, c))` gives a, b, c), are written to the
@@ -10,6 +10,9 @@
 //   core, or OMP_NUM_THREADS). --repeat runs the loaded model N times (default 1) on the
 //   same inputs, for timing; the outputs are those of the last run, written once. --time
 //   prints one `time run <ms> ms` line per run (StageTimes' format), after the outputs.
+//   --engine: whose integer arithmetic quantized ops compute, as PyTorch's
+//   torch.backends.quantized.engine (default onednn; qnnpack for a model quantized with
+//   the qnnpack config, to match PyTorch's qnnpack engine).
 #include "tools/cmd_run.h"
 
 #include <string>
@@ -47,7 +50,7 @@ Command RunCommand() {
   command.name = "run";
   command.usage =
       "run MODEL --input=X.npy[,X2.npy...] [--output=Y.npy[,Y2.npy...]] [--threads=N] "
-      "[--repeat=N] [--time]";
+      "[--engine=onednn|qnnpack] [--repeat=N] [--time]";
   command.summary = "run a model on .npy inputs and write its outputs as .npy";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
@@ -56,6 +59,7 @@ Command RunCommand() {
                                {{{"--input", "-i"}, true},
                                 {{"--output", "-o"}, true},
                                 ThreadsFlagSpec(),
+                                EngineFlagSpec(),
                                 {{"--repeat"}, true},
                                 {{"--time"}, false}}));
     RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
@@ -64,6 +68,7 @@ Command RunCommand() {
     }
     RunOptions options;
     ASSIGN_OR_RETURN(options.threads, ThreadsFlag(parsed));
+    ASSIGN_OR_RETURN(options.engine, EngineFlag(parsed));
     ASSIGN_OR_RETURN(const int64_t repeat, IntFlag(parsed, "--repeat", 1, 1, kMaxRepeat));
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
     const std::vector<std::string> inputs = SplitPaths(context, parsed.flags.at("--input"));

@@ -1,6 +1,8 @@
-// `fuselage prepare MODEL --backend=NAME [--config=FILE] -o PREPARED [--time]`
-//   Prepare (quantize/prepare.h) with PyTorch 1.13's default qconfig mapping of the
-//   backend and the backend config NAME (or the --config file, whose base must be NAME),
+// `fuselage prepare MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE]
+//                  -o PREPARED [--time]`
+//   Prepare (quantize/prepare.h) with the --qconfig-mapping file
+//   (quantize/qconfig_mapping.proto), else PyTorch 1.13's default qconfig mapping of the
+//   backend, and the backend config NAME (or the --config file, whose base must be NAME),
 //   on a model as it is: run `fuse` first (PyTorch's prepare_fx fuses as its first step;
 //   `quantize` does both). The observers and each weighted op's plan are written into the
 //   model (quantize/prepared_model.h), so the file is a complete prepared model.
@@ -71,13 +73,17 @@ absl::Status StoreVerifyAndSave(const CommandContext& context, absl::string_view
 Command PrepareCommand() {
   Command command;
   command.name = "prepare";
-  command.usage = "prepare MODEL --backend=NAME [--config=FILE] -o OUT [--time]";
+  command.usage =
+      "prepare MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE] -o OUT [--time]";
   command.summary = "insert observers into a (fused) float model, as prepare_fx does";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
-    ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, {BackendFlagSpecs()}));
+    StageFlags flags{BackendFlagSpecs()};
+    flags.flags.push_back(QConfigMappingFlagSpec());
+    ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
     ASSIGN_OR_RETURN(const std::string backend, RequiredBackend(stage.parsed(), command.name));
-    ASSIGN_OR_RETURN(QConfigMapping mapping, DefaultQConfigMapping(backend));
+    ASSIGN_OR_RETURN(QConfigMapping mapping,
+                     QConfigMappingFromFlags(context, stage.parsed(), backend, command.name));
     ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, stage.parsed()));
     ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
     const size_t nodes_before = gm->graph().size();

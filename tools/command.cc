@@ -112,6 +112,19 @@ absl::StatusOr<int> ThreadsFlag(const ParsedArgs& parsed) {
   return static_cast<int>(threads);
 }
 
+FlagSpec EngineFlagSpec() { return {{"--engine"}, true}; }
+
+absl::StatusOr<QuantizedEngine> EngineFlag(const ParsedArgs& parsed) {
+  if (!parsed.Has("--engine")) return QuantizedEngine::kOnednn;
+  const std::string& value = parsed.flags.at("--engine");
+  std::optional<QuantizedEngine> engine = QuantizedEngineFromName(value);
+  if (!engine.has_value()) {
+    return UsageError(
+        absl::StrCat("--engine is '", value, "'; expected onednn or qnnpack"));
+  }
+  return *engine;
+}
+
 absl::Status ExpectPositional(const Command& command, const ParsedArgs& parsed, size_t count) {
   if (parsed.positional.size() == count) return absl::OkStatus();
   return UsageError(absl::StrCat(command.name, ": expected ", count, " operand",

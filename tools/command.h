@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "graph/graph_module.h"
+#include "runtime/quantized_engine.h"
 
 namespace fuselage {
 
@@ -88,6 +89,12 @@ FlagSpec ThreadsFlagSpec();
 // takes it; 0 (OpenMP's default: OMP_NUM_THREADS if set, else every core) when it is not
 // given. A UsageError (IntFlag's) for 0, a negative or too large count, or junk.
 absl::StatusOr<int> ThreadsFlag(const ParsedArgs& parsed);
+
+// --engine=onednn|qnnpack: whose integer arithmetic the quantized kernels compute
+// (runtime/quantized_engine.h), as torch.backends.quantized.engine; onednn when it is not
+// given. A UsageError naming the choices for any other value.
+FlagSpec EngineFlagSpec();
+absl::StatusOr<QuantizedEngine> EngineFlag(const ParsedArgs& parsed);
 
 // UsageError unless there are exactly `count` positional operands.
 absl::Status ExpectPositional(const Command& command, const ParsedArgs& parsed, size_t count);

@@ -1,7 +1,7 @@
 // `fuselage demo [--seed N] [--write-example FILE]`: the README's main job on the
 // built-in residual example. First build it, save it to model bytes, load them back
 // (through the same validating loader every model file goes through), verify and print
-// it. Then run the whole quantization flow on it (tools/quantize_flow.h) with the example
+// it. Then run the whole quantization flow on it (pipeline/quantize_flow.h) with the example
 // config backend_configs/examples/conv_bn_add_relu.textproto (qnnpack plus the
 // conv-bn-add-relu fusion; compiled into the binary so the demo runs from anywhere) and
 // qnnpack's default qconfigs, calibrating on 8 seeded random inputs of shape [1, 4, 8, 8],
@@ -20,13 +20,13 @@
 #include "graph/printer.h"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
+#include "pipeline/quantize_flow.h"
 #include "quantize/calibrate.h"
 #include "quantize/qconfig.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/interpreter.h"
 #include "runtime/quantized/quantize.h"
 #include "tools/examples.h"
-#include "tools/quantize_flow.h"
 
 namespace fuselage {
 namespace {

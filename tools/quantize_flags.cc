@@ -5,6 +5,7 @@
 #include "absl/strings/str_split.h"
 #include "graph/status_macros.h"
 #include "graph/tensor.h"
+#include "quantize/qconfig_mapping_loader.h"
 
 namespace fuselage {
 namespace {
@@ -22,6 +23,20 @@ absl::StatusOr<std::string> RequiredBackend(const ParsedArgs& parsed, absl::stri
                  "default qconfigs, and the config unless --config gives one"));
   }
   return parsed.flags.at("--backend");
+}
+
+FlagSpec QConfigMappingFlagSpec() { return {{"--qconfig-mapping"}, true}; }
+
+absl::StatusOr<QConfigMapping> QConfigMappingFromFlags(const CommandContext& context,
+                                                       const ParsedArgs& parsed,
+                                                       absl::string_view backend,
+                                                       absl::string_view command) {
+  if (!parsed.Has("--qconfig-mapping")) return DefaultQConfigMapping(backend);
+  const std::string& path = parsed.flags.at("--qconfig-mapping");
+  if (path.empty()) {
+    return UsageError(absl::StrCat(command, ": --qconfig-mapping needs a file name"));
+  }
+  return LoadQConfigMappingFile(context.ResolvePath(path));
 }
 
 std::vector<FlagSpec> CalibrationFlagSpecs() {

@@ -1,5 +1,6 @@
 // Command-line pieces the quantization subcommands (quantize, prepare, calibrate,
-// convert, lower) share: the required --backend flag, the calibration-sample flags, and
+// convert, lower) share: the required --backend flag, --qconfig-mapping, the
+// calibration-sample flags, and
 // the `--time` lines bench/compare_pytorch.py reads (-o is StageRun's, tools/stage_run.h).
 #ifndef FUSELAGE_TOOLS_QUANTIZE_FLAGS_H_
 #define FUSELAGE_TOOLS_QUANTIZE_FLAGS_H_
@@ -14,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "graph/graph_module.h"
 #include "quantize/calibrate.h"
+#include "quantize/qconfig.h"
 #include "tools/command.h"
 
 namespace fuselage {
@@ -21,6 +23,18 @@ namespace fuselage {
 // --backend's value, or a UsageError saying `command` needs it (it chooses the default
 // qconfig mapping).
 absl::StatusOr<std::string> RequiredBackend(const ParsedArgs& parsed, absl::string_view command);
+
+// --qconfig-mapping=FILE (prepare, quantize).
+FlagSpec QConfigMappingFlagSpec();
+
+// The mapping of the --qconfig-mapping file (quantize/qconfig_mapping_loader.h; the path
+// resolved against the context), or else PyTorch 1.13's get_default_qconfig_mapping of
+// `backend`. A UsageError for an empty value; the loader's error (naming the file, the
+// entry and the field) for a bad file.
+absl::StatusOr<QConfigMapping> QConfigMappingFromFlags(const CommandContext& context,
+                                                       const ParsedArgs& parsed,
+                                                       absl::string_view backend,
+                                                       absl::string_view command);
 
 // The flag specs of SamplesFromFlags: --calibration, --samples, --seed, --input-shape.
 std::vector<FlagSpec> CalibrationFlagSpecs();

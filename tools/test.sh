@@ -59,8 +59,13 @@ step_bazel_tests() {
     bazel test --keep_going //tests/...
 }
 
-# The Python bridge's tests.
+# The Python bridge's tests, after the compiled extension (fuselage._core) is built and
+# copied into python/fuselage/ (tests/python/test_core.py imports it).
 step_python() {
+  if ! bash tools/build_extension.sh; then
+    echo "python: the extension //python:fuselage_core does not build: 0 passed, 1 failed"
+    FAILED=$((FAILED + 1))
+  fi
   run_counted "python" "test cases" count_pytest_cases \
     env PYTHONPATH=python /usr/bin/python3 -m pytest tests/python -q -p no:cacheprovider
 }

@@ -7,20 +7,48 @@
 `export` accepts float models and what PyTorch's prepare_fx, convert_to_reference_fx and
 convert_fx return (quantized tensors included). `to_torch` rebuilds float graphs and
 lowered quantized graphs with PyTorch's own modules and ops, so a graph fuselage produced
-runs on PyTorch's kernels. The model file format is graph/model.proto; names follow
-graph/NAMING.md.
+runs on PyTorch's kernels. The model file format is graph/model.proto (protobuf text
+when the file name ends in .textproto or .pbtxt, as in the C++ tool); names follow
+graph/NAMING.md. A model PyTorch's prepare_fx returned is written with fuselage's
+prepared-model layout, so `fuselage convert` quantizes the ops PyTorch's convert would.
+
+The fused modules PyTorch 1.13 lacks are fuselage.nn.ConvAdd2d / ConvAddReLU2d (float),
+fuselage.nn.quantized.ConvAdd2d / ConvAddReLU2d (both inputs quantized, bit-exact with
+fuselage's kernel), and fuselage.fusers builds them with PyTorch's fuser signature.
+
+`fuselage._core` is the engine in process (the compiled extension, built by
+`bash tools/demo.sh`): models from bytes or files, fuse / prepare / calibrate / convert /
+lower, and the interpreter on numpy arrays. It is imported on first use, so everything
+above works without it.
 """
 
 from fuselage._exporter import export, to_proto
 from fuselage._importer import from_proto, to_torch
-from fuselage.errors import ExportError, FuselageError, ModelFileError
+from fuselage.errors import (ConfigTranslationError, ExportError, FuselageError, ModelFileError,
+                             ModuleError)
+from fuselage import fusers, nn  # fused modules PyTorch 1.13 lacks, and their fusers
 
 __all__ = [
     "export",
     "to_torch",
     "to_proto",
     "from_proto",
+    "ConfigTranslationError",
     "ExportError",
     "FuselageError",
     "ModelFileError",
+    "ModuleError",
+    "fusers",
+    "nn",
 ]
+
+
+def __getattr__(name):
+    # `fuselage._core` on first access: the extension may be missing (not built yet), and
+    # export / to_torch must not need it. _core.py raises an ImportError saying how to
+    # build it.
+    if name == "_core":
+        import importlib
+
+        return importlib.import_module("fuselage._core")
+    raise AttributeError("module 'fuselage' has no attribute %r" % name)

@@ -1,9 +1,13 @@
 """fuselage.export: a PyTorch model as a fuselage model file (graph/model.proto).
 
-The graph is torch.fx's: an nn.Module is traced with torch.fx.symbolic_trace, a
-GraphModule (including what prepare_fx, convert_to_reference_fx and convert_fx return) is
-taken as is. Every node is written in graph order with its name, op, target, args and
-kwargs; every module of the tree with its tensors, attributes and children
+The graph is torch.fx's: an nn.Module is traced by torch.fx's default tracer (with
+fuselage.nn's modules as leaves), a GraphModule (including what prepare_fx,
+convert_to_reference_fx and convert_fx return) is taken as is. A traced module's torch
+containers (Sequential, ModuleList, ModuleDict), which the traced tree holds as plain
+modules, are written as the containers they were, with every child in place. A prepare_fx
+model's observers and weight plans are written as fuselage's prepare writes them
+(fuselage._prepared). Every node is written in graph order with its name, op, target,
+args and kwargs; every module of the tree with its tensors, attributes and children
 (fuselage._modules). Nothing is written until everything was checked, so an unsupported
 model leaves no file behind.
 
@@ -18,15 +22,27 @@ import tempfile
 
 import torch
 import torch.fx
+from google.protobuf import text_format
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
-from fuselage import _modules, _names, _registry
-from fuselage._limits import LIMITS
-from fuselage._proto import model_pb2
+from fuselage import _modules, _names, _prepared, _registry
+from fuselage._limits import LIMITS, MAX_FILE_BYTES
+from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import OUTPUT_KEYS_META, write_arg, write_tensor
 from fuselage.errors import ExportError
 
 _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
+_UNUSED = object()  # a container's child that the traced tree lacks
+
+
+class _Tracer(torch.fx.Tracer):
+    """torch.fx's default tracer, with fuselage's own modules (fuselage.nn) kept as
+    leaves, as torch.fx keeps torch.nn's: they are fuselage module types."""
+
+    def is_leaf_module(self, m, qualname):
+        if _names.is_fuselage_module(m):
+            return True
+        return super().is_leaf_module(m, qualname)
 
 
 def _as_graph_module(module):
@@ -36,7 +52,9 @@ def _as_graph_module(module):
         raise ExportError(f"export: expected a torch.nn.Module or torch.fx.GraphModule; got "
                           f"{type(module).__name__}")
     try:
-        return torch.fx.symbolic_trace(module)
+        tracer = _Tracer()
+        graph = tracer.trace(module)
+        return torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
     except Exception as e:
         raise ExportError(f"export: torch.fx cannot trace {type(module).__qualname__}: {e}") from e
 
@@ -63,15 +81,28 @@ def _shape_meta(gm, example_inputs):
     return meta
 
 
+# The torch containers whose class survives export: torch.fx's GraphModule replaces every
+# module it only passes through with a plain nn.Module (fx's _copy_attr), so the traced
+# tree alone would give `m.layer1[0]` back as a plain module without indexing.
+_CONTAINER_CLASSES = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
 class _Exporter:
-    def __init__(self, gm):
+    def __init__(self, gm, source=None):
+        """`source` is the nn.Module `gm` was traced from (None for a GraphModule given as
+        is): where gm holds a plain module at a path where source holds a torch container,
+        the container's class and all its children are written."""
         self.gm = gm
+        self.source = source
         self.pb = model_pb2()
         self.op_codes = {
             "placeholder": self.pb.PLACEHOLDER, "get_attr": self.pb.GET_ATTR,
             "call_function": self.pb.CALL_FUNCTION, "call_module": self.pb.CALL_MODULE,
             "call_method": self.pb.CALL_METHOD, "output": self.pb.OUTPUT,
         }
+        # A prepare_fx model: its root observers move into a container beside the weight
+        # plans fuselage convert reads (fuselage._prepared).
+        self.prepared = _prepared.layout(gm)
         # call_module target -> name of the first node calling it (for error messages).
         self.callers = {}
         for node in gm.graph.nodes:
@@ -82,19 +113,30 @@ class _Exporter:
         model = self.pb.Model()
         model.format_version = 1
         model.producer = f"fuselage.export (torch {torch.__version__})"
-        self._write_module(self.gm, "", _names.ROOT_TYPE, model.root, 0)
+        self._write_module(self.gm, "", _names.ROOT_TYPE, model.root, 0, self.source)
         shapes = _shape_meta(self.gm, example_inputs)
         nodes = model.graph.nodes
         for node in self.gm.graph.nodes:
             self._write_node(node, nodes.add(), shapes.get(node.name))
         return model
 
-    def _write_module(self, module, path, type_name, out, depth):
+    def _write_module(self, module, path, type_name, out, depth, source=None):
         where = f"module '{path}'" if path else "root module"
         if depth > _MAX_MODULE_DEPTH:
             raise ExportError(f"{where}: modules nest deeper than {_MAX_MODULE_DEPTH}")
+        container = type(module) is torch.nn.Module and isinstance(source, _CONTAINER_CLASSES)
+        if container:
+            # A subclass (torchvision's Conv2dNormActivation is a Sequential) is written as
+            # the torch container it extends: its own class has no fuselage type.
+            base = next(c for c in _CONTAINER_CLASSES if isinstance(source, c))
+            type_name = _names.module_type_name(base)
         out.type = type_name
         contents = _modules.describe(module, type_name, where)
+        if container:
+            contents.children = self._container_children(module, source)
+        moved = self.prepared.moved if self.prepared is not None and not path else {}
+        if moved:
+            contents.children = [(n, c) for n, c in contents.children if n not in moved]
         for name, tensor in contents.tensors:
             named = out.tensors.add()
             named.name = name
@@ -109,8 +151,59 @@ class _Exporter:
             child_path = f"{path}.{name}" if path else name
             named = out.children.add()
             named.name = name
-            self._write_module(child, child_path, self._child_type(child, child_path),
-                               named.module, depth + 1)
+            child_source = source._modules.get(name) if source is not None else None
+            if child is _UNUSED:
+                self._write_unused(child_source, child_path, named.module, depth + 1)
+            else:
+                self._write_module(child, child_path, self._child_type(child, child_path),
+                                   named.module, depth + 1, child_source)
+        if moved:
+            named = out.children.add()
+            named.name = self.prepared.container
+            self._write_observer_container(named.module, depth + 1)
+
+    def _write_observer_container(self, out, depth):
+        """The container of a prepare_fx model's observers and weight plans
+        (quantize/prepared_model.h)."""
+        out.type = _names.CONTAINER_TYPE
+        for old, new in self.prepared.moved.items():
+            named = out.children.add()
+            named.name = old
+            observer = self.gm.get_submodule(old)
+            self._write_module(observer, new, self._child_type(observer, old), named.module,
+                               depth + 1)
+        for k, plan in enumerate(self.prepared.plans):
+            named = out.children.add()
+            named.name = f"{_prepared.PLAN_PREFIX}{k}"
+            path = f"{self.prepared.container}.{named.name}"
+            self._write_module(plan.observer, path, plan.observer_type, named.module, depth + 1)
+            for key, value in (("node", plan.node), ("root_module", plan.root_module),
+                               ("reference_module", plan.reference_module)):
+                attribute = named.module.attributes.add()
+                attribute.name = key
+                write_arg(attribute.value, value, f"module '{path}' attribute '{key}'")
+
+    @staticmethod
+    def _container_children(module, source):
+        """The children of a restored container in the container's own order. A child
+        the traced tree lacks (no node uses it) is marked _UNUSED and written from the
+        source: Sequential and ModuleList index by position, so `m.blocks[2]` must still
+        be the third block."""
+        return [(name, module._modules.get(name, _UNUSED))
+                for name, child in source._modules.items() if child is not None]
+
+    def _write_unused(self, source, path, out, depth):
+        """Writes a module no node uses, from the source tree. If the file cannot hold
+        it (a type without a schema), an empty plain module keeps its place instead:
+        what export skipped before cannot make it fail now."""
+        attempt = type(out)()
+        try:
+            self._write_module(source, path, self._child_type(source, path), attempt, depth,
+                               source)
+        except ExportError:
+            attempt = type(out)()
+            attempt.type = _names.CONTAINER_TYPE
+        out.CopyFrom(attempt)
 
     def _child_type(self, child, path):
         type_name = _names.module_type_name(type(child))
@@ -138,6 +231,8 @@ class _Exporter:
         out.name = node.name
         out.op = self.op_codes[node.op]
         out.target = self._target(node, where)
+        if node.op == "call_module" and self.prepared is not None:
+            out.target = self.prepared.moved.get(out.target, out.target)
         args = node.args
         if node.op == "output" and len(args) == 1 and isinstance(args[0], dict):
             args = (self._flatten_dict_output(args[0], out, where),)
@@ -203,7 +298,8 @@ class _Exporter:
 
 def to_proto(module, example_inputs=None):
     """The model.proto `Model` message of `module` (see `export`)."""
-    return _Exporter(_as_graph_module(module)).model(example_inputs)
+    gm = _as_graph_module(module)
+    return _Exporter(gm, None if gm is module else module).model(example_inputs)
 
 
 def _write_atomically(path, data):
@@ -261,7 +357,8 @@ def _write_atomically(path, data):
 
 def export(module, example_inputs, path):
     """Writes `module` (an nn.Module, traced with torch.fx, or an fx.GraphModule) to the
-    fuselage model file `path`, with every parameter and buffer.
+    fuselage model file `path`, with every parameter and buffer: in protobuf text form if
+    the name ends in .textproto or .pbtxt (as the C++ tool decides), else binary.
 
     example_inputs (a tensor or a tuple of them, or None) run a copy of the module to
     record each node's output shape and dtype as node meta `shape` / `dtype`; the module
@@ -269,6 +366,14 @@ def export(module, example_inputs, path):
     the file cannot express, and for a file that cannot be written (a missing folder, a
     full disk); no file is written then, and an existing one keeps its contents.
     """
+    text = is_text_path(model_path(path, ExportError))
     model = to_proto(module, example_inputs)
-    _write_atomically(path, model.SerializeToString())
+    if text:
+        data = text_format.MessageToString(model).encode("utf-8")
+    else:
+        data = model.SerializeToString()
+    if len(data) > MAX_FILE_BYTES:
+        raise ExportError(f"cannot write '{os.fsdecode(path)}': the model is {len(data)} bytes; "
+                          f"the C++ loader reads at most {MAX_FILE_BYTES}")
+    _write_atomically(path, data)
     return path

@@ -9,7 +9,6 @@ errors name the node or module and the field.
 The result is in eval mode. Node meta the file carries is kept in node.meta["fuselage"].
 """
 
-import os
 
 import torch
 import torch.fx
@@ -17,15 +16,13 @@ from google.protobuf import text_format
 
 from fuselage import _modules, _names
 from fuselage._limits import LIMITS, MAX_FILE_BYTES, NODE_NAME
-from fuselage._proto import model_pb2
+from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import OUTPUT_KEYS_META, check_string, read_arg, read_tensor
 from fuselage.errors import ModelFileError
 
 _FORMAT_VERSION = 1
 _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
 _MAX_NODES = LIMITS["max_nodes"]
-# As graph/serialization.h: these extensions are the text form, anything else binary.
-_TEXT_SUFFIXES = (".textproto", ".pbtxt")
 
 
 def _named_args(entries, nodes, where):
@@ -178,7 +175,7 @@ def _read_bytes(path):
 def _parse(path, data):
     model = model_pb2().Model()
     try:
-        if path.endswith(_TEXT_SUFFIXES):
+        if is_text_path(path):
             text_format.Parse(data.decode("utf-8"), model)
         else:
             model.ParseFromString(data)
@@ -194,7 +191,7 @@ def to_torch(path):
     ModelFileError, naming the path and the node or module and field, for a missing,
     unreadable, truncated or malformed file, one past the C++ loader's limits
     (fuselage._limits), or one naming a module type or function PyTorch does not have."""
-    path = os.fsdecode(path)  # str, bytes or os.PathLike
+    path = model_path(path, ModelFileError)  # str, bytes or os.PathLike
     model = _parse(path, _read_bytes(path))
     try:
         return from_proto(model)

@@ -40,7 +40,7 @@ from fuselage.errors import ExportError, ModelFileError
 _ScriptObject = torch._C.ScriptObject
 _FusedModule = nni._FusedModule
 _PACKED = (_QuantizedConvNd, nnq.Linear)
-_CONTAINERS = (nn.Sequential, nn.ModuleList)
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
 def _is_packed(cls):
@@ -93,7 +93,8 @@ def describe(module, type_name, where):
         for name, child in module._modules.items():
             if child is not None:
                 contents.children.append((name, child))
-    if type_name in (_names.ROOT_TYPE, _names.CONTAINER_TYPE, "nn.Sequential", "nn.ModuleList"):
+    if type_name in (_names.ROOT_TYPE, _names.CONTAINER_TYPE, "nn.Sequential", "nn.ModuleList",
+                     "nn.ModuleDict"):
         return contents
     for name, value in module.__dict__.items():
         if name.startswith("_") or name == "training" or isinstance(value, torch.Tensor):
@@ -189,7 +190,13 @@ def build(type_name, tensors, attributes, children, where):
     elif cls is nn.Module or issubclass(cls, _CONTAINERS):
         module = cls()
     else:
-        kwargs = _constructor_kwargs(cls, tensors, attributes, where)
+        try:
+            kwargs = _constructor_kwargs(cls, tensors, attributes, where)
+        except ModelFileError:
+            raise
+        except Exception as e:  # an attribute of the wrong kind (a list for a qscheme...)
+            raise ModelFileError(f"{where}: cannot rebuild {type_name}: an attribute its "
+                                 f"constructor takes has the wrong kind of value: {e}") from None
         try:
             module = cls(**kwargs)
         except Exception as e:
@@ -201,7 +208,11 @@ def build(type_name, tensors, attributes, children, where):
     if _is_packed(cls):
         if "weight" not in tensors or not tensors["weight"].is_quantized:
             raise ModelFileError(f"{where} ({type_name}): needs a quantized tensor 'weight'")
-        module.set_weight_bias(tensors["weight"], tensors.get("bias"))
+        try:
+            module.set_weight_bias(tensors["weight"], tensors.get("bias"))
+        except Exception as e:  # the engine's prepack, or fuselage.nn.quantized's checks
+            raise ModelFileError(f"{where} ({type_name}): cannot set its weight and bias: "
+                                 f"{e}") from None
     else:
         for name, tensor in tensors.items():
             _assign_tensor(module, name, tensor, where)

@@ -14,6 +14,7 @@ name is only used if importing it gives back the same callable.
 """
 
 import builtins
+import functools
 import importlib
 
 import torch
@@ -111,12 +112,35 @@ _STUBS = {tq.QuantStub, tq.DeQuantStub}
 _class_names = {}
 
 
+@functools.lru_cache(maxsize=None)
+def _fuselage_classes():
+    """fuselage's own modules for the fused types PyTorch 1.13 lacks (fuselage.nn)."""
+    import fuselage.nn as fnn
+    import fuselage.nn.quantized as fnnq
+
+    return {"nni.ConvAdd2d": fnn.ConvAdd2d, "nni.ConvAddReLU2d": fnn.ConvAddReLU2d,
+            "nniq.ConvAdd2d": fnnq.ConvAdd2d, "nniq.ConvAddReLU2d": fnnq.ConvAddReLU2d}
+
+
+def is_fuselage_module(module):
+    """Whether `module` is one of fuselage's own module classes (fuselage.nn)."""
+    return type(module) in _fuselage_class_set()
+
+
+@functools.lru_cache(maxsize=None)
+def _fuselage_class_set():
+    return frozenset(_fuselage_classes().values())
+
+
 def module_type_name(cls):
     """fuselage's name of a module class, or None if it has none (a user's own class)."""
     if cls in _class_names:
         return _class_names[cls]
     name = None
-    if cls is nn.Module:
+    own = [n for n, c in _fuselage_classes().items() if c is cls]
+    if own:
+        name = own[0]
+    elif cls is nn.Module:
         name = CONTAINER_TYPE
     elif cls in _STUBS:
         name = _STUB_PREFIX + cls.__name__
@@ -138,6 +162,9 @@ def module_class(type_name):
     """The torch class of a fuselage module type name, or None if it names none."""
     if type_name in (ROOT_TYPE, CONTAINER_TYPE):
         return nn.Module
+    own = _fuselage_classes().get(type_name)
+    if own is not None:
+        return own
     if type_name.startswith(_STUB_PREFIX):
         cls = getattr(tq, type_name[len(_STUB_PREFIX):], None)
         return cls if cls in _STUBS else None

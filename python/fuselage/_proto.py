@@ -26,6 +26,27 @@ _MODULE_NAME = "fuselage.proto.model_pb2"
 _HASH_PREFIX = "# fuselage-proto-sha256: "
 
 _loaded = None
+# As graph/serialization.cc's IsTextPath: these endings are the text form, anything else
+# binary (case-sensitive, as there).
+_TEXT_SUFFIXES = (".textproto", ".pbtxt")
+
+
+def model_path(path, error) -> str:
+    """`path` (str, bytes or os.PathLike) as a str, or raises `error` (ModelFileError /
+    ExportError) for what cannot name a file: another type, a NUL character."""
+    try:
+        text = os.fsdecode(path)
+    except TypeError:
+        raise error(f"expected a model file path (str, bytes or os.PathLike); got "
+                    f"{type(path).__name__}") from None
+    if "\0" in text:
+        raise error(f"{text!r}: a file path cannot contain a NUL character") from None
+    return text
+
+
+def is_text_path(path: str) -> bool:
+    """Whether the model file `path` is in protobuf text form, as the C++ loader decides."""
+    return path.endswith(_TEXT_SUFFIXES)
 
 
 def _proto_source() -> Path:

@@ -14,3 +14,16 @@ class ExportError(FuselageError):
 
 class ModelFileError(FuselageError):
     """A model file is malformed, or names something PyTorch cannot rebuild."""
+
+
+class ModuleError(FuselageError, ValueError):
+    """A fuselage module (fuselage.nn, fuselage.nn.quantized) or fuser (fuselage.fusers)
+    was given parts or inputs it does not take: the wrong module types, a tensor of the
+    wrong dtype, quantization scheme or shape."""
+
+
+class ConfigTranslationError(FuselageError):
+    """A PyTorch QConfigMapping or BackendConfig holds something fuselage's config formats
+    cannot express (python/fuselage/_translate.py): a custom observer class, a fake-quantize
+    or dynamic qconfig, an object type or module without a fuselage name, an unknown fuser
+    method, a getter that does more than pick pattern positions."""

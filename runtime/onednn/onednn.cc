@@ -1,5 +1,6 @@
 #include "runtime/onednn/onednn.h"
 
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -66,7 +67,80 @@ void AddRuntimeArgs(dt src_type, int32_t src_zero_point, const Int8Output* outpu
   args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] = PlainMemory({1}, dt::s32, &zero_points[1]);
 }
 
+// Reordered weights by (source data, target layout); see "Weight reuse" in the header.
+class WeightCache {
+ public:
+  static WeightCache& Get() {
+    static WeightCache* const cache = new WeightCache();
+    return *cache;
+  }
+
+  // The reordered weights of `owner`'s data in layout `desc`, or a null memory.
+  dnnl::memory Find(const void* data, const dnnl::memory::desc& desc) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(data);
+    if (it == entries_.end()) return dnnl::memory();
+    for (const Entry& e : it->second) {
+      if (e.desc == desc) return e.memory;
+    }
+    return dnnl::memory();
+  }
+
+  void Insert(const Tensor& owner, const dnnl::memory::desc& desc, dnnl::memory reordered) {
+    const size_t bytes = desc.get_size();
+    if (bytes > kMaxCachedWeightBytes) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes_ + bytes > kMaxCachedWeightBytes) {
+      entries_.clear();
+      bytes_ = 0;
+      count_ = 0;
+    }
+    std::vector<Entry>& list = entries_[owner.raw_data()];
+    for (const Entry& e : list) {
+      if (e.desc == desc) return;  // another thread got there first
+    }
+    list.push_back(Entry{owner, desc, std::move(reordered)});
+    bytes_ += bytes;
+    ++count_;
+  }
+
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return count_;
+  }
+
+ private:
+  struct Entry {
+    Tensor owner;  // keeps the source buffer (and so its address) alive
+    dnnl::memory::desc desc;
+    dnnl::memory memory;
+  };
+  std::mutex mu_;
+  std::unordered_map<const void*, std::vector<Entry>> entries_;
+  size_t bytes_ = 0;
+  size_t count_ = 0;
+};
+
+// The convolution's weights in the primitive's layout: from the cache when the caller
+// named their tensor, else reordered now.
+dnnl::memory ConvWeights(const std::vector<int64_t>& wdims, dt weight_type, const ConvBuffers& b,
+                         const dnnl::memory::desc& desc, dnnl::stream& stream) {
+  const dnnl::memory plain = PlainMemory(wdims, weight_type, b.weights);
+  const bool cacheable = b.weights_owner != nullptr && b.weights_owner->raw_data() == b.weights &&
+                         plain.get_desc() != desc;
+  if (!cacheable) return ToLayout(plain, desc, stream);
+  WeightCache& cache = WeightCache::Get();
+  dnnl::memory cached = cache.Find(b.weights, desc);
+  if (cached) return cached;
+  dnnl::memory reordered = ToLayout(plain, desc, stream);
+  stream.wait();  // complete before another thread can read it from the cache
+  cache.Insert(*b.weights_owner, desc, reordered);
+  return reordered;
+}
+
 }  // namespace
+
+size_t CachedWeightCount() { return WeightCache::Get().count(); }
 
 const dnnl::engine& CpuEngine() {
   static const dnnl::engine* const engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -130,8 +204,7 @@ absl::Status Convolution(absl::string_view op, const ConvGeometry& g, dt src_typ
     const dnnl::convolution_forward::primitive_desc pd(desc, attr, CpuEngine());
 
     dnnl::memory src = ToLayout(PlainMemory(g.src, src_type, b.src), pd.src_desc(), stream);
-    dnnl::memory weights =
-        ToLayout(PlainMemory(wdims, weight_type, b.weights), pd.weights_desc(), stream);
+    dnnl::memory weights = ConvWeights(wdims, weight_type, b, pd.weights_desc(), stream);
     dnnl::memory user_dst = PlainMemory(g.dst, dst_type, b.dst);
     const bool dst_plain = pd.dst_desc() == user_dst.get_desc();
     dnnl::memory dst = dst_plain ? user_dst : dnnl::memory(pd.dst_desc(), CpuEngine());

@@ -11,11 +11,19 @@
 // construct the primitive from it, so a primitive is compiled once per distinct key and
 // reused afterwards. Zero points are passed as run-time arguments, never baked into a
 // primitive, and int8 output scales are in the descriptor's attributes, hence in the key,
-// so no call can pick up a stale primitive. Weights are reordered to the primitive's
-// layout on every call (no per-module weight cache yet).
+// so no call can pick up a stale primitive.
+//
+// Weight reuse: a convolution's weights are reordered to the primitive's preferred
+// (blocked) layout once per (weight tensor buffer, layout), not on every call, when the
+// caller names the tensor they come from (ConvBuffers::weights_owner). A cache entry holds
+// a reference to that tensor's buffer, so its address cannot be reused by another tensor
+// while the entry exists, and a write to the tensor detaches the writer from the shared
+// buffer first (copy-on-write, graph/tensor.h): an entry is never stale. The cache is
+// process-wide, thread-safe and bounded (kMaxCachedWeightBytes; past it, it starts over).
 #ifndef FUSELAGE_RUNTIME_ONEDNN_ONEDNN_H_
 #define FUSELAGE_RUNTIME_ONEDNN_ONEDNN_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <new>
@@ -23,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "graph/tensor.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace fuselage {
@@ -71,9 +80,18 @@ struct Int8Output {
   bool relu = false;
 };
 
+// Bytes of reordered weights the process keeps (see "Weight reuse" above).
+inline constexpr size_t kMaxCachedWeightBytes = size_t{1} << 30;
+
+// How many reordered weights the cache holds now (for tests and benchmarks).
+size_t CachedWeightCount();
+
 struct ConvBuffers {
   const void* src = nullptr;
   const void* weights = nullptr;
+  // The tensor `weights` is the data of (a module's own weight), so its reordered form can
+  // be cached; null for a temporary (computed per call), which is reordered every call.
+  const Tensor* weights_owner = nullptr;
   const float* bias = nullptr;  // [O] float32, or null
   void* dst = nullptr;
 };

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 #include "runtime/onednn/onednn.h"
+#include "runtime/quantized/kernel_loops.h"
 #include "runtime/quantized/output_requantizer.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/weight_utils.h"
@@ -123,6 +124,7 @@ absl::StatusOr<std::vector<int32_t>> Accumulate(absl::string_view op, const Conv
   onednn::ConvBuffers buffers;
   buffers.src = qx.raw_data();
   buffers.weights = qweight.raw_data();
+  buffers.weights_owner = &qweight;
   buffers.dst = acc.data();
   RETURN_IF_ERROR(onednn::Convolution(op, call.geometry, call.src_type, dt::s8, dt::s32,
                                       buffers, call.x_zero_point));
@@ -140,6 +142,7 @@ absl::StatusOr<std::vector<int32_t>> Accumulate(absl::string_view op, const Conv
   std::vector<int8_t> ones(static_cast<size_t>(groups * filter), 1);
   std::vector<int32_t> sums(static_cast<size_t>(batch * groups * pixels));
   buffers.weights = ones.data();
+  buffers.weights_owner = nullptr;  // a temporary
   buffers.dst = sums.data();
   RETURN_IF_ERROR(onednn::Convolution(op, ones_geometry, call.src_type, dt::s8, dt::s32,
                                       buffers, call.x_zero_point));
@@ -161,7 +164,7 @@ absl::StatusOr<std::vector<int32_t>> Accumulate(absl::string_view op, const Conv
 absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
                                        const Tensor* bias, const Conv2dParams& params,
                                        double output_scale, int64_t output_zero_point,
-                                       bool relu) {
+                                       bool relu, QuantizedEngine engine) {
   const absl::string_view op = relu ? "quantized conv2d_relu" : "quantized conv2d";
   ASSIGN_OR_RETURN(const ConvCall call, Prepare(op, qx, qweight, bias, params));
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
@@ -169,9 +172,10 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
   const OutputRequantizer requantizer(
       qx.qparams().scales[0], call.weight_scales,
       qweight.qparams().scheme == QScheme::kPerChannelAffine,
-      bias ? bias->data<float>() : nullptr, output_scale, output_zero_point, relu, qx.dtype());
+      bias ? bias->data<float>() : nullptr, output_scale, output_zero_point, relu, qx.dtype(),
+      engine);
   const QuantParams out_qparams = QuantParams::PerTensor(output_scale, output_zero_point);
-  if (!call.weight_zero_points) {
+  if (!call.weight_zero_points && requantizer.fusable_in_onednn()) {
     // The common case (PyTorch's weights are symmetric): oneDNN requantizes in the conv,
     // with OutputRequantizer's factors and PyTorch's onednn engine's step order.
     ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
@@ -179,6 +183,7 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
     onednn::ConvBuffers buffers;
     buffers.src = qx.raw_data();
     buffers.weights = qweight.raw_data();
+    buffers.weights_owner = &qweight;
     buffers.bias = bias ? requantizer.bias_terms().data() : nullptr;
     buffers.dst = out.mutable_raw_data();
     onednn::Int8Output output;
@@ -189,10 +194,23 @@ absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
                                         buffers, call.x_zero_point, &output));
     return out;
   }
-  // Non-zero weight zero points: the exact accumulators, requantized here.
+  // Non-zero weight zero points or QNNPACK's arithmetic: the exact accumulators,
+  // requantized here.
   ASSIGN_OR_RETURN(const std::vector<int32_t> acc, Accumulate(op, call, qx, qweight));
   const int64_t channels = call.shape[1];
   const int64_t pixels = call.shape[2] * call.shape[3];
+  if (!requantizer.fusable_in_onednn() &&
+      (qx.dtype() == DType::kQUInt8 || qx.dtype() == DType::kQInt8)) {
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
+    uint8_t* dst = static_cast<uint8_t*>(out.mutable_raw_data());
+    for (int64_t plane = 0; plane * pixels < static_cast<int64_t>(acc.size()); ++plane) {
+      const int64_t c = plane % channels;
+      RequantizeQnnpackPlane(acc.data() + plane * pixels, pixels, requantizer.qnnpack_bias()[c],
+                             requantizer.op_scales()[c], requantizer.zero_point(),
+                             requantizer.lo(), requantizer.hi(), qx.dtype(), dst + plane * pixels);
+    }
+    return out;
+  }
   std::vector<int32_t> q(acc.size());
   for (size_t i = 0; i < q.size(); ++i) {
     q[i] = requantizer.Apply(acc[i], (static_cast<int64_t>(i) / pixels) % channels);

@@ -3,7 +3,7 @@
 //   QuantizedConv2d    = torch.ops.quantized.conv2d / conv2d_relu (nnq.Conv2d,
 //                        nniq.ConvReLU2d). The int32 accumulator sum((x - x_zp) *
 //                        (w - w_zp)) is exact; it is requantized by OutputRequantizer
-//                        exactly as PyTorch 1.13's onednn engine does (see
+//                        exactly as PyTorch 1.13's onednn or qnnpack engine does (see
 //                        output_requantizer.h; fbgemm's formula differs at ties).
 //   QuantizedConvAdd2d = nniq.ConvAdd2d / nniq.ConvAddReLU2d: conv(x) + extra with two
 //                        quantized inputs. PyTorch 1.13 has no native kernel for it
@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "graph/tensor.h"
+#include "runtime/quantized_engine.h"
 
 namespace fuselage {
 namespace quantized {
@@ -47,10 +48,12 @@ struct Conv2dParams {
 // that is not qint8 or not [O, C / groups, kH, kW], a channel count that does not match,
 // bias of the wrong dtype / size, scale <= 0, zero point out of range, non-positive
 // stride / dilation / groups, negative padding, an empty output.
+// `engine` chooses whose requantization arithmetic the output follows.
 absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
                                        const Tensor* bias, const Conv2dParams& params,
                                        double output_scale, int64_t output_zero_point,
-                                       bool relu);
+                                       bool relu,
+                                       QuantizedEngine engine = QuantizedEngine::kOnednn);
 
 // As QuantizedConv2d, plus `qextra`: a per-tensor quantized tensor of the conv output's
 // shape (any qparams of its own).

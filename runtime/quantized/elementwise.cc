@@ -8,6 +8,7 @@
 #include "absl/types/span.h"
 #include "graph/status_macros.h"
 #include "runtime/float_ops.h"
+#include "runtime/quantized/kernel_loops.h"
 #include "runtime/quantized/quant_math.h"
 
 namespace fuselage {
@@ -80,6 +81,22 @@ std::vector<int32_t> BroadcastIntValues(const Tensor& q, absl::Span<const int64_
   return out;
 }
 
+bool Is8Bit(DType dtype) { return dtype == DType::kQUInt8 || dtype == DType::kQInt8; }
+
+// The value a stored byte holds in an 8-bit quantized dtype.
+int32_t StoredValue(uint8_t byte, DType dtype) {
+  return dtype == DType::kQInt8 ? static_cast<int8_t>(byte) : byte;
+}
+
+// Clamps every stored value of 8-bit `qx` to [lo, hi], qparams kept.
+absl::StatusOr<Tensor> Clamp8BitTensor(const Tensor& qx, int32_t lo, int32_t hi) {
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), qx.shape(), qx.qparams()));
+  if (out.numel() == 0) return out;
+  Clamp8Bit(static_cast<const uint8_t*>(qx.raw_data()), qx.numel(), lo, hi, qx.dtype(),
+            static_cast<uint8_t*>(out.mutable_raw_data()));
+  return out;
+}
+
 // The AVX2 body of qadd_kernel: fmadd(scale, float(q), scale * -zero_point).
 float DequantizeFma(int32_t q, float scale, float neg_zp_premul) {
   return std::fma(scale, static_cast<float>(q), neg_zp_premul);
@@ -97,6 +114,24 @@ absl::StatusOr<Tensor> QuantizedAdd(const Tensor& qa, const Tensor& qb, double o
   const float a_premul = a_scale * -static_cast<float>(qa.qparams().zero_points[0]);
   const float b_premul = b_scale * -static_cast<float>(qb.qparams().zero_points[0]);
   const float inv_scale = InverseScale(output_scale);
+  if (qa.shape() == qb.shape() && Is8Bit(qa.dtype())) {
+    // 256 stored values per input: dequantize by table (the same fma per value).
+    float table_a[256], table_b[256];
+    for (int v = 0; v < 256; ++v) {
+      const int32_t q = StoredValue(static_cast<uint8_t>(v), qa.dtype());
+      table_a[v] = DequantizeFma(q, a_scale, a_premul);
+      table_b[v] = DequantizeFma(q, b_scale, b_premul);
+    }
+    ASSIGN_OR_RETURN(Tensor out,
+                     Tensor::Uninitialized(qa.dtype(), shape,
+                                           QuantParams::PerTensor(output_scale, output_zero_point)));
+    if (out.numel() == 0) return out;
+    AddDequantized8Bit(static_cast<const uint8_t*>(qa.raw_data()),
+                       static_cast<const uint8_t*>(qb.raw_data()), out.numel(), table_a, table_b,
+                       relu, inv_scale, output_zero_point, qa.dtype(),
+                       static_cast<uint8_t*>(out.mutable_raw_data()));
+    return out;
+  }
   const std::vector<int32_t> a = BroadcastIntValues(qa, shape);
   const std::vector<int32_t> b = BroadcastIntValues(qb, shape);
   std::vector<int32_t> out(a.size());
@@ -135,6 +170,9 @@ absl::StatusOr<Tensor> QuantizedMul(const Tensor& qa, const Tensor& qb, double o
 absl::StatusOr<Tensor> QuantizedRelu(const Tensor& qx) {
   RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, "quantized relu", "input"));
   const int32_t zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);
+  if (Is8Bit(qx.dtype())) {
+    return Clamp8BitTensor(qx, zero_point, static_cast<int32_t>(DTypeMax(qx.dtype())));
+  }
   std::vector<int32_t> q = IntValues(qx);
   for (int32_t& v : q) v = std::max(v, zero_point);
   return FromIntValues(qx.dtype(), qx.shape(), qx.qparams(), q);
@@ -152,6 +190,7 @@ absl::StatusOr<Tensor> QuantizedHardtanh(const Tensor& qx, double min_val, doubl
   const int64_t zero_point = qx.qparams().zero_points[0];
   const int32_t lo = QuantizeValue(static_cast<float>(min_val), inv_scale, zero_point, qx.dtype());
   const int32_t hi = QuantizeValue(static_cast<float>(max_val), inv_scale, zero_point, qx.dtype());
+  if (Is8Bit(qx.dtype())) return Clamp8BitTensor(qx, lo, hi);
   std::vector<int32_t> q = IntValues(qx);
   for (int32_t& v : q) v = std::min(std::max(v, lo), hi);
   return FromIntValues(qx.dtype(), qx.shape(), qx.qparams(), q);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 #include "runtime/onednn/onednn.h"
+#include "runtime/quantized/kernel_loops.h"
 #include "runtime/quantized/output_requantizer.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/weight_utils.h"
@@ -17,7 +18,8 @@ using dt = dnnl::memory::data_type;
 
 absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
                                        const Tensor* bias, double output_scale,
-                                       int64_t output_zero_point, bool relu) {
+                                       int64_t output_zero_point, bool relu,
+                                       QuantizedEngine engine) {
   const absl::string_view op = relu ? "quantized linear_relu" : "quantized linear";
   RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, op, "input"));
   if (qx.dtype() != DType::kQUInt8 && qx.dtype() != DType::kQInt8) {
@@ -52,14 +54,16 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
   const OutputRequantizer requantizer(
       qx.qparams().scales[0], PerOutputChannel(qweight.qparams().scales, out_features),
       qweight.qparams().scheme == QScheme::kPerChannelAffine,
-      bias ? bias->data<float>() : nullptr, output_scale, output_zero_point, relu, qx.dtype());
+      bias ? bias->data<float>() : nullptr, output_scale, output_zero_point, relu, qx.dtype(),
+      engine);
   std::vector<int64_t> shape = qx.shape();
   shape.back() = out_features;
   const QuantParams out_qparams = QuantParams::PerTensor(output_scale, output_zero_point);
   const std::vector<int64_t> w_zero_points = PerOutputChannelZeroPoints(qweight, out_features);
   const bool weight_zero_points =
       std::any_of(w_zero_points.begin(), w_zero_points.end(), [](int64_t z) { return z != 0; });
-  if (!weight_zero_points && rows > 0 && in_features > 0 && out_features > 0) {
+  if (!weight_zero_points && requantizer.fusable_in_onednn() && rows > 0 && in_features > 0 &&
+      out_features > 0) {
     // The common case (PyTorch's weights are symmetric): oneDNN requantizes in the matmul,
     // with OutputRequantizer's factors and PyTorch's onednn engine's step order.
     ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), std::move(shape), out_qparams));
@@ -95,6 +99,18 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
         acc[r * out_features + n] -= static_cast<int32_t>(w_zero_points[n]) * row_sum;
       }
     }
+  }
+  if (!requantizer.fusable_in_onednn() &&
+      (qx.dtype() == DType::kQUInt8 || qx.dtype() == DType::kQInt8)) {
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), std::move(shape), out_qparams));
+    uint8_t* dst = static_cast<uint8_t*>(out.mutable_raw_data());
+    for (int64_t r = 0; r < rows; ++r) {
+      RequantizeQnnpackRow(acc.data() + r * out_features, out_features,
+                           requantizer.qnnpack_bias().data(), requantizer.op_scales().data(),
+                           requantizer.zero_point(), requantizer.lo(), requantizer.hi(),
+                           qx.dtype(), dst + r * out_features);
+    }
+    return out;
   }
   std::vector<int32_t> q(static_cast<size_t>(rows * out_features));
   for (int64_t r = 0; r < rows; ++r) {

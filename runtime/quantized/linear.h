@@ -13,13 +13,15 @@
 
 #include "absl/status/statusor.h"
 #include "graph/tensor.h"
+#include "runtime/quantized_engine.h"
 
 namespace fuselage {
 namespace quantized {
 
 absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
                                        const Tensor* bias, double output_scale,
-                                       int64_t output_zero_point, bool relu);
+                                       int64_t output_zero_point, bool relu,
+                                       QuantizedEngine engine = QuantizedEngine::kOnednn);
 
 }  // namespace quantized
 }  // namespace fuselage

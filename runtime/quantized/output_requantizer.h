@@ -1,5 +1,7 @@
 // OutputRequantizer: turns the int32 accumulators of a quantized conv / linear into
-// output values exactly as PyTorch 1.13's onednn engine does (ideep 2.6 + oneDNN 2.6:
+// output values exactly as one of PyTorch 1.13's engines does (runtime/quantized_engine.h).
+//
+// onednn (ideep 2.6 + oneDNN 2.6:
 // aten/src/ATen/native/quantized/cpu/qconv.cpp / qlinear.cpp pass reciprocal scales to
 // ideep, whose conv_deconv_utils::prepare_parameters and utils::compute_scales derive
 // the bias and output scales below; oneDNN's int8 post-processing then adds the f32
@@ -21,7 +23,17 @@
 // every variant (fbgemm's ReQuantizeOutput, zero point added after rounding, bias
 // rounded to int32, FMA, per-channel reciprocals in double) misses some; a sample of
 // those cases is kept as goldens (tests/runtime/gen_quantized_goldens.py, *_ties.txt).
-// QNNPACK, which rounds the bias to int32 first, differs again.
+//
+// qnnpack (aten/src/ATen/native/quantized/cpu/qconv.cpp / qlinear.cpp with QNNPACK's
+// fp32 requantization: quant_utils::QuantizeBias, generate_requantization_scales and the
+// q8 kernels' multiply, round and add): the bias is quantized to int32 first, the
+// multiplier is one float32, and the zero point is added after rounding:
+//   bias_q[c]  = nearbyint(bias[c] * (1.0f / float(weight_scale[c] * input_scale)))
+//   scale[c]   = (float(weight_scale[c]) * float(input_scale)) * (1.0f / float(output_scale))
+//   out        = saturate(nearbyint(float(acc + bias_q[c]) * scale[c]) + output_zero_point)
+// with relu as the lower bound max(zero point, dtype min). Verified against PyTorch's
+// qnnpack engine at ties (tests/runtime/gen_qnnpack_goldens.py, qnnpack_*_ties.txt),
+// where onednn's formula differs on 89 of their outputs.
 //
 // The arithmetic must stay unfused: the targets that include this header compile with
 // -ffp-contract=off so that "v * op_scale + zero_point" never becomes one FMA.
@@ -33,6 +45,7 @@
 #include <vector>
 
 #include "graph/dtype.h"
+#include "runtime/quantized_engine.h"
 
 namespace fuselage {
 namespace quantized {
@@ -45,14 +58,24 @@ class OutputRequantizer {
   // validated (> 0).
   OutputRequantizer(double input_scale, const std::vector<double>& weight_scales,
                     bool per_channel_weight, const float* bias, double output_scale,
-                    int64_t output_zero_point, bool relu, DType output_dtype);
+                    int64_t output_zero_point, bool relu, DType output_dtype,
+                    QuantizedEngine engine = QuantizedEngine::kOnednn);
 
-  // The per-channel factors of the formula above, for oneDNN's fused int8 post-processing
-  // (runtime/onednn/onednn.h, Int8Output), which applies the same steps in the same order.
-  const std::vector<float>& op_scales() const { return op_scale_; }
+  // True for onednn's arithmetic, which oneDNN's fused int8 post-processing
+  // (runtime/onednn/onednn.h, Int8Output) computes with the factors below in the same
+  // order; QNNPACK's rounds before adding the zero point, so it needs Apply.
+  bool fusable_in_onednn() const { return engine_ == QuantizedEngine::kOnednn; }
+  const std::vector<float>& op_scales() const { return op_scale_; }  // qnnpack: scale[c]
   const std::vector<float>& bias_terms() const { return bias_term_; }
+  // QNNPACK's arithmetic only: bias_q[c], and the output range (relu's included), for the
+  // vectorized loops of kernel_loops.h.
+  const std::vector<int32_t>& qnnpack_bias() const { return bias_q_; }
+  int32_t zero_point() const { return static_cast<int32_t>(zero_point_); }
+  int32_t lo() const { return static_cast<int32_t>(lo_); }
+  int32_t hi() const { return static_cast<int32_t>(hi_); }
 
   int32_t Apply(int32_t acc, int64_t channel) const {
+    if (engine_ == QuantizedEngine::kQnnpack) return ApplyQnnpack(acc, channel);
     const float v = (static_cast<float>(acc) + bias_term_[channel]) * op_scale_[channel];
     // relu (max(v, 0) before the zero point) is the lower bound lo_ = zero point: float
     // addition and rounding are monotonic, so v < 0 gives at most the zero point.
@@ -65,8 +88,21 @@ class OutputRequantizer {
   }
 
  private:
-  std::vector<float> op_scale_;
-  std::vector<float> bias_term_;
+  int32_t ApplyQnnpack(int32_t acc, int64_t channel) const {
+    // The bias initializes QNNPACK's int32 accumulator: the sum wraps around as there.
+    const int32_t sum = static_cast<int32_t>(static_cast<uint32_t>(acc) +
+                                             static_cast<uint32_t>(bias_q_[channel]));
+    const double rounded = std::nearbyint(static_cast<float>(sum) * op_scale_[channel]);
+    const double shifted = rounded + zero_point_;
+    if (!(shifted > lo_)) return static_cast<int32_t>(lo_);  // also NaN
+    if (shifted > hi_) return static_cast<int32_t>(hi_);
+    return static_cast<int32_t>(shifted);
+  }
+
+  QuantizedEngine engine_;
+  std::vector<float> op_scale_;   // qnnpack: scale[c] of the formula above
+  std::vector<float> bias_term_;  // onednn only
+  std::vector<int32_t> bias_q_;   // qnnpack only
   float zero_point_;
   double lo_;
   double hi_;

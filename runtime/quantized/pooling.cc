@@ -83,24 +83,16 @@ absl::Status ExpectNonEmpty(int64_t out_h, int64_t out_w, const Tensor& qx,
                                                  "; expected a non-empty output"));
 }
 
-}  // namespace
-
-absl::StatusOr<Tensor> QuantizedMaxPool2d(const Tensor& qx, const Pool2dParams& p) {
-  constexpr absl::string_view kOp = "quantized max_pool2d";
-  ASSIGN_OR_RETURN(const Planes planes, ExpectPoolInput(qx, kOp));
-  RETURN_IF_ERROR(ExpectWindow(p, kOp));
-  const int64_t out_h = PooledSize(planes.in_h, p.kernel_size[0], p.padding[0], p.stride[0],
-                                   p.dilation[0], p.ceil_mode);
-  const int64_t out_w = PooledSize(planes.in_w, p.kernel_size[1], p.padding[1], p.stride[1],
-                                   p.dilation[1], p.ceil_mode);
-  RETURN_IF_ERROR(ExpectNonEmpty(out_h, out_w, qx, kOp));
-  const std::vector<int32_t> x = IntValues(qx);
-  std::vector<int32_t> out(static_cast<size_t>(planes.planes * out_h * out_w));
+// Max pooling of every plane over the stored values (the max of quantized values is the
+// quantized max: one qparams for input and output), read and written in their own type.
+template <typename T>
+void MaxPoolPlanes(const T* x, const Planes& planes, const Pool2dParams& p, int64_t out_h,
+                   int64_t out_w, T* out) {
   for (int64_t c = 0; c < planes.planes; ++c) {
-    const int32_t* plane = x.data() + c * planes.in_h * planes.in_w;
+    const T* plane = x + c * planes.in_h * planes.in_w;
     for (int64_t oh = 0; oh < out_h; ++oh) {
       for (int64_t ow = 0; ow < out_w; ++ow) {
-        int32_t best = std::numeric_limits<int32_t>::min();
+        T best = std::numeric_limits<T>::lowest();
         for (int64_t kh = 0; kh < p.kernel_size[0]; ++kh) {
           const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
           if (ih < 0 || ih >= planes.in_h) continue;
@@ -114,7 +106,33 @@ absl::StatusOr<Tensor> QuantizedMaxPool2d(const Tensor& qx, const Pool2dParams& 
       }
     }
   }
-  return FromIntValues(qx.dtype(), OutputShape(qx, out_h, out_w), qx.qparams(), out);
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> QuantizedMaxPool2d(const Tensor& qx, const Pool2dParams& p) {
+  constexpr absl::string_view kOp = "quantized max_pool2d";
+  ASSIGN_OR_RETURN(const Planes planes, ExpectPoolInput(qx, kOp));
+  RETURN_IF_ERROR(ExpectWindow(p, kOp));
+  const int64_t out_h = PooledSize(planes.in_h, p.kernel_size[0], p.padding[0], p.stride[0],
+                                   p.dilation[0], p.ceil_mode);
+  const int64_t out_w = PooledSize(planes.in_w, p.kernel_size[1], p.padding[1], p.stride[1],
+                                   p.dilation[1], p.ceil_mode);
+  RETURN_IF_ERROR(ExpectNonEmpty(out_h, out_w, qx, kOp));
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), OutputShape(qx, out_h, out_w),
+                                                     qx.qparams()));
+  switch (qx.dtype()) {
+    case DType::kQUInt8:
+      MaxPoolPlanes(qx.data<uint8_t>(), planes, p, out_h, out_w, out.mutable_data<uint8_t>());
+      break;
+    case DType::kQInt8:
+      MaxPoolPlanes(qx.data<int8_t>(), planes, p, out_h, out_w, out.mutable_data<int8_t>());
+      break;
+    default:
+      MaxPoolPlanes(qx.data<int32_t>(), planes, p, out_h, out_w, out.mutable_data<int32_t>());
+      break;
+  }
+  return out;
 }
 
 absl::StatusOr<Tensor> QuantizedAvgPool2d(const Tensor& qx, const Pool2dParams& p) {

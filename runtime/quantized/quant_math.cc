@@ -12,23 +12,6 @@
 namespace fuselage {
 namespace quantized {
 
-int32_t RoundAndClamp(float value, int64_t lo, int64_t hi) {
-  if (std::isnan(value)) return static_cast<int32_t>(lo);
-  // Clamp in float before converting so that huge values saturate instead of being UB.
-  const float rounded = std::nearbyint(value);
-  if (rounded <= static_cast<float>(lo)) return static_cast<int32_t>(lo);
-  if (rounded >= static_cast<float>(hi)) return static_cast<int32_t>(hi);
-  return static_cast<int32_t>(rounded);
-}
-
-int32_t QuantizeValue(float value, float inv_scale, int64_t zero_point, DType dtype) {
-  if (std::isnan(value)) return static_cast<int32_t>(zero_point);
-  // PyTorch adds the zero point to the rounded value in float (int64 + float -> float).
-  const float shifted =
-      static_cast<float>(zero_point) + std::nearbyint(value * inv_scale);
-  return RoundAndClamp(shifted, DTypeMin(dtype), DTypeMax(dtype));
-}
-
 int32_t RequantizeFromInt(int64_t src, float multiplier, int64_t zero_point, DType dtype) {
   const float scaled = static_cast<float>(src) * multiplier;
   // lrintf(scaled) + zero_point, then clamp; adding an integer zero point after rounding

@@ -25,7 +25,8 @@ namespace quantized {
 // build): inv_scale = 1.0f / float(scale); q = clamp(float(zero_point) +
 // nearbyint(value * inv_scale)), all in float, rounding half to even (the default
 // rounding mode). NaN maps to zero_point. `dtype` is a quantized dtype.
-int32_t QuantizeValue(float value, float inv_scale, int64_t zero_point, DType dtype);
+// Inline (as RoundAndClamp) so that the vectorized kernel loops (kernel_loops.h) inline it.
+inline int32_t QuantizeValue(float value, float inv_scale, int64_t zero_point, DType dtype);
 inline float InverseScale(double scale) { return 1.0f / static_cast<float>(scale); }
 
 // PyTorch's dequantize_val for per-tensor tensors: float(scale) * float(q - zero_point).
@@ -38,7 +39,27 @@ int32_t RequantizeFromInt(int64_t src, float multiplier, int64_t zero_point, DTy
 
 // Rounds `value` half to even and clamps it to [lo, hi] (saturating huge values and
 // mapping NaN to lo): the final step of every requantization.
-int32_t RoundAndClamp(float value, int64_t lo, int64_t hi);
+inline int32_t RoundAndClamp(float value, int64_t lo, int64_t hi) {
+  if (std::isnan(value)) return static_cast<int32_t>(lo);
+  // Clamp in float before converting so that huge values saturate instead of being UB.
+  const float rounded = std::nearbyint(value);
+  if (rounded <= static_cast<float>(lo)) return static_cast<int32_t>(lo);
+  if (rounded >= static_cast<float>(hi)) return static_cast<int32_t>(hi);
+  return static_cast<int32_t>(rounded);
+}
+
+// QuantizeValue with the dtype's range [lo, hi] given, for loops that hoist it.
+inline int32_t QuantizeValueIn(float value, float inv_scale, int64_t zero_point, int64_t lo,
+                               int64_t hi) {
+  if (std::isnan(value)) return static_cast<int32_t>(zero_point);
+  // PyTorch adds the zero point to the rounded value in float (int64 + float -> float).
+  const float shifted = static_cast<float>(zero_point) + std::nearbyint(value * inv_scale);
+  return RoundAndClamp(shifted, lo, hi);
+}
+
+inline int32_t QuantizeValue(float value, float inv_scale, int64_t zero_point, DType dtype) {
+  return QuantizeValueIn(value, inv_scale, zero_point, DTypeMin(dtype), DTypeMax(dtype));
+}
 
 // The stored values of a quantized tensor widened to int32. CHECKs is_quantized().
 std::vector<int32_t> IntValues(const Tensor& tensor);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
+#include "runtime/quantized/kernel_loops.h"
 #include "runtime/quantized/quant_math.h"
 
 namespace fuselage {
@@ -39,6 +40,14 @@ absl::StatusOr<Tensor> QuantizePerTensor(const Tensor& x, double scale, int64_t 
   RETURN_IF_ERROR(ExpectValidZeroPoint(zero_point, dtype, kOp, "zero_point"));
   const float inv_scale = InverseScale(scale);
   const float* in = x.data<float>();
+  if (dtype == DType::kQUInt8 || dtype == DType::kQInt8) {
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(dtype, x.shape(),
+                                                       QuantParams::PerTensor(scale, zero_point)));
+    if (out.numel() == 0) return out;
+    QuantizeFloatsTo8Bit(in, x.numel(), inv_scale, zero_point, dtype,
+                         static_cast<uint8_t*>(out.mutable_raw_data()));
+    return out;
+  }
   std::vector<int32_t> q(static_cast<size_t>(x.numel()));
   for (int64_t i = 0; i < x.numel(); ++i) {
     q[i] = QuantizeValue(in[i], inv_scale, zero_point, dtype);

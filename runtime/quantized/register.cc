@@ -160,13 +160,14 @@ absl::StatusOr<Conv2dParams> ReadConvParams(const Module& m) {
 }
 
 ModuleKernel QuantizedConvModule(bool relu) {
-  return [relu](const KernelContext&, const Module& m, absl::Span<const Value> args,
+  return [relu](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
                 const ValueKwargs&) -> absl::StatusOr<Value> {
     ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
     ASSIGN_OR_RETURN(QuantizedModuleParts parts, ReadQuantizedModule(m));
     ASSIGN_OR_RETURN(Conv2dParams p, ReadConvParams(m));
     ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConv2d(*x, *parts.weight, parts.bias, p,
-                                                          parts.scale, parts.zero_point, relu));
+                                                          parts.scale, parts.zero_point, relu,
+                                                          ctx.engine));
     return Value(std::move(y));
   };
 }
@@ -186,12 +187,13 @@ ModuleKernel QuantizedConvAddModule(bool relu) {
 }
 
 ModuleKernel QuantizedLinearModule(bool relu) {
-  return [relu](const KernelContext&, const Module& m, absl::Span<const Value> args,
+  return [relu](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
                 const ValueKwargs&) -> absl::StatusOr<Value> {
     ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
     ASSIGN_OR_RETURN(QuantizedModuleParts parts, ReadQuantizedModule(m));
     ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedLinear(*x, *parts.weight, parts.bias,
-                                                          parts.scale, parts.zero_point, relu));
+                                                          parts.scale, parts.zero_point, relu,
+                                                          ctx.engine));
     return Value(std::move(y));
   };
 }
@@ -544,7 +546,7 @@ absl::StatusOr<quantized::OutputQParams> FunctionalOutputQParams(const ArgReader
 // (input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
 //  output_scale, output_zero_point), input and weight quantized, bias float or None.
 FunctionKernel FunctionalConv2dFn(bool relu) {
-  return [relu](const KernelContext&, absl::Span<const Value> args,
+  return [relu](const KernelContext& ctx, absl::Span<const Value> args,
                 const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
     ArgReader r(args, kwargs);
     RETURN_IF_ERROR(r.ExpectAtMostPositional(9));
@@ -561,7 +563,7 @@ FunctionKernel FunctionalConv2dFn(bool relu) {
     ASSIGN_OR_RETURN(p.groups, r.OptionalInt(6, "groups", 1));
     ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 7));
     ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConv2d(*x, *w, bias, p, out.scale,
-                                                          out.zero_point, relu));
+                                                          out.zero_point, relu, ctx.engine));
     return Value(std::move(y));
   };
 }
@@ -569,7 +571,7 @@ FunctionKernel FunctionalConv2dFn(bool relu) {
 // torch.ops.quantized.linear[_relu] as lowering writes it for F.linear:
 // (input, weight, bias=None, *, output_scale, output_zero_point).
 FunctionKernel FunctionalLinearFn(bool relu) {
-  return [relu](const KernelContext&, absl::Span<const Value> args,
+  return [relu](const KernelContext& ctx, absl::Span<const Value> args,
                 const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
     ArgReader r(args, kwargs);
     RETURN_IF_ERROR(r.ExpectAtMostPositional(5));
@@ -578,7 +580,8 @@ FunctionKernel FunctionalLinearFn(bool relu) {
     ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
     ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 3));
     ASSIGN_OR_RETURN(Tensor y,
-                     quantized::QuantizedLinear(*x, *w, bias, out.scale, out.zero_point, relu));
+                     quantized::QuantizedLinear(*x, *w, bias, out.scale, out.zero_point, relu,
+                                                ctx.engine));
     return Value(std::move(y));
   };
 }

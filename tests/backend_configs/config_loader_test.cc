@@ -404,3 +404,51 @@ TEST(ConfigLoader, ReferenceModuleMustBeTheRootsReferenceForm) {
 
 }  // namespace
 }  // namespace fuselage
+
+namespace fuselage {
+namespace {
+
+// The quantization fields PyTorch's BackendPatternConfig has beyond observation type and
+// dtype configs (what backend_config_to_text writes for PyTorch's own configs).
+TEST(ConfigLoader, TensorArgsObservationInputOutputObservedFixedQParams) {
+  absl::StatusOr<BackendConfig> config = ParseBackendConfigText(R"pb(
+    pattern {
+      pattern: "operator.add"
+      num_tensor_args_observation { num_tensor_args: 1 observation_type: OUTPUT_SHARE_OBSERVER_WITH_INPUT }
+      num_tensor_args_observation { num_tensor_args: 2 }
+      dtype_config { input { dtype: "quint8" } output { dtype: "quint8" } }
+    }
+    pattern { pattern: "nn.Embedding" input_output_observed: false root_module: "Embedding"
+              reference_quantized_module: "Embedding" }
+    pattern { pattern: "nn.Sigmoid" fixed_output_qparams { scale: 0.00390625 zero_point: 0 } }
+  )pb", "t.textproto");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const BackendPatternConfig* add = config->Find("operator.add");
+  ASSERT_NE(add, nullptr);
+  ASSERT_EQ(add->num_tensor_args_to_observation_type.size(), 2u);
+  EXPECT_EQ(add->num_tensor_args_to_observation_type[0],
+            std::make_pair(1, ObservationType::kOutputShareObserverWithInput));
+  EXPECT_EQ(add->num_tensor_args_to_observation_type[1],
+            std::make_pair(2, ObservationType::kOutputUseDifferentObserverAsInput));
+  EXPECT_TRUE(add->input_output_observed);
+  EXPECT_FALSE(add->fixed_output_qparams.has_value());
+  EXPECT_FALSE(config->Find("nn.Embedding")->input_output_observed);
+  const BackendPatternConfig* sigmoid = config->Find("nn.Sigmoid");
+  ASSERT_TRUE(sigmoid->fixed_output_qparams.has_value());
+  EXPECT_EQ(sigmoid->fixed_output_qparams->scale, 1.0 / 256);
+  EXPECT_EQ(sigmoid->fixed_output_qparams->zero_point, 0);
+
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "torch.mul"
+                             num_tensor_args_observation { num_tensor_args: 1 }
+                             num_tensor_args_observation { num_tensor_args: 1 })pb"),
+                {"'bad'", "num_tensor_args_observation[1]", "given twice"});
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "torch.mul"
+                             num_tensor_args_observation { num_tensor_args: -1 })pb"),
+                {"'bad'", "num_tensor_args_observation[0]", "must be >= 0"});
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "torch.mul"
+                             fixed_output_qparams { scale: 0 })pb"),
+                {"'bad'", "fixed_output_qparams"});
+}
+
+}  // namespace
+}  // namespace fuselage

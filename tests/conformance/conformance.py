@@ -37,6 +37,9 @@ PyTorch's own, and compares:
              output), and its output is compared with fuselage's output of that node:
              >= 99.9% of the elements equal and none more than 1 output step apart, for
              every op. This isolates each op: both sides start from identical integers.
+  per layer qnnpack
+             the same with PyTorch's model converted and run on its qnnpack engine and
+             fuselage's lowered graph run with `--engine=qnnpack` (QNNPACK's arithmetic).
   lowered    fuselage's lowered model (`fuselage run`) vs PyTorch's convert_fx output on the
              evaluation batch: >= 99% of the elements equal and none more than 1 output
              quantization step apart.
@@ -67,7 +70,7 @@ Tracked (info) figures of what limits "lowered":
              So ">= 99% equal" on the deep models needs bit-equal calibration (float convs
              summed in oneDNN's order), which the 1e-6 qparams criterion does not require.
 
-ASSERTED (a miss fails the run): float, fuse, residual, qparams, per layer and roundtrip on
+ASSERTED (a miss fails the run): float, fuse, residual, qparams, per layer (both engines) and roundtrip on
 every model; lowered on the residual example (one block). TRACKED (printed PASS / MISS
 against the issue's figure, never failing the run): lowered on the deep models, and the
 comparison with PyTorch's qnnpack engine, and the figures above. Lowered compares two graphs
@@ -581,7 +584,7 @@ def op_kind(gm, node):
     return str(node.target)
 
 
-def fuselage_intermediates(lowered_path, input_path, prefix, quantized_names):
+def fuselage_intermediates(lowered_path, input_path, prefix, quantized_names, engine):
     """{node name: fuselage's value, dequantized (float32)} for the named nodes of the
     lowered model: the model is copied with its output replaced by a tuple of those nodes
     and run by `fuselage run`, so each value comes from fuselage's own kernels. Files are
@@ -597,18 +600,20 @@ def fuselage_intermediates(lowered_path, input_path, prefix, quantized_names):
         f.write(probe.SerializeToString())
     paths = [f"{prefix}probe_{i}.npy" for i in range(len(quantized_names))]
     run_tool([FUSELAGE, "run", probe_path, f"--input={input_path}",
-              f"--output={','.join(paths)}"])
+              f"--output={','.join(paths)}", f"--engine={engine}"])
     return {name: np.load(p) for name, p in zip(quantized_names, paths)}
 
 
-def per_layer(lowered_path, converted, evaluation, input_path, prefix):
+def per_layer(lowered_path, converted, evaluation, input_path, prefix, engine):
     """Feeds every quantized op of PyTorch's convert_fx graph fuselage's own (quantized)
     inputs of that op, and compares its output with fuselage's output of the same node.
     Both sides then compute one op from identical integers, so this measures the kernels
     op by op, without the compounding of whole-network outputs. Returns
     [(node name, op kind, elements, elements equal, max steps)], the differences
     (nodes that cannot be matched) and {PyTorch's quantized node: fuselage's output
-    (scale, zero point) of its counterpart}."""
+    (scale, zero point) of its counterpart}. `engine` is the quantized engine of both
+    sides: `converted` was converted (its weights packed) for it, and fuselage runs with
+    `--engine=<engine>`."""
     # fuselage's qparams of each quantized node: its lowered graph run by PyTorch (the
     # round-trip module) gives quantized tensors carrying them; the values come from
     # fuselage's own run.
@@ -618,7 +623,7 @@ def per_layer(lowered_path, converted, evaluation, input_path, prefix):
         rebuilt.run(evaluation)
         theirs.run(evaluation)
     quantized_names = [k for k, v in rebuilt.values.items() if _is_quantized(v)]
-    ours = fuselage_intermediates(lowered_path, input_path, prefix, quantized_names)
+    ours = fuselage_intermediates(lowered_path, input_path, prefix, quantized_names, engine)
 
     # PyTorch's node -> fuselage's. Names agree except where the two name a fused node
     # differently (PyTorch's 'add_relu' is fuselage's 'add'): those match by what they
@@ -723,6 +728,25 @@ class Result:
                 print(f"    {self.model} {label}: ... {len(details) - 8} more")
 
 
+def check_per_layer(result, label, rows, differences, by_kind=True):
+    """Asserts per_layer's rows (>= PER_LAYER_MIN_EQUAL_FRACTION equal, <= MAX_STEPS per
+    op), records the figure under `label` and, with `by_kind`, the per-op-kind table."""
+    for node_name, kind, elements, equal_count, steps in rows:
+        if by_kind:
+            ops, total, differing, worst_steps = result.per_kind.get(kind, [0, 0, 0, 0])
+            result.per_kind[kind] = [ops + 1, total + elements,
+                                     differing + elements - equal_count,
+                                     max(worst_steps, steps)]
+        if equal_count < PER_LAYER_MIN_EQUAL_FRACTION * elements or steps > MAX_STEPS:
+            differences.append(f"'{node_name}' ({kind}): {100 * equal_count / elements:.3f}% "
+                               f"equal, max {steps} steps")
+    worst_row = min(rows, key=lambda r: (r[3] / max(r[2], 1), -r[4]), default=None)
+    result.figures[label] = (
+        f"{len(rows)} ops, min {100 * worst_row[3] / max(worst_row[2], 1):.2f}% equal, "
+        f"max {max(r[4] for r in rows)} steps" if rows else "no ops")
+    result.check(label, bool(rows) and not differences, differences)
+
+
 def conform(name, workdir):
     result = Result(name)
     start = time.time()
@@ -809,21 +833,17 @@ def conform(name, workdir):
                                  f"{act_equal}/{act_count}")
     result.check("qparams", not differences and count > 0, differences)
 
-    # Per layer (asserted): every quantized op fed the same integers on both sides.
+    # Per layer (asserted), on each engine: every quantized op fed the same integers on
+    # both sides, fuselage computing that engine's arithmetic (--engine).
     rows, differences, fuselage_qparams = per_layer(lowered_path, converted, evaluation,
-                                                    files("eval.npy"), files(""))
-    for node_name, kind, elements, equal_count, steps in rows:
-        ops, total, differing, worst_steps = result.per_kind.get(kind, [0, 0, 0, 0])
-        result.per_kind[kind] = [ops + 1, total + elements,
-                                 differing + elements - equal_count, max(worst_steps, steps)]
-        if equal_count < PER_LAYER_MIN_EQUAL_FRACTION * elements or steps > MAX_STEPS:
-            differences.append(f"'{node_name}' ({kind}): {100 * equal_count / elements:.3f}% "
-                               f"equal, max {steps} steps")
-    worst_row = min(rows, key=lambda r: (r[3] / max(r[2], 1), -r[4]), default=None)
-    result.figures["per layer"] = (
-        f"{len(rows)} ops, min {100 * worst_row[3] / max(worst_row[2], 1):.2f}% equal, "
-        f"max {max(r[4] for r in rows)} steps" if rows else "no ops")
-    result.check("per layer", bool(rows) and not differences, differences)
+                                                    files("eval.npy"), files(""), ENGINE)
+    check_per_layer(result, "per layer", rows, differences)
+    torch.backends.quantized.engine = "qnnpack"
+    converted_qnnpack = convert_fx(copy.deepcopy(prepared), backend_config=backend_config)
+    rows, differences, _ = per_layer(lowered_path, converted_qnnpack, evaluation,
+                                     files("eval.npy"), files("qnnpack_"), "qnnpack")
+    torch.backends.quantized.engine = ENGINE
+    check_per_layer(result, "per layer qnnpack", rows, differences, by_kind=False)
 
     # Whole network: the round trip asserted on every model; lowered asserted on the
     # residual example (one block), tracked on the deep models (1-step differences from
@@ -886,6 +906,7 @@ def conform(name, workdir):
 
 ASSERTED_COLUMNS = ("float max rel", "fuse native", "fuse qnnpack", "folded max rel",
                     "onednn blocks", "custom blocks", "qparams", "per layer",
+                    "per layer qnnpack",
                     "lowered equal / max steps", "roundtrip equal / max steps")
 TRACKED_COLUMNS = ("lowered equal / max steps", "vs qnnpack engine (info)",
                    "pytorch vs itself, scales 1 ulp off (info)",

@@ -1,4 +1,4 @@
-// minmax_quantize: fuselage's quantization flow (tools/quantize_flow.h) with the qconfig
+// minmax_quantize: fuselage's quantization flow (pipeline/quantize_flow.h) with the qconfig
 // the conformance suite compares against PyTorch 1.13: MinMax activation observers
 // (quint8, per-tensor affine, full range) and per-tensor symmetric qint8 MinMax weight
 // observers (PyTorch's default_weight_observer), on the qnnpack backend config.
@@ -20,9 +20,9 @@
 #include "backend_configs/builtin_configs.h"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
+#include "pipeline/quantize_flow.h"
 #include "quantize/calibrate.h"
 #include "quantize/qconfig.h"
-#include "tools/quantize_flow.h"
 
 namespace fuselage {
 namespace {

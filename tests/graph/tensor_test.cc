@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -235,6 +236,41 @@ TEST(TensorBufferTest, BufferOutlivesTheTensorThatCreatedIt) {
     b = a;
   }
   EXPECT_THAT(absl::MakeConstSpan(b.data<int64_t>(), 3), ElementsAre(7, 8, 9));
+}
+
+// Borrowed bytes (the Python extension's numpy inputs) are read in place, never written,
+// and their owner is released with the last tensor reading them.
+TEST(TensorBufferTest, BorrowedBytesAreReadInPlaceAndCopiedOnWrite) {
+  alignas(std::max_align_t) float owned[4] = {1, 2, 3, 4};
+  auto released = std::make_shared<bool>(false);
+  std::shared_ptr<const void> owner(owned, [released](const void*) { *released = true; });
+  auto t = Tensor::BorrowBytes(
+      DType::kFloat32, {2, 2},
+      absl::string_view(reinterpret_cast<const char*>(owned), sizeof(owned)), std::move(owner));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->raw_data(), owned);  // no copy
+  Tensor reader = *t;
+  t->mutable_data<float>()[0] = 10.0f;  // sole holder or not, a write copies
+  EXPECT_NE(t->raw_data(), owned);
+  EXPECT_EQ(owned[0], 1.0f);
+  EXPECT_EQ(t->data<float>()[0], 10.0f);
+  EXPECT_EQ(t->data<float>()[3], 4.0f);
+  EXPECT_FALSE(*released);  // `reader` still reads the borrowed bytes
+  EXPECT_EQ(reader.raw_data(), owned);
+  reader = Tensor();
+  EXPECT_TRUE(*released);
+}
+
+TEST(TensorBufferTest, MisalignedBorrowedBytesAreCopied) {
+  alignas(std::max_align_t) char bytes[sizeof(float) * 3] = {};
+  auto released = std::make_shared<bool>(false);
+  std::shared_ptr<const void> owner(bytes, [released](const void*) { *released = true; });
+  auto t = Tensor::BorrowBytes(DType::kFloat32, {2}, absl::string_view(bytes + 4, 8),
+                               std::move(owner));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(t->raw_data(), bytes + 4);
+  EXPECT_TRUE(*released);  // nothing borrowed, so nothing kept
+  EXPECT_FALSE(Tensor::BorrowBytes(DType::kFloat32, {3}, absl::string_view(bytes, 8), nullptr).ok());
 }
 
 TEST(TensorBufferTest, MoveTransfersTheBuffer) {

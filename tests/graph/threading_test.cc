@@ -21,10 +21,10 @@
 #include "graph/printer.h"
 #include "gtest/gtest.h"
 #include "patterns/matcher.h"
+#include "pipeline/quantize_flow.h"
 #include "quantize/calibrate.h"
 #include "quantize/qconfig.h"
 #include "tools/examples.h"
-#include "tools/quantize_flow.h"
 
 namespace fuselage {
 namespace {

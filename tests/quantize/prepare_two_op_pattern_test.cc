@@ -14,10 +14,10 @@
 #include "backend_configs/backend_config.h"
 #include "backend_configs/builtin_configs.h"
 #include "gtest/gtest.h"
+#include "pipeline/quantize_flow.h"
 #include "quantize/observers.h"
 #include "quantize/prepare.h"
 #include "tools/examples.h"
-#include "tools/quantize_flow.h"
 
 namespace fuselage {
 namespace {

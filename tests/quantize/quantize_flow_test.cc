@@ -1,7 +1,7 @@
 // The whole flow (fuse → prepare → calibrate → convert → lower) on the residual example
 // with the example conv-bn-add-relu config, and on a two-output model: the structure after
 // each stage and the numerics of the lowered graph against the reference graph.
-#include "tools/quantize_flow.h"
+#include "pipeline/quantize_flow.h"
 
 #include <cmath>
 #include <memory>

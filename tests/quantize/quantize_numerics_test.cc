@@ -20,11 +20,11 @@
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
 #include "lowering/lower_to_native.h"
+#include "pipeline/quantize_flow.h"
 #include "quantize/calibrate.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/interpreter.h"
 #include "runtime/npy.h"
-#include "tools/quantize_flow.h"
 
 namespace fuselage {
 namespace {

@@ -4,12 +4,13 @@
 //   fuse (patterns/) → prepare → calibrate → convert-to-reference (quantize/)
 //                    → lower-to-native (lowering/)
 //
-// It lives in tools/ because it spans quantize/ and lowering/, and lowering depends on
-// quantize, not the other way round. Each stage verifies the graph before the next one
+// It is the pipeline library (pipeline/), which both front doors call: the CLI (tools/)
+// and the Python extension (python/core/). It spans quantize/ and lowering/, and lowering
+// depends on quantize, not the other way round. Each stage verifies the graph before the next one
 // runs; `on_stage` (optional) sees the graph after each stage, e.g. to print it or to keep
 // a copy of the reference graph.
-#ifndef FUSELAGE_TOOLS_QUANTIZE_FLOW_H_
-#define FUSELAGE_TOOLS_QUANTIZE_FLOW_H_
+#ifndef FUSELAGE_PIPELINE_QUANTIZE_FLOW_H_
+#define FUSELAGE_PIPELINE_QUANTIZE_FLOW_H_
 
 #include <functional>
 #include <string>
@@ -60,4 +61,4 @@ absl::StatusOr<QuantizeFlowReport> RunQuantizeFlow(
 
 }  // namespace fuselage
 
-#endif  // FUSELAGE_TOOLS_QUANTIZE_FLOW_H_
+#endif  // FUSELAGE_PIPELINE_QUANTIZE_FLOW_H_

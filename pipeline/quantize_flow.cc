@@ -1,4 +1,4 @@
-#include "tools/quantize_flow.h"
+#include "pipeline/quantize_flow.h"
 
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"

@@ -1,0 +1,246 @@
+#!/usr/bin/python3
+"""fuselage's runtime against PyTorch 1.13 in one run (issue 20 item 5).
+
+    PYTHONPATH=python /usr/bin/python3 bench/runtime_vs_pytorch.py \
+        [--models resnet18,resnet50,mobilenet_v2] [--threads 1,0] [--runs 10] [--no-build]
+
+Per model (torchvision, weights=None, eval, input 1x3x224x224) and thread count (0 = every
+core), medians of --runs timed runs after one warm-up, each side in this one process run
+(fuselage through `fuselage run --repeat --time`, PyTorch in process):
+
+  float      fuselage's float model    vs the faster of PyTorch eager and PyTorch with
+                                          every nn.Conv2d run by torch.mkldnn_convolution
+  int8       fuselage quantized with the fbgemm config, run on the onednn engine, and
+             with the qnnpack config on --engine=qnnpack
+                                       vs PyTorch's convert_fx model (the same config and
+                                          default qconfig mapping) on the engine of that name
+  calibrate  one HistogramObserver sample: fuselage `calibrate --time` over --runs samples
+                                       vs PyTorch's prepared model forward (eager, and with
+                                          its convs on oneDNN as above)
+  quantize   resnet50 only: `fuselage quantize` with 16 calibration samples, end to end
+             (wall clock of the process: load, fuse, prepare, calibrate, convert, lower,
+             save)                     vs PyTorch's prepare_fx + 16 forwards + convert_fx
+                                          (eager, and with its convs on oneDNN)
+
+Prints one table per figure with the ratio fuselage / PyTorch (lower is better; the
+targets: float <= 1.2, int8 <= 1.5 against onednn, calibrate <= 1.0, quantize >= 5x faster
+than eager and faster than with oneDNN convs, int8 never slower than float). The machine
+should be quiet: the figures are wall-clock medians.
+"""
+import argparse
+import copy
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torchvision
+from torch.ao.quantization import get_default_qconfig_mapping
+from torch.ao.quantization.backend_config import (get_native_backend_config,
+                                                  get_qnnpack_backend_config)
+from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "python"))
+import fuselage  # noqa: E402
+
+FUSELAGE = os.path.join(REPO, "bazel-bin", "tools", "fuselage")
+SHAPE = (1, 3, 224, 224)
+# engine -> (fuselage's --backend, PyTorch's backend config, its default qconfig mapping).
+# PyTorch 1.13 has no onednn backend config: its fbgemm / native config quantizes the same
+# ops, and fuselage's fbgemm config is that one (its onednn config also fuses conv-add-relu,
+# which would not compare like with like).
+BACKENDS = {
+    "onednn": ("fbgemm", get_native_backend_config, "fbgemm"),
+    "qnnpack": ("qnnpack", get_qnnpack_backend_config, "qnnpack"),
+}
+
+
+def tool(argv):
+    result = subprocess.run([FUSELAGE] + argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"fuselage {' '.join(argv)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def times_ms(output, step):
+    return [float(m) for m in re.findall(rf"^time {step}\s+([0-9.]+) ms", output, re.M)]
+
+
+def fuselage_run_ms(model, input_path, runs, threads, engine="onednn"):
+    out = tool(["run", model, f"--input={input_path}", f"--repeat={runs + 1}", "--time",
+                f"--engine={engine}"] + ([f"--threads={threads}"] if threads else []))
+    return statistics.median(times_ms(out, "run")[1:])
+
+
+def torch_ms(fn, x, runs):
+    with torch.no_grad():
+        fn(x)
+        samples = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            fn(x)
+            samples.append(1000 * (time.perf_counter() - start))
+    return statistics.median(samples)
+
+
+class MkldnnConv(nn.Module):
+    """An nn.Conv2d run by torch.mkldnn_convolution (oneDNN), as the issue's anchor."""
+
+    def __init__(self, conv):
+        super().__init__()
+        self.weight, self.bias = conv.weight, conv.bias
+        self.args = (conv.padding, conv.stride, conv.dilation, conv.groups)
+
+    def forward(self, x):
+        return torch.mkldnn_convolution(x, self.weight, self.bias, *self.args)
+
+
+def with_mkldnn_convs(model):
+    model = copy.deepcopy(model)
+    for name, m in list(model.named_modules()):
+        for child_name, child in list(m.named_children()):
+            if isinstance(child, nn.Conv2d) and child.padding_mode == "zeros":
+                setattr(m, child_name, MkldnnConv(child))
+    return model
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if b else "-"
+
+
+def bench_model(name, args, workdir, rows):
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(*SHAPE, generator=g)
+    samples = [torch.randn(*SHAPE, generator=g) for _ in range(max(args.runs, 16))]
+    path = lambda f: os.path.join(workdir, f"{name}_{f}")  # noqa: E731
+    np.save(path("x.npy"), x.numpy())
+    sample_paths = []
+    for i, s in enumerate(samples):
+        sample_paths.append(path(f"s{i}.npy"))
+        np.save(sample_paths[-1], s.numpy())
+    float_path = path("float.fsl")
+    fuselage.export(model, (x,), float_path)
+    mkldnn_model = with_mkldnn_convs(model)
+    calib = ",".join(sample_paths[:2])
+    quantized = {}
+    for engine, (backend, _, _) in BACKENDS.items():
+        quantized[engine] = path(f"{engine}.fsl")
+        tool(["quantize", float_path, f"--backend={backend}", f"--calibration={calib}",
+              "-o", quantized[engine]])
+    prepared_path = path("prepared.fsl")
+    tool(["prepare", float_path, "--backend=qnnpack", "-o", prepared_path])
+
+    for threads in args.threads:
+        torch.set_num_threads(threads or os.cpu_count())
+        label = f"{name}, {threads or os.cpu_count()} thread(s)"
+        # Float.
+        ours = fuselage_run_ms(float_path, path("x.npy"), args.runs, threads)
+        eager = torch_ms(model, x, args.runs)
+        mkldnn = torch_ms(mkldnn_model, x, args.runs)
+        rows["float"].append((label, f"{ours:.1f}", f"{eager:.1f}", f"{mkldnn:.1f}",
+                              ratio(ours, min(eager, mkldnn))))
+        # Int8 per engine.
+        int8 = {}
+        for engine, (_, config, mapping_name) in BACKENDS.items():
+            torch.backends.quantized.engine = engine
+            prepared = prepare_fx(copy.deepcopy(model), get_default_qconfig_mapping(mapping_name),
+                                  (x,), backend_config=config())
+            with torch.no_grad():
+                for s in samples[:2]:
+                    prepared(s)
+            converted = convert_fx(prepared, backend_config=config())
+            theirs = torch_ms(converted, x, args.runs)
+            int8[engine] = fuselage_run_ms(quantized[engine], path("x.npy"), args.runs,
+                                           threads, engine=engine)
+            rows["int8"].append((label, engine, f"{int8[engine]:.1f}", f"{theirs:.1f}",
+                                 ratio(int8[engine], theirs), ratio(int8[engine], ours)))
+        torch.backends.quantized.engine = "onednn"
+        # Calibration, one HistogramObserver sample.
+        out = tool(["calibrate", prepared_path,
+                    f"--calibration={','.join(sample_paths[:args.runs])}", "--time",
+                    "-o", path("calibrated.fsl")] +
+                   ([f"--threads={threads}"] if threads else []))
+        ours_calib = times_ms(out, "calibrate")[0] / args.runs
+        mapping = get_default_qconfig_mapping("qnnpack")
+        config = get_qnnpack_backend_config()
+        theirs_prepared = prepare_fx(copy.deepcopy(model), mapping, (x,), backend_config=config)
+        mkldnn_prepared = prepare_fx(copy.deepcopy(mkldnn_model), mapping, (x,),
+                                     backend_config=config)
+        eager_calib = torch_ms(theirs_prepared, x, args.runs)
+        mkldnn_calib = torch_ms(mkldnn_prepared, x, args.runs)
+        rows["calibrate"].append((label, f"{ours_calib:.1f}", f"{eager_calib:.1f}",
+                                  f"{mkldnn_calib:.1f}", ratio(ours_calib, min(eager_calib,
+                                                                               mkldnn_calib))))
+        # The whole flow, resnet50.
+        if name == "resnet50":
+            start = time.perf_counter()
+            tool(["quantize", float_path, "--backend=qnnpack",
+                  f"--calibration={','.join(sample_paths[:16])}", "-o", path("q16.fsl")] +
+                 ([f"--threads={threads}"] if threads else []))
+            ours_flow = time.perf_counter() - start
+            flows = []
+            for source in (model, mkldnn_model):
+                start = time.perf_counter()
+                p = prepare_fx(copy.deepcopy(source), mapping, (x,), backend_config=config)
+                with torch.no_grad():
+                    for s in samples[:16]:
+                        p(s)
+                convert_fx(p, backend_config=config)
+                flows.append(time.perf_counter() - start)
+            rows["quantize"].append((label, f"{ours_flow:.2f}", f"{flows[0]:.2f}",
+                                     f"{flows[1]:.2f}", f"{flows[0] / ours_flow:.1f}x",
+                                     f"{flows[1] / ours_flow:.1f}x"))
+
+
+HEADERS = {
+    "float": ("model", "fuselage ms", "PyTorch eager ms", "PyTorch oneDNN convs ms",
+              "ratio to the faster"),
+    "int8": ("model", "engine", "fuselage ms", "PyTorch convert_fx ms", "ratio",
+             "fuselage int8 / float"),
+    "calibrate": ("model", "fuselage ms / sample", "PyTorch prepared eager ms",
+                  "PyTorch prepared oneDNN convs ms", "ratio to the faster"),
+    "quantize": ("model", "fuselage s", "PyTorch eager s", "PyTorch oneDNN convs s",
+                 "speed-up vs eager", "speed-up vs oneDNN convs"),
+}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="resnet18,resnet50,mobilenet_v2")
+    parser.add_argument("--threads", default="1,0",
+                        help="comma-separated thread counts; 0 = every core")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--no-build", action="store_true")
+    args = parser.parse_args(argv)
+    args.threads = [int(t) for t in args.threads.split(",")]
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    if not args.no_build:
+        subprocess.run(["bazel", "build", "//tools:fuselage"], cwd=REPO,
+                       check=True)
+    rows = {k: [] for k in HEADERS}
+    with tempfile.TemporaryDirectory(prefix="fuselage-runtime-bench-") as workdir:
+        for name in args.models.split(","):
+            print(f"== {name}", file=sys.stderr, flush=True)
+            bench_model(name, args, workdir, rows)
+    print(f"fuselage runtime vs PyTorch {torch.__version__}, {os.cpu_count()} cores, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, median of {args.runs}")
+    for key, header in HEADERS.items():
+        if not rows[key]:
+            continue
+        print(f"\n{key}\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+        for row in rows[key]:
+            print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+// The pipeline's stages one at a time, as both front doors run them: the CLI's stage
+// commands (tools/cmd_*.cc) and the Python extension (python/core/). Each function is one
+// pass over a GraphModule plus what a front door needs around it: which backend config a
+// name or a config text means, the reports with the text the CLI prints, and a prepared
+// model's state kept in its modules (quantize/prepared_model.h) so that prepare, calibrate
+// and convert may be separate calls, as in PyTorch (prepare_fx, run, convert_fx).
+//
+//   ASSIGN_OR_RETURN(BackendConfig config, ResolveBackendConfig("qnnpack", std::nullopt, ""));
+//   ASSIGN_OR_RETURN(FuseReport fused, FuseModel(gm, config));
+//   ASSIGN_OR_RETURN(QConfigMapping mapping, DefaultQConfigMapping("qnnpack"));
+//   ASSIGN_OR_RETURN(PrepareReport prepared, PrepareModel(gm, mapping, config));
+//   ASSIGN_OR_RETURN(CalibrationReport calibrated, CalibrateModel(gm, samples));
+//   ASSIGN_OR_RETURN(ConvertReport converted, ConvertModel(gm));
+//   ASSIGN_OR_RETURN(LoweringReport lowered, LowerModel(gm));
+//
+// The whole flow in one call is RunQuantizeFlow (pipeline/quantize_flow.h); it keeps the
+// prepared state in memory instead, and gives the same model.
+#ifndef FUSELAGE_PIPELINE_STAGES_H_
+#define FUSELAGE_PIPELINE_STAGES_H_
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "backend_configs/backend_config.h"
+#include "graph/graph_module.h"
+#include "lowering/lower_to_native.h"
+#include "patterns/matcher.h"
+#include "quantize/calibrate.h"
+#include "quantize/convert.h"
+#include "quantize/prepare.h"
+#include "quantize/qconfig.h"
+
+namespace fuselage {
+
+// The backend config named by a built-in `backend` name (native, fbgemm, qnnpack, x86,
+// onednn) and/or a backend config textproto `config_text` (absent: none; an empty text
+// is a config text, which the loader judges) (backend_configs/config_loader.h;
+// `config_source` names it in errors, e.g. its file name). With a text, the text's config
+// is used and `backend`, if not empty, must be the built-in base the text extends, so the
+// two never silently disagree. InvalidArgument if both are empty or they disagree;
+// NotFound for an unknown name; the loader's error for a text that does not parse.
+absl::StatusOr<BackendConfig> ResolveBackendConfig(
+    absl::string_view backend, const std::optional<absl::string_view>& config_text,
+    absl::string_view config_source);
+
+// The backend whose default qconfig mapping (DefaultQConfigMapping) goes with the same
+// arguments: `backend` if given, else the built-in base `config_text` extends.
+// InvalidArgument if there is neither.
+absl::StatusOr<std::string> DefaultMappingBackend(
+    absl::string_view backend, const std::optional<absl::string_view>& config_text,
+    absl::string_view config_source);
+
+// What one fusion pass did.
+struct FuseReport {
+  std::string backend;  // the config's name
+  int fused = 0;
+  // Matches per pattern with at least one, in the config's order.
+  std::vector<std::pair<std::string, int>> per_pattern;
+  size_t nodes_before = 0;
+  size_t nodes_after = 0;
+  // "fused 2 matches (conv_bn_relu: 1, conv_bn_add_relu: 1) with backend qnnpack: 14 -> 9
+  // nodes", the line `fuselage fuse` prints before "; wrote OUT".
+  std::string ToString() const;
+};
+
+// The matches per pattern of `matches`, for the rules of `matcher` with at least one.
+std::vector<std::pair<std::string, int>> MatchesPerPattern(
+    const PatternMatcher& matcher, const std::vector<PatternMatch>& matches);
+
+// Fuses every match of `config`'s fusion patterns (FusePatterns) and verifies the result.
+// On an error the graph is unchanged.
+absl::StatusOr<FuseReport> FuseModel(GraphModule& gm, const BackendConfig& config);
+
+// Why each fusion pattern did or did not match, node by node (PatternMatcher::Explain);
+// the graph is only read.
+struct ExplainResult {
+  std::string backend;
+  size_t nodes = 0;
+  ExplainReport report;
+  // What `fuselage explain` prints: "backend B, N nodes, K partial matches:", then the report.
+  std::string ToString() const;
+};
+absl::StatusOr<ExplainResult> ExplainModel(const GraphModule& gm, const BackendConfig& config);
+
+// Prepare (quantize/prepare.h), then the observers and plans stored into the modules
+// (StorePreparedModel), so `gm` is a complete prepared model: it saves, and CalibrateModel
+// and ConvertModel read it back. On an error from Prepare the graph is unchanged.
+absl::StatusOr<PrepareReport> PrepareModel(GraphModule& gm, const QConfigMapping& mapping,
+                                           const BackendConfig& config);
+
+// Calibrates a prepared model (PreparedModelFromGraph, Calibrate with the built-in and
+// observer kernels, `threads` as RunOptions::threads) and stores the statistics back;
+// calibrating again adds to them. FailedPrecondition if `gm` is not a prepared model.
+absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm, const CalibrationSamples& samples,
+                                                 int threads = 0);
+
+// ConvertToReference of a prepared, calibrated model read back from its modules.
+// FailedPrecondition if `gm` is not a prepared model.
+absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm);
+
+// LowerToNative with fuselage's native lowering rules (RegisterNativeLoweringRules).
+absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm);
+
+// True if a lowering changed nothing: no reference pattern, no pair or tuple access
+// removed (the model was not a reference quantized model). Front doors refuse that
+// instead of handing back the input as if it had been lowered.
+bool LoweredNothing(const LoweringReport& report);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_PIPELINE_STAGES_H_

@@ -1,0 +1,558 @@
+// fuselage._core: the engine in process, a pybind11 module over the pipeline library
+// (pipeline/) and the interpreter. See kModuleDoc for the Python API; python/fuselage/_core.py
+// imports this extension and says how to build it when it is missing.
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "graph/graph_module.h"
+#include "graph/printer.h"
+#include "graph/serialization.h"
+#include "pipeline/quantize_flow.h"
+#include "pipeline/stages.h"
+#include "pybind11/numpy.h"
+#include "pybind11/pybind11.h"
+#include "pybind11/stl.h"
+#include "python/core/arrays.h"
+#include "python/core/errors.h"
+#include "quantize/qconfig.h"
+#include "quantize/qconfig_mapping_loader.h"
+#include "runtime/builtin_kernels.h"
+#include "runtime/interpreter.h"
+
+namespace fuselage::python {
+namespace {
+
+namespace py = pybind11;
+
+// Bumped whenever the Python API changes; python/fuselage/_core.py refuses an extension
+// built with another value (a stale build) and says how to rebuild it.
+constexpr int kApiVersion = 1;
+
+constexpr char kModuleDoc[] = R"doc(fuselage's engine in process (the compiled extension).
+
+    from fuselage import _core
+    m = _core.from_torch(gm, (x,))              # or Model.from_bytes(to_proto(gm)...)
+    print(_core.fuse(m, "qnnpack"))            # the report; str() is the CLI's text
+    _core.prepare(m, "qnnpack")                 # the backend's default qconfig mapping
+    _core.calibrate(m, [(x,) for x in batches]) # numpy arrays or torch tensors
+    _core.convert(m); _core.lower(m)
+    y = _core.run(m, [x])                       # list of outputs (numpy / QuantizedArray)
+    gm = _core.to_torch(m)                      # a torch.fx.GraphModule again
+
+Models:
+    Model.load(path) / Model.save(path)   binary, or text for .textproto / .pbtxt
+    Model.from_bytes(data) / to_bytes()   serialized graph/model.proto (binary)
+    Model.from_text(text) / to_text()     its protobuf text form
+    model.code()                          the FX-style code listing
+    model.verify()                        raises if an invariant is broken
+    model.copy(), model.node_count, model.placeholders
+    from_torch(module, example_inputs=None) -> Model   (fuselage.to_proto, in memory)
+    to_torch(model) -> torch.fx.GraphModule            (fuselage.from_proto, in memory)
+
+Passes (in place; each returns a report object with fields, str() = the CLI's text; a
+pass that fails raises and leaves the model as it was). `backend` is a built-in backend
+config name (native, fbgemm, qnnpack, x86, onednn); `config_text` a backend config
+textproto (the contents of the CLI's --config=FILE) whose base `backend`, if also given,
+must be:
+    fuse(model, backend=None, *, config_text=None) -> FuseReport
+    explain(model, backend=None, *, config_text=None) -> ExplainReport (read-only)
+    prepare(model, backend=None, *, config_text=None, qconfig_mapping=None,
+            qconfig_mapping_text=None) -> PrepareReport
+    calibrate(model, samples, *, threads=0) -> CalibrationReport
+    convert(model) -> ConvertReport
+    lower(model) -> LoweringReport
+    quantize(model, samples, backend=None, *, config_text=None, qconfig_mapping=None,
+             qconfig_mapping_text=None, reference=False, threads=0) -> QuantizeReport
+qconfig_mapping=None uses the backend's default mapping (get_default_qconfig_mapping).
+`samples` is an iterable of samples, each a tuple of arrays (one per placeholder, numpy
+or torch) or one array for a one-input model.
+
+Running:
+    run(model, inputs, *, threads=0) -> list of outputs
+`inputs`: a sequence of arrays (one per placeholder) or one array. Outputs are flattened
+as the CLI's `fuselage run` gives them: float / int outputs as numpy arrays, quantized
+ones as QuantizedArray (integer values, scale, zero_point; .dequantize()). Input arrays
+that are C-contiguous are read in place; outputs take the interpreter's buffers without
+a copy.
+
+Errors: fuselage.ModelFileError for a model that does not load or parse, otherwise
+EngineError (a fuselage.FuselageError with .code, the Status code's name).
+)doc";
+
+// One model in process. Passes take the lock exclusively; run takes it shared (the
+// interpreter only reads the graph), both with the GIL released, so other Python threads
+// keep running and one model is never edited while it runs.
+class Model {
+ public:
+  explicit Model(std::unique_ptr<GraphModule> gm) : gm_(std::move(gm)) {}
+
+  // Runs `work(graph)` with the GIL released and the lock held as `Lock` says.
+  template <typename Lock, typename Work>
+  auto With(Work work) {
+    py::gil_scoped_release release;
+    Lock lock(mutex_);
+    return work(*gm_);
+  }
+  template <typename Work>
+  auto Edit(Work work) {
+    return With<std::unique_lock<std::shared_mutex>>(work);
+  }
+  template <typename Work>
+  auto Read(Work work) {
+    return With<std::shared_lock<std::shared_mutex>>(work);
+  }
+  // Makes `gm` the model (a pass run on a copy, kept).
+  void Replace(std::unique_ptr<GraphModule> gm) {
+    py::gil_scoped_release release;
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    gm_ = std::move(gm);
+  }
+
+ private:
+  std::unique_ptr<GraphModule> gm_;
+  std::shared_mutex mutex_;
+};
+
+std::string PathArg(const py::object& path) {
+  return py::str(py::module_::import("os").attr("fspath")(path));
+}
+
+std::unique_ptr<Model> ModelFromBytes(const py::buffer& data) {
+  const py::buffer_info info = data.request();
+  const absl::string_view bytes(static_cast<const char*>(info.ptr),
+                                static_cast<size_t>(info.size * info.itemsize));
+  auto gm = ValueOrThrow(
+      [&] {
+        py::gil_scoped_release release;
+        return ParseModel(bytes);
+      }(),
+      ErrorKind::kModelFile);
+  return std::make_unique<Model>(std::move(gm));
+}
+
+std::vector<std::string> PlaceholderNames(const GraphModule& gm) {
+  std::vector<std::string> names;
+  for (const Node* node : gm.graph().Placeholders()) names.push_back(node->name());
+  return names;
+}
+
+// The tensors of one sample or one run: a sequence with one array per placeholder, or a
+// single array for a one-placeholder model. `what` starts each error ("run", "sample 2").
+std::vector<Tensor> InputTensors(const py::handle& inputs,
+                                 const std::vector<std::string>& placeholders,
+                                 const std::string& what) {
+  std::vector<py::object> items;
+  if (py::isinstance<py::tuple>(inputs) || py::isinstance<py::list>(inputs)) {
+    for (py::handle item : inputs) items.push_back(py::reinterpret_borrow<py::object>(item));
+  } else {
+    items.push_back(py::reinterpret_borrow<py::object>(inputs));
+  }
+  if (items.size() != placeholders.size()) {
+    ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", items.size(), items.size() == 1 ? " input" : " inputs", " for a model with ",
+        placeholders.size(), placeholders.size() == 1 ? " placeholder" : " placeholders", " (",
+        absl::StrJoin(placeholders, ", "), ")")));
+  }
+  std::vector<Tensor> tensors;
+  for (size_t i = 0; i < items.size(); ++i) {
+    tensors.push_back(
+        TensorFromPython(items[i], absl::StrCat(what, ": input ", i, " (", placeholders[i], ")")));
+  }
+  return tensors;
+}
+
+constexpr char kConfigSource[] = "config_text";
+
+BackendConfig ResolveBackend(const std::optional<std::string>& backend,
+                             const std::optional<std::string>& config_text) {
+  std::optional<absl::string_view> text;
+  if (config_text.has_value()) text = *config_text;
+  return ValueOrThrow(ResolveBackendConfig(backend.value_or(""), text, kConfigSource));
+}
+
+// The qconfig mapping of prepare / quantize: a PyTorch QConfigMapping (translated), a
+// quantize/qconfig_mapping.proto text, or else the backend's default.
+QConfigMapping ResolveMapping(const std::optional<std::string>& backend,
+                              const std::optional<std::string>& config_text,
+                              const py::object& qconfig_mapping,
+                              const std::optional<std::string>& qconfig_mapping_text) {
+  if (!qconfig_mapping.is_none() && qconfig_mapping_text.has_value()) {
+    ThrowIfError(absl::InvalidArgumentError(
+        "give qconfig_mapping (a PyTorch QConfigMapping) or qconfig_mapping_text "
+        "(quantize/qconfig_mapping.proto text), not both"));
+  }
+  if (!qconfig_mapping.is_none()) {
+    // PyTorch's object, translated by the bridge (its errors are ConfigTranslationError).
+    const std::string translated = py::module_::import("fuselage._translate")
+                                       .attr("qconfig_mapping_to_text")(qconfig_mapping)
+                                       .cast<std::string>();
+    return ValueOrThrow(ParseQConfigMappingText(translated, "qconfig_mapping"));
+  }
+  if (qconfig_mapping_text.has_value()) {
+    return ValueOrThrow(ParseQConfigMappingText(*qconfig_mapping_text, "qconfig_mapping_text"));
+  }
+  std::optional<absl::string_view> text;
+  if (config_text.has_value()) text = *config_text;
+  const std::string name =
+      ValueOrThrow(DefaultMappingBackend(backend.value_or(""), text, kConfigSource));
+  return ValueOrThrow(DefaultQConfigMapping(name));
+}
+
+CalibrationSamples SamplesFrom(const py::iterable& samples,
+                               const std::vector<std::string>& placeholders) {
+  std::vector<CalibrationSample> out;
+  for (py::handle sample : samples) {
+    out.push_back(InputTensors(sample, placeholders, absl::StrCat("sample ", out.size())));
+  }
+  return CalibrationSamples(std::move(out));
+}
+
+// "Name(field=repr, ...)" from the Python object's own attributes.
+std::string FieldsRepr(const py::handle& self, const std::string& name,
+                       const std::vector<std::string>& fields) {
+  std::vector<std::string> parts;
+  for (const std::string& field : fields) {
+    parts.push_back(absl::StrCat(field, "=", std::string(py::repr(self.attr(field.c_str())))));
+  }
+  return absl::StrCat(name, "(", absl::StrJoin(parts, ", "), ")");
+}
+
+// Gives a bound report type what a dataclass has for reading: a repr listing its fields
+// and `_fields`, their names.
+template <typename T>
+void DataclassLike(py::class_<T>& cls, const std::string& name, std::vector<std::string> fields) {
+  py::tuple names(fields.size());
+  for (size_t i = 0; i < fields.size(); ++i) names[i] = py::str(fields[i]);
+  cls.attr("_fields") = names;
+  cls.def("__repr__", [name, fields = std::move(fields)](const py::object& self) {
+    return FieldsRepr(self, name, fields);
+  });
+}
+
+void RegisterReports(py::module_& m) {
+  py::class_<FuseReport> fuse(m, "FuseReport", "What fuse did; str() is `fuselage fuse`'s line.");
+  fuse.def_readonly("backend", &FuseReport::backend)
+      .def_readonly("fused", &FuseReport::fused)
+      .def_readonly("per_pattern", &FuseReport::per_pattern)
+      .def_readonly("nodes_before", &FuseReport::nodes_before)
+      .def_readonly("nodes_after", &FuseReport::nodes_after)
+      .def("__str__", &FuseReport::ToString);
+  DataclassLike(fuse, "FuseReport",
+                {"backend", "fused", "per_pattern", "nodes_before", "nodes_after"});
+
+  py::class_<MatchFailure> failure(m, "MatchFailure",
+                                   "Where and why a fusion pattern did not match.");
+  failure.def_readonly("rule", &MatchFailure::rule)
+      .def_readonly("node", &MatchFailure::node)
+      .def_readonly("path", &MatchFailure::path)
+      .def_readonly("position", &MatchFailure::position)
+      .def_readonly("reason", &MatchFailure::reason)
+      .def("__str__", &MatchFailure::ToString);
+  DataclassLike(failure, "MatchFailure", {"rule", "node", "path", "position", "reason"});
+
+  py::class_<ExplainResult> explain(m, "ExplainReport",
+                                    "explain's findings; str() is `fuselage explain`'s output.");
+  explain.def_readonly("backend", &ExplainResult::backend)
+      .def_readonly("nodes", &ExplainResult::nodes)
+      .def_property_readonly("failures", [](const ExplainResult& r) { return r.report.failures; })
+      .def_property_readonly("matches_per_pattern",
+                             [](const ExplainResult& r) { return r.report.matches_per_rule; })
+      .def("__str__", &ExplainResult::ToString);
+  DataclassLike(explain, "ExplainReport", {"backend", "nodes", "failures", "matches_per_pattern"});
+
+  py::class_<PrepareReport::KeptFloat> kept(m, "KeptFloat", "An op prepare keeps float, and why.");
+  kept.def_readonly("node", &PrepareReport::KeptFloat::node)
+      .def_readonly("op", &PrepareReport::KeptFloat::op)
+      .def_readonly("reason", &PrepareReport::KeptFloat::reason);
+  DataclassLike(kept, "KeptFloat", {"node", "op", "reason"});
+
+  py::class_<PrepareReport> prepare(m, "PrepareReport",
+                                    "What prepare did; str() is the CLI's report.");
+  prepare.def_readonly("quantized_ops", &PrepareReport::quantized_ops)
+      .def_readonly("observer_nodes", &PrepareReport::observer_nodes)
+      .def_readonly("observer_modules", &PrepareReport::observer_modules)
+      .def_readonly("kept_float", &PrepareReport::kept_float)
+      .def("__str__", &PrepareReport::ToString);
+  DataclassLike(prepare, "PrepareReport",
+                {"quantized_ops", "observer_nodes", "observer_modules", "kept_float"});
+
+  py::class_<CalibrationReport> calibration(m, "CalibrationReport", "What calibrate did.");
+  calibration.def_readonly("samples", &CalibrationReport::samples)
+      .def_readonly("unobserved", &CalibrationReport::unobserved)
+      .def("__str__", &CalibrationReport::ToString);
+  DataclassLike(calibration, "CalibrationReport", {"samples", "unobserved"});
+
+  py::class_<ConvertReport> convert(m, "ConvertReport", "What convert (to reference) did.");
+  convert.def_readonly("observers_replaced", &ConvertReport::observers_replaced)
+      .def_readonly("reference_modules", &ConvertReport::reference_modules)
+      .def("__str__", &ConvertReport::ToString);
+  DataclassLike(convert, "ConvertReport", {"observers_replaced", "reference_modules"});
+
+  py::class_<LoweringReport::Unlowered> unlowered(m, "Unlowered",
+                                                  "A reference pattern left unlowered, and why.");
+  unlowered.def_readonly("node", &LoweringReport::Unlowered::node)
+      .def_readonly("target", &LoweringReport::Unlowered::target)
+      .def_readonly("reason", &LoweringReport::Unlowered::reason);
+  DataclassLike(unlowered, "Unlowered", {"node", "target", "reason"});
+
+  py::class_<LoweringReport> lowering(m, "LoweringReport", "What lower did.");
+  lowering.def_readonly("lowered_per_rule", &LoweringReport::lowered_per_rule)
+      .def_readonly("unlowered", &LoweringReport::unlowered)
+      .def_readonly("tuple_accesses_removed", &LoweringReport::tuple_accesses_removed)
+      .def_readonly("dequantize_quantize_pairs_removed",
+                    &LoweringReport::dequantize_quantize_pairs_removed)
+      .def_readonly("dead_nodes_removed", &LoweringReport::dead_nodes_removed)
+      .def_property_readonly("total_lowered", &LoweringReport::total_lowered)
+      .def("__str__", &LoweringReport::ToString);
+  DataclassLike(lowering, "LoweringReport",
+                {"lowered_per_rule", "unlowered", "tuple_accesses_removed",
+                 "dequantize_quantize_pairs_removed", "dead_nodes_removed"});
+
+  py::class_<QuantizeFlowReport> flow(m, "QuantizeReport",
+                                      "Every stage's report; str() is `fuselage quantize`'s.");
+  flow.def_readonly("fused", &QuantizeFlowReport::fused)
+      .def_readonly("prepare", &QuantizeFlowReport::prepare)
+      .def_readonly("calibration", &QuantizeFlowReport::calibration)
+      .def_readonly("convert", &QuantizeFlowReport::convert)
+      .def_readonly("lowering", &QuantizeFlowReport::lowering)
+      .def("__str__", &QuantizeFlowReport::ToString);
+  DataclassLike(flow, "QuantizeReport", {"fused", "prepare", "calibration", "convert", "lowering"});
+}
+
+void RegisterModel(py::module_& m) {
+  py::class_<Model>(m, "Model", "A fuselage model (graph + modules + tensors) in process.")
+      .def_static(
+          "load",
+          [](const py::object& path) {
+            const std::string p = PathArg(path);
+            auto gm = ValueOrThrow(
+                [&] {
+                  py::gil_scoped_release release;
+                  return LoadModel(p);
+                }(),
+                ErrorKind::kModelFile);
+            return std::make_unique<Model>(std::move(gm));
+          },
+          py::arg("path"), "Loads a model file: text for .textproto / .pbtxt, else binary.")
+      .def_static("from_bytes", &ModelFromBytes, py::arg("data"),
+                  "A model from serialized graph/model.proto bytes (bytes, bytearray, memoryview).")
+      .def_static(
+          "from_text",
+          [](const std::string& text) {
+            return std::make_unique<Model>(
+                ValueOrThrow(ParseModelText(text), ErrorKind::kModelFile));
+          },
+          py::arg("text"), "A model from graph/model.proto's protobuf text form.")
+      .def(
+          "save",
+          [](Model& self, const py::object& path) {
+            const std::string p = PathArg(path);
+            ThrowIfError(self.Read([&](GraphModule& gm) { return SaveModel(gm, p); }));
+          },
+          py::arg("path"),
+          "Writes the model atomically: text for .textproto / .pbtxt, else binary.")
+      .def("to_bytes",
+           [](Model& self) {
+             return py::bytes(self.Read([](GraphModule& gm) { return SerializeModel(gm); }));
+           })
+      .def("to_text",
+           [](Model& self) {
+             return self.Read([](GraphModule& gm) { return SerializeModelText(gm); });
+           })
+      .def(
+          "code",
+          [](Model& self) { return self.Read([](GraphModule& gm) { return PrintCode(gm); }); },
+          "The FX-style code listing (`fuselage print`).")
+      .def(
+          "verify",
+          [](Model& self) { ThrowIfError(self.Read([](GraphModule& gm) { return gm.Verify(); })); },
+          "Checks every graph invariant; raises EngineError naming the first broken one.")
+      .def("copy",
+           [](Model& self) {
+             return std::make_unique<Model>(self.Read([](GraphModule& gm) { return gm.Clone(); }));
+           })
+      .def("__copy__",
+           [](Model& self) {
+             return std::make_unique<Model>(self.Read([](GraphModule& gm) { return gm.Clone(); }));
+           })
+      .def("__deepcopy__",
+           [](Model& self, py::object) {
+             return std::make_unique<Model>(self.Read([](GraphModule& gm) { return gm.Clone(); }));
+           })
+      .def_property_readonly(
+          "node_count",
+          [](Model& self) { return self.Read([](GraphModule& gm) { return gm.graph().size(); }); })
+      .def_property_readonly(
+          "placeholders",
+          [](Model& self) {
+            return self.Read([](GraphModule& gm) { return PlaceholderNames(gm); });
+          })
+      .def("__repr__", [](Model& self) {
+        return self.Read([](GraphModule& gm) {
+          return absl::StrCat("<fuselage Model: ", gm.graph().size(), " nodes, inputs (",
+                              absl::StrJoin(PlaceholderNames(gm), ", "), ")>");
+        });
+      });
+}
+
+void RegisterPasses(py::module_& m) {
+  using OptString = std::optional<std::string>;
+  m.def(
+      "fuse",
+      [](Model& model, const OptString& backend, const OptString& config_text) {
+        const BackendConfig config = ResolveBackend(backend, config_text);
+        return ValueOrThrow(model.Edit([&](GraphModule& gm) { return FuseModel(gm, config); }));
+      },
+      py::arg("model"), py::arg("backend") = py::none(), py::kw_only(),
+      py::arg("config_text") = py::none(),
+      "Fuses every match of the backend config's fusion patterns, in place.");
+  m.def(
+      "explain",
+      [](Model& model, const OptString& backend, const OptString& config_text) {
+        const BackendConfig config = ResolveBackend(backend, config_text);
+        return ValueOrThrow(model.Read([&](GraphModule& gm) { return ExplainModel(gm, config); }));
+      },
+      py::arg("model"), py::arg("backend") = py::none(), py::kw_only(),
+      py::arg("config_text") = py::none(),
+      "Why each fusion pattern did or did not match, node by node; the model is not changed.");
+  m.def(
+      "prepare",
+      [](Model& model, const OptString& backend, const OptString& config_text,
+         const py::object& qconfig_mapping, const OptString& qconfig_mapping_text) {
+        const QConfigMapping mapping =
+            ResolveMapping(backend, config_text, qconfig_mapping, qconfig_mapping_text);
+        const BackendConfig config = ResolveBackend(backend, config_text);
+        return ValueOrThrow(
+            model.Edit([&](GraphModule& gm) { return PrepareModel(gm, mapping, config); }));
+      },
+      py::arg("model"), py::arg("backend") = py::none(), py::kw_only(),
+      py::arg("config_text") = py::none(), py::arg("qconfig_mapping") = py::none(),
+      py::arg("qconfig_mapping_text") = py::none(),
+      "Inserts observers (as prepare_fx does, on a fused model: call fuse first), in place.");
+  m.def(
+      "calibrate",
+      [](Model& model, const py::iterable& samples, int threads) {
+        const CalibrationSamples calibration =
+            SamplesFrom(samples, model.Read([](GraphModule& gm) { return PlaceholderNames(gm); }));
+        return ValueOrThrow(
+            model.Edit([&](GraphModule& gm) { return CalibrateModel(gm, calibration, threads); }));
+      },
+      py::arg("model"), py::arg("samples"), py::kw_only(), py::arg("threads") = 0,
+      "Runs a prepared model on the samples so its observers record ranges, in place.");
+  m.def(
+      "convert",
+      [](Model& model) {
+        return ValueOrThrow(model.Edit([](GraphModule& gm) { return ConvertModel(gm); }));
+      },
+      py::arg("model"), "Converts a prepared, calibrated model to a reference quantized model.");
+  m.def(
+      "lower",
+      [](Model& model) {
+        // Lowering a model with no reference pattern would hand it back unchanged as if
+        // it had been lowered; it is refused instead, and the model is left as it was.
+        auto copy = model.Read([](GraphModule& gm) { return gm.Clone(); });
+        LoweringReport report = ValueOrThrow([&] {
+          py::gil_scoped_release release;
+          return LowerModel(*copy);
+        }());
+        if (LoweredNothing(report)) {
+          ThrowIfError(absl::FailedPreconditionError(
+              "lower: nothing to lower: the model has no quantize / dequantize reference "
+              "patterns (dequantize -> op -> quantize_per_tensor); lower takes a reference "
+              "quantized model, what convert() gives"));
+        }
+        model.Replace(std::move(copy));
+        return report;
+      },
+      py::arg("model"), "Lowers a reference quantized model to native quantized ops, in place.");
+  m.def(
+      "quantize",
+      [](Model& model, const py::iterable& samples, const OptString& backend,
+         const OptString& config_text, const py::object& qconfig_mapping,
+         const OptString& qconfig_mapping_text, bool reference, int threads) {
+        const QConfigMapping mapping =
+            ResolveMapping(backend, config_text, qconfig_mapping, qconfig_mapping_text);
+        const BackendConfig config = ResolveBackend(backend, config_text);
+        const CalibrationSamples calibration =
+            SamplesFrom(samples, model.Read([](GraphModule& gm) { return PlaceholderNames(gm); }));
+        QuantizeFlowOptions options;
+        options.stop_at_reference = reference;
+        options.threads = threads;
+        return ValueOrThrow(model.Edit([&](GraphModule& gm) {
+          return RunQuantizeFlow(gm, config, mapping, calibration, options);
+        }));
+      },
+      py::arg("model"), py::arg("samples"), py::arg("backend") = py::none(), py::kw_only(),
+      py::arg("config_text") = py::none(), py::arg("qconfig_mapping") = py::none(),
+      py::arg("qconfig_mapping_text") = py::none(), py::arg("reference") = false,
+      py::arg("threads") = 0,
+      "fuse -> prepare -> calibrate -> convert -> lower (the pipeline `fuselage quantize` "
+      "runs), in place; reference=True stops after convert.");
+  m.def(
+      "run",
+      [](Model& model, const py::object& inputs, int threads) {
+        const std::vector<std::string> names =
+            model.Read([](GraphModule& gm) { return PlaceholderNames(gm); });
+        std::vector<Tensor> tensors = InputTensors(inputs, names, "run");
+        std::vector<Value> values(std::make_move_iterator(tensors.begin()),
+                                  std::make_move_iterator(tensors.end()));
+        tensors.clear();
+        RunOptions options;
+        options.threads = threads;
+        std::vector<Value> outputs = ValueOrThrow(model.Read([&](GraphModule& gm) {
+          auto kernels = BuiltinKernels();
+          if (!kernels.ok()) return absl::StatusOr<std::vector<Value>>(kernels.status());
+          // A prepared model (observers still in it) runs too, as with `fuselage run`.
+          absl::Status observers = RegisterObserverKernels(**kernels);
+          if (!observers.ok()) return absl::StatusOr<std::vector<Value>>(observers);
+          return Run(gm, std::move(values), **kernels, options);
+        }));
+        py::list result;
+        for (Value& value : outputs) {
+          if (value.is_tensor()) {
+            Tensor t = value.as_tensor();
+            value = Value();  // the array becomes the buffer's only holder: no copy
+            result.append(PythonFromTensor(std::move(t)));
+          } else if (value.is_none()) {
+            result.append(py::none());
+          } else if (value.is_bool()) {
+            result.append(py::bool_(value.as_bool()));
+          } else if (value.is_int()) {
+            result.append(py::int_(value.as_int()));
+          } else if (value.is_float()) {
+            result.append(py::float_(value.as_float()));
+          } else if (value.is_string()) {
+            result.append(py::str(value.as_string()));
+          } else {
+            ThrowIfError(absl::UnimplementedError(absl::StrCat("run: output ", py::len(result),
+                                                               " is a ", value.KindName(),
+                                                               ", which has no Python form here")));
+          }
+        }
+        return result;
+      },
+      py::arg("model"), py::arg("inputs"), py::kw_only(), py::arg("threads") = 0,
+      "Runs the model with the interpreter; returns the flattened outputs as a list.");
+}
+
+void RegisterModule(py::module_& m) {
+  m.doc() = kModuleDoc;
+  m.attr("API_VERSION") = kApiVersion;
+  RegisterErrors(m);
+  RegisterArrays(m);
+  RegisterReports(m);
+  RegisterModel(m);
+  RegisterPasses(m);
+}
+
+}  // namespace
+}  // namespace fuselage::python
+
+PYBIND11_MODULE(_fuselage_core, m) { fuselage::python::RegisterModule(m); }

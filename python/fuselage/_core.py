@@ -1,0 +1,53 @@
+"""fuselage._core: the engine in process (the compiled extension, python/core/).
+
+This file only loads it: the extension is `_fuselage_core.cpython-311-x86_64-linux-gnu.so`
+in this folder, built and copied here by `bash tools/demo.sh` (or tools/test.sh,
+tools/build_extension.sh). Its own docstring, `help(fuselage._core)`, lists the API:
+Model (load / save / from_bytes / to_bytes / code / verify), fuse, explain, prepare,
+calibrate, convert, lower, quantize, run and the report types; from_torch / to_torch, defined
+here, move models between torch.fx and the engine in memory.
+"""
+
+# The API version this Python package expects; the extension carries its own
+# (python/core/module.cc kApiVersion). They differ when the .so is older than the sources.
+_EXPECTED_API_VERSION = 1
+
+_REBUILD = "run `bash tools/demo.sh` (or `bash tools/build_extension.sh`) to build it"
+
+try:
+    from fuselage import _fuselage_core as _ext
+except ImportError as e:
+    raise ImportError(
+        "fuselage._core: the compiled extension "
+        "python/fuselage/_fuselage_core.cpython-311-x86_64-linux-gnu.so is missing or does "
+        "not load (" + str(e) + "); " + _REBUILD + ". fuselage.export / to_torch work "
+        "without it.") from e
+
+if getattr(_ext, "API_VERSION", None) != _EXPECTED_API_VERSION:
+    raise ImportError(
+        "fuselage._core: the compiled extension is stale (API version %r, this package "
+        "expects %d); %s." % (getattr(_ext, "API_VERSION", None), _EXPECTED_API_VERSION,
+                              _REBUILD))
+
+__doc__ = _ext.__doc__
+for _name in dir(_ext):
+    if not _name.startswith("__"):
+        globals()[_name] = getattr(_ext, _name)
+del _name
+
+
+def from_torch(module, example_inputs=None):
+    """The Model of a torch nn.Module or fx.GraphModule (what fuselage.export would write),
+    handed over as bytes in memory: no file. `example_inputs` as for fuselage.export."""
+    from fuselage import to_proto
+
+    return Model.from_bytes(to_proto(module, example_inputs).SerializeToString())
+
+
+def to_torch(model):
+    """The torch.fx.GraphModule of a Model (what fuselage.to_torch would read from its file),
+    handed over as bytes in memory: no file."""
+    from fuselage import from_proto
+    from fuselage._proto import model_pb2
+
+    return from_proto(model_pb2().Model.FromString(model.to_bytes()))

@@ -1,0 +1,117 @@
+"""A model PyTorch's prepare_fx returned, written so that `fuselage convert` quantizes the
+same weighted ops PyTorch's convert_fx would.
+
+PyTorch keeps what convert needs beside the graph: each module's `qconfig` (whose weight
+observer convert runs on the weight) and the GraphModule's `_observed_node_names` and
+`_qconfig_map`. A model file cannot hold qconfigs, so without this the file's observers
+became quantize / dequantize pairs while every conv stayed float. fuselage's prepared-model
+format (quantize/prepared_model.h) records the same decision as data: one plan module
+`<container>.weight_post_process_<k>` per weighted op — its weight observer's class and
+spec, and string attributes `node`, `root_module`, `reference_module` — in the one container
+holding the observers. prepare_fx puts its observers on the root, so they are written
+under a container of their own (`observers`, as fuselage's prepare names it) and the
+call_module targets follow them.
+
+The ops planned are those PyTorch's convert_weighted_module converts to reference modules:
+a call_module node that was observed (in `_observed_node_names`), whose module has a
+non-None qconfig (also in `_qconfig_map`) with a quantized weight, and whose module — or, for
+a fused module, its child `0` — has a reference form (nnqr.*). convert_fx also drops a
+qconfig its backend_config's dtype configs do not support; prepare_fx inserted no
+observers around such an op in the first place, so its node is not observed either.
+"""
+
+import torch.ao.nn.intrinsic as nni
+from torch.ao.quantization.utils import weight_is_quantized
+
+from fuselage import _modules, _names, _registry
+from fuselage.errors import ExportError
+
+PLAN_PREFIX = "weight_post_process_"  # quantize/prepared_model.cc kWeightPlanModulePrefix
+CONTAINER = "observers"
+
+
+class Plan:
+    """One weighted op's plan: its node, root and reference module types, and the weight
+    observer (a fresh module from the qconfig, as convert_fx creates it)."""
+
+    __slots__ = ("node", "root_module", "reference_module", "observer", "observer_type")
+
+    def __init__(self, node, root_module, reference_module, observer, observer_type):
+        self.node = node
+        self.root_module = root_module
+        self.reference_module = reference_module
+        self.observer = observer
+        self.observer_type = observer_type
+
+
+class PreparedLayout:
+    """Where the observers of a prepare_fx model go (`moved`: old path -> new path, all
+    under `container`) and the plans written beside them."""
+
+    def __init__(self, container, moved, plans):
+        self.container = container
+        self.moved = moved
+        self.plans = plans
+
+
+def _is_observer_module(module):
+    return _modules._is_observer(type(module))
+
+
+def layout(gm):
+    """The PreparedLayout of `gm` if prepare_fx returned it (it has `_observed_node_names`
+    and its graph calls observers on the root), else None. Raises ExportError naming the
+    node for a weighted op whose weight observer the file cannot express."""
+    observed = getattr(gm, "_observed_node_names", None)
+    if not isinstance(observed, (set, frozenset)):
+        return None
+    qconfig_map = getattr(gm, "_qconfig_map", None) or {}
+    observers = []
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and "." not in node.target and \
+                _is_observer_module(gm.get_submodule(node.target)):
+            if node.target not in observers:
+                observers.append(node.target)
+    if not observers:
+        return None
+    container = CONTAINER
+    taken = set(gm._modules) | set(gm._parameters) | set(gm._buffers)
+    k = 1
+    while container in taken:
+        container, k = f"{CONTAINER}_{k}", k + 1
+    moved = {name: f"{container}.{name}" for name in observers}
+    return PreparedLayout(container, moved, _plans(gm, observed, qconfig_map))
+
+
+def _plans(gm, observed, qconfig_map):
+    plans = []
+    for node in gm.graph.nodes:
+        if node.op != "call_module" or node.name not in observed:
+            continue
+        module = gm.get_submodule(node.target)
+        qconfig = getattr(module, "qconfig", None)
+        if qconfig is None or qconfig_map.get(node.name, qconfig) is None:
+            continue
+        weighted = module[0] if isinstance(module, nni._FusedModule) else module
+        root = _names.module_type_name(type(weighted))
+        if root is None or not root.startswith("nn."):
+            continue
+        reference = "nnqr." + root[len("nn."):]
+        if reference not in _registry.module_types() or not weight_is_quantized(qconfig):
+            continue
+        where = f"node '{node.name}'"
+        try:
+            observer = qconfig.weight()
+        except Exception as e:
+            raise ExportError(f"{where}: its qconfig's weight observer cannot be built: "
+                              f"{e}") from e
+        observer_type = _names.module_type_name(type(observer))
+        if observer_type is None or observer_type not in _registry.module_types() or \
+                not _is_observer_module(observer):
+            raise ExportError(
+                f"{where}: the weight observer of its qconfig is a "
+                f"{type(observer).__module__}.{type(observer).__qualname__}, which fuselage "
+                "has no observer type for (MinMaxObserver, PerChannelMinMaxObserver, ...); "
+                "`fuselage convert` could not quantize the weight")
+        plans.append(Plan(node.name, root, reference, observer, observer_type))
+    return plans

@@ -1,0 +1,596 @@
+"""PyTorch's QConfigMapping and BackendConfig as fuselage's declarative text formats.
+
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.backend_config import get_qnnpack_backend_config
+    from fuselage._translate import backend_config_to_text, qconfig_mapping_to_text
+
+    open("mapping.textproto", "w").write(
+        qconfig_mapping_to_text(get_default_qconfig_mapping("qnnpack")))
+    open("config.textproto", "w").write(backend_config_to_text(get_qnnpack_backend_config()))
+    # fuselage quantize model.fsl --backend=qnnpack --config=config.textproto \
+    #     --qconfig-mapping=mapping.textproto -o q.fsl
+
+The texts are quantize/qconfig_mapping.proto (QConfigMappingFile) and
+backend_configs/backend_config.proto (BackendConfigFile) in protobuf text format; the C++
+loaders validate them again. Both functions are pure: they read the PyTorch objects (and
+call the config's root-node / extra-inputs getters on marker objects), nothing else.
+Whatever the formats cannot express is a ConfigTranslationError naming it: a custom
+observer class, a fake-quantize (QAT) or dynamic qconfig, an object type without a
+fuselage name, a fuser method fuselage does not know, a getter that does more than pick
+pattern positions.
+
+Not translated, on purpose (fuselage does no quantization-aware training):
+BackendPatternConfig.qat_module, _overwrite_output_fake_quantize, and the entries whose
+pattern is a QAT module (nnqat.Conv2d, nniqat.ConvBn2d, ...), which never match a model
+fuselage quantizes.
+"""
+
+import functools
+import inspect
+import math
+
+import torch
+import torch.ao.quantization.fuser_method_mappings as fmm
+import torch.ao.quantization.observer as obs
+import torch.nn as nn
+
+from fuselage import _names
+from fuselage.errors import ConfigTranslationError
+
+try:
+    from torch.ao.quantization.fake_quantize import FakeQuantizeBase
+except ImportError:  # pragma: no cover - every supported PyTorch has it
+    FakeQuantizeBase = ()
+from torch.ao.quantization.backend_config import ObservationType
+from torch.ao.quantization.utils import MatchAllNode
+
+__all__ = ["qconfig_mapping_to_text", "backend_config_to_text"]
+
+
+# ---- text ---------------------------------------------------------------------------
+
+def _quote(s):
+    """A protobuf text-format string literal: UTF-8 bytes, non-printable ones as octal
+    escapes (the parser rebuilds the bytes, so any text survives)."""
+    out = []
+    for b in s.encode("utf-8"):
+        c = chr(b)
+        if c in '"\\':
+            out.append("\\" + c)
+        elif 0x20 <= b < 0x7F:
+            out.append(c)
+        else:
+            out.append("\\%03o" % b)
+    return '"' + "".join(out) + '"'
+
+
+def _number(x):
+    if isinstance(x, bool):
+        raise TypeError("bool is not a number here")
+    if isinstance(x, torch.Tensor):
+        x = x.item()
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            raise ValueError("%r is not finite" % x)
+        return repr(x)  # shortest text that reads back as the same double
+    return str(int(x))
+
+
+def _dtype(d):
+    return str(d)  # "torch.quint8": the loaders read it
+
+
+# ---- observers and qconfigs ---------------------------------------------------------------
+
+# PyTorch observer class -> (fuselage kind, the constructor arguments the kind takes).
+_KINDS = {}
+
+
+def _kind(cls_name, fields):
+    cls = getattr(obs, cls_name, None)
+    if cls is not None:
+        _KINDS[cls] = (cls_name.lstrip("_"), fields)
+
+
+_AFFINE = ("dtype", "qscheme", "reduce_range", "quant_min", "quant_max", "eps")
+_kind("MinMaxObserver", _AFFINE)
+_kind("MovingAverageMinMaxObserver", _AFFINE + ("averaging_constant",))
+_kind("PerChannelMinMaxObserver", _AFFINE + ("ch_axis",))
+_kind("MovingAveragePerChannelMinMaxObserver", _AFFINE + ("averaging_constant", "ch_axis"))
+_kind("HistogramObserver", _AFFINE + ("bins", "upsample_rate"))
+_kind("PlaceholderObserver", ("dtype", "quant_min", "quant_max"))
+_kind("NoopObserver", ("dtype",))
+_kind("FixedQParamsObserver", ("dtype", "qscheme", "quant_min", "quant_max", "scale",
+                               "zero_point"))
+_kind("ReuseInputObserver", ())
+_kind("_ReuseInputObserver", ())  # its name in some PyTorch versions
+
+# Constructor arguments that carry nothing the formats need when they have these values.
+_INERT = {"factory_kwargs": (None,), "custom_op_name": ("",), "compute_dtype": (None,),
+          "is_dynamic": (False,), "memoryless": (False,)}
+
+
+def _unwrap(factory, what):
+    """(class, {argument: value}) of an observer factory: a class, or the
+    `with_args(...)` partials PyTorch builds (outer arguments override inner ones)."""
+    kwargs = {}
+    args = ()
+    while True:
+        if isinstance(factory, obs._PartialWrapper):
+            if factory.callable_args:
+                raise ConfigTranslationError(
+                    "%s: with_callable_args(%s) is not supported; give plain values with "
+                    "with_args" % (what, ", ".join(sorted(factory.callable_args))))
+            factory = factory.p
+        elif isinstance(factory, functools.partial):
+            kwargs = {**factory.keywords, **kwargs}
+            if factory.args:
+                args = factory.args + args
+            factory = factory.func
+        else:
+            break
+    return factory, args, kwargs
+
+
+def _observer_text(factory, what):
+    cls, args, kwargs = _unwrap(factory, what)
+    if not isinstance(cls, type):
+        raise ConfigTranslationError(
+            "%s: %r is not an observer class or its with_args(...); expected one of %s"
+            % (what, cls, ", ".join(sorted(k for k, _ in _KINDS.values()))))
+    if FakeQuantizeBase and issubclass(cls, FakeQuantizeBase):
+        raise ConfigTranslationError(
+            "%s: %s is a fake-quantize (quantization-aware training); fuselage quantizes "
+            "after training only: use an observer such as HistogramObserver"
+            % (what, cls.__qualname__))
+    if cls not in _KINDS:
+        raise ConfigTranslationError(
+            "%s: observer class %s.%s is not supported (a custom observer cannot be run "
+            "by fuselage); expected one of %s"
+            % (what, cls.__module__, cls.__qualname__,
+               ", ".join(sorted(k for k, _ in _KINDS.values()))))
+    kind, fields = _KINDS[cls]
+    try:
+        bound = inspect.signature(cls).bind_partial(*args, **kwargs)
+    except TypeError as e:
+        raise ConfigTranslationError("%s: %s arguments: %s" % (what, kind, e)) from None
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    # Arguments that land in the constructor's **kwargs are checked like named ones.
+    for param in inspect.signature(cls).parameters.values():
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            values.update(values.pop(param.name, {}))
+    if values.get("is_dynamic") is True or values.get("compute_dtype") is not None:
+        raise ConfigTranslationError(
+            "%s: %s(is_dynamic / compute_dtype) is dynamic quantization, which fuselage "
+            "does not do"
+            % (what, kind))
+    lines = ["kind: " + _quote(kind)]
+    for name, value in values.items():
+        if name in _INERT and value in _INERT[name]:
+            continue
+        if name not in fields:
+            raise ConfigTranslationError(
+                "%s: %s argument %s=%r is not supported" % (what, kind, name, value))
+        if value is None:
+            continue  # quant_min / quant_max unset
+        try:
+            if name == "dtype":
+                text = _quote(_dtype(value))
+            elif name == "qscheme":
+                text = _quote(_names.qscheme_name(value))
+            elif name == "reduce_range":
+                text = "true" if value else "false"
+            else:
+                text = _number(value)
+        except (TypeError, ValueError, KeyError) as e:
+            raise ConfigTranslationError(
+                "%s: %s argument %s=%r: %s" % (what, kind, name, value, e)) from None
+        lines.append("%s: %s" % (name, text))
+    return lines
+
+
+def _qconfig_lines(qconfig, what):
+    """The body of a QConfigValue: `none: true`, or activation and weight."""
+    if qconfig is None:
+        return ["none: true"]
+    if type(qconfig).__name__ == "QConfigDynamic" or not hasattr(qconfig, "activation") \
+            or not hasattr(qconfig, "weight"):
+        raise ConfigTranslationError(
+            "%s: %r is not a static QConfig(activation=..., weight=...); dynamic "
+            "quantization is not supported" % (what, qconfig))
+    lines = []
+    for field in ("activation", "weight"):
+        body = _observer_text(getattr(qconfig, field), "%s.%s" % (what, field))
+        lines.append("%s { %s }" % (field, " ".join(body)))
+    return lines
+
+
+def _object_type_name(object_type, what):
+    """fuselage's name of a QConfigMapping object type (graph/NAMING.md): a module class,
+    a function, or a method name string."""
+    if isinstance(object_type, str):
+        return object_type
+    if isinstance(object_type, type) and issubclass(object_type, nn.Module):
+        name = _module_name(object_type)
+    elif callable(object_type):
+        name = _names.function_name(object_type)
+    else:
+        name = None
+    if name is None:
+        raise ConfigTranslationError(
+            "%s: object type %r has no fuselage name (graph/NAMING.md); expected a torch.nn "
+            "module class, an importable function or a method name" % (what, object_type))
+    return name
+
+
+def qconfig_mapping_to_text(qconfig_mapping) -> str:
+    """The QConfigMappingFile text (quantize/qconfig_mapping.proto) of a PyTorch
+    QConfigMapping: global, object types, module-name regexes, module names and
+    module-name / object-type / index entries, in the mapping's order; `None` becomes
+    `none: true`. Raises ConfigTranslationError naming the entry and what is unsupported."""
+    for attr in ("global_qconfig", "object_type_qconfigs", "module_name_regex_qconfigs",
+                 "module_name_qconfigs", "module_name_object_type_order_qconfigs"):
+        if not hasattr(qconfig_mapping, attr):
+            raise ConfigTranslationError(
+                "expected a torch.ao.quantization.QConfigMapping, got %s (no %s)"
+                % (type(qconfig_mapping).__name__, attr))
+    out = ["# proto-file: quantize/qconfig_mapping.proto",
+           "# proto-message: fuselage.config.QConfigMappingFile"]
+
+    def block(header, key_lines, qconfig, what):
+        out.append(header + " {")
+        out.extend("  " + k for k in key_lines)
+        out.append("  qconfig {")
+        out.extend("    " + line for line in _qconfig_lines(qconfig, what + ".qconfig"))
+        out.append("  }")
+        out.append("}")
+
+    if qconfig_mapping.global_qconfig is not None:
+        out.append("global {")
+        out.extend("  " + line for line in _qconfig_lines(qconfig_mapping.global_qconfig, "global"))
+        out.append("}")
+    for i, (object_type, q) in enumerate(qconfig_mapping.object_type_qconfigs.items()):
+        what = "object_type[%d] %r" % (i, object_type)
+        block("object_type", ["object_type: " + _quote(_object_type_name(object_type, what))],
+              q, what)
+    for i, (regex, q) in enumerate(qconfig_mapping.module_name_regex_qconfigs.items()):
+        block("module_name_regex", ["regex: " + _quote(regex)], q,
+              "module_name_regex[%d] %r" % (i, regex))
+    for i, (name, q) in enumerate(qconfig_mapping.module_name_qconfigs.items()):
+        block("module_name", ["module_name: " + _quote(name)], q, "module_name[%d] %r" % (i, name))
+    for i, ((name, object_type, index), q) in enumerate(
+            qconfig_mapping.module_name_object_type_order_qconfigs.items()):
+        what = "module_name_object_type_order[%d] %r" % (i, (name, object_type, index))
+        block("module_name_object_type_order",
+              ["module_name: " + _quote(name),
+               "object_type: " + _quote(_object_type_name(object_type, what)),
+               "index: %d" % index], q, what)
+    return "\n".join(out) + "\n"
+
+
+# ---- backend configs ---------------------------------------------------------------------
+
+def _module_name(cls):
+    name = _names.module_type_name(cls)
+    if name is None and cls.__module__.split(".")[:2] == ["fuselage", "nn"]:
+        # fuselage.nn's float modules of the fused ops PyTorch lacks (ConvAddReLU2d, ...)
+        # are the nni. types of graph/NAMING.md.
+        name = "nni." + cls.__name__
+    return name
+
+
+def _element_name(p, what):
+    """One pattern position in the text syntax of patterns/pattern.h."""
+    if p is MatchAllNode:
+        return "MatchAllNode"
+    if isinstance(p, str):
+        return "method:" + p
+    if isinstance(p, type) and issubclass(p, nn.Module):
+        name = _module_name(p)
+    elif callable(p):
+        name = _names.function_name(p)
+    else:
+        name = None
+    if name is None:
+        raise ConfigTranslationError(
+            "%s: pattern element %r has no fuselage name (graph/NAMING.md)" % (what, p))
+    return name
+
+
+def _pattern_text(p, what):
+    if isinstance(p, (tuple, list)):
+        if not p:
+            raise ConfigTranslationError("%s: empty pattern" % what)
+        return "(" + ", ".join(_pattern_text(x, what) for x in p) + ")"
+    return _element_name(p, what)
+
+
+def _pattern_of(cfg, what):
+    """(pattern, format, complex-format pattern) of a BackendPatternConfig. PyTorch 1.13's
+    `pattern` is the reversed nested (complex) format; later versions keep that in
+    `_pattern_complex_format` and use `pattern` for the simple format (execution order)."""
+    if hasattr(cfg, "_pattern_complex_format"):
+        complex_pattern = getattr(cfg, "_pattern_complex_format")
+        if complex_pattern is not None:
+            return complex_pattern, "COMPLEX", complex_pattern
+        simple = cfg.pattern
+        if simple is None:
+            raise ConfigTranslationError("%s: the config has no pattern" % what)
+        if isinstance(simple, (tuple, list)) and len(simple) > 1:
+            nested = simple[0]
+            for element in simple[1:]:
+                nested = (element, nested)
+            return simple, "SEQUENCE", nested
+        return simple, "COMPLEX", simple
+    if getattr(cfg, "pattern", None) is None:
+        raise ConfigTranslationError("%s: the config has no pattern" % what)
+    return cfg.pattern, "COMPLEX", cfg.pattern
+
+
+class _PatternPosition:
+    """What a root-node / extra-inputs getter is called with in place of a matched node:
+    it knows its position's path (backend_config.proto) and refuses everything else."""
+
+    __slots__ = ("_path",)
+
+    def __init__(self, path):
+        object.__setattr__(self, "_path", path)
+
+    def __getattr__(self, name):
+        raise AttributeError(
+            "a pattern position has no attribute %r: the getter may only pick positions "
+            "of the pattern, not look at the nodes" % name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a pattern position cannot be changed")
+
+    def __repr__(self):
+        return "<pattern position %r>" % self._path
+
+
+def _marked(p, path=""):
+    """The complex pattern `p` with every position replaced by its _PatternPosition."""
+    if isinstance(p, (tuple, list)):
+        args = [_marked(a, "%s.%d" % (path, i) if path else str(i)) for i, a in enumerate(p[1:])]
+        return (_PatternPosition(path), *args)
+    return _PatternPosition(path)
+
+
+def _call_getter(getter, nested, what, field):
+    try:
+        return getter(_marked(nested))
+    except ConfigTranslationError:
+        raise
+    except Exception as e:
+        raise ConfigTranslationError(
+            "%s: %s %s failed on the pattern's positions (%s: %s); a getter may only pick "
+            "positions of the pattern it is given" % (what, field, _qualname(getter),
+                                                      type(e).__name__, e)) from None
+
+
+def _qualname(fn):
+    return "%s.%s" % (getattr(fn, "__module__", "?"),
+                      getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn))))
+
+
+def _position_path(value, getter, what, field):
+    if not isinstance(value, _PatternPosition):
+        raise ConfigTranslationError(
+            "%s: %s %s returned %r; expected one position of the pattern it was given"
+            % (what, field, _qualname(getter), value))
+    return value._path
+
+
+# PyTorch 1.13's fuse_conv_bn_relu returns the fused conv-relu of the conv's
+# dimensionality (its own table).
+_CONV_RELU = {nn.Conv1d: "nni.ConvReLU1d", nn.Conv2d: "nni.ConvReLU2d",
+              nn.Conv3d: "nni.ConvReLU3d"}
+# fuselage.fusers (python/fuselage/fusers.py), by name: (fuser kind, fused module type).
+_FUSELAGE_FUSERS = {
+    "fuse_conv_add": ("WRAP_IN_SEQUENCE", "nni.ConvAdd2d"),
+    "fuse_conv_bn_add": ("FOLD_BN_THEN_WRAP", "nni.ConvAdd2d"),
+    "fuse_conv_add_relu": ("WRAP_IN_SEQUENCE", "nni.ConvAddReLU2d"),
+    "fuse_conv_bn_add_relu": ("FOLD_BN_THEN_WRAP", "nni.ConvAddReLU2d"),
+}
+_FMM = fmm.__name__
+
+
+def _closure(fn):
+    names = fn.__code__.co_freevars
+    return {n: c.cell_contents for n, c in zip(names, fn.__closure__ or ())}
+
+
+def _fuser(fuser, nested, what):
+    """(fuser kind, fused module type or "") of a fuser method, as fuselage's fusion pass
+    does it for inference: batch norm folded into the conv / linear, or the matched
+    modules wrapped in the fused container. PyTorch's own fusers are recognized by
+    identity (reverse2 / reverse3 / (reverse_)sequential_wrapper2 unwrapped), fuselage's by
+    qualified name."""
+    module = getattr(fuser, "__module__", None)
+    qualname = getattr(fuser, "__qualname__", "")
+    if module == "fuselage.fusers" and qualname in _FUSELAGE_FUSERS:
+        return _FUSELAGE_FUSERS[qualname]
+    if module == _FMM and hasattr(fuser, "__code__"):
+        outer = qualname.split(".<locals>.")[0].lstrip("_")
+        cells = _closure(fuser)
+        if outer in ("reverse2", "reverse3") and "f" in cells:
+            return _fuser(cells["f"], nested, what)
+        if outer in ("sequential_wrapper2", "reverse_sequential_wrapper2") and "sequential" in cells:
+            name = _module_name(cells["sequential"])
+            if name is None:
+                raise ConfigTranslationError(
+                    "%s: fuser method wraps in %r, which has no fuselage name"
+                    % (what, cells["sequential"]))
+            return "WRAP_IN_SEQUENCE", name
+    for plain in ("fuse_conv_bn", "fuse_linear_bn", "fuse_convtranspose_bn"):
+        if fuser is getattr(fmm, plain, None):
+            return "FOLD_BN_THEN_WRAP", ""
+    if fuser is getattr(fmm, "fuse_conv_bn_relu", None):
+        for conv, fused in _CONV_RELU.items():
+            if _contains(nested, conv):
+                return "FOLD_BN_THEN_WRAP", fused
+        raise ConfigTranslationError("%s: fuse_conv_bn_relu on a pattern without a conv" % what)
+    raise ConfigTranslationError(
+        "%s: fuser method %s is not one fuselage knows; expected a fuser of "
+        "torch.ao.quantization.fuser_method_mappings or fuselage.fusers (%s)"
+        % (what, _qualname(fuser), ", ".join(sorted(_FUSELAGE_FUSERS))))
+
+
+def _contains(p, element):
+    if isinstance(p, (tuple, list)):
+        return any(_contains(x, element) for x in p)
+    return p is element
+
+
+def _observation(value, what):
+    if value == ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT:
+        return "OUTPUT_SHARE_OBSERVER_WITH_INPUT"
+    if value == ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT:
+        return "OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT"
+    raise ConfigTranslationError("%s: observation type %r is not supported" % (what, value))
+
+
+def _constrained_lines(c, what):
+    if c is None:
+        return []
+    dtype = getattr(c, "dtype", None)
+    lines = [] if dtype is None else ["dtype: " + _quote(_dtype(dtype))]
+    for field in ("quant_min_lower_bound", "quant_max_upper_bound", "scale_min_lower_bound",
+                  "scale_max_upper_bound", "scale_exact_match", "zero_point_exact_match"):
+        value = getattr(c, field, None)
+        if value is not None:
+            lines.append("%s: %s" % (field, _number(value)))
+    return lines
+
+
+def _dtype_config_lines(d, what):
+    lines = []
+    for field, attr in (("input", "input_dtype_with_constraints"),
+                        ("output", "output_dtype_with_constraints"),
+                        ("weight", "weight_dtype_with_constraints")):
+        body = _constrained_lines(getattr(d, attr, None), "%s.%s" % (what, field))
+        if body:
+            lines.append("%s { %s }" % (field, " ".join(body)))
+    if getattr(d, "bias_dtype", None) is not None:
+        lines.append("bias: " + _quote(_dtype(d.bias_dtype)))
+    if getattr(d, "is_dynamic", False):
+        lines.append("is_dynamic: true")
+    return lines
+
+
+def _entry_lines(cfg, index):
+    what = "backend pattern config [%d]" % index
+    pattern, fmt, nested = _pattern_of(cfg, what)
+    what = "backend pattern config [%d] %s" % (index, _pattern_text(pattern, what))
+    lines = ["pattern: " + _quote(_pattern_text(pattern, what))]
+    if fmt == "SEQUENCE":
+        lines.append("format: SEQUENCE")
+    observation = _observation(cfg.observation_type, what)
+    if observation != "OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT":
+        lines.append("observation_type: " + observation)
+    for i, d in enumerate(cfg.dtype_configs):
+        body = _dtype_config_lines(d, "%s dtype_config[%d]" % (what, i))
+        lines.append("dtype_config { %s }" % " ".join(body))
+    for field in ("root_module", "reference_quantized_module"):
+        cls = getattr(cfg, field, None)
+        if cls is None:
+            continue
+        name = _module_name(cls)
+        if name is None:
+            raise ConfigTranslationError(
+                "%s: %s %r has no fuselage name (graph/NAMING.md)" % (what, field, cls))
+        lines.append("%s: %s" % (field, _quote(name)))
+    if cfg.fuser_method is not None:
+        kind, fused = _fuser(cfg.fuser_method, nested, what)
+        lines.append("fuser: " + kind)
+        if fused:
+            lines.append("fused_module: " + _quote(fused))
+        root_getter = getattr(cfg, "_root_node_getter", None)
+        if root_getter is not None:
+            root = _call_getter(root_getter, nested, what, "root node getter")
+            lines.append("root: " + _quote(_position_path(root, root_getter, what,
+                                                          "root node getter")))
+        extra_getter = getattr(cfg, "_extra_inputs_getter", None)
+        if extra_getter is not None:
+            extras = _call_getter(extra_getter, nested, what, "extra inputs getter")
+            if not isinstance(extras, (list, tuple)):
+                raise ConfigTranslationError(
+                    "%s: extra inputs getter %s returned %r; expected a list of positions of "
+                    "the pattern" % (what, _qualname(extra_getter), extras))
+            for extra in extras:
+                lines.append("extra_input: " + _quote(_position_path(
+                    extra, extra_getter, what, "extra inputs getter")))
+    index_of = getattr(cfg, "_input_type_to_index", None) or {}
+    for key, value in index_of.items():
+        if key not in ("weight", "bias"):
+            raise ConfigTranslationError(
+                "%s: _input_type_to_index key %r is not supported; expected weight, bias"
+                % (what, key))
+        lines.append("%s_arg_index: %d" % (key, value))
+    for count, observation_type in (getattr(cfg, "_num_tensor_args_to_observation_type", None)
+                                    or {}).items():
+        lines.append("num_tensor_args_observation { num_tensor_args: %d observation_type: %s }"
+                     % (count, _observation(observation_type, what)))
+    observed = getattr(cfg, "_input_output_observed", None)
+    if observed is not None and not observed:
+        lines.append("input_output_observed: false")
+    fixed = getattr(cfg, "_overwrite_output_observer", None)
+    if fixed is not None:
+        cls, args, kwargs = _unwrap(fixed, what + " output observer")
+        if cls is not obs.FixedQParamsObserver:
+            raise ConfigTranslationError(
+                "%s: output observer %r is not supported; expected a FixedQParamsObserver"
+                % (what, cls))
+        bound = inspect.signature(cls).bind_partial(*args, **kwargs)
+        if "scale" not in bound.arguments or "zero_point" not in bound.arguments:
+            raise ConfigTranslationError("%s: FixedQParamsObserver needs scale and zero_point"
+                                         % what)
+        lines.append("fixed_output_qparams { scale: %s zero_point: %s }"
+                     % (_number(float(bound.arguments["scale"])),
+                        _number(bound.arguments["zero_point"])))
+    return lines
+
+
+def _is_qat_class(p):
+    return isinstance(p, type) and "qat" in p.__module__.split(".")
+
+
+def _matches_qat_modules(cfg):
+    """Whether the entry's pattern holds a QAT module (nnqat.Conv2d, nniqat.ConvBn2d):
+    those exist only in a model prepared for quantization-aware training, which fuselage
+    does not do, so such entries can never match and are left out."""
+    pattern = getattr(cfg, "_pattern_complex_format", None) or getattr(cfg, "pattern", None)
+    return _contains_if(pattern, _is_qat_class)
+
+
+def _contains_if(p, predicate):
+    if isinstance(p, (tuple, list)):
+        return any(_contains_if(x, predicate) for x in p)
+    return predicate(p)
+
+
+def backend_config_to_text(backend_config) -> str:
+    """The BackendConfigFile text (backend_configs/backend_config.proto) of a PyTorch
+    BackendConfig: a complete config (no base) named as the BackendConfig, one `pattern`
+    entry per BackendPatternConfig in its order, except entries for QAT modules
+    (_matches_qat_modules). Raises ConfigTranslationError naming the
+    entry and what the format cannot express."""
+    configs = getattr(backend_config, "configs", None)
+    if configs is None:
+        raise ConfigTranslationError(
+            "expected a torch.ao.quantization.backend_config.BackendConfig, got %s"
+            % type(backend_config).__name__)
+    if isinstance(configs, dict):  # PyTorch 1.13: pattern -> config
+        configs = list(configs.values())
+    out = ["# proto-file: backend_configs/backend_config.proto",
+           "# proto-message: fuselage.config.BackendConfigFile"]
+    if getattr(backend_config, "name", ""):
+        out.append("name: " + _quote(backend_config.name))
+    for i, cfg in enumerate(configs):
+        if _matches_qat_modules(cfg):
+            continue
+        out.append("pattern {")
+        out.extend("  " + line for line in _entry_lines(cfg, i))
+        out.append("}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,116 @@
+#include "runtime/quantized/kernel_loops.h"
+
+#include <algorithm>
+
+#include "runtime/quantized/quant_math.h"
+
+namespace fuselage {
+namespace quantized {
+
+#define FUSELAGE_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+
+// QuantizeValue, branch-free so that it vectorizes: zero_point + nearbyint(...) is a whole
+// number (or infinite, or NaN exactly when the value is), so RoundAndClamp's rounding is the
+// identity and only its clamp and NaN rule remain.
+FUSELAGE_CLONES
+void QuantizeFloatsTo8Bit(const float* __restrict in, int64_t n, float inv_scale,
+                          int64_t zero_point, DType dtype, uint8_t* __restrict out) {
+  const float lo = static_cast<float>(DTypeMin(dtype)), hi = static_cast<float>(DTypeMax(dtype));
+  const float zp = static_cast<float>(zero_point);
+  const bool is_signed = dtype == DType::kQInt8;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = in[i];
+    const float clamped = std::min(std::max(zp + std::nearbyint(v * inv_scale), lo), hi);
+    const float q = std::isnan(v) ? zp : clamped;
+    out[i] = is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q))
+                       : static_cast<uint8_t>(static_cast<int32_t>(q));
+  }
+}
+
+// Branch-free, so that it vectorizes: a table entry is finite (finite scales, 8-bit
+// values), so the sum is never NaN, and zero_point + nearbyint(...) is already a whole
+// number, so RoundAndClamp's second rounding is the identity and only its clamp remains.
+template <bool kRelu>
+inline void AddDequantized8BitBody(const uint8_t* __restrict a, const uint8_t* __restrict b,
+                                   int64_t n, const float* __restrict table_a,
+                                   const float* __restrict table_b, float inv_scale,
+                                   float zero_point, float lo, float hi,
+                                   uint8_t* __restrict out, bool is_signed) {
+  for (int64_t i = 0; i < n; ++i) {
+    float c = table_a[a[i]] + table_b[b[i]];
+    if (kRelu) c = std::max(c, 0.0f);
+    const float q = std::min(std::max(zero_point + std::nearbyint(c * inv_scale), lo), hi);
+    out[i] = is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q))
+                       : static_cast<uint8_t>(static_cast<int32_t>(q));
+  }
+}
+
+FUSELAGE_CLONES
+void AddDequantized8Bit(const uint8_t* a, const uint8_t* b, int64_t n, const float* table_a,
+                        const float* table_b, bool relu, float inv_scale, int64_t zero_point,
+                        DType dtype, uint8_t* out) {
+  const float lo = static_cast<float>(DTypeMin(dtype)), hi = static_cast<float>(DTypeMax(dtype));
+  const float zp = static_cast<float>(zero_point);
+  const bool is_signed = dtype == DType::kQInt8;
+  if (relu) {
+    AddDequantized8BitBody<true>(a, b, n, table_a, table_b, inv_scale, zp, lo, hi, out, is_signed);
+  } else {
+    AddDequantized8BitBody<false>(a, b, n, table_a, table_b, inv_scale, zp, lo, hi, out,
+                                  is_signed);
+  }
+}
+
+// The wrap-around add in unsigned arithmetic (defined), then back to int32.
+inline int32_t WrappingAdd(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+}
+
+inline uint8_t RequantizeQnnpack(int32_t acc, int32_t bias_q, float scale, float zero_point,
+                                 float lo, float hi, bool is_signed) {
+  const float v = static_cast<float>(WrappingAdd(acc, bias_q)) * scale;
+  const float q = std::min(std::max(std::nearbyint(v) + zero_point, lo), hi);
+  return is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q))
+                   : static_cast<uint8_t>(static_cast<int32_t>(q));
+}
+
+FUSELAGE_CLONES
+void RequantizeQnnpackPlane(const int32_t* __restrict acc, int64_t n, int32_t bias_q,
+                            float scale, int32_t zero_point, int32_t lo, int32_t hi, DType dtype,
+                            uint8_t* __restrict out) {
+  const bool is_signed = dtype == DType::kQInt8;
+  const float zp = static_cast<float>(zero_point);
+  const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = RequantizeQnnpack(acc[i], bias_q, scale, zp, flo, fhi, is_signed);
+  }
+}
+
+FUSELAGE_CLONES
+void RequantizeQnnpackRow(const int32_t* __restrict acc, int64_t n,
+                          const int32_t* __restrict bias_q, const float* __restrict scales,
+                          int32_t zero_point, int32_t lo, int32_t hi, DType dtype,
+                          uint8_t* __restrict out) {
+  const bool is_signed = dtype == DType::kQInt8;
+  const float zp = static_cast<float>(zero_point);
+  const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = RequantizeQnnpack(acc[i], bias_q[i], scales[i], zp, flo, fhi, is_signed);
+  }
+}
+
+FUSELAGE_CLONES
+void Clamp8Bit(const uint8_t* x, int64_t n, int32_t lo, int32_t hi, DType dtype, uint8_t* out) {
+  if (dtype == DType::kQInt8) {
+    const int8_t* s = reinterpret_cast<const int8_t*>(x);
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = static_cast<uint8_t>(static_cast<int8_t>(std::min<int32_t>(std::max<int32_t>(s[i], lo), hi)));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = static_cast<uint8_t>(std::min<int32_t>(std::max<int32_t>(x[i], lo), hi));
+  }
+}
+
+}  // namespace quantized
+}  // namespace fuselage

@@ -1,0 +1,47 @@
+// The hot loops of the 8-bit quantized kernels, over raw bytes (no int32 widening), each
+// compiled twice by GCC's target_clones — for baseline x86-64 and for x86-64-v3 (AVX2,
+// FMA, SSE4.1 rounding) — and picked when the program loads by what the CPU has, so a
+// baseline build still gets vector code where the machine allows. Both clones compute the
+// same bits: x86-64-v3's FMA instruction is the fused multiply-add std::fma computes in
+// software otherwise, and nearbyint rounds half to even in both (quant_math.h's formulas).
+//
+// `dtype` is kQUInt8 or kQInt8; int8 values travel as their uint8 bit patterns.
+#ifndef FUSELAGE_RUNTIME_QUANTIZED_KERNEL_LOOPS_H_
+#define FUSELAGE_RUNTIME_QUANTIZED_KERNEL_LOOPS_H_
+
+#include <cstdint>
+
+#include "graph/dtype.h"
+
+namespace fuselage {
+namespace quantized {
+
+// out[i] = QuantizeValue(in[i], inv_scale, zero_point, dtype).
+void QuantizeFloatsTo8Bit(const float* in, int64_t n, float inv_scale, int64_t zero_point,
+                          DType dtype, uint8_t* out);
+
+// out[i] = QuantizeValue(relu?(table_a[a[i]] + table_b[b[i]]), inv_scale, zero_point),
+// where table_x[v] is the dequantized value of the stored byte v (QuantizedAdd's formula).
+void AddDequantized8Bit(const uint8_t* a, const uint8_t* b, int64_t n, const float* table_a,
+                        const float* table_b, bool relu, float inv_scale, int64_t zero_point,
+                        DType dtype, uint8_t* out);
+
+// QNNPACK's requantization (output_requantizer.h) of int32 accumulators, as its kernels
+// compute it: the int32 bias added to the accumulator with int32 wrap-around, times the
+// float scale, rounded half to even, plus the zero point, clamped to [lo, hi].
+// One conv output plane: n accumulators of one channel.
+void RequantizeQnnpackPlane(const int32_t* acc, int64_t n, int32_t bias_q, float scale,
+                            int32_t zero_point, int32_t lo, int32_t hi, DType dtype,
+                            uint8_t* out);
+// One linear output row: n accumulators of channels 0..n-1.
+void RequantizeQnnpackRow(const int32_t* acc, int64_t n, const int32_t* bias_q,
+                          const float* scales, int32_t zero_point, int32_t lo, int32_t hi,
+                          DType dtype, uint8_t* out);
+
+// out[i] = min(max(x[i], lo), hi) on the stored values (relu, hardtanh, clamp).
+void Clamp8Bit(const uint8_t* x, int64_t n, int32_t lo, int32_t hi, DType dtype, uint8_t* out);
+
+}  // namespace quantized
+}  // namespace fuselage
+
+#endif  // FUSELAGE_RUNTIME_QUANTIZED_KERNEL_LOOPS_H_

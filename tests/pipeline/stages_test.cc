@@ -1,0 +1,124 @@
+// The pipeline's stages one at a time (pipeline/stages.h): which backend config a name
+// and a config text give, and that fuse, prepare, calibrate, convert and lower called
+// separately (the prepared state kept in the modules in between) give the very model
+// RunQuantizeFlow gives in one call, keeping the state in memory.
+#include "pipeline/stages.h"
+
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend_configs/config_loader.h"
+#include "graph/serialization.h"
+#include "gtest/gtest.h"
+#include "pipeline/quantize_flow.h"
+#include "quantize/qconfig.h"
+#include "tools/examples.h"
+
+namespace fuselage {
+namespace {
+
+constexpr char kExampleConfig[] = "backend_configs/examples/conv_bn_add_relu.textproto";
+
+std::string ExampleConfigText() {
+  auto text = ReadBackendConfigFile(kExampleConfig);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *text : "";
+}
+
+std::vector<CalibrationSample> RandomSamples(int count) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<CalibrationSample> samples;
+  for (int i = 0; i < count; ++i) {
+    Tensor t = *Tensor::Zeros(DType::kFloat32, {1, 4, 8, 8});
+    for (int64_t k = 0; k < t.numel(); ++k) t.mutable_data<float>()[k] = uniform(rng);
+    samples.push_back({t});
+  }
+  return samples;
+}
+
+TEST(ResolveBackendConfigTest, NameTextOrBoth) {
+  auto by_name = ResolveBackendConfig("qnnpack", std::nullopt, "");
+  ASSERT_TRUE(by_name.ok()) << by_name.status();
+  EXPECT_EQ(by_name->name(), "qnnpack");
+
+  const std::string text = ExampleConfigText();
+  auto by_text = ResolveBackendConfig("", absl::string_view(text), "example");
+  ASSERT_TRUE(by_text.ok()) << by_text.status();
+  EXPECT_EQ(by_text->name(), "qnnpack_conv_bn_add_relu");
+  EXPECT_TRUE(ResolveBackendConfig("qnnpack", absl::string_view(text), "example").ok());
+
+  auto disagree = ResolveBackendConfig("fbgemm", absl::string_view(text), "example");
+  EXPECT_EQ(disagree.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(disagree.status().message(), "example extends backend 'qnnpack', not --backend=fbgemm");
+  EXPECT_EQ(ResolveBackendConfig("nope", std::nullopt, "").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ResolveBackendConfig("", std::nullopt, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // An empty text is a text (the loader judges it), not "no text".
+  EXPECT_NE(ResolveBackendConfig("qnnpack", absl::string_view(""), "empty").status().code(),
+            absl::StatusCode::kOk);
+}
+
+TEST(DefaultMappingBackendTest, TheNameOrTheTextsBase) {
+  const std::string text = ExampleConfigText();
+  EXPECT_EQ(*DefaultMappingBackend("x86", std::nullopt, ""), "x86");
+  EXPECT_EQ(*DefaultMappingBackend("", absl::string_view(text), "example"), "qnnpack");
+  EXPECT_FALSE(DefaultMappingBackend("", std::nullopt, "").ok());
+}
+
+TEST(StagesTest, OneAtATimeEqualsTheWholeFlow) {
+  const std::string text = ExampleConfigText();
+  auto config = ResolveBackendConfig("qnnpack", absl::string_view(text), "example");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto mapping = DefaultQConfigMapping("qnnpack");
+  ASSERT_TRUE(mapping.ok());
+  const std::vector<CalibrationSample> samples = RandomSamples(4);
+
+  auto whole = BuildResidualExample(kResidualExampleSeed);
+  ASSERT_TRUE(whole.ok());
+  ASSERT_TRUE(RunQuantizeFlow(**whole, *config, *mapping, samples).ok());
+
+  auto staged = BuildResidualExample(kResidualExampleSeed);
+  ASSERT_TRUE(staged.ok());
+  GraphModule& gm = **staged;
+  auto fused = FuseModel(gm, *config);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_EQ(fused->fused, 1);
+  EXPECT_EQ(fused->ToString(),
+            "fused 1 match (conv_bn_add_relu: 1) with backend qnnpack_conv_bn_add_relu: 7 -> 4 "
+            "nodes");
+  auto prepared = PrepareModel(gm, *mapping, *config);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  // The prepared state survives a save and a load: it is in the modules.
+  auto reloaded = ParseModel(SerializeModel(gm));
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  auto calibrated = CalibrateModel(**reloaded, samples);
+  ASSERT_TRUE(calibrated.ok()) << calibrated.status();
+  EXPECT_EQ(calibrated->samples, 4);
+  ASSERT_TRUE(ConvertModel(**reloaded).ok());
+  auto lowered = LowerModel(**reloaded);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  EXPECT_FALSE(LoweredNothing(*lowered));
+
+  EXPECT_EQ(SerializeModel(**reloaded), SerializeModel(**whole));
+}
+
+TEST(StagesTest, ConvertAndCalibrateRefuseAModelThatIsNotPrepared) {
+  auto gm = BuildResidualExample(kResidualExampleSeed);
+  ASSERT_TRUE(gm.ok());
+  const std::string before = SerializeModel(**gm);
+  EXPECT_EQ(ConvertModel(**gm).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CalibrateModel(**gm, RandomSamples(1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto lowered = LowerModel(**gm);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  EXPECT_TRUE(LoweredNothing(*lowered));
+  EXPECT_EQ(SerializeModel(**gm), before);
+}
+
+}  // namespace
+}  // namespace fuselage
