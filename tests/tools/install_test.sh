@@ -7,6 +7,7 @@ set -euo pipefail
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+runfiles="$PWD"
 scratch="${TEST_TMPDIR:-$(mktemp -d)}"
 prefix="$scratch/prefix"
 bash tools/install_files.sh "$@" "$prefix"
@@ -15,11 +16,32 @@ for file in bin/fuselage lib/libfuselage.so lib/pkgconfig/fuselage.pc \
   [[ -f "$prefix/$file" ]] || fail "not installed: $file"
 done
 
-# The README's C++ example: the ```cpp block right after the marker line.
-awk '/<!-- built and run by tests\/tools\/install_test.sh -->/ {marked = 1; next}
-     marked && /^```cpp$/ {inside = 1; next}
-     inside && /^```$/ {exit}
-     inside {print}' README.md > "$scratch/readme_example.cc"
+# The ```cpp block right after the marker line of a page.
+marked_block() {
+  awk '/<!-- built and run by tests\/tools\/install_test.sh -->/ {marked = 1; next}
+       marked && /^```cpp$/ {inside = 1; next}
+       inside && /^```$/ {exit}
+       inside {print}' "$1"
+}
+marked_block README.md > "$scratch/readme_example.cc"
+# docs/architecture.md's whole flow, as the body of a function.
+{
+  for header in graph/serialization.h graph/status_macros.h patterns/fuse.h \
+      patterns/matcher.h backend_configs/builtin_configs.h quantize/prepare.h \
+      quantize/calibrate.h quantize/convert.h quantize/qconfig.h lowering/lower_to_native.h \
+      lowering/lowering_rule.h runtime/builtin_kernels.h; do
+    echo "#include \"$header\""
+  done
+  echo '#include <iostream>'
+  echo 'using namespace fuselage;'
+  echo 'absl::Status Flow() {'
+  marked_block docs/architecture.md
+  echo '  std::cout << lowered.ToString();'
+  echo '  return absl::OkStatus();'
+  echo '}'
+  echo 'int main() { absl::Status s = Flow(); std::cout << s << "\n"; return s.ok() ? 0 : 1; }'
+} > "$scratch/architecture_flow.cc"
+grep -q 'LowerToNative' "$scratch/architecture_flow.cc" || fail "docs/architecture.md has no marked flow"
 grep -q 'int main' "$scratch/readme_example.cc" || fail "README.md has no marked C++ example with main()"
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
@@ -50,6 +72,13 @@ expected='def forward(self, x):
 [[ "$(cat printed.txt)" == "$expected" ]] || fail "the README example printed: $(cat printed.txt)"
 [[ -s model.pb ]] || fail "the README example saved no model.pb"
 
+# The architecture page's flow, on the residual example: it lowers the fused conv-add.
+"${compiler[@]}" -o "$scratch/architecture_flow" "$scratch/architecture_flow.cc" \
+    $(pkg-config --cflags --libs fuselage) || fail "docs/architecture.md's flow does not build"
+cp "$runfiles/tools/examples/residual.textproto" .
+"$scratch/architecture_flow" > flow.txt || fail "docs/architecture.md's flow failed: $(cat flow.txt)"
+[[ -s q.fsl ]] || fail "the flow saved no q.fsl"
+
 # The installed tool, found on PATH, from a folder that is not the repository.
 export PATH="$prefix/bin:$PATH"
 [[ "$(command -v fuselage)" == "$prefix/bin/fuselage" ]] || fail "fuselage is not on PATH"
@@ -60,4 +89,7 @@ fuselage verify model.pb | grep -q '^model.pb: ok (5 nodes, 2 modules, 1 tensors
 fuselage demo --write-example residual.textproto > /dev/null
 fuselage print residual.textproto | grep -q '^    add = bn + identity$' \
     || fail "fuselage print of the built-in example"
+# The flow's lowered model: qnnpack has no conv-add fusion, so the add is a quantized one.
+fuselage print q.fsl | grep -q 'torch.ops.quantized.add' \
+    || fail "the flow's q.fsl is not lowered: $(fuselage print q.fsl)"
 echo "install_test: PASSED"
