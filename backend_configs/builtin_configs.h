@@ -13,6 +13,9 @@
 //  - Each pattern appears once. PyTorch's tables list nni.ConvReLU{1,2,3}d twice and the
 //    second entry silently drops their root and reference modules; here every fused conv
 //    keeps root nn.ConvNd and reference nnqr.ConvNd (the first entry's intent).
+//
+//   ASSIGN_OR_RETURN(BackendConfig config, GetBackendConfig("qnnpack"));
+//   for (const std::string& name : BuiltinBackendConfigNames()) ...  // native, fbgemm, ...
 #ifndef FUSELAGE_BACKEND_CONFIGS_BUILTIN_CONFIGS_H_
 #define FUSELAGE_BACKEND_CONFIGS_BUILTIN_CONFIGS_H_
 

@@ -9,6 +9,9 @@
 // (graph/serialization.h ModelLimits: at most max_string_length bytes, valid UTF-8), and
 // every enum field must hold one of its named values: a config that loads never makes a
 // model that does not. Syntax errors come back in the Status; nothing is logged.
+//
+//   ASSIGN_OR_RETURN(BackendConfig config,
+//                    LoadBackendConfigFile("backend_configs/examples/conv_bn_add_relu.textproto"));
 #ifndef FUSELAGE_BACKEND_CONFIGS_CONFIG_LOADER_H_
 #define FUSELAGE_BACKEND_CONFIGS_CONFIG_LOADER_H_
 

@@ -22,22 +22,54 @@ after --budget seconds: it is then reported as "> budget" with the budget.
 fuselage times exclude loading and saving the model file (reported separately as
 "load" / "save" rows, from `fuse`).
 
-Run from the repository root after building the tools:
+Run from anywhere (the binaries default to the repository's bazel-bin; if one is missing
+the script builds both with `bazel build -c opt`):
 
-  bazel build //tools:fuselage //bench:write_synthetic
   PYTHONPATH=python /usr/bin/python3 bench/compare_pytorch.py --sizes 1000,3000,10000 \
       --resnet50 --budget 120
+
+Everything it writes (model files, every stage's output, PyTorch's own temporary files:
+TMPDIR points into it for the whole run) lives in one temporary folder, removed at the end,
+also when a stage fails or the run is interrupted.
 """
 import argparse
 import multiprocessing as mp
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
 STAGES = ["match", "fuse", "prepare", "convert"]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# `import fuselage` (here and in the PyTorch children, which inherit sys.path) works from
+# any folder, with or without PYTHONPATH=python.
+sys.path.insert(0, os.path.join(REPO, "python"))
+BUILT = {"--fuselage": ("//tools:fuselage", "tools/fuselage"),
+         "--writer": ("//bench:write_synthetic", "bench/write_synthetic")}
+
+
+def find_binaries(args):
+    """Fills args.fuselage / args.writer: given paths must exist; the defaults are the
+    repository's bazel-bin, built with bazel when one of them is missing."""
+    missing = []
+    for flag, (target, path) in BUILT.items():
+        attr = flag.lstrip("-")
+        given = getattr(args, attr)
+        if given is not None:
+            if not os.access(given, os.X_OK):
+                sys.exit(f"compare_pytorch.py: {flag}={given} is not an executable file")
+            continue
+        setattr(args, attr, os.path.join(REPO, "bazel-bin", path))
+        if not os.access(getattr(args, attr), os.X_OK):
+            missing.append(target)
+    if missing:
+        print(f"building {' '.join(missing)} (bazel build -c opt)", file=sys.stderr)
+        result = subprocess.run(["bazel", "build", "-c", "opt", *missing], cwd=REPO)
+        if result.returncode != 0:
+            sys.exit(f"compare_pytorch.py: `bazel build {' '.join(missing)}` failed")
 
 
 def _load_torch(model):
@@ -163,15 +195,31 @@ def main():
     parser.add_argument("--resnet50", action="store_true", help="also torchvision resnet50")
     parser.add_argument("--budget", type=float, default=120.0,
                         help="seconds a PyTorch stage may take before it is stopped")
-    parser.add_argument("--fuselage", default="bazel-bin/tools/fuselage")
-    parser.add_argument("--writer", default="bazel-bin/bench/write_synthetic")
+    parser.add_argument("--fuselage", help="the fuselage CLI (default: bazel-bin's, built if missing)")
+    parser.add_argument("--writer", help="write_synthetic (default: bazel-bin's, built if missing)")
     parser.add_argument("--stages", default=",".join(STAGES))
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of each fuselage command; the fastest is reported")
     args = parser.parse_args()
-    stages = args.stages.split(",")
-
+    find_binaries(args)
     workdir = tempfile.mkdtemp(prefix="fuselage_compare_")
+    # PyTorch's and multiprocessing's temporary files go there too (the children inherit it).
+    saved_tmpdir = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = workdir
+    tempfile.tempdir = None
+    try:
+        compare(args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        if saved_tmpdir is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_tmpdir
+        tempfile.tempdir = None
+
+
+def compare(args, workdir):
+    stages = args.stages.split(",")
     models = []
     for size in [int(s) for s in args.sizes.split(",") if s]:
         path = os.path.join(workdir, f"synthetic_{size}.fsl")
@@ -180,8 +228,10 @@ def main():
                        "input_shape": "1,8,8,8"})
     if args.resnet50:
         path = os.path.join(workdir, "resnet50.fsl")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.join(REPO, "python"), os.environ.get("PYTHONPATH", "")]))
         subprocess.run([sys.executable, "-m", "fuselage", "export-torchvision", "resnet50", path],
-                       check=True, capture_output=True)
+                       check=True, capture_output=True, env=env)
         models.append({"name": "resnet50", "kind": "resnet50", "path": path,
                        "input_shape": "1,3,224,224"})
 

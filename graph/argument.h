@@ -3,6 +3,10 @@
 // tuple of args, a slice (start, stop, step: each None, an int or a node) or Ellipsis, as
 // `x[..., -2:]` records them. Strings are interned (Symbol). Lists are immutable and shared, so an
 // Argument is 24 bytes and cheap to copy; "changing" a list means building a new one.
+//
+//   Argument a = Argument::Tuple({Argument(x), Argument::Int(1), Argument::None()});
+//   if (a.is_tuple() && a.items()[0].is_node()) use(a.items()[0].as_node());
+//   // An as_*() of another kind is a bug (checked): test the kind first.
 #ifndef FUSELAGE_GRAPH_ARGUMENT_H_
 #define FUSELAGE_GRAPH_ARGUMENT_H_
 

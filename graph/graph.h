@@ -12,6 +12,17 @@
 //  - There is at most one `output` node and it is always last.
 //  - Every mutating method either succeeds completely or returns an error and leaves the
 //    graph exactly as it was.
+//
+// Example (each call returns an error and changes nothing if it would break a rule above):
+//
+//   Graph& g = gm.graph();
+//   ASSIGN_OR_RETURN(Node* x, g.AddPlaceholder("x"));
+//   ASSIGN_OR_RETURN(Node* relu, g.AddCallFunction("torch.relu", {x}));
+//   RETURN_IF_ERROR(g.SetOutput(relu).status());
+//   ASSIGN_OR_RETURN(Node* neg, g.InsertAfter(x, NodeSpec{OpKind::kCallFunction,
+//                                                         Symbol::Intern("operator.neg"), {x}}));
+//   RETURN_IF_ERROR(g.SetArg(relu, 0, Argument(neg)));  // x's and neg's users follow
+//   RETURN_IF_ERROR(g.Verify());                         // x -> neg -> relu -> output
 #ifndef FUSELAGE_GRAPH_GRAPH_H_
 #define FUSELAGE_GRAPH_GRAPH_H_
 

@@ -1,5 +1,34 @@
-// GraphModule: what a pass works on — a Graph plus the module tree its call_module and
-// get_attr nodes refer to (torch.fx.GraphModule without generated code).
+// GraphModule: the model every pass works on, what torch.fx.GraphModule is without its
+// generated Python code — a Graph (graph/graph.h: the nodes, in topological order, with
+// their use-lists) plus the module tree its call_module and get_attr nodes name by dotted
+// path. Loading a model file gives one (graph/serialization.h), every pass takes one
+// (fuse, prepare, calibrate, convert, lower), and saving, printing and drawing read one.
+//
+//   GraphModule gm;
+//   RETURN_IF_ERROR(gm.SetModule("layer1.0.conv", std::make_unique<Module>("nn.Conv2d")));
+//   ...                                     // (conv's tensors and attributes: module.h)
+//   ASSIGN_OR_RETURN(Node* x, gm.graph().AddPlaceholder("x"));
+//   ASSIGN_OR_RETURN(Node* c, gm.graph().AddCallModule("layer1.0.conv", {x}));
+//   RETURN_IF_ERROR(gm.graph().SetOutput(c).status());
+//   RETURN_IF_ERROR(gm.Verify());           // the graph's invariants and the module tree
+//   Module* conv = gm.ModuleOf(c);          // the nn.Conv2d at "layer1.0.conv"
+//
+// What it owns and guarantees:
+//  - The graph and the root module (type "GraphModule"). SetModule creates plain
+//    "nn.Module" parents as needed, as FX's add_submodule does; a path is "" (the root) or
+//    dotted child names. Modules and tensors are data (graph/module.h); a module's type
+//    must be registered (graph/module_schema.h) for Verify to accept it.
+//  - Verify() = Graph::Verify (order, use-lists, names, arity) plus: every call_module
+//    target resolves to a registered module type whose input count fits the node, every
+//    get_attr resolves to a tensor or a module, every module has its required tensors and
+//    children. It names the first broken rule; passes run it after every change in tests.
+//  - Lookups by path are cheap: FindModule(Symbol) and ModuleTypeOf(node) are O(1) after
+//    ResolveModuleTypes() while the tree is not edited (module_binding.h says which edits
+//    make the caches stale); a stale cache is never wrong, only slower.
+//  - Removing a module that a call_module node still calls is refused
+//    (FailedPrecondition), so no node is left dangling; RemoveModules removes many at once
+//    in one scan, all or nothing.
+//  - Not copyable: Clone() is a deep copy whose tensors share data copy-on-write.
 //
 // Threading contract (issue #22; tests/graph/threading_test runs it under ThreadSanitizer):
 //  - Different models may be used on different threads at once, each in any way (load,

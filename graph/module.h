@@ -6,6 +6,12 @@
 // Module type names follow PyTorch's import aliases: nn (torch.nn), nni
 // (torch.ao.nn.intrinsic), nnq (torch.ao.nn.quantized), nniq (intrinsic.quantized),
 // nnqr (quantized.reference), plus "GraphModule" for the root.
+//
+//   auto conv = std::make_unique<Module>("nn.Conv2d");
+//   conv->SetTensor("weight", Tensor::FromFloats({1, 1, 1, 1}, {0.5f}));
+//   conv->SetAttribute("stride", Argument::Ints({1, 1}));
+//   ASSIGN_OR_RETURN(std::vector<int64_t> stride, conv->GetInts("stride", 2));  // or an error
+//   RETURN_IF_ERROR(gm.SetModule("layer1.conv", std::move(conv)));             // naming the field
 #ifndef FUSELAGE_GRAPH_MODULE_H_
 #define FUSELAGE_GRAPH_MODULE_H_
 

@@ -2,6 +2,13 @@
 // unique name, users). Nodes are owned by their Graph and live at stable addresses until
 // erased. A Node is read-only to everyone but its Graph: every mutation (args, users,
 // position, name) goes through Graph, which keeps use-lists and order consistent.
+//
+//   for (const Node* n : gm.graph().Nodes()) {          // in graph (= topological) order
+//     if (n->op() != OpKind::kCallFunction || n->target().name() != "torch.relu") continue;
+//     for (const Node* input : n->InputNodes()) ...     // the nodes its args reference
+//     for (const Node* user : n->users()) ...           // the nodes that read it
+//   }
+//   // Changing a node goes through its graph: gm.graph().SetArg(n, 0, Argument(other)).
 #ifndef FUSELAGE_GRAPH_NODE_H_
 #define FUSELAGE_GRAPH_NODE_H_
 

@@ -17,6 +17,9 @@
 // Unlike GraphModule.code, the "x = None" statements FX adds to free dead values are
 // left out, and there are no leading blank lines: the text is for reading. The output
 // is deterministic: the same GraphModule always prints the same text.
+//
+//   std::cout << PrintCode(gm);      // def forward(self, x): ... as GraphModule.code prints it
+//   std::cout << PrintReadable(gm);  // inside a class, with module types (`print --readable`)
 #ifndef FUSELAGE_GRAPH_PRINTER_H_
 #define FUSELAGE_GRAPH_PRINTER_H_
 

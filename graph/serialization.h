@@ -7,6 +7,10 @@
 // Verify()), arg nesting depth, names. It then builds the GraphModule and runs Verify().
 // Every error names the node (or module, or tensor) and the field. Nothing aborts, and the
 // loader never allocates much more than the file's own size.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<GraphModule> gm, LoadModel("residual.textproto"));
+//   ...                                                  // passes on *gm
+//   RETURN_IF_ERROR(SaveModel(*gm, "residual.fsl"));     // binary; complete or absent
 #ifndef FUSELAGE_GRAPH_SERIALIZATION_H_
 #define FUSELAGE_GRAPH_SERIALIZATION_H_
 

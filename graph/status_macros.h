@@ -1,5 +1,11 @@
 // RETURN_IF_ERROR / ASSIGN_OR_RETURN: Debian's Abseil 20220623 ships no status macros,
 // so the project keeps its own two here, and only here.
+//
+//   absl::Status SaveVerified(GraphModule& gm, const std::string& path) {
+//     RETURN_IF_ERROR(gm.Verify());                        // returns the error as it is
+//     ASSIGN_OR_RETURN(Node* x, gm.graph().AddPlaceholder("extra"));  // declares x, or returns
+//     ...
+//   }
 #ifndef FUSELAGE_GRAPH_STATUS_MACROS_H_
 #define FUSELAGE_GRAPH_STATUS_MACROS_H_
 

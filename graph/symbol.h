@@ -1,5 +1,9 @@
 // Interned symbols: node targets, module types, attribute names and string args are
 // interned once, so matching and lookups compare 32-bit integers instead of strings.
+//
+//   const Symbol add = Symbol::Intern("operator.add");  // once, e.g. when a pattern is parsed
+//   if (node->target() == add) ...                      // then one integer compare per node
+//   Symbol::Lookup("never.seen")                        // the empty Symbol; interns nothing
 #ifndef FUSELAGE_GRAPH_SYMBOL_H_
 #define FUSELAGE_GRAPH_SYMBOL_H_
 

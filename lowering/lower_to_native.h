@@ -53,6 +53,11 @@
 //    is reported.
 //  - Binary ops need both operands dequantized; the scalar form (add_scalar) is reported
 //    as not lowered.
+//
+//   LoweringRuleRegistry rules;
+//   RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));  // and a user's own: rules.Register
+//   ASSIGN_OR_RETURN(LoweringReport report, LowerToNative(gm, rules));
+//   std::cout << report.ToString();                       // what lowered, and what did not
 #ifndef FUSELAGE_LOWERING_LOWER_TO_NATIVE_H_
 #define FUSELAGE_LOWERING_LOWER_TO_NATIVE_H_
 

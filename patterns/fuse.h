@@ -22,6 +22,10 @@
 // file holds (ModelLimits::max_module_depth: a fused model always saves and loads). A failing fusion returns the error and leaves the
 // GraphModule exactly as it was. (Mutation itself cannot fail once those checks pass; if it
 // ever does, that is reported as Internal.)
+//
+//   ASSIGN_OR_RETURN(PatternMatcher matcher, BuildFusionMatcher(config));  // patterns/matcher.h
+//   ASSIGN_OR_RETURN(int fused, FusePatterns(gm, matcher));  // 0: the graph is unchanged
+//   RETURN_IF_ERROR(gm.Verify());
 #ifndef FUSELAGE_PATTERNS_FUSE_H_
 #define FUSELAGE_PATTERNS_FUSE_H_
 

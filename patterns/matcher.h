@@ -39,6 +39,11 @@
 // scan keeps one reusable binding buffer and copies a match's bindings into blocks shared
 // by all the matches of the scan (no allocation per match);
 // matching is linear in nodes times (small) pattern size.
+//
+//   ASSIGN_OR_RETURN(BackendConfig config, GetBackendConfig("qnnpack"));
+//   ASSIGN_OR_RETURN(PatternMatcher matcher, BuildFusionMatcher(config));
+//   std::vector<PatternMatch> matches = matcher.FindMatches(gm);  // read-only
+//   std::cout << matcher.Explain(gm).ToString();  // where each pattern failed, and why
 #ifndef FUSELAGE_PATTERNS_MATCHER_H_
 #define FUSELAGE_PATTERNS_MATCHER_H_
 

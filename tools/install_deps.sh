@@ -11,6 +11,7 @@ PACKAGES=(
   g++ clang-14 libclang-rt-14-dev
   python3-torch python3-torchvision python3-protobuf python3-numpy python3-pytest
   pybind11-dev python3-dev
+  graphviz pkg-config
 )
 
 missing=()
