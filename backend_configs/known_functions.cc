@@ -81,6 +81,11 @@ absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
            "torch.ops.quantized.conv2d", "torch.ops.quantized.conv3d",
            "torch.ops.quantized.conv1d_relu", "torch.ops.quantized.conv2d_relu",
            "torch.ops.quantized.conv3d_relu",
+           // PyTorch 1.13's quantized forms of the default functionals
+           // (get_quantized_operator), which lowering emits.
+           "torch.ops.quantized.elu", "torch.ops.quantized.hardswish",
+           "torch.ops.quantized.instance_norm", "torch.ops.quantized.layer_norm",
+           "torch.ops.quantized.leaky_relu", "torch.ops.quantized.dropout",
        }) {
     RETURN_IF_ERROR(registry.Register(name));
   }

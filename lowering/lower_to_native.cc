@@ -545,7 +545,19 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
   }
   switch (rule.action) {
     case LoweringRule::Action::kNativeModule: {
-      auto native = rule.build_module(*module, output);
+      if (rule.output_keeps_input_qparams) {
+        // The module passes its input's parameters through; the quantize goes whatever
+        // its own (PyTorch 1.13 drops it the same way).
+        const std::optional<OutputQParams> in = KnownOutputQParams(gm_, quantized_inputs.front());
+        if (!in.has_value()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              where(), ": the quantization parameters of its input '",
+              quantized_inputs.front()->name(), "' are unknown"));
+        }
+        plan.output = *in;
+        plan.output_meta = QParamsMetaHolding(quantized_inputs.front(), *in);
+      }
+      auto native = rule.build_module(*module, plan.output);
       if (!native.ok()) {
         return absl::FailedPreconditionError(
             absl::StrCat(where(), ": ", native.status().message()));
@@ -554,6 +566,9 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
       break;
     }
     case LoweringRule::Action::kPassThrough:
+      // The op's own fixed output parameters are the quantize's (prepare observed it with
+      // the op's FixedQParamsObserver).
+      if (rule.output_qparams_fixed_by_op) break;
       // Dropping the quantize is only right if it does not requantize.
       for (const Node* x : quantized_inputs) {
         const std::optional<OutputQParams> in = KnownOutputQParams(gm_, x);
@@ -606,7 +621,12 @@ absl::Status Lowerer::Apply(Plan plan) {
     RETURN_IF_ERROR(
         graph_.SetOp(ref, OpKind::kCallFunction, NativeTarget(rule, plan.relu != nullptr)));
     if (!append_qparams) {
-      Kwargs kwargs = ref->kwargs();
+      Kwargs kwargs;
+      for (const Kwarg& kw : ref->kwargs()) {
+        const bool drop = std::find(rule.kwargs_to_drop.begin(), rule.kwargs_to_drop.end(),
+                                    kw.first.name()) != rule.kwargs_to_drop.end();
+        if (!drop) kwargs.push_back(kw);
+      }
       SetOrAppendKwarg(kwargs, "output_scale", Argument::Float(plan.output.scale));
       SetOrAppendKwarg(kwargs, "output_zero_point", Argument::Int(plan.output.zero_point));
       RETURN_IF_ERROR(graph_.SetKwargs(ref, std::move(kwargs)));

@@ -287,7 +287,17 @@ class Planner {
       return keep_float("weight-only quantization (input and output not observed) is not supported");
     }
     if (entry.fixed_output_qparams.has_value()) {
-      return keep_float("fixed-qparams ops are not quantized by fuselage yet");
+      // PyTorch's prepare_fx refuses (ValueError) a qconfig whose activation is not the
+      // op's FixedQParamsObserver; the op's output observer is that observer.
+      const FixedQParams& fixed = *entry.fixed_output_qparams;
+      const ObserverSpec& a = qconfig->activation;
+      if (a.kind != ObserverKind::kFixedQParams || a.fixed_scale != fixed.scale ||
+          a.fixed_zero_point != fixed.zero_point) {
+        return keep_float(absl::StrCat(
+            "a fixed-qparams op needs the activation observer FixedQParamsObserver(scale=",
+            fixed.scale, ", zero_point=", fixed.zero_point, "); its qconfig's is ",
+            a.ToString(), " (PyTorch's prepare_fx refuses this qconfig)"));
+      }
     }
     if (entry.weight_arg_index.has_value()) {
       return keep_float("functional weighted ops are not quantized by fuselage yet");
@@ -299,8 +309,6 @@ class Planner {
         return keep_float(absl::StrCat("its activation observer ",
                                        ObserverKindName(activation.kind),
                                        " does not quantize"));
-      case ObserverKind::kFixedQParams:
-        return keep_float("fixed-qparams observers are not supported yet");
       default:
         break;
     }
@@ -464,6 +472,7 @@ class ObserverInserter {
                                        : Argument::List(std::move(items))));
       }
     }
+    if (d.share_output_with_input) RETURN_IF_ERROR(ShareListInputObservers(d));
     // A shared output observer is a second call of the input observer's module: its
     // target symbol is reused as it is.
     Symbol path;
@@ -486,7 +495,47 @@ class ObserverInserter {
     return absl::OkStatus();
   }
 
+  // Removes the observer modules no node calls any more (ShareListInputObservers moved
+  // their nodes to another module; PyTorch leaves them orphaned in the model).
+  void RemoveOrphanedObservers() {
+    if (maybe_orphaned_.empty()) return;
+    absl::flat_hash_set<Symbol> called;
+    for (const Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
+      if (n->op() == OpKind::kCallModule && maybe_orphaned_.contains(n->target())) {
+        called.insert(n->target());
+      }
+    }
+    absl::flat_hash_set<std::string> names;
+    for (Symbol path : maybe_orphaned_) {
+      if (called.contains(path)) continue;
+      names.insert(std::string(path.name().substr(name_offset_)));
+      out_.observers.erase(path);
+    }
+    out_.report.observer_modules -= container_->RemoveChildren(names);
+  }
+
  private:
+  // An op whose output shares its input's observer and whose first tensor arg is a list
+  // (torch.cat, torch.stack): every item of that list is observed by the first item's
+  // observer module, as PyTorch 1.13's _maybe_make_input_output_share_observers does:
+  // cat's inputs and output then carry one scale and zero point, so the quantized cat
+  // copies bytes instead of requantizing. The observer nodes of the other items call
+  // that module from now on, for every consumer they feed, as in PyTorch.
+  absl::Status ShareListInputObservers(const Decision& d) {
+    const TensorInput& first = d.inputs.front();
+    if (first.item < 0) return absl::OkStatus();
+    const Argument& list = d.node->arg(first.arg);
+    const Symbol shared = list.items()[static_cast<size_t>(first.item)].as_node()->target();
+    for (const TensorInput& in : d.inputs) {
+      if (in.arg != first.arg || in.item < 0) continue;
+      Node* obs = list.items()[static_cast<size_t>(in.item)].as_node();
+      if (obs->target() == shared) continue;
+      maybe_orphaned_.insert(obs->target());
+      RETURN_IF_ERROR(gm_.graph().SetTarget(obs, shared));
+    }
+    return absl::OkStatus();
+  }
+
   // Whether Graph::SetArg(node, arg, obs) would leave the graph as it is: the arg is
   // `obs` already (an earlier output observer's ReplaceAllUsesWith rewired it: most
   // inputs) and `node` is already last among the users of each of its inputs, where
@@ -646,6 +695,8 @@ class ObserverInserter {
   // Per Node::index(): the observer node watching the node's value (an observer node
   // watches its own), with its dtype.
   std::vector<ObserverNode> observer_of_;
+  // Observer modules whose nodes ShareListInputObservers moved away.
+  absl::flat_hash_set<Symbol> maybe_orphaned_;
   // Few (one per distinct spec); a deque keeps their addresses as it grows.
   std::deque<Prototype> prototypes_;
   SharedCopies<ObserverSpec> specs_;
@@ -706,6 +757,7 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
                                               d.node->name(), "': ", st.message()));
     }
   }
+  inserter.RemoveOrphanedObservers();
   return prepared;
 }
 
