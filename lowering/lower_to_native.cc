@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "graph/check.h"
 #include "graph/status_macros.h"
+#include "runtime/quantized/quantize.h"
 
 namespace fuselage {
 namespace {
@@ -265,6 +266,10 @@ class Lowerer {
   // Steps 1 and 2 in one walk (see LowerTuplesAndPatterns in the .cc).
   absl::Status LowerTuplesAndPatterns();
   absl::Status RemoveDequantizeQuantizePairs();
+  // Step 3b: a quantize of a constant float tensor (a get_attr weight) that only native
+  // functions read becomes a get_attr of the tensor quantized now, as PyTorch's
+  // fold_weight packs it once instead of quantizing it at every run.
+  absl::Status FoldQuantizedConstants();
   // Step 4: erases the dead nodes, starting from those the pass noted (see
   // maybe_dead_), and returns how many.
   int EliminateDeadNodes();
@@ -716,6 +721,47 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   return true;
 }
 
+absl::Status Lowerer::FoldQuantizedConstants() {
+  for (Node*& q : quantize_nodes_) {
+    if (q == nullptr) continue;
+    const Node* source = q->arg(0).as_node();
+    if (source->op() != OpKind::kGetAttr || q->num_users() == 0) continue;
+    bool only_native_functions = true;
+    for (const Node* user : q->users()) {
+      // The dequantize the lowered op stopped reading is dead; dead-code elimination
+      // erases it with the quantize's float input.
+      const bool dead_dequantize = user->num_users() == 0 && DequantizedInput(Argument(const_cast<Node*>(user))) == q;
+      only_native_functions = only_native_functions &&
+                              (dead_dequantize || (user->op() == OpKind::kCallFunction &&
+                                                   user->FindMeta(kOutputQParamsMeta) != nullptr));
+    }
+    const Tensor* tensor = gm_.FindTensor(source->target().name());
+    if (!only_native_functions || tensor == nullptr || tensor->dtype() != DType::kFloat32) {
+      continue;
+    }
+    auto params = QuantizeParams(gm_, q);
+    if (!params.ok()) continue;
+    auto quantized = quantized::QuantizePerTensor(*tensor, params->scale, params->zero_point,
+                                                  params->dtype);
+    if (!quantized.ok()) continue;  // left as it is: the quantize runs at run time
+    const std::string path = gm_.UniqueModulePath(absl::StrCat(source->target().name(), "_quantized"));
+    RETURN_IF_ERROR(gm_.SetTensor(path, *std::move(quantized)));
+    NodeSpec get_attr;
+    get_attr.op = OpKind::kGetAttr;
+    get_attr.target = Symbol::Intern(path);
+    get_attr.name = graph_.UniqueName(path);
+    ASSIGN_OR_RETURN(Node * folded, graph_.InsertBefore(q, std::move(get_attr)));
+    ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(q, folded));
+    (void)rewired;
+    RETURN_IF_ERROR(EraseNode(q));
+    q = nullptr;
+    ++report_.constants_quantized;
+  }
+  quantize_nodes_.erase(std::remove(quantize_nodes_.begin(), quantize_nodes_.end(), nullptr),
+                        quantize_nodes_.end());
+  return absl::OkStatus();
+}
+
 absl::Status Lowerer::RemoveDequantizeQuantizePairs() {
   // Every quantize node the patterns left, in order; each iteration erases at most the
   // node it is looking at.
@@ -765,6 +811,9 @@ std::string LoweringReport::ToString() const {
   for (const Unlowered& u : unlowered) {
     absl::StrAppend(&out, "  left as reference: ", u.node, " (", u.target, "): ", u.reason, "\n");
   }
+  if (constants_quantized > 0) {
+    absl::StrAppend(&out, "  constant weights quantized in advance: ", constants_quantized, "\n");
+  }
   absl::StrAppend(&out, "  tuple accesses removed: ", tuple_accesses_removed,
                   ", dequantize/quantize pairs removed: ", dequantize_quantize_pairs_removed,
                   ", dead nodes removed: ", dead_nodes_removed, "\n");
@@ -776,6 +825,7 @@ absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
   LoweringReport report;
   Lowerer lowerer(gm, registry, report);
   RETURN_IF_ERROR(lowerer.LowerTuplesAndPatterns());
+  RETURN_IF_ERROR(lowerer.FoldQuantizedConstants());
   RETURN_IF_ERROR(lowerer.RemoveDequantizeQuantizePairs());
   lowerer.FinishReport();
   report.dead_nodes_removed = lowerer.EliminateDeadNodes();

@@ -50,6 +50,10 @@ struct Decision {
   Symbol reference_module;
   const ObserverSpec* weight_observer = nullptr;
   const DTypeConfig* dtype_config = nullptr;
+  // A functional weighted op (F.conv2d, F.linear): its weight arg, observed by the
+  // qconfig's weight observer `functional_weight_observer` (producer null: none).
+  TensorInput functional_weight;
+  const ObserverSpec* functional_weight_observer = nullptr;
 };
 
 // Nodes whose value is not a tensor: observing them means nothing.
@@ -299,9 +303,6 @@ class Planner {
             a.ToString(), " (PyTorch's prepare_fx refuses this qconfig)"));
       }
     }
-    if (entry.weight_arg_index.has_value()) {
-      return keep_float("functional weighted ops are not quantized by fuselage yet");
-    }
     const ObserverSpec& activation = qconfig->activation;
     switch (activation.kind) {
       case ObserverKind::kPlaceholder:
@@ -318,6 +319,12 @@ class Planner {
     d.output = n;
     d.activation = &activation;
     d.inputs = std::move(inputs);
+    const ObserverSpec* functional_weight = nullptr;
+    if (entry.weight_arg_index.has_value()) {
+      std::optional<std::string> why = TakeFunctionalWeight(n, entry, *qconfig, &d);
+      if (why.has_value()) return keep_float(*std::move(why));
+      functional_weight = d.functional_weight_observer;
+    }
     if (d.inputs.empty()) return keep_float("it has no tensor input");
     ObservationType observation = entry.observation_type;
     if (!entry.num_tensor_args_to_observation_type.empty()) {
@@ -376,11 +383,57 @@ class Planner {
     const ObserverSpec& checked = activation.kind == ObserverKind::kReuseInput
                                       ? activation_of_reused_input_
                                       : activation;
+    if (functional_weight != nullptr) {
+      RETURN_IF_ERROR(ValidateSpec(n, *functional_weight, "weight"));
+      weight = functional_weight;
+    }
     const absl::StatusOr<const DTypeConfig*>& dtype_config =
         CachedDTypeConfig(entry, checked, weight);
     if (!dtype_config.ok()) return keep_float(std::string(dtype_config.status().message()));
     d.dtype_config = *dtype_config;
     return std::optional<Decision>(std::move(d));
+  }
+
+  // A functional weighted op (the entry has a weight_arg_index): its weight and bias args
+  // leave `d->inputs` (they are no activations); the weight, if the qconfig's weight
+  // observer quantizes, becomes d->functional_weight, observed by that observer at
+  // calibration, as PyTorch's prepare_fx does (node_arg_is_weight). A float placeholder
+  // weight observer (layer norm's) leaves the weight float. The reason the op stays
+  // float otherwise.
+  std::optional<std::string> TakeFunctionalWeight(const Node* n, const BackendPatternConfig& entry,
+                                                  const QConfig& qconfig, Decision* d) {
+    const size_t weight_arg = static_cast<size_t>(*entry.weight_arg_index);
+    const std::optional<size_t> bias_arg =
+        entry.bias_arg_index.has_value()
+            ? std::optional<size_t>(static_cast<size_t>(*entry.bias_arg_index))
+            : std::nullopt;
+    TensorInputs activations;
+    TensorInput weight;
+    for (const TensorInput& in : d->inputs) {
+      if (in.item >= 0 || (in.arg != weight_arg && in.arg != bias_arg)) {
+        activations.push_back(in);
+      } else if (in.arg == weight_arg) {
+        weight = in;
+      }
+    }
+    d->inputs = std::move(activations);
+    const ObserverSpec& spec = qconfig.weight;
+    if ((spec.kind == ObserverKind::kPlaceholder || spec.kind == ObserverKind::kNoop) &&
+        !IsQuantized(spec.dtype)) {
+      return std::nullopt;
+    }
+    if (weight.producer == nullptr) {
+      return absl::StrCat("its weight (positional arg ", weight_arg,
+                          ") is not a tensor node; a functional weight must be positional");
+    }
+    if (IsPerChannel(spec.qscheme)) {
+      return absl::StrCat("its qconfig's weight observer ", spec.ToString(),
+                          " is per-channel; fuselage quantizes a functional weight per "
+                          "tensor only (torch.quantize_per_channel is not emitted yet)");
+    }
+    d->functional_weight = weight;
+    d->functional_weight_observer = &spec;
+    return std::nullopt;
   }
 
   // SelectDTypeConfig for an entry and the mapping's own observer specs (stable
@@ -471,6 +524,11 @@ class ObserverInserter {
                                  tuple ? Argument::Tuple(std::move(items))
                                        : Argument::List(std::move(items))));
       }
+    }
+    if (d.functional_weight.producer != nullptr) {
+      ASSIGN_OR_RETURN(Node * obs,
+                       ObserverOf(d.functional_weight.producer, *d.functional_weight_observer));
+      RETURN_IF_ERROR(g.SetArg(d.node, d.functional_weight.arg, obs));
     }
     if (d.share_output_with_input) RETURN_IF_ERROR(ShareListInputObservers(d));
     // A shared output observer is a second call of the input observer's module: its
@@ -744,8 +802,9 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
   size_t max_observer_modules = 0;
   size_t max_observer_nodes = 0;
   for (const Decision& d : decisions) {
-    max_observer_modules += d.inputs.size() + (d.share_output_with_input ? 0 : 1);
-    max_observer_nodes += d.inputs.size() + 1;
+    const size_t weight = d.functional_weight.producer != nullptr ? 1 : 0;
+    max_observer_modules += d.inputs.size() + weight + (d.share_output_with_input ? 0 : 1);
+    max_observer_nodes += d.inputs.size() + weight + 1;
   }
   prepared.quantized_ops.reserve(decisions.size());
   prepared.observers.reserve(max_observer_modules);
