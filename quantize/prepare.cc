@@ -183,7 +183,14 @@ class Planner {
         continue;
       }
       const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
-      if (entry == nullptr || ProducesNonTensor(n)) continue;
+      if (ProducesNonTensor(n)) continue;
+      if (entry == nullptr) {
+        // PyTorch leaves it float too, silently; the report names it.
+        report->kept_float.push_back(
+            {n->name(), std::string(type.name()),
+             absl::StrCat("the backend config '", config_.name(), "' has no entry for it")});
+        continue;
+      }
       std::string reason;
       ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, type, *entry, std::move(inputs), &reason));
       if (decision.has_value()) {

@@ -83,7 +83,9 @@ struct PrepareReport {
   int quantized_ops = 0;
   int observer_nodes = 0;
   int observer_modules = 0;
-  // Ops the backend config knows but that stay float, in graph order, with the reason.
+  // Every op (call_module / call_function / call_method node with a tensor value) that
+  // stays float, in graph order, with the reason: the backend config has no entry for it,
+  // or it has one that this op's qconfig or form does not meet.
   std::vector<KeptFloat> kept_float;
 
   // One summary line, then one line per op kept float.

@@ -115,6 +115,9 @@ CASES = {
 }
 
 
+KEPT_FLOAT = {"shape_ops": ["flatten"]}
+
+
 def torch_prepared_observers(prepared):
     modules = dict(prepared.named_modules(remove_duplicate=False))
     nodes = [n for n in prepared.graph.nodes
@@ -225,7 +228,10 @@ def test_observers_and_lowered_targets_match_pytorch(cli, tmp_path, case):
 
     report = run_cli(cli, "quantize", tmp_path / "f.fsl", "--backend=qnnpack",
                      f"--calibration={tmp_path / 'x.npy'}", "-o", tmp_path / "q.fsl")
-    assert "0 ops kept float" in report, report
+    # What PyTorch leaves float too, named by the report: x.flatten() (the method) has no
+    # entry in PyTorch 1.13's backend configs (torch.flatten has).
+    kept = [line.split()[2] for line in report.splitlines() if "kept float:" in line]
+    assert kept == KEPT_FLOAT.get(case, []), report
     got = fuselage_calls(tmp_path / "q.fsl")
     want = torch_calls(converted)
     # PyTorch packs a functional weight into a get_attr (fold_weight); fuselage quantizes

@@ -290,5 +290,39 @@ TEST(FixedQParamsTest, AQConfigWithoutTheFixedObserverKeepsTheOpFloatWithTheReas
   ExpectReportMatchesGraph(m->gm, *prepared);
 }
 
+// Every op of the graph is either quantized or listed as kept float with its reason,
+// also those the backend config has no entry for (nn.SiLU, a float-only function).
+TEST(PrepareReportTest, EveryOpIsQuantizedOrNamedWithItsReason) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("conv", Conv1x1(1.0f)).ok());
+  ASSERT_TRUE(gm.SetModule("silu", std::make_unique<Module>("nn.SiLU")).ok());
+  ASSERT_TRUE(gm.SetModule("conv2", Conv1x1(2.0f)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* conv = *g.AddCallModule("conv", {x});
+  Node* silu = *g.AddCallModule("silu", {conv});
+  Node* conv2 = *g.AddCallModule("conv2", {silu});
+  Node* sum = *g.AddCallFunction("torch.sum", {conv2});
+  ASSERT_TRUE(g.SetOutput(sum).ok());
+  int ops = 0;
+  for (const Node* n : g.Nodes()) {
+    ops += n->op() == OpKind::kCallModule || n->op() == OpKind::kCallFunction ||
+                   n->op() == OpKind::kCallMethod
+               ? 1
+               : 0;
+  }
+  auto prepared = Prepare(gm, *DefaultQConfigMapping("qnnpack"), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  const PrepareReport& r = prepared->report;
+  EXPECT_EQ(r.quantized_ops + static_cast<int>(r.kept_float.size()), ops) << r.ToString();
+  ASSERT_EQ(r.kept_float.size(), 2u) << r.ToString();
+  EXPECT_EQ(r.kept_float[0].node, "silu");
+  EXPECT_EQ(r.kept_float[0].op, "nn.SiLU");
+  EXPECT_EQ(r.kept_float[0].reason, "the backend config 'qnnpack' has no entry for it");
+  EXPECT_EQ(r.kept_float[1].node, "sum");
+  EXPECT_NE(r.ToString().find("2 ops kept float"), std::string::npos) << r.ToString();
+  ExpectReportMatchesGraph(gm, *prepared);
+}
+
 }  // namespace
 }  // namespace fuselage
