@@ -86,6 +86,7 @@ absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
            "torch.ops.quantized.elu", "torch.ops.quantized.hardswish",
            "torch.ops.quantized.instance_norm", "torch.ops.quantized.layer_norm",
            "torch.ops.quantized.leaky_relu", "torch.ops.quantized.dropout",
+           "torch.ops.quantized.matmul",
        }) {
     RETURN_IF_ERROR(registry.Register(name));
   }

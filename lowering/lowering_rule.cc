@@ -544,6 +544,8 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
                                                    "torch.ops.quantized.mul",
                                                    "torch.ops.quantized.mul_relu", kAppend)));
   }
+  RETURN_IF_ERROR(registry.Register(FunctionRule("matmul:torch.matmul", "torch.matmul",
+                                                 "torch.ops.quantized.matmul", "", kAppend)));
   // Ops that run on quantized tensors as they are: PyTorch 1.13's copy nodes and general
   // tensor shape nodes (_lower_to_native_backend.py's is_copy_node /
   // is_general_tensor_shape_node), which share their input's observer.

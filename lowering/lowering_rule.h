@@ -161,7 +161,8 @@ class LoweringRuleRegistry {
 //    torch.ops.quantized.conv{1,2,3}d[_relu], F.linear → torch.ops.quantized.linear[_relu],
 //    with output_scale / output_zero_point kwargs;
 //  - binary ops on two dequantized tensors: operator.add / torch.add →
-//    torch.ops.quantized.add[_relu], operator.mul / torch.mul → torch.ops.quantized.mul[_relu];
+//    torch.ops.quantized.add[_relu], operator.mul / torch.mul → torch.ops.quantized.mul[_relu],
+//    torch.matmul → torch.ops.quantized.matmul;
 //  - pass-through on quantized tensors: PyTorch 1.13's copy nodes and general tensor
 //    shape nodes (pools, flatten, reshape, view, relu, identity, transpose, permute,
 //    squeeze, unsqueeze, mean, interpolate, the clamp-like ops nn.ReLU6, nn.Hardtanh,

@@ -85,7 +85,18 @@ class Shapes(nn.Module):
         return y.flatten(1)
 
 
+class MatMul(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 2, 1)
+        self.b = nn.Conv2d(3, 2, 1)
+
+    def forward(self, x):
+        return torch.matmul(self.a(x), self.b(x))
+
+
 CASES = {
+    "matmul": (MatMul, (1, 3, 8, 8)),
     "cat": (Cat, (1, 3, 8, 8)),
     "sigmoid": (lambda: ConvThen(nn.Sigmoid()), (1, 3, 8, 8)),
     "torch.sigmoid": (lambda: ConvThen(Lambda(torch.sigmoid)), (1, 3, 8, 8)),
