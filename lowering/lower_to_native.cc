@@ -25,6 +25,7 @@ struct Targets {
   Symbol dequantize_method = Symbol::Intern("dequantize");
   Symbol dequantize_function = Symbol::Intern("torch.dequantize");
   Symbol quantize_per_tensor = Symbol::Intern("torch.quantize_per_tensor");
+  Symbol quantize_per_channel = Symbol::Intern("torch.quantize_per_channel");
   Symbol relu_function = Symbol::Intern("torch.relu");
   Symbol functional_relu = Symbol::Intern("torch.nn.functional.relu");
   Symbol relu_method = Symbol::Intern("relu");
@@ -318,6 +319,11 @@ class Lowerer {
   LoweringReport& report_;
   // The quantize_per_tensor nodes still in the graph, in topological order.
   std::vector<Node*> quantize_nodes_;
+  // The quantize_per_channel nodes (a per-channel functional weight's), for step 3b.
+  std::vector<Node*> per_channel_quantize_nodes_;
+  // The tensor quantize node `q` makes of the constant float tensor `source` reads, if
+  // its parameters are constants too; nullopt otherwise.
+  std::optional<Tensor> QuantizedConstant(const Node* q, const Tensor& source) const;
   absl::flat_hash_map<std::pair<const LoweringRule*, bool>, Symbol> native_targets_;
   // Patterns lowered per rule; by name into the report at the end (a pointer hash per
   // pattern instead of a string-keyed map lookup).
@@ -428,7 +434,9 @@ absl::Status Lowerer::LowerTuplesAndPatterns() {
   for (Node* n = graph_.first(); n != nullptr;) {
     Node* const next = n->next();
     bool erased = false;
-    if (IsQuantizePerTensor(n)) {
+    if (IsCall(n, OpKind::kCallFunction, T().quantize_per_channel)) {
+      per_channel_quantize_nodes_.push_back(n);
+    } else if (IsQuantizePerTensor(n)) {
       if (patterns_during_walk) {
         ASSIGN_OR_RETURN(erased, LowerPatternAt(n));
       }
@@ -721,9 +729,43 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   return true;
 }
 
+std::optional<Tensor> Lowerer::QuantizedConstant(const Node* q, const Tensor& source) const {
+  if (IsQuantizePerTensor(q)) {
+    auto params = QuantizeParams(gm_, q);
+    if (!params.ok()) return std::nullopt;
+    auto quantized = quantized::QuantizePerTensor(source, params->scale, params->zero_point,
+                                                  params->dtype);
+    if (!quantized.ok()) return std::nullopt;
+    return *std::move(quantized);
+  }
+  // quantize_per_channel(w, get_attr scales, get_attr zero_points, axis, dtype).
+  if (q->num_args() != 5 || !q->arg(3).is_int() || !q->arg(4).is_dtype()) return std::nullopt;
+  std::vector<double> values[2];
+  for (int i = 0; i < 2; ++i) {
+    const Argument& a = q->arg(static_cast<size_t>(i + 1));
+    if (!a.is_node() || a.as_node()->op() != OpKind::kGetAttr) return std::nullopt;
+    const Tensor* t = gm_.FindTensor(a.as_node()->target().name());
+    if (t == nullptr) return std::nullopt;
+    for (int64_t j = 0; j < t->numel(); ++j) {
+      switch (t->dtype()) {
+        case DType::kFloat32: values[i].push_back(t->data<float>()[j]); break;
+        case DType::kInt64: values[i].push_back(static_cast<double>(t->data<int64_t>()[j])); break;
+        default: return std::nullopt;
+      }
+    }
+  }
+  std::vector<int64_t> zero_points(values[1].begin(), values[1].end());
+  auto quantized = quantized::QuantizePerChannel(source, values[0], zero_points,
+                                                 q->arg(3).as_int(), q->arg(4).as_dtype());
+  if (!quantized.ok()) return std::nullopt;
+  return *std::move(quantized);
+}
+
 absl::Status Lowerer::FoldQuantizedConstants() {
+  for (Node* q : per_channel_quantize_nodes_) quantize_nodes_.push_back(q);
+  per_channel_quantize_nodes_.clear();
   for (Node*& q : quantize_nodes_) {
-    if (q == nullptr) continue;
+    if (q == nullptr || !q->arg(0).is_node()) continue;
     const Node* source = q->arg(0).as_node();
     if (source->op() != OpKind::kGetAttr || q->num_users() == 0) continue;
     bool only_native_functions = true;
@@ -739,11 +781,8 @@ absl::Status Lowerer::FoldQuantizedConstants() {
     if (!only_native_functions || tensor == nullptr || tensor->dtype() != DType::kFloat32) {
       continue;
     }
-    auto params = QuantizeParams(gm_, q);
-    if (!params.ok()) continue;
-    auto quantized = quantized::QuantizePerTensor(*tensor, params->scale, params->zero_point,
-                                                  params->dtype);
-    if (!quantized.ok()) continue;  // left as it is: the quantize runs at run time
+    std::optional<Tensor> quantized = QuantizedConstant(q, *tensor);
+    if (!quantized.has_value()) continue;  // left as it is: the quantize runs at run time
     const std::string path = gm_.UniqueModulePath(absl::StrCat(source->target().name(), "_quantized"));
     RETURN_IF_ERROR(gm_.SetTensor(path, *std::move(quantized)));
     NodeSpec get_attr;
@@ -757,7 +796,11 @@ absl::Status Lowerer::FoldQuantizedConstants() {
     q = nullptr;
     ++report_.constants_quantized;
   }
-  quantize_nodes_.erase(std::remove(quantize_nodes_.begin(), quantize_nodes_.end(), nullptr),
+  // What stays, per tensor, for step 3 (a per-channel quantize is never a pair's).
+  quantize_nodes_.erase(std::remove_if(quantize_nodes_.begin(), quantize_nodes_.end(),
+                                       [](const Node* q) {
+                                         return q == nullptr || !IsQuantizePerTensor(q);
+                                       }),
                         quantize_nodes_.end());
   return absl::OkStatus();
 }

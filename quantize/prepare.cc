@@ -433,10 +433,10 @@ class Planner {
       return absl::StrCat("its weight (positional arg ", weight_arg,
                           ") is not a tensor node; a functional weight must be positional");
     }
-    if (IsPerChannel(spec.qscheme)) {
+    if (IsPerChannel(spec.qscheme) && weight.producer->op() != OpKind::kGetAttr) {
       return absl::StrCat("its qconfig's weight observer ", spec.ToString(),
-                          " is per-channel; fuselage quantizes a functional weight per "
-                          "tensor only (torch.quantize_per_channel is not emitted yet)");
+                          " is per-channel and its weight is computed, not a get_attr; "
+                          "fuselage quantizes only a constant weight per channel");
     }
     d->functional_weight = weight;
     d->functional_weight_observer = &spec;

@@ -324,5 +324,63 @@ TEST(PrepareReportTest, EveryOpIsQuantizedOrNamedWithItsReason) {
   ExpectReportMatchesGraph(gm, *prepared);
 }
 
+// F.conv2d with a get_attr weight under fbgemm's default qconfig (per-channel symmetric
+// qint8 weights): prepare observes the weight in the graph, convert quantizes it per
+// channel (get_attr scales / zero points, as PyTorch's convert), lowering folds it into a
+// quantized constant and calls torch.ops.quantized.conv2d.
+TEST(FunctionalWeightTest, PerChannelWeightIsObservedQuantizedAndFolded) {
+  GraphModule gm;
+  // Two output channels of two input channels: max |w| is 0.5 and 2.0.
+  ASSERT_TRUE(gm.SetTensor("w", Tensor::FromFloats({2, 2, 1, 1}, {0.5f, 0.25f, -2.0f, 1.0f})).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* w = *g.AddGetAttr("w");
+  Node* conv = *g.AddCallFunction("torch.nn.functional.conv2d", {x, w, Argument::None()});
+  ASSERT_TRUE(g.SetOutput(conv).ok());
+  auto prepared = Prepare(gm, *DefaultQConfigMapping("fbgemm"), *GetBackendConfig("fbgemm"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_TRUE(prepared->report.kept_float.empty()) << prepared->report.ToString();
+  const Node* w_obs = conv->arg(1).as_node();
+  ASSERT_TRUE(IsObserverNode(gm, w_obs)) << Listing(g);
+  EXPECT_EQ(gm.FindModule(w_obs->target().name())->type().name(), "PerChannelMinMaxObserver");
+  EXPECT_TRUE(conv->arg(2).is_none());
+  ExpectReportMatchesGraph(gm, *prepared);
+  for (auto& [path, observer] : prepared->observers) {
+    const bool weight = path == w_obs->target();
+    ASSERT_TRUE(observer
+                    ->Update(weight ? *gm.FindTensor("w")
+                                    : Tensor::FromFloats({1, 2, 1, 1}, {-1.0f, 3.0f}))
+                    .ok());
+  }
+  ASSERT_TRUE(ConvertToReference(gm, *prepared).ok());
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  const Node* w_q = conv->arg(1).as_node()->arg(0).as_node();
+  ASSERT_EQ(w_q->target().name(), "torch.quantize_per_channel") << Listing(g);
+  const Tensor* scales = gm.FindTensor(w_q->arg(1).as_node()->target().name());
+  ASSERT_NE(scales, nullptr);
+  // Symmetric qint8 over [-128, 127]: scale = max|w| / 127.5, zero point 0.
+  EXPECT_FLOAT_EQ(scales->data<float>()[0], 0.5f / 127.5f);
+  EXPECT_FLOAT_EQ(scales->data<float>()[1], 2.0f / 127.5f);
+  EXPECT_EQ(w_q->arg(3).as_int(), 0);
+
+  LoweringRuleRegistry registry;
+  ASSERT_TRUE(RegisterNativeLoweringRules(registry).ok());
+  auto report = LowerToNative(gm, registry);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify() << Listing(g);
+  EXPECT_EQ(conv->target().name(), "torch.ops.quantized.conv2d");
+  EXPECT_EQ(report->constants_quantized, 1);
+  const Node* folded = conv->arg(1).as_node();
+  ASSERT_EQ(folded->op(), OpKind::kGetAttr) << Listing(g);
+  const Tensor* qw = gm.FindTensor(folded->target().name());
+  ASSERT_EQ(qw->dtype(), DType::kQInt8);
+  ASSERT_EQ(qw->qparams().scales.size(), 2u);
+  // 0.25 / (0.5 / 127.5) = 63.75 -> 64; 1.0 / (2.0 / 127.5) = 63.75 -> 64.
+  EXPECT_EQ(qw->data<int8_t>()[1], 64);
+  EXPECT_EQ(qw->data<int8_t>()[3], 64);
+  EXPECT_EQ(CountTarget(g, "torch.quantize_per_channel"), 0);
+  EXPECT_EQ(CountTarget(g, "torch.quantize_per_tensor"), 1);
+}
+
 }  // namespace
 }  // namespace fuselage
