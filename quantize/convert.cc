@@ -64,8 +64,14 @@ absl::StatusOr<std::optional<PerChannelReplacement>> PlanPerChannelReplacement(
     Node* n, const Observer& observer) {
   const ObserverSpec& spec = observer.spec();
   if (!IsPerChannel(spec.qscheme) || n->num_args() != 1 || !n->arg(0).is_node() ||
-      n->arg(0).as_node()->op() != OpKind::kGetAttr || ObserverSawNoValue(observer)) {
+      n->arg(0).as_node()->op() != OpKind::kGetAttr) {
     return std::optional<PerChannelReplacement>();
+  }
+  if (ObserverSawNoValue(observer)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "convert: observer node '", n->name(), "' (", n->target().name(),
+        ") of the weight '", n->arg(0).as_node()->target().name(),
+        "' saw no value; calibrate the prepared model before converting"));
   }
   ASSIGN_OR_RETURN(ObserverQParams qparams, observer.CalculateQParams());
   return std::optional<PerChannelReplacement>(
