@@ -769,10 +769,10 @@ absl::Status Lowerer::FoldQuantizedConstants() {
     const Node* source = q->arg(0).as_node();
     if (source->op() != OpKind::kGetAttr || q->num_users() == 0) continue;
     bool only_native_functions = true;
-    for (const Node* user : q->users()) {
+    for (Node* user : q->users()) {
       // The dequantize the lowered op stopped reading is dead; dead-code elimination
       // erases it with the quantize's float input.
-      const bool dead_dequantize = user->num_users() == 0 && DequantizedInput(Argument(const_cast<Node*>(user))) == q;
+      const bool dead_dequantize = user->num_users() == 0 && DequantizedInput(Argument(user)) == q;
       only_native_functions = only_native_functions &&
                               (dead_dequantize || (user->op() == OpKind::kCallFunction &&
                                                    user->FindMeta(kOutputQParamsMeta) != nullptr));

@@ -328,7 +328,7 @@ class Planner {
     d.inputs = std::move(inputs);
     const ObserverSpec* functional_weight = nullptr;
     if (entry.weight_arg_index.has_value()) {
-      std::optional<std::string> why = TakeFunctionalWeight(n, entry, *qconfig, &d);
+      std::optional<std::string> why = TakeFunctionalWeight(entry, *qconfig, &d);
       if (why.has_value()) return keep_float(*std::move(why));
       functional_weight = d.functional_weight_observer;
     }
@@ -407,7 +407,7 @@ class Planner {
   // calibration, as PyTorch's prepare_fx does (node_arg_is_weight). A float placeholder
   // weight observer (layer norm's) leaves the weight float. The reason the op stays
   // float otherwise.
-  std::optional<std::string> TakeFunctionalWeight(const Node* n, const BackendPatternConfig& entry,
+  std::optional<std::string> TakeFunctionalWeight(const BackendPatternConfig& entry,
                                                   const QConfig& qconfig, Decision* d) {
     const size_t weight_arg = static_cast<size_t>(*entry.weight_arg_index);
     const std::optional<size_t> bias_arg =
