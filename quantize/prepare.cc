@@ -54,6 +54,8 @@ struct Decision {
   // qconfig's weight observer `functional_weight_observer` (producer null: none).
   TensorInput functional_weight;
   const ObserverSpec* functional_weight_observer = nullptr;
+  // True if that weight is the keyword arg `weight` (torch.fx passes F.group_norm's so).
+  bool functional_weight_is_kwarg = false;
 };
 
 // Nodes whose value is not a tensor: observing them means nothing.
@@ -133,7 +135,11 @@ absl::StatusOr<const DTypeConfig*> SelectDTypeConfig(const std::vector<DTypeConf
     } else {
       why = Unsatisfied(c.input, activation, "input");
       if (!why) why = Unsatisfied(c.output, activation, "output");
-      if (!why && weight != nullptr) why = Unsatisfied(c.weight, *weight, "weight");
+      // A dtype config without a weight dtype (the default ops': F.group_norm,
+      // F.instance_norm) does not constrain the weight, as in PyTorch.
+      if (!why && weight != nullptr && c.weight.dtype.has_value()) {
+        why = Unsatisfied(c.weight, *weight, "weight");
+      }
     }
     if (!why) return &c;
     reasons.push_back(absl::StrCat("[", i, "] ", *why));
@@ -328,7 +334,7 @@ class Planner {
     d.inputs = std::move(inputs);
     const ObserverSpec* functional_weight = nullptr;
     if (entry.weight_arg_index.has_value()) {
-      std::optional<std::string> why = TakeFunctionalWeight(entry, *qconfig, &d);
+      std::optional<std::string> why = TakeFunctionalWeight(n, entry, *qconfig, &d);
       if (why.has_value()) return keep_float(*std::move(why));
       functional_weight = d.functional_weight_observer;
     }
@@ -407,7 +413,7 @@ class Planner {
   // calibration, as PyTorch's prepare_fx does (node_arg_is_weight). A float placeholder
   // weight observer (layer norm's) leaves the weight float. The reason the op stays
   // float otherwise.
-  std::optional<std::string> TakeFunctionalWeight(const BackendPatternConfig& entry,
+  std::optional<std::string> TakeFunctionalWeight(const Node* n, const BackendPatternConfig& entry,
                                                   const QConfig& qconfig, Decision* d) {
     const size_t weight_arg = static_cast<size_t>(*entry.weight_arg_index);
     const std::optional<size_t> bias_arg =
@@ -429,9 +435,19 @@ class Planner {
         !IsQuantized(spec.dtype)) {
       return std::nullopt;
     }
+    if (weight.producer == nullptr && weight_arg >= n->num_args()) {
+      // Passed by keyword, as torch.fx records F.group_norm(x, 2, weight=w).
+      const Argument* kwarg = n->FindKwarg("weight");
+      if (kwarg != nullptr && kwarg->is_node()) {
+        weight.producer = kwarg->as_node();
+        d->functional_weight_is_kwarg = true;
+      } else if (kwarg == nullptr || kwarg->is_none()) {
+        return std::nullopt;  // no weight: nothing to observe
+      }
+    }
     if (weight.producer == nullptr) {
-      return absl::StrCat("its weight (positional arg ", weight_arg,
-                          ") is not a tensor node; a functional weight must be positional");
+      return absl::StrCat("its weight (arg ", weight_arg,
+                          " or keyword 'weight') is not a tensor node");
     }
     if (IsPerChannel(spec.qscheme) && weight.producer->op() != OpKind::kGetAttr) {
       return absl::StrCat("its qconfig's weight observer ", spec.ToString(),
@@ -535,7 +551,11 @@ class ObserverInserter {
     if (d.functional_weight.producer != nullptr) {
       ASSIGN_OR_RETURN(Node * obs,
                        ObserverOf(d.functional_weight.producer, *d.functional_weight_observer));
-      RETURN_IF_ERROR(g.SetArg(d.node, d.functional_weight.arg, obs));
+      if (d.functional_weight_is_kwarg) {
+        RETURN_IF_ERROR(g.SetKwarg(d.node, "weight", obs));
+      } else {
+        RETURN_IF_ERROR(g.SetArg(d.node, d.functional_weight.arg, obs));
+      }
     }
     if (d.share_output_with_input) RETURN_IF_ERROR(ShareListInputObservers(d));
     // A shared output observer is a second call of the input observer's module: its

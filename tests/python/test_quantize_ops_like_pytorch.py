@@ -85,6 +85,27 @@ class Shapes(nn.Module):
         return y.flatten(1)
 
 
+class GroupNormF(nn.Module):
+    """F.group_norm with get_attr weight and bias (torch.fx passes them as keywords)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(4))
+        self.b = nn.Parameter(torch.rand(4))
+
+    def forward(self, x):
+        return F.group_norm(x, 2, self.w, self.b)
+
+
+class LayerNormF(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(8))
+
+    def forward(self, x):
+        return F.layer_norm(x, [8], self.w)
+
+
 class MatMul(nn.Module):
     def __init__(self):
         super().__init__()
@@ -97,6 +118,12 @@ class MatMul(nn.Module):
 
 CASES = {
     "matmul": (MatMul, (1, 3, 8, 8)),
+    "instance_norm": (lambda: ConvThen(nn.InstanceNorm2d(4, affine=True)), (1, 3, 8, 8)),
+    "F.group_norm": (lambda: ConvThen(GroupNormF()), (1, 3, 8, 8)),
+    # Float in PyTorch 1.13's qnnpack config too (only "native" has layer norm entries).
+    "layer_norm": (lambda: ConvThen(nn.LayerNorm([8])), (1, 3, 8, 8)),
+    "F.layer_norm": (lambda: ConvThen(LayerNormF()), (1, 3, 8, 8)),
+    "group_norm": (lambda: ConvThen(nn.GroupNorm(2, 4)), (1, 3, 8, 8)),
     "cat": (Cat, (1, 3, 8, 8)),
     "sigmoid": (lambda: ConvThen(nn.Sigmoid()), (1, 3, 8, 8)),
     "torch.sigmoid": (lambda: ConvThen(Lambda(torch.sigmoid)), (1, 3, 8, 8)),
@@ -126,7 +153,8 @@ CASES = {
 }
 
 
-KEPT_FLOAT = {"shape_ops": ["flatten"]}
+KEPT_FLOAT = {"shape_ops": ["flatten"], "layer_norm": ["then"], "F.layer_norm": ["layer_norm"],
+              "group_norm": ["then"]}
 
 
 def torch_prepared_observers(prepared):
@@ -239,8 +267,8 @@ def test_observers_and_lowered_targets_match_pytorch(cli, tmp_path, case):
 
     report = run_cli(cli, "quantize", tmp_path / "f.fsl", "--backend=qnnpack",
                      f"--calibration={tmp_path / 'x.npy'}", "-o", tmp_path / "q.fsl")
-    # What PyTorch leaves float too, named by the report: x.flatten() (the method) has no
-    # entry in PyTorch 1.13's backend configs (torch.flatten has).
+    # What PyTorch leaves float too, named by the report: x.flatten() (the method) and the
+    # layer / group norms have no entry in PyTorch 1.13's qnnpack config.
     kept = [line.split()[2] for line in report.splitlines() if "kept float:" in line]
     assert kept == KEPT_FLOAT.get(case, []), report
     got = fuselage_calls(tmp_path / "q.fsl")
