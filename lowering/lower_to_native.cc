@@ -581,7 +581,16 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
     case LoweringRule::Action::kPassThrough:
       // The op's own fixed output parameters are the quantize's (prepare observed it with
       // the op's FixedQParamsObserver).
-      if (rule.output_qparams_fixed_by_op) break;
+      if (rule.fixed_output_qparams.has_value()) {
+        const OutputQParams& fixed = *rule.fixed_output_qparams;
+        if (!(output == fixed)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              where(), ": the quantize '", q->name(), "' has scale ", output.scale,
+              " zero_point ", output.zero_point, "; the op's own output has scale ",
+              fixed.scale, " zero_point ", fixed.zero_point));
+        }
+        break;
+      }
       // Dropping the quantize is only right if it does not requantize.
       for (const Node* x : quantized_inputs) {
         const std::optional<OutputQParams> in = KnownOutputQParams(gm_, x);

@@ -585,22 +585,29 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
   }
   // Fixed-qparams ops (is_fixed_qparams_node): the quantized op makes its own fixed output
   // parameters, which prepare's FixedQParamsObserver gave the quantize after it.
-  auto fixed = [&](OpKind op, const char* target) {
+  // PyTorch 1.13's default_fixed_qparams_range_0to1 / _neg1to1 observers.
+  const OutputQParams zero_to_one{1.0 / 256.0, 0, DType::kQUInt8};
+  const OutputQParams minus_one_to_one{2.0 / 256.0, 128, DType::kQUInt8};
+  auto fixed = [&](OpKind op, const char* target, const OutputQParams& qparams) {
     LoweringRule r = PassThrough(absl::StrCat("fixed-qparams:", op == OpKind::kCallMethod ? "." : "",
                                               target),
                                  op, target);
-    r.output_qparams_fixed_by_op = true;
+    r.fixed_output_qparams = qparams;
     return registry.Register(std::move(r));
   };
-  for (const char* m : {"nn.Sigmoid", "nn.Hardsigmoid", "nn.Tanh"}) {
-    RETURN_IF_ERROR(fixed(OpKind::kCallModule, m));
-  }
-  for (const char* f : {"torch.sigmoid", "torch.tanh", "torch.nn.functional.hardsigmoid",
+  RETURN_IF_ERROR(fixed(OpKind::kCallModule, "nn.Sigmoid", zero_to_one));
+  RETURN_IF_ERROR(fixed(OpKind::kCallModule, "nn.Hardsigmoid", zero_to_one));
+  RETURN_IF_ERROR(fixed(OpKind::kCallModule, "nn.Tanh", minus_one_to_one));
+  for (const char* f : {"torch.sigmoid", "torch.nn.functional.hardsigmoid",
                         "torch.nn.functional.sigmoid"}) {
-    RETURN_IF_ERROR(fixed(OpKind::kCallFunction, f));
+    RETURN_IF_ERROR(fixed(OpKind::kCallFunction, f, zero_to_one));
   }
-  for (const char* m : {"sigmoid", "sigmoid_", "hardsigmoid", "hardsigmoid_", "tanh", "tanh_"}) {
-    RETURN_IF_ERROR(fixed(OpKind::kCallMethod, m));
+  RETURN_IF_ERROR(fixed(OpKind::kCallFunction, "torch.tanh", minus_one_to_one));
+  for (const char* m : {"sigmoid", "sigmoid_", "hardsigmoid", "hardsigmoid_"}) {
+    RETURN_IF_ERROR(fixed(OpKind::kCallMethod, m, zero_to_one));
+  }
+  for (const char* m : {"tanh", "tanh_"}) {
+    RETURN_IF_ERROR(fixed(OpKind::kCallMethod, m, minus_one_to_one));
   }
   // SPECIAL_PATTERN_LOWER_MODULE_MAP: weightless modules built by from_reference(mod,
   // scale, zero_point).

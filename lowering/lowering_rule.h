@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,9 +99,10 @@ struct LoweringRule {
   // kNativeModule only; empty means BuildNativeWeightedModule(native_target, inner_type).
   NativeModuleBuilder build_module;
   // kPassThrough only: the op fixes its own output parameters (sigmoid: scale 1/256, zero
-  // point 0), so the quantize it drops may differ from the input's; prepare gave it the
-  // op's FixedQParamsObserver, so the quantize holds exactly the op's parameters.
-  bool output_qparams_fixed_by_op = false;
+  // point 0, quint8), so the quantize it drops differs from the input's; it is dropped
+  // only if it holds exactly these (prepare's FixedQParamsObserver gives it them; an
+  // observer shared with a cat's other inputs would not).
+  std::optional<OutputQParams> fixed_output_qparams;
   // kNativeModule only: the native module passes its input's parameters through and the
   // quantize after it is dropped whatever its parameters (nnq.Dropout, as PyTorch 1.13
   // lowers nn.Dropout: the module is the identity in eval mode).

@@ -164,20 +164,43 @@ TEST(SpecialPatternLoweringTest, DropoutBecomesNnqDropoutWithItsInputsParameters
 }
 
 TEST(SpecialPatternLoweringTest, FixedQParamsOpsRunOnTheQuantizedTensor) {
-  for (const auto& [kind, target] :
-       std::vector<std::pair<OpKind, const char*>>{{OpKind::kCallFunction, "torch.sigmoid"},
-                                                   {OpKind::kCallMethod, "sigmoid"},
-                                                   {OpKind::kCallFunction, "torch.tanh"}}) {
+  struct Case {
+    OpKind kind;
+    const char* target;
+    double scale;
+    int64_t zero_point;
+  };
+  // PyTorch's fixed parameters: [0, 1) -> 1/256, 0; [-1, 1) -> 2/256, 128.
+  for (const Case& c : {Case{OpKind::kCallFunction, "torch.sigmoid", 1.0 / 256, 0},
+                        Case{OpKind::kCallMethod, "sigmoid", 1.0 / 256, 0},
+                        Case{OpKind::kCallFunction, "torch.nn.functional.hardsigmoid", 1.0 / 256, 0},
+                        Case{OpKind::kCallFunction, "torch.tanh", 2.0 / 256, 128},
+                        Case{OpKind::kCallMethod, "tanh", 2.0 / 256, 128}}) {
     // The quantize has the op's fixed parameters, not the input's: no requantization
     // refusal as for a pass-through op.
-    auto p = Build(kind, target, 1.0 / 256, 0);
+    auto p = Build(c.kind, c.target, c.scale, c.zero_point);
     Lower(*p);
-    EXPECT_EQ(p->op->target().name(), target);
+    EXPECT_EQ(p->op->target().name(), c.target);
     const auto out = KnownOutputQParams(p->gm, p->op);
     ASSERT_TRUE(out.has_value());
-    EXPECT_EQ(out->scale, 1.0 / 256);
-    EXPECT_EQ(out->zero_point, 0);
+    EXPECT_EQ(out->scale, c.scale);
+    EXPECT_EQ(out->zero_point, c.zero_point);
   }
+}
+
+// A quantize with other parameters than the op makes (an observer a cat shared with its
+// other inputs) is a real requantization: it stays, and the report says why.
+TEST(SpecialPatternLoweringTest, FixedQParamsOpWithOtherParametersStaysReference) {
+  auto p = Build(OpKind::kCallFunction, "torch.sigmoid", 0.01, 3);
+  LoweringRuleRegistry rules;
+  ASSERT_TRUE(RegisterNativeLoweringRules(rules).ok());
+  auto report = LowerToNative(p->gm, rules);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->unlowered.size(), 1u) << report->ToString();
+  EXPECT_NE(report->unlowered[0].reason.find("the op's own output has scale 0.00390625"),
+            std::string::npos)
+      << report->unlowered[0].reason;
+  EXPECT_EQ(Count(p->gm.graph(), "torch.quantize_per_tensor"), 2);
 }
 
 TEST(SpecialPatternLoweringTest, DefaultFunctionalsBecomeQuantizedOpsWithoutInplace) {
