@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -271,6 +272,10 @@ class Lowerer {
   // functions read becomes a get_attr of the tensor quantized now, as PyTorch's
   // fold_weight packs it once instead of quantizing it at every run.
   absl::Status FoldQuantizedConstants();
+  // After dead-code elimination: removes the float tensors step 3b made unused (a folded
+  // weight, its per-channel scales and zero points) that no get_attr reads any more, as
+  // PyTorch's converted GraphModule keeps only the attributes its graph reads.
+  void RemoveUnreadFoldedTensors();
   // Step 4: erases the dead nodes, starting from those the pass noted (see
   // maybe_dead_), and returns how many.
   int EliminateDeadNodes();
@@ -321,6 +326,8 @@ class Lowerer {
   std::vector<Node*> quantize_nodes_;
   // The quantize_per_channel nodes (a per-channel functional weight's), for step 3b.
   std::vector<Node*> per_channel_quantize_nodes_;
+  // The tensors the quantize nodes step 3b folded read (weight, scales, zero points).
+  std::vector<std::string> folded_tensor_paths_;
   // The tensor quantize node `q` makes of the constant float tensor `source` reads, if
   // its parameters are constants too; nullopt otherwise.
   std::optional<Tensor> QuantizedConstant(const Node* q, const Tensor& source) const;
@@ -801,6 +808,11 @@ absl::Status Lowerer::FoldQuantizedConstants() {
     ASSIGN_OR_RETURN(Node * folded, graph_.InsertBefore(q, std::move(get_attr)));
     ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(q, folded));
     (void)rewired;
+    for (const Argument& a : q->args()) {
+      if (a.is_node() && a.as_node()->op() == OpKind::kGetAttr) {
+        folded_tensor_paths_.emplace_back(a.as_node()->target().name());
+      }
+    }
     RETURN_IF_ERROR(EraseNode(q));
     q = nullptr;
     ++report_.constants_quantized;
@@ -812,6 +824,22 @@ absl::Status Lowerer::FoldQuantizedConstants() {
                                        }),
                         quantize_nodes_.end());
   return absl::OkStatus();
+}
+
+void Lowerer::RemoveUnreadFoldedTensors() {
+  if (folded_tensor_paths_.empty()) return;
+  absl::flat_hash_set<absl::string_view> read;
+  for (const Node* n = graph_.first(); n != nullptr; n = n->next()) {
+    if (n->op() == OpKind::kGetAttr) read.insert(n->target().name());
+  }
+  for (const std::string& path : folded_tensor_paths_) {
+    if (read.contains(path)) continue;
+    const size_t dot = path.rfind('.');
+    Module* parent = dot == std::string::npos ? gm_.FindModule("")
+                                              : gm_.FindModule(path.substr(0, dot));
+    const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+    if (parent != nullptr && parent->RemoveTensor(name)) ++report_.folded_tensors_removed;
+  }
 }
 
 absl::Status Lowerer::RemoveDequantizeQuantizePairs() {
@@ -864,7 +892,8 @@ std::string LoweringReport::ToString() const {
     absl::StrAppend(&out, "  left as reference: ", u.node, " (", u.target, "): ", u.reason, "\n");
   }
   if (constants_quantized > 0) {
-    absl::StrAppend(&out, "  constant weights quantized in advance: ", constants_quantized, "\n");
+    absl::StrAppend(&out, "  constant weights quantized in advance: ", constants_quantized,
+                    " (float tensors no longer read, removed: ", folded_tensors_removed, ")\n");
   }
   absl::StrAppend(&out, "  tuple accesses removed: ", tuple_accesses_removed,
                   ", dequantize/quantize pairs removed: ", dequantize_quantize_pairs_removed,
@@ -881,6 +910,7 @@ absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
   RETURN_IF_ERROR(lowerer.RemoveDequantizeQuantizePairs());
   lowerer.FinishReport();
   report.dead_nodes_removed = lowerer.EliminateDeadNodes();
+  lowerer.RemoveUnreadFoldedTensors();
   return report;
 }
 

@@ -86,6 +86,9 @@ struct LoweringReport {
   // quantize_per_tensor nodes of get_attr float weights read only by native functions
   // (F.conv2d / F.linear lowered), replaced by a get_attr of the weight quantized once.
   int constants_quantized = 0;
+  // The float tensors those read (weights, per-channel scales and zero points) that no
+  // node reads any more, removed from the module tree.
+  int folded_tensors_removed = 0;
   int dead_nodes_removed = 0;
 
   int total_lowered() const;

@@ -509,6 +509,9 @@ TEST(LowerToNativeTest, FunctionalConvUsesQuantizedInputAndWeight) {
   ASSERT_EQ(qw->dtype(), DType::kQInt8);
   EXPECT_EQ(qw->data<int8_t>()[0], 50);
   EXPECT_DOUBLE_EQ(qw->qparams().scales[0], 0.01);
+  // The float weight is read by nothing any more: gone, as from PyTorch's converted model.
+  EXPECT_EQ(gm.FindTensor("w"), nullptr);
+  EXPECT_EQ(report.folded_tensors_removed, 1);
   ASSERT_NE(conv->FindKwarg("output_scale"), nullptr);
   EXPECT_EQ(*conv->FindKwarg("output_scale"), Argument::Float(0.1));
   EXPECT_EQ(*conv->FindKwarg("output_zero_point"), Argument::Int(2));

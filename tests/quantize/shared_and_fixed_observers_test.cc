@@ -379,6 +379,11 @@ TEST(FunctionalWeightTest, PerChannelWeightIsObservedQuantizedAndFolded) {
   EXPECT_EQ(qw->data<int8_t>()[1], 64);
   EXPECT_EQ(qw->data<int8_t>()[3], 64);
   EXPECT_EQ(CountTarget(g, "torch.quantize_per_channel"), 0);
+  // The float weight and convert's scale / zero-point tensors are read by nothing now.
+  EXPECT_EQ(gm.FindTensor("w"), nullptr);
+  EXPECT_EQ(gm.FindTensor("w_scale"), nullptr);
+  EXPECT_EQ(gm.FindTensor("w_zero_point"), nullptr);
+  EXPECT_EQ(report->folded_tensors_removed, 3);
   EXPECT_EQ(CountTarget(g, "torch.quantize_per_tensor"), 1);
 }
 
