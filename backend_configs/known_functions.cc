@@ -81,12 +81,16 @@ absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
            "torch.ops.quantized.conv2d", "torch.ops.quantized.conv3d",
            "torch.ops.quantized.conv1d_relu", "torch.ops.quantized.conv2d_relu",
            "torch.ops.quantized.conv3d_relu",
-           // Quantized ops convert_fx writes that runtime/quantized/ runs (issue #18).
+           // Quantized ops convert_fx writes that runtime/quantized/ runs, and PyTorch
+           // 1.13's quantized forms of the default functionals (get_quantized_operator),
+           // which lowering emits (issue #18).
            "torch.ops.quantized.hardswish", "torch.ops.quantized.sigmoid",
            "torch.ops.quantized.softmax", "torch.ops.quantized.layer_norm",
            "torch.ops.quantized.group_norm", "torch.ops.quantized.instance_norm",
            "torch.ops.quantized.batch_norm2d", "torch.ops.quantized.batch_norm2d_relu",
            "torch.ops.quantized.batch_norm3d", "torch.ops.quantized.batch_norm3d_relu",
+           "torch.ops.quantized.elu", "torch.ops.quantized.leaky_relu",
+           "torch.ops.quantized.dropout", "torch.ops.quantized.matmul",
        }) {
     RETURN_IF_ERROR(registry.Register(name));
   }

@@ -7,11 +7,13 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/check.h"
 #include "graph/status_macros.h"
+#include "runtime/quantized/quantize.h"
 
 namespace fuselage {
 namespace {
@@ -24,6 +26,7 @@ struct Targets {
   Symbol dequantize_method = Symbol::Intern("dequantize");
   Symbol dequantize_function = Symbol::Intern("torch.dequantize");
   Symbol quantize_per_tensor = Symbol::Intern("torch.quantize_per_tensor");
+  Symbol quantize_per_channel = Symbol::Intern("torch.quantize_per_channel");
   Symbol relu_function = Symbol::Intern("torch.relu");
   Symbol functional_relu = Symbol::Intern("torch.nn.functional.relu");
   Symbol relu_method = Symbol::Intern("relu");
@@ -265,6 +268,14 @@ class Lowerer {
   // Steps 1 and 2 in one walk (see LowerTuplesAndPatterns in the .cc).
   absl::Status LowerTuplesAndPatterns();
   absl::Status RemoveDequantizeQuantizePairs();
+  // Step 3b: a quantize of a constant float tensor (a get_attr weight) that only native
+  // functions read becomes a get_attr of the tensor quantized now, as PyTorch's
+  // fold_weight packs it once instead of quantizing it at every run.
+  absl::Status FoldQuantizedConstants();
+  // After dead-code elimination: removes the float tensors step 3b made unused (a folded
+  // weight, its per-channel scales and zero points) that no get_attr reads any more, as
+  // PyTorch's converted GraphModule keeps only the attributes its graph reads.
+  void RemoveUnreadFoldedTensors();
   // Step 4: erases the dead nodes, starting from those the pass noted (see
   // maybe_dead_), and returns how many.
   int EliminateDeadNodes();
@@ -313,6 +324,13 @@ class Lowerer {
   LoweringReport& report_;
   // The quantize_per_tensor nodes still in the graph, in topological order.
   std::vector<Node*> quantize_nodes_;
+  // The quantize_per_channel nodes (a per-channel functional weight's), for step 3b.
+  std::vector<Node*> per_channel_quantize_nodes_;
+  // The tensors the quantize nodes step 3b folded read (weight, scales, zero points).
+  std::vector<std::string> folded_tensor_paths_;
+  // The tensor quantize node `q` makes of the constant float tensor `source` reads, if
+  // its parameters are constants too; nullopt otherwise.
+  std::optional<Tensor> QuantizedConstant(const Node* q, const Tensor& source) const;
   absl::flat_hash_map<std::pair<const LoweringRule*, bool>, Symbol> native_targets_;
   // Patterns lowered per rule; by name into the report at the end (a pointer hash per
   // pattern instead of a string-keyed map lookup).
@@ -423,7 +441,9 @@ absl::Status Lowerer::LowerTuplesAndPatterns() {
   for (Node* n = graph_.first(); n != nullptr;) {
     Node* const next = n->next();
     bool erased = false;
-    if (IsQuantizePerTensor(n)) {
+    if (IsCall(n, OpKind::kCallFunction, T().quantize_per_channel)) {
+      per_channel_quantize_nodes_.push_back(n);
+    } else if (IsQuantizePerTensor(n)) {
       if (patterns_during_walk) {
         ASSIGN_OR_RETURN(erased, LowerPatternAt(n));
       }
@@ -545,7 +565,19 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
   }
   switch (rule.action) {
     case LoweringRule::Action::kNativeModule: {
-      auto native = rule.build_module(*module, output);
+      if (rule.output_keeps_input_qparams) {
+        // The module passes its input's parameters through; the quantize goes whatever
+        // its own (PyTorch 1.13 drops it the same way).
+        const std::optional<OutputQParams> in = KnownOutputQParams(gm_, quantized_inputs.front());
+        if (!in.has_value()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              where(), ": the quantization parameters of its input '",
+              quantized_inputs.front()->name(), "' are unknown"));
+        }
+        plan.output = *in;
+        plan.output_meta = QParamsMetaHolding(quantized_inputs.front(), *in);
+      }
+      auto native = rule.build_module(*module, plan.output);
       if (!native.ok()) {
         return absl::FailedPreconditionError(
             absl::StrCat(where(), ": ", native.status().message()));
@@ -554,6 +586,18 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
       break;
     }
     case LoweringRule::Action::kPassThrough:
+      // The op's own fixed output parameters are the quantize's (prepare observed it with
+      // the op's FixedQParamsObserver).
+      if (rule.fixed_output_qparams.has_value()) {
+        const OutputQParams& fixed = *rule.fixed_output_qparams;
+        if (!(output == fixed)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              where(), ": the quantize '", q->name(), "' has scale ", output.scale,
+              " zero_point ", output.zero_point, "; the op's own output has scale ",
+              fixed.scale, " zero_point ", fixed.zero_point));
+        }
+        break;
+      }
       // Dropping the quantize is only right if it does not requantize.
       for (const Node* x : quantized_inputs) {
         const std::optional<OutputQParams> in = KnownOutputQParams(gm_, x);
@@ -606,7 +650,12 @@ absl::Status Lowerer::Apply(Plan plan) {
     RETURN_IF_ERROR(
         graph_.SetOp(ref, OpKind::kCallFunction, NativeTarget(rule, plan.relu != nullptr)));
     if (!append_qparams) {
-      Kwargs kwargs = ref->kwargs();
+      Kwargs kwargs;
+      for (const Kwarg& kw : ref->kwargs()) {
+        const bool drop = std::find(rule.kwargs_to_drop.begin(), rule.kwargs_to_drop.end(),
+                                    kw.first.name()) != rule.kwargs_to_drop.end();
+        if (!drop) kwargs.push_back(kw);
+      }
       SetOrAppendKwarg(kwargs, "output_scale", Argument::Float(plan.output.scale));
       SetOrAppendKwarg(kwargs, "output_zero_point", Argument::Int(plan.output.zero_point));
       RETURN_IF_ERROR(graph_.SetKwargs(ref, std::move(kwargs)));
@@ -696,6 +745,103 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   return true;
 }
 
+std::optional<Tensor> Lowerer::QuantizedConstant(const Node* q, const Tensor& source) const {
+  if (IsQuantizePerTensor(q)) {
+    auto params = QuantizeParams(gm_, q);
+    if (!params.ok()) return std::nullopt;
+    auto quantized = quantized::QuantizePerTensor(source, params->scale, params->zero_point,
+                                                  params->dtype);
+    if (!quantized.ok()) return std::nullopt;
+    return *std::move(quantized);
+  }
+  // quantize_per_channel(w, get_attr scales, get_attr zero_points, axis, dtype).
+  if (q->num_args() != 5 || !q->arg(3).is_int() || !q->arg(4).is_dtype()) return std::nullopt;
+  std::vector<double> values[2];
+  for (int i = 0; i < 2; ++i) {
+    const Argument& a = q->arg(static_cast<size_t>(i + 1));
+    if (!a.is_node() || a.as_node()->op() != OpKind::kGetAttr) return std::nullopt;
+    const Tensor* t = gm_.FindTensor(a.as_node()->target().name());
+    if (t == nullptr) return std::nullopt;
+    for (int64_t j = 0; j < t->numel(); ++j) {
+      switch (t->dtype()) {
+        case DType::kFloat32: values[i].push_back(t->data<float>()[j]); break;
+        case DType::kInt64: values[i].push_back(static_cast<double>(t->data<int64_t>()[j])); break;
+        default: return std::nullopt;
+      }
+    }
+  }
+  std::vector<int64_t> zero_points(values[1].begin(), values[1].end());
+  auto quantized = quantized::QuantizePerChannel(source, values[0], zero_points,
+                                                 q->arg(3).as_int(), q->arg(4).as_dtype());
+  if (!quantized.ok()) return std::nullopt;
+  return *std::move(quantized);
+}
+
+absl::Status Lowerer::FoldQuantizedConstants() {
+  for (Node* q : per_channel_quantize_nodes_) quantize_nodes_.push_back(q);
+  per_channel_quantize_nodes_.clear();
+  for (Node*& q : quantize_nodes_) {
+    if (q == nullptr || !q->arg(0).is_node()) continue;
+    const Node* source = q->arg(0).as_node();
+    if (source->op() != OpKind::kGetAttr || q->num_users() == 0) continue;
+    bool only_native_functions = true;
+    for (Node* user : q->users()) {
+      // The dequantize the lowered op stopped reading is dead; dead-code elimination
+      // erases it with the quantize's float input.
+      const bool dead_dequantize = user->num_users() == 0 && DequantizedInput(Argument(user)) == q;
+      only_native_functions = only_native_functions &&
+                              (dead_dequantize || (user->op() == OpKind::kCallFunction &&
+                                                   user->FindMeta(kOutputQParamsMeta) != nullptr));
+    }
+    const Tensor* tensor = gm_.FindTensor(source->target().name());
+    if (!only_native_functions || tensor == nullptr || tensor->dtype() != DType::kFloat32) {
+      continue;
+    }
+    std::optional<Tensor> quantized = QuantizedConstant(q, *tensor);
+    if (!quantized.has_value()) continue;  // left as it is: the quantize runs at run time
+    const std::string path = gm_.UniqueModulePath(absl::StrCat(source->target().name(), "_quantized"));
+    RETURN_IF_ERROR(gm_.SetTensor(path, *std::move(quantized)));
+    NodeSpec get_attr;
+    get_attr.op = OpKind::kGetAttr;
+    get_attr.target = Symbol::Intern(path);
+    get_attr.name = graph_.UniqueName(path);
+    ASSIGN_OR_RETURN(Node * folded, graph_.InsertBefore(q, std::move(get_attr)));
+    ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(q, folded));
+    (void)rewired;
+    for (const Argument& a : q->args()) {
+      if (a.is_node() && a.as_node()->op() == OpKind::kGetAttr) {
+        folded_tensor_paths_.emplace_back(a.as_node()->target().name());
+      }
+    }
+    RETURN_IF_ERROR(EraseNode(q));
+    q = nullptr;
+    ++report_.constants_quantized;
+  }
+  // What stays, per tensor, for step 3 (a per-channel quantize is never a pair's).
+  quantize_nodes_.erase(std::remove_if(quantize_nodes_.begin(), quantize_nodes_.end(),
+                                       [](const Node* q) {
+                                         return q == nullptr || !IsQuantizePerTensor(q);
+                                       }),
+                        quantize_nodes_.end());
+  return absl::OkStatus();
+}
+
+void Lowerer::RemoveUnreadFoldedTensors() {
+  if (folded_tensor_paths_.empty()) return;
+  absl::flat_hash_set<absl::string_view> read;
+  for (const Node* n = graph_.first(); n != nullptr; n = n->next()) {
+    if (n->op() == OpKind::kGetAttr) read.insert(n->target().name());
+  }
+  for (const std::string& path : folded_tensor_paths_) {
+    if (read.contains(path)) continue;
+    const size_t dot = path.rfind('.');
+    Module* parent = dot == std::string::npos ? gm_.FindModule("")
+                                              : gm_.FindModule(path.substr(0, dot));
+    const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+    if (parent != nullptr && parent->RemoveTensor(name)) ++report_.folded_tensors_removed;
+  }
+}
+
 absl::Status Lowerer::RemoveDequantizeQuantizePairs() {
   // Every quantize node the patterns left, in order; each iteration erases at most the
   // node it is looking at.
@@ -745,6 +891,10 @@ std::string LoweringReport::ToString() const {
   for (const Unlowered& u : unlowered) {
     absl::StrAppend(&out, "  left as reference: ", u.node, " (", u.target, "): ", u.reason, "\n");
   }
+  if (constants_quantized > 0) {
+    absl::StrAppend(&out, "  constant weights quantized in advance: ", constants_quantized,
+                    " (float tensors no longer read, removed: ", folded_tensors_removed, ")\n");
+  }
   absl::StrAppend(&out, "  tuple accesses removed: ", tuple_accesses_removed,
                   ", dequantize/quantize pairs removed: ", dequantize_quantize_pairs_removed,
                   ", dead nodes removed: ", dead_nodes_removed, "\n");
@@ -756,9 +906,11 @@ absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
   LoweringReport report;
   Lowerer lowerer(gm, registry, report);
   RETURN_IF_ERROR(lowerer.LowerTuplesAndPatterns());
+  RETURN_IF_ERROR(lowerer.FoldQuantizedConstants());
   RETURN_IF_ERROR(lowerer.RemoveDequantizeQuantizePairs());
   lowerer.FinishReport();
   report.dead_nodes_removed = lowerer.EliminateDeadNodes();
+  lowerer.RemoveUnreadFoldedTensors();
   return report;
 }
 

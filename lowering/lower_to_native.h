@@ -20,6 +20,9 @@
 //     op with the quantize's scale and zero point, and the quantize node goes.
 //  3. `x_q.dequantize() → quantize_per_tensor(·, s, z, dt)` where x_q is known to be
 //     quantized with exactly (s, z, dt) is removed: users read x_q.
+//  3b. `quantize_per_tensor(get_attr w, s, z, qint8)` read only by native functions (a
+//     functional conv / linear's weight) becomes `get_attr w_quantized`, a quantized
+//     tensor made now: PyTorch's fold_weight, without its backend-specific packing.
 //  4. Dead nodes (dequantize nodes nobody reads, unused get_attr of output qparams, and
 //     any node the output did not depend on before the pass) go, as with
 //     Graph::EliminateDeadCode.
@@ -43,9 +46,12 @@
 //    user's own fused module lowers by registering a rule.
 //  - Output quantization parameters become inline float / int args and module
 //    attributes; PyTorch passes get_attr nodes.
-//  - Functional conv / linear keep the quantized weight as an arg of
-//    torch.ops.quantized.conv2d / linear (with output_scale / output_zero_point kwargs)
-//    instead of a backend-specific prepack node; the runtime packs.
+//  - Functional conv / linear keep the quantized weight (quantized once, step 3b) as an
+//    arg of torch.ops.quantized.conv2d / linear (with output_scale / output_zero_point
+//    kwargs) instead of a backend-specific packed-params attribute; the runtime packs.
+//  - A fixed-qparams op (sigmoid, tanh, hardsigmoid) and nn.Dropout drop their quantize,
+//    as PyTorch does; the others of PyTorch's special patterns become their nnq module
+//    with the quantize's parameters.
 //  - A relu between a reference module and its quantize is never silently dropped
 //    (PyTorch's module path loses it); only function rules with a relu variant absorb it.
 //  - A pass-through op (pool, flatten, cat, ...) only drops its quantize if that quantize
@@ -82,6 +88,12 @@ struct LoweringReport {
   std::vector<Unlowered> unlowered;
   int tuple_accesses_removed = 0;
   int dequantize_quantize_pairs_removed = 0;
+  // quantize_per_tensor nodes of get_attr float weights read only by native functions
+  // (F.conv2d / F.linear lowered), replaced by a get_attr of the weight quantized once.
+  int constants_quantized = 0;
+  // The float tensors those read (weights, per-channel scales and zero points) that no
+  // node reads any more, removed from the module tree.
+  int folded_tensors_removed = 0;
   int dead_nodes_removed = 0;
 
   int total_lowered() const;

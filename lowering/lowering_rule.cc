@@ -374,6 +374,31 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModule(
   return BuildNativeWeightedModuleOfType(Symbol::Intern(native_type), reference, output);
 }
 
+absl::StatusOr<std::unique_ptr<Module>> BuildNativeModuleWithOutputQParams(
+    absl::string_view native_type, const Module& reference, const OutputQParams& output) {
+  // A fused module (nni.BNReLU2d) holds the float module as child "0"; the relu is the
+  // native module's own behaviour.
+  const Module* from = &reference;
+  if (from->tensors().empty() && from->attributes().empty()) {
+    if (const Module* inner = from->FindChild("0")) from = inner;
+  }
+  if (!(output.scale > 0) || !std::isfinite(output.scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        reference.type().name(), " (lowering to ", native_type, "): output scale ",
+        output.scale, " must be positive and finite"));
+  }
+  Module::TensorList tensors(from->tensors().begin(), from->tensors().end());
+  Module::AttributeList attributes;
+  attributes.reserve(from->attributes().size() + 2);
+  for (const auto& [name, value] : from->attributes()) {
+    if (name != "scale" && name != "zero_point") attributes.emplace_back(name, value);
+  }
+  attributes.emplace_back("scale", Argument::Float(output.scale));
+  attributes.emplace_back("zero_point", Argument::Int(output.zero_point));
+  return std::make_unique<Module>(Symbol::Intern(native_type), std::move(tensors),
+                                  std::move(attributes));
+}
+
 absl::Status LoweringRuleRegistry::Register(LoweringRule rule) {
   const std::string where = absl::StrCat("lowering rule '", rule.name, "'");
   if (rule.name.empty()) return absl::InvalidArgumentError("lowering rule: empty name");
@@ -519,11 +544,15 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
                                                    "torch.ops.quantized.mul",
                                                    "torch.ops.quantized.mul_relu", kAppend)));
   }
-  // Ops that run on quantized tensors as they are.
+  RETURN_IF_ERROR(registry.Register(FunctionRule("matmul:torch.matmul", "torch.matmul",
+                                                 "torch.ops.quantized.matmul", "", kAppend)));
+  // Ops that run on quantized tensors as they are: PyTorch 1.13's copy nodes and general
+  // tensor shape nodes (_lower_to_native_backend.py's is_copy_node /
+  // is_general_tensor_shape_node), which share their input's observer.
   for (const char* m :
        {"nn.MaxPool1d", "nn.MaxPool2d", "nn.MaxPool3d", "nn.AvgPool1d", "nn.AvgPool2d",
         "nn.AvgPool3d", "nn.AdaptiveAvgPool1d", "nn.AdaptiveAvgPool2d", "nn.AdaptiveAvgPool3d",
-        "nn.Flatten", "nn.ReLU", "nn.Identity", "nn.Dropout",
+        "nn.Flatten", "nn.ReLU", "nn.Identity",
         // Clamp-like: PyTorch's copy nodes; they share their input's qparams.
         "nn.ReLU6", "nn.Hardtanh"}) {
     RETURN_IF_ERROR(registry.Register(PassThrough(absl::StrCat("pass-through:", m),
@@ -532,20 +561,103 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
   for (const char* f :
        {"torch.flatten", "torch.reshape", "torch.relu", "torch.nn.functional.relu",
         "torch.nn.functional.max_pool1d", "torch.nn.functional.max_pool2d",
-        "torch.nn.functional.max_pool3d", "torch.nn.functional.avg_pool2d",
-        "torch.nn.functional.adaptive_avg_pool2d", "torch.nn.functional.dropout",
+        "torch.nn.functional.max_pool3d", "torch.nn.functional.avg_pool1d",
+        "torch.nn.functional.avg_pool2d", "torch.nn.functional.avg_pool3d",
+        "torch.nn.functional.adaptive_avg_pool1d", "torch.nn.functional.adaptive_avg_pool2d",
+        "torch.nn.functional.adaptive_avg_pool3d", "torch.nn.functional.interpolate",
         "torch.nn.functional.relu6", "torch.nn.functional.hardtanh",
-        "torch.nn.functional.hardtanh_", "torch.clamp"}) {
+        "torch.nn.functional.hardtanh_", "torch.clamp", "torch.mean", "torch.transpose",
+        "torch.squeeze", "torch.unsqueeze", "torch.repeat_interleave", "operator.floordiv"}) {
     RETURN_IF_ERROR(registry.Register(PassThrough(absl::StrCat("pass-through:", f),
                                                   OpKind::kCallFunction, f)));
   }
-  for (const char* m : {"flatten", "reshape", "view", "relu", "contiguous", "clamp"}) {
+  for (const char* m :
+       {"flatten", "reshape", "view", "relu", "relu_", "contiguous", "clamp", "mean",
+        "detach", "detach_", "permute", "repeat", "repeat_interleave", "resize_", "squeeze",
+        "squeeze_", "transpose", "unsqueeze", "unsqueeze_"}) {
     RETURN_IF_ERROR(registry.Register(PassThrough(absl::StrCat("pass-through:.", m),
                                                   OpKind::kCallMethod, m)));
   }
-  LoweringRule cat = PassThrough("pass-through:torch.cat", OpKind::kCallFunction, "torch.cat");
-  cat.list_of_dequantized = true;
-  RETURN_IF_ERROR(registry.Register(std::move(cat)));
+  for (const char* f : {"torch.cat", "torch.stack"}) {
+    LoweringRule list = PassThrough(absl::StrCat("pass-through:", f), OpKind::kCallFunction, f);
+    list.list_of_dequantized = true;
+    RETURN_IF_ERROR(registry.Register(std::move(list)));
+  }
+  // Fixed-qparams ops (is_fixed_qparams_node): the quantized op makes its own fixed output
+  // parameters, which prepare's FixedQParamsObserver gave the quantize after it.
+  // PyTorch 1.13's default_fixed_qparams_range_0to1 / _neg1to1 observers.
+  const OutputQParams zero_to_one{1.0 / 256.0, 0, DType::kQUInt8};
+  const OutputQParams minus_one_to_one{2.0 / 256.0, 128, DType::kQUInt8};
+  auto fixed = [&](OpKind op, const char* target, const OutputQParams& qparams) {
+    LoweringRule r = PassThrough(absl::StrCat("fixed-qparams:", op == OpKind::kCallMethod ? "." : "",
+                                              target),
+                                 op, target);
+    r.fixed_output_qparams = qparams;
+    return registry.Register(std::move(r));
+  };
+  RETURN_IF_ERROR(fixed(OpKind::kCallModule, "nn.Sigmoid", zero_to_one));
+  RETURN_IF_ERROR(fixed(OpKind::kCallModule, "nn.Hardsigmoid", zero_to_one));
+  RETURN_IF_ERROR(fixed(OpKind::kCallModule, "nn.Tanh", minus_one_to_one));
+  for (const char* f : {"torch.sigmoid", "torch.nn.functional.hardsigmoid",
+                        "torch.nn.functional.sigmoid"}) {
+    RETURN_IF_ERROR(fixed(OpKind::kCallFunction, f, zero_to_one));
+  }
+  RETURN_IF_ERROR(fixed(OpKind::kCallFunction, "torch.tanh", minus_one_to_one));
+  for (const char* m : {"sigmoid", "sigmoid_", "hardsigmoid", "hardsigmoid_"}) {
+    RETURN_IF_ERROR(fixed(OpKind::kCallMethod, m, zero_to_one));
+  }
+  for (const char* m : {"tanh", "tanh_"}) {
+    RETURN_IF_ERROR(fixed(OpKind::kCallMethod, m, minus_one_to_one));
+  }
+  // SPECIAL_PATTERN_LOWER_MODULE_MAP: weightless modules built by from_reference(mod,
+  // scale, zero_point).
+  const std::pair<const char*, const char*> special_modules[] = {
+      {"nn.BatchNorm2d", "nnq.BatchNorm2d"},     {"nn.BatchNorm3d", "nnq.BatchNorm3d"},
+      {"nni.BNReLU2d", "nniq.BNReLU2d"},         {"nni.BNReLU3d", "nniq.BNReLU3d"},
+      {"nn.ELU", "nnq.ELU"},                     {"nn.LeakyReLU", "nnq.LeakyReLU"},
+      {"nn.Hardswish", "nnq.Hardswish"},         {"nn.InstanceNorm1d", "nnq.InstanceNorm1d"},
+      {"nn.InstanceNorm2d", "nnq.InstanceNorm2d"}, {"nn.InstanceNorm3d", "nnq.InstanceNorm3d"},
+      {"nn.LayerNorm", "nnq.LayerNorm"},         {"nn.Softmax", "nnq.Softmax"},
+  };
+  for (const auto& [reference, native] : special_modules) {
+    LoweringRule r = ModuleRule(absl::StrCat("special:", reference), reference, "", native);
+    r.build_module = [native = std::string(native)](const Module& ref,
+                                                    const OutputQParams& output) {
+      return BuildNativeModuleWithOutputQParams(native, ref, output);
+    };
+    RETURN_IF_ERROR(registry.Register(std::move(r)));
+  }
+  LoweringRule dropout = ModuleRule("special:nn.Dropout", "nn.Dropout", "", "nnq.Dropout");
+  dropout.output_keeps_input_qparams = true;
+  dropout.build_module = [](const Module& ref, const OutputQParams&) {
+    return std::make_unique<Module>(Symbol::Intern("nnq.Dropout"), Module::TensorList{},
+                                    Module::AttributeList(ref.attributes().begin(),
+                                                          ref.attributes().end()));
+  };
+  RETURN_IF_ERROR(registry.Register(std::move(dropout)));
+  for (const char* d : {"1d", "2d"}) {
+    RETURN_IF_ERROR(registry.Register(
+        ModuleRule(absl::StrCat("conv-transpose", d), absl::StrCat("nnqr.ConvTranspose", d),
+                   "", absl::StrCat("nnq.ConvTranspose", d))));
+  }
+  // The default functionals (get_quantized_operator), with output_scale /
+  // output_zero_point kwargs; their quantized forms take no `inplace`.
+  const std::pair<const char*, std::vector<std::string>> default_functions[] = {
+      {"elu", {"inplace"}},
+      {"hardswish", {"inplace"}},
+      {"instance_norm", {"running_mean", "running_var", "use_input_stats", "momentum"}},
+      {"layer_norm", {}},
+      {"leaky_relu", {}},
+      {"dropout", {"inplace"}},
+  };
+  for (const auto& [name, drop] : default_functions) {
+    LoweringRule r = FunctionRule(absl::StrCat("functional-", name),
+                                  absl::StrCat("torch.nn.functional.", name),
+                                  absl::StrCat("torch.ops.quantized.", name), "", kKwargs);
+    r.dequantized_args = {0};
+    r.kwargs_to_drop = drop;
+    RETURN_IF_ERROR(registry.Register(std::move(r)));
+  }
   return absl::OkStatus();
 }
 

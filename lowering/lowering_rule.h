@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,9 +93,31 @@ struct LoweringRule {
   // between the op and the quantize is absorbed; empty: this rule absorbs no relu.
   std::string native_relu_target;
   OutputQParamsStyle output_qparams_style = OutputQParamsStyle::kAppendArgs;
+  // kNativeFunction only: keyword args of the reference op the native function does not
+  // take (PyTorch's QOP_TO_ARG_NAMES_TO_SKIP: `inplace` of F.hardswish / F.elu / F.dropout).
+  std::vector<std::string> kwargs_to_drop;
   // kNativeModule only; empty means BuildNativeWeightedModule(native_target, inner_type).
   NativeModuleBuilder build_module;
+  // kPassThrough only: the op fixes its own output parameters (sigmoid: scale 1/256, zero
+  // point 0, quint8), so the quantize it drops differs from the input's; it is dropped
+  // only if it holds exactly these (prepare's FixedQParamsObserver gives it them; an
+  // observer shared with a cat's other inputs would not).
+  std::optional<OutputQParams> fixed_output_qparams;
+  // kNativeModule only: the native module passes its input's parameters through and the
+  // quantize after it is dropped whatever its parameters (nnq.Dropout, as PyTorch 1.13
+  // lowers nn.Dropout: the module is the identity in eval mode).
+  bool output_keeps_input_qparams = false;
 };
+
+// The native form of a weightless reference module that PyTorch 1.13's
+// SPECIAL_PATTERN_LOWER_MODULE_MAP lowers with `from_reference(mod, scale, zero_point)`
+// (nn.BatchNorm2d -> nnq.BatchNorm2d, nn.Hardswish -> nnq.Hardswish, nn.ELU, nn.LeakyReLU,
+// nn.LayerNorm, nn.InstanceNorm*d, nn.Softmax; nni.BNReLU2d -> nniq.BNReLU2d): a module of
+// type `native_type` with the float module's tensors and attributes (for a fused module,
+// its child "0"'s: nniq.BNReLU2d holds the batch norm's) plus attributes `scale` and
+// `zero_point`, the output's. No children.
+absl::StatusOr<std::unique_ptr<Module>> BuildNativeModuleWithOutputQParams(
+    absl::string_view native_type, const Module& reference, const OutputQParams& output);
 
 // Quantizes a reference weighted module (nnqr.Conv*, nnqr.Linear, or a fused module
 // whose child "0" is one) into a native one of type `native_type`, as PyTorch's
@@ -140,11 +163,22 @@ class LoweringRuleRegistry {
 //    torch.ops.quantized.conv{1,2,3}d[_relu], F.linear → torch.ops.quantized.linear[_relu],
 //    with output_scale / output_zero_point kwargs;
 //  - binary ops on two dequantized tensors: operator.add / torch.add →
-//    torch.ops.quantized.add[_relu], operator.mul / torch.mul → torch.ops.quantized.mul[_relu];
-//  - pass-through on quantized tensors: max / avg / adaptive-avg pools, flatten, reshape,
-//    view, relu, identity, dropout, contiguous, the clamp-like ops nn.ReLU6, nn.Hardtanh,
-//    F.relu6, F.hardtanh[_], torch.clamp and .clamp (PyTorch's copy nodes: convert_fx
-//    runs them on the quantized tensor), and torch.cat (a list of dequantized tensors).
+//    torch.ops.quantized.add[_relu], operator.mul / torch.mul → torch.ops.quantized.mul[_relu],
+//    torch.matmul → torch.ops.quantized.matmul;
+//  - pass-through on quantized tensors: PyTorch 1.13's copy nodes and general tensor
+//    shape nodes (pools, flatten, reshape, view, relu, identity, transpose, permute,
+//    squeeze, unsqueeze, mean, interpolate, the clamp-like ops nn.ReLU6, nn.Hardtanh,
+//    F.relu6, F.hardtanh[_], torch.clamp and .clamp, ...), torch.cat and torch.stack (a
+//    list of dequantized tensors), and the fixed-qparams ops nn.Sigmoid, nn.Hardsigmoid,
+//    nn.Tanh, torch.sigmoid / tanh, F.hardsigmoid and their methods;
+//  - SPECIAL_PATTERN_LOWER_MODULE_MAP: nn.BatchNorm2d/3d -> nnq.BatchNorm2d/3d,
+//    nni.BNReLU2d/3d -> nniq.BNReLU2d/3d, nn.Hardswish, nn.ELU, nn.LeakyReLU,
+//    nn.LayerNorm, nn.InstanceNorm1d/2d/3d, nn.Softmax -> their nnq forms
+//    (BuildNativeModuleWithOutputQParams), nn.Dropout -> nnq.Dropout (input parameters
+//    kept), nnqr.ConvTranspose1d/2d -> nnq.ConvTranspose1d/2d;
+//  - PyTorch's default functionals: F.hardswish, F.elu, F.leaky_relu, F.layer_norm,
+//    F.instance_norm, F.dropout -> torch.ops.quantized.<name> with output_scale /
+//    output_zero_point kwargs.
 absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry);
 
 }  // namespace fuselage

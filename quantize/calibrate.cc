@@ -26,7 +26,7 @@ absl::Status RegisterObserverKernels(KernelRegistry& registry) {
   for (ObserverKind kind :
        {ObserverKind::kMinMax, ObserverKind::kMovingAverageMinMax,
         ObserverKind::kPerChannelMinMax, ObserverKind::kMovingAveragePerChannelMinMax,
-        ObserverKind::kHistogram}) {
+        ObserverKind::kHistogram, ObserverKind::kFixedQParams}) {
     RETURN_IF_ERROR(registry.RegisterModule(
         ObserverKindName(kind),
         [](const KernelContext&, const Module& m, absl::Span<const Value> args,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,35 @@ absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Obser
   // One scale and zero point (the scheme is per-tensor), without a vector of each.
   ASSIGN_OR_RETURN(PerTensorQParams qparams, observer.CalculatePerTensorQParams());
   return ObserverReplacement{n, qparams.scale, qparams.zero_point, spec.dtype};
+}
+
+// A per-channel observer of a constant (a functional conv / linear's get_attr weight, as
+// prepare observes it): it becomes torch.quantize_per_channel(w, scales, zero_points,
+// axis, dtype) with the scales (float32, the observer's) and zero points (int64) as new
+// tensors read by get_attr nodes, as PyTorch's convert does, then a dequantize.
+struct PerChannelReplacement {
+  Node* observer = nullptr;
+  ObserverQParams qparams;
+  int64_t axis = 0;
+  DType dtype = DType::kQInt8;
+};
+
+absl::StatusOr<std::optional<PerChannelReplacement>> PlanPerChannelReplacement(
+    Node* n, const Observer& observer) {
+  const ObserverSpec& spec = observer.spec();
+  if (!IsPerChannel(spec.qscheme) || n->num_args() != 1 || !n->arg(0).is_node() ||
+      n->arg(0).as_node()->op() != OpKind::kGetAttr) {
+    return std::optional<PerChannelReplacement>();
+  }
+  if (ObserverSawNoValue(observer)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "convert: observer node '", n->name(), "' (", n->target().name(),
+        ") of the weight '", n->arg(0).as_node()->target().name(),
+        "' saw no value; calibrate the prepared model before converting"));
+  }
+  ASSIGN_OR_RETURN(ObserverQParams qparams, observer.CalculateQParams());
+  return std::optional<PerChannelReplacement>(
+      PerChannelReplacement{n, std::move(qparams), spec.ch_axis, spec.dtype});
 }
 
 // The targets of the nodes an observer becomes, interned once per pass.
@@ -318,6 +348,45 @@ absl::Status CheckWeightedPlansFound(const Graph& g, const PreparedModel& prepar
   return absl::OkStatus();  // the other plans name nodes the graph does not have
 }
 
+// Replaces the observer of `r` by get_attr scales, get_attr zero points,
+// quantize_per_channel and (the observer node itself) dequantize.
+absl::Status ReplacePerChannelObserver(GraphModule& gm, const PerChannelReplacement& r) {
+  Graph& g = gm.graph();
+  Node* observer = r.observer;
+  Node* input = observer->arg(0).as_node();
+  const std::string base(input->target().name());
+  const int64_t channels = static_cast<int64_t>(r.qparams.scales.size());
+  NodeArgs quantize_args = {input};
+  for (const auto& [hint, tensor] :
+       {std::make_pair(absl::StrCat(base, "_scale"),
+                       Tensor::FromFloats({channels}, r.qparams.scales)),
+        std::make_pair(absl::StrCat(base, "_zero_point"),
+                       Tensor::FromInt64s({channels}, r.qparams.zero_points))}) {
+    const std::string path = gm.UniqueModulePath(hint);
+    RETURN_IF_ERROR(gm.SetTensor(path, tensor));
+    NodeSpec get_attr;
+    get_attr.op = OpKind::kGetAttr;
+    get_attr.target = Symbol::Intern(path);
+    get_attr.name = g.UniqueName(path);
+    ASSIGN_OR_RETURN(Node * attr, g.InsertBefore(observer, std::move(get_attr)));
+    quantize_args.push_back(attr);
+  }
+  quantize_args.push_back(Argument::Int(r.axis));
+  quantize_args.push_back(Argument::Dtype(r.dtype));
+  NodeSpec quantize;
+  quantize.op = OpKind::kCallFunction;
+  quantize.target = Symbol::Intern("torch.quantize_per_channel");
+  quantize.args = std::move(quantize_args);
+  quantize.name = g.UniqueName("quantize_per_channel");
+  ASSIGN_OR_RETURN(Node * q, g.InsertBefore(observer, std::move(quantize)));
+  if (observer->has_kwargs()) RETURN_IF_ERROR(g.SetKwargs(observer, {}));
+  if (!observer->meta().empty()) RETURN_IF_ERROR(g.SetMeta(observer, NodeMeta()));
+  RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallMethod, Symbol::Intern("dequantize")));
+  RETURN_IF_ERROR(g.SetArgs(observer, NodeArgs{q}));
+  g.Rename(observer, "dequantize");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string ConvertReport::ToString() const {
@@ -397,6 +466,7 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   // node), except to name the node in the error if a weighted plan's node is no module
   // call any more (CheckWeightedPlansFound).
   std::vector<ObserverReplacement> replacements;
+  std::vector<PerChannelReplacement> per_channel_replacements;
   // The weighted modules to make reference modules, in place (no copy of the module, nor
   // of a fused module's other children, and nothing to free): the float module is read
   // here and changed only in step 2. Two nodes calling one module change it twice, the
@@ -419,6 +489,12 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   for (Node* n = g.first(); n != nullptr; n = n->next()) {
     if (n->op() != OpKind::kCallModule) continue;
     if (const Observer* observer = observers.Find(n->target()); observer != nullptr) {
+      ASSIGN_OR_RETURN(std::optional<PerChannelReplacement> per_channel,
+                       PlanPerChannelReplacement(n, *observer));
+      if (per_channel.has_value()) {
+        per_channel_replacements.push_back(*std::move(per_channel));
+        continue;
+      }
       ASSIGN_OR_RETURN(ObserverReplacement r, PlanObserverReplacement(n, *observer));
       replacements.push_back(r);
       continue;
@@ -461,6 +537,11 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   const ReplacementTargets targets;
   for (const ObserverReplacement& r : replacements) {
     absl::Status st = ReplaceObserver(g, targets, r);
+    if (!st.ok()) return absl::InternalError(absl::StrCat("convert: ", st.message()));
+    ++report.observers_replaced;
+  }
+  for (const PerChannelReplacement& r : per_channel_replacements) {
+    absl::Status st = ReplacePerChannelObserver(gm, r);
     if (!st.ok()) return absl::InternalError(absl::StrCat("convert: ", st.message()));
     ++report.observers_replaced;
   }

@@ -9,7 +9,12 @@
 //
 //  - every observer node becomes quantize_per_tensor with its observer's scale and zero
 //    point (inline float / int / dtype args, graph/NAMING.md) followed by one
-//    `dequantize` that all its former users read; the observer modules are removed;
+//    `dequantize` that all its former users read; the observer modules are removed. A
+//    per-channel observer of a get_attr (a functional conv / linear's weight) becomes
+//    quantize_per_channel(w, get_attr scales, get_attr zero_points, axis, dtype), the
+//    scales (float32) and zero points (int64) installed next to the weight as
+//    `<weight>_scale` / `<weight>_zero_point`, as PyTorch's convert does; a fixed-qparams
+//    observer gives its fixed scale and zero point;
 //  - every quantized weighted module becomes its reference module: a float nn.Conv2d
 //    becomes nnqr.Conv2d (the float contents plus weight_scale, weight_zero_point,
 //    weight_axis, weight_qscheme, weight_dtype from the qconfig's weight observer run
@@ -20,9 +25,9 @@
 //
 // Contract: every observer's parameters and every reference module are computed before
 // the graph is touched; an error (an activation observer that saw no value — PyTorch
-// would use scale 1.0 and zero point 0 with a warning —, one with a per-channel scheme,
-// a weight observer that fails) names the observer or node and leaves the GraphModule
-// as it was. Linear in the number of nodes.
+// would use scale 1.0 and zero point 0 with a warning —, a per-channel observer of a
+// computed tensor, a weight observer that fails) names the observer or node and leaves
+// the GraphModule as it was. Linear in the number of nodes.
 #ifndef FUSELAGE_QUANTIZE_CONVERT_H_
 #define FUSELAGE_QUANTIZE_CONVERT_H_
 

@@ -58,6 +58,11 @@ absl::StatusOr<std::unique_ptr<Module>> MakeObserverModule(const ObserverSpec& s
     module->SetAttribute("bins", Argument::Int(spec.bins));
     module->SetAttribute("upsample_rate", Argument::Int(spec.upsample_rate));
   }
+  if (spec.kind == ObserverKind::kFixedQParams) {
+    // PyTorch's FixedQParamsObserver buffers.
+    module->SetAttribute("scale", Argument::Float(spec.fixed_scale));
+    module->SetAttribute("zero_point", Argument::Int(spec.fixed_zero_point));
+  }
   const float inf = std::numeric_limits<float>::infinity();
   module->SetTensor("min_val", Tensor::FromFloats({}, {inf}));
   module->SetTensor("max_val", Tensor::FromFloats({}, {-inf}));
@@ -132,6 +137,10 @@ absl::StatusOr<ObserverSpec> ObserverSpecFromModule(const Module& m) {
   if (spec.kind == ObserverKind::kHistogram) {
     RETURN_IF_ERROR(read_int("bins", &spec.bins));
     RETURN_IF_ERROR(read_int("upsample_rate", &spec.upsample_rate));
+  }
+  if (spec.kind == ObserverKind::kFixedQParams) {
+    RETURN_IF_ERROR(read_float("scale", &spec.fixed_scale));
+    RETURN_IF_ERROR(read_int("zero_point", &spec.fixed_zero_point));
   }
   if (customized) {
     // The stored range is the effective one (already halved by reduce_range).

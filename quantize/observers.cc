@@ -434,6 +434,22 @@ void MinMaxObserver::Reset() {
   max_val_ = -kInf;
 }
 
+// ---- FixedQParams -------------------------------------------------------------------
+
+absl::StatusOr<ObserverQParams> FixedQParamsObserver::CalculateQParams() const {
+  ASSIGN_OR_RETURN(PerTensorQParams q, CalculatePerTensorQParams());
+  return ObserverQParams{{q.scale}, {q.zero_point}};
+}
+
+absl::StatusOr<PerTensorQParams> FixedQParamsObserver::CalculatePerTensorQParams() const {
+  // PyTorch keeps the scale in a float32 buffer.
+  return PerTensorQParams{static_cast<float>(spec().fixed_scale), spec().fixed_zero_point};
+}
+
+std::unique_ptr<Observer> FixedQParamsObserver::Clone() const {
+  return std::unique_ptr<Observer>(new FixedQParamsObserver(*this));
+}
+
 // ---- PerChannelMinMax / MovingAveragePerChannelMinMax ------------------------------
 
 absl::Status PerChannelMinMaxObserver::Update(const Tensor& x) {
@@ -852,6 +868,7 @@ absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec)
     case ObserverKind::kPerChannelMinMax:
     case ObserverKind::kMovingAveragePerChannelMinMax:
     case ObserverKind::kHistogram:
+    case ObserverKind::kFixedQParams:
       break;
     default:
       return absl::UnimplementedError(absl::StrCat(
@@ -867,6 +884,9 @@ absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec)
     case ObserverKind::kPerChannelMinMax:
     case ObserverKind::kMovingAveragePerChannelMinMax:
       observer.reset(new PerChannelMinMaxObserver(spec, range.first, range.second));
+      break;
+    case ObserverKind::kFixedQParams:
+      observer.reset(new FixedQParamsObserver(spec, range.first, range.second));
       break;
     default:
       // The histogram stays empty until the first update, which replaces it.

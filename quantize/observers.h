@@ -116,11 +116,27 @@ class MinMaxObserver : public Observer {
   absl::Status SetState(const std::vector<float>& min_val, const std::vector<float>& max_val,
                         const std::vector<float>& histogram) override;
 
- private:
+ protected:
   friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec&);
   using Observer::Observer;
   float min_val_ = std::numeric_limits<float>::infinity();
   float max_val_ = -std::numeric_limits<float>::infinity();
+};
+
+// FixedQParamsObserver: the output parameters of an op whose range is known by definition
+// (sigmoid: [0, 1) -> scale 1/256, zero point 0 on quint8; tanh: scale 2/256, zero point
+// 128), whatever the data. It still records the range it saw, as MinMaxObserver does, so
+// that convert can tell an observer calibration reached from one it never did; PyTorch's
+// records nothing.
+class FixedQParamsObserver : public MinMaxObserver {
+ public:
+  absl::StatusOr<ObserverQParams> CalculateQParams() const override;
+  absl::StatusOr<PerTensorQParams> CalculatePerTensorQParams() const override;
+  std::unique_ptr<Observer> Clone() const override;
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec&);
+  using MinMaxObserver::MinMaxObserver;
 };
 
 // PerChannelMinMaxObserver and MovingAveragePerChannelMinMaxObserver.
@@ -187,9 +203,9 @@ class HistogramObserver : public Observer {
   std::vector<float> histogram_;
 };
 
-// Builds the observer `spec` describes, after spec.Validate(). Placeholder, noop,
-// fixed-qparams and reuse-input specs get Unimplemented: they compute nothing here
-// (prepare handles them by their spec).
+// Builds the observer `spec` describes, after spec.Validate(). Placeholder, noop and
+// reuse-input specs get Unimplemented: they compute nothing here (prepare handles them by
+// their spec).
 absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec);
 
 }  // namespace fuselage

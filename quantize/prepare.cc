@@ -50,6 +50,12 @@ struct Decision {
   Symbol reference_module;
   const ObserverSpec* weight_observer = nullptr;
   const DTypeConfig* dtype_config = nullptr;
+  // A functional weighted op (F.conv2d, F.linear): its weight arg, observed by the
+  // qconfig's weight observer `functional_weight_observer` (producer null: none).
+  TensorInput functional_weight;
+  const ObserverSpec* functional_weight_observer = nullptr;
+  // True if that weight is the keyword arg `weight` (torch.fx passes F.group_norm's so).
+  bool functional_weight_is_kwarg = false;
 };
 
 // Nodes whose value is not a tensor: observing them means nothing.
@@ -129,7 +135,11 @@ absl::StatusOr<const DTypeConfig*> SelectDTypeConfig(const std::vector<DTypeConf
     } else {
       why = Unsatisfied(c.input, activation, "input");
       if (!why) why = Unsatisfied(c.output, activation, "output");
-      if (!why && weight != nullptr) why = Unsatisfied(c.weight, *weight, "weight");
+      // A dtype config without a weight dtype (the default ops': F.group_norm,
+      // F.instance_norm) does not constrain the weight, as in PyTorch.
+      if (!why && weight != nullptr && c.weight.dtype.has_value()) {
+        why = Unsatisfied(c.weight, *weight, "weight");
+      }
     }
     if (!why) return &c;
     reasons.push_back(absl::StrCat("[", i, "] ", *why));
@@ -184,7 +194,14 @@ class Planner {
         continue;
       }
       const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
-      if (entry == nullptr || ProducesNonTensor(n)) continue;
+      if (ProducesNonTensor(n)) continue;
+      if (entry == nullptr) {
+        // PyTorch leaves it float too, silently; the report names it.
+        report->kept_float.push_back(
+            {n->name(), std::string(type.name()),
+             absl::StrCat("the backend config '", config_.name(), "' has no entry for it")});
+        continue;
+      }
       std::string reason;
       ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, qconfig, *entry, std::move(inputs), &reason));
       if (decision.has_value()) {
@@ -321,10 +338,17 @@ class Planner {
       return keep_float("weight-only quantization (input and output not observed) is not supported");
     }
     if (entry.fixed_output_qparams.has_value()) {
-      return keep_float("fixed-qparams ops are not quantized by fuselage yet");
-    }
-    if (entry.weight_arg_index.has_value()) {
-      return keep_float("functional weighted ops are not quantized by fuselage yet");
+      // PyTorch's prepare_fx refuses (ValueError) a qconfig whose activation is not the
+      // op's FixedQParamsObserver; the op's output observer is that observer.
+      const FixedQParams& fixed = *entry.fixed_output_qparams;
+      const ObserverSpec& a = qconfig->activation;
+      if (a.kind != ObserverKind::kFixedQParams || a.fixed_scale != fixed.scale ||
+          a.fixed_zero_point != fixed.zero_point) {
+        return keep_float(absl::StrCat(
+            "a fixed-qparams op needs the activation observer FixedQParamsObserver(scale=",
+            fixed.scale, ", zero_point=", fixed.zero_point, "); its qconfig's is ",
+            a.ToString(), " (PyTorch's prepare_fx refuses this qconfig)"));
+      }
     }
     const ObserverSpec& activation = qconfig->activation;
     switch (activation.kind) {
@@ -333,8 +357,6 @@ class Planner {
         return keep_float(absl::StrCat("its activation observer ",
                                        ObserverKindName(activation.kind),
                                        " does not quantize"));
-      case ObserverKind::kFixedQParams:
-        return keep_float("fixed-qparams observers are not supported yet");
       default:
         break;
     }
@@ -344,6 +366,12 @@ class Planner {
     d.output = n;
     d.activation = &activation;
     d.inputs = std::move(inputs);
+    const ObserverSpec* functional_weight = nullptr;
+    if (entry.weight_arg_index.has_value()) {
+      std::optional<std::string> why = TakeFunctionalWeight(n, entry, *qconfig, &d);
+      if (why.has_value()) return keep_float(*std::move(why));
+      functional_weight = d.functional_weight_observer;
+    }
     if (d.inputs.empty()) return keep_float("it has no tensor input");
     ObservationType observation = entry.observation_type;
     if (!entry.num_tensor_args_to_observation_type.empty()) {
@@ -402,11 +430,67 @@ class Planner {
     const ObserverSpec& checked = activation.kind == ObserverKind::kReuseInput
                                       ? activation_of_reused_input_
                                       : activation;
+    if (functional_weight != nullptr) {
+      RETURN_IF_ERROR(ValidateSpec(n, *functional_weight, "weight"));
+      weight = functional_weight;
+    }
     const absl::StatusOr<const DTypeConfig*>& dtype_config =
         CachedDTypeConfig(entry, checked, weight);
     if (!dtype_config.ok()) return keep_float(std::string(dtype_config.status().message()));
     d.dtype_config = *dtype_config;
     return std::optional<Decision>(std::move(d));
+  }
+
+  // A functional weighted op (the entry has a weight_arg_index): its weight and bias args
+  // leave `d->inputs` (they are no activations); the weight, if the qconfig's weight
+  // observer quantizes, becomes d->functional_weight, observed by that observer at
+  // calibration, as PyTorch's prepare_fx does (node_arg_is_weight). A float placeholder
+  // weight observer (layer norm's) leaves the weight float. The reason the op stays
+  // float otherwise.
+  std::optional<std::string> TakeFunctionalWeight(const Node* n, const BackendPatternConfig& entry,
+                                                  const QConfig& qconfig, Decision* d) {
+    const size_t weight_arg = static_cast<size_t>(*entry.weight_arg_index);
+    const std::optional<size_t> bias_arg =
+        entry.bias_arg_index.has_value()
+            ? std::optional<size_t>(static_cast<size_t>(*entry.bias_arg_index))
+            : std::nullopt;
+    TensorInputs activations;
+    TensorInput weight;
+    for (const TensorInput& in : d->inputs) {
+      if (in.item >= 0 || (in.arg != weight_arg && in.arg != bias_arg)) {
+        activations.push_back(in);
+      } else if (in.arg == weight_arg) {
+        weight = in;
+      }
+    }
+    d->inputs = std::move(activations);
+    const ObserverSpec& spec = qconfig.weight;
+    if ((spec.kind == ObserverKind::kPlaceholder || spec.kind == ObserverKind::kNoop) &&
+        !IsQuantized(spec.dtype)) {
+      return std::nullopt;
+    }
+    if (weight.producer == nullptr && weight_arg >= n->num_args()) {
+      // Passed by keyword, as torch.fx records F.group_norm(x, 2, weight=w).
+      const Argument* kwarg = n->FindKwarg("weight");
+      if (kwarg != nullptr && kwarg->is_node()) {
+        weight.producer = kwarg->as_node();
+        d->functional_weight_is_kwarg = true;
+      } else if (kwarg == nullptr || kwarg->is_none()) {
+        return std::nullopt;  // no weight: nothing to observe
+      }
+    }
+    if (weight.producer == nullptr) {
+      return absl::StrCat("its weight (arg ", weight_arg,
+                          " or keyword 'weight') is not a tensor node");
+    }
+    if (IsPerChannel(spec.qscheme) && weight.producer->op() != OpKind::kGetAttr) {
+      return absl::StrCat("its qconfig's weight observer ", spec.ToString(),
+                          " is per-channel and its weight is computed, not a get_attr; "
+                          "fuselage quantizes only a constant weight per channel");
+    }
+    d->functional_weight = weight;
+    d->functional_weight_observer = &spec;
+    return std::nullopt;
   }
 
   // SelectDTypeConfig for an entry and the mapping's own observer specs (stable
@@ -499,6 +583,16 @@ class ObserverInserter {
                                        : Argument::List(std::move(items))));
       }
     }
+    if (d.functional_weight.producer != nullptr) {
+      ASSIGN_OR_RETURN(Node * obs,
+                       ObserverOf(d.functional_weight.producer, *d.functional_weight_observer));
+      if (d.functional_weight_is_kwarg) {
+        RETURN_IF_ERROR(g.SetKwarg(d.node, "weight", obs));
+      } else {
+        RETURN_IF_ERROR(g.SetArg(d.node, d.functional_weight.arg, obs));
+      }
+    }
+    if (d.share_output_with_input) RETURN_IF_ERROR(ShareListInputObservers(d));
     // A shared output observer is a second call of the input observer's module: its
     // target symbol is reused as it is.
     Symbol path;
@@ -521,7 +615,47 @@ class ObserverInserter {
     return absl::OkStatus();
   }
 
+  // Removes the observer modules no node calls any more (ShareListInputObservers moved
+  // their nodes to another module; PyTorch leaves them orphaned in the model).
+  void RemoveOrphanedObservers() {
+    if (maybe_orphaned_.empty()) return;
+    absl::flat_hash_set<Symbol> called;
+    for (const Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
+      if (n->op() == OpKind::kCallModule && maybe_orphaned_.contains(n->target())) {
+        called.insert(n->target());
+      }
+    }
+    absl::flat_hash_set<std::string> names;
+    for (Symbol path : maybe_orphaned_) {
+      if (called.contains(path)) continue;
+      names.insert(std::string(path.name().substr(name_offset_)));
+      out_.observers.erase(path);
+    }
+    out_.report.observer_modules -= container_->RemoveChildren(names);
+  }
+
  private:
+  // An op whose output shares its input's observer and whose first tensor arg is a list
+  // (torch.cat, torch.stack): every item of that list is observed by the first item's
+  // observer module, as PyTorch 1.13's _maybe_make_input_output_share_observers does:
+  // cat's inputs and output then carry one scale and zero point, so the quantized cat
+  // copies bytes instead of requantizing. The observer nodes of the other items call
+  // that module from now on, for every consumer they feed, as in PyTorch.
+  absl::Status ShareListInputObservers(const Decision& d) {
+    const TensorInput& first = d.inputs.front();
+    if (first.item < 0) return absl::OkStatus();
+    const Argument& list = d.node->arg(first.arg);
+    const Symbol shared = list.items()[static_cast<size_t>(first.item)].as_node()->target();
+    for (const TensorInput& in : d.inputs) {
+      if (in.arg != first.arg || in.item < 0) continue;
+      Node* obs = list.items()[static_cast<size_t>(in.item)].as_node();
+      if (obs->target() == shared) continue;
+      maybe_orphaned_.insert(obs->target());
+      RETURN_IF_ERROR(gm_.graph().SetTarget(obs, shared));
+    }
+    return absl::OkStatus();
+  }
+
   // Whether Graph::SetArg(node, arg, obs) would leave the graph as it is: the arg is
   // `obs` already (an earlier output observer's ReplaceAllUsesWith rewired it: most
   // inputs) and `node` is already last among the users of each of its inputs, where
@@ -681,6 +815,8 @@ class ObserverInserter {
   // Per Node::index(): the observer node watching the node's value (an observer node
   // watches its own), with its dtype.
   std::vector<ObserverNode> observer_of_;
+  // Observer modules whose nodes ShareListInputObservers moved away.
+  absl::flat_hash_set<Symbol> maybe_orphaned_;
   // Few (one per distinct spec); a deque keeps their addresses as it grows.
   std::deque<Prototype> prototypes_;
   SharedCopies<ObserverSpec> specs_;
@@ -728,8 +864,9 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
   size_t max_observer_modules = 0;
   size_t max_observer_nodes = 0;
   for (const Decision& d : decisions) {
-    max_observer_modules += d.inputs.size() + (d.share_output_with_input ? 0 : 1);
-    max_observer_nodes += d.inputs.size() + 1;
+    const size_t weight = d.functional_weight.producer != nullptr ? 1 : 0;
+    max_observer_modules += d.inputs.size() + weight + (d.share_output_with_input ? 0 : 1);
+    max_observer_nodes += d.inputs.size() + weight + 1;
   }
   prepared.quantized_ops.reserve(decisions.size());
   prepared.observers.reserve(max_observer_modules);
@@ -741,6 +878,7 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
                                               d.node->name(), "': ", st.message()));
     }
   }
+  inserter.RemoveOrphanedObservers();
   return prepared;
 }
 

@@ -21,7 +21,19 @@
 //    all users of the op then read the observer node;
 //  - the weight of a weighted module (the module itself, or child "0" of a fused module,
 //    of the entry's root_module type) is observed at convert time by the qconfig's weight
-//    observer, as PyTorch's convert does; the plan records that observer.
+//    observer, as PyTorch's convert does; the plan records that observer. The weight arg
+//    of a functional weighted op (F.conv2d, F.linear: the entry's weight_arg_index) is
+//    observed in the graph by the qconfig's weight observer, as prepare_fx does; its bias
+//    arg is not observed; a float placeholder weight observer (layer norm) leaves it float;
+//  - an op whose output shares its input's observer and whose first arg is a list
+//    (torch.cat, torch.stack) has every item observed by the first item's observer
+//    module, and its output too (PyTorch's _maybe_make_input_output_share_observers):
+//    the other items' observer nodes call that module from then on, for every consumer;
+//    observer modules no node calls any more are removed (PyTorch leaves them behind);
+//  - a fixed-qparams op (sigmoid, hardsigmoid, tanh, softmax: the entry's
+//    fixed_output_qparams) is quantized only if its qconfig's activation is the
+//    FixedQParamsObserver with those parameters (PyTorch's prepare_fx raises otherwise;
+//    here it stays float and the report says why); its output observer is that one.
 //  - a non-fusing two-op entry of the config (ReLU, add) whose ops are a quantized op and
 //    its only user, with a single tensor input, is quantized as one op, as PyTorch does:
 //    the inner op's inputs are observed, its output is not, the outer op's output is (so
@@ -35,12 +47,8 @@
 // Where fuselage differs from PyTorch 1.13:
 //  - An op whose qconfig satisfies none of its pattern's dtype configs stays float AND is
 //    listed in the report with the reason (PyTorch skips it silently). So is an op whose
-//    qconfig is None, and every op form fuselage does not quantize yet (fixed-qparams ops,
-//    functional conv / linear, weight-only and dynamic configs).
-//  - torch.cat's inputs keep their own observers; its output shares its first input's
-//    observer and the quantized cat requantizes the other inputs (as at::cat does).
-//    PyTorch instead forces every input onto the first input's observer, which changes
-//    the parameters other consumers of those inputs see.
+//    qconfig is None, and every op form fuselage does not quantize yet (weight-only and
+//    dynamic configs, a functional weight with a per-channel weight observer).
 //  - The pass is linear in the number of nodes: decisions are one walk with per-op
 //    lookups cached, observers are found through a producer → observer map, and module
 //    paths come from a counter (PyTorch 1.13's prepare rescans users and names).
@@ -77,7 +85,9 @@ struct PrepareReport {
   int quantized_ops = 0;
   int observer_nodes = 0;
   int observer_modules = 0;
-  // Ops the backend config knows but that stay float, in graph order, with the reason.
+  // Every op (call_module / call_function / call_method node with a tensor value) that
+  // stays float, in graph order, with the reason: the backend config has no entry for it,
+  // or it has one that this op's qconfig or form does not meet.
   std::vector<KeptFloat> kept_float;
 
   // One summary line, then one line per op kept float.

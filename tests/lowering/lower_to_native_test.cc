@@ -497,7 +497,21 @@ TEST(LowerToNativeTest, FunctionalConvUsesQuantizedInputAndWeight) {
   EXPECT_EQ(report.lowered_per_rule.at("functional-conv2d"), 1);
   EXPECT_EQ(conv->target().name(), "torch.ops.quantized.conv2d");
   EXPECT_EQ(conv->arg(0), Argument(x_q));
-  EXPECT_EQ(conv->arg(1), Argument(w_q));
+  // The constant weight is quantized once (PyTorch's fold_weight): a get_attr of a qint8
+  // tensor holding round(0.5 / 0.01) = 50 at scale 0.01; w_q is gone.
+  (void)w_q;
+  EXPECT_EQ(g.FindNode("w_q"), nullptr);
+  EXPECT_EQ(report.constants_quantized, 1);
+  const Node* w_folded = conv->arg(1).as_node();
+  ASSERT_EQ(w_folded->op(), OpKind::kGetAttr);
+  const Tensor* qw = gm.FindTensor(w_folded->target().name());
+  ASSERT_NE(qw, nullptr);
+  ASSERT_EQ(qw->dtype(), DType::kQInt8);
+  EXPECT_EQ(qw->data<int8_t>()[0], 50);
+  EXPECT_DOUBLE_EQ(qw->qparams().scales[0], 0.01);
+  // The float weight is read by nothing any more: gone, as from PyTorch's converted model.
+  EXPECT_EQ(gm.FindTensor("w"), nullptr);
+  EXPECT_EQ(report.folded_tensors_removed, 1);
   ASSERT_NE(conv->FindKwarg("output_scale"), nullptr);
   EXPECT_EQ(*conv->FindKwarg("output_scale"), Argument::Float(0.1));
   EXPECT_EQ(*conv->FindKwarg("output_zero_point"), Argument::Int(2));

@@ -81,7 +81,7 @@ bool IsObserverNode(const GraphModule& gm, const Node* n) {
 }
 
 // x → conv → pool → output, and x also feeds a float-only op (torch.sigmoid stays float:
-// fixed-qparams ops are not quantized yet, and the report says so).
+// MinMaxMapping gives it no FixedQParamsObserver, and the report says so).
 struct ConvPoolModel {
   GraphModule gm;
   Node* x;
