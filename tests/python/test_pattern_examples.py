@@ -102,3 +102,76 @@ def test_depthwise_example_fuses_every_depthwise_block_of_mobilenet_v2_and_no_ot
     unfused = interpret(cli, source, x, tmp_path, "unfused")
     fused = interpret(cli, fused_path, x, tmp_path, "fused")
     assert_close_relative(fused, unfused)
+
+
+class EveryConvActVariant(nn.Module):
+    """conv-bn-relu, conv-relu6, conv-bn-hardswish, conv-hardswish, conv-bn-relu6, conv-relu,
+    then a conv-bn-sigmoid that the entry must leave alone."""
+
+    ACTIVATIONS = [("relu", True), ("relu6", False), ("hardswish", True), ("hardswish", False),
+                   ("relu6", True), ("relu", False)]
+
+    def __init__(self):
+        super().__init__()
+        kinds = {"relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish}
+        self.convs = nn.ModuleList(nn.Conv2d(4 if i else 3, 4, 3, padding=1)
+                                   for i in range(len(self.ACTIVATIONS) + 1))
+        self.bns = nn.ModuleList(nn.BatchNorm2d(4) for _ in range(len(self.ACTIVATIONS) + 1))
+        self.acts = nn.ModuleList(kinds[k]() for k, _ in self.ACTIVATIONS)
+        self.sigmoid = nn.Sigmoid()
+
+    def forward(self, x):
+        for i, (_, with_bn) in enumerate(self.ACTIVATIONS):
+            x = self.convs[i](x)
+            if with_bn:
+                x = self.bns[i](x)
+            x = self.acts[i](x)
+        last = len(self.ACTIVATIONS)
+        return self.sigmoid(self.bns[last](self.convs[last](x)))
+
+
+def test_optional_example_fuses_each_conv_bn_act_variant_with_one_entry(cli, tmp_path):
+    from conftest import randomize_batch_norm
+
+    torch.manual_seed(0)
+    model = randomize_batch_norm(EveryConvActVariant().eval())
+    source = tmp_path / "variants.fsl"
+    fused_path = tmp_path / "fused.fsl"
+    x = torch.randn(1, 3, 12, 12)
+    import fuselage
+    fuselage.export(model, (x,), str(source))
+    run([cli, "fuse", source, f"--config={os.path.join(EXAMPLES, 'conv_bn_act_optional.textproto')}",
+         "-o", fused_path])
+    run([cli, "verify", fused_path])
+
+    fused = load_model(fused_path)
+    module_type = {"relu": "nn.ReLU", "relu6": "nn.ReLU6", "hardswish": "nn.Hardswish"}
+    leaf = {"relu": "ReLU", "relu6": "ReLU6", "hardswish": "Hardswish"}
+    by_root = {}
+    for node in fused.graph.nodes:
+        if meta_of(node, "pattern") is not None:
+            by_root[node.target] = node
+    # One fusion per variant, rooted at its conv; the last conv (before the sigmoid) stays.
+    assert set(by_root) == {f"convs.{i}" for i in range(len(model.ACTIVATIONS))}
+    for i, (kind, with_bn) in enumerate(model.ACTIVATIONS):
+        node = by_root[f"convs.{i}"]
+        module = module_at(fused, node.target)
+        assert module.type == "nni.ConvAct2d"
+        assert [(c.name, c.module.type) for c in module.children] == [
+            ("0", "nn.Conv2d"), ("1", module_type[kind])]
+        # Preorder: activation, batch norm ("" when absent), conv.
+        assert strings(meta_of(node, "pattern_alternatives")) == [
+            leaf[kind], "BatchNorm2d" if with_bn else "", "Conv2d"]
+        assert strings(meta_of(node, "pattern_absent")) == ([] if with_bn else ["0"])  # the bn is arg 0 of the activation
+    last = len(model.ACTIVATIONS)
+    assert module_at(fused, f"convs.{last}").type == "nn.Conv2d"
+    assert module_at(fused, f"bns.{last}").type == "nn.BatchNorm2d"
+
+    x_np = x.numpy()
+    unfused_out = interpret(cli, source, x_np, tmp_path, "unfused")
+    fused_out = interpret(cli, fused_path, x_np, tmp_path, "fused")
+    assert_close_relative(fused_out, unfused_out)
+    # And both agree with PyTorch itself.
+    with torch.no_grad():
+        expected = model(x).numpy()
+    assert_close_relative(unfused_out, expected, 1e-4)
