@@ -618,6 +618,11 @@ absl::Status FusionRule::Validate() const {
       return RuleError(*this, "root_position",
                        absl::StrCat(p, " is not an op position of ", pattern.ToString()));
     }
+    if (pattern.position(p).optional) {
+      return RuleError(*this, "root_position",
+                       absl::StrCat(p, " is an optional position of ", pattern.ToString(),
+                                    "; the root must be present in every match"));
+    }
   }
   if (extra_input_positions.has_value()) {
     for (int p : *extra_input_positions) {

@@ -594,10 +594,11 @@ absl::StatusOr<Pattern> Pattern::FromPositions(std::vector<PatternPosition> preo
       return absl::InvalidArgumentError(
           absl::StrCat("pattern position ", i, ": MatchAllNode cannot have args"));
     }
-    if (p.optional && (i == 0 || p.args.size() != 1)) {
+    if (p.optional && (i == 0 || p.args.size() != 1 || preorder[p.args[0]].match_all)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "pattern position ", i, " ('", p.spelling, "?'): an optional position needs exactly "
-          "one pattern arg (it takes its place when absent) and cannot be the outermost op"));
+          "one pattern arg, an op (it takes its place when absent), and cannot be the "
+          "outermost op"));
     }
     for (const PositionPredicate& predicate : p.predicates) {
       if (!IsKnownPredicateSubject(predicate.subject) ||

@@ -563,5 +563,13 @@ TEST_F(MatcherTest, OptionalFirstArgDoesNotDefeatThePreCheck) {
   EXPECT_EQ(Find({Rule("opt", "(ReLU, (BatchNorm2d?, (Conv2d, MatchAllNode)))")}).size(), 1u);
 }
 
+TEST_F(MatcherTest, AnOptionalPositionCannotBeTheRoot) {
+  FusionRule rule = Rule("opt", "(ReLU, (BatchNorm2d?, Conv2d))");
+  rule.root_position = 1;
+  const absl::Status status = rule.Validate();
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("is an optional position"));
+}
+
 }  // namespace
 }  // namespace fuselage

@@ -331,7 +331,7 @@ TEST(PatternV2Test, OptionalPositions) {
   EXPECT_EQ(seq->ToString(), "(ReLU | ReLU6, (BatchNorm2d?, Conv2d))");
   // Optional needs exactly one pattern arg and cannot be the outermost op.
   for (const char* bad : {"(ReLU?, Conv2d)", "(ReLU, BatchNorm2d?)",
-                          "(ReLU, (add?, Conv2d, MatchAllNode))"}) {
+                          "(ReLU, (add?, Conv2d, MatchAllNode))", "(ReLU, (BatchNorm2d?, MatchAllNode))"}) {
     absl::StatusOr<Pattern> q = Pattern::Parse(bad, PatternFormat::kComplex);
     ASSERT_FALSE(q.ok()) << bad;
     EXPECT_THAT(q.status().message(), HasSubstr("optional position needs exactly one")) << bad;

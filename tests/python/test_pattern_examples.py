@@ -98,6 +98,15 @@ def test_depthwise_example_fuses_every_depthwise_block_of_mobilenet_v2_and_no_ot
              if n.op == _proto.model_pb2().CALL_MODULE and module_at(model, n.target).type == "nn.Conv2d"}
     assert plain == set(convs) - depthwise
 
+    # explain names the predicate that kept each pointwise conv out, with the values it saw
+    # (torchvision's features.18.0 is the 320 -> 1280 1x1 conv).
+    report = run([cli, "explain", source,
+                  f"--config={os.path.join(EXAMPLES, 'depthwise_conv_bn_relu6.textproto')}"])
+    last = convs["features.18.0"]
+    assert (f"predicate 'groups == in_channels' is false (groups = 1, in_channels = "
+            f"{last.in_channels})") in report
+    assert "depthwise_conv_bn_act: 17" in report
+
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
     unfused = interpret(cli, source, x, tmp_path, "unfused")
     fused = interpret(cli, fused_path, x, tmp_path, "fused")
