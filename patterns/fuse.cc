@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "graph/module_schema.h"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
 
@@ -488,6 +489,15 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     if (schema == nullptr) {
       return PlanError(match, absl::StrCat("fused module type '", fused_type.name(),
                                            "' is not a registered module type"));
+    }
+    // With an optional position the loader cannot check the children against the type
+    // (ChildTypesFromPattern: they depend on the match), so each fused module is checked
+    // here, before anything changes.
+    if (match.rule->pattern.has_optional() && !schema->children.empty()) {
+      const Module& built = in_place ? *plan.reuse_slot : in_storage ? *plan.storage : *plan.module;
+      const absl::Status fits = CheckModuleAgainstSchema(
+          built, *schema, absl::StrCat("fused module of type ", schema->type));
+      if (!fits.ok()) return PlanError(match, fits.message());
     }
     if (!in_place) {
       RETURN_IF_ERROR(CheckFusedDepth(match, *plan.root,

@@ -1010,5 +1010,20 @@ TEST_F(FuseTest, OneEntryFusesConvBnRelu6AndConvHardswishRecordingWhichMatched) 
   EXPECT_THAT(MetaStrings(fused_nodes[1], "pattern_absent"), ElementsAre("0"));
 }
 
+TEST_F(FuseTest, OptionalPositionWhoseAbsenceDoesNotFitTheFusedTypeFailsAndChangesNothing) {
+  // wrap_in_sequence into nni.ConvBnReLU2d: with the batch norm absent the module would have
+  // two children where the type holds three.
+  Node* r = Call(Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1)), "relu", PlainModule("nn.ReLU"));
+  Must(graph().SetOutput(r));
+  const std::string before = SerializeModelText(gm_);
+  absl::StatusOr<int> fused = Fuse({Rule("opt", "(ReLU, (BatchNorm2d?, Conv2d))",
+                                         "nni.ConvBnReLU2d", FuserKind::kWrapInSequence)});
+  ASSERT_FALSE(fused.ok());
+  EXPECT_THAT(fused.status().message(), HasSubstr("rule 'opt'"));
+  EXPECT_THAT(fused.status().message(), HasSubstr("has 2 children; a nni.ConvBnReLU2d holds 3"));
+  EXPECT_EQ(SerializeModelText(gm_), before);
+  ASSERT_TRUE(gm_.Verify().ok());
+}
+
 }  // namespace
 }  // namespace fuselage
