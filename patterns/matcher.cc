@@ -359,6 +359,13 @@ class PatternMatcher::Scan {
       *missing = absl::StrCat("node ", node->name(), " has no recorded shape (meta \"shape\")");
       return std::nullopt;
     }
+    if (subject == "dtype") {
+      for (const Kwarg& entry : node->meta()) {
+        if (entry.first.name() == "dtype" && entry.second.is_dtype()) return entry.second;
+      }
+      *missing = absl::StrCat("node ", node->name(), " has no recorded dtype (meta \"dtype\")");
+      return std::nullopt;
+    }
     const Module* module =
         node->op() == OpKind::kCallModule ? gm_.FindModule(node->target()) : nullptr;
     if (module == nullptr) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "graph/dtype.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -222,7 +223,7 @@ class PatternParser {
     if (!IsKnownPredicateSubject(predicate.subject)) {
       pos_ = start;
       return Error(absl::StrCat("unknown predicate subject '", predicate.subject,
-                                "' (expected users, rank, shape, bias, or a module attribute: "
+                                "' (expected users, rank, shape, dtype, bias, or a module attribute: "
                                 "groups, kernel_size, stride, padding, dilation, in_channels, "
                                 "out_channels, in_features, out_features, num_features, eps, "
                                 "momentum, min_val, max_val, padding_mode)"));
@@ -301,8 +302,10 @@ class PatternParser {
     if (absl::SimpleAtoi(word, &i)) return Argument::Int(i);
     double d;
     if (absl::SimpleAtod(word, &d)) return Argument::Float(d);
-    return Error(absl::StrCat("expected a constant (None, True, False, a number or a quoted "
-                              "string), got '", word, "'"));
+    if (const std::optional<DType> dtype = DTypeFromName(word)) return Argument::Dtype(*dtype);
+    return Error(absl::StrCat("expected a constant (None, True, False, a number, a quoted "
+                              "string, a dtype such as torch.float32 or a tuple), got '", word,
+                              "'"));
   }
 
   absl::string_view text_;
@@ -447,7 +450,7 @@ absl::string_view PatternPosition::LeafFor(OpRef op) const {
 
 bool IsKnownPredicateSubject(absl::string_view subject) {
   static constexpr absl::string_view kSubjects[] = {
-      "users",        "rank",         "shape",       "bias",        "groups",
+      "users",        "rank",         "shape",       "dtype",       "bias",        "groups",
       "kernel_size",  "stride",       "padding",     "dilation",    "in_channels",
       "out_channels", "in_features",  "out_features", "num_features", "eps",
       "momentum",     "min_val",      "max_val",     "padding_mode"};

@@ -20,7 +20,7 @@
 //   kwargs     := '{' (key ('=' constant)?) (',' ...)* '}'   e.g. add{alpha=1}, relu{inplace}
 //   predicates := '[' predicate (',' predicate)* ']'         all must hold
 //   predicate  := subject | subject cmp (constant | subject)  cmp: == != < <= > >=
-//   constant   := None | True | False | number | 'string' | '(' constant, ... ')'
+//   constant   := None | True | False | number | 'string' | dtype | '(' constant, ... ')'
 //
 // Alternatives: `ReLU | ReLU6 | Hardswish` matches a node any of the leaves matches (their
 // OpRefs are united; `add` alone already names three spellings). The kwargs and predicates
@@ -31,9 +31,9 @@
 //
 // Predicates (checked by the matcher after the op and kwargs matched; patterns/matcher.h):
 //   users                        the node's number of users
-//   rank, shape                  from the node's recorded meta "shape" (the exporter
-//                                records it when traced with example inputs); a node
-//                                without it does not match (explain says so)
+//   rank, shape, dtype           from the node's recorded meta "shape" / "dtype" (the
+//                                exporter records them when traced with example inputs);
+//                                a node without it does not match (explain says so)
 //   bias                         true iff the node's module has a tensor "bias"
 //   groups, kernel_size, stride, padding, dilation, in_channels, out_channels,
 //   in_features, out_features, num_features, eps, momentum, min_val, max_val, padding_mode

@@ -527,6 +527,12 @@ TEST_F(MatcherTest, RankAndShapeComeFromNodeMeta) {
   EXPECT_EQ(Find({Rule("s", "(ReLU, Conv2d[rank == 3])")}).size(), 0u);
   EXPECT_EQ(Find({Rule("s", "(ReLU, Conv2d[shape == (1, 3, 8, 8)])")}).size(), 1u);
   EXPECT_EQ(Find({Rule("s", "(ReLU, Conv2d[shape != (1, 3, 8, 8)])")}).size(), 0u);
+  EXPECT_EQ(Find({Rule("d", "(ReLU, Conv2d[dtype == torch.float32])")}).size(), 0u);  // none yet
+  ASSERT_TRUE(graph().SetMeta(c, "dtype", Argument::Dtype(DType::kFloat32)).ok());
+  EXPECT_EQ(Find({Rule("d", "(ReLU, Conv2d[dtype == torch.float32])")}).size(), 1u);
+  EXPECT_EQ(Find({Rule("d", "(ReLU, Conv2d[dtype == float32])")}).size(), 1u);
+  EXPECT_EQ(Find({Rule("d", "(ReLU, Conv2d[dtype != torch.float32])")}).size(), 0u);
+  EXPECT_EQ(Find({Rule("d", "(ReLU, Conv2d[dtype == torch.float16])")}).size(), 0u);
 }
 
 TEST_F(MatcherTest, AttributeTheModuleLacksIsANonMatchWithAReason) {

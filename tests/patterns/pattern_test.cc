@@ -267,11 +267,12 @@ TEST(PatternV2Test, AliasLeavesAlternateWithModules) {
 TEST(PatternV2Test, PredicatesParseAndRoundTrip) {
   const char* text =
       "(ReLU, Conv2d[groups == in_channels, groups > 1, kernel_size == (3, 3), bias, "
-      "users <= 2, rank != 4])";
+      "users <= 2, rank != 4, dtype == torch.float32])";
   absl::StatusOr<Pattern> p = Pattern::Parse(text, PatternFormat::kComplex);
   ASSERT_TRUE(p.ok()) << p.status();
   const std::vector<PositionPredicate>& preds = p->position(1).predicates;
-  ASSERT_EQ(preds.size(), 6u);
+  ASSERT_EQ(preds.size(), 7u);
+  EXPECT_TRUE(preds[6].constant.is_dtype());
   EXPECT_EQ(preds[0].subject, "groups");
   EXPECT_EQ(preds[0].op, PredicateOp::kEq);
   EXPECT_EQ(preds[0].other_subject, "in_channels");
