@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/status_macros.h"
@@ -357,6 +359,32 @@ class PatternMatcher::Scan {
         return Argument::Int(static_cast<int64_t>(entry.second.items().size()));
       }
       *missing = absl::StrCat("node ", node->name(), " has no recorded shape (meta \"shape\")");
+      return std::nullopt;
+    }
+    if (absl::StartsWith(subject, "kwarg.")) {
+      const absl::string_view key = subject.substr(6);
+      for (const Kwarg& kw : node->kwargs()) {
+        if (kw.first.name() != key) continue;
+        if (kw.second.ContainsNode()) {
+          *missing = absl::StrCat("kwarg ", key, " of ", node->name(), " is a node, not a constant");
+          return std::nullopt;
+        }
+        return kw.second;
+      }
+      *missing = absl::StrCat("node ", node->name(), " has no kwarg '", key, "'");
+      return std::nullopt;
+    }
+    if (absl::StartsWith(subject, "arg")) {  // IsKnownPredicateSubject checked the digits
+      int index = 0;
+      if (absl::SimpleAtoi(subject.substr(3), &index) && index >= 0 &&
+          static_cast<size_t>(index) < node->num_args()) {
+        const Argument& value = node->arg(index);
+        if (!value.ContainsNode()) return value;
+        *missing = absl::StrCat("arg ", index, " of ", node->name(), " is a node, not a constant");
+        return std::nullopt;
+      }
+      *missing = absl::StrCat("node ", node->name(), " has ", node->num_args(), " args; no ",
+                              subject);
       return std::nullopt;
     }
     if (subject == "dtype") {

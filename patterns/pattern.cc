@@ -223,7 +223,7 @@ class PatternParser {
     if (!IsKnownPredicateSubject(predicate.subject)) {
       pos_ = start;
       return Error(absl::StrCat("unknown predicate subject '", predicate.subject,
-                                "' (expected users, rank, shape, dtype, bias, or a module attribute: "
+                                "' (expected users, rank, shape, dtype, bias, argN, kwarg.NAME, or a module attribute: "
                                 "groups, kernel_size, stride, padding, dilation, in_channels, "
                                 "out_channels, in_features, out_features, num_features, eps, "
                                 "momentum, min_val, max_val, padding_mode)"));
@@ -456,6 +456,18 @@ bool IsKnownPredicateSubject(absl::string_view subject) {
       "momentum",     "min_val",      "max_val",     "padding_mode"};
   for (absl::string_view known : kSubjects) {
     if (subject == known) return true;
+  }
+  // argN: a positional arg (N < kMaxPositions); kwarg.NAME: a keyword arg.
+  int n;
+  if (absl::StartsWith(subject, "arg") && subject.size() <= 5 &&
+      std::all_of(subject.begin() + 3, subject.end(),
+                  [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
+      absl::SimpleAtoi(subject.substr(3), &n) && n < Pattern::kMaxPositions) {
+    return true;
+  }
+  if (absl::StartsWith(subject, "kwarg.")) {
+    const absl::string_view name = subject.substr(6);
+    return IsIdentifier(name) && !absl::StrContains(name, '.');
   }
   return false;
 }

@@ -34,6 +34,8 @@
 //   rank, shape, dtype           from the node's recorded meta "shape" / "dtype" (the
 //                                exporter records them when traced with example inputs);
 //                                a node without it does not match (explain says so)
+//   argN, kwarg.NAME             positional arg N / keyword arg NAME of the node, when
+//                                it is a constant (a node there, or no such arg: no match)
 //   bias                         true iff the node's module has a tensor "bias"
 //   groups, kernel_size, stride, padding, dilation, in_channels, out_channels,
 //   in_features, out_features, num_features, eps, momentum, min_val, max_val, padding_mode
@@ -45,6 +47,8 @@
 //   (ReLU | ReLU6, (BatchNorm2d, Conv2d[groups == in_channels, groups > 1]))  depthwise only
 //   Conv2d[kernel_size == (3, 3), bias]
 //   (ReLU, add[users == 1])
+//   (torch.cat{dim}[kwarg.dim == 1], MatchAllNode)     a kwarg must also be allowed: {dim}
+//   (torch.flatten[arg1 == 1], MatchAllNode)
 //
 // Optional positions: `BatchNorm2d?` may be absent. It must have exactly one pattern arg
 // and not be the outermost op; when absent, its arg 0 takes its place (the node there is

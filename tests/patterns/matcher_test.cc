@@ -577,5 +577,26 @@ TEST_F(MatcherTest, AnOptionalPositionCannotBeTheRoot) {
   EXPECT_THAT(status.message(), HasSubstr("is an optional position"));
 }
 
+TEST_F(MatcherTest, ConstantArgAndKwargPredicates) {
+  Node* f = Must(graph().AddCallFunction("torch.flatten", {x_, Argument::Int(1)}, {}, "f1"));
+  Must(graph().AddCallFunction("torch.flatten", {f, Argument::Int(2)}, {}, "f2"));
+  Node* c = Must(graph().AddCallFunction("torch.cat", {Argument::List({Argument(x_)})},
+                                         {{Symbol::Intern("dim"), Argument::Int(1)}}, "cat"));
+  (void)c;
+  std::vector<PatternMatch> flat = Find({Rule("f", "(torch.flatten[arg1 == 1], MatchAllNode, MatchAllNode)")});
+  ASSERT_EQ(flat.size(), 1u);
+  EXPECT_EQ(flat[0].outermost()->name(), "f1");
+  EXPECT_EQ(Find({Rule("c", "(torch.cat{dim}[kwarg.dim == 1], MatchAllNode)")}).size(), 1u);
+  EXPECT_EQ(Find({Rule("c", "(torch.cat{dim}[kwarg.dim == 0], MatchAllNode)")}).size(), 0u);
+  // arg0 of f2 is a node: not a constant, so no match, with the reason.
+  EXPECT_EQ(Find({Rule("f", "(torch.flatten[arg0 == 1], MatchAllNode, MatchAllNode)")}).size(), 0u);
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 2u);
+  EXPECT_EQ(report.failures[0].reason,
+            "predicate 'arg0 == 1' cannot be checked: arg 0 of f2 is a node, not a constant");
+  EXPECT_EQ(Find({Rule("f", "(torch.flatten[arg5 == 1], MatchAllNode, MatchAllNode)")}).size(), 0u);
+  EXPECT_THAT(matcher_->Explain(gm_).failures[0].reason, HasSubstr("has 2 args; no arg5"));
+}
+
 }  // namespace
 }  // namespace fuselage

@@ -304,6 +304,8 @@ TEST(PatternV2Test, PredicateErrorsNameTheTokenAndOffset) {
            {"(ReLU, Conv2d[grups == 1])", "unknown predicate subject 'grups' (expected"},
            {"(ReLU, Conv2d[grups == 1])", "at offset 14"},
            {"(ReLU, Conv2d[groups])", "needs a comparison"},
+           {"(ReLU, Conv2d[arg999 == 1])", "unknown predicate subject 'arg999'"},
+           {"(ReLU, Conv2d[kwarg. == 1])", "unknown predicate subject 'kwarg.'"},
            {"(ReLU, Conv2d[kernel_size < (3, 3)])", "a tuple compares with == or != only"},
            {"(ReLU, Conv2d[groups == 1)", "expected ',' or ']' at offset 25"},
            {"(ReLU, Conv2d[groups == banana])", "expected a constant"},
