@@ -278,6 +278,11 @@ std::vector<std::vector<std::string>> BuiltinChildren(absl::string_view type) {
     if (type == "nni.ConvBnReLU" + nd) return Children{conv, bn, relu};
     if (type == "nni.BNReLU" + nd) return Children{bn, relu};
     if (d == 2 && type == "nni.ConvAdd2d") return Children{conv};
+    // fuselage's own (PyTorch has no conv-relu6 / conv-hardswish module): a conv and one
+    // activation, for pattern entries with activation alternatives (issue 21).
+    if (d == 2 && type == "nni.ConvAct2d") {
+      return Children{conv, {"nn.ReLU", "nn.ReLU6", "nn.Hardswish"}};
+    }
     if (d == 2 && type == "nni.ConvAddReLU2d") return Children{conv, relu};
   }
   const std::vector<std::string> linear = {"nn.Linear", "nnqr.Linear"};
@@ -407,7 +412,8 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
   for (const char* t :
        {"nni.ConvReLU1d", "nni.ConvReLU2d", "nni.ConvReLU3d", "nni.LinearReLU", "nni.ConvBn1d",
         "nni.ConvBn2d", "nni.ConvBn3d", "nni.ConvBnReLU1d", "nni.ConvBnReLU2d",
-        "nni.ConvBnReLU3d", "nni.LinearBn1d", "nni.BNReLU2d", "nni.BNReLU3d"}) {
+        "nni.ConvBnReLU3d", "nni.LinearBn1d", "nni.BNReLU2d", "nni.BNReLU3d",
+        "nni.ConvAct2d"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kNone));
   }
   // Two inputs: the fused conv-add(-relu) modules take the residual as a second input.

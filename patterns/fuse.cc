@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "graph/module_schema.h"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
 
@@ -39,6 +40,9 @@ struct PlannedFusion {
   PlannedFusion() {}
 
   const PatternMatch* match = nullptr;
+  // The fused node's meta when it depends on the match (alternatives, optional positions),
+  // computed while the matched modules are still in place; empty: the rule's shared meta.
+  NodeMeta own_meta;
   Node* outermost = nullptr;
   Node* root = nullptr;
   // The fused node's args are the root's args, read when the fusion is applied (by then
@@ -180,6 +184,35 @@ void SortInExecutionOrder(const Graph& graph, absl::InlinedVector<MatchedOpNode,
   }
 }
 
+// The meta of a fused node whose rule has alternatives or optional positions (pattern.h):
+// "pattern", plus "pattern_alternatives" (the leaf matched at each op position, "" if
+// absent) and "pattern_absent" (the paths of the absent optional positions).
+absl::StatusOr<NodeMeta> MatchMeta(const GraphModule& gm, const PatternMatch& match) {
+  const Pattern& pattern = match.rule->pattern;
+  Kwargs entries = {{Symbol::Intern("pattern"), Argument::String(match.rule->name)}};
+  std::vector<Argument> leaves, absent;
+  for (int p = 0; p < pattern.size(); ++p) {
+    const PatternPosition& position = pattern.position(p);
+    if (position.match_all) continue;
+    const Node* node = match.node_at(p);
+    if (node == nullptr) {
+      leaves.push_back(Argument::String(""));
+      absent.push_back(Argument::String(pattern.PathOf(p)));
+      continue;
+    }
+    const Symbol key =
+        node->op() == OpKind::kCallModule ? gm.ModuleTypeOf(node) : node->target();
+    leaves.push_back(Argument::String(position.LeafFor(OpRef{node->op(), key})));
+  }
+  if (pattern.has_alternatives()) {
+    entries.push_back({Symbol::Intern("pattern_alternatives"), Argument::List(std::move(leaves))});
+  }
+  if (pattern.has_optional()) {
+    entries.push_back({Symbol::Intern("pattern_absent"), Argument::List(std::move(absent))});
+  }
+  return NodeMeta::Make(std::move(entries));
+}
+
 // The extra input bound at MatchAllNode position `p` of `match`: if it is a node, where to
 // re-read it when the fusion is applied — the matched node at the parent position, at the
 // arg that holds it (the position's arg index, or the other one if a commutative op
@@ -278,7 +311,8 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     for (size_t m = 0; m < matches.size(); ++m) {
       const Pattern& pattern = matches[m].rule->pattern;
       for (int p = 0; p < pattern.size(); ++p) {
-        if (!pattern.position(p).match_all) match_of.emplace(matches[m].node_at(p), m);
+        Node* node = matches[m].node_at(p);  // nullptr: an absent optional position
+        if (!pattern.position(p).match_all && node != nullptr) match_of.emplace(node, m);
       }
     }
   }
@@ -325,6 +359,11 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     PlannedFusion& plan = plans.emplace_back();
     plan.match = &*it;
     plan.outermost = it->outermost();
+    if (pattern.has_alternatives() || pattern.has_optional()) {
+      absl::StatusOr<NodeMeta> own = MatchMeta(gm, *it);
+      if (!own.ok()) return Internal(own.status());
+      plan.own_meta = *std::move(own);
+    }
     for (int p = 0; p < pattern.size(); ++p) {
       Node* node = it->node_at(p);
       if (pattern.position(p).match_all || node == nullptr) continue;
@@ -451,6 +490,15 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       return PlanError(match, absl::StrCat("fused module type '", fused_type.name(),
                                            "' is not a registered module type"));
     }
+    // With an optional position the loader cannot check the children against the type
+    // (ChildTypesFromPattern: they depend on the match), so each fused module is checked
+    // here, before anything changes.
+    if (match.rule->pattern.has_optional() && !schema->children.empty()) {
+      const Module& built = in_place ? *plan.reuse_slot : in_storage ? *plan.storage : *plan.module;
+      const absl::Status fits = CheckModuleAgainstSchema(
+          built, *schema, absl::StrCat("fused module of type ", schema->type));
+      if (!fits.ok()) return PlanError(match, fits.message());
+    }
     if (!in_place) {
       RETURN_IF_ERROR(CheckFusedDepth(match, *plan.root,
                                       in_storage ? *plan.storage : *plan.module, max_depth));
@@ -536,6 +584,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     // Inserted without a name: it takes the root's as the root is erased below
     // (EraseAndPassName), so no name is made up, indexed and dropped in between.
     spec.meta = pattern_meta[plan.match->rule - rules.data()];
+    if (!plan.own_meta.empty()) spec.meta = std::move(plan.own_meta);
     absl::StatusOr<Node*> fused = graph.InsertBeforeUnnamed(plan.outermost, std::move(spec));
     if (!fused.ok()) return Internal(fused.status());
     absl::StatusOr<int> rewired = graph.ReplaceAllUsesWith(plan.outermost, *fused);

@@ -172,6 +172,16 @@ absl::StatusOr<std::unique_ptr<Module>> WrapInSequence(const GraphModule& gm,
   return Wrap(match.rule->fused_module_type, std::move(parts), pending);
 }
 
+// True if an optional position of `match` is absent (bound to None).
+bool HasAbsentPosition(const PatternMatch& match) {
+  const Pattern& pattern = match.rule->pattern;
+  if (!pattern.has_optional()) return false;
+  for (int p = 0; p < pattern.size(); ++p) {
+    if (pattern.position(p).optional && match.node_at(p) == nullptr) return true;
+  }
+  return false;
+}
+
 bool IsFoldableInto(Symbol type) {
   const KnownSymbols& known = Known();
   return type == known.linear || IsOneOf(type, known.convs) ||
@@ -441,6 +451,10 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(
       break;
     }
   }
+  if (bn_node == nullptr && HasAbsentPosition(match)) {
+    // `(ReLU, (BatchNorm2d?, Conv2d))` without its batch norm: nothing to fold.
+    return WrapInSequence(gm, match, nodes, pending);
+  }
   if (bn_node == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "fusion rule '", rule.name, "': fuser fold_bn_then_wrap found no BatchNorm node "
@@ -604,6 +618,11 @@ absl::Status FusionRule::Validate() const {
       return RuleError(*this, "root_position",
                        absl::StrCat(p, " is not an op position of ", pattern.ToString()));
     }
+    if (pattern.position(p).optional) {
+      return RuleError(*this, "root_position",
+                       absl::StrCat(p, " is an optional position of ", pattern.ToString(),
+                                    "; the root must be present in every match"));
+    }
   }
   if (extra_input_positions.has_value()) {
     for (int p : *extra_input_positions) {
@@ -736,6 +755,11 @@ std::optional<std::vector<std::vector<Symbol>>> FusionRule::ChildTypesFromPatter
       if (all_bn && !position.alternatives.empty()) folded_bn = p;
     }
     if (folded_bn < 0) return std::nullopt;  // the fuser reports it on the graph
+  }
+  // An optional position changes the children when absent, unless it is the folded batch
+  // norm (absent or folded, it is never a child).
+  for (int p : order) {
+    if (pattern.position(p).optional && p != folded_bn) return std::nullopt;
   }
   const KnownSymbols& known = Known();
   Children children;

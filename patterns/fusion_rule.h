@@ -76,6 +76,8 @@ enum class FuserKind {
   // b' = (b - mean) * gamma / sqrt(var + eps) + beta) and absent from the result; the rest
   // is wrapped as kWrapInSequence does. With an empty `fused_module_type` the result is
   // the folded conv / linear itself (PyTorch's (BatchNorm2d, Conv2d) -> nn.Conv2d).
+  // A match whose optional batch norm is absent (`(ReLU, (BatchNorm2d?, Conv2d))` on
+  // conv-relu) has nothing to fold and is wrapped as kWrapInSequence does.
   kFoldBatchNormThenWrap,
   // `custom_fuser` builds the module.
   kCustom,
@@ -246,7 +248,8 @@ struct FusionRule {
   // any graph is fused. nullopt where the pattern does not decide it: a custom fuser or
   // getter, no fused type, op positions that branch (their execution order is the
   // graph's), a position whose alternatives mix module and non-module forms or have no
-  // module form.
+  // module form, an optional position other than the folded batch norm (its absence
+  // changes the children).
   std::optional<std::vector<std::vector<Symbol>>> ChildTypesFromPattern() const;
 };
 

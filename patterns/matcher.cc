@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/status_macros.h"
@@ -133,7 +136,8 @@ class PatternMatcher::Scan {
         if (MatchAt(rule, 0, node_arg_, -1) &&
             (!matcher_.check_distinct_[it->rule] || CheckDistinct(rule))) {
           for (int p = 1; p < rule.pattern.size(); ++p) {
-            if (!rule.pattern.position(p).match_all) {
+            // An absent optional position is bound to None: nothing to claim.
+            if (!rule.pattern.position(p).match_all && bindings_[p]->is_node()) {
               pending_claims_.push_back(bindings_[p]->as_node());
               std::push_heap(pending_claims_.begin(), pending_claims_.end(), later);
             }
@@ -260,6 +264,31 @@ class PatternMatcher::Scan {
   // bound to the parent position), binding it and its subtree into bindings_.
   bool MatchAt(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index) {
     const PatternPosition& p = rule.pattern.position(pos);
+    if (p.optional) return MatchOptional(rule, pos, arg, node_arg_index);
+    return MatchPresent(rule, pos, arg, node_arg_index);
+  }
+
+  // An optional position: present first; if that fails, absent -- bound to None, its arg 0
+  // matched against the same edge. The choice is made here, not revisited if a later
+  // sibling fails. When both fail, the present attempt's reason stands.
+  bool MatchOptional(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index) {
+    if (MatchPresent(rule, pos, arg, node_arg_index)) return true;
+    MatchFailure present;
+    const bool present_set = failure_set_;
+    if (explain_ != nullptr) present = failure_;
+    failure_set_ = false;
+    bindings_[pos] = &none_;
+    if (MatchAt(rule, rule.pattern.position(pos).args[0], arg, node_arg_index)) return true;
+    if (explain_ != nullptr && present_set) {
+      failure_ = std::move(present);
+      failure_.reason += " (also tried absent)";
+    }
+    failure_set_ = present_set || failure_set_;
+    return false;
+  }
+
+  bool MatchPresent(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index) {
+    const PatternPosition& p = rule.pattern.position(pos);
     if (p.match_all) {
       bindings_[pos] = &arg;
       return true;
@@ -301,6 +330,9 @@ class PatternMatcher::Scan {
                                             " does not allow"); });
       }
     }
+    if (!p.predicates.empty() && !CheckPredicates(rule, pos, arg, node_arg_index, node)) {
+      return false;
+    }
     bindings_[pos] = &arg;
     if (p.args.empty()) return true;
     if (node->num_args() != p.args.size()) {
@@ -311,6 +343,133 @@ class PatternMatcher::Scan {
     if (p.commutative && p.args.size() == 2) return MatchCommutative(rule, p, node);
     for (size_t i = 0; i < p.args.size(); ++i) {
       if (!MatchAt(rule, p.args[i], node->arg(i), static_cast<int>(i))) return false;
+    }
+    return true;
+  }
+
+  // The value of predicate subject `subject` on `node` (pattern.h lists them), or nullopt
+  // with `*missing` saying why the node has none.
+  std::optional<Argument> SubjectValue(const Node* node, absl::string_view subject,
+                                       std::string* missing) const {
+    if (subject == "users") return Argument::Int(static_cast<int64_t>(node->num_users()));
+    if (subject == "rank" || subject == "shape") {
+      for (const Kwarg& entry : node->meta()) {
+        if (entry.first.name() != "shape" || !entry.second.is_list()) continue;
+        if (subject == "shape") return entry.second;
+        return Argument::Int(static_cast<int64_t>(entry.second.items().size()));
+      }
+      *missing = absl::StrCat("node ", node->name(), " has no recorded shape (meta \"shape\")");
+      return std::nullopt;
+    }
+    if (absl::StartsWith(subject, "kwarg.")) {
+      const absl::string_view key = subject.substr(6);
+      for (const Kwarg& kw : node->kwargs()) {
+        if (kw.first.name() != key) continue;
+        if (kw.second.ContainsNode()) {
+          *missing = absl::StrCat("kwarg ", key, " of ", node->name(), " is a node, not a constant");
+          return std::nullopt;
+        }
+        return kw.second;
+      }
+      *missing = absl::StrCat("node ", node->name(), " has no kwarg '", key, "'");
+      return std::nullopt;
+    }
+    if (absl::StartsWith(subject, "arg")) {  // IsKnownPredicateSubject checked the digits
+      int index = 0;
+      if (absl::SimpleAtoi(subject.substr(3), &index) && index >= 0 &&
+          static_cast<size_t>(index) < node->num_args()) {
+        const Argument& value = node->arg(index);
+        if (!value.ContainsNode()) return value;
+        *missing = absl::StrCat("arg ", index, " of ", node->name(), " is a node, not a constant");
+        return std::nullopt;
+      }
+      *missing = absl::StrCat("node ", node->name(), " has ", node->num_args(), " args; no ",
+                              subject);
+      return std::nullopt;
+    }
+    if (subject == "dtype") {
+      for (const Kwarg& entry : node->meta()) {
+        if (entry.first.name() == "dtype" && entry.second.is_dtype()) return entry.second;
+      }
+      *missing = absl::StrCat("node ", node->name(), " has no recorded dtype (meta \"dtype\")");
+      return std::nullopt;
+    }
+    const Module* module =
+        node->op() == OpKind::kCallModule ? gm_.FindModule(node->target()) : nullptr;
+    if (module == nullptr) {
+      *missing = absl::StrCat(OpKindName(node->op()), " node ", node->name(),
+                              " has no module to read '", subject, "' from");
+      return std::nullopt;
+    }
+    if (subject == "bias") return Argument::Bool(module->FindTensor("bias") != nullptr);
+    if (const Argument* value = module->FindAttribute(subject)) return *value;
+    *missing = absl::StrCat(module->type().name(), " module ", node->target().name(),
+                            " has no attribute '", subject, "'");
+    return std::nullopt;
+  }
+
+  // Python's == on the values predicates compare: numbers as numbers, lists and tuples
+  // element by element.
+  static bool ValuesEqual(const Argument& a, const Argument& b) {
+    if (a.is_list() && b.is_list()) {
+      const absl::Span<const Argument> x = a.items(), y = b.items();
+      if (x.size() != y.size()) return false;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (!ValuesEqual(x[i], y[i])) return false;
+      }
+      return true;
+    }
+    if (a.is_bool() || b.is_bool()) return a.is_bool() && b.is_bool() && a.as_bool() == b.as_bool();
+    return ConstantEquals(a, b);
+  }
+
+  static bool Holds(PredicateOp op, const Argument& a, const Argument& b) {
+    switch (op) {
+      case PredicateOp::kTrue:
+        return a.is_bool() ? a.as_bool() : IsNumber(a) && a.as_float() != 0;
+      case PredicateOp::kEq:
+        return ValuesEqual(a, b);
+      case PredicateOp::kNe:
+        return !ValuesEqual(a, b);
+      default:
+        break;
+    }
+    if (!IsNumber(a) || !IsNumber(b)) return false;
+    const double x = a.as_float(), y = b.as_float();
+    switch (op) {
+      case PredicateOp::kLt: return x < y;
+      case PredicateOp::kLe: return x <= y;
+      case PredicateOp::kGt: return x > y;
+      case PredicateOp::kGe: return x >= y;
+      default: return false;
+    }
+  }
+
+  // Every predicate of position `pos` on `node`; the first that fails is the reason, with
+  // the values it saw.
+  bool CheckPredicates(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index,
+                       const Node* node) {
+    const PatternPosition& p = rule.pattern.position(pos);
+    for (const PositionPredicate& predicate : p.predicates) {
+      std::string missing;
+      const std::optional<Argument> lhs = SubjectValue(node, predicate.subject, &missing);
+      std::optional<Argument> rhs = predicate.constant;
+      if (lhs.has_value() && !predicate.other_subject.empty()) {
+        rhs = SubjectValue(node, predicate.other_subject, &missing);
+      }
+      if (!lhs.has_value() || !rhs.has_value()) {
+        return Fail(rule, pos, arg, node_arg_index, [&] {
+          return absl::StrCat("predicate '", predicate.text, "' cannot be checked: ", missing);
+        });
+      }
+      if (Holds(predicate.op, *lhs, *rhs)) continue;
+      return Fail(rule, pos, arg, node_arg_index, [&] {
+        std::string saw = absl::StrCat(predicate.subject, " = ", lhs->ToString());
+        if (!predicate.other_subject.empty()) {
+          absl::StrAppend(&saw, ", ", predicate.other_subject, " = ", rhs->ToString());
+        }
+        return absl::StrCat("predicate '", predicate.text, "' is false (", saw, ")");
+      });
     }
     return true;
   }
@@ -341,7 +500,9 @@ class PatternMatcher::Scan {
     const Pattern& pattern = rule.pattern;
     op_nodes_.clear();
     for (int p = 0; p < pattern.size(); ++p) {
-      if (!pattern.position(p).match_all) op_nodes_.push_back(bindings_[p]->as_node());
+      if (!pattern.position(p).match_all && bindings_[p]->is_node()) {
+        op_nodes_.push_back(bindings_[p]->as_node());
+      }
     }
     for (size_t i = 0; i < op_nodes_.size(); ++i) {
       for (size_t j = i + 1; j < op_nodes_.size(); ++j) {
@@ -376,6 +537,7 @@ class PatternMatcher::Scan {
   // Pointers, so an attempt copies no Argument; a match copies them once.
   std::vector<const Argument*> bindings_;
   Argument node_arg_;  // the node the scan is at, as an Argument
+  const Argument none_;  // what an absent optional position is bound to
   std::vector<const Node*> op_nodes_;                // reused by CheckDistinct
   std::vector<Node*> pending_claims_;  // inner nodes of matches the scan has yet to meet
   MatchFailure failure_;
@@ -439,6 +601,8 @@ PatternMatcher::Candidate PatternMatcher::MakeCandidate(const std::vector<Fusion
   c.num_args = static_cast<int16_t>(outermost.args.size());  // <= Pattern::kMaxPositions
   const PatternPosition& first = pattern.position(outermost.args[0]);
   if (first.match_all) return c;
+  // An optional first arg may be absent, so its op proves nothing: only the count is checked.
+  if (first.optional) return c;
   c.num_alternatives = static_cast<int16_t>(first.alternatives.size());
   for (int i = 0; i < c.num_alternatives && i < Candidate::kInlineAlternatives; ++i) {
     c.alternatives[i] = first.alternatives[i];

@@ -18,6 +18,17 @@
 //     call_method by method name. Symbols are compared, never strings.
 //  7. Rules are indexed by their outermost op: a node is only tried against rules that
 //     can start there.
+//  8. (issue 21; pattern.h has the syntax) A position with alternatives (`ReLU | ReLU6`)
+//     accepts a node any of its leaves accepts. A position's predicates are checked after
+//     its op and kwargs matched, in order; the first false one (or one whose subject the
+//     node lacks: a module without that attribute, a node without a recorded shape) fails
+//     the position, and Explain gives its text and the values it saw:
+//       "predicate 'groups == in_channels' is false (groups = 1, in_channels = 32)".
+//  9. An optional position (`BatchNorm2d?`) is tried present first, then absent: bound to
+//     None, its arg 0 matched against the same edge (so that node is an inner node as
+//     usual). The choice is made at the position and not revisited when a later sibling
+//     fails; when both fail Explain gives the present attempt's reason plus
+//     " (also tried absent)". An absent position claims nothing.
 //
 // Where fuselage deliberately differs from PyTorch 1.13 (each a bug there):
 //  a. Keyword args are not ignored: a node matches an op position only if the position

@@ -1,5 +1,6 @@
 #include "patterns/pattern.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "graph/dtype.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -69,6 +71,7 @@ PatternPosition FunctionLeaf(absl::string_view spelling,
     leaf.alternatives.push_back({op, Symbol::Intern(target)});
   }
   AddBuiltinProperties(leaf);
+  leaf.builtin_kwargs = static_cast<int>(leaf.allowed_kwargs.size());
   return leaf;
 }
 
@@ -81,14 +84,31 @@ bool IsIdentifier(absl::string_view name) {
   return !absl::EndsWith(name, ".") && !absl::StrContains(name, "..");
 }
 
+// A constant as the pattern syntax writes it. Strings have no escapes: they are quoted
+// with whichever quote they do not contain (a parsed string never contains both). Lists
+// and tuples are written as tuples.
+std::string ConstantText(const Argument& value) {
+  if (value.is_list()) {
+    std::vector<std::string> parts;
+    for (const Argument& item : value.items()) parts.push_back(ConstantText(item));
+    return absl::StrCat("(", absl::StrJoin(parts, ", "), parts.size() == 1 ? ",)" : ")");
+  }
+  if (!value.is_string()) return value.ToString();
+  const absl::string_view s = value.as_string();
+  const char quote = s.find('\'') == absl::string_view::npos ? '\'' : '"';
+  return absl::StrCat(std::string(1, quote), s, std::string(1, quote));
+}
+
 // ---- Text parsing ----------------------------------------------------------------------
 
 // The parse tree before resolution: a leaf (name + kwargs) or a tuple.
 struct TextTree {
   bool is_tuple = false;
-  std::string name;
+  std::vector<std::string> names;  // the leaves, `a | b` -> {a, b}
   size_t offset = 0;
   std::vector<AllowedKwarg> kwargs;
+  std::vector<PositionPredicate> predicates;
+  bool optional = false;
   std::vector<TextTree> items;
 };
 
@@ -105,6 +125,7 @@ class PatternParser {
 
  private:
   static constexpr int kMaxDepth = Pattern::kMaxPositions;
+  static constexpr size_t kMaxLeaves = 16;
 
   absl::Status Error(absl::string_view what) const {
     return absl::InvalidArgumentError(absl::StrCat("pattern '", text_, "': ", what,
@@ -160,9 +181,13 @@ class PatternParser {
       if (tree.items.empty()) return Error("empty tuple");
       return tree;
     }
-    const absl::string_view name = Word();
-    if (name.empty()) return Error("expected a leaf name or '('");
-    tree.name = std::string(name);
+    while (true) {
+      const absl::string_view name = Word();
+      if (name.empty()) return Error("expected a leaf name or '('");
+      tree.names.push_back(std::string(name));
+      if (tree.names.size() > kMaxLeaves) return Error("too many alternatives");
+      if (!Consume('|')) break;
+    }
     if (Consume('{')) {
       while (!Consume('}')) {
         if (!tree.kwargs.empty() && !Consume(',')) return Error("expected ',' or '}'");
@@ -171,16 +196,95 @@ class PatternParser {
         if (!IsIdentifier(key)) return Error("expected a kwarg name");
         AllowedKwarg allowed{Symbol::Intern(key), std::nullopt};
         if (Consume('=')) {
-          ASSIGN_OR_RETURN(allowed.value, ParseConstant());
+          ASSIGN_OR_RETURN(allowed.value, ParseConstant(0));
         }
         tree.kwargs.push_back(std::move(allowed));
       }
     }
+    if (Consume('[')) {
+      while (!Consume(']')) {
+        if (!tree.predicates.empty() && !Consume(',')) return Error("expected ',' or ']'");
+        if (Consume(']')) break;
+        ASSIGN_OR_RETURN(PositionPredicate predicate, ParsePredicate());
+        tree.predicates.push_back(std::move(predicate));
+        if (tree.predicates.size() > kMaxLeaves) return Error("too many predicates");
+      }
+    }
+    tree.optional = Consume('?');
     return tree;
   }
 
-  absl::StatusOr<Argument> ParseConstant() {
+  // subject | subject cmp (constant | subject)
+  absl::StatusOr<PositionPredicate> ParsePredicate() {
     SkipSpace();
+    const size_t start = pos_;
+    PositionPredicate predicate;
+    predicate.subject = std::string(Word());
+    if (!IsKnownPredicateSubject(predicate.subject)) {
+      pos_ = start;
+      return Error(absl::StrCat("unknown predicate subject '", predicate.subject,
+                                "' (expected users, rank, shape, dtype, bias, argN, kwarg.NAME, or a module attribute: "
+                                "groups, kernel_size, stride, padding, dilation, in_channels, "
+                                "out_channels, in_features, out_features, num_features, eps, "
+                                "momentum, min_val, max_val, padding_mode)"));
+    }
+    SkipSpace();
+    static constexpr std::pair<absl::string_view, PredicateOp> kOps[] = {
+        {"==", PredicateOp::kEq}, {"!=", PredicateOp::kNe}, {"<=", PredicateOp::kLe},
+        {">=", PredicateOp::kGe}, {"<", PredicateOp::kLt},  {">", PredicateOp::kGt}};
+    absl::string_view op_text;
+    for (const auto& [spelling, op] : kOps) {
+      if (absl::StartsWith(text_.substr(pos_), spelling)) {
+        predicate.op = op;
+        op_text = spelling;
+        pos_ += spelling.size();
+        break;
+      }
+    }
+    if (op_text.empty()) {
+      if (predicate.subject != "bias") {
+        return Error(absl::StrCat("predicate '", predicate.subject,
+                                  "' needs a comparison (==, !=, <, <=, >, >=); only bias "
+                                  "stands alone"));
+      }
+      predicate.text = predicate.subject;
+      return predicate;
+    }
+    SkipSpace();
+    const size_t rhs = pos_;
+    const absl::string_view word = Word();
+    if (IsKnownPredicateSubject(word)) {
+      predicate.other_subject = std::string(word);
+      predicate.text = absl::StrCat(predicate.subject, " ", op_text, " ", word);
+    } else {
+      pos_ = rhs;
+      ASSIGN_OR_RETURN(predicate.constant, ParseConstant(0));
+      if (predicate.constant.is_list() && predicate.op != PredicateOp::kEq &&
+          predicate.op != PredicateOp::kNe) {
+        return Error(absl::StrCat("a tuple compares with == or != only, not ", op_text));
+      }
+      predicate.text =
+          absl::StrCat(predicate.subject, " ", op_text, " ", ConstantText(predicate.constant));
+    }
+    return predicate;
+  }
+
+  absl::StatusOr<Argument> ParseConstant(int depth) {
+    SkipSpace();
+    if (depth > kMaxDepth) return Error("constant nested too deeply");
+    if (Consume('(')) {
+      std::vector<Argument> items;
+      while (!Consume(')')) {
+        if (!items.empty() && !Consume(',')) return Error("expected ',' or ')'");
+        if (Consume(')')) break;
+        ASSIGN_OR_RETURN(Argument item, ParseConstant(depth + 1));
+        items.push_back(std::move(item));
+        if (items.size() > static_cast<size_t>(Pattern::kMaxPositions)) {
+          return Error("too many elements");
+        }
+      }
+      return Argument::Tuple(std::move(items));
+    }
     if (pos_ < text_.size() && (text_[pos_] == '\'' || text_[pos_] == '"')) {
       const char quote = text_[pos_++];
       const size_t start = pos_;
@@ -198,13 +302,17 @@ class PatternParser {
     if (absl::SimpleAtoi(word, &i)) return Argument::Int(i);
     double d;
     if (absl::SimpleAtod(word, &d)) return Argument::Float(d);
-    return Error(absl::StrCat("expected a constant (None, True, False, a number or a quoted "
-                              "string), got '", word, "'"));
+    if (const std::optional<DType> dtype = DTypeFromName(word)) return Argument::Dtype(*dtype);
+    return Error(absl::StrCat("expected a constant (None, True, False, a number, a quoted "
+                              "string, a dtype such as torch.float32 or a tuple), got '", word,
+                              "'"));
   }
 
   absl::string_view text_;
   size_t pos_ = 0;
 };
+
+absl::StatusOr<PatternPosition> ResolvePosition(const TextTree& tree, absl::string_view text);
 
 // Appends `tree` (complex format) to `out` in preorder; returns its position.
 absl::StatusOr<int> FlattenComplex(const TextTree& tree, std::vector<PatternPosition>& out,
@@ -219,8 +327,7 @@ absl::StatusOr<int> FlattenComplex(const TextTree& tree, std::vector<PatternPosi
     return absl::InvalidArgumentError(absl::StrCat("pattern '", text, "': more than ",
                                                    Pattern::kMaxPositions, " positions"));
   }
-  ASSIGN_OR_RETURN(PatternPosition leaf, ResolvePatternLeaf(op.name));
-  for (const AllowedKwarg& kw : op.kwargs) leaf.allowed_kwargs.push_back(kw);
+  ASSIGN_OR_RETURN(PatternPosition leaf, ResolvePosition(op, text));
   if (leaf.match_all && out.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "pattern '", text, "': the outermost op cannot be MatchAllNode (it would match "
@@ -252,28 +359,76 @@ absl::Status CheckOutermost(const std::vector<PatternPosition>& positions,
   return absl::OkStatus();
 }
 
-// A constant as the pattern syntax writes it. Strings have no escapes: they are quoted
-// with whichever quote they do not contain (a parsed string never contains both).
-std::string ConstantToString(const Argument& value) {
-  if (!value.is_string()) return value.ToString();
-  const absl::string_view s = value.as_string();
-  const char quote = s.find('\'') == absl::string_view::npos ? '\'' : '"';
-  return absl::StrCat(std::string(1, quote), s, std::string(1, quote));
-}
-
 // Renders the kwargs a pattern author added; the built-in allowances of the spelling come
 // first in the list and are implied by the spelling itself.
 std::string UserKwargsToString(const PatternPosition& p) {
-  absl::StatusOr<PatternPosition> builtin = ResolvePatternLeaf(p.spelling);
-  const size_t skip = builtin.ok() ? builtin->allowed_kwargs.size() : 0;
+  const size_t skip = static_cast<size_t>(p.builtin_kwargs);
   if (p.allowed_kwargs.size() <= skip) return "";
   std::vector<std::string> parts;
   for (size_t i = skip; i < p.allowed_kwargs.size(); ++i) {
     const AllowedKwarg& kw = p.allowed_kwargs[i];
-    parts.push_back(kw.value ? absl::StrCat(kw.key.name(), "=", ConstantToString(*kw.value))
+    parts.push_back(kw.value ? absl::StrCat(kw.key.name(), "=", ConstantText(*kw.value))
                              : std::string(kw.key.name()));
   }
   return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
+}
+
+// The `[...]` and `?` suffixes of a position, as written.
+std::string SuffixToString(const PatternPosition& p) {
+  std::string out;
+  if (!p.predicates.empty()) {
+    std::vector<std::string> parts;
+    for (const PositionPredicate& predicate : p.predicates) parts.push_back(predicate.text);
+    absl::StrAppend(&out, "[", absl::StrJoin(parts, ", "), "]");
+  }
+  if (p.optional) out += "?";
+  return out;
+}
+
+// One written position (`ReLU | ReLU6{inplace}[users == 1]?`) resolved: the leaves'
+// alternatives united, each remembering its leaf; commutative only if every leaf is.
+absl::StatusOr<PatternPosition> ResolvePosition(const TextTree& tree, absl::string_view text) {
+  PatternPosition position;
+  if (tree.names.size() == 1) {
+    ASSIGN_OR_RETURN(position, ResolvePatternLeaf(tree.names[0]));
+    position.leaves = {tree.names[0]};
+    position.leaf_of_alternative.assign(position.alternatives.size(), 0);
+  } else {
+    bool commutative = true;
+    for (size_t i = 0; i < tree.names.size(); ++i) {
+      ASSIGN_OR_RETURN(PatternPosition leaf, ResolvePatternLeaf(tree.names[i]));
+      if (leaf.match_all) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pattern '", text, "': MatchAllNode cannot be an alternative, at offset ",
+            tree.offset));
+      }
+      commutative &= leaf.commutative;
+      for (const OpRef& op : leaf.alternatives) {
+        if (position.Matches(op)) continue;  // `add | torch.add`: tried once
+        position.alternatives.push_back(op);
+        position.leaf_of_alternative.push_back(static_cast<uint8_t>(i));
+      }
+      for (AllowedKwarg& kw : leaf.allowed_kwargs) {
+        const bool seen = std::any_of(
+            position.allowed_kwargs.begin(), position.allowed_kwargs.end(),
+            [&](const AllowedKwarg& a) { return a.key == kw.key && a.value == kw.value; });
+        if (!seen) position.allowed_kwargs.push_back(std::move(kw));
+      }
+      position.leaves.push_back(tree.names[i]);
+    }
+    position.commutative = commutative;
+    position.spelling = absl::StrJoin(tree.names, " | ");
+  }
+  position.builtin_kwargs = static_cast<int>(position.allowed_kwargs.size());
+  for (const AllowedKwarg& kw : tree.kwargs) position.allowed_kwargs.push_back(kw);
+  position.predicates = tree.predicates;
+  position.optional = tree.optional;
+  if (position.match_all && (!tree.predicates.empty() || tree.optional)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pattern '", text, "': MatchAllNode takes no predicates and cannot be optional, at "
+        "offset ", tree.offset));
+  }
+  return position;
 }
 
 }  // namespace
@@ -281,6 +436,38 @@ std::string UserKwargsToString(const PatternPosition& p) {
 bool PatternPosition::Matches(OpRef op) const {
   for (const OpRef& alt : alternatives) {
     if (alt == op) return true;
+  }
+  return false;
+}
+
+absl::string_view PatternPosition::LeafFor(OpRef op) const {
+  if (leaves.size() <= 1) return spelling;
+  for (size_t i = 0; i < alternatives.size() && i < leaf_of_alternative.size(); ++i) {
+    if (alternatives[i] == op) return leaves[leaf_of_alternative[i]];
+  }
+  return spelling;
+}
+
+bool IsKnownPredicateSubject(absl::string_view subject) {
+  static constexpr absl::string_view kSubjects[] = {
+      "users",        "rank",         "shape",       "dtype",       "bias",        "groups",
+      "kernel_size",  "stride",       "padding",     "dilation",    "in_channels",
+      "out_channels", "in_features",  "out_features", "num_features", "eps",
+      "momentum",     "min_val",      "max_val",     "padding_mode"};
+  for (absl::string_view known : kSubjects) {
+    if (subject == known) return true;
+  }
+  // argN: a positional arg (N < kMaxPositions); kwarg.NAME: a keyword arg.
+  int n;
+  if (absl::StartsWith(subject, "arg") && subject.size() <= 5 &&
+      std::all_of(subject.begin() + 3, subject.end(),
+                  [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
+      absl::SimpleAtoi(subject.substr(3), &n) && n < Pattern::kMaxPositions) {
+    return true;
+  }
+  if (absl::StartsWith(subject, "kwarg.")) {
+    const absl::string_view name = subject.substr(6);
+    return IsIdentifier(name) && !absl::StrContains(name, '.');
   }
   return false;
 }
@@ -377,8 +564,7 @@ absl::StatusOr<Pattern> Pattern::Parse(absl::string_view text, PatternFormat for
             "pattern '", text, "': a sequence pattern is a flat tuple of ops; nested tuple at "
             "offset ", it->offset, " (use the complex format for trees)"));
       }
-      ASSIGN_OR_RETURN(PatternPosition leaf, ResolvePatternLeaf(it->name));
-      for (const AllowedKwarg& kw : it->kwargs) leaf.allowed_kwargs.push_back(kw);
+      ASSIGN_OR_RETURN(PatternPosition leaf, ResolvePosition(*it, text));
       if (leaf.match_all && std::next(it) != tree.items.rend()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "pattern '", text, "': MatchAllNode can only be first in a sequence pattern"));
@@ -423,6 +609,21 @@ absl::StatusOr<Pattern> Pattern::FromPositions(std::vector<PatternPosition> preo
       return absl::InvalidArgumentError(
           absl::StrCat("pattern position ", i, ": MatchAllNode cannot have args"));
     }
+    if (p.optional && (i == 0 || p.args.size() != 1 || preorder[p.args[0]].match_all)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pattern position ", i, " ('", p.spelling, "?'): an optional position needs exactly "
+          "one pattern arg, an op (it takes its place when absent), and cannot be the "
+          "outermost op"));
+    }
+    for (const PositionPredicate& predicate : p.predicates) {
+      if (!IsKnownPredicateSubject(predicate.subject) ||
+          (!predicate.other_subject.empty() &&
+           !IsKnownPredicateSubject(predicate.other_subject))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pattern position ", i, " ('", p.spelling, "'): predicate '", predicate.text,
+            "' names an unknown subject"));
+      }
+    }
     for (size_t a = p.args.size(); a-- > 0;) {
       const int child = p.args[a];
       if (child <= i || child >= static_cast<int>(preorder.size()) ||
@@ -441,6 +642,10 @@ absl::StatusOr<Pattern> Pattern::FromPositions(std::vector<PatternPosition> preo
         "pattern positions ", next, ".. are not reachable from the outermost op"));
   }
   Pattern pattern;
+  for (const PatternPosition& p : preorder) {
+    pattern.has_alternatives_ |= p.leaves.size() > 1;
+    pattern.has_optional_ |= p.optional;
+  }
   pattern.positions_ = std::move(preorder);
   pattern.ComputeDefaults();
   return pattern;
@@ -497,10 +702,10 @@ std::string Pattern::ToString() const {
   auto render = [&](auto&& self, int i) -> void {
     const PatternPosition& p = positions_[i];
     if (p.args.empty()) {
-      absl::StrAppend(&out, p.spelling, UserKwargsToString(p));
+      absl::StrAppend(&out, p.spelling, UserKwargsToString(p), SuffixToString(p));
       return;
     }
-    absl::StrAppend(&out, "(", p.spelling, UserKwargsToString(p));
+    absl::StrAppend(&out, "(", p.spelling, UserKwargsToString(p), SuffixToString(p));
     for (int child : p.args) {
       absl::StrAppend(&out, ", ");
       self(self, child);

@@ -14,9 +14,49 @@
 // and extra inputs (see fusion_rule.h).
 //
 // Text syntax (both formats share it):
-//   pattern := leaf | '(' pattern (',' pattern)* ','? ')'
-//   leaf    := name kwargs?
-//   kwargs  := '{' (key ('=' constant)?) (',' ...)* '}'     e.g. add{alpha=1}, relu{inplace}
+//   pattern    := position | '(' pattern (',' pattern)* ','? ')'
+//   position   := leaf ('|' leaf)* kwargs? predicates? '?'?
+//   leaf       := name                                      (see the leaf names below)
+//   kwargs     := '{' (key ('=' constant)?) (',' ...)* '}'   e.g. add{alpha=1}, relu{inplace}
+//   predicates := '[' predicate (',' predicate)* ']'         all must hold
+//   predicate  := subject | subject cmp (constant | subject)  cmp: == != < <= > >=
+//   constant   := None | True | False | number | 'string' | dtype | '(' constant, ... ')'
+//
+// Alternatives: `ReLU | ReLU6 | Hardswish` matches a node any of the leaves matches (their
+// OpRefs are united; `add` alone already names three spellings). The kwargs and predicates
+// written after the last leaf apply to the whole position. A fused node whose rule has a
+// position of two or more leaves records in its meta `pattern_alternatives` the leaf that
+// matched at each op position (a list of strings in preorder, e.g. ["ReLU6", "BatchNorm2d",
+// "Conv2d"]; "" for an absent optional position).
+//
+// Predicates (checked by the matcher after the op and kwargs matched; patterns/matcher.h):
+//   users                        the node's number of users
+//   rank, shape, dtype           from the node's recorded meta "shape" / "dtype" (the
+//                                exporter records them when traced with example inputs);
+//                                a node without it does not match (explain says so)
+//   argN, kwarg.NAME             positional arg N / keyword arg NAME of the node, when
+//                                it is a constant (a node there, or no such arg: no match)
+//   bias                         true iff the node's module has a tensor "bias"
+//   groups, kernel_size, stride, padding, dilation, in_channels, out_channels,
+//   in_features, out_features, num_features, eps, momentum, min_val, max_val, padding_mode
+//                                the call_module node's module attribute of that name; a
+//                                module without it does not match (explain says so)
+// Any other subject is a parse error. Numbers compare as numbers (1 == 1.0); lists and
+// tuples compare element by element with == and != only; `bias` alone means `bias == True`.
+// Examples:
+//   (ReLU | ReLU6, (BatchNorm2d, Conv2d[groups == in_channels, groups > 1]))  depthwise only
+//   Conv2d[kernel_size == (3, 3), bias]
+//   (ReLU, add[users == 1])
+//   (torch.cat{dim}[kwarg.dim == 1], MatchAllNode)     a kwarg must also be allowed: {dim}
+//   (torch.flatten[arg1 == 1], MatchAllNode)
+//
+// Optional positions: `BatchNorm2d?` may be absent. It must have exactly one pattern arg
+// and not be the outermost op; when absent, its arg 0 takes its place (the node there is
+// read from the same edge), and its binding is None. The matcher tries present first,
+// then absent. `(ReLU, (BatchNorm2d?, Conv2d))` matches conv-bn-relu and conv-relu. A
+// fused node whose rule has optional positions records in its meta `pattern_absent` the
+// dotted paths of the optional positions that were absent (a list, empty if none).
+//
 // Complex format: the first element of a tuple is the op, the rest are its args.
 // Sequence format (PyTorch's simple forward format): a flat tuple of leaves in execution
 // order, `(Conv2d, BatchNorm2d, ReLU)` == complex `(ReLU, (BatchNorm2d, Conv2d))`.
@@ -43,6 +83,7 @@
 #ifndef FUSELAGE_PATTERNS_PATTERN_H_
 #define FUSELAGE_PATTERNS_PATTERN_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -70,6 +111,22 @@ struct AllowedKwarg {
   std::optional<Argument> value;
 };
 
+// A comparison in a position's `[...]` list (see the grammar above).
+enum class PredicateOp { kTrue, kEq, kNe, kLt, kLe, kGt, kGe };
+
+struct PositionPredicate {
+  std::string subject;        // "groups", "users", "rank", ...
+  PredicateOp op = PredicateOp::kTrue;  // kTrue: `subject` alone, which must be true
+  // The right-hand side: a constant, or (when `other_subject` is non-empty) another
+  // subject of the same node ("in_channels" in `groups == in_channels`).
+  Argument constant;
+  std::string other_subject;
+  std::string text;  // as written, normalized ("groups == in_channels"), for messages
+};
+
+// The subjects a predicate may name (see the grammar above).
+bool IsKnownPredicateSubject(absl::string_view subject);
+
 // One position of a pattern tree.
 struct PatternPosition {
   bool match_all = false;           // MatchAllNode
@@ -82,8 +139,18 @@ struct PatternPosition {
   std::vector<int> args;
   int parent = -1;     // -1 for the outermost op
   int arg_index = -1;  // which arg of the parent this position is
+  // The leaves written for this position ("ReLU", "ReLU6") and, per entry of
+  // `alternatives`, the index of the leaf it came from. One leaf: leaf_of_alternative is
+  // all zeros (or empty for positions built by hand).
+  std::vector<std::string> leaves;
+  std::vector<uint8_t> leaf_of_alternative;
+  std::vector<PositionPredicate> predicates;  // all must hold
+  bool optional = false;                      // `?`: may be absent (see above)
+  int builtin_kwargs = 0;  // the first allowed_kwargs come from the leaves themselves
 
   bool Matches(OpRef op) const;
+  // The leaf that accepts `op` ("ReLU6"), or the spelling if there is one leaf only.
+  absl::string_view LeafFor(OpRef op) const;
 };
 
 enum class PatternFormat {
@@ -128,6 +195,10 @@ class Pattern {
   // Complex-format text: "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))".
   std::string ToString() const;
 
+  // True if a position has two or more leaves / is optional / has predicates.
+  bool has_alternatives() const { return has_alternatives_; }
+  bool has_optional() const { return has_optional_; }
+
   // Upper bound on positions in one pattern (patterns come from config files).
   static constexpr int kMaxPositions = 64;
 
@@ -138,6 +209,8 @@ class Pattern {
   std::vector<PatternPosition> positions_;
   int default_root_ = 0;
   std::vector<int> default_extras_;
+  bool has_alternatives_ = false;
+  bool has_optional_ = false;
 };
 
 // Resolves one leaf name (see the table above) into a position with no args.

@@ -1552,6 +1552,7 @@ std::vector<NamedModuleKernel> ModuleKernels() {
       {"nn.Dropout2d", PassThroughModule},
       {"nni.ConvReLU2d", SequentialFusedModule(true)},
       {"nni.ConvBn2d", SequentialFusedModule(false)},
+      {"nni.ConvAct2d", SequentialFusedModule(false)},  // its schema fixes the activation
       {"nni.ConvBnReLU2d", SequentialFusedModule(true)},
       {"nni.BNReLU2d", SequentialFusedModule(true)},
       {"nni.ConvReLU1d", SequentialFusedModule(true)},

@@ -402,6 +402,42 @@ TEST(ConfigLoader, ReferenceModuleMustBeTheRootsReferenceForm) {
   EXPECT_TRUE(fits.ok()) << fits.status();
 }
 
+// ---- Issue 21: alternatives, predicates and optional positions in config files ---------
+
+TEST(ConfigLoader, PatternLanguageExamplesLoadWithOneEntryEach) {
+  for (const char* file : {"backend_configs/examples/depthwise_conv_bn_relu6.textproto",
+                           "backend_configs/examples/conv_bn_act_optional.textproto"}) {
+    absl::StatusOr<BackendConfig> config = LoadBackendConfigFile(file);
+    ASSERT_TRUE(config.ok()) << file << ": " << config.status();
+    EXPECT_EQ(config->size(), 1) << file;  // no base: only its own entry
+    ASSERT_EQ(config->FusionRules().size(), 1u) << file;
+    const FusionRule& rule = *config->FusionRules()[0];
+    EXPECT_EQ(rule.fused_module_type.name(), "nni.ConvAct2d");
+    EXPECT_EQ(rule.fuser_kind, FuserKind::kFoldBatchNormThenWrap);
+    EXPECT_TRUE(rule.pattern.has_alternatives());
+  }
+}
+
+TEST(ConfigLoader, UnknownPredicateSubjectIsRefusedAtLoad) {
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU, Conv2d[grups == 1])"
+                             fuser: WRAP_IN_SEQUENCE fused_module: "ConvReLU2d")pb"),
+                {"'bad'", "field 'pattern'", "unknown predicate subject 'grups'", "offset"});
+}
+
+TEST(ConfigLoader, MisspelledAlternativeIsRefusedAtLoad) {
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU | Relu6, Conv2d)"
+                             fuser: WRAP_IN_SEQUENCE fused_module: "ConvReLU2d")pb"),
+                {"'bad'", "nn.Relu6", "not registered"});
+}
+
+TEST(ConfigLoader, AlternativeWithNoPlaceInTheFusedTypeIsRefused) {
+  // nni.ConvReLU2d's kernel runs a ReLU as child "1": a ReLU6 there would be a silent
+  // change of the activation.
+  ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU | ReLU6, Conv2d)"
+                             fuser: WRAP_IN_SEQUENCE fused_module: "ConvReLU2d")pb"),
+                {"'bad'", "nn.ReLU6"});
+}
+
 }  // namespace
 }  // namespace fuselage
 

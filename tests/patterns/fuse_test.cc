@@ -949,5 +949,81 @@ TEST_F(FuseTest, FuseOutsideThePassFoldsTheWeightCompletely) {
   EXPECT_EQ(original->data<float>()[1], -1.0f);
 }
 
+// ---- Issue 21: one entry with alternatives and an optional batch norm ------------------
+
+// The fused node's meta entry `key` as strings (a list of strings), or {"<absent>"}.
+std::vector<std::string> MetaStrings(const Node* node, const char* key) {
+  for (const Kwarg& entry : node->meta()) {
+    if (entry.first.name() != key) continue;
+    std::vector<std::string> out;
+    for (const Argument& item : entry.second.items()) out.push_back(std::string(item.as_string()));
+    return out;
+  }
+  return {"<absent>"};
+}
+
+TEST_F(FuseTest, OneEntryFusesConvBnRelu6AndConvHardswishRecordingWhichMatched) {
+  Node* a = Call(Call(Call(x_, "conv_a", HandFoldConv()), "bn_a", HandFoldBatchNorm()), "act_a",
+                 PlainModule("nn.ReLU6"));
+  Node* b = Call(Call(a, "conv_b", Conv2dModule(rng_, 2, 2, 1)), "act_b",
+                 PlainModule("nn.Hardswish"));
+  Must(graph().SetOutput(b));
+  const Tensor* original = gm_.FindModule(Symbol::Intern("conv_b"))->FindTensor("weight");
+  const std::vector<float> conv_b_weight(original->data<float>(), original->data<float>() + 4);
+  absl::StatusOr<int> fused = Fuse({Rule("conv_bn_act",
+                                         "(ReLU | ReLU6 | Hardswish, (BatchNorm2d?, Conv2d))",
+                                         "nni.ConvAct2d")});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_EQ(*fused, 2);
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+
+  std::vector<const Node*> fused_nodes;
+  for (Node* n = graph().first(); n != nullptr; n = n->next()) {
+    if (n->op() == OpKind::kCallModule) fused_nodes.push_back(n);
+  }
+  ASSERT_EQ(fused_nodes.size(), 2u);
+  // conv_a-bn_a-relu6: the batch norm folded (the fixture's hand-computed fold), ReLU6 kept.
+  const Module* first = gm_.FindModule(fused_nodes[0]->target());
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->type().name(), "nni.ConvAct2d");
+  ASSERT_EQ(first->children().size(), 2u);
+  const Module* folded = first->FindChild("0");
+  const float* w = folded->FindTensor("weight")->data<float>();
+  const float* bias = folded->FindTensor("bias")->data<float>();
+  EXPECT_FLOAT_EQ(w[0], 2.0f);
+  EXPECT_FLOAT_EQ(w[1], -0.5f);
+  EXPECT_FLOAT_EQ(bias[0], -0.4f);
+  EXPECT_FLOAT_EQ(bias[1], 0.8f);
+  EXPECT_EQ(first->FindChild("1")->type().name(), "nn.ReLU6");
+  EXPECT_THAT(MetaStrings(fused_nodes[0], "pattern_alternatives"),
+              ElementsAre("ReLU6", "BatchNorm2d", "Conv2d"));
+  EXPECT_TRUE(MetaStrings(fused_nodes[0], "pattern_absent").empty());
+  // conv_b-hardswish: no batch norm, so nothing folded: the conv as it was.
+  const Module* second = gm_.FindModule(fused_nodes[1]->target());
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->type().name(), "nni.ConvAct2d");
+  const float* w_b = second->FindChild("0")->FindTensor("weight")->data<float>();
+  EXPECT_EQ(std::vector<float>(w_b, w_b + 4), conv_b_weight);
+  EXPECT_EQ(second->FindChild("1")->type().name(), "nn.Hardswish");
+  EXPECT_THAT(MetaStrings(fused_nodes[1], "pattern_alternatives"),
+              ElementsAre("Hardswish", "", "Conv2d"));
+  EXPECT_THAT(MetaStrings(fused_nodes[1], "pattern_absent"), ElementsAre("0"));
+}
+
+TEST_F(FuseTest, OptionalPositionWhoseAbsenceDoesNotFitTheFusedTypeFailsAndChangesNothing) {
+  // wrap_in_sequence into nni.ConvBnReLU2d: with the batch norm absent the module would have
+  // two children where the type holds three.
+  Node* r = Call(Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1)), "relu", PlainModule("nn.ReLU"));
+  Must(graph().SetOutput(r));
+  const std::string before = SerializeModelText(gm_);
+  absl::StatusOr<int> fused = Fuse({Rule("opt", "(ReLU, (BatchNorm2d?, Conv2d))",
+                                         "nni.ConvBnReLU2d", FuserKind::kWrapInSequence)});
+  ASSERT_FALSE(fused.ok());
+  EXPECT_THAT(fused.status().message(), HasSubstr("rule 'opt'"));
+  EXPECT_THAT(fused.status().message(), HasSubstr("has 2 children; a nni.ConvBnReLU2d holds 3"));
+  EXPECT_EQ(SerializeModelText(gm_), before);
+  ASSERT_TRUE(gm_.Verify().ok());
+}
+
 }  // namespace
 }  // namespace fuselage

@@ -453,5 +453,150 @@ TEST_F(MatcherTest, SeesModuleTreeEditsBetweenScans) {
   EXPECT_EQ(matches(), 1u);
 }
 
+// ---- Alternatives, predicates and optional positions (issue 21) ------------------------
+
+TEST_F(MatcherTest, AlternativesMatchEachLeaf) {
+  Node* a = Module(Conv(x_, "c1"), "r1", "nn.ReLU6");
+  Relu(Conv(a, "c2"), "r2");
+  Module(Conv(graph().last(), "c3"), "r3", "nn.Sigmoid");
+  const std::vector<PatternMatch> matches = Find({Rule("act", "(ReLU | ReLU6, Conv2d)")});
+  ASSERT_EQ(matches.size(), 2u);
+  EXPECT_EQ(BoundNames(matches[0]), (Names{"r2", "c2"}));
+  EXPECT_EQ(BoundNames(matches[1]), (Names{"r1", "c1"}));
+}
+
+TEST_F(MatcherTest, ModuleAttributePredicatesSelectDepthwiseConvs) {
+  Node* dw = Conv(x_, "dw");
+  gm_.FindModule(Symbol::Intern("dw"))->SetAttribute("groups", Argument::Int(3));
+  Node* r1 = Relu(dw, "r1");
+  Relu(Conv(r1, "pw"), "r2");  // groups 1
+  const std::vector<PatternMatch> matches =
+      Find({Rule("dw", "(ReLU, Conv2d[groups == in_channels, groups > 1])")});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(BoundNames(matches[0]), (Names{"r1", "dw"}));
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 1u);
+  EXPECT_EQ(report.failures[0].node, "r2");
+  EXPECT_EQ(report.failures[0].position, "0");
+  EXPECT_EQ(report.failures[0].reason,
+            "predicate 'groups == in_channels' is false (groups = 1, in_channels = 3)");
+}
+
+TEST_F(MatcherTest, ConstantAndListPredicates) {
+  // Conv() makes 1x1 convs with a bias; "nb" has none.
+  Relu(Conv(x_, "c1"), "r1");
+  EXPECT_TRUE(gm_.SetModule("nb", Conv2dModule(rng_, 3, 3, 1, /*bias=*/false)).ok());
+  Node* nb = Must(graph().AddCallModule("nb", {graph().last()}, {}, "nb"));
+  Relu(nb, "r2");
+  EXPECT_EQ(Find({Rule("k", "(ReLU, Conv2d[kernel_size == (1, 1)])")}).size(), 2u);
+  EXPECT_EQ(Find({Rule("k", "(ReLU, Conv2d[kernel_size != (1, 1)])")}).size(), 0u);
+  EXPECT_EQ(Find({Rule("k", "(ReLU, Conv2d[kernel_size == (3, 3)])")}).size(), 0u);
+  std::vector<PatternMatch> with_bias = Find({Rule("b", "(ReLU, Conv2d[bias])")});
+  ASSERT_EQ(with_bias.size(), 1u);
+  EXPECT_EQ(BoundNames(with_bias[0]), (Names{"r1", "c1"}));
+  std::vector<PatternMatch> no_bias = Find({Rule("b", "(ReLU, Conv2d[bias == False])")});
+  ASSERT_EQ(no_bias.size(), 1u);
+  EXPECT_EQ(BoundNames(no_bias[0]), (Names{"r2", "nb"}));
+  // <, <=, >= on numbers; int against float compares as numbers.
+  EXPECT_EQ(Find({Rule("o", "(ReLU, Conv2d[out_channels < 4, out_channels >= 3.0])")}).size(), 2u);
+  EXPECT_EQ(Find({Rule("o", "(ReLU, Conv2d[out_channels <= 2])")}).size(), 0u);
+}
+
+TEST_F(MatcherTest, UsersPredicateOnTheOutermostNode) {
+  Node* r = Relu(Conv(x_, "c"), "r");
+  Relu(r, "a");
+  Relu(r, "b");
+  EXPECT_EQ(Find({Rule("u", "(ReLU[users == 1], Conv2d)")}).size(), 0u);
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_FALSE(report.failures.empty());
+  EXPECT_EQ(report.failures.back().reason, "predicate 'users == 1' is false (users = 2)");
+  EXPECT_EQ(Find({Rule("u", "(ReLU[users == 2], Conv2d)")}).size(), 1u);
+}
+
+TEST_F(MatcherTest, RankAndShapeComeFromNodeMeta) {
+  Node* c = Conv(x_, "c");
+  Relu(c, "r");
+  // No recorded shape: not a match, and explain says why.
+  EXPECT_EQ(Find({Rule("s", "(ReLU, Conv2d[rank == 4])")}).size(), 0u);
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 1u);
+  EXPECT_THAT(report.failures[0].reason,
+              HasSubstr("cannot be checked: node c has no recorded shape"));
+  ASSERT_TRUE(graph().SetMeta(c, "shape", Argument::Ints({1, 3, 8, 8})).ok());
+  EXPECT_EQ(Find({Rule("s", "(ReLU, Conv2d[rank == 4])")}).size(), 1u);
+  EXPECT_EQ(Find({Rule("s", "(ReLU, Conv2d[rank == 3])")}).size(), 0u);
+  EXPECT_EQ(Find({Rule("s", "(ReLU, Conv2d[shape == (1, 3, 8, 8)])")}).size(), 1u);
+  EXPECT_EQ(Find({Rule("s", "(ReLU, Conv2d[shape != (1, 3, 8, 8)])")}).size(), 0u);
+  EXPECT_EQ(Find({Rule("d", "(ReLU, Conv2d[dtype == torch.float32])")}).size(), 0u);  // none yet
+  ASSERT_TRUE(graph().SetMeta(c, "dtype", Argument::Dtype(DType::kFloat32)).ok());
+  EXPECT_EQ(Find({Rule("d", "(ReLU, Conv2d[dtype == torch.float32])")}).size(), 1u);
+  EXPECT_EQ(Find({Rule("d", "(ReLU, Conv2d[dtype == float32])")}).size(), 1u);
+  EXPECT_EQ(Find({Rule("d", "(ReLU, Conv2d[dtype != torch.float32])")}).size(), 0u);
+  EXPECT_EQ(Find({Rule("d", "(ReLU, Conv2d[dtype == torch.float16])")}).size(), 0u);
+}
+
+TEST_F(MatcherTest, AttributeTheModuleLacksIsANonMatchWithAReason) {
+  Relu(Conv(x_, "c"), "r");
+  EXPECT_EQ(Find({Rule("g", "(ReLU[groups == 1], Conv2d)")}).size(), 0u);
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 1u);
+  EXPECT_EQ(report.failures[0].reason,
+            "predicate 'groups == 1' cannot be checked: nn.ReLU module r has no attribute "
+            "'groups'");
+}
+
+TEST_F(MatcherTest, OptionalPositionPresentThenAbsent) {
+  Node* r1 = Relu(Bn(Conv(x_, "c1"), "b1"), "r1");
+  Node* r2 = Relu(Conv(r1, "c2"), "r2");
+  Relu(Module(r2, "p", "nn.MaxPool2d"), "r3");
+  const std::vector<PatternMatch> matches =
+      Find({Rule("opt", "(ReLU, (BatchNorm2d?, Conv2d))")});
+  ASSERT_EQ(matches.size(), 2u);
+  EXPECT_EQ(BoundNames(matches[0]), (Names{"r2", "None", "c2"}));
+  EXPECT_EQ(matches[0].node_at(1), nullptr);
+  EXPECT_EQ(BoundNames(matches[1]), (Names{"r1", "b1", "c1"}));
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 1u);
+  EXPECT_EQ(report.failures[0].node, "r3");
+  EXPECT_EQ(report.failures[0].reason,
+            "is call_module nn.MaxPool2d; expected BatchNorm2d (also tried absent)");
+}
+
+TEST_F(MatcherTest, OptionalFirstArgDoesNotDefeatThePreCheck) {
+  // The scan's pre-check reads the outermost op's first arg: with an optional position
+  // there it must still try the rule when arg 0 is the optional position's own arg.
+  Relu(Conv(x_, "c"), "r");
+  EXPECT_EQ(Find({Rule("opt", "(ReLU, (BatchNorm2d?, (Conv2d, MatchAllNode)))")}).size(), 1u);
+}
+
+TEST_F(MatcherTest, AnOptionalPositionCannotBeTheRoot) {
+  FusionRule rule = Rule("opt", "(ReLU, (BatchNorm2d?, Conv2d))");
+  rule.root_position = 1;
+  const absl::Status status = rule.Validate();
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("is an optional position"));
+}
+
+TEST_F(MatcherTest, ConstantArgAndKwargPredicates) {
+  Node* f = Must(graph().AddCallFunction("torch.flatten", {x_, Argument::Int(1)}, {}, "f1"));
+  Must(graph().AddCallFunction("torch.flatten", {f, Argument::Int(2)}, {}, "f2"));
+  Node* c = Must(graph().AddCallFunction("torch.cat", {Argument::List({Argument(x_)})},
+                                         {{Symbol::Intern("dim"), Argument::Int(1)}}, "cat"));
+  (void)c;
+  std::vector<PatternMatch> flat = Find({Rule("f", "(torch.flatten[arg1 == 1], MatchAllNode, MatchAllNode)")});
+  ASSERT_EQ(flat.size(), 1u);
+  EXPECT_EQ(flat[0].outermost()->name(), "f1");
+  EXPECT_EQ(Find({Rule("c", "(torch.cat{dim}[kwarg.dim == 1], MatchAllNode)")}).size(), 1u);
+  EXPECT_EQ(Find({Rule("c", "(torch.cat{dim}[kwarg.dim == 0], MatchAllNode)")}).size(), 0u);
+  // arg0 of f2 is a node: not a constant, so no match, with the reason.
+  EXPECT_EQ(Find({Rule("f", "(torch.flatten[arg0 == 1], MatchAllNode, MatchAllNode)")}).size(), 0u);
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 2u);
+  EXPECT_EQ(report.failures[0].reason,
+            "predicate 'arg0 == 1' cannot be checked: arg 0 of f2 is a node, not a constant");
+  EXPECT_EQ(Find({Rule("f", "(torch.flatten[arg5 == 1], MatchAllNode, MatchAllNode)")}).size(), 0u);
+  EXPECT_THAT(matcher_->Explain(gm_).failures[0].reason, HasSubstr("has 2 args; no arg5"));
+}
+
 }  // namespace
 }  // namespace fuselage

@@ -227,5 +227,119 @@ TEST(PatternTest, FromPositionsRejectsNonPreorder) {
   EXPECT_FALSE(Pattern::FromPositions(positions).ok());  // position 1 unreachable
 }
 
+// ---- Alternatives, predicates and optional positions (issue 21) ------------------------
+
+TEST(PatternV2Test, AlternativesUniteTheLeavesAndRememberWhichOne) {
+  absl::StatusOr<Pattern> p =
+      Pattern::Parse("(ReLU | ReLU6 | Hardswish, Conv2d)", PatternFormat::kComplex);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const PatternPosition& act = p->position(0);
+  EXPECT_THAT(act.leaves, ElementsAre("ReLU", "ReLU6", "Hardswish"));
+  EXPECT_TRUE(act.Matches(Mod("nn.ReLU")));
+  EXPECT_TRUE(act.Matches(Mod("nn.ReLU6")));
+  EXPECT_TRUE(act.Matches(Mod("nn.Hardswish")));
+  EXPECT_FALSE(act.Matches(Mod("nn.Sigmoid")));
+  EXPECT_EQ(act.LeafFor(Mod("nn.ReLU6")), "ReLU6");
+  EXPECT_EQ(act.LeafFor(Mod("nn.Hardswish")), "Hardswish");
+  EXPECT_TRUE(p->has_alternatives());
+  EXPECT_FALSE(p->has_optional());
+  EXPECT_EQ(p->ToString(), "(ReLU | ReLU6 | Hardswish, Conv2d)");
+}
+
+TEST(PatternV2Test, AliasLeavesAlternateWithModules) {
+  absl::StatusOr<Pattern> p = Pattern::Parse("(relu | ReLU, Conv2d)", PatternFormat::kComplex);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const PatternPosition& act = p->position(0);
+  // relu's three spellings plus the module: four alternatives.
+  EXPECT_EQ(act.alternatives.size(), 4u);
+  EXPECT_EQ(act.LeafFor(Method("relu")), "relu");
+  EXPECT_EQ(act.LeafFor(Mod("nn.ReLU")), "ReLU");
+  // relu's built-in allowance (inplace) is kept for the position.
+  ASSERT_FALSE(act.allowed_kwargs.empty());
+  EXPECT_EQ(act.allowed_kwargs[0].key.name(), "inplace");
+  // Commutative only if every leaf is: add | mul is, add | ReLU would not be.
+  absl::StatusOr<Pattern> binary =
+      Pattern::Parse("(add | mul, Conv2d, MatchAllNode)", PatternFormat::kComplex);
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  EXPECT_TRUE(binary->position(0).commutative);
+}
+
+TEST(PatternV2Test, PredicatesParseAndRoundTrip) {
+  const char* text =
+      "(ReLU, Conv2d[groups == in_channels, groups > 1, kernel_size == (3, 3), bias, "
+      "users <= 2, rank != 4, dtype == torch.float32])";
+  absl::StatusOr<Pattern> p = Pattern::Parse(text, PatternFormat::kComplex);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const std::vector<PositionPredicate>& preds = p->position(1).predicates;
+  ASSERT_EQ(preds.size(), 7u);
+  EXPECT_TRUE(preds[6].constant.is_dtype());
+  EXPECT_EQ(preds[0].subject, "groups");
+  EXPECT_EQ(preds[0].op, PredicateOp::kEq);
+  EXPECT_EQ(preds[0].other_subject, "in_channels");
+  EXPECT_EQ(preds[1].op, PredicateOp::kGt);
+  EXPECT_EQ(preds[1].constant.as_int(), 1);
+  ASSERT_TRUE(preds[2].constant.is_list());
+  EXPECT_EQ(preds[2].constant.items().size(), 2u);
+  EXPECT_EQ(preds[2].constant.items()[1].as_int(), 3);
+  EXPECT_EQ(preds[3].op, PredicateOp::kTrue);
+  EXPECT_EQ(preds[4].op, PredicateOp::kLe);
+  EXPECT_EQ(preds[5].op, PredicateOp::kNe);
+  EXPECT_EQ(p->ToString(), text);
+  absl::StatusOr<Pattern> again = Pattern::Parse(p->ToString(), PatternFormat::kComplex);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->ToString(), text);
+  // Predicates work in the sequence format too, and spaces are optional.
+  absl::StatusOr<Pattern> seq =
+      Pattern::Parse("(Conv2d[groups>1],BatchNorm2d,ReLU)", PatternFormat::kSequence);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ(seq->ToString(), "(ReLU, (BatchNorm2d, Conv2d[groups > 1]))");
+}
+
+TEST(PatternV2Test, PredicateErrorsNameTheTokenAndOffset) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"(ReLU, Conv2d[grups == 1])", "unknown predicate subject 'grups' (expected"},
+           {"(ReLU, Conv2d[grups == 1])", "at offset 14"},
+           {"(ReLU, Conv2d[groups])", "needs a comparison"},
+           {"(ReLU, Conv2d[arg999 == 1])", "unknown predicate subject 'arg999'"},
+           {"(ReLU, Conv2d[kwarg. == 1])", "unknown predicate subject 'kwarg.'"},
+           {"(ReLU, Conv2d[kernel_size < (3, 3)])", "a tuple compares with == or != only"},
+           {"(ReLU, Conv2d[groups == 1)", "expected ',' or ']' at offset 25"},
+           {"(ReLU, Conv2d[groups == banana])", "expected a constant"},
+           {"(ReLU | , Conv2d)", "expected a leaf name or '(' at offset 8"},
+           {"(ReLU | MatchAllNode, Conv2d)", "MatchAllNode cannot be an alternative"},
+           {"(ReLU, MatchAllNode[users == 1])", "MatchAllNode takes no predicates"},
+       }) {
+    absl::StatusOr<Pattern> p = Pattern::Parse(c.text, PatternFormat::kComplex);
+    ASSERT_FALSE(p.ok()) << c.text;
+    EXPECT_THAT(p.status().message(), HasSubstr(c.message)) << c.text;
+  }
+}
+
+TEST(PatternV2Test, OptionalPositions) {
+  absl::StatusOr<Pattern> p =
+      Pattern::Parse("(ReLU, (BatchNorm2d?, Conv2d))", PatternFormat::kComplex);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->position(1).optional);
+  EXPECT_FALSE(p->position(0).optional);
+  EXPECT_TRUE(p->has_optional());
+  EXPECT_EQ(p->ToString(), "(ReLU, (BatchNorm2d?, Conv2d))");
+  // Sequence format: conv-[bn]-relu.
+  absl::StatusOr<Pattern> seq =
+      Pattern::Parse("(Conv2d, BatchNorm2d?, ReLU | ReLU6)", PatternFormat::kSequence);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ(seq->ToString(), "(ReLU | ReLU6, (BatchNorm2d?, Conv2d))");
+  // Optional needs exactly one pattern arg and cannot be the outermost op.
+  for (const char* bad : {"(ReLU?, Conv2d)", "(ReLU, BatchNorm2d?)",
+                          "(ReLU, (add?, Conv2d, MatchAllNode))", "(ReLU, (BatchNorm2d?, MatchAllNode))"}) {
+    absl::StatusOr<Pattern> q = Pattern::Parse(bad, PatternFormat::kComplex);
+    ASSERT_FALSE(q.ok()) << bad;
+    EXPECT_THAT(q.status().message(), HasSubstr("optional position needs exactly one")) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace fuselage
