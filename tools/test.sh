@@ -70,11 +70,14 @@ step_python() {
     env PYTHONPATH=python /usr/bin/python3 -m pytest tests/python -q -p no:cacheprovider
 }
 
-# Conformance against PyTorch 1.13 (tests/conformance/conformance.py) on resnet18,
-# resnet50, mobilenet_v2 and the residual example; it prints the table of figures.
+# Conformance against PyTorch 1.13: op by op on resnet18, resnet50, mobilenet_v2 and the
+# residual example (tests/conformance/conformance.py), and the reach of fuselage on twelve
+# torchvision models (tests/conformance/reach.py); each prints its table of figures.
 step_conformance() {
   run_counted "conformance" "models" count_conformance_models \
     env PYTHONPATH=python /usr/bin/python3 tests/conformance/conformance.py
+  run_counted "conformance (reach)" "models" count_conformance_models \
+    env PYTHONPATH=python /usr/bin/python3 tests/conformance/reach.py --no-build
 }
 
 # Each fuzz target for FUSELAGE_FUZZ_SECONDS (default 30) over its checked-in corpus.
