@@ -23,6 +23,7 @@ constructor gives them; a file that disagrees is rejected.
 """
 
 import collections
+import functools
 import inspect
 
 import torch
@@ -118,14 +119,23 @@ def _attribute_from_file(name, value):
     return value
 
 
+@functools.lru_cache(maxsize=None)
+def _constructor_parameters(cls):
+    """cls.__init__'s parameters after self (None if Python cannot say): one inspection per
+    class, not per module (a large graph rebuilds thousands of modules of a few classes)."""
+    try:
+        return tuple(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+
+
 def _constructor_kwargs(cls, tensors, attributes, where):
     """Keyword arguments for cls.__init__ taken from the file. Observers do not get
     quant_min/quant_max unless they were customized: PyTorch derives them from dtype and
     reduce_range, and passing the derived values back would reduce the range twice. The
     exact values are assigned after construction anyway."""
-    try:
-        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
-    except (TypeError, ValueError):
+    parameters = _constructor_parameters(cls)
+    if parameters is None:
         return {}
     skip = {"device", "factory_kwargs"}
     if _is_observer(cls) and not attributes.get("has_customized_qrange", True):

@@ -106,7 +106,11 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     core = _core()
     text = _backend_text(backend_config)
     mapping = _mapping_text(qconfig_mapping)
-    m = core.from_torch(model, example_inputs)
+    # example_inputs are PyTorch's required argument; like PyTorch 1.13's prepare_fx,
+    # fuselage does not need to run the model to prepare it (recording shapes would run a
+    # copy of it: most of prepare_fx's time on a large graph).
+    del example_inputs
+    m = core.from_torch(model)
     core.fuse(m, config_text=text)
     core.prepare(m, config_text=text, qconfig_mapping_text=mapping)
     prepared = core.to_torch(m)
