@@ -1,3 +1,11 @@
+// GCC's -O2 vectorizes with its "very cheap" cost model, which refuses loops with a
+// remainder (and gathers); these loops are worth its full model. Set for the whole file,
+// before any include, so that the inline functions the loops call share the setting and
+// stay inlinable. Clang vectorizes them by default.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
+
 #include "runtime/quantized/kernel_loops.h"
 
 #include <algorithm>
