@@ -25,7 +25,8 @@ namespace quantized {
 // build): inv_scale = 1.0f / float(scale); q = clamp(float(zero_point) +
 // nearbyint(value * inv_scale)), all in float, rounding half to even (the default
 // rounding mode). NaN maps to zero_point. `dtype` is a quantized dtype.
-// Inline (as RoundAndClamp) so that the vectorized kernel loops (kernel_loops.h) inline it.
+// Inline, as RoundAndClamp: every quantized kernel calls it per element. (The vectorized
+// 8-bit loops of kernel_loops.h compute the same formula branch-free.)
 inline int32_t QuantizeValue(float value, float inv_scale, int64_t zero_point, DType dtype);
 inline float InverseScale(double scale) { return 1.0f / static_cast<float>(scale); }
 
@@ -48,17 +49,11 @@ inline int32_t RoundAndClamp(float value, int64_t lo, int64_t hi) {
   return static_cast<int32_t>(rounded);
 }
 
-// QuantizeValue with the dtype's range [lo, hi] given, for loops that hoist it.
-inline int32_t QuantizeValueIn(float value, float inv_scale, int64_t zero_point, int64_t lo,
-                               int64_t hi) {
+inline int32_t QuantizeValue(float value, float inv_scale, int64_t zero_point, DType dtype) {
   if (std::isnan(value)) return static_cast<int32_t>(zero_point);
   // PyTorch adds the zero point to the rounded value in float (int64 + float -> float).
   const float shifted = static_cast<float>(zero_point) + std::nearbyint(value * inv_scale);
-  return RoundAndClamp(shifted, lo, hi);
-}
-
-inline int32_t QuantizeValue(float value, float inv_scale, int64_t zero_point, DType dtype) {
-  return QuantizeValueIn(value, inv_scale, zero_point, DTypeMin(dtype), DTypeMax(dtype));
+  return RoundAndClamp(shifted, DTypeMin(dtype), DTypeMax(dtype));
 }
 
 // The stored values of a quantized tensor widened to int32. CHECKs is_quantized().
