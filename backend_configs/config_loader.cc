@@ -225,15 +225,17 @@ absl::StatusOr<BackendPatternConfig> ReadEntry(const EntryContext& entry,
   }
 
   const bool fusion_fields = !proto.fused_module().empty() || proto.has_root() ||
-                             proto.extra_input_size() > 0;
+                             proto.extra_input_size() > 0 || proto.has_benefit();
   if (proto.fuser() == config::NO_FUSION) {
     if (fusion_fields) {
-      return entry.Error("fuser", "fused_module / root / extra_input given without a fuser; "
+      return entry.Error("fuser", "fused_module / root / extra_input / benefit given without a "
+                                  "fuser; "
                                   "expected WRAP_IN_SEQUENCE or FOLD_BN_THEN_WRAP");
     }
     return config;
   }
   config.fuses = true;
+  if (proto.has_benefit()) config.rule.benefit = proto.benefit();
   config.rule.fuser_kind = proto.fuser() == config::FOLD_BN_THEN_WRAP
                                ? FuserKind::kFoldBatchNormThenWrap
                                : FuserKind::kWrapInSequence;

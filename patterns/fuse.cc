@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "graph/module_schema.h"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
@@ -620,6 +621,86 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
   // read by a get_attr, is copied first by Tensor's copy-on-write).
   for (PlannedFusion& plan : plans) plan.pending.weight_scale.Apply();
   return static_cast<int>(plans.size());
+}
+
+namespace {
+
+// The nodes bound at op positions of `match` (not MatchAllNode positions, which do not
+// claim; an absent optional position is bound to None and yields nothing), in position order.
+std::vector<const Node*> ClaimedNodes(const PatternMatch& match) {
+  std::vector<const Node*> nodes;
+  const Pattern& pattern = match.rule->pattern;
+  for (int i = 0; i < pattern.size(); ++i) {
+    if (pattern.position(i).match_all) continue;
+    if (const Node* n = match.node_at(i)) nodes.push_back(n);
+  }
+  return nodes;
+}
+
+}  // namespace
+
+std::string MatchOverlap::ToString() const {
+  return absl::StrCat(winner, " at ", winner_at, " took ", absl::StrJoin(nodes, ", "), " from ",
+                      loser, " at ", loser_at);
+}
+
+std::vector<MatchOverlap> FindMatchOverlaps(const GraphModule& gm, const PatternMatcher& matcher) {
+  const std::vector<PatternMatch> winners = matcher.FindMatches(gm);
+  // Which winning match claimed each node.
+  absl::flat_hash_map<const Node*, int> claimed_by;
+  for (size_t w = 0; w < winners.size(); ++w) {
+    for (const Node* n : ClaimedNodes(winners[w])) claimed_by.emplace(n, static_cast<int>(w));
+  }
+  struct Found {
+    int winner;
+    int rule;
+    MatchOverlap overlap;
+  };
+  std::vector<Found> found;
+  const std::vector<FusionRule>& rules = matcher.rules();
+  for (size_t r = 0; r < rules.size(); ++r) {
+    // The rule alone: its matches as if no other rule competed. Create cannot fail for a
+    // rule the matcher already validated.
+    absl::StatusOr<PatternMatcher> alone = PatternMatcher::Create({rules[r]});
+    if (!alone.ok()) continue;
+    for (const PatternMatch& m : alone->FindMatches(gm)) {
+      // Per winner, the shared nodes in this match's position order.
+      absl::InlinedVector<std::pair<int, std::vector<std::string>>, 2> shared;
+      for (const Node* n : ClaimedNodes(m)) {
+        auto it = claimed_by.find(n);
+        if (it == claimed_by.end() || winners[it->second].rule->name == rules[r].name) continue;
+        auto entry = std::find_if(shared.begin(), shared.end(),
+                                  [&](const auto& e) { return e.first == it->second; });
+        if (entry == shared.end()) {
+          shared.emplace_back(it->second, std::vector<std::string>{});
+          entry = shared.end() - 1;
+        }
+        entry->second.push_back(n->name());
+      }
+      for (auto& [w, nodes] : shared) {
+        MatchOverlap o{winners[w].rule->name, winners[w].outermost()->name(), rules[r].name,
+                       m.outermost()->name(), std::move(nodes)};
+        found.push_back(Found{w, static_cast<int>(r), std::move(o)});
+      }
+    }
+  }
+  std::stable_sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return a.winner != b.winner ? a.winner < b.winner : a.rule < b.rule;
+  });
+  std::vector<MatchOverlap> overlaps;
+  overlaps.reserve(found.size());
+  for (Found& f : found) overlaps.push_back(std::move(f.overlap));
+  return overlaps;
+}
+
+absl::StatusOr<FuseOutcome> FusePatternsWithOptions(GraphModule& gm, const PatternMatcher& matcher,
+                                                    const FuseOptions& options,
+                                                    const ModuleSchemaRegistry& schemas) {
+  FuseOutcome outcome;
+  // Before fusing: the overlaps are between matches of the unfused graph.
+  if (options.report_overlaps) outcome.overlaps = FindMatchOverlaps(gm, matcher);
+  ASSIGN_OR_RETURN(outcome.fused, FusePatterns(gm, matcher, schemas));
+  return outcome;
 }
 
 }  // namespace fuselage

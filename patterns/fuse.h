@@ -26,8 +26,15 @@
 //   ASSIGN_OR_RETURN(PatternMatcher matcher, BuildFusionMatcher(config));  // patterns/matcher.h
 //   ASSIGN_OR_RETURN(int fused, FusePatterns(gm, matcher));  // 0: the graph is unchanged
 //   RETURN_IF_ERROR(gm.Verify());
+//
+// With the overlap report (FuseOptions):
+//   ASSIGN_OR_RETURN(FuseOutcome out, FusePatternsWithOptions(gm, matcher, {.report_overlaps = true}));
+//   for (const MatchOverlap& o : out.overlaps) std::cout << o.ToString() << "\n";
 #ifndef FUSELAGE_PATTERNS_FUSE_H_
 #define FUSELAGE_PATTERNS_FUSE_H_
+
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "graph/graph_module.h"
@@ -41,6 +48,43 @@ inline constexpr char kFusePassName[] = "fuse-patterns";
 // Returns the number of matches fused (0: the graph is unchanged).
 absl::StatusOr<int> FusePatterns(
     GraphModule& gm, const PatternMatcher& matcher,
+    const ModuleSchemaRegistry& schemas = ModuleSchemaRegistry::Global());
+
+// A match that claimed nodes another rule would have matched (issue 21 item 5, `fuselage
+// fuse --report-overlaps`): the winner fused, the loser, tried on the graph alone, matched
+// at `loser_at` with op nodes that the winner took.
+struct MatchOverlap {
+  std::string winner;     // rule name of the match that fused: "conv_bn_relu"
+  std::string winner_at;  // its outermost node: "relu"
+  std::string loser;      // the rule that lost those nodes: "bn_relu"
+  std::string loser_at;   // where the loser, alone, matched: "relu"
+  std::vector<std::string> nodes;  // the op nodes both claim, in the loser's pattern order
+
+  // "conv_bn_relu at relu took bn, relu from bn_relu at relu"
+  std::string ToString() const;
+};
+
+// Every overlap of the matches `matcher` finds (what FusePatterns fuses) with the matches
+// each rule would find on the graph on its own: for each rule, a scan of that rule alone,
+// and each of its matches that shares op nodes (MatchAllNode bindings do not count) with a
+// winning match of another rule is reported, once per (winner, loser match). Read-only;
+// costs one scan per rule, so it is an option. Ordered by winner in discovery order, then
+// by rule order.
+std::vector<MatchOverlap> FindMatchOverlaps(const GraphModule& gm, const PatternMatcher& matcher);
+
+struct FuseOptions {
+  // Also compute FindMatchOverlaps (before fusing) into FuseOutcome::overlaps.
+  bool report_overlaps = false;
+};
+
+struct FuseOutcome {
+  int fused = 0;                        // as FusePatterns returns
+  std::vector<MatchOverlap> overlaps;  // empty unless FuseOptions::report_overlaps
+};
+
+// FusePatterns with options. On an error the graph is unchanged.
+absl::StatusOr<FuseOutcome> FusePatternsWithOptions(
+    GraphModule& gm, const PatternMatcher& matcher, const FuseOptions& options,
     const ModuleSchemaRegistry& schemas = ModuleSchemaRegistry::Global());
 
 }  // namespace fuselage

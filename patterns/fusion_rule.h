@@ -207,6 +207,11 @@ struct FusionRule {
   // (Kept as a knob because a config may want the stricter rule.)
   bool outermost_may_have_many_users = true;
 
+  // Priority among rules that can start at the same node (matcher.h rule 2): higher is
+  // tried first; ties keep the default order (longest first, then registration). 0 for
+  // every rule gives exactly PyTorch's order.
+  int benefit = 0;
+
   // Checks the rule on its own: non-empty name, positions in range and pointing at the
   // right kind of position (root: an op position; extra inputs: MatchAllNode positions),
   // a fuser for kCustom, a fused type where required. InvalidArgument naming the rule

@@ -558,11 +558,14 @@ absl::StatusOr<PatternMatcher> PatternMatcher::Create(std::vector<FusionRule> ru
   for (const FusionRule& rule : matcher.rules_) {
     matcher.check_distinct_.push_back(PatternMayBindANodeTwice(rule.pattern) ? 1 : 0);
   }
-  // Trial order: longest first, then registration order.
+  // Trial order: higher benefit first, then longest first, then registration order.
   std::vector<int> order(matcher.rules_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return matcher.rules_[a].pattern.length() > matcher.rules_[b].pattern.length();
+    const FusionRule& ra = matcher.rules_[a];
+    const FusionRule& rb = matcher.rules_[b];
+    if (ra.benefit != rb.benefit) return ra.benefit > rb.benefit;
+    return ra.pattern.length() > rb.pattern.length();
   });
   // Bucket by (op kind, outermost symbol) into a CSR table per op kind.
   std::vector<std::pair<uint32_t, int>> entries[8];

@@ -6,7 +6,10 @@
 //  2. At each node not already in a match, the rules whose outermost op can be that node
 //     are tried, longest pattern first (length = leaves including MatchAllNode, as
 //     PyTorch's sorted_patterns_dict), ties in registration order. The first rule that
-//     matches wins; the scan moves on.
+//     matches wins; the scan moves on. A rule's `benefit` (FusionRule; config field
+//     `benefit`) comes before length: higher benefit is tried first. Benefit orders rules
+//     at one node only: a match found earlier in the scan (nearer the output) still
+//     claims its nodes before a higher-benefit rule starting at a later node is tried.
 //  3. A node belongs to at most one match. Inner nodes of a match (every op position but
 //     the outermost) must have exactly one user — so they are never graph outputs and
 //     never read outside the match. The outermost node may have any number of users.

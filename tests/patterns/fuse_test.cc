@@ -1025,5 +1025,57 @@ TEST_F(FuseTest, OptionalPositionWhoseAbsenceDoesNotFitTheFusedTypeFailsAndChang
   ASSERT_TRUE(gm_.Verify().ok());
 }
 
+// The overlap report (issue 21 item 5): the match that fused, and the rule that would have
+// matched the same nodes alone, with the shared op nodes; the conv, which only the winner
+// claims, and the placeholder are not listed.
+TEST_F(FuseTest, OverlapReportNamesWinnerLoserAndSharedNodes) {
+  Node* relu = Call(Call(Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1)), "bn",
+                         BatchNorm2dModule(rng_, 3)),
+                    "relu", PlainModule("nn.ReLU"));
+  ASSERT_TRUE(graph().SetOutput(relu).ok());
+  FusionRule bn_relu =
+      Rule("bn_relu", "(ReLU, BatchNorm2d)", "nni.BNReLU2d", FuserKind::kWrapInSequence);
+  auto matcher = PatternMatcher::Create({ConvBnReluRule(), bn_relu});
+  ASSERT_TRUE(matcher.ok()) << matcher.status();
+
+  const std::vector<MatchOverlap> overlaps = FindMatchOverlaps(gm_, *matcher);
+  ASSERT_EQ(overlaps.size(), 1u);
+  EXPECT_EQ(overlaps[0].winner, "conv_bn_relu");
+  EXPECT_EQ(overlaps[0].winner_at, "relu");
+  EXPECT_EQ(overlaps[0].loser, "bn_relu");
+  EXPECT_EQ(overlaps[0].loser_at, "relu");
+  EXPECT_THAT(overlaps[0].nodes, ElementsAre("relu", "bn"));
+  EXPECT_EQ(overlaps[0].ToString(), "conv_bn_relu at relu took relu, bn from bn_relu at relu");
+
+  // With the benefit on bn_relu the roles swap; fusing reports the same overlaps.
+  bn_relu.benefit = 1;
+  auto flipped = PatternMatcher::Create({ConvBnReluRule(), bn_relu});
+  ASSERT_TRUE(flipped.ok()) << flipped.status();
+  auto outcome = FusePatternsWithOptions(gm_, *flipped, FuseOptions{/*report_overlaps=*/true});
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->fused, 1);
+  ASSERT_EQ(outcome->overlaps.size(), 1u);
+  EXPECT_EQ(outcome->overlaps[0].ToString(),
+            "bn_relu at relu took relu, bn from conv_bn_relu at relu");
+  // bn_relu fused: the conv is left, feeding the fused node.
+  EXPECT_EQ(graph().size(), 4u);  // x, conv, the fused node, output
+  EXPECT_TRUE(gm_.Verify().ok());
+}
+
+TEST_F(FuseTest, NoOverlapsWithoutTheOption) {
+  Node* relu = Call(Call(Call(x_, "conv", Conv2dModule(rng_, 3, 3, 1)), "bn",
+                         BatchNorm2dModule(rng_, 3)),
+                    "relu", PlainModule("nn.ReLU"));
+  ASSERT_TRUE(graph().SetOutput(relu).ok());
+  auto matcher = PatternMatcher::Create(
+      {ConvBnReluRule(),
+       Rule("bn_relu", "(ReLU, BatchNorm2d)", "nni.BNReLU2d", FuserKind::kWrapInSequence)});
+  ASSERT_TRUE(matcher.ok()) << matcher.status();
+  auto outcome = FusePatternsWithOptions(gm_, *matcher, FuseOptions{});
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->fused, 1);
+  EXPECT_TRUE(outcome->overlaps.empty());
+}
+
 }  // namespace
 }  // namespace fuselage

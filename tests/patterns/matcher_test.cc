@@ -598,5 +598,49 @@ TEST_F(MatcherTest, ConstantArgAndKwargPredicates) {
   EXPECT_THAT(matcher_->Explain(gm_).failures[0].reason, HasSubstr("has 2 args; no arg5"));
 }
 
+// Priority (issue 21 item 5): without a benefit the longest rule wins at a node whatever the
+// registration order (PyTorch's order); a higher benefit on the shorter rule flips it; equal
+// benefits fall back to the default order.
+TEST_F(MatcherTest, BenefitComesBeforeLengthAndTiesKeepLongestFirst) {
+  Node* conv = Conv(x_, "conv");
+  Node* bn = Bn(conv, "bn");
+  Node* relu = Relu(bn, "relu");
+  ASSERT_TRUE(graph().SetOutput(relu).ok());
+  const FusionRule bn_relu = Rule("bn_relu", "(ReLU, BatchNorm2d)");
+  const FusionRule conv_bn_relu = Rule("conv_bn_relu", "(ReLU, (BatchNorm2d, Conv2d))");
+
+  std::vector<PatternMatch> by_default = Find({bn_relu, conv_bn_relu});
+  ASSERT_EQ(by_default.size(), 1u);
+  EXPECT_EQ(by_default[0].rule->name, "conv_bn_relu");
+  EXPECT_EQ(BoundNames(by_default[0]), (Names{"relu", "bn", "conv"}));
+
+  FusionRule preferred = bn_relu;
+  preferred.benefit = 1;
+  std::vector<PatternMatch> flipped = Find({conv_bn_relu, preferred});
+  ASSERT_EQ(flipped.size(), 1u);
+  EXPECT_EQ(flipped[0].rule->name, "bn_relu");
+  EXPECT_EQ(BoundNames(flipped[0]), (Names{"relu", "bn"}));
+
+  FusionRule also_preferred = conv_bn_relu;
+  also_preferred.benefit = 1;
+  std::vector<PatternMatch> tie = Find({preferred, also_preferred});
+  ASSERT_EQ(tie.size(), 1u);
+  EXPECT_EQ(tie[0].rule->name, "conv_bn_relu");
+}
+
+// Benefit orders rules at one node; a rule starting nearer the output still claims first
+// (matcher.h rule 2).
+TEST_F(MatcherTest, BenefitDoesNotReorderTheScan) {
+  Node* conv = Conv(x_, "conv");
+  Node* bn = Bn(conv, "bn");
+  Node* relu = Relu(bn, "relu");
+  ASSERT_TRUE(graph().SetOutput(relu).ok());
+  FusionRule conv_bn = Rule("conv_bn", "(BatchNorm2d, Conv2d)");
+  conv_bn.benefit = 5;
+  std::vector<PatternMatch> matches = Find({conv_bn, Rule("bn_relu", "(ReLU, BatchNorm2d)")});
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(matches[0].rule->name, "bn_relu");
+}
+
 }  // namespace
 }  // namespace fuselage
