@@ -72,6 +72,9 @@ std::string FuseReport::ToString() const {
   if (!parts.empty()) absl::StrAppend(&out, " (", absl::StrJoin(parts, ", "), ")");
   absl::StrAppend(&out, " with backend ", backend, ": ", nodes_before, " -> ", nodes_after,
                   " nodes");
+  for (const MatchOverlap& overlap : overlaps) {
+    absl::StrAppend(&out, "\n  overlap: ", overlap.ToString());
+  }
   return out;
 }
 
@@ -86,7 +89,8 @@ std::vector<std::pair<std::string, int>> MatchesPerPattern(
   return per_pattern;
 }
 
-absl::StatusOr<FuseReport> FuseModel(GraphModule& gm, const BackendConfig& config) {
+absl::StatusOr<FuseReport> FuseModel(GraphModule& gm, const BackendConfig& config,
+                                     const FuseOptions& options) {
   FuseReport report;
   report.backend = config.name();
   ASSIGN_OR_RETURN(PatternMatcher matcher, BuildFusionMatcher(config));
@@ -94,7 +98,9 @@ absl::StatusOr<FuseReport> FuseModel(GraphModule& gm, const BackendConfig& confi
   // gives the count per pattern.
   report.per_pattern = MatchesPerPattern(matcher, matcher.FindMatches(gm));
   report.nodes_before = gm.graph().size();
-  ASSIGN_OR_RETURN(report.fused, FusePatterns(gm, matcher));
+  ASSIGN_OR_RETURN(FuseOutcome outcome, FusePatternsWithOptions(gm, matcher, options));
+  report.fused = outcome.fused;
+  report.overlaps = std::move(outcome.overlaps);
   RETURN_IF_ERROR(VerifyAfter("fuse", gm));
   report.nodes_after = gm.graph().size();
   return report;

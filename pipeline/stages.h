@@ -28,6 +28,7 @@
 #include "backend_configs/backend_config.h"
 #include "graph/graph_module.h"
 #include "lowering/lower_to_native.h"
+#include "patterns/fuse.h"
 #include "patterns/matcher.h"
 #include "quantize/calibrate.h"
 #include "quantize/convert.h"
@@ -62,8 +63,11 @@ struct FuseReport {
   std::vector<std::pair<std::string, int>> per_pattern;
   size_t nodes_before = 0;
   size_t nodes_after = 0;
+  // Filled only with FuseOptions::report_overlaps (FindMatchOverlaps, patterns/fuse.h).
+  std::vector<MatchOverlap> overlaps;
   // "fused 2 matches (conv_bn_relu: 1, conv_bn_add_relu: 1) with backend qnnpack: 14 -> 9
-  // nodes", the line `fuselage fuse` prints before "; wrote OUT".
+  // nodes", the line `fuselage fuse` prints before "; wrote OUT". With overlaps, one more
+  // line each: "\n  overlap: conv_bn_relu at relu took bn, relu from bn_relu at relu".
   std::string ToString() const;
 };
 
@@ -73,7 +77,9 @@ std::vector<std::pair<std::string, int>> MatchesPerPattern(
 
 // Fuses every match of `config`'s fusion patterns (FusePatterns) and verifies the result.
 // On an error the graph is unchanged.
-absl::StatusOr<FuseReport> FuseModel(GraphModule& gm, const BackendConfig& config);
+// `options.report_overlaps` also fills FuseReport::overlaps (one more scan per pattern).
+absl::StatusOr<FuseReport> FuseModel(GraphModule& gm, const BackendConfig& config,
+                                     const FuseOptions& options = {});
 
 // Why each fusion pattern did or did not match, node by node (PatternMatcher::Explain);
 // the graph is only read.

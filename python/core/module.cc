@@ -61,7 +61,7 @@ pass that fails raises and leaves the model as it was). `backend` is a built-in 
 config name (native, fbgemm, qnnpack, x86, onednn); `config_text` a backend config
 textproto (the contents of the CLI's --config=FILE) whose base `backend`, if also given,
 must be:
-    fuse(model, backend=None, *, config_text=None) -> FuseReport
+    fuse(model, backend=None, *, config_text=None, report_overlaps=False) -> FuseReport
     explain(model, backend=None, *, config_text=None) -> ExplainReport (read-only)
     prepare(model, backend=None, *, config_text=None, qconfig_mapping=None,
             qconfig_mapping_text=None) -> PrepareReport
@@ -243,9 +243,20 @@ void RegisterReports(py::module_& m) {
       .def_readonly("per_pattern", &FuseReport::per_pattern)
       .def_readonly("nodes_before", &FuseReport::nodes_before)
       .def_readonly("nodes_after", &FuseReport::nodes_after)
+      .def_readonly("overlaps", &FuseReport::overlaps)
       .def("__str__", &FuseReport::ToString);
   DataclassLike(fuse, "FuseReport",
-                {"backend", "fused", "per_pattern", "nodes_before", "nodes_after"});
+                {"backend", "fused", "per_pattern", "nodes_before", "nodes_after", "overlaps"});
+
+  py::class_<MatchOverlap> overlap(
+      m, "MatchOverlap", "A fused match that took nodes another pattern would have matched.");
+  overlap.def_readonly("winner", &MatchOverlap::winner)
+      .def_readonly("winner_at", &MatchOverlap::winner_at)
+      .def_readonly("loser", &MatchOverlap::loser)
+      .def_readonly("loser_at", &MatchOverlap::loser_at)
+      .def_readonly("nodes", &MatchOverlap::nodes)
+      .def("__str__", &MatchOverlap::ToString);
+  DataclassLike(overlap, "MatchOverlap", {"winner", "winner_at", "loser", "loser_at", "nodes"});
 
   py::class_<MatchFailure> failure(m, "MatchFailure",
                                    "Where and why a fusion pattern did not match.");
@@ -406,13 +417,19 @@ void RegisterPasses(py::module_& m) {
   using OptString = std::optional<std::string>;
   m.def(
       "fuse",
-      [](Model& model, const OptString& backend, const OptString& config_text) {
+      [](Model& model, const OptString& backend, const OptString& config_text,
+         bool report_overlaps) {
         const BackendConfig config = ResolveBackend(backend, config_text);
-        return ValueOrThrow(model.Edit([&](GraphModule& gm) { return FuseModel(gm, config); }));
+        FuseOptions options;
+        options.report_overlaps = report_overlaps;
+        return ValueOrThrow(
+            model.Edit([&](GraphModule& gm) { return FuseModel(gm, config, options); }));
       },
       py::arg("model"), py::arg("backend") = py::none(), py::kw_only(),
-      py::arg("config_text") = py::none(),
-      "Fuses every match of the backend config's fusion patterns, in place.");
+      py::arg("config_text") = py::none(), py::arg("report_overlaps") = false,
+      "Fuses every match of the backend config's fusion patterns, in place. "
+      "report_overlaps=True also lists, in FuseReport.overlaps, the matches that claimed "
+      "nodes another pattern would have matched.");
   m.def(
       "explain",
       [](Model& model, const OptString& backend, const OptString& config_text) {

@@ -25,8 +25,9 @@ above works without it.
 from fuselage._exporter import export, to_proto
 from fuselage._importer import from_proto, to_torch
 from fuselage.errors import (ConfigTranslationError, ExportError, FuselageError, ModelFileError,
-                             ModuleError)
+                             ModuleError, PatternError)
 from fuselage import fusers, nn  # fused modules PyTorch 1.13 lacks, and their fusers
+from fuselage._patterns import pattern_from_function  # patterns written as Python functions
 
 __all__ = [
     "export",
@@ -38,6 +39,8 @@ __all__ = [
     "FuselageError",
     "ModelFileError",
     "ModuleError",
+    "PatternError",
+    "pattern_from_function",
     "fusers",
     "nn",
 ]

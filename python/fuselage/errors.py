@@ -27,3 +27,9 @@ class ConfigTranslationError(FuselageError):
     cannot express (python/fuselage/_translate.py): a custom observer class, a fake-quantize
     or dynamic qconfig, an object type or module without a fuselage name, an unknown fuser
     method, a getter that does more than pick pattern positions."""
+
+
+class PatternError(FuselageError, ValueError):
+    """A Python function given to fuselage.pattern_from_function cannot be written as a
+    fusion pattern: several outputs, a parameter read (get_attr), an inner node used twice,
+    a module or function without a fuselage name. The message names the traced node."""

@@ -1,5 +1,6 @@
 """Fused float modules fuselage has and PyTorch 1.13 lacks: a conv whose output is added to
-a second input (the residual), optionally followed by a relu.
+a second input (the residual), optionally followed by a relu; a conv followed by one of
+relu, relu6, hardswish (ConvAct2d).
 
     import fuselage.nn
     fused = fuselage.nn.ConvAddReLU2d(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU())
@@ -20,7 +21,10 @@ import torch.nn as nn
 
 from fuselage.errors import ModuleError
 
-__all__ = ["ConvAdd2d", "ConvAddReLU2d", "quantized"]
+__all__ = ["ConvAct2d", "ConvAdd2d", "ConvAddReLU2d", "quantized"]
+
+# The activations nni.ConvAct2d may end with (graph/module_schema.cc).
+_CONV_ACT_ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.Hardswish)
 
 
 def _check_conv(conv, cls):
@@ -52,6 +56,26 @@ class ConvAddReLU2d(nni._FusedModule):
 
     def forward(self, input, extra):
         return self[1](self[0](input) + extra)
+
+
+class ConvAct2d(nni._FusedModule):
+    """act(conv(x)), act one of ReLU, ReLU6, Hardswish: what a pattern entry with activation
+    alternatives (`(ReLU | ReLU6 | Hardswish, (BatchNorm2d?, Conv2d))`) fuses into, the batch
+    norm folded. Children: `0` the conv, `1` the activation.
+
+        fused = fuselage.nn.ConvAct2d(nn.Conv2d(8, 8, 3), nn.ReLU6())
+        y = fused(x)                         # relu6(conv(x))
+    """
+
+    def __init__(self, conv, act):
+        _check_conv(conv, "ConvAct2d")
+        if type(act) not in _CONV_ACT_ACTIVATIONS:
+            raise ModuleError(f"ConvAct2d: child 1 must be an nn.ReLU, nn.ReLU6 or nn.Hardswish; "
+                            f"got {type(act).__qualname__}")
+        super().__init__(conv, act)
+
+    def forward(self, input):
+        return self[1](self[0](input))
 
 
 from fuselage.nn import quantized  # noqa: E402  (after the float classes it refers to)
