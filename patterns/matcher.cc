@@ -270,7 +270,8 @@ class PatternMatcher::Scan {
 
   // An optional position: present first; if that fails, absent -- bound to None, its arg 0
   // matched against the same edge. The choice is made here, not revisited if a later
-  // sibling fails. When both fail, the present attempt's reason stands.
+  // sibling fails. When both fail, the present attempt's failure stands, its reason followed
+  // by the absent attempt's.
   bool MatchOptional(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index) {
     if (MatchPresent(rule, pos, arg, node_arg_index)) return true;
     MatchFailure present;
@@ -280,8 +281,15 @@ class PatternMatcher::Scan {
     bindings_[pos] = &none_;
     if (MatchAt(rule, rule.pattern.position(pos).args[0], arg, node_arg_index)) return true;
     if (explain_ != nullptr && present_set) {
+      // Both attempts' reasons: the absent one's edge too when it failed further down.
+      std::string absent = failure_set_ ? failure_.reason : "";
+      const int replacement = rule.pattern.position(pos).args[0];  // read from the same edge
+      if (failure_set_ && failure_.position != rule.pattern.PathOf(replacement)) {
+        absent = absl::StrCat(failure_.path, ": ", absent);
+      }
       failure_ = std::move(present);
-      failure_.reason += " (also tried absent)";
+      failure_.reason += absent.empty() ? " (also tried absent)"
+                                        : absl::StrCat(" (also tried absent: ", absent, ")");
     }
     failure_set_ = present_set || failure_set_;
     return false;

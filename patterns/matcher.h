@@ -30,8 +30,10 @@
 //  9. An optional position (`BatchNorm2d?`) is tried present first, then absent: bound to
 //     None, its arg 0 matched against the same edge (so that node is an inner node as
 //     usual). The choice is made at the position and not revisited when a later sibling
-//     fails; when both fail Explain gives the present attempt's reason plus
-//     " (also tried absent)". An absent position claims nothing.
+//     fails; when both fail Explain gives the present attempt's reason plus the absent
+//     one's: " (also tried absent: is call_module nn.MaxPool2d; expected Conv2d)", with
+//     the absent attempt's edge first when it failed on another edge. An absent position
+//     claims nothing.
 //
 // Where fuselage deliberately differs from PyTorch 1.13 (each a bug there):
 //  a. Keyword args are not ignored: a node matches an op position only if the position

@@ -559,7 +559,23 @@ TEST_F(MatcherTest, OptionalPositionPresentThenAbsent) {
   ASSERT_EQ(report.failures.size(), 1u);
   EXPECT_EQ(report.failures[0].node, "r3");
   EXPECT_EQ(report.failures[0].reason,
-            "is call_module nn.MaxPool2d; expected BatchNorm2d (also tried absent)");
+            "is call_module nn.MaxPool2d; expected BatchNorm2d (also tried absent: is "
+            "call_module nn.MaxPool2d; expected Conv2d)");
+}
+
+// Explain gives both attempts at an optional position; the absent one's edge when it failed
+// deeper than the present one.
+TEST_F(MatcherTest, ExplainGivesTheAbsentAttemptsFailureOnItsOwnEdge) {
+  Node* s = Module(x_, "s", "nn.Sigmoid");
+  Node* r = Relu(Conv(s, "c"), "r");
+  ASSERT_TRUE(graph().SetOutput(r).ok());
+  EXPECT_TRUE(Find({Rule("opt", "(ReLU, (BatchNorm2d?, (Conv2d, MaxPool2d)))")}).empty());
+  const ExplainReport report = matcher_->Explain(gm_);
+  ASSERT_EQ(report.failures.size(), 1u);
+  EXPECT_EQ(report.failures[0].position, "0");
+  EXPECT_EQ(report.failures[0].reason,
+            "is call_module nn.Conv2d; expected BatchNorm2d (also tried absent: Conv2d \u2192 "
+            "arg 0 (s): is call_module nn.Sigmoid; expected MaxPool2d)");
 }
 
 TEST_F(MatcherTest, OptionalFirstArgDoesNotDefeatThePreCheck) {
