@@ -113,6 +113,23 @@ TEST(ConfigLoader, DuplicatePattern) {
   EXPECT_EQ(replaced->Find("(nn.ReLU, nn.Conv2d)"), nullptr);
 }
 
+// benefit (issue 21 item 5) reaches the fusion rule; unset is 0 (PyTorch's order); it is a
+// fusion field, refused on an entry without a fuser.
+TEST(ConfigLoader, BenefitIsReadAndNeedsAFuser) {
+  absl::StatusOr<BackendConfig> config = ParseBackendConfigText(R"pb(
+      pattern { name: "a" pattern: "(ReLU, BatchNorm2d)" fuser: WRAP_IN_SEQUENCE
+                fused_module: "BNReLU2d" benefit: 3 }
+      pattern { name: "b" pattern: "(ReLU, (BatchNorm2d, Conv2d))" fuser: FOLD_BN_THEN_WRAP
+                fused_module: "ConvReLU2d" })pb", "benefit.textproto");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_NE(config->Find("a"), nullptr);
+  EXPECT_EQ(config->Find("a")->rule.benefit, 3);
+  EXPECT_EQ(config->Find("b")->rule.benefit, 0);
+  ExpectInvalid(ParseBackendConfigText(R"pb(
+      pattern { name: "c" pattern: "(ReLU, BatchNorm2d)" benefit: 1 })pb", "nofuser.textproto"),
+                {"'c'", "field 'fuser'", "benefit given without a fuser"});
+}
+
 TEST(ConfigLoader, GetterPositionOutsidePattern) {
   ExpectInvalid(LoadEntry(R"pb(name: "bad" pattern: "(ReLU, (add, Conv2d, MatchAllNode))"
                              fuser: WRAP_IN_SEQUENCE fused_module: "ConvAddReLU2d"
