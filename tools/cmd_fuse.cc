@@ -1,4 +1,5 @@
-// `fuselage fuse MODEL (--backend=NAME | --config=FILE) -o OUT [--time] [--profile]`:
+// `fuselage fuse MODEL (--backend=NAME | --config=FILE) -o OUT [--time] [--profile]
+//  [--report-overlaps]`:
 // loads MODEL, fuses every match of the backend config's fusion patterns (FusePatterns,
 // patterns/fuse.h), verifies the result and writes it to OUT. Prints one summary line:
 // the matches per pattern and the node counts before and after.
@@ -12,6 +13,9 @@
 //             scan's attempts depend on the other patterns (a node claimed by one match is
 //             not tried again), a per-pattern time cannot be separated out of it without
 //             instrumenting the matcher, so "ms alone" is measured in isolation.
+//  --report-overlaps  one line per match that took op nodes another pattern would have
+//             matched on the graph alone (FindMatchOverlaps, patterns/fuse.h): which
+//             pattern won where, which lost where, and the nodes they share.
 #include "tools/cmd_fuse.h"
 
 #include <chrono>
@@ -71,12 +75,15 @@ absl::StatusOr<std::string> Profile(const PatternMatcher& matcher, const GraphMo
 Command FuseCommand() {
   Command command;
   command.name = "fuse";
-  command.usage = "fuse MODEL (--backend=NAME | --config=FILE) -o OUT [--time] [--profile]";
+  command.usage =
+      "fuse MODEL (--backend=NAME | --config=FILE) -o OUT [--time] [--profile] "
+      "[--report-overlaps]";
   command.summary = "fuse the backend config's patterns (conv-bn-relu, ...) into fused modules";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
     StageFlags flags{BackendFlagSpecs()};
     flags.flags.push_back({{"--profile"}, false});
+    flags.flags.push_back({{"--report-overlaps"}, false});
     flags.output_noun = "fused model";
     ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
     ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, stage.parsed()));
@@ -95,17 +102,23 @@ Command FuseCommand() {
 
     const size_t nodes_before = gm->graph().size();
     stage.times().Start();
-    ASSIGN_OR_RETURN(const int fused, FusePatterns(*gm, matcher));
+    FuseOptions options;
+    options.report_overlaps = stage.parsed().Has("--report-overlaps");
+    ASSIGN_OR_RETURN(const FuseOutcome outcome, FusePatternsWithOptions(*gm, matcher, options));
     stage.times().Stop("fuse");
     RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, "fused graph"));
 
     FuseReport report;
     report.backend = config.name();
-    report.fused = fused;
+    report.fused = outcome.fused;
     report.per_pattern = MatchesPerPattern(matcher, matches);
     report.nodes_before = nodes_before;
     report.nodes_after = gm->graph().size();
+    // The overlaps go after "; wrote OUT", so the summary stays the first line.
     context.out << report.ToString() << "; wrote " << stage.output() << "\n";
+    for (const MatchOverlap& overlap : outcome.overlaps) {
+      context.out << "  overlap: " << overlap.ToString() << "\n";
+    }
     stage.PrintTimes(context.out);
     if (stage.parsed().Has("--profile")) context.out << profile;
     return absl::OkStatus();

@@ -125,6 +125,26 @@ TEST(FuseCommandTest, ProfileCountsAttemptsAndMatchesPerPattern) {
   EXPECT_THAT(r.out, HasSubstr(" patterns never tried (their outermost op is not in the graph)"));
 }
 
+// With the residual config, conv_bn_add_relu wins at relu and takes bn and conv, which
+// the native conv-bn pattern alone would have matched at bn: one overlap. With native
+// alone nothing overlaps (no ReLU pattern matches at relu).
+TEST(FuseCommandTest, ReportOverlapsNamesWinnerLoserAndSharedNodes) {
+  CliResult r = RunFuselage({"fuse", kExample, std::string("--config=") + kResidualConfig, "-o",
+                             TempPath("o.fsl"), "--report-overlaps"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_GE(lines.size(), 2u) << r.out;
+  EXPECT_THAT(lines[0], HasSubstr("; wrote "));
+  EXPECT_EQ(lines[1],
+            "  overlap: conv_bn_add_relu at relu took bn, conv from (nn.BatchNorm2d, nn.Conv2d) "
+            "at bn");
+
+  CliResult native = RunFuselage(
+      {"fuse", kExample, "--backend=native", "-o", TempPath("n.fsl"), "--report-overlaps"});
+  ASSERT_EQ(native.code, 0) << native.err;
+  EXPECT_THAT(native.out, Not(HasSubstr("overlap:")));
+}
+
 TEST(FuseCommandTest, UsageMistakesExit2) {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"fuse", kExample, "--backend=native"},                    // no -o
