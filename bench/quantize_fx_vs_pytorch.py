@@ -12,7 +12,8 @@ prepare_fx hands back a GraphModule with PyTorch's observers, convert_fx takes i
 again). The calibration forward between them (one sample) is not timed on either side.
 Models: torchvision resnet50 (1x3x224x224) and the synthetic networks of
 bench/synthetic_network.h (written by //bench:write_synthetic, rebuilt with
-fuselage.to_torch, input 1x8x8x8). Best of --repeats; prints the table with the speed-up.
+fuselage.to_torch, input 1x8x8x8). Best of --repeats; prints the table with the speed-up
+in wall time and in CPU time (time.process_time; robust to a shared machine's load).
 Targets: resnet50 >= 3x, synthetic networks at 10^3 and 3*10^3 nodes >= 20x.
 """
 import argparse
@@ -39,21 +40,25 @@ WRITER = os.path.join(REPO, "bazel-bin", "bench", "write_synthetic")
 
 
 def flow_seconds(prepare, convert, model, example):
-    """Seconds of prepare + convert (the calibration forward between them untimed)."""
+    """(wall, CPU) seconds of prepare + convert (the calibration forward between them
+    untimed). CPU time (time.process_time) is robust to other processes' load."""
     mapping = get_default_qconfig_mapping("fbgemm")
     config = get_native_backend_config()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     prepared = prepare(model, mapping, (example,), backend_config=config)
-    prepare_s = time.perf_counter() - start
+    prepare_s, prepare_cpu = time.perf_counter() - start, time.process_time() - cpu
     with torch.no_grad():
         prepared(example)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     convert(prepared, backend_config=config)
-    return prepare_s + time.perf_counter() - start
+    return (prepare_s + time.perf_counter() - start,
+            prepare_cpu + time.process_time() - cpu)
 
 
 def best(fn, repeats):
-    return min(fn() for _ in range(repeats))
+    """The best wall time and the best CPU time of `repeats` runs."""
+    runs = [fn() for _ in range(repeats)]
+    return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
 def models(args, workdir):
@@ -90,12 +95,16 @@ def main(argv=None):
             ours = best(lambda: flow_seconds(prepare_fx, convert_fx, build(), example),
                         args.repeats)
             rows.append((name, ours, theirs))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"prepare_fx + convert_fx in process, PyTorch {torch.__version__}, best of "
-          f"{args.repeats}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print("| model | fuselage.quantize_fx s | torch quantize_fx s | speed-up |")
-    print("|---|---|---|---|")
-    for name, ours, theirs in rows:
-        print(f"| {name} | {ours:.3f} | {theirs:.3f} | {theirs / ours:.1f}x |")
+          f"{args.repeats}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"load average {load}")
+    print("| model | fuselage.quantize_fx s | torch quantize_fx s | speed-up | "
+          "fuselage CPU s | torch CPU s | CPU-time ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for name, (ours, ours_cpu), (theirs, theirs_cpu) in rows:
+        print(f"| {name} | {ours:.3f} | {theirs:.3f} | {theirs / ours:.1f}x | "
+              f"{ours_cpu:.3f} | {theirs_cpu:.3f} | {theirs_cpu / ours_cpu:.1f}x |")
 
 
 if __name__ == "__main__":

@@ -128,6 +128,11 @@ class ModelReader {
  public:
   explicit ModelReader(const ModelLimits& limits) : limits_(limits) {}
 
+  // Makes Read take every tensor from `tensors`, in the order the model lists them (each
+  // module's tensors, then its children, depth first), instead of from data fields, which
+  // must then be empty: the in-process handoff (ParseModelWithTensors).
+  void HandTensors(std::vector<Tensor>* tensors) { handed_ = tensors; }
+
   // `donor`, if given, is `model` itself, writable: the tensors take their bytes out of
   // it instead of copying them (the parsers' own model, which nobody reads afterwards).
   //
@@ -222,6 +227,11 @@ class ModelReader {
           "root module: field 'type' is '", root->type().name(), "'; expected 'GraphModule'"));
     }
     gm->root() = std::move(*root);
+    if (handed_ != nullptr && next_handed_ != handed_->size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model: ", handed_->size(), " tensors were handed over; the structure lists ",
+          next_handed_));
+    }
     RETURN_IF_ERROR(gm->Verify());
     return gm;
   }
@@ -376,7 +386,13 @@ class ModelReader {
     // allocation, so a huge declared shape cannot make the loader allocate.
     const uint64_t expected = static_cast<uint64_t>(*numel) * DTypeSize(dtype);
     ASSIGN_OR_RETURN(const absl::string_view data, TensorData(t, where));
-    if (data.size() != expected) {
+    if (handed_ != nullptr) {
+      if (!data.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": field 'data' has ", data.size(), " bytes; a structure whose tensors are "
+            "handed over separately carries none"));
+      }
+    } else if (data.size() != expected) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": field 'data' has ", data.size(), " bytes; expected ", expected,
           " for ", DTypeName(dtype), " shape [", absl::StrJoin(shape, ", "), "]"));
@@ -564,6 +580,7 @@ class ModelReader {
       // model, into the tensor's buffer; or a donor's parsed bytes become the tensor's data
       // without a copy. CheckTensor has checked their size (and the token).
       auto make_tensor = [&]() -> absl::StatusOr<Tensor> {
+        if (handed_ != nullptr) return NextHandedTensor(nt.name(), dtype, shape);
         if (skeleton_of_ != nullptr) {
           ASSIGN_OR_RETURN(const absl::string_view data, TensorData(t, nt.name()));
           return Tensor::CopyFromBytes(dtype, std::move(shape), data, std::move(q));
@@ -593,8 +610,28 @@ class ModelReader {
     return module;
   }
 
+  // The next handed-over tensor, which must have the dtype and shape the structure
+  // declares for it.
+  absl::StatusOr<Tensor> NextHandedTensor(const std::string& where, DType dtype,
+                                          const Shape& shape) const {
+    if (next_handed_ >= handed_->size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": only ", handed_->size(), " tensors were handed over; the structure lists more"));
+    }
+    Tensor& tensor = (*handed_)[next_handed_++];
+    if (tensor.dtype() != dtype || !(tensor.shape() == shape)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": the handed-over tensor is ", DTypeName(tensor.dtype()), " shape [",
+          absl::StrJoin(tensor.shape(), ", "), "]; the structure declares ", DTypeName(dtype),
+          " shape [", absl::StrJoin(shape, ", "), "]"));
+    }
+    return std::move(tensor);
+  }
+
   const ModelLimits& limits_;
   const absl::string_view* skeleton_of_ = nullptr;  // see Read
+  std::vector<Tensor>* handed_ = nullptr;           // see HandTensors
+  mutable size_t next_handed_ = 0;  // BuildModule is const; Read is one pass
 };
 
 // True if every length-delimited field of a Model (at any depth) fits inside its enclosing
@@ -1022,6 +1059,32 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
         "corrupt, a string field that is not valid UTF-8, or nested too deeply)");
   }
   return ModelReader(limits).Read(model, /*donor=*/nullptr, &bytes);
+}
+
+absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelWithTensors(absl::string_view structure,
+                                                                   std::vector<Tensor> tensors,
+                                                                   const ModelLimits& limits) {
+  if (static_cast<int64_t>(structure.size()) > EffectiveMaxBytes(limits)) {
+    return absl::InvalidArgumentError(absl::StrCat("model structure is ", structure.size(),
+                                                   " bytes; the limit is ", EffectiveMaxBytes(limits)));
+  }
+  const int recursion_limit = ProtoNestingLimit(limits);
+  proto::Model model;
+  if (!LengthsFit(structure, recursion_limit)) {
+    return absl::InvalidArgumentError(
+        "model structure is not a valid fuselage model (protobuf parse failed)");
+  }
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(structure.data()),
+                                            static_cast<int>(structure.size()));
+  in.SetRecursionLimit(recursion_limit);
+  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) {
+    return absl::InvalidArgumentError(
+        "model structure is not a valid fuselage model (protobuf parse failed: truncated, "
+        "corrupt, a string field that is not valid UTF-8, or nested too deeply)");
+  }
+  ModelReader reader(limits);
+  reader.HandTensors(&tensors);
+  return reader.Read(model);
 }
 
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelText(absl::string_view text,

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,6 +56,14 @@ absl::Status SaveModel(const GraphModule& gm, const std::string& path);
 
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseModel(absl::string_view bytes,
                                                         const ModelLimits& limits = {});
+// As ParseModel, for a structure whose Tensor messages declare dtype, shape and
+// quantization but carry no data: the tensors are `tensors`, in the order the structure
+// lists them (each module's tensors, then its children, depth first), each checked
+// against its declared dtype and shape. The in-process handoff from torch (python/core):
+// the tensors may borrow the caller's memory (Tensor::BorrowBytes), nothing is copied.
+absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelWithTensors(absl::string_view structure,
+                                                                   std::vector<Tensor> tensors,
+                                                                   const ModelLimits& limits = {});
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseModelText(absl::string_view text,
                                                             const ModelLimits& limits = {});
 // Deterministic: the same GraphModule always gives the same bytes.

@@ -53,8 +53,10 @@ Models:
     model.code()                          the FX-style code listing
     model.verify()                        raises if an invariant is broken
     model.copy(), model.node_count, model.placeholders
-    from_torch(module, example_inputs=None) -> Model   (fuselage.to_proto, in memory)
-    to_torch(model) -> torch.fx.GraphModule            (fuselage.from_proto, in memory)
+    Model.from_parts(structure, tensors) / take_parts()   the tensor handoff: model.proto
+                                          bytes without tensor data + one tensor each
+    from_torch(module, example_inputs=None) -> Model   (tensors read in place, no copy)
+    to_torch(model, consume=False) -> torch.fx.GraphModule   (consume: no copy, model emptied)
 
 Passes (in place; each returns a report object with fields, str() = the CLI's text; a
 pass that fails raises and leaves the model as it was). `backend` is a built-in backend
@@ -98,6 +100,11 @@ class Model {
   auto With(Work work) {
     py::gil_scoped_release release;
     Lock lock(mutex_);
+    if (gm_ == nullptr) {
+      py::gil_scoped_acquire gil;
+      ThrowIfError(absl::FailedPreconditionError(
+          "this Model was handed over to torch (Model.take_parts); it holds nothing now"));
+    }
     return work(*gm_);
   }
   template <typename Work>
@@ -107,6 +114,12 @@ class Model {
   template <typename Work>
   auto Read(Work work) {
     return With<std::shared_lock<std::shared_mutex>>(work);
+  }
+  // The model, taken out: this Model is empty afterwards (every use raises).
+  std::unique_ptr<GraphModule> Take() {
+    py::gil_scoped_release release;
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    return std::move(gm_);
   }
   // Makes `gm` the model (a pass run on a copy, kept).
   void Replace(std::unique_ptr<GraphModule> gm) {
@@ -135,6 +148,44 @@ std::unique_ptr<Model> ModelFromBytes(const py::buffer& data) {
       }(),
       ErrorKind::kModelFile);
   return std::make_unique<Model>(std::move(gm));
+}
+
+// ---- the tensor handoff (fuselage._core.from_torch / to_torch) ----------------------------
+// A model crosses between torch and the engine as its structure (graph/model.proto bytes
+// whose tensors carry no data) plus one Python object per tensor, in the order the
+// structure lists them: each module's tensors, then its children, depth first. Weights
+// are not serialized either way.
+
+std::unique_ptr<Model> ModelFromParts(const py::buffer& structure, const py::list& objects) {
+  std::vector<Tensor> tensors;
+  tensors.reserve(objects.size());
+  for (size_t i = 0; i < objects.size(); ++i) {
+    tensors.push_back(TensorFromPython(objects[i], absl::StrCat("handed-over tensor ", i)));
+  }
+  const py::buffer_info info = structure.request();
+  const absl::string_view bytes(static_cast<const char*>(info.ptr),
+                                static_cast<size_t>(info.size * info.itemsize));
+  auto gm = ValueOrThrow(
+      [&] {
+        py::gil_scoped_release release;
+        return ParseModelWithTensors(bytes, std::move(tensors));
+      }(),
+      ErrorKind::kModelFile);
+  return std::make_unique<Model>(std::move(gm));
+}
+
+// Moves every tensor of `module` and its children out into `out` (as numpy arrays or
+// QuantizedArrays over the tensor's own buffer: no copy unless something else shares
+// it), leaving an empty tensor in its place.
+void ReleaseTensors(Module& module, std::vector<Tensor>& out) {
+  std::vector<std::string> names;
+  names.reserve(module.tensors().size());
+  for (const auto& [name, tensor] : module.tensors()) names.push_back(name);
+  for (const std::string& name : names) {
+    out.push_back(std::move(*module.FindMutableTensor(name)));
+    module.SetTensor(name, Tensor());
+  }
+  for (const auto& [name, child] : module.children()) ReleaseTensors(*child, out);
 }
 
 std::vector<std::string> PlaceholderNames(const GraphModule& gm) {
@@ -354,6 +405,35 @@ void RegisterModel(py::module_& m) {
           py::arg("path"), "Loads a model file: text for .textproto / .pbtxt, else binary.")
       .def_static("from_bytes", &ModelFromBytes, py::arg("data"),
                   "A model from serialized graph/model.proto bytes (bytes, bytearray, memoryview).")
+      .def_static("from_parts", &ModelFromParts, py::arg("structure"), py::arg("tensors"),
+                  "A model from graph/model.proto bytes whose tensors carry no data and one "
+                  "torch tensor / numpy array / QuantizedArray per tensor, in the structure's "
+                  "order (each module's tensors, then its children, depth first). The "
+                  "tensors' memory is read in place where the layout allows (no copy); the "
+                  "engine copies a borrowed buffer before it writes to it.")
+      .def(
+          "take_parts",
+          [](Model& self) {
+            std::unique_ptr<GraphModule> gm = self.Take();
+            if (gm == nullptr) {
+              ThrowIfError(absl::FailedPreconditionError(
+                  "this Model was handed over to torch (Model.take_parts); it holds nothing now"));
+            }
+            std::vector<Tensor> tensors;
+            std::string structure;
+            {
+              py::gil_scoped_release release;
+              ReleaseTensors(gm->root(), tensors);
+              structure = SerializeModel(*gm);
+            }
+            py::list arrays;
+            for (Tensor& t : tensors) arrays.append(PythonFromTensor(std::move(t)));
+            return py::make_tuple(py::bytes(structure), arrays);
+          },
+          "Hands the model over: (structure, tensors) as Model.from_parts takes them, the "
+          "tensors as numpy arrays / QuantizedArrays over the engine's own buffers (no copy "
+          "unless a buffer is shared, e.g. borrowed from a torch tensor). The Model is empty "
+          "afterwards, so nothing in the engine can see a later write to the arrays.")
       .def_static(
           "from_text",
           [](const std::string& text) {

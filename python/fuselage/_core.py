@@ -38,16 +38,24 @@ del _name
 
 def from_torch(module, example_inputs=None):
     """The Model of a torch nn.Module or fx.GraphModule (what fuselage.export would write),
-    handed over as bytes in memory: no file. `example_inputs` as for fuselage.export."""
-    from fuselage import to_proto
+    handed over in memory: the structure as bytes without tensor data, the tensors read in
+    place by the engine (Model.from_parts; no copy where the layout allows, and the engine
+    copies a buffer before it writes to it, so the module's tensors never change).
+    `example_inputs` as for fuselage.export."""
+    from fuselage import _exporter
 
-    return Model.from_bytes(to_proto(module, example_inputs).SerializeToString())
+    tensors = []
+    structure = _exporter.to_proto(module, example_inputs, tensors).SerializeToString()
+    return Model.from_parts(structure, tensors)
 
 
-def to_torch(model):
+def to_torch(model, consume=False):
     """The torch.fx.GraphModule of a Model (what fuselage.to_torch would read from its file),
-    handed over as bytes in memory: no file."""
-    from fuselage import from_proto
+    handed over in memory. With consume=True the model's tensors become the GraphModule's
+    without a copy (Model.take_parts) and `model` is empty afterwards; otherwise a copy
+    is handed over (its buffers copied as they leave), and `model` stays as it was."""
+    from fuselage import _importer
     from fuselage._proto import model_pb2
 
-    return from_proto(model_pb2().Model.FromString(model.to_bytes()))
+    structure, tensors = (model if consume else model.copy()).take_parts()
+    return _importer.from_proto(model_pb2().Model.FromString(structure), tensors)

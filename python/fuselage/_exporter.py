@@ -28,7 +28,7 @@ from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 from fuselage import _modules, _names, _prepared, _registry
 from fuselage._limits import LIMITS, MAX_FILE_BYTES
 from fuselage._proto import is_text_path, model_path, model_pb2
-from fuselage._values import OUTPUT_KEYS_META, write_arg, write_tensor
+from fuselage._values import OUTPUT_KEYS_META, handoff_tensor, write_arg, write_tensor
 from fuselage.errors import ExportError
 
 _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
@@ -111,12 +111,16 @@ _CONTAINER_CLASSES = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleD
 
 
 class _Exporter:
-    def __init__(self, gm, source=None):
+    def __init__(self, gm, source=None, tensors=None):
         """`source` is the nn.Module `gm` was traced from (None for a GraphModule given as
         is): where gm holds a plain module at a path where source holds a torch container,
         the container's class and all its children are written."""
         self.gm = gm
         self.source = source
+        # The in-memory handoff (fuselage._core.from_torch): a list collecting the tensors,
+        # in the order the file lists them, written as placeholders without bytes; None
+        # writes every tensor's bytes into the file.
+        self.tensors = tensors
         self.pb = model_pb2()
         self.op_codes = {
             "placeholder": self.pb.PLACEHOLDER, "get_attr": self.pb.GET_ATTR,
@@ -163,7 +167,11 @@ class _Exporter:
         for name, tensor in contents.tensors:
             named = out.tensors.add()
             named.name = name
-            write_tensor(named.tensor, tensor, f"{where} tensor '{name}'")
+            if self.tensors is None:
+                write_tensor(named.tensor, tensor, f"{where} tensor '{name}'")
+            else:
+                self.tensors.append(handoff_tensor(named.tensor, tensor,
+                                                   f"{where} tensor '{name}'"))
         for name, value in contents.attributes:
             named = out.attributes.add()
             named.name = name
@@ -220,10 +228,13 @@ class _Exporter:
         it (a type without a schema), an empty plain module keeps its place instead:
         what export skipped before cannot make it fail now."""
         attempt = type(out)()
+        handed = len(self.tensors) if self.tensors is not None else 0
         try:
             self._write_module(source, path, self._child_type(source, path), attempt, depth,
                                source)
         except ExportError:
+            if self.tensors is not None:
+                del self.tensors[handed:]  # the attempt's tensors are not in the file
             attempt = type(out)()
             attempt.type = _names.CONTAINER_TYPE
         out.CopyFrom(attempt)
@@ -335,10 +346,12 @@ class _Exporter:
                 "quantized ops are not supported)")
 
 
-def to_proto(module, example_inputs=None):
-    """The model.proto `Model` message of `module` (see `export`)."""
+def to_proto(module, example_inputs=None, tensors=None):
+    """The model.proto `Model` message of `module` (see `export`). With a list `tensors`,
+    the tensors are appended to it in file order and the message holds empty
+    placeholders instead of their bytes (Model.from_parts takes both)."""
     gm = _as_graph_module(module)
-    return _Exporter(gm, None if gm is module else module).model(example_inputs)
+    return _Exporter(gm, None if gm is module else module, tensors).model(example_inputs)
 
 
 def _write_atomically(path, data):

@@ -17,7 +17,8 @@ from google.protobuf import text_format
 from fuselage import _modules, _names
 from fuselage._limits import LIMITS, MAX_FILE_BYTES, NODE_NAME
 from fuselage._proto import is_text_path, model_path, model_pb2
-from fuselage._values import OUTPUT_KEYS_META, check_string, read_arg, read_tensor
+from fuselage._values import (OUTPUT_KEYS_META, adopt_tensor, check_string, read_arg,
+                              read_tensor)
 from fuselage.errors import ModelFileError
 
 _FORMAT_VERSION = 1
@@ -37,7 +38,7 @@ def _named_args(entries, nodes, where):
     return result
 
 
-def _build_module(pm, path, depth):
+def _build_module(pm, path, depth, handed=None):
     where = f"module '{path}'" if path else "root module"
     if depth > _MAX_MODULE_DEPTH:
         raise ModelFileError(f"{where}: modules nest deeper than {_MAX_MODULE_DEPTH}")
@@ -55,8 +56,18 @@ def _build_module(pm, path, depth):
         seen.add(name)
         return name
 
-    tensors = {member(t.name, "tensor"): read_tensor(t.tensor, f"{where} tensor '{t.name}'")
-               for t in pm.tensors}
+    if handed is None:
+        tensors = {member(t.name, "tensor"): read_tensor(t.tensor, f"{where} tensor '{t.name}'")
+                   for t in pm.tensors}
+    else:  # Model.take_parts: the tensors come beside the structure, in its order
+        tensors = {}
+        for t in pm.tensors:
+            name = member(t.name, "tensor")
+            item = next(handed, None)
+            if item is None:
+                raise ModelFileError(f"{where} tensor '{name}': the handed-over tensors ran "
+                                     "out before the structure's")
+            tensors[name] = adopt_tensor(item, f"{where} tensor '{name}'")
     attributes = {}
     for a in pm.attributes:
         attributes[member(a.name, "attribute")] = read_arg(a.value, None,
@@ -64,7 +75,8 @@ def _build_module(pm, path, depth):
     children = {}
     for c in pm.children:
         child_path = f"{path}.{c.name}" if path else c.name
-        children[member(c.name, "child")] = _build_module(c.module, child_path, depth + 1)
+        children[member(c.name, "child")] = _build_module(c.module, child_path, depth + 1,
+                                                          handed)
     return _modules.build(pm.type, tensors, attributes, children, where)
 
 
@@ -131,15 +143,19 @@ def _build_graph(pg):
     return graph
 
 
-def from_proto(model):
-    """The GraphModule of a model.proto `Model` message (see `to_torch`)."""
+def from_proto(model, tensors=None):
+    """The GraphModule of a model.proto `Model` message (see `to_torch`). `tensors`: the
+    list Model.take_parts handed over beside a structure without tensor bytes."""
     if model.format_version != _FORMAT_VERSION:
         raise ModelFileError(f"model: format_version is {model.format_version}; expected "
                              f"{_FORMAT_VERSION}")
     if model.root.type != _names.ROOT_TYPE:
         raise ModelFileError(f"root module: field 'type' is '{model.root.type}'; expected "
                              f"'{_names.ROOT_TYPE}'")
-    root = _build_module(model.root, "", 0)
+    handed = iter(tensors) if tensors is not None else None
+    root = _build_module(model.root, "", 0, handed)
+    if handed is not None and next(handed, None) is not None:
+        raise ModelFileError("model: more tensors were handed over than the structure lists")
     graph = _build_graph(model.graph)
     try:
         gm = torch.fx.GraphModule(root, graph)

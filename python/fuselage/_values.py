@@ -184,6 +184,16 @@ def read_arg(arg, nodes, where, depth=0):
 def write_tensor(out, tensor, where):
     """Fills the proto Tensor `out`: bytes row-major little-endian; a quantized tensor
     stores its integer representation plus qscheme, scales, zero points and axis."""
+    t, storage = _write_tensor_header(out, tensor, where)
+    array = storage.contiguous().numpy()
+    if sys.byteorder != "little":
+        array = array.astype(_NUMPY_STORAGE[t.dtype])
+    out.data = array.tobytes()
+
+
+def _write_tensor_header(out, tensor, where):
+    """Fills everything of the proto Tensor `out` but its bytes; returns the tensor (on
+    the CPU, detached) and its storage (the integer representation if quantized)."""
     pb = model_pb2()
     t = tensor.detach()
     if t.dim() > MAX_TENSOR_RANK:
@@ -191,6 +201,10 @@ def write_tensor(out, tensor, where):
                           f"rank {MAX_TENSOR_RANK}")
     if t.device.type != "cpu":
         t = t.cpu()
+    if t.dtype not in _NUMPY_STORAGE:
+        raise ExportError(f"{where}: tensor dtype {t.dtype} cannot be stored (float32, int8, "
+                          "uint8, int32, int64, bool, qint8, quint8, qint32)")
+    storage = t
     if t.is_quantized:
         scheme = t.qscheme()
         if scheme == torch.per_tensor_affine:
@@ -206,17 +220,38 @@ def write_tensor(out, tensor, where):
             raise ExportError(f"{where}: quantization scheme {scheme} is not supported "
                               "(per_tensor_affine, per_channel_affine)")
         storage = t.int_repr()
-    else:
-        storage = t
-    if t.dtype not in _NUMPY_STORAGE:
-        raise ExportError(f"{where}: tensor dtype {t.dtype} cannot be stored (float32, int8, "
-                          "uint8, int32, int64, bool, qint8, quint8, qint32)")
     out.dtype = _names.dtype_to_proto(t.dtype)
     out.shape.extend(t.shape)
-    array = storage.contiguous().numpy()
-    if sys.byteorder != "little":
-        array = array.astype(_NUMPY_STORAGE[t.dtype])
-    out.data = array.tobytes()
+    return t, storage
+
+
+def handoff_tensor(out, tensor, where):
+    """For the in-memory handoff (fuselage._core.from_torch): fills the proto Tensor `out`
+    as write_tensor does but without its bytes, and returns the tensor to pass beside
+    the structure; the engine reads its memory in place (Model.from_parts)."""
+    t, _ = _write_tensor_header(out, tensor, where)
+    return t
+
+
+_QUANTIZED_DTYPES = {"torch.qint8": torch.qint8, "torch.quint8": torch.quint8,
+                     "torch.qint32": torch.qint32}
+
+
+def adopt_tensor(handed, where):
+    """The torch tensor of one object Model.take_parts handed over (a numpy array or a
+    QuantizedArray over the engine's buffer): torch.from_numpy shares its memory, and the
+    array keeps the engine's buffer alive as long as the tensor lives."""
+    values = getattr(handed, "values", None)
+    if values is None:
+        return torch.from_numpy(handed)
+    dtype = _QUANTIZED_DTYPES.get(handed.dtype)
+    if dtype is None:
+        raise ModelFileError(f"{where}: a quantized tensor of dtype {handed.dtype}")
+    ints = torch.from_numpy(values)
+    if handed.axis is None:
+        return torch._make_per_tensor_quantized_tensor(ints, handed.scale, handed.zero_point)
+    return torch._make_per_channel_quantized_tensor(
+        ints, torch.from_numpy(handed.scale), torch.from_numpy(handed.zero_point), handed.axis)
 
 
 def read_tensor(pt, where):

@@ -93,7 +93,7 @@ def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     core = _core()
     m = core.from_torch(model)
     core.fuse(m, config_text=_backend_text(backend_config))
-    return core.to_torch(m)
+    return core.to_torch(m, consume=True)
 
 
 def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -113,7 +113,7 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     m = core.from_torch(model)
     core.fuse(m, config_text=text)
     core.prepare(m, config_text=text, qconfig_mapping_text=mapping)
-    prepared = core.to_torch(m)
+    prepared = core.to_torch(m, consume=True)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     return prepared
 
@@ -135,7 +135,7 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     core.convert(m)
     if lower:
         core.lower(m)
-    return core.to_torch(m)
+    return core.to_torch(m, consume=True)
 
 
 def convert_fx(graph_module, convert_custom_config=None, _remove_qconfig=True,

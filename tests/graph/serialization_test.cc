@@ -157,6 +157,63 @@ TEST(SerializationTest, RoundTripKeepsEverything) {
   EXPECT_EQ(l.graph().FindNode("relu")->num_users(), 2u);
 }
 
+// ---- Tensors handed over beside the structure (ParseModelWithTensors) ----------------
+
+// The model's tensors in the order a structure lists them (each module's, then its
+// children's, depth first), and the structure: the model's proto without tensor bytes.
+void CollectTensors(const Module& module, std::vector<Tensor>& out) {
+  for (const auto& [name, tensor] : module.tensors()) out.push_back(tensor);
+  for (const auto& [name, child] : module.children()) CollectTensors(*child, out);
+}
+void DropTensorData(proto::Module& module) {
+  for (proto::NamedTensor& t : *module.mutable_tensors()) t.mutable_tensor()->clear_data();
+  for (proto::NamedModule& c : *module.mutable_children()) DropTensorData(*c.mutable_module());
+}
+std::string Structure(const GraphModule& gm) {
+  proto::Model model = ModelToProto(gm);
+  DropTensorData(*model.mutable_root());
+  return model.SerializeAsString();
+}
+
+TEST(HandedTensorsTest, TheModelHoldsTheHandedTensorsThemselves) {
+  auto gm = MakeRichModule();
+  std::vector<Tensor> tensors;
+  CollectTensors(gm->root(), tensors);
+  ASSERT_GE(tensors.size(), 3u);
+  const void* first = tensors[0].raw_data();
+  auto loaded = ParseModelWithTensors(Structure(*gm), tensors);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(SerializeModel(**loaded), SerializeModel(*gm));  // every value and qparam kept
+  std::vector<Tensor> held;
+  CollectTensors((*loaded)->root(), held);
+  ASSERT_EQ(held.size(), tensors.size());
+  EXPECT_EQ(held[0].raw_data(), first);  // the same buffer: no copy
+}
+
+TEST(HandedTensorsTest, AWrongCountShapeOrDataIsRefusedByName) {
+  auto gm = MakeRichModule();
+  std::vector<Tensor> tensors;
+  CollectTensors(gm->root(), tensors);
+  const std::string structure = Structure(*gm);
+  std::vector<Tensor> fewer(tensors.begin(), tensors.end() - 1);
+  auto short_list = ParseModelWithTensors(structure, fewer);
+  ASSERT_FALSE(short_list.ok());
+  EXPECT_THAT(short_list.status().message(), ::testing::HasSubstr("tensors were handed over"));
+  std::vector<Tensor> more = tensors;
+  more.push_back(Tensor::FromFloats({1}, {1.0f}));
+  auto long_list = ParseModelWithTensors(structure, more);
+  ASSERT_FALSE(long_list.ok());
+  EXPECT_THAT(long_list.status().message(), ::testing::HasSubstr("the structure lists"));
+  std::vector<Tensor> reshaped = tensors;
+  reshaped[0] = Tensor::FromFloats({1}, {1.0f});
+  auto wrong_shape = ParseModelWithTensors(structure, reshaped);
+  ASSERT_FALSE(wrong_shape.ok());
+  EXPECT_THAT(wrong_shape.status().message(), ::testing::HasSubstr("the structure declares"));
+  auto with_data = ParseModelWithTensors(SerializeModel(*gm), tensors);
+  ASSERT_FALSE(with_data.ok());
+  EXPECT_THAT(with_data.status().message(), ::testing::HasSubstr("carries none"));
+}
+
 // ---- Bad files ----------------------------------------------------------------------
 
 constexpr char kRoot[] = R"pb(
