@@ -238,6 +238,9 @@ class TensorBuffer {
     return storage_ == Storage::kBorrowed || refs_.load(std::memory_order_acquire) > 1;
   }
 
+  // True for Borrow's buffers: their owner may write the bytes at any time.
+  bool borrowed() const { return storage_ == Storage::kBorrowed; }
+
   size_t size() const { return size_; }
   char* data() { return storage_ == Storage::kInline ? inline_data() : external()->data; }
   const char* data() const {
@@ -370,6 +373,10 @@ class Tensor {
   const QuantParams& qparams() const { return qparams_; }
   void set_qparams(QuantParams qparams) { qparams_ = std::move(qparams); }
   bool is_quantized() const { return IsQuantized(dtype_); }
+  // True if the bytes are someone else's (BorrowBytes: a numpy array or a torch tensor
+  // handed in), who may write them at any time: nothing derived from them may be cached
+  // beyond one call.
+  bool borrows_bytes() const { return buffer_ != nullptr && buffer_->borrowed(); }
 
   // The data as bytes; valid until this tensor is written, reassigned or destroyed.
   absl::string_view bytes() const { return {static_cast<const char*>(raw_data()), nbytes()}; }

@@ -122,12 +122,14 @@ class WeightCache {
 };
 
 // The convolution's weights in the primitive's layout: from the cache when the caller
-// named their tensor, else reordered now.
+// named their tensor and it owns its bytes, else reordered now. Borrowed bytes (a torch
+// module's weight handed in by the Python bridge) can be written by their owner without
+// copy-on-write, so a reordered copy of them could go stale.
 dnnl::memory ConvWeights(const std::vector<int64_t>& wdims, dt weight_type, const ConvBuffers& b,
                          const dnnl::memory::desc& desc, dnnl::stream& stream) {
   const dnnl::memory plain = PlainMemory(wdims, weight_type, b.weights);
   const bool cacheable = b.weights_owner != nullptr && b.weights_owner->raw_data() == b.weights &&
-                         plain.get_desc() != desc;
+                         !b.weights_owner->borrows_bytes() && plain.get_desc() != desc;
   if (!cacheable) return ToLayout(plain, desc, stream);
   WeightCache& cache = WeightCache::Get();
   dnnl::memory cached = cache.Find(b.weights, desc);

@@ -18,7 +18,9 @@
 // caller names the tensor they come from (ConvBuffers::weights_owner). A cache entry holds
 // a reference to that tensor's buffer, so its address cannot be reused by another tensor
 // while the entry exists, and a write to the tensor detaches the writer from the shared
-// buffer first (copy-on-write, graph/tensor.h): an entry is never stale. The cache is
+// buffer first (copy-on-write, graph/tensor.h): an entry is never stale. Weights whose
+// bytes are borrowed (Tensor::borrows_bytes: their owner may write them) are reordered on
+// every call instead. The cache is
 // process-wide, thread-safe and bounded (kMaxCachedWeightBytes; past it, it starts over).
 #ifndef FUSELAGE_RUNTIME_ONEDNN_ONEDNN_H_
 #define FUSELAGE_RUNTIME_ONEDNN_ONEDNN_H_

@@ -64,6 +64,28 @@ def test_from_torch_reads_the_module_memory_in_place():
     assert torch.equal(engine_output(model, x), x + 3 * torch.arange(64.0))
 
 
+class Conv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.conv = nn.Conv2d(8, 16, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def test_a_torch_side_write_to_a_conv_weight_is_seen_by_the_next_run():
+    # The conv kernel caches weights reordered to oneDNN's layout; borrowed weights must
+    # not be cached, or the second run would use the weight as it was at the first.
+    m = Conv().eval()
+    x = torch.randn(1, 8, 10, 10)
+    model = core.from_torch(m)
+    with torch.no_grad():
+        assert torch.allclose(engine_output(model, x), m(x), atol=1e-5)
+        m.conv.weight.mul_(-2)
+        assert torch.allclose(engine_output(model, x), m(x), atol=1e-5)
+
+
 def test_an_engine_write_never_reaches_the_torch_module():
     m = conv_bn()
     before = {k: v.clone() for k, v in m.state_dict().items()}
