@@ -3,8 +3,8 @@
     PYTHONPATH=python /usr/bin/python3 tests/conformance/conformance.py [--models a,b] [--keep DIR]
 
 Builds the C++ tools once (`bazel build //tools:fuselage //tests/conformance:minmax_quantize`),
-then, per model (torchvision resnet18, resnet50, mobilenet_v2, mobilenet_v3_large with weights=None, eval, fixed
-seeds and randomized batch-norm statistics; and the residual example
+then, per model (torchvision resnet18, resnet50, mobilenet_v2, mobilenet_v3_large with
+weights=None, eval, fixed seeds and randomized batch-norm statistics; and the residual example
 tools/examples/residual.textproto), runs fuselage's stages as separate processes and
 PyTorch's own, and compares:
 
