@@ -119,7 +119,7 @@ absl::StatusOr<PrepareReport> PrepareModel(GraphModule& gm, const QConfigMapping
                                            std::optional<QuantizedEngine> engine) {
   ASSIGN_OR_RETURN(PreparedModel prepared, Prepare(gm, mapping, config));
   RETURN_IF_ERROR(StorePreparedModel(prepared, gm));
-  RecordEngine(engine.value_or(EngineForBackend(config.name())), gm);
+  if (engine.has_value()) RecordEngine(*engine, gm);  // Prepare recorded the config's
   RETURN_IF_ERROR(VerifyAfter("prepare", gm));
   return prepared.report;
 }
