@@ -38,6 +38,7 @@ absl::StatusOr<QuantizeFlowReport> RunQuantizeFlow(GraphModule& gm,
 
   ASSIGN_OR_RETURN(PreparedModel prepared, Prepare(gm, qconfig_mapping, backend_config));
   report.prepare = prepared.report;
+  if (options.engine.has_value()) RecordEngine(*options.engine, gm);  // else the config's
   RETURN_IF_ERROR(AfterStage("prepare", gm, options));
 
   ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());

@@ -13,6 +13,7 @@
 #define FUSELAGE_PIPELINE_QUANTIZE_FLOW_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "quantize/convert.h"
 #include "quantize/prepare.h"
 #include "quantize/qconfig.h"
+#include "runtime/quantized_engine.h"
 
 namespace fuselage {
 
@@ -40,6 +42,10 @@ struct QuantizeFlowOptions {
   bool stop_at_reference = false;
   // Calibration's thread count (Calibrate's `threads`; 0: OpenMP's default).
   int threads = 0;
+  // The engine recorded in the model for its runs (RecordEngine, runtime/
+  // quantized_engine.h): absent, the backend config's (EngineForBackend of its name:
+  // qnnpack -> QNNPACK's arithmetic, every other config -> onednn's). The CLI's --engine.
+  std::optional<QuantizedEngine> engine;
 };
 
 struct QuantizeFlowReport {

@@ -121,20 +121,24 @@ absl::StatusOr<ExplainResult> ExplainModel(const GraphModule& gm, const BackendC
 }
 
 absl::StatusOr<PrepareReport> PrepareModel(GraphModule& gm, const QConfigMapping& mapping,
-                                           const BackendConfig& config) {
+                                           const BackendConfig& config,
+                                           std::optional<QuantizedEngine> engine) {
   ASSIGN_OR_RETURN(PreparedModel prepared, Prepare(gm, mapping, config));
   RETURN_IF_ERROR(StorePreparedModel(prepared, gm));
+  if (engine.has_value()) RecordEngine(*engine, gm);  // Prepare recorded the config's
   RETURN_IF_ERROR(VerifyAfter("prepare", gm));
   return prepared.report;
 }
 
 absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm, const CalibrationSamples& samples,
-                                                 int threads) {
+                                                 int threads,
+                                                 std::optional<QuantizedEngine> engine) {
   ASSIGN_OR_RETURN(PreparedModel prepared, PreparedModelFromGraph(gm));
   ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
   RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
   ASSIGN_OR_RETURN(CalibrationReport report, Calibrate(gm, prepared, samples, *kernels, threads));
   RETURN_IF_ERROR(StorePreparedModel(prepared, gm));
+  if (engine.has_value()) RecordEngine(*engine, gm);
   RETURN_IF_ERROR(VerifyAfter("calibrate", gm));
   return report;
 }

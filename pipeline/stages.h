@@ -34,6 +34,7 @@
 #include "quantize/convert.h"
 #include "quantize/prepare.h"
 #include "quantize/qconfig.h"
+#include "runtime/quantized_engine.h"
 
 namespace fuselage {
 
@@ -94,15 +95,22 @@ absl::StatusOr<ExplainResult> ExplainModel(const GraphModule& gm, const BackendC
 
 // Prepare (quantize/prepare.h), then the observers and plans stored into the modules
 // (StorePreparedModel), so `gm` is a complete prepared model: it saves, and CalibrateModel
-// and ConvertModel read it back. On an error from Prepare the graph is unchanged.
+// and ConvertModel read it back. It also records the engine the model is to run on
+// (RecordEngine, runtime/quantized_engine.h): `engine` if given (the CLI's --engine), else
+// the config's (EngineForBackend of its name). On an error from Prepare the graph is
+// unchanged.
 absl::StatusOr<PrepareReport> PrepareModel(GraphModule& gm, const QConfigMapping& mapping,
-                                           const BackendConfig& config);
+                                           const BackendConfig& config,
+                                           std::optional<QuantizedEngine> engine = std::nullopt);
 
 // Calibrates a prepared model (PreparedModelFromGraph, Calibrate with the built-in and
 // observer kernels, `threads` as RunOptions::threads) and stores the statistics back;
-// calibrating again adds to them. FailedPrecondition if `gm` is not a prepared model.
+// calibrating again adds to them. `engine`, if given (the CLI's --engine), replaces the
+// engine recorded at prepare (calibration itself runs float and does not use it).
+// FailedPrecondition if `gm` is not a prepared model.
 absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm, const CalibrationSamples& samples,
-                                                 int threads = 0);
+                                                 int threads = 0,
+                                                 std::optional<QuantizedEngine> engine = std::nullopt);
 
 // ConvertToReference of a prepared, calibrated model read back from its modules.
 // FailedPrecondition if `gm` is not a prepared model.

@@ -16,6 +16,7 @@
 #include "graph/status_macros.h"
 #include "patterns/pattern.h"
 #include "quantize/observer_module.h"
+#include "runtime/quantized_engine.h"
 
 namespace fuselage {
 namespace {
@@ -879,6 +880,9 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
     }
   }
   inserter.RemoveOrphanedObservers();
+  // The engine the quantized model is meant for goes with the model from here on
+  // (graph/NAMING.md): convert and lowering keep it, and Run uses it by default.
+  RecordEngine(EngineForBackend(backend_config.name()), gm);
   return prepared;
 }
 

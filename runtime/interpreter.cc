@@ -189,6 +189,7 @@ absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> in
                                                    "; expected 1 to ", kMaxThreads,
                                                    " (or 0 for OpenMP's default)"));
   }
+  ASSIGN_OR_RETURN(const QuantizedEngine engine, ResolveEngine(gm, options.engine));
   const ScopedOmpThreads threads(options.threads);
   ValueStore store(graph);
   size_t next_input = 0;
@@ -215,7 +216,7 @@ absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> in
         // is this node's error, not the process's end: callers (the CLI, calibration, the
         // Python bridge) get a Status naming the node.
         try {
-          value = RunCall(gm, *node, kernels, store, options.engine);
+          value = RunCall(gm, *node, kernels, store, engine);
         } catch (const std::bad_alloc&) {
           value = absl::ResourceExhaustedError("out of memory running its kernel");
         }

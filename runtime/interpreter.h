@@ -17,6 +17,7 @@
 #define FUSELAGE_RUNTIME_INTERPRETER_H_
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,7 +49,9 @@ struct RunOptions {
   // InvalidArgument, before any node runs.
   int threads = 0;
   // Whose requantization arithmetic the quantized kernels compute (quantized_engine.h).
-  QuantizedEngine engine = QuantizedEngine::kOnednn;
+  // Absent: the engine recorded in the model (a model quantized with the qnnpack config
+  // runs QNNPACK's), else onednn's; given, it overrides the record (ResolveEngine).
+  std::optional<QuantizedEngine> engine;
 };
 
 // Runs `gm` and returns the value of the output node's argument with its structure kept

@@ -1,5 +1,10 @@
 #include "runtime/quantized_engine.h"
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "graph/argument.h"
+#include "graph/module.h"
+
 namespace fuselage {
 
 absl::string_view QuantizedEngineName(QuantizedEngine engine) {
@@ -20,6 +25,32 @@ std::optional<QuantizedEngine> QuantizedEngineFromName(absl::string_view name) {
 
 QuantizedEngine EngineForBackend(absl::string_view backend_name) {
   return backend_name == "qnnpack" ? QuantizedEngine::kQnnpack : QuantizedEngine::kOnednn;
+}
+
+void RecordEngine(QuantizedEngine engine, GraphModule& gm) {
+  gm.root().SetAttribute(kQuantizedEngineAttribute,
+                         Argument::String(QuantizedEngineName(engine)));
+}
+
+absl::StatusOr<std::optional<QuantizedEngine>> RecordedEngine(const GraphModule& gm) {
+  const Argument* recorded = gm.root().FindAttribute(kQuantizedEngineAttribute);
+  if (recorded == nullptr) return std::optional<QuantizedEngine>();
+  std::optional<QuantizedEngine> engine;
+  if (recorded->is_string()) engine = QuantizedEngineFromName(recorded->as_string());
+  if (!engine.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "root module attribute '", kQuantizedEngineAttribute, "' is ", recorded->ToString(),
+        "; expected the string onednn or qnnpack"));
+  }
+  return engine;
+}
+
+absl::StatusOr<QuantizedEngine> ResolveEngine(const GraphModule& gm,
+                                              std::optional<QuantizedEngine> requested) {
+  if (requested.has_value()) return *requested;
+  absl::StatusOr<std::optional<QuantizedEngine>> recorded = RecordedEngine(gm);
+  if (!recorded.ok()) return recorded.status();
+  return recorded->value_or(QuantizedEngine::kOnednn);
 }
 
 }  // namespace fuselage

@@ -71,13 +71,16 @@ must be:
     convert(model) -> ConvertReport
     lower(model) -> LoweringReport
     quantize(model, samples, backend=None, *, config_text=None, qconfig_mapping=None,
-             qconfig_mapping_text=None, reference=False, threads=0) -> QuantizeReport
+             qconfig_mapping_text=None, reference=False, threads=0, engine=None)
+             -> QuantizeReport (engine: recorded for runs; None: the backend's)
 qconfig_mapping=None uses the backend's default mapping (get_default_qconfig_mapping).
 `samples` is an iterable of samples, each a tuple of arrays (one per placeholder, numpy
 or torch) or one array for a one-input model.
 
 Running:
-    run(model, inputs, *, threads=0) -> list of outputs
+    run(model, inputs, *, threads=0, engine=None) -> list of outputs
+`engine` ("onednn" / "qnnpack"): whose integer arithmetic quantized ops compute; None:
+the engine recorded in the model at prepare (qnnpack for the qnnpack config), else onednn.
 `inputs`: a sequence of arrays (one per placeholder) or one array. Outputs are flattened
 as the CLI's `fuselage run` gives them: float / int outputs as numpy arrays, quantized
 ones as QuantizedArray (integer values, scale, zero_point; .dequantize()). Input arrays
@@ -493,6 +496,17 @@ void RegisterModel(py::module_& m) {
       });
 }
 
+// The `engine=` argument of quantize / run: None (the model's recorded engine) or a name.
+std::optional<QuantizedEngine> EngineArgument(const std::optional<std::string>& name) {
+  if (!name.has_value()) return std::nullopt;
+  std::optional<QuantizedEngine> engine = QuantizedEngineFromName(*name);
+  if (!engine.has_value()) {
+    ThrowIfError(absl::InvalidArgumentError(
+        absl::StrCat("engine is '", *name, "'; expected onednn, qnnpack or None")));
+  }
+  return engine;
+}
+
 void RegisterPasses(py::module_& m) {
   using OptString = std::optional<std::string>;
   m.def(
@@ -573,7 +587,8 @@ void RegisterPasses(py::module_& m) {
       "quantize",
       [](Model& model, const py::iterable& samples, const OptString& backend,
          const OptString& config_text, const py::object& qconfig_mapping,
-         const OptString& qconfig_mapping_text, bool reference, int threads) {
+         const OptString& qconfig_mapping_text, bool reference, int threads,
+         const OptString& engine) {
         const QConfigMapping mapping =
             ResolveMapping(backend, config_text, qconfig_mapping, qconfig_mapping_text);
         const BackendConfig config = ResolveBackend(backend, config_text);
@@ -582,6 +597,7 @@ void RegisterPasses(py::module_& m) {
         QuantizeFlowOptions options;
         options.stop_at_reference = reference;
         options.threads = threads;
+        options.engine = EngineArgument(engine);
         return ValueOrThrow(model.Edit([&](GraphModule& gm) {
           return RunQuantizeFlow(gm, config, mapping, calibration, options);
         }));
@@ -589,12 +605,12 @@ void RegisterPasses(py::module_& m) {
       py::arg("model"), py::arg("samples"), py::arg("backend") = py::none(), py::kw_only(),
       py::arg("config_text") = py::none(), py::arg("qconfig_mapping") = py::none(),
       py::arg("qconfig_mapping_text") = py::none(), py::arg("reference") = false,
-      py::arg("threads") = 0,
+      py::arg("threads") = 0, py::arg("engine") = py::none(),
       "fuse -> prepare -> calibrate -> convert -> lower (the pipeline `fuselage quantize` "
       "runs), in place; reference=True stops after convert.");
   m.def(
       "run",
-      [](Model& model, const py::object& inputs, int threads) {
+      [](Model& model, const py::object& inputs, int threads, const OptString& engine) {
         const std::vector<std::string> names =
             model.Read([](GraphModule& gm) { return PlaceholderNames(gm); });
         std::vector<Tensor> tensors = InputTensors(inputs, names, "run");
@@ -603,6 +619,7 @@ void RegisterPasses(py::module_& m) {
         tensors.clear();
         RunOptions options;
         options.threads = threads;
+        options.engine = EngineArgument(engine);
         std::vector<Value> outputs = ValueOrThrow(model.Read([&](GraphModule& gm) {
           auto kernels = BuiltinKernels();
           if (!kernels.ok()) return absl::StatusOr<std::vector<Value>>(kernels.status());
@@ -636,6 +653,7 @@ void RegisterPasses(py::module_& m) {
         return result;
       },
       py::arg("model"), py::arg("inputs"), py::kw_only(), py::arg("threads") = 0,
+      py::arg("engine") = py::none(),
       "Runs the model with the interpreter; returns the flattened outputs as a list.");
 }
 

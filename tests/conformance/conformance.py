@@ -3,8 +3,8 @@
     PYTHONPATH=python /usr/bin/python3 tests/conformance/conformance.py [--models a,b] [--keep DIR]
 
 Builds the C++ tools once (`bazel build //tools:fuselage //tests/conformance:minmax_quantize`),
-then, per model (torchvision resnet18, resnet50, mobilenet_v2 with weights=None, eval, fixed
-seeds and randomized batch-norm statistics; and the residual example
+then, per model (torchvision resnet18, resnet50, mobilenet_v2, mobilenet_v3_large with
+weights=None, eval, fixed seeds and randomized batch-norm statistics; and the residual example
 tools/examples/residual.textproto), runs fuselage's stages as separate processes and
 PyTorch's own, and compares:
 
@@ -101,6 +101,7 @@ import torch.nn as nn
 import torchvision
 from google.protobuf import text_format
 from torch.ao.quantization import MinMaxObserver, QConfig, QConfigMapping, default_weight_observer
+from torch.ao.quantization.qconfig_mapping import _FIXED_QPARAMS_OP_TO_OBSERVER
 from torch.ao.quantization.backend_config import (get_native_backend_config,
                                                   get_qnnpack_backend_config)
 from torch.ao.quantization.quantize_fx import (convert_fx, convert_to_reference_fx, fuse_fx,
@@ -131,7 +132,7 @@ PER_LAYER_MIN_EQUAL_FRACTION = 0.999
 WHOLE_NETWORK_ASSERTED = ("residual_example",)
 FOLDED_RELATIVE = 1e-5
 
-TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v2")
+TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large")
 ALL_MODELS = TORCHVISION_MODELS + ("residual_example",)
 CALIBRATION_BATCHES = 2
 # The quantized engine PyTorch runs convert_fx's output (and the round trip) with: the one
@@ -178,8 +179,13 @@ def minmax_qconfig_mapping():
     """The issue's observers; minmax_quantize.cc builds the same mapping in C++."""
     activation = MinMaxObserver.with_args(dtype=torch.quint8, qscheme=torch.per_tensor_affine,
                                           reduce_range=False)
-    return QConfigMapping().set_global(QConfig(activation=activation,
-                                               weight=default_weight_observer))
+    mapping = QConfigMapping().set_global(QConfig(activation=activation,
+                                                  weight=default_weight_observer))
+    # Fixed-qparams ops (mobilenet_v3's Hardsigmoid) must have their fixed observer, as
+    # get_default_qconfig_mapping gives them (prepare_fx refuses a MinMax one).
+    for op, observer in _FIXED_QPARAMS_OP_TO_OBSERVER.items():
+        mapping.set_object_type(op, QConfig(activation=observer, weight=default_weight_observer))
+    return mapping
 
 
 # ---- Running the C++ tools ------------------------------------------------------------

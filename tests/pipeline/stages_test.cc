@@ -12,9 +12,11 @@
 
 #include "backend_configs/config_loader.h"
 #include "graph/serialization.h"
+#include "graph/check.h"
 #include "gtest/gtest.h"
 #include "pipeline/quantize_flow.h"
 #include "quantize/qconfig.h"
+#include "runtime/quantized_engine.h"
 #include "tools/examples.h"
 
 namespace fuselage {
@@ -105,6 +107,50 @@ TEST(StagesTest, OneAtATimeEqualsTheWholeFlow) {
   EXPECT_FALSE(LoweredNothing(*lowered));
 
   EXPECT_EQ(SerializeModel(**reloaded), SerializeModel(**whole));
+}
+
+// The engine a quantized model runs on by default is recorded at prepare: the config's
+// (qnnpack -> QNNPACK's arithmetic, the others -> onednn's) unless one is given, and it
+// survives calibrate, convert, lower and a save / load.
+TEST(StagesTest, PrepareRecordsTheBackendsEngineUnlessOneIsGiven) {
+  const std::vector<CalibrationSample> samples = RandomSamples(2);
+  auto recorded_after_flow = [&](absl::string_view backend,
+                                 std::optional<QuantizedEngine> engine) {
+    auto config = ResolveBackendConfig(backend, std::nullopt, "");
+    auto mapping = DefaultQConfigMapping(backend);
+    auto gm = BuildResidualExample(kResidualExampleSeed);
+    FUSELAGE_CHECK(config.ok() && mapping.ok() && gm.ok());
+    QuantizeFlowOptions options;
+    options.engine = engine;
+    auto report = RunQuantizeFlow(**gm, *config, *mapping, samples, options);
+    EXPECT_TRUE(report.ok()) << report.status();
+    auto reloaded = ParseModel(SerializeModel(**gm));
+    FUSELAGE_CHECK(reloaded.ok());
+    return *RecordedEngine(**reloaded);
+  };
+  EXPECT_EQ(recorded_after_flow("qnnpack", std::nullopt), QuantizedEngine::kQnnpack);
+  for (absl::string_view backend : {"onednn", "x86", "fbgemm"}) {
+    SCOPED_TRACE(backend);
+    EXPECT_EQ(recorded_after_flow(backend, std::nullopt), QuantizedEngine::kOnednn);
+  }
+  EXPECT_EQ(recorded_after_flow("qnnpack", QuantizedEngine::kOnednn), QuantizedEngine::kOnednn);
+  EXPECT_EQ(recorded_after_flow("x86", QuantizedEngine::kQnnpack), QuantizedEngine::kQnnpack);
+
+  // One stage at a time: prepare records, calibrate may replace, convert and lower keep.
+  auto config = ResolveBackendConfig("qnnpack", std::nullopt, "");
+  auto mapping = DefaultQConfigMapping("qnnpack");
+  auto gm = BuildResidualExample(kResidualExampleSeed);
+  ASSERT_TRUE(config.ok() && mapping.ok() && gm.ok());
+  EXPECT_EQ(*RecordedEngine(**gm), std::nullopt);  // a float model records nothing
+  ASSERT_TRUE(PrepareModel(**gm, *mapping, *config).ok());
+  EXPECT_EQ(*RecordedEngine(**gm), QuantizedEngine::kQnnpack);
+  ASSERT_TRUE(CalibrateModel(**gm, samples).ok());
+  EXPECT_EQ(*RecordedEngine(**gm), QuantizedEngine::kQnnpack);
+  ASSERT_TRUE(CalibrateModel(**gm, samples, 0, QuantizedEngine::kOnednn).ok());
+  EXPECT_EQ(*RecordedEngine(**gm), QuantizedEngine::kOnednn);
+  ASSERT_TRUE(ConvertModel(**gm).ok());
+  ASSERT_TRUE(LowerModel(**gm).ok());
+  EXPECT_EQ(*RecordedEngine(**gm), QuantizedEngine::kOnednn);
 }
 
 TEST(StagesTest, ConvertAndCalibrateRefuseAModelThatIsNotPrepared) {

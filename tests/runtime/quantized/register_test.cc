@@ -4,15 +4,19 @@
 // an error naming the node.
 #include "runtime/quantized/register.h"
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "graph/check.h"
 #include "graph/graph_module.h"
+#include "graph/serialization.h"
 #include "runtime/float_kernels.h"
 #include "runtime/interpreter.h"
+#include "runtime/quantized_engine.h"
 #include "tests/runtime/quantized/golden_reader.h"
 
 namespace fuselage {
@@ -73,6 +77,81 @@ TEST(RegisterQuantizedKernelsTest, NativeConvModulesMatchPyTorch) {
     ASSERT_TRUE(out.ok()) << out.status();
     EXPECT_TRUE(SameQuantized((*out)[0].as_tensor(), c.tensor("y")));
   }
+}
+
+// The engine recorded in a model (runtime/quantized_engine.h) picks the arithmetic when
+// RunOptions names none; an explicit engine overrides it. On the qnnpack tie goldens the
+// recorded qnnpack engine gives PyTorch's qnnpack bytes, and onednn's differs from them
+// in exactly the outputs the generator counted.
+TEST(RegisterQuantizedKernelsTest, RecordedEngineIsTheDefaultAndAnExplicitOneOverridesIt) {
+  auto kernels = Kernels();
+  auto cases = ReadGoldenFile("tests/runtime/testdata/quantized/qnnpack_conv_ties.txt");
+  ASSERT_TRUE(cases.ok()) << cases.status();
+  ASSERT_FALSE(cases->empty());
+  for (const GoldenCase& c : *cases) {
+    SCOPED_TRACE(c.name);
+    auto make_model = [&c](std::optional<QuantizedEngine> recorded) {
+      auto gm = std::make_unique<GraphModule>();
+      const std::string type = c.number("relu") != 0 ? "nniq.ConvReLU2d" : "nnq.Conv2d";
+      FUSELAGE_CHECK(gm->SetModule("conv", ConvModule(type, c)).ok());
+      Node* x = *gm->graph().AddPlaceholder("x");
+      Node* conv = *gm->graph().AddCallModule("conv", {x});
+      FUSELAGE_CHECK(gm->graph().SetOutput(conv).ok());
+      if (recorded.has_value()) RecordEngine(*recorded, *gm);
+      return gm;
+    };
+    auto run = [&](const GraphModule& gm, std::optional<QuantizedEngine> engine) {
+      RunOptions options;
+      options.engine = engine;
+      auto out = fuselage::Run(gm, {Value(c.tensor("x"))}, *kernels, options);
+      FUSELAGE_CHECK(out.ok());
+      return (*out)[0].as_tensor();
+    };
+    auto count_differing = [](const Tensor& a, const Tensor& b) {
+      int64_t n = 0;
+      for (int64_t i = 0; i < a.numel(); ++i) n += quantized::IntAt(a, i) != quantized::IntAt(b, i);
+      return n;
+    };
+    const auto qnnpack_model = make_model(QuantizedEngine::kQnnpack);
+    // Saved and loaded: the record is part of the model file.
+    auto reloaded = ParseModel(SerializeModel(*qnnpack_model));
+    ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+    ASSERT_EQ(*RecordedEngine(**reloaded), QuantizedEngine::kQnnpack);
+    const Tensor by_record = run(**reloaded, std::nullopt);
+    EXPECT_TRUE(SameQuantized(by_record, c.tensor("y")));  // PyTorch's qnnpack engine
+    const Tensor explicit_onednn = run(**reloaded, QuantizedEngine::kOnednn);
+    EXPECT_EQ(count_differing(explicit_onednn, c.tensor("y")),
+              static_cast<int64_t>(c.number("onednn_differs")));
+    // Nothing recorded: onednn's arithmetic, as before the record existed.
+    const auto unrecorded = make_model(std::nullopt);
+    EXPECT_TRUE(SameQuantized(run(*unrecorded, std::nullopt), explicit_onednn));
+    EXPECT_TRUE(SameQuantized(run(*make_model(QuantizedEngine::kOnednn), std::nullopt),
+                              explicit_onednn));
+    EXPECT_TRUE(SameQuantized(run(*unrecorded, QuantizedEngine::kQnnpack), by_record));
+  }
+}
+
+TEST(RegisterQuantizedKernelsTest, MalformedEngineRecordIsAnErrorNamingTheAttribute) {
+  auto kernels = Kernels();
+  const GoldenCase c = FindCase("conv.txt", "basic");
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("conv", ConvModule("nnq.Conv2d", c)).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* conv = *gm.graph().AddCallModule("conv", {x});
+  ASSERT_TRUE(gm.graph().SetOutput(conv).ok());
+  gm.root().SetAttribute(kQuantizedEngineAttribute, Argument::String("fbgemm"));
+  auto out = fuselage::Run(gm, {Value(c.tensor("x"))}, *kernels);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(out.status().message());
+  EXPECT_NE(message.find("quantized_engine"), std::string::npos) << message;
+  EXPECT_NE(message.find("fbgemm"), std::string::npos) << message;
+  // An explicit engine does not read the record.
+  RunOptions options;
+  options.engine = QuantizedEngine::kOnednn;
+  auto explicit_run = fuselage::Run(gm, {Value(c.tensor("x"))}, *kernels, options);
+  ASSERT_TRUE(explicit_run.ok()) << explicit_run.status();
+  EXPECT_TRUE(SameQuantized((*explicit_run)[0].as_tensor(), c.tensor("y")));
 }
 
 TEST(RegisterQuantizedKernelsTest, TwoInputConvAddReLUModule) {
