@@ -156,6 +156,9 @@ class PatternMatcher {
   // By rule index: PatternMayBindANodeTwice(rule.pattern), so the scan checks difference
   // (e) only where a match can break it.
   std::vector<char> check_distinct_;
+  // By rule index: the pattern has a referenced op position or a relation predicate, so a
+  // match is checked whole (rules 3 and 10) before it is accepted.
+  std::vector<char> check_whole_;
 };
 
 }  // namespace fuselage

@@ -121,6 +121,11 @@ struct PositionPredicate {
   // subject of the same node ("in_channels" in `groups == in_channels`).
   Argument constant;
   std::string other_subject;
+  // A relation (`shape == @c.shape`): the right-hand subject is read off the node bound at
+  // the named op position `other_name` (position `other_position`, resolved when the
+  // pattern is built). Checked once the whole pattern is bound (matcher.h, rule 10).
+  std::string other_name;
+  int other_position = -1;
   std::string text;  // as written, normalized ("groups == in_channels"), for messages
 };
 
@@ -147,6 +152,20 @@ struct PatternPosition {
   std::vector<PositionPredicate> predicates;  // all must hold
   bool optional = false;                      // `?`: may be absent (see above)
   int builtin_kwargs = 0;  // the first allowed_kwargs come from the leaves themselves
+  // Named captures (`$x`, `Conv2d@c`; see the grammar above). `capture` is the name
+  // written here ("" if none). `same_as` >= 0: this is a later occurrence of a name and
+  // must bind the very node (or an equal constant) bound at position `same_as`, which
+  // precedes it in preorder; such a position is a wildcard (match_all) and claims nothing.
+  std::string capture;
+  int same_as = -1;
+  // True if a later position is `same_as` this op position: its node is read twice inside
+  // the match, so it may have more than one user, all inside the match (matcher.h rule 3).
+  bool referenced = false;
+  // A constant leaf (`3`, `None`, `'same'`): a wildcard that only matches an equal
+  // constant arg (1 == 1.0). Never an extra input by default.
+  std::optional<Argument> constant;
+  // True if some predicate of this position is a relation (`@name.subject`).
+  bool has_relations = false;
 
   bool Matches(OpRef op) const;
   // The leaf that accepts `op` ("ReLU6"), or the spelling if there is one leaf only.
