@@ -338,18 +338,10 @@ class PatternMatcher::Scan {
       // A referenced position's node is read by several positions; whether all its users
       // are inside the match is known only once the match is whole (CheckWholeMatch).
       if (node->num_users() != 1 && !p.referenced) {
-        return Fail(rule, pos, arg, node_arg_index, [&] {
-          // The user inside the match: the nearest enclosing position bound to a node
-          // (an absent optional parent is bound to None).
-          int up = p.parent;
-          while (up > 0 && !bindings_[up]->is_node()) up = rule.pattern.position(up).parent;
-          const Node* parent = bindings_[up]->as_node();
-          return absl::StrCat("inner node ", node->name(), " has a user outside the match (",
-                              OutsideUsersList(node, [parent](const Node* u) {
-                                return u == parent;
-                              }),
-                              "); its users: ", UsersList(node));
-        });
+        // Its one user inside the match is its parent: every other user is outside.
+        return Fail(rule, pos, arg, node_arg_index,
+                    [&] { return absl::StrCat(node->num_users(), " users (", UsersList(node),
+                                            "); inner nodes may have 1"); });
       }
       // No check for "already in another match" is needed here: an inner candidate has
       // one user, on the path to the current node; were it in an earlier match, that user

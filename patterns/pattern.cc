@@ -610,7 +610,7 @@ absl::StatusOr<PatternPosition> ResolvePatternLeaf(absl::string_view name) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown pattern leaf '", name, "': ", why,
         " (write a module type like Conv2d or nni.ConvReLU2d, a function like torch.add or "
-        "F.relu, method:NAME, or one of add, mul, relu, MatchAllNode)"));
+        "F.relu, method:NAME, or one of add, mul, relu, sigmoid, MatchAllNode)"));
   };
   // Explicit spellings.
   if (absl::StartsWith(name, "module:")) {
@@ -644,6 +644,11 @@ absl::StatusOr<PatternPosition> ResolvePatternLeaf(absl::string_view name) {
     return FunctionLeaf(name, {{OpKind::kCallFunction, "torch.relu"},
                                {OpKind::kCallFunction, "torch.nn.functional.relu"},
                                {OpKind::kCallMethod, "relu"}});
+  }
+  if (name == "sigmoid") {
+    return FunctionLeaf(name, {{OpKind::kCallFunction, "torch.sigmoid"},
+                               {OpKind::kCallFunction, "torch.nn.functional.sigmoid"},
+                               {OpKind::kCallMethod, "sigmoid"}});
   }
   // Qualified names.
   if (IsModuleNamespace(name)) {
