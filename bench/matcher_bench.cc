@@ -13,7 +13,14 @@
 //
 //   bazel run -c opt //bench:matcher_bench
 #include "bench/bench_common.h"
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
 #include "graph/module_binding.h"
+#include "patterns/fusion_rule.h"
+#include "patterns/matcher.h"
 
 namespace fuselage {
 namespace {
@@ -62,6 +69,43 @@ void BM_MatchOnednn(benchmark::State& state) {
   RunMatcher(state, BuiltinFusionMatcher("onednn"));
 }
 
+// The native rules plus issue 21's constructs: predicates, alternatives, an optional
+// position, named captures used twice (DAG patterns), a constant leaf and a relation.
+const PatternMatcher& NativePlusPatternLanguageV2Matcher() {
+  static const PatternMatcher* const matcher = [] {
+    std::vector<FusionRule> rules = BuiltinFusionMatcher("native").rules();
+    const std::pair<const char*, const char*> extra[] = {
+        {"v2_depthwise", "(ReLU | ReLU6, (BatchNorm2d, Conv2d[groups == in_channels, groups > 1]))"},
+        {"v2_conv_bn_act", "(ReLU | ReLU6 | Hardswish, (BatchNorm2d?, Conv2d[bias]))"},
+        {"v2_silu", "(mul, $x, (sigmoid | Sigmoid, $x))"},
+        {"v2_hardswish",
+         "(operator.truediv | method:div, (mul, $x, (F.relu6 | ReLU6, (add, $x, 3))), 6)"},
+        {"v2_conv_residual", "(add[users == 1], Conv2d@c, (ReLU, $c))"},
+        {"v2_same_shape", "(add[shape == @c.shape], (BatchNorm2d, Conv2d@c), MatchAllNode)"},
+    };
+    for (const auto& [name, pattern] : extra) {
+      absl::StatusOr<FusionRule> rule = MakeFusionRule(
+          name, pattern, PatternFormat::kComplex, "nn.SiLU", FuserKind::kWrapInSequence);
+      if (!rule.ok()) {
+        std::fprintf(stderr, "%s\n", rule.status().ToString().c_str());
+        std::abort();
+      }
+      rules.push_back(*std::move(rule));
+    }
+    absl::StatusOr<PatternMatcher> built = PatternMatcher::Create(std::move(rules));
+    if (!built.ok()) {
+      std::fprintf(stderr, "%s\n", built.status().ToString().c_str());
+      std::abort();
+    }
+    return new PatternMatcher(*std::move(built));
+  }();
+  return *matcher;
+}
+
+void BM_MatchNativePlusPatternLanguageV2(benchmark::State& state) {
+  RunMatcher(state, NativePlusPatternLanguageV2Matcher());
+}
+
 void BM_MatchNativePlus100(benchmark::State& state) {
   RunMatcher(state, NativePlusGeneratedMatcher(100));
 }
@@ -76,6 +120,10 @@ BENCHMARK(BM_MatchNativeAfterNodeEdit)
     ->Range(1000, 1000000)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MatchOnednn)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MatchNativePlusPatternLanguageV2)
+    ->RangeMultiplier(10)
+    ->Range(1000, 1000000)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MatchNativePlus100)
     ->RangeMultiplier(10)
     ->Range(1000, 1000000)

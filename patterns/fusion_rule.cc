@@ -7,6 +7,7 @@
 
 #include "absl/base/attributes.h"
 #include "absl/base/macros.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "graph/graph.h"
 #include "graph/status_macros.h"
@@ -159,11 +160,31 @@ absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type, ModuleParts parts,
   return owned;
 }
 
+// A torch.nn module type ("nn.SiLU"), not a fused (nni.) one.
+bool IsPlainModuleType(Symbol type) { return absl::StartsWith(type.name(), "nn."); }
+
 absl::StatusOr<std::unique_ptr<Module>> WrapInSequence(const GraphModule& gm,
                                                        const PatternMatch& match,
                                                        absl::Span<const MatchedOpNode> nodes,
                                                        PendingFusion* pending) {
   ModuleParts parts;
+  if (IsPlainModuleType(match.rule->fused_module_type)) {
+    // The fused type computes the whole match itself (x * sigmoid(x) -> nn.SiLU): no
+    // children. Refused where a part carries state the type has no place for.
+    for (const MatchedOpNode& entry : nodes) {
+      if (entry.node->op() != OpKind::kCallModule) continue;
+      ASSIGN_OR_RETURN(Module * module, ModuleOf(gm, entry));
+      if (!module->tensors().empty() || !module->attributes().empty() ||
+          !module->children().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "fusion rule '", match.rule->name, "': node '", entry.node->name(), "' calls ",
+            module->type().name(), " with parameters or attributes, which the fused type ",
+            match.rule->fused_module_type.name(), " (a plain nn module, no children) would "
+            "drop"));
+      }
+    }
+    return Wrap(match.rule->fused_module_type, std::move(parts), pending);
+  }
   for (const MatchedOpNode& entry : nodes) {
     ASSIGN_OR_RETURN(std::unique_ptr<Module> part,
                      PartModule(gm, entry, match.rule->name, pending));

@@ -69,7 +69,9 @@ enum class FuserKind {
   // modules of the matched op nodes in execution order: call_module nodes contribute a
   // copy of their module, functional/method relu a new nn.ReLU; binary ops (add, mul) are
   // implied by the fused type and add no child (PyTorch's ConvAdd2d keeps `add` as a plain
-  // function, not a submodule).
+  // function, not a submodule). A plain torch.nn fused type ("nn.SiLU" for
+  // `(mul, $x, (sigmoid, $x))`) computes the whole match itself and gets no children; a
+  // matched module with parameters or attributes is then refused (it would be dropped).
   kWrapInSequence,
   // Eval-mode fuse_conv_bn_eval: the BatchNorm node that consumes the root conv / linear
   // is folded into a copy of it (w' = w * gamma / sqrt(var + eps) per out-channel,

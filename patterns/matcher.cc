@@ -62,6 +62,28 @@ std::string ArgRepr(const Argument& arg) {
 
 }  // namespace
 
+// The users of `node` that are not `inside` the match, listed for a message.
+template <typename Inside>
+std::string OutsideUsersList(const Node* node, Inside&& inside) {
+  std::vector<std::string> names;
+  for (const Node* user : node->users()) {
+    if (inside(user)) continue;
+    if (names.size() == kMaxUsersListed) {
+      names.push_back("...");
+      break;
+    }
+    names.push_back(user->name());
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+bool PatternNeedsWholeMatchCheck(const Pattern& pattern) {
+  for (const PatternPosition& p : pattern.positions()) {
+    if (p.referenced || p.has_relations) return true;
+  }
+  return false;
+}
+
 bool PatternMayBindANodeTwice(const Pattern& pattern) {
   for (const PatternPosition& p : pattern.positions()) {
     if (p.args.size() >= 2) return true;
@@ -134,7 +156,8 @@ class PatternMatcher::Scan {
         }
         failure_set_ = false;
         if (MatchAt(rule, 0, node_arg_, -1) &&
-            (!matcher_.check_distinct_[it->rule] || CheckDistinct(rule))) {
+            (!matcher_.check_distinct_[it->rule] || CheckDistinct(rule)) &&
+            (!matcher_.check_whole_[it->rule] || CheckWholeMatch(rule))) {
           for (int p = 1; p < rule.pattern.size(); ++p) {
             // An absent optional position is bound to None: nothing to claim.
             if (!rule.pattern.position(p).match_all && bindings_[p]->is_node()) {
@@ -298,6 +321,18 @@ class PatternMatcher::Scan {
   bool MatchPresent(const FusionRule& rule, int pos, const Argument& arg, int node_arg_index) {
     const PatternPosition& p = rule.pattern.position(pos);
     if (p.match_all) {
+      if (p.constant.has_value() && (arg.ContainsNode() || !ConstantEquals(arg, *p.constant))) {
+        return Fail(rule, pos, arg, node_arg_index, [&] {
+          return absl::StrCat("is ", ArgRepr(arg), "; expected the constant ", p.spelling);
+        });
+      }
+      if (p.same_as >= 0 && !SameBinding(arg, *bindings_[p.same_as])) {
+        return Fail(rule, pos, arg, node_arg_index, [&] {
+          return absl::StrCat("is ", ArgRepr(arg), "; ", p.spelling, " must be the same as at ",
+                              rule.pattern.PathOf(p.same_as), " (",
+                              ArgRepr(*bindings_[p.same_as]), ")");
+        });
+      }
       bindings_[pos] = &arg;
       return true;
     }
@@ -308,7 +343,10 @@ class PatternMatcher::Scan {
     }
     Node* node = arg.as_node();
     if (pos != 0) {
-      if (node->num_users() != 1) {
+      // A referenced position's node is read by several positions; whether all its users
+      // are inside the match is known only once the match is whole (CheckWholeMatch).
+      if (node->num_users() != 1 && !p.referenced) {
+        // Its one user inside the match is its parent: every other user is outside.
         return Fail(rule, pos, arg, node_arg_index,
                     [&] { return absl::StrCat(node->num_users(), " users (", UsersList(node),
                                             "); inner nodes may have 1"); });
@@ -459,6 +497,7 @@ class PatternMatcher::Scan {
                        const Node* node) {
     const PatternPosition& p = rule.pattern.position(pos);
     for (const PositionPredicate& predicate : p.predicates) {
+      if (predicate.other_position >= 0) continue;  // a relation: CheckWholeMatch
       std::string missing;
       const std::optional<Argument> lhs = SubjectValue(node, predicate.subject, &missing);
       std::optional<Argument> rhs = predicate.constant;
@@ -478,6 +517,74 @@ class PatternMatcher::Scan {
         }
         return absl::StrCat("predicate '", predicate.text, "' is false (", saw, ")");
       });
+    }
+    return true;
+  }
+
+  // Two occurrences of one `$name`: the very same node, or equal constants (1 == 1.0).
+  static bool SameBinding(const Argument& a, const Argument& b) {
+    if (a.is_node() || b.is_node()) return a.is_node() && b.is_node() && a.as_node() == b.as_node();
+    if (a.ContainsNode() || b.ContainsNode()) return a == b;
+    return ValuesEqual(a, b);
+  }
+
+  // Rules 3 and 10 of the header, which need every position bound: each referenced inner
+  // node has no user outside the match, and each relation predicate holds.
+  bool CheckWholeMatch(const FusionRule& rule) {
+    const Pattern& pattern = rule.pattern;
+    op_nodes_.clear();
+    for (int p = 0; p < pattern.size(); ++p) {
+      if (!pattern.position(p).match_all && bindings_[p]->is_node()) {
+        op_nodes_.push_back(bindings_[p]->as_node());
+      }
+    }
+    const auto inside = [this](const Node* n) {
+      return std::find(op_nodes_.begin(), op_nodes_.end(), n) != op_nodes_.end();
+    };
+    for (int p = 1; p < pattern.size(); ++p) {
+      const PatternPosition& position = pattern.position(p);
+      if (!position.referenced || !bindings_[p]->is_node()) continue;
+      const Node* node = bindings_[p]->as_node();
+      for (const Node* user : node->users()) {
+        if (inside(user)) continue;
+        return Fail(rule, p, *bindings_[p], position.arg_index, [&] {
+          return absl::StrCat("inner node ", node->name(), " has a user outside the match (",
+                              OutsideUsersList(node, inside), "); its users: ",
+                              UsersList(node));
+        });
+      }
+    }
+    for (int p = 0; p < pattern.size(); ++p) {
+      const PatternPosition& position = pattern.position(p);
+      if (!position.has_relations || !bindings_[p]->is_node()) continue;
+      const Node* node = bindings_[p]->as_node();
+      for (const PositionPredicate& predicate : position.predicates) {
+        if (predicate.other_position < 0) continue;
+        const Argument& other_arg = *bindings_[predicate.other_position];
+        std::string missing;
+        std::optional<Argument> lhs = SubjectValue(node, predicate.subject, &missing);
+        std::optional<Argument> rhs;
+        if (lhs.has_value()) {
+          if (other_arg.is_node()) {
+            rhs = SubjectValue(other_arg.as_node(), predicate.other_subject, &missing);
+          } else {
+            missing = absl::StrCat("@", predicate.other_name, " is not bound to a node");
+          }
+        }
+        if (!lhs.has_value() || !rhs.has_value()) {
+          return Fail(rule, p, *bindings_[p], position.arg_index, [&] {
+            return absl::StrCat("predicate '", predicate.text, "' cannot be checked: ",
+                                missing);
+          });
+        }
+        if (Holds(predicate.op, *lhs, *rhs)) continue;
+        return Fail(rule, p, *bindings_[p], position.arg_index, [&] {
+          return absl::StrCat("predicate '", predicate.text, "' is false (", predicate.subject,
+                              " = ", lhs->ToString(), ", @", predicate.other_name, ".",
+                              predicate.other_subject, " = ", rhs->ToString(), " on ",
+                              other_arg.as_node()->name(), ")");
+        });
+      }
     }
     return true;
   }
@@ -522,6 +629,8 @@ class PatternMatcher::Scan {
       }
     }
     for (int p = 0; p < pattern.size(); ++p) {
+      // A repeated `$name` binds what its first occurrence binds, by design.
+      if (pattern.position(p).same_as >= 0) continue;
       if (!pattern.position(p).match_all || !bindings_[p]->ContainsNode()) continue;
       const Node* reused = nullptr;
       bindings_[p]->ForEachNode([&](const Node* n) {
@@ -565,6 +674,7 @@ absl::StatusOr<PatternMatcher> PatternMatcher::Create(std::vector<FusionRule> ru
   matcher.rules_ = std::move(rules);
   for (const FusionRule& rule : matcher.rules_) {
     matcher.check_distinct_.push_back(PatternMayBindANodeTwice(rule.pattern) ? 1 : 0);
+    matcher.check_whole_.push_back(PatternNeedsWholeMatchCheck(rule.pattern) ? 1 : 0);
   }
   // Trial order: higher benefit first, then longest first, then registration order.
   std::vector<int> order(matcher.rules_.size());
@@ -612,8 +722,9 @@ PatternMatcher::Candidate PatternMatcher::MakeCandidate(const std::vector<Fusion
   c.num_args = static_cast<int16_t>(outermost.args.size());  // <= Pattern::kMaxPositions
   const PatternPosition& first = pattern.position(outermost.args[0]);
   if (first.match_all) return c;
-  // An optional first arg may be absent, so its op proves nothing: only the count is checked.
-  if (first.optional) return c;
+  // An optional first arg may be absent, so its op proves nothing; a referenced one may have
+  // several users: only the count is checked.
+  if (first.optional || first.referenced) return c;
   c.num_alternatives = static_cast<int16_t>(first.alternatives.size());
   for (int i = 0; i < c.num_alternatives && i < Candidate::kInlineAlternatives; ++i) {
     c.alternatives[i] = first.alternatives[i];

@@ -10,9 +10,15 @@
 //     `benefit`) comes before length: higher benefit is tried first. Benefit orders rules
 //     at one node only: a match found earlier in the scan (nearer the output) still
 //     claims its nodes before a higher-benefit rule starting at a later node is tried.
-//  3. A node belongs to at most one match. Inner nodes of a match (every op position but
-//     the outermost) must have exactly one user — so they are never graph outputs and
-//     never read outside the match. The outermost node may have any number of users.
+//  3. A node belongs to at most one match. **Users outside the match:** an inner node of a
+//     match (every op position but the outermost) may have no user outside the match — so
+//     it is never a graph output and never read by a node the fusion keeps; otherwise the
+//     match fails and Explain names the node and its users. An inner node read by one
+//     position must have exactly one user (its parent); a named op position read again by
+//     `$name` (pattern.h) may have several, all op nodes of the match (checked once the
+//     match is whole). `mul(x, sigmoid(x))` with the sigmoid also read by another node does
+//     not match. The outermost node may have any number of users. Wildcards (MatchAllNode,
+//     `$x`) are not claimed and may have any users.
 //  4. An op position with pattern args requires the node to have exactly that many
 //     positional args, each matching recursively; one without pattern args does not look
 //     at the node's args.
@@ -34,6 +40,12 @@
 //     one's: " (also tried absent: is call_module nn.MaxPool2d; expected Conv2d)", with
 //     the absent attempt's edge first when it failed on another edge. An absent position
 //     claims nothing.
+// 10. (issue 21) A named capture's later occurrence `$name` must bind what its first
+//     occurrence bound: the same node, or an equal constant; a constant leaf (`3`) only an
+//     equal constant. Relations (`shape == @c.shape`) are checked after the whole pattern
+//     matched, the first false one failing the match with the values it saw.
+// 11. Multi-output patterns (several results of a match used outside it) are not supported
+//     yet: only the outermost node may be read outside the match (rule 3).
 //
 // Where fuselage deliberately differs from PyTorch 1.13 (each a bug there):
 //  a. Keyword args are not ignored: a node matches an op position only if the position
@@ -161,6 +173,9 @@ class PatternMatcher {
   // By rule index: PatternMayBindANodeTwice(rule.pattern), so the scan checks difference
   // (e) only where a match can break it.
   std::vector<char> check_distinct_;
+  // By rule index: the pattern has a referenced op position or a relation predicate, so a
+  // match is checked whole (rules 3 and 10) before it is accepted.
+  std::vector<char> check_whole_;
 };
 
 }  // namespace fuselage

@@ -109,8 +109,16 @@ struct TextTree {
   std::vector<AllowedKwarg> kwargs;
   std::vector<PositionPredicate> predicates;
   bool optional = false;
+  std::string capture;              // `@name` after an op position
+  std::string reference;            // `$name` leaf
+  std::optional<Argument> constant;  // a constant leaf (`3`, None, 'same')
   std::vector<TextTree> items;
 };
+
+// A capture name: an identifier without dots.
+bool IsCaptureName(absl::string_view name) {
+  return IsIdentifier(name) && !absl::StrContains(name, '.');
+}
 
 class PatternParser {
  public:
@@ -181,6 +189,16 @@ class PatternParser {
       if (tree.items.empty()) return Error("empty tuple");
       return tree;
     }
+    if (Consume('$')) {
+      const absl::string_view name = Word();
+      if (!IsCaptureName(name)) return Error("expected a capture name after '$'");
+      tree.reference = std::string(name);
+      return tree;
+    }
+    if (StartsConstantLeaf()) {
+      ASSIGN_OR_RETURN(tree.constant, ParseConstant(0));
+      return tree;
+    }
     while (true) {
       const absl::string_view name = Word();
       if (name.empty()) return Error("expected a leaf name or '('");
@@ -210,8 +228,27 @@ class PatternParser {
         if (tree.predicates.size() > kMaxLeaves) return Error("too many predicates");
       }
     }
+    // `@name` names the op position; accepted before or after `?`.
     tree.optional = Consume('?');
+    if (Consume('@')) {
+      const absl::string_view name = Word();
+      if (!IsCaptureName(name)) return Error("expected a capture name after '@'");
+      tree.capture = std::string(name);
+      if (!tree.optional) tree.optional = Consume('?');
+    }
     return tree;
+  }
+
+  // True if the next token is a constant written as a pattern arg: a number, None, True,
+  // False or a quoted string. (Dtypes and tuples are not: they read as leaves / subtrees.)
+  bool StartsConstantLeaf() {
+    SkipSpace();
+    if (pos_ < text_.size() && (text_[pos_] == '\'' || text_[pos_] == '"')) return true;
+    const size_t start = pos_;
+    const absl::string_view word = Word();
+    pos_ = start;
+    double d;
+    return word == "None" || word == "True" || word == "False" || absl::SimpleAtod(word, &d);
   }
 
   // subject | subject cmp (constant | subject)
@@ -252,6 +289,19 @@ class PatternParser {
     }
     SkipSpace();
     const size_t rhs = pos_;
+    if (Consume('@')) {  // a relation: `@name.subject`
+      const absl::string_view word = Word();
+      const size_t dot = word.find('.');
+      if (dot == absl::string_view::npos || !IsCaptureName(word.substr(0, dot)) ||
+          !IsKnownPredicateSubject(word.substr(dot + 1))) {
+        pos_ = rhs;
+        return Error("expected '@name.subject' (a named op position and a predicate subject)");
+      }
+      predicate.other_name = std::string(word.substr(0, dot));
+      predicate.other_subject = std::string(word.substr(dot + 1));
+      predicate.text = absl::StrCat(predicate.subject, " ", op_text, " @", word);
+      return predicate;
+    }
     const absl::string_view word = Word();
     if (IsKnownPredicateSubject(word)) {
       predicate.other_subject = std::string(word);
@@ -382,6 +432,7 @@ std::string SuffixToString(const PatternPosition& p) {
     absl::StrAppend(&out, "[", absl::StrJoin(parts, ", "), "]");
   }
   if (p.optional) out += "?";
+  if (!p.capture.empty() && !p.match_all) absl::StrAppend(&out, "@", p.capture);
   return out;
 }
 
@@ -389,6 +440,18 @@ std::string SuffixToString(const PatternPosition& p) {
 // alternatives united, each remembering its leaf; commutative only if every leaf is.
 absl::StatusOr<PatternPosition> ResolvePosition(const TextTree& tree, absl::string_view text) {
   PatternPosition position;
+  if (!tree.reference.empty()) {
+    position.match_all = true;
+    position.capture = tree.reference;
+    position.spelling = absl::StrCat("$", tree.reference);
+    return position;
+  }
+  if (tree.constant.has_value()) {
+    position.match_all = true;
+    position.constant = tree.constant;
+    position.spelling = ConstantText(*tree.constant);
+    return position;
+  }
   if (tree.names.size() == 1) {
     ASSIGN_OR_RETURN(position, ResolvePatternLeaf(tree.names[0]));
     position.leaves = {tree.names[0]};
@@ -423,12 +486,76 @@ absl::StatusOr<PatternPosition> ResolvePosition(const TextTree& tree, absl::stri
   for (const AllowedKwarg& kw : tree.kwargs) position.allowed_kwargs.push_back(kw);
   position.predicates = tree.predicates;
   position.optional = tree.optional;
+  position.capture = tree.capture;
   if (position.match_all && (!tree.predicates.empty() || tree.optional)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "pattern '", text, "': MatchAllNode takes no predicates and cannot be optional, at "
         "offset ", tree.offset));
   }
   return position;
+}
+
+// Links the named captures of `preorder` (see the grammar in pattern.h): the first
+// occurrence of a name binds it, later `$name` occurrences are `same_as` it, and each
+// relation predicate (`@name.subject`) gets the position of its named op position.
+absl::Status ResolveCaptures(std::vector<PatternPosition>& preorder) {
+  std::vector<std::pair<std::string, int>> first;  // name -> first position; few names
+  const auto find = [&first](absl::string_view name) {
+    for (const auto& [n, pos] : first) {
+      if (n == name) return pos;
+    }
+    return -1;
+  };
+  for (PatternPosition& p : preorder) {
+    p.same_as = -1;
+    p.referenced = false;
+    p.has_relations = false;
+  }
+  for (int i = 0; i < static_cast<int>(preorder.size()); ++i) {
+    PatternPosition& p = preorder[i];
+    if (p.capture.empty()) continue;
+    if (p.constant.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pattern position ", i, ": a constant cannot be named ('", p.capture, "')"));
+    }
+    if (!p.match_all && p.optional) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pattern position ", i, " ('", p.spelling, "@", p.capture,
+          "'): an optional position cannot be named (when absent there is no node to refer "
+          "to)"));
+    }
+    const int earlier = find(p.capture);
+    if (earlier < 0) {
+      first.emplace_back(p.capture, i);
+      continue;
+    }
+    if (!p.match_all) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pattern position ", i, " ('", p.spelling, "@", p.capture, "'): the name '",
+          p.capture, "' is already used at position ", earlier, " ('",
+          preorder[earlier].spelling, "'); name an op position once, before (in preorder) "
+          "every $", p.capture, " that refers to it"));
+    }
+    p.same_as = earlier;
+    if (!preorder[earlier].match_all) preorder[earlier].referenced = true;
+  }
+  for (int i = 0; i < static_cast<int>(preorder.size()); ++i) {
+    PatternPosition& p = preorder[i];
+    for (PositionPredicate& predicate : p.predicates) {
+      predicate.other_position = -1;
+      if (predicate.other_name.empty()) continue;
+      const int other = find(predicate.other_name);
+      if (other < 0 || preorder[other].match_all) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pattern position ", i, " ('", p.spelling, "'): predicate '", predicate.text,
+            "' names '@", predicate.other_name, "', which is not a named op position (write "
+            "e.g. Conv2d@", predicate.other_name, ")"));
+      }
+      predicate.other_position = other;
+      p.has_relations = true;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -483,7 +610,7 @@ absl::StatusOr<PatternPosition> ResolvePatternLeaf(absl::string_view name) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown pattern leaf '", name, "': ", why,
         " (write a module type like Conv2d or nni.ConvReLU2d, a function like torch.add or "
-        "F.relu, method:NAME, or one of add, mul, relu, MatchAllNode)"));
+        "F.relu, method:NAME, or one of add, mul, relu, sigmoid, MatchAllNode)"));
   };
   // Explicit spellings.
   if (absl::StartsWith(name, "module:")) {
@@ -517,6 +644,11 @@ absl::StatusOr<PatternPosition> ResolvePatternLeaf(absl::string_view name) {
     return FunctionLeaf(name, {{OpKind::kCallFunction, "torch.relu"},
                                {OpKind::kCallFunction, "torch.nn.functional.relu"},
                                {OpKind::kCallMethod, "relu"}});
+  }
+  if (name == "sigmoid") {
+    return FunctionLeaf(name, {{OpKind::kCallFunction, "torch.sigmoid"},
+                               {OpKind::kCallFunction, "torch.nn.functional.sigmoid"},
+                               {OpKind::kCallMethod, "sigmoid"}});
   }
   // Qualified names.
   if (IsModuleNamespace(name)) {
@@ -641,6 +773,7 @@ absl::StatusOr<Pattern> Pattern::FromPositions(std::vector<PatternPosition> preo
     return absl::InvalidArgumentError(absl::StrCat(
         "pattern positions ", next, ".. are not reachable from the outermost op"));
   }
+  RETURN_IF_ERROR(ResolveCaptures(preorder));
   Pattern pattern;
   for (const PatternPosition& p : preorder) {
     pattern.has_alternatives_ |= p.leaves.size() > 1;
@@ -691,7 +824,12 @@ void Pattern::ComputeDefaults() {
     // The root's own args are the fused node's leading args, not extras.
     const size_t first = (it == chain.rbegin()) ? args.size() : 1;
     for (size_t a = first; a < args.size(); ++a) {
-      if (positions_[args[a]].match_all) default_extras_.push_back(args[a]);
+      const PatternPosition& arg = positions_[args[a]];
+      // A constant is part of the pattern and a repeated `$name` the same input again:
+      // neither is a separate input of the fused node.
+      if (arg.match_all && !arg.constant.has_value() && arg.same_as < 0) {
+        default_extras_.push_back(args[a]);
+      }
     }
   }
 }

@@ -14,12 +14,13 @@
 // and extra inputs (see fusion_rule.h).
 //
 // Text syntax (both formats share it):
-//   pattern    := position | '(' pattern (',' pattern)* ','? ')'
-//   position   := leaf ('|' leaf)* kwargs? predicates? '?'?
+//   pattern    := position | '$' name | constant | '(' pattern (',' pattern)* ','? ')'
+//   position   := leaf ('|' leaf)* kwargs? predicates? '?'? ('@' name)?
 //   leaf       := name                                      (see the leaf names below)
 //   kwargs     := '{' (key ('=' constant)?) (',' ...)* '}'   e.g. add{alpha=1}, relu{inplace}
 //   predicates := '[' predicate (',' predicate)* ']'         all must hold
-//   predicate  := subject | subject cmp (constant | subject)  cmp: == != < <= > >=
+//   predicate  := subject | subject cmp (constant | subject | '@' name '.' subject)
+//                                                           cmp: == != < <= > >=
 //   constant   := None | True | False | number | 'string' | dtype | '(' constant, ... ')'
 //
 // Alternatives: `ReLU | ReLU6 | Hardswish` matches a node any of the leaves matches (their
@@ -50,6 +51,26 @@
 //   (torch.cat{dim}[kwarg.dim == 1], MatchAllNode)     a kwarg must also be allowed: {dim}
 //   (torch.flatten[arg1 == 1], MatchAllNode)
 //
+// Named captures (DAG patterns; issue 21 item 3). `$name` as an arg is a wildcard (like
+// MatchAllNode: anything, not claimed) bound to `name`; `Op@name` names an op position.
+// Every later `$name` must bind the very node (or an equal constant) the first occurrence
+// bound, in preorder; a `$name` naming an op position must come after it in preorder.
+// An op position is named at most once, and an optional one cannot be named.
+//   (mul, $x, (sigmoid | Sigmoid, $x))                     SiLU written as x * sigmoid(x)
+//   (operator.truediv, (mul, $x, (F.relu6 | ReLU6, (add, $x, 3))), 6)   hardswish written out
+//   (add, Conv2d@c, (ReLU, $c))                            the conv read twice in the match
+// A later `$name` is not an extra input of its own (the fused node reads each distinct
+// input once); the first `$name` is, like MatchAllNode. A named op position may have
+// several users, all inside the match (matcher.h rule 3).
+//
+// Constant leaves: a number, None, True, False or a quoted string as an arg (`3`, `6.0`)
+// matches only an equal constant arg (1 == 1.0), never a node; it is never an extra input.
+//
+// Relations: a predicate's right-hand side `@name.subject` reads the subject off the node
+// bound at the op position named `name` (written anywhere in the pattern), e.g.
+// `(add[shape == @c.shape], (BatchNorm2d, Conv2d@c), MatchAllNode)`: the add has the conv's
+// shape. Relations are checked once the whole pattern is bound (matcher.h rule 10).
+//
 // Optional positions: `BatchNorm2d?` may be absent. It must have exactly one pattern arg
 // and not be the outermost op; when absent, its arg 0 takes its place (the node there is
 // read from the same edge), and its binding is None. The matcher tries present first,
@@ -68,6 +89,8 @@
 //                                commutative: a binary node matches with its args swapped
 //   relu                         call_function torch.relu / torch.nn.functional.relu and
 //                                call_method relu (kwarg inplace allowed)
+//   sigmoid                      call_function torch.sigmoid / torch.nn.functional.sigmoid
+//                                and call_method sigmoid (nn.Sigmoid is `Sigmoid`)
 //   F.x, torch.nn.functional.x   exactly call_function torch.nn.functional.x
 //   torch.x, operator.x          exactly that call_function (torch.add / operator.add keep
 //                                their commutativity and built-in kwarg allowances)
@@ -121,6 +144,11 @@ struct PositionPredicate {
   // subject of the same node ("in_channels" in `groups == in_channels`).
   Argument constant;
   std::string other_subject;
+  // A relation (`shape == @c.shape`): the right-hand subject is read off the node bound at
+  // the named op position `other_name` (position `other_position`, resolved when the
+  // pattern is built). Checked once the whole pattern is bound (matcher.h, rule 10).
+  std::string other_name;
+  int other_position = -1;
   std::string text;  // as written, normalized ("groups == in_channels"), for messages
 };
 
@@ -147,6 +175,20 @@ struct PatternPosition {
   std::vector<PositionPredicate> predicates;  // all must hold
   bool optional = false;                      // `?`: may be absent (see above)
   int builtin_kwargs = 0;  // the first allowed_kwargs come from the leaves themselves
+  // Named captures (`$x`, `Conv2d@c`; see the grammar above). `capture` is the name
+  // written here ("" if none). `same_as` >= 0: this is a later occurrence of a name and
+  // must bind the very node (or an equal constant) bound at position `same_as`, which
+  // precedes it in preorder; such a position is a wildcard (match_all) and claims nothing.
+  std::string capture;
+  int same_as = -1;
+  // True if a later position is `same_as` this op position: its node is read twice inside
+  // the match, so it may have more than one user, all inside the match (matcher.h rule 3).
+  bool referenced = false;
+  // A constant leaf (`3`, `None`, `'same'`): a wildcard that only matches an equal
+  // constant arg (1 == 1.0). Never an extra input by default.
+  std::optional<Argument> constant;
+  // True if some predicate of this position is a relation (`@name.subject`).
+  bool has_relations = false;
 
   bool Matches(OpRef op) const;
   // The leaf that accepts `op` ("ReLU6"), or the spelling if there is one leaf only.
