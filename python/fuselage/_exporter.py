@@ -15,7 +15,9 @@ Cost: one pass over the nodes and one over the modules; per-node work does not d
 the size of the graph (name lookups are cached per distinct target).
 """
 
+import builtins
 import copy
+import operator
 import os
 import stat
 import tempfile
@@ -34,6 +36,7 @@ from fuselage.errors import ExportError
 _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
 _UNUSED = object()  # a container's child that the traced tree lacks
 MODULE_PATH_META = "module_path"  # graph/NAMING.md
+INPUT_FIELD_META = "input_field"  # [structured input's name, key] of a flattened input
 
 
 class _Tracer(torch.fx.Tracer):
@@ -104,6 +107,79 @@ def _shape_meta(gm, example_inputs):
     return meta
 
 
+def _is_named_tuple(value):
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def _field_key(example, access):
+    """The key (a dict key or a named tuple's field name) that the node `access` reads
+    from the structured input `example`, or None if `access` is not a plain field read."""
+    if len(access.args) != 2 or access.kwargs:
+        return None
+    key = access.args[1]
+    if isinstance(example, dict) and access.target is operator.getitem:
+        return key if isinstance(key, str) and key in example else None
+    if _is_named_tuple(example):
+        fields = type(example)._fields
+        if access.target is builtins.getattr and key in fields:
+            return key
+        if (access.target is operator.getitem and isinstance(key, int)
+                and not isinstance(key, bool) and -len(fields) <= key < len(fields)):
+            return fields[key]
+    return None
+
+
+def _flatten_structured_inputs(graph, example_inputs):
+    """(graph, {input node: [(key, reading node)]}) for the inputs that example_inputs
+    give as a dict (str keys) or a named tuple: the C++ side runs tensors, so each field
+    the model reads becomes an input of its own, in the example's key order (the order
+    `fuselage run` takes them in); fields never read are left out. Where one field is read
+    by several nodes, the returned graph is a copy in which the first read stands for all.
+    An input used other than by reading fields is refused, naming the node."""
+    if example_inputs is None or isinstance(example_inputs, torch.Tensor):
+        return graph, {}
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    structured = [(n, ex) for n, ex in zip(placeholders, example_inputs)
+                  if isinstance(ex, dict) or _is_named_tuple(ex)]
+    if not structured:
+        return graph, {}
+    reads = {}
+    for node, example in structured:
+        by_key = {}
+        for user in node.users:
+            key = _field_key(example, user)
+            if key is None:
+                raise ExportError(
+                    f"node '{user.name}': input '{node.name}' is a "
+                    f"{'dict' if isinstance(example, dict) else 'named tuple'}, which "
+                    f"fuselage takes apart into one input per field; expected only reads of "
+                    f"its fields (x['key'], x.field, x[0]), got {user.op} {user.target}")
+            by_key.setdefault(key, []).append(user)
+        reads[node.name] = by_key
+    if any(len(users) > 1 for by_key in reads.values() for users in by_key.values()):
+        copied = torch.fx.Graph()
+        output = copied.output(copied.graph_copy(graph, {}))  # graph_copy leaves it out
+        output.meta = copy.copy(next(n for n in reversed(graph.nodes) if n.op == "output").meta)
+        graph = copied
+    fields = {}
+    nodes = {n.name: n for n in graph.nodes}
+    for node, example in structured:
+        order = list(example.keys()) if isinstance(example, dict) else list(type(example)._fields)
+        entries = []
+        for key in order:
+            readers = reads[node.name].get(key)
+            if not readers:
+                continue
+            first = nodes[readers[0].name]
+            for other in readers[1:]:
+                duplicate = nodes[other.name]
+                duplicate.replace_all_uses_with(first)
+                graph.erase_node(duplicate)
+            entries.append((key, first))
+        fields[nodes[node.name]] = entries
+    return graph, fields
+
+
 # The torch containers whose class survives export: torch.fx's GraphModule replaces every
 # module it only passes through with a plain nn.Module (fx's _copy_attr), so the traced
 # tree alone would give `m.layer1[0]` back as a plain module without indexing.
@@ -142,10 +218,38 @@ class _Exporter:
         model.producer = f"fuselage.export (torch {torch.__version__})"
         self._write_module(self.gm, "", _names.ROOT_TYPE, model.root, 0, self.source)
         shapes = _shape_meta(self.gm, example_inputs)
+        graph, fields = _flatten_structured_inputs(self.gm.graph, example_inputs)
+        flattened = {access for accesses in fields.values() for _, access in accesses}
         nodes = model.graph.nodes
-        for node in self.gm.graph.nodes:
+        for node in graph.nodes:
+            if node in flattened:
+                continue  # written as an input where its dict / named tuple was
+            if node in fields:
+                for key, access in fields[node]:
+                    self._write_input_field(node, key, access, nodes.add(),
+                                            shapes.get(access.name))
+                continue
             self._write_node(node, nodes.add(), shapes.get(node.name))
         return model
+
+    def _write_input_field(self, structured, key, access, out, shape):
+        """One field of a dict / named-tuple input, written as an input (placeholder) of
+        its own, named after the node that read it so its users need no change."""
+        out.name = access.name
+        out.op = self.pb.PLACEHOLDER
+        out.target = access.name
+        entry = out.meta.add()
+        entry.name = INPUT_FIELD_META
+        write_arg(entry.value, [structured.name, key], f"node '{access.name}' meta")
+        if shape is not None:
+            dims, dtype = shape
+            entry = out.meta.add()
+            entry.name = "shape"
+            write_arg(entry.value, dims, f"node '{access.name}' meta")
+            if _names.dtype_to_proto(dtype) is not None:
+                entry = out.meta.add()
+                entry.name = "dtype"
+                write_arg(entry.value, dtype, f"node '{access.name}' meta")
 
     def _write_module(self, module, path, type_name, out, depth, source=None):
         where = f"module '{path}'" if path else "root module"
@@ -414,7 +518,9 @@ def export(module, example_inputs, path):
 
     example_inputs (a tensor or a tuple of them, or None) run a copy of the module to
     record each node's output shape and dtype as node meta `shape` / `dtype`; the module
-    itself is not run or changed. Raises ExportError, naming the node or module, for what
+    itself is not run or changed. An example input that is a dict (str keys) or a named
+    tuple makes that input one input per field the model reads, in the example's key
+    order (node meta `input_field` = [input name, key]; `fuselage run` takes them so). Raises ExportError, naming the node or module, for what
     the file cannot express, and for a file that cannot be written (a missing folder, a
     full disk); no file is written then, and an existing one keeps its contents.
     """
