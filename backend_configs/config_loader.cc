@@ -284,6 +284,18 @@ absl::StatusOr<BackendConfig> ParseBackendConfigText(absl::string_view text,
                        ": ", status.message()));
     }
   }
+  // Declared fused module types and lowering rules (issue 21 item 4) are not implemented:
+  // refuse them by name rather than load a config that silently lacks them.
+  if (file.fused_module_type_size() > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        source, ": fused_module_type[0] ", Excerpt(file.fused_module_type(0).name()),
+        ": declaring fused module types in a config is not supported yet"));
+  }
+  if (file.lowering_rule_size() > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        source, ": lowering_rule[0] ", Excerpt(file.lowering_rule(0).name()),
+        ": declaring lowering rules in a config is not supported yet"));
+  }
   BackendConfig config;
   if (!file.base().empty()) {
     absl::StatusOr<BackendConfig> base = GetBackendConfig(file.base());

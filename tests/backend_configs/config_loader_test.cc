@@ -503,5 +503,24 @@ TEST(ConfigLoader, TensorArgsObservationInputOutputObservedFixedQParams) {
                 {"'bad'", "fixed_output_qparams"});
 }
 
+// Issue 21 item 4 is declared in the proto but not implemented: a file that declares a
+// fused module type or a lowering rule is refused by name, never loaded without them.
+TEST(ConfigLoader, DeclaredTypesAndLoweringRulesAreRefusedNotIgnored) {
+  absl::StatusOr<BackendConfig> typed = ParseBackendConfigText(
+      "fused_module_type { name: \"user.ConvBnAddReLU2d\" child: \"nn.Conv2d\" }\n",
+      "t.textproto");
+  ASSERT_FALSE(typed.ok());
+  EXPECT_EQ(typed.status().code(), absl::StatusCode::kUnimplemented) << typed.status();
+  EXPECT_TRUE(absl::StrContains(typed.status().message(),
+                                "t.textproto: fused_module_type[0] \"user.ConvBnAddReLU2d\""))
+      << typed.status();
+  absl::StatusOr<BackendConfig> lowered = ParseBackendConfigText(
+      "lowering_rule { name: \"mine\" reference_module: \"user.X\" }\n", "t.textproto");
+  ASSERT_FALSE(lowered.ok());
+  EXPECT_EQ(lowered.status().code(), absl::StatusCode::kUnimplemented) << lowered.status();
+  EXPECT_TRUE(absl::StrContains(lowered.status().message(), "lowering_rule[0] \"mine\""))
+      << lowered.status();
+}
+
 }  // namespace
 }  // namespace fuselage
