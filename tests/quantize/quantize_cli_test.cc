@@ -198,9 +198,9 @@ TEST(QuantizeCliTest, SizesPastTheTensorLimitAreRefusedBeforeAllocating) {
 
   const std::string recorded = EditedModel(
       "recorded_shape.textproto",
-      "          items { int_value: 1 }\n          items { int_value: 4 }\n"
-      "          items { int_value: 8 }\n          items { int_value: 8 }\n",
-      "          items { int_value: 2147483648 }\n");
+      "          items {\n            int_value: 1\n          }\n          items {\n            int_value: 4\n          }\n"
+      "          items {\n            int_value: 8\n          }\n          items {\n            int_value: 8\n          }\n",
+      "          items {\n            int_value: 2147483648\n          }\n");
   r = RunFuselage({"quantize", recorded, "--backend=qnnpack", "-o", q});
   EXPECT_EQ(r.code, kExitFailure);
   EXPECT_EQ(r.err, "fuselage: calibrate: placeholder 'x': shape [2147483648] has more than "

@@ -36,8 +36,8 @@ TEST(QuantizeFlagsCliTest, MissingShapeNamesInputShapeFlag) {
   std::string text = FileContents(kModel);
   const std::string meta =
       "    meta {\n      name: \"shape\"\n      value {\n        list {\n"
-      "          items { int_value: 1 }\n          items { int_value: 4 }\n"
-      "          items { int_value: 8 }\n          items { int_value: 8 }\n"
+      "          items {\n            int_value: 1\n          }\n          items {\n            int_value: 4\n          }\n"
+      "          items {\n            int_value: 8\n          }\n          items {\n            int_value: 8\n          }\n"
       "        }\n      }\n    }\n";
   ASSERT_TRUE(absl::StrContains(text, meta));
   const std::string shapeless = TempPath("shapeless.textproto");
