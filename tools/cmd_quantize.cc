@@ -8,7 +8,9 @@
 //   --config file (whose base must then be NAME). Calibration reads the comma-separated
 //   .npy files of --calibration (with k placeholders, k files per sample), or else runs
 //   --samples (default 8) seeded random inputs, uniform in [-1, 1), shaped by the
-//   placeholders' meta "shape" or by --input-shape (e.g. 1,3,224,224; every placeholder).
+//   placeholders' meta "shape" or by --input-shape: DIMS for every placeholder (e.g.
+//   1,3,224,224) or NAME:DIMS;NAME:DIMS per input (e.g. x:1,3,8,8;y:1,4). --samples,
+//   --seed and --input-shape are refused with --calibration (its files give the samples).
 //   --threads is calibration's thread count (default: OpenMP's, every core or
 //   OMP_NUM_THREADS). --reference stops after convert-to-reference. Prints every stage's report, including
 //   the ops kept float and why, and the patterns left unlowered and why.
@@ -61,7 +63,7 @@ Command QuantizeCommand() {
   command.usage =
       "quantize MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE] "
       "[--calibration=X.npy,...] "
-      "[--samples=N] [--seed=N] [--input-shape=DIMS] [--threads=N] [--reference] -o OUT";
+      "[--samples=N] [--seed=N] [--input-shape=DIMS|NAME:DIMS;...] [--threads=N] [--reference] -o OUT";
   command.summary = "fuse, prepare, calibrate, convert and lower a float model";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
@@ -86,7 +88,15 @@ Command QuantizeCommand() {
     ASSIGN_OR_RETURN(QuantizeFlowReport report,
                      RunQuantizeFlow(*gm, config, mapping, samples, options));
     RETURN_IF_ERROR(stage.Save(context, *gm));
-    context.out << report.ToString();
+    if (options.stop_at_reference) {
+      // The flow never ran lowering: its empty report would read "0 pattern(s) lowered".
+      context.out << "fuse: " << report.fused << " matches fused\n"
+                  << report.prepare.ToString() << report.calibration.ToString()
+                  << report.convert.ToString()
+                  << "lower-to-native: skipped (--reference keeps the reference model)\n";
+    } else {
+      context.out << report.ToString();
+    }
     context.out << "quantized with backend " << config.name() << ": " << nodes_before << " -> "
                 << gm->graph().size() << " nodes; wrote "
                 << (options.stop_at_reference ? "the reference model " : "") << stage.output()

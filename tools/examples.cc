@@ -79,6 +79,8 @@ absl::StatusOr<std::unique_ptr<GraphModule>> BuildResidualExample(uint32_t seed)
 
   Graph& g = gm->graph();
   ASSIGN_OR_RETURN(Node * x, g.AddPlaceholder("x"));
+  // The input shape travels with the model so `quantize` needs no --input-shape for it.
+  RETURN_IF_ERROR(g.SetMeta(x, "shape", Argument::Ints({1, kChannels, 8, 8})));
   ASSIGN_OR_RETURN(Node * identity, g.AddCallModule("identity", {x}));
   ASSIGN_OR_RETURN(Node * conv, g.AddCallModule("conv", {x}));
   ASSIGN_OR_RETURN(Node * bn, g.AddCallModule("bn", {conv}));

@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "graph/status_macros.h"
 #include "graph/tensor.h"
@@ -14,7 +16,58 @@ constexpr int kDefaultSamples = 8;
 // --seed seeds a 32-bit Mersenne Twister: every seed it can take, and no other.
 constexpr int64_t kMaxSeed = int64_t{UINT32_MAX};
 
+// The plain form's message is the one scripts already match; the named form adds why.
+absl::Status BadInputShape(absl::string_view value, absl::string_view why) {
+  if (!absl::StrContains(value, ':')) {
+    return UsageError(absl::StrCat("--input-shape is '", value,
+                                   "'; expected comma-separated dimensions in [0, ",
+                                   Tensor::kMaxElements, "], e.g. 1,3,8,8"));
+  }
+  return UsageError(absl::StrCat("--input-shape is '", value, "'; ", why,
+                                 "; expected NAME:DIMS;NAME:DIMS (e.g. x:1,3,8,8;y:1,4) with "
+                                 "comma-separated dimensions in [0, ",
+                                 Tensor::kMaxElements, "]"));
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseDims(absl::string_view dims, absl::string_view value) {
+  std::vector<int64_t> shape;
+  for (absl::string_view d : absl::StrSplit(dims, ',')) {
+    const std::optional<int64_t> dim = ParseInteger(d, 0, Tensor::kMaxElements);
+    if (!dim.has_value()) return BadInputShape(value, absl::StrCat("'", d, "' is no dimension"));
+    shape.push_back(*dim);
+  }
+  return shape;
+}
+
 }  // namespace
+
+absl::StatusOr<absl::flat_hash_map<std::string, std::vector<int64_t>>> ParseInputShapes(
+    absl::string_view value, const GraphModule& gm) {
+  absl::flat_hash_map<std::string, std::vector<int64_t>> shapes;
+  if (!absl::StrContains(value, ':')) {
+    // One shape for every input: the original form.
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParseDims(value, value));
+    for (const Node* p : gm.graph().Placeholders()) shapes[p->name()] = shape;
+    return shapes;
+  }
+  absl::flat_hash_set<std::string> placeholders;
+  for (const Node* p : gm.graph().Placeholders()) placeholders.insert(p->name());
+  for (absl::string_view entry : absl::StrSplit(value, ';', absl::SkipEmpty())) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(entry, absl::MaxSplits(':', 1));
+    if (parts.size() != 2) {
+      return BadInputShape(value, absl::StrCat("'", entry, "' has no NAME:"));
+    }
+    const std::string name(parts[0]);
+    if (placeholders.count(name) == 0) {
+      return BadInputShape(value, absl::StrCat("the model has no input '", name, "'"));
+    }
+    if (shapes.count(name) > 0) {
+      return BadInputShape(value, absl::StrCat("input '", name, "' is given twice"));
+    }
+    ASSIGN_OR_RETURN(shapes[name], ParseDims(parts[1], value));
+  }
+  return shapes;
+}
 
 absl::StatusOr<std::string> RequiredBackend(const ParsedArgs& parsed, absl::string_view command) {
   if (!parsed.Has("--backend") || parsed.flags.at("--backend").empty()) {
@@ -50,6 +103,14 @@ absl::StatusOr<CalibrationSamples> SamplesFromFlags(const CommandContext& contex
                                                     const ParsedArgs& parsed,
                                                     const GraphModule& gm) {
   if (parsed.Has("--calibration")) {
+    // Calibration files fix both the samples and their shapes: the random-sample flags
+    // would be silently ignored, so they are refused.
+    for (const char* ignored : {"--samples", "--seed", "--input-shape"}) {
+      if (parsed.Has(ignored)) {
+        return UsageError(absl::StrCat(ignored, " conflicts with --calibration: the "
+                                                "calibration files give the samples"));
+      }
+    }
     std::vector<std::string> paths;
     for (absl::string_view p : absl::StrSplit(parsed.flags.at("--calibration"), ',',
                                               absl::SkipEmpty())) {
@@ -62,17 +123,15 @@ absl::StatusOr<CalibrationSamples> SamplesFromFlags(const CommandContext& contex
   ASSIGN_OR_RETURN(const int64_t seed, IntFlag(parsed, "--seed", 0, 0, kMaxSeed));
   absl::flat_hash_map<std::string, std::vector<int64_t>> shapes;
   if (parsed.Has("--input-shape")) {
-    std::vector<int64_t> shape;
-    for (absl::string_view d : absl::StrSplit(parsed.flags.at("--input-shape"), ',')) {
-      const std::optional<int64_t> dim = ParseInteger(d, 0, Tensor::kMaxElements);
-      if (!dim.has_value()) {
-        return UsageError(absl::StrCat("--input-shape is '", parsed.flags.at("--input-shape"),
-                                       "'; expected comma-separated dimensions in [0, ",
-                                       Tensor::kMaxElements, "], e.g. 1,3,8,8"));
+    ASSIGN_OR_RETURN(shapes, ParseInputShapes(parsed.flags.at("--input-shape"), gm));
+  } else {
+    for (const Node* p : gm.graph().Placeholders()) {
+      if (p->FindMeta("shape") == nullptr) {
+        return UsageError(absl::StrCat(
+            "placeholder '", p->name(), "' has no meta 'shape'; give --input-shape=DIMS "
+            "(e.g. 1,3,8,8), --input-shape=NAME:DIMS;NAME:DIMS, or --calibration=X.npy"));
       }
-      shape.push_back(*dim);
     }
-    for (const Node* p : gm.graph().Placeholders()) shapes[p->name()] = shape;
   }
   return RandomCalibrationSource(gm, count, static_cast<uint32_t>(seed), shapes);
 }

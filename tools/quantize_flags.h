@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "graph/graph_module.h"
@@ -35,6 +36,13 @@ absl::StatusOr<QConfigMapping> QConfigMappingFromFlags(const CommandContext& con
                                                        const ParsedArgs& parsed,
                                                        absl::string_view backend,
                                                        absl::string_view command);
+
+// The shapes --input-shape gives, keyed by placeholder name: DIMS (e.g. 1,3,8,8) gives
+// every placeholder that shape; NAME:DIMS;NAME:DIMS (e.g. x:1,3,8,8;y:1,4) one per named
+// input, the others keeping their meta "shape". UsageError for a malformed dimension, an
+// unknown or repeated name.
+absl::StatusOr<absl::flat_hash_map<std::string, std::vector<int64_t>>> ParseInputShapes(
+    absl::string_view value, const GraphModule& gm);
 
 // The flag specs of SamplesFromFlags: --calibration, --samples, --seed, --input-shape.
 std::vector<FlagSpec> CalibrationFlagSpecs();
