@@ -1,7 +1,7 @@
 // `fuselage quantize MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE]
 //                  [--calibration=FILES]
 //                  [--samples=N] [--seed=N] [--input-shape=DIMS] [--threads=N]
-//                  [--reference] -o OUT`
+//                  [--engine=onednn|qnnpack] [--reference] -o OUT`
 //   The whole flow (pipeline/quantize_flow.h) with the --qconfig-mapping file
 //   (quantize/qconfig_mapping.proto), else PyTorch 1.13's default qconfig mapping of
 //   the backend (get_default_qconfig_mapping(NAME)), and the backend config NAME, or the
@@ -12,7 +12,8 @@
 //   1,3,224,224) or NAME:DIMS;NAME:DIMS per input (e.g. x:1,3,8,8;y:1,4). --samples,
 //   --seed and --input-shape are refused with --calibration (its files give the samples).
 //   --threads is calibration's thread count (default: OpenMP's, every core or
-//   OMP_NUM_THREADS). --reference stops after convert-to-reference. Prints every stage's report, including
+//   OMP_NUM_THREADS). --engine is the engine recorded in the model for its runs
+//   (default: the backend config's, qnnpack -> qnnpack, others -> onednn). --reference stops after convert-to-reference. Prints every stage's report, including
 //   the ops kept float and why, and the patterns left unlowered and why.
 //
 // `fuselage lower REFERENCE_MODEL --backend=NAME [--config=FILE] -o OUT [--time]`
@@ -63,17 +64,19 @@ Command QuantizeCommand() {
   command.usage =
       "quantize MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE] "
       "[--calibration=X.npy,...] "
-      "[--samples=N] [--seed=N] [--input-shape=DIMS|NAME:DIMS;...] [--threads=N] [--reference] -o OUT";
+      "[--samples=N] [--seed=N] [--input-shape=DIMS|NAME:DIMS;...] [--threads=N] [--engine=onednn|qnnpack] [--reference] -o OUT";
   command.summary = "fuse, prepare, calibrate, convert and lower a float model";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
     StageFlags flags{BackendFlagSpecs(), /*timed=*/false};
     for (FlagSpec& spec : CalibrationFlagSpecs()) flags.flags.push_back(std::move(spec));
     flags.flags.push_back(ThreadsFlagSpec());
+    flags.flags.push_back(EngineFlagSpec());
     flags.flags.push_back({{"--reference"}, false});
     flags.flags.push_back(QConfigMappingFlagSpec());
     ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
     ASSIGN_OR_RETURN(const int threads, ThreadsFlag(stage.parsed()));
+    ASSIGN_OR_RETURN(const std::optional<QuantizedEngine> engine, EngineFlag(stage.parsed()));
     ASSIGN_OR_RETURN(const std::string backend, RequiredBackend(stage.parsed(), command.name));
     ASSIGN_OR_RETURN(QConfigMapping mapping,
                      QConfigMappingFromFlags(context, stage.parsed(), backend, command.name));
@@ -85,6 +88,7 @@ Command QuantizeCommand() {
     QuantizeFlowOptions options;
     options.stop_at_reference = stage.parsed().Has("--reference");
     options.threads = threads;
+    options.engine = engine;
     ASSIGN_OR_RETURN(QuantizeFlowReport report,
                      RunQuantizeFlow(*gm, config, mapping, samples, options));
     RETURN_IF_ERROR(stage.Save(context, *gm));

@@ -11,8 +11,9 @@
 //   same inputs, for timing; the outputs are those of the last run, written once. --time
 //   prints one `time run <ms> ms` line per run (StageTimes' format), after the outputs.
 //   --engine: whose integer arithmetic quantized ops compute, as PyTorch's
-//   torch.backends.quantized.engine (default onednn; qnnpack for a model quantized with
-//   the qnnpack config, to match PyTorch's qnnpack engine).
+//   torch.backends.quantized.engine (default: the engine the model records, set when it
+//   was prepared: qnnpack for the qnnpack config, onednn for the others; onednn when the
+//   model records none).
 #include "tools/cmd_run.h"
 
 #include <string>

@@ -1,16 +1,18 @@
 // `fuselage prepare MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE]
-//                  -o PREPARED [--time]`
+//                  [--engine=onednn|qnnpack] -o PREPARED [--time]`
 //   Prepare (quantize/prepare.h) with the --qconfig-mapping file
 //   (quantize/qconfig_mapping.proto), else PyTorch 1.13's default qconfig mapping of the
 //   backend, and the backend config NAME (or the --config file, whose base must be NAME),
 //   on a model as it is: run `fuse` first (PyTorch's prepare_fx fuses as its first step;
 //   `quantize` does both). The observers and each weighted op's plan are written into the
-//   model (quantize/prepared_model.h), so the file is a complete prepared model.
+//   model (quantize/prepared_model.h), so the file is a complete prepared model, with the
+//   engine its quantized form is to run on (--engine, else the backend config's).
 // `fuselage calibrate PREPARED [--calibration=X.npy,... | --samples=N --seed=N
-//                    --input-shape=DIMS] [--threads=N] -o CALIBRATED [--time]`
+//                    --input-shape=DIMS] [--threads=N] [--engine=onednn|qnnpack]
+//                    -o CALIBRATED [--time]`
 //   Runs the prepared model on the samples (the flags of `quantize`; --threads as there)
 //   and writes the observers' statistics back; calibrating a calibrated model adds to its
-//   statistics.
+//   statistics. --engine replaces the engine recorded at prepare.
 // `fuselage convert PREPARED -o REFERENCE [--time]`
 //   ConvertToReference (quantize/convert.h) on a prepared, usually calibrated, model: the
 //   reference quantized model `lower` takes. An observer that saw no value is refused
@@ -74,13 +76,16 @@ Command PrepareCommand() {
   Command command;
   command.name = "prepare";
   command.usage =
-      "prepare MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE] -o OUT [--time]";
+      "prepare MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE] "
+      "[--engine=onednn|qnnpack] -o OUT [--time]";
   command.summary = "insert observers into a (fused) float model, as prepare_fx does";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
     StageFlags flags{BackendFlagSpecs()};
     flags.flags.push_back(QConfigMappingFlagSpec());
+    flags.flags.push_back(EngineFlagSpec());
     ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
+    ASSIGN_OR_RETURN(const std::optional<QuantizedEngine> engine, EngineFlag(stage.parsed()));
     ASSIGN_OR_RETURN(const std::string backend, RequiredBackend(stage.parsed(), command.name));
     ASSIGN_OR_RETURN(QConfigMapping mapping,
                      QConfigMappingFromFlags(context, stage.parsed(), backend, command.name));
@@ -89,6 +94,7 @@ Command PrepareCommand() {
     const size_t nodes_before = gm->graph().size();
     stage.times().Start();
     ASSIGN_OR_RETURN(PreparedModel prepared, Prepare(*gm, mapping, config));
+    if (engine.has_value()) RecordEngine(*engine, *gm);
     stage.times().Stop("prepare");
     RETURN_IF_ERROR(StoreVerifyAndSave(context, command.name, prepared, *gm, stage));
     context.out << prepared.report.ToString();
@@ -105,14 +111,16 @@ Command CalibrateCommand() {
   command.name = "calibrate";
   command.usage =
       "calibrate PREPARED [--calibration=X.npy,...] [--samples=N] [--seed=N] "
-      "[--input-shape=DIMS] [--threads=N] -o OUT [--time]";
+      "[--input-shape=DIMS] [--threads=N] [--engine=onednn|qnnpack] -o OUT [--time]";
   command.summary = "run a prepared model on samples so its observers record ranges";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
     StageFlags flags{CalibrationFlagSpecs()};
     flags.flags.push_back(ThreadsFlagSpec());
+    flags.flags.push_back(EngineFlagSpec());
     ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
     ASSIGN_OR_RETURN(const int threads, ThreadsFlag(stage.parsed()));
+    ASSIGN_OR_RETURN(const std::optional<QuantizedEngine> engine, EngineFlag(stage.parsed()));
     // Reading the observers back is part of the step "load" here.
     stage.times().Start();
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, stage.input()));
@@ -124,6 +132,7 @@ Command CalibrateCommand() {
     RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
     stage.times().Start();
     ASSIGN_OR_RETURN(CalibrationReport report, Calibrate(*gm, prepared, samples, *kernels, threads));
+    if (engine.has_value()) RecordEngine(*engine, *gm);
     stage.times().Stop("calibrate");
     RETURN_IF_ERROR(StoreVerifyAndSave(context, command.name, prepared, *gm, stage));
     context.out << report.ToString();

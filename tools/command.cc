@@ -114,15 +114,15 @@ absl::StatusOr<int> ThreadsFlag(const ParsedArgs& parsed) {
 
 FlagSpec EngineFlagSpec() { return {{"--engine"}, true}; }
 
-absl::StatusOr<QuantizedEngine> EngineFlag(const ParsedArgs& parsed) {
-  if (!parsed.Has("--engine")) return QuantizedEngine::kOnednn;
+absl::StatusOr<std::optional<QuantizedEngine>> EngineFlag(const ParsedArgs& parsed) {
+  if (!parsed.Has("--engine")) return std::optional<QuantizedEngine>();
   const std::string& value = parsed.flags.at("--engine");
   std::optional<QuantizedEngine> engine = QuantizedEngineFromName(value);
   if (!engine.has_value()) {
     return UsageError(
         absl::StrCat("--engine is '", value, "'; expected onednn or qnnpack"));
   }
-  return *engine;
+  return engine;
 }
 
 absl::Status ExpectPositional(const Command& command, const ParsedArgs& parsed, size_t count) {

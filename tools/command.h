@@ -91,10 +91,11 @@ FlagSpec ThreadsFlagSpec();
 absl::StatusOr<int> ThreadsFlag(const ParsedArgs& parsed);
 
 // --engine=onednn|qnnpack: whose integer arithmetic the quantized kernels compute
-// (runtime/quantized_engine.h), as torch.backends.quantized.engine; onednn when it is not
-// given. A UsageError naming the choices for any other value.
+// (runtime/quantized_engine.h), as torch.backends.quantized.engine; std::nullopt when it
+// is not given (run: the engine the model records; prepare / quantize: the backend
+// config's). A UsageError naming the choices for any other value.
 FlagSpec EngineFlagSpec();
-absl::StatusOr<QuantizedEngine> EngineFlag(const ParsedArgs& parsed);
+absl::StatusOr<std::optional<QuantizedEngine>> EngineFlag(const ParsedArgs& parsed);
 
 // UsageError unless there are exactly `count` positional operands.
 absl::Status ExpectPositional(const Command& command, const ParsedArgs& parsed, size_t count);

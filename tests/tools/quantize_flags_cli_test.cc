@@ -8,7 +8,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
+#include "graph/serialization.h"
 #include "gtest/gtest.h"
+#include "runtime/quantized_engine.h"
 #include "tests/tools/run_cli.h"
 
 namespace fuselage {
@@ -16,6 +18,51 @@ namespace {
 
 constexpr char kModel[] = "tools/examples/residual.textproto";
 constexpr int kExitUsage = 2;
+
+// The engine a model file records (runtime/quantized_engine.h), read back from the file.
+std::optional<QuantizedEngine> EngineRecordedIn(const std::string& path) {
+  auto gm = LoadModel(path);
+  EXPECT_TRUE(gm.ok()) << gm.status();
+  if (!gm.ok()) return std::nullopt;
+  auto engine = RecordedEngine(**gm);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? *engine : std::nullopt;
+}
+
+// quantize records the backend config's engine (qnnpack -> qnnpack, fbgemm -> onednn)
+// unless --engine names one; prepare and calibrate take --engine too.
+TEST(QuantizeFlagsCliTest, EngineFlagChoosesTheRecordedEngine) {
+  const std::string by_backend = TempPath("engine_backend.fsl");
+  ASSERT_EQ(RunFuselage({"quantize", kModel, "--backend=qnnpack", "--samples=2", "-o", by_backend})
+                .code,
+            0);
+  EXPECT_EQ(EngineRecordedIn(by_backend), QuantizedEngine::kQnnpack);
+
+  const std::string fbgemm = TempPath("engine_fbgemm.fsl");
+  ASSERT_EQ(RunFuselage({"quantize", kModel, "--backend=fbgemm", "--samples=2", "-o", fbgemm}).code,
+            0);
+  EXPECT_EQ(EngineRecordedIn(fbgemm), QuantizedEngine::kOnednn);
+
+  const std::string explicit_engine = TempPath("engine_explicit.fsl");
+  CliResult r = RunFuselage({"quantize", kModel, "--backend=qnnpack", "--samples=2",
+                             "--engine=onednn", "-o", explicit_engine});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(EngineRecordedIn(explicit_engine), QuantizedEngine::kOnednn);
+
+  const std::string prepared = TempPath("engine_prepared.fsl");
+  r = RunFuselage({"prepare", kModel, "--backend=fbgemm", "--engine=qnnpack", "-o", prepared});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(EngineRecordedIn(prepared), QuantizedEngine::kQnnpack);
+  const std::string calibrated = TempPath("engine_calibrated.fsl");
+  r = RunFuselage({"calibrate", prepared, "--samples=2", "--engine=onednn", "-o", calibrated});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(EngineRecordedIn(calibrated), QuantizedEngine::kOnednn);
+
+  EXPECT_EQ(RunFuselage({"quantize", kModel, "--backend=qnnpack", "--engine=fast", "-o",
+                         explicit_engine})
+                .code,
+            kExitUsage);
+}
 
 TEST(QuantizeFlagsCliTest, ResidualExampleNeedsNoInputShape) {
   const std::string q = TempPath("no_shape_flag.fsl");

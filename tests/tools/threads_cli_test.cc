@@ -177,17 +177,18 @@ TEST(ThreadsCliTest, ThreadsAndRepeatOutOfRangeOrJunkAreUsageErrors) {
 
 // --engine picks the arithmetic (runtime/quantized_engine.h; its effect is asserted bit for
 // bit by tests/runtime/quantized/qnnpack_engine_test and per layer against PyTorch's
-// qnnpack engine by the conformance suite): onednn is the default, and a name that is not
-// an engine is a usage error naming the choices.
-TEST(ThreadsCliTest, EngineDefaultsToOnednnAndRefusesOtherNames) {
+// qnnpack engine by the conformance suite): the default is the engine the model records
+// (a model quantized with the qnnpack config: qnnpack), and a name that is not an engine
+// is a usage error naming the choices.
+TEST(ThreadsCliTest, EngineDefaultsToTheRecordedOneAndRefusesOtherNames) {
   const std::string model = ConvModel();
   const std::string q = TempPath("q_engine.fsl");
   ASSERT_EQ(RunFuselage({"quantize", model, "--backend=qnnpack", "--samples=2",
                          "--input-shape=1,16,16,16", "-o", q})
                 .code,
             kExitOk);
-  EXPECT_EQ(RunOutput(q, "e_default.npy"), RunOutput(q, "e_onednn.npy", {"--engine=onednn"}));
-  EXPECT_FALSE(RunOutput(q, "e_qnnpack.npy", {"--engine=qnnpack"}).empty());
+  EXPECT_EQ(RunOutput(q, "e_default.npy"), RunOutput(q, "e_qnnpack.npy", {"--engine=qnnpack"}));
+  EXPECT_FALSE(RunOutput(q, "e_onednn.npy", {"--engine=onednn"}).empty());
   for (const std::string bad : {"fbgemm", "", "QNNPACK"}) {
     const CliResult r = RunFuselage({"run", q, InputFlag(), "--engine=" + bad});
     EXPECT_EQ(r.code, kExitUsage) << r.err;
