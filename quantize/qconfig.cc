@@ -495,18 +495,22 @@ absl::StatusOr<QConfigMapping> DefaultQConfigMapping(absl::string_view backend) 
   }
   m.SetObjectType("torch.nn.functional.layer_norm", qconfig_layernorm)
       .SetObjectType("nn.LayerNorm", qconfig_layernorm);
+  SetFixedQParamsObjectTypes(m);
+  return m;
+}
+
+void SetFixedQParamsObjectTypes(QConfigMapping& mapping) {
   // default_fixed_qparams_range_0to1_observer / _neg1to1_observer.
   const QConfig zero_to_one{FixedQParams(1.0 / 256.0, 0), DefaultWeightObserver()};
   const QConfig neg_one_to_one{FixedQParams(2.0 / 256.0, 128), DefaultWeightObserver()};
   for (const char* t : {"nn.Hardsigmoid", "torch.nn.functional.hardsigmoid", "hardsigmoid",
                         "hardsigmoid_", "nn.Sigmoid", "torch.sigmoid", "sigmoid", "sigmoid_",
                         "nn.Softmax"}) {
-    m.SetObjectType(t, zero_to_one);
+    mapping.SetObjectType(t, zero_to_one);
   }
   for (const char* t : {"nn.Tanh", "torch.tanh", "tanh", "tanh_"}) {
-    m.SetObjectType(t, neg_one_to_one);
+    mapping.SetObjectType(t, neg_one_to_one);
   }
-  return m;
 }
 
 }  // namespace fuselage

@@ -244,6 +244,12 @@ class QConfigResolver {
 // fixed-qparams observers of sigmoid / tanh / hardsigmoid / softmax.
 absl::StatusOr<QConfigMapping> DefaultQConfigMapping(absl::string_view backend);
 
+// Sets the fixed-qparams ops' object-type qconfigs that get_default_qconfig_mapping
+// installs whatever the global qconfig (_FIXED_QPARAMS_OP_TO_OBSERVER: sigmoid /
+// hardsigmoid / softmax on [0, 1), tanh on [-1, 1)); PyTorch's prepare_fx refuses any
+// other observer on them, so a mapping built by hand needs these too.
+void SetFixedQParamsObjectTypes(QConfigMapping& mapping);
+
 }  // namespace fuselage
 
 #endif  // FUSELAGE_QUANTIZE_QCONFIG_H_

@@ -11,7 +11,14 @@
 namespace fuselage {
 
 std::vector<FlagSpec> BackendFlagSpecs() {
-  return {{{"--backend"}, true}, {{"--config"}, true}};
+  return {{{"--backend"}, true,
+           "built-in backend config: native, qnnpack, fbgemm, x86 or onednn (with --config: "
+           "the config's base)",
+           "NAME"},
+          {{"--config"}, true,
+           "backend config file (.textproto, backend_configs/backend_config.proto) extending "
+           "a built-in one",
+           "FILE"}};
 }
 
 absl::StatusOr<BackendConfig> BackendFromFlags(const CommandContext& context,

@@ -39,10 +39,16 @@ int RunCli(const std::vector<std::string>& args, const std::vector<Command>& com
     err << UsageText(commands);
     return kExitUsage;
   }
-  const std::string& name = args[0];
+  std::string name = args[0];
+  std::vector<std::string> command_args(args.begin() + 1, args.end());
   if (name == "help" || name == "-h" || name == "--help") {
-    out << UsageText(commands);
-    return kExitOk;
+    if (command_args.empty()) {
+      out << UsageText(commands);
+      return kExitOk;
+    }
+    // `fuselage help CMD` is `fuselage CMD --help`.
+    name = command_args[0];
+    command_args = {"--help"};
   }
   auto command = std::find_if(commands.begin(), commands.end(),
                               [&](const Command& c) { return c.name == name; });
@@ -53,11 +59,16 @@ int RunCli(const std::vector<std::string>& args, const std::vector<Command>& com
   CommandContext context{out, working_directory};
   absl::Status status;
   try {
-    status = command->run(std::vector<std::string>(args.begin() + 1, args.end()), context);
+    status = command->run(command_args, context);
   } catch (const std::bad_alloc&) {
     return OutOfMemoryExit(err);
   }
   if (status.ok()) return kExitOk;
+  if (IsHelpRequest(status)) {
+    out << "usage: fuselage " << command->usage << "\n\n" << command->summary << "\n\n"
+        << HelpText(status);
+    return kExitOk;
+  }
   err << "fuselage: " << OneLine(status.message()) << "\n";
   return IsUsageError(status) ? kExitUsage : kExitFailure;
 }

@@ -82,8 +82,11 @@ Command FuseCommand() {
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
     StageFlags flags{BackendFlagSpecs()};
-    flags.flags.push_back({{"--profile"}, false});
-    flags.flags.push_back({{"--report-overlaps"}, false});
+    flags.flags.push_back({{"--profile"}, false,
+                           "per pattern tried: attempts, matches and the time of a scan with "
+                           "it alone"});
+    flags.flags.push_back({{"--report-overlaps"}, false,
+                           "list matches that took nodes another pattern would have matched"});
     flags.output_noun = "fused model";
     ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
     ASSIGN_OR_RETURN(BackendConfig config, BackendFromFlags(context, command.name, stage.parsed()));

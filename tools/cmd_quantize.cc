@@ -72,7 +72,8 @@ Command QuantizeCommand() {
     for (FlagSpec& spec : CalibrationFlagSpecs()) flags.flags.push_back(std::move(spec));
     flags.flags.push_back(ThreadsFlagSpec());
     flags.flags.push_back(EngineFlagSpec());
-    flags.flags.push_back({{"--reference"}, false});
+    flags.flags.push_back({{"--reference"}, false,
+                           "stop after convert: write the reference quantized model"});
     flags.flags.push_back(QConfigMappingFlagSpec());
     ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
     ASSIGN_OR_RETURN(const int threads, ThreadsFlag(stage.parsed()));

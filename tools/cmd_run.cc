@@ -57,12 +57,17 @@ Command RunCommand() {
                           CommandContext& context) -> absl::Status {
     ASSIGN_OR_RETURN(ParsedArgs parsed,
                      ParseArgs(command.name, args,
-                               {{{"--input", "-i"}, true},
-                                {{"--output", "-o"}, true},
+                               {{{"--input", "-i"}, true,
+                                 "comma-separated .npy files, one per placeholder", "X.npy,..."},
+                                {{"--output", "-o"}, true,
+                                 "comma-separated .npy files, one per graph output (else printed)",
+                                 "Y.npy,..."},
                                 ThreadsFlagSpec(),
                                 EngineFlagSpec(),
-                                {{"--repeat"}, true},
-                                {{"--time"}, false}}));
+                                {{"--repeat"}, true, "run the model N times after loading", "N",
+                                 "1"},
+                                {{"--time"}, false,
+                                 "print one 'time run <ms> ms' line per repetition"}}));
     RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
     if (!parsed.Has("--input")) {
       return UsageError("run: needs --input=X.npy (one file per placeholder, comma-separated)");

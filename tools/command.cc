@@ -1,12 +1,15 @@
 #include "tools/command.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "CLI/CLI.hpp"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
 #include "runtime/interpreter.h"
@@ -15,6 +18,7 @@ namespace fuselage {
 namespace {
 
 constexpr absl::string_view kUsagePayload = "fuselage.dev/usage-error";
+constexpr absl::string_view kHelpPayload = "fuselage.dev/help";
 
 }  // namespace
 
@@ -33,46 +37,117 @@ bool IsUsageError(const absl::Status& status) {
   return status.GetPayload(kUsagePayload).has_value();
 }
 
+absl::Status HelpRequest(absl::string_view help_text) {
+  absl::Status status = absl::CancelledError("help requested");
+  status.SetPayload(kHelpPayload, absl::Cord(help_text));
+  return status;
+}
+
+bool IsHelpRequest(const absl::Status& status) {
+  return status.GetPayload(kHelpPayload).has_value();
+}
+
+std::string HelpText(const absl::Status& status) {
+  const auto text = status.GetPayload(kHelpPayload);
+  return text.has_value() ? std::string(*text) : std::string();
+}
+
+namespace {
+
+// Edits (insert, delete, substitute) turning `a` into `b`.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "unknown flag '--thread'; did you mean '--threads'?" when a spelling is within a third
+// of the typed name's length (at least 1, at most 3 edits), else without the suggestion.
+std::string UnknownFlagMessage(absl::string_view command, absl::string_view name,
+                               const std::vector<FlagSpec>& specs) {
+  std::string message = absl::StrCat(command, ": unknown flag '", name, "'");
+  const size_t limit = std::min<size_t>(3, std::max<size_t>(1, name.size() / 3));
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (const FlagSpec& spec : specs) {
+    for (const std::string& spelling : spec.names) {
+      const size_t distance = EditDistance(name, spelling);
+      if (distance < best_distance) {
+        best_distance = distance;
+        best = spelling;
+      }
+    }
+  }
+  if (!best.empty()) absl::StrAppend(&message, "; did you mean '", best, "'?");
+  return message;
+}
+
+// The name of the first argument CLI11 left over that looks like a flag ("--x=1" -> "--x").
+std::string FirstUnknownFlag(const std::vector<std::string>& remaining) {
+  for (const std::string& arg : remaining) {
+    if (arg.size() >= 2 && arg[0] == '-') return arg.substr(0, arg.find('='));
+  }
+  return remaining.empty() ? std::string() : remaining.front();
+}
+
+}  // namespace
+
 absl::StatusOr<ParsedArgs> ParseArgs(absl::string_view command, const std::vector<std::string>& args,
                                      const std::vector<FlagSpec>& specs) {
+  CLI::App app{"", absl::StrCat("fuselage ", command)};
+  app.set_help_flag("-h,--help", "print this help and exit");
+  app.allow_extras(true);  // unknown flags are reported by name below, with a suggestion
+  app.positionals_at_end(false);
   ParsedArgs parsed;
-  bool flags_done = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (flags_done || arg.size() < 2 || arg[0] != '-') {
-      parsed.positional.push_back(arg);
-      continue;
-    }
-    if (arg == "--") {
-      flags_done = true;
-      continue;
-    }
-    // "--name=value" carries its value inline.
-    const size_t equals = arg.find('=');
-    const std::string name = arg.substr(0, equals);
-    const FlagSpec* spec = nullptr;
-    for (const FlagSpec& s : specs) {
-      for (const std::string& n : s.names) {
-        if (n == name) spec = &s;
-      }
-    }
-    if (spec == nullptr) {
-      return UsageError(absl::StrCat(command, ": unknown flag '", name, "'"));
-    }
-    const std::string& key = spec->names.front();
-    if (parsed.Has(key)) return UsageError(absl::StrCat(command, ": flag '", name, "' given twice"));
-    if (!spec->takes_value) {
-      if (equals != std::string::npos) {
-        return UsageError(absl::StrCat(command, ": flag '", name, "' takes no value"));
-      }
-      parsed.flags[key] = "";
-    } else if (equals != std::string::npos) {
-      parsed.flags[key] = arg.substr(equals + 1);
-    } else if (i + 1 < args.size()) {
-      parsed.flags[key] = args[++i];
+  std::vector<std::string> values(specs.size());
+  std::vector<CLI::Option*> options;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const FlagSpec& spec = specs[i];
+    const std::string names = absl::StrJoin(spec.names, ",");
+    CLI::Option* option;
+    if (spec.takes_value) {
+      const std::string help =
+          spec.default_value.empty() ? spec.help
+                                     : absl::StrCat(spec.help, " (default: ", spec.default_value, ")");
+      option = app.add_option(names, values[i], help);
+      // expected(0, 1): `--threads=` (an empty value) reaches the flag's own check, which
+      // names the flag and what it expects, instead of CLI11's "1 required N missing".
+      option->type_name(spec.value_name)->expected(0, 1)->allow_extra_args(false);
     } else {
-      return UsageError(absl::StrCat(command, ": flag '", name, "' needs a value"));
+      option = app.add_flag(names, spec.help)->disable_flag_override();
     }
+    option->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+    options.push_back(option);
+  }
+  app.add_option("operands", parsed.positional, "the command's operands (MODEL, ...)");
+  // "--" ends the flags; what follows is operands even if it starts with '-'. (CLI11 would
+  // keep the "--" itself among the extras, since extras are allowed.)
+  const auto end_of_flags = std::find(args.begin(), args.end(), std::string("--"));
+  std::vector<std::string> reversed(std::make_reverse_iterator(end_of_flags), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    return HelpRequest(app.help());
+  } catch (const CLI::Error& e) {  // ParseError and anything else CLI11 throws
+    return UsageError(absl::StrCat(command, ": ", e.what()));
+  }
+  if (!app.remaining().empty()) {
+    return UsageError(UnknownFlagMessage(command, FirstUnknownFlag(app.remaining()), specs));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (options[i]->count() > 0) parsed.flags[specs[i].names.front()] = values[i];
+  }
+  if (end_of_flags != args.end()) {
+    parsed.positional.insert(parsed.positional.end(), end_of_flags + 1, args.end());
   }
   return parsed;
 }
@@ -105,14 +180,22 @@ absl::StatusOr<int64_t> IntFlag(const ParsedArgs& parsed, const std::string& fla
   return *value;
 }
 
-FlagSpec ThreadsFlagSpec() { return {{"--threads"}, true}; }
+FlagSpec ThreadsFlagSpec() {
+  return {{"--threads"}, true, "threads for the kernels (1 to 1024)", "N",
+          "OMP_NUM_THREADS, else every core"};
+}
 
 absl::StatusOr<int> ThreadsFlag(const ParsedArgs& parsed) {
   ASSIGN_OR_RETURN(const int64_t threads, IntFlag(parsed, "--threads", 0, 1, kMaxThreads));
   return static_cast<int>(threads);
 }
 
-FlagSpec EngineFlagSpec() { return {{"--engine"}, true}; }
+FlagSpec EngineFlagSpec() {
+  return {{"--engine"}, true,
+          "whose integer arithmetic quantized ops compute, as torch.backends.quantized.engine: "
+          "onednn or qnnpack",
+          "NAME", "the engine the model records (qnnpack config: qnnpack; others: onednn)"};
+}
 
 absl::StatusOr<std::optional<QuantizedEngine>> EngineFlag(const ParsedArgs& parsed) {
   if (!parsed.Has("--engine")) return std::optional<QuantizedEngine>();

@@ -50,11 +50,21 @@ struct Command {
 absl::Status UsageError(absl::string_view message);
 bool IsUsageError(const absl::Status& status);
 
-// A flag a command accepts: its spellings ("-o", "--output") and whether it takes a
-// value (`-o FILE`, `--output=FILE`).
+// What ParseArgs returns for `--help` / `-h`: not an error to the user; the CLI prints
+// HelpText (every flag with its meaning and default) on stdout and exits 0.
+absl::Status HelpRequest(absl::string_view help_text);
+bool IsHelpRequest(const absl::Status& status);
+std::string HelpText(const absl::Status& status);
+
+// A flag a command accepts: its spellings ("-o", "--output"), whether it takes a value
+// (`-o FILE`, `--output=FILE`), and what `fuselage CMD --help` says of it: its meaning,
+// the value's name, and the default when the flag is not given ("" = none).
 struct FlagSpec {
   std::vector<std::string> names;
   bool takes_value = false;
+  std::string help;
+  std::string value_name = "VALUE";
+  std::string default_value;
 };
 
 struct ParsedArgs {
@@ -65,8 +75,9 @@ struct ParsedArgs {
   bool Has(const std::string& flag) const { return flags.count(flag) > 0; }
 };
 
-// Splits `args` into flags (from `specs`) and positional operands; "--" ends the flags.
-// A UsageError names an unknown flag, a missing value or a repeated flag.
+// Splits `args` into flags (from `specs`) and positional operands with CLI11; "--" ends
+// the flags. A UsageError names an unknown flag (with the closest known one, when one is
+// close), a missing value or a repeated flag; `--help` / `-h` gives a HelpRequest.
 absl::StatusOr<ParsedArgs> ParseArgs(absl::string_view command, const std::vector<std::string>& args,
                                      const std::vector<FlagSpec>& specs);
 

@@ -100,7 +100,10 @@ Command DemoCommand() {
                           CommandContext& context) -> absl::Status {
     ASSIGN_OR_RETURN(ParsedArgs parsed,
                      ParseArgs(command.name, args,
-                               {{{"--seed"}, true}, {{"--write-example"}, true}}));
+                               {{{"--seed"}, true, "seed of the example's random input", "N",
+                                 absl::StrCat(kResidualExampleSeed)},
+                                {{"--write-example"}, true,
+                                 "write the residual example model to FILE and stop", "FILE"}}));
     RETURN_IF_ERROR(ExpectPositional(command, parsed, 0));
     ASSIGN_OR_RETURN(const int64_t seed_flag,
                      IntFlag(parsed, "--seed", kResidualExampleSeed, 0, int64_t{UINT32_MAX}));

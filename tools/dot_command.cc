@@ -142,7 +142,10 @@ Command DotCommand() {
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
     ASSIGN_OR_RETURN(ParsedArgs parsed,
-                     ParseArgs(command.name, args, {{{"-o", "--output"}, true}}));
+                     ParseArgs(command.name, args, {{{"-o", "--output"}, true,
+                                                  "output file: .dot, or .svg / .png / .pdf "
+                                                  "rendered by graphviz",
+                                                  "FILE", "DOT on stdout"}}));
     RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
     const std::string output = parsed.Has("-o") ? parsed.flags.at("-o") : "-";

@@ -10,7 +10,7 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev libeigen3-dev libdnnl-dev
   g++ clang-14 libclang-rt-14-dev
   python3-torch python3-torchvision python3-protobuf python3-numpy python3-pytest
-  pybind11-dev python3-dev
+  pybind11-dev python3-dev libcli11-dev
   graphviz pkg-config
 )
 

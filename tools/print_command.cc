@@ -15,7 +15,8 @@ Command PrintCommand() {
   command.summary = "print the model's forward function as torch.fx code";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
-    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, {{{"--readable"}, false}}));
+    ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, {{{"--readable"}, false,
+                                                  "print tensors' values, not only their shapes"}}));
     RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
     context.out << (parsed.Has("--readable") ? PrintReadable(*gm) : PrintCode(*gm));

@@ -78,7 +78,11 @@ absl::StatusOr<std::string> RequiredBackend(const ParsedArgs& parsed, absl::stri
   return parsed.flags.at("--backend");
 }
 
-FlagSpec QConfigMappingFlagSpec() { return {{"--qconfig-mapping"}, true}; }
+FlagSpec QConfigMappingFlagSpec() {
+  return {{"--qconfig-mapping"}, true,
+          "QConfigMapping file (.textproto, quantize/qconfig_mapping.proto)", "FILE",
+          "get_default_qconfig_mapping(backend)"};
+}
 
 absl::StatusOr<QConfigMapping> QConfigMappingFromFlags(const CommandContext& context,
                                                        const ParsedArgs& parsed,
@@ -93,10 +97,15 @@ absl::StatusOr<QConfigMapping> QConfigMappingFromFlags(const CommandContext& con
 }
 
 std::vector<FlagSpec> CalibrationFlagSpecs() {
-  return {{{"--calibration"}, true},
-          {{"--samples"}, true},
-          {{"--seed"}, true},
-          {{"--input-shape"}, true}};
+  return {{{"--calibration"}, true,
+           "calibration .npy files, comma-separated, k per sample for k placeholders",
+           "X.npy,..."},
+          {{"--samples"}, true, "random calibration samples, uniform in [-1, 1)", "N",
+           absl::StrCat(kDefaultSamples)},
+          {{"--seed"}, true, "seed of the random samples", "N", "0"},
+          {{"--input-shape"}, true,
+           "shape of the random samples: DIMS for every input, or NAME:DIMS;NAME:DIMS",
+           "DIMS", "the placeholders' recorded shapes"}};
 }
 
 absl::StatusOr<CalibrationSamples> SamplesFromFlags(const CommandContext& context,

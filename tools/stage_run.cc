@@ -12,8 +12,11 @@ absl::StatusOr<StageRun> StageRun::Parse(const Command& command,
                                          const std::vector<std::string>& args,
                                          const StageFlags& flags) {
   std::vector<FlagSpec> specs = flags.flags;
-  specs.push_back({{"-o", "--output"}, true});
-  if (flags.timed) specs.push_back({{"--time"}, false});
+  specs.push_back({{"-o", "--output"}, true, absl::StrCat("where to write the ", flags.output_noun),
+                   "FILE"});
+  if (flags.timed) {
+    specs.push_back({{"--time"}, false, "print one 'time <step> <ms> ms' line per step"});
+  }
   ASSIGN_OR_RETURN(ParsedArgs parsed, ParseArgs(command.name, args, specs));
   RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
   if (!parsed.Has("-o") || parsed.flags.at("-o").empty()) {

@@ -66,18 +66,6 @@ bool ParseArgs(int argc, char** argv, Args& args) {
 //     activation=MinMaxObserver.with_args(dtype=torch.quint8,
 //                                         qscheme=torch.per_tensor_affine),
 //     weight=default_weight_observer))
-// PyTorch's default_fixed_qparams_range_* observers (quint8 0..255, fixed scale / zp).
-ObserverSpec FixedQParamsObserver(double scale, int64_t zero_point) {
-  ObserverSpec s;
-  s.kind = ObserverKind::kFixedQParams;
-  s.dtype = DType::kQUInt8;
-  s.quant_min = 0;
-  s.quant_max = 255;
-  s.fixed_scale = scale;
-  s.fixed_zero_point = zero_point;
-  return s;
-}
-
 QConfigMapping MinMaxQConfigMapping() {
   ObserverSpec activation;
   activation.kind = ObserverKind::kMinMax;
@@ -86,18 +74,9 @@ QConfigMapping MinMaxQConfigMapping() {
   activation.reduce_range = false;
   QConfigMapping mapping;
   mapping.SetGlobal(QConfig{activation, DefaultWeightObserver()});
-  // ... plus the fixed-qparams ops' observers of get_default_qconfig_mapping
-  // (torch.ao.quantization.qconfig_mapping._FIXED_QPARAMS_OP_TO_OBSERVER).
-  const QConfig zero_to_one{FixedQParamsObserver(1.0 / 256.0, 0), DefaultWeightObserver()};
-  const QConfig neg_one_to_one{FixedQParamsObserver(2.0 / 256.0, 128), DefaultWeightObserver()};
-  for (const char* t : {"nn.Hardsigmoid", "torch.nn.functional.hardsigmoid", "hardsigmoid",
-                        "hardsigmoid_", "nn.Sigmoid", "torch.sigmoid", "sigmoid", "sigmoid_",
-                        "nn.Softmax"}) {
-    mapping.SetObjectType(t, zero_to_one);
-  }
-  for (const char* t : {"nn.Tanh", "torch.tanh", "tanh", "tanh_"}) {
-    mapping.SetObjectType(t, neg_one_to_one);
-  }
+  // ... plus the fixed-qparams ops' observers of get_default_qconfig_mapping, as
+  // conformance.py's PyTorch side does.
+  SetFixedQParamsObjectTypes(mapping);
   return mapping;
 }
 

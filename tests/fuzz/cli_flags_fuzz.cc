@@ -7,7 +7,8 @@
 // through ParseInteger.
 // Properties:
 //  - nothing crashes; every refusal is an InvalidArgument with a message, and a refusal of
-//    the command line itself (ParseArgs, StageRun::Parse, IntFlag) is a UsageError;
+//    the command line itself (ParseArgs, StageRun::Parse, IntFlag) is a UsageError; --help
+//    gives a HelpRequest whose text lists the flags;
 //  - parsed flags are keyed by a spelling the command declares, positional operands are
 //    arguments as given;
 //  - an accepted integer is the value the text spells (printing it gives the text back,
@@ -25,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "graph/graph_module.h"
@@ -50,6 +52,11 @@ std::string Canonical(absl::string_view text) {
 }
 
 void CheckRefusal(const absl::Status& status, bool usage, absl::string_view where) {
+  if (IsHelpRequest(status)) {  // --help / -h: the help text, not a refusal
+    FUZZ_CHECK(absl::StrContains(HelpText(status), "--help"),
+               absl::StrCat(where, ": help without its flags: ", HelpText(status)));
+    return;
+  }
   FUZZ_CHECK(status.code() == absl::StatusCode::kInvalidArgument && !status.message().empty(),
              absl::StrCat(where, ": refused with ", status.ToString()));
   if (usage) {
