@@ -43,7 +43,8 @@ absl::StatusOr<QuantizeFlowReport> RunQuantizeFlow(GraphModule& gm,
 
   ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
   RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
-  ASSIGN_OR_RETURN(report.calibration, Calibrate(gm, prepared, samples, *kernels, options.threads));
+  ASSIGN_OR_RETURN(report.calibration, Calibrate(gm, prepared, samples, *kernels, options.threads,
+                                                           options.on_sample));
   RETURN_IF_ERROR(AfterStage("calibrate", gm, options));
 
   ASSIGN_OR_RETURN(report.convert, ConvertToReference(gm, prepared));

@@ -42,6 +42,9 @@ struct QuantizeFlowOptions {
   bool stop_at_reference = false;
   // Calibration's thread count (Calibrate's `threads`; 0: OpenMP's default).
   int threads = 0;
+  // Called after each calibration sample (Calibrate's `on_sample`; FlowProgress,
+  // pipeline/progress.h, prints it).
+  CalibrationProgress on_sample;
   // The engine recorded in the model for its runs (RecordEngine, runtime/
   // quantized_engine.h): absent, the backend config's (EngineForBackend of its name:
   // qnnpack -> QNNPACK's arithmetic, every other config -> onednn's). The CLI's --engine.

@@ -75,7 +75,8 @@ absl::Status CheckSample(const std::vector<Node*>& placeholders, int64_t index,
 
 absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prepared,
                                             const CalibrationSamples& samples,
-                                            const KernelRegistry& kernels, int threads) {
+                                            const KernelRegistry& kernels, int threads,
+                                            const CalibrationProgress& on_sample) {
   if (samples.size() <= 0) {
     return absl::InvalidArgumentError("calibrate: no calibration sample given");
   }
@@ -111,6 +112,7 @@ absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prep
                               std::make_move_iterator(sample.end()));
     RETURN_IF_ERROR(Run(gm, std::move(inputs), kernels, options).status());
     ++ran;
+    if (on_sample) on_sample(ran, samples.size());
     return absl::OkStatus();
   }));
   if (ran != samples.size()) {

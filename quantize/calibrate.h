@@ -78,10 +78,13 @@ absl::Status RegisterObserverKernels(KernelRegistry& registry);
 // interpreter reports it (naming the node). The graph is not modified; only the observer
 // modules' min_val / max_val tensors are, and only when every sample ran. `threads` is
 // the interpreter's RunOptions::threads for every sample (0: OpenMP's default); the
-// ranges recorded are the same for every thread count.
+// ranges recorded are the same for every thread count. `on_sample`, if set, is called
+// after each sample has run with the samples done so far and the total (for progress).
+using CalibrationProgress = std::function<void(int64_t done, int64_t total)>;
 absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prepared,
                                             const CalibrationSamples& samples,
-                                            const KernelRegistry& kernels, int threads = 0);
+                                            const KernelRegistry& kernels, int threads = 0,
+                                            const CalibrationProgress& on_sample = {});
 
 // `count` (1 to kMaxCalibrationSamples) samples of seeded pseudo-random float32 inputs,
 // uniform in [-1, 1) (identical on every platform for one seed), made one at a time as

@@ -34,7 +34,8 @@ std::string UsageText(const std::vector<Command>& commands) {
 }
 
 int RunCli(const std::vector<std::string>& args, const std::vector<Command>& commands,
-           const std::string& working_directory, std::ostream& out, std::ostream& err) {
+           const std::string& working_directory, std::ostream& out, std::ostream& err,
+           std::ostream* progress) {
   if (args.empty()) {
     err << UsageText(commands);
     return kExitUsage;
@@ -56,7 +57,7 @@ int RunCli(const std::vector<std::string>& args, const std::vector<Command>& com
     err << "fuselage: unknown command '" << OneLine(name) << "'; run 'fuselage help'\n";
     return kExitUsage;
   }
-  CommandContext context{out, working_directory};
+  CommandContext context{out, working_directory, progress};
   absl::Status status;
   try {
     status = command->run(command_args, context);

@@ -28,8 +28,10 @@ std::string UsageText(const std::vector<Command>& commands);
 // std::bad_alloc escaping a command (sizes from input are bounded before allocating, see
 // Tensor::kMaxElements, but the machine may still run out) is one line
 // `fuselage: out of memory ...` and exit 1 (OutOfMemoryExit), not an abort.
+// `progress` (CommandContext::progress) is where long commands report progress, or null.
 int RunCli(const std::vector<std::string>& args, const std::vector<Command>& commands,
-           const std::string& working_directory, std::ostream& out, std::ostream& err);
+           const std::string& working_directory, std::ostream& out, std::ostream& err,
+           std::ostream* progress = nullptr);
 
 // Prints the out-of-memory line on `err` and returns kExitFailure: for RunCli, and for
 // main() around what it does besides RunCli.

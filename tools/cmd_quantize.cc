@@ -1,7 +1,7 @@
 // `fuselage quantize MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE]
 //                  [--calibration=FILES]
 //                  [--samples=N] [--seed=N] [--input-shape=DIMS] [--threads=N]
-//                  [--engine=onednn|qnnpack] [--reference] -o OUT`
+//                  [--engine=onednn|qnnpack] [--reference] [--quiet] [--json] -o OUT`
 //   The whole flow (pipeline/quantize_flow.h) with the --qconfig-mapping file
 //   (quantize/qconfig_mapping.proto), else PyTorch 1.13's default qconfig mapping of
 //   the backend (get_default_qconfig_mapping(NAME)), and the backend config NAME, or the
@@ -14,7 +14,10 @@
 //   --threads is calibration's thread count (default: OpenMP's, every core or
 //   OMP_NUM_THREADS). --engine is the engine recorded in the model for its runs
 //   (default: the backend config's, qnnpack -> qnnpack, others -> onednn). --reference stops after convert-to-reference. Prints every stage's report, including
-//   the ops kept float and why, and the patterns left unlowered and why.
+//   the ops kept float and why, and the patterns left unlowered and why; with --json, the
+//   same as one JSON object (QuantizeFlowJson, pipeline/progress.h) with each stage's wall
+//   time, and nothing else on stdout. When stderr is a terminal, progress goes there (a
+//   line per stage, the calibration samples with rate and time left); --quiet silences it.
 //
 // `fuselage lower REFERENCE_MODEL --backend=NAME [--config=FILE] -o OUT [--time]`
 //   LowerToNative with fuselage's native lowering rules. The backend flags are checked
@@ -33,6 +36,7 @@
 #include "graph/status_macros.h"
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
+#include "pipeline/progress.h"
 #include "pipeline/quantize_flow.h"
 #include "pipeline/stages.h"
 #include "quantize/calibrate.h"
@@ -64,7 +68,7 @@ Command QuantizeCommand() {
   command.usage =
       "quantize MODEL --backend=NAME [--config=FILE] [--qconfig-mapping=FILE] "
       "[--calibration=X.npy,...] "
-      "[--samples=N] [--seed=N] [--input-shape=DIMS|NAME:DIMS;...] [--threads=N] [--engine=onednn|qnnpack] [--reference] -o OUT";
+      "[--samples=N] [--seed=N] [--input-shape=DIMS|NAME:DIMS;...] [--threads=N] [--engine=onednn|qnnpack] [--reference] [--quiet] [--json] -o OUT";
   command.summary = "fuse, prepare, calibrate, convert and lower a float model";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
@@ -74,6 +78,10 @@ Command QuantizeCommand() {
     flags.flags.push_back(EngineFlagSpec());
     flags.flags.push_back({{"--reference"}, false,
                            "stop after convert: write the reference quantized model"});
+    flags.flags.push_back({{"--quiet"}, false,
+                           "no progress on stderr (given only when stderr is a terminal)"});
+    flags.flags.push_back({{"--json"}, false,
+                           "print the report of every stage, with its wall time, as JSON"});
     flags.flags.push_back(QConfigMappingFlagSpec());
     ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
     ASSIGN_OR_RETURN(const int threads, ThreadsFlag(stage.parsed()));
@@ -90,9 +98,15 @@ Command QuantizeCommand() {
     options.stop_at_reference = stage.parsed().Has("--reference");
     options.threads = threads;
     options.engine = engine;
+    FlowProgress progress(stage.parsed().Has("--quiet") ? nullptr : context.progress);
+    progress.Attach(options);
     ASSIGN_OR_RETURN(QuantizeFlowReport report,
                      RunQuantizeFlow(*gm, config, mapping, samples, options));
     RETURN_IF_ERROR(stage.Save(context, *gm));
+    if (stage.parsed().Has("--json")) {
+      context.out << QuantizeFlowJson(report, progress.stage_seconds());
+      return absl::OkStatus();
+    }
     if (options.stop_at_reference) {
       // The flow never ran lowering: its empty report would read "0 pattern(s) lowered".
       context.out << "fuse: " << report.fused << " matches fused\n"

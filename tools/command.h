@@ -33,6 +33,9 @@ struct CommandContext {
   // the process's own working directory. (Under `bazel run` the process runs in the
   // runfiles tree, so the CLI sets it from BUILD_WORKING_DIRECTORY.)
   std::string working_directory;
+  // Where long commands report progress (stage lines, calibration samples); null when
+  // nobody watches (stderr is not a terminal), so files and pipes get no progress lines.
+  std::ostream* progress = nullptr;
 
   std::string ResolvePath(const std::string& path) const;
 };

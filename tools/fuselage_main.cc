@@ -1,4 +1,6 @@
 // The `fuselage` command-line tool. All logic lives in tools/cli.cc and the commands.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <iostream>
 #include <new>
@@ -18,7 +20,7 @@ int main(int argc, char** argv) {
     const char* working_directory = std::getenv("BUILD_WORKING_DIRECTORY");
     return fuselage::RunCli(args, fuselage::AllCommands(),
                             working_directory != nullptr ? working_directory : "", std::cout,
-                            std::cerr);
+                            std::cerr, isatty(STDERR_FILENO) ? &std::cerr : nullptr);
   } catch (const std::bad_alloc&) {
     return fuselage::OutOfMemoryExit(std::cerr);
   }
