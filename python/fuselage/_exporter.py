@@ -186,6 +186,21 @@ def _flatten_structured_inputs(graph, example_inputs):
 _CONTAINER_CLASSES = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
 
+def _write_shape_meta(out, shape, where):
+    """Node meta "shape" and, where the model format has the dtype, "dtype" of the value
+    traced for the node; `shape` is (dims, dtype) or None (nothing traced)."""
+    if shape is None:
+        return
+    dims, dtype = shape
+    entry = out.meta.add()
+    entry.name = "shape"
+    write_arg(entry.value, dims, f"{where} meta")
+    if _names.dtype_to_proto(dtype) is not None:
+        entry = out.meta.add()
+        entry.name = "dtype"
+        write_arg(entry.value, dtype, f"{where} meta")
+
+
 class _Exporter:
     def __init__(self, gm, source=None, tensors=None):
         """`source` is the nn.Module `gm` was traced from (None for a GraphModule given as
@@ -241,15 +256,7 @@ class _Exporter:
         entry = out.meta.add()
         entry.name = INPUT_FIELD_META
         write_arg(entry.value, [structured.name, key], f"node '{access.name}' meta")
-        if shape is not None:
-            dims, dtype = shape
-            entry = out.meta.add()
-            entry.name = "shape"
-            write_arg(entry.value, dims, f"node '{access.name}' meta")
-            if _names.dtype_to_proto(dtype) is not None:
-                entry = out.meta.add()
-                entry.name = "dtype"
-                write_arg(entry.value, dtype, f"node '{access.name}' meta")
+        _write_shape_meta(out, shape, f"node '{access.name}'")
 
     def _write_module(self, module, path, type_name, out, depth, source=None):
         where = f"module '{path}'" if path else "root module"
@@ -396,15 +403,7 @@ class _Exporter:
             entry = out.meta.add()
             entry.name = key
             write_arg(entry.value, value, f"{where} meta '{key}'")
-        if shape is not None:
-            dims, dtype = shape
-            entry = out.meta.add()
-            entry.name = "shape"
-            write_arg(entry.value, dims, f"{where} meta")
-            if _names.dtype_to_proto(dtype) is not None:
-                entry = out.meta.add()
-                entry.name = "dtype"
-                write_arg(entry.value, dtype, f"{where} meta")
+        _write_shape_meta(out, shape, where)
 
     @staticmethod
     def _flatten_dict_output(value, out, where):
