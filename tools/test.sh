@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 
 PASSED=0
 FAILED=0
+# One line per failed unit, printed again just above the summary line: CI shows only the
+# tail of the log, and a failure must be readable there.
+FAILURES=()
 
 # Runs a suite (its output shown), counts its passed and failed units with a counter
 # function, and adds them to the totals. A non-zero exit with no failure counted (a crash,
@@ -24,11 +27,35 @@ run_counted() {
   local rc=${PIPESTATUS[0]}
   local passed failed
   read -r passed failed < <("$counter" "$log")
+  if [[ $rc -ne 0 || $failed -ne 0 ]]; then record_failures "$label" "$rc" "$log"; fi
   rm -f "$log"
   if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi
   echo "$label: $passed passed, $failed failed ($unit)"
   PASSED=$((PASSED + passed))
   FAILED=$((FAILED + failed))
+}
+
+# Adds the failure lines of a suite's log to FAILURES: Bazel targets (with the end of
+# each failed target's gtest failures, or of its test.log), pytest's FAILED / ERROR lines, conformance models and
+# fuzz targets; a suite that exited non-zero with none of these shows its last lines.
+#   record_failures LABEL RC LOG
+record_failures() {
+  local label=$1 rc=$2 log=$3 line target found=0
+  while IFS= read -r line; do
+    found=1
+    FAILURES+=("$label: $line")
+    if [[ $line =~ ^//([^:]+):([^ ]+) ]]; then
+      local test_log="bazel-testlogs/${BASH_REMATCH[1]}/${BASH_REMATCH[2]}/test.log"
+      if [[ -f $test_log ]]; then
+        while IFS= read -r target; do FAILURES+=("    $target"); done < <(
+          { grep -A 4 -E ': Failure$|^\[  FAILED  \]' "$test_log" || tail -n 15 "$test_log"; } | head -n 30)
+      fi
+    fi
+  done < <(grep -E '^//[^ ]+ +(\(cached\) )?(FAILED|FAILED TO BUILD|TIMEOUT|NO STATUS|INCOMPLETE|FLAKY)|^(FAILED|ERROR) |^CONFORMANCE [^ ]+ FAILED$|^[a-z_0-9]+: FAILED |\| FAILED: ' "$log")
+  if [[ $found -eq 0 ]]; then
+    FAILURES+=("$label: exit code $rc; its last lines:")
+    while IFS= read -r line; do FAILURES+=("    $line"); done < <(tail -n 15 "$log")
+  fi
 }
 
 # Bazel's per-target summary lines ("//tests/graph:graph_test    PASSED in 0.1s",
@@ -117,5 +144,9 @@ for step in "${STEPS[@]}"; do
   "$step"
 done
 
+if [[ ${#FAILURES[@]} -gt 0 ]]; then
+  echo "==== what failed"
+  printf '%s\n' "${FAILURES[@]}"
+fi
 echo "$PASSED passed, $FAILED failed"
 [[ $FAILED -eq 0 ]]
