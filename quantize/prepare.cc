@@ -186,6 +186,7 @@ class Planner {
     for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
       const Symbol type = ObjectType(gm_, n);
       if (type.empty()) continue;
+      RETURN_IF_ERROR(RefuseNonFloatModel(n, type));
       ASSIGN_OR_RETURN(const OptionalQConfig* resolved, Resolve(resolver, n, type));
       const OptionalQConfig& qconfig = *resolved;
       // The tensor inputs, found once for both the merge check and the decision.
@@ -218,6 +219,28 @@ class Planner {
   }
 
  private:
+  // Prepare takes a float model. On a prepared one it would observe the observers; on a
+  // quantized one it would observe quantize / dequantize and quantized modules as float
+  // ops: no error, and a model that is silently wrong once converted.
+  absl::Status RefuseNonFloatModel(const Node* n, Symbol type) const {
+    absl::string_view what;
+    if (IsObserverModuleType(type)) {
+      what = "is already prepared (calibrate or convert it instead)";
+    } else if (type == quantize_per_tensor_ || type == quantize_per_channel_ ||
+               absl::StartsWith(type.name(), "nnq.") || absl::StartsWith(type.name(), "nniq.") ||
+               absl::StartsWith(type.name(), "nnqr.")) {
+      what = "is already quantized";
+    } else {
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "prepare: node '", n->name(), "' calls ", type.name(), ": the model ", what,
+        "; prepare takes a float model"));
+  }
+
+  const Symbol quantize_per_tensor_ = Symbol::Intern("torch.quantize_per_tensor");
+  const Symbol quantize_per_channel_ = Symbol::Intern("torch.quantize_per_channel");
+
   // The non-fusing two-op entry (outer, inner) of the config, e.g. (ReLU, add), that `n`
   // (outer) and its only input `producer` (inner) match, or nullptr.
   const BackendPatternConfig* TwoOpEntryFor(const Node* n, Symbol type, const Node* producer) {

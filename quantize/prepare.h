@@ -130,7 +130,10 @@ struct PreparedModel {
 // the observer container to record a weighted op's plan.
 inline constexpr char kWeightPlanModulePrefix[] = "weight_post_process_";
 
-// Runs the pass on `gm` (see the file comment).
+// Runs the pass on `gm` (see the file comment). FailedPrecondition, naming the node, if
+// `gm` is not a float model: it calls an observer (already prepared) or
+// torch.quantize_per_tensor / quantize_per_channel or an nnq / nniq / nnqr module
+// (already quantized).
 absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qconfig_mapping,
                                       const BackendConfig& backend_config);
 

@@ -367,6 +367,37 @@ TEST(PrepareTest, InvalidQConfigFailsWithoutChangingTheGraph) {
   EXPECT_EQ(SerializeModel(m->gm), before);
 }
 
+// Preparing a prepared model would observe its observers, and preparing a converted one
+// would treat quantize / dequantize and reference modules as float ops: both refused,
+// naming the node, with the graph unchanged.
+TEST(PrepareTest, APreparedOrQuantizedModelIsRefused) {
+  auto m = BuildConvPool();
+  ASSERT_TRUE(Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack")).ok());
+  const std::string prepared_bytes = SerializeModel(m->gm);
+  auto again = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.status().message().find("is already prepared"), std::string::npos)
+      << again.status();
+  EXPECT_NE(again.status().message().find("node 'activation_post_process_0'"),
+            std::string::npos) << again.status() << "\n" << Listing(m->gm.graph());
+  EXPECT_EQ(SerializeModel(m->gm), prepared_bytes);
+
+  auto converted = BuildConvPool();
+  auto prepared = Prepare(converted->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ObserveEveryObserver(*prepared);
+  ASSERT_TRUE(ConvertToReference(converted->gm, *prepared).ok());
+  const std::string converted_bytes = SerializeModel(converted->gm);
+  auto on_converted = Prepare(converted->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_FALSE(on_converted.ok());
+  EXPECT_EQ(on_converted.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(on_converted.status().message().find(
+                "calls torch.quantize_per_tensor: the model is already quantized"),
+            std::string::npos) << on_converted.status();
+  EXPECT_EQ(SerializeModel(converted->gm), converted_bytes);
+}
+
 // Calibration on known values, then convert: hand-computed quantization parameters.
 TEST(ConvertTest, ObserversBecomeQuantizeDequantizeWithCalibratedParameters) {
   auto m = BuildConvPool();
