@@ -104,6 +104,11 @@ class BackendConfig {
 
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
+  // The built-in config this one is, or was loaded from (a file's `base`, kept when the
+  // file renames the config): what decides the engine its models run on
+  // (runtime/quantized_engine.h EngineForBackend). Empty for a config built from nothing.
+  const std::string& built_in_base() const { return built_in_base_; }
+  void set_built_in_base(std::string name) { built_in_base_ = std::move(name); }
 
   // Validates `config` and appends it. InvalidArgument (config unchanged) if it is invalid,
   // or if an entry with the same name or the same pattern exists.
@@ -139,6 +144,7 @@ class BackendConfig {
                       const ModuleSchemaRegistry& modules, const FunctionRegistry& functions);
 
   std::string name_;
+  std::string built_in_base_;
   std::vector<BackendPatternConfig> configs_;
   absl::flat_hash_map<std::string, size_t> index_by_name_;
   absl::flat_hash_map<std::string, size_t> index_by_pattern_key_;

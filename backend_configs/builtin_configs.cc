@@ -412,7 +412,9 @@ absl::StatusOr<BackendConfig> BuildConfig(absl::string_view name, const FamilyDT
   AddRnnOpConfigs(b, d.rnn);
   AddEmbeddingOpConfigs(b, d.embedding);
   if (onednn_fusions) AddOnednnConvAddConfigs(b, d.conv);
-  return b.Finish();
+  ASSIGN_OR_RETURN(BackendConfig config, b.Finish());
+  config.set_built_in_base(std::string(name));
+  return config;
 }
 
 }  // namespace

@@ -46,8 +46,9 @@ struct QuantizeFlowOptions {
   // pipeline/progress.h, prints it).
   CalibrationProgress on_sample;
   // The engine recorded in the model for its runs (RecordEngine, runtime/
-  // quantized_engine.h): absent, the backend config's (EngineForBackend of its name:
-  // qnnpack -> QNNPACK's arithmetic, every other config -> onednn's). The CLI's --engine.
+  // quantized_engine.h): absent, the backend config's (EngineForBackend of its
+  // built_in_base, else its name: qnnpack -> QNNPACK's arithmetic, every other config ->
+  // onednn's). The CLI's --engine.
   std::optional<QuantizedEngine> engine;
 };
 

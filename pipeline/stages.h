@@ -97,7 +97,7 @@ absl::StatusOr<ExplainResult> ExplainModel(const GraphModule& gm, const BackendC
 // (StorePreparedModel), so `gm` is a complete prepared model: it saves, and CalibrateModel
 // and ConvertModel read it back. It also records the engine the model is to run on
 // (RecordEngine, runtime/quantized_engine.h): `engine` if given (the CLI's --engine), else
-// the config's (EngineForBackend of its name). On an error from Prepare the graph is
+// the config's (EngineForBackend of its built_in_base, else its name). On an error from Prepare the graph is
 // unchanged.
 absl::StatusOr<PrepareReport> PrepareModel(GraphModule& gm, const QConfigMapping& mapping,
                                            const BackendConfig& config,

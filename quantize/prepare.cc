@@ -905,7 +905,11 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
   inserter.RemoveOrphanedObservers();
   // The engine the quantized model is meant for goes with the model from here on
   // (graph/NAMING.md): convert and lowering keep it, and Run uses it by default.
-  RecordEngine(EngineForBackend(backend_config.name()), gm);
+  // A config file extending qnnpack under its own name still runs QNNPACK's arithmetic.
+  RecordEngine(EngineForBackend(backend_config.built_in_base().empty()
+                                    ? backend_config.name()
+                                    : backend_config.built_in_base()),
+               gm);
   return prepared;
 }
 

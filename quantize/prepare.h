@@ -53,8 +53,9 @@
 //    lookups cached, observers are found through a producer → observer map, and module
 //    paths come from a counter (PyTorch 1.13's prepare rescans users and names).
 //  - The engine the model is meant to run on is recorded in its root module
-//    (runtime/quantized_engine.h RecordEngine: EngineForBackend of the config's name,
-//    graph/NAMING.md), so a qnnpack-config model runs QNNPACK's arithmetic by default.
+//    (runtime/quantized_engine.h RecordEngine: EngineForBackend of the config's
+//    built_in_base, else its name; graph/NAMING.md), so a model prepared with the qnnpack
+//    config, or a config file extending it, runs QNNPACK's arithmetic by default.
 //
 // Contract: everything that can fail (an invalid qconfig, a weighted module without a
 // float weight where the config says it has one) is checked before the graph is touched;

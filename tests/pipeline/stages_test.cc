@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "backend_configs/config_loader.h"
 #include "graph/serialization.h"
 #include "graph/check.h"
@@ -135,6 +136,21 @@ TEST(StagesTest, PrepareRecordsTheBackendsEngineUnlessOneIsGiven) {
   }
   EXPECT_EQ(recorded_after_flow("qnnpack", QuantizedEngine::kOnednn), QuantizedEngine::kOnednn);
   EXPECT_EQ(recorded_after_flow("x86", QuantizedEngine::kQnnpack), QuantizedEngine::kQnnpack);
+
+  // A config file extending qnnpack under a name of its own is still qnnpack's family.
+  for (const auto& [base, expected] :
+       {std::pair{"qnnpack", QuantizedEngine::kQnnpack}, {"fbgemm", QuantizedEngine::kOnednn}}) {
+    SCOPED_TRACE(base);
+    const std::string text = absl::StrCat("base: \"", base, "\"\nname: \"my_backend\"\n");
+    auto renamed = ResolveBackendConfig("", text, "my_backend.textproto");
+    ASSERT_TRUE(renamed.ok()) << renamed.status();
+    EXPECT_EQ(renamed->name(), "my_backend");
+    auto mapping = DefaultQConfigMapping(base);
+    auto gm = BuildResidualExample(kResidualExampleSeed);
+    ASSERT_TRUE(mapping.ok() && gm.ok());
+    ASSERT_TRUE(PrepareModel(**gm, *mapping, *renamed).ok());
+    EXPECT_EQ(*RecordedEngine(**gm), expected);
+  }
 
   // One stage at a time: prepare records, calibrate may replace, convert and lower keep.
   auto config = ResolveBackendConfig("qnnpack", std::nullopt, "");
