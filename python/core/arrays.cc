@@ -139,7 +139,16 @@ Tensor TensorFromTorch(py::handle tensor, const std::string& what) {
     }
     return TensorFromQuantized(q, what);
   }
-  py::array array = tensor.attr("detach")().attr("cpu")().attr("numpy")();
+  // .numpy() shares the memory of a detached CPU tensor (what fuselage.from_torch hands
+  // over); a tensor that requires grad or lives elsewhere is detached and moved first.
+  // Trying .numpy() first saves two Python calls a tensor, which add up over the
+  // thousands of tensors of a large model.
+  py::array array;
+  if (!tensor.attr("requires_grad").cast<bool>() && tensor.attr("is_cpu").cast<bool>()) {
+    array = tensor.attr("numpy")();
+  } else {
+    array = tensor.attr("detach")().attr("cpu")().attr("numpy")();
+  }
   const std::optional<DType> dtype = DTypeOfArray(array);
   if (!dtype.has_value()) {
     ThrowIfError(
@@ -151,10 +160,18 @@ Tensor TensorFromTorch(py::handle tensor, const std::string& what) {
 }
 
 bool IsTorchTensor(py::handle object) {
-  const py::handle type = py::type::handle_of(object);
-  const std::string module = py::str(type.attr("__module__"));
-  return module.rfind("torch", 0) == 0 && py::hasattr(object, "numpy") &&
-         py::hasattr(object, "is_quantized");
+  // torch.Tensor (nn.Parameter is a subclass), looked up once if torch is imported: a
+  // tensor can only exist once it is. Kept for the process's life, never released (a
+  // static py::object would be destroyed after the interpreter).
+  static PyObject* tensor_type = nullptr;
+  if (tensor_type == nullptr) {
+    const py::dict modules = py::module_::import("sys").attr("modules");
+    if (!modules.contains("torch")) return false;
+    tensor_type = py::object(modules["torch"].attr("Tensor")).release().ptr();
+  }
+  const int is_tensor = PyObject_IsInstance(object.ptr(), tensor_type);
+  if (is_tensor < 0) throw py::error_already_set();
+  return is_tensor == 1;
 }
 
 // A numpy array over `tensor`'s bytes with `storage` as its element type. The array owns

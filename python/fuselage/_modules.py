@@ -200,11 +200,34 @@ def _initializes_randomly(cls):
 _SKIP_INIT_MIN_ELEMENTS = 1 << 14
 
 
+def _ignore_weight_bias(qweight, bias):
+    """Stands in for a packed module's set_weight_bias while its constructor runs."""
+
+
+def _construct_packed(cls, kwargs):
+    """cls(**kwargs) for a quantized conv (nnq.Conv2d, nniq.ConvReLU2d, ...) without the
+    prepack of the placeholder weight its constructor makes: build() packs the file's
+    weight right after, so packing an empty full-size weight first would double the
+    prepack work and the memory it touches (a third of a converted resnet50's rebuild).
+    The constructor's own set_weight_bias call is answered by an instance attribute that
+    shadows the method while it runs, so every other field is the constructor's."""
+    module = cls.__new__(cls)
+    object.__setattr__(module, "set_weight_bias", _ignore_weight_bias)
+    try:
+        module.__init__(**kwargs)
+    finally:
+        module.__dict__.pop("set_weight_bias", None)
+    return module
+
+
 def _construct(cls, kwargs, tensors):
     """cls(**kwargs), without the random initialization when the file replaces every
     tensor it would initialize: such a module is built on the meta device and given
     uninitialized memory (torch.nn.utils.skip_init), most of resnet50's rebuild time
-    otherwise. If the constructor made a tensor the file lacks, it is built normally."""
+    otherwise. If the constructor made a tensor the file lacks, it is built normally.
+    A quantized conv is built without packing a placeholder weight (_construct_packed)."""
+    if issubclass(cls, _QuantizedConvNd):
+        return _construct_packed(cls, kwargs)
     if not _initializes_randomly(cls) or \
             sum(t.numel() for t in tensors.values()) < _SKIP_INIT_MIN_ELEMENTS:
         return cls(**kwargs)

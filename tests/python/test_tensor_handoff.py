@@ -183,3 +183,20 @@ def test_a_mismatched_handoff_is_a_clear_error():
     wrong = [t.reshape(-1) if t.dim() > 1 else t for t in tensors]
     with pytest.raises(FuselageError, match="structure declares"):
         core.Model.from_parts(structure, wrong)
+
+
+def test_torch_inputs_that_require_grad_or_are_strided_run_as_their_values():
+    # TensorFromTorch reads a detached CPU tensor with one .numpy() call and detaches the
+    # others first; both must give the engine the tensor's values. Expected: PyTorch's
+    # own output of the model on the same values.
+    m = conv_bn()
+    model = core.from_torch(m)
+    x = torch.randn(1, 3, 6, 5)
+    with torch.no_grad():
+        expected = m(x)
+    needs_grad = x.clone().requires_grad_(True)
+    strided = x.transpose(2, 3).contiguous().transpose(2, 3)  # same values, not C order
+    assert not strided.is_contiguous()
+    for given in (needs_grad, strided, nn.Parameter(x.clone())):
+        (y,) = core.run(model, [given])
+        assert torch.allclose(torch.from_numpy(np.asarray(y)), expected, atol=1e-5)
