@@ -91,13 +91,7 @@ std::string UnknownFlagMessage(absl::string_view command, absl::string_view name
   return message;
 }
 
-// The name of the first argument CLI11 left over that looks like a flag ("--x=1" -> "--x").
-std::string FirstUnknownFlag(const std::vector<std::string>& remaining) {
-  for (const std::string& arg : remaining) {
-    if (arg.size() >= 2 && arg[0] == '-') return arg.substr(0, arg.find('='));
-  }
-  return remaining.empty() ? std::string() : remaining.front();
-}
+bool LooksLikeFlag(absl::string_view arg) { return arg.size() >= 2 && arg[0] == '-'; }
 
 }  // namespace
 
@@ -105,8 +99,7 @@ absl::StatusOr<ParsedArgs> ParseArgs(absl::string_view command, const std::vecto
                                      const std::vector<FlagSpec>& specs) {
   CLI::App app{"", absl::StrCat("fuselage ", command)};
   app.set_help_flag("-h,--help", "print this help and exit");
-  app.allow_extras(true);  // unknown flags are reported by name below, with a suggestion
-  app.positionals_at_end(false);
+  app.allow_extras(true);  // operands, and unknown flags reported by name below
   ParsedArgs parsed;
   std::vector<std::string> values(specs.size());
   std::vector<CLI::Option*> options;
@@ -128,7 +121,6 @@ absl::StatusOr<ParsedArgs> ParseArgs(absl::string_view command, const std::vecto
     option->multi_option_policy(CLI::MultiOptionPolicy::Throw);
     options.push_back(option);
   }
-  app.add_option("operands", parsed.positional, "the command's operands (MODEL, ...)");
   // "--" ends the flags; what follows is operands even if it starts with '-'. (CLI11 would
   // keep the "--" itself among the extras, since extras are allowed.)
   const auto end_of_flags = std::find(args.begin(), args.end(), std::string("--"));
@@ -140,8 +132,13 @@ absl::StatusOr<ParsedArgs> ParseArgs(absl::string_view command, const std::vecto
   } catch (const CLI::Error& e) {  // ParseError and anything else CLI11 throws
     return UsageError(absl::StrCat(command, ": ", e.what()));
   }
-  if (!app.remaining().empty()) {
-    return UsageError(UnknownFlagMessage(command, FirstUnknownFlag(app.remaining()), specs));
+  // Operands are what CLI11 leaves over, as typed: a positional option of CLI11's would
+  // rewrite some ("[a,b]" becomes the two operands a and b).
+  for (const std::string& arg : app.remaining()) {
+    if (LooksLikeFlag(arg)) {
+      return UsageError(UnknownFlagMessage(command, arg.substr(0, arg.find('=')), specs));
+    }
+    parsed.positional.push_back(arg);
   }
   for (size_t i = 0; i < specs.size(); ++i) {
     if (options[i]->count() > 0) parsed.flags[specs[i].names.front()] = values[i];

@@ -92,5 +92,19 @@ TEST(CliHelpTest, DoubleDashEndsTheFlags) {
   EXPECT_THAT(r.err, Not(HasSubstr("unknown flag")));
 }
 
+// Operands reach the command as typed: CLI11's positional options would split a
+// bracketed "[a,b]" into two operands (found by cli_flags_fuzz).
+TEST(CliHelpTest, OperandsAreKeptAsTyped) {
+  CliResult r = RunFuselage({"print", "[a,b].fsl"});
+  EXPECT_EQ(r.code, kExitFailure) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("[a,b].fsl"));
+  r = RunFuselage({"print", "[a,b]"});
+  EXPECT_EQ(r.code, kExitFailure) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("'[a,b]'")) << r.err;
+  r = RunFuselage({"print", "[a]", "[b]"});
+  EXPECT_EQ(r.code, kExitUsage) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("expected 1 operand, got 2")) << r.err;
+}
+
 }  // namespace
 }  // namespace fuselage
