@@ -114,6 +114,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "graph/argument.h"
 #include "graph/node.h"
 #include "graph/symbol.h"
@@ -189,6 +190,9 @@ struct PatternPosition {
   std::optional<Argument> constant;
   // True if some predicate of this position is a relation (`@name.subject`).
   bool has_relations = false;
+  // i >= 1: this op position is the pattern's declared output i (`-> $name`, see the
+  // grammar above), whose node may be read outside the match; -1: not declared.
+  int output_index = -1;
 
   bool Matches(OpRef op) const;
   // The leaf that accepts `op` ("ReLU6"), or the spelling if there is one leaf only.
@@ -237,6 +241,16 @@ class Pattern {
   // Complex-format text: "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))".
   std::string ToString() const;
 
+  // The positions whose nodes the match yields, in output order: the outermost op (0),
+  // then each declared output (`-> $a, $b`). {0} for a single-output pattern.
+  const std::vector<int>& output_positions() const { return output_positions_; }
+  // True if the pattern declares outputs beyond the outermost op (a multi-output pattern).
+  bool has_declared_outputs() const { return output_positions_.size() > 1; }
+  // Declares the op positions named `names` (`Op@name`) as outputs 1, 2, ... (what
+  // `-> $a, $b` does in the text). InvalidArgument, changing nothing, if a name names no
+  // op position, names a wildcard or the outermost op, or repeats.
+  absl::Status DeclareOutputs(absl::Span<const std::string> names);
+
   // True if a position has two or more leaves / is optional / has predicates.
   bool has_alternatives() const { return has_alternatives_; }
   bool has_optional() const { return has_optional_; }
@@ -251,6 +265,7 @@ class Pattern {
   std::vector<PatternPosition> positions_;
   int default_root_ = 0;
   std::vector<int> default_extras_;
+  std::vector<int> output_positions_ = {0};
   bool has_alternatives_ = false;
   bool has_optional_ = false;
 };
