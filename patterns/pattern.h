@@ -14,6 +14,7 @@
 // and extra inputs (see fusion_rule.h).
 //
 // Text syntax (both formats share it):
+//   text       := pattern ('->' '$' name (',' '$' name)*)?      declared outputs, see below
 //   pattern    := position | '$' name | constant | '(' pattern (',' pattern)* ','? ')'
 //   position   := leaf ('|' leaf)* kwargs? predicates? '?'? ('@' name)?
 //   leaf       := name                                      (see the leaf names below)
@@ -62,6 +63,23 @@
 // A later `$name` is not an extra input of its own (the fused node reads each distinct
 // input once); the first `$name` is, like MatchAllNode. A named op position may have
 // several users, all inside the match (matcher.h rule 3).
+//
+// Multi-output patterns (issue 21 item 3). A match yields the outermost op's node as
+// output 0 and, after `->`, each listed op position (named with `Op@name`) as output 1,
+// 2, ... in the order listed. A declared output may be read outside the match (matcher.h
+// rules 3 and 11); any other inner node may not. Without `->` a pattern has one output and
+// means exactly what it meant before. Only wrap_in_sequence into fuselage.FusedSubgraph
+// (fusion_rule.h) fuses a multi-output match: one module whose forward returns the tuple
+// of outputs, each outside reader then reading `operator.getitem(fused, i)`.
+//   (ReLU, (BatchNorm2d@bn, Conv2d)) -> $bn        conv-bn-relu whose bn also feeds a
+//                                                  residual add outside the pattern
+//   (mul, (operator.getitem, (torch.chunk{dim}@c, $x, 2), 0),
+//         (sigmoid, (operator.getitem@b, $c, 1))) -> $b
+//                                                  GLU from a chunk, whose second half is
+//                                                  also read outside
+// The GLU without `-> $b` is a single-output DAG pattern: the chunk's two getitems are
+// both inside the match. A declared output must be a named op position other than the
+// outermost (a wildcard is an input, not an output), each listed once.
 //
 // Constant leaves: a number, None, True, False or a quoted string as an arg (`3`, `6.0`)
 // matches only an equal constant arg (1 == 1.0), never a node; it is never an extra input.
