@@ -715,6 +715,12 @@ absl::StatusOr<FuserKind> FuserKindFromName(absl::string_view name) {
       "unknown fuser '", name, "'; expected wrap_in_sequence, fold_bn_then_wrap or custom"));
 }
 
+size_t PatternMatch::num_outputs() const { return rule->pattern.output_positions().size(); }
+
+Node* PatternMatch::output(size_t i) const {
+  return node_at(rule->pattern.output_positions()[i]);
+}
+
 std::vector<SubgraphInput> FusedSubgraphInputs(absl::Span<const MatchedOpNode> nodes) {
   std::vector<SubgraphInput> inputs;
   const auto add = [&](Node* input, const Node* consumer, int arg_index) {

@@ -54,6 +54,11 @@ struct PatternMatch {
     return bindings[i].is_node() ? bindings[i].as_node() : nullptr;
   }
   Node* outermost() const { return node_at(0); }
+  // The match's outputs (pattern.h `-> $name`): output 0 is the outermost node, output i
+  // the node at the pattern's i-th declared output position. num_outputs() is 1 for a
+  // single-output pattern.
+  size_t num_outputs() const;
+  Node* output(size_t i) const;
 };
 
 // Builds the fused module of one match. Must not modify `gm`. The pass installs the result

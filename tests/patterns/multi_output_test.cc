@@ -193,10 +193,9 @@ TEST_F(MultiOutputTest, InnerNodeDeclaredAsOutputMatchesAndFuses) {
   const std::vector<PatternMatch> matches = matcher.FindMatches(gm_);
   ASSERT_EQ(matches.size(), 1u);
   // The match carries both outputs: the relu (0) and the batch norm (1).
-  const std::vector<int>& outputs = matches[0].rule->pattern.output_positions();
-  ASSERT_EQ(outputs.size(), 2u);
-  EXPECT_EQ(matches[0].node_at(outputs[0]), relu_);
-  EXPECT_EQ(matches[0].node_at(outputs[1]), bn_);
+  ASSERT_EQ(matches[0].num_outputs(), 2u);
+  EXPECT_EQ(matches[0].output(0), relu_);
+  EXPECT_EQ(matches[0].output(1), bn_);
 
   EXPECT_EQ(FuseAndCompare(rules), 1);
   Node* fused = FusedNode();
