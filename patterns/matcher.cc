@@ -632,6 +632,25 @@ class PatternMatcher::Scan {
         }
       }
     }
+    // A multi-output match reading another's declared output: the fused node of the one
+    // applied first may move its readers ahead of where the matcher checked the other's
+    // inputs, so the pass could not place the second; it is not fused (conservative).
+    if (!claimed_outputs_.empty()) {
+      for (const Node* op_node : op_nodes_) {
+        const Node* taken = nullptr;
+        for (const Argument& a : op_node->args()) {
+          a.ForEachNode([&](const Node* n) {
+            if (taken == nullptr && claimed_outputs_.contains(n)) taken = n;
+          });
+        }
+        if (taken == nullptr) continue;
+        return Fail(rule, 0, *bindings_[0], -1, [&] {
+          return absl::StrCat(op_node->name(), " reads ", taken->name(), ", a declared output of "
+                              "another multi-output match; two multi-output matches chained "
+                              "that way are not fused");
+        });
+      }
+    }
     if (first_reader == nullptr) return true;
     for (const Node* op_node : op_nodes_) {
       const Node* late = nullptr;

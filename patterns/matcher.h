@@ -57,7 +57,9 @@
 //     once, so it goes before the first outside reader of a declared output; a match with
 //     an input that does not come before that reader (the reader feeds the match: no
 //     single node can replace it) fails, and Explain names the output, the reader and the
-//     input. The outermost node's users are unrestricted, as before.
+//     input. The outermost node's users are unrestricted, as before. A multi-output match
+//     whose op nodes read a declared output of a match found earlier is not taken (the
+//     first fused node may move that reader ahead of where the second's inputs are).
 //
 // Where fuselage deliberately differs from PyTorch 1.13 (each a bug there):
 //  a. Keyword args are not ignored: a node matches an op position only if the position

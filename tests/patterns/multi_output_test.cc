@@ -288,5 +288,48 @@ TEST_F(MultiOutputTest, ADeclaredOutputIsNotClaimedTwice) {
   EXPECT_EQ(FuseAndCompare(rules), 1);
 }
 
+TEST_F(MultiOutputTest, ChainedMultiOutputBlocksBothFuse) {
+  // conv1 -> bn1 -> relu1, with bn1 also read by conv2 -> bn2 -> relu2, and bn2 read by the
+  // output: both blocks are conv-bn-relu -> $bn. relu2's block is found first; bn1 is read
+  // by conv2, an op node of that match but not a declared output of it, so relu1's block
+  // matches too, and the second fused node reads the first's output 1.
+  x_ = Must(graph().AddPlaceholder("x"));
+  Node* bn1 = Call(Call(x_, "conv1", Conv2dModule(rng_, 4, 4, 3)), "bn1", BatchNorm2dModule(rng_, 4));
+  Node* relu1 = Call(bn1, "relu1", PlainModule("nn.ReLU"));
+  Node* bn2 = Call(Call(bn1, "conv2", Conv2dModule(rng_, 4, 4, 3)), "bn2", BatchNorm2dModule(rng_, 4));
+  Node* relu2 = Call(bn2, "relu2", PlainModule("nn.ReLU"));
+  Must(graph().SetOutput(Argument::Tuple({relu1, relu2, bn2})));
+  input_ = RandomTensor(rng_, {1, 4, 5, 5});
+  std::vector<FusionRule> rules = {SubgraphRule("conv_bn_relu_bn", kConvBnReluWithBn)};
+  PatternMatcher matcher = Ok(PatternMatcher::Create(rules));
+  ASSERT_EQ(matcher.FindMatches(gm_).size(), 2u);
+  EXPECT_EQ(FuseAndCompare(rules), 2);
+}
+
+TEST_F(MultiOutputTest, AMultiOutputMatchReadingAClaimedOutputIsNotTaken) {
+  // x, conv, bn, s = sigmoid(bn), v = mul(s, x), w = relu(s), relu(bn): the conv block
+  // (found first) claims bn as its declared output; the mul block's sigmoid reads bn, so the
+  // mul block (itself multi-output: s is read by w) is not taken (matcher.h rule 11).
+  x_ = Must(graph().AddPlaceholder("x"));
+  bn_ = Call(Call(x_, "conv", Conv2dModule(rng_, 4, 4, 3)), "bn", BatchNorm2dModule(rng_, 4));
+  Node* s = Must(graph().AddCallFunction("torch.sigmoid", {bn_}, {}, "s"));
+  Node* v = Must(graph().AddCallFunction("operator.mul", {s, x_}, {}, "v"));
+  Node* w = Must(graph().AddCallFunction("torch.relu", {s}, {}, "w"));
+  relu_ = Call(bn_, "relu", PlainModule("nn.ReLU"));
+  Must(graph().SetOutput(Argument::Tuple({relu_, v, w})));
+  input_ = RandomTensor(rng_, {1, 4, 5, 5});
+  std::vector<FusionRule> rules = {
+      SubgraphRule("conv_bn_relu_bn", kConvBnReluWithBn),
+      SubgraphRule("sigmoid_mul", "(mul, (sigmoid@s, MatchAllNode), MatchAllNode) -> $s")};
+  PatternMatcher matcher = Ok(PatternMatcher::Create(rules));
+  const std::vector<PatternMatch> matches = matcher.FindMatches(gm_);
+  ASSERT_EQ(matches.size(), 1u);
+  EXPECT_EQ(matches[0].outermost(), relu_);
+  EXPECT_THAT(matcher.Explain(gm_).ToString(),
+              HasSubstr("sigmoid_mul at v: mul (v): s reads bn, a declared output of another "
+                        "multi-output match"));
+  EXPECT_EQ(FuseAndCompare(rules), 1);
+}
+
 }  // namespace
 }  // namespace fuselage
