@@ -360,9 +360,11 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
 
   // Which match each matched op node belongs to — needed only to check the inputs a custom
   // root or extra-inputs getter returns. With the built-in getters every input is an arg of
-  // a node of its own match, and so cannot be an inner node of another match: an inner node
-  // has exactly one user (matcher.h, rule 3), inside its own match, and matches are
-  // disjoint.
+  // a node of its own match, and so cannot be an undeclared inner node of another match:
+  // such a node has users inside its own match only (matcher.h, rule 3), and matches are
+  // disjoint. It may be a declared output of another match (rule 11): it survives as that
+  // match's getitem, which the input is re-read as (ExtraInput's consumer) or rewired to
+  // (InsertMultiOutput) when that match is applied.
   absl::flat_hash_map<const Node*, int> match_of;
   const bool custom_getters =
       std::any_of(matches.begin(), matches.end(), [](const PatternMatch& m) {
