@@ -331,5 +331,32 @@ TEST_F(MultiOutputTest, AMultiOutputMatchReadingAClaimedOutputIsNotTaken) {
   EXPECT_EQ(FuseAndCompare(rules), 1);
 }
 
+// The kernel refuses a malformed fused subgraph with an error naming the step, not an
+// abort: here step 0 reads step 1, which has not run.
+TEST_F(MultiOutputTest, AMalformedFusedSubgraphIsAnErrorNamingTheStep) {
+  auto module = std::make_unique<Module>(kFusedSubgraphType);
+  const auto ref = [](const char* tag, int64_t i) {
+    return Argument::Tuple({Argument::String(tag), Argument::Int(i)});
+  };
+  const auto step = [](Argument args) {
+    return Argument::Tuple({Argument::String("call_function"), Argument::String("torch.sigmoid"),
+                            std::move(args), Argument::List({})});
+  };
+  module->SetAttribute("steps", Argument::List({step(Argument::List({ref("step", 1)})),
+                                                step(Argument::List({ref("input", 0)}))}));
+  module->SetAttribute("outputs", Argument::List({Argument::Int(1)}));
+  x_ = Must(graph().AddPlaceholder("x"));
+  Must(graph().SetOutput(Call(x_, "fused", std::move(module))));
+  ASSERT_TRUE(gm_.Verify().ok()) << gm_.Verify();
+  std::unique_ptr<KernelRegistry> kernels = Ok(BuiltinKernels());
+  absl::StatusOr<std::vector<Value>> out =
+      ::fuselage::Run(gm_, {Value(RandomTensor(rng_, {2, 3}))}, *kernels);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(),
+              HasSubstr("fuselage.FusedSubgraph: step 0: ref ('step', 1): expected an index "
+                        "below 0"));
+}
+
 }  // namespace
 }  // namespace fuselage
