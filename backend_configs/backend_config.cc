@@ -203,7 +203,14 @@ absl::Status ValidateFusedChildren(const BackendPatternConfig& config,
 }  // namespace
 
 std::string PatternKey(const Pattern& pattern) {
-  return pattern.size() == 0 ? "" : PositionKey(pattern, 0);
+  if (pattern.size() == 0) return "";
+  std::string key = PositionKey(pattern, 0);
+  // Declared outputs (pattern.h `-> $name`) make another pattern: the same tree with an
+  // inner node also read outside matches where the plain one does not.
+  for (size_t i = 1; i < pattern.output_positions().size(); ++i) {
+    absl::StrAppend(&key, i == 1 ? "->" : ",", pattern.PathOf(pattern.output_positions()[i]));
+  }
+  return key;
 }
 
 absl::Status ValidateBackendPatternConfig(const BackendPatternConfig& config,

@@ -394,9 +394,10 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
     schema.check = BuiltinFieldCheck(type);
     return registry.Register(std::move(schema));
   };
-  // Containers and the root.
-  for (const char* t :
-       {"GraphModule", "nn.Module", "nn.Sequential", "nn.ModuleList", "nn.ModuleDict"}) {
+  // Containers and the root; fuselage.FusedSubgraph is a multi-output pattern's fused
+  // module (patterns/fusion_rule.h), any number of inputs and children.
+  for (const char* t : {"GraphModule", "nn.Module", "nn.Sequential", "nn.ModuleList",
+                        "nn.ModuleDict", "fuselage.FusedSubgraph"}) {
     RETURN_IF_ERROR(add(t, 0, kAny, kNone));
   }
   // Float modules with weights, and their intrinsic fused forms (one input).

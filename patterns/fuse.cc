@@ -69,6 +69,9 @@ struct PlannedFusion {
   // Bit i: the pass may delete the module of nodes[i] once nothing calls it (a leaf no
   // get_attr reads). A pattern has at most Pattern::kMaxPositions = 64 positions.
   uint64_t removable = 0;
+  // Fused into kFusedSubgraphType (fusion_rule.h): the fused node's args are `extras`
+  // alone (FusedSubgraphInputs), not the root's args first.
+  bool subgraph = false;
 };
 
 absl::Status PlanError(const PatternMatch& match, absl::string_view what) {
@@ -266,6 +269,63 @@ absl::Status CheckFusedDepth(const PatternMatch& match, const Node& root, const 
                                        " (ModelLimits::max_module_depth)"));
 }
 
+// The fused node of a multi-output match (pattern.h `-> $name`; matcher.h rule 11) and
+// one `operator.getitem(fused, i)` per output i that is read outside the match, which those
+// readers read instead. The fused node goes before the first of those readers (or the
+// outermost node), which the matcher checked every input of the match precedes. `replaced`
+// (if non-null) maps each output node to its getitem.
+absl::Status InsertMultiOutput(Graph& graph, const PlannedFusion& plan, NodeSpec spec,
+                               Node** fused_node, absl::flat_hash_map<Node*, Node*>* replaced) {
+  const PatternMatch& match = *plan.match;
+  const std::vector<int>& outputs = match.rule->pattern.output_positions();
+  const auto in_match = [&plan](const Node* n) {
+    for (const MatchedOpNode& entry : plan.nodes) {
+      if (entry.node == n) return true;
+    }
+    return false;
+  };
+  Node* anchor = plan.outermost;
+  for (int p : outputs) {
+    for (Node* user : match.node_at(p)->users()) {
+      if (!in_match(user) && graph.Precedes(user, anchor)) anchor = user;
+    }
+  }
+  ASSIGN_OR_RETURN(Node* fused, graph.InsertBeforeUnnamed(anchor, std::move(spec)));
+  *fused_node = fused;
+  const Symbol getitem = Symbol::Intern("operator.getitem");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Node* output = match.node_at(outputs[i]);
+    std::vector<Node*> readers;
+    for (Node* user : output->users()) {
+      if (!in_match(user)) readers.push_back(user);
+    }
+    if (readers.empty()) continue;
+    NodeSpec item;
+    item.op = OpKind::kCallFunction;
+    item.target = getitem;
+    item.args.push_back(Argument(fused));
+    item.args.push_back(Argument::Int(static_cast<int64_t>(i)));
+    ASSIGN_OR_RETURN(Node* result, graph.InsertBefore(anchor, std::move(item)));
+    const auto swap = [output, result](Node* n) { return n == output ? result : n; };
+    for (Node* reader : readers) {
+      NodeArgs args;
+      for (const Argument& a : reader->args()) args.push_back(a.MapNodes(swap));
+      RETURN_IF_ERROR(graph.SetArgs(reader, std::move(args)));
+      bool kwarg_reads = false;
+      for (const Kwarg& kw : reader->kwargs()) {
+        kw.second.ForEachNode([&](const Node* n) { kwarg_reads |= n == output; });
+      }
+      if (kwarg_reads) {
+        Kwargs kwargs;
+        for (const Kwarg& kw : reader->kwargs()) kwargs.push_back({kw.first, kw.second.MapNodes(swap)});
+        RETURN_IF_ERROR(graph.SetKwargs(reader, std::move(kwargs)));
+      }
+    }
+    if (replaced != nullptr) replaced->emplace(output, result);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
@@ -300,9 +360,11 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
 
   // Which match each matched op node belongs to — needed only to check the inputs a custom
   // root or extra-inputs getter returns. With the built-in getters every input is an arg of
-  // a node of its own match, and so cannot be an inner node of another match: an inner node
-  // has exactly one user (matcher.h, rule 3), inside its own match, and matches are
-  // disjoint.
+  // a node of its own match, and so cannot be an undeclared inner node of another match:
+  // such a node has users inside its own match only (matcher.h, rule 3), and matches are
+  // disjoint. It may be a declared output of another match (rule 11): it survives as that
+  // match's getitem, which the input is re-read as (ExtraInput's consumer) or rewired to
+  // (InsertMultiOutput) when that match is applied.
   absl::flat_hash_map<const Node*, int> match_of;
   const bool custom_getters =
       std::any_of(matches.begin(), matches.end(), [](const PatternMatch& m) {
@@ -337,6 +399,8 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     schema_cache.emplace_back(type, schema);
     return schema;
   };
+
+  const Symbol fused_subgraph_type = Symbol::Intern(kFusedSubgraphType);
 
   // ---- Plan: every check, no mutation ---------------------------------------------------
   // Matches were found from the output backwards; apply them in graph order so that a
@@ -406,11 +470,25 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     if (plan.root == nullptr || !in_this_match(plan.root)) {
       return PlanError(match, "the root node getter returned a node outside the match");
     }
-    if (!plan.root->kwargs().empty()) {
+    plan.subgraph = rule.fused_module_type == fused_subgraph_type;
+    if (plan.subgraph) {
+      // The steps keep every node's own kwargs and constants; the inputs are what the
+      // matched nodes read from outside.
+      for (const SubgraphInput& input : FusedSubgraphInputs(plan.nodes)) {
+        if (input.arg_index >= 0) {
+          plan.extras.push_back({Argument(input.node), input.consumer, input.arg_index});
+        } else {
+          plan.extras.push_back({Argument(input.node)});
+          remap_extras = true;
+        }
+      }
+    } else if (!plan.root->kwargs().empty()) {
       return PlanError(match, absl::StrCat("root node '", plan.root->name(),
                                            "' has kwargs, which a fused module cannot take"));
     }
-    if (rule.extra_inputs_getter) {
+    if (plan.subgraph) {
+      // extras are set above
+    } else if (rule.extra_inputs_getter) {
       ASSIGN_OR_RETURN(std::vector<Argument> extras, rule.ExtraInputs(match));
       for (Argument& extra : extras) {
         if (extra.ContainsNode()) remap_extras = true;
@@ -451,7 +529,9 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       });
       return bad;
     };
-    for (const Argument& arg : plan.root->args()) RETURN_IF_ERROR(check_input(arg));
+    if (!plan.subgraph) {
+      for (const Argument& arg : plan.root->args()) RETURN_IF_ERROR(check_input(arg));
+    }
     for (const ExtraInput& extra : plan.extras) RETURN_IF_ERROR(check_input(extra.value));
 
     // A module only this node calls, that has no children and that no get_attr reads is
@@ -504,7 +584,8 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       RETURN_IF_ERROR(CheckFusedDepth(match, *plan.root,
                                       in_storage ? *plan.storage : *plan.module, max_depth));
     }
-    const int inputs = static_cast<int>(plan.root->num_args() + plan.extras.size());
+    const int inputs =
+        static_cast<int>((plan.subgraph ? 0 : plan.root->num_args()) + plan.extras.size());
     if (inputs < schema->min_inputs ||
         (schema->max_inputs != ModuleSchema::kAnyNumber && inputs > schema->max_inputs)) {
       return PlanError(match, absl::StrCat("fused module type '", schema->type, "' takes ",
@@ -543,12 +624,13 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
         PrefetchFieldLists(entry.module, false);
       }
     }
+    Node* fused_node = nullptr;
     NodeSpec spec;
     spec.op = OpKind::kCallModule;
     // The root's args as they are now: ReplaceAllUsesWith has pointed every arg that read
     // an earlier fusion's outermost node at its fused node.
     spec.args.reserve(plan.root->num_args() + plan.extras.size());
-    spec.args.assign(plan.root->args().begin(), plan.root->args().end());
+    if (!plan.subgraph) spec.args.assign(plan.root->args().begin(), plan.root->args().end());
     for (const ExtraInput& extra : plan.extras) {
       if (extra.consumer != nullptr) {
         spec.args.push_back(extra.consumer->arg(extra.arg_index));
@@ -586,10 +668,19 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
     // (EraseAndPassName), so no name is made up, indexed and dropped in between.
     spec.meta = pattern_meta[plan.match->rule - rules.data()];
     if (!plan.own_meta.empty()) spec.meta = std::move(plan.own_meta);
-    absl::StatusOr<Node*> fused = graph.InsertBeforeUnnamed(plan.outermost, std::move(spec));
-    if (!fused.ok()) return Internal(fused.status());
-    absl::StatusOr<int> rewired = graph.ReplaceAllUsesWith(plan.outermost, *fused);
-    if (!rewired.ok()) return Internal(rewired.status());
+    const Pattern& pattern = plan.match->rule->pattern;
+    if (!pattern.has_declared_outputs()) {
+      absl::StatusOr<Node*> fused = graph.InsertBeforeUnnamed(plan.outermost, std::move(spec));
+      if (!fused.ok()) return Internal(fused.status());
+      absl::StatusOr<int> rewired = graph.ReplaceAllUsesWith(plan.outermost, *fused);
+      if (!rewired.ok()) return Internal(rewired.status());
+      fused_node = *fused;
+    } else {
+      absl::Status status = InsertMultiOutput(graph, plan, std::move(spec), &fused_node,
+                                              remap_extras ? &replaced : nullptr);
+      if (!status.ok()) return Internal(status);
+    }
+    absl::StatusOr<Node*> fused = fused_node;
 
     // Erase last in graph order first (each erased node's users are gone by then), and
     // note the modules nothing calls any more: leaf modules no get_attr reads, as
@@ -607,7 +698,7 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
           n == plan.root ? graph.EraseAndPassName(n, *fused) : graph.Erase(n);
       if (!status.ok()) return Internal(status);
     }
-    if (remap_extras) replaced.emplace(plan.outermost, *fused);
+    if (remap_extras && !pattern.has_declared_outputs()) replaced.emplace(plan.outermost, *fused);
   }
   // All at once: one graph scan and one pass per parent, where removing them one by one
   // would rescan the graph and the parent's children for each.

@@ -16,6 +16,15 @@
 //    records the rule in meta "pattern" (Graph::SetMeta(node, "pattern", String(name)));
 //  - modules no call_module or get_attr node uses any more are removed from the tree.
 //
+// A multi-output match (pattern.h `-> $name`; its rule fuses into fuselage.FusedSubgraph,
+// fusion_rule.h) becomes one fused node whose args are the match's inputs
+// (FusedSubgraphInputs), placed before the first node outside the match that reads one of
+// its outputs (or at the outermost node), followed by one `operator.getitem(fused, i)` per
+// output i read outside; those readers read the getitem instead.
+//
+//   x ─► conv ─► bn ─► relu ─► users            x ─► FusedSubgraph ─┬─► getitem 0 ─► users
+//                 └──────────► add                                  └─► getitem 1 ─► add
+//
 // All of it is checked before the graph is touched — every root and extra-input getter,
 // every fuser, that the fused type is registered and takes that many inputs, that the new
 // args read no node the pass erases, that the fused module nests no deeper than a model

@@ -163,10 +163,95 @@ absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type, ModuleParts parts,
 // A torch.nn module type ("nn.SiLU"), not a fused (nni.) one.
 bool IsPlainModuleType(Symbol type) { return absl::StartsWith(type.name(), "nn."); }
 
+bool IsInMatch(absl::Span<const MatchedOpNode> nodes, const Node* node) {
+  for (const MatchedOpNode& entry : nodes) {
+    if (entry.node == node) return true;
+  }
+  return false;
+}
+
+// The ref (fusion_rule.h, kFusedSubgraphType) of one arg of a matched node: a step, an
+// input (its index in `inputs`), a constant, or a nested list / tuple / slice of refs.
+Argument SubgraphRef(const Argument& arg, absl::Span<const MatchedOpNode> nodes,
+                     absl::Span<const SubgraphInput> inputs) {
+  const auto tagged = [](absl::string_view tag, Argument value) {
+    return Argument::Tuple({Argument::String(tag), std::move(value)});
+  };
+  if (arg.is_node()) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].node == arg.as_node()) return tagged("step", Argument::Int(i));
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].node == arg.as_node()) return tagged("input", Argument::Int(i));
+    }
+    return tagged("const", Argument::None());  // not reached: every input is listed
+  }
+  if (!arg.ContainsNode()) return tagged("const", arg);
+  std::vector<Argument> items;
+  for (const Argument& item : arg.items()) items.push_back(SubgraphRef(item, nodes, inputs));
+  return tagged(arg.is_slice() ? "slice" : arg.is_tuple() ? "tuple" : "list",
+                Argument::List(std::move(items)));
+}
+
+// The fused subgraph module of `match` (fusion_rule.h): its children, steps and outputs.
+absl::StatusOr<std::unique_ptr<Module>> BuildFusedSubgraph(const GraphModule& gm,
+                                                           const PatternMatch& match,
+                                                           absl::Span<const MatchedOpNode> nodes,
+                                                           PendingFusion* pending) {
+  const std::vector<SubgraphInput> inputs = FusedSubgraphInputs(nodes);
+  ModuleParts parts;
+  std::vector<Argument> steps;
+  int child = 0;
+  for (const MatchedOpNode& entry : nodes) {
+    const Node* node = entry.node;
+    Argument target = Argument::String(node->target().name());
+    if (node->op() == OpKind::kCallModule) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Module> part,
+                       PartModule(gm, entry, match.rule->name, pending));
+      parts.push_back(std::move(part));
+      target = Argument::String(absl::StrCat(child++));
+    } else if (node->op() != OpKind::kCallFunction && node->op() != OpKind::kCallMethod) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fusion rule '", match.rule->name, "': node '", node->name(), "' is a ",
+          OpKindName(node->op()), " node; a fused subgraph replays calls only"));
+    }
+    std::vector<Argument> args, kwargs;
+    for (const Argument& a : node->args()) args.push_back(SubgraphRef(a, nodes, inputs));
+    for (const Kwarg& kw : node->kwargs()) {
+      kwargs.push_back(Argument::Tuple({Argument::String(kw.first.name()),
+                                        SubgraphRef(kw.second, nodes, inputs)}));
+    }
+    steps.push_back(Argument::Tuple({Argument::String(OpKindName(node->op())), std::move(target),
+                                     Argument::List(std::move(args)),
+                                     Argument::List(std::move(kwargs))}));
+  }
+  std::vector<Argument> outputs;
+  for (int p : match.rule->pattern.output_positions()) {
+    const Node* out = match.node_at(p);
+    size_t step = 0;
+    while (step < nodes.size() && nodes[step].node != out) ++step;
+    if (step == nodes.size()) {
+      return absl::InternalError(absl::StrCat("fusion rule '", match.rule->name,
+                                              "': an output is not a matched op node"));
+    }
+    outputs.push_back(Argument::Int(static_cast<int64_t>(step)));
+  }
+  // Built on the heap (no PendingFusion::storage): the attributes are set after the
+  // children.
+  ASSIGN_OR_RETURN(std::unique_ptr<Module> fused,
+                   Wrap(match.rule->fused_module_type, std::move(parts), nullptr));
+  fused->SetAttribute("steps", Argument::List(std::move(steps)));
+  fused->SetAttribute("outputs", Argument::List(std::move(outputs)));
+  return fused;
+}
+
 absl::StatusOr<std::unique_ptr<Module>> WrapInSequence(const GraphModule& gm,
                                                        const PatternMatch& match,
                                                        absl::Span<const MatchedOpNode> nodes,
                                                        PendingFusion* pending) {
+  if (match.rule->fused_module_type == Symbol::Intern(kFusedSubgraphType)) {
+    return BuildFusedSubgraph(gm, match, nodes, pending);
+  }
   ModuleParts parts;
   if (IsPlainModuleType(match.rule->fused_module_type)) {
     // The fused type computes the whole match itself (x * sigmoid(x) -> nn.SiLU): no
@@ -630,6 +715,38 @@ absl::StatusOr<FuserKind> FuserKindFromName(absl::string_view name) {
       "unknown fuser '", name, "'; expected wrap_in_sequence, fold_bn_then_wrap or custom"));
 }
 
+size_t PatternMatch::num_outputs() const { return rule->pattern.output_positions().size(); }
+
+Node* PatternMatch::output(size_t i) const {
+  return node_at(rule->pattern.output_positions()[i]);
+}
+
+std::vector<SubgraphInput> FusedSubgraphInputs(absl::Span<const MatchedOpNode> nodes) {
+  std::vector<SubgraphInput> inputs;
+  const auto add = [&](Node* input, const Node* consumer, int arg_index) {
+    if (IsInMatch(nodes, input)) return;
+    for (const SubgraphInput& known : inputs) {
+      if (known.node == input) return;
+    }
+    inputs.push_back({input, consumer, arg_index});
+  };
+  for (const MatchedOpNode& entry : nodes) {
+    const Node* node = entry.node;
+    for (size_t i = 0; i < node->num_args(); ++i) {
+      const Argument& a = node->arg(i);
+      if (a.is_node()) {
+        add(a.as_node(), node, static_cast<int>(i));
+      } else {
+        a.ForEachNode([&](const Node* n) { add(const_cast<Node*>(n), node, -1); });
+      }
+    }
+    for (const Kwarg& kw : node->kwargs()) {
+      kw.second.ForEachNode([&](const Node* n) { add(const_cast<Node*>(n), node, -1); });
+    }
+  }
+  return inputs;
+}
+
 absl::Status FusionRule::Validate() const {
   if (name.empty()) return RuleError(*this, "name", "must not be empty");
   if (pattern.size() == 0) return RuleError(*this, "pattern", "must not be empty");
@@ -653,6 +770,22 @@ absl::Status FusionRule::Validate() const {
                                       pattern.ToString()));
       }
     }
+  }
+  if (pattern.has_declared_outputs() &&
+      (fuser_kind != FuserKind::kWrapInSequence ||
+       fused_module_type != Symbol::Intern(kFusedSubgraphType))) {
+    return RuleError(*this, "fused_module_type",
+                     absl::StrCat("the pattern declares outputs (", pattern.ToString(),
+                                  "); only wrap_in_sequence into ", kFusedSubgraphType,
+                                  " fuses a multi-output match (one module, a tuple of "
+                                  "results)"));
+  }
+  if (fused_module_type == Symbol::Intern(kFusedSubgraphType) &&
+      (root_node_getter || extra_inputs_getter || extra_input_positions.has_value())) {
+    return RuleError(*this, "extra_input_positions",
+                     absl::StrCat("a rule fused into ", kFusedSubgraphType,
+                                  " takes the match's inputs (FusedSubgraphInputs); no extra "
+                                  "inputs or getters"));
   }
   switch (fuser_kind) {
     case FuserKind::kCustom:

@@ -54,6 +54,11 @@ struct PatternMatch {
     return bindings[i].is_node() ? bindings[i].as_node() : nullptr;
   }
   Node* outermost() const { return node_at(0); }
+  // The match's outputs (pattern.h `-> $name`): output 0 is the outermost node, output i
+  // the node at the pattern's i-th declared output position. num_outputs() is 1 for a
+  // single-output pattern.
+  size_t num_outputs() const;
+  Node* output(size_t i) const;
 };
 
 // Builds the fused module of one match. Must not modify `gm`. The pass installs the result
@@ -182,6 +187,40 @@ struct PendingFusion {
   // slot of the module tree): what still points at `from` now points at `to`.
   void Relocate(const Module* from, Module* to);
 };
+
+// ---- Fused subgraphs (multi-output patterns; pattern.h `-> $name`) ----------------------
+// A rule whose fused type is kFusedSubgraphType (fuser kWrapInSequence) fuses each match
+// into one module of that type that replays the matched nodes: any op mix (chunk, getitem,
+// sigmoid, mul, conv, ...), any number of outputs. It holds
+//  - children "0", "1", ...: the modules of the matched call_module nodes, in execution
+//    order (copied, or moved when the pass deletes them);
+//  - attribute "steps": per matched op node, in execution order, a tuple
+//    (op kind name, target, args, kwargs): target is the child's name for call_module;
+//    args a list of refs, kwargs a list of (key, ref); a ref is ("input", i) (the fused
+//    node's arg i), ("step", j) (the value of step j), ("const", value), or
+//    ("list" | "tuple" | "slice", [refs]) for a nested arg holding any of those;
+//  - attribute "outputs": the step of each pattern output (Pattern::output_positions).
+// Its forward returns that one value for a single-output pattern, else a tuple in output
+// order, which the pass's getitem nodes read. Its args are FusedSubgraphInputs, so a
+// chunk's kwargs or constant args stay in the steps. The runtime's kernel for it is
+// runtime/fused_subgraph.h.
+//   (mul, (operator.getitem, (torch.chunk@c, $x, 2), 0), (sigmoid, (operator.getitem@b, $c, 1))) -> $b
+//   fused into kFusedSubgraphType: fused(x) returns (x0 * sigmoid(x1), x1).
+inline constexpr char kFusedSubgraphType[] = "fuselage.FusedSubgraph";
+
+// One input of a fused subgraph: a node outside the match that an op node of it reads.
+struct SubgraphInput {
+  Node* node = nullptr;
+  // Where it was first read: `consumer->arg(arg_index)` is it (arg_index >= 0), or it is
+  // inside a nested arg or a kwarg of `consumer` (arg_index = -1).
+  const Node* consumer = nullptr;
+  int arg_index = -1;
+};
+
+// The distinct nodes outside the match that `nodes` (a match's op nodes in execution
+// order) read, in the order the fused subgraph takes them: node by node, args then kwargs,
+// depth first, each node once.
+std::vector<SubgraphInput> FusedSubgraphInputs(absl::Span<const MatchedOpNode> nodes);
 
 // "wrap_in_sequence", "fold_bn_then_wrap", "custom".
 absl::string_view FuserKindName(FuserKind kind);

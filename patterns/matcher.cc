@@ -78,6 +78,7 @@ std::string OutsideUsersList(const Node* node, Inside&& inside) {
 }
 
 bool PatternNeedsWholeMatchCheck(const Pattern& pattern) {
+  if (pattern.has_declared_outputs()) return true;  // where the fused node can go (rule 11)
   for (const PatternPosition& p : pattern.positions()) {
     if (p.referenced || p.has_relations) return true;
   }
@@ -164,6 +165,11 @@ class PatternMatcher::Scan {
               pending_claims_.push_back(bindings_[p]->as_node());
               std::push_heap(pending_claims_.begin(), pending_claims_.end(), later);
             }
+          }
+          // A declared output may have users outside its match, which may lead a later
+          // attempt back to it (rule 3): remember it as taken.
+          for (size_t o = 1; o < rule.pattern.output_positions().size(); ++o) {
+            claimed_outputs_.insert(bindings_[rule.pattern.output_positions()[o]]->as_node());
           }
           const size_t size = static_cast<size_t>(rule.pattern.size());
           if (storage->empty() || storage->back().size() + size > storage->back().capacity()) {
@@ -345,11 +351,26 @@ class PatternMatcher::Scan {
     if (pos != 0) {
       // A referenced position's node is read by several positions; whether all its users
       // are inside the match is known only once the match is whole (CheckWholeMatch).
-      if (node->num_users() != 1 && !p.referenced) {
+      if (node->num_users() != 1 && !p.referenced && p.output_index < 0) {
         // Its one user inside the match is its parent: every other user is outside.
-        return Fail(rule, pos, arg, node_arg_index,
-                    [&] { return absl::StrCat(node->num_users(), " users (", UsersList(node),
-                                            "); inner nodes may have 1"); });
+        return Fail(rule, pos, arg, node_arg_index, [&] {
+          // The nearest enclosing position bound to a node (an absent optional one is None).
+          int up = p.parent;
+          while (up > 0 && !bindings_[up]->is_node()) up = rule.pattern.position(up).parent;
+          const Node* parent = bindings_[up]->as_node();
+          return absl::StrCat(node->num_users(), " users (", UsersList(node),
+                              "); inner nodes may have 1: ",
+                              OutsideUsersList(node, [parent](const Node* u) { return u == parent; }),
+                              " reads ", node->name(), " outside the match, and position ",
+                              rule.pattern.PathOf(pos), " is not a declared output");
+        });
+      }
+      // A node with several users may be a declared output of an earlier match (only those
+      // are read outside their match): it is taken.
+      if (node->num_users() != 1 && !claimed_outputs_.empty() && claimed_outputs_.contains(node)) {
+        return Fail(rule, pos, arg, node_arg_index, [&] {
+          return absl::StrCat("is ", node->name(), ", a declared output of another match");
+        });
       }
       // No check for "already in another match" is needed here: an inner candidate has
       // one user, on the path to the current node; were it in an earlier match, that user
@@ -543,7 +564,9 @@ class PatternMatcher::Scan {
     };
     for (int p = 1; p < pattern.size(); ++p) {
       const PatternPosition& position = pattern.position(p);
-      if (!position.referenced || !bindings_[p]->is_node()) continue;
+      if (!position.referenced || position.output_index >= 0 || !bindings_[p]->is_node()) {
+        continue;
+      }
       const Node* node = bindings_[p]->as_node();
       for (const Node* user : node->users()) {
         if (inside(user)) continue;
@@ -554,6 +577,7 @@ class PatternMatcher::Scan {
         });
       }
     }
+    if (pattern.has_declared_outputs() && !CheckOutputsPlacement(rule, inside)) return false;
     for (int p = 0; p < pattern.size(); ++p) {
       const PatternPosition& position = pattern.position(p);
       if (!position.has_relations || !bindings_[p]->is_node()) continue;
@@ -585,6 +609,67 @@ class PatternMatcher::Scan {
                               other_arg.as_node()->name(), ")");
         });
       }
+    }
+    return true;
+  }
+
+  // Rule 11 of the header: the fused node of a multi-output match replaces every matched
+  // node at once, so it must come before the first node that reads a declared output
+  // outside the match, and every input of the match must come before that node.
+  template <typename Inside>
+  bool CheckOutputsPlacement(const FusionRule& rule, Inside&& inside) {
+    const Pattern& pattern = rule.pattern;
+    const Graph& graph = gm_.graph();
+    const Node* first_reader = nullptr;
+    int first_reader_output = -1;
+    for (size_t o = 1; o < pattern.output_positions().size(); ++o) {
+      const Node* output = bindings_[pattern.output_positions()[o]]->as_node();
+      for (const Node* user : output->users()) {
+        if (inside(user)) continue;
+        if (first_reader == nullptr || graph.Precedes(user, first_reader)) {
+          first_reader = user;
+          first_reader_output = pattern.output_positions()[o];
+        }
+      }
+    }
+    // A multi-output match reading another's declared output: the fused node of the one
+    // applied first may move its readers ahead of where the matcher checked the other's
+    // inputs, so the pass could not place the second; it is not fused (conservative).
+    if (!claimed_outputs_.empty()) {
+      for (const Node* op_node : op_nodes_) {
+        const Node* taken = nullptr;
+        for (const Argument& a : op_node->args()) {
+          a.ForEachNode([&](const Node* n) {
+            if (taken == nullptr && claimed_outputs_.contains(n)) taken = n;
+          });
+        }
+        if (taken == nullptr) continue;
+        return Fail(rule, 0, *bindings_[0], -1, [&] {
+          return absl::StrCat(op_node->name(), " reads ", taken->name(), ", a declared output of "
+                              "another multi-output match; two multi-output matches chained "
+                              "that way are not fused");
+        });
+      }
+    }
+    if (first_reader == nullptr) return true;
+    for (const Node* op_node : op_nodes_) {
+      const Node* late = nullptr;
+      const auto check = [&](const Node* input) {
+        if (late == nullptr && !inside(input) && !graph.Precedes(input, first_reader)) {
+          late = input;
+        }
+      };
+      for (const Argument& a : op_node->args()) a.ForEachNode(check);
+      for (const Kwarg& kw : op_node->kwargs()) kw.second.ForEachNode(check);
+      if (late == nullptr) continue;
+      const int pos = first_reader_output;
+      return Fail(rule, pos, *bindings_[pos], pattern.position(pos).arg_index, [&] {
+        return absl::StrCat("declared output $", pattern.position(pos).capture, " (",
+                            bindings_[pos]->as_node()->name(), ") is read outside the match by ",
+                            first_reader->name(), ", which comes before ", late->name(),
+                            ", an input of the match (", op_node->name(),
+                            " reads it): no single fused node can replace the match");
+      });
     }
     return true;
   }
@@ -657,6 +742,9 @@ class PatternMatcher::Scan {
   const Argument none_;  // what an absent optional position is bound to
   std::vector<const Node*> op_nodes_;                // reused by CheckDistinct
   std::vector<Node*> pending_claims_;  // inner nodes of matches the scan has yet to meet
+  // The declared outputs (rule 11) of the matches found so far: inner nodes that, unlike
+  // others, may be reached again from a node outside their match.
+  absl::flat_hash_set<const Node*> claimed_outputs_;
   MatchFailure failure_;
   bool failure_set_ = false;
 };
@@ -724,7 +812,7 @@ PatternMatcher::Candidate PatternMatcher::MakeCandidate(const std::vector<Fusion
   if (first.match_all) return c;
   // An optional first arg may be absent, so its op proves nothing; a referenced one may have
   // several users: only the count is checked.
-  if (first.optional || first.referenced) return c;
+  if (first.optional || first.referenced || first.output_index >= 0) return c;
   c.num_alternatives = static_cast<int16_t>(first.alternatives.size());
   for (int i = 0; i < c.num_alternatives && i < Candidate::kInlineAlternatives; ++i) {
     c.alternatives[i] = first.alternatives[i];

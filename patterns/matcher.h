@@ -10,10 +10,15 @@
 //     `benefit`) comes before length: higher benefit is tried first. Benefit orders rules
 //     at one node only: a match found earlier in the scan (nearer the output) still
 //     claims its nodes before a higher-benefit rule starting at a later node is tried.
-//  3. A node belongs to at most one match. **Users outside the match:** an inner node of a
-//     match (every op position but the outermost) may have no user outside the match — so
-//     it is never a graph output and never read by a node the fusion keeps; otherwise the
-//     match fails and Explain names the node and its users. An inner node read by one
+//  3. A node belongs to at most one match. **Users outside the match:** only the outputs
+//     of a match may be read outside it: the outermost node and the declared outputs
+//     (pattern.h `-> $name`, rule 11). Every other inner node (every op position but the
+//     outermost that is not declared) may have no user outside the match — so it is never
+//     a graph output and never read by a node the fusion keeps; otherwise the match fails
+//     and Explain names the node, its users and the one outside:
+//       "ReLU → arg 0 (bn): 2 users (relu, add); inner nodes may have 1: add reads bn
+//        outside the match, and position 0 is not a declared output".
+//     An undeclared inner node read by one
 //     position must have exactly one user (its parent); a named op position read again by
 //     `$name` (pattern.h) may have several, all op nodes of the match (checked once the
 //     match is whole). `mul(x, sigmoid(x))` with the sigmoid also read by another node does
@@ -44,8 +49,17 @@
 //     occurrence bound: the same node, or an equal constant; a constant leaf (`3`) only an
 //     equal constant. Relations (`shape == @c.shape`) are checked after the whole pattern
 //     matched, the first false one failing the match with the values it saw.
-// 11. Multi-output patterns (several results of a match used outside it) are not supported
-//     yet: only the outermost node may be read outside the match (rule 3).
+// 11. (issue 21) Multi-output patterns: a declared output is an inner node that may have
+//     any users, inside and outside the match; a match carries it at its position
+//     (PatternMatch::node_at(pattern.output_positions()[i]) is output i). Once matched it
+//     stays claimed: a later attempt that reaches it (through an outside user) fails with
+//     "a declared output of another match". The fused node replaces every matched node at
+//     once, so it goes before the first outside reader of a declared output; a match with
+//     an input that does not come before that reader (the reader feeds the match: no
+//     single node can replace it) fails, and Explain names the output, the reader and the
+//     input. The outermost node's users are unrestricted, as before. A multi-output match
+//     whose op nodes read a declared output of a match found earlier is not taken (the
+//     first fused node may move that reader ahead of where the second's inputs are).
 //
 // Where fuselage deliberately differs from PyTorch 1.13 (each a bug there):
 //  a. Keyword args are not ignored: a node matches an op position only if the position

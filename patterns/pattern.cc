@@ -127,9 +127,17 @@ class PatternParser {
   absl::StatusOr<TextTree> ParseAll() {
     ASSIGN_OR_RETURN(TextTree tree, ParseTree(0));
     SkipSpace();
+    if (text_.substr(pos_, 2) == "->") {
+      pos_ += 2;
+      RETURN_IF_ERROR(ParseOutputs());
+      SkipSpace();
+    }
     if (pos_ != text_.size()) return Error("unexpected text after the pattern");
     return tree;
   }
+
+  // The names after `->` (the declared outputs 1, 2, ...), in order.
+  const std::vector<std::string>& outputs() const { return outputs_; }
 
  private:
   static constexpr int kMaxDepth = Pattern::kMaxPositions;
@@ -167,6 +175,20 @@ class PatternParser {
       }
     }
     return text_.substr(start, pos_ - start);
+  }
+
+  // `-> $a, $b`: one or more `$name`, comma separated.
+  absl::Status ParseOutputs() {
+    do {
+      if (!Consume('$')) return Error("expected '$name' (a declared output) after '->'");
+      const absl::string_view name = Word();
+      if (!IsCaptureName(name)) return Error("expected a capture name after '$'");
+      if (outputs_.size() + 1 >= static_cast<size_t>(Pattern::kMaxPositions)) {
+        return Error("too many declared outputs");
+      }
+      outputs_.emplace_back(name);
+    } while (Consume(','));
+    return absl::OkStatus();
   }
 
   absl::StatusOr<TextTree> ParseTree(int depth) {
@@ -360,6 +382,7 @@ class PatternParser {
 
   absl::string_view text_;
   size_t pos_ = 0;
+  std::vector<std::string> outputs_;
 };
 
 absl::StatusOr<PatternPosition> ResolvePosition(const TextTree& tree, absl::string_view text);
@@ -707,7 +730,51 @@ absl::StatusOr<Pattern> Pattern::Parse(absl::string_view text, PatternFormat for
     }
   }
   RETURN_IF_ERROR(CheckOutermost(positions, text));
-  return FromPositions(std::move(positions));
+  ASSIGN_OR_RETURN(Pattern pattern, FromPositions(std::move(positions)));
+  if (!parser.outputs().empty()) {
+    const absl::Status declared = pattern.DeclareOutputs(parser.outputs());
+    if (!declared.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("pattern '", text, "': ", declared.message()));
+    }
+  }
+  return pattern;
+}
+
+absl::Status Pattern::DeclareOutputs(absl::Span<const std::string> names) {
+  std::vector<int> outputs = {0};
+  for (const std::string& name : names) {
+    int found = -1;
+    for (int i = 0; i < size(); ++i) {
+      const PatternPosition& p = positions_[i];
+      if (p.capture == name && p.same_as < 0) found = i;
+    }
+    if (found < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "declared output $", name, " names no position; name an op position with '@", name,
+          "'"));
+    }
+    const PatternPosition& p = positions_[found];
+    if (p.match_all) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "declared output $", name, " is a wildcard (an input of the match), not an op "
+          "position; only a node the match computes can be an output"));
+    }
+    if (found == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "declared output $", name, " is the outermost op, which is always output 0"));
+    }
+    if (std::find(outputs.begin(), outputs.end(), found) != outputs.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output $", name, " is declared twice"));
+    }
+    outputs.push_back(found);
+  }
+  for (PatternPosition& p : positions_) p.output_index = -1;
+  for (size_t i = 1; i < outputs.size(); ++i) {
+    positions_[outputs[i]].output_index = static_cast<int>(i);
+  }
+  output_positions_ = std::move(outputs);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Pattern> Pattern::FromPositions(std::vector<PatternPosition> preorder) {
@@ -722,6 +789,7 @@ absl::StatusOr<Pattern> Pattern::FromPositions(std::vector<PatternPosition> preo
   for (PatternPosition& p : preorder) {
     p.parent = -1;
     p.arg_index = -1;
+    p.output_index = -1;  // DeclareOutputs sets it, on the built pattern
   }
   while (!stack.empty()) {
     const int i = stack.back();
@@ -851,6 +919,9 @@ std::string Pattern::ToString() const {
     absl::StrAppend(&out, ")");
   };
   render(render, 0);
+  for (size_t i = 1; i < output_positions_.size(); ++i) {
+    absl::StrAppend(&out, i == 1 ? " -> $" : ", $", positions_[output_positions_[i]].capture);
+  }
   return out;
 }
 

@@ -14,6 +14,7 @@
 // and extra inputs (see fusion_rule.h).
 //
 // Text syntax (both formats share it):
+//   text       := pattern ('->' '$' name (',' '$' name)*)?      declared outputs, see below
 //   pattern    := position | '$' name | constant | '(' pattern (',' pattern)* ','? ')'
 //   position   := leaf ('|' leaf)* kwargs? predicates? '?'? ('@' name)?
 //   leaf       := name                                      (see the leaf names below)
@@ -62,6 +63,23 @@
 // A later `$name` is not an extra input of its own (the fused node reads each distinct
 // input once); the first `$name` is, like MatchAllNode. A named op position may have
 // several users, all inside the match (matcher.h rule 3).
+//
+// Multi-output patterns (issue 21 item 3). A match yields the outermost op's node as
+// output 0 and, after `->`, each listed op position (named with `Op@name`) as output 1,
+// 2, ... in the order listed. A declared output may be read outside the match (matcher.h
+// rules 3 and 11); any other inner node may not. Without `->` a pattern has one output and
+// means exactly what it meant before. Only wrap_in_sequence into fuselage.FusedSubgraph
+// (fusion_rule.h) fuses a multi-output match: one module whose forward returns the tuple
+// of outputs, each outside reader then reading `operator.getitem(fused, i)`.
+//   (ReLU, (BatchNorm2d@bn, Conv2d)) -> $bn        conv-bn-relu whose bn also feeds a
+//                                                  residual add outside the pattern
+//   (mul, (operator.getitem, (torch.chunk{dim}@c, $x, 2), 0),
+//         (sigmoid, (operator.getitem@b, $c, 1))) -> $b
+//                                                  GLU from a chunk, whose second half is
+//                                                  also read outside
+// The GLU without `-> $b` is a single-output DAG pattern: the chunk's two getitems are
+// both inside the match. A declared output must be a named op position other than the
+// outermost (a wildcard is an input, not an output), each listed once.
 //
 // Constant leaves: a number, None, True, False or a quoted string as an arg (`3`, `6.0`)
 // matches only an equal constant arg (1 == 1.0), never a node; it is never an extra input.
@@ -114,6 +132,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "graph/argument.h"
 #include "graph/node.h"
 #include "graph/symbol.h"
@@ -189,6 +208,9 @@ struct PatternPosition {
   std::optional<Argument> constant;
   // True if some predicate of this position is a relation (`@name.subject`).
   bool has_relations = false;
+  // i >= 1: this op position is the pattern's declared output i (`-> $name`, see the
+  // grammar above), whose node may be read outside the match; -1: not declared.
+  int output_index = -1;
 
   bool Matches(OpRef op) const;
   // The leaf that accepts `op` ("ReLU6"), or the spelling if there is one leaf only.
@@ -237,6 +259,16 @@ class Pattern {
   // Complex-format text: "(ReLU, (add, (BatchNorm2d, Conv2d), MatchAllNode))".
   std::string ToString() const;
 
+  // The positions whose nodes the match yields, in output order: the outermost op (0),
+  // then each declared output (`-> $a, $b`). {0} for a single-output pattern.
+  const std::vector<int>& output_positions() const { return output_positions_; }
+  // True if the pattern declares outputs beyond the outermost op (a multi-output pattern).
+  bool has_declared_outputs() const { return output_positions_.size() > 1; }
+  // Declares the op positions named `names` (`Op@name`) as outputs 1, 2, ... (what
+  // `-> $a, $b` does in the text). InvalidArgument, changing nothing, if a name names no
+  // op position, names a wildcard or the outermost op, or repeats.
+  absl::Status DeclareOutputs(absl::Span<const std::string> names);
+
   // True if a position has two or more leaves / is optional / has predicates.
   bool has_alternatives() const { return has_alternatives_; }
   bool has_optional() const { return has_optional_; }
@@ -251,6 +283,7 @@ class Pattern {
   std::vector<PatternPosition> positions_;
   int default_root_ = 0;
   std::vector<int> default_extras_;
+  std::vector<int> output_positions_ = {0};
   bool has_alternatives_ = false;
   bool has_optional_ = false;
 };

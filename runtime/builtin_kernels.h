@@ -11,7 +11,8 @@
 
 namespace fuselage {
 
-// A new registry with RegisterFloatKernels and RegisterQuantizedKernels applied. Add your
+// A new registry with RegisterFloatKernels, RegisterFusedSubgraphKernel
+// (runtime/fused_subgraph.h) and RegisterQuantizedKernels applied. Add your
 // own kernels to it afterwards.
 absl::StatusOr<std::unique_ptr<KernelRegistry>> BuiltinKernels();
 

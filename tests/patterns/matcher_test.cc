@@ -356,13 +356,15 @@ TEST_F(MatcherTest, ExplainSaysWhyWithAPathAndAReason) {
   // Swapped order was tried too (add is commutative), so the reason says so.
   EXPECT_EQ(report.failures[0].ToString(),
             "conv_bn_add_relu at relu_1: add \u2192 arg 0 (bn1): 2 users (add, cat_3); inner "
-            "nodes may have 1 (args also tried swapped)");
+            "nodes may have 1: cat_3 reads bn1 outside the match, and position 0.0 is not a declared "
+            "output (args also tried swapped)");
   EXPECT_EQ(report.failures[0].position, "0.0");
   EXPECT_EQ(report.matches_per_rule,
             (std::vector<std::pair<std::string, int>>{{"conv_bn_add_relu", 0}, {"conv_bn", 1}}));
   EXPECT_EQ(report.ToString(),
             "conv_bn_add_relu at relu_1: add \u2192 arg 0 (bn1): 2 users (add, cat_3); inner "
-            "nodes may have 1 (args also tried swapped)\n"
+            "nodes may have 1: cat_3 reads bn1 outside the match, and position 0.0 is not a declared "
+            "output (args also tried swapped)\n"
             "matches per pattern:\n"
             "  conv_bn_add_relu: 0\n"
             "  conv_bn: 1\n");
