@@ -113,6 +113,23 @@ class SymbolSet {
   absl::flat_hash_set<Symbol> spread_;
 };
 
+// A type in no namespace fuselage defines is one a backend config declares (its
+// fused_module_type, backend_configs/declared_types.h); model files do not carry the
+// declaration, so say where it comes from.
+std::string DeclaredTypeHint(Symbol type) {
+  const absl::string_view name = type.name();
+  const size_t dot = name.find('.');
+  if (dot == absl::string_view::npos) return "";
+  const absl::string_view space = name.substr(0, dot);
+  for (absl::string_view builtin : {"nn", "nni", "nnq", "nniq", "nnqr", "torch"}) {
+    if (space == builtin) return "";
+  }
+  return absl::StrCat(
+      " (a type in no built-in namespace is declared by a backend config's "
+      "fused_module_type: load the config that declares '", name,
+      "' first, e.g. --config=that.textproto; the model file does not carry it)");
+}
+
 absl::Status VerifyModuleTree(const Module& module, const std::string& path,
                               const ModuleSchemaRegistry& schemas, int depth) {
   const std::string where = path.empty() ? std::string("root module") : absl::StrCat("module '", path, "'");
@@ -123,7 +140,7 @@ absl::Status VerifyModuleTree(const Module& module, const std::string& path,
   if (schema == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": unknown module type '", module.type().name(),
-        "'; register its schema in ModuleSchemaRegistry"));
+        "'; register its schema in ModuleSchemaRegistry", DeclaredTypeHint(module.type())));
   }
   for (const std::string& tensor : schema->required_tensors) {
     if (module.FindTensor(tensor) == nullptr) {
