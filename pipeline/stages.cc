@@ -38,12 +38,11 @@ absl::StatusOr<BackendConfig> ResolveBackendConfig(
   if (!backend.empty()) {
     // A syntax error is the loader's to report, with line and column.
     ASSIGN_OR_RETURN(const std::string base, DeclaredBackendBase(*config_text, config_source));
-    if (base != backend) {
-      return absl::InvalidArgumentError(
-          base.empty() ? absl::StrCat(config_source,
-                                      " extends no built-in backend, so not --backend=", backend)
-                       : absl::StrCat(config_source, " extends backend '", base,
-                                      "', not --backend=", backend));
+    // A text with no base (only its own entries) does not disagree with any backend,
+    // which then names only the default qconfig mapping (DefaultMappingBackend).
+    if (!base.empty() && base != backend) {
+      return absl::InvalidArgumentError(absl::StrCat(config_source, " extends backend '", base,
+                                                     "', not --backend=", backend));
     }
   }
   return ParseBackendConfigText(*config_text, config_source);

@@ -200,6 +200,45 @@ TEST(DeclaredTypeTest, QuantizesAndLowersWithBothInputsQuantizedLikeTheBuiltinTy
   }
 }
 
+// The reference form (convert's output, child "0" an nnqr.Conv2d) runs through the
+// composite kernel too, and agrees with the lowered native op to within one output step.
+TEST(DeclaredTypeTest, ReferenceModelRunsThroughTheCompositeKernel) {
+  absl::StatusOr<BackendConfig> declared = LoadBackendConfigFile(kExample);
+  ASSERT_TRUE(declared.ok()) << declared.status();
+  const QConfigMapping mapping = *DefaultQConfigMapping("qnnpack");
+  const std::vector<CalibrationSample> samples = RandomSamples(4, 1);
+  auto reference = *BuildResidualExample(kResidualExampleSeed);
+  auto lowered = reference->Clone();
+  QuantizeFlowOptions to_reference;
+  to_reference.stop_at_reference = true;
+  ASSERT_TRUE(RunQuantizeFlow(*reference, *declared, mapping, samples, to_reference).ok());
+  ASSERT_TRUE(RunQuantizeFlow(*lowered, *declared, mapping, samples).ok());
+  const std::vector<const Node*> blocks = CallsOfType(*reference, kType);
+  ASSERT_EQ(blocks.size(), 1u);
+  EXPECT_EQ(reference->FindModule(blocks[0]->target().name())->FindChild("0")->type().name(),
+            "nnqr.Conv2d");
+
+  const Tensor x = RandomSamples(1, 21)[0][0];
+  const Tensor from_reference = RunOne(*reference, x);
+  const Tensor from_native = RunOne(*lowered, x);
+  ASSERT_EQ(from_reference.numel(), from_native.numel());
+  ASSERT_GT(from_native.numel(), 0);
+  // Both outputs lie on the output's quantization grid; rounding may differ by one step.
+  double max_value = 0, max_diff = 0;
+  for (int64_t i = 0; i < from_native.numel(); ++i) {
+    max_value = std::max(max_value, double{from_native.data<float>()[i]});
+    max_diff = std::max(max_diff, std::fabs(double{from_reference.data<float>()[i]} -
+                                            from_native.data<float>()[i]));
+  }
+  const std::vector<const Node*> native = CallsOfType(*lowered, "nniq.ConvAddReLU2d");
+  ASSERT_EQ(native.size(), 1u);
+  const Argument* scale = lowered->FindModule(native[0]->target().name())->FindAttribute("scale");
+  ASSERT_NE(scale, nullptr);
+  ASSERT_TRUE(scale->is_float());
+  ASSERT_GT(max_value, 10 * scale->as_float());  // the output is not all zero
+  EXPECT_LE(max_diff, 1.001 * scale->as_float()) << "max diff " << max_diff;
+}
+
 // A config text holding one declaration, `body` inside fused_module_type { }.
 std::string Declaring(absl::string_view body, absl::string_view extra = "") {
   return absl::StrCat("fused_module_type {\n", body, "\n}\n", extra);
