@@ -75,8 +75,8 @@ std::string ReferenceFormOf(const std::string& type, const ModuleSchemaRegistry&
   return modules.Find(Symbol::Lookup(reference)) != nullptr ? reference : "";
 }
 
-absl::Status CheckTypeName(const std::string& name, const ModuleSchemaRegistry& modules,
-                           const ModuleSchema& schema) {
+// A namespaced name outside the built-in namespaces.
+absl::Status CheckTypeNameFormat(const std::string& name) {
   const size_t dot = name.find('.');
   if (dot == std::string::npos || dot == 0 || dot + 1 == name.size()) {
     return FieldError("name", "must be \"namespace.Type\" (e.g. \"user.ConvBnAddReLU2d\")");
@@ -89,6 +89,12 @@ absl::Status CheckTypeName(const std::string& name, const ModuleSchemaRegistry& 
                                              "\"user.\")"));
     }
   }
+  return absl::OkStatus();
+}
+
+// Not a built-in or C++-registered type, nor declared differently before.
+absl::Status CheckTypeNameClash(const std::string& name, const ModuleSchemaRegistry& modules,
+                                const ModuleSchema& schema) {
   const ModuleSchema* existing = modules.Find(Symbol::Lookup(name));
   if (existing == nullptr) return absl::OkStatus();
   if (existing->composition == nullptr) {
@@ -138,6 +144,7 @@ absl::StatusOr<ModuleComposition::Value> ReadValueRef(const config::ValueRef& re
 absl::StatusOr<ModuleSchema> ReadFusedModuleType(const config::FusedModuleTypeDecl& decl,
                                                  absl::string_view source,
                                                  const ModuleSchemaRegistry& modules) {
+  RETURN_IF_ERROR(CheckTypeNameFormat(decl.name()));
   ModuleSchema schema;
   schema.type = decl.name();
   schema.declared_in = std::string(source);
@@ -244,7 +251,7 @@ absl::StatusOr<ModuleSchema> ReadFusedModuleType(const config::FusedModuleTypeDe
         "reads it there); here only the default is accepted");
   }
   schema.composition = std::move(composition);
-  RETURN_IF_ERROR(CheckTypeName(decl.name(), modules, schema));
+  RETURN_IF_ERROR(CheckTypeNameClash(decl.name(), modules, schema));
   return schema;
 }
 
@@ -385,8 +392,11 @@ class LoweringRuleStore {
 
 std::string EntryPrefix(absl::string_view source, absl::string_view what, int index,
                         const std::string& name) {
+  constexpr size_t kShown = 60;  // a name may be as long as a model file's string limit
+  const std::string shown =
+      name.size() > kShown ? absl::StrCat(name.substr(0, kShown), "...") : name;
   return absl::StrCat(source, ": ", what, "[", index, "]",
-                      name.empty() ? "" : absl::StrCat(" '", name, "'"), ": ");
+                      name.empty() ? "" : absl::StrCat(" '", shown, "'"), ": ");
 }
 
 absl::Status Prefixed(const absl::Status& status, const std::string& prefix) {

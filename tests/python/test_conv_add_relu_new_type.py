@@ -88,7 +88,7 @@ def test_declared_type_quantizes_like_the_builtin_one(cli, tmp_path):
         reference = interpret(cli, RESIDUAL, x, tmp_path)
         assert got.tobytes() == same.tobytes(), f"input {i}"
         sqnr = 10 * np.log10((reference ** 2).sum() / max(((got - reference) ** 2).sum(), 1e-30))
-        assert sqnr >= 25.0, f"input {i}: SQNR {sqnr:.1f} dB"
+        assert sqnr >= 35.0, f"input {i}: SQNR {sqnr:.1f} dB"  # measured: 45.8 to 46.4
 
 
 def test_fused_model_needs_its_config_to_load(cli, tmp_path):
