@@ -196,7 +196,7 @@ TEST(DeclaredTypeTest, QuantizesAndLowersWithBothInputsQuantizedLikeTheBuiltinTy
     }
     EXPECT_EQ(differing, 0) << "seed " << seed;
     const double sqnr_db = 10 * std::log10(signal / std::max(noise, 1e-30));
-    EXPECT_GE(sqnr_db, 25.0) << "seed " << seed;
+    EXPECT_GE(sqnr_db, 35.0) << "seed " << seed;  // measured: 45.8 to 46.4 dB through the CLI
   }
 }
 
