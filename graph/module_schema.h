@@ -4,7 +4,10 @@
 // channels, ...). Verify() checks every module and every call_module against this (all but
 // the children, which backend configs are checked against), and a
 // model file naming an unregistered type is rejected. A user adds a module type by
-// registering its schema here (and, if it must run, a kernel in runtime/).
+// registering its schema here (and, if it must run, a kernel in runtime/), or, with no
+// C++, by declaring it in a backend config (fused_module_type,
+// backend_configs/declared_types.h), which registers a schema with a ModuleComposition
+// that the composite kernel (runtime/composite_kernel.h) runs.
 #ifndef FUSELAGE_GRAPH_MODULE_SCHEMA_H_
 #define FUSELAGE_GRAPH_MODULE_SCHEMA_H_
 
