@@ -39,13 +39,15 @@
 // in a built-in namespace (nn, nni, nnq, nniq, nnqr, torch, ...) or of a built-in type is
 // refused. A file's declarations are all checked before any is registered.
 //
-// Model files: a model file does NOT carry the declaration. A fused, prepared or reference
-// model holding a declared type loads only in a process that has loaded the declaring
-// config (else GraphModule::Verify refuses it: "unknown module type 'user.X' ... a type
-// in no built-in namespace is declared by a backend config's fused_module_type: load
-// that config first (--config)"). A lowered model names only native types and runs
-// anywhere. Why: the config is the one definition of the type; a copy in each model file
-// could disagree with it silently.
+// Model files: a model file does NOT carry the declaration, only which config declared
+// it: fusing (pipeline FuseModel / RunQuantizeFlow, `fuselage fuse`) records on each
+// module of a declared type the string attribute "declared_in" (RecordDeclaringConfigs).
+// A fused, prepared or reference model holding a declared type loads only in a process
+// that has loaded the declaring config; elsewhere GraphModule::Verify refuses it, naming
+// the config: "unknown module type 'user.X' ... declared by the backend config 'F'
+// (fused_module_type): load it first, e.g. --config=F". A lowered model names only
+// native types and runs anywhere. Why not carry the declaration: the config is the one
+// definition of the type; a copy in each model file could disagree with it silently.
 #ifndef FUSELAGE_BACKEND_CONFIGS_DECLARED_TYPES_H_
 #define FUSELAGE_BACKEND_CONFIGS_DECLARED_TYPES_H_
 
@@ -55,6 +57,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "backend_configs/backend_config.pb.h"
+#include "graph/graph_module.h"
 #include "graph/module_schema.h"
 
 namespace fuselage {
@@ -84,6 +87,15 @@ struct DeclaredLoweringRule {
 absl::Status RegisterDeclarations(const config::BackendConfigFile& file,
                                   absl::string_view source,
                                   const ModuleSchemaRegistry& modules);
+
+// The attribute naming the declaring config on modules of declared types.
+inline constexpr char kDeclaredInAttribute[] = "declared_in";
+
+// Sets kDeclaredInAttribute (the declaring config's source name) on every module of `gm`
+// whose type was declared in a config, so a model file saved afterwards names the config
+// a process must load to read it. Nothing (no walk) while no type has been declared;
+// O(modules) otherwise.
+void RecordDeclaringConfigs(GraphModule& gm);
 
 // Every lowering rule declared so far, in declaration order (a copy).
 std::vector<DeclaredLoweringRule> DeclaredLoweringRules();

@@ -115,9 +115,15 @@ class SymbolSet {
 
 // A type in no namespace fuselage defines is one a backend config declares (its
 // fused_module_type, backend_configs/declared_types.h); model files do not carry the
-// declaration, so say where it comes from.
-std::string DeclaredTypeHint(Symbol type) {
-  const absl::string_view name = type.name();
+// declaration, only (string attribute "declared_in", set at fusion) which config it is.
+std::string DeclaredTypeHint(const Module& module) {
+  if (const Argument* config = module.FindAttribute("declared_in");
+      config != nullptr && config->is_string()) {
+    return absl::StrCat(" (it is declared by the backend config '", config->as_string(),
+                        "' (fused_module_type): load it first, e.g. --config=",
+                        config->as_string(), "; the model file does not carry it)");
+  }
+  const absl::string_view name = module.type().name();
   const size_t dot = name.find('.');
   if (dot == absl::string_view::npos) return "";
   const absl::string_view space = name.substr(0, dot);
@@ -140,7 +146,7 @@ absl::Status VerifyModuleTree(const Module& module, const std::string& path,
   if (schema == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": unknown module type '", module.type().name(),
-        "'; register its schema in ModuleSchemaRegistry", DeclaredTypeHint(module.type())));
+        "'; register its schema in ModuleSchemaRegistry", DeclaredTypeHint(module)));
   }
   for (const std::string& tensor : schema->required_tensors) {
     if (module.FindTensor(tensor) == nullptr) {

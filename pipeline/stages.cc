@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "backend_configs/builtin_configs.h"
 #include "backend_configs/config_loader.h"
+#include "backend_configs/declared_types.h"
 #include "graph/status_macros.h"
 #include "lowering/lowering_rule.h"
 #include "patterns/fuse.h"
@@ -100,6 +101,7 @@ absl::StatusOr<FuseReport> FuseModel(GraphModule& gm, const BackendConfig& confi
   ASSIGN_OR_RETURN(FuseOutcome outcome, FusePatternsWithOptions(gm, matcher, options));
   report.fused = outcome.fused;
   report.overlaps = std::move(outcome.overlaps);
+  RecordDeclaringConfigs(gm);  // a saved model names the config of its declared types
   RETURN_IF_ERROR(VerifyAfter("fuse", gm));
   report.nodes_after = gm.graph().size();
   return report;

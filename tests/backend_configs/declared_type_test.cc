@@ -356,6 +356,36 @@ TEST(DeclaredTypeTest, ModelWithUndeclaredTypeIsRefusedPointingAtTheConfig) {
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr("unknown module type 'elsewhere.NeverDeclared'"));
   EXPECT_THAT(status.message(), HasSubstr("declared by a backend config's fused_module_type"));
+
+  // A module fusion made records its config, and the refusal names it.
+  gm.FindModule("block")->SetAttribute(kDeclaredInAttribute, Argument::String("mine.textproto"));
+  EXPECT_THAT(gm.Verify().message(),
+              HasSubstr("it is declared by the backend config 'mine.textproto' "
+                        "(fused_module_type): load it first, e.g. --config=mine.textproto"));
+}
+
+// Fusing through the flow records the declaring config on the fused module.
+TEST(DeclaredTypeTest, FusionRecordsTheDeclaringConfig) {
+  absl::StatusOr<BackendConfig> declared = LoadBackendConfigFile(kExample);
+  ASSERT_TRUE(declared.ok()) << declared.status();
+  auto gm = *BuildResidualExample(kResidualExampleSeed);
+  QuantizeFlowOptions options;
+  bool checked = false;
+  options.on_stage = [&](absl::string_view stage, const GraphModule& g) {
+    if (stage != "fuse") return absl::OkStatus();
+    const std::vector<const Node*> blocks = CallsOfType(g, kType);
+    EXPECT_EQ(blocks.size(), 1u);
+    if (blocks.size() != 1) return absl::OkStatus();
+    const Argument* config = g.FindModule(blocks[0]->target().name())->FindAttribute(kDeclaredInAttribute);
+    EXPECT_NE(config, nullptr);
+    if (config != nullptr) EXPECT_EQ(config->as_string(), kExample);
+    checked = true;
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(RunQuantizeFlow(*gm, *declared, *DefaultQConfigMapping("qnnpack"),
+                              RandomSamples(2, 1), options)
+                  .ok());
+  EXPECT_TRUE(checked);
 }
 
 }  // namespace

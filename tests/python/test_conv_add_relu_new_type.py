@@ -101,4 +101,4 @@ def test_fused_model_needs_its_config_to_load(cli, tmp_path):
                 f"--output={tmp_path / 'y.npy'}"], ok=False)
     assert done.returncode != 0
     assert "unknown module type 'user.ConvBnAddReLU2d'" in done.stderr, done.stderr
-    assert "declared by a backend config's fused_module_type" in done.stderr, done.stderr
+    assert f"it is declared by the backend config '{EXAMPLE}'" in done.stderr, done.stderr
