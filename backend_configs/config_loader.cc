@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "backend_configs/backend_config.pb.h"
 #include "backend_configs/builtin_configs.h"
+#include "backend_configs/declared_types.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/stubs/common.h"
@@ -259,72 +260,6 @@ absl::StatusOr<BackendPatternConfig> ReadEntry(const EntryContext& entry,
   return config;
 }
 
-// The structure of a declared fused module type: a namespaced name that is not already a
-// registered type, registered child types, and steps that read only forward() args and
-// earlier steps. InvalidArgument "field 'PATH': ..." (the caller names the entry).
-absl::Status CheckFusedModuleTypeDecl(const config::FusedModuleTypeDecl& decl,
-                                      const ModuleSchemaRegistry& modules) {
-  const size_t dot = decl.name().find('.');
-  if (dot == std::string::npos || dot == 0 || dot + 1 == decl.name().size()) {
-    return absl::InvalidArgumentError(
-        "field 'name': must be \"namespace.Type\" (e.g. \"user.ConvBnAddReLU2d\")");
-  }
-  if (modules.Find(Symbol::Lookup(decl.name())) != nullptr) {
-    return absl::InvalidArgumentError(
-        "field 'name': clashes with a registered module type; choose another name");
-  }
-  for (int c = 0; c < decl.child_size(); ++c) {
-    if (modules.Find(Symbol::Lookup(decl.child(c))) == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("field 'child[", c, "]': module type ",
-                                                     Excerpt(decl.child(c)), " is not registered"));
-    }
-  }
-  if (decl.num_inputs() < 1) {
-    return absl::InvalidArgumentError("field 'num_inputs': must be >= 1");
-  }
-  if (decl.step_size() == 0) return absl::InvalidArgumentError("field 'step': at least one step");
-  for (int s = 0; s < decl.step_size(); ++s) {
-    const config::CompositeStep& step = decl.step(s);
-    const std::string where = absl::StrCat("field 'step[", s, "]");
-    if (step.callee_case() == config::CompositeStep::kChild &&
-        (step.child() < 0 || step.child() >= decl.child_size())) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ".child': ", step.child(),
-                                                     " is not one of the ", decl.child_size(),
-                                                     " children"));
-    }
-    if (step.callee_case() == config::CompositeStep::CALLEE_NOT_SET ||
-        (step.callee_case() == config::CompositeStep::kOp && step.op().empty())) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "': needs a child or an op"));
-    }
-    for (int k = 0; k < step.input_size(); ++k) {
-      const config::ValueRef& input = step.input(k);
-      const std::string at = absl::StrCat(where, ".input[", k, "]");
-      if (input.source_case() == config::ValueRef::kArg &&
-          (input.arg() < 0 || input.arg() >= decl.num_inputs())) {
-        return absl::InvalidArgumentError(absl::StrCat(at, ".arg': ", input.arg(),
-                                                       " is not one of the ", decl.num_inputs(),
-                                                       " inputs"));
-      }
-      if (input.source_case() == config::ValueRef::kStep &&
-          (input.step() < 0 || input.step() >= s)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(at, ".step': ", input.step(), " is not an earlier step"));
-      }
-      if (input.source_case() == config::ValueRef::SOURCE_NOT_SET) {
-        return absl::InvalidArgumentError(absl::StrCat(at, "': needs an arg or a step"));
-      }
-    }
-  }
-  for (int k = 0; k < decl.observed_input_size(); ++k) {
-    if (decl.observed_input(k) < 0 || decl.observed_input(k) >= decl.num_inputs()) {
-      return absl::InvalidArgumentError(absl::StrCat("field 'observed_input[", k, "]': ",
-                                                     decl.observed_input(k), " is not one of the ",
-                                                     decl.num_inputs(), " inputs"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 
@@ -352,27 +287,9 @@ absl::StatusOr<BackendConfig> ParseBackendConfigText(absl::string_view text,
                        ": ", status.message()));
     }
   }
-  // Declared fused module types and lowering rules (issue 21 item 4) are not implemented:
-  // check what can be checked (so the errors a user meets first are the real ones), then
-  // refuse them by name rather than load a config that silently lacks them.
-  for (int i = 0; i < file.fused_module_type_size(); ++i) {
-    const absl::Status status = CheckFusedModuleTypeDecl(file.fused_module_type(i), modules);
-    if (!status.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": fused_module_type[", i, "] ",
-                                                     Excerpt(file.fused_module_type(i).name()),
-                                                     ": ", status.message()));
-    }
-  }
-  if (file.fused_module_type_size() > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        source, ": fused_module_type[0] ", Excerpt(file.fused_module_type(0).name()),
-        ": declaring fused module types in a config is not supported yet"));
-  }
-  if (file.lowering_rule_size() > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        source, ": lowering_rule[0] ", Excerpt(file.lowering_rule(0).name()),
-        ": declaring lowering rules in a config is not supported yet"));
-  }
+  // Declared fused module types and lowering rules (issue 21 item 4,
+  // declared_types.h): checked, then registered, before the entries that name them.
+  RETURN_IF_ERROR(RegisterDeclarations(file, source, modules));
   BackendConfig config;
   if (!file.base().empty()) {
     absl::StatusOr<BackendConfig> base = GetBackendConfig(file.base());

@@ -4,6 +4,12 @@
 // BackendConfig::Add does (backend_config.h), and an error names the file, the entry
 // (`pattern[2] 'conv_bn_add_relu'`) and the field. See examples/conv_bn_add_relu.textproto.
 //
+// A file may also declare fused module types and lowering rules (fused_module_type,
+// lowering_rule; declared_types.h): they are checked and registered process-wide before
+// the pattern entries, which may name them (examples/conv_add_relu_new_type.textproto).
+// They stay registered even if a later pattern entry of the file is refused. Declaring
+// needs `modules` to be ModuleSchemaRegistry::Global() (FailedPrecondition otherwise).
+//
 // What a config gives reaches model files (entry names become the fused nodes' "pattern"
 // meta), so every string of the file is held to the model file's own limits
 // (graph/serialization.h ModelLimits: at most max_string_length bytes, valid UTF-8), and

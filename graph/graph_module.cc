@@ -113,6 +113,29 @@ class SymbolSet {
   absl::flat_hash_set<Symbol> spread_;
 };
 
+// A type in no namespace fuselage defines is one a backend config declares (its
+// fused_module_type, backend_configs/declared_types.h); model files do not carry the
+// declaration, only (string attribute "declared_in", set at fusion) which config it is.
+std::string DeclaredTypeHint(const Module& module) {
+  if (const Argument* config = module.FindAttribute("declared_in");
+      config != nullptr && config->is_string()) {
+    return absl::StrCat(" (it is declared by the backend config '", config->as_string(),
+                        "' (fused_module_type): load it first, e.g. --config=",
+                        config->as_string(), "; the model file does not carry it)");
+  }
+  const absl::string_view name = module.type().name();
+  const size_t dot = name.find('.');
+  if (dot == absl::string_view::npos) return "";
+  const absl::string_view space = name.substr(0, dot);
+  for (absl::string_view builtin : {"nn", "nni", "nnq", "nniq", "nnqr", "torch"}) {
+    if (space == builtin) return "";
+  }
+  return absl::StrCat(
+      " (a type in no built-in namespace is declared by a backend config's "
+      "fused_module_type: load the config that declares '", name,
+      "' first, e.g. --config=that.textproto; the model file does not carry it)");
+}
+
 absl::Status VerifyModuleTree(const Module& module, const std::string& path,
                               const ModuleSchemaRegistry& schemas, int depth) {
   const std::string where = path.empty() ? std::string("root module") : absl::StrCat("module '", path, "'");
@@ -123,7 +146,7 @@ absl::Status VerifyModuleTree(const Module& module, const std::string& path,
   if (schema == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": unknown module type '", module.type().name(),
-        "'; register its schema in ModuleSchemaRegistry"));
+        "'; register its schema in ModuleSchemaRegistry", DeclaredTypeHint(module)));
   }
   for (const std::string& tensor : schema->required_tensors) {
     if (module.FindTensor(tensor) == nullptr) {

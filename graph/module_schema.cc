@@ -362,12 +362,22 @@ absl::Status ModuleSchemaRegistry::Register(ModuleSchema schema) {
   auto it = schemas_.find(type);
   if (it != schemas_.end()) {
     const ModuleSchema& old = *it->second;
+    const bool same_composition =
+        old.composition == nullptr || schema.composition == nullptr
+            ? old.composition == schema.composition
+            : *old.composition == *schema.composition;
     if (old.min_inputs == schema.min_inputs && old.max_inputs == schema.max_inputs &&
-        old.required_tensors == schema.required_tensors && old.children == schema.children) {
+        old.required_tensors == schema.required_tensors && old.children == schema.children &&
+        same_composition) {
       return absl::OkStatus();
     }
-    return absl::AlreadyExistsError(
-        absl::StrCat("module type '", schema.type, "' is already registered differently"));
+    auto origin = [](const ModuleSchema& s) {
+      return s.declared_in.empty() ? std::string("built in")
+                                   : absl::StrCat("declared in '", s.declared_in, "'");
+    };
+    return absl::AlreadyExistsError(absl::StrCat(
+        "module type '", schema.type, "' is already registered differently (", origin(old),
+        "; this one ", origin(schema), ")"));
   }
   schemas_.emplace(type, std::make_unique<ModuleSchema>(std::move(schema)));
   return absl::OkStatus();

@@ -4,10 +4,14 @@
 // channels, ...). Verify() checks every module and every call_module against this (all but
 // the children, which backend configs are checked against), and a
 // model file naming an unregistered type is rejected. A user adds a module type by
-// registering its schema here (and, if it must run, a kernel in runtime/).
+// registering its schema here (and, if it must run, a kernel in runtime/), or, with no
+// C++, by declaring it in a backend config (fused_module_type,
+// backend_configs/declared_types.h), which registers a schema with a ModuleComposition
+// that the composite kernel (runtime/composite_kernel.h) runs.
 #ifndef FUSELAGE_GRAPH_MODULE_SCHEMA_H_
 #define FUSELAGE_GRAPH_MODULE_SCHEMA_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +33,36 @@ class Module;
 // which module it is.
 using ModuleFieldCheck = std::function<absl::Status(const Module& module)>;
 
+// How a module type declared as data runs (a backend config's fused_module_type,
+// backend_configs/declared_types.h): steps in order, each a child module or a float
+// function, reading forward()'s args and earlier steps; the last step's value is the
+// output. runtime/composite_kernel.h runs it for any module type that has no kernel of
+// its own. Example (relu(conv(x) + residual), children "0" = conv, "1" = relu):
+//   {{child 0, inputs {arg 0}}, {function "operator.add", inputs {step 0, arg 1}},
+//    {child 1, inputs {step 1}}}
+struct ModuleComposition {
+  struct Value {
+    enum class Source : uint8_t { kArg, kStep };
+    Source source = Source::kArg;
+    int index = 0;  // forward() arg index, or an earlier step's index
+    friend bool operator==(const Value& a, const Value& b) {
+      return a.source == b.source && a.index == b.index;
+    }
+  };
+  struct Step {
+    int child = -1;        // >= 0: run child "<child>" through its kernel
+    std::string function;  // else: a call_function target ("operator.add", "torch.relu")
+    std::vector<Value> inputs;
+    friend bool operator==(const Step& a, const Step& b) {
+      return a.child == b.child && a.function == b.function && a.inputs == b.inputs;
+    }
+  };
+  std::vector<Step> steps;
+  friend bool operator==(const ModuleComposition& a, const ModuleComposition& b) {
+    return a.steps == b.steps;
+  }
+};
+
 struct ModuleSchema {
   std::string type;            // "nn.Conv2d"
   int min_inputs = 1;          // positional args of forward()
@@ -42,6 +76,11 @@ struct ModuleSchema {
   std::vector<std::vector<std::string>> children;
   // Empty: no check beyond the above.
   ModuleFieldCheck check;
+  // Set only for a type declared as data (a backend config's fused_module_type): how it
+  // runs, and the config that declared it first (its source name, for errors). Built-in
+  // types have kernels of their own and no composition.
+  std::shared_ptr<const ModuleComposition> composition;
+  std::string declared_in;
 
   static constexpr int kAnyNumber = -1;
 };
@@ -62,8 +101,9 @@ class ModuleSchemaRegistry {
   ModuleSchemaRegistry() = default;
 
   // AlreadyExists if the type is registered with a different schema (inputs, tensors,
-  // children; `check` cannot be compared: the first one registered stays); InvalidArgument
-  // on an empty type or min > max.
+  // children, composition; `check` cannot be compared: the first one registered stays;
+  // the message names both `declared_in`s where set); InvalidArgument on an empty type or
+  // min > max. Registering the same schema again is OK. Thread-safe.
   absl::Status Register(ModuleSchema schema);
   // nullptr if unknown. The pointer stays valid for the registry's life.
   const ModuleSchema* Find(Symbol type) const;

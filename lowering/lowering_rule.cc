@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "graph/status_macros.h"
 #include "graph/tensor.h"
+#include "lowering/declared_lowering.h"
 
 namespace fuselage {
 namespace {
@@ -658,7 +659,8 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
     r.kwargs_to_drop = drop;
     RETURN_IF_ERROR(registry.Register(std::move(r)));
   }
-  return absl::OkStatus();
+  // Last: the rules backend configs declared (lowering/declared_lowering.h).
+  return RegisterDeclaredLoweringRules(registry);
 }
 
 }  // namespace fuselage

@@ -1,6 +1,7 @@
 #include "pipeline/quantize_flow.h"
 
 #include "absl/strings/str_cat.h"
+#include "backend_configs/declared_types.h"
 #include "graph/status_macros.h"
 #include "lowering/lowering_rule.h"
 #include "patterns/fuse.h"
@@ -34,6 +35,7 @@ absl::StatusOr<QuantizeFlowReport> RunQuantizeFlow(GraphModule& gm,
   QuantizeFlowReport report;
   ASSIGN_OR_RETURN(PatternMatcher matcher, BuildFusionMatcher(backend_config));
   ASSIGN_OR_RETURN(report.fused, FusePatterns(gm, matcher));
+  RecordDeclaringConfigs(gm);  // a saved model names the config of its declared types
   RETURN_IF_ERROR(AfterStage("fuse", gm, options));
 
   ASSIGN_OR_RETURN(PreparedModel prepared, Prepare(gm, qconfig_mapping, backend_config));

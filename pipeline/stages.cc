@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "backend_configs/builtin_configs.h"
 #include "backend_configs/config_loader.h"
+#include "backend_configs/declared_types.h"
 #include "graph/status_macros.h"
 #include "lowering/lowering_rule.h"
 #include "patterns/fuse.h"
@@ -38,12 +39,11 @@ absl::StatusOr<BackendConfig> ResolveBackendConfig(
   if (!backend.empty()) {
     // A syntax error is the loader's to report, with line and column.
     ASSIGN_OR_RETURN(const std::string base, DeclaredBackendBase(*config_text, config_source));
-    if (base != backend) {
-      return absl::InvalidArgumentError(
-          base.empty() ? absl::StrCat(config_source,
-                                      " extends no built-in backend, so not --backend=", backend)
-                       : absl::StrCat(config_source, " extends backend '", base,
-                                      "', not --backend=", backend));
+    // A text with no base (only its own entries) does not disagree with any backend,
+    // which then names only the default qconfig mapping (DefaultMappingBackend).
+    if (!base.empty() && base != backend) {
+      return absl::InvalidArgumentError(absl::StrCat(config_source, " extends backend '", base,
+                                                     "', not --backend=", backend));
     }
   }
   return ParseBackendConfigText(*config_text, config_source);
@@ -101,6 +101,7 @@ absl::StatusOr<FuseReport> FuseModel(GraphModule& gm, const BackendConfig& confi
   ASSIGN_OR_RETURN(FuseOutcome outcome, FusePatternsWithOptions(gm, matcher, options));
   report.fused = outcome.fused;
   report.overlaps = std::move(outcome.overlaps);
+  RecordDeclaringConfigs(gm);  // a saved model names the config of its declared types
   RETURN_IF_ERROR(VerifyAfter("fuse", gm));
   report.nodes_after = gm.graph().size();
   return report;

@@ -43,7 +43,10 @@ namespace fuselage {
 // is a config text, which the loader judges) (backend_configs/config_loader.h;
 // `config_source` names it in errors, e.g. its file name). With a text, the text's config
 // is used and `backend`, if not empty, must be the built-in base the text extends, so the
-// two never silently disagree. InvalidArgument if both are empty or they disagree;
+// two never silently disagree; a text with no base (only its own entries, e.g.
+// backend_configs/examples/conv_add_relu_new_type.textproto) goes with any `backend`, which
+// then names only the default qconfig mapping. InvalidArgument if both are empty or they
+// disagree;
 // NotFound for an unknown name; the loader's error for a text that does not parse.
 absl::StatusOr<BackendConfig> ResolveBackendConfig(
     absl::string_view backend, const std::optional<absl::string_view>& config_text,

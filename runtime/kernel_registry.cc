@@ -1,6 +1,8 @@
 #include "runtime/kernel_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "graph/module_schema.h"
+#include "runtime/composite_kernel.h"
 
 namespace fuselage {
 
@@ -88,7 +90,12 @@ const ModuleKernel* KernelRegistry::SelectModule(Symbol module_type,
   if (FirstTensorIsQuantized(args)) {
     if (const ModuleKernel* k = FindIn(quantized_module_kernels_, module_type)) return k;
   }
-  return FindModule(module_type);
+  if (const ModuleKernel* k = FindModule(module_type)) return k;
+  // A type declared as data (a backend config's fused_module_type) runs its composition
+  // (runtime/composite_kernel.h); looked up only when no kernel of its own exists.
+  static const ModuleKernel* const kComposite = new ModuleKernel(RunCompositeModule);
+  const ModuleSchema* schema = ModuleSchemaRegistry::Global().Find(module_type);
+  return schema != nullptr && schema->composition != nullptr ? kComposite : nullptr;
 }
 
 const FunctionKernel* KernelRegistry::SelectFunction(OpKind op, Symbol target,

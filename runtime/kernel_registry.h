@@ -95,7 +95,9 @@ class KernelRegistry {
   const ModuleKernel* FindModule(Symbol module_type) const;
   const FunctionKernel* FindFunction(OpKind op, Symbol target) const;
   // The kernel to run for a call with `args`: the quantized overload if the first tensor
-  // is quantized and one is registered, else the plain kernel; nullptr if neither.
+  // is quantized and one is registered, else the plain kernel, else, for a module type
+  // declared as data (its schema in ModuleSchemaRegistry::Global() has a composition),
+  // the composite kernel (runtime/composite_kernel.h); nullptr if none.
   const ModuleKernel* SelectModule(Symbol module_type, absl::Span<const Value> args) const;
   const FunctionKernel* SelectFunction(OpKind op, Symbol target,
                                        absl::Span<const Value> args) const;

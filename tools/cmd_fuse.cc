@@ -16,6 +16,7 @@
 //  --report-overlaps  one line per match that took op nodes another pattern would have
 //             matched on the graph alone (FindMatchOverlaps, patterns/fuse.h): which
 //             pattern won where, which lost where, and the nodes they share.
+#include "backend_configs/declared_types.h"
 #include "tools/cmd_fuse.h"
 
 #include <chrono>
@@ -108,6 +109,7 @@ Command FuseCommand() {
     FuseOptions options;
     options.report_overlaps = stage.parsed().Has("--report-overlaps");
     ASSIGN_OR_RETURN(const FuseOutcome outcome, FusePatternsWithOptions(*gm, matcher, options));
+    RecordDeclaringConfigs(*gm);  // the saved model names the config of its declared types
     stage.times().Stop("fuse");
     RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, "fused graph"));
 

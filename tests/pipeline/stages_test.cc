@@ -61,9 +61,18 @@ TEST(ResolveBackendConfigTest, NameTextOrBoth) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(ResolveBackendConfig("", std::nullopt, "").status().code(),
             absl::StatusCode::kInvalidArgument);
-  // An empty text is a text (the loader judges it), not "no text".
-  EXPECT_NE(ResolveBackendConfig("qnnpack", absl::string_view(""), "empty").status().code(),
-            absl::StatusCode::kOk);
+  // An empty text is a text (the loader judges it), not "no text": an empty config with
+  // no base, not the backend's. A text with no base goes with any backend, which then
+  // names only the default qconfig mapping.
+  auto empty = ResolveBackendConfig("qnnpack", absl::string_view(""), "empty");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->name(), "empty");
+  EXPECT_EQ(empty->size(), 0u);
+  const std::string own_entries = "pattern { pattern: \"(ReLU, Conv2d)\" fuser: WRAP_IN_SEQUENCE "
+                                  "fused_module: \"ConvReLU2d\" }";
+  auto base_less = ResolveBackendConfig("fbgemm", absl::string_view(own_entries), "own.textproto");
+  ASSERT_TRUE(base_less.ok()) << base_less.status();
+  EXPECT_EQ(base_less->size(), 1u);
 }
 
 TEST(DefaultMappingBackendTest, TheNameOrTheTextsBase) {

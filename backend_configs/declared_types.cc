@@ -1,0 +1,488 @@
+#include "backend_configs/declared_types.h"
+
+#include <atomic>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "graph/module.h"
+#include "graph/status_macros.h"
+#include "graph/symbol.h"
+
+namespace fuselage {
+namespace {
+
+// The most forward() inputs a declared type may take; real fused ops take one to three.
+constexpr int kMaxDeclaredInputs = 16;
+
+// Namespaces whose types fuselage or PyTorch define: a declared type must not look like one.
+constexpr const char* kBuiltinNamespaces[] = {"nn", "nni", "nnq", "nniq", "nnqr", "torch",
+                                              "operator", "builtins", "math", "F"};
+
+// The float functions a step may call by short name, with their arity. Each maps to a
+// call_function target the float kernels register (runtime/float_kernels.h).
+struct CompositeOp {
+  const char* name;
+  const char* target;
+  int arity;
+};
+constexpr CompositeOp kCompositeOps[] = {
+    {"add", "operator.add", 2},
+    {"mul", "operator.mul", 2},
+    {"sub", "operator.sub", 2},
+    {"relu", "torch.relu", 1},
+    {"relu6", "torch.nn.functional.relu6", 1},
+    {"sigmoid", "torch.sigmoid", 1},
+    {"tanh", "torch.tanh", 1},
+    {"hardswish", "torch.nn.functional.hardswish", 1},
+    {"hardsigmoid", "torch.nn.functional.hardsigmoid", 1},
+    {"silu", "torch.nn.functional.silu", 1},
+    {"gelu", "torch.nn.functional.gelu", 1},
+};
+
+const CompositeOp* FindCompositeOp(absl::string_view op) {
+  for (const CompositeOp& c : kCompositeOps) {
+    if (op == c.name || op == c.target) return &c;
+  }
+  return nullptr;
+}
+
+std::string KnownOpsText() {
+  std::vector<std::string> names;
+  for (const CompositeOp& c : kCompositeOps) names.push_back(c.name);
+  return absl::StrJoin(names, ", ");
+}
+
+absl::Status FieldError(absl::string_view field, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat("field '", field, "': ", message));
+}
+
+// "Conv2d" -> "nn.Conv2d"; dotted names are kept.
+std::string Qualified(const std::string& name, absl::string_view default_namespace) {
+  return name.find('.') == std::string::npos ? absl::StrCat(default_namespace, ".", name) : name;
+}
+
+// The reference form convert makes of a weighted child ("nn.Conv2d" -> "nnqr.Conv2d"),
+// if `modules` has one; "" otherwise.
+std::string ReferenceFormOf(const std::string& type, const ModuleSchemaRegistry& modules) {
+  if (type.rfind("nn.", 0) != 0) return "";
+  const std::string reference = absl::StrCat("nnqr.", type.substr(3));
+  return modules.Find(Symbol::Lookup(reference)) != nullptr ? reference : "";
+}
+
+// A namespaced name outside the built-in namespaces.
+absl::Status CheckTypeNameFormat(const std::string& name) {
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == name.size()) {
+    return FieldError("name", "must be \"namespace.Type\" (e.g. \"user.ConvBnAddReLU2d\")");
+  }
+  const std::string space = name.substr(0, dot);
+  for (const char* builtin : kBuiltinNamespaces) {
+    if (space == builtin) {
+      return FieldError("name", absl::StrCat("namespace '", space,
+                                             "' is a built-in one; use your own (e.g. "
+                                             "\"user.\")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Not a built-in or C++-registered type, nor declared differently before.
+absl::Status CheckTypeNameClash(const std::string& name, const ModuleSchemaRegistry& modules,
+                                const ModuleSchema& schema) {
+  const ModuleSchema* existing = modules.Find(Symbol::Lookup(name));
+  if (existing == nullptr) return absl::OkStatus();
+  if (existing->composition == nullptr) {
+    return FieldError("name", "clashes with a built-in (or C++-registered) module type");
+  }
+  const bool same = existing->min_inputs == schema.min_inputs &&
+                    existing->max_inputs == schema.max_inputs &&
+                    existing->children == schema.children &&
+                    *existing->composition == *schema.composition;
+  if (!same) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "field 'name': already declared differently in '", existing->declared_in,
+        "'; a type has one declaration per process"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModuleComposition::Value> ReadValueRef(const config::ValueRef& ref,
+                                                      const std::string& field, int num_inputs,
+                                                      int step) {
+  ModuleComposition::Value v;
+  switch (ref.source_case()) {
+    case config::ValueRef::kArg:
+      if (ref.arg() < 0 || ref.arg() >= num_inputs) {
+        return FieldError(field + ".arg", absl::StrCat(ref.arg(), " is not one of the ",
+                                                       num_inputs, " inputs"));
+      }
+      v.source = ModuleComposition::Value::Source::kArg;
+      v.index = ref.arg();
+      return v;
+    case config::ValueRef::kStep:
+      if (ref.step() < 0 || ref.step() >= step) {
+        return FieldError(field + ".step",
+                          absl::StrCat(ref.step(), " is not an earlier step (this is step ",
+                                       step, ")"));
+      }
+      v.source = ModuleComposition::Value::Source::kStep;
+      v.index = ref.step();
+      return v;
+    case config::ValueRef::SOURCE_NOT_SET:
+      break;
+  }
+  return FieldError(field, "needs an arg or a step");
+}
+
+// The schema of a declaration, checked against `modules`.
+absl::StatusOr<ModuleSchema> ReadFusedModuleType(const config::FusedModuleTypeDecl& decl,
+                                                 absl::string_view source,
+                                                 const ModuleSchemaRegistry& modules) {
+  RETURN_IF_ERROR(CheckTypeNameFormat(decl.name()));
+  ModuleSchema schema;
+  schema.type = decl.name();
+  schema.declared_in = std::string(source);
+  if (decl.num_inputs() < 1 || decl.num_inputs() > kMaxDeclaredInputs) {
+    return FieldError("num_inputs", absl::StrCat(decl.num_inputs(), "; expected 1 to ",
+                                                 kMaxDeclaredInputs));
+  }
+  schema.min_inputs = schema.max_inputs = decl.num_inputs();
+  std::vector<const ModuleSchema*> child_schemas;
+  for (int c = 0; c < decl.child_size(); ++c) {
+    const std::string type = Qualified(decl.child(c), "nn");
+    const ModuleSchema* child = modules.Find(Symbol::Lookup(type));
+    if (child == nullptr) {
+      return FieldError(absl::StrCat("child[", c, "]"),
+                        absl::StrCat("module type '", type, "' is not registered"));
+    }
+    child_schemas.push_back(child);
+    std::vector<std::string> allowed = {type};
+    if (std::string reference = ReferenceFormOf(type, modules); !reference.empty()) {
+      allowed.push_back(std::move(reference));
+    }
+    schema.children.push_back(std::move(allowed));
+  }
+  auto composition = std::make_shared<ModuleComposition>();
+  if (decl.step_size() == 0) return FieldError("step", "needs at least one step");
+  std::set<int> children_run;
+  for (int s = 0; s < decl.step_size(); ++s) {
+    const config::CompositeStep& step = decl.step(s);
+    const std::string field = absl::StrCat("step[", s, "]");
+    ModuleComposition::Step out;
+    int min_args = 0;
+    int max_args = 0;
+    switch (step.callee_case()) {
+      case config::CompositeStep::kChild: {
+        if (step.child() < 0 || step.child() >= decl.child_size()) {
+          return FieldError(field + ".child", absl::StrCat(step.child(), " is not one of the ",
+                                                           decl.child_size(), " children"));
+        }
+        out.child = step.child();
+        children_run.insert(step.child());
+        min_args = child_schemas[step.child()]->min_inputs;
+        max_args = child_schemas[step.child()]->max_inputs;
+        break;
+      }
+      case config::CompositeStep::kOp: {
+        const CompositeOp* op = FindCompositeOp(step.op());
+        if (op == nullptr) {
+          return FieldError(field + ".op", absl::StrCat("unknown op '", step.op(),
+                                                        "'; expected one of ", KnownOpsText()));
+        }
+        out.function = op->target;
+        min_args = max_args = op->arity;
+        break;
+      }
+      case config::CompositeStep::CALLEE_NOT_SET:
+        return FieldError(field, "needs a child or an op");
+    }
+    const int n = step.input_size();
+    if (n < min_args || (max_args != ModuleSchema::kAnyNumber && n > max_args) || n == 0) {
+      return FieldError(field + ".input",
+                        absl::StrCat(n, " inputs; ", out.child >= 0 ? "the child" : "the op",
+                                     " takes ", min_args,
+                                     max_args == min_args ? "" : " or more"));
+    }
+    for (int k = 0; k < n; ++k) {
+      ASSIGN_OR_RETURN(ModuleComposition::Value v,
+                       ReadValueRef(step.input(k), absl::StrCat(field, ".input[", k, "]"),
+                                    decl.num_inputs(), s));
+      out.inputs.push_back(v);
+    }
+    composition->steps.push_back(std::move(out));
+  }
+  // A child no step runs would be carried and silently ignored (the bug of issue 21:
+  // a batch norm dropped): refused.
+  for (int c = 0; c < decl.child_size(); ++c) {
+    if (children_run.count(c) == 0) {
+      return FieldError(absl::StrCat("child[", c, "]"), "no step runs this child");
+    }
+  }
+  // Prepare observes every tensor input and the output of a fused module; a declaration
+  // asking for less is refused rather than widened behind the user's back.
+  if (decl.observed_input_size() > 0) {
+    std::set<int> observed(decl.observed_input().begin(), decl.observed_input().end());
+    for (int k = 0; k < decl.observed_input_size(); ++k) {
+      const int i = decl.observed_input(k);
+      if (i < 0 || i >= decl.num_inputs()) {
+        return FieldError(absl::StrCat("observed_input[", k, "]"),
+                          absl::StrCat(i, " is not one of the ", decl.num_inputs(), " inputs"));
+      }
+    }
+    if (static_cast<int>(observed.size()) != decl.num_inputs()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "field 'observed_input': observes ", observed.size(), " of the ", decl.num_inputs(),
+          " inputs; only every input observed (or observed_input left empty) is supported"));
+    }
+  }
+  if (!decl.observe_output()) {
+    return absl::UnimplementedError(
+        "field 'observe_output': must be true; an unobserved output is not supported");
+  }
+  if (decl.observation_type() != config::OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT) {
+    return absl::UnimplementedError(
+        "field 'observation_type': set it on the pattern entry for this type (prepare "
+        "reads it there); here only the default is accepted");
+  }
+  schema.composition = std::move(composition);
+  RETURN_IF_ERROR(CheckTypeNameClash(decl.name(), modules, schema));
+  return schema;
+}
+
+// A lowering rule, checked against the types declared (`declared`, this file's, by name)
+// and registered.
+absl::StatusOr<DeclaredLoweringRule> ReadLoweringRule(
+    const config::LoweringRuleDecl& decl, absl::string_view source,
+    const ModuleSchemaRegistry& modules,
+    const absl::flat_hash_map<std::string, const ModuleSchema*>& declared) {
+  DeclaredLoweringRule rule;
+  rule.name = decl.name();
+  rule.declared_in = std::string(source);
+  if (rule.name.empty()) return FieldError("name", "must not be empty");
+  rule.reference_module = decl.reference_module();
+  const ModuleSchema* reference = nullptr;
+  if (auto it = declared.find(rule.reference_module); it != declared.end()) {
+    reference = it->second;
+  } else if (const ModuleSchema* s = modules.Find(Symbol::Lookup(rule.reference_module));
+             s != nullptr && s->composition != nullptr) {
+    reference = s;
+  }
+  if (reference == nullptr) {
+    return FieldError("reference_module",
+                      absl::StrCat("'", rule.reference_module,
+                                   "' is not a declared fused_module_type (built-in types have "
+                                   "built-in rules)"));
+  }
+  const int num_inputs = reference->min_inputs;
+  if (decl.quantized_arg_size() == 0) {
+    return FieldError("quantized_arg", "needs at least one arg (usually every input)");
+  }
+  std::set<int> seen;
+  for (int k = 0; k < decl.quantized_arg_size(); ++k) {
+    const int a = decl.quantized_arg(k);
+    if (a < 0 || a >= num_inputs || !seen.insert(a).second) {
+      return FieldError(absl::StrCat("quantized_arg[", k, "]"),
+                        absl::StrCat(a, " is not one of the ", num_inputs,
+                                     " inputs, or is given twice"));
+    }
+    rule.quantized_args.push_back(a);
+  }
+  if (decl.fold_batch_norm()) {
+    return absl::UnimplementedError(
+        "field 'fold_batch_norm': fold the batch norm at fusion instead (the pattern entry's "
+        "fuser: FOLD_BN_THEN_WRAP), so that the weight is observed and quantized after "
+        "folding");
+  }
+  if (decl.native_step_size() != 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "field 'native_step': ", decl.native_step_size(),
+        " steps; exactly one native op is supported (a composition of native ops is not yet)"));
+  }
+  const config::NativeStep& step = decl.native_step(0);
+  rule.native_module = Qualified(step.op(), "nniq");
+  const bool native_namespace =
+      rule.native_module.rfind("nnq.", 0) == 0 || rule.native_module.rfind("nniq.", 0) == 0;
+  const ModuleSchema* native = modules.Find(Symbol::Lookup(rule.native_module));
+  if (!native_namespace || native == nullptr) {
+    return FieldError("native_step[0].op",
+                      absl::StrCat("unknown native op '", step.op(),
+                                   "'; expected a registered nnq.* / nniq.* module type (e.g. "
+                                   "nniq.ConvAddReLU2d)"));
+  }
+  if (native->min_inputs > num_inputs ||
+      (native->max_inputs != ModuleSchema::kAnyNumber && native->max_inputs < num_inputs)) {
+    return FieldError("native_step[0].op",
+                      absl::StrCat(rule.native_module, " takes ", native->min_inputs, " to ",
+                                   native->max_inputs, " inputs; ", rule.reference_module,
+                                   " has ", num_inputs));
+  }
+  // The native module is built from the reference child "0" (its weight quantized with
+  // the parameters convert recorded) and takes the reference module's args unchanged.
+  if (step.from_child_size() != 1 || step.from_child(0) != 0) {
+    return absl::UnimplementedError(
+        "field 'native_step[0].from_child': only [0] (the weighted child \"0\") is supported");
+  }
+  if (reference->children.empty() || reference->children[0].size() < 2) {
+    return FieldError("native_step[0].from_child[0]",
+                      absl::StrCat("child 0 of ", rule.reference_module,
+                                   " has no reference form (expected a weighted module such "
+                                   "as nn.Conv2d)"));
+  }
+  rule.inner_type = reference->children[0][1];
+  if (step.input_size() > 0) {
+    bool args_in_order = step.input_size() == num_inputs;
+    for (int k = 0; args_in_order && k < step.input_size(); ++k) {
+      args_in_order = step.input(k).source_case() == config::ValueRef::kArg &&
+                      step.input(k).arg() == k;
+    }
+    if (!args_in_order) {
+      return absl::UnimplementedError(absl::StrCat(
+          "field 'native_step[0].input': the native op takes the reference module's ",
+          num_inputs, " args in order (arg 0, arg 1, ...); leave it empty or list them so"));
+    }
+  }
+  return rule;
+}
+
+// Set once any type is declared: RecordDeclaringConfigs walks nothing before.
+std::atomic<bool> any_type_declared{false};
+
+void RecordDeclaringConfigsIn(Module& module, const ModuleSchemaRegistry& schemas) {
+  const ModuleSchema* schema = schemas.Find(module.type());
+  if (schema != nullptr && schema->composition != nullptr && !schema->declared_in.empty()) {
+    module.SetAttribute(kDeclaredInAttribute, Argument::String(schema->declared_in));
+  }
+  for (const auto& [name, child] : module.children()) RecordDeclaringConfigsIn(*child, schemas);
+}
+
+// Declared lowering rules, process-wide.
+class LoweringRuleStore {
+ public:
+  static LoweringRuleStore& Global() {
+    static LoweringRuleStore* store = new LoweringRuleStore();
+    return *store;
+  }
+  absl::Mutex& declare_mu() { return declare_mu_; }
+
+  // OK, or AlreadyExists naming both sources; nothing changed.
+  absl::Status Check(const DeclaredLoweringRule& rule) const {
+    absl::MutexLock lock(&mu_);
+    for (const DeclaredLoweringRule& r : rules_) {
+      if (r.name == rule.name && !(r == rule)) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "field 'name': lowering rule '", rule.name, "' is already declared differently in '",
+            r.declared_in, "'"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  void Add(DeclaredLoweringRule rule) {
+    absl::MutexLock lock(&mu_);
+    for (const DeclaredLoweringRule& r : rules_) {
+      if (r == rule) return;
+    }
+    rules_.push_back(std::move(rule));
+  }
+  std::vector<DeclaredLoweringRule> Snapshot() const {
+    absl::MutexLock lock(&mu_);
+    return rules_;
+  }
+
+ private:
+  // Held for a whole RegisterDeclarations: check-all-then-register is atomic.
+  absl::Mutex declare_mu_;
+  mutable absl::Mutex mu_;
+  std::vector<DeclaredLoweringRule> rules_ ABSL_GUARDED_BY(mu_);
+};
+
+std::string EntryPrefix(absl::string_view source, absl::string_view what, int index,
+                        const std::string& name) {
+  constexpr size_t kShown = 60;  // a name may be as long as a model file's string limit
+  const std::string shown =
+      name.size() > kShown ? absl::StrCat(name.substr(0, kShown), "...") : name;
+  return absl::StrCat(source, ": ", what, "[", index, "]",
+                      name.empty() ? "" : absl::StrCat(" '", shown, "'"), ": ");
+}
+
+absl::Status Prefixed(const absl::Status& status, const std::string& prefix) {
+  return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
+}
+
+}  // namespace
+
+std::string CompositeOpTarget(absl::string_view op) {
+  const CompositeOp* c = FindCompositeOp(op);
+  return c == nullptr ? std::string() : std::string(c->target);
+}
+
+absl::Status RegisterDeclarations(const config::BackendConfigFile& file,
+                                  absl::string_view source,
+                                  const ModuleSchemaRegistry& modules) {
+  if (file.fused_module_type_size() == 0 && file.lowering_rule_size() == 0) {
+    return absl::OkStatus();
+  }
+  if (&modules != &ModuleSchemaRegistry::Global()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        source, ": fused_module_type / lowering_rule register in ModuleSchemaRegistry::Global(), "
+                "where the runtime finds them; load this config with the global registry"));
+  }
+  LoweringRuleStore& store = LoweringRuleStore::Global();
+  absl::MutexLock declaring(&store.declare_mu());
+  std::vector<ModuleSchema> schemas;
+  absl::flat_hash_map<std::string, const ModuleSchema*> declared;
+  schemas.reserve(file.fused_module_type_size());
+  for (int i = 0; i < file.fused_module_type_size(); ++i) {
+    const config::FusedModuleTypeDecl& decl = file.fused_module_type(i);
+    const std::string prefix = EntryPrefix(source, "fused_module_type", i, decl.name());
+    absl::StatusOr<ModuleSchema> schema = ReadFusedModuleType(decl, source, modules);
+    if (!schema.ok()) return Prefixed(schema.status(), prefix);
+    if (declared.contains(decl.name())) {
+      return Prefixed(FieldError("name", "declared twice in this file"), prefix);
+    }
+    schemas.push_back(*std::move(schema));
+    declared[decl.name()] = &schemas.back();
+  }
+  std::vector<DeclaredLoweringRule> rules;
+  for (int i = 0; i < file.lowering_rule_size(); ++i) {
+    const config::LoweringRuleDecl& decl = file.lowering_rule(i);
+    const std::string prefix = EntryPrefix(source, "lowering_rule", i, decl.name());
+    absl::StatusOr<DeclaredLoweringRule> rule = ReadLoweringRule(decl, source, modules, declared);
+    if (!rule.ok()) return Prefixed(rule.status(), prefix);
+    if (absl::Status clash = store.Check(*rule); !clash.ok()) return Prefixed(clash, prefix);
+    for (const DeclaredLoweringRule& r : rules) {
+      if (r.name == rule->name) return Prefixed(FieldError("name", "declared twice in this file"), prefix);
+    }
+    rules.push_back(*std::move(rule));
+  }
+  // Everything checked: register. Register compares again (a C++ registration racing
+  // with this load is the only way it can fail).
+  ModuleSchemaRegistry& global = ModuleSchemaRegistry::Global();
+  for (size_t i = 0; i < schemas.size(); ++i) {
+    const std::string name = schemas[i].type;
+    if (absl::Status st = global.Register(std::move(schemas[i])); !st.ok()) {
+      return Prefixed(st, EntryPrefix(source, "fused_module_type", static_cast<int>(i), name));
+    }
+  }
+  if (!schemas.empty()) any_type_declared.store(true, std::memory_order_release);
+  for (DeclaredLoweringRule& rule : rules) store.Add(std::move(rule));
+  return absl::OkStatus();
+}
+
+void RecordDeclaringConfigs(GraphModule& gm) {
+  if (!any_type_declared.load(std::memory_order_acquire)) return;
+  RecordDeclaringConfigsIn(gm.root(), ModuleSchemaRegistry::Global());
+}
+
+std::vector<DeclaredLoweringRule> DeclaredLoweringRules() {
+  return LoweringRuleStore::Global().Snapshot();
+}
+
+}  // namespace fuselage

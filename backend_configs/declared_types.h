@@ -1,0 +1,109 @@
+// Fused module types and lowering rules declared as data in a backend config file
+// (backend_config.proto: fused_module_type, lowering_rule; issue 21 item 4), so that a
+// user's own fused op goes from pattern to fused module to native quantized op without a
+// line of C++:
+//
+//   fused_module_type {                  # relu(conv(x) + residual), bn folded at fusion
+//     name: "user.ConvBnAddReLU2d"
+//     child: "nn.Conv2d"  child: "nn.ReLU"
+//     num_inputs: 2
+//     step { child: 0 input { arg: 0 } }
+//     step { op: "add" input { step: 0 } input { arg: 1 } }
+//     step { child: 1 input { step: 1 } }
+//     observe_output: true
+//   }
+//   lowering_rule {
+//     name: "user-conv-bn-add-relu2d"  reference_module: "user.ConvBnAddReLU2d"
+//     quantized_arg: 0  quantized_arg: 1
+//     native_step { op: "nniq.ConvAddReLU2d" from_child: 0 }
+//   }
+//
+// What a declaration registers, when the file loads (config_loader.h):
+//  - the type's ModuleSchema in ModuleSchemaRegistry::Global(): its inputs, its children
+//    (each child type, and for a weighted nn.X also nnqr.X, the reference form convert
+//    makes of child "0"), and its ModuleComposition, which the composite kernel
+//    (runtime/composite_kernel.h) runs for every KernelRegistry;
+//  - observation: prepare (quantize/prepare.h) treats the type as any fused module, from
+//    the file's pattern entry for it (`pattern: "user.ConvBnAddReLU2d"` with root_module,
+//    reference_quantized_module and dtype_config): every tensor input and the output get
+//    an observer. A declaration asking for fewer is refused (not silently widened);
+//  - a lowering rule (DeclaredLoweringRules), which RegisterNativeLoweringRules
+//    (lowering/lowering_rule.h) adds to every registry it fills: the reference module
+//    with the listed args dequantized becomes the native module, built from the reference
+//    child "0" as the built-in two-input rules do, reading those args quantized.
+//
+// Scope: declarations are process-wide (the runtime, prepare and lowering of any config
+// see them), held under a mutex. Declaring the same type or rule again (the same file
+// loaded twice, or two files with identical declarations) is fine; a different
+// declaration of a name already declared is AlreadyExists naming both sources; a name
+// in a built-in namespace (nn, nni, nnq, nniq, nnqr, torch, ...) or of a built-in type is
+// refused. A file's declarations are all checked before any is registered.
+//
+// Model files: a model file does NOT carry the declaration, only which config declared
+// it: fusing (pipeline FuseModel / RunQuantizeFlow, `fuselage fuse`) records on each
+// module of a declared type the string attribute "declared_in" (RecordDeclaringConfigs).
+// A fused, prepared or reference model holding a declared type loads only in a process
+// that has loaded the declaring config; elsewhere GraphModule::Verify refuses it, naming
+// the config: "unknown module type 'user.X' ... declared by the backend config 'F'
+// (fused_module_type): load it first, e.g. --config=F". A lowered model names only
+// native types and runs anywhere. Why not carry the declaration: the config is the one
+// definition of the type; a copy in each model file could disagree with it silently.
+#ifndef FUSELAGE_BACKEND_CONFIGS_DECLARED_TYPES_H_
+#define FUSELAGE_BACKEND_CONFIGS_DECLARED_TYPES_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "backend_configs/backend_config.pb.h"
+#include "graph/graph_module.h"
+#include "graph/module_schema.h"
+
+namespace fuselage {
+
+// A declared lowering rule, checked: `reference_module` (a declared type) whose child "0"
+// is `inner_type` (the reference form, "nnqr.Conv2d") becomes `native_module` with
+// `quantized_args` read quantized.
+struct DeclaredLoweringRule {
+  std::string name;
+  std::string reference_module;
+  std::string inner_type;
+  std::vector<int> quantized_args;
+  std::string native_module;
+  std::string declared_in;  // the config's source name; not part of the comparison
+  friend bool operator==(const DeclaredLoweringRule& a, const DeclaredLoweringRule& b) {
+    return a.name == b.name && a.reference_module == b.reference_module &&
+           a.inner_type == b.inner_type && a.quantized_args == b.quantized_args &&
+           a.native_module == b.native_module;
+  }
+};
+
+// Checks every fused_module_type and lowering_rule of `file` against `modules` (which
+// must be ModuleSchemaRegistry::Global(), where declared types live), then registers them
+// all. InvalidArgument / Unimplemented / AlreadyExists "<source>: fused_module_type[i]
+// 'name': field 'step[2].op': ..." naming the entry and field; on error nothing is
+// registered. A file with neither is OK and registers nothing.
+absl::Status RegisterDeclarations(const config::BackendConfigFile& file,
+                                  absl::string_view source,
+                                  const ModuleSchemaRegistry& modules);
+
+// The attribute naming the declaring config on modules of declared types.
+inline constexpr char kDeclaredInAttribute[] = "declared_in";
+
+// Sets kDeclaredInAttribute (the declaring config's source name) on every module of `gm`
+// whose type was declared in a config, so a model file saved afterwards names the config
+// a process must load to read it. Nothing (no walk) while no type has been declared;
+// O(modules) otherwise.
+void RecordDeclaringConfigs(GraphModule& gm);
+
+// Every lowering rule declared so far, in declaration order (a copy).
+std::vector<DeclaredLoweringRule> DeclaredLoweringRules();
+
+// The call_function target a declared step's `op` names ("add" -> "operator.add",
+// "relu" -> "torch.relu"; a qualified target of the table is kept); "" if unknown.
+std::string CompositeOpTarget(absl::string_view op);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_BACKEND_CONFIGS_DECLARED_TYPES_H_
