@@ -581,6 +581,9 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
   for (const char* f : {"torch.cat", "torch.stack"}) {
     LoweringRule list = PassThrough(absl::StrCat("pass-through:", f), OpKind::kCallFunction, f);
     list.list_of_dequantized = true;
+    // The quantized cat kernel requantizes later inputs into the first's, as ATen's does;
+    // there is no quantized stack kernel that would.
+    list.list_items_requantized_to_first = absl::string_view(f) == "torch.cat";
     RETURN_IF_ERROR(registry.Register(std::move(list)));
   }
   // Fixed-qparams ops (is_fixed_qparams_node): the quantized op makes its own fixed output
