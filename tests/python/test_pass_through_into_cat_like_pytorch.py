@@ -26,8 +26,25 @@ from torch.ao.quantization.backend_config import get_qnnpack_backend_config
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
 import fuselage
-from test_quantize_ops_like_pytorch import (fuselage_calls, fuselage_prepared_observers,
-                                            run_cli, torch_calls, torch_prepared_observers)
+from test_quantize_ops_like_pytorch import (OBSERVER_TYPES, fuselage_calls, fuselage_graph,
+                                            fuselage_prepared_observers, run_cli, torch_calls,
+                                            torch_prepared_observers)
+
+
+def activation_observer_modules_in_tree(path):
+    """The activation observer modules of a prepared model (what the prepare report counts;
+    the weights' observers, weight_post_process_<n>, are not among them)."""
+    model, _ = fuselage_graph(path)
+    count = 0
+
+    def walk(module, name):
+        nonlocal count
+        count += module.type in OBSERVER_TYPES and name.startswith("activation_post_process_")
+        for child in module.children:
+            walk(child.module, child.name)
+
+    walk(model.root, "")
+    return count
 
 
 class InceptionLike(nn.Module):
@@ -115,8 +132,16 @@ def test_pass_through_ops_into_cat_quantize_like_pytorch(cli, tmp_path, case):
         np.save(paths[-1], batch.numpy())
     np.save(tmp_path / "x.npy", x.numpy())
     run_cli(cli, "fuse", tmp_path / "f.fsl", "--backend=qnnpack", "-o", tmp_path / "fused.fsl")
-    run_cli(cli, "prepare", tmp_path / "fused.fsl", "--backend=qnnpack", "-o", tmp_path / "p.fsl")
+    prepare_report = run_cli(cli, "prepare", tmp_path / "fused.fsl", "--backend=qnnpack",
+                             "-o", tmp_path / "p.fsl")
     assert fuselage_prepared_observers(tmp_path / "p.fsl") == want_observers
+    # The report's counts are the graph's: observer nodes, and observer modules (the
+    # distinct ones the nodes call; none left over in the module tree, as
+    # ShareListInputObservers' orphans are removed).
+    nodes, instances = want_observers
+    assert f"{nodes} observer nodes, {instances} observer modules" in prepare_report, \
+        prepare_report
+    assert activation_observer_modules_in_tree(tmp_path / "p.fsl") == instances
 
     report = run_cli(cli, "quantize", tmp_path / "f.fsl", "--backend=qnnpack",
                      f"--calibration={','.join(map(str, paths))}", "-o", tmp_path / "q.fsl")
@@ -124,6 +149,11 @@ def test_pass_through_ops_into_cat_quantize_like_pytorch(cli, tmp_path, case):
     got_calls = fuselage_calls(tmp_path / "q.fsl")
     assert got_calls == want_calls, (
         f"fuselage {sorted(got_calls.items())}\nPyTorch  {sorted(want_calls.items())}\n{report}")
+    # Each pass-through function rule lowered as many nodes as the graph calls it.
+    for line in report.splitlines():
+        rule, _, count = line.strip().rpartition(": ")
+        if rule.startswith("pass-through:torch."):
+            assert got_calls["function " + rule[len("pass-through:"):]] == int(count), report
     marker = "quantize dropped after pass-through op: "
     named = {line.split(marker)[1].split()[0] for line in report.splitlines() if marker in line}
     assert named == dropped, report
