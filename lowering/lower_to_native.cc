@@ -651,6 +651,13 @@ absl::Status Lowerer::PlanPassThroughOutput(const LoweringRule& rule,
   }
   // Unknown input parameters: the quantize's are taken to be the input's, as before.
   if (!first.has_value()) return absl::OkStatus();
+  // Its users expect the quantize's dtype; the op cannot change its input's.
+  if (first->dtype != plan->output.dtype) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rule '", rule.name, "': its quantize makes ", DTypeName(plan->output.dtype),
+        " of its input '", quantized_inputs.front()->name(), "', which is ",
+        DTypeName(first->dtype), "; the op keeps its input's dtype"));
+  }
   // PyTorch 1.13's special_pattern_replacement drops the quantize whatever its
   // parameters: the quantized op passes its input's on (torch.cat: its first input's).
   if (!(*first == plan->output)) plan->dropped_quantize = plan->output;

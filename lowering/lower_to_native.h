@@ -57,7 +57,8 @@
 //  - A relu between a reference module and its quantize is never silently dropped
 //    (PyTorch's module path loses it); only function rules with a relu variant absorb it.
 //  - A pass-through op (pool, flatten, interpolate, cat, ...) drops its quantize whatever
-//    its parameters, as PyTorch 1.13's special_pattern_replacement does: the op's output
+//    its scale and zero point (not another dtype, which stays a reference pattern and is
+//    reported), as PyTorch 1.13's special_pattern_replacement does: the op's output
 //    keeps its (first) input's parameters, and torch.cat requantizes its later inputs
 //    into the first one's (ATen's quantized cat). PyTorch drops such a requantization
 //    silently; here each one is listed in the report (quantizes_dropped_after_pass_through).

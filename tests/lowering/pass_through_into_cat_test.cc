@@ -243,6 +243,29 @@ TEST(PassThroughIntoCatTest, StackOfItemsWithOtherParametersStays) {
   EXPECT_EQ(g.size(), before);
 }
 
+// A quantize that changes the dtype is no parameter change the op can pass on: the
+// pattern stays, with the reason.
+TEST(PassThroughIntoCatTest, QuantizeToAnotherDtypeKeepsThePatternFloat) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
+  Node* pool = *g.AddCallFunction("torch.nn.functional.max_pool2d",
+                                  {Dequantize(g, x_q), Argument::Int(2)}, {}, "max_pool2d");
+  ASSERT_TRUE(g.SetOutput(*g.AddCallFunction("torch.quantize_per_tensor",
+                                             {pool, Argument::Float(0.05), Argument::Int(0),
+                                              Argument::Dtype(DType::kQInt8)}))
+                  .ok());
+  const size_t before = g.size();
+  auto report = Lower(gm);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->total_lowered(), 0);
+  ASSERT_EQ(report->unlowered.size(), 1u) << report->ToString();
+  EXPECT_NE(report->unlowered[0].reason.find("the op keeps its input's dtype"),
+            std::string::npos)
+      << report->ToString();
+  EXPECT_EQ(g.size(), before);
+}
+
 // `x.shape` of a quantized op's output reads the quantized tensor, as PyTorch 1.13's
 // _lower_getattr_tensor_metadta_op makes it (deeplabv3's ASPPPooling takes its
 // interpolate's size so): the dequantize that only fed it goes. A shape read of a float
