@@ -23,12 +23,33 @@ import torch.nn.functional as F
 from torch import nn
 from torch.ao.quantization import get_default_qconfig_mapping
 from torch.ao.quantization.backend_config import get_qnnpack_backend_config
+from torch.ao.quantization.observer import ObserverBase
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
 import fuselage
 from test_quantize_ops_like_pytorch import (OBSERVER_TYPES, fuselage_calls, fuselage_graph,
                                             fuselage_prepared_observers, run_cli, torch_calls,
                                             torch_prepared_observers)
+
+
+def torch_sharing(prepared):
+    """The observer sharing of PyTorch's prepared model: a set of groups, each the names
+    of the nodes whose values one observer instance watches."""
+    modules = dict(prepared.named_modules(remove_duplicate=False))
+    groups = {}
+    for n in prepared.graph.nodes:
+        if n.op == "call_module" and isinstance(modules[n.target], ObserverBase):
+            groups.setdefault(id(modules[n.target]), set()).add(n.args[0].name)
+    return {frozenset(g) for g in groups.values()}
+
+
+def fuselage_sharing(path):
+    model, type_of = fuselage_graph(path)
+    groups = {}
+    for n in model.graph.nodes:
+        if n.op == 4 and type_of(n.target) in OBSERVER_TYPES:
+            groups.setdefault(n.target, set()).add(n.args[0].node)
+    return {frozenset(g) for g in groups.values()}
 
 
 def activation_observer_modules_in_tree(path):
@@ -114,6 +135,7 @@ def test_pass_through_ops_into_cat_quantize_like_pytorch(cli, tmp_path, case):
         for batch in calibration:
             prepared(batch)
     want_observers = torch_prepared_observers(prepared)
+    want_sharing = torch_sharing(prepared)
     torch.backends.quantized.engine = "onednn"
     try:
         converted = convert_fx(prepared, backend_config=backend)
@@ -135,6 +157,9 @@ def test_pass_through_ops_into_cat_quantize_like_pytorch(cli, tmp_path, case):
     prepare_report = run_cli(cli, "prepare", tmp_path / "fused.fsl", "--backend=qnnpack",
                              "-o", tmp_path / "p.fsl")
     assert fuselage_prepared_observers(tmp_path / "p.fsl") == want_observers
+    # The same values share an observer: the pool's (or interpolate's, inner cat's)
+    # output is watched with the cat's, its input with the op before.
+    assert fuselage_sharing(tmp_path / "p.fsl") == want_sharing
     # The report's counts are the graph's: observer nodes, and observer modules (the
     # distinct ones the nodes call; none left over in the module tree, as
     # ShareListInputObservers' orphans are removed).
