@@ -660,7 +660,16 @@ absl::Status Lowerer::PlanPassThroughOutput(const LoweringRule& rule,
   }
   // PyTorch 1.13's special_pattern_replacement drops the quantize whatever its
   // parameters: the quantized op passes its input's on (torch.cat: its first input's).
-  if (!(*first == plan->output)) plan->dropped_quantize = plan->output;
+  if (!(*first == plan->output)) {
+    if (!rule.requantizing_quantize_dropped) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rule '", rule.name, "': its quantize requantizes (input '",
+          quantized_inputs.front()->name(), "' has scale ", first->scale, " zero_point ",
+          first->zero_point, ", output has scale ", plan->output.scale, " zero_point ",
+          plan->output.zero_point, ") and PyTorch 1.13 does not lower the op"));
+    }
+    plan->dropped_quantize = plan->output;
+  }
   plan->output = *first;
   plan->output_meta = QParamsMetaHolding(quantized_inputs.front(), *first);
   return absl::OkStatus();

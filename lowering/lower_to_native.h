@@ -62,6 +62,9 @@
 //    keeps its (first) input's parameters, and torch.cat requantizes its later inputs
 //    into the first one's (ATen's quantized cat). PyTorch drops such a requantization
 //    silently; here each one is listed in the report (quantizes_dropped_after_pass_through).
+//    The pass-through ops PyTorch does not lower (x.flatten(), torch.reshape, torch.relu,
+//    nn.Flatten) drop only a quantize with their input's parameters; a requantizing one
+//    keeps the pattern float, as in PyTorch, and is reported.
 //  - Binary ops need both operands dequantized; the scalar form (add_scalar) is reported
 //    as not lowered.
 //

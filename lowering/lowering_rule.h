@@ -90,6 +90,13 @@ struct LoweringRule {
   // the first item's parameters (ATen's quantized cat does), so items with other
   // parameters lower too; otherwise every item must carry the first item's parameters.
   bool list_items_requantized_to_first = false;
+  // kPassThrough only: the quantize after the op goes even when it has other parameters
+  // than the op's (first) input, whose parameters the output then keeps, as PyTorch
+  // 1.13's special_pattern_replacement does for the ops it lists (pools, interpolate,
+  // torch.flatten, cat, ...). False: such a quantize is a real requantization and the
+  // pattern stays (x.flatten(), torch.reshape, torch.relu and nn.Flatten, which PyTorch
+  // does not lower, then stay float as there).
+  bool requantizing_quantize_dropped = false;
 
   // The native op: a module type ("nniq.ConvAddReLU2d") or a function target
   // ("torch.ops.quantized.add"). Unused by kPassThrough.

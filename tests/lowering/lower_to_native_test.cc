@@ -396,7 +396,8 @@ TEST(LowerToNativeTest, PassThroughOpsAndDequantizeQuantizePairs) {
   Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
   Node* pooled = *g.AddCallModule("pool", {Dequantize(g, x_q)});
   Node* pooled_q = Quantize(g, pooled, 0.05, 128);
-  Node* flat = *g.AddCallMethod("flatten", {Dequantize(g, pooled_q), Argument::Int(1)});
+  Node* flat =
+      *g.AddCallFunction("torch.flatten", {Dequantize(g, pooled_q), Argument::Int(1)}, {}, "flatten");
   Node* flat_q = Quantize(g, flat, 0.5, 0);  // requantizes: goes all the same
   // flatten's output keeps (0.05, 128): this pair goes, the next one requantizes.
   Node* again = Quantize(g, Dequantize(g, flat_q), 0.05, 128, "again");
@@ -407,7 +408,7 @@ TEST(LowerToNativeTest, PassThroughOpsAndDequantizeQuantizePairs) {
   ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
   ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
   EXPECT_EQ(report.lowered_per_rule.at("pass-through:nn.MaxPool2d"), 1);
-  EXPECT_EQ(report.lowered_per_rule.at("pass-through:.flatten"), 1);
+  EXPECT_EQ(report.lowered_per_rule.at("pass-through:torch.flatten"), 1);
   EXPECT_EQ(report.dequantize_quantize_pairs_removed, 1);
   EXPECT_TRUE(report.unlowered.empty()) << report.ToString();
   EXPECT_EQ(pooled->arg(0), Argument(x_q));
@@ -417,7 +418,7 @@ TEST(LowerToNativeTest, PassThroughOpsAndDequantizeQuantizePairs) {
   ASSERT_EQ(report.quantizes_dropped_after_pass_through.size(), 1u) << report.ToString();
   const LoweringReport::DroppedQuantize& dropped = report.quantizes_dropped_after_pass_through[0];
   EXPECT_EQ(dropped.node, "flatten");
-  EXPECT_EQ(dropped.target, "flatten");
+  EXPECT_EQ(dropped.target, "torch.flatten");
   EXPECT_EQ(dropped.kept, input);
   EXPECT_EQ(dropped.dropped, (OutputQParams{0.5, 0, DType::kQUInt8}));
   EXPECT_NE(report.ToString().find("quantize dropped after pass-through op: flatten"),

@@ -243,6 +243,36 @@ TEST(PassThroughIntoCatTest, StackOfItemsWithOtherParametersStays) {
   EXPECT_EQ(g.size(), before);
 }
 
+// x.flatten() (the method) is no special pattern of PyTorch 1.13's lowering: after it,
+// as after the avg-pool of regnet_y_400mf's head, a quantize with other parameters (the
+// next op's input observer, prepare having kept the flatten float) stays, as in PyTorch's
+// converted model; one with the input's parameters goes.
+TEST(PassThroughIntoCatTest, MethodFlattenKeepsARequantizingQuantize) {
+  for (const double scale : {0.05, 0.04}) {
+    SCOPED_TRACE(scale);
+    GraphModule gm;
+    Graph& g = gm.graph();
+    Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
+    Node* flat = *g.AddCallMethod("flatten", {Dequantize(g, x_q), Argument::Int(1)});
+    ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, flat, scale, 128))).ok());
+    auto report = Lower(gm);
+    ASSERT_TRUE(report.ok()) << report.status();
+    ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+    EXPECT_TRUE(report->quantizes_dropped_after_pass_through.empty());
+    if (scale == 0.05) {
+      EXPECT_EQ(report->total_lowered(), 1) << report->ToString();
+      EXPECT_EQ(flat->arg(0), Argument(x_q));
+    } else {
+      EXPECT_EQ(report->total_lowered(), 0) << report->ToString();
+      ASSERT_EQ(report->unlowered.size(), 1u) << report->ToString();
+      EXPECT_NE(report->unlowered[0].reason.find("PyTorch 1.13 does not lower the op"),
+                std::string::npos)
+          << report->ToString();
+      EXPECT_EQ(Count(g, "dequantize"), 2);
+    }
+  }
+}
+
 // A quantize that changes the dtype is no parameter change the op can pass on: the
 // pattern stays, with the reason.
 TEST(PassThroughIntoCatTest, QuantizeToAnotherDtypeKeepsThePatternFloat) {
