@@ -318,9 +318,11 @@ class Lowerer {
                                Node* relu, Node* q, const OutputQParams& output) const;
   absl::Status Apply(Plan plan);
   // A pass-through rule's output parameters: its first input's where known (the quantize
-  // goes whatever its own, as in PyTorch; a differing one is kept in
+  // goes whatever its scale and zero point, as in PyTorch; a differing one is kept in
   // plan->dropped_quantize for the report). The error says why the rule does not apply:
-  // a list op that does not requantize (torch.stack) given items with other parameters.
+  // a list op that does not requantize (torch.stack) given items with other parameters,
+  // a quantize to another dtype, or a requantizing quantize after an op whose rule keeps
+  // it (requantizing_quantize_dropped false).
   absl::Status PlanPassThroughOutput(const LoweringRule& rule,
                                      absl::Span<Node* const> quantized_inputs,
                                      Plan* plan) const;
