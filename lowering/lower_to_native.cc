@@ -32,6 +32,7 @@ struct Targets {
   Symbol relu_method = Symbol::Intern("relu");
   Symbol relu_module = Symbol::Intern("nn.ReLU");
   Symbol getitem = Symbol::Intern("operator.getitem");
+  Symbol builtins_getattr = Symbol::Intern("builtins.getattr");
   Symbol builtins_tuple = Symbol::Intern("builtins.tuple");
   Symbol builtins_list = Symbol::Intern("builtins.list");
   Symbol tuple = Symbol::Intern("tuple");
@@ -56,6 +57,17 @@ Node* DequantizedInput(const Argument& arg) {
                      IsCall(n, OpKind::kCallFunction, T().dequantize_function);
   if (!is_dq || n->num_args() != 1 || !n->arg(0).is_node()) return nullptr;
   return n->arg(0).as_node();
+}
+
+// `getattr(x.dequantize(), "shape")`: returns x, else nullptr. A quantized tensor has the
+// dequantized one's shape, so the read moves to x and the dequantize is not computed for
+// it (PyTorch 1.13's _lower_getattr_tensor_metadta_op).
+Node* DequantizedTensorWhoseShapeIsRead(const Node* n) {
+  if (!IsCall(n, OpKind::kCallFunction, T().builtins_getattr) || n->num_args() != 2 ||
+      !n->arg(1).is_string() || n->arg(1).as_string() != "shape") {
+    return nullptr;
+  }
+  return DequantizedInput(n->arg(0));
 }
 
 bool IsQuantizePerTensor(const Node* n) {
@@ -202,6 +214,9 @@ struct Plan {
   // inline (no allocation per pattern).
   absl::InlinedVector<std::pair<size_t, Argument>, 2> quantized_args;
   std::unique_ptr<Module> native_module;
+  // A pass-through op whose quantize had other parameters than its input: the quantize's
+  // (the output keeps `output`, the input's), for the report.
+  std::optional<OutputQParams> dropped_quantize;
 };
 
 // A set of the graph's nodes with a worklist order, kept by node index (Node::index())
@@ -302,6 +317,15 @@ class Lowerer {
   absl::StatusOr<Plan> TryRule(const LoweringRule& rule, Node* ref, Module* module,
                                Node* relu, Node* q, const OutputQParams& output) const;
   absl::Status Apply(Plan plan);
+  // A pass-through rule's output parameters: its first input's where known (the quantize
+  // goes whatever its scale and zero point, as in PyTorch; a differing one is kept in
+  // plan->dropped_quantize for the report). The error says why the rule does not apply:
+  // a list op that does not requantize (torch.stack) given items with other parameters,
+  // a quantize to another dtype, or a requantizing quantize after an op whose rule keeps
+  // it (requantizing_quantize_dropped false).
+  absl::Status PlanPassThroughOutput(const LoweringRule& rule,
+                                     absl::Span<Node* const> quantized_inputs,
+                                     Plan* plan) const;
   // Step 1 at one node: a tuple access of a packer replaced by the item; true if it was
   // (`n` is then erased).
   absl::StatusOr<bool> LowerTupleAt(Node* n);
@@ -448,6 +472,10 @@ absl::Status Lowerer::LowerTuplesAndPatterns() {
         ASSIGN_OR_RETURN(erased, LowerPatternAt(n));
       }
       if (!erased) quantize_nodes_.push_back(n);
+    } else if (Node* x = DequantizedTensorWhoseShapeIsRead(n); x != nullptr) {
+      NoteInputsMayDie(n);  // the dequantize it stops reading
+      RETURN_IF_ERROR(graph_.SetArg(n, 0, x));
+      ++report_.shape_reads_of_dequantize_moved;
     } else {
       ASSIGN_OR_RETURN(erased, LowerTupleAt(n));
     }
@@ -598,22 +626,55 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
         }
         break;
       }
-      // Dropping the quantize is only right if it does not requantize.
-      for (const Node* x : quantized_inputs) {
-        const std::optional<OutputQParams> in = KnownOutputQParams(gm_, x);
-        if (in.has_value() && !(*in == output)) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              where(), ": the quantize '", q->name(), "' requantizes (input '", x->name(),
-              "' has scale ", in->scale, " zero_point ", in->zero_point, ", output has scale ",
-              output.scale, " zero_point ", output.zero_point, ")"));
-        }
-        if (plan.output_meta == nullptr) plan.output_meta = QParamsMetaHolding(x, output);
-      }
+      RETURN_IF_ERROR(PlanPassThroughOutput(rule, quantized_inputs, &plan));
       break;
     case LoweringRule::Action::kNativeFunction:
       break;
   }
   return plan;
+}
+
+absl::Status Lowerer::PlanPassThroughOutput(const LoweringRule& rule,
+                                            absl::Span<Node* const> quantized_inputs,
+                                            Plan* plan) const {
+  const std::optional<OutputQParams> first = KnownOutputQParams(gm_, quantized_inputs.front());
+  // A list op whose kernel does not requantize (torch.stack) needs its items alike.
+  if (!rule.list_items_requantized_to_first && first.has_value()) {
+    for (size_t k = 1; k < quantized_inputs.size(); ++k) {
+      const std::optional<OutputQParams> item = KnownOutputQParams(gm_, quantized_inputs[k]);
+      if (item.has_value() && !(*item == *first)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "rule '", rule.name, "': its input '", quantized_inputs[k]->name(), "' has scale ",
+            item->scale, " zero_point ", item->zero_point, " and its first input '",
+            quantized_inputs.front()->name(), "' scale ", first->scale, " zero_point ",
+            first->zero_point, "; the op does not requantize its inputs"));
+      }
+    }
+  }
+  // Unknown input parameters: the quantize's are taken to be the input's, as before.
+  if (!first.has_value()) return absl::OkStatus();
+  // Its users expect the quantize's dtype; the op cannot change its input's.
+  if (first->dtype != plan->output.dtype) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rule '", rule.name, "': its quantize makes ", DTypeName(plan->output.dtype),
+        " of its input '", quantized_inputs.front()->name(), "', which is ",
+        DTypeName(first->dtype), "; the op keeps its input's dtype"));
+  }
+  // PyTorch 1.13's special_pattern_replacement drops the quantize whatever its
+  // parameters: the quantized op passes its input's on (torch.cat: its first input's).
+  if (!(*first == plan->output)) {
+    if (!rule.requantizing_quantize_dropped) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rule '", rule.name, "': its quantize requantizes (input '",
+          quantized_inputs.front()->name(), "' has scale ", first->scale, " zero_point ",
+          first->zero_point, ", output has scale ", plan->output.scale, " zero_point ",
+          plan->output.zero_point, ") and PyTorch 1.13 does not lower the op"));
+    }
+    plan->dropped_quantize = plan->output;
+  }
+  plan->output = *first;
+  plan->output_meta = QParamsMetaHolding(quantized_inputs.front(), *first);
+  return absl::OkStatus();
 }
 
 absl::Status Lowerer::Apply(Plan plan) {
@@ -667,6 +728,11 @@ absl::Status Lowerer::Apply(Plan plan) {
   RETURN_IF_ERROR(EraseNode(plan.quantize));
   if (plan.relu != nullptr) RETURN_IF_ERROR(EraseNode(plan.relu));
   RETURN_IF_ERROR(SetOutputQParamsMeta(graph_, ref, std::move(output_meta)));
+  if (plan.dropped_quantize.has_value()) {
+    report_.quantizes_dropped_after_pass_through.push_back(
+        {ref->name(), RuleKey(ref, plan.reference_module).str(), plan.output,
+         *plan.dropped_quantize});
+  }
   ++lowered_per_rule_[&rule];
   return absl::OkStatus();
 }
@@ -891,9 +957,19 @@ std::string LoweringReport::ToString() const {
   for (const Unlowered& u : unlowered) {
     absl::StrAppend(&out, "  left as reference: ", u.node, " (", u.target, "): ", u.reason, "\n");
   }
+  for (const DroppedQuantize& d : quantizes_dropped_after_pass_through) {
+    absl::StrAppend(&out, "  quantize dropped after pass-through op: ", d.node, " (", d.target,
+                    "): its output keeps its input's scale ", d.kept.scale, " zero_point ",
+                    d.kept.zero_point, ", not the quantize's scale ", d.dropped.scale,
+                    " zero_point ", d.dropped.zero_point, " (as PyTorch 1.13)\n");
+  }
   if (constants_quantized > 0) {
     absl::StrAppend(&out, "  constant weights quantized in advance: ", constants_quantized,
                     " (float tensors no longer read, removed: ", folded_tensors_removed, ")\n");
+  }
+  if (shape_reads_of_dequantize_moved > 0) {
+    absl::StrAppend(&out, "  shape reads moved from a dequantize to its quantized tensor: ",
+                    shape_reads_of_dequantize_moved, "\n");
   }
   absl::StrAppend(&out, "  tuple accesses removed: ", tuple_accesses_removed,
                   ", dequantize/quantize pairs removed: ", dequantize_quantize_pairs_removed,

@@ -13,6 +13,8 @@
 //  1. Tuple lowering: `operator.getitem(t, i)` where `t` builds a tuple or list
 //     (`builtins.tuple` / `builtins.list` / `tuple` of an inline list) is replaced by the
 //     i-th item, so patterns are seen through tuple packing and unpacking.
+//  1b. `getattr(x.dequantize(), "shape")` reads x's shape instead (PyTorch's
+//     _lower_getattr_tensor_metadta_op), so no dequantize stays only for a shape.
 //  2. Every `quantize_per_tensor(r, scale, zp, dtype)` whose input `r` (optionally a relu
 //     around `r`) is a reference op with dequantized inputs is matched against the rules
 //     for `r`, in registration order. The first rule that applies rewrites the pattern:
@@ -54,9 +56,15 @@
 //    with the quantize's parameters.
 //  - A relu between a reference module and its quantize is never silently dropped
 //    (PyTorch's module path loses it); only function rules with a relu variant absorb it.
-//  - A pass-through op (pool, flatten, cat, ...) only drops its quantize if that quantize
-//    has its input's parameters, where those are known; a real requantization stays and
-//    is reported.
+//  - A pass-through op (pool, flatten, interpolate, cat, ...) drops its quantize whatever
+//    its scale and zero point (not another dtype, which stays a reference pattern and is
+//    reported), as PyTorch 1.13's special_pattern_replacement does: the op's output
+//    keeps its (first) input's parameters, and torch.cat requantizes its later inputs
+//    into the first one's (ATen's quantized cat). PyTorch drops such a requantization
+//    silently; here each one is listed in the report (quantizes_dropped_after_pass_through).
+//    The pass-through ops PyTorch does not lower (x.flatten(), torch.reshape, torch.relu,
+//    nn.Flatten) drop only a quantize with their input's parameters; a requantizing one
+//    keeps the pattern float, as in PyTorch, and is reported.
 //  - Binary ops need both operands dequantized; the scalar form (add_scalar) is reported
 //    as not lowered.
 //
@@ -86,7 +94,20 @@ struct LoweringReport {
   // Rule name → how many patterns it lowered.
   std::map<std::string, int> lowered_per_rule;
   std::vector<Unlowered> unlowered;
+  // A pass-through op lowered although its quantize had other parameters than its input
+  // (a cat's shared observer took over a pool's, a dropout observed on its own): the
+  // quantize went and the op's output keeps `kept`, its input's parameters, instead of
+  // `dropped`, the quantize's, as in PyTorch 1.13.
+  struct DroppedQuantize {
+    std::string node;    // the pass-through op's node name
+    std::string target;  // its target or module type
+    OutputQParams kept;
+    OutputQParams dropped;
+  };
+  std::vector<DroppedQuantize> quantizes_dropped_after_pass_through;
   int tuple_accesses_removed = 0;
+  // `getattr(x.dequantize(), "shape")` nodes made to read x (step 1b).
+  int shape_reads_of_dequantize_moved = 0;
   int dequantize_quantize_pairs_removed = 0;
   // quantize_per_tensor nodes of get_attr float weights read only by native functions
   // (F.conv2d / F.linear lowered), replaced by a get_attr of the weight quantized once.

@@ -493,11 +493,28 @@ LoweringRule FunctionRule(std::string name, std::string reference, std::string n
   return r;
 }
 
+// The pass-through ops fuselage lowers that PyTorch 1.13's special_pattern_replacement
+// does not (its is_copy_node / is_general_tensor_shape_node / is_other_node lists lack
+// them): only a quantize with the input's parameters goes after them.
+bool BeyondPyTorchsSpecialPatterns(OpKind op, absl::string_view target) {
+  switch (op) {
+    case OpKind::kCallModule:
+      return target == "nn.Flatten";
+    case OpKind::kCallFunction:
+      return target == "torch.reshape" || target == "torch.relu";
+    case OpKind::kCallMethod:
+      return target == "flatten";
+    default:
+      return false;
+  }
+}
+
 LoweringRule PassThrough(std::string name, OpKind op, std::string reference) {
   LoweringRule r;
   r.name = std::move(name);
   r.action = LoweringRule::Action::kPassThrough;
   r.reference_op = op;
+  r.requantizing_quantize_dropped = !BeyondPyTorchsSpecialPatterns(op, reference);
   r.reference_target = std::move(reference);
   return r;
 }
@@ -582,6 +599,9 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
   for (const char* f : {"torch.cat", "torch.stack"}) {
     LoweringRule list = PassThrough(absl::StrCat("pass-through:", f), OpKind::kCallFunction, f);
     list.list_of_dequantized = true;
+    // The quantized cat kernel requantizes later inputs into the first's, as ATen's does;
+    // there is no quantized stack kernel that would.
+    list.list_items_requantized_to_first = absl::string_view(f) == "torch.cat";
     RETURN_IF_ERROR(registry.Register(std::move(list)));
   }
   // Fixed-qparams ops (is_fixed_qparams_node): the quantized op makes its own fixed output

@@ -58,7 +58,8 @@ struct LoweringRule {
     // and the output's scale and zero point.
     kNativeFunction,
     // An op that runs on quantized tensors as it is (pools, flatten, reshape, cat, relu):
-    // the same node, fed the quantized inputs; the quantize after it goes.
+    // the same node, fed the quantized inputs; the quantize after it goes and the output
+    // carries its (first) input's parameters, as in PyTorch 1.13.
     kPassThrough,
   };
   // Where a kNativeFunction puts the output scale and zero point.
@@ -85,6 +86,17 @@ struct LoweringRule {
   // n inputs: arg `dequantized_args[0]` is a list (torch.cat) whose every item must be
   // a dequantized tensor.
   bool list_of_dequantized = false;
+  // kPassThrough list rules only: the op's quantized kernel requantizes every item into
+  // the first item's parameters (ATen's quantized cat does), so items with other
+  // parameters lower too; otherwise every item must carry the first item's parameters.
+  bool list_items_requantized_to_first = false;
+  // kPassThrough only: the quantize after the op goes even when it has other parameters
+  // than the op's (first) input, whose parameters the output then keeps, as PyTorch
+  // 1.13's special_pattern_replacement does for the ops it lists (pools, interpolate,
+  // torch.flatten, cat, ...). False: such a quantize is a real requantization and the
+  // pattern stays (x.flatten(), torch.reshape, torch.relu and nn.Flatten, which PyTorch
+  // does not lower, then stay float as there).
+  bool requantizing_quantize_dropped = false;
 
   // The native op: a module type ("nniq.ConvAddReLU2d") or a function target
   // ("torch.ops.quantized.add"). Unused by kPassThrough.

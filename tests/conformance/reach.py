@@ -63,11 +63,7 @@ CALIBRATION_BATCHES = 2
 # their figures, and their line is `CONFORMANCE <model> KNOWN-GAP` (neither passed nor
 # failed). One that meets every figure fails the run until it is taken off this list, so
 # the list cannot go stale.
-KNOWN_GAPS = {
-    "inception_v3": "F.max_pool2d and torch.flatten stay float, and a cat whose later input "
-                    "comes from an observer-sharing op keeps a quantize / dequantize pair",
-    "deeplabv3_mobilenet_v3_large": "its head's F.interpolate stays float",
-}
+KNOWN_GAPS = {}
 
 # name -> (builder keyword arguments, input shape)
 MODELS = {

@@ -204,9 +204,10 @@ TEST(ClampLikeLoweringTest, ReLU6HandComputedAndEqualToTheReferenceGraph) {
   EXPECT_EQ(StoredValues((*ref_out)[0].as_tensor()), by_hand);
 }
 
-// A clamp whose quantize changes the parameters is a real requantization: it stays as a
-// reference pattern and the report says why, as for every pass-through op.
-TEST(ClampLikeLoweringTest, RequantizingClampStaysAndIsReported) {
+// A clamp whose quantize changes the parameters lowers all the same, as PyTorch 1.13's
+// special_pattern_replacement drops it: the output keeps the input's parameters (0.05,
+// not 0.1), and the report names the dropped quantize.
+TEST(ClampLikeLoweringTest, RequantizingClampDropsItsQuantizeAndIsReported) {
   const ClampCase relu6{"", OpKind::kCallModule, "nn.ReLU6", {}, {}, {},
                         "pass-through:nn.ReLU6", {}, {}};
   ReferenceGraph r = Build(relu6, 0.05, 128, DType::kQUInt8, 0.1);
@@ -215,11 +216,19 @@ TEST(ClampLikeLoweringTest, RequantizingClampStaysAndIsReported) {
   auto report = LowerToNative(*r.gm, rules);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_TRUE(r.gm->Verify().ok()) << r.gm->Verify();
-  EXPECT_EQ(report->total_lowered(), 0);
-  ASSERT_EQ(report->unlowered.size(), 1u) << report->ToString();
-  EXPECT_NE(report->unlowered[0].reason.find("requantizes"), std::string::npos)
-      << report->ToString();
-  EXPECT_EQ(r.gm->graph().size(), 6u);  // unchanged
+  EXPECT_EQ(report->lowered_per_rule.count("pass-through:nn.ReLU6"), 1u) << report->ToString();
+  EXPECT_TRUE(report->unlowered.empty()) << report->ToString();
+  ASSERT_EQ(report->quantizes_dropped_after_pass_through.size(), 1u) << report->ToString();
+  EXPECT_EQ(report->quantizes_dropped_after_pass_through[0].dropped.scale, 0.1);
+  EXPECT_EQ(r.gm->graph().size(), 4u);  // x, x_q, relu6, output
+
+  auto kernels = BuiltinKernels();
+  ASSERT_TRUE(kernels.ok()) << kernels.status();
+  auto out = fuselage::Run(*r.gm, {Value(Tensor::FromFloats({10}, kInput))}, **kernels);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const Tensor& y = (*out)[0].as_tensor();
+  EXPECT_EQ(y.qparams(), QuantParams::PerTensor(0.05, 128));
+  EXPECT_EQ(StoredValues(y), kRelu6U8);  // PyTorch's, at the input's parameters
 }
 
 // The kernel's errors.

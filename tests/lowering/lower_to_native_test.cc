@@ -383,9 +383,10 @@ TEST(LowerToNativeTest, BinaryAddReluBecomesQuantizedAddRelu) {
   EXPECT_EQ(g.size(), 7u);
 }
 
-// Pools and flatten run on quantized tensors; their quantize goes when it does not
-// requantize; a dequantize → quantize pair with equal parameters disappears; a real
-// requantization stays and is reported.
+// Pools and flatten run on quantized tensors and their quantize goes, as in PyTorch
+// 1.13: one that requantizes (flatten's here) too, the op's output then keeps its input's
+// parameters and the report names it; a dequantize → quantize pair with the parameters
+// its input carries disappears; a real requantization between two quantized ops stays.
 TEST(LowerToNativeTest, PassThroughOpsAndDequantizeQuantizePairs) {
   GraphModule gm;
   auto pool = std::make_unique<Module>("nn.MaxPool2d");
@@ -395,27 +396,40 @@ TEST(LowerToNativeTest, PassThroughOpsAndDequantizeQuantizePairs) {
   Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
   Node* pooled = *g.AddCallModule("pool", {Dequantize(g, x_q)});
   Node* pooled_q = Quantize(g, pooled, 0.05, 128);
-  Node* flat = *g.AddCallMethod("flatten", {Dequantize(g, pooled_q), Argument::Int(1)});
-  Node* flat_q = Quantize(g, flat, 0.5, 0);  // requantizes: stays
-  Node* again = Quantize(g, Dequantize(g, flat_q), 0.5, 0, "again");  // same params: goes
-  ASSERT_TRUE(g.SetOutput(Dequantize(g, again)).ok());
+  Node* flat =
+      *g.AddCallFunction("torch.flatten", {Dequantize(g, pooled_q), Argument::Int(1)}, {}, "flatten");
+  Node* flat_q = Quantize(g, flat, 0.5, 0);  // requantizes: goes all the same
+  // flatten's output keeps (0.05, 128): this pair goes, the next one requantizes.
+  Node* again = Quantize(g, Dequantize(g, flat_q), 0.05, 128, "again");
+  Node* requantized = Quantize(g, Dequantize(g, again), 0.5, 0, "requantized");
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, requantized)).ok());
 
   auto rules = NativeRules();
   ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
   ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
   EXPECT_EQ(report.lowered_per_rule.at("pass-through:nn.MaxPool2d"), 1);
+  EXPECT_EQ(report.lowered_per_rule.at("pass-through:torch.flatten"), 1);
   EXPECT_EQ(report.dequantize_quantize_pairs_removed, 1);
+  EXPECT_TRUE(report.unlowered.empty()) << report.ToString();
   EXPECT_EQ(pooled->arg(0), Argument(x_q));
-  ASSERT_EQ(report.unlowered.size(), 1u) << report.ToString();
-  EXPECT_EQ(report.unlowered[0].node, "flatten");
-  EXPECT_NE(report.unlowered[0].reason.find("requantizes"), std::string::npos)
+  EXPECT_EQ(flat->arg(0), Argument(pooled));
+  const OutputQParams input{0.05, 128, DType::kQUInt8};
+  EXPECT_EQ(KnownOutputQParams(gm, flat), input);
+  ASSERT_EQ(report.quantizes_dropped_after_pass_through.size(), 1u) << report.ToString();
+  const LoweringReport::DroppedQuantize& dropped = report.quantizes_dropped_after_pass_through[0];
+  EXPECT_EQ(dropped.node, "flatten");
+  EXPECT_EQ(dropped.target, "torch.flatten");
+  EXPECT_EQ(dropped.kept, input);
+  EXPECT_EQ(dropped.dropped, (OutputQParams{0.5, 0, DType::kQUInt8}));
+  EXPECT_NE(report.ToString().find("quantize dropped after pass-through op: flatten"),
+            std::string::npos)
       << report.ToString();
-  // flatten still reads the dequantized pool output; its quantize feeds the output's
-  // dequantize directly now that `again` is gone.
-  EXPECT_EQ(flat->arg(0).as_node()->target().name(), "dequantize");
-  EXPECT_EQ(flat->arg(0).as_node()->arg(0), Argument(pooled));
+  // x, x_q, pool, flatten, dequantize, requantized, dequantize, output.
   EXPECT_EQ(g.FindNode("again"), nullptr);
-  EXPECT_EQ(g.output()->arg(0).as_node()->arg(0), Argument(flat_q));
+  EXPECT_EQ(requantized->arg(0).as_node()->target().name(), "dequantize");
+  EXPECT_EQ(requantized->arg(0).as_node()->arg(0), Argument(flat));
+  EXPECT_EQ(g.output()->arg(0).as_node()->arg(0), Argument(requantized));
+  EXPECT_EQ(g.size(), 8u) << Listing(g);
 }
 
 // A pass-through op after a lowered op carries the same output qparams meta as its
