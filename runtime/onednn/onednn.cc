@@ -1,11 +1,15 @@
 #include "runtime/onednn/onednn.h"
 
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace fuselage {
 namespace onednn {
@@ -30,6 +34,41 @@ dnnl::memory::dims Dims(const std::vector<int64_t>& v) {
 }
 
 bool IsInt8(dt type) { return type == dt::u8 || type == dt::s8; }
+
+// oneDNN's channel-blocked activation layout of `rank` dims with `block` channels per
+// block (nCw16c, nChw16c, nCdhw16c and the 8-channel forms).
+tag ChannelBlockedTag(size_t rank, int block) {
+  switch (rank) {
+    case 3: return block == 16 ? tag::aBc16b : tag::aBc8b;
+    case 4: return block == 16 ? tag::aBcd16b : tag::aBcd8b;
+    default: return block == 16 ? tag::aBcde16b : tag::aBcde8b;
+  }
+}
+
+// A float convolution's primitive, its layouts and the reorders between them and the
+// caller's plain buffers, built once per geometry (FloatConvCache) instead of on every
+// call: choosing an implementation (primitive_desc) and the reorders' descriptors is
+// work oneDNN's own primitive cache does not save.
+struct FloatConvPlan {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward primitive;
+  dnnl::memory::desc src_plain, dst_plain;
+  dnnl::reorder src_reorder, dst_reorder;  // empty when the layout is already plain
+};
+
+// The layouts tried for a float convolution's source and destination, best first.
+// Channel-blocked activations (what PyTorch's ideep asks for) where the ISA has a jit
+// kernel for them: their reorders from and to NCHW are cheap blocked copies, whereas the
+// channels-last layout oneDNN 2.6 picks by itself on AVX-512 (brgconv) needs a full
+// transpose each way on every call, which costs as much as a depthwise convolution.
+// The plain source covers a first layer of few channels (3: RGB), whose blocked copy
+// would be padded to 16. Last, oneDNN's own choice ("any"), which always exists.
+std::vector<std::pair<tag, tag>> FloatConvLayoutCandidates(size_t rank) {
+  const tag b16 = ChannelBlockedTag(rank, 16), b8 = ChannelBlockedTag(rank, 8);
+  const tag plain = PlainTag(rank);
+  return {{b16, b16}, {plain, b16}, {b8, b8}, {plain, b8}, {tag::any, tag::any}};
+}
+
 
 // The source zero point travels as a run-time argument (DNNL_RUNTIME_S32_VAL in the
 // attribute), so one primitive serves every zero point.
@@ -140,9 +179,131 @@ dnnl::memory ConvWeights(const std::vector<int64_t>& wdims, dt weight_type, cons
   return reordered;
 }
 
+// Grouped weights are [G, O / G, C / G, *K]: the same bytes as PyTorch's [O, C / G, *K].
+std::vector<int64_t> OneDnnWeightDims(const ConvGeometry& g) {
+  std::vector<int64_t> wdims = g.weights;
+  if (g.groups > 1) {
+    wdims[0] /= g.groups;
+    wdims.insert(wdims.begin(), g.groups);
+  }
+  return wdims;
+}
+
+dnnl::memory::dims DilationGaps(const ConvGeometry& g) {
+  dnnl::memory::dims gaps;
+  for (int64_t d : g.dilation) gaps.push_back(d - 1);  // oneDNN counts the gaps
+  return gaps;
+}
+
+// Everything a float convolution's plan depends on.
+std::string FloatConvKey(const ConvGeometry& g, bool has_bias) {
+  return absl::StrCat(absl::StrJoin(g.src, "x"), "|", absl::StrJoin(g.weights, "x"), "|",
+                      absl::StrJoin(g.dst, "x"), "|", absl::StrJoin(g.stride, ","), "|",
+                      absl::StrJoin(g.padding, ","), "|", absl::StrJoin(g.dilation, ","), "|",
+                      g.groups, "|", has_bias);
+}
+
+// The first of FloatConvLayoutCandidates with a jit or brg implementation (oneDNN's
+// reference kernels, "ref:", are far slower than any reorder), else oneDNN's own choice.
+FloatConvPlan MakeFloatConvPlan(const ConvGeometry& g, bool has_bias) {
+  const std::vector<int64_t> wdims = OneDnnWeightDims(g);
+  const dnnl::memory::desc bias_md = has_bias ? PlainDesc({g.weights[0]}, dt::f32)
+                                              : dnnl::memory::desc();
+  const std::vector<std::pair<tag, tag>> candidates = FloatConvLayoutCandidates(g.src.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        dnnl::memory::desc(Dims(g.src), dt::f32, candidates[i].first),
+        dnnl::memory::desc(Dims(wdims), dt::f32, tag::any), bias_md,
+        dnnl::memory::desc(Dims(g.dst), dt::f32, candidates[i].second), Dims(g.stride),
+        DilationGaps(g), Dims(g.padding), Dims(g.padding));
+    const bool last = i + 1 == candidates.size();
+    dnnl::convolution_forward::primitive_desc pd;
+    try {
+      pd = dnnl::convolution_forward::primitive_desc(desc, CpuEngine());
+    } catch (const dnnl::error&) {
+      if (last) throw;
+      continue;  // no implementation for this layout
+    }
+    if (!last && absl::StartsWith(pd.impl_info_str(), "ref")) continue;
+    FloatConvPlan plan;
+    plan.pd = pd;
+    plan.primitive = dnnl::convolution_forward(pd);
+    plan.src_plain = PlainDesc(g.src, dt::f32);
+    plan.dst_plain = PlainDesc(g.dst, dt::f32);
+    if (pd.src_desc() != plan.src_plain) {
+      plan.src_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
+          CpuEngine(), plan.src_plain, CpuEngine(), pd.src_desc()));
+    }
+    if (pd.dst_desc() != plan.dst_plain) {
+      plan.dst_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
+          CpuEngine(), pd.dst_desc(), CpuEngine(), plan.dst_plain));
+    }
+    return plan;
+  }
+  throw dnnl::error(dnnl_unimplemented, "no float convolution implementation");
+}
+
+// Plans by FloatConvKey; process-wide, thread-safe (a plan's primitives may run on several
+// threads at once: oneDNN's CPU primitives are stateless between executions), bounded.
+class FloatConvCache {
+ public:
+  static constexpr size_t kMaxPlans = 4096;
+
+  static FloatConvCache& Get() {
+    static FloatConvCache* const cache = new FloatConvCache();
+    return *cache;
+  }
+
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return plans_.size();
+  }
+
+  std::shared_ptr<const FloatConvPlan> Find(const ConvGeometry& g, bool has_bias) {
+    const std::string key = FloatConvKey(g, has_bias);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = plans_.find(key);
+      if (it != plans_.end()) return it->second;
+    }
+    // Built outside the lock (it can take milliseconds); a racing thread's equal plan wins.
+    auto plan = std::make_shared<const FloatConvPlan>(MakeFloatConvPlan(g, has_bias));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (plans_.size() >= kMaxPlans) plans_.clear();
+    return plans_.emplace(key, std::move(plan)).first->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const FloatConvPlan>> plans_;
+};
+
+// f32 x f32 -> f32 through a cached plan; the caller's buffers are plain NC[D]HW.
+void FloatConvolution(const ConvGeometry& g, const ConvBuffers& b, dnnl::stream& stream) {
+  const std::shared_ptr<const FloatConvPlan> plan = FloatConvCache::Get().Find(g, b.bias != nullptr);
+  dnnl::memory user_src = PlainMemory(g.src, dt::f32, b.src);
+  dnnl::memory user_dst = PlainMemory(g.dst, dt::f32, b.dst);
+  dnnl::memory src = user_src, dst = user_dst;
+  if (plan->src_reorder) {
+    src = dnnl::memory(plan->pd.src_desc(), CpuEngine());
+    plan->src_reorder.execute(stream, user_src, src);
+  }
+  if (plan->dst_reorder) dst = dnnl::memory(plan->pd.dst_desc(), CpuEngine());
+  dnnl::memory weights = ConvWeights(OneDnnWeightDims(g), dt::f32, b, plan->pd.weights_desc(),
+                                     stream);
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+  if (b.bias) args[DNNL_ARG_BIAS] = PlainMemory({g.weights[0]}, dt::f32, b.bias);
+  plan->primitive.execute(stream, args);
+  if (plan->dst_reorder) plan->dst_reorder.execute(stream, dst, user_dst);
+}
+
 }  // namespace
 
 size_t CachedWeightCount() { return WeightCache::Get().count(); }
+
+size_t CachedFloatConvPlanCount() { return FloatConvCache::Get().size(); }
 
 const dnnl::engine& CpuEngine() {
   static const dnnl::engine* const engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -182,6 +343,10 @@ dnnl::memory ToLayout(const dnnl::memory& m, const dnnl::memory::desc& desc,
 absl::Status Convolution(absl::string_view op, const ConvGeometry& g, dt src_type,
                          dt weight_type, dt dst_type, const ConvBuffers& b,
                          int32_t src_zero_point, const Int8Output* int8_output) {
+  if (src_type == dt::f32 && weight_type == dt::f32 && dst_type == dt::f32 &&
+      int8_output == nullptr) {
+    return Run(op, [&](dnnl::stream& stream) { FloatConvolution(g, b, stream); });
+  }
   return Run(op, [&](dnnl::stream& stream) {
     dnnl::memory::dims strides = Dims(g.stride), padding = Dims(g.padding), dilates;
     for (int64_t d : g.dilation) dilates.push_back(d - 1);  // oneDNN counts the gaps

@@ -13,6 +13,13 @@
 // primitive, and int8 output scales are in the descriptor's attributes, hence in the key,
 // so no call can pick up a stale primitive.
 //
+// Float convolutions go further (FloatConvPlan in onednn.cc): the primitive, its layouts
+// and the reorders from / to the caller's NC[D]HW buffers are built once per geometry and
+// kept, since choosing an implementation is itself costly. Their activations use oneDNN's
+// channel-blocked layout (nChw16c, else nChw8c; as PyTorch's ideep does) when a jit kernel
+// exists for it, not the channels-last layout oneDNN picks by itself on AVX-512, whose
+// reorders to and from NCHW are full transposes (as slow as a depthwise convolution).
+//
 // Weight reuse: a convolution's weights are reordered to the primitive's preferred
 // (blocked) layout once per (weight tensor buffer, layout), not on every call, when the
 // caller names the tensor they come from (ConvBuffers::weights_owner). A cache entry holds
@@ -87,6 +94,9 @@ inline constexpr size_t kMaxCachedWeightBytes = size_t{1} << 30;
 
 // How many reordered weights the cache holds now (for tests and benchmarks).
 size_t CachedWeightCount();
+
+// How many float convolution plans are kept now (one per distinct geometry; for tests).
+size_t CachedFloatConvPlanCount();
 
 struct ConvBuffers {
   const void* src = nullptr;
