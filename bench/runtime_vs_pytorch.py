@@ -24,13 +24,19 @@ core), medians of --runs timed runs after one warm-up, each side in this one pro
 
 Prints one table per figure with the ratio fuselage / PyTorch (lower is better; the
 targets: float <= 1.2, int8 <= 1.5 against onednn, calibrate <= 1.0, quantize >= 5x faster
-than eager and faster than with oneDNN convs, int8 never slower than float). The machine
-should be quiet: the figures are wall-clock medians.
+than eager and faster than with oneDNN convs, int8 never slower than float), and the load
+average before and after. float and int8 give each side's wall time (median) and CPU time
+per forward: PyTorch's as time.process_time() around the timed forwards, fuselage's as the
+CPU of the `run --repeat=N+1` process minus that of a `--repeat=1` one
+(getrusage(RUSAGE_CHILDREN)), over N. On a loaded machine the CPU ratio is the robust
+one (wall time also counts the time the process waited for a core); on a quiet one the
+two agree. --figures float,int8 skips calibration and the quantize flow.
 """
 import argparse
 import copy
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -69,25 +75,65 @@ def tool(argv):
     return result.stdout
 
 
+def children_cpu_s():
+    """User + system CPU seconds of this process's finished children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def tool_with_cpu(argv):
+    """`fuselage ARGV`'s stdout and the CPU seconds the process used (every thread)."""
+    before = children_cpu_s()
+    out = tool(argv)
+    return out, children_cpu_s() - before
+
+
 def times_ms(output, step):
     return [float(m) for m in re.findall(rf"^time {step}\s+([0-9.]+) ms", output, re.M)]
 
 
-def fuselage_run_ms(model, input_path, runs, threads, engine="onednn"):
-    out = tool(["run", model, f"--input={input_path}", f"--repeat={runs + 1}", "--time",
-                f"--engine={engine}"] + ([f"--threads={threads}"] if threads else []))
-    return statistics.median(times_ms(out, "run")[1:])
+class Timing:
+    """One side's time per forward: the wall-clock median and the CPU time (mean over
+    the timed forwards). CPU time counts only the cycles this work got, so other load
+    on a shared machine inflates it far less than wall time (caches and frequency still
+    suffer); with more than one thread it is the sum over threads."""
+
+    def __init__(self, wall_ms, cpu_ms):
+        self.wall_ms, self.cpu_ms = wall_ms, cpu_ms
+
+    def cells(self):
+        return f"{self.wall_ms:.1f}", f"{self.cpu_ms:.1f}"
 
 
-def torch_ms(fn, x, runs):
+def fuselage_run(model, input_path, runs, threads, engine="onednn"):
+    """`fuselage run --repeat=runs+1 --time`: the median wall time of the last `runs`
+    repetitions, and CPU per forward as the CPU of that process minus the CPU of a
+    `--repeat=1` process (load, first run, exit), over `runs`."""
+    common = ["run", model, f"--input={input_path}", "--time", f"--engine={engine}"] + (
+        [f"--threads={threads}"] if threads else [])
+    _, cpu_one = tool_with_cpu(common + ["--repeat=1"])
+    out, cpu_all = tool_with_cpu(common + [f"--repeat={runs + 1}"])
+    wall = statistics.median(times_ms(out, "run")[1:])
+    return Timing(wall, 1000 * max(cpu_all - cpu_one, 0.0) / runs)
+
+
+def torch_timing(fn, x, runs):
+    """PyTorch in this process: wall median per forward and process CPU time (every
+    thread of the process) per forward, after one warm-up forward."""
     with torch.no_grad():
         fn(x)
         samples = []
+        cpu_start = time.process_time()
         for _ in range(runs):
             start = time.perf_counter()
             fn(x)
             samples.append(1000 * (time.perf_counter() - start))
-    return statistics.median(samples)
+        cpu = time.process_time() - cpu_start
+    return Timing(statistics.median(samples), 1000 * cpu / runs)
+
+
+def torch_ms(fn, x, runs):
+    return torch_timing(fn, x, runs).wall_ms
 
 
 class MkldnnConv(nn.Module):
@@ -132,7 +178,7 @@ def bench_model(name, args, workdir, rows):
     mkldnn_model = with_mkldnn_convs(model)
     calib = ",".join(sample_paths[:2])
     quantized = {}
-    for engine, (backend, _, _) in BACKENDS.items():
+    for engine, (backend, _, _) in (BACKENDS.items() if "int8" in args.figures else ()):
         quantized[engine] = path(f"{engine}.fsl")
         tool(["quantize", float_path, f"--backend={backend}", f"--calibration={calib}",
               "-o", quantized[engine]])
@@ -143,13 +189,15 @@ def bench_model(name, args, workdir, rows):
         torch.set_num_threads(threads or os.cpu_count())
         label = f"{name}, {threads or os.cpu_count()} thread(s)"
         # Float.
-        ours = fuselage_run_ms(float_path, path("x.npy"), args.runs, threads)
-        eager = torch_ms(model, x, args.runs)
-        mkldnn = torch_ms(mkldnn_model, x, args.runs)
-        rows["float"].append((label, f"{ours:.1f}", f"{eager:.1f}", f"{mkldnn:.1f}",
-                              ratio(ours, min(eager, mkldnn))))
+        ours = fuselage_run(float_path, path("x.npy"), args.runs, threads)
+        eager = torch_timing(model, x, args.runs)
+        mkldnn = torch_timing(mkldnn_model, x, args.runs)
+        rows["float"].append((label, *ours.cells(), *eager.cells(), *mkldnn.cells(),
+                              ratio(ours.wall_ms, min(eager.wall_ms, mkldnn.wall_ms)),
+                              ratio(ours.cpu_ms, min(eager.cpu_ms, mkldnn.cpu_ms))))
+        if "int8" not in args.figures:
+            continue
         # Int8 per engine.
-        int8 = {}
         for engine, (_, config, mapping_name) in BACKENDS.items():
             torch.backends.quantized.engine = engine
             prepared = prepare_fx(copy.deepcopy(model), get_default_qconfig_mapping(mapping_name),
@@ -158,12 +206,16 @@ def bench_model(name, args, workdir, rows):
                 for s in samples[:2]:
                     prepared(s)
             converted = convert_fx(prepared, backend_config=config())
-            theirs = torch_ms(converted, x, args.runs)
-            int8[engine] = fuselage_run_ms(quantized[engine], path("x.npy"), args.runs,
-                                           threads, engine=engine)
-            rows["int8"].append((label, engine, f"{int8[engine]:.1f}", f"{theirs:.1f}",
-                                 ratio(int8[engine], theirs), ratio(int8[engine], ours)))
+            theirs = torch_timing(converted, x, args.runs)
+            int8 = fuselage_run(quantized[engine], path("x.npy"), args.runs, threads,
+                                engine=engine)
+            rows["int8"].append((label, engine, *int8.cells(), *theirs.cells(),
+                                 ratio(int8.wall_ms, theirs.wall_ms),
+                                 ratio(int8.cpu_ms, theirs.cpu_ms),
+                                 ratio(int8.cpu_ms, ours.cpu_ms)))
         torch.backends.quantized.engine = "onednn"
+        if "calibrate" not in args.figures:
+            continue
         # Calibration, one HistogramObserver sample.
         out = tool(["calibrate", prepared_path,
                     f"--calibration={','.join(sample_paths[:args.runs])}", "--time",
@@ -181,7 +233,7 @@ def bench_model(name, args, workdir, rows):
                                   f"{mkldnn_calib:.1f}", ratio(ours_calib, min(eager_calib,
                                                                                mkldnn_calib))))
         # The whole flow, resnet50.
-        if name == "resnet50":
+        if name == "resnet50" and "quantize" in args.figures:
             start = time.perf_counter()
             tool(["quantize", float_path, "--backend=qnnpack",
                   f"--calibration={','.join(sample_paths[:16])}", "-o", path("q16.fsl")] +
@@ -202,10 +254,12 @@ def bench_model(name, args, workdir, rows):
 
 
 HEADERS = {
-    "float": ("model", "fuselage ms", "PyTorch eager ms", "PyTorch oneDNN convs ms",
-              "ratio to the faster"),
-    "int8": ("model", "engine", "fuselage ms", "PyTorch convert_fx ms", "ratio",
-             "fuselage int8 / float"),
+    "float": ("model", "fuselage wall ms", "fuselage CPU ms", "PyTorch eager wall ms",
+              "eager CPU ms", "PyTorch oneDNN convs wall ms", "oneDNN convs CPU ms",
+              "wall ratio to the faster", "CPU ratio to the faster"),
+    "int8": ("model", "engine", "fuselage wall ms", "fuselage CPU ms",
+             "PyTorch convert_fx wall ms", "convert_fx CPU ms", "wall ratio", "CPU ratio",
+             "fuselage int8 / float (CPU)"),
     "calibrate": ("model", "fuselage ms / sample", "PyTorch prepared eager ms",
                   "PyTorch prepared oneDNN convs ms", "ratio to the faster"),
     "quantize": ("model", "fuselage s", "PyTorch eager s", "PyTorch oneDNN convs s",
@@ -219,21 +273,32 @@ def main(argv=None):
     parser.add_argument("--threads", default="1,0",
                         help="comma-separated thread counts; 0 = every core")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--figures", default="float,int8,calibrate,quantize",
+                        help="comma-separated subset of float,int8,calibrate,quantize "
+                             "(int8, calibrate and quantize also run float)")
     parser.add_argument("--no-build", action="store_true")
     args = parser.parse_args(argv)
     args.threads = [int(t) for t in args.threads.split(",")]
+    args.figures = set(args.figures.split(","))
+    unknown = args.figures - set(HEADERS)
+    if unknown:
+        parser.error(f"--figures: unknown {sorted(unknown)}; expected some of {list(HEADERS)}")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     if not args.no_build:
         subprocess.run(["bazel", "build", "//tools:fuselage"], cwd=REPO,
                        check=True)
     rows = {k: [] for k in HEADERS}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="fuselage-runtime-bench-") as workdir:
         for name in args.models.split(","):
             print(f"== {name}", file=sys.stderr, flush=True)
             bench_model(name, args, workdir, rows)
     print(f"fuselage runtime vs PyTorch {torch.__version__}, {os.cpu_count()} cores, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, median of {args.runs}")
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, wall: median of "
+          f"{args.runs}, CPU: mean of {args.runs}")
+    print("load average (1, 5, 15 min) before: " + " ".join(f"{v:.2f}" for v in load_before) +
+          ", after: " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
     for key, header in HEADERS.items():
         if not rows[key]:
             continue
