@@ -3,10 +3,12 @@
 
     PYTHONPATH=python /usr/bin/python3 bench/runtime_vs_pytorch.py \
         [--models resnet18,resnet50,mobilenet_v2] [--threads 1,0] [--runs 10] [--no-build]
+        [--figures float,int8,calibrate,quantize]
 
 Per model (torchvision, weights=None, eval, input 1x3x224x224) and thread count (0 = every
-core), medians of --runs timed runs after one warm-up, each side in this one process run
-(fuselage through `fuselage run --repeat --time`, PyTorch in process):
+core), medians of --runs forwards after one warm-up, the sides interleaved forward by
+forward in this one process (fuselage through fuselage._core.run, the interpreter `fuselage
+run` calls; its CLI's `run --repeat --time` wall median is printed beside it):
 
   float      fuselage's float model    vs the faster of PyTorch eager and PyTorch with
                                           every nn.Conv2d run by torch.mkldnn_convolution
@@ -25,18 +27,18 @@ core), medians of --runs timed runs after one warm-up, each side in this one pro
 Prints one table per figure with the ratio fuselage / PyTorch (lower is better; the
 targets: float <= 1.2, int8 <= 1.5 against onednn, calibrate <= 1.0, quantize >= 5x faster
 than eager and faster than with oneDNN convs, int8 never slower than float), and the load
-average before and after. float and int8 give each side's wall time (median) and CPU time
-per forward: PyTorch's as time.process_time() around the timed forwards, fuselage's as the
-CPU of the `run --repeat=N+1` process minus that of a `--repeat=1` one
-(getrusage(RUSAGE_CHILDREN)), over N. On a loaded machine the CPU ratio is the robust
-one (wall time also counts the time the process waited for a core); on a quiet one the
-two agree. --figures float,int8 skips calibration and the quantize flow.
+average before and after. float and int8 give each side's wall time and CPU time
+(time.process_time(), every thread of the process) per forward. On a loaded machine the
+CPU ratio is the robust one (wall time also counts the time a forward waited for a core);
+on a quiet one the two agree. (CPU time of a `fuselage run` subprocess, from
+getrusage(RUSAGE_CHILDREN) with a --repeat=1 run's subtracted, was tried first: its
+load-time noise swamped a mobilenet_v2 forward.) --figures float,int8 skips calibration
+and the quantize flow.
 """
 import argparse
 import copy
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -55,6 +57,7 @@ from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "python"))
 import fuselage  # noqa: E402
+from fuselage import _core  # noqa: E402
 
 FUSELAGE = os.path.join(REPO, "bazel-bin", "tools", "fuselage")
 SHAPE = (1, 3, 224, 224)
@@ -75,28 +78,12 @@ def tool(argv):
     return result.stdout
 
 
-def children_cpu_s():
-    """User + system CPU seconds of this process's finished children so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def tool_with_cpu(argv):
-    """`fuselage ARGV`'s stdout and the CPU seconds the process used (every thread)."""
-    before = children_cpu_s()
-    out = tool(argv)
-    return out, children_cpu_s() - before
-
-
-def times_ms(output, step):
-    return [float(m) for m in re.findall(rf"^time {step}\s+([0-9.]+) ms", output, re.M)]
-
-
 class Timing:
-    """One side's time per forward: the wall-clock median and the CPU time (mean over
-    the timed forwards). CPU time counts only the cycles this work got, so other load
-    on a shared machine inflates it far less than wall time (caches and frequency still
-    suffer); with more than one thread it is the sum over threads."""
+    """One side's time per forward: medians over the timed forwards of wall time and of
+    CPU time (time.process_time: every thread of this process). CPU time counts only the
+    cycles the forward got, so other load on a shared machine inflates it far less than
+    wall time (caches and SMT siblings still do); with more than one thread it is the sum
+    over threads."""
 
     def __init__(self, wall_ms, cpu_ms):
         self.wall_ms, self.cpu_ms = wall_ms, cpu_ms
@@ -105,35 +92,45 @@ class Timing:
         return f"{self.wall_ms:.1f}", f"{self.cpu_ms:.1f}"
 
 
-def fuselage_run(model, input_path, runs, threads, engine="onednn"):
-    """`fuselage run --repeat=runs+1 --time`: the median wall time of the last `runs`
-    repetitions, and CPU per forward as the CPU of that process minus the CPU of a
-    `--repeat=1` process (load, first run, exit), over `runs`."""
-    common = ["run", model, f"--input={input_path}", "--time", f"--engine={engine}"] + (
-        [f"--threads={threads}"] if threads else [])
-    _, cpu_one = tool_with_cpu(common + ["--repeat=1"])
-    out, cpu_all = tool_with_cpu(common + [f"--repeat={runs + 1}"])
-    wall = statistics.median(times_ms(out, "run")[1:])
-    return Timing(wall, 1000 * max(cpu_all - cpu_one, 0.0) / runs)
-
-
-def torch_timing(fn, x, runs):
-    """PyTorch in this process: wall median per forward and process CPU time (every
-    thread of the process) per forward, after one warm-up forward."""
+def interleaved_timings(forwards, runs):
+    """Times each of `forwards` (callables) once per round, round after round, after one
+    warm-up call each, so that every side sees the same load; a Timing per forward."""
+    walls = [[] for _ in forwards]
+    cpus = [[] for _ in forwards]
     with torch.no_grad():
-        fn(x)
-        samples = []
-        cpu_start = time.process_time()
+        for fn in forwards:
+            fn()
         for _ in range(runs):
-            start = time.perf_counter()
-            fn(x)
-            samples.append(1000 * (time.perf_counter() - start))
-        cpu = time.process_time() - cpu_start
-    return Timing(statistics.median(samples), 1000 * cpu / runs)
+            for k, fn in enumerate(forwards):
+                wall, cpu = time.perf_counter(), time.process_time()
+                fn()
+                cpus[k].append(1000 * (time.process_time() - cpu))
+                walls[k].append(1000 * (time.perf_counter() - wall))
+    return [Timing(statistics.median(w), statistics.median(c)) for w, c in zip(walls, cpus)]
+
+
+def fuselage_forward(model_path, x, threads, engine="onednn"):
+    """fuselage's interpreter on the model file, in this process (fuselage._core.run,
+    what `fuselage run` calls): the same clocks as PyTorch's side."""
+    model = _core.Model.load(model_path)
+    inputs = [x.numpy()]
+    return lambda: _core.run(model, inputs, threads=threads, engine=engine)
+
+
+def times_ms(output, step):
+    return [float(m) for m in re.findall(rf"^time {step}\s+([0-9.]+) ms", output, re.M)]
+
+
+def fuselage_cli_wall_ms(model, input_path, runs, threads, engine="onednn"):
+    """`fuselage run --repeat=runs+1 --time`: the median wall time of the last `runs`
+    repetitions, the CLI's own figure (a cross-check of the in-process one)."""
+    out = tool(["run", model, f"--input={input_path}", f"--repeat={runs + 1}", "--time",
+                f"--engine={engine}"] + ([f"--threads={threads}"] if threads else []))
+    return statistics.median(times_ms(out, "run")[1:])
 
 
 def torch_ms(fn, x, runs):
-    return torch_timing(fn, x, runs).wall_ms
+    return interleaved_timings([lambda: fn(x)], runs)[0].wall_ms
 
 
 class MkldnnConv(nn.Module):
@@ -189,10 +186,12 @@ def bench_model(name, args, workdir, rows):
         torch.set_num_threads(threads or os.cpu_count())
         label = f"{name}, {threads or os.cpu_count()} thread(s)"
         # Float.
-        ours = fuselage_run(float_path, path("x.npy"), args.runs, threads)
-        eager = torch_timing(model, x, args.runs)
-        mkldnn = torch_timing(mkldnn_model, x, args.runs)
-        rows["float"].append((label, *ours.cells(), *eager.cells(), *mkldnn.cells(),
+        cli = fuselage_cli_wall_ms(float_path, path("x.npy"), args.runs, threads)
+        ours, eager, mkldnn = interleaved_timings(
+            [fuselage_forward(float_path, x, threads), lambda: model(x),
+             lambda: mkldnn_model(x)], args.runs)
+        rows["float"].append((label, *ours.cells(), f"{cli:.1f}", *eager.cells(),
+                              *mkldnn.cells(),
                               ratio(ours.wall_ms, min(eager.wall_ms, mkldnn.wall_ms)),
                               ratio(ours.cpu_ms, min(eager.cpu_ms, mkldnn.cpu_ms))))
         if "int8" not in args.figures:
@@ -206,10 +205,12 @@ def bench_model(name, args, workdir, rows):
                 for s in samples[:2]:
                     prepared(s)
             converted = convert_fx(prepared, backend_config=config())
-            theirs = torch_timing(converted, x, args.runs)
-            int8 = fuselage_run(quantized[engine], path("x.npy"), args.runs, threads,
-                                engine=engine)
-            rows["int8"].append((label, engine, *int8.cells(), *theirs.cells(),
+            cli = fuselage_cli_wall_ms(quantized[engine], path("x.npy"), args.runs, threads,
+                                       engine=engine)
+            int8, theirs = interleaved_timings(
+                [fuselage_forward(quantized[engine], x, threads, engine),
+                 lambda: converted(x)], args.runs)
+            rows["int8"].append((label, engine, *int8.cells(), f"{cli:.1f}", *theirs.cells(),
                                  ratio(int8.wall_ms, theirs.wall_ms),
                                  ratio(int8.cpu_ms, theirs.cpu_ms),
                                  ratio(int8.cpu_ms, ours.cpu_ms)))
@@ -254,10 +255,11 @@ def bench_model(name, args, workdir, rows):
 
 
 HEADERS = {
-    "float": ("model", "fuselage wall ms", "fuselage CPU ms", "PyTorch eager wall ms",
+    "float": ("model", "fuselage wall ms", "fuselage CPU ms", "fuselage CLI wall ms",
+              "PyTorch eager wall ms",
               "eager CPU ms", "PyTorch oneDNN convs wall ms", "oneDNN convs CPU ms",
               "wall ratio to the faster", "CPU ratio to the faster"),
-    "int8": ("model", "engine", "fuselage wall ms", "fuselage CPU ms",
+    "int8": ("model", "engine", "fuselage wall ms", "fuselage CPU ms", "fuselage CLI wall ms",
              "PyTorch convert_fx wall ms", "convert_fx CPU ms", "wall ratio", "CPU ratio",
              "fuselage int8 / float (CPU)"),
     "calibrate": ("model", "fuselage ms / sample", "PyTorch prepared eager ms",
@@ -295,8 +297,8 @@ def main(argv=None):
             print(f"== {name}", file=sys.stderr, flush=True)
             bench_model(name, args, workdir, rows)
     print(f"fuselage runtime vs PyTorch {torch.__version__}, {os.cpu_count()} cores, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, wall: median of "
-          f"{args.runs}, CPU: mean of {args.runs}")
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, medians of {args.runs} "
+          f"interleaved forwards")
     print("load average (1, 5, 15 min) before: " + " ".join(f"{v:.2f}" for v in load_before) +
           ", after: " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
     for key, header in HEADERS.items():

@@ -120,7 +120,7 @@ TEST_P(FloatConvLayoutTest, MatchesTheDirectSumAndRepeatsBitForBit) {
   std::vector<int64_t> shape;
   const std::vector<double> expected = Reference(c, xv, wv, bv, &shape);
 
-  const size_t plans_before = onednn::CachedFloatConvPlanCount();
+  const size_t plans_before = onednn::CachedConvPlanCount();
   absl::StatusOr<Tensor> first = RunConv(c, x, w, c.bias ? &b : nullptr);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->shape(), shape);
@@ -132,12 +132,12 @@ TEST_P(FloatConvLayoutTest, MatchesTheDirectSumAndRepeatsBitForBit) {
   for (size_t i = 0; i < expected.size(); ++i) {
     ASSERT_NEAR(got[i], expected[i], tolerance) << c.name << " element " << i;
   }
-  EXPECT_EQ(onednn::CachedFloatConvPlanCount(), plans_before + 1) << "one plan per geometry";
+  EXPECT_EQ(onednn::CachedConvPlanCount(), plans_before + 1) << "one plan per geometry";
 
   absl::StatusOr<Tensor> again = RunConv(c, x, w, c.bias ? &b : nullptr);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->bytes(), first->bytes()) << "the cached plan computes the same bytes";
-  EXPECT_EQ(onednn::CachedFloatConvPlanCount(), plans_before + 1) << "served from the cache";
+  EXPECT_EQ(onednn::CachedConvPlanCount(), plans_before + 1) << "served from the cache";
 }
 
 // Each case is a geometry of its own (the plan count assertion relies on it).
