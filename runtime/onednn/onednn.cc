@@ -1,5 +1,7 @@
 #include "runtime/onednn/onednn.h"
 
+#include <omp.h>
+
 #include <memory>
 #include <mutex>
 #include <string>
@@ -195,9 +197,11 @@ dnnl::memory::dims DilationGaps(const ConvGeometry& g) {
   return gaps;
 }
 
-// Everything a convolution's plan depends on: geometry, types, bias, and for int8 the
-// attributes (source zero point present, output scales by value, relu); zero point
-// values are run-time arguments, not part of a plan.
+// Everything a convolution's plan depends on: geometry, types, bias, for int8 the
+// attributes (source zero point present, output scales by value, relu), and the calling
+// thread's OpenMP thread count, which a oneDNN primitive fixes its work split (and the
+// threads it starts) by when it is created, as oneDNN's own primitive cache keys it; zero
+// point values are run-time arguments, not part of a plan.
 std::string ConvPlanKey(const ConvGeometry& g, dt src_type, dt weight_type, dt dst_type,
                         bool has_bias, const Int8Output* int8_output) {
   std::string key = absl::StrCat(
@@ -205,7 +209,7 @@ std::string ConvPlanKey(const ConvGeometry& g, dt src_type, dt weight_type, dt d
       absl::StrJoin(g.dst, "x"), "|", absl::StrJoin(g.stride, ","), "|",
       absl::StrJoin(g.padding, ","), "|", absl::StrJoin(g.dilation, ","), "|", g.groups, "|",
       static_cast<int>(src_type), ",", static_cast<int>(weight_type), ",",
-      static_cast<int>(dst_type), "|", has_bias);
+      static_cast<int>(dst_type), "|", has_bias, "|threads", omp_get_max_threads());
   if (int8_output != nullptr) {
     absl::StrAppend(&key, "|relu", int8_output->relu, "|scales:");
     key.append(reinterpret_cast<const char*>(int8_output->scales),

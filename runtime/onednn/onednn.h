@@ -17,7 +17,8 @@
 // reorders from / to the caller's NC[D]HW buffers are built once per key and kept, since
 // choosing an implementation is itself costly. The key holds everything above (geometry,
 // types, bias, and the int8 attributes: output scales by value, relu, whether a source
-// zero point is subtracted); zero point values stay run-time arguments. Float
+// zero point is subtracted; and OpenMP's thread count of the calling thread, which a
+// primitive fixes at creation); zero point values stay run-time arguments. Float
 // activations use oneDNN's channel-blocked layout (nChw16c, else nChw8c; as PyTorch's
 // ideep does) when a jit kernel exists for it, not the channels-last layout oneDNN picks
 // by itself on AVX-512, whose reorders to and from NCHW are full transposes (as slow as a

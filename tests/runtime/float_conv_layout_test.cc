@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "gtest/gtest.h"
 #include "runtime/float_conv.h"
 #include "runtime/float_conv_nd.h"
@@ -138,6 +140,27 @@ TEST_P(FloatConvLayoutTest, MatchesTheDirectSumAndRepeatsBitForBit) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->bytes(), first->bytes()) << "the cached plan computes the same bytes";
   EXPECT_EQ(onednn::CachedConvPlanCount(), plans_before + 1) << "served from the cache";
+}
+
+// A oneDNN primitive fixes its work split and thread count when it is created, so a plan
+// made at one OpenMP thread count must not serve another: one plan per count, each giving
+// the same bytes (the convolution does not depend on the split).
+TEST(FloatConvPlanTest, APlanPerThreadCountWithTheSameResult) {
+  const Tensor x = Tensor::FromFloats({1, 32, 20, 20}, Seeded(32 * 400, 4));
+  const Tensor w = Tensor::FromFloats({32, 32, 3, 3}, Seeded(32 * 32 * 9, 5));
+  Conv2dParams p;
+  p.padding = {1, 1};
+  const int previous = omp_get_max_threads();
+  const size_t before = onednn::CachedConvPlanCount();
+  omp_set_num_threads(1);
+  absl::StatusOr<Tensor> one = Conv2d(x, w, nullptr, p);
+  omp_set_num_threads(2);
+  absl::StatusOr<Tensor> two = Conv2d(x, w, nullptr, p);
+  omp_set_num_threads(previous);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(onednn::CachedConvPlanCount(), before + 2);
+  EXPECT_EQ(one->bytes(), two->bytes());
 }
 
 // Each case is a geometry of its own (the plan count assertion relies on it).
