@@ -3,10 +3,12 @@
 
     PYTHONPATH=python /usr/bin/python3 bench/runtime_vs_pytorch.py \
         [--models resnet18,resnet50,mobilenet_v2] [--threads 1,0] [--runs 10] [--no-build]
+        [--figures float,int8,calibrate,quantize]
 
 Per model (torchvision, weights=None, eval, input 1x3x224x224) and thread count (0 = every
-core), medians of --runs timed runs after one warm-up, each side in this one process run
-(fuselage through `fuselage run --repeat --time`, PyTorch in process):
+core), medians of --runs forwards after one warm-up, the sides interleaved forward by
+forward in this one process (fuselage through fuselage._core.run, the interpreter `fuselage
+run` calls; its CLI's `run --repeat --time` wall median is printed beside it):
 
   float      fuselage's float model    vs the faster of PyTorch eager and PyTorch with
                                           every nn.Conv2d run by torch.mkldnn_convolution
@@ -24,8 +26,14 @@ core), medians of --runs timed runs after one warm-up, each side in this one pro
 
 Prints one table per figure with the ratio fuselage / PyTorch (lower is better; the
 targets: float <= 1.2, int8 <= 1.5 against onednn, calibrate <= 1.0, quantize >= 5x faster
-than eager and faster than with oneDNN convs, int8 never slower than float). The machine
-should be quiet: the figures are wall-clock medians.
+than eager and faster than with oneDNN convs, int8 never slower than float), and the load
+average before and after. float and int8 give each side's wall time and CPU time
+(time.process_time(), every thread of the process) per forward. On a loaded machine the
+CPU ratio is the robust one (wall time also counts the time a forward waited for a core);
+on a quiet one the two agree. (CPU time of a `fuselage run` subprocess, from
+getrusage(RUSAGE_CHILDREN) with a --repeat=1 run's subtracted, was tried first: its
+load-time noise swamped a mobilenet_v2 forward.) --figures float,int8 skips calibration
+and the quantize flow.
 """
 import argparse
 import copy
@@ -49,6 +57,7 @@ from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "python"))
 import fuselage  # noqa: E402
+from fuselage import _core  # noqa: E402
 
 FUSELAGE = os.path.join(REPO, "bazel-bin", "tools", "fuselage")
 SHAPE = (1, 3, 224, 224)
@@ -69,25 +78,59 @@ def tool(argv):
     return result.stdout
 
 
+class Timing:
+    """One side's time per forward: medians over the timed forwards of wall time and of
+    CPU time (time.process_time: every thread of this process). CPU time counts only the
+    cycles the forward got, so other load on a shared machine inflates it far less than
+    wall time (caches and SMT siblings still do); with more than one thread it is the sum
+    over threads."""
+
+    def __init__(self, wall_ms, cpu_ms):
+        self.wall_ms, self.cpu_ms = wall_ms, cpu_ms
+
+    def cells(self):
+        return f"{self.wall_ms:.1f}", f"{self.cpu_ms:.1f}"
+
+
+def interleaved_timings(forwards, runs):
+    """Times each of `forwards` (callables) once per round, round after round, after one
+    warm-up call each, so that every side sees the same load; a Timing per forward."""
+    walls = [[] for _ in forwards]
+    cpus = [[] for _ in forwards]
+    with torch.no_grad():
+        for fn in forwards:
+            fn()
+        for _ in range(runs):
+            for k, fn in enumerate(forwards):
+                wall, cpu = time.perf_counter(), time.process_time()
+                fn()
+                cpus[k].append(1000 * (time.process_time() - cpu))
+                walls[k].append(1000 * (time.perf_counter() - wall))
+    return [Timing(statistics.median(w), statistics.median(c)) for w, c in zip(walls, cpus)]
+
+
+def fuselage_forward(model_path, x, threads, engine="onednn"):
+    """fuselage's interpreter on the model file, in this process (fuselage._core.run,
+    what `fuselage run` calls): the same clocks as PyTorch's side."""
+    model = _core.Model.load(model_path)
+    inputs = [x.numpy()]
+    return lambda: _core.run(model, inputs, threads=threads, engine=engine)
+
+
 def times_ms(output, step):
     return [float(m) for m in re.findall(rf"^time {step}\s+([0-9.]+) ms", output, re.M)]
 
 
-def fuselage_run_ms(model, input_path, runs, threads, engine="onednn"):
+def fuselage_cli_wall_ms(model, input_path, runs, threads, engine="onednn"):
+    """`fuselage run --repeat=runs+1 --time`: the median wall time of the last `runs`
+    repetitions, the CLI's own figure (a cross-check of the in-process one)."""
     out = tool(["run", model, f"--input={input_path}", f"--repeat={runs + 1}", "--time",
                 f"--engine={engine}"] + ([f"--threads={threads}"] if threads else []))
     return statistics.median(times_ms(out, "run")[1:])
 
 
 def torch_ms(fn, x, runs):
-    with torch.no_grad():
-        fn(x)
-        samples = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            fn(x)
-            samples.append(1000 * (time.perf_counter() - start))
-    return statistics.median(samples)
+    return interleaved_timings([lambda: fn(x)], runs)[0].wall_ms
 
 
 class MkldnnConv(nn.Module):
@@ -132,7 +175,7 @@ def bench_model(name, args, workdir, rows):
     mkldnn_model = with_mkldnn_convs(model)
     calib = ",".join(sample_paths[:2])
     quantized = {}
-    for engine, (backend, _, _) in BACKENDS.items():
+    for engine, (backend, _, _) in (BACKENDS.items() if "int8" in args.figures else ()):
         quantized[engine] = path(f"{engine}.fsl")
         tool(["quantize", float_path, f"--backend={backend}", f"--calibration={calib}",
               "-o", quantized[engine]])
@@ -143,13 +186,17 @@ def bench_model(name, args, workdir, rows):
         torch.set_num_threads(threads or os.cpu_count())
         label = f"{name}, {threads or os.cpu_count()} thread(s)"
         # Float.
-        ours = fuselage_run_ms(float_path, path("x.npy"), args.runs, threads)
-        eager = torch_ms(model, x, args.runs)
-        mkldnn = torch_ms(mkldnn_model, x, args.runs)
-        rows["float"].append((label, f"{ours:.1f}", f"{eager:.1f}", f"{mkldnn:.1f}",
-                              ratio(ours, min(eager, mkldnn))))
+        cli = fuselage_cli_wall_ms(float_path, path("x.npy"), args.runs, threads)
+        ours, eager, mkldnn = interleaved_timings(
+            [fuselage_forward(float_path, x, threads), lambda: model(x),
+             lambda: mkldnn_model(x)], args.runs)
+        rows["float"].append((label, *ours.cells(), f"{cli:.1f}", *eager.cells(),
+                              *mkldnn.cells(),
+                              ratio(ours.wall_ms, min(eager.wall_ms, mkldnn.wall_ms)),
+                              ratio(ours.cpu_ms, min(eager.cpu_ms, mkldnn.cpu_ms))))
+        if "int8" not in args.figures:
+            continue
         # Int8 per engine.
-        int8 = {}
         for engine, (_, config, mapping_name) in BACKENDS.items():
             torch.backends.quantized.engine = engine
             prepared = prepare_fx(copy.deepcopy(model), get_default_qconfig_mapping(mapping_name),
@@ -158,12 +205,18 @@ def bench_model(name, args, workdir, rows):
                 for s in samples[:2]:
                     prepared(s)
             converted = convert_fx(prepared, backend_config=config())
-            theirs = torch_ms(converted, x, args.runs)
-            int8[engine] = fuselage_run_ms(quantized[engine], path("x.npy"), args.runs,
-                                           threads, engine=engine)
-            rows["int8"].append((label, engine, f"{int8[engine]:.1f}", f"{theirs:.1f}",
-                                 ratio(int8[engine], theirs), ratio(int8[engine], ours)))
+            cli = fuselage_cli_wall_ms(quantized[engine], path("x.npy"), args.runs, threads,
+                                       engine=engine)
+            int8, theirs = interleaved_timings(
+                [fuselage_forward(quantized[engine], x, threads, engine),
+                 lambda: converted(x)], args.runs)
+            rows["int8"].append((label, engine, *int8.cells(), f"{cli:.1f}", *theirs.cells(),
+                                 ratio(int8.wall_ms, theirs.wall_ms),
+                                 ratio(int8.cpu_ms, theirs.cpu_ms),
+                                 ratio(int8.cpu_ms, ours.cpu_ms)))
         torch.backends.quantized.engine = "onednn"
+        if "calibrate" not in args.figures:
+            continue
         # Calibration, one HistogramObserver sample.
         out = tool(["calibrate", prepared_path,
                     f"--calibration={','.join(sample_paths[:args.runs])}", "--time",
@@ -181,7 +234,7 @@ def bench_model(name, args, workdir, rows):
                                   f"{mkldnn_calib:.1f}", ratio(ours_calib, min(eager_calib,
                                                                                mkldnn_calib))))
         # The whole flow, resnet50.
-        if name == "resnet50":
+        if name == "resnet50" and "quantize" in args.figures:
             start = time.perf_counter()
             tool(["quantize", float_path, "--backend=qnnpack",
                   f"--calibration={','.join(sample_paths[:16])}", "-o", path("q16.fsl")] +
@@ -202,10 +255,13 @@ def bench_model(name, args, workdir, rows):
 
 
 HEADERS = {
-    "float": ("model", "fuselage ms", "PyTorch eager ms", "PyTorch oneDNN convs ms",
-              "ratio to the faster"),
-    "int8": ("model", "engine", "fuselage ms", "PyTorch convert_fx ms", "ratio",
-             "fuselage int8 / float"),
+    "float": ("model", "fuselage wall ms", "fuselage CPU ms", "fuselage CLI wall ms",
+              "PyTorch eager wall ms",
+              "eager CPU ms", "PyTorch oneDNN convs wall ms", "oneDNN convs CPU ms",
+              "wall ratio to the faster", "CPU ratio to the faster"),
+    "int8": ("model", "engine", "fuselage wall ms", "fuselage CPU ms", "fuselage CLI wall ms",
+             "PyTorch convert_fx wall ms", "convert_fx CPU ms", "wall ratio", "CPU ratio",
+             "fuselage int8 / float (CPU)"),
     "calibrate": ("model", "fuselage ms / sample", "PyTorch prepared eager ms",
                   "PyTorch prepared oneDNN convs ms", "ratio to the faster"),
     "quantize": ("model", "fuselage s", "PyTorch eager s", "PyTorch oneDNN convs s",
@@ -219,21 +275,32 @@ def main(argv=None):
     parser.add_argument("--threads", default="1,0",
                         help="comma-separated thread counts; 0 = every core")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--figures", default="float,int8,calibrate,quantize",
+                        help="comma-separated subset of float,int8,calibrate,quantize "
+                             "(int8, calibrate and quantize also run float)")
     parser.add_argument("--no-build", action="store_true")
     args = parser.parse_args(argv)
     args.threads = [int(t) for t in args.threads.split(",")]
+    args.figures = set(args.figures.split(","))
+    unknown = args.figures - set(HEADERS)
+    if unknown:
+        parser.error(f"--figures: unknown {sorted(unknown)}; expected some of {list(HEADERS)}")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     if not args.no_build:
         subprocess.run(["bazel", "build", "//tools:fuselage"], cwd=REPO,
                        check=True)
     rows = {k: [] for k in HEADERS}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="fuselage-runtime-bench-") as workdir:
         for name in args.models.split(","):
             print(f"== {name}", file=sys.stderr, flush=True)
             bench_model(name, args, workdir, rows)
     print(f"fuselage runtime vs PyTorch {torch.__version__}, {os.cpu_count()} cores, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, median of {args.runs}")
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, medians of {args.runs} "
+          f"interleaved forwards")
+    print("load average (1, 5, 15 min) before: " + " ".join(f"{v:.2f}" for v in load_before) +
+          ", after: " + " ".join(f"{v:.2f}" for v in os.getloadavg()))
     for key, header in HEADERS.items():
         if not rows[key]:
             continue

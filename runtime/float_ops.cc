@@ -68,7 +68,8 @@ std::vector<int64_t> BroadcastStrides(absl::Span<const int64_t> shape, size_t ra
 template <typename Fn>
 absl::StatusOr<Tensor> BroadcastBinary(const Tensor& a, const Tensor& b, Fn fn) {
   ASSIGN_OR_RETURN(std::vector<int64_t> shape, BroadcastShapes(a.shape(), b.shape()));
-  ASSIGN_OR_RETURN(Tensor out, NewFloatTensor(shape));
+  // Uninitialized: the loops below write every element (zeroing it first is a wasted pass).
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(DType::kFloat32, shape));
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
   float* po = out.mutable_data<float>();
@@ -335,14 +336,18 @@ absl::StatusOr<Tensor> BatchNorm(const Tensor& x, const Tensor& running_mean,
     scale[c] = static_cast<float>(w * inv_std);
     shift[c] = static_cast<float>(b - running_mean.data<float>()[c] * w * inv_std);
   }
-  Tensor out = x;
-  float* data = out.mutable_data<float>();
+  // Into a fresh buffer: the interpreter still holds x, so mapping a copy of it in place
+  // would first duplicate its bytes (a pass more).
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(DType::kFloat32, x.shape()));
+  const float* __restrict in = x.data<float>();
+  float* __restrict data = out.mutable_data<float>();
   int64_t inner = 1;
   for (int64_t k = 2; k < x.dim(); ++k) inner *= x.shape()[k];
   for (int64_t n = 0; n < x.shape()[0]; ++n) {
     for (int64_t c = 0; c < channels; ++c) {
-      float* p = data + (n * channels + c) * inner;
-      for (int64_t i = 0; i < inner; ++i) p[i] = p[i] * scale[c] + shift[c];
+      const int64_t offset = (n * channels + c) * inner;
+      const float sc = scale[c], sh = shift[c];
+      for (int64_t i = 0; i < inner; ++i) data[offset + i] = in[offset + i] * sc + sh;
     }
   }
   return out;
@@ -360,26 +365,57 @@ absl::StatusOr<Tensor> MaxPool2d(const Tensor& x, const Pool2dParams& p) {
                                                    " is too small for the kernel (output ",
                                                    OH, "x", OW, ")"));
   }
-  ASSIGN_OR_RETURN(Tensor out, NewFloatTensor(ImageShape(x, N, C, OH, OW)));
+  // Uninitialized: every output element is written below.
+  ASSIGN_OR_RETURN(Tensor out,
+                   Tensor::Uninitialized(DType::kFloat32, ImageShape(x, N, C, OH, OW)));
+  const int64_t KH = p.kernel_size[0], KW = p.kernel_size[1];
+  const int64_t SH = p.stride[0], SW = p.stride[1], PH = p.padding[0], PW = p.padding[1];
+  const int64_t DH = p.dilation[0], DW = p.dilation[1];
+  // Output columns [ow_lo, ow_hi) have their whole window inside the input's width, so
+  // their loop needs no bounds checks (the hot part: all but the border columns).
+  const int64_t ow_lo = std::min(OW, (PW + SW - 1) / SW);
+  const int64_t last_start = W - 1 - (KW - 1) * DW + PW;  // of a window inside the width
+  const int64_t ow_hi = std::max(ow_lo, std::min(OW, last_start >= 0 ? last_start / SW + 1
+                                                                     : int64_t{0}));
+  // PyTorch's rule (`val > max || isnan(val)`) as a select, not a branch: which element
+  // wins is data-dependent and unpredictable. The window's maximum (or NaN if it holds
+  // one) does not depend on the order its elements are visited in, so each output row
+  // first takes the maximum down the window's rows for every input column (contiguous:
+  // vectorized), then across the window's columns of that.
+  const auto take = [](float v, float best) { return (v > best || v != v) ? v : best; };
+  std::vector<float> column_max(W);
   const float* in = x.data<float>();
   float* po = out.mutable_data<float>();
   for (int64_t plane = 0; plane < N * C; ++plane) {
     const float* src = in + plane * H * W;
-    for (int64_t oh = 0; oh < OH; ++oh) {
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        float best = -std::numeric_limits<float>::infinity();
-        for (int64_t kh = 0; kh < p.kernel_size[0]; ++kh) {
-          const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
-          if (ih < 0 || ih >= H) continue;
-          for (int64_t kw = 0; kw < p.kernel_size[1]; ++kw) {
-            const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
-            if (iw < 0 || iw >= W) continue;
-            const float v = src[ih * W + iw];
-            if (v > best || std::isnan(v)) best = v;
-          }
-        }
-        *po++ = best;
+    for (int64_t oh = 0; oh < OH; ++oh, po += OW) {
+      // The window's rows inside the input: kh in [kh0, kh1).
+      const int64_t top = oh * SH - PH;
+      const int64_t kh0 = top >= 0 ? 0 : (-top + DH - 1) / DH;
+      int64_t kh1 = KH;
+      while (kh1 > kh0 && top + (kh1 - 1) * DH >= H) --kh1;
+      float* __restrict cm = column_max.data();
+      std::fill(cm, cm + W, -std::numeric_limits<float>::infinity());
+      for (int64_t kh = kh0; kh < kh1; ++kh) {
+        const float* __restrict row = src + (top + kh * DH) * W;
+        for (int64_t iw = 0; iw < W; ++iw) cm[iw] = take(row[iw], cm[iw]);
       }
+      const auto checked_column = [&](int64_t ow) {
+        float best = -std::numeric_limits<float>::infinity();
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          const int64_t iw = ow * SW - PW + kw * DW;
+          if (iw >= 0 && iw < W) best = take(cm[iw], best);
+        }
+        po[ow] = best;
+      };
+      for (int64_t ow = 0; ow < ow_lo; ++ow) checked_column(ow);
+      for (int64_t ow = ow_lo; ow < ow_hi; ++ow) {
+        const float* window = cm + ow * SW - PW;
+        float best = -std::numeric_limits<float>::infinity();
+        for (int64_t kw = 0; kw < KW; ++kw) best = take(window[kw * DW], best);
+        po[ow] = best;
+      }
+      for (int64_t ow = ow_hi; ow < OW; ++ow) checked_column(ow);
     }
   }
   return out;

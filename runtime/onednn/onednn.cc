@@ -1,11 +1,17 @@
 #include "runtime/onednn/onednn.h"
 
+#include <omp.h>
+
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace fuselage {
 namespace onednn {
@@ -30,6 +36,41 @@ dnnl::memory::dims Dims(const std::vector<int64_t>& v) {
 }
 
 bool IsInt8(dt type) { return type == dt::u8 || type == dt::s8; }
+
+// oneDNN's channel-blocked activation layout of `rank` dims with `block` channels per
+// block (nCw16c, nChw16c, nCdhw16c and the 8-channel forms).
+tag ChannelBlockedTag(size_t rank, int block) {
+  switch (rank) {
+    case 3: return block == 16 ? tag::aBc16b : tag::aBc8b;
+    case 4: return block == 16 ? tag::aBcd16b : tag::aBcd8b;
+    default: return block == 16 ? tag::aBcde16b : tag::aBcde8b;
+  }
+}
+
+// A convolution's primitive, its layouts and the reorders between them and the caller's
+// plain buffers, built once per key (ConvPlanCache) instead of on every call: choosing
+// an implementation (primitive_desc) and the reorders' descriptors is work oneDNN's own
+// primitive cache does not save.
+struct ConvPlan {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward primitive;
+  dnnl::memory::desc src_plain, dst_plain;
+  dnnl::reorder src_reorder, dst_reorder;  // empty when the layout is already plain
+};
+
+// The layouts tried for a float convolution's source and destination, best first.
+// Channel-blocked activations (what PyTorch's ideep asks for) where the ISA has a jit
+// kernel for them: their reorders from and to NCHW are cheap blocked copies, whereas the
+// channels-last layout oneDNN 2.6 picks by itself on AVX-512 (brgconv) needs a full
+// transpose each way on every call, which costs as much as a depthwise convolution.
+// The plain source covers a first layer of few channels (3: RGB), whose blocked copy
+// would be padded to 16. Last, oneDNN's own choice ("any"), which always exists.
+std::vector<std::pair<tag, tag>> FloatConvLayoutCandidates(size_t rank) {
+  const tag b16 = ChannelBlockedTag(rank, 16), b8 = ChannelBlockedTag(rank, 8);
+  const tag plain = PlainTag(rank);
+  return {{b16, b16}, {plain, b16}, {b8, b8}, {plain, b8}, {tag::any, tag::any}};
+}
+
 
 // The source zero point travels as a run-time argument (DNNL_RUNTIME_S32_VAL in the
 // attribute), so one primitive serves every zero point.
@@ -140,9 +181,152 @@ dnnl::memory ConvWeights(const std::vector<int64_t>& wdims, dt weight_type, cons
   return reordered;
 }
 
+// Grouped weights are [G, O / G, C / G, *K]: the same bytes as PyTorch's [O, C / G, *K].
+std::vector<int64_t> OneDnnWeightDims(const ConvGeometry& g) {
+  std::vector<int64_t> wdims = g.weights;
+  if (g.groups > 1) {
+    wdims[0] /= g.groups;
+    wdims.insert(wdims.begin(), g.groups);
+  }
+  return wdims;
+}
+
+dnnl::memory::dims DilationGaps(const ConvGeometry& g) {
+  dnnl::memory::dims gaps;
+  for (int64_t d : g.dilation) gaps.push_back(d - 1);  // oneDNN counts the gaps
+  return gaps;
+}
+
+// Everything a convolution's plan depends on: geometry, types, bias, for int8 the
+// attributes (source zero point present, output scales by value, relu), and the calling
+// thread's OpenMP thread count, which a oneDNN primitive fixes its work split (and the
+// threads it starts) by when it is created, as oneDNN's own primitive cache keys it; zero
+// point values are run-time arguments, not part of a plan.
+std::string ConvPlanKey(const ConvGeometry& g, dt src_type, dt weight_type, dt dst_type,
+                        bool has_bias, const Int8Output* int8_output) {
+  std::string key = absl::StrCat(
+      absl::StrJoin(g.src, "x"), "|", absl::StrJoin(g.weights, "x"), "|",
+      absl::StrJoin(g.dst, "x"), "|", absl::StrJoin(g.stride, ","), "|",
+      absl::StrJoin(g.padding, ","), "|", absl::StrJoin(g.dilation, ","), "|", g.groups, "|",
+      static_cast<int>(src_type), ",", static_cast<int>(weight_type), ",",
+      static_cast<int>(dst_type), "|", has_bias, "|threads", omp_get_max_threads());
+  if (int8_output != nullptr) {
+    absl::StrAppend(&key, "|relu", int8_output->relu, "|scales:");
+    key.append(reinterpret_cast<const char*>(int8_output->scales),
+               sizeof(float) * static_cast<size_t>(g.weights[0]));
+  }
+  return key;
+}
+
+// The first of `candidates` (source, destination layouts) with a jit or brg
+// implementation (oneDNN's reference kernels, "ref:", are far slower than any reorder);
+// the last candidate is taken whatever it is.
+ConvPlan MakeConvPlan(const ConvGeometry& g, dt src_type, dt weight_type, dt dst_type,
+                      bool has_bias, const dnnl::primitive_attr& attr,
+                      const std::vector<std::pair<tag, tag>>& candidates) {
+  const std::vector<int64_t> wdims = OneDnnWeightDims(g);
+  const dnnl::memory::desc bias_md = has_bias ? PlainDesc({g.weights[0]}, dt::f32)
+                                              : dnnl::memory::desc();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        dnnl::memory::desc(Dims(g.src), src_type, candidates[i].first),
+        dnnl::memory::desc(Dims(wdims), weight_type, tag::any), bias_md,
+        dnnl::memory::desc(Dims(g.dst), dst_type, candidates[i].second), Dims(g.stride),
+        DilationGaps(g), Dims(g.padding), Dims(g.padding));
+    const bool last = i + 1 == candidates.size();
+    dnnl::convolution_forward::primitive_desc pd;
+    try {
+      pd = dnnl::convolution_forward::primitive_desc(desc, attr, CpuEngine());
+    } catch (const dnnl::error&) {
+      if (last) throw;
+      continue;  // no implementation for this layout
+    }
+    if (!last && absl::StartsWith(pd.impl_info_str(), "ref")) continue;
+    ConvPlan plan;
+    plan.pd = pd;
+    plan.primitive = dnnl::convolution_forward(pd);
+    plan.src_plain = PlainDesc(g.src, src_type);
+    plan.dst_plain = PlainDesc(g.dst, dst_type);
+    if (pd.src_desc() != plan.src_plain) {
+      plan.src_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
+          CpuEngine(), plan.src_plain, CpuEngine(), pd.src_desc()));
+    }
+    if (pd.dst_desc() != plan.dst_plain) {
+      plan.dst_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
+          CpuEngine(), pd.dst_desc(), CpuEngine(), plan.dst_plain));
+    }
+    return plan;
+  }
+  throw dnnl::error(dnnl_unimplemented, "no convolution candidates");
+}
+
+// Plans by ConvPlanKey; process-wide, thread-safe (a plan's primitives may run on
+// several threads at once: oneDNN's CPU primitives keep no state between executions),
+// bounded (past kMaxPlans it starts over).
+class ConvPlanCache {
+ public:
+  static constexpr size_t kMaxPlans = 4096;
+
+  static ConvPlanCache& Get() {
+    static ConvPlanCache* const cache = new ConvPlanCache();
+    return *cache;
+  }
+
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return plans_.size();
+  }
+
+  // The plan of `key`, made by `make` if there is none yet.
+  std::shared_ptr<const ConvPlan> Find(const std::string& key,
+                                       const std::function<ConvPlan()>& make) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = plans_.find(key);
+      if (it != plans_.end()) return it->second;
+    }
+    // Made outside the lock (it can take milliseconds); a racing thread's equal plan wins.
+    auto plan = std::make_shared<const ConvPlan>(make());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (plans_.size() >= kMaxPlans) plans_.clear();
+    return plans_.emplace(key, std::move(plan)).first->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const ConvPlan>> plans_;
+};
+
+// Runs `plan` over the caller's plain buffers, reordering the source in and the
+// destination out where the plan's layouts differ; `extra` adds run-time arguments.
+void ExecuteConvPlan(const ConvPlan& plan, const ConvGeometry& g, dt src_type,
+                     dt weight_type, dt dst_type, const ConvBuffers& b, dnnl::stream& stream,
+                     std::unordered_map<int, dnnl::memory> extra) {
+  dnnl::memory user_src = PlainMemory(g.src, src_type, b.src);
+  dnnl::memory user_dst = PlainMemory(g.dst, dst_type, b.dst);
+  dnnl::memory src = user_src, dst = user_dst;
+  if (plan.src_reorder) {
+    src = dnnl::memory(plan.pd.src_desc(), CpuEngine());
+    plan.src_reorder.execute(stream, user_src, src);
+  }
+  if (plan.dst_reorder) dst = dnnl::memory(plan.pd.dst_desc(), CpuEngine());
+  dnnl::memory weights =
+      ConvWeights(OneDnnWeightDims(g), weight_type, b, plan.pd.weights_desc(), stream);
+  std::unordered_map<int, dnnl::memory> args = std::move(extra);
+  args[DNNL_ARG_SRC] = src;
+  args[DNNL_ARG_WEIGHTS] = weights;
+  args[DNNL_ARG_DST] = dst;
+  if (b.bias) args[DNNL_ARG_BIAS] = PlainMemory({g.weights[0]}, dt::f32, b.bias);
+  plan.primitive.execute(stream, args);
+  if (plan.dst_reorder) plan.dst_reorder.execute(stream, dst, user_dst);
+}
+
 }  // namespace
 
 size_t CachedWeightCount() { return WeightCache::Get().count(); }
+
+size_t CachedConvPlanCount() { return ConvPlanCache::Get().size(); }
 
 const dnnl::engine& CpuEngine() {
   static const dnnl::engine* const engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -183,40 +367,25 @@ absl::Status Convolution(absl::string_view op, const ConvGeometry& g, dt src_typ
                          dt weight_type, dt dst_type, const ConvBuffers& b,
                          int32_t src_zero_point, const Int8Output* int8_output) {
   return Run(op, [&](dnnl::stream& stream) {
-    dnnl::memory::dims strides = Dims(g.stride), padding = Dims(g.padding), dilates;
-    for (int64_t d : g.dilation) dilates.push_back(d - 1);  // oneDNN counts the gaps
-    // Grouped weights are [G, O / G, C / G, *K]: the same bytes as PyTorch's [O, C / G, *K].
-    std::vector<int64_t> wdims = g.weights;
-    if (g.groups > 1) {
-      wdims[0] /= g.groups;
-      wdims.insert(wdims.begin(), g.groups);
-    }
-    const auto any = [](const std::vector<int64_t>& d, dt t) {
-      return dnnl::memory::desc(Dims(d), t, tag::any);
-    };
-    const dnnl::memory::desc bias_md =
-        b.bias ? PlainDesc({g.weights[0]}, dt::f32) : dnnl::memory::desc();
-    const dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        any(g.src, src_type), any(wdims, weight_type), bias_md, any(g.dst, dst_type), strides,
-        dilates, padding, padding);
-    dnnl::primitive_attr attr;
-    AddSourceZeroPoint(src_type, attr);
-    AddInt8Output(int8_output, g.weights[0], attr);
-    const dnnl::convolution_forward::primitive_desc pd(desc, attr, CpuEngine());
-
-    dnnl::memory src = ToLayout(PlainMemory(g.src, src_type, b.src), pd.src_desc(), stream);
-    dnnl::memory weights = ConvWeights(wdims, weight_type, b, pd.weights_desc(), stream);
-    dnnl::memory user_dst = PlainMemory(g.dst, dst_type, b.dst);
-    const bool dst_plain = pd.dst_desc() == user_dst.get_desc();
-    dnnl::memory dst = dst_plain ? user_dst : dnnl::memory(pd.dst_desc(), CpuEngine());
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
-    if (b.bias) args[DNNL_ARG_BIAS] = PlainMemory({g.weights[0]}, dt::f32, b.bias);
+    const bool is_float = src_type == dt::f32 && weight_type == dt::f32 &&
+                          dst_type == dt::f32 && int8_output == nullptr;
+    const bool has_bias = b.bias != nullptr;
+    const std::shared_ptr<const ConvPlan> plan = ConvPlanCache::Get().Find(
+        ConvPlanKey(g, src_type, weight_type, dst_type, has_bias, int8_output), [&] {
+          dnnl::primitive_attr attr;
+          AddSourceZeroPoint(src_type, attr);
+          AddInt8Output(int8_output, g.weights[0], attr);
+          // int8 keeps oneDNN's own layout choice (its kernels, hence its bytes, as before
+          // plans were cached); float prefers the channel-blocked layouts.
+          return MakeConvPlan(g, src_type, weight_type, dst_type, has_bias, attr,
+                              is_float ? FloatConvLayoutCandidates(g.src.size())
+                                       : std::vector<std::pair<tag, tag>>{{tag::any, tag::any}});
+        });
+    std::unordered_map<int, dnnl::memory> runtime_args;
     int32_t zero_points[2];
-    AddRuntimeArgs(src_type, src_zero_point, int8_output, zero_points, args);
-    dnnl::convolution_forward(pd).execute(stream, args);
-    if (!dst_plain) dnnl::reorder(dst, user_dst).execute(stream, dst, user_dst);
+    AddRuntimeArgs(src_type, src_zero_point, int8_output, zero_points, runtime_args);
+    ExecuteConvPlan(*plan, g, src_type, weight_type, dst_type, b, stream,
+                    std::move(runtime_args));
   });
 }
 

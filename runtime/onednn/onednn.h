@@ -13,6 +13,17 @@
 // primitive, and int8 output scales are in the descriptor's attributes, hence in the key,
 // so no call can pick up a stale primitive.
 //
+// Convolutions go further (ConvPlan in onednn.cc): the primitive, its layouts and the
+// reorders from / to the caller's NC[D]HW buffers are built once per key and kept, since
+// choosing an implementation is itself costly. The key holds everything above (geometry,
+// types, bias, and the int8 attributes: output scales by value, relu, whether a source
+// zero point is subtracted; and OpenMP's thread count of the calling thread, which a
+// primitive fixes at creation); zero point values stay run-time arguments. Float
+// activations use oneDNN's channel-blocked layout (nChw16c, else nChw8c; as PyTorch's
+// ideep does) when a jit kernel exists for it, not the channels-last layout oneDNN picks
+// by itself on AVX-512, whose reorders to and from NCHW are full transposes (as slow as a
+// depthwise convolution). int8 convolutions keep oneDNN's own layout choice.
+//
 // Weight reuse: a convolution's weights are reordered to the primitive's preferred
 // (blocked) layout once per (weight tensor buffer, layout), not on every call, when the
 // caller names the tensor they come from (ConvBuffers::weights_owner). A cache entry holds
@@ -87,6 +98,9 @@ inline constexpr size_t kMaxCachedWeightBytes = size_t{1} << 30;
 
 // How many reordered weights the cache holds now (for tests and benchmarks).
 size_t CachedWeightCount();
+
+// How many convolution plans are kept now (one per distinct key; for tests).
+size_t CachedConvPlanCount();
 
 struct ConvBuffers {
   const void* src = nullptr;

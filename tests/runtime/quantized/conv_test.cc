@@ -312,6 +312,32 @@ TEST(QuantizedConv2dTest, OnlyTheOutputZeroPointChangesBetweenCalls) {
   }
 }
 
+// The output scale is part of oneDNN 2.6's conv primitive (no run-time scales), so it is
+// part of the cached plan's key (runtime/onednn/onednn.h): calls that differ only in it
+// must each get their own. x_scale * w_scale / out_scale is a power of two here, so the
+// requantized value is exact: acc * multiplier + zero point, saturated.
+TEST(QuantizedConv2dTest, OnlyTheOutputScaleChangesBetweenCalls) {
+  const std::vector<int64_t> x_shape = {1, 3, 5, 5}, w_shape = {2, 3, 3, 3};
+  const auto x = Bytes<uint8_t>(75, 0, 20, 5);
+  const auto w = Bytes<int8_t>(54, -2, 2, 6);
+  const std::vector<int64_t> zero(2, 0);
+  Conv2dParams p;
+  p.padding = {1, 1};
+  const Tensor qx = QU8(x_shape, x, 0.5, 10);
+  const Tensor qw = QI8(w_shape, w, QuantParams::PerTensor(0.25, 0));
+  const std::vector<int64_t> acc = DirectAccumulators(x, 10, x_shape, w, zero, w_shape, p);
+  for (double out_scale : {0.125, 0.0625, 0.03125, 0.125}) {
+    auto y = QuantizedConv2d(qx, qw, nullptr, p, out_scale, 100, false);
+    ASSERT_TRUE(y.ok()) << y.status();
+    const int64_t multiplier = static_cast<int64_t>(0.125 / out_scale);
+    std::vector<int64_t> expected;
+    for (int64_t a : acc) {
+      expected.push_back(std::min<int64_t>(std::max<int64_t>(a * multiplier + 100, 0), 255));
+    }
+    EXPECT_EQ(Ints(*y), expected) << "output scale " << out_scale;
+  }
+}
+
 TEST(QuantizedConv2dTest, BadInputErrorsNameOpAndField) {
   const Tensor x = QU8({1, 2, 3, 3}, std::vector<uint8_t>(18, 10), 0.5, 10);
   const Tensor w = QI8({4, 2, 1, 1}, std::vector<int8_t>(8, 1), QuantParams::PerTensor(0.1, 0));
