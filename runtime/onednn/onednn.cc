@@ -56,7 +56,26 @@ struct ConvPlan {
   dnnl::convolution_forward primitive;
   dnnl::memory::desc src_plain, dst_plain;
   dnnl::reorder src_reorder, dst_reorder;  // empty when the layout is already plain
+  dnnl::memory::desc src_reorder_scratchpad, dst_reorder_scratchpad;
 };
+
+// Attributes of a cached plan's reorders: like its convolution, each execution brings its
+// own scratchpad (ExecuteWithScratchpad), so one reorder runs on several threads at once.
+dnnl::primitive_attr UserScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// Executes a primitive made with a user scratchpad, giving this execution its own.
+void ExecuteWithScratchpad(const dnnl::primitive& primitive,
+                           const dnnl::memory::desc& scratchpad, dnnl::stream& stream,
+                           std::unordered_map<int, dnnl::memory> args) {
+  if (scratchpad.get_size() > 0) {
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratchpad, CpuEngine());
+  }
+  primitive.execute(stream, args);
+}
 
 // The layouts tried for a float convolution's source and destination, best first.
 // Channel-blocked activations (what PyTorch's ideep asks for) where the ISA has a jit
@@ -249,12 +268,16 @@ ConvPlan MakeConvPlan(const ConvGeometry& g, dt src_type, dt weight_type, dt dst
     plan.src_plain = PlainDesc(g.src, src_type);
     plan.dst_plain = PlainDesc(g.dst, dst_type);
     if (pd.src_desc() != plan.src_plain) {
-      plan.src_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
-          CpuEngine(), plan.src_plain, CpuEngine(), pd.src_desc()));
+      const dnnl::reorder::primitive_desc reorder_pd(CpuEngine(), plan.src_plain, CpuEngine(),
+                                                     pd.src_desc(), UserScratchpad());
+      plan.src_reorder = dnnl::reorder(reorder_pd);
+      plan.src_reorder_scratchpad = reorder_pd.scratchpad_desc();
     }
     if (pd.dst_desc() != plan.dst_plain) {
-      plan.dst_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
-          CpuEngine(), pd.dst_desc(), CpuEngine(), plan.dst_plain));
+      const dnnl::reorder::primitive_desc reorder_pd(CpuEngine(), pd.dst_desc(), CpuEngine(),
+                                                     plan.dst_plain, UserScratchpad());
+      plan.dst_reorder = dnnl::reorder(reorder_pd);
+      plan.dst_reorder_scratchpad = reorder_pd.scratchpad_desc();
     }
     return plan;
   }
@@ -308,7 +331,8 @@ void ExecuteConvPlan(const ConvPlan& plan, const ConvGeometry& g, dt src_type,
   dnnl::memory src = user_src, dst = user_dst;
   if (plan.src_reorder) {
     src = dnnl::memory(plan.pd.src_desc(), CpuEngine());
-    plan.src_reorder.execute(stream, user_src, src);
+    ExecuteWithScratchpad(plan.src_reorder, plan.src_reorder_scratchpad, stream,
+                          {{DNNL_ARG_FROM, user_src}, {DNNL_ARG_TO, src}});
   }
   if (plan.dst_reorder) dst = dnnl::memory(plan.pd.dst_desc(), CpuEngine());
   dnnl::memory weights =
@@ -318,8 +342,11 @@ void ExecuteConvPlan(const ConvPlan& plan, const ConvGeometry& g, dt src_type,
   args[DNNL_ARG_WEIGHTS] = weights;
   args[DNNL_ARG_DST] = dst;
   if (b.bias) args[DNNL_ARG_BIAS] = PlainMemory({g.weights[0]}, dt::f32, b.bias);
-  plan.primitive.execute(stream, args);
-  if (plan.dst_reorder) plan.dst_reorder.execute(stream, dst, user_dst);
+  ExecuteWithScratchpad(plan.primitive, plan.pd.scratchpad_desc(), stream, std::move(args));
+  if (plan.dst_reorder) {
+    ExecuteWithScratchpad(plan.dst_reorder, plan.dst_reorder_scratchpad, stream,
+                          {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}});
+  }
 }
 
 }  // namespace
@@ -373,6 +400,9 @@ absl::Status Convolution(absl::string_view op, const ConvGeometry& g, dt src_typ
     const std::shared_ptr<const ConvPlan> plan = ConvPlanCache::Get().Find(
         ConvPlanKey(g, src_type, weight_type, dst_type, has_bias, int8_output), [&] {
           dnnl::primitive_attr attr;
+          // A cached primitive runs on several threads at once: each execution brings its
+          // own scratchpad (ExecuteConvPlan), where the library's would be shared.
+          attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
           AddSourceZeroPoint(src_type, attr);
           AddInt8Output(int8_output, g.weights[0], attr);
           // int8 keeps oneDNN's own layout choice (its kernels, hence its bytes, as before

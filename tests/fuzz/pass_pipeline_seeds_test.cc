@@ -2,7 +2,8 @@
 // would mostly explore the loader and the first pass. For every seed (file name
 // `config<byte 0>-<model>.pb`): the model loads, all five passes succeed, calibration runs
 // exactly on the models with an input shape, and the lowered graph holds the native
-// quantized ops PyTorch 1.13's convert_fx makes of that model with that backend.
+// quantized ops PyTorch 1.13's convert_fx makes of that model with that backend. An
+// already quantized model gets through fuse (nothing to fuse) and is refused by prepare.
 #include "tests/fuzz/pass_pipeline.h"
 
 #include <cstdint>
@@ -25,6 +26,7 @@ struct Seed {
   const char* file;
   bool calibrated;                       // every input has a meta "shape"
   std::vector<std::string> lowered_ops;  // module types and functions expected after lower
+  bool quantized = false;                // refused by prepare: not a float model
 };
 
 const std::vector<Seed>& Seeds() {
@@ -46,9 +48,9 @@ const std::vector<Seed>& Seeds() {
       // conv → relu.
       {"config0-conv_relu.pb", false, {"nniq.ConvReLU2d"}},
       {"config2-conv_relu.pb", false, {"nniq.ConvReLU2d"}},
-      // An already quantized model: nothing to do, every pass succeeds.
-      {"config0-quantized.pb", false, {}},
-      {"config2-quantized.pb", false, {}},
+      // An already quantized model: fuse finds nothing, prepare refuses it.
+      {"config0-quantized.pb", false, {}, true},
+      {"config2-quantized.pb", false, {}, true},
       // A graph without placeholders: every input (none) has a shape, so it is calibrated.
       {"config0-minimal.pb", true, {}},
       {"config2-minimal.pb", true, {}},
@@ -86,6 +88,15 @@ TEST(PassPipelineSeedsTest, EverySeedGetsThroughEveryPass) {
         static_cast<uint8_t>(bytes[0]), absl::string_view(bytes).substr(1));
     ASSERT_TRUE(result.load.ok()) << result.load;
     EXPECT_EQ(result.minmax_mapping, static_cast<uint8_t>(bytes[0]) >= 5);
+    if (seed.quantized) {
+      ASSERT_EQ(result.passes.size(), 2u);
+      EXPECT_TRUE(result.passes[0].status.ok()) << result.passes[0].status;
+      EXPECT_EQ(result.passes[1].pass, "prepare");
+      EXPECT_EQ(result.passes[1].status.code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_NE(result.passes[1].status.message().find("is already quantized"),
+                std::string::npos) << result.passes[1].status;
+      continue;
+    }
     ASSERT_EQ(result.passes.size(), kPasses.size());
     for (size_t i = 0; i < kPasses.size(); ++i) {
       EXPECT_EQ(result.passes[i].pass, kPasses[i]);
