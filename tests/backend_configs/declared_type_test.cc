@@ -344,7 +344,8 @@ TEST(DeclaredTypeTest, LoadChecksCompositionsOfNativeOps) {
               HasSubstr(prefix + "field 'native_step[1].op': unknown native op "
                                  "'quantized.frobnicate'; expected a registered nnq.* / nniq.* "
                                  "module type or one of quantized.add, quantized.add_relu"));
-  EXPECT_THAT(ErrorOf(with("input { step: 0 } input { arg: 1 }", "input { step: 1 } input { arg: 1 }")),
+  EXPECT_THAT(ErrorOf(with("input { step: 0 } input { arg: 1 }",
+                           "input { step: 1 } input { arg: 1 }")),
               HasSubstr(prefix + "field 'native_step[1].input[0].step': 1 is not an earlier step"));
   EXPECT_THAT(ErrorOf(with("quantized_arg: 1", "")),
               HasSubstr(prefix + "field 'native_step[0].qparams_of.arg': 1 is not one of the "
@@ -355,12 +356,14 @@ TEST(DeclaredTypeTest, LoadChecksCompositionsOfNativeOps) {
   EXPECT_THAT(ErrorOf(with("input { arg: 1 } }", "input { arg: 1 } qparams_of { arg: 0 } }")),
               HasSubstr(prefix + "field 'native_step[1].qparams_of': the last step's value is "
                                  "the output"));
-  EXPECT_THAT(ErrorOf(with("input { step: 0 } input { arg: 1 }", "input { arg: 0 } input { arg: 1 }")),
+  EXPECT_THAT(ErrorOf(with("input { step: 0 } input { arg: 1 }",
+                           "input { arg: 0 } input { arg: 1 }")),
               HasSubstr(prefix + "field 'native_step[0]': no later step reads its value"));
   EXPECT_THAT(ErrorOf(with("input { step: 0 } input { arg: 1 }", "input { step: 0 }")),
               HasSubstr(prefix + "field 'native_step[1].input': quantized.add_relu takes 2 "
                                  "inputs; 1 given"));
-  EXPECT_THAT(ErrorOf(with("op: \"quantized.add_relu\"", "op: \"quantized.add_relu\" from_child: 0")),
+  EXPECT_THAT(ErrorOf(with("op: \"quantized.add_relu\"",
+                           "op: \"quantized.add_relu\" from_child: 0")),
               HasSubstr(prefix + "field 'native_step[1].from_child': quantized.add_relu is a "
                                  "function; it takes no child's weights"));
   EXPECT_THAT(ErrorOf(with("from_child: 0 input { arg: 0 }", "from_child: 1 input { arg: 0 }")),
@@ -369,7 +372,8 @@ TEST(DeclaredTypeTest, LoadChecksCompositionsOfNativeOps) {
   EXPECT_THAT(ErrorOf(with("from_child: 0 input { arg: 0 }", "input { arg: 0 }")),
               HasSubstr(prefix + "field 'native_step[0].from_child': a native module is built "
                                  "from exactly one child's weights"));
-  EXPECT_THAT(ErrorOf(with("input { arg: 0 } qparams", "input { arg: 0 } input { arg: 1 } qparams")),
+  EXPECT_THAT(ErrorOf(with("input { arg: 0 } qparams",
+                           "input { arg: 0 } input { arg: 1 } qparams")),
               HasSubstr(prefix + "field 'native_step[0].input': nnq.Conv2d takes 1 to 1 inputs; "
                                  "2 given"));
   EXPECT_THAT(ErrorOf(with("from_child: 0 input { arg: 0 } ", "from_child: 0 ")),
