@@ -257,6 +257,135 @@ absl::StatusOr<ModuleSchema> ReadFusedModuleType(const config::FusedModuleTypeDe
   return schema;
 }
 
+// The quantized functions a composition step may name (what the built-in kNativeFunction
+// rules lower to), with how many quantized inputs each takes.
+struct NativeFunctionOp {
+  absl::string_view name;
+  absl::string_view target;
+  int num_inputs;
+};
+constexpr NativeFunctionOp kNativeFunctionOps[] = {
+    {"quantized.add", "torch.ops.quantized.add", 2},
+    {"quantized.add_relu", "torch.ops.quantized.add_relu", 2},
+    {"quantized.mul", "torch.ops.quantized.mul", 2},
+    {"quantized.mul_relu", "torch.ops.quantized.mul_relu", 2},
+};
+
+const NativeFunctionOp* FindNativeFunctionOp(absl::string_view op) {
+  for (const NativeFunctionOp& f : kNativeFunctionOps) {
+    if (f.name == op || f.target == op) return &f;
+  }
+  return nullptr;
+}
+
+// Checks a lowering rule of several native_steps (backend_config.proto, NativeStep):
+// each step a registered nnq.* / nniq.* module built from one child that has a reference
+// form, or a quantized function of kNativeFunctionOps; its inputs quantized args or
+// earlier steps; every step but the last used later and given `qparams_of` (the observed
+// value whose parameters its quantized result takes), the last without one.
+absl::Status CheckNativeComposition(const config::LoweringRuleDecl& decl,
+                                    const ModuleSchema& reference, int num_inputs,
+                                    const std::set<int>& quantized_args,
+                                    const ModuleSchemaRegistry& modules) {
+  const int num_steps = decl.native_step_size();
+  std::vector<bool> used(num_steps, false);
+  auto check_ref = [&](const config::ValueRef& ref, int s,
+                       const std::string& field) -> absl::Status {
+    switch (ref.source_case()) {
+      case config::ValueRef::kArg:
+        if (quantized_args.count(ref.arg()) == 0) {
+          return FieldError(field + ".arg",
+                            absl::StrCat(ref.arg(), " is not one of the quantized_arg (",
+                                         absl::StrJoin(quantized_args, ", "), ")"));
+        }
+        return absl::OkStatus();
+      case config::ValueRef::kStep:
+        if (ref.step() < 0 || ref.step() >= s) {
+          return FieldError(field + ".step", absl::StrCat(ref.step(), " is not an earlier step"));
+        }
+        used[ref.step()] = true;
+        return absl::OkStatus();
+      case config::ValueRef::SOURCE_NOT_SET:
+        break;
+    }
+    return FieldError(field, "names neither an arg nor a step");
+  };
+  for (int s = 0; s < num_steps; ++s) {
+    const config::NativeStep& step = decl.native_step(s);
+    const std::string prefix = absl::StrCat("native_step[", s, "]");
+    if (step.input_size() == 0) {
+      return FieldError(prefix + ".input", "a step of a composition lists its inputs");
+    }
+    for (int k = 0; k < step.input_size(); ++k) {
+      RETURN_IF_ERROR(check_ref(step.input(k), s, absl::StrCat(prefix, ".input[", k, "]")));
+    }
+    if (const NativeFunctionOp* f = FindNativeFunctionOp(step.op()); f != nullptr) {
+      if (step.from_child_size() > 0) {
+        return FieldError(prefix + ".from_child",
+                          absl::StrCat(f->name, " is a function; it takes no child's weights"));
+      }
+      if (step.input_size() != f->num_inputs) {
+        return FieldError(prefix + ".input", absl::StrCat(f->name, " takes ", f->num_inputs,
+                                                          " inputs; ", step.input_size(),
+                                                          " given"));
+      }
+    } else {
+      const std::string native = Qualified(step.op(), "nniq");
+      const bool native_namespace =
+          native.rfind("nnq.", 0) == 0 || native.rfind("nniq.", 0) == 0;
+      const ModuleSchema* schema = modules.Find(Symbol::Lookup(native));
+      if (!native_namespace || schema == nullptr) {
+        std::vector<absl::string_view> functions;
+        for (const NativeFunctionOp& fn : kNativeFunctionOps) functions.push_back(fn.name);
+        return FieldError(prefix + ".op",
+                          absl::StrCat("unknown native op '", step.op(),
+                                       "'; expected a registered nnq.* / nniq.* module type "
+                                       "or one of ", absl::StrJoin(functions, ", ")));
+      }
+      if (schema->min_inputs > step.input_size() ||
+          (schema->max_inputs != ModuleSchema::kAnyNumber &&
+           schema->max_inputs < step.input_size())) {
+        return FieldError(prefix + ".input",
+                          absl::StrCat(native, " takes ", schema->min_inputs, " to ",
+                                       schema->max_inputs, " inputs; ", step.input_size(),
+                                       " given"));
+      }
+      if (step.from_child_size() != 1) {
+        return FieldError(prefix + ".from_child",
+                          "a native module is built from exactly one child's weights");
+      }
+      const int c = step.from_child(0);
+      if (c < 0 || c >= static_cast<int>(reference.children.size()) ||
+          reference.children[c].size() < 2) {
+        return FieldError(prefix + ".from_child[0]",
+                          absl::StrCat(c, " is not a child of ", reference.type,
+                                       " with a reference form (a weighted module such as "
+                                       "nn.Conv2d)"));
+      }
+    }
+    const bool last = s + 1 == num_steps;
+    if (last && step.has_qparams_of()) {
+      return FieldError(prefix + ".qparams_of",
+                        "the last step's value is the output; its parameters are the output's");
+    }
+    if (!last) {
+      if (!step.has_qparams_of() ||
+          step.qparams_of().source_case() != config::ValueRef::kArg) {
+        return FieldError(prefix + ".qparams_of",
+                          "an intermediate value needs the observed arg whose quantization "
+                          "parameters it takes ({ arg: i })");
+      }
+      RETURN_IF_ERROR(check_ref(step.qparams_of(), s, prefix + ".qparams_of"));
+    }
+  }
+  for (int s = 0; s + 1 < num_steps; ++s) {
+    if (!used[s]) {
+      return FieldError(absl::StrCat("native_step[", s, "]"), "no later step reads its value");
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A lowering rule, checked against the types declared (`declared`, this file's, by name)
 // and registered.
 absl::StatusOr<DeclaredLoweringRule> ReadLoweringRule(
@@ -301,10 +430,18 @@ absl::StatusOr<DeclaredLoweringRule> ReadLoweringRule(
         "fuser: FOLD_BN_THEN_WRAP), so that the weight is observed and quantized after "
         "folding");
   }
-  if (decl.native_step_size() != 1) {
+  if (decl.native_step_size() == 0) {
+    return FieldError("native_step", "needs at least one native op");
+  }
+  if (decl.native_step_size() > 1) {
+    RETURN_IF_ERROR(CheckNativeComposition(decl, *reference, num_inputs, seen, modules));
+    // Well formed, but LowerToNative cannot yet replace one reference node by several
+    // native ones (see backend_config.proto, NativeStep): refused rather than left
+    // registered and silently never applied.
     return absl::UnimplementedError(absl::StrCat(
-        "field 'native_step': ", decl.native_step_size(),
-        " steps; exactly one native op is supported (a composition of native ops is not yet)"));
+        "field 'native_step': a composition of ", decl.native_step_size(),
+        " native ops is well formed but not lowered yet; declare one native op (e.g. "
+        "nniq.ConvAddReLU2d) for now"));
   }
   const config::NativeStep& step = decl.native_step(0);
   rule.native_module = Qualified(step.op(), "nniq");

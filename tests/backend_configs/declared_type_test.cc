@@ -313,6 +313,82 @@ TEST(DeclaredTypeTest, LoadRefusesBadLoweringRules) {
   EXPECT_EQ(ModuleSchemaRegistry::Global().Find(Symbol::Lookup("test.Lowered")), nullptr);
 }
 
+// A rule of several native_steps (nnq.Conv2d from child 0, then quantized.add_relu):
+// every malformed variant is refused naming rule and field; the well-formed one is
+// refused as Unimplemented (not lowered yet), and nothing of either is registered.
+TEST(DeclaredTypeTest, LoadChecksCompositionsOfNativeOps) {
+  const std::string type =
+      Declaring(absl::StrReplaceAll(kValidBody, {{"test.ConvAddRelu", "test.Composed"}}));
+  constexpr char kComposed[] = R"(name: "composed" reference_module: "test.Composed"
+      quantized_arg: 0 quantized_arg: 1
+      native_step { op: "nnq.Conv2d" from_child: 0 input { arg: 0 } qparams_of { arg: 1 } }
+      native_step { op: "quantized.add_relu" input { step: 0 } input { arg: 1 } })";
+  auto with = [&](absl::string_view from, absl::string_view to) {
+    const std::string body = absl::StrReplaceAll(kComposed, {{from, to}});
+    EXPECT_NE(body, kComposed) << "'" << from << "' is not in the rule";
+    return absl::StrCat(type, "lowering_rule {\n", body, "\n}\n");
+  };
+  const std::string prefix = "t.textproto: lowering_rule[0] 'composed': ";
+  // Well formed: checked, then refused as not lowered yet.
+  {
+    absl::StatusOr<BackendConfig> config =
+        ParseBackendConfigText(absl::StrCat(type, "lowering_rule {\n", kComposed, "\n}\n"),
+                               "t.textproto");
+    ASSERT_FALSE(config.ok());
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(config.status().message(),
+                HasSubstr(prefix + "field 'native_step': a composition of 2 native ops is "
+                                   "well formed but not lowered yet"));
+  }
+  EXPECT_THAT(ErrorOf(with("op: \"quantized.add_relu\"", "op: \"quantized.frobnicate\"")),
+              HasSubstr(prefix + "field 'native_step[1].op': unknown native op "
+                                 "'quantized.frobnicate'; expected a registered nnq.* / nniq.* "
+                                 "module type or one of quantized.add, quantized.add_relu"));
+  EXPECT_THAT(ErrorOf(with("input { step: 0 } input { arg: 1 }",
+                           "input { step: 1 } input { arg: 1 }")),
+              HasSubstr(prefix + "field 'native_step[1].input[0].step': 1 is not an earlier step"));
+  EXPECT_THAT(ErrorOf(with("quantized_arg: 1", "")),
+              HasSubstr(prefix + "field 'native_step[0].qparams_of.arg': 1 is not one of the "
+                                 "quantized_arg (0)"));
+  EXPECT_THAT(ErrorOf(with(" qparams_of { arg: 1 }", "")),
+              HasSubstr(prefix + "field 'native_step[0].qparams_of': an intermediate value "
+                                 "needs the observed arg"));
+  EXPECT_THAT(ErrorOf(with("input { arg: 1 } }", "input { arg: 1 } qparams_of { arg: 0 } }")),
+              HasSubstr(prefix + "field 'native_step[1].qparams_of': the last step's value is "
+                                 "the output"));
+  EXPECT_THAT(ErrorOf(with("input { step: 0 } input { arg: 1 }",
+                           "input { arg: 0 } input { arg: 1 }")),
+              HasSubstr(prefix + "field 'native_step[0]': no later step reads its value"));
+  EXPECT_THAT(ErrorOf(with("input { step: 0 } input { arg: 1 }", "input { step: 0 }")),
+              HasSubstr(prefix + "field 'native_step[1].input': quantized.add_relu takes 2 "
+                                 "inputs; 1 given"));
+  EXPECT_THAT(ErrorOf(with("op: \"quantized.add_relu\"",
+                           "op: \"quantized.add_relu\" from_child: 0")),
+              HasSubstr(prefix + "field 'native_step[1].from_child': quantized.add_relu is a "
+                                 "function; it takes no child's weights"));
+  EXPECT_THAT(ErrorOf(with("from_child: 0 input { arg: 0 }", "from_child: 1 input { arg: 0 }")),
+              HasSubstr(prefix + "field 'native_step[0].from_child[0]': 1 is not a child of "
+                                 "test.Composed with a reference form"));
+  EXPECT_THAT(ErrorOf(with("from_child: 0 input { arg: 0 }", "input { arg: 0 }")),
+              HasSubstr(prefix + "field 'native_step[0].from_child': a native module is built "
+                                 "from exactly one child's weights"));
+  EXPECT_THAT(ErrorOf(with("input { arg: 0 } qparams",
+                           "input { arg: 0 } input { arg: 1 } qparams")),
+              HasSubstr(prefix + "field 'native_step[0].input': nnq.Conv2d takes 1 to 1 inputs; "
+                                 "2 given"));
+  EXPECT_THAT(ErrorOf(with("from_child: 0 input { arg: 0 } ", "from_child: 0 ")),
+              HasSubstr(prefix + "field 'native_step[0].input': a step of a composition lists "
+                                 "its inputs"));
+  EXPECT_THAT(ErrorOf(with("input { step: 0 } input { arg: 1 }", "input { step: 0 } input { }")),
+              HasSubstr(prefix + "field 'native_step[1].input[1]': names neither an arg nor a "
+                                 "step"));
+  EXPECT_EQ(ModuleSchemaRegistry::Global().Find(Symbol::Lookup("test.Composed")), nullptr);
+  // A rule with no native_step at all.
+  EXPECT_THAT(ErrorOf(absl::StrCat(type, R"(lowering_rule { name: "composed"
+      reference_module: "test.Composed" quantized_arg: 0 })")),
+              HasSubstr(prefix + "field 'native_step': needs at least one native op"));
+}
+
 TEST(DeclaredTypeTest, SecondDifferentDeclarationIsAnErrorNamingBoth) {
   const std::string first = Declaring(absl::StrReplaceAll(kValidBody, {{"test.ConvAddRelu", "test.Twice"}}));
   ASSERT_TRUE(ParseBackendConfigText(first, "first.textproto").ok());
