@@ -17,6 +17,7 @@
 #include "runtime/quantized/linear.h"
 #include "runtime/quantized/normalization.h"
 #include "runtime/quantized/pooling.h"
+#include "runtime/quantized/prelu.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/quantize.h"
 #include "runtime/quantized/resample.h"
@@ -1075,6 +1076,12 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          const double slope = FloatAttrOr(m, "negative_slope", 0.01, status);
          RETURN_IF_ERROR(status);
          return quantized::QuantizedLeakyRelu(x, slope, out.scales[0], out.zero_points[0]);
+       })},
+      // nnq.PReLU: a quantized tensor `weight` (its slopes), attributes scale / zero_point.
+      {"nnq.PReLU", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+         ASSIGN_OR_RETURN(const Tensor* weight, m.GetTensor("weight"));
+         return quantized::QuantizedPrelu(x, *weight, out.scales[0], out.zero_points[0]);
        })},
       {"nnq.Sigmoid", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
          ASSIGN_OR_RETURN(QuantParams out,

@@ -27,6 +27,7 @@
 // Activations and normalization (runtime/quantized/activations.h, normalization.h,
 //   resample.h): modules nnq.Hardswish, nnq.ELU (attributes scale / zero_point [/ alpha]),
 //   nnq.LeakyReLU (scale / zero_point as attributes or 0-d buffers, negative_slope),
+//   nnq.PReLU (quantized weight, scale / zero_point; runtime/quantized/prelu.h),
 //   nnq.Sigmoid (output_scale / output_zero_point), nnq.Softmax (dim, scale, zero_point),
 //   nnq.LayerNorm (normalized_shape),
 //   nnq.GroupNorm (num_groups), nnq.InstanceNorm1d / 2d / 3d (weight, bias, eps, scale,
