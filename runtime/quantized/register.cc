@@ -15,6 +15,7 @@
 #include "runtime/quantized/conv.h"
 #include "runtime/quantized/elementwise.h"
 #include "runtime/quantized/linear.h"
+#include "runtime/quantized/matmul.h"
 #include "runtime/quantized/normalization.h"
 #include "runtime/quantized/pooling.h"
 #include "runtime/quantized/prelu.h"
@@ -1264,6 +1265,18 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
                                                               "input"));
          return x;
        })},
+      // quantized::matmul(qa, qb, output_scale, output_zero_point)
+      {"torch.ops.quantized.matmul",
+       [](const KernelContext&, absl::Span<const Value> args,
+          const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+         ArgReader r(args, kwargs);
+         RETURN_IF_ERROR(r.ExpectAtMostPositional(4));
+         ASSIGN_OR_RETURN(const Tensor* a, r.GetTensor(0, "qa"));
+         ASSIGN_OR_RETURN(const Tensor* b, r.GetTensor(1, "qb"));
+         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 2));
+         ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedMatMul(*a, *b, out.scale, out.zero_point));
+         return Value(std::move(y));
+       }},
       {"torch.ops.quantized.conv1d", FunctionalConvNdFn(1, false)},
       {"torch.ops.quantized.conv1d_relu", FunctionalConvNdFn(1, true)},
       {"torch.ops.quantized.conv3d", FunctionalConvNdFn(3, false)},

@@ -35,7 +35,9 @@
 //   nniq.BNReLU2d / 3d (weight, bias, running_mean, running_var; eps; scale /
 //   zero_point), nnq.Dropout (identity); functions torch.ops.quantized.hardswish /
 //   sigmoid (input, output_scale, output_zero_point), torch.ops.quantized.elu / leaky_relu /
-//   dropout (PyTorch 1.13's schemas; dropout returns its input), torch.ops.quantized.softmax (qx, dim,
+//   dropout (PyTorch 1.13's schemas; dropout returns its input), torch.ops.quantized.matmul
+//   (qa, qb, output_scale, output_zero_point; runtime/quantized/matmul.h),
+//   torch.ops.quantized.softmax (qx, dim,
 //   output_scale, output_zero_point), torch.ops.quantized.layer_norm /
 //   group_norm / instance_norm (as convert_fx writes them), torch.ops.quantized.batch_norm2d /
 //   3d [_relu] (qx, weight, bias, mean, var, eps, output_scale, output_zero_point).
