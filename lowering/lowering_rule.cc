@@ -19,6 +19,7 @@
 #include "graph/status_macros.h"
 #include "graph/tensor.h"
 #include "lowering/declared_lowering.h"
+#include "lowering/prelu_lowering.h"
 
 namespace fuselage {
 namespace {
@@ -679,6 +680,8 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
     r.kwargs_to_drop = drop;
     RETURN_IF_ERROR(registry.Register(std::move(r)));
   }
+  // STATIC_LOWER_MODULE_MAP's nn.PReLU -> nnq.PReLU (lowering/prelu_lowering.h).
+  RETURN_IF_ERROR(registry.Register(PReluLoweringRule()));
   // Last: the rules backend configs declared (lowering/declared_lowering.h).
   return RegisterDeclaredLoweringRules(registry);
 }

@@ -188,6 +188,7 @@ class LoweringRuleRegistry {
 //    nn.LayerNorm, nn.InstanceNorm1d/2d/3d, nn.Softmax -> their nnq forms
 //    (BuildNativeModuleWithOutputQParams), nn.Dropout -> nnq.Dropout (input parameters
 //    kept), nnqr.ConvTranspose1d/2d -> nnq.ConvTranspose1d/2d;
+//  - STATIC_LOWER_MODULE_MAP's nn.PReLU -> nnq.PReLU (lowering/prelu_lowering.h);
 //  - PyTorch's default functionals: F.hardswish, F.elu, F.leaky_relu, F.layer_norm,
 //    F.instance_norm, F.dropout -> torch.ops.quantized.<name> with output_scale /
 //    output_zero_point kwargs.

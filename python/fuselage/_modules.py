@@ -129,6 +129,11 @@ def _constructor_parameters(cls):
         return None
 
 
+# Constructor parameters a module keeps under another name: nnq.PReLU(output_scale,
+# output_zero_point, num_parameters) stores them as `scale` and `zero_point`.
+_STORED_AS = {"output_scale": "scale", "output_zero_point": "zero_point"}
+
+
 def _constructor_kwargs(cls, tensors, attributes, where):
     """Keyword arguments for cls.__init__ taken from the file. Observers do not get
     quant_min/quant_max unless they were customized: PyTorch derives them from dtype and
@@ -146,6 +151,9 @@ def _constructor_kwargs(cls, tensors, attributes, where):
             continue
         if p.name in attributes:
             kwargs[p.name] = _attribute_from_file(p.name, attributes[p.name])
+        elif _STORED_AS.get(p.name) in attributes:
+            stored = _STORED_AS[p.name]
+            kwargs[p.name] = _attribute_from_file(stored, attributes[stored])
         elif p.name in ("bias", "bias_") and "weight" in tensors:
             kwargs[p.name] = "bias" in tensors
         elif p.name == "weight_qparams":
@@ -182,6 +190,10 @@ def _assign_tensor(module, name, tensor, where):
         module._parameters[name] = nn.Parameter(tensor, requires_grad=tensor.is_floating_point())
     elif name in module._buffers:
         module._buffers[name] = tensor
+    elif isinstance(module.__dict__.get(name), torch.Tensor):
+        # A tensor the class keeps as a plain attribute (nnq.PReLU's quantized weight):
+        # it stays one, as in the module that was written.
+        setattr(module, name, tensor)
     else:
         module.register_buffer(name, tensor)
 

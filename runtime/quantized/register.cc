@@ -15,8 +15,10 @@
 #include "runtime/quantized/conv.h"
 #include "runtime/quantized/elementwise.h"
 #include "runtime/quantized/linear.h"
+#include "runtime/quantized/matmul.h"
 #include "runtime/quantized/normalization.h"
 #include "runtime/quantized/pooling.h"
+#include "runtime/quantized/prelu.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/quantize.h"
 #include "runtime/quantized/resample.h"
@@ -1076,6 +1078,12 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          RETURN_IF_ERROR(status);
          return quantized::QuantizedLeakyRelu(x, slope, out.scales[0], out.zero_points[0]);
        })},
+      // nnq.PReLU: a quantized tensor `weight` (its slopes), attributes scale / zero_point.
+      {"nnq.PReLU", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(QuantParams out, ModuleOutputQParams(m, "scale", "zero_point"));
+         ASSIGN_OR_RETURN(const Tensor* weight, m.GetTensor("weight"));
+         return quantized::QuantizedPrelu(x, *weight, out.scales[0], out.zero_points[0]);
+       })},
       {"nnq.Sigmoid", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
          ASSIGN_OR_RETURN(QuantParams out,
                           ModuleOutputQParams(m, "output_scale", "output_zero_point"));
@@ -1223,6 +1231,52 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 1));
          return quantized::QuantizedSigmoid(x, QuantParams::PerTensor(out.scale, out.zero_point));
        })},
+      // The default functionals as lowering writes them (F.elu / F.leaky_relu / F.dropout
+      // with output_scale / output_zero_point kwargs), with PyTorch 1.13's schemas:
+      // quantized::elu(self, output_scale, output_zero_point, alpha=1, scale=1,
+      // input_scale=1); only scale = input_scale = 1 (what lowering writes) is supported.
+      {"torch.ops.quantized.elu",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 1));
+         ASSIGN_OR_RETURN(double alpha, r.OptionalFloat(3, "alpha", 1.0));
+         for (auto [index, name] : {std::pair<size_t, const char*>{4, "scale"}, {5, "input_scale"}}) {
+           ASSIGN_OR_RETURN(double factor, r.OptionalFloat(index, name, 1.0));
+           if (factor != 1.0) {
+             return absl::UnimplementedError(absl::StrCat(
+                 "torch.ops.quantized.elu: ", name, " is ", factor, "; only 1 is supported"));
+           }
+         }
+         return quantized::QuantizedElu(x, out.scale, out.zero_point, alpha);
+       })},
+      // quantized::leaky_relu(qx, negative_slope, inplace, output_scale, output_zero_point);
+      // `inplace` changes nothing here (the result is a new tensor either way).
+      {"torch.ops.quantized.leaky_relu",
+       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(double slope, r.OptionalFloat(1, "negative_slope", 0.01));
+         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 3));
+         return quantized::QuantizedLeakyRelu(x, slope, out.scale, out.zero_point);
+       })},
+      // quantized::dropout(self, output_scale, output_zero_point, p=0.5, training=False):
+      // PyTorch 1.13 returns its input as it is (values and qparams), whatever the
+      // output qparams and `training`.
+      {"torch.ops.quantized.dropout",
+       UnaryFunction([](const ArgReader&, const Tensor& x) -> absl::StatusOr<Tensor> {
+         RETURN_IF_ERROR(quantized::ExpectPerTensorQuantized(x, "torch.ops.quantized.dropout",
+                                                              "input"));
+         return x;
+       })},
+      // quantized::matmul(qa, qb, output_scale, output_zero_point)
+      {"torch.ops.quantized.matmul",
+       [](const KernelContext&, absl::Span<const Value> args,
+          const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+         ArgReader r(args, kwargs);
+         RETURN_IF_ERROR(r.ExpectAtMostPositional(4));
+         ASSIGN_OR_RETURN(const Tensor* a, r.GetTensor(0, "qa"));
+         ASSIGN_OR_RETURN(const Tensor* b, r.GetTensor(1, "qb"));
+         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 2));
+         ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedMatMul(*a, *b, out.scale, out.zero_point));
+         return Value(std::move(y));
+       }},
       {"torch.ops.quantized.conv1d", FunctionalConvNdFn(1, false)},
       {"torch.ops.quantized.conv1d_relu", FunctionalConvNdFn(1, true)},
       {"torch.ops.quantized.conv3d", FunctionalConvNdFn(3, false)},

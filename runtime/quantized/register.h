@@ -27,13 +27,17 @@
 // Activations and normalization (runtime/quantized/activations.h, normalization.h,
 //   resample.h): modules nnq.Hardswish, nnq.ELU (attributes scale / zero_point [/ alpha]),
 //   nnq.LeakyReLU (scale / zero_point as attributes or 0-d buffers, negative_slope),
+//   nnq.PReLU (quantized weight, scale / zero_point; runtime/quantized/prelu.h),
 //   nnq.Sigmoid (output_scale / output_zero_point), nnq.Softmax (dim, scale, zero_point),
 //   nnq.LayerNorm (normalized_shape),
 //   nnq.GroupNorm (num_groups), nnq.InstanceNorm1d / 2d / 3d (weight, bias, eps, scale,
 //   zero_point), nnq.BatchNorm2d / 3d and
 //   nniq.BNReLU2d / 3d (weight, bias, running_mean, running_var; eps; scale /
 //   zero_point), nnq.Dropout (identity); functions torch.ops.quantized.hardswish /
-//   sigmoid (input, output_scale, output_zero_point), torch.ops.quantized.softmax (qx, dim,
+//   sigmoid (input, output_scale, output_zero_point), torch.ops.quantized.elu / leaky_relu /
+//   dropout (PyTorch 1.13's schemas; dropout returns its input), torch.ops.quantized.matmul
+//   (qa, qb, output_scale, output_zero_point; runtime/quantized/matmul.h),
+//   torch.ops.quantized.softmax (qx, dim,
 //   output_scale, output_zero_point), torch.ops.quantized.layer_norm /
 //   group_norm / instance_norm (as convert_fx writes them), torch.ops.quantized.batch_norm2d /
 //   3d [_relu] (qx, weight, bias, mean, var, eps, output_scale, output_zero_point).
