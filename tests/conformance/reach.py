@@ -21,8 +21,9 @@ window; segmentation 1x3x128x128). Per model, ASSERTED:
              tensor (found by running it) must, if fuselage's quantized graph has a node of
              the same name, compute on quantized tensors in fuselage too (a static dtype
              propagation over fuselage's graph). The table shows how many names matched.
-  sqnr       SQNR of fuselage's quantized output against the float output >= the better
-             of PyTorch's (its converted model on its qnnpack and onednn engines) - 0.5 dB.
+  sqnr       SQNR of fuselage's quantized output against the float output, the better
+             of fuselage's two engines (--engine=qnnpack / onednn), >= the better of
+             PyTorch's (its converted model on its qnnpack and onednn engines) - 0.5 dB.
              Where PyTorch's converted model fails on both engines, fuselage's figure
              stands alone and the table says so.
 
@@ -292,21 +293,24 @@ def reach(name, workdir):
     # fuselage's flow.
     run_tool([FUSELAGE, "quantize", model_path, "--backend=qnnpack",
               f"--calibration={','.join(calibration_paths)}", "-o", path("quantized.fsl")])
-    # On onednn's arithmetic, as before the model recorded its engine (qnnpack here): the
-    # bar is PyTorch's better engine, and onednn's rounding is the one fuselage's kernels
-    # share with PyTorch's onednn engine.
-    run_tool([FUSELAGE, "run", path("quantized.fsl"), f"--input={path('eval.npy')}",
-              f"--output={path('quantized_out.npy')}", "--engine=onednn"])
-    ours_q = np.load(path("quantized_out.npy"))
+    # On both engines' arithmetic, as PyTorch's converted model runs on both: the bar is
+    # PyTorch's better engine, met by fuselage's better one (each engine agrees with
+    # PyTorch's engine of the same name, conformance.py checks that per layer).
+    ours_sqnr = {}
+    for engine in ("qnnpack", "onednn"):
+        run_tool([FUSELAGE, "run", path("quantized.fsl"), f"--input={path('eval.npy')}",
+                  f"--output={path('quantized_out.npy')}", f"--engine={engine}"])
+        ours_sqnr[engine] = sqnr_db(expected, np.load(path("quantized_out.npy")))
     quantized_proto = load_proto(path("quantized.fsl"))
-    ours_sqnr = sqnr_db(expected, ours_q)
-    result.figures["fuselage sqnr"] = f"{ours_sqnr:.2f} dB"
+    result.figures["fuselage sqnr qnnpack / onednn"] = " / ".join(
+        f"{v:.2f} dB" for v in ours_sqnr.values())
     result.figures["pytorch sqnr qnnpack / onednn"] = " / ".join(
         f"{v:.2f} dB" if isinstance(v, float) else v for v in theirs_sqnr.values())
     numeric = [v for v in theirs_sqnr.values() if isinstance(v, float)]
     if numeric:
         bar = max(numeric) - SQNR_MARGIN_DB
-        result.check("sqnr", ours_sqnr >= bar, f"{ours_sqnr:.2f} dB < {bar:.2f} dB")
+        best = max(ours_sqnr.values())
+        result.check("sqnr", best >= bar, f"{best:.2f} dB < {bar:.2f} dB")
 
     # Ops PyTorch quantizes that fuselage leaves float.
     floats = fuselage_float_ops(quantized_proto)
@@ -325,7 +329,7 @@ def reach(name, workdir):
     return result
 
 
-COLUMNS = ("export", "float max rel", "fused", "fuselage sqnr",
+COLUMNS = ("export", "float max rel", "fused", "fuselage sqnr qnnpack / onednn",
            "pytorch sqnr qnnpack / onednn", "float ops", "quantize / dequantize")
 
 
