@@ -43,12 +43,7 @@ std::string Join(const std::vector<int64_t>& v) {
 // parameters. Per-dim parameters must have `spatial` entries (output_padding: or none).
 absl::Status CheckConvArgs(absl::string_view op, const Tensor& qx, const Tensor& qweight,
                            const QuantizedConvParams& p, size_t spatial) {
-  RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, op, "input"));
-  if (qx.dtype() != DType::kQUInt8 && qx.dtype() != DType::kQInt8) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": input has dtype ",
-                                                   DTypeName(qx.dtype()),
-                                                   "; expected torch.quint8 or torch.qint8"));
-  }
+  RETURN_IF_ERROR(ExpectPerTensorEightBit(qx, op, "input"));
   if (qx.dim() != static_cast<int64_t>(spatial) + 2) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": input has shape ", qx.ShapeString(),
                                                    "; expected ", spatial + 2,

@@ -21,12 +21,7 @@ absl::StatusOr<Tensor> QuantizedLinear(const Tensor& qx, const Tensor& qweight,
                                        int64_t output_zero_point, bool relu,
                                        QuantizedEngine engine) {
   const absl::string_view op = relu ? "quantized linear_relu" : "quantized linear";
-  RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, op, "input"));
-  if (qx.dtype() != DType::kQUInt8 && qx.dtype() != DType::kQInt8) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": input has dtype ",
-                                                   DTypeName(qx.dtype()),
-                                                   "; expected torch.quint8 or torch.qint8"));
-  }
+  RETURN_IF_ERROR(ExpectPerTensorEightBit(qx, op, "input"));
   if (qx.dim() < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": input is 0-d; expected shape [..., in_features]"));

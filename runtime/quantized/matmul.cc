@@ -12,22 +12,12 @@ namespace {
 
 constexpr absl::string_view kOp = "quantized matmul";
 
-absl::Status ExpectOperand(const Tensor& t, absl::string_view field) {
-  RETURN_IF_ERROR(ExpectPerTensorQuantized(t, kOp, field));
-  if (t.dtype() != DType::kQUInt8 && t.dtype() != DType::kQInt8) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", field, " has dtype ",
-                                                   DTypeName(t.dtype()),
-                                                   "; expected torch.quint8 or torch.qint8"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<Tensor> QuantizedMatMul(const Tensor& qa, const Tensor& qb, double output_scale,
                                        int64_t output_zero_point) {
-  RETURN_IF_ERROR(ExpectOperand(qa, "first operand"));
-  RETURN_IF_ERROR(ExpectOperand(qb, "second operand"));
+  RETURN_IF_ERROR(ExpectPerTensorEightBit(qa, kOp, "first operand"));
+  RETURN_IF_ERROR(ExpectPerTensorEightBit(qb, kOp, "second operand"));
   if (qa.dtype() != qb.dtype()) {
     return absl::InvalidArgumentError(absl::StrCat(
         kOp, ": second operand has dtype ", DTypeName(qb.dtype()),

@@ -13,22 +13,12 @@ namespace {
 
 constexpr absl::string_view kOp = "quantized prelu";
 
-absl::Status ExpectEightBit(const Tensor& t, absl::string_view field) {
-  RETURN_IF_ERROR(ExpectPerTensorQuantized(t, kOp, field));
-  if (t.dtype() != DType::kQUInt8 && t.dtype() != DType::kQInt8) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", field, " has dtype ",
-                                                   DTypeName(t.dtype()),
-                                                   "; expected torch.quint8 or torch.qint8"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<Tensor> QuantizedPrelu(const Tensor& qx, const Tensor& weight,
                                       double output_scale, int64_t output_zero_point) {
-  RETURN_IF_ERROR(ExpectEightBit(qx, "input"));
-  RETURN_IF_ERROR(ExpectEightBit(weight, "weight"));
+  RETURN_IF_ERROR(ExpectPerTensorEightBit(qx, kOp, "input"));
+  RETURN_IF_ERROR(ExpectPerTensorEightBit(weight, kOp, "weight"));
   if (weight.dtype() != qx.dtype()) {
     // ATen iterates input and weight as one scalar type (the output's).
     return absl::InvalidArgumentError(absl::StrCat(

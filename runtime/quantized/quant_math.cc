@@ -153,5 +153,16 @@ absl::Status ExpectPerTensorQuantized(const Tensor& tensor, absl::string_view op
   return absl::OkStatus();
 }
 
+absl::Status ExpectPerTensorEightBit(const Tensor& tensor, absl::string_view op,
+                                     absl::string_view field) {
+  RETURN_IF_ERROR(ExpectPerTensorQuantized(tensor, op, field));
+  if (tensor.dtype() != DType::kQUInt8 && tensor.dtype() != DType::kQInt8) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", field, " has dtype ",
+                                                   DTypeName(tensor.dtype()),
+                                                   "; expected torch.quint8 or torch.qint8"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace quantized
 }  // namespace fuselage

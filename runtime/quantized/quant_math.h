@@ -67,6 +67,9 @@ Tensor FromIntValues(DType dtype, std::vector<int64_t> shape, QuantParams qparam
 // `tensor` is a quantized tensor (qint8 / quint8 / qint32) with per-tensor parameters.
 absl::Status ExpectPerTensorQuantized(const Tensor& tensor, absl::string_view op,
                                       absl::string_view field);
+// ExpectPerTensorQuantized, and 8-bit (quint8 / qint8): an activation the kernels take.
+absl::Status ExpectPerTensorEightBit(const Tensor& tensor, absl::string_view op,
+                                     absl::string_view field);
 // `tensor` is quantized with a valid per-tensor or per-channel scheme (scales > 0, one
 // scale and zero point per channel of `axis`).
 absl::Status ExpectQuantized(const Tensor& tensor, absl::string_view op,
