@@ -25,7 +25,7 @@ namespace fuselage {
 absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes);
 
 // ReadFileBounded's reading, with the same errors, into storage the caller owns (LoadModel
-// reads a model into a buffer that is not zero-filled first and lands in huge pages).
+// reads a model into a buffer that is not zero-filled first, a mapping of its own when large).
 // `grow(capacity, length)` must return a buffer of at least `capacity` bytes whose first
 // `length` bytes are the ones read so far; it is called once for a regular file whose size
 // does not change while it is read. Returns how many bytes the file held.

@@ -186,7 +186,7 @@ class Shape : public InlineVector<int64_t, 6> {
 };
 
 namespace tensor_internal {
-struct Region;  // A huge-page region shared by medium buffers (tensor.cc).
+struct Region;  // A 2 MiB-aligned region shared by medium buffers (tensor.cc).
 }  // namespace tensor_internal
 
 // The bytes of a tensor: one heap block holding this header, then the data, aligned for
@@ -196,13 +196,12 @@ struct Region;  // A huge-page region shared by medium buffers (tensor.cc).
 // Some buffers keep their data outside the header's block (the header is then followed
 // by where the data is and who owns it):
 // - large ones (kHugePageBytes or more) are a memory mapping of their own, 2 MiB-aligned
-//   and advised for transparent huge pages, as PyTorch's CPU allocator does for large
-//   tensors; medium ones (kPooledMinBytes up to kHugePageBytes) are carved one after
-//   another out of shared regions advised the same way. A fresh process writing new
-//   weights (resnet50's int8 weights in `lower`, fused weights in `fuse`) then takes one
-//   page fault per 2 MiB instead of one per 4 KiB. A mapping goes back to the kernel when
-//   its buffer is freed and a region when its last buffer is, except for a bounded number of
-//   each kept for reuse (tensor.cc: MappingCache, RegionPool);
+//   (huge pages where the kernel's policy gives them; fuselage does not ask for them, as a
+//   fresh huge page proved dearer than small pages on a VM: tensor.cc); medium ones
+//   (kPooledMinBytes up to kHugePageBytes) are carved one after another out of shared
+//   regions. A mapping goes back to the kernel when its buffer is freed and a region when
+//   its last buffer is, except for a bounded number of each kept for reuse (tensor.cc:
+//   MappingCache, RegionPool), so a run repeated reuses pages already faulted in;
 // - adopted ones (Adopt) keep the std::string they were given, so a loader hands the
 //   bytes it parsed to the tensor without copying them;
 // - borrowed ones (Borrow) read bytes someone else owns (a numpy array handed to the
@@ -210,9 +209,9 @@ struct Region;  // A huge-page region shared by medium buffers (tensor.cc).
 //   write through a Tensor copies them first, as if they were shared.
 class TensorBuffer {
  public:
-  // Buffers of this many bytes or more get a huge-page mapping of their own.
+  // Buffers of this many bytes or more get a 2 MiB-aligned mapping of their own.
   static constexpr size_t kHugePageBytes = size_t{2} << 20;
-  // Buffers from this many bytes up to kHugePageBytes share huge-page regions (smaller
+  // Buffers from this many bytes up to kHugePageBytes share mapped regions (smaller
   // ones are one heap block with their header).
   static constexpr size_t kPooledMinBytes = size_t{64} << 10;
 
