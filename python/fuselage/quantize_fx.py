@@ -27,6 +27,12 @@ PyTorch 1.13:
   - keyword arguments are matched (`torch.add(x, y, alpha=2)` is not fused as x + y).
 Custom configs (fuse / prepare / convert_custom_config), equalization and QAT are not
 supported: passing one is a clear error.
+
+backend_config may also be the path of a fuselage backend config file
+(backend_configs/backend_config.proto, text form): what PyTorch's BackendConfig cannot say,
+such as a fused module type declared as data (fused_module_type; e.g.
+backend_configs/examples/conv_add_relu_new_type.textproto), whose modules then cross to
+torch as fuselage._declared classes.
 """
 
 from torch.ao.quantization import QConfigMapping
@@ -60,7 +66,24 @@ def _is_empty_custom_config(value):
     return callable(to_dict) and not any(to_dict().values())
 
 
+def _is_config_file(backend_config):
+    return isinstance(backend_config, str) or hasattr(backend_config, "__fspath__")
+
+
+def _config_file_text(path):
+    """The text of a fuselage backend config file, its fused_module_type declarations made
+    known to the PyTorch side (fuselage._declared) so the models crossing back to torch
+    can hold modules of those types."""
+    from fuselage import _declared
+
+    _declared.load(path)
+    with open(path, "r", encoding="utf-8") as f:
+        return f.read()
+
+
 def _backend_text(backend_config):
+    if _is_config_file(backend_config):
+        return _config_file_text(backend_config)
     if isinstance(backend_config, dict):
         from torch.ao.quantization.backend_config import BackendConfig
 
