@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 import torch
+import torch.ao.nn.quantized.reference as nnqr
 import torch.nn as nn
 from torch.ao.quantization import get_default_qconfig_mapping
 
@@ -85,8 +86,7 @@ def qnnpack():
     torch.backends.quantized.engine = "qnnpack"
 
 
-@pytest.mark.parametrize("stage, child_type", [("fused", nn.Conv2d),
-                                               ("reference", torch.ao.nn.quantized.reference.Conv2d)])
+@pytest.mark.parametrize("stage, child_type", [("fused", nn.Conv2d), ("reference", nnqr.Conv2d)])
 def test_declared_type_runs_its_composition_in_torch(stage, child_type, tmp_path):
     path = residual_model(stage, tmp_path)
     gm = fuselage.to_torch(str(path), config=CONFIG)
@@ -143,7 +143,8 @@ def test_without_the_config_to_torch_names_the_config_to_pass(tmp_path):
     with pytest.raises(ModelFileError) as e:
         fuselage.to_torch(str(other))
     message = str(e.value)
-    assert "module 'conv'" in message and "'user.NotDeclaredAnywhere' has no PyTorch class" in message
+    assert "module 'conv'" in message
+    assert "'user.NotDeclaredAnywhere' has no PyTorch class" in message
     assert "config='my_backend.textproto'" in message
 
 
@@ -160,7 +161,8 @@ def test_a_conflicting_declaration_is_refused(tmp_path):
                           .replace(TYPE, "user.Other"))
     with pytest.raises(ModelFileError) as e:
         _declared.load(str(unknown_op))
-    assert "fused_module_type 'user.Other'" in str(e.value) and "unknown op 'frobnicate'" in str(e.value)
+    assert "fused_module_type 'user.Other'" in str(e.value)
+    assert "unknown op 'frobnicate'" in str(e.value)
 
 
 class Residual(nn.Module):
