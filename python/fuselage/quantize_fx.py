@@ -81,6 +81,19 @@ def _config_file_text(path):
         return f.read()
 
 
+def _to_torch(core, m):
+    """core.to_torch, with each module of a declared type naming the config file that
+    declared it (the engine, given the config's text, records "config_text"), so a model
+    exported from the result says which config to load."""
+    from fuselage.nn import DeclaredModule
+
+    gm = core.to_torch(m, consume=True)
+    for module in gm.modules():
+        if isinstance(module, DeclaredModule) and module.declared_in == "config_text":
+            module.declared_in = type(module).source
+    return gm
+
+
 def _backend_text(backend_config):
     if _is_config_file(backend_config):
         return _config_file_text(backend_config)
@@ -116,7 +129,7 @@ def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     core = _core()
     m = core.from_torch(model)
     core.fuse(m, config_text=_backend_text(backend_config))
-    return core.to_torch(m, consume=True)
+    return _to_torch(core, m)
 
 
 def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -136,7 +149,7 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     m = core.from_torch(model)
     core.fuse(m, config_text=text)
     core.prepare(m, config_text=text, qconfig_mapping_text=mapping)
-    prepared = core.to_torch(m, consume=True)
+    prepared = _to_torch(core, m)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     return prepared
 
@@ -158,7 +171,7 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     core.convert(m)
     if lower:
         core.lower(m)
-    return core.to_torch(m, consume=True)
+    return _to_torch(core, m)
 
 
 def convert_fx(graph_module, convert_custom_config=None, _remove_qconfig=True,

@@ -186,6 +186,7 @@ def test_quantize_fx_with_the_config_file_gives_a_runnable_graph_module():
                           (torch.from_numpy(x),), backend_config=CONFIG)
     fused = [m for m in prepared.modules() if isinstance(m, fuselage.nn.DeclaredModule)]
     assert len(fused) == 1 and fused[0].type_name == TYPE
+    assert fused[0].declared_in == CONFIG  # the file a process must load, not "config_text"
     with torch.no_grad():
         # Observers pass values through: the prepared model computes the float one (the
         # batch norm folded into the conv: equal to rounding).
