@@ -145,6 +145,18 @@ def declared_class(type_name):
         return _classes.get(type_name)
 
 
+def new_instance(type_name, source):
+    """An empty module of the declared type `type_name` (unpickling; its state comes
+    after), its config `source` loaded first if no loaded config declares the type."""
+    cls = declared_class(type_name)
+    if cls is None:
+        load(source)
+        cls = declared_class(type_name)
+    if cls is None:
+        raise ModelFileError(f"{source}: declares no fused_module_type '{type_name}'")
+    return cls.__new__(cls)
+
+
 def declared_name(cls):
     """The type name of a declared type's torch class, or None."""
     name = getattr(cls, "type_name", None)

@@ -7,7 +7,9 @@ to the interpreter; export gives back the same module. Without the config, to_to
 the config to pass. fuselage.quantize_fx takes the config file as backend_config and its
 convert_fx returns a runnable GraphModule bit-equal to the interpreter."""
 
+import copy
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -118,6 +120,16 @@ def test_declared_type_exports_back_to_the_same_module(tmp_path):
     assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in before.items()}
     # The C++ side (declarations loaded by residual_model's fuse) runs it alike.
     assert np.array_equal(interpreter(again, x), interpreter(path, x))
+
+
+def test_a_model_with_a_declared_type_pickles_and_copies(tmp_path):
+    gm = fuselage.to_torch(str(residual_model("fused", tmp_path)), config=CONFIG)
+    x = torch.randn(1, 4, 8, 8)
+    for copied in (pickle.loads(pickle.dumps(gm)), copy.deepcopy(gm)):
+        assert type(copied.conv) is type(gm.conv)
+        assert copied.conv.declared_in == gm.conv.declared_in
+        with torch.no_grad():
+            assert torch.equal(copied(x), gm(x))
 
 
 def test_lowered_declared_type_is_bit_equal_to_the_interpreter(tmp_path):

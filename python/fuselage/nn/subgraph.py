@@ -157,6 +157,13 @@ class DeclaredModule(nn.Module):
         super().__init__()
         self.declared_in = type(self).source
 
+    def __reduce_ex__(self, protocol):
+        # The class is made at run time (fuselage._declared), so pickle cannot find it by
+        # name: it is found again by type name, from its config if not declared yet.
+        from fuselage import _declared
+
+        return (_declared.new_instance, (self.type_name, type(self).source), self.__dict__.copy())
+
     def forward(self, *inputs):
         if len(inputs) != self.num_inputs:
             raise ModuleError(f"{self.type_name}: takes {self.num_inputs} inputs; got "
