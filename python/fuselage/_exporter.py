@@ -27,7 +27,7 @@ import torch.fx
 from google.protobuf import text_format
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
-from fuselage import _modules, _names, _prepared, _registry
+from fuselage import _declared, _modules, _names, _prepared, _registry
 from fuselage._limits import LIMITS, MAX_FILE_BYTES
 from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import OUTPUT_KEYS_META, handoff_tensor, write_arg, write_tensor
@@ -354,7 +354,8 @@ class _Exporter:
         type_name = _names.module_type_name(type(child))
         caller = self.callers.get(path)
         if type_name is not None:
-            if type_name not in _registry.module_types():
+            if type_name not in _registry.module_types() and \
+                    _declared.declared_class(type_name) is None:
                 where = f"node '{caller}': call_module target '{path}'" if caller else \
                     f"module '{path}'"
                 raise ExportError(f"{where} is a {type_name}, which fuselage cannot represent "

@@ -14,7 +14,7 @@ import torch
 import torch.fx
 from google.protobuf import text_format
 
-from fuselage import _modules, _names
+from fuselage import _declared, _modules, _names
 from fuselage._limits import LIMITS, MAX_FILE_BYTES, NODE_NAME
 from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import (OUTPUT_KEYS_META, adopt_tensor, check_string, read_arg,
@@ -201,12 +201,21 @@ def _parse(path, data):
     return model
 
 
-def to_torch(path):
+def to_torch(path, config=None):
     """Rebuilds a runnable torch.fx.GraphModule from the fuselage model file `path` (the
     text form if it ends in .textproto or .pbtxt, as in the C++ loader). Raises
     ModelFileError, naming the path and the node or module and field, for a missing,
     unreadable, truncated or malformed file, one past the C++ loader's limits
-    (fuselage._limits), or one naming a module type or function PyTorch does not have."""
+    (fuselage._limits), or one naming a module type or function PyTorch does not have.
+
+    `config`: a backend config file (or a list of them) whose fused_module_type
+    declarations the model's modules use (a fused or reference model of a declared type;
+    the file names the config in their `declared_in` attribute but does not carry the
+    composition). Its types are declared process-wide first (fuselage._declared)."""
+    configs = [] if config is None else [config] if isinstance(config, (str, bytes)) or \
+        hasattr(config, "__fspath__") else list(config)
+    for c in configs:
+        _declared.load(c)
     path = model_path(path, ModelFileError)  # str, bytes or os.PathLike
     model = _parse(path, _read_bytes(path))
     try:

@@ -120,12 +120,17 @@ def _fuselage_classes():
 
     return {"nni.ConvAdd2d": fnn.ConvAdd2d, "nni.ConvAddReLU2d": fnn.ConvAddReLU2d,
             "nni.ConvAct2d": fnn.ConvAct2d,
-            "nniq.ConvAdd2d": fnnq.ConvAdd2d, "nniq.ConvAddReLU2d": fnnq.ConvAddReLU2d}
+            "nniq.ConvAdd2d": fnnq.ConvAdd2d, "nniq.ConvAddReLU2d": fnnq.ConvAddReLU2d,
+            "fuselage.FusedSubgraph": fnn.FusedSubgraph}
 
 
 def is_fuselage_module(module):
-    """Whether `module` is one of fuselage's own module classes (fuselage.nn)."""
-    return type(module) in _fuselage_class_set()
+    """Whether `module` is one of fuselage's own module classes (fuselage.nn), or of a type
+    a loaded backend config declares (fuselage._declared)."""
+    from fuselage import _declared
+
+    return type(module) in _fuselage_class_set() or \
+        _declared.declared_name(type(module)) is not None
 
 
 @functools.lru_cache(maxsize=None)
@@ -137,10 +142,14 @@ def module_type_name(cls):
     """fuselage's name of a module class, or None if it has none (a user's own class)."""
     if cls in _class_names:
         return _class_names[cls]
+    from fuselage import _declared
+
     name = None
     own = [n for n, c in _fuselage_classes().items() if c is cls]
     if own:
         name = own[0]
+    elif _declared.declared_name(cls) is not None:
+        name = _declared.declared_name(cls)
     elif cls is nn.Module:
         name = CONTAINER_TYPE
     elif cls in _STUBS:
@@ -166,6 +175,11 @@ def module_class(type_name):
     own = _fuselage_classes().get(type_name)
     if own is not None:
         return own
+    from fuselage import _declared
+
+    declared = _declared.declared_class(type_name)
+    if declared is not None:
+        return declared
     if type_name.startswith(_STUB_PREFIX):
         cls = getattr(tq, type_name[len(_STUB_PREFIX):], None)
         return cls if cls in _STUBS else None

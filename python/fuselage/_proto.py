@@ -26,6 +26,8 @@ _MODULE_NAME = "fuselage.proto.model_pb2"
 _HASH_PREFIX = "# fuselage-proto-sha256: "
 
 _loaded = None
+_config_loaded = None
+_CONFIG_MODULE_NAME = "fuselage.proto.backend_config_pb2"
 # As graph/serialization.cc's IsTextPath: these endings are the text form, anything else
 # binary (case-sensitive, as there).
 _TEXT_SUFFIXES = (".textproto", ".pbtxt")
@@ -96,23 +98,24 @@ def _generate(source: Path, digest: str, out_dir: Path) -> Path:
         body = generated.read_text(encoding="utf-8")
         staged = Path(tmp) / "staged.py"
         staged.write_text(f"{_HASH_PREFIX}{digest}\n{body}", encoding="utf-8")
-        target = out_dir / "model_pb2.py"
+        target = out_dir / (source.stem + "_pb2.py")
         os.replace(staged, target)
     return target
 
 
-def _locate_or_generate() -> Path:
-    source = _proto_source()
+def _locate_or_generate(source: Path) -> Path:
+    generated = source.stem + "_pb2.py"
     if not source.is_file():
         # An installed copy without the C++ sources: use whatever was generated before.
         for d in _cache_dirs():
-            if (d / "model_pb2.py").is_file():
-                return d / "model_pb2.py"
-        raise RuntimeError(f"fuselage: model schema not found at {source} (set FUSELAGE_PROTO)")
+            if (d / generated).is_file():
+                return d / generated
+        raise RuntimeError(f"fuselage: schema not found at {source} (set FUSELAGE_PROTO for "
+                           "the model file's)")
     digest = hashlib.sha256(source.read_bytes()).hexdigest()
     errors = []
     for d in _cache_dirs():
-        candidate = d / "model_pb2.py"
+        candidate = d / generated
         if _recorded_hash(candidate) == digest:
             return candidate
         try:
@@ -122,14 +125,29 @@ def _locate_or_generate() -> Path:
     raise RuntimeError("fuselage: cannot write the generated schema anywhere: " + "; ".join(errors))
 
 
+def _load(source: Path, module_name: str):
+    path = _locate_or_generate(source)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def model_pb2():
     """Returns the generated module (`Model`, `Node`, `Arg`, ... and the enums)."""
     global _loaded
     if _loaded is None:
-        path = _locate_or_generate()
-        spec = importlib.util.spec_from_file_location(_MODULE_NAME, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[_MODULE_NAME] = module
-        spec.loader.exec_module(module)
-        _loaded = module
+        _loaded = _load(_proto_source(), _MODULE_NAME)
     return _loaded
+
+
+def backend_config_pb2():
+    """The generated module of backend_configs/backend_config.proto (`BackendConfigFile`,
+    `FusedModuleTypeDecl`, ...): fuselage._declared reads fused_module_type declarations
+    with it. Generated and cached as model_pb2 is."""
+    global _config_loaded
+    if _config_loaded is None:
+        source = _PACKAGE_DIR.parent.parent / "backend_configs" / "backend_config.proto"
+        _config_loaded = _load(source, _CONFIG_MODULE_NAME)
+    return _config_loaded

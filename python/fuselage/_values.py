@@ -107,8 +107,10 @@ def attribute_value(value):
     if isinstance(value, (list, tuple)):
         converted = [attribute_value(v) for v in value]
         return converted if isinstance(value, list) else tuple(converted)
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if value is None or value is Ellipsis or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, slice):  # a FusedSubgraph step's constant (x[:, 1:])
+        return slice(*(attribute_value(v) for v in (value.start, value.stop, value.step)))
     if isinstance(value, torch.dtype) and _names.dtype_to_proto(value) is not None:
         return value
     raise TypeError(type(value).__name__)

@@ -27,6 +27,12 @@ PyTorch 1.13:
   - keyword arguments are matched (`torch.add(x, y, alpha=2)` is not fused as x + y).
 Custom configs (fuse / prepare / convert_custom_config), equalization and QAT are not
 supported: passing one is a clear error.
+
+backend_config may also be the path of a fuselage backend config file
+(backend_configs/backend_config.proto, text form): what PyTorch's BackendConfig cannot say,
+such as a fused module type declared as data (fused_module_type; e.g.
+backend_configs/examples/conv_add_relu_new_type.textproto), whose modules then cross to
+torch as fuselage._declared classes.
 """
 
 from torch.ao.quantization import QConfigMapping
@@ -60,7 +66,37 @@ def _is_empty_custom_config(value):
     return callable(to_dict) and not any(to_dict().values())
 
 
+def _is_config_file(backend_config):
+    return isinstance(backend_config, str) or hasattr(backend_config, "__fspath__")
+
+
+def _config_file_text(path):
+    """The text of a fuselage backend config file, its fused_module_type declarations made
+    known to the PyTorch side (fuselage._declared) so the models crossing back to torch
+    can hold modules of those types."""
+    from fuselage import _declared
+
+    _declared.load(path)
+    with open(path, "r", encoding="utf-8") as f:
+        return f.read()
+
+
+def _to_torch(core, m):
+    """core.to_torch, with each module of a declared type naming the config file that
+    declared it (the engine, given the config's text, records "config_text"), so a model
+    exported from the result says which config to load."""
+    from fuselage.nn import DeclaredModule
+
+    gm = core.to_torch(m, consume=True)
+    for module in gm.modules():
+        if isinstance(module, DeclaredModule) and module.declared_in == "config_text":
+            module.declared_in = type(module).source
+    return gm
+
+
 def _backend_text(backend_config):
+    if _is_config_file(backend_config):
+        return _config_file_text(backend_config)
     if isinstance(backend_config, dict):
         from torch.ao.quantization.backend_config import BackendConfig
 
@@ -93,7 +129,7 @@ def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     core = _core()
     m = core.from_torch(model)
     core.fuse(m, config_text=_backend_text(backend_config))
-    return core.to_torch(m, consume=True)
+    return _to_torch(core, m)
 
 
 def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -113,7 +149,7 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     m = core.from_torch(model)
     core.fuse(m, config_text=text)
     core.prepare(m, config_text=text, qconfig_mapping_text=mapping)
-    prepared = core.to_torch(m, consume=True)
+    prepared = _to_torch(core, m)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     return prepared
 
@@ -135,7 +171,7 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     core.convert(m)
     if lower:
         core.lower(m)
-    return core.to_torch(m, consume=True)
+    return _to_torch(core, m)
 
 
 def convert_fx(graph_module, convert_custom_config=None, _remove_qconfig=True,

@@ -13,6 +13,10 @@ batch norm is folded into the conv first (fuselage.fusers). The conv may also be
 reference form (nnqr.Conv2d), as in a reference quantized model.
 
 The quantized forms, which take two quantized tensors, are in fuselage.nn.quantized.
+
+fuselage.nn.FusedSubgraph (fuselage.nn.subgraph) replays the nodes a multi-output or
+FusedSubgraph pattern fused; DeclaredModule is the base of the classes of types a backend
+config declares (fused_module_type; fuselage.to_torch(path, config=...)).
 """
 
 import torch.ao.nn.intrinsic as nni
@@ -21,7 +25,8 @@ import torch.nn as nn
 
 from fuselage.errors import ModuleError
 
-__all__ = ["ConvAct2d", "ConvAdd2d", "ConvAddReLU2d", "quantized"]
+__all__ = ["ConvAct2d", "ConvAdd2d", "ConvAddReLU2d", "DeclaredModule", "FusedSubgraph",
+           "quantized"]
 
 # The activations nni.ConvAct2d may end with (graph/module_schema.cc).
 _CONV_ACT_ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.Hardswish)
@@ -79,3 +84,4 @@ class ConvAct2d(nni._FusedModule):
 
 
 from fuselage.nn import quantized  # noqa: E402  (after the float classes it refers to)
+from fuselage.nn.subgraph import DeclaredModule, FusedSubgraph  # noqa: E402
