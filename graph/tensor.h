@@ -384,6 +384,10 @@ class Tensor {
   // Detaches from other tensors sharing the buffer first (copies it), so writes through
   // the pointer are seen by this tensor only.
   void* mutable_raw_data();
+  // True if a write through mutable_raw_data() would copy the buffer first (another tensor
+  // shares it, or its bytes are borrowed). A writer that overwrites every element can then
+  // write into a fresh Uninitialized tensor instead and skip the copy.
+  bool shares_data() const { return buffer_ != nullptr && buffer_->shared(); }
 
   template <typename T>
   const T* data() const { return static_cast<const T*>(raw_data()); }

@@ -409,15 +409,41 @@ struct FoldInputs {
   }
 };
 
-// row[k] = row[k] * s for k < n: blocks of 8 with a fixed trip count, which -O2 turns into
-// SIMD multiplies (it does not vectorize the plain loop); each lane is the same float32
-// product.
-void ScaleRow(float* row, int64_t n, float s) {
+// to[k] = from[k] * s for k < n (`to` may be `from`): blocks of 8 with a fixed trip count,
+// which -O2 turns into SIMD multiplies (it does not vectorize the plain loop); each lane is
+// the same float32 product.
+void ScaleRow(const float* from, float* to, int64_t n, float s) {
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
-    for (int j = 0; j < 8; ++j) row[k + j] = row[k + j] * s;
+    for (int j = 0; j < 8; ++j) to[k + j] = from[k + j] * s;
   }
-  for (; k < n; ++k) row[k] = row[k] * s;
+  for (; k < n; ++k) to[k] = from[k] * s;
+}
+
+// A float32 weight about to be overwritten with its values scaled: where to read them and
+// where to write. In place when the tensor holds its data alone; else the tensor gets a
+// fresh uninitialized buffer and the old data is read through `old` (kept alive there), so
+// a weight shared with the user's model (resnet50: 94 MB) is written once instead of
+// copied and then scaled.
+struct ScaledWeight {
+  Tensor old;
+  const float* from = nullptr;
+  float* to = nullptr;
+};
+ScaledWeight ScaledWeightOf(Tensor* weight) {
+  ScaledWeight w;
+  if (weight->shares_data()) {
+    absl::StatusOr<Tensor> fresh =
+        Tensor::Uninitialized(weight->dtype(), weight->shape(), weight->qparams());
+    if (fresh.ok()) {  // it cannot fail for the shape of an existing tensor
+      w.old = std::move(*weight);
+      *weight = *std::move(fresh);
+      w.from = w.old.data<float>();
+    }
+  }
+  w.to = weight->mutable_data<float>();
+  if (w.from == nullptr) w.from = w.to;
+  return w;
 }
 
 // PyTorch's fuse_conv_bn_eval / fuse_linear_bn_eval on module data, checked here. If
@@ -631,12 +657,13 @@ void ApplyMovedFold(const PendingFusion::MovedFold& fold) {
     replacement.resize(n);
     new_bias = replacement.data();
   }
-  float* w = weight->mutable_data<float>();
+  const ScaledWeight w = ScaledWeightOf(weight);
   for (int64_t c = 0; c < n; ++c) {
     float scale;
     inputs.Channel(c, &scale, &new_bias[c]);
     for (int64_t o = 0; o < fold.outer; ++o) {
-      ScaleRow(w + (o * n + c) * fold.per_channel, fold.per_channel, scale);
+      const int64_t offset = (o * n + c) * fold.per_channel;
+      ScaleRow(w.from + offset, w.to + offset, fold.per_channel, scale);
     }
   }
   if (!in_place) SetFoldedBias(module, replacement);
@@ -662,12 +689,13 @@ void ClearPending(PendingFusion* pending) {
 void PendingWeightScale::Apply() {
   if (module == nullptr) return;
   Tensor* weight = module->FindMutableTensor("weight");
-  // Copy-on-write: detaches (one memcpy) only if another tensor still shares the data.
-  float* w = weight->mutable_data<float>();
+  // In place unless another tensor still shares the data (then into a fresh buffer).
+  const ScaledWeight w = ScaledWeightOf(weight);
   const int64_t channels = static_cast<int64_t>(scale.size());
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t c = 0; c < channels; ++c) {
-      ScaleRow(w + (o * channels + c) * per_channel, per_channel, scale[c]);
+      const int64_t offset = (o * channels + c) * per_channel;
+      ScaleRow(w.from + offset, w.to + offset, per_channel, scale[c]);
     }
   }
   module = nullptr;

@@ -96,7 +96,8 @@ enum class FuserKind {
 // original module; the pass scales it once it has removed the modules it replaced. By then
 // nothing else holds the data, and Tensor's copy-on-write scales it in place instead of
 // copying it: for resnet50 that is 100 MB less to allocate, fill and copy. Data still
-// shared (a weight tied to another module, a get_attr reading it) is copied first, so no
+// shared (a weight tied to another module, a get_attr reading it, a tensor borrowed from
+// the user's torch model) is read and the scaled values written to a fresh buffer, so no
 // other module sees the change.
 struct PendingWeightScale {
   Module* module = nullptr;  // the folded conv / linear; nullptr: nothing pending
