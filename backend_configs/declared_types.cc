@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "graph/module.h"
+#include "graph/module_schema.h"
 #include "graph/status_macros.h"
 #include "graph/symbol.h"
 
@@ -21,10 +22,6 @@ namespace {
 
 // The most forward() inputs a declared type may take; real fused ops take one to three.
 constexpr int kMaxDeclaredInputs = 16;
-
-// Namespaces whose types fuselage or PyTorch define: a declared type must not look like one.
-constexpr const char* kBuiltinNamespaces[] = {"nn", "nni", "nnq", "nniq", "nnqr", "torch",
-                                              "operator", "builtins", "math", "F"};
 
 // The float functions a step may call by short name, with their arity. Each maps to a
 // call_function target the float kernels register (runtime/float_kernels.h).
@@ -83,13 +80,11 @@ absl::Status CheckTypeNameFormat(const std::string& name) {
   if (dot == std::string::npos || dot == 0 || dot + 1 == name.size()) {
     return FieldError("name", "must be \"namespace.Type\" (e.g. \"user.ConvBnAddReLU2d\")");
   }
-  const std::string space = name.substr(0, dot);
-  for (const char* builtin : kBuiltinNamespaces) {
-    if (space == builtin) {
-      return FieldError("name", absl::StrCat("namespace '", space,
-                                             "' is a built-in one; use your own (e.g. "
-                                             "\"user.\")"));
-    }
+  // A declared type must not look like one fuselage or PyTorch defines.
+  if (InBuiltinNamespace(name)) {
+    return FieldError("name", absl::StrCat("namespace '", name.substr(0, dot),
+                                           "' is a built-in one; use your own (e.g. "
+                                           "\"user.\")"));
   }
   return absl::OkStatus();
 }

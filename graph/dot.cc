@@ -27,11 +27,6 @@ std::string MarkAttributes(NodeMarks marks) {
   return attributes;
 }
 
-bool IsQuantizedModuleType(absl::string_view type) {
-  return absl::StartsWith(type, "nnq.") || absl::StartsWith(type, "nniq.") ||
-         absl::StartsWith(type, "nnqr.");
-}
-
 // The legend: one box per mark, chained invisibly so Graphviz stacks them.
 constexpr absl::string_view kLegend =
     "  subgraph cluster_legend {\n"

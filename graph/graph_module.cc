@@ -124,12 +124,7 @@ std::string DeclaredTypeHint(const Module& module) {
                         config->as_string(), "; the model file does not carry it)");
   }
   const absl::string_view name = module.type().name();
-  const size_t dot = name.find('.');
-  if (dot == absl::string_view::npos) return "";
-  const absl::string_view space = name.substr(0, dot);
-  for (absl::string_view builtin : {"nn", "nni", "nnq", "nniq", "nnqr", "torch"}) {
-    if (space == builtin) return "";
-  }
+  if (name.find('.') == absl::string_view::npos || InBuiltinNamespace(name)) return "";
   return absl::StrCat(
       " (a type in no built-in namespace is declared by a backend config's "
       "fused_module_type: load the config that declares '", name,

@@ -496,4 +496,28 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The namespace of a dotted type name ("nn.Conv2d" -> "nn"); "" if it has no dot.
+absl::string_view NamespaceOf(absl::string_view type_name) {
+  const size_t dot = type_name.find('.');
+  return dot == absl::string_view::npos ? absl::string_view() : type_name.substr(0, dot);
+}
+
+}  // namespace
+
+bool InBuiltinNamespace(absl::string_view type_name) {
+  const absl::string_view space = NamespaceOf(type_name);
+  for (absl::string_view builtin : {"nn", "nni", "nnq", "nniq", "nnqr", "torch", "operator",
+                                    "builtins", "math", "F"}) {
+    if (space == builtin) return true;
+  }
+  return false;
+}
+
+bool IsQuantizedModuleType(absl::string_view type_name) {
+  const absl::string_view space = NamespaceOf(type_name);
+  return space == "nnq" || space == "nniq" || space == "nnqr";
+}
+
 }  // namespace fuselage

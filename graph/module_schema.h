@@ -117,6 +117,18 @@ class ModuleSchemaRegistry {
 // including ConvAdd2d / ConvAddReLU2d), quantized, reference and observer modules.
 absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry);
 
+// True if `type_name`'s namespace (its text before the first '.') is one fuselage or
+// PyTorch defines: the module namespaces nn, nni, nnq, nniq, nnqr, torch, or the function
+// namespaces operator, builtins, math, F. The one list of them: a backend config may not
+// declare a type there (backend_configs/declared_types.h), and an unknown type there is
+// not one a config could have declared.
+//   InBuiltinNamespace("nn.Conv2d") == true; InBuiltinNamespace("user.ConvAdd2d") == false
+bool InBuiltinNamespace(absl::string_view type_name);
+
+// True for a quantized module type: nnq (native quantized), nniq (native quantized fused)
+// or nnqr (reference quantized), e.g. "nnq.Conv2d"; false for float ones ("nn.Conv2d").
+bool IsQuantizedModuleType(absl::string_view type_name);
+
 }  // namespace fuselage
 
 #endif  // FUSELAGE_GRAPH_MODULE_SCHEMA_H_

@@ -1,11 +1,14 @@
 #include "pipeline/progress.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "graph/dtype.h"
+#include "lowering/lowering_rule.h"
 
 namespace fuselage {
 namespace {
@@ -52,6 +55,21 @@ std::string JsonArray(const std::vector<T>& items, ToJson to_json) {
                       "]");
 }
 
+// The shortest text that reads back as the same double (0.1 -> "0.1"); JSON has no
+// NaN or infinity, a scale never is one.
+std::string JsonDouble(double value) {
+  char buffer[32];
+  const std::to_chars_result written = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, written.ptr);
+}
+
+// {"scale": 0.1, "zero_point": 3, "dtype": "torch.quint8"}.
+std::string QParamsJson(const OutputQParams& q) {
+  return JsonObject({{"scale", JsonDouble(q.scale)},
+                     {"zero_point", absl::StrCat(q.zero_point)},
+                     {"dtype", JsonString(DTypeName(q.dtype))}});
+}
+
 // The counts of one stage's report, as JSON fields.
 std::vector<std::pair<std::string, std::string>> StageFields(const QuantizeFlowReport& report,
                                                              absl::string_view stage) {
@@ -88,6 +106,15 @@ std::vector<std::pair<std::string, std::string>> StageFields(const QuantizeFlowR
                                   {"target", JsonString(u.target)},
                                   {"reason", JsonString(u.reason)}});
              })},
+            {"quantizes_dropped_after_pass_through",
+             JsonArray(l.quantizes_dropped_after_pass_through,
+                       [](const LoweringReport::DroppedQuantize& d) {
+                         return JsonObject({{"node", JsonString(d.node)},
+                                            {"target", JsonString(d.target)},
+                                            {"kept", QParamsJson(d.kept)},
+                                            {"dropped", QParamsJson(d.dropped)}});
+                       })},
+            {"shape_reads_of_dequantize_moved", absl::StrCat(l.shape_reads_of_dequantize_moved)},
             {"dequantize_quantize_pairs_removed",
              absl::StrCat(l.dequantize_quantize_pairs_removed)},
             {"dead_nodes_removed", absl::StrCat(l.dead_nodes_removed)}};

@@ -14,17 +14,13 @@
 #include "runtime/builtin_kernels.h"
 
 namespace fuselage {
-namespace {
 
-// A graph a pass left failing Verify is a fuselage bug, not bad input.
-absl::Status VerifyAfter(absl::string_view stage, const GraphModule& gm) {
+absl::Status VerifyAfterStage(absl::string_view stage, const GraphModule& gm) {
   absl::Status verified = gm.Verify();
   if (verified.ok()) return verified;
   return absl::InternalError(absl::StrCat("the graph after '", stage,
                                           "' fails Verify (a fuselage bug): ", verified.message()));
 }
-
-}  // namespace
 
 absl::StatusOr<BackendConfig> ResolveBackendConfig(
     absl::string_view backend, const std::optional<absl::string_view>& config_text,
@@ -65,18 +61,25 @@ absl::StatusOr<std::string> DefaultMappingBackend(
       "no backend: name a built-in backend (its default qconfig mapping is used)");
 }
 
-std::string FuseReport::ToString() const {
+std::string FuseReport::Summary() const {
   std::vector<std::string> parts;
   for (const auto& [name, count] : per_pattern) parts.push_back(absl::StrCat(name, ": ", count));
   std::string out = absl::StrCat("fused ", fused, fused == 1 ? " match" : " matches");
   if (!parts.empty()) absl::StrAppend(&out, " (", absl::StrJoin(parts, ", "), ")");
   absl::StrAppend(&out, " with backend ", backend, ": ", nodes_before, " -> ", nodes_after,
                   " nodes");
+  return out;
+}
+
+std::string FuseReport::OverlapLines() const {
+  std::string out;
   for (const MatchOverlap& overlap : overlaps) {
     absl::StrAppend(&out, "\n  overlap: ", overlap.ToString());
   }
   return out;
 }
+
+std::string FuseReport::ToString() const { return absl::StrCat(Summary(), OverlapLines()); }
 
 std::vector<std::pair<std::string, int>> MatchesPerPattern(
     const PatternMatcher& matcher, const std::vector<PatternMatch>& matches) {
@@ -91,18 +94,27 @@ std::vector<std::pair<std::string, int>> MatchesPerPattern(
 
 absl::StatusOr<FuseReport> FuseModel(GraphModule& gm, const BackendConfig& config,
                                      const FuseOptions& options) {
-  FuseReport report;
-  report.backend = config.name();
   ASSIGN_OR_RETURN(PatternMatcher matcher, BuildFusionMatcher(config));
   // FusePatterns fuses exactly what one read-only scan finds: the same scan, first,
   // gives the count per pattern.
-  report.per_pattern = MatchesPerPattern(matcher, matcher.FindMatches(gm));
+  ASSIGN_OR_RETURN(FuseReport report,
+                   FuseScannedModel(gm, config, matcher, matcher.FindMatches(gm), options));
+  RETURN_IF_ERROR(VerifyAfterStage("fuse", gm));
+  return report;
+}
+
+absl::StatusOr<FuseReport> FuseScannedModel(GraphModule& gm, const BackendConfig& config,
+                                            const PatternMatcher& matcher,
+                                            const std::vector<PatternMatch>& matches,
+                                            const FuseOptions& options) {
+  FuseReport report;
+  report.backend = config.name();
+  report.per_pattern = MatchesPerPattern(matcher, matches);
   report.nodes_before = gm.graph().size();
   ASSIGN_OR_RETURN(FuseOutcome outcome, FusePatternsWithOptions(gm, matcher, options));
   report.fused = outcome.fused;
   report.overlaps = std::move(outcome.overlaps);
   RecordDeclaringConfigs(gm);  // a saved model names the config of its declared types
-  RETURN_IF_ERROR(VerifyAfter("fuse", gm));
   report.nodes_after = gm.graph().size();
   return report;
 }
@@ -121,33 +133,52 @@ absl::StatusOr<ExplainResult> ExplainModel(const GraphModule& gm, const BackendC
   return result;
 }
 
+absl::StatusOr<PreparedModel> PrepareInMemory(GraphModule& gm, const QConfigMapping& mapping,
+                                              const BackendConfig& config,
+                                              std::optional<QuantizedEngine> engine) {
+  ASSIGN_OR_RETURN(PreparedModel prepared, Prepare(gm, mapping, config));
+  if (engine.has_value()) RecordEngine(*engine, gm);  // Prepare recorded the config's
+  return prepared;
+}
+
 absl::StatusOr<PrepareReport> PrepareModel(GraphModule& gm, const QConfigMapping& mapping,
                                            const BackendConfig& config,
                                            std::optional<QuantizedEngine> engine) {
-  ASSIGN_OR_RETURN(PreparedModel prepared, Prepare(gm, mapping, config));
+  ASSIGN_OR_RETURN(PreparedModel prepared, PrepareInMemory(gm, mapping, config, engine));
   RETURN_IF_ERROR(StorePreparedModel(prepared, gm));
-  if (engine.has_value()) RecordEngine(*engine, gm);  // Prepare recorded the config's
-  RETURN_IF_ERROR(VerifyAfter("prepare", gm));
+  RETURN_IF_ERROR(VerifyAfterStage("prepare", gm));
   return prepared.report;
+}
+
+absl::StatusOr<CalibrationReport> CalibrateInMemory(GraphModule& gm, PreparedModel& prepared,
+                                                    const CalibrationSamples& samples,
+                                                    int threads,
+                                                    std::optional<QuantizedEngine> engine,
+                                                    const CalibrationProgress& on_sample) {
+  ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
+  RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
+  ASSIGN_OR_RETURN(CalibrationReport report,
+                   Calibrate(gm, prepared, samples, *kernels, threads, on_sample));
+  // Calibration itself runs float; the record is for the runs of the converted model.
+  if (engine.has_value()) RecordEngine(*engine, gm);
+  return report;
 }
 
 absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm, const CalibrationSamples& samples,
                                                  int threads,
                                                  std::optional<QuantizedEngine> engine) {
   ASSIGN_OR_RETURN(PreparedModel prepared, PreparedModelFromGraph(gm));
-  ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
-  RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
-  ASSIGN_OR_RETURN(CalibrationReport report, Calibrate(gm, prepared, samples, *kernels, threads));
+  ASSIGN_OR_RETURN(CalibrationReport report,
+                   CalibrateInMemory(gm, prepared, samples, threads, engine));
   RETURN_IF_ERROR(StorePreparedModel(prepared, gm));
-  if (engine.has_value()) RecordEngine(*engine, gm);
-  RETURN_IF_ERROR(VerifyAfter("calibrate", gm));
+  RETURN_IF_ERROR(VerifyAfterStage("calibrate", gm));
   return report;
 }
 
 absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm) {
   ASSIGN_OR_RETURN(PreparedModel prepared, PreparedModelFromGraph(gm));
   ASSIGN_OR_RETURN(ConvertReport report, ConvertToReference(gm, prepared));
-  RETURN_IF_ERROR(VerifyAfter("convert", gm));
+  RETURN_IF_ERROR(VerifyAfterStage("convert", gm));
   return report;
 }
 
@@ -155,7 +186,7 @@ absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm) {
   LoweringRuleRegistry rules;
   RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));
   ASSIGN_OR_RETURN(LoweringReport report, LowerToNative(gm, rules));
-  RETURN_IF_ERROR(VerifyAfter("lower", gm));
+  RETURN_IF_ERROR(VerifyAfterStage("lower", gm));
   return report;
 }
 

@@ -33,6 +33,7 @@
 #include "quantize/calibrate.h"
 #include "quantize/convert.h"
 #include "quantize/prepare.h"
+#include "quantize/prepared_model.h"
 #include "quantize/qconfig.h"
 #include "runtime/quantized_engine.h"
 
@@ -70,8 +71,12 @@ struct FuseReport {
   // Filled only with FuseOptions::report_overlaps (FindMatchOverlaps, patterns/fuse.h).
   std::vector<MatchOverlap> overlaps;
   // "fused 2 matches (conv_bn_relu: 1, conv_bn_add_relu: 1) with backend qnnpack: 14 -> 9
-  // nodes", the line `fuselage fuse` prints before "; wrote OUT". With overlaps, one more
-  // line each: "\n  overlap: conv_bn_relu at relu took bn, relu from bn_relu at relu".
+  // nodes", the line `fuselage fuse` prints before "; wrote OUT".
+  std::string Summary() const;
+  // One line per overlap, each after a newline: "\n  overlap: conv_bn_relu at relu took
+  // bn, relu from bn_relu at relu"; "" without overlaps.
+  std::string OverlapLines() const;
+  // Summary() followed by OverlapLines().
   std::string ToString() const;
 };
 
@@ -84,6 +89,17 @@ std::vector<std::pair<std::string, int>> MatchesPerPattern(
 // `options.report_overlaps` also fills FuseReport::overlaps (one more scan per pattern).
 absl::StatusOr<FuseReport> FuseModel(GraphModule& gm, const BackendConfig& config,
                                      const FuseOptions& options = {});
+
+// FuseModel after its first two steps, for a front door that takes them itself to time or
+// profile them (`fuselage fuse --time --profile`): `matcher` is BuildFusionMatcher(config)
+// and `matches` its read-only scan of `gm` (matcher.FindMatches(gm)), which give the
+// counts per pattern. Fuses, records the configs that declare the fused types
+// (RecordDeclaringConfigs) and fills the report; it does not verify the result (the
+// caller does, e.g. before it saves). On an error the graph is unchanged.
+absl::StatusOr<FuseReport> FuseScannedModel(GraphModule& gm, const BackendConfig& config,
+                                            const PatternMatcher& matcher,
+                                            const std::vector<PatternMatch>& matches,
+                                            const FuseOptions& options = {});
 
 // Why each fusion pattern did or did not match, node by node (PatternMatcher::Explain);
 // the graph is only read.
@@ -106,6 +122,24 @@ absl::StatusOr<PrepareReport> PrepareModel(GraphModule& gm, const QConfigMapping
                                            const BackendConfig& config,
                                            std::optional<QuantizedEngine> engine = std::nullopt);
 
+// Prepare with the engine record of PrepareModel, the prepared state kept in memory
+// instead of stored into the modules: the step PrepareModel, RunQuantizeFlow and
+// `fuselage prepare` (which stores it as a step of its own) share. It does not verify
+// the result. On an error the graph is unchanged.
+absl::StatusOr<PreparedModel> PrepareInMemory(GraphModule& gm, const QConfigMapping& mapping,
+                                              const BackendConfig& config,
+                                              std::optional<QuantizedEngine> engine);
+
+// Calibrate with the built-in and observer kernels, then, if `engine` is given, its
+// record (RecordEngine), on a prepared state in memory: the step CalibrateModel,
+// RunQuantizeFlow and `fuselage calibrate` share. `on_sample` as Calibrate's. It does not
+// verify the result.
+absl::StatusOr<CalibrationReport> CalibrateInMemory(GraphModule& gm, PreparedModel& prepared,
+                                                    const CalibrationSamples& samples,
+                                                    int threads,
+                                                    std::optional<QuantizedEngine> engine,
+                                                    const CalibrationProgress& on_sample = {});
+
 // Calibrates a prepared model (PreparedModelFromGraph, Calibrate with the built-in and
 // observer kernels, `threads` as RunOptions::threads) and stores the statistics back;
 // calibrating again adds to them. `engine`, if given (the CLI's --engine), replaces the
@@ -121,6 +155,11 @@ absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm);
 
 // LowerToNative with fuselage's native lowering rules (RegisterNativeLoweringRules).
 absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm);
+
+// OK if `gm` passes Verify after the pass named `stage`; else Internal: a graph a pass
+// left failing Verify is a fuselage bug, not bad input. Every stage function above ends
+// with it (the *InMemory and FuseScannedModel steps leave it to their caller).
+absl::Status VerifyAfterStage(absl::string_view stage, const GraphModule& gm);
 
 // True if a lowering changed nothing: no reference pattern, no pair or tuple access
 // removed (the model was not a reference quantized model). Front doors refuse that

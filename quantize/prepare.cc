@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "graph/module_schema.h"
 #include "graph/status_macros.h"
 #include "patterns/pattern.h"
 #include "quantize/observer_module.h"
@@ -227,8 +228,7 @@ class Planner {
     if (IsObserverModuleType(type)) {
       what = "is already prepared (calibrate or convert it instead)";
     } else if (type == quantize_per_tensor_ || type == quantize_per_channel_ ||
-               absl::StartsWith(type.name(), "nnq.") || absl::StartsWith(type.name(), "nniq.") ||
-               absl::StartsWith(type.name(), "nnqr.")) {
+               IsQuantizedModuleType(type.name())) {
       what = "is already quantized";
     } else {
       return absl::OkStatus();

@@ -1,7 +1,7 @@
 // `fuselage fuse MODEL (--backend=NAME | --config=FILE) -o OUT [--time] [--profile]
 //  [--report-overlaps]`:
-// loads MODEL, fuses every match of the backend config's fusion patterns (FusePatterns,
-// patterns/fuse.h), verifies the result and writes it to OUT. Prints one summary line:
+// loads MODEL, fuses every match of the backend config's fusion patterns (FuseScannedModel,
+// pipeline/stages.h), verifies the result and writes it to OUT. Prints one summary line:
 // the matches per pattern and the node counts before and after.
 //
 //  --time     one line per stage with its wall time: load, matcher (building it from the
@@ -16,7 +16,6 @@
 //  --report-overlaps  one line per match that took op nodes another pattern would have
 //             matched on the graph alone (FindMatchOverlaps, patterns/fuse.h): which
 //             pattern won where, which lost where, and the nodes they share.
-#include "backend_configs/declared_types.h"
 #include "tools/cmd_fuse.h"
 
 #include <chrono>
@@ -104,26 +103,17 @@ Command FuseCommand() {
     const std::vector<PatternMatch> matches = matcher.FindMatches(*gm);
     stage.times().Stop("match");
 
-    const size_t nodes_before = gm->graph().size();
     stage.times().Start();
     FuseOptions options;
     options.report_overlaps = stage.parsed().Has("--report-overlaps");
-    ASSIGN_OR_RETURN(const FuseOutcome outcome, FusePatternsWithOptions(*gm, matcher, options));
-    RecordDeclaringConfigs(*gm);  // the saved model names the config of its declared types
+    ASSIGN_OR_RETURN(const FuseReport report,
+                     FuseScannedModel(*gm, config, matcher, matches, options));
     stage.times().Stop("fuse");
     RETURN_IF_ERROR(stage.VerifyAndSave(context, *gm, "fused graph"));
 
-    FuseReport report;
-    report.backend = config.name();
-    report.fused = outcome.fused;
-    report.per_pattern = MatchesPerPattern(matcher, matches);
-    report.nodes_before = nodes_before;
-    report.nodes_after = gm->graph().size();
     // The overlaps go after "; wrote OUT", so the summary stays the first line.
-    context.out << report.ToString() << "; wrote " << stage.output() << "\n";
-    for (const MatchOverlap& overlap : outcome.overlaps) {
-      context.out << "  overlap: " << overlap.ToString() << "\n";
-    }
+    context.out << report.Summary() << "; wrote " << stage.output() << report.OverlapLines()
+                << "\n";
     stage.PrintTimes(context.out);
     if (stage.parsed().Has("--profile")) context.out << profile;
     return absl::OkStatus();

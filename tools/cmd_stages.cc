@@ -31,12 +31,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
+#include "pipeline/stages.h"
 #include "quantize/calibrate.h"
 #include "quantize/convert.h"
 #include "quantize/prepare.h"
 #include "quantize/prepared_model.h"
 #include "quantize/qconfig.h"
-#include "runtime/builtin_kernels.h"
 #include "tools/backend_flag.h"
 #include "tools/quantize_flags.h"
 #include "tools/stage_run.h"
@@ -93,8 +93,7 @@ Command PrepareCommand() {
     ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
     const size_t nodes_before = gm->graph().size();
     stage.times().Start();
-    ASSIGN_OR_RETURN(PreparedModel prepared, Prepare(*gm, mapping, config));
-    if (engine.has_value()) RecordEngine(*engine, *gm);
+    ASSIGN_OR_RETURN(PreparedModel prepared, PrepareInMemory(*gm, mapping, config, engine));
     stage.times().Stop("prepare");
     RETURN_IF_ERROR(StoreVerifyAndSave(context, command.name, prepared, *gm, stage));
     context.out << prepared.report.ToString();
@@ -128,11 +127,9 @@ Command CalibrateCommand() {
     stage.times().Stop("load");
     ASSIGN_OR_RETURN(CalibrationSamples samples,
                      SamplesFromFlags(context, stage.parsed(), *gm));
-    ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
-    RETURN_IF_ERROR(RegisterObserverKernels(*kernels));
     stage.times().Start();
-    ASSIGN_OR_RETURN(CalibrationReport report, Calibrate(*gm, prepared, samples, *kernels, threads));
-    if (engine.has_value()) RecordEngine(*engine, *gm);
+    ASSIGN_OR_RETURN(CalibrationReport report,
+                     CalibrateInMemory(*gm, prepared, samples, threads, engine));
     stage.times().Stop("calibrate");
     RETURN_IF_ERROR(StoreVerifyAndSave(context, command.name, prepared, *gm, stage));
     context.out << report.ToString();

@@ -367,17 +367,41 @@ void RegisterReports(py::module_& m) {
       .def_readonly("reason", &LoweringReport::Unlowered::reason);
   DataclassLike(unlowered, "Unlowered", {"node", "target", "reason"});
 
+  py::class_<OutputQParams> qparams(m, "OutputQParams",
+                                    "An output's quantization: scale, zero point, dtype.");
+  qparams.def_readonly("scale", &OutputQParams::scale)
+      .def_readonly("zero_point", &OutputQParams::zero_point)
+      .def_property_readonly("dtype", [](const OutputQParams& q) {
+        return std::string(DTypeName(q.dtype));
+      });
+  DataclassLike(qparams, "OutputQParams", {"scale", "zero_point", "dtype"});
+
+  py::class_<LoweringReport::DroppedQuantize> dropped(
+      m, "DroppedQuantize",
+      "A pass-through op lowered although its quantize had other parameters: the op's "
+      "output keeps `kept` (its input's) instead of `dropped` (the quantize's).");
+  dropped.def_readonly("node", &LoweringReport::DroppedQuantize::node)
+      .def_readonly("target", &LoweringReport::DroppedQuantize::target)
+      .def_readonly("kept", &LoweringReport::DroppedQuantize::kept)
+      .def_readonly("dropped", &LoweringReport::DroppedQuantize::dropped);
+  DataclassLike(dropped, "DroppedQuantize", {"node", "target", "kept", "dropped"});
+
   py::class_<LoweringReport> lowering(m, "LoweringReport", "What lower did.");
   lowering.def_readonly("lowered_per_rule", &LoweringReport::lowered_per_rule)
       .def_readonly("unlowered", &LoweringReport::unlowered)
+      .def_readonly("quantizes_dropped_after_pass_through",
+                    &LoweringReport::quantizes_dropped_after_pass_through)
       .def_readonly("tuple_accesses_removed", &LoweringReport::tuple_accesses_removed)
+      .def_readonly("shape_reads_of_dequantize_moved",
+                    &LoweringReport::shape_reads_of_dequantize_moved)
       .def_readonly("dequantize_quantize_pairs_removed",
                     &LoweringReport::dequantize_quantize_pairs_removed)
       .def_readonly("dead_nodes_removed", &LoweringReport::dead_nodes_removed)
       .def_property_readonly("total_lowered", &LoweringReport::total_lowered)
       .def("__str__", &LoweringReport::ToString);
   DataclassLike(lowering, "LoweringReport",
-                {"lowered_per_rule", "unlowered", "tuple_accesses_removed",
+                {"lowered_per_rule", "unlowered", "quantizes_dropped_after_pass_through",
+                 "tuple_accesses_removed", "shape_reads_of_dequantize_moved",
                  "dequantize_quantize_pairs_removed", "dead_nodes_removed"});
 
   py::class_<QuantizeFlowReport> flow(m, "QuantizeReport",

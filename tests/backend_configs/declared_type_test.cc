@@ -33,6 +33,7 @@ namespace fuselage {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kExample[] = "backend_configs/examples/conv_add_relu_new_type.textproto";
 constexpr char kType[] = "user.ConvBnAddReLU2d";
@@ -438,6 +439,27 @@ TEST(DeclaredTypeTest, ModelWithUndeclaredTypeIsRefusedPointingAtTheConfig) {
   EXPECT_THAT(gm.Verify().message(),
               HasSubstr("it is declared by the backend config 'mine.textproto' "
                         "(fused_module_type): load it first, e.g. --config=mine.textproto"));
+}
+
+// One list of built-in namespaces (InBuiltinNamespace) decides both: a config may not
+// declare a type there, so an unknown type there gets no "a config declares it" hint.
+TEST(DeclaredTypeTest, UnknownTypeInABuiltinNamespaceGetsNoConfigHint) {
+  for (const char* type : {"nn.NotAModule", "math.NotAModule", "F.NotAModule"}) {
+    const std::string text = Declaring(absl::StrReplaceAll(kValidBody, {{"test.ConvAddRelu", type}}));
+    const auto declared = ParseBackendConfigText(text, "builtin_namespace.textproto");
+    ASSERT_FALSE(declared.ok()) << type;
+    EXPECT_THAT(declared.status().message(), HasSubstr("is a built-in one")) << type;
+
+    GraphModule gm;
+    Node* x = *gm.graph().AddPlaceholder("x");
+    ASSERT_TRUE(gm.SetModule("block", std::make_unique<Module>(type)).ok());
+    Node* y = *gm.graph().AddCallModule("block", {x});
+    ASSERT_TRUE(gm.graph().SetOutput(Argument(y)).ok());
+    const absl::Status status = gm.Verify();
+    ASSERT_FALSE(status.ok()) << type;
+    EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("unknown module type '", type, "'")));
+    EXPECT_THAT(status.message(), Not(HasSubstr("fused_module_type"))) << status.message();
+  }
 }
 
 // Fusing through the flow records the declaring config on the fused module.

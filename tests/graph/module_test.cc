@@ -697,5 +697,29 @@ TEST(GraphModulePathTest, RemoveModulesInIndexedAndScannedParents) {
   EXPECT_TRUE(verified.ok()) << verified;
 }
 
+// The one list of built-in namespaces: module ones, function ones, and nothing that merely
+// starts like one.
+TEST(BuiltinNamespaceTest, KnowsModuleAndFunctionNamespacesOnly) {
+  for (const char* name : {"nn.Conv2d", "nni.ConvReLU2d", "nnq.Linear", "nniq.LinearReLU",
+                           "nnqr.Conv2d", "torch.relu", "operator.add", "builtins.getattr",
+                           "math.sqrt", "F.relu"}) {
+    EXPECT_TRUE(InBuiltinNamespace(name)) << name;
+  }
+  for (const char* name : {"user.ConvAdd2d", "nnx.Conv2d", "torchvision.Foo", "Conv2d", "",
+                           ".Conv2d", "nn"}) {
+    EXPECT_FALSE(InBuiltinNamespace(name)) << name;
+  }
+}
+
+TEST(BuiltinNamespaceTest, QuantizedModuleTypesAreTheNnqNniqAndNnqrOnes) {
+  for (const char* name : {"nnq.Conv2d", "nniq.ConvReLU2d", "nnqr.Linear"}) {
+    EXPECT_TRUE(IsQuantizedModuleType(name)) << name;
+  }
+  for (const char* name : {"nn.Conv2d", "nni.ConvReLU2d", "nnqx.Conv2d", "torch.quantize_per_tensor",
+                           "user.nnq", "nnq"}) {
+    EXPECT_FALSE(IsQuantizedModuleType(name)) << name;
+  }
+}
+
 }  // namespace
 }  // namespace fuselage

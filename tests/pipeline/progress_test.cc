@@ -88,6 +88,10 @@ TEST(QuantizeFlowJsonTest, EveryStageWithItsCountsAndEscapedStrings) {
   report.convert.reference_modules = 1;
   report.lowering.lowered_per_rule = {{"conv", 1}, {"add", 2}};
   report.lowering.unlowered.push_back({"mean", "torch.mean", "dims"});
+  report.lowering.quantizes_dropped_after_pass_through.push_back(
+      {"pool", "torch.nn.functional.max_pool2d", {0.05, 128, DType::kQUInt8},
+       {0.1, 0, DType::kQUInt8}});
+  report.lowering.shape_reads_of_dequantize_moved = 3;
   report.lowering.dequantize_quantize_pairs_removed = 6;
   report.lowering.dead_nodes_removed = 7;
   const std::string json = QuantizeFlowJson(
@@ -104,7 +108,12 @@ TEST(QuantizeFlowJsonTest, EveryStageWithItsCountsAndEscapedStrings) {
             "\"reference_modules\": 1}, "
             "{\"name\": \"lower\", \"seconds\": 2.000000, \"lowered_per_rule\": {\"add\": 2, "
             "\"conv\": 1}, \"unlowered\": [{\"node\": \"mean\", \"target\": \"torch.mean\", "
-            "\"reason\": \"dims\"}], \"dequantize_quantize_pairs_removed\": 6, "
+            "\"reason\": \"dims\"}], \"quantizes_dropped_after_pass_through\": [{\"node\": "
+            "\"pool\", \"target\": \"torch.nn.functional.max_pool2d\", \"kept\": "
+            "{\"scale\": 0.05, \"zero_point\": 128, \"dtype\": "
+            "\"torch.quint8\"}, \"dropped\": {\"scale\": 0.1, "
+            "\"zero_point\": 0, \"dtype\": \"torch.quint8\"}}], "
+            "\"shape_reads_of_dequantize_moved\": 3, \"dequantize_quantize_pairs_removed\": 6, "
             "\"dead_nodes_removed\": 7}"
             "]}\n");
 }

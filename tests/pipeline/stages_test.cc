@@ -119,6 +119,48 @@ TEST(StagesTest, OneAtATimeEqualsTheWholeFlow) {
   EXPECT_EQ(SerializeModel(**reloaded), SerializeModel(**whole));
 }
 
+// FuseModel is its matcher and scan followed by FuseScannedModel (what `fuselage fuse`
+// calls to time those steps): the same report, the same fused model.
+TEST(StagesTest, FuseScannedModelWithTheConfigsMatcherAndScanIsFuseModel) {
+  const std::string text = ExampleConfigText();
+  auto config = ResolveBackendConfig("qnnpack", absl::string_view(text), "example");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto whole = BuildResidualExample(kResidualExampleSeed);
+  auto scanned = BuildResidualExample(kResidualExampleSeed);
+  ASSERT_TRUE(whole.ok() && scanned.ok());
+  auto fused = FuseModel(**whole, *config);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+
+  auto matcher = BuildFusionMatcher(*config);
+  ASSERT_TRUE(matcher.ok()) << matcher.status();
+  auto by_steps = FuseScannedModel(**scanned, *config, *matcher, matcher->FindMatches(**scanned));
+  ASSERT_TRUE(by_steps.ok()) << by_steps.status();
+  ASSERT_TRUE((*scanned)->Verify().ok());
+  EXPECT_EQ(by_steps->ToString(), fused->ToString());
+  EXPECT_EQ(by_steps->ToString(),
+            "fused 1 match (conv_bn_add_relu: 1) with backend qnnpack_conv_bn_add_relu: 7 -> 4 "
+            "nodes");
+  EXPECT_EQ(SerializeModel(**scanned), SerializeModel(**whole));
+}
+
+// ToString is the summary line, then one line per overlap (`fuselage fuse` prints the
+// summary, "; wrote OUT", then the overlap lines).
+TEST(StagesTest, FuseReportIsItsSummaryThenItsOverlapLines) {
+  FuseReport report;
+  report.backend = "qnnpack";
+  report.fused = 2;
+  report.per_pattern = {{"conv_bn_relu", 1}, {"conv_bn", 1}};
+  report.nodes_before = 9;
+  report.nodes_after = 5;
+  EXPECT_EQ(report.OverlapLines(), "");
+  report.overlaps.push_back({"conv_bn_relu", "relu", "bn_relu", "relu", {"bn", "relu"}});
+  EXPECT_EQ(report.Summary(),
+            "fused 2 matches (conv_bn_relu: 1, conv_bn: 1) with backend qnnpack: 9 -> 5 nodes");
+  EXPECT_EQ(report.OverlapLines(),
+            "\n  overlap: conv_bn_relu at relu took bn, relu from bn_relu at relu");
+  EXPECT_EQ(report.ToString(), report.Summary() + report.OverlapLines());
+}
+
 // The engine a quantized model runs on by default is recorded at prepare: the config's
 // (qnnpack -> QNNPACK's arithmetic, the others -> onednn's) unless one is given, and it
 // survives calibrate, convert, lower and a save / load.

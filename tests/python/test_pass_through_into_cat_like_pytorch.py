@@ -120,6 +120,18 @@ CASES = {
 }
 
 
+def prepare_and_calibrate_like_pytorch(model, calibration, x):
+    """PyTorch 1.13's prepare_fx of a copy of `model` (qnnpack backend config, default
+    qconfig mapping) run on the calibration batches; with the backend config."""
+    backend = get_qnnpack_backend_config()
+    prepared = prepare_fx(copy.deepcopy(model), get_default_qconfig_mapping("qnnpack"), (x,),
+                          backend_config=backend)
+    with torch.no_grad():
+        for batch in calibration:
+            prepared(batch)
+    return prepared, backend
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_pass_through_ops_into_cat_quantize_like_pytorch(cli, tmp_path, case):
     make, shape, dropped = CASES[case]
@@ -128,12 +140,7 @@ def test_pass_through_ops_into_cat_quantize_like_pytorch(cli, tmp_path, case):
     g = torch.Generator().manual_seed(1)
     calibration = [torch.randn(*shape, generator=g) for _ in range(2)]
     x = torch.randn(*shape, generator=g)
-    backend = get_qnnpack_backend_config()
-    prepared = prepare_fx(copy.deepcopy(model), get_default_qconfig_mapping("qnnpack"), (x,),
-                          backend_config=backend)
-    with torch.no_grad():
-        for batch in calibration:
-            prepared(batch)
+    prepared, backend = prepare_and_calibrate_like_pytorch(model, calibration, x)
     want_observers = torch_prepared_observers(prepared)
     want_sharing = torch_sharing(prepared)
     torch.backends.quantized.engine = "onednn"
