@@ -30,7 +30,8 @@
 //  - a lowering rule (DeclaredLoweringRules), which RegisterNativeLoweringRules
 //    (lowering/lowering_rule.h) adds to every registry it fills: the reference module
 //    with the listed args dequantized becomes the native module, built from the reference
-//    child "0" as the built-in two-input rules do, reading those args quantized.
+//    child "0" as the built-in two-input rules do, reading those args quantized; a rule of
+//    several native_steps (`composition`) becomes one native node per step.
 //
 // Scope: declarations are process-wide (the runtime, prepare and lowering of any config
 // see them), held under a mutex. Declaring the same type or rule again (the same file
