@@ -18,6 +18,7 @@
 #include "backend_configs/config_loader.h"
 #include "gmock/gmock.h"
 #include "graph/graph_module.h"
+#include "graph/serialization.h"
 #include "gtest/gtest.h"
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
@@ -176,6 +177,18 @@ TEST_F(DeclaredCompositionTest, LowersToConvThenAddReluReadingBothInputsQuantize
   ASSERT_TRUE(output.has_value());
   EXPECT_DOUBLE_EQ(add->arg(2).as_float(), output->scale);
   EXPECT_EQ(add->arg(3).as_int(), output->zero_point);
+
+  // The lowered model names native types only: saved and read back, it runs the same.
+  absl::StatusOr<std::unique_ptr<GraphModule>> loaded = ParseModel(SerializeModel(*gm));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const Tensor x = RandomSamples(1, 5)[0][0];
+  const Tensor before = RunOne(*gm, x);
+  const Tensor after = RunOne(**loaded, x);
+  ASSERT_EQ(before.numel(), after.numel());
+  ASSERT_GT(before.numel(), 0);
+  for (int64_t i = 0; i < before.numel(); ++i) {
+    ASSERT_EQ(before.data<float>()[i], after.data<float>()[i]) << "element " << i;
+  }
 }
 
 // The reference model with its fused call written out as the composition's float
