@@ -1,12 +1,15 @@
 #include "backend_configs/backend_config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "graph/status_macros.h"
 
@@ -23,8 +26,43 @@ std::string OpRefKey(OpRef op) {
   return absl::StrCat(OpKindName(op.op), ":", op.target.name());
 }
 
+// A constant as the matcher compares it: numbers by value (3 and 3.0 match the same
+// args, as 1 == 1.0 in Python), anything else by its text.
+std::string ConstantKey(const Argument& constant) {
+  if (constant.is_int()) return absl::StrCat(constant.as_int());
+  if (constant.is_float()) {
+    const double value = constant.as_float();
+    if (std::trunc(value) == value && std::fabs(value) < 9.0e15) {
+      return absl::StrCat(static_cast<int64_t>(value));
+    }
+    return absl::StrFormat("%.17g", value);
+  }
+  return constant.ToString();
+}
+
+// A predicate's check: a relation's other position named by its path, not by the capture
+// name written (`@c.shape` and `@conv.shape` on the same position are one check), and a
+// constant right-hand side by value.
+std::string PredicateKey(const Pattern& pattern, const PositionPredicate& predicate) {
+  if (predicate.op == PredicateOp::kTrue) return predicate.text;
+  const std::string head =
+      absl::StrCat(predicate.subject, " ", static_cast<int>(predicate.op), " ");
+  if (predicate.other_position >= 0) {
+    return absl::StrCat(head, "@<", pattern.PathOf(predicate.other_position), ">.",
+                        predicate.other_subject);
+  }
+  if (!predicate.other_subject.empty()) return absl::StrCat(head, predicate.other_subject);
+  return absl::StrCat(head, "=", ConstantKey(predicate.constant));
+}
+
+// The key of position `i` and its pattern args. Everything that decides what the position
+// matches is in it: the op alternatives, commutativity, kwarg allowances, predicates (as
+// a set: all must hold), `?`, a constant leaf, and a later `$x` (as the path of the
+// position it must equal; capture names themselves are spelling).
 std::string PositionKey(const Pattern& pattern, int i) {
   const PatternPosition& position = pattern.position(i);
+  if (position.same_as >= 0) return absl::StrCat("$<", pattern.PathOf(position.same_as), ">");
+  if (position.constant.has_value()) return absl::StrCat("=", ConstantKey(*position.constant));
   if (position.match_all) return "*";
   std::vector<std::string> alternatives;
   for (OpRef op : position.alternatives) alternatives.push_back(OpRefKey(op));
@@ -34,9 +72,17 @@ std::string PositionKey(const Pattern& pattern, int i) {
     kwargs.push_back(absl::StrCat(kw.key.name(), kw.value ? "=" + kw.value->ToString() : ""));
   }
   std::sort(kwargs.begin(), kwargs.end());
+  std::vector<std::string> predicates;
+  for (const PositionPredicate& predicate : position.predicates) {
+    predicates.push_back(PredicateKey(pattern, predicate));
+  }
+  std::sort(predicates.begin(), predicates.end());
+  predicates.erase(std::unique(predicates.begin(), predicates.end()), predicates.end());
   std::string key = absl::StrCat("[", absl::StrJoin(alternatives, "|"), "]",
                                  position.commutative ? "~" : "");
   if (!kwargs.empty()) absl::StrAppend(&key, "{", absl::StrJoin(kwargs, ","), "}");
+  if (!predicates.empty()) absl::StrAppend(&key, "[", absl::StrJoin(predicates, ","), "]");
+  if (position.optional) absl::StrAppend(&key, "?");
   if (!position.args.empty()) {
     std::vector<std::string> args;
     for (int arg : position.args) args.push_back(PositionKey(pattern, arg));

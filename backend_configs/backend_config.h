@@ -89,7 +89,10 @@ struct BackendPatternConfig {
 };
 
 // A canonical text of a pattern's structure (resolved alternatives, args, kwarg
-// allowances), independent of spelling: equal keys match exactly the same nodes.
+// allowances, predicates, optional positions, constant leaves, `$x` links and declared
+// outputs), independent of spelling (leaf names, capture names, predicate order): equal
+// keys match exactly the same nodes, so two entries differing only by a predicate are
+// not duplicates.
 std::string PatternKey(const Pattern& pattern);
 
 // Checks one entry on its own, as described at the top of this file.

@@ -430,13 +430,26 @@ absl::StatusOr<DeclaredLoweringRule> ReadLoweringRule(
   }
   if (decl.native_step_size() > 1) {
     RETURN_IF_ERROR(CheckNativeComposition(decl, *reference, num_inputs, seen, modules));
-    // Well formed, but LowerToNative cannot yet replace one reference node by several
-    // native ones (see backend_config.proto, NativeStep): refused rather than left
-    // registered and silently never applied.
-    return absl::UnimplementedError(absl::StrCat(
-        "field 'native_step': a composition of ", decl.native_step_size(),
-        " native ops is well formed but not lowered yet; declare one native op (e.g. "
-        "nniq.ConvAddReLU2d) for now"));
+    // Checked; LowerToNative replaces the reference node by one native node per step
+    // (LoweringRule::Action::kNativeComposition).
+    for (const config::NativeStep& step : decl.native_step()) {
+      DeclaredLoweringRule::Step lowered;
+      if (const NativeFunctionOp* f = FindNativeFunctionOp(step.op()); f != nullptr) {
+        lowered.native = std::string(f->target);
+        lowered.is_function = true;
+      } else {
+        lowered.native = Qualified(step.op(), "nniq");
+        lowered.from_child = step.from_child(0);
+        lowered.child_type = reference->children[lowered.from_child][1];
+      }
+      for (const config::ValueRef& input : step.input()) {
+        const bool from_step = input.source_case() == config::ValueRef::kStep;
+        lowered.inputs.emplace_back(from_step, from_step ? input.step() : input.arg());
+      }
+      if (step.has_qparams_of()) lowered.qparams_of_arg = step.qparams_of().arg();
+      rule.composition.push_back(std::move(lowered));
+    }
+    return rule;
   }
   const config::NativeStep& step = decl.native_step(0);
   rule.native_module = Qualified(step.op(), "nniq");

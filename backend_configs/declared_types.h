@@ -30,7 +30,8 @@
 //  - a lowering rule (DeclaredLoweringRules), which RegisterNativeLoweringRules
 //    (lowering/lowering_rule.h) adds to every registry it fills: the reference module
 //    with the listed args dequantized becomes the native module, built from the reference
-//    child "0" as the built-in two-input rules do, reading those args quantized.
+//    child "0" as the built-in two-input rules do, reading those args quantized; a rule of
+//    several native_steps (`composition`) becomes one native node per step.
 //
 // Scope: declarations are process-wide (the runtime, prepare and lowering of any config
 // see them), held under a mutex. Declaring the same type or rule again (the same file
@@ -52,6 +53,7 @@
 #define FUSELAGE_BACKEND_CONFIGS_DECLARED_TYPES_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -71,11 +73,28 @@ struct DeclaredLoweringRule {
   std::string inner_type;
   std::vector<int> quantized_args;
   std::string native_module;
+  // A rule of several native_steps (then native_module is empty): each step a native
+  // module built from a child, or a quantized function, in order.
+  struct Step {
+    std::string native;       // "nnq.Conv2d", or "torch.ops.quantized.add_relu"
+    bool is_function = false;
+    int from_child = -1;      // a module step: the child whose weights it takes
+    std::string child_type;   // that child's reference form ("nnqr.Conv2d")
+    // Each input: (true, j) step j's value, (false, i) the quantized arg i.
+    std::vector<std::pair<bool, int>> inputs;
+    int qparams_of_arg = -1;  // every step but the last: the arg whose parameters it takes
+    friend bool operator==(const Step& a, const Step& b) {
+      return a.native == b.native && a.is_function == b.is_function &&
+             a.from_child == b.from_child && a.child_type == b.child_type &&
+             a.inputs == b.inputs && a.qparams_of_arg == b.qparams_of_arg;
+    }
+  };
+  std::vector<Step> composition;
   std::string declared_in;  // the config's source name; not part of the comparison
   friend bool operator==(const DeclaredLoweringRule& a, const DeclaredLoweringRule& b) {
     return a.name == b.name && a.reference_module == b.reference_module &&
            a.inner_type == b.inner_type && a.quantized_args == b.quantized_args &&
-           a.native_module == b.native_module;
+           a.native_module == b.native_module && a.composition == b.composition;
   }
 };
 

@@ -15,6 +15,22 @@ LoweringRule LoweringRuleFromDeclaration(const DeclaredLoweringRule& declared) {
   rule.inner_type = declared.inner_type;
   rule.dequantized_args = declared.quantized_args;
   rule.native_target = declared.native_module;
+  if (declared.composition.empty()) return rule;
+  rule.action = LoweringRule::Action::kNativeComposition;
+  rule.inner_type.clear();  // each module step checks the child it is built from
+  for (const DeclaredLoweringRule::Step& declared_step : declared.composition) {
+    NativeCompositionStep step;
+    step.native_target = declared_step.native;
+    step.is_function = declared_step.is_function;
+    step.from_child = declared_step.from_child;
+    step.child_type = declared_step.child_type;
+    for (const auto& [from_step, index] : declared_step.inputs) {
+      step.inputs.push_back({from_step, index});
+    }
+    step.qparams_of_arg = declared_step.qparams_of_arg;
+    rule.composition.push_back(std::move(step));
+  }
+  rule.native_target = rule.composition.back().native_target;
   return rule;
 }
 

@@ -2,8 +2,9 @@
 // a file's `lowering_rule`), turned into LoweringRules: the declared reference module,
 // with the listed args dequantized, becomes its native module, built from the reference
 // child "0" (BuildNativeWeightedModule) as the built-in two-input rules are, and reading
-// those args quantized. RegisterNativeLoweringRules calls this last, so every registry
-// it fills lowers the types declared so far.
+// those args quantized; a rule of several native_steps becomes a kNativeComposition
+// rule, one native node per step (lower_to_native.h). RegisterNativeLoweringRules calls
+// this last, so every registry it fills lowers the types declared so far.
 //
 //   LoweringRuleRegistry rules;
 //   RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));  // includes the declared rules
@@ -16,7 +17,8 @@
 
 namespace fuselage {
 
-// The LoweringRule a declared rule stands for (action kNativeModule).
+// The LoweringRule a declared rule stands for (action kNativeModule, or
+// kNativeComposition for a rule of several native_steps).
 LoweringRule LoweringRuleFromDeclaration(const DeclaredLoweringRule& declared);
 
 // Registers every rule DeclaredLoweringRules() holds. AlreadyExists naming the rule and

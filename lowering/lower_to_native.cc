@@ -217,6 +217,13 @@ struct Plan {
   // A pass-through op whose quantize had other parameters than its input: the quantize's
   // (the output keeps `output`, the input's), for the report.
   std::optional<OutputQParams> dropped_quantize;
+  // kNativeComposition: per step, its output's parameters and (module steps) the native
+  // module, built before the graph changes. Behind a pointer: most plans have none.
+  struct CompositionStepPlan {
+    OutputQParams qparams;
+    std::unique_ptr<Module> module;  // nullptr for a function step
+  };
+  std::unique_ptr<std::vector<CompositionStepPlan>> composition;
 };
 
 // A set of the graph's nodes with a worklist order, kept by node index (Node::index())
@@ -317,6 +324,12 @@ class Lowerer {
   absl::StatusOr<Plan> TryRule(const LoweringRule& rule, Node* ref, Module* module,
                                Node* relu, Node* q, const OutputQParams& output) const;
   absl::Status Apply(Plan plan);
+  // Apply for a kNativeComposition: one native node per step before the reference node,
+  // the last one taking the quantize's users; the reference node and module go.
+  absl::Status ApplyComposition(Plan plan);
+  // TryRule's kNativeComposition part: each step's parameters and native module.
+  absl::Status PlanComposition(const LoweringRule& rule, const Module& module,
+                               Plan* plan) const;
   // A pass-through rule's output parameters: its first input's where known (the quantize
   // goes whatever its scale and zero point, as in PyTorch; a differing one is kept in
   // plan->dropped_quantize for the report). The error says why the rule does not apply:
@@ -630,8 +643,112 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
       break;
     case LoweringRule::Action::kNativeFunction:
       break;
+    case LoweringRule::Action::kNativeComposition: {
+      const absl::Status status = PlanComposition(rule, *module, &plan);
+      if (!status.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(where(), ": ", status.message()));
+      }
+      break;
+    }
   }
   return plan;
+}
+
+absl::Status Lowerer::PlanComposition(const LoweringRule& rule, const Module& module,
+                                      Plan* plan) const {
+  auto steps = std::make_unique<std::vector<Plan::CompositionStepPlan>>();
+  for (size_t s = 0; s < rule.composition.size(); ++s) {
+    const NativeCompositionStep& step = rule.composition[s];
+    Plan::CompositionStepPlan step_plan;
+    step_plan.qparams = plan->output;
+    if (s + 1 < rule.composition.size()) {
+      // An intermediate value: quantized with the parameters of the arg `qparams_of_arg`.
+      const Node* source = nullptr;
+      for (const auto& [index, value] : plan->quantized_args) {
+        if (static_cast<int>(index) == step.qparams_of_arg && value.is_node()) {
+          source = value.as_node();
+        }
+      }
+      const std::optional<OutputQParams> borrowed =
+          source == nullptr ? std::nullopt : KnownOutputQParams(gm_, source);
+      if (!borrowed.has_value()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "native step ", s, " (", step.native_target, ") takes the quantization "
+            "parameters of arg ", step.qparams_of_arg, ", which are unknown"));
+      }
+      step_plan.qparams = *borrowed;
+    }
+    if (!step.is_function) {
+      const Module* child = module.FindChild(std::to_string(step.from_child));
+      if (child == nullptr ||
+          (!step.child_type.empty() && child->type().name() != step.child_type)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "native step ", s, " (", step.native_target, ") is built from child '",
+            step.from_child, "' of ", module.type().name(), ", which is ",
+            child == nullptr ? std::string("missing") : child->type().str(), "; expected ",
+            step.child_type.empty() ? std::string("a reference module") : step.child_type));
+      }
+      ASSIGN_OR_RETURN(step_plan.module,
+                       BuildNativeWeightedModule(step.native_target, *child, step_plan.qparams));
+    }
+    steps->push_back(std::move(step_plan));
+  }
+  plan->composition = std::move(steps);
+  return absl::OkStatus();
+}
+
+absl::Status Lowerer::ApplyComposition(Plan plan) {
+  const LoweringRule& rule = *plan.rule;
+  Node* ref = plan.reference;
+  const std::string path(ref->target().name());
+  // The first module step takes the reference module's place (its path and the object
+  // in its parent); later ones get fresh sibling paths.
+  bool path_taken = false;
+  std::vector<Node*> values;
+  values.reserve(rule.composition.size());
+  for (size_t s = 0; s < rule.composition.size(); ++s) {
+    const NativeCompositionStep& step = rule.composition[s];
+    Plan::CompositionStepPlan& step_plan = (*plan.composition)[s];
+    NodeArgs args;
+    for (const NativeCompositionStep::Input& input : step.inputs) {
+      if (input.from_step) {
+        args.push_back(Argument(values[input.index]));
+        continue;
+      }
+      for (const auto& [index, value] : plan.quantized_args) {
+        if (static_cast<int>(index) == input.index) args.push_back(value);
+      }
+    }
+    NodeSpec spec;
+    if (step.is_function) {
+      args.push_back(Argument::Float(step_plan.qparams.scale));
+      args.push_back(Argument::Int(step_plan.qparams.zero_point));
+      spec.op = OpKind::kCallFunction;
+      spec.target = Symbol::Intern(step.native_target);
+    } else {
+      std::string step_path = path;
+      if (!path_taken) {
+        *plan.reference_module = std::move(*step_plan.module);
+        path_taken = true;
+      } else {
+        step_path = gm_.UniqueModulePath(absl::StrCat(path, "_", s));
+        RETURN_IF_ERROR(gm_.SetModule(step_path, std::move(step_plan.module)));
+      }
+      spec.op = OpKind::kCallModule;
+      spec.target = Symbol::Intern(step_path);
+    }
+    spec.args = std::move(args);
+    ASSIGN_OR_RETURN(Node* value, graph_.InsertBefore(ref, std::move(spec)));
+    RETURN_IF_ERROR(SetOutputQParamsMeta(graph_, value, QParamsMeta(step_plan.qparams)));
+    values.push_back(value);
+  }
+  ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(plan.quantize, values.back()));
+  (void)rewired;
+  RETURN_IF_ERROR(EraseNode(plan.quantize));
+  RETURN_IF_ERROR(EraseNode(ref));
+  if (!path_taken) RETURN_IF_ERROR(gm_.RemoveModule(path));
+  ++lowered_per_rule_[&rule];
+  return absl::OkStatus();
 }
 
 absl::Status Lowerer::PlanPassThroughOutput(const LoweringRule& rule,
@@ -678,6 +795,9 @@ absl::Status Lowerer::PlanPassThroughOutput(const LoweringRule& rule,
 }
 
 absl::Status Lowerer::Apply(Plan plan) {
+  if (plan.rule->action == LoweringRule::Action::kNativeComposition) {
+    return ApplyComposition(std::move(plan));
+  }
   const LoweringRule& rule = *plan.rule;
   Node* ref = plan.reference;
   // Taken while the input whose meta it may share is untouched.

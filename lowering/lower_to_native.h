@@ -19,7 +19,9 @@
 //     around `r`) is a reference op with dequantized inputs is matched against the rules
 //     for `r`, in registration order. The first rule that applies rewrites the pattern:
 //     the dequantized args are replaced by the quantized tensors, `r` becomes the native
-//     op with the quantize's scale and zero point, and the quantize node goes.
+//     op with the quantize's scale and zero point, and the quantize node goes. A
+//     composition rule (a declared rule of several native ops) instead puts one native
+//     node per step before `r`, the last one taking the quantize's users, and `r` goes.
 //  3. `x_q.dequantize() → quantize_per_tensor(·, s, z, dt)` where x_q is known to be
 //     quantized with exactly (s, z, dt) is removed: users read x_q.
 //  3b. `quantize_per_tensor(get_attr w, s, z, qint8)` read only by native functions (a

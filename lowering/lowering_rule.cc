@@ -433,6 +433,11 @@ absl::Status LoweringRuleRegistry::Register(LoweringRule rule) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": a native-module rule needs reference_op call_module"));
   }
+  if (rule.action == LoweringRule::Action::kNativeComposition &&
+      (rule.reference_op != OpKind::kCallModule || rule.composition.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": a composition rule needs reference_op call_module and at least one step"));
+  }
   if (rule.action != LoweringRule::Action::kPassThrough && rule.native_target.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": empty native_target"));
   }

@@ -48,6 +48,30 @@ struct OutputQParams {
 using NativeModuleBuilder = std::function<absl::StatusOr<std::unique_ptr<Module>>(
     const Module& reference, const OutputQParams& output)>;
 
+// One native op of a kNativeComposition rule (a declared lowering rule of several
+// native_steps, backend_config.proto NativeStep), e.g. nnq.Conv2d from child "0", then
+// torch.ops.quantized.add_relu of its value and arg 1.
+struct NativeCompositionStep {
+  // A native module type ("nnq.Conv2d") built from child `from_child` of the reference
+  // module, or (is_function) a quantized function ("torch.ops.quantized.add_relu") called
+  // with its inputs and then its output's scale and zero point.
+  std::string native_target;
+  bool is_function = false;
+  int from_child = -1;
+  // A module step: the type child `from_child` must have ("nnqr.Conv2d"); empty: no check.
+  std::string child_type;
+  // What each input reads: arg `index` of the reference node (one of dequantized_args,
+  // read quantized), or (from_step) the value of earlier step `index`.
+  struct Input {
+    bool from_step = false;
+    int index = 0;
+  };
+  std::vector<Input> inputs;
+  // Every step but the last: the dequantized arg whose quantization parameters this
+  // step's quantized value takes. -1 on the last step, whose value has the quantize's.
+  int qparams_of_arg = -1;
+};
+
 struct LoweringRule {
   enum class Action : uint8_t {
     // call_module of a reference module → call_module of a native module built by
@@ -61,6 +85,9 @@ struct LoweringRule {
     // the same node, fed the quantized inputs; the quantize after it goes and the output
     // carries its (first) input's parameters, as in PyTorch 1.13.
     kPassThrough,
+    // call_module of a reference (declared) fused module → the chain of native ops in
+    // `composition`, the last one producing the quantize's parameters.
+    kNativeComposition,
   };
   // Where a kNativeFunction puts the output scale and zero point.
   enum class OutputQParamsStyle : uint8_t {
@@ -119,6 +146,8 @@ struct LoweringRule {
   // quantize after it is dropped whatever its parameters (nnq.Dropout, as PyTorch 1.13
   // lowers nn.Dropout: the module is the identity in eval mode).
   bool output_keeps_input_qparams = false;
+  // kNativeComposition only: the native ops, in order; the last one's value is the output.
+  std::vector<NativeCompositionStep> composition;
 };
 
 // The native form of a weightless reference module that PyTorch 1.13's

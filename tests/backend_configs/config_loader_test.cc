@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -112,6 +113,53 @@ TEST(ConfigLoader, DuplicatePattern) {
   EXPECT_EQ(replaced->size(), GetBackendConfig("qnnpack")->size());
   EXPECT_NE(replaced->Find("mine"), nullptr);
   EXPECT_EQ(replaced->Find("(nn.ReLU, nn.Conv2d)"), nullptr);
+}
+
+// The duplicate check's key (PatternKey) covers predicates, `?`, constant leaves and `$x`
+// links: entries that differ only there match different nodes and are both accepted;
+// respellings (predicate order, capture names, leaf names) are still duplicates.
+TEST(ConfigLoader, EntriesDifferingOnlyByPredicateLinkOrConstantAreNotDuplicates) {
+  const std::pair<const char*, const char*> distinct[] = {
+      {"Conv2d", "Conv2d[groups > 1]"},
+      {"Conv2d[groups > 1]", "Conv2d[groups > 2]"},
+      {"(ReLU, (BatchNorm2d, Conv2d))", "(ReLU, (BatchNorm2d?, Conv2d))"},
+      {"(mul, MatchAllNode, (sigmoid, MatchAllNode))", "(mul, $x, (sigmoid, $x))"},
+      {"(add, MatchAllNode, MatchAllNode)", "(add, MatchAllNode, 3)"},
+      {"(add, MatchAllNode, 3)", "(add, MatchAllNode, 6)"},
+      {"(add[shape == @c.shape], Conv2d@c, MatchAllNode)",
+       "(add[shape == @c.shape], MatchAllNode, Conv2d@c)"},
+  };
+  for (const auto& [a, b] : distinct) {
+    SCOPED_TRACE(absl::StrCat(a, " vs ", b));
+    absl::StatusOr<BackendConfig> config = ParseBackendConfigText(
+        absl::StrCat("pattern { name: \"a\" pattern: \"", a, "\" }\n",
+                     "pattern { name: \"b\" pattern: \"", b, "\" }\n"),
+        "two.textproto");
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->size(), 2u);
+    ASSERT_NE(config->Find("a"), nullptr);
+    ASSERT_NE(config->Find("b"), nullptr);
+    EXPECT_NE(PatternKey(config->Find("a")->pattern()), PatternKey(config->Find("b")->pattern()));
+  }
+}
+
+TEST(ConfigLoader, RespelledPredicatesAndCapturesAreStillDuplicates) {
+  const std::pair<const char*, const char*> same[] = {
+      {"Conv2d[groups > 1, bias]", "nn.Conv2d[bias, groups > 1]"},
+      {"(mul, $x, (sigmoid, $x))", "(mul, $y, (torch.sigmoid | F.sigmoid | method:sigmoid, $y))"},
+      {"(add[shape == @c.shape], Conv2d@c, MatchAllNode)",
+       "(add[shape == @conv.shape], Conv2d@conv, MatchAllNode)"},
+      {"(add, MatchAllNode, 3)", "(add, MatchAllNode, 3.0)"},
+      {"Conv2d[groups > 1]", "Conv2d[groups > 1.0]"},
+  };
+  for (const auto& [a, b] : same) {
+    SCOPED_TRACE(absl::StrCat(a, " vs ", b));
+    ExpectInvalid(ParseBackendConfigText(
+                      absl::StrCat("pattern { name: \"a\" pattern: \"", a, "\" }\n",
+                                   "pattern { name: \"b\" pattern: \"", b, "\" }\n"),
+                      "dup.textproto"),
+                  {"dup.textproto", "pattern[1]", "'b'", "field 'pattern'", "duplicates", "'a'"});
+  }
 }
 
 // benefit (issue 21 item 5) reaches the fusion rule; unset is 0 (PyTorch's order); it is a

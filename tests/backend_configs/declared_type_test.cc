@@ -315,8 +315,8 @@ TEST(DeclaredTypeTest, LoadRefusesBadLoweringRules) {
 }
 
 // A rule of several native_steps (nnq.Conv2d from child 0, then quantized.add_relu):
-// every malformed variant is refused naming rule and field; the well-formed one is
-// refused as Unimplemented (not lowered yet), and nothing of either is registered.
+// every malformed variant is refused naming rule and field, registering nothing; the
+// well-formed one loads as a composition rule.
 TEST(DeclaredTypeTest, LoadChecksCompositionsOfNativeOps) {
   const std::string type =
       Declaring(absl::StrReplaceAll(kValidBody, {{"test.ConvAddRelu", "test.Composed"}}));
@@ -330,17 +330,6 @@ TEST(DeclaredTypeTest, LoadChecksCompositionsOfNativeOps) {
     return absl::StrCat(type, "lowering_rule {\n", body, "\n}\n");
   };
   const std::string prefix = "t.textproto: lowering_rule[0] 'composed': ";
-  // Well formed: checked, then refused as not lowered yet.
-  {
-    absl::StatusOr<BackendConfig> config =
-        ParseBackendConfigText(absl::StrCat(type, "lowering_rule {\n", kComposed, "\n}\n"),
-                               "t.textproto");
-    ASSERT_FALSE(config.ok());
-    EXPECT_EQ(config.status().code(), absl::StatusCode::kUnimplemented);
-    EXPECT_THAT(config.status().message(),
-                HasSubstr(prefix + "field 'native_step': a composition of 2 native ops is "
-                                   "well formed but not lowered yet"));
-  }
   EXPECT_THAT(ErrorOf(with("op: \"quantized.add_relu\"", "op: \"quantized.frobnicate\"")),
               HasSubstr(prefix + "field 'native_step[1].op': unknown native op "
                                  "'quantized.frobnicate'; expected a registered nnq.* / nniq.* "
@@ -388,6 +377,18 @@ TEST(DeclaredTypeTest, LoadChecksCompositionsOfNativeOps) {
   EXPECT_THAT(ErrorOf(absl::StrCat(type, R"(lowering_rule { name: "composed"
       reference_module: "test.Composed" quantized_arg: 0 })")),
               HasSubstr(prefix + "field 'native_step': needs at least one native op"));
+  // Well formed: loads, and registers the type and a composition rule
+  // (declared_composition_test lowers and runs one).
+  absl::StatusOr<BackendConfig> config = ParseBackendConfigText(
+      absl::StrCat(type, "lowering_rule {\n", kComposed, "\n}\n"), "t.textproto");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_NE(ModuleSchemaRegistry::Global().Find(Symbol::Lookup("test.Composed")), nullptr);
+  LoweringRuleRegistry rules;
+  ASSERT_TRUE(RegisterNativeLoweringRules(rules).ok());
+  const LoweringRule* rule = rules.FindByName("composed");
+  ASSERT_NE(rule, nullptr);
+  EXPECT_EQ(rule->action, LoweringRule::Action::kNativeComposition);
+  EXPECT_EQ(rule->composition.size(), 2u);
 }
 
 TEST(DeclaredTypeTest, SecondDifferentDeclarationIsAnErrorNamingBoth) {
