@@ -6,6 +6,14 @@
 #include <emmintrin.h>  // SSE2: part of baseline x86-64, no target flags needed
 #endif
 
+// GCC at -O2 keeps the tile's rounds as loops over arrays on the stack; unrolled, the
+// rows stay in registers. Clang unrolls such fixed-count loops by itself.
+#if defined(__GNUC__) && !defined(__clang__)
+#define FUSELAGE_UNROLL _Pragma("GCC unroll 16")
+#else
+#define FUSELAGE_UNROLL
+#endif
+
 namespace fuselage {
 namespace onednn {
 namespace {
@@ -30,11 +38,14 @@ inline void TransposeTile(const uint8_t* src, int64_t src_stride, uint8_t* dst,
   for (int i = 0; i < kTile; ++i) {
     r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_stride));
   }
+  FUSELAGE_UNROLL
   for (int round = 0; round < 4; ++round) {
+    FUSELAGE_UNROLL
     for (int i = 0; i < kTile / 2; ++i) {
       t[2 * i] = _mm_unpacklo_epi8(r[i], r[i + kTile / 2]);
       t[2 * i + 1] = _mm_unpackhi_epi8(r[i], r[i + kTile / 2]);
     }
+    FUSELAGE_UNROLL
     for (int i = 0; i < kTile; ++i) r[i] = t[i];
   }
   for (int i = 0; i < kTile; ++i) {
@@ -54,11 +65,14 @@ inline void TransposeTile(const uint32_t* src, int64_t src_stride, uint32_t* dst
   for (int i = 0; i < kTile; ++i) {
     r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_stride));
   }
+  FUSELAGE_UNROLL
   for (int round = 0; round < 2; ++round) {
+    FUSELAGE_UNROLL
     for (int i = 0; i < kTile / 2; ++i) {
       t[2 * i] = _mm_unpacklo_epi32(r[i], r[i + kTile / 2]);
       t[2 * i + 1] = _mm_unpackhi_epi32(r[i], r[i + kTile / 2]);
     }
+    FUSELAGE_UNROLL
     for (int i = 0; i < kTile; ++i) r[i] = t[i];
   }
   for (int i = 0; i < kTile; ++i) {
@@ -70,12 +84,24 @@ inline void TransposeTile(const uint32_t* src, int64_t src_stride, uint32_t* dst
 }
 
 // `src` [rows, cols] -> `dst` [cols, rows]: whole tiles, then the ragged edges one by one.
+// The tiles sweep the shorter side in the inner loop, so the cache lines the short side
+// spans (a tile row each) stay cached until all their bytes are used, and the long side
+// is read or written in whole contiguous rows: sweeping the long side inside would evict
+// each line of the short side before its next tile, re-reading it once per tile.
 template <typename T, int kTile>
 void Transpose(const T* src, int64_t rows, int64_t cols, T* dst) {
   const int64_t full_rows = rows - rows % kTile, full_cols = cols - cols % kTile;
-  for (int64_t r = 0; r < full_rows; r += kTile) {
+  if (rows <= cols) {
     for (int64_t c = 0; c < full_cols; c += kTile) {
-      TransposeTile(src + r * cols + c, cols, dst + c * rows + r, rows);
+      for (int64_t r = 0; r < full_rows; r += kTile) {
+        TransposeTile(src + r * cols + c, cols, dst + c * rows + r, rows);
+      }
+    }
+  } else {
+    for (int64_t r = 0; r < full_rows; r += kTile) {
+      for (int64_t c = 0; c < full_cols; c += kTile) {
+        TransposeTile(src + r * cols + c, cols, dst + c * rows + r, rows);
+      }
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
