@@ -374,7 +374,13 @@ void ExecuteConvPlan(const ConvPlan& plan, const ConvGeometry& g, dt src_type,
                             {{DNNL_ARG_FROM, user_src}, {DNNL_ARG_TO, src}});
     }
   }
-  if (plan.dst_reorder) dst = dnnl::memory(plan.pd.dst_desc(), CpuEngine());
+  const bool dst_channels_last = b.dst_channels_last != nullptr && plan.dst_channels_last;
+  if (b.dst_channels_last != nullptr) *b.dst_channels_last = dst_channels_last;
+  if (dst_channels_last) {
+    dst = dnnl::memory(plan.pd.dst_desc(), CpuEngine(), b.dst);
+  } else if (plan.dst_reorder) {
+    dst = dnnl::memory(plan.pd.dst_desc(), CpuEngine());
+  }
   dnnl::memory weights =
       ConvWeights(OneDnnWeightDims(g), weight_type, b, plan.pd.weights_desc(), stream);
   std::unordered_map<int, dnnl::memory> args = std::move(extra);
@@ -383,6 +389,7 @@ void ExecuteConvPlan(const ConvPlan& plan, const ConvGeometry& g, dt src_type,
   args[DNNL_ARG_DST] = dst;
   if (b.bias) args[DNNL_ARG_BIAS] = PlainMemory({g.weights[0]}, dt::f32, b.bias);
   ExecuteWithScratchpad(plan.primitive, plan.pd.scratchpad_desc(), stream, std::move(args));
+  if (dst_channels_last) return;  // the caller's buffer holds the result as it is
   if (plan.dst_reorder && plan.dst_channels_last) {
     stream.wait();  // the convolution's output complete before it is read here
     const ImageSize s = SizeOf(g.dst);

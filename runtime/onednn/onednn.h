@@ -110,6 +110,11 @@ struct ConvBuffers {
   const Tensor* weights_owner = nullptr;
   const float* bias = nullptr;  // [O] float32, or null
   void* dst = nullptr;
+  // Non-null: the caller also takes the destination channels-last ([N, *spatial, C]) when
+  // the primitive produces that layout, and is told whether it came so; it then skips the
+  // transpose back to NC[D]HW (a caller that requantizes accumulators per channel can do
+  // that on the channels-last rows and move only the 1-byte result).
+  bool* dst_channels_last = nullptr;
 };
 
 // Forward convolution over plain NC[D]HW buffers with oneDNN's direct kernels:

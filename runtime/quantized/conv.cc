@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
+#include "runtime/onednn/channels_last.h"
 #include "runtime/onednn/onednn.h"
 #include "runtime/quantized/kernel_loops.h"
 #include "runtime/quantized/output_requantizer.h"
@@ -241,6 +242,47 @@ absl::StatusOr<Accumulators> Accumulate(absl::string_view op, const ConvCall& ca
   return acc;
 }
 
+// QNNPACK's requantization of the conv (weight zero points all 0) into `out`: the exact
+// accumulators in the conv's own layout; when that is channels-last, each pixel's row of
+// channels is requantized there (per-channel bias and scale along the row) and only the
+// 1-byte result moved to NC[D]HW, rather than moving 4-byte accumulators first.
+absl::Status RequantizeQnnpack(absl::string_view op, const ConvCall& call, const Tensor& qx,
+                               const Tensor& qweight, const OutputRequantizer& requantizer,
+                               Tensor& out) {
+  const int64_t batch = call.shape[0], channels = call.shape[1];
+  const int64_t pixels = Pixels(call.shape);
+  Accumulators acc(static_cast<size_t>(batch * channels * pixels));
+  uint8_t* dst = static_cast<uint8_t*>(out.mutable_raw_data());
+  if (acc.empty()) return absl::OkStatus();
+  bool channels_last = false;
+  onednn::ConvBuffers buffers;
+  buffers.src = qx.raw_data();
+  buffers.weights = qweight.raw_data();
+  buffers.weights_owner = &qweight;
+  buffers.dst = acc.data();
+  buffers.dst_channels_last = &channels_last;
+  RETURN_IF_ERROR(onednn::Convolution(op, call.geometry, call.src_type, dt::s8, dt::s32,
+                                      buffers, call.x_zero_point));
+  if (!channels_last) {
+    for (int64_t plane = 0; plane < batch * channels; ++plane) {
+      const int64_t c = plane % channels;
+      RequantizeQnnpackPlane(acc.data() + plane * pixels, pixels, requantizer.qnnpack_bias()[c],
+                             requantizer.op_scales()[c], requantizer.zero_point(),
+                             requantizer.lo(), requantizer.hi(), qx.dtype(), dst + plane * pixels);
+    }
+    return absl::OkStatus();
+  }
+  std::vector<uint8_t> rows(acc.size());
+  for (int64_t row = 0; row < batch * pixels; ++row) {
+    RequantizeQnnpackRow(acc.data() + row * channels, channels,
+                         requantizer.qnnpack_bias().data(), requantizer.op_scales().data(),
+                         requantizer.zero_point(), requantizer.lo(), requantizer.hi(),
+                         qx.dtype(), rows.data() + row * channels);
+  }
+  onednn::FromChannelsLast(rows.data(), 1, batch, channels, pixels, dst);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> QuantizedConv2d(const Tensor& qx, const Tensor& qweight,
@@ -285,13 +327,18 @@ absl::StatusOr<Tensor> QuantizedConvNd(const Tensor& qx, const Tensor& qweight,
                                         buffers, call.x_zero_point, &output));
     return out;
   }
+  const bool eight_bit = qx.dtype() == DType::kQUInt8 || qx.dtype() == DType::kQInt8;
+  if (!call.weight_zero_points && !requantizer.fusable_in_onednn() && eight_bit) {
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
+    RETURN_IF_ERROR(RequantizeQnnpack(op, call, qx, qweight, requantizer, out));
+    return out;
+  }
   // Non-zero weight zero points or QNNPACK's arithmetic: the exact accumulators,
   // requantized here.
   ASSIGN_OR_RETURN(const Accumulators acc, Accumulate(op, call, qx, qweight));
   const int64_t channels = call.shape[1];
   const int64_t pixels = Pixels(call.shape);
-  if (!requantizer.fusable_in_onednn() &&
-      (qx.dtype() == DType::kQUInt8 || qx.dtype() == DType::kQInt8)) {
+  if (!requantizer.fusable_in_onednn() && eight_bit) {
     ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
     uint8_t* dst = static_cast<uint8_t*>(out.mutable_raw_data());
     for (int64_t plane = 0; plane * pixels < static_cast<int64_t>(acc.size()); ++plane) {
