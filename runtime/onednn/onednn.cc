@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/onednn/channels_last.h"
 
 namespace fuselage {
 namespace onednn {
@@ -57,7 +58,38 @@ struct ConvPlan {
   dnnl::memory::desc src_plain, dst_plain;
   dnnl::reorder src_reorder, dst_reorder;  // empty when the layout is already plain
   dnnl::memory::desc src_reorder_scratchpad, dst_reorder_scratchpad;
+  // Source / destination in channels-last layout, of 1- or 4-byte elements: moved by
+  // channels_last.h's tile transposes instead of the reorders above (oneDNN's u8 and s32
+  // ones cost more than an int8 convolution).
+  bool src_channels_last = false, dst_channels_last = false;
 };
+
+// The channels-last layout (nwc, nhwc, ndhwc) of `dims` [N, C, *spatial].
+dnnl::memory::desc ChannelsLastDesc(const std::vector<int64_t>& dims, dt type) {
+  const tag t = dims.size() == 3 ? tag::acb : dims.size() == 4 ? tag::acdb : tag::acdeb;
+  return dnnl::memory::desc(Dims(dims), type, t);
+}
+
+// Whether `desc` is the channels-last layout of `dims` with elements channels_last.h's
+// transposes move.
+bool IsMovableChannelsLast(const dnnl::memory::desc& desc, const std::vector<int64_t>& dims,
+                           dt type) {
+  return dims.size() >= 3 && dims.size() <= 5 &&
+         ChannelsLastMoves(static_cast<int64_t>(dnnl::memory::data_type_size(type))) &&
+         desc == ChannelsLastDesc(dims, type);
+}
+
+// [N, C, *spatial] as (batch, channels, pixels).
+struct ImageSize {
+  int64_t batch = 1, channels = 1, pixels = 1;
+};
+ImageSize SizeOf(const std::vector<int64_t>& dims) {
+  ImageSize s;
+  s.batch = dims[0];
+  s.channels = dims[1];
+  for (size_t i = 2; i < dims.size(); ++i) s.pixels *= dims[i];
+  return s;
+}
 
 // Attributes of a cached plan's reorders: like its convolution, each execution brings its
 // own scratchpad (ExecuteWithScratchpad), so one reorder runs on several threads at once.
@@ -267,6 +299,8 @@ ConvPlan MakeConvPlan(const ConvGeometry& g, dt src_type, dt weight_type, dt dst
     plan.primitive = dnnl::convolution_forward(pd);
     plan.src_plain = PlainDesc(g.src, src_type);
     plan.dst_plain = PlainDesc(g.dst, dst_type);
+    plan.src_channels_last = IsMovableChannelsLast(pd.src_desc(), g.src, src_type);
+    plan.dst_channels_last = IsMovableChannelsLast(pd.dst_desc(), g.dst, dst_type);
     if (pd.src_desc() != plan.src_plain) {
       const dnnl::reorder::primitive_desc reorder_pd(CpuEngine(), plan.src_plain, CpuEngine(),
                                                      pd.src_desc(), UserScratchpad());
@@ -331,10 +365,22 @@ void ExecuteConvPlan(const ConvPlan& plan, const ConvGeometry& g, dt src_type,
   dnnl::memory src = user_src, dst = user_dst;
   if (plan.src_reorder) {
     src = dnnl::memory(plan.pd.src_desc(), CpuEngine());
-    ExecuteWithScratchpad(plan.src_reorder, plan.src_reorder_scratchpad, stream,
-                          {{DNNL_ARG_FROM, user_src}, {DNNL_ARG_TO, src}});
+    if (plan.src_channels_last) {
+      const ImageSize s = SizeOf(g.src);
+      ToChannelsLast(b.src, static_cast<int64_t>(dnnl::memory::data_type_size(src_type)),
+                     s.batch, s.channels, s.pixels, src.get_data_handle());
+    } else {
+      ExecuteWithScratchpad(plan.src_reorder, plan.src_reorder_scratchpad, stream,
+                            {{DNNL_ARG_FROM, user_src}, {DNNL_ARG_TO, src}});
+    }
   }
-  if (plan.dst_reorder) dst = dnnl::memory(plan.pd.dst_desc(), CpuEngine());
+  const bool dst_channels_last = b.dst_channels_last != nullptr && plan.dst_channels_last;
+  if (b.dst_channels_last != nullptr) *b.dst_channels_last = dst_channels_last;
+  if (dst_channels_last) {
+    dst = dnnl::memory(plan.pd.dst_desc(), CpuEngine(), b.dst);
+  } else if (plan.dst_reorder) {
+    dst = dnnl::memory(plan.pd.dst_desc(), CpuEngine());
+  }
   dnnl::memory weights =
       ConvWeights(OneDnnWeightDims(g), weight_type, b, plan.pd.weights_desc(), stream);
   std::unordered_map<int, dnnl::memory> args = std::move(extra);
@@ -343,7 +389,14 @@ void ExecuteConvPlan(const ConvPlan& plan, const ConvGeometry& g, dt src_type,
   args[DNNL_ARG_DST] = dst;
   if (b.bias) args[DNNL_ARG_BIAS] = PlainMemory({g.weights[0]}, dt::f32, b.bias);
   ExecuteWithScratchpad(plan.primitive, plan.pd.scratchpad_desc(), stream, std::move(args));
-  if (plan.dst_reorder) {
+  if (dst_channels_last) return;  // the caller's buffer holds the result as it is
+  if (plan.dst_reorder && plan.dst_channels_last) {
+    stream.wait();  // the convolution's output complete before it is read here
+    const ImageSize s = SizeOf(g.dst);
+    FromChannelsLast(dst.get_data_handle(),
+                     static_cast<int64_t>(dnnl::memory::data_type_size(dst_type)), s.batch,
+                     s.channels, s.pixels, b.dst);
+  } else if (plan.dst_reorder) {
     ExecuteWithScratchpad(plan.dst_reorder, plan.dst_reorder_scratchpad, stream,
                           {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, user_dst}});
   }

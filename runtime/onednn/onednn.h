@@ -22,7 +22,10 @@
 // activations use oneDNN's channel-blocked layout (nChw16c, else nChw8c; as PyTorch's
 // ideep does) when a jit kernel exists for it, not the channels-last layout oneDNN picks
 // by itself on AVX-512, whose reorders to and from NCHW are full transposes (as slow as a
-// depthwise convolution). int8 convolutions keep oneDNN's own layout choice.
+// depthwise convolution). int8 convolutions keep oneDNN's own layout choice (on x86,
+// channels-last; offered the blocked ones, mobilenet_v2's int8 convs got no kernel for
+// them); a plan moves a channels-last source or destination of 1- or 4-byte elements with
+// channels_last.h's tile transposes, several times faster than oneDNN's u8 / s32 reorders.
 //
 // Weight reuse: a convolution's weights are reordered to the primitive's preferred
 // (blocked) layout once per (weight tensor buffer, layout), not on every call, when the
@@ -110,6 +113,11 @@ struct ConvBuffers {
   const Tensor* weights_owner = nullptr;
   const float* bias = nullptr;  // [O] float32, or null
   void* dst = nullptr;
+  // Non-null: the caller also takes the destination channels-last ([N, *spatial, C]) when
+  // the primitive produces that layout, and is told whether it came so; it then skips the
+  // transpose back to NC[D]HW (a caller that requantizes accumulators per channel can do
+  // that on the channels-last rows and move only the 1-byte result).
+  bool* dst_channels_last = nullptr;
 };
 
 // Forward convolution over plain NC[D]HW buffers with oneDNN's direct kernels:
