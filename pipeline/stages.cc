@@ -45,6 +45,12 @@ absl::StatusOr<BackendConfig> ResolveBackendConfig(
   return ParseBackendConfigText(*config_text, config_source);
 }
 
+absl::Status LoadDeclaringConfig(const std::string& path, absl::string_view source) {
+  ASSIGN_OR_RETURN(const std::string text, ReadBackendConfigFile(path));
+  // Parsing registers the declarations (config_loader.h); the config itself is not needed.
+  return ParseBackendConfigText(text, source).status();
+}
+
 absl::StatusOr<std::string> DefaultMappingBackend(
     absl::string_view backend, const std::optional<absl::string_view>& config_text,
     absl::string_view config_source) {

@@ -53,6 +53,20 @@ absl::StatusOr<BackendConfig> ResolveBackendConfig(
     absl::string_view backend, const std::optional<absl::string_view>& config_text,
     absl::string_view config_source);
 
+// Loads the backend config file at `path` for what it declares (fused_module_type,
+// lowering_rule; backend_configs/declared_types.h), for a front door about to load a
+// model that may hold a declared type: a fused, prepared or reference model of such a
+// type loads, verifies and runs only in a process that has loaded its declaring config
+// (GraphModule::Verify refuses it otherwise, naming the config). The whole file is
+// checked as ResolveBackendConfig checks it; its pattern entries are not kept. `source`
+// names the config in errors and is the name its declarations are registered under (the
+// "declared_in" a fusion in this process records), e.g. the path as the user typed it.
+// The reader's error (naming the path) or the loader's (naming `source`, entry, field).
+//
+//   RETURN_IF_ERROR(LoadDeclaringConfig("configs/new_type.textproto",
+//                                       "configs/new_type.textproto"));
+absl::Status LoadDeclaringConfig(const std::string& path, absl::string_view source);
+
 // The backend whose default qconfig mapping (DefaultQConfigMapping) goes with the same
 // arguments: `backend` if given, else the built-in base `config_text` extends.
 // InvalidArgument if there is neither.

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "backend_configs/config_loader.h"
 #include "graph/status_macros.h"
 #include "pipeline/stages.h"
@@ -41,6 +42,33 @@ absl::StatusOr<BackendConfig> BackendFromFlags(const CommandContext& context,
   ASSIGN_OR_RETURN(std::string text, ReadBackendConfigFile(context.ResolvePath(path)));
   return ResolveBackendConfig(has_backend ? parsed.flags.at("--backend") : "",
                               absl::string_view(text), path);
+}
+
+FlagSpec DeclaringConfigFlagSpec() {
+  return {{"--config"}, true,
+          "backend config files (.textproto, comma-separated) declaring the model's fused "
+          "module types (fused_module_type), loaded before the model",
+          "FILE[,FILE...]"};
+}
+
+absl::Status LoadDeclaringConfigsFromFlags(const CommandContext& context,
+                                           absl::string_view command, const ParsedArgs& parsed) {
+  if (!parsed.Has("--config")) return absl::OkStatus();
+  const std::string& list = parsed.flags.at("--config");
+  if (list.empty()) return UsageError(absl::StrCat(command, ": --config needs a file name"));
+  for (absl::string_view path : absl::StrSplit(list, ',')) {
+    if (path.empty()) {
+      return UsageError(absl::StrCat(command, ": --config=", list,
+                                     " has an empty file name (FILE[,FILE...])"));
+    }
+    const std::string typed(path);
+    if (absl::Status loaded = LoadDeclaringConfig(context.ResolvePath(typed), typed);
+        !loaded.ok()) {
+      return absl::Status(loaded.code(),
+                          absl::StrCat(command, ": --config: ", loaded.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fuselage

@@ -25,6 +25,19 @@ absl::StatusOr<BackendConfig> BackendFromFlags(const CommandContext& context,
                                                absl::string_view command,
                                                const ParsedArgs& parsed);
 
+// The flag spec of the commands that take a model, not a backend (run, calibrate,
+// convert): `--config=FILE[,FILE...]`, the backend config files that declare the fused
+// module types the model holds (a flag is given once, so several files are a comma list).
+FlagSpec DeclaringConfigFlagSpec();
+
+// Loads every file of --config (LoadDeclaringConfig, pipeline/stages.h; each path resolved
+// against the context, registered under the path as typed), so a model of a type they
+// declare loads afterwards. Nothing without --config. UsageError for an empty value or
+// an empty name in the list; "<command>: --config: " and the loader's error (naming the
+// file, entry and field) for a file that does not load.
+absl::Status LoadDeclaringConfigsFromFlags(const CommandContext& context,
+                                           absl::string_view command, const ParsedArgs& parsed);
+
 }  // namespace fuselage
 
 #endif  // FUSELAGE_TOOLS_BACKEND_FLAG_H_

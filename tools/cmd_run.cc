@@ -1,5 +1,6 @@
 // `fuselage run MODEL --input=X.npy[,X2.npy...] [--output=Y.npy[,Y2.npy...]]
-//                   [--threads=N] [--engine=onednn|qnnpack] [--repeat=N] [--time]`
+//                   [--threads=N] [--engine=onednn|qnnpack] [--repeat=N] [--time]
+//                   [--config=FILE[,FILE...]]`
 //   Runs MODEL (float, prepared, reference or native quantized) with the interpreter and
 //   the built-in kernels, one .npy input per placeholder in order. The outputs, flattened
 //   as the graph returns them (`return (a, (b, c))` gives a, b, c), are written to the
@@ -14,6 +15,10 @@
 //   torch.backends.quantized.engine (default: the engine the model records, set when it
 //   was prepared: qnnpack for the qnnpack config, onednn for the others; onednn when the
 //   model records none).
+//   --config: the backend config files that declare the fused module types of a fused,
+//   prepared or reference model (fused_module_type), loaded before the model; without
+//   them such a model is refused, the error naming the config to give. A lowered model
+//   names only native types and needs none.
 #include "tools/cmd_run.h"
 
 #include <string>
@@ -27,6 +32,7 @@
 #include "runtime/interpreter.h"
 #include "runtime/npy.h"
 #include "runtime/quantized/quantize.h"
+#include "tools/backend_flag.h"
 #include "tools/quantize_flags.h"
 
 namespace fuselage {
@@ -51,7 +57,7 @@ Command RunCommand() {
   command.name = "run";
   command.usage =
       "run MODEL --input=X.npy[,X2.npy...] [--output=Y.npy[,Y2.npy...]] [--threads=N] "
-      "[--engine=onednn|qnnpack] [--repeat=N] [--time]";
+      "[--engine=onednn|qnnpack] [--repeat=N] [--time] [--config=FILE[,FILE...]]";
   command.summary = "run a model on .npy inputs and write its outputs as .npy";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
@@ -67,7 +73,8 @@ Command RunCommand() {
                                 {{"--repeat"}, true, "run the model N times after loading", "N",
                                  "1"},
                                 {{"--time"}, false,
-                                 "print one 'time run <ms> ms' line per repetition"}}));
+                                 "print one 'time run <ms> ms' line per repetition"},
+                                DeclaringConfigFlagSpec()}));
     RETURN_IF_ERROR(ExpectPositional(command, parsed, 1));
     if (!parsed.Has("--input")) {
       return UsageError("run: needs --input=X.npy (one file per placeholder, comma-separated)");
@@ -76,6 +83,8 @@ Command RunCommand() {
     ASSIGN_OR_RETURN(options.threads, ThreadsFlag(parsed));
     ASSIGN_OR_RETURN(options.engine, EngineFlag(parsed));
     ASSIGN_OR_RETURN(const int64_t repeat, IntFlag(parsed, "--repeat", 1, 1, kMaxRepeat));
+    // Before the model: a model of a declared type loads only once its config has.
+    RETURN_IF_ERROR(LoadDeclaringConfigsFromFlags(context, command.name, parsed));
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
     const std::vector<std::string> inputs = SplitPaths(context, parsed.flags.at("--input"));
     const size_t placeholders = gm->graph().Placeholders().size();

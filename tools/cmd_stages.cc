@@ -9,15 +9,19 @@
 //   engine its quantized form is to run on (--engine, else the backend config's).
 // `fuselage calibrate PREPARED [--calibration=X.npy,... | --samples=N --seed=N
 //                    --input-shape=DIMS] [--threads=N] [--engine=onednn|qnnpack]
-//                    -o CALIBRATED [--time]`
+//                    [--config=FILE[,FILE...]] -o CALIBRATED [--time]`
 //   Runs the prepared model on the samples (the flags of `quantize`; --threads as there)
 //   and writes the observers' statistics back; calibrating a calibrated model adds to its
 //   statistics. --engine replaces the engine recorded at prepare.
-// `fuselage convert PREPARED -o REFERENCE [--time]`
+// `fuselage convert PREPARED [--config=FILE[,FILE...]] -o REFERENCE [--time]`
 //   ConvertToReference (quantize/convert.h) on a prepared, usually calibrated, model: the
 //   reference quantized model `lower` takes. An observer that saw no value is refused
 //   (convert_fx would give it scale 1.0 and zero point 0). A model without observers is
 //   refused: it was not prepared.
+// calibrate's and convert's --config: the backend config files declaring the model's
+// fused module types (fused_module_type), loaded before the model, which is refused
+// without them, the error naming the config (prepare's --config is the backend config,
+// which also loads its declarations).
 // Each prints its pass's report and a summary line; --time adds one line per step with
 // its wall time, `time <step> <ms> ms`: load, then the pass (prepare, calibrate, convert),
 // then verify and save (and, for prepare and calibrate, store: writing the state into
@@ -110,16 +114,19 @@ Command CalibrateCommand() {
   command.name = "calibrate";
   command.usage =
       "calibrate PREPARED [--calibration=X.npy,...] [--samples=N] [--seed=N] "
-      "[--input-shape=DIMS] [--threads=N] [--engine=onednn|qnnpack] -o OUT [--time]";
+      "[--input-shape=DIMS] [--threads=N] [--engine=onednn|qnnpack] "
+      "[--config=FILE[,FILE...]] -o OUT [--time]";
   command.summary = "run a prepared model on samples so its observers record ranges";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
     StageFlags flags{CalibrationFlagSpecs()};
     flags.flags.push_back(ThreadsFlagSpec());
     flags.flags.push_back(EngineFlagSpec());
+    flags.flags.push_back(DeclaringConfigFlagSpec());
     ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
     ASSIGN_OR_RETURN(const int threads, ThreadsFlag(stage.parsed()));
     ASSIGN_OR_RETURN(const std::optional<QuantizedEngine> engine, EngineFlag(stage.parsed()));
+    RETURN_IF_ERROR(LoadDeclaringConfigsFromFlags(context, command.name, stage.parsed()));
     // Reading the observers back is part of the step "load" here.
     stage.times().Start();
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, stage.input()));
@@ -144,11 +151,13 @@ Command CalibrateCommand() {
 Command ConvertCommand() {
   Command command;
   command.name = "convert";
-  command.usage = "convert PREPARED -o OUT [--time]";
+  command.usage = "convert PREPARED [--config=FILE[,FILE...]] -o OUT [--time]";
   command.summary = "convert a prepared model to a reference quantized model";
   command.run = [command](const std::vector<std::string>& args,
                           CommandContext& context) -> absl::Status {
-    ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, {}));
+    ASSIGN_OR_RETURN(StageRun stage,
+                     StageRun::Parse(command, args, {{DeclaringConfigFlagSpec()}}));
+    RETURN_IF_ERROR(LoadDeclaringConfigsFromFlags(context, command.name, stage.parsed()));
     ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
     // Reading the observers and plans back is part of what convert costs from a file.
     stage.times().Start();

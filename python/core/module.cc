@@ -62,16 +62,22 @@ Passes (in place; each returns a report object with fields, str() = the CLI's te
 pass that fails raises and leaves the model as it was). `backend` is a built-in backend
 config name (native, fbgemm, qnnpack, x86, onednn); `config_text` a backend config
 textproto (the contents of the CLI's --config=FILE) whose base `backend`, if also given,
-must be:
-    fuse(model, backend=None, *, config_text=None, report_overlaps=False) -> FuseReport
-    explain(model, backend=None, *, config_text=None) -> ExplainReport (read-only)
-    prepare(model, backend=None, *, config_text=None, qconfig_mapping=None,
-            qconfig_mapping_text=None) -> PrepareReport
+must be; `config_source` the text's name (e.g. its file's path; default "config_text"),
+used in errors and recorded as the "declared_in" of the types the text declares
+(fused_module_type), which a process loading the model must load first (a type keeps
+the name it was first declared under in the process):
+    fuse(model, backend=None, *, config_text=None, config_source=None,
+         report_overlaps=False) -> FuseReport
+    explain(model, backend=None, *, config_text=None, config_source=None)
+            -> ExplainReport (read-only)
+    prepare(model, backend=None, *, config_text=None, config_source=None,
+            qconfig_mapping=None, qconfig_mapping_text=None) -> PrepareReport
     calibrate(model, samples, *, threads=0) -> CalibrationReport
     convert(model) -> ConvertReport
     lower(model) -> LoweringReport
-    quantize(model, samples, backend=None, *, config_text=None, qconfig_mapping=None,
-             qconfig_mapping_text=None, reference=False, threads=0, engine=None)
+    quantize(model, samples, backend=None, *, config_text=None, config_source=None,
+             qconfig_mapping=None, qconfig_mapping_text=None, reference=False, threads=0,
+             engine=None)
              -> QuantizeReport (engine: recorded for runs; None: the backend's)
 qconfig_mapping=None uses the backend's default mapping (get_default_qconfig_mapping).
 `samples` is an iterable of samples, each a tuple of arrays (one per placeholder, numpy
@@ -222,20 +228,40 @@ std::vector<Tensor> InputTensors(const py::handle& inputs,
   return tensors;
 }
 
-constexpr char kConfigSource[] = "config_text";
+// The name a config text goes by when the caller gives none: in errors, and as the
+// "declared_in" of the types it declares.
+constexpr char kDefaultConfigSource[] = "config_text";
+
+// The config text's name: `config_source` (e.g. the file's path, which is what a model of
+// a type it declares must then name so that another process knows what to load), else
+// kDefaultConfigSource. A source without a text names nothing and is refused.
+std::string ConfigSource(const std::optional<std::string>& config_text,
+                         const std::optional<std::string>& config_source) {
+  if (!config_source.has_value()) return kDefaultConfigSource;
+  if (!config_text.has_value()) {
+    ThrowIfError(absl::InvalidArgumentError(
+        "config_source names the backend config text: give config_text too"));
+  }
+  if (config_source->empty()) {
+    ThrowIfError(absl::InvalidArgumentError(
+        "config_source is empty; give the config's name (e.g. its file's path) or None"));
+  }
+  return *config_source;
+}
 
 BackendConfig ResolveBackend(const std::optional<std::string>& backend,
-                             const std::optional<std::string>& config_text) {
+                             const std::optional<std::string>& config_text,
+                             const std::string& source) {
   std::optional<absl::string_view> text;
   if (config_text.has_value()) text = *config_text;
-  return ValueOrThrow(ResolveBackendConfig(backend.value_or(""), text, kConfigSource));
+  return ValueOrThrow(ResolveBackendConfig(backend.value_or(""), text, source));
 }
 
 // The qconfig mapping of prepare / quantize: a PyTorch QConfigMapping (translated), a
 // quantize/qconfig_mapping.proto text, or else the backend's default.
 QConfigMapping ResolveMapping(const std::optional<std::string>& backend,
                               const std::optional<std::string>& config_text,
-                              const py::object& qconfig_mapping,
+                              const std::string& source, const py::object& qconfig_mapping,
                               const std::optional<std::string>& qconfig_mapping_text) {
   if (!qconfig_mapping.is_none() && qconfig_mapping_text.has_value()) {
     ThrowIfError(absl::InvalidArgumentError(
@@ -255,7 +281,7 @@ QConfigMapping ResolveMapping(const std::optional<std::string>& backend,
   std::optional<absl::string_view> text;
   if (config_text.has_value()) text = *config_text;
   const std::string name =
-      ValueOrThrow(DefaultMappingBackend(backend.value_or(""), text, kConfigSource));
+      ValueOrThrow(DefaultMappingBackend(backend.value_or(""), text, source));
   return ValueOrThrow(DefaultQConfigMapping(name));
 }
 
@@ -536,39 +562,46 @@ void RegisterPasses(py::module_& m) {
   m.def(
       "fuse",
       [](Model& model, const OptString& backend, const OptString& config_text,
-         bool report_overlaps) {
-        const BackendConfig config = ResolveBackend(backend, config_text);
+         const OptString& config_source, bool report_overlaps) {
+        const BackendConfig config =
+            ResolveBackend(backend, config_text, ConfigSource(config_text, config_source));
         FuseOptions options;
         options.report_overlaps = report_overlaps;
         return ValueOrThrow(
             model.Edit([&](GraphModule& gm) { return FuseModel(gm, config, options); }));
       },
       py::arg("model"), py::arg("backend") = py::none(), py::kw_only(),
-      py::arg("config_text") = py::none(), py::arg("report_overlaps") = false,
+      py::arg("config_text") = py::none(), py::arg("config_source") = py::none(),
+      py::arg("report_overlaps") = false,
       "Fuses every match of the backend config's fusion patterns, in place. "
       "report_overlaps=True also lists, in FuseReport.overlaps, the matches that claimed "
       "nodes another pattern would have matched.");
   m.def(
       "explain",
-      [](Model& model, const OptString& backend, const OptString& config_text) {
-        const BackendConfig config = ResolveBackend(backend, config_text);
+      [](Model& model, const OptString& backend, const OptString& config_text,
+         const OptString& config_source) {
+        const BackendConfig config =
+            ResolveBackend(backend, config_text, ConfigSource(config_text, config_source));
         return ValueOrThrow(model.Read([&](GraphModule& gm) { return ExplainModel(gm, config); }));
       },
       py::arg("model"), py::arg("backend") = py::none(), py::kw_only(),
-      py::arg("config_text") = py::none(),
+      py::arg("config_text") = py::none(), py::arg("config_source") = py::none(),
       "Why each fusion pattern did or did not match, node by node; the model is not changed.");
   m.def(
       "prepare",
       [](Model& model, const OptString& backend, const OptString& config_text,
-         const py::object& qconfig_mapping, const OptString& qconfig_mapping_text) {
+         const OptString& config_source, const py::object& qconfig_mapping,
+         const OptString& qconfig_mapping_text) {
+        const std::string source = ConfigSource(config_text, config_source);
         const QConfigMapping mapping =
-            ResolveMapping(backend, config_text, qconfig_mapping, qconfig_mapping_text);
-        const BackendConfig config = ResolveBackend(backend, config_text);
+            ResolveMapping(backend, config_text, source, qconfig_mapping, qconfig_mapping_text);
+        const BackendConfig config = ResolveBackend(backend, config_text, source);
         return ValueOrThrow(
             model.Edit([&](GraphModule& gm) { return PrepareModel(gm, mapping, config); }));
       },
       py::arg("model"), py::arg("backend") = py::none(), py::kw_only(),
-      py::arg("config_text") = py::none(), py::arg("qconfig_mapping") = py::none(),
+      py::arg("config_text") = py::none(), py::arg("config_source") = py::none(),
+      py::arg("qconfig_mapping") = py::none(),
       py::arg("qconfig_mapping_text") = py::none(),
       "Inserts observers (as prepare_fx does, on a fused model: call fuse first), in place.");
   m.def(
@@ -610,12 +643,13 @@ void RegisterPasses(py::module_& m) {
   m.def(
       "quantize",
       [](Model& model, const py::iterable& samples, const OptString& backend,
-         const OptString& config_text, const py::object& qconfig_mapping,
-         const OptString& qconfig_mapping_text, bool reference, int threads,
-         const OptString& engine) {
+         const OptString& config_text, const OptString& config_source,
+         const py::object& qconfig_mapping, const OptString& qconfig_mapping_text,
+         bool reference, int threads, const OptString& engine) {
+        const std::string source = ConfigSource(config_text, config_source);
         const QConfigMapping mapping =
-            ResolveMapping(backend, config_text, qconfig_mapping, qconfig_mapping_text);
-        const BackendConfig config = ResolveBackend(backend, config_text);
+            ResolveMapping(backend, config_text, source, qconfig_mapping, qconfig_mapping_text);
+        const BackendConfig config = ResolveBackend(backend, config_text, source);
         const CalibrationSamples calibration =
             SamplesFrom(samples, model.Read([](GraphModule& gm) { return PlaceholderNames(gm); }));
         QuantizeFlowOptions options;
@@ -627,7 +661,8 @@ void RegisterPasses(py::module_& m) {
         }));
       },
       py::arg("model"), py::arg("samples"), py::arg("backend") = py::none(), py::kw_only(),
-      py::arg("config_text") = py::none(), py::arg("qconfig_mapping") = py::none(),
+      py::arg("config_text") = py::none(), py::arg("config_source") = py::none(),
+      py::arg("qconfig_mapping") = py::none(),
       py::arg("qconfig_mapping_text") = py::none(), py::arg("reference") = false,
       py::arg("threads") = 0, py::arg("engine") = py::none(),
       "fuse -> prepare -> calibrate -> convert -> lower (the pipeline `fuselage quantize` "

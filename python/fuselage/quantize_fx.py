@@ -35,6 +35,8 @@ backend_configs/examples/conv_add_relu_new_type.textproto), whose modules then c
 torch as fuselage._declared classes.
 """
 
+import os
+
 from torch.ao.quantization import QConfigMapping
 from torch.ao.quantization.backend_config import get_native_backend_config
 
@@ -81,17 +83,12 @@ def _config_file_text(path):
         return f.read()
 
 
-def _to_torch(core, m):
-    """core.to_torch, with each module of a declared type naming the config file that
-    declared it (the engine, given the config's text, records "config_text"), so a model
-    exported from the result says which config to load."""
-    from fuselage.nn import DeclaredModule
-
-    gm = core.to_torch(m, consume=True)
-    for module in gm.modules():
-        if isinstance(module, DeclaredModule) and module.declared_in == "config_text":
-            module.declared_in = type(module).source
-    return gm
+def _backend_source(backend_config):
+    """The name the engine gives the backend config: a config file's path, which the
+    engine records as the "declared_in" of the types it declares (the file a process must
+    load to read the model); None (the engine's default) for a translated PyTorch config,
+    which has no file."""
+    return os.fspath(backend_config) if _is_config_file(backend_config) else None
 
 
 def _backend_text(backend_config):
@@ -128,8 +125,9 @@ def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     _expect_eval(model, "fuse_fx")
     core = _core()
     m = core.from_torch(model)
-    core.fuse(m, config_text=_backend_text(backend_config))
-    return _to_torch(core, m)
+    core.fuse(m, config_text=_backend_text(backend_config),
+              config_source=_backend_source(backend_config))
+    return core.to_torch(m, consume=True)
 
 
 def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -141,15 +139,16 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     _expect_eval(model, "prepare_fx")
     core = _core()
     text = _backend_text(backend_config)
+    source = _backend_source(backend_config)
     mapping = _mapping_text(qconfig_mapping)
     # example_inputs are PyTorch's required argument; like PyTorch 1.13's prepare_fx,
     # fuselage does not need to run the model to prepare it (recording shapes would run a
     # copy of it: most of prepare_fx's time on a large graph).
     del example_inputs
     m = core.from_torch(model)
-    core.fuse(m, config_text=text)
-    core.prepare(m, config_text=text, qconfig_mapping_text=mapping)
-    prepared = _to_torch(core, m)
+    core.fuse(m, config_text=text, config_source=source)
+    core.prepare(m, config_text=text, config_source=source, qconfig_mapping_text=mapping)
+    prepared = core.to_torch(m, consume=True)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     return prepared
 
@@ -171,7 +170,7 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     core.convert(m)
     if lower:
         core.lower(m)
-    return _to_torch(core, m)
+    return core.to_torch(m, consume=True)
 
 
 def convert_fx(graph_module, convert_custom_config=None, _remove_qconfig=True,

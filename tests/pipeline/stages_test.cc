@@ -4,6 +4,8 @@
 // RunQuantizeFlow gives in one call, keeping the state in memory.
 #include "pipeline/stages.h"
 
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -80,6 +82,30 @@ TEST(DefaultMappingBackendTest, TheNameOrTheTextsBase) {
   EXPECT_EQ(*DefaultMappingBackend("x86", std::nullopt, ""), "x86");
   EXPECT_EQ(*DefaultMappingBackend("", absl::string_view(text), "example"), "qnnpack");
   EXPECT_FALSE(DefaultMappingBackend("", std::nullopt, "").ok());
+}
+
+// The loading itself (declarations registered, a model of the type then loading) is
+// tests/tools/declared_type_stages_test.cc's, in processes of their own: a declaration
+// would stay registered for every later test of this binary. Here: what is refused, and
+// a config that declares nothing.
+TEST(LoadDeclaringConfigTest, NamesThePathOrTheSourceInErrors) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  const std::string missing = dir + "/no_such_config.textproto";
+  absl::Status status = LoadDeclaringConfig(missing, "typed/name.textproto");
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  EXPECT_NE(status.message().find(missing), absl::string_view::npos) << status;
+
+  const std::string broken = dir + "/broken_config.textproto";
+  {
+    std::ofstream out(broken);
+    out << "name: \"broken\"\npattern {\n";
+  }
+  status = LoadDeclaringConfig(broken, "typed/broken.textproto");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("typed/broken.textproto"), absl::string_view::npos) << status;
+
+  EXPECT_TRUE(LoadDeclaringConfig(kExampleConfig, kExampleConfig).ok());
 }
 
 TEST(StagesTest, OneAtATimeEqualsTheWholeFlow) {

@@ -45,14 +45,16 @@ def inputs():
 def residual_model(stage, tmp_path):
     """tools/examples/residual.textproto fused with the config ("fused"), or quantized to a
     reference ("reference") or lowered ("lowered") model in process; saved. The C++
-    declarations are registered by the fuse."""
+    declarations are registered by the fuse, named by the file's path (config_source): a
+    type keeps the name it was first declared under in the process, and every test here
+    expects the path."""
     model = core.Model.load(RESIDUAL)
     samples, _ = inputs()
     if stage == "fused":
-        core.fuse(model, config_text=config_text())
+        core.fuse(model, config_text=config_text(), config_source=CONFIG)
     else:
         core.quantize(model, samples, "qnnpack", config_text=config_text(),
-                      reference=stage == "reference", engine="qnnpack")
+                      config_source=CONFIG, reference=stage == "reference", engine="qnnpack")
     path = tmp_path / f"{stage}.fsl"
     model.save(str(path))
     return path
@@ -106,6 +108,46 @@ def test_declared_type_runs_its_composition_in_torch(stage, child_type, tmp_path
     a, b = torch.randn(1, 4, 8, 8), torch.randn(1, 4, 8, 8)
     with torch.no_grad():
         assert torch.equal(module(a, b), torch.relu(module._modules["0"](a) + b))
+
+
+def declared_in_attributes(path):
+    """Every (module path, "declared_in" value) of the model file at `path`."""
+    model = _proto.model_pb2().Model()
+    model.ParseFromString(open(path, "rb").read())
+    found = {}
+
+    def walk(module, prefix):
+        for a in module.attributes:
+            if a.name == "declared_in":
+                found[prefix] = a.value.string_value
+        for child in module.children:
+            walk(child.module, f"{prefix}.{child.name}" if prefix else child.name)
+    walk(model.root, "")
+    return found
+
+
+@pytest.mark.parametrize("stage", ["fused", "reference"])
+def test_the_engine_records_the_config_source_as_declared_in(stage, tmp_path):
+    # Straight from the engine's model file, no Python in between: the name given as
+    # config_source, the file a process must load, not the default "config_text".
+    assert declared_in_attributes(residual_model(stage, tmp_path)) == {"conv": CONFIG}
+
+
+def test_config_source_needs_a_config_text():
+    model = core.Model.load(RESIDUAL)
+    with pytest.raises(core.EngineError) as e:
+        core.fuse(model, "qnnpack", config_source=CONFIG)
+    assert "config_source names the backend config text: give config_text too" in str(e.value)
+    with pytest.raises(core.EngineError) as e:
+        core.fuse(model, config_text=config_text(), config_source="")
+    assert "config_source is empty" in str(e.value)
+
+
+def test_config_source_names_the_config_in_errors():
+    model = core.Model.load(RESIDUAL)
+    with pytest.raises(core.EngineError) as e:
+        core.fuse(model, config_text="name: \"x\"\npattern {", config_source="my/bad.textproto")
+    assert "my/bad.textproto" in str(e.value)
 
 
 def test_declared_type_exports_back_to_the_same_module(tmp_path):
@@ -198,7 +240,9 @@ def test_quantize_fx_with_the_config_file_gives_a_runnable_graph_module():
                           (torch.from_numpy(x),), backend_config=CONFIG)
     fused = [m for m in prepared.modules() if isinstance(m, fuselage.nn.DeclaredModule)]
     assert len(fused) == 1 and fused[0].type_name == TYPE
-    assert fused[0].declared_in == CONFIG  # the file a process must load, not "config_text"
+    # The engine records the file's path (quantize_fx passes it as config_source); the
+    # Python side does not patch it.
+    assert fused[0].declared_in == CONFIG
     with torch.no_grad():
         # Observers pass values through: the prepared model computes the float one (the
         # batch norm folded into the conv: equal to rounding).
