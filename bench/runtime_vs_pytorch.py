@@ -16,7 +16,9 @@ run` calls; its CLI's `run --repeat --time` wall median is printed beside it):
              with the qnnpack config on --engine=qnnpack
                                        vs PyTorch's convert_fx model (the same config and
                                           default qconfig mapping) on the engine of that name
-  calibrate  one HistogramObserver sample: fuselage `calibrate --time` over --runs samples
+  calibrate  one sample, with HistogramObserver (the default qconfig mapping) and with
+             MinMaxObserver (its global qconfig replaced by PyTorch's default_qconfig):
+             fuselage `calibrate --time` over --runs samples
                                        vs PyTorch's prepared model forward (eager, and with
                                           its convs on oneDNN as above)
   quantize   resnet50 only: `fuselage quantize` with 16 calibration samples, end to end
@@ -49,7 +51,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torchvision
-from torch.ao.quantization import get_default_qconfig_mapping
+from torch.ao.quantization import default_qconfig, get_default_qconfig_mapping
 from torch.ao.quantization.backend_config import (get_native_backend_config,
                                                   get_qnnpack_backend_config)
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
@@ -58,9 +60,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "python"))
 import fuselage  # noqa: E402
 from fuselage import _core  # noqa: E402
+from fuselage._translate import qconfig_mapping_to_text  # noqa: E402
 
 FUSELAGE = os.path.join(REPO, "bazel-bin", "tools", "fuselage")
 SHAPE = (1, 3, 224, 224)
+# observer -> the qconfig mapping calibrated with (qnnpack config): the default one has
+# HistogramObserver activations; PyTorch's default_qconfig has MinMaxObserver ones.
+CALIBRATION_MAPPINGS = {
+    "Histogram": lambda: get_default_qconfig_mapping("qnnpack"),
+    "MinMax": lambda: get_default_qconfig_mapping("qnnpack").set_global(default_qconfig),
+}
 # engine -> (fuselage's --backend, PyTorch's backend config, its default qconfig mapping).
 # PyTorch 1.13 has no onednn backend config: its fbgemm / native config quantizes the same
 # ops, and fuselage's fbgemm config is that one (its onednn config also fuses conv-add-relu,
@@ -179,9 +188,14 @@ def bench_model(name, args, workdir, rows):
         quantized[engine] = path(f"{engine}.fsl")
         tool(["quantize", float_path, f"--backend={backend}", f"--calibration={calib}",
               "-o", quantized[engine]])
-    prepared_path = path("prepared.fsl")
-    tool(["prepare", float_path, "--backend=qnnpack", "-o", prepared_path])
-
+    prepared_paths = {}
+    for observer, mapping in CALIBRATION_MAPPINGS.items():
+        mapping_path = path(f"{observer}_mapping.textproto")
+        with open(mapping_path, "w") as f:
+            f.write(qconfig_mapping_to_text(mapping()))
+        prepared_paths[observer] = path(f"{observer}_prepared.fsl")
+        tool(["prepare", float_path, "--backend=qnnpack", f"--qconfig-mapping={mapping_path}",
+              "-o", prepared_paths[observer]])
     for threads in args.threads:
         torch.set_num_threads(threads or os.cpu_count())
         label = f"{name}, {threads or os.cpu_count()} thread(s)"
@@ -194,45 +208,47 @@ def bench_model(name, args, workdir, rows):
                               *mkldnn.cells(),
                               ratio(ours.wall_ms, min(eager.wall_ms, mkldnn.wall_ms)),
                               ratio(ours.cpu_ms, min(eager.cpu_ms, mkldnn.cpu_ms))))
-        if "int8" not in args.figures:
-            continue
-        # Int8 per engine.
-        for engine, (_, config, mapping_name) in BACKENDS.items():
-            torch.backends.quantized.engine = engine
-            prepared = prepare_fx(copy.deepcopy(model), get_default_qconfig_mapping(mapping_name),
-                                  (x,), backend_config=config())
-            with torch.no_grad():
-                for s in samples[:2]:
-                    prepared(s)
-            converted = convert_fx(prepared, backend_config=config())
-            cli = fuselage_cli_wall_ms(quantized[engine], path("x.npy"), args.runs, threads,
-                                       engine=engine)
-            int8, theirs = interleaved_timings(
-                [fuselage_forward(quantized[engine], x, threads, engine),
-                 lambda: converted(x)], args.runs)
-            rows["int8"].append((label, engine, *int8.cells(), f"{cli:.1f}", *theirs.cells(),
-                                 ratio(int8.wall_ms, theirs.wall_ms),
-                                 ratio(int8.cpu_ms, theirs.cpu_ms),
-                                 ratio(int8.cpu_ms, ours.cpu_ms)))
+        if "int8" in args.figures:
+            # Int8 per engine.
+            for engine, (_, config, mapping_name) in BACKENDS.items():
+                torch.backends.quantized.engine = engine
+                mapping = get_default_qconfig_mapping(mapping_name)
+                prepared = prepare_fx(copy.deepcopy(model), mapping, (x,),
+                                      backend_config=config())
+                with torch.no_grad():
+                    for s in samples[:2]:
+                        prepared(s)
+                converted = convert_fx(prepared, backend_config=config())
+                cli = fuselage_cli_wall_ms(quantized[engine], path("x.npy"), args.runs, threads,
+                                           engine=engine)
+                int8, theirs = interleaved_timings(
+                    [fuselage_forward(quantized[engine], x, threads, engine),
+                     lambda: converted(x)], args.runs)
+                rows["int8"].append((label, engine, *int8.cells(), f"{cli:.1f}", *theirs.cells(),
+                                     ratio(int8.wall_ms, theirs.wall_ms),
+                                     ratio(int8.cpu_ms, theirs.cpu_ms),
+                                     ratio(int8.cpu_ms, ours.cpu_ms)))
         torch.backends.quantized.engine = "onednn"
         if "calibrate" not in args.figures:
             continue
-        # Calibration, one HistogramObserver sample.
-        out = tool(["calibrate", prepared_path,
-                    f"--calibration={','.join(sample_paths[:args.runs])}", "--time",
-                    "-o", path("calibrated.fsl")] +
-                   ([f"--threads={threads}"] if threads else []))
-        ours_calib = times_ms(out, "calibrate")[0] / args.runs
-        mapping = get_default_qconfig_mapping("qnnpack")
+        # Calibration, one sample, per observer.
         config = get_qnnpack_backend_config()
-        theirs_prepared = prepare_fx(copy.deepcopy(model), mapping, (x,), backend_config=config)
-        mkldnn_prepared = prepare_fx(copy.deepcopy(mkldnn_model), mapping, (x,),
-                                     backend_config=config)
-        eager_calib = torch_ms(theirs_prepared, x, args.runs)
-        mkldnn_calib = torch_ms(mkldnn_prepared, x, args.runs)
-        rows["calibrate"].append((label, f"{ours_calib:.1f}", f"{eager_calib:.1f}",
-                                  f"{mkldnn_calib:.1f}", ratio(ours_calib, min(eager_calib,
-                                                                               mkldnn_calib))))
+        for observer, mapping in CALIBRATION_MAPPINGS.items():
+            out = tool(["calibrate", prepared_paths[observer],
+                        f"--calibration={','.join(sample_paths[:args.runs])}", "--time",
+                        "-o", path("calibrated.fsl")] +
+                       ([f"--threads={threads}"] if threads else []))
+            ours_calib = times_ms(out, "calibrate")[0] / args.runs
+            theirs_prepared = prepare_fx(copy.deepcopy(model), mapping(), (x,),
+                                         backend_config=config)
+            mkldnn_prepared = prepare_fx(copy.deepcopy(mkldnn_model), mapping(), (x,),
+                                         backend_config=config)
+            eager_calib = torch_ms(theirs_prepared, x, args.runs)
+            mkldnn_calib = torch_ms(mkldnn_prepared, x, args.runs)
+            rows["calibrate"].append((label, observer, f"{ours_calib:.1f}", f"{eager_calib:.1f}",
+                                      f"{mkldnn_calib:.1f}",
+                                      ratio(ours_calib, min(eager_calib, mkldnn_calib))))
+        mapping = get_default_qconfig_mapping("qnnpack")
         # The whole flow, resnet50.
         if name == "resnet50" and "quantize" in args.figures:
             start = time.perf_counter()
@@ -262,7 +278,7 @@ HEADERS = {
     "int8": ("model", "engine", "fuselage wall ms", "fuselage CPU ms", "fuselage CLI wall ms",
              "PyTorch convert_fx wall ms", "convert_fx CPU ms", "wall ratio", "CPU ratio",
              "fuselage int8 / float (CPU)"),
-    "calibrate": ("model", "fuselage ms / sample", "PyTorch prepared eager ms",
+    "calibrate": ("model", "observer", "fuselage ms / sample", "PyTorch prepared eager ms",
                   "PyTorch prepared oneDNN convs ms", "ratio to the faster"),
     "quantize": ("model", "fuselage s", "PyTorch eager s", "PyTorch oneDNN convs s",
                  "speed-up vs eager", "speed-up vs oneDNN convs"),
