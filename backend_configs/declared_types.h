@@ -82,11 +82,15 @@ struct DeclaredLoweringRule {
     std::string child_type;   // that child's reference form ("nnqr.Conv2d")
     // Each input: (true, j) step j's value, (false, i) the quantized arg i.
     std::vector<std::pair<bool, int>> inputs;
-    int qparams_of_arg = -1;  // every step but the last: the arg whose parameters it takes
+    // Every step but the last: the declared type's observed step whose parameters it
+    // takes (convert records them on the module), or else the arg whose it borrows.
+    int qparams_of_step = -1;
+    int qparams_of_arg = -1;
     friend bool operator==(const Step& a, const Step& b) {
       return a.native == b.native && a.is_function == b.is_function &&
              a.from_child == b.from_child && a.child_type == b.child_type &&
-             a.inputs == b.inputs && a.qparams_of_arg == b.qparams_of_arg;
+             a.inputs == b.inputs && a.qparams_of_arg == b.qparams_of_arg &&
+             a.qparams_of_step == b.qparams_of_step;
     }
   };
   std::vector<Step> composition;
