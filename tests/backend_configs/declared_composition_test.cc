@@ -28,6 +28,7 @@
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
 #include "pipeline/quantize_flow.h"
+#include "pipeline/stages.h"
 #include "quantize/qconfig.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/interpreter.h"
@@ -383,6 +384,53 @@ TEST_F(DeclaredCompositionTest, ObservedIntermediateGivesTheBytesOfTheUnfusedBui
     }
     EXPECT_GT(max_value, 0.0f) << "seed " << seed;  // not all zero
     EXPECT_EQ(differing, 0) << "seed " << seed << ": " << differing << " of " << got.numel();
+  }
+}
+
+// The stages one at a time with the model saved and read back between each, as the
+// CLI runs them (`fuselage fuse`, `prepare`, `calibrate`, `convert`, `lower`): the step's
+// observer travels in the file (an observer module named by the fused module's
+// step_0_observer attribute), and the lowered model is the in-memory flow's.
+TEST_F(DeclaredCompositionTest, StagesThroughModelFilesGiveTheInMemoryResult) {
+  auto in_memory = Quantized(/*lower=*/true);
+  auto gm = *BuildResidualExample(kResidualExampleSeed);
+  auto reload = [](const GraphModule& model) {
+    absl::StatusOr<std::unique_ptr<GraphModule>> loaded = ParseModel(SerializeModel(model));
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return loaded.ok() ? *std::move(loaded) : nullptr;
+  };
+  ASSERT_TRUE(FuseModel(*gm, *config_).ok());
+  gm = reload(*gm);
+  ASSERT_NE(gm, nullptr);
+  ASSERT_TRUE(PrepareModel(*gm, *DefaultQConfigMapping("qnnpack"), *config_).ok());
+  gm = reload(*gm);
+  ASSERT_NE(gm, nullptr);
+  const std::vector<const Node*> fused = CallsOfType(*gm, kType);
+  ASSERT_EQ(fused.size(), 1u);
+  const Argument* observer_path =
+      gm->FindModule(fused[0]->target().name())->FindAttribute("step_0_observer");
+  ASSERT_NE(observer_path, nullptr);
+  ASSERT_NE(gm->FindModule(observer_path->as_string()), nullptr);
+  absl::StatusOr<CalibrationReport> calibrated = CalibrateModel(*gm, RandomSamples(4, 1));
+  ASSERT_TRUE(calibrated.ok()) << calibrated.status();
+  EXPECT_TRUE(calibrated->unobserved.empty());
+  gm = reload(*gm);
+  ASSERT_NE(gm, nullptr);
+  absl::StatusOr<ConvertReport> converted = ConvertModel(*gm);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  gm = reload(*gm);
+  ASSERT_NE(gm, nullptr);
+  absl::StatusOr<LoweringReport> lowered = LowerModel(*gm);
+  ASSERT_TRUE(lowered.ok()) << lowered.status();
+  EXPECT_EQ(lowered->lowered_per_rule[kRule], 1) << lowered->ToString();
+  EXPECT_EQ(NodesText(*gm), NodesText(*in_memory));
+  const Tensor x = RandomSamples(1, 31)[0][0];
+  const Tensor got = RunOne(*gm, x);
+  const Tensor want = RunOne(*in_memory, x);
+  ASSERT_EQ(got.numel(), want.numel());
+  ASSERT_GT(got.numel(), 0);
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << "element " << i;
   }
 }
 
