@@ -26,7 +26,11 @@
 //  - observation: prepare (quantize/prepare.h) treats the type as any fused module, from
 //    the file's pattern entry for it (`pattern: "user.ConvBnAddReLU2d"` with root_module,
 //    reference_quantized_module and dtype_config): every tensor input and the output get
-//    an observer. A declaration asking for fewer is refused (not silently widened);
+//    an observer. A declaration asking for fewer is refused (not silently widened).
+//    Each `observed_step: k` (an intermediate step) gets one more observer, no node's:
+//    its path is the module's attribute step_<k>_observer, the composite kernel feeds
+//    it step k's value during calibration, and convert records step_<k>_scale /
+//    step_<k>_zero_point, which a lowering rule's `qparams_of { step: k }` reads;
 //  - a lowering rule (DeclaredLoweringRules), which RegisterNativeLoweringRules
 //    (lowering/lowering_rule.h) adds to every registry it fills: the reference module
 //    with the listed args dequantized becomes the native module, built from the reference
