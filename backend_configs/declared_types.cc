@@ -1,5 +1,6 @@
 #include "backend_configs/declared_types.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <set>
@@ -247,6 +248,19 @@ absl::StatusOr<ModuleSchema> ReadFusedModuleType(const config::FusedModuleTypeDe
         "field 'observation_type': set it on the pattern entry for this type (prepare "
         "reads it there); here only the default is accepted");
   }
+  // An observed step is an intermediate: the last step's value is the output, which
+  // observe_output observes.
+  std::set<int> observed_steps;
+  for (int k = 0; k < decl.observed_step_size(); ++k) {
+    const int s = decl.observed_step(k);
+    if (s < 0 || s + 1 >= decl.step_size() || !observed_steps.insert(s).second) {
+      return FieldError(absl::StrCat("observed_step[", k, "]"),
+                        absl::StrCat(s, " is not an intermediate step (0 to ",
+                                     decl.step_size() - 2, "; the last step is the output), "
+                                     "or is given twice"));
+    }
+    composition->observed_steps.push_back(s);
+  }
   schema.composition = std::move(composition);
   RETURN_IF_ERROR(CheckTypeNameClash(decl.name(), modules, schema));
   return schema;
@@ -271,6 +285,31 @@ const NativeFunctionOp* FindNativeFunctionOp(absl::string_view op) {
     if (f.name == op || f.target == op) return &f;
   }
   return nullptr;
+}
+
+// OK if `step` is one of the observed_step of the declared type `reference` (its value
+// observed, its own parameters recorded by convert); InvalidArgument naming `field` if
+// the type has no such step, if it is the last one (the output), or if it is not observed.
+absl::Status CheckObservedStep(int step, const ModuleSchema& reference,
+                               const std::string& field) {
+  const ModuleComposition& composition = *reference.composition;
+  const int num_steps = static_cast<int>(composition.steps.size());
+  if (step < 0 || step >= num_steps) {
+    return FieldError(field, absl::StrCat(step, " is not a step of ", reference.type,
+                                          ", which has ", num_steps, " steps"));
+  }
+  if (step + 1 == num_steps) {
+    return FieldError(field, absl::StrCat(step, " is the last step of ", reference.type,
+                                          ": its value is the output, whose parameters the "
+                                          "last native step takes; name an intermediate"));
+  }
+  const std::vector<int>& observed = composition.observed_steps;
+  if (std::find(observed.begin(), observed.end(), step) == observed.end()) {
+    return FieldError(field, absl::StrCat("step ", step, " of ", reference.type,
+                                          " is not observed; add observed_step: ", step,
+                                          " to its fused_module_type"));
+  }
+  return absl::OkStatus();
 }
 
 // Checks a lowering rule of several native_steps (backend_config.proto, NativeStep):
@@ -364,13 +403,18 @@ absl::Status CheckNativeComposition(const config::LoweringRuleDecl& decl,
                         "the last step's value is the output; its parameters are the output's");
     }
     if (!last) {
-      if (!step.has_qparams_of() ||
-          step.qparams_of().source_case() != config::ValueRef::kArg) {
+      if (!step.has_qparams_of()) {
         return FieldError(prefix + ".qparams_of",
-                          "an intermediate value needs the observed arg whose quantization "
-                          "parameters it takes ({ arg: i })");
+                          "an intermediate value needs the observed value whose quantization "
+                          "parameters it takes ({ step: k } an observed_step of the type, or "
+                          "{ arg: i })");
       }
-      RETURN_IF_ERROR(check_ref(step.qparams_of(), s, prefix + ".qparams_of"));
+      if (step.qparams_of().source_case() == config::ValueRef::kStep) {
+        RETURN_IF_ERROR(CheckObservedStep(step.qparams_of().step(), reference,
+                                          prefix + ".qparams_of.step"));
+      } else {
+        RETURN_IF_ERROR(check_ref(step.qparams_of(), s, prefix + ".qparams_of"));
+      }
     }
   }
   for (int s = 0; s + 1 < num_steps; ++s) {
@@ -446,7 +490,11 @@ absl::StatusOr<DeclaredLoweringRule> ReadLoweringRule(
         const bool from_step = input.source_case() == config::ValueRef::kStep;
         lowered.inputs.emplace_back(from_step, from_step ? input.step() : input.arg());
       }
-      if (step.has_qparams_of()) lowered.qparams_of_arg = step.qparams_of().arg();
+      if (step.qparams_of().source_case() == config::ValueRef::kStep) {
+        lowered.qparams_of_step = step.qparams_of().step();
+      } else if (step.has_qparams_of()) {
+        lowered.qparams_of_arg = step.qparams_of().arg();
+      }
       rule.composition.push_back(std::move(lowered));
     }
     return rule;

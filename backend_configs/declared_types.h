@@ -26,7 +26,11 @@
 //  - observation: prepare (quantize/prepare.h) treats the type as any fused module, from
 //    the file's pattern entry for it (`pattern: "user.ConvBnAddReLU2d"` with root_module,
 //    reference_quantized_module and dtype_config): every tensor input and the output get
-//    an observer. A declaration asking for fewer is refused (not silently widened);
+//    an observer. A declaration asking for fewer is refused (not silently widened).
+//    Each `observed_step: k` (an intermediate step) gets one more observer, no node's:
+//    its path is the module's attribute step_<k>_observer, the composite kernel feeds
+//    it step k's value during calibration, and convert records step_<k>_scale /
+//    step_<k>_zero_point, which a lowering rule's `qparams_of { step: k }` reads;
 //  - a lowering rule (DeclaredLoweringRules), which RegisterNativeLoweringRules
 //    (lowering/lowering_rule.h) adds to every registry it fills: the reference module
 //    with the listed args dequantized becomes the native module, built from the reference
@@ -82,11 +86,15 @@ struct DeclaredLoweringRule {
     std::string child_type;   // that child's reference form ("nnqr.Conv2d")
     // Each input: (true, j) step j's value, (false, i) the quantized arg i.
     std::vector<std::pair<bool, int>> inputs;
-    int qparams_of_arg = -1;  // every step but the last: the arg whose parameters it takes
+    // Every step but the last: the declared type's observed step whose parameters it
+    // takes (convert records them on the module), or else the arg whose it borrows.
+    int qparams_of_step = -1;
+    int qparams_of_arg = -1;
     friend bool operator==(const Step& a, const Step& b) {
       return a.native == b.native && a.is_function == b.is_function &&
              a.from_child == b.from_child && a.child_type == b.child_type &&
-             a.inputs == b.inputs && a.qparams_of_arg == b.qparams_of_arg;
+             a.inputs == b.inputs && a.qparams_of_arg == b.qparams_of_arg &&
+             a.qparams_of_step == b.qparams_of_step;
     }
   };
   std::vector<Step> composition;

@@ -58,10 +58,29 @@ struct ModuleComposition {
     }
   };
   std::vector<Step> steps;
+  // Intermediate steps whose value prepare observes (with the activation qconfig, as the
+  // output): prepare records the observer's path on the fused module
+  // (ObservedStepAttribute), the composite kernel feeds it the step's value during
+  // calibration, and convert replaces it by the step's scale and zero point
+  // (ObservedStepScaleAttribute / ObservedStepZeroPointAttribute), which a lowering
+  // rule's `qparams_of { step: k }` reads.
+  std::vector<int> observed_steps;
   friend bool operator==(const ModuleComposition& a, const ModuleComposition& b) {
-    return a.steps == b.steps;
+    return a.steps == b.steps && a.observed_steps == b.observed_steps;
   }
 };
+
+// On a module of a declared type: the path of the observer of its step `step` (string),
+// after prepare; then, after convert, that step's quantization parameters.
+inline std::string ObservedStepAttribute(int step) {
+  return "step_" + std::to_string(step) + "_observer";
+}
+inline std::string ObservedStepScaleAttribute(int step) {
+  return "step_" + std::to_string(step) + "_scale";
+}
+inline std::string ObservedStepZeroPointAttribute(int step) {
+  return "step_" + std::to_string(step) + "_zero_point";
+}
 
 struct ModuleSchema {
   std::string type;            // "nn.Conv2d"

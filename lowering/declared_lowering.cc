@@ -28,6 +28,7 @@ LoweringRule LoweringRuleFromDeclaration(const DeclaredLoweringRule& declared) {
       step.inputs.push_back({from_step, index});
     }
     step.qparams_of_arg = declared_step.qparams_of_arg;
+    step.qparams_of_step = declared_step.qparams_of_step;
     rule.composition.push_back(std::move(step));
   }
   rule.native_target = rule.composition.back().native_target;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/check.h"
+#include "graph/module_schema.h"
 #include "graph/status_macros.h"
 #include "runtime/quantized/quantize.h"
 
@@ -661,7 +662,24 @@ absl::Status Lowerer::PlanComposition(const LoweringRule& rule, const Module& mo
     const NativeCompositionStep& step = rule.composition[s];
     Plan::CompositionStepPlan step_plan;
     step_plan.qparams = plan->output;
-    if (s + 1 < rule.composition.size()) {
+    if (s + 1 < rule.composition.size() && step.qparams_of_step >= 0) {
+      // An intermediate value with its own parameters, which convert recorded from the
+      // observer prepare gave the reference module's step.
+      const int k = step.qparams_of_step;
+      const Argument* scale = module.FindAttribute(ObservedStepScaleAttribute(k));
+      const Argument* zero_point = module.FindAttribute(ObservedStepZeroPointAttribute(k));
+      if (scale == nullptr || !scale->is_float() || zero_point == nullptr ||
+          !zero_point->is_int()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "native step ", s, " (", step.native_target, ") takes the quantization "
+            "parameters of step ", k, " of ", module.type().name(), ", but the module has "
+            "no float attribute '", ObservedStepScaleAttribute(k), "' and int attribute '",
+            ObservedStepZeroPointAttribute(k), "' (convert records them from the observer "
+            "prepare gives that step; was the type declared with observed_step: ", k, "?)"));
+      }
+      step_plan.qparams.scale = scale->as_float();
+      step_plan.qparams.zero_point = zero_point->as_int();
+    } else if (s + 1 < rule.composition.size()) {
       // An intermediate value: quantized with the parameters of the arg `qparams_of_arg`.
       const Node* source = nullptr;
       for (const auto& [index, value] : plan->quantized_args) {

@@ -67,8 +67,11 @@ struct NativeCompositionStep {
     int index = 0;
   };
   std::vector<Input> inputs;
-  // Every step but the last: the dequantized arg whose quantization parameters this
-  // step's quantized value takes. -1 on the last step, whose value has the quantize's.
+  // Every step but the last, one of the two: the reference module's observed step whose
+  // quantization parameters (recorded by convert: ObservedStepScaleAttribute) this
+  // step's quantized value takes, or the dequantized arg whose parameters it borrows.
+  // Both -1 on the last step, whose value has the quantize's.
+  int qparams_of_step = -1;
   int qparams_of_arg = -1;
 };
 

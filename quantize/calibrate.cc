@@ -103,6 +103,23 @@ absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prep
     reached[it->second] = true;
     return it->second->Update(value.as_tensor());
   };
+  // A declared type's observed intermediate step (quantize/prepare.h): its observer is
+  // no node's, and is fed by the composite kernel, by path.
+  options.inner_observer = [&](absl::string_view path,
+                               const Value& value) -> absl::Status {
+    auto it = prepared.observers.find(Symbol::Intern(path));
+    if (it == prepared.observers.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' is not an observer of this prepared model"));
+    }
+    if (!value.is_tensor()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("observer '", path, "' watches a ", value.KindName(),
+                       "; expected a Tensor"));
+    }
+    reached[it->second.get()] = true;
+    return it->second->Update(value.as_tensor());
+  };
   // Each sample is made, checked, run and dropped before the next one is made.
   const std::vector<Node*> placeholders = gm.graph().Placeholders();
   int64_t ran = 0;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "graph/module_schema.h"
 #include "graph/status_macros.h"
 #include "quantize/observers.h"
 
@@ -458,6 +459,50 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
 
 }  // namespace
 
+// A declared type's observed intermediate step (quantize/prepare.h): the scale and
+// zero point its observer gives, recorded on the reference module by convert.
+struct ObservedStepQParams {
+  Module* module = nullptr;
+  int step = 0;
+  double scale = 1.0;
+  int64_t zero_point = 0;
+};
+
+// Appends to `out` the parameters of every observed step of `module` (called by node
+// `n`), from the observers whose paths prepare recorded on it. An error naming the node,
+// step and observer if the path is not an observer of this model or its observer saw no
+// value; nothing is changed.
+template <typename ObserverLookup>
+absl::Status PlanObservedSteps(const Node* n, Module& module, const ObserverLookup& observers,
+                               std::vector<ObservedStepQParams>* out) {
+  const ModuleSchema* schema = ModuleSchemaRegistry::Global().Find(module.type());
+  if (schema == nullptr || schema->composition == nullptr) return absl::OkStatus();
+  for (int step : schema->composition->observed_steps) {
+    const Argument* path = module.FindAttribute(ObservedStepAttribute(step));
+    if (path == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "convert: node '", n->name(), "': ", module.type().name(), " observes step ", step,
+          " but its module has no attribute '", ObservedStepAttribute(step),
+          "' (the path of that step's observer, which prepare records)"));
+    }
+    const Observer* observer =
+        path->is_string() ? observers.Find(Symbol::Intern(path->as_string())) : nullptr;
+    if (observer == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "convert: node '", n->name(), "': attribute '", ObservedStepAttribute(step), "' (",
+          path->ToString(), ") is not an observer of this prepared model"));
+    }
+    if (ObserverSawNoValue(*observer)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "convert: node '", n->name(), "': the observer of step ", step, " of ",
+          module.type().name(), " (", path->as_string(), ") saw no value; calibrate first"));
+    }
+    ASSIGN_OR_RETURN(PerTensorQParams qparams, observer->CalculatePerTensorQParams());
+    out->push_back({&module, step, qparams.scale, qparams.zero_point});
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
                                                  const PreparedModel& prepared) {
   Graph& g = gm.graph();
@@ -477,6 +522,7 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     WeightQuantization weight;
   };
   std::vector<ReferenceConversion> conversions;
+  std::vector<ObservedStepQParams> observed_steps;
   // Sized once: a conversion is ~150 bytes of tensors moved at every growth otherwise.
   // Every observer module is called by at least one node.
   const size_t weighted_plans = CountWeightedPlans(prepared);
@@ -528,6 +574,9 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
                                                                   weight_or.status().message()));
     }
     conversions.push_back({weighted, plan.reference_module, *std::move(weight_or)});
+    if (fused) {
+      RETURN_IF_ERROR(PlanObservedSteps(n, *m, observers, &observed_steps));
+    }
   }
   RETURN_IF_ERROR(
       CheckWeightedPlansFound(g, prepared, weighted_plans, weighted_plans_found));
@@ -548,6 +597,11 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   for (ReferenceConversion& c : conversions) {
     MakeReference(*c.weighted, c.reference_type, c.weight, parts);
     ++report.reference_modules;
+  }
+  for (const ObservedStepQParams& q : observed_steps) {
+    q.module->RemoveAttribute(ObservedStepAttribute(q.step));
+    q.module->SetAttribute(ObservedStepScaleAttribute(q.step), Argument::Float(q.scale));
+    q.module->SetAttribute(ObservedStepZeroPointAttribute(q.step), Argument::Int(q.zero_point));
   }
   // The observer modules go with their container, in one step (removing thousands of
   // children one by one would be quadratic), and so do the plan modules of a prepared

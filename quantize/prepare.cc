@@ -634,6 +634,7 @@ class ObserverInserter {
                                 : d.activation->dtype;
     ObserverEntry(d.output) = {out_obs, out_dtype};
     ObserverEntry(out_obs) = {out_obs, out_dtype};
+    RETURN_IF_ERROR(ObserveDeclaredSteps(d));
     out_.quantized_ops.emplace(d.node->name(), PlanOf(d));
     ++out_.report.quantized_ops;
     return absl::OkStatus();
@@ -676,6 +677,30 @@ class ObserverInserter {
       if (obs->target() == shared) continue;
       maybe_orphaned_.insert(obs->target());
       RETURN_IF_ERROR(gm_.graph().SetTarget(obs, shared));
+    }
+    return absl::OkStatus();
+  }
+
+  // A module of a declared type whose composition observes intermediate steps
+  // (ModuleComposition::observed_steps) gets one observer module per step, of the
+  // activation's spec as its output's (PyTorch observes an unfused op's output so): no
+  // node calls it; its path is recorded on the module (ObservedStepAttribute), where the
+  // composite kernel finds it during calibration and convert replaces it by the step's
+  // scale and zero point.
+  absl::Status ObserveDeclaredSteps(const Decision& d) {
+    if (d.node->op() != OpKind::kCallModule) return absl::OkStatus();
+    Module* module = gm_.FindModule(d.node->target());
+    if (module == nullptr) return absl::OkStatus();
+    const ModuleSchema* schema = ModuleSchemaRegistry::Global().Find(module->type());
+    if (schema == nullptr || schema->composition == nullptr) return absl::OkStatus();
+    for (int step : schema->composition->observed_steps) {
+      const std::string attribute = ObservedStepAttribute(step);
+      if (const Argument* a = module->FindAttribute(attribute); a != nullptr) {
+        // A second node calling the same module: one observer sees both calls' values.
+        if (a->is_string()) continue;
+      }
+      ASSIGN_OR_RETURN(Symbol path, NewObserverModule(*d.activation));
+      module->SetAttribute(attribute, Argument::String(std::string(path.name())));
     }
     return absl::OkStatus();
   }

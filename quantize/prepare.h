@@ -19,6 +19,12 @@
 //    by a second call of its first input's observer module, i.e. the same observer
 //    instance (OUTPUT_SHARE_OBSERVER_WITH_INPUT: max pool, flatten, identity, relu, ...);
 //    all users of the op then read the observer node;
+//  - a module of a declared type whose composition observes intermediate steps
+//    (fused_module_type's observed_step, ModuleComposition::observed_steps) gets one more
+//    observer module per step, with the activation qconfig as its output: no node calls
+//    it; its path is the module's string attribute step_<k>_observer (the composite
+//    kernel feeds it during calibration, convert turns it into step_<k>_scale and
+//    step_<k>_zero_point);
 //  - the weight of a weighted module (the module itself, or child "0" of a fused module,
 //    of the entry's root_module type) is observed at convert time by the qconfig's weight
 //    observer, as PyTorch's convert does; the plan records that observer. The weight arg

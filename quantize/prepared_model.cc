@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "graph/module_schema.h"
 #include "graph/status_macros.h"
 #include "quantize/observer_module.h"
 
@@ -113,13 +114,53 @@ absl::Status StorePreparedModel(const PreparedModel& prepared, GraphModule& gm) 
   return absl::OkStatus();
 }
 
+namespace {
+
+// The observers of a declared type's observed steps (quantize/prepare.h): no node calls
+// them; the module `m` called by `n` names each by path (ObservedStepAttribute).
+absl::Status ReadObservedStepObservers(const GraphModule& gm, const Node& n, const Module& m,
+                                       PreparedModel* prepared,
+                                       absl::flat_hash_set<absl::string_view>* parents) {
+  const ModuleSchema* schema = ModuleSchemaRegistry::Global().Find(m.type());
+  if (schema == nullptr || schema->composition == nullptr) return absl::OkStatus();
+  for (int step : schema->composition->observed_steps) {
+    const Argument* path = m.FindAttribute(ObservedStepAttribute(step));
+    if (path == nullptr || !path->is_string()) continue;  // not prepared (converted)
+    const Symbol key = Symbol::Intern(path->as_string());
+    if (prepared->observers.contains(key)) continue;
+    const Module* observer_module = gm.FindModule(key);
+    if (observer_module == nullptr || !IsObserverModuleType(observer_module->type())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "module '", n.target().name(), "' (node '", n.name(), "'): attribute '",
+          ObservedStepAttribute(step), "' names '", path->as_string(),
+          "', which is not an observer module"));
+    }
+    auto observer = ObserverFromModule(*observer_module);
+    if (!observer.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("observer module '", path->as_string(),
+                                                     "' (step ", step, " of '",
+                                                     n.target().name(), "'): ",
+                                                     observer.status().message()));
+    }
+    prepared->observers.emplace(key, std::move(*observer));
+    parents->insert(ParentPath(key.name()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<PreparedModel> PreparedModelFromGraph(const GraphModule& gm) {
   PreparedModel prepared;
   absl::flat_hash_set<absl::string_view> parents;
   for (const Node* n = gm.graph().first(); n != nullptr; n = n->next()) {
     if (n->op() != OpKind::kCallModule) continue;
     const Module* m = gm.FindModule(n->target());
-    if (m == nullptr || !IsObserverModuleType(m->type())) continue;
+    if (m == nullptr) continue;
+    if (!IsObserverModuleType(m->type())) {
+      RETURN_IF_ERROR(ReadObservedStepObservers(gm, *n, *m, &prepared, &parents));
+      continue;
+    }
     ++prepared.report.observer_nodes;
     const absl::string_view path = n->target().name();
     if (prepared.observers.contains(n->target())) continue;

@@ -1,9 +1,11 @@
 #include "runtime/composite_kernel.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "graph/status_macros.h"
 #include "graph/symbol.h"
 
 namespace fuselage {
@@ -12,6 +14,32 @@ namespace {
 std::string StepName(const ModuleComposition::Step& step, size_t index) {
   return step.child >= 0 ? absl::StrCat("step ", index, " (child \"", step.child, "\")")
                          : absl::StrCat("step ", index, " (", step.function, ")");
+}
+
+// During calibration (ctx.inner_observer set), gives step `s`'s value to the observer
+// prepare recorded on `module` for it, if the composition observes that step.
+absl::Status FeedStepObserver(const KernelContext& ctx, const Module& module,
+                              const ModuleComposition& composition, size_t s,
+                              const Value& value) {
+  if (ctx.inner_observer == nullptr || composition.observed_steps.empty()) {
+    return absl::OkStatus();
+  }
+  const std::vector<int>& observed = composition.observed_steps;
+  if (std::find(observed.begin(), observed.end(), static_cast<int>(s)) == observed.end()) {
+    return absl::OkStatus();
+  }
+  const Argument* path = module.FindAttribute(ObservedStepAttribute(static_cast<int>(s)));
+  if (path == nullptr || !path->is_string()) {
+    // Not prepared (a float or converted model run by a calibration-style caller).
+    return absl::OkStatus();
+  }
+  const absl::Status status = (*ctx.inner_observer)(path->as_string(), value);
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat(module.type().name(), ": observer of step ", s, " ('",
+                                     path->as_string(), "'): ", status.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -66,6 +94,7 @@ absl::StatusOr<Value> RunComposition(const KernelContext& ctx, const Module& mod
                                                                ": ", result.status().message()));
     }
     results.push_back(*std::move(result));
+    RETURN_IF_ERROR(FeedStepObserver(ctx, module, composition, s, results.back()));
   }
   return std::move(results.back());
 }

@@ -119,7 +119,8 @@ absl::StatusOr<Value> RunGetAttr(const GraphModule& gm, const Node& node) {
 
 absl::StatusOr<Value> RunCall(const GraphModule& gm, const Node& node,
                               const KernelRegistry& kernels, const ValueStore& store,
-                              QuantizedEngine engine) {
+                              QuantizedEngine engine,
+                              const InnerValueObserver* inner_observer) {
   std::vector<Value> args;
   args.reserve(node.num_args());
   for (const Argument& a : node.args()) {
@@ -131,7 +132,7 @@ absl::StatusOr<Value> RunCall(const GraphModule& gm, const Node& node,
     ASSIGN_OR_RETURN(Value v, store.Evaluate(kw.second));
     kwargs.emplace_back(kw.first, std::move(v));
   }
-  const KernelContext ctx{node, gm, kernels, engine};
+  const KernelContext ctx{node, gm, kernels, engine, inner_observer};
   if (node.op() == OpKind::kCallModule) {
     const Module* module = gm.FindModule(node.target().name());
     if (module == nullptr || node.target().empty()) {
@@ -241,7 +242,8 @@ absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> in
         // is this node's error, not the process's end: callers (the CLI, calibration, the
         // Python bridge) get a Status naming the node.
         try {
-          value = RunCall(gm, *node, kernels, store, engine);
+          value = RunCall(gm, *node, kernels, store, engine,
+                          options.inner_observer ? &options.inner_observer : nullptr);
         } catch (const std::bad_alloc&) {
           value = absl::ResourceExhaustedError("out of memory running its kernel");
         }

@@ -41,6 +41,9 @@ inline constexpr int kMaxThreads = 1024;
 
 struct RunOptions {
   NodeObserver observer;  // optional
+  // Optional: fed the values kernels compute inside modules for an observer there (a
+  // declared type's observed step, KernelContext::inner_observer).
+  InnerValueObserver inner_observer;
   // How many threads the kernels may use (oneDNN parallelizes with OpenMP): 1 to
   // kMaxThreads, or 0 for OpenMP's default (OMP_NUM_THREADS if set, else every core).
   // OpenMP's thread count belongs to the calling thread: it is set on the thread that

@@ -43,6 +43,12 @@ class KernelRegistry;
 // Keyword args of one call, evaluated, in the node's order.
 using ValueKwargs = std::vector<std::pair<Symbol, Value>>;
 
+// Called by a kernel with a value computed inside a module (not a node's value) that
+// an observer module watches, named by that observer's path: a declared type's
+// intermediate step (runtime/composite_kernel.h) during calibration.
+using InnerValueObserver =
+    std::function<absl::Status(absl::string_view observer_path, const Value& value)>;
+
 // Where a kernel runs. `registry` lets a kernel of a composite module (a fused
 // nni.ConvReLU2d) run its children through their own kernels; `engine` is the integer
 // arithmetic quantized kernels reproduce (RunOptions::engine).
@@ -51,6 +57,8 @@ struct KernelContext {
   const GraphModule& graph_module;
   const KernelRegistry& registry;
   QuantizedEngine engine = QuantizedEngine::kOnednn;
+  // RunOptions::inner_observer when set (calibration), else null.
+  const InnerValueObserver* inner_observer = nullptr;
 };
 
 // `module` is the called module (for a fused module's child: the child).

@@ -342,7 +342,9 @@ TEST(DeclaredTypeTest, LoadChecksCompositionsOfNativeOps) {
                                  "quantized_arg (0)"));
   EXPECT_THAT(ErrorOf(with(" qparams_of { arg: 1 }", "")),
               HasSubstr(prefix + "field 'native_step[0].qparams_of': an intermediate value "
-                                 "needs the observed arg"));
+                                 "needs the observed value whose quantization parameters it "
+                                 "takes ({ step: k } an observed_step of the type, or "
+                                 "{ arg: i })"));
   EXPECT_THAT(ErrorOf(with("input { arg: 1 } }", "input { arg: 1 } qparams_of { arg: 0 } }")),
               HasSubstr(prefix + "field 'native_step[1].qparams_of': the last step's value is "
                                  "the output"));
