@@ -221,13 +221,17 @@ def bench_model(name, args, workdir, rows):
                 converted = convert_fx(prepared, backend_config=config())
                 cli = fuselage_cli_wall_ms(quantized[engine], path("x.npy"), args.runs, threads,
                                            engine=engine)
-                int8, theirs = interleaved_timings(
+                # fuselage's float forward runs in the same rounds, so that int8 / float
+                # compares two forwards that saw the same load and the same cache state
+                # (each after PyTorch's forward).
+                int8, theirs, ours_float = interleaved_timings(
                     [fuselage_forward(quantized[engine], x, threads, engine),
-                     lambda: converted(x)], args.runs)
+                     lambda: converted(x), fuselage_forward(float_path, x, threads)],
+                    args.runs)
                 rows["int8"].append((label, engine, *int8.cells(), f"{cli:.1f}", *theirs.cells(),
                                      ratio(int8.wall_ms, theirs.wall_ms),
                                      ratio(int8.cpu_ms, theirs.cpu_ms),
-                                     ratio(int8.cpu_ms, ours.cpu_ms)))
+                                     ratio(int8.cpu_ms, ours_float.cpu_ms)))
         torch.backends.quantized.engine = "onednn"
         if "calibrate" not in args.figures:
             continue
