@@ -201,8 +201,9 @@ def bench_model(name, args, workdir, rows):
         label = f"{name}, {threads or os.cpu_count()} thread(s)"
         # Float.
         cli = fuselage_cli_wall_ms(float_path, path("x.npy"), args.runs, threads)
+        float_forward = fuselage_forward(float_path, x, threads)
         ours, eager, mkldnn = interleaved_timings(
-            [fuselage_forward(float_path, x, threads), lambda: model(x),
+            [float_forward, lambda: model(x),
              lambda: mkldnn_model(x)], args.runs)
         rows["float"].append((label, *ours.cells(), f"{cli:.1f}", *eager.cells(),
                               *mkldnn.cells(),
@@ -222,11 +223,11 @@ def bench_model(name, args, workdir, rows):
                 cli = fuselage_cli_wall_ms(quantized[engine], path("x.npy"), args.runs, threads,
                                            engine=engine)
                 # fuselage's float forward runs in the same rounds, so that int8 / float
-                # compares two forwards that saw the same load and the same cache state
-                # (each after PyTorch's forward).
+                # compares two forwards that saw the same load (the float rounds above
+                # follow other forwards).
                 int8, theirs, ours_float = interleaved_timings(
                     [fuselage_forward(quantized[engine], x, threads, engine),
-                     lambda: converted(x), fuselage_forward(float_path, x, threads)],
+                     lambda: converted(x), float_forward],
                     args.runs)
                 rows["int8"].append((label, engine, *int8.cells(), f"{cli:.1f}", *theirs.cells(),
                                      ratio(int8.wall_ms, theirs.wall_ms),
