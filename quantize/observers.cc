@@ -10,6 +10,7 @@
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "graph/parallel_for.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -86,11 +87,28 @@ void AccumulateMinMax(const float* p, int64_t n, float& lo, float& hi) {
   hi = new_hi;
 }
 
-// torch.aminmax over all elements (NaN-free data assumed, as calibration data is).
+// Elements per chunk below which a scan stays on one thread.
+constexpr int64_t kMinParallelChunk = int64_t{1} << 15;
+
+// torch.aminmax over all elements (NaN-free data assumed, as calibration data is), in
+// chunks on OpenMP's threads. Combining the chunks' extremes in chunk order with
+// std::min / std::max keeps the earlier of two equal ones, so a zero extreme has the sign
+// of the first zero the sequential loop meets, however the elements were cut.
 std::pair<float, float> AMinMax(const Tensor& x) {
   const float* data = x.data<float>();
-  float lo = data[0], hi = data[0];
-  AccumulateMinMax(data + 1, x.numel() - 1, lo, hi);
+  const int64_t n = x.numel();
+  const int chunks = ParallelChunkCount(n, kMinParallelChunk);
+  std::vector<std::pair<float, float>> partial(static_cast<size_t>(chunks));
+  ParallelForChunks(n, chunks, [&](int chunk, int64_t begin, int64_t end) {
+    float lo = data[begin], hi = data[begin];
+    AccumulateMinMax(data + begin + 1, end - begin - 1, lo, hi);
+    partial[static_cast<size_t>(chunk)] = {lo, hi};
+  });
+  float lo = partial[0].first, hi = partial[0].second;
+  for (const auto& [chunk_lo, chunk_hi] : partial) {
+    lo = std::min(lo, chunk_lo);
+    hi = std::max(hi, chunk_hi);
+  }
   return {lo, hi};
 }
 
@@ -210,9 +228,76 @@ double AddRepeated(double running, float value, int64_t count) {
   return running;
 }
 
+// torch.histc's bin of `elt` in [left, right] (PyTorch 1.13's CPU formula).
+int64_t HistcBin(float elt, float left, float right, int64_t bins) {
+  // PyTorch's float32 formula (multiply first), bit for bit. With a range wider than
+  // FLT_MAX / bins the product overflows to inf, which PyTorch converts to an integer
+  // (undefined behaviour; found by pass_pipeline_fuzz): there the bin is computed in
+  // double, where nothing overflows, and clamped to the last bin.
+  const float pos_f = (elt - left) * static_cast<float>(bins) / (right - left);
+  const double pos_d =
+      std::isfinite(pos_f)
+          ? pos_f
+          : (static_cast<double>(elt) - left) * static_cast<double>(bins) /
+                (static_cast<double>(right) - left);
+  const int64_t pos = pos_d < static_cast<double>(bins) ? static_cast<int64_t>(pos_d) : bins;
+  return pos == bins ? bins - 1 : pos;
+}
+
+// Adds to `counts` (kCountLanes rows of bins + 1 counters, the last of each row for the
+// elements outside [left, right]) the bin of each of p[0..n). Element i goes to row
+// i % kCountLanes: a run of elements in one bin (the zeros after a ReLU) then increments
+// kCountLanes counters in turn instead of waiting on one.
+constexpr int kCountLanes = 4;
+
+void CountHistcBins(const float* p, int64_t n, float left, float right, int64_t bins,
+                    uint32_t* counts) {
+  const int64_t row = bins + 1;
+  int64_t i = 0;
+#ifdef __SSE2__
+  const __m128 left4 = _mm_set1_ps(left), right4 = _mm_set1_ps(right);
+  const __m128 bins4 = _mm_set1_ps(static_cast<float>(bins));
+  const __m128 width4 = _mm_set1_ps(right - left);
+  const __m128 last4 = _mm_set1_ps(static_cast<float>(bins - 1));
+  const __m128 infinity4 = _mm_set1_ps(kInf);
+  const __m128i outside4 = _mm_set1_epi32(static_cast<int32_t>(bins));
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(p + i);
+    const __m128 inside = _mm_and_ps(_mm_cmpge_ps(v, left4), _mm_cmple_ps(v, right4));
+    const __m128 pos = _mm_div_ps(_mm_mul_ps(_mm_sub_ps(v, left4), bins4), width4);
+    // An overflowed position (see HistcBin) takes the scalar formula for these four.
+    if (_mm_movemask_ps(_mm_andnot_ps(_mm_cmplt_ps(pos, infinity4), inside)) != 0) {
+      for (int j = 0; j < 4; ++j) {
+        const float elt = p[i + j];
+        const bool in = elt >= left && elt <= right;
+        ++counts[j * row + (in ? HistcBin(elt, left, right, bins) : bins)];
+      }
+      continue;
+    }
+    // pos >= 0 inside; min(pos, bins - 1) truncated is HistcBin's bin.
+    const __m128i bin = _mm_cvttps_epi32(_mm_min_ps(pos, last4));
+    const __m128i mask = _mm_castps_si128(inside);
+    alignas(16) int32_t slot[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(slot),
+                    _mm_or_si128(_mm_and_si128(mask, bin), _mm_andnot_si128(mask, outside4)));
+    ++counts[slot[0]];
+    ++counts[row + slot[1]];
+    ++counts[2 * row + slot[2]];
+    ++counts[3 * row + slot[3]];
+  }
+#endif
+  for (; i < n; ++i) {
+    const float elt = p[i];
+    const bool in = elt >= left && elt <= right;
+    ++counts[(i % kCountLanes) * row + (in ? HistcBin(elt, left, right, bins) : bins)];
+  }
+}
+
 // torch.histc(x, bins, min, max) on CPU in PyTorch 1.13: bin edges from linspace in
 // float32, elements outside [min, max] ignored, the last bin closed on the right, bins
-// found by linear interpolation in float32.
+// found by linear interpolation in float32. PyTorch adds 1.0f per element to float32
+// counts, exact below 2^24 elements: there the bins are counted in integers, in chunks on
+// OpenMP's threads, and converted once. A larger tensor is counted as PyTorch counts.
 std::vector<float> Histc(const Tensor& x, int64_t bins, double min, double max) {
   double left = min, right = max;
   if (left == right && x.numel() > 0) {
@@ -228,22 +313,28 @@ std::vector<float> Histc(const Tensor& x, int64_t bins, double min, double max) 
   const float right_f = static_cast<float>(right);
   std::vector<float> hist(static_cast<size_t>(bins), 0.0f);
   const float* data = x.data<float>();
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const float elt = data[i];
-    if (!(elt >= left_f && elt <= right_f)) continue;
-    // PyTorch's float32 formula (multiply first), bit for bit. With a range wider than
-    // FLT_MAX / bins the product overflows to inf, which PyTorch converts to an integer
-    // (undefined behaviour; found by pass_pipeline_fuzz): there the bin is computed in
-    // double, where nothing overflows, and clamped to the last bin.
-    const float pos_f = (elt - left_f) * static_cast<float>(bins) / (right_f - left_f);
-    const double pos_d =
-        std::isfinite(pos_f)
-            ? pos_f
-            : (static_cast<double>(elt) - left_f) * static_cast<double>(bins) /
-                  (static_cast<double>(right_f) - left_f);
-    int64_t pos = pos_d < static_cast<double>(bins) ? static_cast<int64_t>(pos_d) : bins;
-    if (pos == bins) pos -= 1;
-    hist[static_cast<size_t>(pos)] += 1.0f;
+  const int64_t n = x.numel();
+  if (n >= (int64_t{1} << 24)) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float elt = data[i];
+      if (!(elt >= left_f && elt <= right_f)) continue;
+      hist[static_cast<size_t>(HistcBin(elt, left_f, right_f, bins))] += 1.0f;
+    }
+    return hist;
+  }
+  const int64_t row = bins + 1;
+  const int chunks = ParallelChunkCount(n, kMinParallelChunk);
+  std::vector<uint32_t> counts(static_cast<size_t>(chunks * kCountLanes * row), 0);
+  ParallelForChunks(n, chunks, [&](int chunk, int64_t begin, int64_t end) {
+    CountHistcBins(data + begin, end - begin, left_f, right_f, bins,
+                   counts.data() + static_cast<size_t>(chunk * kCountLanes * row));
+  });
+  for (int64_t b = 0; b < bins; ++b) {
+    uint32_t total = 0;
+    for (int64_t r = 0; r < chunks * kCountLanes; ++r) {
+      total += counts[static_cast<size_t>(r * row + b)];
+    }
+    hist[static_cast<size_t>(b)] = static_cast<float>(total);
   }
   return hist;
 }
@@ -536,27 +627,28 @@ absl::Status HistogramObserver::Update(const Tensor& x) {
   if (x.numel() == 0) return absl::OkStatus();
   const int64_t bins = spec().bins;
   const bool uninitialized = min_val_ == kInf && max_val_ == -kInf;
+  const auto [new_min, new_max] = AMinMax(x);
   {
     // PyTorch's histc refuses a non-finite range; the bin arithmetic would convert inf or
     // NaN to an integer (found by pass_pipeline_fuzz). Checked before anything changes.
-    const auto [lo, hi] = AMinMax(x);
-    const float wide_lo = uninitialized ? lo : std::min(lo, min_val_);
-    const float wide_hi = uninitialized ? hi : std::max(hi, max_val_);
-    if (!std::isfinite(lo) || !std::isfinite(hi) || !std::isfinite(wide_hi - wide_lo)) {
+    const float wide_lo = uninitialized ? new_min : std::min(new_min, min_val_);
+    const float wide_hi = uninitialized ? new_max : std::max(new_max, max_val_);
+    if (!std::isfinite(new_min) || !std::isfinite(new_max) ||
+        !std::isfinite(wide_hi - wide_lo)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          ObserverKindName(spec().kind), ": observed range [", lo, ", ", hi, "]",
+          ObserverKindName(spec().kind), ": observed range [", new_min, ", ", new_max, "]",
           uninitialized ? "" : absl::StrCat(" with the histogram's [", min_val_, ", ",
                                             max_val_, "]"),
           " is not finite or too wide for float32; expected finite values"));
     }
   }
   if (uninitialized || min_val_ == max_val_) {
-    std::tie(min_val_, max_val_) = AMinMax(x);
+    min_val_ = new_min;
+    max_val_ = new_max;
     // PyTorch 1.13 passes int(min_val) / int(max_val) to histc: the range is truncated.
     histogram_ = Histc(x, bins, TruncToInt(min_val_), TruncToInt(max_val_));
     return absl::OkStatus();
   }
-  const auto [new_min, new_max] = AMinMax(x);
   float combined_min = std::min(new_min, min_val_);
   float combined_max = std::max(new_max, max_val_);
   // _adjust_min_max.

@@ -4,6 +4,9 @@
 // points exactly.
 #include "quantize/observers.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -261,6 +264,72 @@ TEST(ObserversTest, MinMaxEqualsTheSequentialLoopBitForBit) {
       EXPECT_EQ(maxs, (std::vector<float>{row0.second, row1.second}));
     }
   }
+}
+
+// torch.histc's CPU loop in PyTorch 1.13 in its plainest form: float32 position, float
+// counts, elements outside [left, right] skipped.
+std::vector<float> ReferenceHistc(const std::vector<float>& v, int64_t bins, float left,
+                                  float right) {
+  std::vector<float> hist(static_cast<size_t>(bins), 0.0f);
+  for (float elt : v) {
+    if (!(elt >= left && elt <= right)) continue;
+    int64_t pos = static_cast<int64_t>((elt - left) * static_cast<float>(bins) / (right - left));
+    if (pos == bins) pos -= 1;
+    hist[static_cast<size_t>(pos)] += 1.0f;
+  }
+  return hist;
+}
+
+// A tensor big enough to be scanned in chunks on several threads (graph/parallel_for.h):
+// ReLU-like zeros of both signs first met as -0, and values below int(min), which
+// PyTorch's truncated histc range leaves out. Every thread count must give the
+// sequential result bit for bit.
+TEST(ObserversTest, LargeTensorsGiveTheSequentialResultOnEveryThreadCount) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const int64_t n = 300007;
+  std::vector<float> first(static_cast<size_t>(n)), second(static_cast<size_t>(n));
+  for (float& x : first) x = std::max(normal(rng), 0.0f) * 1.5f;
+  for (size_t i = 0; i < 123; ++i) first[i] += 0.25f;
+  first[123] = -0.0f;  // the first zero: the sequential min is -0
+  for (float& x : second) x = normal(rng) * 3.0f - 0.7f;
+  const auto [lo, hi] =
+      SequentialMinMax(std::vector<float>(first.begin() + 1, first.end()), first[0], first[0]);
+  ASSERT_EQ(lo, 0.0f);
+  ASSERT_TRUE(std::signbit(lo));
+  ObserverSpec spec;
+  spec.kind = ObserverKind::kHistogram;
+  const std::vector<float> expected_first =
+      ReferenceHistc(first, spec.bins, std::trunc(lo), std::trunc(hi));
+
+  const int before = omp_get_max_threads();
+  std::vector<float> histogram_one_thread, min_max_one_thread;
+  for (int threads : {1, 2, 3, 4}) {
+    omp_set_num_threads(threads);
+    auto minmax = MakeObserver(DefaultWeightObserver());
+    ASSERT_TRUE((*minmax)->Update(Tensor::FromFloats({n}, first)).ok());
+    EXPECT_EQ((*minmax)->min_val()[0], lo);
+    EXPECT_TRUE(std::signbit((*minmax)->min_val()[0])) << threads << " threads";
+    EXPECT_EQ((*minmax)->max_val()[0], hi);
+
+    auto observer = MakeObserver(spec);
+    ASSERT_TRUE((*observer)->Update(Tensor::FromFloats({n}, first)).ok());
+    auto* histogram = dynamic_cast<HistogramObserver*>(observer->get());
+    ASSERT_NE(histogram, nullptr);
+    EXPECT_EQ(histogram->histogram(), expected_first) << threads << " threads";
+    // The second update widens the range: histc of the new values plus the old histogram
+    // resampled.
+    ASSERT_TRUE((*observer)->Update(Tensor::FromFloats({n}, second)).ok());
+    std::vector<float> state = histogram->histogram();
+    state.push_back((*observer)->min_val()[0]);
+    state.push_back((*observer)->max_val()[0]);
+    if (threads == 1) {
+      histogram_one_thread = state;
+    } else {
+      EXPECT_EQ(state, histogram_one_thread) << threads << " threads";
+    }
+  }
+  omp_set_num_threads(before);
 }
 
 // Found by pass_pipeline_fuzz (tests/fuzz/README.md): infinite activations made Histc and
