@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/check.h"
+#include "graph/parallel_for.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -36,6 +37,10 @@ absl::Status ExpectFloatParameter(const Tensor* t, absl::string_view what,
                                                  " ", t->ShapeString(), "; expected float32"));
 }
 
+// Elements an elementwise loop gives a thread at the least (below that, waking OpenMP's
+// threads costs more than it saves). Each element's result is the same on any thread.
+constexpr int64_t kMinElementsPerThread = int64_t{1} << 15;
+
 // Applies `fn` to every element of float tensor `x` into a new tensor of its shape.
 template <typename Fn>
 Tensor MapFloats(const Tensor& x, Fn fn) {
@@ -44,10 +49,15 @@ Tensor MapFloats(const Tensor& x, Fn fn) {
   // x's shape already passed Tensor's size limits, so this allocation cannot be refused.
   absl::StatusOr<Tensor> out = Tensor::Uninitialized(DType::kFloat32, x.shape());
   FUSELAGE_CHECK(out.ok());
-  const float* __restrict src = x.data<float>();
-  float* __restrict dst = out->mutable_data<float>();
+  const float* src = x.data<float>();
+  float* dst = out->mutable_data<float>();
   const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) dst[i] = fn(src[i]);
+  ParallelForChunks(n, ParallelChunkCount(n, kMinElementsPerThread),
+                    [&](int, int64_t begin, int64_t end) {
+                      const float* __restrict in = src + begin;
+                      float* __restrict to = dst + begin;
+                      for (int64_t i = 0; i < end - begin; ++i) to[i] = fn(in[i]);
+                    });
   return *std::move(out);
 }
 
@@ -74,17 +84,27 @@ absl::StatusOr<Tensor> BroadcastBinary(const Tensor& a, const Tensor& b, Fn fn) 
   const float* pb = b.data<float>();
   float* po = out.mutable_data<float>();
   const int64_t n = out.numel();
-  if (a.shape() == b.shape()) {
-    for (int64_t i = 0; i < n; ++i) po[i] = fn(pa[i], pb[i]);
+  // The common cases (same shape, a scalar side) on OpenMP's threads.
+  const auto chunked = [&](auto loop) {
+    ParallelForChunks(n, ParallelChunkCount(n, kMinElementsPerThread), loop);
     return out;
+  };
+  if (a.shape() == b.shape()) {
+    return chunked([&](int, int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) po[i] = fn(pa[i], pb[i]);
+    });
   }
   if (b.numel() == 1 && a.numel() == n) {
-    for (int64_t i = 0; i < n; ++i) po[i] = fn(pa[i], pb[0]);
-    return out;
+    return chunked([&](int, int64_t begin, int64_t end) {
+      const float y = pb[0];
+      for (int64_t i = begin; i < end; ++i) po[i] = fn(pa[i], y);
+    });
   }
   if (a.numel() == 1 && b.numel() == n) {
-    for (int64_t i = 0; i < n; ++i) po[i] = fn(pa[0], pb[i]);
-    return out;
+    return chunked([&](int, int64_t begin, int64_t end) {
+      const float x = pa[0];
+      for (int64_t i = begin; i < end; ++i) po[i] = fn(x, pb[i]);
+    });
   }
   const size_t rank = shape.size();
   const std::vector<int64_t> sa = BroadcastStrides(a.shape(), rank);
@@ -383,41 +403,47 @@ absl::StatusOr<Tensor> MaxPool2d(const Tensor& x, const Pool2dParams& p) {
   // first takes the maximum down the window's rows for every input column (contiguous:
   // vectorized), then across the window's columns of that.
   const auto take = [](float v, float best) { return (v > best || v != v) ? v : best; };
-  std::vector<float> column_max(W);
   const float* in = x.data<float>();
-  float* po = out.mutable_data<float>();
-  for (int64_t plane = 0; plane < N * C; ++plane) {
-    const float* src = in + plane * H * W;
-    for (int64_t oh = 0; oh < OH; ++oh, po += OW) {
-      // The window's rows inside the input: kh in [kh0, kh1).
-      const int64_t top = oh * SH - PH;
-      const int64_t kh0 = top >= 0 ? 0 : (-top + DH - 1) / DH;
-      int64_t kh1 = KH;
-      while (kh1 > kh0 && top + (kh1 - 1) * DH >= H) --kh1;
-      float* __restrict cm = column_max.data();
-      std::fill(cm, cm + W, -std::numeric_limits<float>::infinity());
-      for (int64_t kh = kh0; kh < kh1; ++kh) {
-        const float* __restrict row = src + (top + kh * DH) * W;
-        for (int64_t iw = 0; iw < W; ++iw) cm[iw] = take(row[iw], cm[iw]);
-      }
-      const auto checked_column = [&](int64_t ow) {
-        float best = -std::numeric_limits<float>::infinity();
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          const int64_t iw = ow * SW - PW + kw * DW;
-          if (iw >= 0 && iw < W) best = take(cm[iw], best);
+  float* out_data = out.mutable_data<float>();
+  // Planes on OpenMP's threads, each chunk with its own column maxima.
+  const int chunks = ParallelChunkCount(
+      N * C, std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(H * W, 1)));
+  ParallelForChunks(N * C, chunks, [&](int, int64_t first_plane, int64_t end_plane) {
+    std::vector<float> column_max(W);
+    float* po = out_data + first_plane * OH * OW;
+    for (int64_t plane = first_plane; plane < end_plane; ++plane) {
+      const float* src = in + plane * H * W;
+      for (int64_t oh = 0; oh < OH; ++oh, po += OW) {
+        // The window's rows inside the input: kh in [kh0, kh1).
+        const int64_t top = oh * SH - PH;
+        const int64_t kh0 = top >= 0 ? 0 : (-top + DH - 1) / DH;
+        int64_t kh1 = KH;
+        while (kh1 > kh0 && top + (kh1 - 1) * DH >= H) --kh1;
+        float* __restrict cm = column_max.data();
+        std::fill(cm, cm + W, -std::numeric_limits<float>::infinity());
+        for (int64_t kh = kh0; kh < kh1; ++kh) {
+          const float* __restrict row = src + (top + kh * DH) * W;
+          for (int64_t iw = 0; iw < W; ++iw) cm[iw] = take(row[iw], cm[iw]);
         }
-        po[ow] = best;
-      };
-      for (int64_t ow = 0; ow < ow_lo; ++ow) checked_column(ow);
-      for (int64_t ow = ow_lo; ow < ow_hi; ++ow) {
-        const float* window = cm + ow * SW - PW;
-        float best = -std::numeric_limits<float>::infinity();
-        for (int64_t kw = 0; kw < KW; ++kw) best = take(window[kw * DW], best);
-        po[ow] = best;
+        const auto checked_column = [&](int64_t ow) {
+          float best = -std::numeric_limits<float>::infinity();
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t iw = ow * SW - PW + kw * DW;
+            if (iw >= 0 && iw < W) best = take(cm[iw], best);
+          }
+          po[ow] = best;
+        };
+        for (int64_t ow = 0; ow < ow_lo; ++ow) checked_column(ow);
+        for (int64_t ow = ow_lo; ow < ow_hi; ++ow) {
+          const float* window = cm + ow * SW - PW;
+          float best = -std::numeric_limits<float>::infinity();
+          for (int64_t kw = 0; kw < KW; ++kw) best = take(window[kw * DW], best);
+          po[ow] = best;
+        }
+        for (int64_t ow = ow_hi; ow < OW; ++ow) checked_column(ow);
       }
-      for (int64_t ow = ow_hi; ow < OW; ++ow) checked_column(ow);
     }
-  }
+  });
   return out;
 }
 

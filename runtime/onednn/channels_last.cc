@@ -1,10 +1,13 @@
 #include "runtime/onednn/channels_last.h"
 
+#include <algorithm>
 #include <cstring>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>  // SSE2: part of baseline x86-64, no target flags needed
 #endif
+
+#include "graph/parallel_for.h"
 
 // GCC at -O2 keeps the tile's rounds as loops over arrays on the stack; unrolled, the
 // rows stay in registers. Clang unrolls such fixed-count loops by itself.
@@ -83,27 +86,38 @@ inline void TransposeTile(const uint32_t* src, int64_t src_stride, uint32_t* dst
 #endif
 }
 
+// Elements a thread transposes at the least (below that, waking threads costs more).
+constexpr int64_t kMinElementsPerThread = int64_t{1} << 15;
+
 // `src` [rows, cols] -> `dst` [cols, rows]: whole tiles, then the ragged edges one by one.
 // The tiles sweep the shorter side in the inner loop, so the cache lines the short side
 // spans (a tile row each) stay cached until all their bytes are used, and the long side
 // is read or written in whole contiguous rows: sweeping the long side inside would evict
-// each line of the short side before its next tile, re-reading it once per tile.
+// each line of the short side before its next tile, re-reading it once per tile. The
+// bands of the long side go to OpenMP's threads; each band writes its own elements.
 template <typename T, int kTile>
 void Transpose(const T* src, int64_t rows, int64_t cols, T* dst) {
   const int64_t full_rows = rows - rows % kTile, full_cols = cols - cols % kTile;
-  if (rows <= cols) {
-    for (int64_t c = 0; c < full_cols; c += kTile) {
-      for (int64_t r = 0; r < full_rows; r += kTile) {
-        TransposeTile(src + r * cols + c, cols, dst + c * rows + r, rows);
+  const bool bands_of_columns = rows <= cols;
+  const int64_t bands = (bands_of_columns ? full_cols : full_rows) / kTile;
+  const int64_t band_elements = kTile * (bands_of_columns ? full_rows : full_cols);
+  const int chunks = ParallelChunkCount(
+      bands, std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(band_elements, 1)));
+  ParallelForChunks(bands, chunks, [&](int, int64_t first_band, int64_t end_band) {
+    for (int64_t band = first_band; band < end_band; ++band) {
+      if (bands_of_columns) {
+        const int64_t c = band * kTile;
+        for (int64_t r = 0; r < full_rows; r += kTile) {
+          TransposeTile(src + r * cols + c, cols, dst + c * rows + r, rows);
+        }
+      } else {
+        const int64_t r = band * kTile;
+        for (int64_t c = 0; c < full_cols; c += kTile) {
+          TransposeTile(src + r * cols + c, cols, dst + c * rows + r, rows);
+        }
       }
     }
-  } else {
-    for (int64_t r = 0; r < full_rows; r += kTile) {
-      for (int64_t c = 0; c < full_cols; c += kTile) {
-        TransposeTile(src + r * cols + c, cols, dst + c * rows + r, rows);
-      }
-    }
-  }
+  });
   for (int64_t r = 0; r < rows; ++r) {
     // Rows of whole tiles lack only the ragged columns; the last rows lack every column.
     for (int64_t c = r < full_rows ? full_cols : 0; c < cols; ++c) {

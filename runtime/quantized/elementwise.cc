@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "graph/parallel_for.h"
 #include "graph/status_macros.h"
 #include "runtime/float_ops.h"
 #include "runtime/quantized/kernel_loops.h"
@@ -126,10 +127,16 @@ absl::StatusOr<Tensor> QuantizedAdd(const Tensor& qa, const Tensor& qb, double o
                      Tensor::Uninitialized(qa.dtype(), shape,
                                            QuantParams::PerTensor(output_scale, output_zero_point)));
     if (out.numel() == 0) return out;
-    AddDequantized8Bit(static_cast<const uint8_t*>(qa.raw_data()),
-                       static_cast<const uint8_t*>(qb.raw_data()), out.numel(), table_a, table_b,
-                       relu, inv_scale, output_zero_point, qa.dtype(),
-                       static_cast<uint8_t*>(out.mutable_raw_data()));
+    const auto* a = static_cast<const uint8_t*>(qa.raw_data());
+    const auto* b = static_cast<const uint8_t*>(qb.raw_data());
+    auto* sum = static_cast<uint8_t*>(out.mutable_raw_data());
+    constexpr int64_t kMinElementsPerThread = int64_t{1} << 16;
+    ParallelForChunks(out.numel(), ParallelChunkCount(out.numel(), kMinElementsPerThread),
+                      [&](int, int64_t begin, int64_t end) {
+                        AddDequantized8Bit(a + begin, b + begin, end - begin, table_a, table_b,
+                                           relu, inv_scale, output_zero_point, qa.dtype(),
+                                           sum + begin);
+                      });
     return out;
   }
   const std::vector<int32_t> a = BroadcastIntValues(qa, shape);

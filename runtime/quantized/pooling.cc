@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "graph/parallel_for.h"
 #include "graph/status_macros.h"
 #include "runtime/quantized/quant_math.h"
 
@@ -83,12 +84,11 @@ absl::Status ExpectNonEmpty(int64_t out_h, int64_t out_w, const Tensor& qx,
                                                  "; expected a non-empty output"));
 }
 
-// Max pooling of every plane over the stored values (the max of quantized values is the
-// quantized max: one qparams for input and output), read and written in their own type.
+// Max pooling of planes [first_plane, end_plane).
 template <typename T>
-void MaxPoolPlanes(const T* x, const Planes& planes, const Pool2dParams& p, int64_t out_h,
-                   int64_t out_w, T* out) {
-  for (int64_t c = 0; c < planes.planes; ++c) {
+void MaxPoolPlaneRange(const T* x, const Planes& planes, const Pool2dParams& p, int64_t out_h,
+                       int64_t out_w, int64_t first_plane, int64_t end_plane, T* out) {
+  for (int64_t c = first_plane; c < end_plane; ++c) {
     const T* plane = x + c * planes.in_h * planes.in_w;
     for (int64_t oh = 0; oh < out_h; ++oh) {
       for (int64_t ow = 0; ow < out_w; ++ow) {
@@ -106,6 +106,21 @@ void MaxPoolPlanes(const T* x, const Planes& planes, const Pool2dParams& p, int6
       }
     }
   }
+}
+
+// Max pooling of every plane over the stored values (the max of quantized values is the
+// quantized max: one qparams for input and output), read and written in their own type.
+// Planes on OpenMP's threads.
+template <typename T>
+void MaxPoolPlanes(const T* x, const Planes& planes, const Pool2dParams& p, int64_t out_h,
+                   int64_t out_w, T* out) {
+  constexpr int64_t kMinElementsPerThread = int64_t{1} << 15;
+  const int64_t plane_size = std::max<int64_t>(planes.in_h * planes.in_w, 1);
+  const int chunks = ParallelChunkCount(
+      planes.planes, std::max<int64_t>(1, kMinElementsPerThread / plane_size));
+  ParallelForChunks(planes.planes, chunks, [&](int, int64_t first_plane, int64_t end_plane) {
+    MaxPoolPlaneRange(x, planes, p, out_h, out_w, first_plane, end_plane, out);
+  });
 }
 
 }  // namespace

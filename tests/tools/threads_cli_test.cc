@@ -1,6 +1,8 @@
 // `--threads` (run, calibrate, quantize) and `run --repeat=N --time`, through the CLI, on
-// a small float model with two convolutions (oneDNN's kernels, which use every thread
-// they are given): every thread count writes the same bytes, a timed repetition prints
+// a float model with two convolutions (oneDNN's kernels, which use every thread they are
+// given), a residual add and a max pool, its tensors large enough that the engine's own
+// loops (observers, elementwise ops, pools, the int8 convs' layout moves) are cut into
+// chunks for several threads: every thread count writes the same bytes, a timed repetition prints
 // one `time run` line per run and writes the outputs of a single run, and a thread count
 // or repetition count outside its range is a usage error naming the flag and the range.
 #include <memory>
@@ -47,22 +49,28 @@ std::unique_ptr<Module> Conv3x3(int64_t in, int64_t out, uint32_t seed) {
   return m;
 }
 
-// x [1, 16, 16, 16] -> conv (16 -> 32) -> relu -> conv (32 -> 32), saved to a scratch file;
-// returns its path. The input, seeded, is written next to it (InputPath()).
+// x [1, 16, 64, 64] -> conv (16 -> 32) -> relu -> conv (32 -> 32) -> add(., relu) ->
+// max pool 2x2 -> [1, 32, 32, 32], saved to a scratch file; returns its path. The input,
+// seeded, is written next to it (InputPath()).
 std::string ConvModel() {
   GraphModule gm;
   EXPECT_TRUE(gm.SetModule("conv1", Conv3x3(16, 32, 1)).ok());
   EXPECT_TRUE(gm.SetModule("relu", std::make_unique<Module>("nn.ReLU")).ok());
   EXPECT_TRUE(gm.SetModule("conv2", Conv3x3(32, 32, 3)).ok());
+  auto pool = std::make_unique<Module>("nn.MaxPool2d");
+  pool->SetAttribute("kernel_size", Argument::Int(2));
+  EXPECT_TRUE(gm.SetModule("pool", std::move(pool)).ok());
   Graph& g = gm.graph();
   Node* x = *g.AddPlaceholder("x");
   Node* c1 = *g.AddCallModule("conv1", {x});
   Node* r = *g.AddCallModule("relu", {c1});
   Node* c2 = *g.AddCallModule("conv2", {r});
-  EXPECT_TRUE(g.SetOutput(c2).ok());
+  Node* sum = *g.AddCallFunction("operator.add", {c2, r});
+  Node* pooled = *g.AddCallModule("pool", {sum});
+  EXPECT_TRUE(g.SetOutput(pooled).ok());
   const std::string path = TempPath("two_convs.fsl");
   EXPECT_TRUE(SaveModel(gm, path).ok());
-  EXPECT_TRUE(WriteNpy(Tensor::FromFloats({1, 16, 16, 16}, Seeded(16 * 16 * 16, 9, 1.0f)),
+  EXPECT_TRUE(WriteNpy(Tensor::FromFloats({1, 16, 64, 64}, Seeded(16 * 64 * 64, 9, 1.0f)),
                        TempPath("two_convs_x.npy"))
                   .ok());
   return path;
@@ -84,7 +92,7 @@ std::string RunOutput(const std::string& model, const std::string& name,
 TEST(ThreadsCliTest, RunWritesTheSameBytesForEveryThreadCount) {
   const std::string model = ConvModel();
   const std::string one = RunOutput(model, "y1.npy", {"--threads=1"});
-  ASSERT_GT(one.size(), 32u * 16 * 16 * 4);  // the float32 data of [1, 32, 16, 16]
+  ASSERT_GT(one.size(), 32u * 32 * 32 * 4);  // the float32 data of [1, 32, 32, 32]
   EXPECT_EQ(RunOutput(model, "y2.npy", {"--threads=2"}), one);
   EXPECT_EQ(RunOutput(model, "y3.npy", {"--threads", "3"}), one);
   EXPECT_EQ(RunOutput(model, "y_default.npy"), one);
@@ -96,7 +104,7 @@ TEST(ThreadsCliTest, QuantizeAndTheQuantizedRunAreTheSameForEveryThreadCount) {
   for (const std::string threads : {"1", "2"}) {
     const std::string out = TempPath("q" + threads + ".fsl");
     const CliResult r = RunFuselage({"quantize", model, "--backend=fbgemm", "--samples=3",
-                                     "--input-shape=1,16,16,16", "--threads=" + threads, "-o",
+                                     "--input-shape=1,16,64,64", "--threads=" + threads, "-o",
                                      out});
     ASSERT_EQ(r.code, kExitOk) << r.err;
     quantized.push_back(FileContents(out));
@@ -114,7 +122,7 @@ TEST(ThreadsCliTest, CalibrateTakesThreadsAndGivesTheSameStatistics) {
   std::vector<std::string> calibrated;
   for (const std::string threads : {"1", "2"}) {
     const std::string out = TempPath("calibrated" + threads + ".fsl");
-    r = RunFuselage({"calibrate", prepared, "--samples=2", "--input-shape=1,16,16,16",
+    r = RunFuselage({"calibrate", prepared, "--samples=2", "--input-shape=1,16,64,64",
                      "--threads=" + threads, "-o", out});
     ASSERT_EQ(r.code, kExitOk) << r.err;
     calibrated.push_back(FileContents(out));
@@ -132,7 +140,7 @@ TEST(ThreadsCliTest, RepeatWithTimePrintsOneRunLinePerRepetitionAndWritesOneRuns
   EXPECT_THAT(TimedSteps(r.out), ElementsAre("run", "run", "run"));
   // The output is reported (and written) once, not once per repetition.
   EXPECT_EQ(r.out.find("output 0: "), r.out.rfind("output 0: ")) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("output 0: torch.float32 [1, 32, 16, 16]\n"));
+  EXPECT_THAT(r.out, HasSubstr("output 0: torch.float32 [1, 32, 32, 32]\n"));
   EXPECT_EQ(FileContents(out), single);
 
   // Without --time nothing is timed; without --repeat, --time times the one run.
@@ -150,9 +158,9 @@ TEST(ThreadsCliTest, ThreadsAndRepeatOutOfRangeOrJunkAreUsageErrors) {
   ASSERT_EQ(RunFuselage({"prepare", model, "--backend=fbgemm", "-o", prepared}).code, kExitOk);
   const std::vector<std::vector<std::string>> commands = {
       {"run", model, InputFlag()},
-      {"calibrate", prepared, "--samples=1", "--input-shape=1,16,16,16", "-o",
+      {"calibrate", prepared, "--samples=1", "--input-shape=1,16,64,64", "-o",
        TempPath("never_c.fsl")},
-      {"quantize", model, "--backend=fbgemm", "--samples=1", "--input-shape=1,16,16,16", "-o",
+      {"quantize", model, "--backend=fbgemm", "--samples=1", "--input-shape=1,16,64,64", "-o",
        TempPath("never_q.fsl")},
   };
   for (const std::vector<std::string>& command : commands) {
@@ -184,7 +192,7 @@ TEST(ThreadsCliTest, EngineDefaultsToTheRecordedOneAndRefusesOtherNames) {
   const std::string model = ConvModel();
   const std::string q = TempPath("q_engine.fsl");
   ASSERT_EQ(RunFuselage({"quantize", model, "--backend=qnnpack", "--samples=2",
-                         "--input-shape=1,16,16,16", "-o", q})
+                         "--input-shape=1,16,64,64", "-o", q})
                 .code,
             kExitOk);
   EXPECT_EQ(RunOutput(q, "e_default.npy"), RunOutput(q, "e_qnnpack.npy", {"--engine=qnnpack"}));
