@@ -117,6 +117,8 @@ std::vector<std::pair<std::string, std::string>> StageFields(const QuantizeFlowR
             {"shape_reads_of_dequantize_moved", absl::StrCat(l.shape_reads_of_dequantize_moved)},
             {"dequantize_quantize_pairs_removed",
              absl::StrCat(l.dequantize_quantize_pairs_removed)},
+            {"constants_quantized", absl::StrCat(l.constants_quantized)},
+            {"folded_tensors_removed", absl::StrCat(l.folded_tensors_removed)},
             {"dead_nodes_removed", absl::StrCat(l.dead_nodes_removed)}};
   }
   return {};

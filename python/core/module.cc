@@ -422,13 +422,16 @@ void RegisterReports(py::module_& m) {
                     &LoweringReport::shape_reads_of_dequantize_moved)
       .def_readonly("dequantize_quantize_pairs_removed",
                     &LoweringReport::dequantize_quantize_pairs_removed)
+      .def_readonly("constants_quantized", &LoweringReport::constants_quantized)
+      .def_readonly("folded_tensors_removed", &LoweringReport::folded_tensors_removed)
       .def_readonly("dead_nodes_removed", &LoweringReport::dead_nodes_removed)
       .def_property_readonly("total_lowered", &LoweringReport::total_lowered)
       .def("__str__", &LoweringReport::ToString);
   DataclassLike(lowering, "LoweringReport",
                 {"lowered_per_rule", "unlowered", "quantizes_dropped_after_pass_through",
                  "tuple_accesses_removed", "shape_reads_of_dequantize_moved",
-                 "dequantize_quantize_pairs_removed", "dead_nodes_removed"});
+                 "dequantize_quantize_pairs_removed", "constants_quantized",
+                 "folded_tensors_removed", "dead_nodes_removed"});
 
   py::class_<QuantizeFlowReport> flow(m, "QuantizeReport",
                                       "Every stage's report; str() is `fuselage quantize`'s.");

@@ -93,6 +93,8 @@ TEST(QuantizeFlowJsonTest, EveryStageWithItsCountsAndEscapedStrings) {
        {0.1, 0, DType::kQUInt8}});
   report.lowering.shape_reads_of_dequantize_moved = 3;
   report.lowering.dequantize_quantize_pairs_removed = 6;
+  report.lowering.constants_quantized = 2;
+  report.lowering.folded_tensors_removed = 5;
   report.lowering.dead_nodes_removed = 7;
   const std::string json = QuantizeFlowJson(
       report, {{"fuse", 0.5}, {"prepare", 0.25}, {"calibrate", 1}, {"convert", 0}, {"lower", 2}});
@@ -114,6 +116,7 @@ TEST(QuantizeFlowJsonTest, EveryStageWithItsCountsAndEscapedStrings) {
             "\"torch.quint8\"}, \"dropped\": {\"scale\": 0.1, "
             "\"zero_point\": 0, \"dtype\": \"torch.quint8\"}}], "
             "\"shape_reads_of_dequantize_moved\": 3, \"dequantize_quantize_pairs_removed\": 6, "
+            "\"constants_quantized\": 2, \"folded_tensors_removed\": 5, "
             "\"dead_nodes_removed\": 7}"
             "]}\n");
 }

@@ -1,0 +1,54 @@
+"""The lowering report's constant folding counts (constants_quantized,
+folded_tensors_removed) as `fuselage quantize --json` writes them and as the extension
+returns them, on a model whose weights reach functional ops through get_attr.
+
+Independent expectation, by hand from the model's code: two F.linear calls read their own
+weight parameters, so lowering quantizes two constant weights in advance (PyTorch's
+fold_weight) and the two float weights, read by nothing afterwards, leave the module
+tree; the biases stay (the quantized linear reads them in float)."""
+import json
+import subprocess
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import fuselage
+
+
+class TwoFunctionalLinears(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(8, 4))
+        self.b1 = torch.nn.Parameter(torch.randn(8))
+        self.w2 = torch.nn.Parameter(torch.randn(3, 8))
+        self.b2 = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        return F.linear(torch.relu(F.linear(x, self.w1, self.b1)), self.w2, self.b2)
+
+
+def test_json_and_binding_count_the_folded_constant_weights(cli, tmp_path):
+    torch.manual_seed(0)
+    model = TwoFunctionalLinears().eval()
+    g = torch.Generator().manual_seed(1)
+    calibration = [torch.randn(2, 4, generator=g) for _ in range(2)]
+    fuselage.export(model, (calibration[0],), str(tmp_path / "f.fsl"))
+    paths = []
+    for i, batch in enumerate(calibration):
+        paths.append(tmp_path / f"c{i}.npy")
+        np.save(paths[-1], batch.numpy())
+    out = subprocess.run([cli, "quantize", str(tmp_path / "f.fsl"), "--backend=qnnpack",
+                          f"--calibration={','.join(map(str, paths))}", "--json", "-o",
+                          str(tmp_path / "q.fsl")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lower = {s["name"]: s for s in json.loads(out.stdout)["stages"]}["lower"]
+    assert lower["constants_quantized"] == 2, lower
+    assert lower["folded_tensors_removed"] == 2, lower
+
+    core_model = fuselage._core.Model.load(str(tmp_path / "f.fsl"))
+    report = fuselage._core.quantize(core_model, [b.numpy() for b in calibration], "qnnpack")
+    assert report.lowering.constants_quantized == 2
+    assert report.lowering.folded_tensors_removed == 2
+    assert "constants_quantized=2" in repr(report.lowering)
