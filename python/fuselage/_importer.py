@@ -123,10 +123,11 @@ def _build_graph(pg):
             raise ModelFileError(f"{where}: field 'target' is empty")
         target = pn.target
         if op == "call_function":
-            target = _names.resolve_function(pn.target)
+            target = _names.known_function(pn.target)
             if target is None:
-                raise ModelFileError(f"{where}: call_function target '{pn.target}' does not "
-                                     "name a Python callable")
+                raise ModelFileError(f"{where}: call_function target '{pn.target}' is not a "
+                                     "function fuselage knows (backend_configs/"
+                                     "known_functions.cc) with a Python callable")
         args = tuple(read_arg(a, nodes, f"{where} args[{j}]") for j, a in enumerate(pn.args))
         kwargs = _named_args(pn.kwargs, nodes, f"{where} kwargs")
         meta = _named_args(pn.meta, None, f"{where} meta") if pn.meta else {}

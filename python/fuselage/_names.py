@@ -230,6 +230,18 @@ def resolve_function(name):
     return found
 
 
+def known_function(name):
+    """The callable of a call_function target a model file names, if FunctionRegistry knows
+    it (backend_configs/known_functions.cc: what export accepts and the C++ side runs),
+    else None. Reading a file never imports or calls anything else it names
+    (`builtins.exec`, `os.system`)."""
+    from fuselage import _registry
+
+    if name not in _registry.functions():
+        return None
+    return resolve_function(name)
+
+
 def function_name(fn):
     """fuselage's name of a call_function target, or None if no importable name gives it
     back (a lambda, a function of __main__ or a local scope)."""

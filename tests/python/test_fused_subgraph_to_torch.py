@@ -103,7 +103,12 @@ def test_fused_subgraph_built_by_hand_with_a_child_and_a_slice():
     ([("call_module", "0", [("step", 0)], [])], [0], "expected an index of an earlier step"),
     ([("jump", "x", [], [])], [0], "expected (op, target, args, kwargs)"),
     ([("call_function", "torch.no_such_fn", [("input", 0)], [])], [0],
-     "does not name a Python callable"),
+     "is not a function fuselage knows"),
+    # Importable callables fuselage does not know are refused, never called.
+    ([("call_function", "os.system", [("input", 0)], [])], [0],
+     "call_function target 'os.system' is not a function fuselage knows"),
+    ([("call_function", "builtins.exec", [("input", 0)], [])], [0],
+     "call_function target 'builtins.exec' is not a function fuselage knows"),
     ([("call_function", "torch.relu", [("input", 0)], [])], [1], "non-empty list of step"),
     ([("call_function", "torch.relu", [("weird", 0)], [])], [0], "a ref is a (tag, value)"),
 ])

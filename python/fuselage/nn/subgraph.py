@@ -68,9 +68,10 @@ def check_steps(steps, outputs, where):
             raise ModuleError(f"{where}: step {i}: expected (op, target, args, kwargs) with op "
                               f"one of {', '.join(_OPS)}; got {spec!r:.120}")
         op, target, args, kwargs = spec
-        if op == "call_function" and _names.resolve_function(target) is None:
-            raise ModuleError(f"{where}: step {i}: call_function target '{target}' does not "
-                              "name a Python callable")
+        if op == "call_function" and _names.known_function(target) is None:
+            raise ModuleError(f"{where}: step {i}: call_function target '{target}' is not a "
+                              "function fuselage knows (backend_configs/known_functions.cc) "
+                              "with a Python callable")
         for ref in args:
             _check_ref(ref, i, where)
         for kw in kwargs:
@@ -116,7 +117,7 @@ def run_steps(module, steps, outputs, inputs, where):
                 raise ModuleError(f"{where}: step {i}: no child '{target}'")
             done.append(child(*args, **kwargs))
         elif op == "call_function":
-            done.append(_names.resolve_function(target)(*args, **kwargs))
+            done.append(_names.known_function(target)(*args, **kwargs))
         else:
             if not args:
                 raise ModuleError(f"{where}: step {i}: call_method '{target}' has no object "
