@@ -6,14 +6,11 @@ Independent expectation, by hand from the model's code: two F.linear calls read 
 weight parameters, so lowering quantizes two constant weights in advance (PyTorch's
 fold_weight) and the two float weights, read by nothing afterwards, leave the module
 tree; the biases stay (the quantized linear reads them in float)."""
-import json
-import subprocess
-
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 import fuselage
+from test_lowering_report_fields import quantize_json_lower_stage
 
 
 class TwoFunctionalLinears(torch.nn.Module):
@@ -33,17 +30,7 @@ def test_json_and_binding_count_the_folded_constant_weights(cli, tmp_path):
     model = TwoFunctionalLinears().eval()
     g = torch.Generator().manual_seed(1)
     calibration = [torch.randn(2, 4, generator=g) for _ in range(2)]
-    fuselage.export(model, (calibration[0],), str(tmp_path / "f.fsl"))
-    paths = []
-    for i, batch in enumerate(calibration):
-        paths.append(tmp_path / f"c{i}.npy")
-        np.save(paths[-1], batch.numpy())
-    out = subprocess.run([cli, "quantize", str(tmp_path / "f.fsl"), "--backend=qnnpack",
-                          f"--calibration={','.join(map(str, paths))}", "--json", "-o",
-                          str(tmp_path / "q.fsl")],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    lower = {s["name"]: s for s in json.loads(out.stdout)["stages"]}["lower"]
+    lower = quantize_json_lower_stage(cli, tmp_path, model, calibration[0], calibration)
     assert lower["constants_quantized"] == 2, lower
     assert lower["folded_tensors_removed"] == 2, lower
 

@@ -64,15 +64,10 @@ def check_dropped(dropped, expected_names, theirs, field):
         assert (dropped_scale, dropped_zp) != (kept_scale, kept_zp), (field, node)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_json_and_binding_report_the_dropped_quantizes_and_moved_shape_reads(cli, tmp_path,
-                                                                              case):
-    make, shape, dropped_names, shape_reads = CASES[case]
-    torch.manual_seed(0)
-    model = make().eval()
-    calibration, x = data(shape)
-    theirs = pytorch_output_qparams(model, calibration, x, dropped_names)
-
+def quantize_json_lower_stage(cli, tmp_path, model, x, calibration):
+    """The lower stage of `fuselage quantize --json --backend=qnnpack` on `model` exported
+    with example input `x` and calibrated on `calibration` (tensors); the float model is
+    tmp_path/f.fsl."""
     fuselage.export(model, (x,), str(tmp_path / "f.fsl"))
     paths = []
     for i, batch in enumerate(calibration):
@@ -83,7 +78,19 @@ def test_json_and_binding_report_the_dropped_quantizes_and_moved_shape_reads(cli
                           str(tmp_path / "q.fsl")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    lower = {s["name"]: s for s in json.loads(out.stdout)["stages"]}["lower"]
+    return {s["name"]: s for s in json.loads(out.stdout)["stages"]}["lower"]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_json_and_binding_report_the_dropped_quantizes_and_moved_shape_reads(cli, tmp_path,
+                                                                              case):
+    make, shape, dropped_names, shape_reads = CASES[case]
+    torch.manual_seed(0)
+    model = make().eval()
+    calibration, x = data(shape)
+    theirs = pytorch_output_qparams(model, calibration, x, dropped_names)
+
+    lower = quantize_json_lower_stage(cli, tmp_path, model, x, calibration)
     assert lower["shape_reads_of_dequantize_moved"] == shape_reads
     as_json = lower["quantizes_dropped_after_pass_through"]
     for d in as_json:
