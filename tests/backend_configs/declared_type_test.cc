@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cmath>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "quantize/qconfig.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/interpreter.h"
+#include "tests/backend_configs/declared_test_util.h"
 #include "tools/examples.h"
 
 namespace fuselage {
@@ -55,37 +55,6 @@ std::string BuiltinEquivalentText() {
     text.erase(start, end + 3 - start);
   }
   return absl::StrReplaceAll(text, {{kType, "nni.ConvAddReLU2d"}});
-}
-
-std::vector<CalibrationSample> RandomSamples(int count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<CalibrationSample> samples;
-  for (int i = 0; i < count; ++i) {
-    Tensor t = *Tensor::Zeros(DType::kFloat32, {2, 4, 8, 8});
-    for (int64_t k = 0; k < t.numel(); ++k) t.mutable_data<float>()[k] = uniform(rng);
-    samples.push_back({t});
-  }
-  return samples;
-}
-
-Tensor RunOne(const GraphModule& gm, const Tensor& x) {
-  auto kernels = BuiltinKernels();
-  EXPECT_TRUE(kernels.ok()) << kernels.status();
-  absl::StatusOr<std::vector<Value>> out = Run(gm, {Value(x)}, **kernels);
-  EXPECT_TRUE(out.ok()) << out.status();
-  if (!out.ok() || out->size() != 1 || !(*out)[0].is_tensor()) return Tensor();
-  return (*out)[0].as_tensor();
-}
-
-std::vector<const Node*> CallsOfType(const GraphModule& gm, absl::string_view type) {
-  std::vector<const Node*> found;
-  for (const Node* n : gm.graph().Nodes()) {
-    if (n->op() != OpKind::kCallModule) continue;
-    const Module* m = gm.FindModule(n->target().name());
-    if (m != nullptr && m->type().name() == type) found.push_back(n);
-  }
-  return found;
 }
 
 TEST(DeclaredTypeTest, LoadingRegistersSchemaCompositionAndLoweringRule) {
