@@ -83,6 +83,22 @@ inline std::string ObservedStepZeroPointAttribute(int step) {
 }
 
 struct ModuleSchema {
+  ModuleSchema() = default;
+  // The trailing fields may be left out: {"user.Scale", 1, 1} or {"nn.Conv2d", 1, 1, {"weight"}}.
+  ModuleSchema(std::string type, int min_inputs, int max_inputs,
+               std::vector<std::string> required_tensors = {},
+               std::vector<std::vector<std::string>> children = {}, ModuleFieldCheck check = {},
+               std::shared_ptr<const ModuleComposition> composition = nullptr,
+               std::string declared_in = "")
+      : type(std::move(type)),
+        min_inputs(min_inputs),
+        max_inputs(max_inputs),
+        required_tensors(std::move(required_tensors)),
+        children(std::move(children)),
+        check(std::move(check)),
+        composition(std::move(composition)),
+        declared_in(std::move(declared_in)) {}
+
   std::string type;            // "nn.Conv2d"
   int min_inputs = 1;          // positional args of forward()
   int max_inputs = 1;          // kAnyNumber for variadic

@@ -17,6 +17,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -63,6 +64,16 @@ std::string HelpText(const absl::Status& status);
 // (`-o FILE`, `--output=FILE`), and what `fuselage CMD --help` says of it: its meaning,
 // the value's name, and the default when the flag is not given ("" = none).
 struct FlagSpec {
+  FlagSpec() = default;
+  // The trailing parts may be left out: {{"-o", "--output"}, true, "output file", "FILE"}.
+  FlagSpec(std::vector<std::string> names, bool takes_value, std::string help = "",
+           std::string value_name = "VALUE", std::string default_value = "")
+      : names(std::move(names)),
+        takes_value(takes_value),
+        help(std::move(help)),
+        value_name(std::move(value_name)),
+        default_value(std::move(default_value)) {}
+
   std::vector<std::string> names;
   bool takes_value = false;
   std::string help;

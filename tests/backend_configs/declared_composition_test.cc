@@ -197,7 +197,7 @@ std::unique_ptr<GraphModule> FloatEmulation(std::unique_ptr<GraphModule> referen
   const std::string child = absl::StrCat(call->target().name(), ".0");
   auto insert = [&](OpKind op, absl::string_view target, NodeArgs args) {
     absl::StatusOr<Node*> n =
-        g.InsertBefore(call, NodeSpec{op, Symbol::Intern(target), std::move(args)});
+        g.InsertBefore(call, NodeSpec{op, Symbol::Intern(target), std::move(args), {}, {}});
     EXPECT_TRUE(n.ok()) << n.status();
     return n.ok() ? *n : nullptr;
   };

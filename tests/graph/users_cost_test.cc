@@ -48,11 +48,12 @@ uint64_t StepsOf(Work&& work) {
 uint64_t RewriteSteps(int n) {
   FanOut f(n);
   uint64_t steps = StepsOf([&] { EXPECT_TRUE(f.g.Verify().ok()); });
-  Node* y = *f.g.InsertAfter(f.x, NodeSpec{OpKind::kCallFunction, Symbol::Intern("torch.neg"), {f.x}});
+  Node* y = *f.g.InsertAfter(
+      f.x, NodeSpec{OpKind::kCallFunction, Symbol::Intern("torch.neg"), {f.x}, {}, {}});
   steps += StepsOf([&] {
     for (Node* user : f.users) {
       auto fused = f.g.InsertBefore(user, NodeSpec{OpKind::kCallFunction,
-                                                   Symbol::Intern("torch.sigmoid"), {f.x}});
+                                                   Symbol::Intern("torch.sigmoid"), {f.x}, {}, {}});
       ASSERT_TRUE(fused.ok());
       ASSERT_TRUE(f.g.ReplaceAllUsesWith(user, *fused).ok());
       ASSERT_TRUE(f.g.Erase(user).ok());
@@ -91,7 +92,7 @@ TEST(UsersCostTest, UseListsStayExactThroughFrontAndBackRemovals) {
   const auto erase = [&](size_t i) {
     Node* user = expected[i];
     auto replacement = f.g.InsertBefore(user, NodeSpec{OpKind::kCallFunction,
-                                                       Symbol::Intern("torch.tanh"), {}});
+                                                       Symbol::Intern("torch.tanh"), {}, {}, {}});
     ASSERT_TRUE(replacement.ok());
     ASSERT_TRUE(f.g.ReplaceAllUsesWith(user, *replacement).ok());
     ASSERT_TRUE(f.g.Erase(user).ok());
@@ -101,8 +102,9 @@ TEST(UsersCostTest, UseListsStayExactThroughFrontAndBackRemovals) {
     erase(0);
     erase(expected.size() - 1);
     erase(expected.size() / 2);
-    Node* added = *f.g.InsertBefore(f.g.output(), NodeSpec{OpKind::kCallFunction,
-                                                          Symbol::Intern("torch.relu"), {f.x}});
+    Node* added = *f.g.InsertBefore(
+        f.g.output(),
+        NodeSpec{OpKind::kCallFunction, Symbol::Intern("torch.relu"), {f.x}, {}, {}});
     expected.push_back(added);
     ASSERT_EQ(std::vector<Node*>(f.x->users().begin(), f.x->users().end()), expected)
         << "round " << round;
