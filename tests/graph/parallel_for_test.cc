@@ -33,7 +33,9 @@ TEST(ParallelForTest, ChunksCoverTheRangeOnceInOrder) {
       EXPECT_EQ(begins.front(), 0);
       EXPECT_EQ(ends.back(), n);
       for (int c = 0; c < chunks; ++c) {
-        if (c > 0) EXPECT_EQ(begins[static_cast<size_t>(c)], ends[static_cast<size_t>(c - 1)]);
+        if (c > 0) {
+          EXPECT_EQ(begins[static_cast<size_t>(c)], ends[static_cast<size_t>(c - 1)]);
+        }
         const int64_t size = ends[static_cast<size_t>(c)] - begins[static_cast<size_t>(c)];
         EXPECT_GE(size, n / chunks) << "n=" << n << " chunk " << c;
         EXPECT_LE(size, n / chunks + 1) << "n=" << n << " chunk " << c;
