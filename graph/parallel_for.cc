@@ -8,13 +8,14 @@
 
 namespace fuselage {
 
-int ParallelChunkCount(int64_t n, int64_t min_chunk) {
+int ParallelChunkCount(int64_t items, int64_t elements_per_item) {
 #ifdef _OPENMP
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
 #else
   const int64_t threads = 1;
 #endif
-  const int64_t by_size = n / std::max<int64_t>(min_chunk, 1);
+  // items and elements_per_item are at most Tensor::kMaxElements: no overflow.
+  const int64_t by_size = items * std::max<int64_t>(elements_per_item, 1) / kMinElementsPerChunk;
   return static_cast<int>(std::max<int64_t>(1, std::min(threads, by_size)));
 }
 

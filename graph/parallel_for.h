@@ -7,7 +7,7 @@
 // results (integer counts, minima, maxima) in chunk order, which is what keeps every
 // run's result identical for every thread count.
 //
-//   const int chunks = ParallelChunkCount(n, /*min_chunk=*/1 << 16);
+//   const int chunks = ParallelChunkCount(n);
 //   std::vector<int64_t> partial(chunks);
 //   ParallelForChunks(n, chunks, [&](int chunk, int64_t begin, int64_t end) {
 //     for (int64_t i = begin; i < end; ++i) partial[chunk] += data[i] > 0;
@@ -24,10 +24,15 @@
 
 namespace fuselage {
 
-// How many chunks to cut `n` iterations into: one per available thread, but no chunk
-// smaller than `min_chunk` (below that, starting threads costs more than it saves), and
-// at least one.
-int ParallelChunkCount(int64_t n, int64_t min_chunk);
+// The least work a chunk is given, in elements: below that, waking OpenMP's threads costs
+// more than it saves.
+inline constexpr int64_t kMinElementsPerChunk = int64_t{1} << 15;
+
+// How many chunks to cut `items` iterations into, each iteration about
+// `elements_per_item` elements of work (a pool's plane, a transpose's band): one per
+// available thread, but none with less than kMinElementsPerChunk elements, and at least
+// one.
+int ParallelChunkCount(int64_t items, int64_t elements_per_item = 1);
 
 // Calls body(chunk, begin, end) once for each of `chunks` contiguous, near-equal ranges
 // of [0, n), in order chunk = 0, 1, ..., on up to `chunks` threads. `body` must not

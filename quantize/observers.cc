@@ -87,9 +87,6 @@ void AccumulateMinMax(const float* p, int64_t n, float& lo, float& hi) {
   hi = new_hi;
 }
 
-// Elements per chunk below which a scan stays on one thread.
-constexpr int64_t kMinParallelChunk = int64_t{1} << 15;
-
 // torch.aminmax over all elements (NaN-free data assumed, as calibration data is), in
 // chunks on OpenMP's threads. Combining the chunks' extremes in chunk order with
 // std::min / std::max keeps the earlier of two equal ones, so a zero extreme has the sign
@@ -97,7 +94,7 @@ constexpr int64_t kMinParallelChunk = int64_t{1} << 15;
 std::pair<float, float> AMinMax(const Tensor& x) {
   const float* data = x.data<float>();
   const int64_t n = x.numel();
-  const int chunks = ParallelChunkCount(n, kMinParallelChunk);
+  const int chunks = ParallelChunkCount(n);
   std::vector<std::pair<float, float>> partial(static_cast<size_t>(chunks));
   ParallelForChunks(n, chunks, [&](int chunk, int64_t begin, int64_t end) {
     float lo = data[begin], hi = data[begin];
@@ -323,7 +320,7 @@ std::vector<float> Histc(const Tensor& x, int64_t bins, double min, double max) 
     return hist;
   }
   const int64_t row = bins + 1;
-  const int chunks = ParallelChunkCount(n, kMinParallelChunk);
+  const int chunks = ParallelChunkCount(n);
   std::vector<uint32_t> counts(static_cast<size_t>(chunks * kCountLanes * row), 0);
   ParallelForChunks(n, chunks, [&](int chunk, int64_t begin, int64_t end) {
     CountHistcBins(data + begin, end - begin, left_f, right_f, bins,

@@ -37,10 +37,6 @@ absl::Status ExpectFloatParameter(const Tensor* t, absl::string_view what,
                                                  " ", t->ShapeString(), "; expected float32"));
 }
 
-// Elements an elementwise loop gives a thread at the least (below that, waking OpenMP's
-// threads costs more than it saves). Each element's result is the same on any thread.
-constexpr int64_t kMinElementsPerThread = int64_t{1} << 15;
-
 // Applies `fn` to every element of float tensor `x` into a new tensor of its shape.
 template <typename Fn>
 Tensor MapFloats(const Tensor& x, Fn fn) {
@@ -52,7 +48,7 @@ Tensor MapFloats(const Tensor& x, Fn fn) {
   const float* src = x.data<float>();
   float* dst = out->mutable_data<float>();
   const int64_t n = x.numel();
-  ParallelForChunks(n, ParallelChunkCount(n, kMinElementsPerThread),
+  ParallelForChunks(n, ParallelChunkCount(n),
                     [&](int, int64_t begin, int64_t end) {
                       const float* __restrict in = src + begin;
                       float* __restrict to = dst + begin;
@@ -86,7 +82,7 @@ absl::StatusOr<Tensor> BroadcastBinary(const Tensor& a, const Tensor& b, Fn fn) 
   const int64_t n = out.numel();
   // The common cases (same shape, a scalar side) on OpenMP's threads.
   const auto chunked = [&](auto loop) {
-    ParallelForChunks(n, ParallelChunkCount(n, kMinElementsPerThread), loop);
+    ParallelForChunks(n, ParallelChunkCount(n), loop);
     return out;
   };
   if (a.shape() == b.shape()) {
@@ -406,8 +402,7 @@ absl::StatusOr<Tensor> MaxPool2d(const Tensor& x, const Pool2dParams& p) {
   const float* in = x.data<float>();
   float* out_data = out.mutable_data<float>();
   // Planes on OpenMP's threads, each chunk with its own column maxima.
-  const int chunks = ParallelChunkCount(
-      N * C, std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(H * W, 1)));
+  const int chunks = ParallelChunkCount(N * C, H * W);
   ParallelForChunks(N * C, chunks, [&](int, int64_t first_plane, int64_t end_plane) {
     std::vector<float> column_max(W);
     float* po = out_data + first_plane * OH * OW;

@@ -1,6 +1,5 @@
 #include "runtime/onednn/channels_last.h"
 
-#include <algorithm>
 #include <cstring>
 
 #if defined(__SSE2__)
@@ -86,9 +85,6 @@ inline void TransposeTile(const uint32_t* src, int64_t src_stride, uint32_t* dst
 #endif
 }
 
-// Elements a thread transposes at the least (below that, waking threads costs more).
-constexpr int64_t kMinElementsPerThread = int64_t{1} << 15;
-
 // `src` [rows, cols] -> `dst` [cols, rows]: whole tiles, then the ragged edges one by one.
 // The tiles sweep the shorter side in the inner loop, so the cache lines the short side
 // spans (a tile row each) stay cached until all their bytes are used, and the long side
@@ -101,8 +97,7 @@ void Transpose(const T* src, int64_t rows, int64_t cols, T* dst) {
   const bool bands_of_columns = rows <= cols;
   const int64_t bands = (bands_of_columns ? full_cols : full_rows) / kTile;
   const int64_t band_elements = kTile * (bands_of_columns ? full_rows : full_cols);
-  const int chunks = ParallelChunkCount(
-      bands, std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(band_elements, 1)));
+  const int chunks = ParallelChunkCount(bands, band_elements);
   ParallelForChunks(bands, chunks, [&](int, int64_t first_band, int64_t end_band) {
     for (int64_t band = first_band; band < end_band; ++band) {
       if (bands_of_columns) {

@@ -130,8 +130,7 @@ absl::StatusOr<Tensor> QuantizedAdd(const Tensor& qa, const Tensor& qb, double o
     const auto* a = static_cast<const uint8_t*>(qa.raw_data());
     const auto* b = static_cast<const uint8_t*>(qb.raw_data());
     auto* sum = static_cast<uint8_t*>(out.mutable_raw_data());
-    constexpr int64_t kMinElementsPerThread = int64_t{1} << 16;
-    ParallelForChunks(out.numel(), ParallelChunkCount(out.numel(), kMinElementsPerThread),
+    ParallelForChunks(out.numel(), ParallelChunkCount(out.numel()),
                       [&](int, int64_t begin, int64_t end) {
                         AddDequantized8Bit(a + begin, b + begin, end - begin, table_a, table_b,
                                            relu, inv_scale, output_zero_point, qa.dtype(),

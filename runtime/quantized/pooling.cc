@@ -114,10 +114,7 @@ void MaxPoolPlaneRange(const T* x, const Planes& planes, const Pool2dParams& p, 
 template <typename T>
 void MaxPoolPlanes(const T* x, const Planes& planes, const Pool2dParams& p, int64_t out_h,
                    int64_t out_w, T* out) {
-  constexpr int64_t kMinElementsPerThread = int64_t{1} << 15;
-  const int64_t plane_size = std::max<int64_t>(planes.in_h * planes.in_w, 1);
-  const int chunks = ParallelChunkCount(
-      planes.planes, std::max<int64_t>(1, kMinElementsPerThread / plane_size));
+  const int chunks = ParallelChunkCount(planes.planes, planes.in_h * planes.in_w);
   ParallelForChunks(planes.planes, chunks, [&](int, int64_t first_plane, int64_t end_plane) {
     MaxPoolPlaneRange(x, planes, p, out_h, out_w, first_plane, end_plane, out);
   });

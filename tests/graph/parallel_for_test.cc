@@ -18,7 +18,8 @@ TEST(ParallelForTest, ChunksCoverTheRangeOnceInOrder) {
   for (int threads : {1, 2, 3, 4}) {
     omp_set_num_threads(threads);
     for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{100}, int64_t{1000}, int64_t{100003}}) {
-      const int chunks = ParallelChunkCount(n, /*min_chunk=*/10);
+      // Items of a tenth of the least chunk: at most one chunk per 10 items.
+      const int chunks = ParallelChunkCount(n, kMinElementsPerChunk / 10);
       EXPECT_GE(chunks, 1);
       EXPECT_LE(chunks, threads) << "n=" << n;
       EXPECT_LE(chunks, std::max<int64_t>(1, n / 10)) << "n=" << n;
