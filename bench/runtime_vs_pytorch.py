@@ -25,7 +25,9 @@ run` calls; its CLI's `run --repeat --time` wall median is printed beside it):
   quantize   resnet50 only: `fuselage quantize` with 16 calibration samples, end to end
              (wall clock of the process: load, fuse, prepare, calibrate, convert, lower,
              save)                     vs PyTorch's prepare_fx + 16 forwards + convert_fx
-                                          (eager, and with its convs on oneDNN)
+                                          (eager, and with its convs on oneDNN);
+             beside it, the time 5x eager allows and 16 x fuselage's float forward (the
+             flow's floor: calibration runs each sample through the float model)
 
 Prints one table per figure with the ratio fuselage / PyTorch (lower is better; the
 targets: float <= 1.2, int8 <= 1.5 against onednn, calibrate <= 1.0, quantize >= 5x faster
@@ -284,9 +286,13 @@ def bench_model(name, args, workdir, rows):
                         p(s)
                 convert_fx(p, backend_config=config)
                 flows.append(time.perf_counter() - start)
+            # What 5x would leave against what the flow cannot go below: its 16 float
+            # forwards, at the median measured above in this run.
+            forwards_floor = 16 * ours.wall_ms / 1000
             rows["quantize"].append((label, f"{ours_flow:.2f}", f"{flows[0]:.2f}",
                                      f"{flows[1]:.2f}", f"{flows[0] / ours_flow:.1f}x",
-                                     f"{flows[1] / ours_flow:.1f}x"))
+                                     f"{flows[1] / ours_flow:.1f}x", f"{flows[0] / 5:.2f}",
+                                     f"{forwards_floor:.2f}"))
 
 
 HEADERS = {
@@ -300,7 +306,8 @@ HEADERS = {
     "calibrate": ("model", "observer", "fuselage ms / sample", "PyTorch prepared eager ms",
                   "PyTorch prepared oneDNN convs ms", "ratio to the faster"),
     "quantize": ("model", "fuselage s", "PyTorch eager s", "PyTorch oneDNN convs s",
-                 "speed-up vs eager", "speed-up vs oneDNN convs"),
+                 "speed-up vs eager", "speed-up vs oneDNN convs", "eager / 5 s",
+                 "16 fuselage float forwards s"),
 }
 
 
