@@ -84,25 +84,35 @@ absl::Status ExpectNonEmpty(int64_t out_h, int64_t out_w, const Tensor& qx,
                                                  "; expected a non-empty output"));
 }
 
-// Max pooling of planes [first_plane, end_plane).
+// Max pooling of planes [first_plane, end_plane), an output row at a time: first the
+// elementwise max of the window's input rows (contiguous, so it vectorizes), then each
+// output's max over that row's window columns. Max is exact, so the result is the one a
+// window-by-window scan gives; a window with no element inside the input keeps lowest().
 template <typename T>
 void MaxPoolPlaneRange(const T* x, const Planes& planes, const Pool2dParams& p, int64_t out_h,
                        int64_t out_w, int64_t first_plane, int64_t end_plane, T* out) {
+  std::vector<T> row_max(planes.in_w);
   for (int64_t c = first_plane; c < end_plane; ++c) {
     const T* plane = x + c * planes.in_h * planes.in_w;
     for (int64_t oh = 0; oh < out_h; ++oh) {
+      std::fill(row_max.begin(), row_max.end(), std::numeric_limits<T>::lowest());
+      for (int64_t kh = 0; kh < p.kernel_size[0]; ++kh) {
+        const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
+        if (ih < 0 || ih >= planes.in_h) continue;
+        const T* in_row = plane + ih * planes.in_w;
+        for (int64_t iw = 0; iw < planes.in_w; ++iw) {
+          row_max[iw] = std::max(row_max[iw], in_row[iw]);
+        }
+      }
+      T* out_row = out + (c * out_h + oh) * out_w;
       for (int64_t ow = 0; ow < out_w; ++ow) {
         T best = std::numeric_limits<T>::lowest();
-        for (int64_t kh = 0; kh < p.kernel_size[0]; ++kh) {
-          const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
-          if (ih < 0 || ih >= planes.in_h) continue;
-          for (int64_t kw = 0; kw < p.kernel_size[1]; ++kw) {
-            const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
-            if (iw < 0 || iw >= planes.in_w) continue;
-            best = std::max(best, plane[ih * planes.in_w + iw]);
-          }
+        for (int64_t kw = 0; kw < p.kernel_size[1]; ++kw) {
+          const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
+          if (iw < 0 || iw >= planes.in_w) continue;
+          best = std::max(best, row_max[iw]);
         }
-        out[(c * out_h + oh) * out_w + ow] = best;
+        out_row[ow] = best;
       }
     }
   }
