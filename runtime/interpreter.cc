@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
+#include "runtime/layout.h"
 
 namespace fuselage {
 namespace {
@@ -43,6 +44,16 @@ class ValueStore {
   }
 
   void Set(const Node* node, Value value) { values_[node] = std::move(value); }
+
+  // Replaces the channels-last values among `node`'s inputs with their row-major form,
+  // for a kernel that reads only row-major tensors: each value is moved once, however
+  // many such kernels read it.
+  void MakeInputsRowMajor(const Node& node) {
+    for (const Node* input : node.InputNodes()) {
+      auto it = values_.find(input);
+      if (it != values_.end() && HasChannelsLast({it->second})) it->second = ToRowMajor(it->second);
+    }
+  }
 
   // Called after `node` ran: frees the inputs it was the last user of.
   void ReleaseInputsOf(const Node* node) {
@@ -117,28 +128,51 @@ absl::StatusOr<Value> RunGetAttr(const GraphModule& gm, const Node& node) {
   return absl::InvalidArgumentError(absl::StrCat("get_attr target '", path, "' not found"));
 }
 
-absl::StatusOr<Value> RunCall(const GraphModule& gm, const Node& node,
-                              const KernelRegistry& kernels, const ValueStore& store,
-                              QuantizedEngine engine,
-                              const InnerValueObserver* inner_observer) {
+absl::StatusOr<std::vector<Value>> EvaluateArgs(const Node& node, const ValueStore& store) {
   std::vector<Value> args;
   args.reserve(node.num_args());
   for (const Argument& a : node.args()) {
     ASSIGN_OR_RETURN(Value v, store.Evaluate(a));
     args.push_back(std::move(v));
   }
+  return args;
+}
+
+absl::StatusOr<Value> RunCall(const GraphModule& gm, const Node& node,
+                              const KernelRegistry& kernels, ValueStore& store,
+                              QuantizedEngine engine, bool keep_channels_last,
+                              const InnerValueObserver* inner_observer) {
+  ASSIGN_OR_RETURN(std::vector<Value> args, EvaluateArgs(node, store));
   ValueKwargs kwargs;
   for (const Kwarg& kw : node.kwargs()) {
     ASSIGN_OR_RETURN(Value v, store.Evaluate(kw.second));
-    kwargs.emplace_back(kw.first, std::move(v));
+    // Channels-last overloads take that layout in positional args only.
+    kwargs.emplace_back(kw.first, ToRowMajor(v));
   }
   const KernelContext ctx{node, gm, kernels, engine, inner_observer};
+  const Module* module = nullptr;
   if (node.op() == OpKind::kCallModule) {
-    const Module* module = gm.FindModule(node.target().name());
+    module = gm.FindModule(node.target().name());
     if (module == nullptr || node.target().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("call_module target '", node.target().name(), "' is not a module"));
     }
+  }
+  if (keep_channels_last) {
+    if (module != nullptr) {
+      if (const ModuleKernel* k = kernels.SelectChannelsLastModule(module->type(), args)) {
+        return (*k)(ctx, *module, args, kwargs);
+      }
+    } else if (const FunctionKernel* k =
+                   kernels.SelectChannelsLastFunction(node.op(), node.target(), args)) {
+      return (*k)(ctx, args, kwargs);
+    }
+  }
+  if (HasChannelsLast(args)) {
+    store.MakeInputsRowMajor(node);
+    ASSIGN_OR_RETURN(args, EvaluateArgs(node, store));
+  }
+  if (module != nullptr) {
     const ModuleKernel* kernel = kernels.SelectModule(module->type(), args);
     if (kernel == nullptr) {
       return absl::UnimplementedError(absl::StrCat(
@@ -227,7 +261,7 @@ absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> in
       }
       absl::StatusOr<Value> result = store.Evaluate(node->arg(0));
       if (!result.ok()) return Prefixed(*node, result.status());
-      return result;
+      return ToRowMajor(*result);
     }
     absl::StatusOr<Value> value;
     switch (node->op()) {
@@ -242,7 +276,7 @@ absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> in
         // is this node's error, not the process's end: callers (the CLI, calibration, the
         // Python bridge) get a Status naming the node.
         try {
-          value = RunCall(gm, *node, kernels, store, engine,
+          value = RunCall(gm, *node, kernels, store, engine, options.keep_channels_last,
                           options.inner_observer ? &options.inner_observer : nullptr);
         } catch (const std::bad_alloc&) {
           value = absl::ResourceExhaustedError("out of memory running its kernel");
@@ -251,7 +285,7 @@ absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> in
     }
     if (!value.ok()) return Prefixed(*node, value.status());
     if (options.observer) {
-      const absl::Status observed = options.observer(*node, *value);
+      const absl::Status observed = options.observer(*node, ToRowMajor(*value));
       if (!observed.ok()) return Prefixed(*node, observed);
     }
     store.Set(node, *std::move(value));

@@ -55,6 +55,11 @@ struct RunOptions {
   // Absent: the engine recorded in the model (a model quantized with the qnnpack config
   // runs QNNPACK's), else onednn's; given, it overrides the record (ResolveEngine).
   std::optional<QuantizedEngine> engine;
+  // Whether quantized kernels registered for it hand 4-D int8 activations to each other
+  // channels-last (runtime/layout.h), as PyTorch's quantized convs do, sparing the
+  // transposes around every int8 convolution. Results are identical either way (the
+  // observer and the outputs always get row-major tensors); false is for comparing.
+  bool keep_channels_last = true;
 };
 
 // Runs `gm` and returns the value of the output node's argument with its structure kept

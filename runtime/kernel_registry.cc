@@ -44,15 +44,13 @@ const typename Map::mapped_type* FindIn(const Map& map, const Key& key) {
 }
 
 // True if the first tensor of the call (args[0], or the first item of a list args[0]) is
-// quantized.
+// quantized; a channels-last tensor always is.
 bool FirstTensorIsQuantized(absl::Span<const Value> args) {
   if (args.empty()) return false;
   const Value& first = args[0];
-  if (first.is_tensor()) return first.as_tensor().is_quantized();
-  if (first.is_list() && !first.items().empty() && first.items()[0].is_tensor()) {
-    return first.items()[0].as_tensor().is_quantized();
-  }
-  return false;
+  const Value* tensor = first.is_list() && !first.items().empty() ? &first.items()[0] : &first;
+  if (tensor->is_tensor()) return tensor->as_tensor().is_quantized();
+  return tensor->is_channels_last();
 }
 
 }  // namespace
@@ -75,6 +73,30 @@ absl::Status KernelRegistry::RegisterQuantizedFunctionOverload(OpKind op, Symbol
                                                                FunctionKernel kernel) {
   return AddFunctionKernel(quantized_function_kernels_, op, target, std::move(kernel),
                            "RegisterQuantizedFunctionOverload");
+}
+
+absl::Status KernelRegistry::RegisterChannelsLastModuleOverload(Symbol module_type,
+                                                               ModuleKernel kernel) {
+  return AddModuleKernel(channels_last_module_kernels_, module_type, std::move(kernel),
+                         "RegisterChannelsLastModuleOverload");
+}
+
+absl::Status KernelRegistry::RegisterChannelsLastFunctionOverload(OpKind op, Symbol target,
+                                                                  FunctionKernel kernel) {
+  return AddFunctionKernel(channels_last_function_kernels_, op, target, std::move(kernel),
+                           "RegisterChannelsLastFunctionOverload");
+}
+
+const ModuleKernel* KernelRegistry::SelectChannelsLastModule(
+    Symbol module_type, absl::Span<const Value> args) const {
+  if (!FirstTensorIsQuantized(args)) return nullptr;
+  return FindIn(channels_last_module_kernels_, module_type);
+}
+
+const FunctionKernel* KernelRegistry::SelectChannelsLastFunction(
+    OpKind op, Symbol target, absl::Span<const Value> args) const {
+  if (!FirstTensorIsQuantized(args)) return nullptr;
+  return FindIn(channels_last_function_kernels_, std::make_pair(op, target));
 }
 
 const ModuleKernel* KernelRegistry::FindModule(Symbol module_type) const {

@@ -99,6 +99,21 @@ class KernelRegistry {
   absl::Status RegisterQuantizedFunctionOverload(OpKind op, Symbol target,
                                                  FunctionKernel kernel);
 
+  // Channels-last overloads (runtime/layout.h): quantized kernels that take their 4-D
+  // positional tensor args either row-major or channels-last (Value::ChannelsLast) and may
+  // return a channels-last tensor. The interpreter runs one instead of the kernels above
+  // when the call's first tensor is quantized in either layout and one is registered
+  // (SelectChannelsLast*); nothing else calls them, so other kernels, composite kernels'
+  // children included, only ever see row-major tensors. AlreadyExists on a duplicate.
+  absl::Status RegisterChannelsLastModuleOverload(Symbol module_type, ModuleKernel kernel);
+  absl::Status RegisterChannelsLastFunctionOverload(OpKind op, Symbol target,
+                                                    FunctionKernel kernel);
+  // The channels-last overload for a call with `args`, or nullptr.
+  const ModuleKernel* SelectChannelsLastModule(Symbol module_type,
+                                               absl::Span<const Value> args) const;
+  const FunctionKernel* SelectChannelsLastFunction(OpKind op, Symbol target,
+                                                   absl::Span<const Value> args) const;
+
   // The plain kernel, or nullptr if none is registered.
   const ModuleKernel* FindModule(Symbol module_type) const;
   const FunctionKernel* FindFunction(OpKind op, Symbol target) const;
@@ -121,6 +136,8 @@ class KernelRegistry {
   absl::flat_hash_map<std::pair<OpKind, Symbol>, FunctionKernel> function_kernels_;
   absl::flat_hash_map<Symbol, ModuleKernel> quantized_module_kernels_;
   absl::flat_hash_map<std::pair<OpKind, Symbol>, FunctionKernel> quantized_function_kernels_;
+  absl::flat_hash_map<Symbol, ModuleKernel> channels_last_module_kernels_;
+  absl::flat_hash_map<std::pair<OpKind, Symbol>, FunctionKernel> channels_last_function_kernels_;
 };
 
 }  // namespace fuselage

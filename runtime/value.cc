@@ -53,6 +53,11 @@ const Value::SliceParts& Value::as_slice() const {
   return std::get<SliceParts>(value_);
 }
 
+const Tensor& Value::as_channels_last() const {
+  FUSELAGE_CHECK(is_channels_last());
+  return std::get<ChannelsLastTensor>(value_).tensor;
+}
+
 absl::string_view Value::KindName() const {
   switch (kind()) {
     case Kind::kNone: return "None";
@@ -65,6 +70,7 @@ absl::string_view Value::KindName() const {
     case Kind::kList: return is_tuple() ? "tuple" : "list";
     case Kind::kSlice: return "slice";
     case Kind::kEllipsis: return "ellipsis";
+    case Kind::kChannelsLast: return "channels-last Tensor";
   }
   return "?";
 }
@@ -94,6 +100,9 @@ std::string Value::ToString() const {
       return absl::StrCat("slice(", part(s.start), ", ", part(s.stop), ", ", part(s.step), ")");
     }
     case Kind::kEllipsis: return "Ellipsis";
+    case Kind::kChannelsLast:
+      return absl::StrCat("ChannelsLastTensor(", DTypeName(as_channels_last().dtype()), " ",
+                          as_channels_last().ShapeString(), ")");
   }
   return "?";
 }

@@ -4,6 +4,14 @@
 //
 // Values are cheap to copy: tensors share their bytes copy-on-write and lists are
 // immutable and shared, so kernels take and return Values by value freely.
+//
+// A channels-last tensor (Value::ChannelsLast) is a 4-D quantized activation whose bytes
+// are laid out [N, H, W, C] while its shape stays [N, C, H, W]: what quantized kernels
+// registered for that layout hand each other (KernelRegistry's channels-last overloads),
+// so int8 convolutions skip the transposes around them. It is a kind of its own, not a
+// kTensor: code that reads tensors never sees its bytes in an order it does not expect
+// (the interpreter gives every other kernel, observer and caller the row-major tensor,
+// runtime/layout.h).
 #ifndef FUSELAGE_RUNTIME_VALUE_H_
 #define FUSELAGE_RUNTIME_VALUE_H_
 
@@ -25,7 +33,8 @@ namespace fuselage {
 class Value {
  public:
   enum class Kind : uint8_t {
-    kNone, kBool, kInt, kFloat, kString, kDType, kTensor, kList, kSlice, kEllipsis
+    kNone, kBool, kInt, kFloat, kString, kDType, kTensor, kList, kSlice, kEllipsis,
+    kChannelsLast
   };
 
   // A slice index (`x[1:-1:2]`) with its parts evaluated: each absent (None) or an int.
@@ -45,6 +54,8 @@ class Value {
   static Value Tuple(std::vector<Value> items) { return Sequence(std::move(items), true); }
   static Value Slice(SliceParts parts) { return Value(Rep(parts)); }
   static Value Ellipsis() { return Value(Rep(EllipsisTag{})); }
+  // `tensor`'s shape is [N, C, H, W] and its bytes are [N, H, W, C] (see above).
+  static Value ChannelsLast(Tensor tensor) { return Value(Rep(ChannelsLastTensor{std::move(tensor)})); }
 
   Kind kind() const { return static_cast<Kind>(value_.index()); }
   bool is_none() const { return kind() == Kind::kNone; }
@@ -60,6 +71,7 @@ class Value {
   bool is_tuple() const { return is_list() && std::get<ListPtr>(value_)->is_tuple; }
   bool is_slice() const { return kind() == Kind::kSlice; }
   bool is_ellipsis() const { return kind() == Kind::kEllipsis; }
+  bool is_channels_last() const { return kind() == Kind::kChannelsLast; }
 
   // Accessors; calling one for another kind is a bug (checked). Check the kind first, or
   // use the ArgReader of runtime/kernel_args.h, which turns a wrong kind into an error.
@@ -71,12 +83,15 @@ class Value {
   const Tensor& as_tensor() const;
   absl::Span<const Value> items() const;  // list or tuple items
   const SliceParts& as_slice() const;
+  // The tensor of a channels-last value: shape [N, C, H, W], bytes [N, H, W, C].
+  const Tensor& as_channels_last() const;
 
   // "None", "True", "3", "0.5", "'s'", "torch.float32", "Tensor(torch.float32 [1, 3])",
-  // "[a, b]", "(a,)", "slice(1, None, None)", "Ellipsis": for error messages and debugging.
+  // "[a, b]", "(a,)", "slice(1, None, None)", "Ellipsis",
+  // "ChannelsLastTensor(torch.quint8 [1, 64, 56, 56])": for error messages and debugging.
   std::string ToString() const;
   // What kind of value this is, for error messages: "None", "bool", "int", "float",
-  // "str", "dtype", "Tensor", "list", "tuple", "slice", "ellipsis".
+  // "str", "dtype", "Tensor", "list", "tuple", "slice", "ellipsis", "channels-last Tensor".
   absl::string_view KindName() const;
 
  private:
@@ -86,8 +101,11 @@ class Value {
   };
   using ListPtr = std::shared_ptr<const ValueList>;
   struct EllipsisTag {};
+  struct ChannelsLastTensor {
+    Tensor tensor;
+  };
   using Rep = std::variant<std::monostate, bool, int64_t, double, std::string, DType, Tensor,
-                           ListPtr, SliceParts, EllipsisTag>;
+                           ListPtr, SliceParts, EllipsisTag, ChannelsLastTensor>;
   explicit Value(Rep rep) : value_(std::move(rep)) {}
   static Value Sequence(std::vector<Value> items, bool is_tuple);
 

@@ -363,7 +363,18 @@ void ExecuteConvPlan(const ConvPlan& plan, const ConvGeometry& g, dt src_type,
   dnnl::memory user_src = PlainMemory(g.src, src_type, b.src);
   dnnl::memory user_dst = PlainMemory(g.dst, dst_type, b.dst);
   dnnl::memory src = user_src, dst = user_dst;
-  if (plan.src_reorder) {
+  if (b.src_channels_last) {
+    // Taken as it is when the primitive computes channels-last (int8 on x86), else
+    // reordered to its layout (not cached: no kernel of fuselage's hands over this case).
+    dnnl::memory given(ChannelsLastDesc(g.src, src_type), CpuEngine(),
+                             const_cast<void*>(b.src));
+    if (given.get_desc() == plan.pd.src_desc()) {
+      src = given;
+    } else {
+      src = dnnl::memory(plan.pd.src_desc(), CpuEngine());
+      dnnl::reorder(given, src).execute(stream, given, src);
+    }
+  } else if (plan.src_reorder) {
     src = dnnl::memory(plan.pd.src_desc(), CpuEngine());
     if (plan.src_channels_last) {
       const ImageSize s = SizeOf(g.src);

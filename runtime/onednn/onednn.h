@@ -113,6 +113,8 @@ struct ConvBuffers {
   const Tensor* weights_owner = nullptr;
   const float* bias = nullptr;  // [O] float32, or null
   void* dst = nullptr;
+  // The source is given channels-last ([N, *spatial, C]) rather than NC[D]HW.
+  bool src_channels_last = false;
   // Non-null: the caller also takes the destination channels-last ([N, *spatial, C]) when
   // the primitive produces that layout, and is told whether it came so; it then skips the
   // transpose back to NC[D]HW (a caller that requantizes accumulators per channel can do

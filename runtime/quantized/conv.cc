@@ -247,8 +247,9 @@ absl::StatusOr<Accumulators> Accumulate(absl::string_view op, const ConvCall& ca
 // channels is requantized there (per-channel bias and scale along the row) and only the
 // 1-byte result moved to NC[D]HW, rather than moving 4-byte accumulators first.
 absl::Status RequantizeQnnpack(absl::string_view op, const ConvCall& call, const Tensor& qx,
-                               const Tensor& qweight, const OutputRequantizer& requantizer,
-                               Tensor& out) {
+                               bool x_channels_last, const Tensor& qweight,
+                               const OutputRequantizer& requantizer, Tensor& out,
+                               bool* out_channels_last) {
   const int64_t batch = call.shape[0], channels = call.shape[1];
   const int64_t pixels = Pixels(call.shape);
   Accumulators acc(static_cast<size_t>(batch * channels * pixels));
@@ -260,9 +261,11 @@ absl::Status RequantizeQnnpack(absl::string_view op, const ConvCall& call, const
   buffers.weights = qweight.raw_data();
   buffers.weights_owner = &qweight;
   buffers.dst = acc.data();
+  buffers.src_channels_last = x_channels_last;
   buffers.dst_channels_last = &channels_last;
   RETURN_IF_ERROR(onednn::Convolution(op, call.geometry, call.src_type, dt::s8, dt::s32,
                                       buffers, call.x_zero_point));
+  if (out_channels_last != nullptr) *out_channels_last = channels_last;
   if (!channels_last) {
     for (int64_t plane = 0; plane < batch * channels; ++plane) {
       const int64_t c = plane % channels;
@@ -272,14 +275,18 @@ absl::Status RequantizeQnnpack(absl::string_view op, const ConvCall& call, const
     }
     return absl::OkStatus();
   }
-  std::vector<uint8_t> rows(acc.size());
+  // Requantized into `out` itself when the caller takes channels-last bytes.
+  std::vector<uint8_t> rows(out_channels_last != nullptr ? 0 : acc.size());
+  uint8_t* const row_dst = out_channels_last != nullptr ? dst : rows.data();
   for (int64_t row = 0; row < batch * pixels; ++row) {
     RequantizeQnnpackRow(acc.data() + row * channels, channels,
                          requantizer.qnnpack_bias().data(), requantizer.op_scales().data(),
                          requantizer.zero_point(), requantizer.lo(), requantizer.hi(),
-                         qx.dtype(), rows.data() + row * channels);
+                         qx.dtype(), row_dst + row * channels);
   }
-  onednn::FromChannelsLast(rows.data(), 1, batch, channels, pixels, dst);
+  if (out_channels_last == nullptr) {
+    onednn::FromChannelsLast(rows.data(), 1, batch, channels, pixels, dst);
+  }
   return absl::OkStatus();
 }
 
@@ -297,9 +304,29 @@ absl::StatusOr<Tensor> QuantizedConvNd(const Tensor& qx, const Tensor& qweight,
                                        const Tensor* bias, const QuantizedConvParams& params,
                                        double output_scale, int64_t output_zero_point,
                                        bool relu, QuantizedEngine engine) {
+  ASSIGN_OR_RETURN(Activation out,
+                   QuantizedConvNdAnyLayout({qx, false}, qweight, bias, params, output_scale,
+                                            output_zero_point, relu, engine,
+                                            /*channels_last_output=*/false));
+  return std::move(out.tensor);
+}
+
+absl::StatusOr<Activation> QuantizedConvNdAnyLayout(
+    const Activation& x, const Tensor& qweight, const Tensor* bias,
+    const QuantizedConvParams& params, double output_scale, int64_t output_zero_point,
+    bool relu, QuantizedEngine engine, bool channels_last_output) {
+  const Tensor& qx = x.tensor;
   const std::string op = absl::StrCat("quantized conv", SpatialDims(qx), "d",
                                       relu ? "_relu" : "");
+  if (x.channels_last && (qx.dim() != 4 || !(qx.dtype() == DType::kQUInt8 ||
+                                             qx.dtype() == DType::kQInt8))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": a channels-last input of shape ", qx.ShapeString(), " and dtype ",
+        DTypeName(qx.dtype()), "; expected a 4-D quint8 / qint8 activation"));
+  }
   ASSIGN_OR_RETURN(const ConvCall call, Prepare(op, qx, qweight, bias, params));
+  // Channels-last is a layout of 4-D activations only (runtime/layout.h).
+  channels_last_output = channels_last_output && qx.dim() == 4;
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
   RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
   const OutputRequantizer requantizer(
@@ -311,14 +338,17 @@ absl::StatusOr<Tensor> QuantizedConvNd(const Tensor& qx, const Tensor& qweight,
   if (!call.weight_zero_points && requantizer.fusable_in_onednn()) {
     // The common case (PyTorch's weights are symmetric): oneDNN requantizes in the conv,
     // with OutputRequantizer's factors and PyTorch's onednn engine's step order.
-    ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
-    if (out.numel() == 0) return out;
+    Activation out;
+    ASSIGN_OR_RETURN(out.tensor, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
+    if (out.tensor.numel() == 0) return out;
     onednn::ConvBuffers buffers;
     buffers.src = qx.raw_data();
+    buffers.src_channels_last = x.channels_last;
     buffers.weights = qweight.raw_data();
     buffers.weights_owner = &qweight;
     buffers.bias = bias ? requantizer.bias_terms().data() : nullptr;
-    buffers.dst = out.mutable_raw_data();
+    buffers.dst = out.tensor.mutable_raw_data();
+    if (channels_last_output) buffers.dst_channels_last = &out.channels_last;
     onednn::Int8Output output;
     output.scales = requantizer.op_scales().data();
     output.zero_point = static_cast<int32_t>(output_zero_point);
@@ -329,12 +359,25 @@ absl::StatusOr<Tensor> QuantizedConvNd(const Tensor& qx, const Tensor& qweight,
   }
   const bool eight_bit = qx.dtype() == DType::kQUInt8 || qx.dtype() == DType::kQInt8;
   if (!call.weight_zero_points && !requantizer.fusable_in_onednn() && eight_bit) {
-    ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
-    RETURN_IF_ERROR(RequantizeQnnpack(op, call, qx, qweight, requantizer, out));
+    Activation out;
+    ASSIGN_OR_RETURN(out.tensor, Tensor::Uninitialized(qx.dtype(), call.shape, out_qparams));
+    if (out.tensor.numel() == 0) return out;
+    RETURN_IF_ERROR(RequantizeQnnpack(op, call, qx, x.channels_last, qweight, requantizer,
+                                      out.tensor,
+                                      channels_last_output ? &out.channels_last : nullptr));
     return out;
   }
   // Non-zero weight zero points or QNNPACK's arithmetic: the exact accumulators,
-  // requantized here.
+  // requantized here, from and to row-major activations.
+  if (x.channels_last) {
+    ASSIGN_OR_RETURN(Tensor row_major, Tensor::Uninitialized(qx.dtype(), qx.shape(), qx.qparams()));
+    if (row_major.numel() > 0) {
+      onednn::FromChannelsLast(qx.raw_data(), 1, qx.shape()[0], qx.shape()[1],
+                               qx.shape()[2] * qx.shape()[3], row_major.mutable_raw_data());
+    }
+    return QuantizedConvNdAnyLayout({row_major, false}, qweight, bias, params, output_scale,
+                                    output_zero_point, relu, engine, false);
+  }
   ASSIGN_OR_RETURN(const Accumulators acc, Accumulate(op, call, qx, qweight));
   const int64_t channels = call.shape[1];
   const int64_t pixels = Pixels(call.shape);
@@ -347,13 +390,13 @@ absl::StatusOr<Tensor> QuantizedConvNd(const Tensor& qx, const Tensor& qweight,
                              requantizer.op_scales()[c], requantizer.zero_point(),
                              requantizer.lo(), requantizer.hi(), qx.dtype(), dst + plane * pixels);
     }
-    return out;
+    return Activation{std::move(out), false};
   }
   std::vector<int32_t> q(acc.size());
   for (size_t i = 0; i < q.size(); ++i) {
     q[i] = requantizer.Apply(acc[i], (static_cast<int64_t>(i) / pixels) % channels);
   }
-  return FromIntValues(qx.dtype(), call.shape, out_qparams, q);
+  return Activation{FromIntValues(qx.dtype(), call.shape, out_qparams, q), false};
 }
 
 absl::StatusOr<Tensor> QuantizedConvTransposeNd(const Tensor& qx, const Tensor& qweight,

@@ -76,6 +76,24 @@ absl::StatusOr<Tensor> QuantizedConvNd(const Tensor& qx, const Tensor& qweight,
                                        bool relu,
                                        QuantizedEngine engine = QuantizedEngine::kOnednn);
 
+// A quantized activation and its layout: `tensor`'s shape is [N, C, *S]; its bytes are
+// row-major, or [N, H, W, C] when `channels_last` (a 4-D 8-bit tensor only;
+// runtime/layout.h).
+struct Activation {
+  Tensor tensor;
+  bool channels_last = false;
+};
+
+// QuantizedConvNd over an input in either layout. With `channels_last_output`, a 4-D
+// output comes channels-last wherever the convolution computes in that layout (oneDNN's
+// int8 kernels on x86, on the onednn and qnnpack requantizations; the exact-accumulator
+// path for non-zero weight zero points stays row-major); the result says which. The
+// values are QuantizedConvNd's either way.
+absl::StatusOr<Activation> QuantizedConvNdAnyLayout(
+    const Activation& qx, const Tensor& qweight, const Tensor* bias,
+    const QuantizedConvParams& params, double output_scale, int64_t output_zero_point,
+    bool relu, QuantizedEngine engine, bool channels_last_output);
+
 // torch.ops.quantized.conv_transpose1d / 2d / 3d (nnq.ConvTranspose1d / 2d / 3d): input
 // [N, C, *S], weight [C, O / groups, *K] quantized per tensor (PyTorch 1.13 refuses
 // per-channel transposed weights), output [N, O, *OS] with

@@ -130,17 +130,85 @@ void MaxPoolPlanes(const T* x, const Planes& planes, const Pool2dParams& p, int6
   });
 }
 
-}  // namespace
+// Max pooling of [N, H, W, C] bytes, output rows [first_row, end_row) of the N * out_h
+// rows: the elementwise max of the window's input rows (each in_w * C contiguous
+// values), then each output pixel's C values the max of its window's columns there.
+template <typename T>
+void MaxPoolChannelsLastRows(const T* x, int64_t in_h, int64_t in_w, int64_t channels,
+                             const Pool2dParams& p, int64_t out_h, int64_t out_w,
+                             int64_t first_row, int64_t end_row, T* out) {
+  const int64_t row_values = in_w * channels;
+  std::vector<T> row_max(static_cast<size_t>(row_values));
+  for (int64_t row = first_row; row < end_row; ++row) {
+    const int64_t n = row / out_h, oh = row % out_h;
+    std::fill(row_max.begin(), row_max.end(), std::numeric_limits<T>::lowest());
+    for (int64_t kh = 0; kh < p.kernel_size[0]; ++kh) {
+      const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
+      if (ih < 0 || ih >= in_h) continue;
+      const T* in_row = x + (n * in_h + ih) * row_values;
+      for (int64_t i = 0; i < row_values; ++i) row_max[i] = std::max(row_max[i], in_row[i]);
+    }
+    T* out_row = out + row * out_w * channels;
+    for (int64_t ow = 0; ow < out_w; ++ow) {
+      T* best = out_row + ow * channels;
+      std::fill(best, best + channels, std::numeric_limits<T>::lowest());
+      for (int64_t kw = 0; kw < p.kernel_size[1]; ++kw) {
+        const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
+        if (iw < 0 || iw >= in_w) continue;
+        const T* column = row_max.data() + iw * channels;
+        for (int64_t c = 0; c < channels; ++c) best[c] = std::max(best[c], column[c]);
+      }
+    }
+  }
+}
 
-absl::StatusOr<Tensor> QuantizedMaxPool2d(const Tensor& qx, const Pool2dParams& p) {
-  constexpr absl::string_view kOp = "quantized max_pool2d";
-  ASSIGN_OR_RETURN(const Planes planes, ExpectPoolInput(qx, kOp));
-  RETURN_IF_ERROR(ExpectWindow(p, kOp));
+// The output size of a max pool of `qx`, checked.
+absl::StatusOr<std::array<int64_t, 2>> MaxPoolOutputSize(const Tensor& qx, const Planes& planes,
+                                                         const Pool2dParams& p,
+                                                         absl::string_view op) {
+  RETURN_IF_ERROR(ExpectWindow(p, op));
   const int64_t out_h = PooledSize(planes.in_h, p.kernel_size[0], p.padding[0], p.stride[0],
                                    p.dilation[0], p.ceil_mode);
   const int64_t out_w = PooledSize(planes.in_w, p.kernel_size[1], p.padding[1], p.stride[1],
                                    p.dilation[1], p.ceil_mode);
-  RETURN_IF_ERROR(ExpectNonEmpty(out_h, out_w, qx, kOp));
+  RETURN_IF_ERROR(ExpectNonEmpty(out_h, out_w, qx, op));
+  return std::array<int64_t, 2>{out_h, out_w};
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> QuantizedMaxPool2dChannelsLast(const Tensor& qx, const Pool2dParams& p) {
+  constexpr absl::string_view kOp = "quantized max_pool2d";
+  ASSIGN_OR_RETURN(const Planes planes, ExpectPoolInput(qx, kOp));
+  if (qx.dim() != 4 || !(qx.dtype() == DType::kQUInt8 || qx.dtype() == DType::kQInt8)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": a channels-last input of shape ", qx.ShapeString(), " and dtype ",
+        DTypeName(qx.dtype()), "; expected a 4-D quint8 / qint8 tensor"));
+  }
+  ASSIGN_OR_RETURN(const auto out_size, MaxPoolOutputSize(qx, planes, p, kOp));
+  const int64_t out_h = out_size[0], out_w = out_size[1];
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), OutputShape(qx, out_h, out_w),
+                                                     qx.qparams()));
+  const int64_t batch = qx.shape()[0], channels = qx.shape()[1];
+  const int64_t rows = batch * out_h;
+  const int chunks = ParallelChunkCount(rows, p.kernel_size[0] * planes.in_w * channels);
+  ParallelForChunks(rows, chunks, [&](int, int64_t first_row, int64_t end_row) {
+    if (qx.dtype() == DType::kQUInt8) {
+      MaxPoolChannelsLastRows(qx.data<uint8_t>(), planes.in_h, planes.in_w, channels, p, out_h,
+                              out_w, first_row, end_row, out.mutable_data<uint8_t>());
+    } else {
+      MaxPoolChannelsLastRows(qx.data<int8_t>(), planes.in_h, planes.in_w, channels, p, out_h,
+                              out_w, first_row, end_row, out.mutable_data<int8_t>());
+    }
+  });
+  return out;
+}
+
+absl::StatusOr<Tensor> QuantizedMaxPool2d(const Tensor& qx, const Pool2dParams& p) {
+  constexpr absl::string_view kOp = "quantized max_pool2d";
+  ASSIGN_OR_RETURN(const Planes planes, ExpectPoolInput(qx, kOp));
+  ASSIGN_OR_RETURN(const auto out_size, MaxPoolOutputSize(qx, planes, p, kOp));
+  const int64_t out_h = out_size[0], out_w = out_size[1];
   ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), OutputShape(qx, out_h, out_w),
                                                      qx.qparams()));
   switch (qx.dtype()) {

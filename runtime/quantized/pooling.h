@@ -47,6 +47,10 @@ struct Pool2dParams {
 // dilation <= 0, padding < 0 or more than half the kernel, an empty output, a zero
 // divisor_override.
 absl::StatusOr<Tensor> QuantizedMaxPool2d(const Tensor& qx, const Pool2dParams& params);
+// The same over a 4-D 8-bit input whose bytes are [N, H, W, C] (shape [N, C, H, W]; a
+// channels-last value, runtime/layout.h); the output's bytes are [N, out_h, out_w, C].
+absl::StatusOr<Tensor> QuantizedMaxPool2dChannelsLast(const Tensor& qx,
+                                                      const Pool2dParams& params);
 absl::StatusOr<Tensor> QuantizedAvgPool2d(const Tensor& qx, const Pool2dParams& params);
 // `output_size` entries must be > 0.
 absl::StatusOr<Tensor> QuantizedAdaptiveAvgPool2d(const Tensor& qx,

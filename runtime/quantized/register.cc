@@ -10,6 +10,7 @@
 #include "graph/module.h"
 #include "graph/status_macros.h"
 #include "runtime/kernel_args.h"
+#include "runtime/layout.h"
 #include "runtime/quantized/activations.h"
 #include "runtime/quantized/clamp.h"
 #include "runtime/quantized/conv.h"
@@ -175,6 +176,40 @@ ModuleKernel QuantizedConvModule(bool relu) {
                                                           parts.scale, parts.zero_point, relu,
                                                           ctx.engine));
     return Value(std::move(y));
+  };
+}
+
+// ---- Channels-last overloads (runtime/layout.h) ----
+
+Value ActivationValue(quantized::Activation a) {
+  return a.channels_last ? Value::ChannelsLast(std::move(a.tensor)) : Value(std::move(a.tensor));
+}
+
+// nnq.Conv2d / nniq.ConvReLU2d taking and giving either layout: a chain of int8 convs
+// moves no bytes between them.
+ModuleKernel QuantizedConvModuleChannelsLast(bool relu) {
+  return [relu](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
+                const ValueKwargs&) -> absl::StatusOr<Value> {
+    if (args.size() != 1 || !(args[0].is_tensor() || args[0].is_channels_last())) {
+      return absl::InvalidArgumentError(absl::StrCat(m.type().name(), " takes 1 Tensor input; got ",
+                                                     args.size(), " args"));
+    }
+    const quantized::Activation x =
+        args[0].is_channels_last() ? quantized::Activation{args[0].as_channels_last(), true}
+                                   : quantized::Activation{args[0].as_tensor(), false};
+    ASSIGN_OR_RETURN(QuantizedModuleParts parts, ReadQuantizedModule(m));
+    ASSIGN_OR_RETURN(Conv2dParams p, ReadConvParams(m));
+    quantized::QuantizedConvParams q;
+    q.stride = {p.stride[0], p.stride[1]};
+    q.padding = {p.padding[0], p.padding[1]};
+    q.dilation = {p.dilation[0], p.dilation[1]};
+    q.groups = p.groups;
+    ASSIGN_OR_RETURN(quantized::Activation y,
+                     quantized::QuantizedConvNdAnyLayout(x, *parts.weight, parts.bias, q,
+                                                         parts.scale, parts.zero_point, relu,
+                                                         ctx.engine,
+                                                         /*channels_last_output=*/true));
+    return ActivationValue(std::move(y));
   };
 }
 
@@ -437,6 +472,33 @@ absl::StatusOr<Pool2dParams> FunctionPoolParams(const ArgReader& r, bool max_poo
     }
   }
   return p;
+}
+
+// Channels-last overloads of a max pool: a channels-last input is pooled in its layout,
+// a row-major one runs `row_major` as it is.
+ModuleKernel MaxPoolModuleChannelsLast(ModuleKernel row_major) {
+  return [row_major](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
+                     const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    if (args.size() != 1 || !args[0].is_channels_last()) return row_major(ctx, m, args, kwargs);
+    ASSIGN_OR_RETURN(const Pool2dParams p, ModulePoolParams(m, true));
+    ASSIGN_OR_RETURN(Tensor y,
+                     quantized::QuantizedMaxPool2dChannelsLast(args[0].as_channels_last(), p));
+    return Value::ChannelsLast(std::move(y));
+  };
+}
+
+FunctionKernel MaxPoolFunctionChannelsLast(FunctionKernel row_major) {
+  return [row_major](const KernelContext& ctx, absl::Span<const Value> args,
+                     const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    if (args.empty() || !args[0].is_channels_last()) return row_major(ctx, args, kwargs);
+    std::vector<Value> plain(args.begin(), args.end());
+    plain[0] = Value(args[0].as_channels_last());  // the parameters are read from the rest
+    ArgReader r(plain, kwargs);
+    ASSIGN_OR_RETURN(const Pool2dParams p, FunctionPoolParams(r, true));
+    ASSIGN_OR_RETURN(Tensor y,
+                     quantized::QuantizedMaxPool2dChannelsLast(args[0].as_channels_last(), p));
+    return Value::ChannelsLast(std::move(y));
+  };
 }
 
 // output_size: an int or two entries, each an int or None (None keeps the input size).
@@ -1357,6 +1419,47 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
   }
   // torch.clamp, Tensor.clamp, F.hardtanh_: what lowering leaves on quantized tensors.
   RETURN_IF_ERROR(RegisterQuantizedClampKernels(registry));
+
+  // Channels-last overloads: the convs, and the ops between them in CNNs, whose every
+  // output element comes from the inputs' elements at its position (or, max pool, is
+  // pooled in that layout).
+  RETURN_IF_ERROR(registry.RegisterChannelsLastModuleOverload(
+      Symbol::Intern("nnq.Conv2d"), QuantizedConvModuleChannelsLast(false)));
+  RETURN_IF_ERROR(registry.RegisterChannelsLastModuleOverload(
+      Symbol::Intern("nniq.ConvReLU2d"), QuantizedConvModuleChannelsLast(true)));
+  // The row-major kernel registered above for `name` in `kernels`.
+  const auto named = [](const auto& kernels, absl::string_view name)
+      -> absl::StatusOr<std::decay_t<decltype(kernels[0].second)>> {
+    for (const auto& [n, kernel] : kernels) {
+      if (n == name) return kernel;
+    }
+    return absl::InternalError(absl::StrCat("no quantized kernel '", name, "' to overload"));
+  };
+  for (const char* type : {"nn.ReLU", "nn.ReLU6", "nn.Hardtanh", "nn.MaxPool2d"}) {
+    ASSIGN_OR_RETURN(ModuleKernel kernel, named(module_overloads, type));
+    RETURN_IF_ERROR(registry.RegisterChannelsLastModuleOverload(
+        Symbol::Intern(type), absl::string_view(type) == "nn.MaxPool2d"
+                                  ? MaxPoolModuleChannelsLast(std::move(kernel))
+                                  : KeepingChannelsLast(std::move(kernel))));
+  }
+  for (const char* target : {"torch.ops.quantized.add", "torch.ops.quantized.add_relu",
+                             "torch.ops.quantized.mul", "torch.ops.quantized.mul_relu"}) {
+    ASSIGN_OR_RETURN(FunctionKernel kernel, named(functions, target));
+    RETURN_IF_ERROR(registry.RegisterChannelsLastFunctionOverload(
+        OpKind::kCallFunction, Symbol::Intern(target), KeepingChannelsLast(std::move(kernel))));
+  }
+  for (const char* target : {"torch.relu", "torch.nn.functional.relu", "torch.nn.functional.relu6",
+                             "torch.nn.functional.hardtanh", "torch.nn.functional.max_pool2d"}) {
+    ASSIGN_OR_RETURN(FunctionKernel kernel, named(function_overloads, target));
+    RETURN_IF_ERROR(registry.RegisterChannelsLastFunctionOverload(
+        OpKind::kCallFunction, Symbol::Intern(target),
+        absl::string_view(target) == "torch.nn.functional.max_pool2d"
+            ? MaxPoolFunctionChannelsLast(std::move(kernel))
+            : KeepingChannelsLast(std::move(kernel))));
+  }
+  ASSIGN_OR_RETURN(FunctionKernel relu_method, named(method_overloads, "relu"));
+  RETURN_IF_ERROR(registry.RegisterChannelsLastFunctionOverload(
+      OpKind::kCallMethod, Symbol::Intern("relu"), KeepingChannelsLast(std::move(relu_method))));
   return absl::OkStatus();
 }
 

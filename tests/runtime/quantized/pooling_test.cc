@@ -3,6 +3,8 @@
 // and errors.
 #include "runtime/quantized/pooling.h"
 
+#include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -103,6 +105,63 @@ TEST(QuantizedPoolTest, MatchesPyTorchGoldens) {
     ++checked;
   }
   EXPECT_EQ(checked, 14);
+}
+
+// `t` [N, C, H, W] with its bytes moved to [N, H, W, C] (shape and qparams kept), index
+// by index: what a channels-last value holds.
+Tensor ChannelsLastCopy(const Tensor& t) {
+  const int64_t n = t.shape()[0], c = t.shape()[1], h = t.shape()[2], w = t.shape()[3];
+  std::string bytes(static_cast<size_t>(t.numel()), '\0');
+  const auto* src = static_cast<const char*>(t.raw_data());
+  for (int64_t in = 0; in < n; ++in) {
+    for (int64_t ic = 0; ic < c; ++ic) {
+      for (int64_t p = 0; p < h * w; ++p) {
+        bytes[(in * h * w + p) * c + ic] = src[(in * c + ic) * h * w + p];
+      }
+    }
+  }
+  return *Tensor::FromBytes(t.dtype(), t.shape(), bytes, t.qparams());
+}
+
+TEST(QuantizedPoolTest, ChannelsLastMaxPoolIsTheRowMajorOneInThatLayout) {
+  struct Case {
+    std::array<int64_t, 2> kernel, stride, padding, dilation;
+    bool ceil_mode;
+  };
+  const Case cases[] = {
+      {{3, 3}, {2, 2}, {1, 1}, {1, 1}, false},  // resnet's stem
+      {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true},   // ceil mode: a last window past the edge
+      {{2, 3}, {1, 2}, {0, 1}, {2, 1}, false},  // dilated, uneven
+      {{1, 1}, {1, 1}, {0, 0}, {1, 1}, true},
+  };
+  std::mt19937 gen(11);
+  for (DType dtype : {DType::kQUInt8, DType::kQInt8}) {
+    std::string bytes(2 * 19 * 7 * 8, '\0');
+    for (char& b : bytes) b = static_cast<char>(gen());
+    const Tensor x =
+        *Tensor::FromBytes(dtype, {2, 19, 7, 8}, bytes, QuantParams::PerTensor(0.1, 0));
+    for (const Case& c : cases) {
+      SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " kernel " << c.kernel[0] << "x"
+                                      << c.kernel[1] << " ceil " << c.ceil_mode);
+      Pool2dParams p;
+      p.kernel_size = c.kernel;
+      p.stride = c.stride;
+      p.padding = c.padding;
+      p.dilation = c.dilation;
+      p.ceil_mode = c.ceil_mode;
+      auto row_major = QuantizedMaxPool2d(x, p);
+      ASSERT_TRUE(row_major.ok()) << row_major.status();
+      auto channels_last = QuantizedMaxPool2dChannelsLast(ChannelsLastCopy(x), p);
+      ASSERT_TRUE(channels_last.ok()) << channels_last.status();
+      EXPECT_EQ(*channels_last, ChannelsLastCopy(*row_major));
+    }
+  }
+  // A 3-D input has no channels-last layout.
+  auto three_d = QuantizedMaxPool2dChannelsLast(Plane3x3().Reshaped({1, 3, 3}).value(), {});
+  ASSERT_FALSE(three_d.ok());
+  EXPECT_NE(three_d.status().message().find("expected a 4-D quint8 / qint8 tensor"),
+            std::string::npos)
+      << three_d.status();
 }
 
 TEST(QuantizedPoolTest, BadInputErrors) {
