@@ -123,6 +123,7 @@ absl::StatusOr<Tensor> QuantizedAdd(const Tensor& qa, const Tensor& qb, double o
       table_a[v] = DequantizeFma(q, a_scale, a_premul);
       table_b[v] = DequantizeFma(q, b_scale, b_premul);
     }
+    const Dequantize8Bit dq_a{a_scale, a_premul, table_a}, dq_b{b_scale, b_premul, table_b};
     ASSIGN_OR_RETURN(Tensor out,
                      Tensor::Uninitialized(qa.dtype(), shape,
                                            QuantParams::PerTensor(output_scale, output_zero_point)));
@@ -132,7 +133,7 @@ absl::StatusOr<Tensor> QuantizedAdd(const Tensor& qa, const Tensor& qb, double o
     auto* sum = static_cast<uint8_t*>(out.mutable_raw_data());
     ParallelForChunks(out.numel(), ParallelChunkCount(out.numel()),
                       [&](int, int64_t begin, int64_t end) {
-                        AddDequantized8Bit(a + begin, b + begin, end - begin, table_a, table_b,
+                        AddDequantized8Bit(a + begin, b + begin, end - begin, dq_a, dq_b,
                                            relu, inv_scale, output_zero_point, qa.dtype(),
                                            sum + begin);
                       });

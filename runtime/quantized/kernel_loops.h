@@ -20,11 +20,21 @@ namespace quantized {
 void QuantizeFloatsTo8Bit(const float* in, int64_t n, float inv_scale, int64_t zero_point,
                           DType dtype, uint8_t* out);
 
-// out[i] = QuantizeValue(relu?(table_a[a[i]] + table_b[b[i]]), inv_scale, zero_point),
-// where table_x[v] is the dequantized value of the stored byte v (QuantizedAdd's formula).
-void AddDequantized8Bit(const uint8_t* a, const uint8_t* b, int64_t n, const float* table_a,
-                        const float* table_b, bool relu, float inv_scale, int64_t zero_point,
-                        DType dtype, uint8_t* out);
+// How an 8-bit input of an add is dequantized (QuantizedAdd's formula): stored value q
+// as fma(scale, float(q), premul), and `table`[byte] that value for each of the 256 bytes.
+struct Dequantize8Bit {
+  float scale = 1.0f;
+  float premul = 0.0f;  // scale * -zero_point
+  const float* table = nullptr;
+};
+
+// out[i] = QuantizeValue(relu?(dq_a(a[i]) + dq_b(b[i])), inv_scale, zero_point). On a CPU
+// with FMA (x86-64-v3) each dequantized value is computed by its fma, in vector lanes;
+// elsewhere it is looked up in the table (a libm fma per element would be slower). Both
+// give the same float: the table holds the same correctly rounded fma.
+void AddDequantized8Bit(const uint8_t* a, const uint8_t* b, int64_t n, const Dequantize8Bit& dq_a,
+                        const Dequantize8Bit& dq_b, bool relu, float inv_scale,
+                        int64_t zero_point, DType dtype, uint8_t* out);
 
 // QNNPACK's requantization (output_requantizer.h) of int32 accumulators, as its kernels
 // compute it: the int32 bias added to the accumulator with int32 wrap-around, times the
