@@ -54,8 +54,6 @@ inline void AddDequantized8BitBody(const uint8_t* __restrict a, const uint8_t* _
   }
 }
 
-namespace {
-
 FUSELAGE_CLONES
 void AddDequantized8BitByTable(const uint8_t* a, const uint8_t* b, int64_t n,
                                const float* table_a, const float* table_b, bool relu,
@@ -70,6 +68,8 @@ void AddDequantized8BitByTable(const uint8_t* a, const uint8_t* b, int64_t n,
                                   is_signed);
   }
 }
+
+namespace {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define FUSELAGE_HAVE_FMA_ADD 1

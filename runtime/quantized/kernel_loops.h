@@ -36,6 +36,12 @@ void AddDequantized8Bit(const uint8_t* a, const uint8_t* b, int64_t n, const Deq
                         const Dequantize8Bit& dq_b, bool relu, float inv_scale,
                         int64_t zero_point, DType dtype, uint8_t* out);
 
+// The table form of AddDequantized8Bit, whatever the CPU (what CPUs without FMA run;
+// public so that tests compare the two forms on every pair of bytes).
+void AddDequantized8BitByTable(const uint8_t* a, const uint8_t* b, int64_t n,
+                               const float* table_a, const float* table_b, bool relu,
+                               float inv_scale, int64_t zero_point, DType dtype, uint8_t* out);
+
 // QNNPACK's requantization (output_requantizer.h) of int32 accumulators, as its kernels
 // compute it: the int32 bias added to the accumulator with int32 wrap-around, times the
 // float scale, rounded half to even, plus the zero point, clamped to [lo, hi].
