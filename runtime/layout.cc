@@ -36,13 +36,18 @@ bool AllTensorsShaped(absl::Span<const Value> args, const Shape& shape) {
 // the tensors do not all share one shape (`call` on row-major args).
 template <typename Call>
 absl::StatusOr<Value> RunKeepingChannelsLast(absl::Span<const Value> args, const Call& call) {
-  if (!HasChannelsLast(args)) return call(args);
   const Value* first = nullptr;
   for (const Value& a : args) {
     if (a.is_channels_last()) {
       first = &a;
       break;
     }
+  }
+  if (first == nullptr) {
+    // No positional tensor is channels-last; one inside a list arg is moved back.
+    if (!HasChannelsLast(args)) return call(args);
+    const std::vector<Value> row_major = ToRowMajor(args);
+    return call(row_major);
   }
   const Shape shape = first->as_channels_last().shape();
   if (!AllTensorsShaped(args, shape)) {

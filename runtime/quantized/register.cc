@@ -166,51 +166,10 @@ absl::StatusOr<Conv2dParams> ReadConvParams(const Module& m) {
   return p;
 }
 
-ModuleKernel QuantizedConvModule(bool relu) {
-  return [relu](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
-                const ValueKwargs&) -> absl::StatusOr<Value> {
-    ASSIGN_OR_RETURN(const Tensor* x, OnlyTensorInput(args, m));
-    ASSIGN_OR_RETURN(QuantizedModuleParts parts, ReadQuantizedModule(m));
-    ASSIGN_OR_RETURN(Conv2dParams p, ReadConvParams(m));
-    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConv2d(*x, *parts.weight, parts.bias, p,
-                                                          parts.scale, parts.zero_point, relu,
-                                                          ctx.engine));
-    return Value(std::move(y));
-  };
-}
-
 // ---- Channels-last overloads (runtime/layout.h) ----
 
 Value ActivationValue(quantized::Activation a) {
   return a.channels_last ? Value::ChannelsLast(std::move(a.tensor)) : Value(std::move(a.tensor));
-}
-
-// nnq.Conv2d / nniq.ConvReLU2d taking and giving either layout: a chain of int8 convs
-// moves no bytes between them.
-ModuleKernel QuantizedConvModuleChannelsLast(bool relu) {
-  return [relu](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
-                const ValueKwargs&) -> absl::StatusOr<Value> {
-    if (args.size() != 1 || !(args[0].is_tensor() || args[0].is_channels_last())) {
-      return absl::InvalidArgumentError(absl::StrCat(m.type().name(), " takes 1 Tensor input; got ",
-                                                     args.size(), " args"));
-    }
-    const quantized::Activation x =
-        args[0].is_channels_last() ? quantized::Activation{args[0].as_channels_last(), true}
-                                   : quantized::Activation{args[0].as_tensor(), false};
-    ASSIGN_OR_RETURN(QuantizedModuleParts parts, ReadQuantizedModule(m));
-    ASSIGN_OR_RETURN(Conv2dParams p, ReadConvParams(m));
-    quantized::QuantizedConvParams q;
-    q.stride = {p.stride[0], p.stride[1]};
-    q.padding = {p.padding[0], p.padding[1]};
-    q.dilation = {p.dilation[0], p.dilation[1]};
-    q.groups = p.groups;
-    ASSIGN_OR_RETURN(quantized::Activation y,
-                     quantized::QuantizedConvNdAnyLayout(x, *parts.weight, parts.bias, q,
-                                                         parts.scale, parts.zero_point, relu,
-                                                         ctx.engine,
-                                                         /*channels_last_output=*/true));
-    return ActivationValue(std::move(y));
-  };
 }
 
 // A per-dim conv attribute of `spatial` ints (an int broadcasts), `fallback` when absent.
@@ -244,6 +203,30 @@ absl::StatusOr<quantized::QuantizedConvParams> ReadConvNdParams(const Module& m,
 }
 
 // nnq.Conv1d / Conv3d, nniq.ConvReLU1d / 3d, nnq.ConvTranspose1d / 2d / 3d.
+// nnq.Conv2d / nniq.ConvReLU2d. The input may be channels-last (only the channels-last
+// overload is given one); with `channels_last_output`, so may the output, so a chain of
+// int8 convs moves no bytes between them.
+ModuleKernel QuantizedConvModule(bool relu, bool channels_last_output) {
+  return [relu, channels_last_output](const KernelContext& ctx, const Module& m,
+                                      absl::Span<const Value> args,
+                                      const ValueKwargs&) -> absl::StatusOr<Value> {
+    if (args.size() != 1 || !(args[0].is_tensor() || args[0].is_channels_last())) {
+      return absl::InvalidArgumentError(absl::StrCat(m.type().name(), " takes 1 Tensor input; got ",
+                                                     args.size(), " args"));
+    }
+    const quantized::Activation x =
+        args[0].is_channels_last() ? quantized::Activation{args[0].as_channels_last(), true}
+                                   : quantized::Activation{args[0].as_tensor(), false};
+    ASSIGN_OR_RETURN(QuantizedModuleParts parts, ReadQuantizedModule(m));
+    ASSIGN_OR_RETURN(quantized::QuantizedConvParams p, ReadConvNdParams(m, 2, false));
+    ASSIGN_OR_RETURN(quantized::Activation y,
+                     quantized::QuantizedConvNdAnyLayout(x, *parts.weight, parts.bias, p,
+                                                         parts.scale, parts.zero_point, relu,
+                                                         ctx.engine, channels_last_output));
+    return ActivationValue(std::move(y));
+  };
+}
+
 ModuleKernel QuantizedConvNdModule(size_t spatial, bool relu, bool transposed) {
   return [spatial, relu, transposed](const KernelContext& ctx, const Module& m,
                                      absl::Span<const Value> args,
@@ -1103,8 +1086,8 @@ FunctionKernel FunctionalLinearFn(bool relu) {
 absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
   // Native quantized modules and quantize / dequantize stubs.
   const std::vector<std::pair<const char*, ModuleKernel>> modules = {
-      {"nnq.Conv2d", QuantizedConvModule(false)},
-      {"nniq.ConvReLU2d", QuantizedConvModule(true)},
+      {"nnq.Conv2d", QuantizedConvModule(false, false)},
+      {"nniq.ConvReLU2d", QuantizedConvModule(true, false)},
       {"nniq.ConvAdd2d", QuantizedConvAddModule(false)},
       {"nniq.ConvAddReLU2d", QuantizedConvAddModule(true)},
       {"nnq.Conv1d", QuantizedConvNdModule(1, false, false)},
@@ -1424,9 +1407,9 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
   // output element comes from the inputs' elements at its position (or, max pool, is
   // pooled in that layout).
   RETURN_IF_ERROR(registry.RegisterChannelsLastModuleOverload(
-      Symbol::Intern("nnq.Conv2d"), QuantizedConvModuleChannelsLast(false)));
+      Symbol::Intern("nnq.Conv2d"), QuantizedConvModule(false, true)));
   RETURN_IF_ERROR(registry.RegisterChannelsLastModuleOverload(
-      Symbol::Intern("nniq.ConvReLU2d"), QuantizedConvModuleChannelsLast(true)));
+      Symbol::Intern("nniq.ConvReLU2d"), QuantizedConvModule(true, true)));
   // The row-major kernel registered above for `name` in `kernels`.
   const auto named = [](const auto& kernels, absl::string_view name)
       -> absl::StatusOr<std::decay_t<decltype(kernels[0].second)>> {

@@ -139,6 +139,20 @@ TEST(LayoutTest, KeepingChannelsLastComputesInTheLayoutAndFallsBackForBroadcasts
   auto plain = kernel(ctx, {Value(a)}, {});
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_TRUE(plain->is_tensor());
+
+  // A channels-last tensor only inside a list arg: the kernel gets the list row-major.
+  const FunctionKernel first_item = KeepingChannelsLast(
+      FunctionKernel([](const KernelContext&, absl::Span<const Value> args,
+                        const ValueKwargs&) -> absl::StatusOr<Value> {
+        if (!args[0].is_list() || !args[0].items()[0].is_tensor()) {
+          return absl::InvalidArgumentError("expected a list of row-major tensors");
+        }
+        return args[0].items()[0];
+      }));
+  auto listed = first_item(ctx, {Value::List({a_cl})}, {});
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_TRUE(listed->is_tensor());
+  EXPECT_EQ(listed->as_tensor(), a);
 }
 
 TEST(LayoutTest, KeepingChannelsLastRefusesAKernelThatChangesTheShape) {
