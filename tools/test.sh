@@ -134,15 +134,25 @@ STEPS=(
   step_sanitizers
 )
 
-if ! bash tools/install_deps.sh; then
+# Debian's packages, then the PyTorch 2 environment (outside the checkout, made once per
+# machine; the extension's pybind11 headers come from it).
+if ! bash tools/install_deps.sh || ! bash tools/pytorch2_env.sh; then
   echo "0 passed, 1 failed"
   exit 1
 fi
 
+# Each step's wall time, printed after it and again in a table at the end: CI's budget is
+# the sum, and the table shows where it goes.
+TIMES=()
 for step in "${STEPS[@]}"; do
   echo "==== $step"
+  started=$SECONDS
   "$step"
+  TIMES+=("$(printf '%-20s %5d s' "$step" $((SECONDS - started)))")
+  echo "==== $step took $((SECONDS - started)) s"
 done
+echo "==== wall time per step"
+printf '%s\n' "${TIMES[@]}"
 
 if [[ ${#FAILURES[@]} -gt 0 ]]; then
   echo "==== what failed"
