@@ -7,6 +7,7 @@
 # It is a virtual environment outside the checkout, so every clone on the machine (CI's
 # fresh ones included) shares one 5.5 GB install:
 #   $FUSELAGE_PYTORCH2_ENV, else ${XDG_CACHE_HOME:-$HOME/.cache}/fuselage/pytorch2
+# (third_party/pybind11/pybind11.bzl looks there too: change both together).
 # It holds torch and torchvision (the pair whose wheels are on this machine's disk),
 # torchao (PT2E), onnx and onnxruntime, pytest, and pybind11 >= 2.12 (the extension's
 # headers: earlier pybind11 reads NumPy 2's dtypes wrongly; see third_party/pybind11).
@@ -14,7 +15,6 @@
 # The C++ library and the CLI never need it; Debian's PyTorch 1.13 (/usr/bin/python3)
 # stays as it is.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 
 env_dir="${FUSELAGE_PYTORCH2_ENV:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/fuselage/pytorch2}"
 # The wheels of torch 2.14.1 + torchvision 0.29.1 lie on this machine's disk for CPython 3.11,

@@ -148,8 +148,9 @@ for step in "${STEPS[@]}"; do
   echo "==== $step"
   started=$SECONDS
   "$step"
-  TIMES+=("$(printf '%-20s %5d s' "$step" $((SECONDS - started)))")
-  echo "==== $step took $((SECONDS - started)) s"
+  took=$((SECONDS - started))
+  TIMES+=("$(printf '%-20s %5d s' "$step" "$took")")
+  echo "==== $step took $took s"
 done
 echo "==== wall time per step"
 printf '%s\n' "${TIMES[@]}"

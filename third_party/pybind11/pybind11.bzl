@@ -23,23 +23,12 @@ cc_library(
 )
 """
 
+# Prints "<major> <minor> <version>" and the include folder, one line each.
 _PROBE = """
-import sys
 import pybind11
-print(pybind11.__version__)
+print(pybind11.version_info[0], pybind11.version_info[1], pybind11.__version__)
 print(pybind11.get_include())
 """
-
-def _version_tuple(text):
-    parts = []
-    for piece in text.split(".")[:2]:
-        digits = ""
-        for c in piece.elems():
-            if not c.isdigit():
-                break
-            digits += c
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
 
 def _pytorch2_python(ctx):
     env = ctx.os.environ
@@ -58,8 +47,9 @@ def _pybind11_repository_impl(ctx):
             if result.return_code != 0:
                 tried.append("%s: no pybind11" % python)
                 continue
-            version, folder = result.stdout.strip().split("\n")[:2]
-            if _version_tuple(version) < _MIN_VERSION:
+            version_line, folder = result.stdout.strip().split("\n")[:2]
+            major, minor, version = version_line.split(" ")
+            if (int(major), int(minor)) < _MIN_VERSION:
                 tried.append("%s: pybind11 %s is older than 2.12" % (python, version))
                 continue
             include = folder
