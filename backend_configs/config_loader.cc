@@ -148,6 +148,18 @@ Symbol ModuleTypeName(absl::string_view name, absl::string_view default_namespac
   return Symbol::Intern(absl::StrCat(default_namespace, ".", name));
 }
 
+// The loader validates enum values before this (an unknown value is an error there).
+ObservationType FromProto(config::ObservationType type) {
+  switch (type) {
+    case config::OUTPUT_SHARE_OBSERVER_WITH_INPUT:
+      return ObservationType::kOutputShareObserverWithInput;
+    case config::INPUT_OUTPUT_NOT_OBSERVED:
+      return ObservationType::kInputOutputNotObserved;
+    default:
+      return ObservationType::kOutputUseDifferentObserverAsInput;
+  }
+}
+
 absl::StatusOr<std::optional<DType>> ReadDType(const EntryContext& entry,
                                                absl::string_view field,
                                                const std::string& name) {
@@ -185,9 +197,7 @@ absl::StatusOr<BackendPatternConfig> ReadEntry(const EntryContext& entry,
   if (!pattern.ok()) return entry.Error("pattern", pattern.status().message());
   config.rule.pattern = *std::move(pattern);
 
-  config.observation_type = proto.observation_type() == config::OUTPUT_SHARE_OBSERVER_WITH_INPUT
-                                ? ObservationType::kOutputShareObserverWithInput
-                                : ObservationType::kOutputUseDifferentObserverAsInput;
+  config.observation_type = FromProto(proto.observation_type());
   for (int i = 0; i < proto.dtype_config_size(); ++i) {
     const config::DTypeConfig& d = proto.dtype_config(i);
     const std::string field = absl::StrCat("dtype_config[", i, "]");
@@ -215,10 +225,8 @@ absl::StatusOr<BackendPatternConfig> ReadEntry(const EntryContext& entry,
       return entry.Error(absl::StrCat("num_tensor_args_observation[", i, "]"),
                          absl::StrCat("num_tensor_args ", t.num_tensor_args(), " must be >= 0"));
     }
-    config.num_tensor_args_to_observation_type.emplace_back(
-        t.num_tensor_args(), t.observation_type() == config::OUTPUT_SHARE_OBSERVER_WITH_INPUT
-                                 ? ObservationType::kOutputShareObserverWithInput
-                                 : ObservationType::kOutputUseDifferentObserverAsInput);
+    config.num_tensor_args_to_observation_type.emplace_back(t.num_tensor_args(),
+                                                            FromProto(t.observation_type()));
   }
   if (proto.has_input_output_observed()) config.input_output_observed = proto.input_output_observed();
   if (proto.has_fixed_output_qparams()) {

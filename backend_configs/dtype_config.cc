@@ -37,13 +37,16 @@ absl::string_view ObservationTypeName(ObservationType type) {
       return "OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT";
     case ObservationType::kOutputShareObserverWithInput:
       return "OUTPUT_SHARE_OBSERVER_WITH_INPUT";
+    case ObservationType::kInputOutputNotObserved:
+      return "INPUT_OUTPUT_NOT_OBSERVED";
   }
   return "<invalid observation type>";
 }
 
 std::optional<ObservationType> ObservationTypeFromName(absl::string_view name) {
   for (ObservationType type : {ObservationType::kOutputUseDifferentObserverAsInput,
-                               ObservationType::kOutputShareObserverWithInput}) {
+                               ObservationType::kOutputShareObserverWithInput,
+                               ObservationType::kInputOutputNotObserved}) {
     if (name == ObservationTypeName(type)) return type;
   }
   return std::nullopt;

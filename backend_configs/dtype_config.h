@@ -22,6 +22,8 @@ enum class ObservationType {
   kOutputUseDifferentObserverAsInput,
   // Output shares the input's observer instance (cat, maxpool, reshape): same parameters.
   kOutputShareObserverWithInput,
+  // Neither input nor output is observed; the op stays float (shape, size in PyTorch 2).
+  kInputOutputNotObserved,
 };
 
 // "OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT" / "OUTPUT_SHARE_OBSERVER_WITH_INPUT", as PyTorch

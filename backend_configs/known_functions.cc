@@ -62,6 +62,8 @@ absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
            "torch.nn.functional.max_pool3d", "torch.nn.functional.interpolate",
            "torch.flatten", "torch.mean", "torch.repeat_interleave", "torch.transpose",
            "torch.squeeze", "torch.unsqueeze", "torch.reshape",
+           "torch.nn.functional.pixel_shuffle", "torch.nn.functional.pixel_unshuffle",
+           "torch.narrow",
            // Quantization ops (graphs after convert / lowering).
            "torch.quantize_per_tensor", "torch.quantize_per_channel",
            "torch.ops.quantized.add", "torch.ops.quantized.add_relu",

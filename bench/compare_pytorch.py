@@ -88,10 +88,16 @@ def _pytorch_stage(model, stage, queue):
     import torch
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.backend_config import get_native_backend_config
-    from torch.ao.quantization.fx.backend_config_utils import (
-        get_fusion_pattern_to_fuse_handler_cls)
     from torch.ao.quantization.fx.fuse import _find_matches
-    from torch.ao.quantization.fx.pattern_utils import sorted_patterns_dict
+    try:  # PyTorch 2: the pattern helpers are private and moved
+        from torch.ao.quantization.fx.fuse_handler import (
+            _get_fusion_pattern_to_fuse_handler_cls as get_fusion_pattern_to_fuse_handler_cls)
+        from torch.ao.quantization.fx.pattern_utils import (
+            _sorted_patterns_dict as sorted_patterns_dict)
+    except ImportError:  # PyTorch 1.13
+        from torch.ao.quantization.fx.backend_config_utils import (
+            get_fusion_pattern_to_fuse_handler_cls)
+        from torch.ao.quantization.fx.pattern_utils import sorted_patterns_dict
     from torch.ao.quantization.quantize_fx import convert_fx, fuse_fx, prepare_fx
 
     torch.manual_seed(0)

@@ -469,9 +469,11 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
     RETURN_IF_ERROR(add(t, 1, 1, kNone));
   }
   // Float modules the runtime runs for torchvision's newer models (resampling heads,
-  // classifiers with log-softmax, adaptive max pooling).
+  // classifiers with log-softmax, adaptive max pooling), and the pixel shuffles PyTorch 2's
+  // backend configs name.
   for (const char* t : {"nn.LogSoftmax", "nn.Upsample", "nn.UpsamplingNearest2d",
-                        "nn.UpsamplingBilinear2d", "nn.AdaptiveMaxPool2d"}) {
+                        "nn.UpsamplingBilinear2d", "nn.AdaptiveMaxPool2d", "nn.PixelShuffle",
+                        "nn.PixelUnshuffle"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kNone));
   }
   for (const char* t : {"nn.PReLU", "nn.Embedding", "nnqr.Embedding", "nnq.PReLU"}) {
@@ -486,7 +488,7 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
                         "nnqr.LSTMCell", "nnqr.RNNCell"}) {
     RETURN_IF_ERROR(add(t, 1, 2, {"weight_ih", "weight_hh"}));
   }
-  for (const char* t : {"nn.LSTM", "nnqr.LSTM"}) {
+  for (const char* t : {"nn.LSTM", "nnqr.LSTM", "nn.GRU", "nnqr.GRU"}) {
     RETURN_IF_ERROR(add(t, 1, 2, {"weight_ih_l0", "weight_hh_l0"}));
   }
   // Functional wrappers of quantized add / mul / cat take several inputs.

@@ -293,7 +293,10 @@ class Planner {
         found = true;
       }
     }
-    if (!found || previous.activation->kind == ObserverKind::kReuseInput) return false;
+    if (!found || observation == ObservationType::kInputOutputNotObserved ||
+        previous.activation->kind == ObserverKind::kReuseInput) {
+      return false;
+    }
     // Cached like a single op's: per node, a config the activation does not satisfy
     // would word its reasons again only to drop them.
     const absl::StatusOr<const DTypeConfig*>& dtype_config =
@@ -410,6 +413,10 @@ class Planner {
         return keep_float(absl::StrCat("the config has no observation type for ",
                                        d.inputs.size(), " tensor args"));
       }
+    }
+    if (observation == ObservationType::kInputOutputNotObserved) {
+      return keep_float("its config says input and output are not observed "
+                        "(INPUT_OUTPUT_NOT_OBSERVED)");
     }
     d.share_output_with_input =
         observation == ObservationType::kOutputShareObserverWithInput;

@@ -572,6 +572,36 @@ absl::StatusOr<Value> IndexTensor(const Tensor& x, const Value& index) {
   return Value(std::move(out));
 }
 
+// torch.narrow(input, dim, start, length) / Tensor.narrow: `length` entries of `dim` from
+// `start` (negative counts from the end); unlike a slice, a range past the end is an
+// error, as in torch. Any dtype.
+absl::StatusOr<Value> NarrowKernel(const KernelContext&, absl::Span<const Value> args,
+                                   const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  RETURN_IF_ERROR(r.ExpectAtMostPositional(4));
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+  ASSIGN_OR_RETURN(int64_t dim_arg, r.GetInt(1, "dim"));
+  ASSIGN_OR_RETURN(int64_t start, r.GetInt(2, "start"));
+  ASSIGN_OR_RETURN(int64_t length, r.GetInt(3, "length"));
+  if (x->dim() == 0) return absl::InvalidArgumentError("narrow: the input is a 0-dim tensor");
+  ASSIGN_OR_RETURN(const int64_t dim, NormalizeDim(dim_arg, x->dim()));
+  const int64_t size = x->shape()[dim];
+  if (start < -size || start > size) {
+    return absl::InvalidArgumentError(absl::StrCat("narrow: start ", start,
+                                                   " is out of range for dim ", dim,
+                                                   " of size ", size));
+  }
+  if (start < 0) start += size;
+  if (length < 0 || start + length > size) {
+    return absl::InvalidArgumentError(absl::StrCat("narrow: start ", start, " + length ",
+                                                   length, " exceeds dim ", dim, " of size ",
+                                                   size));
+  }
+  std::vector<Value> index(dim, Value::Slice({}));
+  index.push_back(Value::Slice({start, start + length, std::nullopt}));
+  return IndexTensor(*x, Value::Tuple(std::move(index)));
+}
+
 absl::StatusOr<Value> GetItem(const KernelContext&, absl::Span<const Value> args,
                               const ValueKwargs& kwargs) {
   ArgReader r(args, kwargs);
@@ -629,6 +659,20 @@ absl::StatusOr<Value> FlattenKernel(const KernelContext&, absl::Span<const Value
   ASSIGN_OR_RETURN(int64_t start, r.OptionalInt(1, "start_dim", 0));
   ASSIGN_OR_RETURN(int64_t end, r.OptionalInt(2, "end_dim", -1));
   ASSIGN_OR_RETURN(Tensor y, Flatten(*x, start, end));
+  return Value(std::move(y));
+}
+
+// F.pixel_shuffle(input, upscale_factor) / F.pixel_unshuffle(input,
+// downscale_factor) on any dtype.
+template <absl::StatusOr<Tensor> (*op)(const Tensor&, int64_t)>
+absl::StatusOr<Value> PixelShuffleKernel(const KernelContext&, absl::Span<const Value> args,
+                                         const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  RETURN_IF_ERROR(r.ExpectAtMostPositional(2));
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+  ASSIGN_OR_RETURN(int64_t factor,
+                   r.GetInt(1, op == &PixelShuffle ? "upscale_factor" : "downscale_factor"));
+  ASSIGN_OR_RETURN(Tensor y, op(*x, factor));
   return Value(std::move(y));
 }
 
@@ -1629,6 +1673,14 @@ std::vector<NamedModuleKernel> ModuleKernels() {
       {"nn.InstanceNorm3d", UnaryModule([](const Module& m, const Tensor& x) {
          return RunInstanceNormModule(m, x, 5);
        })},
+      {"nn.PixelShuffle", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(int64_t r, m.GetInt("upscale_factor"));
+         return PixelShuffle(x, r);
+       })},
+      {"nn.PixelUnshuffle", UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+         ASSIGN_OR_RETURN(int64_t r, m.GetInt("downscale_factor"));
+         return PixelUnshuffle(x, r);
+       })},
       {"nn.Upsample", UnaryModule([](const Module& m, const Tensor& x) {
          return RunUpsampleModule(m, x, "nearest");
        })},
@@ -1745,6 +1797,10 @@ std::vector<NamedFunctionKernel> FunctionKernels() {
       {kFunction, "operator.getitem", GetItem},
       {kFunction, "torch.cat", CatKernel},
       {kFunction, "torch.flatten", FlattenKernel},
+      {kFunction, "torch.narrow", NarrowKernel},
+      {kMethod, "narrow", NarrowKernel},
+      {kFunction, "torch.nn.functional.pixel_shuffle", PixelShuffleKernel<PixelShuffle>},
+      {kFunction, "torch.nn.functional.pixel_unshuffle", PixelShuffleKernel<PixelUnshuffle>},
       {kMethod, "flatten", FlattenKernel},
       {kMethod, "view", ReshapeKernel},
       {kMethod, "reshape", ReshapeKernel},

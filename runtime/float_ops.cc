@@ -673,6 +673,69 @@ absl::StatusOr<Tensor> Flatten(const Tensor& x, int64_t start_dim, int64_t end_d
   return x.Reshaped(std::move(shape));
 }
 
+namespace {
+
+// The leading dims of a pixel (un)shuffle input, and its last three [C, H, W].
+absl::StatusOr<std::vector<int64_t>> PixelShuffleBatch(const Tensor& x, int64_t factor,
+                                                      absl::string_view op,
+                                                      absl::string_view factor_name) {
+  if (x.dim() < 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": expected an input of at least 3 dims [*, C, H, W]; got ", x.ShapeString()));
+  }
+  if (factor <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", factor_name, " must be positive; got ", factor));
+  }
+  return std::vector<int64_t>(x.shape().begin(), x.shape().end() - 3);
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> PixelShuffle(const Tensor& x, int64_t r) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> batch,
+                   PixelShuffleBatch(x, r, "pixel_shuffle", "upscale_factor"));
+  const int64_t c = x.shape()[x.dim() - 3], h = x.shape()[x.dim() - 2],
+                w = x.shape()[x.dim() - 1];
+  if (c % (r * r) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pixel_shuffle: the channel dim ", c, " of ", x.ShapeString(),
+        " is not divisible by upscale_factor squared (", r * r, ")"));
+  }
+  const int64_t b = static_cast<int64_t>(batch.size());
+  std::vector<int64_t> split = batch;
+  split.insert(split.end(), {c / (r * r), r, r, h, w});
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < b; ++i) order.push_back(i);
+  order.insert(order.end(), {b, b + 3, b + 1, b + 4, b + 2});  // C, H, r, W, r
+  ASSIGN_OR_RETURN(Tensor grouped, x.Reshaped(std::move(split)));
+  ASSIGN_OR_RETURN(Tensor permuted, Permute(grouped, order));
+  batch.insert(batch.end(), {c / (r * r), h * r, w * r});
+  return permuted.Reshaped(std::move(batch));
+}
+
+absl::StatusOr<Tensor> PixelUnshuffle(const Tensor& x, int64_t r) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> batch,
+                   PixelShuffleBatch(x, r, "pixel_unshuffle", "downscale_factor"));
+  const int64_t c = x.shape()[x.dim() - 3], h = x.shape()[x.dim() - 2],
+                w = x.shape()[x.dim() - 1];
+  if (h % r != 0 || w % r != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pixel_unshuffle: the spatial dims of ", x.ShapeString(),
+        " are not divisible by downscale_factor ", r));
+  }
+  const int64_t b = static_cast<int64_t>(batch.size());
+  std::vector<int64_t> split = batch;
+  split.insert(split.end(), {c, h / r, r, w / r, r});
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < b; ++i) order.push_back(i);
+  order.insert(order.end(), {b, b + 2, b + 4, b + 1, b + 3});  // C, r, r, H, W
+  ASSIGN_OR_RETURN(Tensor grouped, x.Reshaped(std::move(split)));
+  ASSIGN_OR_RETURN(Tensor permuted, Permute(grouped, order));
+  batch.insert(batch.end(), {c * r * r, h / r, w / r});
+  return permuted.Reshaped(std::move(batch));
+}
+
 absl::StatusOr<Tensor> Reshape(const Tensor& x, std::vector<int64_t> shape) {
   int64_t known = 1;
   int infer_at = -1;

@@ -129,6 +129,10 @@ absl::StatusOr<Tensor> Amax(const Tensor& x, std::vector<int64_t> dims, bool kee
 // Concatenation along `dim`; all tensors must share dtype, rank and the other dims.
 absl::StatusOr<Tensor> Cat(absl::Span<const Tensor> tensors, int64_t dim);
 absl::StatusOr<Tensor> Flatten(const Tensor& x, int64_t start_dim, int64_t end_dim);
+// torch.pixel_shuffle: [*, C*r*r, H, W] -> [*, C, H*r, W*r], and its inverse
+// torch.pixel_unshuffle. Rearranges values only, so any dtype.
+absl::StatusOr<Tensor> PixelShuffle(const Tensor& x, int64_t upscale_factor);
+absl::StatusOr<Tensor> PixelUnshuffle(const Tensor& x, int64_t downscale_factor);
 // `shape` may hold one -1, inferred from the element count.
 absl::StatusOr<Tensor> Reshape(const Tensor& x, std::vector<int64_t> shape);
 // Dims reordered: output dim i is input dim dims[i] (negative dims allowed).

@@ -31,6 +31,9 @@ import math
 
 import torch
 import torch.ao.quantization.fuser_method_mappings as fmm
+# PyTorch 2's BackendConfig.set_backend_pattern_config calls this module without importing
+# it, so get_qnnpack_backend_config() fails unless something imported it before.
+import torch.ao.quantization.backend_config.utils  # noqa: F401
 import torch.ao.quantization.observer as obs
 import torch.nn as nn
 
@@ -106,8 +109,10 @@ _kind("ReuseInputObserver", ())
 _kind("_ReuseInputObserver", ())  # its name in some PyTorch versions
 
 # Constructor arguments that carry nothing the formats need when they have these values.
+# PyTorch 2's PlaceholderObserver takes qscheme=None and eps=None (unset, as 1.13's
+# PlaceholderObserver has no such arguments).
 _INERT = {"factory_kwargs": (None,), "custom_op_name": ("",), "compute_dtype": (None,),
-          "is_dynamic": (False,), "memoryless": (False,)}
+          "is_dynamic": (False,), "memoryless": (False,), "qscheme": (None,), "eps": (None,)}
 
 
 def _unwrap(factory, what):
@@ -448,6 +453,10 @@ def _observation(value, what):
         return "OUTPUT_SHARE_OBSERVER_WITH_INPUT"
     if value == ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT:
         return "OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT"
+    # PyTorch 2's entries for the tensor-info methods shape and size.
+    not_observed = getattr(ObservationType, "INPUT_OUTPUT_NOT_OBSERVED", None)
+    if not_observed is not None and value == not_observed:
+        return "INPUT_OUTPUT_NOT_OBSERVED"
     raise ConfigTranslationError("%s: observation type %r is not supported" % (what, value))
 
 
@@ -485,6 +494,10 @@ def _entry_lines(cfg, index):
     what = "backend pattern config [%d] %s" % (index, _pattern_text(pattern, what))
     lines = ["pattern: " + _quote(_pattern_text(pattern, what))]
     if fmt == "SEQUENCE":
+        # Named by the nested form, as PyTorch 1.13 writes the same pattern: the name is
+        # what fused modules record as their provenance, so it does not change with the
+        # format a PyTorch version keeps.
+        lines.insert(0, "name: " + _quote(_pattern_text(nested, what)))
         lines.append("format: SEQUENCE")
     observation = _observation(cfg.observation_type, what)
     if observation != "OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT":

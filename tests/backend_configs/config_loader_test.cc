@@ -523,8 +523,12 @@ TEST(ConfigLoader, TensorArgsObservationInputOutputObservedFixedQParams) {
     pattern { pattern: "nn.Embedding" input_output_observed: false root_module: "Embedding"
               reference_quantized_module: "Embedding" }
     pattern { pattern: "nn.Sigmoid" fixed_output_qparams { scale: 0.00390625 zero_point: 0 } }
+    pattern { pattern: "method:size" observation_type: INPUT_OUTPUT_NOT_OBSERVED }
   )pb", "t.textproto");
   ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_NE(config->Find("method:size"), nullptr);
+  EXPECT_EQ(config->Find("method:size")->observation_type,
+            ObservationType::kInputOutputNotObserved);
   const BackendPatternConfig* add = config->Find("operator.add");
   ASSERT_NE(add, nullptr);
   ASSERT_EQ(add->num_tensor_args_to_observation_type.size(), 2u);

@@ -37,6 +37,17 @@ class SmallResidual(nn.Module):
         return self.fc(torch.flatten(self.pool(z), 1))
 
 
+def nested_pattern_config(pattern):
+    """A BackendPatternConfig for `pattern` in PyTorch's nested (complex) format, outermost
+    op first: 1.13 takes it as the constructor's argument; PyTorch 2 reads that argument
+    as the execution-order format and takes the nested one through
+    _set_pattern_complex_format."""
+    from torch.ao.quantization.backend_config import BackendPatternConfig
+    if hasattr(BackendPatternConfig, "_set_pattern_complex_format"):
+        return BackendPatternConfig()._set_pattern_complex_format(pattern)
+    return BackendPatternConfig(pattern)
+
+
 def randomize_batch_norm(model, seed=1):
     """Untrained batch norms are identities; give them statistics so they matter."""
     g = torch.Generator().manual_seed(seed)

@@ -20,7 +20,7 @@ import fuselage
 import fuselage.fusers as fusers
 import fuselage.nn as fnn
 import fuselage.nn.quantized as fnnq
-from conftest import REPO
+from conftest import REPO, nested_pattern_config
 from fuselage.errors import ModuleError
 
 
@@ -110,7 +110,7 @@ def test_pytorch_fuse_fx_calls_the_fuser_with_its_signature(cli, tmp_path):
         return [extra_input]
 
     pattern = (nn.ReLU, (torch.add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode))
-    config = BackendPatternConfig(pattern).set_fuser_method(fusers.fuse_conv_bn_add_relu) \
+    config = nested_pattern_config(pattern).set_fuser_method(fusers.fuse_conv_bn_add_relu) \
         ._set_root_node_getter(root_node_getter)._set_extra_inputs_getter(extra_inputs_getter)
     model = _ConvBnAddReLU().eval()
     backend = BackendConfig("t").set_backend_pattern_config(config)

@@ -28,6 +28,7 @@ import fuselage.fusers
 import fuselage.nn.quantized
 from fuselage import _core
 from fuselage.quantize_fx import convert_fx, prepare_fx
+from conftest import nested_pattern_config
 
 weighted_int8_dtype_config = DTypeConfig(input_dtype=torch.quint8, output_dtype=torch.quint8,
                                          weight_dtype=torch.qint8, bias_dtype=torch.float)
@@ -60,7 +61,7 @@ class Residual(nn.Module):
 
 
 def issue_backend_config():
-    cfg = BackendPatternConfig((nn.ReLU, (torch.add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode))) \
+    cfg = nested_pattern_config((nn.ReLU, (torch.add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode))) \
         .set_fuser_method(fuselage.fusers.fuse_conv_bn_add_relu) \
         ._set_root_node_getter(root_node_getter) \
         ._set_extra_inputs_getter(extra_inputs_getter) \

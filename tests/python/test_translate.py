@@ -5,6 +5,7 @@ translated default qconfig mappings quantize as the CLI's default does, and a ma
 per-type / per-name / None entries are honoured (against PyTorch's own convert_fx)."""
 
 import copy
+import inspect
 import operator
 import os
 import subprocess
@@ -37,7 +38,7 @@ from torch.ao.quantization.observer import ObserverBase
 from torch.ao.quantization.utils import MatchAllNode
 
 import fuselage
-from conftest import REPO
+from conftest import REPO, nested_pattern_config
 from fuselage import ConfigTranslationError
 from fuselage._translate import backend_config_to_text, qconfig_mapping_to_text
 
@@ -139,7 +140,7 @@ def conv_bn_add_relu_config(add=operator.add):
     # example's `bn + identity` is operator.add).
     weighted_int8 = DTypeConfig(input_dtype=torch.quint8, output_dtype=torch.quint8,
                                 weight_dtype=torch.qint8, bias_dtype=torch.float)
-    return BackendPatternConfig((nn.ReLU, (add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode))) \
+    return nested_pattern_config((nn.ReLU, (add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode))) \
         .set_fuser_method(_fuselage_fuser("fuse_conv_bn_add_relu")) \
         ._set_root_node_getter(root_node_getter) \
         ._set_extra_inputs_getter(extra_inputs_getter) \
@@ -229,13 +230,15 @@ def test_pattern_formats_of_later_pytorch_versions(cli, tmp_path):
     # PyTorch 2.x keeps the execution-order pattern in `pattern` and the reversed nested
     # one in `_pattern_complex_format`; config objects of that shape are read accordingly.
     fmm = torch.ao.quantization.fuser_method_mappings
-    simple = BackendPatternConfig(nn.Conv2d).set_fuser_method(fmm.reverse3(fmm.fuse_conv_bn_relu))
+    reverse3 = getattr(fmm, "reverse3", None) or fmm._reverse3  # private from PyTorch 2
+    sequential_wrapper2 = getattr(fmm, "sequential_wrapper2", None) or fmm._sequential_wrapper2
+    simple = BackendPatternConfig(nn.Conv2d).set_fuser_method(reverse3(fmm.fuse_conv_bn_relu))
     simple.pattern = (nn.Conv2d, nn.BatchNorm2d, nn.ReLU)
     simple._pattern_complex_format = None
     # Getters still see the nested form: (relu, (bn, conv)).
     simple._set_root_node_getter(lambda p: p[1][1])
     nested = BackendPatternConfig(nn.Conv2d).set_fuser_method(
-        fmm.sequential_wrapper2(torch.nn.intrinsic.LinearReLU))
+        sequential_wrapper2(torch.nn.intrinsic.LinearReLU))
     nested.pattern = None
     nested._pattern_complex_format = (nn.ReLU, nn.Linear)
     text = backend_config_to_text(types.SimpleNamespace(name="mine", configs=[simple, nested]))
@@ -289,7 +292,10 @@ def test_mapping_text_reads_every_observer_kind_and_none():
         .set_module_name_object_type_order("layer2", nn.Conv2d, 1, None)
     text = qconfig_mapping_to_text(mapping)
     # Chained with_args merge; every constructor argument is written out.
-    assert 'kind: "HistogramObserver" bins: 512 upsample_rate: 128 dtype: "torch.quint8" ' \
+    # (PyTorch 2's HistogramObserver has no upsample_rate.)
+    upsample = ("upsample_rate: 128 "
+                if "upsample_rate" in inspect.signature(HistogramObserver).parameters else "")
+    assert 'kind: "HistogramObserver" bins: 512 ' + upsample + 'dtype: "torch.quint8" ' \
            'qscheme: "torch.per_tensor_affine" reduce_range: true' in text
     assert 'kind: "MovingAverageMinMaxObserver" averaging_constant: 0.25' in text
     assert 'quant_min: 0 quant_max: 127' in text
@@ -318,7 +324,8 @@ def test_unsupported_qconfigs_are_refused_with_their_name():
          "global.activation: FakeQuantize is a fake-quantize"),
         (default_dynamic_qconfig, "dynamic"),
         (QConfig(activation=MinMaxObserver.with_args(averaging_constant=0.5), weight=weight),
-         "global.activation: MinMaxObserver arguments"),
+         # 1.13's MinMaxObserver refuses the argument, PyTorch 2's takes **kwargs.
+         "global.activation: MinMaxObserver argument"),
         (QConfig(activation=MovingAverageMinMaxObserver.with_args(bins=8), weight=weight),
          "global.activation: MovingAverageMinMaxObserver argument bins=8 is not supported"),
         (QConfig(activation=HistogramObserver, weight=weight.with_callable_args(eps=lambda: 1.0)),

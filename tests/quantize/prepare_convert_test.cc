@@ -142,6 +142,34 @@ TEST(PrepareTest, ObserversFollowObservationTypes) {
   EXPECT_EQ(*plan.weight_observer, DefaultWeightObserver());
 }
 
+// INPUT_OUTPUT_NOT_OBSERVED (PyTorch 2's entries for shape and size): the op keeps float
+// with no observer on its input or output, and the report says which config said so.
+TEST(PrepareTest, InputOutputNotObservedKeepsTheOpFloatWithoutObservers) {
+  auto m = BuildConvPool();
+  auto config = *GetBackendConfig("qnnpack");
+  const BackendPatternConfig* pool_entry = config.Find("nn.MaxPool2d");
+  ASSERT_NE(pool_entry, nullptr);
+  BackendPatternConfig not_observed = *pool_entry;
+  not_observed.observation_type = ObservationType::kInputOutputNotObserved;
+  ASSERT_TRUE(config.SetOrReplace(std::move(not_observed)).ok());
+
+  auto prepared = Prepare(m->gm, MinMaxMapping(), config);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ASSERT_TRUE(m->gm.Verify().ok()) << m->gm.Verify();
+  // pool reads conv's output observer (conv's own output is observed), but nothing
+  // observes pool's output: the graph output is pool itself.
+  EXPECT_EQ(m->gm.graph().output()->arg(0).items()[0].as_node(), m->pool)
+      << Listing(m->gm.graph());
+  EXPECT_EQ(prepared->report.quantized_ops, 1);
+  bool pool_kept_float = false;
+  for (const auto& kept : prepared->report.kept_float) {
+    if (kept.node != "pool") continue;
+    pool_kept_float = true;
+    EXPECT_NE(kept.reason.find("INPUT_OUTPUT_NOT_OBSERVED"), std::string::npos) << kept.reason;
+  }
+  EXPECT_TRUE(pool_kept_float) << prepared->report.ToString();
+}
+
 // The names Prepare gives, as PyTorch's prepare_fx does: modules
 // observers.activation_post_process_<n> numbered in order of creation, each node named
 // after its module; a shared output observer is a second node calling its input's

@@ -323,6 +323,27 @@ TEST(ShapeOpsTest, CatFlattenReshape) {
   EXPECT_FALSE(Reshape(x, {5, 5}).ok());
 }
 
+// x[c, 0, w] = 2c + w, c < 4, w < 2; with r = 2, out[0, i, 2w + j] = x[2i + j, 0, w]
+// (torch.pixel_shuffle's definition), worked out by hand.
+TEST(ShapeOpsTest, PixelShuffleAndUnshuffle) {
+  Tensor x = Tensor::FromFloats({1, 4, 1, 2}, Iota(8));
+  auto shuffled = PixelShuffle(x, 2);
+  ASSERT_TRUE(shuffled.ok()) << shuffled.status();
+  EXPECT_EQ(shuffled->shape(), (std::vector<int64_t>{1, 1, 2, 4}));
+  EXPECT_THAT(Floats(*shuffled), ElementsAre(0, 2, 1, 3, 4, 6, 5, 7));
+  auto back = PixelUnshuffle(*shuffled, 2);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->shape(), x.shape());
+  EXPECT_THAT(Floats(*back), ElementsAreArray(Iota(8)));
+
+  EXPECT_THAT(PixelShuffle(Tensor::FromFloats({1, 3, 1, 1}, Iota(3)), 2).status().message(),
+              HasSubstr("not divisible by upscale_factor squared (4)"));
+  EXPECT_THAT(PixelUnshuffle(x, 2).status().message(), HasSubstr("not divisible"));
+  EXPECT_THAT(PixelShuffle(Tensor::FromFloats({4, 1}, Iota(4)), 2).status().message(),
+              HasSubstr("at least 3 dims"));
+  EXPECT_THAT(PixelShuffle(x, 0).status().message(), HasSubstr("must be positive"));
+}
+
 TEST(ShapeOpsTest, CatKeepsQuantizedStorage) {
   auto q = Tensor::FromBytes(DType::kQUInt8, {1, 2}, std::string("\x01\x02", 2),
                              QuantParams::PerTensor(0.5, 3));
