@@ -236,14 +236,20 @@ def _construct(cls, kwargs, tensors):
     """cls(**kwargs), without the random initialization when the file replaces every
     tensor it would initialize: such a module is built on the meta device and given
     uninitialized memory (torch.nn.utils.skip_init), most of resnet50's rebuild time
-    otherwise. If the constructor made a tensor the file lacks, it is built normally.
+    otherwise. If the constructor made a tensor the file lacks, or cannot run on the meta
+    device, it is built normally.
     A quantized conv is built without packing a placeholder weight (_construct_packed)."""
     if issubclass(cls, _QuantizedConvNd):
         return _construct_packed(cls, kwargs)
     if not _initializes_randomly(cls) or \
             sum(t.numel() for t in tensors.values()) < _SKIP_INIT_MIN_ELEMENTS:
         return cls(**kwargs)
-    module = torch.nn.utils.skip_init(cls, **kwargs)
+    try:
+        module = torch.nn.utils.skip_init(cls, **kwargs)
+    except RuntimeError:
+        # PyTorch 2's reference modules (nnqr.Conv2d) read their weight's qparams with
+        # .item() in the constructor, which a meta-device tensor cannot answer.
+        return cls(**kwargs)
     made = [n for n, t in (*module._parameters.items(), *module._buffers.items())
             if t is not None]
     if all(n in tensors for n in made):

@@ -2,10 +2,11 @@
 same weighted ops PyTorch's convert_fx would.
 
 PyTorch keeps what convert needs beside the graph: each module's `qconfig` (whose weight
-observer convert runs on the weight) and the GraphModule's `_observed_node_names` and
-`_qconfig_map`. A model file cannot hold qconfigs, so without this the file's observers
-became quantize / dequantize pairs while every conv stayed float. fuselage's prepared-model
-format (quantize/prepared_model.h) records the same decision as data: one plan module
+observer convert runs on the weight) and the GraphModule's observed node names and qconfig
+map (1.13: attributes `_observed_node_names`, `_qconfig_map`; PyTorch 2: the same in
+`meta["_observed_graph_module_attrs"]`). A model file cannot hold qconfigs, so without
+this the file's observers became quantize / dequantize pairs while every conv stayed float.
+fuselage's prepared-model format (quantize/prepared_model.h) records the same decision as data: one plan module
 `<container>.weight_post_process_<k>` per weighted op — its weight observer's class and
 spec, and string attributes `node`, `root_module`, `reference_module` — in the one container
 holding the observers. prepare_fx puts its observers on the root, so they are written
@@ -62,10 +63,9 @@ def layout(gm):
     """The PreparedLayout of `gm` if prepare_fx returned it (it has `_observed_node_names`
     and its graph calls observers on the root), else None. Raises ExportError naming the
     node for a weighted op whose weight observer the file cannot express."""
-    observed = getattr(gm, "_observed_node_names", None)
+    observed, qconfig_map = _observed_attrs(gm)
     if not isinstance(observed, (set, frozenset)):
         return None
-    qconfig_map = getattr(gm, "_qconfig_map", None) or {}
     observers = []
     for node in gm.graph.nodes:
         if node.op == "call_module" and "." not in node.target and \
@@ -81,6 +81,17 @@ def layout(gm):
         container, k = f"{CONTAINER}_{k}", k + 1
     moved = {name: f"{container}.{name}" for name in observers}
     return PreparedLayout(container, moved, _plans(gm, observed, qconfig_map))
+
+
+def _observed_attrs(gm):
+    """(observed node names, node name -> qconfig) that prepare_fx left on `gm`: PyTorch 2
+    keeps them in `gm.meta["_observed_graph_module_attrs"]`, 1.13 as attributes."""
+    attrs = getattr(gm, "meta", {}).get("_observed_graph_module_attrs")
+    if attrs is not None:
+        return (getattr(attrs, "observed_node_names", None),
+                getattr(attrs, "node_name_to_qconfig", None) or {})
+    return (getattr(gm, "_observed_node_names", None),
+            getattr(gm, "_qconfig_map", None) or {})
 
 
 def _plans(gm, observed, qconfig_map):
