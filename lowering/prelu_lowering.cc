@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 #include "graph/tensor.h"
+#include "quantize/observers.h"
 #include "runtime/quantized/quantize.h"
 
 namespace fuselage {
@@ -21,9 +22,15 @@ absl::StatusOr<std::unique_ptr<Module>> BuildQuantizedPRelu(const Module& refere
         where, " tensor 'weight' is ", DTypeName(weight->dtype()), " ", weight->ShapeString(),
         "; expected a non-empty torch.float32 tensor"));
   }
+  ObserverSpec weight_spec;  // PyTorch's MinMaxObserver(): quint8, per-tensor affine
+  weight_spec.kind = ObserverKind::kMinMax;
+  weight_spec.dtype = DType::kQUInt8;
+  ASSIGN_OR_RETURN(std::unique_ptr<Observer> observer, MakeObserver(weight_spec));
+  RETURN_IF_ERROR(observer->Update(*weight));
+  ASSIGN_OR_RETURN(const PerTensorQParams qparams, observer->CalculatePerTensorQParams());
   ASSIGN_OR_RETURN(Tensor qweight,
-                   quantized::QuantizePerTensor(*weight, kPReluWeightScale,
-                                                kPReluWeightZeroPoint, DType::kQUInt8));
+                   quantized::QuantizePerTensor(*weight, qparams.scale, qparams.zero_point,
+                                                DType::kQUInt8));
   Module::TensorList tensors;
   tensors.emplace_back("weight", std::move(qweight));
   Module::AttributeList attributes;

@@ -6,13 +6,13 @@
 // _lower_to_native_backend.py does (STATIC_LOWER_MODULE_MAP: nn.PReLU -> nnq.PReLU,
 // built by nnq.PReLU.from_reference(mod, s, z)).
 //
-// The weight is quantized exactly as from_reference does it: with the qparams of
-// `mod.qconfig.weight()`, a weight observer made there and never run, whose
-// calculate_qparams() returns scale 1.0 and zero point 0 (with a warning) for every
-// PyTorch default observer; the dtype is torch.quint8 whatever the observer's. So each
-// slope is rounded half to even to an integer and clamped to [0, 255]: a slope of 0.25
-// becomes 0 and the negative side is dropped. That is PyTorch 1.13's numerics, kept on
-// purpose so fuselage's quantized model equals PyTorch's converted one.
+// The weight is quantized as PyTorch 2's from_reference does it with the default
+// qconfig mapping's PReLU entry (default_quint8_weight_qconfig): a MinMaxObserver
+// (quint8, per-tensor affine) run on the weight, and its qparams. (PyTorch 1.13 never ran
+// that observer and quantized with scale 1.0, zero point 0: every slope rounded to an
+// integer, the negative ones dropped. fuselage followed it until PyTorch 2 became the
+// reference.) A qconfig mapping that gives PReLU another weight observer is not read
+// here: the reference module does not carry it.
 //
 //   LoweringRuleRegistry rules;
 //   RETURN_IF_ERROR(rules.Register(PReluLoweringRule()));  // RegisterNativeLoweringRules does
@@ -27,12 +27,8 @@
 
 namespace fuselage {
 
-// The weight qparams nnq.PReLU.from_reference gives in PyTorch 1.13 (see above).
-inline constexpr double kPReluWeightScale = 1.0;
-inline constexpr int64_t kPReluWeightZeroPoint = 0;
-
 // nnq.PReLU from an nn.PReLU: tensor `weight` quantized per tensor (quint8, the qparams
-// above), attributes num_parameters (the weight's size), scale and zero_point (`output`).
+// its MinMaxObserver gives, see above), attributes num_parameters (the weight's size), scale and zero_point (`output`).
 // InvalidArgument naming the module and field if the weight is missing, not float32 or
 // empty.
 absl::StatusOr<std::unique_ptr<Module>> BuildQuantizedPRelu(const Module& reference,

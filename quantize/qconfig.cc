@@ -478,15 +478,16 @@ absl::StatusOr<QConfigMapping> DefaultQConfigMapping(absl::string_view backend) 
   noop.kind = ObserverKind::kNoop;
   noop.dtype = DType::kFloat32;
 
+  // default_quint8_weight_qconfig: nnq.PReLU takes a quint8 weight.
+  ObserverSpec quint8_weight;
+  quint8_weight.kind = ObserverKind::kMinMax;
+  quint8_weight.dtype = DType::kQUInt8;
+  const QConfig qconfig_prelu{HistogramActivation(/*reduce_range=*/false), quint8_weight};
+
+  // PyTorch 2.14's get_default_qconfig_mapping (1.13's also listed conv, linear, relu and
+  // batch norm types with the global qconfig, which changes nothing).
   QConfigMapping m;
   m.SetGlobal(qconfig).SetObjectType("reshape", QConfig{reuse_input, noop});
-  for (const char* t :
-       {"nn.Conv1d", "nn.Conv2d", "nn.Conv3d", "nn.Linear", "torch.nn.functional.conv1d",
-        "torch.nn.functional.conv2d", "torch.nn.functional.conv3d",
-        "torch.nn.functional.linear", "nn.ReLU", "torch.nn.functional.relu", "torch.relu",
-        "nn.BatchNorm1d", "nn.BatchNorm2d", "nn.BatchNorm3d"}) {
-    m.SetObjectType(t, qconfig);
-  }
   for (const char* t : {"nn.ConvTranspose1d", "nn.ConvTranspose2d", "nn.ConvTranspose3d",
                         "torch.nn.functional.conv_transpose1d",
                         "torch.nn.functional.conv_transpose2d",
@@ -494,7 +495,8 @@ absl::StatusOr<QConfigMapping> DefaultQConfigMapping(absl::string_view backend) 
     m.SetObjectType(t, qconfig_transpose);
   }
   m.SetObjectType("torch.nn.functional.layer_norm", qconfig_layernorm)
-      .SetObjectType("nn.LayerNorm", qconfig_layernorm);
+      .SetObjectType("nn.LayerNorm", qconfig_layernorm)
+      .SetObjectType("nn.PReLU", qconfig_prelu);
   SetFixedQParamsObjectTypes(m);
   return m;
 }

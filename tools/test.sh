@@ -86,25 +86,38 @@ step_bazel_tests() {
     bazel test --keep_going //tests/...
 }
 
-# The Python bridge's tests, after the compiled extension (fuselage._core) is built and
-# copied into python/fuselage/ (tests/python/test_core.py imports it).
+# Debian's PyTorch 1.13 keeps a smaller suite: the README's residual example through
+# fuselage.quantize_fx and two torchvision models with per-module and per-type qconfigs.
+PYTORCH_113_TESTS=(tests/python/test_quantize_fx.py)
+PYTORCH_113_CONFORMANCE_MODELS=residual_example,resnet18,mobilenet_v2
+
+# The Python bridge's tests on PyTorch 2 (the reference), then the 1.13 suite, after the
+# compiled extension (fuselage._core) is built and copied into python/fuselage/
+# (tests/python/test_core.py imports it).
 step_python() {
   if ! bash tools/build_extension.sh; then
     echo "python: the extension //python:fuselage_core does not build: 0 passed, 1 failed"
     FAILED=$((FAILED + 1))
   fi
-  run_counted "python" "test cases" count_pytest_cases \
-    env PYTHONPATH=python /usr/bin/python3 -m pytest tests/python -q -p no:cacheprovider
+  run_counted "python (PyTorch 2)" "test cases" count_pytest_cases \
+    env PYTHONPATH=python "$PYTORCH2_PYTHON" -m pytest tests/python -q -p no:cacheprovider
+  run_counted "python (PyTorch 1.13)" "test cases" count_pytest_cases \
+    env PYTHONPATH=python /usr/bin/python3 -m pytest "${PYTORCH_113_TESTS[@]}" -q \
+    -p no:cacheprovider
 }
 
-# Conformance against PyTorch 1.13: op by op on resnet18, resnet50, mobilenet_v2 and the
-# residual example (tests/conformance/conformance.py), and the reach of fuselage on twelve
-# torchvision models (tests/conformance/reach.py); each prints its table of figures.
+# Conformance against PyTorch 2's FX flow: op by op on resnet18, resnet50, mobilenet_v2,
+# mobilenet_v3_large and the residual example (tests/conformance/conformance.py), and the
+# reach of fuselage on twelve torchvision models (tests/conformance/reach.py); each prints
+# its table of figures. Then the residual example and two models against PyTorch 1.13.
 step_conformance() {
-  run_counted "conformance" "models" count_conformance_models \
-    env PYTHONPATH=python /usr/bin/python3 tests/conformance/conformance.py
-  run_counted "conformance (reach)" "models" count_conformance_models \
-    env PYTHONPATH=python /usr/bin/python3 tests/conformance/reach.py --no-build
+  run_counted "conformance (PyTorch 2)" "models" count_conformance_models \
+    env PYTHONPATH=python "$PYTORCH2_PYTHON" tests/conformance/conformance.py
+  run_counted "conformance reach (PyTorch 2)" "models" count_conformance_models \
+    env PYTHONPATH=python "$PYTORCH2_PYTHON" tests/conformance/reach.py --no-build
+  run_counted "conformance (PyTorch 1.13)" "models" count_conformance_models \
+    env PYTHONPATH=python /usr/bin/python3 tests/conformance/conformance.py --no-build \
+    --models "$PYTORCH_113_CONFORMANCE_MODELS"
 }
 
 # Each fuzz target for FUSELAGE_FUZZ_SECONDS (default 30) over its checked-in corpus.
@@ -113,12 +126,17 @@ step_fuzz() {
     bash tools/fuzz.sh "${FUSELAGE_FUZZ_SECONDS:-30}"
 }
 
-# //tests/... under AddressSanitizer + UndefinedBehaviorSanitizer in one clang-14 build
-# (its own output base), then the threading tests under ThreadSanitizer.
+# The tests of parsing (model files, configs), the passes (fusion, prepare, convert,
+# lowering, the pipeline) and threads under AddressSanitizer + UndefinedBehaviorSanitizer in
+# one clang-14 build (its own output base), then the threading tests under
+# ThreadSanitizer. The kernels' and the CLI's tests are left to the full sweep,
+# `bash tools/sanitize.sh asan_ubsan` (every //tests/... target; about 40 minutes cold).
+SANITIZED_TESTS=(//tests/graph/... //tests/backend_configs/... //tests/patterns/...
+                 //tests/quantize/... //tests/lowering/... //tests/pipeline/...)
 THREADING_TESTS=(//tests/graph:threading_test)
 step_sanitizers() {
   run_counted "sanitizers (asan+ubsan)" "test targets" count_bazel_targets \
-    bash tools/sanitize.sh asan_ubsan
+    bash tools/sanitize.sh asan_ubsan -- "${SANITIZED_TESTS[@]}"
   run_counted "sanitizers (tsan)" "test targets" count_bazel_targets \
     bash tools/sanitize.sh tsan -- "${THREADING_TESTS[@]}"
 }
@@ -135,8 +153,10 @@ STEPS=(
 )
 
 # Debian's packages, then the PyTorch 2 environment (outside the checkout, made once per
-# machine; the extension's pybind11 headers come from it).
-if ! bash tools/install_deps.sh || ! bash tools/pytorch2_env.sh; then
+# machine; the extension's pybind11 headers come from it). pytorch2_env.sh prints the
+# environment's Python last.
+if ! bash tools/install_deps.sh || ! PYTORCH2_PYTHON="$(bash tools/pytorch2_env.sh | tail -n 1)" \
+    || [[ ! -x $PYTORCH2_PYTHON ]]; then
   echo "0 passed, 1 failed"
   exit 1
 fi

@@ -86,7 +86,8 @@ def describe(module, type_name, where):
             if value is not None:
                 contents.tensors.append((name, value))
         for name, value in module._buffers.items():
-            if value is not None and not (name == "eps" and _is_observer(cls)):
+            if value is not None and not (name == "eps" and _is_observer(cls)) and \
+                    not _is_scalar_qparam_buffer(name, value):
                 contents.tensors.append((name, value))
         for name, value in module.__dict__.items():
             if isinstance(value, torch.Tensor):
@@ -106,7 +107,18 @@ def describe(module, type_name, where):
             pass  # not storable (a callable, a dict...): not part of the file's contract
     if _is_observer(cls) and isinstance(module._buffers.get("eps"), torch.Tensor):
         contents.attributes.append(("eps", float(module._buffers["eps"].reshape(-1)[0])))
+    for name, value in module._buffers.items():
+        if _is_scalar_qparam_buffer(name, value):
+            contents.attributes.append((name, value.item()))
     return contents
+
+
+def _is_scalar_qparam_buffer(name, value):
+    """PyTorch 2's quantized modules (nnq.Hardswish, nnq.LayerNorm, ...) keep their output
+    `scale` / `zero_point` as 0-dim buffers where 1.13 kept float / int attributes; the
+    file holds them as attributes either way (graph/NAMING.md)."""
+    return name in ("scale", "zero_point") and isinstance(value, torch.Tensor) and \
+        value.dim() == 0
 
 
 # ---- import -------------------------------------------------------------------------------
@@ -302,6 +314,9 @@ def build(type_name, tensors, attributes, children, where):
         value = _attribute_from_file(name, value)
         if name == "eps" and _is_observer(cls) and "eps" in module._buffers:
             module._buffers["eps"] = torch.tensor([value], dtype=torch.float32)
+            continue
+        if _is_scalar_qparam_buffer(name, module._buffers.get(name)):
+            module._buffers[name] = torch.tensor(value, dtype=module._buffers[name].dtype)
             continue
         try:
             setattr(module, name, value)
