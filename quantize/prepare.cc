@@ -56,8 +56,6 @@ struct Decision {
   // qconfig's weight observer `functional_weight_observer` (producer null: none).
   TensorInput functional_weight;
   const ObserverSpec* functional_weight_observer = nullptr;
-  // True if that weight is the keyword arg `weight` (torch.fx passes F.group_norm's so).
-  bool functional_weight_is_kwarg = false;
 };
 
 // Nodes whose value is not a tensor: observing them means nothing.
@@ -501,14 +499,10 @@ class Planner {
       return std::nullopt;
     }
     if (weight.producer == nullptr && weight_arg >= n->num_args()) {
-      // Passed by keyword, as torch.fx records F.group_norm(x, 2, weight=w).
-      const Argument* kwarg = n->FindKwarg("weight");
-      if (kwarg != nullptr && kwarg->is_node()) {
-        weight.producer = kwarg->as_node();
-        d->functional_weight_is_kwarg = true;
-      } else if (kwarg == nullptr || kwarg->is_none()) {
-        return std::nullopt;  // no weight: nothing to observe
-      }
+      // Passed by keyword (torch.fx records F.group_norm(x, 2, weight=w)) or not at all:
+      // PyTorch 2's prepare_fx observes only the positional weight, so the op reads its
+      // weight in float. (1.13 observed the keyword too.)
+      return std::nullopt;
     }
     if (weight.producer == nullptr) {
       return absl::StrCat("its weight (arg ", weight_arg,
@@ -617,11 +611,7 @@ class ObserverInserter {
     if (d.functional_weight.producer != nullptr) {
       ASSIGN_OR_RETURN(Node * obs,
                        ObserverOf(d.functional_weight.producer, *d.functional_weight_observer));
-      if (d.functional_weight_is_kwarg) {
-        RETURN_IF_ERROR(g.SetKwarg(d.node, "weight", obs));
-      } else {
-        RETURN_IF_ERROR(g.SetArg(d.node, d.functional_weight.arg, obs));
-      }
+      RETURN_IF_ERROR(g.SetArg(d.node, d.functional_weight.arg, obs));
     }
     if (d.share_output_with_input) RETURN_IF_ERROR(ShareListInputObservers(d));
     // A shared output observer is a second call of the input observer's module: its

@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fuselage
-from conftest import randomize_batch_norm
+from conftest import randomize_batch_norm, x86_engine
 
 
 class KernelMix(nn.Module):
@@ -57,7 +57,7 @@ def test_pytorch_converted_model_runs_in_fuselage_with_pytorchs_outputs(cli, tmp
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
     engine = torch.backends.quantized.engine
-    torch.backends.quantized.engine = "onednn"
+    torch.backends.quantized.engine = x86_engine()
     try:
         torch.manual_seed(0)
         model = randomize_batch_norm(KernelMix().eval())

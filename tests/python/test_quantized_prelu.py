@@ -140,8 +140,11 @@ def test_conv_prelu_conv_quantizes_like_pytorch(cli, tmp_path, backend):
         assert type(prelu) is nnq.PReLU
         assert prelu.num_parameters == 8
         assert torch.equal(prelu.weight.int_repr(), torch_prelu.weight.int_repr())
-        assert prelu.weight.q_scale() == torch_prelu.weight.q_scale() == 1.0
-        assert prelu.weight.q_zero_point() == torch_prelu.weight.q_zero_point() == 0
+        # PyTorch 2 runs the weight observer (default_quint8_weight_qconfig's MinMax)
+        # on the slopes: [-0.4, 2.2] -> scale 2.6 / 255, zero point 39.
+        assert prelu.weight.q_scale() == torch_prelu.weight.q_scale() == \
+            pytest.approx(2.6 / 255, rel=1e-6)
+        assert prelu.weight.q_zero_point() == torch_prelu.weight.q_zero_point() == 39
         assert prelu.scale == pytest.approx(torch_prelu.scale, rel=1e-6)
         assert prelu.zero_point == torch_prelu.zero_point
 
