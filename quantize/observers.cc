@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #ifdef __SSE2__
@@ -198,34 +199,7 @@ inline __m128 Clamp4(__m128 v, __m128 lo, __m128 hi) {
 }
 #endif
 
-// Exponent of the lowest set bit of a finite nonzero double's significand.
-int LowestBitExponent(double v) {
-  int exponent = 0;
-  const double mantissa = std::frexp(std::fabs(v), &exponent);  // in [0.5, 1)
-  const auto bits = static_cast<uint64_t>(std::ldexp(mantissa, 53));
-  return exponent - 53 + __builtin_ctzll(bits);  // bits != 0: the mantissa is >= 0.5
-}
-
-// `running` after `count` times `running += value` in double, as the sequential loop
-// computes it. When every partial sum is a multiple of the coarser of the two lowest bits
-// and stays below 2^52 of them, each addition is exact, so one multiply-add gives the same
-// double; otherwise the additions are done one by one.
-double AddRepeated(double running, float value, int64_t count) {
-  const double v = static_cast<double>(value);
-  if (count > 0 && std::isfinite(v) && std::isfinite(running) && v != 0.0 &&
-      count < (int64_t{1} << 28)) {
-    int grain = LowestBitExponent(v);
-    if (running != 0.0) grain = std::min(grain, LowestBitExponent(running));
-    const double bound = std::fabs(running) + static_cast<double>(count) * std::fabs(v);
-    if (bound < std::ldexp(1.0, 52 + grain)) {
-      return running + static_cast<double>(count) * v;  // both operations exact
-    }
-  }
-  for (int64_t k = 0; k < count; ++k) running += v;
-  return running;
-}
-
-// torch.histc's bin of `elt` in [left, right] (PyTorch 1.13's CPU formula).
+// torch.histc's bin of `elt` in [left, right] (PyTorch's CPU formula).
 int64_t HistcBin(float elt, float left, float right, int64_t bins) {
   // PyTorch's float32 formula (multiply first), bit for bit. With a range wider than
   // FLT_MAX / bins the product overflows to inf, which PyTorch converts to an integer
@@ -290,7 +264,7 @@ void CountHistcBins(const float* p, int64_t n, float left, float right, int64_t 
   }
 }
 
-// torch.histc(x, bins, min, max) on CPU in PyTorch 1.13: bin edges from linspace in
+// torch.histc(x, bins, min, max) on CPU: bin edges from linspace in
 // float32, elements outside [min, max] ignored, the last bin closed on the right, bins
 // found by linear interpolation in float32. PyTorch adds 1.0f per element to float32
 // counts, exact below 2^24 elements: there the bins are counted in integers, in chunks on
@@ -360,7 +334,21 @@ absl::Status CheckStateSizes(const ObserverSpec& spec, const std::vector<float>&
 }
 
 // Python's int() of a float: truncation toward zero.
-double TruncToInt(float v) { return std::trunc(static_cast<double>(v)); }
+// Element i of torch.linspace(start, end, steps) in float32, as PyTorch 2's CPU kernel
+// computes it: the first half stepped from `start`, the second back from `end`, each in
+// one fused multiply-add (checked against torch 2.14 on random ranges).
+float LinspaceAt(float start, float end, int64_t steps, int64_t i) {
+  if (steps == 1) return start;
+  const float step = (end - start) / static_cast<float>(steps - 1);
+  return i < steps / 2 ? std::fma(step, static_cast<float>(i), start)
+                       : std::fma(-step, static_cast<float>(steps - i - 1), end);
+}
+
+std::vector<float> Linspace(float start, float end, int64_t steps) {
+  std::vector<float> out(static_cast<size_t>(steps));
+  for (int64_t i = 0; i < steps; ++i) out[static_cast<size_t>(i)] = LinspaceAt(start, end, steps, i);
+  return out;
+}
 
 }  // namespace
 
@@ -619,108 +607,86 @@ void PerChannelMinMaxObserver::Reset() {
 
 // ---- Histogram ----------------------------------------------------------------------
 
-absl::Status HistogramObserver::Update(const Tensor& x) {
-  RETURN_IF_ERROR(CheckFloat(spec(), x));
-  if (x.numel() == 0) return absl::OkStatus();
+absl::Status HistogramObserver::Update(const Tensor& x_orig) {
+  RETURN_IF_ERROR(CheckFloat(spec(), x_orig));
+  if (x_orig.numel() == 0) return absl::OkStatus();
   const int64_t bins = spec().bins;
-  const bool uninitialized = min_val_ == kInf && max_val_ == -kInf;
-  const auto [new_min, new_max] = AMinMax(x);
-  {
-    // PyTorch's histc refuses a non-finite range; the bin arithmetic would convert inf or
-    // NaN to an integer (found by pass_pipeline_fuzz). Checked before anything changes.
-    const float wide_lo = uninitialized ? new_min : std::min(new_min, min_val_);
-    const float wide_hi = uninitialized ? new_max : std::max(new_max, max_val_);
-    if (!std::isfinite(new_min) || !std::isfinite(new_max) ||
-        !std::isfinite(wide_hi - wide_lo)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          ObserverKindName(spec().kind), ": observed range [", new_min, ", ", new_max, "]",
-          uninitialized ? "" : absl::StrCat(" with the histogram's [", min_val_, ", ",
-                                            max_val_, "]"),
-          " is not finite or too wide for float32; expected finite values"));
+  auto [x_min, x_max] = AMinMax(x_orig);
+  // PyTorch 2 drops infinite values (they would make the range infinite; quantization
+  // clamps them anyway) and observes the rest.
+  Tensor finite;
+  const Tensor* x = &x_orig;
+  if (x_min == -kInf || x_max == kInf) {
+    std::vector<float> kept;
+    const float* data = x_orig.data<float>();
+    for (int64_t i = 0; i < x_orig.numel(); ++i) {
+      if (std::fabs(data[i]) != kInf) kept.push_back(data[i]);
     }
+    if (kept.empty()) return absl::OkStatus();
+    finite = Tensor::FromFloats({static_cast<int64_t>(kept.size())}, kept);
+    x = &finite;
+    std::tie(x_min, x_max) = AMinMax(finite);
   }
-  if (uninitialized || min_val_ == max_val_) {
-    min_val_ = new_min;
-    max_val_ = new_max;
-    // PyTorch 1.13 passes int(min_val) / int(max_val) to histc: the range is truncated.
-    histogram_ = Histc(x, bins, TruncToInt(min_val_), TruncToInt(max_val_));
-    return absl::OkStatus();
-  }
-  float combined_min = std::min(new_min, min_val_);
-  float combined_max = std::max(new_max, max_val_);
-  // _adjust_min_max.
-  const int64_t upsample_rate = spec().upsample_rate;
-  const float hist_bin_width =
-      (max_val_ - min_val_) / static_cast<float>(bins * upsample_rate);
-  const float full_width = static_cast<float>(bins) * hist_bin_width;
-  const double downsample_ceil = std::ceil((combined_max - combined_min) / full_width);
-  // Guards PyTorch does not have: a range that explodes would need a huge buffer.
-  constexpr double kMaxCombinedBins = double{1 << 28};
-  if (!(downsample_ceil >= 1) || downsample_ceil * static_cast<double>(bins) > kMaxCombinedBins) {
+  const bool uninitialized = min_val_ == kInf || max_val_ == -kInf;
+  const float new_min = uninitialized ? x_min : std::min(min_val_, x_min);
+  const float new_max = uninitialized ? x_max : std::max(max_val_, x_max);
+  // PyTorch's histc refuses a non-finite range (NaN data); a range too wide for float32
+  // would turn the bin arithmetic's inf into an integer (found by pass_pipeline_fuzz).
+  // Checked before anything changes.
+  if (!std::isfinite(x_min) || !std::isfinite(x_max) || !std::isfinite(new_max - new_min)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "HistogramObserver: observed range [", new_min, ", ", new_max,
-        "] cannot be combined with the histogram's range [", min_val_, ", ", max_val_,
-        "] (downsample rate ", downsample_ceil, ")"));
+        ObserverKindName(spec().kind), ": observed range [", x_min, ", ", x_max, "]",
+        uninitialized ? "" : absl::StrCat(" with the histogram's [", min_val_, ", ",
+                                          max_val_, "]"),
+        " is not finite or too wide for float32; expected finite values"));
   }
-  const int64_t downsample_rate = static_cast<int64_t>(downsample_ceil);
-  const float e =
-      static_cast<float>(downsample_rate) * full_width - (combined_max - combined_min);
-  combined_max = combined_max + e;
-  const int64_t start_idx =
-      static_cast<int64_t>(std::nearbyint((min_val_ - combined_min) / hist_bin_width));
-  std::vector<float> combined =
-      Histc(x, bins, TruncToInt(combined_min), TruncToInt(combined_max));
-  if (combined_min == min_val_ && combined_max == max_val_) {
-    for (size_t i = 0; i < combined.size(); ++i) combined[i] += histogram_[i];
+  std::vector<float> update = Histc(*x, bins, new_min, new_max);
+  if (uninitialized) {
+    histogram_ = std::move(update);
+  } else if (new_min == min_val_ && new_max == max_val_) {
+    for (size_t i = 0; i < update.size(); ++i) update[i] += histogram_[i];
+    histogram_ = std::move(update);
   } else {
-    // _combine_histograms: upsample the old histogram, place it in the new range,
-    // integrate (in double) and downsample.
-    const int64_t total = bins * downsample_rate;
-    const int64_t upsampled = bins * upsample_rate;
-    if (start_idx < 0 || start_idx + upsampled > total) {
-      return absl::InternalError(absl::StrCat(
-          "HistogramObserver: upsampled histogram [", start_idx, ", ", start_idx + upsampled,
-          ") does not fit the combined range of ", total, " bins"));
-    }
-    // PyTorch sums the `total` upsampled entries one by one in double; the entries are
-    // runs of `upsample_rate` copies of each old bin amid zeros. Adding +0 leaves the sum
-    // unchanged and AddRepeated reproduces a run of additions, so the walk below visits
-    // runs and downsampled bin boundaries instead of `total` entries.
-    std::vector<double> integral(static_cast<size_t>(bins));
-    double running = 0;
-    int64_t next_integral = 0;  // integral[i] is the sum of entries [0, (i + 1) * rate)
-    auto record_integrals_up_to = [&](int64_t summed_entries) {
-      while (next_integral < bins && (next_integral + 1) * downsample_rate <= summed_entries) {
-        integral[static_cast<size_t>(next_integral++)] = running;
-      }
-    };
-    for (int64_t j = 0; j < bins; ++j) {
-      const float value = histogram_[static_cast<size_t>(j)];
-      int64_t k = start_idx + j * upsample_rate;
-      const int64_t run_end = k + upsample_rate;
-      record_integrals_up_to(k);
-      if (value == 0.0f) continue;
-      while (k < run_end) {
-        const int64_t segment_end = std::min(run_end, (next_integral + 1) * downsample_rate);
-        running = AddRepeated(running, value, segment_end - k);
-        k = segment_end;
-        record_integrals_up_to(k);
-      }
-    }
-    record_integrals_up_to(total);
-    for (int64_t i = 0; i < bins; ++i) {
-      // The shifted integral is a float32 tensor in PyTorch.
-      const float shifted = i == 0 ? 0.0f : static_cast<float>(integral[static_cast<size_t>(i - 1)]);
-      const double interpolated =
-          (integral[static_cast<size_t>(i)] - static_cast<double>(shifted)) /
-          static_cast<double>(upsample_rate);
-      combined[static_cast<size_t>(i)] += static_cast<float>(interpolated);
+    const std::vector<float> moved = HistogramInRange(new_min, new_max);
+    for (size_t i = 0; i < update.size(); ++i) update[i] += moved[i];
+    histogram_ = std::move(update);
+  }
+  min_val_ = new_min;
+  max_val_ = new_max;
+  return absl::OkStatus();
+}
+
+std::vector<float> HistogramObserver::HistogramInRange(float new_min, float new_max) const {
+  const int64_t bins = spec().bins;
+  std::vector<float> moved(static_cast<size_t>(bins), 0.0f);
+  if (min_val_ == max_val_) {
+    // A histogram of one value: all its mass goes to that value's bin.
+    double mass = 0;
+    for (float h : histogram_) mass += h;
+    const float left = static_cast<float>(new_min), right = static_cast<float>(new_max);
+    moved[static_cast<size_t>(HistcBin(min_val_, left, right, bins))] =
+        static_cast<float>(mass);
+    return moved;
+  }
+  // _upscale_histogram: each bin splits into `rate` equal parts at the midpoints of its
+  // sub-bins, and each part lands in the new bin whose edges hold its midpoint.
+  const int64_t rate = spec().upsample_rate;
+  const int64_t parts = bins * rate;
+  const float part_width = (max_val_ - min_val_) / static_cast<float>(parts);
+  const float half_part = 0.5f * part_width;
+  const std::vector<float> edges = Linspace(new_min, new_max, bins + 1);
+  for (int64_t j = 0; j < bins; ++j) {
+    const float h = histogram_[static_cast<size_t>(j)];
+    if (h == 0.0f) continue;  // adding +0 changes no count
+    const float part = h / static_cast<float>(rate);
+    for (int64_t i = j * rate; i < (j + 1) * rate; ++i) {
+      const float midpoint = LinspaceAt(min_val_, max_val_, parts + 1, i) + half_part;
+      int64_t bin = std::upper_bound(edges.begin(), edges.end(), midpoint) - edges.begin() - 1;
+      bin = std::clamp<int64_t>(bin, 0, bins - 1);
+      moved[static_cast<size_t>(bin)] += part;
     }
   }
-  histogram_ = std::move(combined);
-  min_val_ = combined_min;
-  max_val_ = combined_max;
-  return absl::OkStatus();
+  return moved;
 }
 
 float HistogramObserver::ErrorBinWidth() const {

@@ -1,12 +1,14 @@
 // Observers: record statistics of the float tensors that flow through a point of the
 // graph during calibration, and compute the scale and zero point to quantize it with.
 //
-// Each class reproduces its namesake in PyTorch 1.13's torch/ao/quantization/observer.py
+// Each class reproduces its namesake in PyTorch's torch/ao/quantization/observer.py
 // exactly: the same running statistics (in float32, as PyTorch's buffers are), the same
 // quant_min / quant_max (calculate_qmin_qmax), the same eps, and _calculate_qparams for
-// affine and symmetric schemes. HistogramObserver reproduces histc (including PyTorch
-// 1.13's truncation of the histogram range to integers), the histogram combination on
-// range growth and _non_linear_param_search.
+// affine and symmetric schemes. HistogramObserver is PyTorch 2's (2.14): histc over the
+// exact observed range, an old histogram moved into a wider range by upsampling it
+// `upsample_rate` times and binning the midpoints, infinite values dropped, and
+// _non_linear_param_search. (PyTorch 1.13 truncated the range to integers and combined
+// histograms differently: on 1.13 a histogram fed more than one batch differs slightly.)
 //
 // Contract: Update() fails (InvalidArgument, observer unchanged) on a tensor that is not
 // float32 or, for per-channel observers, whose rank does not have the channel axis or
@@ -198,6 +200,9 @@ class HistogramObserver : public Observer {
   // ErrorBinWidth(), in float32 as _compute_quantization_error divides) to `densities`.
   void NonzeroBins(std::vector<int64_t>* bins, std::vector<float>* densities) const;
   std::pair<float, float> NonLinearParamSearch() const;
+  // PyTorch 2's _combine_histograms without the update: this histogram moved to the wider
+  // range [new_min, new_max].
+  std::vector<float> HistogramInRange(float new_min, float new_max) const;
   float min_val_ = std::numeric_limits<float>::infinity();
   float max_val_ = -std::numeric_limits<float>::infinity();
   std::vector<float> histogram_;

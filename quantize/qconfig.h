@@ -79,7 +79,7 @@ struct ObserverSpec {
   double averaging_constant = 0.01;  // moving-average observers
   int64_t ch_axis = 0;               // per-channel observers
   int64_t bins = 2048;               // histogram
-  int64_t upsample_rate = 128;       // histogram
+  int64_t upsample_rate = 16;        // histogram (PyTorch 2's; 1.13's default was 128)
   double fixed_scale = 1.0;          // fixed-qparams
   int64_t fixed_zero_point = 0;      // fixed-qparams
 

@@ -1,7 +1,8 @@
-"""Generates observer_goldens.txt: PyTorch 1.13 observer results for fixed inputs.
+"""Generates observer_goldens.txt: PyTorch 2's observer results for fixed inputs.
 
-Run with the interpreter that has torch (/usr/bin/python3):
-    /usr/bin/python3 tests/quantize/gen_observer_goldens.py > tests/quantize/observer_goldens.txt
+Run with the PyTorch 2 environment's interpreter (tools/pytorch2_env.sh prints it):
+    $(bash tools/pytorch2_env.sh | tail -n 1) tests/quantize/gen_observer_goldens.py \
+        > tests/quantize/observer_goldens.txt
 
 Format, one record per case (floats printed with %.9g round-trip float32 exactly):
     case <name>
@@ -28,7 +29,11 @@ def fmt(values):
 
 
 def emit(name, cls, kwargs, inputs):
+    kwargs = dict(kwargs)
+    upsample_rate = kwargs.pop("upsample_rate", None)
     o = cls(**kwargs)
+    if upsample_rate is not None:
+        o.upsample_rate = upsample_rate  # a plain attribute in PyTorch 2, fixed at 16
     for x in inputs:
         o(x)
     scale, zp = o.calculate_qparams()
@@ -42,7 +47,7 @@ def emit(name, cls, kwargs, inputs):
     print("spec", kind, dtype, qscheme, int(kwargs.get("reduce_range", False)),
           "none" if qmin is None else qmin, "none" if qmax is None else qmax,
           "%.17g" % kwargs.get("eps", EPS), "%.17g" % kwargs.get("averaging_constant", 0.01),
-          kwargs.get("ch_axis", 0), kwargs.get("bins", 2048), kwargs.get("upsample_rate", 128))
+          kwargs.get("ch_axis", 0), kwargs.get("bins", 2048), getattr(o, "upsample_rate", 16))
     for x in inputs:
         x = x.contiguous()
         print("input", x.dim(), " ".join(str(d) for d in x.shape), fmt(x.flatten().tolist()))

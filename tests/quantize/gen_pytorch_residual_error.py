@@ -1,9 +1,10 @@
-"""PyTorch 1.13's own quantization error on the residual example, the figure the
+"""PyTorch 2's own quantization error on the residual example, the figure the
 end-to-end numerics test (tests/quantize/quantize_numerics_test.cc) holds fuselage to.
 
-Run from the repo root with the interpreter that has torch (Debian's):
+Run from the repo root with the PyTorch 2 environment's interpreter:
 
-    PYTHONPATH=python /usr/bin/python3 tests/quantize/gen_pytorch_residual_error.py
+    PYTHONPATH=python $(bash tools/pytorch2_env.sh | tail -n 1) \
+        tests/quantize/gen_pytorch_residual_error.py
 
 It rebuilds tools/examples/residual.textproto (the built-in residual example, seed 0) as a
 torch.fx.GraphModule with python/fuselage, draws seeded calibration and test inputs and

@@ -1,8 +1,8 @@
 // HistogramObserver's optimized Update / CalculateQParams against a straightforward
-// transcription of PyTorch 1.13's HistogramObserver (the implementation fuselage had
-// before the optimization: full-size upsampled buffer, a scan of every bin for each
-// candidate range, fmodf floor division). Both must agree bit for bit on random inputs:
-// histogram, range, scale and zero point. observers_test checks both against PyTorch.
+// transcription of PyTorch 2's HistogramObserver (full-size upsampled buffers, a scan of
+// every bin for each candidate range, fmodf floor division). Both must agree bit for bit
+// on random inputs: histogram, range, scale and zero point. observers_test checks both
+// against PyTorch.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -62,7 +62,17 @@ std::vector<float> RefHistc(const std::vector<float>& x, int64_t bins, double mi
   return hist;
 }
 
-double Trunc(float v) { return std::trunc(static_cast<double>(v)); }
+// torch.linspace as PyTorch 2's CPU kernel computes it (one fused multiply-add per element,
+// the second half stepped back from `end`).
+std::vector<float> RefLinspace(float start, float end, int64_t steps) {
+  const float step = (end - start) / static_cast<float>(steps - 1);
+  std::vector<float> out;
+  for (int64_t i = 0; i < steps; ++i) {
+    out.push_back(i < steps / 2 ? std::fma(step, static_cast<float>(i), start)
+                                : std::fma(-step, static_cast<float>(steps - i - 1), end));
+  }
+  return out;
+}
 
 struct RefHistogram {
   int64_t bins;
@@ -72,66 +82,49 @@ struct RefHistogram {
   float max_val = -std::numeric_limits<float>::infinity();
   std::vector<float> histogram;
 
-  // bins * downsample_rate of combining `x` into a histogram that has a range (0 if none).
-  int64_t CombinedBins(const std::vector<float>& x) const {
-    if (histogram.empty() || std::isinf(min_val) || min_val == max_val) return 0;
-    const auto [new_min, new_max] = RefMinMax(x);
-    const float hist_bin_width = (max_val - min_val) / static_cast<float>(bins * upsample_rate);
-    const float full_width = static_cast<float>(bins) * hist_bin_width;
-    return bins * static_cast<int64_t>(std::ceil(
-                      (std::max(new_max, max_val) - std::min(new_min, min_val)) / full_width));
-  }
-
+  // forward(): histc of the batch over the combined range, plus the old histogram
+  // (_combine_histograms / _upscale_histogram when the range grew).
   void Update(const std::vector<float>& x) {
-    if (histogram.empty()) histogram.assign(static_cast<size_t>(bins), 0.0f);
-    const bool uninitialized = std::isinf(min_val) && min_val > 0 && std::isinf(max_val);
-    if (uninitialized || min_val == max_val) {
-      std::tie(min_val, max_val) = RefMinMax(x);
-      histogram = RefHistc(x, bins, Trunc(min_val), Trunc(max_val));
+    const auto [x_min, x_max] = RefMinMax(x);
+    if (std::isinf(min_val)) {
+      min_val = x_min;
+      max_val = x_max;
+      histogram = RefHistc(x, bins, x_min, x_max);
       return;
     }
-    const auto [new_min, new_max] = RefMinMax(x);
-    float combined_min = std::min(new_min, min_val);
-    float combined_max = std::max(new_max, max_val);
-    const float hist_bin_width = (max_val - min_val) / static_cast<float>(bins * upsample_rate);
-    const float full_width = static_cast<float>(bins) * hist_bin_width;
-    const auto downsample_rate =
-        static_cast<int64_t>(std::ceil((combined_max - combined_min) / full_width));
-    const float e =
-        static_cast<float>(downsample_rate) * full_width - (combined_max - combined_min);
-    combined_max = combined_max + e;
-    const auto start_idx =
-        static_cast<int64_t>(std::nearbyint((min_val - combined_min) / hist_bin_width));
-    std::vector<float> combined = RefHistc(x, bins, Trunc(combined_min), Trunc(combined_max));
-    if (combined_min == min_val && combined_max == max_val) {
-      for (size_t i = 0; i < combined.size(); ++i) combined[i] += histogram[i];
+    const float new_min = std::min(min_val, x_min), new_max = std::max(max_val, x_max);
+    std::vector<float> combined = RefHistc(x, bins, new_min, new_max);
+    std::vector<float> old_in_new(static_cast<size_t>(bins), 0.0f);
+    if (new_min == min_val && new_max == max_val) {
+      old_in_new = histogram;
+    } else if (min_val == max_val) {
+      float mass = 0;
+      for (float h : histogram) mass += h;
+      old_in_new = RefHistc({min_val}, bins, new_min, new_max);
+      for (float& h : old_in_new) h *= mass;
     } else {
-      const int64_t total = bins * downsample_rate;
-      std::vector<float> with_range(static_cast<size_t>(total), 0.0f);
-      for (int64_t k = 0; k < bins * upsample_rate; ++k) {
-        with_range[static_cast<size_t>(start_idx + k)] =
-            histogram[static_cast<size_t>(k / upsample_rate)];
-      }
-      std::vector<double> integral(static_cast<size_t>(bins));
-      double running = 0;
-      for (int64_t k = 0; k < total; ++k) {
-        running += static_cast<double>(with_range[static_cast<size_t>(k)]);
-        if ((k + 1) % downsample_rate == 0) {
-          integral[static_cast<size_t>(k / downsample_rate)] = running;
+      const int64_t parts = bins * upsample_rate;
+      std::vector<float> upsampled;
+      for (float h : histogram) {
+        for (int64_t r = 0; r < upsample_rate; ++r) {
+          upsampled.push_back(h / static_cast<float>(upsample_rate));
         }
       }
-      for (int64_t i = 0; i < bins; ++i) {
-        const float shifted =
-            i == 0 ? 0.0f : static_cast<float>(integral[static_cast<size_t>(i - 1)]);
-        const double interpolated =
-            (integral[static_cast<size_t>(i)] - static_cast<double>(shifted)) /
-            static_cast<double>(upsample_rate);
-        combined[static_cast<size_t>(i)] += static_cast<float>(interpolated);
+      const float bin_size = (max_val - min_val) / static_cast<float>(parts);
+      const std::vector<float> starts = RefLinspace(min_val, max_val, parts + 1);
+      const std::vector<float> edges = RefLinspace(new_min, new_max, bins + 1);
+      for (int64_t i = 0; i < parts; ++i) {
+        const float midpoint = starts[static_cast<size_t>(i)] + 0.5f * bin_size;
+        // bucketize(right=True) - 1: the last edge <= midpoint.
+        int64_t bucket = std::upper_bound(edges.begin(), edges.end(), midpoint) - edges.begin() - 1;
+        bucket = std::clamp<int64_t>(bucket, 0, bins - 1);
+        old_in_new[static_cast<size_t>(bucket)] += upsampled[static_cast<size_t>(i)];
       }
     }
+    for (size_t i = 0; i < combined.size(); ++i) combined[i] += old_in_new[i];
     histogram = std::move(combined);
-    min_val = combined_min;
-    max_val = combined_max;
+    min_val = new_min;
+    max_val = new_max;
   }
 
   double QuantizationError(int64_t next_start_bin, int64_t next_end_bin) const {
@@ -247,7 +240,7 @@ std::vector<float> RandomBatch(float base_scale, std::mt19937& rng) {
 
 TEST(HistogramObserverFastPath, BitIdenticalToReferenceOnRandomInputs) {
   const std::vector<Case> cases = {
-      {2048, 128, DType::kQUInt8, ObserverQScheme::kPerTensorAffine},  // qnnpack default
+      {2048, 16, DType::kQUInt8, ObserverQScheme::kPerTensorAffine},  // qnnpack default
       {2048, 128, DType::kQInt8, ObserverQScheme::kPerTensorSymmetric},
       {256, 3, DType::kQUInt8, ObserverQScheme::kPerTensorAffine},
       {100, 7, DType::kQInt8, ObserverQScheme::kPerTensorAffine},
@@ -276,8 +269,6 @@ TEST(HistogramObserverFastPath, BitIdenticalToReferenceOnRandomInputs) {
       const float base_scale = std::pow(10.0f, static_cast<float>(trial % 8) - 3.0f);
       for (int u = 0; u < updates; ++u) {
         const std::vector<float> batch = RandomBatch(base_scale, rng);
-        // The reference allocates the whole upsampled buffer: keep it below 64 MB.
-        if (ref.CombinedBins(batch) > (int64_t{1} << 24)) continue;
         const absl::Status status = (*observer)->Update(
             Tensor::FromFloats({static_cast<int64_t>(batch.size())}, batch));
         ASSERT_TRUE(status.ok()) << status;

@@ -4,7 +4,7 @@
 //  - the lowered graph (native nniq.ConvAddReLU2d, integer arithmetic) against the
 //    reference graph (float ops between quantize / dequantize): at least 99.9% of the
 //    output elements equal, none more than one quantization step apart;
-//  - the lowered graph against the float model: no worse than PyTorch 1.13's own
+//  - the lowered graph against the float model: no worse than PyTorch 2's own
 //    quantized model of the same float model on the same inputs
 //    (testdata/pytorch_residual_error.txt, written by that script).
 #include <cmath>
