@@ -26,10 +26,10 @@ CASES = {
 }
 
 
-def run(cli, path, x, tmp_path):
+def run(cli, path, x, tmp_path, *flags):
     np.save(tmp_path / "x.npy", x.numpy())
     out = subprocess.run([cli, "run", str(path), f"--input={tmp_path / 'x.npy'}",
-                          f"--output={tmp_path / 'y.npy'}"],
+                          f"--output={tmp_path / 'y.npy'}", *flags],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return torch.from_numpy(np.load(tmp_path / "y.npy"))
@@ -65,9 +65,11 @@ def test_default_functional_lowers_and_runs_like_pytorch(cli, tmp_path, case):
         with torch.no_grad():
             want = converted(x)
 
-        # PyTorch's converted model in fuselage: the same values exactly.
+        # PyTorch's converted model in fuselage, on the engine PyTorch ran it on (an
+        # exported PyTorch model records none): the same values exactly.
         fuselage.export(converted, (x,), str(tmp_path / "converted.fsl"))
-        assert torch.equal(run(cli, tmp_path / "converted.fsl", x, tmp_path), want)
+        assert torch.equal(
+            run(cli, tmp_path / "converted.fsl", x, tmp_path, "--engine=qnnpack"), want)
 
         # fuselage's own quantization: the same calls, within one step.
         fuselage.export(model, (x,), str(tmp_path / "f.fsl"))
