@@ -26,8 +26,20 @@ lower, and the interpreter on numpy arrays. It is imported on first use, so ever
 above works without it.
 """
 
-from fuselage._exporter import export, to_proto
-from fuselage._importer import from_proto, to_torch
+import warnings as _warnings
+
+# PyTorch 2 deprecates its quantized tensor dtypes (torch.quint8 / qint8 / qint32) and warns
+# once when anything creates one. fuselage creates them where its results are PyTorch's
+# quantized modules and tensors (to_torch of a lowered graph, fuselage.quantize_fx,
+# fuselage.nn.quantized); the README says so and names the alternative, so the warning is
+# not raised from fuselage's own code. (PyTorch warns once per process: after fuselage
+# made such a tensor, a user's own call does not warn either.)
+_warnings.filterwarnings(
+    "ignore", message=r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other "
+    r"quantized tensor creation functions", category=UserWarning, module=r"fuselage(\.|$)")
+
+from fuselage._exporter import export, to_proto  # noqa: E402
+from fuselage._importer import from_proto, to_torch  # noqa: E402
 from fuselage.errors import (ConfigTranslationError, ExportError, FuselageError, ModelFileError,
                              ModuleError, PatternError)
 from fuselage import fusers, nn  # fused modules PyTorch 1.13 lacks, and their fusers

@@ -1,11 +1,15 @@
-"""Fuser methods for the conv-add(-relu) patterns, with PyTorch 1.13's fuser signature, so
+"""Fuser methods for the conv-add(-relu) patterns, with PyTorch's fuser signature, so
 a BackendPatternConfig can name them:
 
     from torch.ao.quantization.backend_config import BackendPatternConfig
     from torch.ao.quantization.fx.match_utils import MatchAllNode
     import fuselage.fusers
-    cfg = BackendPatternConfig((nn.ReLU, (torch.add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode))) \\
+    pattern = (nn.ReLU, (torch.add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode))
+    cfg = BackendPatternConfig()._set_pattern_complex_format(pattern) \\
         .set_fuser_method(fuselage.fusers.fuse_conv_bn_add_relu) ...
+
+(on PyTorch 1.13: `BackendPatternConfig(pattern)`; PyTorch 2 reads the constructor's
+argument in execution order.)
 
 prepare_fx / fuse_fx call a fuser as `fuser(is_qat, *matched)`, where `matched` is the
 matched pattern with each node replaced by its module (call_module), its target

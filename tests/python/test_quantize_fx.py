@@ -128,6 +128,46 @@ def test_the_issues_conv_bn_add_relu_gets_two_quantized_inputs_and_runs_in_pytor
         assert np.array_equal(np.asarray(ours), theirs)
 
 
+_WARNINGS_SCRIPT = """
+import os, sys, warnings
+sys.path.insert(0, sys.argv[1])
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch, fuselage
+    from fuselage import _core
+    from fuselage.quantize_fx import convert_fx, prepare_fx
+    from torch.ao.quantization import get_default_qconfig_mapping
+    import test_quantize_fx as t
+    torch.manual_seed(0)
+    example = torch.randn(1, 3, 16, 16)
+    prepared = prepare_fx(t.Residual().eval(), get_default_qconfig_mapping("qnnpack"),
+                          (example,), backend_config=t.issue_backend_config())
+    prepared(example)
+    converted = convert_fx(prepared)
+    converted(example)
+    _core.to_torch(_core.from_torch(converted, (example,)))(example)
+root = os.path.dirname(fuselage.__file__)
+for w in caught:
+    if os.path.abspath(w.filename).startswith(root):
+        print("%s:%d: %s" % (w.filename, w.lineno, w.message))
+"""
+
+
+def test_fuselage_raises_no_warning_of_its_own(tmp_path):
+    # A fresh process: PyTorch warns about its deprecated quantized dtypes once per process.
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = tmp_path / "warnings_check.py"
+    script.write_text(_WARNINGS_SCRIPT)
+    out = subprocess.run([sys.executable, str(script), here], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONWARNINGS": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ""
+
+
 def _quantized_ops(gm, x):
     """The ops that compute on quantized tensors, comparable across two converted graphs:
     a call_module by its module path, a function or method by its name (PyTorch names the
