@@ -9,6 +9,7 @@ errors name the node or module and the field.
 The result is in eval mode. Node meta the file carries is kept in node.meta["fuselage"].
 """
 
+import copy
 
 import torch
 import torch.fx
@@ -144,6 +145,45 @@ def _build_graph(pg):
     return graph
 
 
+class TreeKeepingGraphModule(torch.fx.GraphModule):
+    """A GraphModule that keeps its whole module tree through copy.deepcopy, pickle and
+    torch.save, including what no node refers to: a prepared model's weight plans
+    (fuselage._prepared), which convert needs. PyTorch 1.13's GraphModule rebuilds itself
+    from its graph there and drops them, so a copied prepared model converted its convs and
+    linears silently float; PyTorch 2's keeps them, and nothing is then missing to add."""
+
+    def __deepcopy__(self, memo):
+        shell = torch.nn.Module()
+        shell.__dict__ = copy.deepcopy(self.__dict__, memo)
+        return _keep_tree(TreeKeepingGraphModule(shell, shell.__dict__["_graph"]),
+                          shell.__dict__)
+
+    def __reduce__(self):
+        rebuild, args = super().__reduce__()
+        body = {k: v for k, v in self.__dict__.items() if k != "_graph"}
+        return (_rebuild_keeping_tree, (rebuild, args, body))
+
+
+def _keep_tree(gm, body):
+    """`gm` given every top-level module, buffer and attribute of the __dict__ `body` it
+    lacks (a module it holds only part of, such as the observer container, is replaced by
+    the whole one, whose leaves are the same objects)."""
+    for name, child in body["_modules"].items():
+        setattr(gm, name, child)
+    for name, tensor in body["_buffers"].items():
+        if name not in gm._buffers:
+            gm.register_buffer(name, tensor)
+    for name, value in body.items():
+        if name not in gm.__dict__:
+            gm.__dict__[name] = value
+    return gm
+
+
+def _rebuild_keeping_tree(rebuild, args, body):
+    gm = rebuild(*args)
+    return _keep_tree(TreeKeepingGraphModule(gm, gm.graph), body)
+
+
 def from_proto(model, tensors=None):
     """The GraphModule of a model.proto `Model` message (see `to_torch`). `tensors`: the
     list Model.take_parts handed over beside a structure without tensor bytes."""
@@ -159,7 +199,7 @@ def from_proto(model, tensors=None):
         raise ModelFileError("model: more tensors were handed over than the structure lists")
     graph = _build_graph(model.graph)
     try:
-        gm = torch.fx.GraphModule(root, graph)
+        gm = TreeKeepingGraphModule(root, graph)
     except Exception as e:  # a call_module / get_attr target missing from the module tree
         raise ModelFileError(f"model: the graph does not fit its module tree: {e}") from e
     # GraphModule copies only what the graph refers to; keep the whole tree, as exported.

@@ -232,3 +232,40 @@ def test_torchvision_with_per_module_and_per_type_qconfigs_quantizes_what_pytorc
     with torch.no_grad():
         expected = model(x)
     assert _sqnr(expected, ours_out) >= _sqnr(expected, theirs_out) - 0.5
+
+
+def _save_and_load(model):
+    import io
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    try:
+        return torch.load(buffer, weights_only=False)
+    except TypeError:  # PyTorch 1.13 has no weights_only
+        buffer.seek(0)
+        return torch.load(buffer)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "torch.save", "twice"])
+def test_a_copy_of_a_prepared_model_converts_as_the_original(how):
+    # PyTorch 1.13's GraphModule rebuilt copies from the graph alone and dropped the weight
+    # plans no node calls: the copy's convs and linears converted silently float.
+    import pickle
+    copies = {
+        "deepcopy": copy.deepcopy,
+        "pickle": lambda m: pickle.loads(pickle.dumps(m)),
+        "torch.save": _save_and_load,
+        "twice": lambda m: copy.deepcopy(pickle.loads(pickle.dumps(m))),
+    }
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 5)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    prepared = prepare_fx(model, get_default_qconfig_mapping("qnnpack"), (x,))
+    prepared(x)
+    duplicate = copies[how](prepared)
+    original, converted = convert_fx(prepared), convert_fx(duplicate)
+    import torch.nn.intrinsic.quantized as nniq
+    import torch.nn.quantized as nnq
+    assert {nniq.ConvReLU2d, nnq.Linear} <= {type(m) for m in converted.modules()}
+    with torch.no_grad():
+        assert torch.equal(converted(x), original(x))
