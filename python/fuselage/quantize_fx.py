@@ -1,4 +1,4 @@
-"""fuselage.quantize_fx: torch.ao.quantization.quantize_fx (PyTorch 1.13), run by fuselage.
+"""fuselage.quantize_fx: torch.ao.quantization.quantize_fx (PyTorch 2 and 1.13), run by fuselage.
 
     from fuselage.quantize_fx import prepare_fx, convert_fx
 
@@ -18,15 +18,16 @@ torch.fx and the engine in memory.
 
 prepare_fx returns a GraphModule holding PyTorch's own observer modules, so calibrating is
 running it; convert_fx reads their statistics. Where fuselage deliberately differs from
-PyTorch 1.13:
+PyTorch:
   - a fused op with two tensor inputs (conv-add-relu) gets both inputs quantized, so
     convert_fx's result has no dequantize between them; PyTorch 1.13 has no such native
     module, so fuselage ships it (fuselage.nn.quantized.ConvAddReLU2d, bit-exact with
     fuselage's kernel);
   - an observer that saw no value is an error at convert, not a silent scale of 1.0;
   - keyword arguments are matched (`torch.add(x, y, alpha=2)` is not fused as x + y).
-Custom configs (fuse / prepare / convert_custom_config), equalization and QAT are not
-supported: passing one is a clear error.
+convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass it) but
+not a narrowed one. Custom configs (fuse / prepare / convert_custom_config), equalization
+and QAT are not supported: passing one is a clear error.
 
 backend_config may also be the path of a fuselage backend config file
 (backend_configs/backend_config.proto, text form): what PyTorch's BackendConfig cannot say,
@@ -45,9 +46,10 @@ from fuselage.errors import ConfigTranslationError
 
 __all__ = ["fuse_fx", "prepare_fx", "convert_fx", "convert_to_reference_fx"]
 
-# The backend config's text, kept on the prepared GraphModule for convert_fx (PyTorch
-# keeps its own state there too, e.g. _observed_node_names).
+# The backend config's and the qconfig mapping's text, kept on the prepared GraphModule
+# for convert_fx (PyTorch keeps its own state there too, e.g. _observed_node_names).
 _BACKEND_TEXT_ATTR = "_fuselage_backend_config_text"
+_MAPPING_TEXT_ATTR = "_fuselage_qconfig_mapping_text"
 
 
 def _core():
@@ -150,17 +152,22 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     core.prepare(m, config_text=text, config_source=source, qconfig_mapping_text=mapping)
     prepared = core.to_torch(m, consume=True)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
+    setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
     return prepared
 
 
 def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower):
     _refuse(convert_custom_config, "convert_custom_config")
     if qconfig_mapping is not None:
-        # PyTorch allows a convert-time mapping that only narrows prepare's; fuselage's
-        # convert reads the observers prepare placed, so a different mapping is refused.
-        raise ConfigTranslationError(
-            "convert_fx: a qconfig_mapping at convert time is not supported; the mapping "
-            "given to prepare_fx decides what is quantized")
+        # PyTorch allows a convert-time mapping that only narrows prepare's (an entry set to
+        # None); fuselage's convert reads the observers prepare placed, so it takes the
+        # prepare-time mapping again (as PyTorch's own examples pass it) and refuses others.
+        prepared_with = getattr(graph_module, _MAPPING_TEXT_ATTR, None)
+        if prepared_with is None or _mapping_text(qconfig_mapping) != prepared_with:
+            raise ConfigTranslationError(
+                "convert_fx: qconfig_mapping differs from the one given to prepare_fx; "
+                "fuselage converts with the prepare-time mapping only (pass it again, or "
+                "None)")
     text = getattr(graph_module, _BACKEND_TEXT_ATTR, None)
     if backend_config is not None and text is not None and _backend_text(backend_config) != text:
         raise ConfigTranslationError(

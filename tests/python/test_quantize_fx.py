@@ -269,3 +269,27 @@ def test_a_copy_of_a_prepared_model_converts_as_the_original(how):
     assert {nniq.ConvReLU2d, nnq.Linear} <= {type(m) for m in converted.modules()}
     with torch.no_grad():
         assert torch.equal(converted(x), original(x))
+
+
+def test_the_seeds_convert_call_with_its_mappings_runs_verbatim():
+    # The PyTorch issue fuselage started from converts with
+    # qfx.convert_fx(prepared_model, qconfig_mapping=qmapping, backend_config=backend_config).
+    import fuselage.quantize_fx as qfx
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 16, 16)
+    qmapping = get_default_qconfig_mapping("qnnpack")
+    backend_config = issue_backend_config()
+    prepared_model = qfx.prepare_fx(Residual().eval(), qmapping, (x,),
+                                    backend_config=backend_config)
+    prepared_model(x)
+    verbatim = qfx.convert_fx(copy.deepcopy(prepared_model), qconfig_mapping=qmapping,
+                              backend_config=backend_config)
+    plain = qfx.convert_fx(prepared_model)
+    with torch.no_grad():
+        assert torch.equal(verbatim(x), plain(x))
+    assert any(isinstance(m, fuselage.nn.quantized.ConvAddReLU2d) for m in verbatim.modules())
+
+    # A mapping that differs from prepare's is refused, naming the argument.
+    narrowed = get_default_qconfig_mapping("qnnpack").set_object_type(nn.Conv2d, None)
+    with pytest.raises(fuselage.ConfigTranslationError, match="qconfig_mapping differs"):
+        qfx.convert_fx(prepared_model, qconfig_mapping=narrowed)
