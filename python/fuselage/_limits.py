@@ -20,6 +20,7 @@ from pathlib import Path
 
 MAX_PROTOBUF_BYTES = (1 << 31) - 1  # serialization.cc EffectiveMaxBytes: INT_MAX
 NODE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+MAX_SCALE = 1e30  # graph/tensor.h QuantParams::kMaxScale: a quantization scale's upper bound
 
 _FALLBACK = {
     "max_file_bytes": (1 << 31) - 1,

@@ -14,7 +14,7 @@ import torch
 import torch.fx
 
 from fuselage import _names
-from fuselage._limits import LIMITS
+from fuselage._limits import LIMITS, MAX_SCALE
 from fuselage._proto import model_pb2
 from fuselage.errors import ExportError, ModelFileError
 
@@ -256,6 +256,24 @@ def adopt_tensor(handed, where):
         ints, torch.from_numpy(handed.scale), torch.from_numpy(handed.zero_point), handed.axis)
 
 
+_QUANTIZED_RANGES = {torch.qint8: (-128, 127), torch.quint8: (0, 255),
+                     torch.qint32: (-(1 << 31), (1 << 31) - 1)}
+
+
+def _check_quantization_parameters(pt, dtype, where):
+    """The C++ loader's checks (graph/serialization.cc), with its messages: every scale in
+    (0, MAX_SCALE], every zero point within the dtype's range."""
+    for i, s in enumerate(pt.scales):
+        if not 0 < s <= MAX_SCALE:
+            raise ModelFileError(f"{where}: field 'scales[{i}]' is {s}; expected a scale in "
+                                 f"(0, {MAX_SCALE:g}]")
+    lo, hi = _QUANTIZED_RANGES[dtype]
+    for i, z in enumerate(pt.zero_points):
+        if not lo <= z <= hi:
+            raise ModelFileError(f"{where}: field 'zero_points[{i}]' is {z}; expected within "
+                                 f"[{lo}, {hi}] for {dtype}")
+
+
 def read_tensor(pt, where):
     """The torch tensor of a proto Tensor, checked against its declared shape and dtype."""
     pb = model_pb2()
@@ -285,6 +303,7 @@ def read_tensor(pt, where):
     if not quantized:
         raise ModelFileError(f"{where}: has quantization parameters but dtype {dtype} is not "
                              "quantized")
+    _check_quantization_parameters(pt, dtype, where)
     if pt.qscheme == pb.PER_TENSOR_AFFINE:
         if len(pt.scales) != 1 or len(pt.zero_points) != 1:
             raise ModelFileError(f"{where}: per-tensor quantization needs exactly 1 scale and "

@@ -5,6 +5,7 @@ graph/serialization.h, and each limit that is cheap to reach refused or accepted
 readers alike (`fuselage verify` is the C++ verdict)."""
 
 import os
+import re
 import stat
 
 import pytest
@@ -124,6 +125,12 @@ def test_limits_are_read_from_the_cpp_header():
     assert _limits.MAX_FILE_BYTES == min(header["max_file_bytes"], (1 << 31) - 1)
 
 
+def test_the_scale_limit_is_the_cpp_headers():
+    with open(os.path.join(REPO, "graph", "tensor.h"), encoding="utf-8") as f:
+        match = re.search(r"kMaxScale = ([0-9.e+]+);", f.read())
+    assert match and float(match.group(1)) == _limits.MAX_SCALE
+
+
 def test_limits_parser_reads_cpp_initializers():
     text = """struct ModelLimits {
   int64_t max_file_bytes = (int64_t{1} << 31) - 1;
@@ -190,6 +197,17 @@ def _nest_modules(proto, depth):
         module = child.module
 
 
+def _quantize_weight(proto, scale, zero_point):
+    """conv1's weight as a qint8 per-tensor tensor with these parameters."""
+    conv = next(c.module for c in proto.root.children if c.name == "conv1")
+    weight = next(t.tensor for t in conv.tensors if t.name == "weight")
+    weight.dtype = 6  # model.proto DType QINT8
+    weight.data = bytes(len(weight.data) // 4)
+    weight.qscheme = 1  # PER_TENSOR_AFFINE
+    weight.scales.append(scale)
+    weight.zero_points.append(zero_point)
+
+
 MAX_STRING = _limits.LIMITS["max_string_length"]
 MAX_MODULES = _limits.LIMITS["max_module_depth"]
 MAX_DEPTH = _limits.LIMITS["max_arg_depth"]
@@ -215,6 +233,17 @@ CASES = [
      f"args nest deeper than {MAX_DEPTH}"),
     ("tensor past the rank limit", lambda p: _set_weight_rank(p, MAX_RANK + 1), False,
      f"has rank {MAX_RANK + 1}; the limit is {MAX_RANK}"),
+    # A quantized tensor's parameters (before, to_torch accepted what the C++ loader refused).
+    ("quantized weight with a NaN scale",
+     lambda p: _quantize_weight(p, float("nan"), 0), False, "field 'scales[0]' is nan; "
+     "expected a scale in (0, 1e+30]"),
+    ("quantized weight with a scale past the limit",
+     lambda p: _quantize_weight(p, 1e31, 0), False, "expected a scale in (0, 1e+30]"),
+    ("quantized weight with a zero scale",
+     lambda p: _quantize_weight(p, 0.0, 0), False, "expected a scale in (0, 1e+30]"),
+    ("qint8 zero point past the dtype",
+     lambda p: _quantize_weight(p, 0.1, 1000), False,
+     "field 'zero_points[0]' is 1000; expected within [-128, 127]"),
     # Both refuse it, each through its protobuf parser's nesting limit before the module
     # depth check (issue 22 item 2: C++ accepts at most 23 levels, Python 49); at the
     # documented limit itself both refuse too, so there is no "at the limit" case yet.
