@@ -55,8 +55,14 @@ __all__ = ["qconfig_mapping_to_text", "backend_config_to_text"]
 def _quote(s):
     """A protobuf text-format string literal: UTF-8 bytes, non-printable ones as octal
     escapes (the parser rebuilds the bytes, so any text survives)."""
+    try:
+        data = s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigTranslationError(
+            "%r is not valid text: it holds a lone surrogate, which UTF-8 cannot encode"
+            % s) from None
     out = []
-    for b in s.encode("utf-8"):
+    for b in data:
         c = chr(b)
         if c in '"\\':
             out.append("\\" + c)
@@ -311,10 +317,38 @@ def _pattern_text(p, what):
     return _element_name(p, what)
 
 
+# patterns/pattern.h Pattern::kMaxPositions: the most elements one pattern may have.
+_MAX_PATTERN_POSITIONS = 64
+
+
+def _check_pattern_size(pattern, what):
+    """Counts the pattern's elements without recursing (a pattern nested thousands deep
+    would exhaust Python's stack); more than the C++ limit is refused."""
+    positions, pending = 0, [pattern]
+    while pending:
+        p = pending.pop()
+        if isinstance(p, (tuple, list)):
+            pending.extend(p)
+        else:
+            positions += 1
+        if positions > _MAX_PATTERN_POSITIONS or len(pending) > _MAX_PATTERN_POSITIONS:
+            raise ConfigTranslationError(
+                "%s: the pattern has more than %d elements (the limit of patterns/pattern.h)"
+                % (what, _MAX_PATTERN_POSITIONS))
+    return pattern
+
+
 def _pattern_of(cfg, what):
     """(pattern, format, complex-format pattern) of a BackendPatternConfig. PyTorch 1.13's
     `pattern` is the reversed nested (complex) format; later versions keep that in
     `_pattern_complex_format` and use `pattern` for the simple format (execution order)."""
+    simple, format_, nested = _pattern_formats(cfg, what)
+    _check_pattern_size(simple, what)
+    _check_pattern_size(nested, what)
+    return simple, format_, nested
+
+
+def _pattern_formats(cfg, what):
     if hasattr(cfg, "_pattern_complex_format"):
         complex_pattern = getattr(cfg, "_pattern_complex_format")
         if complex_pattern is not None:
@@ -598,6 +632,8 @@ def backend_config_to_text(backend_config) -> str:
             % type(backend_config).__name__)
     if isinstance(configs, dict):  # PyTorch 1.13: pattern -> config
         configs = list(configs.values())
+    for i, cfg in enumerate(configs):  # before anything walks the patterns recursively
+        _pattern_of(cfg, "backend pattern config [%d]" % i)
     out = ["# proto-file: backend_configs/backend_config.proto",
            "# proto-message: fuselage.config.BackendConfigFile"]
     if getattr(backend_config, "name", ""):

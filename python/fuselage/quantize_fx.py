@@ -37,6 +37,7 @@ torch as fuselage._declared classes.
 """
 
 import os
+import warnings
 
 from torch.ao.quantization import QConfigMapping
 from torch.ao.quantization.backend_config import get_native_backend_config
@@ -149,11 +150,30 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     del example_inputs
     m = core.from_torch(model)
     core.fuse(m, config_text=text, config_source=source)
-    core.prepare(m, config_text=text, config_source=source, qconfig_mapping_text=mapping)
+    report = core.prepare(m, config_text=text, config_source=source,
+                          qconfig_mapping_text=mapping)
+    if report.quantized_ops == 0:
+        _warn_nothing_quantized(report)
     prepared = core.to_torch(m, consume=True)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
     return prepared
+
+
+def _warn_nothing_quantized(report, shown=5):
+    reasons = "; ".join(f"{k.node} ({k.op}): {k.reason}" for k in report.kept_float[:shown])
+    more = len(report.kept_float) - shown
+    warnings.warn(
+        "prepare_fx: the qconfig mapping and backend config quantize no op, so convert_fx "
+        "will return the model float" + (f". Kept float: {reasons}" if reasons else "") +
+        (f"; and {more} more" if more > 0 else ""), UserWarning, stacklevel=3)
+
+
+def _has_observers(graph_module):
+    from fuselage import _modules
+    return any(n.op == "call_module" and
+               _modules._is_observer(type(graph_module.get_submodule(n.target)))
+               for n in graph_module.graph.nodes)
 
 
 def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower):
@@ -172,6 +192,11 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     if backend_config is not None and text is not None and _backend_text(backend_config) != text:
         raise ConfigTranslationError(
             "convert_fx: backend_config differs from the one given to prepare_fx")
+    if getattr(graph_module, _MAPPING_TEXT_ATTR, None) is not None and \
+            not _has_observers(graph_module):
+        # fuselage's prepare_fx quantized nothing (and warned why): as PyTorch's convert
+        # does, the model comes back float.
+        return graph_module
     core = _core()
     m = core.from_torch(graph_module)
     core.convert(m)
