@@ -14,6 +14,7 @@
 #endif
 
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "graph/status_macros.h"
@@ -308,6 +309,15 @@ absl::StatusOr<std::unique_ptr<Module>> BuildNativeWeightedModuleOfType(
           where(), ": weight_axis must hold one axis in [0, ", weight->dim(), ")"));
     }
     axis = static_cast<int64_t>(axis_values[0]);
+    // A native conv / linear holds one scale per output channel (axis 0 of its weight);
+    // PyTorch's from_reference fails on any other axis (a linear's ch_axis=-1 is its
+    // input features). Transposed convs are left to their own checks.
+    if (axis != 0 && !absl::StrContains(native_type.name(), "ConvTranspose")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where(), ": the weight is quantized per channel along axis ", axis,
+          "; a native quantized module needs its output channels, axis 0 (the weight "
+          "observer's ch_axis)"));
+    }
   }
   const size_t expected =
       per_channel ? static_cast<size_t>(weight->shape()[static_cast<size_t>(axis)])

@@ -372,7 +372,13 @@ absl::Status ReplacePerChannelObserver(GraphModule& gm, const PerChannelReplacem
     ASSIGN_OR_RETURN(Node * attr, g.InsertBefore(observer, std::move(get_attr)));
     quantize_args.push_back(attr);
   }
-  quantize_args.push_back(Argument::Int(r.axis));
+  // PyTorch's observers take a negative ch_axis; torch.quantize_per_channel does not.
+  int64_t axis = r.axis;
+  if (const Tensor* weight = gm.FindTensor(input->target().name());
+      axis < 0 && weight != nullptr) {
+    axis += weight->dim();
+  }
+  quantize_args.push_back(Argument::Int(axis));
   quantize_args.push_back(Argument::Dtype(r.dtype));
   NodeSpec quantize;
   quantize.op = OpKind::kCallFunction;
@@ -446,7 +452,10 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
   }
   WeightQuantization w;
   w.per_channel = IsPerChannel(weight_observer.qscheme);
-  w.ch_axis = weight_observer.ch_axis;
+  // PyTorch's observers take a negative ch_axis (the observer's Update checked it is in
+  // range); the reference module's weight_axis, like torch.quantize_per_channel, does not.
+  w.ch_axis = weight_observer.ch_axis < 0 ? weight_observer.ch_axis + weight->dim()
+                                          : weight_observer.ch_axis;
   w.dtype = weight_observer.dtype;
   if (w.per_channel) {
     ASSIGN_OR_RETURN(w.per_channel_params, observer.CalculateQParams());

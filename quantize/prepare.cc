@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
@@ -888,6 +889,36 @@ std::string PrepareReport::ToString() const {
   return s;
 }
 
+// Gives each quantized call of a module that several nodes call a module of its own (a
+// clone, its tensors shared until written), so that convert can swap it for the quantized
+// module of that call's observers: a module called twice (or from two aliases) otherwise
+// became one quantized module that a float call, or a call with other qparams, then ran.
+// A module all of whose calls are quantized keeps its first call.
+absl::Status UnshareQuantizedModuleCalls(GraphModule& gm, const std::vector<Decision>& decisions) {
+  absl::flat_hash_map<Symbol, int> calls;
+  gm.graph().ForEachNode([&calls](const Node* n) {
+    if (n->op() == OpKind::kCallModule) ++calls[n->target()];
+  });
+  absl::flat_hash_map<Symbol, int> quantized_calls;
+  for (const Decision& d : decisions) {
+    if (!d.root_module.empty() && d.node->op() == OpKind::kCallModule) {
+      ++quantized_calls[d.node->target()];
+    }
+  }
+  absl::flat_hash_set<Symbol> kept_first;
+  for (const Decision& d : decisions) {
+    if (d.root_module.empty() || d.node->op() != OpKind::kCallModule) continue;
+    const Symbol target = d.node->target();
+    if (calls[target] < 2) continue;
+    if (calls[target] == quantized_calls[target] && kept_first.insert(target).second) continue;
+    ASSIGN_OR_RETURN(const Module* shared, gm.GetModule(target));
+    const std::string path = gm.UniqueModulePath(target.name());
+    RETURN_IF_ERROR(gm.SetModule(path, shared->Clone()));
+    RETURN_IF_ERROR(gm.graph().SetTarget(d.node, Symbol::Intern(path)));
+  }
+  return absl::OkStatus();
+}
+
 bool IsObserverModuleType(Symbol type) {
   return ObserverKindFromName(type.name()).has_value();
 }
@@ -904,6 +935,10 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
   Planner planner(gm, qconfig_mapping, backend_config);
   RETURN_IF_ERROR(planner.Run(&decisions, &prepared.report));
   // From here on nothing depends on the input: a failure is a bug in this pass.
+  if (absl::Status st = UnshareQuantizedModuleCalls(gm, decisions); !st.ok()) {
+    return absl::InternalError(absl::StrCat("prepare: giving shared modules one per call: ",
+                                            st.message()));
+  }
   // The result maps sized once: at 10^6 nodes growing them rehashed (and, for the plans,
   // moved ~350-byte values) a few hundred MB. Every input and every unshared output may
   // get its own observer module.

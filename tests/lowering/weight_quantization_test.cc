@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "graph/module.h"
 #include "graph/tensor.h"
@@ -108,9 +109,19 @@ TEST_P(WeightQuantizationTest, MatchesPerElementReference) {
   const std::vector<float> w = Weights(static_cast<size_t>(numel), scales[0], 7);
   auto reference = ReferenceWeighted(w, c.shape, c.per_channel, c.axis, scales, zero_points,
                                      c.dtype);
-  auto native = BuildNativeWeightedModule("nnq.Conv2d", *reference,
+  // Only a transposed conv's native module takes a per-channel axis other than 0.
+  const char* native_type = c.per_channel && c.axis != 0 ? "nnq.ConvTranspose2d" : "nnq.Conv2d";
+  auto native = BuildNativeWeightedModule(native_type, *reference,
                                           OutputQParams{0.05, 3, DType::kQUInt8});
   ASSERT_TRUE(native.ok()) << native.status();
+  if (c.per_channel && c.axis != 0) {
+    // A conv or linear needs one scale per output channel: nnq.Conv2d refuses the axis.
+    auto refused = BuildNativeWeightedModule("nnq.Conv2d", *reference,
+                                             OutputQParams{0.05, 3, DType::kQUInt8});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(absl::StrCat("along axis ", c.axis)),
+              std::string::npos) << refused.status();
+  }
   const Tensor* qweight = (*native)->FindTensor("weight");
   ASSERT_NE(qweight, nullptr);
   EXPECT_EQ(qweight->dtype(), c.dtype);

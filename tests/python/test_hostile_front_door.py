@@ -54,3 +54,72 @@ def test_a_mapping_that_quantizes_nothing_warns_why_and_converts_to_the_float_mo
     converted = convert_fx(prepared)
     with torch.no_grad():
         assert torch.equal(converted(x), model(x))
+
+
+class _Twice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(self.fc(x))
+
+
+class _Aliased(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = self.a
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def _quantized_linears(converted):
+    import torch.nn.quantized as nnq
+    return [m for m in converted.modules() if type(m) is nnq.Linear]
+
+
+@pytest.mark.parametrize("model", [_Twice, _Aliased], ids=["called twice", "aliased"])
+def test_a_module_called_twice_quantizes_each_call_with_its_own_output_scale(model):
+    # Before: one call site became nnq.Linear and the other ran it on float input
+    # ("Could not run 'quantized::linear' ...").
+    torch.manual_seed(0)
+    float_model = model().eval()
+    x = torch.randn(64, 4) * 3
+    prepared = prepare_fx(float_model, get_default_qconfig_mapping("qnnpack"), (x,))
+    prepared(x)
+    converted = convert_fx(prepared)
+    linears = _quantized_linears(converted)
+    assert len(linears) == 2  # one per call, the same weight
+    assert torch.equal(linears[0].weight().int_repr(), linears[1].weight().int_repr())
+    # Each call's output scale is its own range's (the first call's range differs).
+    assert linears[0].scale != linears[1].scale
+    with torch.no_grad():
+        want, got = float_model(x), converted(x)
+    assert float((got - want).abs().max()) <= 3 * linears[1].scale
+
+
+def test_a_negative_weight_channel_axis_converts_to_a_model_that_runs():
+    # A linear's ch_axis=-1 is its input features: PyTorch's convert fails on it, fuselage
+    # ran the reference module into "Channel axis out of range". Now the axis is stored
+    # non-negative and the op stays a reference module (no native linear quantizes along
+    # input features), quantized per input feature.
+    from torch.ao.quantization.observer import HistogramObserver, PerChannelMinMaxObserver
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 5)).eval()
+    x = torch.randn(32, 4)
+    qconfig = QConfig(activation=HistogramObserver.with_args(reduce_range=False),
+                      weight=PerChannelMinMaxObserver.with_args(
+                          dtype=torch.qint8, qscheme=torch.per_channel_symmetric, ch_axis=-1))
+    mapping = get_default_qconfig_mapping("qnnpack").set_object_type(nn.Linear, qconfig)
+    prepared = prepare_fx(model, mapping, (x,))
+    prepared(x)
+    converted = convert_fx(prepared)
+    reference = converted.get_submodule("0")
+    assert int(reference.weight_axis) == 1 and reference.weight_scale.shape == (4,)
+    # Per input feature j the weight's scale is max |w[:, j]| / 127.5 (symmetric qint8).
+    expected = model[0].weight.detach().abs().amax(dim=0) * 2 / 255
+    assert torch.allclose(reference.weight_scale.float(), expected, rtol=1e-6)
+    with torch.no_grad():
+        assert float((converted(x) - model(x)).abs().max()) < 0.05

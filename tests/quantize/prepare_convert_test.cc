@@ -776,7 +776,10 @@ TEST(ConvertTest, ObserversFoundByPathAndContainerRemovedOnlyIfAllObservers) {
   EXPECT_NE(dense.find("quantize_per_tensor"), std::string::npos) << dense;
 }
 
-TEST(ConvertTest, ModuleCalledTwiceBecomesOneReferenceModule) {
+// A module called twice gets a module per call at prepare (the second a clone under a new
+// path), so that lowering can give each call the native module of its own output scale:
+// before, one native module served both calls and the second ran it on float input.
+TEST(ConvertTest, ModuleCalledTwiceBecomesAReferenceModulePerCall) {
   GraphModule gm;
   ASSERT_TRUE(gm.SetModule("conv", Conv1x1(0.5f)).ok());
   Graph& g = gm.graph();
@@ -786,22 +789,50 @@ TEST(ConvertTest, ModuleCalledTwiceBecomesOneReferenceModule) {
   ASSERT_TRUE(g.SetOutput(b).ok());
   auto prepared = Prepare(gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
   ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(a->target().name(), "conv");
+  EXPECT_NE(b->target().name(), "conv");
   ObserveEveryObserver(*prepared);
   auto report = ConvertToReference(gm, *prepared);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_TRUE(gm.Verify().ok()) << gm.Verify() << "\n" << Listing(g);
   EXPECT_EQ(report->reference_modules, 2);
-  const Module* ref = gm.FindModule("conv");
-  ASSERT_NE(ref, nullptr);
-  EXPECT_EQ(ref->type().name(), "nnqr.Conv2d");
-  std::vector<std::string> tensors;
-  for (const auto& [name, tensor] : ref->tensors()) tensors.push_back(name);
-  EXPECT_EQ(tensors, (std::vector<std::string>{"weight", "bias", "weight_scale",
-                                               "weight_zero_point", "weight_axis"}));
-  EXPECT_EQ(ref->attributes().size(), 10u);  // the conv's 8, weight_qscheme, weight_dtype
-  // Symmetric qint8 MinMax on weight 0.5: scale 0.5 / 127.5, zero point 0.
-  EXPECT_FLOAT_EQ(ref->FindTensor("weight_scale")->data<float>()[0], 0.5f / 127.5f);
-  EXPECT_EQ(*ref->FindTensor("weight_zero_point"), Tensor::FromInt64s({}, {0}));
+  for (const Node* call : {a, b}) {
+    const Module* ref = gm.FindModule(call->target().name());
+    ASSERT_NE(ref, nullptr) << call->target().name();
+    EXPECT_EQ(ref->type().name(), "nnqr.Conv2d");
+    std::vector<std::string> tensors;
+    for (const auto& [name, tensor] : ref->tensors()) tensors.push_back(name);
+    EXPECT_EQ(tensors, (std::vector<std::string>{"weight", "bias", "weight_scale",
+                                                 "weight_zero_point", "weight_axis"}));
+    EXPECT_EQ(ref->attributes().size(), 10u);  // the conv's 8, weight_qscheme, weight_dtype
+    // Symmetric qint8 MinMax on weight 0.5: scale 0.5 / 127.5, zero point 0.
+    EXPECT_FLOAT_EQ(ref->FindTensor("weight_scale")->data<float>()[0], 0.5f / 127.5f);
+    EXPECT_EQ(*ref->FindTensor("weight_zero_point"), Tensor::FromInt64s({}, {0}));
+  }
+}
+
+// A module called by a quantized node and by one the mapping keeps float: the quantized
+// call gets its own module, the float call keeps the float one.
+TEST(PrepareTest, AQuantizedCallOfAModuleAFloatCallSharesGetsItsOwnModule) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("conv", Conv1x1(0.5f)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* a = *g.AddCallModule("conv", {x});
+  Node* b = *g.AddCallModule("conv", {a});
+  ASSERT_TRUE(g.SetOutput(b).ok());
+  QConfigMapping mapping = MinMaxMapping();
+  // The second nn.Conv2d call (index 1) stays float.
+  mapping.SetModuleNameObjectTypeOrder("", "nn.Conv2d", 1, std::nullopt);
+  auto prepared = Prepare(gm, mapping, *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_NE(a->target().name(), "conv");
+  EXPECT_EQ(b->target().name(), "conv");
+  ObserveEveryObserver(*prepared);
+  auto report = ConvertToReference(gm, *prepared);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(gm.FindModule(a->target().name())->type().name(), "nnqr.Conv2d");
+  EXPECT_EQ(gm.FindModule("conv")->type().name(), "nn.Conv2d");
 }
 
 TEST(CalibrateTest, RandomSamplesNeedAShape) {
