@@ -332,6 +332,17 @@ TEST(ObserversTest, LargeTensorsGiveTheSequentialResultOnEveryThreadCount) {
   omp_set_num_threads(before);
 }
 
+// A 2048-bin histogram of three values: its range's two ends and its middle.
+void ExpectOneValueAtEachEndAndTheMiddle(const std::vector<float>& bins) {
+  ASSERT_EQ(bins.size(), 2048u);
+  EXPECT_EQ(bins[0], 1.0f);
+  EXPECT_EQ(bins[1024], 1.0f);
+  EXPECT_EQ(bins[2047], 1.0f);
+  float total = 0;
+  for (float b : bins) total += b;
+  EXPECT_EQ(total, 3.0f);
+}
+
 // Found by pass_pipeline_fuzz (tests/fuzz/README.md): infinite activations made Histc and
 // the MinMax parameters convert inf / NaN to int64. The histogram now drops infinite
 // values as PyTorch 2 does (quantization clamps them anyway); a range too wide for float32
@@ -348,13 +359,8 @@ TEST(ObserversTest, NonFiniteRangesAreErrorsNotUndefinedBehaviour) {
   EXPECT_EQ((*histogram)->max_val(), std::vector<float>{1.0f});
   // -1 in the first bin, 0 in the middle one (1024 of 2048), 1 in the last; the infinite
   // values nowhere.
-  const auto& bins = static_cast<HistogramObserver*>(histogram->get())->histogram();
-  EXPECT_EQ(bins[0], 1.0f);
-  EXPECT_EQ(bins[1024], 1.0f);
-  EXPECT_EQ(bins[2047], 1.0f);
-  float total = 0;
-  for (float b : bins) total += b;
-  EXPECT_EQ(total, 3.0f);
+  ExpectOneValueAtEachEndAndTheMiddle(
+      static_cast<HistogramObserver*>(histogram->get())->histogram());
   const absl::Status st = (*histogram)->Update(Tensor::FromFloats({2}, {-3e38f, 3e38f}));
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("HistogramObserver"), std::string::npos) << st;
@@ -389,14 +395,7 @@ TEST(ObserversTest, HistogramOfARangeWiderThanFloatMaxOverBinsStaysInRange) {
   EXPECT_EQ((*observer)->max_val(), std::vector<float>{1e36f});
   auto* histogram = dynamic_cast<HistogramObserver*>(observer->get());
   ASSERT_NE(histogram, nullptr);
-  const std::vector<float>& bins = histogram->histogram();
-  ASSERT_EQ(bins.size(), 2048u);
-  EXPECT_EQ(bins[0], 1.0f);
-  EXPECT_EQ(bins[1024], 1.0f);
-  EXPECT_EQ(bins[2047], 1.0f);
-  float total = 0;
-  for (float b : bins) total += b;
-  EXPECT_EQ(total, 3.0f);
+  ExpectOneValueAtEachEndAndTheMiddle(histogram->histogram());
 }
 
 // Found by pass_pipeline_fuzz once it reloaded lower's output: weights near float's

@@ -776,17 +776,24 @@ TEST(ConvertTest, ObserversFoundByPathAndContainerRemovedOnlyIfAllObservers) {
   EXPECT_NE(dense.find("quantize_per_tensor"), std::string::npos) << dense;
 }
 
+// x -> conv -> conv (the same module "conv" twice); `a`, `b`: the two calls.
+void BuildConvCalledTwice(GraphModule& gm, Node** a, Node** b) {
+  ASSERT_TRUE(gm.SetModule("conv", Conv1x1(0.5f)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  *a = *g.AddCallModule("conv", {x});
+  *b = *g.AddCallModule("conv", {*a});
+  ASSERT_TRUE(g.SetOutput(*b).ok());
+}
+
 // A module called twice gets a module per call at prepare (the second a clone under a new
 // path), so that lowering can give each call the native module of its own output scale:
 // before, one native module served both calls and the second ran it on float input.
 TEST(ConvertTest, ModuleCalledTwiceBecomesAReferenceModulePerCall) {
   GraphModule gm;
-  ASSERT_TRUE(gm.SetModule("conv", Conv1x1(0.5f)).ok());
   Graph& g = gm.graph();
-  Node* x = *g.AddPlaceholder("x");
-  Node* a = *g.AddCallModule("conv", {x});
-  Node* b = *g.AddCallModule("conv", {a});
-  ASSERT_TRUE(g.SetOutput(b).ok());
+  Node *a = nullptr, *b = nullptr;
+  ASSERT_NO_FATAL_FAILURE(BuildConvCalledTwice(gm, &a, &b));
   auto prepared = Prepare(gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
   ASSERT_TRUE(prepared.ok()) << prepared.status();
   EXPECT_EQ(a->target().name(), "conv");
@@ -815,12 +822,9 @@ TEST(ConvertTest, ModuleCalledTwiceBecomesAReferenceModulePerCall) {
 // call gets its own module, the float call keeps the float one.
 TEST(PrepareTest, AQuantizedCallOfAModuleAFloatCallSharesGetsItsOwnModule) {
   GraphModule gm;
-  ASSERT_TRUE(gm.SetModule("conv", Conv1x1(0.5f)).ok());
   Graph& g = gm.graph();
-  Node* x = *g.AddPlaceholder("x");
-  Node* a = *g.AddCallModule("conv", {x});
-  Node* b = *g.AddCallModule("conv", {a});
-  ASSERT_TRUE(g.SetOutput(b).ok());
+  Node *a = nullptr, *b = nullptr;
+  ASSERT_NO_FATAL_FAILURE(BuildConvCalledTwice(gm, &a, &b));
   QConfigMapping mapping = MinMaxMapping();
   // The second nn.Conv2d call (index 1) stays float.
   mapping.SetModuleNameObjectTypeOrder("", "nn.Conv2d", 1, std::nullopt);
