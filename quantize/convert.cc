@@ -16,6 +16,10 @@
 namespace fuselage {
 namespace {
 
+// PyTorch's observers take a negative ch_axis (their Update checked it is within the
+// weight's rank); torch.quantize_per_channel and a reference module's weight_axis do not.
+int64_t NonNegativeAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+
 // The quantize node one observer node becomes.
 struct ObserverReplacement {
   Node* observer = nullptr;
@@ -372,13 +376,9 @@ absl::Status ReplacePerChannelObserver(GraphModule& gm, const PerChannelReplacem
     ASSIGN_OR_RETURN(Node * attr, g.InsertBefore(observer, std::move(get_attr)));
     quantize_args.push_back(attr);
   }
-  // PyTorch's observers take a negative ch_axis; torch.quantize_per_channel does not.
-  int64_t axis = r.axis;
-  if (const Tensor* weight = gm.FindTensor(input->target().name());
-      axis < 0 && weight != nullptr) {
-    axis += weight->dim();
-  }
-  quantize_args.push_back(Argument::Int(axis));
+  const Tensor* weight = gm.FindTensor(input->target().name());
+  quantize_args.push_back(
+      Argument::Int(weight != nullptr ? NonNegativeAxis(r.axis, weight->dim()) : r.axis));
   quantize_args.push_back(Argument::Dtype(r.dtype));
   NodeSpec quantize;
   quantize.op = OpKind::kCallFunction;
@@ -452,10 +452,7 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
   }
   WeightQuantization w;
   w.per_channel = IsPerChannel(weight_observer.qscheme);
-  // PyTorch's observers take a negative ch_axis (the observer's Update checked it is in
-  // range); the reference module's weight_axis, like torch.quantize_per_channel, does not.
-  w.ch_axis = weight_observer.ch_axis < 0 ? weight_observer.ch_axis + weight->dim()
-                                          : weight_observer.ch_axis;
+  w.ch_axis = NonNegativeAxis(weight_observer.ch_axis, weight->dim());
   w.dtype = weight_observer.dtype;
   if (w.per_channel) {
     ASSIGN_OR_RETURN(w.per_channel_params, observer.CalculateQParams());

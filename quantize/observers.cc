@@ -333,7 +333,6 @@ absl::Status CheckStateSizes(const ObserverSpec& spec, const std::vector<float>&
   return absl::OkStatus();
 }
 
-// Python's int() of a float: truncation toward zero.
 // Element i of torch.linspace(start, end, steps) in float32, as PyTorch 2's CPU kernel
 // computes it: the first half stepped from `start`, the second back from `end`, each in
 // one fused multiply-add (checked against torch 2.14 on random ranges).
@@ -346,7 +345,9 @@ float LinspaceAt(float start, float end, int64_t steps, int64_t i) {
 
 std::vector<float> Linspace(float start, float end, int64_t steps) {
   std::vector<float> out(static_cast<size_t>(steps));
-  for (int64_t i = 0; i < steps; ++i) out[static_cast<size_t>(i)] = LinspaceAt(start, end, steps, i);
+  for (int64_t i = 0; i < steps; ++i) {
+    out[static_cast<size_t>(i)] = LinspaceAt(start, end, steps, i);
+  }
   return out;
 }
 
@@ -663,8 +664,7 @@ std::vector<float> HistogramObserver::HistogramInRange(float new_min, float new_
     // A histogram of one value: all its mass goes to that value's bin.
     double mass = 0;
     for (float h : histogram_) mass += h;
-    const float left = static_cast<float>(new_min), right = static_cast<float>(new_max);
-    moved[static_cast<size_t>(HistcBin(min_val_, left, right, bins))] =
+    moved[static_cast<size_t>(HistcBin(min_val_, new_min, new_max, bins))] =
         static_cast<float>(mass);
     return moved;
   }

@@ -889,28 +889,38 @@ std::string PrepareReport::ToString() const {
   return s;
 }
 
+namespace {
+
 // Gives each quantized call of a module that several nodes call a module of its own (a
 // clone, its tensors shared until written), so that convert can swap it for the quantized
 // module of that call's observers: a module called twice (or from two aliases) otherwise
 // became one quantized module that a float call, or a call with other qparams, then ran.
 // A module all of whose calls are quantized keeps its first call.
 absl::Status UnshareQuantizedModuleCalls(GraphModule& gm, const std::vector<Decision>& decisions) {
-  absl::flat_hash_map<Symbol, int> calls;
-  gm.graph().ForEachNode([&calls](const Node* n) {
-    if (n->op() == OpKind::kCallModule) ++calls[n->target()];
-  });
-  absl::flat_hash_map<Symbol, int> quantized_calls;
+  auto quantizes_a_module = [](const Decision& d) {
+    return !d.root_module.empty() && d.node->op() == OpKind::kCallModule;
+  };
+  struct Calls {
+    int quantized = 0;
+    int all = 0;
+  };
+  // Only the quantized modules' calls are counted: one lookup per call_module node.
+  absl::flat_hash_map<Symbol, Calls> calls;
   for (const Decision& d : decisions) {
-    if (!d.root_module.empty() && d.node->op() == OpKind::kCallModule) {
-      ++quantized_calls[d.node->target()];
-    }
+    if (quantizes_a_module(d)) ++calls[d.node->target()].quantized;
   }
+  if (calls.empty()) return absl::OkStatus();
+  gm.graph().ForEachNode([&calls](const Node* n) {
+    if (n->op() != OpKind::kCallModule) return;
+    if (auto it = calls.find(n->target()); it != calls.end()) ++it->second.all;
+  });
   absl::flat_hash_set<Symbol> kept_first;
   for (const Decision& d : decisions) {
-    if (d.root_module.empty() || d.node->op() != OpKind::kCallModule) continue;
+    if (!quantizes_a_module(d)) continue;
     const Symbol target = d.node->target();
-    if (calls[target] < 2) continue;
-    if (calls[target] == quantized_calls[target] && kept_first.insert(target).second) continue;
+    const Calls& c = calls[target];
+    if (c.all < 2) continue;
+    if (c.all == c.quantized && kept_first.insert(target).second) continue;
     ASSIGN_OR_RETURN(const Module* shared, gm.GetModule(target));
     const std::string path = gm.UniqueModulePath(target.name());
     RETURN_IF_ERROR(gm.SetModule(path, shared->Clone()));
@@ -918,6 +928,8 @@ absl::Status UnshareQuantizedModuleCalls(GraphModule& gm, const std::vector<Deci
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 bool IsObserverModuleType(Symbol type) {
   return ObserverKindFromName(type.name()).has_value();

@@ -164,15 +164,21 @@ class TreeKeepingGraphModule(torch.fx.GraphModule):
         return (_rebuild_keeping_tree, (rebuild, args, body))
 
 
-def _keep_tree(gm, body):
-    """`gm` given every top-level module, buffer and attribute of the __dict__ `body` it
-    lacks (a module it holds only part of, such as the observer container, is replaced by
-    the whole one, whose leaves are the same objects)."""
-    for name, child in body["_modules"].items():
+def _keep_modules_and_buffers(gm, modules, buffers):
+    """`gm` given the top-level `modules` and `buffers` its graph does not refer to (a
+    module it holds only part of, such as the observer container, is replaced by the
+    whole one, whose leaves are the same objects)."""
+    for name, child in modules.items():
         setattr(gm, name, child)
-    for name, tensor in body["_buffers"].items():
+    for name, tensor in buffers.items():
         if name not in gm._buffers:
             gm.register_buffer(name, tensor)
+
+
+def _keep_tree(gm, body):
+    """`gm` given every top-level module, buffer and attribute of the __dict__ `body` it
+    lacks."""
+    _keep_modules_and_buffers(gm, body["_modules"], body["_buffers"])
     for name, value in body.items():
         if name not in gm.__dict__:
             gm.__dict__[name] = value
@@ -203,11 +209,7 @@ def from_proto(model, tensors=None):
     except Exception as e:  # a call_module / get_attr target missing from the module tree
         raise ModelFileError(f"model: the graph does not fit its module tree: {e}") from e
     # GraphModule copies only what the graph refers to; keep the whole tree, as exported.
-    for name, child in root._modules.items():
-        setattr(gm, name, child)
-    for name, tensor in root._buffers.items():
-        if name not in gm._buffers:
-            gm.register_buffer(name, tensor)
+    _keep_modules_and_buffers(gm, root._modules, root._buffers)
     return gm.eval()
 
 

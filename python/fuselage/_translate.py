@@ -335,7 +335,6 @@ def _check_pattern_size(pattern, what):
             raise ConfigTranslationError(
                 "%s: the pattern has more than %d elements (the limit of patterns/pattern.h)"
                 % (what, _MAX_PATTERN_POSITIONS))
-    return pattern
 
 
 def _pattern_of(cfg, what):

@@ -170,9 +170,8 @@ def _warn_nothing_quantized(report, shown=5):
 
 
 def _has_observers(graph_module):
-    from fuselage import _modules
-    return any(n.op == "call_module" and
-               _modules._is_observer(type(graph_module.get_submodule(n.target)))
+    from fuselage._prepared import _is_observer_module
+    return any(n.op == "call_module" and _is_observer_module(graph_module.get_submodule(n.target))
                for n in graph_module.graph.nodes)
 
 
