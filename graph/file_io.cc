@@ -158,7 +158,7 @@ absl::Status ReplaceAtomically(const std::string& target, absl::string_view cont
 
 absl::StatusOr<size_t> ReadFileBoundedInto(
     const std::string& path, size_t max_bytes,
-    absl::FunctionRef<char*(size_t capacity, size_t length)> grow) {
+    absl::FunctionRef<char*(size_t capacity, size_t length)> grow, const HeadCheck& check_head) {
   int fd;
   do {
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
@@ -197,19 +197,28 @@ absl::StatusOr<size_t> ReadFileBoundedInto(
       return ErrnoError(errno, "cannot read", path);
     }
     if (got == 0) break;
+    if (length == 0 && check_head) {
+      if (absl::Status head = check_head(absl::string_view(buffer, static_cast<size_t>(got)));
+          !head.ok()) {
+        return absl::Status(head.code(), absl::StrCat("'", path, "': ", head.message()));
+      }
+    }
     length += static_cast<size_t>(got);
     if (length > max_bytes) return over_limit();
   }
   return length;
 }
 
-absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes) {
+absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes,
+                                            const HeadCheck& check_head) {
   std::string bytes;
-  absl::StatusOr<size_t> length =
-      ReadFileBoundedInto(path, max_bytes, [&bytes](size_t capacity, size_t) {
+  absl::StatusOr<size_t> length = ReadFileBoundedInto(
+      path, max_bytes,
+      [&bytes](size_t capacity, size_t) {
         bytes.resize(capacity);
         return bytes.data();
-      });
+      },
+      check_head);
   if (!length.ok()) return length.status();
   bytes.resize(*length);
   return bytes;

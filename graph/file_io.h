@@ -12,6 +12,8 @@
 #include <string>
 
 #include "absl/functional/function_ref.h"
+#include <functional>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -22,7 +24,14 @@ namespace fuselage {
 // limit). Reads with read() until EOF — never sizes a file with tellg/stat — so /dev/zero or a
 // pipe is refused at the limit instead of read as empty or forever. NotFound / PermissionDenied /
 // FailedPrecondition (a directory) name the path.
-absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes);
+//
+// `check_head`, when given, sees the bytes of the first read (at least one byte; fewer than a
+// header when a pipe delivers them slowly, so it refuses only what those bytes already rule
+// out): an error it returns refuses the file there, so /dev/zero given as a model or .npy is
+// refused on its first bytes instead of at the limit.
+using HeadCheck = std::function<absl::Status(absl::string_view first_bytes)>;
+absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes,
+                                            const HeadCheck& check_head = nullptr);
 
 // ReadFileBounded's reading, with the same errors, into storage the caller owns (LoadModel
 // reads a model into a buffer that is not zero-filled first, a mapping of its own when large).
@@ -31,7 +40,8 @@ absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_
 // does not change while it is read. Returns how many bytes the file held.
 absl::StatusOr<size_t> ReadFileBoundedInto(const std::string& path, size_t max_bytes,
                                            absl::FunctionRef<char*(size_t capacity,
-                                                                   size_t length)> grow);
+                                                                   size_t length)> grow,
+                                           const HeadCheck& check_head = nullptr);
 
 // Replaces `path` with `contents` atomically: a temporary file in path's folder, write all,
 // fflush/fsync, close checked, rename over path. Any failure leaves the old file exactly as it was

@@ -1164,7 +1164,8 @@ struct FileBytes {
 // Read as ReadFile reads (ReadFileBoundedInto: until EOF, refused past max_bytes). A regular
 // file is one allocation of its size + 1; only a file that grows while read, a pipe or a
 // device is copied into a larger buffer as it grows.
-absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path, int64_t max_bytes) {
+absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path, int64_t max_bytes,
+                                        const HeadCheck& check_head) {
   FileBytes file;
   auto grow = [&file](size_t capacity, size_t length) {
     std::unique_ptr<TensorBuffer, FileBytes::Unref> larger(TensorBuffer::Allocate(capacity));
@@ -1174,15 +1175,45 @@ absl::StatusOr<FileBytes> ReadFileBytes(const std::string& path, int64_t max_byt
   };
   ASSIGN_OR_RETURN(file.length,
                    ReadFileBoundedInto(
-                       path, static_cast<size_t>(std::max<int64_t>(max_bytes, 0)), grow));
+                       path, static_cast<size_t>(std::max<int64_t>(max_bytes, 0)), grow,
+                       check_head));
   return file;
+}
+
+// A binary model starts with a protobuf tag: field number >= 1 and a wire type a parser can
+// skip (0 varint, 1 fixed64, 2 length-delimited, 3 group, 5 fixed32). Only the low bits of
+// the first byte are needed to see that; a zero byte (as all of /dev/zero) is never one.
+absl::Status CheckBinaryModelHead(absl::string_view head) {
+  const auto first = static_cast<unsigned char>(head[0]);
+  const int wire_type = first & 7;
+  if ((first & 0x80) == 0 && (first >> 3) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not a fuselage model file: its first byte 0x", absl::Hex(first, absl::kZeroPad2),
+        " is a protobuf field number 0"));
+  }
+  if (wire_type == 4 || wire_type == 6 || wire_type == 7) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not a fuselage model file: its first byte 0x", absl::Hex(first, absl::kZeroPad2),
+        " has protobuf wire type ", wire_type, ", which cannot start a field"));
+  }
+  return absl::OkStatus();
+}
+
+// Text format holds no NUL byte.
+absl::Status CheckTextModelHead(absl::string_view head) {
+  const size_t nul = head.find('\0');
+  if (nul == absl::string_view::npos) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "not a fuselage text model file: byte ", nul, " is NUL, which text format never holds"));
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GraphModule>> LoadModel(const std::string& path,
                                                        const ModelLimits& limits) {
-  ASSIGN_OR_RETURN(FileBytes file, ReadFileBytes(path, EffectiveMaxBytes(limits)));
+  ASSIGN_OR_RETURN(FileBytes file,
+                   ReadFileBytes(path, EffectiveMaxBytes(limits),
+                                 IsTextPath(path) ? CheckTextModelHead : CheckBinaryModelHead));
   const absl::string_view contents = file.bytes();
   auto gm = IsTextPath(path) ? ParseModelText(contents, limits) : ParseModel(contents, limits);
   if (!gm.ok()) {

@@ -164,8 +164,15 @@ absl::StatusOr<std::string> SerializeNpy(const Tensor& tensor) {
 }
 
 absl::StatusOr<Tensor> ReadNpy(const std::string& path, int64_t max_bytes) {
+  // The magic is checked on the first bytes: /dev/zero is refused there, not at the limit.
+  auto check_magic = [](absl::string_view head) -> absl::Status {
+    const size_t n = std::min(head.size(), kMagic.size());
+    if (head.substr(0, n) == kMagic.substr(0, n)) return absl::OkStatus();
+    return Bad("not a .npy file (bad magic)");
+  };
   ASSIGN_OR_RETURN(std::string bytes,
-                   ReadFileBounded(path, static_cast<size_t>(std::max<int64_t>(max_bytes, 0))));
+                   ReadFileBounded(path, static_cast<size_t>(std::max<int64_t>(max_bytes, 0)),
+                                   check_magic));
   absl::StatusOr<Tensor> tensor = ParseNpy(bytes);
   if (!tensor.ok()) {
     return absl::Status(tensor.status().code(),

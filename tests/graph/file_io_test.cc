@@ -230,13 +230,14 @@ TEST(WriteFileAtomically, FollowsASymlinkToItsTarget) {
 
 // LoadModel reads through ReadFileBoundedInto: /dev/zero was sized 0 by tellg and parsed as
 // an empty model ("format_version is 0"), a directory was "9223372036854775807 bytes".
+// /dev/zero is refused on its first byte, under the default 2 GiB limit (it was read to the
+// limit first).
 TEST(LoadModelFile, ReadsBoundedAndNamesWhatIsWrong) {
-  ModelLimits limits;
-  limits.max_file_bytes = 1 << 20;
-  auto zero = LoadModel("/dev/zero", limits);
+  auto zero = LoadModel("/dev/zero");
   EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(zero.status().message(),
-              HasSubstr("'/dev/zero' is larger than the limit of 1048576"));
+              HasSubstr("'/dev/zero': not a fuselage model file: its first byte 0x00 is a "
+                        "protobuf field number 0"));
 
   const std::string folder = FreshFolder("load_model");
   auto dir = LoadModel(folder);
@@ -263,6 +264,43 @@ TEST(LoadModelFile, ReadsBoundedAndNamesWhatIsWrong) {
     EXPECT_EQ(SerializeModel(**back), SerializeModel(**gm));
   }
   EXPECT_EQ(FolderEntries(folder), (std::set<std::string>{"m.fsl", "m.textproto"}));
+}
+
+// The first bytes a reader can rule out refuse the file there: a binary model's first byte
+// must be a protobuf tag (wire type 7 never is), a text model holds no NUL.
+TEST(LoadModelFile, RefusesOnFirstBytesThatCannotStartAModel) {
+  const std::string folder = FreshFolder("model_head");
+  PutFile(folder + "/wire7.fsl", std::string("\x0f", 1) + std::string(100, 'x'));
+  auto wire7 = LoadModel(folder + "/wire7.fsl");
+  EXPECT_THAT(wire7.status().message(),
+              HasSubstr("first byte 0x0f has protobuf wire type 7, which cannot start a field"));
+  PutFile(folder + "/nul.textproto", std::string("format_version: 1\0", 18));
+  auto nul = LoadModel(folder + "/nul.textproto");
+  EXPECT_THAT(nul.status().message(),
+              HasSubstr("not a fuselage text model file: byte 17 is NUL"));
+}
+
+// check_head sees the first read's bytes once; its error, prefixed with the path, is the
+// read's.
+TEST(ReadFileBounded, AHeadCheckSeesTheFirstBytesOnceAndRefusesThere) {
+  const std::string folder = FreshFolder("head_check");
+  PutFile(folder + "/f", "abcdef");
+  int calls = 0;
+  std::string seen;
+  auto accept = [&](absl::string_view head) {
+    ++calls;
+    seen = std::string(head);
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::string> read = ReadFileBounded(folder + "/f", 100, accept);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "abcdef");
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, "abcdef");
+  auto refuse = [](absl::string_view) { return absl::InvalidArgumentError("no"); };
+  read = ReadFileBounded("/dev/zero", size_t{1} << 40, refuse);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(read.status().message(), "'/dev/zero': no");
 }
 
 }  // namespace
