@@ -15,7 +15,7 @@ import torch
 import torch.fx
 from google.protobuf import text_format
 
-from fuselage import _declared, _modules, _names
+from fuselage import _declared, _modules, _names, _packed
 from fuselage._limits import LIMITS, MAX_FILE_BYTES, NODE_NAME
 from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import (OUTPUT_KEYS_META, adopt_tensor, check_string, read_arg,
@@ -210,7 +210,7 @@ def from_proto(model, tensors=None):
         raise ModelFileError(f"model: the graph does not fit its module tree: {e}") from e
     # GraphModule copies only what the graph refers to; keep the whole tree, as exported.
     _keep_modules_and_buffers(gm, root._modules, root._buffers)
-    return gm.eval()
+    return _packed.pack_functional_ops(gm).eval()
 
 
 def _read_bytes(path):
@@ -260,8 +260,23 @@ def to_torch(path, config=None):
     for c in configs:
         _declared.load(c)
     path = model_path(path, ModelFileError)  # str, bytes or os.PathLike
-    model = _parse(path, _read_bytes(path))
+    core = _engine()
+    if core is None:
+        model, tensors = _parse(path, _read_bytes(path)), None
+    else:
+        # One set of limits: what the C++ loader refuses, to_torch refuses with its message.
+        structure, tensors = core.Model.load(path).take_parts()
+        model = model_pb2().Model.FromString(structure)
     try:
-        return from_proto(model)
+        return from_proto(model, tensors)
     except ModelFileError as e:
         raise ModelFileError(f"{path}: {e}") from e
+
+
+def _engine():
+    """fuselage._core, or None where the compiled extension is not built."""
+    try:
+        from fuselage import _core
+    except ImportError:
+        return None
+    return _core

@@ -198,8 +198,8 @@ def test_without_the_config_to_torch_names_the_config_to_pass(tmp_path):
         fuselage.to_torch(str(other))
     message = str(e.value)
     assert "module 'conv'" in message
-    assert "'user.NotDeclaredAnywhere' has no PyTorch class" in message
-    assert "config='my_backend.textproto'" in message
+    assert "unknown module type 'user.NotDeclaredAnywhere'" in message
+    assert "my_backend.textproto" in message
 
 
 def test_a_conflicting_declaration_is_refused(tmp_path):

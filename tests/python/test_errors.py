@@ -128,7 +128,7 @@ def test_wrong_format_version(tmp_path):
 def test_unknown_module_type_names_the_module(tmp_path):
     model = valid_model()
     model.root.children[0].module.type = "nn.NoSuchLayer"
-    with pytest.raises(ModelFileError, match=r"module 'fc': module type 'nn.NoSuchLayer'"):
+    with pytest.raises(ModelFileError, match=r"module 'fc': unknown module type 'nn.NoSuchLayer'"):
         fuselage.to_torch(write(tmp_path, model))
 
 
@@ -143,7 +143,7 @@ def test_unknown_function_names_the_node(tmp_path):
 def test_reference_to_a_later_node(tmp_path):
     model = valid_model()
     model.graph.nodes[1].args[0].node = "relu"
-    with pytest.raises(ModelFileError, match=r"node 'fc' args\[0\]: refers to node 'relu'"):
+    with pytest.raises(ModelFileError, match=r"node 'fc' uses 'relu', which does not come before it"):
         fuselage.to_torch(write(tmp_path, model))
 
 
@@ -151,8 +151,8 @@ def test_tensor_bytes_not_matching_shape(tmp_path):
     model = valid_model()
     weight = model.root.children[0].module.tensors[0]
     weight.tensor.data = weight.tensor.data[:-4]
-    with pytest.raises(ModelFileError, match=r"module 'fc' tensor 'weight': field 'data' has "
-                                             r"12 bytes; expected 16"):
+    with pytest.raises(ModelFileError, match=r"module 'fc' .*tensor 'weight': field 'data' "
+                                             r"has 12 bytes; expected 16"):
         fuselage.to_torch(write(tmp_path, model))
 
 
@@ -161,12 +161,12 @@ def test_tensor_shape_not_matching_the_module(tmp_path):
     weight = model.root.children[0].module.tensors[0].tensor
     del weight.shape[:]
     weight.shape.extend([4, 1])
-    with pytest.raises(ModelFileError, match=r"module 'fc'.*'weight' has shape \[4, 1\]"):
+    with pytest.raises(ModelFileError, match=r"module 'fc'.*weight \[4, 1\] has in features 1"):
         fuselage.to_torch(write(tmp_path, model))
 
 
 def test_garbage_file(tmp_path):
     path = tmp_path / "garbage.fsl"
     path.write_bytes(b"\x1a\x10abc")  # field 'graph' declares 16 bytes; 3 follow
-    with pytest.raises(ModelFileError, match="not a fuselage model file"):
+    with pytest.raises(ModelFileError, match="not a valid fuselage model"):
         fuselage.to_torch(str(path))

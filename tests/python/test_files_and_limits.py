@@ -35,17 +35,16 @@ def _model_file_error(path):
 
 
 def test_missing_file_is_a_model_file_error(tmp_path):
-    assert "no such model file" in _model_file_error(tmp_path / "nope.fsl")
+    assert "No such file or directory" in _model_file_error(tmp_path / "nope.fsl")
 
 
 def test_directory_is_a_model_file_error(tmp_path):
     assert "is a directory" in _model_file_error(tmp_path)
 
 
-def test_dev_zero_is_refused_at_the_size_limit(monkeypatch):
-    # The real limit is 2 GiB - 1; a small one shows the read is bounded, not sized by stat.
-    monkeypatch.setattr("fuselage._importer.MAX_FILE_BYTES", 1 << 16)
-    assert "larger than the limit of 65536 bytes" in _model_file_error("/dev/zero")
+def test_dev_zero_is_refused_on_its_first_byte():
+    # It was read to the 2 GiB limit first; a zero byte cannot start a model.
+    assert "its first byte 0x00 is a protobuf field number 0" in _model_file_error("/dev/zero")
 
 
 def test_every_truncation_is_a_model_file_error(small_file):

@@ -144,5 +144,5 @@ def test_a_type_with_no_mapping_is_a_model_file_error_naming_it(tmp_path):
     with pytest.raises(ModelFileError) as e:
         fuselage.to_torch(str(unknown))
     assert f"module '{child.name}'" in str(e.value)
-    assert "'user.NoSuchType' has no PyTorch class" in str(e.value)
+    assert "unknown module type 'user.NoSuchType'" in str(e.value)
     assert "config=" in str(e.value)  # a type in no built-in namespace: says what to pass
