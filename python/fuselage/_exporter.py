@@ -27,7 +27,7 @@ import torch.fx
 from google.protobuf import text_format
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
-from fuselage import _declared, _modules, _names, _prepared, _registry
+from fuselage import _declared, _modules, _names, _packed, _prepared, _registry
 from fuselage._limits import LIMITS, MAX_FILE_BYTES
 from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import OUTPUT_KEYS_META, handoff_tensor, write_arg, write_tensor
@@ -206,7 +206,8 @@ class _Exporter:
         """`source` is the nn.Module `gm` was traced from (None for a GraphModule given as
         is): where gm holds a plain module at a path where source holds a torch container,
         the container's class and all its children are written."""
-        self.gm = gm
+        self.gm = _packed.unpack_functional_ops(gm)
+        self.runnable = gm  # what PyTorch runs to find shapes (packed ops and all)
         self.source = source
         # The in-memory handoff (fuselage._core.from_torch): a list collecting the tensors,
         # in the order the file lists them, written as placeholders without bytes; None
@@ -232,7 +233,7 @@ class _Exporter:
         model.format_version = 1
         model.producer = f"fuselage.export (torch {torch.__version__})"
         self._write_module(self.gm, "", _names.ROOT_TYPE, model.root, 0, self.source)
-        shapes = _shape_meta(self.gm, example_inputs)
+        shapes = _shape_meta(self.runnable, example_inputs)
         graph, fields = _flatten_structured_inputs(self.gm.graph, example_inputs)
         flattened = {access for accesses in fields.values() for _, access in accesses}
         nodes = model.graph.nodes
@@ -446,8 +447,8 @@ class _Exporter:
         if not isinstance(obj, (torch.Tensor, torch.nn.Module)):
             raise ExportError(
                 f"{where}: get_attr target '{node.target}' is a {type(obj).__name__}; a model "
-                "file can only refer to tensors and modules (packed parameters of functional "
-                "quantized ops are not supported)")
+                "file can only refer to tensors and modules (of packed parameters, only those "
+                "of functional quantized conv / linear are unpacked)")
 
 
 def to_proto(module, example_inputs=None, tensors=None):
@@ -455,7 +456,8 @@ def to_proto(module, example_inputs=None, tensors=None):
     the tensors are appended to it in file order and the message holds empty
     placeholders instead of their bytes (Model.from_parts takes both)."""
     gm = _as_graph_module(module)
-    return _Exporter(gm, None if gm is module else module, tensors).model(example_inputs)
+    source = None if gm is module else module
+    return _Exporter(gm, source, tensors).model(example_inputs)
 
 
 def _write_atomically(path, data):

@@ -1,0 +1,168 @@
+"""Functional quantized conv / linear between fuselage's form and PyTorch's packed form.
+
+fuselage writes a lowered F.conv2d / F.linear (+ relu) with its weight as a tensor:
+    quantized.conv2d_relu(x_q, w_q, bias, stride, padding, dilation, groups,
+                          output_scale=s, output_zero_point=z)
+    quantized.linear(x_q, w_q, bias, output_scale=s, output_zero_point=z)
+PyTorch's kernels of the same names take the weight prepacked for the engine:
+    quantized.conv2d_relu(x_q, packed, s, z),  packed = quantized.conv2d_prepack(w_q, bias, ...)
+to_torch packs (`pack_functional_ops`) so the GraphModule runs on PyTorch; export unpacks
+(`unpack_functional_ops`) so a converted model, fuselage's or PyTorch's, goes into a file
+of tensors.
+"""
+
+import copy
+
+import torch
+import torch.fx
+
+# op name -> (spatial dims, or 0 for linear)
+_OPS = {f"{base}{tail}": dims
+        for base, dims in (("conv1d", 1), ("conv2d", 2), ("conv3d", 3), ("linear", 0))
+        for tail in ("", "_relu")}
+_PACKED_PREFIX = "_packed_weight_"
+
+
+def _op_name(node):
+    """The _OPS key of a call_function to torch.ops.quantized.<op>, else None."""
+    if node.op != "call_function":
+        return None
+    for name in _OPS:
+        op = getattr(torch.ops.quantized, name, None)
+        if op is not None and node.target in (op, getattr(op, "default", None)):
+            return name
+    return None
+
+
+def _attr(gm, target):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _constant(gm, arg):
+    """The tensor (or None) of `arg` when it is None or a get_attr of a tensor; a sentinel
+    otherwise."""
+    if arg is None:
+        return None
+    if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
+        value = _attr(gm, arg.target)
+        if isinstance(value, torch.Tensor):
+            return value
+    return _NOT_CONSTANT
+
+
+_NOT_CONSTANT = object()
+
+
+def _free_name(gm, prefix):
+    i = 0
+    while hasattr(gm, f"{prefix}{i}"):
+        i += 1
+    return f"{prefix}{i}"
+
+
+def _ints(value, dims, default):
+    if value is None:
+        return [default] * dims
+    if isinstance(value, int):
+        return [value] * dims
+    return [int(v) for v in value]
+
+
+def _pack(name, weight, bias, args, kwargs):
+    dims = _OPS[name]
+    if dims == 0:
+        return torch.ops.quantized.linear_prepack(weight, bias)
+
+    def conv_arg(index, key, default):
+        value = args[index] if len(args) > index else kwargs.get(key)
+        return _ints(value, dims, default)
+    groups = args[6] if len(args) > 6 else kwargs.get("groups", 1)
+    prepack = getattr(torch.ops.quantized, f"conv{dims}d_prepack")
+    return prepack(weight, bias, conv_arg(3, "stride", 1), conv_arg(4, "padding", 0),
+                   conv_arg(5, "dilation", 1), int(groups))
+
+
+def pack_functional_ops(gm):
+    """Rewrites, in place, each functional quantized conv / linear of `gm` written in
+    fuselage's form whose weight and bias are attributes into PyTorch's packed form. A
+    weight computed in the graph is left as it is (lowering never writes one)."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        name = _op_name(node)
+        if name is None or "output_scale" not in node.kwargs or len(node.args) < 2:
+            continue
+        args, kwargs = node.args, dict(node.kwargs)
+        weight = _constant(gm, args[1])
+        bias = _constant(gm, args[2] if len(args) > 2 else kwargs.get("bias"))
+        if not isinstance(weight, torch.Tensor) or bias is _NOT_CONSTANT:
+            continue
+        packed_name = _free_name(gm, _PACKED_PREFIX)
+        setattr(gm, packed_name, _pack(name, weight, bias, args, kwargs))
+        with gm.graph.inserting_before(node):
+            packed = gm.graph.get_attr(packed_name)
+        replaced = list(args[1:3]) + [kwargs.get("bias")]
+        node.args = (args[0], packed, kwargs["output_scale"], kwargs["output_zero_point"])
+        node.kwargs = {}
+        _erase_unused_get_attrs(gm.graph, replaced)
+        changed = True
+    if changed:
+        gm.recompile()
+    return gm
+
+
+def _erase_unused_get_attrs(graph, args):
+    for arg in args:
+        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and not arg.users:
+            graph.erase_node(arg)
+
+
+def _unpacked_args(name, packed):
+    """(weight, bias, the conv's stride, padding, dilation, groups) of `packed`."""
+    dims = _OPS[name]
+    if dims == 0:
+        weight, bias = torch.ops.quantized.linear_unpack(packed)
+        return weight, bias, ()
+    weight, bias = getattr(torch.ops.quantized, f"conv{dims}d_unpack")(packed)
+    # A conv1d is packed as a conv2d of height 1: its parameters carry a leading 1 / 0.
+    return weight, bias, (list(packed.stride())[-dims:], list(packed.padding())[-dims:],
+                          list(packed.dilation())[-dims:], int(packed.groups()))
+
+
+def unpack_functional_ops(gm):
+    """`gm`, or a copy sharing its modules and tensors, in which every functional quantized
+    conv / linear in PyTorch's packed form is in fuselage's form, its weight and bias new
+    attributes. The caller's module is not changed."""
+    nodes = [n for n in gm.graph.nodes if _op_name(n) is not None and len(n.args) == 4
+             and isinstance(n.args[1], torch.fx.Node) and n.args[1].op == "get_attr"
+             and isinstance(_attr(gm, n.args[1].target), torch._C.ScriptObject)]
+    if not nodes:
+        return gm
+    from fuselage._importer import TreeKeepingGraphModule, _keep_tree
+    graph = copy.deepcopy(gm.graph)
+    copy_of = {n.name: n for n in graph.nodes}
+    result = _keep_tree(TreeKeepingGraphModule(gm, graph), gm.__dict__)
+    for original in nodes:
+        node = copy_of[original.name]
+        name = _op_name(node)
+        x, packed, scale, zero_point = node.args
+        weight, bias, conv_args = _unpacked_args(name, _attr(gm, packed.target))
+        with graph.inserting_before(node):
+            weight_name = _free_name(result, f"{node.name}_weight_")
+            result.register_buffer(weight_name, weight)
+            weight_node = graph.get_attr(weight_name)
+            bias_node = None
+            if bias is not None:
+                bias_name = _free_name(result, f"{node.name}_bias_")
+                result.register_buffer(bias_name, bias)
+                bias_node = graph.get_attr(bias_name)
+        node.args = (x, weight_node, bias_node) + tuple(conv_args)
+        node.kwargs = {"output_scale": scale, "output_zero_point": zero_point}
+        _erase_unused_get_attrs(graph, [packed])
+    for target in {n.args[1].target for n in nodes}:
+        if not any(n.op == "get_attr" and n.target == target for n in graph.nodes):
+            result.__dict__.pop(target, None)
+    result.recompile()
+    return result
