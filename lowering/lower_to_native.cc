@@ -528,6 +528,27 @@ absl::StatusOr<bool> Lowerer::LowerTupleAt(Node* n) {
   return true;
 }
 
+// A weight quantized per channel along an axis other than its output channels (a linear's
+// ch_axis=1) cannot be packed for a native conv / linear kernel, which would read the
+// scales as per output channel: silently wrong results.
+absl::Status CheckWeightAxis(const LoweringRule& rule, const Plan& plan) {
+  if (rule.weight_arg < 0) return absl::OkStatus();
+  for (const auto& [index, arg] : plan.quantized_args) {
+    if (static_cast<int>(index) != rule.weight_arg || !arg.is_node()) continue;
+    const Node* q = arg.as_node();
+    if (!IsCall(q, OpKind::kCallFunction, T().quantize_per_channel) || q->num_args() < 4 ||
+        !q->arg(3).is_int() || q->arg(3).as_int() == 0) {
+      continue;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rule '", rule.name, "': the weight '", q->name(),
+        "' is quantized per channel along axis ", q->arg(3).as_int(),
+        "; a native kernel needs its output channels, axis 0 (the weight observer's "
+        "ch_axis)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Module* module,
                                       Node* relu, Node* q, const OutputQParams& output) const {
   // Built only for the reason a rule does not apply.
@@ -643,6 +664,7 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
       RETURN_IF_ERROR(PlanPassThroughOutput(rule, quantized_inputs, &plan));
       break;
     case LoweringRule::Action::kNativeFunction:
+      RETURN_IF_ERROR(CheckWeightAxis(rule, plan));
       break;
     case LoweringRule::Action::kNativeComposition: {
       const absl::Status status = PlanComposition(rule, *module, &plan);

@@ -557,15 +557,19 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
                                                "nnqr.Conv2d", "nniq.ConvAddReLU2d", {0, 1})));
   // Functionals: dequantized input and weight.
   constexpr auto kKwargs = LoweringRule::OutputQParamsStyle::kKwargs;
+  auto weighted_function = [&](std::string name, std::string reference, std::string native) {
+    LoweringRule r = FunctionRule(std::move(name), std::move(reference), native,
+                                  native + "_relu", kKwargs);
+    r.weight_arg = 1;
+    return registry.Register(std::move(r));
+  };
   for (const char* d : {"1d", "2d", "3d"}) {
-    RETURN_IF_ERROR(registry.Register(FunctionRule(
-        absl::StrCat("functional-conv", d), absl::StrCat("torch.nn.functional.conv", d),
-        absl::StrCat("torch.ops.quantized.conv", d),
-        absl::StrCat("torch.ops.quantized.conv", d, "_relu"), kKwargs)));
+    RETURN_IF_ERROR(weighted_function(absl::StrCat("functional-conv", d),
+                                      absl::StrCat("torch.nn.functional.conv", d),
+                                      absl::StrCat("torch.ops.quantized.conv", d)));
   }
-  RETURN_IF_ERROR(registry.Register(
-      FunctionRule("functional-linear", "torch.nn.functional.linear",
-                   "torch.ops.quantized.linear", "torch.ops.quantized.linear_relu", kKwargs)));
+  RETURN_IF_ERROR(weighted_function("functional-linear", "torch.nn.functional.linear",
+                                    "torch.ops.quantized.linear"));
   // Binary ops on two dequantized tensors: (qa, qb, scale, zero_point).
   constexpr auto kAppend = LoweringRule::OutputQParamsStyle::kAppendArgs;
   for (const char* f : {"operator.add", "torch.add"}) {

@@ -116,6 +116,10 @@ struct LoweringRule {
   // n inputs: arg `dequantized_args[0]` is a list (torch.cat) whose every item must be
   // a dequantized tensor.
   bool list_of_dequantized = false;
+  // kNativeFunction: the dequantized arg holding a weight (1 for F.conv2d / F.linear), or
+  // -1. The native kernels pack a weight per tensor or per output channel (axis 0) only;
+  // one quantized along another axis keeps the op in reference form.
+  int weight_arg = -1;
   // kPassThrough list rules only: the op's quantized kernel requantizes every item into
   // the first item's parameters (ATen's quantized cat does), so items with other
   // parameters lower too; otherwise every item must carry the first item's parameters.

@@ -102,6 +102,13 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ObserverSpec::QuantRange() const {
       return absl::InvalidArgumentError(
           absl::StrCat(where(), "quant range of ", range_len, " values exceeds 2^31"));
     }
+    // PyTorch accepts such a range and its converted model then fails at run ("zero_point -3
+    // is below lower bound"): a zero point there cannot be stored in the dtype.
+    if (IsQuantized(dtype) && (qmin < DTypeMin(dtype) || qmax > DTypeMax(dtype))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where(), "quant_min/quant_max [", qmin, ", ", qmax, "] lie outside ",
+          DTypeName(dtype), "'s range [", DTypeMin(dtype), ", ", DTypeMax(dtype), "]"));
+    }
     // PyTorch halves a customized range too (floor division).
     if (reduce_range) {
       auto floor_half = [](int64_t v) { return v >= 0 ? v / 2 : -((-v + 1) / 2); };

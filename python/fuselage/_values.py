@@ -245,7 +245,11 @@ def adopt_tensor(handed, where):
     array keeps the engine's buffer alive as long as the tensor lives."""
     values = getattr(handed, "values", None)
     if values is None:
-        return torch.from_numpy(handed)
+        # An empty tensor gets storage of its own: a per-channel observer not yet run holds
+        # min_val = [] and resize_()s it on its first batch, which the engine's memory
+        # (not resizable) refuses.
+        return torch.from_numpy(handed).clone() if handed.size == 0 else \
+            torch.from_numpy(handed)
     dtype = _QUANTIZED_DTYPES.get(handed.dtype)
     if dtype is None:
         raise ModelFileError(f"{where}: a quantized tensor of dtype {handed.dtype}")

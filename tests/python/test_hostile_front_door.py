@@ -1,9 +1,12 @@
 """The Python front door under hostile input (issue 40): each case ends in one of
 fuselage's error classes naming the entry, or behaves as PyTorch's own flow does."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.ao.quantization import QConfig, QConfigMapping, get_default_qconfig_mapping
 from torch.ao.quantization.backend_config import get_qnnpack_backend_config
 from torch.ao.quantization.observer import FixedQParamsObserver, MinMaxObserver
@@ -12,6 +15,16 @@ import fuselage
 from conftest import nested_pattern_config
 from fuselage import _translate
 from fuselage.quantize_fx import convert_fx, prepare_fx
+
+
+@pytest.fixture(autouse=True)
+def qnnpack_engine():
+    """The cases use qnnpack's qconfigs (activations over the full quint8 range), which
+    PyTorch's onednn linear (1.13's default engine here) does not compute exactly."""
+    engine = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "qnnpack"
+    yield
+    torch.backends.quantized.engine = engine
 
 
 def test_a_pattern_nested_two_thousand_deep_is_refused_naming_its_entry():
@@ -123,3 +136,136 @@ def test_a_negative_weight_channel_axis_converts_to_a_model_that_runs():
     assert torch.allclose(reference.weight_scale.float(), expected, rtol=1e-6)
     with torch.no_grad():
         assert float((converted(x) - model(x)).abs().max()) < 0.05
+
+
+class _FunctionalConvReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 3, 3, 3))
+        self.b = nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        return F.relu(F.conv2d(x, self.w, self.b, (2, 1), (1, 0), (1, 1), 1))
+
+
+class _FunctionalLinearReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(5, 12))
+        self.b = nn.Parameter(torch.randn(5))
+
+    def forward(self, x):
+        return F.relu(F.linear(x, self.w, self.b))
+
+
+_FUNCTIONAL = {"F.conv2d + relu": (_FunctionalConvReLU, (2, 3, 9, 8)),
+               "F.linear + relu": (_FunctionalLinearReLU, (16, 12))}
+
+
+def _converted_output(converted, x):
+    """The last quantized tensor of `converted` (before its final dequantize)."""
+    graph = copy.deepcopy(converted.graph)
+    output = next(n for n in graph.nodes if n.op == "output")
+    output.args = (output.args[0].args[0],)
+    with torch.no_grad():
+        return torch.fx.GraphModule(converted, graph)(x)
+
+
+@pytest.mark.parametrize("case", sorted(_FUNCTIONAL))
+def test_a_functional_conv_or_linear_converts_to_pytorchs_packed_call(case):
+    # Before: quantized::conv2d_relu() expected at most 4 argument(s) but received 7
+    # (F.linear: 5 for 4) when the user ran the converted model.
+    from torch.ao.quantization.quantize_fx import convert_fx as torch_convert_fx
+    from torch.ao.quantization.quantize_fx import prepare_fx as torch_prepare_fx
+    model_class, shape = _FUNCTIONAL[case]
+    torch.manual_seed(0)
+    model = model_class().eval()
+    x = torch.randn(*shape)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    ours = prepare_fx(model, mapping, (x,))
+    theirs = torch_prepare_fx(copy.deepcopy(model), mapping, (x,))
+    ours(x)
+    theirs(x)
+    ours, theirs = convert_fx(ours), torch_convert_fx(theirs)
+    op = next(n for n in ours.graph.nodes if n.op == "call_function"
+              and "relu" in str(n.target) and "quantized" in str(n.target))
+    assert len(op.args) == 4 and not op.kwargs  # x, packed weight, scale, zero point
+    assert isinstance(getattr(ours, op.args[1].target), torch._C.ScriptObject)
+    got, want = _converted_output(ours, x), _converted_output(theirs, x)
+    assert (got.q_scale(), got.q_zero_point()) == (want.q_scale(), want.q_zero_point())
+    steps = (got.int_repr().int() - want.int_repr().int()).abs()
+    assert int(steps.max()) <= 1 and float((steps == 0).float().mean()) >= 0.99
+
+
+@pytest.mark.parametrize("case", sorted(_FUNCTIONAL))
+def test_a_packed_functional_model_exports_and_runs_in_fuselage(case):
+    # export unpacks PyTorch's packed form into tensors: fuselage's converted model and
+    # PyTorch's own both go into a model file and run in fuselage as in PyTorch.
+    from torch.ao.quantization.quantize_fx import convert_fx as torch_convert_fx
+    from torch.ao.quantization.quantize_fx import prepare_fx as torch_prepare_fx
+    from fuselage import _core
+    model_class, shape = _FUNCTIONAL[case]
+    torch.manual_seed(0)
+    model = model_class().eval()
+    x = torch.randn(*shape)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    for prepare, convert in ((prepare_fx, convert_fx), (torch_prepare_fx, torch_convert_fx)):
+        prepared = prepare(copy.deepcopy(model), mapping, (x,))
+        prepared(x)
+        converted = convert(prepared)
+        step = _converted_output(converted, x).q_scale()
+        with torch.no_grad():
+            want = converted(x)
+        got = torch.from_numpy(_core.run(_core.from_torch(converted, (x,)), [x.numpy()])[0])
+        assert float((got - want).abs().max()) <= step * 1.001
+        # The caller's model keeps its packed form.
+        assert any(isinstance(v, torch._C.ScriptObject) for v in vars(converted).values())
+
+
+# Found by test_hostile_property.py: each case below is one of its seeds, reduced.
+
+def test_a_functional_weight_quantized_along_its_input_features_stays_a_reference_op():
+    # Seed 511: a per-channel weight observer with ch_axis=-1 on F.linear's weight gave a
+    # quantized::linear packed with per-input-feature scales, read as per-output-channel
+    # ones: 28x PyTorch's error, silently. The op now stays dequantize -> F.linear.
+    from torch.ao.quantization.observer import PerChannelMinMaxObserver
+    torch.manual_seed(0)
+    model = _FunctionalLinearReLU().eval()
+    x = torch.randn(16, 12)
+    qconfig = QConfig(activation=MinMaxObserver.with_args(dtype=torch.quint8),
+                      weight=PerChannelMinMaxObserver.with_args(
+                          dtype=torch.qint8, qscheme=torch.per_channel_symmetric, ch_axis=-1))
+    prepared = prepare_fx(model, QConfigMapping().set_global(qconfig), (x,))
+    prepared(x)
+    converted = convert_fx(prepared)
+    assert not any("quantized.linear" in str(n.target) for n in converted.graph.nodes)
+    with torch.no_grad():
+        want, got = model(x), converted(x)
+    step = float(want.max()) / 255
+    assert float((got - want).abs().max()) <= 8 * step
+
+
+def test_an_uncalibrated_per_channel_observer_takes_its_first_batch():
+    # Seed 110: a per-channel observer's empty min_val came from the engine's memory, which
+    # PyTorch cannot resize_ ("Trying to resize storage that is not resizable").
+    from torch.ao.quantization import get_default_qconfig_mapping as default_mapping
+    torch.manual_seed(0)
+    model = _FunctionalConvReLU().eval()
+    x = torch.randn(2, 3, 9, 8)
+    prepared = prepare_fx(model, default_mapping("fbgemm"), (x,))
+    prepared(x)  # raised
+    observed = [m for m in prepared.modules() if hasattr(m, "ch_axis") and m.min_val.numel()]
+    assert any(torch.equal(m.min_val, model.w.detach().amin(dim=(1, 2, 3))) for m in observed)
+
+
+def test_a_quant_range_outside_the_dtype_is_refused_at_prepare():
+    # Seed 146: quint8 with quant_min=-3 converted (in PyTorch too) to a model whose quantize
+    # then failed at run: "zero_point -3 is below lower bound".
+    qconfig = QConfig(activation=MinMaxObserver.with_args(dtype=torch.quint8, quant_min=-3,
+                                                          quant_max=252),
+                      weight=MinMaxObserver.with_args(dtype=torch.qint8))
+    model = nn.Sequential(nn.ReLU(), nn.MaxPool2d(3, 1, 1)).eval()
+    with pytest.raises(fuselage.FuselageError,
+                       match=r"global.activation.*\[-3, 252\] lie outside torch.quint8's "
+                             r"range \[0, 255\]"):
+        prepare_fx(model, QConfigMapping().set_global(qconfig), (torch.randn(1, 2, 4, 4),))

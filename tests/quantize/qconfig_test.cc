@@ -54,6 +54,14 @@ TEST(QConfigTest, QuantRangesFollowCalculateQminQmax) {
   s.quant_min = -200;  // 328 values > 256 for qint8
   s.quant_max = 127;
   EXPECT_EQ(s.QuantRange().status().code(), absl::StatusCode::kInvalidArgument);
+  // A range PyTorch accepts though its zero points cannot be stored in the dtype (its
+  // converted model then fails at run): quint8 [-3, 252].
+  s = ObserverSpec();
+  s.quant_min = -3;
+  s.quant_max = 252;
+  EXPECT_EQ(s.QuantRange().status().message(),
+            "MinMaxObserver: quant_min/quant_max [-3, 252] lie outside torch.quint8's range "
+            "[0, 255]");
 }
 
 TEST(QConfigTest, DefaultMappingEntries) {
