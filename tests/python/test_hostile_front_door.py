@@ -69,6 +69,40 @@ def test_a_mapping_that_quantizes_nothing_warns_why_and_converts_to_the_float_mo
         assert torch.equal(converted(x), model(x))
 
 
+def _nothing_quantized_cases():
+    from torch.ao.quantization import float16_static_qconfig
+    from torch.ao.quantization.backend_config import BackendConfig
+    weight = MinMaxObserver.with_args(dtype=torch.qint8)
+    activation = {dtype: QConfig(activation=MinMaxObserver.with_args(dtype=dtype), weight=weight)
+                  for dtype in (torch.quint8, torch.qint8, torch.qint32)}
+    return {
+        "float16 placeholder": (QConfigMapping().set_global(float16_static_qconfig), None),
+        "qint32 activation": (QConfigMapping().set_global(activation[torch.qint32]), None),
+        "qint8 activation on qnnpack": (QConfigMapping().set_global(activation[torch.qint8]),
+                                        get_qnnpack_backend_config()),
+        "empty BackendConfig": (QConfigMapping().set_global(activation[torch.quint8]),
+                                BackendConfig()),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_nothing_quantized_cases()))
+def test_a_config_no_op_accepts_warns_and_converts_to_the_float_model(case):
+    # The other ways to quantize nothing: a dtype no dtype config accepts, a float16
+    # placeholder, an empty BackendConfig. PyTorch returns the model float; so does fuselage.
+    mapping, backend = _nothing_quantized_cases()[case]
+    kwargs = {} if backend is None else {"backend_config": backend}
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    with pytest.warns(UserWarning, match=r"quantize no op, so convert_fx will return the "
+                                         r"model float"):
+        prepared = prepare_fx(model, mapping, (x,), **kwargs)
+    prepared(x)
+    converted = convert_fx(prepared, **kwargs)
+    with torch.no_grad():
+        assert torch.equal(converted(x), model(x))
+
+
 class _Twice(nn.Module):
     def __init__(self):
         super().__init__()
