@@ -269,6 +269,8 @@ def qconfig_mapping_to_text(qconfig_mapping) -> str:
         block("module_name_regex", ["regex: " + _quote(regex)], q,
               "module_name_regex[%d] %r" % (i, regex))
     for i, (name, q) in enumerate(qconfig_mapping.module_name_qconfigs.items()):
+        if name == "":
+            continue  # PyTorch never consults it (_get_module_name_qconfig stops at the root)
         block("module_name", ["module_name: " + _quote(name)], q, "module_name[%d] %r" % (i, name))
     for i, ((name, object_type, index), q) in enumerate(
             qconfig_mapping.module_name_object_type_order_qconfigs.items()):

@@ -303,3 +303,17 @@ def test_a_quant_range_outside_the_dtype_is_refused_at_prepare():
                        match=r"global.activation.*\[-3, 252\] lie outside torch.quint8's "
                              r"range \[0, 255\]"):
         prepare_fx(model, QConfigMapping().set_global(qconfig), (torch.randn(1, 2, 4, 4),))
+
+
+def test_a_module_name_entry_for_the_root_is_ignored_as_pytorch_ignores_it():
+    # set_module_name("", ...) was refused ("field 'module_name': missing"); PyTorch's
+    # _get_module_name_qconfig never consults it, so nothing is quantized by it.
+    from torch.ao.quantization import get_default_qconfig
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    mapping = QConfigMapping().set_module_name("", get_default_qconfig("qnnpack"))
+    with pytest.warns(UserWarning, match="quantize no op"):
+        prepared = prepare_fx(model, mapping, (x,))
+    prepared(x)
+    with torch.no_grad():
+        assert torch.equal(convert_fx(prepared)(x), model(x))
