@@ -1898,6 +1898,28 @@ std::vector<NamedFunctionKernel> FunctionKernels() {
          ASSIGN_OR_RETURN(double eps, r.OptionalFloat(4, "eps", 1e-5));
          return GroupNorm(x, groups, weight, bias, eps);
        })},
+      // F.batch_norm(input, running_mean, running_var, weight=None, bias=None,
+      // training=False, momentum=0.1, eps=1e-5), as torch.export's aten.batch_norm reads
+      // (fuselage._exported); inference only: the running statistics.
+      {kFunction, "torch.nn.functional.batch_norm",
+       UnaryFunction([](const Tensor& x, const ArgReader& r) -> absl::StatusOr<Tensor> {
+         RETURN_IF_ERROR(r.ExpectAtMostPositional(8));
+         ASSIGN_OR_RETURN(const Tensor* mean, r.GetTensor(1, "running_mean"));
+         ASSIGN_OR_RETURN(const Tensor* var, r.GetTensor(2, "running_var"));
+         ASSIGN_OR_RETURN(const Tensor* weight, r.OptionalFloatTensor(3, "weight"));
+         ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(4, "bias"));
+         ASSIGN_OR_RETURN(bool training, r.OptionalBool(5, "training", false));
+         ASSIGN_OR_RETURN(double eps, r.OptionalFloat(7, "eps", 1e-5));
+         if (training) {
+           return absl::InvalidArgumentError(
+               "batch_norm: training=True; fuselage runs inference (the running statistics)");
+         }
+         if (x.dim() < 2) {
+           return absl::InvalidArgumentError(
+               absl::StrCat("batch_norm: expected an [N, C, ...] input; got ", x.ShapeString()));
+         }
+         return BatchNorm(x, *mean, *var, weight, bias, eps);
+       })},
       // F.instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
       // use_input_stats=True, momentum=0.1, eps=1e-5).
       {kFunction, "torch.nn.functional.instance_norm",

@@ -15,7 +15,7 @@ import torch
 import torch.fx
 from google.protobuf import text_format
 
-from fuselage import _declared, _modules, _names, _packed
+from fuselage import _declared, _exported, _modules, _names, _packed
 from fuselage._limits import LIMITS, MAX_FILE_BYTES, NODE_NAME
 from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import (OUTPUT_KEYS_META, adopt_tensor, check_string, read_arg,
@@ -210,7 +210,7 @@ def from_proto(model, tensors=None):
         raise ModelFileError(f"model: the graph does not fit its module tree: {e}") from e
     # GraphModule copies only what the graph refers to; keep the whole tree, as exported.
     _keep_modules_and_buffers(gm, root._modules, root._buffers)
-    return _packed.pack_functional_ops(gm).eval()
+    return _packed.pack_functional_ops(_exported.restore_aten(gm)).eval()
 
 
 def _read_bytes(path):
