@@ -137,16 +137,40 @@ _NO_OP = _Op(None)
 
 
 def aten_name(target):
-    """'aten.conv2d.default' for torch.ops.aten.conv2d.default; None for other targets."""
-    if isinstance(target, torch._ops.OpOverload) and target.namespace == "aten":
-        return f"aten.{target._schema.name.split('::', 1)[1]}.{target._overloadname}"
+    """'aten.conv2d.default' for torch.ops.aten.conv2d.default (and likewise for
+    quantized_decomposed ops); None for other targets."""
+    if isinstance(target, torch._ops.OpOverload) and \
+            target.namespace in ("aten", "quantized_decomposed"):
+        return f"{target.namespace}.{target._schema.name.split('::', 1)[1]}." \
+               f"{target._overloadname}"
     return None
 
 
 def _aten_op(name):
-    """torch.ops.aten.<op>.<overload> for 'aten.<op>.<overload>'."""
-    _, op, overload = name.split(".")
-    return getattr(getattr(_aten, op), overload)
+    """torch.ops.<namespace>.<op>.<overload> for '<namespace>.<op>.<overload>'."""
+    namespace, op, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), op), overload)
+
+
+# PT2E's q/dq ops (torchao's convert_pt2e) hold plain uint8 / int8 tensors; fuselage's FX
+# form holds quantized tensors: torch.quantize_per_tensor and .dequantize(), a weight a
+# quantized attribute. The full range of the dtype only: fuselage's quantize clamps there.
+_QUANTIZE = "quantized_decomposed.quantize_per_tensor.default"
+_DEQUANTIZE = "quantized_decomposed.dequantize_per_tensor.default"
+_DEQUANTIZE_PER_CHANNEL = "quantized_decomposed.dequantize_per_channel.default"
+_QUANTIZED_DTYPES = {torch.uint8: (torch.quint8, 0, 255), torch.int8: (torch.qint8, -128, 127)}
+_PLAIN_DTYPES = {quantized: plain for plain, (quantized, _, _) in _QUANTIZED_DTYPES.items()}
+QPARAMS_META = "pt2e_qparams"  # a dequantize's (scale, zero_point, quant_min, quant_max, dtype)
+
+
+def _quantized_dtype(qmin, qmax, dtype, where):
+    if dtype not in _QUANTIZED_DTYPES:
+        raise ExportError(f"{where}: dtype {dtype}; fuselage reads torch.uint8 and torch.int8")
+    quantized, low, high = _QUANTIZED_DTYPES[dtype]
+    if (qmin, qmax) != (low, high):
+        raise ExportError(f"{where}: quant range [{qmin}, {qmax}]; fuselage reads the whole "
+                          f"range of {dtype}, [{low}, {high}]")
+    return quantized
 
 
 def _read_after(value, node, order):
@@ -202,6 +226,7 @@ def to_fx_dialect(program):
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     env = {}
     get_attrs = []
+    weights = _Weights()
     first_output_only = set()  # exported nodes whose FX form returns only their output 0
     for node in gm.graph.nodes:
         where = f"node '{node.name}'"
@@ -220,7 +245,10 @@ def to_fx_dialect(program):
                                   f"'{node.args[0].name}', whose FX form has only output 0")
             env[node] = args[0]
             continue
-        if node.op == "call_function":
+        if node.op == "call_function" and aten_name(node.target) in \
+                (_QUANTIZE, _DEQUANTIZE, _DEQUANTIZE_PER_CHANNEL):
+            new = _fx_q_dq(gm, graph, node, args, weights, where)
+        elif node.op == "call_function":
             new = _fx_call(graph, node, args, kwargs, order, where)
             if _OPS.get(aten_name(node.target), _NO_OP).first_output_only:
                 first_output_only.add(node)
@@ -231,9 +259,81 @@ def to_fx_dialect(program):
         else:
             raise ExportError(f"{where}: op '{node.op}' in an exported program")
         env[node] = new
+    for n in reversed(list(graph.nodes)):  # what a quantized weight replaced
+        if n.op == "get_attr" and not n.users and n.target in weights.replaced:
+            graph.erase_node(n)
+    used = {n.target for n in graph.nodes if n.op == "get_attr"}
     root = torch.nn.Module()
-    _copy_tensors(gm, root, get_attrs)
+    _copy_tensors(gm, root, [t for t in get_attrs if t in used])
+    for name, tensor in weights.quantized.items():
+        root.register_buffer(name, tensor)
     return torch.fx.GraphModule(root, graph, "GraphModule")
+
+
+class _Weights:
+    """The quantized weight attributes the FX form adds (name -> tensor), and the get_attr
+    targets they replace (int8 values, scales, zero points)."""
+
+    def __init__(self):
+        self.quantized = {}
+        self.replaced = set()
+
+
+def _attr_of(gm, node, where, what):
+    if not (isinstance(node, torch.fx.Node) and node.op == "get_attr"):
+        raise ExportError(f"{where}: its {what} is not a constant (get_attr)")
+    value = gm
+    for part in node.target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _fx_q_dq(gm, graph, node, args, weights, where):
+    """The FX form of a PT2E quantize / dequantize: torch.quantize_per_tensor and
+    .dequantize(), a dequantized constant weight as the dequantize of a quantized
+    attribute. The q/dq arguments stay in meta for restore_aten."""
+    name = aten_name(node.target)
+    meta = {ATEN_META: name}
+    if name == _QUANTIZE:
+        x, scale, zero_point, qmin, qmax, dtype = node.args
+        quantized = _quantized_dtype(qmin, qmax, dtype, where)
+        new = graph.create_node("call_function", torch.quantize_per_tensor,
+                                (args[0], float(scale), int(zero_point), quantized), {},
+                                name=node.name)
+        new.meta["fuselage"] = meta
+        return new
+    source = node.args[0]
+    if name == _DEQUANTIZE:
+        _, scale, zero_point, qmin, qmax, dtype = node.args
+        quantized = _quantized_dtype(qmin, qmax, dtype, where)
+        meta[QPARAMS_META] = [float(scale), int(zero_point), int(qmin), int(qmax), str(dtype)]
+        if source.op == "get_attr":  # a weight quantized per tensor
+            ints = _attr_of(gm, source, where, "input")
+            weight = torch._make_per_tensor_quantized_tensor(ints, float(scale),
+                                                             int(zero_point))
+            return _dequantized_weight(graph, node, weight, source, weights, meta)
+        new = graph.create_node("call_method", "dequantize", (args[0],), {}, name=node.name)
+        new.meta["fuselage"] = meta
+        return new
+    _, scales, zero_points, axis, qmin, qmax, dtype = node.args
+    _quantized_dtype(qmin, qmax, dtype, where)
+    meta[QPARAMS_META] = [None, None, int(qmin), int(qmax), str(dtype)]
+    ints = _attr_of(gm, source, where, "input")
+    weight = torch._make_per_channel_quantized_tensor(
+        ints, _attr_of(gm, scales, where, "scales").double(),
+        _attr_of(gm, zero_points, where, "zero points").long(), int(axis))
+    weights.replaced.update((scales.target, zero_points.target))
+    return _dequantized_weight(graph, node, weight, source, weights, meta)
+
+
+def _dequantized_weight(graph, node, weight, source, weights, meta):
+    weights.replaced.add(source.target)
+    name = f"{node.name}_weight"
+    weights.quantized[name] = weight
+    held = graph.create_node("get_attr", name, (), {})
+    new = graph.create_node("call_method", "dequantize", (held,), {}, name=node.name)
+    new.meta["fuselage"] = meta
+    return new
 
 
 def _fx_call(graph, node, args, kwargs, order, where):
@@ -260,10 +360,90 @@ def _fx_call(graph, node, args, kwargs, order, where):
     return new
 
 
+def _meta_name(node):
+    return node.meta.get("fuselage", {}).get(ATEN_META)
+
+
+def _is_kept_dequantize(node):
+    """A .dequantize() read from a PT2E dequantize and still one."""
+    return node.op == "call_method" and node.target == "dequantize" and \
+        _meta_name(node) in (_DEQUANTIZE, _DEQUANTIZE_PER_CHANNEL)
+
+
+def _replace(gm, node, op, target, args):
+    """A new node for `node` (op, target, args), with its name, meta and users."""
+    with gm.graph.inserting_before(node):
+        new = gm.graph.create_node(op, target, args, {})
+    new.meta = dict(node.meta)
+    node.replace_all_uses_with(new)
+    name = node.name
+    gm.graph.erase_node(node)
+    if hasattr(new, "_rename"):
+        new._rename(name)
+    return new
+
+
+def _constant(gm, name, tensor, before):
+    target = name
+    i = 0
+    while hasattr(gm, target):
+        i += 1
+        target = f"{name}_{i}"
+    gm.register_buffer(target, tensor)
+    with gm.graph.inserting_before(before):
+        return gm.graph.get_attr(target)
+
+
+def _restore_q_dq(gm):
+    """PT2E's q/dq calls back where the FX form still has every quantize's users as
+    dequantizes (a pass that lowered them keeps its own form)."""
+    changed = False
+    erased = set()
+    for node in list(gm.graph.nodes):
+        if node in erased:
+            continue
+        if node.op == "call_function" and node.target is torch.quantize_per_tensor and \
+                _meta_name(node) == _QUANTIZE and node.users and \
+                all(_is_kept_dequantize(u) for u in node.users):
+            x, scale, zero_point, quantized = node.args
+            plain = _PLAIN_DTYPES[quantized]
+            _, low, high = _QUANTIZED_DTYPES[plain]
+            for user in list(node.users):
+                _replace(gm, user, "call_function", _aten_op(_DEQUANTIZE),
+                         (node, scale, zero_point, low, high, plain))
+                erased.add(user)
+            node.target = _aten_op(_QUANTIZE)
+            node.args = (x, scale, zero_point, low, high, plain)
+            changed = True
+        elif _is_kept_dequantize(node) and node.args[0].op == "get_attr":
+            weight = _attr_of(gm, node.args[0], f"node '{node.name}'", "input")
+            if not isinstance(weight, torch.Tensor) or not weight.is_quantized:
+                continue
+            plain = _PLAIN_DTYPES[weight.dtype]
+            _, low, high = _QUANTIZED_DTYPES[plain]
+            ints = _constant(gm, f"{node.name}_int", weight.int_repr(), node)
+            if weight.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+                args = (ints, weight.q_scale(), weight.q_zero_point(), low, high, plain)
+                op = _DEQUANTIZE
+            else:
+                scales = _constant(gm, f"{node.name}_scale",
+                                   weight.q_per_channel_scales().float(), node)
+                zero_points = _constant(gm, f"{node.name}_zero_point",
+                                        weight.q_per_channel_zero_points(), node)
+                args = (ints, scales, zero_points, weight.q_per_channel_axis(), low, high, plain)
+                op = _DEQUANTIZE_PER_CHANNEL
+            _replace(gm, node, "call_function", _aten_op(op), args)
+            changed = True
+    for node in list(gm.graph.nodes):  # the quantized weights no node reads any more
+        if node.op == "get_attr" and not node.users:
+            gm.graph.erase_node(node)
+    return changed
+
+
 def restore_aten(gm):
     """Rewrites, in place, each node of `gm` whose meta names an aten op back into that
     call (to_torch: a model read from torch.export goes out as aten)."""
-    changed = False
+    changed = _restore_q_dq(gm)
     for node in gm.graph.nodes:
         name = node.meta.get("fuselage", {}).get(ATEN_META)
         if node.op != "call_function" or name not in _OPS:

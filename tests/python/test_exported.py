@@ -83,3 +83,82 @@ def test_an_in_place_write_into_an_input_is_refused():
 def test_something_else_than_a_program_is_a_clear_error():
     with pytest.raises(fuselage.ExportError, match="expected a torch.export.ExportedProgram"):
         fuselage.from_exported(nn.ReLU())
+
+
+class _ConvAddLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.c1(x))
+        z = torch.relu(self.c2(y) + y)
+        return self.fc(z.mean((2, 3)))
+
+
+def _pt2e_reference(model, x):
+    """torchao's own PT2E flow with X86InductorQuantizer: the reference graph of q/dq ops
+    around float aten ops."""
+    quantize_pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
+    x86 = pytest.importorskip("torchao.quantization.pt2e.quantizer.x86_inductor_quantizer")
+    quantizer = x86.X86InductorQuantizer().set_global(
+        x86.get_default_x86_inductor_quantization_config())
+    prepared = quantize_pt2e.prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    prepared(x)
+    return quantize_pt2e.convert_pt2e(prepared)
+
+
+def test_a_pt2e_reference_model_runs_in_fuselage_and_goes_back_as_q_dq_ops():
+    torch.manual_seed(0)
+    model = _ConvAddLinear().eval()
+    x = torch.randn(2, 3, 16, 16)
+    reference = _pt2e_reference(model, x)
+    with torch.no_grad():
+        want = reference(x)
+    engine = fuselage.from_exported(reference, (x,))
+    got = torch.from_numpy(_core.run(engine, [x.numpy()])[0])
+    assert torch.allclose(got, want, atol=1e-5)
+    back = _core.to_torch(engine)
+    calls = _calls(reference)
+    assert calls[torch.ops.quantized_decomposed.dequantize_per_channel.default] == 3
+    assert _calls(back) == calls  # the same q/dq and aten calls
+    with torch.no_grad():
+        assert torch.equal(back(x)[0], want)
+
+
+def test_a_pt2e_reference_lowers_to_native_kernels_in_fuselage_and_runs_in_pytorch():
+    # dq -> conv -> relu -> q becomes one quantized conv-relu; the result still runs in
+    # PyTorch, the rest of the graph in its q/dq form.
+    torch.manual_seed(0)
+    model = _ConvAddLinear().eval()
+    x = torch.randn(2, 3, 16, 16)
+    reference = _pt2e_reference(model, x)
+    with torch.no_grad():
+        want = reference(x)
+    engine = fuselage.from_exported(reference, (x,))
+    assert _core.lower(engine).total_lowered >= 1
+    got = torch.from_numpy(_core.run(engine, [x.numpy()])[0])
+    lowered = _core.to_torch(engine)
+    assert torch.ops.quantized.conv2d_relu in _calls(lowered)
+    with torch.no_grad():
+        in_pytorch = lowered(x)[0]
+    step = 0.002  # the mean's output scale is 0.002; the linear then multiplies by < 1
+    assert float((got - want).abs().max()) <= step
+    assert float((in_pytorch - want).abs().max()) <= step
+
+
+def test_a_narrow_quant_range_is_refused_naming_the_node():
+    class Narrow(nn.Module):
+        def forward(self, x):
+            q = torch.ops.quantized_decomposed.quantize_per_tensor.default(
+                x, 0.1, 0, 0, 127, torch.uint8)
+            return torch.ops.quantized_decomposed.dequantize_per_tensor.default(
+                q, 0.1, 0, 0, 127, torch.uint8)
+
+    pytest.importorskip("torchao.quantization.pt2e")  # registers quantized_decomposed
+    program = torch.export.export(Narrow(), (torch.randn(3),))
+    with pytest.raises(fuselage.ExportError, match=r"node 'quantize_per_tensor': quant range "
+                                                   r"\[0, 127\]; fuselage reads the whole"):
+        fuselage.from_exported(program)
