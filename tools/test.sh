@@ -86,7 +86,7 @@ step_bazel_tests() {
     bazel test --keep_going //tests/...
 }
 
-# Debian's PyTorch 1.13 keeps a smaller suite: the README's residual example through
+# Debian's PyTorch 1.13 keeps a smaller suite: the residual example (docs/guide/python.md) through
 # fuselage.quantize_fx and two torchvision models with per-module and per-type qconfigs.
 PYTORCH_113_TESTS=(tests/python/test_quantize_fx.py)
 PYTORCH_113_CONFORMANCE_MODELS=residual_example,resnet18,mobilenet_v2

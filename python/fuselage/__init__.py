@@ -31,9 +31,9 @@ import warnings as _warnings
 # PyTorch 2 deprecates its quantized tensor dtypes (torch.quint8 / qint8 / qint32) and warns
 # once when anything creates one. fuselage creates them where its results are PyTorch's
 # quantized modules and tensors (to_torch of a lowered graph, fuselage.quantize_fx,
-# fuselage.nn.quantized); the README says so and names the alternative, so the warning is
-# not raised from fuselage's own code. (PyTorch warns once per process: after fuselage
-# made such a tensor, a user's own call does not warn either.)
+# fuselage.nn.quantized); docs/guide/python.md says so and names the alternative, so the
+# warning is not raised from fuselage's own code. (PyTorch warns once per process: after
+# fuselage made such a tensor, a user's own call does not warn either.)
 _warnings.filterwarnings(
     "ignore", message=r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other "
     r"quantized tensor creation functions", category=UserWarning, module=r"fuselage(\.|$)")
