@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "graph/dtype.h"
 #include "graph/status_macros.h"
+#include "patterns/aten_ops.h"
 
 namespace fuselage {
 namespace {
@@ -633,7 +634,8 @@ absl::StatusOr<PatternPosition> ResolvePatternLeaf(absl::string_view name) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown pattern leaf '", name, "': ", why,
         " (write a module type like Conv2d or nni.ConvReLU2d, a function like torch.add or "
-        "F.relu, method:NAME, or one of add, mul, relu, sigmoid, MatchAllNode)"));
+        "F.relu, an aten op like aten.conv2d.default, method:NAME, or one of add, mul, relu, "
+        "sigmoid, MatchAllNode)"));
   };
   // Explicit spellings.
   if (absl::StartsWith(name, "module:")) {
@@ -655,6 +657,20 @@ absl::StatusOr<PatternPosition> ResolvePatternLeaf(absl::string_view name) {
     return FunctionLeaf(name, {{OpKind::kCallFunction, function}});
   }
   if (!IsIdentifier(name)) return unknown("not a name");
+  // torch.export's spelling: the op's FX form, with every spelling that form has (a leaf
+  // aten.add_.Tensor is `add`).
+  if (absl::StartsWith(name, "aten.")) {
+    const std::optional<absl::string_view> fx = FxFormOfAtenOp(name);
+    if (!fx.has_value()) return unknown("not an aten op fuselage reads (patterns/aten_ops.cc)");
+    const absl::string_view base = fx->substr(fx->rfind('.') + 1);
+    const bool has_alias = *fx == "operator.add" || *fx == "operator.mul" ||
+                           *fx == "torch.relu" || *fx == "torch.sigmoid";
+    ASSIGN_OR_RETURN(PatternPosition leaf,
+                     has_alias ? ResolvePatternLeaf(base)
+                               : FunctionLeaf(name, {{OpKind::kCallFunction, *fx}}));
+    leaf.spelling = std::string(name);
+    return leaf;
+  }
   // The aliases users expect.
   if (name == "add" || name == "mul") {
     const std::string op_name = absl::StrCat("operator.", name);

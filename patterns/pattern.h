@@ -113,6 +113,10 @@
 //   torch.x, operator.x          exactly that call_function (torch.add / operator.add keep
 //                                their commutativity and built-in kwarg allowances)
 //   method:x / function:q.x / module:T   explicit spelling of a method / function / module
+//   aten.op.overload             torch.export's spelling: the op's FX form
+//                                (patterns/aten_ops.h) with all its spellings, so
+//                                aten.add_.Tensor is `add` and aten.conv2d.default is
+//                                F.conv2d
 //   nn.T, nni.T, nnq.T, nniq.T, nnqr.T   call_module of exactly that module type
 //   T (capitalized, no dot)      call_module of module type nn.T (Conv2d -> nn.Conv2d)
 // Any other bare name is an error (so a typo never silently matches nothing).

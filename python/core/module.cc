@@ -14,6 +14,7 @@
 #include "graph/graph_module.h"
 #include "graph/printer.h"
 #include "graph/serialization.h"
+#include "patterns/aten_ops.h"
 #include "pipeline/quantize_flow.h"
 #include "pipeline/stages.h"
 #include "pybind11/numpy.h"
@@ -562,6 +563,16 @@ std::optional<QuantizedEngine> EngineArgument(const std::optional<std::string>& 
 
 void RegisterPasses(py::module_& m) {
   using OptString = std::optional<std::string>;
+  m.def(
+      "aten_ops",
+      [] {
+        std::vector<std::pair<std::string, std::string>> ops;
+        for (const AtenOp& op : AtenOps()) ops.emplace_back(op.aten, op.fx);
+        return ops;
+      },
+      "The aten ops fuselage reads from torch.export, as (aten name, FX form) pairs "
+      "(patterns/aten_ops.h): fuselage.from_exported rewrites by them, and a pattern leaf "
+      "may name the aten op.");
   m.def(
       "fuse",
       [](Model& model, const OptString& backend, const OptString& config_text,

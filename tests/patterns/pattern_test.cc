@@ -87,6 +87,34 @@ TEST(PatternTest, AddNamesEverySpellingAndIsCommutative) {
   EXPECT_FALSE(sub->commutative);
 }
 
+// torch.export's spellings name the op's FX form with all its spellings: one pattern, never
+// an enumeration of add / add_ / operator.add.
+TEST(PatternTest, AtenNamesResolveToTheFxFormAndItsSpellings) {
+  absl::StatusOr<PatternPosition> add = ResolvePatternLeaf("aten.add_.Tensor");
+  ASSERT_TRUE(add.ok()) << add.status();
+  EXPECT_TRUE(add->Matches(Fn("operator.add")));
+  EXPECT_TRUE(add->Matches(Fn("torch.add")));
+  EXPECT_TRUE(add->Matches(Method("add")));
+  EXPECT_TRUE(add->commutative);
+  EXPECT_EQ(add->spelling, "aten.add_.Tensor");
+  absl::StatusOr<PatternPosition> relu = ResolvePatternLeaf("aten.relu_.default");
+  ASSERT_TRUE(relu.ok()) << relu.status();
+  EXPECT_TRUE(relu->Matches(Fn("torch.relu")) && relu->Matches(Fn("torch.nn.functional.relu")));
+  absl::StatusOr<PatternPosition> conv = ResolvePatternLeaf("aten.conv2d.default");
+  ASSERT_TRUE(conv.ok()) << conv.status();
+  EXPECT_TRUE(conv->Matches(Fn("torch.nn.functional.conv2d")));
+  EXPECT_FALSE(conv->Matches(Mod("nn.Conv2d")));
+  absl::StatusOr<Pattern> chain =
+      Pattern::Parse("(aten.relu_.default, (aten.add_.Tensor, aten.conv2d.default, "
+                     "MatchAllNode))", PatternFormat::kComplex);
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  EXPECT_EQ(chain->size(), 4);
+  absl::StatusOr<PatternPosition> unknown = ResolvePatternLeaf("aten.cumsum.default");
+  EXPECT_THAT(unknown.status().message(),
+              HasSubstr("unknown pattern leaf 'aten.cumsum.default': not an aten op fuselage "
+                        "reads"));
+}
+
 TEST(PatternTest, ReluSpellings) {
   absl::StatusOr<PatternPosition> relu = ResolvePatternLeaf("relu");
   ASSERT_TRUE(relu.ok());

@@ -162,3 +162,33 @@ def test_a_narrow_quant_range_is_refused_naming_the_node():
     with pytest.raises(fuselage.ExportError, match=r"node 'quantize_per_tensor': quant range "
                                                    r"\[0, 127\]; fuselage reads the whole"):
         fuselage.from_exported(program)
+
+
+def test_the_python_reader_and_the_pattern_language_share_one_table_of_aten_ops():
+    # patterns/aten_ops.cc names each aten op's FX form for the pattern language;
+    # fuselage._exported rewrites graphs with its callables: they must agree.
+    from fuselage import _exported, _names
+    ours = {name: _names.function_name(op.fx) for name, op in _exported._OPS.items()}
+    assert ours == dict(_core.aten_ops())
+
+
+def test_a_pattern_in_aten_spelling_fuses_an_exported_model():
+    # aten.add_.Tensor / aten.relu_.default are `add` / `relu` with all their spellings:
+    # resnet18's eight residual add-relus fuse, and the fused model computes the same.
+    torch.manual_seed(0)
+    model = randomize_batch_norm(torchvision.models.resnet18(weights=None).eval())
+    x = torch.randn(1, 3, 64, 64)
+    engine = fuselage.from_exported(torch.export.export(model, (x,)), (x,))
+    config = """
+        name: "aten_add_relu"
+        pattern {
+          pattern: "(aten.relu_.default, (aten.add_.Tensor, MatchAllNode, MatchAllNode))"
+          fuser: WRAP_IN_SEQUENCE
+          fused_module: "fuselage.FusedSubgraph"
+        }"""
+    report = _core.fuse(engine, config_text=config)
+    assert str(report).startswith("fused 8 matches")
+    with torch.no_grad():
+        want = model(x)
+    got = torch.from_numpy(_core.run(engine, [x.numpy()])[0])
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
