@@ -222,15 +222,42 @@ def to_fx_dialect(program):
     if not isinstance(gm, torch.fx.GraphModule):
         raise ExportError(f"from_exported: expected a torch.export.ExportedProgram or its "
                           f".module(); got {type(program).__name__}")
+    graph, weights = _read_graph(gm, keep_modules=False)
+    used = {n.target for n in graph.nodes if n.op == "get_attr"}
+    root = torch.nn.Module()
+    _copy_tensors(gm, root, [t for t in used if t not in weights.quantized])
+    for name, tensor in weights.quantized.items():
+        root.register_buffer(name, tensor)
+    return torch.fx.GraphModule(root, graph, "GraphModule")
+
+
+def read_aten(gm):
+    """`gm`, or where it calls aten / quantized_decomposed ops (a model fuselage gave back
+    in torch.export's dialect, then prepared or calibrated), a copy sharing its modules and
+    tensors with those calls in fuselage's FX form (fuselage.export reads through this)."""
+    if not any(n.op == "call_function" and aten_name(n.target) is not None
+               for n in gm.graph.nodes):
+        return gm
+    from fuselage._importer import TreeKeepingGraphModule, _keep_tree
+    graph, weights = _read_graph(gm, keep_modules=True)
+    result = _keep_tree(TreeKeepingGraphModule(gm, graph), gm.__dict__)
+    for name, tensor in weights.quantized.items():
+        result.register_buffer(name, tensor)
+    return result
+
+
+def _read_graph(gm, keep_modules):
+    """The FX-form graph of `gm`'s graph and the quantized weights it adds. Without
+    `keep_modules` (an exported program) a call_module is export's input guard, dropped,
+    and another op kind is refused; with it (a model fuselage gave back) they stay."""
     graph = torch.fx.Graph()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     env = {}
-    get_attrs = []
     weights = _Weights()
     first_output_only = set()  # exported nodes whose FX form returns only their output 0
     for node in gm.graph.nodes:
         where = f"node '{node.name}'"
-        if node.op == "call_module":
+        if node.op == "call_module" and not keep_modules:
             if node.users:
                 raise ExportError(f"{where}: a call_module ('{node.target}') in an exported "
                                   "program; fuselage reads aten ops")
@@ -248,26 +275,21 @@ def to_fx_dialect(program):
         if node.op == "call_function" and aten_name(node.target) in \
                 (_QUANTIZE, _DEQUANTIZE, _DEQUANTIZE_PER_CHANNEL):
             new = _fx_q_dq(gm, graph, node, args, weights, where)
-        elif node.op == "call_function":
+        elif node.op == "call_function" and (not keep_modules or
+                                             aten_name(node.target) is not None):
             new = _fx_call(graph, node, args, kwargs, order, where)
             if _OPS.get(aten_name(node.target), _NO_OP).first_output_only:
                 first_output_only.add(node)
-        elif node.op in ("placeholder", "output", "get_attr"):
+        elif node.op in ("placeholder", "output", "get_attr") or keep_modules:
             new = graph.create_node(node.op, node.target, args, kwargs, name=node.name)
-            if node.op == "get_attr":
-                get_attrs.append(node.target)
+            new.meta = dict(node.meta)
         else:
             raise ExportError(f"{where}: op '{node.op}' in an exported program")
         env[node] = new
     for n in reversed(list(graph.nodes)):  # what a quantized weight replaced
         if n.op == "get_attr" and not n.users and n.target in weights.replaced:
             graph.erase_node(n)
-    used = {n.target for n in graph.nodes if n.op == "get_attr"}
-    root = torch.nn.Module()
-    _copy_tensors(gm, root, [t for t in get_attrs if t in used])
-    for name, tensor in weights.quantized.items():
-        root.register_buffer(name, tensor)
-    return torch.fx.GraphModule(root, graph, "GraphModule")
+    return graph, weights
 
 
 class _Weights:
@@ -364,10 +386,10 @@ def _meta_name(node):
     return node.meta.get("fuselage", {}).get(ATEN_META)
 
 
-def _is_kept_dequantize(node):
-    """A .dequantize() read from a PT2E dequantize and still one."""
+def _is_kept_dequantize(node, exported_only):
+    """A .dequantize() (read from a PT2E dequantize and still one, if `exported_only`)."""
     return node.op == "call_method" and node.target == "dequantize" and \
-        _meta_name(node) in (_DEQUANTIZE, _DEQUANTIZE_PER_CHANNEL)
+        (not exported_only or _meta_name(node) in (_DEQUANTIZE, _DEQUANTIZE_PER_CHANNEL))
 
 
 def _replace(gm, node, op, target, args):
@@ -394,18 +416,21 @@ def _constant(gm, name, tensor, before):
         return gm.graph.get_attr(target)
 
 
-def _restore_q_dq(gm):
+def _restore_q_dq(gm, exported_only=True):
     """PT2E's q/dq calls back where the FX form still has every quantize's users as
-    dequantizes (a pass that lowered them keeps its own form)."""
+    dequantizes (a pass that lowered them keeps its own form): those read from an exported
+    program (`exported_only`), or every one (a reference model fuselage's convert wrote)."""
     changed = False
     erased = set()
     for node in list(gm.graph.nodes):
         if node in erased:
             continue
         if node.op == "call_function" and node.target is torch.quantize_per_tensor and \
-                _meta_name(node) == _QUANTIZE and node.users and \
-                all(_is_kept_dequantize(u) for u in node.users):
+                (not exported_only or _meta_name(node) == _QUANTIZE) and node.users and \
+                all(_is_kept_dequantize(u, exported_only) for u in node.users) and \
+                node.args[3] in _PLAIN_DTYPES:
             x, scale, zero_point, quantized = node.args
+            scale, zero_point = _number(gm, scale), _number(gm, zero_point)
             plain = _PLAIN_DTYPES[quantized]
             _, low, high = _QUANTIZED_DTYPES[plain]
             for user in list(node.users):
@@ -415,7 +440,7 @@ def _restore_q_dq(gm):
             node.target = _aten_op(_QUANTIZE)
             node.args = (x, scale, zero_point, low, high, plain)
             changed = True
-        elif _is_kept_dequantize(node) and node.args[0].op == "get_attr":
+        elif _is_kept_dequantize(node, exported_only) and node.args[0].op == "get_attr":
             weight = _attr_of(gm, node.args[0], f"node '{node.name}'", "input")
             if not isinstance(weight, torch.Tensor) or not weight.is_quantized:
                 continue
@@ -438,6 +463,24 @@ def _restore_q_dq(gm):
         if node.op == "get_attr" and not node.users:
             gm.graph.erase_node(node)
     return changed
+
+
+def _number(gm, value):
+    """A quantize's scale / zero point as a Python number (fuselage's convert may hold it
+    in a one-element tensor attribute)."""
+    if isinstance(value, torch.fx.Node) and value.op == "get_attr":
+        value = _attr_of(gm, value, f"node '{value.name}'", "value")
+    return value.item() if isinstance(value, torch.Tensor) else value
+
+
+def to_pt2e_q_dq(gm):
+    """Rewrites, in place, a reference model fuselage converted from an exported program
+    into torchao's reference form: every quantize read only by dequantizes, and every
+    dequantized quantized constant, as quantized_decomposed q/dq ops; the aten ops back."""
+    _restore_q_dq(gm, exported_only=False)
+    restore_aten(gm)
+    gm.recompile()
+    return gm
 
 
 def restore_aten(gm):

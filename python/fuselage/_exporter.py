@@ -27,7 +27,7 @@ import torch.fx
 from google.protobuf import text_format
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
-from fuselage import _declared, _modules, _names, _packed, _prepared, _registry
+from fuselage import _declared, _exported, _modules, _names, _packed, _prepared, _registry
 from fuselage._limits import LIMITS, MAX_FILE_BYTES
 from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import OUTPUT_KEYS_META, handoff_tensor, write_arg, write_tensor
@@ -206,7 +206,7 @@ class _Exporter:
         """`source` is the nn.Module `gm` was traced from (None for a GraphModule given as
         is): where gm holds a plain module at a path where source holds a torch container,
         the container's class and all its children are written."""
-        self.gm = _packed.unpack_functional_ops(gm)
+        self.gm = _packed.unpack_functional_ops(_exported.read_aten(gm))
         self.runnable = gm  # what PyTorch runs to find shapes (packed ops and all)
         self.source = source
         # The in-memory handoff (fuselage._core.from_torch): a list collecting the tensors,

@@ -1,0 +1,176 @@
+"""fuselage.pt2e: PyTorch 2's quantization flow on a torch.export graph, run by fuselage.
+
+    gm = torch.export.export(model.eval(), (x,)).module()
+    prepared = fuselage.pt2e.prepare_pt2e(gm, "x86")   # was: torchao's prepare_pt2e(gm, quantizer)
+    for batch in loader:                                # calibration: run it
+        prepared(batch)
+    reference = fuselage.pt2e.convert_pt2e(prepared)   # quantized_decomposed q/dq, int8 weights
+
+torchao's prepare_pt2e / convert_pt2e signatures, fuselage's passes: the aten graph is read
+into fuselage's FX form (fuselage._exported), batch norms fold into the convs before them
+(as prepare_pt2e folds them), and fuselage's prepare / convert place and read PyTorch's own
+observers by the x86 backend config and qconfig mapping (conv / linear with their relu,
+add, cat, pools; per-channel int8 weights, uint8 activations). convert_pt2e gives torchao's
+reference form: quantized_decomposed quantize / dequantize per tensor around the float
+aten ops, each weight an int8 constant read by dequantize_per_channel.
+
+Where it differs from torchao's X86InductorQuantizer: the x86 qconfig mapping of the FX
+flow decides what is quantized, so an op's output is quantized where FX quantizes it (every
+conv's), not only where its user is quantized; a module called from several places
+(torchvision's resnets reuse one ReLU per block) is quantized, where
+X86InductorQuantizer raises "Input partition has more than one output node".
+"""
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from fuselage import _exported
+from fuselage.errors import ConfigTranslationError
+
+__all__ = ["prepare_pt2e", "convert_pt2e"]
+
+
+def _x86_configs():
+    """The FX flow's x86 mapping with X86InductorQuantizer's default observers where the
+    mapping has its default qconfig: activations over the whole uint8 range
+    (HistogramObserver, reduce_range=False: FX's x86 default halves it for fbgemm's
+    overflow), weights symmetric int8 per output channel."""
+    from torch.ao.quantization import QConfig, get_default_qconfig, get_default_qconfig_mapping
+    from torch.ao.quantization.backend_config.x86 import get_x86_backend_config
+    from torch.ao.quantization.observer import HistogramObserver, PerChannelMinMaxObserver
+    inductor = QConfig(
+        activation=HistogramObserver.with_args(reduce_range=False),
+        weight=PerChannelMinMaxObserver.with_args(dtype=torch.qint8,
+                                                  qscheme=torch.per_channel_symmetric))
+    fx_default = get_default_qconfig("x86")
+    mapping = get_default_qconfig_mapping("x86").set_global(inductor)
+    for object_type, qconfig in list(mapping.object_type_qconfigs.items()):
+        if qconfig == fx_default:
+            mapping.set_object_type(object_type, inductor)
+    return mapping, get_x86_backend_config()
+
+
+def _configs(quantizer):
+    """(qconfig mapping, backend config) for prepare_pt2e's `quantizer`: "x86" (or None),
+    or torchao's X86InductorQuantizer with its default global config."""
+    if quantizer is None or quantizer == "x86":
+        return _x86_configs()
+    if type(quantizer).__name__ == "X86InductorQuantizer":
+        global_config = getattr(quantizer, "global_config", None)
+        if global_config is not None and getattr(global_config, "is_qat", False):
+            raise ConfigTranslationError("prepare_pt2e: a QAT quantization config is not "
+                                         "supported (post-training only)")
+        return _x86_configs()
+    raise ConfigTranslationError(
+        f"prepare_pt2e: quantizer is a {type(quantizer).__name__}; fuselage reads \"x86\" or "
+        "torchao's X86InductorQuantizer")
+
+
+def _constant(gm, node):
+    """The tensor of a get_attr node (None for None); a sentinel for anything else."""
+    if node is None:
+        return None
+    if isinstance(node, torch.fx.Node) and node.op == "get_attr":
+        value = gm
+        for part in node.target.split("."):
+            value = getattr(value, part)
+        if isinstance(value, torch.Tensor):
+            return value
+    return _NOT_CONSTANT
+
+
+_NOT_CONSTANT = object()
+
+
+def _new_constant(gm, name, tensor, before):
+    target = name
+    i = 0
+    while hasattr(gm, target):
+        i += 1
+        target = f"{name}_{i}"
+    gm.register_buffer(target, tensor)
+    with gm.graph.inserting_before(before):
+        return gm.graph.get_attr(target)
+
+
+def _fold_conv_batch_norm(gm):
+    """Each F.batch_norm (inference) whose input is an F.conv1d/2d/3d read by nothing else,
+    all parameters constants, folded into a new weight and bias of the conv, as torchao's
+    prepare_pt2e folds it: w' = w * g / sqrt(v + eps) per output channel, b' = (b - m) *
+    g / sqrt(v + eps) + beta."""
+    convs = (F.conv1d, F.conv2d, F.conv3d)
+    for bn in list(gm.graph.nodes):
+        if bn.op != "call_function" or bn.target is not F.batch_norm:
+            continue
+        conv = bn.args[0]
+        if not (isinstance(conv, torch.fx.Node) and conv.target in convs and
+                len(conv.users) == 1 and len(bn.args) >= 8 and bn.args[5] is False):
+            continue
+        _, mean, var, gamma, beta, _, _, eps = bn.args[:8]
+        values = [_constant(gm, a) for a in (conv.args[1], mean, var, gamma, beta)]
+        bias = _constant(gm, conv.args[2] if len(conv.args) > 2 else None)
+        if _NOT_CONSTANT in values or bias is _NOT_CONSTANT:
+            continue
+        weight, mean, var, gamma, beta = values
+        with torch.no_grad():
+            factor = torch.rsqrt(var.float() + eps)
+            if gamma is not None:
+                factor = factor * gamma
+            shape = [-1] + [1] * (weight.dim() - 1)
+            new_weight = weight * factor.reshape(shape)
+            new_bias = (bias if bias is not None else torch.zeros_like(mean)) - mean
+            new_bias = new_bias * factor + (beta if beta is not None else 0)
+        args = list(conv.args) + [None] * max(0, 3 - len(conv.args))
+        args[1] = _new_constant(gm, f"{conv.name}_weight_folded", new_weight.detach(), conv)
+        args[2] = _new_constant(gm, f"{conv.name}_bias_folded", new_bias.detach(), conv)
+        conv.args = tuple(args)
+        bn.replace_all_uses_with(conv)
+        gm.graph.erase_node(bn)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
+
+
+def prepare_pt2e(model, quantizer="x86"):
+    """The exported `model` (torch.export's ExportedProgram .module(), or the program)
+    with batch norms folded and PyTorch's observers placed by fuselage: a GraphModule the
+    user calibrates by running it."""
+    from fuselage import quantize_fx
+    mapping, backend = _configs(quantizer)
+    fx = _fold_conv_batch_norm(_exported.to_fx_dialect(model)).eval()
+    return quantize_fx.prepare_fx(fx, mapping, None, backend_config=backend)
+
+
+def _fold_quantized_weights(gm):
+    """Each torch.quantize_per_channel / quantize_per_tensor of constants (a weight)
+    computed ahead: a quantized constant in its place."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in (torch.quantize_per_channel,
+                                                             torch.quantize_per_tensor):
+            continue
+        values = [_constant(gm, a) if isinstance(a, torch.fx.Node) else a for a in node.args]
+        if _NOT_CONSTANT in values or not isinstance(values[0], torch.Tensor) or \
+                values[0].is_quantized or node.args[0].op != "get_attr":
+            continue
+        with torch.no_grad():
+            quantized = node.target(*values)
+        constant = _new_constant(gm, f"{node.name}_weight", quantized, node)
+        node.replace_all_uses_with(constant)
+        gm.graph.erase_node(node)
+    for node in list(gm.graph.nodes):
+        if node.op == "get_attr" and not node.users:
+            gm.graph.erase_node(node)
+    gm.recompile()
+    return gm
+
+
+def convert_pt2e(model):
+    """A calibrated prepare_pt2e model as torchao's reference form: quantized_decomposed
+    q/dq ops around the float aten ops, weights int8 constants."""
+    from fuselage import quantize_fx
+    reference = quantize_fx.convert_to_reference_fx(model)
+    _fold_quantized_weights(reference)
+    _exported.to_pt2e_q_dq(reference)
+    return reference
+
