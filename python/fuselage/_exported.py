@@ -15,6 +15,7 @@ read after it (the mutation would matter) is refused too, as is one mutating an 
 a parameter.
 """
 
+import importlib
 import operator
 
 import torch
@@ -149,6 +150,10 @@ def aten_name(target):
 def _aten_op(name):
     """torch.ops.<namespace>.<op>.<overload> for '<namespace>.<op>.<overload>'."""
     namespace, op, overload = name.split(".")
+    if namespace == "quantized_decomposed":
+        # PyTorch's own definition of the namespace (torchao's PT2E reuses it), which a
+        # process that never imported torchao has not loaded.
+        importlib.import_module("torch.ao.quantization.fx._decomposed")
     return getattr(getattr(getattr(torch.ops, namespace), op), overload)
 
 
