@@ -2,11 +2,6 @@
 
 #include <omp.h>
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
-#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -211,25 +206,6 @@ class ScopedOmpThreads {
   bool set_ = false;
 };
 
-// Keeps freed tensor buffers in the process's heap for the next node and the next run.
-// glibc serves large blocks with fresh mmap()s and returns heap tops above 128 KiB to the
-// system, so each activation (1-3 MiB) of every node in every run got new pages, which
-// the kernel zeroes (2 MiB huge pages, even) on first touch: a fifth of a float
-// resnet18 / mobilenet_v2 forward went to page clearing. With blocks up to glibc's
-// largest mmap threshold (32 MiB) taken from the heap and no trimming, a freed buffer is
-// reused by the next allocation of its size. A process-wide malloc setting, made once on
-// the first run; it only changes where memory comes from (the peak footprint stays what
-// the run needs). No-op outside glibc and under sanitizers, whose mallopt does nothing.
-void KeepFreedBuffersForReuse() {
-#if defined(__GLIBC__)
-  static std::once_flag once;
-  std::call_once(once, [] {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  });
-#endif
-}
-
 }  // namespace
 
 absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> inputs,
@@ -250,7 +226,6 @@ absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> in
   }
   ASSIGN_OR_RETURN(const QuantizedEngine engine, ResolveEngine(gm, options.engine));
   const ScopedOmpThreads threads(options.threads);
-  KeepFreedBuffersForReuse();
   ValueStore store(graph);
   size_t next_input = 0;
   for (const Node* node = graph.first(); node != nullptr; node = node->next()) {
