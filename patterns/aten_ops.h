@@ -7,7 +7,8 @@
 // language resolves a leaf named by its aten spelling through it, so one pattern written
 // in the user's dialect matches every spelling of the op:
 //
-//   FxFormOfAtenOp("aten.relu_.default")  // "torch.relu" (a pattern leaf: relu's spellings)
+//   FxFormOfAtenOp("aten.relu_.default")  // "torch.nn.functional.relu" (a pattern leaf:
+//                                         // relu's spellings)
 //   FxFormOfAtenOp("aten.cumsum.default") // nullopt: not an op fuselage reads
 #ifndef FUSELAGE_PATTERNS_ATEN_OPS_H_
 #define FUSELAGE_PATTERNS_ATEN_OPS_H_

@@ -664,7 +664,7 @@ absl::StatusOr<PatternPosition> ResolvePatternLeaf(absl::string_view name) {
     if (!fx.has_value()) return unknown("not an aten op fuselage reads (patterns/aten_ops.cc)");
     const absl::string_view base = fx->substr(fx->rfind('.') + 1);
     const bool has_alias = *fx == "operator.add" || *fx == "operator.mul" ||
-                           *fx == "torch.relu" || *fx == "torch.sigmoid";
+                           *fx == "torch.nn.functional.relu" || *fx == "torch.sigmoid";
     ASSIGN_OR_RETURN(PatternPosition leaf,
                      has_alias ? ResolvePatternLeaf(base)
                                : FunctionLeaf(name, {{OpKind::kCallFunction, *fx}}));

@@ -105,7 +105,7 @@ def _table():
     for dims in ("1d", "2d", "3d"):
         add(f"aten.conv{dims}.default", getattr(F, f"conv{dims}"))
     add("aten.linear.default", F.linear)
-    add("aten.relu.default", torch.relu, in_place_name="aten.relu_.default")
+    add("aten.relu.default", F.relu, in_place_name="aten.relu_.default")
     add("aten.add.Tensor", operator.add, _without_alpha("aten.add"),
         in_place_name="aten.add_.Tensor")
     add("aten.mul.Tensor", operator.mul, in_place_name="aten.mul_.Tensor")

@@ -48,7 +48,24 @@ def _x86_configs():
     for object_type, qconfig in list(mapping.object_type_qconfigs.items()):
         if qconfig == fx_default:
             mapping.set_object_type(object_type, inductor)
-    return mapping, get_x86_backend_config()
+    return mapping, _with_conv_activations(get_x86_backend_config())
+
+
+def _with_conv_activations(backend):
+    """`backend` with a functional conv followed by hardtanh (relu6), hardswish or silu
+    observed once, after the activation, as X86InductorQuantizer's unary fusions are: the
+    FX config quantizes the conv's output before a relu6 too, over a range the clamp then
+    halves (about 3 dB of SQNR on mobilenet_v2)."""
+    from torch.ao.quantization.backend_config import BackendPatternConfig, ObservationType
+    conv_relu = next(c for c in backend.configs if c.pattern == (F.conv2d, F.relu))
+    for conv in (F.conv1d, F.conv2d, F.conv3d):
+        for activation in (F.hardtanh, F.hardtanh_, F.relu6, F.hardswish, F.silu):
+            backend.set_backend_pattern_config(
+                BackendPatternConfig((conv, activation))
+                .set_observation_type(ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT)
+                .set_dtype_configs(conv_relu.dtype_configs)
+                ._set_input_type_to_index(conv_relu._input_type_to_index))
+    return backend
 
 
 def _configs(quantizer):

@@ -60,10 +60,10 @@ def test_prepare_and_convert_give_torchaos_reference_form_close_to_its_error():
         want = model(x)
         ours = _sqnr(want, _first(reference(x)))
         theirs = _sqnr(want, _torchao_reference(model, x)(x))
-    # Today: 34.2 dB against torchao's 37.2 (FX's x86 config quantizes every conv output,
-    # also before a relu6; X86InductorQuantizer fuses the conv-relu6). Issue 36 asks for
-    # torchao's - 0.5 dB: the x86_inductor config is the work left.
-    assert ours >= theirs - 4.0, (ours, theirs)
+    # Today: 36.1 dB against torchao's 37.2: fuselage quantizes a conv's output before the
+    # residual add, where X86InductorQuantizer observes only the add's. Issue 36 asks for
+    # torchao's - 0.5 dB: conv-add in the x86 patterns is the work left.
+    assert ours >= theirs - 1.5, (ours, theirs)
 
 
 def test_a_model_torchaos_x86_quantizer_refuses_quantizes():
