@@ -410,7 +410,9 @@ def _replace(gm, node, op, target, args):
     return new
 
 
-def _constant(gm, name, tensor, before):
+def add_constant(gm, name, tensor, before):
+    """A get_attr node, before `before`, of `tensor` registered on `gm` as a buffer under
+    `name` (or `name_1`, ... where taken)."""
     target = name
     i = 0
     while hasattr(gm, target):
@@ -451,14 +453,14 @@ def _restore_q_dq(gm, exported_only=True):
                 continue
             plain = _PLAIN_DTYPES[weight.dtype]
             _, low, high = _QUANTIZED_DTYPES[plain]
-            ints = _constant(gm, f"{node.name}_int", weight.int_repr(), node)
+            ints = add_constant(gm, f"{node.name}_int", weight.int_repr(), node)
             if weight.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
                 args = (ints, weight.q_scale(), weight.q_zero_point(), low, high, plain)
                 op = _DEQUANTIZE
             else:
-                scales = _constant(gm, f"{node.name}_scale",
+                scales = add_constant(gm, f"{node.name}_scale",
                                    weight.q_per_channel_scales().float(), node)
-                zero_points = _constant(gm, f"{node.name}_zero_point",
+                zero_points = add_constant(gm, f"{node.name}_zero_point",
                                         weight.q_per_channel_zero_points(), node)
                 args = (ints, scales, zero_points, weight.q_per_channel_axis(), low, high, plain)
                 op = _DEQUANTIZE_PER_CHANNEL

@@ -41,7 +41,7 @@ def _attr(gm, target):
     return obj
 
 
-def _constant(gm, arg):
+def constant_of(gm, arg):
     """The tensor (or None) of `arg` when it is None or a get_attr of a tensor; a sentinel
     otherwise."""
     if arg is None:
@@ -50,10 +50,10 @@ def _constant(gm, arg):
         value = _attr(gm, arg.target)
         if isinstance(value, torch.Tensor):
             return value
-    return _NOT_CONSTANT
+    return NOT_CONSTANT
 
 
-_NOT_CONSTANT = object()
+NOT_CONSTANT = object()
 
 
 def _free_name(gm, prefix):
@@ -95,9 +95,9 @@ def pack_functional_ops(gm):
         if name is None or "output_scale" not in node.kwargs or len(node.args) < 2:
             continue
         args, kwargs = node.args, dict(node.kwargs)
-        weight = _constant(gm, args[1])
-        bias = _constant(gm, args[2] if len(args) > 2 else kwargs.get("bias"))
-        if not isinstance(weight, torch.Tensor) or bias is _NOT_CONSTANT:
+        weight = constant_of(gm, args[1])
+        bias = constant_of(gm, args[2] if len(args) > 2 else kwargs.get("bias"))
+        if not isinstance(weight, torch.Tensor) or bias is NOT_CONSTANT:
             continue
         packed_name = _free_name(gm, _PACKED_PREFIX)
         setattr(gm, packed_name, _pack(name, weight, bias, args, kwargs))

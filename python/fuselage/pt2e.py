@@ -26,6 +26,7 @@ import torch.fx
 import torch.nn.functional as F
 
 from fuselage import _exported
+from fuselage._packed import NOT_CONSTANT, constant_of
 from fuselage.errors import ConfigTranslationError
 
 __all__ = ["prepare_pt2e", "convert_pt2e"]
@@ -84,33 +85,6 @@ def _configs(quantizer):
         "torchao's X86InductorQuantizer")
 
 
-def _constant(gm, node):
-    """The tensor of a get_attr node (None for None); a sentinel for anything else."""
-    if node is None:
-        return None
-    if isinstance(node, torch.fx.Node) and node.op == "get_attr":
-        value = gm
-        for part in node.target.split("."):
-            value = getattr(value, part)
-        if isinstance(value, torch.Tensor):
-            return value
-    return _NOT_CONSTANT
-
-
-_NOT_CONSTANT = object()
-
-
-def _new_constant(gm, name, tensor, before):
-    target = name
-    i = 0
-    while hasattr(gm, target):
-        i += 1
-        target = f"{name}_{i}"
-    gm.register_buffer(target, tensor)
-    with gm.graph.inserting_before(before):
-        return gm.graph.get_attr(target)
-
-
 def _fold_conv_batch_norm(gm):
     """Each F.batch_norm (inference) whose input is an F.conv1d/2d/3d read by nothing else,
     all parameters constants, folded into a new weight and bias of the conv, as torchao's
@@ -125,9 +99,9 @@ def _fold_conv_batch_norm(gm):
                 len(conv.users) == 1 and len(bn.args) >= 8 and bn.args[5] is False):
             continue
         _, mean, var, gamma, beta, _, _, eps = bn.args[:8]
-        values = [_constant(gm, a) for a in (conv.args[1], mean, var, gamma, beta)]
-        bias = _constant(gm, conv.args[2] if len(conv.args) > 2 else None)
-        if _NOT_CONSTANT in values or bias is _NOT_CONSTANT:
+        values = [constant_of(gm, a) for a in (conv.args[1], mean, var, gamma, beta)]
+        bias = constant_of(gm, conv.args[2] if len(conv.args) > 2 else None)
+        if any(v is NOT_CONSTANT for v in values) or bias is NOT_CONSTANT:
             continue
         weight, mean, var, gamma, beta = values
         with torch.no_grad():
@@ -139,8 +113,10 @@ def _fold_conv_batch_norm(gm):
             new_bias = (bias if bias is not None else torch.zeros_like(mean)) - mean
             new_bias = new_bias * factor + (beta if beta is not None else 0)
         args = list(conv.args) + [None] * max(0, 3 - len(conv.args))
-        args[1] = _new_constant(gm, f"{conv.name}_weight_folded", new_weight.detach(), conv)
-        args[2] = _new_constant(gm, f"{conv.name}_bias_folded", new_bias.detach(), conv)
+        args[1] = _exported.add_constant(gm, f"{conv.name}_weight_folded",
+                                         new_weight.detach(), conv)
+        args[2] = _exported.add_constant(gm, f"{conv.name}_bias_folded", new_bias.detach(),
+                                         conv)
         conv.args = tuple(args)
         bn.replace_all_uses_with(conv)
         gm.graph.erase_node(bn)
@@ -166,13 +142,13 @@ def _fold_quantized_weights(gm):
         if node.op != "call_function" or node.target not in (torch.quantize_per_channel,
                                                              torch.quantize_per_tensor):
             continue
-        values = [_constant(gm, a) if isinstance(a, torch.fx.Node) else a for a in node.args]
-        if _NOT_CONSTANT in values or not isinstance(values[0], torch.Tensor) or \
+        values = [constant_of(gm, a) if isinstance(a, torch.fx.Node) else a for a in node.args]
+        if any(v is NOT_CONSTANT for v in values) or not isinstance(values[0], torch.Tensor) or \
                 values[0].is_quantized or node.args[0].op != "get_attr":
             continue
         with torch.no_grad():
             quantized = node.target(*values)
-        constant = _new_constant(gm, f"{node.name}_weight", quantized, node)
+        constant = _exported.add_constant(gm, f"{node.name}_weight", quantized, node)
         node.replace_all_uses_with(constant)
         gm.graph.erase_node(node)
     for node in list(gm.graph.nodes):

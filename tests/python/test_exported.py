@@ -110,14 +110,19 @@ def _pt2e_reference(model, x):
     return quantize_pt2e.convert_pt2e(prepared)
 
 
-def test_a_pt2e_reference_model_runs_in_fuselage_and_goes_back_as_q_dq_ops():
+def _reference_in_fuselage():
+    """(input, torchao's reference model of _ConvAddLinear, its output, fuselage's Model
+    of it)."""
     torch.manual_seed(0)
-    model = _ConvAddLinear().eval()
     x = torch.randn(2, 3, 16, 16)
-    reference = _pt2e_reference(model, x)
+    reference = _pt2e_reference(_ConvAddLinear().eval(), x)
     with torch.no_grad():
         want = reference(x)
-    engine = fuselage.from_exported(reference, (x,))
+    return x, reference, want, fuselage.from_exported(reference, (x,))
+
+
+def test_a_pt2e_reference_model_runs_in_fuselage_and_goes_back_as_q_dq_ops():
+    x, reference, want, engine = _reference_in_fuselage()
     got = torch.from_numpy(_core.run(engine, [x.numpy()])[0])
     assert torch.allclose(got, want, atol=1e-5)
     back = _core.to_torch(engine)
@@ -131,13 +136,7 @@ def test_a_pt2e_reference_model_runs_in_fuselage_and_goes_back_as_q_dq_ops():
 def test_a_pt2e_reference_lowers_to_native_kernels_in_fuselage_and_runs_in_pytorch():
     # dq -> conv -> relu -> q becomes one quantized conv-relu; the result still runs in
     # PyTorch, the rest of the graph in its q/dq form.
-    torch.manual_seed(0)
-    model = _ConvAddLinear().eval()
-    x = torch.randn(2, 3, 16, 16)
-    reference = _pt2e_reference(model, x)
-    with torch.no_grad():
-        want = reference(x)
-    engine = fuselage.from_exported(reference, (x,))
+    x, _, want, engine = _reference_in_fuselage()
     assert _core.lower(engine).total_lowered >= 1
     got = torch.from_numpy(_core.run(engine, [x.numpy()])[0])
     lowered = _core.to_torch(engine)
