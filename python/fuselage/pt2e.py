@@ -29,7 +29,7 @@ from fuselage import _exported
 from fuselage._packed import NOT_CONSTANT, constant_of
 from fuselage.errors import ConfigTranslationError
 
-__all__ = ["prepare_pt2e", "convert_pt2e"]
+__all__ = ["prepare_pt2e", "convert_pt2e", "lower_to_fuselage"]
 
 
 def _x86_configs():
@@ -167,3 +167,14 @@ def convert_pt2e(model):
     _exported.to_pt2e_q_dq(reference)
     return reference
 
+
+def lower_to_fuselage(reference, example_inputs=None):
+    """fuselage's Model (fuselage._core) of a PT2E reference model (torchao's convert_pt2e
+    or fuselage's) with each dequantize -> op -> quantize group fuselage lowers as one
+    native quantized op (conv, conv-relu, linear, add-relu, pools passing their input's
+    parameters through), run by fuselage's kernels; `fuselage._core.to_torch` gives the
+    lowered graph back to PyTorch (its quantized ops), the rest in aten."""
+    from fuselage import _core
+    model = _exported.from_exported(reference, example_inputs)
+    _core.lower(model)
+    return model

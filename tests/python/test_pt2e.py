@@ -85,3 +85,26 @@ def test_an_unknown_quantizer_is_a_clear_error():
     gm = torch.export.export(model, (torch.randn(2, 4),)).module()
     with pytest.raises(fuselage.ConfigTranslationError, match="quantizer is a str"):
         fuselage.pt2e.prepare_pt2e(gm, "arm")
+
+
+def test_a_reference_lowers_to_fuselages_native_ops_at_the_references_error():
+    model = _model("resnet18")
+    x = torch.randn(2, 3, 64, 64)
+    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "x86")
+    with torch.no_grad():
+        prepared(x)
+        reference = fuselage.pt2e.convert_pt2e(prepared)
+        want, reference_out = model(x), _first(reference(x))
+    lowered = fuselage.pt2e.lower_to_fuselage(reference, (x,))
+    from fuselage import _core
+    got = torch.from_numpy(_core.run(lowered, [x.numpy()])[0])
+    back = _core.to_torch(lowered)
+    native = collections.Counter(str(n.target) for n in back.graph.nodes
+                                 if n.op == "call_function" and "quantized." in str(n.target))
+    # Every conv lowered (20 of them), relu fused where a conv feeds one, the residual
+    # add-relus native; integer arithmetic loses under 0.5 dB against the reference.
+    assert native["quantized.conv2d"] + native["quantized.conv2d_relu"] == 20
+    assert native["quantized.add_relu"] == 8
+    assert _sqnr(want, got) >= _sqnr(want, reference_out) - 0.5
+    with torch.no_grad():  # and so does PyTorch running the lowered graph (its own kernels)
+        assert _sqnr(want, back(x)[0]) >= _sqnr(want, reference_out) - 0.5
