@@ -10,7 +10,7 @@ quantize_fx run on the same model, mapping and data, and:
 3. the converted model goes through a model file and back unchanged, and any corruption of
    that file is refused by fuselage.to_torch exactly when, and as, the C++ loader refuses it.
 
-FUSELAGE_PROPERTY_SECONDS bounds the run (default 45 s); cases run in seed order until then.
+FUSELAGE_PROPERTY_SECONDS bounds the run (default 30 s); cases run in seed order until then.
 """
 
 import copy
@@ -33,7 +33,7 @@ import fuselage
 import fuselage.quantize_fx as fuselage_fx
 from fuselage import _core
 
-SECONDS = float(os.environ.get("FUSELAGE_PROPERTY_SECONDS", "45"))
+SECONDS = float(os.environ.get("FUSELAGE_PROPERTY_SECONDS", "30"))
 ALLOWED = (fuselage.FuselageError, TypeError, ValueError)
 C, H = 4, 8  # every op keeps the shape [N, C, H, H]
 
