@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Redraws the README's pictures of the residual example, before and after lowering:
+# Redraws the pictures of the residual example (docs/guide/cli.md), before and after lowering:
 #   bash docs/images/make_images.sh
 # (builds the CLI with Bazel; needs Graphviz's `dot`, which tools/install_deps.sh installs).
 set -euo pipefail

@@ -1,4 +1,5 @@
-// The C++ example of README.md, verbatim between the markers, so the README stays true.
+// The C++ example of docs/guide/cpp_api.md, verbatim between the markers, so the guide stays
+// true.
 #include <unistd.h>
 
 #include <cstdlib>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/install.sh's install, into a temporary prefix: the README's C++ example builds
+# tools/install.sh's install, into a temporary prefix: the C++ guide's example builds
 # with `g++ $(pkg-config --cflags --libs fuselage)` against the installed library and
 # headers alone and prints the graph, and the installed `fuselage` works from another
 # folder. Arguments: what //tools:install_files passes (binary, library, headers).
@@ -23,7 +23,7 @@ marked_block() {
        inside && /^```$/ {exit}
        inside {print}' "$1"
 }
-marked_block README.md > "$scratch/readme_example.cc"
+marked_block docs/guide/cpp_api.md > "$scratch/readme_example.cc"
 # docs/architecture.md's whole flow, as the body of a function.
 {
   for header in graph/serialization.h graph/status_macros.h patterns/fuse.h \
@@ -42,11 +42,11 @@ marked_block README.md > "$scratch/readme_example.cc"
   echo 'int main() { absl::Status s = Flow(); std::cout << s << "\n"; return s.ok() ? 0 : 1; }'
 } > "$scratch/architecture_flow.cc"
 grep -q 'LowerToNative' "$scratch/architecture_flow.cc" || fail "docs/architecture.md has no marked flow"
-grep -q 'int main' "$scratch/readme_example.cc" || fail "README.md has no marked C++ example with main()"
+grep -q 'int main' "$scratch/readme_example.cc" || fail "docs/guide/cpp_api.md has no marked C++ example with main()"
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 # Under tools/sanitize.sh the library is instrumented: the program must then link the
-# same sanitizer runtimes, with the clang that built it. Otherwise: g++, as the README says.
+# same sanitizer runtimes, with the clang that built it. Otherwise: g++, as the C++ guide says.
 compiler=(g++)
 undefined="$(nm -D --undefined-only "$prefix/lib/libfuselage.so")"
 sanitizers=()
@@ -58,19 +58,19 @@ if [[ ${#sanitizers[@]} -gt 0 ]]; then
 fi
 # Nothing from the source tree: only what the prefix holds (and the system's libraries).
 "${compiler[@]}" -o "$scratch/readme_example" "$scratch/readme_example.cc" \
-    $(pkg-config --cflags --libs fuselage) || fail "the README example does not build"
+    $(pkg-config --cflags --libs fuselage) || fail "the C++ guide's example does not build"
 
 other="$scratch/elsewhere"
 mkdir -p "$other"
 cd "$other"
-"$scratch/readme_example" > printed.txt || fail "the README example failed"
+"$scratch/readme_example" > printed.txt || fail "the C++ guide's example failed"
 expected='def forward(self, x):
     conv = self.conv(x)
     add = conv + x
     relu = self.relu(add)
     return relu'
-[[ "$(cat printed.txt)" == "$expected" ]] || fail "the README example printed: $(cat printed.txt)"
-[[ -s model.pb ]] || fail "the README example saved no model.pb"
+[[ "$(cat printed.txt)" == "$expected" ]] || fail "the C++ guide's example printed: $(cat printed.txt)"
+[[ -s model.pb ]] || fail "the C++ guide's example saved no model.pb"
 
 # The architecture page's flow, on the residual example: it lowers the fused conv-add.
 "${compiler[@]}" -o "$scratch/architecture_flow" "$scratch/architecture_flow.cc" \
