@@ -33,3 +33,10 @@ class PatternError(FuselageError, ValueError):
     """A Python function given to fuselage.pattern_from_function cannot be written as a
     fusion pattern: several outputs, a parameter read (get_attr), an inner node used twice,
     a module or function without a fuselage name. The message names the traced node."""
+
+
+class OnnxExportError(FuselageError):
+    """fuselage.to_onnx cannot write the model as ONNX: a node whose op has no ONNX mapping,
+    an argument the mapping cannot express (a padding mode, a per-channel quantized
+    activation), inputs it cannot run the model on, or a path it cannot write. The message
+    names the node (and the field) or the path."""
