@@ -1,0 +1,19 @@
+"""fuselage.onnx: fuselage models as ONNX, for ONNX Runtime.
+
+    import fuselage
+    fuselage.to_onnx(converted, "model.onnx", (x,))   # converted: fuselage.quantize_fx's
+
+A float model is written as plain ONNX; a quantized one (lowered, as convert_fx returns it,
+or reference, as convert_to_reference_fx does) as QDQ: QuantizeLinear / DequantizeLinear
+around float ops, weights int8 per output channel, biases int32, activations uint8 or int8
+as the qconfig made them, every graph output dequantized with its own scale and zero point.
+ONNX Runtime (graph optimization EXTENDED or above) fuses that into QLinearConv,
+QLinearAdd, QLinearMul, QGemm, QLinearGlobalAveragePool, QLinearConcat. docs/guide/onnx.md
+has the details; fuselage.onnx._ops lists the ops that have an ONNX form.
+
+The onnx package is imported on use: `import fuselage` works without it.
+"""
+
+from fuselage.onnx._export import to_onnx  # imports onnx only when called
+
+__all__ = ["to_onnx"]
