@@ -41,6 +41,7 @@ _warnings.filterwarnings(
 from fuselage._exporter import export, to_proto  # noqa: E402
 from fuselage._importer import from_proto, to_torch  # noqa: E402
 from fuselage._exported import from_exported  # noqa: E402
+from fuselage.onnx import to_onnx  # noqa: E402  (ONNX out; imports onnx only when called)
 from fuselage.errors import (ConfigTranslationError, ExportError, FuselageError, ModelFileError,
                              ModuleError, PatternError)
 from fuselage import fusers, nn  # fused modules PyTorch 1.13 lacks, and their fusers
@@ -52,6 +53,7 @@ __all__ = [
     "to_proto",
     "from_proto",
     "from_exported",
+    "to_onnx",
     "ConfigTranslationError",
     "ExportError",
     "FuselageError",
