@@ -27,6 +27,13 @@ def graph_module(model, example_inputs):
     """The torch.fx.GraphModule of `model`: a fuselage model file's path, a
     fuselage._core.Model, a GraphModule (fuselage's or any), or an nn.Module (traced as
     fuselage.export traces it)."""
+    if isinstance(model, torch.nn.Module):
+        training = [name or "the model" for name, m in model.named_modules() if m.training]
+        if training:
+            # ONNX gets the inference form (batch norm from its running statistics, no
+            # dropout), which a module in training mode does not compute.
+            raise OnnxExportError(f"to_onnx: {training[0]} is in training mode; call "
+                                  "model.eval() first")
     if isinstance(model, (str, os.PathLike)):
         import fuselage
 
