@@ -9,9 +9,10 @@ node in order, and writes each node as the ONNX nodes fuselage.onnx._ops maps it
   a non-tensor result    (x.size(0), a shape) a Python constant, no node
   output                 each output a graph output; a quantized one through a
                          DequantizeLinear of its own scale and zero point
-Then fuselage.onnx._qdq tidies what the QDQ form leaves (a Relu the following
-QuantizeLinear clamps anyway, a DequantizeLinear → QuantizeLinear round trip), the model
-is checked with onnx.checker, and the file is written whole or not at all.
+Then fuselage.onnx._qdq tidies what the QDQ form leaves (a Relu before a QuantizeLinear
+moved after it as a clamp of the integers, or dropped where the QuantizeLinear clamps
+alike; a DequantizeLinear → QuantizeLinear round trip), the model is checked with
+onnx.checker, and the file is written whole or not at all.
 """
 
 import functools
@@ -100,8 +101,11 @@ class Emitter:
         dtype = seen.dtype if seen.dtype in _ELEM_TYPE else torch.float32
         return NUMPY_TYPE[_ELEM_TYPE[dtype]]
 
+    def recorded_shape(self, node):
+        return self.seen[_unwrap(node)].shape
+
     def reshape(self, float_name, node, base):
-        shape = np.asarray(self.seen[_unwrap(node)].shape, dtype=np.int64)
+        shape = np.asarray(self.recorded_shape(node), dtype=np.int64)
         return self.g.node("Reshape", [float_name, self.g.constant(shape, "shape")], base)
 
     def output_qparams(self, node):
@@ -183,6 +187,9 @@ class Emitter:
             if self.seen[node].is_quantized:
                 return self.quantize(result, node)
             return Float(result)
+        if isinstance(result, tuple):  # the parts of a multi-output op (chunk, split)
+            for part, value in zip(result, self.seen[node].python):
+                self.shapes.setdefault(part, tuple(value.shape))
         return result
 
     def _input(self, node):

@@ -73,6 +73,15 @@ class Graph:
                                                 name=output, **attributes))
         return output
 
+    def multi_node(self, op_type, inputs, base, count, **attributes):
+        """Appends one node of `count` outputs; returns their names."""
+        import onnx.helper
+
+        outputs = [self.fresh(f"{base}_{i}") for i in range(count)]
+        self.nodes.append(onnx.helper.make_node(op_type, list(inputs), outputs,
+                                                name=outputs[0], **attributes))
+        return outputs
+
     def constant(self, array, base):
         """An initializer holding `array` (a numpy array); equal small constants (scales,
         zero points, shapes) are shared."""

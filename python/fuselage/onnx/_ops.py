@@ -75,6 +75,22 @@ def _alias(cx, node, self, *args, **kwargs):
     return self
 
 
+@function("torchvision.ops.stochastic_depth.stochastic_depth")
+def _stochastic_depth(cx, node, input, p, mode, training=True):
+    if training and p > 0:
+        raise OnnxExportError(f"{cx.where(node)}: stochastic depth in training mode (random) "
+                              "has no inference form")
+    return input
+
+
+@function("operator.getitem")
+def _getitem(cx, node, container, index):
+    # One result of a multi-output op (chunk, split); indexing a tensor is not mapped.
+    if isinstance(container, (tuple, list)):
+        return container[index]
+    raise OnnxExportError(f"{cx.where(node)}: indexing a tensor has no ONNX mapping here")
+
+
 # ---- quantize / dequantize ----------------------------------------------------------------
 
 @function("torch.quantize_per_tensor")
@@ -284,16 +300,31 @@ def _bn_relu_module(cx, node, mod, input):
     return cx.g.node("Relu", [_batch_norm(cx, node, input, mod, node.name + "_bn")], node.name)
 
 
+def _layer_norm(cx, node, input, normalized_shape, weight, bias, eps):
+    """weight / bias: None, a torch tensor (a module's), or a Float (a get_attr's)."""
+    shape = tuple(_tuple(normalized_shape, 1))
+
+    def operand(value, fill, what):
+        if isinstance(value, Float):
+            return value.name
+        value = fill(shape) if value is None else value
+        return cx.g.constant(value.detach().float().numpy(), f"{node.name}_{what}")
+
+    return cx.g.node("LayerNormalization",
+                     [cx.f(input, node.name), operand(weight, torch.ones, "weight"),
+                      operand(bias, torch.zeros, "bias")],
+                     node.name, axis=-len(shape), epsilon=float(eps))
+
+
 @module("nn.LayerNorm")
 def _layer_norm_module(cx, node, mod, input):
-    shape = mod.normalized_shape
-    weight = mod.weight if mod.weight is not None else torch.ones(shape)
-    bias = mod.bias if mod.bias is not None else torch.zeros(shape)
-    return cx.g.node("LayerNormalization",
-                     [cx.f(input, node.name),
-                      cx.g.constant(weight.detach().float().numpy(), node.name + "_weight"),
-                      cx.g.constant(bias.detach().float().numpy(), node.name + "_bias")],
-                     node.name, axis=-len(shape), epsilon=float(mod.eps))
+    return _layer_norm(cx, node, input, mod.normalized_shape, mod.weight, mod.bias, mod.eps)
+
+
+@function("torch.nn.functional.layer_norm")
+def _layer_norm_function(cx, node, input, normalized_shape, weight=None, bias=None,
+                         eps=1e-5):
+    return _layer_norm(cx, node, input, normalized_shape, weight, bias, eps)
 
 
 # ---- activations --------------------------------------------------------------------------
@@ -657,6 +688,50 @@ def _flatten_module(cx, node, mod, input):
 def _reshape(cx, node, input, *shape, **kwargs):
     # The graph's shapes are the example inputs': the result's recorded shape is the target.
     return cx.reshape(cx.f(input, node.name), node, node.name)
+
+
+def _split(cx, node, input, sizes, dim):
+    """The parts of `input` along `dim`: Split of the tensor's own integers when it is
+    quantized (each part keeps its scale and zero point, as PyTorch's do), else of the
+    float tensor."""
+    rank = _rank(cx, input)
+    source = cx.quantized_source(input)
+    whole = source.name if source is not None else cx.f(input, node.name)
+    names = cx.g.multi_node("Split", [whole, cx.g.constant(np.asarray(sizes, np.int64),
+                                                           "split")],
+                            node.name, len(sizes), axis=int(dim) % rank)
+    if source is None:
+        return tuple(Float(n) for n in names)
+    return tuple(Quantized(n, source.scale, source.zero_point, source.elem_type)
+                 for n in names)
+
+
+@function("torch.chunk")
+@method("chunk")
+def _chunk(cx, node, input, chunks, dim=0):
+    length = cx.shape_of(input)[dim]
+    step = -(-length // chunks)
+    sizes = [min(step, length - start) for start in range(0, length, step)]
+    return _split(cx, node, input, sizes, dim)
+
+
+@function("torch.functional.split")
+@method("split")
+def _split_function(cx, node, tensor, split_size_or_sections, dim=0):
+    length = cx.shape_of(tensor)[dim]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        sizes = [min(step, length - start) for start in range(0, length, step)]
+    else:
+        sizes = list(split_size_or_sections)
+    return _split(cx, node, tensor, sizes, dim)
+
+
+@method("expand")
+def _expand(cx, node, input, *sizes):
+    shape = np.asarray(cx.recorded_shape(node), dtype=np.int64)
+    return cx.g.node("Expand", [cx.f(input, node.name), cx.g.constant(shape, "shape")],
+                     node.name)
 
 
 @function("torch.permute")

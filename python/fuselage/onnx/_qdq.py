@@ -1,19 +1,19 @@
 """Rewrites of the QDQ graph that change no result and leave ONNX Runtime less to undo.
 
-Writing each quantized op as dequantize → float op → quantize leaves three shapes that
-ONNX Runtime's QDQ selectors either reject or would have to simplify themselves:
+Writing each quantized op as dequantize → float op → quantize leaves two shapes that
+ONNX Runtime's QDQ selectors reject or would have to simplify themselves:
 
-  x → Relu / Clip → Q        where Q's own range lies inside the clamp's: the Q clamps
-                             alike, so the Relu goes (what ORT's quantizer does when it
-                             folds a Relu into the Q before it); Conv → Relu → Q becomes
-                             Conv → Q, which the Conv selector takes.
-  DQ → Relu / Clip → Q       with equal scale and zero point on both sides (a relu6 run on
-                             a quantized tensor): the clamp of the integers, a Clip of the
-                             quantized tensor with quantized bounds.
-  DQ → Q                     with equal scale and zero point: the integers themselves.
+  x → Relu / Clip → Q    the clamp goes after the Q, as a Clip of the integers with the
+                         bounds quantized; where the Q's own range lies inside the
+                         clamp's, it goes altogether (what ORT's quantizer does when it
+                         folds a Relu into the Q before it). Conv → Relu → Q becomes
+                         Conv → Q (→ Clip), which the Conv selector takes; a relu6 run on a
+                         quantized tensor, DQ → Clip → Q, becomes DQ → Q → Clip.
+  DQ → Q                 with equal scale and zero point: the integers themselves.
 
-Each holds exactly (quantization is monotone and both sides share the grid), and each
-applies only where the intermediate tensor has one reader and is no graph output.
+Both hold exactly: quantization is monotone, so it commutes with a clamp whose bounds
+are quantized alike, and a DQ → Q pair on one grid gives back its integers. Each applies
+only where the intermediate tensor has one reader and is no graph output.
 """
 
 import numpy as np
@@ -83,19 +83,43 @@ def _same_grid(a, b):
         a[1].dtype == b[1].dtype
 
 
-def _drop_redundant_clamps(view, removed):
-    for node in view.g.nodes:
-        if node.op_type not in _CLAMPS or id(node) in removed:
+def _clamps_after_quantize(view):
+    """Returns (nodes removed, whether anything changed)."""
+    removed, changed = set(), False
+    position = {id(n): i for i, n in enumerate(view.g.nodes)}
+    for node in list(view.g.nodes):
+        if node.op_type not in _CLAMPS:
             continue
         q = view.only_reader(node.output[0], "QuantizeLinear")
         bounds = view.clamp_range(node)
         qparams = view.scalar_qparams(q) if q is not None else None
         if bounds is None or qparams is None:
             continue
+        changed = True
         lo, hi = _q_range(*qparams)
         if bounds[0] <= lo and hi <= bounds[1]:
-            q.input[0] = node.input[0]
+            q.input[0] = node.input[0]  # the Q clamps alike: the clamp goes
             removed.add(id(node))
+            continue
+        # x → clamp → y → Q → z  becomes  x → Q → t → Clip(integers) → z; the two swap
+        # places in the node order, which keeps it topological (only Q read y).
+        integers = view.g.fresh(q.output[0] + "_unclamped")
+        z = q.output[0]
+        q.input[0], q.output[0] = node.input[0], integers
+        inputs = [integers]
+        for bound, unbounded in zip(bounds, (-np.inf, np.inf)):
+            inputs.append("" if bound == unbounded else
+                          view.g.constant(_quantize_bound(bound, *qparams), "bound"))
+        while inputs[-1] == "":
+            inputs.pop()
+        node.op_type = "Clip"
+        del node.input[:]
+        node.input.extend(inputs)
+        node.output[0] = z
+        i, j = position[id(node)], position[id(q)]
+        view.g.nodes[i], view.g.nodes[j] = q, node
+        position[id(node)], position[id(q)] = j, i
+    return removed, changed
 
 
 def _quantize_bound(value, scale, zero_point):
@@ -107,34 +131,9 @@ def _quantize_bound(value, scale, zero_point):
     return np.asarray(min(qmax, max(qmin, q)), dtype=zero_point.dtype)
 
 
-def _clamp_integers(view, removed):
-    for node in view.g.nodes:
-        if node.op_type not in _CLAMPS or id(node) in removed or not node.input:
-            continue
-        dq = view.producer.get(node.input[0])
-        q = view.only_reader(node.output[0], "QuantizeLinear")
-        bounds = view.clamp_range(node)
-        if dq is None or dq.op_type != "DequantizeLinear" or q is None or bounds is None or \
-                view.only_reader(dq.output[0], node.op_type) is not node:
-            continue
-        grid = view.scalar_qparams(dq)
-        if not _same_grid(grid, view.scalar_qparams(q)):
-            continue
-        inputs = [dq.input[0]]
-        for bound, default in zip(bounds, (-np.inf, np.inf)):
-            inputs.append("" if bound == default else
-                          view.g.constant(_quantize_bound(bound, *grid), "bound"))
-        while inputs[-1] == "":
-            inputs.pop()
-        # The Q becomes the Clip, in its place and producing its output.
-        q.op_type = "Clip"
-        del q.input[:]
-        q.input.extend(inputs)
-        q.ClearField("attribute")
-        removed.update((id(dq), id(node)))
-
-
-def _bypass_round_trips(view, removed):
+def _bypass_round_trips(view):
+    """Returns (nodes removed, whether anything changed)."""
+    removed = set()
     for dq in view.g.nodes:
         if dq.op_type != "DequantizeLinear" or id(dq) in removed:
             continue
@@ -147,18 +146,17 @@ def _bypass_round_trips(view, removed):
                 if name == q.output[0]:
                     reader.input[i] = dq.input[0]
         removed.update((id(dq), id(q)))
+    return removed, bool(removed)
 
 
 def tidy(g):
-    """Applies the three rewrites to the Graph `g` until none applies."""
+    """Applies the rewrites to the Graph `g` until none applies."""
     for _ in range(_MAX_ROUNDS):
         changed = False
-        for rewrite in (_drop_redundant_clamps, _clamp_integers, _bypass_round_trips):
-            removed = set()
-            rewrite(_View(g), removed)
-            if removed:
-                g.nodes = [n for n in g.nodes if id(n) not in removed]
-                changed = True
+        for rewrite in (_clamps_after_quantize, _bypass_round_trips):
+            removed, rewritten = rewrite(_View(g))
+            g.nodes = [n for n in g.nodes if id(n) not in removed]
+            changed |= rewritten
         if not changed:
             break
     g.drop_unread_initializers()  # a removed Clip's bounds, a removed Q's parameters
