@@ -22,7 +22,7 @@ import torch
 
 from fuselage.errors import OnnxExportError
 from fuselage.onnx import _weights
-from fuselage.onnx._graph import Dequantized, Float, Quantized
+from fuselage.onnx._graph import INTEGER_RANGE, Dequantized, Float, Quantized
 
 MODULES, FUNCTIONS, METHODS = {}, {}, {}
 
@@ -235,7 +235,7 @@ class _Renamed:
 def _conv_add(cx, node, mod, input, extra):
     """conv(input) + extra (then relu): fuselage's fused residual, both inputs quantized
     in its quantized form. ONNX Runtime has no conv-add kernel, so the conv's result is
-    quantized on its own (ConvMidQuantization says with what) to make QLinearConv, and the
+    quantized on its own (conv_add_mid_qparams says with what) to make QLinearConv, and the
     add reads it and `extra` dequantized to make QLinearAdd."""
     quantized = type(mod).__module__.startswith("fuselage.nn.quantized")
     conv_part = mod if quantized else mod[0]
@@ -260,16 +260,16 @@ def conv_add_mid_qparams(out, extra):
     is below out_lo even with the largest extra; above it, above out_hi), so no result
     fuselage's kernel gives is cut; what the extra step costs is its rounding, at most
     half of (out_scale + extra_scale). `out` is (scale, zero_point, elem_type)."""
-    from fuselage.onnx._graph import INTEGER_RANGE
-
     out_scale, out_zp, elem_type = out
     qmin, qmax = INTEGER_RANGE[elem_type]
     emin, emax = INTEGER_RANGE[extra.elem_type]
     out_lo, out_hi = (qmin - out_zp) * out_scale, (qmax - out_zp) * out_scale
     e_lo, e_hi = (emin - extra.zero_point) * extra.scale, (emax - extra.zero_point) * extra.scale
     lo, hi = min(0.0, out_lo - e_hi), max(0.0, out_hi - e_lo)
-    scale = (hi - lo) / (qmax - qmin)
-    zero_point = int(min(qmax, max(qmin, round(qmin - lo / scale))))
+    # One level spare, and the zero point rounded up: the grid then reaches both ends,
+    # (qmin - zp) * scale <= lo and (qmax - zp) * scale >= hi.
+    scale = (hi - lo) / (qmax - qmin - 1)
+    zero_point = int(min(qmax, max(qmin, math.ceil(qmin - lo / scale))))
     return scale, zero_point, elem_type
 
 
