@@ -499,6 +499,15 @@ def test_an_argument_without_an_onnx_form_names_the_node_and_field(tmp_path):
     assert not (tmp_path / "m.onnx").exists()
 
 
+def test_a_pool_onnx_would_size_otherwise_names_the_node(tmp_path):
+    # 5 + 2 padding, windows of 2 every 2, ceil_mode: PyTorch 3 (the last window would
+    # start in the padding), ONNX 4.
+    model = nn.Sequential(nn.MaxPool2d(2, 2, padding=1, ceil_mode=True)).eval()
+    with pytest.raises(OnnxExportError, match=r"node '_0' \(call_module 0\): ceil_mode gives "
+                                              r"\[3, 3\] in PyTorch.*\[4, 4\] in ONNX"):
+        fuselage.to_onnx(model, str(tmp_path / "m.onnx"), (torch.randn(1, 1, 5, 5),))
+
+
 def test_a_directory_path_is_refused_naming_it(tmp_path):
     with pytest.raises(OnnxExportError, match=rf"cannot write '{tmp_path}': it is a "
                                               r"directory"):

@@ -298,6 +298,7 @@ def build(model, example_inputs=None):
         import onnx
         import onnx.checker
         import onnx.helper
+        import onnx.shape_inference
     except ImportError as e:
         raise OnnxExportError(f"to_onnx needs the onnx package ({e}); pip install onnx") from e
     gm = _record.graph_module(model, example_inputs)
@@ -310,8 +311,8 @@ def build(model, example_inputs=None):
                                    opset_imports=[onnx.helper.make_opsetid("", OPSET)])
     proto.ir_version = IR_VERSION
     try:
-        onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as e:
+        onnx.checker.check_model(proto, full_check=True)  # shape inference too
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise OnnxExportError(f"to_onnx: internal error, the ONNX model it built does not "
                               f"pass onnx.checker: {e}") from e
     return proto

@@ -510,19 +510,30 @@ def _quantized_softmax(cx, node, qx, dim, output_scale, output_zero_point):
 
 # ---- pooling ------------------------------------------------------------------------------
 
-def _pool_attributes(cx, node, input, kernel_size, stride, padding, ceil_mode):
+def _pool_attributes(cx, node, input, kernel_size, stride, padding, ceil_mode, dilation=1):
     nd = _rank(cx, input) - 2
     kernel = _tuple(kernel_size, nd)
     stride = kernel if stride is None or stride == [] or stride == () else _tuple(stride, nd)
-    return nd, dict(kernel_shape=list(kernel), strides=list(stride),
-                    pads=list(_tuple(padding, nd)) * 2, ceil_mode=int(bool(ceil_mode)))
+    padding, dilation = _tuple(padding, nd), _tuple(dilation, nd)
+    if ceil_mode:
+        # PyTorch drops a last window that would start in the padding; ONNX keeps it.
+        spatial, wanted = cx.shape_of(input)[2:], cx.recorded_shape(node)[2:]
+        onnx_sizes = [-(-(n + 2 * p - d * (k - 1) - 1) // s) + 1
+                      for n, p, d, k, s in zip(spatial, padding, dilation, kernel, stride)]
+        if list(onnx_sizes) != list(wanted):
+            raise OnnxExportError(
+                f"{cx.where(node)}: ceil_mode gives {list(wanted)} in PyTorch, which drops "
+                f"a last window that starts in the padding, and {onnx_sizes} in ONNX")
+    return nd, dict(kernel_shape=list(kernel), strides=list(stride), pads=list(padding) * 2,
+                    ceil_mode=int(bool(ceil_mode)))
 
 
 def _max_pool(cx, node, input, kernel_size, stride=None, padding=0, dilation=1,
               ceil_mode=False, return_indices=False):
     if return_indices:
         raise OnnxExportError(f"{cx.where(node)}: return_indices=True is not exported")
-    nd, attributes = _pool_attributes(cx, node, input, kernel_size, stride, padding, ceil_mode)
+    nd, attributes = _pool_attributes(cx, node, input, kernel_size, stride, padding, ceil_mode,
+                                      dilation)
     return cx.g.node("MaxPool", [cx.f(input, node.name)], node.name,
                      dilations=list(_tuple(dilation, nd)), **attributes)
 
