@@ -43,7 +43,7 @@ from fuselage._importer import from_proto, to_torch  # noqa: E402
 from fuselage._exported import from_exported  # noqa: E402
 from fuselage.onnx import to_onnx  # noqa: E402  (ONNX out; imports onnx only when called)
 from fuselage.errors import (ConfigTranslationError, ExportError, FuselageError, ModelFileError,
-                             ModuleError, PatternError)
+                             ModuleError, OnnxExportError, PatternError)
 from fuselage import fusers, nn  # fused modules PyTorch 1.13 lacks, and their fusers
 from fuselage._patterns import pattern_from_function  # patterns written as Python functions
 
@@ -59,6 +59,7 @@ __all__ = [
     "FuselageError",
     "ModelFileError",
     "ModuleError",
+    "OnnxExportError",
     "PatternError",
     "pattern_from_function",
     "fusers",
