@@ -22,6 +22,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
+from fuselage._values import attribute
 from fuselage.errors import ExportError
 
 ATEN_META = "aten"
@@ -163,15 +164,20 @@ def _aten_op(name):
 _QUANTIZE = "quantized_decomposed.quantize_per_tensor.default"
 _DEQUANTIZE = "quantized_decomposed.dequantize_per_tensor.default"
 _DEQUANTIZE_PER_CHANNEL = "quantized_decomposed.dequantize_per_channel.default"
-_QUANTIZED_DTYPES = {torch.uint8: (torch.quint8, 0, 255), torch.int8: (torch.qint8, -128, 127)}
-_PLAIN_DTYPES = {quantized: plain for plain, (quantized, _, _) in _QUANTIZED_DTYPES.items()}
+_QUANTIZED_DTYPES = {torch.uint8: torch.quint8, torch.int8: torch.qint8}
+_PLAIN_DTYPES = {quantized: plain for plain, quantized in _QUANTIZED_DTYPES.items()}
+
+
+def _whole_range(plain):
+    info = torch.iinfo(plain)
+    return info.min, info.max
 QPARAMS_META = "pt2e_qparams"  # a dequantize's (scale, zero_point, quant_min, quant_max, dtype)
 
 
 def _quantized_dtype(qmin, qmax, dtype, where):
     if dtype not in _QUANTIZED_DTYPES:
         raise ExportError(f"{where}: dtype {dtype}; fuselage reads torch.uint8 and torch.int8")
-    quantized, low, high = _QUANTIZED_DTYPES[dtype]
+    quantized, (low, high) = _QUANTIZED_DTYPES[dtype], _whole_range(dtype)
     if (qmin, qmax) != (low, high):
         raise ExportError(f"{where}: quant range [{qmin}, {qmax}]; fuselage reads the whole "
                           f"range of {dtype}, [{low}, {high}]")
@@ -199,9 +205,7 @@ def _copy_tensors(source, root, targets):
     """`root` given each get_attr target of `source` at the same dotted path, in plain
     nn.Module containers (parameters stay parameters)."""
     for target in targets:
-        value = source
-        for part in target.split("."):
-            value = getattr(value, part)
+        value = attribute(source, target)
         *path, leaf = target.split(".")
         holder = root
         for part in path:
@@ -309,10 +313,7 @@ class _Weights:
 def _attr_of(gm, node, where, what):
     if not (isinstance(node, torch.fx.Node) and node.op == "get_attr"):
         raise ExportError(f"{where}: its {what} is not a constant (get_attr)")
-    value = gm
-    for part in node.target.split("."):
-        value = getattr(value, part)
-    return value
+    return attribute(gm, node.target)
 
 
 def _fx_q_dq(gm, graph, node, args, weights, where):
@@ -439,7 +440,7 @@ def _restore_q_dq(gm, exported_only=True):
             x, scale, zero_point, quantized = node.args
             scale, zero_point = _number(gm, scale), _number(gm, zero_point)
             plain = _PLAIN_DTYPES[quantized]
-            _, low, high = _QUANTIZED_DTYPES[plain]
+            low, high = _whole_range(plain)
             for user in list(node.users):
                 _replace(gm, user, "call_function", _aten_op(_DEQUANTIZE),
                          (node, scale, zero_point, low, high, plain))
@@ -452,7 +453,7 @@ def _restore_q_dq(gm, exported_only=True):
             if not isinstance(weight, torch.Tensor) or not weight.is_quantized:
                 continue
             plain = _PLAIN_DTYPES[weight.dtype]
-            _, low, high = _QUANTIZED_DTYPES[plain]
+            low, high = _whole_range(plain)
             ints = add_constant(gm, f"{node.name}_int", weight.int_repr(), node)
             if weight.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
                 args = (ints, weight.q_scale(), weight.q_zero_point(), low, high, plain)
@@ -480,22 +481,16 @@ def _number(gm, value):
     return value.item() if isinstance(value, torch.Tensor) else value
 
 
-def to_pt2e_q_dq(gm):
-    """Rewrites, in place, a reference model fuselage converted from an exported program
-    into torchao's reference form: every quantize read only by dequantizes, and every
-    dequantized quantized constant, as quantized_decomposed q/dq ops; the aten ops back."""
-    _restore_q_dq(gm, exported_only=False)
-    restore_aten(gm)
-    gm.recompile()
-    return gm
-
-
-def restore_aten(gm):
+def restore_aten(gm, every_q_dq=False):
     """Rewrites, in place, each node of `gm` whose meta names an aten op back into that
-    call (to_torch: a model read from torch.export goes out as aten)."""
-    changed = _restore_q_dq(gm)
+    call (to_torch: a model read from torch.export goes out as aten). With `every_q_dq`
+    (a reference model fuselage converted from an exported program, into torchao's
+    reference form), every quantize read only by dequantizes and every dequantized
+    quantized constant becomes quantized_decomposed q/dq ops, not only those read from
+    the program."""
+    changed = _restore_q_dq(gm, exported_only=not every_q_dq)
     for node in gm.graph.nodes:
-        name = node.meta.get("fuselage", {}).get(ATEN_META)
+        name = _meta_name(node)
         if node.op != "call_function" or name not in _OPS:
             continue
         op = _OPS[name]

@@ -30,7 +30,8 @@ from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 from fuselage import _declared, _exported, _modules, _names, _packed, _prepared, _registry
 from fuselage._limits import LIMITS, MAX_FILE_BYTES
 from fuselage._proto import is_text_path, model_path, model_pb2
-from fuselage._values import OUTPUT_KEYS_META, handoff_tensor, write_arg, write_tensor
+from fuselage._values import (OUTPUT_KEYS_META, attribute, handoff_tensor, write_arg,
+                              write_tensor)
 from fuselage.errors import ExportError
 
 _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
@@ -441,9 +442,7 @@ class _Exporter:
         return node.target
 
     def _check_attr(self, node, where):
-        obj = self.gm
-        for part in node.target.split("."):
-            obj = getattr(obj, part, None)
+        obj = attribute(self.gm, node.target)
         if not isinstance(obj, (torch.Tensor, torch.nn.Module)):
             raise ExportError(
                 f"{where}: get_attr target '{node.target}' is a {type(obj).__name__}; a model "

@@ -16,6 +16,8 @@ import copy
 import torch
 import torch.fx
 
+from fuselage._values import attribute
+
 # op name -> (spatial dims, or 0 for linear)
 _OPS = {f"{base}{tail}": dims
         for base, dims in (("conv1d", 1), ("conv2d", 2), ("conv3d", 3), ("linear", 0))
@@ -34,20 +36,13 @@ def _op_name(node):
     return None
 
 
-def _attr(gm, target):
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part, None)
-    return obj
-
-
 def constant_of(gm, arg):
     """The tensor (or None) of `arg` when it is None or a get_attr of a tensor; a sentinel
     otherwise."""
     if arg is None:
         return None
     if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
-        value = _attr(gm, arg.target)
+        value = attribute(gm, arg.target)
         if isinstance(value, torch.Tensor):
             return value
     return NOT_CONSTANT
@@ -137,7 +132,7 @@ def unpack_functional_ops(gm):
     attributes. The caller's module is not changed."""
     nodes = [n for n in gm.graph.nodes if _op_name(n) is not None and len(n.args) == 4
              and isinstance(n.args[1], torch.fx.Node) and n.args[1].op == "get_attr"
-             and isinstance(_attr(gm, n.args[1].target), torch._C.ScriptObject)]
+             and isinstance(attribute(gm, n.args[1].target), torch._C.ScriptObject)]
     if not nodes:
         return gm
     from fuselage._importer import TreeKeepingGraphModule, _keep_tree
@@ -148,7 +143,7 @@ def unpack_functional_ops(gm):
         node = copy_of[original.name]
         name = _op_name(node)
         x, packed, scale, zero_point = node.args
-        weight, bias, conv_args = _unpacked_args(name, _attr(gm, packed.target))
+        weight, bias, conv_args = _unpacked_args(name, attribute(gm, packed.target))
         with graph.inserting_before(node):
             weight_name = _free_name(result, f"{node.name}_weight_")
             result.register_buffer(weight_name, weight)

@@ -18,6 +18,15 @@ from fuselage._limits import LIMITS, MAX_SCALE
 from fuselage._proto import model_pb2
 from fuselage.errors import ExportError, ModelFileError
 
+
+def attribute(root, target):
+    """The value a get_attr `target` ("layer1.0.conv.weight") names under `root`, or None
+    where a part of the path is missing."""
+    value = root
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
+
 MAX_ARG_DEPTH = LIMITS["max_arg_depth"]
 MAX_STRING_LENGTH = LIMITS["max_string_length"]
 MAX_TENSOR_RANK = LIMITS["max_tensor_rank"]

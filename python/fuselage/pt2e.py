@@ -164,8 +164,7 @@ def convert_pt2e(model):
     from fuselage import quantize_fx
     reference = quantize_fx.convert_to_reference_fx(model)
     _fold_quantized_weights(reference)
-    _exported.to_pt2e_q_dq(reference)
-    return reference
+    return _exported.restore_aten(reference, every_q_dq=True)
 
 
 def lower_to_fuselage(reference, example_inputs=None):

@@ -110,3 +110,15 @@ def verify(cli, path):
     """`fuselage verify PATH`: the C++ loader's verdict on a model file."""
     return subprocess.run([cli, "verify", str(path)], capture_output=True, text=True,
                           timeout=300)
+
+
+def torchao_x86_reference(model, x):
+    """torchao's own PT2E flow with X86InductorQuantizer, calibrated on `x`: the reference
+    graph of q/dq ops around float aten ops (the test skips without torchao)."""
+    quantize_pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
+    x86 = pytest.importorskip("torchao.quantization.pt2e.quantizer.x86_inductor_quantizer")
+    quantizer = x86.X86InductorQuantizer().set_global(
+        x86.get_default_x86_inductor_quantization_config())
+    prepared = quantize_pt2e.prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    prepared(x)
+    return quantize_pt2e.convert_pt2e(prepared)

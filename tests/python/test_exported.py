@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import fuselage
-from conftest import randomize_batch_norm
+from conftest import randomize_batch_norm, torchao_x86_reference
 from fuselage import _core
 
 torchvision = pytest.importorskip("torchvision")
@@ -98,24 +98,12 @@ class _ConvAddLinear(nn.Module):
         return self.fc(z.mean((2, 3)))
 
 
-def _pt2e_reference(model, x):
-    """torchao's own PT2E flow with X86InductorQuantizer: the reference graph of q/dq ops
-    around float aten ops."""
-    quantize_pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
-    x86 = pytest.importorskip("torchao.quantization.pt2e.quantizer.x86_inductor_quantizer")
-    quantizer = x86.X86InductorQuantizer().set_global(
-        x86.get_default_x86_inductor_quantization_config())
-    prepared = quantize_pt2e.prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
-    prepared(x)
-    return quantize_pt2e.convert_pt2e(prepared)
-
-
 def _reference_in_fuselage():
     """(input, torchao's reference model of _ConvAddLinear, its output, fuselage's Model
     of it)."""
     torch.manual_seed(0)
     x = torch.randn(2, 3, 16, 16)
-    reference = _pt2e_reference(_ConvAddLinear().eval(), x)
+    reference = torchao_x86_reference(_ConvAddLinear().eval(), x)
     with torch.no_grad():
         want = reference(x)
     return x, reference, want, fuselage.from_exported(reference, (x,))
