@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Times torchvision resnet50 (float, 1x3x224x224) in fuselage's interpreter and checks its
-output against PyTorch's. Writes nothing into the repo; prints the numbers that go into
-bench/RESULTS.md ("Runtime: resnet50 float").
+output against PyTorch's. Writes nothing into the repo; prints the numbers bench/RESULTS.md
+once held ("Runtime: resnet50 float", in git log).
 
     bazel build //tests/runtime:run_model
     /usr/bin/python3 tests/runtime/resnet50_float_check.py [--model resnet50]

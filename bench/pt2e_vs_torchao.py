@@ -1,0 +1,81 @@
+"""Issue 36: fuselage.pt2e against torchao's own PT2E flow, SQNR of the reference model
+against the float model, side by side.
+
+    PYTHONPATH=python $(bash tools/pytorch2_env.sh | tail -n 1) bench/pt2e_vs_torchao.py \
+        [--models mobilenet_v2,resnet18]
+
+Per model (torchvision, weights=None, randomized batch norms, one calibration batch of
+4x3x64x64, seed 0): torch.export, then fuselage.pt2e.prepare_pt2e / convert_pt2e ("x86")
+and torchao's prepare_pt2e / convert_pt2e with X86InductorQuantizer's default config, each
+calibrated on the same batch and measured on it. Prints SQNR in dB and each flow's prepare +
+convert wall time (torch.export excluded); "refused" where torchao raises.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torchvision
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
+from conftest import randomize_batch_norm  # noqa: E402
+
+import fuselage.pt2e  # noqa: E402
+
+MODELS = "mobilenet_v2,mobilenet_v3_large,efficientnet_b0,convnext_tiny,resnet18,resnet50"
+
+
+def sqnr(want, got):
+    return float(10 * torch.log10(want.pow(2).mean() / (got - want).pow(2).mean()))
+
+
+def first(output):
+    return output[0] if isinstance(output, tuple) else output
+
+
+def fuselage_flow(module, x):
+    started = time.perf_counter()
+    prepared = fuselage.pt2e.prepare_pt2e(module, "x86")
+    prepared(x)
+    reference = fuselage.pt2e.convert_pt2e(prepared)
+    return reference, time.perf_counter() - started
+
+
+def torchao_flow(module, x):
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer, get_default_x86_inductor_quantization_config)
+    quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
+    started = time.perf_counter()
+    prepared = prepare_pt2e(module, quantizer)
+    prepared(x)
+    reference = convert_pt2e(prepared)
+    return reference, time.perf_counter() - started
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=MODELS)
+    args = parser.parse_args()
+    print("| model | fuselage SQNR | torchao SQNR | fuselage s | torchao s |")
+    print("| --- | --- | --- | --- | --- |")
+    for name in args.models.split(","):
+        torch.manual_seed(0)
+        model = randomize_batch_norm(getattr(torchvision.models, name)(weights=None).eval())
+        x = torch.randn(4, 3, 64, 64)
+        with torch.no_grad():
+            want = model(x)
+            ours, ours_s = fuselage_flow(torch.export.export(model, (x,)).module(), x)
+            ours_db = f"{sqnr(want, first(ours(x))):.2f}"
+            try:
+                theirs, theirs_s = torchao_flow(torch.export.export(model, (x,)).module(), x)
+                theirs_db, theirs_s = f"{sqnr(want, first(theirs(x))):.2f}", f"{theirs_s:.2f}"
+            except ValueError as e:
+                theirs_db, theirs_s = f"refused ({str(e)[:40]})", "-"
+        print(f"| {name} | {ours_db} | {theirs_db} | {ours_s:.2f} | {theirs_s} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
