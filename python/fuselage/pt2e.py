@@ -14,6 +14,10 @@ add, cat, pools; per-channel int8 weights, uint8 activations). convert_pt2e give
 reference form: quantized_decomposed quantize / dequantize per tensor around the float
 aten ops, each weight an int8 constant read by dequantize_per_channel.
 
+fuselage.pt2e.Quantizer is the same decision as a torchao Quantizer: under torchao's own
+prepare_pt2e / convert_pt2e it annotates what fuselage's engine matched in the backend
+config (built-in or a config file whose patterns are written over aten ops).
+
 Where it differs from torchao's X86InductorQuantizer: the x86 qconfig mapping of the FX
 flow decides what is quantized, so an op's output is quantized where FX quantizes it (every
 conv's), not only where its user is quantized; a module called from several places
@@ -29,7 +33,12 @@ from fuselage import _exported
 from fuselage._packed import NOT_CONSTANT, constant_of
 from fuselage.errors import ConfigTranslationError
 
-__all__ = ["prepare_pt2e", "convert_pt2e", "lower_to_fuselage"]
+__all__ = ["Quantizer", "prepare_pt2e", "convert_pt2e", "lower_to_fuselage"]
+
+try:
+    from torchao.quantization.pt2e.quantizer import Quantizer as _TorchaoQuantizer
+except ImportError:  # torchao is optional: fuselage's own prepare_pt2e does not need it
+    _TorchaoQuantizer = object
 
 
 def _x86_configs():
@@ -69,11 +78,55 @@ def _with_conv_activations(backend):
     return backend
 
 
+class Quantizer(_TorchaoQuantizer):
+    """A torchao Quantizer whose annotations are fuselage's pattern matching: torchao's own
+    prepare_pt2e / convert_pt2e run unchanged, observing what fuselage's backend config
+    declares.
+
+        from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e, convert_pt2e
+        quantizer = fuselage.pt2e.Quantizer("my_backend.textproto")   # or "x86"
+        prepared = prepare_pt2e(gm, quantizer)
+
+    `backend_config` is "x86" (the FX flow's x86 config with X86InductorQuantizer's
+    observers), a fuselage config file (.textproto), or a PyTorch BackendConfig;
+    `qconfig_mapping` defaults to the x86 mapping. annotate() prepares the graph's FX form
+    with fuselage's engine and writes each observer it placed as an annotation
+    (fuselage._annotate); fuselage.pt2e.prepare_pt2e takes the same object."""
+
+    def __init__(self, backend_config="x86", qconfig_mapping=None):
+        if _TorchaoQuantizer is object:
+            raise ConfigTranslationError("fuselage.pt2e.Quantizer needs torchao "
+                                         "(pip install torchao)")
+        super().__init__()
+        self.backend_config = backend_config
+        self.qconfig_mapping = qconfig_mapping
+
+    def configs(self):
+        """(qconfig mapping, backend config) this quantizer prepares with."""
+        mapping, backend = _x86_configs()
+        if self.backend_config != "x86":
+            backend = self.backend_config
+        return (self.qconfig_mapping if self.qconfig_mapping is not None else mapping), backend
+
+    def annotate(self, model):
+        from fuselage import _annotate, quantize_fx
+        mapping, backend = self.configs()
+        fx = _exported.to_fx_dialect(model).eval()
+        prepared = quantize_fx.prepare_fx(fx, mapping, None, backend_config=backend)
+        return _annotate.annotate(model, prepared)
+
+    def validate(self, model):
+        pass
+
+
 def _configs(quantizer):
     """(qconfig mapping, backend config) for prepare_pt2e's `quantizer`: "x86" (or None),
-    or torchao's X86InductorQuantizer with its default global config."""
+    fuselage's Quantizer, or torchao's X86InductorQuantizer with its default global
+    config."""
     if quantizer is None or quantizer == "x86":
         return _x86_configs()
+    if isinstance(quantizer, Quantizer):
+        return quantizer.configs()
     if type(quantizer).__name__ == "X86InductorQuantizer":
         global_config = getattr(quantizer, "global_config", None)
         if global_config is not None and getattr(global_config, "is_qat", False):
@@ -81,8 +134,8 @@ def _configs(quantizer):
                                          "supported (post-training only)")
         return _x86_configs()
     raise ConfigTranslationError(
-        f"prepare_pt2e: quantizer is a {type(quantizer).__name__}; fuselage reads \"x86\" or "
-        "torchao's X86InductorQuantizer")
+        f"prepare_pt2e: quantizer is a {type(quantizer).__name__}; fuselage reads \"x86\", "
+        "fuselage.pt2e.Quantizer or torchao's X86InductorQuantizer")
 
 
 def _fold_conv_batch_norm(gm):

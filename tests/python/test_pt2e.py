@@ -1,7 +1,8 @@
 """fuselage.pt2e: prepare_pt2e / convert_pt2e on torch.export graphs (issue 36 item 4, a
 first form): the reference model is torchao's form (quantized_decomposed q/dq around aten
 ops, int8 weight constants, batch norms folded), and its error against the float model
-is compared with torchao's own flow (X86InductorQuantizer) on the same calibration."""
+is compared with torchao's own flow (X86InductorQuantizer) on the same calibration; and
+fuselage.pt2e.Quantizer (item 3) under torchao's own prepare_pt2e / convert_pt2e."""
 
 import collections
 
@@ -99,3 +100,92 @@ def test_a_reference_lowers_to_fuselages_native_ops_at_the_references_error():
     assert _sqnr(want, got) >= _sqnr(want, reference_out) - 0.5
     with torch.no_grad():  # and so does PyTorch running the lowered graph (its own kernels)
         assert _sqnr(want, back(x)[0]) >= _sqnr(want, reference_out) - 0.5
+
+
+def _torchao_flow(model, x, quantizer):
+    """torchao's own prepare_pt2e / convert_pt2e with `quantizer`, calibrated on `x`."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    with torch.no_grad():
+        prepared(x)
+    return convert_pt2e(prepared)
+
+
+def _q_dq_counts(reference):
+    """(activation quantizes, weights dequantized per channel). torchao's convert gives
+    each user of a quantized value its own dequantize, fuselage's one shared: those
+    differ by design and are not counted."""
+    calls = collections.Counter(n.target for n in reference.graph.nodes if n.op == "call_function")
+    return calls[_Q.quantize_per_tensor.default], calls[_Q.dequantize_per_channel.default]
+
+
+def test_fuselages_quantizer_under_torchaos_own_flow_places_what_fuselage_places():
+    # torchao's prepare_pt2e / convert_pt2e build the observers from fuselage's annotations;
+    # fuselage's own flow builds them itself: the same placement, observers and calibration
+    # give the same quantize ops with the same parameters on resnet18 (residual adds, a relu
+    # module called twice per block, max pool sharing its input's parameters). The scales
+    # agree to the last bit or two only: torchao folds the batch norms in another order.
+    model = _model("resnet18")
+    x = torch.randn(2, 3, 32, 32)
+    theirs = _torchao_flow(model, x, fuselage.pt2e.Quantizer())
+    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)).module(),
+                                          fuselage.pt2e.Quantizer())
+    with torch.no_grad():
+        prepared(x)
+    ours = fuselage.pt2e.convert_pt2e(prepared)
+    assert _q_dq_counts(theirs) == _q_dq_counts(ours)
+    assert _q_dq_counts(theirs)[1] == 21  # 20 convs and the linear, int8 per channel
+    quantizes = [[n.args[1:3] for n in m.graph.nodes if n.target == _Q.quantize_per_tensor.default]
+                 for m in (theirs, ours)]
+    for (their_scale, their_zero), (our_scale, our_zero) in zip(*quantizes):
+        assert our_zero == their_zero
+        assert our_scale == pytest.approx(their_scale, rel=1e-6)
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(x), _first(ours(x)), rtol=0, atol=1e-5)
+
+
+_CONV_RELU_ONLY = """
+name: "conv_relu_only"
+pattern {
+  pattern: "aten.conv2d.default"
+  weight_arg_index: 1
+  bias_arg_index: 2
+  dtype_config { input { dtype: "quint8" } output { dtype: "quint8" }
+                 weight { dtype: "qint8" } bias: "float32" }
+}
+pattern {
+  pattern: "(aten.relu.default | aten.relu_.default, aten.conv2d.default)"
+  dtype_config { input { dtype: "quint8" } output { dtype: "quint8" }
+                 weight { dtype: "qint8" } bias: "float32" }
+}
+"""
+
+
+def test_a_config_files_aten_patterns_decide_what_torchaos_flow_quantizes(tmp_path):
+    # A user's config with two declarative entries (a conv; a conv and its relu, observed
+    # once after the relu) and nothing else: torchao quantizes the two convs' inputs and
+    # weights and the outputs of conv-relu and conv, and leaves the linear float.
+    config = tmp_path / "conv_relu_only.textproto"
+    config.write_text(_CONV_RELU_ONLY)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3),
+                                torch.nn.Flatten(), torch.nn.Linear(64, 5)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    reference = _torchao_flow(model, x, fuselage.pt2e.Quantizer(str(config)))
+    order = [n.target for n in reference.graph.nodes if n.op == "call_function" and
+             n.target not in (_Q.dequantize_per_tensor.default, _Q.dequantize_per_channel.default)]
+    aten = torch.ops.aten
+    assert order == [_Q.quantize_per_tensor.default, aten.conv2d.default, aten.relu.default,
+                     _Q.quantize_per_tensor.default, aten.conv2d.default,
+                     _Q.quantize_per_tensor.default, aten.flatten.using_ints, aten.linear.default]
+    assert _q_dq_counts(reference) == (3, 2)
+    linear = next(n for n in reference.graph.nodes if n.target == aten.linear.default)
+    assert linear.args[1].op == "get_attr"  # its weight float, read as it is
+
+
+def test_a_quantizer_with_an_unknown_aten_op_in_its_config_is_a_clear_error(tmp_path):
+    config = tmp_path / "bad.textproto"
+    config.write_text(_CONV_RELU_ONLY.replace("aten.conv2d.default\"\n", "aten.conv9d.default\"\n"))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3)).eval()
+    with pytest.raises(fuselage.FuselageError, match="conv9d"):
+        _torchao_flow(model, torch.randn(1, 3, 8, 8), fuselage.pt2e.Quantizer(str(config)))
