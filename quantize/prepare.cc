@@ -57,6 +57,10 @@ struct Decision {
   // qconfig's weight observer `functional_weight_observer` (producer null: none).
   TensorInput functional_weight;
   const ObserverSpec* functional_weight_observer = nullptr;
+  // Inputs of the ops merged after `node` that come from outside the pattern (the
+  // residual of a conv-add: (add, conv2d, MatchAllNode)), each with the op reading it,
+  // observed like `inputs`.
+  std::vector<std::pair<Node*, TensorInput>> merged_inputs;
 };
 
 // Nodes whose value is not a tensor: observing them means nothing.
@@ -195,6 +199,7 @@ class Planner {
         observed_[n->index()] = true;
         continue;
       }
+      if (MergeBinaryIntoPrecedingOp(n, type, inputs, decisions)) continue;
       const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
       if (ProducesNonTensor(n)) continue;
       if (entry == nullptr) {
@@ -306,6 +311,86 @@ class Planner {
         observation == ObservationType::kOutputShareObserverWithInput;
     previous.dtype_config = *dtype_config;
     return true;
+  }
+
+  // The non-fusing three-position entry (outer, inner, MatchAllNode) of the config, in
+  // either order, in which `n` (outer) reads `producer` (inner) at arg `arg` and any
+  // value at its other arg, e.g. (add, conv2d, MatchAllNode); or nullptr.
+  const BackendPatternConfig* BinaryEntryFor(const Node* n, Symbol type, const Node* producer,
+                                             int arg) {
+    const OpRef outer{n->op(), type};
+    const OpRef inner{producer->op(), ObjectType(gm_, producer)};
+    const auto key = std::make_tuple(outer.op, outer.target, inner.op, inner.target, arg);
+    auto cached = binary_entry_cache_.find(key);
+    if (cached != binary_entry_cache_.end()) return cached->second;
+    const BackendPatternConfig* found = nullptr;
+    for (const BackendPatternConfig& entry : config_.configs()) {
+      const Pattern& pattern = entry.pattern();
+      if (entry.fuses || pattern.size() != 3 || !pattern.position(0).Matches(outer)) continue;
+      bool inner_matches = false;
+      bool other_is_any = false;
+      for (int i = 1; i < 3; ++i) {
+        const PatternPosition& position = pattern.position(i);
+        if (position.parent != 0) break;
+        if (position.arg_index == arg) {
+          inner_matches = !position.match_all && position.Matches(inner);
+        } else {
+          other_is_any = position.match_all;
+        }
+      }
+      if (inner_matches && other_is_any) {
+        found = &entry;
+        break;
+      }
+    }
+    binary_entry_cache_.emplace(key, found);
+    return found;
+  }
+
+  // If `n` (an add) reads, at one of its two args, the output of a decided op that has
+  // no other user, and the config has (n, that op, MatchAllNode) non-fusing, extends that
+  // decision as PyTorch's prepare_fx treats the whole match: the op's output is not
+  // observed, `n`'s other input and `n`'s output are. X86InductorQuantizer's conv-add
+  // is observed so. The relu after it then merges as after any add.
+  bool MergeBinaryIntoPrecedingOp(Node* n, Symbol type, const TensorInputs& inputs,
+                                  std::vector<Decision>* decisions) {
+    if (inputs.size() != 2 || inputs[0].item >= 0 || inputs[1].item >= 0 ||
+        inputs[0].producer == inputs[1].producer) {
+      return false;
+    }
+    for (int i = 0; i < 2; ++i) {
+      Node* producer = inputs[i].producer;
+      const size_t decided = decision_of_[producer->index()];
+      if (decided == kNoDecision) continue;
+      Decision& previous = (*decisions)[decided];
+      if (previous.output != producer || producer->users().size() != 1 ||
+          previous.share_output_with_input ||
+          previous.activation->kind == ObserverKind::kReuseInput) {
+        continue;
+      }
+      const BackendPatternConfig* entry =
+          BinaryEntryFor(n, type, producer, static_cast<int>(inputs[i].arg));
+      if (entry == nullptr || !entry->input_output_observed ||
+          entry->fixed_output_qparams.has_value() || !entry->root_module.empty() ||
+          entry->observation_type != ObservationType::kOutputUseDifferentObserverAsInput) {
+        continue;
+      }
+      const ObserverSpec* weight = previous.functional_weight_observer != nullptr
+                                       ? previous.functional_weight_observer
+                                       : previous.weight_observer;
+      const absl::StatusOr<const DTypeConfig*>& dtype_config =
+          CachedDTypeConfig(*entry, *previous.activation, weight);
+      if (!dtype_config.ok()) continue;
+      const TensorInput& other = inputs[1 - i];
+      previous.output = n;
+      previous.dtype_config = *dtype_config;
+      previous.merged_inputs.emplace_back(n, other);
+      observed_[n->index()] = true;
+      observed_[other.producer->index()] = true;
+      decision_of_[n->index()] = decided;
+      return true;
+    }
+    return false;
   }
 
   const BackendPatternConfig* EntryFor(OpRef op) {
@@ -571,6 +656,9 @@ class Planner {
   absl::flat_hash_map<std::pair<OpKind, Symbol>, const BackendPatternConfig*> entry_cache_;
   absl::flat_hash_map<std::tuple<OpKind, Symbol, OpKind, Symbol>, const BackendPatternConfig*>
       two_op_entry_cache_;
+  absl::flat_hash_map<std::tuple<OpKind, Symbol, OpKind, Symbol, int>,
+                      const BackendPatternConfig*>
+      binary_entry_cache_;
 };
 
 // The name of every observer module (and of the node calling it), then its number.
@@ -635,6 +723,19 @@ class ObserverInserter {
     RETURN_IF_ERROR(ObserveDeclaredSteps(d));
     out_.quantized_ops.emplace(d.node->name(), PlanOf(d));
     ++out_.report.quantized_ops;
+    return absl::OkStatus();
+  }
+
+  // Observes `d.merged_inputs`. Run after every decision is applied: such an input may
+  // be the output of an op decided later (a residual add's other conv), whose own output
+  // observer the input then reads instead of a second observer in front of it.
+  absl::Status ApplyMergedInputs(const Decision& d) {
+    for (const auto& [reader, in] : d.merged_inputs) {
+      ASSIGN_OR_RETURN(Node * obs, ObserverOf(in.producer, *d.activation));
+      if (!SetArgWouldChangeNothing(reader, in.arg, obs)) {
+        RETURN_IF_ERROR(gm_.graph().SetArg(reader, in.arg, obs));
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -958,8 +1059,9 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
   size_t max_observer_nodes = 0;
   for (const Decision& d : decisions) {
     const size_t weight = d.functional_weight.producer != nullptr ? 1 : 0;
-    max_observer_modules += d.inputs.size() + weight + (d.share_output_with_input ? 0 : 1);
-    max_observer_nodes += d.inputs.size() + weight + 1;
+    const size_t inputs = d.inputs.size() + d.merged_inputs.size();
+    max_observer_modules += inputs + weight + (d.share_output_with_input ? 0 : 1);
+    max_observer_nodes += inputs + weight + 1;
   }
   prepared.quantized_ops.reserve(decisions.size());
   prepared.observers.reserve(max_observer_modules);
@@ -968,6 +1070,12 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
     absl::Status st = inserter.Apply(d);
     if (!st.ok()) {
       return absl::InternalError(absl::StrCat("prepare: inserting observers for node '",
+                                              d.node->name(), "': ", st.message()));
+    }
+  }
+  for (const Decision& d : decisions) {
+    if (absl::Status st = inserter.ApplyMergedInputs(d); !st.ok()) {
+      return absl::InternalError(absl::StrCat("prepare: observing the inputs merged into node '",
                                               d.node->name(), "': ", st.message()));
     }
   }

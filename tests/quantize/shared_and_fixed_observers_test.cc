@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backend_configs/builtin_configs.h"
+#include "backend_configs/config_loader.h"
 #include "gtest/gtest.h"
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
@@ -385,6 +386,77 @@ TEST(FunctionalWeightTest, PerChannelWeightIsObservedQuantizedAndFolded) {
   EXPECT_EQ(gm.FindTensor("w_zero_point"), nullptr);
   EXPECT_EQ(report->folded_tensors_removed, 3);
   EXPECT_EQ(CountTarget(g, "torch.quantize_per_tensor"), 1);
+}
+
+// A non-fusing (add, F.conv2d, MatchAllNode) entry, as X86InductorQuantizer observes its
+// conv-add: the conv's output is not observed, the add's other input and the relu after
+// the add are, and the residual's producer, decided after the conv, keeps one observer.
+// Lowered, conv, add and relu are one conv2d_add_relu reading both inputs quantized.
+TEST(FunctionalWeightTest, ConvAddEntryObservesTheConvAndAddAsOneOp) {
+  auto config = ParseBackendConfigText(R"pb(
+      base: "fbgemm"
+      pattern {
+        name: "conv-add"
+        pattern: "(add, F.conv2d, MatchAllNode)"
+        dtype_config {
+          input { dtype: "quint8" }
+          output { dtype: "quint8" }
+          weight { dtype: "qint8" }
+          bias: "float32"
+        }
+      })pb", "conv_add.textproto");
+  ASSERT_TRUE(config.ok()) << config.status();
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetTensor("w", Tensor::FromFloats({2, 2, 1, 1}, {0.5f, 0.25f, -2.0f, 1.0f})).ok());
+  ASSERT_TRUE(gm.SetTensor("v", Tensor::FromFloats({2, 2, 1, 1}, {1.0f, 0.0f, 0.0f, 1.0f})).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* conv = *g.AddCallFunction("torch.nn.functional.conv2d", {x, *g.AddGetAttr("w"), Argument::None()});
+  // The residual branch comes after the conv in node order (a resnet's downsample).
+  Node* residual =
+      *g.AddCallFunction("torch.nn.functional.conv2d", {x, *g.AddGetAttr("v"), Argument::None()});
+  Node* add = *g.AddCallFunction("operator.add", {conv, residual});
+  Node* relu = *g.AddCallFunction("torch.relu", {add});
+  ASSERT_TRUE(g.SetOutput(relu).ok());
+  auto prepared = Prepare(gm, *DefaultQConfigMapping("fbgemm"), *config);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  ExpectReportMatchesGraph(gm, *prepared);
+  // conv -> add directly; the residual's output observer is the add's other input.
+  EXPECT_EQ(add->arg(0), Argument(conv)) << Listing(g);
+  const Node* residual_obs = add->arg(1).as_node();
+  ASSERT_TRUE(IsObserverNode(gm, residual_obs)) << Listing(g);
+  EXPECT_EQ(residual_obs->arg(0), Argument(residual));
+  ASSERT_EQ(residual->users().size(), 1u) << Listing(g);
+  // x observed once for both convs; the relu's output observed, the add's not.
+  EXPECT_EQ(conv->arg(0), residual->arg(0));
+  ASSERT_EQ(add->users().size(), 1u);
+  EXPECT_EQ(add->users()[0], relu) << Listing(g);
+  ASSERT_EQ(relu->users().size(), 1u);
+  EXPECT_TRUE(IsObserverNode(gm, relu->users()[0])) << Listing(g);
+
+  const Tensor input = Tensor::FromFloats({1, 2, 1, 1}, {-1.0f, 3.0f});
+  for (auto& [path, observer] : prepared->observers) {
+    Node* node = nullptr;
+    for (Node* n : g.Nodes()) {
+      if (n->op() == OpKind::kCallModule && n->target() == path) node = n;
+    }
+    ASSERT_NE(node, nullptr);
+    const Node* in = node->arg(0).as_node();
+    // Each observer sees its input's value: x, a weight, or a conv / relu output over x.
+    Tensor seen = in->op() == OpKind::kGetAttr ? *gm.FindTensor(in->target().name()) : input;
+    ASSERT_TRUE(observer->Update(seen).ok());
+  }
+  ASSERT_TRUE(ConvertToReference(gm, *prepared).ok());
+  LoweringRuleRegistry registry;
+  ASSERT_TRUE(RegisterNativeLoweringRules(registry).ok());
+  auto report = LowerToNative(gm, registry);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify() << Listing(g);
+  EXPECT_EQ(CountTarget(g, "torch.ops.quantized.conv2d_add_relu"), 1) << Listing(g);
+  EXPECT_EQ(CountTarget(g, "torch.ops.quantized.conv2d"), 1) << Listing(g);
+  EXPECT_EQ(CountTarget(g, "torch.relu"), 0) << Listing(g);
+  EXPECT_TRUE(report->unlowered.empty()) << report->ToString();
 }
 
 }  // namespace
