@@ -82,7 +82,8 @@ absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
            "torch.ops.quantized.linear_relu", "torch.ops.quantized.conv1d",
            "torch.ops.quantized.conv2d", "torch.ops.quantized.conv3d",
            "torch.ops.quantized.conv1d_relu", "torch.ops.quantized.conv2d_relu",
-           "torch.ops.quantized.conv3d_relu",
+           "torch.ops.quantized.conv3d_relu", "torch.ops.quantized.conv2d_add",
+           "torch.ops.quantized.conv2d_add_relu",
            // Quantized ops convert_fx writes that runtime/quantized/ runs, and PyTorch
            // 1.13's quantized forms of the default functionals (get_quantized_operator),
            // which lowering emits (issue #18).

@@ -32,6 +32,8 @@ struct Targets {
   Symbol functional_relu = Symbol::Intern("torch.nn.functional.relu");
   Symbol relu_method = Symbol::Intern("relu");
   Symbol relu_module = Symbol::Intern("nn.ReLU");
+  Symbol add_operator = Symbol::Intern("operator.add");
+  Symbol add_function = Symbol::Intern("torch.add");
   Symbol getitem = Symbol::Intern("operator.getitem");
   Symbol builtins_getattr = Symbol::Intern("builtins.getattr");
   Symbol builtins_tuple = Symbol::Intern("builtins.tuple");
@@ -86,6 +88,14 @@ bool IsRelu(const Node* n, const Module* module) {
   }
   if (n->op() != OpKind::kCallModule) return false;
   return module != nullptr && module->type() == T().relu_module;
+}
+
+// `a + b` of two nodes (operator.add, or torch.add without alpha / out).
+bool IsTensorAdd(const Node* n) {
+  return n->op() == OpKind::kCallFunction &&
+         (n->target() == T().add_operator || n->target() == T().add_function) &&
+         n->num_args() == 2 && n->kwargs().empty() && n->arg(0).is_node() &&
+         n->arg(1).is_node();
 }
 
 // A float from an inline arg or a get_attr of a one-element tensor.
@@ -203,6 +213,10 @@ struct Plan {
   Node* quantize = nullptr;
   Node* reference = nullptr;
   Node* relu = nullptr;
+  // An add after `reference` (before `relu`) the native op absorbs, and its other input,
+  // the accumulator, read quantized; the native node takes the add's place.
+  Node* add = nullptr;
+  Node* accumulator = nullptr;
   // The module `reference` calls (call_module only); a native-module rule replaces its
   // contents with native_module's.
   Module* reference_module = nullptr;
@@ -320,10 +334,11 @@ class Lowerer {
     if (n->op() == OpKind::kCallModule) return module == nullptr ? Symbol() : module->type();
     return n->target();
   }
-  // Checks whether `rule` lowers (ref [, relu], q); the error message is the reason not.
-  // `module` is ref's module for call_module (nullptr if it does not resolve).
+  // Checks whether `rule` lowers (ref [, add] [, relu], q); the error message is the
+  // reason not. `module` is ref's module for call_module (nullptr if it does not resolve).
   absl::StatusOr<Plan> TryRule(const LoweringRule& rule, Node* ref, Module* module,
-                               Node* relu, Node* q, const OutputQParams& output) const;
+                               Node* add, Node* relu, Node* q,
+                               const OutputQParams& output) const;
   absl::Status Apply(Plan plan);
   // Apply for a kNativeComposition: one native node per step before the reference node,
   // the last one taking the quantize's users; the reference node and module go.
@@ -351,9 +366,9 @@ class Lowerer {
   // rule applies; true if it did (`q` is then erased). An unlowered reference pattern is
   // added to the report.
   absl::StatusOr<bool> LowerPatternAt(Node* q);
-  // The native target of a function rule (its relu variant if `relu`), interned once per
+  // The native target of a function rule (its add / relu variant), interned once per
   // rule and pass.
-  Symbol NativeTarget(const LoweringRule& rule, bool relu);
+  Symbol NativeTarget(const LoweringRule& rule, bool add, bool relu);
   static bool HasDequantizedInput(const Node* n);
 
   GraphModule& gm_;
@@ -369,7 +384,7 @@ class Lowerer {
   // The tensor quantize node `q` makes of the constant float tensor `source` reads, if
   // its parameters are constants too; nullopt otherwise.
   std::optional<Tensor> QuantizedConstant(const Node* q, const Tensor& source) const;
-  absl::flat_hash_map<std::pair<const LoweringRule*, bool>, Symbol> native_targets_;
+  absl::flat_hash_map<std::tuple<const LoweringRule*, bool, bool>, Symbol> native_targets_;
   // Patterns lowered per rule; by name into the report at the end (a pointer hash per
   // pattern instead of a string-keyed map lookup).
   absl::flat_hash_map<const LoweringRule*, int> lowered_per_rule_;
@@ -447,9 +462,12 @@ bool Lowerer::HasDequantizedInput(const Node* n) {
   return false;
 }
 
-Symbol Lowerer::NativeTarget(const LoweringRule& rule, bool relu) {
-  auto [it, inserted] = native_targets_.try_emplace({&rule, relu});
-  if (inserted) it->second = Symbol::Intern(relu ? rule.native_relu_target : rule.native_target);
+Symbol Lowerer::NativeTarget(const LoweringRule& rule, bool add, bool relu) {
+  auto [it, inserted] = native_targets_.try_emplace({&rule, add, relu});
+  if (inserted) {
+    it->second = Symbol::Intern(add ? (relu ? rule.native_add_relu_target : rule.native_add_target)
+                                    : (relu ? rule.native_relu_target : rule.native_target));
+  }
   return it->second;
 }
 
@@ -550,7 +568,8 @@ absl::Status CheckWeightAxis(const LoweringRule& rule, const Plan& plan) {
 }
 
 absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Module* module,
-                                      Node* relu, Node* q, const OutputQParams& output) const {
+                                      Node* add, Node* relu, Node* q,
+                                      const OutputQParams& output) const {
   // Built only for the reason a rule does not apply.
   auto where = [&rule] { return absl::StrCat("rule '", rule.name, "'"); };
   Plan plan;
@@ -558,18 +577,38 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
   plan.quantize = q;
   plan.reference = ref;
   plan.relu = relu;
+  plan.add = add;
   plan.reference_module = module;
   plan.output = output;
-  if (relu != nullptr && (rule.action != LoweringRule::Action::kNativeFunction ||
-                          rule.native_relu_target.empty())) {
+  if (add != nullptr && (rule.action != LoweringRule::Action::kNativeFunction ||
+                         rule.native_add_target.empty() ||
+                         (relu != nullptr && rule.native_add_relu_target.empty()))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where(), " does not absorb the add '", add->name(), "'",
+        relu != nullptr ? absl::StrCat(" and relu '", relu->name(), "'") : ""));
+  }
+  if (add == nullptr && relu != nullptr &&
+      (rule.action != LoweringRule::Action::kNativeFunction ||
+       rule.native_relu_target.empty())) {
     return absl::FailedPreconditionError(
         absl::StrCat(where(), " does not absorb the relu '", relu->name(), "'"));
   }
-  // The reference op's value must not be needed in float elsewhere.
-  if (ref->num_users() != 1 || (relu != nullptr && relu->num_users() != 1)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        where(), ": '", (relu != nullptr && relu->num_users() != 1 ? relu : ref)->name(),
-        "' has other users besides the quantize; its float output is still needed"));
+  // No value but the quantized output may be needed in float elsewhere.
+  for (const Node* n : {ref, add, relu}) {
+    if (n != nullptr && n->num_users() != 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where(), ": '", n->name(),
+          "' has other users besides the quantize; its float output is still needed"));
+    }
+  }
+  if (add != nullptr) {
+    const size_t other = add->arg(0).as_node() == ref ? 1 : 0;
+    plan.accumulator = DequantizedInput(add->arg(other));
+    if (plan.accumulator == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where(), ": arg ", other, " of the add '", add->name(), "' (",
+          add->arg(other).ToString(), ") is not a dequantized tensor"));
+    }
   }
   if (ref->op() == OpKind::kCallModule) {
     if (module == nullptr) {
@@ -858,18 +897,24 @@ absl::Status Lowerer::Apply(Plan plan) {
   const bool append_qparams =
       is_function && rule.output_qparams_style == LoweringRule::OutputQParamsStyle::kAppendArgs;
   NodeArgs args;
-  args.reserve(ref->num_args() + (append_qparams ? 2 : 0));
+  args.reserve(ref->num_args() + (append_qparams ? 2 : 0) + (plan.add != nullptr ? 1 : 0));
   args.assign(ref->args().begin(), ref->args().end());
   for (auto& [index, value] : plan.quantized_args) args[index] = std::move(value);
+  if (plan.add != nullptr) args.insert(args.begin() + 1, Argument(plan.accumulator));
   if (append_qparams) {
     args.push_back(Argument::Float(plan.output.scale));
     args.push_back(Argument::Int(plan.output.zero_point));
   }
+  // An absorbed add's node becomes the native op: the accumulator may be computed after
+  // the reference op, never after the add.
+  Node* native = plan.add != nullptr ? plan.add : ref;
   NoteInputsMayDie(ref);  // the dequantize nodes it stops reading
-  RETURN_IF_ERROR(graph_.SetArgs(ref, std::move(args)));
+  if (plan.add != nullptr) NoteInputsMayDie(plan.add);
+  RETURN_IF_ERROR(graph_.SetArgs(native, std::move(args)));
   if (is_function) {
-    RETURN_IF_ERROR(
-        graph_.SetOp(ref, OpKind::kCallFunction, NativeTarget(rule, plan.relu != nullptr)));
+    RETURN_IF_ERROR(graph_.SetOp(
+        native, OpKind::kCallFunction,
+        NativeTarget(rule, plan.add != nullptr, plan.relu != nullptr)));
     if (!append_qparams) {
       Kwargs kwargs;
       for (const Kwarg& kw : ref->kwargs()) {
@@ -879,15 +924,16 @@ absl::Status Lowerer::Apply(Plan plan) {
       }
       SetOrAppendKwarg(kwargs, "output_scale", Argument::Float(plan.output.scale));
       SetOrAppendKwarg(kwargs, "output_zero_point", Argument::Int(plan.output.zero_point));
-      RETURN_IF_ERROR(graph_.SetKwargs(ref, std::move(kwargs)));
+      RETURN_IF_ERROR(graph_.SetKwargs(native, std::move(kwargs)));
     }
   }
-  // The reference node precedes the quantize, hence all of the quantize's users.
-  ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(plan.quantize, ref));
+  // The native node precedes the quantize, hence all of the quantize's users.
+  ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(plan.quantize, native));
   (void)rewired;
   RETURN_IF_ERROR(EraseNode(plan.quantize));
   if (plan.relu != nullptr) RETURN_IF_ERROR(EraseNode(plan.relu));
-  RETURN_IF_ERROR(SetOutputQParamsMeta(graph_, ref, std::move(output_meta)));
+  if (plan.add != nullptr) RETURN_IF_ERROR(EraseNode(ref));  // the add no longer reads it
+  RETURN_IF_ERROR(SetOutputQParamsMeta(graph_, native, std::move(output_meta)));
   if (plan.dropped_quantize.has_value()) {
     report_.quantizes_dropped_after_pass_through.push_back(
         {ref->name(), RuleKey(ref, plan.reference_module).str(), plan.output,
@@ -916,18 +962,31 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   // r's module, resolved once for the relu check, its rule key and its rules (a path
   // lookup in a module tree of up to 10^6 modules each time).
   Module* const r_module = ModuleOf(r);
-  // Candidates: (relu absorbed into the op under it), then the op itself.
+  // Candidates: (an add and any relu after it absorbed into the op under the add, either
+  // arg), (a relu absorbed into the op under it), then the op itself.
   struct Candidate {
     Node* reference;
+    Node* add;
     Node* relu;
   };
-  Candidate candidates[2];
+  Candidate candidates[4];
   size_t num_candidates = 0;
-  if (IsRelu(r, r_module)) candidates[num_candidates++] = {r->arg(0).as_node(), r};
-  candidates[num_candidates++] = {r, nullptr};
-  const bool is_reference_pattern =
-      HasDequantizedInput(r) ||
-      (num_candidates == 2 && HasDequantizedInput(candidates[0].reference));
+  Node* const relu = IsRelu(r, r_module) ? r : nullptr;
+  Node* const under_relu = relu != nullptr ? r->arg(0).as_node() : r;
+  if (IsTensorAdd(under_relu) && under_relu->arg(0).as_node() != under_relu->arg(1).as_node()) {
+    for (size_t i = 0; i < 2; ++i) {
+      Node* producer = under_relu->arg(i).as_node();
+      if (producer->op() == OpKind::kCallFunction && HasDequantizedInput(producer)) {
+        candidates[num_candidates++] = {producer, under_relu, relu};
+      }
+    }
+  }
+  if (relu != nullptr) candidates[num_candidates++] = {under_relu, nullptr, relu};
+  candidates[num_candidates++] = {r, nullptr, nullptr};
+  bool is_reference_pattern = false;
+  for (size_t c = 0; c < num_candidates; ++c) {
+    is_reference_pattern = is_reference_pattern || HasDequantizedInput(candidates[c].reference);
+  }
   if (!is_reference_pattern) return false;
 
   auto output = QuantizeParams(gm_, q);
@@ -940,8 +999,10 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   std::optional<Plan> chosen;
   for (size_t c = 0; c < num_candidates && !chosen.has_value(); ++c) {
     Node* ref = candidates[c].reference;
+    Node* add = candidates[c].add;
     Node* relu = candidates[c].relu;
-    if (relu != nullptr && !HasDequantizedInput(ref)) continue;
+    const bool absorbs = add != nullptr || relu != nullptr;
+    if (absorbs && !HasDequantizedInput(ref)) continue;
     if (ref->op() != OpKind::kCallModule && ref->op() != OpKind::kCallFunction &&
         ref->op() != OpKind::kCallMethod) {
       continue;
@@ -949,12 +1010,13 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
     Module* module = ref == r ? r_module : ModuleOf(ref);
     const Symbol key = RuleKey(ref, module);
     const absl::Span<const LoweringRule* const> rules = registry_.RulesFor(ref->op(), key);
-    if (rules.empty() && relu == nullptr) {
+    if (rules.empty() && !absorbs) {
       reasons.push_back(
           absl::StrCat("no lowering rule for ", OpKindName(ref->op()), " ", key.name()));
     }
     for (const LoweringRule* rule : rules) {
-      auto plan = TryRule(*rule, ref, module, relu, q, *output);
+      if (add != nullptr && rule->native_add_target.empty()) continue;  // no reason worth giving
+      auto plan = TryRule(*rule, ref, module, add, relu, q, *output);
       if (plan.ok()) {
         chosen = *std::move(plan);
         break;

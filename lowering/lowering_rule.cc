@@ -561,15 +561,22 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
     LoweringRule r = FunctionRule(std::move(name), std::move(reference), native,
                                   native + "_relu", kKwargs);
     r.weight_arg = 1;
-    return registry.Register(std::move(r));
+    return r;
   };
   for (const char* d : {"1d", "2d", "3d"}) {
-    RETURN_IF_ERROR(weighted_function(absl::StrCat("functional-conv", d),
-                                      absl::StrCat("torch.nn.functional.conv", d),
-                                      absl::StrCat("torch.ops.quantized.conv", d)));
+    LoweringRule r = weighted_function(absl::StrCat("functional-conv", d),
+                                       absl::StrCat("torch.nn.functional.conv", d),
+                                       absl::StrCat("torch.ops.quantized.conv", d));
+    if (absl::string_view(d) == "2d") {
+      // A residual add (+ relu) after F.conv2d joins it, both inputs quantized: the PT2E
+      // reference of X86InductorQuantizer's conv-add, observed as one op.
+      r.native_add_target = "torch.ops.quantized.conv2d_add";
+      r.native_add_relu_target = "torch.ops.quantized.conv2d_add_relu";
+    }
+    RETURN_IF_ERROR(registry.Register(std::move(r)));
   }
-  RETURN_IF_ERROR(weighted_function("functional-linear", "torch.nn.functional.linear",
-                                    "torch.ops.quantized.linear"));
+  RETURN_IF_ERROR(registry.Register(weighted_function(
+      "functional-linear", "torch.nn.functional.linear", "torch.ops.quantized.linear")));
   // Binary ops on two dequantized tensors: (qa, qb, scale, zero_point).
   constexpr auto kAppend = LoweringRule::OutputQParamsStyle::kAppendArgs;
   for (const char* f : {"operator.add", "torch.add"}) {

@@ -138,6 +138,13 @@ struct LoweringRule {
   // kNativeFunction only: the target when a relu (torch.relu, F.relu, .relu(), nn.ReLU)
   // between the op and the quantize is absorbed; empty: this rule absorbs no relu.
   std::string native_relu_target;
+  // kNativeFunction only: the native targets when the op's value is read only by an add
+  // (operator.add / torch.add) whose other input is a dequantized tensor, the accumulator,
+  // which the native op then reads quantized as its arg 1 (PyTorch's conv2d_add(qx,
+  // qaccum, ...)); `native_add_relu_target` when a relu follows the add. The native node
+  // takes the add's place in the graph, where both inputs exist. Empty: no add absorbed.
+  std::string native_add_target;
+  std::string native_add_relu_target;
   OutputQParamsStyle output_qparams_style = OutputQParamsStyle::kAppendArgs;
   // kNativeFunction only: keyword args of the reference op the native function does not
   // take (PyTorch's QOP_TO_ARG_NAMES_TO_SKIP: `inplace` of F.hardswish / F.elu / F.dropout).

@@ -8,7 +8,11 @@ PyTorch's kernels of the same names take the weight prepacked for the engine:
     quantized.conv2d_relu(x_q, packed, s, z),  packed = quantized.conv2d_prepack(w_q, bias, ...)
 to_torch packs (`pack_functional_ops`) so the GraphModule runs on PyTorch; export unpacks
 (`unpack_functional_ops`) so a converted model, fuselage's or PyTorch's, goes into a file
-of tensors.
+of tensors. A lowered F.conv2d with its residual add,
+    quantized.conv2d_add_relu(x_q, accumulator_q, w_q, bias, stride, padding, dilation,
+                              groups, output_scale=s, output_zero_point=z)
+becomes a call of fuselage.nn.quantized.ConvAddReLU2d, fuselage's kernel in PyTorch
+(PyTorch's own conv2d_add runs on the onednn engine only).
 """
 
 import copy
@@ -80,12 +84,56 @@ def _pack(name, weight, bias, args, kwargs):
                    conv_arg(5, "dilation", 1), int(groups))
 
 
+def _conv_add_kind(node):
+    """fuselage.nn.quantized's module class for a call_function to
+    torch.ops.quantized.conv2d_add[_relu], else None."""
+    if node.op != "call_function":
+        return None
+    from fuselage.nn import quantized as fnnq
+    for name, cls in (("conv2d_add", fnnq.ConvAdd2d), ("conv2d_add_relu", fnnq.ConvAddReLU2d)):
+        op = getattr(torch.ops.quantized, name, None)
+        if op is not None and node.target in (op, getattr(op, "default", None)):
+            return cls
+    return None
+
+
+def _conv_add_as_module(gm, node, cls):
+    """Rewrites the conv2d_add[_relu] call `node` into a call of a `cls` module holding its
+    weight, bias and parameters; False (nothing changed) if the weight is not constant."""
+    args, kwargs = node.args, node.kwargs
+    weight, bias = constant_of(gm, args[2]), constant_of(gm, args[3] if len(args) > 3 else None)
+    if not isinstance(weight, torch.Tensor) or bias is NOT_CONSTANT:
+        return False
+    conv_args = args[2:]  # in F.conv2d's positions from the weight on: one helper reads both
+    stride, padding, dilation = (
+        _ints(conv_args[i] if len(conv_args) > i else kwargs.get(key), 2, default)
+        for i, key, default in ((2, "stride", 1), (3, "padding", 0), (4, "dilation", 1)))
+    groups = int(conv_args[5] if len(conv_args) > 5 else kwargs.get("groups", 1))
+    module = cls(weight.shape[1] * groups, weight.shape[0], tuple(weight.shape[2:]),
+                 stride=stride, padding=padding, dilation=dilation, groups=groups,
+                 bias=bias is not None)
+    module.set_weight_bias(weight, bias)
+    module.scale, module.zero_point = float(kwargs["output_scale"]), int(kwargs["output_zero_point"])
+    name = _free_name(gm, "_conv_add_")
+    gm.add_submodule(name, module)
+    replaced = list(args[2:4])
+    node.op, node.target = "call_module", name
+    node.args, node.kwargs = (args[0], args[1]), {}
+    _erase_unused_get_attrs(gm.graph, replaced)
+    return True
+
+
 def pack_functional_ops(gm):
     """Rewrites, in place, each functional quantized conv / linear of `gm` written in
-    fuselage's form whose weight and bias are attributes into PyTorch's packed form. A
-    weight computed in the graph is left as it is (lowering never writes one)."""
+    fuselage's form whose weight and bias are attributes into PyTorch's packed form (a
+    conv2d_add into fuselage.nn.quantized's module). A weight computed in the graph is left
+    as it is (lowering never writes one)."""
     changed = False
     for node in list(gm.graph.nodes):
+        conv_add = _conv_add_kind(node)
+        if conv_add is not None and "output_scale" in node.kwargs and len(node.args) >= 3:
+            changed = _conv_add_as_module(gm, node, conv_add) or changed
+            continue
         name = _op_name(node)
         if name is None or "output_scale" not in node.kwargs or len(node.args) < 2:
             continue

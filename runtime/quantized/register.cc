@@ -980,6 +980,21 @@ absl::StatusOr<quantized::OutputQParams> FunctionalOutputQParams(const ArgReader
   return quantized::OutputQParams{scale, zero_point};
 }
 
+// The stride, padding, dilation and groups of a functional conv2d, args `first` on.
+absl::StatusOr<Conv2dParams> FunctionalConv2dParams(const ArgReader& r, size_t first) {
+  Conv2dParams p;
+  ASSIGN_OR_RETURN(std::vector<int64_t> stride, r.OptionalInts(first, "stride", 2, {1, 1}));
+  ASSIGN_OR_RETURN(std::vector<int64_t> padding,
+                   r.OptionalInts(first + 1, "padding", 2, {0, 0}));
+  ASSIGN_OR_RETURN(std::vector<int64_t> dilation,
+                   r.OptionalInts(first + 2, "dilation", 2, {1, 1}));
+  ASSIGN_OR_RETURN(p.stride, Pair(std::move(stride)));
+  ASSIGN_OR_RETURN(p.padding, Pair(std::move(padding)));
+  ASSIGN_OR_RETURN(p.dilation, Pair(std::move(dilation)));
+  ASSIGN_OR_RETURN(p.groups, r.OptionalInt(first + 3, "groups", 1));
+  return p;
+}
+
 // torch.ops.quantized.conv2d[_relu] as lowering writes it for F.conv2d:
 // (input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
 //  output_scale, output_zero_point), input and weight quantized, bias float or None.
@@ -991,17 +1006,31 @@ FunctionKernel FunctionalConv2dFn(bool relu) {
     ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
     ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(1, "weight"));
     ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
-    Conv2dParams p;
-    ASSIGN_OR_RETURN(std::vector<int64_t> stride, r.OptionalInts(3, "stride", 2, {1, 1}));
-    ASSIGN_OR_RETURN(std::vector<int64_t> padding, r.OptionalInts(4, "padding", 2, {0, 0}));
-    ASSIGN_OR_RETURN(std::vector<int64_t> dilation, r.OptionalInts(5, "dilation", 2, {1, 1}));
-    ASSIGN_OR_RETURN(p.stride, Pair(std::move(stride)));
-    ASSIGN_OR_RETURN(p.padding, Pair(std::move(padding)));
-    ASSIGN_OR_RETURN(p.dilation, Pair(std::move(dilation)));
-    ASSIGN_OR_RETURN(p.groups, r.OptionalInt(6, "groups", 1));
+    ASSIGN_OR_RETURN(Conv2dParams p, FunctionalConv2dParams(r, 3));
     ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 7));
     ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConv2d(*x, *w, bias, p, out.scale,
                                                           out.zero_point, relu, ctx.engine));
+    return Value(std::move(y));
+  };
+}
+
+// torch.ops.quantized.conv2d_add[_relu] as lowering writes F.conv2d with the residual add
+// (+ relu) after it: (input, accumulator, weight, bias=None, stride=1, padding=0,
+// dilation=1, groups=1, *, output_scale, output_zero_point), the accumulator quantized
+// per tensor in the conv output's shape (PyTorch's conv2d_add(qx, qaccum, ...) order).
+FunctionKernel FunctionalConv2dAddFn(bool relu) {
+  return [relu](const KernelContext&, absl::Span<const Value> args,
+                const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(10));
+    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+    ASSIGN_OR_RETURN(const Tensor* accumulator, r.GetTensor(1, "accumulator"));
+    ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(2, "weight"));
+    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(3, "bias"));
+    ASSIGN_OR_RETURN(Conv2dParams p, FunctionalConv2dParams(r, 4));
+    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 8));
+    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConvAdd2d(*x, *accumulator, *w, bias, p,
+                                                             out.scale, out.zero_point, relu));
     return Value(std::move(y));
   };
 }
@@ -1250,6 +1279,8 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       {"torch.ops.quantized.cat", CatFn(true)},
       {"torch.ops.quantized.conv2d", FunctionalConv2dFn(false)},
       {"torch.ops.quantized.conv2d_relu", FunctionalConv2dFn(true)},
+      {"torch.ops.quantized.conv2d_add", FunctionalConv2dAddFn(false)},
+      {"torch.ops.quantized.conv2d_add_relu", FunctionalConv2dAddFn(true)},
       // quantized::softmax(qx, dim, output_scale, output_zero_point)
       {"torch.ops.quantized.softmax",
        UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {

@@ -532,6 +532,71 @@ TEST(LowerToNativeTest, FunctionalConvUsesQuantizedInputAndWeight) {
 }
 
 // getitem over a packed tuple is seen through.
+// F.conv2d read only by a residual add (+ relu) whose other input is dequantized: one
+// conv2d_add_relu reading both quantized, at the add's place (the residual is computed
+// after the conv here, as a downsample branch is in a traced resnet).
+TEST(LowerToNativeTest, FunctionalConvAbsorbsTheResidualAddAndRelu) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetTensor("w", Floats({1, 1, 1, 1}, {0.5f})).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* x_q = Quantize(g, x, 0.05, 128, "x_q");
+  Node* w_q = *g.AddCallFunction("torch.quantize_per_tensor",
+                                 {*g.AddGetAttr("w"), Argument::Float(0.01), Argument::Int(0),
+                                  Argument::Dtype(DType::kQInt8)});
+  Node* conv = *g.AddCallFunction("torch.nn.functional.conv2d",
+                                  {Dequantize(g, x_q), Dequantize(g, w_q), Argument::None()});
+  Node* residual_q = Quantize(g, *g.AddCallFunction("torch.neg", {x}), 0.02, 128, "r_q");
+  Node* add = *g.AddCallFunction("operator.add", {conv, Dequantize(g, residual_q)});
+  Node* relu = *g.AddCallFunction("torch.relu", {add});
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, relu, 0.1, 0))).ok());
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.lowered_per_rule.at("functional-conv2d"), 1);
+  EXPECT_EQ(Count(g, OpKind::kCallFunction, "torch.nn.functional.conv2d"), 0);
+  EXPECT_EQ(Count(g, OpKind::kCallFunction, "torch.relu"), 0);
+  ASSERT_EQ(Count(g, OpKind::kCallFunction, "torch.ops.quantized.conv2d_add_relu"), 1);
+  EXPECT_EQ(add->target().name(), "torch.ops.quantized.conv2d_add_relu");
+  EXPECT_EQ(add->arg(0), Argument(x_q));
+  EXPECT_EQ(add->arg(1), Argument(residual_q));
+  ASSERT_EQ(add->num_args(), 4u);  // input, accumulator, folded weight, bias
+  EXPECT_EQ(add->arg(2).as_node()->op(), OpKind::kGetAttr);
+  EXPECT_EQ(*add->FindKwarg("output_scale"), Argument::Float(0.1));
+  EXPECT_EQ(*add->FindKwarg("output_zero_point"), Argument::Int(0));
+  EXPECT_EQ(g.output()->arg(0).as_node()->arg(0), Argument(add));
+  (void)relu;
+}
+
+// The conv's float value read elsewhere too keeps conv and add in reference form, with
+// the reason.
+TEST(LowerToNativeTest, ConvWithAnotherUserDoesNotAbsorbTheAdd) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetTensor("w", Floats({1, 1, 1, 1}, {0.5f})).ok());
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
+  Node* w_q = *g.AddCallFunction("torch.quantize_per_tensor",
+                                 {*g.AddGetAttr("w"), Argument::Float(0.01), Argument::Int(0),
+                                  Argument::Dtype(DType::kQInt8)});
+  Node* conv = *g.AddCallFunction("torch.nn.functional.conv2d",
+                                  {Dequantize(g, x_q), Dequantize(g, w_q), Argument::None()});
+  Node* add = *g.AddCallFunction("operator.add", {Dequantize(g, x_q), conv});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({Argument(Dequantize(g, Quantize(g, add, 0.1, 0))),
+                                           Argument(conv)}))
+                  .ok());
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.total_lowered(), 0);
+  EXPECT_EQ(add->target().name(), "operator.add");
+  ASSERT_EQ(report.unlowered.size(), 1u);
+  EXPECT_NE(report.unlowered[0].reason.find("'" + conv->name() + "' has other users"),
+            std::string::npos)
+      << report.ToString();
+}
+
 TEST(LowerToNativeTest, TupleLoweringSeesThroughPacking) {
   GraphModule gm;
   Graph& g = gm.graph();
