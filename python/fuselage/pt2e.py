@@ -25,6 +25,8 @@ conv's), not only where its user is quantized; a module called from several plac
 X86InductorQuantizer raises "Input partition has more than one output node".
 """
 
+import operator
+
 import torch
 import torch.fx
 import torch.nn.functional as F
@@ -75,6 +77,24 @@ def _with_conv_activations(backend):
                 .set_observation_type(ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT)
                 .set_dtype_configs(conv_relu.dtype_configs)
                 ._set_input_type_to_index(conv_relu._input_type_to_index))
+    return _with_conv_add(backend, conv_relu)
+
+
+def _with_conv_add(backend, conv_relu):
+    """`backend` with a conv or linear read only by an add observed as one op with the add
+    (its output not observed; the add's other input and output are), as
+    X86InductorQuantizer's binary fusions are; a relu after the add then joins as after
+    any add. The FX config quantizes the conv's output before the add too: about 1 dB of
+    SQNR on mobilenet_v2 and convnext."""
+    from torch.ao.quantization.backend_config import BackendPatternConfig, ObservationType
+    from torch.ao.quantization.utils import MatchAllNode
+    for weighted in (F.conv1d, F.conv2d, F.conv3d, F.linear):
+        for pattern in ((operator.add, weighted, MatchAllNode),
+                        (operator.add, MatchAllNode, weighted)):
+            backend.set_backend_pattern_config(
+                BackendPatternConfig()._set_pattern_complex_format(pattern)
+                .set_observation_type(ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT)
+                .set_dtype_configs(conv_relu.dtype_configs))
     return backend
 
 
@@ -113,7 +133,7 @@ class Quantizer(_TorchaoQuantizer):
         mapping, backend = self.configs()
         fx = _exported.to_fx_dialect(model).eval()
         prepared = quantize_fx.prepare_fx(fx, mapping, None, backend_config=backend)
-        return _annotate.annotate(model, prepared)
+        return _annotate.annotate(model, _float_graph_outputs(prepared))
 
     def validate(self, model):
         pass
@@ -185,7 +205,25 @@ def prepare_pt2e(model, quantizer="x86"):
     from fuselage import quantize_fx
     mapping, backend = _configs(quantizer)
     fx = _fold_conv_batch_norm(_exported.to_fx_dialect(model)).eval()
-    return quantize_fx.prepare_fx(fx, mapping, None, backend_config=backend)
+    return _float_graph_outputs(quantize_fx.prepare_fx(fx, mapping, None,
+                                                       backend_config=backend))
+
+
+def _float_graph_outputs(prepared):
+    """`prepared` without the observers only the graph's outputs read: torchao's
+    quantizers quantize a value for the ops that read it, so a model's outputs stay
+    float (the FX flow quantizes them too, a last rounding of the logits)."""
+    from fuselage._annotate import _observer_of
+    for node in list(prepared.graph.nodes):
+        if _observer_of(prepared, node) is not None and node.users and \
+                all(user.op == "output" for user in node.users):
+            node.replace_all_uses_with(node.args[0])
+            prepared.graph.erase_node(node)
+            if not any(n.op == "call_module" and n.target == node.target
+                       for n in prepared.graph.nodes):
+                prepared.delete_submodule(node.target)
+    prepared.recompile()
+    return prepared
 
 
 def _fold_quantized_weights(gm):
