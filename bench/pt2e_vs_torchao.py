@@ -8,10 +8,14 @@ Per model (torchvision, weights=None, randomized batch norms, one calibration ba
 4x3x64x64, seed 0): torch.export, then fuselage.pt2e.prepare_pt2e / convert_pt2e ("x86")
 and torchao's prepare_pt2e / convert_pt2e with X86InductorQuantizer's default config, each
 calibrated on the same batch and measured on it. Prints SQNR in dB and each flow's prepare +
-convert wall time (torch.export excluded); "refused" where torchao raises.
+convert wall time (torch.export excluded); "refused" where torchao raises. Then the
+lowering to oneDNN ops of torchao's reference (fuselage's where torchao refuses):
+fuselage.pt2e.lower_pt2e_quantized_to_x86 and torchao's, wall time, and whether the two
+give the same count of each onednn op.
 """
 
 import argparse
+import collections
 import os
 import sys
 import time
@@ -55,12 +59,33 @@ def torchao_flow(module, x):
     return reference, time.perf_counter() - started
 
 
+def onednn_counts(gm):
+    return collections.Counter(str(n.target) for n in gm.graph.nodes
+                               if n.op == "call_function" and "onednn" in str(n.target))
+
+
+def lowering(reference, x, torchao_too):
+    """(fuselage's lowering s, torchao's lowering s or "-", same onednn op counts or "-")."""
+    started = time.perf_counter()
+    ours = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (x,))
+    ours_s = time.perf_counter() - started
+    if not torchao_too:
+        return f"{ours_s:.3f}", "-", "-"
+    from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
+    started = time.perf_counter()
+    theirs = lower_pt2e_quantized_to_x86(reference, (x,))
+    theirs_s = time.perf_counter() - started
+    return f"{ours_s:.3f}", f"{theirs_s:.2f}", \
+        "yes" if onednn_counts(ours) == onednn_counts(theirs) else "no"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=MODELS)
     args = parser.parse_args()
-    print("| model | fuselage SQNR | torchao SQNR | fuselage s | torchao s |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| model | fuselage SQNR | torchao SQNR | fuselage s | torchao s "
+          "| lowering: fuselage s | torchao s | same onednn ops |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.models.split(","):
         torch.manual_seed(0)
         model = randomize_batch_norm(getattr(torchvision.models, name)(weights=None).eval())
@@ -73,8 +98,10 @@ def main():
                 theirs, theirs_s = torchao_flow(torch.export.export(model, (x,)).module(), x)
                 theirs_db, theirs_s = f"{sqnr(want, first(theirs(x))):.2f}", f"{theirs_s:.2f}"
             except ValueError as e:
-                theirs_db, theirs_s = f"refused ({str(e)[:40]})", "-"
-        print(f"| {name} | {ours_db} | {theirs_db} | {ours_s:.2f} | {theirs_s} |", flush=True)
+                theirs, theirs_db, theirs_s = None, f"refused ({str(e)[:40]})", "-"
+            lowered = lowering(theirs if theirs is not None else ours, x, theirs is not None)
+        print(f"| {name} | {ours_db} | {theirs_db} | {ours_s:.2f} | {theirs_s} | "
+              + " | ".join(lowered) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -9,20 +9,22 @@
 torchao's prepare_pt2e / convert_pt2e signatures, fuselage's passes: the aten graph is read
 into fuselage's FX form (fuselage._exported), batch norms fold into the convs before them
 (as prepare_pt2e folds them), and fuselage's prepare / convert place and read PyTorch's own
-observers by the x86 backend config and qconfig mapping (conv / linear with their relu,
-add, cat, pools; per-channel int8 weights, uint8 activations). convert_pt2e gives torchao's
-reference form: quantized_decomposed quantize / dequantize per tensor around the float
-aten ops, each weight an int8 constant read by dequantize_per_channel.
+observers by the backend config and qconfig mapping ("x86": X86InductorQuantizer's op set,
+convs and linears with their unary and residual-add tails, pools, flatten, cat; per-channel
+int8 weights, uint8 activations; a value quantized for its int8 readers only). convert_pt2e
+gives torchao's reference form: quantized_decomposed quantize / dequantize per tensor
+around the float aten ops, each weight an int8 constant read by dequantize_per_channel.
+lower_pt2e_quantized_to_x86 turns a reference into stock PyTorch's oneDNN int8 ops,
+lower_to_fuselage into fuselage's native ones.
 
 fuselage.pt2e.Quantizer is the same decision as a torchao Quantizer: under torchao's own
 prepare_pt2e / convert_pt2e it annotates what fuselage's engine matched in the backend
 config (built-in or a config file whose patterns are written over aten ops).
 
-Where it differs from torchao's X86InductorQuantizer: the x86 qconfig mapping of the FX
-flow decides what is quantized, so an op's output is quantized where FX quantizes it (every
-conv's), not only where its user is quantized; a module called from several places
-(torchvision's resnets reuse one ReLU per block) is quantized, where
-X86InductorQuantizer raises "Input partition has more than one output node".
+Where it differs from torchao's X86InductorQuantizer: a module called from several places
+(torchvision's resnets reuse one ReLU per block) is quantized, where X86InductorQuantizer
+raises "Input partition has more than one output node"; a mul of two same-shape tensors,
+which X86InductorQuantizer quantizes, stays float.
 """
 
 import operator
@@ -35,7 +37,8 @@ from fuselage import _exported
 from fuselage._packed import NOT_CONSTANT, constant_of
 from fuselage.errors import ConfigTranslationError
 
-__all__ = ["Quantizer", "prepare_pt2e", "convert_pt2e", "lower_to_fuselage"]
+__all__ = ["Quantizer", "prepare_pt2e", "convert_pt2e", "lower_pt2e_quantized_to_x86",
+           "lower_to_fuselage"]
 
 try:
     from torchao.quantization.pt2e.quantizer import Quantizer as _TorchaoQuantizer
@@ -60,7 +63,48 @@ def _x86_configs():
     for object_type, qconfig in list(mapping.object_type_qconfigs.items()):
         if qconfig == fx_default:
             mapping.set_object_type(object_type, inductor)
-    return mapping, _with_conv_activations(get_x86_backend_config())
+    return mapping, _with_conv_activations(_torchao_x86_op_set(get_x86_backend_config()))
+
+
+# X86InductorQuantizer's default op set: convs and linears with their fusions, and the
+# int8-in-int8-out ops (torchao's int8_in_int8_out_ops) quantized after them.
+_WEIGHTED = {"conv1d", "conv2d", "conv3d", "linear"}
+_SINGLE_OPS = _WEIGHTED | {"maxpool1d", "maxpool2d", "maxpool3d", "max_pool1d", "max_pool2d",
+                           "max_pool3d", "avgpool1d", "avgpool2d", "avgpool3d", "avg_pool1d",
+                           "avg_pool2d", "avg_pool3d", "adaptiveavgpool1d", "adaptiveavgpool2d",
+                           "adaptiveavgpool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
+                           "adaptive_avg_pool3d", "flatten", "cat"}
+
+
+def _pattern_ops(pattern):
+    if isinstance(pattern, tuple):
+        return [op for item in pattern for op in _pattern_ops(item)]
+    return [getattr(pattern, "__name__", str(pattern)).lower()]
+
+
+def _is_weighted(op):
+    return op in _WEIGHTED or op.startswith(("conv", "linear")) and "transpose" not in op
+
+
+def _torchao_x86_op_set(backend):
+    """`backend` with only the entries of X86InductorQuantizer's default op set: an op
+    alone if it is a conv, linear (or their fused modules), pool, flatten or cat; a
+    several-op pattern if it holds a conv or linear, and (add, relu), which a relu after a
+    conv's residual add joins. The FX config quantizes standalone add, mul, hardsigmoid,
+    norms, ... too, which torchao leaves float (0.7 to 3 dB of SQNR on mobilenet_v3,
+    efficientnet and convnext)."""
+    from torch.ao.quantization.backend_config import BackendConfig
+    kept = BackendConfig(backend.name)
+    for config in backend.configs:
+        pattern = config.pattern if config.pattern is not None else config._pattern_complex_format
+        ops = _pattern_ops(pattern)
+        if len(ops) == 1:
+            keep = ops[0] in _SINGLE_OPS or _is_weighted(ops[0])
+        else:
+            keep = any(_is_weighted(op) for op in ops) or sorted(ops) == ["add", "relu"]
+        if keep:
+            kept.set_backend_pattern_config(config)
+    return kept
 
 
 def _with_conv_activations(backend):
@@ -132,8 +176,9 @@ class Quantizer(_TorchaoQuantizer):
         from fuselage import _annotate, quantize_fx
         mapping, backend = self.configs()
         fx = _exported.to_fx_dialect(model).eval()
-        prepared = quantize_fx.prepare_fx(fx, mapping, None, backend_config=backend)
-        return _annotate.annotate(model, _float_graph_outputs(prepared))
+        prepared = _observed_for_quantized_readers_only(
+            *quantize_fx.prepare_with_report(fx, mapping, backend))
+        return _annotate.annotate(model, prepared)
 
     def validate(self, model):
         pass
@@ -205,19 +250,24 @@ def prepare_pt2e(model, quantizer="x86"):
     from fuselage import quantize_fx
     mapping, backend = _configs(quantizer)
     fx = _fold_conv_batch_norm(_exported.to_fx_dialect(model)).eval()
-    return _float_graph_outputs(quantize_fx.prepare_fx(fx, mapping, None,
-                                                       backend_config=backend))
+    return _observed_for_quantized_readers_only(
+        *quantize_fx.prepare_with_report(fx, mapping, backend))
 
 
-def _float_graph_outputs(prepared):
-    """`prepared` without the observers only the graph's outputs read: torchao's
-    quantizers quantize a value for the ops that read it, so a model's outputs stay
-    float (the FX flow quantizes them too, a last rounding of the logits)."""
+def _observed_for_quantized_readers_only(prepared, report):
+    """`prepared` with each observed value quantized only for the readers that are
+    quantized, as torchao's quantizers quantize a value per reader (an input_qspec_map
+    entry): a reader the prepare `report` keeps float (a sigmoid after a conv, an SE
+    block's mul) and the graph's output read the float value, and an observer left with
+    no reader goes. The FX flow quantizes a quantized op's output for all its readers."""
     from fuselage._annotate import _observer_of
+    kept_float = {k.node for k in report.kept_float}
     for node in list(prepared.graph.nodes):
-        if _observer_of(prepared, node) is not None and node.users and \
-                all(user.op == "output" for user in node.users):
-            node.replace_all_uses_with(node.args[0])
+        if _observer_of(prepared, node) is None:
+            continue
+        for reader in [r for r in node.users if r.op == "output" or r.name in kept_float]:
+            reader.replace_input_with(node, node.args[0])
+        if not node.users:
             prepared.graph.erase_node(node)
             if not any(n.op == "call_module" and n.target == node.target
                        for n in prepared.graph.nodes):
@@ -268,3 +318,16 @@ def lower_to_fuselage(reference, example_inputs=None):
     model = _exported.from_exported(reference, example_inputs)
     _core.lower(model)
     return model
+
+
+def lower_pt2e_quantized_to_x86(model, example_inputs=None):
+    """A PT2E reference model (torchao's convert_pt2e or fuselage's) with its quantized
+    convs and linears as the oneDNN int8 ops torchao's `lower_pt2e_quantized_to_x86`
+    gives (onednn.qconv_pointwise, qconv2d_pointwise.binary for a conv with its residual
+    add, qlinear_pointwise), weights prepacked, the rest as the reference has it: it runs
+    on stock PyTorch, without fuselage and without quantized dtypes. `example_inputs`, in
+    torchao's signature, are not needed (the graph is not exported again). `model` is not
+    changed."""
+    from fuselage import _onednn
+    del example_inputs
+    return _onednn.lower_to_onednn(model)

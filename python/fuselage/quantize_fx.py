@@ -140,14 +140,20 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     _refuse(prepare_custom_config, "prepare_custom_config")
     _refuse(_equalization_config, "_equalization_config")
     _expect_eval(model, "prepare_fx")
-    core = _core()
-    text = _backend_text(backend_config)
-    source = _backend_source(backend_config)
-    mapping = _mapping_text(qconfig_mapping)
     # example_inputs are PyTorch's required argument; like PyTorch 1.13's prepare_fx,
     # fuselage does not need to run the model to prepare it (recording shapes would run a
     # copy of it: most of prepare_fx's time on a large graph).
     del example_inputs
+    return prepare_with_report(model, qconfig_mapping, backend_config)[0]
+
+
+def prepare_with_report(model, qconfig_mapping, backend_config):
+    """prepare_fx's GraphModule and fuselage's prepare report (every op kept float, by node
+    name, with the reason)."""
+    core = _core()
+    text = _backend_text(backend_config)
+    source = _backend_source(backend_config)
+    mapping = _mapping_text(qconfig_mapping)
     m = core.from_torch(model)
     core.fuse(m, config_text=text, config_source=source)
     report = core.prepare(m, config_text=text, config_source=source,
@@ -157,7 +163,7 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     prepared = core.to_torch(m, consume=True)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
-    return prepared
+    return prepared, report
 
 
 def _warn_nothing_quantized(report, shown=5):

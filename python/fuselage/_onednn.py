@@ -1,0 +1,249 @@
+"""A PT2E reference model lowered to the oneDNN int8 ops of stock PyTorch.
+
+The reference form (torchao's convert_pt2e or fuselage.pt2e.convert_pt2e) keeps every
+quantized op as quantized_decomposed dequantize -> float aten op -> quantize over plain
+uint8 / int8 tensors. Here each conv and linear whose input and weight are dequantized
+becomes the op torchao's lower_pt2e_quantized_to_x86 gives it:
+
+    dq(x) -> conv2d(dq(w)) [-> relu | hardtanh | hardswish | silu] [-> q]
+        onednn.qconv_pointwise(x, sx, zx, packed, w_scales, w_zps, bias, ...,
+                               out_scale, out_zp, out_dtype, attr, scalars, algorithm)
+    dq(x) -> conv2d(dq(w)) -> add(dq(accum)) [-> relu] -> q
+        onednn.qconv2d_pointwise.binary(..., accum, ..., "sum", 1.0, unary, [], "")
+    dq(x) -> linear(dq(w)) [-> relu] [-> q]
+        onednn.qlinear_pointwise(x, sx, zx, packed, w_scales, w_zps, bias, ...)
+
+Without a quantize after it the op gives float32 (scale 1, zero point 0). Weights are
+packed once here (onednn.qconv_prepack / qlinear_prepack). Everything else stays as the
+reference has it, so the result runs on stock PyTorch, without fuselage and without the
+deprecated quantized dtypes. The reference model is not changed.
+"""
+
+import copy
+
+import torch
+import torch.fx
+
+from fuselage._values import attribute
+
+_aten = torch.ops.aten
+_Q = torch.ops.quantized_decomposed
+
+_DQ_PER_TENSOR = (_Q.dequantize_per_tensor.default,)
+_DQ_PER_CHANNEL = (_Q.dequantize_per_channel.default,)
+_Q_PER_TENSOR = (_Q.quantize_per_tensor.default,)
+_CONVS = {_aten.conv1d.default: 1, _aten.conv2d.default: 2, _aten.conv3d.default: 3}
+_ADDS = (_aten.add.Tensor, _aten.add_.Tensor)
+_RELUS = (_aten.relu.default, _aten.relu_.default)
+# aten op -> (oneDNN post-op name, its scalars given the node)
+_UNARY = {
+    _aten.relu.default: ("relu", lambda n: []),
+    _aten.relu_.default: ("relu", lambda n: []),
+    _aten.hardtanh.default: ("hardtanh", lambda n: [_arg(n, 1, "min_val", -1.0),
+                                                    _arg(n, 2, "max_val", 1.0)]),
+    _aten.hardtanh_.default: ("hardtanh", lambda n: [_arg(n, 1, "min_val", -1.0),
+                                                     _arg(n, 2, "max_val", 1.0)]),
+    _aten.hardswish.default: ("hardswish", lambda n: []),
+    _aten.hardswish_.default: ("hardswish", lambda n: []),
+    _aten.silu.default: ("swish", lambda n: []),
+    _aten.silu_.default: ("swish", lambda n: []),
+}
+
+
+def _arg(node, index, name, default):
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _call(node, targets):
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and \
+        node.target in targets
+
+
+def _per_tensor_input(node):
+    """(the quantized tensor's node, scale, zero point) of a per-tensor dequantize of a
+    uint8 / int8 value with inline parameters, else None."""
+    if not _call(node, _DQ_PER_TENSOR):
+        return None
+    x, scale, zero_point = node.args[:3]
+    dtype = node.args[5] if len(node.args) > 5 else node.kwargs.get("dtype")
+    if not isinstance(scale, float) or not isinstance(zero_point, int) or \
+            dtype not in (torch.uint8, torch.int8):
+        return None
+    return x, scale, zero_point
+
+
+def _constant(gm, node):
+    if isinstance(node, torch.fx.Node) and node.op == "get_attr":
+        value = attribute(gm, node.target)
+        if isinstance(value, torch.Tensor):
+            return value
+    return None
+
+
+def _weight(gm, node):
+    """(int8 weight, float32 scales, int64 zero points) of a dequantized constant weight,
+    per output channel (axis 0) or per tensor, else None."""
+    if _call(node, _DQ_PER_CHANNEL):
+        weight, scales, zero_points = (_constant(gm, a) for a in node.args[:3])
+        if weight is None or scales is None or zero_points is None or node.args[3] != 0 \
+                or weight.dtype != torch.int8:
+            return None
+        return weight, scales.to(torch.float32), zero_points.to(torch.int64)
+    if _call(node, _DQ_PER_TENSOR):
+        weight = _constant(gm, node.args[0])
+        if weight is None or weight.dtype != torch.int8 or not isinstance(node.args[1], float):
+            return None
+        channels = weight.shape[0]
+        return (weight, torch.full((channels,), node.args[1], dtype=torch.float32),
+                torch.full((channels,), int(node.args[2]), dtype=torch.int64))
+    return None
+
+
+def _only_user(node):
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def _quantize_after(node):
+    """(quantize node, scale, zero point, dtype) if `node`'s only user quantizes it per
+    tensor with inline parameters, else None."""
+    q = _only_user(node)
+    if not _call(q, _Q_PER_TENSOR):
+        return None
+    scale, zero_point = q.args[1], q.args[2]
+    dtype = q.args[5] if len(q.args) > 5 else q.kwargs.get("dtype")
+    if not isinstance(scale, float) or not isinstance(zero_point, int) or \
+            dtype not in (torch.uint8, torch.int8):
+        return None
+    return q, scale, zero_point, dtype
+
+
+class _Lowerer:
+    def __init__(self, gm):
+        self.gm = gm
+        self.count = 0
+
+    def constant(self, prefix, value):
+        """A get_attr of `value`, a new buffer of the module."""
+        name = f"_onednn_{prefix}_{self.count}"
+        self.gm.register_buffer(name, value)
+        return self.gm.graph.get_attr(name)
+
+    def tail(self, node, unary_targets):
+        """The nodes after `node` its op absorbs and the op's post-op and output: (nodes,
+        post-op name, scalars, output scale, zero point, dtype). A unary op of
+        `unary_targets` joins it, then a quantize gives the output's parameters; without
+        one the output is float32."""
+        nodes, attr, scalars = [], "none", []
+        user = _only_user(node)
+        if _call(user, unary_targets):
+            attr, scalars = _UNARY[user.target][0], _UNARY[user.target][1](user)
+            nodes.append(user)
+        quantized = _quantize_after(nodes[-1] if nodes else node)
+        if quantized is None:
+            return nodes, attr, scalars, 1.0, 0, torch.float32
+        q, scale, zero_point, dtype = quantized
+        return nodes + [q], attr, scalars, scale, zero_point, dtype
+
+    def replace(self, group, last, target, args):
+        """One call of `target` at `last`'s place standing for `group` (in graph order)."""
+        with self.gm.graph.inserting_before(last):
+            new = self.gm.graph.call_function(target, tuple(args))
+        last.replace_all_uses_with(new)
+        for node in reversed(group):
+            self.gm.graph.erase_node(node)
+        self.count += 1
+        return new
+
+    def accumulator(self, add, conv):
+        """(accumulator node, scale, zero point) of the add's other input, cloned where
+        anything else reads it (the oneDNN sum writes into it), else None."""
+        other = add.args[1] if add.args[0] is conv else add.args[0]
+        found = _per_tensor_input(other)
+        if found is None or other is conv or len(add.args) != 2 or add.kwargs:
+            return None
+        accum, scale, zero_point = found
+        if len(accum.users) > 1 or len(other.users) > 1 or accum.op != "call_function":
+            with self.gm.graph.inserting_before(add):
+                accum = self.gm.graph.call_function(_aten.clone.default, (accum,))
+        return accum, scale, zero_point
+
+    def lower_conv(self, conv):
+        found, weight = _per_tensor_input(conv.args[0]), _weight(self.gm, conv.args[1])
+        if found is None or weight is None:
+            return
+        x, x_scale, x_zp = found
+        dims = _CONVS[conv.target]
+        bias = _arg(conv, 2, "bias", None)
+        if bias is not None and _constant(self.gm, bias) is None:
+            return
+        stride = list(_arg(conv, 3, "stride", [1] * dims))
+        padding = list(_arg(conv, 4, "padding", [0] * dims))
+        dilation = list(_arg(conv, 5, "dilation", [1] * dims))
+        groups = int(_arg(conv, 6, "groups", 1))
+        if isinstance(padding, str) or len(stride) != dims:
+            return
+        w, w_scales, w_zps = weight
+        packed_value = torch.ops.onednn.qconv_prepack(w, w_scales, x_scale, x_zp, stride,
+                                                      padding, dilation, groups, None)
+        with self.gm.graph.inserting_before(conv):
+            packed = self.constant("packed", packed_value)
+            scales = self.constant("w_scales", w_scales)
+            zps = self.constant("w_zps", w_zps)
+        head = [x, x_scale, x_zp, packed, scales, zps]
+        conv_args = [stride, padding, dilation, groups]
+        add = _only_user(conv)
+        if dims == 2 and _call(add, _ADDS):
+            relu = _only_user(add) if _call(_only_user(add), _RELUS) else None
+            quantized = _quantize_after(relu if relu is not None else add)
+            accumulator = self.accumulator(add, conv) if quantized is not None else None
+            if accumulator is not None:
+                q, scale, zero_point, dtype = quantized
+                accum, accum_scale, accum_zp = accumulator
+                group = [conv, add] + ([relu] if relu is not None else []) + [q]
+                self.replace(group, q, torch.ops.onednn.qconv2d_pointwise.binary,
+                             head + [accum, bias] + conv_args +
+                             [scale, zero_point, dtype, accum_scale, accum_zp, "sum", 1.0,
+                              "relu" if relu is not None else "none", [], ""])
+                return
+        nodes, attr, scalars, scale, zero_point, dtype = self.tail(conv, _UNARY)
+        group = [conv] + nodes
+        self.replace(group, group[-1], torch.ops.onednn.qconv_pointwise.default,
+                     head + [bias] + conv_args +
+                     [scale, zero_point, dtype, attr, scalars, ""])
+
+    def lower_linear(self, linear):
+        found, weight = _per_tensor_input(linear.args[0]), _weight(self.gm, linear.args[1])
+        bias = _arg(linear, 2, "bias", None)
+        if found is None or weight is None or \
+                (bias is not None and _constant(self.gm, bias) is None):
+            return
+        x, x_scale, x_zp = found
+        w, w_scales, w_zps = weight
+        packed_value = torch.ops.onednn.qlinear_prepack(w, None)
+        with self.gm.graph.inserting_before(linear):
+            packed = self.constant("packed", packed_value)
+            scales = self.constant("w_scales", w_scales)
+            zps = self.constant("w_zps", w_zps)
+        nodes, attr, scalars, scale, zero_point, dtype = self.tail(linear, _RELUS)
+        group = [linear] + nodes
+        self.replace(group, group[-1], torch.ops.onednn.qlinear_pointwise.default,
+                     [x, x_scale, x_zp, packed, scales, zps, bias, scale, zero_point, dtype,
+                      attr, scalars, ""])
+
+
+def lower_to_onednn(reference):
+    """A copy of the PT2E reference GraphModule `reference` with its quantized convs and
+    linears as oneDNN int8 ops (module docstring)."""
+    gm = copy.deepcopy(reference)
+    lowerer = _Lowerer(gm)
+    for node in list(gm.graph.nodes):
+        if _call(node, _CONVS):
+            lowerer.lower_conv(node)
+        elif _call(node, (_aten.linear.default,)):
+            lowerer.lower_linear(node)
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+    return gm
