@@ -1,0 +1,172 @@
+"""Quantization-aware training through fuselage.quantize_fx (issue 38 item 1), checked
+against PyTorch itself.
+
+The same model (seed), data and SGD optimizer; one copy prepared by fuselage's
+prepare_qat_fx, one by PyTorch's. Both hold PyTorch's fake-quantize and QAT modules in the
+same places, so 20 training steps give the same losses (to 1e-5, relative), and the two
+convert_fx results give the same outputs within one step of the output's scale. On a
+conv-bn-relu + residual-add model for the qnnpack and fbgemm mappings, and on
+torchvision's resnet18.
+"""
+import copy
+
+import pytest
+import torch
+import torch.ao.nn.intrinsic as nni
+import torch.nn as nn
+import torchvision
+from torch.ao.quantization import QConfigMapping, get_default_qat_qconfig_mapping
+from torch.ao.quantization.backend_config import (get_fbgemm_backend_config,
+                                                  get_qnnpack_backend_config)
+from torch.ao.quantization.fake_quantize import FakeQuantizeBase
+from torch.ao.quantization.quantize_fx import convert_fx as torch_convert_fx
+from torch.ao.quantization.quantize_fx import prepare_qat_fx as torch_prepare_qat_fx
+
+from fuselage.errors import ConfigTranslationError
+from fuselage.quantize_fx import convert_fx, convert_to_reference_fx, prepare_fx, prepare_qat_fx
+from conftest import SmallResidual, x86_engine
+
+torch.set_num_threads(1)
+
+STEPS = 20
+
+BACKENDS = {
+    "qnnpack": (get_qnnpack_backend_config, lambda: "qnnpack"),
+    "fbgemm": (get_fbgemm_backend_config, x86_engine),
+}
+
+
+@pytest.fixture
+def engine():
+    saved = torch.backends.quantized.engine
+
+    def use(name):
+        torch.backends.quantized.engine = name
+
+    yield use
+    torch.backends.quantized.engine = saved
+
+
+def _called(gm):
+    """The graph as (what each node runs) in order: a module's class, a function, a
+    method; fake-quantizes by class, whatever their names."""
+    out = []
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            out.append(type(gm.get_submodule(node.target)).__name__)
+        elif node.op in ("call_function", "call_method"):
+            out.append(getattr(node.target, "__name__", str(node.target)))
+    return out
+
+
+def _weighted(gm):
+    return {name: type(m) for name, m in gm.named_modules() if hasattr(m, "weight_fake_quant")}
+
+
+def _train_both(model, mapping, backend_config, example, batches, targets):
+    ours = prepare_qat_fx(copy.deepcopy(model), mapping, example, backend_config=backend_config)
+    theirs = torch_prepare_qat_fx(copy.deepcopy(model), mapping, example,
+                                  backend_config=backend_config)
+    losses = []
+    for prepared in (ours, theirs):
+        optimizer = torch.optim.SGD(prepared.parameters(), lr=0.02, momentum=0.9)
+        run = []
+        for x, t in zip(batches, targets):
+            loss = nn.functional.mse_loss(prepared(x), t)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            run.append(loss.item())
+        losses.append(run)
+    return ours, theirs, losses
+
+
+def _check_against_pytorch(model, mapping, backend_config, shape, outputs, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    batches = [torch.randn(*shape, generator=generator) for _ in range(STEPS)]
+    targets = [torch.randn(shape[0], outputs, generator=generator) for _ in range(STEPS)]
+    ours, theirs, (our_losses, their_losses) = _train_both(
+        model.train(), mapping, backend_config, (batches[0],), batches, targets)
+
+    # PyTorch's modules in PyTorch's places.
+    assert _called(ours) == _called(theirs)
+    assert _weighted(ours) == _weighted(theirs)
+    assert sum(isinstance(m, FakeQuantizeBase) for m in ours.modules()) == \
+        sum(isinstance(m, FakeQuantizeBase) for m in theirs.modules())
+    for a, b in zip(our_losses, their_losses):
+        assert abs(a - b) <= 1e-5 * abs(b), (our_losses, their_losses)
+
+    x = torch.randn(*shape, generator=generator)
+    converted = convert_fx(ours.eval())
+    reference = torch_convert_fx(theirs.eval())
+    assert not any(isinstance(m, FakeQuantizeBase) or hasattr(m, "weight_fake_quant")
+                   for m in converted.modules())
+    step = reference.fc.scale
+    with torch.no_grad():
+        error = (converted(x) - reference(x)).abs().max().item()
+    assert error <= step * 1.001, (error, step)
+    return ours, converted
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_qat_on_a_residual_block_trains_and_converts_as_pytorch(backend, engine):
+    config, engine_name = BACKENDS[backend]
+    engine(engine_name())
+    torch.manual_seed(0)
+    ours, converted = _check_against_pytorch(
+        SmallResidual(), get_default_qat_qconfig_mapping(backend), config(), (4, 3, 8, 8), 4)
+    # Batch norms kept, and they trained: conv-bn-relu is nniqat.ConvBnReLU2d, its bn's
+    # running mean moved; the converted model has it folded.
+    assert type(ours.conv1).__name__ == "ConvBnReLU2d" and hasattr(ours.conv1, "bn")
+    assert ours.conv1.bn.num_batches_tracked.item() == STEPS
+    assert type(converted.conv1).__name__ == "ConvReLU2d"  # nniq.ConvReLU2d
+    assert "quantized" in type(converted.conv1).__module__
+
+
+def test_qat_resnet18_as_pytorch(engine):
+    engine("qnnpack")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None, num_classes=10)
+    _check_against_pytorch(model, get_default_qat_qconfig_mapping("qnnpack"),
+                           get_qnnpack_backend_config(), (2, 3, 64, 64), 10)
+
+
+def test_convert_leaves_the_trained_model_as_it_was_and_reference_has_qat_qparams(engine):
+    engine("qnnpack")
+    torch.manual_seed(0)
+    mapping = get_default_qat_qconfig_mapping("qnnpack")
+    config = get_qnnpack_backend_config()
+    x = torch.randn(2, 3, 8, 8)
+    prepared = prepare_qat_fx(SmallResidual().train(), mapping, (x,), backend_config=config)
+    prepared(x)
+    before = {k: v.clone() for k, v in prepared.state_dict().items()}
+    reference = convert_to_reference_fx(prepared.eval(), qconfig_mapping=mapping)
+    assert type(prepared.conv1).__name__ == "ConvBnReLU2d"
+    after = prepared.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    # The weight qparams are the weight fake-quantize's after one more look at the folded
+    # weight (PyTorch's convert), not a fresh observer's.
+    fake = copy.deepcopy(prepared.fc.weight_fake_quant)
+    fake(prepared.fc.to_float().weight)
+    scale, _ = fake.calculate_qparams()
+    assert reference.fc.weight_scale.item() == pytest.approx(scale.item(), rel=1e-7)
+
+
+def test_a_qat_qconfig_still_needs_prepare_qat_fx():
+    model = SmallResidual().eval()
+    with pytest.raises(ConfigTranslationError, match="prepare_qat_fx"):
+        prepare_fx(model, get_default_qat_qconfig_mapping("qnnpack"), (torch.randn(1, 3, 8, 8),),
+                   backend_config=get_qnnpack_backend_config())
+
+
+def test_qat_module_swap_follows_the_mapping_by_name():
+    """A module_name entry set to None keeps that module float, as PyTorch's swap does."""
+    mapping = get_default_qat_qconfig_mapping("qnnpack").set_module_name("fc", None)
+    x = torch.randn(2, 3, 8, 8)
+    ours = prepare_qat_fx(SmallResidual().train(), mapping, (x,),
+                          backend_config=get_qnnpack_backend_config())
+    theirs = torch_prepare_qat_fx(SmallResidual().train(), mapping, (x,),
+                                  backend_config=get_qnnpack_backend_config())
+    assert type(ours.fc) is nn.Linear and type(theirs.fc) is nn.Linear
+    assert _weighted(ours) == _weighted(theirs)
