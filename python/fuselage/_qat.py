@@ -190,10 +190,9 @@ def to_qat(gm, qconfig_mapping, backend_config):
 def _swap_weighted(gm, node, module, plan, to_qat_module, qconfig_mapping):
     qat_class = to_qat_module.get(type(module))
     if qat_class is None:
-        raise ConfigTranslationError(
-            "prepare_qat_fx: node '%s' (%s) is quantized but the backend config names no "
-            "QAT module for it (BackendPatternConfig.set_qat_module)"
-            % (node.name, type(module).__name__))
+        # No QAT form (nn.PReLU): PyTorch's swap leaves it, and convert quantizes its
+        # weight as after calibration, with the qconfig's weight observer.
+        return module
     qconfig = _module_qconfig(gm, node.target, qconfig_mapping)
     if qconfig is None:
         raise ConfigTranslationError(
@@ -201,9 +200,14 @@ def _swap_weighted(gm, node, module, plan, to_qat_module, qconfig_mapping):
             "qconfig for module '%s' (a module_name_regex or module_name_object_type_order "
             "entry? QAT resolves a module's qconfig by its type and name only)"
             % (node.name, node.target))
-    module.qconfig = qconfig
-    qat = qat_class.from_float(module)
-    del module.qconfig
+    parts = list(module.modules())  # a fused module's from_float reads its child's qconfig
+    for part in parts:
+        part.qconfig = qconfig
+    try:
+        qat = qat_class.from_float(module)
+    finally:
+        for part in parts:
+            del part.qconfig
     if _observer_key(qat.weight_fake_quant.activation_post_process) != _observer_key(plan):
         raise ConfigTranslationError(
             "prepare_qat_fx: node '%s': the weight fake-quantize of its module's qconfig "
@@ -212,6 +216,26 @@ def _swap_weighted(gm, node, module, plan, to_qat_module, qconfig_mapping):
     parent, name = _parent(gm, node.target)
     setattr(parent, name, qat)
     return qat
+
+
+def refuse_shared_modules(model):
+    """A module with parameters that the model calls more than once is a
+    ConfigTranslationError: fuselage's prepare gives each call its own copy, which
+    training would make differ, where PyTorch's QAT trains the one module."""
+    from fuselage import _exporter
+
+    gm = _exporter._as_graph_module(model)
+    calls = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            calls[node.target] = calls.get(node.target, 0) + 1
+    for target, count in calls.items():
+        if count > 1 and any(True for _ in gm.get_submodule(target).parameters()):
+            raise ConfigTranslationError(
+                "prepare_qat_fx: module '%s' is called %d times; fuselage's prepare gives "
+                "each call its own copy of its parameters, which quantization-aware "
+                "training would train apart (PyTorch trains the one module): not supported"
+                % (target, count))
 
 
 def is_qat_module(module):

@@ -175,6 +175,7 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
     prepare placed the observers. Train it, then convert_fx(prepared.eval())."""
     from fuselage import _qat
 
+    _qat.refuse_shared_modules(model)
     prepared = _prepare(model, qconfig_mapping, example_inputs, prepare_custom_config,
                         backend_config, is_qat=True)
     _qat.to_qat(prepared, _mapping_object(qconfig_mapping),

@@ -128,7 +128,7 @@ def test_qat_resnet18_as_pytorch(engine):
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None, num_classes=10)
     _check_against_pytorch(model, get_default_qat_qconfig_mapping("qnnpack"),
-                           get_qnnpack_backend_config(), (2, 3, 64, 64), 10)
+                           get_qnnpack_backend_config(), (1, 3, 64, 64), 10)
 
 
 def test_convert_leaves_the_trained_model_as_it_was_and_reference_has_qat_qparams(engine):
@@ -170,3 +170,50 @@ def test_qat_module_swap_follows_the_mapping_by_name():
                                   backend_config=get_qnnpack_backend_config())
     assert type(ours.fc) is nn.Linear and type(theirs.fc) is nn.Linear
     assert _weighted(ours) == _weighted(theirs)
+
+
+class Ops(nn.Module):
+    """conv-bn-relu (functional relu), conv + hardswish, a scalar mul, cat, conv-bn
+    without bias, max pool, mul, adaptive pool, flatten, linear-relu (functional), linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.b1 = nn.BatchNorm2d(8)
+        self.c2 = nn.Conv2d(8, 8, 1)
+        self.act = nn.Hardswish()
+        self.c3 = nn.Conv2d(16, 8, 3, padding=1, bias=False)
+        self.b3 = nn.BatchNorm2d(8)
+        self.pool = nn.MaxPool2d(2)
+        self.lin = nn.Linear(8, 16)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        u = torch.cat([self.act(self.c2(y)), y * 0.5], 1)
+        u = self.pool(self.b3(self.c3(u)))
+        u = u * u
+        v = torch.flatten(nn.functional.adaptive_avg_pool2d(u, 1), 1)
+        return self.fc(nn.functional.relu(self.lin(v)))
+
+
+def test_qat_on_more_ops_as_pytorch(engine):
+    engine("qnnpack")
+    torch.manual_seed(0)
+    ours, _ = _check_against_pytorch(Ops(), get_default_qat_qconfig_mapping("qnnpack"),
+                                     get_qnnpack_backend_config(), (4, 3, 8, 8), 4)
+    assert type(ours.lin).__name__ == "LinearReLU" and type(ours.c3).__name__ == "ConvBn2d"
+
+
+def test_a_module_called_twice_is_refused():
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 3, 1)
+
+        def forward(self, x):
+            return self.conv(self.conv(x))
+
+    with pytest.raises(ConfigTranslationError, match="'conv' is called 2 times"):
+        prepare_qat_fx(Twice().train(), get_default_qat_qconfig_mapping("qnnpack"),
+                       (torch.randn(1, 3, 4, 4),), backend_config=get_qnnpack_backend_config())
