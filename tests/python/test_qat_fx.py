@@ -63,7 +63,15 @@ def _weighted(gm):
     return {name: type(m) for name, m in gm.named_modules() if hasattr(m, "weight_fake_quant")}
 
 
-def _train_both(model, mapping, backend_config, example, batches, targets):
+def _freeze(prepared):
+    """What QAT recipes do late in training: observers off, batch-norm statistics frozen."""
+    prepared.apply(torch.ao.quantization.disable_observer)
+    for module in prepared.modules():
+        if hasattr(module, "freeze_bn_stats"):
+            module.freeze_bn_stats()
+
+
+def _train_both(model, mapping, backend_config, example, batches, targets, freeze_at=None):
     ours = prepare_qat_fx(copy.deepcopy(model), mapping, example, backend_config=backend_config)
     theirs = torch_prepare_qat_fx(copy.deepcopy(model), mapping, example,
                                   backend_config=backend_config)
@@ -71,7 +79,9 @@ def _train_both(model, mapping, backend_config, example, batches, targets):
     for prepared in (ours, theirs):
         optimizer = torch.optim.SGD(prepared.parameters(), lr=0.02, momentum=0.9)
         run = []
-        for x, t in zip(batches, targets):
+        for i, (x, t) in enumerate(zip(batches, targets)):
+            if i == freeze_at:
+                _freeze(prepared)
             loss = nn.functional.mse_loss(prepared(x), t)
             optimizer.zero_grad()
             loss.backward()
@@ -81,12 +91,13 @@ def _train_both(model, mapping, backend_config, example, batches, targets):
     return ours, theirs, losses
 
 
-def _check_against_pytorch(model, mapping, backend_config, shape, outputs, seed=0):
+def _check_against_pytorch(model, mapping, backend_config, shape, outputs, seed=0,
+                           freeze_at=None):
     generator = torch.Generator().manual_seed(seed)
     batches = [torch.randn(*shape, generator=generator) for _ in range(STEPS)]
     targets = [torch.randn(shape[0], outputs, generator=generator) for _ in range(STEPS)]
     ours, theirs, (our_losses, their_losses) = _train_both(
-        model.train(), mapping, backend_config, (batches[0],), batches, targets)
+        model.train(), mapping, backend_config, (batches[0],), batches, targets, freeze_at)
 
     # PyTorch's modules in PyTorch's places.
     assert _called(ours) == _called(theirs)
@@ -114,11 +125,12 @@ def test_qat_on_a_residual_block_trains_and_converts_as_pytorch(backend, engine)
     engine(engine_name())
     torch.manual_seed(0)
     ours, converted = _check_against_pytorch(
-        SmallResidual(), get_default_qat_qconfig_mapping(backend), config(), (4, 3, 8, 8), 4)
-    # Batch norms kept, and they trained: conv-bn-relu is nniqat.ConvBnReLU2d, its bn's
-    # running mean moved; the converted model has it folded.
+        SmallResidual(), get_default_qat_qconfig_mapping(backend), config(), (4, 3, 8, 8), 4,
+        freeze_at=STEPS // 2)
+    # Batch norms kept, and they trained until frozen: conv-bn-relu is nniqat.ConvBnReLU2d;
+    # the converted model has it folded.
     assert type(ours.conv1).__name__ == "ConvBnReLU2d" and hasattr(ours.conv1, "bn")
-    assert ours.conv1.bn.num_batches_tracked.item() == STEPS
+    assert ours.conv1.bn.num_batches_tracked.item() == STEPS // 2
     assert type(converted.conv1).__name__ == "ConvReLU2d"  # nniq.ConvReLU2d
     assert "quantized" in type(converted.conv1).__module__
 
@@ -217,3 +229,18 @@ def test_a_module_called_twice_is_refused():
     with pytest.raises(ConfigTranslationError, match="'conv' is called 2 times"):
         prepare_qat_fx(Twice().train(), get_default_qat_qconfig_mapping("qnnpack"),
                        (torch.randn(1, 3, 4, 4),), backend_config=get_qnnpack_backend_config())
+
+
+def test_the_qat_translation():
+    """The mapping's fake-quantizes are written as the observers they wrap; PyTorch's
+    batch-norm fusers keep the batch norm (nni.ConvBnReLU2d), not fold it."""
+    from fuselage._translate import backend_config_to_text, qconfig_mapping_to_text
+
+    text = qconfig_mapping_to_text(get_default_qat_qconfig_mapping("fbgemm"), is_qat=True)
+    assert 'weight { kind: "MovingAveragePerChannelMinMaxObserver"' in text
+    assert 'kind: "FixedQParamsObserver" scale: 0.0078125 zero_point: 128' in text
+    config = backend_config_to_text(get_qnnpack_backend_config(), is_qat=True)
+    assert 'fused_module: "nni.ConvBnReLU2d"' in config
+    assert 'fused_module: "nni.LinearBn1d"' in config
+    assert "FOLD_BN_THEN_WRAP" not in config
+    assert "FOLD_BN_THEN_WRAP" in backend_config_to_text(get_qnnpack_backend_config())
