@@ -5,8 +5,9 @@ The same model (seed), data and SGD optimizer; one copy prepared by fuselage's
 prepare_qat_fx, one by PyTorch's. Both hold PyTorch's fake-quantize and QAT modules in the
 same places, so 20 training steps give the same losses (to 1e-5, relative), and the two
 convert_fx results give the same outputs within one step of the output's scale. On a
-conv-bn-relu + residual-add model for the qnnpack and fbgemm mappings, and on
-torchvision's resnet18.
+conv-bn-relu + residual-add model for the qnnpack and fbgemm mappings, a model of more
+ops, and torchvision's resnet18 and mobilenet_v2 (its dropout drawing the same masks for
+both).
 """
 import copy
 
@@ -82,6 +83,7 @@ def _train_both(model, mapping, backend_config, example, batches, targets, freez
         for i, (x, t) in enumerate(zip(batches, targets)):
             if i == freeze_at:
                 _freeze(prepared)
+            torch.manual_seed(i)  # the same dropout masks for both
             loss = nn.functional.mse_loss(prepared(x), t)
             optimizer.zero_grad()
             loss.backward()
@@ -92,7 +94,7 @@ def _train_both(model, mapping, backend_config, example, batches, targets, freez
 
 
 def _check_against_pytorch(model, mapping, backend_config, shape, outputs, seed=0,
-                           freeze_at=None):
+                           freeze_at=None, head="fc"):
     generator = torch.Generator().manual_seed(seed)
     batches = [torch.randn(*shape, generator=generator) for _ in range(STEPS)]
     targets = [torch.randn(shape[0], outputs, generator=generator) for _ in range(STEPS)]
@@ -112,7 +114,7 @@ def _check_against_pytorch(model, mapping, backend_config, shape, outputs, seed=
     reference = torch_convert_fx(theirs.eval())
     assert not any(isinstance(m, FakeQuantizeBase) or hasattr(m, "weight_fake_quant")
                    for m in converted.modules())
-    step = reference.fc.scale
+    step = reference.get_submodule(head).scale
     with torch.no_grad():
         error = (converted(x) - reference(x)).abs().max().item()
     assert error <= step * 1.001, (error, step)
@@ -135,12 +137,15 @@ def test_qat_on_a_residual_block_trains_and_converts_as_pytorch(backend, engine)
     assert "quantized" in type(converted.conv1).__module__
 
 
-def test_qat_resnet18_as_pytorch(engine):
+@pytest.mark.parametrize("name,head", [("resnet18", "fc"), ("mobilenet_v2", "classifier.1")])
+def test_qat_torchvision_as_pytorch(name, head, engine):
+    if name != "resnet18" and torch.__version__ < "2":
+        pytest.skip("the PyTorch 1.13 suite keeps resnet18 only (its prepare is slow)")
     engine("qnnpack")
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(weights=None, num_classes=10)
+    model = getattr(torchvision.models, name)(weights=None, num_classes=10)
     _check_against_pytorch(model, get_default_qat_qconfig_mapping("qnnpack"),
-                           get_qnnpack_backend_config(), (1, 3, 64, 64), 10)
+                           get_qnnpack_backend_config(), (1, 3, 64, 64), 10, head=head)
 
 
 def test_convert_leaves_the_trained_model_as_it_was_and_reference_has_qat_qparams(engine):
