@@ -81,35 +81,45 @@ def _qconfigs(qconfig_mapping):
 
 
 class _Factories:
-    """The mapping's activation factories by the observer they make: the fake-quantize
-    factory whose observer has that key, or None for a plain observer (kept as it is, as
-    PyTorch keeps an observer a QAT qconfig names, e.g. PReLU's HistogramObserver)."""
+    """The mapping's factories by the observer they make: the fake-quantize factory whose
+    observer has that key, or None for a plain observer (kept as it is, as PyTorch keeps an
+    observer a QAT qconfig names, e.g. PReLU's HistogramObserver). Activation factories
+    and weight factories (for the get_attr weights of functional conv / linear) apart.
+    Two different activation factories wrapping the same observer are refused; for
+    weights the first in the mapping's order (the global qconfig's) is taken: the default
+    mappings give the fixed-qparams ops, which have no weight, a FakeQuantize wrapping the
+    observer the global FusedMovingAvgObsFakeQuantize wraps."""
 
     def __init__(self, qconfig_mapping):
-        self._by_key = {}
+        self._by_key = {"activation": {}, "weight": {}}
         seen = set()
         for qconfig in _qconfigs(qconfig_mapping):
-            factory = qconfig.activation
-            if id(factory) in seen:
-                continue
-            seen.add(id(factory))
-            made = factory()
-            fake = isinstance(made, FakeQuantizeBase)
-            key = _observer_key(made.activation_post_process if fake else made)
-            value = factory if fake else None
-            if key in self._by_key and repr(self._by_key[key]) != repr(value):
-                raise ConfigTranslationError(
-                    "prepare_qat_fx: the qconfig mapping has two activation factories that "
-                    "wrap the same observer (%r and %r); fuselage places observers by their "
-                    "kind and arguments, so it cannot tell which one a node gets"
-                    % (self._by_key[key], value))
-            self._by_key[key] = value
+            for field in ("activation", "weight"):
+                factory = getattr(qconfig, field)
+                if (field, id(factory)) in seen:
+                    continue
+                seen.add((field, id(factory)))
+                made = factory()
+                fake = isinstance(made, FakeQuantizeBase)
+                key = _observer_key(made.activation_post_process if fake else made)
+                value = factory if fake else None
+                table = self._by_key[field]
+                if key in table:
+                    if field == "activation" and repr(table[key]) != repr(value):
+                        raise ConfigTranslationError(
+                            "prepare_qat_fx: the qconfig mapping has two activation factories "
+                            "that wrap the same observer (%r and %r); fuselage places "
+                            "observers by their kind and arguments, so it cannot tell which "
+                            "one a node gets" % (table[key], value))
+                    continue
+                table[key] = value
 
-    def fake_quantize(self, observer, where):
+    def fake_quantize(self, observer, where, is_weight=False):
         """A fresh fake-quantize for `observer`, or None to keep the observer."""
         key = _observer_key(observer)
-        if key in self._by_key:
-            factory = self._by_key[key]
+        table = self._by_key["weight" if is_weight else "activation"]
+        if key in table:
+            factory = table[key]
             return None if factory is None else factory()
         if isinstance(observer, tq_observer.FixedQParamsObserver):
             # The backend config's fixed output qparams (sigmoid, tanh, ...) under a qconfig
@@ -121,8 +131,9 @@ class _Factories:
                 zero_point=int(observer.zero_point.reshape(-1)[0]), dtype=observer.dtype,
                 quant_min=observer.quant_min, quant_max=observer.quant_max))
         raise ConfigTranslationError(
-            "prepare_qat_fx: %s: no activation factory of the qconfig mapping makes the "
-            "observer fuselage placed there (%r)" % (where, observer))
+            "prepare_qat_fx: %s: no %s factory of the qconfig mapping makes the observer "
+            "fuselage placed there (%r)"
+            % (where, "weight" if is_weight else "activation", observer))
 
 
 def _parent(root, path):
@@ -177,7 +188,8 @@ def to_qat(gm, qconfig_mapping, backend_config):
         module = modules[node.target]
         if _prepared._is_observer_module(module):
             if node.target not in replaced:
-                fake = factories.fake_quantize(module, "node '%s'" % node.name)
+                weight = bool(node.args) and getattr(node.args[0], "op", None) == "get_attr"
+                fake = factories.fake_quantize(module, "node '%s'" % node.name, weight)
                 replaced[node.target] = fake
                 if fake is not None:
                     parent, name = _parent(gm, node.target)
@@ -216,6 +228,25 @@ def _swap_weighted(gm, node, module, plan, to_qat_module, qconfig_mapping):
     parent, name = _parent(gm, node.target)
     setattr(parent, name, qat)
     return qat
+
+
+def restore_parameters(gm, model):
+    """The tensors a get_attr node of `gm` reads that are parameters of `model` (a
+    functional conv / linear's weight and bias) made parameters again: the engine's model
+    holds tensors, and the prepared model gives them back as plain tensors, which
+    training would not update."""
+    parameters = dict(model.named_parameters())
+    for node in gm.graph.nodes:
+        if node.op != "get_attr" or node.target not in parameters:
+            continue
+        owner, name = _parent(gm, node.target)
+        value = getattr(owner, name)
+        if isinstance(value, torch.nn.Parameter) or not isinstance(value, torch.Tensor):
+            continue
+        owner._buffers.pop(name, None)
+        owner.__dict__.pop(name, None)
+        owner.register_parameter(name, torch.nn.Parameter(
+            value, requires_grad=parameters[node.target].requires_grad))
 
 
 def refuse_shared_modules(model):

@@ -178,6 +178,7 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
     _qat.refuse_shared_modules(model)
     prepared = _prepare(model, qconfig_mapping, example_inputs, prepare_custom_config,
                         backend_config, is_qat=True)
+    _qat.restore_parameters(prepared, model)
     _qat.to_qat(prepared, _mapping_object(qconfig_mapping),
                 None if backend_config is None else _backend_config_object(backend_config))
     setattr(prepared, _QAT_ATTR, True)

@@ -93,8 +93,14 @@ def _train_both(model, mapping, backend_config, example, batches, targets, freez
     return ours, theirs, losses
 
 
+def _output_step(prepared):
+    """The scale of the fake-quantize on the (one) output of PyTorch's prepared model."""
+    output = next(n for n in prepared.graph.nodes if n.op == "output")
+    return float(prepared.get_submodule(output.args[0].target).scale)
+
+
 def _check_against_pytorch(model, mapping, backend_config, shape, outputs, seed=0,
-                           freeze_at=None, head="fc"):
+                           freeze_at=None):
     generator = torch.Generator().manual_seed(seed)
     batches = [torch.randn(*shape, generator=generator) for _ in range(STEPS)]
     targets = [torch.randn(shape[0], outputs, generator=generator) for _ in range(STEPS)]
@@ -110,11 +116,11 @@ def _check_against_pytorch(model, mapping, backend_config, shape, outputs, seed=
         assert abs(a - b) <= 1e-5 * abs(b), (our_losses, their_losses)
 
     x = torch.randn(*shape, generator=generator)
+    step = _output_step(theirs)
     converted = convert_fx(ours.eval())
     reference = torch_convert_fx(theirs.eval())
     assert not any(isinstance(m, FakeQuantizeBase) or hasattr(m, "weight_fake_quant")
                    for m in converted.modules())
-    step = reference.get_submodule(head).scale
     with torch.no_grad():
         error = (converted(x) - reference(x)).abs().max().item()
     assert error <= step * 1.001, (error, step)
@@ -137,15 +143,15 @@ def test_qat_on_a_residual_block_trains_and_converts_as_pytorch(backend, engine)
     assert "quantized" in type(converted.conv1).__module__
 
 
-@pytest.mark.parametrize("name,head", [("resnet18", "fc"), ("mobilenet_v2", "classifier.1")])
-def test_qat_torchvision_as_pytorch(name, head, engine):
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_qat_torchvision_as_pytorch(name, engine):
     if name != "resnet18" and torch.__version__ < "2":
         pytest.skip("the PyTorch 1.13 suite keeps resnet18 only (its prepare is slow)")
     engine("qnnpack")
     torch.manual_seed(0)
     model = getattr(torchvision.models, name)(weights=None, num_classes=10)
     _check_against_pytorch(model, get_default_qat_qconfig_mapping("qnnpack"),
-                           get_qnnpack_backend_config(), (1, 3, 64, 64), 10, head=head)
+                           get_qnnpack_backend_config(), (1, 3, 64, 64), 10)
 
 
 def test_convert_leaves_the_trained_model_as_it_was_and_reference_has_qat_qparams(engine):
@@ -249,3 +255,26 @@ def test_the_qat_translation():
     assert 'fused_module: "nni.LinearBn1d"' in config
     assert "FOLD_BN_THEN_WRAP" not in config
     assert "FOLD_BN_THEN_WRAP" in backend_config_to_text(get_qnnpack_backend_config())
+
+
+class Functional(nn.Module):
+    """linear-relu, then a functional linear of the model's own parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.w = nn.Parameter(torch.randn(4, 8) * 0.3)
+        self.b = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return nn.functional.linear(torch.relu(self.fc(x)), self.w, self.b)
+
+
+def test_qat_of_a_functional_linear_trains_its_parameters_as_pytorch(engine):
+    """The get_attr weight gets the mapping's weight fake-quantize, and the weight and bias
+    stay parameters, so SGD trains them as in PyTorch."""
+    engine("qnnpack")
+    torch.manual_seed(0)
+    ours, _ = _check_against_pytorch(Functional(), get_default_qat_qconfig_mapping("qnnpack"),
+                                     get_qnnpack_backend_config(), (4, 8), 4)
+    assert {n for n, _ in ours.named_parameters()} >= {"w", "b"}
