@@ -48,9 +48,6 @@ import torch.ao.quantization.observer as tq_observer
 from fuselage import _prepared
 from fuselage.errors import ConfigTranslationError
 
-# Set on the GraphModule prepare_qat_fx returns, for convert_fx.
-QAT_ATTR = "_fuselage_is_qat"  # quantize_fx._QAT_ATTR
-
 
 def _observer_key(observer):
     """What tells two observer modules apart for fuselage: the class and the fields its

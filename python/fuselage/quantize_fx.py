@@ -62,7 +62,7 @@ __all__ = ["fuse_fx", "prepare_fx", "prepare_qat_fx", "convert_fx",
 # for convert_fx (PyTorch keeps its own state there too, e.g. _observed_node_names).
 _BACKEND_TEXT_ATTR = "_fuselage_backend_config_text"
 _MAPPING_TEXT_ATTR = "_fuselage_qconfig_mapping_text"
-_QAT_ATTR = "_fuselage_is_qat"  # prepare_qat_fx's model (fuselage._qat.QAT_ATTR)
+_QAT_ATTR = "_fuselage_is_qat"  # set on prepare_qat_fx's model
 
 
 def _core():
@@ -237,7 +237,8 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
                 "fuselage converts with the prepare-time mapping only (pass it again, or "
                 "None)")
     text = getattr(graph_module, _BACKEND_TEXT_ATTR, None)
-    if backend_config is not None and text is not None and _backend_text(backend_config) != text:
+    if backend_config is not None and text is not None and \
+            _backend_text(backend_config, getattr(graph_module, _QAT_ATTR, False)) != text:
         raise ConfigTranslationError(
             "convert_fx: backend_config differs from the one given to prepare_fx")
     if getattr(graph_module, _MAPPING_TEXT_ATTR, None) is not None and \

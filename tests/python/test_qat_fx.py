@@ -163,7 +163,8 @@ def test_convert_leaves_the_trained_model_as_it_was_and_reference_has_qat_qparam
     prepared = prepare_qat_fx(SmallResidual().train(), mapping, (x,), backend_config=config)
     prepared(x)
     before = {k: v.clone() for k, v in prepared.state_dict().items()}
-    reference = convert_to_reference_fx(prepared.eval(), qconfig_mapping=mapping)
+    reference = convert_to_reference_fx(prepared.eval(), qconfig_mapping=mapping,
+                                        backend_config=config)
     assert type(prepared.conv1).__name__ == "ConvBnReLU2d"
     after = prepared.state_dict()
     assert before.keys() == after.keys()
