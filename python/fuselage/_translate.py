@@ -15,14 +15,21 @@ backend_configs/backend_config.proto (BackendConfigFile) in protobuf text format
 loaders validate them again. Both functions are pure: they read the PyTorch objects (and
 call the config's root-node / extra-inputs getters on marker objects), nothing else.
 Whatever the formats cannot express is a ConfigTranslationError naming it: a custom
-observer class, a fake-quantize (QAT) or dynamic qconfig, an object type without a
-fuselage name, a fuser method fuselage does not know, a getter that does more than pick
-pattern positions.
+observer class, a dynamic qconfig, an object type without a fuselage name, a fuser method
+fuselage does not know, a getter that does more than pick pattern positions.
 
-Not translated, on purpose (fuselage does no quantization-aware training):
-BackendPatternConfig.qat_module, _overwrite_output_fake_quantize, and the entries whose
-pattern is a QAT module (nnqat.Conv2d, nniqat.ConvBn2d, ...), which never match a model
-fuselage quantizes.
+Quantization-aware training (fuselage.quantize_fx.prepare_qat_fx) translates with
+is_qat=True: a fake-quantize (FakeQuantize, FusedMovingAvgObsFakeQuantize,
+FixedQParamsFakeQuantize) becomes the observer it wraps, with the arguments it gives that
+observer (fuselage places observers; fuselage._qat puts the fake-quantizes in their
+places), and the batch-norm fusers give PyTorch's QAT fused types (nni.ConvBnReLU2d, ...)
+with the batch norm kept, where for inference they fold it. Without is_qat a fake-quantize
+is a ConfigTranslationError.
+
+Not translated, on purpose: BackendPatternConfig.qat_module (fuselage._qat reads it from
+the PyTorch config), _overwrite_output_fake_quantize, and the entries whose pattern is a
+QAT module (nnqat.Conv2d, nniqat.ConvBn2d, ...), which never match a model before the QAT
+swap.
 """
 
 import functools
@@ -143,16 +150,52 @@ def _unwrap(factory, what):
     return factory, args, kwargs
 
 
-def _observer_text(factory, what):
+def _fake_quantize_observer(cls, args, kwargs, what):
+    """(observer class, args, kwargs) that the fake-quantize class `cls`, built with
+    `args` / `kwargs`, gives its activation_post_process: FakeQuantize and
+    FusedMovingAvgObsFakeQuantize pass the observer their quant_min / quant_max (when both
+    are set) and every other keyword; FixedQParamsFakeQuantize builds its observer as
+    is."""
+    try:
+        bound = inspect.signature(cls).bind_partial(*args, **kwargs)
+    except TypeError as e:
+        raise ConfigTranslationError("%s: %s arguments: %s" % (what, cls.__qualname__, e)) \
+            from None
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    for param in inspect.signature(cls).parameters.values():
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            values.update(values.pop(param.name, {}))
+    observer = values.pop("observer", None)
+    if observer is None:
+        raise ConfigTranslationError("%s: %s has no observer" % (what, cls.__qualname__))
+    if cls.__name__ == "FixedQParamsFakeQuantize":
+        extra = {}
+    else:
+        quant_min, quant_max = values.pop("quant_min", None), values.pop("quant_max", None)
+        extra = dict(values)
+        if quant_min is not None and quant_max is not None:
+            extra.update(quant_min=quant_min, quant_max=quant_max)
+        if extra.get("is_dynamic") is False:
+            del extra["is_dynamic"]
+    inner_cls, inner_args, inner_kwargs = _unwrap(observer, what + " observer")
+    return inner_cls, inner_args, {**inner_kwargs, **extra}
+
+
+def _observer_text(factory, what, is_qat=False):
     cls, args, kwargs = _unwrap(factory, what)
+    if is_qat and FakeQuantizeBase and isinstance(cls, type) and \
+            issubclass(cls, FakeQuantizeBase):
+        cls, args, kwargs = _fake_quantize_observer(cls, args, kwargs, what)
     if not isinstance(cls, type):
         raise ConfigTranslationError(
             "%s: %r is not an observer class or its with_args(...); expected one of %s"
             % (what, cls, ", ".join(sorted(k for k, _ in _KINDS.values()))))
     if FakeQuantizeBase and issubclass(cls, FakeQuantizeBase):
         raise ConfigTranslationError(
-            "%s: %s is a fake-quantize (quantization-aware training); fuselage quantizes "
-            "after training only: use an observer such as HistogramObserver"
+            "%s: %s is a fake-quantize (quantization-aware training): use "
+            "fuselage.quantize_fx.prepare_qat_fx for it, or an observer such as "
+            "HistogramObserver for post-training quantization"
             % (what, cls.__qualname__))
     if cls not in _KINDS:
         raise ConfigTranslationError(
@@ -201,7 +244,7 @@ def _observer_text(factory, what):
     return lines
 
 
-def _qconfig_lines(qconfig, what):
+def _qconfig_lines(qconfig, what, is_qat=False):
     """The body of a QConfigValue: `none: true`, or activation and weight."""
     if qconfig is None:
         return ["none: true"]
@@ -212,7 +255,7 @@ def _qconfig_lines(qconfig, what):
             "quantization is not supported" % (what, qconfig))
     lines = []
     for field in ("activation", "weight"):
-        body = _observer_text(getattr(qconfig, field), "%s.%s" % (what, field))
+        body = _observer_text(getattr(qconfig, field), "%s.%s" % (what, field), is_qat)
         lines.append("%s { %s }" % (field, " ".join(body)))
     return lines
 
@@ -235,11 +278,12 @@ def _object_type_name(object_type, what):
     return name
 
 
-def qconfig_mapping_to_text(qconfig_mapping) -> str:
+def qconfig_mapping_to_text(qconfig_mapping, is_qat=False) -> str:
     """The QConfigMappingFile text (quantize/qconfig_mapping.proto) of a PyTorch
     QConfigMapping: global, object types, module-name regexes, module names and
     module-name / object-type / index entries, in the mapping's order; `None` becomes
-    `none: true`. Raises ConfigTranslationError naming the entry and what is unsupported."""
+    `none: true`. With is_qat, a fake-quantize is written as the observer it wraps.
+    Raises ConfigTranslationError naming the entry and what is unsupported."""
     for attr in ("global_qconfig", "object_type_qconfigs", "module_name_regex_qconfigs",
                  "module_name_qconfigs", "module_name_object_type_order_qconfigs"):
         if not hasattr(qconfig_mapping, attr):
@@ -253,13 +297,14 @@ def qconfig_mapping_to_text(qconfig_mapping) -> str:
         out.append(header + " {")
         out.extend("  " + k for k in key_lines)
         out.append("  qconfig {")
-        out.extend("    " + line for line in _qconfig_lines(qconfig, what + ".qconfig"))
+        out.extend("    " + line for line in _qconfig_lines(qconfig, what + ".qconfig", is_qat))
         out.append("  }")
         out.append("}")
 
     if qconfig_mapping.global_qconfig is not None:
         out.append("global {")
-        out.extend("  " + line for line in _qconfig_lines(qconfig_mapping.global_qconfig, "global"))
+        out.extend("  " + line for line in _qconfig_lines(qconfig_mapping.global_qconfig,
+                                                          "global", is_qat))
         out.append("}")
     for i, (object_type, q) in enumerate(qconfig_mapping.object_type_qconfigs.items()):
         what = "object_type[%d] %r" % (i, object_type)
@@ -434,6 +479,20 @@ _FUSELAGE_FUSERS = {
     "fuse_conv_bn_add_relu": ("FOLD_BN_THEN_WRAP", "nni.ConvAddReLU2d"),
 }
 _FMM = fmm.__name__
+# PyTorch's batch-norm fusers with is_qat=True keep the batch norm (it trains): the fused
+# type by the type of the conv / linear, as fuser_method_mappings builds it.
+_QAT_FUSED = {
+    "fuse_conv_bn": {nn.Conv1d: "nni.ConvBn1d", nn.Conv2d: "nni.ConvBn2d",
+                     nn.Conv3d: "nni.ConvBn3d"},
+    "fuse_conv_bn_relu": {nn.Conv1d: "nni.ConvBnReLU1d", nn.Conv2d: "nni.ConvBnReLU2d",
+                          nn.Conv3d: "nni.ConvBnReLU3d"},
+    "fuse_linear_bn": {nn.Linear: "nni.LinearBn1d"},
+}
+
+
+class _NoQatForm(ConfigTranslationError):
+    """A fuser PyTorch refuses with is_qat=True (fuse_convtranspose_bn): its entry is left
+    out of a QAT translation, so the pattern stays unfused."""
 
 
 def _closure(fn):
@@ -441,21 +500,26 @@ def _closure(fn):
     return {n: c.cell_contents for n, c in zip(names, fn.__closure__ or ())}
 
 
-def _fuser(fuser, nested, what):
+def _fuser(fuser, nested, what, is_qat=False):
     """(fuser kind, fused module type or "") of a fuser method, as fuselage's fusion pass
     does it for inference: batch norm folded into the conv / linear, or the matched
-    modules wrapped in the fused container. PyTorch's own fusers are recognized by
-    identity (reverse2 / reverse3 / (reverse_)sequential_wrapper2 unwrapped), fuselage's by
-    qualified name."""
+    modules wrapped in the fused container. With is_qat, as PyTorch's fusers do it for
+    quantization-aware training: a batch norm is kept, wrapped with the conv / linear in
+    nni.ConvBn2d & co. PyTorch's own fusers are recognized by identity (reverse2 / reverse3
+    / (reverse_)sequential_wrapper2 unwrapped), fuselage's by qualified name."""
     module = getattr(fuser, "__module__", None)
     qualname = getattr(fuser, "__qualname__", "")
     if module == "fuselage.fusers" and qualname in _FUSELAGE_FUSERS:
+        if is_qat:
+            raise ConfigTranslationError(
+                "%s: fuselage.fusers.%s has no QAT form (it folds the batch norm); "
+                "prepare_qat_fx needs PyTorch's fusers" % (what, qualname))
         return _FUSELAGE_FUSERS[qualname]
     if module == _FMM and hasattr(fuser, "__code__"):
         outer = qualname.split(".<locals>.")[0].lstrip("_")
         cells = _closure(fuser)
         if outer in ("reverse2", "reverse3") and "f" in cells:
-            return _fuser(cells["f"], nested, what)
+            return _fuser(cells["f"], nested, what, is_qat)
         if outer in ("sequential_wrapper2", "reverse_sequential_wrapper2") and "sequential" in cells:
             name = _module_name(cells["sequential"])
             if name is None:
@@ -463,6 +527,17 @@ def _fuser(fuser, nested, what):
                     "%s: fuser method wraps in %r, which has no fuselage name"
                     % (what, cells["sequential"]))
             return "WRAP_IN_SEQUENCE", name
+    if is_qat:
+        for name, fused_types in _QAT_FUSED.items():
+            if fuser is getattr(fmm, name, None):
+                for root, fused in fused_types.items():
+                    if _contains(nested, root):
+                        return "WRAP_IN_SEQUENCE", fused
+                raise ConfigTranslationError("%s: %s on a pattern without %s" % (
+                    what, name, " or ".join(c.__name__ for c in fused_types)))
+        if fuser is getattr(fmm, "fuse_convtranspose_bn", None):
+            raise _NoQatForm("%s: PyTorch has no QAT form of conv-transpose + batch norm"
+                             % what)
     for plain in ("fuse_conv_bn", "fuse_linear_bn", "fuse_convtranspose_bn"):
         if fuser is getattr(fmm, plain, None):
             return "FOLD_BN_THEN_WRAP", ""
@@ -523,7 +598,7 @@ def _dtype_config_lines(d, what):
     return lines
 
 
-def _entry_lines(cfg, index):
+def _entry_lines(cfg, index, is_qat=False):
     what = "backend pattern config [%d]" % index
     pattern, fmt, nested = _pattern_of(cfg, what)
     what = "backend pattern config [%d] %s" % (index, _pattern_text(pattern, what))
@@ -550,7 +625,7 @@ def _entry_lines(cfg, index):
                 "%s: %s %r has no fuselage name (graph/NAMING.md)" % (what, field, cls))
         lines.append("%s: %s" % (field, _quote(name)))
     if cfg.fuser_method is not None:
-        kind, fused = _fuser(cfg.fuser_method, nested, what)
+        kind, fused = _fuser(cfg.fuser_method, nested, what, is_qat)
         lines.append("fuser: " + kind)
         if fused:
             lines.append("fused_module: " + _quote(fused))
@@ -618,14 +693,15 @@ def _contains_if(p, predicate):
     return predicate(p)
 
 
-def backend_config_to_text(backend_config) -> str:
+def backend_config_to_text(backend_config, is_qat=False) -> str:
     """The BackendConfigFile text (backend_configs/backend_config.proto) of a PyTorch
     BackendConfig: a complete config (no base) named as the BackendConfig, one `pattern`
     entry per BackendPatternConfig in its order, except entries for QAT modules
     (_matches_qat_modules), with root and reference modules written on fused-module
     entries and entries added for fused types only a fusion entry names
-    (_fused_module_roots). Raises ConfigTranslationError naming the
-    entry and what the format cannot express."""
+    (_fused_module_roots). With is_qat, the fusers are PyTorch's QAT ones (batch norm
+    kept: _fuser) and an entry whose fuser has none is left out. Raises
+    ConfigTranslationError naming the entry and what the format cannot express."""
     configs = getattr(backend_config, "configs", None)
     if configs is None:
         raise ConfigTranslationError(
@@ -639,13 +715,16 @@ def backend_config_to_text(backend_config) -> str:
            "# proto-message: fuselage.config.BackendConfigFile"]
     if getattr(backend_config, "name", ""):
         out.append("name: " + _quote(backend_config.name))
-    fused = _fused_module_roots(configs)
+    fused = _fused_module_roots(configs, is_qat)
     emitted = set()
     for i, cfg in enumerate(configs):
         if _matches_qat_modules(cfg):
             continue
+        try:
+            lines = _entry_lines(cfg, i, is_qat)
+        except _NoQatForm:
+            continue
         out.append("pattern {")
-        lines = _entry_lines(cfg, i)
         emitted.add(lines[0])
         if getattr(cfg, "root_module", None) is None and lines[0] in fused:
             lines.extend(fused[lines[0]][1])
@@ -677,7 +756,7 @@ def _default_root_path(nested):
     return ".".join(path)
 
 
-def _fused_module_roots(configs):
+def _fused_module_roots(configs, is_qat=False):
     """{`pattern: "<fused type>"` line: (dtype_config lines, root / reference lines)} for
     every fused module type a fusion entry produces whose root position's module type has
     a reference module.
@@ -700,7 +779,10 @@ def _fused_module_roots(configs):
             continue
         what = "backend pattern config [%d]" % i
         _, _, nested = _pattern_of(cfg, what)
-        _, fused_type = _fuser(cfg.fuser_method, nested, what)
+        try:
+            _, fused_type = _fuser(cfg.fuser_method, nested, what, is_qat)
+        except _NoQatForm:
+            continue
         if not fused_type:
             continue
         getter = getattr(cfg, "_root_node_getter", None)

@@ -24,9 +24,10 @@ class ModuleError(FuselageError, ValueError):
 
 class ConfigTranslationError(FuselageError):
     """A PyTorch QConfigMapping or BackendConfig holds something fuselage's config formats
-    cannot express (python/fuselage/_translate.py): a custom observer class, a fake-quantize
-    or dynamic qconfig, an object type or module without a fuselage name, an unknown fuser
-    method, a getter that does more than pick pattern positions."""
+    cannot express (python/fuselage/_translate.py): a custom observer class, a dynamic
+    qconfig, a fake-quantize anywhere but prepare_qat_fx, an object type or module without a
+    fuselage name, an unknown fuser method, a getter that does more than pick pattern
+    positions; or what prepare_qat_fx cannot train as PyTorch does (fuselage._qat)."""
 
 
 class PatternError(FuselageError, ValueError):

@@ -26,8 +26,18 @@ PyTorch:
   - an observer that saw no value is an error at convert, not a silent scale of 1.0;
   - keyword arguments are matched (`torch.add(x, y, alpha=2)` is not fused as x + y).
 convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass it) but
-not a narrowed one. Custom configs (fuse / prepare / convert_custom_config), equalization
-and QAT are not supported: passing one is a clear error.
+not a narrowed one. Custom configs (fuse / prepare / convert_custom_config) and
+equalization are not supported: passing one is a clear error.
+
+Quantization-aware training (prepare_qat_fx): fuselage's fuse and prepare place the
+observers, as above, from the QAT qconfig mapping read as the observers its fake-quantizes
+wrap, with the batch norms kept for training (nni.ConvBnReLU2d & co.); then the observers
+become PyTorch's fake-quantizes and the quantized weighted modules PyTorch's QAT modules
+(nniqat.ConvBnReLU2d, nnqat.Linear, ...; fuselage._qat), so training is PyTorch's.
+convert_fx of the trained model folds each batch norm (the QAT module's to_float()), takes
+the activation qparams from the fake-quantizes' observers and the weight qparams from the
+weight fake-quantizes, as PyTorch's convert does, and lowers as for post-training
+quantization.
 
 backend_config may also be the path of a fuselage backend config file
 (backend_configs/backend_config.proto, text form): what PyTorch's BackendConfig cannot say,
@@ -45,12 +55,14 @@ from torch.ao.quantization.backend_config import get_native_backend_config
 from fuselage import _translate
 from fuselage.errors import ConfigTranslationError
 
-__all__ = ["fuse_fx", "prepare_fx", "convert_fx", "convert_to_reference_fx"]
+__all__ = ["fuse_fx", "prepare_fx", "prepare_qat_fx", "convert_fx",
+           "convert_to_reference_fx"]
 
 # The backend config's and the qconfig mapping's text, kept on the prepared GraphModule
 # for convert_fx (PyTorch keeps its own state there too, e.g. _observed_node_names).
 _BACKEND_TEXT_ATTR = "_fuselage_backend_config_text"
 _MAPPING_TEXT_ATTR = "_fuselage_qconfig_mapping_text"
+_QAT_ATTR = "_fuselage_is_qat"  # set on prepare_qat_fx's model
 
 
 def _core():
@@ -94,32 +106,44 @@ def _backend_source(backend_config):
     return os.fspath(backend_config) if _is_config_file(backend_config) else None
 
 
-def _backend_text(backend_config):
-    if _is_config_file(backend_config):
-        return _config_file_text(backend_config)
+def _backend_config_object(backend_config):
     if isinstance(backend_config, dict):
         from torch.ao.quantization.backend_config import BackendConfig
 
         backend_config = BackendConfig.from_dict(backend_config)
-    return _translate.backend_config_to_text(
-        backend_config if backend_config is not None else get_native_backend_config())
+    return backend_config if backend_config is not None else get_native_backend_config()
 
 
-def _mapping_text(qconfig_mapping):
+def _backend_text(backend_config, is_qat=False):
+    if _is_config_file(backend_config):
+        if is_qat:
+            raise ConfigTranslationError(
+                "prepare_qat_fx: backend_config is a fuselage config file; quantization-aware "
+                "training needs a PyTorch BackendConfig (its QAT modules and fusers)")
+        return _config_file_text(backend_config)
+    return _translate.backend_config_to_text(_backend_config_object(backend_config), is_qat)
+
+
+def _mapping_object(qconfig_mapping):
     if isinstance(qconfig_mapping, dict):
         qconfig_mapping = QConfigMapping.from_dict(qconfig_mapping)
     if not isinstance(qconfig_mapping, QConfigMapping):
         raise ConfigTranslationError(
             f"quantize_fx: qconfig_mapping is a {type(qconfig_mapping).__name__}; expected a "
             "torch.ao.quantization.QConfigMapping (or its dict form)")
-    return _translate.qconfig_mapping_to_text(qconfig_mapping)
+    return qconfig_mapping
+
+
+def _mapping_text(qconfig_mapping, is_qat=False):
+    return _translate.qconfig_mapping_to_text(_mapping_object(qconfig_mapping), is_qat)
 
 
 def _expect_eval(model, function):
     if model.training:
         raise ConfigTranslationError(
             f"{function}: the model is in training mode; fuselage quantizes for inference "
-            "(post-training): call model.eval() first (QAT is not supported)")
+            "(post-training): call model.eval() first, or prepare_qat_fx for "
+            "quantization-aware training")
 
 
 def fuse_fx(model, fuse_custom_config=None, backend_config=None):
@@ -137,9 +161,9 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
                _equalization_config=None, backend_config=None):
     """Fuses and inserts observers (PyTorch's prepare_fx); returns a GraphModule with
     PyTorch's observer modules, calibrated by running it."""
-    _refuse(prepare_custom_config, "prepare_custom_config")
     _refuse(_equalization_config, "_equalization_config")
     _expect_eval(model, "prepare_fx")
+    _refuse(prepare_custom_config, "prepare_custom_config")
     # example_inputs are PyTorch's required argument; like PyTorch 1.13's prepare_fx,
     # fuselage does not need to run the model to prepare it (recording shapes would run a
     # copy of it: most of prepare_fx's time on a large graph).
@@ -147,13 +171,32 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     return prepare_with_report(model, qconfig_mapping, backend_config)[0]
 
 
-def prepare_with_report(model, qconfig_mapping, backend_config):
-    """prepare_fx's GraphModule and fuselage's prepare report (every op kept float, by node
-    name, with the reason)."""
+def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
+                   backend_config=None):
+    """Fuses and inserts fake-quantizes for quantization-aware training (PyTorch's
+    prepare_qat_fx): returns a GraphModule of PyTorch's fake-quantize and QAT modules
+    (nniqat.ConvBnReLU2d, nnqat.Linear, ...; batch norms still training) where fuselage's
+    prepare placed the observers. Train it, then convert_fx(prepared.eval())."""
+    from fuselage import _qat
+
+    _refuse(prepare_custom_config, "prepare_custom_config")
+    del example_inputs  # as in prepare_fx
+    _qat.refuse_shared_modules(model)
+    prepared, _ = prepare_with_report(model, qconfig_mapping, backend_config, is_qat=True)
+    _qat.restore_parameters(prepared, model)
+    _qat.to_qat(prepared, _mapping_object(qconfig_mapping),
+                None if backend_config is None else _backend_config_object(backend_config))
+    setattr(prepared, _QAT_ATTR, True)
+    return prepared.train(model.training)
+
+
+def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False):
+    """prepare_fx's GraphModule (prepare_qat_fx's before its fake-quantizes, `is_qat`) and
+    fuselage's prepare report (every op kept float, by node name, with the reason)."""
     core = _core()
-    text = _backend_text(backend_config)
+    text = _backend_text(backend_config, is_qat)
     source = _backend_source(backend_config)
-    mapping = _mapping_text(qconfig_mapping)
+    mapping = _mapping_text(qconfig_mapping, is_qat)
     m = core.from_torch(model)
     core.fuse(m, config_text=text, config_source=source)
     report = core.prepare(m, config_text=text, config_source=source,
@@ -188,13 +231,15 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
         # None); fuselage's convert reads the observers prepare placed, so it takes the
         # prepare-time mapping again (as PyTorch's own examples pass it) and refuses others.
         prepared_with = getattr(graph_module, _MAPPING_TEXT_ATTR, None)
-        if prepared_with is None or _mapping_text(qconfig_mapping) != prepared_with:
+        is_qat = getattr(graph_module, _QAT_ATTR, False)
+        if prepared_with is None or _mapping_text(qconfig_mapping, is_qat) != prepared_with:
             raise ConfigTranslationError(
                 "convert_fx: qconfig_mapping differs from the one given to prepare_fx; "
                 "fuselage converts with the prepare-time mapping only (pass it again, or "
                 "None)")
     text = getattr(graph_module, _BACKEND_TEXT_ATTR, None)
-    if backend_config is not None and text is not None and _backend_text(backend_config) != text:
+    if backend_config is not None and text is not None and \
+            _backend_text(backend_config, getattr(graph_module, _QAT_ATTR, False)) != text:
         raise ConfigTranslationError(
             "convert_fx: backend_config differs from the one given to prepare_fx")
     if getattr(graph_module, _MAPPING_TEXT_ATTR, None) is not None and \
@@ -203,10 +248,30 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
         # does, the model comes back float.
         return graph_module
     core = _core()
+    if getattr(graph_module, _QAT_ATTR, False):
+        return _convert_qat(core, graph_module, lower)
     m = core.from_torch(graph_module)
     core.convert(m)
     if lower:
         core.lower(m)
+    return core.to_torch(m, consume=True)
+
+
+def _convert_qat(core, graph_module, lower):
+    """convert_fx of a model prepare_qat_fx returned: the engine converts it as a prepared
+    model of observers and float modules (fuselage._qat.observed), the QAT weight qparams
+    are written into its reference modules, then it lowers."""
+    from fuselage import _qat
+
+    with _qat.observed(graph_module) as weight_qparams:
+        m = core.from_torch(graph_module)
+    core.convert(m)
+    reference = core.to_torch(m, consume=True)
+    _qat.set_weight_qparams(reference, weight_qparams)
+    if not lower:
+        return reference
+    m = core.from_torch(reference)
+    core.lower(m)
     return core.to_torch(m, consume=True)
 
 
