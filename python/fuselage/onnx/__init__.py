@@ -16,5 +16,6 @@ The onnx package is imported on use: `import fuselage` works without it.
 
 from fuselage.onnx._export import to_onnx  # imports onnx only when called
 from fuselage.onnx._import import from_onnx
+from fuselage.onnx._quantize import quantize_static
 
-__all__ = ["to_onnx", "from_onnx"]
+__all__ = ["to_onnx", "from_onnx", "quantize_static"]
