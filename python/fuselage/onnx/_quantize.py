@@ -136,6 +136,43 @@ def _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude):
     return mapping
 
 
+def _clamp_ranges(prepared):
+    """Each observer shared by an op's output and the clamp (ReLU6, Hardtanh, ReLU) that
+    alone reads it, narrowed to the clamp's bounds after calibration: ORT's quantizer
+    folds a Clip / Relu after a quantized op into that op's QuantizeLinear (the range
+    calibrated after the clamp). Exact: the op's only reader clamps it anyway."""
+    from torch.ao.quantization.observer import ObserverBase
+    modules = dict(prepared.named_modules())
+
+    def observer(node):
+        return node.op == "call_module" and isinstance(modules.get(node.target), ObserverBase)
+
+    for node in prepared.graph.nodes:
+        clamp = modules.get(node.target) if node.op == "call_module" else None
+        if isinstance(clamp, torch.nn.ReLU6):
+            lo, hi = 0.0, 6.0
+        elif isinstance(clamp, torch.nn.Hardtanh):
+            lo, hi = float(clamp.min_val), float(clamp.max_val)
+        elif isinstance(clamp, torch.nn.ReLU):
+            lo, hi = 0.0, float("inf")
+        else:
+            continue
+        before = node.args[0]
+        after = list(node.users)
+        if not (isinstance(before, torch.fx.Node) and observer(before) and
+                len(before.users) == 1 and len(after) == 1 and observer(after[0]) and
+                after[0].target == before.target and
+                isinstance(before.args[0], torch.fx.Node) and
+                len(before.args[0].users) == 1):
+            continue
+        obs = modules[before.target]
+        if not hasattr(obs, "min_val") or obs.min_val.numel() != 1:
+            continue
+        with torch.no_grad():
+            obs.min_val.clamp_(lo, hi)
+            obs.max_val.clamp_(lo, hi)
+
+
 def _samples(calibration_data_reader, input_names):
     if calibration_data_reader is None or not hasattr(calibration_data_reader, "get_next"):
         raise OnnxImportError("quantize_static: calibration_data_reader must be an "
@@ -201,6 +238,7 @@ def quantize(model_input, calibration_data_reader, quant_format="QDQ",
         with torch.no_grad():
             for sample in samples:
                 prepared(*sample)
+        _clamp_ranges(prepared)
         converted = convert_fx(prepared, qconfig_mapping=mapping, backend_config=backend)
         proto = _export.build(converted, samples[0])
     except OnnxExportError:
