@@ -13,8 +13,8 @@ becomes the PyTorch module or function torchvision's own models use for it:
   Add, Mul, Sub, Div   operator.add, ... (a one-element constant as a Python number)
   ...                  the table _OPS below
 
-Shapes are static: ONNX shape inference gives every tensor's shape from the graph
-inputs', and a node whose inputs are all constants (Shape of a tensor of known shape,
+Shapes are static: the graph is run on zeros of the graph inputs' shapes as it is built,
+so every tensor's shape is known, and a node whose inputs are all constants (Shape of a tensor of known shape,
 Gather, Unsqueeze, Concat, Cast ... of shapes) is evaluated on the spot with onnx's own
 reference implementation, so shape arithmetic becomes constants (as torch.onnx writes a
 model traced at one input shape). Initializers a module does not take become buffers.
@@ -71,11 +71,28 @@ def _load(model):
         raise OnnxImportError(f"from_onnx: model is a {type(model).__name__}; expected the "
                               "path of an ONNX file or an onnx.ModelProto")
     _load_external_data(proto, base)
+    return proto
+
+
+def _check(proto):
+    """onnx.checker on a model whose opset and ops fuselage reads."""
+    import onnx.checker
     try:
         onnx.checker.check_model(proto)
     except Exception as e:  # onnx.checker.ValidationError and what the C++ checker throws
         raise OnnxImportError(f"the ONNX model does not pass onnx.checker: {e}") from None
-    return proto
+
+
+def _check_ops(proto):
+    """Every node of a domain and op fuselage reads, before anything else looks at them."""
+    for node in proto.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            raise OnnxImportError(f"{_where(node)}: domain '{node.domain}'; fuselage reads "
+                                  "the default ONNX domain's ops")
+        if node.op_type not in _OPS and node.op_type not in _FOLD_ONLY:
+            raise OnnxImportError(
+                f"{_where(node)}: op '{node.op_type}' is not one fuselage reads (it reads "
+                f"{', '.join(sorted(set(_OPS) | set(_FOLD_ONLY)))})")
 
 
 def _external(tensor):
@@ -148,7 +165,7 @@ class _Reader:
         self.graph = torch.fx.Graph()
         self.root = nn.Module()
         self.values = {}
-        self.shapes = {}
+        self.example = {}        # fx node -> its value on the example (zero) inputs
         self.names = set()
         self.onnx_node_of = {}   # fx node name / module name -> the ONNX node's name
 
@@ -165,17 +182,41 @@ class _Reader:
         self.names.add(candidate)
         return candidate
 
+    def _run(self, node):
+        """Computes `node` on the example values of its inputs: every tensor's shape is
+        then known exactly, whatever ONNX shape inference says."""
+        args = torch.fx.node.map_arg(node.args, self.example.__getitem__)
+        kwargs = torch.fx.node.map_arg(node.kwargs, self.example.__getitem__)
+        with torch.no_grad():
+            if node.op == "call_module":
+                value = self.root.get_submodule(node.target)(*args, **kwargs)
+            elif node.op == "call_function":
+                value = node.target(*args, **kwargs)
+            else:  # get_attr
+                value = getattr(self.root, node.target)
+        self.example[node] = value
+        return node
+
+    def placeholder(self, name, shape):
+        node = self.graph.placeholder(self.fresh(name))
+        self.example[node] = torch.zeros(shape)
+        return node
+
     def module(self, onnx_node, module, *inputs):
         name = self.fresh(onnx_node.name or onnx_node.output[0])
         self.root.add_module(name, module)
         self.onnx_node_of[name] = onnx_node.name
-        return self.graph.call_module(name, tuple(inputs))
+        return self._run(self.graph.create_node("call_module", name, tuple(inputs), {},
+                                                name=name))
 
     def call(self, onnx_node, fn, *args, **kwargs):
-        node = self.graph.call_function(fn, tuple(args), kwargs)
-        node.name = self.fresh(onnx_node.name or onnx_node.output[0])
-        self.onnx_node_of[node.name] = onnx_node.name
-        return node
+        name = self.fresh(onnx_node.name or onnx_node.output[0])
+        self.onnx_node_of[name] = onnx_node.name
+        return self._run(self.graph.create_node("call_function", fn, tuple(args), kwargs,
+                                                name=name))
+
+    def item(self, onnx_node, container, index):
+        return self.call(onnx_node, operator.getitem, container, index)
 
     def tensor(self, value, name):
         """An fx node of `value`: itself, or a numpy constant as a buffer (get_attr)."""
@@ -183,7 +224,7 @@ class _Reader:
             return value
         target = self.fresh(name)
         self.root.register_buffer(target, torch.from_numpy(np.ascontiguousarray(value)))
-        return self.graph.get_attr(target)
+        return self._run(self.graph.create_node("get_attr", target, (), {}, name=target))
 
     def operand(self, value, name):
         """A binary op's operand: a tensor node, a one-element float constant as a Python
@@ -194,12 +235,11 @@ class _Reader:
         return self.tensor(value, name)
 
     def shape(self, onnx_node, name):
-        shape = self.shapes.get(name)
-        if shape is None:
-            raise OnnxImportError(f"{_where(onnx_node)}: the shape of '{name}' is not static "
-                                  "(ONNX shape inference gives none); fuselage reads models "
-                                  "whose shapes are fixed by their inputs'")
-        return shape
+        """The shape of the ONNX value `name` (a tensor's on the example inputs)."""
+        value = self.values[name]
+        if isinstance(value, np.ndarray):
+            return tuple(value.shape)
+        return tuple(self.example[value].shape)
 
 
 def _where(node):
@@ -508,10 +548,13 @@ def _reshape(reader, node, inputs, attrs):
 
 
 def _to_static_shape(reader, node, inputs, attrs):
-    """Squeeze / Unsqueeze / Expand-free reshapes of a tensor: its inferred output shape."""
+    """Squeeze / Unsqueeze of a tensor: a reshape to the shape the op gives a zero array of
+    the input's shape."""
     if all(isinstance(v, np.ndarray) or v is None for v in inputs):
         return [_fold(reader, node, inputs, attrs)[0]]
-    return _static_reshape(reader, node, inputs[0], reader.shape(node, node.output[0]))
+    zeros = np.zeros(reader.shape(node, node.input[0]), np.float32)
+    out = _fold(reader, node, [zeros] + list(inputs[1:]), attrs)[0].shape
+    return _static_reshape(reader, node, inputs[0], out)
 
 
 _OPS["Squeeze"] = _OPS["Unsqueeze"] = _to_static_shape
@@ -625,11 +668,7 @@ def _split(reader, node, inputs, attrs):
                                   "equal parts")
         sizes = [shape[axis] // n] * n
     parts = reader.call(node, torch.split, inputs[0], sizes, axis)
-    outputs = []
-    for i in range(len(node.output)):
-        item = reader.graph.call_function(operator.getitem, (parts, i))
-        outputs.append(item)
-    return outputs
+    return [reader.item(node, parts, i) for i in range(len(node.output))]
 
 
 @_op("Resize")
@@ -641,8 +680,17 @@ def _resize(reader, node, inputs, attrs):
     transform = text("coordinate_transformation_mode", "half_pixel")
     nearest = text("nearest_mode", "round_prefer_floor")
     shape = reader.shape(node, node.input[0])
-    out = reader.shape(node, node.output[0])
-    if list(out[:2]) != list(shape[:2]):
+    if len(inputs) > 3 and inputs[3] is not None:
+        out = _ints(_constant(reader, node, inputs[3], "sizes (input 3)"))
+    elif len(inputs) > 2 and inputs[2] is not None:
+        scales = _constant(reader, node, inputs[2], "scales (input 2)").reshape(-1)
+        out = [int(np.floor(d * float(f))) for d, f in zip(shape, scales)]
+    else:
+        raise OnnxImportError(f"{_where(node)}: neither scales nor sizes; expected one")
+    if text("keep_aspect_ratio_policy", "stretch") != "stretch" or "axes" in attrs:
+        raise OnnxImportError(f"{_where(node)}: axes or keep_aspect_ratio_policy; fuselage "
+                              "reads resizes of every axis, stretched")
+    if len(out) != len(shape) or list(out[:2]) != list(shape[:2]):
         raise OnnxImportError(f"{_where(node)}: resizes the batch or channel axis; fuselage "
                               "reads resizes of the spatial axes")
     size = tuple(int(d) for d in out[2:])
@@ -690,26 +738,6 @@ def _fold(reader, node, inputs, attrs):
                               f"{e}") from None
 
 
-def _shapes(proto):
-    """Each value's static shape (a tuple of ints) by ONNX shape inference, where known."""
-    import onnx
-    import onnx.shape_inference
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
-    except Exception as e:
-        raise OnnxImportError(f"ONNX shape inference fails on the model: {e}") from None
-    shapes = {}
-    g = inferred.graph
-    for info in list(g.input) + list(g.value_info) + list(g.output):
-        t = info.type.tensor_type
-        if not t.HasField("shape"):
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-        if all(d is not None for d in dims):
-            shapes[info.name] = tuple(dims)
-    return shapes
-
-
 def _opset(proto):
     opset = None
     for entry in proto.opset_import:
@@ -737,8 +765,9 @@ def read(model):
     import onnx
     proto = _load(model)
     opset = _opset(proto)
+    _check_ops(proto)
+    _check(proto)
     reader = _Reader(proto, opset)
-    reader.shapes = _shapes(proto)
     for tensor in proto.graph.initializer:
         reader.values[tensor.name] = _array(tensor, f"initializer '{tensor.name}'")
     reader.input_names, reader.input_shapes = [], []
@@ -748,42 +777,36 @@ def read(model):
             raise OnnxImportError(f"graph input '{info.name}': element type "
                                   f"{onnx.TensorProto.DataType.Name(t.elem_type)}; fuselage "
                                   "reads float (FLOAT) inputs")
-        if info.name not in reader.shapes:
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                for d in t.shape.dim]
+        if not t.HasField("shape") or None in dims:
             raise OnnxImportError(f"graph input '{info.name}': its shape is not static "
-                                  f"({t.shape}); fuselage reads models of fixed input shapes "
-                                  "(export with fixed sizes, no dynamic_axes)")
-        placeholder = reader.graph.placeholder(reader.fresh(info.name))
-        reader.values[info.name] = placeholder
+                                  f"({[d.dim_param or d.dim_value for d in t.shape.dim]}); "
+                                  "fuselage reads models of fixed input shapes (export with "
+                                  "fixed sizes, no dynamic_axes)")
+        reader.values[info.name] = reader.placeholder(info.name, dims)
         reader.input_names.append(info.name)
-        reader.input_shapes.append(reader.shapes[info.name])
+        reader.input_shapes.append(tuple(dims))
     for node in proto.graph.node:
-        if node.domain not in ("", "ai.onnx"):
-            raise OnnxImportError(f"{_where(node)}: domain '{node.domain}'; fuselage reads "
-                                  "the default ONNX domain's ops")
         emit = _OPS.get(node.op_type)
         try:
             inputs = [reader.values[name] if name else None for name in node.input]
         except KeyError as e:
             raise OnnxImportError(f"{_where(node)}: input {e} is produced by no node") from None
         attrs = _attributes(node)
-        if emit is None or node.op_type in _FOLD_ONLY:
-            if node.op_type in _FOLD_ONLY and \
-                    all(v is None or isinstance(v, np.ndarray) for v in inputs):
+        if node.op_type in _FOLD_ONLY:
+            if all(v is None or isinstance(v, np.ndarray) for v in inputs):
                 outputs = _fold(reader, node, inputs, attrs)
-            elif node.op_type in _FOLD_ONLY:
+            else:
                 raise OnnxImportError(f"{_where(node)}: fuselage reads {node.op_type} only on "
                                       "constants (shape arithmetic); an input here is a "
                                       "computed tensor")
-            else:
-                raise OnnxImportError(
-                    f"{_where(node)}: op '{node.op_type}' is not one fuselage reads (it reads "
-                    f"{', '.join(sorted(set(_OPS) | set(_FOLD_ONLY)))})")
         else:
             try:
                 outputs = emit(reader, node, inputs, attrs)
             except OnnxImportError:
                 raise
-            except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as e:
+            except Exception as e:  # an attribute of the wrong type or size, say
                 raise OnnxImportError(f"{_where(node)}: cannot be read with its attributes "
                                       f"{sorted(attrs)}: {type(e).__name__}: {e}") from None
         for name, value in zip(node.output, outputs):

@@ -29,11 +29,13 @@ _EXTRA_OPTIONS = {"ActivationSymmetric": False, "WeightSymmetric": True,
                   "MatMulConstBOnly": True, "AddQDQPairToWeight": False,
                   "QuantizeBias": True, "DedicatedQDQPair": False}
 
-# The ONNX op types ORT's op_types_to_quantize names -> the fx targets from_onnx makes.
+# The ONNX op types ORT's op_types_to_quantize names -> the fx targets from_onnx makes. A
+# Relu after a Conv, Gemm, MatMul or Add is quantized with it (ORT folds it into the Q;
+# fuselage fuses it into the op, which needs one qconfig for both).
 _OP_TYPES = {
-    "Conv": (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d),
-    "Gemm": (torch.nn.Linear,), "MatMul": (torch.nn.Linear, torch.matmul),
-    "Add": ("add",), "Mul": ("mul",),
+    "Conv": (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ReLU),
+    "Gemm": (torch.nn.Linear, torch.nn.ReLU), "MatMul": (torch.nn.Linear, torch.matmul),
+    "Add": ("add", torch.nn.ReLU), "Mul": ("mul",),
     "Relu": (torch.nn.ReLU,), "Clip": (torch.nn.ReLU6, torch.nn.Hardtanh, torch.clamp),
     "MaxPool": (torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d),
     "AveragePool": (torch.nn.AvgPool1d, torch.nn.AvgPool2d, torch.nn.AvgPool3d),
