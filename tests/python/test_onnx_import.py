@@ -235,6 +235,21 @@ def test_a_dynamic_input_shape_is_refused():
     refused(model, "graph input 'x'", "not static")
 
 
+def test_a_hostile_shape_is_an_error_not_an_allocation():
+    big = onnx.numpy_helper.from_array(np.array([1 << 20, 1 << 20], np.int64), "shape")
+    node = helper.make_node("ConstantOfShape", ["shape"], ["c"], name="huge")
+    add = helper.make_node("Add", ["x", "c"], ["y"], name="add")
+    graph = helper.make_graph([node, add], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1 << 20, 1 << 20])], [big])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    refused(model, "node 'huge' (ConstantOfShape)", "elements")
+    wide = small_model()
+    wide.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 1 << 40
+    refused(wide, "graph input 'x'", "elements")
+
+
 def test_missing_external_data_names_the_initializer(tmp_path, small_residual):
     path = export(small_residual, (torch.randn(1, 3, 16, 16),), tmp_path / "ext.onnx")
     model = onnx.load(path)

@@ -37,6 +37,11 @@ import torch.nn.functional as F
 from fuselage.errors import OnnxImportError
 
 OPSETS = range(13, 19)   # the default domain's opsets read here (torchvision exports 17)
+# The most elements a tensor the import makes may have (a graph input's zeros, a folded
+# constant, a resize or pad): 1 GiB of float32. A hostile shape is an error, never an
+# allocation that takes the machine down.
+MAX_ELEMENTS = 1 << 28
+MAX_RANK = 8
 
 
 def _load(model):
@@ -253,6 +258,39 @@ def _constant(reader, node, value, what):
                               "reads it as a constant (an initializer or static shape "
                               "arithmetic)")
     return value
+
+
+def _guard_size(node, shape, what):
+    """An OnnxImportError if a tensor of `shape` would be too large to make."""
+    shape = [int(d) for d in shape]
+    if len(shape) > MAX_RANK or any(d < 0 for d in shape) or \
+            int(np.prod(shape, dtype=object)) > MAX_ELEMENTS:
+        raise OnnxImportError(f"{_where(node)}: {what} of shape {shape[:16]}; fuselage makes "
+                              f"tensors of rank <= {MAX_RANK} and <= {MAX_ELEMENTS} elements")
+
+
+def _fold_size(node, inputs):
+    """Checks the size of what folding an op that makes tensors from numbers would make."""
+    def ints(i):
+        return _ints(inputs[i]) if len(inputs) > i and inputs[i] is not None else []
+    if node.op_type == "ConstantOfShape":
+        _guard_size(node, ints(0), "a constant")
+    elif node.op_type == "Expand" and inputs[0] is not None:
+        shape = list(np.shape(inputs[0]))
+        target = ints(1)
+        rank = max(len(shape), len(target))
+        shape = [1] * (rank - len(shape)) + shape
+        target = [1] * (rank - len(target)) + target
+        _guard_size(node, [max(a, b) for a, b in zip(shape, target)], "an expanded constant")
+    elif node.op_type == "Tile" and inputs[0] is not None:
+        _guard_size(node, [a * b for a, b in zip(np.shape(inputs[0]), ints(1))],
+                    "a tiled constant")
+    elif node.op_type == "Range" and all(v is not None for v in inputs[:3]):
+        start, limit, delta = (float(np.asarray(v).reshape(())) for v in inputs[:3])
+        count = np.ceil((limit - start) / delta) if delta else np.inf
+        if not np.isfinite(count) or count > MAX_ELEMENTS:
+            raise OnnxImportError(f"{_where(node)}: a range of {count} elements; fuselage "
+                                  f"makes tensors of <= {MAX_ELEMENTS} elements")
 
 
 def _ints(value):
@@ -626,6 +664,12 @@ def _pad(reader, node, inputs, attrs):
         raise OnnxImportError(f"{_where(node)}: the axes input (opset 18); expected pads "
                               "of every axis")
     rank = len(pads) // 2
+    shape = reader.shape(node, node.input[0])
+    if len(pads) != 2 * len(shape):
+        raise OnnxImportError(f"{_where(node)}: {len(pads)} pads for an input of rank "
+                              f"{len(shape)}; expected {2 * len(shape)}")
+    _guard_size(node, [d + b + e for d, b, e in zip(shape, pads[:rank], pads[rank:])],
+                "a padded tensor")
     return [_pad_first(reader, node, inputs[0], pads, rank, value)]
 
 
@@ -690,6 +734,7 @@ def _resize(reader, node, inputs, attrs):
     if text("keep_aspect_ratio_policy", "stretch") != "stretch" or "axes" in attrs:
         raise OnnxImportError(f"{_where(node)}: axes or keep_aspect_ratio_policy; fuselage "
                               "reads resizes of every axis, stretched")
+    _guard_size(node, out, "a resized tensor")
     if len(out) != len(shape) or list(out[:2]) != list(shape[:2]):
         raise OnnxImportError(f"{_where(node)}: resizes the batch or channel axis; fuselage "
                               "reads resizes of the spatial axes")
@@ -714,6 +759,7 @@ _FOLD_ONLY = ("Gather", "Cast", "ConstantOfShape", "Equal", "Where", "Range", "F
 
 def _fold(reader, node, inputs, attrs):
     """The outputs of `node` on constant inputs, by onnx's reference implementation."""
+    _fold_size(node, inputs)
     import onnx
     import onnx.helper
     import onnx.numpy_helper
@@ -736,6 +782,24 @@ def _fold(reader, node, inputs, attrs):
     except Exception as e:
         raise OnnxImportError(f"{_where(node)}: cannot evaluate it on its constant inputs: "
                               f"{e}") from None
+
+
+def _inferred_shapes(proto):
+    """The static shapes ONNX shape inference gives (where it gives one): the PyTorch form's
+    shapes are checked against them."""
+    import onnx.shape_inference
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # the PyTorch form's own run still checks what it can
+        return {}
+    shapes = {}
+    for info in inferred.graph.value_info:
+        t = info.type.tensor_type
+        if t.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+            if None not in dims:
+                shapes[info.name] = tuple(dims)
+    return shapes
 
 
 def _opset(proto):
@@ -768,6 +832,7 @@ def read(model):
     _check_ops(proto)
     _check(proto)
     reader = _Reader(proto, opset)
+    inferred = _inferred_shapes(proto)
     for tensor in proto.graph.initializer:
         reader.values[tensor.name] = _array(tensor, f"initializer '{tensor.name}'")
     reader.input_names, reader.input_shapes = [], []
@@ -784,6 +849,10 @@ def read(model):
                                   f"({[d.dim_param or d.dim_value for d in t.shape.dim]}); "
                                   "fuselage reads models of fixed input shapes (export with "
                                   "fixed sizes, no dynamic_axes)")
+        if len(dims) > MAX_RANK or int(np.prod(dims, dtype=object)) > MAX_ELEMENTS:
+            raise OnnxImportError(f"graph input '{info.name}': shape {dims[:16]}; fuselage "
+                                  f"reads inputs of rank <= {MAX_RANK} and <= {MAX_ELEMENTS} "
+                                  "elements")
         reader.values[info.name] = reader.placeholder(info.name, dims)
         reader.input_names.append(info.name)
         reader.input_shapes.append(tuple(dims))
@@ -810,8 +879,16 @@ def read(model):
                 raise OnnxImportError(f"{_where(node)}: cannot be read with its attributes "
                                       f"{sorted(attrs)}: {type(e).__name__}: {e}") from None
         for name, value in zip(node.output, outputs):
-            if name:
-                reader.values[name] = value
+            if not name:
+                continue
+            if isinstance(value, torch.fx.Node) and name in inferred and \
+                    tuple(reader.example[value].shape) != inferred[name]:
+                raise OnnxImportError(
+                    f"{_where(node)}: its PyTorch form gives '{name}' the shape "
+                    f"{list(reader.example[value].shape)} where ONNX gives "
+                    f"{list(inferred[name])}; fuselage cannot read this use of "
+                    f"{node.op_type} exactly")
+            reader.values[name] = value
     results = []
     reader.output_names = []
     for info in proto.graph.output:
