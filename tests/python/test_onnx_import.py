@@ -345,6 +345,37 @@ def test_quantize_static_matches_onnx_runtimes_own(residual_onnx, activation_typ
             _optimized(theirs, tmp_path / "theirs.optimized.onnx"))["QLinearConv"]
 
 
+class ClampIntoCat(nn.Module):
+    """A relu6 output concatenated with a wider tensor: the cat shares one observer over
+    both, which the relu6's bounds must not narrow."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 4, 3, padding=1)
+        self.conv3 = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.conv3(torch.cat([F.relu6(self.conv1(x)), self.conv2(x) * 8.0], 1))
+
+
+def test_a_clamp_folds_into_its_op_only_where_exact(tmp_path):
+    torch.manual_seed(0)
+    path = export(ClampIntoCat(), (torch.randn(1, 3, 16, 16),), tmp_path / "cat.onnx")
+    rng = np.random.default_rng(0)
+    calibration = [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(4)]
+    test = [torch.from_numpy(c) for c in calibration]
+    name = onnx.load(path).graph.input[0].name
+    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
+    quantization.quantize_static(path, str(theirs), Reader(name, calibration),
+                                 activation_type=QuantType.QUInt8)
+    fuselage.onnx.quantize_static(path, str(ours), Reader(name, calibration),
+                                  activation_type=QuantType.QUInt8)
+    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    theirs_sqnr = sqnr(reference, outputs_on(theirs, test))
+    ours_sqnr = sqnr(reference, outputs_on(ours, test))
+    assert ours_sqnr >= theirs_sqnr - 0.5 and ours_sqnr > 20, (ours_sqnr, theirs_sqnr)
+
+
 def _optimized(path, optimized):
     ort_session(path, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized)
     return optimized

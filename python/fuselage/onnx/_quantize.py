@@ -129,6 +129,8 @@ def _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude):
     for name in nodes_to_exclude or ():
         if name in modules:
             mapping.set_module_name(modules[name], None)
+            for clamp in _clamps_reading(gm, modules[name]):
+                mapping.set_module_name(clamp, None)  # ORT leaves an op's Relu with it
         elif name in known:
             _refuse("nodes_to_exclude", name, "nodes that become modules (Conv, Gemm, "
                     "MatMul by a constant, Relu, Clip, pools, BatchNormalization)")
@@ -136,6 +138,14 @@ def _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude):
             raise OnnxImportError(f"quantize_static: nodes_to_exclude names '{name}', which is "
                                   "not a node of the model")
     return mapping
+
+
+_RANGE_KEEPING_MODULES = (torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d,
+                          torch.nn.AvgPool1d, torch.nn.AvgPool2d, torch.nn.AvgPool3d,
+                          torch.nn.AdaptiveAvgPool1d, torch.nn.AdaptiveAvgPool2d,
+                          torch.nn.AdaptiveAvgPool3d, torch.nn.Identity, torch.nn.Flatten)
+_RANGE_KEEPING_FUNCTIONS = (torch.flatten, torch.reshape, torch.permute, torch.mean,
+                            torch.narrow)
 
 
 def _clamp_ranges(prepared):
@@ -148,6 +158,26 @@ def _clamp_ranges(prepared):
 
     def observer(node):
         return node.op == "call_module" and isinstance(modules.get(node.target), ObserverBase)
+
+    # An observer shared wider may see values the clamp does not bound (a cat's inputs
+    # share one): it is narrowed only if every value it sees, other than the op's output,
+    # is the clamp's or a pool / reshape of a value it sees (within the clamp's bounds too).
+    sites = {}
+    for node in prepared.graph.nodes:
+        if observer(node):
+            sites.setdefault(node.target, []).append(node)
+
+    def bounded(site, clamp_node, target):
+        source = site.args[0] if site.args else None
+        if source is clamp_node:
+            return True
+        if not isinstance(source, torch.fx.Node) or not source.args or \
+                not isinstance(source.args[0], torch.fx.Node):
+            return False
+        module = modules.get(source.target) if source.op == "call_module" else None
+        keeps_range = isinstance(module, _RANGE_KEEPING_MODULES) or (
+            source.op == "call_function" and source.target in _RANGE_KEEPING_FUNCTIONS)
+        return keeps_range and observer(source.args[0]) and source.args[0].target == target
 
     for node in prepared.graph.nodes:
         clamp = modules.get(node.target) if node.op == "call_module" else None
@@ -165,7 +195,9 @@ def _clamp_ranges(prepared):
                 len(before.users) == 1 and len(after) == 1 and observer(after[0]) and
                 after[0].target == before.target and
                 isinstance(before.args[0], torch.fx.Node) and
-                len(before.args[0].users) == 1):
+                len(before.args[0].users) == 1 and
+                all(site is before or bounded(site, node, before.target)
+                    for site in sites[before.target])):
             continue
         obs = modules[before.target]
         if not hasattr(obs, "min_val") or obs.min_val.numel() != 1:
@@ -173,6 +205,18 @@ def _clamp_ranges(prepared):
         with torch.no_grad():
             obs.min_val.clamp_(lo, hi)
             obs.max_val.clamp_(lo, hi)
+
+
+def _clamps_reading(gm, module_name):
+    """The ReLU / ReLU6 / Hardtanh modules that alone read the module `module_name`."""
+    children = dict(gm.named_children())
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and node.target == module_name and len(node.users) == 1:
+            user = next(iter(node.users))
+            if user.op == "call_module" and isinstance(
+                    children.get(user.target), (torch.nn.ReLU, torch.nn.ReLU6,
+                                                torch.nn.Hardtanh)):
+                yield user.target
 
 
 def _samples(calibration_data_reader, input_names):
