@@ -231,11 +231,13 @@ class _Reader:
         self.root.register_buffer(target, torch.from_numpy(np.ascontiguousarray(value)))
         return self._run(self.graph.create_node("get_attr", target, (), {}, name=target))
 
-    def operand(self, value, name):
+    def operand(self, value, name, other=None):
         """A binary op's operand: a tensor node, a one-element float constant as a Python
-        number (`x + 1.5`: what fuselage quantizes as a scalar), else a buffer."""
+        number (`x + 1.5`: what fuselage quantizes as a scalar) where that broadcasts
+        alike (the `other` operand has at least its rank), else a buffer."""
         if isinstance(value, np.ndarray) and value.size == 1 and \
-                value.dtype.kind == "f":
+                value.dtype.kind == "f" and isinstance(other, torch.fx.Node) and \
+                value.ndim <= self.example[other].dim():
             return float(value.reshape(()))
         return self.tensor(value, name)
 
@@ -444,8 +446,8 @@ def _binary(fn):
         a, b = inputs
         if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
             return [_fold(reader, node, inputs, attrs)[0]]
-        return [reader.call(node, fn, reader.operand(a, node.input[0]),
-                            reader.operand(b, node.input[1]))]
+        return [reader.call(node, fn, reader.operand(a, node.input[0], b),
+                            reader.operand(b, node.input[1], a))]
     return emit
 
 
