@@ -136,9 +136,17 @@ def test_a_vision_model_reads_as_onnx_runtime_runs_it(tmp_path):
                "ReduceMean", "GlobalAveragePool", "Flatten", "Gemm", "Shape", "Gather",
                "Reshape"):
         assert ops[op] >= 1, (op, ops)
-    gm = assert_same_as_onnx_runtime(path, [torch.randn(1, 3, 32, 32)])
+    x = torch.randn(1, 3, 32, 32)
+    gm = assert_same_as_onnx_runtime(path, [x])
     # The ONNX inputs and parameters are the module's: the convs are nn.Conv2d.
     assert sum(isinstance(m, nn.Conv2d) for m in gm.modules()) == 3
+    # What fuselage's engine takes: a model file, run by fuselage's own runtime.
+    from fuselage import _core
+    fuselage.export(gm, (x,), str(tmp_path / "vision.fsl"))
+    ours = _core.run(_core.Model.load(str(tmp_path / "vision.fsl")), [x.numpy()])
+    theirs = ort_outputs(path, [x])
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-4, atol=1e-5)
 
 
 def test_a_sequence_model_reads_as_onnx_runtime_runs_it(tmp_path):

@@ -228,7 +228,7 @@ class _Reader:
         if isinstance(value, torch.fx.Node):
             return value
         target = self.fresh(name)
-        self.root.register_buffer(target, torch.from_numpy(np.ascontiguousarray(value)))
+        self.root.register_buffer(target, torch.tensor(value))
         return self._run(self.graph.create_node("get_attr", target, (), {}, name=target))
 
     def operand(self, value, name, other=None):
@@ -362,9 +362,9 @@ def _conv(reader, node, inputs, attrs):
         padding=padding, dilation=tuple(attrs.get("dilations", [1] * rank)), groups=group,
         bias=b is not None)
     with torch.no_grad():
-        conv.weight.copy_(torch.from_numpy(w))
+        conv.weight.copy_(torch.tensor(w))
         if b is not None:
-            conv.bias.copy_(torch.from_numpy(b))
+            conv.bias.copy_(torch.tensor(b))
     return [reader.module(node, conv.eval(), x)]
 
 
@@ -387,10 +387,10 @@ def _batch_norm(reader, node, inputs, attrs):
         scale.shape[0], eps=float(attrs.get("epsilon", 1e-5)),
         momentum=1 - float(attrs.get("momentum", 0.9)))
     with torch.no_grad():
-        bn.weight.copy_(torch.from_numpy(scale))
-        bn.bias.copy_(torch.from_numpy(bias))
-        bn.running_mean.copy_(torch.from_numpy(mean))
-        bn.running_var.copy_(torch.from_numpy(var))
+        bn.weight.copy_(torch.tensor(scale))
+        bn.bias.copy_(torch.tensor(bias))
+        bn.running_mean.copy_(torch.tensor(mean))
+        bn.running_var.copy_(torch.tensor(var))
     return [reader.module(node, bn.eval(), x)]
 
 
@@ -459,9 +459,9 @@ for _name, _fn in (("Add", operator.add), ("Sub", operator.sub), ("Mul", operato
 def _linear(reader, node, x, weight, bias):
     linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
     with torch.no_grad():
-        linear.weight.copy_(torch.from_numpy(np.ascontiguousarray(weight)))
+        linear.weight.copy_(torch.tensor(weight))
         if bias is not None:
-            linear.bias.copy_(torch.from_numpy(np.ascontiguousarray(bias)))
+            linear.bias.copy_(torch.tensor(bias))
     return reader.module(node, linear.eval(), x)
 
 
