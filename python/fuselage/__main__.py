@@ -3,7 +3,7 @@
     PYTHONPATH=python python3 -m fuselage export-torchvision resnet50 out.fsl
     PYTHONPATH=python python3 -m fuselage export-torchvision resnet18 r18.fsl --input-size 1 3 64 64
 
-    PYTHONPATH=python python3 -m fuselage quantize-onnx model.onnx -o model.qdq.onnx --calibration 16
+    PYTHONPATH=python python3 -m fuselage quantize-onnx model.onnx -o model.qdq.onnx --calibration 8
 
 export-torchvision builds a torchvision classification model with untrained weights
 (weights=None; a fixed --seed makes the file reproducible), in eval mode, and exports it.

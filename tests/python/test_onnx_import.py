@@ -237,6 +237,20 @@ def test_an_attribute_it_cannot_express_names_the_node():
     refused(small_model("Softmax", axis=7), "the_node", "Softmax", "axis")
 
 
+def test_an_attribute_out_of_range_or_a_type_mismatch_names_the_node(tmp_path):
+    torch.manual_seed(0)
+    path = export(Vision(), (torch.randn(1, 3, 32, 32),), tmp_path / "vision.onnx",
+                  do_constant_folding=False)
+    model = onnx.load(path)
+    split = next(n for n in model.graph.node if n.op_type == "Split")
+    next(a for a in split.attribute if a.name == "axis").i = 5   # rank 4
+    refused(model, f"node '{split.name}' (Split)", "axis")
+    model = onnx.load(path)
+    cast = next(n for n in model.graph.node if n.op_type == "Cast")
+    cast.attribute[0].i = TensorProto.UINT8   # a Clip bound no longer float
+    refused(model, "(Clip)", "inconsistent type")
+
+
 def test_a_dynamic_input_shape_is_refused():
     model = small_model()
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
@@ -248,7 +262,7 @@ def test_a_hostile_shape_is_an_error_not_an_allocation():
     node = helper.make_node("ConstantOfShape", ["shape"], ["c"], name="huge")
     add = helper.make_node("Add", ["x", "c"], ["y"], name="add")
     graph = helper.make_graph([node, add], "g", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 4])], [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 1])], [helper.make_tensor_value_info(
             "y", TensorProto.FLOAT, [1 << 20, 1 << 20])], [big])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                               ir_version=8)

@@ -14,10 +14,12 @@ becomes the PyTorch module or function torchvision's own models use for it:
   ...                  the table _OPS below
 
 Shapes are static: the graph is run on zeros of the graph inputs' shapes as it is built,
-so every tensor's shape is known, and a node whose inputs are all constants (Shape of a tensor of known shape,
-Gather, Unsqueeze, Concat, Cast ... of shapes) is evaluated on the spot with onnx's own
-reference implementation, so shape arithmetic becomes constants (as torch.onnx writes a
-model traced at one input shape). Initializers a module does not take become buffers.
+so every tensor's shape is known (and checked against ONNX shape inference's, whose strict
+mode also checks each node's types), and a node whose inputs are all constants (Shape of
+a tensor, Gather, Unsqueeze, Concat, Cast ... of shapes) is evaluated on the spot with
+onnx's own reference implementation: shape arithmetic becomes constants, as torch.onnx
+writes a model traced at one input shape. Initializers a module does not take become
+buffers.
 
 Anything else — a node of an unknown op or domain, an opset outside OPSETS, an attribute
 value the mapping does not express, a malformed or truncated file, external data that is
@@ -295,6 +297,15 @@ def _fold_size(node, inputs):
                                   f"makes tensors of <= {MAX_ELEMENTS} elements")
 
 
+def _axis(node, axis, rank, what="axis"):
+    """`axis` in [0, rank), from ONNX's [-rank, rank); another value names the node."""
+    axis = int(axis)
+    if not -rank <= axis < rank:
+        raise OnnxImportError(f"{_where(node)}: {what} {axis} for an input of rank {rank}; "
+                              f"expected one in [{-rank}, {rank - 1}]")
+    return axis % rank
+
+
 def _ints(value):
     return [int(v) for v in np.asarray(value).reshape(-1)]
 
@@ -556,14 +567,14 @@ def _reduce_mean(reader, node, inputs, attrs):
         if attrs.get("noop_with_empty_axes", 0):
             return [inputs[0]]
         axes = list(range(rank))
-    axes = [a % rank for a in axes]
+    axes = [_axis(node, a, rank, "axes entry") for a in axes]
     return [reader.call(node, torch.mean, inputs[0], axes, bool(attrs.get("keepdims", 1)))]
 
 
 @_op("Flatten")
 def _flatten(reader, node, inputs, attrs):
     shape = reader.shape(node, node.input[0])
-    axis = int(attrs.get("axis", 1)) % (len(shape) + 1) if shape else 1
+    axis = _axis(node, attrs.get("axis", 1), len(shape) + 1)
     if axis == 1:
         return [reader.call(node, torch.flatten, inputs[0], 1)]
     out = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
@@ -605,8 +616,11 @@ def _transpose(reader, node, inputs, attrs):
     if isinstance(inputs[0], np.ndarray):
         return [_fold(reader, node, inputs, attrs)[0]]
     rank = len(reader.shape(node, node.input[0]))
-    perm = attrs.get("perm", list(reversed(range(rank))))
-    return [reader.call(node, torch.permute, inputs[0], tuple(int(p) for p in perm))]
+    perm = [int(p) for p in attrs.get("perm", list(reversed(range(rank))))]
+    if sorted(perm) != list(range(rank)):
+        raise OnnxImportError(f"{_where(node)}: perm {perm} is not a permutation of the "
+                              f"{rank} axes")
+    return [reader.call(node, torch.permute, inputs[0], tuple(perm))]
 
 
 @_op("Concat")
@@ -614,12 +628,14 @@ def _concat(reader, node, inputs, attrs):
     if all(isinstance(v, np.ndarray) for v in inputs):
         return [_fold(reader, node, inputs, attrs)[0]]
     tensors = [reader.tensor(v, name) for v, name in zip(inputs, node.input)]
-    return [reader.call(node, torch.cat, tensors, int(attrs["axis"]))]
+    axis = _axis(node, attrs["axis"], len(reader.shape(node, node.input[0])))
+    return [reader.call(node, torch.cat, tensors, axis)]
 
 
 @_op("Softmax")
 def _softmax(reader, node, inputs, attrs):
-    return [reader.call(node, torch.softmax, inputs[0], int(attrs.get("axis", -1)))]
+    axis = _axis(node, attrs.get("axis", -1), len(reader.shape(node, node.input[0])))
+    return [reader.call(node, torch.softmax, inputs[0], axis)]
 
 
 @_op("Identity", "Dropout")
@@ -632,7 +648,6 @@ def _identity(reader, node, inputs, attrs):
 
 @_op("Constant")
 def _constant_node(reader, node, inputs, attrs):
-    import onnx.numpy_helper
     if "value" in attrs:
         return [_array(attrs["value"], _where(node))]
     for key, dtype in (("value_float", np.float32), ("value_int", np.int64),
@@ -688,7 +703,7 @@ def _slice(reader, node, inputs, attrs):
         inputs[4] is not None else [1] * len(starts)
     x = inputs[0]
     for start, end, axis, step in zip(starts, ends, axes, steps):
-        axis %= len(shape)
+        axis = _axis(node, axis, len(shape), "axes entry")
         begin, stop, stride = slice(start, end, step).indices(shape[axis])
         if step != 1:
             raise OnnxImportError(f"{_where(node)}: step {step} on axis {axis}; fuselage "
@@ -702,7 +717,7 @@ def _slice(reader, node, inputs, attrs):
 @_op("Split")
 def _split(reader, node, inputs, attrs):
     shape = reader.shape(node, node.input[0])
-    axis = int(attrs.get("axis", 0)) % len(shape)
+    axis = _axis(node, attrs.get("axis", 0), len(shape))
     if len(inputs) > 1 and inputs[1] is not None:
         sizes = _ints(_constant(reader, node, inputs[1], "split (input 1)"))
     elif "split" in attrs:
@@ -713,6 +728,10 @@ def _split(reader, node, inputs, attrs):
             raise OnnxImportError(f"{_where(node)}: {shape[axis]} does not split into {n} "
                                   "equal parts")
         sizes = [shape[axis] // n] * n
+    if len(sizes) != len(node.output) or sum(sizes) != shape[axis] or min(sizes) < 0:
+        raise OnnxImportError(f"{_where(node)}: split sizes {sizes} for {len(node.output)} "
+                              f"outputs of an axis of {shape[axis]}; expected one size per "
+                              "output, summing to the axis")
     parts = reader.call(node, torch.split, inputs[0], sizes, axis)
     return [reader.item(node, parts, i) for i in range(len(node.output))]
 
@@ -788,12 +807,18 @@ def _fold(reader, node, inputs, attrs):
 
 def _inferred_shapes(proto):
     """The static shapes ONNX shape inference gives (where it gives one): the PyTorch form's
-    shapes are checked against them."""
+    shapes are checked against them. Its strict mode also checks every node's input types
+    and ranks against the op's schema."""
     import onnx.shape_inference
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto)
-    except Exception:  # the PyTorch form's own run still checks what it can
-        return {}
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    except Exception as e:  # a type or shape the ops' schemas do not allow
+        first = re.search(r"\(op_type:(\w+), node name: ([^)]*)\): (.*)", str(e))
+        if first:  # the first node it names, with what it expected there
+            op_type, name, what = first.groups()
+            raise OnnxImportError(f"node '{name}' ({op_type}): ONNX shape inference refuses "
+                                  f"it: {what.strip()}") from None
+        raise OnnxImportError(f"ONNX shape inference refuses the model: {e}") from None
     shapes = {}
     for info in inferred.graph.value_info:
         t = info.type.tensor_type
@@ -825,25 +850,19 @@ def _graph_inputs(proto):
     return [i for i in proto.graph.input if i.name not in initializers]
 
 
-def read(model):
-    """(GraphModule, reader) of `model`: the fx form and what the import knows (the ONNX
-    input and output names, each fx node's ONNX node)."""
+def _static_inputs(proto):
+    """[(name, dims)] of the graph inputs: float tensors of static, bounded shape."""
     import onnx
-    proto = _load(model)
-    opset = _opset(proto)
-    _check_ops(proto)
-    _check(proto)
-    reader = _Reader(proto, opset)
-    inferred = _inferred_shapes(proto)
-    for tensor in proto.graph.initializer:
-        reader.values[tensor.name] = _array(tensor, f"initializer '{tensor.name}'")
-    reader.input_names, reader.input_shapes = [], []
+    inputs = []
     for info in _graph_inputs(proto):
         t = info.type.tensor_type
         if t.elem_type != onnx.TensorProto.FLOAT:
-            raise OnnxImportError(f"graph input '{info.name}': element type "
-                                  f"{onnx.TensorProto.DataType.Name(t.elem_type)}; fuselage "
-                                  "reads float (FLOAT) inputs")
+            try:
+                shown = onnx.TensorProto.DataType.Name(t.elem_type)
+            except ValueError:
+                shown = f"{t.elem_type} (no such type)"
+            raise OnnxImportError(f"graph input '{info.name}': element type {shown}; "
+                                  "fuselage reads float (FLOAT) inputs")
         dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
                 for d in t.shape.dim]
         if not t.HasField("shape") or None in dims:
@@ -855,8 +874,26 @@ def read(model):
             raise OnnxImportError(f"graph input '{info.name}': shape {dims[:16]}; fuselage "
                                   f"reads inputs of rank <= {MAX_RANK} and <= {MAX_ELEMENTS} "
                                   "elements")
-        reader.values[info.name] = reader.placeholder(info.name, dims)
-        reader.input_names.append(info.name)
+        inputs.append((info.name, dims))
+    return inputs
+
+
+def read(model):
+    """(GraphModule, reader) of `model`: the fx form and what the import knows (the ONNX
+    input and output names, each fx node's ONNX node)."""
+    proto = _load(model)
+    opset = _opset(proto)
+    _check_ops(proto)
+    _check(proto)
+    inputs = _static_inputs(proto)
+    inferred = _inferred_shapes(proto)
+    reader = _Reader(proto, opset)
+    for tensor in proto.graph.initializer:
+        reader.values[tensor.name] = _array(tensor, f"initializer '{tensor.name}'")
+    reader.input_names, reader.input_shapes = [], []
+    for name, dims in inputs:
+        reader.values[name] = reader.placeholder(name, dims)
+        reader.input_names.append(name)
         reader.input_shapes.append(tuple(dims))
     for node in proto.graph.node:
         emit = _OPS.get(node.op_type)
