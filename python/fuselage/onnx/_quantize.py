@@ -90,6 +90,7 @@ def _qconfig(activation, weight_dtype, per_channel, reduce_range, symmetric_acti
 def _backend_config(activation):
     """PyTorch's native BackendConfig, for int8 activations with each quint8 dtype config
     repeated with qint8 activations (ORT quantizes either)."""
+    import torch.ao.quantization.backend_config.utils  # noqa: F401 (native.py needs it loaded)
     from torch.ao.quantization.backend_config import DTypeConfig, get_native_backend_config
     config = get_native_backend_config()
     if activation is torch.quint8:
