@@ -443,6 +443,16 @@ def test_an_unsupported_option_names_the_argument_and_writes_nothing(
     assert os.listdir(tmp_path) == ["out.onnx"]  # no temporary file left
 
 
+def test_a_model_proto_in_a_path_out_and_enum_names(residual_onnx, tmp_path):
+    path, calibration, test = residual_onnx
+    out = tmp_path / "named.onnx"   # a pathlib.Path, as ORT takes
+    fuselage.onnx.quantize_static(onnx.load(path), out, Reader("image", calibration),
+                                  quant_format="QDQ", activation_type="QUInt8",
+                                  weight_type="QInt8", calibrate_method="MinMax")
+    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    assert sqnr(reference, outputs_on(out, test)) > 20
+
+
 def test_a_reader_without_the_input_names_it(residual_onnx, tmp_path):
     path, calibration, _ = residual_onnx
     with pytest.raises(OnnxImportError, match="no value for input 'image'"):
