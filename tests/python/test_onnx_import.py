@@ -143,6 +143,10 @@ def test_a_vision_model_reads_as_onnx_runtime_runs_it(tmp_path):
     # What fuselage's engine takes: a model file, run by fuselage's own runtime.
     from fuselage import _core
     fuselage.export(gm, (x,), str(tmp_path / "vision.fsl"))
+    # Each node keeps its ONNX spelling (op and node) in the file's meta.
+    spelled = {n.meta["fuselage"]["onnx"] for n in fuselage.to_torch(
+        str(tmp_path / "vision.fsl")).graph.nodes if "onnx" in n.meta.get("fuselage", {})}
+    assert {"Conv", "Gemm", "Resize", "Pad"} <= spelled, spelled
     ours = _core.run(_core.Model.load(str(tmp_path / "vision.fsl")), [x.numpy()])
     theirs = ort_outputs(path, [x])
     for a, b in zip(ours, theirs):

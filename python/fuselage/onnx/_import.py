@@ -44,6 +44,7 @@ OPSETS = range(13, 19)   # the default domain's opsets read here (torchvision ex
 # allocation that takes the machine down.
 MAX_ELEMENTS = 1 << 28
 MAX_RANK = 8
+ONNX_META, ONNX_NODE_META = "onnx", "onnx_node"  # node.meta["fuselage"] keys
 
 
 def _load(model):
@@ -209,18 +210,25 @@ class _Reader:
         self.example[node] = torch.zeros(shape)
         return node
 
+    def _spelled(self, node, onnx_node):
+        # The source spelling, as from_exported keeps an aten op's (DESIGN.md, "Front
+        # ends"): the ONNX op and node, carried into a model file's node meta.
+        node.meta["fuselage"] = {ONNX_META: onnx_node.op_type,
+                                 ONNX_NODE_META: onnx_node.name}
+        return self._run(node)
+
     def module(self, onnx_node, module, *inputs):
         name = self.fresh(onnx_node.name or onnx_node.output[0])
         self.root.add_module(name, module)
         self.onnx_node_of[name] = onnx_node.name
-        return self._run(self.graph.create_node("call_module", name, tuple(inputs), {},
-                                                name=name))
+        return self._spelled(self.graph.create_node("call_module", name, tuple(inputs), {},
+                                                    name=name), onnx_node)
 
     def call(self, onnx_node, fn, *args, **kwargs):
         name = self.fresh(onnx_node.name or onnx_node.output[0])
         self.onnx_node_of[name] = onnx_node.name
-        return self._run(self.graph.create_node("call_function", fn, tuple(args), kwargs,
-                                                name=name))
+        return self._spelled(self.graph.create_node("call_function", fn, tuple(args), kwargs,
+                                                    name=name), onnx_node)
 
     def item(self, onnx_node, container, index):
         return self.call(onnx_node, operator.getitem, container, index)
