@@ -49,7 +49,7 @@ ONNX_META, ONNX_NODE_META = "onnx", "onnx_node"  # node.meta["fuselage"] keys
 
 def _load(model):
     """The onnx.ModelProto of `model` (a path or a ModelProto) with its external data read
-    (a ModelProto given is not changed unless its external data is read into it)."""
+    (a ModelProto given is never changed: its external data cannot be found)."""
     try:
         import onnx
         import onnx.checker
