@@ -472,6 +472,8 @@ def test_quantize_static_of_pads_resizes_and_slices(tmp_path):
     fuselage.onnx.quantize_static(path, str(out), Reader("image", calibration),
                                   per_channel=True, activation_type=QuantType.QUInt8)
     assert {"Pad", "Resize", "Slice", "Split"} <= set(op_types(out))
+    assert [o.name for o in onnx.load(str(out)).graph.output] == \
+        [o.name for o in onnx.load(path).graph.output]  # both outputs keep their names
     session = ort_session(out, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
     reference = [ort_outputs(path, [x]) for x in test]
     ours = [session.run(None, {"image": x.numpy()}) for x in test]
