@@ -41,9 +41,10 @@ _warnings.filterwarnings(
 from fuselage._exporter import export, to_proto  # noqa: E402
 from fuselage._importer import from_proto, to_torch  # noqa: E402
 from fuselage._exported import from_exported  # noqa: E402
-from fuselage.onnx import to_onnx  # noqa: E402  (ONNX out; imports onnx only when called)
+from fuselage.onnx import from_onnx, to_onnx  # noqa: E402  (imports onnx only when called)
 from fuselage.errors import (ConfigTranslationError, ExportError, FuselageError, ModelFileError,
-                             ModuleError, OnnxExportError, PatternError)
+                             ModuleError, OnnxExportError, OnnxImportError,
+                             PatternError)
 from fuselage import fusers, nn  # fused modules PyTorch 1.13 lacks, and their fusers
 from fuselage._patterns import pattern_from_function  # patterns written as Python functions
 
@@ -54,12 +55,14 @@ __all__ = [
     "from_proto",
     "from_exported",
     "to_onnx",
+    "from_onnx",
     "ConfigTranslationError",
     "ExportError",
     "FuselageError",
     "ModelFileError",
     "ModuleError",
     "OnnxExportError",
+    "OnnxImportError",
     "PatternError",
     "pattern_from_function",
     "fusers",

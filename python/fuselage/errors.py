@@ -41,3 +41,11 @@ class OnnxExportError(FuselageError):
     an argument the mapping cannot express (a padding mode, a per-channel quantized
     activation), inputs it cannot run the model on, or a path it cannot write. The message
     names the node (and the field) or the path."""
+
+
+class OnnxImportError(FuselageError):
+    """fuselage.from_onnx or fuselage.onnx.quantize_static cannot read an ONNX model: a
+    malformed or truncated file, external data that is missing, an opset or a domain
+    fuselage does not read, an op or an attribute value without a PyTorch form, an option
+    of quantize_static fuselage does not support. The message names the node (or the
+    argument, tensor or path) and what was expected."""

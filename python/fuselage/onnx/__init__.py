@@ -11,9 +11,17 @@ ONNX Runtime (graph optimization EXTENDED or above) fuses that into QLinearConv,
 QLinearAdd, QLinearMul, QGemm, QLinearGlobalAveragePool, QLinearConcat. docs/guide/onnx.md
 has the details; fuselage.onnx._ops lists the ops that have an ONNX form.
 
+ONNX in: `fuselage.from_onnx("model.onnx")` reads a float ONNX model as a torch.fx
+GraphModule of PyTorch modules and functions (fuselage.onnx._import), and
+`fuselage.onnx.quantize_static(model_input, model_output, calibration_data_reader, ...)`
+is ONNX Runtime's quantize_static with its signature, run by fuselage
+(fuselage.onnx._quantize).
+
 The onnx package is imported on use: `import fuselage` works without it.
 """
 
 from fuselage.onnx._export import to_onnx  # imports onnx only when called
+from fuselage.onnx._import import from_onnx
+from fuselage.onnx._quantize import quantize_static
 
-__all__ = ["to_onnx"]
+__all__ = ["to_onnx", "from_onnx", "quantize_static"]

@@ -738,6 +738,63 @@ def _split_function(cx, node, tensor, split_size_or_sections, dim=0):
     return _split(cx, node, tensor, sizes, dim)
 
 
+@function("torch.nn.functional.pad")
+def _pad(cx, node, input, pad, mode="constant", value=None):
+    if mode != "constant":
+        raise OnnxExportError(f"{cx.where(node)}: pad mode '{mode}' has no ONNX mapping here "
+                              "(constant only)")
+    rank = _rank(cx, input)
+    pad = [int(p) for p in pad]
+    begins, ends = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):  # PyTorch lists the last axis first
+        begins[rank - 1 - i], ends[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    inputs = [cx.f(input, node.name), cx.g.constant(np.asarray(begins + ends, np.int64),
+                                                    "pads")]
+    if value:
+        inputs.append(cx.g.constant(np.asarray(value, dtype=cx.numpy_dtype(node)), "value"))
+    return cx.g.node("Pad", inputs, node.name, mode="constant")
+
+
+@function("torch.narrow")
+@method("narrow")
+def _narrow(cx, node, input, dim, start, length):
+    """Slice of `input` along `dim`: of the tensor's own integers when it is quantized (the
+    part keeps its scale and zero point, as PyTorch's does), else of the float tensor."""
+    rank = _rank(cx, input)
+    source = cx.quantized_source(input)
+    whole = source.name if source is not None else cx.f(input, node.name)
+    start = int(start) % cx.shape_of(input)[dim] if int(start) < 0 else int(start)
+    name = cx.g.node("Slice", [whole, cx.g.constant(np.asarray([start], np.int64), "starts"),
+                               cx.g.constant(np.asarray([start + int(length)], np.int64),
+                                             "ends"),
+                               cx.g.constant(np.asarray([int(dim) % rank], np.int64), "axes")],
+                     node.name)
+    if source is None:
+        return Float(name)
+    return Quantized(name, source.scale, source.zero_point, source.elem_type)
+
+
+@function("torch.nn.functional.interpolate")
+def _interpolate(cx, node, input, size=None, scale_factor=None, mode="nearest",
+                 align_corners=None, recompute_scale_factor=None, antialias=False):
+    # The graph's shapes are the example inputs': the result's recorded shape is the size.
+    if antialias:
+        raise OnnxExportError(f"{cx.where(node)}: interpolate with antialias has no ONNX "
+                              "mapping here")
+    if mode == "nearest":
+        attributes = dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+                          nearest_mode="floor")
+    elif mode in ("linear", "bilinear", "trilinear"):
+        attributes = dict(mode="linear", coordinate_transformation_mode="align_corners"
+                          if align_corners else "pytorch_half_pixel")
+    else:
+        raise OnnxExportError(f"{cx.where(node)}: interpolate mode '{mode}' has no ONNX "
+                              "mapping here (nearest, linear, bilinear, trilinear)")
+    sizes = np.asarray(cx.recorded_shape(node), dtype=np.int64)
+    return cx.g.node("Resize", [cx.f(input, node.name), "", "",
+                                cx.g.constant(sizes, "sizes")], node.name, **attributes)
+
+
 @method("expand")
 def _expand(cx, node, input, *sizes):
     shape = np.asarray(cx.recorded_shape(node), dtype=np.int64)

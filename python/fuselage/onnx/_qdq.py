@@ -10,6 +10,8 @@ ONNX Runtime's QDQ selectors reject or would have to simplify themselves:
                          Conv → Q (→ Clip), which the Conv selector takes; a relu6 run on a
                          quantized tensor, DQ → Clip → Q, becomes DQ → Q → Clip.
   DQ → Q                 with equal scale and zero point: the integers themselves.
+  Clip of integers       whose bounds are the integer type's own (a relu6 after a Q whose
+                         range is [0, 6] already): the integers themselves.
 
 Both hold exactly: quantization is monotone, so it commutes with a clamp whose bounds
 are quantized alike, and a DQ → Q pair on one grid gives back its integers. Each applies
@@ -149,11 +151,36 @@ def _bypass_round_trips(view):
     return removed, bool(removed)
 
 
+def _drop_whole_range_clips(view):
+    """Returns (nodes removed, whether anything changed): a Clip of uint8 / int8 integers
+    whose bounds are the type's own range changes nothing."""
+    removed = set()
+    for node in view.g.nodes:
+        if node.op_type != "Clip" or node.output[0] in view.outputs:
+            continue
+        names = [n for n in node.input[1:3] if n]
+        bounds = [view.constants.get(n) for n in names]
+        if not bounds or any(b is None or b.dtype not in (np.uint8, np.int8) for b in bounds):
+            continue
+        info = np.iinfo(bounds[0].dtype)
+        lo = view.constants[node.input[1]] if len(node.input) > 1 and node.input[1] else None
+        hi = view.constants[node.input[2]] if len(node.input) > 2 and node.input[2] else None
+        if (lo is not None and lo > info.min) or (hi is not None and hi < info.max):
+            continue
+        for reader in view.readers.get(node.output[0], []):
+            for i, name in enumerate(reader.input):
+                if name == node.output[0]:
+                    reader.input[i] = node.input[0]
+        removed.add(id(node))
+    return removed, bool(removed)
+
+
 def tidy(g):
     """Applies the rewrites to the Graph `g` until none applies."""
     for _ in range(_MAX_ROUNDS):
         changed = False
-        for rewrite in (_clamps_after_quantize, _bypass_round_trips):
+        for rewrite in (_clamps_after_quantize, _bypass_round_trips,
+                        _drop_whole_range_clips):
             removed, rewritten = rewrite(_View(g))
             g.nodes = [n for n in g.nodes if id(n) not in removed]
             changed |= rewritten

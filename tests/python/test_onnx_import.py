@@ -1,0 +1,523 @@
+"""fuselage.from_onnx and fuselage.onnx.quantize_static on small models (issue 37 item 2).
+
+The expectations are ONNX Runtime's: the float GraphModule's outputs against ORT running
+the same ONNX file, and the QDQ file fuselage writes against what ORT's own
+quantize_static writes from the same float model and calibration data (SQNR against the
+float outputs, and the int8 ops ORT fuses on load). torchvision models:
+test_onnx_import_torchvision.py.
+"""
+import collections
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+
+import fuselage  # noqa: E402
+import fuselage.onnx  # noqa: E402
+from fuselage.errors import OnnxImportError  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+from conftest import REPO, SmallResidual, randomize_batch_norm  # noqa: E402
+
+QuantType, QuantFormat = quantization.QuantType, quantization.QuantFormat
+CalibrationMethod = quantization.CalibrationMethod
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def export(model, inputs, path, **kwargs):
+    torch.onnx.export(model.eval(), inputs, str(path), dynamo=False, opset_version=17,
+                      **kwargs)
+    return str(path)
+
+
+def ort_session(path, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL, optimized=None):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = level
+    if optimized is not None:
+        options.optimized_model_filepath = str(optimized)
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def ort_outputs(path, inputs, **kwargs):
+    session = ort_session(path, **kwargs)
+    feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+    return session.run(None, feeds)
+
+
+def op_types(path):
+    return collections.Counter(n.op_type for n in onnx.load(str(path)).graph.node)
+
+
+def assert_same_as_onnx_runtime(path, inputs):
+    gm = fuselage.from_onnx(path)
+    assert isinstance(gm, torch.fx.GraphModule)
+    with torch.no_grad():
+        ours = gm(*inputs)
+    ours = ours if isinstance(ours, tuple) else (ours,)
+    theirs = ort_outputs(path, inputs)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a.numpy(), b, rtol=1e-4, atol=1e-5)
+    return gm
+
+
+# ---- float models read as ONNX Runtime runs them -----------------------------------------
+
+class Vision(nn.Module):
+    """Conv, Relu, Clip, MaxPool, AveragePool, Pad, Resize, Concat, Slice, Split, Add, Mul,
+    Sigmoid, HardSigmoid, HardSwish, ReduceMean, GlobalAveragePool, Flatten, Gemm, and
+    x.view(x.size(0), -1)'s Shape arithmetic."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, groups=4, bias=False)
+        self.conv3 = nn.Conv2d(16, 8, 1)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+        self.head = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = F.relu(self.conv1(x))                                   # 8x16x16
+        z = F.relu6(self.conv2(y)) * torch.sigmoid(y)
+        z = F.hardtanh(z, -1.0, 2.0) + F.hardswish(y) * F.hardsigmoid(y)
+        w = F.max_pool2d(F.pad(z, (1, 0, 1, 0)), 3, 2, 1)           # 8x17x17 -> 8x9x9
+        w = F.interpolate(w[:, :, 1:, 1:], scale_factor=2, mode="nearest")  # 8x16x16
+        a, b = torch.split(w, [4, 4], dim=1)
+        z = F.avg_pool2d(z, 3, 1, 1, count_include_pad=False)
+        u = torch.cat([torch.cat([b, a], 1), z], 1)                 # 16x16x16
+        v = F.avg_pool2d(self.conv3(u), 4)                          # 8x4x4
+        pooled = F.adaptive_avg_pool2d(v, 1).flatten(1)
+        return self.fc(v.view(v.size(0), -1)), self.head(pooled) + v.mean((2, 3))
+
+
+class Sequence(nn.Module):
+    """MatMul by a constant and between tensors, Transpose, Reshape, Softmax, Sub, Div,
+    ReduceMean keeping dims, Resize (bilinear)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(6, 6))
+        self.proj = nn.Linear(6, 6)
+
+    def forward(self, x):                      # 1 x 4 x 6
+        q = x @ self.weight
+        k = self.proj(x).permute(0, 2, 1)
+        attention = torch.softmax(q @ k / 2.0, dim=-1)
+        y = attention @ x - x.mean(-1, keepdim=True)
+        image = y.reshape(1, 1, 4, 6)
+        return F.interpolate(image, size=(8, 12), mode="bilinear", align_corners=False)
+
+
+def test_a_vision_model_reads_as_onnx_runtime_runs_it(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 32, 32)
+    # Without constant folding the Shape arithmetic stays in the file.
+    path = export(Vision(), (x,), tmp_path / "vision.onnx", do_constant_folding=False)
+    ops = op_types(path)
+    for op in ("Conv", "Relu", "Clip", "MaxPool", "AveragePool", "Pad", "Resize", "Concat",
+               "Slice", "Split", "Add", "Mul", "Sigmoid", "HardSigmoid", "HardSwish",
+               "ReduceMean", "GlobalAveragePool", "Flatten", "Gemm", "Shape", "Gather",
+               "Reshape"):
+        assert ops[op] >= 1, (op, ops)
+    x = torch.randn(1, 3, 32, 32)
+    gm = assert_same_as_onnx_runtime(path, [x])
+    # The ONNX inputs and parameters are the module's: the convs are nn.Conv2d.
+    assert sum(isinstance(m, nn.Conv2d) for m in gm.modules()) == 3
+    # What fuselage's engine takes: a model file, run by fuselage's own runtime.
+    from fuselage import _core
+    fuselage.export(gm, (x,), str(tmp_path / "vision.fsl"))
+    # Each node keeps its ONNX spelling (op and node) in the file's meta.
+    spelled = {n.meta["fuselage"]["onnx"] for n in fuselage.to_torch(
+        str(tmp_path / "vision.fsl")).graph.nodes if "onnx" in n.meta.get("fuselage", {})}
+    assert {"Conv", "Gemm", "Resize", "Pad"} <= spelled, spelled
+    ours = _core.run(_core.Model.load(str(tmp_path / "vision.fsl")), [x.numpy()])
+    theirs = ort_outputs(path, [x])
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_sequence_model_reads_as_onnx_runtime_runs_it(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 6)
+    path = export(Sequence(), (x,), tmp_path / "sequence.onnx")
+    ops = op_types(path)
+    for op in ("MatMul", "Transpose", "Softmax", "Sub", "Div", "ReduceMean", "Reshape",
+               "Resize"):
+        assert ops[op] >= 1, (op, ops)
+    assert_same_as_onnx_runtime(path, [torch.randn(1, 4, 6)])
+
+
+@pytest.mark.parametrize("model, shape", [(Vision, (1, 3, 32, 32)), (Sequence, (1, 4, 6))])
+def test_what_from_onnx_reads_to_onnx_writes_back(model, shape, tmp_path):
+    # Pad, Slice (torch.narrow) and Resize (F.interpolate) go back out too.
+    torch.manual_seed(0)
+    path = export(model(), (torch.randn(shape),), tmp_path / "model.onnx",
+                  do_constant_folding=False)
+    x = torch.randn(shape)
+    back = fuselage.to_onnx(fuselage.from_onnx(path), str(tmp_path / "back.onnx"), (x,))
+    for a, b in zip(ort_outputs(back, [x]), ort_outputs(path, [x])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_batch_normalization_reads_as_an_eval_batch_norm(tmp_path):
+    # torch.onnx folds an eval batch norm into the conv; written by hand it stays.
+    torch.manual_seed(0)
+    c = 4
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"],
+                              name="bn", epsilon=1e-3)]
+    inits = [onnx.numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
+        ("w", np.random.randn(c, 3, 3, 3)), ("s", np.random.rand(c) + 0.5),
+        ("b", np.random.randn(c)), ("m", np.random.randn(c) * 0.1),
+        ("v", np.random.rand(c) + 0.5))]
+    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 8, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, c, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    path = tmp_path / "bn.onnx"
+    onnx.save(model, str(path))
+    gm = assert_same_as_onnx_runtime(str(path), [torch.randn(1, 3, 8, 8)])
+    assert any(isinstance(m, nn.BatchNorm2d) and not m.training for m in gm.modules())
+    # A ModelProto reads as its file does.
+    assert isinstance(fuselage.from_onnx(model), torch.fx.GraphModule)
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+def small_model(op_type="Relu", domain="", opset=17, name="the_node", **attributes):
+    node = helper.make_node(op_type, ["x"], ["y"], name=name, domain=domain, **attributes)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4])])
+    imports = [helper.make_opsetid("", opset)]
+    if domain:
+        imports.append(helper.make_opsetid(domain, 1))
+    return helper.make_model(graph, opset_imports=imports, ir_version=8)
+
+
+def refused(model, *expected):
+    with pytest.raises(OnnxImportError) as e:
+        fuselage.from_onnx(model)
+    message = str(e.value)
+    for text in expected:
+        assert text in message, message
+    return message
+
+
+def test_a_malformed_or_truncated_file_is_refused(tmp_path, small_residual):
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x08\x07\x12\xff\xff\xff this is not protobuf")
+    refused(str(garbage), "garbage.onnx", "not an ONNX model")
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    refused(str(empty), "empty.onnx", "not an ONNX model")
+    good = export(small_residual, (torch.randn(1, 3, 16, 16),), tmp_path / "good.onnx")
+    data = open(good, "rb").read()
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(data[:len(data) // 2])
+    refused(str(truncated), "truncated")
+    refused(str(tmp_path / "absent.onnx"), "absent.onnx")
+    refused(42, "int", "ModelProto")
+
+
+def test_an_unknown_op_or_domain_names_the_node():
+    refused(small_model("Erf"), "node 'the_node' (Erf)", "'Erf' is not one fuselage reads")
+    refused(small_model("Frobnicate", domain="com.example"), "node 'the_node' (Frobnicate)",
+            "domain 'com.example'")
+
+
+def test_an_opset_it_does_not_read_is_refused():
+    refused(small_model(opset=9), "opset is 9", "opset_version=17")
+
+
+def test_an_attribute_it_cannot_express_names_the_node():
+    refused(small_model("HardSigmoid", alpha=0.2), "node 'the_node' (HardSigmoid)", "alpha")
+    refused(small_model("Softmax", axis=7), "the_node", "Softmax", "axis")
+
+
+def test_an_attribute_out_of_range_or_a_type_mismatch_names_the_node(tmp_path):
+    torch.manual_seed(0)
+    path = export(Vision(), (torch.randn(1, 3, 32, 32),), tmp_path / "vision.onnx",
+                  do_constant_folding=False)
+    model = onnx.load(path)
+    split = next(n for n in model.graph.node if n.op_type == "Split")
+    next(a for a in split.attribute if a.name == "axis").i = 5   # rank 4
+    refused(model, f"node '{split.name}' (Split)", "axis")
+    model = onnx.load(path)
+    cast = next(n for n in model.graph.node if n.op_type == "Cast")
+    cast.attribute[0].i = TensorProto.UINT8   # a Clip bound no longer float
+    refused(model, "(Clip)", "inconsistent type")
+
+
+def test_a_dynamic_input_shape_is_refused():
+    model = small_model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    refused(model, "graph input 'x'", "not static")
+
+
+def test_a_hostile_shape_is_an_error_not_an_allocation():
+    big = onnx.numpy_helper.from_array(np.array([1 << 20, 1 << 20], np.int64), "shape")
+    node = helper.make_node("ConstantOfShape", ["shape"], ["c"], name="huge")
+    add = helper.make_node("Add", ["x", "c"], ["y"], name="add")
+    graph = helper.make_graph([node, add], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 1])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1 << 20, 1 << 20])], [big])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    refused(model, "node 'huge' (ConstantOfShape)", "elements")
+    wide = small_model()
+    wide.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 1 << 40
+    refused(wide, "graph input 'x'", "elements")
+
+
+def test_missing_external_data_names_the_initializer(tmp_path, small_residual):
+    path = export(small_residual, (torch.randn(1, 3, 16, 16),), tmp_path / "ext.onnx")
+    model = onnx.load(path)
+    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.data", size_threshold=0)
+    assert isinstance(fuselage.from_onnx(path), torch.fx.GraphModule)  # with its data: reads
+    os.remove(tmp_path / "ext.data")
+    refused(path, "initializer", "ext.data", "missing")
+    refused(onnx.load(path, load_external_data=False), "initializer", "external")
+
+
+def test_damaged_files_are_errors_never_crashes(tmp_path, small_residual):
+    good = export(small_residual, (torch.randn(1, 3, 16, 16),), tmp_path / "good.onnx")
+    data = bytearray(open(good, "rb").read())
+    rng = np.random.default_rng(0)
+    outcomes = collections.Counter()
+    for i in range(40):
+        damaged = bytearray(data)
+        for at in rng.integers(0, len(damaged), size=4):
+            damaged[at] = int(rng.integers(0, 256))
+        path = tmp_path / f"damaged{i}.onnx"
+        path.write_bytes(bytes(damaged))
+        try:
+            fuselage.from_onnx(str(path))
+            outcomes["read"] += 1
+        except OnnxImportError:
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 0, outcomes
+
+
+# ---- quantize_static beside ONNX Runtime's own -------------------------------------------
+
+class Reader(quantization.CalibrationDataReader):
+    def __init__(self, name, samples):
+        self.feeds = iter([{name: x} for x in samples])
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+
+def sqnr(reference, y):
+    return 10 * np.log10((reference ** 2).sum() / ((reference - y) ** 2).sum())
+
+
+@pytest.fixture(scope="module")
+def residual_onnx(tmp_path_factory):
+    torch.manual_seed(0)
+    model = randomize_batch_norm(SmallResidual().eval())
+    path = tmp_path_factory.mktemp("residual") / "residual.onnx"
+    export(model, (torch.randn(1, 3, 32, 32),), path, input_names=["image"],
+           output_names=["logits"])
+    rng = np.random.default_rng(0)
+    calibration = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(8)]
+    test = [torch.from_numpy(rng.standard_normal((1, 3, 32, 32)).astype(np.float32))
+            for _ in range(4)]
+    return str(path), calibration, test
+
+
+def outputs_on(path, test, level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED):
+    return np.concatenate([ort_outputs(path, [x], level=level)[0] for x in test])
+
+
+@pytest.mark.parametrize("activation_type", [QuantType.QUInt8, QuantType.QInt8])
+def test_quantize_static_matches_onnx_runtimes_own(residual_onnx, activation_type, tmp_path):
+    path, calibration, test = residual_onnx
+    settings = dict(quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=activation_type, weight_type=QuantType.QInt8)
+    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
+    quantization.quantize_static(path, str(theirs), Reader("image", calibration), **settings)
+    assert fuselage.onnx.quantize_static(path, str(ours), Reader("image", calibration),
+                                         **settings) is None
+    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    theirs_sqnr = sqnr(reference, outputs_on(theirs, test))
+    ours_sqnr = sqnr(reference, outputs_on(ours, test))
+    assert ours_sqnr >= theirs_sqnr - 0.5, (ours_sqnr, theirs_sqnr)
+    # The model's own input and output names; int8 QDQ of the asked type; ORT fuses it.
+    model = onnx.load(str(ours))
+    assert [i.name for i in model.graph.input] == ["image"]
+    assert [o.name for o in model.graph.output] == ["logits"]
+    expected = TensorProto.UINT8 if activation_type == QuantType.QUInt8 else TensorProto.INT8
+    q_types = {model.graph.initializer[[t.name for t in model.graph.initializer]
+                                       .index(n.input[2])].data_type
+               for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    assert q_types == {expected}
+    optimized = tmp_path / "optimized.onnx"
+    ort_session(ours, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized)
+    fused = op_types(optimized)
+    if activation_type == QuantType.QUInt8:
+        assert fused["QLinearConv"] == 2 and fused["Conv"] == 0, fused
+        assert fused["QLinearAdd"] == 1 and fused["QGemm"] == 1, fused
+    else:  # ORT's x86 selectors fuse int8 only where a Q has one reader (onnx.md): as its own
+        assert fused["QLinearConv"] == op_types(
+            _optimized(theirs, tmp_path / "theirs.optimized.onnx"))["QLinearConv"]
+
+
+class ClampIntoCat(nn.Module):
+    """A relu6 output concatenated with a wider tensor: the cat shares one observer over
+    both, which the relu6's bounds must not narrow."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 4, 3, padding=1)
+        self.conv3 = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.conv3(torch.cat([F.relu6(self.conv1(x)), self.conv2(x) * 8.0], 1))
+
+
+def test_a_clamp_folds_into_its_op_only_where_exact(tmp_path):
+    torch.manual_seed(0)
+    path = export(ClampIntoCat(), (torch.randn(1, 3, 16, 16),), tmp_path / "cat.onnx")
+    rng = np.random.default_rng(0)
+    calibration = [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(4)]
+    test = [torch.from_numpy(c) for c in calibration]
+    name = onnx.load(path).graph.input[0].name
+    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
+    quantization.quantize_static(path, str(theirs), Reader(name, calibration),
+                                 activation_type=QuantType.QUInt8)
+    fuselage.onnx.quantize_static(path, str(ours), Reader(name, calibration),
+                                  activation_type=QuantType.QUInt8)
+    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    theirs_sqnr = sqnr(reference, outputs_on(theirs, test))
+    ours_sqnr = sqnr(reference, outputs_on(ours, test))
+    assert ours_sqnr >= theirs_sqnr - 0.5 and ours_sqnr > 20, (ours_sqnr, theirs_sqnr)
+
+
+def _optimized(path, optimized):
+    ort_session(path, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized)
+    return optimized
+
+
+def test_op_types_and_nodes_to_exclude_keep_ops_float(residual_onnx, tmp_path):
+    path, calibration, _ = residual_onnx
+    out = tmp_path / "convs.onnx"
+    fuselage.onnx.quantize_static(path, str(out), Reader("image", calibration),
+                                  op_types_to_quantize=["Conv"], per_channel=True,
+                                  activation_type=QuantType.QUInt8)
+    fused = op_types(_optimized(out, tmp_path / "convs.optimized.onnx"))
+    assert fused["QLinearConv"] == 2 and fused["QGemm"] == 0 and fused["Gemm"] == 1, fused
+    gemm = next(n.name for n in onnx.load(path).graph.node if n.op_type == "Gemm")
+    out = tmp_path / "no_gemm.onnx"
+    fuselage.onnx.quantize_static(path, str(out), Reader("image", calibration),
+                                  nodes_to_exclude=[gemm], activation_type=QuantType.QUInt8)
+    fused = op_types(_optimized(out, tmp_path / "no_gemm.optimized.onnx"))
+    assert fused["QLinearConv"] == 2 and fused["QGemm"] == 0 and fused["Gemm"] == 1, fused
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("quant_format", QuantFormat.QOperator),
+    ("calibrate_method", CalibrationMethod.Entropy),
+    ("calibrate_method", CalibrationMethod.Percentile),
+    ("activation_type", QuantType.QUInt16),
+    ("weight_type", QuantType.QUInt8),
+    ("nodes_to_quantize", ["conv"]),
+    ("op_types_to_quantize", ["LSTM"]),
+    ("nodes_to_exclude", ["no such node"]),
+    ("extra_options", {"CalibMovingAverage": True}),
+])
+def test_an_unsupported_option_names_the_argument_and_writes_nothing(
+        residual_onnx, tmp_path, argument, value):
+    path, calibration, _ = residual_onnx
+    out = tmp_path / "out.onnx"
+    out.write_bytes(b"the old file")
+    with pytest.raises(OnnxImportError) as e:
+        fuselage.onnx.quantize_static(path, str(out), Reader("image", calibration),
+                                      **{argument: value})
+    assert argument in str(e.value)
+    assert out.read_bytes() == b"the old file"
+    assert os.listdir(tmp_path) == ["out.onnx"]  # no temporary file left
+
+
+def test_quantize_static_of_pads_resizes_and_slices(tmp_path):
+    # ORT's own quantize_static breaks this graph's Split (without quant_pre_process); the
+    # expectation is ORT's float outputs.
+    torch.manual_seed(0)
+    path = export(Vision(), (torch.randn(1, 3, 32, 32),), tmp_path / "vision.onnx",
+                  input_names=["image"])
+    rng = np.random.default_rng(0)
+    calibration = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(8)]
+    test = [torch.from_numpy(c) for c in calibration[:4]]
+    out = tmp_path / "vision.qdq.onnx"
+    fuselage.onnx.quantize_static(path, str(out), Reader("image", calibration),
+                                  per_channel=True, activation_type=QuantType.QUInt8)
+    assert {"Pad", "Resize", "Slice", "Split"} <= set(op_types(out))
+    assert [o.name for o in onnx.load(str(out)).graph.output] == \
+        [o.name for o in onnx.load(path).graph.output]  # both outputs keep their names
+    session = ort_session(out, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
+    reference = [ort_outputs(path, [x]) for x in test]
+    ours = [session.run(None, {"image": x.numpy()}) for x in test]
+    for i in range(2):  # both outputs
+        assert sqnr(np.concatenate([r[i] for r in reference]),
+                    np.concatenate([o[i] for o in ours])) > 30
+
+
+def test_a_model_proto_in_a_path_out_and_enum_names(residual_onnx, tmp_path):
+    path, calibration, test = residual_onnx
+    out = tmp_path / "named.onnx"   # a pathlib.Path, as ORT takes
+    fuselage.onnx.quantize_static(onnx.load(path), out, Reader("image", calibration),
+                                  quant_format="QDQ", activation_type="QUInt8",
+                                  weight_type="QInt8", calibrate_method="MinMax")
+    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    assert sqnr(reference, outputs_on(out, test)) > 20
+
+
+def test_a_reader_without_the_input_names_it(residual_onnx, tmp_path):
+    path, calibration, _ = residual_onnx
+    with pytest.raises(OnnxImportError, match="no value for input 'image'"):
+        fuselage.onnx.quantize_static(path, str(tmp_path / "out.onnx"),
+                                      Reader("input", calibration))
+    assert not (tmp_path / "out.onnx").exists()
+
+
+# ---- the command line --------------------------------------------------------------------
+
+def cli(*args):
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "fuselage", *args], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def test_the_command_line_quantizes_and_refuses_bad_input(residual_onnx, tmp_path):
+    path, _, test = residual_onnx
+    out = tmp_path / "cli.onnx"
+    done = cli("quantize-onnx", path, "-o", str(out), "--calibration", "4")
+    assert done.returncode == 0, done.stderr
+    fused = op_types(_optimized(out, tmp_path / "cli.optimized.onnx"))
+    assert fused["QLinearConv"] == 2, fused
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    done = cli("quantize-onnx", str(bad), "-o", str(tmp_path / "never.onnx"))
+    assert done.returncode == 1
+    assert "bad.onnx" in done.stderr and "not an ONNX model" in done.stderr
+    assert not (tmp_path / "never.onnx").exists()

@@ -1,0 +1,120 @@
+"""fuselage.from_onnx and fuselage.onnx.quantize_static on torchvision models exported as
+their users export them (torch.onnx.export, dynamo=False, opset 17, 1x3x64x64; untrained
+weights with batch norm statistics that matter). The expectations are ONNX Runtime's:
+its outputs on the float file, and its own quantize_static on the same calibration data
+with the same settings (SQNR against the float outputs, and the ops it fuses on load).
+Small models: test_onnx_import.py.
+"""
+import collections
+
+import numpy as np
+import pytest
+import torch
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+torchvision = pytest.importorskip("torchvision")
+
+import fuselage  # noqa: E402
+import fuselage.onnx  # noqa: E402
+from conftest import randomize_batch_norm  # noqa: E402
+
+QuantType = quantization.QuantType
+SHAPE = (1, 3, 64, 64)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+_exported = {}
+
+
+def exported(name, tmp_path_factory):
+    if name not in _exported:
+        torch.manual_seed(0)
+        model = randomize_batch_norm(getattr(torchvision.models, name)(weights=None).eval())
+        path = tmp_path_factory.mktemp(name) / f"{name}.onnx"
+        torch.onnx.export(model, (torch.randn(SHAPE),), str(path), dynamo=False,
+                          opset_version=17)
+        _exported[name] = str(path)
+    return _exported[name]
+
+
+def session(path, level, optimized=None):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = level
+    if optimized is not None:
+        options.optimized_model_filepath = str(optimized)
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def outputs(path, samples, level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED):
+    s = session(path, level)
+    name = s.get_inputs()[0].name
+    return np.concatenate([s.run(None, {name: x})[0] for x in samples])
+
+
+def fused_ops(path, optimized):
+    session(path, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized)
+    return collections.Counter(n.op_type for n in onnx.load(str(optimized)).graph.node)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "efficientnet_b0"])
+def test_float_outputs_equal_onnx_runtimes(name, tmp_path_factory):
+    path = exported(name, tmp_path_factory)
+    x = np.random.default_rng(1).standard_normal(SHAPE).astype(np.float32)
+    gm = fuselage.from_onnx(path)
+    with torch.no_grad():
+        ours = gm(torch.from_numpy(x)).numpy()
+    theirs = outputs(path, [x], ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    assert ours.shape == theirs.shape == (1, 1000)
+    assert np.abs(theirs).max() > 1e-3  # batch norms that matter: a real signal
+    assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
+
+
+class Reader(quantization.CalibrationDataReader):
+    def __init__(self, name, samples):
+        self.feeds = iter([{name: x} for x in samples])
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+
+def sqnr(reference, y):
+    return float(10 * np.log10((reference ** 2).sum() / ((reference - y) ** 2).sum()))
+
+
+@pytest.mark.parametrize("name, convs", [("resnet18", 20), ("mobilenet_v2", 52)])
+@pytest.mark.parametrize("activation_type", [QuantType.QUInt8, QuantType.QInt8])
+def test_quantize_static_is_as_good_as_onnx_runtimes(name, convs, activation_type,
+                                                     tmp_path, tmp_path_factory):
+    path = exported(name, tmp_path_factory)
+    rng = np.random.default_rng(0)
+    calibration = [rng.standard_normal(SHAPE).astype(np.float32) for _ in range(8)]
+    test = [rng.standard_normal(SHAPE).astype(np.float32) for _ in range(4)]
+    input_name = onnx.load(path).graph.input[0].name
+    settings = dict(per_channel=True, activation_type=activation_type,
+                    weight_type=QuantType.QInt8)
+    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
+    quantization.quantize_static(path, str(theirs), Reader(input_name, calibration),
+                                 **settings)
+    fuselage.onnx.quantize_static(path, str(ours), Reader(input_name, calibration), **settings)
+    reference = outputs(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    theirs_sqnr, ours_sqnr = sqnr(reference, outputs(theirs, test)), \
+        sqnr(reference, outputs(ours, test))
+    print(f"{name} {activation_type.name}: fuselage {ours_sqnr:.2f} dB, "
+          f"ONNX Runtime {theirs_sqnr:.2f} dB")
+    assert ours_sqnr >= theirs_sqnr - 0.5, (ours_sqnr, theirs_sqnr)
+    ours_fused = fused_ops(ours, tmp_path / "ours.optimized.onnx")
+    theirs_fused = fused_ops(theirs, tmp_path / "theirs.optimized.onnx")
+    if activation_type == QuantType.QUInt8:
+        assert ours_fused["QLinearConv"] == convs and ours_fused["Conv"] == 0, ours_fused
+    # ORT fuses fuselage's file as far as its own (int8: only where a Q has one reader).
+    assert ours_fused["QLinearConv"] >= theirs_fused["QLinearConv"], (ours_fused, theirs_fused)
