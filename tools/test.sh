@@ -109,13 +109,16 @@ step_python() {
 
 # Conformance against PyTorch 2's FX flow: op by op on resnet18, resnet50, mobilenet_v2,
 # mobilenet_v3_large and the residual example (tests/conformance/conformance.py), and the
-# reach of fuselage on twelve torchvision models (tests/conformance/reach.py); each prints
-# its table of figures. Then the residual example and two models against PyTorch 1.13.
+# reach of fuselage on twelve torchvision models (tests/conformance/reach.py), the PT2E flow
+# against torchao's on six (tests/conformance/pt2e.py); each prints its figures. Then the
+# residual example and two models against PyTorch 1.13.
 step_conformance() {
   run_counted "conformance (PyTorch 2)" "models" count_conformance_models \
     env PYTHONPATH=python "$PYTORCH2_PYTHON" tests/conformance/conformance.py
   run_counted "conformance reach (PyTorch 2)" "models" count_conformance_models \
     env PYTHONPATH=python "$PYTORCH2_PYTHON" tests/conformance/reach.py --no-build
+  run_counted "conformance PT2E against torchao" "models" count_conformance_models \
+    env PYTHONPATH=python "$PYTORCH2_PYTHON" tests/conformance/pt2e.py
   run_counted "conformance (PyTorch 1.13)" "models" count_conformance_models \
     env PYTHONPATH=python /usr/bin/python3 tests/conformance/conformance.py --no-build \
     --models "$PYTORCH_113_CONFORMANCE_MODELS"

@@ -259,13 +259,23 @@ def _observed_for_quantized_readers_only(prepared, report):
     quantized, as torchao's quantizers quantize a value per reader (an input_qspec_map
     entry): a reader the prepare `report` keeps float (a sigmoid after a conv, an SE
     block's mul) and the graph's output read the float value, and an observer left with
-    no reader goes. The FX flow quantizes a quantized op's output for all its readers."""
+    no reader goes. The FX flow quantizes a quantized op's output for all its readers. An op
+    that shares its input's observer (a pool, flatten, cat) is quantized only after a
+    quantized op, as torchao's int8-in-int8-out ops are: after a float one it reads the
+    float value, and its output is observed for its int8 readers alone."""
     from fuselage._annotate import _observer_of
     kept_float = {k.node for k in report.kept_float}
+
+    def shares(reader, observer):
+        return any(user.op == "call_module" and user.target == observer.target
+                   for user in reader.users)
+
     for node in list(prepared.graph.nodes):
         if _observer_of(prepared, node) is None:
             continue
-        for reader in [r for r in node.users if r.op == "output" or r.name in kept_float]:
+        after_float = node.args[0].name in kept_float
+        for reader in [r for r in node.users if r.op == "output" or r.name in kept_float or
+                       (after_float and shares(r, node))]:
             reader.replace_input_with(node, node.args[0])
         if not node.users:
             prepared.graph.erase_node(node)
