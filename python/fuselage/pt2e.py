@@ -250,8 +250,10 @@ def prepare_pt2e(model, quantizer="x86"):
     from fuselage import quantize_fx
     mapping, backend = _configs(quantizer)
     fx = _fold_conv_batch_norm(_exported.to_fx_dialect(model)).eval()
-    return _observed_for_quantized_readers_only(
+    prepared = _observed_for_quantized_readers_only(
         *quantize_fx.prepare_with_report(fx, mapping, backend))
+    exported = model.module() if isinstance(model, torch.export.ExportedProgram) else model
+    return _with_outputs_of(prepared, exported)
 
 
 def _observed_for_quantized_readers_only(prepared, report):
@@ -315,7 +317,23 @@ def convert_pt2e(model):
     from fuselage import quantize_fx
     reference = quantize_fx.convert_to_reference_fx(model)
     _fold_quantized_weights(reference)
-    return _exported.restore_aten(reference, every_q_dq=True)
+    return _with_outputs_of(_exported.restore_aten(reference, every_q_dq=True), model)
+
+
+def _with_outputs_of(gm, original):
+    """`gm` (whose graph returns its flat outputs as a tuple) taking and returning what
+    `original` (torch.export's .module(), or a model this function gave) does: its pytree
+    of inputs and outputs (one tensor, a dict, ...), as torchao's prepare_pt2e and
+    convert_pt2e keep it."""
+    info = getattr(original.graph._codegen, "pytree_info", None)
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    if info is None or info.in_spec is None or info.out_spec is None or \
+            info.in_spec.num_leaves != len(placeholders):
+        return gm
+    gm.graph._codegen = torch.fx.graph._PyTreeCodeGen(
+        torch.fx.graph._PyTreeInfo(placeholders, info.in_spec, info.out_spec))
+    gm.recompile()
+    return gm
 
 
 def lower_to_fuselage(reference, example_inputs=None):

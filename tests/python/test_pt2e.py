@@ -263,3 +263,33 @@ def test_fuselages_reference_lowers_to_onednn_with_its_residual_adds_binary():
                                        "onednn.qconv2d_pointwise.binary": 8,
                                        "onednn.qlinear_pointwise.default": 1}
     assert _sqnr(want, got) >= _sqnr(want, ref_out) - 0.5
+
+
+def test_prepared_and_reference_models_return_what_the_exported_module_returns():
+    # torchao's prepare_pt2e / convert_pt2e keep the exported module's pytree: one tensor
+    # stays one tensor, a dict a dict.
+    class TwoHeads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            return {"features": y, "pooled": (torch.flatten(y, 1), x + 1)}
+
+    x = torch.randn(1, 3, 8, 8)
+    for model in (torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval(),
+                  TwoHeads().eval()):
+        exported = torch.export.export(model, (x,)).module()
+        with torch.no_grad():
+            want = exported(x)
+            prepared = fuselage.pt2e.prepare_pt2e(exported)
+            got = prepared(x)
+            reference = fuselage.pt2e.convert_pt2e(prepared)(x)
+        assert torch.utils._pytree.tree_structure(got) == \
+            torch.utils._pytree.tree_structure(want)
+        assert torch.utils._pytree.tree_structure(reference) == \
+            torch.utils._pytree.tree_structure(want)
+        for w, r in zip(torch.utils._pytree.tree_leaves(want),
+                        torch.utils._pytree.tree_leaves(reference)):
+            assert _sqnr(w, r) > 25
