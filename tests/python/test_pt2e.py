@@ -77,13 +77,19 @@ def test_an_unknown_quantizer_is_a_clear_error():
         fuselage.pt2e.prepare_pt2e(gm, "arm")
 
 
-def test_a_reference_lowers_to_fuselages_native_ops_at_the_references_error():
+def _resnet18_reference():
+    """(resnet18, its calibration input, fuselage's PT2E reference of it)."""
     model = _model("resnet18")
     x = torch.randn(2, 3, 64, 64)
     prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "x86")
     with torch.no_grad():
         prepared(x)
-        reference = fuselage.pt2e.convert_pt2e(prepared)
+        return model, x, fuselage.pt2e.convert_pt2e(prepared)
+
+
+def test_a_reference_lowers_to_fuselages_native_ops_at_the_references_error():
+    model, x, reference = _resnet18_reference()
+    with torch.no_grad():
         want, reference_out = model(x), _first(reference(x))
     lowered = fuselage.pt2e.lower_to_fuselage(reference, (x,))
     from fuselage import _core
@@ -251,12 +257,8 @@ def test_lowering_to_onednn_gives_torchaos_ops_and_runs_on_stock_pytorch():
 
 def test_fuselages_reference_lowers_to_onednn_with_its_residual_adds_binary():
     # torchao's quantizer refuses resnet18; fuselage's reference of it lowers all the same.
-    model = _model("resnet18")
-    x = torch.randn(2, 3, 64, 64)
-    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "x86")
+    model, x, reference = _resnet18_reference()
     with torch.no_grad():
-        prepared(x)
-        reference = fuselage.pt2e.convert_pt2e(prepared)
         lowered = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (x,))
         want, ref_out, got = model(x), _first(reference(x)), _first(lowered(x))
     assert _onednn_counts(lowered) == {"onednn.qconv_pointwise.default": 12,
