@@ -176,8 +176,8 @@ class Quantizer(_TorchaoQuantizer):
         from fuselage import _annotate, quantize_fx
         mapping, backend = self.configs()
         fx = _exported.to_fx_dialect(model).eval()
-        prepared = _observed_for_quantized_readers_only(
-            *quantize_fx.prepare_with_report(fx, mapping, backend))
+        prepared = _observed_for_quantized_readers_only(*quantize_fx.prepare_with_report(
+            fx, mapping, backend, flow=("fuselage.pt2e.Quantizer", "convert_pt2e")))
         return _annotate.annotate(model, prepared)
 
     def validate(self, model):
@@ -250,8 +250,8 @@ def prepare_pt2e(model, quantizer="x86"):
     from fuselage import quantize_fx
     mapping, backend = _configs(quantizer)
     fx = _fold_conv_batch_norm(_exported.to_fx_dialect(model)).eval()
-    prepared = _observed_for_quantized_readers_only(
-        *quantize_fx.prepare_with_report(fx, mapping, backend))
+    prepared = _observed_for_quantized_readers_only(*quantize_fx.prepare_with_report(
+        fx, mapping, backend, flow=("prepare_pt2e", "convert_pt2e")))
     exported = model.module() if isinstance(model, torch.export.ExportedProgram) else model
     return _with_outputs_of(prepared, exported)
 

@@ -190,9 +190,12 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
     return prepared.train(model.training)
 
 
-def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False):
+def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
+                        flow=("prepare_fx", "convert_fx")):
     """prepare_fx's GraphModule (prepare_qat_fx's before its fake-quantizes, `is_qat`) and
-    fuselage's prepare report (every op kept float, by node name, with the reason)."""
+    fuselage's prepare report (every op kept float, by node name, with the reason). When
+    nothing is quantized a UserWarning says why, naming the `flow`'s prepare and convert
+    functions."""
     core = _core()
     text = _backend_text(backend_config, is_qat)
     source = _backend_source(backend_config)
@@ -202,18 +205,18 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False):
     report = core.prepare(m, config_text=text, config_source=source,
                           qconfig_mapping_text=mapping)
     if report.quantized_ops == 0:
-        _warn_nothing_quantized(report)
+        _warn_nothing_quantized(report, *flow)
     prepared = core.to_torch(m, consume=True)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
     return prepared, report
 
 
-def _warn_nothing_quantized(report, shown=5):
+def _warn_nothing_quantized(report, prepare, convert, shown=5):
     reasons = "; ".join(f"{k.node} ({k.op}): {k.reason}" for k in report.kept_float[:shown])
     more = len(report.kept_float) - shown
     warnings.warn(
-        "prepare_fx: the qconfig mapping and backend config quantize no op, so convert_fx "
+        f"{prepare}: the qconfig mapping and backend config quantize no op, so {convert} "
         "will return the model float" + (f". Kept float: {reasons}" if reasons else "") +
         (f"; and {more} more" if more > 0 else ""), UserWarning, stacklevel=3)
 

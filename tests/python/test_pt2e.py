@@ -295,3 +295,19 @@ def test_prepared_and_reference_models_return_what_the_exported_module_returns()
         for w, r in zip(torch.utils._pytree.tree_leaves(want),
                         torch.utils._pytree.tree_leaves(reference)):
             assert _sqnr(w, r) > 25
+
+
+def test_a_config_that_quantizes_nothing_in_the_model_says_so(tmp_path):
+    # A conv-relu config on a model of one linear: torchao's flow would return the model
+    # float without a word; fuselage's Quantizer and prepare_pt2e warn, naming the op kept
+    # float and why.
+    config = tmp_path / "conv_relu_only.textproto"
+    config.write_text(_CONV_RELU_ONLY)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4)).eval()
+    x = torch.randn(2, 4)
+    with pytest.warns(UserWarning, match=r"fuselage.pt2e.Quantizer: .* quantize no op, so "
+                      r"convert_pt2e .*linear .*'conv_relu_only' has no entry"):
+        _torchao_flow(model, x, fuselage.pt2e.Quantizer(str(config)))
+    with pytest.warns(UserWarning, match=r"prepare_pt2e: .* quantize no op"):
+        fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)),
+                                   fuselage.pt2e.Quantizer(str(config)))
