@@ -14,6 +14,8 @@ convs and linears with their unary and residual-add tails, pools, flatten, cat; 
 int8 weights, uint8 activations; a value quantized for its int8 readers only). convert_pt2e
 gives torchao's reference form: quantized_decomposed quantize / dequantize per tensor
 around the float aten ops, each weight an int8 constant read by dequantize_per_channel.
+"xnnpack" is XNNPACKQuantizer's default (int8 activations, int8 per-tensor symmetric
+weights, its op set, every quantized op's output observed).
 lower_pt2e_quantized_to_x86 turns a reference into stock PyTorch's oneDNN int8 ops,
 lower_to_fuselage into fuselage's native ones.
 
@@ -107,6 +109,36 @@ def _torchao_x86_op_set(backend):
     return kept
 
 
+# ExecuTorch's XNNPACKQuantizer's static op set (its STATIC_OPS): conv / linear with their
+# relu (batch norm folded first), adaptive_avg_pool2d, add / mul with their relu, cat; and
+# the ops its propagate_annotation makes share their input's parameters.
+_XNNPACK_OPS = {"conv1d", "conv2d", "linear", "relu", "relu_", "adaptive_avg_pool2d",
+                "adaptiveavgpool2d", "add", "mul", "cat", "hardtanh", "hardtanh_", "max_pool2d",
+                "maxpool2d", "mean", "permute", "squeeze", "view", "flatten"}
+
+
+def _xnnpack_configs():
+    """XNNPACKQuantizer's default (get_symmetric_quantization_config()): int8 activations
+    over [-128, 127] (HistogramObserver, eps 2^-12), int8 weights symmetric per tensor over
+    [-127, 127], on the FX flow's qnnpack config narrowed to XNNPACKQuantizer's op set. Its
+    quantized ops observe their outputs whatever reads them, as the FX flow does."""
+    from torch.ao.quantization import QConfig, QConfigMapping
+    from torch.ao.quantization.backend_config import BackendConfig, get_qnnpack_backend_config
+    from torch.ao.quantization.observer import HistogramObserver, MinMaxObserver
+    qconfig = QConfig(
+        activation=HistogramObserver.with_args(dtype=torch.qint8, quant_min=-128,
+                                               quant_max=127, eps=2 ** -12),
+        weight=MinMaxObserver.with_args(dtype=torch.qint8, quant_min=-127, quant_max=127,
+                                        qscheme=torch.per_tensor_symmetric, eps=2 ** -12))
+    kept = BackendConfig("xnnpack")
+    for config in get_qnnpack_backend_config().configs:
+        pattern = config.pattern if config.pattern is not None else config._pattern_complex_format
+        if all(op in _XNNPACK_OPS or op.startswith(("conv", "linear", "batchnorm"))
+               and "transpose" not in op for op in _pattern_ops(pattern)):
+            kept.set_backend_pattern_config(config)
+    return QConfigMapping().set_global(qconfig), kept
+
+
 def _with_conv_activations(backend):
     """`backend` with a functional conv followed by hardtanh (relu6), hardswish or silu
     observed once, after the activation, as X86InductorQuantizer's unary fusions are: the
@@ -151,8 +183,8 @@ class Quantizer(_TorchaoQuantizer):
         quantizer = fuselage.pt2e.Quantizer("my_backend.textproto")   # or "x86"
         prepared = prepare_pt2e(gm, quantizer)
 
-    `backend_config` is "x86" (the FX flow's x86 config with X86InductorQuantizer's
-    observers), a fuselage config file (.textproto), or a PyTorch BackendConfig;
+    `backend_config` is "x86" (X86InductorQuantizer's op set and observers), "xnnpack"
+    (XNNPACKQuantizer's), a fuselage config file (.textproto), or a PyTorch BackendConfig;
     `qconfig_mapping` defaults to the x86 mapping. annotate() prepares the graph's FX form
     with fuselage's engine and writes each observer it placed as an annotation
     (fuselage._annotate); fuselage.pt2e.prepare_pt2e takes the same object."""
@@ -166,18 +198,20 @@ class Quantizer(_TorchaoQuantizer):
         self.qconfig_mapping = qconfig_mapping
 
     def configs(self):
-        """(qconfig mapping, backend config) this quantizer prepares with."""
-        mapping, backend = _x86_configs()
-        if self.backend_config != "x86":
+        """(qconfig mapping, backend config, per_reader) this quantizer prepares with: a
+        built-in's, or the x86 mapping and per-reader quantization with a config of the
+        user's."""
+        builtin = self.backend_config if self.backend_config in _BUILTIN else "x86"
+        mapping, backend, per_reader = _BUILTIN[builtin]()
+        if self.backend_config not in _BUILTIN:
             backend = self.backend_config
-        return (self.qconfig_mapping if self.qconfig_mapping is not None else mapping), backend
+        return (self.qconfig_mapping if self.qconfig_mapping is not None else mapping,
+                backend, per_reader)
 
     def annotate(self, model):
-        from fuselage import _annotate, quantize_fx
-        mapping, backend = self.configs()
+        from fuselage import _annotate
         fx = _exported.to_fx_dialect(model).eval()
-        prepared = _observed_for_quantized_readers_only(*quantize_fx.prepare_with_report(
-            fx, mapping, backend, flow=("fuselage.pt2e.Quantizer", "convert_pt2e")))
+        prepared = _prepare(fx, self.configs(), ("fuselage.pt2e.Quantizer", "convert_pt2e"))
         return _annotate.annotate(model, prepared)
 
     def validate(self, model):
@@ -185,11 +219,12 @@ class Quantizer(_TorchaoQuantizer):
 
 
 def _configs(quantizer):
-    """(qconfig mapping, backend config) for prepare_pt2e's `quantizer`: "x86" (or None),
-    fuselage's Quantizer, or torchao's X86InductorQuantizer with its default global
-    config."""
-    if quantizer is None or quantizer == "x86":
-        return _x86_configs()
+    """(qconfig mapping, backend config, per_reader) for prepare_pt2e's `quantizer`: "x86"
+    (or None), "xnnpack", fuselage's Quantizer, or torchao's X86InductorQuantizer with its
+    default global config. `per_reader`: a value is quantized only for its int8 readers
+    (X86InductorQuantizer's way), else for all of them (XNNPACKQuantizer's)."""
+    if quantizer is None or quantizer in _BUILTIN:
+        return _BUILTIN[quantizer or "x86"]()
     if isinstance(quantizer, Quantizer):
         return quantizer.configs()
     if type(quantizer).__name__ == "X86InductorQuantizer":
@@ -197,10 +232,22 @@ def _configs(quantizer):
         if global_config is not None and getattr(global_config, "is_qat", False):
             raise ConfigTranslationError("prepare_pt2e: a QAT quantization config is not "
                                          "supported (post-training only)")
-        return _x86_configs()
+        return _BUILTIN["x86"]()
     raise ConfigTranslationError(
         f"prepare_pt2e: quantizer is a {type(quantizer).__name__}; fuselage reads \"x86\", "
-        "fuselage.pt2e.Quantizer or torchao's X86InductorQuantizer")
+        "\"xnnpack\", fuselage.pt2e.Quantizer or torchao's X86InductorQuantizer")
+
+
+_BUILTIN = {"x86": lambda: (*_x86_configs(), True),
+            "xnnpack": lambda: (*_xnnpack_configs(), False)}
+
+
+def _prepare(fx, configs, flow):
+    """fuselage's prepare of the FX form `fx` with `configs` (_configs' triple)."""
+    from fuselage import quantize_fx
+    mapping, backend, per_reader = configs
+    prepared, report = quantize_fx.prepare_with_report(fx, mapping, backend, flow=flow)
+    return _observed_for_quantized_readers_only(prepared, report) if per_reader else prepared
 
 
 def _fold_conv_batch_norm(gm):
@@ -247,11 +294,9 @@ def prepare_pt2e(model, quantizer="x86"):
     """The exported `model` (torch.export's ExportedProgram .module(), or the program)
     with batch norms folded and PyTorch's observers placed by fuselage: a GraphModule the
     user calibrates by running it."""
-    from fuselage import quantize_fx
-    mapping, backend = _configs(quantizer)
+    configs = _configs(quantizer)
     fx = _fold_conv_batch_norm(_exported.to_fx_dialect(model)).eval()
-    prepared = _observed_for_quantized_readers_only(*quantize_fx.prepare_with_report(
-        fx, mapping, backend, flow=("prepare_pt2e", "convert_pt2e")))
+    prepared = _prepare(fx, configs, ("prepare_pt2e", "convert_pt2e"))
     exported = model.module() if isinstance(model, torch.export.ExportedProgram) else model
     return _with_outputs_of(prepared, exported)
 

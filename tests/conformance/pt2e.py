@@ -17,6 +17,9 @@ X86InductorQuantizer's default config, then checked:
       outputs agreeing with torchao's lowered model's to 40 dB SQNR (the same integer
       arithmetic; float rounding apart).
 
+  (d) with the "xnnpack" config against torchao's XNNPACKQuantizer (its testing copy of
+      ExecuTorch's, default symmetric config): as many quantize nodes after each kind of op.
+
 A model torchao refuses (torchvision's resnets: "Input partition has more than one output
 node") is checked against float alone: fuselage's reference and its oneDNN lowering at
 >= 25 dB. Prints each model's figures and "CONFORMANCE pt2e:<model> PASSED|FAILED";
@@ -73,6 +76,61 @@ def torchao_reference(model, example, calibration):
     return convert_pt2e(prepared)
 
 
+# (d) differences known and explained; a listed model that matches fails the run until it
+# is taken off the list.
+KNOWN_XNNPACK_GAPS = {
+    "convnext_tiny": "XNNPACKQuantizer's propagate_annotation quantizes each permute after "
+                     "a quantized conv though only a float layer_norm reads it (22 more "
+                     "quantizes); fuselage's shared-observer ops are observed for quantized "
+                     "readers",
+}
+
+
+def quantizes_by_op(reference):
+    """How many activation quantizes follow each kind of op (or the input)."""
+    found = collections.Counter()
+    for n in reference.graph.nodes:
+        if n.op == "call_function" and n.target == _Q.quantize_per_tensor.default:
+            source = n.args[0]
+            found["input" if source.op == "placeholder" else str(source.target)] += 1
+    return found
+
+
+def xnnpack_check(name, model, example, calibration):
+    """(d): failures of the xnnpack comparison, printing the counts; none if torchao's
+    XNNPACKQuantizer refuses the model."""
+    import warnings
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.testing.pt2e._xnnpack_quantizer import (XNNPACKQuantizer,
+                                                         get_symmetric_quantization_config)
+    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (example,)).module(),
+                                          "xnnpack")
+    for x in calibration:
+        prepared(x)
+    ours = quantizes_by_op(fuselage.pt2e.convert_pt2e(prepared))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "XNNPACKQuantizer is deprecated"
+            quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
+        theirs_prepared = prepare_pt2e(torch.export.export(model, (example,)).module(),
+                                       quantizer)
+    except ValueError as e:
+        print(f"{name}: xnnpack: torchao refuses ({str(e)[:50]})", flush=True)
+        return []
+    for x in calibration:
+        theirs_prepared(x)
+    theirs = quantizes_by_op(convert_pt2e(theirs_prepared))
+    print(f"{name}: xnnpack: quantizes fuselage {sum(ours.values())} / XNNPACKQuantizer "
+          f"{sum(theirs.values())}", flush=True)
+    if name in KNOWN_XNNPACK_GAPS:
+        if ours == theirs:
+            return [f"{name}: (d) matches now: take it off KNOWN_XNNPACK_GAPS"]
+        print(f"{name}: xnnpack: known gap: {KNOWN_XNNPACK_GAPS[name]}", flush=True)
+        return []
+    return [] if ours == theirs else [f"{name}: (d) xnnpack quantizes differ: "
+                                      f"{dict(ours - theirs)} / {dict(theirs - ours)}"]
+
+
 def check(name):
     """The list of failed checks of one model (empty: all passed), printing its figures."""
     from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
@@ -81,8 +139,8 @@ def check(name):
     example = torch.randn(1, 3, 64, 64)
     calibration = [torch.randn(1, 3, 64, 64) for _ in range(4)]
     held_out = [torch.randn(1, 3, 64, 64) for _ in range(4)]
-    failures = []
     with torch.no_grad():
+        failures = xnnpack_check(name, model, example, calibration)
         want = run(model, held_out)
         prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (example,)).module())
         for x in calibration:

@@ -311,3 +311,32 @@ def test_a_config_that_quantizes_nothing_in_the_model_says_so(tmp_path):
     with pytest.warns(UserWarning, match=r"prepare_pt2e: .* quantize no op"):
         fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)),
                                    fuselage.pt2e.Quantizer(str(config)))
+
+
+def test_the_xnnpack_config_quantizes_where_xnnpack_quantizer_does():
+    xnnpack = pytest.importorskip("torchao.testing.pt2e._xnnpack_quantizer")
+    torch.manual_seed(0)
+    model = randomize_batch_norm(_ResidualNet()).eval()
+    x = torch.randn(2, 3, 16, 16)
+    with pytest.warns(UserWarning, match="deprecated"):
+        quantizer = xnnpack.XNNPACKQuantizer().set_global(
+            xnnpack.get_symmetric_quantization_config())
+    theirs = _torchao_flow(model, x, quantizer)
+    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "xnnpack")
+    with torch.no_grad():
+        prepared(x)
+    ours = fuselage.pt2e.convert_pt2e(prepared)
+
+    def quantizes_after(reference):
+        return collections.Counter(
+            str(n.args[0].target) for n in reference.graph.nodes
+            if n.op == "call_function" and n.target == _Q.quantize_per_tensor.default)
+    # int8 activations after the same ops (the input, conv-relu, the add-relu, ...), the
+    # weights int8 per tensor, and the same error.
+    assert quantizes_after(ours) == quantizes_after(theirs)
+    q = next(n for n in ours.graph.nodes if n.target == _Q.quantize_per_tensor.default)
+    assert q.args[3:6] == (-128, 127, torch.int8)
+    assert _q_dq_counts(ours)[1] == 0
+    with torch.no_grad():
+        want = model(x)
+        assert abs(_sqnr(want, ours(x)) - _sqnr(want, theirs(x))) < 1.0
