@@ -26,6 +26,7 @@ import fuselage.onnx  # noqa: E402
 from fuselage.errors import OnnxImportError  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 from conftest import REPO, SmallResidual, randomize_batch_norm  # noqa: E402
+from onnx_calibration import Reader, sqnr  # noqa: E402
 
 QuantType, QuantFormat = quantization.QuantType, quantization.QuantFormat
 CalibrationMethod = quantization.CalibrationMethod
@@ -319,18 +320,6 @@ def test_damaged_files_are_errors_never_crashes(tmp_path, small_residual):
 
 
 # ---- quantize_static beside ONNX Runtime's own -------------------------------------------
-
-class Reader(quantization.CalibrationDataReader):
-    def __init__(self, name, samples):
-        self.feeds = iter([{name: x} for x in samples])
-
-    def get_next(self):
-        return next(self.feeds, None)
-
-
-def sqnr(reference, y):
-    return 10 * np.log10((reference ** 2).sum() / ((reference - y) ** 2).sum())
-
 
 @pytest.fixture(scope="module")
 def residual_onnx(tmp_path_factory):

@@ -18,6 +18,7 @@ torchvision = pytest.importorskip("torchvision")
 
 import fuselage  # noqa: E402
 import fuselage.onnx  # noqa: E402
+from onnx_calibration import Reader, sqnr  # noqa: E402
 from conftest import randomize_batch_norm  # noqa: E402
 
 QuantType = quantization.QuantType
@@ -77,18 +78,6 @@ def test_float_outputs_equal_onnx_runtimes(name, tmp_path_factory):
     assert ours.shape == theirs.shape == (1, 1000)
     assert np.abs(theirs).max() > 1e-3  # batch norms that matter: a real signal
     assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
-
-
-class Reader(quantization.CalibrationDataReader):
-    def __init__(self, name, samples):
-        self.feeds = iter([{name: x} for x in samples])
-
-    def get_next(self):
-        return next(self.feeds, None)
-
-
-def sqnr(reference, y):
-    return float(10 * np.log10((reference ** 2).sum() / ((reference - y) ** 2).sum()))
 
 
 @pytest.mark.parametrize("name, convs", [("resnet18", 20), ("mobilenet_v2", 52)])
