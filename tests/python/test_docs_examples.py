@@ -1,4 +1,5 @@
-"""The examples of README.md and the user guide (docs/guide/*.md) run as tests (issue 39).
+"""The examples of README.md, the user guide (docs/guide/*.md) and the PT2E tutorial
+(docs/tutorials/pt2e_pattern.md) run as tests (issues 39, 36).
 
 Each example runs in a fresh temporary folder holding links to the checkout's folders (so
 `tools/examples/residual.textproto` and `backend_configs/...` are where the pages say),
@@ -25,7 +26,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GUIDE = os.path.join("docs", "guide")
 PAGES = ["README.md"] + sorted(os.path.join(GUIDE, name)
                                for name in os.listdir(os.path.join(REPO, GUIDE))
-                               if name.endswith(".md"))
+                               if name.endswith(".md")) + \
+    [os.path.join("docs", "tutorials", "pt2e_pattern.md")]  # the others are C++ tests
 
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"^<!-- (not run|output of): (.*\S) -->$")
