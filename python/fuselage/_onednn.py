@@ -25,6 +25,7 @@ import torch
 import torch.fx
 
 from fuselage._values import attribute
+from fuselage.errors import ExportError
 
 _aten = torch.ops.aten
 _Q = torch.ops.quantized_decomposed
@@ -178,12 +179,13 @@ class _Lowerer:
         bias = _arg(conv, 2, "bias", None)
         if bias is not None and _constant(self.gm, bias) is None:
             return
-        stride = list(_arg(conv, 3, "stride", [1] * dims))
-        padding = list(_arg(conv, 4, "padding", [0] * dims))
-        dilation = list(_arg(conv, 5, "dilation", [1] * dims))
+        params = [_arg(conv, 3, "stride", [1] * dims), _arg(conv, 4, "padding", [0] * dims),
+                  _arg(conv, 5, "dilation", [1] * dims)]
+        if not all(isinstance(p, (list, tuple)) and len(p) == dims and
+                   all(isinstance(v, int) for v in p) for p in params):
+            return  # padding="same", or a parameter computed in the graph: stays reference
+        stride, padding, dilation = (list(p) for p in params)
         groups = int(_arg(conv, 6, "groups", 1))
-        if isinstance(padding, str) or len(stride) != dims:
-            return
         w, w_scales, w_zps = weight
         packed_value = torch.ops.onednn.qconv_prepack(w, w_scales, x_scale, x_zp, stride,
                                                       padding, dilation, groups, None)
@@ -236,6 +238,9 @@ class _Lowerer:
 def lower_to_onednn(reference):
     """A copy of the PT2E reference GraphModule `reference` with its quantized convs and
     linears as oneDNN int8 ops (module docstring)."""
+    if not isinstance(reference, torch.fx.GraphModule):
+        raise ExportError(f"lower_pt2e_quantized_to_x86: expected the torch.fx.GraphModule "
+                          f"convert_pt2e gives; got {type(reference).__name__}")
     gm = copy.deepcopy(reference)
     lowerer = _Lowerer(gm)
     for node in list(gm.graph.nodes):

@@ -340,3 +340,9 @@ def test_the_xnnpack_config_quantizes_where_xnnpack_quantizer_does():
     with torch.no_grad():
         want = model(x)
         assert abs(_sqnr(want, ours(x)) - _sqnr(want, theirs(x))) < 1.0
+
+
+def test_lowering_to_onednn_refuses_what_is_no_graph():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
+    with pytest.raises(fuselage.ExportError, match="expected the torch.fx.GraphModule"):
+        fuselage.pt2e.lower_pt2e_quantized_to_x86(model, (torch.randn(1, 3, 8, 8),))
