@@ -8,7 +8,7 @@ becomes the op torchao's lower_pt2e_quantized_to_x86 gives it:
     dq(x) -> conv2d(dq(w)) [-> relu | hardtanh | hardswish | silu] [-> q]
         onednn.qconv_pointwise(x, sx, zx, packed, w_scales, w_zps, bias, ...,
                                out_scale, out_zp, out_dtype, attr, scalars, algorithm)
-    dq(x) -> conv2d(dq(w)) -> add(dq(accum)) [-> relu] -> q
+    dq(x) -> conv2d(dq(w)) -> add(dq(accum)) [-> relu] [-> q]
         onednn.qconv2d_pointwise.binary(..., accum, ..., "sum", 1.0, unary, [], "")
     dq(x) -> linear(dq(w)) [-> relu] [-> q]
         onednn.qlinear_pointwise(x, sx, zx, packed, w_scales, w_zps, bias, ...)
@@ -157,14 +157,17 @@ class _Lowerer:
         self.count += 1
         return new
 
-    def accumulator(self, add, conv):
-        """(accumulator node, scale, zero point) of the add's other input, cloned where
-        anything else reads it (the oneDNN sum writes into it), else None."""
+    def accumulator(self, add, conv, quantized):
+        """(accumulator node, scale, zero point) of the add's other input, a per-tensor
+        dequantize: its integer tensor when the sum's output is `quantized`, else the
+        dequantized float tensor (scale 1, zero point 0), as torchao's lowering reads it.
+        Cloned where anything else reads it (the oneDNN sum writes into it); None if the
+        other input is no such dequantize."""
         other = add.args[1] if add.args[0] is conv else add.args[0]
         found = _per_tensor_input(other)
         if found is None or other is conv or len(add.args) != 2 or add.kwargs:
             return None
-        accum, scale, zero_point = found
+        accum, scale, zero_point = found if quantized else (other, 1.0, 0)
         if len(accum.users) > 1 or len(other.users) > 1 or accum.op != "call_function":
             with self.gm.graph.inserting_before(add):
                 accum = self.gm.graph.call_function(_aten.clone.default, (accum,))
@@ -198,13 +201,15 @@ class _Lowerer:
         add = _only_user(conv)
         if dims == 2 and _call(add, _ADDS):
             relu = _only_user(add) if _call(_only_user(add), _RELUS) else None
-            quantized = _quantize_after(relu if relu is not None else add)
-            accumulator = self.accumulator(add, conv) if quantized is not None else None
+            tail = relu if relu is not None else add
+            quantized = _quantize_after(tail)
+            accumulator = self.accumulator(add, conv, quantized is not None)
             if accumulator is not None:
-                q, scale, zero_point, dtype = quantized
+                q, scale, zero_point, dtype = quantized or (None, 1.0, 0, torch.float32)
                 accum, accum_scale, accum_zp = accumulator
-                group = [conv, add] + ([relu] if relu is not None else []) + [q]
-                self.replace(group, q, torch.ops.onednn.qconv2d_pointwise.binary,
+                group = [conv, add] + ([relu] if relu is not None else []) + \
+                    ([q] if q is not None else [])
+                self.replace(group, group[-1], torch.ops.onednn.qconv2d_pointwise.binary,
                              head + [accum, bias] + conv_args +
                              [scale, zero_point, dtype, accum_scale, accum_zp, "sum", 1.0,
                               "relu" if relu is not None else "none", [], ""])

@@ -346,3 +346,31 @@ def test_lowering_to_onednn_refuses_what_is_no_graph():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
     with pytest.raises(fuselage.ExportError, match="expected the torch.fx.GraphModule"):
         fuselage.pt2e.lower_pt2e_quantized_to_x86(model, (torch.randn(1, 3, 8, 8),))
+
+
+def test_a_conv_add_relu_with_a_float_output_lowers_to_binary_as_torchaos():
+    # The model's last block: its add-relu's output is the model's, float; torchao's
+    # lowering still gives one qconv2d_pointwise.binary (float32 out, the dequantized
+    # residual its accumulator), and so does fuselage's.
+    lowering = pytest.importorskip("torchao.quantization.pt2e.lowering")
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return torch.relu(self.bn(self.conv(x)) + x)
+
+    torch.manual_seed(0)
+    model = randomize_batch_norm(torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1),
+                                                     Block(), Block())).eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        reference = torchao_x86_reference(model, x)
+        ours = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (x,))
+        theirs = lowering.lower_pt2e_quantized_to_x86(reference, (x,))
+        assert _onednn_counts(ours) == _onednn_counts(theirs) == {
+            "onednn.qconv_pointwise.default": 1, "onednn.qconv2d_pointwise.binary": 2}
+        got, their_out = ours(x), theirs(x)
+    assert torch.allclose(got, their_out, rtol=0, atol=1e-4 * their_out.abs().max())
