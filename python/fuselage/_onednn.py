@@ -62,17 +62,22 @@ def _call(node, targets):
         node.target in targets
 
 
-def _per_tensor_input(node):
-    """(the quantized tensor's node, scale, zero point) of a per-tensor dequantize of a
-    uint8 / int8 value with inline parameters, else None."""
-    if not _call(node, _DQ_PER_TENSOR):
-        return None
-    x, scale, zero_point = node.args[:3]
+def _inline_qparams(node):
+    """(scale, zero point, dtype) of a per-tensor quantize or dequantize `node` of uint8 /
+    int8 values whose parameters are inline numbers, else None."""
+    scale, zero_point = node.args[1], node.args[2]
     dtype = node.args[5] if len(node.args) > 5 else node.kwargs.get("dtype")
     if not isinstance(scale, float) or not isinstance(zero_point, int) or \
             dtype not in (torch.uint8, torch.int8):
         return None
-    return x, scale, zero_point
+    return scale, zero_point, dtype
+
+
+def _per_tensor_input(node):
+    """(the quantized tensor's node, scale, zero point) of a per-tensor dequantize of a
+    uint8 / int8 value with inline parameters, else None."""
+    qparams = _call(node, _DQ_PER_TENSOR) and _inline_qparams(node)
+    return (node.args[0], *qparams[:2]) if qparams else None
 
 
 def _constant(gm, node):
@@ -110,14 +115,8 @@ def _quantize_after(node):
     """(quantize node, scale, zero point, dtype) if `node`'s only user quantizes it per
     tensor with inline parameters, else None."""
     q = _only_user(node)
-    if not _call(q, _Q_PER_TENSOR):
-        return None
-    scale, zero_point = q.args[1], q.args[2]
-    dtype = q.args[5] if len(q.args) > 5 else q.kwargs.get("dtype")
-    if not isinstance(scale, float) or not isinstance(zero_point, int) or \
-            dtype not in (torch.uint8, torch.int8):
-        return None
-    return q, scale, zero_point, dtype
+    qparams = _call(q, _Q_PER_TENSOR) and _inline_qparams(q)
+    return (q, *qparams) if qparams else None
 
 
 class _Lowerer:
@@ -130,6 +129,13 @@ class _Lowerer:
         name = f"_onednn_{prefix}_{self.count}"
         self.gm.register_buffer(name, value)
         return self.gm.graph.get_attr(name)
+
+    def weight_constants(self, op, packed, scales, zero_points):
+        """get_attrs, before `op`, of its packed weight and per-channel scales and zero
+        points, as the oneDNN ops read them."""
+        with self.gm.graph.inserting_before(op):
+            return (self.constant("packed", packed), self.constant("w_scales", scales),
+                    self.constant("w_zps", zero_points))
 
     def tail(self, node, unary_targets):
         """The nodes after `node` its op absorbs and the op's post-op and output: (nodes,
@@ -192,11 +198,7 @@ class _Lowerer:
         w, w_scales, w_zps = weight
         packed_value = torch.ops.onednn.qconv_prepack(w, w_scales, x_scale, x_zp, stride,
                                                       padding, dilation, groups, None)
-        with self.gm.graph.inserting_before(conv):
-            packed = self.constant("packed", packed_value)
-            scales = self.constant("w_scales", w_scales)
-            zps = self.constant("w_zps", w_zps)
-        head = [x, x_scale, x_zp, packed, scales, zps]
+        head = [x, x_scale, x_zp, *self.weight_constants(conv, packed_value, w_scales, w_zps)]
         conv_args = [stride, padding, dilation, groups]
         add = _only_user(conv)
         if dims == 2 and _call(add, _ADDS):
@@ -228,11 +230,8 @@ class _Lowerer:
             return
         x, x_scale, x_zp = found
         w, w_scales, w_zps = weight
-        packed_value = torch.ops.onednn.qlinear_prepack(w, None)
-        with self.gm.graph.inserting_before(linear):
-            packed = self.constant("packed", packed_value)
-            scales = self.constant("w_scales", w_scales)
-            zps = self.constant("w_zps", w_zps)
+        packed, scales, zps = self.weight_constants(
+            linear, torch.ops.onednn.qlinear_prepack(w, None), w_scales, w_zps)
         nodes, attr, scalars, scale, zero_point, dtype = self.tail(linear, _RELUS)
         group = [linear] + nodes
         self.replace(group, group[-1], torch.ops.onednn.qlinear_pointwise.default,

@@ -95,16 +95,21 @@ def _torchao_x86_op_set(backend):
     conv's residual add joins. The FX config quantizes standalone add, mul, hardsigmoid,
     norms, ... too, which torchao leaves float (0.7 to 3 dB of SQNR on mobilenet_v3,
     efficientnet and convnext)."""
+    def keep(ops):
+        if len(ops) == 1:
+            return ops[0] in _SINGLE_OPS or _is_weighted(ops[0])
+        return any(_is_weighted(op) for op in ops) or sorted(ops) == ["add", "relu"]
+    return _narrowed(backend, backend.name, keep)
+
+
+def _narrowed(backend, name, keep):
+    """A BackendConfig `name` of the entries of `backend` whose pattern's ops (lower-case
+    names, _pattern_ops) `keep` accepts."""
     from torch.ao.quantization.backend_config import BackendConfig
-    kept = BackendConfig(backend.name)
+    kept = BackendConfig(name)
     for config in backend.configs:
         pattern = config.pattern if config.pattern is not None else config._pattern_complex_format
-        ops = _pattern_ops(pattern)
-        if len(ops) == 1:
-            keep = ops[0] in _SINGLE_OPS or _is_weighted(ops[0])
-        else:
-            keep = any(_is_weighted(op) for op in ops) or sorted(ops) == ["add", "relu"]
-        if keep:
+        if keep(_pattern_ops(pattern)):
             kept.set_backend_pattern_config(config)
     return kept
 
@@ -123,20 +128,17 @@ def _xnnpack_configs():
     [-127, 127], on the FX flow's qnnpack config narrowed to XNNPACKQuantizer's op set. Its
     quantized ops observe their outputs whatever reads them, as the FX flow does."""
     from torch.ao.quantization import QConfig, QConfigMapping
-    from torch.ao.quantization.backend_config import BackendConfig, get_qnnpack_backend_config
+    from torch.ao.quantization.backend_config import get_qnnpack_backend_config
     from torch.ao.quantization.observer import HistogramObserver, MinMaxObserver
     qconfig = QConfig(
         activation=HistogramObserver.with_args(dtype=torch.qint8, quant_min=-128,
                                                quant_max=127, eps=2 ** -12),
         weight=MinMaxObserver.with_args(dtype=torch.qint8, quant_min=-127, quant_max=127,
                                         qscheme=torch.per_tensor_symmetric, eps=2 ** -12))
-    kept = BackendConfig("xnnpack")
-    for config in get_qnnpack_backend_config().configs:
-        pattern = config.pattern if config.pattern is not None else config._pattern_complex_format
-        if all(op in _XNNPACK_OPS or op.startswith(("conv", "linear", "batchnorm"))
-               and "transpose" not in op for op in _pattern_ops(pattern)):
-            kept.set_backend_pattern_config(config)
-    return QConfigMapping().set_global(qconfig), kept
+    backend = _narrowed(get_qnnpack_backend_config(), "xnnpack", lambda ops: all(
+        op in _XNNPACK_OPS or op.startswith(("conv", "linear", "batchnorm"))
+        and "transpose" not in op for op in ops))
+    return QConfigMapping().set_global(qconfig), backend
 
 
 def _with_conv_activations(backend):
@@ -312,6 +314,7 @@ def _observed_for_quantized_readers_only(prepared, report):
     float value, and its output is observed for its int8 readers alone."""
     from fuselage._annotate import _observer_of
     kept_float = {k.node for k in report.kept_float}
+    erased = set()  # the observer modules whose calls went
 
     def shares(reader, observer):
         return any(user.op == "call_module" and user.target == observer.target
@@ -326,9 +329,9 @@ def _observed_for_quantized_readers_only(prepared, report):
             reader.replace_input_with(node, node.args[0])
         if not node.users:
             prepared.graph.erase_node(node)
-            if not any(n.op == "call_module" and n.target == node.target
-                       for n in prepared.graph.nodes):
-                prepared.delete_submodule(node.target)
+            erased.add(node.target)
+    for target in erased - {n.target for n in prepared.graph.nodes if n.op == "call_module"}:
+        prepared.delete_submodule(target)  # a shared observer's other calls keep it
     prepared.recompile()
     return prepared
 
