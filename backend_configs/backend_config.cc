@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "graph/module_schema.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -246,6 +248,18 @@ absl::Status ValidateFusedChildren(const BackendPatternConfig& config,
                                  "); choose the fuser and fused module that fit the pattern"));
 }
 
+// A rule fusing into a declared type writes the type's steps on each module it makes
+// (FusionRule::composite_steps), so the fused model runs without the config.
+void CarryDeclaredSteps(BackendPatternConfig& config, const ModuleSchemaRegistry& modules) {
+  FusionRule& rule = config.rule;
+  const ModuleSchema* fused =
+      rule.fused_module_type.empty() ? nullptr : modules.Find(rule.fused_module_type);
+  if (fused == nullptr || fused->composition == nullptr) return;
+  rule.composite_steps = std::make_shared<const Argument>(CompositionSteps(*fused->composition));
+  rule.composite_outputs =
+      std::make_shared<const Argument>(CompositionOutputs(*fused->composition));
+}
+
 }  // namespace
 
 std::string PatternKey(const Pattern& pattern) {
@@ -318,6 +332,7 @@ absl::Status BackendConfig::Insert(BackendPatternConfig config, bool replace,
                                    const ModuleSchemaRegistry& modules,
                                    const FunctionRegistry& functions) {
   RETURN_IF_ERROR(ValidateBackendPatternConfig(config, modules, functions));
+  CarryDeclaredSteps(config, modules);
   std::string key = PatternKey(config.pattern());
   auto same_pattern = index_by_pattern_key_.find(key);
   auto same_name = index_by_name_.find(config.name());

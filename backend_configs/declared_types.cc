@@ -1,7 +1,6 @@
 #include "backend_configs/declared_types.h"
 
 #include <algorithm>
-#include <atomic>
 #include <memory>
 #include <set>
 #include <string>
@@ -545,17 +544,6 @@ absl::StatusOr<DeclaredLoweringRule> ReadLoweringRule(
   return rule;
 }
 
-// Set once any type is declared: RecordDeclaringConfigs walks nothing before.
-std::atomic<bool> any_type_declared{false};
-
-void RecordDeclaringConfigsIn(Module& module, const ModuleSchemaRegistry& schemas) {
-  const ModuleSchema* schema = schemas.Find(module.type());
-  if (schema != nullptr && schema->composition != nullptr && !schema->declared_in.empty()) {
-    module.SetAttribute(kDeclaredInAttribute, Argument::String(schema->declared_in));
-  }
-  for (const auto& [name, child] : module.children()) RecordDeclaringConfigsIn(*child, schemas);
-}
-
 // Declared lowering rules, process-wide.
 class LoweringRuleStore {
  public:
@@ -664,14 +652,8 @@ absl::Status RegisterDeclarations(const config::BackendConfigFile& file,
       return Prefixed(st, EntryPrefix(source, "fused_module_type", static_cast<int>(i), name));
     }
   }
-  if (!schemas.empty()) any_type_declared.store(true, std::memory_order_release);
   for (DeclaredLoweringRule& rule : rules) store.Add(std::move(rule));
   return absl::OkStatus();
-}
-
-void RecordDeclaringConfigs(GraphModule& gm) {
-  if (!any_type_declared.load(std::memory_order_acquire)) return;
-  RecordDeclaringConfigsIn(gm.root(), ModuleSchemaRegistry::Global());
 }
 
 std::vector<DeclaredLoweringRule> DeclaredLoweringRules() {

@@ -21,8 +21,10 @@
 // What a declaration registers, when the file loads (config_loader.h):
 //  - the type's ModuleSchema in ModuleSchemaRegistry::Global(): its inputs, its children
 //    (each child type, and for a weighted nn.X also nnqr.X, the reference form convert
-//    makes of child "0"), and its ModuleComposition, which the composite kernel
-//    (runtime/composite_kernel.h) runs for every KernelRegistry;
+//    makes of child "0"), and its ModuleComposition. A pattern entry fusing into the type
+//    writes the composition's steps on every module it makes (graph/module_schema.h
+//    CompositionSteps, FusionRule::composite_steps), and those run by the one steps
+//    kernel (runtime/fused_subgraph.h) that fuselage.FusedSubgraph runs by;
 //  - observation: prepare (quantize/prepare.h) treats the type as any fused module, from
 //    the file's pattern entry for it (`pattern: "user.ConvBnAddReLU2d"` with root_module,
 //    reference_quantized_module and dtype_config): every tensor input and the output get
@@ -44,15 +46,11 @@
 // in a built-in namespace (nn, nni, nnq, nniq, nnqr, torch, ...) or of a built-in type is
 // refused. A file's declarations are all checked before any is registered.
 //
-// Model files: a model file does NOT carry the declaration, only which config declared
-// it: fusing (pipeline FuseModel / RunQuantizeFlow, `fuselage fuse`) records on each
-// module of a declared type the string attribute "declared_in" (RecordDeclaringConfigs).
-// A fused, prepared or reference model holding a declared type loads only in a process
-// that has loaded the declaring config; elsewhere GraphModule::Verify refuses it, naming
-// the config: "unknown module type 'user.X' ... declared by the backend config 'F'
-// (fused_module_type): load it first, e.g. --config=F". A lowered model names only
-// native types and runs anywhere. Why not carry the declaration: the config is the one
-// definition of the type; a copy in each model file could disagree with it silently.
+// Model files carry each declared module's steps, so a fused, prepared or reference model
+// holding a declared type loads and runs in any process, with or without its config; where
+// the config is loaded, GraphModule::Verify checks the steps against the declaration and
+// refuses a module fused under another one. Prepare, convert and lowering need the config
+// (the pattern entry's observation, the observed steps, the lowering rule).
 #ifndef FUSELAGE_BACKEND_CONFIGS_DECLARED_TYPES_H_
 #define FUSELAGE_BACKEND_CONFIGS_DECLARED_TYPES_H_
 
@@ -114,15 +112,6 @@ struct DeclaredLoweringRule {
 absl::Status RegisterDeclarations(const config::BackendConfigFile& file,
                                   absl::string_view source,
                                   const ModuleSchemaRegistry& modules);
-
-// The attribute naming the declaring config on modules of declared types.
-inline constexpr char kDeclaredInAttribute[] = "declared_in";
-
-// Sets kDeclaredInAttribute (the declaring config's source name) on every module of `gm`
-// whose type was declared in a config, so a model file saved afterwards names the config
-// a process must load to read it. Nothing (no walk) while no type has been declared;
-// O(modules) otherwise.
-void RecordDeclaringConfigs(GraphModule& gm);
 
 // Every lowering rule declared so far, in declaration order (a copy).
 std::vector<DeclaredLoweringRule> DeclaredLoweringRules();

@@ -113,22 +113,14 @@ class SymbolSet {
   absl::flat_hash_set<Symbol> spread_;
 };
 
-// A type in no namespace fuselage defines is one a backend config declares (its
-// fused_module_type, backend_configs/declared_types.h); model files do not carry the
-// declaration, only (string attribute "declared_in", set at fusion) which config it is.
-std::string DeclaredTypeHint(const Module& module) {
-  if (const Argument* config = module.FindAttribute("declared_in");
-      config != nullptr && config->is_string()) {
-    return absl::StrCat(" (it is declared by the backend config '", config->as_string(),
-                        "' (fused_module_type): load it first, e.g. --config=",
-                        config->as_string(), "; the model file does not carry it)");
-  }
-  const absl::string_view name = module.type().name();
-  if (name.find('.') == absl::string_view::npos || InBuiltinNamespace(name)) return "";
-  return absl::StrCat(
-      " (a type in no built-in namespace is declared by a backend config's "
-      "fused_module_type: load the config that declares '", name,
-      "' first, e.g. --config=that.textproto; the model file does not carry it)");
+// The schema Verify checks `module` against: its type's, or, for a type no registry knows
+// that carries its own steps (a declared type whose config this process has not loaded),
+// fuselage.FusedSubgraph's: any inputs and children, run by the steps kernel.
+const ModuleSchema* SchemaOf(const Module& module, const ModuleSchemaRegistry& schemas) {
+  if (const ModuleSchema* schema = schemas.Find(module.type())) return schema;
+  if (!CarriesSteps(module)) return nullptr;
+  static const Symbol kSubgraph = Symbol::Intern("fuselage.FusedSubgraph");
+  return schemas.Find(kSubgraph);
 }
 
 absl::Status VerifyModuleTree(const Module& module, const std::string& path,
@@ -137,11 +129,11 @@ absl::Status VerifyModuleTree(const Module& module, const std::string& path,
   if (depth > 64) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": module tree deeper than 64"));
   }
-  const ModuleSchema* schema = schemas.Find(module.type());
+  const ModuleSchema* schema = SchemaOf(module, schemas);
   if (schema == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": unknown module type '", module.type().name(),
-        "'; register its schema in ModuleSchemaRegistry", DeclaredTypeHint(module)));
+        "'; register its schema in ModuleSchemaRegistry"));
   }
   for (const std::string& tensor : schema->required_tensors) {
     if (module.FindTensor(tensor) == nullptr) {
@@ -625,7 +617,7 @@ absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
               "' than the tree (stale: a tree edit did not call InvalidateTree)"));
         }
       }
-      const ModuleSchema* schema = schemas.Find(module->type());
+      const ModuleSchema* schema = SchemaOf(*module, schemas);
       const int num_args = static_cast<int>(n->num_args());
       if (num_args < schema->min_inputs ||
           (schema->max_inputs != ModuleSchema::kAnyNumber && num_args > schema->max_inputs)) {

@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/check.h"
@@ -328,8 +332,86 @@ absl::Status CheckFusedChildren(const Module& module, const ModuleSchema& schema
 
 }  // namespace
 
+bool CarriesSteps(const Module& module) {
+  return module.FindAttribute(kStepsAttribute) != nullptr &&
+         module.FindAttribute(kOutputsAttribute) != nullptr;
+}
+
+std::vector<int> ObservedStepsOf(const Module& module) {
+  std::vector<int> steps;
+  if (!CarriesSteps(module)) return steps;
+  for (const auto& [name, value] : module.attributes()) {
+    const absl::string_view text = name;
+    constexpr absl::string_view kPrefix = "step_", kSuffix = "_observer";
+    if (!absl::StartsWith(text, kPrefix) || !absl::EndsWith(text, kSuffix)) continue;
+    int step = 0;
+    if (absl::SimpleAtoi(text.substr(kPrefix.size(), text.size() - kPrefix.size() - kSuffix.size()),
+                         &step) &&
+        step >= 0) {
+      steps.push_back(step);
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+Argument CompositionSteps(const ModuleComposition& composition) {
+  const auto tagged = [](const char* tag, int index) {
+    return Argument::Tuple({Argument::String(tag), Argument::Int(index)});
+  };
+  std::vector<Argument> steps;
+  steps.reserve(composition.steps.size());
+  for (const ModuleComposition::Step& step : composition.steps) {
+    std::vector<Argument> refs;
+    for (const ModuleComposition::Value& v : step.inputs) {
+      refs.push_back(tagged(v.source == ModuleComposition::Value::Source::kArg ? "input" : "step",
+                            v.index));
+    }
+    const bool child = step.child >= 0;
+    steps.push_back(Argument::Tuple(
+        {Argument::String(child ? "call_module" : "call_function"),
+         Argument::String(child ? std::to_string(step.child) : step.function),
+         Argument::List(std::move(refs)), Argument::List({})}));
+  }
+  return Argument::List(std::move(steps));
+}
+
+Argument CompositionOutputs(const ModuleComposition& composition) {
+  return Argument::List({Argument::Int(static_cast<int64_t>(composition.steps.size()) - 1)});
+}
+
+namespace {
+
+// A module of a declared type carries the steps of its declaration: one that differs
+// (a model fused under another declaration of the same name) would run something other
+// than what the loaded config declares.
+absl::Status CheckStepsAgainstDeclaration(const Module& module, const ModuleSchema& schema,
+                                          absl::string_view where) {
+  const Argument* steps = module.FindAttribute(kStepsAttribute);
+  const Argument* outputs = module.FindAttribute(kOutputsAttribute);
+  const std::string declared =
+      schema.declared_in.empty() ? std::string() : absl::StrCat(" in '", schema.declared_in, "'");
+  if (steps == nullptr || outputs == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": a module of a declared type carries its steps (attributes \"steps\" and "
+        "\"outputs\"), written at fusion; this one has none: fuse the model again"));
+  }
+  if (!(*steps == CompositionSteps(*schema.composition)) ||
+      !(*outputs == CompositionOutputs(*schema.composition))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": its steps differ from the declaration of '", schema.type, "'", declared,
+        ": the model was fused under another declaration of this type"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckModuleAgainstSchema(const Module& module, const ModuleSchema& schema,
                                       absl::string_view where) {
+  if (schema.composition != nullptr) {
+    RETURN_IF_ERROR(CheckStepsAgainstDeclaration(module, schema, where));
+  }
   // A fused module's kernel runs the parts it knows (ConvAddReLU2d: child "0" and its own
   // relu), so any other part would be skipped silently: a batch norm as a second child
   // would simply not run.

@@ -3,11 +3,11 @@
 // attributes and tensors must satisfy (stride >= 1, a weight whose shape agrees with the
 // channels, ...). Verify() checks every module and every call_module against this (all but
 // the children, which backend configs are checked against), and a
-// model file naming an unregistered type is rejected. A user adds a module type by
-// registering its schema here (and, if it must run, a kernel in runtime/), or, with no
-// C++, by declaring it in a backend config (fused_module_type,
-// backend_configs/declared_types.h), which registers a schema with a ModuleComposition
-// that the composite kernel (runtime/composite_kernel.h) runs.
+// model file naming an unregistered type is rejected, unless its module carries its own
+// steps (CarriesSteps). A user adds a module type by registering its schema here (and, if
+// it must run, a kernel in runtime/), or, with no C++, by declaring it in a backend config
+// (fused_module_type, backend_configs/declared_types.h), which registers a schema with a
+// ModuleComposition; fusion writes it on each module as steps (CompositionSteps).
 #ifndef FUSELAGE_GRAPH_MODULE_SCHEMA_H_
 #define FUSELAGE_GRAPH_MODULE_SCHEMA_H_
 
@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "graph/argument.h"
 #include "graph/symbol.h"
 
 namespace fuselage {
@@ -36,8 +37,8 @@ using ModuleFieldCheck = std::function<absl::Status(const Module& module)>;
 // How a module type declared as data runs (a backend config's fused_module_type,
 // backend_configs/declared_types.h): steps in order, each a child module or a float
 // function, reading forward()'s args and earlier steps; the last step's value is the
-// output. runtime/composite_kernel.h runs it for any module type that has no kernel of
-// its own. Example (relu(conv(x) + residual), children "0" = conv, "1" = relu):
+// output. Fusion writes it on each module of the type as steps (CompositionSteps), which
+// runtime/fused_subgraph.h runs. Example (relu(conv(x) + residual), children "0" = conv, "1" = relu):
 //   {{child 0, inputs {arg 0}}, {function "operator.add", inputs {step 0, arg 1}},
 //    {child 1, inputs {step 1}}}
 struct ModuleComposition {
@@ -70,11 +71,32 @@ struct ModuleComposition {
   }
 };
 
+// A module that carries its own steps runs anywhere, with no schema or config: the attributes
+// "steps" and "outputs" (patterns/fusion_rule.h gives their format) that one kernel,
+// runtime/fused_subgraph.h, replays. Modules of fuselage.FusedSubgraph (a multi-output
+// match) and of every declared type carry them: a declared type's are its composition's
+// (CompositionSteps), written at fusion, so a model file holding it needs no config to run,
+// and Verify checks them against the declaration where the config is loaded.
+inline constexpr char kStepsAttribute[] = "steps";
+inline constexpr char kOutputsAttribute[] = "outputs";
+bool CarriesSteps(const Module& module);
+
+// `composition` in the step format of kStepsAttribute: a child step is
+// ("call_module", "<child>", [refs], []), a function step ("call_function", target, [refs],
+// []), an arg ("input", i), an earlier step ("step", j).
+Argument CompositionSteps(const ModuleComposition& composition);
+// kOutputsAttribute of a composition: its last step.
+Argument CompositionOutputs(const ModuleComposition& composition);
+
 // On a module of a declared type: the path of the observer of its step `step` (string),
 // after prepare; then, after convert, that step's quantization parameters.
 inline std::string ObservedStepAttribute(int step) {
   return "step_" + std::to_string(step) + "_observer";
 }
+// The steps whose observer prepare recorded on `module` (its ObservedStepAttribute
+// attributes), in step order: what calibration feeds and convert replaces, read from the
+// model itself so that neither needs the declaring config.
+std::vector<int> ObservedStepsOf(const Module& module);
 inline std::string ObservedStepScaleAttribute(int step) {
   return "step_" + std::to_string(step) + "_scale";
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "graph/graph.h"
+#include "graph/module_schema.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -132,8 +133,9 @@ using ModuleParts = absl::InlinedVector<std::unique_ptr<Module>, 4>;
 
 // The module of type `type` with `parts` as children: built in pending->storage if the pass
 // gave one (then returns nullptr and sets pending->fused_in_storage), else on the heap.
-absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type, ModuleParts parts,
+absl::StatusOr<std::unique_ptr<Module>> Wrap(const FusionRule& rule, ModuleParts parts,
                                              PendingFusion* pending) {
+  const Symbol type = rule.fused_module_type;
   std::unique_ptr<Module> owned;
   Module* fused = nullptr;
   if (pending != nullptr && pending->storage != nullptr) {
@@ -156,6 +158,10 @@ absl::StatusOr<std::unique_ptr<Module>> Wrap(Symbol type, ModuleParts parts,
       fused->SetChild(absl::StrCat(index), std::move(part));
     }
     ++index;
+  }
+  if (rule.composite_steps != nullptr) {
+    fused->SetAttribute(kStepsAttribute, *rule.composite_steps);
+    fused->SetAttribute(kOutputsAttribute, *rule.composite_outputs);
   }
   return owned;
 }
@@ -239,9 +245,9 @@ absl::StatusOr<std::unique_ptr<Module>> BuildFusedSubgraph(const GraphModule& gm
   // Built on the heap (no PendingFusion::storage): the attributes are set after the
   // children.
   ASSIGN_OR_RETURN(std::unique_ptr<Module> fused,
-                   Wrap(match.rule->fused_module_type, std::move(parts), nullptr));
-  fused->SetAttribute("steps", Argument::List(std::move(steps)));
-  fused->SetAttribute("outputs", Argument::List(std::move(outputs)));
+                   Wrap(*match.rule, std::move(parts), nullptr));
+  fused->SetAttribute(kStepsAttribute, Argument::List(std::move(steps)));
+  fused->SetAttribute(kOutputsAttribute, Argument::List(std::move(outputs)));
   return fused;
 }
 
@@ -268,14 +274,14 @@ absl::StatusOr<std::unique_ptr<Module>> WrapInSequence(const GraphModule& gm,
             "drop"));
       }
     }
-    return Wrap(match.rule->fused_module_type, std::move(parts), pending);
+    return Wrap(*match.rule, std::move(parts), pending);
   }
   for (const MatchedOpNode& entry : nodes) {
     ASSIGN_OR_RETURN(std::unique_ptr<Module> part,
                      PartModule(gm, entry, match.rule->name, pending));
     parts.push_back(std::move(part));
   }
-  return Wrap(match.rule->fused_module_type, std::move(parts), pending);
+  return Wrap(*match.rule, std::move(parts), pending);
 }
 
 // True if an optional position of `match` is absent (bound to None).
@@ -631,7 +637,7 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(
     }
     return std::move(*only);
   }
-  return Wrap(rule.fused_module_type, std::move(parts), pending);
+  return Wrap(rule, std::move(parts), pending);
 }
 
 // Computes `fold` into its module: the folded bias (in place when the module has a float32

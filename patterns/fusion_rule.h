@@ -238,6 +238,13 @@ struct FusionRule {
   FuserKind fuser_kind = FuserKind::kWrapInSequence;
   Fuser custom_fuser;  // kCustom only
 
+  // For a fused type declared in a backend config: its steps and outputs
+  // (graph/module_schema.h, CompositionSteps), which the built-in fusers write on every
+  // module they make, so the module runs with no config loaded. BackendConfig sets them
+  // from the type's schema; null for every other type.
+  std::shared_ptr<const Argument> composite_steps;
+  std::shared_ptr<const Argument> composite_outputs;
+
   // Declarative getters: a pattern position (see Pattern::PositionAtPath). Unset = default.
   std::optional<int> root_position;
   std::optional<std::vector<int>> extra_input_positions;

@@ -120,7 +120,6 @@ absl::StatusOr<FuseReport> FuseScannedModel(GraphModule& gm, const BackendConfig
   ASSIGN_OR_RETURN(FuseOutcome outcome, FusePatternsWithOptions(gm, matcher, options));
   report.fused = outcome.fused;
   report.overlaps = std::move(outcome.overlaps);
-  RecordDeclaringConfigs(gm);  // a saved model names the config of its declared types
   report.nodes_after = gm.graph().size();
   return report;
 }

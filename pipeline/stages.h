@@ -55,12 +55,12 @@ absl::StatusOr<BackendConfig> ResolveBackendConfig(
 
 // Loads the backend config file at `path` for what it declares (fused_module_type,
 // lowering_rule; backend_configs/declared_types.h), for a front door about to load a
-// model that may hold a declared type: a fused, prepared or reference model of such a
-// type loads, verifies and runs only in a process that has loaded its declaring config
-// (GraphModule::Verify refuses it otherwise, naming the config). The whole file is
-// checked as ResolveBackendConfig checks it; its pattern entries are not kept. `source`
-// names the config in errors and is the name its declarations are registered under (the
-// "declared_in" a fusion in this process records), e.g. the path as the user typed it.
+// model that may hold a declared type: such a model runs anywhere (its modules carry their
+// steps), but converting and lowering it need the declaration (observed steps, lowering
+// rules), and with it loaded Verify checks each module's steps against it. The whole file
+// is checked as ResolveBackendConfig checks it; its pattern entries are not kept. `source`
+// names the config in errors and is the name its declarations are registered under, e.g.
+// the path as the user typed it.
 // The reader's error (naming the path) or the loader's (naming `source`, entry, field).
 //
 //   RETURN_IF_ERROR(LoadDeclaringConfig("configs/new_type.textproto",
@@ -107,8 +107,7 @@ absl::StatusOr<FuseReport> FuseModel(GraphModule& gm, const BackendConfig& confi
 // FuseModel after its first two steps, for a front door that takes them itself to time or
 // profile them (`fuselage fuse --time --profile`): `matcher` is BuildFusionMatcher(config)
 // and `matches` its read-only scan of `gm` (matcher.FindMatches(gm)), which give the
-// counts per pattern. Fuses, records the configs that declare the fused types
-// (RecordDeclaringConfigs) and fills the report; it does not verify the result (the
+// counts per pattern. Fuses and fills the report; it does not verify the result (the
 // caller does, e.g. before it saves). On an error the graph is unchanged.
 absl::StatusOr<FuseReport> FuseScannedModel(GraphModule& gm, const BackendConfig& config,
                                             const PatternMatcher& matcher,

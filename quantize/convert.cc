@@ -481,16 +481,10 @@ struct ObservedStepQParams {
 template <typename ObserverLookup>
 absl::Status PlanObservedSteps(const Node* n, Module& module, const ObserverLookup& observers,
                                std::vector<ObservedStepQParams>* out) {
-  const ModuleSchema* schema = ModuleSchemaRegistry::Global().Find(module.type());
-  if (schema == nullptr || schema->composition == nullptr) return absl::OkStatus();
-  for (int step : schema->composition->observed_steps) {
+  // The steps prepare observed, as recorded on the module (the model carries them: no
+  // config needed).
+  for (int step : ObservedStepsOf(module)) {
     const Argument* path = module.FindAttribute(ObservedStepAttribute(step));
-    if (path == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "convert: node '", n->name(), "': ", module.type().name(), " observes step ", step,
-          " but its module has no attribute '", ObservedStepAttribute(step),
-          "' (the path of that step's observer, which prepare records)"));
-    }
     const Observer* observer =
         path->is_string() ? observers.Find(Symbol::Intern(path->as_string())) : nullptr;
     if (observer == nullptr) {

@@ -121,11 +121,9 @@ namespace {
 absl::Status ReadObservedStepObservers(const GraphModule& gm, const Node& n, const Module& m,
                                        PreparedModel* prepared,
                                        absl::flat_hash_set<absl::string_view>* parents) {
-  const ModuleSchema* schema = ModuleSchemaRegistry::Global().Find(m.type());
-  if (schema == nullptr || schema->composition == nullptr) return absl::OkStatus();
-  for (int step : schema->composition->observed_steps) {
+  for (int step : ObservedStepsOf(m)) {
     const Argument* path = m.FindAttribute(ObservedStepAttribute(step));
-    if (path == nullptr || !path->is_string()) continue;  // not prepared (converted)
+    if (path == nullptr || !path->is_string()) continue;
     const Symbol key = Symbol::Intern(path->as_string());
     if (prepared->observers.contains(key)) continue;
     const Module* observer_module = gm.FindModule(key);

@@ -4,7 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "graph/module_schema.h"
 #include "graph/status_macros.h"
 
 namespace fuselage {
@@ -132,14 +134,29 @@ absl::StatusOr<Value> RunStep(const KernelContext& ctx, const Module& m, size_t 
   return (*kernel)(ctx, args, kwargs);
 }
 
-absl::StatusOr<Value> FusedSubgraphKernel(const KernelContext& ctx, const Module& m,
-                                          absl::Span<const Value> args,
-                                          const ValueKwargs& kwargs) {
+// During calibration (ctx.inner_observer set), gives step `s`'s value to the observer
+// prepare recorded on `m` for it (a declared type's observed_step,
+// graph/module_schema.h ObservedStepAttribute), if there is one.
+absl::Status FeedStepObserver(const KernelContext& ctx, const Module& m, size_t s,
+                              const Value& value) {
+  const Argument* path = m.FindAttribute(ObservedStepAttribute(static_cast<int>(s)));
+  if (path == nullptr || !path->is_string()) return absl::OkStatus();
+  const absl::Status status = (*ctx.inner_observer)(path->as_string(), value);
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(m.type().name(), ": observer of step ", s,
+                                                  " ('", path->as_string(), "'): ",
+                                                  status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<Value> RunSteps(const KernelContext& ctx, const Module& m,
+                               absl::Span<const Value> args, const ValueKwargs& kwargs) {
   if (!kwargs.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(m.type().name(), " takes no kwargs"));
   }
-  const Argument* steps = m.FindAttribute("steps");
-  const Argument* outputs = m.FindAttribute("outputs");
+  const Argument* steps = m.FindAttribute(kStepsAttribute);
+  const Argument* outputs = m.FindAttribute(kOutputsAttribute);
   if (steps == nullptr || !steps->is_list() || outputs == nullptr || !outputs->is_list() ||
       outputs->items().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -149,8 +166,18 @@ absl::StatusOr<Value> FusedSubgraphKernel(const KernelContext& ctx, const Module
   std::vector<Value> done;
   done.reserve(steps->items().size());
   for (size_t i = 0; i < steps->items().size(); ++i) {
-    ASSIGN_OR_RETURN(Value v, RunStep(ctx, m, i, steps->items()[i], args, done));
-    done.push_back(std::move(v));
+    absl::StatusOr<Value> v = RunStep(ctx, m, i, steps->items()[i], args, done);
+    if (!v.ok()) {
+      // A step's own kernel does not know it runs inside `m`.
+      const absl::string_view message = v.status().message();
+      if (absl::StartsWith(message, m.type().name())) return v.status();
+      return absl::Status(v.status().code(),
+                          absl::StrCat(m.type().name(), ": step ", i, ": ", message));
+    }
+    done.push_back(*std::move(v));
+    if (ctx.inner_observer != nullptr) {
+      RETURN_IF_ERROR(FeedStepObserver(ctx, m, i, done.back()));
+    }
   }
   std::vector<Value> results;
   for (const Argument& out : outputs->items()) {
@@ -165,10 +192,8 @@ absl::StatusOr<Value> FusedSubgraphKernel(const KernelContext& ctx, const Module
   return Value::Tuple(std::move(results));
 }
 
-}  // namespace
-
 absl::Status RegisterFusedSubgraphKernel(KernelRegistry& registry) {
-  return registry.RegisterModule("fuselage.FusedSubgraph", FusedSubgraphKernel);
+  return registry.RegisterModule("fuselage.FusedSubgraph", RunSteps);
 }
 
 }  // namespace fuselage

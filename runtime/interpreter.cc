@@ -168,7 +168,7 @@ absl::StatusOr<Value> RunCall(const GraphModule& gm, const Node& node,
     ASSIGN_OR_RETURN(args, EvaluateArgs(node, store));
   }
   if (module != nullptr) {
-    const ModuleKernel* kernel = kernels.SelectModule(module->type(), args);
+    const ModuleKernel* kernel = kernels.SelectModule(*module, args);
     if (kernel == nullptr) {
       return absl::UnimplementedError(absl::StrCat(
           "no kernel registered for module type '", module->type().name(), "'"));

@@ -2,7 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/module_schema.h"
-#include "runtime/composite_kernel.h"
+#include "graph/module_schema.h"
+#include "runtime/fused_subgraph.h"
 
 namespace fuselage {
 
@@ -107,17 +108,17 @@ const FunctionKernel* KernelRegistry::FindFunction(OpKind op, Symbol target) con
   return FindIn(function_kernels_, std::make_pair(op, target));
 }
 
-const ModuleKernel* KernelRegistry::SelectModule(Symbol module_type,
+const ModuleKernel* KernelRegistry::SelectModule(const Module& module,
                                                  absl::Span<const Value> args) const {
+  const Symbol module_type = module.type();
   if (FirstTensorIsQuantized(args)) {
     if (const ModuleKernel* k = FindIn(quantized_module_kernels_, module_type)) return k;
   }
   if (const ModuleKernel* k = FindModule(module_type)) return k;
-  // A type declared as data (a backend config's fused_module_type) runs its composition
-  // (runtime/composite_kernel.h); looked up only when no kernel of its own exists.
-  static const ModuleKernel* const kComposite = new ModuleKernel(RunCompositeModule);
-  const ModuleSchema* schema = ModuleSchemaRegistry::Global().Find(module_type);
-  return schema != nullptr && schema->composition != nullptr ? kComposite : nullptr;
+  // A module carrying its own steps (a declared type) runs them; looked up only when no
+  // kernel of its own exists.
+  static const ModuleKernel* const kSteps = new ModuleKernel(RunSteps);
+  return CarriesSteps(module) ? kSteps : nullptr;
 }
 
 const FunctionKernel* KernelRegistry::SelectFunction(OpKind op, Symbol target,
@@ -132,7 +133,7 @@ const FunctionKernel* KernelRegistry::SelectFunction(OpKind op, Symbol target,
 absl::StatusOr<Value> KernelRegistry::CallModule(const KernelContext& ctx, const Module& module,
                                                  absl::Span<const Value> args,
                                                  const ValueKwargs& kwargs) const {
-  const ModuleKernel* kernel = SelectModule(module.type(), args);
+  const ModuleKernel* kernel = SelectModule(module, args);
   if (kernel == nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("no kernel registered for module type '", module.type().name(), "'"));

@@ -45,7 +45,7 @@ using ValueKwargs = std::vector<std::pair<Symbol, Value>>;
 
 // Called by a kernel with a value computed inside a module (not a node's value) that
 // an observer module watches, named by that observer's path: a declared type's
-// intermediate step (runtime/composite_kernel.h) during calibration.
+// intermediate step (runtime/fused_subgraph.h) during calibration.
 using InnerValueObserver =
     std::function<absl::Status(absl::string_view observer_path, const Value& value)>;
 
@@ -117,11 +117,11 @@ class KernelRegistry {
   // The plain kernel, or nullptr if none is registered.
   const ModuleKernel* FindModule(Symbol module_type) const;
   const FunctionKernel* FindFunction(OpKind op, Symbol target) const;
-  // The kernel to run for a call with `args`: the quantized overload if the first tensor
-  // is quantized and one is registered, else the plain kernel, else, for a module type
-  // declared as data (its schema in ModuleSchemaRegistry::Global() has a composition),
-  // the composite kernel (runtime/composite_kernel.h); nullptr if none.
-  const ModuleKernel* SelectModule(Symbol module_type, absl::Span<const Value> args) const;
+  // The kernel to run for a call of `module` with `args`: the quantized overload of its
+  // type if the first tensor is quantized and one is registered, else the plain kernel,
+  // else, for a module that carries its own steps (a type declared in a backend config),
+  // the steps kernel (runtime/fused_subgraph.h); nullptr if none.
+  const ModuleKernel* SelectModule(const Module& module, absl::Span<const Value> args) const;
   const FunctionKernel* SelectFunction(OpKind op, Symbol target,
                                        absl::Span<const Value> args) const;
 

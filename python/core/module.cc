@@ -64,9 +64,8 @@ pass that fails raises and leaves the model as it was). `backend` is a built-in 
 config name (native, fbgemm, qnnpack, x86, onednn); `config_text` a backend config
 textproto (the contents of the CLI's --config=FILE) whose base `backend`, if also given,
 must be; `config_source` the text's name (e.g. its file's path; default "config_text"),
-used in errors and recorded as the "declared_in" of the types the text declares
-(fused_module_type), which a process loading the model must load first (a type keeps
-the name it was first declared under in the process):
+used in errors, naming the config that declares a type (fused_module_type) there (a
+type keeps the name it was first declared under in the process):
     fuse(model, backend=None, *, config_text=None, config_source=None,
          report_overlaps=False) -> FuseReport
     explain(model, backend=None, *, config_text=None, config_source=None)
@@ -229,13 +228,11 @@ std::vector<Tensor> InputTensors(const py::handle& inputs,
   return tensors;
 }
 
-// The name a config text goes by when the caller gives none: in errors, and as the
-// "declared_in" of the types it declares.
+// The name a config text goes by in errors when the caller gives none.
 constexpr char kDefaultConfigSource[] = "config_text";
 
-// The config text's name: `config_source` (e.g. the file's path, which is what a model of
-// a type it declares must then name so that another process knows what to load), else
-// kDefaultConfigSource. A source without a text names nothing and is refused.
+// The config text's name: `config_source` (e.g. the file's path, which errors then name),
+// else kDefaultConfigSource. A source without a text names nothing and is refused.
 std::string ConfigSource(const std::optional<std::string>& config_text,
                          const std::optional<std::string>& config_source) {
   if (!config_source.has_value()) return kDefaultConfigSource;

@@ -16,9 +16,9 @@ The fused modules PyTorch 1.13 lacks are fuselage.nn.ConvAdd2d / ConvAddReLU2d (
 fuselage.nn.quantized.ConvAdd2d / ConvAddReLU2d (both inputs quantized, bit-exact with
 fuselage's kernel), and fuselage.fusers builds them with PyTorch's fuser signature.
 A fuselage.FusedSubgraph (a multi-output pattern's fused module) becomes
-fuselage.nn.FusedSubgraph, replaying its steps; a type a backend config declares
-(fused_module_type) becomes a class made from the declaration: pass the config,
-`to_torch("fused.fsl", config="my_backend.textproto")`.
+fuselage.nn.FusedSubgraph, replaying its steps; so does a module of a type a backend config
+declares (fused_module_type), whose steps the model carries (a FusedSubgraph subclass
+named after the type).
 
 `fuselage._core` is the engine in process (the compiled extension, built by
 `bash tools/demo.sh`): models from bytes or files, fuse / prepare / calibrate / convert /

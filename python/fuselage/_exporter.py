@@ -27,7 +27,8 @@ import torch.fx
 from google.protobuf import text_format
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
-from fuselage import _declared, _exported, _modules, _names, _packed, _prepared, _registry
+from fuselage import _exported, _modules, _names, _packed, _prepared, _registry
+from fuselage.nn import subgraph as fuselage_subgraph
 from fuselage._limits import LIMITS, MAX_FILE_BYTES
 from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import (OUTPUT_KEYS_META, attribute, handoff_tensor, write_arg,
@@ -357,7 +358,7 @@ class _Exporter:
         caller = self.callers.get(path)
         if type_name is not None:
             if type_name not in _registry.module_types() and \
-                    _declared.declared_class(type_name) is None:
+                    not isinstance(child, fuselage_subgraph.FusedSubgraph):
                 where = f"node '{caller}': call_module target '{path}'" if caller else \
                     f"module '{path}'"
                 raise ExportError(f"{where} is a {type_name}, which fuselage cannot represent "

@@ -15,7 +15,7 @@ import torch
 import torch.fx
 from google.protobuf import text_format
 
-from fuselage import _declared, _exported, _modules, _names, _packed
+from fuselage import _exported, _modules, _names, _packed
 from fuselage._limits import LIMITS, MAX_FILE_BYTES, NODE_NAME
 from fuselage._proto import is_text_path, model_path, model_pb2
 from fuselage._values import (OUTPUT_KEYS_META, adopt_tensor, check_string, read_arg,
@@ -244,21 +244,14 @@ def _parse(path, data):
     return model
 
 
-def to_torch(path, config=None):
+def to_torch(path):
     """Rebuilds a runnable torch.fx.GraphModule from the fuselage model file `path` (the
     text form if it ends in .textproto or .pbtxt, as in the C++ loader). Raises
     ModelFileError, naming the path and the node or module and field, for a missing,
     unreadable, truncated or malformed file, one past the C++ loader's limits
     (fuselage._limits), or one naming a module type or function PyTorch does not have.
-
-    `config`: a backend config file (or a list of them) whose fused_module_type
-    declarations the model's modules use (a fused or reference model of a declared type;
-    the file names the config in their `declared_in` attribute but does not carry the
-    composition). Its types are declared process-wide first (fuselage._declared)."""
-    configs = [] if config is None else [config] if isinstance(config, (str, bytes)) or \
-        hasattr(config, "__fspath__") else list(config)
-    for c in configs:
-        _declared.load(c)
+    A module of a type a backend config declares carries its steps and becomes a
+    fuselage.nn.FusedSubgraph subclass named after the type: no config is needed."""
     path = model_path(path, ModelFileError)  # str, bytes or os.PathLike
     core = _engine()
     if core is None:

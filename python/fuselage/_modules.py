@@ -34,7 +34,7 @@ import torch.ao.quantization.observer as tq_observer
 import torch.nn as nn
 from torch.ao.nn.quantized.modules.conv import _ConvNd as _QuantizedConvNd
 
-from fuselage import _declared, _names
+from fuselage import _names
 from fuselage._values import attribute_value
 from fuselage.errors import ExportError, ModelFileError
 
@@ -273,9 +273,13 @@ def build(type_name, tensors, attributes, children, where):
     """Rebuilds a module from its file contents (dicts in file order). Raises
     ModelFileError if the type has no PyTorch class or the contents do not fit it."""
     cls = _names.module_class(type_name)
+    if cls is None and "steps" in attributes and "outputs" in attributes:
+        # A type declared in a backend config: its module carries the steps it runs.
+        from fuselage.nn.subgraph import of_type
+
+        cls = of_type(type_name)
     if cls is None:
-        raise ModelFileError(f"{where}: module type '{type_name}' has no PyTorch class"
-                             f"{_declared.missing_declaration_hint(type_name, attributes)}")
+        raise ModelFileError(f"{where}: module type '{type_name}' has no PyTorch class")
     if issubclass(cls, _FusedModule):  # (an nn.Sequential too: test it first)
         # Bypass the constructor's type checks: a reference model's fused module holds a
         # reference conv (nnqr.Conv2d) where the float one held nn.Conv2d.

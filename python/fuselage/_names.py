@@ -125,12 +125,11 @@ def _fuselage_classes():
 
 
 def is_fuselage_module(module):
-    """Whether `module` is one of fuselage's own module classes (fuselage.nn), or of a type
-    a loaded backend config declares (fuselage._declared)."""
-    from fuselage import _declared
+    """Whether `module` is one of fuselage's own module classes (fuselage.nn), a declared
+    type's FusedSubgraph among them."""
+    import fuselage.nn as fnn
 
-    return type(module) in _fuselage_class_set() or \
-        _declared.declared_name(type(module)) is not None
+    return type(module) in _fuselage_class_set() or isinstance(module, fnn.FusedSubgraph)
 
 
 @functools.lru_cache(maxsize=None)
@@ -142,14 +141,14 @@ def module_type_name(cls):
     """fuselage's name of a module class, or None if it has none (a user's own class)."""
     if cls in _class_names:
         return _class_names[cls]
-    from fuselage import _declared
+    import fuselage.nn as fnn
 
     name = None
     own = [n for n, c in _fuselage_classes().items() if c is cls]
     if own:
         name = own[0]
-    elif _declared.declared_name(cls) is not None:
-        name = _declared.declared_name(cls)
+    elif isinstance(cls, type) and issubclass(cls, fnn.FusedSubgraph):
+        name = cls.type_name
     elif cls is nn.Module:
         name = CONTAINER_TYPE
     elif cls in _STUBS:
@@ -175,11 +174,6 @@ def module_class(type_name):
     own = _fuselage_classes().get(type_name)
     if own is not None:
         return own
-    from fuselage import _declared
-
-    declared = _declared.declared_class(type_name)
-    if declared is not None:
-        return declared
     if type_name.startswith(_STUB_PREFIX):
         cls = getattr(tq, type_name[len(_STUB_PREFIX):], None)
         return cls if cls in _STUBS else None

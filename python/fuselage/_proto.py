@@ -26,8 +26,6 @@ _MODULE_NAME = "fuselage.proto.model_pb2"
 _HASH_PREFIX = "# fuselage-proto-sha256: "
 
 _loaded = None
-_config_loaded = None
-_CONFIG_MODULE_NAME = "fuselage.proto.backend_config_pb2"
 # As graph/serialization.cc's IsTextPath: these endings are the text form, anything else
 # binary (case-sensitive, as there).
 _TEXT_SUFFIXES = (".textproto", ".pbtxt")
@@ -142,12 +140,3 @@ def model_pb2():
     return _loaded
 
 
-def backend_config_pb2():
-    """The generated module of backend_configs/backend_config.proto (`BackendConfigFile`,
-    `FusedModuleTypeDecl`, ...): fuselage._declared reads fused_module_type declarations
-    with it. Generated and cached as model_pb2 is."""
-    global _config_loaded
-    if _config_loaded is None:
-        source = _PACKAGE_DIR.parent.parent / "backend_configs" / "backend_config.proto"
-        _config_loaded = _load(source, _CONFIG_MODULE_NAME)
-    return _config_loaded

@@ -43,7 +43,7 @@ backend_config may also be the path of a fuselage backend config file
 (backend_configs/backend_config.proto, text form): what PyTorch's BackendConfig cannot say,
 such as a fused module type declared as data (fused_module_type; e.g.
 backend_configs/examples/conv_add_relu_new_type.textproto), whose modules then cross to
-torch as fuselage._declared classes.
+torch as fuselage.nn.FusedSubgraph subclasses named after the type.
 """
 
 import os
@@ -88,21 +88,15 @@ def _is_config_file(backend_config):
 
 
 def _config_file_text(path):
-    """The text of a fuselage backend config file, its fused_module_type declarations made
-    known to the PyTorch side (fuselage._declared) so the models crossing back to torch
-    can hold modules of those types."""
-    from fuselage import _declared
-
-    _declared.load(path)
+    """The text of a fuselage backend config file."""
     with open(path, "r", encoding="utf-8") as f:
         return f.read()
 
 
 def _backend_source(backend_config):
-    """The name the engine gives the backend config: a config file's path, which the
-    engine records as the "declared_in" of the types it declares (the file a process must
-    load to read the model); None (the engine's default) for a translated PyTorch config,
-    which has no file."""
+    """The name the engine gives the backend config: a config file's path, which names it in
+    the engine's errors; None (the engine's default) for a translated PyTorch config, which
+    has no file."""
     return os.fspath(backend_config) if _is_config_file(backend_config) else None
 
 

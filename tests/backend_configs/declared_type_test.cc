@@ -23,6 +23,7 @@
 #include "lowering/lowering_rule.h"
 #include "patterns/fuse.h"
 #include "pipeline/quantize_flow.h"
+#include "pipeline/stages.h"
 #include "quantize/qconfig.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/interpreter.h"
@@ -393,49 +394,82 @@ TEST(DeclaredTypeTest, ConcurrentLoadsOfOneDeclarationAllSucceed) {
   EXPECT_EQ(ok.load(), 8);
 }
 
-// The model file does not carry a declaration: a model holding an undeclared type is
-// refused, saying a config declares it.
-TEST(DeclaredTypeTest, ModelWithUndeclaredTypeIsRefusedPointingAtTheConfig) {
+// A model file carries each declared module's steps: a module of a type no loaded config
+// declares runs by its steps, with no config; one with neither steps nor schema is refused.
+TEST(DeclaredTypeTest, ModuleOfAnUndeclaredTypeRunsByItsSteps) {
   GraphModule gm;
   Node* x = *gm.graph().AddPlaceholder("x");
-  ASSERT_TRUE(gm.SetModule("block", std::make_unique<Module>("elsewhere.NeverDeclared")).ok());
-  Node* y = *gm.graph().AddCallModule("block", {x});
+  Node* r = *gm.graph().AddPlaceholder("residual");
+  auto block = std::make_unique<Module>("elsewhere.NeverDeclared");
+  block->SetChild("0", std::make_unique<Module>("nn.ReLU"));
+  ASSERT_TRUE(gm.SetModule("block", std::move(block)).ok());
+  Node* y = *gm.graph().AddCallModule("block", {x, r});
   ASSERT_TRUE(gm.graph().SetOutput(Argument(y)).ok());
-  const absl::Status status = gm.Verify();
-  ASSERT_FALSE(status.ok());
-  EXPECT_THAT(status.message(), HasSubstr("unknown module type 'elsewhere.NeverDeclared'"));
-  EXPECT_THAT(status.message(), HasSubstr("declared by a backend config's fused_module_type"));
+  const absl::Status unknown = gm.Verify();
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.message(), HasSubstr("unknown module type 'elsewhere.NeverDeclared'"));
 
-  // A module fusion made records its config, and the refusal names it.
-  gm.FindModule("block")->SetAttribute(kDeclaredInAttribute, Argument::String("mine.textproto"));
-  EXPECT_THAT(gm.Verify().message(),
-              HasSubstr("it is declared by the backend config 'mine.textproto' "
-                        "(fused_module_type): load it first, e.g. --config=mine.textproto"));
+  // relu(x + residual), as fusion writes a declared type's steps.
+  const auto ref = [](const char* tag, int i) {
+    return Argument::Tuple({Argument::String(tag), Argument::Int(i)});
+  };
+  Module* m = gm.FindModule("block");
+  m->SetAttribute(kStepsAttribute,
+                  Argument::List({Argument::Tuple({Argument::String("call_function"),
+                                                   Argument::String("operator.add"),
+                                                   Argument::List({ref("input", 0), ref("input", 1)}),
+                                                   Argument::List({})}),
+                                  Argument::Tuple({Argument::String("call_module"),
+                                                   Argument::String("0"),
+                                                   Argument::List({ref("step", 0)}),
+                                                   Argument::List({})})}));
+  m->SetAttribute(kOutputsAttribute, Argument::List({Argument::Int(1)}));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  auto kernels = BuiltinKernels();
+  ASSERT_TRUE(kernels.ok());
+  absl::StatusOr<std::vector<Value>> out =
+      fuselage::Run(gm, {Tensor::FromFloats({1, 4}, {1, -2, 3, -4}), Tensor::FromFloats({1, 4}, {-2, 1, 1, 1})},
+          **kernels);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 1u);
+  const std::vector<float> expected = {0, 0, 4, 0};  // relu(x + residual), by hand
+  const Tensor& t = (*out)[0].as_tensor();
+  ASSERT_EQ(t.numel(), 4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(t.data<float>()[i], expected[i]) << i;
 }
 
-// One list of built-in namespaces (InBuiltinNamespace) decides both: a config may not
-// declare a type there, so an unknown type there gets no "a config declares it" hint.
-TEST(DeclaredTypeTest, UnknownTypeInABuiltinNamespaceGetsNoConfigHint) {
+// Where the config is loaded, a module's steps must be its declaration's: one fused under
+// another declaration of the same name is refused, naming the config.
+TEST(DeclaredTypeTest, StepsThatDifferFromTheLoadedDeclarationAreRefused) {
+  ASSERT_TRUE(LoadBackendConfigFile(kExample).ok());
+  auto gm = *BuildResidualExample(kResidualExampleSeed);
+  ASSERT_TRUE(FuseModel(*gm, *LoadBackendConfigFile(kExample)).ok());
+  const std::vector<const Node*> blocks = CallsOfType(*gm, kType);
+  ASSERT_EQ(blocks.size(), 1u);
+  Module* block = gm->FindModule(blocks[0]->target().name());
+  ASSERT_TRUE(gm->Verify().ok()) << gm->Verify();
+  const Argument steps = *block->FindAttribute(kStepsAttribute);
+  std::vector<Argument> shorter(steps.items().begin(), steps.items().end() - 1);
+  block->SetAttribute(kStepsAttribute, Argument::List(std::move(shorter)));
+  const absl::Status status = gm->Verify();
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("its steps differ from the declaration of '"));
+  EXPECT_THAT(status.message(), HasSubstr(kExample));
+}
+
+// A config may not declare a type in a built-in namespace (InBuiltinNamespace).
+TEST(DeclaredTypeTest, ATypeInABuiltinNamespaceCannotBeDeclared) {
   for (const char* type : {"nn.NotAModule", "math.NotAModule", "F.NotAModule"}) {
     const std::string text = Declaring(absl::StrReplaceAll(kValidBody, {{"test.ConvAddRelu", type}}));
     const auto declared = ParseBackendConfigText(text, "builtin_namespace.textproto");
     ASSERT_FALSE(declared.ok()) << type;
     EXPECT_THAT(declared.status().message(), HasSubstr("is a built-in one")) << type;
-
-    GraphModule gm;
-    Node* x = *gm.graph().AddPlaceholder("x");
-    ASSERT_TRUE(gm.SetModule("block", std::make_unique<Module>(type)).ok());
-    Node* y = *gm.graph().AddCallModule("block", {x});
-    ASSERT_TRUE(gm.graph().SetOutput(Argument(y)).ok());
-    const absl::Status status = gm.Verify();
-    ASSERT_FALSE(status.ok()) << type;
-    EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("unknown module type '", type, "'")));
-    EXPECT_THAT(status.message(), Not(HasSubstr("fused_module_type"))) << status.message();
   }
 }
 
-// Fusing through the flow records the declaring config on the fused module.
-TEST(DeclaredTypeTest, FusionRecordsTheDeclaringConfig) {
+// Fusing through the flow writes the declaration's steps on the fused module: those of
+// the example's fused_module_type, written out by hand.
+TEST(DeclaredTypeTest, FusionWritesTheDeclaredSteps) {
   absl::StatusOr<BackendConfig> declared = LoadBackendConfigFile(kExample);
   ASSERT_TRUE(declared.ok()) << declared.status();
   auto gm = *BuildResidualExample(kResidualExampleSeed);
@@ -446,9 +480,17 @@ TEST(DeclaredTypeTest, FusionRecordsTheDeclaringConfig) {
     const std::vector<const Node*> blocks = CallsOfType(g, kType);
     EXPECT_EQ(blocks.size(), 1u);
     if (blocks.size() != 1) return absl::OkStatus();
-    const Argument* config = g.FindModule(blocks[0]->target().name())->FindAttribute(kDeclaredInAttribute);
-    EXPECT_NE(config, nullptr);
-    if (config != nullptr) EXPECT_EQ(config->as_string(), kExample);
+    const Module* block = g.FindModule(blocks[0]->target().name());
+    const Argument* steps = block->FindAttribute(kStepsAttribute);
+    const Argument* outputs = block->FindAttribute(kOutputsAttribute);
+    EXPECT_NE(steps, nullptr);
+    EXPECT_NE(outputs, nullptr);
+    if (steps == nullptr || outputs == nullptr) return absl::OkStatus();
+    EXPECT_EQ(steps->ToString(),
+              "[('call_module', '0', [('input', 0)], []), "
+              "('call_function', 'operator.add', [('step', 0), ('input', 1)], []), "
+              "('call_module', '1', [('step', 1)], [])]");
+    EXPECT_EQ(outputs->ToString(), "[2]");
     checked = true;
     return absl::OkStatus();
   };

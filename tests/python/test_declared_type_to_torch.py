@@ -1,15 +1,20 @@
 """A fused module type declared in a backend config (fused_module_type; here
 backend_configs/examples/conv_add_relu_new_type.textproto's user.ConvBnAddReLU2d) through
-the bridge (issue 19 item 2): to_torch(path, config=) rebuilds it as a torch module running
-the declared composition, float and reference quantized, equal to fuselage's interpreter on
-the same input; its lowered form (nniq.ConvAddReLU2d, both inputs quantized) is bit-equal
-to the interpreter; export gives back the same module. Without the config, to_torch names
-the config to pass. fuselage.quantize_fx takes the config file as backend_config and its
-convert_fx returns a runnable GraphModule bit-equal to the interpreter."""
+the bridge (issue 19 item 2, issue 39 item 1): fusion writes the declaration's steps on the
+module, so the model file carries them; to_torch(path) rebuilds it, with no config, as a
+fuselage.nn.FusedSubgraph subclass named after the type, float and reference quantized,
+equal to fuselage's interpreter on the same input, and a process that never loaded the
+config runs it alike; its lowered form (nniq.ConvAddReLU2d, both inputs quantized) is
+bit-equal to the interpreter; export gives back the same module. Where the config is loaded,
+steps that differ from it are refused. fuselage.quantize_fx takes the config file as
+backend_config and its convert_fx returns a runnable GraphModule bit-equal to the
+interpreter."""
 
 import copy
 import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -21,8 +26,9 @@ from torch.ao.quantization import get_default_qconfig_mapping
 import fuselage
 import fuselage.nn.quantized as fnnq
 from conftest import REPO
-from fuselage import _declared, _proto
+from fuselage import _proto
 from fuselage.errors import ModelFileError
+from fuselage.nn.subgraph import FusedSubgraph, of_type
 from fuselage.quantize_fx import convert_fx, prepare_fx
 
 core = fuselage._core
@@ -45,9 +51,7 @@ def inputs():
 def residual_model(stage, tmp_path):
     """tools/examples/residual.textproto fused with the config ("fused"), or quantized to a
     reference ("reference") or lowered ("lowered") model in process; saved. The C++
-    declarations are registered by the fuse, named by the file's path (config_source): a
-    type keeps the name it was first declared under in the process, and every test here
-    expects the path."""
+    declarations are registered by the fuse, named by the file's path (config_source)."""
     model = core.Model.load(RESIDUAL)
     samples, _ = inputs()
     if stage == "fused":
@@ -91,13 +95,13 @@ def qnnpack():
 
 
 @pytest.mark.parametrize("stage, child_type", [("fused", nn.Conv2d), ("reference", nnqr.Conv2d)])
-def test_declared_type_runs_its_composition_in_torch(stage, child_type, tmp_path):
+def test_declared_type_runs_its_steps_in_torch(stage, child_type, tmp_path):
     path = residual_model(stage, tmp_path)
-    gm = fuselage.to_torch(str(path), config=CONFIG)
-    declared = [m for m in gm.modules() if isinstance(m, fuselage.nn.DeclaredModule)]
+    gm = fuselage.to_torch(str(path))  # no config: the model carries the steps
+    declared = [m for m in gm.modules() if isinstance(m, FusedSubgraph)]
     assert len(declared) == 1
     module = declared[0]
-    assert type(module) is _declared.declared_class(TYPE) and module.type_name == TYPE
+    assert type(module) is of_type(TYPE) and module.type_name == TYPE
     assert type(module._modules["0"]) is child_type
     assert type(module._modules["1"]) is nn.ReLU
     _, x = inputs()
@@ -110,27 +114,28 @@ def test_declared_type_runs_its_composition_in_torch(stage, child_type, tmp_path
         assert torch.equal(module(a, b), torch.relu(module._modules["0"](a) + b))
 
 
-def declared_in_attributes(path):
-    """Every (module path, "declared_in" value) of the model file at `path`."""
-    model = _proto.model_pb2().Model()
-    model.ParseFromString(open(path, "rb").read())
-    found = {}
-
-    def walk(module, prefix):
-        for a in module.attributes:
-            if a.name == "declared_in":
-                found[prefix] = a.value.string_value
-        for child in module.children:
-            walk(child.module, f"{prefix}.{child.name}" if prefix else child.name)
-    walk(model.root, "")
-    return found
+_RUN_ELSEWHERE = """
+import sys
+import numpy as np
+sys.path.insert(0, {python!r})
+from fuselage import _core as core
+x = np.load({x!r})
+np.save({out!r}, np.asarray(core.run(core.Model.load({path!r}), [x], engine="qnnpack")[0]))
+"""
 
 
 @pytest.mark.parametrize("stage", ["fused", "reference"])
-def test_the_engine_records_the_config_source_as_declared_in(stage, tmp_path):
-    # Straight from the engine's model file, no Python in between: the name given as
-    # config_source, the file a process must load, not the default "config_text".
-    assert declared_in_attributes(residual_model(stage, tmp_path)) == {"conv": CONFIG}
+def test_a_process_that_never_loaded_the_config_runs_the_model(stage, tmp_path):
+    path = residual_model(stage, tmp_path)
+    assert module_types(path)["conv"] == (TYPE, ["outputs", "steps"])
+    _, x = inputs()
+    np.save(tmp_path / "x.npy", x)
+    script = _RUN_ELSEWHERE.format(python=os.path.join(REPO, "python"), x=str(tmp_path / "x.npy"),
+                                   out=str(tmp_path / "y.npy"), path=str(path))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert np.array_equal(np.load(tmp_path / "y.npy"), interpreter(path, x))
 
 
 def test_config_source_needs_a_config_text():
@@ -152,12 +157,12 @@ def test_config_source_names_the_config_in_errors():
 
 def test_declared_type_exports_back_to_the_same_module(tmp_path):
     path = residual_model("fused", tmp_path)
-    gm = fuselage.to_torch(str(path), config=CONFIG)
+    gm = fuselage.to_torch(str(path))
     again = tmp_path / "again.fsl"
     _, x = inputs()
     fuselage.export(gm, (torch.from_numpy(x),), str(again))
     before, after = module_types(path), module_types(again)
-    assert before["conv"] == (TYPE, ["declared_in"])
+    assert before["conv"] == (TYPE, ["outputs", "steps"])
     assert after["conv"] == before["conv"]
     assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in before.items()}
     # The C++ side (declarations loaded by residual_model's fuse) runs it alike.
@@ -165,11 +170,11 @@ def test_declared_type_exports_back_to_the_same_module(tmp_path):
 
 
 def test_a_model_with_a_declared_type_pickles_and_copies(tmp_path):
-    gm = fuselage.to_torch(str(residual_model("fused", tmp_path)), config=CONFIG)
+    gm = fuselage.to_torch(str(residual_model("fused", tmp_path)))
     x = torch.randn(1, 4, 8, 8)
     for copied in (pickle.loads(pickle.dumps(gm)), copy.deepcopy(gm)):
-        assert type(copied.conv) is type(gm.conv)
-        assert copied.conv.declared_in == gm.conv.declared_in
+        assert type(copied.conv) is type(gm.conv) is of_type(TYPE)
+        assert copied.conv.steps == gm.conv.steps
         with torch.no_grad():
             assert torch.equal(copied(x), gm(x))
 
@@ -183,40 +188,40 @@ def test_lowered_declared_type_is_bit_equal_to_the_interpreter(tmp_path):
     assert np.array_equal(torch_output(gm, x), interpreter(path, x))
 
 
-def test_without_the_config_to_torch_names_the_config_to_pass(tmp_path):
-    path = residual_model("fused", tmp_path)
+def edited_model(path, tmp_path, edit):
+    """The model file at `path` with its module 'conv' changed by `edit`, saved anew."""
     model = _proto.model_pb2().Model()
     model.ParseFromString(open(path, "rb").read())
-    conv = next(c.module for c in model.root.children if c.name == "conv")
-    conv.type = "user.NotDeclaredAnywhere"  # (TYPE itself may be declared by another test)
-    for a in conv.attributes:
-        if a.name == "declared_in":
-            a.value.string_value = "my_backend.textproto"
-    other = tmp_path / "other.fsl"
+    edit(next(c.module for c in model.root.children if c.name == "conv"))
+    other = tmp_path / "edited.fsl"
     other.write_bytes(model.SerializeToString())
+    return other
+
+
+def test_a_type_with_neither_steps_nor_class_is_refused(tmp_path):
+    def strip(conv):
+        conv.type = "user.NotDeclaredAnywhere"
+        kept = [a for a in conv.attributes if a.name not in ("steps", "outputs")]
+        del conv.attributes[:]
+        conv.attributes.extend(kept)
+    other = edited_model(residual_model("fused", tmp_path), tmp_path, strip)
     with pytest.raises(ModelFileError) as e:
         fuselage.to_torch(str(other))
     message = str(e.value)
     assert "module 'conv'" in message
     assert "unknown module type 'user.NotDeclaredAnywhere'" in message
-    assert "my_backend.textproto" in message
 
 
-def test_a_conflicting_declaration_is_refused(tmp_path):
-    _declared.load(CONFIG)
-    changed = tmp_path / "changed.textproto"
-    changed.write_text(config_text().replace('step { child: 1 input { step: 1 } }',
-                                             'step { op: "relu" input { step: 1 } }'))
+def test_steps_that_differ_from_the_loaded_declaration_are_refused(tmp_path):
+    # residual_model's fuse loaded the declaration in this process.
+    def drop_last_step(conv):
+        for a in conv.attributes:
+            if a.name == "steps":
+                del a.value.list.items[-1]
+    other = edited_model(residual_model("fused", tmp_path), tmp_path, drop_last_step)
     with pytest.raises(ModelFileError) as e:
-        _declared.load(str(changed))
-    assert f"'{TYPE}' is already declared differently in '{CONFIG}'" in str(e.value)
-    unknown_op = tmp_path / "unknown_op.textproto"
-    unknown_op.write_text(config_text().replace('op: "add"', 'op: "frobnicate"')
-                          .replace(TYPE, "user.Other"))
-    with pytest.raises(ModelFileError) as e:
-        _declared.load(str(unknown_op))
-    assert "fused_module_type 'user.Other'" in str(e.value)
-    assert "unknown op 'frobnicate'" in str(e.value)
+        fuselage.to_torch(str(other))
+    assert f"its steps differ from the declaration of '{TYPE}' in '{CONFIG}'" in str(e.value)
 
 
 class Residual(nn.Module):
@@ -238,11 +243,8 @@ def test_quantize_fx_with_the_config_file_gives_a_runnable_graph_module():
     samples, x = inputs()
     prepared = prepare_fx(model, get_default_qconfig_mapping("qnnpack"),
                           (torch.from_numpy(x),), backend_config=CONFIG)
-    fused = [m for m in prepared.modules() if isinstance(m, fuselage.nn.DeclaredModule)]
+    fused = [m for m in prepared.modules() if isinstance(m, FusedSubgraph)]
     assert len(fused) == 1 and fused[0].type_name == TYPE
-    # The engine records the file's path (quantize_fx passes it as config_source); the
-    # Python side does not patch it.
-    assert fused[0].declared_in == CONFIG
     with torch.no_grad():
         # Observers pass values through: the prepared model computes the float one (the
         # batch norm folded into the conv: equal to rounding).

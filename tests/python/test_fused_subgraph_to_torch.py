@@ -133,16 +133,18 @@ def test_malformed_steps_in_a_file_are_a_model_file_error(tmp_path):
     assert "fuselage.FusedSubgraph" in str(e.value) and "outputs" in str(e.value)
 
 
-def test_a_type_with_no_mapping_is_a_model_file_error_naming_it(tmp_path):
-    path, _ = fused_glu_file(tmp_path)
+def test_a_type_of_no_class_that_carries_steps_runs_them(tmp_path):
+    # A declared type's module is a FusedSubgraph under its own type name (issue 39): the
+    # steps it carries are all it needs, whatever the name.
+    path, x = fused_glu_file(tmp_path)
     model = _proto.model_pb2().Model()
     model.ParseFromString(open(path, "rb").read())
     child = next(c for c in model.root.children if c.module.type == "fuselage.FusedSubgraph")
     child.module.type = "user.NoSuchType"
-    unknown = tmp_path / "unknown.fsl"
-    unknown.write_bytes(model.SerializeToString())
-    with pytest.raises(ModelFileError) as e:
-        fuselage.to_torch(str(unknown))
-    assert f"module '{child.name}'" in str(e.value)
-    assert "unknown module type 'user.NoSuchType'" in str(e.value)
-    assert "config=" in str(e.value)  # a type in no built-in namespace: says what to pass
+    renamed = tmp_path / "renamed.fsl"
+    renamed.write_bytes(model.SerializeToString())
+    gm = fuselage.to_torch(str(renamed))
+    module = gm.get_submodule(child.name)
+    assert isinstance(module, fuselage.nn.FusedSubgraph) and module.type_name == "user.NoSuchType"
+    with torch.no_grad():
+        assert torch.equal(gm(x), fuselage.to_torch(str(path))(x))

@@ -68,8 +68,9 @@ TEST(KernelRegistryTest, QuantizedOverloadRunsOnlyForQuantizedFirstTensor) {
 
   const Symbol type = Symbol::Intern("test.QOnly");
   ASSERT_TRUE(r.RegisterQuantizedModuleOverload(type, ModuleReturns(7)).ok());
-  EXPECT_EQ(r.SelectModule(type, {float_arg}), nullptr);
-  EXPECT_NE(r.SelectModule(type, {quant_arg}), nullptr);
+  const Module module(type.name());
+  EXPECT_EQ(r.SelectModule(module, {float_arg}), nullptr);
+  EXPECT_NE(r.SelectModule(module, {quant_arg}), nullptr);
 }
 
 TEST(KernelRegistryTest, RegisterFloatKernelsIsAllOrNothing) {
@@ -90,7 +91,7 @@ TEST(KernelRegistryTest, RegisterFloatKernelsIsAllOrNothing) {
 TEST(KernelRegistryTest, BuiltinKernelsHoldFloatKernelsAndQuantizedOverloads) {
   auto kernels = BuiltinKernels();
   ASSERT_TRUE(kernels.ok()) << kernels.status();
-  const Symbol max_pool = Symbol::Intern("nn.MaxPool2d");
+  const Module max_pool("nn.MaxPool2d");
   const Value float_arg = Tensor::FromFloats({1, 1, 1, 1}, {1});
   const Value quant_arg =
       *Tensor::Zeros(DType::kQUInt8, {1, 1, 1, 1}, QuantParams::PerTensor(1, 0));

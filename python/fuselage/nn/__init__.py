@@ -14,9 +14,9 @@ reference form (nnqr.Conv2d), as in a reference quantized model.
 
 The quantized forms, which take two quantized tensors, are in fuselage.nn.quantized.
 
-fuselage.nn.FusedSubgraph (fuselage.nn.subgraph) replays the nodes a multi-output or
-FusedSubgraph pattern fused; DeclaredModule is the base of the classes of types a backend
-config declares (fused_module_type; fuselage.to_torch(path, config=...)).
+fuselage.nn.FusedSubgraph (fuselage.nn.subgraph) replays the steps its model carries: the
+nodes a multi-output or FusedSubgraph pattern fused, or a type a backend config declares
+(fused_module_type; a subclass named after the type).
 """
 
 import torch.ao.nn.intrinsic as nni
@@ -25,7 +25,7 @@ import torch.nn as nn
 
 from fuselage.errors import ModuleError
 
-__all__ = ["ConvAct2d", "ConvAdd2d", "ConvAddReLU2d", "DeclaredModule", "FusedSubgraph",
+__all__ = ["ConvAct2d", "ConvAdd2d", "ConvAddReLU2d", "FusedSubgraph",
            "quantized"]
 
 # The activations nni.ConvAct2d may end with (graph/module_schema.cc).
@@ -84,4 +84,4 @@ class ConvAct2d(nni._FusedModule):
 
 
 from fuselage.nn import quantized  # noqa: E402  (after the float classes it refers to)
-from fuselage.nn.subgraph import DeclaredModule, FusedSubgraph  # noqa: E402
+from fuselage.nn.subgraph import FusedSubgraph  # noqa: E402

@@ -22,17 +22,20 @@ The steps run on PyTorch's own ops, which fuselage's kernels mirror, so the modu
 equals fuselage's interpreter on the same input (float ops to rounding; see
 tests/python/test_fused_subgraph_to_torch.py).
 
-DeclaredModule is the base of the torch classes of fused module types a backend config
-declares (fused_module_type; fuselage._declared makes one class per declared type): the same
-replay, its steps taken from the declaration rather than from the module.
+A fused module type a backend config declares (fused_module_type) is the same module: fusion
+writes the declaration's steps on each module of the type, so the model file carries them and
+`of_type("user.ConvBnAddReLU2d")` is a FusedSubgraph subclass named after the type, needing
+no config to run, export or pickle.
 """
+
+import threading
 
 import torch.nn as nn
 
 from fuselage import _names
 from fuselage.errors import ModuleError
 
-__all__ = ["FusedSubgraph", "DeclaredModule"]
+__all__ = ["FusedSubgraph", "of_type"]
 
 _OPS = ("call_module", "call_function", "call_method")
 _REF_TAGS = ("input", "step", "const", "list", "tuple", "slice")
@@ -130,44 +133,51 @@ def run_steps(module, steps, outputs, inputs, where):
 
 class FusedSubgraph(nn.Module):
     """Replays `steps` over its children; returns the steps listed in `outputs`. Children
-    are added after construction (add_module), named as call_module steps name them."""
+    are added after construction (add_module), named as call_module steps name them.
+    `type_name` is the fuselage module type it stands for: fuselage.FusedSubgraph, or a
+    declared type's (a subclass made by of_type)."""
+
+    type_name = "fuselage.FusedSubgraph"
 
     def __init__(self, steps, outputs):
         super().__init__()
-        check_steps(steps, outputs, "fuselage.FusedSubgraph")
+        check_steps(steps, outputs, self.type_name)
         self.steps = steps
         self.outputs = outputs
 
-    def forward(self, *inputs):
-        return run_steps(self, self.steps, self.outputs, inputs, "fuselage.FusedSubgraph")
-
-
-class DeclaredModule(nn.Module):
-    """A module of a type a backend config declares (fused_module_type). Subclasses
-    (fuselage._declared.declare) set `type_name`, `declared_steps`, `num_inputs` and
-    `source` (the config); children `0`, `1`, ... are the declaration's, added after
-    construction. `declared_in` names the config, as the C++ side records it in model
-    files (backend_configs/declared_types.h)."""
-
-    type_name = None
-    declared_steps = ()
-    num_inputs = 0
-    source = None
-
-    def __init__(self):
-        super().__init__()
-        self.declared_in = type(self).source
-
     def __reduce_ex__(self, protocol):
-        # The class is made at run time (fuselage._declared), so pickle cannot find it by
-        # name: it is found again by type name, from its config if not declared yet.
-        from fuselage import _declared
-
-        return (_declared.new_instance, (self.type_name, type(self).source), self.__dict__.copy())
+        if type(self) is FusedSubgraph:
+            return super().__reduce_ex__(protocol)
+        # A subclass made at run time (of_type) is found again by its type name.
+        return (_new_of_type, (self.type_name,), self.__dict__.copy())
 
     def forward(self, *inputs):
-        if len(inputs) != self.num_inputs:
-            raise ModuleError(f"{self.type_name}: takes {self.num_inputs} inputs; got "
-                              f"{len(inputs)}")
-        return run_steps(self, self.declared_steps, [len(self.declared_steps) - 1], inputs,
-                         self.type_name)
+        return run_steps(self, self.steps, self.outputs, inputs, self.type_name)
+
+
+_lock = threading.Lock()
+_classes = {}  # declared type name -> FusedSubgraph subclass
+
+
+def of_type(type_name):
+    """The FusedSubgraph subclass standing for the fuselage module type `type_name` (a type
+    a backend config declares, "user.ConvBnAddReLU2d"), made once per name."""
+    if type_name == FusedSubgraph.type_name:
+        return FusedSubgraph
+    with _lock:
+        cls = _classes.get(type_name)
+        if cls is None:
+            cls = type(type_name.rsplit(".", 1)[-1], (FusedSubgraph,), {
+                "__module__": __name__,
+                "__qualname__": type_name,
+                "__doc__": f"{type_name}: a fused module type declared in a backend config, "
+                           "running the steps its model carries.",
+                "type_name": type_name,
+            })
+            _classes[type_name] = cls
+        return cls
+
+
+def _new_of_type(type_name):
+    cls = of_type(type_name)
+    return cls.__new__(cls)
