@@ -361,11 +361,26 @@ def _fold_quantized_weights(gm):
 
 def convert_pt2e(model):
     """A calibrated prepare_pt2e model as torchao's reference form: quantized_decomposed
-    q/dq ops around the float aten ops, weights int8 constants."""
+    q/dq ops around the float aten ops, weights int8 constants. torchao's
+    lower_pt2e_quantized_to_x86 lowers it as it lowers its own (see
+    _enable_torchao_x86_lowering)."""
     from fuselage import quantize_fx
+    _enable_torchao_x86_lowering()
     reference = quantize_fx.convert_to_reference_fx(model)
     _fold_quantized_weights(reference)
     return _with_outputs_of(_exported.restore_aten(reference, every_q_dq=True), model)
+
+
+def _enable_torchao_x86_lowering():
+    """Registers torchao's x86 weight-prepack passes, if torchao is installed. torchao's
+    lower_pt2e_quantized_to_x86 relies on them but does not register them: importing
+    X86InductorQuantizer's module does, so a user quantizing with fuselage instead got a
+    lowered model with no int8 op in it, silently (resnet18, mobilenet_v2 and
+    efficientnet_b0 through torchao 0.18's lowering: 0 onednn ops)."""
+    try:
+        import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer  # noqa: F401
+    except ImportError:
+        pass
 
 
 def _with_outputs_of(gm, original):
