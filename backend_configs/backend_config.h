@@ -30,6 +30,7 @@
 #ifndef FUSELAGE_BACKEND_CONFIGS_BACKEND_CONFIG_H_
 #define FUSELAGE_BACKEND_CONFIGS_BACKEND_CONFIG_H_
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -38,6 +39,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "backend_configs/declared_types.h"
 #include "backend_configs/dtype_config.h"
 #include "backend_configs/known_functions.h"
 #include "graph/module_schema.h"
@@ -113,6 +116,23 @@ class BackendConfig {
   const std::string& built_in_base() const { return built_in_base_; }
   void set_built_in_base(std::string name) { built_in_base_ = std::move(name); }
 
+  // The fused module types and lowering rules the config's file declares
+  // (backend_configs/declared_types.h), or nullptr. Set by the loader before the entries
+  // that name them are added (with module_schemas()).
+  const std::shared_ptr<const Declarations>& declarations() const { return declarations_; }
+  void set_declarations(std::shared_ptr<const Declarations> declarations) {
+    declarations_ = std::move(declarations);
+  }
+  // The module types this config knows: the built-in ones and those it declares.
+  const ModuleSchemaRegistry& module_schemas() const {
+    return declarations_ != nullptr ? declarations_->schemas : ModuleSchemaRegistry::Global();
+  }
+  // The lowering rules it declares (empty for most configs).
+  absl::Span<const DeclaredLoweringRule> declared_lowering_rules() const {
+    if (declarations_ == nullptr) return {};
+    return declarations_->lowering_rules;
+  }
+
   // Validates `config` and appends it. InvalidArgument (config unchanged) if it is invalid,
   // or if an entry with the same name or the same pattern exists.
   absl::Status Add(BackendPatternConfig config,
@@ -148,6 +168,7 @@ class BackendConfig {
 
   std::string name_;
   std::string built_in_base_;
+  std::shared_ptr<const Declarations> declarations_;
   std::vector<BackendPatternConfig> configs_;
   absl::flat_hash_map<std::string, size_t> index_by_name_;
   absl::flat_hash_map<std::string, size_t> index_by_pattern_key_;

@@ -296,8 +296,9 @@ absl::StatusOr<BackendConfig> ParseBackendConfigText(absl::string_view text,
     }
   }
   // Declared fused module types and lowering rules (issue 21 item 4,
-  // declared_types.h): checked, then registered, before the entries that name them.
-  RETURN_IF_ERROR(RegisterDeclarations(file, source, modules));
+  // declared_types.h): checked, and known to this config before the entries that name them.
+  ASSIGN_OR_RETURN(std::shared_ptr<const Declarations> declarations,
+                   ReadDeclarations(file, source, modules));
   BackendConfig config;
   if (!file.base().empty()) {
     absl::StatusOr<BackendConfig> base = GetBackendConfig(file.base());
@@ -316,13 +317,17 @@ absl::StatusOr<BackendConfig> ParseBackendConfigText(absl::string_view text,
     if (size_t dot = stem.find('.'); dot != absl::string_view::npos) stem = stem.substr(0, dot);
     config.set_name(std::string(stem));
   }
+  if (declarations != nullptr) config.set_declarations(std::move(declarations));
+  const ModuleSchemaRegistry& known = config.declarations() != nullptr
+                                          ? config.module_schemas()
+                                          : modules;
   for (int i = 0; i < file.pattern_size(); ++i) {
     const config::PatternConfig& proto = file.pattern(i);
     const EntryContext entry(source, i, proto.name().empty() ? proto.pattern() : proto.name());
     ASSIGN_OR_RETURN(BackendPatternConfig pattern_config, ReadEntry(entry, proto));
     const absl::Status added = proto.replace()
-                                   ? config.SetOrReplace(std::move(pattern_config), modules, functions)
-                                   : config.Add(std::move(pattern_config), modules, functions);
+                                   ? config.SetOrReplace(std::move(pattern_config), known, functions)
+                                   : config.Add(std::move(pattern_config), known, functions);
     if (!added.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": pattern[", i, "]: ", added.message()));

@@ -5,10 +5,9 @@
 // (`pattern[2] 'conv_bn_add_relu'`) and the field. See examples/conv_bn_add_relu.textproto.
 //
 // A file may also declare fused module types and lowering rules (fused_module_type,
-// lowering_rule; declared_types.h): they are checked and registered process-wide before
-// the pattern entries, which may name them (examples/conv_add_relu_new_type.textproto).
-// They stay registered even if a later pattern entry of the file is refused. Declaring
-// needs `modules` to be ModuleSchemaRegistry::Global() (FailedPrecondition otherwise).
+// lowering_rule; declared_types.h): they are checked and belong to the returned config
+// (BackendConfig::declarations, module_schemas), nothing process-wide, before the pattern
+// entries, which may name them (examples/conv_add_relu_new_type.textproto).
 //
 // What a config gives reaches model files (entry names become the fused nodes' "pattern"
 // meta), so every string of the file is held to the model file's own limits

@@ -89,24 +89,10 @@ absl::Status CheckTypeNameFormat(const std::string& name) {
   return absl::OkStatus();
 }
 
-// Not a built-in or C++-registered type, nor declared differently before.
-absl::Status CheckTypeNameClash(const std::string& name, const ModuleSchemaRegistry& modules,
-                                const ModuleSchema& schema) {
-  const ModuleSchema* existing = modules.Find(Symbol::Lookup(name));
-  if (existing == nullptr) return absl::OkStatus();
-  if (existing->composition == nullptr) {
-    return FieldError("name", "clashes with a built-in (or C++-registered) module type");
-  }
-  const bool same = existing->min_inputs == schema.min_inputs &&
-                    existing->max_inputs == schema.max_inputs &&
-                    existing->children == schema.children &&
-                    *existing->composition == *schema.composition;
-  if (!same) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "field 'name': already declared differently in '", existing->declared_in,
-        "'; a type has one declaration per process"));
-  }
-  return absl::OkStatus();
+// Not a built-in or C++-registered type.
+absl::Status CheckTypeNameClash(const std::string& name, const ModuleSchemaRegistry& modules) {
+  if (modules.Find(Symbol::Lookup(name)) == nullptr) return absl::OkStatus();
+  return FieldError("name", "clashes with a built-in (or C++-registered) module type");
 }
 
 absl::StatusOr<ModuleComposition::Value> ReadValueRef(const config::ValueRef& ref,
@@ -261,7 +247,7 @@ absl::StatusOr<ModuleSchema> ReadFusedModuleType(const config::FusedModuleTypeDe
     composition->observed_steps.push_back(s);
   }
   schema.composition = std::move(composition);
-  RETURN_IF_ERROR(CheckTypeNameClash(decl.name(), modules, schema));
+  RETURN_IF_ERROR(CheckTypeNameClash(decl.name(), modules));
   return schema;
 }
 
@@ -438,15 +424,12 @@ absl::StatusOr<DeclaredLoweringRule> ReadLoweringRule(
   const ModuleSchema* reference = nullptr;
   if (auto it = declared.find(rule.reference_module); it != declared.end()) {
     reference = it->second;
-  } else if (const ModuleSchema* s = modules.Find(Symbol::Lookup(rule.reference_module));
-             s != nullptr && s->composition != nullptr) {
-    reference = s;
   }
   if (reference == nullptr) {
     return FieldError("reference_module",
                       absl::StrCat("'", rule.reference_module,
-                                   "' is not a declared fused_module_type (built-in types have "
-                                   "built-in rules)"));
+                                   "' is not a fused_module_type this file declares (built-in "
+                                   "types have built-in rules)"));
   }
   const int num_inputs = reference->min_inputs;
   if (decl.quantized_arg_size() == 0) {
@@ -544,46 +527,6 @@ absl::StatusOr<DeclaredLoweringRule> ReadLoweringRule(
   return rule;
 }
 
-// Declared lowering rules, process-wide.
-class LoweringRuleStore {
- public:
-  static LoweringRuleStore& Global() {
-    static LoweringRuleStore* store = new LoweringRuleStore();
-    return *store;
-  }
-  absl::Mutex& declare_mu() { return declare_mu_; }
-
-  // OK, or AlreadyExists naming both sources; nothing changed.
-  absl::Status Check(const DeclaredLoweringRule& rule) const {
-    absl::MutexLock lock(&mu_);
-    for (const DeclaredLoweringRule& r : rules_) {
-      if (r.name == rule.name && !(r == rule)) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "field 'name': lowering rule '", rule.name, "' is already declared differently in '",
-            r.declared_in, "'"));
-      }
-    }
-    return absl::OkStatus();
-  }
-  void Add(DeclaredLoweringRule rule) {
-    absl::MutexLock lock(&mu_);
-    for (const DeclaredLoweringRule& r : rules_) {
-      if (r == rule) return;
-    }
-    rules_.push_back(std::move(rule));
-  }
-  std::vector<DeclaredLoweringRule> Snapshot() const {
-    absl::MutexLock lock(&mu_);
-    return rules_;
-  }
-
- private:
-  // Held for a whole RegisterDeclarations: check-all-then-register is atomic.
-  absl::Mutex declare_mu_;
-  mutable absl::Mutex mu_;
-  std::vector<DeclaredLoweringRule> rules_ ABSL_GUARDED_BY(mu_);
-};
-
 std::string EntryPrefix(absl::string_view source, absl::string_view what, int index,
                         const std::string& name) {
   constexpr size_t kShown = 60;  // a name may be as long as a model file's string limit
@@ -604,19 +547,34 @@ std::string CompositeOpTarget(absl::string_view op) {
   return c == nullptr ? std::string() : std::string(c->target);
 }
 
-absl::Status RegisterDeclarations(const config::BackendConfigFile& file,
-                                  absl::string_view source,
-                                  const ModuleSchemaRegistry& modules) {
-  if (file.fused_module_type_size() == 0 && file.lowering_rule_size() == 0) {
-    return absl::OkStatus();
+namespace {
+
+absl::Status CheckDeclaredModulesIn(const Module& module, const std::string& path,
+                                    const ModuleSchemaRegistry& schemas) {
+  const ModuleSchema* schema = schemas.Find(module.type());
+  if (schema != nullptr && schema->composition != nullptr) {
+    RETURN_IF_ERROR(CheckModuleAgainstSchema(
+        module, *schema, absl::StrCat("module '", path, "' (", schema->type, ")")));
   }
-  if (&modules != &ModuleSchemaRegistry::Global()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        source, ": fused_module_type / lowering_rule register in ModuleSchemaRegistry::Global(), "
-                "where the runtime finds them; load this config with the global registry"));
+  for (const auto& [name, child] : module.children()) {
+    RETURN_IF_ERROR(CheckDeclaredModulesIn(
+        *child, path.empty() ? name : absl::StrCat(path, ".", name), schemas));
   }
-  LoweringRuleStore& store = LoweringRuleStore::Global();
-  absl::MutexLock declaring(&store.declare_mu());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckDeclaredModules(const GraphModule& gm, const Declarations* declarations) {
+  if (declarations == nullptr) return absl::OkStatus();
+  return CheckDeclaredModulesIn(gm.root(), "", declarations->schemas);
+}
+
+absl::StatusOr<std::shared_ptr<const Declarations>> ReadDeclarations(
+    const config::BackendConfigFile& file, absl::string_view source,
+    const ModuleSchemaRegistry& modules) {
+  if (file.fused_module_type_size() == 0 && file.lowering_rule_size() == 0) return nullptr;
+  auto declarations = std::make_shared<Declarations>(modules);
   std::vector<ModuleSchema> schemas;
   absl::flat_hash_map<std::string, const ModuleSchema*> declared;
   schemas.reserve(file.fused_module_type_size());
@@ -631,33 +589,25 @@ absl::Status RegisterDeclarations(const config::BackendConfigFile& file,
     schemas.push_back(*std::move(schema));
     declared[decl.name()] = &schemas.back();
   }
-  std::vector<DeclaredLoweringRule> rules;
   for (int i = 0; i < file.lowering_rule_size(); ++i) {
     const config::LoweringRuleDecl& decl = file.lowering_rule(i);
     const std::string prefix = EntryPrefix(source, "lowering_rule", i, decl.name());
     absl::StatusOr<DeclaredLoweringRule> rule = ReadLoweringRule(decl, source, modules, declared);
     if (!rule.ok()) return Prefixed(rule.status(), prefix);
-    if (absl::Status clash = store.Check(*rule); !clash.ok()) return Prefixed(clash, prefix);
-    for (const DeclaredLoweringRule& r : rules) {
-      if (r.name == rule->name) return Prefixed(FieldError("name", "declared twice in this file"), prefix);
+    for (const DeclaredLoweringRule& r : declarations->lowering_rules) {
+      if (r.name == rule->name) {
+        return Prefixed(FieldError("name", "declared twice in this file"), prefix);
+      }
     }
-    rules.push_back(*std::move(rule));
+    declarations->lowering_rules.push_back(*std::move(rule));
   }
-  // Everything checked: register. Register compares again (a C++ registration racing
-  // with this load is the only way it can fail).
-  ModuleSchemaRegistry& global = ModuleSchemaRegistry::Global();
   for (size_t i = 0; i < schemas.size(); ++i) {
     const std::string name = schemas[i].type;
-    if (absl::Status st = global.Register(std::move(schemas[i])); !st.ok()) {
+    if (absl::Status st = declarations->schemas.Register(std::move(schemas[i])); !st.ok()) {
       return Prefixed(st, EntryPrefix(source, "fused_module_type", static_cast<int>(i), name));
     }
   }
-  for (DeclaredLoweringRule& rule : rules) store.Add(std::move(rule));
-  return absl::OkStatus();
-}
-
-std::vector<DeclaredLoweringRule> DeclaredLoweringRules() {
-  return LoweringRuleStore::Global().Snapshot();
+  return std::shared_ptr<const Declarations>(std::move(declarations));
 }
 
 }  // namespace fuselage

@@ -18,8 +18,10 @@
 //     native_step { op: "nniq.ConvAddReLU2d" from_child: 0 }
 //   }
 //
-// What a declaration registers, when the file loads (config_loader.h):
-//  - the type's ModuleSchema in ModuleSchemaRegistry::Global(): its inputs, its children
+// What a declaration gives the BackendConfig the file loads into (config_loader.h;
+// BackendConfig::declarations()):
+//  - the type's ModuleSchema, in the config's own registry over the built-in types
+//    (BackendConfig::module_schemas()): its inputs, its children
 //    (each child type, and for a weighted nn.X also nnqr.X, the reference form convert
 //    makes of child "0"), and its ModuleComposition. A pattern entry fusing into the type
 //    writes the composition's steps on every module it makes (graph/module_schema.h
@@ -30,30 +32,28 @@
 //    reference_quantized_module and dtype_config): every tensor input and the output get
 //    an observer. A declaration asking for fewer is refused (not silently widened).
 //    Each `observed_step: k` (an intermediate step) gets one more observer, no node's:
-//    its path is the module's attribute step_<k>_observer, the composite kernel feeds
+//    its path is the module's attribute step_<k>_observer, the steps kernel feeds
 //    it step k's value during calibration, and convert records step_<k>_scale /
 //    step_<k>_zero_point, which a lowering rule's `qparams_of { step: k }` reads;
-//  - a lowering rule (DeclaredLoweringRules), which RegisterNativeLoweringRules
-//    (lowering/lowering_rule.h) adds to every registry it fills: the reference module
+//  - a lowering rule, which RegisterNativeLoweringRules (lowering/lowering_rule.h) adds
+//    to a registry it fills for that config: the reference module
 //    with the listed args dequantized becomes the native module, built from the reference
 //    child "0" as the built-in two-input rules do, reading those args quantized; a rule of
 //    several native_steps (`composition`) becomes one native node per step.
 //
-// Scope: declarations are process-wide (the runtime, prepare and lowering of any config
-// see them), held under a mutex. Declaring the same type or rule again (the same file
-// loaded twice, or two files with identical declarations) is fine; a different
-// declaration of a name already declared is AlreadyExists naming both sources; a name
-// in a built-in namespace (nn, nni, nnq, nniq, nnqr, torch, ...) or of a built-in type is
-// refused. A file's declarations are all checked before any is registered.
+// Scope: the config object that declares them, nothing process-wide: two configs may
+// declare the same name differently, each fusing, preparing and lowering by its own. A
+// name in a built-in namespace (nn, nni, nnq, nniq, nnqr, torch, ...) or of a built-in
+// type is refused, as is a name declared twice in one file.
 //
 // Model files carry each declared module's steps, so a fused, prepared or reference model
-// holding a declared type loads and runs in any process, with or without its config; where
-// the config is loaded, GraphModule::Verify checks the steps against the declaration and
-// refuses a module fused under another one. Prepare, convert and lowering need the config
-// (the pattern entry's observation, the observed steps, the lowering rule).
+// holding a declared type loads, runs and converts anywhere, with no config; prepare and
+// lowering with a config check each declared module's steps against its declaration
+// (GraphModule::Verify(config.module_schemas())) and refuse a module fused under another.
 #ifndef FUSELAGE_BACKEND_CONFIGS_DECLARED_TYPES_H_
 #define FUSELAGE_BACKEND_CONFIGS_DECLARED_TYPES_H_
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,17 +104,30 @@ struct DeclaredLoweringRule {
   }
 };
 
-// Checks every fused_module_type and lowering_rule of `file` against `modules` (which
-// must be ModuleSchemaRegistry::Global(), where declared types live), then registers them
-// all. InvalidArgument / Unimplemented / AlreadyExists "<source>: fused_module_type[i]
-// 'name': field 'step[2].op': ..." naming the entry and field; on error nothing is
-// registered. A file with neither is OK and registers nothing.
-absl::Status RegisterDeclarations(const config::BackendConfigFile& file,
-                                  absl::string_view source,
-                                  const ModuleSchemaRegistry& modules);
+// What one backend config file declares, scoped to the BackendConfig made from it: its
+// types' schemas in a registry over the built-in ones (`schemas.Find` finds both), and its
+// lowering rules, checked.
+struct Declarations {
+  explicit Declarations(const ModuleSchemaRegistry& builtins) : schemas(&builtins) {}
+  ModuleSchemaRegistry schemas;
+  std::vector<DeclaredLoweringRule> lowering_rules;
+};
 
-// Every lowering rule declared so far, in declaration order (a copy).
-std::vector<DeclaredLoweringRule> DeclaredLoweringRules();
+// Checks every fused_module_type and lowering_rule of `file` against `modules` (the
+// built-in types, usually ModuleSchemaRegistry::Global(), which must outlive the result)
+// and returns them; nullptr for a file with neither. InvalidArgument / Unimplemented
+// "<source>: fused_module_type[i] 'name': field 'step[2].op': ..." naming the entry and
+// field. Nothing process-wide changes: two configs may declare the same name differently.
+absl::StatusOr<std::shared_ptr<const Declarations>> ReadDeclarations(
+    const config::BackendConfigFile& file, absl::string_view source,
+    const ModuleSchemaRegistry& modules);
+
+// Checks every module of `gm` of a type `declarations` declares against its declaration
+// (CheckModuleAgainstSchema: its steps, written at fusion, and its children): a module
+// fused under another declaration of the same name is InvalidArgument naming the module
+// path, the type and the config. OK when `declarations` is null. Prepare and lowering call
+// it with their config's declarations.
+absl::Status CheckDeclaredModules(const GraphModule& gm, const Declarations* declarations);
 
 // The call_function target a declared step's `op` names ("add" -> "operator.add",
 // "relu" -> "torch.relu"; a qualified target of the table is kept); "" if unknown.

@@ -466,9 +466,12 @@ absl::Status ModuleSchemaRegistry::Register(ModuleSchema schema) {
 }
 
 const ModuleSchema* ModuleSchemaRegistry::Find(Symbol type) const {
-  absl::MutexLock lock(&mu_);
-  auto it = schemas_.find(type);
-  return it == schemas_.end() ? nullptr : it->second.get();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = schemas_.find(type);
+    if (it != schemas_.end()) return it->second.get();
+  }
+  return parent_ == nullptr ? nullptr : parent_->Find(type);
 }
 
 absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {

@@ -156,6 +156,10 @@ class ModuleSchemaRegistry {
 
   // An empty registry (tests); Global() starts from RegisterBuiltinModuleSchemas.
   ModuleSchemaRegistry() = default;
+  // A registry over `parent` (which must outlive it): Find looks here first, then in
+  // `parent`; Register adds here only. What a backend config declares lives in one over
+  // Global() (backend_configs/declared_types.h), scoped to that config.
+  explicit ModuleSchemaRegistry(const ModuleSchemaRegistry* parent) : parent_(parent) {}
 
   // AlreadyExists if the type is registered with a different schema (inputs, tensors,
   // children, composition; `check` cannot be compared: the first one registered stays;
@@ -166,6 +170,7 @@ class ModuleSchemaRegistry {
   const ModuleSchema* Find(Symbol type) const;
 
  private:
+  const ModuleSchemaRegistry* parent_ = nullptr;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Symbol, std::unique_ptr<ModuleSchema>> schemas_ ABSL_GUARDED_BY(mu_);
 };

@@ -35,8 +35,9 @@ LoweringRule LoweringRuleFromDeclaration(const DeclaredLoweringRule& declared) {
   return rule;
 }
 
-absl::Status RegisterDeclaredLoweringRules(LoweringRuleRegistry& registry) {
-  for (const DeclaredLoweringRule& declared : DeclaredLoweringRules()) {
+absl::Status RegisterDeclaredLoweringRules(LoweringRuleRegistry& registry,
+                                           absl::Span<const DeclaredLoweringRule> rules) {
+  for (const DeclaredLoweringRule& declared : rules) {
     const absl::Status status = registry.Register(LoweringRuleFromDeclaration(declared));
     if (!status.ok()) {
       return absl::Status(status.code(),

@@ -3,15 +3,17 @@
 // with the listed args dequantized, becomes its native module, built from the reference
 // child "0" (BuildNativeWeightedModule) as the built-in two-input rules are, and reading
 // those args quantized; a rule of several native_steps becomes a kNativeComposition
-// rule, one native node per step (lower_to_native.h). RegisterNativeLoweringRules calls
-// this last, so every registry it fills lowers the types declared so far.
+// rule, one native node per step (lower_to_native.h). A config's rules lower only with
+// that config: the pipeline's LowerModel registers them after the built-in ones.
 //
 //   LoweringRuleRegistry rules;
-//   RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));  // includes the declared rules
+//   RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));
+//   RETURN_IF_ERROR(RegisterDeclaredLoweringRules(rules, config.declared_lowering_rules()));
 #ifndef FUSELAGE_LOWERING_DECLARED_LOWERING_H_
 #define FUSELAGE_LOWERING_DECLARED_LOWERING_H_
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "backend_configs/declared_types.h"
 #include "lowering/lowering_rule.h"
 
@@ -21,9 +23,10 @@ namespace fuselage {
 // kNativeComposition for a rule of several native_steps).
 LoweringRule LoweringRuleFromDeclaration(const DeclaredLoweringRule& declared);
 
-// Registers every rule DeclaredLoweringRules() holds. AlreadyExists naming the rule and
-// its config if a name is taken (by a built-in rule).
-absl::Status RegisterDeclaredLoweringRules(LoweringRuleRegistry& registry);
+// Registers `rules` (a config's, BackendConfig::declared_lowering_rules). AlreadyExists
+// naming the rule and its config if a name is taken (by a built-in rule).
+absl::Status RegisterDeclaredLoweringRules(LoweringRuleRegistry& registry,
+                                           absl::Span<const DeclaredLoweringRule> rules);
 
 }  // namespace fuselage
 

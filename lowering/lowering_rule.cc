@@ -708,8 +708,7 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
   }
   // STATIC_LOWER_MODULE_MAP's nn.PReLU -> nnq.PReLU (lowering/prelu_lowering.h).
   RETURN_IF_ERROR(registry.Register(PReluLoweringRule()));
-  // Last: the rules backend configs declared (lowering/declared_lowering.h).
-  return RegisterDeclaredLoweringRules(registry);
+  return absl::OkStatus();
 }
 
 }  // namespace fuselage

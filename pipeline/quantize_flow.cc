@@ -50,7 +50,7 @@ absl::StatusOr<QuantizeFlowReport> RunQuantizeFlow(GraphModule& gm,
   RETURN_IF_ERROR(AfterStage("convert", gm, options));
   if (options.stop_at_reference) return report;
 
-  ASSIGN_OR_RETURN(report.lowering, LowerModel(gm));
+  ASSIGN_OR_RETURN(report.lowering, LowerModel(gm, &backend_config));
   RETURN_IF_ERROR(AfterStage("lower", gm, options));
   return report;
 }

@@ -8,6 +8,7 @@
 #include "backend_configs/config_loader.h"
 #include "backend_configs/declared_types.h"
 #include "graph/status_macros.h"
+#include "lowering/declared_lowering.h"
 #include "lowering/lowering_rule.h"
 #include "patterns/fuse.h"
 #include "quantize/prepared_model.h"
@@ -45,10 +46,10 @@ absl::StatusOr<BackendConfig> ResolveBackendConfig(
   return ParseBackendConfigText(*config_text, config_source);
 }
 
-absl::Status LoadDeclaringConfig(const std::string& path, absl::string_view source) {
+absl::StatusOr<BackendConfig> LoadDeclaringConfig(const std::string& path,
+                                                  absl::string_view source) {
   ASSIGN_OR_RETURN(const std::string text, ReadBackendConfigFile(path));
-  // Parsing registers the declarations (config_loader.h); the config itself is not needed.
-  return ParseBackendConfigText(text, source).status();
+  return ParseBackendConfigText(text, source);
 }
 
 absl::StatusOr<std::string> DefaultMappingBackend(
@@ -117,7 +118,8 @@ absl::StatusOr<FuseReport> FuseScannedModel(GraphModule& gm, const BackendConfig
   report.backend = config.name();
   report.per_pattern = MatchesPerPattern(matcher, matches);
   report.nodes_before = gm.graph().size();
-  ASSIGN_OR_RETURN(FuseOutcome outcome, FusePatternsWithOptions(gm, matcher, options));
+  ASSIGN_OR_RETURN(FuseOutcome outcome,
+                   FusePatternsWithOptions(gm, matcher, options, config.module_schemas()));
   report.fused = outcome.fused;
   report.overlaps = std::move(outcome.overlaps);
   report.nodes_after = gm.graph().size();
@@ -187,9 +189,13 @@ absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm) {
   return report;
 }
 
-absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm) {
+absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config) {
   LoweringRuleRegistry rules;
   RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));
+  if (config != nullptr) {
+    RETURN_IF_ERROR(CheckDeclaredModules(gm, config->declarations().get()));
+    RETURN_IF_ERROR(RegisterDeclaredLoweringRules(rules, config->declared_lowering_rules()));
+  }
   ASSIGN_OR_RETURN(LoweringReport report, LowerToNative(gm, rules));
   RETURN_IF_ERROR(VerifyAfterStage("lower", gm));
   return report;

@@ -54,18 +54,18 @@ absl::StatusOr<BackendConfig> ResolveBackendConfig(
     absl::string_view config_source);
 
 // Loads the backend config file at `path` for what it declares (fused_module_type,
-// lowering_rule; backend_configs/declared_types.h), for a front door about to load a
-// model that may hold a declared type: such a model runs anywhere (its modules carry their
-// steps), but converting and lowering it need the declaration (observed steps, lowering
-// rules), and with it loaded Verify checks each module's steps against it. The whole file
-// is checked as ResolveBackendConfig checks it; its pattern entries are not kept. `source`
-// names the config in errors and is the name its declarations are registered under, e.g.
-// the path as the user typed it.
-// The reader's error (naming the path) or the loader's (naming `source`, entry, field).
+// lowering_rule; backend_configs/declared_types.h), for a front door about to read a model
+// that may hold a declared type: such a model runs anywhere (its modules carry their
+// steps); the config lets the front door check them against their declaration
+// (CheckDeclaredModules). The whole file is checked as ResolveBackendConfig checks it.
+// `source` names the config in errors, e.g. the path as the user typed it. The reader's
+// error (naming the path) or the loader's (naming `source`, entry, field).
 //
-//   RETURN_IF_ERROR(LoadDeclaringConfig("configs/new_type.textproto",
-//                                       "configs/new_type.textproto"));
-absl::Status LoadDeclaringConfig(const std::string& path, absl::string_view source);
+//   ASSIGN_OR_RETURN(BackendConfig config, LoadDeclaringConfig("configs/new_type.textproto",
+//                                                              "configs/new_type.textproto"));
+//   RETURN_IF_ERROR(CheckDeclaredModules(gm, config.declarations().get()));
+absl::StatusOr<BackendConfig> LoadDeclaringConfig(const std::string& path,
+                                                  absl::string_view source);
 
 // The backend whose default qconfig mapping (DefaultQConfigMapping) goes with the same
 // arguments: `backend` if given, else the built-in base `config_text` extends.
@@ -166,8 +166,10 @@ absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm, const Calibrat
 // FailedPrecondition if `gm` is not a prepared model.
 absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm);
 
-// LowerToNative with fuselage's native lowering rules (RegisterNativeLoweringRules).
-absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm);
+// LowerToNative with fuselage's native lowering rules (RegisterNativeLoweringRules) and,
+// given a config, the lowering rules it declares, after checking the model's modules of
+// the types it declares against their declaration (CheckDeclaredModules).
+absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config = nullptr);
 
 // OK if `gm` passes Verify after the pass named `stage`; else Internal: a graph a pass
 // left failing Verify is a fuselage bug, not bad input. Every stage function above ends

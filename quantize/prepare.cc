@@ -670,9 +670,9 @@ class ObserverInserter {
   // `max_observer_nodes` and `max_observer_modules` bound the observer nodes and modules
   // Apply will insert: the per-node observer table and the container's child list are
   // sized for them once instead of growing as they are created.
-  ObserverInserter(GraphModule& gm, PreparedModel& out, size_t max_observer_nodes,
-                   size_t max_observer_modules)
-      : gm_(gm), out_(out), max_observer_modules_(max_observer_modules) {
+  ObserverInserter(GraphModule& gm, PreparedModel& out, const ModuleSchemaRegistry& schemas,
+                   size_t max_observer_nodes, size_t max_observer_modules)
+      : gm_(gm), out_(out), schemas_(schemas), max_observer_modules_(max_observer_modules) {
     observer_of_.reserve(gm.graph().node_index_bound() + max_observer_nodes);
     observer_of_.resize(gm.graph().node_index_bound());
   }
@@ -784,13 +784,13 @@ class ObserverInserter {
   // (ModuleComposition::observed_steps) gets one observer module per step, of the
   // activation's spec as its output's (PyTorch observes an unfused op's output so): no
   // node calls it; its path is recorded on the module (ObservedStepAttribute), where the
-  // composite kernel finds it during calibration and convert replaces it by the step's
+  // steps kernel finds it during calibration and convert replaces it by the step's
   // scale and zero point.
   absl::Status ObserveDeclaredSteps(const Decision& d) {
     if (d.node->op() != OpKind::kCallModule) return absl::OkStatus();
     Module* module = gm_.FindModule(d.node->target());
     if (module == nullptr) return absl::OkStatus();
-    const ModuleSchema* schema = ModuleSchemaRegistry::Global().Find(module->type());
+    const ModuleSchema* schema = schemas_.Find(module->type());
     if (schema == nullptr || schema->composition == nullptr) return absl::OkStatus();
     for (int step : schema->composition->observed_steps) {
       const std::string attribute = ObservedStepAttribute(step);
@@ -960,6 +960,7 @@ class ObserverInserter {
 
   GraphModule& gm_;
   PreparedModel& out_;
+  const ModuleSchemaRegistry& schemas_;  // the config's: built-in and declared types
   // Per Node::index(): the observer node watching the node's value (an observer node
   // watches its own), with its dtype.
   std::vector<ObserverNode> observer_of_;
@@ -1038,6 +1039,8 @@ bool IsObserverModuleType(Symbol type) {
 
 absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qconfig_mapping,
                                       const BackendConfig& backend_config) {
+  // A module of a type the config declares must carry that declaration's steps.
+  RETURN_IF_ERROR(CheckDeclaredModules(gm, backend_config.declarations().get()));
   PreparedModel prepared;
   // At most one decision per node, reserved once: growing moved every decision made so
   // far (at 10^5 nodes 6.6 % of the pass's L1 read misses and 16 % of its memory write
@@ -1065,7 +1068,8 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
   }
   prepared.quantized_ops.reserve(decisions.size());
   prepared.observers.reserve(max_observer_modules);
-  ObserverInserter inserter(gm, prepared, max_observer_nodes, max_observer_modules);
+  ObserverInserter inserter(gm, prepared, backend_config.module_schemas(), max_observer_nodes,
+                            max_observer_modules);
   for (const Decision& d : decisions) {
     absl::Status st = inserter.Apply(d);
     if (!st.ok()) {

@@ -47,13 +47,15 @@ absl::StatusOr<BackendConfig> BackendFromFlags(const CommandContext& context,
 FlagSpec DeclaringConfigFlagSpec() {
   return {{"--config"}, true,
           "backend config files (.textproto, comma-separated) declaring the model's fused "
-          "module types (fused_module_type), loaded before the model",
+          "module types (fused_module_type): the model's modules of those types are checked "
+          "against their declarations",
           "FILE[,FILE...]"};
 }
 
-absl::Status LoadDeclaringConfigsFromFlags(const CommandContext& context,
-                                           absl::string_view command, const ParsedArgs& parsed) {
-  if (!parsed.Has("--config")) return absl::OkStatus();
+absl::StatusOr<std::vector<BackendConfig>> DeclaringConfigsFromFlags(
+    const CommandContext& context, absl::string_view command, const ParsedArgs& parsed) {
+  std::vector<BackendConfig> configs;
+  if (!parsed.Has("--config")) return configs;
   const std::string& list = parsed.flags.at("--config");
   if (list.empty()) return UsageError(absl::StrCat(command, ": --config needs a file name"));
   for (absl::string_view path : absl::StrSplit(list, ',')) {
@@ -62,10 +64,24 @@ absl::Status LoadDeclaringConfigsFromFlags(const CommandContext& context,
                                      " has an empty file name (FILE[,FILE...])"));
     }
     const std::string typed(path);
-    if (absl::Status loaded = LoadDeclaringConfig(context.ResolvePath(typed), typed);
-        !loaded.ok()) {
-      return absl::Status(loaded.code(),
-                          absl::StrCat(command, ": --config: ", loaded.message()));
+    absl::StatusOr<BackendConfig> loaded = LoadDeclaringConfig(context.ResolvePath(typed), typed);
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat(command, ": --config: ", loaded.status().message()));
+    }
+    configs.push_back(*std::move(loaded));
+  }
+  return configs;
+}
+
+absl::Status CheckAgainstDeclaringConfigs(absl::string_view command,
+                                          const std::vector<BackendConfig>& configs,
+                                          const GraphModule& gm) {
+  for (const BackendConfig& config : configs) {
+    if (absl::Status checked = CheckDeclaredModules(gm, config.declarations().get());
+        !checked.ok()) {
+      return absl::Status(checked.code(),
+                          absl::StrCat(command, ": --config: ", checked.message()));
     }
   }
   return absl::OkStatus();

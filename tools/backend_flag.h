@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "backend_configs/backend_config.h"
+#include "graph/graph_module.h"
 #include "tools/command.h"
 
 namespace fuselage {
@@ -31,12 +32,17 @@ absl::StatusOr<BackendConfig> BackendFromFlags(const CommandContext& context,
 FlagSpec DeclaringConfigFlagSpec();
 
 // Loads every file of --config (LoadDeclaringConfig, pipeline/stages.h; each path resolved
-// against the context, registered under the path as typed), so a model of a type they
-// declare loads afterwards. Nothing without --config. UsageError for an empty value or
-// an empty name in the list; "<command>: --config: " and the loader's error (naming the
-// file, entry and field) for a file that does not load.
-absl::Status LoadDeclaringConfigsFromFlags(const CommandContext& context,
-                                           absl::string_view command, const ParsedArgs& parsed);
+// against the context, named in errors as typed); none without --config. UsageError for
+// an empty value or an empty name in the list; "<command>: --config: " and the loader's
+// error (naming the file, entry and field) for a file that does not load.
+absl::StatusOr<std::vector<BackendConfig>> DeclaringConfigsFromFlags(
+    const CommandContext& context, absl::string_view command, const ParsedArgs& parsed);
+
+// Checks the modules of `gm` of a type one of `configs` declares against that declaration
+// (CheckDeclaredModules), the error prefixed "<command>: --config: ".
+absl::Status CheckAgainstDeclaringConfigs(absl::string_view command,
+                                          const std::vector<BackendConfig>& configs,
+                                          const GraphModule& gm);
 
 }  // namespace fuselage
 

@@ -34,6 +34,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
+#include "backend_configs/declared_types.h"
+#include "lowering/declared_lowering.h"
 #include "lowering/lower_to_native.h"
 #include "lowering/lowering_rule.h"
 #include "pipeline/progress.h"
@@ -137,6 +139,8 @@ Command LowerCommand() {
     ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
     LoweringRuleRegistry rules;
     RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));
+    RETURN_IF_ERROR(CheckDeclaredModules(*gm, config.declarations().get()));
+    RETURN_IF_ERROR(RegisterDeclaredLoweringRules(rules, config.declared_lowering_rules()));
     const size_t nodes_before = gm->graph().size();
     stage.times().Start();
     ASSIGN_OR_RETURN(LoweringReport report, LowerToNative(*gm, rules));

@@ -16,9 +16,8 @@
 //   was prepared: qnnpack for the qnnpack config, onednn for the others; onednn when the
 //   model records none).
 //   --config: the backend config files that declare the fused module types of a fused,
-//   prepared or reference model (fused_module_type), loaded before the model; without
-//   them such a model is refused, the error naming the config to give. A lowered model
-//   names only native types and needs none.
+//   prepared or reference model (fused_module_type); the model's modules of those types
+//   are checked against them. Optional: such a model carries its steps and runs without.
 #include "tools/cmd_run.h"
 
 #include <string>
@@ -83,9 +82,10 @@ Command RunCommand() {
     ASSIGN_OR_RETURN(options.threads, ThreadsFlag(parsed));
     ASSIGN_OR_RETURN(options.engine, EngineFlag(parsed));
     ASSIGN_OR_RETURN(const int64_t repeat, IntFlag(parsed, "--repeat", 1, 1, kMaxRepeat));
-    // Before the model: a model of a declared type loads only once its config has.
-    RETURN_IF_ERROR(LoadDeclaringConfigsFromFlags(context, command.name, parsed));
+    ASSIGN_OR_RETURN(const std::vector<BackendConfig> declaring,
+                     DeclaringConfigsFromFlags(context, command.name, parsed));
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, parsed.positional[0]));
+    RETURN_IF_ERROR(CheckAgainstDeclaringConfigs(command.name, declaring, *gm));
     const std::vector<std::string> inputs = SplitPaths(context, parsed.flags.at("--input"));
     const size_t placeholders = gm->graph().Placeholders().size();
     if (inputs.size() != placeholders) {

@@ -19,9 +19,9 @@
 //   (convert_fx would give it scale 1.0 and zero point 0). A model without observers is
 //   refused: it was not prepared.
 // calibrate's and convert's --config: the backend config files declaring the model's
-// fused module types (fused_module_type), loaded before the model, which is refused
-// without them, the error naming the config (prepare's --config is the backend config,
-// which also loads its declarations).
+// fused module types (fused_module_type), whose declarations the model's modules are
+// checked against; optional, as such a model carries its steps (prepare's --config is the
+// backend config, with its declarations).
 // Each prints its pass's report and a summary line; --time adds one line per step with
 // its wall time, `time <step> <ms> ms`: load, then the pass (prepare, calibrate, convert),
 // then verify and save (and, for prepare and calibrate, store: writing the state into
@@ -126,10 +126,12 @@ Command CalibrateCommand() {
     ASSIGN_OR_RETURN(StageRun stage, StageRun::Parse(command, args, flags));
     ASSIGN_OR_RETURN(const int threads, ThreadsFlag(stage.parsed()));
     ASSIGN_OR_RETURN(const std::optional<QuantizedEngine> engine, EngineFlag(stage.parsed()));
-    RETURN_IF_ERROR(LoadDeclaringConfigsFromFlags(context, command.name, stage.parsed()));
+    ASSIGN_OR_RETURN(const std::vector<BackendConfig> declaring,
+                     DeclaringConfigsFromFlags(context, command.name, stage.parsed()));
     // Reading the observers back is part of the step "load" here.
     stage.times().Start();
     ASSIGN_OR_RETURN(auto gm, LoadModelArg(context, stage.input()));
+    RETURN_IF_ERROR(CheckAgainstDeclaringConfigs(command.name, declaring, *gm));
     ASSIGN_OR_RETURN(PreparedModel prepared, ReadPrepared(command.name, stage.input(), *gm));
     stage.times().Stop("load");
     ASSIGN_OR_RETURN(CalibrationSamples samples,
@@ -157,8 +159,10 @@ Command ConvertCommand() {
                           CommandContext& context) -> absl::Status {
     ASSIGN_OR_RETURN(StageRun stage,
                      StageRun::Parse(command, args, {{DeclaringConfigFlagSpec()}}));
-    RETURN_IF_ERROR(LoadDeclaringConfigsFromFlags(context, command.name, stage.parsed()));
+    ASSIGN_OR_RETURN(const std::vector<BackendConfig> declaring,
+                     DeclaringConfigsFromFlags(context, command.name, stage.parsed()));
     ASSIGN_OR_RETURN(auto gm, stage.LoadInput(context));
+    RETURN_IF_ERROR(CheckAgainstDeclaringConfigs(command.name, declaring, *gm));
     // Reading the observers and plans back is part of what convert costs from a file.
     stage.times().Start();
     ASSIGN_OR_RETURN(PreparedModel prepared, ReadPrepared(command.name, stage.input(), *gm));

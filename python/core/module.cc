@@ -74,7 +74,7 @@ type keeps the name it was first declared under in the process):
             qconfig_mapping=None, qconfig_mapping_text=None) -> PrepareReport
     calibrate(model, samples, *, threads=0) -> CalibrationReport
     convert(model) -> ConvertReport
-    lower(model) -> LoweringReport
+    lower(model, *, config_text=None, config_source=None) -> LoweringReport
     quantize(model, samples, backend=None, *, config_text=None, config_source=None,
              qconfig_mapping=None, qconfig_mapping_text=None, reference=False, threads=0,
              engine=None)
@@ -633,13 +633,18 @@ void RegisterPasses(py::module_& m) {
       py::arg("model"), "Converts a prepared, calibrated model to a reference quantized model.");
   m.def(
       "lower",
-      [](Model& model) {
+      [](Model& model, const OptString& config_text, const OptString& config_source) {
+        // The lowering rules a config declares lower with that config only.
+        std::optional<BackendConfig> config;
+        if (config_text.has_value()) {
+          config = ResolveBackend(std::nullopt, config_text, ConfigSource(config_text, config_source));
+        }
         // Lowering a model with no reference pattern would hand it back unchanged as if
         // it had been lowered; it is refused instead, and the model is left as it was.
         auto copy = model.Read([](GraphModule& gm) { return gm.Clone(); });
         LoweringReport report = ValueOrThrow([&] {
           py::gil_scoped_release release;
-          return LowerModel(*copy);
+          return LowerModel(*copy, config.has_value() ? &*config : nullptr);
         }());
         if (LoweredNothing(report)) {
           ThrowIfError(absl::FailedPreconditionError(
@@ -650,7 +655,10 @@ void RegisterPasses(py::module_& m) {
         model.Replace(std::move(copy));
         return report;
       },
-      py::arg("model"), "Lowers a reference quantized model to native quantized ops, in place.");
+      py::arg("model"), py::kw_only(), py::arg("config_text") = py::none(),
+      py::arg("config_source") = py::none(),
+      "Lowers a reference quantized model to native quantized ops, in place; with "
+      "config_text, also by the lowering rules that backend config declares.");
   m.def(
       "quantize",
       [](Model& model, const py::iterable& samples, const OptString& backend,

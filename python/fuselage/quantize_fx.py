@@ -250,8 +250,17 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     m = core.from_torch(graph_module)
     core.convert(m)
     if lower:
-        core.lower(m)
+        _lower(core, m, text)
     return core.to_torch(m, consume=True)
+
+
+def _lower(core, model, backend_text):
+    """Lowers `model` in place; with the lowering rules the prepare-time backend config file
+    declares, which belong to that config (backend_configs/declared_types.h)."""
+    if backend_text is not None and "lowering_rule" in backend_text:
+        core.lower(model, config_text=backend_text)
+    else:
+        core.lower(model)
 
 
 def _convert_qat(core, graph_module, lower):
@@ -268,7 +277,7 @@ def _convert_qat(core, graph_module, lower):
     if not lower:
         return reference
     m = core.from_torch(reference)
-    core.lower(m)
+    _lower(core, m, getattr(graph_module, _BACKEND_TEXT_ATTR, None))
     return core.to_torch(m, consume=True)
 
 

@@ -556,7 +556,7 @@ TEST(ConfigLoader, TensorArgsObservationInputOutputObservedFixedQParams) {
                 {"'bad'", "fixed_output_qparams"});
 }
 
-// Issue 21 item 4: a file that declares a fused module type loads and registers it
+// Issue 21 item 4: a file that declares a fused module type loads, the config holding it
 // (tests/backend_configs/declared_type_test.cc has the whole flow); a lowering rule for a
 // type nobody declared is refused by name, never loaded without effect.
 TEST(ConfigLoader, DeclaredTypesLoadAndUndeclaredLoweringTargetsAreRefused) {
@@ -565,7 +565,7 @@ TEST(ConfigLoader, DeclaredTypesLoadAndUndeclaredLoweringTargetsAreRefused) {
       "num_inputs: 1 step { child: 0 input { arg: 0 } } observe_output: true }\n",
       "t.textproto");
   ASSERT_TRUE(typed.ok()) << typed.status();
-  const ModuleSchema* schema = ModuleSchemaRegistry::Global().Find(Symbol::Lookup("loader.Conv"));
+  const ModuleSchema* schema = typed->module_schemas().Find(Symbol::Lookup("loader.Conv"));
   ASSERT_NE(schema, nullptr);
   EXPECT_NE(schema->composition, nullptr);
   absl::StatusOr<BackendConfig> lowered = ParseBackendConfigText(

@@ -25,6 +25,7 @@
 #include "graph/serialization.h"
 #include "gtest/gtest.h"
 #include "lowering/lower_to_native.h"
+#include "lowering/declared_lowering.h"
 #include "lowering/lowering_rule.h"
 #include "pipeline/quantize_flow.h"
 #include "pipeline/stages.h"
@@ -89,6 +90,7 @@ class DeclaredCompositionTest : public ::testing::Test {
 TEST_F(DeclaredCompositionTest, RuleLoadsAsAComposition) {
   LoweringRuleRegistry rules;
   ASSERT_TRUE(RegisterNativeLoweringRules(rules).ok());
+  ASSERT_TRUE(RegisterDeclaredLoweringRules(rules, config_->declared_lowering_rules()).ok());
   const LoweringRule* rule = rules.FindByName(kRule);
   ASSERT_NE(rule, nullptr);
   EXPECT_EQ(rule->action, LoweringRule::Action::kNativeComposition);
@@ -276,6 +278,7 @@ TEST_F(DeclaredCompositionTest, WrongChildLeavesThePatternUnloweredAndSaysWhy) {
 
   LoweringRuleRegistry rules;
   ASSERT_TRUE(RegisterNativeLoweringRules(rules).ok());
+  ASSERT_TRUE(RegisterDeclaredLoweringRules(rules, config_->declared_lowering_rules()).ok());
   absl::StatusOr<LoweringReport> report = LowerToNative(*gm, rules);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->lowered_per_rule[kRule], 0);
@@ -386,7 +389,7 @@ TEST_F(DeclaredCompositionTest, StagesThroughModelFilesGiveTheInMemoryResult) {
   ASSERT_TRUE(converted.ok()) << converted.status();
   gm = reload(*gm);
   ASSERT_NE(gm, nullptr);
-  absl::StatusOr<LoweringReport> lowered = LowerModel(*gm);
+  absl::StatusOr<LoweringReport> lowered = LowerModel(*gm, config_.get());
   ASSERT_TRUE(lowered.ok()) << lowered.status();
   EXPECT_EQ(lowered->lowered_per_rule[kRule], 1) << lowered->ToString();
   EXPECT_EQ(NodesText(*gm), NodesText(*in_memory));

@@ -20,6 +20,7 @@
 #include "graph/graph_module.h"
 #include "graph/module_schema.h"
 #include "gtest/gtest.h"
+#include "lowering/declared_lowering.h"
 #include "lowering/lowering_rule.h"
 #include "patterns/fuse.h"
 #include "pipeline/quantize_flow.h"
@@ -58,10 +59,12 @@ std::string BuiltinEquivalentText() {
   return absl::StrReplaceAll(text, {{kType, "nni.ConvAddReLU2d"}});
 }
 
-TEST(DeclaredTypeTest, LoadingRegistersSchemaCompositionAndLoweringRule) {
+TEST(DeclaredTypeTest, TheConfigHoldsSchemaCompositionAndLoweringRule) {
   absl::StatusOr<BackendConfig> config = LoadBackendConfigFile(kExample);
   ASSERT_TRUE(config.ok()) << config.status();
-  const ModuleSchema* schema = ModuleSchemaRegistry::Global().Find(Symbol::Lookup(kType));
+  // Scoped to the config: nothing process-wide.
+  EXPECT_EQ(ModuleSchemaRegistry::Global().Find(Symbol::Intern(kType)), nullptr);
+  const ModuleSchema* schema = config->module_schemas().Find(Symbol::Lookup(kType));
   ASSERT_NE(schema, nullptr);
   EXPECT_EQ(schema->min_inputs, 2);
   EXPECT_EQ(schema->max_inputs, 2);
@@ -74,6 +77,8 @@ TEST(DeclaredTypeTest, LoadingRegistersSchemaCompositionAndLoweringRule) {
 
   LoweringRuleRegistry rules;
   ASSERT_TRUE(RegisterNativeLoweringRules(rules).ok());
+  EXPECT_EQ(rules.FindByName("user-conv-bn-add-relu2d"), nullptr);
+  ASSERT_TRUE(RegisterDeclaredLoweringRules(rules, config->declared_lowering_rules()).ok());
   const LoweringRule* rule = rules.FindByName("user-conv-bn-add-relu2d");
   ASSERT_NE(rule, nullptr);
   EXPECT_EQ(rule->reference_target, kType);
@@ -92,7 +97,7 @@ TEST(DeclaredTypeTest, FusedEqualsUnfusedInFloat) {
   auto fused = unfused->Clone();
   auto matcher = BuildFusionMatcher(*config);
   ASSERT_TRUE(matcher.ok()) << matcher.status();
-  absl::StatusOr<int> count = FusePatterns(*fused, *matcher);
+  absl::StatusOr<int> count = FusePatterns(*fused, *matcher, config->module_schemas());
   ASSERT_TRUE(count.ok()) << count.status();
   EXPECT_EQ(*count, 1);
   ASSERT_TRUE(fused->Verify().ok()) << fused->Verify();
@@ -273,15 +278,14 @@ TEST(DeclaredTypeTest, LoadRefusesBadLoweringRules) {
                         "'nniq.NoSuchOp'"));
   EXPECT_THAT(ErrorOf(rule(R"(name: "r" reference_module: "user.Undeclared" quantized_arg: 0
       native_step { op: "nniq.ConvAddReLU2d" from_child: 0 })")),
-              HasSubstr("field 'reference_module': 'user.Undeclared' is not a declared"));
+              HasSubstr("field 'reference_module': 'user.Undeclared' is not a fused_module_type "
+                        "this file declares"));
   EXPECT_THAT(ErrorOf(rule(R"(name: "r" reference_module: "test.Lowered" quantized_arg: 2
       native_step { op: "nniq.ConvAddReLU2d" from_child: 0 })")),
               HasSubstr("field 'quantized_arg[0]': 2 is not one of the 2 inputs"));
   EXPECT_THAT(ErrorOf(rule(R"(name: "r" reference_module: "test.Lowered" quantized_arg: 0
       native_step { op: "nnq.Conv2d" from_child: 0 })")),
               HasSubstr("nnq.Conv2d takes 1 to 1 inputs; test.Lowered has 2"));
-  // Nothing of a refused file is registered.
-  EXPECT_EQ(ModuleSchemaRegistry::Global().Find(Symbol::Lookup("test.Lowered")), nullptr);
 }
 
 // A rule of several native_steps (nnq.Conv2d from child 0, then quantized.add_relu):
@@ -344,41 +348,44 @@ TEST(DeclaredTypeTest, LoadChecksCompositionsOfNativeOps) {
   EXPECT_THAT(ErrorOf(with("input { step: 0 } input { arg: 1 }", "input { step: 0 } input { }")),
               HasSubstr(prefix + "field 'native_step[1].input[1]': names neither an arg nor a "
                                  "step"));
-  EXPECT_EQ(ModuleSchemaRegistry::Global().Find(Symbol::Lookup("test.Composed")), nullptr);
   // A rule with no native_step at all.
   EXPECT_THAT(ErrorOf(absl::StrCat(type, R"(lowering_rule { name: "composed"
       reference_module: "test.Composed" quantized_arg: 0 })")),
               HasSubstr(prefix + "field 'native_step': needs at least one native op"));
-  // Well formed: loads, and registers the type and a composition rule
+  // Well formed: loads, the config holding the type and a composition rule
   // (declared_composition_test lowers and runs one).
   absl::StatusOr<BackendConfig> config = ParseBackendConfigText(
       absl::StrCat(type, "lowering_rule {\n", kComposed, "\n}\n"), "t.textproto");
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_NE(ModuleSchemaRegistry::Global().Find(Symbol::Lookup("test.Composed")), nullptr);
+  EXPECT_NE(config->module_schemas().Find(Symbol::Lookup("test.Composed")), nullptr);
   LoweringRuleRegistry rules;
-  ASSERT_TRUE(RegisterNativeLoweringRules(rules).ok());
+  ASSERT_TRUE(RegisterDeclaredLoweringRules(rules, config->declared_lowering_rules()).ok());
   const LoweringRule* rule = rules.FindByName("composed");
   ASSERT_NE(rule, nullptr);
   EXPECT_EQ(rule->action, LoweringRule::Action::kNativeComposition);
   EXPECT_EQ(rule->composition.size(), 2u);
 }
 
-TEST(DeclaredTypeTest, SecondDifferentDeclarationIsAnErrorNamingBoth) {
+// Declarations are scoped to their config: two configs may declare one name differently,
+// each config knowing its own (nothing process-wide).
+TEST(DeclaredTypeTest, TwoConfigsDeclareOneNameDifferentlyEachItsOwn) {
   const std::string first = Declaring(absl::StrReplaceAll(kValidBody, {{"test.ConvAddRelu", "test.Twice"}}));
-  ASSERT_TRUE(ParseBackendConfigText(first, "first.textproto").ok());
-  // Identical, from another file: fine.
-  EXPECT_TRUE(ParseBackendConfigText(first, "again.textproto").ok());
   const std::string second = absl::StrReplaceAll(first, {{"op: \"add\"", "op: \"mul\""}});
-  absl::StatusOr<BackendConfig> clash = ParseBackendConfigText(second, "second.textproto");
-  ASSERT_FALSE(clash.ok());
-  EXPECT_EQ(clash.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_THAT(clash.status().message(),
-              HasSubstr("second.textproto: fused_module_type[0] 'test.Twice': field 'name': "
-                        "already declared differently in 'first.textproto'"));
-  // The first declaration stays.
-  const ModuleSchema* schema = ModuleSchemaRegistry::Global().Find(Symbol::Lookup("test.Twice"));
-  ASSERT_NE(schema, nullptr);
-  EXPECT_EQ(schema->composition->steps[1].function, "operator.add");
+  absl::StatusOr<BackendConfig> a = ParseBackendConfigText(first, "first.textproto");
+  absl::StatusOr<BackendConfig> b = ParseBackendConfigText(second, "second.textproto");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const Symbol type = Symbol::Intern("test.Twice");
+  EXPECT_EQ(a->module_schemas().Find(type)->composition->steps[1].function, "operator.add");
+  EXPECT_EQ(b->module_schemas().Find(type)->composition->steps[1].function, "operator.mul");
+  EXPECT_EQ(ModuleSchemaRegistry::Global().Find(type), nullptr);
+  // A name declared twice in one file is refused.
+  absl::StatusOr<BackendConfig> twice =
+      ParseBackendConfigText(absl::StrCat(first, first), "twice.textproto");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(twice.status().message(),
+              HasSubstr("twice.textproto: fused_module_type[1] 'test.Twice': field 'name': "
+                        "declared twice in this file"));
 }
 
 TEST(DeclaredTypeTest, ConcurrentLoadsOfOneDeclarationAllSucceed) {
@@ -438,23 +445,32 @@ TEST(DeclaredTypeTest, ModuleOfAnUndeclaredTypeRunsByItsSteps) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(t.data<float>()[i], expected[i]) << i;
 }
 
-// Where the config is loaded, a module's steps must be its declaration's: one fused under
-// another declaration of the same name is refused, naming the config.
-TEST(DeclaredTypeTest, StepsThatDifferFromTheLoadedDeclarationAreRefused) {
-  ASSERT_TRUE(LoadBackendConfigFile(kExample).ok());
+// With its config, a module's steps must be its declaration's: one fused under another
+// declaration of the same name is refused by prepare and lowering, naming the config;
+// without a config it runs by the steps it carries.
+TEST(DeclaredTypeTest, StepsThatDifferFromTheConfigsDeclarationAreRefused) {
+  absl::StatusOr<BackendConfig> config = LoadBackendConfigFile(kExample);
+  ASSERT_TRUE(config.ok()) << config.status();
   auto gm = *BuildResidualExample(kResidualExampleSeed);
-  ASSERT_TRUE(FuseModel(*gm, *LoadBackendConfigFile(kExample)).ok());
+  ASSERT_TRUE(FuseModel(*gm, *config).ok());
   const std::vector<const Node*> blocks = CallsOfType(*gm, kType);
   ASSERT_EQ(blocks.size(), 1u);
   Module* block = gm->FindModule(blocks[0]->target().name());
-  ASSERT_TRUE(gm->Verify().ok()) << gm->Verify();
+  ASSERT_TRUE(CheckDeclaredModules(*gm, config->declarations().get()).ok());
   const Argument steps = *block->FindAttribute(kStepsAttribute);
   std::vector<Argument> shorter(steps.items().begin(), steps.items().end() - 1);
   block->SetAttribute(kStepsAttribute, Argument::List(std::move(shorter)));
-  const absl::Status status = gm->Verify();
-  ASSERT_FALSE(status.ok());
-  EXPECT_THAT(status.message(), HasSubstr("its steps differ from the declaration of '"));
-  EXPECT_THAT(status.message(), HasSubstr(kExample));
+  block->SetAttribute(kOutputsAttribute, Argument::List({Argument::Int(1)}));
+  EXPECT_TRUE(gm->Verify().ok()) << gm->Verify();
+
+  const absl::Status checked = CheckDeclaredModules(*gm, config->declarations().get());
+  ASSERT_FALSE(checked.ok());
+  EXPECT_THAT(checked.message(), HasSubstr("its steps differ from the declaration of '"));
+  EXPECT_THAT(checked.message(), HasSubstr(kExample));
+  const absl::StatusOr<PrepareReport> prepared =
+      PrepareModel(*gm, *DefaultQConfigMapping("qnnpack"), *config);
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(prepared.status().message(), HasSubstr("its steps differ from the declaration"));
 }
 
 // A config may not declare a type in a built-in namespace (InBuiltinNamespace).

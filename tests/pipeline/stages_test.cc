@@ -84,15 +84,13 @@ TEST(DefaultMappingBackendTest, TheNameOrTheTextsBase) {
   EXPECT_FALSE(DefaultMappingBackend("", std::nullopt, "").ok());
 }
 
-// The loading itself (declarations registered, a model of the type then loading) is
-// tests/tools/declared_type_stages_test.cc's, in processes of their own: a declaration
-// would stay registered for every later test of this binary. Here: what is refused, and
-// a config that declares nothing.
+// The staging of a declared type is tests/tools/declared_type_stages_test.cc's. Here:
+// what is refused, and a config that declares nothing.
 TEST(LoadDeclaringConfigTest, NamesThePathOrTheSourceInErrors) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = tmp != nullptr ? tmp : "/tmp";
   const std::string missing = dir + "/no_such_config.textproto";
-  absl::Status status = LoadDeclaringConfig(missing, "typed/name.textproto");
+  absl::Status status = LoadDeclaringConfig(missing, "typed/name.textproto").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
   EXPECT_NE(status.message().find(missing), absl::string_view::npos) << status;
 
@@ -101,7 +99,7 @@ TEST(LoadDeclaringConfigTest, NamesThePathOrTheSourceInErrors) {
     std::ofstream out(broken);
     out << "name: \"broken\"\npattern {\n";
   }
-  status = LoadDeclaringConfig(broken, "typed/broken.textproto");
+  status = LoadDeclaringConfig(broken, "typed/broken.textproto").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("typed/broken.textproto"), absl::string_view::npos) << status;
 

@@ -212,15 +212,18 @@ def test_a_type_with_neither_steps_nor_class_is_refused(tmp_path):
     assert "unknown module type 'user.NotDeclaredAnywhere'" in message
 
 
-def test_steps_that_differ_from_the_loaded_declaration_are_refused(tmp_path):
-    # residual_model's fuse loaded the declaration in this process.
+def test_steps_that_differ_from_the_configs_declaration_are_refused_with_it(tmp_path):
     def drop_last_step(conv):
         for a in conv.attributes:
             if a.name == "steps":
                 del a.value.list.items[-1]
+            if a.name == "outputs":
+                a.value.list.items[0].int_value = 1
     other = edited_model(residual_model("fused", tmp_path), tmp_path, drop_last_step)
-    with pytest.raises(ModelFileError) as e:
-        fuselage.to_torch(str(other))
+    fuselage.to_torch(str(other))  # no config: it runs the steps it carries
+    model = core.Model.load(str(other))
+    with pytest.raises(core.EngineError) as e:
+        core.prepare(model, "qnnpack", config_text=config_text(), config_source=CONFIG)
     assert f"its steps differ from the declaration of '{TYPE}' in '{CONFIG}'" in str(e.value)
 
 
