@@ -432,7 +432,7 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
     RETURN_IF_ERROR(add(t, 2, 2, kNone));
   }
   // Quantized (native) modules keep packed parameters as tensors too.
-  for (const char* t : {"nnq.Conv1d", "nnq.Conv2d", "nnq.Conv3d", "nnq.Linear",
+  for (const char* t : {"nnq.Conv1d", "nnq.Conv2d", "nnq.Conv3d", "nnq.Linear", "nnqd.Linear",
                         "nnq.ConvTranspose1d", "nnq.ConvTranspose2d", "nnq.ConvTranspose3d",
                         "nniq.ConvReLU1d", "nniq.ConvReLU2d", "nniq.ConvReLU3d",
                         "nniq.LinearReLU", "nnq.BatchNorm2d", "nnq.BatchNorm3d",

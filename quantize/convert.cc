@@ -12,6 +12,7 @@
 #include "graph/module_schema.h"
 #include "graph/status_macros.h"
 #include "quantize/observers.h"
+#include "runtime/quantized_engine.h"
 
 namespace fuselage {
 namespace {
@@ -26,10 +27,27 @@ struct ObserverReplacement {
   double scale = 1.0;
   int64_t zero_point = 0;
   DType dtype = DType::kQUInt8;
+  // A dynamic observer (PlaceholderObserver(is_dynamic=True)): the node becomes
+  // torch.quantize_per_tensor_dynamic(x, dtype, reduce_range) → dequantize, as PyTorch 2's
+  // convert makes it; scale and zero_point are unused.
+  bool dynamic = false;
+  bool reduce_range = false;
 };
 
-absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Observer& observer) {
+absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Observer& observer,
+                                                            bool dynamic_reduce_range) {
   const ObserverSpec& spec = observer.spec();
+  if (spec.is_dynamic) {
+    if (spec.dtype != DType::kQUInt8) {
+      return absl::UnimplementedError(absl::StrCat(
+          "convert: observer node '", n->name(), "': dynamic quantization to ",
+          DTypeName(spec.dtype), " is not supported; expected torch.quint8"));
+    }
+    ObserverReplacement r{n, 1.0, 0, spec.dtype};
+    r.dynamic = true;
+    r.reduce_range = dynamic_reduce_range;
+    return r;
+  }
   // Built only on the error paths: this runs once per observer node.
   auto where = [n] {
     return absl::StrCat("convert: observer node '", n->name(), "' (", n->target().name(), ")");
@@ -86,15 +104,18 @@ absl::StatusOr<std::optional<PerChannelReplacement>> PlanPerChannelReplacement(
 // The targets of the nodes an observer becomes, interned once per pass.
 struct ReplacementTargets {
   Symbol quantize = Symbol::Intern("torch.quantize_per_tensor");
+  Symbol quantize_dynamic = Symbol::Intern("torch.quantize_per_tensor_dynamic");
   Symbol dequantize = Symbol::Intern("dequantize");
   // The names FX derives from the targets (torch.quantize_per_tensor, dequantize).
   absl::string_view quantize_name = "quantize_per_tensor";
+  absl::string_view quantize_dynamic_name = "quantize_per_tensor_dynamic";
   absl::string_view dequantize_name = "dequantize";
 };
 
 // The args of the quantize node of `r`: the node's own arg storage type, which the node
 // takes over whole.
 NodeArgs QuantizeArgs(Node* input, const ObserverReplacement& r) {
+  if (r.dynamic) return {input, Argument::Dtype(r.dtype), Argument::Bool(r.reduce_range)};
   return {input, Argument::Float(r.scale), Argument::Int(r.zero_point),
           Argument::Dtype(r.dtype)};
 }
@@ -121,9 +142,9 @@ absl::Status ReplaceObserver(Graph& g, const ReplacementTargets& targets,
   if (!absl::StartsWith(observer->name(), targets.dequantize_name)) {
     NodeSpec quantize;
     quantize.op = OpKind::kCallFunction;
-    quantize.target = targets.quantize;
+    quantize.target = r.dynamic ? targets.quantize_dynamic : targets.quantize;
     quantize.args = QuantizeArgs(input, r);
-    quantize.name = targets.quantize_name;
+    quantize.name = r.dynamic ? targets.quantize_dynamic_name : targets.quantize_name;
     ASSIGN_OR_RETURN(Node * q, g.InsertBefore(observer, std::move(quantize)));
     RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallMethod, targets.dequantize));
     RETURN_IF_ERROR(g.SetArgs(observer, NodeArgs{q}));
@@ -132,9 +153,10 @@ absl::Status ReplaceObserver(Graph& g, const ReplacementTargets& targets,
   }
   // The observer's name is freed (by renaming it the quantize node) before the
   // dequantize node is named, which may take it.
-  RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallFunction, targets.quantize));
+  RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallFunction,
+                            r.dynamic ? targets.quantize_dynamic : targets.quantize));
   RETURN_IF_ERROR(g.SetArgs(observer, QuantizeArgs(input, r)));
-  g.Rename(observer, targets.quantize_name);
+  g.Rename(observer, r.dynamic ? targets.quantize_dynamic_name : targets.quantize_name);
   NodeSpec dequantize;
   dequantize.op = OpKind::kCallMethod;
   dequantize.target = targets.dequantize;
@@ -518,6 +540,11 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   // call any more (CheckWeightedPlansFound).
   std::vector<ObserverReplacement> replacements;
   std::vector<PerChannelReplacement> per_channel_replacements;
+  // Dynamic quantization's reference reduces the input's range where the engine's
+  // dynamic kernels do (PyTorch: fbgemm / x86 / onednn; QNNPACK ignores reduce_range).
+  ASSIGN_OR_RETURN(std::optional<QuantizedEngine> engine, RecordedEngine(gm));
+  const bool dynamic_reduce_range = engine.value_or(QuantizedEngine::kOnednn) !=
+                                    QuantizedEngine::kQnnpack;
   // The weighted modules to make reference modules, in place (no copy of the module, nor
   // of a fused module's other children, and nothing to free): the float module is read
   // here and changed only in step 2. Two nodes calling one module change it twice, the
@@ -547,7 +574,8 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
         per_channel_replacements.push_back(*std::move(per_channel));
         continue;
       }
-      ASSIGN_OR_RETURN(ObserverReplacement r, PlanObserverReplacement(n, *observer));
+      ASSIGN_OR_RETURN(ObserverReplacement r,
+                       PlanObserverReplacement(n, *observer, dynamic_reduce_range));
       replacements.push_back(r);
       continue;
     }

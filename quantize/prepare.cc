@@ -135,8 +135,16 @@ absl::StatusOr<const DTypeConfig*> SelectDTypeConfig(const std::vector<DTypeConf
   for (size_t i = 0; i < configs.size(); ++i) {
     const DTypeConfig& c = configs[i];
     std::optional<std::string> why;
-    if (c.is_dynamic) {
-      why = "dynamic quantization is not supported";
+    if (c.is_dynamic != activation.is_dynamic) {
+      why = c.is_dynamic ? "the dtype config is dynamic; the activation observer is not"
+                         : "the activation observer is dynamic; the dtype config is not";
+    } else if (c.is_dynamic) {
+      // Dynamic: the input is quantized at run time to the activation observer's dtype;
+      // the output stays float (the config's output dtype).
+      why = Unsatisfied(c.input, activation, "input");
+      if (!why && weight != nullptr && c.weight.dtype.has_value()) {
+        why = Unsatisfied(c.weight, *weight, "weight");
+      }
     } else {
       why = Unsatisfied(c.input, activation, "input");
       if (!why) why = Unsatisfied(c.output, activation, "output");
@@ -286,7 +294,8 @@ class Planner {
     }
     const BackendPatternConfig* entry = TwoOpEntryFor(n, type, producer);
     if (entry == nullptr || !entry->input_output_observed ||
-        entry->fixed_output_qparams.has_value() || !entry->root_module.empty()) {
+        entry->fixed_output_qparams.has_value() || !entry->root_module.empty() ||
+        previous.activation->is_dynamic) {
       return false;
     }
     ObservationType observation = entry->observation_type;
@@ -364,7 +373,7 @@ class Planner {
       if (decided == kNoDecision) continue;
       Decision& previous = (*decisions)[decided];
       if (previous.output != producer || producer->users().size() != 1 ||
-          previous.share_output_with_input ||
+          previous.share_output_with_input || previous.activation->is_dynamic ||
           previous.activation->kind == ObserverKind::kReuseInput) {
         continue;
       }
@@ -462,7 +471,15 @@ class Planner {
       }
     }
     const ObserverSpec& activation = qconfig->activation;
-    switch (activation.kind) {
+    if (activation.is_dynamic && activation.dtype != DType::kQUInt8) {
+      return keep_float(absl::StrCat("dynamic quantization to ", DTypeName(activation.dtype),
+                                     " is not supported (quint8 only)"));
+    }
+    if (activation.is_dynamic && entry.root_module.empty()) {
+      return keep_float("dynamic quantization of a functional op is not supported "
+                        "(weighted modules only)");
+    }
+    switch (activation.is_dynamic ? ObserverKind::kMinMax : activation.kind) {
       case ObserverKind::kPlaceholder:
       case ObserverKind::kNoop:
         return keep_float(absl::StrCat("its activation observer ",
@@ -523,6 +540,10 @@ class Planner {
         return keep_float("the entry has a root module but no reference_quantized_module");
       }
       const Module* m = gm_.FindModule(n->target().name());
+      if (activation.is_dynamic && m->type() != entry.root_module) {
+        return keep_float(absl::StrCat("dynamic quantization of the fused module ",
+                                       m->type().name(), " is not supported"));
+      }
       const Module* weighted = m->type() == entry.root_module ? m : m->FindChild("0");
       if (weighted == nullptr || weighted->type() != entry.root_module) {
         return keep_float(absl::StrCat(
@@ -701,6 +722,12 @@ class ObserverInserter {
       ASSIGN_OR_RETURN(Node * obs,
                        ObserverOf(d.functional_weight.producer, *d.functional_weight_observer));
       RETURN_IF_ERROR(g.SetArg(d.node, d.functional_weight.arg, obs));
+    }
+    if (d.activation->is_dynamic) {
+      // Dynamic quantization: the output is float, not observed.
+      out_.quantized_ops.emplace(d.node->name(), PlanOf(d));
+      ++out_.report.quantized_ops;
+      return absl::OkStatus();
     }
     if (d.share_output_with_input) RETURN_IF_ERROR(ShareListInputObservers(d));
     // A shared output observer is a second call of the input observer's module: its

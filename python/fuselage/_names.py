@@ -20,6 +20,7 @@ import importlib
 import torch
 import torch.ao.nn.intrinsic as nni
 import torch.ao.nn.quantized as nnq
+import torch.ao.nn.quantized.dynamic as nnqd
 import torch.ao.nn.quantized.reference as nnqr
 import torch.ao.quantization as tq
 import torch.ao.quantization.fake_quantize as tq_fake_quantize
@@ -103,6 +104,7 @@ _NAMESPACES = (
     ("nnq.", nnq),
     ("nniq.", nniq),
     ("nnqr.", nnqr),
+    ("nnqd.", nnqd),
 )
 _BARE_NAMESPACES = (tq_observer, tq_fake_quantize)
 # QuantStub / DeQuantStub keep their full path (module_schema.cc registers them so).
