@@ -1,5 +1,9 @@
 #include "lowering/dynamic_lowering.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -11,6 +15,55 @@
 
 namespace fuselage {
 namespace {
+
+// `value` rounded to the nearest float16 (ties to even), back in float; beyond float16's
+// range it saturates to +-65504, as PyTorch's fp16 prepack clamps the weight.
+float RoundToFloat16(float value) {
+  constexpr float kMax = 65504.0f;
+  if (std::isnan(value)) return value;
+  const float a = std::min(std::fabs(value), kMax);
+  float rounded;
+  if (a < 6.103515625e-05f) {
+    // Subnormal float16: multiples of 2^-24.
+    rounded = std::nearbyint(a * 16777216.0f) / 16777216.0f;
+  } else {
+    uint32_t bits;
+    std::memcpy(&bits, &a, sizeof(bits));
+    bits += 0xfffu + ((bits >> 13) & 1u);  // round the 13 dropped mantissa bits to even
+    bits &= ~0x1fffu;
+    std::memcpy(&rounded, &bits, sizeof(rounded));
+    rounded = std::min(rounded, kMax);
+  }
+  return std::signbit(value) ? -rounded : rounded;
+}
+
+// nnqd.Linear(dtype=torch.float16) from an nnqr.Linear whose weight_dtype is float16: the
+// weight rounded to float16 (kept as float32: the model holds no float16 tensors) and
+// the float bias.
+absl::StatusOr<std::unique_ptr<Module>> BuildFloat16DynamicLinear(const Module& reference) {
+  const Tensor* weight = reference.FindTensor("weight");
+  if (weight == nullptr || weight->dtype() != DType::kFloat32 || weight->dim() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        reference.type().name(), ": expected a float32 tensor 'weight' [out, in]"));
+  }
+  const Tensor* bias = reference.FindTensor("bias");
+  if (bias != nullptr && bias->dtype() != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(reference.type().name(), ": tensor 'bias' must be float32"));
+  }
+  std::vector<float> values(weight->data<float>(), weight->data<float>() + weight->numel());
+  for (float& v : values) v = RoundToFloat16(v);
+  Module::TensorList tensors;
+  tensors.emplace_back("weight", Tensor::FromFloats(weight->shape(), values));
+  if (bias != nullptr) tensors.emplace_back("bias", *bias);
+  Module::AttributeList attributes;
+  for (const auto& [name, value] : reference.attributes()) {
+    if (name != "weight_qscheme" && name != "weight_dtype") attributes.emplace_back(name, value);
+  }
+  attributes.emplace_back("dtype", Argument::Dtype(DType::kFloat16));
+  return std::make_unique<Module>(Symbol::Intern("nnqd.Linear"), std::move(tensors),
+                                  std::move(attributes));
+}
 
 struct DynamicMatch {
   Node* linear = nullptr;
@@ -44,15 +97,21 @@ absl::StatusOr<int> LowerDynamicLinear(GraphModule& gm) {
     }
     const Module* reference = gm.FindModule(n->target().name());
     if (reference == nullptr || reference->type() != reference_type) continue;
+    const bool float16 = q->num_args() >= 2 && q->arg(1).is_dtype() &&
+                         q->arg(1).as_dtype() == DType::kFloat16;
     // The output parameters of a static module are no part of a dynamic one.
-    auto native = BuildNativeWeightedModule("nnqd.Linear", *reference, OutputQParams{});
+    auto native = float16 ? BuildFloat16DynamicLinear(*reference)
+                          : BuildNativeWeightedModule("nnqd.Linear", *reference, OutputQParams{});
     if (!native.ok()) {
       return absl::Status(native.status().code(),
                           absl::StrCat("lower: node '", n->name(), "' (", kDynamicLinearRuleName,
                                        "): ", native.status().message()));
     }
-    (*native)->RemoveAttribute("scale");
-    (*native)->RemoveAttribute("zero_point");
+    if (!float16) {
+      (*native)->RemoveAttribute("scale");
+      (*native)->RemoveAttribute("zero_point");
+      (*native)->SetAttribute("dtype", Argument::Dtype(DType::kQInt8));
+    }
     matches.push_back({n, dq, q, *std::move(native)});
   }
   for (DynamicMatch& m : matches) {

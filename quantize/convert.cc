@@ -38,10 +38,10 @@ absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Obser
                                                             bool dynamic_reduce_range) {
   const ObserverSpec& spec = observer.spec();
   if (spec.is_dynamic) {
-    if (spec.dtype != DType::kQUInt8) {
+    if (spec.dtype != DType::kQUInt8 && spec.dtype != DType::kFloat16) {
       return absl::UnimplementedError(absl::StrCat(
           "convert: observer node '", n->name(), "': dynamic quantization to ",
-          DTypeName(spec.dtype), " is not supported; expected torch.quint8"));
+          DTypeName(spec.dtype), " is not supported; expected torch.quint8 or torch.float16"));
     }
     ObserverReplacement r{n, 1.0, 0, spec.dtype};
     r.dynamic = true;
@@ -213,6 +213,9 @@ struct WeightQuantization {
   ObserverQParams per_channel_params;  // per-channel schemes: one entry per channel
   int64_t ch_axis = 0;
   DType dtype = DType::kQInt8;
+  // float16 (float16_dynamic_qconfig): the weight is cast, with no scale or zero point;
+  // the reference module records only weight_qscheme and weight_dtype, as PyTorch's.
+  bool float16 = false;
 };
 
 // The weight observers of a pass, one per distinct spec (found by the address of the
@@ -258,6 +261,11 @@ void MakeReference(Module& module, Symbol reference_type, const WeightQuantizati
   // (and moved) each list up to twice per module.
   module.ReserveTensors(module.tensors().size() + kReferenceTensorsAdded);
   module.ReserveAttributes(module.attributes().size() + kReferenceAttributesAdded);
+  if (w.float16) {
+    module.SetAttribute("weight_qscheme", parts.QScheme(false));
+    module.SetAttribute("weight_dtype", Argument::Dtype(DType::kFloat16));
+    return;
+  }
   if (w.per_channel) {
     const ObserverQParams& q = w.per_channel_params;
     const Shape shape = {static_cast<int64_t>(q.scales.size())};
@@ -459,6 +467,13 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
   if (weight == nullptr || weight->dtype() != DType::kFloat32) {
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": the module has no float32 tensor 'weight'"));
+  }
+  if (weight_observer.kind == ObserverKind::kPlaceholder &&
+      weight_observer.dtype == DType::kFloat16) {
+    WeightQuantization w;
+    w.float16 = true;
+    w.dtype = DType::kFloat16;
+    return w;
   }
   auto observer_or = observers.Fresh(weight_observer);
   if (!observer_or.ok()) {

@@ -162,6 +162,12 @@ absl::StatusOr<const DTypeConfig*> SelectDTypeConfig(const std::vector<DTypeConf
       absl::StrJoin(reasons, "; ")));
 }
 
+// A float16 placeholder weight observer (float16_dynamic_qconfig's): the weight is cast
+// to float16 at convert, nothing is observed.
+bool IsFloat16Weight(const ObserverSpec& spec) {
+  return spec.kind == ObserverKind::kPlaceholder && spec.dtype == DType::kFloat16;
+}
+
 // The module type / function / method a node calls, as QConfigMapping and
 // BackendConfig name it; empty for nodes that call nothing. A module's type comes from
 // the GraphModule's per-node cache (Planner::Run fills it once), not from resolving the
@@ -471,9 +477,10 @@ class Planner {
       }
     }
     const ObserverSpec& activation = qconfig->activation;
-    if (activation.is_dynamic && activation.dtype != DType::kQUInt8) {
+    if (activation.is_dynamic && activation.dtype != DType::kQUInt8 &&
+        activation.dtype != DType::kFloat16) {
       return keep_float(absl::StrCat("dynamic quantization to ", DTypeName(activation.dtype),
-                                     " is not supported (quint8 only)"));
+                                     " is not supported (quint8 or float16 only)"));
     }
     if (activation.is_dynamic && entry.root_module.empty()) {
       return keep_float("dynamic quantization of a functional op is not supported "
@@ -557,7 +564,11 @@ class Planner {
             "prepare: node '", n->name(), "': module '", n->target().name(),
             "' (", weighted->type().name(), ") has no float32 tensor 'weight'"));
       }
-      RETURN_IF_ERROR(ValidateSpec(n, qconfig->weight, "weight"));
+      // float16 dynamic quantization's weight "observer" is a float16 placeholder: the
+      // weight is cast, not observed (convert_fx's float16 reference module).
+      if (!IsFloat16Weight(qconfig->weight)) {
+        RETURN_IF_ERROR(ValidateSpec(n, qconfig->weight, "weight"));
+      }
       weight = &qconfig->weight;
       d.root_module = entry.root_module;
       d.reference_module = entry.reference_quantized_module;

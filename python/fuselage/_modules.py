@@ -81,6 +81,9 @@ def describe(module, type_name, where):
         contents.tensors.append(("weight", weight))
         if bias is not None:
             contents.tensors.append(("bias", bias))
+        if type_name.startswith("nnqd.") and "dtype" not in module.__dict__:
+            # A dynamic module's weight dtype (qint8, or float16 kept as float32 values).
+            contents.attributes.append(("dtype", attribute_value(module._packed_params.dtype)))
     else:
         for name, value in module._parameters.items():
             if value is not None:
@@ -300,7 +303,9 @@ def build(type_name, tensors, attributes, children, where):
         for name, child in children.items():
             module.add_module(name, child)
     if _is_packed(cls):
-        if "weight" not in tensors or not tensors["weight"].is_quantized:
+        float16 = attributes.get("dtype") == "torch.float16" or \
+            attributes.get("dtype") is torch.float16
+        if "weight" not in tensors or not (tensors["weight"].is_quantized or float16):
             raise ModelFileError(f"{where} ({type_name}): needs a quantized tensor 'weight'")
         try:
             module.set_weight_bias(tensors["weight"], tensors.get("bias"))

@@ -160,6 +160,37 @@ absl::StatusOr<Tensor> DynamicQuantizedLinear(const Tensor& x, const Tensor& qwe
   return y;
 }
 
+absl::StatusOr<Tensor> Float16DynamicLinear(const Tensor& x, const Tensor& weight,
+                                            const Tensor* bias) {
+  constexpr absl::string_view op = "quantized linear_dynamic_fp16";
+  RETURN_IF_ERROR(ExpectFloat32(x, op, "input"));
+  RETURN_IF_ERROR(ExpectFloat32(weight, op, "weight"));
+  if (x.dim() < 1 || weight.dim() != 2 || x.shape().back() != weight.shape()[1]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": input has shape ", x.ShapeString(), " and weight ", weight.ShapeString(),
+        "; expected weight [out_features, in_features] and input [..., in_features]"));
+  }
+  const int64_t out_features = weight.shape()[0], in_features = weight.shape()[1];
+  RETURN_IF_ERROR(ExpectBias(bias, out_features, op));
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.shape()[d];
+  absl::Status fits = CheckedNumel({rows, out_features}).status();
+  if (!fits.ok()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", fits.message()));
+  std::vector<int64_t> shape = x.shape();
+  shape.back() = out_features;
+  ASSIGN_OR_RETURN(Tensor y, Tensor::Uninitialized(DType::kFloat32, std::move(shape)));
+  float* dst = y.mutable_data<float>();
+  if (rows > 0 && out_features > 0 && in_features > 0) {
+    RETURN_IF_ERROR(onednn::MatMul(op, rows, in_features, out_features, dt::f32, dt::f32,
+                                   dt::f32, x.raw_data(), weight.raw_data(),
+                                   bias != nullptr ? bias->data<float>() : nullptr, dst));
+  } else {
+    const float* b = bias != nullptr ? bias->data<float>() : nullptr;
+    for (int64_t i = 0; i < rows * out_features; ++i) dst[i] = b ? b[i % out_features] : 0.0f;
+  }
+  return y;
+}
+
 absl::StatusOr<Tensor> QuantizePerTensorDynamic(const Tensor& x, DType dtype,
                                                 bool reduce_range, QuantizedEngine engine) {
   constexpr absl::string_view op = "torch.quantize_per_tensor_dynamic";
@@ -187,6 +218,12 @@ absl::StatusOr<Value> DynamicLinearModule(const KernelContext& ctx, const Module
                                                    args.size(), " args"));
   }
   ASSIGN_OR_RETURN(const Tensor* weight, m.GetTensor("weight"));
+  if (const Argument* dtype = m.FindAttribute("dtype");
+      dtype != nullptr && dtype->is_dtype() && dtype->as_dtype() == DType::kFloat16) {
+    ASSIGN_OR_RETURN(Tensor y, quantized::Float16DynamicLinear(args[0].as_tensor(), *weight,
+                                                               m.FindTensor("bias")));
+    return Value(std::move(y));
+  }
   ASSIGN_OR_RETURN(Tensor y, quantized::DynamicQuantizedLinear(args[0].as_tensor(), *weight,
                                                                m.FindTensor("bias"),
                                                                /*reduce_range=*/true, ctx.engine));

@@ -46,13 +46,18 @@ absl::StatusOr<Tensor> DynamicQuantizedLinear(const Tensor& x, const Tensor& qwe
                                               const Tensor* bias, bool reduce_range,
                                               QuantizedEngine engine);
 
+// torch.ops.quantized.linear_dynamic_fp16 (nnqd.Linear(dtype=torch.float16)): x @ w^T + b
+// in float32, with `weight` already rounded to float16 (lowering rounds it).
+absl::StatusOr<Tensor> Float16DynamicLinear(const Tensor& x, const Tensor& weight,
+                                            const Tensor* bias);
+
 absl::StatusOr<Tensor> QuantizePerTensorDynamic(const Tensor& x, DType dtype,
                                                 bool reduce_range, QuantizedEngine engine);
 
 }  // namespace quantized
 
 // Registers the module nnqd.Linear (reduce_range true, as nnqd.Linear's forward passes
-// it) and the function torch.quantize_per_tensor_dynamic(input, dtype, reduce_range).
+// it; attribute dtype torch.float16: Float16DynamicLinear) and the function torch.quantize_per_tensor_dynamic(input, dtype, reduce_range).
 // AlreadyExists if one of them is already registered.
 absl::Status RegisterDynamicQuantizedKernels(KernelRegistry& registry);
 

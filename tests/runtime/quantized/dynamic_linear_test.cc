@@ -73,6 +73,19 @@ TEST(DynamicQuantizedLinearTest, Errors) {
   EXPECT_FALSE(DynamicQuantizedLinear(x, x, nullptr, true, QuantizedEngine::kOnednn).ok());
 }
 
+TEST(Float16DynamicLinearTest, MultipliesInFloat) {
+  // The weight comes already rounded to float16 (lowering rounds it): a float matmul.
+  const Tensor x = Tensor::FromFloats({2, 2}, {1.0f, 2.0f, -0.5f, 4.0f});
+  const Tensor w = Tensor::FromFloats({1, 2}, {0.5f, -0.25f});
+  const Tensor bias = Tensor::FromFloats({1}, {1.0f});
+  auto y = Float16DynamicLinear(x, w, &bias);
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->shape(), (std::vector<int64_t>{2, 1}));
+  EXPECT_FLOAT_EQ(y->data<float>()[0], 1.0f);     // 0.5 - 0.5 + 1
+  EXPECT_FLOAT_EQ(y->data<float>()[1], -0.25f);   // -0.25 - 1 + 1
+  EXPECT_FALSE(Float16DynamicLinear(x, bias, nullptr).ok());
+}
+
 TEST(QuantizePerTensorDynamicTest, ChoosesFromTheRange) {
   const Tensor x = Tensor::FromFloats({3}, {-1.0f, 0.0f, 3.0f});
   auto q = QuantizePerTensorDynamic(x, DType::kQUInt8, false, QuantizedEngine::kOnednn);
