@@ -433,6 +433,7 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
   }
   // Quantized (native) modules keep packed parameters as tensors too.
   for (const char* t : {"nnq.Conv1d", "nnq.Conv2d", "nnq.Conv3d", "nnq.Linear", "nnqd.Linear",
+                        "nniqd.LinearReLU",
                         "nnq.ConvTranspose1d", "nnq.ConvTranspose2d", "nnq.ConvTranspose3d",
                         "nniq.ConvReLU1d", "nniq.ConvReLU2d", "nniq.ConvReLU3d",
                         "nniq.LinearReLU", "nnq.BatchNorm2d", "nnq.BatchNorm3d",

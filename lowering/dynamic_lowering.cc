@@ -76,6 +76,7 @@ struct DynamicMatch {
 
 absl::StatusOr<int> LowerDynamicLinear(GraphModule& gm) {
   const Symbol reference_type = Symbol::Intern("nnqr.Linear");
+  const Symbol linear_relu = Symbol::Intern("nni.LinearReLU");
   const Symbol quantize_dynamic = Symbol::Intern("torch.quantize_per_tensor_dynamic");
   const Symbol dequantize = Symbol::Intern("dequantize");
   Graph& g = gm.graph();
@@ -96,12 +97,18 @@ absl::StatusOr<int> LowerDynamicLinear(GraphModule& gm) {
       continue;
     }
     const Module* reference = gm.FindModule(n->target().name());
-    if (reference == nullptr || reference->type() != reference_type) continue;
+    if (reference == nullptr) continue;
+    // nni.LinearReLU holds the reference Linear as child "0": nniqd.LinearReLU.
+    const bool relu = reference->type() == linear_relu;
+    const Module* linear = relu ? reference->FindChild("0") : reference;
+    if (linear == nullptr || linear->type() != reference_type) continue;
     const bool float16 = q->num_args() >= 2 && q->arg(1).is_dtype() &&
                          q->arg(1).as_dtype() == DType::kFloat16;
     // The output parameters of a static module are no part of a dynamic one.
-    auto native = float16 ? BuildFloat16DynamicLinear(*reference)
-                          : BuildNativeWeightedModule("nnqd.Linear", *reference, OutputQParams{});
+    if (relu && float16) continue;  // PyTorch has no float16 dynamic LinearReLU
+    auto native = float16 ? BuildFloat16DynamicLinear(*linear)
+                          : BuildNativeWeightedModule(relu ? "nniqd.LinearReLU" : "nnqd.Linear",
+                                                      *linear, OutputQParams{});
     if (!native.ok()) {
       return absl::Status(native.status().code(),
                           absl::StrCat("lower: node '", n->name(), "' (", kDynamicLinearRuleName,

@@ -11,6 +11,8 @@
 // reference module's weight parameters (per tensor, or per channel along axis 0) and a
 // float bias; its kernel quantizes the input at run time (runtime/quantized/
 // dynamic_linear.h). The quantize and dequantize nodes go when nothing else reads them.
+// A fused nni.LinearReLU whose child "0" is the reference Linear becomes
+// nniqd.LinearReLU (int8 only, as in PyTorch).
 // float16 (quantize_per_tensor_dynamic(·, float16, ·) and a reference module of
 // weight_dtype float16): nnqd.Linear(dtype=torch.float16), its weight rounded to float16
 // and kept in float32, which its kernel multiplies in float32.

@@ -547,7 +547,8 @@ class Planner {
         return keep_float("the entry has a root module but no reference_quantized_module");
       }
       const Module* m = gm_.FindModule(n->target().name());
-      if (activation.is_dynamic && m->type() != entry.root_module) {
+      if (activation.is_dynamic && m->type() != entry.root_module &&
+          m->type() != Symbol::Intern("nni.LinearReLU")) {
         return keep_float(absl::StrCat("dynamic quantization of the fused module ",
                                        m->type().name(), " is not supported"));
       }

@@ -29,6 +29,7 @@ import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.nn.intrinsic.quantized as nniq  # torch 1.13 has no torch.ao.nn.intrinsic.quantized
+import torch.nn.intrinsic.quantized.dynamic as nniqd
 from torch.fx.node import _get_qualified_name
 
 from fuselage._proto import model_pb2
@@ -105,6 +106,7 @@ _NAMESPACES = (
     ("nniq.", nniq),
     ("nnqr.", nnqr),
     ("nnqd.", nnqd),
+    ("nniqd.", nniqd),
 )
 _BARE_NAMESPACES = (tq_observer, tq_fake_quantize)
 # QuantStub / DeQuantStub keep their full path (module_schema.cc registers them so).

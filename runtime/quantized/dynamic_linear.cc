@@ -212,7 +212,8 @@ absl::StatusOr<Tensor> QuantizePerTensorDynamic(const Tensor& x, DType dtype,
 namespace {
 
 absl::StatusOr<Value> DynamicLinearModule(const KernelContext& ctx, const Module& m,
-                                          absl::Span<const Value> args, const ValueKwargs&) {
+                                          absl::Span<const Value> args, const ValueKwargs&,
+                                          bool relu) {
   if (args.size() != 1 || !args[0].is_tensor()) {
     return absl::InvalidArgumentError(absl::StrCat(m.type().name(), " takes 1 Tensor input; got ",
                                                    args.size(), " args"));
@@ -227,6 +228,10 @@ absl::StatusOr<Value> DynamicLinearModule(const KernelContext& ctx, const Module
   ASSIGN_OR_RETURN(Tensor y, quantized::DynamicQuantizedLinear(args[0].as_tensor(), *weight,
                                                                m.FindTensor("bias"),
                                                                /*reduce_range=*/true, ctx.engine));
+  if (relu) {
+    float* data = y.mutable_data<float>();
+    for (int64_t i = 0; i < y.numel(); ++i) data[i] = std::max(data[i], 0.0f);
+  }
   return Value(std::move(y));
 }
 
@@ -249,7 +254,12 @@ absl::StatusOr<Value> QuantizePerTensorDynamicFn(const KernelContext& ctx,
 }  // namespace
 
 absl::Status RegisterDynamicQuantizedKernels(KernelRegistry& registry) {
-  RETURN_IF_ERROR(registry.RegisterModule("nnqd.Linear", DynamicLinearModule));
+  for (const bool relu : {false, true}) {
+    RETURN_IF_ERROR(registry.RegisterModule(
+        relu ? "nniqd.LinearReLU" : "nnqd.Linear",
+        [relu](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
+               const ValueKwargs& kwargs) { return DynamicLinearModule(ctx, m, args, kwargs, relu); }));
+  }
   return registry.RegisterFunction(OpKind::kCallFunction, "torch.quantize_per_tensor_dynamic",
                                    QuantizePerTensorDynamicFn);
 }

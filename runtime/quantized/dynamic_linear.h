@@ -56,7 +56,8 @@ absl::StatusOr<Tensor> QuantizePerTensorDynamic(const Tensor& x, DType dtype,
 
 }  // namespace quantized
 
-// Registers the module nnqd.Linear (reduce_range true, as nnqd.Linear's forward passes
+// Registers the modules nnqd.Linear and nniqd.LinearReLU (its output through relu)
+// (reduce_range true, as nnqd.Linear's forward passes
 // it; attribute dtype torch.float16: Float16DynamicLinear) and the function torch.quantize_per_tensor_dynamic(input, dtype, reduce_range).
 // AlreadyExists if one of them is already registered.
 absl::Status RegisterDynamicQuantizedKernels(KernelRegistry& registry);

@@ -58,6 +58,20 @@ class Tokens(nn.Module):
         return self.proj(x) * 2.0
 
 
+class LinearRelu(nn.Module):
+    """Linear -> nn.ReLU fuses (nni.LinearReLU) and becomes nniqd.LinearReLU; the
+    functional relu after the second Linear is not fused and stays float, as in PyTorch."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(40, 32)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Linear(32, 8)
+
+    def forward(self, x):
+        return torch.relu(self.fc2(self.relu(self.fc1(x))))
+
+
 MODELS = {"mlp": (Mlp, (5, 48)), "tokens": (Tokens, (2, 7, 32))}
 QCONFIGS = {"per_tensor": default_dynamic_qconfig, "per_channel": per_channel_dynamic_qconfig}
 
@@ -132,6 +146,29 @@ def test_dynamic_linear_converts_and_runs_like_pytorch(model_name, qconfig_name,
             fuselage_engine = "qnnpack" if backend == "qnnpack" else "onednn"
             got = torch.from_numpy(_core.run(_core.from_torch(ours), [x.numpy()],
                                              engine=fuselage_engine)[0])
+            assert relative_error(got, want) <= RTOL
+
+
+@pytest.mark.parametrize("backend", ["x86", "qnnpack"])
+def test_dynamic_linear_relu_with_a_global_qconfig_like_pytorch(backend):
+    torch.manual_seed(0)
+    model = LinearRelu().eval()
+    example = torch.randn(6, 40)
+    mapping = QConfigMapping().set_global(default_dynamic_qconfig)
+    torch_engine = x86_engine() if backend == "x86" else "qnnpack"
+    backend_config = get_native_backend_config() if backend == "x86" else \
+        get_qnnpack_backend_config()
+    with engine(torch_engine):
+        ours, theirs = quantize_both(model, mapping, example, backend_config)
+        assert leaf_types(ours) == leaf_types(theirs)
+        assert type(theirs.fc1).__name__ == "LinearReLU", leaf_types(theirs)
+        for seed in range(3):
+            x = torch.randn(6, 40, generator=torch.Generator().manual_seed(seed)) * (seed + 1)
+            want = theirs(x)
+            assert torch.equal(ours(x), want)
+            got = torch.from_numpy(_core.run(
+                _core.from_torch(ours), [x.numpy()],
+                engine="qnnpack" if backend == "qnnpack" else "onednn")[0])
             assert relative_error(got, want) <= RTOL
 
 
