@@ -477,11 +477,12 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
                         "nn.PixelUnshuffle"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kNone));
   }
-  for (const char* t : {"nn.PReLU", "nn.Embedding", "nnqr.Embedding", "nnq.PReLU"}) {
+  for (const char* t : {"nn.PReLU", "nn.Embedding", "nnqr.Embedding", "nnq.PReLU",
+                        "nnq.Embedding"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kWeight));
   }
   // EmbeddingBag(input, offsets=None, per_sample_weights=None).
-  for (const char* t : {"nn.EmbeddingBag", "nnqr.EmbeddingBag"}) {
+  for (const char* t : {"nn.EmbeddingBag", "nnqr.EmbeddingBag", "nnq.EmbeddingBag"}) {
     RETURN_IF_ERROR(add(t, 1, 3, kWeight));
   }
   // Cells take (input, hx=None); LSTM takes (input, (h0, c0)=None).

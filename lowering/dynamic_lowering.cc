@@ -65,6 +65,60 @@ absl::StatusOr<std::unique_ptr<Module>> BuildFloat16DynamicLinear(const Module& 
                                   std::move(attributes));
 }
 
+// nnq.Embedding / nnq.EmbeddingBag from nnqr.Embedding / nnqr.EmbeddingBag whose weight
+// is quantized per row with float zero points: tensors weight (uint8 [rows, dim]: the
+// quantized values), weight_scale and weight_zero_point (float32 [rows]); the reference's
+// other attributes, and dtype quint8.
+absl::StatusOr<std::unique_ptr<Module>> BuildQuantizedEmbedding(const Module& reference,
+                                                                Symbol native_type) {
+  const std::string where = absl::StrCat(reference.type().name(), " (lowering to ",
+                                         native_type.name(), ")");
+  const Tensor* weight = reference.FindTensor("weight");
+  const Tensor* scale = reference.FindTensor("weight_scale");
+  const Tensor* zero_point = reference.FindTensor("weight_zero_point");
+  const Argument* qscheme = reference.FindAttribute("weight_qscheme");
+  if (qscheme == nullptr || !qscheme->is_string() ||
+      qscheme->as_string() != "torch.per_channel_affine_float_qparams") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": weight_qscheme must be 'torch.per_channel_affine_float_qparams'"));
+  }
+  if (weight == nullptr || weight->dtype() != DType::kFloat32 || weight->dim() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": expected a float32 tensor 'weight' [num_embeddings, dim]"));
+  }
+  const int64_t rows = weight->shape()[0], dim = weight->shape()[1];
+  if (scale == nullptr || zero_point == nullptr || scale->dtype() != DType::kFloat32 ||
+      zero_point->dtype() != DType::kFloat32 || scale->numel() != rows ||
+      zero_point->numel() != rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": weight_scale and weight_zero_point must be float32 with one entry per row (",
+        rows, ")"));
+  }
+  ASSIGN_OR_RETURN(Tensor q, Tensor::Uninitialized(DType::kUInt8, weight->shape()));
+  uint8_t* dst = q.mutable_data<uint8_t>();
+  const float* w = weight->data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    // PyTorch's quantize_val_float_qparams: lrintf(w * (1 / scale) + zero_point), clamped.
+    const float s = scale->data<float>()[r];
+    const float inv_scale = s == 0.0f ? 1.0f : 1.0f / s;
+    const float zp = zero_point->data<float>()[r];
+    for (int64_t j = 0; j < dim; ++j) {
+      const long v = std::lrintf(w[r * dim + j] * inv_scale + zp);
+      dst[r * dim + j] = static_cast<uint8_t>(std::min(255L, std::max(0L, v)));
+    }
+  }
+  Module::TensorList tensors;
+  tensors.emplace_back("weight", std::move(q));
+  tensors.emplace_back("weight_scale", *scale);
+  tensors.emplace_back("weight_zero_point", *zero_point);
+  Module::AttributeList attributes;
+  for (const auto& [name, value] : reference.attributes()) {
+    if (name != "weight_qscheme" && name != "weight_dtype") attributes.emplace_back(name, value);
+  }
+  attributes.emplace_back("dtype", Argument::Dtype(DType::kQUInt8));
+  return std::make_unique<Module>(native_type, std::move(tensors), std::move(attributes));
+}
+
 struct DynamicMatch {
   Node* linear = nullptr;
   Node* dequantize = nullptr;
@@ -129,6 +183,33 @@ absl::StatusOr<int> LowerDynamicLinear(GraphModule& gm) {
     if (m.quantize->users().empty()) RETURN_IF_ERROR(g.Erase(m.quantize));
   }
   return static_cast<int>(matches.size());
+}
+
+absl::StatusOr<int> LowerWeightOnlyEmbeddings(GraphModule& gm) {
+  const Symbol embedding = Symbol::Intern("nnqr.Embedding");
+  const Symbol embedding_bag = Symbol::Intern("nnqr.EmbeddingBag");
+  const Symbol native_embedding = Symbol::Intern("nnq.Embedding");
+  const Symbol native_embedding_bag = Symbol::Intern("nnq.EmbeddingBag");
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> built;
+  for (Node* n = gm.graph().first(); n != nullptr; n = n->next()) {
+    if (n->op() != OpKind::kCallModule) continue;
+    const Module* reference = gm.FindModule(n->target().name());
+    if (reference == nullptr ||
+        (reference->type() != embedding && reference->type() != embedding_bag)) {
+      continue;
+    }
+    auto native = BuildQuantizedEmbedding(
+        *reference, reference->type() == embedding ? native_embedding : native_embedding_bag);
+    if (!native.ok()) {
+      return absl::Status(native.status().code(),
+                          absl::StrCat("lower: node '", n->name(), "' (",
+                                       kWeightOnlyEmbeddingRuleName, "): ",
+                                       native.status().message()));
+    }
+    built.emplace_back(std::string(n->target().name()), *std::move(native));
+  }
+  for (auto& [path, module] : built) RETURN_IF_ERROR(gm.SetModule(path, std::move(module)));
+  return static_cast<int>(built.size());
 }
 
 }  // namespace fuselage

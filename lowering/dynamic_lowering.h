@@ -31,6 +31,17 @@ inline constexpr char kDynamicLinearRuleName[] = "dynamic-linear";
 // parameters do not fit) names the node and leaves `gm` as it was.
 absl::StatusOr<int> LowerDynamicLinear(GraphModule& gm);
 
+// Weight-only quantization's lowering (float_qparams_weight_only_qconfig): every call of
+// an nnqr.Embedding / nnqr.EmbeddingBag (its weight quantized per row to quint8 with float
+// zero points, torch.per_channel_affine_float_qparams) becomes a call of nnq.Embedding /
+// nnq.EmbeddingBag, PyTorch's torch.ao.nn.quantized modules: its input is the indices
+// (and offsets) and its output is float, so no quantize or dequantize node is involved.
+// Each native module holds `weight` (uint8 [rows, dim], the quantized values, as PyTorch's
+// quantize_per_channel computes them), `weight_scale` and `weight_zero_point` (float32
+// [rows]). Modules are built before any is replaced; an error names the node.
+inline constexpr char kWeightOnlyEmbeddingRuleName[] = "weight-only-embedding";
+absl::StatusOr<int> LowerWeightOnlyEmbeddings(GraphModule& gm);
+
 }  // namespace fuselage
 
 #endif  // FUSELAGE_LOWERING_DYNAMIC_LOWERING_H_

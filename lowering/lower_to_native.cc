@@ -1206,6 +1206,8 @@ absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
   // Dynamic quantization's patterns end in a float op, not a quantize: lowered apart.
   ASSIGN_OR_RETURN(const int dynamic_linears, LowerDynamicLinear(gm));
   if (dynamic_linears > 0) report.lowered_per_rule[kDynamicLinearRuleName] += dynamic_linears;
+  ASSIGN_OR_RETURN(const int embeddings, LowerWeightOnlyEmbeddings(gm));
+  if (embeddings > 0) report.lowered_per_rule[kWeightOnlyEmbeddingRuleName] += embeddings;
   Lowerer lowerer(gm, registry, report);
   RETURN_IF_ERROR(lowerer.LowerTuplesAndPatterns());
   RETURN_IF_ERROR(lowerer.FoldQuantizedConstants());

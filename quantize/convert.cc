@@ -216,6 +216,10 @@ struct WeightQuantization {
   // float16 (float16_dynamic_qconfig): the weight is cast, with no scale or zero point;
   // the reference module records only weight_qscheme and weight_dtype, as PyTorch's.
   bool float16 = false;
+  // per_channel_affine_float_qparams (float_qparams_weight_only_qconfig's weight): float
+  // zero points, one per channel, beside per_channel_params.scales.
+  bool float_qparams = false;
+  std::vector<float> float_zero_points;
 };
 
 // The weight observers of a pass, one per distinct spec (found by the address of the
@@ -264,6 +268,16 @@ void MakeReference(Module& module, Symbol reference_type, const WeightQuantizati
   if (w.float16) {
     module.SetAttribute("weight_qscheme", parts.QScheme(false));
     module.SetAttribute("weight_dtype", Argument::Dtype(DType::kFloat16));
+    return;
+  }
+  if (w.float_qparams) {
+    const Shape shape = {static_cast<int64_t>(w.float_zero_points.size())};
+    module.SetTensor("weight_scale", Tensor::FromFloats(shape, w.per_channel_params.scales));
+    module.SetTensor("weight_zero_point", Tensor::FromFloats(shape, w.float_zero_points));
+    module.SetTensor("weight_axis", parts.Axis(w.ch_axis));
+    module.SetAttribute("weight_qscheme",
+                        Argument::String("torch.per_channel_affine_float_qparams"));
+    module.SetAttribute("weight_dtype", Argument::Dtype(w.dtype));
     return;
   }
   if (w.per_channel) {
@@ -491,6 +505,24 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
   w.per_channel = IsPerChannel(weight_observer.qscheme);
   w.ch_axis = NonNegativeAxis(weight_observer.ch_axis, weight->dim());
   w.dtype = weight_observer.dtype;
+  if (weight_observer.qscheme == ObserverQScheme::kPerChannelAffineFloatQParams) {
+    // PyTorch's _calculate_qparams for per_channel_affine_float_qparams, in float32 as its
+    // tensors: scale = (max - min) / (quant_max - quant_min), 1 where it is not above eps;
+    // zero_point = -min / scale (a float). The range is not widened to hold 0.
+    const std::vector<float> lo = observer.min_val(), hi = observer.max_val();
+    const float levels = static_cast<float>(observer.quant_max() - observer.quant_min());
+    const float eps = static_cast<float>(weight_observer.eps);
+    w.float_qparams = true;
+    w.per_channel_params.scales.resize(lo.size());
+    w.float_zero_points.resize(lo.size());
+    for (size_t c = 0; c < lo.size(); ++c) {
+      float scale = (hi[c] - lo[c]) / levels;
+      if (!(scale > eps)) scale = 1.0f;
+      w.per_channel_params.scales[c] = scale;
+      w.float_zero_points[c] = -1.0f * lo[c] / scale;
+    }
+    return w;
+  }
   if (w.per_channel) {
     ASSIGN_OR_RETURN(w.per_channel_params, observer.CalculateQParams());
   } else {

@@ -22,7 +22,10 @@
 //    weight_axis, weight_qscheme, weight_dtype from the qconfig's weight observer run
 //    on the weight); a fused module (nni.ConvAddReLU2d) keeps its type and structure with
 //    child "0" replaced by the reference module. Symmetric weight schemes are recorded
-//    as their affine form, as PyTorch's reference modules do.
+//    as their affine form, as PyTorch's reference modules do. A weight observed
+//    per_channel_affine_float_qparams (embeddings) gets float32 weight_zero_point values
+//    (-min / scale) and keeps that scheme; a float16 placeholder weight observer gives
+//    weight_dtype float16 and no scale or zero point.
 // Every output thus keeps its own quantization parameters.
 //
 // Contract: every observer's parameters and every reference module are computed before

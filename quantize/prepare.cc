@@ -45,6 +45,10 @@ struct Decision {
   Node* output = nullptr;
   const ObserverSpec* activation = nullptr;
   bool share_output_with_input = false;
+  // Weight-only quantization (nn.Embedding / nn.EmbeddingBag with a float activation and
+  // a quantized weight, float_qparams_weight_only_qconfig): nothing is observed in the
+  // graph; the weight is quantized at convert.
+  bool weight_only = false;
   TensorInputs inputs;
   // The plan's parts (QuantizedOpPlan): the weighted module's float and reference types
   // and weight observer (empty / nullptr for ops without weights), and the dtype config
@@ -226,7 +230,8 @@ class Planner {
       std::string reason;
       ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, qconfig, *entry, std::move(inputs), &reason));
       if (decision.has_value()) {
-        observed_[n->index()] = true;
+        // A dynamic or weight-only op's output stays float.
+        observed_[n->index()] = !decision->weight_only && !decision->activation->is_dynamic;
         for (const TensorInput& in : decision->inputs) observed_[in.producer->index()] = true;
         decision_of_[n->index()] = decisions->size();
         decisions->push_back(std::move(*decision));
@@ -460,8 +465,14 @@ class Planner {
       return std::nullopt;
     };
     if (!qconfig.has_value()) return keep_float("its qconfig is None");
-    if (!entry.input_output_observed) {
-      return keep_float("weight-only quantization (input and output not observed) is not supported");
+    // Weight-only: the activation stays float (a float placeholder, or the entry says its
+    // input and output are not observed, PyTorch 1.13's _input_output_observed) and the
+    // weight is quantized; only embeddings lower so.
+    const bool float_activation = qconfig->activation.kind == ObserverKind::kPlaceholder &&
+                                  !IsQuantized(qconfig->activation.dtype) &&
+                                  !qconfig->activation.is_dynamic;
+    if (!entry.input_output_observed || (float_activation && !entry.root_module.empty())) {
+      return DecideWeightOnly(n, *qconfig, entry, keep_float);
     }
     if (entry.fixed_output_qparams.has_value()) {
       // PyTorch's prepare_fx refuses (ValueError) a qconfig whose activation is not the
@@ -585,6 +596,52 @@ class Planner {
     const absl::StatusOr<const DTypeConfig*>& dtype_config =
         CachedDTypeConfig(entry, checked, weight);
     if (!dtype_config.ok()) return keep_float(std::string(dtype_config.status().message()));
+    d.dtype_config = *dtype_config;
+    return std::optional<Decision>(std::move(d));
+  }
+
+  // A weight-only decision (see Decision::weight_only) for a call of nn.Embedding or
+  // nn.EmbeddingBag whose qconfig's weight observer quantizes; `keep_float` otherwise.
+  template <typename KeepFloat>
+  absl::StatusOr<std::optional<Decision>> DecideWeightOnly(Node* n, const QConfig& qconfig,
+                                                           const BackendPatternConfig& entry,
+                                                           KeepFloat keep_float) {
+    const Module* m = n->op() == OpKind::kCallModule ? gm_.FindModule(n->target().name())
+                                                     : nullptr;
+    if (m == nullptr || entry.root_module.empty() || m->type() != entry.root_module ||
+        (m->type().name() != "nn.Embedding" && m->type().name() != "nn.EmbeddingBag")) {
+      return keep_float("weight-only quantization is supported for nn.Embedding and "
+                        "nn.EmbeddingBag modules only");
+    }
+    if (entry.reference_quantized_module.empty()) {
+      return keep_float("the entry has a root module but no reference_quantized_module");
+    }
+    const ObserverSpec& weight = qconfig.weight;
+    if (weight.qscheme != ObserverQScheme::kPerChannelAffineFloatQParams ||
+        weight.dtype != DType::kQUInt8 || weight.ch_axis != 0) {
+      return keep_float(absl::StrCat(
+          "weight-only quantization needs the weight observer of "
+          "float_qparams_weight_only_qconfig (quint8, per_channel_affine_float_qparams, "
+          "ch_axis 0); its qconfig's is ", weight.ToString()));
+    }
+    const Tensor* w = m->FindTensor("weight");
+    if (w == nullptr || w->dtype() != DType::kFloat32 || w->dim() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prepare: node '", n->name(), "': module '", n->target().name(), "' (",
+          m->type().name(), ") has no float32 tensor 'weight' [num_embeddings, dim]"));
+    }
+    RETURN_IF_ERROR(ValidateSpec(n, weight, "weight"));
+    const absl::StatusOr<const DTypeConfig*>& dtype_config =
+        CachedDTypeConfig(entry, qconfig.activation, &weight);
+    if (!dtype_config.ok()) return keep_float(std::string(dtype_config.status().message()));
+    Decision d;
+    d.node = n;
+    d.output = n;
+    d.activation = &qconfig.activation;
+    d.weight_only = true;
+    d.root_module = entry.root_module;
+    d.reference_module = entry.reference_quantized_module;
+    d.weight_observer = &weight;
     d.dtype_config = *dtype_config;
     return std::optional<Decision>(std::move(d));
   }
@@ -735,6 +792,13 @@ class ObserverInserter {
                        ObserverOf(d.functional_weight.producer, *d.functional_weight_observer));
       RETURN_IF_ERROR(g.SetArg(d.node, d.functional_weight.arg, obs));
     }
+    if (d.weight_only) {
+      // Weight-only: nothing observed in the graph.
+      RETURN_IF_ERROR(EnsureContainer());
+      out_.quantized_ops.emplace(d.node->name(), PlanOf(d));
+      ++out_.report.quantized_ops;
+      return absl::OkStatus();
+    }
     if (d.activation->is_dynamic) {
       // Dynamic quantization: the output is float, not observed.
       out_.quantized_ops.emplace(d.node->name(), PlanOf(d));
@@ -874,17 +938,24 @@ class ObserverInserter {
 
   // Adds a fresh observer module of `spec` to the container; returns its path, interned
   // (the target of every node that calls it).
+  // Makes the observer container (once): every observer module goes there, and so do the
+  // weight plans a stored prepared model keeps (quantize/prepared_model.h), also when
+  // only weight-only ops were quantized and no node calls an observer.
+  absl::Status EnsureContainer() {
+    if (container_ != nullptr) return absl::OkStatus();
+    out_.observer_container = gm_.UniqueModulePath("observers");
+    RETURN_IF_ERROR(gm_.SetModule(out_.observer_container,
+                                  std::make_unique<Module>("nn.Module")));
+    container_ = gm_.FindModule(out_.observer_container);
+    container_->ReserveChildren(max_observer_modules_);
+    path_ = absl::StrCat(out_.observer_container, ".", kObserverNamePrefix);
+    name_offset_ = out_.observer_container.size() + 1;
+    number_offset_ = path_.size();
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Symbol> NewObserverModule(const ObserverSpec& spec) {
-    if (container_ == nullptr) {
-      out_.observer_container = gm_.UniqueModulePath("observers");
-      RETURN_IF_ERROR(gm_.SetModule(out_.observer_container,
-                                    std::make_unique<Module>("nn.Module")));
-      container_ = gm_.FindModule(out_.observer_container);
-      container_->ReserveChildren(max_observer_modules_);
-      path_ = absl::StrCat(out_.observer_container, ".", kObserverNamePrefix);
-      name_offset_ = out_.observer_container.size() + 1;
-      number_offset_ = path_.size();
-    }
+    RETURN_IF_ERROR(EnsureContainer());
     // "<container>.activation_post_process_<n>" built in place in one reused buffer; the
     // module's name is its tail.
     AdvanceNumber();
