@@ -249,3 +249,25 @@ def test_float16_dynamic_linear_converts_and_runs_like_pytorch(model_name):
             assert torch.equal(ours(x), want)
             got = torch.from_numpy(_core.run(_core.from_torch(ours), [x.numpy()])[0])
             assert relative_error(got, want) <= RTOL
+
+
+def test_dynamic_linear_through_the_engines_own_pipeline():
+    """The pipeline `fuselage quantize` runs (fuse, prepare, calibrate in fuselage's
+    interpreter, convert, lower) with the translated mapping gives the same nnqd.Linear."""
+    from fuselage._translate import qconfig_mapping_to_text
+
+    torch.manual_seed(0)
+    model = Tokens().eval()
+    example = torch.randn(2, 7, 32)
+    mapping = QConfigMapping().set_object_type(nn.Linear, default_dynamic_qconfig)
+    with engine(x86_engine()):
+        _, theirs = quantize_both(model, mapping, example, get_native_backend_config())
+        m = _core.from_torch(model)
+        _core.quantize(m, [[example.numpy()]], "fbgemm",
+                       qconfig_mapping_text=qconfig_mapping_to_text(mapping))
+        ours = _core.to_torch(m)
+        assert leaf_types(ours) == leaf_types(theirs)
+        assert torch.equal(ours.proj.weight().int_repr(), theirs.proj.weight().int_repr())
+        x = torch.randn(2, 7, 32) * 4
+        got = torch.from_numpy(_core.run(m, [x.numpy()])[0])
+        assert relative_error(got, theirs(x)) <= RTOL
