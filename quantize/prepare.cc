@@ -928,11 +928,24 @@ class ObserverInserter {
   // (or if the one there observes another dtype).
   absl::StatusOr<Node*> ObserverOf(Node* producer, const ObserverSpec& spec) {
     const ObserverNode existing = ObserverEntry(producer);
-    if (existing.node != nullptr && existing.dtype == spec.dtype) return existing.node;
+    if (existing.node != nullptr && existing.dtype == spec.dtype &&
+        existing.dynamic == spec.is_dynamic) {
+      return existing.node;
+    }
     ASSIGN_OR_RETURN(Symbol path, NewObserverModule(spec));
-    ASSIGN_OR_RETURN(Node * obs, InsertObserverNode(producer, path));
-    if (existing.node == nullptr) ObserverEntry(producer) = {obs, spec.dtype};
-    ObserverEntry(obs) = {obs, spec.dtype};
+    // A dynamic op reading a statically observed value reads it as the static observer
+    // leaves it (quantized, then dequantized: PyTorch's quantize -> op -> dequantize ->
+    // dynamic op), so its observer watches the static observer's output.
+    Node* observed = existing.node != nullptr && !existing.dynamic && spec.is_dynamic
+                         ? existing.node
+                         : producer;
+    ASSIGN_OR_RETURN(Node * obs, InsertObserverNode(observed, path));
+    // Static consumers keep sharing the static observer; a dynamic one (stateless) may
+    // be repeated.
+    if (existing.node == nullptr || (existing.dynamic && !spec.is_dynamic)) {
+      ObserverEntry(producer) = {obs, spec.dtype, spec.is_dynamic};
+    }
+    ObserverEntry(obs) = {obs, spec.dtype, spec.is_dynamic};
     return obs;
   }
 
@@ -1055,10 +1068,13 @@ class ObserverInserter {
     return copies.back().second;
   }
 
-  // An observer node and the dtype its module observes.
+  // An observer node, the dtype its module observes and whether it is dynamic (a
+  // dynamically quantized op's input, quantized at run time: never shared with a static
+  // op, nor a static observer with a dynamic op).
   struct ObserverNode {
     Node* node = nullptr;
     DType dtype = DType::kQUInt8;
+    bool dynamic = false;
   };
 
   // The entry of `n` in observer_of_ (node null: none yet), grown to cover the observer

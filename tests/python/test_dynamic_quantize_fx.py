@@ -271,3 +271,39 @@ def test_dynamic_linear_through_the_engines_own_pipeline():
         x = torch.randn(2, 7, 32) * 4
         got = torch.from_numpy(_core.run(m, [x.numpy()])[0])
         assert relative_error(got, theirs(x)) <= RTOL
+
+
+class Mixed(nn.Module):
+    """A statically quantized op before a dynamic Linear: the Linear's dynamic observer is
+    its own, not the static one on the clamp's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(24, 8)
+
+    def forward(self, x):
+        return self.fc(torch.clamp(x, -1.0, 1.5))
+
+
+@pytest.mark.skipif(torch.__version__.startswith("1."),
+                    reason="PyTorch 1.13's prepare_fx makes this Linear static (nnq.Linear): "
+                           "the global static qconfig wins there")
+def test_dynamic_linear_after_a_static_op_like_pytorch():
+    from torch.ao.quantization import get_default_qconfig
+
+    torch.manual_seed(0)
+    model = Mixed().eval()
+    example = torch.randn(4, 24) * 2
+    mapping = QConfigMapping().set_global(get_default_qconfig("qnnpack")) \
+        .set_object_type(nn.Linear, default_dynamic_qconfig)
+    with engine("qnnpack"):
+        ours, theirs = quantize_both(model, mapping, example, get_qnnpack_backend_config())
+        assert leaf_types(ours) == leaf_types(theirs)
+        assert isinstance(ours.fc, torch.ao.nn.quantized.dynamic.Linear)
+        for seed in range(3):
+            x = torch.randn(4, 24, generator=torch.Generator().manual_seed(seed)) * 2
+            want = theirs(x)
+            assert torch.equal(ours(x), want)
+            got = torch.from_numpy(_core.run(_core.from_torch(ours), [x.numpy()],
+                                             engine="qnnpack")[0])
+            assert relative_error(got, want) <= RTOL
