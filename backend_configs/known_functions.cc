@@ -66,6 +66,7 @@ absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
            "torch.narrow",
            // Quantization ops (graphs after convert / lowering).
            "torch.quantize_per_tensor", "torch.quantize_per_channel",
+           "torch.quantize_per_tensor_dynamic",
            "torch.ops.quantized.add", "torch.ops.quantized.add_relu",
            "torch.ops.quantized.mul", "torch.ops.quantized.mul_relu",
            // What lowering emits and the runtime's kernels run.

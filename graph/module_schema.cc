@@ -517,7 +517,8 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
     RETURN_IF_ERROR(add(t, 2, 2, kNone));
   }
   // Quantized (native) modules keep packed parameters as tensors too.
-  for (const char* t : {"nnq.Conv1d", "nnq.Conv2d", "nnq.Conv3d", "nnq.Linear",
+  for (const char* t : {"nnq.Conv1d", "nnq.Conv2d", "nnq.Conv3d", "nnq.Linear", "nnqd.Linear",
+                        "nniqd.LinearReLU",
                         "nnq.ConvTranspose1d", "nnq.ConvTranspose2d", "nnq.ConvTranspose3d",
                         "nniq.ConvReLU1d", "nniq.ConvReLU2d", "nniq.ConvReLU3d",
                         "nniq.LinearReLU", "nnq.BatchNorm2d", "nnq.BatchNorm3d",
@@ -561,11 +562,12 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
                         "nn.PixelUnshuffle"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kNone));
   }
-  for (const char* t : {"nn.PReLU", "nn.Embedding", "nnqr.Embedding", "nnq.PReLU"}) {
+  for (const char* t : {"nn.PReLU", "nn.Embedding", "nnqr.Embedding", "nnq.PReLU",
+                        "nnq.Embedding"}) {
     RETURN_IF_ERROR(add(t, 1, 1, kWeight));
   }
   // EmbeddingBag(input, offsets=None, per_sample_weights=None).
-  for (const char* t : {"nn.EmbeddingBag", "nnqr.EmbeddingBag"}) {
+  for (const char* t : {"nn.EmbeddingBag", "nnqr.EmbeddingBag", "nnq.EmbeddingBag"}) {
     RETURN_IF_ERROR(add(t, 1, 3, kWeight));
   }
   // Cells take (input, hx=None); LSTM takes (input, (h0, c0)=None).

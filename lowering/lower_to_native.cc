@@ -14,6 +14,7 @@
 #include "graph/check.h"
 #include "graph/module_schema.h"
 #include "graph/status_macros.h"
+#include "lowering/dynamic_lowering.h"
 #include "runtime/quantized/quantize.h"
 
 namespace fuselage {
@@ -1202,6 +1203,11 @@ std::string LoweringReport::ToString() const {
 absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
                                              const LoweringRuleRegistry& registry) {
   LoweringReport report;
+  // Dynamic quantization's patterns end in a float op, not a quantize: lowered apart.
+  ASSIGN_OR_RETURN(const int dynamic_linears, LowerDynamicLinear(gm));
+  if (dynamic_linears > 0) report.lowered_per_rule[kDynamicLinearRuleName] += dynamic_linears;
+  ASSIGN_OR_RETURN(const int embeddings, LowerWeightOnlyEmbeddings(gm));
+  if (embeddings > 0) report.lowered_per_rule[kWeightOnlyEmbeddingRuleName] += embeddings;
   Lowerer lowerer(gm, registry, report);
   RETURN_IF_ERROR(lowerer.LowerTuplesAndPatterns());
   RETURN_IF_ERROR(lowerer.FoldQuantizedConstants());

@@ -26,7 +26,9 @@ absl::Status RegisterObserverKernels(KernelRegistry& registry) {
   for (ObserverKind kind :
        {ObserverKind::kMinMax, ObserverKind::kMovingAverageMinMax,
         ObserverKind::kPerChannelMinMax, ObserverKind::kMovingAveragePerChannelMinMax,
-        ObserverKind::kHistogram, ObserverKind::kFixedQParams}) {
+        ObserverKind::kHistogram, ObserverKind::kFixedQParams,
+        // A dynamic placeholder (the input of a dynamically quantized op).
+        ObserverKind::kPlaceholder}) {
     RETURN_IF_ERROR(registry.RegisterModule(
         ObserverKindName(kind),
         [](const KernelContext&, const Module& m, absl::Span<const Value> args,

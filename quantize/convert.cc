@@ -12,6 +12,7 @@
 #include "graph/module_schema.h"
 #include "graph/status_macros.h"
 #include "quantize/observers.h"
+#include "runtime/quantized_engine.h"
 
 namespace fuselage {
 namespace {
@@ -26,10 +27,27 @@ struct ObserverReplacement {
   double scale = 1.0;
   int64_t zero_point = 0;
   DType dtype = DType::kQUInt8;
+  // A dynamic observer (PlaceholderObserver(is_dynamic=True)): the node becomes
+  // torch.quantize_per_tensor_dynamic(x, dtype, reduce_range) → dequantize, as PyTorch 2's
+  // convert makes it; scale and zero_point are unused.
+  bool dynamic = false;
+  bool reduce_range = false;
 };
 
-absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Observer& observer) {
+absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Observer& observer,
+                                                            bool dynamic_reduce_range) {
   const ObserverSpec& spec = observer.spec();
+  if (spec.is_dynamic) {
+    if (spec.dtype != DType::kQUInt8 && spec.dtype != DType::kFloat16) {
+      return absl::UnimplementedError(absl::StrCat(
+          "convert: observer node '", n->name(), "': dynamic quantization to ",
+          DTypeName(spec.dtype), " is not supported; expected torch.quint8 or torch.float16"));
+    }
+    ObserverReplacement r{n, 1.0, 0, spec.dtype};
+    r.dynamic = true;
+    r.reduce_range = dynamic_reduce_range;
+    return r;
+  }
   // Built only on the error paths: this runs once per observer node.
   auto where = [n] {
     return absl::StrCat("convert: observer node '", n->name(), "' (", n->target().name(), ")");
@@ -86,15 +104,18 @@ absl::StatusOr<std::optional<PerChannelReplacement>> PlanPerChannelReplacement(
 // The targets of the nodes an observer becomes, interned once per pass.
 struct ReplacementTargets {
   Symbol quantize = Symbol::Intern("torch.quantize_per_tensor");
+  Symbol quantize_dynamic = Symbol::Intern("torch.quantize_per_tensor_dynamic");
   Symbol dequantize = Symbol::Intern("dequantize");
   // The names FX derives from the targets (torch.quantize_per_tensor, dequantize).
   absl::string_view quantize_name = "quantize_per_tensor";
+  absl::string_view quantize_dynamic_name = "quantize_per_tensor_dynamic";
   absl::string_view dequantize_name = "dequantize";
 };
 
 // The args of the quantize node of `r`: the node's own arg storage type, which the node
 // takes over whole.
 NodeArgs QuantizeArgs(Node* input, const ObserverReplacement& r) {
+  if (r.dynamic) return {input, Argument::Dtype(r.dtype), Argument::Bool(r.reduce_range)};
   return {input, Argument::Float(r.scale), Argument::Int(r.zero_point),
           Argument::Dtype(r.dtype)};
 }
@@ -121,9 +142,9 @@ absl::Status ReplaceObserver(Graph& g, const ReplacementTargets& targets,
   if (!absl::StartsWith(observer->name(), targets.dequantize_name)) {
     NodeSpec quantize;
     quantize.op = OpKind::kCallFunction;
-    quantize.target = targets.quantize;
+    quantize.target = r.dynamic ? targets.quantize_dynamic : targets.quantize;
     quantize.args = QuantizeArgs(input, r);
-    quantize.name = targets.quantize_name;
+    quantize.name = r.dynamic ? targets.quantize_dynamic_name : targets.quantize_name;
     ASSIGN_OR_RETURN(Node * q, g.InsertBefore(observer, std::move(quantize)));
     RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallMethod, targets.dequantize));
     RETURN_IF_ERROR(g.SetArgs(observer, NodeArgs{q}));
@@ -132,9 +153,10 @@ absl::Status ReplaceObserver(Graph& g, const ReplacementTargets& targets,
   }
   // The observer's name is freed (by renaming it the quantize node) before the
   // dequantize node is named, which may take it.
-  RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallFunction, targets.quantize));
+  RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallFunction,
+                            r.dynamic ? targets.quantize_dynamic : targets.quantize));
   RETURN_IF_ERROR(g.SetArgs(observer, QuantizeArgs(input, r)));
-  g.Rename(observer, targets.quantize_name);
+  g.Rename(observer, r.dynamic ? targets.quantize_dynamic_name : targets.quantize_name);
   NodeSpec dequantize;
   dequantize.op = OpKind::kCallMethod;
   dequantize.target = targets.dequantize;
@@ -191,6 +213,13 @@ struct WeightQuantization {
   ObserverQParams per_channel_params;  // per-channel schemes: one entry per channel
   int64_t ch_axis = 0;
   DType dtype = DType::kQInt8;
+  // float16 (float16_dynamic_qconfig): the weight is cast, with no scale or zero point;
+  // the reference module records only weight_qscheme and weight_dtype, as PyTorch's.
+  bool float16 = false;
+  // per_channel_affine_float_qparams (float_qparams_weight_only_qconfig's weight): float
+  // zero points, one per channel, beside per_channel_params.scales.
+  bool float_qparams = false;
+  std::vector<float> float_zero_points;
 };
 
 // The weight observers of a pass, one per distinct spec (found by the address of the
@@ -236,6 +265,21 @@ void MakeReference(Module& module, Symbol reference_type, const WeightQuantizati
   // (and moved) each list up to twice per module.
   module.ReserveTensors(module.tensors().size() + kReferenceTensorsAdded);
   module.ReserveAttributes(module.attributes().size() + kReferenceAttributesAdded);
+  if (w.float16) {
+    module.SetAttribute("weight_qscheme", parts.QScheme(false));
+    module.SetAttribute("weight_dtype", Argument::Dtype(DType::kFloat16));
+    return;
+  }
+  if (w.float_qparams) {
+    const Shape shape = {static_cast<int64_t>(w.float_zero_points.size())};
+    module.SetTensor("weight_scale", Tensor::FromFloats(shape, w.per_channel_params.scales));
+    module.SetTensor("weight_zero_point", Tensor::FromFloats(shape, w.float_zero_points));
+    module.SetTensor("weight_axis", parts.Axis(w.ch_axis));
+    module.SetAttribute("weight_qscheme",
+                        Argument::String("torch.per_channel_affine_float_qparams"));
+    module.SetAttribute("weight_dtype", Argument::Dtype(w.dtype));
+    return;
+  }
   if (w.per_channel) {
     const ObserverQParams& q = w.per_channel_params;
     const Shape shape = {static_cast<int64_t>(q.scales.size())};
@@ -438,6 +482,13 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": the module has no float32 tensor 'weight'"));
   }
+  if (weight_observer.kind == ObserverKind::kPlaceholder &&
+      weight_observer.dtype == DType::kFloat16) {
+    WeightQuantization w;
+    w.float16 = true;
+    w.dtype = DType::kFloat16;
+    return w;
+  }
   auto observer_or = observers.Fresh(weight_observer);
   if (!observer_or.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(where(), ": weight observer ",
@@ -454,6 +505,24 @@ absl::StatusOr<WeightQuantization> QuantizeWeight(const Module& float_module,
   w.per_channel = IsPerChannel(weight_observer.qscheme);
   w.ch_axis = NonNegativeAxis(weight_observer.ch_axis, weight->dim());
   w.dtype = weight_observer.dtype;
+  if (weight_observer.qscheme == ObserverQScheme::kPerChannelAffineFloatQParams) {
+    // PyTorch's _calculate_qparams for per_channel_affine_float_qparams, in float32 as its
+    // tensors: scale = (max - min) / (quant_max - quant_min), 1 where it is not above eps;
+    // zero_point = -min / scale (a float). The range is not widened to hold 0.
+    const std::vector<float> lo = observer.min_val(), hi = observer.max_val();
+    const float levels = static_cast<float>(observer.quant_max() - observer.quant_min());
+    const float eps = static_cast<float>(weight_observer.eps);
+    w.float_qparams = true;
+    w.per_channel_params.scales.resize(lo.size());
+    w.float_zero_points.resize(lo.size());
+    for (size_t c = 0; c < lo.size(); ++c) {
+      float scale = (hi[c] - lo[c]) / levels;
+      if (!(scale > eps)) scale = 1.0f;
+      w.per_channel_params.scales[c] = scale;
+      w.float_zero_points[c] = -1.0f * lo[c] / scale;
+    }
+    return w;
+  }
   if (w.per_channel) {
     ASSIGN_OR_RETURN(w.per_channel_params, observer.CalculateQParams());
   } else {
@@ -512,6 +581,11 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   // call any more (CheckWeightedPlansFound).
   std::vector<ObserverReplacement> replacements;
   std::vector<PerChannelReplacement> per_channel_replacements;
+  // Dynamic quantization's reference reduces the input's range where the engine's
+  // dynamic kernels do (PyTorch: fbgemm / x86 / onednn; QNNPACK ignores reduce_range).
+  ASSIGN_OR_RETURN(std::optional<QuantizedEngine> engine, RecordedEngine(gm));
+  const bool dynamic_reduce_range = engine.value_or(QuantizedEngine::kOnednn) !=
+                                    QuantizedEngine::kQnnpack;
   // The weighted modules to make reference modules, in place (no copy of the module, nor
   // of a fused module's other children, and nothing to free): the float module is read
   // here and changed only in step 2. Two nodes calling one module change it twice, the
@@ -541,7 +615,8 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
         per_channel_replacements.push_back(*std::move(per_channel));
         continue;
       }
-      ASSIGN_OR_RETURN(ObserverReplacement r, PlanObserverReplacement(n, *observer));
+      ASSIGN_OR_RETURN(ObserverReplacement r,
+                       PlanObserverReplacement(n, *observer, dynamic_reduce_range));
       replacements.push_back(r);
       continue;
     }

@@ -14,13 +14,18 @@
 //    quantize_per_channel(w, get_attr scales, get_attr zero_points, axis, dtype), the
 //    scales (float32) and zero points (int64) installed next to the weight as
 //    `<weight>_scale` / `<weight>_zero_point`, as PyTorch's convert does; a fixed-qparams
-//    observer gives its fixed scale and zero point;
+//    observer gives its fixed scale and zero point; a dynamic placeholder observer becomes
+//    torch.quantize_per_tensor_dynamic(x, quint8, reduce_range) (reduce_range unless the
+//    model's recorded engine is qnnpack, as PyTorch's convert decides by its engine);
 //  - every quantized weighted module becomes its reference module: a float nn.Conv2d
 //    becomes nnqr.Conv2d (the float contents plus weight_scale, weight_zero_point,
 //    weight_axis, weight_qscheme, weight_dtype from the qconfig's weight observer run
 //    on the weight); a fused module (nni.ConvAddReLU2d) keeps its type and structure with
 //    child "0" replaced by the reference module. Symmetric weight schemes are recorded
-//    as their affine form, as PyTorch's reference modules do.
+//    as their affine form, as PyTorch's reference modules do. A weight observed
+//    per_channel_affine_float_qparams (embeddings) gets float32 weight_zero_point values
+//    (-min / scale) and keeps that scheme; a float16 placeholder weight observer gives
+//    weight_dtype float16 and no scale or zero point.
 // Every output thus keeps its own quantization parameters.
 //
 // Contract: every observer's parameters and every reference module are computed before

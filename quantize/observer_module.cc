@@ -51,6 +51,9 @@ absl::StatusOr<std::unique_ptr<Module>> MakeObserverModule(const ObserverSpec& s
   module->SetAttribute("eps", Argument::Float(spec.eps));
   module->SetAttribute("ch_axis", Argument::Int(spec.ch_axis));
   module->SetAttribute("has_customized_qrange", Argument::Bool(spec.quant_min.has_value()));
+  if (spec.kind == ObserverKind::kPlaceholder) {
+    module->SetAttribute("is_dynamic", Argument::Bool(spec.is_dynamic));
+  }
   if (IsMovingAverage(spec.kind)) {
     module->SetAttribute("averaging_constant", Argument::Float(spec.averaging_constant));
   }
@@ -127,6 +130,9 @@ absl::StatusOr<ObserverSpec> ObserverSpecFromModule(const Module& m) {
   RETURN_IF_ERROR(read_bool("reduce_range", &spec.reduce_range));
   RETURN_IF_ERROR(read_float("eps", &spec.eps));
   if (m.FindAttribute("ch_axis") != nullptr) RETURN_IF_ERROR(read_int("ch_axis", &spec.ch_axis));
+  if (spec.kind == ObserverKind::kPlaceholder && m.FindAttribute("is_dynamic") != nullptr) {
+    RETURN_IF_ERROR(read_bool("is_dynamic", &spec.is_dynamic));
+  }
   bool customized = false;
   if (m.FindAttribute("has_customized_qrange") != nullptr) {
     RETURN_IF_ERROR(read_bool("has_customized_qrange", &customized));

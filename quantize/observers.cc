@@ -925,6 +925,9 @@ absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec)
     case ObserverKind::kHistogram:
     case ObserverKind::kFixedQParams:
       break;
+    case ObserverKind::kPlaceholder:
+      if (spec.is_dynamic) break;
+      [[fallthrough]];
     default:
       return absl::UnimplementedError(absl::StrCat(
           ObserverKindName(spec.kind), " computes no statistics; it has no Observer class"));
@@ -934,6 +937,7 @@ absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec)
   switch (spec.kind) {
     case ObserverKind::kMinMax:
     case ObserverKind::kMovingAverageMinMax:
+    case ObserverKind::kPlaceholder:  // dynamic: its range is recorded, never used
       observer.reset(new MinMaxObserver(spec, range.first, range.second));
       break;
     case ObserverKind::kPerChannelMinMax:

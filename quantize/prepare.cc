@@ -45,6 +45,10 @@ struct Decision {
   Node* output = nullptr;
   const ObserverSpec* activation = nullptr;
   bool share_output_with_input = false;
+  // Weight-only quantization (nn.Embedding / nn.EmbeddingBag with a float activation and
+  // a quantized weight, float_qparams_weight_only_qconfig): nothing is observed in the
+  // graph; the weight is quantized at convert.
+  bool weight_only = false;
   TensorInputs inputs;
   // The plan's parts (QuantizedOpPlan): the weighted module's float and reference types
   // and weight observer (empty / nullptr for ops without weights), and the dtype config
@@ -135,8 +139,16 @@ absl::StatusOr<const DTypeConfig*> SelectDTypeConfig(const std::vector<DTypeConf
   for (size_t i = 0; i < configs.size(); ++i) {
     const DTypeConfig& c = configs[i];
     std::optional<std::string> why;
-    if (c.is_dynamic) {
-      why = "dynamic quantization is not supported";
+    if (c.is_dynamic != activation.is_dynamic) {
+      why = c.is_dynamic ? "the dtype config is dynamic; the activation observer is not"
+                         : "the activation observer is dynamic; the dtype config is not";
+    } else if (c.is_dynamic) {
+      // Dynamic: the input is quantized at run time to the activation observer's dtype;
+      // the output stays float (the config's output dtype).
+      why = Unsatisfied(c.input, activation, "input");
+      if (!why && weight != nullptr && c.weight.dtype.has_value()) {
+        why = Unsatisfied(c.weight, *weight, "weight");
+      }
     } else {
       why = Unsatisfied(c.input, activation, "input");
       if (!why) why = Unsatisfied(c.output, activation, "output");
@@ -152,6 +164,12 @@ absl::StatusOr<const DTypeConfig*> SelectDTypeConfig(const std::vector<DTypeConf
   return absl::FailedPreconditionError(absl::StrCat(
       "its qconfig satisfies none of the ", configs.size(), " dtype configs: ",
       absl::StrJoin(reasons, "; ")));
+}
+
+// A float16 placeholder weight observer (float16_dynamic_qconfig's): the weight is cast
+// to float16 at convert, nothing is observed.
+bool IsFloat16Weight(const ObserverSpec& spec) {
+  return spec.kind == ObserverKind::kPlaceholder && spec.dtype == DType::kFloat16;
 }
 
 // The module type / function / method a node calls, as QConfigMapping and
@@ -212,7 +230,8 @@ class Planner {
       std::string reason;
       ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, qconfig, *entry, std::move(inputs), &reason));
       if (decision.has_value()) {
-        observed_[n->index()] = true;
+        // A dynamic or weight-only op's output stays float.
+        observed_[n->index()] = !decision->weight_only && !decision->activation->is_dynamic;
         for (const TensorInput& in : decision->inputs) observed_[in.producer->index()] = true;
         decision_of_[n->index()] = decisions->size();
         decisions->push_back(std::move(*decision));
@@ -286,7 +305,8 @@ class Planner {
     }
     const BackendPatternConfig* entry = TwoOpEntryFor(n, type, producer);
     if (entry == nullptr || !entry->input_output_observed ||
-        entry->fixed_output_qparams.has_value() || !entry->root_module.empty()) {
+        entry->fixed_output_qparams.has_value() || !entry->root_module.empty() ||
+        previous.activation->is_dynamic) {
       return false;
     }
     ObservationType observation = entry->observation_type;
@@ -364,7 +384,7 @@ class Planner {
       if (decided == kNoDecision) continue;
       Decision& previous = (*decisions)[decided];
       if (previous.output != producer || producer->users().size() != 1 ||
-          previous.share_output_with_input ||
+          previous.share_output_with_input || previous.activation->is_dynamic ||
           previous.activation->kind == ObserverKind::kReuseInput) {
         continue;
       }
@@ -445,8 +465,14 @@ class Planner {
       return std::nullopt;
     };
     if (!qconfig.has_value()) return keep_float("its qconfig is None");
-    if (!entry.input_output_observed) {
-      return keep_float("weight-only quantization (input and output not observed) is not supported");
+    // Weight-only: the activation stays float (a float placeholder, or the entry says its
+    // input and output are not observed, PyTorch 1.13's _input_output_observed) and the
+    // weight is quantized; only embeddings lower so.
+    const bool float_activation = qconfig->activation.kind == ObserverKind::kPlaceholder &&
+                                  !IsQuantized(qconfig->activation.dtype) &&
+                                  !qconfig->activation.is_dynamic;
+    if (!entry.input_output_observed || (float_activation && !entry.root_module.empty())) {
+      return DecideWeightOnly(n, *qconfig, entry, keep_float);
     }
     if (entry.fixed_output_qparams.has_value()) {
       // PyTorch's prepare_fx refuses (ValueError) a qconfig whose activation is not the
@@ -462,7 +488,16 @@ class Planner {
       }
     }
     const ObserverSpec& activation = qconfig->activation;
-    switch (activation.kind) {
+    if (activation.is_dynamic && activation.dtype != DType::kQUInt8 &&
+        activation.dtype != DType::kFloat16) {
+      return keep_float(absl::StrCat("dynamic quantization to ", DTypeName(activation.dtype),
+                                     " is not supported (quint8 or float16 only)"));
+    }
+    if (activation.is_dynamic && entry.root_module.empty()) {
+      return keep_float("dynamic quantization of a functional op is not supported "
+                        "(weighted modules only)");
+    }
+    switch (activation.is_dynamic ? ObserverKind::kMinMax : activation.kind) {
       case ObserverKind::kPlaceholder:
       case ObserverKind::kNoop:
         return keep_float(absl::StrCat("its activation observer ",
@@ -523,6 +558,11 @@ class Planner {
         return keep_float("the entry has a root module but no reference_quantized_module");
       }
       const Module* m = gm_.FindModule(n->target().name());
+      if (activation.is_dynamic && m->type() != entry.root_module &&
+          m->type() != Symbol::Intern("nni.LinearReLU")) {
+        return keep_float(absl::StrCat("dynamic quantization of the fused module ",
+                                       m->type().name(), " is not supported"));
+      }
       const Module* weighted = m->type() == entry.root_module ? m : m->FindChild("0");
       if (weighted == nullptr || weighted->type() != entry.root_module) {
         return keep_float(absl::StrCat(
@@ -536,7 +576,11 @@ class Planner {
             "prepare: node '", n->name(), "': module '", n->target().name(),
             "' (", weighted->type().name(), ") has no float32 tensor 'weight'"));
       }
-      RETURN_IF_ERROR(ValidateSpec(n, qconfig->weight, "weight"));
+      // float16 dynamic quantization's weight "observer" is a float16 placeholder: the
+      // weight is cast, not observed (convert_fx's float16 reference module).
+      if (!IsFloat16Weight(qconfig->weight)) {
+        RETURN_IF_ERROR(ValidateSpec(n, qconfig->weight, "weight"));
+      }
       weight = &qconfig->weight;
       d.root_module = entry.root_module;
       d.reference_module = entry.reference_quantized_module;
@@ -552,6 +596,52 @@ class Planner {
     const absl::StatusOr<const DTypeConfig*>& dtype_config =
         CachedDTypeConfig(entry, checked, weight);
     if (!dtype_config.ok()) return keep_float(std::string(dtype_config.status().message()));
+    d.dtype_config = *dtype_config;
+    return std::optional<Decision>(std::move(d));
+  }
+
+  // A weight-only decision (see Decision::weight_only) for a call of nn.Embedding or
+  // nn.EmbeddingBag whose qconfig's weight observer quantizes; `keep_float` otherwise.
+  template <typename KeepFloat>
+  absl::StatusOr<std::optional<Decision>> DecideWeightOnly(Node* n, const QConfig& qconfig,
+                                                           const BackendPatternConfig& entry,
+                                                           KeepFloat keep_float) {
+    const Module* m = n->op() == OpKind::kCallModule ? gm_.FindModule(n->target().name())
+                                                     : nullptr;
+    if (m == nullptr || entry.root_module.empty() || m->type() != entry.root_module ||
+        (m->type().name() != "nn.Embedding" && m->type().name() != "nn.EmbeddingBag")) {
+      return keep_float("weight-only quantization is supported for nn.Embedding and "
+                        "nn.EmbeddingBag modules only");
+    }
+    if (entry.reference_quantized_module.empty()) {
+      return keep_float("the entry has a root module but no reference_quantized_module");
+    }
+    const ObserverSpec& weight = qconfig.weight;
+    if (weight.qscheme != ObserverQScheme::kPerChannelAffineFloatQParams ||
+        weight.dtype != DType::kQUInt8 || weight.ch_axis != 0) {
+      return keep_float(absl::StrCat(
+          "weight-only quantization needs the weight observer of "
+          "float_qparams_weight_only_qconfig (quint8, per_channel_affine_float_qparams, "
+          "ch_axis 0); its qconfig's is ", weight.ToString()));
+    }
+    const Tensor* w = m->FindTensor("weight");
+    if (w == nullptr || w->dtype() != DType::kFloat32 || w->dim() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prepare: node '", n->name(), "': module '", n->target().name(), "' (",
+          m->type().name(), ") has no float32 tensor 'weight' [num_embeddings, dim]"));
+    }
+    RETURN_IF_ERROR(ValidateSpec(n, weight, "weight"));
+    const absl::StatusOr<const DTypeConfig*>& dtype_config =
+        CachedDTypeConfig(entry, qconfig.activation, &weight);
+    if (!dtype_config.ok()) return keep_float(std::string(dtype_config.status().message()));
+    Decision d;
+    d.node = n;
+    d.output = n;
+    d.activation = &qconfig.activation;
+    d.weight_only = true;
+    d.root_module = entry.root_module;
+    d.reference_module = entry.reference_quantized_module;
+    d.weight_observer = &weight;
     d.dtype_config = *dtype_config;
     return std::optional<Decision>(std::move(d));
   }
@@ -702,6 +792,19 @@ class ObserverInserter {
                        ObserverOf(d.functional_weight.producer, *d.functional_weight_observer));
       RETURN_IF_ERROR(g.SetArg(d.node, d.functional_weight.arg, obs));
     }
+    if (d.weight_only) {
+      // Weight-only: nothing observed in the graph.
+      RETURN_IF_ERROR(EnsureContainer());
+      out_.quantized_ops.emplace(d.node->name(), PlanOf(d));
+      ++out_.report.quantized_ops;
+      return absl::OkStatus();
+    }
+    if (d.activation->is_dynamic) {
+      // Dynamic quantization: the output is float, not observed.
+      out_.quantized_ops.emplace(d.node->name(), PlanOf(d));
+      ++out_.report.quantized_ops;
+      return absl::OkStatus();
+    }
     if (d.share_output_with_input) RETURN_IF_ERROR(ShareListInputObservers(d));
     // A shared output observer is a second call of the input observer's module: its
     // target symbol is reused as it is.
@@ -825,27 +928,47 @@ class ObserverInserter {
   // (or if the one there observes another dtype).
   absl::StatusOr<Node*> ObserverOf(Node* producer, const ObserverSpec& spec) {
     const ObserverNode existing = ObserverEntry(producer);
-    if (existing.node != nullptr && existing.dtype == spec.dtype) return existing.node;
+    if (existing.node != nullptr && existing.dtype == spec.dtype &&
+        existing.dynamic == spec.is_dynamic) {
+      return existing.node;
+    }
     ASSIGN_OR_RETURN(Symbol path, NewObserverModule(spec));
-    ASSIGN_OR_RETURN(Node * obs, InsertObserverNode(producer, path));
-    if (existing.node == nullptr) ObserverEntry(producer) = {obs, spec.dtype};
-    ObserverEntry(obs) = {obs, spec.dtype};
+    // A dynamic op reading a statically observed value reads it as the static observer
+    // leaves it (quantized, then dequantized: PyTorch's quantize -> op -> dequantize ->
+    // dynamic op), so its observer watches the static observer's output.
+    Node* observed = existing.node != nullptr && !existing.dynamic && spec.is_dynamic
+                         ? existing.node
+                         : producer;
+    ASSIGN_OR_RETURN(Node * obs, InsertObserverNode(observed, path));
+    // Static consumers keep sharing the static observer; a dynamic one (stateless) may
+    // be repeated.
+    if (existing.node == nullptr || (existing.dynamic && !spec.is_dynamic)) {
+      ObserverEntry(producer) = {obs, spec.dtype, spec.is_dynamic};
+    }
+    ObserverEntry(obs) = {obs, spec.dtype, spec.is_dynamic};
     return obs;
   }
 
   // Adds a fresh observer module of `spec` to the container; returns its path, interned
   // (the target of every node that calls it).
+  // Makes the observer container (once): every observer module goes there, and so do the
+  // weight plans a stored prepared model keeps (quantize/prepared_model.h), also when
+  // only weight-only ops were quantized and no node calls an observer.
+  absl::Status EnsureContainer() {
+    if (container_ != nullptr) return absl::OkStatus();
+    out_.observer_container = gm_.UniqueModulePath("observers");
+    RETURN_IF_ERROR(gm_.SetModule(out_.observer_container,
+                                  std::make_unique<Module>("nn.Module")));
+    container_ = gm_.FindModule(out_.observer_container);
+    container_->ReserveChildren(max_observer_modules_);
+    path_ = absl::StrCat(out_.observer_container, ".", kObserverNamePrefix);
+    name_offset_ = out_.observer_container.size() + 1;
+    number_offset_ = path_.size();
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Symbol> NewObserverModule(const ObserverSpec& spec) {
-    if (container_ == nullptr) {
-      out_.observer_container = gm_.UniqueModulePath("observers");
-      RETURN_IF_ERROR(gm_.SetModule(out_.observer_container,
-                                    std::make_unique<Module>("nn.Module")));
-      container_ = gm_.FindModule(out_.observer_container);
-      container_->ReserveChildren(max_observer_modules_);
-      path_ = absl::StrCat(out_.observer_container, ".", kObserverNamePrefix);
-      name_offset_ = out_.observer_container.size() + 1;
-      number_offset_ = path_.size();
-    }
+    RETURN_IF_ERROR(EnsureContainer());
     // "<container>.activation_post_process_<n>" built in place in one reused buffer; the
     // module's name is its tail.
     AdvanceNumber();
@@ -945,10 +1068,13 @@ class ObserverInserter {
     return copies.back().second;
   }
 
-  // An observer node and the dtype its module observes.
+  // An observer node, the dtype its module observes and whether it is dynamic (a
+  // dynamically quantized op's input, quantized at run time: never shared with a static
+  // op, nor a static observer with a dynamic op).
   struct ObserverNode {
     Node* node = nullptr;
     DType dtype = DType::kQUInt8;
+    bool dynamic = false;
   };
 
   // The entry of `n` in observer_of_ (node null: none yet), grown to cover the observer

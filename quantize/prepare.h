@@ -44,6 +44,14 @@
 //    its only user, with a single tensor input, is quantized as one op, as PyTorch does:
 //    the inner op's inputs are observed, its output is not, the outer op's output is (so
 //    lowering makes quantized::add_relu, with the relu's output parameters).
+//  - dynamic quantization (a dynamic dtype config, which the qconfig satisfies with a
+//    dynamic PlaceholderObserver activation, PyTorch's default_dynamic_qconfig): the
+//    weighted module's input is observed by that placeholder, its output is not (it stays
+//    float); the weight observer is planned as for static quantization.
+//  - weight-only quantization (a float placeholder activation, or an entry whose input and
+//    output are not observed, and a quantized weight: float_qparams_weight_only_qconfig on
+//    nn.Embedding / nn.EmbeddingBag): nothing is observed in the graph, as in PyTorch; the
+//    weight observer is planned, and the observer container holds the plan.
 // Observer modules are installed at `observers.activation_post_process_<n>` (children of
 // one plain nn.Module container, so that convert removes them all at once; PyTorch puts
 // them at the root), the nodes calling them are named `activation_post_process_<n>` as in
@@ -53,8 +61,10 @@
 // Where fuselage differs from PyTorch 1.13:
 //  - An op whose qconfig satisfies none of its pattern's dtype configs stays float AND is
 //    listed in the report with the reason (PyTorch skips it silently). So is an op whose
-//    qconfig is None, and every op form fuselage does not quantize yet (weight-only and
-//    dynamic configs, a functional weight with a per-channel weight observer).
+//    qconfig is None, and every op form fuselage does not quantize yet (weight-only
+//    configs other than float_qparams_weight_only_qconfig's on nn.Embedding /
+//    nn.EmbeddingBag; dynamic configs other than on nn.Linear / nni.LinearReLU; a
+//    functional weight with a per-channel weight observer).
 //  - The pass is linear in the number of nodes: decisions are one walk with per-op
 //    lookups cached, observers are found through a producer → observer map, and module
 //    paths come from a counter (PyTorch 1.13's prepare rescans users and names).

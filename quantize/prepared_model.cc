@@ -172,6 +172,22 @@ absl::StatusOr<PreparedModel> PreparedModelFromGraph(const GraphModule& gm) {
     parents.insert(ParentPath(path));
   }
   if (prepared.observers.empty()) {
+    // Only weight-only ops (embeddings) quantized: no node calls an observer, and the
+    // container (a child of the root) holds only the weight plans.
+    for (const auto& [name, child] : gm.root().children()) {
+      if (child->type().name() != "nn.Module" || child->children().empty()) continue;
+      bool only_plans = true;
+      for (const auto& [plan_name, plan] : child->children()) {
+        only_plans = only_plans && absl::StartsWith(plan_name, kWeightPlanModulePrefix) &&
+                     IsObserverModuleType(plan->type());
+      }
+      if (only_plans) {
+        parents.insert(name);
+        break;
+      }
+    }
+  }
+  if (prepared.observers.empty() && parents.empty()) {
     return absl::FailedPreconditionError(
         "not a prepared model: no node calls an observer module (MinMaxObserver, "
         "HistogramObserver, ...); prepare it first (`fuselage prepare`)");

@@ -192,7 +192,8 @@ bool operator==(const ObserverSpec& a, const ObserverSpec& b) {
          a.quant_max == b.quant_max && a.eps == b.eps &&
          a.averaging_constant == b.averaging_constant && a.ch_axis == b.ch_axis &&
          a.bins == b.bins && a.upsample_rate == b.upsample_rate &&
-         a.fixed_scale == b.fixed_scale && a.fixed_zero_point == b.fixed_zero_point;
+         a.fixed_scale == b.fixed_scale && a.fixed_zero_point == b.fixed_zero_point &&
+         a.is_dynamic == b.is_dynamic;
 }
 
 std::string ObserverSpec::ToString() const {
@@ -203,6 +204,7 @@ std::string ObserverSpec::ToString() const {
   if (quant_min.has_value()) parts.push_back(absl::StrCat("quant_min=", *quant_min));
   if (quant_max.has_value()) parts.push_back(absl::StrCat("quant_max=", *quant_max));
   parts.push_back(absl::StrCat("eps=", eps));
+  if (is_dynamic) parts.push_back("is_dynamic=True");
   switch (kind) {
     case ObserverKind::kMovingAverageMinMax:
       parts.push_back(absl::StrCat("averaging_constant=", averaging_constant));

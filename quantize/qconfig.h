@@ -82,6 +82,9 @@ struct ObserverSpec {
   int64_t upsample_rate = 16;        // histogram (PyTorch 2's; 1.13's default was 128)
   double fixed_scale = 1.0;          // fixed-qparams
   int64_t fixed_zero_point = 0;      // fixed-qparams
+  // Placeholder only: the op's input is quantized to `dtype` at run time (dynamic
+  // quantization, PyTorch's PlaceholderObserver(is_dynamic=True)).
+  bool is_dynamic = false;
 
   // The effective [quant_min, quant_max] as PyTorch's calculate_qmin_qmax computes it
   // (custom range halved by reduce_range; else the dtype's 8-bit range, reduced or not).

@@ -156,6 +156,10 @@ absl::StatusOr<ObserverSpec> ReadObserver(const Where& where, const std::string&
     spec.qscheme = *qscheme;
   }
   spec.reduce_range = proto.reduce_range();
+  if (proto.is_dynamic() && *kind != ObserverKind::kPlaceholder) {
+    return error("is_dynamic", "only PlaceholderObserver takes is_dynamic (dynamic quantization)");
+  }
+  spec.is_dynamic = proto.is_dynamic();
   if (*kind == ObserverKind::kFixedQParams) {
     spec.quant_min = 0;  // FixedQParamsObserver's defaults
     spec.quant_max = 255;

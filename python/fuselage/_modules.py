@@ -41,6 +41,9 @@ from fuselage.errors import ExportError, ModelFileError
 _ScriptObject = torch._C.ScriptObject
 _FusedModule = nni._FusedModule
 _PACKED = (_QuantizedConvNd, nnq.Linear)
+# Weight-only quantized embeddings keep a row-wise packed weight with float zero points:
+# written as its values (uint8) and per-row weight_scale / weight_zero_point (float32).
+_EMBEDDINGS = (nnq.Embedding, nnq.EmbeddingBag)
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
@@ -71,6 +74,13 @@ def describe(module, type_name, where):
     cls = type(module)
     contents = ModuleContents()
     packed = _is_packed(cls) and type_name is not None
+    if issubclass(cls, _EMBEDDINGS) and type_name is not None:
+        weight = module.weight()
+        contents.tensors += [("weight", weight.int_repr()),
+                             ("weight_scale", weight.q_per_channel_scales().float()),
+                             ("weight_zero_point", weight.q_per_channel_zero_points().float())]
+        contents.attributes += _plain_attributes(module)
+        return contents
     for name, value in module.__dict__.items():
         if isinstance(value, _ScriptObject) and not packed:
             raise ExportError(
@@ -81,6 +91,9 @@ def describe(module, type_name, where):
         contents.tensors.append(("weight", weight))
         if bias is not None:
             contents.tensors.append(("bias", bias))
+        if type_name.startswith("nnqd.") and "dtype" not in module.__dict__:
+            # A dynamic module's weight dtype (qint8, or float16 kept as float32 values).
+            contents.attributes.append(("dtype", attribute_value(module._packed_params.dtype)))
     else:
         for name, value in module._parameters.items():
             if value is not None:
@@ -98,19 +111,26 @@ def describe(module, type_name, where):
     if type_name in (_names.ROOT_TYPE, _names.CONTAINER_TYPE, "nn.Sequential", "nn.ModuleList",
                      "nn.ModuleDict"):
         return contents
-    for name, value in module.__dict__.items():
-        if name.startswith("_") or name == "training" or isinstance(value, torch.Tensor):
-            continue
-        try:
-            contents.attributes.append((name, attribute_value(value)))
-        except TypeError:
-            pass  # not storable (a callable, a dict...): not part of the file's contract
+    contents.attributes += _plain_attributes(module)
     if _is_observer(cls) and isinstance(module._buffers.get("eps"), torch.Tensor):
         contents.attributes.append(("eps", float(module._buffers["eps"].reshape(-1)[0])))
     for name, value in module._buffers.items():
         if _is_scalar_qparam_buffer(name, value):
             contents.attributes.append((name, value.item()))
     return contents
+
+
+def _plain_attributes(module):
+    """The public plain-valued fields of `module` the file can hold, as (name, value)."""
+    out = []
+    for name, value in module.__dict__.items():
+        if name.startswith("_") or name == "training" or isinstance(value, torch.Tensor):
+            continue
+        try:
+            out.append((name, attribute_value(value)))
+        except TypeError:
+            pass  # not storable (a callable, a dict...): not part of the file's contract
+    return out
 
 
 def _is_scalar_qparam_buffer(name, value):
@@ -269,6 +289,20 @@ def _construct(cls, kwargs, tensors):
     return cls(**kwargs)
 
 
+def _set_embedding_weight(module, tensors, type_name, where):
+    """Packs an nnq.Embedding / nnq.EmbeddingBag's weight from its values (uint8) and
+    per-row float scales and zero points (torch.per_channel_affine_float_qparams)."""
+    try:
+        weight = torch._make_per_channel_quantized_tensor(
+            tensors["weight"], tensors["weight_scale"].double(),
+            tensors["weight_zero_point"].float(), 0)
+        module.set_weight(weight)
+    except KeyError as e:
+        raise ModelFileError(f"{where} ({type_name}): needs tensor '{e.args[0]}'") from None
+    except Exception as e:  # the engine's prepack
+        raise ModelFileError(f"{where} ({type_name}): cannot set its weight: {e}") from None
+
+
 def build(type_name, tensors, attributes, children, where):
     """Rebuilds a module from its file contents (dicts in file order). Raises
     ModelFileError if the type has no PyTorch class or the contents do not fit it."""
@@ -303,8 +337,12 @@ def build(type_name, tensors, attributes, children, where):
     if not issubclass(cls, _FusedModule):
         for name, child in children.items():
             module.add_module(name, child)
-    if _is_packed(cls):
-        if "weight" not in tensors or not tensors["weight"].is_quantized:
+    if issubclass(cls, _EMBEDDINGS):
+        _set_embedding_weight(module, tensors, type_name, where)
+    elif _is_packed(cls):
+        float16 = attributes.get("dtype") == "torch.float16" or \
+            attributes.get("dtype") is torch.float16
+        if "weight" not in tensors or not (tensors["weight"].is_quantized or float16):
             raise ModelFileError(f"{where} ({type_name}): needs a quantized tensor 'weight'")
         try:
             module.set_weight_bias(tensors["weight"], tensors.get("bias"))

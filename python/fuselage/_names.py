@@ -20,6 +20,7 @@ import importlib
 import torch
 import torch.ao.nn.intrinsic as nni
 import torch.ao.nn.quantized as nnq
+import torch.ao.nn.quantized.dynamic as nnqd
 import torch.ao.nn.quantized.reference as nnqr
 import torch.ao.quantization as tq
 import torch.ao.quantization.fake_quantize as tq_fake_quantize
@@ -28,6 +29,7 @@ import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.nn.intrinsic.quantized as nniq  # torch 1.13 has no torch.ao.nn.intrinsic.quantized
+import torch.nn.intrinsic.quantized.dynamic as nniqd
 from torch.fx.node import _get_qualified_name
 
 from fuselage._proto import model_pb2
@@ -103,6 +105,8 @@ _NAMESPACES = (
     ("nnq.", nnq),
     ("nniq.", nniq),
     ("nnqr.", nnqr),
+    ("nnqd.", nnqd),
+    ("nniqd.", nniqd),
 )
 _BARE_NAMESPACES = (tq_observer, tq_fake_quantize)
 # QuantStub / DeQuantStub keep their full path (module_schema.cc registers them so).

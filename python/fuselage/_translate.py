@@ -15,8 +15,10 @@ backend_configs/backend_config.proto (BackendConfigFile) in protobuf text format
 loaders validate them again. Both functions are pure: they read the PyTorch objects (and
 call the config's root-node / extra-inputs getters on marker objects), nothing else.
 Whatever the formats cannot express is a ConfigTranslationError naming it: a custom
-observer class, a dynamic qconfig, an object type without a fuselage name, a fuser method
-fuselage does not know, a getter that does more than pick pattern positions.
+observer class, a dynamic observer other than PlaceholderObserver, an object type without a
+fuselage name, a fuser method fuselage does not know, a getter that does more than pick
+pattern positions. A dynamic PlaceholderObserver (PyTorch 2's is_dynamic=True, 1.13's
+compute_dtype) is written with `is_dynamic: true`.
 
 Quantization-aware training (fuselage.quantize_fx.prepare_qat_fx) translates with
 is_qat=True: a fake-quantize (FakeQuantize, FusedMovingAvgObsFakeQuantize,
@@ -114,7 +116,7 @@ _kind("MovingAverageMinMaxObserver", _AFFINE + ("averaging_constant",))
 _kind("PerChannelMinMaxObserver", _AFFINE + ("ch_axis",))
 _kind("MovingAveragePerChannelMinMaxObserver", _AFFINE + ("averaging_constant", "ch_axis"))
 _kind("HistogramObserver", _AFFINE + ("bins", "upsample_rate"))
-_kind("PlaceholderObserver", ("dtype", "quant_min", "quant_max"))
+_kind("PlaceholderObserver", ("dtype", "quant_min", "quant_max", "is_dynamic"))
 _kind("NoopObserver", ("dtype",))
 _kind("FixedQParamsObserver", ("dtype", "qscheme", "quant_min", "quant_max", "scale",
                                "zero_point"))
@@ -215,10 +217,14 @@ def _observer_text(factory, what, is_qat=False):
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             values.update(values.pop(param.name, {}))
     if values.get("is_dynamic") is True or values.get("compute_dtype") is not None:
-        raise ConfigTranslationError(
-            "%s: %s(is_dynamic / compute_dtype) is dynamic quantization, which fuselage "
-            "does not do"
-            % (what, kind))
+        # Dynamic quantization: PyTorch 2 says is_dynamic=True, 1.13 a compute_dtype.
+        # Only a placeholder (the input is quantized at run time) can be dynamic.
+        if kind != "PlaceholderObserver":
+            raise ConfigTranslationError(
+                "%s: %s(is_dynamic / compute_dtype): only PlaceholderObserver can be "
+                "dynamic" % (what, kind))
+        values.pop("compute_dtype", None)
+        values["is_dynamic"] = True
     lines = ["kind: " + _quote(kind)]
     for name, value in values.items():
         if name in _INERT and value in _INERT[name]:
@@ -233,7 +239,7 @@ def _observer_text(factory, what, is_qat=False):
                 text = _quote(_dtype(value))
             elif name == "qscheme":
                 text = _quote(_names.qscheme_name(value))
-            elif name == "reduce_range":
+            elif name in ("reduce_range", "is_dynamic"):
                 text = "true" if value else "false"
             else:
                 text = _number(value)

@@ -216,9 +216,13 @@ def _warn_nothing_quantized(report, prepare, convert, shown=5):
 
 
 def _has_observers(graph_module):
+    """Whether prepare placed observers, or weight plans only (weight-only embeddings:
+    no node calls an observer, as in PyTorch's prepare_fx)."""
     from fuselage._prepared import _is_observer_module
     return any(n.op == "call_module" and _is_observer_module(graph_module.get_submodule(n.target))
-               for n in graph_module.graph.nodes)
+               for n in graph_module.graph.nodes) or \
+        any(name.rsplit(".", 1)[-1].startswith("weight_post_process_") and
+            _is_observer_module(m) for name, m in graph_module.named_modules())
 
 
 def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower):

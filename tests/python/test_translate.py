@@ -322,7 +322,6 @@ def test_unsupported_qconfigs_are_refused_with_their_name():
          "global.activation: observer class .*MyObserver is not supported"),
         (QConfig(activation=FakeQuantize, weight=weight),
          "global.activation: FakeQuantize is a fake-quantize"),
-        (default_dynamic_qconfig, "dynamic"),
         (QConfig(activation=MinMaxObserver.with_args(averaging_constant=0.5), weight=weight),
          # 1.13's MinMaxObserver refuses the argument, PyTorch 2's takes **kwargs.
          "global.activation: MinMaxObserver argument"),
@@ -338,6 +337,15 @@ def test_unsupported_qconfigs_are_refused_with_their_name():
         qconfig_mapping_to_text(QConfigMapping().set_object_type(lambda x: x, None))
     with pytest.raises(ConfigTranslationError, match="expected a torch.ao.quantization.QConfigMapping"):
         qconfig_mapping_to_text({"": None})
+
+
+def test_dynamic_qconfig_is_a_dynamic_placeholder():
+    """default_dynamic_qconfig's activation (PyTorch 2: is_dynamic=True; 1.13:
+    compute_dtype=quint8) is written as a dynamic PlaceholderObserver."""
+    text = qconfig_mapping_to_text(QConfigMapping().set_global(default_dynamic_qconfig))
+    assert 'activation { kind: "PlaceholderObserver" dtype: "torch.quint8"' in text
+    assert "is_dynamic: true" in text
+    assert "compute_dtype" not in text
 
 
 class TwoStage(nn.Module):
