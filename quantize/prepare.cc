@@ -120,8 +120,19 @@ std::optional<std::string> Unsatisfied(const DTypeWithConstraints& c, const Obse
     return absl::StrCat(what, " needs scale >= ", *c.scale_min_lower_bound,
                         "; the observer's eps is ", spec.eps);
   }
+  // PyTorch 2's fixed-qparams ops (sigmoid, tanh, ...): satisfied by a FixedQParamsObserver
+  // of exactly those parameters, as PyTorch's _qconfig_satisfies_dtype_config_constraints.
   if (c.scale_exact_match || c.zero_point_exact_match) {
-    return absl::StrCat(what, " requires fixed quantization parameters");
+    const bool fixed = spec.kind == ObserverKind::kFixedQParams;
+    if (!fixed || (c.scale_exact_match && spec.fixed_scale != *c.scale_exact_match) ||
+        (c.zero_point_exact_match && spec.fixed_zero_point != *c.zero_point_exact_match)) {
+      return absl::StrCat(what, " requires fixed quantization parameters (scale ",
+                          c.scale_exact_match ? absl::StrCat(*c.scale_exact_match) : "any",
+                          ", zero point ",
+                          c.zero_point_exact_match ? absl::StrCat(*c.zero_point_exact_match)
+                                                   : "any",
+                          "): a FixedQParamsObserver of those");
+    }
   }
   return std::nullopt;
 }

@@ -23,7 +23,8 @@ PyTorch:
     convert_fx's result has no dequantize between them; PyTorch 1.13 has no such native
     module, so fuselage ships it (fuselage.nn.quantized.ConvAddReLU2d, bit-exact with
     fuselage's kernel);
-  - an observer that saw no value is an error at convert, not a silent scale of 1.0;
+  - an observer that saw no value converts with PyTorch's defaults (scale 1.0, zero
+    point 0) and a UserWarning naming it (fuselage's CLI refuses such a model);
   - keyword arguments are matched (`torch.add(x, y, alpha=2)` is not fused as x + y).
 convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass it) but
 not a narrowed one. Custom configs (fuse / prepare / convert_custom_config) and
@@ -49,6 +50,7 @@ torch as fuselage._declared classes.
 import os
 import warnings
 
+import torch.nn as nn
 from torch.ao.quantization import QConfigMapping
 from torch.ao.quantization.backend_config import get_native_backend_config
 
@@ -138,23 +140,31 @@ def _mapping_text(qconfig_mapping, is_qat=False):
     return _translate.qconfig_mapping_to_text(_mapping_object(qconfig_mapping), is_qat)
 
 
-def _expect_eval(model, function):
-    if model.training:
-        raise ConfigTranslationError(
-            f"{function}: the model is in training mode; fuselage quantizes for inference "
-            "(post-training): call model.eval() first, or prepare_qat_fx for "
-            "quantization-aware training")
+def _expect_eval_batch_norms(model, function):
+    """A model in training mode is prepared as PyTorch prepares it, except that a batch norm
+    in training mode is refused: fuselage folds it into its conv with its running
+    statistics (PyTorch's fuse_conv_bn_eval, which asserts eval mode), and one left
+    unfused would calibrate on batch statistics while its running ones change."""
+    if not model.training:
+        return
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training:
+            raise ConfigTranslationError(
+                f"{function}: batch norm '{name}' is in training mode; post-training "
+                "quantization folds it with its running statistics (PyTorch's fusion "
+                "asserts eval mode too): call model.eval() first, or prepare_qat_fx for "
+                "quantization-aware training")
 
 
 def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     """The model with the backend config's fusion patterns fused (PyTorch's fuse_fx)."""
     _refuse(fuse_custom_config, "fuse_custom_config")
-    _expect_eval(model, "fuse_fx")
+    _expect_eval_batch_norms(model, "fuse_fx")
     core = _core()
     m = core.from_torch(model)
     core.fuse(m, config_text=_backend_text(backend_config),
               config_source=_backend_source(backend_config))
-    return core.to_torch(m, consume=True)
+    return core.to_torch(m, consume=True).train(model.training)
 
 
 def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -162,13 +172,18 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     """Fuses and inserts observers (PyTorch's prepare_fx); returns a GraphModule with
     PyTorch's observer modules, calibrated by running it."""
     _refuse(_equalization_config, "_equalization_config")
-    _expect_eval(model, "prepare_fx")
+    _expect_eval_batch_norms(model, "prepare_fx")
     _refuse(prepare_custom_config, "prepare_custom_config")
     # example_inputs are PyTorch's required argument; like PyTorch 1.13's prepare_fx,
     # fuselage does not need to run the model to prepare it (recording shapes would run a
     # copy of it: most of prepare_fx's time on a large graph).
     del example_inputs
-    return prepare_with_report(model, qconfig_mapping, backend_config)[0]
+    from fuselage import _prepared
+
+    prepared = prepare_with_report(model, qconfig_mapping, backend_config)[0]
+    # PyTorch's layout (observers on the root as activation_post_process_<n>), in the
+    # model's mode, as PyTorch's prepared model is (a dropout keeps dropping).
+    return _prepared.flatten_observers(prepared).train(model.training)
 
 
 def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -254,10 +269,26 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     if getattr(graph_module, _QAT_ATTR, False):
         return _convert_qat(core, graph_module, lower)
     m = core.from_torch(graph_module)
-    core.convert(m)
+    _convert_as_pytorch(core, m)
     if lower:
         core.lower(m)
     return core.to_torch(m, consume=True)
+
+
+def _convert_as_pytorch(core, m, shown=5):
+    """The engine's convert with PyTorch's rule for an observer that saw no value: scale
+    1.0 and zero point 0, and a UserWarning naming it (PyTorch warns too; fuselage's CLI
+    refuses such a model)."""
+    report = core.convert(m, uncalibrated_as_pytorch=True)
+    if report.uncalibrated:
+        names = ", ".join(report.uncalibrated[:shown])
+        more = len(report.uncalibrated) - shown
+        warnings.warn(
+            f"convert_fx: {len(report.uncalibrated)} observer(s) saw no value ({names}"
+            + (f" and {more} more" if more > 0 else "") + "): converted with PyTorch's "
+            "defaults, scale 1.0 and zero point 0; calibrate the prepared model first for "
+            "meaningful quantization parameters", UserWarning, stacklevel=4)
+    return report
 
 
 def _convert_qat(core, graph_module, lower):
@@ -268,7 +299,7 @@ def _convert_qat(core, graph_module, lower):
 
     with _qat.observed(graph_module) as weight_qparams:
         m = core.from_torch(graph_module)
-    core.convert(m)
+    _convert_as_pytorch(core, m)
     reference = core.to_torch(m, consume=True)
     _qat.set_weight_qparams(reference, weight_qparams)
     if not lower:

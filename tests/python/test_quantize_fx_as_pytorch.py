@@ -1,0 +1,222 @@
+"""fuselage.quantize_fx where PyTorch's own FX test suite (tests/conformance/
+pytorch_fx_suite) found it differing from torch.ao.quantization.quantize_fx: each test
+runs PyTorch's flow and fuselage's on the same model and compares what the user sees."""
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.ao.quantization.quantize_fx as torch_qfx
+import torch.nn as nn
+from torch.ao.quantization import get_default_qconfig_mapping
+from torch.ao.quantization.observer import FixedQParamsObserver
+
+import fuselage.quantize_fx as qfx
+
+
+class FixedQParamsOps(nn.Module):
+    """Every op the default mappings give a FixedQParamsObserver: sigmoid, hardsigmoid,
+    tanh, softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.hardsigmoid = nn.Hardsigmoid()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.conv(x)
+        y = torch.sigmoid(y) + self.hardsigmoid(y)
+        y = torch.tanh(y).mean((2, 3))
+        return torch.softmax(self.fc(y), -1)
+
+
+def _batches(shape, n=4, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=g) for _ in range(n)]
+
+
+def _flow(quantize_fx, model, mapping, example, batches):
+    prepared = quantize_fx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+    with torch.no_grad():
+        for x in batches:
+            prepared(x)
+    return prepared, quantize_fx.convert_fx(prepared)
+
+
+def test_fixed_qparams_observers_are_pytorchs_and_convert_as_pytorch():
+    # Was: ModelFileError "cannot assign 'float' as buffer 'scale'" at prepare_fx (the
+    # engine's scale is a number; PyTorch keeps a shape-[1] tensor buffer).
+    torch.manual_seed(0)
+    model = FixedQParamsOps().eval()
+    example = torch.randn(2, 3, 10, 10)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    batches = _batches(example.shape)
+    prepared, converted = _flow(qfx, model, mapping, example, batches)
+    fixed = [m for m in prepared.modules() if isinstance(m, FixedQParamsObserver)]
+    assert fixed, "no FixedQParamsObserver in the prepared model"
+    for m in fixed:
+        assert isinstance(m.scale, torch.Tensor) and m.scale.shape == (1,)
+        assert isinstance(m.zero_point, torch.Tensor) and m.zero_point.shape == (1,)
+    # The same observers PyTorch's prepare places (scales 1/256, 1/256, 2/256).
+    theirs, expected = _flow(torch_qfx, model, mapping, example, batches)
+    theirs_fixed = [m for m in theirs.modules() if isinstance(m, FixedQParamsObserver)]
+    assert sorted(float(m.scale) for m in fixed) == \
+        sorted(float(m.scale) for m in theirs_fixed)
+    x = _batches(example.shape, n=1, seed=9)[0]
+    torch.testing.assert_close(converted(x), expected(x), atol=1.0 / 256, rtol=0)
+
+
+def test_mobilenet_v3_small_prepares_under_the_default_qnnpack_mapping():
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.mobilenet_v3_small().eval()
+    x = torch.randn(1, 3, 224, 224)
+    prepared = qfx.prepare_fx(model, get_default_qconfig_mapping("qnnpack"), (x,))
+    assert any(isinstance(m, FixedQParamsObserver) for m in prepared.modules())
+
+
+class SmallNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+def test_an_uncalibrated_model_converts_with_pytorchs_defaults_and_a_warning():
+    # Was: EngineError "saw no value" at convert_fx; PyTorch converts (scale 1.0, zero
+    # point 0) and warns, and its suite converts uncalibrated models to inspect them.
+    torch.manual_seed(0)
+    model = SmallNet().eval()
+    example = torch.randn(1, 3, 8, 8)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    prepared = qfx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+    with pytest.warns(UserWarning, match=r"saw no value \(.*activation_post_process_0"):
+        converted = qfx.convert_fx(prepared)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch_qfx.convert_fx(torch_qfx.prepare_fx(copy.deepcopy(model), mapping,
+                                                           (example,)))
+    x = torch.randn(1, 3, 8, 8)
+    torch.testing.assert_close(converted(x), theirs(x))
+    # The input is quantized at PyTorch's default parameters, scale 1.0 and zero point 0.
+    quantize = [n for n in converted.graph.nodes if n.target == torch.quantize_per_tensor]
+    assert quantize and float(_arg_value(converted, quantize[0].args[1])) == 1.0
+    assert int(_arg_value(converted, quantize[0].args[2])) == 0
+
+
+def _arg_value(graph_module, arg):
+    if isinstance(arg, torch.fx.Node):
+        return getattr(graph_module, arg.target)
+    return arg
+
+
+def test_a_calibrated_model_converts_without_a_warning():
+    model = SmallNet().eval()
+    example = torch.randn(1, 3, 8, 8)
+    prepared, _ = None, None
+    prepared = qfx.prepare_fx(model, get_default_qconfig_mapping("qnnpack"), (example,))
+    prepared(example)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        qfx.convert_fx(prepared)
+
+
+class DropoutNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 10)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.dropout(self.fc(x))
+
+
+def test_prepare_fx_of_a_model_in_training_mode_is_prepared_in_that_mode():
+    # Was: ConfigTranslationError "the model is in training mode". PyTorch prepares it
+    # and returns the prepared model in training mode (test_prepare_mode).
+    mapping = get_default_qconfig_mapping("qnnpack")
+    x = torch.randn(4, 5)
+    ours = qfx.prepare_fx(DropoutNet().train(), mapping, (x,))
+    theirs = torch_qfx.prepare_fx(DropoutNet().train(), mapping, (x,))
+    assert ours.training == theirs.training is True
+    assert ours.get_submodule("dropout").training
+    assert not qfx.prepare_fx(DropoutNet().eval(), mapping, (x,)).training
+
+
+def test_prepare_fx_refuses_a_batch_norm_in_training_mode_as_pytorch_fails_on_it():
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4)).train()
+    x = torch.randn(2, 3, 4, 4)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    with pytest.raises(Exception):
+        torch_qfx.prepare_fx(copy.deepcopy(model), mapping, (x,))
+    from fuselage.errors import ConfigTranslationError
+    with pytest.raises(ConfigTranslationError, match=r"batch norm '1' is in training mode"):
+        qfx.prepare_fx(model, mapping, (x,))
+
+
+class ConvThen(nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.op = op
+
+    def forward(self, x):
+        return self.op(self.conv(x))
+
+
+@pytest.mark.parametrize("op", [
+    nn.LayerNorm([4, 6, 6]), nn.InstanceNorm2d(4, affine=True), nn.GroupNorm(2, 4),
+    nn.LeakyReLU(0.1), nn.BatchNorm2d(4),
+], ids=lambda op: type(op).__name__)
+def test_quantized_norms_and_activations_convert_as_pytorch(op):
+    # Was: ModelFileError "cannot rebuild LayerNorm: its constructor needs 'weight'" (the
+    # quantized norms take their weight and bias as constructor arguments).
+    torch.manual_seed(0)
+    model = ConvThen(op).eval()
+    example = torch.randn(2, 3, 6, 6)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    batches = _batches(example.shape)
+    _, converted = _flow(qfx, model, mapping, example, batches)
+    _, expected = _flow(torch_qfx, model, mapping, example, batches)
+    assert [type(m) for m in converted.modules()][-1] is type(list(expected.modules())[-1])
+    x = _batches(example.shape, n=1, seed=9)[0]
+    torch.testing.assert_close(converted(x), expected(x))
+
+
+def test_prepared_observers_are_on_the_root_as_in_pytorch():
+    # Was: observers under `observers.` with dotted node targets, so
+    # getattr(prepared, node.target) failed (the suite's _check_not_observed).
+    torch.manual_seed(0)
+    model = SmallNet().eval()
+    example = torch.randn(1, 3, 8, 8)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    prepared = qfx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+    theirs = torch_qfx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+
+    def observer_targets(gm):
+        return [n.target for n in gm.graph.nodes if n.op == "call_module" and
+                n.target.startswith("activation_post_process_")]
+
+    ours_targets = observer_targets(prepared)
+    # PyTorch's names (the numbering is fuselage's: one observer per value, reused by a
+    # node that shares its input's; PyTorch numbers a shared one again).
+    assert ours_targets and ours_targets[0] == observer_targets(theirs)[0]
+    observer_nodes = [n for n in prepared.graph.nodes if n.op == "call_module" and
+                      "post_process" in n.target]
+    assert [n.target for n in observer_nodes] == ours_targets
+    for target in ours_targets:
+        assert type(getattr(prepared, target)) is type(getattr(theirs, target))
+    # Copies convert the same as the original, as before.
+    batches = _batches(example.shape)
+    with torch.no_grad():
+        for x in batches:
+            prepared(x)
+    copied = copy.deepcopy(prepared)
+    x = _batches(example.shape, n=1, seed=9)[0]
+    torch.testing.assert_close(qfx.convert_fx(copied)(x), qfx.convert_fx(prepared)(x))
+    assert any(isinstance(m, torch.ao.nn.quantized.Conv2d)
+               for m in qfx.convert_fx(copy.deepcopy(prepared)).modules())
