@@ -63,25 +63,79 @@ struct Decision {
   std::vector<std::pair<Node*, TensorInput>> merged_inputs;
 };
 
-// Nodes whose value is not a tensor: observing them means nothing.
-bool ProducesNonTensor(const Node* n) {
+bool ProducesNonTensor(const Node* n, int depth = 0);
+
+// Whether `n` computes only from values that are not tensors, as PyTorch 1.13's
+// all_node_args_have_no_tensors: at least one node arg, every node arg (also inside a
+// list) not a tensor, every other arg an int (`x.ndim - 1`, `[1] * (x.dim() - 2)`).
+bool ComputesFromNonTensorsOnly(const Node* n, int depth) {
+  bool any_node = false;
+  auto non_tensor = [&](const Argument& a) {
+    if (a.is_node()) {
+      any_node = true;
+      return ProducesNonTensor(a.as_node(), depth + 1);
+    }
+    return a.is_int();
+  };
+  for (size_t i = 0; i < n->num_args(); ++i) {
+    const Argument& a = n->arg(i);
+    if (a.is_list()) {
+      for (const Argument& item : a.items()) {
+        if (!non_tensor(item)) return false;
+      }
+    } else if (!non_tensor(a)) {
+      return false;
+    }
+  }
+  return any_node;
+}
+
+// Nodes whose value is not a tensor: observing them means nothing. An arithmetic on such
+// values is followed a few steps back (kNonTensorDepth); past that it counts as a tensor.
+bool ProducesNonTensor(const Node* n, int depth) {
+  constexpr int kNonTensorDepth = 8;
+  if (depth > kNonTensorDepth) return false;
   if (n->op() == OpKind::kCallMethod) {
     const absl::string_view m = n->target().name();
-    return m == "size" || m == "dim" || m == "numel" || m == "shape";
+    if (m == "size" || m == "dim" || m == "numel" || m == "shape") return true;
+    return ComputesFromNonTensorsOnly(n, depth);
   }
   if (n->op() == OpKind::kCallFunction) {
     const absl::string_view f = n->target().name();
     if (absl::StartsWith(f, "builtins.")) return true;
     if (f == "operator.getitem" && n->num_args() > 0 && n->arg(0).is_node()) {
-      return ProducesNonTensor(n->arg(0).as_node());
+      return ProducesNonTensor(n->arg(0).as_node(), depth + 1);
     }
+    return ComputesFromNonTensorsOnly(n, depth);
   }
   return false;
 }
 
+// The args of a method that are never tensors (PyTorch 1.13's NON_OBSERVABLE_ARG_DICT):
+// a shape method's dimensions (all args after the tensor), unsqueeze's dim, masked_fill's
+// mask (a bool tensor) and value. Returns the first such arg index and whether only that
+// one (else every arg from it on).
+std::optional<std::pair<size_t, bool>> NonObservableArgs(const Node* n) {
+  if (n->op() != OpKind::kCallMethod) return std::nullopt;
+  const absl::string_view m = n->target().name();
+  if (m == "permute" || m == "repeat" || m == "reshape" || m == "transpose" || m == "view" ||
+      m == "masked_fill") {
+    return std::make_pair(size_t{1}, false);
+  }
+  if (m == "unsqueeze" || m == "unsqueeze_" || m == "size") {
+    return std::make_pair(size_t{1}, true);
+  }
+  return std::nullopt;
+}
+
 TensorInputs TensorInputsOf(Node* n) {
   TensorInputs inputs;
+  const auto non_observable = NonObservableArgs(n);
   for (size_t i = 0; i < n->num_args(); ++i) {
+    if (non_observable &&
+        (non_observable->second ? i == non_observable->first : i >= non_observable->first)) {
+      continue;
+    }
     const Argument& a = n->arg(i);
     if (a.is_node()) {
       if (!ProducesNonTensor(a.as_node())) inputs.push_back({i, -1, a.as_node()});

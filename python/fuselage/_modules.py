@@ -111,6 +111,19 @@ def describe(module, type_name, where):
     for name, value in module._buffers.items():
         if _is_scalar_qparam_buffer(name, value) or _is_fixed_qparam_buffer(cls, name, value):
             contents.attributes.append((name, value.item()))
+    if issubclass(cls, tq_observer.FixedQParamsObserver):
+        # PyTorch's own FixedQParamsObserver (one a QAT model's FixedQParamsFakeQuantize
+        # wraps) has no reduce_range nor eps: its range is its quant_min / quant_max.
+        written = {name for name, _ in contents.attributes}
+        for name, value in (("reduce_range", False), ("has_customized_qrange", True),
+                            ("eps", float(torch.finfo(torch.float32).eps))):
+            if name not in written:
+                contents.attributes.append((name, value))
+        # The engine's fixed-qparams observer is a min / max one that ignores its range.
+        written = {name for name, _ in contents.tensors}
+        for name, value in (("min_val", float("inf")), ("max_val", float("-inf"))):
+            if name not in written:
+                contents.tensors.append((name, torch.tensor(value)))
     return contents
 
 
@@ -184,6 +197,10 @@ def _constructor_kwargs(cls, tensors, attributes, where):
             # their float weight and bias as constructor arguments (as parameters).
             kwargs[p.name] = nn.Parameter(tensors[p.name],
                                           requires_grad=tensors[p.name].is_floating_point())
+        elif p.name in ("weight", "bias") and p.default is p.empty and \
+                (attributes.get("affine") is False or
+                 attributes.get("elementwise_affine") is False):
+            kwargs[p.name] = None  # a quantized norm without affine parameters
         elif p.name in tensors and p.default is p.empty and tensors[p.name].numel() == 1:
             kwargs[p.name] = tensors[p.name].reshape(-1)[0].item()
         elif p.default is p.empty:

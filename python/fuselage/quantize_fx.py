@@ -80,6 +80,37 @@ def _refuse(value, name):
             f"quantize_fx: {name} is not supported by fuselage (got {value!r}); pass None")
 
 
+_PRESERVED_ATTR = "_fuselage_preserved_attributes"  # prepare_fx's, carried to convert_fx
+
+
+def _preserved_attributes(config, name):
+    """The `preserved_attributes` of a fuse / prepare / convert custom config (a dict or
+    PyTorch's *CustomConfig), the one setting fuselage takes; any other non-empty setting
+    is refused by name."""
+    if config is None:
+        return []
+    d = dict(config) if isinstance(config, dict) else dict(config.to_dict()) \
+        if callable(getattr(config, "to_dict", None)) else None
+    if d is None:
+        _refuse(config, name)
+        return []
+    attributes = list(d.pop("preserved_attributes", None) or [])
+    rest = {k: v for k, v in d.items() if v}
+    if rest:
+        raise ConfigTranslationError(
+            f"quantize_fx: {name} settings {sorted(rest)} are not supported by fuselage "
+            f"(got {rest!r}); only preserved_attributes is")
+    return attributes
+
+
+def _preserve(result, source, attributes):
+    """PyTorch's preserved_attributes: each named attribute of `source` set on `result`."""
+    for attribute in attributes:
+        if hasattr(source, attribute):
+            setattr(result, attribute, getattr(source, attribute))
+    return result
+
+
 def _is_empty_custom_config(value):
     to_dict = getattr(value, "to_dict", None)
     return callable(to_dict) and not any(to_dict().values())
@@ -158,13 +189,13 @@ def _expect_eval_batch_norms(model, function):
 
 def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     """The model with the backend config's fusion patterns fused (PyTorch's fuse_fx)."""
-    _refuse(fuse_custom_config, "fuse_custom_config")
+    preserved = _preserved_attributes(fuse_custom_config, "fuse_custom_config")
     _expect_eval_batch_norms(model, "fuse_fx")
     core = _core()
     m = core.from_torch(model)
     core.fuse(m, config_text=_backend_text(backend_config),
               config_source=_backend_source(backend_config))
-    return core.to_torch(m, consume=True).train(model.training)
+    return _preserve(core.to_torch(m, consume=True).train(model.training), model, preserved)
 
 
 def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -173,7 +204,7 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     PyTorch's observer modules, calibrated by running it."""
     _refuse(_equalization_config, "_equalization_config")
     _expect_eval_batch_norms(model, "prepare_fx")
-    _refuse(prepare_custom_config, "prepare_custom_config")
+    preserved = _preserved_attributes(prepare_custom_config, "prepare_custom_config")
     # example_inputs are PyTorch's required argument; like PyTorch 1.13's prepare_fx,
     # fuselage does not need to run the model to prepare it (recording shapes would run a
     # copy of it: most of prepare_fx's time on a large graph).
@@ -183,6 +214,8 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     prepared = prepare_with_report(model, qconfig_mapping, backend_config)[0]
     # PyTorch's layout (observers on the root as activation_post_process_<n>), in the
     # model's mode, as PyTorch's prepared model is (a dropout keeps dropping).
+    _preserve(prepared, model, preserved)
+    setattr(prepared, _PRESERVED_ATTR, preserved)
     return _prepared.flatten_observers(prepared).train(model.training)
 
 
@@ -243,7 +276,13 @@ def _has_observers(graph_module):
 
 
 def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower):
-    _refuse(convert_custom_config, "convert_custom_config")
+    preserved = _preserved_attributes(convert_custom_config, "convert_custom_config") + \
+        list(getattr(graph_module, _PRESERVED_ATTR, None) or [])
+    return _preserve(_convert_graph(graph_module, qconfig_mapping, backend_config, lower),
+                     graph_module, preserved)
+
+
+def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
     if qconfig_mapping is not None:
         # PyTorch allows a convert-time mapping that only narrows prepare's (an entry set to
         # None); fuselage's convert reads the observers prepare placed, so it takes the

@@ -169,9 +169,10 @@ class ConvThen(nn.Module):
 
 
 @pytest.mark.parametrize("op", [
-    nn.LayerNorm([4, 6, 6]), nn.InstanceNorm2d(4, affine=True), nn.GroupNorm(2, 4),
+    nn.LayerNorm([4, 6, 6]), nn.InstanceNorm2d(4, affine=True), nn.InstanceNorm2d(4),
+    nn.LayerNorm([6], elementwise_affine=False), nn.GroupNorm(2, 4),
     nn.LeakyReLU(0.1), nn.BatchNorm2d(4),
-], ids=lambda op: type(op).__name__)
+], ids=lambda op: repr(op))
 def test_quantized_norms_and_activations_convert_as_pytorch(op):
     # Was: ModelFileError "cannot rebuild LayerNorm: its constructor needs 'weight'" (the
     # quantized norms take their weight and bias as constructor arguments).
@@ -220,3 +221,103 @@ def test_prepared_observers_are_on_the_root_as_in_pytorch():
     torch.testing.assert_close(qfx.convert_fx(copied)(x), qfx.convert_fx(prepared)(x))
     assert any(isinstance(m, torch.ao.nn.quantized.Conv2d)
                for m in qfx.convert_fx(copy.deepcopy(prepared)).modules())
+
+
+class QatSigmoid(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return torch.sigmoid(self.bn(self.conv(x)))
+
+
+def test_a_qat_model_with_fixed_qparams_ops_converts():
+    # Was: EngineError "FixedQParamsObserver: attribute 'reduce_range' is missing" (PyTorch's
+    # own FixedQParamsObserver, wrapped by FixedQParamsFakeQuantize, has none; the suite's
+    # test_model_dropout, mobilenet_v3_small).
+    from torch.ao.quantization import get_default_qat_qconfig_mapping
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8)
+    prepared = qfx.prepare_qat_fx(QatSigmoid().train(), get_default_qat_qconfig_mapping("qnnpack"),
+                                  (x,))
+    for batch in _batches(x.shape, n=3):
+        prepared(batch)
+    prepared.eval()
+    with torch.no_grad():
+        fake_quantized = prepared(x)
+    converted = qfx.convert_fx(prepared)
+    torch.testing.assert_close(converted(x), fake_quantized, atol=2.0 / 256, rtol=0)
+
+
+def _observed_args(prepared, method):
+    """The positions of `method`'s args that an observer produces."""
+    from fuselage._prepared import _is_observer_module
+    for node in prepared.graph.nodes:
+        if node.op == "call_method" and node.target == method:
+            return [i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node) and
+                    a.op == "call_module" and _is_observer_module(getattr(prepared, a.target))]
+    raise AssertionError(f"no call_method {method}")
+
+
+class PermuteByInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x, y, z):
+        return self.conv(x).permute(0, y, z, 1)
+
+
+class AddRank(nn.Module):
+    def forward(self, x):
+        return torch.add(x, x.ndim - 1 - 1)
+
+
+def test_non_tensor_values_are_not_observed_as_pytorch():
+    # Was: observers on the ints (a shape method's dims; `x.ndim - 2`), which raised
+    # "'int' object has no attribute 'numel'" when the prepared model ran.
+    mapping = get_default_qconfig_mapping("qnnpack")
+    args = (torch.randn(1, 3, 6, 6), 2, 3)
+    prepared = qfx.prepare_fx(PermuteByInputs().eval(), mapping, args)
+    assert _observed_args(prepared, "permute") == \
+        _observed_args(torch_qfx.prepare_fx(PermuteByInputs().eval(), mapping, args), "permute")
+    prepared(*args)
+    x = torch.rand(4, 4, 4, 4)
+    prepared = qfx.prepare_fx(AddRank().eval(), mapping, (x,))
+    prepared(x)
+    theirs = torch_qfx.prepare_fx(AddRank().eval(), mapping, (x,))
+    theirs(x)
+    torch.testing.assert_close(qfx.convert_fx(prepared)(x), torch_qfx.convert_fx(theirs)(x))
+
+
+def test_preserved_attributes_as_pytorch():
+    # Was: ConfigTranslationError "prepare_custom_config is not supported" for any setting.
+    model = SmallNet().eval()
+    model.preserved_attr = 3
+    example = torch.randn(1, 3, 8, 8)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    for quantize_fx in (torch_qfx, qfx):
+        prepared = quantize_fx.prepare_fx(
+            copy.deepcopy(model), mapping, (example,),
+            prepare_custom_config={"preserved_attributes": ["preserved_attr"]})
+        assert prepared.preserved_attr == 3
+        assert copy.deepcopy(prepared).preserved_attr == 3
+        prepared(example)
+        converted = quantize_fx.convert_fx(
+            prepared, convert_custom_config={"preserved_attributes": ["preserved_attr"]})
+        assert converted.preserved_attr == 3
+        assert copy.deepcopy(converted).preserved_attr == 3
+    fused = qfx.fuse_fx(copy.deepcopy(model),
+                        fuse_custom_config={"preserved_attributes": ["preserved_attr"]})
+    assert fused.preserved_attr == 3
+
+
+def test_other_custom_config_settings_are_refused_by_name():
+    from fuselage.errors import ConfigTranslationError
+    with pytest.raises(ConfigTranslationError, match=r"\['input_quantized_idxs'\]"):
+        qfx.prepare_fx(SmallNet().eval(), get_default_qconfig_mapping("qnnpack"),
+                       (torch.randn(1, 3, 8, 8),),
+                       prepare_custom_config={"input_quantized_idxs": [0],
+                                              "preserved_attributes": []})
