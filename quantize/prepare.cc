@@ -515,11 +515,13 @@ class Planner {
     }
     if (entry.fixed_output_qparams.has_value()) {
       // PyTorch's prepare_fx refuses (ValueError) a qconfig whose activation is not the
-      // op's FixedQParamsObserver; the op's output observer is that observer.
+      // op's FixedQParamsObserver, except a float16 one; the op's output observer is that
+      // observer.
       const FixedQParams& fixed = *entry.fixed_output_qparams;
       const ObserverSpec& a = qconfig->activation;
-      if (a.kind != ObserverKind::kFixedQParams || a.fixed_scale != fixed.scale ||
-          a.fixed_zero_point != fixed.zero_point) {
+      if (IsQuantized(a.dtype) &&
+          (a.kind != ObserverKind::kFixedQParams || a.fixed_scale != fixed.scale ||
+           a.fixed_zero_point != fixed.zero_point)) {
         return keep_float(absl::StrCat(
             "a fixed-qparams op needs the activation observer FixedQParamsObserver(scale=",
             fixed.scale, ", zero_point=", fixed.zero_point, "); its qconfig's is ",

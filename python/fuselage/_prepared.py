@@ -65,6 +65,7 @@ def _is_observer_module(module):
 # Set on a prepared model fuselage.quantize_fx.prepare_fx returned (flatten_observers): the
 # name of the container that keeps its weight plans and takes its observers back at export.
 FLAT_ATTR = "_fuselage_observer_container"
+OBSERVER_PREFIX = "activation_post_process_"
 
 
 def _root_observers(gm):
@@ -103,9 +104,26 @@ def flatten_observers(gm):
     for target, (_, name) in moves.items():
         if name in holder._modules:
             gm.add_module(name, holder._modules.pop(name))
+    # A node calling an observer an earlier node calls (a copy node sharing its input's,
+    # such as a pool or a cat's output) calls it by a name of its own, as in PyTorch:
+    # one instance under two names.
+    numbers = [int(name[len(OBSERVER_PREFIX):]) for _, name in moves.values()
+               if name.startswith(OBSERVER_PREFIX) and name[len(OBSERVER_PREFIX):].isdigit()]
+    next_number = max(numbers, default=-1) + 1
+    called = set()
     for node in gm.graph.nodes:
         if node.op == "call_module" and node.target in moves:
-            node.target = moves[node.target][1]
+            name = moves[node.target][1]
+            if name in called:
+                alias = f"{OBSERVER_PREFIX}{next_number}"
+                while alias in taken:
+                    next_number += 1
+                    alias = f"{OBSERVER_PREFIX}{next_number}"
+                next_number += 1
+                gm.add_module(alias, gm.get_submodule(name))
+                name = alias
+            called.add(name)
+            node.target = name
     setattr(gm, FLAT_ATTR, container)
     gm.recompile()
     return gm

@@ -252,12 +252,30 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     core.fuse(m, config_text=text, config_source=source)
     report = core.prepare(m, config_text=text, config_source=source,
                           qconfig_mapping_text=mapping)
+    _refuse_fixed_qparams_qconfigs(report, flow[0])
     if report.quantized_ops == 0:
         _warn_nothing_quantized(report, *flow)
     prepared = core.to_torch(m, consume=True)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
     return prepared, report
+
+
+# The reason quantize/prepare.cc gives a fixed-qparams op (PyTorch 1.13's BackendConfig
+# _overwrite_output_observer) whose qconfig is not its FixedQParamsObserver.
+_FIXED_QPARAMS_REASON = "a fixed-qparams op needs the activation observer"
+
+
+def _refuse_fixed_qparams_qconfigs(report, prepare):
+    """PyTorch 1.13's prepare_fx raises ValueError for a fixed-qparams op (sigmoid, tanh,
+    ...) whose qconfig is not its fixed-qparams one; so does fuselage's (PyTorch 2's warns
+    and keeps the op float, as fuselage does for its configs)."""
+    bad = [k for k in report.kept_float if k.reason.startswith(_FIXED_QPARAMS_REASON)]
+    if bad:
+        raise ConfigTranslationError(
+            f"{prepare}: node '{bad[0].node}' ({bad[0].op}): {bad[0].reason}; use the "
+            "qconfigs of get_default_qconfig_mapping for fixed-qparams ops" +
+            (f" ({len(bad) - 1} more such nodes)" if len(bad) > 1 else ""))
 
 
 def _warn_nothing_quantized(report, prepare, convert, shown=5):

@@ -203,9 +203,15 @@ def test_prepared_observers_are_on_the_root_as_in_pytorch():
                 n.target.startswith("activation_post_process_")]
 
     ours_targets = observer_targets(prepared)
-    # PyTorch's names (the numbering is fuselage's: one observer per value, reused by a
-    # node that shares its input's; PyTorch numbers a shared one again).
-    assert ours_targets and ours_targets[0] == observer_targets(theirs)[0]
+    # PyTorch's names, one per observer node; a node sharing its input's observer (mean)
+    # calls the same instance by a name of its own (fuselage numbers it last).
+    assert sorted(ours_targets) == sorted(observer_targets(theirs))
+
+    def aliases(gm):
+        return len(dict(gm.named_modules(remove_duplicate=False))) - \
+            len(dict(gm.named_modules()))
+
+    assert aliases(prepared) == aliases(theirs) == 1
     observer_nodes = [n for n in prepared.graph.nodes if n.op == "call_module" and
                       "post_process" in n.target]
     assert [n.target for n in observer_nodes] == ours_targets
@@ -321,3 +327,20 @@ def test_other_custom_config_settings_are_refused_by_name():
                        (torch.randn(1, 3, 8, 8),),
                        prepare_custom_config={"input_quantized_idxs": [0],
                                               "preserved_attributes": []})
+
+
+class Tanh(nn.Module):
+    def forward(self, x):
+        return torch.tanh(torch.sigmoid(x))
+
+
+@pytest.mark.skipif(int(torch.__version__.split(".")[0]) >= 2, reason="PyTorch 2 warns and keeps the op float")
+def test_a_fixed_qparams_op_with_another_qconfig_is_refused_as_pytorch_1_13():
+    # Was: a warning and the op kept float; PyTorch 1.13's prepare_fx raises ValueError.
+    from torch.ao.quantization import QConfigMapping, default_qconfig
+    mapping = QConfigMapping().set_global(default_qconfig)
+    x = torch.randn(2, 2)
+    with pytest.raises(ValueError, match="get_default_qconfig_mapping"):
+        torch_qfx.prepare_fx(Tanh().eval(), mapping, (x,))
+    with pytest.raises(ValueError, match=r"node 'sigmoid'.*get_default_qconfig_mapping"):
+        qfx.prepare_fx(Tanh().eval(), mapping, (x,))

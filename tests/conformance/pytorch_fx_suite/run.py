@@ -1,6 +1,7 @@
 """PyTorch 1.13.1's own FX quantization tests, run with fuselage substituted (issue 41).
 
-    /usr/bin/python3 tests/conformance/pytorch_fx_suite/run.py [--min-percent 90] [-k NAME]
+    /usr/bin/python3 tests/conformance/pytorch_fx_suite/run.py [--min-percent 90] [-k REGEX]
+        [--reuse-torch] [--list-failures]
 
 Fetches PyTorch 1.13.1's unmodified test/quantization/fx/test_quantize_fx.py from Debian's
 source package (the orig tarball whose URI and sha256 `apt-get source --print-uris pytorch`
@@ -294,6 +295,8 @@ def main():
     p.add_argument("--reuse-torch", action="store_true",
                    help="reuse the cached PyTorch run (results-torch.json)")
     p.add_argument("--python", default=sys.executable)
+    p.add_argument("--list-failures", action="store_true",
+                   help="list the tests passing on PyTorch that fail with fuselage")
     a = p.parse_args()
     test_file = fetch()
     ensure_expecttest(a.python)
@@ -313,6 +316,11 @@ def main():
     passing = sorted(n for n, r in torch_results.items() if r["outcome"] == "pass")
     both = [n for n in passing if fuselage_results.get(n, {}).get("outcome") == "pass"]
     percent = 100.0 * len(both) / len(passing) if passing else 0.0
+    if a.list_failures:
+        for n in passing:
+            r = fuselage_results.get(n, {"outcome": "missing"})
+            if r["outcome"] != "pass":
+                print(f"{n}: {r['outcome']}: {r.get('error', '')[:160]}")
     print(f"PyTorch 1.13.1 test_quantize_fx.py (sha256 {TEST_FILE_SHA256[:12]}...): "
           f"{len(torch_results)} tests")
     print(f"  pass on PyTorch (FBGEMM skip lifted): {len(passing)}   [{t1 - t0:.0f} s]")
