@@ -83,10 +83,11 @@ def _refuse(value, name):
 _PRESERVED_ATTR = "_fuselage_preserved_attributes"  # prepare_fx's, carried to convert_fx
 
 
-def _preserved_attributes(config, name):
+def _preserved_attributes(config, name, io=None):
     """The `preserved_attributes` of a fuse / prepare / convert custom config (a dict or
-    PyTorch's *CustomConfig), the one setting fuselage takes; any other non-empty setting
-    is refused by name."""
+    PyTorch's *CustomConfig); with `io` (a dict), prepare's input_quantized_idxs /
+    output_quantized_idxs go into it (fuselage._quantized_io). Any other non-empty
+    setting is refused by name."""
     if config is None:
         return []
     d = dict(config) if isinstance(config, dict) else dict(config.to_dict()) \
@@ -95,11 +96,16 @@ def _preserved_attributes(config, name):
         _refuse(config, name)
         return []
     attributes = list(d.pop("preserved_attributes", None) or [])
+    taken = ["preserved_attributes"]
+    if io is not None:
+        taken += ["input_quantized_idxs", "output_quantized_idxs"]
+        for key in ("input_quantized_idxs", "output_quantized_idxs"):
+            io[key] = list(d.pop(key, None) or [])
     rest = {k: v for k, v in d.items() if v}
     if rest:
         raise ConfigTranslationError(
             f"quantize_fx: {name} settings {sorted(rest)} are not supported by fuselage "
-            f"(got {rest!r}); only preserved_attributes is")
+            f"(got {rest!r}); only {', '.join(taken)}")
     return attributes
 
 
@@ -204,7 +210,8 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     PyTorch's observer modules, calibrated by running it."""
     _refuse(_equalization_config, "_equalization_config")
     _expect_eval_batch_norms(model, "prepare_fx")
-    preserved = _preserved_attributes(prepare_custom_config, "prepare_custom_config")
+    io = {}
+    preserved = _preserved_attributes(prepare_custom_config, "prepare_custom_config", io)
     # example_inputs are PyTorch's required argument; like PyTorch 1.13's prepare_fx,
     # fuselage does not need to run the model to prepare it (recording shapes would run a
     # copy of it: most of prepare_fx's time on a large graph).
@@ -214,9 +221,14 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     prepared = prepare_with_report(model, qconfig_mapping, backend_config)[0]
     # PyTorch's layout (observers on the root as activation_post_process_<n>), in the
     # model's mode, as PyTorch's prepared model is (a dropout keeps dropping).
+    from fuselage import _quantized_io
+
     _preserve(prepared, model, preserved)
     setattr(prepared, _PRESERVED_ATTR, preserved)
-    return _prepared.flatten_observers(prepared).train(model.training)
+    _prepared.flatten_observers(prepared)
+    _quantized_io.after_prepare(prepared, io.get("input_quantized_idxs"),
+                                io.get("output_quantized_idxs"))
+    return prepared.train(model.training)
 
 
 def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -225,9 +237,10 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
     prepare_qat_fx): returns a GraphModule of PyTorch's fake-quantize and QAT modules
     (nniqat.ConvBnReLU2d, nnqat.Linear, ...; batch norms still training) where fuselage's
     prepare placed the observers. Train it, then convert_fx(prepared.eval())."""
-    from fuselage import _qat
+    from fuselage import _qat, _quantized_io
 
-    _refuse(prepare_custom_config, "prepare_custom_config")
+    io = {}
+    preserved = _preserved_attributes(prepare_custom_config, "prepare_custom_config", io)
     del example_inputs  # as in prepare_fx
     _qat.refuse_shared_modules(model)
     prepared, _ = prepare_with_report(model, qconfig_mapping, backend_config, is_qat=True)
@@ -235,6 +248,10 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
     _qat.to_qat(prepared, _mapping_object(qconfig_mapping),
                 None if backend_config is None else _backend_config_object(backend_config))
     setattr(prepared, _QAT_ATTR, True)
+    _preserve(prepared, model, preserved)
+    setattr(prepared, _PRESERVED_ATTR, preserved)
+    _quantized_io.after_prepare(prepared, io.get("input_quantized_idxs"),
+                                io.get("output_quantized_idxs"), "prepare_qat_fx")
     return prepared.train(model.training)
 
 
@@ -296,8 +313,11 @@ def _has_observers(graph_module):
 def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower):
     preserved = _preserved_attributes(convert_custom_config, "convert_custom_config") + \
         list(getattr(graph_module, _PRESERVED_ATTR, None) or [])
-    return _preserve(_convert_graph(graph_module, qconfig_mapping, backend_config, lower),
-                     graph_module, preserved)
+    from fuselage import _quantized_io
+
+    with _quantized_io.converting(graph_module) as io:
+        converted = _convert_graph(graph_module, qconfig_mapping, backend_config, lower)
+    return _preserve(io.finish(converted), graph_module, preserved)
 
 
 def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):

@@ -322,10 +322,10 @@ def test_preserved_attributes_as_pytorch():
 
 def test_other_custom_config_settings_are_refused_by_name():
     from fuselage.errors import ConfigTranslationError
-    with pytest.raises(ConfigTranslationError, match=r"\['input_quantized_idxs'\]"):
+    with pytest.raises(ConfigTranslationError, match=r"\['non_traceable_module_name'\]"):
         qfx.prepare_fx(SmallNet().eval(), get_default_qconfig_mapping("qnnpack"),
                        (torch.randn(1, 3, 8, 8),),
-                       prepare_custom_config={"input_quantized_idxs": [0],
+                       prepare_custom_config={"non_traceable_module_name": ["conv"],
                                               "preserved_attributes": []})
 
 
@@ -344,3 +344,75 @@ def test_a_fixed_qparams_op_with_another_qconfig_is_refused_as_pytorch_1_13():
         torch_qfx.prepare_fx(Tanh().eval(), mapping, (x,))
     with pytest.raises(ValueError, match=r"node 'sigmoid'.*get_default_qconfig_mapping"):
         qfx.prepare_fx(Tanh().eval(), mapping, (x,))
+
+
+class TwoConvs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 1, 1)
+        self.conv2 = nn.Conv2d(1, 1, 1)
+
+    def forward(self, x):
+        return self.conv2(self.conv1(x))
+
+
+def _count(gm, op, target):
+    return sum(1 for n in gm.graph.nodes if n.op == op and
+               (n.target == target if isinstance(target, str) else
+                (n.target is target or (n.op == "call_module" and
+                                        isinstance(gm.get_submodule(n.target), target)))))
+
+
+@pytest.mark.parametrize("inputs,outputs", [([0], [0]), ([], [0]), ([0], [])])
+def test_quantized_inputs_and_outputs_as_pytorch(inputs, outputs):
+    # Was: ConfigTranslationError "prepare_custom_config is not supported".
+    from torch.ao.quantization import MinMaxObserver, QConfigMapping, default_qconfig
+    torch.manual_seed(0)
+    model = TwoConvs().eval()
+    example = torch.randn(1, 1, 4, 4)
+    mapping = QConfigMapping().set_global(default_qconfig)
+    config = {"input_quantized_idxs": inputs, "output_quantized_idxs": outputs}
+    results = []
+    for quantize_fx in (torch_qfx, qfx):
+        prepared = quantize_fx.prepare_fx(copy.deepcopy(model), mapping, (example,),
+                                          prepare_custom_config=dict(config))
+        observers = _count(prepared, "call_module", MinMaxObserver)
+        for x in _batches(example.shape):
+            prepared(x)
+        converted = quantize_fx.convert_fx(prepared)
+        results.append((observers, _count(converted, "call_function", torch.quantize_per_tensor),
+                        _count(converted, "call_method", "dequantize"), converted))
+    (o1, q1, d1, theirs), (o2, q2, d2, ours) = results
+    assert (o2, q2, d2) == (o1, q1, d1)
+    x = torch.randn(1, 1, 4, 4)
+    xq = torch.quantize_per_tensor(x, 0.05, 128, torch.quint8) if inputs else x
+    got, expected = ours(xq), theirs(xq)
+    assert got.is_quantized == expected.is_quantized == bool(outputs)
+    torch.testing.assert_close(got.dequantize() if outputs else got,
+                               expected.dequantize() if outputs else expected)
+
+
+def test_a_quantized_input_read_by_a_float_op_is_refused():
+    from torch.ao.quantization import QConfigMapping, default_qconfig
+    from fuselage.errors import ConfigTranslationError
+    mapping = QConfigMapping().set_global(default_qconfig).set_module_name("conv1", None)
+    with pytest.raises(ConfigTranslationError, match=r"input 0 \('x'\)"):
+        qfx.prepare_fx(TwoConvs().eval(), mapping, (torch.randn(1, 1, 4, 4),),
+                       prepare_custom_config={"input_quantized_idxs": [0]})
+
+
+def test_quantized_input_in_prepare_qat_fx_as_pytorch():
+    from torch.ao.quantization import get_default_qat_qconfig_mapping
+    from torch.ao.quantization.fake_quantize import FakeQuantizeBase
+    example = torch.randn(1, 1, 4, 4)
+    counts = []
+    for quantize_fx in (torch_qfx, qfx):
+        prepared = quantize_fx.prepare_qat_fx(
+            TwoConvs().train(), get_default_qat_qconfig_mapping("qnnpack"), (example,),
+            prepare_custom_config={"input_quantized_idxs": [0]})
+        counts.append(_count(prepared, "call_module", FakeQuantizeBase))
+        prepared(example)
+        converted = quantize_fx.convert_fx(prepared.eval())
+        assert _count(converted, "call_function", torch.quantize_per_tensor) == 0
+        converted(torch.quantize_per_tensor(example, 0.05, 128, torch.quint8))
+    assert counts[0] == counts[1]
