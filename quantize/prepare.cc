@@ -128,21 +128,66 @@ std::optional<std::pair<size_t, bool>> NonObservableArgs(const Node* n) {
   return std::nullopt;
 }
 
-TensorInputs TensorInputsOf(Node* n) {
+bool IsNonObservableArg(const std::optional<std::pair<size_t, bool>>& non_observable,
+                        size_t i) {
+  return non_observable &&
+         (non_observable->second ? i == non_observable->first : i >= non_observable->first);
+}
+
+// A shape op whose value is its first arg's, reshaped: what feeds a non-observable arg
+// through it is not observed either (PyTorch 1.13's dtype propagation through copy nodes:
+// a bool mask unsqueezed before masked_fill).
+bool IsShapeOfFirstArg(const Node* n) {
+  if (n->op() != OpKind::kCallMethod || n->num_args() == 0 || !n->arg(0).is_node()) {
+    return false;
+  }
+  const absl::string_view m = n->target().name();
+  return m == "unsqueeze" || m == "unsqueeze_" || m == "squeeze" || m == "squeeze_" ||
+         m == "view" || m == "reshape" || m == "permute" || m == "transpose" ||
+         m == "repeat" || m == "flatten" || m == "contiguous" || m == "expand";
+}
+
+// The values that only feed non-observable args (NonObservableArgs), followed back through
+// shape ops: masks and dimensions that are tensors or graph inputs.
+absl::flat_hash_set<const Node*> NonFloatValues(const Graph& g) {
+  absl::flat_hash_set<const Node*> out;
+  auto mark = [&out](const Node* a) {
+    for (int steps = 0; a != nullptr && steps < 16 && out.insert(a).second; ++steps) {
+      a = IsShapeOfFirstArg(a) ? a->arg(0).as_node() : nullptr;
+    }
+  };
+  for (const Node* n = g.first(); n != nullptr; n = n->next()) {
+    const auto non_observable = NonObservableArgs(n);
+    if (!non_observable) continue;
+    for (size_t i = 0; i < n->num_args(); ++i) {
+      if (!IsNonObservableArg(non_observable, i)) continue;
+      const Argument& a = n->arg(i);
+      if (a.is_node()) mark(a.as_node());
+      if (a.is_list()) {
+        for (const Argument& item : a.items()) {
+          if (item.is_node()) mark(item.as_node());
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TensorInputs TensorInputsOf(Node* n, const absl::flat_hash_set<const Node*>& non_float) {
   TensorInputs inputs;
   const auto non_observable = NonObservableArgs(n);
+  auto is_tensor = [&non_float](const Node* a) {
+    return !ProducesNonTensor(a) && !non_float.contains(a);
+  };
   for (size_t i = 0; i < n->num_args(); ++i) {
-    if (non_observable &&
-        (non_observable->second ? i == non_observable->first : i >= non_observable->first)) {
-      continue;
-    }
+    if (IsNonObservableArg(non_observable, i)) continue;
     const Argument& a = n->arg(i);
     if (a.is_node()) {
-      if (!ProducesNonTensor(a.as_node())) inputs.push_back({i, -1, a.as_node()});
+      if (is_tensor(a.as_node())) inputs.push_back({i, -1, a.as_node()});
     } else if (a.is_list()) {
       for (size_t j = 0; j < a.items().size(); ++j) {
         const Argument& item = a.items()[j];
-        if (item.is_node() && !ProducesNonTensor(item.as_node())) {
+        if (item.is_node() && is_tensor(item.as_node())) {
           inputs.push_back({i, static_cast<int>(j), item.as_node()});
         }
       }
@@ -252,6 +297,7 @@ class Planner {
     // Every call is resolved, in graph order, whether or not the config quantizes it:
     // module_name_object_type_order entries index the calls of a type.
     QConfigResolver resolver(mapping_, gm_.root().type());
+    const absl::flat_hash_set<const Node*> non_float = NonFloatValues(gm_.graph());
     for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
       const Symbol type = ObjectType(gm_, n);
       if (type.empty()) continue;
@@ -259,14 +305,14 @@ class Planner {
       ASSIGN_OR_RETURN(const OptionalQConfig* resolved, Resolve(resolver, n, type));
       const OptionalQConfig& qconfig = *resolved;
       // The tensor inputs, found once for both the merge check and the decision.
-      TensorInputs inputs = TensorInputsOf(n);
+      TensorInputs inputs = TensorInputsOf(n, non_float);
       if (MergeIntoPrecedingOp(n, type, inputs, decisions)) {
         observed_[n->index()] = true;
         continue;
       }
       if (MergeBinaryIntoPrecedingOp(n, type, inputs, decisions)) continue;
       const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
-      if (ProducesNonTensor(n)) continue;
+      if (ProducesNonTensor(n) || non_float.contains(n)) continue;
       if (entry == nullptr) {
         // PyTorch leaves it float too, silently; the report names it.
         report->kept_float.push_back(

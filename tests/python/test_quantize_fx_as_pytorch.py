@@ -416,3 +416,28 @@ def test_quantized_input_in_prepare_qat_fx_as_pytorch():
         assert _count(converted, "call_function", torch.quantize_per_tensor) == 0
         converted(torch.quantize_per_tensor(example, 0.05, 128, torch.quint8))
     assert counts[0] == counts[1]
+
+
+class MaskedFill(nn.Module):
+    def forward(self, x, mask):
+        mask = mask.unsqueeze(0)
+        mask = mask.unsqueeze(1)
+        return x.masked_fill(mask, 1)
+
+
+def test_a_bool_mask_reshaped_before_masked_fill_is_not_observed_as_pytorch():
+    # Was: observers on the mask and its unsqueezes (PyTorch follows the mask's dtype back
+    # through the shape ops; the suite's test_boolean_tensor).
+    from fuselage._prepared import _is_observer_module
+    from torch.ao.quantization import QConfigMapping, default_qconfig
+    mapping = QConfigMapping().set_global(default_qconfig)
+    args = (torch.rand(1, 2, 3, 4), torch.rand(3, 4) > 0.5)
+    counts = []
+    for quantize_fx in (torch_qfx, qfx):
+        prepared = quantize_fx.prepare_fx(MaskedFill().eval(), mapping, args)
+        counts.append(sum(1 for n in prepared.graph.nodes if n.op == "call_module" and
+                          _is_observer_module(prepared.get_submodule(n.target))))
+        prepared(*args)
+        converted = quantize_fx.convert_fx(prepared)
+        torch.testing.assert_close(converted(*args), MaskedFill()(*args))
+    assert counts == [0, 0]
