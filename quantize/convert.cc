@@ -48,7 +48,12 @@ absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Obser
   // parameters invented from nothing, a silently wrong model. Refuse instead, unless the
   // caller asked for PyTorch's rule (and reports the observer, as PyTorch warns).
   if (ObserverSawNoValue(observer) && options.uncalibrated_as_pytorch) {
-    report.uncalibrated.push_back(std::string(n->target().name()));
+    // Once per observer module, however many nodes call it.
+    const std::string path(n->target().name());
+    if (std::find(report.uncalibrated.begin(), report.uncalibrated.end(), path) ==
+        report.uncalibrated.end()) {
+      report.uncalibrated.push_back(path);
+    }
     return ObserverReplacement{n, 1.0f, 0, spec.dtype};
   }
   if (ObserverSawNoValue(observer)) {
@@ -508,7 +513,11 @@ absl::Status PlanObservedSteps(const Node* n, Module& module, const ObserverLook
           path->ToString(), ") is not an observer of this prepared model"));
     }
     if (ObserverSawNoValue(*observer) && options.uncalibrated_as_pytorch) {
-      report.uncalibrated.push_back(std::string(path->as_string()));
+      const std::string observer_path(path->as_string());
+      if (std::find(report.uncalibrated.begin(), report.uncalibrated.end(), observer_path) ==
+          report.uncalibrated.end()) {
+        report.uncalibrated.push_back(observer_path);
+      }
       out->push_back({&module, step, 1.0f, 0});
       continue;
     }
