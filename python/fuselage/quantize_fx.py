@@ -248,6 +248,9 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
     _qat.to_qat(prepared, _mapping_object(qconfig_mapping),
                 None if backend_config is None else _backend_config_object(backend_config))
     setattr(prepared, _QAT_ATTR, True)
+    from fuselage import _prepared
+
+    _prepared.flatten_observers(prepared)  # PyTorch's layout, as prepare_fx's
     _preserve(prepared, model, preserved)
     setattr(prepared, _PRESERVED_ATTR, preserved)
     _quantized_io.after_prepare(prepared, io.get("input_quantized_idxs"),

@@ -441,3 +441,32 @@ def test_a_bool_mask_reshaped_before_masked_fill_is_not_observed_as_pytorch():
         converted = quantize_fx.convert_fx(prepared)
         torch.testing.assert_close(converted(*args), MaskedFill()(*args))
     assert counts == [0, 0]
+
+
+class Pool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.avgpool2d = nn.AvgPool2d(kernel_size=3)
+
+    def forward(self, x):
+        return self.avgpool2d(x)
+
+
+def test_prepare_qat_fx_fake_quantizes_are_on_the_root_as_in_pytorch():
+    # Was: prepare_qat_fx's fake-quantizes under `observers.` (the suite's
+    # test_copy_node_has_shared_actpp_instance): a copy node's output shares its input's
+    # instance under a name of its own.
+    from torch.ao.quantization import default_qat_qconfig
+    from torch.ao.quantization.fake_quantize import FakeQuantizeBase
+    x = torch.randn(1, 3, 9, 9)
+    layouts = []
+    for quantize_fx in (torch_qfx, qfx):
+        prepared = quantize_fx.prepare_qat_fx(Pool().train(), {"": default_qat_qconfig}, (x,))
+        nodes = [n for n in prepared.graph.nodes if n.op == "call_module" and
+                 isinstance(prepared.get_submodule(n.target), FakeQuantizeBase)]
+        assert all("." not in n.target for n in nodes)
+        layouts.append((len(nodes), len({id(prepared.get_submodule(n.target)) for n in nodes})))
+        prepared(x)
+        converted = quantize_fx.convert_fx(prepared.eval())
+        torch.testing.assert_close(converted(x), nn.AvgPool2d(3)(x), atol=0.05, rtol=0)
+    assert layouts[0] == layouts[1] == (2, 1)
