@@ -27,8 +27,10 @@ PyTorch:
     point 0) and a UserWarning naming it (fuselage's CLI refuses such a model);
   - keyword arguments are matched (`torch.add(x, y, alpha=2)` is not fused as x + y).
 convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass it) but
-not a narrowed one. Custom configs (fuse / prepare / convert_custom_config) and
-equalization are not supported: passing one is a clear error.
+not a narrowed one. Of the custom configs (fuse / prepare / convert_custom_config) fuselage
+takes preserved_attributes and prepare's input_quantized_idxs / output_quantized_idxs
+(fuselage._quantized_io); any other setting, and equalization, is a clear error. The
+prepared model is laid out as PyTorch's (observers on the root, fuselage._prepared).
 
 Quantization-aware training (prepare_qat_fx): fuselage's fuse and prepare place the
 observers, as above, from the QAT qconfig mapping read as the observers its fake-quantizes
