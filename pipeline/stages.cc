@@ -182,9 +182,9 @@ absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm, const Calibrat
   return report;
 }
 
-absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm) {
+absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm, const ConvertOptions& options) {
   ASSIGN_OR_RETURN(PreparedModel prepared, PreparedModelFromGraph(gm));
-  ASSIGN_OR_RETURN(ConvertReport report, ConvertToReference(gm, prepared));
+  ASSIGN_OR_RETURN(ConvertReport report, ConvertToReference(gm, prepared, options));
   RETURN_IF_ERROR(VerifyAfterStage("convert", gm));
   return report;
 }

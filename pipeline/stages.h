@@ -164,7 +164,7 @@ absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm, const Calibrat
 
 // ConvertToReference of a prepared, calibrated model read back from its modules.
 // FailedPrecondition if `gm` is not a prepared model.
-absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm);
+absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm, const ConvertOptions& options = {});
 
 // LowerToNative with fuselage's native lowering rules (RegisterNativeLoweringRules) and,
 // given a config, the lowering rules it declares, after checking the model's modules of

@@ -35,7 +35,9 @@ struct ObserverReplacement {
 };
 
 absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Observer& observer,
-                                                            bool dynamic_reduce_range) {
+                                                            bool dynamic_reduce_range,
+                                                            const ConvertOptions& options,
+                                                            ConvertReport& report) {
   const ObserverSpec& spec = observer.spec();
   if (spec.is_dynamic) {
     if (spec.dtype != DType::kQUInt8 && spec.dtype != DType::kFloat16) {
@@ -61,7 +63,17 @@ absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Obser
                                                    " is not a quantized dtype"));
   }
   // PyTorch would quantize with its defaults, scale 1.0 and zero point 0, and a warning:
-  // parameters invented from nothing, a silently wrong model. Refuse instead.
+  // parameters invented from nothing, a silently wrong model. Refuse instead, unless the
+  // caller asked for PyTorch's rule (and reports the observer, as PyTorch warns).
+  if (ObserverSawNoValue(observer) && options.uncalibrated_as_pytorch) {
+    // Once per observer module, however many nodes call it.
+    const std::string path(n->target().name());
+    if (std::find(report.uncalibrated.begin(), report.uncalibrated.end(), path) ==
+        report.uncalibrated.end()) {
+      report.uncalibrated.push_back(path);
+    }
+    return ObserverReplacement{n, 1.0f, 0, spec.dtype};
+  }
   if (ObserverSawNoValue(observer)) {
     return absl::FailedPreconditionError(absl::StrCat(
         where(), " saw no value; calibrate the prepared model with at least one sample "
@@ -447,6 +459,7 @@ std::string ConvertReport::ToString() const {
 }
 
 bool ObserverSawNoValue(const Observer& observer) {
+  if (observer.spec().kind == ObserverKind::kFixedQParams) return false;
   const std::vector<float> lo = observer.min_val();
   const std::vector<float> hi = observer.max_val();
   constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -549,6 +562,7 @@ struct ObservedStepQParams {
 // value; nothing is changed.
 template <typename ObserverLookup>
 absl::Status PlanObservedSteps(const Node* n, Module& module, const ObserverLookup& observers,
+                               const ConvertOptions& options, ConvertReport& report,
                                std::vector<ObservedStepQParams>* out) {
   // The steps prepare observed, as recorded on the module (the model carries them: no
   // config needed).
@@ -560,6 +574,15 @@ absl::Status PlanObservedSteps(const Node* n, Module& module, const ObserverLook
       return absl::InvalidArgumentError(absl::StrCat(
           "convert: node '", n->name(), "': attribute '", ObservedStepAttribute(step), "' (",
           path->ToString(), ") is not an observer of this prepared model"));
+    }
+    if (ObserverSawNoValue(*observer) && options.uncalibrated_as_pytorch) {
+      const std::string observer_path(path->as_string());
+      if (std::find(report.uncalibrated.begin(), report.uncalibrated.end(), observer_path) ==
+          report.uncalibrated.end()) {
+        report.uncalibrated.push_back(observer_path);
+      }
+      out->push_back({&module, step, 1.0f, 0});
+      continue;
     }
     if (ObserverSawNoValue(*observer)) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -573,7 +596,8 @@ absl::Status PlanObservedSteps(const Node* n, Module& module, const ObserverLook
 }
 
 absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
-                                                 const PreparedModel& prepared) {
+                                                 const PreparedModel& prepared,
+                                                 const ConvertOptions& options) {
   Graph& g = gm.graph();
   // 1. Everything computed, nothing touched; one walk. Only call_module nodes can be
   // observers or weighted ops: the others are not looked up by name (a string hash per
@@ -606,6 +630,7 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   WeightObservers weight_observers;
   size_t weighted_plans_found = 0;
   const ObserverTable observers(prepared.observers);
+  ConvertReport report;
   for (Node* n = g.first(); n != nullptr; n = n->next()) {
     if (n->op() != OpKind::kCallModule) continue;
     if (const Observer* observer = observers.Find(n->target()); observer != nullptr) {
@@ -615,8 +640,9 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
         per_channel_replacements.push_back(*std::move(per_channel));
         continue;
       }
-      ASSIGN_OR_RETURN(ObserverReplacement r,
-                       PlanObserverReplacement(n, *observer, dynamic_reduce_range));
+      ASSIGN_OR_RETURN(ObserverReplacement r, PlanObserverReplacement(
+                                                  n, *observer, dynamic_reduce_range, options,
+                                                  report));
       replacements.push_back(r);
       continue;
     }
@@ -650,14 +676,13 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     }
     conversions.push_back({weighted, plan.reference_module, *std::move(weight_or)});
     if (fused) {
-      RETURN_IF_ERROR(PlanObservedSteps(n, *m, observers, &observed_steps));
+      RETURN_IF_ERROR(PlanObservedSteps(n, *m, observers, options, report, &observed_steps));
     }
   }
   RETURN_IF_ERROR(
       CheckWeightedPlansFound(g, prepared, weighted_plans, weighted_plans_found));
 
   // 2. Mutation; it cannot fail on a graph the checks above passed.
-  ConvertReport report;
   const ReplacementTargets targets;
   for (const ObserverReplacement& r : replacements) {
     absl::Status st = ReplaceObserver(g, targets, r);

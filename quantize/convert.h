@@ -30,7 +30,9 @@
 //
 // Contract: every observer's parameters and every reference module are computed before
 // the graph is touched; an error (an activation observer that saw no value — PyTorch
-// would use scale 1.0 and zero point 0 with a warning —, a per-channel observer of a
+// would use scale 1.0 and zero point 0 with a warning; with
+// ConvertOptions::uncalibrated_as_pytorch so does this pass, naming each such observer in
+// ConvertReport::uncalibrated —, a per-channel observer of a
 // computed tensor, a weight observer that fails) names the observer or node and leaves
 // the GraphModule as it was. Linear in the number of nodes.
 #ifndef FUSELAGE_QUANTIZE_CONVERT_H_
@@ -38,6 +40,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "graph/graph_module.h"
@@ -52,16 +55,28 @@ inline constexpr char kConvertPassName[] = "convert-to-reference";
 struct ConvertReport {
   int observers_replaced = 0;       // observer nodes → quantize + dequantize
   int reference_modules = 0;        // weighted modules made reference modules
+  // The activation observers (module paths) that saw no value and were converted with
+  // PyTorch's defaults (ConvertOptions::uncalibrated_as_pytorch); empty otherwise.
+  std::vector<std::string> uncalibrated;
   std::string ToString() const;
+};
+
+struct ConvertOptions {
+  // An activation observer that saw no value: refused (false, the CLI's rule), or
+  // converted with PyTorch's defaults, scale 1.0 and zero point 0, and listed in the
+  // report (true: PyTorch's convert_fx, which warns).
+  bool uncalibrated_as_pytorch = false;
 };
 
 // Runs the pass on `gm` (see the file comment). `prepared` is what Prepare returned for
 // this graph, after calibration.
 absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
-                                                 const PreparedModel& prepared);
+                                                 const PreparedModel& prepared,
+                                                 const ConvertOptions& options = {});
 
 // Whether `observer` has seen no value yet: its range is still the empty one every
-// observer starts with, [inf, -inf]. Convert refuses such an activation observer.
+// observer starts with, [inf, -inf]. A fixed-qparams observer needs none. Convert refuses
+// such an activation observer (unless ConvertOptions::uncalibrated_as_pytorch).
 bool ObserverSawNoValue(const Observer& observer);
 
 // The reference module of a float weighted module `float_module` (e.g. nn.Conv2d): a copy

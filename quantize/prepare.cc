@@ -67,32 +67,131 @@ struct Decision {
   std::vector<std::pair<Node*, TensorInput>> merged_inputs;
 };
 
-// Nodes whose value is not a tensor: observing them means nothing.
-bool ProducesNonTensor(const Node* n) {
+bool ProducesNonTensor(const Node* n, int depth = 0);
+
+// Whether `n` computes only from values that are not tensors, as PyTorch 1.13's
+// all_node_args_have_no_tensors: at least one node arg, every node arg (also inside a
+// list) not a tensor, every other arg an int (`x.ndim - 1`, `[1] * (x.dim() - 2)`).
+bool ComputesFromNonTensorsOnly(const Node* n, int depth) {
+  bool any_node = false;
+  auto non_tensor = [&](const Argument& a) {
+    if (a.is_node()) {
+      any_node = true;
+      return ProducesNonTensor(a.as_node(), depth + 1);
+    }
+    return a.is_int();
+  };
+  for (size_t i = 0; i < n->num_args(); ++i) {
+    const Argument& a = n->arg(i);
+    if (a.is_list()) {
+      for (const Argument& item : a.items()) {
+        if (!non_tensor(item)) return false;
+      }
+    } else if (!non_tensor(a)) {
+      return false;
+    }
+  }
+  return any_node;
+}
+
+// Nodes whose value is not a tensor: observing them means nothing. An arithmetic on such
+// values is followed a few steps back (kNonTensorDepth); past that it counts as a tensor.
+bool ProducesNonTensor(const Node* n, int depth) {
+  constexpr int kNonTensorDepth = 8;
+  if (depth > kNonTensorDepth) return false;
   if (n->op() == OpKind::kCallMethod) {
     const absl::string_view m = n->target().name();
-    return m == "size" || m == "dim" || m == "numel" || m == "shape";
+    if (m == "size" || m == "dim" || m == "numel" || m == "shape") return true;
+    return ComputesFromNonTensorsOnly(n, depth);
   }
   if (n->op() == OpKind::kCallFunction) {
     const absl::string_view f = n->target().name();
     if (absl::StartsWith(f, "builtins.")) return true;
     if (f == "operator.getitem" && n->num_args() > 0 && n->arg(0).is_node()) {
-      return ProducesNonTensor(n->arg(0).as_node());
+      return ProducesNonTensor(n->arg(0).as_node(), depth + 1);
     }
+    return ComputesFromNonTensorsOnly(n, depth);
   }
   return false;
 }
 
-TensorInputs TensorInputsOf(Node* n) {
+// The args of a method that are never tensors (PyTorch 1.13's NON_OBSERVABLE_ARG_DICT):
+// a shape method's dimensions (all args after the tensor), unsqueeze's dim, masked_fill's
+// mask (a bool tensor) and value. Returns the first such arg index and whether only that
+// one (else every arg from it on).
+std::optional<std::pair<size_t, bool>> NonObservableArgs(const Node* n) {
+  if (n->op() != OpKind::kCallMethod) return std::nullopt;
+  const absl::string_view m = n->target().name();
+  if (m == "permute" || m == "repeat" || m == "reshape" || m == "transpose" || m == "view" ||
+      m == "masked_fill") {
+    return std::make_pair(size_t{1}, false);
+  }
+  if (m == "unsqueeze" || m == "unsqueeze_" || m == "size") {
+    return std::make_pair(size_t{1}, true);
+  }
+  return std::nullopt;
+}
+
+bool IsNonObservableArg(const std::optional<std::pair<size_t, bool>>& non_observable,
+                        size_t i) {
+  return non_observable &&
+         (non_observable->second ? i == non_observable->first : i >= non_observable->first);
+}
+
+// A shape op whose value is its first arg's, reshaped: what feeds a non-observable arg
+// through it is not observed either (PyTorch 1.13's dtype propagation through copy nodes:
+// a bool mask unsqueezed before masked_fill).
+bool IsShapeOfFirstArg(const Node* n) {
+  if (n->op() != OpKind::kCallMethod || n->num_args() == 0 || !n->arg(0).is_node()) {
+    return false;
+  }
+  const absl::string_view m = n->target().name();
+  return m == "unsqueeze" || m == "unsqueeze_" || m == "squeeze" || m == "squeeze_" ||
+         m == "view" || m == "reshape" || m == "permute" || m == "transpose" ||
+         m == "repeat" || m == "flatten" || m == "contiguous" || m == "expand";
+}
+
+// The values that only feed non-observable args (NonObservableArgs), followed back through
+// shape ops: masks and dimensions that are tensors or graph inputs.
+absl::flat_hash_set<const Node*> NonFloatValues(const Graph& g) {
+  absl::flat_hash_set<const Node*> out;
+  auto mark = [&out](const Node* a) {
+    for (int steps = 0; a != nullptr && steps < 16 && out.insert(a).second; ++steps) {
+      a = IsShapeOfFirstArg(a) ? a->arg(0).as_node() : nullptr;
+    }
+  };
+  for (const Node* n = g.first(); n != nullptr; n = n->next()) {
+    const auto non_observable = NonObservableArgs(n);
+    if (!non_observable) continue;
+    for (size_t i = 0; i < n->num_args(); ++i) {
+      if (!IsNonObservableArg(non_observable, i)) continue;
+      const Argument& a = n->arg(i);
+      if (a.is_node()) mark(a.as_node());
+      if (a.is_list()) {
+        for (const Argument& item : a.items()) {
+          if (item.is_node()) mark(item.as_node());
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TensorInputs TensorInputsOf(Node* n, const absl::flat_hash_set<const Node*>& non_float) {
   TensorInputs inputs;
+  const auto non_observable = NonObservableArgs(n);
+  auto is_tensor = [&non_float](const Node* a) {
+    return !ProducesNonTensor(a) && !non_float.contains(a);
+  };
   for (size_t i = 0; i < n->num_args(); ++i) {
+    if (IsNonObservableArg(non_observable, i)) continue;
     const Argument& a = n->arg(i);
     if (a.is_node()) {
-      if (!ProducesNonTensor(a.as_node())) inputs.push_back({i, -1, a.as_node()});
+      if (is_tensor(a.as_node())) inputs.push_back({i, -1, a.as_node()});
     } else if (a.is_list()) {
       for (size_t j = 0; j < a.items().size(); ++j) {
         const Argument& item = a.items()[j];
-        if (item.is_node() && !ProducesNonTensor(item.as_node())) {
+        if (item.is_node() && is_tensor(item.as_node())) {
           inputs.push_back({i, static_cast<int>(j), item.as_node()});
         }
       }
@@ -124,8 +223,19 @@ std::optional<std::string> Unsatisfied(const DTypeWithConstraints& c, const Obse
     return absl::StrCat(what, " needs scale >= ", *c.scale_min_lower_bound,
                         "; the observer's eps is ", spec.eps);
   }
+  // PyTorch 2's fixed-qparams ops (sigmoid, tanh, ...): satisfied by a FixedQParamsObserver
+  // of exactly those parameters, as PyTorch's _qconfig_satisfies_dtype_config_constraints.
   if (c.scale_exact_match || c.zero_point_exact_match) {
-    return absl::StrCat(what, " requires fixed quantization parameters");
+    const bool fixed = spec.kind == ObserverKind::kFixedQParams;
+    if (!fixed || (c.scale_exact_match && spec.fixed_scale != *c.scale_exact_match) ||
+        (c.zero_point_exact_match && spec.fixed_zero_point != *c.zero_point_exact_match)) {
+      return absl::StrCat(what, " requires fixed quantization parameters (scale ",
+                          c.scale_exact_match ? absl::StrCat(*c.scale_exact_match) : "any",
+                          ", zero point ",
+                          c.zero_point_exact_match ? absl::StrCat(*c.zero_point_exact_match)
+                                                   : "any",
+                          "): a FixedQParamsObserver of those");
+    }
   }
   return std::nullopt;
 }
@@ -205,6 +315,7 @@ class Planner {
     // Every call is resolved, in graph order, whether or not the config quantizes it:
     // module_name_object_type_order entries index the calls of a type.
     QConfigResolver resolver(mapping_, gm_.root().type());
+    const absl::flat_hash_set<const Node*> non_float = NonFloatValues(gm_.graph());
     for (Node* n = gm_.graph().first(); n != nullptr; n = n->next()) {
       const Symbol type = ObjectType(gm_, n);
       if (type.empty()) continue;
@@ -212,14 +323,14 @@ class Planner {
       ASSIGN_OR_RETURN(const OptionalQConfig* resolved, Resolve(resolver, n, type));
       const OptionalQConfig& qconfig = *resolved;
       // The tensor inputs, found once for both the merge check and the decision.
-      TensorInputs inputs = TensorInputsOf(n);
+      TensorInputs inputs = TensorInputsOf(n, non_float);
       if (MergeIntoPrecedingOp(n, type, inputs, decisions)) {
         observed_[n->index()] = true;
         continue;
       }
       if (MergeBinaryIntoPrecedingOp(n, type, inputs, decisions)) continue;
       const BackendPatternConfig* entry = EntryFor(OpRef{n->op(), type});
-      if (ProducesNonTensor(n)) continue;
+      if (ProducesNonTensor(n) || non_float.contains(n)) continue;
       if (entry == nullptr) {
         // PyTorch leaves it float too, silently; the report names it.
         report->kept_float.push_back(
@@ -476,11 +587,13 @@ class Planner {
     }
     if (entry.fixed_output_qparams.has_value()) {
       // PyTorch's prepare_fx refuses (ValueError) a qconfig whose activation is not the
-      // op's FixedQParamsObserver; the op's output observer is that observer.
+      // op's FixedQParamsObserver, except a float16 one; the op's output observer is that
+      // observer.
       const FixedQParams& fixed = *entry.fixed_output_qparams;
       const ObserverSpec& a = qconfig->activation;
-      if (a.kind != ObserverKind::kFixedQParams || a.fixed_scale != fixed.scale ||
-          a.fixed_zero_point != fixed.zero_point) {
+      if (IsQuantized(a.dtype) &&
+          (a.kind != ObserverKind::kFixedQParams || a.fixed_scale != fixed.scale ||
+           a.fixed_zero_point != fixed.zero_point)) {
         return keep_float(absl::StrCat(
             "a fixed-qparams op needs the activation observer FixedQParamsObserver(scale=",
             fixed.scale, ", zero_point=", fixed.zero_point, "); its qconfig's is ",

@@ -73,7 +73,7 @@ type keeps the name it was first declared under in the process):
     prepare(model, backend=None, *, config_text=None, config_source=None,
             qconfig_mapping=None, qconfig_mapping_text=None) -> PrepareReport
     calibrate(model, samples, *, threads=0) -> CalibrationReport
-    convert(model) -> ConvertReport
+    convert(model, *, uncalibrated_as_pytorch=False) -> ConvertReport
     lower(model, *, config_text=None, config_source=None) -> LoweringReport
     quantize(model, samples, backend=None, *, config_text=None, config_source=None,
              qconfig_mapping=None, qconfig_mapping_text=None, reference=False, threads=0,
@@ -381,8 +381,10 @@ void RegisterReports(py::module_& m) {
   py::class_<ConvertReport> convert(m, "ConvertReport", "What convert (to reference) did.");
   convert.def_readonly("observers_replaced", &ConvertReport::observers_replaced)
       .def_readonly("reference_modules", &ConvertReport::reference_modules)
+      .def_readonly("uncalibrated", &ConvertReport::uncalibrated)
       .def("__str__", &ConvertReport::ToString);
-  DataclassLike(convert, "ConvertReport", {"observers_replaced", "reference_modules"});
+  DataclassLike(convert, "ConvertReport",
+                {"observers_replaced", "reference_modules", "uncalibrated"});
 
   py::class_<LoweringReport::Unlowered> unlowered(m, "Unlowered",
                                                   "A reference pattern left unlowered, and why.");
@@ -627,10 +629,17 @@ void RegisterPasses(py::module_& m) {
       "Runs a prepared model on the samples so its observers record ranges, in place.");
   m.def(
       "convert",
-      [](Model& model) {
-        return ValueOrThrow(model.Edit([](GraphModule& gm) { return ConvertModel(gm); }));
+      [](Model& model, bool uncalibrated_as_pytorch) {
+        ConvertOptions options;
+        options.uncalibrated_as_pytorch = uncalibrated_as_pytorch;
+        return ValueOrThrow(
+            model.Edit([&](GraphModule& gm) { return ConvertModel(gm, options); }));
       },
-      py::arg("model"), "Converts a prepared, calibrated model to a reference quantized model.");
+      py::arg("model"), py::kw_only(), py::arg("uncalibrated_as_pytorch") = false,
+      "Converts a prepared, calibrated model to a reference quantized model. An observer "
+      "that saw no value is refused, or with uncalibrated_as_pytorch=True converted with "
+      "PyTorch's defaults (scale 1.0, zero point 0) and named in the report's "
+      "`uncalibrated`.");
   m.def(
       "lower",
       [](Model& model, const OptString& config_text, const OptString& config_source) {

@@ -277,7 +277,8 @@ class _Exporter:
             contents.children = self._container_children(module, source)
         moved = self.prepared.moved if self.prepared is not None and not path else {}
         if moved:
-            contents.children = [(n, c) for n, c in contents.children if n not in moved]
+            contents.children = [(n, c) for n, c in contents.children
+                                 if n not in moved and n != self.prepared.container]
         for name, tensor in contents.tensors:
             named = out.tensors.add()
             named.name = name
@@ -311,6 +312,16 @@ class _Exporter:
         """The container of a prepare_fx model's observers and weight plans
         (quantize/prepared_model.h)."""
         out.type = _names.CONTAINER_TYPE
+        existing = self.prepared.existing
+        if existing is not None:
+            for name, child in existing._modules.items():
+                if child is None or name in self.prepared.moved:
+                    continue
+                named = out.children.add()
+                named.name = name
+                child_path = f"{self.prepared.container}.{name}"
+                self._write_module(child, child_path, self._child_type(child, child_path),
+                                   named.module, depth + 1)
         for old, new in self.prepared.moved.items():
             named = out.children.add()
             named.name = old

@@ -100,7 +100,8 @@ def describe(module, type_name, where):
                 contents.tensors.append((name, value))
         for name, value in module._buffers.items():
             if value is not None and not (name == "eps" and _is_observer(cls)) and \
-                    not _is_scalar_qparam_buffer(name, value):
+                    not _is_scalar_qparam_buffer(name, value) and \
+                    not _is_fixed_qparam_buffer(cls, name, value):
                 contents.tensors.append((name, value))
         for name, value in module.__dict__.items():
             if isinstance(value, torch.Tensor):
@@ -115,8 +116,21 @@ def describe(module, type_name, where):
     if _is_observer(cls) and isinstance(module._buffers.get("eps"), torch.Tensor):
         contents.attributes.append(("eps", float(module._buffers["eps"].reshape(-1)[0])))
     for name, value in module._buffers.items():
-        if _is_scalar_qparam_buffer(name, value):
+        if _is_scalar_qparam_buffer(name, value) or _is_fixed_qparam_buffer(cls, name, value):
             contents.attributes.append((name, value.item()))
+    if issubclass(cls, tq_observer.FixedQParamsObserver):
+        # PyTorch's own FixedQParamsObserver (one a QAT model's FixedQParamsFakeQuantize
+        # wraps) has no reduce_range nor eps: its range is its quant_min / quant_max.
+        written = {name for name, _ in contents.attributes}
+        for name, value in (("reduce_range", False), ("has_customized_qrange", True),
+                            ("eps", float(torch.finfo(torch.float32).eps))):
+            if name not in written:
+                contents.attributes.append((name, value))
+        # The engine's fixed-qparams observer is a min / max one that ignores its range.
+        written = {name for name, _ in contents.tensors}
+        for name, value in (("min_val", float("inf")), ("max_val", float("-inf"))):
+            if name not in written:
+                contents.tensors.append((name, torch.tensor(value)))
     return contents
 
 
@@ -131,6 +145,13 @@ def _plain_attributes(module):
         except TypeError:
             pass  # not storable (a callable, a dict...): not part of the file's contract
     return out
+
+
+def _is_fixed_qparam_buffer(cls, name, value):
+    """FixedQParamsObserver keeps its `scale` / `zero_point` as shape-[1] buffers; the file
+    holds them as attributes (the engine's observer schema), rebuilt into the buffers."""
+    return issubclass(cls, tq_observer.FixedQParamsObserver) and name in ("scale", "zero_point") and \
+        isinstance(value, torch.Tensor) and value.numel() == 1
 
 
 def _is_scalar_qparam_buffer(name, value):
@@ -186,10 +207,20 @@ def _constructor_kwargs(cls, tensors, attributes, where):
         elif _STORED_AS.get(p.name) in attributes:
             stored = _STORED_AS[p.name]
             kwargs[p.name] = _attribute_from_file(stored, attributes[stored])
-        elif p.name in ("bias", "bias_") and "weight" in tensors:
+        elif p.name in ("bias", "bias_") and "weight" in tensors and \
+                not (p.default is p.empty and p.name in tensors):
             kwargs[p.name] = "bias" in tensors
         elif p.name == "weight_qparams":
             kwargs[p.name] = _reference_weight_qparams(tensors, attributes, where)
+        elif p.name in ("weight", "bias") and p.name in tensors and p.default is p.empty:
+            # The quantized norms (nnq.LayerNorm, nnq.InstanceNorm2d, nnq.GroupNorm) take
+            # their float weight and bias as constructor arguments (as parameters).
+            kwargs[p.name] = nn.Parameter(tensors[p.name],
+                                          requires_grad=tensors[p.name].is_floating_point())
+        elif p.name in ("weight", "bias") and p.default is p.empty and \
+                (attributes.get("affine") is False or
+                 attributes.get("elementwise_affine") is False):
+            kwargs[p.name] = None  # a quantized norm without affine parameters
         elif p.name in tensors and p.default is p.empty and tensors[p.name].numel() == 1:
             kwargs[p.name] = tensors[p.name].reshape(-1)[0].item()
         elif p.default is p.empty:
@@ -357,8 +388,13 @@ def build(type_name, tensors, attributes, children, where):
         if name == "eps" and _is_observer(cls) and "eps" in module._buffers:
             module._buffers["eps"] = torch.tensor([value], dtype=torch.float32)
             continue
-        if _is_scalar_qparam_buffer(name, module._buffers.get(name)):
-            module._buffers[name] = torch.tensor(value, dtype=module._buffers[name].dtype)
+        buffer = module._buffers.get(name)
+        if isinstance(buffer, torch.Tensor) and buffer.numel() == 1 and \
+                isinstance(value, (int, float)) and not isinstance(value, bool):
+            # A one-element buffer the file holds as a number: PyTorch 2's 0-dim output
+            # scale / zero_point (_is_scalar_qparam_buffer), FixedQParamsObserver's
+            # `scale` / `zero_point` (shape [1]).
+            module._buffers[name] = torch.full_like(buffer, value)
             continue
         try:
             setattr(module, name, value)

@@ -47,31 +47,105 @@ class Plan:
 
 class PreparedLayout:
     """Where the observers of a prepare_fx model go (`moved`: old path -> new path, all
-    under `container`) and the plans written beside them."""
+    under `container`) and the plans written beside them (or already in `existing`)."""
 
-    def __init__(self, container, moved, plans):
+    def __init__(self, container, moved, plans, existing=None):
         self.container = container
         self.moved = moved
         self.plans = plans
+        # The container module already on the root (fuselage's own prepared model, its
+        # weight plans inside), whose children are written beside the moved observers.
+        self.existing = existing
 
 
 def _is_observer_module(module):
     return _modules._is_observer(type(module))
 
 
-def layout(gm):
-    """The PreparedLayout of `gm` if prepare_fx returned it (it has `_observed_node_names`
-    and its graph calls observers on the root), else None. Raises ExportError naming the
-    node for a weighted op whose weight observer the file cannot express."""
-    observed, qconfig_map = _observed_attrs(gm)
-    if not isinstance(observed, (set, frozenset)):
-        return None
+# Set on a prepared model fuselage.quantize_fx.prepare_fx returned (flatten_observers): the
+# name of the container that keeps its weight plans and takes its observers back at export.
+FLAT_ATTR = "_fuselage_observer_container"
+OBSERVER_PREFIX = "activation_post_process_"
+
+
+def _root_observers(gm):
+    """The call_module targets on the root that are observer modules, in graph order."""
     observers = []
     for node in gm.graph.nodes:
         if node.op == "call_module" and "." not in node.target and \
-                _is_observer_module(gm.get_submodule(node.target)):
-            if node.target not in observers:
-                observers.append(node.target)
+                _is_observer_module(gm.get_submodule(node.target)) and \
+                node.target not in observers:
+            observers.append(node.target)
+    return observers
+
+
+def flatten_observers(gm):
+    """PyTorch's layout for a prepared model fuselage's prepare made: each observer module
+    moved from the container onto the root under the name prepare gave it
+    (`activation_post_process_<n>`, PyTorch's names), the nodes calling it retargeted, so
+    `getattr(prepared, node.target)` finds it as in PyTorch's prepared model. The container
+    keeps the weight plans (which no node calls); export moves the observers back
+    (`layout`). Nothing is moved if a name is taken on the root."""
+    moves = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_module" or node.target.count(".") != 1:
+            continue
+        container, name = node.target.split(".")
+        if _is_observer_module(gm.get_submodule(node.target)):
+            moves[node.target] = (container, name)
+    containers = {c for c, _ in moves.values()}
+    if len(containers) != 1:
+        return gm
+    container = containers.pop()
+    taken = set(gm._modules) | set(gm._parameters) | set(gm._buffers) | set(gm.__dict__)
+    if any(name in taken for _, name in moves.values()):
+        return gm
+    holder = gm.get_submodule(container)
+    for target, (_, name) in moves.items():
+        if name in holder._modules:
+            gm.add_module(name, holder._modules.pop(name))
+    # A node calling an observer an earlier node calls (a copy node sharing its input's,
+    # such as a pool or a cat's output) calls it by a name of its own, as in PyTorch:
+    # one instance under two names.
+    numbers = [int(name[len(OBSERVER_PREFIX):]) for _, name in moves.values()
+               if name.startswith(OBSERVER_PREFIX) and name[len(OBSERVER_PREFIX):].isdigit()]
+    next_number = max(numbers, default=-1) + 1
+    called = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_module" and node.target in moves:
+            name = moves[node.target][1]
+            if name in called:
+                alias = f"{OBSERVER_PREFIX}{next_number}"
+                while alias in taken:
+                    next_number += 1
+                    alias = f"{OBSERVER_PREFIX}{next_number}"
+                next_number += 1
+                gm.add_module(alias, gm.get_submodule(name))
+                name = alias
+            called.add(name)
+            node.target = name
+    setattr(gm, FLAT_ATTR, container)
+    gm.recompile()
+    return gm
+
+
+def layout(gm):
+    """The PreparedLayout of `gm` if prepare_fx returned it (it has `_observed_node_names`
+    and its graph calls observers on the root), else None. Raises ExportError naming the
+    node for a weighted op whose weight observer the file cannot express.
+    A model fuselage's prepare_fx returned (FLAT_ATTR) has its root observers moved back
+    into its own container, beside the weight plans already there."""
+    flat = getattr(gm, FLAT_ATTR, None)
+    if isinstance(flat, str):
+        observers = _root_observers(gm)
+        if not observers:
+            return None
+        return PreparedLayout(flat, {name: f"{flat}.{name}" for name in observers}, [],
+                              existing=getattr(gm, flat, None))
+    observed, qconfig_map = _observed_attrs(gm)
+    if not isinstance(observed, (set, frozenset)):
+        return None
+    observers = _root_observers(gm)
     if not observers:
         return None
     container = CONTAINER

@@ -279,11 +279,14 @@ def observed(gm):
     replaced = []  # (parent, name, original)
     weight_qparams = {}
     skip = None
+    swapped = {}  # id(fake-quantize) -> its observer: one instance under two names stays one
     try:
-        for path, module in list(gm.named_modules()):
+        for path, module in list(gm.named_modules(remove_duplicate=False)):
             if skip is not None and (path + ".").startswith(skip):
                 continue
-            if isinstance(module, FakeQuantizeBase):
+            if id(module) in swapped:
+                swap = swapped[id(module)]
+            elif isinstance(module, FakeQuantizeBase):
                 swap = module.activation_post_process
             elif is_qat_module(module):
                 swap = module.to_float()
@@ -294,6 +297,7 @@ def observed(gm):
                 weight_qparams[path] = weight_fake_quant.calculate_qparams()
             else:
                 continue
+            swapped[id(module)] = swap
             skip = path + "."
             parent, name = _parent(gm, path)
             replaced.append((parent, name, module))

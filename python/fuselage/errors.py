@@ -22,12 +22,13 @@ class ModuleError(FuselageError, ValueError):
     wrong dtype, quantization scheme or shape."""
 
 
-class ConfigTranslationError(FuselageError):
+class ConfigTranslationError(FuselageError, ValueError):
     """A PyTorch QConfigMapping or BackendConfig holds something fuselage's config formats
     cannot express (python/fuselage/_translate.py): a custom observer class, a dynamic
     qconfig, a fake-quantize anywhere but prepare_qat_fx, an object type or module without a
     fuselage name, an unknown fuser method, a getter that does more than pick pattern
-    positions; or what prepare_qat_fx cannot train as PyTorch does (fuselage._qat)."""
+    positions; or what prepare_qat_fx cannot train as PyTorch does (fuselage._qat); or a
+    qconfig PyTorch's prepare_fx refuses with a ValueError (a fixed-qparams op's)."""
 
 
 class PatternError(FuselageError, ValueError):

@@ -23,11 +23,14 @@ PyTorch:
     convert_fx's result has no dequantize between them; PyTorch 1.13 has no such native
     module, so fuselage ships it (fuselage.nn.quantized.ConvAddReLU2d, bit-exact with
     fuselage's kernel);
-  - an observer that saw no value is an error at convert, not a silent scale of 1.0;
+  - an observer that saw no value converts with PyTorch's defaults (scale 1.0, zero
+    point 0) and a UserWarning naming it (fuselage's CLI refuses such a model);
   - keyword arguments are matched (`torch.add(x, y, alpha=2)` is not fused as x + y).
 convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass it) but
-not a narrowed one. Custom configs (fuse / prepare / convert_custom_config) and
-equalization are not supported: passing one is a clear error.
+not a narrowed one. Of the custom configs (fuse / prepare / convert_custom_config) fuselage
+takes preserved_attributes and prepare's input_quantized_idxs / output_quantized_idxs
+(fuselage._quantized_io); any other setting, and equalization, is a clear error. The
+prepared model is laid out as PyTorch's (observers on the root, fuselage._prepared).
 
 Quantization-aware training (prepare_qat_fx): fuselage's fuse and prepare place the
 observers, as above, from the QAT qconfig mapping read as the observers its fake-quantizes
@@ -49,6 +52,7 @@ torch as fuselage.nn.FusedSubgraph subclasses named after the type.
 import os
 import warnings
 
+import torch.nn as nn
 from torch.ao.quantization import QConfigMapping
 from torch.ao.quantization.backend_config import get_native_backend_config
 
@@ -76,6 +80,43 @@ def _refuse(value, name):
     if value is not None and value != {} and not _is_empty_custom_config(value):
         raise ConfigTranslationError(
             f"quantize_fx: {name} is not supported by fuselage (got {value!r}); pass None")
+
+
+_PRESERVED_ATTR = "_fuselage_preserved_attributes"  # prepare_fx's, carried to convert_fx
+
+
+def _preserved_attributes(config, name, io=None):
+    """The `preserved_attributes` of a fuse / prepare / convert custom config (a dict or
+    PyTorch's *CustomConfig); with `io` (a dict), prepare's input_quantized_idxs /
+    output_quantized_idxs go into it (fuselage._quantized_io). Any other non-empty
+    setting is refused by name."""
+    if config is None:
+        return []
+    d = dict(config) if isinstance(config, dict) else dict(config.to_dict()) \
+        if callable(getattr(config, "to_dict", None)) else None
+    if d is None:
+        _refuse(config, name)
+        return []
+    attributes = list(d.pop("preserved_attributes", None) or [])
+    taken = ["preserved_attributes"]
+    if io is not None:
+        taken += ["input_quantized_idxs", "output_quantized_idxs"]
+        for key in ("input_quantized_idxs", "output_quantized_idxs"):
+            io[key] = list(d.pop(key, None) or [])
+    rest = {k: v for k, v in d.items() if v}
+    if rest:
+        raise ConfigTranslationError(
+            f"quantize_fx: {name} settings {sorted(rest)} are not supported by fuselage "
+            f"(got {rest!r}); only {', '.join(taken)}")
+    return attributes
+
+
+def _preserve(result, source, attributes):
+    """PyTorch's preserved_attributes: each named attribute of `source` set on `result`."""
+    for attribute in attributes:
+        if hasattr(source, attribute):
+            setattr(result, attribute, getattr(source, attribute))
+    return result
 
 
 def _is_empty_custom_config(value):
@@ -132,23 +173,31 @@ def _mapping_text(qconfig_mapping, is_qat=False):
     return _translate.qconfig_mapping_to_text(_mapping_object(qconfig_mapping), is_qat)
 
 
-def _expect_eval(model, function):
-    if model.training:
-        raise ConfigTranslationError(
-            f"{function}: the model is in training mode; fuselage quantizes for inference "
-            "(post-training): call model.eval() first, or prepare_qat_fx for "
-            "quantization-aware training")
+def _expect_eval_batch_norms(model, function):
+    """A model in training mode is prepared as PyTorch prepares it, except that a batch norm
+    in training mode is refused: fuselage folds it into its conv with its running
+    statistics (PyTorch's fuse_conv_bn_eval, which asserts eval mode), and one left
+    unfused would calibrate on batch statistics while its running ones change."""
+    if not model.training:
+        return
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training:
+            raise ConfigTranslationError(
+                f"{function}: batch norm '{name}' is in training mode; post-training "
+                "quantization folds it with its running statistics (PyTorch's fusion "
+                "asserts eval mode too): call model.eval() first, or prepare_qat_fx for "
+                "quantization-aware training")
 
 
 def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     """The model with the backend config's fusion patterns fused (PyTorch's fuse_fx)."""
-    _refuse(fuse_custom_config, "fuse_custom_config")
-    _expect_eval(model, "fuse_fx")
+    preserved = _preserved_attributes(fuse_custom_config, "fuse_custom_config")
+    _expect_eval_batch_norms(model, "fuse_fx")
     core = _core()
     m = core.from_torch(model)
     core.fuse(m, config_text=_backend_text(backend_config),
               config_source=_backend_source(backend_config))
-    return core.to_torch(m, consume=True)
+    return _preserve(core.to_torch(m, consume=True).train(model.training), model, preserved)
 
 
 def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -156,13 +205,26 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     """Fuses and inserts observers (PyTorch's prepare_fx); returns a GraphModule with
     PyTorch's observer modules, calibrated by running it."""
     _refuse(_equalization_config, "_equalization_config")
-    _expect_eval(model, "prepare_fx")
-    _refuse(prepare_custom_config, "prepare_custom_config")
+    _expect_eval_batch_norms(model, "prepare_fx")
+    io = {}
+    preserved = _preserved_attributes(prepare_custom_config, "prepare_custom_config", io)
     # example_inputs are PyTorch's required argument; like PyTorch 1.13's prepare_fx,
     # fuselage does not need to run the model to prepare it (recording shapes would run a
     # copy of it: most of prepare_fx's time on a large graph).
     del example_inputs
-    return prepare_with_report(model, qconfig_mapping, backend_config)[0]
+    from fuselage import _prepared
+
+    prepared = prepare_with_report(model, qconfig_mapping, backend_config)[0]
+    # PyTorch's layout (observers on the root as activation_post_process_<n>), in the
+    # model's mode, as PyTorch's prepared model is (a dropout keeps dropping).
+    from fuselage import _quantized_io
+
+    _preserve(prepared, model, preserved)
+    setattr(prepared, _PRESERVED_ATTR, preserved)
+    _prepared.flatten_observers(prepared)
+    _quantized_io.after_prepare(prepared, io.get("input_quantized_idxs"),
+                                io.get("output_quantized_idxs"))
+    return prepared.train(model.training)
 
 
 def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -171,9 +233,10 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
     prepare_qat_fx): returns a GraphModule of PyTorch's fake-quantize and QAT modules
     (nniqat.ConvBnReLU2d, nnqat.Linear, ...; batch norms still training) where fuselage's
     prepare placed the observers. Train it, then convert_fx(prepared.eval())."""
-    from fuselage import _qat
+    from fuselage import _qat, _quantized_io
 
-    _refuse(prepare_custom_config, "prepare_custom_config")
+    io = {}
+    preserved = _preserved_attributes(prepare_custom_config, "prepare_custom_config", io)
     del example_inputs  # as in prepare_fx
     _qat.refuse_shared_modules(model)
     prepared, _ = prepare_with_report(model, qconfig_mapping, backend_config, is_qat=True)
@@ -181,6 +244,13 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
     _qat.to_qat(prepared, _mapping_object(qconfig_mapping),
                 None if backend_config is None else _backend_config_object(backend_config))
     setattr(prepared, _QAT_ATTR, True)
+    from fuselage import _prepared
+
+    _prepared.flatten_observers(prepared)  # PyTorch's layout, as prepare_fx's
+    _preserve(prepared, model, preserved)
+    setattr(prepared, _PRESERVED_ATTR, preserved)
+    _quantized_io.after_prepare(prepared, io.get("input_quantized_idxs"),
+                                io.get("output_quantized_idxs"), "prepare_qat_fx")
     return prepared.train(model.training)
 
 
@@ -198,12 +268,30 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     core.fuse(m, config_text=text, config_source=source)
     report = core.prepare(m, config_text=text, config_source=source,
                           qconfig_mapping_text=mapping)
+    _refuse_fixed_qparams_qconfigs(report, flow[0])
     if report.quantized_ops == 0:
         _warn_nothing_quantized(report, *flow)
     prepared = core.to_torch(m, consume=True)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
     return prepared, report
+
+
+# The reason quantize/prepare.cc gives a fixed-qparams op (PyTorch 1.13's BackendConfig
+# _overwrite_output_observer) whose qconfig is not its FixedQParamsObserver.
+_FIXED_QPARAMS_REASON = "a fixed-qparams op needs the activation observer"
+
+
+def _refuse_fixed_qparams_qconfigs(report, prepare):
+    """PyTorch 1.13's prepare_fx raises ValueError for a fixed-qparams op (sigmoid, tanh,
+    ...) whose qconfig is not its fixed-qparams one; so does fuselage's (PyTorch 2's warns
+    and keeps the op float, as fuselage does for its configs)."""
+    bad = [k for k in report.kept_float if k.reason.startswith(_FIXED_QPARAMS_REASON)]
+    if bad:
+        raise ConfigTranslationError(
+            f"{prepare}: node '{bad[0].node}' ({bad[0].op}): {bad[0].reason}; use the "
+            "qconfigs of get_default_qconfig_mapping for fixed-qparams ops" +
+            (f" ({len(bad) - 1} more such nodes)" if len(bad) > 1 else ""))
 
 
 def _warn_nothing_quantized(report, prepare, convert, shown=5):
@@ -226,7 +314,16 @@ def _has_observers(graph_module):
 
 
 def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower):
-    _refuse(convert_custom_config, "convert_custom_config")
+    preserved = _preserved_attributes(convert_custom_config, "convert_custom_config") + \
+        list(getattr(graph_module, _PRESERVED_ATTR, None) or [])
+    from fuselage import _quantized_io
+
+    with _quantized_io.converting(graph_module) as io:
+        converted = _convert_graph(graph_module, qconfig_mapping, backend_config, lower)
+    return _preserve(io.finish(converted), graph_module, preserved)
+
+
+def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
     if qconfig_mapping is not None:
         # PyTorch allows a convert-time mapping that only narrows prepare's (an entry set to
         # None); fuselage's convert reads the observers prepare placed, so it takes the
@@ -252,7 +349,7 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     if getattr(graph_module, _QAT_ATTR, False):
         return _convert_qat(core, graph_module, lower)
     m = core.from_torch(graph_module)
-    core.convert(m)
+    _convert_as_pytorch(core, m)
     if lower:
         _lower(core, m, text)
     return core.to_torch(m, consume=True)
@@ -267,6 +364,22 @@ def _lower(core, model, backend_text):
         core.lower(model)
 
 
+def _convert_as_pytorch(core, m, shown=5):
+    """The engine's convert with PyTorch's rule for an observer that saw no value: scale
+    1.0 and zero point 0, and a UserWarning naming it (PyTorch warns too; fuselage's CLI
+    refuses such a model)."""
+    report = core.convert(m, uncalibrated_as_pytorch=True)
+    if report.uncalibrated:
+        names = ", ".join(report.uncalibrated[:shown])
+        more = len(report.uncalibrated) - shown
+        warnings.warn(
+            f"convert_fx: {len(report.uncalibrated)} observer(s) saw no value ({names}"
+            + (f" and {more} more" if more > 0 else "") + "): converted with PyTorch's "
+            "defaults, scale 1.0 and zero point 0; calibrate the prepared model first for "
+            "meaningful quantization parameters", UserWarning, stacklevel=4)
+    return report
+
+
 def _convert_qat(core, graph_module, lower):
     """convert_fx of a model prepare_qat_fx returned: the engine converts it as a prepared
     model of observers and float modules (fuselage._qat.observed), the QAT weight qparams
@@ -275,7 +388,7 @@ def _convert_qat(core, graph_module, lower):
 
     with _qat.observed(graph_module) as weight_qparams:
         m = core.from_torch(graph_module)
-    core.convert(m)
+    _convert_as_pytorch(core, m)
     reference = core.to_torch(m, consume=True)
     _qat.set_weight_qparams(reference, weight_qparams)
     if not lower:

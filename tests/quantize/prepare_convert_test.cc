@@ -2,6 +2,7 @@
 // shared observers, reuse by several consumers), the report of ops kept float and why,
 // errors that leave the graph unchanged, and the reference graph and modules convert
 // makes, checked against hand-computed quantization parameters.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -878,6 +879,33 @@ TEST(ConvertTest, ObserverThatSawNoValueIsRefused) {
             std::string::npos)
       << report.status();
   EXPECT_EQ(SerializeModel(m->gm), before);
+}
+
+// With ConvertOptions::uncalibrated_as_pytorch (fuselage.quantize_fx's convert_fx), such an
+// observer converts as PyTorch's does, scale 1.0 and zero point 0, and the report names it.
+TEST(ConvertTest, ObserverThatSawNoValueTakesPyTorchsDefaultsWhenAsked) {
+  auto m = BuildConvPool();
+  auto prepared = Prepare(m->gm, MinMaxMapping(), *GetBackendConfig("qnnpack"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ConvertOptions options;
+  options.uncalibrated_as_pytorch = true;
+  auto report = ConvertToReference(m->gm, *prepared, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->uncalibrated.size(), prepared->observers.size());
+  EXPECT_NE(std::find(report->uncalibrated.begin(), report->uncalibrated.end(),
+                      "observers.activation_post_process_0"),
+            report->uncalibrated.end());
+  int quantizes = 0;
+  for (const Node* n = m->gm.graph().first(); n != nullptr; n = n->next()) {
+    if (n->op() != OpKind::kCallFunction || n->target().name() != "torch.quantize_per_tensor") {
+      continue;
+    }
+    ++quantizes;
+    EXPECT_EQ(n->arg(1).ToString(), "1.0") << n->name();
+    EXPECT_EQ(n->arg(2).ToString(), "0") << n->name();
+  }
+  EXPECT_GT(quantizes, 0);
+  EXPECT_TRUE(m->gm.Verify().ok());
 }
 
 // A sample tensor without elements gives its observers no value: refused, naming the

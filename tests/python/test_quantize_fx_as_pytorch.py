@@ -1,0 +1,472 @@
+"""fuselage.quantize_fx where PyTorch's own FX test suite (tests/conformance/
+pytorch_fx_suite) found it differing from torch.ao.quantization.quantize_fx: each test
+runs PyTorch's flow and fuselage's on the same model and compares what the user sees."""
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.ao.quantization.quantize_fx as torch_qfx
+import torch.nn as nn
+from torch.ao.quantization import get_default_qconfig_mapping
+from torch.ao.quantization.observer import FixedQParamsObserver
+
+import fuselage.quantize_fx as qfx
+
+
+class FixedQParamsOps(nn.Module):
+    """Every op the default mappings give a FixedQParamsObserver: sigmoid, hardsigmoid,
+    tanh, softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.hardsigmoid = nn.Hardsigmoid()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.conv(x)
+        y = torch.sigmoid(y) + self.hardsigmoid(y)
+        y = torch.tanh(y).mean((2, 3))
+        return torch.softmax(self.fc(y), -1)
+
+
+def _batches(shape, n=4, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=g) for _ in range(n)]
+
+
+def _flow(quantize_fx, model, mapping, example, batches):
+    prepared = quantize_fx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+    with torch.no_grad():
+        for x in batches:
+            prepared(x)
+    return prepared, quantize_fx.convert_fx(prepared)
+
+
+def test_fixed_qparams_observers_are_pytorchs_and_convert_as_pytorch():
+    # Was: ModelFileError "cannot assign 'float' as buffer 'scale'" at prepare_fx (the
+    # engine's scale is a number; PyTorch keeps a shape-[1] tensor buffer).
+    torch.manual_seed(0)
+    model = FixedQParamsOps().eval()
+    example = torch.randn(2, 3, 10, 10)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    batches = _batches(example.shape)
+    prepared, converted = _flow(qfx, model, mapping, example, batches)
+    fixed = [m for m in prepared.modules() if isinstance(m, FixedQParamsObserver)]
+    assert fixed, "no FixedQParamsObserver in the prepared model"
+    for m in fixed:
+        assert isinstance(m.scale, torch.Tensor) and m.scale.shape == (1,)
+        assert isinstance(m.zero_point, torch.Tensor) and m.zero_point.shape == (1,)
+    # The same observers PyTorch's prepare places (scales 1/256, 1/256, 2/256).
+    theirs, expected = _flow(torch_qfx, model, mapping, example, batches)
+    theirs_fixed = [m for m in theirs.modules() if isinstance(m, FixedQParamsObserver)]
+    assert sorted(float(m.scale) for m in fixed) == \
+        sorted(float(m.scale) for m in theirs_fixed)
+    x = _batches(example.shape, n=1, seed=9)[0]
+    torch.testing.assert_close(converted(x), expected(x), atol=1.0 / 256, rtol=0)
+
+
+def test_mobilenet_v3_small_prepares_under_the_default_qnnpack_mapping():
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.mobilenet_v3_small().eval()
+    x = torch.randn(1, 3, 224, 224)
+    prepared = qfx.prepare_fx(model, get_default_qconfig_mapping("qnnpack"), (x,))
+    assert any(isinstance(m, FixedQParamsObserver) for m in prepared.modules())
+
+
+class SmallNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+def test_an_uncalibrated_model_converts_with_pytorchs_defaults_and_a_warning():
+    # Was: EngineError "saw no value" at convert_fx; PyTorch converts (scale 1.0, zero
+    # point 0) and warns, and its suite converts uncalibrated models to inspect them.
+    torch.manual_seed(0)
+    model = SmallNet().eval()
+    example = torch.randn(1, 3, 8, 8)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    prepared = qfx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+    with pytest.warns(UserWarning, match=r"saw no value \(.*activation_post_process_0"):
+        converted = qfx.convert_fx(prepared)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch_qfx.convert_fx(torch_qfx.prepare_fx(copy.deepcopy(model), mapping,
+                                                           (example,)))
+    x = torch.randn(1, 3, 8, 8)
+    torch.testing.assert_close(converted(x), theirs(x))
+    # The input is quantized at PyTorch's default parameters, scale 1.0 and zero point 0.
+    quantize = [n for n in converted.graph.nodes if n.target == torch.quantize_per_tensor]
+    assert quantize and float(_arg_value(converted, quantize[0].args[1])) == 1.0
+    assert int(_arg_value(converted, quantize[0].args[2])) == 0
+
+
+def _arg_value(graph_module, arg):
+    if isinstance(arg, torch.fx.Node):
+        return getattr(graph_module, arg.target)
+    return arg
+
+
+def test_a_calibrated_model_converts_without_a_warning():
+    model = SmallNet().eval()
+    example = torch.randn(1, 3, 8, 8)
+    prepared, _ = None, None
+    prepared = qfx.prepare_fx(model, get_default_qconfig_mapping("qnnpack"), (example,))
+    prepared(example)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        qfx.convert_fx(prepared)
+
+
+class DropoutNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 10)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.dropout(self.fc(x))
+
+
+def test_prepare_fx_of_a_model_in_training_mode_is_prepared_in_that_mode():
+    # Was: ConfigTranslationError "the model is in training mode". PyTorch prepares it
+    # and returns the prepared model in training mode (test_prepare_mode).
+    mapping = get_default_qconfig_mapping("qnnpack")
+    x = torch.randn(4, 5)
+    ours = qfx.prepare_fx(DropoutNet().train(), mapping, (x,))
+    theirs = torch_qfx.prepare_fx(DropoutNet().train(), mapping, (x,))
+    assert ours.training == theirs.training is True
+    assert ours.get_submodule("dropout").training
+    assert not qfx.prepare_fx(DropoutNet().eval(), mapping, (x,)).training
+
+
+def test_prepare_fx_refuses_a_batch_norm_in_training_mode_as_pytorch_fails_on_it():
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4)).train()
+    x = torch.randn(2, 3, 4, 4)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    with pytest.raises(Exception):
+        torch_qfx.prepare_fx(copy.deepcopy(model), mapping, (x,))
+    from fuselage.errors import ConfigTranslationError
+    with pytest.raises(ConfigTranslationError, match=r"batch norm '1' is in training mode"):
+        qfx.prepare_fx(model, mapping, (x,))
+
+
+class ConvThen(nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.op = op
+
+    def forward(self, x):
+        return self.op(self.conv(x))
+
+
+@pytest.mark.parametrize("op", [
+    nn.LayerNorm([4, 6, 6]), nn.InstanceNorm2d(4, affine=True), nn.InstanceNorm2d(4),
+    nn.LayerNorm([6], elementwise_affine=False), nn.GroupNorm(2, 4),
+    nn.LeakyReLU(0.1), nn.BatchNorm2d(4),
+], ids=lambda op: repr(op))
+def test_quantized_norms_and_activations_convert_as_pytorch(op):
+    # Was: ModelFileError "cannot rebuild LayerNorm: its constructor needs 'weight'" (the
+    # quantized norms take their weight and bias as constructor arguments).
+    torch.manual_seed(0)
+    model = ConvThen(op).eval()
+    example = torch.randn(2, 3, 6, 6)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    batches = _batches(example.shape)
+    _, converted = _flow(qfx, model, mapping, example, batches)
+    _, expected = _flow(torch_qfx, model, mapping, example, batches)
+    assert [type(m) for m in converted.modules()][-1] is type(list(expected.modules())[-1])
+    x = _batches(example.shape, n=1, seed=9)[0]
+    torch.testing.assert_close(converted(x), expected(x))
+
+
+def test_prepared_observers_are_on_the_root_as_in_pytorch():
+    # Was: observers under `observers.` with dotted node targets, so
+    # getattr(prepared, node.target) failed (the suite's _check_not_observed).
+    torch.manual_seed(0)
+    model = SmallNet().eval()
+    example = torch.randn(1, 3, 8, 8)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    prepared = qfx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+    theirs = torch_qfx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+
+    def observer_targets(gm):
+        return [n.target for n in gm.graph.nodes if n.op == "call_module" and
+                n.target.startswith("activation_post_process_")]
+
+    ours_targets = observer_targets(prepared)
+    # PyTorch's names, one per observer node; a node sharing its input's observer (mean)
+    # calls the same instance by a name of its own (fuselage numbers it last).
+    assert sorted(ours_targets) == sorted(observer_targets(theirs))
+
+    def aliases(gm):
+        return len(dict(gm.named_modules(remove_duplicate=False))) - \
+            len(dict(gm.named_modules()))
+
+    assert aliases(prepared) == aliases(theirs) == 1
+    observer_nodes = [n for n in prepared.graph.nodes if n.op == "call_module" and
+                      "post_process" in n.target]
+    assert [n.target for n in observer_nodes] == ours_targets
+    for target in ours_targets:
+        assert type(getattr(prepared, target)) is type(getattr(theirs, target))
+    # Copies convert the same as the original, as before.
+    batches = _batches(example.shape)
+    with torch.no_grad():
+        for x in batches:
+            prepared(x)
+    copied = copy.deepcopy(prepared)
+    x = _batches(example.shape, n=1, seed=9)[0]
+    torch.testing.assert_close(qfx.convert_fx(copied)(x), qfx.convert_fx(prepared)(x))
+    assert any(isinstance(m, torch.ao.nn.quantized.Conv2d)
+               for m in qfx.convert_fx(copy.deepcopy(prepared)).modules())
+
+
+class QatSigmoid(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return torch.sigmoid(self.bn(self.conv(x)))
+
+
+def test_a_qat_model_with_fixed_qparams_ops_converts():
+    # Was: EngineError "FixedQParamsObserver: attribute 'reduce_range' is missing" (PyTorch's
+    # own FixedQParamsObserver, wrapped by FixedQParamsFakeQuantize, has none; the suite's
+    # test_model_dropout, mobilenet_v3_small).
+    from torch.ao.quantization import get_default_qat_qconfig_mapping
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8)
+    prepared = qfx.prepare_qat_fx(QatSigmoid().train(), get_default_qat_qconfig_mapping("qnnpack"),
+                                  (x,))
+    for batch in _batches(x.shape, n=3):
+        prepared(batch)
+    prepared.eval()
+    with torch.no_grad():
+        fake_quantized = prepared(x)
+    converted = qfx.convert_fx(prepared)
+    torch.testing.assert_close(converted(x), fake_quantized, atol=2.0 / 256, rtol=0)
+
+
+def _observed_args(prepared, method):
+    """The positions of `method`'s args that an observer produces."""
+    from fuselage._prepared import _is_observer_module
+    for node in prepared.graph.nodes:
+        if node.op == "call_method" and node.target == method:
+            return [i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node) and
+                    a.op == "call_module" and _is_observer_module(getattr(prepared, a.target))]
+    raise AssertionError(f"no call_method {method}")
+
+
+class PermuteByInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x, y, z):
+        return self.conv(x).permute(0, y, z, 1)
+
+
+class AddRank(nn.Module):
+    def forward(self, x):
+        return torch.add(x, x.ndim - 1 - 1)
+
+
+def test_non_tensor_values_are_not_observed_as_pytorch():
+    # Was: observers on the ints (a shape method's dims; `x.ndim - 2`), which raised
+    # "'int' object has no attribute 'numel'" when the prepared model ran.
+    mapping = get_default_qconfig_mapping("qnnpack")
+    args = (torch.randn(1, 3, 6, 6), 2, 3)
+    prepared = qfx.prepare_fx(PermuteByInputs().eval(), mapping, args)
+    assert _observed_args(prepared, "permute") == \
+        _observed_args(torch_qfx.prepare_fx(PermuteByInputs().eval(), mapping, args), "permute")
+    prepared(*args)
+    x = torch.rand(4, 4, 4, 4)
+    prepared = qfx.prepare_fx(AddRank().eval(), mapping, (x,))
+    prepared(x)
+    theirs = torch_qfx.prepare_fx(AddRank().eval(), mapping, (x,))
+    theirs(x)
+    torch.testing.assert_close(qfx.convert_fx(prepared)(x), torch_qfx.convert_fx(theirs)(x))
+
+
+def test_preserved_attributes_as_pytorch():
+    # Was: ConfigTranslationError "prepare_custom_config is not supported" for any setting.
+    model = SmallNet().eval()
+    model.preserved_attr = 3
+    example = torch.randn(1, 3, 8, 8)
+    mapping = get_default_qconfig_mapping("qnnpack")
+    for quantize_fx in (torch_qfx, qfx):
+        prepared = quantize_fx.prepare_fx(
+            copy.deepcopy(model), mapping, (example,),
+            prepare_custom_config={"preserved_attributes": ["preserved_attr"]})
+        assert prepared.preserved_attr == 3
+        assert copy.deepcopy(prepared).preserved_attr == 3
+        prepared(example)
+        converted = quantize_fx.convert_fx(
+            prepared, convert_custom_config={"preserved_attributes": ["preserved_attr"]})
+        assert converted.preserved_attr == 3
+        assert copy.deepcopy(converted).preserved_attr == 3
+    fused = qfx.fuse_fx(copy.deepcopy(model),
+                        fuse_custom_config={"preserved_attributes": ["preserved_attr"]})
+    assert fused.preserved_attr == 3
+
+
+def test_other_custom_config_settings_are_refused_by_name():
+    from fuselage.errors import ConfigTranslationError
+    with pytest.raises(ConfigTranslationError, match=r"\['non_traceable_module_name'\]"):
+        qfx.prepare_fx(SmallNet().eval(), get_default_qconfig_mapping("qnnpack"),
+                       (torch.randn(1, 3, 8, 8),),
+                       prepare_custom_config={"non_traceable_module_name": ["conv"],
+                                              "preserved_attributes": []})
+
+
+class Tanh(nn.Module):
+    def forward(self, x):
+        return torch.tanh(torch.sigmoid(x))
+
+
+@pytest.mark.skipif(int(torch.__version__.split(".")[0]) >= 2, reason="PyTorch 2 warns and keeps the op float")
+def test_a_fixed_qparams_op_with_another_qconfig_is_refused_as_pytorch_1_13():
+    # Was: a warning and the op kept float; PyTorch 1.13's prepare_fx raises ValueError.
+    from torch.ao.quantization import QConfigMapping, default_qconfig
+    mapping = QConfigMapping().set_global(default_qconfig)
+    x = torch.randn(2, 2)
+    with pytest.raises(ValueError, match="get_default_qconfig_mapping"):
+        torch_qfx.prepare_fx(Tanh().eval(), mapping, (x,))
+    with pytest.raises(ValueError, match=r"node 'sigmoid'.*get_default_qconfig_mapping"):
+        qfx.prepare_fx(Tanh().eval(), mapping, (x,))
+
+
+class TwoConvs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 1, 1)
+        self.conv2 = nn.Conv2d(1, 1, 1)
+
+    def forward(self, x):
+        return self.conv2(self.conv1(x))
+
+
+def _count(gm, op, target):
+    return sum(1 for n in gm.graph.nodes if n.op == op and
+               (n.target == target if isinstance(target, str) else
+                (n.target is target or (n.op == "call_module" and
+                                        isinstance(gm.get_submodule(n.target), target)))))
+
+
+@pytest.mark.parametrize("inputs,outputs", [([0], [0]), ([], [0]), ([0], [])])
+def test_quantized_inputs_and_outputs_as_pytorch(inputs, outputs):
+    # Was: ConfigTranslationError "prepare_custom_config is not supported".
+    from torch.ao.quantization import MinMaxObserver, QConfigMapping, default_qconfig
+    torch.manual_seed(0)
+    model = TwoConvs().eval()
+    example = torch.randn(1, 1, 4, 4)
+    mapping = QConfigMapping().set_global(default_qconfig)
+    config = {"input_quantized_idxs": inputs, "output_quantized_idxs": outputs}
+    results = []
+    for quantize_fx in (torch_qfx, qfx):
+        prepared = quantize_fx.prepare_fx(copy.deepcopy(model), mapping, (example,),
+                                          prepare_custom_config=dict(config))
+        observers = _count(prepared, "call_module", MinMaxObserver)
+        for x in _batches(example.shape):
+            prepared(x)
+        converted = quantize_fx.convert_fx(prepared)
+        results.append((observers, _count(converted, "call_function", torch.quantize_per_tensor),
+                        _count(converted, "call_method", "dequantize"), converted))
+    (o1, q1, d1, theirs), (o2, q2, d2, ours) = results
+    assert (o2, q2, d2) == (o1, q1, d1)
+    x = torch.randn(1, 1, 4, 4)
+    xq = torch.quantize_per_tensor(x, 0.05, 128, torch.quint8) if inputs else x
+    got, expected = ours(xq), theirs(xq)
+    assert got.is_quantized == expected.is_quantized == bool(outputs)
+    torch.testing.assert_close(got.dequantize() if outputs else got,
+                               expected.dequantize() if outputs else expected)
+
+
+def test_a_quantized_input_read_by_a_float_op_is_refused():
+    from torch.ao.quantization import QConfigMapping, default_qconfig
+    from fuselage.errors import ConfigTranslationError
+    mapping = QConfigMapping().set_global(default_qconfig).set_module_name("conv1", None)
+    with pytest.raises(ConfigTranslationError, match=r"input 0 \('x'\)"):
+        qfx.prepare_fx(TwoConvs().eval(), mapping, (torch.randn(1, 1, 4, 4),),
+                       prepare_custom_config={"input_quantized_idxs": [0]})
+
+
+def test_quantized_input_in_prepare_qat_fx_as_pytorch():
+    from torch.ao.quantization import get_default_qat_qconfig_mapping
+    from torch.ao.quantization.fake_quantize import FakeQuantizeBase
+    example = torch.randn(1, 1, 4, 4)
+    counts = []
+    for quantize_fx in (torch_qfx, qfx):
+        prepared = quantize_fx.prepare_qat_fx(
+            TwoConvs().train(), get_default_qat_qconfig_mapping("qnnpack"), (example,),
+            prepare_custom_config={"input_quantized_idxs": [0]})
+        counts.append(_count(prepared, "call_module", FakeQuantizeBase))
+        prepared(example)
+        converted = quantize_fx.convert_fx(prepared.eval())
+        assert _count(converted, "call_function", torch.quantize_per_tensor) == 0
+        converted(torch.quantize_per_tensor(example, 0.05, 128, torch.quint8))
+    assert counts[0] == counts[1]
+
+
+class MaskedFill(nn.Module):
+    def forward(self, x, mask):
+        mask = mask.unsqueeze(0)
+        mask = mask.unsqueeze(1)
+        return x.masked_fill(mask, 1)
+
+
+def test_a_bool_mask_reshaped_before_masked_fill_is_not_observed_as_pytorch():
+    # Was: observers on the mask and its unsqueezes (PyTorch follows the mask's dtype back
+    # through the shape ops; the suite's test_boolean_tensor).
+    from fuselage._prepared import _is_observer_module
+    from torch.ao.quantization import QConfigMapping, default_qconfig
+    mapping = QConfigMapping().set_global(default_qconfig)
+    args = (torch.rand(1, 2, 3, 4), torch.rand(3, 4) > 0.5)
+    counts = []
+    for quantize_fx in (torch_qfx, qfx):
+        prepared = quantize_fx.prepare_fx(MaskedFill().eval(), mapping, args)
+        counts.append(sum(1 for n in prepared.graph.nodes if n.op == "call_module" and
+                          _is_observer_module(prepared.get_submodule(n.target))))
+        prepared(*args)
+        converted = quantize_fx.convert_fx(prepared)
+        torch.testing.assert_close(converted(*args), MaskedFill()(*args))
+    assert counts == [0, 0]
+
+
+class Pool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.avgpool2d = nn.AvgPool2d(kernel_size=3)
+
+    def forward(self, x):
+        return self.avgpool2d(x)
+
+
+def test_prepare_qat_fx_fake_quantizes_are_on_the_root_as_in_pytorch():
+    # Was: prepare_qat_fx's fake-quantizes under `observers.` (the suite's
+    # test_copy_node_has_shared_actpp_instance): a copy node's output shares its input's
+    # instance under a name of its own.
+    from torch.ao.quantization import default_qat_qconfig
+    from torch.ao.quantization.fake_quantize import FakeQuantizeBase
+    x = torch.randn(1, 3, 9, 9)
+    layouts = []
+    for quantize_fx in (torch_qfx, qfx):
+        prepared = quantize_fx.prepare_qat_fx(Pool().train(), {"": default_qat_qconfig}, (x,))
+        nodes = [n for n in prepared.graph.nodes if n.op == "call_module" and
+                 isinstance(prepared.get_submodule(n.target), FakeQuantizeBase)]
+        assert all("." not in n.target for n in nodes)
+        layouts.append((len(nodes), len({id(prepared.get_submodule(n.target)) for n in nodes})))
+        prepared(x)
+        converted = quantize_fx.convert_fx(prepared.eval())
+        torch.testing.assert_close(converted(x), nn.AvgPool2d(3)(x), atol=0.05, rtol=0)
+    assert layouts[0] == layouts[1] == (2, 1)
