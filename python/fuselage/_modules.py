@@ -394,7 +394,11 @@ def build(type_name, tensors, attributes, children, where):
             # A one-element buffer the file holds as a number: PyTorch 2's 0-dim output
             # scale / zero_point (_is_scalar_qparam_buffer), FixedQParamsObserver's
             # `scale` / `zero_point` (shape [1]).
-            module._buffers[name] = torch.full_like(buffer, value)
+            try:
+                module._buffers[name] = torch.full_like(buffer, value)
+            except RuntimeError as e:  # 1e40 in a float32 buffer
+                raise ModelFileError(f"{where}: attribute '{name}' of {type_name} is {value}, "
+                                     f"which its {buffer.dtype} buffer cannot hold: {e}") from None
             continue
         try:
             setattr(module, name, value)
