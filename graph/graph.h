@@ -114,7 +114,7 @@ struct HashedName {
   absl::string_view text;
   uint32_t hash;
 };
-class NameChars;  // a name being built (graph.cc)
+class NameChars;  // a name being built (graph_names.cc)
 class GraphTestPeer;  // tests only
 
 // A graph's name index: every live node under its name. An open-addressing table (linear
@@ -190,7 +190,7 @@ class NameIndex {
 // Counting costs one add per operation on a thread-local word.
 uint64_t UseListSteps();
 void CountUseListSteps(uint64_t steps);
-// What probing a candidate name found (Graph's naming, graph.cc).
+// What probing a candidate name found (Graph's naming, graph_names.cc).
 enum class Claim {
   kClaimed,      // free (and taken by the node being named, if any)
   kTaken,        // another node has it
