@@ -407,13 +407,6 @@ const std::string& Graph::Rename(Node* node, absl::string_view name) {
   return node->name_;
 }
 
-void Graph::EraseFromNameIndex(Node* node) {
-  if (node->name_.empty()) return;  // not named yet (InsertBeforeUnnamed): not indexed
-  // Found by the node's kept hash and slot number: no name is read.
-  by_name_.Erase(node->name_hash_, node->index_);
-  NoteNameFreed(node->name_hash_);
-}
-
 Node* Graph::FindNode(absl::string_view name) const {
   return by_name_.Find(HashedName{name, NameHashOf(name)});
 }
