@@ -10,32 +10,35 @@
 // nn.LogSoftmax, nn.LayerNorm, nn.GroupNorm, nn.InstanceNorm1d / 2d / 3d (input statistics,
 // or the running ones with track_running_stats), nn.MaxPool1d / 2d, nn.AvgPool1d / 2d,
 // nn.AdaptiveAvgPool1d / 2d, nn.AdaptiveMaxPool2d, nn.Upsample / nn.UpsamplingNearest2d /
-// nn.UpsamplingBilinear2d, nn.Flatten, nn.Identity, nn.Dropout / nn.Dropout2d (eval:
-// identity),
+// nn.UpsamplingBilinear2d, nn.PixelShuffle / nn.PixelUnshuffle, nn.Flatten, nn.Identity,
+// nn.Dropout / nn.Dropout2d (eval: identity),
 // nni.ConvReLU{1,2,3}d, nni.ConvBn{1,2,3}d, nni.ConvBnReLU{1,2,3}d, nni.BNReLU{2,3}d,
-// nni.LinearReLU,
+// nni.ConvAct2d (its schema fixes the activation), nni.LinearReLU,
 // nni.LinearBn1d (sequential over children), nni.ConvAdd2d / nni.ConvAddReLU2d
 // ((x, extra) -> [relu](conv(x) + extra), conv = child "0").
-// call_function: operator.add / sub / mul / truediv / matmul / getitem; torch.add / sub /
-// mul / div / cat / stack / flatten / reshape / squeeze / unsqueeze / permute / transpose /
-// chunk / unbind / relu / sigmoid / tanh / softmax / log_softmax / matmul / bmm / mean /
-// sum / amax; torch.functional.split; torch.nn.functional.relu / relu6 / hardtanh /
-// hardswish / hardsigmoid / sigmoid / tanh / silu / gelu / elu / leaky_relu / prelu /
-// softmax / log_softmax / layer_norm / group_norm / instance_norm / conv1d / conv2d /
+// call_function: operator.add / sub / mul / truediv / floordiv (ints) / matmul / getitem;
+// builtins.getattr (a tensor's shape only); torch.add / sub / mul / div / cat / stack /
+// flatten / reshape / narrow / squeeze / unsqueeze / permute / transpose / chunk / unbind /
+// relu / sigmoid / tanh / clamp (number bounds) / softmax / log_softmax / matmul / bmm /
+// mean / sum / amax; torch.functional.split; torch.nn.functional.relu / relu6 / hardtanh /
+// hardtanh_ (out of place) / hardswish / hardsigmoid / sigmoid / tanh / silu / gelu / elu /
+// leaky_relu / prelu / softmax / log_softmax / layer_norm / group_norm / batch_norm
+// (training=False only) / instance_norm / pixel_shuffle / pixel_unshuffle / conv1d / conv2d /
 // conv3d / conv_transpose1d / 2d / 3d / linear / max_pool1d / 2d / avg_pool1d / 2d /
 // adaptive_avg_pool1d / 2d / adaptive_max_pool2d / interpolate (nearest, bilinear; 4-d
 // inputs) / pad (constant) / dropout (training=False only);
 // torchvision.ops.stochastic_depth.stochastic_depth (training=False or p=0 only: the
 // identity).
-// call_method: add, sub, mul, div, relu, sigmoid, tanh, softmax, log_softmax, view,
-// reshape, flatten, squeeze, unsqueeze, permute, transpose, chunk, split, unbind, matmul,
-// bmm, mean, sum, amax, size, contiguous.
+// call_method: add, sub, mul, div, relu, sigmoid, tanh, clamp, softmax, log_softmax, view,
+// reshape, flatten, narrow, squeeze, unsqueeze, permute, transpose, chunk, split, unbind,
+// matmul, bmm, mean, sum, amax, size, dim, contiguous.
 //
 // add / sub / mul / div take tensors (broadcasting) or numbers on either side (two ints
 // give an int for add / sub / mul, as in Python, for shape arithmetic on size()). chunk /
 // split / unbind return a tuple of tensors (read by getitem). The shape-only kernels
-// (flatten, view, reshape, squeeze, unsqueeze, permute, transpose, chunk, split, unbind,
-// size, contiguous, getitem, stochastic_depth, nn.Identity, nn.Dropout(2d), nn.Flatten) accept
+// (flatten, view, reshape, narrow, squeeze, unsqueeze, permute, transpose, chunk, split,
+// unbind, size, dim, getattr, contiguous, getitem, pixel_shuffle / pixel_unshuffle, dropout,
+// stochastic_depth, nn.Identity, nn.Dropout(2d), nn.Flatten) accept
 // any dtype, quantized included, keeping bytes and qparams (a per-channel axis follows
 // permute / squeeze / unsqueeze; split along it splits the scales); cat does too when all
 // inputs share their qparams. Every other kernel wants float32 and says so otherwise (a
