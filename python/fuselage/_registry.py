@@ -54,7 +54,8 @@ def functions() -> frozenset:
 
 MODULE_HOWTO = ("register its schema in ModuleSchemaRegistry (graph/module_schema.cc, "
                 "RegisterBuiltinModuleSchemas) and its kernel in KernelRegistry "
-                "(runtime/float_kernels.cc), or let torch.fx trace through it")
+                "(runtime/float_kernels.h: the float_*_kernels.cc file of its op family), or let "
+                "torch.fx trace through it")
 FUNCTION_HOWTO = ("register it in FunctionRegistry (backend_configs/known_functions.cc, "
                   "RegisterBuiltinFunctions) and its kernel in KernelRegistry "
-                  "(runtime/float_kernels.cc)")
+                  "(runtime/float_kernels.h: the float_*_kernels.cc file of its op family)")
