@@ -24,113 +24,13 @@
 #include "runtime/quantized/prelu.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/quantize.h"
+#include "runtime/quantized/register_internal.h"
 #include "runtime/quantized/resample.h"
 #include "runtime/quantized/shape_ops.h"
 
 namespace fuselage {
+namespace quantized_kernels_internal {
 namespace {
-
-using quantized::Conv2dParams;
-using quantized::Pool2dParams;
-
-// ---- Reading values ----
-
-// A number given as an int / float Value or as a tensor of one element (a get_attr of a
-// 0-d tensor in graphs imported from PyTorch).
-absl::StatusOr<double> NumberOf(const Value& v, absl::string_view what) {
-  if (v.is_number()) return v.as_float();
-  if (v.is_tensor() && v.as_tensor().numel() == 1) {
-    const Tensor& t = v.as_tensor();
-    switch (t.dtype()) {
-      case DType::kFloat32: return t.data<float>()[0];
-      case DType::kInt32: return t.data<int32_t>()[0];
-      case DType::kInt64: return static_cast<double>(t.data<int64_t>()[0]);
-      default: break;
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "arg '", what, "': expected a number or a one-element float / int tensor; got ",
-      v.ToString()));
-}
-
-absl::StatusOr<int64_t> IntOf(const Value& v, absl::string_view what) {
-  ASSIGN_OR_RETURN(double d, NumberOf(v, what));
-  if (d != static_cast<double>(static_cast<int64_t>(d))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("arg '", what, "': expected an integer; got ", v.ToString()));
-  }
-  return static_cast<int64_t>(d);
-}
-
-// The numbers of a float32 / int32 / int64 tensor of any shape (per-channel parameters).
-absl::StatusOr<std::vector<double>> NumbersOfTensor(const Tensor& t, absl::string_view what) {
-  std::vector<double> out;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    switch (t.dtype()) {
-      case DType::kFloat32: out.push_back(t.data<float>()[i]); break;
-      case DType::kInt32: out.push_back(t.data<int32_t>()[i]); break;
-      case DType::kInt64: out.push_back(static_cast<double>(t.data<int64_t>()[i])); break;
-      default:
-        return absl::InvalidArgumentError(absl::StrCat(what, ": tensor of dtype ",
-                                                       DTypeName(t.dtype()),
-                                                       "; expected float32, int32 or int64"));
-    }
-  }
-  return out;
-}
-
-std::vector<int64_t> ToInts(const std::vector<double>& values) {
-  return std::vector<int64_t>(values.begin(), values.end());
-}
-
-absl::StatusOr<DType> DTypeArg(const ArgReader& r, size_t index, absl::string_view name) {
-  ASSIGN_OR_RETURN(Value v, r.Required(index, name));
-  if (!v.is_dtype()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("arg '", name, "': expected a dtype; got ", v.ToString()));
-  }
-  return v.as_dtype();
-}
-
-absl::StatusOr<std::array<int64_t, 2>> Pair(std::vector<int64_t> v) {
-  if (v.size() == 1) return std::array<int64_t, 2>{v[0], v[0]};
-  if (v.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("expected 1 or 2 ints; got ", v.size()));
-  }
-  return std::array<int64_t, 2>{v[0], v[1]};
-}
-
-// A module attribute as a pair (an int or a list of two), `fallback` when absent.
-absl::StatusOr<std::array<int64_t, 2>> AttrPair(const Module& m, absl::string_view name,
-                                                int64_t fallback) {
-  if (m.FindAttribute(name) == nullptr) return std::array<int64_t, 2>{fallback, fallback};
-  ASSIGN_OR_RETURN(std::vector<int64_t> v, m.GetInts(name, 2));
-  return std::array<int64_t, 2>{v[0], v[1]};
-}
-
-absl::StatusOr<const Tensor*> OnlyTensorInput(absl::Span<const Value> args, const Module& m,
-                                              size_t count = 1) {
-  if (args.size() != count || !args[0].is_tensor() ||
-      (count == 2 && !args[1].is_tensor())) {
-    return absl::InvalidArgumentError(absl::StrCat(m.type().name(), " takes ", count,
-                                                   " Tensor input(s); got ", args.size(),
-                                                   " args"));
-  }
-  return &args[0].as_tensor();
-}
-
-// A module attribute or 0-d tensor named `name` (nnq.Quantize keeps scale / zero_point
-// as buffers in PyTorch; fuselage may store them as attributes).
-absl::StatusOr<double> AttrOrTensorNumber(const Module& m, absl::string_view name) {
-  if (m.FindAttribute(name) != nullptr) return m.GetFloat(name);
-  if (const Tensor* t = m.FindTensor(name)) {
-    ASSIGN_OR_RETURN(std::vector<double> v,
-                     NumbersOfTensor(*t, absl::StrCat(m.type().name(), " ", name)));
-    if (v.size() == 1) return v[0];
-  }
-  return absl::InvalidArgumentError(absl::StrCat(m.type().name(), ": missing '", name,
-                                                 "' (an attribute or a one-element tensor)"));
-}
 
 // ---- Native quantized modules ----
 
@@ -380,16 +280,6 @@ ModuleKernel UnaryModule(
   };
 }
 
-FunctionKernel UnaryFunction(
-    std::function<absl::StatusOr<Tensor>(const ArgReader&, const Tensor&)> fn) {
-  return [fn](const KernelContext&, absl::Span<const Value> args,
-              const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ArgReader r(args, kwargs);
-    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
-    ASSIGN_OR_RETURN(Tensor y, fn(r, *x));
-    return Value(std::move(y));
-  };
-}
 
 absl::StatusOr<Pool2dParams> ModulePoolParams(const Module& m, bool max_pool) {
   Pool2dParams p;
@@ -510,23 +400,6 @@ absl::StatusOr<std::array<int64_t, 2>> AdaptiveSize(const Value& v, const Tensor
       absl::StrCat("arg 'output_size': expected an int or 2 entries; got ", v.ToString()));
 }
 
-absl::StatusOr<Value> ArgumentToValue(const Argument& a) {
-  switch (a.kind()) {
-    case Argument::Kind::kNone: return Value::None();
-    case Argument::Kind::kInt: return Value::Int(a.as_int());
-    case Argument::Kind::kFloat: return Value::Float(a.as_float());
-    case Argument::Kind::kList: {
-      std::vector<Value> items;
-      for (const Argument& i : a.items()) {
-        ASSIGN_OR_RETURN(Value v, ArgumentToValue(i));
-        items.push_back(std::move(v));
-      }
-      return a.is_tuple() ? Value::Tuple(std::move(items)) : Value::List(std::move(items));
-    }
-    default: return absl::InvalidArgumentError(absl::StrCat("unexpected ", a.ToString()));
-  }
-}
-
 
 // ---- Activations and normalization with their own output qparams ----
 
@@ -616,29 +489,6 @@ absl::StatusOr<Value> QuantizedNormModule(const KernelContext&, const Module& m,
   return Value(std::move(*y));
 }
 
-// torch.ops.quantized.batch_norm2d[_relu] / batch_norm3d[_relu](qx, weight, bias, mean,
-// var, eps, output_scale, output_zero_point).
-FunctionKernel QuantizedBatchNormFn(bool relu) {
-  return [relu](const KernelContext&, absl::Span<const Value> args,
-                const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ArgReader r(args, kwargs);
-    RETURN_IF_ERROR(r.ExpectAtMostPositional(8));
-    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "qx"));
-    ASSIGN_OR_RETURN(const Tensor* weight, r.OptionalFloatTensor(1, "weight"));
-    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
-    ASSIGN_OR_RETURN(const Tensor* mean, r.GetFloatTensor(3, "mean"));
-    ASSIGN_OR_RETURN(const Tensor* var, r.GetFloatTensor(4, "var"));
-    ASSIGN_OR_RETURN(double eps, r.GetFloat(5, "eps"));
-    ASSIGN_OR_RETURN(Value scale_v, r.Required(6, "output_scale"));
-    ASSIGN_OR_RETURN(Value zp_v, r.Required(7, "output_zero_point"));
-    ASSIGN_OR_RETURN(double scale, NumberOf(scale_v, "output_scale"));
-    ASSIGN_OR_RETURN(int64_t zero_point, IntOf(zp_v, "output_zero_point"));
-    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedBatchNorm(*x, weight, bias, *mean, *var, eps,
-                                                             scale, zero_point, relu));
-    return Value(std::move(y));
-  };
-}
-
 // mean(input, dim=None, keepdim=False, dtype=None) on a quantized tensor.
 absl::StatusOr<Value> QuantizedMeanFn(const KernelContext&, absl::Span<const Value> args,
                                       const ValueKwargs& kwargs) {
@@ -671,450 +521,17 @@ absl::StatusOr<bool> GeluApproximation(const Value& v) {
                                                  "; expected 'none' or 'tanh'"));
 }
 
-// ---- Ops that only move or select stored values ----
-
-// The stored integers of a per-tensor quantized tensor as float32 (exact for 8-bit
-// dtypes): a float kernel that only copies or selects elements (nearest interpolation,
-// max pooling) then computes exactly what the quantized kernel does.
-absl::StatusOr<Tensor> StoredValuesAsFloat(const Tensor& qx, absl::string_view what) {
-  RETURN_IF_ERROR(quantized::ExpectPerTensorQuantized(qx, what, "input"));
-  if (qx.dtype() == DType::kQInt32) {
-    return absl::UnimplementedError(absl::StrCat(what, ": qint32 input; expected quint8 or qint8"));
-  }
-  const std::vector<int32_t> q = quantized::IntValues(qx);
-  return Tensor::FromFloats(qx.shape(), std::vector<float>(q.begin(), q.end()));
-}
-
-// The float result of such a kernel back to stored integers with `like`'s dtype and
-// qparams.
-absl::StatusOr<Tensor> StoredValuesFromFloat(const Value& result, const Tensor& like,
-                                             absl::string_view what) {
-  if (!result.is_tensor() || result.as_tensor().dtype() != DType::kFloat32) {
-    return absl::InternalError(absl::StrCat(what, ": the float kernel returned ",
-                                            result.ToString(), "; expected a float32 tensor"));
-  }
-  const Tensor& y = result.as_tensor();
-  std::vector<int32_t> q(static_cast<size_t>(y.numel()));
-  for (int64_t i = 0; i < y.numel(); ++i) {
-    q[i] = quantized::RoundAndClamp(y.data<float>()[i], DTypeMin(like.dtype()),
-                                    DTypeMax(like.dtype()));
-  }
-  return quantized::FromIntValues(like.dtype(), y.shape(), like.qparams(), q);
-}
-
-// The (h, w) of a size / scale_factor arg (an int / float or a pair; None: absent).
-absl::StatusOr<std::optional<std::array<double, 2>>> SpatialPairOf(const Value* v,
-                                                                   absl::string_view name) {
-  if (v == nullptr || v->is_none()) return std::optional<std::array<double, 2>>();
-  if (v->is_number()) return std::optional<std::array<double, 2>>({v->as_float(), v->as_float()});
-  if (v->is_list() && v->items().size() == 2 && v->items()[0].is_number() &&
-      v->items()[1].is_number()) {
-    return std::optional<std::array<double, 2>>(
-        {v->items()[0].as_float(), v->items()[1].as_float()});
-  }
-  return absl::InvalidArgumentError(absl::StrCat("interpolate: arg '", name, "' is ",
-                                                 v->ToString(),
-                                                 "; expected a number or two numbers"));
-}
-
-// Bilinear interpolate / upsample of a quantized tensor from PyTorch's arguments: the
-// output size is `size`, or floor(in * scale_factor), and the scales are passed on to the
-// kernel unless recompute_scale_factor is set (as F.interpolate does).
-absl::StatusOr<Tensor> QuantizedBilinear(const Tensor& qx, const Value* size, const Value* scale,
-                                         bool align_corners, bool recompute) {
-  ASSIGN_OR_RETURN(auto sizes, SpatialPairOf(size, "size"));
-  ASSIGN_OR_RETURN(auto scales, SpatialPairOf(scale, "scale_factor"));
-  if (sizes.has_value() == scales.has_value()) {
-    return absl::InvalidArgumentError(
-        "interpolate: exactly one of 'size' and 'scale_factor' must be given");
-  }
-  if (qx.dim() != 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bilinear interpolate: input has shape ", qx.ShapeString(), "; expected [N, C, H, W]"));
-  }
-  std::array<int64_t, 2> out{};
-  if (sizes.has_value()) {
-    out = {static_cast<int64_t>((*sizes)[0]), static_cast<int64_t>((*sizes)[1])};
-  } else {
-    for (int i = 0; i < 2; ++i) {
-      out[i] = static_cast<int64_t>(
-          std::floor(static_cast<double>(qx.shape()[2 + i]) * (*scales)[i]));
-    }
-  }
-  return quantized::QuantizedUpsampleBilinear2d(
-      qx, out, align_corners,
-      scales.has_value() && !recompute ? scales : std::optional<std::array<double, 2>>());
-}
-
-// A quantized overload of a call_function whose float kernel only selects values
-// (adaptive_max_pool2d): the float kernel runs on the stored integers.
-FunctionKernel OnStoredValuesFn(OpKind op, Symbol target) {
-  return [op, target](const KernelContext& ctx, absl::Span<const Value> args,
-                      const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ArgReader r(args, kwargs);
-    ASSIGN_OR_RETURN(const Tensor* qx, r.GetTensor(0, "input"));
-    const FunctionKernel* kernel = ctx.registry.FindFunction(op, target);
-    if (kernel == nullptr) {
-      return absl::UnimplementedError(absl::StrCat("no float kernel for ", target.name()));
-    }
-    ASSIGN_OR_RETURN(Tensor x, StoredValuesAsFloat(*qx, target.name()));
-    std::vector<Value> float_args(args.begin(), args.end());
-    float_args[0] = Value(std::move(x));
-    ASSIGN_OR_RETURN(Value y, (*kernel)(ctx, float_args, kwargs));
-    ASSIGN_OR_RETURN(Tensor out, StoredValuesFromFloat(y, *qx, target.name()));
-    return Value(std::move(out));
-  };
-}
-
-// F.interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
-// recompute_scale_factor=None, antialias=False) on a quantized tensor: nearest copies
-// stored values (the float kernel on them), bilinear is QuantizedUpsampleBilinear2d.
-absl::StatusOr<Value> QuantizedInterpolateFn(const KernelContext& ctx,
-                                             absl::Span<const Value> args,
-                                             const ValueKwargs& kwargs) {
-  ArgReader r(args, kwargs);
-  ASSIGN_OR_RETURN(const Tensor* qx, r.GetTensor(0, "input"));
-  std::string mode = "nearest";
-  if (const Value* v = r.Find(3, "mode"); v != nullptr && !v->is_none()) {
-    if (!v->is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("interpolate: arg 'mode' is ", v->ToString(), "; expected a string"));
-    }
-    mode = std::string(v->as_string());
-  }
-  if (mode == "nearest") {
-    return OnStoredValuesFn(OpKind::kCallFunction,
-                            Symbol::Intern("torch.nn.functional.interpolate"))(ctx, args, kwargs);
-  }
-  if (mode != "bilinear") {
-    return absl::UnimplementedError(absl::StrCat(
-        "interpolate on a quantized tensor: mode '", mode, "'; supported: nearest, bilinear"));
-  }
-  ASSIGN_OR_RETURN(bool align_corners, r.OptionalBool(4, "align_corners", false));
-  ASSIGN_OR_RETURN(bool recompute, r.OptionalBool(5, "recompute_scale_factor", false));
-  ASSIGN_OR_RETURN(bool antialias, r.OptionalBool(6, "antialias", false));
-  if (antialias) return absl::UnimplementedError("interpolate: antialias=True");
-  ASSIGN_OR_RETURN(Tensor y, QuantizedBilinear(*qx, r.Find(1, "size"), r.Find(2, "scale_factor"),
-                                               align_corners, recompute));
-  return Value(std::move(y));
-}
-
-// nn.AdaptiveMaxPool2d on a quantized tensor: its float kernel on the stored integers.
-absl::StatusOr<Value> QuantizedAdaptiveMaxPoolModule(const KernelContext& ctx, const Module& m,
-                                                     absl::Span<const Value> args,
-                                                     const ValueKwargs& kwargs) {
-  ASSIGN_OR_RETURN(const Tensor* qx, OnlyTensorInput(args, m));
-  const ModuleKernel* kernel = ctx.registry.FindModule(m.type());
-  if (kernel == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("no float kernel for ", m.type().name()));
-  }
-  ASSIGN_OR_RETURN(Tensor x, StoredValuesAsFloat(*qx, m.type().name()));
-  const std::vector<Value> float_args = {Value(std::move(x))};
-  ASSIGN_OR_RETURN(Value y, (*kernel)(ctx, m, float_args, kwargs));
-  ASSIGN_OR_RETURN(Tensor out, StoredValuesFromFloat(y, *qx, m.type().name()));
-  return Value(std::move(out));
-}
-
-// nn.Upsample / nn.UpsamplingNearest2d / nn.UpsamplingBilinear2d on a quantized tensor:
-// their attributes are interpolate's arguments (the last two fix mode, and bilinear
-// align_corners=True, in their constructors).
-ModuleKernel QuantizedUpsampleModule(absl::string_view default_mode) {
-  const std::string fallback(default_mode);
-  return [fallback](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
-                    const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ASSIGN_OR_RETURN(const Tensor* qx, OnlyTensorInput(args, m));
-    std::string mode = fallback;
-    if (const Argument* a = m.FindAttribute("mode"); a != nullptr && !a->is_none()) {
-      if (!a->is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(m.type().name(), ": attribute 'mode' is ",
-                                                       a->ToString(), "; expected a string"));
-      }
-      mode = std::string(a->as_string());
-    }
-    if (mode == "nearest") {
-      return QuantizedAdaptiveMaxPoolModule(ctx, m, args, kwargs);  // copies values too
-    }
-    if (mode != "bilinear") {
-      return absl::UnimplementedError(absl::StrCat(m.type().name(), " on a quantized tensor: mode '",
-                                                   mode, "'; supported: nearest, bilinear"));
-    }
-    bool align_corners = false;
-    if (const Argument* a = m.FindAttribute("align_corners"); a != nullptr && !a->is_none()) {
-      ASSIGN_OR_RETURN(align_corners, m.GetBool("align_corners"));
-    }
-    std::optional<Value> size, scale;
-    if (const Argument* a = m.FindAttribute("size"); a != nullptr && !a->is_none()) {
-      ASSIGN_OR_RETURN(size, ArgumentToValue(*a));
-    }
-    if (const Argument* a = m.FindAttribute("scale_factor"); a != nullptr && !a->is_none()) {
-      ASSIGN_OR_RETURN(scale, ArgumentToValue(*a));
-    }
-    bool recompute = false;
-    if (const Argument* a = m.FindAttribute("recompute_scale_factor");
-        a != nullptr && !a->is_none()) {
-      ASSIGN_OR_RETURN(recompute, m.GetBool("recompute_scale_factor"));
-    }
-    ASSIGN_OR_RETURN(Tensor y, QuantizedBilinear(*qx, size ? &*size : nullptr,
-                                                 scale ? &*scale : nullptr, align_corners,
-                                                 recompute));
-    return Value(std::move(y));
-  };
-}
-
-// ---- Functions ----
-
-absl::StatusOr<Value> QuantizePerTensorFn(const KernelContext&, absl::Span<const Value> args,
-                                          const ValueKwargs& kwargs) {
-  ArgReader r(args, kwargs);
-  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
-  ASSIGN_OR_RETURN(Value scale_v, r.Required(1, "scale"));
-  ASSIGN_OR_RETURN(Value zp_v, r.Required(2, "zero_point"));
-  ASSIGN_OR_RETURN(double scale, NumberOf(scale_v, "scale"));
-  ASSIGN_OR_RETURN(int64_t zero_point, IntOf(zp_v, "zero_point"));
-  ASSIGN_OR_RETURN(DType dtype, DTypeArg(r, 3, "dtype"));
-  ASSIGN_OR_RETURN(Tensor y, quantized::QuantizePerTensor(*x, scale, zero_point, dtype));
-  return Value(std::move(y));
-}
-
-absl::StatusOr<Value> QuantizePerChannelFn(const KernelContext&, absl::Span<const Value> args,
-                                           const ValueKwargs& kwargs) {
-  ArgReader r(args, kwargs);
-  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
-  ASSIGN_OR_RETURN(const Tensor* scales_t, r.GetTensor(1, "scales"));
-  ASSIGN_OR_RETURN(const Tensor* zps_t, r.GetTensor(2, "zero_points"));
-  ASSIGN_OR_RETURN(std::vector<double> scales, NumbersOfTensor(*scales_t, "arg 'scales'"));
-  ASSIGN_OR_RETURN(std::vector<double> zps, NumbersOfTensor(*zps_t, "arg 'zero_points'"));
-  ASSIGN_OR_RETURN(int64_t axis, r.GetInt(3, "axis"));
-  ASSIGN_OR_RETURN(DType dtype, DTypeArg(r, 4, "dtype"));
-  ASSIGN_OR_RETURN(Tensor y,
-                   quantized::QuantizePerChannel(*x, scales, ToInts(zps), axis, dtype));
-  return Value(std::move(y));
-}
-
-absl::StatusOr<Value> DequantizeFn(const KernelContext&, absl::Span<const Value> args,
-                                   const ValueKwargs& kwargs) {
-  ArgReader r(args, kwargs);
-  ASSIGN_OR_RETURN(Value x, r.Required(0, "input"));
-  if (x.is_list()) {  // torch.dequantize(list of tensors) -> list
-    std::vector<Value> out;
-    for (const Value& item : x.items()) {
-      if (!item.is_tensor()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("dequantize: expected tensors in the list; got ", item.ToString()));
-      }
-      ASSIGN_OR_RETURN(Tensor y, quantized::Dequantize(item.as_tensor()));
-      out.push_back(Value(std::move(y)));
-    }
-    return Value::List(std::move(out));
-  }
-  if (!x.is_tensor()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dequantize: expected a Tensor; got ", x.ToString()));
-  }
-  ASSIGN_OR_RETURN(Tensor y, quantized::Dequantize(x.as_tensor()));
-  return Value(std::move(y));
-}
-
-FunctionKernel BinaryFn(bool add, bool relu) {
-  return [add, relu](const KernelContext&, absl::Span<const Value> args,
-                     const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ArgReader r(args, kwargs);
-    ASSIGN_OR_RETURN(const Tensor* a, r.GetTensor(0, "qa"));
-    ASSIGN_OR_RETURN(const Tensor* b, r.GetTensor(1, "qb"));
-    ASSIGN_OR_RETURN(Value scale_v, r.Required(2, "scale"));
-    ASSIGN_OR_RETURN(Value zp_v, r.Required(3, "zero_point"));
-    ASSIGN_OR_RETURN(double scale, NumberOf(scale_v, "scale"));
-    ASSIGN_OR_RETURN(int64_t zero_point, IntOf(zp_v, "zero_point"));
-    ASSIGN_OR_RETURN(Tensor y, add ? quantized::QuantizedAdd(*a, *b, scale, zero_point, relu)
-                                   : quantized::QuantizedMul(*a, *b, scale, zero_point, relu));
-    return Value(std::move(y));
-  };
-}
-
-absl::StatusOr<std::vector<Tensor>> TensorList(const Value& v) {
-  if (!v.is_list()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("arg 'tensors': expected a list of tensors; got ", v.ToString()));
-  }
-  std::vector<Tensor> out;
-  for (const Value& item : v.items()) {
-    if (!item.is_tensor()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("arg 'tensors': expected tensors; got ", item.ToString()));
-    }
-    out.push_back(item.as_tensor());
-  }
-  return out;
-}
-
-// torch.cat(tensors, dim=0) on quantized tensors and
-// torch.ops.quantized.cat(tensors, dim, scale=None, zero_point=None).
-FunctionKernel CatFn(bool explicit_qparams) {
-  return [explicit_qparams](const KernelContext&, absl::Span<const Value> args,
-                            const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ArgReader r(args, kwargs);
-    ASSIGN_OR_RETURN(Value tensors_v, r.Required(0, "tensors"));
-    ASSIGN_OR_RETURN(std::vector<Tensor> tensors, TensorList(tensors_v));
-    ASSIGN_OR_RETURN(int64_t dim, r.OptionalInt(1, "dim", 0));
-    std::optional<quantized::OutputQParams> out;
-    if (explicit_qparams) {
-      const Value* scale = r.Find(2, "scale");
-      const Value* zp = r.Find(3, "zero_point");
-      if (scale != nullptr && !scale->is_none() && zp != nullptr && !zp->is_none()) {
-        ASSIGN_OR_RETURN(double s, NumberOf(*scale, "scale"));
-        ASSIGN_OR_RETURN(int64_t z, IntOf(*zp, "zero_point"));
-        out = quantized::OutputQParams{s, z};
-      }
-    }
-    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedCat(tensors, dim, out));
-    return Value(std::move(y));
-  };
-}
-
-// The output_scale / output_zero_point of a functional quantized conv / linear: keyword
-// args per graph/NAMING.md (positions `index`, `index + 1` are accepted too).
-absl::StatusOr<quantized::OutputQParams> FunctionalOutputQParams(const ArgReader& r,
-                                                                size_t index) {
-  ASSIGN_OR_RETURN(Value scale_v, r.Required(index, "output_scale"));
-  ASSIGN_OR_RETURN(Value zp_v, r.Required(index + 1, "output_zero_point"));
-  ASSIGN_OR_RETURN(double scale, NumberOf(scale_v, "output_scale"));
-  ASSIGN_OR_RETURN(int64_t zero_point, IntOf(zp_v, "output_zero_point"));
-  return quantized::OutputQParams{scale, zero_point};
-}
-
-// The stride, padding, dilation and groups of a functional conv2d, args `first` on.
-absl::StatusOr<Conv2dParams> FunctionalConv2dParams(const ArgReader& r, size_t first) {
-  Conv2dParams p;
-  ASSIGN_OR_RETURN(std::vector<int64_t> stride, r.OptionalInts(first, "stride", 2, {1, 1}));
-  ASSIGN_OR_RETURN(std::vector<int64_t> padding,
-                   r.OptionalInts(first + 1, "padding", 2, {0, 0}));
-  ASSIGN_OR_RETURN(std::vector<int64_t> dilation,
-                   r.OptionalInts(first + 2, "dilation", 2, {1, 1}));
-  ASSIGN_OR_RETURN(p.stride, Pair(std::move(stride)));
-  ASSIGN_OR_RETURN(p.padding, Pair(std::move(padding)));
-  ASSIGN_OR_RETURN(p.dilation, Pair(std::move(dilation)));
-  ASSIGN_OR_RETURN(p.groups, r.OptionalInt(first + 3, "groups", 1));
-  return p;
-}
-
-// torch.ops.quantized.conv2d[_relu] as lowering writes it for F.conv2d:
-// (input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
-//  output_scale, output_zero_point), input and weight quantized, bias float or None.
-FunctionKernel FunctionalConv2dFn(bool relu) {
-  return [relu](const KernelContext& ctx, absl::Span<const Value> args,
-                const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ArgReader r(args, kwargs);
-    RETURN_IF_ERROR(r.ExpectAtMostPositional(9));
-    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
-    ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(1, "weight"));
-    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
-    ASSIGN_OR_RETURN(Conv2dParams p, FunctionalConv2dParams(r, 3));
-    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 7));
-    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConv2d(*x, *w, bias, p, out.scale,
-                                                          out.zero_point, relu, ctx.engine));
-    return Value(std::move(y));
-  };
-}
-
-// torch.ops.quantized.conv2d_add[_relu] as lowering writes F.conv2d with the residual add
-// (+ relu) after it: (input, accumulator, weight, bias=None, stride=1, padding=0,
-// dilation=1, groups=1, *, output_scale, output_zero_point), the accumulator quantized
-// per tensor in the conv output's shape (PyTorch's conv2d_add(qx, qaccum, ...) order).
-FunctionKernel FunctionalConv2dAddFn(bool relu) {
-  return [relu](const KernelContext&, absl::Span<const Value> args,
-                const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ArgReader r(args, kwargs);
-    RETURN_IF_ERROR(r.ExpectAtMostPositional(10));
-    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
-    ASSIGN_OR_RETURN(const Tensor* accumulator, r.GetTensor(1, "accumulator"));
-    ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(2, "weight"));
-    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(3, "bias"));
-    ASSIGN_OR_RETURN(Conv2dParams p, FunctionalConv2dParams(r, 4));
-    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 8));
-    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConvAdd2d(*x, *accumulator, *w, bias, p,
-                                                             out.scale, out.zero_point, relu));
-    return Value(std::move(y));
-  };
-}
-
-// torch.ops.quantized.conv1d / conv3d [_relu], as conv2d above with `spatial` dims per
-// parameter (an int broadcasts).
-FunctionKernel FunctionalConvNdFn(size_t spatial, bool relu) {
-  return [spatial, relu](const KernelContext& ctx, absl::Span<const Value> args,
-                         const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ArgReader r(args, kwargs);
-    RETURN_IF_ERROR(r.ExpectAtMostPositional(9));
-    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
-    ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(1, "weight"));
-    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
-    quantized::QuantizedConvParams p;
-    ASSIGN_OR_RETURN(p.stride, r.OptionalInts(3, "stride", spatial,
-                                              std::vector<int64_t>(spatial, 1)));
-    ASSIGN_OR_RETURN(p.padding, r.OptionalInts(4, "padding", spatial,
-                                               std::vector<int64_t>(spatial, 0)));
-    ASSIGN_OR_RETURN(p.dilation, r.OptionalInts(5, "dilation", spatial,
-                                                std::vector<int64_t>(spatial, 1)));
-    ASSIGN_OR_RETURN(p.groups, r.OptionalInt(6, "groups", 1));
-    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 7));
-    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConvNd(*x, *w, bias, p, out.scale,
-                                                          out.zero_point, relu, ctx.engine));
-    return Value(std::move(y));
-  };
-}
-
-// torch.ops.quantized.layer_norm(input, normalized_shape, weight, bias, eps, output_scale,
-// output_zero_point), group_norm(input, num_groups, weight, bias, eps, output_scale,
-// output_zero_point), instance_norm(input, weight, bias, eps, output_scale,
-// output_zero_point), as convert_fx writes them (the last ones usually by keyword).
-FunctionKernel QuantizedNormFn(absl::string_view kind) {
-  const std::string k(kind);
-  return [k](const KernelContext&, absl::Span<const Value> args,
-             const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ArgReader r(args, kwargs);
-    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
-    const size_t first = k == "instance_norm" ? 1 : 2;  // weight's position
-    RETURN_IF_ERROR(r.ExpectAtMostPositional(first + 5));
-    ASSIGN_OR_RETURN(const Tensor* weight, r.OptionalFloatTensor(first, "weight"));
-    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(first + 1, "bias"));
-    ASSIGN_OR_RETURN(double eps, r.GetFloat(first + 2, "eps"));
-    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, first + 3));
-    absl::StatusOr<Tensor> y;
-    if (k == "layer_norm") {
-      ASSIGN_OR_RETURN(std::vector<int64_t> shape, r.OptionalInts(1, "normalized_shape", 0, {}));
-      y = quantized::QuantizedLayerNorm(*x, shape, weight, bias, eps, out.scale, out.zero_point);
-    } else if (k == "group_norm") {
-      ASSIGN_OR_RETURN(int64_t groups, r.GetInt(1, "num_groups"));
-      y = quantized::QuantizedGroupNorm(*x, groups, weight, bias, eps, out.scale,
-                                        out.zero_point);
-    } else {
-      y = quantized::QuantizedInstanceNorm(*x, weight, bias, eps, out.scale, out.zero_point);
-    }
-    if (!y.ok()) return y.status();
-    return Value(std::move(*y));
-  };
-}
-
-// torch.ops.quantized.linear[_relu] as lowering writes it for F.linear:
-// (input, weight, bias=None, *, output_scale, output_zero_point).
-FunctionKernel FunctionalLinearFn(bool relu) {
-  return [relu](const KernelContext& ctx, absl::Span<const Value> args,
-                const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ArgReader r(args, kwargs);
-    RETURN_IF_ERROR(r.ExpectAtMostPositional(5));
-    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
-    ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(1, "weight"));
-    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
-    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 3));
-    ASSIGN_OR_RETURN(Tensor y,
-                     quantized::QuantizedLinear(*x, *w, bias, out.scale, out.zero_point, relu,
-                                                ctx.engine));
-    return Value(std::move(y));
-  };
+// Appends `from` to `to`, in order (the registration lists are concatenated in one order).
+template <typename T>
+void Append(std::vector<T>& to, std::vector<T> from) {
+  for (T& entry : from) to.push_back(std::move(entry));
 }
 
 }  // namespace
+}  // namespace quantized_kernels_internal
 
 absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
+  using namespace quantized_kernels_internal;  // NOLINT: the families' kernels and lists
   // Native quantized modules and quantize / dequantize stubs.
   const std::vector<std::pair<const char*, ModuleKernel>> modules = {
       {"nnq.Conv2d", QuantizedConvModule(false, false)},
@@ -1195,7 +612,7 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
     RETURN_IF_ERROR(registry.RegisterModule(type, kernel));
   }
 
-  const std::vector<std::pair<const char*, ModuleKernel>> module_overloads = {
+  NamedModuleKernels module_overloads = {
       {"nn.ReLU", UnaryModule([](const Module&, const Tensor& x) {
          return quantized::QuantizedRelu(x);
        })},
@@ -1245,10 +662,10 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          RETURN_IF_ERROR(status);
          return quantized::QuantizedLeakyRelu(x, slope);
        })},
-      {"nn.AdaptiveMaxPool2d", QuantizedAdaptiveMaxPoolModule},
-      {"nn.Upsample", QuantizedUpsampleModule("nearest")},
-      {"nn.UpsamplingNearest2d", QuantizedUpsampleModule("nearest")},
-      {"nn.UpsamplingBilinear2d", QuantizedUpsampleModule("bilinear")},
+  };
+  // The ops on stored values (stored_value_kernels.cc), then nn.AdaptiveAvgPool2d.
+  Append(module_overloads, StoredValueModuleOverloads());
+  Append(module_overloads, NamedModuleKernels{
       {"nn.AdaptiveAvgPool2d",
        UnaryModule([](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
          const Argument* size = m.FindAttribute("output_size");
@@ -1259,7 +676,7 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          ASSIGN_OR_RETURN(auto out, AdaptiveSize(v, x));
          return quantized::QuantizedAdaptiveAvgPool2d(x, out, /*channels_last=*/x.dim() == 4);
        })},
-  };
+  });
   for (const auto& [type, kernel] : module_overloads) {
     RETURN_IF_ERROR(registry.RegisterQuantizedModuleOverload(Symbol::Intern(type), kernel));
   }
@@ -1270,104 +687,14 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       [](const ArgReader&, const Tensor& x) { return quantized::QuantizedSigmoid(x); });
   const FunctionKernel tanh = UnaryFunction(
       [](const ArgReader&, const Tensor& x) { return quantized::QuantizedTanh(x); });
-  const std::vector<std::pair<const char*, FunctionKernel>> functions = {
-      {"torch.quantize_per_tensor", QuantizePerTensorFn},
-      {"torch.quantize_per_channel", QuantizePerChannelFn},
-      {"torch.dequantize", DequantizeFn},
-      {"torch.ops.quantized.add", BinaryFn(true, false)},
-      {"torch.ops.quantized.add_relu", BinaryFn(true, true)},
-      {"torch.ops.quantized.mul", BinaryFn(false, false)},
-      {"torch.ops.quantized.mul_relu", BinaryFn(false, true)},
-      {"torch.ops.quantized.cat", CatFn(true)},
-      {"torch.ops.quantized.conv2d", FunctionalConv2dFn(false)},
-      {"torch.ops.quantized.conv2d_relu", FunctionalConv2dFn(true)},
-      {"torch.ops.quantized.conv2d_add", FunctionalConv2dAddFn(false)},
-      {"torch.ops.quantized.conv2d_add_relu", FunctionalConv2dAddFn(true)},
-      // quantized::softmax(qx, dim, output_scale, output_zero_point)
-      {"torch.ops.quantized.softmax",
-       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
-         ASSIGN_OR_RETURN(int64_t dim, r.GetInt(1, "dim"));
-         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 2));
-         return quantized::QuantizedSoftmax(x, dim, out.scale, out.zero_point);
-       })},
-      {"torch.ops.quantized.layer_norm", QuantizedNormFn("layer_norm")},
-      {"torch.ops.quantized.group_norm", QuantizedNormFn("group_norm")},
-      {"torch.ops.quantized.instance_norm", QuantizedNormFn("instance_norm")},
-      {"torch.ops.quantized.batch_norm2d", QuantizedBatchNormFn(false)},
-      {"torch.ops.quantized.batch_norm2d_relu", QuantizedBatchNormFn(true)},
-      {"torch.ops.quantized.batch_norm3d", QuantizedBatchNormFn(false)},
-      {"torch.ops.quantized.batch_norm3d_relu", QuantizedBatchNormFn(true)},
-      // quantized::hardswish(input, output_scale, output_zero_point)
-      {"torch.ops.quantized.hardswish",
-       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
-         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 1));
-         return quantized::QuantizedHardswish(x, out.scale, out.zero_point);
-       })},
-      // quantized::sigmoid(qx, output_scale, output_zero_point)
-      {"torch.ops.quantized.sigmoid",
-       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
-         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 1));
-         return quantized::QuantizedSigmoid(x, QuantParams::PerTensor(out.scale, out.zero_point));
-       })},
-      // The default functionals as lowering writes them (F.elu / F.leaky_relu / F.dropout
-      // with output_scale / output_zero_point kwargs), with PyTorch 1.13's schemas:
-      // quantized::elu(self, output_scale, output_zero_point, alpha=1, scale=1,
-      // input_scale=1); only scale = input_scale = 1 (what lowering writes) is supported.
-      {"torch.ops.quantized.elu",
-       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
-         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 1));
-         ASSIGN_OR_RETURN(double alpha, r.OptionalFloat(3, "alpha", 1.0));
-         for (auto [index, name] : {std::pair<size_t, const char*>{4, "scale"}, {5, "input_scale"}}) {
-           ASSIGN_OR_RETURN(double factor, r.OptionalFloat(index, name, 1.0));
-           if (factor != 1.0) {
-             return absl::UnimplementedError(absl::StrCat(
-                 "torch.ops.quantized.elu: ", name, " is ", factor, "; only 1 is supported"));
-           }
-         }
-         return quantized::QuantizedElu(x, out.scale, out.zero_point, alpha);
-       })},
-      // quantized::leaky_relu(qx, negative_slope, inplace, output_scale, output_zero_point);
-      // `inplace` changes nothing here (the result is a new tensor either way).
-      {"torch.ops.quantized.leaky_relu",
-       UnaryFunction([](const ArgReader& r, const Tensor& x) -> absl::StatusOr<Tensor> {
-         ASSIGN_OR_RETURN(double slope, r.OptionalFloat(1, "negative_slope", 0.01));
-         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 3));
-         return quantized::QuantizedLeakyRelu(x, slope, out.scale, out.zero_point);
-       })},
-      // quantized::dropout(self, output_scale, output_zero_point, p=0.5, training=False):
-      // PyTorch 1.13 returns its input as it is (values and qparams), whatever the
-      // output qparams and `training`.
-      {"torch.ops.quantized.dropout",
-       UnaryFunction([](const ArgReader&, const Tensor& x) -> absl::StatusOr<Tensor> {
-         RETURN_IF_ERROR(quantized::ExpectPerTensorQuantized(x, "torch.ops.quantized.dropout",
-                                                              "input"));
-         return x;
-       })},
-      // quantized::matmul(qa, qb, output_scale, output_zero_point)
-      {"torch.ops.quantized.matmul",
-       [](const KernelContext&, absl::Span<const Value> args,
-          const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-         ArgReader r(args, kwargs);
-         RETURN_IF_ERROR(r.ExpectAtMostPositional(4));
-         ASSIGN_OR_RETURN(const Tensor* a, r.GetTensor(0, "qa"));
-         ASSIGN_OR_RETURN(const Tensor* b, r.GetTensor(1, "qb"));
-         ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 2));
-         ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedMatMul(*a, *b, out.scale, out.zero_point));
-         return Value(std::move(y));
-       }},
-      {"torch.ops.quantized.conv1d", FunctionalConvNdFn(1, false)},
-      {"torch.ops.quantized.conv1d_relu", FunctionalConvNdFn(1, true)},
-      {"torch.ops.quantized.conv3d", FunctionalConvNdFn(3, false)},
-      {"torch.ops.quantized.conv3d_relu", FunctionalConvNdFn(3, true)},
-      {"torch.ops.quantized.linear", FunctionalLinearFn(false)},
-      {"torch.ops.quantized.linear_relu", FunctionalLinearFn(true)},
-  };
+  // The functions (functional_kernels.cc).
+  const NamedFunctionKernels functions = QuantizedFunctionKernels();
   for (const auto& [target, kernel] : functions) {
     RETURN_IF_ERROR(registry.RegisterFunction(OpKind::kCallFunction, target, kernel));
   }
   RETURN_IF_ERROR(registry.RegisterFunction(OpKind::kCallMethod, "dequantize", DequantizeFn));
 
-  const std::vector<std::pair<const char*, FunctionKernel>> function_overloads = {
+  NamedFunctionKernels function_overloads = {
       {"torch.relu", relu},
       {"torch.nn.functional.relu", relu},
       {"torch.nn.functional.relu6",
@@ -1417,11 +744,9 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          return quantized::QuantizedLeakyRelu(x, slope);
        })},
       {"torch.mean", QuantizedMeanFn},
-      {"torch.nn.functional.interpolate", QuantizedInterpolateFn},
-      {"torch.nn.functional.adaptive_max_pool2d",
-       OnStoredValuesFn(OpKind::kCallFunction,
-                        Symbol::Intern("torch.nn.functional.adaptive_max_pool2d"))},
   };
+  // interpolate and adaptive_max_pool2d on stored values (stored_value_kernels.cc).
+  Append(function_overloads, StoredValueFunctionOverloads());
   for (const auto& [target, kernel] : function_overloads) {
     RETURN_IF_ERROR(registry.RegisterQuantizedFunctionOverload(OpKind::kCallFunction,
                                                                Symbol::Intern(target), kernel));

@@ -6,7 +6,7 @@
 //   out = clamp(zp + nearbyint(v))
 // The output keeps the input's qparams (the kernel's requantization has scale ratio 1).
 // Nearest interpolation needs no kernel of its own: it only copies stored values (the
-// float kernel runs on them; runtime/quantized/register.cc).
+// float kernel runs on them; runtime/quantized/stored_value_kernels.cc).
 //
 // Example:
 //   ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedUpsampleBilinear2d(qx, {32, 32}, false));
