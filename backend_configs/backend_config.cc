@@ -255,9 +255,11 @@ void CarryDeclaredSteps(BackendPatternConfig& config, const ModuleSchemaRegistry
   const ModuleSchema* fused =
       rule.fused_module_type.empty() ? nullptr : modules.Find(rule.fused_module_type);
   if (fused == nullptr || fused->composition == nullptr) return;
-  rule.composite_steps = std::make_shared<const Argument>(CompositionSteps(*fused->composition));
+  // Aliases of the schema's own: every rule fusing into the type shares one copy.
+  rule.composite_steps =
+      std::shared_ptr<const Argument>(fused->composition, &fused->composition->carried_steps);
   rule.composite_outputs =
-      std::make_shared<const Argument>(CompositionOutputs(*fused->composition));
+      std::shared_ptr<const Argument>(fused->composition, &fused->composition->carried_outputs);
 }
 
 }  // namespace

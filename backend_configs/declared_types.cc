@@ -246,6 +246,8 @@ absl::StatusOr<ModuleSchema> ReadFusedModuleType(const config::FusedModuleTypeDe
     }
     composition->observed_steps.push_back(s);
   }
+  composition->carried_steps = CompositionSteps(*composition);
+  composition->carried_outputs = CompositionOutputs(*composition);
   schema.composition = std::move(composition);
   RETURN_IF_ERROR(CheckTypeNameClash(decl.name(), modules));
   return schema;
@@ -539,15 +541,6 @@ std::string EntryPrefix(absl::string_view source, absl::string_view what, int in
 absl::Status Prefixed(const absl::Status& status, const std::string& prefix) {
   return absl::Status(status.code(), absl::StrCat(prefix, status.message()));
 }
-
-}  // namespace
-
-std::string CompositeOpTarget(absl::string_view op) {
-  const CompositeOp* c = FindCompositeOp(op);
-  return c == nullptr ? std::string() : std::string(c->target);
-}
-
-namespace {
 
 absl::Status CheckDeclaredModulesIn(const Module& module, const std::string& path,
                                     const ModuleSchemaRegistry& schemas) {

@@ -129,10 +129,6 @@ absl::StatusOr<std::shared_ptr<const Declarations>> ReadDeclarations(
 // it with their config's declarations.
 absl::Status CheckDeclaredModules(const GraphModule& gm, const Declarations* declarations);
 
-// The call_function target a declared step's `op` names ("add" -> "operator.add",
-// "relu" -> "torch.relu"; a qualified target of the table is kept); "" if unknown.
-std::string CompositeOpTarget(absl::string_view op);
-
 }  // namespace fuselage
 
 #endif  // FUSELAGE_BACKEND_CONFIGS_DECLARED_TYPES_H_

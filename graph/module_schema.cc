@@ -396,8 +396,8 @@ absl::Status CheckStepsAgainstDeclaration(const Module& module, const ModuleSche
         where, ": a module of a declared type carries its steps (attributes \"steps\" and "
         "\"outputs\"), written at fusion; this one has none: fuse the model again"));
   }
-  if (!(*steps == CompositionSteps(*schema.composition)) ||
-      !(*outputs == CompositionOutputs(*schema.composition))) {
+  if (!(*steps == schema.composition->carried_steps) ||
+      !(*outputs == schema.composition->carried_outputs)) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": its steps differ from the declaration of '", schema.type, "'", declared,
         ": the model was fused under another declaration of this type"));

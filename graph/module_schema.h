@@ -66,6 +66,11 @@ struct ModuleComposition {
   // (ObservedStepScaleAttribute / ObservedStepZeroPointAttribute), which a lowering
   // rule's `qparams_of { step: k }` reads.
   std::vector<int> observed_steps;
+  // The steps and outputs as a module carries them (CompositionSteps / CompositionOutputs
+  // below), made once by whoever completes the composition (ReadDeclarations): fusion
+  // writes these on every module of the type, and Verify compares a module's with them.
+  Argument carried_steps;
+  Argument carried_outputs;
   friend bool operator==(const ModuleComposition& a, const ModuleComposition& b) {
     return a.steps == b.steps && a.observed_steps == b.observed_steps;
   }
