@@ -67,6 +67,9 @@ __all__ = ["fuse_fx", "prepare_fx", "prepare_qat_fx", "convert_fx",
 _BACKEND_TEXT_ATTR = "_fuselage_backend_config_text"
 _MAPPING_TEXT_ATTR = "_fuselage_qconfig_mapping_text"
 _QAT_ATTR = "_fuselage_is_qat"  # set on prepare_qat_fx's model
+# The path of the fuselage config file prepare_fx was given (None for a PyTorch config):
+# only such a file declares lowering rules of its own, which convert_fx lowers with.
+_BACKEND_FILE_ATTR = "_fuselage_backend_config_file"
 
 
 def _core():
@@ -273,6 +276,7 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
         _warn_nothing_quantized(report, *flow)
     prepared = core.to_torch(m, consume=True)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
+    setattr(prepared, _BACKEND_FILE_ATTR, source)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
     return prepared, report
 
@@ -351,17 +355,20 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
     m = core.from_torch(graph_module)
     _convert_as_pytorch(core, m)
     if lower:
-        _lower(core, m, text)
+        _lower(core, m, graph_module)
     return core.to_torch(m, consume=True)
 
 
-def _lower(core, model, backend_text):
-    """Lowers `model` in place; with the lowering rules the prepare-time backend config file
-    declares, which belong to that config (backend_configs/declared_types.h)."""
-    if backend_text is not None and "lowering_rule" in backend_text:
-        core.lower(model, config_text=backend_text)
-    else:
+def _lower(core, model, prepared):
+    """Lowers `model` in place; with the lowering rules of the fuselage config file
+    `prepared` was prepared with (backend_configs/declared_types.h), which belong to that
+    config. A translated PyTorch config declares none, so it is not parsed again."""
+    source = getattr(prepared, _BACKEND_FILE_ATTR, None)
+    if source is None:
         core.lower(model)
+    else:
+        core.lower(model, config_text=getattr(prepared, _BACKEND_TEXT_ATTR),
+                   config_source=source)
 
 
 def _convert_as_pytorch(core, m, shown=5):
@@ -394,7 +401,7 @@ def _convert_qat(core, graph_module, lower):
     if not lower:
         return reference
     m = core.from_torch(reference)
-    _lower(core, m, getattr(graph_module, _BACKEND_TEXT_ATTR, None))
+    _lower(core, m, graph_module)
     return core.to_torch(m, consume=True)
 
 
