@@ -65,6 +65,10 @@ struct Decision {
   // residual of a conv-add: (add, conv2d, MatchAllNode)), each with the op reading it,
   // observed like `inputs`.
   std::vector<std::pair<Node*, TensorInput>> merged_inputs;
+  // How many tensor args `output`'s op reads, on which a two-op entry's observation type
+  // may depend (PyTorch's binary ops: add(x, 1.0) shares x's observer, add(x, y) does
+  // not): the decision's own inputs, or after a conv-add merge the add's two.
+  size_t output_tensor_args = 0;
 };
 
 bool ProducesNonTensor(const Node* n, int depth = 0);
@@ -423,7 +427,7 @@ class Planner {
     ObservationType observation = entry->observation_type;
     bool found = entry->num_tensor_args_to_observation_type.empty();
     for (const auto& [count, type_for_count] : entry->num_tensor_args_to_observation_type) {
-      if (count == static_cast<int>(previous.inputs.size())) {
+      if (count == static_cast<int>(previous.output_tensor_args)) {
         observation = type_for_count;
         found = true;
       }
@@ -438,6 +442,7 @@ class Planner {
         CachedDTypeConfig(*entry, *previous.activation, nullptr);
     if (!dtype_config.ok()) return false;
     previous.output = n;
+    previous.output_tensor_args = inputs.size();
     previous.share_output_with_input =
         observation == ObservationType::kOutputShareObserverWithInput;
     previous.dtype_config = *dtype_config;
@@ -514,6 +519,7 @@ class Planner {
       if (!dtype_config.ok()) continue;
       const TensorInput& other = inputs[1 - i];
       previous.output = n;
+      previous.output_tensor_args = inputs.size();
       previous.dtype_config = *dtype_config;
       previous.merged_inputs.emplace_back(n, other);
       observed_[n->index()] = true;
@@ -710,6 +716,7 @@ class Planner {
         CachedDTypeConfig(entry, checked, weight);
     if (!dtype_config.ok()) return keep_float(std::string(dtype_config.status().message()));
     d.dtype_config = *dtype_config;
+    d.output_tensor_args = d.inputs.size();
     return std::optional<Decision>(std::move(d));
   }
 
