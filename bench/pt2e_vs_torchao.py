@@ -8,8 +8,10 @@ Per model (torchvision, weights=None, randomized batch norms, one calibration ba
 4x3x64x64, seed 0): torch.export, then fuselage.pt2e.prepare_pt2e / convert_pt2e ("x86")
 and torchao's prepare_pt2e / convert_pt2e with X86InductorQuantizer's default config, each
 calibrated on the same batch and measured on it. Prints SQNR in dB and each flow's prepare +
-convert wall time (torch.export excluded); "refused" where torchao raises. Then the
-lowering to oneDNN ops of torchao's reference (fuselage's where torchao refuses):
+convert wall time (torch.export and the calibration run, the same PyTorch observers on both
+sides, excluded); "refused" where torchao raises. Then the
+lowering to oneDNN ops of torchao's reference (fuselage's where torchao refuses; the
+resnets go to torchao with one ReLU module per call, conftest.one_relu_per_call):
 fuselage.pt2e.lower_pt2e_quantized_to_x86 and torchao's, wall time, and whether the two
 give the same count of each onednn op ("+N ops": fuselage lowers N more, none fewer).
 """
@@ -24,7 +26,7 @@ import torch
 import torchvision
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
-from conftest import randomize_batch_norm  # noqa: E402
+from conftest import one_relu_per_call, randomize_batch_norm  # noqa: E402
 
 import fuselage.pt2e  # noqa: E402
 
@@ -39,12 +41,21 @@ def first(output):
     return output[0] if isinstance(output, tuple) else output
 
 
-def fuselage_flow(module, x):
+def timed_flow(prepare, convert, module, x):
+    """(reference, prepare + convert seconds): the calibration run between them is the
+    user's model running PyTorch's observers on both sides, so it is not counted."""
     started = time.perf_counter()
-    prepared = fuselage.pt2e.prepare_pt2e(module, "x86")
+    prepared = prepare(module)
+    prepare_s = time.perf_counter() - started
     prepared(x)
-    reference = fuselage.pt2e.convert_pt2e(prepared)
-    return reference, time.perf_counter() - started
+    started = time.perf_counter()
+    reference = convert(prepared)
+    return reference, prepare_s + time.perf_counter() - started
+
+
+def fuselage_flow(module, x):
+    return timed_flow(lambda m: fuselage.pt2e.prepare_pt2e(m, "x86"),
+                      fuselage.pt2e.convert_pt2e, module, x)
 
 
 def torchao_flow(module, x):
@@ -52,11 +63,7 @@ def torchao_flow(module, x):
     from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
         X86InductorQuantizer, get_default_x86_inductor_quantization_config)
     quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
-    started = time.perf_counter()
-    prepared = prepare_pt2e(module, quantizer)
-    prepared(x)
-    reference = convert_pt2e(prepared)
-    return reference, time.perf_counter() - started
+    return timed_flow(lambda m: prepare_pt2e(m, quantizer), convert_pt2e, module, x)
 
 
 def onednn_counts(gm):
@@ -101,7 +108,8 @@ def main():
             ours, ours_s = fuselage_flow(torch.export.export(model, (x,)).module(), x)
             ours_db = f"{sqnr(want, first(ours(x))):.2f}"
             try:
-                theirs, theirs_s = torchao_flow(torch.export.export(model, (x,)).module(), x)
+                theirs, theirs_s = torchao_flow(
+                    torch.export.export(one_relu_per_call(model), (x,)).module(), x)
                 theirs_db, theirs_s = f"{sqnr(want, first(theirs(x))):.2f}", f"{theirs_s:.2f}"
             except ValueError as e:
                 theirs, theirs_db, theirs_s = None, f"refused ({str(e)[:40]})", "-"

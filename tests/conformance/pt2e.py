@@ -20,10 +20,12 @@ X86InductorQuantizer's default config, then checked:
   (d) with the "xnnpack" config against torchao's XNNPACKQuantizer (its testing copy of
       ExecuTorch's, default symmetric config): as many quantize nodes after each kind of op.
 
-A model torchao refuses (torchvision's resnets: "Input partition has more than one output
-node") is checked against float alone: fuselage's reference and its oneDNN lowering at
->= 25 dB. Prints each model's figures and "CONFORMANCE pt2e:<model> PASSED|FAILED";
-exits 1 if any check fails.
+torchao's X86InductorQuantizer refuses torchvision's resnets as they are (a ReLU module
+called from two places per block: "Input partition has more than one output node"), so
+torchao quantizes them with one ReLU module per call (conftest.one_relu_per_call; the same
+aten graph) while fuselage takes them as they are. A model torchao still refuses is checked
+against float alone: fuselage's reference and its oneDNN lowering at >= 25 dB. Prints each
+model's figures and "CONFORMANCE pt2e:<model> PASSED|FAILED"; exits 1 if any check fails.
 """
 
 import argparse
@@ -35,7 +37,7 @@ import torch
 import torchvision
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
-from conftest import randomize_batch_norm  # noqa: E402
+from conftest import one_relu_per_call, randomize_batch_norm  # noqa: E402
 
 import fuselage.pt2e  # noqa: E402
 
@@ -148,7 +150,7 @@ def check(name):
         ours = fuselage.pt2e.convert_pt2e(prepared)
         ours_db = sqnr(want, run(ours, held_out))
         try:
-            theirs = torchao_reference(model, example, calibration)
+            theirs = torchao_reference(one_relu_per_call(model), example, calibration)
         except ValueError as e:  # torchao refuses the model
             lowered = fuselage.pt2e.lower_pt2e_quantized_to_x86(ours, (example,))
             lowered_db = sqnr(want, run(lowered, held_out))

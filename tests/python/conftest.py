@@ -112,6 +112,47 @@ def verify(cli, path):
                           timeout=300)
 
 
+def _basic_block_forward(self, x):
+    identity = x
+    out = self.relu(self.bn1(self.conv1(x)))
+    out = self.bn2(self.conv2(out))
+    if self.downsample is not None:
+        identity = self.downsample(x)
+    out += identity
+    return self.relu_out(out)
+
+
+def _bottleneck_forward(self, x):
+    identity = x
+    out = self.relu(self.bn1(self.conv1(x)))
+    out = self.relu_mid(self.bn2(self.conv2(out)))
+    out = self.bn3(self.conv3(out))
+    if self.downsample is not None:
+        identity = self.downsample(x)
+    out += identity
+    return self.relu_out(out)
+
+
+def one_relu_per_call(model):
+    """A copy of `model` whose torchvision BasicBlocks / Bottlenecks call a ReLU module of
+    their own at each place (the same aten graph after torch.export): torchao's
+    X86InductorQuantizer refuses a module called from two places ("Input partition has
+    more than one output node"), so a torchvision resnet is compared with torchao in this
+    form. fuselage takes the model as it is."""
+    import types
+    from torchvision.models.resnet import BasicBlock, Bottleneck
+    model = copy.deepcopy(model)
+    for block in model.modules():
+        if isinstance(block, (BasicBlock, Bottleneck)):
+            block.relu_out = nn.ReLU(inplace=True)
+            forward = _basic_block_forward
+            if isinstance(block, Bottleneck):
+                block.relu_mid = nn.ReLU(inplace=True)
+                forward = _bottleneck_forward
+            block.forward = types.MethodType(forward, block)
+    return model
+
+
 def torchao_x86_reference(model, x):
     """torchao's own PT2E flow with X86InductorQuantizer, calibrated on `x`: the reference
     graph of q/dq ops around float aten ops (the test skips without torchao)."""
