@@ -361,7 +361,7 @@ void AddBatchNormConfigs(ConfigBuilder& b, const DTypeConfigs& dtypes) {
 
 // _get_rnn_op_configs: dynamic quantization of recurrent modules.
 void AddRnnOpConfigs(ConfigBuilder& b, const DTypeConfigs& dtypes) {
-  for (absl::string_view op : {"GRUCell", "LSTMCell", "RNNCell", "LSTM", "GRU"}) {
+  for (absl::string_view op : {"GRUCell", "LSTMCell", "RNNCell", "LSTM"}) {
     ConfigBuilder::SetModules(b.Quantize(absl::StrCat("nn.", op), kDifferent, dtypes),
                               absl::StrCat("nn.", op), absl::StrCat("nnqr.", op));
   }
