@@ -575,7 +575,8 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
                         "nnqr.LSTMCell", "nnqr.RNNCell"}) {
     RETURN_IF_ERROR(add(t, 1, 2, {"weight_ih", "weight_hh"}));
   }
-  for (const char* t : {"nn.LSTM", "nnqr.LSTM", "nn.GRU", "nnqr.GRU"}) {
+  for (const char* t : {"nn.LSTM", "nnqr.LSTM", "nn.GRU", "nnqr.GRU", "nnqd.LSTM",
+                        "nnqd.GRU"}) {
     RETURN_IF_ERROR(add(t, 1, 2, {"weight_ih_l0", "weight_hh_l0"}));
   }
   // Functional wrappers of quantized add / mul / cat take several inputs.

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 #include "lowering/lowering_rule.h"
@@ -119,6 +120,75 @@ absl::StatusOr<std::unique_ptr<Module>> BuildQuantizedEmbedding(const Module& re
   return std::make_unique<Module>(native_type, std::move(tensors), std::move(attributes));
 }
 
+// nnqd.LSTM / nnqd.GRU from nnqr.LSTM / nnqr.GRU: each weight W (weight_ih_l0, ...)
+// quantized by its own fields W_scale, W_zero_point, W_axis, W_qscheme, W_dtype (as
+// BuildNativeWeightedModule quantizes a reference Linear's weight; float16: rounded to
+// float16 and kept float32); the float biases; the module's other attributes, and dtype.
+absl::StatusOr<std::unique_ptr<Module>> BuildDynamicRecurrent(const Module& reference,
+                                                              bool float16) {
+  const std::string native_type =
+      absl::StrCat("nnqd.", reference.type().name().substr(std::string("nnqr.").size()));
+  auto is_weight = [&](absl::string_view name) {
+    return absl::StartsWith(name, "weight_") &&
+           reference.FindAttribute(absl::StrCat(name, "_dtype")) != nullptr;
+  };
+  Module::TensorList tensors;
+  for (const auto& [name, tensor] : reference.tensors()) {
+    if (absl::StartsWith(name, "bias_")) {
+      tensors.emplace_back(name, tensor);
+      continue;
+    }
+    if (!is_weight(name)) continue;
+    const std::string where = absl::StrCat("tensor '", name, "'");
+    if (tensor.dtype() != DType::kFloat32 || tensor.dim() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          reference.type().name(), ": ", where, " must be a float32 matrix; got ",
+          DTypeName(tensor.dtype()), " ", tensor.ShapeString()));
+    }
+    if (float16) {
+      std::vector<float> values(tensor.data<float>(), tensor.data<float>() + tensor.numel());
+      for (float& v : values) v = RoundToFloat16(v);
+      tensors.emplace_back(name, Tensor::FromFloats(tensor.shape(), values));
+      continue;
+    }
+    Module::TensorList one;
+    one.emplace_back("weight", tensor);
+    for (const char* field : {"_scale", "_zero_point", "_axis"}) {
+      if (const Tensor* t = reference.FindTensor(absl::StrCat(name, field))) {
+        one.emplace_back(absl::StrCat("weight", field), *t);
+      }
+    }
+    Module::AttributeList attributes;
+    for (const char* field : {"_qscheme", "_dtype"}) {
+      if (const Argument* a = reference.FindAttribute(absl::StrCat(name, field))) {
+        attributes.emplace_back(absl::StrCat("weight", field), *a);
+      }
+    }
+    const Module single(Symbol::Intern("nnqr.Linear"), std::move(one), std::move(attributes));
+    auto native = BuildNativeWeightedModule("nnqd.Linear", single, OutputQParams{});
+    if (!native.ok()) {
+      return absl::Status(native.status().code(),
+                          absl::StrCat(reference.type().name(), ": ", where, ": ",
+                                       native.status().message()));
+    }
+    tensors.emplace_back(name, *(*native)->FindTensor("weight"));
+  }
+  if (tensors.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        reference.type().name(), ": no weight_* tensor with its quantization fields"));
+  }
+  Module::AttributeList attributes;
+  for (const auto& [name, value] : reference.attributes()) {
+    const bool weight_field =
+        (absl::EndsWith(name, "_qscheme") || absl::EndsWith(name, "_dtype")) &&
+        absl::StartsWith(name, "weight_");
+    if (!weight_field && name != "dtype") attributes.emplace_back(name, value);
+  }
+  attributes.emplace_back("dtype", Argument::Dtype(float16 ? DType::kFloat16 : DType::kQInt8));
+  return std::make_unique<Module>(Symbol::Intern(native_type), std::move(tensors),
+                                  std::move(attributes));
+}
+
 struct DynamicMatch {
   Node* linear = nullptr;
   Node* dequantize = nullptr;
@@ -135,11 +205,18 @@ absl::StatusOr<int> LowerDynamicLinear(GraphModule& gm) {
   const Symbol dequantize = Symbol::Intern("dequantize");
   Graph& g = gm.graph();
   std::vector<DynamicMatch> matches;
+  const Symbol lstm = Symbol::Intern("nnqr.LSTM");
+  const Symbol gru = Symbol::Intern("nnqr.GRU");
   for (Node* n = g.first(); n != nullptr; n = n->next()) {
-    if (n->op() != OpKind::kCallModule || n->num_args() != 1 || n->has_kwargs() ||
+    if (n->op() != OpKind::kCallModule || n->num_args() < 1 || n->has_kwargs() ||
         !n->arg(0).is_node()) {
       continue;
     }
+    const Module* reference = gm.FindModule(n->target().name());
+    if (reference == nullptr) continue;
+    const bool recurrent = reference->type() == lstm || reference->type() == gru;
+    // An LSTM / GRU may take its initial state as a second arg; a Linear one input.
+    if (n->num_args() > (recurrent ? 2 : 1)) continue;
     Node* dq = n->arg(0).as_node();
     if (dq->op() != OpKind::kCallMethod || dq->target() != dequantize || dq->num_args() != 1 ||
         !dq->arg(0).is_node()) {
@@ -150,14 +227,23 @@ absl::StatusOr<int> LowerDynamicLinear(GraphModule& gm) {
         q->num_args() < 1 || !q->arg(0).is_node()) {
       continue;
     }
-    const Module* reference = gm.FindModule(n->target().name());
-    if (reference == nullptr) continue;
+    const bool float16 = q->num_args() >= 2 && q->arg(1).is_dtype() &&
+                         q->arg(1).as_dtype() == DType::kFloat16;
+    if (recurrent) {
+      auto native = BuildDynamicRecurrent(*reference, float16);
+      if (!native.ok()) {
+        return absl::Status(native.status().code(),
+                            absl::StrCat("lower: node '", n->name(), "' (",
+                                         kDynamicLinearRuleName, "): ",
+                                         native.status().message()));
+      }
+      matches.push_back({n, dq, q, *std::move(native)});
+      continue;
+    }
     // nni.LinearReLU holds the reference Linear as child "0": nniqd.LinearReLU.
     const bool relu = reference->type() == linear_relu;
     const Module* linear = relu ? reference->FindChild("0") : reference;
     if (linear == nullptr || linear->type() != reference_type) continue;
-    const bool float16 = q->num_args() >= 2 && q->arg(1).is_dtype() &&
-                         q->arg(1).as_dtype() == DType::kFloat16;
     // The output parameters of a static module are no part of a dynamic one.
     if (relu && float16) continue;  // PyTorch has no float16 dynamic LinearReLU
     auto native = float16 ? BuildFloat16DynamicLinear(*linear)

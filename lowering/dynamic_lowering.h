@@ -13,6 +13,10 @@
 // dynamic_linear.h). The quantize and dequantize nodes go when nothing else reads them.
 // A fused nni.LinearReLU whose child "0" is the reference Linear becomes
 // nniqd.LinearReLU (int8 only, as in PyTorch).
+// The same pattern around an nnqr.LSTM / nnqr.GRU (which may take its initial state as
+// a second arg) gives nnqd.LSTM / nnqd.GRU: every weight W quantized by the reference's
+// W_scale / W_zero_point / W_axis / W_qscheme / W_dtype, the float biases, the module's
+// attributes and dtype qint8 (float16: the weights rounded to float16, kept float32).
 // float16 (quantize_per_tensor_dynamic(·, float16, ·) and a reference module of
 // weight_dtype float16): nnqd.Linear(dtype=torch.float16), its weight rounded to float16
 // and kept in float32, which its kernel multiplies in float32.

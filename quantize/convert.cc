@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -305,6 +306,27 @@ void MakeReference(Module& module, Symbol reference_type, const WeightQuantizati
   module.SetTensor("weight_axis", parts.Axis(w.ch_axis));
   module.SetAttribute("weight_qscheme", parts.QScheme(w.per_channel));
   module.SetAttribute("weight_dtype", Argument::Dtype(w.dtype));
+}
+
+// An nn.LSTM / nn.GRU made its reference module: for each weight W (weight_ih_l0, ...),
+// the fields MakeReference gives a one-weight module, named W_scale, W_zero_point,
+// W_axis, W_qscheme and W_dtype, as PyTorch's nnqr.LSTM / nnqr.GRU flatten them.
+void MakeRecurrentReference(
+    Module& module, Symbol reference_type,
+    const std::vector<std::pair<std::string, WeightQuantization>>& weights,
+    ReferenceModuleParts& parts) {
+  module.set_type(reference_type);
+  for (const auto& [name, w] : weights) {
+    Module single(reference_type, {}, {});
+    MakeReference(single, reference_type, w, parts);
+    for (const auto& [field, tensor] : single.tensors()) {
+      module.SetTensor(absl::StrCat(name, field.substr(std::string("weight").size())), tensor);
+    }
+    for (const auto& [field, value] : single.attributes()) {
+      module.SetAttribute(absl::StrCat(name, field.substr(std::string("weight").size())),
+                          value);
+    }
+  }
 }
 
 std::pair<std::string, std::string> SplitModulePath(absl::string_view path) {
@@ -618,6 +640,8 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     Module* weighted = nullptr;
     Symbol reference_type;
     WeightQuantization weight;
+    // nn.LSTM / nn.GRU: each weight_* tensor's own quantization, by name (`weight` unused).
+    std::vector<std::pair<std::string, WeightQuantization>> recurrent_weights;
   };
   std::vector<ReferenceConversion> conversions;
   std::vector<ObservedStepQParams> observed_steps;
@@ -667,6 +691,27 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
           "convert: node '", n->name(), "': its plan names the weighted module ",
           plan.root_module.name(), " but no weight observer"));
     }
+    if (IsRecurrentModuleType(weighted->type())) {
+      // PyTorch's convert_fx observes each weight of an LSTM / GRU with its own fresh
+      // weight observer; the reference module holds weight_ih_l0_scale, ... per weight.
+      ReferenceConversion c{weighted, plan.reference_module, {}, {}};
+      for (const auto& [name, tensor] : weighted->tensors()) {
+        if (!absl::StartsWith(name, "weight_")) continue;
+        Module::TensorList one;
+        one.emplace_back("weight", tensor);
+        const Module single(weighted->type(), std::move(one), {});
+        auto w = QuantizeWeight(single, plan.reference_module, *plan.weight_observer,
+                                weight_observers);
+        if (!w.ok()) {
+          return absl::Status(w.status().code(),
+                              absl::StrCat("node '", n->name(), "': tensor '", name, "': ",
+                                           w.status().message()));
+        }
+        c.recurrent_weights.emplace_back(name, *std::move(w));
+      }
+      conversions.push_back(std::move(c));
+      continue;
+    }
     auto weight_or =
         QuantizeWeight(*weighted, plan.reference_module, *plan.weight_observer,
                        weight_observers);
@@ -695,6 +740,11 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
     ++report.observers_replaced;
   }
   for (ReferenceConversion& c : conversions) {
+    if (!c.recurrent_weights.empty()) {
+      MakeRecurrentReference(*c.weighted, c.reference_type, c.recurrent_weights, parts);
+      ++report.reference_modules;
+      continue;
+    }
     MakeReference(*c.weighted, c.reference_type, c.weight, parts);
     ++report.reference_modules;
   }

@@ -689,11 +689,49 @@ class Planner {
             weighted == nullptr ? std::string("missing") : std::string(weighted->type().name()),
             "; the entry's root_module is ", entry.root_module.name()));
       }
-      const Tensor* w = weighted->FindTensor("weight");
-      if (w == nullptr || w->dtype() != DType::kFloat32) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "prepare: node '", n->name(), "': module '", n->target().name(),
-            "' (", weighted->type().name(), ") has no float32 tensor 'weight'"));
+      if (IsRecurrentModuleType(weighted->type())) {
+        // nn.LSTM / nn.GRU: dynamic only (PyTorch's configs offer nothing else); every
+        // weight_* tensor is quantized at convert.
+        if (!activation.is_dynamic) {
+          return keep_float(absl::StrCat(weighted->type().name(),
+                                         " is quantized dynamically only; its qconfig's "
+                                         "activation observer is not dynamic"));
+        }
+        if (const Argument* proj = weighted->FindAttribute("proj_size");
+            proj != nullptr && !(proj->is_int() && proj->as_int() == 0)) {
+          return keep_float(absl::StrCat("proj_size ", proj->ToString(),
+                                         ": PyTorch's dynamic quantized LSTM has no projection"));
+        }
+        bool any = false;
+        for (const auto& [name, t] : weighted->tensors()) {
+          if (!absl::StartsWith(name, "weight_")) continue;
+          any = true;
+          if (t.dtype() != DType::kFloat32) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "prepare: node '", n->name(), "': module '", n->target().name(), "' (",
+                weighted->type().name(), "): tensor '", name, "' is ", DTypeName(t.dtype()),
+                "; expected torch.float32"));
+          }
+        }
+        if (!any) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "prepare: node '", n->name(), "': module '", n->target().name(), "' (",
+              weighted->type().name(), ") has no weight_* tensor"));
+        }
+        // Only the input sequence is observed, as in PyTorch's prepare_fx: the initial
+        // state (h0, c0) goes to the dynamic module as it is.
+        TensorInputs sequence;
+        for (const TensorInput& in : d.inputs) {
+          if (in.arg == 0 && in.item < 0) sequence.push_back(in);
+        }
+        d.inputs = std::move(sequence);
+      } else {
+        const Tensor* w = weighted->FindTensor("weight");
+        if (w == nullptr || w->dtype() != DType::kFloat32) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "prepare: node '", n->name(), "': module '", n->target().name(),
+              "' (", weighted->type().name(), ") has no float32 tensor 'weight'"));
+        }
       }
       // float16 dynamic quantization's weight "observer" is a float16 placeholder: the
       // weight is cast, not observed (convert_fx's float16 reference module).
@@ -1281,6 +1319,12 @@ absl::Status UnshareQuantizedModuleCalls(GraphModule& gm, const std::vector<Deci
 
 bool IsObserverModuleType(Symbol type) {
   return ObserverKindFromName(type.name()).has_value();
+}
+
+bool IsRecurrentModuleType(Symbol type) {
+  static const Symbol lstm = Symbol::Intern("nn.LSTM");
+  static const Symbol gru = Symbol::Intern("nn.GRU");
+  return type == lstm || type == gru;
 }
 
 absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qconfig_mapping,

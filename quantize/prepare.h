@@ -157,6 +157,10 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
 // True if `type` is the module type of an observer Prepare inserts.
 bool IsObserverModuleType(Symbol type);
 
+// nn.LSTM or nn.GRU: a module whose weights are its tensors weight_ih_l0, weight_hh_l0, ...
+// (quantized dynamically, each with its own parameters, by prepare and convert).
+bool IsRecurrentModuleType(Symbol type);
+
 }  // namespace fuselage
 
 #endif  // FUSELAGE_QUANTIZE_PREPARE_H_

@@ -25,6 +25,7 @@ constructor gives them; a file that disagrees is rejected.
 import collections
 import functools
 import inspect
+import weakref
 
 import torch
 import torch.ao.nn.intrinsic as nni
@@ -32,6 +33,7 @@ import torch.ao.nn.quantized as nnq
 import torch.ao.quantization.fake_quantize as tq_fake_quantize
 import torch.ao.quantization.observer as tq_observer
 import torch.nn as nn
+from torch.ao.nn.quantized.dynamic.modules.rnn import RNNBase as _DynamicRNNBase
 from torch.ao.nn.quantized.modules.conv import _ConvNd as _QuantizedConvNd
 
 from fuselage import _names
@@ -45,6 +47,9 @@ _PACKED = (_QuantizedConvNd, nnq.Linear)
 # written as its values (uint8) and per-row weight_scale / weight_zero_point (float32).
 _EMBEDDINGS = (nnq.Embedding, nnq.EmbeddingBag)
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+# nnqd.LSTM / nnqd.GRU keep each layer's weights packed in a child; written as tensors
+# weight_ih_l0 (quantized, or float32 for float16), bias_ih_l0, ... (PyTorch's names).
+_DYNAMIC_RNNS = (_DynamicRNNBase,)
 
 
 def _is_packed(cls):
@@ -74,6 +79,11 @@ def describe(module, type_name, where):
     cls = type(module)
     contents = ModuleContents()
     packed = _is_packed(cls) and type_name is not None
+    if issubclass(cls, _DYNAMIC_RNNS) and type_name is not None:
+        contents.tensors += [(k, v) for k, v in module.get_weight().items()]
+        contents.tensors += [(k, v) for k, v in module.get_bias().items() if v is not None]
+        contents.attributes += _plain_attributes(module)
+        return contents
     if issubclass(cls, _EMBEDDINGS) and type_name is not None:
         weight = module.weight()
         contents.tensors += [("weight", weight.int_repr()),
@@ -177,9 +187,17 @@ def _constructor_parameters(cls):
     """cls.__init__'s parameters after self (None if Python cannot say): one inspection per
     class, not per module (a large graph rebuilds thousands of modules of a few classes)."""
     try:
-        return tuple(inspect.signature(cls.__init__).parameters.values())[1:]
+        parameters = tuple(inspect.signature(cls.__init__).parameters.values())[1:]
     except (TypeError, ValueError):
         return None
+    if all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters) and parameters:
+        # nn.LSTM(*args, **kwargs) and nnqd.LSTM pass them to their RNNBase after `mode`
+        # (a GRU refuses proj_size, even 0).
+        for base in cls.__mro__[1:]:
+            if base.__name__ == "RNNBase":
+                return tuple(p for p in _constructor_parameters(base) if p.name != "mode" and
+                             (p.name != "proj_size" or cls.__name__ == "LSTM"))
+    return parameters
 
 
 # Constructor parameters a module keeps under another name: nnq.PReLU(output_scale,
@@ -370,6 +388,16 @@ def build(type_name, tensors, attributes, children, where):
             module.add_module(name, child)
     if issubclass(cls, _EMBEDDINGS):
         _set_embedding_weight(module, tensors, type_name, where)
+    elif issubclass(cls, _DYNAMIC_RNNS):
+        names = [n for n in tensors if n.startswith("weight_")]
+        weights = dict(tensors)
+        for n in names:
+            weights.setdefault("bias" + n[len("weight"):], None)
+        try:
+            module.set_weight_bias(weights)
+        except Exception as e:  # a missing weight, the engine's prepack
+            raise ModelFileError(f"{where} ({type_name}): cannot set its weights and biases: "
+                                 f"{e!r}") from None
     elif _is_packed(cls):
         float16 = attributes.get("dtype") == "torch.float16" or \
             attributes.get("dtype") is torch.float16
@@ -383,6 +411,13 @@ def build(type_name, tensors, attributes, children, where):
     else:
         for name, tensor in tensors.items():
             _assign_tensor(module, name, tensor, where)
+        if isinstance(module, nn.RNNBase):
+            # nn.LSTM / nn.GRU run on _flat_weights, the list of the parameters' objects
+            # their constructor made: point it at the file's (__setattr__ would have).
+            module._flat_weights = [getattr(module, n, None) for n in module._flat_weights_names]
+            if hasattr(module, "_flat_weight_refs"):
+                module._flat_weight_refs = [weakref.ref(w) if w is not None else None
+                                            for w in module._flat_weights]
     for name, value in attributes.items():
         value = _attribute_from_file(name, value)
         if name == "eps" and _is_observer(cls) and "eps" in module._buffers:

@@ -15,6 +15,7 @@
 #include "runtime/quantized/clamp.h"
 #include "runtime/quantized/conv.h"
 #include "runtime/quantized/dynamic_linear.h"
+#include "runtime/quantized/dynamic_rnn.h"
 #include "runtime/quantized/elementwise.h"
 #include "runtime/quantized/embedding.h"
 #include "runtime/quantized/linear.h"
@@ -760,9 +761,10 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
   }
   // torch.clamp, Tensor.clamp, F.hardtanh_: what lowering leaves on quantized tensors.
   RETURN_IF_ERROR(RegisterQuantizedClampKernels(registry));
-  // nnqd.Linear and torch.quantize_per_tensor_dynamic: dynamic quantization; weight-only
+  // nnqd.Linear, nnqd.LSTM / GRU and torch.quantize_per_tensor_dynamic: dynamic quantization; weight-only
   // nnq.Embedding / nnq.EmbeddingBag.
   RETURN_IF_ERROR(RegisterDynamicQuantizedKernels(registry));
+  RETURN_IF_ERROR(RegisterDynamicRnnKernels(registry));
   RETURN_IF_ERROR(RegisterQuantizedEmbeddingKernels(registry));
 
   // Channels-last overloads: the convs, and the ops between them in CNNs, whose every
