@@ -249,6 +249,21 @@ def quantize(model_input, calibration_data_reader, quant_format="QDQ",
              nodes_to_exclude=None, use_external_data_format=False, calibrate_method="MinMax",
              calibration_providers=None, extra_options=None, calibration_cache_path=None):
     """The onnx.ModelProto quantize_static writes (same arguments, without model_output)."""
+    return quantize_with_model(
+        model_input, calibration_data_reader, quant_format, op_types_to_quantize, per_channel,
+        reduce_range, activation_type, weight_type, nodes_to_quantize, nodes_to_exclude,
+        use_external_data_format, calibrate_method, calibration_providers, extra_options,
+        calibration_cache_path)[0]
+
+
+def quantize_with_model(model_input, calibration_data_reader, quant_format="QDQ",
+                        op_types_to_quantize=None, per_channel=False, reduce_range=False,
+                        activation_type="QInt8", weight_type="QInt8", nodes_to_quantize=None,
+                        nodes_to_exclude=None, use_external_data_format=False,
+                        calibrate_method="MinMax", calibration_providers=None,
+                        extra_options=None, calibration_cache_path=None):
+    """(the onnx.ModelProto, the lowered torch.fx.GraphModule it was written from): what
+    the tests run on fuselage's own runtime beside ONNX Runtime's."""
     if _name(quant_format) != "QDQ":
         _refuse("quant_format", quant_format, "QuantFormat.QDQ")
     if _name(calibrate_method) != "MinMax":
@@ -294,7 +309,7 @@ def quantize(model_input, calibration_data_reader, quant_format="QDQ",
         raise OnnxImportError(f"quantize_static: fuselage cannot quantize the model: {e}") \
             from e
     _rename_io(proto, reader.input_names, reader.output_names)
-    return proto
+    return proto, converted
 
 
 def _rename_io(proto, input_names, output_names):
