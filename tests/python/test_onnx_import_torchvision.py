@@ -146,3 +146,53 @@ def test_quantize_static_is_as_good_as_onnx_runtimes(name, convs, activation_typ
         assert within >= 0.999, (within, float(steps.max()))
     # ORT fuses fuselage's file as far as its own (int8: only where a Q has one reader).
     assert ours_fused["QLinearConv"] >= theirs_fused["QLinearConv"], (ours_fused, theirs_fused)
+
+
+def quantized_ops(lowered):
+    """The quantized ops of a lowered model, by kind: quantized module types
+    ('Conv2d', 'ConvReLU2d', 'Linear', ...) and quantized functions ('quantized.add',
+    'quantized.add_relu', ...). A quantized Dropout is left out: it is the identity in
+    eval mode, and torch.onnx.export drops it."""
+    modules = dict(lowered.named_modules())
+    ops = collections.Counter()
+    for node in lowered.graph.nodes:
+        if node.op == "call_module":
+            module = modules[node.target]
+            if ".quantized" in type(module).__module__ and \
+                    not isinstance(module, torch.ao.nn.quantized.Dropout):
+                ops[type(module).__name__] += 1
+        elif node.op == "call_function" and str(node.target).startswith("quantized."):
+            ops[str(node.target)] += 1
+    return ops
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_pytorch_and_onnx_front_doors_give_the_same_quantized_ops(name, tmp_path_factory):
+    # The torchvision model through fuselage.quantize_fx, and its ONNX export through
+    # fuselage.onnx.quantize_static, with the same qconfig and backend config.
+    from torch.ao.quantization import QConfigMapping
+    from fuselage.quantize_fx import convert_fx, prepare_fx
+    path = exported(name, tmp_path_factory)
+    rng = np.random.default_rng(0)
+    calibration = [rng.standard_normal(SHAPE).astype(np.float32) for _ in range(2)]
+    input_name = onnx.load(path).graph.input[0].name
+    _, from_onnx = _quantize.quantize_with_model(
+        path, Reader(input_name, calibration), per_channel=True,
+        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+    torch.manual_seed(0)
+    model = randomize_batch_norm(getattr(torchvision.models, name)(weights=None).eval())
+    mapping = QConfigMapping().set_global(
+        _quantize._qconfig(torch.quint8, torch.qint8, True, False, False))
+    backend = _quantize._backend_config(torch.quint8)
+    prepared = prepare_fx(model, mapping, (torch.from_numpy(calibration[0]),),
+                          backend_config=backend)
+    with torch.no_grad():
+        for x in calibration:
+            prepared(torch.from_numpy(x))
+    from_pytorch = convert_fx(prepared, qconfig_mapping=mapping, backend_config=backend)
+
+    ours_pt, ours_onnx = quantized_ops(from_pytorch), quantized_ops(from_onnx)
+    assert ours_pt["Conv2d"] + ours_pt["ConvReLU2d"] > 0 and ours_pt["Linear"] == 1, ours_pt
+    assert ours_pt == ours_onnx, (f"only from PyTorch: {dict(ours_pt - ours_onnx)}, "
+                                  f"only from ONNX: {dict(ours_onnx - ours_pt)}")
