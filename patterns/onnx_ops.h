@@ -10,7 +10,9 @@
 //   FxFormsOfOnnxOp("Clip")   // {"ReLU6", "ReLU", "Hardtanh", "torch.clamp"}: pattern leaves
 //   FxFormsOfOnnxOp("Erf")    // nullopt: not an op fuselage reads
 //
-// tests/python/test_onnx_patterns.py checks the table against what from_onnx makes.
+// Kept by hand beside python/fuselage/onnx/_import.py (its `_op` readers); tests/patterns/
+// pattern_test.cc checks the leaves resolve, tests/python/test_onnx_patterns.py fuses over
+// them on a model from_onnx read.
 #ifndef FUSELAGE_PATTERNS_ONNX_OPS_H_
 #define FUSELAGE_PATTERNS_ONNX_OPS_H_
 
