@@ -953,6 +953,12 @@ std::optional<std::vector<std::vector<Symbol>>> FusionRule::ChildTypesFromPatter
   Children children;
   for (int p : order) {
     if (p == folded_bn) continue;
+    // An ONNX leaf names every form of its op (onnx.Conv: Conv1d | Conv2d | Conv3d), of
+    // which a match holds one: the fusion pass checks each fused module (patterns/fuse.cc).
+    const PatternPosition& written = pattern.position(p);
+    if (written.leaves.size() <= 1 && absl::StartsWith(written.spelling, "onnx.")) {
+      return std::nullopt;
+    }
     std::vector<Symbol> types;
     int binary = 0;
     for (OpRef op : pattern.position(p).alternatives) {

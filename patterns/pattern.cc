@@ -15,6 +15,7 @@
 #include "graph/dtype.h"
 #include "graph/status_macros.h"
 #include "patterns/aten_ops.h"
+#include "patterns/onnx_ops.h"
 
 namespace fuselage {
 namespace {
@@ -634,7 +635,8 @@ absl::StatusOr<PatternPosition> ResolvePatternLeaf(absl::string_view name) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown pattern leaf '", name, "': ", why,
         " (write a module type like Conv2d or nni.ConvReLU2d, a function like torch.add or "
-        "F.relu, an aten op like aten.conv2d.default, method:NAME, or one of add, mul, relu, "
+        "F.relu, an aten op like aten.conv2d.default, an ONNX op like onnx.Conv, method:NAME, "
+        "or one of add, mul, relu, "
         "sigmoid, MatchAllNode)"));
   };
   // Explicit spellings.
@@ -669,6 +671,35 @@ absl::StatusOr<PatternPosition> ResolvePatternLeaf(absl::string_view name) {
                      has_alias ? ResolvePatternLeaf(base)
                                : FunctionLeaf(name, {{OpKind::kCallFunction, *fx}}));
     leaf.spelling = std::string(name);
+    return leaf;
+  }
+  // ONNX's spelling: every form fuselage.from_onnx gives the op (patterns/onnx_ops.h), so
+  // onnx.Conv is Conv1d | Conv2d | Conv3d and onnx.Clip is ReLU6 | ReLU | Hardtanh |
+  // torch.clamp.
+  if (absl::StartsWith(name, "onnx.")) {
+    const std::optional<absl::Span<const absl::string_view>> forms =
+        FxFormsOfOnnxOp(name.substr(5));
+    if (!forms.has_value()) {
+      return unknown("not an ONNX op fuselage reads (patterns/onnx_ops.cc)");
+    }
+    PatternPosition leaf;
+    leaf.spelling = std::string(name);
+    bool commutative = true;
+    for (absl::string_view form : *forms) {
+      ASSIGN_OR_RETURN(PatternPosition part, ResolvePatternLeaf(form));
+      commutative &= part.commutative;
+      for (const OpRef& op : part.alternatives) {
+        if (!leaf.Matches(op)) leaf.alternatives.push_back(op);
+      }
+      for (AllowedKwarg& kw : part.allowed_kwargs) {
+        const bool seen = std::any_of(
+            leaf.allowed_kwargs.begin(), leaf.allowed_kwargs.end(),
+            [&](const AllowedKwarg& a) { return a.key == kw.key && a.value == kw.value; });
+        if (!seen) leaf.allowed_kwargs.push_back(std::move(kw));
+      }
+    }
+    leaf.commutative = commutative;
+    leaf.builtin_kwargs = static_cast<int>(leaf.allowed_kwargs.size());
     return leaf;
   }
   // The aliases users expect.

@@ -117,6 +117,9 @@
 //                                (patterns/aten_ops.h) with all its spellings, so
 //                                aten.add_.Tensor is `add` and aten.conv2d.default is
 //                                F.conv2d
+//   onnx.OpType                  ONNX's spelling: every form fuselage.from_onnx gives the op
+//                                (patterns/onnx_ops.h), so onnx.Conv is Conv1d | Conv2d |
+//                                Conv3d and onnx.Clip is ReLU6 | ReLU | Hardtanh | torch.clamp
 //   nn.T, nni.T, nnq.T, nniq.T, nnqr.T   call_module of exactly that module type
 //   T (capitalized, no dot)      call_module of module type nn.T (Conv2d -> nn.Conv2d)
 // Any other bare name is an error (so a typo never silently matches nothing).

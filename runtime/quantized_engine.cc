@@ -13,6 +13,8 @@ absl::string_view QuantizedEngineName(QuantizedEngine engine) {
       return "onednn";
     case QuantizedEngine::kQnnpack:
       return "qnnpack";
+    case QuantizedEngine::kOnnxruntime:
+      return "onnxruntime";
   }
   return "?";
 }
@@ -20,6 +22,7 @@ absl::string_view QuantizedEngineName(QuantizedEngine engine) {
 std::optional<QuantizedEngine> QuantizedEngineFromName(absl::string_view name) {
   if (name == "onednn") return QuantizedEngine::kOnednn;
   if (name == "qnnpack") return QuantizedEngine::kQnnpack;
+  if (name == "onnxruntime") return QuantizedEngine::kOnnxruntime;
   return std::nullopt;
 }
 
@@ -40,7 +43,7 @@ absl::StatusOr<std::optional<QuantizedEngine>> RecordedEngine(const GraphModule&
   if (!engine.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "root module attribute '", kQuantizedEngineAttribute, "' is ", recorded->ToString(),
-        "; expected the string onednn or qnnpack"));
+        "; expected the string onednn, qnnpack or onnxruntime"));
   }
   return engine;
 }

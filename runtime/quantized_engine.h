@@ -4,6 +4,9 @@
 // output_requantizer.h has both formulas). A model quantized for the qnnpack backend
 // config is meant to run on QNNPACK; one for onednn / fbgemm / x86 on oneDNN (Debian's
 // PyTorch has no fbgemm; fuselage runs fbgemm and x86 configs with onednn's arithmetic).
+// A third, `onnxruntime`, is ONNX Runtime's CPU int8 kernels (QLinearConv, QGemm) on the
+// QDQ file fuselage.to_onnx writes: no backend config records it; a run asks for it to
+// compare fuselage's arithmetic with ORT's (tests/python/test_onnx_import_torchvision.py).
 //
 // Prepare records the engine of its backend config in the model (RecordEngine: the root
 // module's string attribute `quantized_engine`, graph/NAMING.md), convert and lowering
@@ -25,9 +28,9 @@
 
 namespace fuselage {
 
-enum class QuantizedEngine : uint8_t { kOnednn, kQnnpack };
+enum class QuantizedEngine : uint8_t { kOnednn, kQnnpack, kOnnxruntime };
 
-// "onednn", "qnnpack": the names torch.backends.quantized.engine uses.
+// "onednn", "qnnpack": the names torch.backends.quantized.engine uses; "onnxruntime".
 absl::string_view QuantizedEngineName(QuantizedEngine engine);
 std::optional<QuantizedEngine> QuantizedEngineFromName(absl::string_view name);
 
@@ -42,8 +45,8 @@ inline constexpr char kQuantizedEngineAttribute[] = "quantized_engine";
 void RecordEngine(QuantizedEngine engine, GraphModule& gm);
 
 // The engine recorded in `gm`, or nullopt if none is (a float model, or one made before
-// the record existed). InvalidArgument naming the attribute if it is not "onednn" or
-// "qnnpack".
+// the record existed). InvalidArgument naming the attribute if it is not an engine's
+// name.
 absl::StatusOr<std::optional<QuantizedEngine>> RecordedEngine(const GraphModule& gm);
 
 // The engine a run of `gm` uses: `requested` if given, else the recorded one, else

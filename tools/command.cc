@@ -190,7 +190,7 @@ absl::StatusOr<int> ThreadsFlag(const ParsedArgs& parsed) {
 FlagSpec EngineFlagSpec() {
   return {{"--engine"}, true,
           "whose integer arithmetic quantized ops compute, as torch.backends.quantized.engine: "
-          "onednn or qnnpack",
+          "onednn or qnnpack; onnxruntime: ONNX Runtime's CPU int8 kernels",
           "NAME", "the engine the model records (qnnpack config: qnnpack; others: onednn)"};
 }
 
@@ -200,7 +200,7 @@ absl::StatusOr<std::optional<QuantizedEngine>> EngineFlag(const ParsedArgs& pars
   std::optional<QuantizedEngine> engine = QuantizedEngineFromName(value);
   if (!engine.has_value()) {
     return UsageError(
-        absl::StrCat("--engine is '", value, "'; expected onednn or qnnpack"));
+        absl::StrCat("--engine is '", value, "'; expected onednn, qnnpack or onnxruntime"));
   }
   return engine;
 }

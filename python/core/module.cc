@@ -555,7 +555,7 @@ std::optional<QuantizedEngine> EngineArgument(const std::optional<std::string>& 
   std::optional<QuantizedEngine> engine = QuantizedEngineFromName(*name);
   if (!engine.has_value()) {
     ThrowIfError(absl::InvalidArgumentError(
-        absl::StrCat("engine is '", *name, "'; expected onednn, qnnpack or None")));
+        absl::StrCat("engine is '", *name, "'; expected onednn, qnnpack, onnxruntime or None")));
   }
   return engine;
 }

@@ -60,7 +60,7 @@ def _quantize_onnx(args):
                                  args.seed)
         quantize_static(args.model, args.output, samples, per_channel=args.per_channel,
                         activation_type="QUInt8" if args.activation_type == "uint8" else "QInt8",
-                        weight_type="QInt8")
+                        weight_type="QInt8", backend_config=args.config)
     except fuselage.FuselageError as e:
         print(f"fuselage: {e}", file=sys.stderr)
         return 1
@@ -87,6 +87,9 @@ def main(argv=None):
                              "quantize_static does)")
     qo.add_argument("model", help="the float ONNX model")
     qo.add_argument("-o", "--output", required=True, help="the QDQ ONNX model to write")
+    qo.add_argument("--config", metavar="PATH", default=None,
+                    help="a fuselage backend config file used instead of PyTorch's native one; "
+                    "its patterns may name ONNX ops (onnx.Conv, onnx.Relu | onnx.Clip)")
     qo.add_argument("--calibration", type=int, default=16, metavar="N",
                     help="calibrate on N standard-normal samples of the input shapes "
                     "(default 16); for real data use fuselage.onnx.quantize_static")

@@ -17,6 +17,22 @@ OutputRequantizer::OutputRequantizer(double input_scale, const std::vector<doubl
       lo_(static_cast<double>(relu ? std::max(output_zero_point, DTypeMin(output_dtype))
                                   : DTypeMin(output_dtype))),
       hi_(static_cast<double>(DTypeMax(output_dtype))) {
+  if (engine == QuantizedEngine::kOnnxruntime) {
+    bias_term_.clear();
+    bias_q_.assign(weight_scales.size(), 0);
+    const float input = static_cast<float>(input_scale);
+    const float output = static_cast<float>(output_scale);
+    for (size_t c = 0; c < weight_scales.size(); ++c) {
+      const float bias_scale = input * static_cast<float>(weight_scales[c]);
+      op_scale_[c] = bias_scale / output;
+      if (bias != nullptr) {
+        const double q = std::nearbyint(static_cast<double>(bias[c]) /
+                                        static_cast<double>(bias_scale));
+        bias_q_[c] = static_cast<int32_t>(std::clamp(q, -2147483648.0, 2147483647.0));
+      }
+    }
+    return;
+  }
   if (engine == QuantizedEngine::kQnnpack) {
     bias_term_.clear();
     bias_q_.assign(weight_scales.size(), 0);

@@ -35,6 +35,16 @@
 // qnnpack engine at ties (tests/runtime/gen_qnnpack_goldens.py, qnnpack_*_ties.txt),
 // where onednn's formula differs on 89 of their outputs.
 //
+// onnxruntime (ONNX Runtime 1.30's QLinearConv / QGemm on the QDQ file fuselage.to_onnx
+// writes: core/providers/cpu/nn/qlinearconv.cc, MLAS's requantize output processor):
+// QNNPACK's order (int32 bias in the accumulator, one float32 multiplier, round half to
+// even, then the zero point), with ORT's multiplier and the int32 bias the file holds:
+//   scale[c]   = (float(input_scale) * float(weight_scale[c])) / float(output_scale)
+//   bias_q[c]  = nearbyint(double(bias[c]) / double(float(input_scale) * float(weight_scale[c])))
+// QNNPACK's reciprocal multiplier differs from ORT's quotient in the last bit for some
+// channels (14 of resnet18's 64 in layer1.0.conv2), which moves 1 in 16 K outputs one step;
+// resnet18's depth makes that 3 % of its logits (tests/python/test_onnx_import_torchvision.py).
+//
 // The arithmetic must stay unfused: the targets that include this header compile with
 // -ffp-contract=off so that "v * op_scale + zero_point" never becomes one FMA.
 #ifndef FUSELAGE_RUNTIME_QUANTIZED_OUTPUT_REQUANTIZER_H_
@@ -67,7 +77,7 @@ class OutputRequantizer {
   bool fusable_in_onednn() const { return engine_ == QuantizedEngine::kOnednn; }
   const std::vector<float>& op_scales() const { return op_scale_; }  // qnnpack: scale[c]
   const std::vector<float>& bias_terms() const { return bias_term_; }
-  // QNNPACK's arithmetic only: bias_q[c], and the output range (relu's included), for the
+  // QNNPACK's and ONNX Runtime's arithmetic only: bias_q[c], and the output range (relu's included), for the
   // vectorized loops of kernel_loops.h.
   const std::vector<int32_t>& qnnpack_bias() const { return bias_q_; }
   int32_t zero_point() const { return static_cast<int32_t>(zero_point_); }
@@ -75,7 +85,7 @@ class OutputRequantizer {
   int32_t hi() const { return static_cast<int32_t>(hi_); }
 
   int32_t Apply(int32_t acc, int64_t channel) const {
-    if (engine_ == QuantizedEngine::kQnnpack) return ApplyQnnpack(acc, channel);
+    if (engine_ != QuantizedEngine::kOnednn) return ApplyQnnpack(acc, channel);
     const float v = (static_cast<float>(acc) + bias_term_[channel]) * op_scale_[channel];
     // relu (max(v, 0) before the zero point) is the lower bound lo_ = zero point: float
     // addition and rounding are monotonic, so v < 0 gives at most the zero point.
@@ -100,9 +110,9 @@ class OutputRequantizer {
   }
 
   QuantizedEngine engine_;
-  std::vector<float> op_scale_;   // qnnpack: scale[c] of the formula above
+  std::vector<float> op_scale_;   // qnnpack, onnxruntime: scale[c] of the formulas above
   std::vector<float> bias_term_;  // onednn only
-  std::vector<int32_t> bias_q_;   // qnnpack only
+  std::vector<int32_t> bias_q_;   // qnnpack and onnxruntime only
   float zero_point_;
   double lo_;
   double hi_;

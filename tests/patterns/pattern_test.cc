@@ -115,6 +115,39 @@ TEST(PatternTest, AtenNamesResolveToTheFxFormAndItsSpellings) {
                         "reads"));
 }
 
+// ONNX's spellings name every form fuselage.from_onnx gives the op: a module for Conv and
+// Relu, the module or function Clip becomes, the functions Add does.
+TEST(PatternTest, OnnxNamesResolveToTheFormsFromOnnxGives) {
+  absl::StatusOr<PatternPosition> conv = ResolvePatternLeaf("onnx.Conv");
+  ASSERT_TRUE(conv.ok()) << conv.status();
+  EXPECT_TRUE(conv->Matches(Mod("nn.Conv1d")) && conv->Matches(Mod("nn.Conv2d")) &&
+              conv->Matches(Mod("nn.Conv3d")));
+  EXPECT_FALSE(conv->Matches(Fn("torch.nn.functional.conv2d")));
+  EXPECT_EQ(conv->spelling, "onnx.Conv");
+  absl::StatusOr<PatternPosition> add = ResolvePatternLeaf("onnx.Add");
+  ASSERT_TRUE(add.ok()) << add.status();
+  EXPECT_TRUE(add->Matches(Fn("operator.add")) && add->Matches(Method("add")));
+  EXPECT_TRUE(add->commutative);
+  absl::StatusOr<PatternPosition> sub = ResolvePatternLeaf("onnx.Sub");
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  EXPECT_FALSE(sub->commutative);
+  absl::StatusOr<PatternPosition> clip = ResolvePatternLeaf("onnx.Clip");
+  ASSERT_TRUE(clip.ok()) << clip.status();
+  EXPECT_TRUE(clip->Matches(Mod("nn.ReLU6")) && clip->Matches(Mod("nn.Hardtanh")) &&
+              clip->Matches(Fn("torch.clamp")));
+  absl::StatusOr<PatternPosition> relu = ResolvePatternLeaf("onnx.Relu");
+  ASSERT_TRUE(relu.ok()) << relu.status();
+  EXPECT_TRUE(relu->Matches(Mod("nn.ReLU")) && relu->Matches(Fn("torch.relu")));
+  EXPECT_FALSE(relu->Matches(Mod("nn.ReLU6")));
+  absl::StatusOr<Pattern> chain = Pattern::Parse(
+      "(onnx.Relu | onnx.Clip, (onnx.Add, onnx.Conv, MatchAllNode))", PatternFormat::kComplex);
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  EXPECT_EQ(chain->size(), 4);
+  absl::StatusOr<PatternPosition> unknown = ResolvePatternLeaf("onnx.Erf");
+  EXPECT_THAT(unknown.status().message(),
+              HasSubstr("unknown pattern leaf 'onnx.Erf': not an ONNX op fuselage reads"));
+}
+
 TEST(PatternTest, ReluSpellings) {
   absl::StatusOr<PatternPosition> relu = ResolvePatternLeaf("relu");
   ASSERT_TRUE(relu.ok());

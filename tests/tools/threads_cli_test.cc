@@ -201,7 +201,7 @@ TEST(ThreadsCliTest, EngineDefaultsToTheRecordedOneAndRefusesOtherNames) {
     const CliResult r = RunFuselage({"run", q, InputFlag(), "--engine=" + bad});
     EXPECT_EQ(r.code, kExitUsage) << r.err;
     EXPECT_EQ(r.err, absl::StrCat("fuselage: --engine is '", bad,
-                                  "'; expected onednn or qnnpack\n"));
+                                  "'; expected onednn, qnnpack or onnxruntime\n"));
   }
 }
 

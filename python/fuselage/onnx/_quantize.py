@@ -21,7 +21,8 @@ import os
 
 import torch
 
-from fuselage.errors import FuselageError, OnnxExportError, OnnxImportError
+from fuselage.errors import (ConfigTranslationError, FuselageError, OnnxExportError,
+                             OnnxImportError, PatternError)
 
 # ORT's extra_options fuselage honours, and the value each must have.
 _EXTRA_OPTIONS = {"ActivationSymmetric": False, "WeightSymmetric": True,
@@ -247,8 +248,25 @@ def quantize(model_input, calibration_data_reader, quant_format="QDQ",
              op_types_to_quantize=None, per_channel=False, reduce_range=False,
              activation_type="QInt8", weight_type="QInt8", nodes_to_quantize=None,
              nodes_to_exclude=None, use_external_data_format=False, calibrate_method="MinMax",
-             calibration_providers=None, extra_options=None, calibration_cache_path=None):
+             calibration_providers=None, extra_options=None, calibration_cache_path=None, *,
+             backend_config=None):
     """The onnx.ModelProto quantize_static writes (same arguments, without model_output)."""
+    return quantize_with_model(
+        model_input, calibration_data_reader, quant_format, op_types_to_quantize, per_channel,
+        reduce_range, activation_type, weight_type, nodes_to_quantize, nodes_to_exclude,
+        use_external_data_format, calibrate_method, calibration_providers, extra_options,
+        calibration_cache_path, backend_config=backend_config)[0]
+
+
+def quantize_with_model(model_input, calibration_data_reader, quant_format="QDQ",
+                        op_types_to_quantize=None, per_channel=False, reduce_range=False,
+                        activation_type="QInt8", weight_type="QInt8", nodes_to_quantize=None,
+                        nodes_to_exclude=None, use_external_data_format=False,
+                        calibrate_method="MinMax", calibration_providers=None,
+                        extra_options=None, calibration_cache_path=None, *,
+                        backend_config=None):
+    """(the onnx.ModelProto, the lowered torch.fx.GraphModule it was written from): what
+    the tests run on fuselage's own runtime beside ONNX Runtime's."""
     if _name(quant_format) != "QDQ":
         _refuse("quant_format", quant_format, "QuantFormat.QDQ")
     if _name(calibrate_method) != "MinMax":
@@ -279,7 +297,7 @@ def quantize(model_input, calibration_data_reader, quant_format="QDQ",
     samples = _samples(calibration_data_reader, reader.input_names)
     qconfig = _qconfig(activation, weight, per_channel, reduce_range, symmetric_activation)
     mapping = _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude)
-    backend = _backend_config(activation)
+    backend = _backend_config(activation) if backend_config is None else backend_config
     try:
         prepared = prepare_fx(gm, mapping, samples[0], backend_config=backend)
         with torch.no_grad():
@@ -288,13 +306,13 @@ def quantize(model_input, calibration_data_reader, quant_format="QDQ",
         _clamp_ranges(prepared)
         converted = convert_fx(prepared, qconfig_mapping=mapping, backend_config=backend)
         proto = _export.build(converted, samples[0])
-    except OnnxExportError:
-        raise
+    except (OnnxExportError, ConfigTranslationError, PatternError):
+        raise  # the user's backend_config: its own error, naming the pattern or field
     except FuselageError as e:
         raise OnnxImportError(f"quantize_static: fuselage cannot quantize the model: {e}") \
             from e
     _rename_io(proto, reader.input_names, reader.output_names)
-    return proto
+    return proto, converted
 
 
 def _rename_io(proto, input_names, output_names):
@@ -324,7 +342,7 @@ def quantize_static(model_input, model_output, calibration_data_reader=None,
                     nodes_to_quantize=None, nodes_to_exclude=None,
                     use_external_data_format=False, calibrate_method="MinMax",
                     calibration_providers=None, extra_options=None,
-                    calibration_cache_path=None):
+                    calibration_cache_path=None, *, backend_config=None):
     """ONNX Runtime's onnxruntime.quantization.quantize_static, with its signature and the
     meaning of its arguments (ORT's enums, or their names): reads the float model
     `model_input` (a path or an onnx.ModelProto), calibrates on every sample
@@ -335,13 +353,18 @@ def quantize_static(model_input, model_output, calibration_data_reader=None,
     with extra_options ActivationSymmetric); weight_type QInt8 (symmetric, [-127, 127]);
     per_channel; reduce_range (7-bit weights); calibrate_method MinMax; op_types_to_quantize;
     nodes_to_exclude (nodes that become modules). Anything else is an OnnxImportError
-    naming the argument, and nothing is written."""
+    naming the argument, and nothing is written.
+
+    fuselage's own keyword `backend_config`: the path of a fuselage backend config file
+    (or a PyTorch BackendConfig) used instead of PyTorch's native one; its patterns may
+    name ONNX ops (`onnx.Conv`, `onnx.Relu | onnx.Clip`: patterns/onnx_ops.h), and its
+    fusions and dtype configs decide what is fused and quantized."""
     from fuselage import _exporter
     proto = quantize(model_input, calibration_data_reader, quant_format, op_types_to_quantize,
                      per_channel, reduce_range, activation_type, weight_type,
                      nodes_to_quantize, nodes_to_exclude, use_external_data_format,
                      calibrate_method, calibration_providers, extra_options,
-                     calibration_cache_path)
+                     calibration_cache_path, backend_config=backend_config)
     try:
         data = proto.SerializeToString()
     except ValueError as e:
