@@ -67,6 +67,11 @@ __all__ = ["fuse_fx", "prepare_fx", "prepare_qat_fx", "convert_fx",
 _BACKEND_TEXT_ATTR = "_fuselage_backend_config_text"
 _MAPPING_TEXT_ATTR = "_fuselage_qconfig_mapping_text"
 _QAT_ATTR = "_fuselage_is_qat"  # set on prepare_qat_fx's model
+# The ops prepare kept float because their qconfig is None (PyTorch's qconfig_map entries
+# None): convert_fx lowers none of their binary / weighted-functional patterns.
+_FLOAT_BY_QCONFIG_ATTR = "_fuselage_float_by_qconfig"
+# quantize/prepare.h kQConfigNoneReason.
+_QCONFIG_NONE_REASON = "its qconfig is None"
 
 
 def _core():
@@ -274,6 +279,8 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     prepared = core.to_torch(m, consume=True)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
+    setattr(prepared, _FLOAT_BY_QCONFIG_ATTR,
+            [k.node for k in report.kept_float if k.reason == _QCONFIG_NONE_REASON])
     return prepared, report
 
 
@@ -351,17 +358,20 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
     m = core.from_torch(graph_module)
     _convert_as_pytorch(core, m)
     if lower:
-        _lower(core, m, text)
+        _lower(core, m, text, getattr(graph_module, _FLOAT_BY_QCONFIG_ATTR, None))
     return core.to_torch(m, consume=True)
 
 
-def _lower(core, model, backend_text):
+def _lower(core, model, backend_text, float_by_qconfig=None):
     """Lowers `model` in place; with the lowering rules the prepare-time backend config file
-    declares, which belong to that config (backend_configs/declared_types.h)."""
+    declares, which belong to that config (backend_configs/declared_types.h). The ops in
+    `float_by_qconfig` (their qconfig was None at prepare) keep their binary-op and
+    weighted-functional patterns float, as PyTorch's should_skip_lowering does."""
+    float_by_qconfig = list(float_by_qconfig or [])
     if backend_text is not None and "lowering_rule" in backend_text:
-        core.lower(model, config_text=backend_text)
+        core.lower(model, config_text=backend_text, float_by_qconfig=float_by_qconfig)
     else:
-        core.lower(model)
+        core.lower(model, float_by_qconfig=float_by_qconfig)
 
 
 def _convert_as_pytorch(core, m, shown=5):
@@ -394,7 +404,8 @@ def _convert_qat(core, graph_module, lower):
     if not lower:
         return reference
     m = core.from_torch(reference)
-    _lower(core, m, getattr(graph_module, _BACKEND_TEXT_ATTR, None))
+    _lower(core, m, getattr(graph_module, _BACKEND_TEXT_ATTR, None),
+           getattr(graph_module, _FLOAT_BY_QCONFIG_ATTR, None))
     return core.to_torch(m, consume=True)
 
 

@@ -467,3 +467,87 @@ def test_prepare_qat_fx_fake_quantizes_are_on_the_root_as_in_pytorch():
         converted = quantize_fx.convert_fx(prepared.eval())
         torch.testing.assert_close(converted(x), nn.AvgPool2d(3)(x), atol=0.05, rtol=0)
     assert layouts[0] == layouts[1] == (2, 1)
+
+
+class _AddsAfterLinears(nn.Module):
+    """Two linears then two torch.adds, in the root and in each of two nested children: a
+    module_name_object_type_order entry can pick any one of them."""
+
+    def __init__(self, depth=2):
+        super().__init__()
+        self.fc1 = nn.Linear(1, 1)
+        self.fc2 = nn.Linear(1, 1)
+        self.child = _AddsAfterLinears(depth - 1) if depth > 0 else None
+
+    def forward(self, x):
+        x = self.fc2(self.fc1(x))
+        x = torch.add(torch.add(x, x), torch.add(x, x)) if self.child is None else \
+            torch.add(torch.add(x, x), x)
+        return x if self.child is None else self.child(x)
+
+
+def _call_sequence(gm):
+    """The converted model's calls in order (module types, functions, methods), without
+    the get_attr nodes that hold PyTorch's quantization parameters."""
+    modules = dict(gm.named_modules())
+    calls = []
+    for n in gm.graph.nodes:
+        if n.op == "call_module":
+            calls.append(type(modules[n.target]).__module__.rsplit(".", 2)[0] + "." +
+                         type(modules[n.target]).__name__)
+        elif n.op in ("call_function", "call_method"):
+            calls.append(str(getattr(n.target, "__name__", n.target)))
+    return calls
+
+
+def test_an_add_whose_qconfig_is_none_stays_float_between_quantized_ops_as_pytorch():
+    # Was: with module_name_object_type_order entries, an add of child m2 that no entry
+    # names (qconfig None) was lowered to quantized.add because its neighbours' observers
+    # put dequantize before it and quantize after it; PyTorch's should_skip_lowering keeps
+    # it float (PyTorch 1.13's suite: test_qconfig_module_name_object_type_order).
+    q = torch.ao.quantization.default_qconfig
+    mapping = torch.ao.quantization.QConfigMapping()
+    for name, object_type, index in [("", nn.Linear, 0), ("", torch.add, 0),
+                                     ("child", nn.Linear, 1), ("child", torch.add, 1),
+                                     ("child.child", nn.Linear, 0), ("child.child", torch.add, 2)]:
+        mapping.set_module_name_object_type_order(name, object_type, index, q)
+    torch.manual_seed(0)
+    model = _AddsAfterLinears().eval()
+    example = torch.randn(1, 1, 1, 1)
+    batches = _batches(example.shape)
+    _, want = _flow(torch_qfx, model, mapping, example, batches)
+    _, got = _flow(qfx, model, mapping, example, batches)
+    assert _call_sequence(got) == _call_sequence(want)
+    assert "add" in _call_sequence(got)  # some add stays float, between quantized ops
+    with torch.no_grad():
+        for x in batches:
+            torch.testing.assert_close(got(x), want(x), atol=0, rtol=0)
+
+
+class _LinearAddLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc1(x)
+        return self.fc2(torch.add(y, y))
+
+
+def test_an_op_set_to_none_by_object_type_is_not_lowered_as_pytorch():
+    # The same rule for a plain mapping: the linears are quantized, torch.add is set to
+    # None; the add reads fc1's dequantized output and fc2's input observer quantizes its
+    # result, and still it stays float in PyTorch and in fuselage.
+    mapping = get_default_qconfig_mapping("qnnpack").set_object_type(torch.add, None)
+    torch.manual_seed(0)
+    model = _LinearAddLinear().eval()
+    example = torch.randn(2, 4)
+    batches = _batches(example.shape)
+    _, want = _flow(torch_qfx, model, mapping, example, batches)
+    _, got = _flow(qfx, model, mapping, example, batches)
+    assert _call_sequence(got) == _call_sequence(want)
+    assert "add" in _call_sequence(got)
+    with torch.no_grad():
+        for x in batches:
+            torch.testing.assert_close(got(x), want(x), atol=0, rtol=0)
