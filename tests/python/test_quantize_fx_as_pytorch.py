@@ -597,3 +597,33 @@ def test_prepare_fx_with_fake_quantize_qconfigs_inserts_them_as_pytorch(backend)
     with torch.no_grad():
         for x in batches:
             torch.testing.assert_close(got(x), want(x), atol=0, rtol=0)
+
+
+def test_the_cli_leaves_an_op_whose_qconfig_is_none_float_as_pytorch(cli, tmp_path):
+    # The same rule in `fuselage quantize` (pipeline/quantize_flow.cc passes prepare's
+    # kept-float ops to the lowering): the add between the quantized linears stays float.
+    import subprocess
+
+    import numpy as np
+
+    import fuselage
+    from fuselage._translate import qconfig_mapping_to_text
+    from test_quantize_ops_like_pytorch import fuselage_calls, torch_calls
+
+    mapping = get_default_qconfig_mapping("qnnpack").set_object_type(torch.add, None)
+    torch.manual_seed(0)
+    model = _LinearAddLinear().eval()
+    example = torch.randn(2, 4)
+    _, want = _flow(torch_qfx, model, mapping, example, [example])
+    fuselage.export(model, (example,), str(tmp_path / "f.fsl"))
+    np.save(tmp_path / "x.npy", example.numpy())
+    (tmp_path / "mapping.textproto").write_text(qconfig_mapping_to_text(mapping))
+    out = subprocess.run(
+        [cli, "quantize", str(tmp_path / "f.fsl"), "--backend=qnnpack",
+         f"--calibration={tmp_path / 'x.npy'}",
+         f"--qconfig-mapping={tmp_path / 'mapping.textproto'}", "-o", str(tmp_path / "q.fsl")],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = fuselage_calls(tmp_path / "q.fsl")
+    assert got["function torch.ops.quantized.add"] == 0, got
+    assert got == torch_calls(want), out.stdout
