@@ -241,6 +241,9 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     _prepared.flatten_observers(prepared)
     _quantized_io.after_prepare(prepared, io.get("input_quantized_idxs"),
                                 io.get("output_quantized_idxs"))
+    from fuselage import _module_qconfigs
+
+    _module_qconfigs.set_module_qconfigs(prepared, _mapping_object(qconfig_mapping))
     return prepared.train(model.training)
 
 

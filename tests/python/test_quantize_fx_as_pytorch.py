@@ -627,3 +627,76 @@ def test_the_cli_leaves_an_op_whose_qconfig_is_none_float_as_pytorch(cli, tmp_pa
     got = fuselage_calls(tmp_path / "q.fsl")
     assert got["function torch.ops.quantized.add"] == 0, got
     assert got == torch_calls(want), out.stdout
+
+
+class _FourLayers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(1, 1)
+        self.conv = nn.Conv2d(1, 1, 1)
+        self.module_conv1 = nn.Conv2d(1, 1, 1)
+        self.module_conv2 = nn.Conv2d(1, 1, 1)
+        self.unused = nn.Sequential(nn.Conv2d(1, 1, 1))
+
+    def forward(self, x):
+        return self.module_conv2(self.module_conv1(self.conv(self.linear(x))))
+
+
+def _module_qconfigs(prepared):
+    """{module name: its qconfig's observers (class, dtype, qscheme)} of the modules that
+    are not observers; "no qconfig" where it has none."""
+    from torch.ao.quantization.quantize import is_activation_post_process
+
+    def observers(qconfig):
+        if qconfig is None or qconfig == "no qconfig":
+            return qconfig
+        made = (qconfig.activation(), qconfig.weight())
+        return tuple((type(o).__name__, o.dtype, o.qscheme) for o in made)
+
+    return {name: observers(getattr(m, "qconfig", "no qconfig"))
+            for name, m in prepared.named_modules()
+            if not is_activation_post_process(m) and not name.startswith("observers")}
+
+
+def test_prepared_modules_carry_their_qconfig_as_pytorch():
+    # Was: AttributeError "'Linear' object has no attribute 'qconfig'" (suite:
+    # test_qconfig_precedence): PyTorch's prepare_fx sets each module's qconfig (global,
+    # object type, module-name regex, module name, by its precedence); users read it.
+    from torch.ao.quantization import QConfigMapping, default_qconfig
+    from torch.ao.quantization.qconfig import default_per_channel_qconfig
+
+    mapping = QConfigMapping().set_global(default_qconfig) \
+        .set_object_type(nn.Conv2d, default_per_channel_qconfig) \
+        .set_module_name_regex("module_conv*", None) \
+        .set_module_name("module_conv2", default_qconfig)
+    example = torch.randn(1, 1, 1, 1)
+    model = _FourLayers().eval()
+    want = torch_qfx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+    got = qfx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+    got_qconfigs = _module_qconfigs(got)
+    assert {k: got_qconfigs.get(k) for k in _module_qconfigs(want)} == _module_qconfigs(want)
+    assert got.module_conv1.qconfig is None and got.module_conv2.qconfig is not None
+    got(example)
+    qfx.convert_fx(got)(example)  # the attributes do not disturb convert
+
+
+def test_a_per_channel_conv_transpose_qconfig_is_refused_at_prepare_as_pytorch():
+    # PyTorch's prepare_fx checks each module's qconfig as it propagates it
+    # (assert_valid_qconfig) and refuses a per-channel weight observer on a ConvTranspose
+    # with an AssertionError; fuselage's prepare_fx too (suite:
+    # test_convtranspose_per_channel_fails_early), with its own error class that is also
+    # an AssertionError.
+    from torch.ao.quantization import QConfigMapping
+    from torch.ao.quantization.qconfig import default_per_channel_qconfig
+
+    from fuselage.errors import ConfigTranslationError
+
+    model = nn.Sequential(nn.ConvTranspose2d(1, 1, 1)).eval()
+    mapping = QConfigMapping().set_global(default_per_channel_qconfig)
+    example = (torch.randn(1, 1, 2, 2),)
+    with pytest.raises(AssertionError, match="ConvTranspose"):
+        torch_qfx.prepare_fx(copy.deepcopy(model), mapping, example)
+    with pytest.raises(ConfigTranslationError, match="ConvTranspose") as refused:
+        qfx.prepare_fx(copy.deepcopy(model), mapping, example)
+    assert isinstance(refused.value, AssertionError)
+    assert "module '0' (ConvTranspose2d)" in refused.value.__notes__[0]
