@@ -44,6 +44,10 @@ struct Targets {
   Symbol output_qparams_meta = Symbol::Intern(kOutputQParamsMeta);
 };
 
+// The reason an op LoweringOptions::float_by_qconfig names stays a reference pattern.
+constexpr char kSkippedForQConfig[] =
+    "its qconfig is None: left float, as PyTorch's should_skip_lowering does";
+
 const Targets& T() {
   static const Targets* const targets = new Targets();
   return *targets;
@@ -296,10 +300,12 @@ class NodeWorklist {
 // only the quantize it is looking at, plus a relu, which is no quantize node).
 class Lowerer {
  public:
-  Lowerer(GraphModule& gm, const LoweringRuleRegistry& registry, LoweringReport& report)
+  Lowerer(GraphModule& gm, const LoweringRuleRegistry& registry, const LoweringOptions& options,
+          LoweringReport& report)
       : gm_(gm),
         graph_(gm.graph()),
         registry_(registry),
+        options_(options),
         report_(report),
         maybe_dead_(graph_.node_index_bound()) {}
 
@@ -371,10 +377,21 @@ class Lowerer {
   // rule and pass.
   Symbol NativeTarget(const LoweringRule& rule, bool add, bool relu);
   static bool HasDequantizedInput(const Node* n);
+  // Whether `n` is one of LoweringOptions::float_by_qconfig.
+  bool IsFloatByQConfig(const Node* n) const {
+    return !options_.float_by_qconfig.empty() && options_.float_by_qconfig.contains(n->name());
+  }
+  // Whether `rule` must not lower `ref`, whose qconfig was None: a binary op or a weighted
+  // functional, the rules PyTorch's should_skip_lowering guards (LoweringOptions).
+  bool SkippedForQConfig(const LoweringRule& rule, const Node* ref) const {
+    return rule.action == LoweringRule::Action::kNativeFunction &&
+           (rule.dequantized_args.size() >= 2 || rule.weight_arg >= 0) && IsFloatByQConfig(ref);
+  }
 
   GraphModule& gm_;
   Graph& graph_;
   const LoweringRuleRegistry& registry_;
+  const LoweringOptions& options_;
   LoweringReport& report_;
   // The quantize_per_tensor nodes still in the graph, in topological order.
   std::vector<Node*> quantize_nodes_;
@@ -1008,6 +1025,10 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
         ref->op() != OpKind::kCallMethod) {
       continue;
     }
+    if (add != nullptr && IsFloatByQConfig(add)) {
+      reasons.push_back(absl::StrCat("the add '", add->name(), "' ", kSkippedForQConfig));
+      continue;
+    }
     Module* module = ref == r ? r_module : ModuleOf(ref);
     const Symbol key = RuleKey(ref, module);
     const absl::Span<const LoweringRule* const> rules = registry_.RulesFor(ref->op(), key);
@@ -1017,6 +1038,10 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
     }
     for (const LoweringRule* rule : rules) {
       if (add != nullptr && rule->native_add_target.empty()) continue;  // no reason worth giving
+      if (SkippedForQConfig(*rule, ref)) {
+        reasons.emplace_back(kSkippedForQConfig);
+        continue;
+      }
       auto plan = TryRule(*rule, ref, module, add, relu, q, *output);
       if (plan.ok()) {
         chosen = *std::move(plan);
@@ -1201,14 +1226,15 @@ std::string LoweringReport::ToString() const {
 }
 
 absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
-                                             const LoweringRuleRegistry& registry) {
+                                             const LoweringRuleRegistry& registry,
+                                             const LoweringOptions& options) {
   LoweringReport report;
   // Dynamic quantization's patterns end in a float op, not a quantize: lowered apart.
   ASSIGN_OR_RETURN(const int dynamic_linears, LowerDynamicLinear(gm));
   if (dynamic_linears > 0) report.lowered_per_rule[kDynamicLinearRuleName] += dynamic_linears;
   ASSIGN_OR_RETURN(const int embeddings, LowerWeightOnlyEmbeddings(gm));
   if (embeddings > 0) report.lowered_per_rule[kWeightOnlyEmbeddingRuleName] += embeddings;
-  Lowerer lowerer(gm, registry, report);
+  Lowerer lowerer(gm, registry, options, report);
   RETURN_IF_ERROR(lowerer.LowerTuplesAndPatterns());
   RETURN_IF_ERROR(lowerer.FoldQuantizedConstants());
   RETURN_IF_ERROR(lowerer.RemoveDequantizeQuantizePairs());

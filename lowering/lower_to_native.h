@@ -81,6 +81,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "graph/graph_module.h"
 #include "lowering/lowering_rule.h"
@@ -124,9 +125,21 @@ struct LoweringReport {
   std::string ToString() const;
 };
 
+struct LoweringOptions {
+  // Names of the ops whose qconfig was None at prepare (PrepareReport::KeptFloat with
+  // kQConfigNoneReason). PyTorch's should_skip_lowering leaves such a binary op (add, mul,
+  // matmul) or weighted functional (F.linear, F.conv2d) in reference form even when its
+  // neighbours' observers put dequantize before it and quantize after it; so does this
+  // pass for every kNativeFunction rule with two dequantized args or a weight arg, and
+  // for an add it would absorb into the op before it. The other rules (pass-through ops,
+  // PyTorch's special patterns) lower whatever the qconfig, as PyTorch's do.
+  absl::flat_hash_set<std::string> float_by_qconfig;
+};
+
 // Runs the pass on `gm`. See the file comment.
 absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
-                                             const LoweringRuleRegistry& registry);
+                                             const LoweringRuleRegistry& registry,
+                                             const LoweringOptions& options = {});
 
 // The quantization parameters a node's output is known to carry: a
 // quantize_per_tensor with constant (or 0-d get_attr) scale / zero point, or a node with

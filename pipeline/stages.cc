@@ -189,14 +189,23 @@ absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm, const ConvertOptions
   return report;
 }
 
-absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config) {
+absl::flat_hash_set<std::string> FloatByQConfig(const PrepareReport& report) {
+  absl::flat_hash_set<std::string> names;
+  for (const PrepareReport::KeptFloat& kept : report.kept_float) {
+    if (kept.reason == kQConfigNoneReason) names.insert(kept.node);
+  }
+  return names;
+}
+
+absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config,
+                                          const LoweringOptions& options) {
   LoweringRuleRegistry rules;
   RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));
   if (config != nullptr) {
     RETURN_IF_ERROR(CheckDeclaredModules(gm, config->declarations().get()));
     RETURN_IF_ERROR(RegisterDeclaredLoweringRules(rules, config->declared_lowering_rules()));
   }
-  ASSIGN_OR_RETURN(LoweringReport report, LowerToNative(gm, rules));
+  ASSIGN_OR_RETURN(LoweringReport report, LowerToNative(gm, rules, options));
   RETURN_IF_ERROR(VerifyAfterStage("lower", gm));
   return report;
 }

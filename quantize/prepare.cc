@@ -581,7 +581,7 @@ class Planner {
       *reason = std::move(why);
       return std::nullopt;
     };
-    if (!qconfig.has_value()) return keep_float("its qconfig is None");
+    if (!qconfig.has_value()) return keep_float(kQConfigNoneReason);
     // Weight-only: the activation stays float (a float placeholder, or the entry says its
     // input and output are not observed, PyTorch 1.13's _input_output_observed) and the
     // weight is quantized; only embeddings lower so.

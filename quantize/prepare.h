@@ -95,6 +95,9 @@
 namespace fuselage {
 
 inline constexpr char kPreparePassName[] = "prepare";
+// PrepareReport::KeptFloat::reason of an op whose qconfig is None (PyTorch's qconfig_map
+// entry None): lowering must leave it float too (LoweringOptions::float_by_qconfig).
+inline constexpr char kQConfigNoneReason[] = "its qconfig is None";
 
 struct PrepareReport {
   struct KeptFloat {

@@ -642,7 +642,10 @@ void RegisterPasses(py::module_& m) {
       "`uncalibrated`.");
   m.def(
       "lower",
-      [](Model& model, const OptString& config_text, const OptString& config_source) {
+      [](Model& model, const OptString& config_text, const OptString& config_source,
+         const std::vector<std::string>& float_by_qconfig) {
+        LoweringOptions options;
+        options.float_by_qconfig.insert(float_by_qconfig.begin(), float_by_qconfig.end());
         // The lowering rules a config declares lower with that config only.
         std::optional<BackendConfig> config;
         if (config_text.has_value()) {
@@ -653,7 +656,7 @@ void RegisterPasses(py::module_& m) {
         auto copy = model.Read([](GraphModule& gm) { return gm.Clone(); });
         LoweringReport report = ValueOrThrow([&] {
           py::gil_scoped_release release;
-          return LowerModel(*copy, config.has_value() ? &*config : nullptr);
+          return LowerModel(*copy, config.has_value() ? &*config : nullptr, options);
         }());
         if (LoweredNothing(report)) {
           ThrowIfError(absl::FailedPreconditionError(
@@ -666,8 +669,11 @@ void RegisterPasses(py::module_& m) {
       },
       py::arg("model"), py::kw_only(), py::arg("config_text") = py::none(),
       py::arg("config_source") = py::none(),
+      py::arg("float_by_qconfig") = std::vector<std::string>(),
       "Lowers a reference quantized model to native quantized ops, in place; with "
-      "config_text, also by the lowering rules that backend config declares.");
+      "config_text, also by the lowering rules that backend config declares. The ops named "
+      "in float_by_qconfig (prepare kept them float: their qconfig is None) keep their "
+      "binary-op and weighted-functional patterns float, as PyTorch's should_skip_lowering.");
   m.def(
       "quantize",
       [](Model& model, const py::iterable& samples, const OptString& backend,

@@ -87,7 +87,8 @@ class _Factories:
     mappings give the fixed-qparams ops, which have no weight, a FakeQuantize wrapping the
     observer the global FusedMovingAvgObsFakeQuantize wraps."""
 
-    def __init__(self, qconfig_mapping):
+    def __init__(self, qconfig_mapping, function="prepare_qat_fx"):
+        self._function = function  # named in the errors
         self._by_key = {"activation": {}, "weight": {}}
         seen = set()
         for qconfig in _qconfigs(qconfig_mapping):
@@ -104,10 +105,10 @@ class _Factories:
                 if key in table:
                     if field == "activation" and repr(table[key]) != repr(value):
                         raise ConfigTranslationError(
-                            "prepare_qat_fx: the qconfig mapping has two activation factories "
+                            "%s: the qconfig mapping has two activation factories "
                             "that wrap the same observer (%r and %r); fuselage places "
                             "observers by their kind and arguments, so it cannot tell which "
-                            "one a node gets" % (table[key], value))
+                            "one a node gets" % (function, table[key], value))
                     continue
                 table[key] = value
 
@@ -128,9 +129,9 @@ class _Factories:
                 zero_point=int(observer.zero_point.reshape(-1)[0]), dtype=observer.dtype,
                 quant_min=observer.quant_min, quant_max=observer.quant_max))
         raise ConfigTranslationError(
-            "prepare_qat_fx: %s: no %s factory of the qconfig mapping makes the observer "
+            "%s: %s: no %s factory of the qconfig mapping makes the observer "
             "fuselage placed there (%r)"
-            % (where, "weight" if is_weight else "activation", observer))
+            % (self._function, where, "weight" if is_weight else "activation", observer))
 
 
 def _parent(root, path):
@@ -157,6 +158,34 @@ def _module_qconfig(gm, target, qconfig_mapping):
                 qconfig = parts[0]
         qconfig = by_name.get(path, qconfig)
     return qconfig
+
+
+def has_fake_quantize(qconfig_mapping):
+    """Whether a qconfig of the mapping makes a fake-quantize (activation or weight)."""
+    return any(isinstance(getattr(q, field)(), FakeQuantizeBase)
+               for q in _qconfigs(qconfig_mapping) for field in ("activation", "weight"))
+
+
+def fake_quantize_observers(gm, qconfig_mapping):
+    """prepare_fx of a mapping with fake-quantize qconfigs: each observer fuselage placed
+    in the prepared GraphModule `gm` becomes the fake-quantize of the mapping that wraps it
+    (in place), as PyTorch's prepare_fx inserts them; the modules stay float (no QAT
+    swap) and the weight plans stay observers, as convert computes a weight's qparams by
+    the same observer."""
+    factories = _Factories(qconfig_mapping, "prepare_fx")
+    modules = dict(gm.named_modules())
+    replaced = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_module" or node.target in replaced:
+            continue
+        module = modules[node.target]
+        if _prepared._is_observer_module(module):
+            replaced.add(node.target)
+            weight = bool(node.args) and getattr(node.args[0], "op", None) == "get_attr"
+            fake = factories.fake_quantize(module, "node '%s'" % node.name, weight)
+            if fake is not None:
+                parent, name = _parent(gm, node.target)
+                setattr(parent, name, fake)
 
 
 def _plans(gm):

@@ -25,10 +25,16 @@ class ModuleError(FuselageError, ValueError):
 class ConfigTranslationError(FuselageError, ValueError):
     """A PyTorch QConfigMapping or BackendConfig holds something fuselage's config formats
     cannot express (python/fuselage/_translate.py): a custom observer class, a dynamic
-    qconfig, a fake-quantize anywhere but prepare_qat_fx, an object type or module without a
+    qconfig, a fake-quantize outside prepare_fx / prepare_qat_fx, an object type or module without a
     fuselage name, an unknown fuser method, a getter that does more than pick pattern
     positions; or what prepare_qat_fx cannot train as PyTorch does (fuselage._qat); or a
     qconfig PyTorch's prepare_fx refuses with a ValueError (a fixed-qparams op's)."""
+
+
+class QConfigAssertionError(ConfigTranslationError, AssertionError):
+    """A qconfig PyTorch's prepare_fx refuses with an AssertionError (its
+    assert_valid_qconfig: a per-channel weight observer on a ConvTranspose): also an
+    AssertionError, so code written for PyTorch's prepare_fx catches it as before."""
 
 
 class PatternError(FuselageError, ValueError):

@@ -70,6 +70,14 @@ _QAT_ATTR = "_fuselage_is_qat"  # set on prepare_qat_fx's model
 # The path of the fuselage config file prepare_fx was given (None for a PyTorch config):
 # only such a file declares lowering rules of its own, which convert_fx lowers with.
 _BACKEND_FILE_ATTR = "_fuselage_backend_config_file"
+# The ops prepare kept float because their qconfig is None (PyTorch's qconfig_map entries
+# None): convert_fx lowers none of their binary / weighted-functional patterns.
+_FLOAT_BY_QCONFIG_ATTR = "_fuselage_float_by_qconfig"
+# quantize/prepare.h kQConfigNoneReason.
+_QCONFIG_NONE_REASON = "its qconfig is None"
+# Set on a prepare_fx model whose qconfigs are fake-quantizes (PyTorch inserts them, and
+# keeps the float modules): convert_fx reads their observers.
+_FAKE_QUANTIZE_ATTR = "_fuselage_fake_quantize"
 
 
 def _core():
@@ -217,7 +225,16 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     del example_inputs
     from fuselage import _prepared
 
-    prepared = prepare_with_report(model, qconfig_mapping, backend_config)[0]
+    # A fake-quantize qconfig (a QAT one) in post-training prepare_fx: as in PyTorch, the
+    # fake-quantizes go where the observers would and the modules stay float.
+    from fuselage import _qat
+
+    fake = _qat.has_fake_quantize(_mapping_object(qconfig_mapping))
+    prepared = prepare_with_report(model, qconfig_mapping, backend_config,
+                                   mapping_is_qat=fake)[0]
+    if fake:
+        _qat.fake_quantize_observers(prepared, _mapping_object(qconfig_mapping))
+        setattr(prepared, _FAKE_QUANTIZE_ATTR, True)
     # PyTorch's layout (observers on the root as activation_post_process_<n>), in the
     # model's mode, as PyTorch's prepared model is (a dropout keeps dropping).
     from fuselage import _quantized_io
@@ -227,6 +244,9 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     _prepared.flatten_observers(prepared)
     _quantized_io.after_prepare(prepared, io.get("input_quantized_idxs"),
                                 io.get("output_quantized_idxs"))
+    from fuselage import _module_qconfigs
+
+    _module_qconfigs.set_module_qconfigs(prepared, _mapping_object(qconfig_mapping))
     return prepared.train(model.training)
 
 
@@ -258,15 +278,16 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
 
 
 def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
-                        flow=("prepare_fx", "convert_fx")):
+                        flow=("prepare_fx", "convert_fx"), mapping_is_qat=None):
     """prepare_fx's GraphModule (prepare_qat_fx's before its fake-quantizes, `is_qat`) and
     fuselage's prepare report (every op kept float, by node name, with the reason). When
     nothing is quantized a UserWarning says why, naming the `flow`'s prepare and convert
-    functions."""
+    functions. `mapping_is_qat` (default: is_qat) reads the mapping's fake-quantizes as the
+    observers they wrap."""
     core = _core()
     text = _backend_text(backend_config, is_qat)
     source = _backend_source(backend_config)
-    mapping = _mapping_text(qconfig_mapping, is_qat)
+    mapping = _mapping_text(qconfig_mapping, is_qat if mapping_is_qat is None else mapping_is_qat)
     m = core.from_torch(model)
     core.fuse(m, config_text=text, config_source=source)
     report = core.prepare(m, config_text=text, config_source=source,
@@ -278,6 +299,8 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _BACKEND_FILE_ATTR, source)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
+    setattr(prepared, _FLOAT_BY_QCONFIG_ATTR,
+            [k.node for k in report.kept_float if k.reason == _QCONFIG_NONE_REASON])
     return prepared, report
 
 
@@ -333,7 +356,8 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
         # None); fuselage's convert reads the observers prepare placed, so it takes the
         # prepare-time mapping again (as PyTorch's own examples pass it) and refuses others.
         prepared_with = getattr(graph_module, _MAPPING_TEXT_ATTR, None)
-        is_qat = getattr(graph_module, _QAT_ATTR, False)
+        is_qat = getattr(graph_module, _QAT_ATTR, False) or \
+            getattr(graph_module, _FAKE_QUANTIZE_ATTR, False)
         if prepared_with is None or _mapping_text(qconfig_mapping, is_qat) != prepared_with:
             raise ConfigTranslationError(
                 "convert_fx: qconfig_mapping differs from the one given to prepare_fx; "
@@ -352,7 +376,13 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
     core = _core()
     if getattr(graph_module, _QAT_ATTR, False):
         return _convert_qat(core, graph_module, lower)
-    m = core.from_torch(graph_module)
+    if getattr(graph_module, _FAKE_QUANTIZE_ATTR, False):
+        from fuselage import _qat
+
+        with _qat.observed(graph_module):  # the fake-quantizes' observers, for the engine
+            m = core.from_torch(graph_module)
+    else:
+        m = core.from_torch(graph_module)
     _convert_as_pytorch(core, m)
     if lower:
         _lower(core, m, graph_module)
@@ -360,15 +390,19 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
 
 
 def _lower(core, model, prepared):
-    """Lowers `model` in place; with the lowering rules of the fuselage config file
-    `prepared` was prepared with (backend_configs/declared_types.h), which belong to that
-    config. A translated PyTorch config declares none, so it is not parsed again."""
+    """Lowers `model` in place, as `prepared` (the prepare_fx model) records: with the
+    lowering rules of the fuselage config file it was prepared with
+    (backend_configs/declared_types.h), which belong to that config (a translated PyTorch
+    config declares none, so it is not parsed again); and the ops whose qconfig was None
+    keep their binary-op and weighted-functional patterns float, as PyTorch's
+    should_skip_lowering does."""
     source = getattr(prepared, _BACKEND_FILE_ATTR, None)
+    float_by_qconfig = list(getattr(prepared, _FLOAT_BY_QCONFIG_ATTR, None) or [])
     if source is None:
-        core.lower(model)
+        core.lower(model, float_by_qconfig=float_by_qconfig)
     else:
         core.lower(model, config_text=getattr(prepared, _BACKEND_TEXT_ATTR),
-                   config_source=source)
+                   config_source=source, float_by_qconfig=float_by_qconfig)
 
 
 def _convert_as_pytorch(core, m, shown=5):

@@ -383,6 +383,51 @@ TEST(LowerToNativeTest, BinaryAddReluBecomesQuantizedAddRelu) {
   EXPECT_EQ(g.size(), 7u);
 }
 
+// An add whose qconfig was None (LoweringOptions::float_by_qconfig) stays a reference
+// pattern although both inputs are dequantized and a quantize follows, as PyTorch's
+// should_skip_lowering keeps it; the report says why. A pass-through op so named (PyTorch's
+// special patterns ignore the qconfig) still lowers.
+TEST(LowerToNativeTest, AddWhoseQConfigWasNoneStaysFloat) {
+  GraphModule gm;
+  auto max_pool = std::make_unique<Module>("nn.MaxPool2d");
+  max_pool->SetAttribute("kernel_size", Argument::Int(2));
+  ASSERT_TRUE(gm.SetModule("pool", std::move(max_pool)).ok());
+  Graph& g = gm.graph();
+  Node* a_q = Quantize(g, *g.AddPlaceholder("a"), 0.05, 10, "a_q");
+  Node* b_q = Quantize(g, *g.AddPlaceholder("b"), 0.07, 20, "b_q");
+  Node* add = *g.AddCallFunction("operator.add", {Dequantize(g, a_q), Dequantize(g, b_q)},
+                                 {}, "add");
+  Node* add_q = Quantize(g, add, 0.2, 5, "add_q");
+  Node* pool = *g.AddCallModule("pool", {Dequantize(g, add_q)}, {}, "pool");
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, pool, 0.2, 5))).ok());
+
+  auto rules = NativeRules();
+  LoweringOptions options;
+  options.float_by_qconfig = {"add", "pool"};
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules, options));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(add->target().name(), "operator.add") << Listing(g);
+  EXPECT_EQ(report.lowered_per_rule.count("add:operator.add"), 0u);
+  ASSERT_EQ(report.unlowered.size(), 1u) << report.ToString();
+  EXPECT_EQ(report.unlowered[0].node, "add");
+  EXPECT_NE(report.unlowered[0].reason.find("qconfig is None"), std::string::npos)
+      << report.unlowered[0].reason;
+  EXPECT_EQ(Count(g, OpKind::kCallFunction, "torch.ops.quantized.add"), 0);
+  // The pool reads the add's quantized value directly; its own quantize went.
+  EXPECT_EQ(pool->arg(0), Argument(add_q)) << Listing(g);
+
+  // Without the option the same graph lowers the add.
+  GraphModule gm2;
+  Graph& g2 = gm2.graph();
+  Node* a2 = Quantize(g2, *g2.AddPlaceholder("a"), 0.05, 10, "a_q");
+  Node* b2 = Quantize(g2, *g2.AddPlaceholder("b"), 0.07, 20, "b_q");
+  Node* add2 = *g2.AddCallFunction("operator.add", {Dequantize(g2, a2), Dequantize(g2, b2)},
+                                   {}, "add");
+  ASSERT_TRUE(g2.SetOutput(Dequantize(g2, Quantize(g2, add2, 0.2, 5))).ok());
+  ASSERT_OK_AND_ASSIGN(report2, LowerToNative(gm2, *rules));
+  EXPECT_EQ(add2->target().name(), "torch.ops.quantized.add") << Listing(g2);
+}
+
 // Pools and flatten run on quantized tensors and their quantize goes, as in PyTorch
 // 1.13: one that requantizes (flatten's here) too, the op's output then keeps its input's
 // parameters and the report names it; a dequantize → quantize pair with the parameters

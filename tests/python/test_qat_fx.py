@@ -177,11 +177,23 @@ def test_convert_leaves_the_trained_model_as_it_was_and_reference_has_qat_qparam
     assert reference.fc.weight_scale.item() == pytest.approx(scale.item(), rel=1e-7)
 
 
-def test_a_qat_qconfig_still_needs_prepare_qat_fx():
+def test_a_qat_qconfig_in_prepare_fx_gives_fake_quantizes_and_no_qat_modules_as_pytorch():
+    # Was refused (pointing to prepare_qat_fx); PyTorch's prepare_fx inserts the
+    # fake-quantizes and keeps the (fused, folded) modules as for post-training.
+    from torch.ao.quantization.quantize_fx import prepare_fx as torch_prepare_fx
     model = SmallResidual().eval()
-    with pytest.raises(ConfigTranslationError, match="prepare_qat_fx"):
-        prepare_fx(model, get_default_qat_qconfig_mapping("qnnpack"), (torch.randn(1, 3, 8, 8),),
-                   backend_config=get_qnnpack_backend_config())
+    example = (torch.randn(1, 3, 8, 8),)
+    mapping = get_default_qat_qconfig_mapping("qnnpack")
+    backend = get_qnnpack_backend_config()
+    got = prepare_fx(copy.deepcopy(model), mapping, example, backend_config=backend)
+    want = torch_prepare_fx(copy.deepcopy(model), mapping, example, backend_config=backend)
+
+    def kinds(gm):
+        return sorted(type(gm.get_submodule(n.target)).__name__
+                      for n in gm.graph.nodes if n.op == "call_module")
+
+    assert kinds(got) == kinds(want)
+    assert any(isinstance(m, FakeQuantizeBase) for m in got.modules())
 
 
 def test_qat_module_swap_follows_the_mapping_by_name():

@@ -467,3 +467,236 @@ def test_prepare_qat_fx_fake_quantizes_are_on_the_root_as_in_pytorch():
         converted = quantize_fx.convert_fx(prepared.eval())
         torch.testing.assert_close(converted(x), nn.AvgPool2d(3)(x), atol=0.05, rtol=0)
     assert layouts[0] == layouts[1] == (2, 1)
+
+
+class _AddsAfterLinears(nn.Module):
+    """Two linears then two torch.adds, in the root and in each of two nested children: a
+    module_name_object_type_order entry can pick any one of them."""
+
+    def __init__(self, depth=2):
+        super().__init__()
+        self.fc1 = nn.Linear(1, 1)
+        self.fc2 = nn.Linear(1, 1)
+        self.child = _AddsAfterLinears(depth - 1) if depth > 0 else None
+
+    def forward(self, x):
+        x = self.fc2(self.fc1(x))
+        x = torch.add(torch.add(x, x), torch.add(x, x)) if self.child is None else \
+            torch.add(torch.add(x, x), x)
+        return x if self.child is None else self.child(x)
+
+
+def _call_sequence(gm):
+    """The converted model's calls in order (module types, functions, methods), without
+    the get_attr nodes that hold PyTorch's quantization parameters."""
+    modules = dict(gm.named_modules())
+    calls = []
+    for n in gm.graph.nodes:
+        if n.op == "call_module":
+            calls.append(type(modules[n.target]).__module__.rsplit(".", 2)[0] + "." +
+                         type(modules[n.target]).__name__)
+        elif n.op in ("call_function", "call_method"):
+            calls.append(str(getattr(n.target, "__name__", n.target)))
+    return calls
+
+
+def test_an_add_whose_qconfig_is_none_stays_float_between_quantized_ops_as_pytorch():
+    # Was: with module_name_object_type_order entries, an add of child m2 that no entry
+    # names (qconfig None) was lowered to quantized.add because its neighbours' observers
+    # put dequantize before it and quantize after it; PyTorch's should_skip_lowering keeps
+    # it float (PyTorch 1.13's suite: test_qconfig_module_name_object_type_order).
+    q = torch.ao.quantization.default_qconfig
+    mapping = torch.ao.quantization.QConfigMapping()
+    for name, object_type, index in [("", nn.Linear, 0), ("", torch.add, 0),
+                                     ("child", nn.Linear, 1), ("child", torch.add, 1),
+                                     ("child.child", nn.Linear, 0), ("child.child", torch.add, 2)]:
+        mapping.set_module_name_object_type_order(name, object_type, index, q)
+    torch.manual_seed(0)
+    model = _AddsAfterLinears().eval()
+    example = torch.randn(1, 1, 1, 1)
+    batches = _batches(example.shape)
+    _, want = _flow(torch_qfx, model, mapping, example, batches)
+    _, got = _flow(qfx, model, mapping, example, batches)
+    assert _call_sequence(got) == _call_sequence(want)
+    assert "add" in _call_sequence(got)  # some add stays float, between quantized ops
+    with torch.no_grad():
+        for x in batches:
+            torch.testing.assert_close(got(x), want(x), atol=0, rtol=0)
+
+
+class _LinearAddLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc1(x)
+        return self.fc2(torch.add(y, y))
+
+
+def test_an_op_set_to_none_by_object_type_is_not_lowered_as_pytorch():
+    # The same rule for a plain mapping: the linears are quantized, torch.add is set to
+    # None; the add reads fc1's dequantized output and fc2's input observer quantizes its
+    # result, and still it stays float in PyTorch and in fuselage.
+    mapping = get_default_qconfig_mapping("qnnpack").set_object_type(torch.add, None)
+    torch.manual_seed(0)
+    model = _LinearAddLinear().eval()
+    example = torch.randn(2, 4)
+    batches = _batches(example.shape)
+    _, want = _flow(torch_qfx, model, mapping, example, batches)
+    _, got = _flow(qfx, model, mapping, example, batches)
+    assert _call_sequence(got) == _call_sequence(want)
+    assert "add" in _call_sequence(got)
+    with torch.no_grad():
+        for x in batches:
+            torch.testing.assert_close(got(x), want(x), atol=0, rtol=0)
+
+
+class _ConvLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+def _activation_post_processes(prepared):
+    """(class name, dtype, quant_min, quant_max) of each activation_post_process_<n>, as
+    the suite's test_qconfig_dict_setup reads them, sorted (PyTorch's numbering skips
+    numbers: KNOWN_FAILURES.md, test_observer_fqn)."""
+    return sorted((type(m).__name__, str(m.dtype), m.quant_min, m.quant_max)
+                  for name, m in prepared.named_children()
+                  if name.startswith("activation_post_process_"))
+
+
+@pytest.mark.parametrize("backend", ["qnnpack", "fbgemm"])
+def test_prepare_fx_with_fake_quantize_qconfigs_inserts_them_as_pytorch(backend):
+    # Was: ConfigTranslationError "FakeQuantize is a fake-quantize (quantization-aware
+    # training): use fuselage.quantize_fx.prepare_qat_fx"; PyTorch's prepare_fx inserts the
+    # fake-quantizes where the observers go and keeps the modules float (suite:
+    # test_qconfig_dict_setup, test_qnnpack_backend_config).
+    from torch.ao.quantization import get_default_qat_qconfig_mapping
+    from torch.ao.quantization.fake_quantize import FakeQuantizeBase
+
+    mapping = get_default_qat_qconfig_mapping(backend)
+    torch.manual_seed(0)
+    model = _ConvLinear().eval()
+    example = torch.randn(2, 3, 8, 8)
+    batches = _batches(example.shape)
+    want_prepared, want = _flow(torch_qfx, model, mapping, example, batches)
+    got_prepared, got = _flow(qfx, model, mapping, example, batches)
+    assert _activation_post_processes(got_prepared) == \
+        _activation_post_processes(want_prepared)
+    assert any(isinstance(m, FakeQuantizeBase) for m in got_prepared.modules())
+    # No QAT swap: the modules are the float ones, as in PyTorch.
+    assert type(got_prepared.get_submodule("fc")) is nn.Linear
+    assert _call_sequence(got) == _call_sequence(want)
+    with torch.no_grad():
+        for x in batches:
+            torch.testing.assert_close(got(x), want(x), atol=0, rtol=0)
+
+
+def test_the_cli_leaves_an_op_whose_qconfig_is_none_float_as_pytorch(cli, tmp_path):
+    # The same rule in `fuselage quantize` (pipeline/quantize_flow.cc passes prepare's
+    # kept-float ops to the lowering): the add between the quantized linears stays float.
+    import subprocess
+
+    import numpy as np
+
+    import fuselage
+    from fuselage._translate import qconfig_mapping_to_text
+    from test_quantize_ops_like_pytorch import fuselage_calls, torch_calls
+
+    mapping = get_default_qconfig_mapping("qnnpack").set_object_type(torch.add, None)
+    torch.manual_seed(0)
+    model = _LinearAddLinear().eval()
+    example = torch.randn(2, 4)
+    _, want = _flow(torch_qfx, model, mapping, example, [example])
+    fuselage.export(model, (example,), str(tmp_path / "f.fsl"))
+    np.save(tmp_path / "x.npy", example.numpy())
+    (tmp_path / "mapping.textproto").write_text(qconfig_mapping_to_text(mapping))
+    out = subprocess.run(
+        [cli, "quantize", str(tmp_path / "f.fsl"), "--backend=qnnpack",
+         f"--calibration={tmp_path / 'x.npy'}",
+         f"--qconfig-mapping={tmp_path / 'mapping.textproto'}", "-o", str(tmp_path / "q.fsl")],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = fuselage_calls(tmp_path / "q.fsl")
+    assert got["function torch.ops.quantized.add"] == 0, got
+    assert got == torch_calls(want), out.stdout
+
+
+class _FourLayers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(1, 1)
+        self.conv = nn.Conv2d(1, 1, 1)
+        self.module_conv1 = nn.Conv2d(1, 1, 1)
+        self.module_conv2 = nn.Conv2d(1, 1, 1)
+        self.unused = nn.Sequential(nn.Conv2d(1, 1, 1))
+
+    def forward(self, x):
+        return self.module_conv2(self.module_conv1(self.conv(self.linear(x))))
+
+
+def _module_qconfigs(prepared):
+    """{module name: its qconfig's observers (class, dtype, qscheme)} of the modules that
+    are not observers; "no qconfig" where it has none."""
+    from torch.ao.quantization.quantize import is_activation_post_process
+
+    def observers(qconfig):
+        if qconfig is None or qconfig == "no qconfig":
+            return qconfig
+        made = (qconfig.activation(), qconfig.weight())
+        return tuple((type(o).__name__, o.dtype, o.qscheme) for o in made)
+
+    return {name: observers(getattr(m, "qconfig", "no qconfig"))
+            for name, m in prepared.named_modules()
+            if not is_activation_post_process(m) and not name.startswith("observers")}
+
+
+def test_prepared_modules_carry_their_qconfig_as_pytorch():
+    # Was: AttributeError "'Linear' object has no attribute 'qconfig'" (suite:
+    # test_qconfig_precedence): PyTorch's prepare_fx sets each module's qconfig (global,
+    # object type, module-name regex, module name, by its precedence); users read it.
+    from torch.ao.quantization import QConfigMapping, default_qconfig
+    from torch.ao.quantization.qconfig import default_per_channel_qconfig
+
+    mapping = QConfigMapping().set_global(default_qconfig) \
+        .set_object_type(nn.Conv2d, default_per_channel_qconfig) \
+        .set_module_name_regex("module_conv*", None) \
+        .set_module_name("module_conv2", default_qconfig)
+    example = torch.randn(1, 1, 1, 1)
+    model = _FourLayers().eval()
+    want = torch_qfx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+    got = qfx.prepare_fx(copy.deepcopy(model), mapping, (example,))
+    got_qconfigs = _module_qconfigs(got)
+    assert {k: got_qconfigs.get(k) for k in _module_qconfigs(want)} == _module_qconfigs(want)
+    assert got.module_conv1.qconfig is None and got.module_conv2.qconfig is not None
+    got(example)
+    qfx.convert_fx(got)(example)  # the attributes do not disturb convert
+
+
+def test_a_per_channel_conv_transpose_qconfig_is_refused_at_prepare_as_pytorch():
+    # PyTorch's prepare_fx checks each module's qconfig as it propagates it
+    # (assert_valid_qconfig) and refuses a per-channel weight observer on a ConvTranspose
+    # with an AssertionError; fuselage's prepare_fx too (suite:
+    # test_convtranspose_per_channel_fails_early), with its own error class that is also
+    # an AssertionError.
+    from torch.ao.quantization import QConfigMapping
+    from torch.ao.quantization.qconfig import default_per_channel_qconfig
+
+    from fuselage.errors import ConfigTranslationError
+
+    model = nn.Sequential(nn.ConvTranspose2d(1, 1, 1)).eval()
+    mapping = QConfigMapping().set_global(default_per_channel_qconfig)
+    example = (torch.randn(1, 1, 2, 2),)
+    with pytest.raises(AssertionError, match="ConvTranspose"):
+        torch_qfx.prepare_fx(copy.deepcopy(model), mapping, example)
+    with pytest.raises(ConfigTranslationError, match="ConvTranspose") as refused:
+        qfx.prepare_fx(copy.deepcopy(model), mapping, example)
+    assert isinstance(refused.value, AssertionError)
+    assert "module '0' (ConvTranspose2d)" in refused.value.__notes__[0]
