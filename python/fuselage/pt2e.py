@@ -417,8 +417,8 @@ def lower_pt2e_quantized_to_x86(model, example_inputs=None):
     gives (onednn.qconv_pointwise, qconv2d_pointwise.binary for a conv with its residual
     add, qlinear_pointwise), weights prepacked, the rest as the reference has it: it runs
     on stock PyTorch, without fuselage and without quantized dtypes. `example_inputs`, in
-    torchao's signature, are not needed (the graph is not exported again). `model` is not
-    changed."""
+    torchao's signature, give each conv's input shape, for which its weight is packed
+    (without them a conv may run many times slower); the graph is not exported again.
+    `model` is not changed."""
     from fuselage import _onednn
-    del example_inputs
-    return _onednn.lower_to_onednn(model)
+    return _onednn.lower_to_onednn(model, example_inputs)

@@ -306,6 +306,18 @@ def test_fuselages_reference_lowers_to_onednn_with_its_residual_adds_binary():
     assert _sqnr(want, got) >= _sqnr(want, ref_out) - 0.5
 
 
+def test_convs_packed_for_their_input_shapes_compute_what_shapeless_packing_does():
+    # example_inputs give each conv's input shape, for which oneDNN packs its weight (a
+    # speed matter: bench/pt2e_int8_forward.py); the arithmetic is the same either way.
+    _, x, reference = _resnet18_reference()
+    with torch.no_grad():
+        shaped = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (x,))
+        shapeless = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference)
+        assert torch.equal(_first(shaped(x)), _first(shapeless(x)))
+    with pytest.raises(fuselage.ExportError, match="does not run on example_inputs"):
+        fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (torch.randn(1, 5, 9, 9),))
+
+
 def test_prepared_and_reference_models_return_what_the_exported_module_returns():
     # torchao's prepare_pt2e / convert_pt2e keep the exported module's pytree: one tensor
     # stays one tensor, a dict a dict.
