@@ -10,10 +10,7 @@ converted models give the same outputs in PyTorch; and fuselage's runtime gives 
 outputs within the runtime's tolerance (test_dynamic_rnn_fx.py says why an LSTM's is
 FLIP_RTOL, not 1e-5; the transformer, without recurrence, holds 1e-5).
 """
-import contextlib
-import copy
 import math
-import warnings
 
 import pytest
 import torch
@@ -23,11 +20,9 @@ from torch.ao.quantization import (QConfigMapping, default_dynamic_qconfig,
                                    float_qparams_weight_only_qconfig)
 from torch.ao.quantization.backend_config import (get_native_backend_config,
                                                   get_qnnpack_backend_config)
-from torch.ao.quantization.quantize_fx import convert_fx as torch_convert_fx
-from torch.ao.quantization.quantize_fx import prepare_fx as torch_prepare_fx
 
 from fuselage import _core
-from fuselage.quantize_fx import convert_fx, prepare_fx
+from fx_both import engine, leaf_types, quantize_both, relative_error
 from conftest import x86_engine
 
 RTOL = 1e-5
@@ -83,39 +78,6 @@ class LstmLanguageModel(nn.Module):
 
     def forward(self, tokens):
         return self.decoder(self.lstm(self.embed(tokens))[0])
-
-
-@contextlib.contextmanager
-def engine(name):
-    saved = torch.backends.quantized.engine
-    torch.backends.quantized.engine = name
-    try:
-        yield
-    finally:
-        torch.backends.quantized.engine = saved
-
-
-def leaf_types(model):
-    return {n.target: type(model.get_submodule(n.target)) for n in model.graph.nodes
-            if n.op == "call_module"}
-
-
-def quantize_both(model, mapping, example, backend_config):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        theirs = torch_prepare_fx(copy.deepcopy(model), mapping, (example,),
-                                  backend_config=backend_config)
-        theirs(example)
-        theirs = torch_convert_fx(theirs, backend_config=backend_config)
-        ours = prepare_fx(copy.deepcopy(model), mapping, (example,),
-                          backend_config=backend_config)
-        ours(example)
-        ours = convert_fx(ours, backend_config=backend_config)
-    return ours, theirs
-
-
-def relative_error(got, want):
-    return (got - want).abs().max().item() / want.abs().max().item()
 
 
 def same_weights(a, b):

@@ -11,7 +11,6 @@ the same mapping and backend config, on the same engine, and checks:
   - fuselage's runtime (its nnqd.Linear kernel, runtime/quantized/dynamic_linear.h) gives
     PyTorch's outputs within 1e-5 of their largest magnitude.
 """
-import contextlib
 import copy
 import warnings
 
@@ -26,6 +25,7 @@ from torch.ao.quantization.quantize_fx import convert_fx as torch_convert_fx
 from torch.ao.quantization.quantize_fx import prepare_fx as torch_prepare_fx
 
 from fuselage import _core
+from fx_both import engine, leaf_types, quantize_both, relative_error
 from fuselage.quantize_fx import convert_fx, prepare_fx
 from conftest import x86_engine
 
@@ -74,40 +74,6 @@ class LinearRelu(nn.Module):
 
 MODELS = {"mlp": (Mlp, (5, 48)), "tokens": (Tokens, (2, 7, 32))}
 QCONFIGS = {"per_tensor": default_dynamic_qconfig, "per_channel": per_channel_dynamic_qconfig}
-
-
-@contextlib.contextmanager
-def engine(name):
-    saved = torch.backends.quantized.engine
-    torch.backends.quantized.engine = name
-    try:
-        yield
-    finally:
-        torch.backends.quantized.engine = saved
-
-
-def leaf_types(model):
-    """The modules the graph calls, by name, with their types."""
-    return {n.target: type(model.get_submodule(n.target)) for n in model.graph.nodes
-            if n.op == "call_module"}
-
-
-def quantize_both(model, mapping, example, backend_config):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        theirs = torch_prepare_fx(copy.deepcopy(model), mapping, (example,),
-                                  backend_config=backend_config)
-        theirs(example)
-        theirs = torch_convert_fx(theirs, backend_config=backend_config)
-        ours = prepare_fx(copy.deepcopy(model), mapping, (example,),
-                          backend_config=backend_config)
-        ours(example)
-        ours = convert_fx(ours, backend_config=backend_config)
-    return ours, theirs
-
-
-def relative_error(got, want):
-    return (got - want).abs().max().item() / want.abs().max().item()
 
 
 CASES = [(model, qconfig, backend) for model in MODELS for qconfig in QCONFIGS

@@ -22,7 +22,6 @@ same model with the same mapping and backend config, on the same engine, and che
     order, a wrong scale) is of the order of the outputs.
 PyTorch 1.13's backend config has no nn.GRU: there both flows keep it float.
 """
-import contextlib
 import copy
 import warnings
 
@@ -38,6 +37,7 @@ from torch.ao.quantization.quantize_fx import convert_fx as torch_convert_fx
 from torch.ao.quantization.quantize_fx import prepare_fx as torch_prepare_fx
 
 from fuselage import _core
+from fx_both import engine, leaf_types, quantize_both, relative_error
 from fuselage.quantize_fx import convert_fx, prepare_fx
 from conftest import x86_engine
 
@@ -59,39 +59,6 @@ class Recurrent(nn.Module):
         if self.lstm:
             return out[0], out[1][0], out[1][1]
         return out[0], out[1]
-
-
-@contextlib.contextmanager
-def engine(name):
-    saved = torch.backends.quantized.engine
-    torch.backends.quantized.engine = name
-    try:
-        yield
-    finally:
-        torch.backends.quantized.engine = saved
-
-
-def leaf_types(model):
-    return {n.target: type(model.get_submodule(n.target)) for n in model.graph.nodes
-            if n.op == "call_module"}
-
-
-def quantize_both(model, mapping, example, backend_config):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        theirs = torch_prepare_fx(copy.deepcopy(model), mapping, (example,),
-                                  backend_config=backend_config)
-        theirs(example)
-        theirs = torch_convert_fx(theirs, backend_config=backend_config)
-        ours = prepare_fx(copy.deepcopy(model), mapping, (example,),
-                          backend_config=backend_config)
-        ours(example)
-        ours = convert_fx(ours, backend_config=backend_config)
-    return ours, theirs
-
-
-def relative_error(got, want):
-    return (got - want).abs().max().item() / want.abs().max().item()
 
 
 def check_close(got, want):
