@@ -719,7 +719,7 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
       return absl::Status(weight_or.status().code(), absl::StrCat("node '", n->name(), "': ",
                                                                   weight_or.status().message()));
     }
-    conversions.push_back({weighted, plan.reference_module, *std::move(weight_or)});
+    conversions.push_back({weighted, plan.reference_module, *std::move(weight_or), {}});
     if (fused) {
       RETURN_IF_ERROR(PlanObservedSteps(n, *m, observers, options, report, &observed_steps));
     }
