@@ -271,7 +271,9 @@ def _name(test):
 # --- the driver ---------------------------------------------------------------------------
 
 def _run_mode(test_file, mode, pattern, python):
-    out = os.path.join(cache_dir(), f"results-{mode}.json")
+    # A selection (-k) writes a file of its own: results-torch.json stays the whole run's,
+    # which --reuse-torch reads.
+    out = os.path.join(cache_dir(), f"results-{mode}{'-selected' if pattern else ''}.json")
     cmd = [python, os.path.abspath(__file__), "--child", mode, "--out", out]
     if pattern:
         cmd += ["-k", pattern]
@@ -313,7 +315,8 @@ def main():
     t1 = time.time()
     fuselage_results = _run_mode(test_file, "fuselage", a.pattern, a.python)
     t2 = time.time()
-    passing = sorted(n for n, r in torch_results.items() if r["outcome"] == "pass")
+    passing = sorted(n for n, r in torch_results.items() if r["outcome"] == "pass" and
+                     (not a.pattern or n in fuselage_results))
     both = [n for n in passing if fuselage_results.get(n, {}).get("outcome") == "pass"]
     percent = 100.0 * len(both) / len(passing) if passing else 0.0
     if a.list_failures:
