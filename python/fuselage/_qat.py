@@ -161,9 +161,16 @@ def _module_qconfig(gm, target, qconfig_mapping):
 
 
 def has_fake_quantize(qconfig_mapping):
-    """Whether a qconfig of the mapping makes a fake-quantize (activation or weight)."""
-    return any(isinstance(getattr(q, field)(), FakeQuantizeBase)
-               for q in _qconfigs(qconfig_mapping) for field in ("activation", "weight"))
+    """Whether a qconfig of the mapping makes a fake-quantize (activation or weight), read
+    from its factory's class. Nothing is built: as in PyTorch, an entry for a module the
+    model does not have is never constructed, whatever its arguments."""
+    from fuselage._translate import _unwrap
+    for q in _qconfigs(qconfig_mapping):
+        for field in ("activation", "weight"):
+            cls = _unwrap(getattr(q, field), field)[0]
+            if isinstance(cls, type) and issubclass(cls, FakeQuantizeBase):
+                return True
+    return False
 
 
 def fake_quantize_observers(gm, qconfig_mapping):
