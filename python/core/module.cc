@@ -1,6 +1,7 @@
 // fuselage._core: the engine in process, a pybind11 module over the pipeline library
 // (pipeline/) and the interpreter. See kModuleDoc for the Python API; python/fuselage/_core.py
 // imports this extension and says how to build it when it is missing.
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -368,6 +369,16 @@ void RegisterReports(py::module_& m) {
       .def_readonly("observer_nodes", &PrepareReport::observer_nodes)
       .def_readonly("observer_modules", &PrepareReport::observer_modules)
       .def_readonly("kept_float", &PrepareReport::kept_float)
+      .def_property_readonly(
+          "float_by_qconfig",
+          [](const PrepareReport& r) {
+            const auto names = FloatByQConfig(r);
+            std::vector<std::string> sorted(names.begin(), names.end());
+            std::sort(sorted.begin(), sorted.end());
+            return sorted;
+          },
+          "The kept-float ops whose qconfig is None, by node name (sorted): what "
+          "lower(float_by_qconfig=) keeps float, as the CLI's quantize flow does.")
       .def("__str__", &PrepareReport::ToString);
   DataclassLike(prepare, "PrepareReport",
                 {"quantized_ops", "observer_nodes", "observer_modules", "kept_float"});

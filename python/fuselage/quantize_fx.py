@@ -73,8 +73,6 @@ _BACKEND_FILE_ATTR = "_fuselage_backend_config_file"
 # The ops prepare kept float because their qconfig is None (PyTorch's qconfig_map entries
 # None): convert_fx lowers none of their binary / weighted-functional patterns.
 _FLOAT_BY_QCONFIG_ATTR = "_fuselage_float_by_qconfig"
-# quantize/prepare.h kQConfigNoneReason.
-_QCONFIG_NONE_REASON = "its qconfig is None"
 # Set on a prepare_fx model whose qconfigs are fake-quantizes (PyTorch inserts them, and
 # keeps the float modules): convert_fx reads their observers.
 _FAKE_QUANTIZE_ATTR = "_fuselage_fake_quantize"
@@ -299,8 +297,7 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _BACKEND_FILE_ATTR, source)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
-    setattr(prepared, _FLOAT_BY_QCONFIG_ATTR,
-            [k.node for k in report.kept_float if k.reason == _QCONFIG_NONE_REASON])
+    setattr(prepared, _FLOAT_BY_QCONFIG_ATTR, report.float_by_qconfig)
     return prepared, report
 
 
