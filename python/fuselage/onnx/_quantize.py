@@ -244,20 +244,6 @@ def _samples(calibration_data_reader, input_names):
     return samples
 
 
-def quantize(model_input, calibration_data_reader, quant_format="QDQ",
-             op_types_to_quantize=None, per_channel=False, reduce_range=False,
-             activation_type="QInt8", weight_type="QInt8", nodes_to_quantize=None,
-             nodes_to_exclude=None, use_external_data_format=False, calibrate_method="MinMax",
-             calibration_providers=None, extra_options=None, calibration_cache_path=None, *,
-             backend_config=None):
-    """The onnx.ModelProto quantize_static writes (same arguments, without model_output)."""
-    return quantize_with_model(
-        model_input, calibration_data_reader, quant_format, op_types_to_quantize, per_channel,
-        reduce_range, activation_type, weight_type, nodes_to_quantize, nodes_to_exclude,
-        use_external_data_format, calibrate_method, calibration_providers, extra_options,
-        calibration_cache_path, backend_config=backend_config)[0]
-
-
 def quantize_with_model(model_input, calibration_data_reader, quant_format="QDQ",
                         op_types_to_quantize=None, per_channel=False, reduce_range=False,
                         activation_type="QInt8", weight_type="QInt8", nodes_to_quantize=None,
@@ -265,8 +251,8 @@ def quantize_with_model(model_input, calibration_data_reader, quant_format="QDQ"
                         calibrate_method="MinMax", calibration_providers=None,
                         extra_options=None, calibration_cache_path=None, *,
                         backend_config=None):
-    """(the onnx.ModelProto, the lowered torch.fx.GraphModule it was written from): what
-    the tests run on fuselage's own runtime beside ONNX Runtime's."""
+    """(the onnx.ModelProto quantize_static writes, the lowered torch.fx.GraphModule it was
+    written from, which the tests run on fuselage's own runtime beside ONNX Runtime's)."""
     if _name(quant_format) != "QDQ":
         _refuse("quant_format", quant_format, "QuantFormat.QDQ")
     if _name(calibrate_method) != "MinMax":
@@ -360,11 +346,11 @@ def quantize_static(model_input, model_output, calibration_data_reader=None,
     name ONNX ops (`onnx.Conv`, `onnx.Relu | onnx.Clip`: patterns/onnx_ops.h), and its
     fusions and dtype configs decide what is fused and quantized."""
     from fuselage import _exporter
-    proto = quantize(model_input, calibration_data_reader, quant_format, op_types_to_quantize,
-                     per_channel, reduce_range, activation_type, weight_type,
-                     nodes_to_quantize, nodes_to_exclude, use_external_data_format,
-                     calibrate_method, calibration_providers, extra_options,
-                     calibration_cache_path, backend_config=backend_config)
+    proto, _ = quantize_with_model(
+        model_input, calibration_data_reader, quant_format, op_types_to_quantize, per_channel,
+        reduce_range, activation_type, weight_type, nodes_to_quantize, nodes_to_exclude,
+        use_external_data_format, calibrate_method, calibration_providers, extra_options,
+        calibration_cache_path, backend_config=backend_config)
     try:
         data = proto.SerializeToString()
     except ValueError as e:
