@@ -16,9 +16,7 @@ warm-ups, both on one thread.
 
 import argparse
 import os
-import statistics
 import sys
-import time
 import warnings
 
 import torch
@@ -32,18 +30,8 @@ from conftest import x86_engine  # noqa: E402
 from test_dynamic_models import EncoderClassifier, LstmLanguageModel  # noqa: E402
 
 from fuselage import _core  # noqa: E402
+from timing import median_ms  # noqa: E402
 from fuselage.quantize_fx import convert_fx, prepare_fx  # noqa: E402
-
-
-def median_ms(run, repeats):
-    for _ in range(2):
-        run()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1e3
 
 
 def main():

@@ -14,9 +14,7 @@ Median wall ms of `--repeats` runs after two warm-ups, torch and fuselage on one
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import torch
 import torchvision
@@ -26,17 +24,7 @@ from conftest import one_relu_per_call, randomize_batch_norm  # noqa: E402
 
 import fuselage.pt2e  # noqa: E402
 from fuselage import _core  # noqa: E402
-
-
-def median_ms(run, repeats):
-    for _ in range(2):
-        run()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1e3
+from timing import median_ms  # noqa: E402
 
 
 def torchao_reference(model, x):
