@@ -335,6 +335,8 @@ absl::Status BackendConfig::Insert(BackendPatternConfig config, bool replace,
                                    const FunctionRegistry& functions) {
   RETURN_IF_ERROR(ValidateBackendPatternConfig(config, modules, functions));
   CarryDeclaredSteps(config, modules);
+  // Validation refused children that do not fit; known ones fit.
+  config.rule.children_checked_at_load = config.rule.ChildTypesFromPattern().has_value();
   std::string key = PatternKey(config.pattern());
   auto same_pattern = index_by_pattern_key_.find(key);
   auto same_name = index_by_name_.find(config.name());

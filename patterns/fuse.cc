@@ -571,12 +571,12 @@ absl::StatusOr<int> FusePatterns(GraphModule& gm, const PatternMatcher& matcher,
       return PlanError(match, absl::StrCat("fused module type '", fused_type.name(),
                                            "' is not a registered module type"));
     }
-    // The loader cannot check the children against the type when they depend on the match
-    // (an optional position; a leaf of several forms, as onnx.Conv's Conv1d / Conv2d /
-    // Conv3d; forms with no module type, as onnx.Clip's torch.clamp:
-    // FusionRule::ChildTypesFromPattern), so each fused module is checked here, before
+    // Where the loader could not check the children against the type, because they depend
+    // on the match (an optional position; a leaf of several forms, as onnx.Conv's Conv1d /
+    // Conv2d / Conv3d; forms with no module type, as onnx.Clip's torch.clamp:
+    // FusionRule::ChildTypesFromPattern), each fused module is checked here, before
     // anything changes.
-    if (!schema->children.empty()) {
+    if (!rule.children_checked_at_load && !schema->children.empty()) {
       const Module& built = in_place ? *plan.reuse_slot : in_storage ? *plan.storage : *plan.module;
       const absl::Status fits = CheckModuleAgainstSchema(
           built, *schema, absl::StrCat("fused module of type ", schema->type));

@@ -245,6 +245,11 @@ struct FusionRule {
   std::shared_ptr<const Argument> composite_steps;
   std::shared_ptr<const Argument> composite_outputs;
 
+  // Set by a config loader that checked, from the pattern alone, that every module this
+  // rule builds holds the children its type declares (ChildTypesFromPattern): the fusion
+  // pass then skips its per-match check. False (check each fused module) everywhere else.
+  bool children_checked_at_load = false;
+
   // Declarative getters: a pattern position (see Pattern::PositionAtPath). Unset = default.
   std::optional<int> root_position;
   std::optional<std::vector<int>> extra_input_positions;

@@ -417,7 +417,15 @@ TEST(ConfigLoader, FusedChildrenMustFitTheFusedType) {
   const absl::StatusOr<BackendConfig> fits =
       LoadEntry(R"pb(name: "cbr" pattern: "(ReLU, (BatchNorm2d, Conv2d))" replace: true
                      fuser: WRAP_IN_SEQUENCE fused_module: "ConvBnReLU2d")pb");
-  EXPECT_TRUE(fits.ok()) << fits.status();
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  // Checked here once, so the fusion pass need not check each module it builds ...
+  EXPECT_TRUE(fits->Find("cbr")->rule.children_checked_at_load);
+  // ... unlike a pattern whose children depend on the match (the batch norm optional).
+  const absl::StatusOr<BackendConfig> per_match =
+      LoadEntry(R"pb(name: "cbr" pattern: "(ReLU, (BatchNorm2d?, Conv2d))" replace: true
+                     fuser: WRAP_IN_SEQUENCE fused_module: "ConvBnReLU2d")pb");
+  ASSERT_TRUE(per_match.ok()) << per_match.status();
+  EXPECT_FALSE(per_match->Find("cbr")->rule.children_checked_at_load);
   // ... and a type of the wrong parts is not.
   ExpectInvalid(LoadEntry(R"pb(name: "cr" pattern: "(ReLU, Conv2d)"
                                fuser: WRAP_IN_SEQUENCE fused_module: "LinearReLU")pb"),
