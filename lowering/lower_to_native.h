@@ -126,8 +126,8 @@ struct LoweringReport {
 };
 
 struct LoweringOptions {
-  // Names of the ops whose qconfig was None at prepare (PrepareReport::KeptFloat with
-  // kQConfigNoneReason). PyTorch's should_skip_lowering leaves such a binary op (add, mul,
+  // Names of the ops whose qconfig was None at prepare (PrepareReport::KeptFloat's cause
+  // kQConfigNone). PyTorch's should_skip_lowering leaves such a binary op (add, mul,
   // matmul) or weighted functional (F.linear, F.conv2d) in reference form even when its
   // neighbours' observers put dequantize before it and quantize after it; so does this
   // pass for every kNativeFunction rule with two dequantized args or a weight arg, and

@@ -192,7 +192,7 @@ absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm, const ConvertOptions
 absl::flat_hash_set<std::string> FloatByQConfig(const PrepareReport& report) {
   absl::flat_hash_set<std::string> names;
   for (const PrepareReport::KeptFloat& kept : report.kept_float) {
-    if (kept.reason == kQConfigNoneReason) names.insert(kept.node);
+    if (kept.cause == PrepareReport::KeptFloat::Cause::kQConfigNone) names.insert(kept.node);
   }
   return names;
 }

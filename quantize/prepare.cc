@@ -342,8 +342,9 @@ class Planner {
              absl::StrCat("the backend config '", config_.name(), "' has no entry for it")});
         continue;
       }
-      std::string reason;
-      ASSIGN_OR_RETURN(std::optional<Decision> decision, Decide(n, qconfig, *entry, std::move(inputs), &reason));
+      PrepareReport::KeptFloat kept{n->name(), std::string(type.name())};
+      ASSIGN_OR_RETURN(std::optional<Decision> decision,
+                       Decide(n, qconfig, *entry, std::move(inputs), &kept));
       if (decision.has_value()) {
         // A dynamic or weight-only op's output stays float.
         observed_[n->index()] = !decision->weight_only && !decision->activation->is_dynamic;
@@ -351,7 +352,7 @@ class Planner {
         decision_of_[n->index()] = decisions->size();
         decisions->push_back(std::move(*decision));
       } else {
-        report->kept_float.push_back({n->name(), std::string(type.name()), reason});
+        report->kept_float.push_back(std::move(kept));
       }
     }
     return absl::OkStatus();
@@ -571,17 +572,20 @@ class Planner {
                                             : &resolver.ForMethodCall(type, scope, scope_type);
   }
 
-  // A decision, or nullopt with `reason` set when the op stays float. `inputs` are the
-  // node's tensor inputs (TensorInputsOf).
+  // A decision, or nullopt with kept's reason and cause set when the op stays float.
+  // `inputs` are the node's tensor inputs (TensorInputsOf).
   absl::StatusOr<std::optional<Decision>> Decide(Node* n, const OptionalQConfig& qconfig,
                                                  const BackendPatternConfig& entry,
                                                  TensorInputs inputs,
-                                                 std::string* reason) {
-    auto keep_float = [&](std::string why) -> std::optional<Decision> {
-      *reason = std::move(why);
+                                                 PrepareReport::KeptFloat* kept) {
+    using Cause = PrepareReport::KeptFloat::Cause;
+    auto keep_float = [&](std::string why,
+                          Cause cause = Cause::kNotQuantizable) -> std::optional<Decision> {
+      kept->reason = std::move(why);
+      kept->cause = cause;
       return std::nullopt;
     };
-    if (!qconfig.has_value()) return keep_float(kQConfigNoneReason);
+    if (!qconfig.has_value()) return keep_float(kQConfigNoneReason, Cause::kQConfigNone);
     // Weight-only: the activation stays float (a float placeholder, or the entry says its
     // input and output are not observed, PyTorch 1.13's _input_output_observed) and the
     // weight is quantized; only embeddings lower so.
@@ -603,7 +607,8 @@ class Planner {
         return keep_float(absl::StrCat(
             "a fixed-qparams op needs the activation observer FixedQParamsObserver(scale=",
             fixed.scale, ", zero_point=", fixed.zero_point, "); its qconfig's is ",
-            a.ToString(), " (PyTorch's prepare_fx refuses this qconfig)"));
+            a.ToString(), " (PyTorch's prepare_fx refuses this qconfig)"),
+            Cause::kQConfigRefusedByPyTorch);
       }
     }
     const ObserverSpec& activation = qconfig->activation;

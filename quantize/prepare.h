@@ -95,15 +95,26 @@
 namespace fuselage {
 
 inline constexpr char kPreparePassName[] = "prepare";
-// PrepareReport::KeptFloat::reason of an op whose qconfig is None (PyTorch's qconfig_map
-// entry None): lowering must leave it float too (LoweringOptions::float_by_qconfig).
+// PrepareReport::KeptFloat::reason of an op whose qconfig is None.
 inline constexpr char kQConfigNoneReason[] = "its qconfig is None";
 
 struct PrepareReport {
   struct KeptFloat {
+    // What a caller acts on; `reason` says it to a person.
+    enum class Cause {
+      kNotQuantizable,  // the config, the qconfig or the op's form does not allow it
+      // Its qconfig is None (PyTorch's qconfig_map entry None): lowering must leave it
+      // float too (LoweringOptions::float_by_qconfig).
+      kQConfigNone,
+      // Its qconfig is one PyTorch 1.13's prepare_fx refuses (ValueError): a fixed-qparams
+      // op (sigmoid, tanh, ...) whose activation observer is not its FixedQParamsObserver.
+      // fuselage keeps it float, as PyTorch 2 does; the drop-in raises, as 1.13 does.
+      kQConfigRefusedByPyTorch,
+    };
     std::string node;    // the node's name
     std::string op;      // its module type, function or method
     std::string reason;  // why it stays float
+    Cause cause = Cause::kNotQuantizable;
   };
   int quantized_ops = 0;
   int observer_nodes = 0;

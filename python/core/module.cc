@@ -358,10 +358,17 @@ void RegisterReports(py::module_& m) {
   DataclassLike(explain, "ExplainReport", {"backend", "nodes", "failures", "matches_per_pattern"});
 
   py::class_<PrepareReport::KeptFloat> kept(m, "KeptFloat", "An op prepare keeps float, and why.");
+  py::enum_<PrepareReport::KeptFloat::Cause>(kept, "Cause",
+                                             "What a caller acts on; `reason` says it.")
+      .value("NOT_QUANTIZABLE", PrepareReport::KeptFloat::Cause::kNotQuantizable)
+      .value("QCONFIG_NONE", PrepareReport::KeptFloat::Cause::kQConfigNone)
+      .value("QCONFIG_REFUSED_BY_PYTORCH",
+             PrepareReport::KeptFloat::Cause::kQConfigRefusedByPyTorch);
   kept.def_readonly("node", &PrepareReport::KeptFloat::node)
       .def_readonly("op", &PrepareReport::KeptFloat::op)
-      .def_readonly("reason", &PrepareReport::KeptFloat::reason);
-  DataclassLike(kept, "KeptFloat", {"node", "op", "reason"});
+      .def_readonly("reason", &PrepareReport::KeptFloat::reason)
+      .def_readonly("cause", &PrepareReport::KeptFloat::cause);
+  DataclassLike(kept, "KeptFloat", {"node", "op", "reason", "cause"});
 
   py::class_<PrepareReport> prepare(m, "PrepareReport",
                                     "What prepare did; str() is the CLI's report.");

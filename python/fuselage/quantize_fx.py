@@ -301,16 +301,12 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     return prepared, report
 
 
-# The reason quantize/prepare.cc gives a fixed-qparams op (PyTorch 1.13's BackendConfig
-# _overwrite_output_observer) whose qconfig is not its FixedQParamsObserver.
-_FIXED_QPARAMS_REASON = "a fixed-qparams op needs the activation observer"
-
-
 def _refuse_fixed_qparams_qconfigs(report, prepare):
     """PyTorch 1.13's prepare_fx raises ValueError for a fixed-qparams op (sigmoid, tanh,
     ...) whose qconfig is not its fixed-qparams one; so does fuselage's (PyTorch 2's warns
     and keeps the op float, as fuselage does for its configs)."""
-    bad = [k for k in report.kept_float if k.reason.startswith(_FIXED_QPARAMS_REASON)]
+    refused = _core().KeptFloat.Cause.QCONFIG_REFUSED_BY_PYTORCH
+    bad = [k for k in report.kept_float if k.cause == refused]
     if bad:
         raise ConfigTranslationError(
             f"{prepare}: node '{bad[0].node}' ({bad[0].op}): {bad[0].reason}; use the "

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.ao.quantization.quantize_fx as torch_qfx
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.ao.quantization import get_default_qconfig_mapping
 from torch.ao.quantization.observer import FixedQParamsObserver
 
@@ -341,6 +342,38 @@ def test_a_fixed_qparams_op_with_another_qconfig_is_refused_as_pytorch_1_13():
         torch_qfx.prepare_fx(Tanh().eval(), mapping, (x,))
     with pytest.raises(ValueError, match=r"node 'sigmoid'.*get_default_qconfig_mapping"):
         qfx.prepare_fx(Tanh().eval(), mapping, (x,))
+
+
+class SigmoidLinearGelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return F.gelu(self.linear(torch.sigmoid(x)))
+
+
+def test_the_report_says_why_each_op_stays_float_in_a_field_callers_act_on():
+    # The drop-in used to find the refused fixed-qparams ops and the None-qconfig ops by
+    # matching prepare's reason text; the report now carries the cause.
+    from fuselage import _core as core
+    from torch.ao.quantization import QConfigMapping, default_qconfig
+    from torch.ao.quantization.backend_config import get_native_backend_config
+    Cause = core.KeptFloat.Cause
+    mapping = QConfigMapping().set_global(default_qconfig).set_module_name("linear", None)
+    m = core.from_torch(SigmoidLinearGelu().eval())
+    text = qfx._backend_text(get_native_backend_config(), False)
+    report = core.prepare(m, config_text=text, qconfig_mapping_text=qfx._mapping_text(mapping, False))
+    causes = {k.node: k.cause for k in report.kept_float}
+    # default_qconfig is not sigmoid's fixed-qparams one: 1.13's prepare_fx refuses it;
+    # PyTorch 2's backend config says so in sigmoid's dtype configs, and its prepare_fx
+    # keeps the op float.
+    pytorch_1 = int(torch.__version__.split(".")[0]) < 2
+    assert causes == {"sigmoid": Cause.QCONFIG_REFUSED_BY_PYTORCH if pytorch_1
+                                 else Cause.NOT_QUANTIZABLE,
+                      "linear": Cause.QCONFIG_NONE,
+                      "gelu": Cause.NOT_QUANTIZABLE}, report.kept_float  # no native entry
+    assert report.float_by_qconfig == ["linear"]
 
 
 class TwoConvs(nn.Module):
