@@ -15,6 +15,7 @@
 #include "graph/module_schema.h"
 #include "graph/status_macros.h"
 #include "lowering/dynamic_lowering.h"
+#include "quantize/qconfig.h"
 #include "runtime/quantized/quantize.h"
 
 namespace fuselage {
@@ -44,7 +45,7 @@ struct Targets {
   Symbol output_qparams_meta = Symbol::Intern(kOutputQParamsMeta);
 };
 
-// The reason an op LoweringOptions::float_by_qconfig names stays a reference pattern.
+// The reason an op prepare marked with kQConfigNoneMeta stays a reference pattern.
 constexpr char kSkippedForQConfig[] =
     "its qconfig is None: left float, as PyTorch's should_skip_lowering does";
 
@@ -300,12 +301,10 @@ class NodeWorklist {
 // only the quantize it is looking at, plus a relu, which is no quantize node).
 class Lowerer {
  public:
-  Lowerer(GraphModule& gm, const LoweringRuleRegistry& registry, const LoweringOptions& options,
-          LoweringReport& report)
+  Lowerer(GraphModule& gm, const LoweringRuleRegistry& registry, LoweringReport& report)
       : gm_(gm),
         graph_(gm.graph()),
         registry_(registry),
-        options_(options),
         report_(report),
         maybe_dead_(graph_.node_index_bound()) {}
 
@@ -377,12 +376,13 @@ class Lowerer {
   // rule and pass.
   Symbol NativeTarget(const LoweringRule& rule, bool add, bool relu);
   static bool HasDequantizedInput(const Node* n);
-  // Whether `n` is one of LoweringOptions::float_by_qconfig.
-  bool IsFloatByQConfig(const Node* n) const {
-    return !options_.float_by_qconfig.empty() && options_.float_by_qconfig.contains(n->name());
+  // Whether prepare kept `n` float because its qconfig is None.
+  static bool IsFloatByQConfig(const Node* n) {
+    const Argument* none = n->FindMeta(kQConfigNoneMeta);
+    return none != nullptr && none->is_bool() && none->as_bool();
   }
   // Whether `rule` must not lower `ref`, whose qconfig was None: a binary op or a weighted
-  // functional, the rules PyTorch's should_skip_lowering guards (LoweringOptions).
+  // functional, the rules PyTorch's should_skip_lowering guards (LowerToNative).
   bool SkippedForQConfig(const LoweringRule& rule, const Node* ref) const {
     return rule.action == LoweringRule::Action::kNativeFunction &&
            (rule.dequantized_args.size() >= 2 || rule.weight_arg >= 0) && IsFloatByQConfig(ref);
@@ -391,7 +391,6 @@ class Lowerer {
   GraphModule& gm_;
   Graph& graph_;
   const LoweringRuleRegistry& registry_;
-  const LoweringOptions& options_;
   LoweringReport& report_;
   // The quantize_per_tensor nodes still in the graph, in topological order.
   std::vector<Node*> quantize_nodes_;
@@ -1226,15 +1225,14 @@ std::string LoweringReport::ToString() const {
 }
 
 absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
-                                             const LoweringRuleRegistry& registry,
-                                             const LoweringOptions& options) {
+                                             const LoweringRuleRegistry& registry) {
   LoweringReport report;
   // Dynamic quantization's patterns end in a float op, not a quantize: lowered apart.
   ASSIGN_OR_RETURN(const int dynamic_linears, LowerDynamicLinear(gm));
   if (dynamic_linears > 0) report.lowered_per_rule[kDynamicLinearRuleName] += dynamic_linears;
   ASSIGN_OR_RETURN(const int embeddings, LowerWeightOnlyEmbeddings(gm));
   if (embeddings > 0) report.lowered_per_rule[kWeightOnlyEmbeddingRuleName] += embeddings;
-  Lowerer lowerer(gm, registry, options, report);
+  Lowerer lowerer(gm, registry, report);
   RETURN_IF_ERROR(lowerer.LowerTuplesAndPatterns());
   RETURN_IF_ERROR(lowerer.FoldQuantizedConstants());
   RETURN_IF_ERROR(lowerer.RemoveDequantizeQuantizePairs());

@@ -125,21 +125,17 @@ struct LoweringReport {
   std::string ToString() const;
 };
 
-struct LoweringOptions {
-  // Names of the ops whose qconfig was None at prepare (PrepareReport::KeptFloat's cause
-  // kQConfigNone). PyTorch's should_skip_lowering leaves such a binary op (add, mul,
-  // matmul) or weighted functional (F.linear, F.conv2d) in reference form even when its
-  // neighbours' observers put dequantize before it and quantize after it; so does this
-  // pass for every kNativeFunction rule with two dequantized args or a weight arg, and
-  // for an add it would absorb into the op before it. The other rules (pass-through ops,
-  // PyTorch's special patterns) lower whatever the qconfig, as PyTorch's do.
-  absl::flat_hash_set<std::string> float_by_qconfig;
-};
-
 // Runs the pass on `gm`. See the file comment.
+//
+// An op prepare marked with kQConfigNoneMeta (its qconfig was None): PyTorch's
+// should_skip_lowering leaves such a binary op (add, mul, matmul) or weighted functional
+// (F.linear, F.conv2d) in reference form even when its neighbours' observers put
+// dequantize before it and quantize after it; so does this pass for every
+// kNativeFunction rule with two dequantized args or a weight arg, and for an add it would
+// absorb into the op before it. The other rules (pass-through ops, PyTorch's special
+// patterns) lower whatever the qconfig, as PyTorch's do.
 absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
-                                             const LoweringRuleRegistry& registry,
-                                             const LoweringOptions& options = {});
+                                             const LoweringRuleRegistry& registry);
 
 // The quantization parameters a node's output is known to carry: a
 // quantize_per_tensor with constant (or 0-d get_attr) scale / zero point, or a node with

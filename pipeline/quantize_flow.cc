@@ -50,9 +50,7 @@ absl::StatusOr<QuantizeFlowReport> RunQuantizeFlow(GraphModule& gm,
   RETURN_IF_ERROR(AfterStage("convert", gm, options));
   if (options.stop_at_reference) return report;
 
-  LoweringOptions lowering_options;
-  lowering_options.float_by_qconfig = FloatByQConfig(report.prepare);
-  ASSIGN_OR_RETURN(report.lowering, LowerModel(gm, &backend_config, lowering_options));
+  ASSIGN_OR_RETURN(report.lowering, LowerModel(gm, &backend_config));
   RETURN_IF_ERROR(AfterStage("lower", gm, options));
   return report;
 }

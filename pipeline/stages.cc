@@ -189,23 +189,14 @@ absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm, const ConvertOptions
   return report;
 }
 
-absl::flat_hash_set<std::string> FloatByQConfig(const PrepareReport& report) {
-  absl::flat_hash_set<std::string> names;
-  for (const PrepareReport::KeptFloat& kept : report.kept_float) {
-    if (kept.cause == PrepareReport::KeptFloat::Cause::kQConfigNone) names.insert(kept.node);
-  }
-  return names;
-}
-
-absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config,
-                                          const LoweringOptions& options) {
+absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config) {
   LoweringRuleRegistry rules;
   RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));
   if (config != nullptr) {
     RETURN_IF_ERROR(CheckDeclaredModules(gm, config->declarations().get()));
     RETURN_IF_ERROR(RegisterDeclaredLoweringRules(rules, config->declared_lowering_rules()));
   }
-  ASSIGN_OR_RETURN(LoweringReport report, LowerToNative(gm, rules, options));
+  ASSIGN_OR_RETURN(LoweringReport report, LowerToNative(gm, rules));
   RETURN_IF_ERROR(VerifyAfterStage("lower", gm));
   return report;
 }

@@ -169,14 +169,8 @@ absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm, const ConvertOptions
 
 // LowerToNative with fuselage's native lowering rules (RegisterNativeLoweringRules) and,
 // given a config, the lowering rules it declares, after checking the model's modules of
-// the types it declares against their declaration (CheckDeclaredModules), and `options`
-// (the ops prepare kept float for a None qconfig: FloatByQConfig).
-absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config = nullptr,
-                                          const LoweringOptions& options = {});
-
-// The names of the ops `report` kept float because their qconfig is None, for
-// LoweringOptions::float_by_qconfig.
-absl::flat_hash_set<std::string> FloatByQConfig(const PrepareReport& report);
+// the types it declares against their declaration (CheckDeclaredModules).
+absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config = nullptr);
 
 // OK if `gm` passes Verify after the pass named `stage`; else Internal: a graph a pass
 // left failing Verify is a fuselage bug, not bad input. Every stage function above ends

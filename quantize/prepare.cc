@@ -1379,6 +1379,16 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
     }
   }
   inserter.RemoveOrphanedObservers();
+  // The ops kept float for a None qconfig say so on their nodes, for lowering, wherever
+  // the model goes from here (kQConfigNoneMeta).
+  for (const PrepareReport::KeptFloat& kept : prepared.report.kept_float) {
+    if (kept.cause != PrepareReport::KeptFloat::Cause::kQConfigNone) continue;
+    Node* n = gm.graph().FindNode(kept.node);
+    if (n == nullptr) {
+      return absl::InternalError(absl::StrCat("prepare: kept-float node '", kept.node, "' is gone"));
+    }
+    RETURN_IF_ERROR(gm.graph().SetMeta(n, kQConfigNoneMeta, Argument::Bool(true)));
+  }
   // The engine the quantized model is meant for goes with the model from here on
   // (graph/NAMING.md): convert and lowering keep it, and Run uses it by default.
   // A config file extending qnnpack under its own name still runs QNNPACK's arithmetic.

@@ -103,8 +103,8 @@ struct PrepareReport {
     // What a caller acts on; `reason` says it to a person.
     enum class Cause {
       kNotQuantizable,  // the config, the qconfig or the op's form does not allow it
-      // Its qconfig is None (PyTorch's qconfig_map entry None): lowering must leave it
-      // float too (LoweringOptions::float_by_qconfig).
+      // Its qconfig is None (PyTorch's qconfig_map entry None): prepare marks the node
+      // (kQConfigNoneMeta), and lowering leaves it float too.
       kQConfigNone,
       // Its qconfig is one PyTorch 1.13's prepare_fx refuses (ValueError): a fixed-qparams
       // op (sigmoid, tanh, ...) whose activation observer is not its FixedQParamsObserver.

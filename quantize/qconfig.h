@@ -27,6 +27,13 @@
 
 namespace fuselage {
 
+// Node meta set (true) by prepare on an op it kept float because its qconfig is None
+// (PyTorch's qconfig_map entry None; graph/NAMING.md). It goes with the model through
+// the model file and to_torch / from_torch, and lowering reads it: PyTorch's
+// should_skip_lowering leaves such a binary op or weighted functional float even between
+// quantized neighbours.
+inline constexpr char kQConfigNoneMeta[] = "qconfig_none";
+
 enum class ObserverKind : uint8_t {
   kMinMax,
   kMovingAverageMinMax,

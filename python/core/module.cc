@@ -376,16 +376,6 @@ void RegisterReports(py::module_& m) {
       .def_readonly("observer_nodes", &PrepareReport::observer_nodes)
       .def_readonly("observer_modules", &PrepareReport::observer_modules)
       .def_readonly("kept_float", &PrepareReport::kept_float)
-      .def_property_readonly(
-          "float_by_qconfig",
-          [](const PrepareReport& r) {
-            const auto names = FloatByQConfig(r);
-            std::vector<std::string> sorted(names.begin(), names.end());
-            std::sort(sorted.begin(), sorted.end());
-            return sorted;
-          },
-          "The kept-float ops whose qconfig is None, by node name (sorted): what "
-          "lower(float_by_qconfig=) keeps float, as the CLI's quantize flow does.")
       .def("__str__", &PrepareReport::ToString);
   DataclassLike(prepare, "PrepareReport",
                 {"quantized_ops", "observer_nodes", "observer_modules", "kept_float"});
@@ -660,10 +650,7 @@ void RegisterPasses(py::module_& m) {
       "`uncalibrated`.");
   m.def(
       "lower",
-      [](Model& model, const OptString& config_text, const OptString& config_source,
-         const std::vector<std::string>& float_by_qconfig) {
-        LoweringOptions options;
-        options.float_by_qconfig.insert(float_by_qconfig.begin(), float_by_qconfig.end());
+      [](Model& model, const OptString& config_text, const OptString& config_source) {
         // The lowering rules a config declares lower with that config only.
         std::optional<BackendConfig> config;
         if (config_text.has_value()) {
@@ -674,7 +661,7 @@ void RegisterPasses(py::module_& m) {
         auto copy = model.Read([](GraphModule& gm) { return gm.Clone(); });
         LoweringReport report = ValueOrThrow([&] {
           py::gil_scoped_release release;
-          return LowerModel(*copy, config.has_value() ? &*config : nullptr, options);
+          return LowerModel(*copy, config.has_value() ? &*config : nullptr);
         }());
         if (LoweredNothing(report)) {
           ThrowIfError(absl::FailedPreconditionError(
@@ -687,11 +674,10 @@ void RegisterPasses(py::module_& m) {
       },
       py::arg("model"), py::kw_only(), py::arg("config_text") = py::none(),
       py::arg("config_source") = py::none(),
-      py::arg("float_by_qconfig") = std::vector<std::string>(),
       "Lowers a reference quantized model to native quantized ops, in place; with "
-      "config_text, also by the lowering rules that backend config declares. The ops named "
-      "in float_by_qconfig (prepare kept them float: their qconfig is None) keep their "
-      "binary-op and weighted-functional patterns float, as PyTorch's should_skip_lowering.");
+      "config_text, also by the lowering rules that backend config declares. The ops "
+      "prepare kept float because their qconfig is None keep their binary-op and "
+      "weighted-functional patterns float, as PyTorch's should_skip_lowering.");
   m.def(
       "quantize",
       [](Model& model, const py::iterable& samples, const OptString& backend,

@@ -70,9 +70,6 @@ _QAT_ATTR = "_fuselage_is_qat"  # set on prepare_qat_fx's model
 # The path of the fuselage config file prepare_fx was given (None for a PyTorch config):
 # only such a file declares lowering rules of its own, which convert_fx lowers with.
 _BACKEND_FILE_ATTR = "_fuselage_backend_config_file"
-# The ops prepare kept float because their qconfig is None (PyTorch's qconfig_map entries
-# None): convert_fx lowers none of their binary / weighted-functional patterns.
-_FLOAT_BY_QCONFIG_ATTR = "_fuselage_float_by_qconfig"
 # Set on a prepare_fx model whose qconfigs are fake-quantizes (PyTorch inserts them, and
 # keeps the float modules): convert_fx reads their observers.
 _FAKE_QUANTIZE_ATTR = "_fuselage_fake_quantize"
@@ -297,7 +294,6 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _BACKEND_FILE_ATTR, source)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
-    setattr(prepared, _FLOAT_BY_QCONFIG_ATTR, report.float_by_qconfig)
     return prepared, report
 
 
@@ -390,12 +386,11 @@ def _lower(core, model, prepared):
     keep their binary-op and weighted-functional patterns float, as PyTorch's
     should_skip_lowering does."""
     source = getattr(prepared, _BACKEND_FILE_ATTR, None)
-    float_by_qconfig = list(getattr(prepared, _FLOAT_BY_QCONFIG_ATTR, None) or [])
     if source is None:
-        core.lower(model, float_by_qconfig=float_by_qconfig)
+        core.lower(model)
     else:
         core.lower(model, config_text=getattr(prepared, _BACKEND_TEXT_ATTR),
-                   config_source=source, float_by_qconfig=float_by_qconfig)
+                   config_source=source)
 
 
 def _convert_as_pytorch(core, m, shown=5):

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "graph/graph_module.h"
 #include "lowering/lowering_rule.h"
+#include "quantize/qconfig.h"
 
 namespace fuselage {
 namespace {
@@ -383,7 +384,7 @@ TEST(LowerToNativeTest, BinaryAddReluBecomesQuantizedAddRelu) {
   EXPECT_EQ(g.size(), 7u);
 }
 
-// An add whose qconfig was None (LoweringOptions::float_by_qconfig) stays a reference
+// An add whose qconfig was None (prepare's meta kQConfigNoneMeta) stays a reference
 // pattern although both inputs are dequantized and a quantize follows, as PyTorch's
 // should_skip_lowering keeps it; the report says why. A pass-through op so named (PyTorch's
 // special patterns ignore the qconfig) still lowers.
@@ -401,10 +402,11 @@ TEST(LowerToNativeTest, AddWhoseQConfigWasNoneStaysFloat) {
   Node* pool = *g.AddCallModule("pool", {Dequantize(g, add_q)}, {}, "pool");
   ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, pool, 0.2, 5))).ok());
 
+  for (Node* n : {add, pool}) {
+    ASSERT_TRUE(g.SetMeta(n, kQConfigNoneMeta, Argument::Bool(true)).ok());
+  }
   auto rules = NativeRules();
-  LoweringOptions options;
-  options.float_by_qconfig = {"add", "pool"};
-  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules, options));
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
   ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
   EXPECT_EQ(add->target().name(), "operator.add") << Listing(g);
   EXPECT_EQ(report.lowered_per_rule.count("add:operator.add"), 0u);
@@ -416,7 +418,7 @@ TEST(LowerToNativeTest, AddWhoseQConfigWasNoneStaysFloat) {
   // The pool reads the add's quantized value directly; its own quantize went.
   EXPECT_EQ(pool->arg(0), Argument(add_q)) << Listing(g);
 
-  // Without the option the same graph lowers the add.
+  // Without the meta the same graph lowers the add.
   GraphModule gm2;
   Graph& g2 = gm2.graph();
   Node* a2 = Quantize(g2, *g2.AddPlaceholder("a"), 0.05, 10, "a_q");

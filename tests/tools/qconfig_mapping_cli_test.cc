@@ -152,6 +152,50 @@ TEST(QConfigMappingCliTest, PrepareTakesTheFlag) {
   EXPECT_EQ(r.out.find("layer0_conv"), std::string::npos) << r.out;
 }
 
+// The qnnpack default qconfig globally, None for every operator.add.
+constexpr char kKeepAddsFloat[] = R"pb(
+  global {
+    activation { kind: "HistogramObserver" dtype: "quint8" }
+    weight { kind: "MinMaxObserver" dtype: "qint8" qscheme: "per_tensor_symmetric" }
+  }
+  object_type { object_type: "operator.add" qconfig { none: true } }
+)pb";
+
+// An add whose qconfig is None sits between quantized neighbours (its conv before, its
+// relu after), so convert leaves dequantize -> add -> quantize; PyTorch's
+// should_skip_lowering keeps it float. `fuselage lower` on the converted model file
+// lowered it to quantized::add_relu, silently unlike `fuselage quantize` (only the
+// prepare report knew the qconfig was None; the file now carries it on the node).
+TEST(QConfigMappingCliTest, AnAddWhoseQConfigIsNoneStaysFloatThroughTheStageFiles) {
+  const std::string mapping = WriteFile("keep_adds.textproto", kKeepAddsFloat);
+  const std::string flag = absl::StrCat("--qconfig-mapping=", mapping);
+  const std::string in = TempPath("adds_in.fsl");
+  ASSERT_TRUE(SaveModel(*TwoBlocks(true), in).ok());
+  std::string previous = in;
+  for (std::vector<std::string> stage :
+       {std::vector<std::string>{"fuse", "--backend=qnnpack"},
+        std::vector<std::string>{"prepare", "--backend=qnnpack", flag},
+        std::vector<std::string>{"calibrate", "--samples=4", "--input-shape=2,4,6,6"},
+        std::vector<std::string>{"convert"},
+        std::vector<std::string>{"lower", "--backend=qnnpack"}}) {
+    const std::string out = TempPath(absl::StrCat("adds_", stage[0], ".fsl"));
+    std::vector<std::string> args = {stage[0], previous};
+    args.insert(args.end(), stage.begin() + 1, stage.end());
+    args.insert(args.end(), {"-o", out});
+    CliResult r = RunFuselage(args);
+    ASSERT_EQ(r.code, kExitOk) << stage[0] << ": " << r.out << r.err;
+    previous = out;
+  }
+  auto staged = LoadModel(previous);
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  const std::vector<std::string> ops = Ops(**staged);
+  EXPECT_EQ(Count(ops, "operator.add"), 2) << absl::StrJoin(ops, "\n");
+  EXPECT_EQ(Count(ops, "torch.ops.quantized.add_relu"), 0) << absl::StrJoin(ops, "\n");
+  EXPECT_EQ(Count(ops, "layer0.conv:nnq.Conv2d"), 1) << absl::StrJoin(ops, "\n");
+  // The one-command flow agrees.
+  EXPECT_EQ(Quantize(*TwoBlocks(true), "adds", {flag}), ops);
+}
+
 TEST(QConfigMappingCliTest, BadFlagValuesAreClearErrors) {
   const std::string in = TempPath("bad_in.fsl");
   ASSERT_TRUE(SaveModel(*TwoBlocks(true), in).ok());
