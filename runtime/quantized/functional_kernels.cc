@@ -203,25 +203,6 @@ absl::StatusOr<Conv2dParams> FunctionalConv2dParams(const ArgReader& r, size_t f
   return p;
 }
 
-// torch.ops.quantized.conv2d[_relu] as lowering writes it for F.conv2d:
-// (input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
-//  output_scale, output_zero_point), input and weight quantized, bias float or None.
-FunctionKernel FunctionalConv2dFn(bool relu) {
-  return [relu](const KernelContext& ctx, absl::Span<const Value> args,
-                const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
-    ArgReader r(args, kwargs);
-    RETURN_IF_ERROR(r.ExpectAtMostPositional(9));
-    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
-    ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(1, "weight"));
-    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
-    ASSIGN_OR_RETURN(Conv2dParams p, FunctionalConv2dParams(r, 3));
-    ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 7));
-    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConv2d(*x, *w, bias, p, out.scale,
-                                                          out.zero_point, relu, ctx.engine));
-    return Value(std::move(y));
-  };
-}
-
 // torch.ops.quantized.conv2d_add[_relu] as lowering writes F.conv2d with the residual add
 // (+ relu) after it: (input, accumulator, weight, bias=None, stride=1, padding=0,
 // dilation=1, groups=1, *, output_scale, output_zero_point), the accumulator quantized
@@ -243,14 +224,27 @@ FunctionKernel FunctionalConv2dAddFn(bool relu) {
   };
 }
 
-// torch.ops.quantized.conv1d / conv3d [_relu], as conv2d above with `spatial` dims per
-// parameter (an int broadcasts).
-FunctionKernel FunctionalConvNdFn(size_t spatial, bool relu) {
-  return [spatial, relu](const KernelContext& ctx, absl::Span<const Value> args,
-                         const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+}  // namespace
+
+// torch.ops.quantized.conv1d / conv2d / conv3d [_relu] as lowering writes them for
+// F.conv1d / 2d / 3d: (input, weight, bias=None, stride=1, padding=0, dilation=1,
+// groups=1, *, output_scale, output_zero_point), input and weight quantized, bias float or
+// None; `spatial` ints per parameter (an int broadcasts). With `channels_last` (the
+// channels-last overload of conv2d, runtime/layout.h) the input may be channels-last and
+// so is the output where the convolution computes in that layout: a chain of functional
+// int8 convs (a PT2E model lowered by fuselage) moves no bytes between them.
+FunctionKernel FunctionalConvNdFn(size_t spatial, bool relu, bool channels_last) {
+  return [spatial, relu, channels_last](const KernelContext& ctx, absl::Span<const Value> args,
+                                        const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
     ArgReader r(args, kwargs);
     RETURN_IF_ERROR(r.ExpectAtMostPositional(9));
-    ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+    quantized::Activation x;
+    if (channels_last && !args.empty() && args[0].is_channels_last()) {
+      x = quantized::Activation{args[0].as_channels_last(), true};
+    } else {
+      ASSIGN_OR_RETURN(const Tensor* input, r.GetTensor(0, "input"));
+      x = quantized::Activation{*input, false};
+    }
     ASSIGN_OR_RETURN(const Tensor* w, r.GetTensor(1, "weight"));
     ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
     quantized::QuantizedConvParams p;
@@ -262,11 +256,15 @@ FunctionKernel FunctionalConvNdFn(size_t spatial, bool relu) {
                                                 std::vector<int64_t>(spatial, 1)));
     ASSIGN_OR_RETURN(p.groups, r.OptionalInt(6, "groups", 1));
     ASSIGN_OR_RETURN(quantized::OutputQParams out, FunctionalOutputQParams(r, 7));
-    ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedConvNd(*x, *w, bias, p, out.scale,
-                                                          out.zero_point, relu, ctx.engine));
-    return Value(std::move(y));
+    ASSIGN_OR_RETURN(quantized::Activation y,
+                     quantized::QuantizedConvNdAnyLayout(x, *w, bias, p, out.scale,
+                                                         out.zero_point, relu, ctx.engine,
+                                                         channels_last));
+    return ActivationValue(std::move(y));
   };
 }
+
+namespace {
 
 // torch.ops.quantized.layer_norm(input, normalized_shape, weight, bias, eps, output_scale,
 // output_zero_point), group_norm(input, num_groups, weight, bias, eps, output_scale,
@@ -330,8 +328,8 @@ NamedFunctionKernels QuantizedFunctionKernels() {
       {"torch.ops.quantized.mul", BinaryFn(false, false)},
       {"torch.ops.quantized.mul_relu", BinaryFn(false, true)},
       {"torch.ops.quantized.cat", CatFn(true)},
-      {"torch.ops.quantized.conv2d", FunctionalConv2dFn(false)},
-      {"torch.ops.quantized.conv2d_relu", FunctionalConv2dFn(true)},
+      {"torch.ops.quantized.conv2d", FunctionalConvNdFn(2, false, false)},
+      {"torch.ops.quantized.conv2d_relu", FunctionalConvNdFn(2, true, false)},
       {"torch.ops.quantized.conv2d_add", FunctionalConv2dAddFn(false)},
       {"torch.ops.quantized.conv2d_add_relu", FunctionalConv2dAddFn(true)},
       // quantized::softmax(qx, dim, output_scale, output_zero_point)
@@ -406,10 +404,10 @@ NamedFunctionKernels QuantizedFunctionKernels() {
          ASSIGN_OR_RETURN(Tensor y, quantized::QuantizedMatMul(*a, *b, out.scale, out.zero_point));
          return Value(std::move(y));
        }},
-      {"torch.ops.quantized.conv1d", FunctionalConvNdFn(1, false)},
-      {"torch.ops.quantized.conv1d_relu", FunctionalConvNdFn(1, true)},
-      {"torch.ops.quantized.conv3d", FunctionalConvNdFn(3, false)},
-      {"torch.ops.quantized.conv3d_relu", FunctionalConvNdFn(3, true)},
+      {"torch.ops.quantized.conv1d", FunctionalConvNdFn(1, false, false)},
+      {"torch.ops.quantized.conv1d_relu", FunctionalConvNdFn(1, true, false)},
+      {"torch.ops.quantized.conv3d", FunctionalConvNdFn(3, false, false)},
+      {"torch.ops.quantized.conv3d_relu", FunctionalConvNdFn(3, true, false)},
       {"torch.ops.quantized.linear", FunctionalLinearFn(false)},
       {"torch.ops.quantized.linear_relu", FunctionalLinearFn(true)},
   };

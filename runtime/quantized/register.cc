@@ -71,10 +71,6 @@ absl::StatusOr<Conv2dParams> ReadConvParams(const Module& m) {
 
 // ---- Channels-last overloads (runtime/layout.h) ----
 
-Value ActivationValue(quantized::Activation a) {
-  return a.channels_last ? Value::ChannelsLast(std::move(a.tensor)) : Value(std::move(a.tensor));
-}
-
 // A per-dim conv attribute of `spatial` ints (an int broadcasts), `fallback` when absent.
 absl::StatusOr<std::vector<int64_t>> AttrInts(const Module& m, absl::string_view name,
                                               size_t spatial, int64_t fallback) {
@@ -774,6 +770,12 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
       Symbol::Intern("nnq.Conv2d"), QuantizedConvModule(false, true)));
   RETURN_IF_ERROR(registry.RegisterChannelsLastModuleOverload(
       Symbol::Intern("nniq.ConvReLU2d"), QuantizedConvModule(true, true)));
+  for (const bool relu : {false, true}) {
+    RETURN_IF_ERROR(registry.RegisterChannelsLastFunctionOverload(
+        OpKind::kCallFunction,
+        Symbol::Intern(relu ? "torch.ops.quantized.conv2d_relu" : "torch.ops.quantized.conv2d"),
+        FunctionalConvNdFn(2, relu, true)));
+  }
   // The row-major kernel registered above for `name` in `kernels`.
   const auto named = [](const auto& kernels, absl::string_view name)
       -> absl::StatusOr<std::decay_t<decltype(kernels[0].second)>> {

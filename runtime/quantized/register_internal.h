@@ -45,6 +45,9 @@ absl::StatusOr<Value> DequantizeFn(const KernelContext&, absl::Span<const Value>
 // torch.ops.quantized.cat (explicit_qparams) and the quantized overload of torch.cat
 // (functional_kernels.cc).
 FunctionKernel CatFn(bool explicit_qparams);
+// torch.ops.quantized.conv1d / 2d / 3d [_relu]; `channels_last`: the channels-last
+// overload (functional_kernels.cc).
+FunctionKernel FunctionalConvNdFn(size_t spatial, bool relu, bool channels_last);
 NamedModuleKernels StoredValueModuleOverloads();     // stored_value_kernels.cc
 NamedFunctionKernels StoredValueFunctionOverloads();
 
@@ -150,6 +153,11 @@ inline absl::StatusOr<double> AttrOrTensorNumber(const Module& m, absl::string_v
 }
 
 // ---- Shared by the families ----
+
+// A kernel's output in the layout it was computed in (runtime/layout.h).
+inline Value ActivationValue(quantized::Activation a) {
+  return a.channels_last ? Value::ChannelsLast(std::move(a.tensor)) : Value(std::move(a.tensor));
+}
 
 inline FunctionKernel UnaryFunction(
     std::function<absl::StatusOr<Tensor>(const ArgReader&, const Tensor&)> fn) {

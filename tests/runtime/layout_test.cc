@@ -390,5 +390,93 @@ TEST(LayoutTest, QuantizedBlockGivesTheSameBytesWithAndWithoutTheLayout) {
   EXPECT_TRUE(y->is_channels_last()) << y->ToString();
 }
 
+// The functional int8 convs lowering writes for F.conv2d (what a PT2E model lowered by
+// fuselage holds): quantize -> conv2d_relu -> conv2d (grouped, strided) -> dequantize,
+// the weights per-channel get_attr constants. With the layout the convs hand each other
+// channels-last values; the bytes are those of the row-major run.
+std::unique_ptr<GraphModule> FunctionalConvChain() {
+  auto gm = std::make_unique<GraphModule>();
+  std::unique_ptr<Module> a = ConvModule("nnq.Conv2d", 8, 16, 3, 1, 1, 0, 5);
+  std::unique_ptr<Module> b = ConvModule("nnq.Conv2d", 16, 16, 3, 1, 4, 0, 6);
+  FUSELAGE_CHECK(gm->SetTensor("w1", *a->FindTensor("weight")).ok());
+  FUSELAGE_CHECK(gm->SetTensor("b1", *a->FindTensor("bias")).ok());
+  FUSELAGE_CHECK(gm->SetTensor("w2", *b->FindTensor("weight")).ok());
+  FUSELAGE_CHECK(gm->SetTensor("b2", *b->FindTensor("bias")).ok());
+  Graph& g = gm->graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* q = *g.AddCallFunction("torch.quantize_per_tensor",
+                               {x, Argument::Float(0.05), Argument::Int(64),
+                                Argument::Dtype(DType::kQUInt8)});
+  auto conv = [&](const char* target, Node* in, const char* w, const char* bias,
+                  int64_t stride, int64_t groups, double scale, int64_t zero_point) {
+    return *g.AddCallFunction(
+        target,
+        {in, *g.AddGetAttr(w), *g.AddGetAttr(bias), Argument::Ints({stride, stride}),
+         Argument::Ints({1, 1}), Argument::Ints({1, 1}), Argument::Int(groups)},
+        {{Symbol::Intern("output_scale"), Argument::Float(scale)},
+         {Symbol::Intern("output_zero_point"), Argument::Int(zero_point)}});
+  };
+  Node* c1 = conv("torch.ops.quantized.conv2d_relu", q, "w1", "b1", 1, 1, 0.08, 0);
+  Node* c2 = conv("torch.ops.quantized.conv2d", c1, "w2", "b2", 2, 4, 0.11, 60);
+  FUSELAGE_CHECK(g.SetOutput(*g.AddCallMethod("dequantize", {c2})).ok());
+  FUSELAGE_CHECK(gm->Verify().ok());
+  return gm;
+}
+
+TEST(LayoutTest, FunctionalConvsGiveTheSameBytesWithAndWithoutTheLayout) {
+  KernelRegistry kernels;
+  ASSERT_TRUE(RegisterFloatKernels(kernels).ok());
+  ASSERT_TRUE(RegisterQuantizedKernels(kernels).ok());
+  const std::unique_ptr<GraphModule> gm = FunctionalConvChain();
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> value(-1.5f, 3.0f);
+  std::vector<float> x(2 * 8 * 9 * 9);
+  for (float& f : x) f = value(gen);
+  const Tensor input = Tensor::FromFloats({2, 8, 9, 9}, x);
+  for (QuantizedEngine engine : {QuantizedEngine::kOnednn, QuantizedEngine::kQnnpack}) {
+    SCOPED_TRACE(QuantizedEngineName(engine));
+    auto run = [&](bool keep) {
+      RunOptions options;
+      options.engine = engine;
+      options.keep_channels_last = keep;
+      std::vector<Value> values;
+      options.observer = [&](const Node&, const Value& v) {
+        values.push_back(v);
+        return absl::OkStatus();
+      };
+      auto out = RunStructured(*gm, {Value(input)}, kernels, options);
+      FUSELAGE_CHECK(out.ok());
+      values.push_back(*out);
+      return values;
+    };
+    const std::vector<Value> with = run(true), without = run(false);
+    ASSERT_EQ(with.size(), without.size());
+    for (size_t i = 0; i < with.size(); ++i) {
+      ASSERT_TRUE(with[i].is_tensor() && without[i].is_tensor()) << i;
+      EXPECT_EQ(with[i].as_tensor(), without[i].as_tensor()) << "value " << i;
+    }
+  }
+  // And the layout is used: the functional conv's overload gives a channels-last value.
+  const Tensor q = quantized::FromIntValues(DType::kQUInt8, {1, 8, 4, 4},
+                                            QuantParams::PerTensor(0.05, 64),
+                                            std::vector<int32_t>(128, 70));
+  const FunctionKernel* overload = kernels.SelectChannelsLastFunction(
+      OpKind::kCallFunction, Symbol::Intern("torch.ops.quantized.conv2d_relu"), {Value(q)});
+  ASSERT_NE(overload, nullptr);
+  const Node* c1 = nullptr;
+  for (const Node* n = gm->graph().first(); n != nullptr; n = n->next()) {
+    if (n->target().name() == "torch.ops.quantized.conv2d_relu") c1 = n;
+  }
+  ASSERT_NE(c1, nullptr);
+  const KernelContext ctx{*c1, *gm, kernels};
+  const std::vector<Value> args = {Value(q), Value(*gm->FindTensor("w1")),
+                                   Value(*gm->FindTensor("b1"))};
+  const ValueKwargs kwargs = {{Symbol::Intern("output_scale"), Value::Float(0.08)},
+                              {Symbol::Intern("output_zero_point"), Value::Int(0)}};
+  auto y = (*overload)(ctx, args, kwargs);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_TRUE(y->is_channels_last()) << y->ToString();
+}
+
 }  // namespace
 }  // namespace fuselage
