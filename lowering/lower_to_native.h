@@ -130,7 +130,8 @@ struct LoweringOptions {
   // kQConfigNoneReason). PyTorch's should_skip_lowering leaves such a binary op (add, mul,
   // matmul) or weighted functional (F.linear, F.conv2d) in reference form even when its
   // neighbours' observers put dequantize before it and quantize after it; so does this
-  // pass for every kNativeFunction rule with two dequantized args or a weight arg, and
+  // pass for every kNativeFunction rule with two dequantized args, a weight arg or a
+  // number (x + 3), and
   // for an add it would absorb into the op before it. The other rules (pass-through ops,
   // PyTorch's special patterns) lower whatever the qconfig, as PyTorch's do.
   absl::flat_hash_set<std::string> float_by_qconfig;
