@@ -123,11 +123,40 @@ def _conv_add_as_module(gm, node, cls):
     return True
 
 
+def _packed_prefix(weight_node):
+    """PyTorch's fold_weight names a packed weight `<module path>_packed_weight_<i>`, the
+    module path (dots as underscores) the one whose forward called the op; the module
+    holding the weight stands for it here (`mods1.0.w` -> `mods1_0_packed_weight_`, a
+    weight on the root -> `_packed_weight_`)."""
+    owner = weight_node.target.rpartition(".")[0] if isinstance(weight_node, torch.fx.Node) \
+        else ""
+    return owner.replace(".", "_") + _PACKED_PREFIX
+
+
+def save_packed_weights(module, destination, prefix):
+    """The packed weights of `module` (script objects, neither parameters nor buffers)
+    into the state dict `destination`, as PyTorch's QuantizedGraphModule puts them."""
+    for name, value in list(vars(module).items()):
+        if _PACKED_PREFIX in name and isinstance(value, torch._C.ScriptObject):
+            destination[prefix + name] = value
+
+
+def load_packed_weights(module, state_dict, prefix):
+    """Each packed weight of the state dict for `module` replaces the module's, and is
+    taken out of `state_dict`, so load_state_dict does not call it unexpected."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        name = key[len(prefix):]
+        if _PACKED_PREFIX in name and "." not in name and \
+                isinstance(state_dict[key], torch._C.ScriptObject):
+            setattr(module, name, state_dict.pop(key))
+
+
 def pack_functional_ops(gm):
     """Rewrites, in place, each functional quantized conv / linear of `gm` written in
     fuselage's form whose weight and bias are attributes into PyTorch's packed form (a
     conv2d_add into fuselage.nn.quantized's module). A weight computed in the graph is left
-    as it is (lowering never writes one)."""
+    as it is (lowering never writes one). The packed weights are named as PyTorch names
+    them; a TreeKeepingGraphModule puts them in its state dict (save_packed_weights)."""
     changed = False
     for node in list(gm.graph.nodes):
         conv_add = _conv_add_kind(node)
@@ -142,7 +171,7 @@ def pack_functional_ops(gm):
         bias = constant_of(gm, args[2] if len(args) > 2 else kwargs.get("bias"))
         if not isinstance(weight, torch.Tensor) or bias is NOT_CONSTANT:
             continue
-        packed_name = _free_name(gm, _PACKED_PREFIX)
+        packed_name = _free_name(gm, _packed_prefix(args[1]))
         setattr(gm, packed_name, _pack(name, weight, bias, args, kwargs))
         with gm.graph.inserting_before(node):
             packed = gm.graph.get_attr(packed_name)
