@@ -123,14 +123,21 @@ def _conv_add_as_module(gm, node, cls):
     return True
 
 
-def _packed_prefix(weight_node):
+def _packed_prefix(node, weight_node, traced):
     """PyTorch's fold_weight names a packed weight `<module path>_packed_weight_<i>`, the
-    module path (dots as underscores) the one whose forward called the op; the module
-    holding the weight stands for it here (`mods1.0.w` -> `mods1_0_packed_weight_`, a
-    weight on the root -> `_packed_weight_`)."""
-    owner = weight_node.target.rpartition(".")[0] if isinstance(weight_node, torch.fx.Node) \
-        else ""
-    return owner.replace(".", "_") + _PACKED_PREFIX
+    module path (dots as underscores) the one whose forward called the op: the node's meta
+    `module_path` (graph/NAMING.md; none on the root's calls). A graph without that meta
+    (`traced` False: no node has it) gets the path of the module holding the weight instead
+    (`mods1.0.w` -> `mods1_0_packed_weight_`)."""
+    meta = node.meta.get("fuselage", {})
+    if "module_path" in meta:
+        path = meta["module_path"]
+    elif traced:
+        path = ""  # a call without the meta in a traced graph is the root's
+    else:
+        path = weight_node.target.rpartition(".")[0] \
+            if isinstance(weight_node, torch.fx.Node) else ""
+    return path.replace(".", "_") + _PACKED_PREFIX
 
 
 def save_packed_weights(module, destination, prefix):
@@ -158,6 +165,7 @@ def pack_functional_ops(gm):
     as it is (lowering never writes one). The packed weights are named as PyTorch names
     them; a TreeKeepingGraphModule puts them in its state dict (save_packed_weights)."""
     changed = False
+    traced = any("module_path" in n.meta.get("fuselage", {}) for n in gm.graph.nodes)
     for node in list(gm.graph.nodes):
         conv_add = _conv_add_kind(node)
         if conv_add is not None and "output_scale" in node.kwargs and len(node.args) >= 3:
@@ -171,7 +179,7 @@ def pack_functional_ops(gm):
         bias = constant_of(gm, args[2] if len(args) > 2 else kwargs.get("bias"))
         if not isinstance(weight, torch.Tensor) or bias is NOT_CONSTANT:
             continue
-        packed_name = _free_name(gm, _packed_prefix(args[1]))
+        packed_name = _free_name(gm, _packed_prefix(node, args[1], traced))
         setattr(gm, packed_name, _pack(name, weight, bias, args, kwargs))
         with gm.graph.inserting_before(node):
             packed = gm.graph.get_attr(packed_name)

@@ -724,6 +724,8 @@ class _NestedFunctionals(nn.Module):
 
     def forward(self, x):
         x = torch.relu(self.mods2(self.mods1(x)))
+        # The root calls it: PyTorch names its packed weight by the caller, not the owner.
+        x = torch.nn.functional.linear(x, self.mods2.w, self.mods2.b)
         # Every conv arg given: PyTorch's own convert fails to pack one without them.
         return torch.nn.functional.conv2d(x.reshape(1, 1, 5, 5), self.w, self.b, (1, 1),
                                           (0, 0), (1, 1), 1)
@@ -744,7 +746,7 @@ def test_packed_weights_are_named_and_in_the_state_dict_as_pytorch(tmp_path):
     theirs = _flow(torch_qfx, model, mapping, example, [example])[1]
     ours = _flow(qfx, model, mapping, example, [example])[1]
     names = _packed_weight_names(theirs)
-    assert names == ["_packed_weight_0", "mods1_0_packed_weight_0",
+    assert names == ["_packed_weight_0", "_packed_weight_1", "mods1_0_packed_weight_0",
                      "mods1_1_packed_weight_0", "mods2_packed_weight_0"]
     assert _packed_weight_names(ours) == names
     state = ours.state_dict()
