@@ -165,6 +165,7 @@ def pack_functional_ops(gm):
     as it is (lowering never writes one). The packed weights are named as PyTorch names
     them; a TreeKeepingGraphModule puts them in its state dict (save_packed_weights)."""
     changed = False
+    packed_targets = []
     traced = any("module_path" in n.meta.get("fuselage", {}) for n in gm.graph.nodes)
     for node in list(gm.graph.nodes):
         conv_add = _conv_add_kind(node)
@@ -186,11 +187,52 @@ def pack_functional_ops(gm):
         replaced = list(args[1:3]) + [kwargs.get("bias")]
         node.args = (args[0], packed, kwargs["output_scale"], kwargs["output_zero_point"])
         node.kwargs = {}
+        packed_targets += [a.target for a in replaced
+                           if isinstance(a, torch.fx.Node) and a.op == "get_attr"]
         _erase_unused_get_attrs(gm.graph, replaced)
         changed = True
     if changed:
+        _drop_packed_sources(gm, packed_targets)
         gm.recompile()
     return gm
+
+
+_PLAIN_MODULE_KEYS = frozenset(vars(torch.nn.Module()))
+
+
+def _drop_packed_sources(gm, targets):
+    """Removes the weight and bias tensors at `targets` that packing made unread (no node
+    reads them), and each module that is left empty by it and that no node calls or reads
+    from (a plain container of nothing), as PyTorch's converted GraphModule keeps only what
+    its graph reads: the copies would double the weights' memory, show in the state dict,
+    and an nn.Sequential of emptied modules does not script."""
+    used = set()
+    for n in gm.graph.nodes:
+        if n.op in ("get_attr", "call_module"):
+            parts = n.target.split(".")
+            used.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    for target in dict.fromkeys(targets):
+        if target in used:
+            continue
+        path, _, name = target.rpartition(".")
+        try:
+            owner = gm.get_submodule(path)
+        except AttributeError:
+            continue
+        if name in owner._buffers:
+            del owner._buffers[name]
+        elif name in owner._parameters:
+            del owner._parameters[name]
+        elif isinstance(owner.__dict__.get(name), torch.Tensor):
+            del owner.__dict__[name]
+        while path and path not in used:
+            module = gm.get_submodule(path)
+            if module._buffers or module._parameters or module._modules or \
+                    set(vars(module)) - _PLAIN_MODULE_KEYS:
+                break
+            parent, _, child = path.rpartition(".")
+            delattr(gm.get_submodule(parent), child)
+            path = parent
 
 
 def _erase_unused_get_attrs(graph, args):

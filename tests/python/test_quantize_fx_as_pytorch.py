@@ -751,6 +751,12 @@ def test_packed_weights_are_named_and_in_the_state_dict_as_pytorch(tmp_path):
     assert _packed_weight_names(ours) == names
     state = ours.state_dict()
     assert set(names) <= set(state)
+    # The float weights and biases the packed ones replace are gone, as in PyTorch's (whose
+    # other keys are its activation scales and zero points, inline in fuselage's graph),
+    # and so are the emptied submodules: an nn.Sequential of them did not script.
+    assert set(state) <= set(theirs.state_dict()), set(state) - set(theirs.state_dict())
+    x = torch.rand(5, 5)
+    assert torch.equal(torch.jit.script(ours)(x), ours(x))
     # Another model's converted weights load into this one. (Its activation scales and
     # zero points do not: they are inline args, not PyTorch's buffers; KNOWN_FAILURES.md.)
     torch.manual_seed(1)
