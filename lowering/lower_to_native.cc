@@ -647,14 +647,23 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
       }
     }
   }
+  // quantized.add(qa, qb, scale, zero_point) takes no keyword args: torch.add(a, b,
+  // alpha=2) stays a reference pattern (PyTorch 1.13 lowers it and drops alpha, a wrong
+  // result; kept, the kwarg made a call PyTorch's quantized.add refuses).
+  if (rule.action == LoweringRule::Action::kNativeFunction &&
+      rule.output_qparams_style == LoweringRule::OutputQParamsStyle::kAppendArgs &&
+      !ref->kwargs().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where(), ": '", ref->name(), "' has keyword args (", ref->kwargs().front().first.name(),
+        "), which ", rule.native_target, " does not take"));
+  }
   if (rule.scalar_arg >= 0) {
     const size_t i = static_cast<size_t>(rule.scalar_arg);
     if (i >= ref->num_args() || !(ref->arg(i).is_int() || ref->arg(i).is_float())) {
       return absl::FailedPreconditionError(absl::StrCat(
           where(), ": arg ", rule.scalar_arg, " of '", ref->name(), "' is not a number"));
     }
-    // torch.add(x, 3, alpha=2) computes another value than add(qx, 3).
-    if (!ref->kwargs().empty() || ref->num_args() != 2) {
+    if (ref->num_args() != 2) {
       return absl::FailedPreconditionError(absl::StrCat(
           where(), ": '", ref->name(), "' has other args than a tensor and a number"));
     }
@@ -946,8 +955,9 @@ absl::Status Lowerer::Apply(Plan plan) {
   // more (a binary op's four) are one block, which the node takes over.
   const bool is_function = rule.action == LoweringRule::Action::kNativeFunction;
   const bool own_qparams = is_function && static_cast<bool>(rule.own_output_qparams);
-  const bool append_qparams = is_function && !own_qparams &&
-                              rule.output_qparams_style == LoweringRule::OutputQParamsStyle::kAppendArgs;
+  const bool append_qparams =
+      is_function && !own_qparams &&
+      rule.output_qparams_style == LoweringRule::OutputQParamsStyle::kAppendArgs;
   NodeArgs args;
   args.reserve(ref->num_args() + (append_qparams ? 2 : 0) + (plan.add != nullptr ? 1 : 0));
   args.assign(ref->args().begin(), ref->args().end());

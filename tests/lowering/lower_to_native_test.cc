@@ -439,10 +439,31 @@ TEST(LowerToNativeTest, BinaryOpWithANumberAndOtherArgsStaysReference) {
     ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
     EXPECT_EQ(add->target().name(), "torch.add") << Listing(g);
     ASSERT_EQ(report.unlowered.size(), 1u) << report.ToString();
-    EXPECT_NE(report.unlowered[0].reason.find(with_alpha ? "other args" : "qconfig is None"),
-              std::string::npos)
+    const char* why = with_alpha ? "keyword args (alpha)" : "qconfig is None";
+    EXPECT_NE(report.unlowered[0].reason.find(why), std::string::npos)
         << report.unlowered[0].reason;
   }
+}
+
+// torch.add(a, b, alpha=2) of two dequantized tensors stays a reference pattern:
+// quantized.add(qa, qb, scale, zero_point) has no alpha.
+TEST(LowerToNativeTest, TensorAddWithAlphaStaysReference) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* a_q = Quantize(g, *g.AddPlaceholder("a"), 0.05, 10, "a_q");
+  Node* b_q = Quantize(g, *g.AddPlaceholder("b"), 0.07, 20, "b_q");
+  Kwargs kwargs;
+  kwargs.emplace_back(Symbol::Intern("alpha"), Argument::Int(2));
+  Node* add = *g.AddCallFunction("torch.add", {Dequantize(g, a_q), Dequantize(g, b_q)},
+                                 std::move(kwargs), "add");
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, add, 0.2, 5))).ok());
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(add->target().name(), "torch.add") << Listing(g);
+  ASSERT_EQ(report.unlowered.size(), 1u) << report.ToString();
+  EXPECT_NE(report.unlowered[0].reason.find("alpha"), std::string::npos)
+      << report.unlowered[0].reason;
 }
 
 // An add whose qconfig was None (LoweringOptions::float_by_qconfig) stays a reference

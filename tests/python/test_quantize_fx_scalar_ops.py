@@ -156,3 +156,27 @@ def test_the_runtimes_scalar_add_and_mul_are_atens(name, number, scale, zero_poi
     want = gm(x)
     got = torch.from_numpy(_core.run(_core.from_torch(gm), [x.numpy()])[0])
     assert torch.equal(got, want), (got - want).abs().max()
+
+
+class AddWithAlpha(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(2, 3, 1), nn.Conv2d(2, 3, 1)
+
+    def forward(self, x):
+        return torch.add(self.a(x), self.b(x), alpha=2), torch.add(self.a(x), 3, alpha=2)
+
+
+def test_an_add_with_alpha_stays_float_and_runs():
+    # quantized.add has no alpha. PyTorch 1.13 lowers torch.add(a, b, alpha=2) to
+    # quantized.add(qa, qb, scale, zp) and drops alpha (a wrong result); fuselage kept the
+    # kwarg, a call PyTorch's quantized.add refuses. Now both adds stay reference patterns.
+    torch.manual_seed(0)
+    model = AddWithAlpha().eval()
+    example = torch.randn(1, 2, 5, 5)
+    with engine(x86_engine()):
+        ours = _quantize(qfx, model, example)
+        assert torch.ops.quantized.add not in [n.target for n in ours.graph.nodes], ours.code
+        x = torch.randn(1, 2, 5, 5, generator=torch.Generator().manual_seed(4))
+        for got, want in zip(ours(x), model(x)):
+            assert (got - want).abs().max() < 0.1 * want.abs().max(), (got - want).abs().max()
