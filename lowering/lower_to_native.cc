@@ -227,6 +227,9 @@ struct Plan {
   // contents with native_module's.
   Module* reference_module = nullptr;
   OutputQParams output;
+  // The native op makes its own output parameters (own_output_qparams) from an input
+  // whose parameters are unknown: `output` means nothing and the node gets no meta.
+  bool output_unknown = false;
   // The meta value for `output` if an input holds it already (a pass-through op's); read
   // by Apply before the graph changes. nullptr: build it. (A pointer: an Argument here
   // made every move and destruction of a Plan an out-of-line call.)
@@ -385,7 +388,8 @@ class Lowerer {
   // functional, the rules PyTorch's should_skip_lowering guards (LowerToNative).
   bool SkippedForQConfig(const LoweringRule& rule, const Node* ref) const {
     return rule.action == LoweringRule::Action::kNativeFunction &&
-           (rule.dequantized_args.size() >= 2 || rule.weight_arg >= 0) && IsFloatByQConfig(ref);
+           (rule.dequantized_args.size() >= 2 || rule.weight_arg >= 0 || rule.scalar_arg >= 0) &&
+           IsFloatByQConfig(ref);
   }
 
   GraphModule& gm_;
@@ -642,6 +646,27 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
       }
     }
   }
+  // quantized.add(qa, qb, scale, zero_point) takes no keyword args: torch.add(a, b,
+  // alpha=2) stays a reference pattern (PyTorch 1.13 lowers it and drops alpha, a wrong
+  // result; kept, the kwarg made a call PyTorch's quantized.add refuses).
+  if (rule.action == LoweringRule::Action::kNativeFunction &&
+      rule.output_qparams_style == LoweringRule::OutputQParamsStyle::kAppendArgs &&
+      !ref->kwargs().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where(), ": '", ref->name(), "' has keyword args (", ref->kwargs().front().first.name(),
+        "), which ", rule.native_target, " does not take"));
+  }
+  if (rule.scalar_arg >= 0) {
+    const size_t i = static_cast<size_t>(rule.scalar_arg);
+    if (i >= ref->num_args() || !(ref->arg(i).is_int() || ref->arg(i).is_float())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where(), ": arg ", rule.scalar_arg, " of '", ref->name(), "' is not a number"));
+    }
+    if (ref->num_args() != 2) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where(), ": '", ref->name(), "' has other args than a tensor and a number"));
+    }
+  }
   // The dequantized inputs, and their quantized replacements (one or two, but a list
   // rule, torch.cat, has any number).
   absl::InlinedVector<Node*, 2> quantized_inputs;
@@ -721,6 +746,23 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
       break;
     case LoweringRule::Action::kNativeFunction:
       RETURN_IF_ERROR(CheckWeightAxis(rule, plan));
+      if (rule.own_output_qparams) {
+        // The op makes its own output parameters; the quantize goes whatever its own, as
+        // PyTorch drops it (x + 3 observed with x's shared observer would clamp at x's
+        // range otherwise).
+        const std::optional<OutputQParams> in = KnownOutputQParams(gm_, quantized_inputs.front());
+        if (!in.has_value()) {
+          plan.output_unknown = true;
+          break;
+        }
+        auto own = rule.own_output_qparams(
+            *in, ref->arg(static_cast<size_t>(rule.scalar_arg)).as_float());
+        if (!own.ok()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat(where(), ": ", own.status().message()));
+        }
+        plan.output = *own;
+      }
       break;
     case LoweringRule::Action::kNativeComposition: {
       const absl::Status status = PlanComposition(rule, *module, &plan);
@@ -911,8 +953,10 @@ absl::Status Lowerer::Apply(Plan plan) {
   // Built as the node's own storage type and sized once: up to two args stay inline, and
   // more (a binary op's four) are one block, which the node takes over.
   const bool is_function = rule.action == LoweringRule::Action::kNativeFunction;
+  const bool own_qparams = is_function && static_cast<bool>(rule.own_output_qparams);
   const bool append_qparams =
-      is_function && rule.output_qparams_style == LoweringRule::OutputQParamsStyle::kAppendArgs;
+      is_function && !own_qparams &&
+      rule.output_qparams_style == LoweringRule::OutputQParamsStyle::kAppendArgs;
   NodeArgs args;
   args.reserve(ref->num_args() + (append_qparams ? 2 : 0) + (plan.add != nullptr ? 1 : 0));
   args.assign(ref->args().begin(), ref->args().end());
@@ -932,7 +976,7 @@ absl::Status Lowerer::Apply(Plan plan) {
     RETURN_IF_ERROR(graph_.SetOp(
         native, OpKind::kCallFunction,
         NativeTarget(rule, plan.add != nullptr, plan.relu != nullptr)));
-    if (!append_qparams) {
+    if (!append_qparams && !own_qparams) {
       Kwargs kwargs;
       for (const Kwarg& kw : ref->kwargs()) {
         const bool drop = std::find(rule.kwargs_to_drop.begin(), rule.kwargs_to_drop.end(),
@@ -950,7 +994,9 @@ absl::Status Lowerer::Apply(Plan plan) {
   RETURN_IF_ERROR(EraseNode(plan.quantize));
   if (plan.relu != nullptr) RETURN_IF_ERROR(EraseNode(plan.relu));
   if (plan.add != nullptr) RETURN_IF_ERROR(EraseNode(ref));  // the add no longer reads it
-  RETURN_IF_ERROR(SetOutputQParamsMeta(graph_, native, std::move(output_meta)));
+  if (!plan.output_unknown) {
+    RETURN_IF_ERROR(SetOutputQParamsMeta(graph_, native, std::move(output_meta)));
+  }
   if (plan.dropped_quantize.has_value()) {
     report_.quantizes_dropped_after_pass_through.push_back(
         {ref->name(), RuleKey(ref, plan.reference_module).str(), plan.output,

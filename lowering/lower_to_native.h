@@ -131,8 +131,8 @@ struct LoweringReport {
 // should_skip_lowering leaves such a binary op (add, mul, matmul) or weighted functional
 // (F.linear, F.conv2d) in reference form even when its neighbours' observers put
 // dequantize before it and quantize after it; so does this pass for every
-// kNativeFunction rule with two dequantized args or a weight arg, and for an add it would
-// absorb into the op before it. The other rules (pass-through ops, PyTorch's special
+// kNativeFunction rule with two dequantized args, a weight arg or a number (x + 3), and
+// for an add it would absorb into the op before it. The other rules (pass-through ops, PyTorch's special
 // patterns) lower whatever the qconfig, as PyTorch's do.
 absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
                                              const LoweringRuleRegistry& registry);

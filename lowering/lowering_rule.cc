@@ -21,6 +21,7 @@
 #include "graph/tensor.h"
 #include "lowering/declared_lowering.h"
 #include "lowering/prelu_lowering.h"
+#include "runtime/quantized/elementwise.h"
 
 namespace fuselage {
 namespace {
@@ -451,6 +452,19 @@ absl::Status LoweringRuleRegistry::Register(LoweringRule rule) {
   if (rule.action != LoweringRule::Action::kPassThrough && rule.native_target.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": empty native_target"));
   }
+  if (rule.scalar_arg >= 0 &&
+      (rule.action != LoweringRule::Action::kNativeFunction || rule.list_of_dequantized ||
+       std::find(rule.dequantized_args.begin(), rule.dequantized_args.end(), rule.scalar_arg) !=
+           rule.dequantized_args.end())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": scalar_arg ", rule.scalar_arg,
+        " needs a native-function rule and must not be one of dequantized_args"));
+  }
+  if (rule.own_output_qparams &&
+      (rule.scalar_arg < 0 || rule.dequantized_args.size() != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": own_output_qparams needs a scalar_arg and exactly one dequantized arg"));
+  }
   if (FindByName(rule.name) != nullptr) {
     return absl::AlreadyExistsError(absl::StrCat(where, " is already registered"));
   }
@@ -588,6 +602,32 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
     RETURN_IF_ERROR(registry.Register(FunctionRule(absl::StrCat("mul:", f), f,
                                                    "torch.ops.quantized.mul",
                                                    "torch.ops.quantized.mul_relu", kAppend)));
+  }
+  // The same with a number on either side: ATen's add.Scalar / Scalar2 and mul.Scalar /
+  // Scalar2 make their own output parameters (PyTorch passes no scale / zero point when
+  // one input is not dequantized, and drops the quantize).
+  auto scalar_rule = [&](const char* op, const char* f, int scalar_arg, auto own_qparams) {
+    LoweringRule r = FunctionRule(
+        absl::StrCat(op, "-scalar", scalar_arg == 0 ? "-first:" : ":", f), f,
+        absl::StrCat("torch.ops.quantized.", op), absl::StrCat("torch.ops.quantized.", op, "_relu"),
+        kAppend);
+    r.dequantized_args = {scalar_arg == 0 ? 1 : 0};
+    r.scalar_arg = scalar_arg;
+    r.own_output_qparams = [own_qparams](const OutputQParams& in,
+                                         double number) -> absl::StatusOr<OutputQParams> {
+      ASSIGN_OR_RETURN(const quantized::ScalarOpQParams out,
+                       own_qparams(in.scale, in.zero_point, in.dtype, number));
+      return OutputQParams{out.scale, out.zero_point, in.dtype};
+    };
+    return registry.Register(std::move(r));
+  };
+  for (int scalar_arg : {1, 0}) {
+    for (const char* f : {"operator.add", "torch.add"}) {
+      RETURN_IF_ERROR(scalar_rule("add", f, scalar_arg, quantized::AddScalarOutputQParams));
+    }
+    for (const char* f : {"operator.mul", "torch.mul"}) {
+      RETURN_IF_ERROR(scalar_rule("mul", f, scalar_arg, quantized::MulScalarOutputQParams));
+    }
   }
   RETURN_IF_ERROR(registry.Register(FunctionRule("matmul:torch.matmul", "torch.matmul",
                                                  "torch.ops.quantized.matmul", "", kAppend)));

@@ -146,6 +146,17 @@ struct LoweringRule {
   std::string native_add_target;
   std::string native_add_relu_target;
   OutputQParamsStyle output_qparams_style = OutputQParamsStyle::kAppendArgs;
+  // kNativeFunction only: the arg that must be a number (int or float), not a tensor, or
+  // -1: `x + 3` / `3 + x`, lowered to torch.ops.quantized.add(qx, 3) / add(3, qx) with
+  // the args in their order, as PyTorch's _lower_quantized_binary_op does.
+  int scalar_arg = -1;
+  // kNativeFunction with a scalar_arg: the output parameters the native function makes
+  // itself from its (one) quantized input's and the number (ATen's add_scalar /
+  // mul_scalar), which the pass needs to know what the lowered node carries. Such a
+  // function is called without an output scale / zero point, and the quantize after the
+  // op goes whatever its parameters, as PyTorch drops it. An error keeps the pattern.
+  std::function<absl::StatusOr<OutputQParams>(const OutputQParams& input, double number)>
+      own_output_qparams;
   // kNativeFunction only: keyword args of the reference op the native function does not
   // take (PyTorch's QOP_TO_ARG_NAMES_TO_SKIP: `inplace` of F.hardswish / F.elu / F.dropout).
   std::vector<std::string> kwargs_to_drop;
@@ -220,6 +231,9 @@ class LoweringRuleRegistry {
 //  - binary ops on two dequantized tensors: operator.add / torch.add →
 //    torch.ops.quantized.add[_relu], operator.mul / torch.mul → torch.ops.quantized.mul[_relu],
 //    torch.matmul → torch.ops.quantized.matmul;
+//  - the same adds and muls of a dequantized tensor and a number, either side →
+//    torch.ops.quantized.add[_relu] / mul[_relu](qx, number) (or (number, qx)), which make
+//    their own output parameters (own_output_qparams; the quantize goes);
 //  - pass-through on quantized tensors: PyTorch 1.13's copy nodes and general tensor
 //    shape nodes (pools, flatten, reshape, view, relu, identity, transpose, permute,
 //    squeeze, unsqueeze, mean, interpolate, the clamp-like ops nn.ReLU6, nn.Hardtanh,

@@ -158,6 +158,16 @@ class TreeKeepingGraphModule(torch.fx.GraphModule):
         return _keep_tree(TreeKeepingGraphModule(shell, shell.__dict__["_graph"]),
                           shell.__dict__)
 
+    # A converted model's packed weights (functional conv / linear) are in its state dict
+    # and load from it, as in PyTorch's QuantizedGraphModule.
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        _packed.save_packed_weights(self, destination, prefix)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        _packed.load_packed_weights(self, state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def __reduce__(self):
         rebuild, args = super().__reduce__()
         body = {k: v for k, v in self.__dict__.items() if k != "_graph"}

@@ -123,12 +123,50 @@ def _conv_add_as_module(gm, node, cls):
     return True
 
 
+def _packed_prefix(node, weight_node, traced):
+    """PyTorch's fold_weight names a packed weight `<module path>_packed_weight_<i>`, the
+    module path (dots as underscores) the one whose forward called the op: the node's meta
+    `module_path` (graph/NAMING.md; none on the root's calls). A graph without that meta
+    (`traced` False: no node has it) gets the path of the module holding the weight instead
+    (`mods1.0.w` -> `mods1_0_packed_weight_`)."""
+    meta = node.meta.get("fuselage", {})
+    if "module_path" in meta:
+        path = meta["module_path"]
+    elif traced:
+        path = ""  # a call without the meta in a traced graph is the root's
+    else:
+        path = weight_node.target.rpartition(".")[0] \
+            if isinstance(weight_node, torch.fx.Node) else ""
+    return path.replace(".", "_") + _PACKED_PREFIX
+
+
+def save_packed_weights(module, destination, prefix):
+    """The packed weights of `module` (script objects, neither parameters nor buffers)
+    into the state dict `destination`, as PyTorch's QuantizedGraphModule puts them."""
+    for name, value in list(vars(module).items()):
+        if _PACKED_PREFIX in name and isinstance(value, torch._C.ScriptObject):
+            destination[prefix + name] = value
+
+
+def load_packed_weights(module, state_dict, prefix):
+    """Each packed weight of the state dict for `module` replaces the module's, and is
+    taken out of `state_dict`, so load_state_dict does not call it unexpected."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        name = key[len(prefix):]
+        if _PACKED_PREFIX in name and "." not in name and \
+                isinstance(state_dict[key], torch._C.ScriptObject):
+            setattr(module, name, state_dict.pop(key))
+
+
 def pack_functional_ops(gm):
     """Rewrites, in place, each functional quantized conv / linear of `gm` written in
     fuselage's form whose weight and bias are attributes into PyTorch's packed form (a
     conv2d_add into fuselage.nn.quantized's module). A weight computed in the graph is left
-    as it is (lowering never writes one)."""
+    as it is (lowering never writes one). The packed weights are named as PyTorch names
+    them; a TreeKeepingGraphModule puts them in its state dict (save_packed_weights)."""
     changed = False
+    packed_targets = []
+    traced = any("module_path" in n.meta.get("fuselage", {}) for n in gm.graph.nodes)
     for node in list(gm.graph.nodes):
         conv_add = _conv_add_kind(node)
         if conv_add is not None and "output_scale" in node.kwargs and len(node.args) >= 3:
@@ -142,18 +180,59 @@ def pack_functional_ops(gm):
         bias = constant_of(gm, args[2] if len(args) > 2 else kwargs.get("bias"))
         if not isinstance(weight, torch.Tensor) or bias is NOT_CONSTANT:
             continue
-        packed_name = _free_name(gm, _PACKED_PREFIX)
+        packed_name = _free_name(gm, _packed_prefix(node, args[1], traced))
         setattr(gm, packed_name, _pack(name, weight, bias, args, kwargs))
         with gm.graph.inserting_before(node):
             packed = gm.graph.get_attr(packed_name)
         replaced = list(args[1:3]) + [kwargs.get("bias")]
         node.args = (args[0], packed, kwargs["output_scale"], kwargs["output_zero_point"])
         node.kwargs = {}
+        packed_targets += [a.target for a in replaced
+                           if isinstance(a, torch.fx.Node) and a.op == "get_attr"]
         _erase_unused_get_attrs(gm.graph, replaced)
         changed = True
     if changed:
+        _drop_packed_sources(gm, packed_targets)
         gm.recompile()
     return gm
+
+
+_PLAIN_MODULE_KEYS = frozenset(vars(torch.nn.Module()))
+
+
+def _drop_packed_sources(gm, targets):
+    """Removes the weight and bias tensors at `targets` that packing made unread (no node
+    reads them), and each module that is left empty by it and that no node calls or reads
+    from (a plain container of nothing), as PyTorch's converted GraphModule keeps only what
+    its graph reads: the copies would double the weights' memory, show in the state dict,
+    and an nn.Sequential of emptied modules does not script."""
+    used = set()
+    for n in gm.graph.nodes:
+        if n.op in ("get_attr", "call_module"):
+            parts = n.target.split(".")
+            used.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    for target in dict.fromkeys(targets):
+        if target in used:
+            continue
+        path, _, name = target.rpartition(".")
+        try:
+            owner = gm.get_submodule(path)
+        except AttributeError:
+            continue
+        if name in owner._buffers:
+            del owner._buffers[name]
+        elif name in owner._parameters:
+            del owner._parameters[name]
+        elif isinstance(owner.__dict__.get(name), torch.Tensor):
+            del owner.__dict__[name]
+        while path and path not in used:
+            module = gm.get_submodule(path)
+            if module._buffers or module._parameters or module._modules or \
+                    set(vars(module)) - _PLAIN_MODULE_KEYS:
+                break
+            parent, _, child = path.rpartition(".")
+            delattr(gm.get_submodule(parent), child)
+            path = parent
 
 
 def _erase_unused_get_attrs(graph, args):

@@ -174,6 +174,107 @@ absl::StatusOr<Tensor> QuantizedMul(const Tensor& qa, const Tensor& qb, double o
                        out);
 }
 
+namespace {
+
+// c_q = nearbyint(other / scale), which ATen converts to int32 (Scalar::to<int32_t>).
+absl::StatusOr<int64_t> QuantizedScalar(double scale, double other, absl::string_view op) {
+  const double q = std::nearbyint(other / scale);
+  if (!std::isfinite(other) || !(std::abs(q) <= 2147483647.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": the number ", other, " is not finite or its quantized value (", other, " / ",
+        scale, ") overflows int32"));
+  }
+  return static_cast<int64_t>(q);
+}
+
+}  // namespace
+
+absl::StatusOr<ScalarOpQParams> AddScalarOutputQParams(double scale, int64_t zero_point,
+                                                       DType dtype, double other) {
+  ASSIGN_OR_RETURN(const int64_t c_q, QuantizedScalar(scale, other, "quantized add (scalar)"));
+  const int64_t q_min = DTypeMin(dtype);
+  const int64_t q_max = DTypeMax(dtype);
+  const int64_t shifted = zero_point - c_q;
+  // _add_scalar_out's three cases, its arithmetic in its order.
+  if (q_min > shifted) {
+    return ScalarOpQParams{(static_cast<double>(q_max) - shifted) /
+                               (static_cast<double>(q_max) - q_min) * scale,
+                           q_min};
+  }
+  if (q_max < shifted) {
+    return ScalarOpQParams{(static_cast<double>(shifted) - q_min) /
+                               (static_cast<double>(q_max) - q_min) * scale,
+                           q_max};
+  }
+  return ScalarOpQParams{scale, shifted};
+}
+
+absl::StatusOr<ScalarOpQParams> MulScalarOutputQParams(double scale, int64_t zero_point,
+                                                       DType dtype, double other) {
+  if (!std::isfinite(other)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantized mul (scalar): the number ", other, " is not finite"));
+  }
+  if (other > 0.0) return ScalarOpQParams{other * scale, zero_point};
+  if (other == 0.0) return ScalarOpQParams{1.0, 0};
+  return ScalarOpQParams{std::abs(other) * scale,
+                         DTypeMax(dtype) - (zero_point - DTypeMin(dtype))};
+}
+
+absl::StatusOr<Tensor> QuantizedAddScalar(const Tensor& qx, double other, bool relu) {
+  const absl::string_view op = relu ? "quantized add_relu (scalar)" : "quantized add (scalar)";
+  RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, op, "input"));
+  const double scale = qx.qparams().scales[0];
+  const int64_t zero_point = qx.qparams().zero_points[0];
+  ASSIGN_OR_RETURN(const int64_t c_q, QuantizedScalar(scale, other, op));
+  ASSIGN_OR_RETURN(const ScalarOpQParams out,
+                   AddScalarOutputQParams(scale, zero_point, qx.dtype(), other));
+  RETURN_IF_ERROR(ExpectValidScale(out.scale, op, "output scale"));
+  std::vector<int32_t> q = IntValues(qx);
+  if (out.zero_point == zero_point - c_q) {
+    // The number moved the zero point only: the stored values are the output's.
+    if (relu) {
+      for (int32_t& v : q) v = std::max<int32_t>(v, static_cast<int32_t>(out.zero_point));
+    }
+  } else {
+    // qadd_scalar_kernel: scale and multiplier in float, as ATen computes them.
+    const float multiplier = static_cast<float>(scale) * InverseScale(out.scale);
+    for (int32_t& v : q) {
+      int32_t r = RequantizeFromInt(static_cast<int64_t>(v) - zero_point + c_q, multiplier,
+                                    out.zero_point, qx.dtype());
+      if (relu) r = std::max<int32_t>(r, static_cast<int32_t>(out.zero_point));
+      v = r;
+    }
+  }
+  return FromIntValues(qx.dtype(), qx.shape(), QuantParams::PerTensor(out.scale, out.zero_point),
+                       q);
+}
+
+absl::StatusOr<Tensor> QuantizedMulScalar(const Tensor& qx, double other, bool relu) {
+  const absl::string_view op = relu ? "quantized mul_relu (scalar)" : "quantized mul (scalar)";
+  RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, op, "input"));
+  const int64_t zero_point = qx.qparams().zero_points[0];
+  ASSIGN_OR_RETURN(const ScalarOpQParams out,
+                   MulScalarOutputQParams(qx.qparams().scales[0], zero_point, qx.dtype(), other));
+  RETURN_IF_ERROR(ExpectValidScale(out.scale, op, "output scale"));
+  std::vector<int32_t> q = IntValues(qx);
+  const int64_t q_min = DTypeMin(qx.dtype());
+  const int64_t q_max = DTypeMax(qx.dtype());
+  for (int32_t& v : q) {
+    if (other > 0.0) {
+      // Copied; relu at the input's zero point, which the output keeps.
+      if (relu) v = std::max<int32_t>(v, static_cast<int32_t>(zero_point));
+    } else if (other == 0.0) {
+      v = 0;  // no relu: zero is the output's zero point
+    } else {
+      v = static_cast<int32_t>(q_max + q_min - v);
+      if (relu) v = std::max<int32_t>(v, static_cast<int32_t>(out.zero_point));
+    }
+  }
+  return FromIntValues(qx.dtype(), qx.shape(), QuantParams::PerTensor(out.scale, out.zero_point),
+                       q);
+}
+
 absl::StatusOr<Tensor> QuantizedRelu(const Tensor& qx) {
   RETURN_IF_ERROR(ExpectPerTensorQuantized(qx, "quantized relu", "input"));
   const int32_t zero_point = static_cast<int32_t>(qx.qparams().zero_points[0]);

@@ -11,6 +11,17 @@
 //                   (b - b_zp) in int32, requantize_from_int with multiplier
 //                   float(a_scale) * float(b_scale) * (1.0f / float(out_scale)); relu
 //                   clamps at out_zp.
+//   QuantizedAddScalar = torch.ops.quantized.add[_relu](qx, number) and (number, qx)
+//                   (ATen's add.Scalar / Scalar2, _add_scalar_out in BinaryOps.cpp): the
+//                   output's parameters follow from qx's and the number c (see
+//                   AddScalarOutputQParams); where the number fits the zero point the
+//                   stored values are copied, else requantized by qadd_scalar_kernel:
+//                   requantize_from_int(q - zp + c_q) with multiplier float(scale) *
+//                   (1.0f / float(out_scale)); relu clamps at the output's zero point.
+//   QuantizedMulScalar = torch.ops.quantized.mul[_relu](qx, number) and (number, qx)
+//                   (_mul_scalar_out in qmul.cpp): c > 0 scales the scale (values copied,
+//                   relu at qx's zero point), c == 0 gives zeros with scale 1 zero point 0,
+//                   c < 0 mirrors the values (q_max + q_min - q).
 //   QuantizedRelu = relu on a quantized tensor (qrelu_kernel): max(q, zp), same qparams.
 //   QuantizedHardtanh = hardtanh / relu6 / clamp on a quantized tensor (qclamp_kernel):
 //                   clamp(q, quantize_val(min), quantize_val(max)), same qparams.
@@ -25,6 +36,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "graph/dtype.h"
 #include "graph/tensor.h"
 
 namespace fuselage {
@@ -34,6 +46,22 @@ absl::StatusOr<Tensor> QuantizedAdd(const Tensor& qa, const Tensor& qb, double o
                                     int64_t output_zero_point, bool relu);
 absl::StatusOr<Tensor> QuantizedMul(const Tensor& qa, const Tensor& qb, double output_scale,
                                     int64_t output_zero_point, bool relu);
+// The output parameters ATen's add_scalar / mul_scalar give `qx + other` / `qx * other`
+// for a per-tensor input of `scale`, `zero_point` and quantized `dtype`. Lowering calls
+// these to know the parameters a lowered `x + 3` carries. InvalidArgument for a number
+// that is not finite or whose quantized value overflows int32 (ATen's Scalar conversion
+// refuses it).
+struct ScalarOpQParams {
+  double scale = 1.0;
+  int64_t zero_point = 0;
+};
+absl::StatusOr<ScalarOpQParams> AddScalarOutputQParams(double scale, int64_t zero_point,
+                                                       DType dtype, double other);
+absl::StatusOr<ScalarOpQParams> MulScalarOutputQParams(double scale, int64_t zero_point,
+                                                       DType dtype, double other);
+// Per-tensor quantized input; the output has the parameters above and qx's shape and dtype.
+absl::StatusOr<Tensor> QuantizedAddScalar(const Tensor& qx, double other, bool relu);
+absl::StatusOr<Tensor> QuantizedMulScalar(const Tensor& qx, double other, bool relu);
 // Per-tensor quantized input; the output keeps its qparams.
 absl::StatusOr<Tensor> QuantizedRelu(const Tensor& qx);
 absl::StatusOr<Tensor> QuantizedHardtanh(const Tensor& qx, double min_val, double max_val);

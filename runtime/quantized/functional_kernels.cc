@@ -121,6 +121,23 @@ FunctionKernel BinaryFn(bool add, bool relu) {
   return [add, relu](const KernelContext&, absl::Span<const Value> args,
                      const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
     ArgReader r(args, kwargs);
+    // (qa, number) or (number, qa): ATen's add.Scalar / Scalar2 (mul too), which make
+    // their own output parameters and take none.
+    const Value* first = r.Find(0, "qa");
+    const Value* second = r.Find(1, "qb");
+    if (first != nullptr && second != nullptr && first->is_number() != second->is_number()) {
+      RETURN_IF_ERROR(r.ExpectAtMostPositional(2));
+      const Value& x = first->is_number() ? *second : *first;
+      const double number = first->is_number() ? first->as_float() : second->as_float();
+      if (!x.is_tensor()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            add ? "quantized add" : "quantized mul", " with a number: expected a quantized "
+            "Tensor beside it; got ", x.ToString()));
+      }
+      ASSIGN_OR_RETURN(Tensor y, add ? quantized::QuantizedAddScalar(x.as_tensor(), number, relu)
+                                     : quantized::QuantizedMulScalar(x.as_tensor(), number, relu));
+      return Value(std::move(y));
+    }
     ASSIGN_OR_RETURN(const Tensor* a, r.GetTensor(0, "qa"));
     ASSIGN_OR_RETURN(const Tensor* b, r.GetTensor(1, "qb"));
     ASSIGN_OR_RETURN(Value scale_v, r.Required(2, "scale"));

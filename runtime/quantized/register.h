@@ -5,7 +5,8 @@
 // call_function: torch.quantize_per_tensor(x, scale, zero_point, dtype) (scale and
 //   zero_point as numbers or 0-d / one-element tensors), torch.quantize_per_channel(x,
 //   scales, zero_points, axis, dtype), torch.dequantize(x or list of x),
-//   torch.ops.quantized.add / add_relu / mul / mul_relu(qa, qb, scale, zero_point),
+//   torch.ops.quantized.add / add_relu / mul / mul_relu(qa, qb, scale, zero_point) and
+//   (qa, number) / (number, qa) (ATen's .Scalar / .Scalar2: their own output parameters),
 //   torch.ops.quantized.cat(tensors, dim, scale=None, zero_point=None).
 // call_method: dequantize.
 // Modules: nnq.Conv2d, nniq.ConvReLU2d, nniq.ConvAdd2d, nniq.ConvAddReLU2d (two inputs),

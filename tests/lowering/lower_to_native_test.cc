@@ -384,6 +384,88 @@ TEST(LowerToNativeTest, BinaryAddReluBecomesQuantizedAddRelu) {
   EXPECT_EQ(g.size(), 7u);
 }
 
+// `x + 3` and `2 * x` (a number on either side, relu absorbed) become
+// torch.ops.quantized.add_relu(qx, 3) / mul(2, qx) with no output scale / zero point, as
+// PyTorch lowers them; the quantize after each goes whatever its parameters, and the
+// lowered node carries the parameters ATen's add_scalar / mul_scalar give it.
+TEST(LowerToNativeTest, BinaryOpWithANumberMakesItsOwnOutputQParams) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 100, "x_q");
+  Node* add = *g.AddCallFunction("operator.add", {Dequantize(g, x_q), Argument::Int(3)}, {},
+                                 "add");
+  Node* relu = *g.AddCallFunction("torch.relu", {add});
+  // The shared observer gave the sum x's parameters: this quantize would clamp it.
+  Node* add_q = Quantize(g, relu, 0.05, 100, "add_q");
+  Node* mul = *g.AddCallFunction("torch.mul", {Argument::Float(2.0), Dequantize(g, add_q)}, {},
+                                 "mul");
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, mul, 0.05, 100))).ok());
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.lowered_per_rule.at("add-scalar:operator.add"), 1) << report.ToString();
+  EXPECT_EQ(report.lowered_per_rule.at("mul-scalar-first:torch.mul"), 1) << report.ToString();
+  EXPECT_EQ(add->target().name(), "torch.ops.quantized.add_relu") << Listing(g);
+  ASSERT_EQ(add->num_args(), 2u);
+  EXPECT_EQ(add->arg(0), Argument(x_q));
+  EXPECT_EQ(add->arg(1), Argument::Int(3));
+  EXPECT_EQ(mul->target().name(), "torch.ops.quantized.mul");
+  ASSERT_EQ(mul->num_args(), 2u);
+  EXPECT_EQ(mul->arg(0), Argument::Float(2.0));
+  EXPECT_EQ(mul->arg(1), Argument(add));
+  EXPECT_EQ(Count(g, OpKind::kCallFunction, "torch.quantize_per_tensor"), 1) << Listing(g);
+  // 3 / 0.05 = 60 quantized steps: the zero point moves from 100 to 40, scale kept.
+  EXPECT_EQ(KnownOutputQParams(gm, add), (OutputQParams{0.05, 40, DType::kQUInt8}));
+  // Times 2: scale doubled, zero point kept.
+  EXPECT_EQ(KnownOutputQParams(gm, mul), (OutputQParams{0.1, 40, DType::kQUInt8}));
+}
+
+// torch.add(x, 3, alpha=2) is not add(qx, 3): it stays a reference pattern, as does an
+// add of a number whose qconfig was None.
+TEST(LowerToNativeTest, BinaryOpWithANumberAndOtherArgsStaysReference) {
+  for (const bool with_alpha : {true, false}) {
+    GraphModule gm;
+    Graph& g = gm.graph();
+    Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 100, "x_q");
+    Kwargs kwargs;
+    if (with_alpha) kwargs.emplace_back(Symbol::Intern("alpha"), Argument::Int(2));
+    Node* add = *g.AddCallFunction("torch.add", {Dequantize(g, x_q), Argument::Int(3)},
+                                   std::move(kwargs), "add");
+    ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, add, 0.05, 100))).ok());
+    if (!with_alpha) ASSERT_TRUE(g.SetMeta(add, kQConfigNoneMeta, Argument::Bool(true)).ok());
+    auto rules = NativeRules();
+    ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+    ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+    EXPECT_EQ(add->target().name(), "torch.add") << Listing(g);
+    ASSERT_EQ(report.unlowered.size(), 1u) << report.ToString();
+    const char* why = with_alpha ? "keyword args (alpha)" : "qconfig is None";
+    EXPECT_NE(report.unlowered[0].reason.find(why), std::string::npos)
+        << report.unlowered[0].reason;
+  }
+}
+
+// torch.add(a, b, alpha=2) of two dequantized tensors stays a reference pattern:
+// quantized.add(qa, qb, scale, zero_point) has no alpha.
+TEST(LowerToNativeTest, TensorAddWithAlphaStaysReference) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* a_q = Quantize(g, *g.AddPlaceholder("a"), 0.05, 10, "a_q");
+  Node* b_q = Quantize(g, *g.AddPlaceholder("b"), 0.07, 20, "b_q");
+  Kwargs kwargs;
+  kwargs.emplace_back(Symbol::Intern("alpha"), Argument::Int(2));
+  Node* add = *g.AddCallFunction("torch.add", {Dequantize(g, a_q), Dequantize(g, b_q)},
+                                 std::move(kwargs), "add");
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, add, 0.2, 5))).ok());
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(add->target().name(), "torch.add") << Listing(g);
+  ASSERT_EQ(report.unlowered.size(), 1u) << report.ToString();
+  EXPECT_NE(report.unlowered[0].reason.find("alpha"), std::string::npos)
+      << report.unlowered[0].reason;
+}
+
 // An add whose qconfig was None (prepare's meta kQConfigNoneMeta) stays a reference
 // pattern although both inputs are dequantized and a quantize follows, as PyTorch's
 // should_skip_lowering keeps it; the report says why. A pass-through op so named (PyTorch's

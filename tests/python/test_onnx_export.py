@@ -115,16 +115,29 @@ def float_reads(model):
 
 def output_steps(gm):
     """The scale of each output of a quantized GraphModule: that of the quantized tensor
-    each output `dequantize` reads, as the module or the quantize call producing it says."""
+    each output `dequantize` reads, as the module or the quantize call producing it says,
+    else as one run gives it (a native op such as quantized.mul(qx, 4.0) makes its own
+    parameters from its input's, whatever the data)."""
     output = next(n for n in gm.graph.nodes if n.op == "output")
     leaves = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+    values = {}
+
+    class Recording(torch.fx.Interpreter):
+        def run_node(self, n):
+            values[n.name] = super().run_node(n)
+            return values[n.name]
+
     steps = []
     for source in (leaf.args[0] for leaf in leaves):
         if source.op == "call_module":
             steps.append(float(gm.get_submodule(source.target).scale))
-        else:
-            assert source.target is torch.quantize_per_tensor, source.format_node()
+        elif source.target is torch.quantize_per_tensor:
             steps.append(float(source.args[1]))
+        else:
+            if not values:
+                with torch.no_grad():
+                    Recording(gm).run(torch.randn(SHAPE))
+            steps.append(float(values[source.name].q_scale()))
     return steps
 
 

@@ -736,3 +736,82 @@ def test_a_per_channel_conv_transpose_qconfig_is_refused_at_prepare_as_pytorch()
         qfx.prepare_fx(copy.deepcopy(model), mapping, example)
     assert isinstance(refused.value, AssertionError)
     assert "module '0' (ConvTranspose2d)" in refused.value.__notes__[0]
+
+
+class _FunctionalLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.randn(5, 5)
+        self.b = torch.randn(5)
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.w, self.b)
+
+
+class _NestedFunctionals(nn.Module):
+    """Functional linears in submodules and a functional conv on the root."""
+
+    def __init__(self):
+        super().__init__()
+        self.mods1 = nn.Sequential(_FunctionalLinear(), _FunctionalLinear())
+        self.mods2 = _FunctionalLinear()
+        self.w = torch.randn(2, 1, 1, 1)
+        self.b = torch.randn(2)
+
+    def forward(self, x):
+        x = torch.relu(self.mods2(self.mods1(x)))
+        # The root calls it: PyTorch names its packed weight by the caller, not the owner.
+        x = torch.nn.functional.linear(x, self.mods2.w, self.mods2.b)
+        # Every conv arg given: PyTorch's own convert fails to pack one without them.
+        return torch.nn.functional.conv2d(x.reshape(1, 1, 5, 5), self.w, self.b, (1, 1),
+                                          (0, 0), (1, 1), 1)
+
+
+def _packed_weight_names(gm):
+    return sorted(n.target for n in gm.graph.nodes
+                  if n.op == "get_attr" and "_packed_weight_" in n.target)
+
+
+def test_packed_weights_are_named_and_in_the_state_dict_as_pytorch(tmp_path):
+    # Was: `_packed_weight_<i>` for every functional conv / linear, and not in the state
+    # dict (test_packed_weight_fused_op, test_state_dict, test_functional_conv).
+    mapping = get_default_qconfig_mapping("fbgemm")
+    example = torch.rand(5, 5)
+    torch.manual_seed(0)
+    model = _NestedFunctionals().eval()
+    theirs = _flow(torch_qfx, model, mapping, example, [example])[1]
+    ours = _flow(qfx, model, mapping, example, [example])[1]
+    names = _packed_weight_names(theirs)
+    assert names == ["_packed_weight_0", "_packed_weight_1", "mods1_0_packed_weight_0",
+                     "mods1_1_packed_weight_0", "mods2_packed_weight_0"]
+    assert _packed_weight_names(ours) == names
+    state = ours.state_dict()
+    assert set(names) <= set(state)
+    # The float weights and biases the packed ones replace are gone, as in PyTorch's (whose
+    # other keys are its activation scales and zero points, inline in fuselage's graph),
+    # and so are the emptied submodules: an nn.Sequential of them did not script.
+    assert set(state) <= set(theirs.state_dict()), set(state) - set(theirs.state_dict())
+    x = torch.rand(5, 5)
+    assert torch.equal(torch.jit.script(ours)(x), ours(x))
+    # Another model's converted weights load into this one. (Its activation scales and
+    # zero points do not: they are inline args, not PyTorch's buffers; KNOWN_FAILURES.md.)
+    torch.manual_seed(1)
+    other = _flow(qfx, _NestedFunctionals().eval(), mapping, example, [example])[1]
+
+    def weights(gm, name):
+        weight, bias = getattr(gm, name).unpack()
+        return weight.int_repr(), bias
+
+    for name in names:
+        assert not torch.equal(weights(other, name)[0], weights(ours, name)[0]), name
+    other.load_state_dict(state)
+    for name in names:
+        assert torch.equal(weights(other, name)[0], weights(ours, name)[0]), name
+        assert torch.equal(weights(other, name)[1], weights(ours, name)[1]), name
+    # Through a file, as test_state_dict does.
+    torch.manual_seed(2)
+    other = _flow(qfx, _NestedFunctionals().eval(), mapping, example, [example])[1]
+    torch.save(ours.state_dict(), tmp_path / "state.pt")
+    other.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=False))
+    for name in names:
+        assert torch.equal(weights(other, name)[0], weights(ours, name)[0]), name

@@ -649,8 +649,14 @@ for _op, _targets in (("Add", ["operator.add", "torch.add"]),
 
 
 def _quantized_binary(op_type, relu):
-    def emit(cx, node, qa, qb, scale, zero_point):
-        out = cx.g.node(op_type, [cx.f(qa, node.name + "_a"), cx.f(qb, node.name + "_b")],
+    def emit(cx, node, qa, qb, scale=None, zero_point=None):
+        # (qa, number) or (number, qa): ATen's .Scalar forms, which make their own output
+        # parameters (the recorded run knows them); the number goes in quantized as in
+        # _binary, so ONNX Runtime's QLinear selector takes the group.
+        like = next((cx.quantized_source(v) for v in (qa, qb)
+                     if isinstance(v, (Quantized, Dequantized))), None)
+        out = cx.g.node(op_type, [_operand(cx, node, qa, node.name + "_a", like),
+                                  _operand(cx, node, qb, node.name + "_b", like)],
                         node.name + "_" + op_type.lower() if relu else node.name)
         return cx.g.node("Relu", [out], node.name) if relu else out
     return emit
