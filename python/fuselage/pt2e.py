@@ -30,6 +30,11 @@ the conv), torchao rewrites each conv-bn for training (the weight scaled by the 
 norm's factor, then fake-quantized, as nniqat.ConvBn2d) and inserts torchao's
 fake-quantizes of X86InductorQuantizer's QAT config (get_default_x86_inductor_quantization_
 config(is_qat=True)). convert_pt2e of the trained model is torchao's. It needs torchao.
+Where the placement differs from X86InductorQuantizer's QAT annotation: the output of a
+conv-bn(-relu / -add) that only the graph's output reads is not fake-quantized
+(X86InductorQuantizer's QAT patterns always annotate it), and a functional relu joins its
+conv-bn as nn.ReLU does (X86InductorQuantizer matches nn.ReLU modules only, so after
+torch.relu it fake-quantizes the batch norm's output and the relu's apart).
 
 Where it differs from torchao's X86InductorQuantizer: a module called from several places
 (torchvision's resnets reuse one ReLU per block) is quantized, where X86InductorQuantizer
