@@ -30,11 +30,11 @@ the conv), torchao rewrites each conv-bn for training (the weight scaled by the 
 norm's factor, then fake-quantized, as nniqat.ConvBn2d) and inserts torchao's
 fake-quantizes of X86InductorQuantizer's QAT config (get_default_x86_inductor_quantization_
 config(is_qat=True)). convert_pt2e of the trained model is torchao's. It needs torchao.
-Where the placement differs from X86InductorQuantizer's QAT annotation: the output of a
-conv-bn(-relu / -add) that only the graph's output reads is not fake-quantized
-(X86InductorQuantizer's QAT patterns always annotate it), and a functional relu joins its
-conv-bn as nn.ReLU does (X86InductorQuantizer matches nn.ReLU modules only, so after
-torch.relu it fake-quantizes the batch norm's output and the relu's apart).
+As X86InductorQuantizer's QAT patterns do, the output of a conv-bn(-relu / -add) is
+fake-quantized whatever reads it (its post-training ones observe a value for its int8
+readers only). Where the placement differs: a functional relu joins its conv-bn as
+nn.ReLU does (X86InductorQuantizer matches nn.ReLU modules only, so after torch.relu it
+fake-quantizes the batch norm's output and the relu's apart).
 
 Where it differs from torchao's X86InductorQuantizer: a module called from several places
 (torchvision's resnets reuse one ReLU per block) is quantized, where X86InductorQuantizer
@@ -308,14 +308,17 @@ _BUILTIN = {"x86": lambda: (*_x86_configs(), True),
             "xnnpack": lambda: (*_xnnpack_configs(), False)}
 
 
-def _prepare(fx, configs, flow, is_qat=False):
+def _prepare(fx, configs, flow, is_qat=False, always_observed=()):
     """fuselage's prepare of the FX form `fx` with `configs` (_configs' triple); with
-    is_qat the mapping's fake-quantizes read as the observers they wrap."""
+    is_qat the mapping's fake-quantizes read as the observers they wrap. The outputs of
+    the nodes named in `always_observed` stay observed for all their readers."""
     from fuselage import quantize_fx
     mapping, backend, per_reader = configs
     prepared, report = quantize_fx.prepare_with_report(fx, mapping, backend, flow=flow,
                                                        mapping_is_qat=is_qat)
-    return _observed_for_quantized_readers_only(prepared, report) if per_reader else prepared
+    if not per_reader:
+        return prepared
+    return _observed_for_quantized_readers_only(prepared, report, always_observed)
 
 
 _ATEN_CONVS = ("aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")
@@ -357,6 +360,40 @@ def _without_training_batch_norms(aten_gm, function):
     return gm, sources
 
 
+# The ops X86InductorQuantizer's QAT annotation joins to a conv-bn (a unary after it, a
+# binary add, a relu after that add), by the name of the FX form's target.
+_CONV_BN_TAILS = {"relu", "relu_", "hardtanh", "hardtanh_", "relu6", "hardswish", "silu"}
+
+
+def _conv_bn_pattern_ends(fx, sources):
+    """The names of the nodes of `fx` that end a conv-bn pattern (the convs of `sources`
+    with the unary, add, add-relu after them): X86InductorQuantizer's QAT patterns
+    annotate their outputs whatever reads them, where its post-training ones observe a
+    value for its int8 readers only."""
+    def only_user(node):
+        return next(iter(node.users)) if len(node.users) == 1 else None
+
+    def name(node):
+        return getattr(node.target, "__name__", str(node.target))
+
+    ends = set()
+    for node in fx.graph.nodes:
+        if node.name not in sources:
+            continue
+        ends.add(node.name)
+        user = only_user(node)
+        if user is None:
+            continue
+        if name(user) in _CONV_BN_TAILS:
+            ends.add(user.name)
+        elif name(user) in ("add", "add_"):
+            ends.add(user.name)
+            tail = only_user(user)
+            if tail is not None and name(tail) in _CONV_BN_TAILS:
+                ends.add(tail.name)
+    return ends
+
+
 def _annotate_qat(model, configs, flow):
     """fuselage.pt2e.Quantizer(is_qat=True).annotate: fuselage's prepare of the training
     graph without its conv batch norms (_without_training_batch_norms), each observer
@@ -364,7 +401,8 @@ def _annotate_qat(model, configs, flow):
     from fuselage import _annotate, _qat
     stripped, sources = _without_training_batch_norms(model, flow[0])
     fx = _exported.to_fx_dialect(stripped).eval()
-    prepared = _prepare(fx, configs, flow, is_qat=True)
+    prepared = _prepare(fx, configs, flow, is_qat=True,
+                        always_observed=_conv_bn_pattern_ends(fx, sources))
     factories = _qat._Factories(configs[0], flow[0])
     return _annotate.annotate(model, prepared, sources=sources,
                               fake_quantize=factories.fake_quantize)
@@ -460,7 +498,7 @@ def prepare_pt2e(model, quantizer="x86"):
     return _with_outputs_of(prepared, exported)
 
 
-def _observed_for_quantized_readers_only(prepared, report):
+def _observed_for_quantized_readers_only(prepared, report, always_observed=()):
     """`prepared` with each observed value quantized only for the readers that are
     quantized, as torchao's quantizers quantize a value per reader (an input_qspec_map
     entry): a reader the prepare `report` keeps float (a sigmoid after a conv, an SE
@@ -478,7 +516,7 @@ def _observed_for_quantized_readers_only(prepared, report):
                    for user in reader.users)
 
     for node in list(prepared.graph.nodes):
-        if _observer_of(prepared, node) is None:
+        if _observer_of(prepared, node) is None or node.args[0].name in always_observed:
             continue
         after_float = node.args[0].name in kept_float
         for reader in [r for r in node.users if r.op == "output" or r.name in kept_float or

@@ -163,6 +163,17 @@ def test_fuselages_quantizer_under_torchaos_prepare_qat_pt2e_as_x86_inductor_qua
                            seed=1, convert=False)
 
 
+def test_a_conv_bn_relu_read_by_the_graph_output_is_fake_quantized_as_in_torchao():
+    # X86InductorQuantizer's QAT patterns annotate a conv-bn-relu's output whatever reads
+    # it (its post-training ones only for int8 readers).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+    ours, _ = _check_against_torchao(model, (4, 3, 8, 8), (8, 8, 8),
+                                     lambda gm: fuselage.pt2e.prepare_qat_pt2e(gm, "x86"),
+                                     seed=3, convert=False)
+    assert len(_fake_quantizes(ours)) >= 3  # input, weight, the relu's output
+
+
 def test_prepare_qat_pt2e_takes_x86_inductor_quantizer_with_its_qat_config():
     torch.manual_seed(0)
     _check_against_torchao(ConvBnReLU(), (4, 3, 8, 8), (4, 8, 8),
