@@ -288,6 +288,10 @@ std::vector<std::vector<std::string>> BuiltinChildren(absl::string_view type) {
       return Children{conv, {"nn.ReLU", "nn.ReLU6", "nn.Hardswish"}};
     }
     if (d == 2 && type == "nni.ConvAddReLU2d") return Children{conv, relu};
+    // Their quantization-aware-training forms keep the batch norm, which trains
+    // (fuselage.fusers with is_qat; fuselage.nn.qat folds it when converted).
+    if (d == 2 && type == "nni.ConvBnAdd2d") return Children{conv, bn};
+    if (d == 2 && type == "nni.ConvBnAddReLU2d") return Children{conv, bn, relu};
   }
   const std::vector<std::string> linear = {"nn.Linear", "nnqr.Linear"};
   if (type == "nni.LinearReLU") return Children{linear, relu};
@@ -513,7 +517,8 @@ absl::Status RegisterBuiltinModuleSchemas(ModuleSchemaRegistry& registry) {
     RETURN_IF_ERROR(add(t, 1, 1, kNone));
   }
   // Two inputs: the fused conv-add(-relu) modules take the residual as a second input.
-  for (const char* t : {"nni.ConvAdd2d", "nni.ConvAddReLU2d"}) {
+  for (const char* t :
+       {"nni.ConvAdd2d", "nni.ConvAddReLU2d", "nni.ConvBnAdd2d", "nni.ConvBnAddReLU2d"}) {
     RETURN_IF_ERROR(add(t, 2, 2, kNone));
   }
   // Quantized (native) modules keep packed parameters as tensors too.

@@ -219,9 +219,11 @@ ModuleKernel SequentialFusedModule(bool ends_with_relu) {
   };
 }
 
-// nni.ConvAdd2d / nni.ConvAddReLU2d: (x, extra) -> [relu](conv(x) + extra), conv = "0".
-ModuleKernel ConvAddModule(bool relu) {
-  return [relu](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
+// nni.ConvAdd2d / nni.ConvAddReLU2d: (x, extra) -> [relu](conv(x) + extra), conv = "0";
+// with `batch_norm` (nni.ConvBnAdd2d / nni.ConvBnAddReLU2d, the QAT forms):
+// [relu](bn(conv(x)) + extra), bn = "1".
+ModuleKernel ConvAddModule(bool relu, bool batch_norm = false) {
+  return [relu, batch_norm](const KernelContext& ctx, const Module& m, absl::Span<const Value> args,
                 const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
     if (args.size() != 2 || !kwargs.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -238,6 +240,14 @@ ModuleKernel ConvAddModule(bool relu) {
     }
     RETURN_IF_ERROR(ExpectFloatTensor(args[1].as_tensor(), absl::StrCat(m.type().name(), " extra_input")));
     ASSIGN_OR_RETURN(Value conv_out, ctx.registry.CallModule(ctx, *conv, {args[0]}));
+    if (batch_norm) {
+      const Module* bn = m.FindChild("1");
+      if (bn == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(m.type().name(), ": missing child \"1\" (the batch norm)"));
+      }
+      ASSIGN_OR_RETURN(conv_out, ctx.registry.CallModule(ctx, *bn, {conv_out}));
+    }
     if (!conv_out.is_tensor()) {
       return absl::InvalidArgumentError(absl::StrCat(m.type().name(), ": conv part returned a ",
                                                      conv_out.KindName()));
@@ -491,6 +501,8 @@ std::vector<NamedModuleKernel> LayerModuleKernels() {
       {"nni.LinearBn1d", SequentialFusedModule(false)},
       {"nni.ConvAdd2d", ConvAddModule(false)},
       {"nni.ConvAddReLU2d", ConvAddModule(true)},
+      {"nni.ConvBnAdd2d", ConvAddModule(false, /*batch_norm=*/true)},
+      {"nni.ConvBnAddReLU2d", ConvAddModule(true, /*batch_norm=*/true)},
       {"nn.MaxPool1d", UnaryModule([](const Module& m, const Tensor& x) {
          return RunPool1dModule(m, x, /*max_pool=*/true);
        })},

@@ -8,7 +8,11 @@ torchao's prepare_pt2e shares implicitly (the same tensor, an equal spec); an ob
 module used at several places (a pool or cat sharing its input's parameters) becomes one
 spec and SharedQuantizationSpecs pointing to its first place. The annotations carry the
 observer's class (torchao's class of the same name), dtype, range, scheme and axis, so
-torchao builds the observer fuselage would have.
+torchao builds the observer fuselage would have. For quantization-aware training
+(fuselage.pt2e.prepare_qat_pt2e) each observer is wrapped in the torchao fake-quantize of
+the class the QAT qconfig mapping wraps it in (fuselage._qat's factories), and the value
+of a conv whose training batch norm fuselage's prepare did not see is the batch norm's
+(`sources`).
 """
 
 import operator
@@ -27,8 +31,11 @@ def _observer_of(gm, node):
     return module if isinstance(module, ObserverBase) else None
 
 
-def _spec_of(observer, where):
-    """The torchao QuantizationSpec that builds `observer` (a torch.ao observer module)."""
+def _spec_of(observer, where, fake_quantize=None):
+    """The torchao QuantizationSpec that builds `observer` (a torch.ao observer module),
+    wrapped in the torchao fake-quantize of `fake_quantize`'s class (a torch.ao
+    fake-quantize that wraps such an observer) if given."""
+    from torchao.quantization.pt2e import fake_quantize as torchao_fake_quantizes
     from torchao.quantization.pt2e import observer as torchao_observers
     from torchao.quantization.pt2e.quantizer import (FixedQParamsQuantizationSpec,
                                                      QuantizationSpec)
@@ -49,8 +56,18 @@ def _spec_of(observer, where):
         extra["averaging_constant"] = observer.averaging_constant
     if hasattr(observer, "bins"):
         extra["bins"] = observer.bins
+    ctr = cls.with_args(**extra)
+    if fake_quantize is not None:
+        fq_name = type(fake_quantize).__name__
+        fq_cls = getattr(torchao_fake_quantizes, fq_name, None)
+        if not isinstance(fq_cls, type):
+            raise ConfigTranslationError(
+                f"{where}: fake-quantize {fq_name} has no torchao counterpart "
+                "(torchao.quantization.pt2e.fake_quantize); use FakeQuantize or "
+                "FusedMovingAvgObsFakeQuantize")
+        ctr = fq_cls.with_args(observer=cls, **extra)
     return QuantizationSpec(
-        dtype=observer.dtype, observer_or_fake_quant_ctr=cls.with_args(**extra),
+        dtype=observer.dtype, observer_or_fake_quant_ctr=ctr,
         quant_min=observer.quant_min, quant_max=observer.quant_max, qscheme=observer.qscheme,
         ch_axis=getattr(observer, "ch_axis", None))
 
@@ -65,9 +82,13 @@ def _input_reading(user, source):
     return None
 
 
-def annotate(aten_gm, prepared):
+def annotate(aten_gm, prepared, sources=None, fake_quantize=None):
     """Writes `node.meta["quantization_annotation"]` on the nodes of `aten_gm` for each
-    observer fuselage placed in `prepared` (fuselage's prepare of aten_gm's FX form)."""
+    observer fuselage placed in `prepared` (fuselage's prepare of aten_gm's FX form).
+    `sources`: {node name in `prepared`: name of the aten node whose value it stands for}
+    (a conv for its training batch norm). `fake_quantize(observer, where, is_weight)`: the
+    torch.ao fake-quantize to wrap the observer in, or None (fuselage._qat._Factories)."""
+    sources = sources or {}
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
     aten = {n.name: n for n in aten_gm.graph.nodes}
     annotations = {}
@@ -93,9 +114,13 @@ def annotate(aten_gm, prepared):
         value = node.args[0]
         while _observer_of(prepared, value) is not None:
             value = value.args[0]
-        source = aten_node(value.name, where)
+        source = aten_node(sources.get(value.name, value.name), where)
         shared = first_place.get(id(observer))
-        spec = SharedQuantizationSpec(shared) if shared is not None else _spec_of(observer, where)
+        fake = None
+        if shared is None and fake_quantize is not None:
+            fake = fake_quantize(observer, where, value.op == "get_attr")
+        spec = SharedQuantizationSpec(shared) if shared is not None else \
+            _spec_of(observer, where, fake)
         anchor = None
         if source.op == "call_function" and source.target is not operator.getitem:
             annotation(source).output_qspec = spec
@@ -113,5 +138,10 @@ def annotate(aten_gm, prepared):
         if shared is None and anchor is not None:
             first_place[id(observer)] = anchor
     for node, value in annotations.items():
+        # In the order of the node's inputs: torchao's QAT rewrite of conv-bn reads a
+        # conv's input_qspec_map by position (input, then weight).
+        order = {arg: i for i, arg in enumerate(node.all_input_nodes)}
+        value.input_qspec_map = dict(sorted(value.input_qspec_map.items(),
+                                            key=lambda item: order.get(item[0], len(order))))
         node.meta["quantization_annotation"] = value
     return aten_gm

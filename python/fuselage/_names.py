@@ -123,7 +123,8 @@ def _fuselage_classes():
     import fuselage.nn.quantized as fnnq
 
     return {"nni.ConvAdd2d": fnn.ConvAdd2d, "nni.ConvAddReLU2d": fnn.ConvAddReLU2d,
-            "nni.ConvAct2d": fnn.ConvAct2d,
+            "nni.ConvAct2d": fnn.ConvAct2d, "nni.ConvBnAdd2d": fnn.ConvBnAdd2d,
+            "nni.ConvBnAddReLU2d": fnn.ConvBnAddReLU2d,
             "nniq.ConvAdd2d": fnnq.ConvAdd2d, "nniq.ConvAddReLU2d": fnnq.ConvAddReLU2d,
             "fuselage.FusedSubgraph": fnn.FusedSubgraph}
 

@@ -13,7 +13,9 @@ fuse and prepare run as for post-training quantization. Then the modules become 
   - every weighted op fuselage planned to quantize (a weight plan in the observer
     container, quantize/prepared_model.h) is swapped for its QAT module,
     `qat_module.from_float(module)` of the backend config's QAT mapping (nniqat.ConvBnReLU2d,
-    nnqat.Linear, ...), with the module's qconfig resolved as PyTorch's QAT swap resolves it
+    nnqat.Linear, ...; fuselage's own fused types, which a PyTorch config cannot map
+    unless the user names them, map to fuselage.nn.qat: ConvBnAddReLU2d keeps training
+    its batch norm), with the module's qconfig resolved as PyTorch's QAT swap resolves it
     (global, then object type and module name along the module's path);
 
 so training runs PyTorch's own modules. The weight plans stay (no node calls them):
@@ -205,13 +207,20 @@ def _plans(gm):
             if name.startswith(_prepared.PLAN_PREFIX) and isinstance(getattr(m, "node", None), str)}
 
 
+def _fuselage_qat_modules():
+    """{fuselage's fused float module: its QAT module} (fuselage.nn.qat)."""
+    import fuselage.nn as fnn
+    return {fnn.ConvBnAdd2d: fnn.qat.ConvBnAdd2d, fnn.ConvBnAddReLU2d: fnn.qat.ConvBnAddReLU2d}
+
+
 def to_qat(gm, qconfig_mapping, backend_config):
     """Makes the prepared GraphModule `gm` (fuselage's observers, fused float modules) a
     QAT model in place: PyTorch's fake-quantizes and QAT modules (see the module
     docstring)."""
     factories = _Factories(qconfig_mapping)
-    to_qat_module = get_module_to_qat_module(
-        backend_config if backend_config is not None else get_native_backend_config())
+    to_qat_module = _fuselage_qat_modules()
+    to_qat_module.update(get_module_to_qat_module(
+        backend_config if backend_config is not None else get_native_backend_config()))
     modules = dict(gm.named_modules())
     replaced = {}
     plans = _plans(gm)

@@ -25,7 +25,8 @@ is_qat=True: a fake-quantize (FakeQuantize, FusedMovingAvgObsFakeQuantize,
 FixedQParamsFakeQuantize) becomes the observer it wraps, with the arguments it gives that
 observer (fuselage places observers; fuselage._qat puts the fake-quantizes in their
 places), and the batch-norm fusers give PyTorch's QAT fused types (nni.ConvBnReLU2d, ...)
-with the batch norm kept, where for inference they fold it. Without is_qat a fake-quantize
+with the batch norm kept, where for inference they fold it; fuselage.fusers' conv-bn-add(-relu)
+fusers likewise give nni.ConvBnAdd2d / nni.ConvBnAddReLU2d. Without is_qat a fake-quantize
 is a ConfigTranslationError.
 
 Not translated, on purpose: BackendPatternConfig.qat_module (fuselage._qat reads it from
@@ -484,6 +485,12 @@ _FUSELAGE_FUSERS = {
     "fuse_conv_add_relu": ("WRAP_IN_SEQUENCE", "nni.ConvAddReLU2d"),
     "fuse_conv_bn_add_relu": ("FOLD_BN_THEN_WRAP", "nni.ConvAddReLU2d"),
 }
+# Their quantization-aware-training forms (is_qat): the batch norm kept, wrapped with the
+# conv (fuselage.nn.ConvBnAdd2d / ConvBnAddReLU2d, trained by fuselage.nn.qat).
+_FUSELAGE_QAT_FUSERS = {
+    "fuse_conv_bn_add": ("WRAP_IN_SEQUENCE", "nni.ConvBnAdd2d"),
+    "fuse_conv_bn_add_relu": ("WRAP_IN_SEQUENCE", "nni.ConvBnAddReLU2d"),
+}
 _FMM = fmm.__name__
 # PyTorch's batch-norm fusers with is_qat=True keep the batch norm (it trains): the fused
 # type by the type of the conv / linear, as fuser_method_mappings builds it.
@@ -516,11 +523,14 @@ def _fuser(fuser, nested, what, is_qat=False):
     module = getattr(fuser, "__module__", None)
     qualname = getattr(fuser, "__qualname__", "")
     if module == "fuselage.fusers" and qualname in _FUSELAGE_FUSERS:
-        if is_qat:
+        if not is_qat:
+            return _FUSELAGE_FUSERS[qualname]
+        if qualname not in _FUSELAGE_QAT_FUSERS:
             raise ConfigTranslationError(
-                "%s: fuselage.fusers.%s has no QAT form (it folds the batch norm); "
-                "prepare_qat_fx needs PyTorch's fusers" % (what, qualname))
-        return _FUSELAGE_FUSERS[qualname]
+                "%s: fuselage.fusers.%s has no QAT form (conv-add without a batch norm); "
+                "prepare_qat_fx takes fuse_conv_bn_add and fuse_conv_bn_add_relu"
+                % (what, qualname))
+        return _FUSELAGE_QAT_FUSERS[qualname]
     if module == _FMM and hasattr(fuser, "__code__"):
         outer = qualname.split(".<locals>.")[0].lstrip("_")
         cells = _closure(fuser)

@@ -20,8 +20,11 @@ matched pattern with each node replaced by its module (call_module), its target
 residual may be either operand of the add (`(add, extra, conv)` works too).
 
 Batch norm is folded into the conv as PyTorch's fuse_conv_bn does for inference
-(torch.nn.utils.fusion.fuse_conv_bn_eval); fuselage has no QAT form of these modules, so
-is_qat=True is refused. The results are fuselage.nn.ConvAdd2d / ConvAddReLU2d.
+(torch.nn.utils.fusion.fuse_conv_bn_eval); the results are fuselage.nn.ConvAdd2d /
+ConvAddReLU2d. With is_qat=True (prepare_qat_fx) the batch norm is kept, as PyTorch's
+fuse_conv_bn keeps it for quantization-aware training: fuselage.nn.ConvBnAdd2d /
+ConvBnAddReLU2d, whose QAT forms (fuselage.nn.qat) train it. The patterns without a batch
+norm have no QAT form yet: is_qat=True is refused for them.
 """
 
 import operator
@@ -44,8 +47,9 @@ def _describe(item):
     return getattr(item, "__name__", repr(item))
 
 
-def _conv_operand(fuser, add, operands, with_bn):
-    """The conv (bn folded in) among the add's operands: a Conv2d, or (bn, conv)."""
+def _conv_operand(fuser, add, operands, with_bn, is_qat=False):
+    """The conv (bn folded in) among the add's operands: a Conv2d, or (bn, conv); with
+    is_qat the (conv, bn) pair, the batch norm kept."""
     if add not in _ADDS:
         raise ModuleError(f"{fuser}: the add of the pattern is {_describe(add)}; expected "
                           "torch.add or operator.add")
@@ -53,9 +57,12 @@ def _conv_operand(fuser, add, operands, with_bn):
         if with_bn and isinstance(operand, tuple) and len(operand) == 2:
             bn, conv = operand
             if type(bn) is nn.BatchNorm2d and type(conv) is nn.Conv2d:
+                if is_qat:
+                    return conv, bn
                 if conv.training or bn.training:
                     raise ModuleError(f"{fuser}: conv and batch norm must be in eval mode to "
-                                      "fold the batch norm (fuselage has no QAT form)")
+                                      "fold the batch norm (for quantization-aware training "
+                                      "call it with is_qat=True)")
                 return fuse_conv_bn_eval(conv, bn)
         if not with_bn and type(operand) is nn.Conv2d:
             return operand
@@ -69,7 +76,8 @@ def _conv_operand(fuser, add, operands, with_bn):
 def _no_qat(fuser, is_qat):
     if is_qat:
         raise ModuleError(f"{fuser}: is_qat=True is not supported: fuselage has no "
-                          "quantization-aware-training form of the conv-add modules")
+                          "quantization-aware-training form of conv-add without a batch norm "
+                          "(fuse_conv_bn_add / fuse_conv_bn_add_relu have one)")
 
 
 def _split_add(fuser, add_pattern):
@@ -86,11 +94,12 @@ def _relu(fuser, relu):
 
 
 def fuse_conv_bn_add_relu(is_qat, relu, add_pattern):
-    """(nn.ReLU, (add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode)) -> ConvAddReLU2d."""
-    _no_qat("fuse_conv_bn_add_relu", is_qat)
+    """(nn.ReLU, (add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode)) -> ConvAddReLU2d; with
+    is_qat: fuselage.nn.ConvBnAddReLU2d, the batch norm kept."""
     add, operands = _split_add("fuse_conv_bn_add_relu", add_pattern)
-    conv = _conv_operand("fuse_conv_bn_add_relu", add, operands, with_bn=True)
-    return fnn.ConvAddReLU2d(conv, _relu("fuse_conv_bn_add_relu", relu))
+    conv = _conv_operand("fuse_conv_bn_add_relu", add, operands, with_bn=True, is_qat=is_qat)
+    relu = _relu("fuse_conv_bn_add_relu", relu)
+    return fnn.ConvBnAddReLU2d(*conv, relu) if is_qat else fnn.ConvAddReLU2d(conv, relu)
 
 
 def fuse_conv_add_relu(is_qat, relu, add_pattern):
@@ -102,9 +111,10 @@ def fuse_conv_add_relu(is_qat, relu, add_pattern):
 
 
 def fuse_conv_bn_add(is_qat, add, *operands):
-    """(add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode) -> ConvAdd2d."""
-    _no_qat("fuse_conv_bn_add", is_qat)
-    return fnn.ConvAdd2d(_conv_operand("fuse_conv_bn_add", add, operands, with_bn=True))
+    """(add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode) -> ConvAdd2d; with is_qat:
+    fuselage.nn.ConvBnAdd2d, the batch norm kept."""
+    conv = _conv_operand("fuse_conv_bn_add", add, operands, with_bn=True, is_qat=is_qat)
+    return fnn.ConvBnAdd2d(*conv) if is_qat else fnn.ConvAdd2d(conv)
 
 
 def fuse_conv_add(is_qat, add, *operands):

@@ -23,6 +23,19 @@ fuselage.pt2e.Quantizer is the same decision as a torchao Quantizer: under torch
 prepare_pt2e / convert_pt2e it annotates what fuselage's engine matched in the backend
 config (built-in or a config file whose patterns are written over aten ops).
 
+Quantization-aware training: prepare_qat_pt2e(gm, "x86") on a model exported in training
+mode is torchao's prepare_qat_pt2e with fuselage's Quantizer(is_qat=True): fuselage's
+engine decides where the fake-quantizes go (each conv with its training batch norm seen as
+the conv), torchao rewrites each conv-bn for training (the weight scaled by the batch
+norm's factor, then fake-quantized, as nniqat.ConvBn2d) and inserts torchao's
+fake-quantizes of X86InductorQuantizer's QAT config (get_default_x86_inductor_quantization_
+config(is_qat=True)). convert_pt2e of the trained model is torchao's. It needs torchao.
+As X86InductorQuantizer's QAT patterns do, the output of a conv-bn(-relu / -add) is
+fake-quantized whatever reads it (its post-training ones observe a value for its int8
+readers only). Where the placement differs: a functional relu joins its conv-bn as
+nn.ReLU does (X86InductorQuantizer matches nn.ReLU modules only, so after torch.relu it
+fake-quantizes the batch norm's output and the relu's apart).
+
 Where it differs from torchao's X86InductorQuantizer: a module called from several places
 (torchvision's resnets reuse one ReLU per block) is quantized, where X86InductorQuantizer
 raises "Input partition has more than one output node"; a mul of two same-shape tensors,
@@ -39,8 +52,8 @@ from fuselage import _exported
 from fuselage._packed import NOT_CONSTANT, constant_of
 from fuselage.errors import ConfigTranslationError
 
-__all__ = ["Quantizer", "prepare_pt2e", "convert_pt2e", "lower_pt2e_quantized_to_x86",
-           "lower_to_fuselage"]
+__all__ = ["Quantizer", "prepare_pt2e", "prepare_qat_pt2e", "convert_pt2e",
+           "lower_pt2e_quantized_to_x86", "lower_to_fuselage"]
 
 try:
     from torchao.quantization.pt2e.quantizer import Quantizer as _TorchaoQuantizer
@@ -48,18 +61,33 @@ except ImportError:  # torchao is optional: fuselage's own prepare_pt2e does not
     _TorchaoQuantizer = object
 
 
-def _x86_configs():
+def _x86_configs(is_qat=False):
     """The FX flow's x86 mapping with X86InductorQuantizer's default observers where the
     mapping has its default qconfig: activations over the whole uint8 range
     (HistogramObserver, reduce_range=False: FX's x86 default halves it for fbgemm's
-    overflow), weights symmetric int8 per output channel."""
+    overflow), weights symmetric int8 per output channel. With is_qat its QAT config's
+    fake-quantizes (get_default_x86_inductor_quantization_config(is_qat=True)):
+    FusedMovingAvgObsFakeQuantize of a moving-average min-max observer, per channel for
+    the weights, eps 2^-12."""
     from torch.ao.quantization import QConfig, get_default_qconfig, get_default_qconfig_mapping
     from torch.ao.quantization.backend_config.x86 import get_x86_backend_config
-    from torch.ao.quantization.observer import HistogramObserver, PerChannelMinMaxObserver
+    from torch.ao.quantization.fake_quantize import FusedMovingAvgObsFakeQuantize
+    from torch.ao.quantization.observer import (HistogramObserver,
+                                                MovingAverageMinMaxObserver,
+                                                MovingAveragePerChannelMinMaxObserver,
+                                                PerChannelMinMaxObserver)
     inductor = QConfig(
         activation=HistogramObserver.with_args(reduce_range=False),
         weight=PerChannelMinMaxObserver.with_args(dtype=torch.qint8,
                                                   qscheme=torch.per_channel_symmetric))
+    if is_qat:
+        inductor = QConfig(
+            activation=FusedMovingAvgObsFakeQuantize.with_args(
+                observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
+                dtype=torch.quint8, eps=2 ** -12),
+            weight=FusedMovingAvgObsFakeQuantize.with_args(
+                observer=MovingAveragePerChannelMinMaxObserver, quant_min=-128, quant_max=127,
+                dtype=torch.qint8, qscheme=torch.per_channel_symmetric, eps=2 ** -12))
     fx_default = get_default_qconfig("x86")
     mapping = get_default_qconfig_mapping("x86").set_global(inductor)
     for object_type, qconfig in list(mapping.object_type_qconfigs.items()):
@@ -189,22 +217,37 @@ class Quantizer(_TorchaoQuantizer):
     (XNNPACKQuantizer's), a fuselage config file (.textproto), or a PyTorch BackendConfig;
     `qconfig_mapping` defaults to the x86 mapping. annotate() prepares the graph's FX form
     with fuselage's engine and writes each observer it placed as an annotation
-    (fuselage._annotate); fuselage.pt2e.prepare_pt2e takes the same object."""
+    (fuselage._annotate); fuselage.pt2e.prepare_pt2e takes the same object.
 
-    def __init__(self, backend_config="x86", qconfig_mapping=None):
+    With is_qat=True, for torchao's prepare_qat_pt2e (or fuselage.pt2e.prepare_qat_pt2e)
+    on a model exported in training mode: the default mapping is X86InductorQuantizer's
+    QAT config, each observer is annotated wrapped in its fake-quantize, and a conv read
+    only by its training batch norm is placed as the conv with the batch norm's value
+    (torchao then rewrites the pair for training)."""
+
+    def __init__(self, backend_config="x86", qconfig_mapping=None, is_qat=False):
         if _TorchaoQuantizer is object:
             raise ConfigTranslationError("fuselage.pt2e.Quantizer needs torchao "
                                          "(pip install torchao)")
         super().__init__()
         self.backend_config = backend_config
         self.qconfig_mapping = qconfig_mapping
+        self.is_qat = is_qat
+        if is_qat and self.backend_config == "xnnpack" and qconfig_mapping is None:
+            raise ConfigTranslationError(
+                "fuselage.pt2e.Quantizer: is_qat=True with \"xnnpack\" is not supported "
+                "(fuselage has XNNPACKQuantizer's post-training config only); use \"x86\" "
+                "or give a QAT qconfig_mapping")
 
     def configs(self):
         """(qconfig mapping, backend config, per_reader) this quantizer prepares with: a
         built-in's, or the x86 mapping and per-reader quantization with a config of the
         user's."""
         builtin = self.backend_config if self.backend_config in _BUILTIN else "x86"
-        mapping, backend, per_reader = _BUILTIN[builtin]()
+        if getattr(self, "is_qat", False) and builtin == "x86":
+            mapping, backend, per_reader = _x86_configs(is_qat=True) + (True,)
+        else:
+            mapping, backend, per_reader = _BUILTIN[builtin]()
         if self.backend_config not in _BUILTIN:
             backend = self.backend_config
         return (self.qconfig_mapping if self.qconfig_mapping is not None else mapping,
@@ -212,8 +255,11 @@ class Quantizer(_TorchaoQuantizer):
 
     def annotate(self, model):
         from fuselage import _annotate
+        flow = ("fuselage.pt2e.Quantizer", "convert_pt2e")
+        if getattr(self, "is_qat", False):
+            return _annotate_qat(model, self.configs(), flow)
         fx = _exported.to_fx_dialect(model).eval()
-        prepared = _prepare(fx, self.configs(), ("fuselage.pt2e.Quantizer", "convert_pt2e"))
+        prepared = _prepare(fx, self.configs(), flow)
         return _annotate.annotate(model, prepared)
 
     def validate(self, model):
@@ -228,28 +274,177 @@ def _configs(quantizer):
     if quantizer is None or quantizer in _BUILTIN:
         return _BUILTIN[quantizer or "x86"]()
     if isinstance(quantizer, Quantizer):
+        if quantizer.is_qat:
+            raise ConfigTranslationError(
+                "prepare_pt2e: fuselage.pt2e.Quantizer(is_qat=True) is a quantization-aware "
+                "training quantizer; use fuselage.pt2e.prepare_qat_pt2e (or torchao's)")
         return quantizer.configs()
     if type(quantizer).__name__ == "X86InductorQuantizer":
-        global_config = getattr(quantizer, "global_config", None)
-        if global_config is not None and getattr(global_config, "is_qat", False):
-            raise ConfigTranslationError("prepare_pt2e: a QAT quantization config is not "
-                                         "supported (post-training only)")
+        if _x86_inductor_is_qat(quantizer, "prepare_pt2e"):
+            raise ConfigTranslationError(
+                "prepare_pt2e: X86InductorQuantizer has a QAT config (is_qat=True); use "
+                "fuselage.pt2e.prepare_qat_pt2e for quantization-aware training")
         return _BUILTIN["x86"]()
     raise ConfigTranslationError(
         f"prepare_pt2e: quantizer is a {type(quantizer).__name__}; fuselage reads \"x86\", "
         "\"xnnpack\", fuselage.pt2e.Quantizer or torchao's X86InductorQuantizer")
 
 
+def _x86_inductor_is_qat(quantizer, function):
+    """Whether X86InductorQuantizer `quantizer`'s global config is a QAT one; a dynamic
+    or reduced-range one, which fuselage does not read, is refused by name."""
+    config = getattr(quantizer, "global_config", None)
+    if config is None:
+        return False
+    act = getattr(config, "input_activation", None)
+    if act is not None and (getattr(act, "is_dynamic", False) or act.quant_max != 255):
+        raise ConfigTranslationError(
+            f"{function}: X86InductorQuantizer's global config is dynamic or reduce_range=True "
+            "(activations over [0, 127]); fuselage reads its default static config only")
+    return bool(getattr(config, "is_qat", False))
+
+
 _BUILTIN = {"x86": lambda: (*_x86_configs(), True),
             "xnnpack": lambda: (*_xnnpack_configs(), False)}
 
 
-def _prepare(fx, configs, flow):
-    """fuselage's prepare of the FX form `fx` with `configs` (_configs' triple)."""
+def _prepare(fx, configs, flow, is_qat=False, always_observed=()):
+    """fuselage's prepare of the FX form `fx` with `configs` (_configs' triple); with
+    is_qat the mapping's fake-quantizes read as the observers they wrap. The outputs of
+    the nodes named in `always_observed` stay observed for all their readers."""
     from fuselage import quantize_fx
     mapping, backend, per_reader = configs
-    prepared, report = quantize_fx.prepare_with_report(fx, mapping, backend, flow=flow)
-    return _observed_for_quantized_readers_only(prepared, report) if per_reader else prepared
+    prepared, report = quantize_fx.prepare_with_report(fx, mapping, backend, flow=flow,
+                                                       mapping_is_qat=is_qat)
+    if not per_reader:
+        return prepared
+    return _observed_for_quantized_readers_only(prepared, report, always_observed)
+
+
+_ATEN_CONVS = ("aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")
+
+
+def _without_training_batch_norms(aten_gm, function):
+    """A copy of the exported training graph `aten_gm` for fuselage's prepare to place
+    quantization on, and {conv node name: batch norm node name}: each training
+    aten.batch_norm whose input is a conv read by nothing else is taken out (the conv
+    stands for it, as torchao's QAT rewrite makes the pair one op) and the increments of
+    the batch norms' num_batches_tracked with it. Any other training batch norm is a
+    ConfigTranslationError naming it."""
+    import copy
+    gm = copy.deepcopy(aten_gm)
+    sources = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if str(node.target) == "aten.add_.Tensor" and getattr(node.args[0], "op", None) == \
+                "get_attr" and node.args[0].target.endswith("num_batches_tracked") and \
+                not node.users:
+            gm.graph.erase_node(node)
+            continue
+        if str(node.target) != "aten.batch_norm.default" or len(node.args) < 6 or \
+                not node.args[5]:
+            continue
+        conv = node.args[0]
+        if not (isinstance(conv, torch.fx.Node) and str(conv.target) in _ATEN_CONVS and
+                len(conv.users) == 1):
+            raise ConfigTranslationError(
+                f"{function}: batch norm '{node.name}' is in training mode and does not "
+                "follow a conv read by it alone; fuselage's quantization-aware training "
+                "takes a training batch norm only after its conv")
+        node.replace_all_uses_with(conv)
+        gm.graph.erase_node(node)
+        sources[conv.name] = node.name
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm, sources
+
+
+# The ops X86InductorQuantizer's QAT annotation joins to a conv-bn (a unary after it, a
+# binary add, a relu after that add), by the name of the FX form's target.
+_CONV_BN_TAILS = {"relu", "relu_", "hardtanh", "hardtanh_", "relu6", "hardswish", "silu"}
+
+
+def _conv_bn_pattern_ends(fx, sources):
+    """The names of the nodes of `fx` that end a conv-bn pattern (the convs of `sources`
+    with the unary, add, add-relu after them): X86InductorQuantizer's QAT patterns
+    annotate their outputs whatever reads them, where its post-training ones observe a
+    value for its int8 readers only."""
+    def only_user(node):
+        return next(iter(node.users)) if len(node.users) == 1 else None
+
+    def name(node):
+        return getattr(node.target, "__name__", str(node.target))
+
+    ends = set()
+    for node in fx.graph.nodes:
+        if node.name not in sources:
+            continue
+        ends.add(node.name)
+        user = only_user(node)
+        if user is None:
+            continue
+        if name(user) in _CONV_BN_TAILS:
+            ends.add(user.name)
+        elif name(user) in ("add", "add_"):
+            ends.add(user.name)
+            tail = only_user(user)
+            if tail is not None and name(tail) in _CONV_BN_TAILS:
+                ends.add(tail.name)
+    return ends
+
+
+def _annotate_qat(model, configs, flow):
+    """fuselage.pt2e.Quantizer(is_qat=True).annotate: fuselage's prepare of the training
+    graph without its conv batch norms (_without_training_batch_norms), each observer
+    annotated in the fake-quantize the mapping wraps it in (fuselage._qat's factories)."""
+    from fuselage import _annotate, _qat
+    stripped, sources = _without_training_batch_norms(model, flow[0])
+    fx = _exported.to_fx_dialect(stripped).eval()
+    prepared = _prepare(fx, configs, flow, is_qat=True,
+                        always_observed=_conv_bn_pattern_ends(fx, sources))
+    factories = _qat._Factories(configs[0], flow[0])
+    return _annotate.annotate(model, prepared, sources=sources,
+                              fake_quantize=factories.fake_quantize)
+
+
+def prepare_qat_pt2e(model, quantizer="x86"):
+    """torchao's prepare_qat_pt2e with fuselage's placement: the exported training-mode
+    `model` (torch.export's .module()) with torchao's fake-quantizes where fuselage's
+    engine observes, each conv-bn rewritten by torchao for training. `quantizer`: "x86"
+    (or None), fuselage.pt2e.Quantizer, or torchao's X86InductorQuantizer with
+    get_default_x86_inductor_quantization_config(is_qat=True). Train it, then
+    convert_pt2e (torchao's convert runs)."""
+    try:
+        from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e as torchao_prepare
+    except ImportError:
+        raise ConfigTranslationError(
+            "fuselage.pt2e.prepare_qat_pt2e needs torchao (pip install torchao): torchao "
+            "rewrites each conv-bn for training") from None
+    if quantizer is None or quantizer == "x86":
+        quantizer = Quantizer("x86", is_qat=True)
+    elif isinstance(quantizer, Quantizer):
+        if not quantizer.is_qat:
+            quantizer = Quantizer(quantizer.backend_config, quantizer.qconfig_mapping,
+                                  is_qat=True)
+    elif type(quantizer).__name__ == "X86InductorQuantizer":
+        if not _x86_inductor_is_qat(quantizer, "prepare_qat_pt2e"):
+            raise ConfigTranslationError(
+                "prepare_qat_pt2e: X86InductorQuantizer has a post-training config; set "
+                "get_default_x86_inductor_quantization_config(is_qat=True)")
+        quantizer = Quantizer("x86", is_qat=True)
+    else:
+        raise ConfigTranslationError(
+            f"prepare_qat_pt2e: quantizer is {quantizer!r:.80}; fuselage reads \"x86\", "
+            "fuselage.pt2e.Quantizer or torchao's X86InductorQuantizer with a QAT config")
+    return torchao_prepare(model, quantizer)
+
+
+def _prepared_by_torchao(model):
+    """Whether `model` was prepared by torchao's prepare_pt2e / prepare_qat_pt2e (its
+    observers and fake-quantizes are torchao's classes; fuselage's prepare_pt2e places
+    torch.ao's)."""
+    return any(type(m).__module__.startswith("torchao.") for m in model.modules())
 
 
 def _fold_conv_batch_norm(gm):
@@ -303,7 +498,7 @@ def prepare_pt2e(model, quantizer="x86"):
     return _with_outputs_of(prepared, exported)
 
 
-def _observed_for_quantized_readers_only(prepared, report):
+def _observed_for_quantized_readers_only(prepared, report, always_observed=()):
     """`prepared` with each observed value quantized only for the readers that are
     quantized, as torchao's quantizers quantize a value per reader (an input_qspec_map
     entry): a reader the prepare `report` keeps float (a sigmoid after a conv, an SE
@@ -321,7 +516,7 @@ def _observed_for_quantized_readers_only(prepared, report):
                    for user in reader.users)
 
     for node in list(prepared.graph.nodes):
-        if _observer_of(prepared, node) is None:
+        if _observer_of(prepared, node) is None or node.args[0].name in always_observed:
             continue
         after_float = node.args[0].name in kept_float
         for reader in [r for r in node.users if r.op == "output" or r.name in kept_float or
@@ -361,11 +556,16 @@ def _fold_quantized_weights(gm):
 
 def convert_pt2e(model):
     """A calibrated prepare_pt2e model as torchao's reference form: quantized_decomposed
-    q/dq ops around the float aten ops, weights int8 constants. torchao's
+    q/dq ops around the float aten ops, weights int8 constants. A model torchao prepared
+    (prepare_qat_pt2e's, trained; or torchao's prepare_pt2e with fuselage's Quantizer) is
+    converted by torchao's convert_pt2e, batch norms folded. torchao's
     lower_pt2e_quantized_to_x86 lowers it as it lowers its own (see
     _enable_torchao_x86_lowering)."""
     from fuselage import quantize_fx
     _enable_torchao_x86_lowering()
+    if _prepared_by_torchao(model):
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e as torchao_convert
+        return torchao_convert(model)
     reference = quantize_fx.convert_to_reference_fx(model)
     _fold_quantized_weights(reference)
     return _with_outputs_of(_exported.restore_aten(reference, every_q_dq=True), model)

@@ -72,10 +72,24 @@ def test_fusers_fold_batch_norm_as_pytorch_does():
         assert torch.allclose(fused(x, e), conv(x) + e, atol=1e-5)
 
 
+def test_the_qat_fusers_keep_the_batch_norm():
+    # is_qat=True (prepare_qat_fx) keeps the batch norm, as PyTorch's fuse_conv_bn does,
+    # for fuselage.nn.qat to train it.
+    conv, bn = _conv(1), _bn(2)
+    fused = fusers.fuse_conv_bn_add_relu(True, nn.ReLU(), (torch.add, (bn, conv), MatchAllNode))
+    assert type(fused) is fnn.ConvBnAddReLU2d and fused[0] is conv and fused[1] is bn
+    fused = fusers.fuse_conv_bn_add(True, operator.add, MatchAllNode, (bn, conv))
+    assert type(fused) is fnn.ConvBnAdd2d
+    bn.eval()
+    x = torch.randn(1, 4, 5, 5)
+    e = torch.randn_like(conv(x))
+    assert torch.allclose(fused(x, e), bn(conv(x)) + e)
+
+
 def test_fusers_refuse_what_they_cannot_fuse():
     conv, bn = _conv(1), _bn(2)
-    with pytest.raises(ModuleError, match="is_qat=True"):
-        fusers.fuse_conv_bn_add_relu(True, nn.ReLU(), (torch.add, (bn, conv), MatchAllNode))
+    with pytest.raises(ModuleError, match="is_qat=True is not supported"):
+        fusers.fuse_conv_add_relu(True, nn.ReLU(), (torch.add, conv, MatchAllNode))
     with pytest.raises(ModuleError, match=r"expected one of them to be nn.Conv2d"):
         fusers.fuse_conv_add(False, torch.add, nn.Linear(2, 2), MatchAllNode)
     with pytest.raises(ModuleError, match="expected torch.add or operator.add"):

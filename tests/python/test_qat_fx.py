@@ -291,3 +291,161 @@ def test_qat_of_a_functional_linear_trains_its_parameters_as_pytorch(engine):
     ours, _ = _check_against_pytorch(Functional(), get_default_qat_qconfig_mapping("qnnpack"),
                                      get_qnnpack_backend_config(), (4, 8), 4)
     assert {n for n, _ in ours.named_parameters()} >= {"w", "b"}
+
+
+# The user's own conv-bn-add-relu pattern (fuselage.fusers, as in tests/python/
+# test_quantize_fx.py), which PyTorch cannot fuse into one module: its QAT form keeps the
+# batch norm training. The independent expectation is the same model built by hand from
+# PyTorch's own QAT modules: nniqat.ConvBn2d, then the add and relu, and PyTorch's
+# fake-quantizes where fuselage's prepare observes (the input, the stem's output, the fused
+# op's output).
+
+def _conv_bn_add_relu_config(relu=True):
+    """The qnnpack config with the user's (ReLU, (add, (BatchNorm2d, Conv2d), extra))
+    entry, or (add, (BatchNorm2d, Conv2d), extra) without `relu`."""
+    from torch.ao.quantization.backend_config import DTypeConfig
+    from torch.ao.quantization.fx.match_utils import MatchAllNode
+    import fuselage.fusers
+    from conftest import nested_pattern_config
+
+    add = (torch.add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode)
+    if relu:
+        pattern, fuser = (nn.ReLU, add), fuselage.fusers.fuse_conv_bn_add_relu
+    else:
+        pattern, fuser = add, fuselage.fusers.fuse_conv_bn_add
+
+    def root(pattern):
+        return (pattern[1] if relu else pattern)[1][1]
+
+    def extra(pattern):
+        return [(pattern[1] if relu else pattern)[2]]
+
+    int8 = DTypeConfig(input_dtype=torch.quint8, output_dtype=torch.quint8,
+                       weight_dtype=torch.qint8, bias_dtype=torch.float)
+    cfg = nested_pattern_config(pattern).set_fuser_method(fuser) \
+        ._set_root_node_getter(root)._set_extra_inputs_getter(extra) \
+        .set_dtype_configs([int8])
+    return get_qnnpack_backend_config().set_backend_pattern_config(cfg)
+
+
+class StemResidual(nn.Module):
+    def __init__(self, relu=True):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU() if relu else None
+
+    def forward(self, x):
+        identity = self.stem(x)
+        y = torch.add(self.bn(self.conv(identity)), identity)
+        return self.relu(y) if self.relu is not None else y
+
+
+class StemResidualByHand(nn.Module):
+    """StemResidual's QAT model from PyTorch's classes: fake-quantized input, nnqat.Conv2d
+    stem and its output fake-quantized, nniqat.ConvBn2d + add + relu, output
+    fake-quantized."""
+
+    def __init__(self, model, qconfig, relu=True):
+        super().__init__()
+        self.relu = relu
+        try:
+            import torch.ao.nn.intrinsic.qat as nniqat
+            import torch.ao.nn.qat as nnqat
+        except ImportError:  # PyTorch 1.13
+            import torch.nn.intrinsic.qat as nniqat
+            import torch.nn.qat as nnqat
+        model = copy.deepcopy(model)
+        model.stem.qconfig = qconfig
+        fused = nni.ConvBn2d(model.conv, model.bn)
+        fused.qconfig = qconfig
+        self.input_fq = qconfig.activation()
+        self.stem = nnqat.Conv2d.from_float(model.stem)
+        self.stem_fq = qconfig.activation()
+        self.conv_bn = nniqat.ConvBn2d.from_float(fused)
+        self.output_fq = qconfig.activation()
+
+    def forward(self, x):
+        identity = self.stem_fq(self.stem(self.input_fq(x)))
+        y = self.conv_bn(identity) + identity
+        return self.output_fq(torch.relu(y) if self.relu else y)
+
+
+def _train(model, batches, targets, freeze_at):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    losses = []
+    for i, (x, t) in enumerate(zip(batches, targets)):
+        if i == freeze_at:
+            _freeze(model)
+        loss = nn.functional.mse_loss(model(x), t)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_the_users_conv_bn_add_relu_trains_its_batch_norm_as_pytorchs_conv_bn_by_hand(
+        relu, engine):
+    import fuselage.nn
+    import fuselage.nn.quantized
+    engine("qnnpack")
+    torch.manual_seed(0)
+    model = StemResidual(relu).train()
+    qat_type = fuselage.nn.qat.ConvBnAddReLU2d if relu else fuselage.nn.qat.ConvBnAdd2d
+    native_type = fuselage.nn.quantized.ConvAddReLU2d if relu else \
+        fuselage.nn.quantized.ConvAdd2d
+    mapping = get_default_qat_qconfig_mapping("qnnpack")
+    generator = torch.Generator().manual_seed(3)
+    shape = (4, 3, 8, 8)
+    batches = [torch.randn(*shape, generator=generator) for _ in range(STEPS)]
+    targets = [torch.randn(4, 8, 8, 8, generator=generator) for _ in range(STEPS)]
+    ours = prepare_qat_fx(copy.deepcopy(model), mapping, (batches[0],),
+                          backend_config=_conv_bn_add_relu_config(relu))
+    by_hand = StemResidualByHand(model, mapping.global_qconfig, relu).train()
+
+    # One QAT module for conv-bn-add-relu, the batch norm inside it training.
+    fused = [m for m in ours.modules() if type(m) is qat_type]
+    assert len(fused) == 1 and fused[0].bn.training
+    assert sum(isinstance(m, FakeQuantizeBase) for m in ours.modules()) == 5  # 3 + 2 weights
+
+    our_losses = _train(ours, batches, targets, STEPS // 2)
+    their_losses = _train(by_hand, batches, targets, STEPS // 2)
+    for a, b in zip(our_losses, their_losses):
+        assert abs(a - b) <= 1e-5 * abs(b), (our_losses, their_losses)
+    # The batch norm trained (its statistics until frozen halfway, its affine parameters
+    # throughout) as PyTorch's did.
+    assert fused[0].bn.num_batches_tracked.item() == STEPS // 2
+    for name in ("running_mean", "running_var", "weight", "bias"):
+        assert torch.allclose(getattr(fused[0].bn, name), getattr(by_hand.conv_bn.bn, name),
+                              rtol=1e-5, atol=1e-6), name
+    assert not torch.equal(fused[0].bn.running_mean, model.bn.running_mean)
+
+    # Converted: batch norm folded, conv-add-relu one quantized op with both inputs
+    # quantized, within one output step of PyTorch's fake-quantized model.
+    converted = convert_fx(ours.eval())
+    natives = [n for n in converted.graph.nodes if n.op == "call_module" and type(
+        converted.get_submodule(n.target)) is native_type]
+    assert len(natives) == 1
+    assert all(getattr(a, "target", None) != "dequantize" for a in natives[0].args)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in converted.modules())
+    by_hand.eval()
+    step = float(by_hand.output_fq.scale)
+    x = torch.randn(*shape, generator=generator)
+    with torch.no_grad():
+        error = (converted(x) - by_hand(x)).abs().max().item()
+    assert error <= step * 1.001, (error, step)
+
+
+def test_conv_add_without_batch_norm_has_no_qat_form_and_says_so():
+    from torch.ao.quantization.fx.match_utils import MatchAllNode
+    import fuselage.fusers
+    from conftest import nested_pattern_config
+    cfg = nested_pattern_config((nn.ReLU, (torch.add, nn.Conv2d, MatchAllNode))) \
+        .set_fuser_method(fuselage.fusers.fuse_conv_add_relu)
+    config = get_qnnpack_backend_config().set_backend_pattern_config(cfg)
+    with pytest.raises(ConfigTranslationError, match="fuse_conv_add_relu has no QAT form"):
+        prepare_qat_fx(StemResidual().train(), get_default_qat_qconfig_mapping("qnnpack"),
+                       (torch.randn(1, 3, 8, 8),), backend_config=config)

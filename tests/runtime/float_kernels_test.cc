@@ -211,6 +211,42 @@ TEST_F(FloatKernelsTest, FusedModulesRunTheirChildren) {
   EXPECT_THAT(mismatch.status().message(), HasSubstr("differ in shape"));
 }
 
+// The QAT forms of conv-add(-relu) keep their batch norm (fuselage.fusers with is_qat):
+// (x, extra) -> [relu](bn(conv(x)) + extra).
+TEST_F(FloatKernelsTest, ConvBnAddModulesRunTheirBatchNorm) {
+  auto batch_norm = [] {
+    // (y - 1) / sqrt(4) * 2 + 0.5 = y - 0.5
+    auto bn = std::make_unique<Module>("nn.BatchNorm2d");
+    bn->SetTensor("running_mean", Tensor::FromFloats({1}, {1}));
+    bn->SetTensor("running_var", Tensor::FromFloats({1}, {4}));
+    bn->SetTensor("weight", Tensor::FromFloats({1}, {2}));
+    bn->SetTensor("bias", Tensor::FromFloats({1}, {0.5}));
+    bn->SetAttribute("eps", Argument::Float(0.0));
+    return bn;
+  };
+  auto add_relu = std::make_unique<Module>("nni.ConvBnAddReLU2d");
+  add_relu->SetChild("0", Conv1x1(3));
+  add_relu->SetChild("1", batch_norm());
+  add_relu->SetChild("2", std::make_unique<Module>("nn.ReLU"));
+  auto add = std::make_unique<Module>("nni.ConvBnAdd2d");
+  add->SetChild("0", Conv1x1(3));
+  add->SetChild("1", batch_norm());
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("cbar", std::move(add_relu)).ok());
+  ASSERT_TRUE(gm.SetModule("cba", std::move(add)).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* extra = *gm.graph().AddPlaceholder("extra");
+  Node* cbar = *gm.graph().AddCallModule("cbar", {x, extra});
+  Node* cba = *gm.graph().AddCallModule("cba", {x, extra});
+  ASSERT_TRUE(gm.graph().SetOutput(Argument::Tuple({cbar, cba})).ok());
+  // conv: [3, -9]; bn: [2.5, -9.5]; + [1, 1]: [3.5, -8.5]; relu: [3.5, 0].
+  auto out = RunGraph(gm, {Tensor::FromFloats({1, 1, 1, 2}, {1, -3}),
+                           Tensor::FromFloats({1, 1, 1, 2}, {1, 1})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(Floats(out->items()[0]), ElementsAre(3.5, 0));
+  EXPECT_THAT(Floats(out->items()[1]), ElementsAre(3.5, -8.5));
+}
+
 TEST_F(FloatKernelsTest, MalformedFusedModulesAreErrors) {
   auto no_parts = std::make_unique<Module>("nni.LinearReLU");
   auto wrong_last = std::make_unique<Module>("nni.ConvReLU2d");
