@@ -122,7 +122,7 @@ absl::StatusOr<Tensor> DynamicQuantizedLinear(const Tensor& x, const Tensor& qwe
   if (!acc.empty() && in_features > 0) {
     RETURN_IF_ERROR(onednn::MatMul(op, rows, in_features, out_features, dt::u8, dt::s8,
                                    dt::s32, qx.data(), qweight.raw_data(), nullptr, acc.data(),
-                                   q.zero_point));
+                                   q.zero_point, /*int8_output=*/nullptr, &qweight));
   }
   // oneDNN's matmul takes no weight zero point: w_zp[n] * sum_k (qx - x_zp) is taken off
   // here (PyTorch's weight observers give w_zp = 0).
