@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "runtime/quantized/quant_math.h"
 
@@ -34,6 +35,82 @@ void QuantizeFloatsTo8Bit(const float* __restrict in, int64_t n, float inv_scale
     out[i] = is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q))
                        : static_cast<uint8_t>(static_cast<int32_t>(q));
   }
+}
+
+template <bool kFused>
+inline void QuantizeFloatsDynamicBody(const float* __restrict in, int64_t n, float inv_scale,
+                                      float zp, float lo, float hi, uint8_t* __restrict out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = kFused ? std::nearbyint(std::fma(in[i], inv_scale, zp))
+                           : zp + std::nearbyint(in[i] * inv_scale);
+    const float clamped = std::min(std::max(v, lo), hi);
+    out[i] = static_cast<uint8_t>(static_cast<int32_t>(std::isnan(v) ? lo : clamped));
+  }
+}
+
+FUSELAGE_CLONES
+void QuantizeFloatsDynamic(const float* in, int64_t n, float inv_scale, int32_t zero_point,
+                           int32_t qmin, int32_t qmax, bool fused, uint8_t* out) {
+  const float zp = static_cast<float>(zero_point);
+  const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
+  if (fused) {
+    QuantizeFloatsDynamicBody<true>(in, n, inv_scale, zp, lo, hi, out);
+  } else {
+    QuantizeFloatsDynamicBody<false>(in, n, inv_scale, zp, lo, hi, out);
+  }
+}
+
+FUSELAGE_CLONES
+void DynamicLinearOutput(const int32_t* __restrict acc, int64_t rows, int64_t cols,
+                         const int32_t* __restrict offsets, const float* __restrict multiplier,
+                         const float* __restrict bias, float* __restrict out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint32_t* row = reinterpret_cast<const uint32_t*>(acc + r * cols);
+    float* o = out + r * cols;
+    if (bias != nullptr) {
+      for (int64_t n = 0; n < cols; ++n) {
+        const int32_t a = static_cast<int32_t>(row[n] - static_cast<uint32_t>(offsets[n]));
+        const float v = static_cast<float>(a) * multiplier[n];
+        o[n] = v + bias[n];
+      }
+    } else {
+      for (int64_t n = 0; n < cols; ++n) {
+        const int32_t a = static_cast<int32_t>(row[n] - static_cast<uint32_t>(offsets[n]));
+        o[n] = static_cast<float>(a) * multiplier[n];
+      }
+    }
+  }
+}
+
+// Independent lanes, so that it vectorizes without reassociating a reduction (which GCC
+// does for float min / max only under -ffinite-math-only): (v < m) ? v : m keeps m for a
+// NaN v, as std::min does.
+FUSELAGE_CLONES
+void MinMaxFloats(const float* __restrict in, int64_t n, float* min_out, float* max_out) {
+  constexpr int kLanes = 16;
+  float lo[kLanes], hi[kLanes];
+  for (int j = 0; j < kLanes; ++j) {
+    lo[j] = std::numeric_limits<float>::infinity();
+    hi[j] = -std::numeric_limits<float>::infinity();
+  }
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const float v = in[i + j];
+      lo[j] = v < lo[j] ? v : lo[j];
+      hi[j] = v > hi[j] ? v : hi[j];
+    }
+  }
+  for (; i < n; ++i) {
+    lo[0] = in[i] < lo[0] ? in[i] : lo[0];
+    hi[0] = in[i] > hi[0] ? in[i] : hi[0];
+  }
+  for (int j = 1; j < kLanes; ++j) {
+    lo[0] = lo[j] < lo[0] ? lo[j] : lo[0];
+    hi[0] = hi[j] > hi[0] ? hi[j] : hi[0];
+  }
+  *min_out = lo[0];
+  *max_out = hi[0];
 }
 
 // Branch-free, so that it vectorizes: a table entry is finite (finite scales, 8-bit
