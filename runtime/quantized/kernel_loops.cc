@@ -1,15 +1,18 @@
 // GCC's -O2 vectorizes with its "very cheap" cost model, which refuses loops with a
 // remainder (and gathers); these loops are worth its full model. Set for the whole file,
 // before any include, so that the inline functions the loops call share the setting and
-// stay inlinable. Clang vectorizes them by default.
+// stay inlinable. Clang vectorizes them by default. no-trapping-math lets GCC compute both
+// sides of a select (if-conversion: TanhPoly's two ranges) in vector lanes; it changes no
+// value, only whether floating-point exception flags may be raised by the unused side.
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic")
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
 
 #include "runtime/quantized/kernel_loops.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "runtime/quantized/quant_math.h"
@@ -79,6 +82,78 @@ void DynamicLinearOutput(const int32_t* __restrict acc, int64_t rows, int64_t co
         o[n] = static_cast<float>(a) * multiplier[n];
       }
     }
+  }
+}
+
+// exp(x), branch-free (Cephes' expf): x = n ln2 + r, exp(r) by its polynomial, times 2^n
+// built in the exponent bits. x is clamped to [-87, 88], where 2^n stays a normal float
+// (an RNN's gates do not care about the values beyond); NaN stays NaN.
+inline float ExpPoly(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float t = x * 1.44269504088896341f;
+  float n = (t + 12582912.0f) - 12582912.0f;  // rounded to nearest (|t| < 2^22)
+  n = std::isnan(n) ? 0.0f : n;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * z + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) * (1 << 23);
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return y * scale;
+}
+
+inline float SigmoidPoly(float v) { return 1.0f / (1.0f + ExpPoly(-v)); }
+
+// tanh(x), branch-free (Cephes' tanhf): an odd polynomial below |x| = 0.625, else
+// 1 - 2 / (exp(2|x|) + 1) with x's sign.
+inline float TanhPoly(float x) {
+  const float a = std::abs(x);
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float large = std::copysign(1.0f - 2.0f / (ExpPoly(2.0f * a) + 1.0f), x);
+  return a < 0.625f ? small : large;
+}
+
+FUSELAGE_CLONES
+void LstmCellRow(const float* __restrict gh, const float* __restrict gi, int64_t hidden,
+                 float* __restrict c, float* __restrict h, float* __restrict out) {
+  for (int64_t j = 0; j < hidden; ++j) {
+    const float in_gate = SigmoidPoly(gh[j] + gi[j]);
+    const float forget_gate = SigmoidPoly(gh[hidden + j] + gi[hidden + j]);
+    const float cell_gate = TanhPoly(gh[2 * hidden + j] + gi[2 * hidden + j]);
+    const float out_gate = SigmoidPoly(gh[3 * hidden + j] + gi[3 * hidden + j]);
+    const float kept = forget_gate * c[j];
+    const float added = in_gate * cell_gate;
+    c[j] = kept + added;
+    h[j] = out_gate * TanhPoly(c[j]);
+    out[j] = h[j];
+  }
+}
+
+FUSELAGE_CLONES
+void GruCellRow(const float* __restrict gh, const float* __restrict gi, int64_t hidden,
+                float* __restrict h, float* __restrict out) {
+  for (int64_t j = 0; j < hidden; ++j) {
+    const float reset_gate = SigmoidPoly(gh[j] + gi[j]);
+    const float update_gate = SigmoidPoly(gh[hidden + j] + gi[hidden + j]);
+    const float scaled = gh[2 * hidden + j] * reset_gate;
+    const float new_gate = TanhPoly(gi[2 * hidden + j] + scaled);
+    const float diff = h[j] - new_gate;
+    const float mixed = diff * update_gate;
+    h[j] = mixed + new_gate;
+    out[j] = h[j];
   }
 }
 

@@ -34,6 +34,17 @@ void QuantizeFloatsDynamic(const float* in, int64_t n, float inv_scale, int32_t 
 void DynamicLinearOutput(const int32_t* acc, int64_t rows, int64_t cols, const int32_t* offsets,
                          const float* multiplier, const float* bias, float* out);
 
+// One step of a recurrent cell for one batch row, from the hidden and input projections
+// gh, gi ([G * hidden] each, gates in PyTorch's order), each float step rounded on its own
+// in PyTorch's order (runtime/quantized/dynamic_rnn.h) but with exp and tanh computed by
+// branch-free polynomials (Cephes' expf and tanhf: within 2 ulp of the exact values, as
+// PyTorch's own vectorized sigmoid and tanh are within 1) so that the row vectorizes.
+//   LSTM (G = 4: i, f, g, o): c = f * c + i * g; h = o * tanh(c); out = h.
+//   GRU (G = 3: r, z, n): n = tanh(gi_n + gh_n * r); h = (h - n) * z + n; out = h.
+void LstmCellRow(const float* gh, const float* gi, int64_t hidden, float* c, float* h,
+                 float* out);
+void GruCellRow(const float* gh, const float* gi, int64_t hidden, float* h, float* out);
+
 // The smallest and largest of in[0..n) with NaNs skipped; (+inf, -inf) when there is none.
 void MinMaxFloats(const float* in, int64_t n, float* min_out, float* max_out);
 
