@@ -137,7 +137,15 @@ Tensor TensorFromTorch(py::handle tensor, const std::string& what) {
                                               "; expected per_tensor_affine or "
                                               "per_channel_affine")));
     }
-    return TensorFromQuantized(q, what);
+    // int_repr() made a copy that nothing else holds or writes, so the engine takes its
+    // bytes as its own (one more copy, of int8 values) rather than borrowing them: what a
+    // kernel derives from an owned weight (oneDNN's reordered int8 weight) is cached
+    // across calls, which for borrowed bytes it never is (graph/tensor.h).
+    const Tensor borrowed = TensorFromQuantized(q, what);
+    auto owned = Tensor::CopyFromBytes(borrowed.dtype(), borrowed.shape(), borrowed.bytes(),
+                                       borrowed.qparams());
+    if (!owned.ok()) ThrowIfError(Refused(what, owned.status().message()));
+    return *std::move(owned);
   }
   // .numpy() shares the memory of a detached CPU tensor (what fuselage.from_torch hands
   // over); a tensor that requires grad or lives elsewhere is detached and moved first.

@@ -213,23 +213,30 @@ class WeightCache {
   size_t count_ = 0;
 };
 
-// The convolution's weights in the primitive's layout: from the cache when the caller
-// named their tensor and it owns its bytes, else reordered now. Borrowed bytes (a torch
+// Weights in the primitive's layout `desc`: from the cache when `owner` is the tensor
+// whose bytes `plain` holds and it owns them, else reordered now. Borrowed bytes (a torch
 // module's weight handed in by the Python bridge) can be written by their owner without
 // copy-on-write, so a reordered copy of them could go stale.
-dnnl::memory ConvWeights(const std::vector<int64_t>& wdims, dt weight_type, const ConvBuffers& b,
-                         const dnnl::memory::desc& desc, dnnl::stream& stream) {
-  const dnnl::memory plain = PlainMemory(wdims, weight_type, b.weights);
-  const bool cacheable = b.weights_owner != nullptr && b.weights_owner->raw_data() == b.weights &&
-                         !b.weights_owner->borrows_bytes() && plain.get_desc() != desc;
+dnnl::memory CachedWeights(const dnnl::memory& plain, const Tensor* owner,
+                           const dnnl::memory::desc& desc, dnnl::stream& stream) {
+  const void* data = plain.get_data_handle();
+  const bool cacheable = owner != nullptr && owner->raw_data() == data &&
+                         !owner->borrows_bytes() && plain.get_desc() != desc;
   if (!cacheable) return ToLayout(plain, desc, stream);
   WeightCache& cache = WeightCache::Get();
-  dnnl::memory cached = cache.Find(b.weights, desc);
+  dnnl::memory cached = cache.Find(data, desc);
   if (cached) return cached;
   dnnl::memory reordered = ToLayout(plain, desc, stream);
   stream.wait();  // complete before another thread can read it from the cache
-  cache.Insert(*b.weights_owner, desc, reordered);
+  cache.Insert(*owner, desc, reordered);
   return reordered;
+}
+
+// The convolution's weights in the primitive's layout (CachedWeights).
+dnnl::memory ConvWeights(const std::vector<int64_t>& wdims, dt weight_type, const ConvBuffers& b,
+                         const dnnl::memory::desc& desc, dnnl::stream& stream) {
+  return CachedWeights(PlainMemory(wdims, weight_type, b.weights), b.weights_owner, desc,
+                       stream);
 }
 
 // Grouped weights are [G, O / G, C / G, *K]: the same bytes as PyTorch's [O, C / G, *K].
@@ -318,15 +325,17 @@ ConvPlan MakeConvPlan(const ConvGeometry& g, dt src_type, dt weight_type, dt dst
   throw dnnl::error(dnnl_unimplemented, "no convolution candidates");
 }
 
-// Plans by ConvPlanKey; process-wide, thread-safe (a plan's primitives may run on
-// several threads at once: oneDNN's CPU primitives keep no state between executions),
-// bounded (past kMaxPlans it starts over).
-class ConvPlanCache {
+// Plans (ConvPlan, MatMulPlan) by key; process-wide, thread-safe (a plan's primitives
+// may run on several threads at once: oneDNN's CPU primitives keep no state between
+// executions, and each execution brings its own scratchpad), bounded (past kMaxPlans it
+// starts over).
+template <typename Plan>
+class PlanCache {
  public:
   static constexpr size_t kMaxPlans = 4096;
 
-  static ConvPlanCache& Get() {
-    static ConvPlanCache* const cache = new ConvPlanCache();
+  static PlanCache& Get() {
+    static PlanCache* const cache = new PlanCache();
     return *cache;
   }
 
@@ -336,15 +345,14 @@ class ConvPlanCache {
   }
 
   // The plan of `key`, made by `make` if there is none yet.
-  std::shared_ptr<const ConvPlan> Find(const std::string& key,
-                                       const std::function<ConvPlan()>& make) {
+  std::shared_ptr<const Plan> Find(const std::string& key, const std::function<Plan()>& make) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = plans_.find(key);
       if (it != plans_.end()) return it->second;
     }
     // Made outside the lock (it can take milliseconds); a racing thread's equal plan wins.
-    auto plan = std::make_shared<const ConvPlan>(make());
+    auto plan = std::make_shared<const Plan>(make());
     std::lock_guard<std::mutex> lock(mu_);
     if (plans_.size() >= kMaxPlans) plans_.clear();
     return plans_.emplace(key, std::move(plan)).first->second;
@@ -352,8 +360,58 @@ class ConvPlanCache {
 
  private:
   std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<const ConvPlan>> plans_;
+  std::unordered_map<std::string, std::shared_ptr<const Plan>> plans_;
 };
+
+using ConvPlanCache = PlanCache<ConvPlan>;
+
+// A matmul's primitive, built once per MatMulPlanKey: creating the primitive descriptor
+// (choosing the implementation) costs more than a small matmul itself.
+struct MatMulPlan {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul primitive;
+};
+
+using MatMulPlanCache = PlanCache<MatMulPlan>;
+
+// Everything a matmul's primitive depends on: sizes, types, bias, the int8 attributes
+// (source zero point present, output scales by value, relu), the weight's layout (plain,
+// or the primitive's choice when `packed`) and the calling thread's OpenMP thread count.
+std::string MatMulPlanKey(int64_t m, int64_t k, int64_t n, dt src_type, dt weight_type,
+                          dt dst_type, bool has_bias, const Int8Output* int8_output,
+                          bool packed) {
+  std::string key = absl::StrCat(m, "x", k, "x", n, "|", static_cast<int>(src_type), ",",
+                                 static_cast<int>(weight_type), ",",
+                                 static_cast<int>(dst_type), "|", has_bias, "|packed", packed,
+                                 "|threads", omp_get_max_threads());
+  if (int8_output != nullptr) {
+    absl::StrAppend(&key, "|relu", int8_output->relu, "|scales:");
+    key.append(reinterpret_cast<const char*>(int8_output->scales),
+               sizeof(float) * static_cast<size_t>(n));
+  }
+  return key;
+}
+
+MatMulPlan MakeMatMulPlan(int64_t m, int64_t k, int64_t n, dt src_type, dt weight_type,
+                          dt dst_type, bool has_bias, const Int8Output* int8_output,
+                          bool packed) {
+  const dnnl::memory::desc src_md = PlainDesc({m, k}, src_type);
+  // [K, N] viewed over the [N, K] row-major weight: column-major ("ba"); or, packed, the
+  // layout the primitive prefers (the weight is then reordered once and cached).
+  const dnnl::memory::desc weight_md({k, n}, weight_type, packed ? tag::any : tag::ba);
+  const dnnl::memory::desc bias_md = has_bias ? PlainDesc({1, n}, dt::f32)
+                                              : dnnl::memory::desc();
+  const dnnl::memory::desc dst_md = PlainDesc({m, n}, dst_type);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  AddSourceZeroPoint(src_type, attr);
+  AddInt8Output(int8_output, n, attr);
+  MatMulPlan plan;
+  plan.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, weight_md, bias_md, dst_md),
+                                         attr, CpuEngine());
+  plan.primitive = dnnl::matmul(plan.pd);
+  return plan;
+}
 
 // Runs `plan` over the caller's plain buffers, reordering the source in and the
 // destination out where the plan's layouts differ; `extra` adds run-time arguments.
@@ -418,6 +476,8 @@ void ExecuteConvPlan(const ConvPlan& plan, const ConvGeometry& g, dt src_type,
 size_t CachedWeightCount() { return WeightCache::Get().count(); }
 
 size_t CachedConvPlanCount() { return ConvPlanCache::Get().size(); }
+
+size_t CachedMatMulPlanCount() { return MatMulPlanCache::Get().size(); }
 
 const dnnl::engine& CpuEngine() {
   static const dnnl::engine* const engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -521,26 +581,38 @@ absl::Status Deconvolution(absl::string_view op, const ConvGeometry& g, dt src_t
 absl::Status MatMul(absl::string_view op, int64_t m, int64_t k, int64_t n, dt src_type,
                     dt weight_type, dt dst_type, const void* src, const void* weights,
                     const float* bias, void* dst, int32_t src_zero_point,
-                    const Int8Output* int8_output) {
+                    const Int8Output* int8_output, const Tensor* weights_owner) {
   return Run(op, [&](dnnl::stream& stream) {
-    const dnnl::memory::desc src_md = PlainDesc({m, k}, src_type);
-    // [K, N] viewed over the [N, K] row-major weight: column-major ("ba").
-    const dnnl::memory::desc weight_md({k, n}, weight_type, tag::ba);
-    const dnnl::memory::desc bias_md = bias ? PlainDesc({1, n}, dt::f32) : dnnl::memory::desc();
-    const dnnl::memory::desc dst_md = PlainDesc({m, n}, dst_type);
-    dnnl::primitive_attr attr;
-    AddSourceZeroPoint(src_type, attr);
-    AddInt8Output(int8_output, n, attr);
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, weight_md, bias_md, dst_md),
-                                          attr, CpuEngine());
+    // The weight in the primitive's own layout only when its reordered form can be kept
+    // (as for convolutions); else the plain [N, K] buffer itself, not reordered per call.
+    const bool packed = weights_owner != nullptr && weights_owner->raw_data() == weights &&
+                        !weights_owner->borrows_bytes();
+    const std::shared_ptr<const MatMulPlan> plan = MatMulPlanCache::Get().Find(
+        MatMulPlanKey(m, k, n, src_type, weight_type, dst_type, bias != nullptr, int8_output,
+                      packed),
+        [&] {
+          return MakeMatMulPlan(m, k, n, src_type, weight_type, dst_type, bias != nullptr,
+                                int8_output, packed);
+        });
+    const dnnl::memory::desc weight_plain({k, n}, weight_type, tag::ba);
+    dnnl::memory weight_memory;
+    if (packed && plan->pd.weights_desc() != weight_plain) {
+      weight_memory = CachedWeights(
+          dnnl::memory(weight_plain, CpuEngine(), const_cast<void*>(weights)), weights_owner,
+          plan->pd.weights_desc(), stream);
+    } else {
+      weight_memory = dnnl::memory(weight_plain, CpuEngine(), const_cast<void*>(weights));
+    }
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, dnnl::memory(src_md, CpuEngine(), const_cast<void*>(src))},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(weight_md, CpuEngine(), const_cast<void*>(weights))},
-        {DNNL_ARG_DST, dnnl::memory(dst_md, CpuEngine(), dst)}};
-    if (bias) args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, CpuEngine(), const_cast<float*>(bias));
+        {DNNL_ARG_SRC, dnnl::memory(plan->pd.src_desc(), CpuEngine(), const_cast<void*>(src))},
+        {DNNL_ARG_WEIGHTS, weight_memory},
+        {DNNL_ARG_DST, dnnl::memory(plan->pd.dst_desc(), CpuEngine(), dst)}};
+    if (bias) {
+      args[DNNL_ARG_BIAS] = PlainMemory({1, n}, dt::f32, bias);
+    }
     int32_t zero_points[2];
     AddRuntimeArgs(src_type, src_zero_point, int8_output, zero_points, args);
-    dnnl::matmul(pd).execute(stream, args);
+    ExecuteWithScratchpad(plan->primitive, plan->pd.scratchpad_desc(), stream, std::move(args));
   });
 }
 

@@ -146,11 +146,20 @@ absl::Status Deconvolution(absl::string_view op, const ConvGeometry& geometry,
 // weight in PyTorch's [out, in] layout): f32 x f32 -> f32, or u8/s8 x s8 -> s32 with
 // `src_zero_point` subtracted from every source value -> s32 (no bias) or, with
 // `int8_output`, u8/s8 as for Convolution. M, K, N > 0.
+// The primitive is made once per key (sizes, types, bias, int8 attributes, weight layout,
+// thread count; zero point values stay run-time arguments) and kept, as a convolution's
+// plan is. `weights_owner`, when it is the tensor `weights` is the data of and owns its
+// bytes (not borrowed), lets the weight be reordered once to the layout the primitive
+// prefers and cached ("Weight reuse" above); otherwise the plain weight is read in place.
 absl::Status MatMul(absl::string_view op, int64_t m, int64_t k, int64_t n,
                     dnnl::memory::data_type src_type, dnnl::memory::data_type weight_type,
                     dnnl::memory::data_type dst_type, const void* src, const void* weights,
                     const float* bias, void* dst, int32_t src_zero_point = 0,
-                    const Int8Output* int8_output = nullptr);
+                    const Int8Output* int8_output = nullptr,
+                    const Tensor* weights_owner = nullptr);
+
+// How many matmul primitives are kept now (one per distinct key; for tests).
+size_t CachedMatMulPlanCount();
 
 }  // namespace onednn
 }  // namespace fuselage

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -10,6 +13,7 @@
 #include "graph/status_macros.h"
 #include "runtime/kernel_args.h"
 #include "runtime/onednn/onednn.h"
+#include "runtime/quantized/kernel_loops.h"
 #include "runtime/quantized/quant_math.h"
 #include "runtime/quantized/quantize.h"
 #include "runtime/quantized/weight_utils.h"
@@ -23,16 +27,56 @@ using dt = dnnl::memory::data_type;
 
 // The range of a float tensor (0, 0 when empty); NaN elements are skipped.
 std::pair<float, float> MinMax(const Tensor& x) {
-  const float* data = x.data<float>();
-  float lo = std::numeric_limits<float>::infinity();
-  float hi = -lo;
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    lo = std::min(lo, data[i]);
-    hi = std::max(hi, data[i]);
-  }
+  float lo, hi;
+  MinMaxFloats(x.data<float>(), x.numel(), &lo, &hi);
   if (lo > hi) return {0.0f, 0.0f};
   return {lo, hi};
 }
+
+// colsum[n] = sum_k w[n, k] of int8 weights [N, K], kept per weight tensor under the rules
+// of onednn.h's "Weight reuse": only for a tensor that owns its bytes (an entry holds a
+// reference to its buffer, so the address is not reused, and a write detaches the writer);
+// borrowed bytes are summed on every call. Process-wide, thread-safe, bounded.
+class WeightColumnSums {
+ public:
+  static WeightColumnSums& Get() {
+    static WeightColumnSums* const cache = new WeightColumnSums();
+    return *cache;
+  }
+
+  std::shared_ptr<const std::vector<int32_t>> Find(const Tensor& w, int64_t n, int64_t k) {
+    const void* data = w.raw_data();
+    if (!w.borrows_bytes()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = entries_.find(data);
+      if (it != entries_.end() && it->second.n == n && it->second.k == k) {
+        return it->second.sums;
+      }
+    }
+    auto sums = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(n), 0);
+    const int8_t* values = static_cast<const int8_t*>(data);
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t total = 0;
+      for (int64_t j = 0; j < k; ++j) total += values[i * k + j];
+      (*sums)[i] = total;
+    }
+    if (w.borrows_bytes()) return sums;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (entries_.size() >= kMaxEntries) entries_.clear();
+    entries_[data] = Entry{w, n, k, sums};
+    return sums;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 4096;
+  struct Entry {
+    Tensor owner;  // keeps the buffer (and so its address) alive
+    int64_t n = 0, k = 0;
+    std::shared_ptr<const std::vector<int32_t>> sums;
+  };
+  std::mutex mu_;
+  std::unordered_map<const void*, Entry> entries_;
+};
 
 }  // namespace
 
@@ -106,26 +150,39 @@ absl::StatusOr<Tensor> DynamicQuantizedLinear(const Tensor& x, const Tensor& qwe
   const bool qnnpack = engine == QuantizedEngine::kQnnpack;
   const auto [lo, hi] = MinMax(x);
   const DynamicQParams q = ChooseDynamicQParams(lo, hi, 0, 255, reduce_range && !qnnpack);
-  const float inv_scale = 1.0f / q.scale;
-  const float zero_point = static_cast<float>(q.zero_point);
-  const float* src = x.data<float>();
   std::vector<uint8_t> qx(static_cast<size_t>(x.numel()));
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const float v = qnnpack ? zero_point + std::nearbyint(src[i] * inv_scale)
-                            : std::nearbyint(std::fma(src[i], inv_scale, zero_point));
-    qx[static_cast<size_t>(i)] =
-        static_cast<uint8_t>(RoundAndClamp(v, q.qmin, q.qmax));
-  }
+  QuantizeFloatsDynamic(x.data<float>(), x.numel(), 1.0f / q.scale, q.zero_point, q.qmin,
+                        q.qmax, /*fused=*/!qnnpack, qx.data());
 
-  // The exact accumulators acc[r, n] = sum_k (qx[r, k] - x_zp) * w[n, k].
+  const std::vector<double> w_scales = PerOutputChannel(qweight.qparams().scales, out_features);
+  std::vector<float> multiplier(static_cast<size_t>(out_features));
+  for (int64_t n = 0; n < out_features; ++n) {
+    multiplier[n] = q.scale * static_cast<float>(w_scales[n]);
+  }
+  std::vector<int64_t> shape = x.shape();
+  shape.back() = out_features;
+  ASSIGN_OR_RETURN(Tensor y, Tensor::Uninitialized(DType::kFloat32, std::move(shape)));
+  if (y.numel() == 0) return y;
+
+  // S[r, n] = sum_k qx[r, k] * w[n, k], from oneDNN's int8 matmul with no zero point (its
+  // fastest kernels: a run-time source zero point costs it a slower path) on the weight
+  // packed once. The exact accumulator sum_k (qx - x_zp) * (w - w_zp[n]) is
+  //   S[r, n] - x_zp * colsum[n] - w_zp[n] * sum_k (qx[r, k] - x_zp),
+  // colsum[n] = sum_k w[n, k] kept per weight as the packed weight is.
   std::vector<int32_t> acc(static_cast<size_t>(rows * out_features), 0);
-  if (!acc.empty() && in_features > 0) {
+  if (in_features > 0) {
     RETURN_IF_ERROR(onednn::MatMul(op, rows, in_features, out_features, dt::u8, dt::s8,
                                    dt::s32, qx.data(), qweight.raw_data(), nullptr, acc.data(),
-                                   q.zero_point));
+                                   /*src_zero_point=*/0, /*int8_output=*/nullptr, &qweight));
   }
-  // oneDNN's matmul takes no weight zero point: w_zp[n] * sum_k (qx - x_zp) is taken off
-  // here (PyTorch's weight observers give w_zp = 0).
+  const std::shared_ptr<const std::vector<int32_t>> column_sums =
+      WeightColumnSums::Get().Find(qweight, out_features, in_features);
+  std::vector<int32_t> offsets(static_cast<size_t>(out_features));
+  for (int64_t n = 0; n < out_features; ++n) {
+    offsets[n] = static_cast<int32_t>(static_cast<uint32_t>(q.zero_point) *
+                                      static_cast<uint32_t>((*column_sums)[n]));
+  }
+  // PyTorch's weight observers give w_zp = 0; other zero points are taken off here.
   const std::vector<int64_t> w_zero_points = PerOutputChannelZeroPoints(qweight, out_features);
   if (std::any_of(w_zero_points.begin(), w_zero_points.end(), [](int64_t z) { return z != 0; })) {
     for (int64_t r = 0; r < rows; ++r) {
@@ -135,28 +192,15 @@ absl::StatusOr<Tensor> DynamicQuantizedLinear(const Tensor& x, const Tensor& qwe
                    q.zero_point;
       }
       for (int64_t n = 0; n < out_features; ++n) {
-        acc[static_cast<size_t>(r * out_features + n)] -=
-            static_cast<int32_t>(w_zero_points[n]) * row_sum;
+        int32_t& a = acc[static_cast<size_t>(r * out_features + n)];
+        a = static_cast<int32_t>(static_cast<uint32_t>(a) -
+                                 static_cast<uint32_t>(w_zero_points[n]) *
+                                     static_cast<uint32_t>(row_sum));
       }
     }
   }
-  const std::vector<double> w_scales = PerOutputChannel(qweight.qparams().scales, out_features);
-  std::vector<float> multiplier(static_cast<size_t>(out_features));
-  for (int64_t n = 0; n < out_features; ++n) {
-    multiplier[n] = q.scale * static_cast<float>(w_scales[n]);
-  }
-  std::vector<int64_t> shape = x.shape();
-  shape.back() = out_features;
-  ASSIGN_OR_RETURN(Tensor y, Tensor::Uninitialized(DType::kFloat32, std::move(shape)));
-  float* dst = y.mutable_data<float>();
-  const float* b = bias != nullptr ? bias->data<float>() : nullptr;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t n = 0; n < out_features; ++n) {
-      const size_t i = static_cast<size_t>(r * out_features + n);
-      const float v = static_cast<float>(acc[i]) * multiplier[n];
-      dst[i] = b != nullptr ? v + b[n] : v;
-    }
-  }
+  DynamicLinearOutput(acc.data(), rows, out_features, offsets.data(), multiplier.data(),
+                      bias != nullptr ? bias->data<float>() : nullptr, y.mutable_data<float>());
   return y;
 }
 

@@ -7,7 +7,10 @@
 //     ChooseQuantizationParams into [0, 255] (halved to [0, 127] by reduce_range; QNNPACK
 //     ignores reduce_range, as PyTorch's engine does); x is quantized to quint8, the exact
 //     int32 accumulators acc[r, n] = sum_k (qx - x_zp) * (w - w_zp[n]) come from oneDNN's
-//     int8 matmul, and y[r, n] = float(acc) * (x_scale * w_scale[n]) + bias[n] in float.
+//     int8 matmul of qx and w (no zero point; the weight packed into oneDNN's layout once
+//     and the primitive kept per shape, onednn.h) less x_zp * sum_k w[n, k] (kept per
+//     weight) and w_zp[n] * sum_k (qx - x_zp), and y[r, n] = float(acc) * (x_scale *
+//     w_scale[n]) + bias[n] in float.
 //     The input is quantized as the engine does it: fbgemm / x86 / onednn round
 //     x * (1 / scale) + zero_point once (a fused multiply-add); QNNPACK rounds
 //     x * (1 / scale) and then adds the zero point (quantize_val).

@@ -14,12 +14,11 @@
 #include "graph/tensor.h"
 #include "runtime/kernel_args.h"
 #include "runtime/quantized/dynamic_linear.h"
+#include "runtime/quantized/kernel_loops.h"
 #include "runtime/value.h"
 
 namespace fuselage {
 namespace {
-
-float Sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
 struct RnnConfig {
   bool lstm = true;
@@ -144,29 +143,9 @@ absl::Status RunDirection(const RnnConfig& c, const CellWeights& w, const Tensor
       float* hb = h.data() + b * hidden;
       float* ob = out + (t * batch + b) * out_stride;
       if (c.lstm) {
-        float* cb = cell.data() + b * hidden;
-        for (int64_t j = 0; j < hidden; ++j) {
-          const float in_gate = Sigmoid(gh[j] + gi[j]);
-          const float forget_gate = Sigmoid(gh[hidden + j] + gi[hidden + j]);
-          const float cell_gate = std::tanh(gh[2 * hidden + j] + gi[2 * hidden + j]);
-          const float out_gate = Sigmoid(gh[3 * hidden + j] + gi[3 * hidden + j]);
-          const float kept = forget_gate * cb[j];
-          const float added = in_gate * cell_gate;
-          cb[j] = kept + added;
-          hb[j] = out_gate * std::tanh(cb[j]);
-          ob[j] = hb[j];
-        }
+        quantized::LstmCellRow(gh, gi, hidden, cell.data() + b * hidden, hb, ob);
       } else {
-        for (int64_t j = 0; j < hidden; ++j) {
-          const float reset_gate = Sigmoid(gh[j] + gi[j]);
-          const float update_gate = Sigmoid(gh[hidden + j] + gi[hidden + j]);
-          const float scaled = gh[2 * hidden + j] * reset_gate;
-          const float new_gate = std::tanh(gi[2 * hidden + j] + scaled);
-          const float diff = hb[j] - new_gate;
-          const float mixed = diff * update_gate;
-          hb[j] = mixed + new_gate;
-          ob[j] = hb[j];
-        }
+        quantized::GruCellRow(gh, gi, hidden, hb, ob);
       }
     }
   }

@@ -1,15 +1,19 @@
 // GCC's -O2 vectorizes with its "very cheap" cost model, which refuses loops with a
 // remainder (and gathers); these loops are worth its full model. Set for the whole file,
 // before any include, so that the inline functions the loops call share the setting and
-// stay inlinable. Clang vectorizes them by default.
+// stay inlinable. Clang vectorizes them by default. no-trapping-math lets GCC compute both
+// sides of a select (if-conversion: TanhPoly's two ranges) in vector lanes; it changes no
+// value, only whether floating-point exception flags may be raised by the unused side.
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("vect-cost-model=dynamic")
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
 
 #include "runtime/quantized/kernel_loops.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "runtime/quantized/quant_math.h"
 
@@ -34,6 +38,154 @@ void QuantizeFloatsTo8Bit(const float* __restrict in, int64_t n, float inv_scale
     out[i] = is_signed ? static_cast<uint8_t>(static_cast<int8_t>(q))
                        : static_cast<uint8_t>(static_cast<int32_t>(q));
   }
+}
+
+template <bool kFused>
+inline void QuantizeFloatsDynamicBody(const float* __restrict in, int64_t n, float inv_scale,
+                                      float zp, float lo, float hi, uint8_t* __restrict out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = kFused ? std::nearbyint(std::fma(in[i], inv_scale, zp))
+                           : zp + std::nearbyint(in[i] * inv_scale);
+    const float clamped = std::min(std::max(v, lo), hi);
+    out[i] = static_cast<uint8_t>(static_cast<int32_t>(std::isnan(v) ? lo : clamped));
+  }
+}
+
+FUSELAGE_CLONES
+void QuantizeFloatsDynamic(const float* in, int64_t n, float inv_scale, int32_t zero_point,
+                           int32_t qmin, int32_t qmax, bool fused, uint8_t* out) {
+  const float zp = static_cast<float>(zero_point);
+  const float lo = static_cast<float>(qmin), hi = static_cast<float>(qmax);
+  if (fused) {
+    QuantizeFloatsDynamicBody<true>(in, n, inv_scale, zp, lo, hi, out);
+  } else {
+    QuantizeFloatsDynamicBody<false>(in, n, inv_scale, zp, lo, hi, out);
+  }
+}
+
+FUSELAGE_CLONES
+void DynamicLinearOutput(const int32_t* __restrict acc, int64_t rows, int64_t cols,
+                         const int32_t* __restrict offsets, const float* __restrict multiplier,
+                         const float* __restrict bias, float* __restrict out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint32_t* row = reinterpret_cast<const uint32_t*>(acc + r * cols);
+    float* o = out + r * cols;
+    if (bias != nullptr) {
+      for (int64_t n = 0; n < cols; ++n) {
+        const int32_t a = static_cast<int32_t>(row[n] - static_cast<uint32_t>(offsets[n]));
+        const float v = static_cast<float>(a) * multiplier[n];
+        o[n] = v + bias[n];
+      }
+    } else {
+      for (int64_t n = 0; n < cols; ++n) {
+        const int32_t a = static_cast<int32_t>(row[n] - static_cast<uint32_t>(offsets[n]));
+        o[n] = static_cast<float>(a) * multiplier[n];
+      }
+    }
+  }
+}
+
+// exp(x), branch-free (Cephes' expf): x = n ln2 + r, exp(r) by its polynomial, times 2^n
+// built in the exponent bits. x is clamped to [-87, 88], where 2^n stays a normal float
+// (an RNN's gates do not care about the values beyond); NaN stays NaN.
+inline float ExpPoly(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float t = x * 1.44269504088896341f;
+  float n = (t + 12582912.0f) - 12582912.0f;  // rounded to nearest (|t| < 2^22)
+  n = std::isnan(n) ? 0.0f : n;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * z + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) * (1 << 23);
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return y * scale;
+}
+
+inline float SigmoidPoly(float v) { return 1.0f / (1.0f + ExpPoly(-v)); }
+
+// tanh(x), branch-free (Cephes' tanhf): an odd polynomial below |x| = 0.625, else
+// 1 - 2 / (exp(2|x|) + 1) with x's sign.
+inline float TanhPoly(float x) {
+  const float a = std::abs(x);
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float large = std::copysign(1.0f - 2.0f / (ExpPoly(2.0f * a) + 1.0f), x);
+  return a < 0.625f ? small : large;
+}
+
+FUSELAGE_CLONES
+void LstmCellRow(const float* __restrict gh, const float* __restrict gi, int64_t hidden,
+                 float* __restrict c, float* __restrict h, float* __restrict out) {
+  for (int64_t j = 0; j < hidden; ++j) {
+    const float in_gate = SigmoidPoly(gh[j] + gi[j]);
+    const float forget_gate = SigmoidPoly(gh[hidden + j] + gi[hidden + j]);
+    const float cell_gate = TanhPoly(gh[2 * hidden + j] + gi[2 * hidden + j]);
+    const float out_gate = SigmoidPoly(gh[3 * hidden + j] + gi[3 * hidden + j]);
+    const float kept = forget_gate * c[j];
+    const float added = in_gate * cell_gate;
+    c[j] = kept + added;
+    h[j] = out_gate * TanhPoly(c[j]);
+    out[j] = h[j];
+  }
+}
+
+FUSELAGE_CLONES
+void GruCellRow(const float* __restrict gh, const float* __restrict gi, int64_t hidden,
+                float* __restrict h, float* __restrict out) {
+  for (int64_t j = 0; j < hidden; ++j) {
+    const float reset_gate = SigmoidPoly(gh[j] + gi[j]);
+    const float update_gate = SigmoidPoly(gh[hidden + j] + gi[hidden + j]);
+    const float scaled = gh[2 * hidden + j] * reset_gate;
+    const float new_gate = TanhPoly(gi[2 * hidden + j] + scaled);
+    const float diff = h[j] - new_gate;
+    const float mixed = diff * update_gate;
+    h[j] = mixed + new_gate;
+    out[j] = h[j];
+  }
+}
+
+// Independent lanes, so that it vectorizes without reassociating a reduction (which GCC
+// does for float min / max only under -ffinite-math-only): (v < m) ? v : m keeps m for a
+// NaN v, as std::min does.
+FUSELAGE_CLONES
+void MinMaxFloats(const float* __restrict in, int64_t n, float* min_out, float* max_out) {
+  constexpr int kLanes = 16;
+  float lo[kLanes], hi[kLanes];
+  for (int j = 0; j < kLanes; ++j) {
+    lo[j] = std::numeric_limits<float>::infinity();
+    hi[j] = -std::numeric_limits<float>::infinity();
+  }
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const float v = in[i + j];
+      lo[j] = v < lo[j] ? v : lo[j];
+      hi[j] = v > hi[j] ? v : hi[j];
+    }
+  }
+  for (; i < n; ++i) {
+    lo[0] = in[i] < lo[0] ? in[i] : lo[0];
+    hi[0] = in[i] > hi[0] ? in[i] : hi[0];
+  }
+  for (int j = 1; j < kLanes; ++j) {
+    lo[0] = lo[j] < lo[0] ? lo[j] : lo[0];
+    hi[0] = hi[j] > hi[0] ? hi[j] : hi[0];
+  }
+  *min_out = lo[0];
+  *max_out = hi[0];
 }
 
 // Branch-free, so that it vectorizes: a table entry is finite (finite scales, 8-bit

@@ -20,6 +20,34 @@ namespace quantized {
 void QuantizeFloatsTo8Bit(const float* in, int64_t n, float inv_scale, int64_t zero_point,
                           DType dtype, uint8_t* out);
 
+// Dynamic quantization's input step (DynamicQuantizedLinear): out[i] = the stored value of
+// in[i] into [qmin, qmax] (uint8) with zero point `zero_point`, as the engine rounds it:
+// `fused` (fbgemm / x86 / onednn) nearbyint(fma(in, inv_scale, zero_point)), otherwise
+// (QNNPACK) zero_point + nearbyint(in * inv_scale); NaN becomes qmin (RoundAndClamp).
+void QuantizeFloatsDynamic(const float* in, int64_t n, float inv_scale, int32_t zero_point,
+                           int32_t qmin, int32_t qmax, bool fused, uint8_t* out);
+
+// Dynamic Linear's output from oneDNN's accumulators without zero point: for row r and
+// column n, a = acc[r, n] - offsets[n] (int32, wrapping: the true accumulator fits, the
+// terms may not) and out[r, n] = float(a) * multiplier[n] (+ bias[n]), each float rounded
+// on its own.
+void DynamicLinearOutput(const int32_t* acc, int64_t rows, int64_t cols, const int32_t* offsets,
+                         const float* multiplier, const float* bias, float* out);
+
+// One step of a recurrent cell for one batch row, from the hidden and input projections
+// gh, gi ([G * hidden] each, gates in PyTorch's order), each float step rounded on its own
+// in PyTorch's order (runtime/quantized/dynamic_rnn.h) but with exp and tanh computed by
+// branch-free polynomials (Cephes' expf and tanhf: within 2 ulp of the exact values, as
+// PyTorch's own vectorized sigmoid and tanh are within 1) so that the row vectorizes.
+//   LSTM (G = 4: i, f, g, o): c = f * c + i * g; h = o * tanh(c); out = h.
+//   GRU (G = 3: r, z, n): n = tanh(gi_n + gh_n * r); h = (h - n) * z + n; out = h.
+void LstmCellRow(const float* gh, const float* gi, int64_t hidden, float* c, float* h,
+                 float* out);
+void GruCellRow(const float* gh, const float* gi, int64_t hidden, float* h, float* out);
+
+// The smallest and largest of in[0..n) with NaNs skipped; (+inf, -inf) when there is none.
+void MinMaxFloats(const float* in, int64_t n, float* min_out, float* max_out);
+
 // How an 8-bit input of an add is dequantized (QuantizedAdd's formula): stored value q
 // as fma(scale, float(q), premul), and `table`[byte] that value for each of the 256 bytes.
 struct Dequantize8Bit {

@@ -68,6 +68,60 @@ TEST(KernelLoopsTest, AddGivesTheTablesBytesForEveryPairOfBytes) {
   }
 }
 
+// The cells' polynomial sigmoid and tanh against libm's, over gate values from -100 to 100
+// (both ranges of TanhPoly, the clamp of ExpPoly), within a few ulp (PyTorch's vectorized
+// sigmoid and tanh are within 1 ulp of the exact values, so two implementations can differ
+// by about 2e-7 relative; 1e-6 of the terms bounds ours).
+TEST(RecurrentCellRowTest, LstmAndGruMatchTheLibmFormulas) {
+  std::vector<float> values;
+  for (int i = -20000; i <= 20000; ++i) values.push_back(static_cast<float>(i) * 0.005f);
+  for (float v : {-100.0f, -60.0f, -0.625f, -0.6249f, 0.6249f, 0.625f, 60.0f, 100.0f, 0.0f}) {
+    values.push_back(v);
+  }
+  const int64_t hidden = static_cast<int64_t>(values.size());
+  auto sigmoid = [](float v) { return 1.0f / (1.0f + std::exp(-v)); };
+  // LSTM: gates i, f, g, o all from `values` (shifted per gate), cell state 0.5.
+  std::vector<float> gh(4 * hidden), gi(4 * hidden, 0.0f);
+  for (int64_t g = 0; g < 4; ++g) {
+    for (int64_t j = 0; j < hidden; ++j) gh[g * hidden + j] = values[(j + 7 * g) % hidden];
+  }
+  std::vector<float> c(hidden, 0.5f), h(hidden), out(hidden);
+  LstmCellRow(gh.data(), gi.data(), hidden, c.data(), h.data(), out.data());
+  for (int64_t j = 0; j < hidden; ++j) {
+    const float in_gate = sigmoid(gh[j]), forget_gate = sigmoid(gh[hidden + j]);
+    const float cell_gate = std::tanh(gh[2 * hidden + j]);
+    const float out_gate = sigmoid(gh[3 * hidden + j]);
+    const float kept = forget_gate * 0.5f;
+    const float added = in_gate * cell_gate;
+    const float want_c = kept + added;
+    const float want_h = out_gate * std::tanh(want_c);
+    // Relative to the terms: c = kept + added may cancel.
+    const float c_tolerance = 1e-6f * (std::abs(kept) + std::abs(added)) + 1e-30f;
+    ASSERT_LE(std::abs(c[j] - want_c), c_tolerance)
+        << "gate value " << gh[j] << ": c " << c[j] << " vs " << want_c;
+    ASSERT_LE(std::abs(h[j] - want_h), 2e-6f * std::abs(want_h) + c_tolerance)
+        << "h " << h[j] << " vs " << want_h;
+    ASSERT_EQ(out[j], h[j]);
+  }
+  // GRU: tanh over the whole range through the new gate (reset gate ~1: gh_r large).
+  std::vector<float> gru_gh(3 * hidden, 0.0f), gru_gi(3 * hidden, 0.0f);
+  for (int64_t j = 0; j < hidden; ++j) {
+    gru_gh[j] = 100.0f;               // r = 1
+    gru_gh[hidden + j] = values[j];   // z over the range
+    gru_gi[2 * hidden + j] = values[(j + 11) % hidden];
+  }
+  std::vector<float> gru_h(hidden, 0.0f);
+  GruCellRow(gru_gh.data(), gru_gi.data(), hidden, gru_h.data(), out.data());
+  for (int64_t j = 0; j < hidden; ++j) {
+    const float new_gate = std::tanh(gru_gi[2 * hidden + j] + 0.0f * sigmoid(100.0f));
+    const float update_gate = sigmoid(values[j]);
+    const float want = (0.0f - new_gate) * update_gate + new_gate;
+    ASSERT_TRUE(std::abs(gru_h[j] - want) <= 2e-6f * std::abs(new_gate) + 1e-30f)
+        << "x " << gru_gi[2 * hidden + j] << ", z " << values[j] << ": " << gru_h[j] << " vs "
+        << want;
+  }
+}
+
 }  // namespace
 }  // namespace quantized
 }  // namespace fuselage
