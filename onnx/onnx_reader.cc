@@ -205,6 +205,9 @@ absl::StatusOr<Value> ReadTensor(const TensorProto& t, const std::string& where)
   for (int64_t d : t.dims()) {
     if (d < 0)
       return absl::InvalidArgumentError(absl::StrCat(where, ": a negative dimension ", d));
+    if (d > kMaxElements)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": a dimension of ", d, "; fuselage reads tensors of <= ", kMaxElements, " elements"));
     v.shape.push_back(d);
     if (Elements(v.shape) > kMaxElements)
       return absl::InvalidArgumentError(absl::StrCat(
@@ -511,6 +514,17 @@ int64_t PoolOut(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t
   return out;
 }
 
+// Kernel sizes, strides, pads and dilations: each in [lowest, kMaxElements], so the shape
+// arithmetic on them cannot overflow.
+absl::Status CheckWindow(const NodeProto& node, const std::vector<int64_t>& values,
+                         absl::string_view what, int64_t lowest) {
+  for (int64_t v : values)
+    if (v < lowest || v > kMaxElements)
+      return NodeError(node, absl::StrCat(what, " ", ShapeText(values), "; expected values in [",
+                                          lowest, ", ", kMaxElements, "]"));
+  return absl::OkStatus();
+}
+
 absl::Status Reader::EmitConv(const NodeProto& node, const Attributes& attrs,
                               std::vector<Value>& out) {
   ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
@@ -539,8 +553,11 @@ absl::Status Reader::EmitConv(const NodeProto& node, const Attributes& attrs,
   const std::vector<int64_t> pads = attrs.Ints("pads").value_or(Shape(2 * rank, 0));
   if (static_cast<int64_t>(pads.size()) != 2 * rank)
     return NodeError(node, absl::StrCat(pads.size(), " pads; expected ", 2 * rank));
+  RETURN_IF_ERROR(CheckWindow(node, strides, "strides", 1));
+  RETURN_IF_ERROR(CheckWindow(node, dilations, "dilations", 1));
+  RETURN_IF_ERROR(CheckWindow(node, pads, "pads", 0));
   const int64_t group = attrs.Int("group", 1);
-  if (group < 1 || w->shape[0] % group != 0 || x->shape[1] != w->shape[1] * group)
+  if (group < 1 || group > kMaxElements || w->shape[0] % group != 0 || x->shape[1] != w->shape[1] * group)
     return NodeError(node, absl::StrCat("group ", group, " with an input of ", x->shape[1],
                                         " channels and a weight of shape ", ShapeText(w->shape)));
   if (b != nullptr && (b->shape.size() != 1 || b->shape[0] != w->shape[0]))
@@ -818,6 +835,10 @@ absl::Status Reader::EmitPool(const NodeProto& node, const Attributes& attrs, bo
                                         "; fuselage reads pools padded alike on both sides"));
   if (static_cast<int64_t>(strides.size()) != rank || static_cast<int64_t>(dilations.size()) != rank)
     return NodeError(node, "strides / dilations of another length than kernel_shape");
+  RETURN_IF_ERROR(CheckWindow(node, *kernel, "kernel_shape", 1));
+  RETURN_IF_ERROR(CheckWindow(node, strides, "strides", 1));
+  RETURN_IF_ERROR(CheckWindow(node, dilations, "dilations", 1));
+  RETURN_IF_ERROR(CheckWindow(node, pads, "pads", 0));
   if (!max && attrs.Has("dilations") && dilations != Shape(rank, 1))
     return NodeError(node, "dilations; fuselage reads AveragePool without dilation");
   const bool ceil_mode = attrs.Int("ceil_mode", 0) != 0;
@@ -901,8 +922,8 @@ absl::Status Reader::EmitReshape(const NodeProto& node, const Attributes& attrs,
     if (d == -1) {
       if (unknown >= 0) return NodeError(node, "two -1 entries in the shape; expected at most one");
       unknown = static_cast<int>(i);
-    } else if (d < 0) {
-      return NodeError(node, absl::StrCat("a shape entry ", d, "; expected -1 or >= 0"));
+    } else if (d < 0 || d > kMaxElements) {
+      return NodeError(node, absl::StrCat("a shape entry ", d, "; expected -1 or 0 to ", kMaxElements));
     } else {
       known *= d;
     }

@@ -74,6 +74,50 @@ def all_ops_model():
     return model
 
 
+def more_ops_model():
+    """The reader's other mappings, in one graph of input [1, 2, 5, 5] at opset 13: an
+    asymmetrically padded conv (F.pad first), Clip as ReLU / Hardtanh / clamp, Gemm without
+    transB with alpha and beta, Flatten at axis 2, Reshape with 0 and -1, Transpose, Softmax,
+    MatMul of two tensors, Sub, Div, Tanh, Identity and Constant nodes."""
+    rng = np.random.default_rng(13)
+    r = lambda *shape: rng.standard_normal(shape).astype(np.float32) * 0.5  # noqa: E731
+    inits = [init("w", r(3, 2, 2, 2)), init("zero", 0.0), init("lo", -0.5), init("hi", 0.75),
+             init("gw", r(5, 3)), init("gb", r(3)), init("bias", r(3, 1, 1))]
+    const = lambda name, array: helper.make_node(  # noqa: E731
+        "Constant", [], [name], f"/{name}/Constant",
+        value=numpy_helper.from_array(np.asarray(array), name))
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["conv"], "/conv/Conv", kernel_shape=[2, 2],
+                         pads=[0, 1, 1, 0], strides=[1, 1]),
+        helper.make_node("Clip", ["conv", "zero"], ["relu"], "/Clip"),
+        helper.make_node("Clip", ["relu", "lo", "hi"], ["ht"], "/Clip_1"),
+        helper.make_node("Clip", ["ht", "", "hi"], ["cl"], "/Clip_2"),
+        helper.make_node("Sub", ["cl", "bias"], ["sub"], "/Sub"),
+        helper.make_node("Tanh", ["sub"], ["tanh"], "/Tanh"),
+        const("two", np.float32(2.0)),
+        helper.make_node("Div", ["tanh", "two"], ["div"], "/Div"),
+        helper.make_node("Identity", ["div"], ["ident"], "/Identity"),
+        helper.make_node("Flatten", ["ident"], ["flat"], "/Flatten", axis=2),
+        const("shape", np.asarray([0, -1, 5], np.int64)),
+        helper.make_node("Reshape", ["flat", "shape"], ["rs"], "/Reshape"),
+        const("shape2d", np.asarray([-1, 5], np.int64)),
+        helper.make_node("Reshape", ["rs", "shape2d"], ["rs_2d"], "/Reshape_1"),
+        helper.make_node("Gemm", ["rs_2d", "gw", "gb"], ["gemm"], "/fc/Gemm", alpha=0.5,
+                         beta=2.0),
+        helper.make_node("Transpose", ["gemm"], ["tr"], "/Transpose", perm=[1, 0]),
+        helper.make_node("Softmax", ["tr"], ["sm"], "/Softmax", axis=0),
+        helper.make_node("MatMul", ["sm", "gemm"], ["out"], "/MatMul"),
+    ]
+    graph = helper.make_graph(
+        nodes, "more_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="make_testdata.py")
+    model.ir_version = 7
+    onnx.checker.check_model(model)
+    return model
+
+
 def write_floats(path, array):
     np.asarray(array, dtype="<f4").tofile(path)
 
@@ -83,18 +127,19 @@ def main():
     import onnxruntime as ort
     import torch
     os.makedirs(OUT, exist_ok=True)
-    model = all_ops_model()
-    path = os.path.join(OUT, "all_ops.onnx")
-    onnx.save(model, path)
-    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    (expected,) = session.run(None, {"x": x})
-    write_floats(os.path.join(OUT, "all_ops.input.f32"), x)
-    write_floats(os.path.join(OUT, "all_ops.ort_output.f32"), expected)
-    gm = fuselage.from_onnx(path)
-    with torch.no_grad():
-        assert np.allclose(gm(torch.from_numpy(x)).numpy(), expected, atol=1e-5)
-    fuselage.export(gm, (torch.from_numpy(x),), os.path.join(OUT, "all_ops.python.textproto"))
+    for name, model, shape in (("all_ops", all_ops_model(), (1, 3, 8, 8)),
+                               ("more_ops", more_ops_model(), (1, 2, 5, 5))):
+        path = os.path.join(OUT, f"{name}.onnx")
+        onnx.save(model, path)
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        (expected,) = session.run(None, {"x": x})
+        write_floats(os.path.join(OUT, f"{name}.input.f32"), x)
+        write_floats(os.path.join(OUT, f"{name}.ort_output.f32"), expected)
+        gm = fuselage.from_onnx(path)
+        with torch.no_grad():
+            assert np.allclose(gm(torch.from_numpy(x)).numpy(), expected, atol=1e-5)
+        fuselage.export(gm, (torch.from_numpy(x),), os.path.join(OUT, f"{name}.python.textproto"))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 // The C++ ONNX reader (onnx/onnx_reader.h) against the Python importer and ONNX Runtime:
-// tests/onnx/testdata/all_ops.onnx (every op the reader must read, built with onnx.helper
+// tests/onnx/testdata/{all_ops,more_ops}.onnx (every op the reader reads, built with onnx.helper
 // by tests/onnx/make_testdata.py) read in C++ gives exactly the model file that
 // fuselage.from_onnx + fuselage.export write for it (same nodes, names, targets, args,
 // meta, module types, attributes and tensor bytes), and runs on fuselage's float runtime
@@ -48,55 +48,72 @@ std::vector<float> ReadFloats(const std::string& path) {
   return values;
 }
 
-ModelProto AllOps() {
+// The testdata models (make_testdata.py) and their input shapes.
+struct TestModel {
+  std::string name;
+  std::vector<int64_t> input_shape;
+};
+const std::vector<TestModel>& TestModels() {
+  static const auto* models = new std::vector<TestModel>{{"all_ops", {1, 3, 8, 8}},
+                                                         {"more_ops", {1, 2, 5, 5}}};
+  return *models;
+}
+
+ModelProto ReadOnnx(const std::string& name) {
   ModelProto onnx;
-  EXPECT_TRUE(onnx.ParseFromString(ReadAll(absl::StrCat(kDir, "all_ops.onnx"))));
+  EXPECT_TRUE(onnx.ParseFromString(ReadAll(absl::StrCat(kDir, name, ".onnx"))));
   return onnx;
 }
 
 TEST(OnnxReaderTest, GivesThePythonImportersModelFile) {
-  auto model = OnnxToModelProto(AllOps());
-  ASSERT_TRUE(model.ok()) << model.status();
-  proto::Model golden;
-  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
-      ReadAll(absl::StrCat(kDir, "all_ops.python.textproto")), &golden));
-  golden.clear_producer();
-  model->clear_producer();
-  // Node by node first, so a difference names the node.
-  ASSERT_EQ(model->graph().nodes_size(), golden.graph().nodes_size());
-  for (int i = 0; i < golden.graph().nodes_size(); ++i) {
-    std::string diff;
-    google::protobuf::util::MessageDifferencer differ;
-    differ.ReportDifferencesToString(&diff);
-    EXPECT_TRUE(differ.Compare(golden.graph().nodes(i), model->graph().nodes(i)))
-        << "node " << golden.graph().nodes(i).name() << ": " << diff;
+  for (const TestModel& test : TestModels()) {
+    SCOPED_TRACE(test.name);
+    auto model = OnnxToModelProto(ReadOnnx(test.name));
+    ASSERT_TRUE(model.ok()) << model.status();
+    proto::Model golden;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+        ReadAll(absl::StrCat(kDir, test.name, ".python.textproto")), &golden));
+    golden.clear_producer();
+    model->clear_producer();
+    // Node by node and module by module first, so a difference names the node.
+    ASSERT_EQ(model->graph().nodes_size(), golden.graph().nodes_size());
+    for (int i = 0; i < golden.graph().nodes_size(); ++i) {
+      std::string diff;
+      google::protobuf::util::MessageDifferencer differ;
+      differ.ReportDifferencesToString(&diff);
+      EXPECT_TRUE(differ.Compare(golden.graph().nodes(i), model->graph().nodes(i)))
+          << "node " << golden.graph().nodes(i).name() << ": " << diff;
+    }
+    ASSERT_EQ(model->root().children_size(), golden.root().children_size());
+    for (int i = 0; i < golden.root().children_size(); ++i) {
+      std::string diff;
+      google::protobuf::util::MessageDifferencer differ;
+      differ.ReportDifferencesToString(&diff);
+      EXPECT_TRUE(differ.Compare(golden.root().children(i), model->root().children(i)))
+          << "module " << golden.root().children(i).name() << ": " << diff.substr(0, 2000);
+    }
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(golden, *model));
   }
-  ASSERT_EQ(model->root().children_size(), golden.root().children_size());
-  for (int i = 0; i < golden.root().children_size(); ++i) {
-    std::string diff;
-    google::protobuf::util::MessageDifferencer differ;
-    differ.ReportDifferencesToString(&diff);
-    EXPECT_TRUE(differ.Compare(golden.root().children(i), model->root().children(i)))
-        << "module " << golden.root().children(i).name() << ": " << diff.substr(0, 2000);
-  }
-  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(golden, *model));
 }
 
 TEST(OnnxReaderTest, FloatRunMatchesOnnxRuntime) {
-  auto gm = ParseOnnxModel(ReadAll(absl::StrCat(kDir, "all_ops.onnx")), "all_ops.onnx");
-  ASSERT_TRUE(gm.ok()) << gm.status();
   auto kernels = BuiltinKernels();
   ASSERT_TRUE(kernels.ok()) << kernels.status();
-  const std::vector<float> x = ReadFloats(absl::StrCat(kDir, "all_ops.input.f32"));
-  const std::vector<float> expected = ReadFloats(absl::StrCat(kDir, "all_ops.ort_output.f32"));
-  ASSERT_EQ(x.size(), 3u * 8 * 8);
-  auto out = fuselage::Run(**gm, {Value(Tensor::FromFloats({1, 3, 8, 8}, x))}, **kernels);
-  ASSERT_TRUE(out.ok()) << out.status();
-  ASSERT_EQ(out->size(), 1u);
-  const Tensor& y = (*out)[0].as_tensor();
-  ASSERT_EQ(y.numel(), static_cast<int64_t>(expected.size()));
-  for (size_t i = 0; i < expected.size(); ++i)
-    EXPECT_NEAR(y.data<float>()[i], expected[i], 1e-4 * (1 + std::abs(expected[i]))) << i;
+  for (const TestModel& test : TestModels()) {
+    SCOPED_TRACE(test.name);
+    auto gm = ParseOnnxModel(ReadAll(absl::StrCat(kDir, test.name, ".onnx")), test.name);
+    ASSERT_TRUE(gm.ok()) << gm.status();
+    const std::vector<float> x = ReadFloats(absl::StrCat(kDir, test.name, ".input.f32"));
+    const std::vector<float> expected =
+        ReadFloats(absl::StrCat(kDir, test.name, ".ort_output.f32"));
+    auto out = fuselage::Run(**gm, {Value(Tensor::FromFloats(test.input_shape, x))}, **kernels);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->size(), 1u);
+    const Tensor& y = (*out)[0].as_tensor();
+    ASSERT_EQ(y.numel(), static_cast<int64_t>(expected.size()));
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_NEAR(y.data<float>()[i], expected[i], 1e-4 * (1 + std::abs(expected[i]))) << i;
+  }
 }
 
 // A model of one op on a [1, 2, 4, 4] input, for the error cases.
