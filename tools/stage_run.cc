@@ -30,8 +30,8 @@ absl::StatusOr<StageRun> StageRun::Parse(const Command& command,
     // load back, and writing ONNX QDQ is Python's (fuselage.to_onnx) so far.
     return UsageError(absl::StrCat(
         command.name, ": -o ", output, ": writes a fuselage model file (.fsl, .textproto); ",
-        "writing ONNX from the CLI is not implemented yet (fuselage.to_onnx writes QDQ ONNX "
-        "from Python)"));
+        "writing ONNX from the C++ CLI is not implemented yet (`python -m fuselage "
+        "quantize-onnx MODEL.onnx -o OUT.onnx` and fuselage.to_onnx write QDQ ONNX)"));
   }
   return StageRun(std::move(parsed), std::move(output));
 }

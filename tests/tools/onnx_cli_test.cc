@@ -60,7 +60,7 @@ TEST(OnnxCliTest, OnnxOutputIsRefusedBeforeAnythingRuns) {
   const std::string out = TempPath("onnx_quantized.qdq.onnx");
   CliResult quantize = RunFuselage({"quantize", kModel, "--backend=fbgemm", "-o", out});
   EXPECT_EQ(quantize.code, kExitUsage);
-  EXPECT_NE(quantize.err.find("writing ONNX from the CLI is not implemented yet"),
+  EXPECT_NE(quantize.err.find("writing ONNX from the C++ CLI is not implemented yet"),
             std::string::npos)
       << quantize.err;
   EXPECT_FALSE(std::ifstream(out).good()) << out << " was written";
