@@ -292,19 +292,143 @@ std::string Sanitize(const std::string& base) {
   return out;
 }
 
-// Attributes every torch nn.Module has: the Python importer's names avoid them
-// (`hasattr(root, name)`), and so do these.
-const std::set<std::string>& ModuleAttributeNames() {
+// The names an nn.Module has (dir(torch.nn.Module()) in torch 2.14): the Python importer's
+// names avoid them (`hasattr(root, name)`), and so do these.
+const std::set<std::string>& TorchModuleAttributes() {
   static const auto* names = new std::set<std::string>{
-      "training", "forward", "train", "eval", "to", "cuda", "cpu", "float", "double", "half",
-      "type", "apply", "modules", "children", "parameters", "buffers", "state_dict",
-      "named_modules", "named_children", "named_parameters", "named_buffers", "zero_grad",
-      "add_module", "register_buffer", "register_parameter", "register_module", "get_submodule",
-      "get_parameter", "get_buffer", "requires_grad_", "share_memory", "extra_repr",
-      "dump_patches", "graph", "code", "recompile", "bfloat16", "ipu", "xpu", "mtia",
-      "load_state_dict", "call_super_init", "compile"};
+      "T_destination", "__annotations__", "__call__", "__class__", "__delattr__", "__dict__",
+      "__dir__", "__doc__", "__eq__", "__format__", "__ge__", "__getattr__", "__getattribute__",
+      "__getstate__", "__gt__", "__hash__", "__init__", "__init_subclass__", "__le__", "__lt__",
+      "__module__", "__ne__", "__new__", "__reduce__", "__reduce_ex__", "__repr__", "__setattr__",
+      "__setstate__", "__sizeof__", "__str__", "__subclasshook__", "__weakref__", "_apply",
+      "_backward_hooks", "_backward_pre_hooks", "_buffers", "_call_impl", "_compiled_call_impl",
+      "_forward_hooks", "_forward_hooks_always_called", "_forward_hooks_with_kwargs",
+      "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_get_backward_hooks",
+      "_get_backward_pre_hooks", "_get_name", "_is_full_backward_hook", "_load_from_state_dict",
+      "_load_state_dict_post_hooks", "_load_state_dict_pre_hooks",
+      "_maybe_warn_non_full_backward_hook", "_modules", "_named_members",
+      "_non_persistent_buffers_set", "_parameters", "_register_load_state_dict_pre_hook",
+      "_register_state_dict_hook", "_replicate_for_data_parallel", "_save_to_state_dict",
+      "_slow_forward", "_state_dict_hooks", "_state_dict_pre_hooks", "_version",
+      "_wrapped_call_impl", "add_module", "apply", "bfloat16", "buffers", "call_super_init",
+      "children", "compile", "cpu", "cuda", "double", "dump_patches", "eval", "extra_repr",
+      "float", "forward", "get_buffer", "get_extra_state", "get_parameter", "get_submodule",
+      "half", "ipu", "load_state_dict", "modules", "mtia", "named_buffers", "named_children",
+      "named_modules", "named_parameters", "parameters", "register_backward_hook",
+      "register_buffer", "register_forward_hook", "register_forward_pre_hook",
+      "register_full_backward_hook", "register_full_backward_pre_hook",
+      "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook",
+      "register_module", "register_parameter", "register_state_dict_post_hook",
+      "register_state_dict_pre_hook", "requires_grad_", "set_extra_state", "set_submodule",
+      "share_memory", "state_dict", "to", "to_empty", "train", "training", "type", "xpu",
+      "zero_grad"};
   return *names;
 }
+
+// Python's keywords and builtins, and torch.fx's custom builtins: torch.fx never names a node
+// so (torch.fx.graph._illegal_names in torch 2.14 on Python 3.11).
+const std::set<std::string>& FxIllegalNames() {
+  static const auto* names = new std::set<std::string>{
+      "ArithmeticError", "AssertionError", "AttributeError", "BaseException",
+      "BaseExceptionGroup", "BlockingIOError", "BrokenPipeError", "BufferError", "BytesWarning",
+      "ChildProcessError", "ConnectionAbortedError", "ConnectionError", "ConnectionRefusedError",
+      "ConnectionResetError", "DeprecationWarning", "EOFError", "Ellipsis", "EncodingWarning",
+      "EnvironmentError", "Exception", "ExceptionGroup", "False", "FileExistsError",
+      "FileNotFoundError", "FloatingPointError", "FutureWarning", "GeneratorExit", "IOError",
+      "ImportError", "ImportWarning", "IndentationError", "IndexError", "InterruptedError",
+      "IsADirectoryError", "KeyError", "KeyboardInterrupt", "LookupError", "MemoryError",
+      "ModuleNotFoundError", "NameError", "None", "NoneType", "NotADirectoryError",
+      "NotImplemented", "NotImplementedError", "OSError", "OverflowError",
+      "PendingDeprecationWarning", "PermissionError", "ProcessLookupError", "RecursionError",
+      "ReferenceError", "ResourceWarning", "RuntimeError", "RuntimeWarning", "StopAsyncIteration",
+      "StopIteration", "SyntaxError", "SyntaxWarning", "SystemError", "SystemExit", "TabError",
+      "TimeoutError", "True", "TypeError", "UnboundLocalError", "UnicodeDecodeError",
+      "UnicodeEncodeError", "UnicodeError", "UnicodeTranslateError", "UnicodeWarning",
+      "UserWarning", "ValueError", "Warning", "ZeroDivisionError", "__build_class__", "__debug__",
+      "__doc__", "__import__", "__loader__", "__name__", "__package__", "__spec__", "abs",
+      "aiter", "all", "and", "anext", "any", "as", "ascii", "assert", "async", "await", "bin",
+      "bool", "break", "breakpoint", "bytearray", "bytes", "callable", "chr", "class",
+      "classmethod", "compile", "complex", "continue", "copyright", "credits", "def", "del",
+      "delattr", "device", "dict", "dir", "divmod", "elif", "else", "enumerate", "eval", "except",
+      "exec", "exit", "filter", "finally", "float", "for", "format", "from", "frozenset",
+      "fx_pytree", "getattr", "global", "globals", "hasattr", "hash", "help", "hex", "id", "if",
+      "import", "in", "inf", "input", "int", "is", "isinstance", "issubclass", "iter", "lambda",
+      "len", "license", "list", "locals", "map", "max", "memoryview", "min", "nan", "next",
+      "nonlocal", "not", "object", "oct", "open", "or", "ord", "pass", "pow", "print", "property",
+      "pytree", "quit", "raise", "range", "repr", "return", "reversed", "round", "set", "setattr",
+      "slice", "sorted", "staticmethod", "str", "sum", "super", "torch", "try", "tuple", "type",
+      "vars", "while", "with", "yield", "zip"};
+  return *names;
+}
+
+// torch.fx's node names (torch.fx.graph._Namespace.create_name, torch 2.14): the names the
+// Python importer's graph, and so its model file, gives each node. A candidate that is a
+// valid identifier keeps its numeric suffix; a taken or illegal one gets the next free
+// `base_<n>` counted from the base's last number.
+class FxNamespace {
+ public:
+  std::string Create(std::string candidate) {
+    if (!IsIdentifier(candidate)) {
+      std::string cleaned;
+      bool in_run = false;
+      for (char c : candidate) {
+        if (IsWordChar(c)) {
+          cleaned.push_back(c);
+          in_run = false;
+        } else if (!in_run) {
+          cleaned.push_back('_');
+          in_run = true;
+        }
+      }
+      if (cleaned.empty()) cleaned = "_unnamed";
+      if (cleaned[0] >= '0' && cleaned[0] <= '9') cleaned = "_" + cleaned;
+      candidate = cleaned;
+    }
+    // _name_regex: ^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$ -- only the last '_' can start
+    // the numeric suffix.
+    std::string base = candidate;
+    std::optional<int64_t> num;
+    const size_t last = candidate.rfind('_');
+    if (last != std::string::npos && last > 0 && last + 1 < candidate.size() &&
+        candidate.find_first_not_of("0123456789", last + 1) == std::string::npos &&
+        candidate.size() - last - 1 <= 15) {
+      base = candidate.substr(0, last);
+      num = std::stoll(candidate.substr(last + 1));
+    }
+    int64_t n;
+    if (!num || used_.count(candidate) > 0) {
+      auto it = base_count_.find(base);
+      n = it == base_count_.end() ? 0 : it->second;
+      if (FxIllegalNames().count(candidate) > 0) {
+        ++n;
+        candidate = absl::StrCat(base, "_", n);
+      }
+    } else {
+      n = *num;
+    }
+    while (used_.count(candidate) > 0) {
+      ++n;
+      candidate = absl::StrCat(base, "_", n);
+    }
+    used_.insert(candidate);
+    base_count_[base] = n;
+    return candidate;
+  }
+
+ private:
+  static bool IsWordChar(char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  }
+  static bool IsIdentifier(const std::string& s) {
+    if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+    for (char c : s)
+      if (!IsWordChar(c)) return false;
+    return true;
+  }
+
+  std::set<std::string> used_;
+  std::map<std::string, int64_t> base_count_;
+};
 
 // ---- the reader --------------------------------------------------------------------------
 
@@ -323,7 +447,7 @@ class Reader {
   std::string Fresh(const std::string& base) {
     const std::string name = Sanitize(base);
     std::string candidate = name;
-    for (int i = 1; names_.count(candidate) > 0 || ModuleAttributeNames().count(candidate) > 0;
+    for (int i = 1; names_.count(candidate) > 0 || TorchModuleAttributes().count(candidate) > 0;
          ++i)
       candidate = absl::StrCat(name, "_", i);
     names_.insert(candidate);
@@ -357,11 +481,12 @@ class Reader {
   // A call_module node of `module` (added to the root) on `input`.
   Value Module(const NodeProto& onnx, proto::Module module, const std::string& input,
                const Shape& out_shape) {
-    const std::string name = Fresh(BaseName(onnx));
+    const std::string target = Fresh(BaseName(onnx));
+    const std::string name = fx_.Create(target);
     proto::NamedModule* child = model_.mutable_root()->add_children();
-    child->set_name(name);
+    child->set_name(target);
     *child->mutable_module() = std::move(module);
-    proto::Node& node = NewNode(proto::CALL_MODULE, name, name);
+    proto::Node& node = NewNode(proto::CALL_MODULE, name, target);
     *node.add_args() = NodeArg(input);
     SetOnnxMeta(node, onnx);
     SetShapeMeta(node, out_shape, true);
@@ -373,7 +498,7 @@ class Reader {
 
   Value Call(const NodeProto& onnx, const std::string& target, std::vector<proto::Arg> args,
              const Shape& out_shape) {
-    const std::string name = Fresh(BaseName(onnx));
+    const std::string name = fx_.Create(Fresh(BaseName(onnx)));
     proto::Node& node = NewNode(proto::CALL_FUNCTION, name, target);
     for (proto::Arg& a : args) *node.add_args() = std::move(a);
     SetOnnxMeta(node, onnx);
@@ -393,9 +518,10 @@ class Reader {
       AddFloatTensor(*model_.mutable_root(), target, value.shape, value.floats);
     else
       AddInt64Tensor(*model_.mutable_root(), target, value.shape, value.ints);
-    proto::Node& node = NewNode(proto::GET_ATTR, target, target);
+    const std::string name = fx_.Create(target);
+    proto::Node& node = NewNode(proto::GET_ATTR, name, target);
     SetShapeMeta(node, value.shape, value.is_float);
-    return target;
+    return name;
   }
 
   // A binary op's operand: a tensor node, a one-element float constant as a number where
@@ -483,7 +609,8 @@ class Reader {
 
   int64_t opset_;
   proto::Model model_;
-  std::set<std::string> names_;
+  std::set<std::string> names_;  // the Python importer's `fresh` names: modules, buffers
+  FxNamespace fx_;                // node names, as torch.fx gives them
   std::map<std::string, Value> values_;
 };
 
@@ -1178,8 +1305,9 @@ absl::Status Reader::Read(const onnx_subset::GraphProto& graph) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeText(shape),
                                                      "; fuselage reads inputs of rank <= ", kMaxRank,
                                                      " and <= ", kMaxElements, " elements"));
-    const std::string name = Fresh(info.name());
-    proto::Node& node = NewNode(proto::PLACEHOLDER, name, name);
+    const std::string target = Fresh(info.name());
+    const std::string name = fx_.Create(target);
+    proto::Node& node = NewNode(proto::PLACEHOLDER, name, target);
     SetShapeMeta(node, shape, true);
     Value v;
     v.node = name;
@@ -1212,8 +1340,7 @@ absl::Status Reader::Read(const onnx_subset::GraphProto& graph) {
     results.push_back(name);
     result_values.push_back(&it->second);
   }
-  proto::Node& output = NewNode(proto::OUTPUT, names_.count("output") ? Fresh("output") : "output",
-                                "output");
+  proto::Node& output = NewNode(proto::OUTPUT, fx_.Create("output"), "output");
   if (results.size() == 1) {
     *output.add_args() = NodeArg(results[0]);
     SetShapeMeta(output, result_values[0]->shape, result_values[0]->is_float);

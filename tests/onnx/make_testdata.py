@@ -118,6 +118,26 @@ def more_ops_model():
     return model
 
 
+def names_model():
+    """ONNX names fuselage's Python importer and torch.fx rename: a graph input named like a
+    Python builtin, nodes named like builtins, like the output node, alike, with characters
+    no identifier has, with a numeric suffix, and with no name."""
+    names = ["min", "input", "output", "", "1/weird name.x", "Relu_3", "Relu.3", "x_01", "x"]
+    nodes = []
+    value = "input"
+    for i, name in enumerate(names):
+        nodes.append(helper.make_node("Relu", [value], [f"v{i}"], name))
+        value = f"v{i}"
+    graph = helper.make_graph(
+        nodes, "names", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info(value, TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="make_testdata.py")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
 def write_floats(path, array):
     np.asarray(array, dtype="<f4").tofile(path)
 
@@ -128,12 +148,13 @@ def main():
     import torch
     os.makedirs(OUT, exist_ok=True)
     for name, model, shape in (("all_ops", all_ops_model(), (1, 3, 8, 8)),
-                               ("more_ops", more_ops_model(), (1, 2, 5, 5))):
+                               ("more_ops", more_ops_model(), (1, 2, 5, 5)),
+                               ("names", names_model(), (1, 4))):
         path = os.path.join(OUT, f"{name}.onnx")
         onnx.save(model, path)
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        (expected,) = session.run(None, {"x": x})
+        (expected,) = session.run(None, {session.get_inputs()[0].name: x})
         write_floats(os.path.join(OUT, f"{name}.input.f32"), x)
         write_floats(os.path.join(OUT, f"{name}.ort_output.f32"), expected)
         gm = fuselage.from_onnx(path)

@@ -1,5 +1,6 @@
 // The C++ ONNX reader (onnx/onnx_reader.h) against the Python importer and ONNX Runtime:
-// tests/onnx/testdata/{all_ops,more_ops}.onnx (every op the reader reads, built with onnx.helper
+// tests/onnx/testdata/{all_ops,more_ops,names}.onnx (every op the reader reads, and names torch.fx
+// renames, built with onnx.helper
 // by tests/onnx/make_testdata.py) read in C++ gives exactly the model file that
 // fuselage.from_onnx + fuselage.export write for it (same nodes, names, targets, args,
 // meta, module types, attributes and tensor bytes), and runs on fuselage's float runtime
@@ -55,7 +56,8 @@ struct TestModel {
 };
 const std::vector<TestModel>& TestModels() {
   static const auto* models = new std::vector<TestModel>{{"all_ops", {1, 3, 8, 8}},
-                                                         {"more_ops", {1, 2, 5, 5}}};
+                                                         {"more_ops", {1, 2, 5, 5}},
+                                                         {"names", {1, 4}}};
   return *models;
 }
 
