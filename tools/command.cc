@@ -12,6 +12,7 @@
 #include "CLI/CLI.hpp"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
+#include "onnx/onnx_reader.h"
 #include "runtime/interpreter.h"
 
 namespace fuselage {
@@ -214,7 +215,9 @@ absl::Status ExpectPositional(const Command& command, const ParsedArgs& parsed, 
 
 absl::StatusOr<std::unique_ptr<GraphModule>> LoadModelArg(const CommandContext& context,
                                                           const std::string& path) {
-  return LoadModel(context.ResolvePath(path));
+  const std::string resolved = context.ResolvePath(path);
+  if (IsOnnxPath(resolved)) return LoadOnnxModel(resolved);
+  return LoadModel(resolved);
 }
 
 }  // namespace fuselage

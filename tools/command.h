@@ -126,7 +126,8 @@ absl::StatusOr<std::optional<QuantizedEngine>> EngineFlag(const ParsedArgs& pars
 absl::Status ExpectPositional(const Command& command, const ParsedArgs& parsed, size_t count);
 
 // Loads (and so validates and verifies) the model at `path`, resolved against the
-// context; text form for .textproto / .pbtxt, binary otherwise.
+// context; text form for .textproto / .pbtxt, an ONNX model for .onnx (onnx/onnx_reader.h:
+// a float ONNX model read into the graph fuselage.from_onnx gives), binary otherwise.
 absl::StatusOr<std::unique_ptr<GraphModule>> LoadModelArg(const CommandContext& context,
                                                           const std::string& path);
 

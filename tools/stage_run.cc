@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
+#include "onnx/onnx_reader.h"
 
 namespace fuselage {
 
@@ -24,6 +25,14 @@ absl::StatusOr<StageRun> StageRun::Parse(const Command& command,
                                    flags.output_noun, " to"));
   }
   std::string output = parsed.flags.at("-o");
+  if (IsOnnxPath(output)) {
+    // `fuselage run model.onnx` reads ONNX; a fuselage model saved under that name would not
+    // load back, and writing ONNX QDQ is Python's (fuselage.to_onnx) so far.
+    return UsageError(absl::StrCat(
+        command.name, ": -o ", output, ": writes a fuselage model file (.fsl, .textproto); ",
+        "writing ONNX from the C++ CLI is not implemented yet (`python -m fuselage "
+        "quantize-onnx MODEL.onnx -o OUT.onnx` and fuselage.to_onnx write QDQ ONNX)"));
+  }
   return StageRun(std::move(parsed), std::move(output));
 }
 

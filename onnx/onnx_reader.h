@@ -1,0 +1,67 @@
+// The C++ ONNX front end: a float ONNX model file read into fuselage's GraphModule, with
+// the same module types, functions, names and node meta as the Python importer
+// (python/fuselage/onnx/_import.py, fuselage.from_onnx) followed by fuselage.export, so
+// `fuselage run model.onnx` and `fuselage quantize model.onnx` need no PyTorch.
+//
+// Each ONNX node becomes what torchvision's own models use for it:
+//
+//   Conv                 nn.Conv1d / 2d / 3d (the initializers as its parameters); an
+//                          asymmetric pad first as torch.nn.functional.pad
+//   BatchNormalization   nn.BatchNorm1d / 2d / 3d (inference: its running statistics)
+//   Gemm, MatMul by a    nn.Linear
+//     constant matrix
+//   Relu, Clip           nn.ReLU, nn.ReLU6 (Clip 0..6), nn.Hardtanh, torch.clamp
+//   HardSwish            nn.Hardswish; HardSigmoid (alpha 1/6, beta 1/2) nn.Hardsigmoid
+//   MaxPool, AveragePool nn.MaxPool2d, nn.AvgPool2d (and 1d / 3d); GlobalAveragePool
+//                          nn.AdaptiveAvgPool2d(1)
+//   Add, Sub, Mul, Div   operator.add, ... (a one-element constant as a Python number)
+//   Sigmoid, Tanh        torch.sigmoid, torch.tanh; Softmax torch.softmax
+//   Flatten, Reshape     torch.flatten / torch.reshape (a constant target shape)
+//   Concat, Transpose    torch.cat, torch.permute; ReduceMean torch.mean
+//   Identity, Dropout    nothing (the input passes on); Constant a constant
+//
+// Initializers a module does not take become buffers of the root (get_attr). Shapes are
+// static: the graph inputs' shapes are fixed and every value's shape is inferred as the
+// graph is read (node meta `shape` and `dtype`, as fuselage.export writes them); node meta
+// `onnx` / `onnx_node` keep each node's ONNX op and node name.
+//
+// Bad input — a malformed or truncated file, an op or domain fuselage does not read, an
+// opset outside [kOnnxMinOpset, kOnnxMaxOpset], external data, an attribute value the
+// mapping cannot express — is an error status naming the node (or initializer, or graph
+// input) and what was expected. Nothing aborts.
+#ifndef FUSELAGE_ONNX_ONNX_READER_H_
+#define FUSELAGE_ONNX_ONNX_READER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/graph_module.h"
+#include "graph/model.pb.h"
+#include "onnx/onnx_subset.pb.h"
+
+namespace fuselage {
+
+// The default domain's opsets the reader reads (the Python importer's OPSETS).
+inline constexpr int kOnnxMinOpset = 13;
+inline constexpr int kOnnxMaxOpset = 18;
+
+// True for a path ending in ".onnx": the CLI reads such a file with LoadOnnxModel.
+bool IsOnnxPath(absl::string_view path);
+
+// The fuselage model (graph/model.proto) of a parsed ONNX model: what fuselage.from_onnx
+// and fuselage.export write for it. Every tensor's bytes are copied in.
+absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onnx);
+
+// The GraphModule of an ONNX model's bytes (`shown` names it in errors), loaded and verified
+// as a model file is (graph/serialization.h's ModelFromProto).
+absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view bytes,
+                                                            absl::string_view shown = "model");
+
+// The GraphModule of the ONNX file at `path`.
+absl::StatusOr<std::unique_ptr<GraphModule>> LoadOnnxModel(const std::string& path);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_ONNX_ONNX_READER_H_
