@@ -2,7 +2,11 @@
 against the float model, side by side.
 
     PYTHONPATH=python $(bash tools/pytorch2_env.sh | tail -n 1) bench/pt2e_vs_torchao.py \
-        [--models mobilenet_v2,resnet18]
+        [--models mobilenet_v2,resnet18] [--synthetic 1000,10000]
+
+With --synthetic, the synthetic networks of bench/synthetic_network.h (written by
+bazel-bin/bench/write_synthetic: build it first) instead, exported at 1x8x8x8: prepare +
+convert on both sides and the SQNR (item 8's 10^3 / 10^4-node figures).
 
 Per model (torchvision, weights=None, randomized batch norms, one calibration batch of
 4x3x64x64, seed 0): torch.export, then fuselage.pt2e.prepare_pt2e / convert_pt2e ("x86")
@@ -28,6 +32,7 @@ import torchvision
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
 from conftest import one_relu_per_call, randomize_batch_norm  # noqa: E402
 
+import fuselage  # noqa: E402
 import fuselage.pt2e  # noqa: E402
 
 MODELS = "mobilenet_v2,mobilenet_v3_large,efficientnet_b0,convnext_tiny,resnet18,resnet50"
@@ -92,10 +97,34 @@ def lowering(reference, x, torchao_too):
     return f"{ours_s:.3f}", f"{theirs_s:.2f}", same
 
 
+def synthetic(sizes):
+    import subprocess
+    import tempfile
+    writer = os.path.join(os.path.dirname(__file__), "..", "bazel-bin", "bench", "write_synthetic")
+    print("| nodes | fuselage SQNR | torchao SQNR | fuselage s | torchao s | ratio |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for size in sizes.split(","):
+        with tempfile.TemporaryDirectory() as workdir:
+            path = os.path.join(workdir, f"synthetic_{size}.fsl")
+            subprocess.run([writer, size, path], check=True, capture_output=True)
+            model = fuselage.to_torch(path)
+        x = torch.randn(1, 8, 8, 8)
+        with torch.no_grad():
+            want = model(x)
+            ours, ours_s = fuselage_flow(torch.export.export(model, (x,)).module(), x)
+            theirs, theirs_s = torchao_flow(torch.export.export(model, (x,)).module(), x)
+            print(f"| {size} | {sqnr(want, first(ours(x))):.2f} | "
+                  f"{sqnr(want, first(theirs(x))):.2f} | {ours_s:.2f} | {theirs_s:.2f} | "
+                  f"{theirs_s / ours_s:.1f}x |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=MODELS)
+    parser.add_argument("--synthetic", help="synthetic network sizes in nodes, comma-separated")
     args = parser.parse_args()
+    if args.synthetic:
+        return synthetic(args.synthetic)
     print("| model | fuselage SQNR | torchao SQNR | fuselage s | torchao s "
           "| lowering: fuselage s | torchao s | same onednn ops |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")

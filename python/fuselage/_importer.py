@@ -10,6 +10,7 @@ The result is in eval mode. Node meta the file carries is kept in node.meta["fus
 """
 
 import copy
+import warnings
 
 import torch
 import torch.fx
@@ -167,11 +168,39 @@ class TreeKeepingGraphModule(torch.fx.GraphModule):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         _packed.load_packed_weights(self, state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        inline = _inline_activation_qparams(self)
+        if inline is not None:
+            # PyTorch's converted model keeps these as buffers, so its state dict carries
+            # them; here the weights would arrive without the scales calibrated with them.
+            warnings.warn(
+                f"load_state_dict: node '{inline}' (and any other quantize or quantized op "
+                "of this converted model) holds its activation scale and zero point inline "
+                "in the graph, not in the state dict: they stay this model's. Load into a "
+                "model converted from the same calibration, or save and load the whole "
+                "model (torch.save).", UserWarning, stacklevel=3)
 
     def __reduce__(self):
         rebuild, args = super().__reduce__()
         body = {k: v for k, v in self.__dict__.items() if k != "_graph"}
         return (_rebuild_keeping_tree, (rebuild, args, body))
+
+
+def _inline_activation_qparams(gm):
+    """The name of the first node of `gm` whose activation quantization parameters are
+    inline numbers (fuselage's converted form, graph/NAMING.md): a quantize_per_tensor
+    with a number for its scale, or a torch.ops.quantized op with an output scale; None
+    if there is none."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is torch.quantize_per_tensor and len(node.args) > 1 and \
+                isinstance(node.args[1], (int, float)):
+            return node.name
+        if str(node.target).startswith("quantized.") and (
+                "output_scale" in node.kwargs or
+                any(isinstance(a, float) for a in node.args[1:])):
+            return node.name
+    return None
 
 
 def _keep_modules_and_buffers(gm, modules, buffers):
