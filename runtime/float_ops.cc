@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -20,6 +22,7 @@
 #include "graph/check.h"
 #include "graph/parallel_for.h"
 #include "graph/status_macros.h"
+#include "runtime/onednn/onednn.h"
 
 namespace fuselage {
 namespace {
@@ -906,13 +909,22 @@ absl::StatusOr<Tensor> SoftmaxImpl(const Tensor& x, int64_t dim, bool log) {
   RETURN_IF_ERROR(ForEachLine(out, dim, [log](float* p, int64_t n, int64_t stride) {
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t i = 0; i < n; ++i) max = std::max(max, p[i * stride]);
+    // One exp per element, in float as PyTorch's kernel: softmax keeps exp(x - max) in
+    // place and scales it; only the sum is accumulated in double.
     double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(p[i * stride]) - max);
-    const double log_sum = std::log(sum);
-    for (int64_t i = 0; i < n; ++i) {
-      const double shifted = static_cast<double>(p[i * stride]) - max;
-      p[i * stride] = static_cast<float>(log ? shifted - log_sum : std::exp(shifted) / sum);
+    if (log) {
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(p[i * stride] - max);
+      const float log_sum = static_cast<float>(std::log(sum));
+      for (int64_t i = 0; i < n; ++i) p[i * stride] = (p[i * stride] - max) - log_sum;
+      return;
     }
+    for (int64_t i = 0; i < n; ++i) {
+      const float e = std::exp(p[i * stride] - max);
+      p[i * stride] = e;
+      sum += e;
+    }
+    const float inverse = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) p[i * stride] *= inverse;
   }));
   return out;
 }
@@ -953,12 +965,18 @@ absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b) {
   for (int64_t d : batch) batches *= d;
   const std::vector<int64_t> stride_a = BroadcastStrides(batch_a, batch.size());
   const std::vector<int64_t> stride_b = BroadcastStrides(batch_b, batch.size());
+  if (out.numel() == 0) return out;
+  float* po = out.mutable_data<float>();
+  if (K == 0) return out;  // an empty sum: zeros
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
-  float* po = out.mutable_data<float>();
-  std::vector<double> row(N);
+  // Neither operand broadcast: one batched primitive over all matrices; else one call per
+  // output matrix with its operands' own batch offsets.
+  if (batch_a == batch && batch_b == batch) {
+    RETURN_IF_ERROR(onednn::BatchedMatMul("matmul", batches, M, K, N, pa, pb, po));
+    return out;
+  }
   for (int64_t i = 0; i < batches; ++i) {
-    // Batch offsets (in matrices) of both operands for output batch i.
     int64_t ia = 0, ib = 0, rest = i;
     for (size_t d = batch.size(); d-- > 0;) {
       const int64_t at = rest % batch[d];
@@ -966,17 +984,8 @@ absl::StatusOr<Tensor> MatMul(const Tensor& a, const Tensor& b) {
       ia += at * stride_a[d];
       ib += at * stride_b[d];
     }
-    const float* ma = pa + ia * M * K;
-    const float* mb = pb + ib * K * N;
-    float* mo = po + i * M * N;
-    for (int64_t m = 0; m < M; ++m) {
-      std::fill(row.begin(), row.end(), 0.0);
-      for (int64_t k = 0; k < K; ++k) {
-        const double av = ma[m * K + k];
-        for (int64_t n = 0; n < N; ++n) row[n] += av * mb[k * N + n];
-      }
-      for (int64_t n = 0; n < N; ++n) mo[m * N + n] = static_cast<float>(row[n]);
-    }
+    RETURN_IF_ERROR(onednn::BatchedMatMul("matmul", 1, M, K, N, pa + ia * M * K,
+                                          pb + ib * K * N, po + i * M * N));
   }
   return out;
 }
@@ -1135,6 +1144,33 @@ absl::StatusOr<Tensor> ConstantPad(const Tensor& x, absl::Span<const int64_t> pa
 
 // ---- Shape ops ------------------------------------------------------------------------
 
+namespace {
+
+template <typename T>
+void GatherTyped(const char* src, int64_t step, int64_t n, char* dst) {
+  const T* from = reinterpret_cast<const T*>(src);
+  T* to = reinterpret_cast<T*>(dst);
+  for (int64_t j = 0; j < n; ++j) to[j] = from[j * step];
+}
+
+// dst[j] = src[j * step] for n elements of `elem` bytes.
+void GatherRow(const char* src, int64_t step, int64_t n, size_t elem, char* dst) {
+  if (step == 1) {
+    std::memcpy(dst, src, n * elem);
+    return;
+  }
+  switch (elem) {
+    case 1: return GatherTyped<uint8_t>(src, step, n, dst);
+    case 2: return GatherTyped<uint16_t>(src, step, n, dst);
+    case 4: return GatherTyped<uint32_t>(src, step, n, dst);
+    case 8: return GatherTyped<uint64_t>(src, step, n, dst);
+    default:
+      for (int64_t j = 0; j < n; ++j) std::memcpy(dst + j * elem, src + j * step * elem, elem);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> Permute(const Tensor& x, absl::Span<const int64_t> dims) {
   const int64_t rank = x.dim();
   if (static_cast<int64_t>(dims.size()) != rank) {
@@ -1161,14 +1197,19 @@ absl::StatusOr<Tensor> Permute(const Tensor& x, absl::Span<const int64_t> dims) 
     qparams.axis = std::find(order.begin(), order.end(), qparams.axis) - order.begin();
   }
   ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros(x.dtype(), out_shape, std::move(qparams)));
+  if (out.numel() == 0) return out;
+  // Row by row over the output's last dim: a run of the input when that dim keeps its
+  // place (memcpy), else a strided gather typed by element size.
   const size_t elem = DTypeSize(x.dtype());
   const char* src = static_cast<const char*>(x.raw_data());
   char* dst = static_cast<char*>(out.mutable_raw_data());
+  const int64_t row = rank == 0 ? 1 : out_shape[rank - 1];
+  const int64_t step = rank == 0 ? 1 : in_strides[order[rank - 1]];
   std::vector<int64_t> index(rank, 0);
-  int64_t at = 0;  // input offset of the current output element
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    std::copy(src + at * elem, src + (at + 1) * elem, dst + i * elem);
-    for (int64_t d = rank; d-- > 0;) {
+  int64_t at = 0;  // input offset of the current output row's first element
+  for (int64_t i = 0; i < out.numel(); i += row) {
+    GatherRow(src + at * elem, step, row, elem, dst + i * elem);
+    for (int64_t d = rank - 1; d-- > 0;) {
       at += in_strides[order[d]];
       if (++index[d] < out_shape[d]) break;
       at -= in_strides[order[d]] * out_shape[d];

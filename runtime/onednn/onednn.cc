@@ -616,5 +616,32 @@ absl::Status MatMul(absl::string_view op, int64_t m, int64_t k, int64_t n, dt sr
   });
 }
 
+absl::Status BatchedMatMul(absl::string_view op, int64_t batch, int64_t m, int64_t k,
+                           int64_t n, const float* a, const float* b, float* dst) {
+  return Run(op, [&](dnnl::stream& stream) {
+    const std::shared_ptr<const MatMulPlan> plan = MatMulPlanCache::Get().Find(
+        absl::StrCat("batched|", batch, "x", m, "x", k, "x", n, "|threads",
+                     omp_get_max_threads()),
+        [&] {
+          dnnl::primitive_attr attr;
+          attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+          MatMulPlan plan;
+          plan.pd = dnnl::matmul::primitive_desc(
+              dnnl::matmul::desc(PlainDesc({batch, m, k}, dt::f32),
+                                 PlainDesc({batch, k, n}, dt::f32),
+                                 PlainDesc({batch, m, n}, dt::f32)),
+              attr, CpuEngine());
+          plan.primitive = dnnl::matmul(plan.pd);
+          return plan;
+        });
+    ExecuteWithScratchpad(
+        plan->primitive, plan->pd.scratchpad_desc(), stream,
+        {{DNNL_ARG_SRC, dnnl::memory(plan->pd.src_desc(), CpuEngine(), const_cast<float*>(a))},
+         {DNNL_ARG_WEIGHTS,
+          dnnl::memory(plan->pd.weights_desc(), CpuEngine(), const_cast<float*>(b))},
+         {DNNL_ARG_DST, dnnl::memory(plan->pd.dst_desc(), CpuEngine(), dst)}});
+  });
+}
+
 }  // namespace onednn
 }  // namespace fuselage

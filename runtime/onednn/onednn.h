@@ -158,6 +158,12 @@ absl::Status MatMul(absl::string_view op, int64_t m, int64_t k, int64_t n,
                     const Int8Output* int8_output = nullptr,
                     const Tensor* weights_owner = nullptr);
 
+// dst[B, M, N] = a[B, M, K] x b[B, K, N] in f32 over plain row-major buffers: matmul / bmm
+// of two activations (neither a constant worth packing). The primitive is kept per
+// (B, M, K, N, thread count) as MatMul's. B, M, K, N > 0.
+absl::Status BatchedMatMul(absl::string_view op, int64_t batch, int64_t m, int64_t k,
+                           int64_t n, const float* a, const float* b, float* dst);
+
 // How many matmul primitives are kept now (one per distinct key; for tests).
 size_t CachedMatMulPlanCount();
 

@@ -429,6 +429,66 @@ TEST(MatMulTest, VectorOperandsLoseTheirDim) {
               HasSubstr("cannot be multiplied"));
 }
 
+TEST(MatMulTest, BatchesBroadcastAsPyTorchsMatmul) {
+  // a [2, 1, 2, 3] @ b [3, 3, 2] -> [2, 3, 2, 2]: a's matrix i pairs with b's matrix j for
+  // output batch (i, j). Small integers, so every product and sum is exact in float.
+  const std::vector<float> av = Iota(12, -5), bv = Iota(18, -9);
+  auto y = MatMul(Tensor::FromFloats({2, 1, 2, 3}, av), Tensor::FromFloats({3, 3, 2}, bv));
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{2, 3, 2, 2}));
+  std::vector<float> expected;
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int m = 0; m < 2; ++m) {
+        for (int n = 0; n < 2; ++n) {
+          float sum = 0;
+          for (int k = 0; k < 3; ++k) sum += av[i * 6 + m * 3 + k] * bv[j * 6 + k * 2 + n];
+          expected.push_back(sum);
+        }
+      }
+    }
+  }
+  EXPECT_THAT(Floats(*y), ElementsAreArray(expected));
+  // The same batch on both sides (one batched product): [2, 2, 3] @ [2, 3, 2].
+  auto z = MatMul(Tensor::FromFloats({2, 2, 3}, av), Tensor::FromFloats({2, 3, 2}, Iota(12)));
+  ASSERT_TRUE(z.ok()) << z.status();
+  // Batch 1, row 0 = [1, 2, 3] times [[6, 7], [8, 9], [10, 11]] = [52, 58].
+  const std::vector<float> zv = Floats(*z);
+  EXPECT_THAT(std::vector<float>(zv.begin() + 4, zv.begin() + 6), ElementsAre(52, 58));
+}
+
+TEST(ShapeOpsTest, PermuteOfThreeDimsMovesEachElement) {
+  // y = x.permute(2, 0, 1) for x [2, 3, 4]: y[k, i, j] = x[i, j, k] = 12 i + 4 j + k.
+  auto y = Permute(Tensor::FromFloats({2, 3, 4}, Iota(24)), {2, 0, 1});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{4, 2, 3}));
+  std::vector<float> expected;
+  for (int k = 0; k < 4; ++k) {
+    for (int i = 0; i < 2; ++i) {
+      for (int j = 0; j < 3; ++j) expected.push_back(12 * i + 4 * j + k);
+    }
+  }
+  EXPECT_THAT(Floats(*y), ElementsAreArray(expected));
+  // The last dim kept in place (rows copied whole): x.permute(1, 0, 2).
+  auto w = Permute(Tensor::FromFloats({2, 3, 4}, Iota(24)), {1, 0, 2});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::vector<float> wv = Floats(*w);
+  EXPECT_THAT(std::vector<float>(wv.begin() + 4, wv.begin() + 8),
+              ElementsAre(12, 13, 14, 15));  // w[0, 1, :] = x[1, 0, :]
+}
+
+TEST(SoftmaxTest, RowsSumToOneAndLogSoftmaxIsTheirLog) {
+  // softmax([0, ln 3]) = [1/4, 3/4]; log_softmax the logs of those.
+  Tensor x = Tensor::FromFloats({1, 2}, {0.0f, std::log(3.0f)});
+  auto y = Softmax(x, 1);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_THAT(Floats(*y), Pointwise(FloatNear(1e-7), std::vector<float>{0.25f, 0.75f}));
+  auto l = LogSoftmax(x, -1);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_THAT(Floats(*l),
+              Pointwise(FloatNear(1e-6), std::vector<float>{std::log(0.25f), std::log(0.75f)}));
+}
+
 TEST(ShapeOpsTest, PermuteMovesThePerChannelAxis) {
   // [2, 3] per-channel on axis 1 (3 scales), transposed to [3, 2]: the axis becomes 0.
   auto x = Tensor::Zeros(DType::kQUInt8, {2, 3},
