@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   bazel-bootstrap bazel-platforms bazel-skylib
   libabsl-dev libprotobuf-dev protobuf-compiler
-  libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev libdnnl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev libdnnl-dev libsleef-dev
   g++ clang-14 libclang-rt-14-dev libomp-14-dev
   python3-torch python3-torchvision python3-protobuf python3-numpy python3-pytest
   python3-dev libcli11-dev

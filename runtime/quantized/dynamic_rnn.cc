@@ -132,6 +132,7 @@ absl::Status RunDirection(const RnnConfig& c, const CellWeights& w, const Tensor
   const int64_t hidden = c.hidden_size, g = c.gates * hidden;
   ASSIGN_OR_RETURN(Tensor ih, Linear(c, input, *w.w_ih, w.b_ih, engine));
   const float* ih_data = ih.data<float>();
+  std::vector<float> scratch((c.gates + 1) * hidden);
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t t = reverse ? steps - 1 - s : s;
     const Tensor h_tensor = Tensor::FromFloats({batch, hidden}, h);
@@ -143,9 +144,10 @@ absl::Status RunDirection(const RnnConfig& c, const CellWeights& w, const Tensor
       float* hb = h.data() + b * hidden;
       float* ob = out + (t * batch + b) * out_stride;
       if (c.lstm) {
-        quantized::LstmCellRow(gh, gi, hidden, cell.data() + b * hidden, hb, ob);
+        quantized::LstmCellRow(gh, gi, hidden, cell.data() + b * hidden, hb, ob,
+                               scratch.data());
       } else {
-        quantized::GruCellRow(gh, gi, hidden, hb, ob);
+        quantized::GruCellRow(gh, gi, hidden, hb, ob, scratch.data());
       }
     }
   }

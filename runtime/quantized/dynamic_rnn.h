@@ -19,8 +19,9 @@
 // reduce_range true, as nnqd's cell parameters (version 2) pass it; a module of dtype
 // torch.float16 multiplies in float32 with its weights rounded to float16
 // (Float16DynamicLinear). Every float step is rounded on its own, in PyTorch's order;
-// sigmoid and tanh are branch-free polynomials (kernel_loops.h: LstmCellRow, GruCellRow)
-// within 2 ulp, as PyTorch's vectorized ones are within 1.
+// sigmoid and tanh are ATen's own (aten_math.h: Sleef's), so the outputs are PyTorch's
+// bit for bit where PyTorch is built without MKL; with MKL its tanh differs in the last
+// bit for about 1 % of values.
 //
 // Module: tensors weight_ih_l{k}[_reverse] and weight_hh_l{k}[_reverse] (qint8 [G*H, in]
 // and [G*H, H], G = 4 for LSTM, 3 for GRU; float32 when dtype is float16), and, if `bias`,

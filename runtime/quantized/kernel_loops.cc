@@ -2,7 +2,7 @@
 // remainder (and gathers); these loops are worth its full model. Set for the whole file,
 // before any include, so that the inline functions the loops call share the setting and
 // stay inlinable. Clang vectorizes them by default. no-trapping-math lets GCC compute both
-// sides of a select (if-conversion: TanhPoly's two ranges) in vector lanes; it changes no
+// sides of a select (if-conversion) in vector lanes; it changes no
 // value, only whether floating-point exception flags may be raised by the unused side.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 
+#include "runtime/quantized/aten_math.h"
 #include "runtime/quantized/quant_math.h"
 
 namespace fuselage {
@@ -85,74 +86,47 @@ void DynamicLinearOutput(const int32_t* __restrict acc, int64_t rows, int64_t co
   }
 }
 
-// exp(x), branch-free (Cephes' expf): x = n ln2 + r, exp(r) by its polynomial, times 2^n
-// built in the exponent bits. x is clamped to [-87, 88], where 2^n stays a normal float
-// (an RNN's gates do not care about the values beyond); NaN stays NaN.
-inline float ExpPoly(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  const float t = x * 1.44269504088896341f;
-  float n = (t + 12582912.0f) - 12582912.0f;  // rounded to nearest (|t| < 2^22)
-  n = std::isnan(n) ? 0.0f : n;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  const float z = r * r;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * z + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) * (1 << 23);
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
-}
-
-inline float SigmoidPoly(float v) { return 1.0f / (1.0f + ExpPoly(-v)); }
-
-// tanh(x), branch-free (Cephes' tanhf): an odd polynomial below |x| = 0.625, else
-// 1 - 2 / (exp(2|x|) + 1) with x's sign.
-inline float TanhPoly(float x) {
-  const float a = std::abs(x);
-  const float z = x * x;
-  float p = -5.70498872745e-3f;
-  p = p * z + 2.06390887954e-2f;
-  p = p * z - 5.37397155531e-2f;
-  p = p * z + 1.33314422036e-1f;
-  p = p * z - 3.33332819422e-1f;
-  const float small = p * z * x + x;
-  const float large = std::copysign(1.0f - 2.0f / (ExpPoly(2.0f * a) + 1.0f), x);
-  return a < 0.625f ? small : large;
-}
-
 FUSELAGE_CLONES
 void LstmCellRow(const float* __restrict gh, const float* __restrict gi, int64_t hidden,
-                 float* __restrict c, float* __restrict h, float* __restrict out) {
+                 float* __restrict c, float* __restrict h, float* __restrict out,
+                 float* __restrict scratch) {
+  float* __restrict gates = scratch;
+  for (int64_t j = 0; j < 4 * hidden; ++j) gates[j] = gh[j] + gi[j];
+  SigmoidAsATen(gates, hidden);
+  SigmoidAsATen(gates + hidden, hidden);
+  TanhAsATen(gates + 2 * hidden, hidden);
+  SigmoidAsATen(gates + 3 * hidden, hidden);
+  float* __restrict tanh_c = scratch + 4 * hidden;
   for (int64_t j = 0; j < hidden; ++j) {
-    const float in_gate = SigmoidPoly(gh[j] + gi[j]);
-    const float forget_gate = SigmoidPoly(gh[hidden + j] + gi[hidden + j]);
-    const float cell_gate = TanhPoly(gh[2 * hidden + j] + gi[2 * hidden + j]);
-    const float out_gate = SigmoidPoly(gh[3 * hidden + j] + gi[3 * hidden + j]);
-    const float kept = forget_gate * c[j];
-    const float added = in_gate * cell_gate;
+    const float kept = gates[hidden + j] * c[j];
+    const float added = gates[j] * gates[2 * hidden + j];
     c[j] = kept + added;
-    h[j] = out_gate * TanhPoly(c[j]);
+    tanh_c[j] = c[j];
+  }
+  TanhAsATen(tanh_c, hidden);
+  for (int64_t j = 0; j < hidden; ++j) {
+    h[j] = gates[3 * hidden + j] * tanh_c[j];
     out[j] = h[j];
   }
 }
 
 FUSELAGE_CLONES
 void GruCellRow(const float* __restrict gh, const float* __restrict gi, int64_t hidden,
-                float* __restrict h, float* __restrict out) {
+                float* __restrict h, float* __restrict out, float* __restrict scratch) {
+  float* __restrict gates = scratch;  // r, z, then n
+  for (int64_t j = 0; j < 2 * hidden; ++j) gates[j] = gh[j] + gi[j];
+  SigmoidAsATen(gates, hidden);
+  SigmoidAsATen(gates + hidden, hidden);
+  float* __restrict new_gate = gates + 2 * hidden;
   for (int64_t j = 0; j < hidden; ++j) {
-    const float reset_gate = SigmoidPoly(gh[j] + gi[j]);
-    const float update_gate = SigmoidPoly(gh[hidden + j] + gi[hidden + j]);
-    const float scaled = gh[2 * hidden + j] * reset_gate;
-    const float new_gate = TanhPoly(gi[2 * hidden + j] + scaled);
-    const float diff = h[j] - new_gate;
-    const float mixed = diff * update_gate;
-    h[j] = mixed + new_gate;
+    const float scaled = gh[2 * hidden + j] * gates[j];
+    new_gate[j] = gi[2 * hidden + j] + scaled;
+  }
+  TanhAsATen(new_gate, hidden);
+  for (int64_t j = 0; j < hidden; ++j) {
+    const float diff = h[j] - new_gate[j];
+    const float mixed = diff * gates[hidden + j];
+    h[j] = mixed + new_gate[j];
     out[j] = h[j];
   }
 }

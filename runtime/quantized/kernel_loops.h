@@ -36,14 +36,14 @@ void DynamicLinearOutput(const int32_t* acc, int64_t rows, int64_t cols, const i
 
 // One step of a recurrent cell for one batch row, from the hidden and input projections
 // gh, gi ([G * hidden] each, gates in PyTorch's order), each float step rounded on its own
-// in PyTorch's order (runtime/quantized/dynamic_rnn.h) but with exp and tanh computed by
-// branch-free polynomials (Cephes' expf and tanhf: within 2 ulp of the exact values, as
-// PyTorch's own vectorized sigmoid and tanh are within 1) so that the row vectorizes.
+// in PyTorch's order and sigmoid / tanh as ATen's (aten_math.h), so that the row is
+// PyTorch's bit for bit. `scratch` holds [(G + 1) * hidden] floats.
 //   LSTM (G = 4: i, f, g, o): c = f * c + i * g; h = o * tanh(c); out = h.
 //   GRU (G = 3: r, z, n): n = tanh(gi_n + gh_n * r); h = (h - n) * z + n; out = h.
 void LstmCellRow(const float* gh, const float* gi, int64_t hidden, float* c, float* h,
-                 float* out);
-void GruCellRow(const float* gh, const float* gi, int64_t hidden, float* h, float* out);
+                 float* out, float* scratch);
+void GruCellRow(const float* gh, const float* gi, int64_t hidden, float* h, float* out,
+                float* scratch);
 
 // The smallest and largest of in[0..n) with NaNs skipped; (+inf, -inf) when there is none.
 void MinMaxFloats(const float* in, int64_t n, float* min_out, float* max_out);

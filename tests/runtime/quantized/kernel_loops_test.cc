@@ -10,6 +10,11 @@
 
 #include "gtest/gtest.h"
 
+extern "C" {  // Debian's libsleef-dev: the scalar FMA builds
+float Sleef_expf1_u10purecfma(float x);
+float Sleef_tanhf1_u10purecfma(float x);
+}
+
 namespace fuselage {
 namespace quantized {
 namespace {
@@ -68,57 +73,58 @@ TEST(KernelLoopsTest, AddGivesTheTablesBytesForEveryPairOfBytes) {
   }
 }
 
-// The cells' polynomial sigmoid and tanh against libm's, over gate values from -100 to 100
-// (both ranges of TanhPoly, the clamp of ExpPoly), within a few ulp (PyTorch's vectorized
-// sigmoid and tanh are within 1 ulp of the exact values, so two implementations can differ
-// by about 2e-7 relative; 1e-6 of the terms bounds ours).
-TEST(RecurrentCellRowTest, LstmAndGruMatchTheLibmFormulas) {
-  std::vector<float> values;
-  for (int i = -20000; i <= 20000; ++i) values.push_back(static_cast<float>(i) * 0.005f);
-  for (float v : {-100.0f, -60.0f, -0.625f, -0.6249f, 0.6249f, 0.625f, 60.0f, 100.0f, 0.0f}) {
-    values.push_back(v);
+// The cells against ATen's formulas written out per element with Sleef's scalar FMA
+// functions (a separate build of the same algorithms from the vector ones the cells call):
+// bit for bit, over gate values from -100 to 100. 50 gates per row: whole vector blocks
+// (Sleef's exp) and a tail (libm's) in each sigmoid.
+TEST(RecurrentCellRowTest, LstmAndGruAreATensFormulasBitForBit) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    GTEST_SKIP() << "the FMA variants of Sleef need AVX2 and FMA";
   }
-  const int64_t hidden = static_cast<int64_t>(values.size());
-  auto sigmoid = [](float v) { return 1.0f / (1.0f + std::exp(-v)); };
-  // LSTM: gates i, f, g, o all from `values` (shifted per gate), cell state 0.5.
-  std::vector<float> gh(4 * hidden), gi(4 * hidden, 0.0f);
-  for (int64_t g = 0; g < 4; ++g) {
-    for (int64_t j = 0; j < hidden; ++j) gh[g * hidden + j] = values[(j + 7 * g) % hidden];
-  }
-  std::vector<float> c(hidden, 0.5f), h(hidden), out(hidden);
-  LstmCellRow(gh.data(), gi.data(), hidden, c.data(), h.data(), out.data());
-  for (int64_t j = 0; j < hidden; ++j) {
-    const float in_gate = sigmoid(gh[j]), forget_gate = sigmoid(gh[hidden + j]);
-    const float cell_gate = std::tanh(gh[2 * hidden + j]);
-    const float out_gate = sigmoid(gh[3 * hidden + j]);
-    const float kept = forget_gate * 0.5f;
-    const float added = in_gate * cell_gate;
-    const float want_c = kept + added;
-    const float want_h = out_gate * std::tanh(want_c);
-    // Relative to the terms: c = kept + added may cancel.
-    const float c_tolerance = 1e-6f * (std::abs(kept) + std::abs(added)) + 1e-30f;
-    ASSERT_LE(std::abs(c[j] - want_c), c_tolerance)
-        << "gate value " << gh[j] << ": c " << c[j] << " vs " << want_c;
-    ASSERT_LE(std::abs(h[j] - want_h), 2e-6f * std::abs(want_h) + c_tolerance)
-        << "h " << h[j] << " vs " << want_h;
-    ASSERT_EQ(out[j], h[j]);
-  }
-  // GRU: tanh over the whole range through the new gate (reset gate ~1: gh_r large).
-  std::vector<float> gru_gh(3 * hidden, 0.0f), gru_gi(3 * hidden, 0.0f);
-  for (int64_t j = 0; j < hidden; ++j) {
-    gru_gh[j] = 100.0f;               // r = 1
-    gru_gh[hidden + j] = values[j];   // z over the range
-    gru_gi[2 * hidden + j] = values[(j + 11) % hidden];
-  }
-  std::vector<float> gru_h(hidden, 0.0f);
-  GruCellRow(gru_gh.data(), gru_gi.data(), hidden, gru_h.data(), out.data());
-  for (int64_t j = 0; j < hidden; ++j) {
-    const float new_gate = std::tanh(gru_gi[2 * hidden + j] + 0.0f * sigmoid(100.0f));
-    const float update_gate = sigmoid(values[j]);
-    const float want = (0.0f - new_gate) * update_gate + new_gate;
-    ASSERT_TRUE(std::abs(gru_h[j] - want) <= 2e-6f * std::abs(new_gate) + 1e-30f)
-        << "x " << gru_gi[2 * hidden + j] << ", z " << values[j] << ": " << gru_h[j] << " vs "
-        << want;
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const int64_t hidden = 50, vector_end = hidden - hidden % (avx512 ? 32 : 16);
+  auto sigmoid = [&](float v, int64_t j) {
+    return j < vector_end ? 1.0f / (Sleef_expf1_u10purecfma(-v) + 1.0f)
+                          : 1.0f / (1.0f + std::exp(-v));
+  };
+  auto tanh = [](float v) { return Sleef_tanhf1_u10purecfma(v); };
+  for (int round = 0; round < 200; ++round) {
+    std::vector<float> gh(4 * hidden), gi(4 * hidden), c(hidden);
+    for (int64_t k = 0; k < 4 * hidden; ++k) {
+      gh[k] = static_cast<float>((round * 4 * hidden + k) % 4001 - 2000) * 0.05f;
+      gi[k] = static_cast<float>((k * 37 + round) % 101) * 0.0137f;
+    }
+    for (int64_t j = 0; j < hidden; ++j) c[j] = static_cast<float>(j % 9) * 0.3f - 1.2f;
+    std::vector<float> want_c(hidden), want_h(hidden);
+    for (int64_t j = 0; j < hidden; ++j) {
+      const float in_gate = sigmoid(gh[j] + gi[j], j);
+      const float forget_gate = sigmoid(gh[hidden + j] + gi[hidden + j], j);
+      const float cell_gate = tanh(gh[2 * hidden + j] + gi[2 * hidden + j]);
+      const float out_gate = sigmoid(gh[3 * hidden + j] + gi[3 * hidden + j], j);
+      const float kept = forget_gate * c[j];
+      const float added = in_gate * cell_gate;
+      want_c[j] = kept + added;
+      want_h[j] = out_gate * tanh(want_c[j]);
+    }
+    std::vector<float> h(hidden), out(hidden), scratch(5 * hidden);
+    LstmCellRow(gh.data(), gi.data(), hidden, c.data(), h.data(), out.data(), scratch.data());
+    ASSERT_EQ(c, want_c) << "round " << round;
+    ASSERT_EQ(h, want_h) << "round " << round;
+    ASSERT_EQ(out, h);
+    // GRU over the first 3 * hidden of the same values, h starting at c.
+    std::vector<float> gru_h(want_c), want(hidden);
+    for (int64_t j = 0; j < hidden; ++j) {
+      const float reset_gate = sigmoid(gh[j] + gi[j], j);
+      const float update_gate = sigmoid(gh[hidden + j] + gi[hidden + j], j);
+      const float scaled = gh[2 * hidden + j] * reset_gate;
+      const float new_gate = tanh(gi[2 * hidden + j] + scaled);
+      const float diff = gru_h[j] - new_gate;
+      const float mixed = diff * update_gate;
+      want[j] = mixed + new_gate;
+    }
+    GruCellRow(gh.data(), gi.data(), hidden, gru_h.data(), out.data(), scratch.data());
+    ASSERT_EQ(gru_h, want) << "round " << round;
   }
 }
 
