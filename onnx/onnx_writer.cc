@@ -748,8 +748,9 @@ absl::StatusOr<std::string> Emitter::BatchNorm(const Node& node, const Module& m
                                                const std::string& base) {
   const std::string x = F(input, base);
   std::vector<std::string> inputs = {x};
-  ASSIGN_OR_RETURN(const Tensor* mean, m.GetTensor("running_mean"));
-  const int64_t c = mean->numel();
+  auto mean = m.GetTensor("running_mean");
+  if (!mean.ok()) return Error(node, mean.status().message());
+  const int64_t c = (*mean)->numel();
   for (const char* what : {"weight", "bias", "running_mean", "running_var"}) {
     const Tensor* t = m.FindTensor(what);
     Array a;
