@@ -340,6 +340,9 @@ absl::StatusOr<absl::flat_hash_map<const Node*, Seen>> Record(const GraphModule&
   }
   absl::flat_hash_map<const Node*, Seen> seen;
   RunOptions options;
+  // One forward on zeros, whose values do not depend on the thread count: one thread, so
+  // a save never takes the cores (OpenMP's idle threads spin on a shared machine).
+  options.threads = 1;
   options.observer = [&seen](const Node& node, const Value& value) -> absl::Status {
     Seen s;
     if (value.is_tensor()) {
