@@ -271,8 +271,6 @@ class OnnxGraph {
     return Dequantize(value, base + "_dq");
   }
 
-  NodeProto* NewDetachedNode() { return &storage_.emplace_back(); }
-
  private:
   static void SetAttribute(AttributeProto* a, const Attr& attr) {
     a->set_name(attr.name);
@@ -371,11 +369,6 @@ absl::StatusOr<absl::flat_hash_map<const Node*, Seen>> Record(const GraphModule&
 }
 
 // ---- the walk (Python's _export.Emitter and the emitters of _ops) ------------------------
-
-std::vector<int64_t> Tuple(const std::vector<int64_t>& v, size_t n) {
-  if (v.size() == 1 && n != 1) return std::vector<int64_t>(n, v[0]);
-  return v;
-}
 
 // What an emitter gives: a float ONNX tensor it computed (quantized afterwards if the
 // node's result was), or a value it passes on as it is.
@@ -916,7 +909,8 @@ absl::StatusOr<Emitted> Emitter::CallModule(const Node& node, const std::string&
       const std::string base = i + 1 == children.size() ? name : absl::StrCat(name, "_", i);
       ASSIGN_OR_RETURN(Emitted part, CallModule(node, base, *children[i].second, {value}));
       value = part.tensor ? Operand::Float(*part.tensor, {}) : part.value;
-      value.shape = input.shape;  // a fused module's parts keep rank; shapes they read are ranks
+      // The parts after the first (bn, relu) read only ranks, which they keep.
+      value.shape = input.shape;
     }
     return Emitted::Tensor(value.name);
   }
