@@ -33,6 +33,36 @@ from conftest import randomize_batch_norm  # noqa: E402
 
 SHAPE = (1, 3, 64, 64)
 
+# qnnpack plus conv-add-relu fused into one two-input module (nniq.ConvAddReLU2d once
+# quantized: both inputs quantized), over the ONNX import's ops (its batch norms are folded
+# into the convs by torch.onnx.export): backend_configs/examples/conv_bn_add_relu.textproto
+# without the batch norm.
+CONV_ADD_RELU_CONFIG = """
+base: "qnnpack"
+name: "qnnpack_conv_add_relu"
+pattern {
+  name: "conv_add_relu"
+  pattern: "(ReLU, (add, Conv2d, MatchAllNode))"
+  fuser: WRAP_IN_SEQUENCE
+  fused_module: "ConvAddReLU2d"
+  root: "0.0"
+  extra_input: "0.1"
+  dtype_config {
+    input { dtype: "quint8" } output { dtype: "quint8" } weight { dtype: "qint8" }
+    bias: "float32"
+  }
+}
+pattern {
+  pattern: "nni.ConvAddReLU2d"
+  root_module: "Conv2d"
+  reference_quantized_module: "Conv2d"
+  dtype_config {
+    input { dtype: "quint8" } output { dtype: "quint8" } weight { dtype: "qint8" }
+    bias: "float32"
+  }
+}
+"""
+
 
 def fuselage_cli(cli, *args):
     done = subprocess.run([cli, *args], capture_output=True, text=True, timeout=600)
@@ -82,7 +112,7 @@ def assert_same_model(cpp_path, python_path):
     return cpp
 
 
-@pytest.mark.parametrize("form", ["float", "reference", "lowered"])
+@pytest.mark.parametrize("form", ["float", "reference", "lowered", "conv_add_relu"])
 def test_cpp_writer_writes_the_python_writers_model(cli, exported, form, tmp_path):
     path, python_model = exported
     cpp_onnx, python_onnx = str(tmp_path / "cpp.onnx"), str(tmp_path / "python.onnx")
@@ -95,6 +125,10 @@ def test_cpp_writer_writes_the_python_writers_model(cli, exported, form, tmp_pat
         quantized = str(tmp_path / "quantized.fsl")
         flags = ["--backend=fbgemm", "--samples=2", "--threads=1", "--quiet"]
         flags += ["--reference"] if form == "reference" else []
+        if form == "conv_add_relu":
+            config = tmp_path / "conv_add_relu.textproto"
+            config.write_text(CONV_ADD_RELU_CONFIG)
+            flags[0:1] = ["--backend=qnnpack", f"--config={config}"]
         fuselage_cli(cli, "quantize", path, *flags, "-o", quantized)
         fuselage_cli(cli, "quantize", path, *flags, "-o", cpp_onnx)
         fuselage.to_onnx(quantized, python_onnx)
@@ -102,6 +136,12 @@ def test_cpp_writer_writes_the_python_writers_model(cli, exported, form, tmp_pat
     ops = collections.Counter(n.op_type for n in model.graph.node)
     assert ops["Conv"] > 0
     assert (ops["QuantizeLinear"] > 0) == (form != "float")
+    if form == "conv_add_relu" and "resnet" in path:
+        # Each residual add reads two DequantizeLinear nodes: both inputs quantized.
+        producer = {o: n for n in model.graph.node for o in n.output}
+        adds = [n for n in model.graph.node if n.op_type == "Add"]
+        assert len(adds) == 8
+        assert all(producer[i].op_type == "DequantizeLinear" for n in adds for i in n.input)
 
 
 def float_groups(model):
