@@ -1,7 +1,16 @@
-"""Issue 37 item 4: fuselage.onnx.quantize_static against ONNX Runtime's own, side by side.
+"""Issue 37 item 4: fuselage's quantize of an ONNX model against ONNX Runtime's quantize_static.
 
+    bazel build //tools:fuselage
     PYTHONPATH=python $(bash tools/pytorch2_env.sh | tail -n 1) bench/onnx_quantize_vs_ort.py \
         [--model resnet50] [--size 224] [--samples 16]
+
+Three flows: the C++ CLI (`fuselage quantize model.onnx --calibration=s0.npy,... -o
+model.qdq.onnx`, ORT's settings as a qconfig mapping file: MinMax uint8 activations, int8
+symmetric [-127, 127] weights per channel; at one thread: OpenMP's spinning threads on this
+shared machine made every-core runs 5x slower), fuselage.onnx.quantize_static, and
+onnxruntime.quantization.quantize_static. Besides wall time, the CPU seconds each took (this
+process's, which include ORT's threads, or the CLI child's): on a shared machine the fairer
+of the two.
 
 torchvision's model (weights=None, randomized batch-norm statistics) exported to ONNX at
 opset 17, then quantized by both with the same seeded samples and settings (QDQ, uint8
@@ -13,7 +22,9 @@ ONNX Runtime against the float model, and ORT's inference of each at one thread 
 
 import argparse
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,12 +41,48 @@ from onnx_calibration import Reader, sqnr  # noqa: E402
 
 import fuselage.onnx  # noqa: E402
 
+CLI = os.path.join(os.path.dirname(__file__), "..", "bazel-bin", "tools", "fuselage")
+# ORT's quantize_static settings (QDQ, per_channel=True, QUInt8 activations, QInt8 weights,
+# MinMax) as a fuselage qconfig mapping, as fuselage.onnx.quantize_static makes them.
+ORT_LIKE_QCONFIG = """global {
+  activation { kind: "MinMaxObserver" dtype: "quint8" qscheme: "per_tensor_affine"
+               quant_min: 0 quant_max: 255 }
+  weight { kind: "PerChannelMinMaxObserver" dtype: "qint8" qscheme: "per_channel_symmetric"
+           quant_min: -127 quant_max: 127 ch_axis: 0 }
+}
+"""
+
+
+def cli_quantize(tmp, samples, threads):  # threads 0: OpenMP's default
+    """A callable with quantize_static's first two arguments that runs the C++ CLI on
+    `samples` saved as .npy files (saving them is outside the timed call)."""
+    files = []
+    for i, sample in enumerate(samples):
+        files.append(os.path.join(tmp, f"sample{i}.npy"))
+        np.save(files[-1], sample)
+    mapping = os.path.join(tmp, "ort_like.textproto")
+    with open(mapping, "w") as f:
+        f.write(ORT_LIKE_QCONFIG)
+
+    def quantize(model_input, model_output, *unused, **unused_kwargs):
+        subprocess.run([CLI, "quantize", model_input, "--backend=native",
+                        f"--qconfig-mapping={mapping}", "--calibration=" + ",".join(files),
+                        *([f"--threads={threads}"] if threads else []), "--quiet", "-o",
+                        model_output], check=True,
+                       stdout=subprocess.DEVNULL)
+    return quantize
+
 
 def session(path):
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def _children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_timed(path, x):
@@ -71,19 +118,22 @@ def main():
         want, float_s = run_timed(float_path, x)
         print(f"{args.model} {args.size}x{args.size}, {args.samples} samples; ORT float "
               f"inference {float_s * 1e3:.1f} ms")
-        print("| flow | quantize_static s | SQNR (ORT runs it) | ORT int8 inference ms |")
-        print("| --- | --- | --- | --- |")
-        for label, quantize in (("fuselage", fuselage.onnx.quantize_static),
+        print("| flow | quantize wall s | CPU s | SQNR (ORT runs it) | ORT int8 inference ms |")
+        print("| --- | --- | --- | --- | --- |")
+        for label, quantize in (("fuselage CLI (C++), --threads=1", cli_quantize(tmp, samples, 1)),
+                                ("fuselage.onnx (Python)", fuselage.onnx.quantize_static),
                                 ("ONNX Runtime", quantization.quantize_static)):
-            path = os.path.join(tmp, f"{label.split()[0]}.onnx")
+            path = os.path.join(tmp, f"{label.split()[0]}{len(label)}.onnx")
             started = time.perf_counter()
+            cpu_started = time.process_time() + _children_cpu()
             quantize(float_path, path, Reader("x", samples),
                      quant_format=quantization.QuantFormat.QDQ, per_channel=True,
                      activation_type=quantization.QuantType.QUInt8,
                      weight_type=quantization.QuantType.QInt8)
             quantize_s = time.perf_counter() - started
+            cpu_s = time.process_time() + _children_cpu() - cpu_started
             got, int8_s = run_timed(path, x)
-            print(f"| {label} | {quantize_s:.2f} | {sqnr(want, got):.2f} dB | "
+            print(f"| {label} | {quantize_s:.2f} | {cpu_s:.2f} | {sqnr(want, got):.2f} dB | "
                   f"{int8_s * 1e3:.1f} |", flush=True)
 
 

@@ -7,6 +7,7 @@
 #include "tools/cmd_stages.h"
 #include "tools/demo_command.h"
 #include "tools/dot_command.h"
+#include "tools/export_onnx_command.h"
 #include "tools/print_command.h"
 #include "tools/verify_command.h"
 
@@ -26,6 +27,7 @@ std::vector<Command> AllCommands() {
       ConvertCommand(),
       LowerCommand(),
       RunCommand(),
+      ExportOnnxCommand(),
   };
 }
 

@@ -6,6 +6,7 @@
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
 #include "onnx/onnx_reader.h"
+#include "onnx/onnx_writer.h"
 
 namespace fuselage {
 
@@ -25,14 +26,6 @@ absl::StatusOr<StageRun> StageRun::Parse(const Command& command,
                                    flags.output_noun, " to"));
   }
   std::string output = parsed.flags.at("-o");
-  if (IsOnnxPath(output)) {
-    // `fuselage run model.onnx` reads ONNX; a fuselage model saved under that name would not
-    // load back, and writing ONNX QDQ is Python's (fuselage.to_onnx) so far.
-    return UsageError(absl::StrCat(
-        command.name, ": -o ", output, ": writes a fuselage model file (.fsl, .textproto); ",
-        "writing ONNX from the C++ CLI is not implemented yet (`python -m fuselage "
-        "quantize-onnx MODEL.onnx -o OUT.onnx` and fuselage.to_onnx write QDQ ONNX)"));
-  }
   return StageRun(std::move(parsed), std::move(output));
 }
 
@@ -56,7 +49,13 @@ absl::Status StageRun::VerifyAndSave(const CommandContext& context, const GraphM
 
 absl::Status StageRun::Save(const CommandContext& context, const GraphModule& gm) {
   times_.Start();
-  RETURN_IF_ERROR(SaveModel(gm, context.ResolvePath(output_)));
+  // -o x.onnx writes ONNX (QDQ where the model is quantized), as `fuselage run x.onnx`
+  // reads it; anything else a fuselage model file.
+  if (IsOnnxPath(output_)) {
+    RETURN_IF_ERROR(SaveOnnxModel(gm, context.ResolvePath(output_)));
+  } else {
+    RETURN_IF_ERROR(SaveModel(gm, context.ResolvePath(output_)));
+  }
   times_.Stop("save");
   return absl::OkStatus();
 }

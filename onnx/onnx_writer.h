@@ -1,0 +1,52 @@
+// The C++ ONNX writer: a GraphModule written as ONNX for ONNX Runtime, the same model
+// fuselage.to_onnx (python/fuselage/onnx/_export.py) writes for it, node for node and
+// initializer for initializer, with no PyTorch:
+//
+//   a float model           plain ONNX (Conv, BatchNormalization, Gemm, Relu, Add, ...)
+//   a quantized one         QDQ: each quantized op as DequantizeLinear -> float op ->
+//     (reference or           QuantizeLinear with the scale and zero point its result has;
+//     lowered)                weights int8 per output channel (axis 0, opset 13+), biases
+//                             int32 with scale input_scale * weight_scale; activations
+//                             uint8 or int8 as the model's quantized tensors are; every
+//                             graph output dequantized with its own parameters; a fused
+//                             conv-add(-relu) with both inputs quantized
+//
+// ONNX Runtime (graph optimization EXTENDED or above) fuses that into QLinearConv,
+// QLinearAdd, QLinearMul, QGemm, QLinearGlobalAveragePool, ... The opset is 17, the IR
+// version 8 (what every ONNX Runtime since 1.11 reads).
+//
+// The writer runs the model once (runtime/interpreter.h) on zeros of the shapes the
+// placeholders' node meta `shape` records, as fuselage.to_onnx does without example
+// inputs: that run gives each value's shape, dtype and quantization parameters (a max pool
+// keeps its input's), and the Python values shape arithmetic makes, which the ONNX graph
+// holds as constants.
+//
+// Bad input — a placeholder without a recorded shape, an op with no ONNX mapping here, a
+// value whose quantization ONNX QDQ cannot express — is an error naming the node and what
+// was expected; nothing is written then.
+#ifndef FUSELAGE_ONNX_ONNX_WRITER_H_
+#define FUSELAGE_ONNX_ONNX_WRITER_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "graph/graph_module.h"
+#include "onnx/onnx_subset.pb.h"
+
+namespace fuselage {
+
+// The opset and IR version the writer declares (Python's _export.OPSET / IR_VERSION).
+inline constexpr int kOnnxWriterOpset = 17;
+inline constexpr int kOnnxWriterIrVersion = 8;
+
+// The ONNX model of `gm` (read only; the record run works on the model as it is).
+absl::StatusOr<onnx_subset::ModelProto> GraphModuleToOnnx(const GraphModule& gm);
+
+// Writes GraphModuleToOnnx(gm) to `path`, whole or not at all (a temporary file renamed
+// over it, graph/file_io.h): a failure leaves an existing file as it was.
+absl::Status SaveOnnxModel(const GraphModule& gm, const std::string& path);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_ONNX_ONNX_WRITER_H_
