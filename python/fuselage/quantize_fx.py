@@ -56,7 +56,7 @@ import torch.nn as nn
 from torch.ao.quantization import QConfigMapping
 from torch.ao.quantization.backend_config import get_native_backend_config
 
-from fuselage import _translate
+from fuselage import _translate, _user_fusers
 from fuselage.errors import ConfigTranslationError
 
 __all__ = ["fuse_fx", "prepare_fx", "prepare_qat_fx", "convert_fx",
@@ -155,14 +155,17 @@ def _backend_config_object(backend_config):
     return backend_config if backend_config is not None else get_native_backend_config()
 
 
-def _backend_text(backend_config, is_qat=False):
+def _backend_text(backend_config, is_qat=False, user_types=None):
+    """The engine's text of `backend_config`; `user_types` maps the user's fused module
+    classes to the engine types they stand for (fuselage._user_fusers.engine_types)."""
     if _is_config_file(backend_config):
         if is_qat:
             raise ConfigTranslationError(
                 "prepare_qat_fx: backend_config is a fuselage config file; quantization-aware "
                 "training needs a PyTorch BackendConfig (its QAT modules and fusers)")
         return _config_file_text(backend_config)
-    return _translate.backend_config_to_text(_backend_config_object(backend_config), is_qat)
+    return _translate.backend_config_to_text(_backend_config_object(backend_config), is_qat,
+                                             user_types)
 
 
 def _mapping_object(qconfig_mapping):
@@ -203,7 +206,16 @@ def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     m = core.from_torch(model)
     core.fuse(m, config_text=_backend_text(backend_config),
               config_source=_backend_source(backend_config))
-    return _preserve(core.to_torch(m, consume=True).train(model.training), model, preserved)
+    fused = _user_fusers.fuse(core.to_torch(m, consume=True), _user_fusions(backend_config),
+                              is_qat=False)
+    return _preserve(fused.train(model.training), model, preserved)
+
+
+def _user_fusions(backend_config, is_qat=False):
+    """The entries whose fuser is the user's own, which fuselage._user_fusers runs."""
+    if _is_config_file(backend_config):
+        return {}
+    return _translate.user_fusions(_backend_config_object(backend_config), is_qat)
 
 
 def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -285,16 +297,40 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     mapping = _mapping_text(qconfig_mapping, is_qat if mapping_is_qat is None else mapping_is_qat)
     m = core.from_torch(model)
     core.fuse(m, config_text=text, config_source=source)
+    fused_by_user = None
+    fusions = _user_fusions(backend_config, is_qat)
+    if fusions:
+        m, text, fused_by_user = _fuse_by_user(core, m, fusions, backend_config, is_qat,
+                                               flow[0])
     report = core.prepare(m, config_text=text, config_source=source,
                           qconfig_mapping_text=mapping)
     _refuse_fixed_qparams_qconfigs(report, flow[0])
     if report.quantized_ops == 0:
         _warn_nothing_quantized(report, *flow)
     prepared = core.to_torch(m, consume=True)
+    if fused_by_user is not None:
+        _user_fusers.restore(prepared, fused_by_user)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _BACKEND_FILE_ATTR, source)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
     return prepared, report
+
+
+def _fuse_by_user(core, m, fusions, backend_config, is_qat, prepare):
+    """The engine's fused model `m` with the user's fusers run on it (fuselage._user_fusers):
+    (the engine model to prepare, holding the engine forms of the user's fused modules; the
+    backend config's text for it; the torch model holding the user's fused modules)."""
+    fused = core.to_torch(m, consume=True)
+    recipes = {}
+    _user_fusers.fuse(fused, fusions, is_qat, recipes=recipes)
+    if recipes and is_qat:
+        raise ConfigTranslationError(
+            f"{prepare}: the user's fuser of node(s) {', '.join(sorted(recipes))} is not "
+            "supported for quantization-aware training by fuselage; prepare_fx takes it")
+    setattr(fused, _user_fusers.RECIPES_ATTR, recipes)
+    text = _backend_text(backend_config, is_qat, _user_fusers.engine_types(fused))
+    with _user_fusers.engine_forms(fused):
+        return core.from_torch(fused), text, fused
 
 
 def _refuse_fixed_qparams_qconfigs(report, prepare):
@@ -354,7 +390,8 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
                 "None)")
     text = getattr(graph_module, _BACKEND_TEXT_ATTR, None)
     if backend_config is not None and text is not None and \
-            _backend_text(backend_config, getattr(graph_module, _QAT_ATTR, False)) != text:
+            _backend_text(backend_config, getattr(graph_module, _QAT_ATTR, False),
+                          _user_fusers.engine_types(graph_module)) != text:
         raise ConfigTranslationError(
             "convert_fx: backend_config differs from the one given to prepare_fx")
     if getattr(graph_module, _MAPPING_TEXT_ATTR, None) is not None and \
@@ -371,7 +408,8 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
         with _qat.observed(graph_module):  # the fake-quantizes' observers, for the engine
             m = core.from_torch(graph_module)
     else:
-        m = core.from_torch(graph_module)
+        with _user_fusers.engine_forms(graph_module):  # a user's fused modules, if any
+            m = core.from_torch(graph_module)
     _convert_as_pytorch(core, m)
     if lower:
         _lower(core, m, graph_module)
