@@ -809,7 +809,8 @@ def _user_module_class(cfg):
     return None
 
 
-def backend_config_to_text(backend_config, is_qat=False, user_types=None) -> str:
+def backend_config_to_text(backend_config, is_qat=False, user_types=None,
+                           for_fusion=False) -> str:
     """The BackendConfigFile text (backend_configs/backend_config.proto) of a PyTorch
     BackendConfig: a complete config (no base) named as the BackendConfig, one `pattern`
     entry per BackendPatternConfig in its order, except entries for QAT modules
@@ -820,7 +821,8 @@ def backend_config_to_text(backend_config, is_qat=False, user_types=None) -> str
     the user's own fuses into fuselage.FusedSubgraph, named as user_fusions names it; an
     entry whose pattern is a module class of the user's (the fused module such a fuser
     returns) is written for the engine type `user_types` maps it to
-    (fuselage._user_fusers), and left out when it maps none. Raises
+    (fuselage._user_fusers), or refused as any unnamed type; with for_fusion (a text to
+    fuse with, before the user's fusers ran) such entries are left out. Raises
     ConfigTranslationError naming the entry and what the format cannot express."""
     configs = getattr(backend_config, "configs", None)
     if configs is None:
@@ -843,11 +845,10 @@ def backend_config_to_text(backend_config, is_qat=False, user_types=None) -> str
         if _matches_qat_modules(cfg):
             continue
         user_class = _user_module_class(cfg)
-        if user_class is not None and user_class not in (user_types or {}):
-            continue  # no user fuser of this model returned one: no module of it to match
+        if user_class is not None and for_fusion:
+            continue  # the user's fusers have not run yet
         try:
-            lines = _entry_lines(cfg, i, is_qat,
-                                 None if user_class is None else user_types[user_class])
+            lines = _entry_lines(cfg, i, is_qat, (user_types or {}).get(user_class))
         except _NoQatForm:
             continue
         if user_class is None and lines[0] in user_lines:

@@ -155,9 +155,10 @@ def _backend_config_object(backend_config):
     return backend_config if backend_config is not None else get_native_backend_config()
 
 
-def _backend_text(backend_config, is_qat=False, user_types=None):
+def _backend_text(backend_config, is_qat=False, user_types=None, for_fusion=False):
     """The engine's text of `backend_config`; `user_types` maps the user's fused module
-    classes to the engine types they stand for (fuselage._user_fusers.engine_types)."""
+    classes to the engine types they stand for (fuselage._user_fusers.engine_types), and
+    a text `for_fusion` leaves their entries out (_translate.backend_config_to_text)."""
     if _is_config_file(backend_config):
         if is_qat:
             raise ConfigTranslationError(
@@ -165,7 +166,7 @@ def _backend_text(backend_config, is_qat=False, user_types=None):
                 "training needs a PyTorch BackendConfig (its QAT modules and fusers)")
         return _config_file_text(backend_config)
     return _translate.backend_config_to_text(_backend_config_object(backend_config), is_qat,
-                                             user_types)
+                                             user_types, for_fusion)
 
 
 def _mapping_object(qconfig_mapping):
@@ -204,7 +205,7 @@ def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     _expect_eval_batch_norms(model, "fuse_fx")
     core = _core()
     m = core.from_torch(model)
-    core.fuse(m, config_text=_backend_text(backend_config),
+    core.fuse(m, config_text=_backend_text(backend_config, for_fusion=True),
               config_source=_backend_source(backend_config))
     fused = _user_fusers.fuse(core.to_torch(m, consume=True), _user_fusions(backend_config),
                               is_qat=False)
@@ -292,13 +293,15 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     functions. `mapping_is_qat` (default: is_qat) reads the mapping's fake-quantizes as the
     observers they wrap."""
     core = _core()
-    text = _backend_text(backend_config, is_qat)
+    fusions = _user_fusions(backend_config, is_qat)
+    # With fusers of the user's, the entries for the modules they return are written once
+    # they have run (_fuse_by_user).
+    text = _backend_text(backend_config, is_qat, for_fusion=bool(fusions))
     source = _backend_source(backend_config)
     mapping = _mapping_text(qconfig_mapping, is_qat if mapping_is_qat is None else mapping_is_qat)
     m = core.from_torch(model)
     core.fuse(m, config_text=text, config_source=source)
     fused_by_user = None
-    fusions = _user_fusions(backend_config, is_qat)
     if fusions:
         m, text, fused_by_user = _fuse_by_user(core, m, fusions, backend_config, is_qat,
                                                flow[0])
