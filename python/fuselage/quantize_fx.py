@@ -316,6 +316,10 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _BACKEND_FILE_ATTR, source)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
+    from fuselage import _convert_mapping
+
+    setattr(prepared, _convert_mapping.ENTRIES_ATTR, _convert_mapping.entries(
+        _mapping_object(qconfig_mapping), is_qat if mapping_is_qat is None else mapping_is_qat))
     return prepared, report
 
 
@@ -378,19 +382,49 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     return _preserve(io.finish(converted), graph_module, preserved)
 
 
+def _engine_model(core, graph_module):
+    """The engine's model of a prepared model: a QAT one's fake-quantizes and QAT modules
+    as the observers and float modules they wrap (fuselage._qat.observed), a user's fused
+    modules as their engine forms (fuselage._user_fusers)."""
+    if getattr(graph_module, _QAT_ATTR, False) or \
+            getattr(graph_module, _FAKE_QUANTIZE_ATTR, False):
+        from fuselage import _qat
+
+        with _qat.observed(graph_module):
+            return core.from_torch(graph_module)
+    with _user_fusers.engine_forms(graph_module):
+        return core.from_torch(graph_module)
+
+
+def _narrow(graph_module, qconfig_mapping):
+    """(the prepared model to convert, module paths of the weighted ops kept float) for a
+    convert-time qconfig_mapping, which may only narrow prepare's, with PyTorch's meaning
+    (fuselage._convert_mapping)."""
+    from fuselage import _convert_mapping
+
+    is_qat = getattr(graph_module, _QAT_ATTR, False) or \
+        getattr(graph_module, _FAKE_QUANTIZE_ATTR, False)
+    prepared_with = getattr(graph_module, _MAPPING_TEXT_ATTR, None)
+    prepared_entries = getattr(graph_module, _convert_mapping.ENTRIES_ATTR, None)
+    if prepared_with is None or prepared_entries is None:
+        raise ConfigTranslationError(
+            "convert_fx: qconfig_mapping given for a model fuselage.quantize_fx's prepare_fx "
+            "did not prepare (no prepare-time mapping to compare it with); pass None")
+    text = _mapping_text(qconfig_mapping, is_qat)
+    if text == prepared_with:
+        return graph_module, set()
+    _convert_mapping.check(prepared_entries, _convert_mapping.entries(
+        _mapping_object(qconfig_mapping), is_qat), "convert_fx")
+    core = _core()
+    none = _convert_mapping.none_at_convert(core, graph_module, text,
+                                            lambda gm: _engine_model(core, gm))
+    return _convert_mapping.narrowed(graph_module, none)
+
+
 def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
+    kept_float = set()
     if qconfig_mapping is not None:
-        # PyTorch allows a convert-time mapping that only narrows prepare's (an entry set to
-        # None); fuselage's convert reads the observers prepare placed, so it takes the
-        # prepare-time mapping again (as PyTorch's own examples pass it) and refuses others.
-        prepared_with = getattr(graph_module, _MAPPING_TEXT_ATTR, None)
-        is_qat = getattr(graph_module, _QAT_ATTR, False) or \
-            getattr(graph_module, _FAKE_QUANTIZE_ATTR, False)
-        if prepared_with is None or _mapping_text(qconfig_mapping, is_qat) != prepared_with:
-            raise ConfigTranslationError(
-                "convert_fx: qconfig_mapping differs from the one given to prepare_fx; "
-                "fuselage converts with the prepare-time mapping only (pass it again, or "
-                "None)")
+        graph_module, kept_float = _narrow(graph_module, qconfig_mapping)
     text = getattr(graph_module, _BACKEND_TEXT_ATTR, None)
     if backend_config is not None and text is not None and \
             _backend_text(backend_config, getattr(graph_module, _QAT_ATTR, False),
@@ -404,15 +438,8 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
         return graph_module
     core = _core()
     if getattr(graph_module, _QAT_ATTR, False):
-        return _convert_qat(core, graph_module, lower)
-    if getattr(graph_module, _FAKE_QUANTIZE_ATTR, False):
-        from fuselage import _qat
-
-        with _qat.observed(graph_module):  # the fake-quantizes' observers, for the engine
-            m = core.from_torch(graph_module)
-    else:
-        with _user_fusers.engine_forms(graph_module):  # a user's fused modules, if any
-            m = core.from_torch(graph_module)
+        return _convert_qat(core, graph_module, lower, kept_float)
+    m = _engine_model(core, graph_module)
     _convert_as_pytorch(core, m)
     if lower:
         _lower(core, m, graph_module)
@@ -450,17 +477,19 @@ def _convert_as_pytorch(core, m, shown=5):
     return report
 
 
-def _convert_qat(core, graph_module, lower):
+def _convert_qat(core, graph_module, lower, kept_float=()):
     """convert_fx of a model prepare_qat_fx returned: the engine converts it as a prepared
     model of observers and float modules (fuselage._qat.observed), the QAT weight qparams
-    are written into its reference modules, then it lowers."""
+    are written into its reference modules (not into the float modules of `kept_float`, a
+    convert-time qconfig_mapping's None), then it lowers."""
     from fuselage import _qat
 
     with _qat.observed(graph_module) as weight_qparams:
         m = core.from_torch(graph_module)
     _convert_as_pytorch(core, m)
     reference = core.to_torch(m, consume=True)
-    _qat.set_weight_qparams(reference, weight_qparams)
+    _qat.set_weight_qparams(reference, {path: qparams for path, qparams in
+                                        weight_qparams.items() if path not in kept_float})
     if not lower:
         return reference
     m = core.from_torch(reference)
