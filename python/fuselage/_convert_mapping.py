@@ -29,12 +29,14 @@ PyTorch's convert does with those nodes:
 """
 
 import copy
+import json
 
 from fuselage import _translate
 from fuselage.errors import ConfigTranslationError
 
-# On a prepared GraphModule: {entry key: qconfig text or None} of its prepare-time mapping
-# (plain data: deepcopy and pickle keep it).
+# On a prepared GraphModule: its prepare-time mapping's entries (`entries`), as JSON text
+# (to_json / from_json): deepcopy and pickle keep a string, and torch.jit.script takes it
+# as a module attribute (a dict of tuple keys it cannot type).
 ENTRIES_ATTR = "_fuselage_qconfig_mapping_entries"
 
 
@@ -60,6 +62,14 @@ def entries(mapping, is_qat):
         out[("module_name_object_type_order", name,
              _translate._object_type_name(object_type, what), index)] = text(q, what)
     return out
+
+
+def to_json(entries_):
+    return json.dumps([[list(key), qconfig] for key, qconfig in entries_.items()])
+
+
+def from_json(text):
+    return {tuple(key): qconfig for key, qconfig in json.loads(text)}
 
 
 def _key_text(key):

@@ -16,9 +16,10 @@ loaders validate them again. Both functions are pure: they read the PyTorch obje
 call the config's root-node / extra-inputs getters on marker objects), nothing else.
 Whatever the formats cannot express is a ConfigTranslationError naming it: a custom
 observer class, a dynamic observer other than PlaceholderObserver, an object type without a
-fuselage name, a fuser method fuselage does not know, a getter that does more than pick
-pattern positions. A dynamic PlaceholderObserver (PyTorch 2's is_dynamic=True, 1.13's
-compute_dtype) is written with `is_dynamic: true`.
+fuselage name, a fuser method that is not callable, a getter that does more than pick
+pattern positions. A fuser of the user's own is run by Python (fuselage._user_fusers). A
+dynamic PlaceholderObserver (PyTorch 2's is_dynamic=True, 1.13's compute_dtype) is written
+with `is_dynamic: true`.
 
 Quantization-aware training (fuselage.quantize_fx.prepare_qat_fx) translates with
 is_qat=True: a fake-quantize (FakeQuantize, FusedMovingAvgObsFakeQuantize,

@@ -372,7 +372,8 @@ def restore(prepared, fused_gm):
         if hasattr(form, "qconfig"):
             module.qconfig = form.qconfig
         _set_module(prepared, path, module)
-    setattr(prepared, RECIPES_ATTR, dict(recipes))
+    if recipes:
+        setattr(prepared, RECIPES_ATTR, dict(recipes))
     return prepared
 
 

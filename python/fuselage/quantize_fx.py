@@ -26,8 +26,10 @@ PyTorch:
   - an observer that saw no value converts with PyTorch's defaults (scale 1.0, zero
     point 0) and a UserWarning naming it (fuselage's CLI refuses such a model);
   - keyword arguments are matched (`torch.add(x, y, alpha=2)` is not fused as x + y).
-convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass it) but
-not a narrowed one. Of the custom configs (fuse / prepare / convert_custom_config) fuselage
+convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass it) or one
+that narrows it, with PyTorch's meaning (fuselage._convert_mapping). A user's own fuser
+method runs as in PyTorch's fuse_fx, and the fused module it returns is quantized and
+lowered as fuselage's fusion of the same pattern (fuselage._user_fusers). Of the custom configs (fuse / prepare / convert_custom_config) fuselage
 takes preserved_attributes and prepare's input_quantized_idxs / output_quantized_idxs
 (fuselage._quantized_io); any other setting, and equalization, is a clear error. The
 prepared model is laid out as PyTorch's (observers on the root, fuselage._prepared).
@@ -318,8 +320,9 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
     from fuselage import _convert_mapping
 
-    setattr(prepared, _convert_mapping.ENTRIES_ATTR, _convert_mapping.entries(
-        _mapping_object(qconfig_mapping), is_qat if mapping_is_qat is None else mapping_is_qat))
+    setattr(prepared, _convert_mapping.ENTRIES_ATTR, _convert_mapping.to_json(
+        _convert_mapping.entries(_mapping_object(qconfig_mapping),
+                                 is_qat if mapping_is_qat is None else mapping_is_qat)))
     return prepared, report
 
 
@@ -406,15 +409,16 @@ def _narrow(graph_module, qconfig_mapping):
         getattr(graph_module, _FAKE_QUANTIZE_ATTR, False)
     prepared_with = getattr(graph_module, _MAPPING_TEXT_ATTR, None)
     prepared_entries = getattr(graph_module, _convert_mapping.ENTRIES_ATTR, None)
-    if prepared_with is None or prepared_entries is None:
+    if prepared_with is None or not isinstance(prepared_entries, str):
         raise ConfigTranslationError(
             "convert_fx: qconfig_mapping given for a model fuselage.quantize_fx's prepare_fx "
             "did not prepare (no prepare-time mapping to compare it with); pass None")
     text = _mapping_text(qconfig_mapping, is_qat)
     if text == prepared_with:
         return graph_module, set()
-    _convert_mapping.check(prepared_entries, _convert_mapping.entries(
-        _mapping_object(qconfig_mapping), is_qat), "convert_fx")
+    _convert_mapping.check(_convert_mapping.from_json(prepared_entries),
+                           _convert_mapping.entries(_mapping_object(qconfig_mapping), is_qat),
+                           "convert_fx")
     core = _core()
     none = _convert_mapping.none_at_convert(core, graph_module, text,
                                             lambda gm: _engine_model(core, gm))

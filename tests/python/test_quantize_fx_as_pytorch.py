@@ -920,3 +920,19 @@ def test_a_convert_time_mapping_that_does_more_than_narrow_is_refused_naming_the
         theirs(example)
         with pytest.raises(AssertionError):
             torch_qfx.convert_fx(theirs, qconfig_mapping=mapping)
+
+
+def test_a_prepared_model_scripts_as_pytorchs_with_what_convert_keeps_of_its_mapping():
+    # Was (while the prepare-time mapping was kept for convert as a dict of tuple keys):
+    # RuntimeError "Error inferring type for _fuselage_qconfig_mapping_entries" (the suite's
+    # test_qat_and_script).
+    from torch.ao.quantization import QConfigMapping, get_default_qat_qconfig
+
+    mapping = QConfigMapping().set_global(get_default_qat_qconfig("qnnpack"))
+    x = torch.randn(5, 5)
+    for flow in (torch_qfx, qfx):
+        torch.manual_seed(0)
+        prepared = flow.prepare_qat_fx(nn.Sequential(nn.Linear(5, 5), nn.ReLU()).train(),
+                                       mapping, (x,))
+        scripted = torch.jit.script(prepared)
+        assert torch.equal(scripted(x), prepared(x))
