@@ -39,7 +39,8 @@ prepared GraphModule (RECIPES_ATTR: plain data, so deepcopy and pickle keep it),
 convert_fx builds the engine form from the module's children again (engine_forms). A fused
 module that drops a matched module with state (a fuser returning the conv alone, without
 its batch norm) or a pattern fuselage does not fuse itself is refused by prepare_fx, naming
-it; fuse_fx takes both.
+it; fuse_fx takes both. prepare_qat_fx refuses a user's fuser that fused something (its
+fused module would have to train: not done yet).
 """
 
 import contextlib
@@ -54,9 +55,16 @@ from torch.ao.quantization.utils import MatchAllNode
 from fuselage import _names
 from fuselage.errors import ConfigTranslationError
 
-# Ops the engine matches in either operand order (patterns/: commutativity is an op
-# property), so a match may bind the pattern's args to the step's args swapped.
-_COMMUTATIVE = {"torch.add", "operator.add", "torch.mul", "operator.mul", "add", "mul"}
+# The add and mul spellings (graph/NAMING.md). The engine matches them in either operand
+# order (commutativity is an op property), so a match may bind the pattern's args to the
+# step's args swapped; and one pattern element matches every spelling of its op.
+_ADD_MUL = {"torch.add", "operator.add", "torch.mul", "operator.mul", "add", "mul"}
+
+
+def _same_function(a, b):
+    """Whether function names `a` and `b` name one op for the matcher."""
+    return a == b or (a in _ADD_MUL and b in _ADD_MUL and
+                      a.rsplit(".", 1)[-1] == b.rsplit(".", 1)[-1])
 
 
 class _Match:
@@ -103,7 +111,7 @@ class _Match:
         if element is None or len(step_args) < len(args):
             return None
         orders = [list(range(len(args)))]
-        if len(args) == 2 and target in _COMMUTATIVE:
+        if len(args) == 2 and target in _ADD_MUL:
             orders.append([1, 0])
         for order in orders:
             saved = dict(self.bindings)
@@ -124,11 +132,8 @@ class _Match:
         if op == "call_method":
             return target if head == target else None
         function = _names.known_function(target)
-        if function is None or _names.function_name(head) is None:
-            return None
-        if _names.function_name(head) != target and not (
-                target in _COMMUTATIVE and _names.function_name(head) in _COMMUTATIVE and
-                target.rsplit(".", 1)[-1] == _names.function_name(head).rsplit(".", 1)[-1]):
+        head_name = _names.function_name(head)
+        if function is None or head_name is None or not _same_function(head_name, target):
             return None
         if function is F.relu:
             relu = nn.ReLU()

@@ -305,8 +305,7 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     core.fuse(m, config_text=text, config_source=source)
     fused_by_user = None
     if fusions:
-        m, text, fused_by_user = _fuse_by_user(core, m, fusions, backend_config, is_qat,
-                                               flow[0])
+        m, text, fused_by_user = _fuse_by_user(core, m, fusions, backend_config, is_qat)
     report = core.prepare(m, config_text=text, config_source=source,
                           qconfig_mapping_text=mapping)
     _refuse_fixed_qparams_qconfigs(report, flow[0])
@@ -326,7 +325,7 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     return prepared, report
 
 
-def _fuse_by_user(core, m, fusions, backend_config, is_qat, prepare):
+def _fuse_by_user(core, m, fusions, backend_config, is_qat):
     """The engine's fused model `m` with the user's fusers run on it (fuselage._user_fusers):
     (the engine model to prepare, holding the engine forms of the user's fused modules; the
     backend config's text for it; the torch model holding the user's fused modules)."""
@@ -335,7 +334,7 @@ def _fuse_by_user(core, m, fusions, backend_config, is_qat, prepare):
     _user_fusers.fuse(fused, fusions, is_qat, recipes=recipes)
     if recipes and is_qat:
         raise ConfigTranslationError(
-            f"{prepare}: the user's fuser of node(s) {', '.join(sorted(recipes))} is not "
+            f"prepare_qat_fx: the user's fuser of node(s) {', '.join(sorted(recipes))} is not "
             "supported for quantization-aware training by fuselage; prepare_fx takes it")
     setattr(fused, _user_fusers.RECIPES_ATTR, recipes)
     text = _backend_text(backend_config, is_qat, _user_fusers.engine_types(fused))

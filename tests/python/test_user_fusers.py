@@ -290,3 +290,39 @@ def test_a_match_all_node_input_fused_by_another_users_fuser_as_pytorch():
     ours = qfx.fuse_fx(copy.deepcopy(model), backend_config=config())
     assert _structure(ours) == _structure(theirs)
     assert [n for n in ("relu1", "relu2") if hasattr(ours, n)] == []
+
+
+def test_a_user_fused_module_fuselage_has_no_fusion_for_is_refused_by_prepare_only():
+    class ConvSigmoid(_FusedModule):
+        def __init__(self, conv, sigmoid):
+            super().__init__(conv, sigmoid)
+
+    def fuse_conv_sigmoid(is_qat, sigmoid, conv):
+        return ConvSigmoid(conv, sigmoid)
+
+    def config():
+        fusion = nested_pattern_config((nn.Sigmoid, nn.Conv2d)) \
+            .set_fuser_method(fuse_conv_sigmoid).set_dtype_configs([int8])
+        fused = BackendPatternConfig(ConvSigmoid).set_dtype_configs([int8]) \
+            .set_root_module(nn.Conv2d).set_reference_quantized_module(nnqr.Conv2d)
+        return get_qnnpack_backend_config().set_backend_pattern_config(fusion) \
+            .set_backend_pattern_config(fused)
+
+    model = nn.Sequential(nn.Conv2d(3, 3, 3), nn.Sigmoid()).eval()
+    fused = qfx.fuse_fx(copy.deepcopy(model), backend_config=config())
+    assert type(fused.get_submodule("0")) is ConvSigmoid  # as PyTorch's fuse_fx
+    assert type(torch_qfx.fuse_fx(copy.deepcopy(model), backend_config=config())
+                .get_submodule("0")) is ConvSigmoid
+    with pytest.raises(ConfigTranslationError, match="node '_0'.*ConvSigmoid.*cannot be "
+                                                     "quantized by fuselage"):
+        qfx.prepare_fx(model, get_default_qconfig_mapping("qnnpack"),
+                       (torch.randn(1, 3, 8, 8),), backend_config=config())
+
+
+def test_prepare_qat_fx_refuses_a_users_fuser_naming_the_node():
+    from torch.ao.quantization import get_default_qat_qconfig_mapping
+
+    with pytest.raises(ConfigTranslationError, match="prepare_qat_fx: the user's fuser of "
+                                                     "node.*conv.*quantization-aware"):
+        qfx.prepare_qat_fx(residual_model(0).train(), get_default_qat_qconfig_mapping("qnnpack"),
+                           (torch.randn(1, 3, 16, 16),), backend_config=seed_backend_config())
