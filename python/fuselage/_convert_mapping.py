@@ -118,27 +118,26 @@ def _observer_nodes(gm):
             if n.op == "call_module" and _is_observer(gm.get_submodule(n.target))]
 
 
-def none_at_convert(core, gm, mapping_text, export):
+def none_at_convert(core, gm, config_text, mapping_text, export):
     """Names of the ops of prepared model `gm` whose qconfig under `mapping_text` (the
-    convert mapping's text) is None, as the engine's prepare resolves it. `export(gm)` is
-    the engine model of a torch GraphModule (the caller's from_torch, with the swaps its
-    kind of prepared model needs)."""
+    convert mapping's text) is None, as the engine's prepare resolves it with the backend
+    config `config_text` `gm` was prepared with. `export(gm)` is the engine model of a torch
+    GraphModule (the caller's from_torch, with the swaps its kind of prepared model
+    needs)."""
     from fuselage import _prepared
 
     float_gm = copy.deepcopy(gm)
     for node in _observer_nodes(float_gm):
         node.replace_all_uses_with(node.args[0])
         float_gm.graph.erase_node(node)
-    for attr in (_prepared.FLAT_ATTR,):
-        if hasattr(float_gm, attr):
-            delattr(float_gm, attr)
     container = getattr(gm, _prepared.FLAT_ATTR, None) or _prepared.CONTAINER
+    if hasattr(float_gm, _prepared.FLAT_ATTR):
+        delattr(float_gm, _prepared.FLAT_ATTR)
     if hasattr(float_gm, container):
         delattr(float_gm, container)  # the weight plans: prepare plans afresh
     float_gm.recompile()
     m = export(float_gm)
-    report = core.prepare(m, config_text=getattr(gm, "_fuselage_backend_config_text"),
-                          qconfig_mapping_text=mapping_text)
+    report = core.prepare(m, config_text=config_text, qconfig_mapping_text=mapping_text)
     none = core.KeptFloat.Cause.QCONFIG_NONE
     return {k.node for k in report.kept_float if k.cause == none}
 

@@ -29,8 +29,8 @@ PyTorch:
 convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass it) or one
 that narrows it, with PyTorch's meaning (fuselage._convert_mapping). A user's own fuser
 method runs as in PyTorch's fuse_fx, and the fused module it returns is quantized and
-lowered as fuselage's fusion of the same pattern (fuselage._user_fusers). Of the custom configs (fuse / prepare / convert_custom_config) fuselage
-takes preserved_attributes and prepare's input_quantized_idxs / output_quantized_idxs
+lowered as fuselage's fusion of the same pattern (fuselage._user_fusers). Of the custom
+configs (fuse / prepare / convert_custom_config) fuselage takes preserved_attributes and prepare's input_quantized_idxs / output_quantized_idxs
 (fuselage._quantized_io); any other setting, and equalization, is a clear error. The
 prepared model is laid out as PyTorch's (observers on the root, fuselage._prepared).
 
@@ -419,8 +419,9 @@ def _narrow(graph_module, qconfig_mapping):
                            _convert_mapping.entries(_mapping_object(qconfig_mapping), is_qat),
                            "convert_fx")
     core = _core()
-    none = _convert_mapping.none_at_convert(core, graph_module, text,
-                                            lambda gm: _engine_model(core, gm))
+    none = _convert_mapping.none_at_convert(
+        core, graph_module, getattr(graph_module, _BACKEND_TEXT_ATTR), text,
+        lambda gm: _engine_model(core, gm))
     return _convert_mapping.narrowed(graph_module, none)
 
 
