@@ -58,7 +58,7 @@ except ImportError:  # pragma: no cover - every supported PyTorch has it
 from torch.ao.quantization.backend_config import ObservationType
 from torch.ao.quantization.utils import MatchAllNode
 
-__all__ = ["qconfig_mapping_to_text", "backend_config_to_text"]
+__all__ = ["qconfig_mapping_to_text", "backend_config_to_text", "user_fusions", "UserFusion"]
 
 
 # ---- text ---------------------------------------------------------------------------
