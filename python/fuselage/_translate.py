@@ -16,9 +16,10 @@ loaders validate them again. Both functions are pure: they read the PyTorch obje
 call the config's root-node / extra-inputs getters on marker objects), nothing else.
 Whatever the formats cannot express is a ConfigTranslationError naming it: a custom
 observer class, a dynamic observer other than PlaceholderObserver, an object type without a
-fuselage name, a fuser method fuselage does not know, a getter that does more than pick
-pattern positions. A dynamic PlaceholderObserver (PyTorch 2's is_dynamic=True, 1.13's
-compute_dtype) is written with `is_dynamic: true`.
+fuselage name, a fuser method that is not callable, a getter that does more than pick
+pattern positions. A fuser of the user's own is run by Python (fuselage._user_fusers). A
+dynamic PlaceholderObserver (PyTorch 2's is_dynamic=True, 1.13's compute_dtype) is written
+with `is_dynamic: true`.
 
 Quantization-aware training (fuselage.quantize_fx.prepare_qat_fx) translates with
 is_qat=True: a fake-quantize (FakeQuantize, FusedMovingAvgObsFakeQuantize,
@@ -57,7 +58,7 @@ except ImportError:  # pragma: no cover - every supported PyTorch has it
 from torch.ao.quantization.backend_config import ObservationType
 from torch.ao.quantization.utils import MatchAllNode
 
-__all__ = ["qconfig_mapping_to_text", "backend_config_to_text"]
+__all__ = ["qconfig_mapping_to_text", "backend_config_to_text", "user_fusions", "UserFusion"]
 
 
 # ---- text ---------------------------------------------------------------------------
@@ -503,6 +504,12 @@ _QAT_FUSED = {
 }
 
 
+# The fuser kind of a fuser fuselage does not know (a user's own function): the engine
+# fuses each match into fuselage.FusedSubgraph, which records the matched modules and how
+# they were wired, and fuselage._user_fusers calls the fuser on them (user_fusions).
+_USER_FUSER = "USER"
+
+
 class _NoQatForm(ConfigTranslationError):
     """A fuser PyTorch refuses with is_qat=True (fuse_convtranspose_bn): its entry is left
     out of a QAT translation, so the pattern stays unfused."""
@@ -562,10 +569,13 @@ def _fuser(fuser, nested, what, is_qat=False):
             if _contains(nested, conv):
                 return "FOLD_BN_THEN_WRAP", fused
         raise ConfigTranslationError("%s: fuse_conv_bn_relu on a pattern without a conv" % what)
+    if callable(fuser):
+        # A fuser of the user's: Python runs it on the matched modules after the engine's
+        # fusion (fuselage._user_fusers), as PyTorch's fuse_fx does.
+        return _USER_FUSER, ""
     raise ConfigTranslationError(
-        "%s: fuser method %s is not one fuselage knows; expected a fuser of "
-        "torch.ao.quantization.fuser_method_mappings or fuselage.fusers (%s)"
-        % (what, _qualname(fuser), ", ".join(sorted(_FUSELAGE_FUSERS))))
+        "%s: fuser method %r is not callable; expected a function (is_qat, *matched) -> "
+        "module" % (what, fuser))
 
 
 def _contains(p, element):
@@ -614,11 +624,18 @@ def _dtype_config_lines(d, what):
     return lines
 
 
-def _entry_lines(cfg, index, is_qat=False):
+def _entry_lines(cfg, index, is_qat=False, type_name=None):
+    """The entry's lines; `type_name` is the engine's name of a user's fused module class
+    that is the entry's pattern (_user_module_class)."""
     what = "backend pattern config [%d]" % index
     pattern, fmt, nested = _pattern_of(cfg, what)
-    what = "backend pattern config [%d] %s" % (index, _pattern_text(pattern, what))
-    lines = ["pattern: " + _quote(_pattern_text(pattern, what))]
+    if type_name is not None:
+        what = "backend pattern config [%d] %s (as %s)" % (index, _qualname(pattern),
+                                                          type_name)
+        lines = ["pattern: " + _quote(type_name)]
+    else:
+        what = "backend pattern config [%d] %s" % (index, _pattern_text(pattern, what))
+        lines = ["pattern: " + _quote(_pattern_text(pattern, what))]
     if fmt == "SEQUENCE":
         # Named by the nested form, as PyTorch 1.13 writes the same pattern: the name is
         # what fused modules record as their provenance, so it does not change with the
@@ -642,24 +659,21 @@ def _entry_lines(cfg, index, is_qat=False):
         lines.append("%s: %s" % (field, _quote(name)))
     if cfg.fuser_method is not None:
         kind, fused = _fuser(cfg.fuser_method, nested, what, is_qat)
+        root, extras = _root_path(cfg, nested, what), _extra_paths(cfg, nested, what)
+        if kind == _USER_FUSER:
+            # Named so that fuselage._user_fusers finds its fused nodes (their "pattern"
+            # meta); the fused node's args are set there, as PyTorch sets them.
+            lines[0:1 if lines[0].startswith("name: ") else 0] = [
+                "name: " + _quote(_user_fusion_name(cfg, index, pattern, what))]
+            kind, fused, extras = "WRAP_IN_SEQUENCE", "fuselage.FusedSubgraph", []
+            if root is None:
+                root = _pytorch_default_root_path(nested)
         lines.append("fuser: " + kind)
         if fused:
             lines.append("fused_module: " + _quote(fused))
-        root_getter = getattr(cfg, "_root_node_getter", None)
-        if root_getter is not None:
-            root = _call_getter(root_getter, nested, what, "root node getter")
-            lines.append("root: " + _quote(_position_path(root, root_getter, what,
-                                                          "root node getter")))
-        extra_getter = getattr(cfg, "_extra_inputs_getter", None)
-        if extra_getter is not None:
-            extras = _call_getter(extra_getter, nested, what, "extra inputs getter")
-            if not isinstance(extras, (list, tuple)):
-                raise ConfigTranslationError(
-                    "%s: extra inputs getter %s returned %r; expected a list of positions of "
-                    "the pattern" % (what, _qualname(extra_getter), extras))
-            for extra in extras:
-                lines.append("extra_input: " + _quote(_position_path(
-                    extra, extra_getter, what, "extra inputs getter")))
+        if root is not None:
+            lines.append("root: " + _quote(root))
+        lines.extend("extra_input: " + _quote(extra) for extra in extras or ())
     index_of = getattr(cfg, "_input_type_to_index", None) or {}
     for key, value in index_of.items():
         if key not in ("weight", "bias"):
@@ -691,6 +705,83 @@ def _entry_lines(cfg, index, is_qat=False):
     return lines
 
 
+def _root_path(cfg, nested, what):
+    """The path of the position the entry's root node getter picks, or None (no getter)."""
+    getter = getattr(cfg, "_root_node_getter", None)
+    if getter is None:
+        return None
+    return _position_path(_call_getter(getter, nested, what, "root node getter"), getter,
+                          what, "root node getter")
+
+
+def _extra_paths(cfg, nested, what):
+    """The paths of the positions the entry's extra inputs getter picks, or None (no
+    getter)."""
+    getter = getattr(cfg, "_extra_inputs_getter", None)
+    if getter is None:
+        return None
+    extras = _call_getter(getter, nested, what, "extra inputs getter")
+    if not isinstance(extras, (list, tuple)):
+        raise ConfigTranslationError(
+            "%s: extra inputs getter %s returned %r; expected a list of positions of the "
+            "pattern" % (what, _qualname(getter), extras))
+    return [_position_path(extra, getter, what, "extra inputs getter") for extra in extras]
+
+
+def _pytorch_default_root_path(nested):
+    """PyTorch's default_root_node_getter: the last arg, followed down to an op (for
+    (ReLU, (add, MatchAllNode, (BatchNorm2d, Conv2d))) the Conv2d). fuselage's own default
+    follows arg 0 instead (patterns/fusion_rule.h); a user's fuser gets PyTorch's."""
+    path, node = [], nested
+    while isinstance(node, (tuple, list)) and len(node) > 1:
+        path.append(str(len(node) - 2))
+        node = node[-1]
+    return ".".join(path)
+
+
+def _user_fusion_name(cfg, index, pattern, what):
+    return "%s fused by %s [entry %d]" % (_pattern_text(pattern, what),
+                                         _qualname(cfg.fuser_method), index)
+
+
+class UserFusion:
+    """A pattern entry whose fuser is the user's own (fuselage._user_fusers runs it): the
+    fuser, the complex-format pattern, and the paths of its root and extra inputs (PyTorch's
+    defaults: the default root node getter's position, no extra inputs)."""
+
+    __slots__ = ("fuser", "pattern", "root", "extras")
+
+    def __init__(self, fuser, pattern, root, extras):
+        self.fuser, self.pattern, self.root, self.extras = fuser, pattern, root, extras
+
+
+def user_fusions(backend_config, is_qat=False):
+    """{fused nodes' "pattern" meta: UserFusion} for the entries of `backend_config`
+    (PyTorch's BackendConfig, or None) whose fuser fuselage does not know, named as
+    backend_config_to_text names them."""
+    configs = getattr(backend_config, "configs", None) or []
+    if isinstance(configs, dict):
+        configs = list(configs.values())
+    out = {}
+    for i, cfg in enumerate(configs):
+        if cfg.fuser_method is None or _matches_qat_modules(cfg):
+            continue
+        what = "backend pattern config [%d]" % i
+        pattern, _, nested = _pattern_of(cfg, what)
+        try:
+            kind, _ = _fuser(cfg.fuser_method, nested, what, is_qat)
+        except _NoQatForm:
+            continue
+        if kind != _USER_FUSER:
+            continue
+        root = _root_path(cfg, nested, what)
+        out[_user_fusion_name(cfg, i, pattern, what)] = UserFusion(
+            cfg.fuser_method, nested,
+            _pytorch_default_root_path(nested) if root is None else root,
+            _extra_paths(cfg, nested, what) or [])
+    return out
+
+
 def _is_qat_class(p):
     return isinstance(p, type) and "qat" in p.__module__.split(".")
 
@@ -709,14 +800,30 @@ def _contains_if(p, predicate):
     return predicate(p)
 
 
-def backend_config_to_text(backend_config, is_qat=False) -> str:
+def _user_module_class(cfg):
+    """The entry's pattern if it is a module class of the user's (no fuselage name: the
+    fused module a user's fuser returns), else None."""
+    pattern = getattr(cfg, "_pattern_complex_format", None) or getattr(cfg, "pattern", None)
+    if isinstance(pattern, type) and issubclass(pattern, nn.Module) and \
+            _module_name(pattern) is None:
+        return pattern
+    return None
+
+
+def backend_config_to_text(backend_config, is_qat=False, user_types=None,
+                           for_fusion=False) -> str:
     """The BackendConfigFile text (backend_configs/backend_config.proto) of a PyTorch
     BackendConfig: a complete config (no base) named as the BackendConfig, one `pattern`
     entry per BackendPatternConfig in its order, except entries for QAT modules
     (_matches_qat_modules), with root and reference modules written on fused-module
     entries and entries added for fused types only a fusion entry names
     (_fused_module_roots). With is_qat, the fusers are PyTorch's QAT ones (batch norm
-    kept: _fuser) and an entry whose fuser has none is left out. Raises
+    kept: _fuser) and an entry whose fuser has none is left out. An entry whose fuser is
+    the user's own fuses into fuselage.FusedSubgraph, named as user_fusions names it; an
+    entry whose pattern is a module class of the user's (the fused module such a fuser
+    returns) is written for the engine type `user_types` maps it to
+    (fuselage._user_fusers), or refused as any unnamed type; with for_fusion (a text to
+    fuse with, before the user's fusers ran) such entries are left out. Raises
     ConfigTranslationError naming the entry and what the format cannot express."""
     configs = getattr(backend_config, "configs", None)
     if configs is None:
@@ -733,12 +840,19 @@ def backend_config_to_text(backend_config, is_qat=False) -> str:
         out.append("name: " + _quote(backend_config.name))
     fused = _fused_module_roots(configs, is_qat)
     emitted = set()
+    # The engine types the user's fused modules stand for take the user's entries for them.
+    user_lines = {"pattern: " + _quote(t) for t in (user_types or {}).values()}
     for i, cfg in enumerate(configs):
         if _matches_qat_modules(cfg):
             continue
+        user_class = _user_module_class(cfg)
+        if user_class is not None and for_fusion:
+            continue  # the user's fusers have not run yet
         try:
-            lines = _entry_lines(cfg, i, is_qat)
+            lines = _entry_lines(cfg, i, is_qat, (user_types or {}).get(user_class))
         except _NoQatForm:
+            continue
+        if user_class is None and lines[0] in user_lines:
             continue
         out.append("pattern {")
         emitted.add(lines[0])

@@ -26,7 +26,7 @@ class ConfigTranslationError(FuselageError, ValueError):
     """A PyTorch QConfigMapping or BackendConfig holds something fuselage's config formats
     cannot express (python/fuselage/_translate.py): a custom observer class, a dynamic
     qconfig, a fake-quantize outside prepare_fx / prepare_qat_fx, an object type or module without a
-    fuselage name, an unknown fuser method, a getter that does more than pick pattern
+    fuselage name, a fuser method that is not callable, a getter that does more than pick pattern
     positions; or what prepare_qat_fx cannot train as PyTorch does (fuselage._qat); or a
     qconfig PyTorch's prepare_fx refuses with a ValueError (a fixed-qparams op's)."""
 

@@ -26,9 +26,11 @@ PyTorch:
   - an observer that saw no value converts with PyTorch's defaults (scale 1.0, zero
     point 0) and a UserWarning naming it (fuselage's CLI refuses such a model);
   - keyword arguments are matched (`torch.add(x, y, alpha=2)` is not fused as x + y).
-convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass it) but
-not a narrowed one. Of the custom configs (fuse / prepare / convert_custom_config) fuselage
-takes preserved_attributes and prepare's input_quantized_idxs / output_quantized_idxs
+convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass it) or one
+that narrows it, with PyTorch's meaning (fuselage._convert_mapping). A user's own fuser
+method runs as in PyTorch's fuse_fx, and the fused module it returns is quantized and
+lowered as fuselage's fusion of the same pattern (fuselage._user_fusers). Of the custom
+configs (fuse / prepare / convert_custom_config) fuselage takes preserved_attributes and prepare's input_quantized_idxs / output_quantized_idxs
 (fuselage._quantized_io); any other setting, and equalization, is a clear error. The
 prepared model is laid out as PyTorch's (observers on the root, fuselage._prepared).
 
@@ -56,7 +58,7 @@ import torch.nn as nn
 from torch.ao.quantization import QConfigMapping
 from torch.ao.quantization.backend_config import get_native_backend_config
 
-from fuselage import _translate
+from fuselage import _translate, _user_fusers
 from fuselage.errors import ConfigTranslationError
 
 __all__ = ["fuse_fx", "prepare_fx", "prepare_qat_fx", "convert_fx",
@@ -155,14 +157,18 @@ def _backend_config_object(backend_config):
     return backend_config if backend_config is not None else get_native_backend_config()
 
 
-def _backend_text(backend_config, is_qat=False):
+def _backend_text(backend_config, is_qat=False, user_types=None, for_fusion=False):
+    """The engine's text of `backend_config`; `user_types` maps the user's fused module
+    classes to the engine types they stand for (fuselage._user_fusers.engine_types), and
+    a text `for_fusion` leaves their entries out (_translate.backend_config_to_text)."""
     if _is_config_file(backend_config):
         if is_qat:
             raise ConfigTranslationError(
                 "prepare_qat_fx: backend_config is a fuselage config file; quantization-aware "
                 "training needs a PyTorch BackendConfig (its QAT modules and fusers)")
         return _config_file_text(backend_config)
-    return _translate.backend_config_to_text(_backend_config_object(backend_config), is_qat)
+    return _translate.backend_config_to_text(_backend_config_object(backend_config), is_qat,
+                                             user_types, for_fusion)
 
 
 def _mapping_object(qconfig_mapping):
@@ -201,9 +207,18 @@ def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     _expect_eval_batch_norms(model, "fuse_fx")
     core = _core()
     m = core.from_torch(model)
-    core.fuse(m, config_text=_backend_text(backend_config),
+    core.fuse(m, config_text=_backend_text(backend_config, for_fusion=True),
               config_source=_backend_source(backend_config))
-    return _preserve(core.to_torch(m, consume=True).train(model.training), model, preserved)
+    fused = _user_fusers.fuse(core.to_torch(m, consume=True), _user_fusions(backend_config),
+                              is_qat=False)
+    return _preserve(fused.train(model.training), model, preserved)
+
+
+def _user_fusions(backend_config, is_qat=False):
+    """The entries whose fuser is the user's own, which fuselage._user_fusers runs."""
+    if _is_config_file(backend_config):
+        return {}
+    return _translate.user_fusions(_backend_config_object(backend_config), is_qat)
 
 
 def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=None,
@@ -280,21 +295,51 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     functions. `mapping_is_qat` (default: is_qat) reads the mapping's fake-quantizes as the
     observers they wrap."""
     core = _core()
-    text = _backend_text(backend_config, is_qat)
+    fusions = _user_fusions(backend_config, is_qat)
+    # With fusers of the user's, the entries for the modules they return are written once
+    # they have run (_fuse_by_user).
+    text = _backend_text(backend_config, is_qat, for_fusion=bool(fusions))
     source = _backend_source(backend_config)
     mapping = _mapping_text(qconfig_mapping, is_qat if mapping_is_qat is None else mapping_is_qat)
     m = core.from_torch(model)
     core.fuse(m, config_text=text, config_source=source)
+    fused_by_user = None
+    if fusions:
+        m, text, fused_by_user = _fuse_by_user(core, m, fusions, backend_config, is_qat)
     report = core.prepare(m, config_text=text, config_source=source,
                           qconfig_mapping_text=mapping)
     _refuse_fixed_qparams_qconfigs(report, flow[0])
     if report.quantized_ops == 0:
         _warn_nothing_quantized(report, *flow)
     prepared = core.to_torch(m, consume=True)
+    if fused_by_user is not None:
+        _user_fusers.restore(prepared, fused_by_user)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
     setattr(prepared, _BACKEND_FILE_ATTR, source)
     setattr(prepared, _MAPPING_TEXT_ATTR, mapping)
+    from fuselage import _convert_mapping
+
+    setattr(prepared, _convert_mapping.ENTRIES_ATTR, _convert_mapping.to_json(
+        _convert_mapping.entries(_mapping_object(qconfig_mapping),
+                                 is_qat if mapping_is_qat is None else mapping_is_qat)))
     return prepared, report
+
+
+def _fuse_by_user(core, m, fusions, backend_config, is_qat):
+    """The engine's fused model `m` with the user's fusers run on it (fuselage._user_fusers):
+    (the engine model to prepare, holding the engine forms of the user's fused modules; the
+    backend config's text for it; the torch model holding the user's fused modules)."""
+    fused = core.to_torch(m, consume=True)
+    recipes = {}
+    _user_fusers.fuse(fused, fusions, is_qat, recipes=recipes)
+    if recipes and is_qat:
+        raise ConfigTranslationError(
+            f"prepare_qat_fx: the user's fuser of node(s) {', '.join(sorted(recipes))} is not "
+            "supported for quantization-aware training by fuselage; prepare_fx takes it")
+    setattr(fused, _user_fusers.RECIPES_ATTR, recipes)
+    text = _backend_text(backend_config, is_qat, _user_fusers.engine_types(fused))
+    with _user_fusers.engine_forms(fused):
+        return core.from_torch(fused), text, fused
 
 
 def _refuse_fixed_qparams_qconfigs(report, prepare):
@@ -339,22 +384,55 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     return _preserve(io.finish(converted), graph_module, preserved)
 
 
+def _engine_model(core, graph_module):
+    """The engine's model of a prepared model: a QAT one's fake-quantizes and QAT modules
+    as the observers and float modules they wrap (fuselage._qat.observed), a user's fused
+    modules as their engine forms (fuselage._user_fusers)."""
+    if getattr(graph_module, _QAT_ATTR, False) or \
+            getattr(graph_module, _FAKE_QUANTIZE_ATTR, False):
+        from fuselage import _qat
+
+        with _qat.observed(graph_module):
+            return core.from_torch(graph_module)
+    with _user_fusers.engine_forms(graph_module):
+        return core.from_torch(graph_module)
+
+
+def _narrow(graph_module, qconfig_mapping):
+    """(the prepared model to convert, module paths of the weighted ops kept float) for a
+    convert-time qconfig_mapping, which may only narrow prepare's, with PyTorch's meaning
+    (fuselage._convert_mapping)."""
+    from fuselage import _convert_mapping
+
+    is_qat = getattr(graph_module, _QAT_ATTR, False) or \
+        getattr(graph_module, _FAKE_QUANTIZE_ATTR, False)
+    prepared_with = getattr(graph_module, _MAPPING_TEXT_ATTR, None)
+    prepared_entries = getattr(graph_module, _convert_mapping.ENTRIES_ATTR, None)
+    if prepared_with is None or not isinstance(prepared_entries, str):
+        raise ConfigTranslationError(
+            "convert_fx: qconfig_mapping given for a model fuselage.quantize_fx's prepare_fx "
+            "did not prepare (no prepare-time mapping to compare it with); pass None")
+    text = _mapping_text(qconfig_mapping, is_qat)
+    if text == prepared_with:
+        return graph_module, set()
+    _convert_mapping.check(_convert_mapping.from_json(prepared_entries),
+                           _convert_mapping.entries(_mapping_object(qconfig_mapping), is_qat),
+                           "convert_fx")
+    core = _core()
+    none = _convert_mapping.none_at_convert(
+        core, graph_module, getattr(graph_module, _BACKEND_TEXT_ATTR), text,
+        lambda gm: _engine_model(core, gm))
+    return _convert_mapping.narrowed(graph_module, none)
+
+
 def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
+    kept_float = set()
     if qconfig_mapping is not None:
-        # PyTorch allows a convert-time mapping that only narrows prepare's (an entry set to
-        # None); fuselage's convert reads the observers prepare placed, so it takes the
-        # prepare-time mapping again (as PyTorch's own examples pass it) and refuses others.
-        prepared_with = getattr(graph_module, _MAPPING_TEXT_ATTR, None)
-        is_qat = getattr(graph_module, _QAT_ATTR, False) or \
-            getattr(graph_module, _FAKE_QUANTIZE_ATTR, False)
-        if prepared_with is None or _mapping_text(qconfig_mapping, is_qat) != prepared_with:
-            raise ConfigTranslationError(
-                "convert_fx: qconfig_mapping differs from the one given to prepare_fx; "
-                "fuselage converts with the prepare-time mapping only (pass it again, or "
-                "None)")
+        graph_module, kept_float = _narrow(graph_module, qconfig_mapping)
     text = getattr(graph_module, _BACKEND_TEXT_ATTR, None)
     if backend_config is not None and text is not None and \
-            _backend_text(backend_config, getattr(graph_module, _QAT_ATTR, False)) != text:
+            _backend_text(backend_config, getattr(graph_module, _QAT_ATTR, False),
+                          _user_fusers.engine_types(graph_module)) != text:
         raise ConfigTranslationError(
             "convert_fx: backend_config differs from the one given to prepare_fx")
     if getattr(graph_module, _MAPPING_TEXT_ATTR, None) is not None and \
@@ -364,14 +442,8 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
         return graph_module
     core = _core()
     if getattr(graph_module, _QAT_ATTR, False):
-        return _convert_qat(core, graph_module, lower)
-    if getattr(graph_module, _FAKE_QUANTIZE_ATTR, False):
-        from fuselage import _qat
-
-        with _qat.observed(graph_module):  # the fake-quantizes' observers, for the engine
-            m = core.from_torch(graph_module)
-    else:
-        m = core.from_torch(graph_module)
+        return _convert_qat(core, graph_module, lower, kept_float)
+    m = _engine_model(core, graph_module)
     _convert_as_pytorch(core, m)
     if lower:
         _lower(core, m, graph_module)
@@ -409,17 +481,19 @@ def _convert_as_pytorch(core, m, shown=5):
     return report
 
 
-def _convert_qat(core, graph_module, lower):
+def _convert_qat(core, graph_module, lower, kept_float=()):
     """convert_fx of a model prepare_qat_fx returned: the engine converts it as a prepared
     model of observers and float modules (fuselage._qat.observed), the QAT weight qparams
-    are written into its reference modules, then it lowers."""
+    are written into its reference modules (not into the float modules of `kept_float`, a
+    convert-time qconfig_mapping's None), then it lowers."""
     from fuselage import _qat
 
     with _qat.observed(graph_module) as weight_qparams:
         m = core.from_torch(graph_module)
     _convert_as_pytorch(core, m)
     reference = core.to_torch(m, consume=True)
-    _qat.set_weight_qparams(reference, weight_qparams)
+    _qat.set_weight_qparams(reference, {path: qparams for path, qparams in
+                                        weight_qparams.items() if path not in kept_float})
     if not lower:
         return reference
     m = core.from_torch(reference)

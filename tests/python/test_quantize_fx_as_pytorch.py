@@ -816,3 +816,123 @@ def test_packed_weights_are_named_and_in_the_state_dict_as_pytorch(tmp_path):
     other.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=False))
     for name in names:
         assert torch.equal(weights(other, name)[0], weights(ours, name)[0]), name
+
+
+# ---- a convert-time qconfig_mapping that narrows prepare's (test_convert_qconfig_mapping) ----
+
+class _LinearAddMulLinear(nn.Module):
+    """Functional linears in a Sequential, torch.add and torch.mul with a number, and an
+    nn.Linear: the suite's test_convert_qconfig_mapping model."""
+
+    def __init__(self):
+        super().__init__()
+        self.mods1 = nn.Sequential(_FunctionalLinear(), _FunctionalLinear())
+        self.mods3 = nn.Linear(5, 5)
+
+    def forward(self, x):
+        x = torch.add(self.mods1(x), 4)
+        return self.mods3(torch.mul(x, 5))
+
+
+def _ops(gm):
+    """The converted graph's ops in order: functions and methods by name, modules by
+    class."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op in ("call_function", "call_method"):
+            out.append(getattr(n.target, "__name__", str(n.target)))
+        elif n.op == "call_module":
+            out.append(type(gm.get_submodule(n.target)).__name__)
+    return out
+
+
+def _narrowing_mappings(qconfig):
+    from torch.ao.quantization import QConfigMapping
+
+    def prepare_mapping():
+        return QConfigMapping().set_object_type(F.linear, qconfig) \
+            .set_object_type(torch.add, qconfig).set_object_type(nn.Linear, qconfig)
+
+    return prepare_mapping, {
+        # A key of its own set to None: the first functional linear stays float, and so
+        # does the observer before it (its input and its only user have no qconfig).
+        "module_name": prepare_mapping().set_module_name("mods1.0", None),
+        # A prepare-time key set to None: nn.Linear stays a float nn.Linear.
+        "object_type": QConfigMapping().set_object_type(F.linear, qconfig)
+        .set_object_type(torch.add, qconfig).set_object_type(nn.Linear, None),
+    }
+
+
+@pytest.mark.parametrize("qat", [False, True])
+@pytest.mark.parametrize("check", ["module_name", "object_type"])
+def test_a_convert_time_mapping_that_narrows_prepares_converts_as_pytorch(qat, check):
+    # Was: ConfigTranslationError "qconfig_mapping differs from the one given to prepare_fx".
+    from torch.ao.quantization import get_default_qat_qconfig, get_default_qconfig
+
+    qconfig = (get_default_qat_qconfig if qat else get_default_qconfig)("qnnpack")
+    prepare_mapping, narrowed = _narrowing_mappings(qconfig)
+    example = torch.rand(5, 5)
+    converted, outputs = {}, {}
+    for name, flow in (("torch", torch_qfx), ("fuselage", qfx)):
+        torch.manual_seed(0)
+        model = _LinearAddMulLinear()
+        prepare = flow.prepare_qat_fx if qat else flow.prepare_fx
+        prepared = prepare(model.train() if qat else model.eval(), prepare_mapping(),
+                           (example,))
+        with torch.no_grad():
+            for x in _batches((5, 5)):
+                prepared(x)
+        converted[name] = flow.convert_fx(prepared.eval(), qconfig_mapping=narrowed[check])
+        with torch.no_grad():
+            outputs[name] = converted[name](example)
+    assert _ops(converted["fuselage"]) == _ops(converted["torch"])
+    kept_float = "linear" if check == "module_name" else "Linear"
+    assert kept_float in _ops(converted["fuselage"])
+    assert torch.allclose(outputs["fuselage"], outputs["torch"], rtol=0, atol=1e-5)
+
+
+def test_a_convert_time_mapping_that_does_more_than_narrow_is_refused_naming_the_key():
+    from torch.ao.quantization import QConfigMapping, default_qconfig, get_default_qconfig
+
+    import fuselage
+
+    qconfig = get_default_qconfig("qnnpack")
+    prepare_mapping, _ = _narrowing_mappings(qconfig)
+    example = torch.rand(5, 5)
+    prepared = qfx.prepare_fx(_LinearAddMulLinear().eval(), prepare_mapping(), (example,))
+    prepared(example)
+    refused = {
+        "no key object_type 'torch.add'": QConfigMapping().set_object_type(F.linear, qconfig)
+        .set_object_type(nn.Linear, qconfig),
+        "qconfig for object_type 'nn.Linear' differs": prepare_mapping()
+        .set_object_type(nn.Linear, default_qconfig),
+        "global qconfig differs": prepare_mapping().set_global(qconfig),
+        "key module_name 'mods3' is not in the one given": prepare_mapping()
+        .set_module_name("mods3", qconfig),
+    }
+    for message, mapping in refused.items():
+        with pytest.raises(fuselage.ConfigTranslationError, match=message):
+            qfx.convert_fx(copy.deepcopy(prepared), qconfig_mapping=mapping)
+    # PyTorch refuses the first three too (an AssertionError).
+    for mapping in list(refused.values())[:3]:
+        theirs = torch_qfx.prepare_fx(_LinearAddMulLinear().eval(), prepare_mapping(),
+                                      (example,))
+        theirs(example)
+        with pytest.raises(AssertionError):
+            torch_qfx.convert_fx(theirs, qconfig_mapping=mapping)
+
+
+def test_a_prepared_model_scripts_as_pytorchs_with_what_convert_keeps_of_its_mapping():
+    # Was (while the prepare-time mapping was kept for convert as a dict of tuple keys):
+    # RuntimeError "Error inferring type for _fuselage_qconfig_mapping_entries" (the suite's
+    # test_qat_and_script).
+    from torch.ao.quantization import QConfigMapping, get_default_qat_qconfig
+
+    mapping = QConfigMapping().set_global(get_default_qat_qconfig("qnnpack"))
+    x = torch.randn(5, 5)
+    for flow in (torch_qfx, qfx):
+        torch.manual_seed(0)
+        prepared = flow.prepare_qat_fx(nn.Sequential(nn.Linear(5, 5), nn.ReLU()).train(),
+                                       mapping, (x,))
+        scripted = torch.jit.script(prepared)
+        assert torch.equal(scripted(x), prepared(x))

@@ -40,7 +40,7 @@ from torch.ao.quantization.utils import MatchAllNode
 import fuselage
 from conftest import REPO, nested_pattern_config
 from fuselage import ConfigTranslationError
-from fuselage._translate import backend_config_to_text, qconfig_mapping_to_text
+from fuselage._translate import backend_config_to_text, qconfig_mapping_to_text, user_fusions
 
 RESIDUAL = os.path.join(REPO, "tools", "examples", "residual.textproto")
 EXAMPLE_CONFIG = os.path.join(REPO, "backend_configs", "examples", "conv_bn_add_relu.textproto")
@@ -210,12 +210,25 @@ def test_getters_that_do_more_than_pick_positions_are_refused():
         backend_config_to_text(get_qnnpack_backend_config().set_backend_pattern_config(cfg))
 
 
-def test_unknown_fuser_and_unnamed_modules_are_refused():
+def test_a_users_fuser_fuses_into_a_subgraph_for_python_and_a_non_callable_is_refused():
     def my_fuser(is_qat, relu, add_pattern):
         return relu
 
-    cfg = conv_bn_add_relu_config().set_fuser_method(my_fuser)
-    with pytest.raises(ConfigTranslationError, match="fuser method .*my_fuser is not one"):
+    backend_config = get_qnnpack_backend_config().set_backend_pattern_config(
+        conv_bn_add_relu_config().set_fuser_method(my_fuser))
+    text = backend_config_to_text(backend_config)
+    (name, fusion), = user_fusions(backend_config).items()
+    entry = text[text.index('name: "%s"' % name):]
+    entry = entry[:entry.index("\n}")]
+    # The engine records the match (fuselage.FusedSubgraph); fuselage._user_fusers runs the
+    # fuser on it with the root and extra inputs the getters picked (the conv, the residual).
+    assert 'fused_module: "fuselage.FusedSubgraph"' in entry and 'root: "0.0.0"' in entry
+    assert fusion.fuser is my_fuser and fusion.root == "0.0.0" and fusion.extras == ["0.1"]
+
+    cfg = conv_bn_add_relu_config()
+    cfg.fuser_method = "not a function"
+    with pytest.raises(ConfigTranslationError, match="fuser method 'not a function' is not "
+                                                     "callable"):
         backend_config_to_text(get_qnnpack_backend_config().set_backend_pattern_config(cfg))
 
     class MyConv(nn.Conv2d):
