@@ -675,8 +675,8 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   // Dynamic quantization's reference reduces the input's range where the engine's
   // dynamic kernels do (PyTorch: fbgemm / x86 / onednn; QNNPACK ignores reduce_range).
   ASSIGN_OR_RETURN(std::optional<QuantizedEngine> engine, RecordedEngine(gm));
-  const bool dynamic_reduce_range = engine.value_or(QuantizedEngine::kOnednn) !=
-                                    QuantizedEngine::kQnnpack;
+  const bool dynamic_reduce_range = options.dynamic_reduce_range.value_or(
+      engine.value_or(QuantizedEngine::kOnednn) != QuantizedEngine::kQnnpack);
   // The weighted modules to make reference modules, in place (no copy of the module, nor
   // of a fused module's other children, and nothing to free): the float module is read
   // here and changed only in step 2. Two nodes calling one module change it twice, the

@@ -44,6 +44,7 @@
 #define FUSELAGE_QUANTIZE_CONVERT_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,10 @@ struct ConvertOptions {
   // converted with PyTorch's defaults, scale 1.0 and zero point 0, and listed in the
   // report (true: PyTorch's convert_fx, which warns).
   bool uncalibrated_as_pytorch = false;
+  // The reduce_range of the dynamic quantize nodes (quantize_per_tensor_dynamic). Unset:
+  // unless the model's recorded engine is qnnpack. PyTorch's convert decides by the
+  // engine it runs on (fbgemm or x86: reduce); the drop-in passes that decision.
+  std::optional<bool> dynamic_reduce_range;
 };
 
 // Runs the pass on `gm` (see the file comment). `prepared` is what Prepare returned for
