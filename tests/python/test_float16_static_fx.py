@@ -199,3 +199,30 @@ def test_float16_cast_is_refused_where_it_cannot_run():
     m = _core.from_torch(torch.fx.symbolic_trace(ToInt()), (torch.ones(2),))
     with pytest.raises(_core.EngineError, match="int64"):
         _core.run(m, [torch.ones(2).numpy()])
+
+
+def test_float16_through_the_engines_own_pipeline():
+    """The pipeline `fuselage quantize` runs (prepare, calibration in fuselage's
+    interpreter, convert, lower) with the translated mapping and backend config gives
+    PyTorch's converted model's outputs, also from the model file and back in torch."""
+    from fuselage._translate import backend_config_to_text, qconfig_mapping_to_text
+
+    mapping = QConfigMapping().set_global(float16_static_qconfig) \
+        .set_object_type(F.linear, default_qconfig)
+    model = Int8LinearsAroundFloat16().eval()
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(8)) * 2
+    _, theirs = _prepare_both(model, mapping, (x,))
+    want = _convert(torch_qfx, theirs, reference=False)
+    m = _core.from_torch(model)
+    report = _core.quantize(m, [[x.numpy()]], config_text=backend_config_to_text(BACKEND),
+                            qconfig_mapping_text=qconfig_mapping_to_text(mapping))
+    # The casts left: the one the reshape reads (its cast after it dropped) and the
+    # sigmoid's input and output.
+    assert report.lowering.float16_casts_kept == 3
+    with torch.no_grad():
+        expected = want(x)
+    torch.testing.assert_close(torch.from_numpy(_core.run(m, [x.numpy()])[0]), expected,
+                               rtol=0, atol=1e-6)
+    reread = _core.Model.from_bytes(m.to_bytes())
+    with torch.no_grad():
+        torch.testing.assert_close(_core.to_torch(reread)(x), expected, rtol=0, atol=0)
