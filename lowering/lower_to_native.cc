@@ -1259,7 +1259,9 @@ absl::StatusOr<int> Lowerer::LowerDynamicFunctionalLinears() {
     if (n->num_users() == 1) {
       Node* user = n->users().front();
       bool only_inplace = true;  // F.relu(y, inplace=False) as torch.fx records it
-      for (const Kwarg& kw : user->kwargs()) only_inplace = only_inplace && kw.first.name() == "inplace";
+      for (const Kwarg& kw : user->kwargs()) {
+        only_inplace = only_inplace && kw.first.name() == "inplace";
+      }
       if (IsRelu(user, ModuleOf(user)) && user->num_args() == 1 && user->arg(0).is_node() &&
           user->arg(0).as_node() == n && only_inplace) {
         m.relu = user;
