@@ -13,30 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "graph/status_macros.h"
 #include "lowering/lowering_rule.h"
+#include "runtime/quantized/quantize.h"
 
 namespace fuselage {
 namespace {
 
-// `value` rounded to the nearest float16 (ties to even), back in float; beyond float16's
-// range it saturates to +-65504, as PyTorch's fp16 prepack clamps the weight.
-float RoundToFloat16(float value) {
-  constexpr float kMax = 65504.0f;
-  if (std::isnan(value)) return value;
-  const float a = std::min(std::fabs(value), kMax);
-  float rounded;
-  if (a < 6.103515625e-05f) {
-    // Subnormal float16: multiples of 2^-24.
-    rounded = std::nearbyint(a * 16777216.0f) / 16777216.0f;
-  } else {
-    uint32_t bits;
-    std::memcpy(&bits, &a, sizeof(bits));
-    bits += 0xfffu + ((bits >> 13) & 1u);  // round the 13 dropped mantissa bits to even
-    bits &= ~0x1fffu;
-    std::memcpy(&rounded, &bits, sizeof(rounded));
-    rounded = std::min(rounded, kMax);
-  }
-  return std::signbit(value) ? -rounded : rounded;
-}
+// A weight value as PyTorch's fp16 prepack stores it: rounded to float16, saturating.
+float RoundToFloat16(float value) { return quantized::RoundToFloat16(value, /*saturate=*/true); }
 
 // nnqd.Linear(dtype=torch.float16) from an nnqr.Linear whose weight_dtype is float16: the
 // weight rounded to float16 (kept as float32: the model holds no float16 tensors) and

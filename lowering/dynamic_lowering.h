@@ -29,6 +29,9 @@
 namespace fuselage {
 
 inline constexpr char kDynamicLinearRuleName[] = "dynamic-linear";
+// A dynamically quantized F.linear, lowered by LowerToNative (lower_to_native.cc) to
+// torch.ops.quantized.linear_dynamic[_relu].
+inline constexpr char kDynamicFunctionalLinearRuleName[] = "dynamic-functional-linear";
 
 // Lowers every match in `gm` (see the file comment); returns how many. Every native
 // module is built before the graph is touched: an error (a reference module whose weight

@@ -1,6 +1,7 @@
 #include "lowering/lower_to_native.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "graph/module_schema.h"
 #include "graph/status_macros.h"
 #include "lowering/dynamic_lowering.h"
+#include "lowering/float16_lowering.h"
 #include "quantize/qconfig.h"
 #include "runtime/quantized/quantize.h"
 
@@ -311,6 +313,8 @@ class Lowerer {
         report_(report),
         maybe_dead_(graph_.node_index_bound()) {}
 
+  // Step 0's dynamic F.linear (see the definition); returns how many.
+  absl::StatusOr<int> LowerDynamicFunctionalLinears();
   // Steps 1 and 2 in one walk (see LowerTuplesAndPatterns in the .cc).
   absl::Status LowerTuplesAndPatterns();
   absl::Status RemoveDequantizeQuantizePairs();
@@ -1201,6 +1205,104 @@ void Lowerer::RemoveUnreadFoldedTensors() {
   }
 }
 
+// Dynamic quantization of F.linear (PyTorch's _lower_dynamic_weighted_ref_functional):
+//
+//   x ─► quantize_per_tensor_dynamic(·, quint8, reduce_range) ─► dequantize ─┐
+//   w ─► quantize_per_tensor / per_channel(·, ..., qint8) ─► dequantize ─────┴► F.linear
+//        [─► relu]
+//      ⇒
+//   x ─► torch.ops.quantized.linear_dynamic[_relu](·, w_quantized, bias, reduce_range)
+//
+// with w a constant float tensor quantized now (get_attr `<w>_quantized`; PyTorch packs
+// it: fuselage._packed does for torch). int8 only: PyTorch's float16 functional form
+// (linear_dynamic_fp16) stays in reference form here, as convert made it.
+absl::StatusOr<int> Lowerer::LowerDynamicFunctionalLinears() {
+  static const Symbol linear = Symbol::Intern("torch.nn.functional.linear");
+  static const Symbol quantize_dynamic = Symbol::Intern("torch.quantize_per_tensor_dynamic");
+  struct Match {
+    Node* linear = nullptr;
+    Node* relu = nullptr;
+    Node* x = nullptr;
+    Node* weight_quantize = nullptr;
+    Tensor weight;
+    bool reduce_range = false;
+    // The dequantize and quantize nodes of x and w, users first.
+    std::array<Node*, 4> pattern_nodes{};
+  };
+  std::vector<Match> matches;
+  for (Node* n = graph_.first(); n != nullptr; n = n->next()) {
+    if (!IsCall(n, OpKind::kCallFunction, linear) || n->num_args() < 2 || n->num_args() > 3 ||
+        IsFloatByQConfig(n)) {
+      continue;
+    }
+    Node* q = DequantizedInput(n->arg(0));
+    Node* qw = DequantizedInput(n->arg(1));
+    if (q == nullptr || qw == nullptr || !IsCall(q, OpKind::kCallFunction, quantize_dynamic) ||
+        q->num_args() != 3 || !q->arg(1).is_dtype() || q->arg(1).as_dtype() != DType::kQUInt8 ||
+        !q->arg(2).is_bool() || !q->arg(0).is_node()) {
+      continue;
+    }
+    // The bias (arg 2 or keyword): absent, None or a node.
+    bool bias_ok = true;
+    for (const Kwarg& kw : n->kwargs()) bias_ok = bias_ok && kw.first.name() == "bias";
+    if (!bias_ok || !qw->arg(0).is_node() || qw->arg(0).as_node()->op() != OpKind::kGetAttr) {
+      continue;
+    }
+    const bool weight_quantize = IsQuantizePerTensor(qw) ||
+                                 IsCall(qw, OpKind::kCallFunction, T().quantize_per_channel);
+    const Tensor* w = gm_.FindTensor(qw->arg(0).as_node()->target().name());
+    if (!weight_quantize || w == nullptr || w->dtype() != DType::kFloat32) continue;
+    std::optional<Tensor> quantized_weight = QuantizedConstant(qw, *w);
+    if (!quantized_weight.has_value() || quantized_weight->dtype() != DType::kQInt8) continue;
+    Match m{n, nullptr, q->arg(0).as_node(), qw, *std::move(quantized_weight),
+            q->arg(2).as_bool(), {n->arg(0).as_node(), q, n->arg(1).as_node(), qw}};
+    if (n->num_users() == 1) {
+      Node* user = n->users().front();
+      bool only_inplace = true;  // F.relu(y, inplace=False) as torch.fx records it
+      for (const Kwarg& kw : user->kwargs()) {
+        only_inplace = only_inplace && kw.first.name() == "inplace";
+      }
+      if (IsRelu(user, ModuleOf(user)) && user->num_args() == 1 && user->arg(0).is_node() &&
+          user->arg(0).as_node() == n && only_inplace) {
+        m.relu = user;
+      }
+    }
+    matches.push_back(std::move(m));
+  }
+  static const Symbol native = Symbol::Intern("torch.ops.quantized.linear_dynamic");
+  static const Symbol native_relu = Symbol::Intern("torch.ops.quantized.linear_relu_dynamic");
+  for (Match& m : matches) {
+    const std::string float_weight(m.weight_quantize->arg(0).as_node()->target().name());
+    const std::string path = gm_.UniqueModulePath(absl::StrCat(float_weight, "_quantized"));
+    RETURN_IF_ERROR(gm_.SetTensor(path, std::move(m.weight)));
+    NodeSpec get_attr;
+    get_attr.op = OpKind::kGetAttr;
+    get_attr.target = Symbol::Intern(path);
+    get_attr.name = graph_.UniqueName(path);
+    ASSIGN_OR_RETURN(Node * weight, graph_.InsertBefore(m.linear, std::move(get_attr)));
+    Argument bias = m.linear->num_args() > 2 ? m.linear->arg(2) : Argument::None();
+    if (const Argument* b = m.linear->FindKwarg("bias"); b != nullptr) bias = *b;
+    NoteInputsMayDie(m.linear);
+    RETURN_IF_ERROR(graph_.SetKwargs(m.linear, {}));
+    RETURN_IF_ERROR(graph_.SetOp(m.linear, OpKind::kCallFunction,
+                                 m.relu != nullptr ? native_relu : native));
+    RETURN_IF_ERROR(graph_.SetArgs(m.linear, NodeArgs{m.x, weight, std::move(bias),
+                                                      Argument::Bool(m.reduce_range)}));
+    if (m.relu != nullptr) {
+      ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(m.relu, m.linear));
+      (void)rewired;
+      RETURN_IF_ERROR(EraseNode(m.relu));
+    }
+    // The pattern's dequantize and quantize nodes go now, before the walk collects the
+    // weight's quantize for folding a second time.
+    for (Node* dead : m.pattern_nodes) {
+      if (dead->num_users() == 0) RETURN_IF_ERROR(EraseNode(dead));
+    }
+    folded_tensor_paths_.push_back(float_weight);
+  }
+  return static_cast<int>(matches.size());
+}
+
 absl::Status Lowerer::RemoveDequantizeQuantizePairs() {
   // Every quantize node the patterns left, in order; each iteration erases at most the
   // node it is looking at.
@@ -1264,6 +1366,10 @@ std::string LoweringReport::ToString() const {
     absl::StrAppend(&out, "  shape reads moved from a dequantize to its quantized tensor: ",
                     shape_reads_of_dequantize_moved, "\n");
   }
+  if (float16_casts_kept > 0) {
+    absl::StrAppend(&out, "  float16 casts kept (to(torch.float16) -> dequantize around float "
+                    "ops, as PyTorch): ", float16_casts_kept, "\n");
+  }
   absl::StrAppend(&out, "  tuple accesses removed: ", tuple_accesses_removed,
                   ", dequantize/quantize pairs removed: ", dequantize_quantize_pairs_removed,
                   ", dead nodes removed: ", dead_nodes_removed, "\n");
@@ -1278,7 +1384,15 @@ absl::StatusOr<LoweringReport> LowerToNative(GraphModule& gm,
   if (dynamic_linears > 0) report.lowered_per_rule[kDynamicLinearRuleName] += dynamic_linears;
   ASSIGN_OR_RETURN(const int embeddings, LowerWeightOnlyEmbeddings(gm));
   if (embeddings > 0) report.lowered_per_rule[kWeightOnlyEmbeddingRuleName] += embeddings;
+  // Float16 casts end no quantize either.
+  ASSIGN_OR_RETURN(const Float16Lowering float16, LowerFloat16PassThrough(gm, registry));
+  if (float16.lowered > 0) report.lowered_per_rule[kFloat16PassThroughRuleName] += float16.lowered;
+  report.float16_casts_kept = float16.casts_kept;
   Lowerer lowerer(gm, registry, report);
+  ASSIGN_OR_RETURN(const int dynamic_functionals, lowerer.LowerDynamicFunctionalLinears());
+  if (dynamic_functionals > 0) {
+    report.lowered_per_rule[kDynamicFunctionalLinearRuleName] += dynamic_functionals;
+  }
   RETURN_IF_ERROR(lowerer.LowerTuplesAndPatterns());
   RETURN_IF_ERROR(lowerer.FoldQuantizedConstants());
   RETURN_IF_ERROR(lowerer.RemoveDequantizeQuantizePairs());

@@ -10,6 +10,8 @@
 //   out = y_q.dequantize()
 //
 // Steps, in order:
+//  0. Dynamic quantization's, weight-only embeddings' and float16 casts' patterns, which
+//     end in no quantize (dynamic_lowering.h, float16_lowering.h).
 //  1. Tuple lowering: `operator.getitem(t, i)` where `t` builds a tuple or list
 //     (`builtins.tuple` / `builtins.list` / `tuple` of an inline list) is replaced by the
 //     i-th item, so patterns are seen through tuple packing and unpacking.
@@ -119,6 +121,9 @@ struct LoweringReport {
   // node reads any more, removed from the module tree.
   int folded_tensors_removed = 0;
   int dead_nodes_removed = 0;
+  // x.to(torch.float16) casts (float16 static quantization) left as convert made them:
+  // PyTorch lowers none but those after its special patterns (float16_lowering.h).
+  int float16_casts_kept = 0;
 
   int total_lowered() const;
   // Human-readable summary, one line per rule and per unlowered pattern.

@@ -203,7 +203,8 @@ absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* 
 
 bool LoweredNothing(const LoweringReport& report) {
   return report.total_lowered() == 0 && report.unlowered.empty() &&
-         report.dequantize_quantize_pairs_removed == 0 && report.tuple_accesses_removed == 0;
+         report.dequantize_quantize_pairs_removed == 0 && report.tuple_accesses_removed == 0 &&
+         report.float16_casts_kept == 0;
 }
 
 }  // namespace fuselage

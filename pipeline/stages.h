@@ -178,8 +178,8 @@ absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* 
 absl::Status VerifyAfterStage(absl::string_view stage, const GraphModule& gm);
 
 // True if a lowering changed nothing: no reference pattern, no pair or tuple access
-// removed (the model was not a reference quantized model). Front doors refuse that
-// instead of handing back the input as if it had been lowered.
+// removed, no float16 cast (the model was not a reference quantized model). Front doors
+// refuse that instead of handing back the input as if it had been lowered.
 bool LoweredNothing(const LoweringReport& report);
 
 }  // namespace fuselage

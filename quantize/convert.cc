@@ -33,6 +33,9 @@ struct ObserverReplacement {
   // convert makes it; scale and zero_point are unused.
   bool dynamic = false;
   bool reduce_range = false;
+  // A float16 cast (ObserverSpec::IsFloat16Cast): the node becomes x.to(torch.float16) →
+  // dequantize, as PyTorch's convert makes it; scale and zero_point are unused.
+  bool float16_cast = false;
 };
 
 absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Observer& observer,
@@ -49,6 +52,11 @@ absl::StatusOr<ObserverReplacement> PlanObserverReplacement(Node* n, const Obser
     ObserverReplacement r{n, 1.0, 0, spec.dtype};
     r.dynamic = true;
     r.reduce_range = dynamic_reduce_range;
+    return r;
+  }
+  if (spec.IsFloat16Cast()) {
+    ObserverReplacement r{n, 1.0, 0, spec.dtype};
+    r.float16_cast = true;
     return r;
   }
   // Built only on the error paths: this runs once per observer node.
@@ -114,20 +122,58 @@ absl::StatusOr<std::optional<PerChannelReplacement>> PlanPerChannelReplacement(
       PerChannelReplacement{n, std::move(qparams), spec.ch_axis, spec.dtype});
 }
 
+// An observer of a constant float tensor (a get_attr: a functional op's weight) that saw
+// no value, fed that tensor now, as PyTorch's convert runs the weight observers
+// (run_weight_observers): dynamic quantization calibrates nothing, and its F.linear's
+// weight observer has seen no value. nullptr when `observer` is to be used as it is; an
+// error naming the node if the tensor does not fit the observer.
+absl::StatusOr<std::unique_ptr<Observer>> ObservedConstant(const GraphModule& gm, const Node* n,
+                                                           const Observer& observer) {
+  const ObserverSpec& spec = observer.spec();
+  if (spec.is_dynamic || spec.IsFloat16Cast() || !ObserverSawNoValue(observer) ||
+      n->num_args() != 1 || !n->arg(0).is_node() ||
+      n->arg(0).as_node()->op() != OpKind::kGetAttr) {
+    return nullptr;
+  }
+  const Tensor* constant = gm.FindTensor(n->arg(0).as_node()->target().name());
+  if (constant == nullptr || constant->dtype() != DType::kFloat32) return nullptr;
+  std::unique_ptr<Observer> fed = observer.Clone();
+  if (absl::Status st = fed->Update(*constant); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "convert: observer node '", n->name(), "' (", n->target().name(), ") of the constant '",
+        n->arg(0).as_node()->target().name(), "': ", st.message()));
+  }
+  return fed;
+}
+
 // The targets of the nodes an observer becomes, interned once per pass.
 struct ReplacementTargets {
   Symbol quantize = Symbol::Intern("torch.quantize_per_tensor");
   Symbol quantize_dynamic = Symbol::Intern("torch.quantize_per_tensor_dynamic");
+  Symbol cast = Symbol::Intern("to");  // a method
   Symbol dequantize = Symbol::Intern("dequantize");
   // The names FX derives from the targets (torch.quantize_per_tensor, dequantize).
   absl::string_view quantize_name = "quantize_per_tensor";
   absl::string_view quantize_dynamic_name = "quantize_per_tensor_dynamic";
+  absl::string_view cast_name = "to";
   absl::string_view dequantize_name = "dequantize";
+
+  // The op, target and name of the node that quantizes (or casts) for `r`.
+  OpKind QuantizeOp(const ObserverReplacement& r) const {
+    return r.float16_cast ? OpKind::kCallMethod : OpKind::kCallFunction;
+  }
+  Symbol QuantizeTarget(const ObserverReplacement& r) const {
+    return r.float16_cast ? cast : r.dynamic ? quantize_dynamic : quantize;
+  }
+  absl::string_view QuantizeName(const ObserverReplacement& r) const {
+    return r.float16_cast ? cast_name : r.dynamic ? quantize_dynamic_name : quantize_name;
+  }
 };
 
 // The args of the quantize node of `r`: the node's own arg storage type, which the node
 // takes over whole.
 NodeArgs QuantizeArgs(Node* input, const ObserverReplacement& r) {
+  if (r.float16_cast) return {input, Argument::Dtype(DType::kFloat16)};
   if (r.dynamic) return {input, Argument::Dtype(r.dtype), Argument::Bool(r.reduce_range)};
   return {input, Argument::Float(r.scale), Argument::Int(r.zero_point),
           Argument::Dtype(r.dtype)};
@@ -154,10 +200,10 @@ absl::Status ReplaceObserver(Graph& g, const ReplacementTargets& targets,
   if (!observer->meta().empty()) RETURN_IF_ERROR(g.SetMeta(observer, NodeMeta()));
   if (!absl::StartsWith(observer->name(), targets.dequantize_name)) {
     NodeSpec quantize;
-    quantize.op = OpKind::kCallFunction;
-    quantize.target = r.dynamic ? targets.quantize_dynamic : targets.quantize;
+    quantize.op = targets.QuantizeOp(r);
+    quantize.target = targets.QuantizeTarget(r);
     quantize.args = QuantizeArgs(input, r);
-    quantize.name = r.dynamic ? targets.quantize_dynamic_name : targets.quantize_name;
+    quantize.name = targets.QuantizeName(r);
     ASSIGN_OR_RETURN(Node * q, g.InsertBefore(observer, std::move(quantize)));
     RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallMethod, targets.dequantize));
     RETURN_IF_ERROR(g.SetArgs(observer, NodeArgs{q}));
@@ -166,10 +212,9 @@ absl::Status ReplaceObserver(Graph& g, const ReplacementTargets& targets,
   }
   // The observer's name is freed (by renaming it the quantize node) before the
   // dequantize node is named, which may take it.
-  RETURN_IF_ERROR(g.SetOp(observer, OpKind::kCallFunction,
-                            r.dynamic ? targets.quantize_dynamic : targets.quantize));
+  RETURN_IF_ERROR(g.SetOp(observer, targets.QuantizeOp(r), targets.QuantizeTarget(r)));
   RETURN_IF_ERROR(g.SetArgs(observer, QuantizeArgs(input, r)));
-  g.Rename(observer, r.dynamic ? targets.quantize_dynamic_name : targets.quantize_name);
+  g.Rename(observer, targets.QuantizeName(r));
   NodeSpec dequantize;
   dequantize.op = OpKind::kCallMethod;
   dequantize.target = targets.dequantize;
@@ -630,8 +675,8 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   // Dynamic quantization's reference reduces the input's range where the engine's
   // dynamic kernels do (PyTorch: fbgemm / x86 / onednn; QNNPACK ignores reduce_range).
   ASSIGN_OR_RETURN(std::optional<QuantizedEngine> engine, RecordedEngine(gm));
-  const bool dynamic_reduce_range = engine.value_or(QuantizedEngine::kOnednn) !=
-                                    QuantizedEngine::kQnnpack;
+  const bool dynamic_reduce_range = options.dynamic_reduce_range.value_or(
+      engine.value_or(QuantizedEngine::kOnednn) != QuantizedEngine::kQnnpack);
   // The weighted modules to make reference modules, in place (no copy of the module, nor
   // of a fused module's other children, and nothing to free): the float module is read
   // here and changed only in step 2. Two nodes calling one module change it twice, the
@@ -658,6 +703,8 @@ absl::StatusOr<ConvertReport> ConvertToReference(GraphModule& gm,
   for (Node* n = g.first(); n != nullptr; n = n->next()) {
     if (n->op() != OpKind::kCallModule) continue;
     if (const Observer* observer = observers.Find(n->target()); observer != nullptr) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Observer> fed, ObservedConstant(gm, n, *observer));
+      if (fed != nullptr) observer = fed.get();
       ASSIGN_OR_RETURN(std::optional<PerChannelReplacement> per_channel,
                        PlanPerChannelReplacement(n, *observer));
       if (per_channel.has_value()) {

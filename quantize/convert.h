@@ -16,7 +16,9 @@
 //    `<weight>_scale` / `<weight>_zero_point`, as PyTorch's convert does; a fixed-qparams
 //    observer gives its fixed scale and zero point; a dynamic placeholder observer becomes
 //    torch.quantize_per_tensor_dynamic(x, quint8, reduce_range) (reduce_range unless the
-//    model's recorded engine is qnnpack, as PyTorch's convert decides by its engine);
+//    model's recorded engine is qnnpack, as PyTorch's convert decides by its engine); a
+//    float16 cast (a static float16 PlaceholderObserver, float16_static_qconfig's)
+//    becomes the method call x.to(torch.float16), then the dequantize;
 //  - every quantized weighted module becomes its reference module: a float nn.Conv2d
 //    becomes nnqr.Conv2d (the float contents plus weight_scale, weight_zero_point,
 //    weight_axis, weight_qscheme, weight_dtype from the qconfig's weight observer run
@@ -26,6 +28,9 @@
 //    per_channel_affine_float_qparams (embeddings) gets float32 weight_zero_point values
 //    (-min / scale) and keeps that scheme; a float16 placeholder weight observer gives
 //    weight_dtype float16 and no scale or zero point.
+//  - an observer of a constant float tensor (a get_attr: a functional op's weight) that
+//    saw no value observes that tensor first, as PyTorch's convert runs the weight
+//    observers: dynamic quantization's F.linear is not calibrated.
 // Every output thus keeps its own quantization parameters.
 //
 // Contract: every observer's parameters and every reference module are computed before
@@ -39,6 +44,7 @@
 #define FUSELAGE_QUANTIZE_CONVERT_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +72,10 @@ struct ConvertOptions {
   // converted with PyTorch's defaults, scale 1.0 and zero point 0, and listed in the
   // report (true: PyTorch's convert_fx, which warns).
   bool uncalibrated_as_pytorch = false;
+  // The reduce_range of the dynamic quantize nodes (quantize_per_tensor_dynamic). Unset:
+  // unless the model's recorded engine is qnnpack. PyTorch's convert decides by the
+  // engine it runs on (fbgemm or x86: reduce); the drop-in passes that decision.
+  std::optional<bool> dynamic_reduce_range;
 };
 
 // Runs the pass on `gm` (see the file comment). `prepared` is what Prepare returned for

@@ -926,7 +926,7 @@ absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec)
     case ObserverKind::kFixedQParams:
       break;
     case ObserverKind::kPlaceholder:
-      if (spec.is_dynamic) break;
+      if (spec.is_dynamic || spec.IsFloat16Cast()) break;
       [[fallthrough]];
     default:
       return absl::UnimplementedError(absl::StrCat(
@@ -937,7 +937,8 @@ absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec)
   switch (spec.kind) {
     case ObserverKind::kMinMax:
     case ObserverKind::kMovingAverageMinMax:
-    case ObserverKind::kPlaceholder:  // dynamic: its range is recorded, never used
+    // Dynamic or a float16 cast: its range is recorded, never used.
+    case ObserverKind::kPlaceholder:
       observer.reset(new MinMaxObserver(spec, range.first, range.second));
       break;
     case ObserverKind::kPerChannelMinMax:

@@ -211,7 +211,8 @@ class HistogramObserver : public Observer {
 // Builds the observer `spec` describes, after spec.Validate(). Placeholder, noop and
 // reuse-input specs get Unimplemented: they compute nothing here (prepare handles them by
 // their spec). A dynamic placeholder (is_dynamic: the input of a dynamically quantized op)
-// gets a MinMaxObserver whose range nothing reads: its parameters are chosen at run time.
+// gets a MinMaxObserver whose range nothing reads: its parameters are chosen at run time;
+// so does a float16 cast (ObserverSpec::IsFloat16Cast), which has no parameters.
 absl::StatusOr<std::unique_ptr<Observer>> MakeObserver(const ObserverSpec& spec);
 
 }  // namespace fuselage

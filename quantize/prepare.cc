@@ -61,6 +61,10 @@ struct Decision {
   // qconfig's weight observer `functional_weight_observer` (producer null: none).
   TensorInput functional_weight;
   const ObserverSpec* functional_weight_observer = nullptr;
+  // Its bias arg when activation and weight are float16 casts (float16_static_qconfig):
+  // PyTorch's prepare_fx then gives the bias dtype float16 and observes it with the
+  // activation observer (producer null: not observed).
+  TensorInput functional_bias;
   // Inputs of the ops merged after `node` that come from outside the pattern (the
   // residual of a conv-add: (add, conv2d, MatchAllNode)), each with the op reading it,
   // observed like `inputs`.
@@ -278,12 +282,6 @@ absl::StatusOr<const DTypeConfig*> SelectDTypeConfig(const std::vector<DTypeConf
   return absl::FailedPreconditionError(absl::StrCat(
       "its qconfig satisfies none of the ", configs.size(), " dtype configs: ",
       absl::StrJoin(reasons, "; ")));
-}
-
-// A float16 placeholder weight observer (float16_dynamic_qconfig's): the weight is cast
-// to float16 at convert, nothing is observed.
-bool IsFloat16Weight(const ObserverSpec& spec) {
-  return spec.kind == ObserverKind::kPlaceholder && spec.dtype == DType::kFloat16;
 }
 
 // The module type / function / method a node calls, as QConfigMapping and
@@ -591,7 +589,8 @@ class Planner {
     // weight is quantized; only embeddings lower so.
     const bool float_activation = qconfig->activation.kind == ObserverKind::kPlaceholder &&
                                   !IsQuantized(qconfig->activation.dtype) &&
-                                  !qconfig->activation.is_dynamic;
+                                  !qconfig->activation.is_dynamic &&
+                                  !qconfig->activation.IsFloat16Cast();
     if (!entry.input_output_observed || (float_activation && !entry.root_module.empty())) {
       return DecideWeightOnly(n, *qconfig, entry, keep_float);
     }
@@ -617,11 +616,14 @@ class Planner {
       return keep_float(absl::StrCat("dynamic quantization to ", DTypeName(activation.dtype),
                                      " is not supported (quint8 or float16 only)"));
     }
-    if (activation.is_dynamic && entry.root_module.empty()) {
-      return keep_float("dynamic quantization of a functional op is not supported "
-                        "(weighted modules only)");
+    if (activation.is_dynamic && entry.root_module.empty() && !entry.weight_arg_index) {
+      return keep_float("dynamic quantization of an op without weights is not supported "
+                        "(weighted modules and F.linear only)");
     }
-    switch (activation.is_dynamic ? ObserverKind::kMinMax : activation.kind) {
+    // A float16 cast (float16_static_qconfig) is observed where an int8 observer would be;
+    // convert makes it to(torch.float16) → dequantize.
+    const bool observes = activation.is_dynamic || activation.IsFloat16Cast();
+    switch (observes ? ObserverKind::kMinMax : activation.kind) {
       case ObserverKind::kPlaceholder:
       case ObserverKind::kNoop:
         return keep_float(absl::StrCat("its activation observer ",
@@ -740,7 +742,7 @@ class Planner {
       }
       // float16 dynamic quantization's weight "observer" is a float16 placeholder: the
       // weight is cast, not observed (convert_fx's float16 reference module).
-      if (!IsFloat16Weight(qconfig->weight)) {
+      if (!qconfig->weight.IsFloat16Cast()) {
         RETURN_IF_ERROR(ValidateSpec(n, qconfig->weight, "weight"));
       }
       weight = &qconfig->weight;
@@ -811,10 +813,11 @@ class Planner {
 
   // A functional weighted op (the entry has a weight_arg_index): its weight and bias args
   // leave `d->inputs` (they are no activations); the weight, if the qconfig's weight
-  // observer quantizes, becomes d->functional_weight, observed by that observer at
-  // calibration, as PyTorch's prepare_fx does (node_arg_is_weight). A float placeholder
-  // weight observer (layer norm's) leaves the weight float. The reason the op stays
-  // float otherwise.
+  // observer quantizes or casts to float16, becomes d->functional_weight, observed by
+  // that observer at calibration, as PyTorch's prepare_fx does (node_arg_is_weight); with
+  // a float16 cast activation too, the bias becomes d->functional_bias. A float
+  // placeholder weight observer (layer norm's) leaves the weight float. The reason the op
+  // stays float otherwise.
   std::optional<std::string> TakeFunctionalWeight(const Node* n, const BackendPatternConfig& entry,
                                                   const QConfig& qconfig, Decision* d) {
     const size_t weight_arg = static_cast<size_t>(*entry.weight_arg_index);
@@ -824,19 +827,23 @@ class Planner {
             : std::nullopt;
     TensorInputs activations;
     TensorInput weight;
+    TensorInput bias;
     for (const TensorInput& in : d->inputs) {
       if (in.item >= 0 || (in.arg != weight_arg && in.arg != bias_arg)) {
         activations.push_back(in);
       } else if (in.arg == weight_arg) {
         weight = in;
+      } else {
+        bias = in;
       }
     }
     d->inputs = std::move(activations);
     const ObserverSpec& spec = qconfig.weight;
     if ((spec.kind == ObserverKind::kPlaceholder || spec.kind == ObserverKind::kNoop) &&
-        !IsQuantized(spec.dtype)) {
+        !IsQuantized(spec.dtype) && !spec.IsFloat16Cast()) {
       return std::nullopt;
     }
+    if (spec.IsFloat16Cast() && qconfig.activation.IsFloat16Cast()) d->functional_bias = bias;
     if (weight.producer == nullptr && weight_arg >= n->num_args()) {
       // Passed by keyword (torch.fx records F.group_norm(x, 2, weight=w)) or not at all:
       // PyTorch 2's prepare_fx observes only the positional weight, so the op reads its
@@ -955,6 +962,10 @@ class ObserverInserter {
                        ObserverOf(d.functional_weight.producer, *d.functional_weight_observer));
       RETURN_IF_ERROR(g.SetArg(d.node, d.functional_weight.arg, obs));
     }
+    if (d.functional_bias.producer != nullptr) {
+      ASSIGN_OR_RETURN(Node * obs, ObserverOf(d.functional_bias.producer, *d.activation));
+      RETURN_IF_ERROR(g.SetArg(d.node, d.functional_bias.arg, obs));
+    }
     if (d.weight_only) {
       // Weight-only: nothing observed in the graph.
       RETURN_IF_ERROR(EnsureContainer());
@@ -984,8 +995,8 @@ class ObserverInserter {
     const DType out_dtype = d.share_output_with_input
                                 ? ObserverEntry(first_input_observer).dtype
                                 : d.activation->dtype;
-    ObserverEntry(d.output) = {out_obs, out_dtype};
-    ObserverEntry(out_obs) = {out_obs, out_dtype};
+    ObserverEntry(d.output) = {out_obs, out_dtype, false, true};
+    ObserverEntry(out_obs) = {out_obs, out_dtype, false, true};
     RETURN_IF_ERROR(ObserveDeclaredSteps(d));
     out_.quantized_ops.emplace(d.node->name(), PlanOf(d));
     ++out_.report.quantized_ops;
@@ -1095,14 +1106,27 @@ class ObserverInserter {
         existing.dynamic == spec.is_dynamic) {
       return existing.node;
     }
-    ASSIGN_OR_RETURN(Symbol path, NewObserverModule(spec));
     // A dynamic op reading a statically observed value reads it as the static observer
     // leaves it (quantized, then dequantized: PyTorch's quantize -> op -> dequantize ->
-    // dynamic op), so its observer watches the static observer's output.
-    Node* observed = existing.node != nullptr && !existing.dynamic && spec.is_dynamic
-                         ? existing.node
-                         : producer;
+    // dynamic op), so its observer watches the static observer's output; so does any op
+    // reading an op's output observed to another dtype (a float16 add after an int8 conv:
+    // quantize -> dequantize -> to(float16) -> dequantize), as PyTorch 1.13's prepare_fx,
+    // where every user of that op reads its output observer, observes the observer node.
+    // (An input observer is that consumer's only: another consumer reads the value.)
+    const bool chained = existing.node != nullptr && !existing.dynamic &&
+                         (spec.is_dynamic || existing.output);
+    // Static consumers of one other dtype share one observer, as PyTorch reuses an
+    // observer of the same dtype among the observed node's users.
+    const bool shared = existing.node != nullptr && !spec.is_dynamic;
+    const auto key = std::make_pair(existing.node, spec.dtype);
+    if (shared) {
+      auto it = other_dtype_observers_.find(key);
+      if (it != other_dtype_observers_.end()) return it->second;
+    }
+    ASSIGN_OR_RETURN(Symbol path, NewObserverModule(spec));
+    Node* observed = chained ? existing.node : producer;
     ASSIGN_OR_RETURN(Node * obs, InsertObserverNode(observed, path));
+    if (shared) other_dtype_observers_.emplace(key, obs);
     // Static consumers keep sharing the static observer; a dynamic one (stateless) may
     // be repeated.
     if (existing.node == nullptr || (existing.dynamic && !spec.is_dynamic)) {
@@ -1238,6 +1262,8 @@ class ObserverInserter {
     Node* node = nullptr;
     DType dtype = DType::kQUInt8;
     bool dynamic = false;
+    // An op's output observer, which every user of the op reads.
+    bool output = false;
   };
 
   // The entry of `n` in observer_of_ (node null: none yet), grown to cover the observer
@@ -1253,6 +1279,9 @@ class ObserverInserter {
   // Per Node::index(): the observer node watching the node's value (an observer node
   // watches its own), with its dtype.
   std::vector<ObserverNode> observer_of_;
+  // Per (observer node of a value, dtype): the static observer of that value for
+  // consumers of that other dtype (ObserverOf).
+  absl::flat_hash_map<std::pair<const Node*, DType>, Node*> other_dtype_observers_;
   // Observer modules whose nodes ShareListInputObservers moved away.
   absl::flat_hash_set<Symbol> maybe_orphaned_;
   // Few (one per distinct spec); a deque keeps their addresses as it grows.
@@ -1356,7 +1385,8 @@ absl::StatusOr<PreparedModel> Prepare(GraphModule& gm, const QConfigMapping& qco
   size_t max_observer_modules = 0;
   size_t max_observer_nodes = 0;
   for (const Decision& d : decisions) {
-    const size_t weight = d.functional_weight.producer != nullptr ? 1 : 0;
+    const size_t weight = (d.functional_weight.producer != nullptr ? 1 : 0) +
+                          (d.functional_bias.producer != nullptr ? 1 : 0);
     const size_t inputs = d.inputs.size() + d.merged_inputs.size();
     max_observer_modules += inputs + weight + (d.share_output_with_input ? 0 : 1);
     max_observer_nodes += inputs + weight + 1;

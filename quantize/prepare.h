@@ -14,7 +14,10 @@
 //    scale bounds of the constraints) makes the op quantized;
 //  - each tensor input is observed: an observer call_module node after the producer, with
 //    the consumer's activation observer, shared by every quantized consumer of that
-//    producer (PyTorch 1.13 reuses an existing observer of the arg too);
+//    producer (PyTorch 1.13 reuses an existing observer of the arg too); a consumer of
+//    another dtype gets its own observer, shared by the consumers of that dtype, which
+//    watches the producer's output observer if it has one (an int8 conv read by a
+//    float16 add: quantize → dequantize → to(float16) → dequantize, as PyTorch's);
 //  - the output is observed by a new observer (OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT) or
 //    by a second call of its first input's observer module, i.e. the same observer
 //    instance (OUTPUT_SHARE_OBSERVER_WITH_INPUT: max pool, flatten, identity, relu, ...);
@@ -46,8 +49,14 @@
 //    lowering makes quantized::add_relu, with the relu's output parameters).
 //  - dynamic quantization (a dynamic dtype config, which the qconfig satisfies with a
 //    dynamic PlaceholderObserver activation, PyTorch's default_dynamic_qconfig): the
-//    weighted module's input is observed by that placeholder, its output is not (it stays
-//    float); the weight observer is planned as for static quantization.
+//    weighted module's (or F.linear's) input is observed by that placeholder, its output
+//    is not (it stays float); the weight observer is planned as for static quantization
+//    (F.linear's observes its weight arg in the graph);
+//  - float16 static quantization (float16_static_qconfig: static PlaceholderObservers of
+//    torch.float16, ObserverSpec::IsFloat16Cast, and a dtype config of float16): observed
+//    as int8 is, with those placeholders; a functional op's weight is observed by the
+//    weight's and its bias by the activation's, as PyTorch's prepare_fx gives the bias
+//    dtype float16 then.
 //  - weight-only quantization (a float placeholder activation, or an entry whose input and
 //    output are not observed, and a quantized weight: float_qparams_weight_only_qconfig on
 //    nn.Embedding / nn.EmbeddingBag): nothing is observed in the graph, as in PyTorch; the
@@ -63,8 +72,9 @@
 //    listed in the report with the reason (PyTorch skips it silently). So is an op whose
 //    qconfig is None, and every op form fuselage does not quantize yet (weight-only
 //    configs other than float_qparams_weight_only_qconfig's on nn.Embedding /
-//    nn.EmbeddingBag; dynamic configs other than on nn.Linear / nni.LinearReLU; a
-//    functional weight with a per-channel weight observer).
+//    nn.EmbeddingBag; dynamic configs other than on nn.Linear / nni.LinearReLU /
+//    nn.LSTM / nn.GRU / F.linear; a computed functional weight with a per-channel weight
+//    observer).
 //  - The pass is linear in the number of nodes: decisions are one walk with per-op
 //    lookups cached, observers are found through a producer → observer map, and module
 //    paths come from a counter (PyTorch 1.13's prepare rescans users and names).

@@ -93,6 +93,14 @@ struct ObserverSpec {
   // quantization, PyTorch's PlaceholderObserver(is_dynamic=True)).
   bool is_dynamic = false;
 
+  // A static PlaceholderObserver of torch.float16 (float16_static_qconfig's activation and
+  // weight, float16_dynamic_qconfig's weight): PyTorch's float16 "quantization" is a cast,
+  // so the observer records nothing and convert makes it x.to(torch.float16) → dequantize
+  // (a weighted module's weight: weight_dtype torch.float16), not an int8 quantize.
+  bool IsFloat16Cast() const {
+    return kind == ObserverKind::kPlaceholder && dtype == DType::kFloat16 && !is_dynamic;
+  }
+
   // The effective [quant_min, quant_max] as PyTorch's calculate_qmin_qmax computes it
   // (custom range halved by reduce_range; else the dtype's 8-bit range, reduced or not).
   // InvalidArgument where PyTorch's constructor asserts (range without 0, min >= max,

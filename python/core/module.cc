@@ -433,6 +433,7 @@ void RegisterReports(py::module_& m) {
       .def_readonly("constants_quantized", &LoweringReport::constants_quantized)
       .def_readonly("folded_tensors_removed", &LoweringReport::folded_tensors_removed)
       .def_readonly("dead_nodes_removed", &LoweringReport::dead_nodes_removed)
+      .def_readonly("float16_casts_kept", &LoweringReport::float16_casts_kept)
       .def_property_readonly("total_lowered", &LoweringReport::total_lowered)
       .def("__str__", &LoweringReport::ToString);
   DataclassLike(lowering, "LoweringReport",
@@ -637,17 +638,20 @@ void RegisterPasses(py::module_& m) {
       "Runs a prepared model on the samples so its observers record ranges, in place.");
   m.def(
       "convert",
-      [](Model& model, bool uncalibrated_as_pytorch) {
+      [](Model& model, bool uncalibrated_as_pytorch, std::optional<bool> dynamic_reduce_range) {
         ConvertOptions options;
         options.uncalibrated_as_pytorch = uncalibrated_as_pytorch;
+        options.dynamic_reduce_range = dynamic_reduce_range;
         return ValueOrThrow(
             model.Edit([&](GraphModule& gm) { return ConvertModel(gm, options); }));
       },
       py::arg("model"), py::kw_only(), py::arg("uncalibrated_as_pytorch") = false,
+      py::arg("dynamic_reduce_range") = py::none(),
       "Converts a prepared, calibrated model to a reference quantized model. An observer "
       "that saw no value is refused, or with uncalibrated_as_pytorch=True converted with "
       "PyTorch's defaults (scale 1.0, zero point 0) and named in the report's "
-      "`uncalibrated`.");
+      "`uncalibrated`. dynamic_reduce_range: the reduce_range of dynamic quantize nodes "
+      "(default: unless the model's engine is qnnpack).");
   m.def(
       "lower",
       [](Model& model, const OptString& config_text, const OptString& config_source) {

@@ -4,8 +4,10 @@ fuselage writes a lowered F.conv2d / F.linear (+ relu) with its weight as a tens
     quantized.conv2d_relu(x_q, w_q, bias, stride, padding, dilation, groups,
                           output_scale=s, output_zero_point=z)
     quantized.linear(x_q, w_q, bias, output_scale=s, output_zero_point=z)
+    quantized.linear_dynamic(x, w_q, bias, reduce_range)     (dynamic; also _relu_dynamic)
 PyTorch's kernels of the same names take the weight prepacked for the engine:
     quantized.conv2d_relu(x_q, packed, s, z),  packed = quantized.conv2d_prepack(w_q, bias, ...)
+    quantized.linear_dynamic(x, packed, reduce_range),  packed = quantized.linear_prepack(w_q, bias)
 to_torch packs (`pack_functional_ops`) so the GraphModule runs on PyTorch; export unpacks
 (`unpack_functional_ops`) so a converted model, fuselage's or PyTorch's, goes into a file
 of tensors. A lowered F.conv2d with its residual add,
@@ -27,13 +29,15 @@ _OPS = {f"{base}{tail}": dims
         for base, dims in (("conv1d", 1), ("conv2d", 2), ("conv3d", 3), ("linear", 0))
         for tail in ("", "_relu")}
 _PACKED_PREFIX = "_packed_weight_"
+# The dynamic ones: (x, weight, bias, reduce_range) -> (x, packed, reduce_range).
+_DYNAMIC_OPS = ("linear_dynamic", "linear_relu_dynamic")
 
 
-def _op_name(node):
-    """The _OPS key of a call_function to torch.ops.quantized.<op>, else None."""
+def _op_name(node, names=tuple(_OPS)):
+    """The key among `names` of a call_function to torch.ops.quantized.<op>, else None."""
     if node.op != "call_function":
         return None
-    for name in _OPS:
+    for name in names:
         op = getattr(torch.ops.quantized, name, None)
         if op is not None and node.target in (op, getattr(op, "default", None)):
             return name
@@ -168,6 +172,10 @@ def pack_functional_ops(gm):
     packed_targets = []
     traced = any("module_path" in n.meta.get("fuselage", {}) for n in gm.graph.nodes)
     for node in list(gm.graph.nodes):
+        if _op_name(node, _DYNAMIC_OPS) is not None:
+            if _pack_dynamic(gm, node, traced, packed_targets):
+                changed = True
+            continue
         conv_add = _conv_add_kind(node)
         if conv_add is not None and "output_scale" in node.kwargs and len(node.args) >= 3:
             changed = _conv_add_as_module(gm, node, conv_add) or changed
@@ -195,6 +203,27 @@ def pack_functional_ops(gm):
         _drop_packed_sources(gm, packed_targets)
         gm.recompile()
     return gm
+
+
+def _pack_dynamic(gm, node, traced, packed_targets):
+    """pack_functional_ops for a dynamic linear in fuselage's form (x, w_q, bias,
+    reduce_range): PyTorch's (x, packed, reduce_range). False if its weight or bias is not
+    constant."""
+    if len(node.args) != 4 or node.kwargs:
+        return False
+    x, weight_node, bias_node, reduce_range = node.args
+    weight, bias = constant_of(gm, weight_node), constant_of(gm, bias_node)
+    if not isinstance(weight, torch.Tensor) or bias is NOT_CONSTANT:
+        return False
+    packed_name = _free_name(gm, _packed_prefix(node, weight_node, traced))
+    setattr(gm, packed_name, torch.ops.quantized.linear_prepack(weight, bias))
+    with gm.graph.inserting_before(node):
+        packed = gm.graph.get_attr(packed_name)
+    node.args = (x, packed, reduce_range)
+    packed_targets += [a.target for a in (weight_node, bias_node)
+                       if isinstance(a, torch.fx.Node) and a.op == "get_attr"]
+    _erase_unused_get_attrs(gm.graph, [weight_node, bias_node])
+    return True
 
 
 _PLAIN_MODULE_KEYS = frozenset(vars(torch.nn.Module()))
@@ -257,7 +286,9 @@ def unpack_functional_ops(gm):
     """`gm`, or a copy sharing its modules and tensors, in which every functional quantized
     conv / linear in PyTorch's packed form is in fuselage's form, its weight and bias new
     attributes. The caller's module is not changed."""
-    nodes = [n for n in gm.graph.nodes if _op_name(n) is not None and len(n.args) == 4
+    nodes = [n for n in gm.graph.nodes
+             if (_op_name(n) is not None and len(n.args) == 4 or
+                 _op_name(n, _DYNAMIC_OPS) is not None and len(n.args) == 3)
              and isinstance(n.args[1], torch.fx.Node) and n.args[1].op == "get_attr"
              and isinstance(attribute(gm, n.args[1].target), torch._C.ScriptObject)]
     if not nodes:
@@ -268,8 +299,9 @@ def unpack_functional_ops(gm):
     result = _keep_tree(TreeKeepingGraphModule(gm, graph), gm.__dict__)
     for original in nodes:
         node = copy_of[original.name]
-        name = _op_name(node)
-        x, packed, scale, zero_point = node.args
+        dynamic = _op_name(node) is None
+        name = "linear" if dynamic else _op_name(node)
+        x, packed, *rest = node.args
         weight, bias, conv_args = _unpacked_args(name, attribute(gm, packed.target))
         with graph.inserting_before(node):
             weight_name = _free_name(result, f"{node.name}_weight_")
@@ -280,8 +312,12 @@ def unpack_functional_ops(gm):
                 bias_name = _free_name(result, f"{node.name}_bias_")
                 result.register_buffer(bias_name, bias)
                 bias_node = graph.get_attr(bias_name)
+        if dynamic:  # rest: (reduce_range,)
+            node.args = (x, weight_node, bias_node) + tuple(rest)
+            _erase_unused_get_attrs(graph, [packed])
+            continue
         node.args = (x, weight_node, bias_node) + tuple(conv_args)
-        node.kwargs = {"output_scale": scale, "output_zero_point": zero_point}
+        node.kwargs = {"output_scale": rest[0], "output_zero_point": rest[1]}
         _erase_unused_get_attrs(graph, [packed])
     for target in {n.args[1].target for n in nodes}:
         if not any(n.op == "get_attr" and n.target == target for n in graph.nodes):

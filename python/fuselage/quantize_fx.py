@@ -469,7 +469,13 @@ def _convert_as_pytorch(core, m, shown=5):
     """The engine's convert with PyTorch's rule for an observer that saw no value: scale
     1.0 and zero point 0, and a UserWarning naming it (PyTorch warns too; fuselage's CLI
     refuses such a model)."""
-    report = core.convert(m, uncalibrated_as_pytorch=True)
+    # Dynamic quantization's reduce_range, as PyTorch's convert chooses it: by the engine
+    # torch runs on now.
+    import torch
+
+    report = core.convert(m, uncalibrated_as_pytorch=True,
+                          dynamic_reduce_range=torch.backends.quantized.engine in
+                          ("fbgemm", "x86"))
     if report.uncalibrated:
         names = ", ".join(report.uncalibrated[:shown])
         more = len(report.uncalibrated) - shown

@@ -295,9 +295,37 @@ absl::StatusOr<Value> QuantizePerTensorDynamicFn(const KernelContext& ctx,
   return Value(std::move(y));
 }
 
+// torch.ops.quantized.linear_dynamic[_relu] in fuselage's form (x, weight, bias,
+// reduce_range): a lowered dynamic F.linear, its weight quantized (qint8, per tensor or per
+// output channel) where PyTorch's takes it prepacked (fuselage._packed packs it for torch).
+FunctionKernel DynamicLinearFn(bool relu) {
+  return [relu](const KernelContext& ctx, absl::Span<const Value> args,
+                const ValueKwargs& kwargs) -> absl::StatusOr<Value> {
+    ArgReader r(args, kwargs);
+    RETURN_IF_ERROR(r.ExpectAtMostPositional(4));
+    ASSIGN_OR_RETURN(const Tensor* x, r.GetFloatTensor(0, "input"));
+    ASSIGN_OR_RETURN(const Tensor* weight, r.GetTensor(1, "weight"));
+    ASSIGN_OR_RETURN(const Tensor* bias, r.OptionalFloatTensor(2, "bias"));
+    ASSIGN_OR_RETURN(bool reduce_range, r.OptionalBool(3, "reduce_range", true));
+    ASSIGN_OR_RETURN(Tensor y, quantized::DynamicQuantizedLinear(*x, *weight, bias,
+                                                                 reduce_range, ctx.engine));
+    if (relu) {
+      float* data = y.mutable_data<float>();
+      for (int64_t i = 0; i < y.numel(); ++i) data[i] = std::max(data[i], 0.0f);
+    }
+    return Value(std::move(y));
+  };
+}
+
 }  // namespace
 
 absl::Status RegisterDynamicQuantizedKernels(KernelRegistry& registry) {
+  RETURN_IF_ERROR(registry.RegisterFunction(OpKind::kCallFunction,
+                                            "torch.ops.quantized.linear_dynamic",
+                                            DynamicLinearFn(false)));
+  RETURN_IF_ERROR(registry.RegisterFunction(OpKind::kCallFunction,
+                                            "torch.ops.quantized.linear_relu_dynamic",
+                                            DynamicLinearFn(true)));
   for (const bool relu : {false, true}) {
     RETURN_IF_ERROR(registry.RegisterModule(
         relu ? "nniqd.LinearReLU" : "nnqd.Linear",

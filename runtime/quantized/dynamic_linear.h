@@ -61,7 +61,10 @@ absl::StatusOr<Tensor> QuantizePerTensorDynamic(const Tensor& x, DType dtype,
 
 // Registers the modules nnqd.Linear and nniqd.LinearReLU (its output through relu)
 // (reduce_range true, as nnqd.Linear's forward passes
-// it; attribute dtype torch.float16: Float16DynamicLinear) and the function torch.quantize_per_tensor_dynamic(input, dtype, reduce_range).
+// it; attribute dtype torch.float16: Float16DynamicLinear), the function
+// torch.quantize_per_tensor_dynamic(input, dtype, reduce_range), and a lowered dynamic
+// F.linear, torch.ops.quantized.linear_dynamic[_relu](input, weight, bias, reduce_range),
+// its weight a quantized qint8 tensor (PyTorch's takes it prepacked).
 // AlreadyExists if one of them is already registered.
 absl::Status RegisterDynamicQuantizedKernels(KernelRegistry& registry);
 

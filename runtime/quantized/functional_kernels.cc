@@ -111,7 +111,33 @@ absl::StatusOr<Value> DequantizeFn(const KernelContext&, absl::Span<const Value>
     return absl::InvalidArgumentError(
         absl::StrCat("dequantize: expected a Tensor; got ", x.ToString()));
   }
+  // A float value, such as a float16 cast's (carried as float32, CastToFloat16): PyTorch's
+  // dequantize of a tensor that is not quantized is .to(torch.float).
+  if (x.as_tensor().dtype() == DType::kFloat32) return x;
   ASSIGN_OR_RETURN(Tensor y, quantized::Dequantize(x.as_tensor()));
+  return Value(std::move(y));
+}
+
+// Declared in register_internal.h: x.to(dtype), for the dtypes a converted model casts
+// to: torch.float16 (a float16 static qconfig's "quantize", CastToFloat16) and
+// torch.float32 (unchanged).
+absl::StatusOr<Value> CastFn(const KernelContext&, absl::Span<const Value> args,
+                             const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "self"));
+  ASSIGN_OR_RETURN(DType dtype, DTypeArg(r, 1, "dtype"));
+  RETURN_IF_ERROR(r.ExpectAtMostPositional(2));
+  if (x->dtype() != DType::kFloat32) {
+    return absl::UnimplementedError(absl::StrCat("to: the input is ", DTypeName(x->dtype()),
+                                                 "; only a float32 tensor is cast here"));
+  }
+  if (dtype == DType::kFloat32) return Value(*x);
+  if (dtype != DType::kFloat16) {
+    return absl::UnimplementedError(absl::StrCat("to: dtype ", DTypeName(dtype),
+                                                 " is not supported; expected torch.float16 "
+                                                 "or torch.float32"));
+  }
+  ASSIGN_OR_RETURN(Tensor y, quantized::CastToFloat16(*x));
   return Value(std::move(y));
 }
 

@@ -1,5 +1,9 @@
 #include "runtime/quantized/quantize.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -117,6 +121,36 @@ absl::StatusOr<Tensor> Dequantize(const Tensor& x) {
       }
     }
   }
+  return Tensor::FromFloats(x.shape(), out);
+}
+
+float RoundToFloat16(float value, bool saturate) {
+  constexpr float kMax = 65504.0f;  // the largest finite float16
+  if (std::isnan(value)) return value;
+  float a = std::fabs(value);
+  if (saturate) a = std::min(a, kMax);
+  float rounded;
+  if (a < 6.103515625e-05f) {
+    // Subnormal float16: multiples of 2^-24.
+    rounded = std::nearbyint(a * 16777216.0f) / 16777216.0f;
+  } else if (a > kMax + 16.0f) {  // past the tie at 65520, which rounds to infinity
+    rounded = std::numeric_limits<float>::infinity();
+  } else {
+    uint32_t bits;
+    std::memcpy(&bits, &a, sizeof(bits));
+    bits += 0xfffu + ((bits >> 13) & 1u);  // round the 13 dropped mantissa bits to even
+    bits &= ~0x1fffu;
+    std::memcpy(&rounded, &bits, sizeof(rounded));
+    // 65504 < a <= 65520 rounds up to 2^16, which float16 cannot hold.
+    if (rounded > kMax) rounded = saturate ? kMax : std::numeric_limits<float>::infinity();
+  }
+  return std::signbit(value) ? -rounded : rounded;
+}
+
+absl::StatusOr<Tensor> CastToFloat16(const Tensor& x) {
+  RETURN_IF_ERROR(ExpectFloat32(x, "to(torch.float16)", "input"));
+  std::vector<float> out(x.data<float>(), x.data<float>() + x.numel());
+  for (float& v : out) v = RoundToFloat16(v);
   return Tensor::FromFloats(x.shape(), out);
 }
 

@@ -34,6 +34,18 @@ absl::StatusOr<Tensor> QuantizePerChannel(const Tensor& x, const std::vector<dou
 // or per-channel) with valid parameters.
 absl::StatusOr<Tensor> Dequantize(const Tensor& x);
 
+// `value` rounded to the nearest float16 (ties to even), back in float: IEEE's
+// float -> half conversion (beyond float16's range +-inf, NaN kept), as torch's
+// .to(torch.float16). With `saturate`, beyond the range gives +-65504 instead, as
+// PyTorch's fp16 weight prepack clamps the weight.
+float RoundToFloat16(float value, bool saturate = false);
+
+// x.to(torch.float16), the "quantize" of a float16 static qconfig: a float32 tensor of
+// the same shape holding every value rounded to float16 (RoundToFloat16). The model and
+// the runtime keep no float16 tensors: a float16 value is carried as float32, exactly,
+// and its dequantize (PyTorch's .to(torch.float)) is the identity. `x` must be float32.
+absl::StatusOr<Tensor> CastToFloat16(const Tensor& x);
+
 }  // namespace quantized
 }  // namespace fuselage
 

@@ -690,6 +690,7 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
     RETURN_IF_ERROR(registry.RegisterFunction(OpKind::kCallFunction, target, kernel));
   }
   RETURN_IF_ERROR(registry.RegisterFunction(OpKind::kCallMethod, "dequantize", DequantizeFn));
+  RETURN_IF_ERROR(registry.RegisterFunction(OpKind::kCallMethod, "to", CastFn));
 
   NamedFunctionKernels function_overloads = {
       {"torch.relu", relu},

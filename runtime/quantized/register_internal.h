@@ -42,6 +42,10 @@ NamedFunctionKernels QuantizedFunctionKernels();  // functional_kernels.cc (call
 // torch.dequantize, also registered as the call_method `dequantize` (functional_kernels.cc).
 absl::StatusOr<Value> DequantizeFn(const KernelContext&, absl::Span<const Value> args,
                                    const ValueKwargs& kwargs);
+// The call_method `to`: x.to(torch.float16), a float16 cast, or x.to(torch.float32)
+// (functional_kernels.cc).
+absl::StatusOr<Value> CastFn(const KernelContext&, absl::Span<const Value> args,
+                             const ValueKwargs& kwargs);
 // torch.ops.quantized.cat (explicit_qparams) and the quantized overload of torch.cat
 // (functional_kernels.cc).
 FunctionKernel CatFn(bool explicit_qparams);

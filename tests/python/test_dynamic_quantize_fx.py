@@ -17,6 +17,7 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.ao.quantization import (QConfigMapping, default_dynamic_qconfig,
                                    float16_dynamic_qconfig, per_channel_dynamic_qconfig)
 from torch.ao.quantization.backend_config import (get_native_backend_config,
@@ -273,3 +274,67 @@ def test_dynamic_linear_after_a_static_op_like_pytorch():
             got = torch.from_numpy(_core.run(_core.from_torch(ours), [x.numpy()],
                                              engine="qnnpack")[0])
             assert relative_error(got, want) <= RTOL
+
+
+class FunctionalLinear(nn.Module):
+    """F.linear with a constant weight (and bias), then relu or not (PyTorch's FuncLinear of
+    test_functional_linear)."""
+
+    def __init__(self, bias, relu):
+        super().__init__()
+        g = torch.Generator().manual_seed(4)
+        self.w = torch.randn(6, 30, generator=g)
+        self.b = torch.randn(6, generator=g) if bias else None
+        self.relu = relu
+
+    def forward(self, x):
+        y = F.linear(x, self.w, self.b)
+        return F.relu(y) if self.relu else y
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("relu", [True, False])
+def test_dynamic_functional_linear_like_pytorch(bias, relu):
+    """default_dynamic_qconfig on F.linear, without calibration (dynamic quantization needs
+    none): the weight observer runs at convert, as PyTorch's run_weight_observers; the
+    reference model holds PyTorch's weight parameters; convert_fx lowers to
+    quantized.linear_dynamic (linear_relu_dynamic with the relu), packed, as PyTorch's, with
+    PyTorch's outputs; fuselage's runtime gives them too."""
+    from fuselage.quantize_fx import convert_to_reference_fx
+    from torch.ao.quantization.quantize_fx import convert_to_reference_fx as torch_reference
+
+    model = FunctionalLinear(bias, relu).eval()
+    example = torch.rand(3, 30)
+    mapping = QConfigMapping().set_global(default_dynamic_qconfig)
+    with engine(x86_engine()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = prepare_fx(copy.deepcopy(model), mapping, (example,))
+        theirs = torch_prepare_fx(copy.deepcopy(model), mapping, (example,))
+        kinds = [type(ours.get_submodule(n.target)).__name__ for n in ours.graph.nodes
+                 if n.op == "call_module"]
+        assert sorted(kinds) == ["MinMaxObserver", "PlaceholderObserver"]
+
+        def weight_qparams(reference):
+            (q,) = [n for n in reference.graph.nodes if n.target is torch.quantize_per_tensor]
+            return [float(getattr(reference, a.target)) if isinstance(a, torch.fx.Node)
+                    else float(a) for a in q.args[1:3]]
+
+        assert weight_qparams(convert_to_reference_fx(copy.deepcopy(ours))) == \
+            weight_qparams(torch_reference(copy.deepcopy(theirs)))
+        ours, theirs = convert_fx(ours), torch_convert_fx(theirs)
+        native = torch.ops.quantized.linear_relu_dynamic if relu else \
+            torch.ops.quantized.linear_dynamic
+        for converted in (ours, theirs):
+            targets = [n.target for n in converted.graph.nodes if n.op == "call_function"]
+            assert targets == [native], targets
+        for seed in range(3):
+            x = torch.randn(3, 30, generator=torch.Generator().manual_seed(seed)) * (seed + 1)
+            want = theirs(x)
+            assert torch.equal(ours(x), want)
+            engine_model = _core.from_torch(ours)
+            got = torch.from_numpy(_core.run(engine_model, [x.numpy()])[0])
+            assert relative_error(got, want) <= RTOL
+            # The model file holds it: read back, it runs the same, and goes to torch again.
+            reread = _core.Model.from_bytes(engine_model.to_bytes())
+            assert torch.equal(torch.from_numpy(_core.run(reread, [x.numpy()])[0]), got)
+            assert torch.equal(_core.to_torch(reread)(x), want)

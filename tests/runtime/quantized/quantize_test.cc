@@ -2,6 +2,7 @@
 // PyTorch 1.13 goldens (tests/runtime/testdata/quantized/quantize.txt).
 #include "runtime/quantized/quantize.h"
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -121,6 +122,36 @@ TEST(QuantizeGoldenTest, MatchesPyTorch) {
     // Dequantize is bitwise equal to PyTorch's float output.
     EXPECT_EQ(dq->bytes(), c.tensor("dq").bytes());
   }
+}
+
+// x.to(torch.float16), values worked by hand: float16 has 10 mantissa bits, so between 1
+// and 2 its step is 2^-10; halfway values round to the even neighbour; past 65504 (its
+// largest finite value) a value rounds to infinity from the tie at 65520 on, or
+// saturates (the fp16 weight prepack's clamp); below 2^-14 the step is 2^-24.
+TEST(CastToFloat16Test, RoundsToNearestEvenOverflowsAndSaturates) {
+  const float step = 1.0f / 1024;
+  EXPECT_EQ(RoundToFloat16(1.0f + step / 2), 1.0f);                     // tie, 1.0 even
+  EXPECT_EQ(RoundToFloat16(1.0f + 3 * step / 2), 1.0f + 2 * step);      // tie, up to even
+  EXPECT_EQ(RoundToFloat16(1.0f + 0.6f * step), 1.0f + step);           // nearest
+  EXPECT_EQ(RoundToFloat16(-1.0f - 0.6f * step), -1.0f - step);
+  EXPECT_EQ(RoundToFloat16(65519.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(RoundToFloat16(65520.0f)));
+  EXPECT_TRUE(std::isinf(RoundToFloat16(-1e6f)) && RoundToFloat16(-1e6f) < 0);
+  EXPECT_EQ(RoundToFloat16(1e6f, /*saturate=*/true), 65504.0f);
+  EXPECT_EQ(RoundToFloat16(3.0f / 16777216.0f), 3.0f / 16777216.0f);   // subnormal, exact
+  EXPECT_EQ(RoundToFloat16(2.5f / 16777216.0f), 2.0f / 16777216.0f);   // subnormal tie
+  EXPECT_TRUE(std::isnan(RoundToFloat16(std::nanf(""))));
+
+  auto y = CastToFloat16(Tensor::FromFloats({2, 2}, {1.0f + step / 2, 65520.0f, 0.1f, -2.0f}));
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->dtype(), DType::kFloat32);  // carried as float32
+  EXPECT_EQ(y->shape(), (std::vector<int64_t>{2, 2}));
+  const std::vector<float> v = Floats(*y);
+  EXPECT_EQ(v[0], 1.0f);
+  EXPECT_TRUE(std::isinf(v[1]));
+  EXPECT_EQ(v[2], 0.0999755859375f);  // 0.1 in float16: 1638 * 2^-14
+  EXPECT_EQ(v[3], -2.0f);
+  EXPECT_FALSE(CastToFloat16(Tensor::FromInt64s({1}, {1})).ok());
 }
 
 }  // namespace
