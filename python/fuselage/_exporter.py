@@ -31,8 +31,8 @@ from fuselage import _exported, _modules, _names, _packed, _prepared, _registry
 from fuselage.nn import subgraph as fuselage_subgraph
 from fuselage._limits import LIMITS, MAX_FILE_BYTES
 from fuselage._proto import is_text_path, model_path, model_pb2
-from fuselage._values import (OUTPUT_KEYS_META, attribute, handoff_tensor, write_arg,
-                              write_tensor)
+from fuselage._values import (OPAQUE_META, OUTPUT_DICTS_META, OUTPUT_KEYS_META, attribute,
+                              flatten_output_dicts, handoff_tensor, write_arg, write_tensor)
 from fuselage.errors import ExportError
 
 _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
@@ -394,8 +394,10 @@ class _Exporter:
         if node.op == "call_module" and self.prepared is not None:
             out.target = self.prepared.moved.get(out.target, out.target)
         args = node.args
-        if node.op == "output" and len(args) == 1 and isinstance(args[0], dict):
-            args = (self._flatten_dict_output(args[0], out, where),)
+        dicts = []
+        if node.op == "output" and len(args) == 1:
+            flattened, dicts = flatten_output_dicts(args[0], where)
+            args = (flattened,)
         for i, arg in enumerate(args):
             write_arg(out.args.add(), arg, f"{where} args[{i}]")
         for key, value in node.kwargs.items():
@@ -408,7 +410,12 @@ class _Exporter:
         # output keys, and shape and dtype when example inputs gave new ones, are written
         # afresh below.
         carried = dict(node.meta.get("fuselage", {}))
-        carried.pop(OUTPUT_KEYS_META, None)
+        for written_afresh in (OUTPUT_KEYS_META, OUTPUT_DICTS_META, OPAQUE_META):
+            carried.pop(written_afresh, None)
+        if dicts:
+            carried[OUTPUT_DICTS_META] = dicts
+        if node.op == "call_function" and out.target not in _registry.functions():
+            carried[OPAQUE_META] = True
         if shape is not None:
             carried.pop("shape", None)
             carried.pop("dtype", None)
@@ -420,32 +427,20 @@ class _Exporter:
             write_arg(entry.value, value, f"{where} meta '{key}'")
         _write_shape_meta(out, shape, where)
 
-    @staticmethod
-    def _flatten_dict_output(value, out, where):
-        """A dict output (torchvision's segmentation models return {'out': ..., 'aux': ...})
-        becomes a tuple of its values, its keys the output node's meta `output_keys`: the C++
-        side runs a tuple output, to_torch gives the dict back."""
-        keys = list(value.keys())
-        for key in keys:
-            if not isinstance(key, str):
-                raise ExportError(f"{where}: a dict output has key {key!r:.80} of type "
-                                  f"{type(key).__name__}; only str keys can be stored")
-        entry = out.meta.add()
-        entry.name = OUTPUT_KEYS_META
-        write_arg(entry.value, keys, f"{where} meta")
-        return tuple(value[k] for k in keys)
-
     def _target(self, node, where):
         if node.op == "call_function":
             name = _names.function_name(node.target)
+            if name is not None and name in _registry.functions():
+                return name
+            # A function the engine does not know: an opaque node (_names' opaque
+            # functions), the callable kept on this side.
+            name = _names.opaque_function_name(node.target)
             if name is None:
                 raise ExportError(
-                    f"{where}: call_function target {node.target!r} has no importable name "
-                    "(a lambda or a function of __main__ or a local scope cannot be named in "
-                    "a model file)")
-            if name not in _registry.functions():
-                raise ExportError(f"{where}: call_function target '{name}' is not a function "
-                                  f"fuselage knows; {_registry.FUNCTION_HOWTO}")
+                    f"{where}: call_function target {node.target!r} is not a function "
+                    "fuselage knows and has no qualified name to keep it by as an opaque node "
+                    "(torch.fx cannot name it either); call a function instead, or "
+                    f"{_registry.FUNCTION_HOWTO}")
             return name
         if node.op == "get_attr":
             self._check_attr(node, where)

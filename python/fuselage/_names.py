@@ -274,5 +274,48 @@ def _compute_function_name(fn):
     return name if resolve_function(name) is fn else None
 
 
+# ---- opaque functions ---------------------------------------------------------------------
+# A function FunctionRegistry does not know (`operator.eq`, `torch._assert`, a user's
+# @torch.fx.wrap function) crosses to the engine as an opaque node (graph/node.h
+# kOpaqueMeta): its target is torch.fx's qualified name of the function, and the callable
+# stays here, on the Python side, so to_torch gives back the very function the model
+# called. A file never brings a callable of its own: to_torch resolves an opaque target only
+# among the functions exported in this process, never by importing a name the file gives
+# (`os.system`). Two different callables of one qualified name (two closures `inner`, a
+# function defined again in a notebook) get distinct names: the later one `name#2`, ...
+_opaque_functions = {}  # name -> callable
+_opaque_names = {}  # id(callable) -> (callable, name); the callable keeps the id its own
+
+
+def opaque_function_name(fn):
+    """The name an opaque node of the call_function target `fn` gets (torch.fx's qualified
+    name, `_operator` spelled `operator`), remembering `fn` under it for to_torch; None for
+    a callable torch.fx cannot name (no __name__)."""
+    known = _opaque_names.get(id(fn))
+    if known is not None:
+        return known[1]
+    try:
+        name = _get_qualified_name(fn)
+    except Exception:  # torch.fx raises for objects without __name__ / a module
+        return None
+    if name.startswith("_operator."):
+        name = "operator." + name[len("_operator."):]
+    if "." not in name:
+        name = "builtins." + name
+    unique, n = name, 1
+    while unique in _opaque_functions:
+        n += 1
+        unique = f"{name}#{n}"
+    _opaque_functions[unique] = fn
+    _opaque_names[id(fn)] = (fn, unique)
+    return unique
+
+
+def opaque_function(name):
+    """The callable an opaque node named `name` calls, if it was exported in this process,
+    else None."""
+    return _opaque_functions.get(name)
+
+
 def is_graph_module(module):
     return isinstance(module, torch.fx.GraphModule)
