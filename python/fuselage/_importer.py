@@ -19,8 +19,9 @@ from google.protobuf import text_format
 from fuselage import _exported, _modules, _names, _packed
 from fuselage._limits import LIMITS, MAX_FILE_BYTES, NODE_NAME
 from fuselage._proto import is_text_path, model_path, model_pb2
-from fuselage._values import (OPAQUE_META, OUTPUT_DICTS_META, OUTPUT_KEYS_META, adopt_tensor,
-                              check_string, read_arg, read_tensor, rebuild_output_dicts)
+from fuselage._values import (OPAQUE_META, OPAQUE_MODULE_ATTR, OUTPUT_DICTS_META,
+                              OUTPUT_KEYS_META, adopt_tensor, check_string, read_arg,
+                              read_tensor, rebuild_output_dicts)
 from fuselage.errors import ModelFileError
 
 _FORMAT_VERSION = 1
@@ -74,12 +75,27 @@ def _build_module(pm, path, depth, handed=None):
     for a in pm.attributes:
         attributes[member(a.name, "attribute")] = read_arg(a.value, None,
                                                            f"{where} attribute '{a.name}'")
+    if pm.type == _names.CONTAINER_TYPE and OPAQUE_MODULE_ATTR in attributes:
+        return _opaque_module(attributes[OPAQUE_MODULE_ATTR], attributes.get("opaque_class"),
+                              where)
     children = {}
     for c in pm.children:
         child_path = f"{path}.{c.name}" if path else c.name
         children[member(c.name, "child")] = _build_module(c.module, child_path, depth + 1,
                                                           handed)
     return _modules.build(pm.type, tensors, attributes, children, where)
+
+
+def _opaque_module(key, class_name, where):
+    """The module object an opaque module stands for (the exported one itself, as PyTorch's
+    prepared model shares its modules with the model it was given)."""
+    module = _names.opaque_module(key)
+    if module is None:
+        raise ModelFileError(
+            f"{where}: an opaque module (a {class_name} the engine has no type for) that no "
+            "live model of this process holds; fuselage gives an opaque module back only in "
+            "the process that exported it")
+    return module
 
 
 def _call_function_target(name, opaque, where):

@@ -16,6 +16,9 @@ name is only used if importing it gives back the same callable.
 import builtins
 import functools
 import importlib
+import os
+import uuid
+import weakref
 
 import torch
 import torch.ao.nn.intrinsic as nni
@@ -315,6 +318,31 @@ def opaque_function(name):
     """The callable an opaque node named `name` calls, if it was exported in this process,
     else None."""
     return _opaque_functions.get(name)
+
+
+# A module the engine has no type for (a user's class torch.fx keeps as a leaf: a
+# non-traceable module of prepare_custom_config) is an opaque module the same way: the
+# engine's tree holds an empty container naming it, the module object stays here, weakly
+# (it lives as long as the models holding it), under a key no other process can produce.
+_opaque_modules = weakref.WeakValueDictionary()
+_PROCESS_KEY = f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def opaque_module_key(module):
+    """The key an opaque module is written under, remembering `module` for to_torch."""
+    key = f"{_PROCESS_KEY}:{id(module)}"
+    _opaque_modules[key] = module
+    return key
+
+
+def opaque_module(key):
+    """The module an opaque module's key names, if it was exported in this process and
+    still lives, else None."""
+    return _opaque_modules.get(key) if isinstance(key, str) else None
+
+
+def qualified_class_name(cls):
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def is_graph_module(module):

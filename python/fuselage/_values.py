@@ -42,6 +42,9 @@ OUTPUT_KEYS_META = "output_keys"
 # Node meta `opaque` = True: a call of a function the engine does not know, kept in the
 # graph (graph/node.h kOpaqueMeta); the callable stays on the Python side (_names).
 OPAQUE_META = "opaque"
+# The attribute of the empty container that stands for an opaque module (a user's module
+# class the engine has no type for): the key the Python side keeps the module under (_names).
+OPAQUE_MODULE_ATTR = "opaque_module"
 
 # Storage of each tensor dtype in the file (little-endian, row-major).
 _NUMPY_STORAGE = {

@@ -30,16 +30,25 @@ class UsesCustom(nn.Module):
         return self.mystery(self.conv(x))
 
 
-def test_unsupported_module_names_the_node_and_class(tmp_path):
+def test_a_user_leaf_module_is_an_opaque_module(tmp_path):
+    # Was an ExportError ("no fuselage module type"). The file records an empty container
+    # naming the class, its node marked opaque; to_torch in this process gives back the
+    # very module object.
     model = UsesCustom()
     gm = torch.fx.GraphModule(model, LeafTracer().trace(model))
     path = tmp_path / "custom.fsl"
-    with pytest.raises(ExportError) as info:
-        fuselage.export(gm, None, str(path))
-    message = str(info.value)
-    assert "node 'mystery'" in message
-    assert "Custom" in message and "no fuselage module type" in message
-    assert not path.exists()
+    fuselage.export(gm, None, str(path))
+    proto = fuselage.to_proto(gm)
+    (mystery,) = [c.module for c in proto.root.children if c.name == "mystery"]
+    attributes = {a.name: a.value.string_value for a in mystery.attributes}
+    assert mystery.type == "nn.Module" and not mystery.children and not mystery.tensors
+    assert attributes["opaque_class"].endswith("Custom")
+    (node,) = [n for n in proto.graph.nodes if n.name == "mystery"]
+    assert {m.name: m.value.bool_value for m in node.meta}.get("opaque") is True
+    back = fuselage.to_torch(str(path))
+    assert back.mystery is model.mystery
+    x = torch.randn(1, 1, 2, 2)
+    torch.testing.assert_close(back(x), model(x), rtol=0, atol=0)
 
 
 def test_unsupported_module_that_nothing_calls_is_only_a_container():
