@@ -30,9 +30,9 @@ convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass
 not a narrowed one. Of the custom configs (fuse / prepare / convert_custom_config) fuselage
 takes preserved_attributes, prepare's input_quantized_idxs / output_quantized_idxs
 (fuselage._quantized_io), its non-traceable modules (kept as opaque modules, never traced
-into, as PyTorch's tracer keeps them) and custom module classes (fuselage._custom_modules);
-any other setting (standalone modules), and equalization, is a clear error. The
-prepared model is laid out as PyTorch's (observers on the root, fuselage._prepared).
+into, as PyTorch's tracer keeps them), custom module classes (fuselage._custom_modules) and
+standalone modules (fuselage._standalone); any other setting, and equalization, is a clear
+error. The prepared model is laid out as PyTorch's (observers on the root, fuselage._prepared).
 
 Quantization-aware training (prepare_qat_fx): fuselage's fuse and prepare place the
 observers, as above, from the QAT qconfig mapping read as the observers its fake-quantizes
@@ -98,7 +98,8 @@ _PRESERVED_ATTR = "_fuselage_preserved_attributes"  # prepare_fx's, carried to c
 _TAKEN = {
     "prepare_custom_config": ["input_quantized_idxs", "output_quantized_idxs",
                               "non_traceable_module_name", "non_traceable_module_class",
-                              "float_to_observed_custom_module_class"],
+                              "float_to_observed_custom_module_class",
+                              "standalone_module_name", "standalone_module_class"],
     "convert_custom_config": ["observed_to_quantized_custom_module_class"],
 }
 _CLASS_MAPPINGS = ("float_to_observed_custom_module_class",
@@ -137,10 +138,12 @@ def _non_traceable(io):
     """prepare_custom_config's non-traceable modules as the exporter takes them: (names,
     classes), kept as opaque modules (the engine never looks inside, as PyTorch's tracer
     never traces into them)."""
-    from fuselage import _custom_modules
+    from fuselage import _custom_modules, _standalone
 
-    return (io.get("non_traceable_module_name") or [],
-            list(io.get("non_traceable_module_class") or []) + _custom_modules.float_classes(io))
+    names, classes = _standalone.leaves(io)
+    return (list(io.get("non_traceable_module_name") or []) + names,
+            list(io.get("non_traceable_module_class") or []) + _custom_modules.float_classes(io) +
+            classes)
 
 
 def _preserve(result, source, attributes):
@@ -272,6 +275,10 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     from fuselage import _custom_modules
 
     _custom_modules.after_prepare(prepared, io)
+    from fuselage import _standalone
+
+    _standalone.after_prepare(prepared, io, _mapping_object(qconfig_mapping), backend_config,
+                              prepare_fx)
     return prepared.train(model.training)
 
 
@@ -372,6 +379,10 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     with _quantized_io.converting(graph_module) as io:
         converted = _convert_graph(graph_module, qconfig_mapping, backend_config, lower)
     converted = _custom_modules.finish(graph_module, io.finish(converted), custom)
+    from fuselage import _standalone
+
+    converted = _standalone.finish(graph_module, converted,
+                                   convert_fx if lower else convert_to_reference_fx)
     return _preserve(converted, graph_module, preserved)
 
 

@@ -276,3 +276,61 @@ def test_a_custom_module_class_is_swapped_observed_and_quantized_as_pytorch():
     assert ours_counts == theirs_counts
     x = torch.randn(4, 3)
     torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=0)
+
+
+class Standalone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 1, 1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+class WithStandalone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 1, 1)
+        self.standalone = Standalone()
+
+    def forward(self, x):
+        return self.standalone(self.conv(x))
+
+
+def _node_counts(gm):
+    import torch.ao.nn.quantized as nnq
+    return (sum(1 for n in gm.graph.nodes if n.op == "call_function" and
+                n.target is torch.quantize_per_tensor),
+            sum(1 for n in gm.graph.nodes if n.op == "call_module" and
+                isinstance(gm.get_submodule(n.target), nnq.Conv2d)),
+            sum(1 for n in gm.graph.nodes if n.op == "call_method" and n.target == "dequantize"),
+            sum(1 for n in gm.graph.nodes if n.op == "call_module" and
+                isinstance(gm.get_submodule(n.target), MinMaxObserver)))
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+@pytest.mark.parametrize("by", ["name", "class"])
+def test_a_standalone_module_is_quantized_on_its_own_as_pytorch(quantized, by):
+    # Was: ConfigTranslationError naming standalone_module_name / _class.
+    torch.manual_seed(0)
+    model = WithStandalone().eval()
+    mapping = QConfigMapping().set_global(default_qconfig)
+    interface = {"input_quantized_idxs": [0] if quantized else [],
+                 "output_quantized_idxs": [0] if quantized else []}
+    batches = [torch.randn(2, 1, 3, 3) for _ in range(3)]
+    entry = ("standalone" if by == "name" else Standalone, None, (batches[0],), interface, None)
+    results = []
+    for quantize_fx in (torch_qfx, qfx):
+        prepared = quantize_fx.prepare_fx(
+            copy.deepcopy(model), mapping, (batches[0],),
+            prepare_custom_config={f"standalone_module_{by}": [entry]})
+        counts = [_node_counts(prepared)[3], _node_counts(prepared.standalone)[3]]
+        for x in batches:
+            prepared(x)
+        converted = quantize_fx.convert_fx(prepared)
+        counts += [_node_counts(converted)[:3], _node_counts(converted.standalone)[:3]]
+        results.append((counts, converted))
+    (theirs_counts, theirs), (ours_counts, ours) = results
+    assert ours_counts == theirs_counts
+    x = torch.randn(2, 1, 3, 3)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=0)
