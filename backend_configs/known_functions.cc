@@ -108,7 +108,9 @@ namespace fuselage {
 
 absl::Status VerifyFunctionTargets(const GraphModule& gm, const FunctionRegistry& functions) {
   for (const Node* n = gm.graph().first(); n != nullptr; n = n->next()) {
-    if (n->op() != OpKind::kCallFunction || functions.Contains(n->target())) continue;
+    if (n->op() != OpKind::kCallFunction || n->opaque() || functions.Contains(n->target())) {
+      continue;
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         "node '", n->name(), "': call_function target '", n->target().name(),
         "' is not a known function; expected one of FunctionRegistry's (e.g. operator.add, "

@@ -35,8 +35,9 @@ class FunctionRegistry {
   absl::flat_hash_set<Symbol> functions_ ABSL_GUARDED_BY(mu_);
 };
 
-// Every call_function target of `gm` is in `functions`: InvalidArgument naming the first
-// node whose target is not (a typo such as "opgrator.add" would load, verify and only fail
+// Every call_function target of `gm`, except an opaque node's (graph/node.h kOpaqueMeta:
+// deliberately unknown), is in `functions`: InvalidArgument naming the first node whose
+// target is not (a typo such as "opgrator.add" would load, verify and only fail
 // when run). GraphModule::Verify cannot check this itself, graph/ being below this
 // registry; `fuselage verify` calls it after loading.
 absl::Status VerifyFunctionTargets(const GraphModule& gm,

@@ -93,6 +93,11 @@ const Argument* Node::FindMeta(absl::string_view key) const {
   return nullptr;
 }
 
+bool Node::opaque() const {
+  const Argument* opaque = FindMeta(kOpaqueMeta);
+  return opaque != nullptr && opaque->is_bool() && opaque->as_bool();
+}
+
 absl::StatusOr<NodeMeta> NodeMeta::Make(Kwargs entries) {
   for (const Kwarg& kw : entries) {
     if (kw.first.empty()) return absl::InvalidArgumentError("meta: empty key");
@@ -907,7 +912,8 @@ int Graph::EliminateDeadCode() {
   int erased = 0;
   for (Node* n = tail_; n != nullptr;) {
     Node* prev = n->prev_;
-    const bool pure = n->op_ != OpKind::kPlaceholder && n->op_ != OpKind::kOutput;
+    const bool pure =
+        n->op_ != OpKind::kPlaceholder && n->op_ != OpKind::kOutput && !n->opaque();
     if (pure && n->num_users() == 0) {
       FUSELAGE_CHECK(Erase(n).ok());
       ++erased;

@@ -302,7 +302,9 @@ class Graph {
   absl::Status EraseAndPassName(Node* node, Node* heir);
   // Erases, until none is left, every node without users that has no side effect:
   // get_attr, call_function, call_module and call_method nodes. Placeholders and the
-  // output are kept, as in FX. Returns how many nodes were erased.
+  // output are kept, as in FX, and so are opaque nodes (node.h kOpaqueMeta: a function
+  // the engine does not know may have effects, e.g. torch._assert). Returns how many
+  // nodes were erased.
   int EliminateDeadCode();
   // Erases every node of `nodes` (in any order; empty is fine): a batch of dead nodes,
   // e.g. lowering's, for which erasing one by one would pay a cache miss per node in the

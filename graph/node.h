@@ -93,6 +93,14 @@ class NodeMeta {
   Block* block_ = nullptr;
 };
 
+// Node meta kOpaqueMeta = true marks an opaque node: a call of a function the engine does
+// not know (a PyTorch model's `operator.eq`, `torch._assert`, a user's @torch.fx.wrap
+// function), kept in the graph so that a model calling it still fuses, prepares and
+// converts. Passes carry it as a float op whose value they never inspect (no pattern can
+// name its target, prepare keeps it float), and the interpreter refuses to run a graph
+// holding one (graph/NAMING.md). Only the PyTorch bridge, which keeps the callable, runs it.
+inline constexpr char kOpaqueMeta[] = "opaque";
+
 class Node {
  public:
   Node(const Node&) = delete;
@@ -126,6 +134,8 @@ class Node {
   // fused node names the pattern that made it.
   const Kwargs& meta() const { return meta_.entries(); }
   const Argument* FindMeta(absl::string_view key) const;
+  // Whether meta kOpaqueMeta is true (see there).
+  bool opaque() const;
   // The meta as a shareable handle: hand it to another node (NodeSpec::meta,
   // Graph::SetMeta(Node*, NodeMeta)) without copying the entries.
   const NodeMeta& shared_meta() const { return meta_; }

@@ -209,10 +209,10 @@ absl::Status SetOutputQParamsMeta(Graph& graph, Node* node, Argument value) {
   return graph.SetMeta(node, std::move(meta));
 }
 
-// A node dead-code elimination may erase: anything but placeholders and the output, as in
-// Graph::EliminateDeadCode.
+// A node dead-code elimination may erase: anything but placeholders, the output and opaque
+// nodes, as in Graph::EliminateDeadCode.
 bool IsPure(const Node* n) {
-  return n->op() != OpKind::kPlaceholder && n->op() != OpKind::kOutput;
+  return n->op() != OpKind::kPlaceholder && n->op() != OpKind::kOutput && !n->opaque();
 }
 
 // What a matched rule will do; built completely before the graph changes.

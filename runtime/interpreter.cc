@@ -206,6 +206,20 @@ class ScopedOmpThreads {
   bool set_ = false;
 };
 
+// An opaque node's function lives only on the Python side (graph/node.h kOpaqueMeta):
+// refused before any node runs, so a run never stops half-way through the graph there.
+absl::Status RefuseOpaqueNodes(const Graph& graph) {
+  for (const Node* node = graph.first(); node != nullptr; node = node->next()) {
+    if (!node->opaque()) continue;
+    return Prefixed(*node, absl::FailedPreconditionError(
+                               "an opaque node (meta 'opaque'): a function the engine does "
+                               "not know, kept from the PyTorch model it was exported from; "
+                               "run the model in PyTorch (fuselage.to_torch gives it back "
+                               "with the function in the process that exported it)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> inputs,
@@ -224,6 +238,7 @@ absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> in
                                                    "; expected 1 to ", kMaxThreads,
                                                    " (or 0 for OpenMP's default)"));
   }
+  RETURN_IF_ERROR(RefuseOpaqueNodes(graph));
   ASSIGN_OR_RETURN(const QuantizedEngine engine, ResolveEngine(gm, options.engine));
   const ScopedOmpThreads threads(options.threads);
   ValueStore store(graph);

@@ -8,6 +8,8 @@
 //    node and the target. Every kernel error comes back prefixed with
 //    "node '<name>' (<op> <target>): ". A kernel whose allocation fails (std::bad_alloc)
 //    is ResourceExhausted, "... out of memory running its kernel".
+//  - A graph holding an opaque node (graph/node.h kOpaqueMeta) is FailedPrecondition
+//    naming it, before any node runs.
 //  - A node's value is freed after its last user has run, so peak memory follows the
 //    live set, not the whole graph.
 //  - The graph is only read; Run may be called concurrently on one GraphModule.

@@ -36,16 +36,18 @@ for _name in dir(_ext):
 del _name
 
 
-def from_torch(module, example_inputs=None):
+def from_torch(module, example_inputs=None, non_traceable=None):
     """The Model of a torch nn.Module or fx.GraphModule (what fuselage.export would write),
     handed over in memory: the structure as bytes without tensor data, the tensors read in
     place by the engine (Model.from_parts; no copy where the layout allows, and the engine
     copies a buffer before it writes to it, so the module's tensors never change).
-    `example_inputs` as for fuselage.export."""
+    `example_inputs` as for fuselage.export; `non_traceable` = (module names, module
+    classes) kept as opaque modules, never traced into (prepare_custom_config's)."""
     from fuselage import _exporter
 
     tensors = []
-    structure = _exporter.to_proto(module, example_inputs, tensors).SerializeToString()
+    structure = _exporter.to_proto(module, example_inputs, tensors,
+                                   non_traceable).SerializeToString()
     return Model.from_parts(structure, tensors)
 
 

@@ -31,8 +31,9 @@ from fuselage import _exported, _modules, _names, _packed, _prepared, _registry
 from fuselage.nn import subgraph as fuselage_subgraph
 from fuselage._limits import LIMITS, MAX_FILE_BYTES
 from fuselage._proto import is_text_path, model_path, model_pb2
-from fuselage._values import (OUTPUT_KEYS_META, attribute, handoff_tensor, write_arg,
-                              write_tensor)
+from fuselage._values import (OPAQUE_META, OPAQUE_MODULE_ATTR, OUTPUT_DICTS_META,
+                              OUTPUT_KEYS_META, attribute, flatten_output_dicts,
+                              handoff_tensor, write_arg, write_tensor)
 from fuselage.errors import ExportError
 
 _MAX_MODULE_DEPTH = LIMITS["max_module_depth"]
@@ -47,14 +48,21 @@ class _Tracer(torch.fx.Tracer):
     every call_function / call_method node, the path of the module whose forward made the
     call (node.meta["module_path"], graph/NAMING.md), as PyTorch's QuantizationTracer
     records node_name_to_scope: a QConfigMapping entry for a module name applies to the
-    functions its forward calls."""
+    functions its forward calls.
 
-    def __init__(self):
+    `non_traceable` = (module names, module classes): modules kept as leaves, never traced
+    into, as PyTorch's QuantizationTracer keeps prepare_custom_config's non-traceable
+    modules; the engine gets each as an opaque module."""
+
+    def __init__(self, non_traceable=None):
         super().__init__()
         self._scope = ""
+        names, classes = non_traceable or ((), ())
+        self._leaf_names, self._leaf_classes = frozenset(names), tuple(classes)
 
     def is_leaf_module(self, m, qualname):
-        if _names.is_fuselage_module(m):
+        if _names.is_fuselage_module(m) or qualname in self._leaf_names or \
+                type(m) in self._leaf_classes:
             return True
         return super().is_leaf_module(m, qualname)
 
@@ -73,14 +81,14 @@ class _Tracer(torch.fx.Tracer):
         return node
 
 
-def _as_graph_module(module):
+def _as_graph_module(module, non_traceable=None):
     if isinstance(module, torch.fx.GraphModule):
         return module
     if not isinstance(module, torch.nn.Module):
         raise ExportError(f"export: expected a torch.nn.Module or torch.fx.GraphModule; got "
                           f"{type(module).__name__}")
     try:
-        tracer = _Tracer()
+        tracer = _Tracer(non_traceable)
         graph = tracer.trace(module)
         return torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
     except Exception as e:
@@ -224,6 +232,9 @@ class _Exporter:
         # A prepare_fx model: its root observers move into a container beside the weight
         # plans fuselage convert reads (fuselage._prepared).
         self.prepared = _prepared.layout(gm)
+        # The paths of opaque modules (_child_type), written as empty containers naming
+        # the module object (OPAQUE_MODULE_ATTR); the nodes calling them are opaque.
+        self.opaque_modules = set()
         # call_module target -> name of the first node calling it (for error messages).
         self.callers = {}
         for node in gm.graph.nodes:
@@ -272,6 +283,13 @@ class _Exporter:
             base = next(c for c in _CONTAINER_CLASSES if isinstance(source, c))
             type_name = _names.module_type_name(base)
         out.type = type_name
+        if path in self.opaque_modules:
+            for name, value in ((OPAQUE_MODULE_ATTR, _names.opaque_module_key(module)),
+                                ("opaque_class", _names.qualified_class_name(type(module)))):
+                named = out.attributes.add()
+                named.name = name
+                write_arg(named.value, value, f"{where} attribute '{name}'")
+            return
         contents = _modules.describe(module, type_name, where)
         if container:
             contents.children = self._container_children(module, source)
@@ -377,12 +395,9 @@ class _Exporter:
                                   f"{_registry.MODULE_HOWTO}")
             return type_name
         if caller is not None:
-            cls = type(child)
-            raise ExportError(
-                f"node '{caller}': call_module target '{path}' is a "
-                f"{cls.__module__}.{cls.__qualname__}, which has no fuselage module type; "
-                "let torch.fx trace through it (do not make it a leaf module) or use a "
-                "torch.nn / torch.ao.nn module")
+            # A user's class torch.fx kept as a leaf: an opaque module (_names).
+            self.opaque_modules.add(path)
+            return _names.CONTAINER_TYPE
         # Never called: it only holds submodules or tensors other nodes reach.
         return _names.CONTAINER_TYPE
 
@@ -394,8 +409,10 @@ class _Exporter:
         if node.op == "call_module" and self.prepared is not None:
             out.target = self.prepared.moved.get(out.target, out.target)
         args = node.args
-        if node.op == "output" and len(args) == 1 and isinstance(args[0], dict):
-            args = (self._flatten_dict_output(args[0], out, where),)
+        dicts = []
+        if node.op == "output" and len(args) == 1:
+            flattened, dicts = flatten_output_dicts(args[0], where)
+            args = (flattened,)
         for i, arg in enumerate(args):
             write_arg(out.args.add(), arg, f"{where} args[{i}]")
         for key, value in node.kwargs.items():
@@ -408,7 +425,13 @@ class _Exporter:
         # output keys, and shape and dtype when example inputs gave new ones, are written
         # afresh below.
         carried = dict(node.meta.get("fuselage", {}))
-        carried.pop(OUTPUT_KEYS_META, None)
+        for written_afresh in (OUTPUT_KEYS_META, OUTPUT_DICTS_META, OPAQUE_META):
+            carried.pop(written_afresh, None)
+        if dicts:
+            carried[OUTPUT_DICTS_META] = dicts
+        if (node.op == "call_function" and out.target not in _registry.functions()) or \
+                (node.op == "call_module" and node.target in self.opaque_modules):
+            carried[OPAQUE_META] = True
         if shape is not None:
             carried.pop("shape", None)
             carried.pop("dtype", None)
@@ -420,32 +443,20 @@ class _Exporter:
             write_arg(entry.value, value, f"{where} meta '{key}'")
         _write_shape_meta(out, shape, where)
 
-    @staticmethod
-    def _flatten_dict_output(value, out, where):
-        """A dict output (torchvision's segmentation models return {'out': ..., 'aux': ...})
-        becomes a tuple of its values, its keys the output node's meta `output_keys`: the C++
-        side runs a tuple output, to_torch gives the dict back."""
-        keys = list(value.keys())
-        for key in keys:
-            if not isinstance(key, str):
-                raise ExportError(f"{where}: a dict output has key {key!r:.80} of type "
-                                  f"{type(key).__name__}; only str keys can be stored")
-        entry = out.meta.add()
-        entry.name = OUTPUT_KEYS_META
-        write_arg(entry.value, keys, f"{where} meta")
-        return tuple(value[k] for k in keys)
-
     def _target(self, node, where):
         if node.op == "call_function":
             name = _names.function_name(node.target)
+            if name is not None and name in _registry.functions():
+                return name
+            # A function the engine does not know: an opaque node (_names' opaque
+            # functions), the callable kept on this side.
+            name = _names.opaque_function_name(node.target)
             if name is None:
                 raise ExportError(
-                    f"{where}: call_function target {node.target!r} has no importable name "
-                    "(a lambda or a function of __main__ or a local scope cannot be named in "
-                    "a model file)")
-            if name not in _registry.functions():
-                raise ExportError(f"{where}: call_function target '{name}' is not a function "
-                                  f"fuselage knows; {_registry.FUNCTION_HOWTO}")
+                    f"{where}: call_function target {node.target!r} is not a function "
+                    "fuselage knows and has no qualified name to keep it by as an opaque node "
+                    "(torch.fx cannot name it either); call a function instead, or "
+                    f"{_registry.FUNCTION_HOWTO}")
             return name
         if node.op == "get_attr":
             self._check_attr(node, where)
@@ -462,11 +473,12 @@ class _Exporter:
                 "of functional quantized conv / linear are unpacked)")
 
 
-def to_proto(module, example_inputs=None, tensors=None):
+def to_proto(module, example_inputs=None, tensors=None, non_traceable=None):
     """The model.proto `Model` message of `module` (see `export`). With a list `tensors`,
     the tensors are appended to it in file order and the message holds empty
-    placeholders instead of their bytes (Model.from_parts takes both)."""
-    gm = _as_graph_module(module)
+    placeholders instead of their bytes (Model.from_parts takes both). `non_traceable`:
+    (module names, module classes) traced as leaves (see _Tracer)."""
+    gm = _as_graph_module(module, non_traceable)
     source = None if gm is module else module
     return _Exporter(gm, source, tensors).model(example_inputs)
 

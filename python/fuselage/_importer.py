@@ -19,8 +19,9 @@ from google.protobuf import text_format
 from fuselage import _exported, _modules, _names, _packed
 from fuselage._limits import LIMITS, MAX_FILE_BYTES, NODE_NAME
 from fuselage._proto import is_text_path, model_path, model_pb2
-from fuselage._values import (OUTPUT_KEYS_META, adopt_tensor, check_string, read_arg,
-                              read_tensor)
+from fuselage._values import (OPAQUE_META, OPAQUE_MODULE_ATTR, OUTPUT_DICTS_META,
+                              OUTPUT_KEYS_META, adopt_tensor, check_string, read_arg,
+                              read_tensor, rebuild_output_dicts)
 from fuselage.errors import ModelFileError
 
 _FORMAT_VERSION = 1
@@ -74,6 +75,9 @@ def _build_module(pm, path, depth, handed=None):
     for a in pm.attributes:
         attributes[member(a.name, "attribute")] = read_arg(a.value, None,
                                                            f"{where} attribute '{a.name}'")
+    if pm.type == _names.CONTAINER_TYPE and OPAQUE_MODULE_ATTR in attributes:
+        return _opaque_module(attributes[OPAQUE_MODULE_ATTR], attributes.get("opaque_class"),
+                              where)
     children = {}
     for c in pm.children:
         child_path = f"{path}.{c.name}" if path else c.name
@@ -82,14 +86,34 @@ def _build_module(pm, path, depth, handed=None):
     return _modules.build(pm.type, tensors, attributes, children, where)
 
 
-def _dict_output(args, keys, where):
-    """The dict an exported dict output was flattened from (_exporter's output_keys)."""
-    if (len(args) != 1 or not isinstance(args[0], tuple) or not isinstance(keys, list)
-            or len(keys) != len(args[0]) or not all(isinstance(k, str) for k in keys)
-            or len(set(keys)) != len(keys)):
-        raise ModelFileError(f"{where}: meta '{OUTPUT_KEYS_META}' must be a list of distinct "
-                             "strings, one per item of the output tuple")
-    return dict(zip(keys, args[0]))
+def _opaque_module(key, class_name, where):
+    """The module object an opaque module stands for (the exported one itself, as PyTorch's
+    prepared model shares its modules with the model it was given)."""
+    module = _names.opaque_module(key)
+    if module is None:
+        raise ModelFileError(
+            f"{where}: an opaque module (a {class_name} the engine has no type for) that no "
+            "live model of this process holds; fuselage gives an opaque module back only in "
+            "the process that exported it")
+    return module
+
+
+def _call_function_target(name, opaque, where):
+    """The callable of a call_function node: a function fuselage knows, or for an opaque
+    node (meta `opaque`) the function exported under that name in this process; a file
+    never makes to_torch import what it names."""
+    target = _names.opaque_function(name) if opaque else _names.known_function(name)
+    if target is not None:
+        return target
+    if opaque:
+        raise ModelFileError(
+            f"{where}: call_function target '{name}' is an opaque node (a function the engine "
+            "does not know) that no model exported in this process calls; fuselage gives an "
+            "opaque node back only in the process that exported it, and never imports a "
+            "function a file names")
+    raise ModelFileError(f"{where}: call_function target '{name}' is not a function "
+                         "fuselage knows (backend_configs/known_functions.cc) with a Python "
+                         "callable")
 
 
 def _build_graph(pg):
@@ -124,17 +148,15 @@ def _build_graph(pg):
         if not pn.target:
             raise ModelFileError(f"{where}: field 'target' is empty")
         target = pn.target
+        meta = _named_args(pn.meta, None, f"{where} meta") if pn.meta else {}
         if op == "call_function":
-            target = _names.known_function(pn.target)
-            if target is None:
-                raise ModelFileError(f"{where}: call_function target '{pn.target}' is not a "
-                                     "function fuselage knows (backend_configs/"
-                                     "known_functions.cc) with a Python callable")
+            target = _call_function_target(pn.target, meta.get(OPAQUE_META) is True, where)
         args = tuple(read_arg(a, nodes, f"{where} args[{j}]") for j, a in enumerate(pn.args))
         kwargs = _named_args(pn.kwargs, nodes, f"{where} kwargs")
-        meta = _named_args(pn.meta, None, f"{where} meta") if pn.meta else {}
-        if op == "output" and OUTPUT_KEYS_META in meta:
-            args = (_dict_output(args, meta[OUTPUT_KEYS_META], where),)
+        if op == "output" and len(args) == 1 and OUTPUT_KEYS_META in meta:
+            meta[OUTPUT_DICTS_META] = [[[], meta.pop(OUTPUT_KEYS_META)]]  # an earlier file's
+        if op == "output" and len(args) == 1 and OUTPUT_DICTS_META in meta:
+            args = (rebuild_output_dicts(args[0], meta[OUTPUT_DICTS_META], where),)
         node = graph.create_node(op, target, args, kwargs, name=pn.name)
         if meta:
             node.meta["fuselage"] = meta

@@ -16,6 +16,9 @@ name is only used if importing it gives back the same callable.
 import builtins
 import functools
 import importlib
+import os
+import uuid
+import weakref
 
 import torch
 import torch.ao.nn.intrinsic as nni
@@ -272,6 +275,74 @@ def _compute_function_name(fn):
     if name.startswith("__main__.") or "<" in name:
         return None
     return name if resolve_function(name) is fn else None
+
+
+# ---- opaque functions ---------------------------------------------------------------------
+# A function FunctionRegistry does not know (`operator.eq`, `torch._assert`, a user's
+# @torch.fx.wrap function) crosses to the engine as an opaque node (graph/node.h
+# kOpaqueMeta): its target is torch.fx's qualified name of the function, and the callable
+# stays here, on the Python side, so to_torch gives back the very function the model
+# called. A file never brings a callable of its own: to_torch resolves an opaque target only
+# among the functions exported in this process, never by importing a name the file gives
+# (`os.system`). Two different callables of one qualified name (two closures `inner`, a
+# function defined again in a notebook) get distinct names: the later one `name#2`, ...
+_opaque_functions = {}  # name -> callable
+_opaque_names = {}  # id(callable) -> (callable, name); the callable keeps the id its own
+
+
+def opaque_function_name(fn):
+    """The name an opaque node of the call_function target `fn` gets (torch.fx's qualified
+    name, `_operator` spelled `operator`), remembering `fn` under it for to_torch; None for
+    a callable torch.fx cannot name (no __name__)."""
+    known = _opaque_names.get(id(fn))
+    if known is not None:
+        return known[1]
+    try:
+        name = _get_qualified_name(fn)
+    except Exception:  # torch.fx raises for objects without __name__ / a module
+        return None
+    if name.startswith("_operator."):
+        name = "operator." + name[len("_operator."):]
+    if "." not in name:
+        name = "builtins." + name
+    unique, n = name, 1
+    while unique in _opaque_functions:
+        n += 1
+        unique = f"{name}#{n}"
+    _opaque_functions[unique] = fn
+    _opaque_names[id(fn)] = (fn, unique)
+    return unique
+
+
+def opaque_function(name):
+    """The callable an opaque node named `name` calls, if it was exported in this process,
+    else None."""
+    return _opaque_functions.get(name)
+
+
+# A module the engine has no type for (a user's class torch.fx keeps as a leaf: a
+# non-traceable module of prepare_custom_config) is an opaque module the same way: the
+# engine's tree holds an empty container naming it, the module object stays here, weakly
+# (it lives as long as the models holding it), under a key no other process can produce.
+_opaque_modules = weakref.WeakValueDictionary()
+_PROCESS_KEY = f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def opaque_module_key(module):
+    """The key an opaque module is written under, remembering `module` for to_torch."""
+    key = f"{_PROCESS_KEY}:{id(module)}"
+    _opaque_modules[key] = module
+    return key
+
+
+def opaque_module(key):
+    """The module an opaque module's key names, if it was exported in this process and
+    still lives, else None."""
+    return _opaque_modules.get(key) if isinstance(key, str) else None
+
+
+def qualified_class_name(cls):
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def is_graph_module(module):

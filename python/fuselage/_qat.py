@@ -291,13 +291,13 @@ def restore_parameters(gm, model):
             value, requires_grad=parameters[node.target].requires_grad))
 
 
-def refuse_shared_modules(model):
+def refuse_shared_modules(model, non_traceable=None):
     """A module with parameters that the model calls more than once is a
     ConfigTranslationError: fuselage's prepare gives each call its own copy, which
     training would make differ, where PyTorch's QAT trains the one module."""
     from fuselage import _exporter
 
-    gm = _exporter._as_graph_module(model)
+    gm = _exporter._as_graph_module(model, non_traceable)
     calls = {}
     for node in gm.graph.nodes:
         if node.op == "call_module":

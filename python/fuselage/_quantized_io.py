@@ -10,9 +10,9 @@ around it:
     then quantizes the input; the quantize of the input is removed from the result, so the
     input's own quantized tensor feeds what read it (nnq modules read its parameters;
     a reference model dequantizes it). A quantized output's final dequantize is removed.
-An input no quantized op reads (no observer after it), or an output prepare did not
-observe, is refused by name: fuselage would otherwise hand a float op a quantized tensor
-or return a float output where a quantized one was asked for.
+An input no quantized op reads (no observer after it) is refused by name: fuselage would
+otherwise hand a float op a quantized tensor. An output prepare did not observe gets an
+observer of the global qconfig, as PyTorch inserts one.
 """
 
 import torch
@@ -32,10 +32,20 @@ def _placeholders(graph):
 
 
 def _outputs(graph):
-    """The output node and its values (one value or the items of a tuple / list)."""
+    """The output node and its values (one value, the items of a tuple / list, or the values
+    of a dict, in its order)."""
     out = next(n for n in graph.nodes if n.op == "output")
     value = out.args[0]
+    if isinstance(value, dict):
+        return out, list(value.values())
     return out, (list(value) if isinstance(value, (tuple, list)) else [value])
+
+
+def _packed_as(old, values):
+    """`values` in the container `old` was (see _outputs)."""
+    if isinstance(old, dict):
+        return dict(zip(old.keys(), values))
+    return type(old)(values) if isinstance(old, (tuple, list)) else values[0]
 
 
 def _delete_module(gm, target):
@@ -49,9 +59,31 @@ def _add_module(gm, target, module):
     (gm.get_submodule(parent) if parent else gm).add_module(name, module)
 
 
-def after_prepare(prepared, input_idxs, output_idxs, function="prepare_fx"):
-    """Takes the observers of the quantized inputs out of `prepared` (in place) and checks
-    the quantized outputs are observed."""
+def _observe_output(prepared, value, i, qconfig_mapping, function):
+    """An observer (a fake-quantize for QAT) of the mapping's global qconfig inserted after
+    output `value`, which no quantized op produces, as PyTorch's prepare_fx inserts one
+    for an output it is told is quantized; returns its node."""
+    qconfig = getattr(qconfig_mapping, "global_qconfig", None)
+    if qconfig is None or not isinstance(value, torch.fx.Node):
+        raise ConfigTranslationError(
+            f"{function}: output {i} is in output_quantized_idxs but no op quantizes it and "
+            "the qconfig mapping has no global qconfig to observe it with")
+    from fuselage._prepared import OBSERVER_PREFIX
+
+    names = {name for name, _ in prepared.named_children()}
+    target = next(f"{OBSERVER_PREFIX}{n}" for n in range(len(names) + 1)
+                  if f"{OBSERVER_PREFIX}{n}" not in names)
+    prepared.add_module(target, qconfig.activation())
+    with prepared.graph.inserting_after(value):
+        observer = prepared.graph.call_module(target, (value,))
+    return observer
+
+
+def after_prepare(prepared, input_idxs, output_idxs, function="prepare_fx",
+                  qconfig_mapping=None):
+    """Takes the observers of the quantized inputs out of `prepared` (in place) and makes
+    sure the quantized outputs are observed (an output no quantized op produces gets an
+    observer of `qconfig_mapping`'s global qconfig, as in PyTorch)."""
     input_idxs, output_idxs = list(input_idxs or []), list(output_idxs or [])
     if not input_idxs and not output_idxs:
         return prepared
@@ -80,7 +112,7 @@ def after_prepare(prepared, input_idxs, output_idxs, function="prepare_fx"):
         if not any(n.op == "call_module" and n.target == obs.target for n in graph.nodes):
             _delete_module(prepared, obs.target)
         removed[ph.name] = (obs.target, module)
-    _, values = _outputs(graph)
+    out, values = _outputs(graph)
     for i in output_idxs:
         if not 0 <= i < len(values):
             raise ConfigTranslationError(
@@ -88,9 +120,8 @@ def after_prepare(prepared, input_idxs, output_idxs, function="prepare_fx"):
                 f"{len(values)} outputs")
         v = values[i]
         if not (isinstance(v, torch.fx.Node) and _is_observer(prepared, v)):
-            raise ConfigTranslationError(
-                f"{function}: output {i} is in output_quantized_idxs but the qconfig "
-                "mapping quantizes no op producing it (fuselage inserts no observer there)")
+            values[i] = _observe_output(prepared, v, i, qconfig_mapping, function)
+            out.args = (_packed_as(out.args[0], values),)
     prepared.__dict__[ATTR] = (removed, output_idxs)
     prepared.recompile()
     return prepared
@@ -156,8 +187,7 @@ class converting:
                 values[i] = v.args[0]
                 changed = True
         if changed:
-            old = out.args[0]
-            out.args = ((type(old)(values) if isinstance(old, (tuple, list)) else values[0]),)
+            out.args = (_packed_as(out.args[0], values),)
         graph.eliminate_dead_code()
         converted.recompile()
         return converted

@@ -31,9 +31,20 @@ MAX_ARG_DEPTH = LIMITS["max_arg_depth"]
 MAX_STRING_LENGTH = LIMITS["max_string_length"]
 MAX_TENSOR_RANK = LIMITS["max_tensor_rank"]
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-# Output node meta: the keys of a dict output, which the file stores as the tuple of its
-# values (the exporter writes it, to_torch rebuilds the dict).
+# Output node meta: the dicts the output holds (itself, or nested in lists, tuples and other
+# dicts), which the file stores as tuples of their values: a list of [path, keys], `path`
+# the item indices that lead from the output's arg to the tuple, `keys` the dict's keys in
+# order (the exporter writes it, to_torch rebuilds the dicts; the C++ side runs tuples).
+OUTPUT_DICTS_META = "output_dicts"
+# What files of an earlier version have instead, for a dict that is the whole output: its
+# keys (read as [[[], keys]]).
 OUTPUT_KEYS_META = "output_keys"
+# Node meta `opaque` = True: a call of a function the engine does not know, kept in the
+# graph (graph/node.h kOpaqueMeta); the callable stays on the Python side (_names).
+OPAQUE_META = "opaque"
+# The attribute of the empty container that stands for an opaque module (a user's module
+# class the engine has no type for): the key the Python side keeps the module under (_names).
+OPAQUE_MODULE_ATTR = "opaque_module"
 
 # Storage of each tensor dtype in the file (little-endian, row-major).
 _NUMPY_STORAGE = {
@@ -335,3 +346,65 @@ def read_tensor(pt, where):
             values, torch.tensor(list(pt.scales), dtype=torch.float64),
             torch.tensor(list(pt.zero_points), dtype=torch.int64), pt.axis)
     raise ModelFileError(f"{where}: field 'qscheme' is {pt.qscheme}; expected 0, 1 or 2")
+
+
+# ---- dicts in an output ------------------------------------------------------------------
+
+def flatten_output_dicts(value, where):
+    """(value with every dict replaced by the tuple of its values, the OUTPUT_DICTS_META
+    entries saying where they were); a dict key that is not a str is an ExportError."""
+    dicts = []
+
+    def flatten(item, path, depth):
+        if depth > MAX_ARG_DEPTH:
+            raise ExportError(f"{where}: the output nests deeper than {MAX_ARG_DEPTH}")
+        if isinstance(item, dict):
+            keys = list(item.keys())
+            for key in keys:
+                if not isinstance(key, str):
+                    raise ExportError(f"{where}: a dict output has key {key!r:.80} of type "
+                                      f"{type(key).__name__}; only str keys can be stored")
+            dicts.append([list(path), keys])
+            item = tuple(item[k] for k in keys)
+        if isinstance(item, (list, tuple)) and not isinstance(item, torch.Size):
+            flat = [flatten(x, path + (i,), depth + 1) for i, x in enumerate(item)]
+            return flat if isinstance(item, list) else tuple(flat)
+        return item
+
+    return flatten(value, (), 0), dicts
+
+
+def rebuild_output_dicts(value, dicts, where):
+    """The output `value` with the tuples OUTPUT_DICTS_META `dicts` names made dicts again;
+    a malformed entry is a ModelFileError."""
+    by_path = {}
+    for entry in dicts if isinstance(dicts, list) else [None]:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)
+                and all(isinstance(i, int) and not isinstance(i, bool) for i in entry[0])
+                and isinstance(entry[1], list) and all(isinstance(k, str) for k in entry[1])
+                and len(set(entry[1])) == len(entry[1]) and tuple(entry[0]) not in by_path):
+            raise ModelFileError(f"{where}: meta '{OUTPUT_DICTS_META}' must be a list of "
+                                 "[path, keys], distinct paths of ints and distinct str keys")
+        by_path[tuple(entry[0])] = entry[1]
+    found = set()
+
+    def rebuild(item, path):
+        if isinstance(item, (list, tuple)):
+            rebuilt = [rebuild(x, path + (i,)) for i, x in enumerate(item)]
+            keys = by_path.get(path)
+            if keys is not None:
+                if not isinstance(item, tuple) or len(keys) != len(item):
+                    raise ModelFileError(f"{where}: meta '{OUTPUT_DICTS_META}' names "
+                                         f"{len(keys)} keys at {list(path)}, where the "
+                                         f"output holds a {type(item).__name__} of {len(item)}")
+                found.add(path)
+                return dict(zip(keys, rebuilt))
+            return rebuilt if isinstance(item, list) else tuple(rebuilt)
+        return item
+
+    value = rebuild(value, ())
+    missing = set(by_path) - found
+    if missing:
+        raise ModelFileError(f"{where}: meta '{OUTPUT_DICTS_META}' names {list(min(missing))}, "
+                             "which is not a tuple of the output")
+    return value

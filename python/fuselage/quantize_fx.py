@@ -30,8 +30,11 @@ convert_fx takes the prepare-time qconfig_mapping again (PyTorch's examples pass
 that narrows it, with PyTorch's meaning (fuselage._convert_mapping). A user's own fuser
 method runs as in PyTorch's fuse_fx, and the fused module it returns is quantized and
 lowered as fuselage's fusion of the same pattern (fuselage._user_fusers). Of the custom
-configs (fuse / prepare / convert_custom_config) fuselage takes preserved_attributes and prepare's input_quantized_idxs / output_quantized_idxs
-(fuselage._quantized_io); any other setting, and equalization, is a clear error. The
+configs (fuse / prepare / convert_custom_config) fuselage takes preserved_attributes,
+prepare's input_quantized_idxs / output_quantized_idxs (fuselage._quantized_io), its
+non-traceable modules (kept as opaque modules, never traced into, as PyTorch's tracer keeps
+them), custom module classes (fuselage._custom_modules) and standalone modules
+(fuselage._standalone); any other setting, and equalization, is a clear error. The
 prepared model is laid out as PyTorch's (observers on the root, fuselage._prepared).
 
 Quantization-aware training (prepare_qat_fx): fuselage's fuse and prepare place the
@@ -93,10 +96,24 @@ def _refuse(value, name):
 _PRESERVED_ATTR = "_fuselage_preserved_attributes"  # prepare_fx's, carried to convert_fx
 
 
+# The settings of each custom config fuselage takes besides preserved_attributes, into the
+# dict `io` of _preserved_attributes: lists, and the custom module class mappings (dicts).
+_TAKEN = {
+    "prepare_custom_config": ["input_quantized_idxs", "output_quantized_idxs",
+                              "non_traceable_module_name", "non_traceable_module_class",
+                              "float_to_observed_custom_module_class",
+                              "standalone_module_name", "standalone_module_class"],
+    "convert_custom_config": ["observed_to_quantized_custom_module_class"],
+}
+_CLASS_MAPPINGS = ("float_to_observed_custom_module_class",
+                   "observed_to_quantized_custom_module_class")
+
+
 def _preserved_attributes(config, name, io=None):
     """The `preserved_attributes` of a fuse / prepare / convert custom config (a dict or
-    PyTorch's *CustomConfig); with `io` (a dict), prepare's input_quantized_idxs /
-    output_quantized_idxs go into it (fuselage._quantized_io). Any other non-empty
+    PyTorch's *CustomConfig); with `io` (a dict), the other settings fuselage takes
+    (_TAKEN: quantized inputs and outputs, fuselage._quantized_io; non-traceable modules;
+    custom module classes, fuselage._custom_modules) go into it. Any other non-empty
     setting is refused by name."""
     if config is None:
         return []
@@ -108,15 +125,28 @@ def _preserved_attributes(config, name, io=None):
     attributes = list(d.pop("preserved_attributes", None) or [])
     taken = ["preserved_attributes"]
     if io is not None:
-        taken += ["input_quantized_idxs", "output_quantized_idxs"]
-        for key in ("input_quantized_idxs", "output_quantized_idxs"):
-            io[key] = list(d.pop(key, None) or [])
+        taken += _TAKEN[name]
+        for key in _TAKEN[name]:
+            value = d.pop(key, None)
+            io[key] = dict(value or {}) if key in _CLASS_MAPPINGS else list(value or [])
     rest = {k: v for k, v in d.items() if v}
     if rest:
         raise ConfigTranslationError(
             f"quantize_fx: {name} settings {sorted(rest)} are not supported by fuselage "
             f"(got {rest!r}); only {', '.join(taken)}")
     return attributes
+
+
+def _non_traceable(io):
+    """prepare_custom_config's non-traceable modules as the exporter takes them: (names,
+    classes), kept as opaque modules (the engine never looks inside, as PyTorch's tracer
+    never traces into them)."""
+    from fuselage import _custom_modules, _standalone
+
+    names, classes = _standalone.leaves(io)
+    return (list(io.get("non_traceable_module_name") or []) + names,
+            list(io.get("non_traceable_module_class") or []) + _custom_modules.float_classes(io) +
+            classes)
 
 
 def _preserve(result, source, attributes):
@@ -241,7 +271,7 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
 
     fake = _qat.has_fake_quantize(_mapping_object(qconfig_mapping))
     prepared = prepare_with_report(model, qconfig_mapping, backend_config,
-                                   mapping_is_qat=fake)[0]
+                                   mapping_is_qat=fake, non_traceable=_non_traceable(io))[0]
     if fake:
         _qat.fake_quantize_observers(prepared, _mapping_object(qconfig_mapping))
         setattr(prepared, _FAKE_QUANTIZE_ATTR, True)
@@ -253,10 +283,18 @@ def prepare_fx(model, qconfig_mapping, example_inputs, prepare_custom_config=Non
     setattr(prepared, _PRESERVED_ATTR, preserved)
     _prepared.flatten_observers(prepared)
     _quantized_io.after_prepare(prepared, io.get("input_quantized_idxs"),
-                                io.get("output_quantized_idxs"))
+                                io.get("output_quantized_idxs"),
+                                qconfig_mapping=_mapping_object(qconfig_mapping))
     from fuselage import _module_qconfigs
 
     _module_qconfigs.set_module_qconfigs(prepared, _mapping_object(qconfig_mapping))
+    from fuselage import _custom_modules
+
+    _custom_modules.after_prepare(prepared, io)
+    from fuselage import _standalone
+
+    _standalone.after_prepare(prepared, io, _mapping_object(qconfig_mapping), backend_config,
+                              prepare_fx)
     return prepared.train(model.training)
 
 
@@ -271,8 +309,9 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
     io = {}
     preserved = _preserved_attributes(prepare_custom_config, "prepare_custom_config", io)
     del example_inputs  # as in prepare_fx
-    _qat.refuse_shared_modules(model)
-    prepared, _ = prepare_with_report(model, qconfig_mapping, backend_config, is_qat=True)
+    _qat.refuse_shared_modules(model, _non_traceable(io))
+    prepared, _ = prepare_with_report(model, qconfig_mapping, backend_config, is_qat=True,
+                                      non_traceable=_non_traceable(io))
     _qat.restore_parameters(prepared, model)
     _qat.to_qat(prepared, _mapping_object(qconfig_mapping),
                 None if backend_config is None else _backend_config_object(backend_config))
@@ -283,17 +322,19 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
     _preserve(prepared, model, preserved)
     setattr(prepared, _PRESERVED_ATTR, preserved)
     _quantized_io.after_prepare(prepared, io.get("input_quantized_idxs"),
-                                io.get("output_quantized_idxs"), "prepare_qat_fx")
+                                io.get("output_quantized_idxs"), "prepare_qat_fx",
+                                _mapping_object(qconfig_mapping))
     return prepared.train(model.training)
 
 
 def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
-                        flow=("prepare_fx", "convert_fx"), mapping_is_qat=None):
+                        flow=("prepare_fx", "convert_fx"), mapping_is_qat=None,
+                        non_traceable=None):
     """prepare_fx's GraphModule (prepare_qat_fx's before its fake-quantizes, `is_qat`) and
     fuselage's prepare report (every op kept float, by node name, with the reason). When
     nothing is quantized a UserWarning says why, naming the `flow`'s prepare and convert
     functions. `mapping_is_qat` (default: is_qat) reads the mapping's fake-quantizes as the
-    observers they wrap."""
+    observers they wrap. `non_traceable`: (module names, module classes) never traced into."""
     core = _core()
     fusions = _user_fusions(backend_config, is_qat)
     # With fusers of the user's, the entries for the modules they return are written once
@@ -301,7 +342,7 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     text = _backend_text(backend_config, is_qat, for_fusion=bool(fusions))
     source = _backend_source(backend_config)
     mapping = _mapping_text(qconfig_mapping, is_qat if mapping_is_qat is None else mapping_is_qat)
-    m = core.from_torch(model)
+    m = core.from_torch(model, non_traceable=non_traceable)
     core.fuse(m, config_text=text, config_source=source)
     fused_by_user = None
     if fusions:
@@ -375,13 +416,20 @@ def _has_observers(graph_module):
 
 
 def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower):
-    preserved = _preserved_attributes(convert_custom_config, "convert_custom_config") + \
+    custom = {}
+    preserved = _preserved_attributes(convert_custom_config, "convert_custom_config",
+                                      custom) + \
         list(getattr(graph_module, _PRESERVED_ATTR, None) or [])
-    from fuselage import _quantized_io
+    from fuselage import _custom_modules, _quantized_io
 
     with _quantized_io.converting(graph_module) as io:
         converted = _convert_graph(graph_module, qconfig_mapping, backend_config, lower)
-    return _preserve(io.finish(converted), graph_module, preserved)
+    converted = _custom_modules.finish(graph_module, io.finish(converted), custom)
+    from fuselage import _standalone
+
+    converted = _standalone.finish(graph_module, converted,
+                                   convert_fx if lower else convert_to_reference_fx)
+    return _preserve(converted, graph_module, preserved)
 
 
 def _engine_model(core, graph_module):

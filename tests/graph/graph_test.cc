@@ -299,6 +299,26 @@ TEST(GraphTest, EliminateDeadCodeErasesDeadChainsAndKeepsPlaceholders) {
   EXPECT_GRAPH_VALID(g);
 }
 
+// An opaque node (node.h kOpaqueMeta) may have effects the graph cannot see
+// (torch._assert): kept without users, and so are its inputs.
+TEST(GraphTest, EliminateDeadCodeKeepsOpaqueNodesAndTheirInputs) {
+  Graph g;
+  Node* x = *g.AddPlaceholder("x");
+  Node* size = *g.AddCallMethod("size", {x, Argument::Int(1)});
+  Node* eq = *g.AddCallFunction("operator.eq", {size, Argument::Int(1)});
+  Node* check = *g.AddCallFunction("torch._assert", {eq, Argument::String("foobar")});
+  ASSERT_TRUE(g.SetMeta(eq, kOpaqueMeta, Argument::Bool(true)).ok());
+  ASSERT_TRUE(g.SetMeta(check, kOpaqueMeta, Argument::Bool(true)).ok());
+  Node* dead = *g.AddCallFunction("torch.relu", {x});
+  (void)dead;
+  ASSERT_TRUE(g.SetOutput(x).ok());
+  EXPECT_TRUE(check->opaque());
+  EXPECT_FALSE(size->opaque());
+  EXPECT_EQ(g.EliminateDeadCode(), 1);  // relu only
+  EXPECT_THAT(Names(g.Nodes()), ElementsAre("x", "size", "eq", "_assert", "output"));
+  EXPECT_GRAPH_VALID(g);
+}
+
 TEST(GraphTest, MoveBeforeKeepsOrderTopological) {
   Graph g;
   Node* x = *g.AddPlaceholder("x");

@@ -30,16 +30,25 @@ class UsesCustom(nn.Module):
         return self.mystery(self.conv(x))
 
 
-def test_unsupported_module_names_the_node_and_class(tmp_path):
+def test_a_user_leaf_module_is_an_opaque_module(tmp_path):
+    # Was an ExportError ("no fuselage module type"). The file records an empty container
+    # naming the class, its node marked opaque; to_torch in this process gives back the
+    # very module object.
     model = UsesCustom()
     gm = torch.fx.GraphModule(model, LeafTracer().trace(model))
     path = tmp_path / "custom.fsl"
-    with pytest.raises(ExportError) as info:
-        fuselage.export(gm, None, str(path))
-    message = str(info.value)
-    assert "node 'mystery'" in message
-    assert "Custom" in message and "no fuselage module type" in message
-    assert not path.exists()
+    fuselage.export(gm, None, str(path))
+    proto = fuselage.to_proto(gm)
+    (mystery,) = [c.module for c in proto.root.children if c.name == "mystery"]
+    attributes = {a.name: a.value.string_value for a in mystery.attributes}
+    assert mystery.type == "nn.Module" and not mystery.children and not mystery.tensors
+    assert attributes["opaque_class"].endswith("Custom")
+    (node,) = [n for n in proto.graph.nodes if n.name == "mystery"]
+    assert {m.name: m.value.bool_value for m in node.meta}.get("opaque") is True
+    back = fuselage.to_torch(str(path))
+    assert back.mystery is model.mystery
+    x = torch.randn(1, 1, 2, 2)
+    torch.testing.assert_close(back(x), model(x), rtol=0, atol=0)
 
 
 def test_unsupported_module_that_nothing_calls_is_only_a_container():
@@ -50,15 +59,27 @@ def test_unsupported_module_that_nothing_calls_is_only_a_container():
     assert {c.name: c.module.type for c in proto.root.children}["unused"] == "nn.Module"
 
 
-def test_function_without_importable_name_names_the_node():
-    def local_scale(x):
-        return x * 3
+def test_local_functions_are_opaque_nodes_that_keep_their_own_callable():
+    # Was an ExportError (no importable name). Two closures of one qualified name
+    # (`test_errors.scale`) must not be mixed up when they come back.
+    def scaling(factor):
+        def scale(x):
+            return x * factor
+        return scale
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
-    graph.output(graph.call_function(local_scale, (x,)))
-    with pytest.raises(ExportError, match=r"node 'local_scale': call_function target"):
-        fuselage.to_proto(torch.fx.GraphModule(nn.Module(), graph))
+    by_two = graph.call_function(scaling(2), (x,))
+    graph.output(graph.call_function(scaling(5), (by_two,)))
+    gm = torch.fx.GraphModule(nn.Module(), graph)
+    proto = fuselage.to_proto(gm)
+    targets = [n.target for n in proto.graph.nodes if n.name.startswith("scale")]
+    assert len(set(targets)) == 2, targets
+    back = fuselage._core.to_torch(fuselage._core.from_torch(gm))
+    t = torch.tensor([1.0, -3.0])
+    assert torch.equal(back(t), t * 10)
+    calls = [n.target for n in back.graph.nodes if n.op == "call_function"]
+    assert [f(torch.tensor(1.0)).item() for f in calls] == [2.0, 5.0]
 
 
 def test_unsupported_arg_value_names_node_and_position():

@@ -1,8 +1,11 @@
 """Issue 18 item 1, the exporter's reach: slices / Ellipsis / None index args and shape
 values (x.shape[-2:], x[..., 1:, ::2]) export, come back as real slice objects through
-to_torch and run in the C++ interpreter; dict outputs come back as dicts; a module type or
-function fuselage cannot represent is refused at export, naming the node."""
+to_torch and run in the C++ interpreter; dict outputs come back as dicts; a module type
+fuselage cannot represent is refused at export, naming the node; a function it does not
+know is kept as an opaque node (Python runs it, the C++ interpreter refuses it by name)."""
 
+import functools
+import operator
 import subprocess
 
 import numpy as np
@@ -13,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fuselage
+from conftest import verify
 from fuselage import ExportError
 
 
@@ -106,18 +110,43 @@ def test_a_module_type_without_a_schema_is_refused_at_export(tmp_path, module, e
     assert not path.exists()
 
 
-def test_an_unknown_function_is_refused_at_export(tmp_path):
+def test_an_unknown_function_is_kept_as_an_opaque_node(tmp_path, cli):
+    # Was refused at export. Now the file records the call (meta `opaque`), `fuselage
+    # verify` accepts it, to_torch in this process gives back the very function, and the
+    # C++ interpreter refuses to run it, naming the node.
     class Rolls(nn.Module):
         def forward(self, x):
-            return torch.roll(x, 1)
+            return torch.roll(x, 1) + 1
 
+    x = torch.randn(2, 3)
+    path = tmp_path / "rolls.fsl"
+    fuselage.export(Rolls(), (x,), str(path))
+    back = fuselage.to_torch(str(path))
+    (roll,) = [n for n in back.graph.nodes if n.name == "roll"]
+    assert roll.target is torch.roll and roll.meta["fuselage"]["opaque"] is True
+    torch.testing.assert_close(back(x), Rolls()(x), rtol=0, atol=0)
+    assert verify(cli, path).returncode == 0, verify(cli, path).stderr
+    np.save(tmp_path / "x.npy", x.numpy())
+    run = subprocess.run([cli, "run", str(path), f"--input={tmp_path / 'x.npy'}",
+                          f"--output={tmp_path / 'out.npy'}"], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode != 0
+    assert "node 'roll' (call_function torch.roll): an opaque node" in run.stderr, run.stderr
+
+
+def test_a_callable_without_a_qualified_name_is_refused_at_export(tmp_path):
+    class Adds(nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    gm = torch.fx.symbolic_trace(Adds())
+    (add,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    add.target = functools.partial(operator.add)  # a callable without __name__
     path = tmp_path / "refused.fsl"
     with pytest.raises(ExportError) as info:
-        fuselage.export(Rolls(), None, str(path))
+        fuselage.export(gm, None, str(path))
     message = str(info.value)
-    assert "node 'roll': call_function target 'torch.roll' is not a function fuselage knows" \
-        in message
-    assert "FunctionRegistry" in message
+    assert "node 'add'" in message and "no qualified name" in message, message
     assert not path.exists()
 
 
@@ -174,12 +203,15 @@ def test_list_and_dict_outputs_keep_their_structure(tmp_path, make_output, check
 Pair = __import__("collections").namedtuple("Pair", ["low", "high"])
 
 
-def test_a_named_tuple_output_is_refused_naming_the_node():
-    # torch.fx 1.13 records Pair(a, b) as a call_function of the class, which no kernel runs.
+def test_a_named_tuple_output_is_an_opaque_call_of_its_class():
+    # torch.fx 1.13 records Pair(a, b) as a call_function of the class (PyTorch 2 returns
+    # the tuple's items): the engine keeps it opaque, to_torch gives the class back.
     class Returns(nn.Module):
         def forward(self, x):
             return Pair(x, x + 1)
 
-    with pytest.raises(ExportError) as info:
-        fuselage.to_proto(Returns())
-    assert "node 'pair'" in str(info.value) and "not a function fuselage knows" in str(info.value)
+    x = torch.randn(2)
+    back = fuselage._core.to_torch(fuselage._core.from_torch(Returns()))
+    got = back(x)
+    assert isinstance(got, Pair)
+    torch.testing.assert_close(got.high, x + 1, rtol=0, atol=0)

@@ -320,10 +320,10 @@ def test_preserved_attributes_as_pytorch():
 
 def test_other_custom_config_settings_are_refused_by_name():
     from fuselage.errors import ConfigTranslationError
-    with pytest.raises(ConfigTranslationError, match=r"\['non_traceable_module_name'\]"):
+    with pytest.raises(ConfigTranslationError, match=r"\['a_setting_pytorch_lacks'\]"):
         qfx.prepare_fx(SmallNet().eval(), get_default_qconfig_mapping("qnnpack"),
                        (torch.randn(1, 3, 8, 8),),
-                       prepare_custom_config={"non_traceable_module_name": ["conv"],
+                       prepare_custom_config={"a_setting_pytorch_lacks": ["conv"],
                                               "preserved_attributes": []})
 
 

@@ -162,6 +162,36 @@ TEST(InterpreterTest, MissingKernelIsUnimplementedNamingNodeAndTarget) {
   EXPECT_THAT(out2.status().message(), HasSubstr("nn.MaxPool3d"));
 }
 
+// An opaque node (a PyTorch model's own function, graph/node.h kOpaqueMeta) has no kernel
+// by design: the run is refused before any node runs, naming it, even where a kernel of
+// the same name exists (the function is the model's, not the kernel's).
+TEST(InterpreterTest, OpaqueNodeIsRefusedBeforeAnyNodeRuns) {
+  GraphModule gm;
+  Node* x = *gm.graph().AddPlaceholder("x");
+  Node* relu = *gm.graph().AddCallFunction("torch.relu", {x});
+  Node* eq = *gm.graph().AddCallFunction("operator.eq", {relu, Argument::Int(1)}, {}, "eq");
+  ASSERT_TRUE(gm.graph().SetMeta(eq, kOpaqueMeta, Argument::Bool(true)).ok());
+  ASSERT_TRUE(gm.graph().SetOutput(relu).ok());
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  int nodes_run = 0;
+  RunOptions options;
+  options.observer = [&](const Node&, const Value&) {
+    ++nodes_run;
+    return absl::OkStatus();
+  };
+  auto out = fuselage::Run(gm, {Tensor::FromFloats({1}, {1})}, *Kernels(), options);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(out.status().message(), HasSubstr("node 'eq' (call_function operator.eq)"));
+  EXPECT_THAT(out.status().message(), HasSubstr("an opaque node"));
+  EXPECT_EQ(nodes_run, 0);
+
+  // Without it, the rest runs.
+  ASSERT_TRUE(gm.graph().Erase(eq).ok());
+  auto ran = fuselage::Run(gm, {Tensor::FromFloats({1}, {-2})}, *Kernels());
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_THAT(Floats((*ran)[0]), ElementsAre(0));
+}
+
 TEST(InterpreterTest, KernelErrorsNameTheNode) {
   // A conv with 3 input channels fed 2 channels.
   GraphModule gm;
