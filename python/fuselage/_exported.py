@@ -237,7 +237,8 @@ def to_fx_dialect(program):
     _copy_tensors(gm, root, [t for t in used if t not in weights.quantized])
     for name, tensor in weights.quantized.items():
         root.register_buffer(name, tensor)
-    return torch.fx.GraphModule(root, graph, "GraphModule")
+    from fuselage._importer import DeferredGraphModule
+    return DeferredGraphModule(root, graph, "GraphModule")
 
 
 def read_aten(gm):
