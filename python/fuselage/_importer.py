@@ -156,7 +156,8 @@ _PENDING = "_fuselage_code_pending"  # set on a module whose code is not compile
 def compile_once():
     """Within it, a DeferredGraphModule built here compiles its code (torch.fx's
     recompile: generating Python source from the graph and exec'ing it, about 0.3 s per
-    10^3 nodes) only when something needs it: its first call, `.code`, or `finished()`.
+    10^3 nodes) only when something needs it: its first call or `finished()` (its
+    `.code` is not there before; TorchScript compiles that property, so it stays torch's).
     A public call (prepare_pt2e, convert_pt2e) passes the graph through several
     intermediate GraphModules and edits, each of which compiled its code for nothing."""
     token = _COMPILE_ONCE.set(True)
@@ -198,10 +199,6 @@ class DeferredGraphModule(torch.fx.GraphModule):
 
     def forward(self, *args, **kwargs):
         return self.finished().forward(*args, **kwargs)
-
-    @property
-    def code(self):
-        return self.finished()._code
 
     def __reduce__(self):
         self.finished()
