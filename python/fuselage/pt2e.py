@@ -640,7 +640,10 @@ class _RegisterAfterTorchaoLowering(importlib.abc.MetaPathFinder):
 
         def run_then_register(module):
             run_module(module)
-            importlib.import_module(_X86_INDUCTOR_QUANTIZER)
+            try:
+                importlib.import_module(_X86_INDUCTOR_QUANTIZER)
+            except ImportError:  # a torchao without it: its lowering is the user's to try
+                pass
 
         spec.loader.exec_module = run_then_register
         return spec
