@@ -22,6 +22,7 @@ give the same count of each onednn op ("+N ops": fuselage lowers N more, none fe
 
 import argparse
 import collections
+import gc
 import os
 import sys
 import time
@@ -48,11 +49,15 @@ def first(output):
 
 def timed_flow(prepare, convert, module, x):
     """(reference, prepare + convert seconds): the calibration run between them is the
-    user's model running PyTorch's observers on both sides, so it is not counted."""
+    user's model running PyTorch's observers on both sides, so it is not counted. Each
+    timed call starts after a full garbage collection, so neither side pays for a
+    collection the other's garbage (or torch.export's) made due."""
+    gc.collect()
     started = time.perf_counter()
     prepared = prepare(module)
     prepare_s = time.perf_counter() - started
     prepared(x)
+    gc.collect()
     started = time.perf_counter()
     reference = convert(prepared)
     return reference, prepare_s + time.perf_counter() - started

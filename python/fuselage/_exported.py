@@ -237,7 +237,8 @@ def to_fx_dialect(program):
     _copy_tensors(gm, root, [t for t in used if t not in weights.quantized])
     for name, tensor in weights.quantized.items():
         root.register_buffer(name, tensor)
-    return torch.fx.GraphModule(root, graph, "GraphModule")
+    from fuselage._importer import DeferredGraphModule
+    return DeferredGraphModule(root, graph, "GraphModule")
 
 
 def read_aten(gm):
@@ -421,7 +422,9 @@ def add_constant(gm, name, tensor, before):
         target = f"{name}_{i}"
     gm.register_buffer(target, tensor)
     with gm.graph.inserting_before(before):
-        return gm.graph.get_attr(target)
+        # Not graph.get_attr: its check that the target exists walks the module tree
+        # (1 ms a call on resnet50), and the buffer was just registered.
+        return gm.graph.create_node("get_attr", target)
 
 
 def _restore_q_dq(gm, exported_only=True):

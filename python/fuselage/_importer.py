@@ -9,6 +9,8 @@ errors name the node or module and the field.
 The result is in eval mode. Node meta the file carries is kept in node.meta["fuselage"].
 """
 
+import contextlib
+import contextvars
 import copy
 import warnings
 
@@ -168,7 +170,64 @@ def _build_graph(pg):
     return graph
 
 
-class TreeKeepingGraphModule(torch.fx.GraphModule):
+_COMPILE_ONCE = contextvars.ContextVar("fuselage_compile_once", default=False)
+_PENDING = "_fuselage_code_pending"  # set on a module whose code is not compiled yet
+
+
+@contextlib.contextmanager
+def compile_once():
+    """Within it, a DeferredGraphModule built here compiles its code (torch.fx's
+    recompile: generating Python source from the graph and exec'ing it, about 0.3 s per
+    10^3 nodes) only when something needs it: its first call or `finished()` (its
+    `.code` is not there before; TorchScript compiles that property, so it stays torch's).
+    A public call (prepare_pt2e, convert_pt2e) passes the graph through several
+    intermediate GraphModules and edits, each of which compiled its code for nothing."""
+    token = _COMPILE_ONCE.set(True)
+    try:
+        yield
+    finally:
+        _COMPILE_ONCE.reset(token)
+
+
+class DeferredGraphModule(torch.fx.GraphModule):
+    """A GraphModule whose code, if it was built within compile_once(), is compiled when
+    first needed. Only a module never compiled waits: once compiled, torch.fx binds its
+    forward and __call__ on the module's own class, and every recompile is immediate."""
+
+    def __init__(self, *args, **kwargs):
+        if _COMPILE_ONCE.get():
+            self.__dict__[_PENDING] = True
+        super().__init__(*args, **kwargs)
+
+    def recompile(self):
+        if self.__dict__.get(_PENDING) and _COMPILE_ONCE.get():
+            return None
+        self.__dict__.pop(_PENDING, None)
+        return super().recompile()
+
+    def finished(self):
+        """This module with its code compiled (what a public call returns)."""
+        if self.__dict__.get(_PENDING):
+            self.__dict__.pop(_PENDING)
+            super().recompile()
+        return self
+
+    # torch.fx binds its own __call__ and forward on the module's class when it compiles;
+    # its __call__ then reaches this one through super() to run nn.Module's.
+    def __call__(self, *args, **kwargs):
+        if self.__dict__.get(_PENDING):
+            return self.finished()(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self.finished().forward(*args, **kwargs)
+
+    def __reduce__(self):
+        self.finished()
+        return super().__reduce__()
+
+
+class TreeKeepingGraphModule(DeferredGraphModule):
     """A GraphModule that keeps its whole module tree through copy.deepcopy, pickle and
     torch.save, including what no node refers to: a prepared model's weight plans
     (fuselage._prepared), which convert needs. PyTorch 1.13's GraphModule rebuilds itself

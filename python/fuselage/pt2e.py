@@ -42,7 +42,13 @@ raises "Input partition has more than one output node"; a mul of two same-shape 
 which X86InductorQuantizer quantizes, stays float.
 """
 
+import contextlib
+import gc
+import importlib
+import importlib.abc
+import importlib.util
 import operator
+import sys
 
 import torch
 import torch.fx
@@ -491,11 +497,36 @@ def prepare_pt2e(model, quantizer="x86"):
     """The exported `model` (torch.export's ExportedProgram .module(), or the program)
     with batch norms folded and PyTorch's observers placed by fuselage: a GraphModule the
     user calibrates by running it."""
+    from fuselage._importer import compile_once
     configs = _configs(quantizer)
-    fx = _fold_conv_batch_norm(_exported.to_fx_dialect(model)).eval()
-    prepared = _prepare(fx, configs, ("prepare_pt2e", "convert_pt2e"))
-    exported = model.module() if isinstance(model, torch.export.ExportedProgram) else model
-    return _with_outputs_of(prepared, exported)
+    with compile_once(), _collector_paused():
+        fx = _fold_conv_batch_norm(_exported.to_fx_dialect(model)).eval()
+        prepared = _prepare(fx, configs, ("prepare_pt2e", "convert_pt2e"))
+        exported = model.module() if isinstance(model, torch.export.ExportedProgram) else model
+        return _finished(_with_outputs_of(prepared, exported))
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off for the block (as it was before, after): a
+    full collection walks every object of the process, torch.export's graphs and their
+    metadata included, and one fell inside prepare_pt2e on the 10^3-node network: 2-5 s
+    of its 5-14 s (gc.callbacks, load 9-12). Reference counting still frees what the
+    block drops; what is left in cycles waits for the next collection."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _finished(gm):
+    """`gm` with its code compiled, if it waits for it (fuselage._importer.compile_once:
+    one compile per public call, not one per intermediate step)."""
+    from fuselage._importer import DeferredGraphModule
+    return gm.finished() if isinstance(gm, DeferredGraphModule) else gm
 
 
 def _observed_for_quantized_readers_only(prepared, report, always_observed=()):
@@ -562,25 +593,60 @@ def convert_pt2e(model):
     lower_pt2e_quantized_to_x86 lowers it as it lowers its own (see
     _enable_torchao_x86_lowering)."""
     from fuselage import quantize_fx
+    from fuselage._importer import compile_once
     _enable_torchao_x86_lowering()
     if _prepared_by_torchao(model):
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e as torchao_convert
         return torchao_convert(model)
-    reference = quantize_fx.convert_to_reference_fx(model)
-    _fold_quantized_weights(reference)
-    return _with_outputs_of(_exported.restore_aten(reference, every_q_dq=True), model)
+    with compile_once(), _collector_paused():
+        reference = quantize_fx.convert_to_reference_fx(model)
+        _fold_quantized_weights(reference)
+        return _finished(_with_outputs_of(_exported.restore_aten(reference, every_q_dq=True),
+                                          model))
+
+
+_TORCHAO_LOWERING = "torchao.quantization.pt2e.lowering"
+_X86_INDUCTOR_QUANTIZER = "torchao.quantization.pt2e.quantizer.x86_inductor_quantizer"
 
 
 def _enable_torchao_x86_lowering():
-    """Registers torchao's x86 weight-prepack passes, if torchao is installed. torchao's
-    lower_pt2e_quantized_to_x86 relies on them but does not register them: importing
-    X86InductorQuantizer's module does, so a user quantizing with fuselage instead got a
-    lowered model with no int8 op in it, silently (resnet18, mobilenet_v2 and
-    efficientnet_b0 through torchao 0.18's lowering: 0 onednn ops)."""
-    try:
-        import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer  # noqa: F401
-    except ImportError:
-        pass
+    """Registers torchao's x86 weight-prepack passes for torchao's
+    lower_pt2e_quantized_to_x86, which relies on them but does not register them:
+    importing X86InductorQuantizer's module does, so a user quantizing with fuselage
+    instead got a lowered model with no int8 op in it, silently (resnet18, mobilenet_v2
+    and efficientnet_b0 through torchao 0.18's lowering: 0 onednn ops). That import costs
+    about 1 s (5 s with Inductor's own, on a busy machine), so it happens only when
+    torchao's lowering module is imported: now if it already is, else right after it."""
+    if _X86_INDUCTOR_QUANTIZER in sys.modules:
+        return
+    if _TORCHAO_LOWERING in sys.modules:
+        importlib.import_module(_X86_INDUCTOR_QUANTIZER)
+    elif not any(isinstance(f, _RegisterAfterTorchaoLowering) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterAfterTorchaoLowering())
+
+
+class _RegisterAfterTorchaoLowering(importlib.abc.MetaPathFinder):
+    """An import hook, used once: when torchao's lowering module is imported, it imports
+    X86InductorQuantizer's module right after (_enable_torchao_x86_lowering)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _TORCHAO_LOWERING:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+
+        def run_then_register(module):
+            run_module(module)
+            try:
+                importlib.import_module(_X86_INDUCTOR_QUANTIZER)
+            except ImportError:  # a torchao without it: its lowering is the user's to try
+                pass
+
+        spec.loader.exec_module = run_then_register
+        return spec
 
 
 def _with_outputs_of(gm, original):
