@@ -8,8 +8,9 @@ The same arguments with the same meaning as ONNX Runtime's (its enums, or their 
 strings): the float model is read by fuselage.from_onnx, prepared with observers that
 compute what ORT's MinMax calibration computes (activations asymmetric over the whole
 range of their type, min and max over all the samples and widened to hold 0; weights
-symmetric over [-127, 127], per output channel with per_channel=True), calibrated on the
-reader's samples, converted by fuselage, and written by fuselage.to_onnx as QDQ. The file
+symmetric over [-127, 127], per output channel with per_channel=True; a GlobalAveragePool's
+output on its own range, as ORT's QLinearGlobalAveragePool has), calibrated on the reader's
+samples, converted by fuselage, and written by fuselage.to_onnx as QDQ. The file
 keeps the model's input and output names, so ORT's reader and feeds work unchanged.
 
 What fuselage does not do is an OnnxImportError naming the argument: quant_format
