@@ -927,7 +927,8 @@ absl::Status Lowerer::PlanPassThroughOutput(const LoweringRule& rule,
           "rule '", rule.name, "': its quantize requantizes (input '",
           quantized_inputs.front()->name(), "' has scale ", first->scale, " zero_point ",
           first->zero_point, ", output has scale ", plan->output.scale, " zero_point ",
-          plan->output.zero_point, ") and PyTorch 1.13 does not lower the op"));
+          plan->output.zero_point, ") and the rule keeps such a quantize (PyTorch 1.13 does "
+          "not lower the op, or NativeLoweringOptions keeps requantizing quantizes)"));
     }
     plan->dropped_quantize = plan->output;
   }

@@ -65,7 +65,9 @@
 //    reported), as PyTorch 1.13's special_pattern_replacement does: the op's output
 //    keeps its (first) input's parameters, and torch.cat requantizes its later inputs
 //    into the first one's (ATen's quantized cat). PyTorch drops such a requantization
-//    silently; here each one is listed in the report (quantizes_dropped_after_pass_through).
+//    silently; here each one is listed in the report (quantizes_dropped_after_pass_through),
+//    and rules registered with NativeLoweringOptions::drop_requantizing_quantizes false
+//    keep such a pattern instead (ONNX Runtime's pools requantize to their own output).
 //    The pass-through ops PyTorch does not lower (x.flatten(), torch.reshape, torch.relu,
 //    nn.Flatten) drop only a quantize with their input's parameters; a requantizing one
 //    keeps the pattern float, as in PyTorch, and is reported.

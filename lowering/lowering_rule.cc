@@ -539,19 +539,22 @@ bool BeyondPyTorchsSpecialPatterns(OpKind op, absl::string_view target) {
   }
 }
 
-LoweringRule PassThrough(std::string name, OpKind op, std::string reference) {
+LoweringRule PassThrough(std::string name, OpKind op, std::string reference,
+                         const NativeLoweringOptions& options) {
   LoweringRule r;
   r.name = std::move(name);
   r.action = LoweringRule::Action::kPassThrough;
   r.reference_op = op;
-  r.requantizing_quantize_dropped = !BeyondPyTorchsSpecialPatterns(op, reference);
+  r.requantizing_quantize_dropped =
+      options.drop_requantizing_quantizes && !BeyondPyTorchsSpecialPatterns(op, reference);
   r.reference_target = std::move(reference);
   return r;
 }
 
 }  // namespace
 
-absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
+absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry,
+                                         const NativeLoweringOptions& options) {
   // One dequantized input: reference weighted modules and their fused forms.
   for (const char* d : {"1d", "2d", "3d"}) {
     RETURN_IF_ERROR(registry.Register(ModuleRule(absl::StrCat("conv", d),
@@ -641,7 +644,7 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
         // Clamp-like: PyTorch's copy nodes; they share their input's qparams.
         "nn.ReLU6", "nn.Hardtanh"}) {
     RETURN_IF_ERROR(registry.Register(PassThrough(absl::StrCat("pass-through:", m),
-                                                  OpKind::kCallModule, m)));
+                                                  OpKind::kCallModule, m, options)));
   }
   for (const char* f :
        {"torch.flatten", "torch.reshape", "torch.relu", "torch.nn.functional.relu",
@@ -654,17 +657,18 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
         "torch.nn.functional.hardtanh_", "torch.clamp", "torch.mean", "torch.transpose",
         "torch.squeeze", "torch.unsqueeze", "torch.repeat_interleave", "operator.floordiv"}) {
     RETURN_IF_ERROR(registry.Register(PassThrough(absl::StrCat("pass-through:", f),
-                                                  OpKind::kCallFunction, f)));
+                                                  OpKind::kCallFunction, f, options)));
   }
   for (const char* m :
        {"flatten", "reshape", "view", "relu", "relu_", "contiguous", "clamp", "mean",
         "detach", "detach_", "permute", "repeat", "repeat_interleave", "resize_", "squeeze",
         "squeeze_", "transpose", "unsqueeze", "unsqueeze_"}) {
     RETURN_IF_ERROR(registry.Register(PassThrough(absl::StrCat("pass-through:.", m),
-                                                  OpKind::kCallMethod, m)));
+                                                  OpKind::kCallMethod, m, options)));
   }
   for (const char* f : {"torch.cat", "torch.stack"}) {
-    LoweringRule list = PassThrough(absl::StrCat("pass-through:", f), OpKind::kCallFunction, f);
+    LoweringRule list =
+        PassThrough(absl::StrCat("pass-through:", f), OpKind::kCallFunction, f, options);
     list.list_of_dequantized = true;
     // The quantized cat kernel requantizes later inputs into the first's, as ATen's does;
     // there is no quantized stack kernel that would.
@@ -679,7 +683,7 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry) {
   auto fixed = [&](OpKind op, const char* target, const OutputQParams& qparams) {
     LoweringRule r = PassThrough(absl::StrCat("fixed-qparams:", op == OpKind::kCallMethod ? "." : "",
                                               target),
-                                 op, target);
+                                 op, target, options);
     r.fixed_output_qparams = qparams;
     return registry.Register(std::move(r));
   };

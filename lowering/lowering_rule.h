@@ -249,7 +249,19 @@ class LoweringRuleRegistry {
 //  - PyTorch's default functionals: F.hardswish, F.elu, F.leaky_relu, F.layer_norm,
 //    F.instance_norm, F.dropout -> torch.ops.quantized.<name> with output_scale /
 //    output_zero_point kwargs.
-absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry);
+// `options` says how the pass-through rules treat a quantize that requantizes.
+struct NativeLoweringOptions {
+  // A pass-through op (pool, interpolate, torch.flatten, cat, ...) whose quantize has
+  // other parameters than its input. True: the quantize goes and the op's output keeps
+  // its input's parameters, as PyTorch 1.13's special_pattern_replacement does (the
+  // report lists each one: quantizes_dropped_after_pass_through). False: the pattern
+  // stays dequantize -> op -> quantize (listed as unlowered), which is what a runtime
+  // whose quantized op takes an output scale of its own runs as calibrated (ONNX
+  // Runtime's QLinearGlobalAveragePool); fuselage.onnx.quantize_static lowers so.
+  bool drop_requantizing_quantizes = true;
+};
+absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry,
+                                         const NativeLoweringOptions& options = {});
 
 }  // namespace fuselage
 

@@ -189,9 +189,10 @@ absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm, const ConvertOptions
   return report;
 }
 
-absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config) {
+absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config,
+                                          const NativeLoweringOptions& options) {
   LoweringRuleRegistry rules;
-  RETURN_IF_ERROR(RegisterNativeLoweringRules(rules));
+  RETURN_IF_ERROR(RegisterNativeLoweringRules(rules, options));
   if (config != nullptr) {
     RETURN_IF_ERROR(CheckDeclaredModules(gm, config->declarations().get()));
     RETURN_IF_ERROR(RegisterDeclaredLoweringRules(rules, config->declared_lowering_rules()));

@@ -167,10 +167,12 @@ absl::StatusOr<CalibrationReport> CalibrateModel(GraphModule& gm, const Calibrat
 // FailedPrecondition if `gm` is not a prepared model.
 absl::StatusOr<ConvertReport> ConvertModel(GraphModule& gm, const ConvertOptions& options = {});
 
-// LowerToNative with fuselage's native lowering rules (RegisterNativeLoweringRules) and,
-// given a config, the lowering rules it declares, after checking the model's modules of
-// the types it declares against their declaration (CheckDeclaredModules).
-absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config = nullptr);
+// LowerToNative with fuselage's native lowering rules (RegisterNativeLoweringRules, with
+// `options`) and, given a config, the lowering rules it declares, after checking the
+// model's modules of the types it declares against their declaration
+// (CheckDeclaredModules).
+absl::StatusOr<LoweringReport> LowerModel(GraphModule& gm, const BackendConfig* config = nullptr,
+                                          const NativeLoweringOptions& options = {});
 
 // OK if `gm` passes Verify after the pass named `stage`; else Internal: a graph a pass
 // left failing Verify is a fuselage bug, not bad input. Every stage function above ends

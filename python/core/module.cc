@@ -75,7 +75,8 @@ type keeps the name it was first declared under in the process):
             qconfig_mapping=None, qconfig_mapping_text=None) -> PrepareReport
     calibrate(model, samples, *, threads=0) -> CalibrationReport
     convert(model, *, uncalibrated_as_pytorch=False) -> ConvertReport
-    lower(model, *, config_text=None, config_source=None) -> LoweringReport
+    lower(model, *, config_text=None, config_source=None,
+          drop_requantizing_quantizes=True) -> LoweringReport
     quantize(model, samples, backend=None, *, config_text=None, config_source=None,
              qconfig_mapping=None, qconfig_mapping_text=None, reference=False, threads=0,
              engine=None)
@@ -654,7 +655,8 @@ void RegisterPasses(py::module_& m) {
       "(default: unless the model's engine is qnnpack).");
   m.def(
       "lower",
-      [](Model& model, const OptString& config_text, const OptString& config_source) {
+      [](Model& model, const OptString& config_text, const OptString& config_source,
+         bool drop_requantizing_quantizes) {
         // The lowering rules a config declares lower with that config only.
         std::optional<BackendConfig> config;
         if (config_text.has_value()) {
@@ -665,7 +667,9 @@ void RegisterPasses(py::module_& m) {
         auto copy = model.Read([](GraphModule& gm) { return gm.Clone(); });
         LoweringReport report = ValueOrThrow([&] {
           py::gil_scoped_release release;
-          return LowerModel(*copy, config.has_value() ? &*config : nullptr);
+          NativeLoweringOptions options;
+          options.drop_requantizing_quantizes = drop_requantizing_quantizes;
+          return LowerModel(*copy, config.has_value() ? &*config : nullptr, options);
         }());
         if (LoweredNothing(report)) {
           ThrowIfError(absl::FailedPreconditionError(
@@ -677,9 +681,11 @@ void RegisterPasses(py::module_& m) {
         return report;
       },
       py::arg("model"), py::kw_only(), py::arg("config_text") = py::none(),
-      py::arg("config_source") = py::none(),
+      py::arg("config_source") = py::none(), py::arg("drop_requantizing_quantizes") = true,
       "Lowers a reference quantized model to native quantized ops, in place; with "
-      "config_text, also by the lowering rules that backend config declares. The ops "
+      "config_text, also by the lowering rules that backend config declares. A pass-through "
+      "op (pool, flatten, cat, ...) whose quantize requantizes drops it as PyTorch does, or "
+      "with drop_requantizing_quantizes=False stays dequantize -> op -> quantize. The ops "
       "prepare kept float because their qconfig is None keep their binary-op and "
       "weighted-functional patterns float, as PyTorch's should_skip_lowering.");
   m.def(

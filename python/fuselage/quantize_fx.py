@@ -415,7 +415,8 @@ def _has_observers(graph_module):
             _is_observer_module(m) for name, m in graph_module.named_modules())
 
 
-def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower):
+def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower,
+             drop_requantizing_quantizes=True):
     custom = {}
     preserved = _preserved_attributes(convert_custom_config, "convert_custom_config",
                                       custom) + \
@@ -423,7 +424,8 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
     from fuselage import _custom_modules, _quantized_io
 
     with _quantized_io.converting(graph_module) as io:
-        converted = _convert_graph(graph_module, qconfig_mapping, backend_config, lower)
+        converted = _convert_graph(graph_module, qconfig_mapping, backend_config, lower,
+                                   drop_requantizing_quantizes)
     converted = _custom_modules.finish(graph_module, io.finish(converted), custom)
     from fuselage import _standalone
 
@@ -473,7 +475,8 @@ def _narrow(graph_module, qconfig_mapping):
     return _convert_mapping.narrowed(graph_module, none)
 
 
-def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
+def _convert_graph(graph_module, qconfig_mapping, backend_config, lower,
+                   drop_requantizing_quantizes=True):
     kept_float = set()
     if qconfig_mapping is not None:
         graph_module, kept_float = _narrow(graph_module, qconfig_mapping)
@@ -490,27 +493,31 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower):
         return graph_module
     core = _core()
     if getattr(graph_module, _QAT_ATTR, False):
-        return _convert_qat(core, graph_module, lower, kept_float)
+        return _convert_qat(core, graph_module, lower, kept_float,
+                            drop_requantizing_quantizes)
     m = _engine_model(core, graph_module)
     _convert_as_pytorch(core, m)
     if lower:
-        _lower(core, m, graph_module)
+        _lower(core, m, graph_module, drop_requantizing_quantizes)
     return core.to_torch(m, consume=True)
 
 
-def _lower(core, model, prepared):
+def _lower(core, model, prepared, drop_requantizing_quantizes=True):
     """Lowers `model` in place, as `prepared` (the prepare_fx model) records: with the
     lowering rules of the fuselage config file it was prepared with
     (backend_configs/declared_types.h), which belong to that config (a translated PyTorch
     config declares none, so it is not parsed again); and the ops whose qconfig was None
     keep their binary-op and weighted-functional patterns float, as PyTorch's
-    should_skip_lowering does."""
+    should_skip_lowering does. A pass-through op (pool, flatten, ...) whose quantize
+    requantizes drops it as PyTorch does, or with drop_requantizing_quantizes=False keeps
+    dequantize -> op -> quantize (the engine's NativeLoweringOptions)."""
     source = getattr(prepared, _BACKEND_FILE_ATTR, None)
     if source is None:
-        core.lower(model)
+        core.lower(model, drop_requantizing_quantizes=drop_requantizing_quantizes)
     else:
         core.lower(model, config_text=getattr(prepared, _BACKEND_TEXT_ATTR),
-                   config_source=source)
+                   config_source=source,
+                   drop_requantizing_quantizes=drop_requantizing_quantizes)
 
 
 def _convert_as_pytorch(core, m, shown=5):
@@ -535,7 +542,7 @@ def _convert_as_pytorch(core, m, shown=5):
     return report
 
 
-def _convert_qat(core, graph_module, lower, kept_float=()):
+def _convert_qat(core, graph_module, lower, kept_float=(), drop_requantizing_quantizes=True):
     """convert_fx of a model prepare_qat_fx returned: the engine converts it as a prepared
     model of observers and float modules (fuselage._qat.observed), the QAT weight qparams
     are written into its reference modules (not into the float modules of `kept_float`, a
@@ -551,7 +558,7 @@ def _convert_qat(core, graph_module, lower, kept_float=()):
     if not lower:
         return reference
     m = core.from_torch(reference)
-    _lower(core, m, graph_module)
+    _lower(core, m, graph_module, drop_requantizing_quantizes)
     return core.to_torch(m, consume=True)
 
 

@@ -54,9 +54,10 @@ Tensor RunToQuantized(const GraphModule& gm, std::vector<Tensor> inputs) {
   return (*out)[0].as_tensor();
 }
 
-absl::StatusOr<LoweringReport> Lower(GraphModule& gm) {
+absl::StatusOr<LoweringReport> Lower(GraphModule& gm,
+                                     const NativeLoweringOptions& options = {}) {
   LoweringRuleRegistry rules;
-  const absl::Status registered = RegisterNativeLoweringRules(rules);
+  const absl::Status registered = RegisterNativeLoweringRules(rules, options);
   if (!registered.ok()) return registered;
   return LowerToNative(gm, rules);
 }
@@ -270,6 +271,60 @@ TEST(PassThroughIntoCatTest, MethodFlattenKeepsARequantizingQuantize) {
           << report->ToString();
       EXPECT_EQ(Count(g, "dequantize"), 2);
     }
+  }
+}
+
+// An average pool observed apart from its input (ONNX Runtime's GlobalAveragePool:
+// QLinearGlobalAveragePool has an output scale of its own). PyTorch 1.13's lowering drops
+// its quantize; with drop_requantizing_quantizes false the pattern stays dequantize ->
+// pool -> quantize, its values the reference graph's, and a quantize with the input's
+// parameters still goes.
+TEST(PassThroughIntoCatTest, KeptRequantizationLeavesAPoolWithItsOwnOutputParameters) {
+  NativeLoweringOptions keep;
+  keep.drop_requantizing_quantizes = false;
+  for (const double scale : {0.01, 0.05}) {
+    SCOPED_TRACE(scale);
+    auto build = [scale](GraphModule& gm) {
+      Graph& g = gm.graph();
+      Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
+      Node* pool = *g.AddCallFunction("torch.nn.functional.adaptive_avg_pool2d",
+                                      {Dequantize(g, x_q), Argument::Int(1)}, {}, "pool");
+      EXPECT_TRUE(g.SetOutput(Quantize(g, pool, scale, 128, "pool_q")).ok());
+      return std::make_pair(x_q, pool);
+    };
+    GraphModule reference;
+    build(reference);
+    const Tensor expected = RunToQuantized(reference, {Tensor::FromFloats({1, 1, 4, 4}, kStem)});
+
+    GraphModule gm;
+    const auto [x_q, pool] = build(gm);
+    auto report = Lower(gm, keep);
+    ASSERT_TRUE(report.ok()) << report.status();
+    ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+    EXPECT_TRUE(report->quantizes_dropped_after_pass_through.empty()) << report->ToString();
+    if (scale == 0.05) {
+      EXPECT_EQ(report->total_lowered(), 1) << report->ToString();
+      EXPECT_EQ(pool->arg(0), Argument(x_q));
+      continue;
+    }
+    EXPECT_EQ(report->total_lowered(), 0) << report->ToString();
+    ASSERT_EQ(report->unlowered.size(), 1u) << report->ToString();
+    EXPECT_EQ(report->unlowered[0].node, "pool");
+    EXPECT_EQ(Count(gm.graph(), "dequantize"), 1);
+    EXPECT_EQ(KnownOutputQParams(gm, gm.graph().output()->arg(0).as_node()),
+              (OutputQParams{0.01, 128, DType::kQUInt8}));
+    const Tensor got = RunToQuantized(gm, {Tensor::FromFloats({1, 1, 4, 4}, kStem)});
+    EXPECT_EQ(StoredValues(got), StoredValues(expected));
+
+    // The default (PyTorch 1.13's) drops it: the pool keeps its input's parameters.
+    GraphModule as_pytorch;
+    build(as_pytorch);
+    auto dropped = Lower(as_pytorch);
+    ASSERT_TRUE(dropped.ok()) << dropped.status();
+    EXPECT_EQ(dropped->total_lowered(), 1) << dropped->ToString();
+    ASSERT_EQ(dropped->quantizes_dropped_after_pass_through.size(), 1u);
+    EXPECT_EQ(dropped->quantizes_dropped_after_pass_through[0].kept,
+              (OutputQParams{0.05, 128, DType::kQUInt8}));
   }
 }
 

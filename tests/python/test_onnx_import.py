@@ -372,6 +372,41 @@ def test_quantize_static_matches_onnx_runtimes_own(residual_onnx, activation_typ
             _optimized(theirs, tmp_path / "theirs.optimized.onnx"))["QLinearConv"]
 
 
+def _pool_qparams(path):
+    """(scale of the DequantizeLinear the GlobalAveragePool reads, scale of the
+    QuantizeLinear that reads its output) in a QDQ file."""
+    from onnx import numpy_helper
+    graph = onnx.load(str(path)).graph
+    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    pool = next(n for n in graph.node if n.op_type == "GlobalAveragePool")
+    dq = producer[pool.input[0]]
+    q = next(n for n in graph.node if n.op_type == "QuantizeLinear" and
+             n.input[0] == pool.output[0])
+    assert dq.op_type == "DequantizeLinear", dq.op_type
+    return float(values[dq.input[1]]), float(values[q.input[1]])
+
+
+def test_global_average_pool_output_has_its_own_scale_as_in_onnx_runtime(residual_onnx,
+                                                                         tmp_path):
+    # ORT calibrates GlobalAveragePool's output on its own (QLinearGlobalAveragePool
+    # requantizes); PyTorch's native config shares the pool's input observer, and its
+    # lowering keeps the input's parameters. fuselage writes DQ -> GlobalAveragePool -> Q
+    # with the pool's own scale, ORT's.
+    path, calibration, _ = residual_onnx
+    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
+    settings = dict(per_channel=True, activation_type=QuantType.QUInt8)
+    quantization.quantize_static(path, str(theirs), Reader("image", calibration), **settings)
+    fuselage.onnx.quantize_static(path, str(ours), Reader("image", calibration), **settings)
+    their_in, their_out = _pool_qparams(theirs)
+    our_in, our_out = _pool_qparams(ours)
+    assert their_out < 0.9 * their_in, (their_in, their_out)  # a real requantization
+    assert (our_in, our_out) == (pytest.approx(their_in, rel=1e-5),
+                                 pytest.approx(their_out, rel=1e-5))
+    fused = op_types(_optimized(ours, tmp_path / "ours.optimized.onnx"))
+    assert fused["QLinearGlobalAveragePool"] == 1 and fused["GlobalAveragePool"] == 0, fused
+
+
 class ClampIntoCat(nn.Module):
     """A relu6 output concatenated with a wider tensor: the cat shares one observer over
     both, which the relu6's bounds must not narrow."""

@@ -936,3 +936,74 @@ def test_a_prepared_model_scripts_as_pytorchs_with_what_convert_keeps_of_its_map
                                        mapping, (x,))
         scripted = torch.jit.script(prepared)
         assert torch.equal(scripted(x), prepared(x))
+
+
+class _PoolHead(nn.Module):
+    """conv -> relu -> AdaptiveAvgPool2d(1) -> flatten -> linear: a classifier's head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.relu = nn.ReLU()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.relu(self.conv(x))), 1))
+
+
+def _pool_observed_on_its_own():
+    """PyTorch's native BackendConfig with nn.AdaptiveAvgPool2d's output observed apart
+    from its input (ONNX Runtime's rule for GlobalAveragePool)."""
+    from torch.ao.quantization.backend_config import ObservationType, get_native_backend_config
+
+    config = get_native_backend_config()
+    configs = config.configs
+    for pattern_config in configs.values() if isinstance(configs, dict) else configs:
+        if pattern_config.pattern is nn.AdaptiveAvgPool2d:
+            pattern_config.set_observation_type(
+                ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT)
+    return config
+
+
+def _observers_by_input(prepared):
+    """{name of the node an observer reads: its scale and zero point}, and the observer
+    module paths of the pool's input and output."""
+    qparams, pool_observers = {}, None
+    for node in prepared.graph.nodes:
+        if node.op == "call_module" and node.target.startswith("activation_post_process_"):
+            scale, zero_point = prepared.get_submodule(node.target).calculate_qparams()
+            qparams[node.args[0].name] = (float(scale), int(zero_point))
+        if node.op == "call_module" and node.target == "pool":
+            pool_observers = (node.args[0].target, next(iter(node.users)).target)
+    return qparams, pool_observers
+
+
+def test_a_pool_observed_apart_from_its_input_prepares_and_converts_as_pytorch():
+    # OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT on nn.AdaptiveAvgPool2d: PyTorch's prepare_fx
+    # gives the pool's output an observer of its own; its convert_fx then lowers the pool
+    # to run on its input's quantized tensor, dropping that observer's quantize.
+    torch.manual_seed(0)
+    model = _PoolHead().eval()
+    example = torch.randn(2, 3, 8, 8)
+    batches = _batches(example.shape)
+    mapping = get_default_qconfig_mapping("fbgemm")
+    flows = {}
+    for name, quantize_fx in (("pytorch", torch_qfx), ("fuselage", qfx)):
+        prepared = quantize_fx.prepare_fx(copy.deepcopy(model), mapping, (example,),
+                                          backend_config=_pool_observed_on_its_own())
+        with torch.no_grad():
+            for x in batches:
+                prepared(x)
+        flows[name] = _observers_by_input(prepared) + (quantize_fx.convert_fx(
+            prepared, backend_config=_pool_observed_on_its_own()),)
+    want_qparams, want_pool_observers, want = flows["pytorch"]
+    got_qparams, got_pool_observers, got = flows["fuselage"]
+    assert want_pool_observers[0] != want_pool_observers[1]
+    assert got_pool_observers[0] != got_pool_observers[1]
+    assert got_qparams["pool"][0] != pytest.approx(got_qparams["conv"][0])
+    assert got_qparams == {k: pytest.approx(v) for k, v in want_qparams.items()}
+    assert _call_sequence(got) == _call_sequence(want)
+    with torch.no_grad():
+        for x in batches:
+            torch.testing.assert_close(got(x), want(x), atol=0, rtol=0)

@@ -8,8 +8,9 @@ The same arguments with the same meaning as ONNX Runtime's (its enums, or their 
 strings): the float model is read by fuselage.from_onnx, prepared with observers that
 compute what ORT's MinMax calibration computes (activations asymmetric over the whole
 range of their type, min and max over all the samples and widened to hold 0; weights
-symmetric over [-127, 127], per output channel with per_channel=True), calibrated on the
-reader's samples, converted by fuselage, and written by fuselage.to_onnx as QDQ. The file
+symmetric over [-127, 127], per output channel with per_channel=True; a GlobalAveragePool's
+output on its own range, as ORT's QLinearGlobalAveragePool has), calibrated on the reader's
+samples, converted by fuselage, and written by fuselage.to_onnx as QDQ. The file
 keeps the model's input and output names, so ORT's reader and feeds work unchanged.
 
 What fuselage does not do is an OnnxImportError naming the argument: quant_format
@@ -88,12 +89,24 @@ def _qconfig(activation, weight_dtype, per_channel, reduce_range, symmetric_acti
     return QConfig(activation=act, weight=weight)
 
 
+# ORT calibrates a GlobalAveragePool's output with its own range (QLinearGlobalAveragePool
+# has an output scale of its own); PyTorch's native config shares the input's observer.
+_OWN_OUTPUT_OBSERVER = (torch.nn.AdaptiveAvgPool1d, torch.nn.AdaptiveAvgPool2d,
+                        torch.nn.AdaptiveAvgPool3d)
+
+
 def _backend_config(activation):
-    """PyTorch's native BackendConfig, for int8 activations with each quint8 dtype config
-    repeated with qint8 activations (ORT quantizes either)."""
+    """PyTorch's native BackendConfig with ORT's observation of GlobalAveragePool's output
+    (_OWN_OUTPUT_OBSERVER), for int8 activations with each quint8 dtype config repeated
+    with qint8 activations (ORT quantizes either)."""
     import torch.ao.quantization.backend_config.utils  # noqa: F401 (native.py needs it loaded)
-    from torch.ao.quantization.backend_config import DTypeConfig, get_native_backend_config
+    from torch.ao.quantization.backend_config import (DTypeConfig, ObservationType,
+                                                      get_native_backend_config)
     config = get_native_backend_config()
+    for pattern_config in config.configs:
+        if pattern_config.pattern in _OWN_OUTPUT_OBSERVER:
+            pattern_config.set_observation_type(
+                ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT)
     if activation is torch.quint8:
         return config
     for pattern_config in config.configs:
@@ -278,19 +291,23 @@ def quantize_with_model(model_input, calibration_data_reader, quant_format="QDQ"
                     f"one of {', '.join(f'{k}={v}' for k, v in _EXTRA_OPTIONS.items())}")
 
     from fuselage.onnx import _export, _import
-    from fuselage.quantize_fx import convert_fx, prepare_fx
+    from fuselage import quantize_fx
     gm, reader = _import.read(model_input)
     samples = _samples(calibration_data_reader, reader.input_names)
     qconfig = _qconfig(activation, weight, per_channel, reduce_range, symmetric_activation)
     mapping = _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude)
     backend = _backend_config(activation) if backend_config is None else backend_config
     try:
-        prepared = prepare_fx(gm, mapping, samples[0], backend_config=backend)
+        prepared = quantize_fx.prepare_fx(gm, mapping, samples[0], backend_config=backend)
         with torch.no_grad():
             for sample in samples:
                 prepared(*sample)
         _clamp_ranges(prepared)
-        converted = convert_fx(prepared, qconfig_mapping=mapping, backend_config=backend)
+        # A pool observed apart from its input (_OWN_OUTPUT_OBSERVER) keeps its quantize:
+        # ORT's QLinearGlobalAveragePool requantizes to it, where PyTorch's lowering
+        # would drop it and leave the pool's output on its input's parameters.
+        converted = quantize_fx._convert(prepared, None, mapping, backend, lower=True,
+                                         drop_requantizing_quantizes=False)
         proto = _export.build(converted, samples[0])
     except (OnnxExportError, ConfigTranslationError, PatternError):
         raise  # the user's backend_config: its own error, naming the pattern or field
