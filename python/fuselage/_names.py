@@ -258,17 +258,24 @@ def function_name(fn):
     return name
 
 
-def _compute_function_name(fn):
+def _fx_qualified_name(fn):
+    """torch.fx's qualified name of `fn` as the engine spells functions (`_operator.add` as
+    `operator.add`, a bare builtin `getattr` as `builtins.getattr`: FunctionRegistry wants
+    qualified names, and resolve_function reads both); None when torch.fx cannot name it
+    (no __name__ / module)."""
     try:
         name = _get_qualified_name(fn)
     except Exception:  # torch.fx raises for objects without __name__ / a module
         return None
     if name.startswith("_operator."):
         name = "operator." + name[len("_operator."):]
-    if "." not in name:
-        # torch.fx names builtins bare (`getattr`); the file's function names are qualified
-        # (FunctionRegistry requires it), and resolve_function reads both.
-        name = "builtins." + name
+    return name if "." in name else "builtins." + name
+
+
+def _compute_function_name(fn):
+    name = _fx_qualified_name(fn)
+    if name is None:
+        return None
     module, _, short = name.rpartition(".")
     if module in ("torch", "torch._C._nn") and getattr(F, short, None) is fn:
         name = "torch.nn.functional." + short
@@ -297,14 +304,9 @@ def opaque_function_name(fn):
     known = _opaque_names.get(id(fn))
     if known is not None:
         return known[1]
-    try:
-        name = _get_qualified_name(fn)
-    except Exception:  # torch.fx raises for objects without __name__ / a module
+    name = _fx_qualified_name(fn)
+    if name is None:
         return None
-    if name.startswith("_operator."):
-        name = "operator." + name[len("_operator."):]
-    if "." not in name:
-        name = "builtins." + name
     unique, n = name, 1
     while unique in _opaque_functions:
         n += 1
