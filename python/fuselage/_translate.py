@@ -755,6 +755,22 @@ class UserFusion:
         self.fuser, self.pattern, self.root, self.extras = fuser, pattern, root, extras
 
 
+def _fusion_entries(configs, is_qat):
+    """(index, entry, its name, pattern, nested pattern, fuser kind, fused type) of each
+    entry with a fuser method that has a form in this flow (QAT or not); entries over QAT
+    modules left out (_matches_qat_modules)."""
+    for i, cfg in enumerate(configs):
+        if cfg.fuser_method is None or _matches_qat_modules(cfg):
+            continue
+        what = "backend pattern config [%d]" % i
+        pattern, _, nested = _pattern_of(cfg, what)
+        try:
+            kind, fused_type = _fuser(cfg.fuser_method, nested, what, is_qat)
+        except _NoQatForm:
+            continue
+        yield i, cfg, what, pattern, nested, kind, fused_type
+
+
 def user_fusions(backend_config, is_qat=False):
     """{fused nodes' "pattern" meta: UserFusion} for the entries of `backend_config`
     (PyTorch's BackendConfig, or None) whose fuser fuselage does not know, named as
@@ -763,15 +779,7 @@ def user_fusions(backend_config, is_qat=False):
     if isinstance(configs, dict):
         configs = list(configs.values())
     out = {}
-    for i, cfg in enumerate(configs):
-        if cfg.fuser_method is None or _matches_qat_modules(cfg):
-            continue
-        what = "backend pattern config [%d]" % i
-        pattern, _, nested = _pattern_of(cfg, what)
-        try:
-            kind, _ = _fuser(cfg.fuser_method, nested, what, is_qat)
-        except _NoQatForm:
-            continue
+    for i, cfg, what, pattern, nested, kind, _ in _fusion_entries(configs, is_qat):
         if kind != _USER_FUSER:
             continue
         root = _root_path(cfg, nested, what)
@@ -904,15 +912,7 @@ def _fused_module_roots(configs, is_qat=False):
         if isinstance(pattern, type) and ref is not None:
             references.setdefault(pattern, ref)
     fused = {}
-    for i, cfg in enumerate(configs):
-        if cfg.fuser_method is None or _matches_qat_modules(cfg):
-            continue
-        what = "backend pattern config [%d]" % i
-        _, _, nested = _pattern_of(cfg, what)
-        try:
-            _, fused_type = _fuser(cfg.fuser_method, nested, what, is_qat)
-        except _NoQatForm:
-            continue
+    for _, cfg, what, _, nested, _, fused_type in _fusion_entries(configs, is_qat):
         if not fused_type:
             continue
         getter = getattr(cfg, "_root_node_getter", None)
