@@ -433,7 +433,9 @@ TEST(LowerToNativeTest, BinaryOpWithANumberAndOtherArgsStaysReference) {
     Node* add = *g.AddCallFunction("torch.add", {Dequantize(g, x_q), Argument::Int(3)},
                                    std::move(kwargs), "add");
     ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, add, 0.05, 100))).ok());
-    if (!with_alpha) ASSERT_TRUE(g.SetMeta(add, kQConfigNoneMeta, Argument::Bool(true)).ok());
+    if (!with_alpha) {
+      ASSERT_TRUE(g.SetMeta(add, kQConfigNoneMeta, Argument::Bool(true)).ok());
+    }
     auto rules = NativeRules();
     ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
     ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
