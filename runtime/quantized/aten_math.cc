@@ -9,9 +9,11 @@
 // when the whole file is compiled for AVX, and this file is not, so that it loads on any
 // x86-64; the AVX2 code below is chosen at run time. The FMA variants are the ones
 // PyTorch's AVX2 / AVX-512 kernels run (the same results in every lane width).
+// The vector ones carry the target they need: clang refuses an __m256 argument across a
+// call unless both sides have AVX enabled (the by-value ABI differs without it).
 extern "C" {
-__m256 Sleef_expf8_u10avx2(__m256 x);
-__m256 Sleef_tanhf8_u10avx2(__m256 x);
+__attribute__((target("avx2,fma"))) __m256 Sleef_expf8_u10avx2(__m256 x);
+__attribute__((target("avx2,fma"))) __m256 Sleef_tanhf8_u10avx2(__m256 x);
 float Sleef_expf1_u10purec(float x);
 float Sleef_tanhf1_u10purec(float x);
 }
