@@ -612,9 +612,7 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
         where(), " does not absorb the add '", add->name(), "'",
         relu != nullptr ? absl::StrCat(" and relu '", relu->name(), "'") : ""));
   }
-  if (add == nullptr && relu != nullptr &&
-      (rule.action != LoweringRule::Action::kNativeFunction ||
-       rule.native_relu_target.empty())) {
+  if (add == nullptr && relu != nullptr && rule.native_relu_target.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat(where(), " does not absorb the relu '", relu->name(), "'"));
   }
@@ -725,7 +723,8 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
         plan.output = *in;
         plan.output_meta = QParamsMetaHolding(quantized_inputs.front(), *in);
       }
-      auto native = rule.build_module(*module, plan.output);
+      auto native = (relu != nullptr ? rule.build_relu_module : rule.build_module)(
+          *module, plan.output);
       if (!native.ok()) {
         return absl::FailedPreconditionError(
             absl::StrCat(where(), ": ", native.status().message()));

@@ -468,11 +468,29 @@ absl::Status LoweringRuleRegistry::Register(LoweringRule rule) {
   if (FindByName(rule.name) != nullptr) {
     return absl::AlreadyExistsError(absl::StrCat(where, " is already registered"));
   }
+  if (!rule.native_relu_target.empty()) {
+    const bool module_rule = rule.action == LoweringRule::Action::kNativeModule;
+    if (!module_rule && rule.action != LoweringRule::Action::kNativeFunction) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": native_relu_target needs a native-function or native-module rule"));
+    }
+    if (module_rule && (rule.build_module || rule.build_relu_module)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": a native-module rule with its own build_module absorbs no relu "
+                 "(native_relu_target must be empty)"));
+    }
+  }
   if (rule.action == LoweringRule::Action::kNativeModule && !rule.build_module) {
-    rule.build_module = [native = Symbol::Intern(rule.native_target)](
-                            const Module& reference, const OutputQParams& output) {
-      return BuildNativeWeightedModuleOfType(native, reference, output);
+    auto weighted_builder = [](absl::string_view type) -> NativeModuleBuilder {
+      return [native = Symbol::Intern(type)](const Module& reference,
+                                             const OutputQParams& output) {
+        return BuildNativeWeightedModuleOfType(native, reference, output);
+      };
     };
+    rule.build_module = weighted_builder(rule.native_target);
+    if (!rule.native_relu_target.empty()) {
+      rule.build_relu_module = weighted_builder(rule.native_relu_target);
+    }
   }
   rules_.push_back(std::make_unique<LoweringRule>(std::move(rule)));
   const LoweringRule* added = rules_.back().get();
@@ -497,8 +515,10 @@ const LoweringRule* LoweringRuleRegistry::FindByName(absl::string_view name) con
 namespace {
 
 LoweringRule ModuleRule(std::string name, std::string reference, std::string inner,
-                        std::string native, std::vector<int> dequantized = {0}) {
+                        std::string native, std::vector<int> dequantized = {0},
+                        std::string native_relu = "") {
   LoweringRule r;
+  r.native_relu_target = std::move(native_relu);
   r.name = std::move(name);
   r.action = LoweringRule::Action::kNativeModule;
   r.reference_op = OpKind::kCallModule;
@@ -557,14 +577,19 @@ absl::Status RegisterNativeLoweringRules(LoweringRuleRegistry& registry,
                                          const NativeLoweringOptions& options) {
   // One dequantized input: reference weighted modules and their fused forms.
   for (const char* d : {"1d", "2d", "3d"}) {
-    RETURN_IF_ERROR(registry.Register(ModuleRule(absl::StrCat("conv", d),
-                                                 absl::StrCat("nnqr.Conv", d), "",
-                                                 absl::StrCat("nnq.Conv", d))));
+    // A relu after a reference conv / linear joins it (nniq.ConvReLU / LinearReLU) where
+    // prepare observed the unfused pair as one op (after Conv / Linear -> BatchNorm ->
+    // ReLU, whose batch norm fusion leaves the relu). PyTorch lowers the pair to the plain
+    // module and drops the relu, relying on the output's zero point being its qmin.
+    RETURN_IF_ERROR(registry.Register(ModuleRule(
+        absl::StrCat("conv", d), absl::StrCat("nnqr.Conv", d), "", absl::StrCat("nnq.Conv", d),
+        {0}, absl::StrCat("nniq.ConvReLU", d))));
     RETURN_IF_ERROR(registry.Register(
         ModuleRule(absl::StrCat("conv-relu", d), absl::StrCat("nni.ConvReLU", d),
                    absl::StrCat("nnqr.Conv", d), absl::StrCat("nniq.ConvReLU", d))));
   }
-  RETURN_IF_ERROR(registry.Register(ModuleRule("linear", "nnqr.Linear", "", "nnq.Linear")));
+  RETURN_IF_ERROR(registry.Register(
+      ModuleRule("linear", "nnqr.Linear", "", "nnq.Linear", {0}, "nniq.LinearReLU")));
   RETURN_IF_ERROR(registry.Register(
       ModuleRule("linear-relu", "nni.LinearReLU", "nnqr.Linear", "nniq.LinearReLU")));
   // Two dequantized inputs: both stay quantized.

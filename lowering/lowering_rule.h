@@ -135,8 +135,10 @@ struct LoweringRule {
   // The native op: a module type ("nniq.ConvAddReLU2d") or a function target
   // ("torch.ops.quantized.add"). Unused by kPassThrough.
   std::string native_target;
-  // kNativeFunction only: the target when a relu (torch.relu, F.relu, .relu(), nn.ReLU)
-  // between the op and the quantize is absorbed; empty: this rule absorbs no relu.
+  // The native op when a relu (torch.relu, F.relu, .relu(), nn.ReLU) between the op and
+  // the quantize is absorbed: a function target, or for kNativeModule a module type built
+  // like `native_target` (nnqr.Linear -> relu -> quantize: nniq.LinearReLU, where prepare
+  // observed an unfused linear-relu pair as one op). Empty: this rule absorbs no relu.
   std::string native_relu_target;
   // kNativeFunction only: the native targets when the op's value is read only by an add
   // (operator.add / torch.add) whose other input is a dequantized tensor, the accumulator,
@@ -162,6 +164,9 @@ struct LoweringRule {
   std::vector<std::string> kwargs_to_drop;
   // kNativeModule only; empty means BuildNativeWeightedModule(native_target, inner_type).
   NativeModuleBuilder build_module;
+  // kNativeModule with a native_relu_target: BuildNativeWeightedModule with that type, set
+  // by LoweringRuleRegistry::Register (a rule with its own build_module absorbs no relu).
+  NativeModuleBuilder build_relu_module;
   // kPassThrough only: the op fixes its own output parameters (sigmoid: scale 1/256, zero
   // point 0, quint8), so the quantize it drops differs from the input's; it is dropped
   // only if it holds exactly these (prepare's FixedQParamsObserver gives it them; an

@@ -378,8 +378,11 @@ class Planner {
   const Symbol quantize_per_tensor_ = Symbol::Intern("torch.quantize_per_tensor");
   const Symbol quantize_per_channel_ = Symbol::Intern("torch.quantize_per_channel");
 
-  // The non-fusing two-op entry (outer, inner) of the config, e.g. (ReLU, add), that `n`
-  // (outer) and its only input `producer` (inner) match, or nullptr.
+  // The two-op entry (outer, inner) of the config, e.g. (ReLU, add), that `n` (outer) and
+  // its only input `producer` (inner) match, or nullptr. A fusing entry counts too: its
+  // pair is still unfused here when fusion took the inner op into another pattern first
+  // (Linear -> BatchNorm1d -> ReLU: the batch norm folds into the linear, the relu stays),
+  // and PyTorch's prepare_fx matches the fusion patterns of the config like any other.
   const BackendPatternConfig* TwoOpEntryFor(const Node* n, Symbol type, const Node* producer) {
     const OpRef outer{n->op(), type};
     const OpRef inner{producer->op(), ObjectType(gm_, producer)};
@@ -391,7 +394,7 @@ class Planner {
     const BackendPatternConfig* found = nullptr;
     for (const BackendPatternConfig& entry : config_.configs()) {
       const Pattern& pattern = entry.pattern();
-      if (entry.fuses || pattern.size() != 2 || pattern.position(1).match_all) continue;
+      if (pattern.size() != 2 || pattern.position(1).match_all) continue;
       if (pattern.position(0).Matches(outer) && pattern.position(1).Matches(inner)) {
         found = &entry;
         break;

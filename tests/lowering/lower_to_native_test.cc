@@ -251,6 +251,19 @@ TEST(LowerToNativeTest, RegistryRejectsInconsistentRules) {
   rule.reference_op = OpKind::kCallModule;
   rule.native_target = "";
   EXPECT_EQ(registry.Register(rule).code(), absl::StatusCode::kInvalidArgument);
+  // A relu is absorbed only by a function rule or a module rule built by the default
+  // builder (a custom builder would build the module without the relu).
+  rule.native_target = "nnq.Conv2d";
+  rule.native_relu_target = "nniq.ConvReLU2d";
+  rule.build_module = [](const Module& ref, const OutputQParams&) {
+    return absl::StatusOr<std::unique_ptr<Module>>(std::make_unique<Module>(ref.type()));
+  };
+  st = registry.Register(rule);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("native_relu_target"), std::string::npos) << st;
+  rule.build_module = nullptr;
+  rule.action = LoweringRule::Action::kPassThrough;
+  EXPECT_EQ(registry.Register(rule).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.size(), 0u);
 }
 
@@ -620,6 +633,56 @@ TEST(LowerToNativeTest, FusedModuleWithFloatInnerModuleIsReportedNotLowered) {
             std::string::npos)
       << report.ToString();
   EXPECT_EQ(gm.FindModule("conv_relu")->type().name(), "nni.ConvReLU2d");
+}
+
+// An unfused reference conv and the relu after it (prepare observed the pair as one op:
+// Conv -> BatchNorm -> ReLU, whose batch norm fusion leaves the relu) become one
+// nniq.ConvReLU2d with the quantize's parameters; the relu node goes.
+TEST(LowerToNativeTest, ReluAfterAReferenceConvJoinsItAsConvReLU) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("conv", ReferenceConv()).ok());
+  ASSERT_TRUE(gm.SetModule("relu", std::make_unique<Module>("nn.ReLU")).ok());
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128);
+  Node* conv = *g.AddCallModule("conv", {Dequantize(g, x_q)});
+  Node* relu = *g.AddCallModule("relu", {conv});
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, relu, 0.1, 0))).ok());
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.total_lowered(), 1) << report.ToString();
+  const Module* native = gm.FindModule("conv");
+  ASSERT_NE(native, nullptr);
+  EXPECT_EQ(native->type().name(), "nniq.ConvReLU2d");
+  EXPECT_DOUBLE_EQ(native->FindAttribute("scale")->as_float(), 0.1);
+  EXPECT_EQ(native->FindAttribute("zero_point")->as_int(), 0);
+  EXPECT_EQ(Count(g, OpKind::kCallModule, "relu"), 0) << Listing(g);
+  // x_q -> conv -> dequantize -> output.
+  const Node* lowered = g.FindNode("conv");
+  ASSERT_NE(lowered, nullptr);
+  EXPECT_EQ(lowered->arg(0).as_node(), x_q) << Listing(g);
+  EXPECT_EQ(Count(g, OpKind::kCallFunction, "torch.quantize_per_tensor"), 1) << Listing(g);
+}
+
+// The relu's input read elsewhere in float: the conv alone cannot take the relu; it
+// lowers by itself and the relu stays between a dequantize and the quantize.
+TEST(LowerToNativeTest, ReluAfterAReferenceConvWithAnotherUserStaysApart) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetModule("conv", ReferenceConv()).ok());
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128);
+  Node* conv = *g.AddCallModule("conv", {Dequantize(g, x_q)});
+  Node* relu = *g.AddCallFunction("torch.relu", {conv});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple(
+                  {Argument(Dequantize(g, Quantize(g, relu, 0.1, 0))), Argument(conv)}))
+                  .ok());
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(gm.FindModule("conv")->type().name(), "nnqr.Conv2d") << report.ToString();
+  EXPECT_EQ(Count(g, OpKind::kCallFunction, "torch.relu"), 1) << Listing(g);
 }
 
 // Functional conv: quantized input and weight, output qparams as kwargs.

@@ -1030,3 +1030,52 @@ def test_swin_t_quantizes_as_pytorchs():
 
         ours_sqnr, theirs_sqnr = sqnr(ours(x)), sqnr(theirs(x))
     assert ours_sqnr >= theirs_sqnr - 0.1, (ours_sqnr, theirs_sqnr)
+
+
+class _BatchNormMLP(nn.Module):
+    """Linear -> BatchNorm1d -> ReLU twice, then a Linear: fusion folds each batch norm
+    into its linear and leaves the relu after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.bn1, self.relu1 = nn.Linear(32, 64), nn.BatchNorm1d(64), nn.ReLU()
+        self.fc2, self.bn2, self.relu2 = nn.Linear(64, 64), nn.BatchNorm1d(64), nn.ReLU()
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = self.relu1(self.bn1(self.fc1(x)))
+        return self.head(self.relu2(self.bn2(self.fc2(x))))
+
+
+def test_a_batchnorm1d_mlp_quantizes_at_pytorchs_sqnr():
+    """Issue 41: fuselage observed each folded linear's output (negative values included)
+    and made the relu after it share that observer, 2 dB under PyTorch, whose prepare_fx
+    matches the unfused (ReLU, Linear) pair as one op and observes only the relu's output.
+    Now the same qparams as PyTorch's, so the same outputs (PyTorch lowers the pair to
+    nnq.Linear and drops the relu, fuselage to nniq.LinearReLU: equal when the output's
+    zero point is its minimum, as after a relu)."""
+    from conftest import x86_engine
+    from fx_both import engine, quantize_both
+
+    torch.manual_seed(0)
+    model = _BatchNormMLP().eval()
+    for bn in (model.bn1, model.bn2):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.data.uniform_(0.5, 1.5)
+        bn.bias.data.uniform_(-0.5, 0.5)
+    x = torch.randn(64, 32)
+    with engine(x86_engine()):
+        ours, theirs = quantize_both(model, get_default_qconfig_mapping(x86_engine()), x, None)
+        want = model(x)
+        ours_y, theirs_y = ours(x), theirs(x)
+
+    def sqnr(y):
+        return float(20 * torch.log10(want.norm() / (want - y).norm()))
+
+    assert sqnr(ours_y) >= sqnr(theirs_y) - 0.05, (sqnr(ours_y), sqnr(theirs_y))
+    assert type(ours.fc1).__name__ == "LinearReLU", type(ours.fc1)
+    assert (float(ours.fc1.scale), int(ours.fc1.zero_point)) == \
+        (float(theirs.fc1.scale), int(theirs.fc1.zero_point))
+    step = float(ours.head.scale)
+    torch.testing.assert_close(ours_y, theirs_y, atol=step, rtol=0)
