@@ -52,7 +52,7 @@ def test_slices_and_dict_output_round_trip_through_to_torch(tmp_path):
 
 def test_slices_and_dict_output_run_in_the_cpp_interpreter(tmp_path, cli):
     model = Indexing()
-    x = torch.randn(1, 3, 8, 8)
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0))
     path = tmp_path / "indexing.fsl"
     fuselage.export(model, (x,), str(path))
     np.save(tmp_path / "x.npy", x.numpy())
@@ -62,7 +62,10 @@ def test_slices_and_dict_output_run_in_the_cpp_interpreter(tmp_path, cli):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     expected = model(x)
-    np.testing.assert_allclose(np.load(outs[0]), expected["out"].numpy(), rtol=1e-5, atol=1e-6)
+    # `out` adds a sum of 128 floats, which the interpreter and ATen accumulate in different
+    # orders: a few float32 ulps of a sum of magnitude ~10 (atol 1e-6 failed now and then
+    # on unseeded inputs).
+    np.testing.assert_allclose(np.load(outs[0]), expected["out"].numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(np.load(outs[1]), expected["flat"].numpy())
 
 
