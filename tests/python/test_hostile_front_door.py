@@ -56,6 +56,10 @@ def test_a_fixed_qparams_observer_with_a_nan_scale_names_its_entry():
 @pytest.mark.parametrize("mapping", ["empty", "global None"])
 def test_a_mapping_that_quantizes_nothing_warns_why_and_converts_to_the_float_model(mapping):
     # PyTorch's convert_fx returns such a model float; fuselage said "not a prepared model".
+    if mapping == "global None" and torch.__version__.startswith("1."):
+        pytest.skip("PyTorch 1.13's default mapping keeps per-type qconfigs for Conv2d and "
+                    "ReLU under set_global(None), so its prepare_fx observes the fused "
+                    "conv-relu, and fuselage's does the same")
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
     x = torch.randn(1, 3, 8, 8)
@@ -134,7 +138,12 @@ def test_a_module_called_twice_quantizes_each_call_with_its_own_output_scale(mod
     torch.manual_seed(0)
     float_model = model().eval()
     x = torch.randn(64, 4) * 3
-    prepared = prepare_fx(float_model, get_default_qconfig_mapping("qnnpack"), (x,))
+    # MinMax: the error bound below holds for an unclipped range (the default mapping's
+    # HistogramObserver clips it, by another rule on 1.13 than on 2.x).
+    minmax = QConfig(activation=MinMaxObserver.with_args(dtype=torch.quint8),
+                     weight=MinMaxObserver.with_args(dtype=torch.qint8,
+                                                     qscheme=torch.per_tensor_symmetric))
+    prepared = prepare_fx(float_model, QConfigMapping().set_global(minmax), (x,))
     prepared(x)
     converted = convert_fx(prepared)
     linears = _quantized_linears(converted)
@@ -152,11 +161,11 @@ def test_a_negative_weight_channel_axis_converts_to_a_model_that_runs():
     # ran the reference module into "Channel axis out of range". Now the axis is stored
     # non-negative and the op stays a reference module (no native linear quantizes along
     # input features), quantized per input feature.
-    from torch.ao.quantization.observer import HistogramObserver, PerChannelMinMaxObserver
+    from torch.ao.quantization.observer import PerChannelMinMaxObserver
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 5)).eval()
     x = torch.randn(32, 4)
-    qconfig = QConfig(activation=HistogramObserver.with_args(reduce_range=False),
+    qconfig = QConfig(activation=MinMaxObserver.with_args(dtype=torch.quint8),
                       weight=PerChannelMinMaxObserver.with_args(
                           dtype=torch.qint8, qscheme=torch.per_channel_symmetric, ch_axis=-1))
     mapping = get_default_qconfig_mapping("qnnpack").set_object_type(nn.Linear, qconfig)
