@@ -97,9 +97,10 @@ step_bazel_tests() {
 # Debian's PyTorch 1.13 keeps a smaller suite: the residual example (docs/guide/python.md) through
 # fuselage.quantize_fx and two torchvision models with per-module and per-type qconfigs,
 # quantization-aware training (prepare_qat_fx), dynamic LSTM / GRU and the dynamic models,
-# against 1.13's own.
+# against 1.13's own, and the front door under hostile input.
 PYTORCH_113_TESTS=(tests/python/test_quantize_fx.py tests/python/test_qat_fx.py
-                   tests/python/test_dynamic_rnn_fx.py tests/python/test_dynamic_models.py)
+                   tests/python/test_dynamic_rnn_fx.py tests/python/test_dynamic_models.py
+                   tests/python/test_hostile_front_door.py)
 PYTORCH_113_CONFORMANCE_MODELS=residual_example,resnet18,mobilenet_v2
 
 # The Python bridge's tests on PyTorch 2 (the reference), then the 1.13 suite, after the
