@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -44,7 +45,12 @@ struct Value {
   std::string node;  // the fuselage node's name; empty for a constant
   Shape shape;
   bool is_float = true;           // a constant's element type: float32, else int64
-  std::vector<float> floats;      // a float constant's elements, row-major
+  // A float constant's elements, row-major: `floats`, or, read from an ONNX tensor's
+  // raw_data, `raw_floats`: those bytes (float32, little-endian, as this reader assumes
+  // throughout) viewed in the parsed ONNX model, which outlives the reading, not copied
+  // (a model's weights are most of its file). FloatBytes / Floats read either.
+  std::vector<float> floats;
+  absl::string_view raw_floats;
   std::vector<int64_t> ints;      // an integer constant's elements
   std::string unreadable;         // why a constant cannot be used (its data type), if so
 
@@ -60,6 +66,28 @@ int64_t Elements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+// A float constant's elements as float32 bytes (Value::floats or Value::raw_floats).
+absl::string_view FloatBytes(const Value& v) {
+  if (v.raw_floats.data() != nullptr) return v.raw_floats;
+  return absl::string_view(reinterpret_cast<const char*>(v.floats.data()),
+                           v.floats.size() * sizeof(float));
+}
+
+// A float constant's elements.
+std::vector<float> Floats(const Value& v) {
+  const absl::string_view bytes = FloatBytes(v);
+  std::vector<float> values(bytes.size() / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+// A float constant's first element (it has one).
+float FirstFloat(const Value& v) {
+  float first;
+  std::memcpy(&first, FloatBytes(v).data(), sizeof(float));
+  return first;
 }
 
 std::string ShapeText(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
@@ -131,14 +159,22 @@ void AddMeta(proto::Node& node, const std::string& name, proto::Arg value) {
   *entry->mutable_value() = std::move(value);
 }
 
+// `bytes`: the tensor's float32 elements (FloatBytes).
 void AddFloatTensor(proto::Module& module, const std::string& name, const Shape& shape,
-                    const std::vector<float>& data) {
+                    absl::string_view bytes) {
   proto::NamedTensor* entry = module.add_tensors();
   entry->set_name(name);
   proto::Tensor* t = entry->mutable_tensor();
   t->set_dtype(proto::FLOAT32);
   for (int64_t d : shape) t->add_shape(d);
-  t->set_data(std::string(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float)));
+  t->set_data(std::string(bytes));
+}
+
+void AddFloatTensor(proto::Module& module, const std::string& name, const Shape& shape,
+                    const std::vector<float>& data) {
+  AddFloatTensor(module, name, shape,
+                 absl::string_view(reinterpret_cast<const char*>(data.data()),
+                                   data.size() * sizeof(float)));
 }
 
 void AddInt64Tensor(proto::Module& module, const std::string& name, const Shape& shape,
@@ -226,8 +262,7 @@ absl::StatusOr<Value> ReadTensor(const TensorProto& t, const std::string& where)
       if (raw) {
         if (static_cast<int64_t>(t.raw_data().size()) != n * 4)
           return size_error(static_cast<int64_t>(t.raw_data().size()) / 4, "raw_data");
-        v.floats.resize(n);
-        if (n > 0) std::memcpy(v.floats.data(), t.raw_data().data(), n * 4);
+        v.raw_floats = t.raw_data();
       } else {
         if (t.float_data_size() != n) return size_error(t.float_data_size(), "float_data");
         v.floats.assign(t.float_data().begin(), t.float_data().end());
@@ -515,7 +550,7 @@ class Reader {
     if (!value.unreadable.empty()) return absl::InvalidArgumentError(value.unreadable);
     const std::string target = Fresh(onnx_name);
     if (value.is_float)
-      AddFloatTensor(*model_.mutable_root(), target, value.shape, value.floats);
+      AddFloatTensor(*model_.mutable_root(), target, value.shape, FloatBytes(value));
     else
       AddInt64Tensor(*model_.mutable_root(), target, value.shape, value.ints);
     const std::string name = fx_.Create(target);
@@ -530,7 +565,7 @@ class Reader {
                                      const Value& other) {
     if (value.is_constant() && value.unreadable.empty() && value.is_float && value.size() == 1 &&
         !other.is_constant() && value.shape.size() <= other.shape.size())
-      return FloatArg(value.floats[0]);
+      return FloatArg(FirstFloat(value));
     ASSIGN_OR_RETURN(std::string name, Tensor(value, onnx_name));
     return NodeArg(name);
   }
@@ -718,8 +753,8 @@ absl::Status Reader::EmitConv(const NodeProto& node, const Attributes& attrs,
   }
   proto::Module conv;
   conv.set_type(absl::StrCat("nn.Conv", rank, "d"));
-  AddFloatTensor(conv, "weight", w->shape, w->floats);
-  if (b != nullptr) AddFloatTensor(conv, "bias", b->shape, b->floats);
+  AddFloatTensor(conv, "weight", w->shape, FloatBytes(*w));
+  if (b != nullptr) AddFloatTensor(conv, "bias", b->shape, FloatBytes(*b));
   AddAttribute(conv, "in_channels", IntArg(w->shape[1] * group));
   AddAttribute(conv, "out_channels", IntArg(w->shape[0]));
   AddAttribute(conv, "kernel_size", IntsArg(kernel, true));
@@ -758,10 +793,10 @@ absl::Status Reader::EmitBatchNorm(const NodeProto& node, const Attributes& attr
                                           "; expected [", c, "]"));
   proto::Module bn;
   bn.set_type(absl::StrCat("nn.BatchNorm", rank <= 3 ? 1 : rank - 2, "d"));
-  AddFloatTensor(bn, "weight", {c}, params[0]->floats);
-  AddFloatTensor(bn, "bias", {c}, params[1]->floats);
-  AddFloatTensor(bn, "running_mean", {c}, params[2]->floats);
-  AddFloatTensor(bn, "running_var", {c}, params[3]->floats);
+  AddFloatTensor(bn, "weight", {c}, FloatBytes(*params[0]));
+  AddFloatTensor(bn, "bias", {c}, FloatBytes(*params[1]));
+  AddFloatTensor(bn, "running_mean", {c}, FloatBytes(*params[2]));
+  AddFloatTensor(bn, "running_var", {c}, FloatBytes(*params[3]));
   AddInt64Tensor(bn, "num_batches_tracked", {}, {0});
   AddAttribute(bn, "num_features", IntArg(c));
   AddAttribute(bn, "eps", FloatArg(attrs.Float("epsilon", 1e-5)));
@@ -788,7 +823,7 @@ absl::Status Reader::EmitClip(const NodeProto& node, std::vector<Value>& out) {
     if (v->size() != 1)
       return NodeError(node, absl::StrCat("its ", i == 1 ? "min" : "max", " has ", v->size(),
                                           " elements; expected one"));
-    bounds[i - 1] = v->floats[0];
+    bounds[i - 1] = FirstFloat(*v);
   }
   const auto& [lo, hi] = bounds;
   if (lo && hi && *lo == 0.0 && *hi == 6.0) {
@@ -881,13 +916,13 @@ absl::Status Reader::EmitGemm(const NodeProto& node, const Attributes& attrs,
   if (a->shape[1] != in_features)
     return NodeError(node, absl::StrCat("A of shape ", ShapeText(a->shape), " and B of shape ",
                                         ShapeText(b->shape), " (transB=", trans_b, ") do not multiply"));
-  std::vector<float> weight = trans_b ? b->floats : Transposed(b->floats, b->shape[0], b->shape[1]);
+  std::vector<float> weight = trans_b ? Floats(*b) : Transposed(Floats(*b), b->shape[0], b->shape[1]);
   if (alpha != 1.0f)
     for (float& v : weight) v *= alpha;
   std::optional<std::vector<float>> bias;
   if (HasInput(node, 2)) {
     ASSIGN_OR_RETURN(const Value* c, ConstantInput(node, 2, "C (input 2)", true));
-    std::vector<float> scaled = c->floats;
+    std::vector<float> scaled = Floats(*c);
     for (float& v : scaled) v *= beta;
     if ((c->size() == out_features && c->shape.size() <= 1) || c->shape == Shape{1, out_features}) {
       bias = scaled;
@@ -915,7 +950,7 @@ absl::Status Reader::EmitMatMul(const NodeProto& node, std::vector<Value>& out) 
     if (a->shape.back() != b->shape[0])
       return NodeError(node, absl::StrCat("shapes ", ShapeText(a->shape), " and ", ShapeText(b->shape),
                                           " do not multiply"));
-    out.push_back(Linear(node, *a, Transposed(b->floats, b->shape[0], b->shape[1]), b->shape[1],
+    out.push_back(Linear(node, *a, Transposed(Floats(*b), b->shape[0], b->shape[1]), b->shape[1],
                          b->shape[0], nullptr));
     return absl::OkStatus();
   }
@@ -1113,7 +1148,8 @@ absl::Status Reader::EmitConcat(const NodeProto& node, const Attributes& attrs,
       if (!in->unreadable.empty()) return absl::InvalidArgumentError(in->unreadable);
       if (in->is_float != v.is_float)
         return NodeError(node, "constants of different element types");
-      v.floats.insert(v.floats.end(), in->floats.begin(), in->floats.end());
+      const std::vector<float> floats = Floats(*in);
+      v.floats.insert(v.floats.end(), floats.begin(), floats.end());
       v.ints.insert(v.ints.end(), in->ints.begin(), in->ints.end());
     }
     out.push_back(std::move(v));
@@ -1387,12 +1423,23 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view by
   if (!model.ok())
     return absl::Status(model.status().code(),
                         absl::StrCat("'", shown, "': ", model.status().message()));
-  return ModelFromProto(*model);
+  // The tensors take their bytes out of the model made here: no second copy of them.
+  return ModelFromProto(std::move(*model));
 }
 
 absl::StatusOr<std::unique_ptr<GraphModule>> LoadOnnxModel(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadFileBounded(path, kMaxFileBytes));
-  return ParseOnnxModel(bytes, path);
+  // Into a buffer that is not zero-filled first (ReadFileBounded's std::string is): the
+  // read is the first write to its pages.
+  std::unique_ptr<char[]> buffer;
+  ASSIGN_OR_RETURN(const size_t length,
+                   ReadFileBoundedInto(path, kMaxFileBytes, [&buffer](size_t capacity,
+                                                                      size_t length) {
+                     std::unique_ptr<char[]> larger(new char[capacity]);
+                     if (length > 0) std::memcpy(larger.get(), buffer.get(), length);
+                     buffer = std::move(larger);
+                     return buffer.get();
+                   }));
+  return ParseOnnxModel(absl::string_view(buffer.get(), length), path);
 }
 
 }  // namespace fuselage
