@@ -51,6 +51,10 @@ struct Value {
   // (a model's weights are most of its file). FloatBytes / Floats read either.
   std::vector<float> floats;
   absl::string_view raw_floats;
+  // The raw_data string `raw_floats` views, when the reader may take it (an initializer
+  // of a model given away that one node input reads): its one consumer moves the string
+  // into the fuselage model instead of copying it (AddFloatValue).
+  std::string* raw_source = nullptr;
   std::vector<int64_t> ints;      // an integer constant's elements
   std::string unreadable;         // why a constant cannot be used (its data type), if so
 
@@ -175,6 +179,24 @@ void AddFloatTensor(proto::Module& module, const std::string& name, const Shape&
   AddFloatTensor(module, name, shape,
                  absl::string_view(reinterpret_cast<const char*>(data.data()),
                                    data.size() * sizeof(float)));
+}
+
+// A float constant as a module's tensor: its raw_data string moved in when the reader may
+// take it (Value::raw_source; the heap block moves with the string, so `raw_floats` still
+// views the same bytes), else its bytes copied.
+void AddFloatValue(proto::Module& module, const std::string& name, const Value& value) {
+  // Moved already (a value passed on, e.g. by Identity, to several readers): the bytes are
+  // where the first reader's tensor holds them now, and are copied from there.
+  if (value.raw_source == nullptr || value.raw_source->data() != value.raw_floats.data()) {
+    AddFloatTensor(module, name, value.shape, FloatBytes(value));
+    return;
+  }
+  proto::NamedTensor* entry = module.add_tensors();
+  entry->set_name(name);
+  proto::Tensor* t = entry->mutable_tensor();
+  t->set_dtype(proto::FLOAT32);
+  for (int64_t d : value.shape) t->add_shape(d);
+  t->set_data(std::move(*value.raw_source));
 }
 
 void AddInt64Tensor(proto::Module& module, const std::string& name, const Shape& shape,
@@ -469,7 +491,10 @@ class FxNamespace {
 
 class Reader {
  public:
-  explicit Reader(int64_t opset) : opset_(opset) {
+  // `takeable`: the graph Read reads, writable (a model given away), whose initializers'
+  // bytes the reader may move into the fuselage model; or null.
+  explicit Reader(int64_t opset, onnx_subset::GraphProto* takeable = nullptr)
+      : opset_(opset), takeable_(takeable) {
     model_.set_format_version(kModelFormatVersion);
     model_.set_producer("fuselage onnx reader (C++)");
     model_.mutable_root()->set_type("GraphModule");
@@ -550,7 +575,7 @@ class Reader {
     if (!value.unreadable.empty()) return absl::InvalidArgumentError(value.unreadable);
     const std::string target = Fresh(onnx_name);
     if (value.is_float)
-      AddFloatTensor(*model_.mutable_root(), target, value.shape, FloatBytes(value));
+      AddFloatValue(*model_.mutable_root(), target, value);
     else
       AddInt64Tensor(*model_.mutable_root(), target, value.shape, value.ints);
     const std::string name = fx_.Create(target);
@@ -643,6 +668,7 @@ class Reader {
                int64_t out_features, int64_t in_features, const std::vector<float>* bias);
 
   int64_t opset_;
+  onnx_subset::GraphProto* takeable_;
   proto::Model model_;
   std::set<std::string> names_;  // the Python importer's `fresh` names: modules, buffers
   FxNamespace fx_;                // node names, as torch.fx gives them
@@ -753,8 +779,8 @@ absl::Status Reader::EmitConv(const NodeProto& node, const Attributes& attrs,
   }
   proto::Module conv;
   conv.set_type(absl::StrCat("nn.Conv", rank, "d"));
-  AddFloatTensor(conv, "weight", w->shape, FloatBytes(*w));
-  if (b != nullptr) AddFloatTensor(conv, "bias", b->shape, FloatBytes(*b));
+  AddFloatValue(conv, "weight", *w);
+  if (b != nullptr) AddFloatValue(conv, "bias", *b);
   AddAttribute(conv, "in_channels", IntArg(w->shape[1] * group));
   AddAttribute(conv, "out_channels", IntArg(w->shape[0]));
   AddAttribute(conv, "kernel_size", IntsArg(kernel, true));
@@ -793,10 +819,10 @@ absl::Status Reader::EmitBatchNorm(const NodeProto& node, const Attributes& attr
                                           "; expected [", c, "]"));
   proto::Module bn;
   bn.set_type(absl::StrCat("nn.BatchNorm", rank <= 3 ? 1 : rank - 2, "d"));
-  AddFloatTensor(bn, "weight", {c}, FloatBytes(*params[0]));
-  AddFloatTensor(bn, "bias", {c}, FloatBytes(*params[1]));
-  AddFloatTensor(bn, "running_mean", {c}, FloatBytes(*params[2]));
-  AddFloatTensor(bn, "running_var", {c}, FloatBytes(*params[3]));
+  AddFloatValue(bn, "weight", *params[0]);
+  AddFloatValue(bn, "bias", *params[1]);
+  AddFloatValue(bn, "running_mean", *params[2]);
+  AddFloatValue(bn, "running_var", *params[3]);
   AddInt64Tensor(bn, "num_batches_tracked", {}, {0});
   AddAttribute(bn, "num_features", IntArg(c));
   AddAttribute(bn, "eps", FloatArg(attrs.Float("epsilon", 1e-5)));
@@ -1307,9 +1333,27 @@ absl::Status Reader::Read(const onnx_subset::GraphProto& graph) {
                                           "' is not one fuselage's C++ reader reads (it reads ",
                                           absl::StrJoin(ops, ", "), ")"));
   }
+  // How many node inputs read each name (graph outputs count as readers too): an
+  // initializer read once may give its bytes away (Value::raw_source).
+  std::map<std::string, int> readers;
+  if (takeable_ != nullptr) {
+    for (const NodeProto& node : graph.node())
+      for (const std::string& input : node.input()) ++readers[input];
+    for (const auto& output : graph.output()) ++readers[output.name()];
+  }
   std::set<std::string> initializer_names;
-  for (const TensorProto& t : graph.initializer()) {
+  for (int i = 0; i < graph.initializer_size(); ++i) {
+    const TensorProto& t = graph.initializer(i);
     ASSIGN_OR_RETURN(Value v, ReadTensor(t, absl::StrCat("initializer '", t.name(), "'")));
+    // Only a string large enough to keep its bytes on the heap (moved, they stay where
+    // raw_floats views them).
+    constexpr size_t kTakenMinBytes = 4096;
+    if (takeable_ != nullptr && v.raw_floats.data() != nullptr &&
+        v.raw_floats.size() >= kTakenMinBytes && readers[t.name()] == 1 &&
+        takeable_->initializer_size() == graph.initializer_size() &&
+        &takeable_->initializer(i) == &t) {
+      v.raw_source = takeable_->mutable_initializer(i)->mutable_raw_data();
+    }
     values_[t.name()] = std::move(v);
     initializer_names.insert(t.name());
   }
@@ -1392,7 +1436,10 @@ absl::Status Reader::Read(const onnx_subset::GraphProto& graph) {
 
 bool IsOnnxPath(absl::string_view path) { return absl::EndsWith(path, ".onnx"); }
 
-absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onnx) {
+namespace {
+
+absl::StatusOr<proto::Model> ConvertOnnx(const onnx_subset::ModelProto& onnx,
+                                         onnx_subset::GraphProto* takeable) {
   std::optional<int64_t> opset;
   for (const auto& entry : onnx.opset_import())
     if (entry.domain().empty() || entry.domain() == "ai.onnx") opset = entry.version();
@@ -1402,9 +1449,19 @@ absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onn
     return absl::UnimplementedError(absl::StrCat(
         "the model's opset is ", *opset, "; fuselage reads opsets ", kOnnxMinOpset, " to ",
         kOnnxMaxOpset, " of the default domain (re-export with opset_version=17)"));
-  Reader reader(*opset);
+  Reader reader(*opset, takeable);
   RETURN_IF_ERROR(reader.Read(onnx.graph()));
   return reader.TakeModel();
+}
+
+}  // namespace
+
+absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onnx) {
+  return ConvertOnnx(onnx, nullptr);
+}
+
+absl::StatusOr<proto::Model> OnnxToModelProto(onnx_subset::ModelProto&& onnx) {
+  return ConvertOnnx(onnx, onnx.mutable_graph());
 }
 
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view bytes,
@@ -1419,7 +1476,7 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view by
   if (onnx.graph().node_size() == 0 && onnx.graph().output_size() == 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "'", shown, "' is not an ONNX model: it has no graph (an empty or truncated file?)"));
-  auto model = OnnxToModelProto(onnx);
+  auto model = OnnxToModelProto(std::move(onnx));
   if (!model.ok())
     return absl::Status(model.status().code(),
                         absl::StrCat("'", shown, "': ", model.status().message()));
