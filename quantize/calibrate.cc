@@ -159,8 +159,10 @@ bool SamplesMayRunConcurrently(const PreparedModel& prepared) {
 
 // The samples run on `workers` threads, `threads_per_worker` OpenMP threads each, while
 // this thread makes them (CalibrationSamples::ForEach; a sample is checked here, in
-// order) and folds each finished sample's observations in sample order (`fold`, which
-// also reports progress). At most `workers` samples wait to be run and at most
+// order) and folds each finished sample's observations in sample order (`fold`: the
+// observations a run made before it failed too, so that an observer's error at a node
+// before the failing one comes first, as it would one sample at a time; then the run's
+// status; then progress). At most `workers` samples wait to be run and at most
 // 4 * `workers` are made but not yet folded, so memory stays bounded however many samples
 // there are. The first error in sample order is returned (a run's, a fold's, or making or
 // checking a sample), as a one-at-a-time calibration would return it; `ran` counts the
@@ -240,7 +242,7 @@ absl::Status RunSamplesConcurrently(
       SampleRun result = std::move(it->second);
       finished.erase(it);
       lock.unlock();  // folding reads nothing the workers write
-      fold_status = result.status.ok() ? fold(result) : result.status;
+      fold_status = fold(result);
       lock.lock();
       if (!fold_status.ok()) {
         first_failure.store(std::min(first_failure.load(), ran));
@@ -324,6 +326,7 @@ absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prep
         }
         reached[o.observer] = true;
       }
+      RETURN_IF_ERROR(run.status);  // where the run stopped, after what it observed first
       if (on_sample) on_sample(ran + 1, samples.size());
       return absl::OkStatus();
     };

@@ -96,13 +96,18 @@ struct Calibrated {
   bool progress_on_calling_thread = true;
 };
 
+// `per_channel`, if given, replaces every observer Prepare made (a range observer per
+// channel, whose fold can fail: a channel count that differs from earlier samples').
 Calibrated CalibrateWith(const ObserverSpec& activation, const CalibrationSamples& samples,
-                     int threads) {
+                         int threads, const ObserverSpec* per_channel = nullptr) {
   Calibrated c;
   c.gm = BuildModel();
   auto prepared = Prepare(*c.gm, MappingWith(activation), *GetBackendConfig("qnnpack"));
   EXPECT_TRUE(prepared.ok()) << prepared.status();
   c.prepared = std::move(*prepared);
+  if (per_channel != nullptr) {
+    for (auto& [path, observer] : c.prepared.observers) observer = *MakeObserver(*per_channel);
+  }
   auto kernels = *BuiltinKernels();
   EXPECT_TRUE(RegisterObserverKernels(*kernels).ok());
   const std::thread::id caller = std::this_thread::get_id();
@@ -230,6 +235,30 @@ TEST(CalibrateConcurrentTest, ErrorsAreThoseOfOneSampleAtATime) {
   EXPECT_NE(channels.report.status().message().find("node 'conv1'"), std::string::npos)
       << channels.report.status();
   EXPECT_EQ(channels.progress, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+}
+
+// A fold's error (a channel count that changed, at the input's observer) comes before the
+// error of the run it was observed in (conv1 refusing that input), as one sample at a
+// time gives it, and names the observer node.
+TEST(CalibrateConcurrentTest, AFoldErrorComesBeforeTheRunsLaterError) {
+  ObserverSpec per_channel = Activation(ObserverKind::kPerChannelMinMax);
+  per_channel.qscheme = ObserverQScheme::kPerChannelAffine;
+  per_channel.ch_axis = 1;
+  std::vector<CalibrationSample> samples = Samples(6);
+  samples[3] = {*Tensor::Zeros(DType::kFloat32, {1, 2, 8, 8})};
+  const CalibrationSamples source(samples);
+  const ObserverSpec spec = Activation(ObserverKind::kMinMax);
+  Calibrated one = CalibrateWith(spec, source, 1, &per_channel);
+  ASSERT_FALSE(one.report.ok());
+  EXPECT_EQ(one.report.status().message(),
+            "node 'activation_post_process_0' (call_module "
+            "observers.activation_post_process_0): PerChannelMinMaxObserver: tensor of shape "
+            "[1, 2, 8, 8] has 2 channels on axis 1; earlier updates had 3");
+  for (int threads : {2, 3}) {
+    Calibrated many = CalibrateWith(spec, source, threads, &per_channel);
+    EXPECT_EQ(many.report.status(), one.report.status()) << threads;
+    EXPECT_EQ(many.progress, (std::vector<int64_t>{1, 2, 3})) << threads;
+  }
 }
 
 // Observer::FoldsRanges: Update is RangeOf then FoldRange, errors included; the
