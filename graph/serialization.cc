@@ -1031,6 +1031,11 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ModelFromProto(const proto::Model& 
   return ModelReader(limits).Read(model);
 }
 
+absl::StatusOr<std::unique_ptr<GraphModule>> ModelFromProto(proto::Model&& model,
+                                                            const ModelLimits& limits) {
+  return ModelReader(limits).Read(model, /*donor=*/&model);
+}
+
 // The protobuf nesting a model within `limits` can reach, so that the parser's recursion
 // limit never refuses what ModelLimits allows: a module at depth max_module_depth is
 // 1 + 2 * depth messages deep (Model > Module > NamedModule > Module ...), its attribute

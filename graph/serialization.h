@@ -73,6 +73,10 @@ std::string SerializeModelText(const GraphModule& gm);
 proto::Model ModelToProto(const GraphModule& gm);
 absl::StatusOr<std::unique_ptr<GraphModule>> ModelFromProto(const proto::Model& model,
                                                             const ModelLimits& limits = {});
+// The same, taking the tensors' bytes out of `model` (a parser's own model, which nobody
+// reads afterwards) instead of copying them.
+absl::StatusOr<std::unique_ptr<GraphModule>> ModelFromProto(proto::Model&& model,
+                                                            const ModelLimits& limits = {});
 
 
 }  // namespace fuselage

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -44,7 +45,16 @@ struct Value {
   std::string node;  // the fuselage node's name; empty for a constant
   Shape shape;
   bool is_float = true;           // a constant's element type: float32, else int64
-  std::vector<float> floats;      // a float constant's elements, row-major
+  // A float constant's elements, row-major: `floats`, or, read from an ONNX tensor's
+  // raw_data, `raw_floats`: those bytes (float32, little-endian, as this reader assumes
+  // throughout) viewed in the parsed ONNX model, which outlives the reading, not copied
+  // (a model's weights are most of its file). FloatBytes / Floats read either.
+  std::vector<float> floats;
+  absl::string_view raw_floats;
+  // The raw_data string `raw_floats` views, when the reader may take it (an initializer
+  // of a model given away that one node input reads): its one consumer moves the string
+  // into the fuselage model instead of copying it (AddFloatValue).
+  std::string* raw_source = nullptr;
   std::vector<int64_t> ints;      // an integer constant's elements
   std::string unreadable;         // why a constant cannot be used (its data type), if so
 
@@ -60,6 +70,28 @@ int64_t Elements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+// A float constant's elements as float32 bytes (Value::floats or Value::raw_floats).
+absl::string_view FloatBytes(const Value& v) {
+  if (v.raw_floats.data() != nullptr) return v.raw_floats;
+  return absl::string_view(reinterpret_cast<const char*>(v.floats.data()),
+                           v.floats.size() * sizeof(float));
+}
+
+// A float constant's elements.
+std::vector<float> Floats(const Value& v) {
+  const absl::string_view bytes = FloatBytes(v);
+  std::vector<float> values(bytes.size() / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+// A float constant's first element (it has one).
+float FirstFloat(const Value& v) {
+  float first;
+  std::memcpy(&first, FloatBytes(v).data(), sizeof(float));
+  return first;
 }
 
 std::string ShapeText(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
@@ -131,14 +163,40 @@ void AddMeta(proto::Node& node, const std::string& name, proto::Arg value) {
   *entry->mutable_value() = std::move(value);
 }
 
+// `bytes`: the tensor's float32 elements (FloatBytes).
 void AddFloatTensor(proto::Module& module, const std::string& name, const Shape& shape,
-                    const std::vector<float>& data) {
+                    absl::string_view bytes) {
   proto::NamedTensor* entry = module.add_tensors();
   entry->set_name(name);
   proto::Tensor* t = entry->mutable_tensor();
   t->set_dtype(proto::FLOAT32);
   for (int64_t d : shape) t->add_shape(d);
-  t->set_data(std::string(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float)));
+  t->set_data(std::string(bytes));
+}
+
+void AddFloatTensor(proto::Module& module, const std::string& name, const Shape& shape,
+                    const std::vector<float>& data) {
+  AddFloatTensor(module, name, shape,
+                 absl::string_view(reinterpret_cast<const char*>(data.data()),
+                                   data.size() * sizeof(float)));
+}
+
+// A float constant as a module's tensor: its raw_data string moved in when the reader may
+// take it (Value::raw_source; the heap block moves with the string, so `raw_floats` still
+// views the same bytes), else its bytes copied.
+void AddFloatValue(proto::Module& module, const std::string& name, const Value& value) {
+  // Moved already (a value passed on, e.g. by Identity, to several readers): the bytes are
+  // where the first reader's tensor holds them now, and are copied from there.
+  if (value.raw_source == nullptr || value.raw_source->data() != value.raw_floats.data()) {
+    AddFloatTensor(module, name, value.shape, FloatBytes(value));
+    return;
+  }
+  proto::NamedTensor* entry = module.add_tensors();
+  entry->set_name(name);
+  proto::Tensor* t = entry->mutable_tensor();
+  t->set_dtype(proto::FLOAT32);
+  for (int64_t d : value.shape) t->add_shape(d);
+  t->set_data(std::move(*value.raw_source));
 }
 
 void AddInt64Tensor(proto::Module& module, const std::string& name, const Shape& shape,
@@ -226,8 +284,7 @@ absl::StatusOr<Value> ReadTensor(const TensorProto& t, const std::string& where)
       if (raw) {
         if (static_cast<int64_t>(t.raw_data().size()) != n * 4)
           return size_error(static_cast<int64_t>(t.raw_data().size()) / 4, "raw_data");
-        v.floats.resize(n);
-        if (n > 0) std::memcpy(v.floats.data(), t.raw_data().data(), n * 4);
+        v.raw_floats = t.raw_data();
       } else {
         if (t.float_data_size() != n) return size_error(t.float_data_size(), "float_data");
         v.floats.assign(t.float_data().begin(), t.float_data().end());
@@ -434,7 +491,10 @@ class FxNamespace {
 
 class Reader {
  public:
-  explicit Reader(int64_t opset) : opset_(opset) {
+  // `takeable`: the graph Read reads, writable (a model given away), whose initializers'
+  // bytes the reader may move into the fuselage model; or null.
+  explicit Reader(int64_t opset, onnx_subset::GraphProto* takeable = nullptr)
+      : opset_(opset), takeable_(takeable) {
     model_.set_format_version(kModelFormatVersion);
     model_.set_producer("fuselage onnx reader (C++)");
     model_.mutable_root()->set_type("GraphModule");
@@ -515,7 +575,7 @@ class Reader {
     if (!value.unreadable.empty()) return absl::InvalidArgumentError(value.unreadable);
     const std::string target = Fresh(onnx_name);
     if (value.is_float)
-      AddFloatTensor(*model_.mutable_root(), target, value.shape, value.floats);
+      AddFloatValue(*model_.mutable_root(), target, value);
     else
       AddInt64Tensor(*model_.mutable_root(), target, value.shape, value.ints);
     const std::string name = fx_.Create(target);
@@ -530,7 +590,7 @@ class Reader {
                                      const Value& other) {
     if (value.is_constant() && value.unreadable.empty() && value.is_float && value.size() == 1 &&
         !other.is_constant() && value.shape.size() <= other.shape.size())
-      return FloatArg(value.floats[0]);
+      return FloatArg(FirstFloat(value));
     ASSIGN_OR_RETURN(std::string name, Tensor(value, onnx_name));
     return NodeArg(name);
   }
@@ -608,6 +668,7 @@ class Reader {
                int64_t out_features, int64_t in_features, const std::vector<float>* bias);
 
   int64_t opset_;
+  onnx_subset::GraphProto* takeable_;
   proto::Model model_;
   std::set<std::string> names_;  // the Python importer's `fresh` names: modules, buffers
   FxNamespace fx_;                // node names, as torch.fx gives them
@@ -718,8 +779,8 @@ absl::Status Reader::EmitConv(const NodeProto& node, const Attributes& attrs,
   }
   proto::Module conv;
   conv.set_type(absl::StrCat("nn.Conv", rank, "d"));
-  AddFloatTensor(conv, "weight", w->shape, w->floats);
-  if (b != nullptr) AddFloatTensor(conv, "bias", b->shape, b->floats);
+  AddFloatValue(conv, "weight", *w);
+  if (b != nullptr) AddFloatValue(conv, "bias", *b);
   AddAttribute(conv, "in_channels", IntArg(w->shape[1] * group));
   AddAttribute(conv, "out_channels", IntArg(w->shape[0]));
   AddAttribute(conv, "kernel_size", IntsArg(kernel, true));
@@ -758,10 +819,10 @@ absl::Status Reader::EmitBatchNorm(const NodeProto& node, const Attributes& attr
                                           "; expected [", c, "]"));
   proto::Module bn;
   bn.set_type(absl::StrCat("nn.BatchNorm", rank <= 3 ? 1 : rank - 2, "d"));
-  AddFloatTensor(bn, "weight", {c}, params[0]->floats);
-  AddFloatTensor(bn, "bias", {c}, params[1]->floats);
-  AddFloatTensor(bn, "running_mean", {c}, params[2]->floats);
-  AddFloatTensor(bn, "running_var", {c}, params[3]->floats);
+  AddFloatValue(bn, "weight", *params[0]);
+  AddFloatValue(bn, "bias", *params[1]);
+  AddFloatValue(bn, "running_mean", *params[2]);
+  AddFloatValue(bn, "running_var", *params[3]);
   AddInt64Tensor(bn, "num_batches_tracked", {}, {0});
   AddAttribute(bn, "num_features", IntArg(c));
   AddAttribute(bn, "eps", FloatArg(attrs.Float("epsilon", 1e-5)));
@@ -788,7 +849,7 @@ absl::Status Reader::EmitClip(const NodeProto& node, std::vector<Value>& out) {
     if (v->size() != 1)
       return NodeError(node, absl::StrCat("its ", i == 1 ? "min" : "max", " has ", v->size(),
                                           " elements; expected one"));
-    bounds[i - 1] = v->floats[0];
+    bounds[i - 1] = FirstFloat(*v);
   }
   const auto& [lo, hi] = bounds;
   if (lo && hi && *lo == 0.0 && *hi == 6.0) {
@@ -881,13 +942,13 @@ absl::Status Reader::EmitGemm(const NodeProto& node, const Attributes& attrs,
   if (a->shape[1] != in_features)
     return NodeError(node, absl::StrCat("A of shape ", ShapeText(a->shape), " and B of shape ",
                                         ShapeText(b->shape), " (transB=", trans_b, ") do not multiply"));
-  std::vector<float> weight = trans_b ? b->floats : Transposed(b->floats, b->shape[0], b->shape[1]);
+  std::vector<float> weight = trans_b ? Floats(*b) : Transposed(Floats(*b), b->shape[0], b->shape[1]);
   if (alpha != 1.0f)
     for (float& v : weight) v *= alpha;
   std::optional<std::vector<float>> bias;
   if (HasInput(node, 2)) {
     ASSIGN_OR_RETURN(const Value* c, ConstantInput(node, 2, "C (input 2)", true));
-    std::vector<float> scaled = c->floats;
+    std::vector<float> scaled = Floats(*c);
     for (float& v : scaled) v *= beta;
     if ((c->size() == out_features && c->shape.size() <= 1) || c->shape == Shape{1, out_features}) {
       bias = scaled;
@@ -915,7 +976,7 @@ absl::Status Reader::EmitMatMul(const NodeProto& node, std::vector<Value>& out) 
     if (a->shape.back() != b->shape[0])
       return NodeError(node, absl::StrCat("shapes ", ShapeText(a->shape), " and ", ShapeText(b->shape),
                                           " do not multiply"));
-    out.push_back(Linear(node, *a, Transposed(b->floats, b->shape[0], b->shape[1]), b->shape[1],
+    out.push_back(Linear(node, *a, Transposed(Floats(*b), b->shape[0], b->shape[1]), b->shape[1],
                          b->shape[0], nullptr));
     return absl::OkStatus();
   }
@@ -1113,7 +1174,8 @@ absl::Status Reader::EmitConcat(const NodeProto& node, const Attributes& attrs,
       if (!in->unreadable.empty()) return absl::InvalidArgumentError(in->unreadable);
       if (in->is_float != v.is_float)
         return NodeError(node, "constants of different element types");
-      v.floats.insert(v.floats.end(), in->floats.begin(), in->floats.end());
+      const std::vector<float> floats = Floats(*in);
+      v.floats.insert(v.floats.end(), floats.begin(), floats.end());
       v.ints.insert(v.ints.end(), in->ints.begin(), in->ints.end());
     }
     out.push_back(std::move(v));
@@ -1271,9 +1333,27 @@ absl::Status Reader::Read(const onnx_subset::GraphProto& graph) {
                                           "' is not one fuselage's C++ reader reads (it reads ",
                                           absl::StrJoin(ops, ", "), ")"));
   }
+  // How many node inputs read each name (graph outputs count as readers too): an
+  // initializer read once may give its bytes away (Value::raw_source).
+  std::map<std::string, int> readers;
+  if (takeable_ != nullptr) {
+    for (const NodeProto& node : graph.node())
+      for (const std::string& input : node.input()) ++readers[input];
+    for (const auto& output : graph.output()) ++readers[output.name()];
+  }
   std::set<std::string> initializer_names;
-  for (const TensorProto& t : graph.initializer()) {
+  for (int i = 0; i < graph.initializer_size(); ++i) {
+    const TensorProto& t = graph.initializer(i);
     ASSIGN_OR_RETURN(Value v, ReadTensor(t, absl::StrCat("initializer '", t.name(), "'")));
+    // Only a string large enough to keep its bytes on the heap (moved, they stay where
+    // raw_floats views them).
+    constexpr size_t kTakenMinBytes = 4096;
+    if (takeable_ != nullptr && v.raw_floats.data() != nullptr &&
+        v.raw_floats.size() >= kTakenMinBytes && readers[t.name()] == 1 &&
+        takeable_->initializer_size() == graph.initializer_size() &&
+        &takeable_->initializer(i) == &t) {
+      v.raw_source = takeable_->mutable_initializer(i)->mutable_raw_data();
+    }
     values_[t.name()] = std::move(v);
     initializer_names.insert(t.name());
   }
@@ -1356,7 +1436,10 @@ absl::Status Reader::Read(const onnx_subset::GraphProto& graph) {
 
 bool IsOnnxPath(absl::string_view path) { return absl::EndsWith(path, ".onnx"); }
 
-absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onnx) {
+namespace {
+
+absl::StatusOr<proto::Model> ConvertOnnx(const onnx_subset::ModelProto& onnx,
+                                         onnx_subset::GraphProto* takeable) {
   std::optional<int64_t> opset;
   for (const auto& entry : onnx.opset_import())
     if (entry.domain().empty() || entry.domain() == "ai.onnx") opset = entry.version();
@@ -1366,9 +1449,19 @@ absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onn
     return absl::UnimplementedError(absl::StrCat(
         "the model's opset is ", *opset, "; fuselage reads opsets ", kOnnxMinOpset, " to ",
         kOnnxMaxOpset, " of the default domain (re-export with opset_version=17)"));
-  Reader reader(*opset);
+  Reader reader(*opset, takeable);
   RETURN_IF_ERROR(reader.Read(onnx.graph()));
   return reader.TakeModel();
+}
+
+}  // namespace
+
+absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onnx) {
+  return ConvertOnnx(onnx, nullptr);
+}
+
+absl::StatusOr<proto::Model> OnnxToModelProto(onnx_subset::ModelProto&& onnx) {
+  return ConvertOnnx(onnx, onnx.mutable_graph());
 }
 
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view bytes,
@@ -1383,16 +1476,27 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view by
   if (onnx.graph().node_size() == 0 && onnx.graph().output_size() == 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "'", shown, "' is not an ONNX model: it has no graph (an empty or truncated file?)"));
-  auto model = OnnxToModelProto(onnx);
+  auto model = OnnxToModelProto(std::move(onnx));
   if (!model.ok())
     return absl::Status(model.status().code(),
                         absl::StrCat("'", shown, "': ", model.status().message()));
-  return ModelFromProto(*model);
+  // The tensors take their bytes out of the model made here: no second copy of them.
+  return ModelFromProto(std::move(*model));
 }
 
 absl::StatusOr<std::unique_ptr<GraphModule>> LoadOnnxModel(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadFileBounded(path, kMaxFileBytes));
-  return ParseOnnxModel(bytes, path);
+  // Into a buffer that is not zero-filled first (ReadFileBounded's std::string is): the
+  // read is the first write to its pages.
+  std::unique_ptr<char[]> buffer;
+  ASSIGN_OR_RETURN(const size_t length,
+                   ReadFileBoundedInto(path, kMaxFileBytes, [&buffer](size_t capacity,
+                                                                      size_t length) {
+                     std::unique_ptr<char[]> larger(new char[capacity]);
+                     if (length > 0) std::memcpy(larger.get(), buffer.get(), length);
+                     buffer = std::move(larger);
+                     return buffer.get();
+                   }));
+  return ParseOnnxModel(absl::string_view(buffer.get(), length), path);
 }
 
 }  // namespace fuselage

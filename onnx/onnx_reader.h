@@ -53,6 +53,9 @@ bool IsOnnxPath(absl::string_view path);
 // The fuselage model (graph/model.proto) of a parsed ONNX model: what fuselage.from_onnx
 // and fuselage.export write for it. Every tensor's bytes are copied in.
 absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onnx);
+// The same, taking out of `onnx` (given away) the bytes of each float initializer one node
+// reads, instead of copying them; `onnx` is left valid but without those bytes.
+absl::StatusOr<proto::Model> OnnxToModelProto(onnx_subset::ModelProto&& onnx);
 
 // The GraphModule of an ONNX model's bytes (`shown` names it in errors), loaded and verified
 // as a model file is (graph/serialization.h's ModelFromProto).

@@ -1,7 +1,15 @@
 #include "quantize/calibrate.h"
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <map>
+#include <mutex>
 #include <random>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -73,6 +81,208 @@ absl::Status CheckSample(const std::vector<Node*>& placeholders, int64_t index,
   return absl::OkStatus();
 }
 
+// The observers a prepared model's run feeds: by the node that calls one (an observer
+// node) and by module path (a declared type's observed step, fed by its kernel).
+class ObserverLookup {
+ public:
+  ObserverLookup(const GraphModule& gm, const PreparedModel& prepared) : prepared_(prepared) {
+    // Node → its observer, looked up once: the per-node callback stays O(1).
+    for (const Node* n = gm.graph().first(); n != nullptr; n = n->next()) {
+      if (n->op() != OpKind::kCallModule) continue;
+      auto it = prepared.observers.find(n->target());
+      if (it == prepared.observers.end()) continue;
+      of_node_[n] = it->second.get();
+    }
+  }
+
+  // The observer `node` calls (null: none), given the value it watches.
+  absl::StatusOr<Observer*> ForNode(const Node& node, const Value& value) const {
+    auto it = of_node_.find(&node);
+    if (it == of_node_.end()) return nullptr;
+    if (!value.is_tensor()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "observer '", node.target().name(), "' watches a ", value.KindName(),
+          "; expected a Tensor"));
+    }
+    return it->second;
+  }
+
+  // The observer at module `path`, given the value it watches.
+  absl::StatusOr<Observer*> ForPath(absl::string_view path, const Value& value) const {
+    auto it = prepared_.observers.find(Symbol::Intern(path));
+    if (it == prepared_.observers.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' is not an observer of this prepared model"));
+    }
+    if (!value.is_tensor()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("observer '", path, "' watches a ", value.KindName(),
+                       "; expected a Tensor"));
+    }
+    return it->second.get();
+  }
+
+ private:
+  const PreparedModel& prepared_;
+  absl::flat_hash_map<const Node*, Observer*> of_node_;
+};
+
+// One value an observer watched during a concurrent sample's run, as its range, folded
+// into the observer afterwards in sample order. `node` is the observer node that watched
+// it, or null for a declared type's inner observer (`path`).
+struct Observation {
+  Observer* observer = nullptr;
+  const Node* node = nullptr;
+  std::string path;
+  ObservedRange range;
+};
+
+// What a concurrent sample's run gave: its status and its observations in run order.
+struct SampleRun {
+  absl::Status status;
+  std::vector<Observation> observations;
+};
+
+// The rule for running samples at once (Calibrate's `threads`): every observer of the
+// model must fold ranges (Observer::FoldsRanges: MinMax, PerChannelMinMax, their moving
+// averages, FixedQParams). Their update of a sample is a function of that sample's
+// tensor (RangeOf) folded into the running statistics (FoldRange); folding the samples'
+// ranges in sample order gives the bits of a sequential calibration, whatever order the
+// runs finish in. A histogram observer's update needs the tensor and its running
+// histogram at once, so a model with one runs its samples one after another.
+bool SamplesMayRunConcurrently(const PreparedModel& prepared) {
+  for (const auto& [path, observer] : prepared.observers) {
+    if (!observer->FoldsRanges()) return false;
+  }
+  return true;
+}
+
+// The samples run on `workers` threads, `threads_per_worker` OpenMP threads each, while
+// this thread makes them (CalibrationSamples::ForEach; a sample is checked here, in
+// order) and folds each finished sample's observations in sample order (`fold`: the
+// observations a run made before it failed too, so that an observer's error at a node
+// before the failing one comes first, as it would one sample at a time; then the run's
+// status; then progress). At most `workers` samples wait to be run and at most
+// 4 * `workers` are made but not yet folded, so memory stays bounded however many samples
+// there are. The first error in sample order is returned (a run's, a fold's, or making or
+// checking a sample), as a one-at-a-time calibration would return it; `ran` counts the
+// samples folded.
+absl::Status RunSamplesConcurrently(
+    const GraphModule& gm, const CalibrationSamples& samples, const KernelRegistry& kernels,
+    const ObserverLookup& lookup, int workers, int threads_per_worker,
+    const std::function<absl::Status(SampleRun&)>& fold, int64_t& ran) {
+  struct Job {
+    int64_t index;
+    CalibrationSample sample;
+  };
+  std::mutex mu;
+  std::condition_variable changed;
+  std::deque<Job> queue;
+  std::map<int64_t, SampleRun> finished;  // by sample index, not yet folded
+  bool closed = false;
+  // The lowest index of a failed run or fold: later samples need not run.
+  std::atomic<int64_t> first_failure{std::numeric_limits<int64_t>::max()};
+
+  auto run_one = [&](Job& job) {
+    SampleRun result;
+    RunOptions options;
+    options.threads = threads_per_worker;
+    options.observer = [&](const Node& node, const Value& value) -> absl::Status {
+      ASSIGN_OR_RETURN(Observer * observer, lookup.ForNode(node, value));
+      if (observer == nullptr) return absl::OkStatus();
+      ASSIGN_OR_RETURN(ObservedRange range, observer->RangeOf(value.as_tensor()));
+      result.observations.push_back(Observation{observer, &node, "", std::move(range)});
+      return absl::OkStatus();
+    };
+    options.inner_observer = [&](absl::string_view path, const Value& value) -> absl::Status {
+      ASSIGN_OR_RETURN(Observer * observer, lookup.ForPath(path, value));
+      ASSIGN_OR_RETURN(ObservedRange range, observer->RangeOf(value.as_tensor()));
+      result.observations.push_back(
+          Observation{observer, nullptr, std::string(path), std::move(range)});
+      return absl::OkStatus();
+    };
+    std::vector<Value> inputs(std::make_move_iterator(job.sample.begin()),
+                              std::make_move_iterator(job.sample.end()));
+    job.sample.clear();
+    result.status = Run(gm, std::move(inputs), kernels, options).status();
+    if (!result.status.ok()) {
+      int64_t seen = first_failure.load();
+      while (job.index < seen && !first_failure.compare_exchange_weak(seen, job.index)) {
+      }
+    }
+    return result;
+  };
+  auto work = [&] {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        changed.wait(lock, [&] { return !queue.empty() || closed; });
+        if (queue.empty()) return;
+        job = std::move(queue.front());
+        queue.pop_front();
+      }
+      changed.notify_all();  // room in the queue
+      SampleRun result;
+      if (job.index < first_failure.load()) result = run_one(job);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        finished.emplace(job.index, std::move(result));
+      }
+      changed.notify_all();
+    }
+  };
+
+  // Folds the finished samples that come next in order; the first error stops folding.
+  absl::Status fold_status;
+  auto fold_ready = [&](std::unique_lock<std::mutex>& lock) {
+    while (fold_status.ok()) {
+      auto it = finished.find(ran);
+      if (it == finished.end()) return;
+      SampleRun result = std::move(it->second);
+      finished.erase(it);
+      lock.unlock();  // folding reads nothing the workers write
+      fold_status = fold(result);
+      lock.lock();
+      if (!fold_status.ok()) {
+        first_failure.store(std::min(first_failure.load(), ran));
+        return;
+      }
+      ++ran;
+    }
+  };
+
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(workers));
+  for (int i = 0; i < workers; ++i) threads.emplace_back(work);
+  int64_t made = 0;
+  const absl::Status produced = samples.ForEach([&](CalibrationSample sample) -> absl::Status {
+    std::unique_lock<std::mutex> lock(mu);
+    changed.wait(lock, [&] {
+      fold_ready(lock);
+      return !fold_status.ok() ||
+             (static_cast<int64_t>(queue.size()) < workers && made - ran < 4 * workers);
+    });
+    // A failed sample stops the making; the error returned is decided below.
+    if (!fold_status.ok()) return absl::CancelledError("calibration stopped");
+    queue.push_back(Job{made++, std::move(sample)});
+    lock.unlock();
+    changed.notify_all();
+    return absl::OkStatus();
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    closed = true;
+  }
+  changed.notify_all();
+  for (std::thread& t : threads) t.join();
+  std::unique_lock<std::mutex> lock(mu);
+  fold_ready(lock);
+  if (!fold_status.ok()) return fold_status;
+  // Every sample made was run and folded: the making's own error, if any, comes next.
+  return produced;
+}
+
 }  // namespace
 
 absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prepared,
@@ -82,58 +292,73 @@ absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prep
   if (samples.size() <= 0) {
     return absl::InvalidArgumentError("calibrate: no calibration sample given");
   }
-  // Node → its observer, looked up once: the per-node callback stays O(1).
-  absl::flat_hash_map<const Node*, Observer*> observer_of_node;
-  absl::flat_hash_map<const Observer*, bool> reached;
-  for (const Node* n = gm.graph().first(); n != nullptr; n = n->next()) {
-    if (n->op() != OpKind::kCallModule) continue;
-    auto it = prepared.observers.find(n->target());
-    if (it == prepared.observers.end()) continue;
-    observer_of_node[n] = it->second.get();
-    reached[it->second.get()] = false;
+  if (threads < 0 || threads > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("calibrate: threads is ", threads,
+                                                   "; expected 1 to ", kMaxThreads,
+                                                   " (or 0 for OpenMP's default)"));
   }
-  RunOptions options;
-  options.threads = threads;
-  options.observer = [&](const Node& node, const Value& value) -> absl::Status {
-    auto it = observer_of_node.find(&node);
-    if (it == observer_of_node.end()) return absl::OkStatus();
-    if (!value.is_tensor()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "observer '", node.target().name(), "' watches a ", value.KindName(),
-          "; expected a Tensor"));
-    }
-    reached[it->second] = true;
-    return it->second->Update(value.as_tensor());
-  };
-  // A declared type's observed intermediate step (quantize/prepare.h): its observer is
-  // no node's, and is fed by the composite kernel, by path.
-  options.inner_observer = [&](absl::string_view path,
-                               const Value& value) -> absl::Status {
-    auto it = prepared.observers.find(Symbol::Intern(path));
-    if (it == prepared.observers.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", path, "' is not an observer of this prepared model"));
-    }
-    if (!value.is_tensor()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("observer '", path, "' watches a ", value.KindName(),
-                       "; expected a Tensor"));
-    }
-    reached[it->second.get()] = true;
-    return it->second->Update(value.as_tensor());
-  };
-  // Each sample is made, checked, run and dropped before the next one is made.
+  const ObserverLookup lookup(gm, prepared);
+  absl::flat_hash_map<const Observer*, bool> reached;
+  for (const auto& [path, observer] : prepared.observers) reached[observer.get()] = false;
   const std::vector<Node*> placeholders = gm.graph().Placeholders();
   int64_t ran = 0;
-  RETURN_IF_ERROR(samples.ForEach([&](CalibrationSample sample) -> absl::Status {
-    RETURN_IF_ERROR(CheckSample(placeholders, ran, sample));
-    std::vector<Value> inputs(std::make_move_iterator(sample.begin()),
-                              std::make_move_iterator(sample.end()));
-    RETURN_IF_ERROR(Run(gm, std::move(inputs), kernels, options).status());
-    ++ran;
-    if (on_sample) on_sample(ran, samples.size());
-    return absl::OkStatus();
-  }));
+
+  const int available = threads > 0 ? threads : DefaultRunThreads();
+  const int workers = static_cast<int>(std::min<int64_t>(available, samples.size()));
+  if (workers > 1 && SamplesMayRunConcurrently(prepared)) {
+    // Samples run at once, one per worker, each with its share of the threads.
+    const CalibrationSamples checked(
+        samples.size(), [&](const CalibrationSamples::Visitor& visit) -> absl::Status {
+          int64_t index = 0;
+          return samples.ForEach([&](CalibrationSample sample) -> absl::Status {
+            RETURN_IF_ERROR(CheckSample(placeholders, index++, sample));
+            return visit(std::move(sample));
+          });
+        });
+    auto fold = [&](SampleRun& run) -> absl::Status {
+      for (Observation& o : run.observations) {
+        absl::Status folded = o.observer->FoldRange(o.range);
+        if (!folded.ok()) {
+          return o.node != nullptr
+                     ? PrefixedWithNode(*o.node, folded)
+                     : absl::Status(folded.code(), absl::StrCat("observer '", o.path,
+                                                                "': ", folded.message()));
+        }
+        reached[o.observer] = true;
+      }
+      RETURN_IF_ERROR(run.status);  // where the run stopped, after what it observed first
+      if (on_sample) on_sample(ran + 1, samples.size());
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(RunSamplesConcurrently(gm, checked, kernels, lookup, workers,
+                                           std::max(1, available / workers), fold, ran));
+  } else {
+    RunOptions options;
+    options.threads = threads;
+    options.observer = [&](const Node& node, const Value& value) -> absl::Status {
+      ASSIGN_OR_RETURN(Observer * observer, lookup.ForNode(node, value));
+      if (observer == nullptr) return absl::OkStatus();
+      reached[observer] = true;
+      return observer->Update(value.as_tensor());
+    };
+    // A declared type's observed intermediate step (quantize/prepare.h): its observer is
+    // no node's, and is fed by the composite kernel, by path.
+    options.inner_observer = [&](absl::string_view path, const Value& value) -> absl::Status {
+      ASSIGN_OR_RETURN(Observer * observer, lookup.ForPath(path, value));
+      reached[observer] = true;
+      return observer->Update(value.as_tensor());
+    };
+    // Each sample is made, checked, run and dropped before the next one is made.
+    RETURN_IF_ERROR(samples.ForEach([&](CalibrationSample sample) -> absl::Status {
+      RETURN_IF_ERROR(CheckSample(placeholders, ran, sample));
+      std::vector<Value> inputs(std::make_move_iterator(sample.begin()),
+                                std::make_move_iterator(sample.end()));
+      RETURN_IF_ERROR(Run(gm, std::move(inputs), kernels, options).status());
+      ++ran;
+      if (on_sample) on_sample(ran, samples.size());
+      return absl::OkStatus();
+    }));
+  }
   if (ran != samples.size()) {
     return absl::InternalError(absl::StrCat("calibrate: ", samples.size(),
                                             " samples were promised; ", ran, " were made"));

@@ -34,8 +34,9 @@ using CalibrationSample = std::vector<Tensor>;
 inline constexpr int64_t kMaxCalibrationSamples = 1000000000;
 
 // The samples of one calibration, made one at a time as it runs them: each sample is
-// made, run and dropped before the next is made, so a calibration holds one sample in
-// memory however many it runs. Copyable; ForEach may be called any number of times and
+// made, run and dropped as the calibration goes, so a calibration holds one sample in
+// memory (a few per thread when it runs samples at once, Calibrate) however many it
+// runs. Copyable; ForEach may be called any number of times and
 // makes the same samples each time.
 class CalibrationSamples {
  public:
@@ -76,10 +77,20 @@ absl::Status RegisterObserverKernels(KernelRegistry& registry);
 // differs from the placeholder count, or a sample's tensor has no elements (naming its
 // placeholder: an observer learns no range from it); a kernel error is returned as the
 // interpreter reports it (naming the node). The graph is not modified; only the observer
-// modules' min_val / max_val tensors are, and only when every sample ran. `threads` is
-// the interpreter's RunOptions::threads for every sample (0: OpenMP's default); the
-// ranges recorded are the same for every thread count. `on_sample`, if set, is called
-// after each sample has run with the samples done so far and the total (for progress).
+// modules' min_val / max_val tensors are, and only when every sample ran. `threads` (1 to
+// kMaxThreads, or 0 for OpenMP's default, DefaultRunThreads) is how many threads the
+// calibration may use. When every observer of the model folds ranges
+// (Observer::FoldsRanges: MinMax, PerChannelMinMax, their moving averages,
+// FixedQParams) and there are several threads and samples, min(threads, samples)
+// samples run at once, each on a thread of its own with threads / that many OpenMP
+// threads, and each sample's observed ranges are folded into the observers in sample
+// order: the statistics and the errors are bit for bit those of running the samples one
+// after another, and at most 2 * min(threads, samples) + 1 samples are in memory at once.
+// Otherwise (a histogram observer: its update needs its running histogram) the samples
+// run one at a time, each with `threads` threads. Either way the ranges recorded are the same for
+// every thread count. `on_sample`, if set, is called on the calling thread after each
+// sample's statistics are in, in sample order, with the samples done so far and the
+// total (for progress).
 using CalibrationProgress = std::function<void(int64_t done, int64_t total)>;
 absl::StatusOr<CalibrationReport> Calibrate(GraphModule& gm, PreparedModel& prepared,
                                             const CalibrationSamples& samples,

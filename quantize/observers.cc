@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <tuple>
 #include <utility>
 
@@ -461,12 +462,42 @@ absl::StatusOr<PerTensorQParams> Observer::PerTensorQParamsFromMinMax(float min_
   return q;
 }
 
+absl::StatusOr<ObservedRange> Observer::RangeOf(const Tensor&) const {
+  return absl::UnimplementedError(absl::StrCat(
+      ObserverKindName(spec_.kind), ": its update is not a range fold (FoldsRanges)"));
+}
+
+absl::Status Observer::FoldRange(const ObservedRange&) {
+  return absl::UnimplementedError(absl::StrCat(
+      ObserverKindName(spec_.kind), ": its update is not a range fold (FoldsRanges)"));
+}
+
 // ---- MinMax / MovingAverageMinMax ---------------------------------------------------
 
 absl::Status MinMaxObserver::Update(const Tensor& x) {
+  ASSIGN_OR_RETURN(const ObservedRange range, RangeOf(x));
+  return FoldRange(range);
+}
+
+absl::StatusOr<ObservedRange> MinMaxObserver::RangeOf(const Tensor& x) const {
   RETURN_IF_ERROR(CheckFloat(spec(), x));
-  if (x.numel() == 0) return absl::OkStatus();
+  ObservedRange range;
+  range.shape = x.shape();
+  if (x.numel() == 0) return range;
   const auto [cur_min, cur_max] = AMinMax(x);
+  range.min_val = {cur_min};
+  range.max_val = {cur_max};
+  return range;
+}
+
+absl::Status MinMaxObserver::FoldRange(const ObservedRange& range) {
+  if (range.min_val.empty()) return absl::OkStatus();
+  if (range.min_val.size() != 1 || range.max_val.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ObserverKindName(spec().kind), ": a per-tensor observer folds one range; got ",
+        range.min_val.size(), " minima and ", range.max_val.size(), " maxima"));
+  }
+  const float cur_min = range.min_val[0], cur_max = range.max_val[0];
   if (spec().kind == ObserverKind::kMovingAverageMinMax &&
       !(min_val_ == kInf && max_val_ == -kInf)) {
     const float c = static_cast<float>(spec().averaging_constant);
@@ -530,8 +561,15 @@ std::unique_ptr<Observer> FixedQParamsObserver::Clone() const {
 // ---- PerChannelMinMax / MovingAveragePerChannelMinMax ------------------------------
 
 absl::Status PerChannelMinMaxObserver::Update(const Tensor& x) {
+  ASSIGN_OR_RETURN(const ObservedRange range, RangeOf(x));
+  return FoldRange(range);
+}
+
+absl::StatusOr<ObservedRange> PerChannelMinMaxObserver::RangeOf(const Tensor& x) const {
   RETURN_IF_ERROR(CheckFloat(spec(), x));
-  if (x.numel() == 0) return absl::OkStatus();
+  ObservedRange range;
+  range.shape = x.shape();
+  if (x.numel() == 0) return range;
   const int64_t rank = x.dim();
   int64_t axis = spec().ch_axis;
   if (axis < 0) axis += rank;
@@ -540,17 +578,15 @@ absl::Status PerChannelMinMaxObserver::Update(const Tensor& x) {
         ObserverKindName(spec().kind), ": ch_axis ", spec().ch_axis,
         " is out of range for a tensor of shape ", x.ShapeString()));
   }
+  range.axis = axis;
   const int64_t channels = x.shape()[static_cast<size_t>(axis)];
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[static_cast<size_t>(d)];
   for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape()[static_cast<size_t>(d)];
-  if (!min_val_.empty() && static_cast<int64_t>(min_val_.size()) != channels) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ObserverKindName(spec().kind), ": tensor of shape ", x.ShapeString(), " has ",
-        channels, " channels on axis ", axis, "; earlier updates had ", min_val_.size()));
-  }
-  std::vector<float> cur_min(static_cast<size_t>(channels), kInf);
-  std::vector<float> cur_max(static_cast<size_t>(channels), -kInf);
+  std::vector<float>& cur_min = range.min_val;
+  std::vector<float>& cur_max = range.max_val;
+  cur_min.assign(static_cast<size_t>(channels), kInf);
+  cur_max.assign(static_cast<size_t>(channels), -kInf);
   const float* data = x.data<float>();
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t c = 0; c < channels; ++c) {
@@ -559,9 +595,29 @@ absl::Status PerChannelMinMaxObserver::Update(const Tensor& x) {
                        cur_max[static_cast<size_t>(c)]);
     }
   }
+  return range;
+}
+
+absl::Status PerChannelMinMaxObserver::FoldRange(const ObservedRange& range) {
+  if (range.min_val.empty()) return absl::OkStatus();
+  const std::vector<float>& cur_min = range.min_val;
+  const std::vector<float>& cur_max = range.max_val;
+  if (cur_max.size() != cur_min.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ObserverKindName(spec().kind), ": a range of ", cur_min.size(), " minima and ",
+        cur_max.size(), " maxima"));
+  }
+  if (!min_val_.empty() && min_val_.size() != cur_min.size()) {
+    std::ostringstream shape;
+    shape << range.shape;
+    return absl::InvalidArgumentError(absl::StrCat(
+        ObserverKindName(spec().kind), ": tensor of shape ", shape.str(), " has ",
+        cur_min.size(), " channels on axis ", range.axis, "; earlier updates had ",
+        min_val_.size()));
+  }
   if (min_val_.empty()) {
-    min_val_ = std::move(cur_min);
-    max_val_ = std::move(cur_max);
+    min_val_ = cur_min;
+    max_val_ = cur_max;
     return absl::OkStatus();
   }
   const bool moving = spec().kind == ObserverKind::kMovingAveragePerChannelMinMax;

@@ -46,6 +46,20 @@ struct PerTensorQParams {
   int64_t zero_point = 0;
 };
 
+// What one update of a range observer (the MinMax and PerChannelMinMax families, their
+// moving averages and FixedQParams included) takes from its tensor: that tensor's own
+// minimum and maximum, one entry per tensor or per channel, computed from the tensor
+// alone. For those observers Update(x) is FoldRange(RangeOf(x)), literally (Update calls
+// the two): RangeOf reads no running statistic, so it may run on any thread while other
+// updates happen, and FoldRange is the only step that depends on the updates before it.
+// Calibration uses the split to run several samples at once and still fold their ranges
+// in sample order (quantize/calibrate.h), with the bits a one-sample-at-a-time run gives.
+struct ObservedRange {
+  std::vector<float> min_val, max_val;  // both empty: the tensor had no element
+  Shape shape;                          // the tensor's (for FoldRange's errors)
+  int64_t axis = 0;                     // per channel: the channel axis, made non-negative
+};
+
 class Observer {
  public:
   virtual ~Observer() = default;
@@ -54,6 +68,16 @@ class Observer {
   int64_t quant_max() const { return quant_max_; }
 
   virtual absl::Status Update(const Tensor& x) = 0;
+  // Whether Update(x) is FoldRange(RangeOf(x)) (ObservedRange): true for the range
+  // observers, false for the histogram observer, whose update needs the whole tensor.
+  virtual bool FoldsRanges() const { return false; }
+  // Update's first half: the checks that depend on `x` alone and its range. Const and
+  // thread-safe. Unimplemented unless FoldsRanges().
+  virtual absl::StatusOr<ObservedRange> RangeOf(const Tensor& x) const;
+  // Update's second half: `range` (RangeOf of a tensor) folded into the running
+  // statistics, with Update's errors that depend on them (a channel count that differs from
+  // earlier updates; observer unchanged then). Unimplemented unless FoldsRanges().
+  virtual absl::Status FoldRange(const ObservedRange& range);
   virtual absl::StatusOr<ObserverQParams> CalculateQParams() const = 0;
   // CalculateQParams()' single entry, for the per-tensor observers (MinMax,
   // MovingAverageMinMax, Histogram): the same values and the same errors, computed by the
@@ -109,6 +133,9 @@ class Observer {
 class MinMaxObserver : public Observer {
  public:
   absl::Status Update(const Tensor& x) override;
+  bool FoldsRanges() const override { return true; }
+  absl::StatusOr<ObservedRange> RangeOf(const Tensor& x) const override;
+  absl::Status FoldRange(const ObservedRange& range) override;
   absl::StatusOr<ObserverQParams> CalculateQParams() const override;
   absl::StatusOr<PerTensorQParams> CalculatePerTensorQParams() const override;
   void Reset() override;
@@ -145,6 +172,9 @@ class FixedQParamsObserver : public MinMaxObserver {
 class PerChannelMinMaxObserver : public Observer {
  public:
   absl::Status Update(const Tensor& x) override;
+  bool FoldsRanges() const override { return true; }
+  absl::StatusOr<ObservedRange> RangeOf(const Tensor& x) const override;
+  absl::Status FoldRange(const ObservedRange& range) override;
   absl::StatusOr<ObserverQParams> CalculateQParams() const override;
   absl::StatusOr<PerTensorQParams> CalculatePerTensorQParams() const override;
   void Reset() override;

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <new>
 #include <optional>
 #include <string>
@@ -221,6 +222,12 @@ absl::Status RefuseOpaqueNodes(const Graph& graph) {
 }
 
 }  // namespace
+
+absl::Status PrefixedWithNode(const Node& node, const absl::Status& status) {
+  return Prefixed(node, status);
+}
+
+int DefaultRunThreads() { return std::max(1, omp_get_max_threads()); }
 
 absl::StatusOr<Value> RunStructured(const GraphModule& gm, std::vector<Value> inputs,
                                     const KernelRegistry& kernels, const RunOptions& options) {

@@ -64,6 +64,14 @@ struct RunOptions {
   bool keep_channels_last = true;
 };
 
+// `status` with the prefix a run puts on an error at `node` ("node '<name>' (<op>
+// <target>): "), for a caller that reports something about a node after the run.
+absl::Status PrefixedWithNode(const Node& node, const absl::Status& status);
+
+// The thread count RunOptions::threads 0 stands for on the calling thread: OpenMP's
+// default there (OMP_NUM_THREADS if set, else every core), at least 1.
+int DefaultRunThreads();
+
 // Runs `gm` and returns the value of the output node's argument with its structure kept
 // (a single Value, or a tuple / list of Values, nested as the graph returns them).
 // A graph without an output node is InvalidArgument.

@@ -12,7 +12,9 @@
 //   1,3,224,224) or NAME:DIMS;NAME:DIMS per input (e.g. x:1,3,8,8;y:1,4). --samples,
 //   --seed and --input-shape are refused with --calibration (its files give the samples).
 //   --threads is calibration's thread count (default: OpenMP's, every core or
-//   OMP_NUM_THREADS). --engine is the engine recorded in the model for its runs
+//   OMP_NUM_THREADS); with MinMax-family observers only (e.g. ORT's MinMax settings),
+//   that many samples run at once, a thread each, with the statistics of one at a time
+//   (quantize/calibrate.h). --engine is the engine recorded in the model for its runs
 //   (default: the backend config's, qnnpack -> qnnpack, others -> onednn). --reference stops after convert-to-reference. Prints every stage's report, including
 //   the ops kept float and why, and the patterns left unlowered and why; with --json, the
 //   same as one JSON object (QuantizeFlowJson, pipeline/progress.h) with each stage's wall

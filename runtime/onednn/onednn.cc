@@ -2,11 +2,13 @@
 
 #include <omp.h>
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -167,21 +169,65 @@ class WeightCache {
     return *cache;
   }
 
-  // The reordered weights of `owner`'s data in layout `desc`, or a null memory.
-  dnnl::memory Find(const void* data, const dnnl::memory::desc& desc) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = entries_.find(data);
-    if (it == entries_.end()) return dnnl::memory();
-    for (const Entry& e : it->second) {
-      if (e.desc == desc) return e.memory;
+  // The reordered weights of `owner`'s data in layout `desc`: the cached ones, else
+  // made by `reorder` and cached. Made once: a thread asking while another makes the same
+  // entry waits for it (samples calibrated at once reach the same weights together).
+  dnnl::memory FindOrMake(const Tensor& owner, const dnnl::memory::desc& desc,
+                          const std::function<dnnl::memory()>& reorder) {
+    const void* data = owner.raw_data();
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      auto it = entries_.find(data);
+      if (it != entries_.end()) {
+        for (const Entry& e : it->second) {
+          if (e.desc == desc) return e.memory;
+        }
+      }
+      if (!Making(data, desc)) break;
+      made_.wait(lock);
     }
-    return dnnl::memory();
+    making_.emplace_back(data, desc);
+    lock.unlock();
+    dnnl::memory reordered;
+    try {
+      reordered = reorder();
+    } catch (...) {
+      lock.lock();
+      DoneMaking(data, desc);
+      throw;
+    }
+    lock.lock();
+    DoneMaking(data, desc);
+    Insert(owner, desc, reordered);
+    return reordered;
   }
 
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return count_;
+  }
+
+ private:
+  bool Making(const void* data, const dnnl::memory::desc& desc) const {
+    for (const auto& [d, m] : making_) {
+      if (d == data && m == desc) return true;
+    }
+    return false;
+  }
+  void DoneMaking(const void* data, const dnnl::memory::desc& desc) {
+    for (size_t i = 0; i < making_.size(); ++i) {
+      if (making_[i].first == data && making_[i].second == desc) {
+        making_.erase(making_.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+    }
+    made_.notify_all();
+  }
+
+  // Called with mu_ held.
   void Insert(const Tensor& owner, const dnnl::memory::desc& desc, dnnl::memory reordered) {
     const size_t bytes = desc.get_size();
     if (bytes > kMaxCachedWeightBytes) return;
-    std::lock_guard<std::mutex> lock(mu_);
     if (bytes_ + bytes > kMaxCachedWeightBytes) {
       entries_.clear();
       bytes_ = 0;
@@ -196,18 +242,14 @@ class WeightCache {
     ++count_;
   }
 
-  size_t count() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return count_;
-  }
-
- private:
   struct Entry {
     Tensor owner;  // keeps the source buffer (and so its address) alive
     dnnl::memory::desc desc;
     dnnl::memory memory;
   };
   std::mutex mu_;
+  std::condition_variable made_;
+  std::vector<std::pair<const void*, dnnl::memory::desc>> making_;  // reorders under way
   std::unordered_map<const void*, std::vector<Entry>> entries_;
   size_t bytes_ = 0;
   size_t count_ = 0;
@@ -223,13 +265,11 @@ dnnl::memory CachedWeights(const dnnl::memory& plain, const Tensor* owner,
   const bool cacheable = owner != nullptr && owner->raw_data() == data &&
                          !owner->borrows_bytes() && plain.get_desc() != desc;
   if (!cacheable) return ToLayout(plain, desc, stream);
-  WeightCache& cache = WeightCache::Get();
-  dnnl::memory cached = cache.Find(data, desc);
-  if (cached) return cached;
-  dnnl::memory reordered = ToLayout(plain, desc, stream);
-  stream.wait();  // complete before another thread can read it from the cache
-  cache.Insert(*owner, desc, reordered);
-  return reordered;
+  return WeightCache::Get().FindOrMake(*owner, desc, [&] {
+    dnnl::memory reordered = ToLayout(plain, desc, stream);
+    stream.wait();  // complete before another thread can read it from the cache
+    return reordered;
+  });
 }
 
 // The convolution's weights in the primitive's layout (CachedWeights).
@@ -344,22 +384,40 @@ class PlanCache {
     return plans_.size();
   }
 
-  // The plan of `key`, made by `make` if there is none yet.
+  // The plan of `key`, made by `make` if there is none yet. Made once, outside the lock
+  // (it can take milliseconds): a thread asking for a key another thread is making waits
+  // for that plan (samples calibrated at once reach the same layers together). If `make`
+  // throws, the waiting threads try for themselves.
   std::shared_ptr<const Plan> Find(const std::string& key, const std::function<Plan()>& make) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
       auto it = plans_.find(key);
       if (it != plans_.end()) return it->second;
+      if (making_.count(key) == 0) break;
+      made_.wait(lock);
     }
-    // Made outside the lock (it can take milliseconds); a racing thread's equal plan wins.
-    auto plan = std::make_shared<const Plan>(make());
-    std::lock_guard<std::mutex> lock(mu_);
+    making_.insert(key);
+    lock.unlock();
+    std::shared_ptr<const Plan> plan;
+    try {
+      plan = std::make_shared<const Plan>(make());
+    } catch (...) {
+      lock.lock();
+      making_.erase(key);
+      made_.notify_all();
+      throw;
+    }
+    lock.lock();
+    making_.erase(key);
+    made_.notify_all();
     if (plans_.size() >= kMaxPlans) plans_.clear();
     return plans_.emplace(key, std::move(plan)).first->second;
   }
 
  private:
   std::mutex mu_;
+  std::condition_variable made_;
+  std::unordered_set<std::string> making_;  // keys whose plan is being made
   std::unordered_map<std::string, std::shared_ptr<const Plan>> plans_;
 };
 

@@ -36,6 +36,9 @@
 // bytes are borrowed (Tensor::borrows_bytes: their owner may write them) are reordered on
 // every call instead. The cache is
 // process-wide, thread-safe and bounded (kMaxCachedWeightBytes; past it, it starts over).
+// Plans and reordered weights are each made once: a thread that needs one another thread
+// is making waits for it rather than making it too (calibration runs samples at once,
+// which reach the same layers together).
 #ifndef FUSELAGE_RUNTIME_ONEDNN_ONEDNN_H_
 #define FUSELAGE_RUNTIME_ONEDNN_ONEDNN_H_
 

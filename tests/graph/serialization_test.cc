@@ -190,6 +190,30 @@ TEST(HandedTensorsTest, TheModelHoldsTheHandedTensorsThemselves) {
   EXPECT_EQ(held[0].raw_data(), first);  // the same buffer: no copy
 }
 
+// ModelFromProto of a model given away (an rvalue): the same model as from a const one,
+// its tensor holding the proto's own bytes (no copy).
+TEST(HandedTensorsTest, AModelGivenAwayGivesItsBytes) {
+  GraphModule gm;
+  std::vector<float> values(4096);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * static_cast<float>(i);
+  ASSERT_TRUE(gm.SetTensor("big", Tensor::FromFloats({4096}, values)).ok());
+  Node* x = *gm.graph().AddPlaceholder("x");
+  ASSERT_TRUE(gm.graph().SetOutput(x).ok());
+  const proto::Model model = ModelToProto(gm);
+  auto copied = ModelFromProto(model);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(SerializeModel(**copied), SerializeModel(gm));
+  proto::Model given = model;
+  given.mutable_root()->mutable_tensors(0)->mutable_tensor()->mutable_data()->shrink_to_fit();
+  const char* bytes = given.root().tensors(0).tensor().data().data();
+  auto taken = ModelFromProto(std::move(given));
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(SerializeModel(**taken), SerializeModel(gm));
+  const Tensor* big = (*taken)->root().FindTensor("big");
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->raw_data(), bytes);  // the proto's buffer itself
+}
+
 TEST(HandedTensorsTest, AWrongCountShapeOrDataIsRefusedByName) {
   auto gm = MakeRichModule();
   std::vector<Tensor> tensors;

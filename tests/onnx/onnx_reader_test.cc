@@ -147,6 +147,95 @@ std::string ErrorOf(const ModelProto& onnx) {
   return model.ok() ? "" : std::string(model.status().message());
 }
 
+// x [1, C, 6, 6] -> Conv(w1) -> Conv(shared) -> Conv(shared) -> y, where `shared` is
+// Identity(w2): w1 is read by one node, w2 by the Identity only, whose output two convs
+// read (the reader of a model given away moves each once at most).
+ModelProto ConvChain() {
+  ModelProto onnx = OneOp("Conv");
+  onnx_subset::GraphProto* graph = onnx.mutable_graph();
+  graph->clear_node();
+  graph->clear_output();
+  // [4, 4, 3, 3] weights (the test sets their sizes and values).
+  for (const char* name : {"w1", "w2"}) {
+    TensorProto* t = graph->add_initializer();
+    t->set_name(name);
+    t->set_data_type(TensorProto::FLOAT);
+    for (int d : {4, 4, 3, 3}) t->add_dims(d);
+  }
+  auto conv = [&](const std::string& x, const std::string& w, const std::string& y) {
+    NodeProto* node = graph->add_node();
+    node->set_op_type("Conv");
+    node->set_name(y);
+    node->add_input(x);
+    node->add_input(w);
+    node->add_output(y);
+    auto* pads = node->add_attribute();
+    pads->set_name("pads");
+    pads->set_type(onnx_subset::AttributeProto::INTS);
+    for (int p : {1, 1, 1, 1}) pads->add_ints(p);
+  };
+  NodeProto* identity = graph->add_node();
+  identity->set_op_type("Identity");
+  identity->set_name("shared");
+  identity->add_input("w2");
+  identity->add_output("shared");
+  conv("x", "w1", "c1");
+  conv("c1", "shared", "c2");
+  conv("c2", "shared", "y");
+  graph->add_output()->set_name("y");
+  return onnx;
+}
+
+// OnnxToModelProto of a model given away takes its initializers' bytes instead of copying
+// them, and gives the same model as of a model kept (an initializer passed on by Identity
+// to two readers included), which runs as the kept one does.
+TEST(OnnxReaderTest, AModelGivenAwayGivesTheSameModel) {
+  for (int channels : {4, 64}) {  // 576-byte weights (copied), 147456-byte ones (moved)
+    SCOPED_TRACE(channels);
+    ModelProto onnx = ConvChain();
+    auto* input = onnx.mutable_graph()->mutable_input(0);
+    input->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_value(
+        channels);
+    for (TensorProto& t : *onnx.mutable_graph()->mutable_initializer()) {
+      t.set_dims(0, channels);
+      t.set_dims(1, channels);
+      std::vector<float> values(static_cast<size_t>(channels * channels * 9));
+      for (size_t i = 0; i < values.size(); ++i) {
+        values[i] = (t.name() == "w1" ? 0.5f : -0.25f) * std::sin(static_cast<float>(i));
+      }
+      t.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()),
+                                 values.size() * sizeof(float)));
+    }
+    auto kept = OnnxToModelProto(onnx);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    ModelProto given = onnx;
+    const char* w1_bytes = given.graph().initializer(0).raw_data().data();
+    auto taken = OnnxToModelProto(std::move(given));
+    ASSERT_TRUE(taken.ok()) << taken.status();
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*kept, *taken));
+    bool moved = false;
+    for (const auto& child : taken->root().children()) {
+      for (const auto& t : child.module().tensors()) moved |= t.tensor().data().data() == w1_bytes;
+    }
+    EXPECT_EQ(moved, channels == 64);
+    auto gm = ParseOnnxModel(onnx.SerializeAsString());
+    ASSERT_TRUE(gm.ok()) << gm.status();
+    auto kernels = BuiltinKernels();
+    ASSERT_TRUE(kernels.ok());
+    std::vector<float> x(static_cast<size_t>(channels * 36));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(static_cast<float>(i));
+    auto out = fuselage::Run(**gm, {Value(Tensor::FromFloats({1, channels, 6, 6}, x))},
+                             **kernels);
+    ASSERT_TRUE(out.ok()) << out.status();
+    auto reference = ModelFromProto(*kept);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    auto expected = fuselage::Run(**reference, {Value(Tensor::FromFloats({1, channels, 6, 6}, x))},
+                                  **kernels);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    EXPECT_EQ((*out)[0].as_tensor().bytes(), (*expected)[0].as_tensor().bytes());
+  }
+}
+
 TEST(OnnxReaderTest, ReadsAOneOpModel) {
   auto gm = ParseOnnxModel(OneOp("Relu").SerializeAsString());
   ASSERT_TRUE(gm.ok()) << gm.status();

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -48,6 +49,26 @@ std::string Conv(const Tensor& x, const Tensor& w) {
   auto y = Conv2d(x, w, nullptr, Same3x3());
   EXPECT_TRUE(y.ok()) << y.status();
   return y.ok() ? std::string(y->bytes()) : "";
+}
+
+// Threads reaching a new weight (and a new plan: an input size no other test uses) at
+// once, as samples calibrated at once do: each gets the one-thread result, and the cache
+// ends with one entry of each, made once while the others waited.
+TEST(WeightCacheTest, ThreadsReachingANewWeightTogetherShareOneReorder) {
+  const Tensor x = Tensor::FromFloats({1, kChannels, 11, 13}, Seeded(kChannels * 11 * 13, 9));
+  const Tensor w = Weight(10);
+  const std::string expected = Conv(x, FreshCopy(w));
+  const size_t weights_before = onednn::CachedWeightCount();
+  const size_t plans_before = onednn::CachedConvPlanCount();
+  std::vector<std::string> results(8);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < results.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = Conv(x, w); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& r : results) EXPECT_EQ(r, expected);
+  EXPECT_EQ(onednn::CachedWeightCount(), weights_before + 1);
+  EXPECT_EQ(onednn::CachedConvPlanCount(), plans_before);  // FreshCopy's call made it
 }
 
 TEST(WeightCacheTest, ReordersAModulesWeightOnceAndReusesIt) {
