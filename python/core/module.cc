@@ -16,6 +16,7 @@
 #include "graph/printer.h"
 #include "graph/serialization.h"
 #include "patterns/aten_ops.h"
+#include "patterns/batch_norm_folding.h"
 #include "pipeline/quantize_flow.h"
 #include "pipeline/stages.h"
 #include "pybind11/numpy.h"
@@ -25,6 +26,7 @@
 #include "python/core/errors.h"
 #include "quantize/qconfig.h"
 #include "quantize/qconfig_mapping_loader.h"
+#include "quantize/quantized_constants.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/interpreter.h"
 
@@ -67,6 +69,8 @@ textproto (the contents of the CLI's --config=FILE) whose base `backend`, if als
 must be; `config_source` the text's name (e.g. its file's path; default "config_text"),
 used in errors, naming the config that declares a type (fused_module_type) there (a
 type keeps the name it was first declared under in the process):
+    fold_batch_norms(model) -> int        (F.conv + F.batch_norm on constants)
+    fold_constant_quantizes(model) -> int (quantize nodes of constant weights)
     fuse(model, backend=None, *, config_text=None, config_source=None,
          report_overlaps=False) -> FuseReport
     explain(model, backend=None, *, config_text=None, config_source=None)
@@ -582,6 +586,26 @@ void RegisterPasses(py::module_& m) {
       "The aten ops fuselage reads from torch.export, as (aten name, FX form) pairs "
       "(patterns/aten_ops.h): fuselage.from_exported rewrites by them, and a pattern leaf "
       "may name the aten op.");
+  m.def(
+      "fold_batch_norms",
+      [](Model& model) {
+        return ValueOrThrow(
+            model.Edit([](GraphModule& gm) { return FoldFunctionalBatchNorms(gm); }));
+      },
+      py::arg("model"),
+      "Folds each inference F.batch_norm into the F.conv1d/2d/3d before it (read by it "
+      "alone), all their parameters constants, as torchao's prepare_pt2e folds them "
+      "(patterns/batch_norm_folding.h), in place; returns how many were folded.");
+  m.def(
+      "fold_constant_quantizes",
+      [](Model& model) {
+        return ValueOrThrow(
+            model.Edit([](GraphModule& gm) { return FoldConstantQuantizes(gm); }));
+      },
+      py::arg("model"),
+      "Replaces each quantize node of constants (a converted weight's quantize_per_channel) "
+      "by its quantized tensor, computed once (quantize/quantized_constants.h), in place; "
+      "returns how many were folded.");
   m.def(
       "fuse",
       [](Model& model, const OptString& backend, const OptString& config_text,

@@ -55,7 +55,6 @@ import torch.fx
 import torch.nn.functional as F
 
 from fuselage import _exported
-from fuselage._packed import NOT_CONSTANT, constant_of
 from fuselage.errors import ConfigTranslationError
 
 __all__ = ["Quantizer", "prepare_pt2e", "prepare_qat_pt2e", "convert_pt2e",
@@ -314,14 +313,19 @@ _BUILTIN = {"x86": lambda: (*_x86_configs(), True),
             "xnnpack": lambda: (*_xnnpack_configs(), False)}
 
 
-def _prepare(fx, configs, flow, is_qat=False, always_observed=()):
+def _prepare(fx, configs, flow, is_qat=False, always_observed=(), fold_batch_norms=False):
     """fuselage's prepare of the FX form `fx` with `configs` (_configs' triple); with
     is_qat the mapping's fake-quantizes read as the observers they wrap. The outputs of
-    the nodes named in `always_observed` stay observed for all their readers."""
+    the nodes named in `always_observed` stay observed for all their readers. With
+    `fold_batch_norms` the engine first folds each inference batch norm on constants into
+    the conv before it, as torchao's prepare_pt2e folds them (fuselage._core.
+    fold_batch_norms: w' = w * g / sqrt(v + eps) per output channel, b' = (b - m) /
+    sqrt(v + eps) * g + beta, in PyTorch's float32 order)."""
     from fuselage import quantize_fx
     mapping, backend, per_reader = configs
     prepared, report = quantize_fx.prepare_with_report(fx, mapping, backend, flow=flow,
-                                                       mapping_is_qat=is_qat)
+                                                       mapping_is_qat=is_qat,
+                                                       fold_batch_norms=fold_batch_norms)
     if not per_reader:
         return prepared
     return _observed_for_quantized_readers_only(prepared, report, always_observed)
@@ -453,46 +457,6 @@ def _prepared_by_torchao(model):
     return any(type(m).__module__.startswith("torchao.") for m in model.modules())
 
 
-def _fold_conv_batch_norm(gm):
-    """Each F.batch_norm (inference) whose input is an F.conv1d/2d/3d read by nothing else,
-    all parameters constants, folded into a new weight and bias of the conv, as torchao's
-    prepare_pt2e folds it: w' = w * g / sqrt(v + eps) per output channel, b' = (b - m) *
-    g / sqrt(v + eps) + beta."""
-    convs = (F.conv1d, F.conv2d, F.conv3d)
-    for bn in list(gm.graph.nodes):
-        if bn.op != "call_function" or bn.target is not F.batch_norm:
-            continue
-        conv = bn.args[0]
-        if not (isinstance(conv, torch.fx.Node) and conv.target in convs and
-                len(conv.users) == 1 and len(bn.args) >= 8 and bn.args[5] is False):
-            continue
-        _, mean, var, gamma, beta, _, _, eps = bn.args[:8]
-        values = [constant_of(gm, a) for a in (conv.args[1], mean, var, gamma, beta)]
-        bias = constant_of(gm, conv.args[2] if len(conv.args) > 2 else None)
-        if any(v is NOT_CONSTANT for v in values) or bias is NOT_CONSTANT:
-            continue
-        weight, mean, var, gamma, beta = values
-        with torch.no_grad():
-            factor = torch.rsqrt(var.float() + eps)
-            if gamma is not None:
-                factor = factor * gamma
-            shape = [-1] + [1] * (weight.dim() - 1)
-            new_weight = weight * factor.reshape(shape)
-            new_bias = (bias if bias is not None else torch.zeros_like(mean)) - mean
-            new_bias = new_bias * factor + (beta if beta is not None else 0)
-        args = list(conv.args) + [None] * max(0, 3 - len(conv.args))
-        args[1] = _exported.add_constant(gm, f"{conv.name}_weight_folded",
-                                         new_weight.detach(), conv)
-        args[2] = _exported.add_constant(gm, f"{conv.name}_bias_folded", new_bias.detach(),
-                                         conv)
-        conv.args = tuple(args)
-        bn.replace_all_uses_with(conv)
-        gm.graph.erase_node(bn)
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    return gm
-
-
 def prepare_pt2e(model, quantizer="x86"):
     """The exported `model` (torch.export's ExportedProgram .module(), or the program)
     with batch norms folded and PyTorch's observers placed by fuselage: a GraphModule the
@@ -500,8 +464,9 @@ def prepare_pt2e(model, quantizer="x86"):
     from fuselage._importer import compile_once
     configs = _configs(quantizer)
     with compile_once(), _collector_paused():
-        fx = _fold_conv_batch_norm(_exported.to_fx_dialect(model)).eval()
-        prepared = _prepare(fx, configs, ("prepare_pt2e", "convert_pt2e"))
+        fx = _exported.to_fx_dialect(model).eval()
+        prepared = _prepare(fx, configs, ("prepare_pt2e", "convert_pt2e"),
+                            fold_batch_norms=True)
         exported = model.module() if isinstance(model, torch.export.ExportedProgram) else model
         return _finished(_with_outputs_of(prepared, exported))
 
@@ -562,29 +527,6 @@ def _observed_for_quantized_readers_only(prepared, report, always_observed=()):
     return prepared
 
 
-def _fold_quantized_weights(gm):
-    """Each torch.quantize_per_channel / quantize_per_tensor of constants (a weight)
-    computed ahead: a quantized constant in its place."""
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in (torch.quantize_per_channel,
-                                                             torch.quantize_per_tensor):
-            continue
-        values = [constant_of(gm, a) if isinstance(a, torch.fx.Node) else a for a in node.args]
-        if any(v is NOT_CONSTANT for v in values) or not isinstance(values[0], torch.Tensor) or \
-                values[0].is_quantized or node.args[0].op != "get_attr":
-            continue
-        with torch.no_grad():
-            quantized = node.target(*values)
-        constant = _exported.add_constant(gm, f"{node.name}_weight", quantized, node)
-        node.replace_all_uses_with(constant)
-        gm.graph.erase_node(node)
-    for node in list(gm.graph.nodes):
-        if node.op == "get_attr" and not node.users:
-            gm.graph.erase_node(node)
-    gm.recompile()
-    return gm
-
-
 def convert_pt2e(model):
     """A calibrated prepare_pt2e model as torchao's reference form: quantized_decomposed
     q/dq ops around the float aten ops, weights int8 constants. A model torchao prepared
@@ -599,8 +541,8 @@ def convert_pt2e(model):
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e as torchao_convert
         return torchao_convert(model)
     with compile_once(), _collector_paused():
-        reference = quantize_fx.convert_to_reference_fx(model)
-        _fold_quantized_weights(reference)
+        reference = quantize_fx._convert(model, None, None, None, lower=False,
+                                         fold_weights=True)
         return _finished(_with_outputs_of(_exported.restore_aten(reference, every_q_dq=True),
                                           model))
 

@@ -329,12 +329,14 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
 
 def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
                         flow=("prepare_fx", "convert_fx"), mapping_is_qat=None,
-                        non_traceable=None):
+                        non_traceable=None, fold_batch_norms=False):
     """prepare_fx's GraphModule (prepare_qat_fx's before its fake-quantizes, `is_qat`) and
     fuselage's prepare report (every op kept float, by node name, with the reason). When
     nothing is quantized a UserWarning says why, naming the `flow`'s prepare and convert
     functions. `mapping_is_qat` (default: is_qat) reads the mapping's fake-quantizes as the
-    observers they wrap. `non_traceable`: (module names, module classes) never traced into."""
+    observers they wrap. `non_traceable`: (module names, module classes) never traced into.
+    `fold_batch_norms`: the engine folds each functional batch norm on constants into its
+    conv first (fuselage.pt2e: as torchao's prepare_pt2e)."""
     core = _core()
     fusions = _user_fusions(backend_config, is_qat)
     # With fusers of the user's, the entries for the modules they return are written once
@@ -343,6 +345,8 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     source = _backend_source(backend_config)
     mapping = _mapping_text(qconfig_mapping, is_qat if mapping_is_qat is None else mapping_is_qat)
     m = core.from_torch(model, non_traceable=non_traceable)
+    if fold_batch_norms:
+        core.fold_batch_norms(m)
     core.fuse(m, config_text=text, config_source=source)
     fused_by_user = None
     if fusions:
@@ -416,7 +420,10 @@ def _has_observers(graph_module):
 
 
 def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower,
-             drop_requantizing_quantizes=True):
+             drop_requantizing_quantizes=True, fold_weights=False):
+    """convert_fx / convert_to_reference_fx; with `fold_weights` (fuselage.pt2e's reference
+    form) each quantize of a constant weight is computed by the engine and the reference
+    reads the quantized tensor (fuselage._core.fold_constant_quantizes)."""
     custom = {}
     preserved = _preserved_attributes(convert_custom_config, "convert_custom_config",
                                       custom) + \
@@ -425,7 +432,7 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
 
     with _quantized_io.converting(graph_module) as io:
         converted = _convert_graph(graph_module, qconfig_mapping, backend_config, lower,
-                                   drop_requantizing_quantizes)
+                                   drop_requantizing_quantizes, fold_weights)
     converted = _custom_modules.finish(graph_module, io.finish(converted), custom)
     from fuselage import _standalone
 
@@ -476,7 +483,7 @@ def _narrow(graph_module, qconfig_mapping):
 
 
 def _convert_graph(graph_module, qconfig_mapping, backend_config, lower,
-                   drop_requantizing_quantizes=True):
+                   drop_requantizing_quantizes=True, fold_weights=False):
     kept_float = set()
     if qconfig_mapping is not None:
         graph_module, kept_float = _narrow(graph_module, qconfig_mapping)
@@ -497,6 +504,8 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower,
                             drop_requantizing_quantizes)
     m = _engine_model(core, graph_module)
     _convert_as_pytorch(core, m)
+    if fold_weights:
+        core.fold_constant_quantizes(m)
     if lower:
         _lower(core, m, graph_module, drop_requantizing_quantizes)
     return core.to_torch(m, consume=True)
