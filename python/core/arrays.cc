@@ -197,7 +197,9 @@ bool IsTorchTensor(py::handle object) {
 // over by from_torch) go back as a view of that array, not a copy: the engine never
 // writes borrowed bytes, so they are still the lender's values (resnet50's 94 MB of
 // weights were copied on every to_torch).
-py::array ArrayOver(Tensor tensor, DType storage) {
+//
+// With `share`, a buffer the engine shares is not copied: the array is a view of it.
+py::array ArrayOver(Tensor tensor, DType storage, bool share) {
   std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
   if (const std::shared_ptr<const void>* lent = tensor.bytes_owner();
       lent != nullptr && std::get_deleter<ArrayReference>(*lent) != nullptr) {
@@ -205,7 +207,9 @@ py::array ArrayOver(Tensor tensor, DType storage) {
     return py::array(NumpyDType(storage), shape, tensor.raw_data(), lender);
   }
   auto* owner = new Tensor(std::move(tensor));
-  void* data = owner->numel() == 0 ? nullptr : owner->mutable_raw_data();
+  void* data = owner->numel() == 0 ? nullptr
+               : share           ? const_cast<void*>(owner->raw_data())
+                                 : owner->mutable_raw_data();
   py::capsule keep(owner, [](void* p) { delete static_cast<Tensor*>(p); });
   if (data == nullptr) return py::array(NumpyDType(storage), shape);
   return py::array(NumpyDType(storage), shape, data, keep);
@@ -235,10 +239,10 @@ Tensor TensorFromPython(py::handle object, const std::string& what) {
   return TensorFromArray(array, *dtype, {}, what);
 }
 
-py::object PythonFromTensor(Tensor tensor) {
+py::object PythonFromTensor(Tensor tensor, bool share) {
   if (!tensor.is_quantized()) {
     const DType dtype = tensor.dtype();
-    return ArrayOver(std::move(tensor), dtype);
+    return ArrayOver(std::move(tensor), dtype, share);
   }
   QuantizedArray q;
   q.dtype = std::string(DTypeName(tensor.dtype()));
@@ -258,7 +262,7 @@ py::object PythonFromTensor(Tensor tensor) {
     q.zero_point = py::int_(qparams.zero_points.size() > 0 ? qparams.zero_points[0] : 0);
   }
   const DType storage = StorageDType(tensor.dtype());
-  q.values = ArrayOver(std::move(tensor), storage);
+  q.values = ArrayOver(std::move(tensor), storage, share);
   return py::cast(std::move(q));
 }
 

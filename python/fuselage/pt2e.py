@@ -313,22 +313,34 @@ _BUILTIN = {"x86": lambda: (*_x86_configs(), True),
             "xnnpack": lambda: (*_xnnpack_configs(), False)}
 
 
-def _prepare(fx, configs, flow, is_qat=False, always_observed=(), fold_batch_norms=False):
-    """fuselage's prepare of the FX form `fx` with `configs` (_configs' triple); with
+def _prepare(fx, configs, flow, is_qat=False, always_observed=(), fold_batch_norms=False,
+             keep_engine_model=False):
+    """fuselage's prepare of the FX form `fx` (or the engine's Model of it,
+    _exported.to_engine) with `configs` (_configs' triple); with
     is_qat the mapping's fake-quantizes read as the observers they wrap. The outputs of
     the nodes named in `always_observed` stay observed for all their readers. With
     `fold_batch_norms` the engine first folds each inference batch norm on constants into
     the conv before it, as torchao's prepare_pt2e folds them (fuselage._core.
     fold_batch_norms: w' = w * g / sqrt(v + eps) per output channel, b' = (b - m) /
-    sqrt(v + eps) * g + beta, in PyTorch's float32 order)."""
+    sqrt(v + eps) * g + beta, in PyTorch's float32 order). With `keep_engine_model` the
+    prepared model keeps the engine's (quantize_fx.prepare_with_report), for convert."""
     from fuselage import quantize_fx
     mapping, backend, per_reader = configs
-    prepared, report = quantize_fx.prepare_with_report(fx, mapping, backend, flow=flow,
-                                                       mapping_is_qat=is_qat,
-                                                       fold_batch_norms=fold_batch_norms)
-    if not per_reader:
-        return prepared
-    return _observed_for_quantized_readers_only(prepared, report, always_observed)
+
+    def for_quantized_readers_only(core, m, report):
+        # As torchao's quantizers quantize a value per reader (an input_qspec_map entry):
+        # the readers the report keeps float, and the graph's output, read the float
+        # value; an op that shares its input's observer (a pool, flatten, cat) is
+        # quantized only after a quantized op, as torchao's int8-in-int8-out ops are. The
+        # FX flow quantizes a quantized op's output for all its readers.
+        core.observe_for_quantized_readers_only(m, report, sorted(always_observed))
+
+    prepared, _ = quantize_fx.prepare_with_report(
+        fx, mapping, backend, flow=flow, mapping_is_qat=is_qat,
+        fold_batch_norms=fold_batch_norms,
+        after_prepare=for_quantized_readers_only if per_reader else None,
+        keep_engine_model=keep_engine_model)
+    return prepared
 
 
 _ATEN_CONVS = ("aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")
@@ -464,9 +476,9 @@ def prepare_pt2e(model, quantizer="x86"):
     from fuselage._importer import compile_once
     configs = _configs(quantizer)
     with compile_once(), _collector_paused():
-        fx = _exported.to_fx_dialect(model).eval()
-        prepared = _prepare(fx, configs, ("prepare_pt2e", "convert_pt2e"),
-                            fold_batch_norms=True)
+        prepared = _prepare(_exported.to_engine(model), configs,
+                            ("prepare_pt2e", "convert_pt2e"), fold_batch_norms=True,
+                            keep_engine_model=True)
         exported = model.module() if isinstance(model, torch.export.ExportedProgram) else model
         return _finished(_with_outputs_of(prepared, exported))
 
@@ -492,39 +504,6 @@ def _finished(gm):
     one compile per public call, not one per intermediate step)."""
     from fuselage._importer import DeferredGraphModule
     return gm.finished() if isinstance(gm, DeferredGraphModule) else gm
-
-
-def _observed_for_quantized_readers_only(prepared, report, always_observed=()):
-    """`prepared` with each observed value quantized only for the readers that are
-    quantized, as torchao's quantizers quantize a value per reader (an input_qspec_map
-    entry): a reader the prepare `report` keeps float (a sigmoid after a conv, an SE
-    block's mul) and the graph's output read the float value, and an observer left with
-    no reader goes. The FX flow quantizes a quantized op's output for all its readers. An op
-    that shares its input's observer (a pool, flatten, cat) is quantized only after a
-    quantized op, as torchao's int8-in-int8-out ops are: after a float one it reads the
-    float value, and its output is observed for its int8 readers alone."""
-    from fuselage._annotate import _observer_of
-    kept_float = {k.node for k in report.kept_float}
-    erased = set()  # the observer modules whose calls went
-
-    def shares(reader, observer):
-        return any(user.op == "call_module" and user.target == observer.target
-                   for user in reader.users)
-
-    for node in list(prepared.graph.nodes):
-        if _observer_of(prepared, node) is None or node.args[0].name in always_observed:
-            continue
-        after_float = node.args[0].name in kept_float
-        for reader in [r for r in node.users if r.op == "output" or r.name in kept_float or
-                       (after_float and shares(r, node))]:
-            reader.replace_input_with(node, node.args[0])
-        if not node.users:
-            prepared.graph.erase_node(node)
-            erased.add(node.target)
-    for target in erased - {n.target for n in prepared.graph.nodes if n.op == "call_module"}:
-        prepared.delete_submodule(target)  # a shared observer's other calls keep it
-    prepared.recompile()
-    return prepared
 
 
 def convert_pt2e(model):
