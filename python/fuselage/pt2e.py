@@ -54,8 +54,13 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from fuselage import _exported
+from fuselage import _exported, quantize_fx
 from fuselage.errors import ConfigTranslationError
+
+try:  # the engine, loaded with this module as torchao's flow loads its own
+    from fuselage import _core  # noqa: F401
+except ImportError:  # lower_pt2e_quantized_to_x86 works without it; prepare_pt2e says so
+    pass
 
 __all__ = ["Quantizer", "prepare_pt2e", "prepare_qat_pt2e", "convert_pt2e",
            "lower_pt2e_quantized_to_x86", "lower_to_fuselage"]
@@ -324,7 +329,6 @@ def _prepare(fx, configs, flow, is_qat=False, always_observed=(), fold_batch_nor
     fold_batch_norms: w' = w * g / sqrt(v + eps) per output channel, b' = (b - m) /
     sqrt(v + eps) * g + beta, in PyTorch's float32 order). With `keep_engine_model` the
     prepared model keeps the engine's (quantize_fx.prepare_with_report), for convert."""
-    from fuselage import quantize_fx
     mapping, backend, per_reader = configs
 
     def for_quantized_readers_only(core, m, report):
@@ -513,7 +517,6 @@ def convert_pt2e(model):
     converted by torchao's convert_pt2e, batch norms folded. torchao's
     lower_pt2e_quantized_to_x86 lowers it as it lowers its own (see
     _enable_torchao_x86_lowering)."""
-    from fuselage import quantize_fx
     from fuselage._importer import compile_once
     _enable_torchao_x86_lowering()
     if _prepared_by_torchao(model):
