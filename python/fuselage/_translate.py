@@ -160,8 +160,9 @@ def _fake_quantize_observer(cls, args, kwargs, what):
     FusedMovingAvgObsFakeQuantize pass the observer their quant_min / quant_max (when both
     are set) and every other keyword; FixedQParamsFakeQuantize builds its observer as
     is."""
+    signature = _signature(cls)
     try:
-        bound = inspect.signature(cls).bind_partial(*args, **kwargs)
+        bound = signature.bind_partial(*args, **kwargs)
     except TypeError as e:
         raise ConfigTranslationError("%s: %s arguments: %s" % (what, cls.__qualname__, e)) \
             from None
