@@ -239,6 +239,10 @@ class TensorBuffer {
 
   // True for Borrow's buffers: their owner may write the bytes at any time.
   bool borrowed() const { return storage_ == Storage::kBorrowed; }
+  // The owner handle Borrow was given, or nullptr for a buffer that does not borrow.
+  const std::shared_ptr<const void>* borrowed_from() const {
+    return storage_ == Storage::kBorrowed ? &external()->borrowed_from : nullptr;
+  }
 
   size_t size() const { return size_; }
   char* data() { return storage_ == Storage::kInline ? inline_data() : external()->data; }
@@ -376,6 +380,13 @@ class Tensor {
   // handed in), who may write them at any time: nothing derived from them may be cached
   // beyond one call.
   bool borrows_bytes() const { return buffer_ != nullptr && buffer_->borrowed(); }
+  // The owner handle of borrowed bytes (what BorrowBytes was given: e.g. the numpy array
+  // that lent them), or nullptr if the bytes are not borrowed. The lender recognizes its
+  // own bytes by it when they come back (std::get_deleter on the handle) and can take
+  // them back without a copy: the engine never writes borrowed bytes.
+  const std::shared_ptr<const void>* bytes_owner() const {
+    return buffer_ != nullptr ? buffer_->borrowed_from() : nullptr;
+  }
 
   // The data as bytes; valid until this tensor is written, reassigned or destroyed.
   absl::string_view bytes() const { return {static_cast<const char*>(raw_data()), nbytes()}; }

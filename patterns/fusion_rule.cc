@@ -12,6 +12,7 @@
 #include "graph/graph.h"
 #include "graph/module_schema.h"
 #include "graph/status_macros.h"
+#include "patterns/batch_norm_folding.h"
 
 namespace fuselage {
 namespace {
@@ -385,73 +386,6 @@ void SetFoldedBias(Module& module, absl::Span<const float> values) {
   module.SetTensor("bias", Tensor::FromFloats({n}, values));
 }
 
-// Float32 arithmetic in PyTorch 1.13's own order, so the folded weights are bit-identical
-// to fuse_fx's (a double-precision fold differs by one ulp in ~40% of weights, which flips
-// quantized weights at rounding ties):
-//   conv (fuse_conv_bn_weights):  r = rsqrt(var + eps); w' = w * (gamma * r);
-//                                 b' = ((b - mean) * r) * gamma + beta
-//   linear (fuse_linear_bn_weights): s = gamma * rsqrt(var + eps); w' = w * s;
-//                                 b' = (b - mean) * s + beta
-// Absent gamma / beta / b (nullptr) read as 1 / 0 / 0. var + eps is checked positive first.
-struct FoldInputs {
-  const float* mean;
-  const float* var;
-  const float* gamma;
-  const float* beta;
-  const float* bias;
-  float eps;
-  bool is_linear;
-
-  // Channel c's weight scale and folded bias. Reads bias[c] before the caller writes
-  // *new_bias, which may therefore be &bias[c].
-  void Channel(int64_t c, float* scale, float* new_bias) const {
-    const float g = gamma != nullptr ? gamma[c] : 1.0f;
-    const float b = beta != nullptr ? beta[c] : 0.0f;
-    const float rsqrt = 1.0f / std::sqrt(var[c] + eps);
-    const float s = g * rsqrt;
-    const float centered = (bias != nullptr ? bias[c] : 0.0f) - mean[c];
-    *scale = s;
-    *new_bias = is_linear ? centered * s + b : (centered * rsqrt) * g + b;
-  }
-};
-
-// to[k] = from[k] * s for k < n (`to` may be `from`): blocks of 8 with a fixed trip count,
-// which -O2 turns into SIMD multiplies (it does not vectorize the plain loop); each lane is
-// the same float32 product.
-void ScaleRow(const float* from, float* to, int64_t n, float s) {
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    for (int j = 0; j < 8; ++j) to[k + j] = from[k + j] * s;
-  }
-  for (; k < n; ++k) to[k] = from[k] * s;
-}
-
-// A float32 weight about to be overwritten with its values scaled: where to read them and
-// where to write. In place when the tensor holds its data alone; else the tensor gets a
-// fresh uninitialized buffer and the old data is read through `old` (kept alive there), so
-// a weight shared with the user's model (resnet50: 94 MB) is written once instead of
-// copied and then scaled.
-struct ScaledWeight {
-  Tensor old;
-  const float* from = nullptr;
-  float* to = nullptr;
-};
-ScaledWeight ScaledWeightOf(Tensor* weight) {
-  ScaledWeight w;
-  if (weight->shares_data()) {
-    absl::StatusOr<Tensor> fresh =
-        Tensor::Uninitialized(weight->dtype(), weight->shape(), weight->qparams());
-    if (fresh.ok()) {  // it cannot fail for the shape of an existing tensor
-      w.old = std::move(*weight);
-      *weight = *std::move(fresh);
-      w.from = w.old.data<float>();
-    }
-  }
-  w.to = weight->mutable_data<float>();
-  if (w.from == nullptr) w.from = w.to;
-  return w;
-}
-
 // PyTorch's fuse_conv_bn_eval / fuse_linear_bn_eval on module data, checked here. If
 // `move_conv`, returns an empty placeholder that the pass fills by moving `conv` into it,
 // and leaves the whole fold to compute then (pending->moved_fold, PendingFusion::
@@ -507,7 +441,7 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, Symbol conv_
       ASSIGN_OR_RETURN(eps, bn.GetFloat("eps"));  // its InvalidArgument
     }
   }
-  // The arithmetic is FoldInputs::Channel's; only the check is done here for a moved conv.
+  // The arithmetic is BatchNormFold::Channel's; only the check is done here for a moved conv.
   const bool is_linear = conv.type() == Known().linear;
   const float eps_f = static_cast<float>(eps);
   for (int64_t c = 0; c < out_channels; ++c) {
@@ -540,7 +474,7 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNorm(Module& conv, Symbol conv_
     fold.per_channel = per_channel;
     return folded;
   }
-  const FoldInputs inputs{mean, var, gamma, beta, bias, eps_f, is_linear};
+  const BatchNormFold inputs{mean, var, gamma, beta, bias, eps_f, is_linear};
   std::vector<float> scale(out_channels), new_bias(out_channels);
   for (int64_t c = 0; c < out_channels; ++c) {
     inputs.Channel(c, &scale[c], &new_bias[c]);
@@ -645,7 +579,7 @@ absl::StatusOr<std::unique_ptr<Module>> FoldBatchNormThenWrap(
 // scaled weight, channel by channel, with no buffer for the scales.
 void ApplyMovedFold(const PendingFusion::MovedFold& fold) {
   Module& module = *fold.module;
-  const FoldInputs inputs{fold.mean, fold.var, fold.gamma, fold.beta, fold.bias, fold.eps,
+  const BatchNormFold inputs{fold.mean, fold.var, fold.gamma, fold.beta, fold.bias, fold.eps,
                           fold.is_linear};
   const int64_t n = fold.channels;
   // Both in one scan of the module's tensors (FoldBatchNorm checked that "weight" exists).

@@ -54,6 +54,17 @@ py::dtype NumpyDType(DType storage) {
   return py::dtype::of<float>();  // not reached
 }
 
+// The owner handle of the bytes a numpy array lends a tensor (TensorFromArray): a
+// reference to the array, dropped with the GIL held, on whichever thread frees the tensor
+// (often inside a run, with the GIL released). ArrayOver recognizes the array's bytes
+// coming back by this deleter type.
+struct ArrayReference {
+  void operator()(const void* p) const {
+    py::gil_scoped_acquire gil;
+    delete static_cast<const py::object*>(p);
+  }
+};
+
 // The array's bytes as a tensor of `dtype` (its storage dtype for quantized ones).
 Tensor TensorFromArray(py::array array, DType dtype, QuantParams qparams, const std::string& what) {
   // A non-contiguous view (a slice, a transpose) is made contiguous: the engine's tensors
@@ -76,12 +87,8 @@ Tensor TensorFromArray(py::array array, DType dtype, QuantParams qparams, const 
   const absl::string_view bytes(static_cast<const char*>(array.data()),
                                 static_cast<size_t>(array.nbytes()));
   // The tensor reads the array's bytes in place (a torch tensor's too: .numpy() shares
-  // its memory) and holds a reference to the array, dropped with the GIL held, on
-  // whichever thread frees the tensor (often inside a run, with the GIL released).
-  std::shared_ptr<const void> owner(new py::object(array), [](const void* p) {
-    py::gil_scoped_acquire gil;
-    delete static_cast<const py::object*>(p);
-  });
+  // its memory) and holds a reference to the array (ArrayReference).
+  std::shared_ptr<const void> owner(new py::object(array), ArrayReference());
   auto tensor =
       Tensor::BorrowBytes(dtype, std::move(shape), bytes, std::move(owner), std::move(qparams));
   if (!tensor.ok()) ThrowIfError(Refused(what, tensor.status().message()));
@@ -185,10 +192,24 @@ bool IsTorchTensor(py::handle object) {
 // A numpy array over `tensor`'s bytes with `storage` as its element type. The array owns
 // a reference to the buffer (in a capsule); the buffer is detached first if anything else
 // shares it (copy-on-write), so the array is the sole writer.
-py::array ArrayOver(Tensor tensor, DType storage) {
+//
+// Bytes a numpy array lent the engine (TensorFromArray: a torch tensor's weights handed
+// over by from_torch) go back as a view of that array, not a copy: the engine never
+// writes borrowed bytes, so they are still the lender's values (resnet50's 94 MB of
+// weights were copied on every to_torch).
+//
+// With `share`, a buffer the engine shares is not copied: the array is a view of it.
+py::array ArrayOver(Tensor tensor, DType storage, bool share) {
   std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
+  if (const std::shared_ptr<const void>* lent = tensor.bytes_owner();
+      lent != nullptr && std::get_deleter<ArrayReference>(*lent) != nullptr) {
+    const py::object& lender = *static_cast<const py::object*>(lent->get());
+    return py::array(NumpyDType(storage), shape, tensor.raw_data(), lender);
+  }
   auto* owner = new Tensor(std::move(tensor));
-  void* data = owner->numel() == 0 ? nullptr : owner->mutable_raw_data();
+  void* data = owner->numel() == 0 ? nullptr
+               : share           ? const_cast<void*>(owner->raw_data())
+                                 : owner->mutable_raw_data();
   py::capsule keep(owner, [](void* p) { delete static_cast<Tensor*>(p); });
   if (data == nullptr) return py::array(NumpyDType(storage), shape);
   return py::array(NumpyDType(storage), shape, data, keep);
@@ -218,10 +239,10 @@ Tensor TensorFromPython(py::handle object, const std::string& what) {
   return TensorFromArray(array, *dtype, {}, what);
 }
 
-py::object PythonFromTensor(Tensor tensor) {
+py::object PythonFromTensor(Tensor tensor, bool share) {
   if (!tensor.is_quantized()) {
     const DType dtype = tensor.dtype();
-    return ArrayOver(std::move(tensor), dtype);
+    return ArrayOver(std::move(tensor), dtype, share);
   }
   QuantizedArray q;
   q.dtype = std::string(DTypeName(tensor.dtype()));
@@ -241,7 +262,7 @@ py::object PythonFromTensor(Tensor tensor) {
     q.zero_point = py::int_(qparams.zero_points.size() > 0 ? qparams.zero_points[0] : 0);
   }
   const DType storage = StorageDType(tensor.dtype());
-  q.values = ArrayOver(std::move(tensor), storage);
+  q.values = ArrayOver(std::move(tensor), storage, share);
   return py::cast(std::move(q));
 }
 

@@ -45,8 +45,10 @@ void RegisterArrays(pybind11::module_& module);
 // (x)", "sample 3, input 1 (y)"): EngineError for an unsupported type or dtype.
 Tensor TensorFromPython(pybind11::handle object, const std::string& what);
 
-// A numpy array, or a QuantizedArray for a quantized tensor (see the file comment).
-pybind11::object PythonFromTensor(Tensor tensor);
+// A numpy array, or a QuantizedArray for a quantized tensor (see the file comment). The
+// array is the buffer's only writer (a buffer another tensor shares is copied first) unless
+// `share`: then it is a view of the buffer as it is, whose writes the other tensors see.
+pybind11::object PythonFromTensor(Tensor tensor, bool share = false);
 
 }  // namespace fuselage::python
 

@@ -15,7 +15,9 @@
 #include "graph/graph_module.h"
 #include "graph/printer.h"
 #include "graph/serialization.h"
+#include "graph/status_macros.h"
 #include "patterns/aten_ops.h"
+#include "patterns/batch_norm_folding.h"
 #include "pipeline/quantize_flow.h"
 #include "pipeline/stages.h"
 #include "pybind11/numpy.h"
@@ -25,6 +27,8 @@
 #include "python/core/errors.h"
 #include "quantize/qconfig.h"
 #include "quantize/qconfig_mapping_loader.h"
+#include "quantize/quantized_constants.h"
+#include "quantize/quantized_readers.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/interpreter.h"
 
@@ -57,6 +61,8 @@ Models:
     model.copy(), model.node_count, model.placeholders
     Model.from_parts(structure, tensors) / take_parts()   the tensor handoff: model.proto
                                           bytes without tensor data + one tensor each
+    model.share_parts()                   take_parts' pair, the model kept, buffers shared
+    model.set_tensors([(path, tensor), ...])   replaces tensors it has (borrowed)
     from_torch(module, example_inputs=None) -> Model   (tensors read in place, no copy)
     to_torch(model, consume=False) -> torch.fx.GraphModule   (consume: no copy, model emptied)
 
@@ -67,6 +73,9 @@ textproto (the contents of the CLI's --config=FILE) whose base `backend`, if als
 must be; `config_source` the text's name (e.g. its file's path; default "config_text"),
 used in errors, naming the config that declares a type (fused_module_type) there (a
 type keeps the name it was first declared under in the process):
+    fold_batch_norms(model) -> int        (F.conv + F.batch_norm on constants)
+    fold_constant_quantizes(model) -> int (quantize nodes of constant weights)
+    observe_for_quantized_readers_only(model, report, always_observed=())
     fuse(model, backend=None, *, config_text=None, config_source=None,
          report_overlaps=False) -> FuseReport
     explain(model, backend=None, *, config_text=None, config_source=None)
@@ -197,6 +206,16 @@ void ReleaseTensors(Module& module, std::vector<Tensor>& out) {
     module.SetTensor(name, Tensor());
   }
   for (const auto& [name, child] : module.children()) ReleaseTensors(*child, out);
+}
+
+// Puts the tensors ReleaseTensors moved out of `module` and its children back, in the
+// same order, from `*next` on.
+void RestoreTensors(Module& module, std::vector<Tensor>::const_iterator* next) {
+  std::vector<std::string> names;
+  names.reserve(module.tensors().size());
+  for (const auto& [name, tensor] : module.tensors()) names.push_back(name);
+  for (const std::string& name : names) module.SetTensor(name, *(*next)++);
+  for (const auto& [name, child] : module.children()) RestoreTensors(*child, next);
 }
 
 std::vector<std::string> PlaceholderNames(const GraphModule& gm) {
@@ -500,6 +519,50 @@ void RegisterModel(py::module_& m) {
           "tensors as numpy arrays / QuantizedArrays over the engine's own buffers (no copy "
           "unless a buffer is shared, e.g. borrowed from a torch tensor). The Model is empty "
           "afterwards, so nothing in the engine can see a later write to the arrays.")
+      .def(
+          "set_tensors",
+          [](Model& self, const py::iterable& pairs) {
+            std::vector<std::pair<std::string, Tensor>> tensors;
+            for (py::handle pair : pairs) {
+              auto item = pair.cast<std::pair<std::string, py::object>>();
+              tensors.emplace_back(item.first,
+                                   TensorFromPython(item.second, absl::StrCat("tensor '", item.first, "'")));
+            }
+            ThrowIfError(self.Edit([&](GraphModule& gm) {
+              for (auto& [path, tensor] : tensors) {
+                const size_t dot = path.rfind('.');
+                if (gm.FindModule(dot == std::string::npos ? "" : path.substr(0, dot)) == nullptr) {
+                  return absl::NotFoundError(
+                      absl::StrCat("set_tensors: the model has no module for tensor '", path, "'"));
+                }
+              }
+              for (auto& [path, tensor] : tensors) RETURN_IF_ERROR(gm.SetTensor(path, std::move(tensor)));
+              return absl::OkStatus();
+            }));
+          },
+          py::arg("pairs"),
+          "Sets tensors of the model's modules, each (dotted path, array or torch tensor), "
+          "read in place as from_parts reads them; NotFound, changing nothing, for a path "
+          "under no module of the model.")
+      .def(
+          "share_parts",
+          [](Model& self) {
+            std::vector<Tensor> tensors;
+            std::string structure = self.Edit([&](GraphModule& gm) {
+              ReleaseTensors(gm.root(), tensors);
+              std::string bytes = SerializeModel(gm);
+              std::vector<Tensor>::const_iterator next = tensors.begin();
+              RestoreTensors(gm.root(), &next);
+              return bytes;
+            });
+            py::list arrays;
+            for (Tensor& t : tensors) arrays.append(PythonFromTensor(std::move(t), true));
+            return py::make_tuple(py::bytes(structure), arrays);
+          },
+          "(structure, tensors) as take_parts gives them, the Model kept: the arrays are "
+          "views of the engine's own buffers, shared with it (no copy), so a write through "
+          "an array is seen by this Model (the engine copies a shared buffer before it "
+          "writes to it itself, so its writes are not seen through the arrays).")
       .def_static(
           "from_text",
           [](const std::string& text) {
@@ -582,6 +645,38 @@ void RegisterPasses(py::module_& m) {
       "The aten ops fuselage reads from torch.export, as (aten name, FX form) pairs "
       "(patterns/aten_ops.h): fuselage.from_exported rewrites by them, and a pattern leaf "
       "may name the aten op.");
+  m.def(
+      "fold_batch_norms",
+      [](Model& model) {
+        return ValueOrThrow(
+            model.Edit([](GraphModule& gm) { return FoldFunctionalBatchNorms(gm); }));
+      },
+      py::arg("model"),
+      "Folds each inference F.batch_norm into the F.conv1d/2d/3d before it (read by it "
+      "alone), all their parameters constants, as torchao's prepare_pt2e folds them "
+      "(patterns/batch_norm_folding.h), in place; returns how many were folded.");
+  m.def(
+      "observe_for_quantized_readers_only",
+      [](Model& model, const PrepareReport& report, const std::vector<std::string>& names) {
+        const absl::flat_hash_set<std::string> always_observed(names.begin(), names.end());
+        ThrowIfError(model.Edit([&](GraphModule& gm) {
+          return ObserveForQuantizedReadersOnly(gm, report, always_observed);
+        }));
+      },
+      py::arg("model"), py::arg("report"), py::arg("always_observed") = std::vector<std::string>(),
+      "On a prepared model and its PrepareReport: each observed value read in float by "
+      "the readers that stay float (and by the graph's output), as torchao's quantizers "
+      "quantize a value per reader (quantize/quantized_readers.h), in place.");
+  m.def(
+      "fold_constant_quantizes",
+      [](Model& model) {
+        return ValueOrThrow(
+            model.Edit([](GraphModule& gm) { return FoldConstantQuantizes(gm); }));
+      },
+      py::arg("model"),
+      "Replaces each quantize node of constants (a converted weight's quantize_per_channel) "
+      "by its quantized tensor, computed once (quantize/quantized_constants.h), in place; "
+      "returns how many were folded.");
   m.def(
       "fuse",
       [](Model& model, const OptString& backend, const OptString& config_text,

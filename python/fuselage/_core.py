@@ -51,13 +51,18 @@ def from_torch(module, example_inputs=None, non_traceable=None):
     return Model.from_parts(structure, tensors)
 
 
-def to_torch(model, consume=False):
+def to_torch(model, consume=False, share=False):
     """The torch.fx.GraphModule of a Model (what fuselage.to_torch would read from its file),
     handed over in memory. With consume=True the model's tensors become the GraphModule's
-    without a copy (Model.take_parts) and `model` is empty afterwards; otherwise a copy
-    is handed over (its buffers copied as they leave), and `model` stays as it was."""
+    without a copy (Model.take_parts) and `model` is empty afterwards; with share=True
+    `model` stays and shares its tensors' memory with the GraphModule (Model.share_parts:
+    a write on the torch side is seen by the model); otherwise a copy is handed over (its
+    buffers copied as they leave), and `model` stays as it was."""
     from fuselage import _importer
     from fuselage._proto import model_pb2
 
-    structure, tensors = (model if consume else model.copy()).take_parts()
+    if share:
+        structure, tensors = model.share_parts()
+    else:
+        structure, tensors = (model if consume else model.copy()).take_parts()
     return _importer.from_proto(model_pb2().Model.FromString(structure), tensors)

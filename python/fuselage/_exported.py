@@ -256,6 +256,82 @@ def read_aten(gm):
     return result
 
 
+class _Record:
+    """One node of the FX form as the model file writes it (fuselage._exporter reads these
+    fields of a torch.fx Node), without a torch.fx graph around it; args refer to the
+    exported program's nodes, which carry the FX form's names."""
+
+    __slots__ = ("name", "op", "target", "args", "kwargs", "meta")
+
+    def __init__(self, name, op, target, args, kwargs, meta):
+        self.name, self.op, self.target = name, op, target
+        self.args, self.kwargs, self.meta = args, kwargs, meta
+
+
+def to_engine(program):
+    """fuselage's Model (fuselage._core) of `program` (an ExportedProgram or its
+    .module()): what _core.from_torch(to_fx_dialect(program)) gives, written from the
+    exported graph's FX form as records (fx_records), without building it in torch.fx
+    first (on a graph of 10^3 nodes that graph, then read again node by node, was a fifth
+    of prepare_pt2e). A program holding PT2E q/dq ops goes through to_fx_dialect."""
+    from fuselage import _core, _exporter
+    gm = program.module() if hasattr(program, "module") and \
+        not isinstance(program, torch.nn.Module) else program
+    records = fx_records(gm, keep_modules=False) if isinstance(gm, torch.fx.GraphModule) \
+        else None
+    if records is None:
+        return _core.from_torch(to_fx_dialect(program))
+    root = torch.nn.Module()
+    _copy_tensors(gm, root, list(dict.fromkeys(r.target for r in records if r.op == "get_attr")))
+    tensors = []
+    structure = _exporter.to_proto_of_records(root, records, tensors).SerializeToString()
+    return _core.Model.from_parts(structure, tensors)
+
+
+def fx_records(gm, keep_modules):
+    """The FX form of `gm`'s graph (as _read_graph builds it) as _Records, which
+    fuselage._exporter writes as it writes torch.fx nodes; None where that form needs
+    more than a rewrite per node (PT2E q/dq ops, whose weights become new attributes:
+    to_fx_dialect / read_aten), or, with `keep_modules`, where the graph calls no aten op
+    (it is the FX form already)."""
+    nodes = gm.graph.nodes
+    names = [aten_name(n.target) if n.op == "call_function" else None for n in nodes]
+    if any(name in (_QUANTIZE, _DEQUANTIZE, _DEQUANTIZE_PER_CHANNEL) for name in names) or \
+            keep_modules and not any(names):
+        return None
+    records = []
+    env = {}
+    order = {node: i for i, node in enumerate(nodes)}
+    first_output_only = set()
+    for node, name in zip(nodes, names):
+        where = f"node '{node.name}'"
+        if node.op == "call_module" and not keep_modules:
+            if node.users:
+                raise ExportError(f"{where}: a call_module ('{node.target}') in an exported "
+                                  "program; fuselage reads aten ops")
+            continue  # export's _guards_fn, as in _read_graph
+        if node.op == "call_function" and node.target is operator.getitem and \
+                node.args[0] in first_output_only:
+            if node.args[1] != 0:
+                raise ExportError(f"{where}: reads output {node.args[1]} of "
+                                  f"'{node.args[0].name}', whose FX form has only output 0")
+            env[node] = env[node.args[0]]
+            continue
+        args = torch.fx.node.map_arg(node.args, env.__getitem__)
+        kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+        if node.op == "call_function" and (not keep_modules or name is not None):
+            target, args, kwargs, meta = _fx_form(node, args, kwargs, order, where)
+            if _OPS.get(name, _NO_OP).first_output_only:
+                first_output_only.add(node)
+        elif node.op in ("placeholder", "output", "get_attr") or keep_modules:
+            target, meta = node.target, node.meta
+        else:
+            raise ExportError(f"{where}: op '{node.op}' in an exported program")
+        env[node] = node
+        records.append(_Record(node.name, node.op, target, args, kwargs, meta))
+    return records
+
+
 def _read_graph(gm, keep_modules):
     """The FX-form graph of `gm`'s graph and the quantized weights it adds. Without
     `keep_modules` (an exported program) a call_module is export's input guard, dropped,
@@ -366,9 +442,17 @@ def _dequantized_weight(graph, node, weight, source, weights, meta):
 
 
 def _fx_call(graph, node, args, kwargs, order, where):
+    target, args, kwargs, meta = _fx_form(node, args, kwargs, order, where)
+    new = graph.create_node("call_function", target, args, kwargs, name=node.name)
+    new.meta.update(meta)
+    return new
+
+
+def _fx_form(node, args, kwargs, order, where):
+    """(target, args, kwargs, meta) of the FX form of the exported call_function `node`
+    whose arguments, mapped to the FX form's nodes, are `args` and `kwargs`."""
     if node.target is operator.getitem:
-        return graph.create_node("call_function", operator.getitem, args, kwargs,
-                                 name=node.name)
+        return operator.getitem, args, kwargs, {}
     name = aten_name(node.target)
     op = _OPS.get(name)
     if op is None:
@@ -380,13 +464,12 @@ def _fx_call(graph, node, args, kwargs, order, where):
         fx_args, fx_kwargs = op.to_fx(tuple(args), dict(kwargs))
     except (ValueError, TypeError) as e:
         raise ExportError(f"{where}: {name} with these arguments cannot be read: {e}") from None
-    new = graph.create_node("call_function", op.fx, fx_args, fx_kwargs, name=node.name)
-    new.meta["fuselage"] = {ATEN_META: name}
+    meta = {"fuselage": {ATEN_META: name}}
     stack = node.meta.get("nn_module_stack")
     if stack:
         from fuselage._exporter import MODULE_PATH_META
-        new.meta[MODULE_PATH_META] = list(stack.values())[-1][0]
-    return new
+        meta[MODULE_PATH_META] = list(stack.values())[-1][0]
+    return op.fx, fx_args, fx_kwargs, meta
 
 
 def _meta_name(node):
@@ -433,6 +516,7 @@ def _restore_q_dq(gm, exported_only=True):
     program (`exported_only`), or every one (a reference model fuselage's convert wrote)."""
     changed = False
     erased = set()
+    read = set()  # the quantized weights read as int8 / uint8 values
     for node in list(gm.graph.nodes):
         if node in erased:
             continue
@@ -457,7 +541,8 @@ def _restore_q_dq(gm, exported_only=True):
                 continue
             plain = _PLAIN_DTYPES[weight.dtype]
             low, high = _whole_range(plain)
-            ints = add_constant(gm, f"{node.name}_int", weight.int_repr(), node)
+            ints = add_constant(gm, f"{node.name}_int", _stored_values(weight), node)
+            read.add(node.args[0].target)
             if weight.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
                 args = (ints, weight.q_scale(), weight.q_zero_point(), low, high, plain)
                 op = _DEQUANTIZE
@@ -473,7 +558,24 @@ def _restore_q_dq(gm, exported_only=True):
     for node in list(gm.graph.nodes):  # the quantized weights no node reads any more
         if node.op == "get_attr" and not node.users:
             gm.graph.erase_node(node)
+    # ... go: their int8 / uint8 values share their memory (_stored_values), and torch.save
+    # refuses one memory saved as two types.
+    for target in read - {n.target for n in gm.graph.nodes if n.op == "get_attr"}:
+        path, _, name = target.rpartition(".")
+        owner = gm.get_submodule(path) if path else gm
+        if name in owner._buffers:
+            del owner._buffers[name]
     return changed
+
+
+def _stored_values(weight):
+    """weight.int_repr() (a quantized tensor's stored int8 / uint8 values) without the
+    copy where it is contiguous: a plain tensor over the same memory (a copy of resnet50's
+    25 M weights cost 0.15-0.6 s)."""
+    if not weight.is_contiguous():
+        return weight.int_repr()
+    return torch.empty(0, dtype=_PLAIN_DTYPES[weight.dtype]).set_(
+        weight.untyped_storage(), weight.storage_offset(), weight.size(), weight.stride())
 
 
 def _number(gm, value):

@@ -212,12 +212,25 @@ def _write_shape_meta(out, shape, where):
 
 
 class _Exporter:
-    def __init__(self, gm, source=None, tensors=None):
+    def __init__(self, gm, source=None, tensors=None, records=None, read_records=False):
         """`source` is the nn.Module `gm` was traced from (None for a GraphModule given as
         is): where gm holds a plain module at a path where source holds a torch container,
-        the container's class and all its children are written."""
-        self.gm = _packed.unpack_functional_ops(_exported.read_aten(gm))
-        self.runnable = gm  # what PyTorch runs to find shapes (packed ops and all)
+        the container's class and all its children are written. With `records`
+        (to_proto_of_records), `gm` is only the module tree and they are the graph; with
+        `read_records` (no example inputs to trace shapes with), an aten graph's FX form
+        is written from records too (_exported.fx_records)."""
+        self.runnable = original = gm  # what PyTorch runs to find shapes (packed ops and all)
+        if records is None and read_records:
+            # An aten graph (a model fuselage.pt2e gave back) written from its FX form's
+            # records, without building that form in torch.fx (read_aten).
+            unpacked = _packed.unpack_functional_ops(gm)
+            records = _exported.fx_records(unpacked, keep_modules=True)
+            if records is not None:
+                gm = unpacked
+        if records is None:
+            gm = _packed.unpack_functional_ops(_exported.read_aten(gm))
+        self.records = records
+        self.gm = gm
         self.source = source
         # The in-memory handoff (fuselage._core.from_torch): a list collecting the tensors,
         # in the order the file lists them, written as placeholders without bytes; None
@@ -231,13 +244,14 @@ class _Exporter:
         }
         # A prepare_fx model: its root observers move into a container beside the weight
         # plans fuselage convert reads (fuselage._prepared).
-        self.prepared = _prepared.layout(gm)
+        graph_module = isinstance(original, torch.fx.GraphModule)
+        self.prepared = _prepared.layout(original) if graph_module else None
         # The paths of opaque modules (_child_type), written as empty containers naming
         # the module object (OPAQUE_MODULE_ATTR); the nodes calling them are opaque.
         self.opaque_modules = set()
         # call_module target -> name of the first node calling it (for error messages).
         self.callers = {}
-        for node in gm.graph.nodes:
+        for node in original.graph.nodes if graph_module else records:
             if node.op == "call_module":
                 self.callers.setdefault(node.target, node.name)
 
@@ -246,6 +260,10 @@ class _Exporter:
         model.format_version = 1
         model.producer = f"fuselage.export (torch {torch.__version__})"
         self._write_module(self.gm, "", _names.ROOT_TYPE, model.root, 0, self.source)
+        if self.records is not None:
+            for node in self.records:
+                self._write_node(node, model.graph.nodes.add(), None)
+            return model
         shapes = _shape_meta(self.runnable, example_inputs)
         graph, fields = _flatten_structured_inputs(self.gm.graph, example_inputs)
         flattened = {access for accesses in fields.values() for _, access in accesses}
@@ -480,7 +498,17 @@ def to_proto(module, example_inputs=None, tensors=None, non_traceable=None):
     (module names, module classes) traced as leaves (see _Tracer)."""
     gm = _as_graph_module(module, non_traceable)
     source = None if gm is module else module
-    return _Exporter(gm, source, tensors).model(example_inputs)
+    return _Exporter(gm, source, tensors,
+                     read_records=example_inputs is None).model(example_inputs)
+
+
+def to_proto_of_records(root, records, tensors=None):
+    """The model.proto `Model` of the module tree `root` (an nn.Module) and the graph
+    `records`: objects with a torch.fx Node's name, op, target, args, kwargs and meta
+    (args referring to nodes by torch.fx Nodes of those names), in graph order. What
+    to_proto writes for a GraphModule of that tree and graph, without one
+    (fuselage._exported.to_engine); `tensors` as for to_proto."""
+    return _Exporter(root, None, tensors, records).model(None)
 
 
 def _write_atomically(path, data):

@@ -236,7 +236,7 @@ class TreeKeepingGraphModule(DeferredGraphModule):
 
     def __deepcopy__(self, memo):
         shell = torch.nn.Module()
-        shell.__dict__ = copy.deepcopy(self.__dict__, memo)
+        shell.__dict__ = copy.deepcopy(_without_engine_model(self.__dict__), memo)
         return _keep_tree(TreeKeepingGraphModule(shell, shell.__dict__["_graph"]),
                           shell.__dict__)
 
@@ -261,9 +261,24 @@ class TreeKeepingGraphModule(DeferredGraphModule):
                 "model (torch.save).", UserWarning, stacklevel=3)
 
     def __reduce__(self):
-        rebuild, args = super().__reduce__()
-        body = {k: v for k, v in self.__dict__.items() if k != "_graph"}
+        kept = self.__dict__.pop(ENGINE_MODEL_ATTR, None)
+        try:
+            rebuild, args = super().__reduce__()
+        finally:
+            if kept is not None:
+                self.__dict__[ENGINE_MODEL_ATTR] = kept
+        body = {k: v for k, v in _without_engine_model(self.__dict__).items() if k != "_graph"}
         return (_rebuild_keeping_tree, (rebuild, args, body))
+
+
+# The engine's model prepare kept for this very GraphModule (quantize_fx.
+# prepare_with_report's keep_engine_model; it shares the GraphModule's tensors' memory),
+# which a copy does not carry: convert reads the copy back instead.
+ENGINE_MODEL_ATTR = "_fuselage_engine_model"
+
+
+def _without_engine_model(body):
+    return {k: v for k, v in body.items() if k != ENGINE_MODEL_ATTR}
 
 
 def _inline_activation_qparams(gm):

@@ -160,14 +160,15 @@ def _fake_quantize_observer(cls, args, kwargs, what):
     FusedMovingAvgObsFakeQuantize pass the observer their quant_min / quant_max (when both
     are set) and every other keyword; FixedQParamsFakeQuantize builds its observer as
     is."""
+    signature = _signature(cls)
     try:
-        bound = inspect.signature(cls).bind_partial(*args, **kwargs)
+        bound = signature.bind_partial(*args, **kwargs)
     except TypeError as e:
         raise ConfigTranslationError("%s: %s arguments: %s" % (what, cls.__qualname__, e)) \
             from None
     bound.apply_defaults()
     values = dict(bound.arguments)
-    for param in inspect.signature(cls).parameters.values():
+    for param in signature.parameters.values():
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             values.update(values.pop(param.name, {}))
     observer = values.pop("observer", None)
@@ -184,6 +185,18 @@ def _fake_quantize_observer(cls, args, kwargs, what):
             del extra["is_dynamic"]
     inner_cls, inner_args, inner_kwargs = _unwrap(observer, what + " observer")
     return inner_cls, inner_args, {**inner_kwargs, **extra}
+
+
+_signatures = {}
+
+
+def _signature(cls):
+    """inspect.signature(cls), once per observer class (0.2-0.5 ms a call: a qconfig
+    mapping names the same two classes dozens of times)."""
+    signature = _signatures.get(cls)
+    if signature is None:
+        signature = _signatures[cls] = inspect.signature(cls)
+    return signature
 
 
 def _observer_text(factory, what, is_qat=False):
@@ -208,14 +221,15 @@ def _observer_text(factory, what, is_qat=False):
             % (what, cls.__module__, cls.__qualname__,
                ", ".join(sorted(k for k, _ in _KINDS.values()))))
     kind, fields = _KINDS[cls]
+    signature = _signature(cls)
     try:
-        bound = inspect.signature(cls).bind_partial(*args, **kwargs)
+        bound = signature.bind_partial(*args, **kwargs)
     except TypeError as e:
         raise ConfigTranslationError("%s: %s arguments: %s" % (what, kind, e)) from None
     bound.apply_defaults()
     values = dict(bound.arguments)
     # Arguments that land in the constructor's **kwargs are checked like named ones.
-    for param in inspect.signature(cls).parameters.values():
+    for param in signature.parameters.values():
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             values.update(values.pop(param.name, {}))
     if values.get("is_dynamic") is True or values.get("compute_dtype") is not None:

@@ -54,9 +54,13 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from fuselage import _exported
-from fuselage._packed import NOT_CONSTANT, constant_of
+from fuselage import _exported, quantize_fx
 from fuselage.errors import ConfigTranslationError
+
+try:  # the engine, loaded with this module as torchao's flow loads its own
+    from fuselage import _core  # noqa: F401
+except ImportError:  # lower_pt2e_quantized_to_x86 works without it; prepare_pt2e says so
+    pass
 
 __all__ = ["Quantizer", "prepare_pt2e", "prepare_qat_pt2e", "convert_pt2e",
            "lower_pt2e_quantized_to_x86", "lower_to_fuselage"]
@@ -314,17 +318,33 @@ _BUILTIN = {"x86": lambda: (*_x86_configs(), True),
             "xnnpack": lambda: (*_xnnpack_configs(), False)}
 
 
-def _prepare(fx, configs, flow, is_qat=False, always_observed=()):
-    """fuselage's prepare of the FX form `fx` with `configs` (_configs' triple); with
+def _prepare(fx, configs, flow, is_qat=False, always_observed=(), fold_batch_norms=False,
+             keep_engine_model=False):
+    """fuselage's prepare of the FX form `fx` (or the engine's Model of it,
+    _exported.to_engine) with `configs` (_configs' triple); with
     is_qat the mapping's fake-quantizes read as the observers they wrap. The outputs of
-    the nodes named in `always_observed` stay observed for all their readers."""
-    from fuselage import quantize_fx
+    the nodes named in `always_observed` stay observed for all their readers. With
+    `fold_batch_norms` the engine first folds each inference batch norm on constants into
+    the conv before it, as torchao's prepare_pt2e folds them (fuselage._core.
+    fold_batch_norms: w' = w * g / sqrt(v + eps) per output channel, b' = (b - m) /
+    sqrt(v + eps) * g + beta, in PyTorch's float32 order). With `keep_engine_model` the
+    prepared model keeps the engine's (quantize_fx.prepare_with_report), for convert."""
     mapping, backend, per_reader = configs
-    prepared, report = quantize_fx.prepare_with_report(fx, mapping, backend, flow=flow,
-                                                       mapping_is_qat=is_qat)
-    if not per_reader:
-        return prepared
-    return _observed_for_quantized_readers_only(prepared, report, always_observed)
+
+    def for_quantized_readers_only(core, m, report):
+        # As torchao's quantizers quantize a value per reader (an input_qspec_map entry):
+        # the readers the report keeps float, and the graph's output, read the float
+        # value; an op that shares its input's observer (a pool, flatten, cat) is
+        # quantized only after a quantized op, as torchao's int8-in-int8-out ops are. The
+        # FX flow quantizes a quantized op's output for all its readers.
+        core.observe_for_quantized_readers_only(m, report, sorted(always_observed))
+
+    prepared, _ = quantize_fx.prepare_with_report(
+        fx, mapping, backend, flow=flow, mapping_is_qat=is_qat,
+        fold_batch_norms=fold_batch_norms,
+        after_prepare=for_quantized_readers_only if per_reader else None,
+        keep_engine_model=keep_engine_model)
+    return prepared
 
 
 _ATEN_CONVS = ("aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")
@@ -453,46 +473,6 @@ def _prepared_by_torchao(model):
     return any(type(m).__module__.startswith("torchao.") for m in model.modules())
 
 
-def _fold_conv_batch_norm(gm):
-    """Each F.batch_norm (inference) whose input is an F.conv1d/2d/3d read by nothing else,
-    all parameters constants, folded into a new weight and bias of the conv, as torchao's
-    prepare_pt2e folds it: w' = w * g / sqrt(v + eps) per output channel, b' = (b - m) *
-    g / sqrt(v + eps) + beta."""
-    convs = (F.conv1d, F.conv2d, F.conv3d)
-    for bn in list(gm.graph.nodes):
-        if bn.op != "call_function" or bn.target is not F.batch_norm:
-            continue
-        conv = bn.args[0]
-        if not (isinstance(conv, torch.fx.Node) and conv.target in convs and
-                len(conv.users) == 1 and len(bn.args) >= 8 and bn.args[5] is False):
-            continue
-        _, mean, var, gamma, beta, _, _, eps = bn.args[:8]
-        values = [constant_of(gm, a) for a in (conv.args[1], mean, var, gamma, beta)]
-        bias = constant_of(gm, conv.args[2] if len(conv.args) > 2 else None)
-        if any(v is NOT_CONSTANT for v in values) or bias is NOT_CONSTANT:
-            continue
-        weight, mean, var, gamma, beta = values
-        with torch.no_grad():
-            factor = torch.rsqrt(var.float() + eps)
-            if gamma is not None:
-                factor = factor * gamma
-            shape = [-1] + [1] * (weight.dim() - 1)
-            new_weight = weight * factor.reshape(shape)
-            new_bias = (bias if bias is not None else torch.zeros_like(mean)) - mean
-            new_bias = new_bias * factor + (beta if beta is not None else 0)
-        args = list(conv.args) + [None] * max(0, 3 - len(conv.args))
-        args[1] = _exported.add_constant(gm, f"{conv.name}_weight_folded",
-                                         new_weight.detach(), conv)
-        args[2] = _exported.add_constant(gm, f"{conv.name}_bias_folded", new_bias.detach(),
-                                         conv)
-        conv.args = tuple(args)
-        bn.replace_all_uses_with(conv)
-        gm.graph.erase_node(bn)
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    return gm
-
-
 def prepare_pt2e(model, quantizer="x86"):
     """The exported `model` (torch.export's ExportedProgram .module(), or the program)
     with batch norms folded and PyTorch's observers placed by fuselage: a GraphModule the
@@ -500,8 +480,9 @@ def prepare_pt2e(model, quantizer="x86"):
     from fuselage._importer import compile_once
     configs = _configs(quantizer)
     with compile_once(), _collector_paused():
-        fx = _fold_conv_batch_norm(_exported.to_fx_dialect(model)).eval()
-        prepared = _prepare(fx, configs, ("prepare_pt2e", "convert_pt2e"))
+        prepared = _prepare(_exported.to_engine(model), configs,
+                            ("prepare_pt2e", "convert_pt2e"), fold_batch_norms=True,
+                            keep_engine_model=True)
         exported = model.module() if isinstance(model, torch.export.ExportedProgram) else model
         return _finished(_with_outputs_of(prepared, exported))
 
@@ -529,62 +510,6 @@ def _finished(gm):
     return gm.finished() if isinstance(gm, DeferredGraphModule) else gm
 
 
-def _observed_for_quantized_readers_only(prepared, report, always_observed=()):
-    """`prepared` with each observed value quantized only for the readers that are
-    quantized, as torchao's quantizers quantize a value per reader (an input_qspec_map
-    entry): a reader the prepare `report` keeps float (a sigmoid after a conv, an SE
-    block's mul) and the graph's output read the float value, and an observer left with
-    no reader goes. The FX flow quantizes a quantized op's output for all its readers. An op
-    that shares its input's observer (a pool, flatten, cat) is quantized only after a
-    quantized op, as torchao's int8-in-int8-out ops are: after a float one it reads the
-    float value, and its output is observed for its int8 readers alone."""
-    from fuselage._annotate import _observer_of
-    kept_float = {k.node for k in report.kept_float}
-    erased = set()  # the observer modules whose calls went
-
-    def shares(reader, observer):
-        return any(user.op == "call_module" and user.target == observer.target
-                   for user in reader.users)
-
-    for node in list(prepared.graph.nodes):
-        if _observer_of(prepared, node) is None or node.args[0].name in always_observed:
-            continue
-        after_float = node.args[0].name in kept_float
-        for reader in [r for r in node.users if r.op == "output" or r.name in kept_float or
-                       (after_float and shares(r, node))]:
-            reader.replace_input_with(node, node.args[0])
-        if not node.users:
-            prepared.graph.erase_node(node)
-            erased.add(node.target)
-    for target in erased - {n.target for n in prepared.graph.nodes if n.op == "call_module"}:
-        prepared.delete_submodule(target)  # a shared observer's other calls keep it
-    prepared.recompile()
-    return prepared
-
-
-def _fold_quantized_weights(gm):
-    """Each torch.quantize_per_channel / quantize_per_tensor of constants (a weight)
-    computed ahead: a quantized constant in its place."""
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in (torch.quantize_per_channel,
-                                                             torch.quantize_per_tensor):
-            continue
-        values = [constant_of(gm, a) if isinstance(a, torch.fx.Node) else a for a in node.args]
-        if any(v is NOT_CONSTANT for v in values) or not isinstance(values[0], torch.Tensor) or \
-                values[0].is_quantized or node.args[0].op != "get_attr":
-            continue
-        with torch.no_grad():
-            quantized = node.target(*values)
-        constant = _exported.add_constant(gm, f"{node.name}_weight", quantized, node)
-        node.replace_all_uses_with(constant)
-        gm.graph.erase_node(node)
-    for node in list(gm.graph.nodes):
-        if node.op == "get_attr" and not node.users:
-            gm.graph.erase_node(node)
-    gm.recompile()
-    return gm
-
-
 def convert_pt2e(model):
     """A calibrated prepare_pt2e model as torchao's reference form: quantized_decomposed
     q/dq ops around the float aten ops, weights int8 constants. A model torchao prepared
@@ -592,15 +517,14 @@ def convert_pt2e(model):
     converted by torchao's convert_pt2e, batch norms folded. torchao's
     lower_pt2e_quantized_to_x86 lowers it as it lowers its own (see
     _enable_torchao_x86_lowering)."""
-    from fuselage import quantize_fx
     from fuselage._importer import compile_once
     _enable_torchao_x86_lowering()
     if _prepared_by_torchao(model):
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e as torchao_convert
         return torchao_convert(model)
     with compile_once(), _collector_paused():
-        reference = quantize_fx.convert_to_reference_fx(model)
-        _fold_quantized_weights(reference)
+        reference = quantize_fx._convert(model, None, None, None, lower=False,
+                                         fold_weights=True)
         return _finished(_with_outputs_of(_exported.restore_aten(reference, every_q_dq=True),
                                           model))
 

@@ -329,12 +329,20 @@ def prepare_qat_fx(model, qconfig_mapping, example_inputs, prepare_custom_config
 
 def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
                         flow=("prepare_fx", "convert_fx"), mapping_is_qat=None,
-                        non_traceable=None):
+                        non_traceable=None, fold_batch_norms=False, after_prepare=None,
+                        keep_engine_model=False):
     """prepare_fx's GraphModule (prepare_qat_fx's before its fake-quantizes, `is_qat`) and
     fuselage's prepare report (every op kept float, by node name, with the reason). When
     nothing is quantized a UserWarning says why, naming the `flow`'s prepare and convert
     functions. `mapping_is_qat` (default: is_qat) reads the mapping's fake-quantizes as the
-    observers they wrap. `non_traceable`: (module names, module classes) never traced into."""
+    observers they wrap. `non_traceable`: (module names, module classes) never traced into.
+    `fold_batch_norms`: the engine folds each functional batch norm on constants into its
+    conv first (fuselage.pt2e: as torchao's prepare_pt2e). `model` may be the engine's
+    Model already (fuselage._exported.to_engine's), which the call then consumes.
+    `after_prepare(core, model, report)` edits the engine's prepared model before it
+    crosses to torch. With `keep_engine_model` the prepared GraphModule keeps it
+    (sharing its tensors' memory), so convert does not read the graph back
+    (_kept_engine_model)."""
     core = _core()
     fusions = _user_fusions(backend_config, is_qat)
     # With fusers of the user's, the entries for the modules they return are written once
@@ -342,7 +350,10 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     text = _backend_text(backend_config, is_qat, for_fusion=bool(fusions))
     source = _backend_source(backend_config)
     mapping = _mapping_text(qconfig_mapping, is_qat if mapping_is_qat is None else mapping_is_qat)
-    m = core.from_torch(model, non_traceable=non_traceable)
+    m = model if isinstance(model, core.Model) else \
+        core.from_torch(model, non_traceable=non_traceable)
+    if fold_batch_norms:
+        core.fold_batch_norms(m)
     core.fuse(m, config_text=text, config_source=source)
     fused_by_user = None
     if fusions:
@@ -352,7 +363,12 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
     _refuse_fixed_qparams_qconfigs(report, flow[0])
     if report.quantized_ops == 0:
         _warn_nothing_quantized(report, *flow)
-    prepared = core.to_torch(m, consume=True)
+    if after_prepare is not None:
+        after_prepare(core, m, report)
+    keep = keep_engine_model and fused_by_user is None
+    prepared = core.to_torch(m, consume=not keep, share=keep)
+    if keep:
+        prepared.__dict__[ENGINE_MODEL_ATTR] = (m, _graph_signature(prepared))
     if fused_by_user is not None:
         _user_fusers.restore(prepared, fused_by_user)
     setattr(prepared, _BACKEND_TEXT_ATTR, text)
@@ -364,6 +380,56 @@ def prepare_with_report(model, qconfig_mapping, backend_config, is_qat=False,
         _convert_mapping.entries(_mapping_object(qconfig_mapping),
                                  is_qat if mapping_is_qat is None else mapping_is_qat)))
     return prepared, report
+
+
+# The engine's model of a prepared GraphModule, kept by prepare (keep_engine_model) with
+# the signature of the graph it gave (_graph_signature): convert converts a copy of it
+# instead of reading the GraphModule back (_kept_engine_model). A copy of the GraphModule
+# (deepcopy, pickle: fuselage._importer.TreeKeepingGraphModule) does not carry it.
+from fuselage._importer import ENGINE_MODEL_ATTR  # noqa: E402
+
+
+def _graph_signature(gm):
+    """What must not change between prepare and convert for the kept engine model to
+    stand for `gm`: every node's name, op, target and inputs, and the class of every
+    module a node calls."""
+    signature = []
+    for node in gm.graph.nodes:
+        target = node.target if isinstance(node.target, str) else id(node.target)
+        called = type(gm.get_submodule(node.target)) if node.op == "call_module" else None
+        signature.append((node.name, node.op, target, called,
+                          tuple(n.name for n in node.all_input_nodes)))
+    return tuple(signature)
+
+
+def _kept_engine_model(graph_module):
+    """A copy of the engine's model prepare kept for `graph_module` (ENGINE_MODEL_ATTR),
+    with the tensors of the observers it calls as calibration left them; None where there
+    is none or the graph changed since."""
+    kept = graph_module.__dict__.get(ENGINE_MODEL_ATTR)
+    if kept is None:
+        return None
+    model, signature = kept
+    if _graph_signature(graph_module) != signature:
+        return None
+    from fuselage import _modules, _names
+    from fuselage._prepared import _is_observer_module
+
+    updates = []
+    seen = set()
+    for node in graph_module.graph.nodes:
+        if node.op != "call_module" or node.target in seen:
+            continue
+        seen.add(node.target)
+        module = graph_module.get_submodule(node.target)
+        if _is_observer_module(module):
+            contents = _modules.describe(module, _names.module_type_name(type(module)),
+                                         f"module '{node.target}'")
+            updates += [(f"{node.target}.{name}", tensor.detach())
+                        for name, tensor in contents.tensors]
+    m = model.copy()
+    m.set_tensors(updates)
+    return m
 
 
 def _fuse_by_user(core, m, fusions, backend_config, is_qat):
@@ -416,7 +482,10 @@ def _has_observers(graph_module):
 
 
 def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_config, lower,
-             drop_requantizing_quantizes=True):
+             drop_requantizing_quantizes=True, fold_weights=False):
+    """convert_fx / convert_to_reference_fx; with `fold_weights` (fuselage.pt2e's reference
+    form) each quantize of a constant weight is computed by the engine and the reference
+    reads the quantized tensor (fuselage._core.fold_constant_quantizes)."""
     custom = {}
     preserved = _preserved_attributes(convert_custom_config, "convert_custom_config",
                                       custom) + \
@@ -425,7 +494,7 @@ def _convert(graph_module, convert_custom_config, qconfig_mapping, backend_confi
 
     with _quantized_io.converting(graph_module) as io:
         converted = _convert_graph(graph_module, qconfig_mapping, backend_config, lower,
-                                   drop_requantizing_quantizes)
+                                   drop_requantizing_quantizes, fold_weights)
     converted = _custom_modules.finish(graph_module, io.finish(converted), custom)
     from fuselage import _standalone
 
@@ -476,7 +545,7 @@ def _narrow(graph_module, qconfig_mapping):
 
 
 def _convert_graph(graph_module, qconfig_mapping, backend_config, lower,
-                   drop_requantizing_quantizes=True):
+                   drop_requantizing_quantizes=True, fold_weights=False):
     kept_float = set()
     if qconfig_mapping is not None:
         graph_module, kept_float = _narrow(graph_module, qconfig_mapping)
@@ -495,11 +564,19 @@ def _convert_graph(graph_module, qconfig_mapping, backend_config, lower,
     if getattr(graph_module, _QAT_ATTR, False):
         return _convert_qat(core, graph_module, lower, kept_float,
                             drop_requantizing_quantizes)
-    m = _engine_model(core, graph_module)
+    m = _kept_engine_model(graph_module)
+    kept = m is not None
+    if not kept:
+        m = _engine_model(core, graph_module)
     _convert_as_pytorch(core, m)
+    if fold_weights:
+        core.fold_constant_quantizes(m)
     if lower:
         _lower(core, m, graph_module, drop_requantizing_quantizes)
-    return core.to_torch(m, consume=True)
+    # A copy of the kept model shares its buffers with the prepared GraphModule's tensors
+    # (the folded weights): they go over shared, as torchao's reference shares the
+    # prepared model's parameters, where consuming would copy them (94 MB on resnet50).
+    return core.to_torch(m, consume=not kept, share=kept)
 
 
 def _lower(core, model, prepared, drop_requantizing_quantizes=True):

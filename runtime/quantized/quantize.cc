@@ -85,6 +85,23 @@ absl::StatusOr<Tensor> QuantizePerChannel(const Tensor& x, const std::vector<dou
                                          absl::StrCat("zero_points[", c, "]")));
   }
   const float* in = x.data<float>();
+  if (dtype == DType::kQUInt8 || dtype == DType::kQInt8) {
+    // Row by row with the per-tensor loop (vectorized): a weight of 10^7 values (resnet50)
+    // went element by element through an int32 copy.
+    ASSIGN_OR_RETURN(Tensor out,
+                     Tensor::Uninitialized(dtype, x.shape(),
+                                           QuantParams::PerChannel(scales, zero_points, axis)));
+    if (out.numel() == 0) return out;
+    uint8_t* stored = static_cast<uint8_t*>(out.mutable_raw_data());
+    int64_t row = 0;
+    for (int64_t o = 0; o < split.outer; ++o) {
+      for (int64_t c = 0; c < split.channels; ++c, row += split.inner) {
+        QuantizeFloatsTo8Bit(in + row, split.inner, InverseScale(scales[c]), zero_points[c],
+                             dtype, stored + row);
+      }
+    }
+    return out;
+  }
   std::vector<int32_t> q(static_cast<size_t>(x.numel()));
   int64_t i = 0;
   for (int64_t o = 0; o < split.outer; ++o) {
