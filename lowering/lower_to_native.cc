@@ -18,7 +18,7 @@
 #include "lowering/dynamic_lowering.h"
 #include "lowering/float16_lowering.h"
 #include "quantize/qconfig.h"
-#include "runtime/quantized/quantize.h"
+#include "quantize/quantized_constants.h"
 
 namespace fuselage {
 namespace {
@@ -406,9 +406,9 @@ class Lowerer {
   std::vector<Node*> per_channel_quantize_nodes_;
   // The tensors the quantize nodes step 3b folded read (weight, scales, zero points).
   std::vector<std::string> folded_tensor_paths_;
-  // The tensor quantize node `q` makes of the constant float tensor `source` reads, if
-  // its parameters are constants too; nullopt otherwise.
-  std::optional<Tensor> QuantizedConstant(const Node* q, const Tensor& source) const;
+  // The tensor quantize node `q` makes of the constant float tensor it reads, if its
+  // parameters are constants too; nullopt otherwise.
+  std::optional<Tensor> QuantizedConstant(const Node* q) const;
   absl::flat_hash_map<std::tuple<const LoweringRule*, bool, bool>, Symbol> native_targets_;
   // Patterns lowered per rule; by name into the report at the end (a pointer hash per
   // pattern instead of a string-keyed map lookup).
@@ -1108,34 +1108,10 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   return true;
 }
 
-std::optional<Tensor> Lowerer::QuantizedConstant(const Node* q, const Tensor& source) const {
-  if (IsQuantizePerTensor(q)) {
-    auto params = QuantizeParams(gm_, q);
-    if (!params.ok()) return std::nullopt;
-    auto quantized = quantized::QuantizePerTensor(source, params->scale, params->zero_point,
-                                                  params->dtype);
-    if (!quantized.ok()) return std::nullopt;
-    return *std::move(quantized);
-  }
-  // quantize_per_channel(w, get_attr scales, get_attr zero_points, axis, dtype).
-  if (q->num_args() != 5 || !q->arg(3).is_int() || !q->arg(4).is_dtype()) return std::nullopt;
-  std::vector<double> values[2];
-  for (int i = 0; i < 2; ++i) {
-    const Argument& a = q->arg(static_cast<size_t>(i + 1));
-    if (!a.is_node() || a.as_node()->op() != OpKind::kGetAttr) return std::nullopt;
-    const Tensor* t = gm_.FindTensor(a.as_node()->target().name());
-    if (t == nullptr) return std::nullopt;
-    for (int64_t j = 0; j < t->numel(); ++j) {
-      switch (t->dtype()) {
-        case DType::kFloat32: values[i].push_back(t->data<float>()[j]); break;
-        case DType::kInt64: values[i].push_back(static_cast<double>(t->data<int64_t>()[j])); break;
-        default: return std::nullopt;
-      }
-    }
-  }
-  std::vector<int64_t> zero_points(values[1].begin(), values[1].end());
-  auto quantized = quantized::QuantizePerChannel(source, values[0], zero_points,
-                                                 q->arg(3).as_int(), q->arg(4).as_dtype());
+std::optional<Tensor> Lowerer::QuantizedConstant(const Node* q) const {
+  // Parameters the quantize refuses (a zero scale) leave it in the graph, where running
+  // it fails naming the node.
+  absl::StatusOr<std::optional<Tensor>> quantized = fuselage::QuantizedConstant(gm_, q);
   if (!quantized.ok()) return std::nullopt;
   return *std::move(quantized);
 }
@@ -1160,7 +1136,7 @@ absl::Status Lowerer::FoldQuantizedConstants() {
     if (!only_native_functions || tensor == nullptr || tensor->dtype() != DType::kFloat32) {
       continue;
     }
-    std::optional<Tensor> quantized = QuantizedConstant(q, *tensor);
+    std::optional<Tensor> quantized = QuantizedConstant(q);
     if (!quantized.has_value()) continue;  // left as it is: the quantize runs at run time
     const std::string path = gm_.UniqueModulePath(absl::StrCat(source->target().name(), "_quantized"));
     RETURN_IF_ERROR(gm_.SetTensor(path, *std::move(quantized)));
@@ -1252,7 +1228,7 @@ absl::StatusOr<int> Lowerer::LowerDynamicFunctionalLinears() {
                                  IsCall(qw, OpKind::kCallFunction, T().quantize_per_channel);
     const Tensor* w = gm_.FindTensor(qw->arg(0).as_node()->target().name());
     if (!weight_quantize || w == nullptr || w->dtype() != DType::kFloat32) continue;
-    std::optional<Tensor> quantized_weight = QuantizedConstant(qw, *w);
+    std::optional<Tensor> quantized_weight = QuantizedConstant(qw);
     if (!quantized_weight.has_value() || quantized_weight->dtype() != DType::kQInt8) continue;
     Match m{n, nullptr, q->arg(0).as_node(), qw, *std::move(quantized_weight),
             q->arg(2).as_bool(), {n->arg(0).as_node(), q, n->arg(1).as_node(), qw}};
