@@ -583,6 +583,17 @@ std::string GraphModule::UniqueModulePath(absl::string_view hint) {
   }
 }
 
+absl::StatusOr<Node*> GraphModule::InsertConstantBefore(Node* before, absl::string_view hint,
+                                                        Tensor tensor) {
+  const std::string path = UniqueModulePath(hint);
+  RETURN_IF_ERROR(SetTensor(path, std::move(tensor)));
+  NodeSpec get_attr;
+  get_attr.op = OpKind::kGetAttr;
+  get_attr.target = Symbol::Intern(path);
+  get_attr.name = graph_->UniqueName(path);
+  return graph_->InsertBefore(before, std::move(get_attr));
+}
+
 absl::Status GraphModule::Verify(const ModuleSchemaRegistry& schemas) const {
   RETURN_IF_ERROR(graph_->Verify());
   RETURN_IF_ERROR(VerifyModuleTree(*root_, "", schemas, 0));

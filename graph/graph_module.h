@@ -155,6 +155,11 @@ class GraphModule {
   // A module path under `parent` ("" = root) not yet taken, from `hint`. Not const: it
   // advances the per-hint suffix counter that keeps naming many modules linear.
   std::string UniqueModulePath(absl::string_view hint);
+  // Installs `tensor` at UniqueModulePath(hint) and inserts a get_attr node of it, named
+  // after the path, before `before`: how a pass adds a constant it computed (a folded
+  // weight, a quantized one, per-channel parameters). Returns the get_attr node.
+  absl::StatusOr<Node*> InsertConstantBefore(Node* before, absl::string_view hint,
+                                             Tensor tensor);
 
   // Graph::Verify plus: every call_module target resolves to a module of a registered
   // type whose input count fits the node's args, every get_attr resolves to a tensor or

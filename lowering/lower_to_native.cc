@@ -1138,13 +1138,9 @@ absl::Status Lowerer::FoldQuantizedConstants() {
     }
     std::optional<Tensor> quantized = QuantizedConstant(q);
     if (!quantized.has_value()) continue;  // left as it is: the quantize runs at run time
-    const std::string path = gm_.UniqueModulePath(absl::StrCat(source->target().name(), "_quantized"));
-    RETURN_IF_ERROR(gm_.SetTensor(path, *std::move(quantized)));
-    NodeSpec get_attr;
-    get_attr.op = OpKind::kGetAttr;
-    get_attr.target = Symbol::Intern(path);
-    get_attr.name = graph_.UniqueName(path);
-    ASSIGN_OR_RETURN(Node * folded, graph_.InsertBefore(q, std::move(get_attr)));
+    ASSIGN_OR_RETURN(Node * folded,
+                     gm_.InsertConstantBefore(
+                         q, absl::StrCat(source->target().name(), "_quantized"), *std::move(quantized)));
     ASSIGN_OR_RETURN(int rewired, graph_.ReplaceAllUsesWith(q, folded));
     (void)rewired;
     for (const Argument& a : q->args()) {
@@ -1249,13 +1245,9 @@ absl::StatusOr<int> Lowerer::LowerDynamicFunctionalLinears() {
   static const Symbol native_relu = Symbol::Intern("torch.ops.quantized.linear_relu_dynamic");
   for (Match& m : matches) {
     const std::string float_weight(m.weight_quantize->arg(0).as_node()->target().name());
-    const std::string path = gm_.UniqueModulePath(absl::StrCat(float_weight, "_quantized"));
-    RETURN_IF_ERROR(gm_.SetTensor(path, std::move(m.weight)));
-    NodeSpec get_attr;
-    get_attr.op = OpKind::kGetAttr;
-    get_attr.target = Symbol::Intern(path);
-    get_attr.name = graph_.UniqueName(path);
-    ASSIGN_OR_RETURN(Node * weight, graph_.InsertBefore(m.linear, std::move(get_attr)));
+    ASSIGN_OR_RETURN(Node * weight,
+                     gm_.InsertConstantBefore(m.linear, absl::StrCat(float_weight, "_quantized"),
+                                              std::move(m.weight)));
     Argument bias = m.linear->num_args() > 2 ? m.linear->arg(2) : Argument::None();
     if (const Argument* b = m.linear->FindKwarg("bias"); b != nullptr) bias = *b;
     NoteInputsMayDie(m.linear);

@@ -136,13 +136,9 @@ absl::StatusOr<bool> FoldOne(GraphModule& gm, Node* bn) {
   Tensor tensors[2] = {std::move(folded_weight), Tensor::FromFloats({channels}, folded_bias)};
   const char* suffixes[2] = {"_weight_folded", "_bias_folded"};
   for (int i = 0; i < 2; ++i) {
-    const std::string path = gm.UniqueModulePath(absl::StrCat(conv->name(), suffixes[i]));
-    RETURN_IF_ERROR(gm.SetTensor(path, std::move(tensors[i])));
-    NodeSpec get_attr;
-    get_attr.op = OpKind::kGetAttr;
-    get_attr.target = Symbol::Intern(path);
-    get_attr.name = graph.UniqueName(path);
-    ASSIGN_OR_RETURN(conv_args[i], graph.InsertBefore(conv, std::move(get_attr)));
+    ASSIGN_OR_RETURN(conv_args[i],
+                     gm.InsertConstantBefore(conv, absl::StrCat(conv->name(), suffixes[i]),
+                                             std::move(tensors[i])));
   }
   std::vector<Argument> new_args(conv->args().begin(), conv->args().end());
   if (new_args.size() < 3) new_args.resize(3);

@@ -490,13 +490,7 @@ absl::Status ReplacePerChannelObserver(GraphModule& gm, const PerChannelReplacem
                        Tensor::FromFloats({channels}, r.qparams.scales)),
         std::make_pair(absl::StrCat(base, "_zero_point"),
                        Tensor::FromInt64s({channels}, r.qparams.zero_points))}) {
-    const std::string path = gm.UniqueModulePath(hint);
-    RETURN_IF_ERROR(gm.SetTensor(path, tensor));
-    NodeSpec get_attr;
-    get_attr.op = OpKind::kGetAttr;
-    get_attr.target = Symbol::Intern(path);
-    get_attr.name = g.UniqueName(path);
-    ASSIGN_OR_RETURN(Node * attr, g.InsertBefore(observer, std::move(get_attr)));
+    ASSIGN_OR_RETURN(Node * attr, gm.InsertConstantBefore(observer, hint, tensor));
     quantize_args.push_back(attr);
   }
   const Tensor* weight = gm.FindTensor(input->target().name());

@@ -81,13 +81,8 @@ absl::StatusOr<int> FoldConstantQuantizes(GraphModule& gm) {
     }
     ASSIGN_OR_RETURN(std::optional<Tensor> quantized, QuantizedConstant(gm, q));
     if (!quantized.has_value()) continue;
-    const std::string path = gm.UniqueModulePath(absl::StrCat(q->name(), "_weight"));
-    RETURN_IF_ERROR(gm.SetTensor(path, *std::move(quantized)));
-    NodeSpec get_attr;
-    get_attr.op = OpKind::kGetAttr;
-    get_attr.target = Symbol::Intern(path);
-    get_attr.name = graph.UniqueName(path);
-    ASSIGN_OR_RETURN(Node * constant, graph.InsertBefore(q, std::move(get_attr)));
+    ASSIGN_OR_RETURN(Node * constant, gm.InsertConstantBefore(q, absl::StrCat(q->name(), "_weight"),
+                                                              *std::move(quantized)));
     RETURN_IF_ERROR(graph.ReplaceAllUsesWith(q, constant).status());
     RETURN_IF_ERROR(graph.Erase(q));
     ++folded;

@@ -721,5 +721,32 @@ TEST(BuiltinNamespaceTest, QuantizedModuleTypesAreTheNnqNniqAndNnqrOnes) {
   }
 }
 
+// A pass's computed constant: installed at a path not yet taken (the hint, then `_1`,
+// ...: never over a tensor or module already there) and read by a get_attr of that path,
+// inserted before the given node.
+TEST(GraphModuleTest, InsertConstantBeforeTakesAFreshPathAndReadsIt) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* relu = *g.AddCallFunction("torch.relu", {x});
+  ASSERT_TRUE(g.SetOutput(relu).ok());
+  ASSERT_TRUE(gm.SetTensor("w", Tensor::FromFloats({1}, {7.0f})).ok());
+
+  auto first = gm.InsertConstantBefore(relu, "w", Tensor::FromFloats({2}, {1.0f, 2.0f}));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = gm.InsertConstantBefore(relu, "w", Tensor::FromFloats({1}, {3.0f}));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*first)->op(), OpKind::kGetAttr);
+  EXPECT_EQ((*first)->target().name(), "w_1");
+  EXPECT_EQ((*second)->target().name(), "w_2");
+  EXPECT_EQ(gm.FindTensor("w")->data<float>()[0], 7.0f);  // the existing tensor kept
+  EXPECT_EQ(gm.FindTensor("w_1")->data<float>()[1], 2.0f);
+  EXPECT_EQ(gm.FindTensor("w_2")->data<float>()[0], 3.0f);
+  // Both before the relu, in insertion order.
+  EXPECT_EQ((*first)->next(), *second);
+  EXPECT_EQ((*second)->next(), relu);
+  EXPECT_TRUE(gm.Verify().ok()) << gm.Verify();
+}
+
 }  // namespace
 }  // namespace fuselage
