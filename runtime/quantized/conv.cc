@@ -542,26 +542,37 @@ absl::StatusOr<Tensor> QuantizedConvAdd2d(const Tensor& qx, const Tensor& qextra
   }
   RETURN_IF_ERROR(ExpectValidScale(output_scale, op, "output scale"));
   RETURN_IF_ERROR(ExpectValidZeroPoint(output_zero_point, qx.dtype(), op, "output zero_point"));
-  const double x_scale = qx.qparams().scales[0];
-  const float extra_scale = static_cast<float>(qextra.qparams().scales[0]);
+  if (qextra.dtype() != DType::kQUInt8 && qextra.dtype() != DType::kQInt8) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": extra input is ",
+                                                   DTypeName(qextra.dtype()),
+                                                   "; expected quint8 or qint8"));
+  }
   const int64_t extra_zero_point = qextra.qparams().zero_points[0];
-  const std::vector<int32_t> extra = IntValues(qextra);
-  const float inv_scale = InverseScale(output_scale);
+  RETURN_IF_ERROR(ExpectValidZeroPoint(extra_zero_point, qextra.dtype(), op,
+                                       "extra input zero_point"));
   ASSIGN_OR_RETURN(const Accumulators acc, Accumulate(op, call, qx, qweight));
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Uninitialized(qx.dtype(), call.shape,
+                                                     QuantParams::PerTensor(output_scale,
+                                                                            output_zero_point)));
   const float* bias_data = bias ? bias->data<float>() : nullptr;
   const int64_t channels = call.shape[1];
   const int64_t pixels = call.shape[2] * call.shape[3];
-  std::vector<int32_t> q(acc.size());
-  for (size_t i = 0; i < q.size(); ++i) {
-    const int64_t c = (static_cast<int64_t>(i) / pixels) % channels;
-    double conv = static_cast<double>(acc[i]) * x_scale * call.weight_scales[c];
-    if (bias_data) conv += bias_data[c];
-    float sum = static_cast<float>(conv) + DequantizeValue(extra[i], extra_scale, extra_zero_point);
-    if (relu) sum = std::max(sum, 0.0f);
-    q[i] = QuantizeValue(sum, inv_scale, output_zero_point, qx.dtype());
+  const auto* extra = static_cast<const uint8_t*>(qextra.raw_data());
+  auto* dst = static_cast<uint8_t*>(out.mutable_raw_data());
+  // Plane by plane: the float sums of one channel, then their quantization, each a
+  // vectorized loop (kernel_loops.h) with the arithmetic of the element-wise formula.
+  std::vector<float> sums(static_cast<size_t>(pixels));
+  for (int64_t plane = 0; plane * pixels < static_cast<int64_t>(acc.size()); ++plane) {
+    const int64_t c = plane % channels;
+    ConvAddPlaneSums(acc.data() + plane * pixels, extra + plane * pixels, pixels,
+                     qx.qparams().scales[0], call.weight_scales[c],
+                     bias_data ? bias_data[c] : 0.0,
+                     static_cast<float>(qextra.qparams().scales[0]),
+                     static_cast<int32_t>(extra_zero_point), qextra.dtype(), relu, sums.data());
+    QuantizeFloatsTo8Bit(sums.data(), pixels, InverseScale(output_scale), output_zero_point,
+                         qx.dtype(), dst + plane * pixels);
   }
-  return FromIntValues(qx.dtype(), call.shape,
-                       QuantParams::PerTensor(output_scale, output_zero_point), q);
+  return out;
 }
 
 }  // namespace quantized

@@ -257,6 +257,33 @@ void AddDequantized8Bit(const uint8_t* a, const uint8_t* b, int64_t n, const Deq
                             out);
 }
 
+template <typename Extra>
+inline void ConvAddPlaneSumsBody(const int32_t* __restrict acc, const Extra* __restrict extra,
+                                 int64_t n, double x_scale, double w_scale, double bias,
+                                 float extra_scale, int32_t extra_zero_point, bool relu,
+                                 float* __restrict out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double conv = static_cast<double>(acc[i]) * x_scale * w_scale + bias;
+    const float e = extra_scale * static_cast<float>(static_cast<int32_t>(extra[i]) -
+                                                     extra_zero_point);
+    const float sum = static_cast<float>(conv) + e;
+    out[i] = relu ? std::max(sum, 0.0f) : sum;
+  }
+}
+
+FUSELAGE_CLONES
+void ConvAddPlaneSums(const int32_t* acc, const uint8_t* extra, int64_t n, double x_scale,
+                      double w_scale, double bias, float extra_scale, int32_t extra_zero_point,
+                      DType extra_dtype, bool relu, float* out) {
+  if (extra_dtype == DType::kQInt8) {
+    ConvAddPlaneSumsBody(acc, reinterpret_cast<const int8_t*>(extra), n, x_scale, w_scale, bias,
+                         extra_scale, extra_zero_point, relu, out);
+  } else {
+    ConvAddPlaneSumsBody(acc, extra, n, x_scale, w_scale, bias, extra_scale, extra_zero_point,
+                         relu, out);
+  }
+}
+
 // The wrap-around add in unsigned arithmetic (defined), then back to int32.
 inline int32_t WrappingAdd(int32_t a, int32_t b) {
   return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));

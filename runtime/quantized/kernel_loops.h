@@ -82,6 +82,14 @@ void RequantizeQnnpackRow(const int32_t* acc, int64_t n, const int32_t* bias_q,
                           const float* scales, int32_t zero_point, int32_t lo, int32_t hi,
                           DType dtype, uint8_t* out);
 
+// quantized conv2d_add[_relu]'s float sum for one output plane (one image, one channel):
+// out[i] = relu?(float(double(acc[i]) * x_scale * w_scale + bias) +
+// DequantizeValue(extra[i], extra_scale, extra_zero_point)), in that order of operations
+// (QuantizedConvAdd2d's reference arithmetic), extra 8-bit of `extra_dtype`.
+void ConvAddPlaneSums(const int32_t* acc, const uint8_t* extra, int64_t n, double x_scale,
+                      double w_scale, double bias, float extra_scale, int32_t extra_zero_point,
+                      DType extra_dtype, bool relu, float* out);
+
 // out[i] = min(max(x[i], lo), hi) on the stored values (relu, hardtanh, clamp).
 void Clamp8Bit(const uint8_t* x, int64_t n, int32_t lo, int32_t hi, DType dtype, uint8_t* out);
 

@@ -4,6 +4,7 @@
 // included; elementwise_test checks the result against PyTorch's.
 #include "runtime/quantized/kernel_loops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -77,6 +78,41 @@ TEST(KernelLoopsTest, AddGivesTheTablesBytesForEveryPairOfBytes) {
 // functions (a separate build of the same algorithms from the vector ones the cells call):
 // bit for bit, over gate values from -100 to 100. 50 gates per row: whole vector blocks
 // (Sleef's exp) and a tail (libm's) in each sigmoid.
+// conv2d_add's plane loop (vectorized where the CPU allows) against its formula written
+// out element by element in the reference op order: double conv term, float cast, plus the
+// dequantized extra value, relu, for every extra byte of both dtypes.
+TEST(KernelLoopsTest, ConvAddPlaneSumsAreTheElementwiseFormulaBitForBit) {
+  constexpr int64_t kN = 256 * 3;
+  std::vector<int32_t> acc(kN);
+  std::vector<uint8_t> extra(kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    acc[i] = static_cast<int32_t>((i * 7919) % 200003) - 100000;
+    extra[i] = static_cast<uint8_t>(i % 256);
+  }
+  for (DType dtype : {DType::kQUInt8, DType::kQInt8}) {
+    for (bool relu : {false, true}) {
+      for (double bias : {0.0, -0.3125}) {
+        const double x_scale = 0.0173, w_scale = 0.00211;
+        const float e_scale = 0.041f;
+        const int32_t e_zp = dtype == DType::kQInt8 ? -3 : 131;
+        std::vector<float> got(kN);
+        ConvAddPlaneSums(acc.data(), extra.data(), kN, x_scale, w_scale, bias, e_scale, e_zp,
+                         dtype, relu, got.data());
+        for (int64_t i = 0; i < kN; ++i) {
+          const int32_t stored = dtype == DType::kQInt8 ? static_cast<int8_t>(extra[i])
+                                                        : static_cast<int32_t>(extra[i]);
+          double conv = static_cast<double>(acc[i]) * x_scale * w_scale;
+          conv += bias;
+          float want = static_cast<float>(conv) +
+                       e_scale * static_cast<float>(static_cast<int64_t>(stored) - e_zp);
+          if (relu) want = std::max(want, 0.0f);
+          ASSERT_EQ(got[i], want) << "element " << i << " relu " << relu << " bias " << bias;
+        }
+      }
+    }
+  }
+}
+
 TEST(RecurrentCellRowTest, LstmAndGruAreATensFormulasBitForBit) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
     GTEST_SKIP() << "the FMA variants of Sleef need AVX2 and FMA";
