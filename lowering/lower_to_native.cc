@@ -36,6 +36,12 @@ struct Targets {
   Symbol functional_relu = Symbol::Intern("torch.nn.functional.relu");
   Symbol relu_method = Symbol::Intern("relu");
   Symbol relu_module = Symbol::Intern("nn.ReLU");
+  // Clamps to constant bounds, which commute with a quantize (LowerUnderClamp).
+  Symbol clamp_functions[4] = {Symbol::Intern("torch.nn.functional.hardtanh"),
+                               Symbol::Intern("torch.nn.functional.hardtanh_"),
+                               Symbol::Intern("torch.nn.functional.relu6"),
+                               Symbol::Intern("torch.clamp")};
+  Symbol clamp_modules[2] = {Symbol::Intern("nn.ReLU6"), Symbol::Intern("nn.Hardtanh")};
   Symbol add_operator = Symbol::Intern("operator.add");
   Symbol add_function = Symbol::Intern("torch.add");
   Symbol getitem = Symbol::Intern("operator.getitem");
@@ -96,6 +102,23 @@ bool IsRelu(const Node* n, const Module* module) {
   }
   if (n->op() != OpKind::kCallModule) return false;
   return module != nullptr && module->type() == T().relu_module;
+}
+
+// A clamp of its first arg to constant bounds (hardtanh, relu6, torch.clamp, or their
+// modules; `module` as for IsRelu).
+bool IsClamp(const Node* n, const Module* module) {
+  if (n->num_args() < 1 || !n->arg(0).is_node()) return false;
+  if (n->op() == OpKind::kCallFunction) {
+    for (Symbol f : T().clamp_functions) {
+      if (n->target() == f) return true;
+    }
+    return false;
+  }
+  if (n->op() != OpKind::kCallModule || module == nullptr) return false;
+  for (Symbol m : T().clamp_modules) {
+    if (module->type() == m) return true;
+  }
+  return false;
 }
 
 // `a + b` of two nodes (operator.add, or torch.add without alpha / out).
@@ -379,6 +402,14 @@ class Lowerer {
   // rule applies; true if it did (`q` is then erased). An unlowered reference pattern is
   // added to the report.
   absl::StatusOr<bool> LowerPatternAt(Node* q);
+  // LowerPatternAt for a clamp `clamp` between a reference op and its quantize `q`: the
+  // op is lowered under a quantize of q's parameters put between it and the clamp (with
+  // a dequantize after it), so that the clamp then runs on its quantized result. Exact:
+  // quantize is monotone, so quantize(clamp(v)) is the clamp of quantize(v) to the
+  // quantized bounds, which is what the quantized clamp computes. X86InductorQuantizer
+  // observes a conv-hardtanh (mobilenet's relu6) after the clamp only, leaving
+  // dq -> conv -> hardtanh -> q. Nothing changes if the op does not lower.
+  absl::Status LowerUnderClamp(Node* q, Node* clamp);
   // The native target of a function rule (its add / relu variant), interned once per
   // rule and pass.
   Symbol NativeTarget(const LoweringRule& rule, bool add, bool relu);
@@ -1024,11 +1055,38 @@ absl::Status Lowerer::LowerPatterns() {
   return absl::OkStatus();
 }
 
+absl::Status Lowerer::LowerUnderClamp(Node* q, Node* clamp) {
+  Node* op = clamp->arg(0).as_node();
+  if (clamp->num_users() != 1 || op->num_users() != 1 || !HasDequantizedInput(op) ||
+      IsRelu(op, ModuleOf(op)) || IsClamp(op, ModuleOf(op)) || q->arg(1).is_node() ||
+      q->arg(2).is_node() || q->arg(3).is_node()) {
+    return absl::OkStatus();
+  }
+  NodeSpec quantize{OpKind::kCallFunction, T().quantize_per_tensor,
+                    NodeArgs({Argument(op), q->arg(1), q->arg(2), q->arg(3)})};
+  ASSIGN_OR_RETURN(Node* under, graph_.InsertBefore(clamp, std::move(quantize)));
+  NodeSpec dequantize{OpKind::kCallMethod, T().dequantize_method, NodeArgs({Argument(under)})};
+  ASSIGN_OR_RETURN(Node* dequantized, graph_.InsertBefore(clamp, std::move(dequantize)));
+  RETURN_IF_ERROR(graph_.SetArg(clamp, 0, dequantized));
+  const size_t unlowered = report_.unlowered.size();
+  ASSIGN_OR_RETURN(const bool lowered, LowerPatternAt(under));
+  if (lowered) return absl::OkStatus();
+  // The op stays as it was; its reason is the clamp's pattern's to give.
+  report_.unlowered.resize(unlowered);
+  RETURN_IF_ERROR(graph_.SetArg(clamp, 0, op));
+  RETURN_IF_ERROR(graph_.Erase(dequantized));
+  return graph_.Erase(under);
+}
+
 absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   Node* r = q->arg(0).as_node();
   // r's module, resolved once for the relu check, its rule key and its rules (a path
   // lookup in a module tree of up to 10^6 modules each time).
   Module* const r_module = ModuleOf(r);
+  if (IsClamp(r, r_module) && !r->arg(0).as_node()->args().empty() &&
+      !HasDequantizedInput(r)) {
+    RETURN_IF_ERROR(LowerUnderClamp(q, r));
+  }
   // Candidates: (an add and any relu after it absorbed into the op under the add, either
   // arg), (a relu absorbed into the op under it), then the op itself.
   struct Candidate {

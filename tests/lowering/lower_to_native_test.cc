@@ -725,6 +725,62 @@ TEST(LowerToNativeTest, FunctionalConvUsesQuantizedInputAndWeight) {
   EXPECT_EQ(*conv->FindKwarg("output_zero_point"), Argument::Int(2));
 }
 
+// F.conv2d -> F.hardtanh(0, 6) -> quantize (X86InductorQuantizer's conv-hardtanh, observed
+// after the clamp): the conv lowers under a quantize of the same parameters and the
+// hardtanh runs on its int8 result; the clamp's own quantize goes (it passes its input's
+// parameters through).
+TEST(LowerToNativeTest, FunctionalConvUnderAHardtanhLowersAndTheClampRunsQuantized) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetTensor("w", Floats({1, 1, 1, 1}, {0.5f})).ok());
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
+  Node* w_q = *g.AddCallFunction("torch.quantize_per_tensor",
+                                 {*g.AddGetAttr("w"), Argument::Float(0.01), Argument::Int(0),
+                                  Argument::Dtype(DType::kQInt8)});
+  Node* conv = *g.AddCallFunction("torch.nn.functional.conv2d",
+                                  {Dequantize(g, x_q), Dequantize(g, w_q), Argument::None()});
+  Node* clamp = *g.AddCallFunction("torch.nn.functional.hardtanh",
+                                   {conv, Argument::Float(0.0), Argument::Float(6.0)});
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, clamp, 6.0 / 255, 0))).ok());
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.lowered_per_rule.at("functional-conv2d"), 1) << report.ToString();
+  EXPECT_TRUE(report.unlowered.empty()) << report.ToString();
+  ASSERT_EQ(Count(g, OpKind::kCallFunction, "torch.ops.quantized.conv2d"), 1) << Listing(g);
+  const Node* native = clamp->arg(0).as_node();
+  EXPECT_EQ(native->target().name(), "torch.ops.quantized.conv2d");
+  EXPECT_EQ(native->arg(0), Argument(x_q));
+  EXPECT_EQ(*native->FindKwarg("output_scale"), Argument::Float(6.0 / 255));
+  EXPECT_EQ(*native->FindKwarg("output_zero_point"), Argument::Int(0));
+  // Only the input's quantize is left; the output dequantizes the clamp directly.
+  EXPECT_EQ(Count(g, OpKind::kCallFunction, "torch.quantize_per_tensor"), 1) << Listing(g);
+  EXPECT_EQ(g.output()->arg(0).as_node()->arg(0), Argument(clamp));
+}
+
+// A clamp over an op no rule lowers (a float sub of a dequantized value and a constant
+// tensor) leaves the graph as it was, with nothing reported: the quantize after the clamp
+// ends no reference pattern, as before the clamp was looked through.
+TEST(LowerToNativeTest, ClampOverAnOpThatDoesNotLowerLeavesTheGraphAsItWas) {
+  GraphModule gm;
+  ASSERT_TRUE(gm.SetTensor("c", Floats({1}, {0.5f})).ok());
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
+  Node* op = *g.AddCallFunction("torch.sub", {Dequantize(g, x_q), *g.AddGetAttr("c")});
+  Node* clamp = *g.AddCallFunction("torch.nn.functional.hardtanh",
+                                   {op, Argument::Float(0.0), Argument::Float(6.0)});
+  ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, clamp, 6.0 / 255, 0))).ok());
+  const std::string before = Listing(g);
+
+  auto rules = NativeRules();
+  ASSERT_OK_AND_ASSIGN(report, LowerToNative(gm, *rules));
+  ASSERT_TRUE(gm.Verify().ok()) << gm.Verify();
+  EXPECT_EQ(report.total_lowered(), 0);
+  EXPECT_EQ(Listing(g), before);
+  EXPECT_TRUE(report.unlowered.empty()) << report.ToString();
+}
+
 // getitem over a packed tuple is seen through.
 // F.conv2d read only by a residual add (+ relu) whose other input is dequantized: one
 // conv2d_add_relu reading both quantized, at the add's place (the residual is computed

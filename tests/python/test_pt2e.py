@@ -150,6 +150,33 @@ def test_a_reference_lowers_to_fuselages_native_ops_at_the_references_error():
         assert _sqnr(want, back(x)[0]) >= _sqnr(want, reference_out) - 0.5
 
 
+def test_mobilenets_conv_relu6_pairs_lower_to_native_convs_with_the_clamp_on_int8():
+    # X86InductorQuantizer observes conv -> hardtanh(0, 6) after the clamp only, so the
+    # reference is dq -> conv -> hardtanh -> q: every one of mobilenet_v2's 52 convs lowers
+    # (the 35 under a relu6 with the clamp then run on its int8 result; they once stayed
+    # float, the weight dequantized at every run: 7x slower than PyTorch's onednn model),
+    # and the lowered model's output is the reference's within the error of integer
+    # arithmetic.
+    model = _model("mobilenet_v2")
+    x = torch.randn(2, 3, 64, 64)
+    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "x86")
+    with torch.no_grad():
+        prepared(x)
+        reference = fuselage.pt2e.convert_pt2e(prepared)
+        want, reference_out = model(x), _first(reference(x))
+    lowered = fuselage.pt2e.lower_to_fuselage(reference, (x,))
+    from fuselage import _core
+    got = torch.from_numpy(_core.run(lowered, [x.numpy()])[0])
+    back = _core.to_torch(lowered)
+    calls = collections.Counter(
+        str(n.target) if n.op == "call_function" else type(back.get_submodule(n.target)).__name__
+        for n in back.graph.nodes if n.op in ("call_function", "call_module"))
+    assert calls["quantized.conv2d"] == 42 and calls["ConvAdd2d"] == 10
+    assert calls["aten.conv2d.default"] + calls["torch.nn.functional.conv2d"] == 0
+    assert sum(v for k, v in calls.items() if "hardtanh" in k) == 35
+    assert _sqnr(want, got) >= _sqnr(want, reference_out) - 0.5
+
+
 def _torchao_flow(model, x, quantizer):
     """torchao's own prepare_pt2e / convert_pt2e with `quantizer`, calibrated on `x`."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
