@@ -20,6 +20,12 @@ activations, int8 weights per channel, MinMax): end-to-end wall time of each qua
 call (reading the file, calibration, writing the QDQ model), SQNR of each QDQ model run by
 ONNX Runtime against the float model, and ORT's inference of each at one thread (median of
 5, graph optimization EXTENDED). Torch runs on one thread too.
+
+First, the floor of any MinMax calibration on this machine: the model's float multiply-adds
+(its convs' and Gemms' / MatMuls', from ONNX's inferred shapes) times the samples, over
+the machine's float32 matmul rate (torch.mm of 2048 x 2048, one thread and all threads):
+calibration must run every sample's float forward, and a forward cannot compute faster
+than the machine multiplies matrices.
 """
 
 import argparse
@@ -100,6 +106,51 @@ def run_timed(path, x):
     return out, statistics.median(times)
 
 
+def float_multiply_adds(path):
+    """The multiply-adds of one forward of the ONNX model at `path`: each Conv's output
+    elements times its weight's per-output-channel size, each Gemm / MatMul's rows times
+    its constant weight's size."""
+    import onnx
+    model = onnx.shape_inference.infer_shapes(onnx.load(path))
+    graph = model.graph
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in (*graph.value_info, *graph.output, *graph.input)}
+    weights = {t.name: list(t.dims) for t in graph.initializer}
+    total = 0
+    for node in graph.node:
+        weight = weights.get(node.input[1]) if len(node.input) > 1 else None
+        if weight is None or node.op_type not in ("Conv", "Gemm", "MatMul"):
+            continue
+        out = shapes[node.output[0]]
+        if node.op_type == "Conv":
+            total += int(np.prod(out)) * int(np.prod(weight[1:]))
+        else:
+            total += int(np.prod(out[:-1])) * int(np.prod(weight))
+    return total
+
+
+def matmul_gflops(threads, n=2048, repeat=5):
+    """This machine's float32 matmul rate on `threads` threads (median of `repeat`)."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - started)
+    torch.set_num_threads(1)
+    return 2 * n ** 3 / statistics.median(times) / 1e9
+
+
+def print_floor(float_path, samples):
+    flops = 2 * float_multiply_adds(float_path)
+    one, every = matmul_gflops(1), matmul_gflops(os.cpu_count())
+    print(f"floor: {flops / 1e9:.2f} GFLOP per forward; float32 matmul {one:.1f} GFLOPS on one "
+          f"thread, {every:.1f} on {os.cpu_count()}; {samples} forwards take at least "
+          f"{samples * flops / (every * 1e9):.2f} s")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50")
@@ -121,6 +172,7 @@ def main():
         want, float_s = run_timed(float_path, x)
         print(f"{args.model} {args.size}x{args.size}, {args.samples} samples; ORT float "
               f"inference {float_s * 1e3:.1f} ms")
+        print_floor(float_path, args.samples)
         print("| flow | quantize wall s | CPU s | SQNR (ORT runs it) | ORT int8 inference ms |")
         print("| --- | --- | --- | --- | --- |")
         cli_label = f"fuselage CLI (C++), --threads={args.cli_threads}"
