@@ -2,7 +2,7 @@
 against the float model, side by side.
 
     PYTHONPATH=python $(bash tools/pytorch2_env.sh | tail -n 1) bench/pt2e_vs_torchao.py \
-        [--models mobilenet_v2,resnet18] [--synthetic 1000,10000]
+        [--models mobilenet_v2,resnet18] [--synthetic 1000,10000] [--floor]
 
 With --synthetic, the synthetic networks of bench/synthetic_network.h (written by
 bazel-bin/bench/write_synthetic: build it first) instead, exported at 1x8x8x8: prepare +
@@ -102,6 +102,25 @@ def lowering(reference, x, torchao_too):
     return f"{ours_s:.3f}", f"{theirs_s:.2f}", same
 
 
+def codegen_floor(name, model, x):
+    """torch.fx's code generation of fuselage's prepared and reference GraphModules of
+    `model` (GraphModule.recompile, median of 5): what any prepare + convert that returns
+    torch.fx GraphModules pays, whatever builds their graphs."""
+    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)).module(), "x86")
+    prepared(x)
+    reference = fuselage.pt2e.convert_pt2e(prepared)
+    figures = []
+    for gm in (prepared, reference):
+        times = []
+        for _ in range(5):
+            gc.collect()
+            started = time.perf_counter()
+            gm.recompile()
+            times.append(time.perf_counter() - started)
+        figures.append(f"{len(gm.graph.nodes)} nodes {sorted(times)[2]:.4f} s")
+    print(f"{name}: torch.fx code generation: prepared {figures[0]}, reference {figures[1]}")
+
+
 def synthetic(sizes):
     import subprocess
     import tempfile
@@ -127,6 +146,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=MODELS)
     parser.add_argument("--synthetic", help="synthetic network sizes in nodes, comma-separated")
+    parser.add_argument("--floor", action="store_true",
+                        help="also torch.fx's code generation of both GraphModules per model")
     args = parser.parse_args()
     if args.synthetic:
         return synthetic(args.synthetic)
@@ -150,6 +171,9 @@ def main():
             lowered = lowering(theirs if theirs is not None else ours, x, theirs is not None)
         print(f"| {name} | {ours_db} | {theirs_db} | {ours_s:.2f} | {theirs_s} | "
               + " | ".join(lowered) + " |", flush=True)
+        if args.floor:
+            with torch.no_grad():
+                codegen_floor(name, model, x)
 
 
 if __name__ == "__main__":
