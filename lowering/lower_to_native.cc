@@ -1190,12 +1190,11 @@ absl::Status Lowerer::FoldQuantizedConstants() {
                               (dead_dequantize || (user->op() == OpKind::kCallFunction &&
                                                    user->FindMeta(kOutputQParamsMeta) != nullptr));
     }
-    const Tensor* tensor = gm_.FindTensor(source->target().name());
-    if (!only_native_functions || tensor == nullptr || tensor->dtype() != DType::kFloat32) {
-      continue;
-    }
+    if (!only_native_functions) continue;
+    // nullopt (not a float32 constant, or parameters that are not): left as it is, the
+    // quantize runs at run time.
     std::optional<Tensor> quantized = QuantizedConstant(q);
-    if (!quantized.has_value()) continue;  // left as it is: the quantize runs at run time
+    if (!quantized.has_value()) continue;
     ASSIGN_OR_RETURN(Node * folded,
                      gm_.InsertConstantBefore(
                          q, absl::StrCat(source->target().name(), "_quantized"), *std::move(quantized)));
@@ -1275,13 +1274,9 @@ absl::StatusOr<int> Lowerer::LowerDynamicFunctionalLinears() {
     // The bias (arg 2 or keyword): absent, None or a node.
     bool bias_ok = true;
     for (const Kwarg& kw : n->kwargs()) bias_ok = bias_ok && kw.first.name() == "bias";
-    if (!bias_ok || !qw->arg(0).is_node() || qw->arg(0).as_node()->op() != OpKind::kGetAttr) {
-      continue;
-    }
-    const bool weight_quantize = IsQuantizePerTensor(qw) ||
-                                 IsCall(qw, OpKind::kCallFunction, T().quantize_per_channel);
-    const Tensor* w = gm_.FindTensor(qw->arg(0).as_node()->target().name());
-    if (!weight_quantize || w == nullptr || w->dtype() != DType::kFloat32) continue;
+    if (!bias_ok) continue;
+    // nullopt unless qw is a quantize (per tensor or channel) of a float32 constant by
+    // constant parameters.
     std::optional<Tensor> quantized_weight = QuantizedConstant(qw);
     if (!quantized_weight.has_value() || quantized_weight->dtype() != DType::kQInt8) continue;
     Match m{n, nullptr, q->arg(0).as_node(), qw, *std::move(quantized_weight),
