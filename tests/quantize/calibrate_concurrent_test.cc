@@ -18,36 +18,17 @@
 #include "quantize/observers.h"
 #include "quantize/prepare.h"
 #include "runtime/builtin_kernels.h"
+#include "tests/patterns/test_models.h"
 
 namespace fuselage {
 namespace {
 
-// nn.Conv2d `in` → `out`, k x k, padding k / 2, seeded uniform weights in [-1, 1).
-std::unique_ptr<Module> Conv(int64_t in, int64_t out, int64_t k, uint32_t seed) {
-  std::mt19937 engine(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> w(static_cast<size_t>(out * in * k * k)), b(static_cast<size_t>(out));
-  for (float& v : w) v = uniform(engine);
-  for (float& v : b) v = uniform(engine);
-  auto conv = std::make_unique<Module>("nn.Conv2d");
-  conv->SetTensor("weight", Tensor::FromFloats({out, in, k, k}, w));
-  conv->SetTensor("bias", Tensor::FromFloats({out}, b));
-  conv->SetAttribute("in_channels", Argument::Int(in));
-  conv->SetAttribute("out_channels", Argument::Int(out));
-  conv->SetAttribute("kernel_size", Argument::Ints({k, k}));
-  conv->SetAttribute("stride", Argument::Ints({1, 1}));
-  conv->SetAttribute("padding", Argument::Ints({k / 2, k / 2}));
-  conv->SetAttribute("dilation", Argument::Ints({1, 1}));
-  conv->SetAttribute("groups", Argument::Int(1));
-  conv->SetAttribute("padding_mode", Argument::String("zeros"));
-  return conv;
-}
-
 // x [1, 3, 8, 8] → conv1 → relu → conv2 (+ conv1's output) → output.
 std::unique_ptr<GraphModule> BuildModel() {
   auto gm = std::make_unique<GraphModule>();
-  EXPECT_TRUE(gm->SetModule("conv1", Conv(3, 4, 3, 1)).ok());
-  EXPECT_TRUE(gm->SetModule("conv2", Conv(4, 4, 1, 2)).ok());
+  std::mt19937 rng(1);
+  EXPECT_TRUE(gm->SetModule("conv1", testing::Conv2dModule(rng, 3, 4, 3)).ok());
+  EXPECT_TRUE(gm->SetModule("conv2", testing::Conv2dModule(rng, 4, 4, 1)).ok());
   Graph& g = gm->graph();
   Node* x = *g.AddPlaceholder("x");
   Node* c1 = *g.AddCallModule("conv1", {x});
