@@ -78,6 +78,24 @@ char* MapHugePageAligned(size_t length) {
 #endif
 }
 
+// Faults in the `length` bytes at `data` in one call (Linux 5.14's MADV_POPULATE_WRITE; on an
+// older kernel the call fails and the pages fault in as they are written). A buffer of
+// its own is written whole right away (the tensor's every element), and populating it
+// costs less than the page faults it replaces: resnet50's folded conv weights (94 MB) took
+// 0.032-0.044 s instead of 0.057 s on this project's VM. The shared regions below stay
+// faulted in as they are carved.
+void PopulateForWriting(char* data, size_t length) {
+#if defined(__linux__)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // linux/mman.h since 5.14; glibc's headers may lack it
+#endif
+  (void)madvise(data, length, MADV_POPULATE_WRITE);
+#else
+  (void)data;
+  (void)length;
+#endif
+}
+
 void Unmap(char* data, size_t length) {
 #if defined(__linux__)
   munmap(data, length);
@@ -254,7 +272,10 @@ TensorBuffer* TensorBuffer::Allocate(size_t size) {
   if (size >= kHugePageBytes) {
     size_t length = (size + PageSize() - 1) / PageSize() * PageSize();
     char* data = MappingCache::Get().Take(length, &length);
-    if (data == nullptr) data = MapHugePageAligned(length);
+    if (data == nullptr) {
+      data = MapHugePageAligned(length);
+      if (data != nullptr) PopulateForWriting(data, length);
+    }
     if (data != nullptr) {
       TensorBuffer* buffer = NewExternal(size, Storage::kMapped, data);
       buffer->external()->mapped_length = length;
