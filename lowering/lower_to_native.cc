@@ -1074,8 +1074,8 @@ absl::Status Lowerer::LowerUnderClamp(Node* q, Node* clamp) {
   // The op stays as it was; its reason is the clamp's pattern's to give.
   report_.unlowered.resize(unlowered);
   RETURN_IF_ERROR(graph_.SetArg(clamp, 0, op));
-  RETURN_IF_ERROR(graph_.Erase(dequantized));
-  return graph_.Erase(under);
+  RETURN_IF_ERROR(EraseNode(dequantized));
+  return EraseNode(under);
 }
 
 absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
@@ -1083,8 +1083,7 @@ absl::StatusOr<bool> Lowerer::LowerPatternAt(Node* q) {
   // r's module, resolved once for the relu check, its rule key and its rules (a path
   // lookup in a module tree of up to 10^6 modules each time).
   Module* const r_module = ModuleOf(r);
-  if (IsClamp(r, r_module) && !r->arg(0).as_node()->args().empty() &&
-      !HasDequantizedInput(r)) {
+  if (IsClamp(r, r_module) && !HasDequantizedInput(r)) {
     RETURN_IF_ERROR(LowerUnderClamp(q, r));
   }
   // Candidates: (an add and any relu after it absorbed into the op under the add, either
