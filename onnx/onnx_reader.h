@@ -19,6 +19,17 @@
 //   Flatten, Reshape     torch.flatten / torch.reshape (a constant target shape)
 //   Concat, Transpose    torch.cat, torch.permute; ReduceMean torch.mean
 //   Identity, Dropout    nothing (the input passes on); Constant a constant
+//   Pad (constant)       torch.nn.functional.pad; Slice (step 1) torch.narrow per axis
+//   Split                torch.split and an operator.getitem per output
+//   Resize               torch.nn.functional.interpolate: nearest (asymmetric, floor),
+//                          linear (half_pixel, pytorch_half_pixel, align_corners)
+//   Squeeze, Unsqueeze   torch.reshape to the static shape they give
+//   Shape                a constant (shapes are static)
+//
+// Shape arithmetic is folded as the graph is read (onnx/onnx_fold.h): a node whose inputs
+// are all constants -- Gather, Cast, Range, ConstantOfShape, Equal, Where, ... (ops read
+// only on constants) and Add, Concat, Slice, Unsqueeze, ... of constants -- becomes the
+// constant it computes, as torch.onnx writes a model traced at one input shape.
 //
 // Initializers a module does not take become buffers of the root (get_attr). Shapes are
 // static: the graph inputs' shapes are fixed and every value's shape is inferred as the
@@ -27,7 +38,8 @@
 //
 // Bad input — a malformed or truncated file, an op or domain fuselage does not read, an
 // opset outside [kOnnxMinOpset, kOnnxMaxOpset], external data, an attribute value the
-// mapping cannot express — is an error status naming the node (or initializer, or graph
+// mapping cannot express, a hostile shape (a tensor larger than 2^28 elements is an error,
+// never an allocation) — is an error status naming the node (or initializer, or graph
 // input) and what was expected. Nothing aborts.
 #ifndef FUSELAGE_ONNX_ONNX_READER_H_
 #define FUSELAGE_ONNX_ONNX_READER_H_

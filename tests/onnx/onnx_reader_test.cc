@@ -57,7 +57,9 @@ struct TestModel {
 const std::vector<TestModel>& TestModels() {
   static const auto* models = new std::vector<TestModel>{{"all_ops", {1, 3, 8, 8}},
                                                          {"more_ops", {1, 2, 5, 5}},
-                                                         {"names", {1, 4}}};
+                                                         {"names", {1, 4}},
+                                                         {"fold_ops", {1, 4}},
+                                                         {"shape_ops", {1, 2, 6, 6}}};
   return *models;
 }
 
