@@ -281,23 +281,34 @@ absl::StatusOr<OnnxConstant> Cast(const OnnxConstant& x, int64_t to, absl::strin
     for (int64_t i = 0; i < x.size(); ++i) r.ints.push_back(Get(x, i) != 0.0);
     return r;
   }
-  if (to != kOnnxInt64 && to != kOnnxInt32)
+  // The integer types, as (bits, signed): their values are kept as int64.
+  static const std::map<int64_t, std::pair<int, bool>> kIntegers = {
+      {2, {8, false}}, {3, {8, true}}, {4, {16, false}}, {5, {16, true}},
+      {kOnnxInt32, {32, true}}, {kOnnxInt64, {64, true}}, {12, {32, false}}};
+  const auto it = kIntegers.find(to);
+  if (it == kIntegers.end())
     return Error(where, absl::StrCat("a cast to data type ", to,
-                                     "; fuselage folds casts to FLOAT (1), INT32 (6), INT64 (7) "
-                                     "and BOOL (9)"));
+                                     "; fuselage folds casts to FLOAT, BOOL and the integer "
+                                     "types up to INT64"));
+  const auto [bits, is_signed] = it->second;
   r.type = Type::kInt64;
-  const double lo = to == kOnnxInt32 ? -2147483648.0 : -9223372036854775808.0;
-  const double hi = to == kOnnxInt32 ? 2147483648.0 : 9223372036854775808.0;
   for (int64_t i = 0; i < x.size(); ++i) {
+    uint64_t v;
     if (x.type != Type::kFloat) {
-      r.ints.push_back(x.ints[i]);
-      continue;
+      v = static_cast<uint64_t>(x.ints[i]);
+    } else {
+      const double t = std::trunc(static_cast<double>(x.floats[i]));  // numpy's astype
+      if (!(t >= -9223372036854775808.0 && t < 9223372036854775808.0))
+        return Error(where, absl::StrCat("a cast of ", x.floats[i], " to an integer type that "
+                                         "cannot hold it"));
+      v = static_cast<uint64_t>(static_cast<int64_t>(t));
     }
-    const double v = std::trunc(static_cast<double>(x.floats[i]));  // numpy's astype
-    if (!(v >= lo && v < hi))
-      return Error(where, absl::StrCat("a cast of ", x.floats[i], " to an integer type that "
-                                       "cannot hold it"));
-    r.ints.push_back(static_cast<int64_t>(v));
+    // Narrowed to `bits` as numpy's astype wraps, then sign-extended if signed.
+    if (bits < 64) {
+      v &= (uint64_t{1} << bits) - 1;
+      if (is_signed && (v >> (bits - 1)) != 0) v |= ~((uint64_t{1} << bits) - 1);
+    }
+    r.ints.push_back(Wrap(v));
   }
   return r;
 }

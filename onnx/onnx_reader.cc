@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -14,6 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/file_io.h"
@@ -32,7 +35,7 @@ using onnx_subset::TensorProto;
 using Shape = std::vector<int64_t>;
 
 // The most elements a tensor the reader makes may have (1 GiB of float32) and the highest
-// rank, as the Python importer's MAX_ELEMENTS / MAX_RANK.
+// rank (fuselage.from_onnx refuses larger tensors with these).
 constexpr int64_t kMaxElements = int64_t{1} << 28;
 constexpr int kMaxRank = 8;
 // The largest ONNX file read: protobuf parses at most 2 GiB - 1.
@@ -277,11 +280,12 @@ absl::StatusOr<Value> ReadTensor(const TensorProto& t, const std::string& where)
     std::string location;
     for (const auto& e : t.external_data())
       if (e.key() == "location") location = e.value();
+    // LoadOnnxModel reads external data into raw_data first: a model given as bytes
+    // (or an onnx.ModelProto) has no folder to find it in.
     return absl::UnimplementedError(absl::StrCat(
         where, ": its data is external ('", location,
-        "'); fuselage's C++ reader reads tensors stored in the model file (save it with "
-        "onnx.save(model, path, save_as_external_data=False), or read it with "
-        "fuselage.from_onnx in Python)"));
+        "') and the model was given without its path; read the ONNX file by its path so "
+        "that the data beside it is found"));
   }
   if (t.dims_size() > kMaxRank)
     return absl::InvalidArgumentError(
@@ -1792,6 +1796,82 @@ absl::StatusOr<proto::Model> ConvertOnnx(const onnx_subset::ModelProto& onnx,
   return reader.TakeModel();
 }
 
+// The bytes per element of the ONNX data types the reader reads, 0 for another.
+int64_t ItemSize(int data_type) {
+  switch (data_type) {
+    case TensorProto::FLOAT:
+    case TensorProto::INT32:
+      return 4;
+    case TensorProto::INT64:
+      return 8;
+    case TensorProto::BOOL:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+// Reads each initializer's external data (onnx's save_as_external_data: a file beside the
+// model, named by the `location` key, from `offset` for `length` bytes) into its raw_data,
+// checking that the file exists, stays inside the model's folder `base` and holds the bytes
+// the tensor's shape needs.
+absl::Status ReadExternalData(onnx_subset::GraphProto& graph, const std::string& base) {
+  for (TensorProto& t : *graph.mutable_initializer()) {
+    if (t.data_location() != TensorProto::EXTERNAL) continue;
+    const std::string where = absl::StrCat("initializer '", t.name(), "'");
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& e : t.external_data()) {
+      if (e.key() == "location") location = e.value();
+      if (e.key() == "offset" && !absl::SimpleAtoi(e.value(), &offset))
+        return absl::InvalidArgumentError(absl::StrCat(where, ": external data offset '", e.value(),
+                                                       "' is not a number"));
+      if (e.key() == "length" && !absl::SimpleAtoi(e.value(), &length))
+        return absl::InvalidArgumentError(absl::StrCat(where, ": external data length '", e.value(),
+                                                       "' is not a number"));
+    }
+    // Inside the folder: relative, and no component that climbs out of it.
+    const std::vector<std::string> parts = absl::StrSplit(location, '/');
+    if (location.empty() || location[0] == '/' ||
+        std::find(parts.begin(), parts.end(), "..") != parts.end())
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": external data location '", location, "' is outside the model's folder"));
+    const int64_t item = ItemSize(t.data_type());
+    if (item == 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": external data of data type ", t.data_type(),
+          "; fuselage reads FLOAT, INT64, INT32 and BOOL tensors"));
+    int64_t n = 1;
+    for (int64_t d : t.dims()) {
+      if (d < 0 || (d > 0 && n > kMaxElements / d))
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": a shape of more than ", kMaxElements, " elements (or a negative dimension)"));
+      n *= d;
+    }
+    const int64_t expected = n * item;
+    const std::string path = absl::StrCat(base, "/", location);
+    std::ifstream in(path, std::ios::binary);
+    if (!in.good())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": its external data file '", location,
+                                                     "' is missing (expected at ", path, ")"));
+    if (offset < 0 || (length >= 0 && length != expected))
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": external data offset ", offset, " and length ", length, "; its shape ",
+          "needs ", expected, " bytes"));
+    std::string data(static_cast<size_t>(expected), '\0');
+    in.seekg(offset);
+    in.read(data.data(), expected);
+    if (!in.good() || in.gcount() != expected)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": its external data file '", location, "' holds fewer than the ", expected,
+          " bytes its shape needs from offset ", offset));
+    t.set_raw_data(std::move(data));
+    t.clear_external_data();
+    t.clear_data_location();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onnx) {
@@ -1803,7 +1883,8 @@ absl::StatusOr<proto::Model> OnnxToModelProto(onnx_subset::ModelProto&& onnx) {
 }
 
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view bytes,
-                                                            absl::string_view shown) {
+                                                            absl::string_view shown,
+                                                            const std::string& folder) {
   onnx_subset::ModelProto onnx;
   google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
                                             static_cast<int>(bytes.size()));
@@ -1814,7 +1895,10 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view by
   if (onnx.graph().node_size() == 0 && onnx.graph().output_size() == 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "'", shown, "' is not an ONNX model: it has no graph (an empty or truncated file?)"));
-  auto model = OnnxToModelProto(std::move(onnx));
+  absl::StatusOr<proto::Model> model = [&]() -> absl::StatusOr<proto::Model> {
+    if (!folder.empty()) RETURN_IF_ERROR(ReadExternalData(*onnx.mutable_graph(), folder));
+    return OnnxToModelProto(std::move(onnx));
+  }();
   if (!model.ok())
     return absl::Status(model.status().code(),
                         absl::StrCat("'", shown, "': ", model.status().message()));
@@ -1834,7 +1918,10 @@ absl::StatusOr<std::unique_ptr<GraphModule>> LoadOnnxModel(const std::string& pa
                      buffer = std::move(larger);
                      return buffer.get();
                    }));
-  return ParseOnnxModel(absl::string_view(buffer.get(), length), path);
+  // The folder external data is read from: the file's own.
+  const size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  return ParseOnnxModel(absl::string_view(buffer.get(), length), path, folder);
 }
 
 }  // namespace fuselage

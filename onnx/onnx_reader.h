@@ -1,7 +1,9 @@
-// The C++ ONNX front end: a float ONNX model file read into fuselage's GraphModule, with
-// the same module types, functions, names and node meta as the Python importer
-// (python/fuselage/onnx/_import.py, fuselage.from_onnx) followed by fuselage.export, so
-// `fuselage run model.onnx` and `fuselage quantize model.onnx` need no PyTorch.
+// fuselage's ONNX front end, its one ONNX reader: a float ONNX model file read into
+// fuselage's GraphModule. The CLI reads `.onnx` paths with it (`fuselage run model.onnx`,
+// `fuselage quantize model.onnx` need no PyTorch), and fuselage.from_onnx turns its model
+// into a torch GraphModule (python/fuselage/onnx/_import.py, through the extension). The
+// module types, functions, names and node meta are those the former Python importer wrote
+// (tests/onnx/testdata pins them), i.e. what fuselage.export writes for such a GraphModule.
 //
 // Each ONNX node becomes what torchvision's own models use for it:
 //
@@ -37,7 +39,8 @@
 // `onnx` / `onnx_node` keep each node's ONNX op and node name.
 //
 // Bad input — a malformed or truncated file, an op or domain fuselage does not read, an
-// opset outside [kOnnxMinOpset, kOnnxMaxOpset], external data, an attribute value the
+// opset outside [kOnnxMinOpset, kOnnxMaxOpset], external data missing or outside the
+// model's folder, an attribute value the
 // mapping cannot express, a hostile shape (a tensor larger than 2^28 elements is an error,
 // never an allocation) — is an error status naming the node (or initializer, or graph
 // input) and what was expected. Nothing aborts.
@@ -55,7 +58,7 @@
 
 namespace fuselage {
 
-// The default domain's opsets the reader reads (the Python importer's OPSETS).
+// The default domain's opsets the reader reads.
 inline constexpr int kOnnxMinOpset = 13;
 inline constexpr int kOnnxMaxOpset = 18;
 
@@ -70,11 +73,14 @@ absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onn
 absl::StatusOr<proto::Model> OnnxToModelProto(onnx_subset::ModelProto&& onnx);
 
 // The GraphModule of an ONNX model's bytes (`shown` names it in errors), loaded and verified
-// as a model file is (graph/serialization.h's ModelFromProto).
+// as a model file is (graph/serialization.h's ModelFromProto). Initializers whose data is
+// external (onnx's save_as_external_data) are read from `folder` (a file there, which must
+// exist and hold the bytes the tensor's shape needs); with no folder they are an error.
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view bytes,
-                                                            absl::string_view shown = "model");
+                                                            absl::string_view shown = "model",
+                                                            const std::string& folder = "");
 
-// The GraphModule of the ONNX file at `path`.
+// The GraphModule of the ONNX file at `path`, its external data read from its folder.
 absl::StatusOr<std::unique_ptr<GraphModule>> LoadOnnxModel(const std::string& path);
 
 }  // namespace fuselage
