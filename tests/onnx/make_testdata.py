@@ -1,7 +1,12 @@
 """Writes tests/onnx/testdata: small float ONNX models built with onnx.helper, the model
-file fuselage's Python importer (fuselage.from_onnx, then fuselage.export) makes of each,
-and ONNX Runtime's output on a fixed input. The C++ ONNX reader's tests
-(tests/onnx/onnx_reader_test.cc) compare against these.
+file each reads as (`<name>.python.textproto`) and ONNX Runtime's output on a fixed input.
+The C++ ONNX reader's tests (tests/onnx/onnx_reader_test.cc) compare against these.
+
+The checked-in model files were written by fuselage's former Python importer (an
+independent implementation, removed when the C++ reader became the only one): they pin
+the reader's graphs, names and bytes. This script writes a model file only where none
+exists (a new model's: fuselage.from_onnx's, after checking it runs to ONNX Runtime's
+outputs; read it before checking it in).
 
 Run it with the PyTorch 2 environment's Python (onnx, onnxruntime, torch):
   ~/.cache/fuselage/pytorch2/bin/python tests/onnx/make_testdata.py
@@ -119,7 +124,7 @@ def more_ops_model():
 
 
 def names_model():
-    """ONNX names fuselage's Python importer and torch.fx rename: a graph input named like a
+    """ONNX names fuselage's reader and torch.fx rename: a graph input named like a
     Python builtin, nodes named like builtins, like the output node, alike, with characters
     no identifier has, with a numeric suffix, and with no name."""
     names = ["min", "input", "output", "", "1/weird name.x", "Relu_3", "Relu.3", "x_01", "x"]
@@ -322,7 +327,9 @@ def main():
         gm = fuselage.from_onnx(path)
         with torch.no_grad():
             assert np.allclose(gm(torch.from_numpy(x)).numpy(), expected, atol=1e-5)
-        fuselage.export(gm, (torch.from_numpy(x),), os.path.join(OUT, f"{name}.python.textproto"))
+        golden = os.path.join(OUT, f"{name}.python.textproto")
+        if not os.path.exists(golden):
+            fuselage.export(gm, (torch.from_numpy(x),), golden)
 
 
 if __name__ == "__main__":
