@@ -52,6 +52,9 @@ absl::StatusOr<int64_t> CheckedElements(const Shape& shape, absl::string_view wh
 
 absl::StatusOr<OnnxConstant> Make(Type type, Shape shape, absl::string_view where,
                                   absl::string_view what = "a constant") {
+  if (shape.size() > kMaxFoldRank)
+    return Error(where, absl::StrCat(what, " of rank ", shape.size(), "; fuselage makes tensors "
+                                     "of rank <= ", kMaxFoldRank));
   ASSIGN_OR_RETURN(int64_t n, CheckedElements(shape, where, what));
   OnnxConstant c;
   c.type = type;
@@ -395,7 +398,7 @@ absl::StatusOr<OnnxConstant> Range(const OnnxConstant& start, const OnnxConstant
                                        kMaxFoldElements, " elements"));
     shape[0] = static_cast<int64_t>(count);
     ASSIGN_OR_RETURN(OnnxConstant r, Make(Type::kInt64, shape, where));
-    for (int64_t i = 0; i < shape[0]; ++i) r.ints[i] = s + i * d;
+    for (int64_t i = 0; i < shape[0]; ++i) r.ints[i] = WrapAdd(s, WrapMul(i, d));
     return r;
   }
   const double s = start.floats[0], l = limit.floats[0], d = delta.floats[0];
@@ -675,6 +678,12 @@ absl::StatusOr<OnnxConstant> MatMul(const OnnxConstant& a, const OnnxConstant& b
   if (k != kb)
     return Error(where, absl::StrCat("shapes ", ShapeText(a.shape), " and ", ShapeText(b.shape),
                                      " do not multiply"));
+  // Shape arithmetic multiplies small matrices: a product of more work is refused, not run.
+  constexpr double kMaxMultiplies = double{int64_t{1} << 32};
+  if (static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) > kMaxMultiplies)
+    return absl::UnimplementedError(absl::StrCat(
+        where, ": a product of constants of shapes ", ShapeText(a.shape), " and ",
+        ShapeText(b.shape), "; fuselage folds products of at most 2^32 multiplications"));
   Shape out;
   if (a.shape.size() == 2) out.push_back(m);
   if (b.shape.size() == 2) out.push_back(n);
@@ -712,8 +721,10 @@ bool IsFoldOnlyOp(absl::string_view op_type) {
 }
 
 int64_t SliceRange::count() const {
-  if (step > 0) return end > begin ? (end - begin + step - 1) / step : 0;
-  return begin > end ? (begin - end - step - 1) / -step : 0;
+  // In 128 bits: a step of INT64_MAX or INT64_MIN cannot overflow.
+  const __int128 span = step > 0 ? __int128{end} - begin : __int128{begin} - end;
+  const __int128 stride = step > 0 ? __int128{step} : -__int128{step};
+  return span > 0 ? static_cast<int64_t>((span - 1) / stride + 1) : 0;
 }
 
 SliceRange SliceIndices(int64_t start, int64_t end, int64_t step, int64_t dim) {
@@ -754,6 +765,10 @@ absl::StatusOr<Shape> SqueezeShape(const Shape& shape, const std::vector<int64_t
 
 absl::StatusOr<Shape> UnsqueezeShape(const Shape& shape, const std::vector<int64_t>& axes,
                                      absl::string_view where) {
+  if (shape.size() + axes.size() > kMaxFoldRank)
+    return Error(where, absl::StrCat(axes.size(), " axes inserted into a shape of rank ",
+                                     shape.size(), "; fuselage makes tensors of rank <= ",
+                                     kMaxFoldRank));
   const int64_t rank = static_cast<int64_t>(shape.size() + axes.size());
   std::vector<bool> inserted(rank, false);
   for (int64_t a : axes) {

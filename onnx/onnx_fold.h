@@ -36,6 +36,8 @@ struct OnnxConstant {
 
 // The most elements a folded constant may have (the reader's limit on every tensor).
 inline constexpr int64_t kMaxFoldElements = int64_t{1} << 28;
+// The highest rank of a folded constant (the reader's limit on every tensor).
+inline constexpr size_t kMaxFoldRank = 8;
 
 // True for the ops the reader reads only on constants (shape arithmetic): Gather, Cast,
 // ConstantOfShape, Range, Equal, Where, ... (fuselage.from_onnx's former _FOLD_ONLY).

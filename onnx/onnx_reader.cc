@@ -1372,7 +1372,8 @@ absl::Status Reader::EmitPad(const NodeProto& node, const Attributes& attrs,
   Shape shape = x->shape;
   for (size_t i = 0; i < rank; ++i) {
     // Each pad within the tensor limit first, so the sum cannot overflow.
-    if (std::abs(pads[i]) > kMaxElements || std::abs(pads[rank + i]) > kMaxElements)
+    if (pads[i] < -kMaxElements || pads[i] > kMaxElements || pads[rank + i] < -kMaxElements ||
+        pads[rank + i] > kMaxElements)
       return GuardSize(node, {-1}, "a padded tensor");
     shape[i] += pads[i] + pads[rank + i];
   }
@@ -1858,6 +1859,14 @@ absl::Status ReadExternalData(onnx_subset::GraphProto& graph, const std::string&
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": external data offset ", offset, " and length ", length, "; its shape ",
           "needs ", expected, " bytes"));
+    // The file holds the bytes before they are allocated: a hostile shape is an error,
+    // never an allocation.
+    in.seekg(0, std::ios::end);
+    const int64_t file_size = static_cast<int64_t>(in.tellg());
+    if (offset > file_size || file_size - offset < expected)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": its external data file '", location, "' holds ", file_size,
+          " bytes; its shape needs ", expected, " from offset ", offset));
     std::string data(static_cast<size_t>(expected), '\0');
     in.seekg(offset);
     in.read(data.data(), expected);
