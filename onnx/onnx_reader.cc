@@ -363,14 +363,15 @@ absl::StatusOr<Value> ReadTensor(const TensorProto& t, const std::string& where)
     }
     default:
       v.unreadable = absl::StrCat(where, ": data type ", t.data_type(),
-                                  "; fuselage's C++ reader reads FLOAT, INT64, INT32 and BOOL "
+                                  "; fuselage reads FLOAT, INT64, INT32 and BOOL "
                                   "tensors");
       return v;
   }
 }
 
 // Python's `re.sub(r"[^0-9a-zA-Z_]+", "_", base).strip("_")`, "v" if empty, a leading digit
-// prefixed by "_": the Python importer's names.
+// prefixed by "_": the former Python importer's names (a module's or buffer's name must be
+// a Python attribute name), which tests/onnx/testdata pins.
 std::string Sanitize(const std::string& base) {
   std::string out;
   bool in_run = false;
@@ -393,8 +394,8 @@ std::string Sanitize(const std::string& base) {
   return out;
 }
 
-// The names an nn.Module has (dir(torch.nn.Module()) in torch 2.14): the Python importer's
-// names avoid them (`hasattr(root, name)`), and so do these.
+// The names an nn.Module has (dir(torch.nn.Module()) in torch 2.14): a child or buffer of
+// the root named so would shadow them in the GraphModule fuselage.from_onnx builds.
 const std::set<std::string>& TorchModuleAttributes() {
   static const auto* names = new std::set<std::string>{
       "T_destination", "__annotations__", "__call__", "__class__", "__delattr__", "__dict__",
@@ -462,8 +463,8 @@ const std::set<std::string>& FxIllegalNames() {
   return *names;
 }
 
-// torch.fx's node names (torch.fx.graph._Namespace.create_name, torch 2.14): the names the
-// Python importer's graph, and so its model file, gives each node. A candidate that is a
+// torch.fx's node names (torch.fx.graph._Namespace.create_name, torch 2.14): the names a
+// torch.fx graph of these nodes, and so its model file, gives each node. A candidate that is a
 // valid identifier keeps its numeric suffix; a taken or illegal one gets the next free
 // `base_<n>` counted from the base's last number.
 class FxNamespace {
@@ -666,7 +667,7 @@ class Reader {
     ASSIGN_OR_RETURN(const Value* v, Input(node, i));
     if (v->is_constant())
       return NodeError(node, absl::StrCat("input ", i, " ('", node.input(i),
-                                          "') is a constant; fuselage's C++ reader reads this op "
+                                          "') is a constant; fuselage reads this op "
                                           "on a computed tensor"));
     return v;
   }
@@ -739,7 +740,7 @@ class Reader {
   int64_t opset_;
   onnx_subset::GraphProto* takeable_;
   proto::Model model_;
-  std::set<std::string> names_;  // the Python importer's `fresh` names: modules, buffers
+  std::set<std::string> names_;  // the names given so far to modules and buffers (Fresh)
   FxNamespace fx_;                // node names, as torch.fx gives them
   std::map<std::string, Value> values_;
 };
@@ -1315,8 +1316,8 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> Reader::OptionalInts(const N
   return v->ints;
 }
 
-// An error if a tensor of `shape` would be too large (or has a negative dimension): the
-// Python importer's _guard_size.
+// An error if a tensor of `shape` would be too large (or has a negative dimension): a
+// hostile pad or resize is refused before anything is allocated.
 absl::Status GuardSize(const NodeProto& node, const Shape& shape, absl::string_view what) {
   bool ok = static_cast<int>(shape.size()) <= kMaxRank;
   int64_t n = 1;
