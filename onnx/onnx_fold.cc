@@ -27,30 +27,41 @@ std::string ShapeText(const Shape& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+// Where a fold is, for its errors (the node; it converts to that text), and the most
+// elements a constant it makes may have: what is left of the model's folding budget
+// (FoldOnnxNode's max_elements), so a small file cannot make a large amount of data.
+struct Site {
+  absl::string_view node;
+  int64_t max_elements;
+  operator absl::string_view() const { return node; }  // NOLINT(google-explicit-constructor)
+};
+
 absl::Status Error(absl::string_view where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
 }
 
+// The error for a constant larger than the site allows.
+absl::Status TooLarge(const Site& where, absl::string_view what) {
+  return Error(where, absl::StrCat(what, "; fuselage folds constants of <= ", where.max_elements,
+                                   " elements here (of ", kMaxFoldElements, " at most, and ",
+                                   kFoldBudget, " made per model beyond its initializers)"));
+}
+
 // The element count of `shape`, or an error if a dimension is negative or the count passes
-// kMaxFoldElements (checked as it is multiplied, so it cannot overflow).
-absl::StatusOr<int64_t> CheckedElements(const Shape& shape, absl::string_view where,
+// the site's limit (checked as it is multiplied, so it cannot overflow).
+absl::StatusOr<int64_t> CheckedElements(const Shape& shape, const Site& where,
                                         absl::string_view what) {
   int64_t n = 1;
   for (int64_t d : shape) {
-    if (d < 0 || (d > 0 && n > kMaxFoldElements / d))
-      return Error(where, absl::StrCat(what, " of shape ", ShapeText(shape),
-                                       "; fuselage makes tensors of <= ", kMaxFoldElements,
-                                       " elements"));
+    if (d < 0 || (d > 0 && n > where.max_elements / d))
+      return TooLarge(where, absl::StrCat(what, " of shape ", ShapeText(shape)));
     n *= d;
   }
-  if (n > kMaxFoldElements)
-    return Error(where, absl::StrCat(what, " of shape ", ShapeText(shape),
-                                     "; fuselage makes tensors of <= ", kMaxFoldElements,
-                                     " elements"));
+  if (n > where.max_elements) return TooLarge(where, absl::StrCat(what, " of shape ", ShapeText(shape)));
   return n;
 }
 
-absl::StatusOr<OnnxConstant> Make(Type type, Shape shape, absl::string_view where,
+absl::StatusOr<OnnxConstant> Make(Type type, Shape shape, const Site& where,
                                   absl::string_view what = "a constant") {
   if (shape.size() > kMaxFoldRank)
     return Error(where, absl::StrCat(what, " of rank ", shape.size(), "; fuselage makes tensors "
@@ -131,7 +142,7 @@ using FloatFn = std::function<double(double, double)>;
 using IntFn = std::function<absl::StatusOr<int64_t>(int64_t, int64_t)>;
 absl::StatusOr<OnnxConstant> Binary(const OnnxConstant& a, const OnnxConstant& b,
                                     std::optional<Type> out, const FloatFn& on_float,
-                                    const IntFn& on_int, absl::string_view where) {
+                                    const IntFn& on_int, const Site& where) {
   if (a.type != b.type)
     return Error(where, absl::StrCat("inputs of element types ", TypeName(a.type), " and ",
                                      TypeName(b.type), "; expected one type"));
@@ -162,8 +173,8 @@ absl::StatusOr<int64_t> IntDiv(int64_t a, int64_t b, absl::string_view where) {
 }
 
 absl::StatusOr<OnnxConstant> Arithmetic(const std::string& op, const OnnxConstant& a,
-                                        const OnnxConstant& b, absl::string_view where) {
-  const std::string w(where);
+                                        const OnnxConstant& b, const Site& where) {
+  const std::string w(where.node);
   if (op == "Add")
     return Binary(a, b, std::nullopt, std::plus<double>(),
                   [](int64_t x, int64_t y) -> absl::StatusOr<int64_t> { return WrapAdd(x, y); }, where);
@@ -191,12 +202,12 @@ absl::StatusOr<OnnxConstant> Arithmetic(const std::string& op, const OnnxConstan
   if (op == "Max")
     return Binary(a, b, std::nullopt, [](double x, double y) { return std::isnan(x) || x > y ? x : y; },
                   [](int64_t x, int64_t y) -> absl::StatusOr<int64_t> { return std::max(x, y); }, where);
-  return absl::UnimplementedError(absl::StrCat(where, ": cannot fold ", op));
+  return absl::UnimplementedError(absl::StrCat(where.node, ": cannot fold ", op));
 }
 
 // Pow(X, Y): X's type; Y may be of another (ONNX's T1).
 absl::StatusOr<OnnxConstant> Pow(const OnnxConstant& x, const OnnxConstant& y,
-                                 absl::string_view where) {
+                                 const Site& where) {
   if (x.type == Type::kBool || y.type == Type::kBool)
     return Error(where, "bool inputs; expected numbers");
   ASSIGN_OR_RETURN(Shape shape, Broadcast(x.shape, y.shape, where));
@@ -222,7 +233,7 @@ absl::StatusOr<OnnxConstant> Pow(const OnnxConstant& x, const OnnxConstant& y,
 }
 
 absl::StatusOr<OnnxConstant> Where(const OnnxConstant& cond, const OnnxConstant& x,
-                                   const OnnxConstant& y, absl::string_view where) {
+                                   const OnnxConstant& y, const Site& where) {
   if (cond.type != Type::kBool) return Error(where, "a condition that is not bool");
   if (x.type != y.type)
     return Error(where, absl::StrCat("X of type ", TypeName(x.type), " and Y of type ",
@@ -353,7 +364,7 @@ void CopyElement(const OnnxConstant& src, int64_t from, OnnxConstant& dst, int64
 }
 
 absl::StatusOr<OnnxConstant> Gather(const OnnxConstant& data, const OnnxConstant& indices,
-                                    int64_t axis_attr, absl::string_view where) {
+                                    int64_t axis_attr, const Site& where) {
   const int64_t rank = static_cast<int64_t>(data.shape.size());
   if (rank == 0) return Error(where, "a 0-d data input; expected rank >= 1");
   ASSIGN_OR_RETURN(int64_t axis, Axis(axis_attr, rank, where));
@@ -380,7 +391,7 @@ absl::StatusOr<OnnxConstant> Gather(const OnnxConstant& data, const OnnxConstant
 }
 
 absl::StatusOr<OnnxConstant> Range(const OnnxConstant& start, const OnnxConstant& limit,
-                                   const OnnxConstant& delta, absl::string_view where) {
+                                   const OnnxConstant& delta, const Site& where) {
   for (const OnnxConstant* c : {&start, &limit, &delta})
     if (c->size() != 1 || c->type != start.type || c->type == Type::kBool)
       return Error(where, "start, limit and delta of other than one number each of one type");
@@ -392,10 +403,8 @@ absl::StatusOr<OnnxConstant> Range(const OnnxConstant& start, const OnnxConstant
     const __int128 span = static_cast<__int128>(l) - s;
     __int128 count = span / d + ((span % d != 0) && ((span > 0) == (d > 0)) ? 1 : 0);
     if (count < 0) count = 0;
-    if (count > kMaxFoldElements)
-      return Error(where, absl::StrCat("a range of more than ", kMaxFoldElements,
-                                       " elements; fuselage makes tensors of <= ",
-                                       kMaxFoldElements, " elements"));
+    if (count > where.max_elements)
+      return TooLarge(where, absl::StrCat("a range of more than ", where.max_elements, " elements"));
     shape[0] = static_cast<int64_t>(count);
     ASSIGN_OR_RETURN(OnnxConstant r, Make(Type::kInt64, shape, where));
     for (int64_t i = 0; i < shape[0]; ++i) r.ints[i] = WrapAdd(s, WrapMul(i, d));
@@ -403,9 +412,8 @@ absl::StatusOr<OnnxConstant> Range(const OnnxConstant& start, const OnnxConstant
   }
   const double s = start.floats[0], l = limit.floats[0], d = delta.floats[0];
   const double count = d != 0.0 ? std::ceil((l - s) / d) : INFINITY;
-  if (!std::isfinite(count) || count > kMaxFoldElements)
-    return Error(where, absl::StrCat("a range of ", count, " elements; fuselage makes tensors "
-                                     "of <= ", kMaxFoldElements, " elements"));
+  if (!std::isfinite(count) || count > static_cast<double>(where.max_elements))
+    return TooLarge(where, absl::StrCat("a range of ", count, " elements"));
   shape[0] = std::max<int64_t>(0, static_cast<int64_t>(count));
   ASSIGN_OR_RETURN(OnnxConstant r, Make(Type::kFloat, shape, where));
   for (int64_t i = 0; i < shape[0]; ++i) r.floats[i] = static_cast<float>(s + i * d);
@@ -465,7 +473,7 @@ absl::StatusOr<OnnxConstant> ScalarAttribute(const NodeProto& node, absl::string
 }
 
 absl::StatusOr<OnnxConstant> ConstantOfShape(const NodeProto& node, const OnnxConstant& shape,
-                                             absl::string_view where) {
+                                             const Site& where) {
   ASSIGN_OR_RETURN(std::vector<int64_t> dims, Ints(&shape, where, "shape (input 0)"));
   ASSIGN_OR_RETURN(OnnxConstant value, ScalarAttribute(node, where));
   ASSIGN_OR_RETURN(OnnxConstant r, Make(value.type, dims, where));
@@ -477,7 +485,7 @@ absl::StatusOr<OnnxConstant> ConstantOfShape(const NodeProto& node, const OnnxCo
 }
 
 absl::StatusOr<OnnxConstant> Expand(const OnnxConstant& x, const OnnxConstant& shape,
-                                    absl::string_view where) {
+                                    const Site& where) {
   ASSIGN_OR_RETURN(std::vector<int64_t> target, Ints(&shape, where, "shape (input 1)"));
   for (int64_t d : target)
     if (d < 0) return Error(where, absl::StrCat("a shape ", ShapeText(target), " with a negative entry"));
@@ -488,16 +496,16 @@ absl::StatusOr<OnnxConstant> Expand(const OnnxConstant& x, const OnnxConstant& s
 }
 
 absl::StatusOr<OnnxConstant> Tile(const OnnxConstant& x, const OnnxConstant& repeats,
-                                  absl::string_view where) {
+                                  const Site& where) {
   ASSIGN_OR_RETURN(std::vector<int64_t> reps, Ints(&repeats, where, "repeats (input 1)"));
   if (reps.size() != x.shape.size())
     return Error(where, absl::StrCat(reps.size(), " repeats for an input of rank ", x.shape.size()));
   Shape out = x.shape;
   for (size_t d = 0; d < out.size(); ++d) {
     if (reps[d] < 0) return Error(where, absl::StrCat("a negative repeat ", reps[d]));
-    if (out[d] > 0 && reps[d] > kMaxFoldElements / out[d])
-      return Error(where, absl::StrCat("a tiled constant of more than ", kMaxFoldElements,
-                                       " elements"));
+    if (out[d] > 0 && reps[d] > where.max_elements / out[d])
+      return TooLarge(where, absl::StrCat("a tiled constant of more than ", where.max_elements,
+                                          " elements"));
     out[d] *= reps[d];
   }
   ASSIGN_OR_RETURN(OnnxConstant r, Make(x.type, out, where, "a tiled constant"));
@@ -515,7 +523,7 @@ absl::StatusOr<OnnxConstant> Tile(const OnnxConstant& x, const OnnxConstant& rep
 
 // ReduceSum / ReduceProd over `axes` (all if empty, unless noop_with_empty_axes).
 absl::StatusOr<OnnxConstant> Reduce(const NodeProto& node, const OnnxConstant& x,
-                                    const OnnxConstant* axes_input, absl::string_view where) {
+                                    const OnnxConstant* axes_input, const Site& where) {
   if (x.type == Type::kBool) return Error(where, "a bool input; expected numbers");
   std::vector<int64_t> axes;
   if (axes_input != nullptr) {
@@ -567,7 +575,7 @@ absl::StatusOr<OnnxConstant> Reduce(const NodeProto& node, const OnnxConstant& x
 
 absl::StatusOr<OnnxConstant> Concat(const NodeProto& node,
                                     const std::vector<const OnnxConstant*>& inputs,
-                                    absl::string_view where) {
+                                    const Site& where) {
   if (inputs.empty()) return Error(where, "no inputs; expected at least one");
   const AttributeProto* axis_attr = FindAttribute(node, "axis");
   if (axis_attr == nullptr) return Error(where, "no axis; expected one");
@@ -599,7 +607,7 @@ absl::StatusOr<OnnxConstant> Concat(const NodeProto& node,
 }
 
 absl::StatusOr<OnnxConstant> Transpose(const NodeProto& node, const OnnxConstant& x,
-                                       absl::string_view where) {
+                                       const Site& where) {
   const int64_t rank = static_cast<int64_t>(x.shape.size());
   std::vector<int64_t> perm;
   if (const AttributeProto* a = FindAttribute(node, "perm")) {
@@ -631,7 +639,7 @@ absl::StatusOr<OnnxConstant> Transpose(const NodeProto& node, const OnnxConstant
 
 absl::StatusOr<OnnxConstant> Slice(const OnnxConstant& x,
                                    const std::vector<const OnnxConstant*>& inputs,
-                                   absl::string_view where) {
+                                   const Site& where) {
   const auto input = [&](size_t i) { return i < inputs.size() ? inputs[i] : nullptr; };
   ASSIGN_OR_RETURN(std::vector<int64_t> starts, Ints(input(1), where, "starts (input 1)"));
   ASSIGN_OR_RETURN(std::vector<int64_t> ends, Ints(input(2), where, "ends (input 2)"));
@@ -667,11 +675,11 @@ absl::StatusOr<OnnxConstant> Slice(const OnnxConstant& x,
 }
 
 absl::StatusOr<OnnxConstant> MatMul(const OnnxConstant& a, const OnnxConstant& b,
-                                    absl::string_view where) {
+                                    const Site& where) {
   if (a.type != Type::kFloat || b.type != Type::kFloat || a.shape.empty() || b.shape.empty() ||
       a.shape.size() > 2 || b.shape.size() > 2)
     return absl::UnimplementedError(absl::StrCat(
-        where, ": a product of constants of shapes ", ShapeText(a.shape), " and ",
+        where.node, ": a product of constants of shapes ", ShapeText(a.shape), " and ",
         ShapeText(b.shape), "; fuselage folds float matrices and vectors"));
   const int64_t m = a.shape.size() == 2 ? a.shape[0] : 1, k = a.shape.back();
   const int64_t kb = b.shape[0], n = b.shape.size() == 2 ? b.shape[1] : 1;
@@ -682,7 +690,7 @@ absl::StatusOr<OnnxConstant> MatMul(const OnnxConstant& a, const OnnxConstant& b
   constexpr double kMaxMultiplies = double{int64_t{1} << 32};
   if (static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) > kMaxMultiplies)
     return absl::UnimplementedError(absl::StrCat(
-        where, ": a product of constants of shapes ", ShapeText(a.shape), " and ",
+        where.node, ": a product of constants of shapes ", ShapeText(a.shape), " and ",
         ShapeText(b.shape), "; fuselage folds products of at most 2^32 multiplications"));
   Shape out;
   if (a.shape.size() == 2) out.push_back(m);
@@ -782,9 +790,11 @@ absl::StatusOr<Shape> UnsqueezeShape(const Shape& shape, const std::vector<int64
   return out;
 }
 
-absl::StatusOr<std::vector<OnnxConstant>> FoldOnnxNode(
-    const NodeProto& node, const std::vector<const OnnxConstant*>& inputs,
-    absl::string_view where) {
+namespace {
+
+absl::StatusOr<std::vector<OnnxConstant>> FoldNode(const NodeProto& node,
+                                                   const std::vector<const OnnxConstant*>& inputs,
+                                                   const Site& where) {
   const std::string& op = node.op_type();
   const auto input = [&](size_t i) { return i < inputs.size() ? inputs[i] : nullptr; };
   // The inputs an op needs, present.
@@ -894,8 +904,23 @@ absl::StatusOr<std::vector<OnnxConstant>> FoldOnnxNode(
     RETURN_IF_ERROR(need(2));
     return one(MatMul(*input(0), *input(1), where));
   }
-  return absl::UnimplementedError(absl::StrCat(where, ": fuselage does not fold ", op,
+  return absl::UnimplementedError(absl::StrCat(where.node, ": fuselage does not fold ", op,
                                                " on constants"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<OnnxConstant>> FoldOnnxNode(
+    const NodeProto& node, const std::vector<const OnnxConstant*>& inputs,
+    absl::string_view node_name, int64_t max_elements) {
+  const Site where{node_name, std::min(max_elements, kMaxFoldElements)};
+  ASSIGN_OR_RETURN(std::vector<OnnxConstant> outputs, FoldNode(node, inputs, where));
+  // The folds that copy an input (Neg, Cast, Identity, Squeeze, ...) make no more than it
+  // holds, so they are checked here, after: the budget still bounds the model's work.
+  for (const OnnxConstant& c : outputs)
+    if (c.size() > where.max_elements)
+      return TooLarge(where, absl::StrCat("a constant of shape ", ShapeText(c.shape)));
+  return outputs;
 }
 
 }  // namespace fuselage

@@ -36,6 +36,9 @@ struct OnnxConstant {
 
 // The most elements a folded constant may have (the reader's limit on every tensor).
 inline constexpr int64_t kMaxFoldElements = int64_t{1} << 28;
+// The elements of constants a model's folds may make beyond its initializers' (the reader's
+// budget): shape arithmetic makes few; a small file that would make many is hostile.
+inline constexpr int64_t kFoldBudget = int64_t{1} << 24;
 // The highest rank of a folded constant (the reader's limit on every tensor).
 inline constexpr size_t kMaxFoldRank = 8;
 
@@ -46,11 +49,13 @@ bool IsFoldOnlyOp(absl::string_view op_type);
 const std::vector<std::string>& FoldOnlyOps();
 
 // The outputs of `node` on constant `inputs` (one per node input; null for an absent
-// optional one). Reads the fold-only ops and Add, Sub, Mul, Div, MatMul, Concat, Transpose,
-// Reshape, Slice, Squeeze, Unsqueeze, Identity on constants; any other op is Unimplemented.
+// optional one), each of at most `max_elements` (and kMaxFoldElements) elements: more is
+// an error before anything is allocated. Reads the fold-only ops and Add, Sub, Mul, Div,
+// MatMul, Concat, Transpose, Slice, Squeeze, Unsqueeze, Identity on constants; any other op
+// is Unimplemented. `where` (the node) starts every error.
 absl::StatusOr<std::vector<OnnxConstant>> FoldOnnxNode(
     const onnx_subset::NodeProto& node, const std::vector<const OnnxConstant*>& inputs,
-    absl::string_view where);
+    absl::string_view where, int64_t max_elements = kMaxFoldElements);
 
 // The shape Squeeze gives an input of `shape`: `axes` removed (each of size 1), or every
 // axis of size 1 if `axes` is empty.

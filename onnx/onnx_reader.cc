@@ -743,6 +743,9 @@ class Reader {
   std::set<std::string> names_;  // the names given so far to modules and buffers (Fresh)
   FxNamespace fx_;                // node names, as torch.fx gives them
   std::map<std::string, Value> values_;
+  // The elements folds may still make (onnx_fold.h's kFoldBudget beyond the initializers'
+  // and Constant nodes' own): the work a file makes the reader do stays in proportion to it.
+  int64_t fold_budget_ = kFoldBudget;
 };
 
 // The ops read on tensors (and, where the op allows, folded on constants).
@@ -1260,6 +1263,7 @@ absl::Status Reader::EmitConstant(const NodeProto& node, const Attributes& attrs
   if (const AttributeProto* a = attrs.Find("value")) {
     ASSIGN_OR_RETURN(Value v, ReadTensor(a->t(), Where(node)));
     if (!v.unreadable.empty()) return absl::InvalidArgumentError(v.unreadable);
+    fold_budget_ += v.size();
     out.push_back(std::move(v));
     return absl::OkStatus();
   }
@@ -1303,8 +1307,12 @@ absl::StatusOr<bool> Reader::FoldIfConstant(const NodeProto& node, std::vector<V
   }
   for (int i = 0, next = 0; i < node.input_size(); ++i)
     if (!node.input(i).empty()) inputs[i] = &constants[next++];
-  ASSIGN_OR_RETURN(std::vector<OnnxConstant> folded, FoldOnnxNode(node, inputs, Where(node)));
-  for (OnnxConstant& c : folded) out.push_back(FromConstant(std::move(c)));
+  ASSIGN_OR_RETURN(std::vector<OnnxConstant> folded,
+                   FoldOnnxNode(node, inputs, Where(node), fold_budget_));
+  for (OnnxConstant& c : folded) {
+    fold_budget_ -= c.size();
+    out.push_back(FromConstant(std::move(c)));
+  }
   return true;
 }
 
@@ -1698,6 +1706,7 @@ absl::Status Reader::Read(const onnx_subset::GraphProto& graph) {
         &takeable_->initializer(i) == &t) {
       v.raw_source = takeable_->mutable_initializer(i)->mutable_raw_data();
     }
+    fold_budget_ += v.size();
     values_[t.name()] = std::move(v);
     initializer_names.insert(t.name());
   }

@@ -707,6 +707,30 @@ TEST(OnnxReaderOpsTest, HostileShapesAreErrorsNotAllocations) {
   }
 }
 
+// The constants folds make are bounded per model (kFoldBudget beyond the file's own): a
+// chain of large folds from a small file is an error at the fold that passes the budget,
+// before it allocates, as a single too-large fold is.
+TEST(OnnxReaderOpsTest, FoldsMakeAtMostTheModelsBudget) {
+  Builder b;
+  b.Input("x", {1, 1}).Ints("shape", {int64_t{1} << 23});
+  b.Node("ConstantOfShape", "c", {"shape"}, {"c"});
+  b.Node("Neg", "n1", {"c"}, {"n1"});
+  b.Node("Neg", "n2", {"n1"}, {"n2"});
+  b.Output("n2");
+  const std::string error = ErrorOf(b.onnx());
+  EXPECT_NE(error.find("node 'n2' (Neg): a constant of shape [8388608]; fuselage folds constants "
+                       "of <= 1 elements here"),
+            std::string::npos)
+      << error;
+  Builder tile;
+  tile.Input("x", {1, 1}).Floats("pm", {1, -1}, {1, 2}).Ints("reps", {1, 16777218});
+  tile.Node("Tile", "tile", {"pm", "reps"}, {"y"});
+  tile.Output("y");
+  EXPECT_NE(ErrorOf(tile.onnx()).find("node 'tile' (Tile): a tiled constant of more than"),
+            std::string::npos)
+      << ErrorOf(tile.onnx());
+}
+
 // External data beside the model file is read; missing, or outside its folder, is an
 // error naming the initializer and the file.
 TEST(OnnxReaderOpsTest, ExternalDataIsReadFromTheModelsFolder) {
