@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -14,12 +15,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/file_io.h"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
+#include "onnx/onnx_fold.h"
 
 namespace fuselage {
 namespace {
@@ -31,7 +35,7 @@ using onnx_subset::TensorProto;
 using Shape = std::vector<int64_t>;
 
 // The most elements a tensor the reader makes may have (1 GiB of float32) and the highest
-// rank, as the Python importer's MAX_ELEMENTS / MAX_RANK.
+// rank (fuselage.from_onnx refuses larger tensors with these).
 constexpr int64_t kMaxElements = int64_t{1} << 28;
 constexpr int kMaxRank = 8;
 // The largest ONNX file read: protobuf parses at most 2 GiB - 1.
@@ -45,6 +49,7 @@ struct Value {
   std::string node;  // the fuselage node's name; empty for a constant
   Shape shape;
   bool is_float = true;           // a constant's element type: float32, else int64
+  bool is_bool = false;           // an integer constant of ONNX's BOOL type (`ints` 0 / 1)
   // A float constant's elements, row-major: `floats`, or, read from an ONNX tensor's
   // raw_data, `raw_floats`: those bytes (float32, little-endian, as this reader assumes
   // throughout) viewed in the parsed ONNX model, which outlives the reading, not copied
@@ -92,6 +97,30 @@ float FirstFloat(const Value& v) {
   float first;
   std::memcpy(&first, FloatBytes(v).data(), sizeof(float));
   return first;
+}
+
+// A constant as the folds (onnx/onnx_fold.h) take it, its bytes copied.
+OnnxConstant ToConstant(const Value& v) {
+  OnnxConstant c;
+  c.type = v.is_float ? OnnxConstant::Type::kFloat
+           : v.is_bool ? OnnxConstant::Type::kBool
+                       : OnnxConstant::Type::kInt64;
+  c.shape = v.shape;
+  if (v.is_float)
+    c.floats = Floats(v);
+  else
+    c.ints = v.ints;
+  return c;
+}
+
+Value FromConstant(OnnxConstant c) {
+  Value v;
+  v.is_float = c.type == OnnxConstant::Type::kFloat;
+  v.is_bool = c.type == OnnxConstant::Type::kBool;
+  v.shape = std::move(c.shape);
+  v.floats = std::move(c.floats);
+  v.ints = std::move(c.ints);
+  return v;
 }
 
 std::string ShapeText(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
@@ -251,11 +280,12 @@ absl::StatusOr<Value> ReadTensor(const TensorProto& t, const std::string& where)
     std::string location;
     for (const auto& e : t.external_data())
       if (e.key() == "location") location = e.value();
+    // LoadOnnxModel reads external data into raw_data first: a model given as bytes
+    // (or an onnx.ModelProto) has no folder to find it in.
     return absl::UnimplementedError(absl::StrCat(
         where, ": its data is external ('", location,
-        "'); fuselage's C++ reader reads tensors stored in the model file (save it with "
-        "onnx.save(model, path, save_as_external_data=False), or read it with "
-        "fuselage.from_onnx in Python)"));
+        "') and the model was given without its path; read the ONNX file by its path so "
+        "that the data beside it is found"));
   }
   if (t.dims_size() > kMaxRank)
     return absl::InvalidArgumentError(
@@ -318,15 +348,30 @@ absl::StatusOr<Value> ReadTensor(const TensorProto& t, const std::string& where)
       }
       return v;
     }
+    case TensorProto::BOOL: {
+      v.is_float = false;
+      v.is_bool = true;
+      if (raw) {
+        if (static_cast<int64_t>(t.raw_data().size()) != n)
+          return size_error(static_cast<int64_t>(t.raw_data().size()), "raw_data");
+        for (char c : t.raw_data()) v.ints.push_back(c != 0);
+      } else {
+        if (t.int32_data_size() != n) return size_error(t.int32_data_size(), "int32_data");
+        for (int32_t b : t.int32_data()) v.ints.push_back(b != 0);
+      }
+      return v;
+    }
     default:
       v.unreadable = absl::StrCat(where, ": data type ", t.data_type(),
-                                  "; fuselage's C++ reader reads FLOAT, INT64 and INT32 tensors");
+                                  "; fuselage reads FLOAT, INT64, INT32 and BOOL "
+                                  "tensors");
       return v;
   }
 }
 
 // Python's `re.sub(r"[^0-9a-zA-Z_]+", "_", base).strip("_")`, "v" if empty, a leading digit
-// prefixed by "_": the Python importer's names.
+// prefixed by "_": the former Python importer's names (a module's or buffer's name must be
+// a Python attribute name), which tests/onnx/testdata pins.
 std::string Sanitize(const std::string& base) {
   std::string out;
   bool in_run = false;
@@ -349,8 +394,8 @@ std::string Sanitize(const std::string& base) {
   return out;
 }
 
-// The names an nn.Module has (dir(torch.nn.Module()) in torch 2.14): the Python importer's
-// names avoid them (`hasattr(root, name)`), and so do these.
+// The names an nn.Module has (dir(torch.nn.Module()) in torch 2.14): a child or buffer of
+// the root named so would shadow them in the GraphModule fuselage.from_onnx builds.
 const std::set<std::string>& TorchModuleAttributes() {
   static const auto* names = new std::set<std::string>{
       "T_destination", "__annotations__", "__call__", "__class__", "__delattr__", "__dict__",
@@ -418,8 +463,8 @@ const std::set<std::string>& FxIllegalNames() {
   return *names;
 }
 
-// torch.fx's node names (torch.fx.graph._Namespace.create_name, torch 2.14): the names the
-// Python importer's graph, and so its model file, gives each node. A candidate that is a
+// torch.fx's node names (torch.fx.graph._Namespace.create_name, torch 2.14): the names a
+// torch.fx graph of these nodes, and so its model file, gives each node. A candidate that is a
 // valid identifier keeps its numeric suffix; a taken or illegal one gets the next free
 // `base_<n>` counted from the base's last number.
 class FxNamespace {
@@ -556,15 +601,23 @@ class Reader {
     return v;
   }
 
-  Value Call(const NodeProto& onnx, const std::string& target, std::vector<proto::Arg> args,
-             const Shape& out_shape) {
+  // A call_function node of `target` on `args` (its ONNX node's meta only), by name.
+  proto::Node& CallNode(const NodeProto& onnx, const std::string& target,
+                        std::vector<proto::Arg> args) {
     const std::string name = fx_.Create(Fresh(BaseName(onnx)));
     proto::Node& node = NewNode(proto::CALL_FUNCTION, name, target);
     for (proto::Arg& a : args) *node.add_args() = std::move(a);
     SetOnnxMeta(node, onnx);
+    return node;
+  }
+
+  // A call_function node giving a float tensor of `out_shape`.
+  Value Call(const NodeProto& onnx, const std::string& target, std::vector<proto::Arg> args,
+             const Shape& out_shape) {
+    proto::Node& node = CallNode(onnx, target, std::move(args));
     SetShapeMeta(node, out_shape, true);
     Value v;
-    v.node = name;
+    v.node = node.name();
     v.shape = out_shape;
     return v;
   }
@@ -573,6 +626,10 @@ class Reader {
   absl::StatusOr<std::string> Tensor(const Value& value, const std::string& onnx_name) {
     if (!value.is_constant()) return value.node;
     if (!value.unreadable.empty()) return absl::InvalidArgumentError(value.unreadable);
+    if (value.is_bool)
+      return absl::UnimplementedError(absl::StrCat(
+          "'", onnx_name, "': a bool constant read as a tensor; fuselage reads bool values "
+          "only in shape arithmetic"));
     const std::string target = Fresh(onnx_name);
     if (value.is_float)
       AddFloatValue(*model_.mutable_root(), target, value);
@@ -610,7 +667,7 @@ class Reader {
     ASSIGN_OR_RETURN(const Value* v, Input(node, i));
     if (v->is_constant())
       return NodeError(node, absl::StrCat("input ", i, " ('", node.input(i),
-                                          "') is a constant; fuselage's C++ reader reads this op "
+                                          "') is a constant; fuselage reads this op "
                                           "on a computed tensor"));
     return v;
   }
@@ -664,23 +721,51 @@ class Reader {
                           std::vector<Value>& out);
   absl::Status EmitConstant(const NodeProto& node, const Attributes& attrs,
                             std::vector<Value>& out);
+  absl::Status EmitShape(const NodeProto& node, const Attributes& attrs, std::vector<Value>& out);
+  absl::Status EmitPad(const NodeProto& node, const Attributes& attrs, std::vector<Value>& out);
+  absl::Status EmitSlice(const NodeProto& node, std::vector<Value>& out);
+  absl::Status EmitSplit(const NodeProto& node, const Attributes& attrs, std::vector<Value>& out);
+  absl::Status EmitResize(const NodeProto& node, const Attributes& attrs,
+                          std::vector<Value>& out);
+  absl::Status EmitSqueeze(const NodeProto& node, std::vector<Value>& out);
+  // True (and `out` the outputs) if every present input of `node` is a constant and it was
+  // folded (onnx/onnx_fold.h); false if an input is a computed tensor.
+  absl::StatusOr<bool> FoldIfConstant(const NodeProto& node, std::vector<Value>& out);
+  // An optional input's integer constant (`what` names it in errors), or nullopt if absent.
+  absl::StatusOr<std::optional<std::vector<int64_t>>> OptionalInts(const NodeProto& node, int i,
+                                                                   absl::string_view what);
   Value Linear(const NodeProto& node, const Value& x, const std::vector<float>& weight,
                int64_t out_features, int64_t in_features, const std::vector<float>* bias);
 
   int64_t opset_;
   onnx_subset::GraphProto* takeable_;
   proto::Model model_;
-  std::set<std::string> names_;  // the Python importer's `fresh` names: modules, buffers
+  std::set<std::string> names_;  // the names given so far to modules and buffers (Fresh)
   FxNamespace fx_;                // node names, as torch.fx gives them
   std::map<std::string, Value> values_;
+  // The elements folds may still make (onnx_fold.h's kFoldBudget beyond the initializers'
+  // and Constant nodes' own): the work a file makes the reader do stays in proportion to it.
+  int64_t fold_budget_ = kFoldBudget;
 };
 
-const std::vector<std::string>& ReadOps() {
+// The ops read on tensors (and, where the op allows, folded on constants).
+const std::vector<std::string>& TensorOps() {
   static const auto* ops = new std::vector<std::string>{
       "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Constant", "Conv", "Div",
       "Dropout", "Flatten", "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity",
-      "MatMul", "MaxPool", "Mul", "ReduceMean", "Relu", "Reshape", "Sigmoid", "Softmax", "Sub",
-      "Tanh", "Transpose"};
+      "MatMul", "MaxPool", "Mul", "Pad", "ReduceMean", "Relu", "Reshape", "Resize", "Shape",
+      "Sigmoid", "Slice", "Softmax", "Split", "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze"};
+  return *ops;
+}
+
+// Every op the reader reads, sorted: the tensor ops and the fold-only ops.
+const std::vector<std::string>& ReadOps() {
+  static const auto* ops = [] {
+    auto* all = new std::vector<std::string>(TensorOps());
+    all->insert(all->end(), FoldOnlyOps().begin(), FoldOnlyOps().end());
+    std::sort(all->begin(), all->end());
+    return all;
+  }();
   return *ops;
 }
 
@@ -894,10 +979,8 @@ absl::Status Reader::EmitBinary(const NodeProto& node, const std::string& target
                                 std::vector<Value>& out) {
   ASSIGN_OR_RETURN(const Value* a, Input(node, 0));
   ASSIGN_OR_RETURN(const Value* b, Input(node, 1));
-  if (a->is_constant() && b->is_constant())
-    return absl::UnimplementedError(absl::StrCat(
-        Where(node), ": both inputs are constants; fuselage's C++ reader does not fold "
-                     "constant arithmetic (fuselage.from_onnx in Python does)"));
+  ASSIGN_OR_RETURN(bool folded, FoldIfConstant(node, out));
+  if (folded) return absl::OkStatus();
   ASSIGN_OR_RETURN(Shape shape, Broadcast(node, a->shape, b->shape));
   ASSIGN_OR_RETURN(proto::Arg lhs, Operand(*a, node.input(0), *b));
   ASSIGN_OR_RETURN(proto::Arg rhs, Operand(*b, node.input(1), *a));
@@ -966,9 +1049,8 @@ absl::Status Reader::EmitGemm(const NodeProto& node, const Attributes& attrs,
 absl::Status Reader::EmitMatMul(const NodeProto& node, std::vector<Value>& out) {
   ASSIGN_OR_RETURN(const Value* a, Input(node, 0));
   ASSIGN_OR_RETURN(const Value* b, Input(node, 1));
-  if (a->is_constant() && b->is_constant())
-    return absl::UnimplementedError(absl::StrCat(
-        Where(node), ": both inputs are constants; fuselage's C++ reader does not fold them"));
+  ASSIGN_OR_RETURN(bool folded, FoldIfConstant(node, out));
+  if (folded) return absl::OkStatus();
   if (a->shape.empty() || b->shape.empty())
     return NodeError(node, "a 0-d input; expected tensors of rank >= 1");
   if (!a->is_constant() && b->is_constant() && b->is_float && b->unreadable.empty() &&
@@ -1163,23 +1245,8 @@ absl::Status Reader::EmitConcat(const NodeProto& node, const Attributes& attrs,
     shape[axis] += s[axis];
   }
   if (all_constant) {
-    if (rank != 1)
-      return absl::UnimplementedError(absl::StrCat(
-          Where(node), ": constants of rank ", rank,
-          "; fuselage's C++ reader folds a Concat of 1-d constants only"));
-    Value v;
-    v.shape = shape;
-    v.is_float = inputs[0]->is_float;
-    for (const Value* in : inputs) {
-      if (!in->unreadable.empty()) return absl::InvalidArgumentError(in->unreadable);
-      if (in->is_float != v.is_float)
-        return NodeError(node, "constants of different element types");
-      const std::vector<float> floats = Floats(*in);
-      v.floats.insert(v.floats.end(), floats.begin(), floats.end());
-      v.ints.insert(v.ints.end(), in->ints.begin(), in->ints.end());
-    }
-    out.push_back(std::move(v));
-    return absl::OkStatus();
+    ASSIGN_OR_RETURN(bool folded, FoldIfConstant(node, out));
+    if (folded) return absl::OkStatus();
   }
   proto::Arg list;
   list.mutable_list();
@@ -1196,6 +1263,7 @@ absl::Status Reader::EmitConstant(const NodeProto& node, const Attributes& attrs
   if (const AttributeProto* a = attrs.Find("value")) {
     ASSIGN_OR_RETURN(Value v, ReadTensor(a->t(), Where(node)));
     if (!v.unreadable.empty()) return absl::InvalidArgumentError(v.unreadable);
+    fold_budget_ += v.size();
     out.push_back(std::move(v));
     return absl::OkStatus();
   }
@@ -1217,6 +1285,276 @@ absl::Status Reader::EmitConstant(const NodeProto& node, const Attributes& attrs
                            "and value_int(s)");
   }
   out.push_back(std::move(v));
+  return absl::OkStatus();
+}
+
+// ---- shape arithmetic and the ops of static shapes -----------------------------------------
+
+absl::StatusOr<bool> Reader::FoldIfConstant(const NodeProto& node, std::vector<Value>& out) {
+  std::vector<OnnxConstant> constants;
+  constants.reserve(node.input_size());
+  std::vector<const OnnxConstant*> inputs;
+  for (int i = 0; i < node.input_size(); ++i) {
+    if (node.input(i).empty()) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    ASSIGN_OR_RETURN(const Value* v, Input(node, i));
+    if (!v->is_constant()) return false;
+    if (!v->unreadable.empty()) return absl::InvalidArgumentError(v->unreadable);
+    constants.push_back(ToConstant(*v));
+    inputs.push_back(nullptr);  // pointed at below, once `constants` no longer grows
+  }
+  for (int i = 0, next = 0; i < node.input_size(); ++i)
+    if (!node.input(i).empty()) inputs[i] = &constants[next++];
+  ASSIGN_OR_RETURN(std::vector<OnnxConstant> folded,
+                   FoldOnnxNode(node, inputs, Where(node), fold_budget_));
+  for (OnnxConstant& c : folded) {
+    fold_budget_ -= c.size();
+    out.push_back(FromConstant(std::move(c)));
+  }
+  return true;
+}
+
+absl::StatusOr<std::optional<std::vector<int64_t>>> Reader::OptionalInts(const NodeProto& node,
+                                                                         int i,
+                                                                         absl::string_view what) {
+  if (!HasInput(node, i)) return std::nullopt;
+  ASSIGN_OR_RETURN(const Value* v, ConstantInput(node, i, what, false));
+  return v->ints;
+}
+
+// An error if a tensor of `shape` would be too large (or has a negative dimension): a
+// hostile pad or resize is refused before anything is allocated.
+absl::Status GuardSize(const NodeProto& node, const Shape& shape, absl::string_view what) {
+  bool ok = static_cast<int>(shape.size()) <= kMaxRank;
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d > 0 && n > kMaxElements / d)) ok = false;
+    if (ok) n *= d;
+  }
+  if (ok && n <= kMaxElements) return absl::OkStatus();
+  const Shape shown(shape.begin(), shape.begin() + std::min<size_t>(shape.size(), 16));
+  return NodeError(node, absl::StrCat(what, " of shape ", ShapeText(shown),
+                                      "; fuselage makes tensors of rank <= ", kMaxRank, " and <= ",
+                                      kMaxElements, " elements"));
+}
+
+// Shape(x)[start:end] as an int64 constant: shapes are static.
+absl::Status Reader::EmitShape(const NodeProto& node, const Attributes& attrs,
+                               std::vector<Value>& out) {
+  ASSIGN_OR_RETURN(const Value* x, Input(node, 0));
+  const int64_t rank = static_cast<int64_t>(x->shape.size());
+  const SliceRange range = SliceIndices(attrs.Int("start", 0), attrs.Int("end", rank), 1, rank);
+  Value v;
+  v.is_float = false;
+  for (int64_t i = range.begin; i < range.end; ++i) v.ints.push_back(x->shape[i]);
+  v.shape = {static_cast<int64_t>(v.ints.size())};
+  out.push_back(std::move(v));
+  return absl::OkStatus();
+}
+
+// Pad (mode constant) as torch.nn.functional.pad(x, pads of the last axis first,
+// "constant", value).
+absl::Status Reader::EmitPad(const NodeProto& node, const Attributes& attrs,
+                             std::vector<Value>& out) {
+  const std::string mode = attrs.String("mode", "constant");
+  if (mode != "constant")
+    return NodeError(node, absl::StrCat("mode '", mode, "'; fuselage reads constant padding"));
+  ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
+  ASSIGN_OR_RETURN(const Value* p, ConstantInput(node, 1, "pads (input 1)", false));
+  double value = 0.0;
+  if (HasInput(node, 2)) {
+    ASSIGN_OR_RETURN(const Value* c, ConstantInput(node, 2, "constant_value (input 2)", true));
+    if (c->size() != 1)
+      return NodeError(node, absl::StrCat("a constant_value of ", c->size(),
+                                          " elements; expected one"));
+    value = FirstFloat(*c);
+  }
+  if (HasInput(node, 3))
+    return NodeError(node, "the axes input (opset 18); expected pads of every axis");
+  const std::vector<int64_t>& pads = p->ints;
+  const size_t rank = x->shape.size();
+  if (pads.size() != 2 * rank)
+    return NodeError(node, absl::StrCat(pads.size(), " pads for an input of rank ", rank,
+                                        "; expected ", 2 * rank));
+  Shape shape = x->shape;
+  for (size_t i = 0; i < rank; ++i) {
+    // Each pad within the tensor limit first, so the sum cannot overflow.
+    if (pads[i] < -kMaxElements || pads[i] > kMaxElements || pads[rank + i] < -kMaxElements ||
+        pads[rank + i] > kMaxElements)
+      return GuardSize(node, {-1}, "a padded tensor");
+    shape[i] += pads[i] + pads[rank + i];
+  }
+  RETURN_IF_ERROR(GuardSize(node, shape, "a padded tensor"));
+  std::vector<int64_t> torch_pads;
+  for (size_t i = rank; i-- > 0;) {
+    torch_pads.push_back(pads[i]);
+    torch_pads.push_back(pads[rank + i]);
+  }
+  out.push_back(Call(node, "torch.nn.functional.pad",
+                     {NodeArg(x->node), IntsArg(torch_pads, true), StringArg("constant"),
+                      FloatArg(value)},
+                     shape));
+  return absl::OkStatus();
+}
+
+// Slice of a tensor: torch.narrow(x, axis, begin, length) for each axis not taken whole
+// (steps of 1); of a constant: folded.
+absl::Status Reader::EmitSlice(const NodeProto& node, std::vector<Value>& out) {
+  ASSIGN_OR_RETURN(bool folded, FoldIfConstant(node, out));
+  if (folded) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
+  ASSIGN_OR_RETURN(const Value* s, ConstantInput(node, 1, "starts (input 1)", false));
+  ASSIGN_OR_RETURN(const Value* e, ConstantInput(node, 2, "ends (input 2)", false));
+  const std::vector<int64_t>& starts = s->ints;
+  const std::vector<int64_t>& ends = e->ints;
+  ASSIGN_OR_RETURN(auto axes, OptionalInts(node, 3, "axes (input 3)"));
+  ASSIGN_OR_RETURN(auto steps, OptionalInts(node, 4, "steps (input 4)"));
+  if (!axes) {
+    axes.emplace();
+    for (size_t i = 0; i < starts.size(); ++i) axes->push_back(static_cast<int64_t>(i));
+  }
+  if (!steps) steps = std::vector<int64_t>(starts.size(), 1);
+  if (ends.size() != starts.size() || axes->size() != starts.size() ||
+      steps->size() != starts.size())
+    return NodeError(node, "starts, ends, axes and steps of different lengths; expected one each "
+                           "per sliced axis");
+  const Shape in_shape = x->shape;
+  const int64_t rank = static_cast<int64_t>(in_shape.size());
+  Value current = *x;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    ASSIGN_OR_RETURN(int64_t axis, Axis(node, (*axes)[i], rank, "axes entry"));
+    const int64_t step = (*steps)[i];
+    if (step != 1)
+      return NodeError(node, absl::StrCat("step ", step, " on axis ", axis,
+                                          "; fuselage reads slices of step 1"));
+    const SliceRange range = SliceIndices(starts[i], ends[i], 1, in_shape[axis]);
+    if (range.begin == 0 && range.end == in_shape[axis]) continue;
+    const int64_t length = std::max<int64_t>(range.end - range.begin, 0);
+    Shape shape = current.shape;
+    shape[axis] = length;
+    current = Call(node, "torch.narrow",
+                   {NodeArg(current.node), IntArg(axis), IntArg(range.begin), IntArg(length)},
+                   shape);
+  }
+  out.push_back(std::move(current));
+  return absl::OkStatus();
+}
+
+// Split as torch.split(x, sizes, axis) and an operator.getitem per output.
+absl::Status Reader::EmitSplit(const NodeProto& node, const Attributes& attrs,
+                               std::vector<Value>& out) {
+  ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
+  const int64_t rank = static_cast<int64_t>(x->shape.size());
+  ASSIGN_OR_RETURN(int64_t axis, Axis(node, attrs.Int("axis", 0), rank));
+  const int64_t dim = x->shape[axis];
+  const int64_t n = node.output_size();
+  if (n == 0) return NodeError(node, "no outputs; expected at least one");
+  std::vector<int64_t> sizes;
+  ASSIGN_OR_RETURN(auto given, OptionalInts(node, 1, "split (input 1)"));
+  if (given) {
+    sizes = *given;
+  } else if (auto split = attrs.Ints("split")) {
+    sizes = *split;
+  } else {
+    if (dim % n != 0)
+      return NodeError(node, absl::StrCat(dim, " does not split into ", n, " equal parts"));
+    sizes.assign(n, dim / n);
+  }
+  int64_t sum = 0;
+  bool ok = static_cast<int64_t>(sizes.size()) == n;
+  for (int64_t size : sizes) {
+    ok = ok && size >= 0 && size <= kMaxElements;
+    if (ok) sum += size;
+  }
+  if (!ok || sum != dim)
+    return NodeError(node, absl::StrCat("split sizes ", ShapeText(sizes), " for ", n,
+                                        " outputs of an axis of ", dim,
+                                        "; expected one size per output, summing to the axis"));
+  const std::string parts =
+      CallNode(node, "torch.functional.split", {NodeArg(x->node), IntsArg(sizes, false), IntArg(axis)})
+          .name();
+  for (int64_t i = 0; i < n; ++i) {
+    Shape shape = x->shape;
+    shape[axis] = sizes[i];
+    out.push_back(Call(node, "operator.getitem", {NodeArg(parts), IntArg(i)}, shape));
+  }
+  return absl::OkStatus();
+}
+
+// Resize of the spatial axes as torch.nn.functional.interpolate(x, size, None, mode[,
+// align_corners]): nearest (asymmetric, floor) and linear (half_pixel, pytorch_half_pixel,
+// align_corners), PyTorch's two.
+absl::Status Reader::EmitResize(const NodeProto& node, const Attributes& attrs,
+                                std::vector<Value>& out) {
+  ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
+  const std::string mode = attrs.String("mode", "nearest");
+  const std::string transform = attrs.String("coordinate_transformation_mode", "half_pixel");
+  const std::string nearest = attrs.String("nearest_mode", "round_prefer_floor");
+  const Shape& shape = x->shape;
+  Shape size;
+  if (HasInput(node, 3)) {
+    ASSIGN_OR_RETURN(const Value* sizes, ConstantInput(node, 3, "sizes (input 3)", false));
+    size = sizes->ints;
+  } else if (HasInput(node, 2)) {
+    ASSIGN_OR_RETURN(const Value* scales, ConstantInput(node, 2, "scales (input 2)", true));
+    const std::vector<float> factors = Floats(*scales);
+    for (size_t i = 0; i < factors.size() && i < shape.size(); ++i) {
+      const double d = std::floor(static_cast<double>(shape[i]) * factors[i]);
+      if (!(d >= 0 && d <= static_cast<double>(kMaxElements)))
+        return GuardSize(node, {-1}, "a resized tensor");
+      size.push_back(static_cast<int64_t>(d));
+    }
+  } else {
+    return NodeError(node, "neither scales nor sizes; expected one");
+  }
+  if (attrs.String("keep_aspect_ratio_policy", "stretch") != "stretch" || attrs.Has("axes"))
+    return NodeError(node, "axes or keep_aspect_ratio_policy; fuselage reads resizes of every "
+                           "axis, stretched");
+  RETURN_IF_ERROR(GuardSize(node, size, "a resized tensor"));
+  if (size.size() != shape.size() || shape.size() < 2 || size[0] != shape[0] ||
+      size[1] != shape[1])
+    return NodeError(node, "resizes the batch or channel axis; fuselage reads resizes of the "
+                           "spatial axes");
+  const Shape spatial(size.begin() + 2, size.end());
+  std::vector<proto::Arg> args = {NodeArg(x->node), IntsArg(spatial, true), NoneArg()};
+  if (mode == "nearest" && transform == "asymmetric" && nearest == "floor") {
+    args.push_back(StringArg("nearest"));
+  } else if (mode == "linear" && (transform == "half_pixel" || transform == "pytorch_half_pixel" ||
+                                  transform == "align_corners") &&
+             !spatial.empty() && spatial.size() <= 3) {
+    const char* modes[] = {"linear", "bilinear", "trilinear"};
+    args.push_back(StringArg(modes[spatial.size() - 1]));
+    args.push_back(BoolArg(transform == "align_corners"));
+  } else {
+    return NodeError(node, absl::StrCat(
+        "mode '", mode, "', coordinate_transformation_mode '", transform, "', nearest_mode '",
+        nearest, "' on ", spatial.size(), " spatial axes; fuselage reads nearest (asymmetric, "
+        "floor) and linear (half_pixel, pytorch_half_pixel, align_corners) on 1 to 3 spatial "
+        "axes, as PyTorch's interpolate"));
+  }
+  out.push_back(Call(node, "torch.nn.functional.interpolate", std::move(args), size));
+  return absl::OkStatus();
+}
+
+// Squeeze / Unsqueeze of a tensor: torch.reshape to the static shape it gives; of a
+// constant: folded.
+absl::Status Reader::EmitSqueeze(const NodeProto& node, std::vector<Value>& out) {
+  ASSIGN_OR_RETURN(bool folded, FoldIfConstant(node, out));
+  if (folded) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
+  ASSIGN_OR_RETURN(auto axes, OptionalInts(node, 1, "axes (input 1)"));
+  Shape shape;
+  if (node.op_type() == "Squeeze") {
+    ASSIGN_OR_RETURN(shape, SqueezeShape(x->shape, axes.value_or(std::vector<int64_t>()),
+                                         Where(node)));
+  } else {
+    if (!axes) return NodeError(node, "no axes (input 1); expected them");
+    ASSIGN_OR_RETURN(shape, UnsqueezeShape(x->shape, *axes, Where(node)));
+  }
+  RETURN_IF_ERROR(GuardSize(node, shape, "a reshaped tensor"));
+  out.push_back(Call(node, "torch.reshape", {NodeArg(x->node), IntsArg(shape, true)}, shape));
   return absl::OkStatus();
 }
 
@@ -1285,6 +1623,8 @@ absl::Status Reader::Emit(const NodeProto& node, std::vector<Value>& out) {
   if (op == "Reshape") return EmitReshape(node, attrs, out);
   if (op == "Concat") return EmitConcat(node, attrs, out);
   if (op == "Transpose") {
+    ASSIGN_OR_RETURN(bool folded, FoldIfConstant(node, out));
+    if (folded) return absl::OkStatus();
     ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
     const int64_t rank = static_cast<int64_t>(x->shape.size());
     std::vector<int64_t> perm;
@@ -1317,7 +1657,19 @@ absl::Status Reader::Emit(const NodeProto& node, std::vector<Value>& out) {
     return absl::OkStatus();
   }
   if (op == "Constant") return EmitConstant(node, attrs, out);
-  return NodeError(node, absl::StrCat("op '", op, "' is not one fuselage's C++ reader reads (it reads ",
+  if (op == "Shape") return EmitShape(node, attrs, out);
+  if (op == "Pad") return EmitPad(node, attrs, out);
+  if (op == "Slice") return EmitSlice(node, out);
+  if (op == "Split") return EmitSplit(node, attrs, out);
+  if (op == "Resize") return EmitResize(node, attrs, out);
+  if (op == "Squeeze" || op == "Unsqueeze") return EmitSqueeze(node, out);
+  if (IsFoldOnlyOp(op)) {
+    ASSIGN_OR_RETURN(bool folded, FoldIfConstant(node, out));
+    if (folded) return absl::OkStatus();
+    return NodeError(node, absl::StrCat("fuselage reads ", op, " only on constants (shape "
+                                        "arithmetic); an input here is a computed tensor"));
+  }
+  return NodeError(node, absl::StrCat("op '", op, "' is not one fuselage reads (it reads ",
                                       absl::StrJoin(ReadOps(), ", "), ")"));
 }
 
@@ -1330,7 +1682,7 @@ absl::Status Reader::Read(const onnx_subset::GraphProto& graph) {
     const auto& ops = ReadOps();
     if (std::find(ops.begin(), ops.end(), node.op_type()) == ops.end())
       return NodeError(node, absl::StrCat("op '", node.op_type(),
-                                          "' is not one fuselage's C++ reader reads (it reads ",
+                                          "' is not one fuselage reads (it reads ",
                                           absl::StrJoin(ops, ", "), ")"));
   }
   // How many node inputs read each name (graph outputs count as readers too): an
@@ -1354,6 +1706,7 @@ absl::Status Reader::Read(const onnx_subset::GraphProto& graph) {
         &takeable_->initializer(i) == &t) {
       v.raw_source = takeable_->mutable_initializer(i)->mutable_raw_data();
     }
+    fold_budget_ += v.size();
     values_[t.name()] = std::move(v);
     initializer_names.insert(t.name());
   }
@@ -1454,6 +1807,90 @@ absl::StatusOr<proto::Model> ConvertOnnx(const onnx_subset::ModelProto& onnx,
   return reader.TakeModel();
 }
 
+// The bytes per element of the ONNX data types the reader reads, 0 for another.
+int64_t ItemSize(int data_type) {
+  switch (data_type) {
+    case TensorProto::FLOAT:
+    case TensorProto::INT32:
+      return 4;
+    case TensorProto::INT64:
+      return 8;
+    case TensorProto::BOOL:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+// Reads each initializer's external data (onnx's save_as_external_data: a file beside the
+// model, named by the `location` key, from `offset` for `length` bytes) into its raw_data,
+// checking that the file exists, stays inside the model's folder `base` and holds the bytes
+// the tensor's shape needs.
+absl::Status ReadExternalData(onnx_subset::GraphProto& graph, const std::string& base) {
+  for (TensorProto& t : *graph.mutable_initializer()) {
+    if (t.data_location() != TensorProto::EXTERNAL) continue;
+    const std::string where = absl::StrCat("initializer '", t.name(), "'");
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& e : t.external_data()) {
+      if (e.key() == "location") location = e.value();
+      if (e.key() == "offset" && !absl::SimpleAtoi(e.value(), &offset))
+        return absl::InvalidArgumentError(absl::StrCat(where, ": external data offset '", e.value(),
+                                                       "' is not a number"));
+      if (e.key() == "length" && !absl::SimpleAtoi(e.value(), &length))
+        return absl::InvalidArgumentError(absl::StrCat(where, ": external data length '", e.value(),
+                                                       "' is not a number"));
+    }
+    // Inside the folder: relative, and no component that climbs out of it.
+    const std::vector<std::string> parts = absl::StrSplit(location, '/');
+    if (location.empty() || location[0] == '/' ||
+        std::find(parts.begin(), parts.end(), "..") != parts.end())
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": external data location '", location, "' is outside the model's folder"));
+    const int64_t item = ItemSize(t.data_type());
+    if (item == 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": external data of data type ", t.data_type(),
+          "; fuselage reads FLOAT, INT64, INT32 and BOOL tensors"));
+    int64_t n = 1;
+    for (int64_t d : t.dims()) {
+      if (d < 0 || (d > 0 && n > kMaxElements / d))
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": a shape of more than ", kMaxElements, " elements (or a negative dimension)"));
+      n *= d;
+    }
+    const int64_t expected = n * item;
+    const std::string path = absl::StrCat(base, "/", location);
+    std::ifstream in(path, std::ios::binary);
+    if (!in.good())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": its external data file '", location,
+                                                     "' is missing (expected at ", path, ")"));
+    if (offset < 0 || (length >= 0 && length != expected))
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": external data offset ", offset, " and length ", length, "; its shape ",
+          "needs ", expected, " bytes"));
+    // The file holds the bytes before they are allocated: a hostile shape is an error,
+    // never an allocation.
+    in.seekg(0, std::ios::end);
+    const int64_t file_size = static_cast<int64_t>(in.tellg());
+    if (offset > file_size || file_size - offset < expected)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": its external data file '", location, "' holds ", file_size,
+          " bytes; its shape needs ", expected, " from offset ", offset));
+    std::string data(static_cast<size_t>(expected), '\0');
+    in.seekg(offset);
+    in.read(data.data(), expected);
+    if (!in.good() || in.gcount() != expected)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": its external data file '", location, "' holds fewer than the ", expected,
+          " bytes its shape needs from offset ", offset));
+    t.set_raw_data(std::move(data));
+    t.clear_external_data();
+    t.clear_data_location();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onnx) {
@@ -1465,7 +1902,8 @@ absl::StatusOr<proto::Model> OnnxToModelProto(onnx_subset::ModelProto&& onnx) {
 }
 
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view bytes,
-                                                            absl::string_view shown) {
+                                                            absl::string_view shown,
+                                                            const std::string& folder) {
   onnx_subset::ModelProto onnx;
   google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
                                             static_cast<int>(bytes.size()));
@@ -1476,7 +1914,10 @@ absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view by
   if (onnx.graph().node_size() == 0 && onnx.graph().output_size() == 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "'", shown, "' is not an ONNX model: it has no graph (an empty or truncated file?)"));
-  auto model = OnnxToModelProto(std::move(onnx));
+  absl::StatusOr<proto::Model> model = [&]() -> absl::StatusOr<proto::Model> {
+    if (!folder.empty()) RETURN_IF_ERROR(ReadExternalData(*onnx.mutable_graph(), folder));
+    return OnnxToModelProto(std::move(onnx));
+  }();
   if (!model.ok())
     return absl::Status(model.status().code(),
                         absl::StrCat("'", shown, "': ", model.status().message()));
@@ -1496,7 +1937,10 @@ absl::StatusOr<std::unique_ptr<GraphModule>> LoadOnnxModel(const std::string& pa
                      buffer = std::move(larger);
                      return buffer.get();
                    }));
-  return ParseOnnxModel(absl::string_view(buffer.get(), length), path);
+  // The folder external data is read from: the file's own.
+  const size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  return ParseOnnxModel(absl::string_view(buffer.get(), length), path, folder);
 }
 
 }  // namespace fuselage

@@ -1,7 +1,9 @@
-// The C++ ONNX front end: a float ONNX model file read into fuselage's GraphModule, with
-// the same module types, functions, names and node meta as the Python importer
-// (python/fuselage/onnx/_import.py, fuselage.from_onnx) followed by fuselage.export, so
-// `fuselage run model.onnx` and `fuselage quantize model.onnx` need no PyTorch.
+// fuselage's ONNX front end, its one ONNX reader: a float ONNX model file read into
+// fuselage's GraphModule. The CLI reads `.onnx` paths with it (`fuselage run model.onnx`,
+// `fuselage quantize model.onnx` need no PyTorch), and fuselage.from_onnx turns its model
+// into a torch GraphModule (python/fuselage/onnx/_import.py, through the extension). The
+// module types, functions, names and node meta are those the former Python importer wrote
+// (tests/onnx/testdata pins them), i.e. what fuselage.export writes for such a GraphModule.
 //
 // Each ONNX node becomes what torchvision's own models use for it:
 //
@@ -19,6 +21,17 @@
 //   Flatten, Reshape     torch.flatten / torch.reshape (a constant target shape)
 //   Concat, Transpose    torch.cat, torch.permute; ReduceMean torch.mean
 //   Identity, Dropout    nothing (the input passes on); Constant a constant
+//   Pad (constant)       torch.nn.functional.pad; Slice (step 1) torch.narrow per axis
+//   Split                torch.split and an operator.getitem per output
+//   Resize               torch.nn.functional.interpolate: nearest (asymmetric, floor),
+//                          linear (half_pixel, pytorch_half_pixel, align_corners)
+//   Squeeze, Unsqueeze   torch.reshape to the static shape they give
+//   Shape                a constant (shapes are static)
+//
+// Shape arithmetic is folded as the graph is read (onnx/onnx_fold.h): a node whose inputs
+// are all constants -- Gather, Cast, Range, ConstantOfShape, Equal, Where, ... (ops read
+// only on constants) and Add, Concat, Slice, Unsqueeze, ... of constants -- becomes the
+// constant it computes, as torch.onnx writes a model traced at one input shape.
 //
 // Initializers a module does not take become buffers of the root (get_attr). Shapes are
 // static: the graph inputs' shapes are fixed and every value's shape is inferred as the
@@ -26,8 +39,10 @@
 // `onnx` / `onnx_node` keep each node's ONNX op and node name.
 //
 // Bad input — a malformed or truncated file, an op or domain fuselage does not read, an
-// opset outside [kOnnxMinOpset, kOnnxMaxOpset], external data, an attribute value the
-// mapping cannot express — is an error status naming the node (or initializer, or graph
+// opset outside [kOnnxMinOpset, kOnnxMaxOpset], external data missing or outside the
+// model's folder, an attribute value the
+// mapping cannot express, a hostile shape (a tensor larger than 2^28 elements is an error,
+// never an allocation) — is an error status naming the node (or initializer, or graph
 // input) and what was expected. Nothing aborts.
 #ifndef FUSELAGE_ONNX_ONNX_READER_H_
 #define FUSELAGE_ONNX_ONNX_READER_H_
@@ -43,7 +58,7 @@
 
 namespace fuselage {
 
-// The default domain's opsets the reader reads (the Python importer's OPSETS).
+// The default domain's opsets the reader reads.
 inline constexpr int kOnnxMinOpset = 13;
 inline constexpr int kOnnxMaxOpset = 18;
 
@@ -58,11 +73,14 @@ absl::StatusOr<proto::Model> OnnxToModelProto(const onnx_subset::ModelProto& onn
 absl::StatusOr<proto::Model> OnnxToModelProto(onnx_subset::ModelProto&& onnx);
 
 // The GraphModule of an ONNX model's bytes (`shown` names it in errors), loaded and verified
-// as a model file is (graph/serialization.h's ModelFromProto).
+// as a model file is (graph/serialization.h's ModelFromProto). Initializers whose data is
+// external (onnx's save_as_external_data) are read from `folder` (a file there, which must
+// exist and hold the bytes the tensor's shape needs); with no folder they are an error.
 absl::StatusOr<std::unique_ptr<GraphModule>> ParseOnnxModel(absl::string_view bytes,
-                                                            absl::string_view shown = "model");
+                                                            absl::string_view shown = "model",
+                                                            const std::string& folder = "");
 
-// The GraphModule of the ONNX file at `path`.
+// The GraphModule of the ONNX file at `path`, its external data read from its folder.
 absl::StatusOr<std::unique_ptr<GraphModule>> LoadOnnxModel(const std::string& path);
 
 }  // namespace fuselage

@@ -16,6 +16,7 @@
 #include "graph/printer.h"
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
+#include "onnx/onnx_reader.h"
 #include "patterns/aten_ops.h"
 #include "patterns/batch_norm_folding.h"
 #include "pipeline/quantize_flow.h"
@@ -39,7 +40,7 @@ namespace py = pybind11;
 
 // Bumped whenever the Python API changes; python/fuselage/_core.py refuses an extension
 // built with another value (a stale build) and says how to rebuild it.
-constexpr int kApiVersion = 1;
+constexpr int kApiVersion = 2;  // 2: Model.load_onnx / from_onnx_bytes
 
 constexpr char kModuleDoc[] = R"doc(fuselage's engine in process (the compiled extension).
 
@@ -56,6 +57,8 @@ Models:
     Model.load(path) / Model.save(path)   binary, or text for .textproto / .pbtxt
     Model.from_bytes(data) / to_bytes()   serialized graph/model.proto (binary)
     Model.from_text(text) / to_text()     its protobuf text form
+    Model.load_onnx(path) / from_onnx_bytes(data, shown)   a float ONNX model, read by the
+                                          C++ ONNX reader (errors: fuselage.OnnxImportError)
     model.code()                          the FX-style code listing
     model.verify()                        raises if an invariant is broken
     model.copy(), model.node_count, model.placeholders
@@ -488,6 +491,37 @@ void RegisterModel(py::module_& m) {
             return std::make_unique<Model>(std::move(gm));
           },
           py::arg("path"), "Loads a model file: text for .textproto / .pbtxt, else binary.")
+      .def_static(
+          "load_onnx",
+          [](const py::object& path) {
+            const std::string p = PathArg(path);
+            auto gm = ValueOrThrow(
+                [&] {
+                  py::gil_scoped_release release;
+                  return LoadOnnxModel(p);
+                }(),
+                ErrorKind::kOnnxImport);
+            return std::make_unique<Model>(std::move(gm));
+          },
+          py::arg("path"),
+          "Reads a float ONNX file (onnx/onnx_reader.h; its external data from its folder). "
+          "Raises fuselage.OnnxImportError naming the node, initializer or input at fault.")
+      .def_static(
+          "from_onnx_bytes",
+          [](const py::buffer& data, const std::string& shown) {
+            const py::buffer_info info = data.request();
+            const absl::string_view bytes(static_cast<const char*>(info.ptr),
+                                          static_cast<size_t>(info.size * info.itemsize));
+            auto gm = ValueOrThrow(
+                [&] {
+                  py::gil_scoped_release release;
+                  return ParseOnnxModel(bytes, shown);
+                }(),
+                ErrorKind::kOnnxImport);
+            return std::make_unique<Model>(std::move(gm));
+          },
+          py::arg("data"), py::arg("shown") = "model",
+          "Reads a serialized float ONNX model (no external data); `shown` names it in errors.")
       .def_static("from_bytes", &ModelFromBytes, py::arg("data"),
                   "A model from serialized graph/model.proto bytes (bytes, bytearray, memoryview).")
       .def_static("from_parts", &ModelFromParts, py::arg("structure"), py::arg("tensors"),

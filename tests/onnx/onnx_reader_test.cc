@@ -1,16 +1,18 @@
-// The C++ ONNX reader (onnx/onnx_reader.h) against the Python importer and ONNX Runtime:
-// tests/onnx/testdata/{all_ops,more_ops,names}.onnx (every op the reader reads, and names torch.fx
-// renames, built with onnx.helper
-// by tests/onnx/make_testdata.py) read in C++ gives exactly the model file that
-// fuselage.from_onnx + fuselage.export write for it (same nodes, names, targets, args,
-// meta, module types, attributes and tensor bytes), and runs on fuselage's float runtime
-// to ONNX Runtime's output. Bad input (truncated file, unknown op or domain, opset,
-// external data, dynamic input) is an error naming the node or tensor.
+// The C++ ONNX reader (onnx/onnx_reader.h) against ONNX Runtime and the former Python
+// importer: tests/onnx/testdata/{all_ops,more_ops,names,fold_ops,shape_ops}.onnx (every op the
+// reader reads, the shape arithmetic it folds, and names torch.fx renames, built with
+// onnx.helper by tests/onnx/make_testdata.py) read in C++ gives exactly the model file the
+// Python importer wrote for it (same nodes, names, targets, args, meta, module types,
+// attributes and tensor bytes), and runs on fuselage's float runtime to ONNX Runtime's
+// output. Each new op also on a hand-built model with hand-computed values; bad input
+// (truncated file, unknown op or domain, opset, external data, dynamic input, hostile
+// shapes) is an error naming the node or tensor.
 #include "onnx/onnx_reader.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -57,7 +59,9 @@ struct TestModel {
 const std::vector<TestModel>& TestModels() {
   static const auto* models = new std::vector<TestModel>{{"all_ops", {1, 3, 8, 8}},
                                                          {"more_ops", {1, 2, 5, 5}},
-                                                         {"names", {1, 4}}};
+                                                         {"names", {1, 4}},
+                                                         {"fold_ops", {1, 4}},
+                                                         {"shape_ops", {1, 2, 6, 6}}};
   return *models;
 }
 
@@ -338,6 +342,447 @@ TEST(OnnxReaderTest, UnsupportedAttributeValueNamesTheNode) {
   alpha->set_f(0.2f);
   EXPECT_NE(ErrorOf(onnx).find("node 'the_node' (HardSigmoid): alpha=0.2"), std::string::npos)
       << ErrorOf(onnx);
+}
+
+
+// ---- the ops of static shapes and the folding of shape arithmetic, on hand-built models
+// whose expected values are computed by hand ----------------------------------------------
+
+// A hand-built ONNX graph at opset 17: inputs, initializers, nodes, outputs.
+class Builder {
+ public:
+  Builder() {
+    onnx_.set_ir_version(8);
+    auto* id = onnx_.add_opset_import();
+    id->set_domain("");
+    id->set_version(17);
+  }
+  Builder& Input(const std::string& name, std::vector<int64_t> dims) {
+    auto* input = graph()->add_input();
+    input->set_name(name);
+    auto* type = input->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(TensorProto::FLOAT);
+    for (int64_t d : dims) type->mutable_shape()->add_dim()->set_dim_value(d);
+    return *this;
+  }
+  Builder& Ints(const std::string& name, std::vector<int64_t> values,
+                std::vector<int64_t> dims = {-1}) {
+    TensorProto* t = graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(TensorProto::INT64);
+    if (dims == std::vector<int64_t>{-1}) dims = {static_cast<int64_t>(values.size())};
+    for (int64_t d : dims) t->add_dims(d);
+    for (int64_t v : values) t->add_int64_data(v);
+    return *this;
+  }
+  Builder& Floats(const std::string& name, std::vector<float> values,
+                  std::vector<int64_t> dims = {-1}) {
+    TensorProto* t = graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(TensorProto::FLOAT);
+    if (dims == std::vector<int64_t>{-1}) dims = {static_cast<int64_t>(values.size())};
+    for (int64_t d : dims) t->add_dims(d);
+    for (float v : values) t->add_float_data(v);
+    return *this;
+  }
+  // A node named `name` of `op` reading `inputs` ("" for an absent one), writing `outputs`.
+  NodeProto& Node(const std::string& op, const std::string& name,
+                  std::vector<std::string> inputs, std::vector<std::string> outputs) {
+    NodeProto* node = graph()->add_node();
+    node->set_op_type(op);
+    node->set_name(name);
+    for (const auto& i : inputs) node->add_input(i);
+    for (const auto& o : outputs) node->add_output(o);
+    return *node;
+  }
+  Builder& Output(const std::string& name) {
+    graph()->add_output()->set_name(name);
+    return *this;
+  }
+  const ModelProto& onnx() const { return onnx_; }
+
+ private:
+  onnx_subset::GraphProto* graph() { return onnx_.mutable_graph(); }
+  ModelProto onnx_;
+};
+
+void IntAttr(NodeProto& node, const std::string& name, int64_t v) {
+  auto* a = node.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx_subset::AttributeProto::INT);
+  a->set_i(v);
+}
+void IntsAttr(NodeProto& node, const std::string& name, std::vector<int64_t> v) {
+  auto* a = node.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx_subset::AttributeProto::INTS);
+  for (int64_t i : v) a->add_ints(i);
+}
+void StringAttr(NodeProto& node, const std::string& name, const std::string& v) {
+  auto* a = node.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx_subset::AttributeProto::STRING);
+  a->set_s(v);
+}
+
+// The outputs of the reader's model of `onnx` run on `inputs`, as (shape, floats) each.
+struct Out {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+std::vector<Out> RunOnnx(const ModelProto& onnx, const std::vector<Tensor>& inputs) {
+  std::vector<Out> outs;
+  auto gm = ParseOnnxModel(onnx.SerializeAsString());
+  EXPECT_TRUE(gm.ok()) << gm.status();
+  if (!gm.ok()) return outs;
+  auto kernels = BuiltinKernels();
+  EXPECT_TRUE(kernels.ok());
+  std::vector<Value> args;
+  for (const Tensor& t : inputs) args.push_back(Value(t));
+  auto out = fuselage::Run(**gm, args, **kernels);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return outs;
+  for (const Value& v : *out) {
+    const Tensor& t = v.as_tensor();
+    Out o;
+    o.shape.assign(t.shape().begin(), t.shape().end());
+    o.values.assign(t.data<float>(), t.data<float>() + t.numel());
+    outs.push_back(std::move(o));
+  }
+  return outs;
+}
+
+// The call_function targets of the reader's model of `onnx`, in graph order.
+std::vector<std::string> Targets(const ModelProto& onnx) {
+  std::vector<std::string> targets;
+  auto model = OnnxToModelProto(onnx);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return targets;
+  for (const auto& node : model->graph().nodes())
+    if (node.op() == proto::CALL_FUNCTION) targets.push_back(node.target());
+  return targets;
+}
+
+std::vector<float> Iota(int n, float start = 0) {
+  std::vector<float> v(n);
+  for (int i = 0; i < n; ++i) v[i] = start + static_cast<float>(i);
+  return v;
+}
+
+using Floats = std::vector<float>;
+using Dims = std::vector<int64_t>;
+
+TEST(OnnxReaderOpsTest, PadWithAValueIsFPadAndPadsEachSide) {
+  Builder b;
+  b.Input("x", {1, 1, 2, 2}).Ints("pads", {0, 0, 1, 0, 0, 0, 0, 1}).Floats("nine", {9.0f}, {});
+  b.Node("Pad", "pad", {"x", "pads", "nine"}, {"y"});
+  b.Output("y");
+  EXPECT_EQ(Targets(b.onnx()), std::vector<std::string>{"torch.nn.functional.pad"});
+  // One row of 9 above, one column of 9 to the right.
+  auto out = RunOnnx(b.onnx(), {Tensor::FromFloats({1, 1, 2, 2}, Floats{1, 2, 3, 4})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape, (Dims{1, 1, 3, 3}));
+  EXPECT_EQ(out[0].values, (Floats{9, 9, 9, 1, 2, 9, 3, 4, 9}));
+}
+
+TEST(OnnxReaderOpsTest, PadErrorsNameTheNodeAndTheExpectation) {
+  Builder reflect;
+  reflect.Input("x", {1, 2}).Ints("pads", {0, 1, 0, 1});
+  StringAttr(reflect.Node("Pad", "pad", {"x", "pads"}, {"y"}), "mode", "reflect");
+  reflect.Output("y");
+  EXPECT_NE(ErrorOf(reflect.onnx()).find("node 'pad' (Pad): mode 'reflect'; fuselage reads "
+                                         "constant padding"),
+            std::string::npos);
+  Builder short_pads;
+  short_pads.Input("x", {1, 2}).Ints("pads", {1, 1});
+  short_pads.Node("Pad", "pad", {"x", "pads"}, {"y"});
+  short_pads.Output("y");
+  EXPECT_NE(ErrorOf(short_pads.onnx()).find("2 pads for an input of rank 2; expected 4"),
+            std::string::npos);
+  Builder huge;
+  huge.Input("x", {1, 2}).Ints("pads", {0, 0, int64_t{1} << 40, 0});
+  huge.Node("Pad", "pad", {"x", "pads"}, {"y"});
+  huge.Output("y");
+  EXPECT_NE(ErrorOf(huge.onnx()).find("node 'pad' (Pad): a padded tensor"), std::string::npos)
+      << ErrorOf(huge.onnx());
+}
+
+TEST(OnnxReaderOpsTest, SliceIsANarrowPerAxisNotTakenWhole) {
+  Builder b;
+  // Rows 1..2 of 3, columns from -3 to past the end of 4 (1..3), the batch axis whole.
+  b.Input("x", {1, 1, 3, 4}).Ints("starts", {1, -3, 0}).Ints("ends", {3, 100, 1});
+  b.Ints("axes", {2, 3, 0});
+  b.Node("Slice", "slice", {"x", "starts", "ends", "axes"}, {"y"});
+  b.Output("y");
+  EXPECT_EQ(Targets(b.onnx()), (std::vector<std::string>{"torch.narrow", "torch.narrow"}));
+  auto out = RunOnnx(b.onnx(), {Tensor::FromFloats({1, 1, 3, 4}, Iota(12))});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape, (Dims{1, 1, 2, 3}));
+  EXPECT_EQ(out[0].values, (Floats{5, 6, 7, 9, 10, 11}));
+  Builder two;
+  two.Input("x", {1, 4}).Ints("starts", {0}).Ints("ends", {4}).Ints("axes", {1}).Ints("steps", {2});
+  two.Node("Slice", "slice", {"x", "starts", "ends", "axes", "steps"}, {"y"});
+  two.Output("y");
+  EXPECT_NE(ErrorOf(two.onnx()).find("node 'slice' (Slice): step 2 on axis 1; fuselage reads "
+                                     "slices of step 1"),
+            std::string::npos);
+}
+
+TEST(OnnxReaderOpsTest, SplitIsTorchSplitAndAGetitemPerOutput) {
+  Builder b;
+  b.Input("x", {1, 4}).Ints("sizes", {1, 3});
+  IntAttr(b.Node("Split", "split", {"x", "sizes"}, {"a", "b"}), "axis", 1);
+  b.Output("a").Output("b");
+  EXPECT_EQ(Targets(b.onnx()), (std::vector<std::string>{"torch.functional.split",
+                                                         "operator.getitem", "operator.getitem"}));
+  auto out = RunOnnx(b.onnx(), {Tensor::FromFloats({1, 4}, Floats{10, 20, 30, 40})});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].values, (Floats{10}));
+  EXPECT_EQ(out[1].shape, (Dims{1, 3}));
+  EXPECT_EQ(out[1].values, (Floats{20, 30, 40}));
+  // Equal parts without sizes; sizes that do not sum to the axis are an error.
+  Builder equal;
+  equal.Input("x", {1, 4});
+  IntAttr(equal.Node("Split", "split", {"x"}, {"a", "b"}), "axis", 1);
+  equal.Output("b");
+  out = RunOnnx(equal.onnx(), {Tensor::FromFloats({1, 4}, Floats{10, 20, 30, 40})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].values, (Floats{30, 40}));
+  Builder bad;
+  bad.Input("x", {1, 4}).Ints("sizes", {1, 2});
+  IntAttr(bad.Node("Split", "split", {"x", "sizes"}, {"a", "b"}), "axis", 1);
+  bad.Output("a");
+  EXPECT_NE(ErrorOf(bad.onnx()).find("node 'split' (Split): split sizes [1, 2] for 2 outputs of "
+                                     "an axis of 4; expected one size per output, summing to "
+                                     "the axis"),
+            std::string::npos);
+}
+
+TEST(OnnxReaderOpsTest, ResizeIsInterpolateNearestOrLinear) {
+  Builder nearest;
+  nearest.Input("x", {1, 1, 2, 2}).Floats("scales", {1, 1, 2, 2});
+  NodeProto& n = nearest.Node("Resize", "resize", {"x", "", "scales"}, {"y"});
+  StringAttr(n, "mode", "nearest");
+  StringAttr(n, "coordinate_transformation_mode", "asymmetric");
+  StringAttr(n, "nearest_mode", "floor");
+  nearest.Output("y");
+  EXPECT_EQ(Targets(nearest.onnx()), std::vector<std::string>{"torch.nn.functional.interpolate"});
+  auto out = RunOnnx(nearest.onnx(), {Tensor::FromFloats({1, 1, 2, 2}, Floats{1, 2, 3, 4})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape, (Dims{1, 1, 4, 4}));
+  EXPECT_EQ(out[0].values, (Floats{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
+  // Linear with align_corners from 2 to 4 columns: the corners kept, 1/3 steps between.
+  Builder linear;
+  linear.Input("x", {1, 1, 2, 2}).Ints("sizes", {1, 1, 2, 4});
+  NodeProto& l = linear.Node("Resize", "resize", {"x", "", "", "sizes"}, {"y"});
+  StringAttr(l, "mode", "linear");
+  StringAttr(l, "coordinate_transformation_mode", "align_corners");
+  linear.Output("y");
+  out = RunOnnx(linear.onnx(), {Tensor::FromFloats({1, 1, 2, 2}, Floats{0, 3, 6, 9})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape, (Dims{1, 1, 2, 4}));
+  const Floats expected = {0, 1, 2, 3, 6, 7, 8, 9};
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(out[0].values[i], expected[i], 1e-5) << i;
+  Builder cubic;
+  cubic.Input("x", {1, 1, 2, 2}).Floats("scales", {1, 1, 2, 2});
+  StringAttr(cubic.Node("Resize", "resize", {"x", "", "scales"}, {"y"}), "mode", "cubic");
+  cubic.Output("y");
+  EXPECT_NE(ErrorOf(cubic.onnx()).find("node 'resize' (Resize): mode 'cubic'"), std::string::npos)
+      << ErrorOf(cubic.onnx());
+  Builder channels;
+  channels.Input("x", {1, 1, 2, 2}).Floats("scales", {1, 2, 1, 1});
+  channels.Node("Resize", "resize", {"x", "", "scales"}, {"y"});
+  channels.Output("y");
+  EXPECT_NE(ErrorOf(channels.onnx()).find("resizes the batch or channel axis"), std::string::npos);
+}
+
+TEST(OnnxReaderOpsTest, SqueezeAndUnsqueezeOfATensorAreReshapes) {
+  Builder b;
+  b.Input("x", {1, 3}).Ints("zero", {0}).Ints("last", {-1});
+  b.Node("Squeeze", "squeeze", {"x", "zero"}, {"s"});
+  b.Node("Unsqueeze", "unsqueeze", {"s", "last"}, {"y"});
+  b.Output("y");
+  EXPECT_EQ(Targets(b.onnx()), (std::vector<std::string>{"torch.reshape", "torch.reshape"}));
+  auto out = RunOnnx(b.onnx(), {Tensor::FromFloats({1, 3}, Floats{1, 2, 3})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape, (Dims{3, 1}));
+  Builder bad;
+  bad.Input("x", {2, 3}).Ints("zero", {0});
+  bad.Node("Squeeze", "squeeze", {"x", "zero"}, {"y"});
+  bad.Output("y");
+  EXPECT_NE(ErrorOf(bad.onnx()).find("node 'squeeze' (Squeeze): axis 0 of an input of shape "
+                                     "[2, 3] is not of size 1"),
+            std::string::npos);
+}
+
+// x [1, 2, 4, 4] -> Shape(start=-2) [4, 4] -> ReduceProd 16 -> Range(1, 16, 5) [1, 6, 11]
+// -> Cast float: the graph output is that constant, folded whole.
+TEST(OnnxReaderOpsTest, ShapeArithmeticFoldsToItsConstant) {
+  Builder b;
+  b.Input("x", {1, 2, 4, 4}).Ints("one", {1}, {}).Ints("five", {5}, {});
+  IntAttr(b.Node("Shape", "shape", {"x"}, {"hw"}), "start", -2);
+  IntAttr(b.Node("ReduceProd", "prod", {"hw"}, {"n"}), "keepdims", 0);
+  b.Node("Range", "range", {"one", "n", "five"}, {"r"});
+  IntAttr(b.Node("Cast", "cast", {"r"}, {"y"}), "to", TensorProto::FLOAT);
+  b.Output("y");
+  EXPECT_TRUE(Targets(b.onnx()).empty());  // no node computes it: a constant
+  auto out = RunOnnx(b.onnx(), {Tensor::FromFloats({1, 2, 4, 4}, Iota(32))});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape, (Dims{3}));
+  EXPECT_EQ(out[0].values, (Floats{1, 6, 11}));
+}
+
+// Integer arithmetic as numpy / onnx.reference: division truncates toward zero; Where picks
+// by a bool from Equal; Gather takes negative indices; Concat of 2-d constants.
+TEST(OnnxReaderOpsTest, FoldsComputeAsTheReferenceImplementation) {
+  Builder b;
+  b.Input("x", {1, 1});
+  b.Ints("m7", {-7}, {}).Ints("two", {2}, {}).Ints("v", {3, 5, 7}).Ints("idx", {-1, 0});
+  b.Ints("a", {1, 2}, {1, 2}).Ints("c", {3, 4}, {1, 2});
+  b.Node("Div", "div", {"m7", "two"}, {"q"});            // -3 (not -4)
+  b.Node("Gather", "gather", {"v", "idx"}, {"g"});       // [7, 3]
+  b.Node("Equal", "equal", {"g", "two"}, {"is_two"});    // [false, false]
+  b.Node("Where", "where", {"is_two", "v", "g"}, {"w"}); // shapes [2] vs [3]: an error below
+  IntAttr(b.Node("Concat", "concat", {"a", "c"}, {"ac"}), "axis", 0);  // [[1, 2], [3, 4]]
+  b.Node("Mul", "mul", {"ac", "q"}, {"acq"});            // [[-3, -6], [-9, -12]]
+  IntAttr(b.Node("Cast", "cast", {"acq"}, {"y"}), "to", TensorProto::FLOAT);
+  b.Output("y");
+  // Where's inputs [2] and [3] do not broadcast: named, with the shapes.
+  EXPECT_NE(ErrorOf(b.onnx()).find("node 'where' (Where): shapes [3] and [2] do not broadcast"),
+            std::string::npos)
+      << ErrorOf(b.onnx());
+  ModelProto fixed = b.onnx();
+  fixed.mutable_graph()->mutable_node(3)->set_input(1, "g");  // Where(is_two, g, g)
+  auto out = RunOnnx(fixed, {Tensor::FromFloats({1, 1}, Floats{0})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape, (Dims{2, 2}));
+  EXPECT_EQ(out[0].values, (Floats{-3, -6, -9, -12}));
+}
+
+TEST(OnnxReaderOpsTest, FoldErrorsNameTheNode) {
+  Builder on_tensor;
+  on_tensor.Input("x", {1, 4});
+  on_tensor.Node("Floor", "floor", {"x"}, {"y"});
+  on_tensor.Output("y");
+  EXPECT_NE(ErrorOf(on_tensor.onnx()).find("node 'floor' (Floor): fuselage reads Floor only on "
+                                           "constants (shape arithmetic); an input here is a "
+                                           "computed tensor"),
+            std::string::npos);
+  Builder by_zero;
+  by_zero.Input("x", {1, 1}).Ints("one", {1}, {}).Ints("zero", {0}, {});
+  by_zero.Node("Div", "div", {"one", "zero"}, {"q"});
+  by_zero.Output("q");
+  EXPECT_NE(ErrorOf(by_zero.onnx()).find("node 'div' (Div): an integer division by zero"),
+            std::string::npos);
+  Builder cast;
+  cast.Input("x", {1, 1}).Floats("big", {1e30f}, {});
+  IntAttr(cast.Node("Cast", "cast", {"big"}, {"y"}), "to", TensorProto::INT64);
+  cast.Output("y");
+  EXPECT_NE(ErrorOf(cast.onnx()).find("node 'cast' (Cast): a cast of 1e+30 to an integer type"),
+            std::string::npos)
+      << ErrorOf(cast.onnx());
+}
+
+// A hostile shape in shape arithmetic is an error before anything is allocated.
+TEST(OnnxReaderOpsTest, HostileShapesAreErrorsNotAllocations) {
+  const int64_t huge = int64_t{1} << 20;
+  struct Case {
+    std::string op;
+    std::vector<std::string> inputs;
+  };
+  for (const Case& c : std::vector<Case>{{"ConstantOfShape", {"shape"}},
+                                         {"Expand", {"one", "shape"}},
+                                         {"Tile", {"one_2d", "shape"}},
+                                         {"Range", {"zero", "big", "step"}}}) {
+    SCOPED_TRACE(c.op);
+    Builder b;
+    b.Input("x", {1, 1}).Ints("shape", {huge, huge}).Floats("one", {1.0f}, {});
+    b.Floats("one_2d", {1.0f}, {1, 1}).Ints("zero", {0}, {}).Ints("big", {huge * huge}, {});
+    b.Ints("step", {1}, {});
+    b.Node(c.op, "hostile", c.inputs, {"y"});
+    b.Output("y");
+    const std::string error = ErrorOf(b.onnx());
+    EXPECT_NE(error.find(absl::StrCat("node 'hostile' (", c.op, ")")), std::string::npos) << error;
+    EXPECT_NE(error.find("elements"), std::string::npos) << error;
+  }
+}
+
+// The constants folds make are bounded per model (kFoldBudget beyond the file's own): a
+// chain of large folds from a small file is an error at the fold that passes the budget,
+// before it allocates, as a single too-large fold is.
+TEST(OnnxReaderOpsTest, FoldsMakeAtMostTheModelsBudget) {
+  Builder b;
+  b.Input("x", {1, 1}).Ints("shape", {int64_t{1} << 23});
+  b.Node("ConstantOfShape", "c", {"shape"}, {"c"});
+  b.Node("Neg", "n1", {"c"}, {"n1"});
+  b.Node("Neg", "n2", {"n1"}, {"n2"});
+  b.Output("n2");
+  const std::string error = ErrorOf(b.onnx());
+  EXPECT_NE(error.find("node 'n2' (Neg): a constant of shape [8388608]; fuselage folds constants "
+                       "of <= 1 elements here"),
+            std::string::npos)
+      << error;
+  Builder tile;
+  tile.Input("x", {1, 1}).Floats("pm", {1, -1}, {1, 2}).Ints("reps", {1, 16777218});
+  tile.Node("Tile", "tile", {"pm", "reps"}, {"y"});
+  tile.Output("y");
+  EXPECT_NE(ErrorOf(tile.onnx()).find("node 'tile' (Tile): a tiled constant of more than"),
+            std::string::npos)
+      << ErrorOf(tile.onnx());
+}
+
+// External data beside the model file is read; missing, or outside its folder, is an
+// error naming the initializer and the file.
+TEST(OnnxReaderOpsTest, ExternalDataIsReadFromTheModelsFolder) {
+  const std::string dir = absl::StrCat(getenv("TEST_TMPDIR"), "/external");
+  ASSERT_EQ(system(absl::StrCat("mkdir -p ", dir).c_str()), 0);
+  Builder b;
+  b.Input("x", {1, 3});
+  b.Node("Add", "add", {"x", "w"}, {"y"});
+  b.Output("y");
+  ModelProto onnx = b.onnx();
+  TensorProto* w = onnx.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(TensorProto::FLOAT);
+  w->add_dims(3);
+  w->set_data_location(TensorProto::EXTERNAL);
+  auto* location = w->add_external_data();
+  location->set_key("location");
+  location->set_value("w.bin");
+  auto* offset = w->add_external_data();
+  offset->set_key("offset");
+  offset->set_value("4");
+  const float data[4] = {99, 10, 20, 30};  // the tensor from byte 4
+  std::ofstream(absl::StrCat(dir, "/w.bin"), std::ios::binary)
+      .write(reinterpret_cast<const char*>(data), sizeof(data));
+  std::ofstream(absl::StrCat(dir, "/m.onnx"), std::ios::binary) << onnx.SerializeAsString();
+  auto gm = LoadOnnxModel(absl::StrCat(dir, "/m.onnx"));
+  ASSERT_TRUE(gm.ok()) << gm.status();
+  auto kernels = BuiltinKernels();
+  ASSERT_TRUE(kernels.ok());
+  auto out = fuselage::Run(**gm, {Value(Tensor::FromFloats({1, 3}, Floats{1, 2, 3}))}, **kernels);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const Tensor& y = (*out)[0].as_tensor();
+  EXPECT_EQ(Floats(y.data<float>(), y.data<float>() + 3), (Floats{11, 22, 33}));
+
+  location->set_value("gone.bin");
+  std::ofstream(absl::StrCat(dir, "/m.onnx"), std::ios::binary | std::ios::trunc)
+      << onnx.SerializeAsString();
+  auto missing = LoadOnnxModel(absl::StrCat(dir, "/m.onnx"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("initializer 'w': its external data file 'gone.bin' "
+                                            "is missing"),
+            std::string::npos)
+      << missing.status();
+  location->set_value("../w.bin");
+  std::ofstream(absl::StrCat(dir, "/m.onnx"), std::ios::binary | std::ios::trunc)
+      << onnx.SerializeAsString();
+  auto outside = LoadOnnxModel(absl::StrCat(dir, "/m.onnx"));
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.status().message().find("initializer 'w': external data location '../w.bin' "
+                                            "is outside the model's folder"),
+            std::string::npos)
+      << outside.status();
 }
 
 }  // namespace

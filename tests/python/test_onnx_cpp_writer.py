@@ -72,7 +72,7 @@ def fuselage_cli(cli, *args):
 
 @pytest.fixture(scope="module", params=["resnet18", "mobilenet_v2"])
 def exported(request, tmp_path_factory):
-    """(ONNX path, the Python importer's model file of it)."""
+    """(ONNX path, fuselage.from_onnx's model file of it)."""
     folder = tmp_path_factory.mktemp(request.param)
     torch.manual_seed(0)
     model = randomize_batch_norm(getattr(torchvision.models, request.param)()).eval()
@@ -117,8 +117,8 @@ def test_cpp_writer_writes_the_python_writers_model(cli, exported, form, tmp_pat
     path, python_model = exported
     cpp_onnx, python_onnx = str(tmp_path / "cpp.onnx"), str(tmp_path / "python.onnx")
     if form == "float":
-        # The C++ reader's model of the ONNX file, written by the C++ writer; the Python
-        # importer's, written by the Python writer.
+        # The reader's model of the ONNX file, written by the C++ writer from the CLI and
+        # by the Python writer from fuselage.from_onnx's GraphModule.
         fuselage_cli(cli, "export-onnx", path, "-o", cpp_onnx)
         fuselage.to_onnx(python_model, python_onnx)
     else:

@@ -265,7 +265,7 @@ def test_an_attribute_out_of_range_or_a_type_mismatch_names_the_node(tmp_path):
     model = onnx.load(path)
     cast = next(n for n in model.graph.node if n.op_type == "Cast")
     cast.attribute[0].i = TensorProto.UINT8   # a Clip bound no longer float
-    refused(model, "(Clip)", "inconsistent type")
+    refused(model, "(Clip)", "min (input 1) is integer; expected float")
 
 
 def test_a_dynamic_input_shape_is_refused():

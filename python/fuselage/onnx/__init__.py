@@ -12,7 +12,8 @@ QLinearAdd, QLinearMul, QGemm, QLinearGlobalAveragePool, QLinearConcat. docs/gui
 has the details; fuselage.onnx._ops lists the ops that have an ONNX form.
 
 ONNX in: `fuselage.from_onnx("model.onnx")` reads a float ONNX model as a torch.fx
-GraphModule of PyTorch modules and functions (fuselage.onnx._import), and
+GraphModule of PyTorch modules and functions (fuselage.onnx._import: the C++ ONNX reader,
+onnx/onnx_reader.h, through the compiled extension), and
 `fuselage.onnx.quantize_static(model_input, model_output, calibration_data_reader, ...)`
 is ONNX Runtime's quantize_static with its signature, run by fuselage
 (fuselage.onnx._quantize).

@@ -1,0 +1,81 @@
+// Constant folding for the ONNX reader (onnx/onnx_reader.h): an ONNX node whose inputs are
+// all constants is evaluated while the graph is read, so the shape arithmetic torch.onnx
+// writes (Shape -> Gather -> Unsqueeze -> Concat -> Reshape, Range, Cast, ...) becomes the
+// constants a model traced at one input shape has. What the ONNX reference implementation
+// (onnx.reference) gives for the same node is what these give, element type included.
+//
+// The shape helpers (SqueezeShape, UnsqueezeShape, SliceRange) are shared with the reader's
+// tensor forms of the same ops, so a Squeeze of a tensor and of a constant agree.
+//
+// Bad input -- an axis out of range, shapes that do not broadcast, an integer division by
+// zero, a cast of a value the target type cannot hold, a result larger than kMaxElements
+// -- is an InvalidArgument status starting with `where` (the node). Nothing aborts.
+#ifndef FUSELAGE_ONNX_ONNX_FOLD_H_
+#define FUSELAGE_ONNX_ONNX_FOLD_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "onnx/onnx_subset.pb.h"
+
+namespace fuselage {
+
+// A constant of an ONNX graph: float32, int64 (ONNX's INT32 read as int64) or bool.
+struct OnnxConstant {
+  enum class Type { kFloat, kInt64, kBool };
+  Type type = Type::kFloat;
+  std::vector<int64_t> shape;
+  std::vector<float> floats;  // kFloat: the elements, row-major
+  std::vector<int64_t> ints;  // kInt64: the elements; kBool: 0 or 1 each
+
+  int64_t size() const;
+};
+
+// The most elements a folded constant may have (the reader's limit on every tensor).
+inline constexpr int64_t kMaxFoldElements = int64_t{1} << 28;
+// The elements of constants a model's folds may make beyond its initializers' (the reader's
+// budget): shape arithmetic makes few; a small file that would make many is hostile.
+inline constexpr int64_t kFoldBudget = int64_t{1} << 24;
+// The highest rank of a folded constant (the reader's limit on every tensor).
+inline constexpr size_t kMaxFoldRank = 8;
+
+// True for the ops the reader reads only on constants (shape arithmetic): Gather, Cast,
+// ConstantOfShape, Range, Equal, Where, ... (fuselage.from_onnx's former _FOLD_ONLY).
+bool IsFoldOnlyOp(absl::string_view op_type);
+// The fold-only ops, sorted.
+const std::vector<std::string>& FoldOnlyOps();
+
+// The outputs of `node` on constant `inputs` (one per node input; null for an absent
+// optional one), each of at most `max_elements` (and kMaxFoldElements) elements: more is
+// an error before anything is allocated. Reads the fold-only ops and Add, Sub, Mul, Div,
+// MatMul, Concat, Transpose, Slice, Squeeze, Unsqueeze, Identity on constants; any other op
+// is Unimplemented. `where` (the node) starts every error.
+absl::StatusOr<std::vector<OnnxConstant>> FoldOnnxNode(
+    const onnx_subset::NodeProto& node, const std::vector<const OnnxConstant*>& inputs,
+    absl::string_view where, int64_t max_elements = kMaxFoldElements);
+
+// The shape Squeeze gives an input of `shape`: `axes` removed (each of size 1), or every
+// axis of size 1 if `axes` is empty.
+absl::StatusOr<std::vector<int64_t>> SqueezeShape(const std::vector<int64_t>& shape,
+                                                  const std::vector<int64_t>& axes,
+                                                  absl::string_view where);
+// The shape Unsqueeze gives an input of `shape`: a 1 inserted at each of `axes` (axes of
+// the output).
+absl::StatusOr<std::vector<int64_t>> UnsqueezeShape(const std::vector<int64_t>& shape,
+                                                    const std::vector<int64_t>& axes,
+                                                    absl::string_view where);
+
+// Python's slice(start, end, step).indices(dim), which is ONNX Slice's clamping: the first
+// index, the end (exclusive) and the step, for a step != 0.
+struct SliceRange {
+  int64_t begin, end, step;
+  int64_t count() const;  // how many indices the slice takes
+};
+SliceRange SliceIndices(int64_t start, int64_t end, int64_t step, int64_t dim);
+
+}  // namespace fuselage
+
+#endif  // FUSELAGE_ONNX_ONNX_FOLD_H_
