@@ -1,6 +1,6 @@
 // The ONNX ops fuselage.from_onnx reads and the FX forms each becomes in fuselage's graphs.
 //
-// python/fuselage/onnx/_import.py reads an ONNX model into fuselage's one internal form
+// onnx/onnx_reader.h reads an ONNX model into fuselage's one internal form
 // (docs/architecture.md, "Front ends"): Conv is an nn.Conv1d / Conv2d / Conv3d module, Relu
 // an nn.ReLU, Clip(0, 6) an nn.ReLU6, Add operator.add, and so on. The pattern language
 // resolves a leaf `onnx.OpType` through this table to every form the op takes, so a config
@@ -10,7 +10,7 @@
 //   FxFormsOfOnnxOp("Clip")   // {"ReLU6", "ReLU", "Hardtanh", "torch.clamp"}: pattern leaves
 //   FxFormsOfOnnxOp("Erf")    // nullopt: not an op fuselage reads
 //
-// Kept by hand beside python/fuselage/onnx/_import.py (its `_op` readers); tests/patterns/
+// Kept by hand beside onnx/onnx_reader.cc (its per-op readers); tests/patterns/
 // pattern_test.cc checks the leaves resolve, tests/python/test_onnx_patterns.py fuses over
 // them on a model from_onnx read.
 #ifndef FUSELAGE_PATTERNS_ONNX_OPS_H_
