@@ -1484,7 +1484,8 @@ absl::Status Reader::EmitSplit(const NodeProto& node, const Attributes& attrs,
 }
 
 // Resize of the spatial axes as torch.nn.functional.interpolate(x, size, None, mode[,
-// align_corners]): nearest (asymmetric, floor) and linear (half_pixel, pytorch_half_pixel,
+// align_corners]), or (x, None, scale_factor, ...) where the file's scales are not
+// out / in: nearest (asymmetric, floor) and linear (half_pixel, pytorch_half_pixel,
 // align_corners), PyTorch's two.
 absl::Status Reader::EmitResize(const NodeProto& node, const Attributes& attrs,
                                 std::vector<Value>& out) {
@@ -1494,18 +1495,26 @@ absl::Status Reader::EmitResize(const NodeProto& node, const Attributes& attrs,
   const std::string nearest = attrs.String("nearest_mode", "round_prefer_floor");
   const Shape& shape = x->shape;
   Shape size;
+  // The file's scale factors where they are not out / in: ONNX Runtime maps output
+  // coordinates by the given scale, which PyTorch's interpolate does only when given it
+  // (with a size it uses in / out; 15 -> 7 at scale 0.5 moved every sample).
+  std::vector<float> inexact_factors;
   if (HasInput(node, 3)) {
     ASSIGN_OR_RETURN(const Value* sizes, ConstantInput(node, 3, "sizes (input 3)", false));
     size = sizes->ints;
   } else if (HasInput(node, 2)) {
     ASSIGN_OR_RETURN(const Value* scales, ConstantInput(node, 2, "scales (input 2)", true));
     const std::vector<float> factors = Floats(*scales);
+    bool exact = true;
     for (size_t i = 0; i < factors.size() && i < shape.size(); ++i) {
-      const double d = std::floor(static_cast<double>(shape[i]) * factors[i]);
+      const double scaled = static_cast<double>(shape[i]) * factors[i];
+      const double d = std::floor(scaled);
       if (!(d >= 0 && d <= static_cast<double>(kMaxElements)))
         return GuardSize(node, {-1}, "a resized tensor");
+      exact = exact && d == scaled;
       size.push_back(static_cast<int64_t>(d));
     }
+    if (!exact && factors.size() > 2) inexact_factors.assign(factors.begin() + 2, factors.end());
   } else {
     return NodeError(node, "neither scales nor sizes; expected one");
   }
@@ -1519,6 +1528,11 @@ absl::Status Reader::EmitResize(const NodeProto& node, const Attributes& attrs,
                            "spatial axes");
   const Shape spatial(size.begin() + 2, size.end());
   std::vector<proto::Arg> args = {NodeArg(x->node), IntsArg(spatial, true), NoneArg()};
+  if (!inexact_factors.empty()) {
+    proto::Arg factors;
+    for (float f : inexact_factors) *factors.mutable_tuple()->add_items() = FloatArg(f);
+    args = {NodeArg(x->node), NoneArg(), std::move(factors)};
+  }
   if (mode == "nearest" && transform == "asymmetric" && nearest == "floor") {
     args.push_back(StringArg("nearest"));
   } else if (mode == "linear" && (transform == "half_pixel" || transform == "pytorch_half_pixel" ||

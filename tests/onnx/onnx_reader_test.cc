@@ -596,6 +596,31 @@ TEST(OnnxReaderOpsTest, ResizeIsInterpolateNearestOrLinear) {
   EXPECT_NE(ErrorOf(channels.onnx()).find("resizes the batch or channel axis"), std::string::npos);
 }
 
+// Scales that are not out / in (15 columns at 0.5 make 7): ONNX Runtime maps each output
+// column back by the given scale, src = (i + 0.5) / 0.5 - 0.5 = 2i + 0.5 (half_pixel), so a
+// linear ramp 0..14 resizes to 0.5, 2.5, ..., 12.5. Through a size of 7 PyTorch would map
+// by 15 / 7 instead (0.57, 2.71, ...).
+TEST(OnnxReaderOpsTest, ResizeByAScaleThatIsNotOutOverInMapsByTheScale) {
+  Builder b;
+  b.Input("x", {1, 1, 2, 15}).Floats("scales", {1, 1, 1, 0.5f});
+  NodeProto& n = b.Node("Resize", "resize", {"x", "", "scales"}, {"y"});
+  StringAttr(n, "mode", "linear");
+  b.Output("y");
+  Floats x;
+  for (int row = 0; row < 2; ++row) {
+    for (int j = 0; j < 15; ++j) x.push_back(static_cast<float>(100 * row + j));
+  }
+  auto out = RunOnnx(b.onnx(), {Tensor::FromFloats({1, 1, 2, 15}, x)});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape, (Dims{1, 1, 2, 7}));
+  for (int row = 0; row < 2; ++row) {
+    for (int i = 0; i < 7; ++i) {
+      EXPECT_NEAR(out[0].values[row * 7 + i], 100 * row + 2 * i + 0.5f, 1e-4)
+          << "row " << row << " column " << i;
+    }
+  }
+}
+
 TEST(OnnxReaderOpsTest, SqueezeAndUnsqueezeOfATensorAreReshapes) {
   Builder b;
   b.Input("x", {1, 3}).Ints("zero", {0}).Ints("last", {-1});

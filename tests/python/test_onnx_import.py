@@ -177,6 +177,34 @@ def test_what_from_onnx_reads_to_onnx_writes_back(model, shape, tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode,transform", [("linear", "half_pixel"),
+                                            ("linear", "pytorch_half_pixel"),
+                                            ("nearest", "asymmetric")])
+def test_a_resize_by_scales_that_are_not_out_over_in_gives_onnx_runtimes_outputs(
+        mode, transform, tmp_path):
+    # 15 x 13 at scales 0.5 and 1.75 make 7 x 22: ONNX Runtime maps back by the scales,
+    # which PyTorch's interpolate does only when given them (a size maps by in / out).
+    # (Scales whose sample positions land on whole numbers in both runtimes' float
+    # arithmetic: ORT divides by the scale, PyTorch multiplies by its reciprocal.)
+    attributes = {"mode": mode, "coordinate_transformation_mode": transform}
+    if mode == "nearest":
+        attributes["nearest_mode"] = "floor"
+    scales = onnx.numpy_helper.from_array(np.array([1, 1, 0.5, 1.75], np.float32), "scales")
+    graph = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], **attributes)], "resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 15, 13])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [scales])
+    path = str(tmp_path / "resize.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    x = np.random.default_rng(0).standard_normal((1, 2, 15, 13)).astype(np.float32)
+    (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    with torch.no_grad():
+        got = fuselage.from_onnx(path)(torch.from_numpy(x))
+    assert tuple(got.shape) == want.shape == (1, 2, 7, 22)
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+
+
 def test_batch_normalization_reads_as_an_eval_batch_norm(tmp_path):
     # torch.onnx folds an eval batch norm into the conv; written by hand it stays.
     torch.manual_seed(0)
