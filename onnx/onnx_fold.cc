@@ -93,21 +93,6 @@ Shape Strides(const Shape& shape) {
   return strides;
 }
 
-// numpy's broadcast of two shapes.
-absl::StatusOr<Shape> Broadcast(const Shape& a, const Shape& b, absl::string_view where) {
-  const size_t rank = std::max(a.size(), b.size());
-  Shape out(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
-    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da != db && da != 1 && db != 1)
-      return Error(where, absl::StrCat("shapes ", ShapeText(a), " and ", ShapeText(b),
-                                       " do not broadcast"));
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
 // The linear index into an input of `in_shape` broadcast to `out_shape` of the output's
 // element `out_index`.
 int64_t BroadcastIndex(int64_t out_index, const Shape& out_shape, const Shape& in_shape) {
@@ -148,7 +133,7 @@ absl::StatusOr<OnnxConstant> Binary(const OnnxConstant& a, const OnnxConstant& b
                                      TypeName(b.type), "; expected one type"));
   if (a.type == Type::kBool && out != Type::kBool)
     return Error(where, "bool inputs; expected numbers");
-  ASSIGN_OR_RETURN(Shape shape, Broadcast(a.shape, b.shape, where));
+  ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(a.shape, b.shape, where));
   ASSIGN_OR_RETURN(OnnxConstant r, Make(out.value_or(a.type), shape, where));
   const int64_t n = r.size();
   for (int64_t i = 0; i < n; ++i) {
@@ -210,7 +195,7 @@ absl::StatusOr<OnnxConstant> Pow(const OnnxConstant& x, const OnnxConstant& y,
                                  const Site& where) {
   if (x.type == Type::kBool || y.type == Type::kBool)
     return Error(where, "bool inputs; expected numbers");
-  ASSIGN_OR_RETURN(Shape shape, Broadcast(x.shape, y.shape, where));
+  ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(x.shape, y.shape, where));
   ASSIGN_OR_RETURN(OnnxConstant r, Make(x.type, shape, where));
   for (int64_t i = 0; i < r.size(); ++i) {
     const int64_t ix = BroadcastIndex(i, shape, x.shape), iy = BroadcastIndex(i, shape, y.shape);
@@ -238,8 +223,8 @@ absl::StatusOr<OnnxConstant> Where(const OnnxConstant& cond, const OnnxConstant&
   if (x.type != y.type)
     return Error(where, absl::StrCat("X of type ", TypeName(x.type), " and Y of type ",
                                      TypeName(y.type), "; expected one type"));
-  ASSIGN_OR_RETURN(Shape xy, Broadcast(x.shape, y.shape, where));
-  ASSIGN_OR_RETURN(Shape shape, Broadcast(cond.shape, xy, where));
+  ASSIGN_OR_RETURN(Shape xy, BroadcastShapes(x.shape, y.shape, where));
+  ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(cond.shape, xy, where));
   ASSIGN_OR_RETURN(OnnxConstant r, Make(x.type, shape, where));
   for (int64_t i = 0; i < r.size(); ++i) {
     const bool take_x = cond.ints[BroadcastIndex(i, shape, cond.shape)] != 0;
@@ -489,7 +474,7 @@ absl::StatusOr<OnnxConstant> Expand(const OnnxConstant& x, const OnnxConstant& s
   ASSIGN_OR_RETURN(std::vector<int64_t> target, Ints(&shape, where, "shape (input 1)"));
   for (int64_t d : target)
     if (d < 0) return Error(where, absl::StrCat("a shape ", ShapeText(target), " with a negative entry"));
-  ASSIGN_OR_RETURN(Shape out, Broadcast(x.shape, target, where));
+  ASSIGN_OR_RETURN(Shape out, BroadcastShapes(x.shape, target, where));
   ASSIGN_OR_RETURN(OnnxConstant r, Make(x.type, out, where, "an expanded constant"));
   for (int64_t i = 0; i < r.size(); ++i) CopyElement(x, BroadcastIndex(i, out, x.shape), r, i);
   return r;
@@ -921,6 +906,22 @@ absl::StatusOr<std::vector<OnnxConstant>> FoldOnnxNode(
     if (c.size() > where.max_elements)
       return TooLarge(where, absl::StrCat("a constant of shape ", ShapeText(c.shape)));
   return outputs;
+}
+
+absl::StatusOr<std::vector<int64_t>> BroadcastShapes(const std::vector<int64_t>& a,
+                                                     const std::vector<int64_t>& b,
+                                                     absl::string_view where) {
+  const size_t rank = std::max(a.size(), b.size());
+  std::vector<int64_t> out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return Error(where, absl::StrCat("shapes ", ShapeText(a), " and ", ShapeText(b),
+                                       " do not broadcast"));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
 }
 
 }  // namespace fuselage

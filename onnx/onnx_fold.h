@@ -68,6 +68,12 @@ absl::StatusOr<std::vector<int64_t>> UnsqueezeShape(const std::vector<int64_t>& 
                                                     const std::vector<int64_t>& axes,
                                                     absl::string_view where);
 
+// numpy's broadcast of two shapes (ONNX's multidirectional broadcasting); an error
+// starting with `where` if they do not broadcast.
+absl::StatusOr<std::vector<int64_t>> BroadcastShapes(const std::vector<int64_t>& a,
+                                                     const std::vector<int64_t>& b,
+                                                     absl::string_view where);
+
 // Python's slice(start, end, step).indices(dim), which is ONNX Slice's clamping: the first
 // index, the end (exclusive) and the step, for a step != 0.
 struct SliceRange {

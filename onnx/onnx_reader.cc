@@ -961,27 +961,13 @@ absl::Status Reader::EmitClip(const NodeProto& node, std::vector<Value>& out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Shape> Broadcast(const NodeProto& node, const Shape& a, const Shape& b) {
-  const size_t rank = std::max(a.size(), b.size());
-  Shape out(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
-    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da != db && da != 1 && db != 1)
-      return NodeError(node, absl::StrCat("shapes ", ShapeText(a), " and ", ShapeText(b),
-                                          " do not broadcast"));
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
 absl::Status Reader::EmitBinary(const NodeProto& node, const std::string& target,
                                 std::vector<Value>& out) {
   ASSIGN_OR_RETURN(const Value* a, Input(node, 0));
   ASSIGN_OR_RETURN(const Value* b, Input(node, 1));
   ASSIGN_OR_RETURN(bool folded, FoldIfConstant(node, out));
   if (folded) return absl::OkStatus();
-  ASSIGN_OR_RETURN(Shape shape, Broadcast(node, a->shape, b->shape));
+  ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(a->shape, b->shape, Where(node)));
   ASSIGN_OR_RETURN(proto::Arg lhs, Operand(*a, node.input(0), *b));
   ASSIGN_OR_RETURN(proto::Arg rhs, Operand(*b, node.input(1), *a));
   out.push_back(Call(node, target, {std::move(lhs), std::move(rhs)}, shape));
@@ -1070,8 +1056,8 @@ absl::Status Reader::EmitMatMul(const NodeProto& node, std::vector<Value>& out) 
   if (sa.back() != sb[sb.size() - 2])
     return NodeError(node, absl::StrCat("shapes ", ShapeText(a->shape), " and ", ShapeText(b->shape),
                                         " do not multiply"));
-  ASSIGN_OR_RETURN(Shape batch, Broadcast(node, Shape(sa.begin(), sa.end() - 2),
-                                          Shape(sb.begin(), sb.end() - 2)));
+  ASSIGN_OR_RETURN(Shape batch, BroadcastShapes(Shape(sa.begin(), sa.end() - 2),
+                                                Shape(sb.begin(), sb.end() - 2), Where(node)));
   Shape shape = batch;
   if (!a1) shape.push_back(sa[sa.size() - 2]);
   if (!b1) shape.push_back(sb.back());
