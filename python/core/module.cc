@@ -160,17 +160,30 @@ std::string PathArg(const py::object& path) {
   return py::str(py::module_::import("os").attr("fspath")(path));
 }
 
-std::unique_ptr<Model> ModelFromBytes(const py::buffer& data) {
-  const py::buffer_info info = data.request();
-  const absl::string_view bytes(static_cast<const char*>(info.ptr),
-                                static_cast<size_t>(info.size * info.itemsize));
+// The bytes of a Python buffer (bytes, bytearray, memoryview), read in place.
+absl::string_view BufferBytes(const py::buffer& data, py::buffer_info& info) {
+  info = data.request();
+  return absl::string_view(static_cast<const char*>(info.ptr),
+                           static_cast<size_t>(info.size * info.itemsize));
+}
+
+// A Model of what `read()` gives (a file or bytes read into the engine), with the GIL
+// released while it reads; its error raised as `kind`.
+template <typename Read>
+std::unique_ptr<Model> ReadModel(Read read, ErrorKind kind) {
   auto gm = ValueOrThrow(
       [&] {
         py::gil_scoped_release release;
-        return ParseModel(bytes);
+        return read();
       }(),
-      ErrorKind::kModelFile);
+      kind);
   return std::make_unique<Model>(std::move(gm));
+}
+
+std::unique_ptr<Model> ModelFromBytes(const py::buffer& data) {
+  py::buffer_info info;
+  const absl::string_view bytes = BufferBytes(data, info);
+  return ReadModel([&] { return ParseModel(bytes); }, ErrorKind::kModelFile);
 }
 
 // ---- the tensor handoff (fuselage._core.from_torch / to_torch) ----------------------------
@@ -482,26 +495,14 @@ void RegisterModel(py::module_& m) {
           "load",
           [](const py::object& path) {
             const std::string p = PathArg(path);
-            auto gm = ValueOrThrow(
-                [&] {
-                  py::gil_scoped_release release;
-                  return LoadModel(p);
-                }(),
-                ErrorKind::kModelFile);
-            return std::make_unique<Model>(std::move(gm));
+            return ReadModel([&] { return LoadModel(p); }, ErrorKind::kModelFile);
           },
           py::arg("path"), "Loads a model file: text for .textproto / .pbtxt, else binary.")
       .def_static(
           "load_onnx",
           [](const py::object& path) {
             const std::string p = PathArg(path);
-            auto gm = ValueOrThrow(
-                [&] {
-                  py::gil_scoped_release release;
-                  return LoadOnnxModel(p);
-                }(),
-                ErrorKind::kOnnxImport);
-            return std::make_unique<Model>(std::move(gm));
+            return ReadModel([&] { return LoadOnnxModel(p); }, ErrorKind::kOnnxImport);
           },
           py::arg("path"),
           "Reads a float ONNX file (onnx/onnx_reader.h; its external data from its folder). "
@@ -509,16 +510,10 @@ void RegisterModel(py::module_& m) {
       .def_static(
           "from_onnx_bytes",
           [](const py::buffer& data, const std::string& shown) {
-            const py::buffer_info info = data.request();
-            const absl::string_view bytes(static_cast<const char*>(info.ptr),
-                                          static_cast<size_t>(info.size * info.itemsize));
-            auto gm = ValueOrThrow(
-                [&] {
-                  py::gil_scoped_release release;
-                  return ParseOnnxModel(bytes, shown);
-                }(),
-                ErrorKind::kOnnxImport);
-            return std::make_unique<Model>(std::move(gm));
+            py::buffer_info info;
+            const absl::string_view bytes = BufferBytes(data, info);
+            return ReadModel([&] { return ParseOnnxModel(bytes, shown); },
+                             ErrorKind::kOnnxImport);
           },
           py::arg("data"), py::arg("shown") = "model",
           "Reads a serialized float ONNX model (no external data); `shown` names it in errors.")
