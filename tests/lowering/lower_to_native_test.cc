@@ -74,6 +74,24 @@ std::string Listing(const Graph& g) {
   return s;
 }
 
+// x_q = quantize(x, 0.05, 128) and conv = F.conv2d(dequantize(x_q), dequantize(quantize(w,
+// 0.01, 0, qint8))), w a 1x1x1x1 constant 0.5 of `gm`.
+struct FunctionalConv {
+  Node* x_q;
+  Node* conv;
+};
+FunctionalConv AddFunctionalConv(GraphModule& gm) {
+  EXPECT_TRUE(gm.SetTensor("w", Floats({1, 1, 1, 1}, {0.5f})).ok());
+  Graph& g = gm.graph();
+  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
+  Node* w_q = *g.AddCallFunction("torch.quantize_per_tensor",
+                                 {*g.AddGetAttr("w"), Argument::Float(0.01), Argument::Int(0),
+                                  Argument::Dtype(DType::kQInt8)});
+  Node* conv = *g.AddCallFunction("torch.nn.functional.conv2d",
+                                  {Dequantize(g, x_q), Dequantize(g, w_q), Argument::None()});
+  return {x_q, conv};
+}
+
 std::unique_ptr<LoweringRuleRegistry> NativeRules() {
   auto r = std::make_unique<LoweringRuleRegistry>();
   EXPECT_TRUE(RegisterNativeLoweringRules(*r).ok());
@@ -731,14 +749,8 @@ TEST(LowerToNativeTest, FunctionalConvUsesQuantizedInputAndWeight) {
 // parameters through).
 TEST(LowerToNativeTest, FunctionalConvUnderAHardtanhLowersAndTheClampRunsQuantized) {
   GraphModule gm;
-  ASSERT_TRUE(gm.SetTensor("w", Floats({1, 1, 1, 1}, {0.5f})).ok());
   Graph& g = gm.graph();
-  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
-  Node* w_q = *g.AddCallFunction("torch.quantize_per_tensor",
-                                 {*g.AddGetAttr("w"), Argument::Float(0.01), Argument::Int(0),
-                                  Argument::Dtype(DType::kQInt8)});
-  Node* conv = *g.AddCallFunction("torch.nn.functional.conv2d",
-                                  {Dequantize(g, x_q), Dequantize(g, w_q), Argument::None()});
+  const auto [x_q, conv] = AddFunctionalConv(gm);
   Node* clamp = *g.AddCallFunction("torch.nn.functional.hardtanh",
                                    {conv, Argument::Float(0.0), Argument::Float(6.0)});
   ASSERT_TRUE(g.SetOutput(Dequantize(g, Quantize(g, clamp, 6.0 / 255, 0))).ok());
@@ -823,14 +835,8 @@ TEST(LowerToNativeTest, FunctionalConvAbsorbsTheResidualAddAndRelu) {
 // the reason.
 TEST(LowerToNativeTest, ConvWithAnotherUserDoesNotAbsorbTheAdd) {
   GraphModule gm;
-  ASSERT_TRUE(gm.SetTensor("w", Floats({1, 1, 1, 1}, {0.5f})).ok());
   Graph& g = gm.graph();
-  Node* x_q = Quantize(g, *g.AddPlaceholder("x"), 0.05, 128, "x_q");
-  Node* w_q = *g.AddCallFunction("torch.quantize_per_tensor",
-                                 {*g.AddGetAttr("w"), Argument::Float(0.01), Argument::Int(0),
-                                  Argument::Dtype(DType::kQInt8)});
-  Node* conv = *g.AddCallFunction("torch.nn.functional.conv2d",
-                                  {Dequantize(g, x_q), Dequantize(g, w_q), Argument::None()});
+  const auto [x_q, conv] = AddFunctionalConv(gm);
   Node* add = *g.AddCallFunction("operator.add", {Dequantize(g, x_q), conv});
   ASSERT_TRUE(g.SetOutput(Argument::Tuple({Argument(Dequantize(g, Quantize(g, add, 0.1, 0))),
                                            Argument(conv)}))
