@@ -143,21 +143,29 @@ def names_model():
     return model
 
 
+def _constant(name, array, dtype):
+    """A Constant node named after its output `name`, holding `array` as `dtype`."""
+    return helper.make_node("Constant", [], [name], f"/{name}/Constant",
+                            value=numpy_helper.from_array(np.asarray(array, dtype), name))
+
+
+def _i64(name, array):
+    return _constant(name, array, np.int64)
+
+
+def _f32(name, array):
+    return _constant(name, array, np.float32)
+
+
 def fold_ops_model():
     """Shape arithmetic the reader folds to constants (every op it reads only on constants,
     and the tensor ops on constants), in one graph of input [1, 4] at opset 17: the folded
     [1, 4] constant is added to the input, so ONNX Runtime's output checks every fold."""
-    i64 = lambda name, array: helper.make_node(  # noqa: E731
-        "Constant", [], [name], f"/{name}/Constant",
-        value=numpy_helper.from_array(np.asarray(array, np.int64), name))
-    f32 = lambda name, array: helper.make_node(  # noqa: E731
-        "Constant", [], [name], f"/{name}/Constant",
-        value=numpy_helper.from_array(np.asarray(array, np.float32), name))
     node = helper.make_node
     nodes = [
         node("Shape", ["x"], ["s"], "/Shape"),
         node("ReduceProd", ["s"], ["n"], "/ReduceProd_1", keepdims=0),
-        i64("zero", 0), i64("one", 1), i64("two", 2),
+        _i64("zero", 0), _i64("one", 1), _i64("two", 2),
         node("Gather", ["s", "one"], ["width"], "/Gather", axis=0),
         node("Range", ["zero", "width", "one"], ["r"], "/Range"),
         node("Cast", ["r"], ["rf"], "/Cast", to=TensorProto.FLOAT),
@@ -166,7 +174,7 @@ def fold_ops_model():
         node("Ceil", ["sq"], ["ce"], "/Ceil"),
         node("Neg", ["ce"], ["ng"], "/Neg"),
         node("Abs", ["ng"], ["ab"], "/Abs"),
-        f32("two_f", 2.0),
+        _f32("two_f", 2.0),
         node("Pow", ["ab", "two_f"], ["pw"], "/Pow"),
         node("Equal", ["r", "two"], ["eq"], "/Equal"),
         node("Where", ["eq", "pw", "fl"], ["wh"], "/Where"),
@@ -176,41 +184,41 @@ def fold_ops_model():
         node("Cast", ["ls"], ["lsf"], "/Cast_1", to=TensorProto.FLOAT),
         node("Cast", ["nt"], ["ntf"], "/Cast_2", to=TensorProto.FLOAT),
         node("Max", ["wh", "lsf"], ["mx"], "/Max"),
-        f32("three_f", 3.0),
+        _f32("three_f", 3.0),
         node("Min", ["mx", "three_f", "ntf"], ["mn"], "/Min"),
-        i64("one_1d", [1]),
+        _i64("one_1d", [1]),
         node("Unsqueeze", ["n", "zero_1d"], ["n_1d"], "/Unsqueeze"),
-        i64("zero_1d", [0]),
+        _i64("zero_1d", [0]),
         node("Concat", ["one_1d", "n_1d"], ["cos_shape"], "/Concat", axis=0),
         node("ConstantOfShape", ["cos_shape"], ["cos"], "/ConstantOfShape",
              value=numpy_helper.from_array(np.asarray([0.5], np.float32))),
-        f32("two_11", [[2.0]]),
+        _f32("two_11", [[2.0]]),
         node("Expand", ["two_11", "s"], ["ex"], "/Expand"),
-        f32("pm", [[1.0, -1.0]]),
-        i64("reps", [1, 2]),
+        _f32("pm", [[1.0, -1.0]]),
+        _i64("reps", [1, 2]),
         node("Tile", ["pm", "reps"], ["tl"], "/Tile"),
         node("ReduceProd", ["ex"], ["rp"], "/ReduceProd", axes=[0], keepdims=1),
         node("ReduceSum", ["tl", "one_1d"], ["rsum"], "/ReduceSum", keepdims=1),
-        i64("seven", 7),
+        _i64("seven", 7),
         node("Div", ["seven", "two"], ["dv"], "/Div"),
         node("Sub", ["dv", "one"], ["sb"], "/Sub"),
         node("Size", ["sl"], ["sl_size"], "/Size"),
         node("Sub", ["sl_size", "two"], ["sl_zero"], "/Sub_1"),
         node("Add", ["sb", "sl_zero"], ["sb2"], "/Add"),
         node("Slice", ["r", "one_1d", "three_1d"], ["sl"], "/Slice"),
-        i64("three_1d", [3]),
+        _i64("three_1d", [3]),
         node("Unsqueeze", ["sb2", "zero_1d"], ["sb_1d"], "/Unsqueeze_1"),
-        i64("five", [[5]]),
+        _i64("five", [[5]]),
         node("Squeeze", ["five", "zero_1d"], ["five_1d"], "/Squeeze"),
         node("Concat", ["sl", "sb_1d", "five_1d"], ["ints"], "/Concat_1", axis=0),
         node("Cast", ["ints"], ["qf"], "/Cast_3", to=TensorProto.FLOAT),
-        f32("m22", [[1.0, 2.0], [3.0, 4.0]]),
+        _f32("m22", [[1.0, 2.0], [3.0, 4.0]]),
         node("Transpose", ["m22"], ["tr"], "/Transpose", perm=[1, 0]),
-        f32("ones_12", [[1.0, 1.0]]),
+        _f32("ones_12", [[1.0, 1.0]]),
         node("MatMul", ["ones_12", "tr"], ["mm"], "/MatMul"),
-        i64("shape_2", [2]),
+        _i64("shape_2", [2]),
         node("Reshape", ["mm", "shape_2"], ["mmr"], "/Reshape"),
-        i64("reps_2", [2]),
+        _i64("reps_2", [2]),
         node("Tile", ["mmr", "reps_2"], ["mmt"], "/Tile_1"),
         node("Mul", ["mn", "cos"], ["a"], "/Mul"),
         node("Add", ["a", "rp"], ["b"], "/Add_1"),
@@ -245,31 +253,25 @@ def shape_ops_model():
     Resize to sizes computed from Shape (nearest, asymmetric, floor) and by scales (linear,
     half_pixel), Pad with a value, Slice of two axes (one whole), Split by sizes and into
     equal parts, Unsqueeze and Squeeze of a tensor, Reshape to a computed shape."""
-    i64 = lambda name, array: helper.make_node(  # noqa: E731
-        "Constant", [], [name], f"/{name}/Constant",
-        value=numpy_helper.from_array(np.asarray(array, np.int64), name))
-    f32 = lambda name, array: helper.make_node(  # noqa: E731
-        "Constant", [], [name], f"/{name}/Constant",
-        value=numpy_helper.from_array(np.asarray(array, np.float32), name))
     node = helper.make_node
     nodes = [
         node("Shape", ["x"], ["s"], "/Shape"),
         node("Shape", ["x"], ["nc"], "/Shape_1", start=0, end=2),
-        i64("two", 2), i64("zero_1d", [0]),
+        _i64("two", 2), _i64("zero_1d", [0]),
         node("Gather", ["s", "two"], ["h"], "/Gather", axis=0),
         node("Mul", ["h", "two"], ["h2"], "/Mul"),
         node("Unsqueeze", ["h2", "zero_1d"], ["h2_1d"], "/Unsqueeze"),
         node("Concat", ["nc", "h2_1d", "h2_1d"], ["sizes"], "/Concat", axis=0),
         node("Resize", ["x", "", "", "sizes"], ["up"], "/Resize", mode="nearest",
              coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
-        i64("pads", [0, 0, 1, 2, 0, 0, 2, 1]), f32("half", 0.5),
+        _i64("pads", [0, 0, 1, 2, 0, 0, 2, 1]), _f32("half", 0.5),
         node("Pad", ["up", "pads", "half"], ["padded"], "/Pad", mode="constant"),
-        i64("starts", [1, 0]), i64("ends", [-1, 2**63 - 1]), i64("axes", [2, 3]),
+        _i64("starts", [1, 0]), _i64("ends", [-1, 2**63 - 1]), _i64("axes", [2, 3]),
         node("Slice", ["padded", "starts", "ends", "axes"], ["sliced"], "/Slice"),
-        i64("split", [5, 8]),
+        _i64("split", [5, 8]),
         node("Split", ["sliced", "split"], ["a", "b"], "/Split", axis=2),
-        f32("scales", [1.0, 1.0, 2.0, 2.0]),
-        f32("roi", []),
+        _f32("scales", [1.0, 1.0, 2.0, 2.0]),
+        _f32("roi", []),
         node("Resize", ["a", "roi", "scales"], ["lin"], "/Resize_1", mode="linear",
              coordinate_transformation_mode="half_pixel"),
         node("Unsqueeze", ["b", "zero_1d"], ["b5"], "/Unsqueeze_1"),
@@ -278,10 +280,10 @@ def shape_ops_model():
         node("Add", ["b_top", "b_bottom"], ["bsum"], "/Add"),
         node("Shape", ["lin"], ["lin_shape"], "/Shape_2"),
         node("Slice", ["lin_shape", "zero_1d", "two_1d"], ["lin_nc"], "/Slice_1"),
-        i64("two_1d", [2]), i64("minus_one", [-1]),
+        _i64("two_1d", [2]), _i64("minus_one", [-1]),
         node("Concat", ["lin_nc", "minus_one"], ["lin_target"], "/Concat_1", axis=0),
         node("Reshape", ["lin", "lin_target"], ["lin_flat"], "/Reshape"),
-        i64("flat", [1, 2, -1]),
+        _i64("flat", [1, 2, -1]),
         node("Reshape", ["bsum", "flat"], ["bsum_flat"], "/Reshape_1"),
         node("Concat", ["lin_flat", "bsum_flat"], ["out"], "/Concat_2", axis=2),
     ]
