@@ -27,6 +27,27 @@ def init(name, array):
     return numpy_helper.from_array(np.asarray(array, dtype=np.float32), name)
 
 
+def _checked_model(graph, opset=17, ir_version=8):
+    """`graph` as a model of `opset` and `ir_version`, checked by onnx.checker."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="make_testdata.py")
+    model.ir_version = ir_version
+    onnx.checker.check_model(model)
+    return model
+
+
+def _in_topological_order(nodes, given):
+    """`nodes` in an order where each comes after the producers of its inputs (the names
+    in `given` are graph inputs); among the ready ones, the first listed goes first."""
+    order, made, pending = [], set(given), list(nodes)
+    while pending:
+        ready = next(n for n in pending if all(not i or i in made for i in n.input))
+        order.append(ready)
+        made.update(ready.output)
+        pending.remove(ready)
+    return order
+
+
 def all_ops_model():
     """Every op the C++ reader must read, in one graph of input [1, 3, 8, 8]."""
     rng = np.random.default_rng(37)
@@ -72,11 +93,7 @@ def all_ops_model():
     graph = helper.make_graph(
         nodes, "all_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="make_testdata.py")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return _checked_model(graph)
 
 
 def more_ops_model():
@@ -116,11 +133,7 @@ def more_ops_model():
     graph = helper.make_graph(
         nodes, "more_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 3])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
-                              producer_name="make_testdata.py")
-    model.ir_version = 7
-    onnx.checker.check_model(model)
-    return model
+    return _checked_model(graph, opset=13, ir_version=7)
 
 
 def names_model():
@@ -136,11 +149,7 @@ def names_model():
     graph = helper.make_graph(
         nodes, "names", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info(value, TensorProto.FLOAT, [1, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="make_testdata.py")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return _checked_model(graph)
 
 
 def _constant(name, array, dtype):
@@ -229,23 +238,12 @@ def fold_ops_model():
         node("Identity", ["f"], ["g"], "/Identity"),
         node("Add", ["x", "g"], ["out"], "/Add_5"),
     ]
-    # Topological order: the graph above lists some constants after their first reader.
-    order, made, pending = [], {"x"}, list(nodes)
-    while pending:
-        for n in pending:
-            if all(not i or i in made for i in n.input):
-                order.append(n)
-                made.update(n.output)
-                pending.remove(n)
-                break
+    # The graph above lists some constants after their first reader.
+    order = _in_topological_order(nodes, {"x"})
     graph = helper.make_graph(
         order, "fold_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="make_testdata.py")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return _checked_model(graph)
 
 
 def shape_ops_model():
@@ -287,22 +285,11 @@ def shape_ops_model():
         node("Reshape", ["bsum", "flat"], ["bsum_flat"], "/Reshape_1"),
         node("Concat", ["lin_flat", "bsum_flat"], ["out"], "/Concat_2", axis=2),
     ]
-    order, made, pending = [], {"x"}, list(nodes)
-    while pending:
-        for n in pending:
-            if all(not i or i in made for i in n.input):
-                order.append(n)
-                made.update(n.output)
-                pending.remove(n)
-                break
+    order = _in_topological_order(nodes, {"x"})
     graph = helper.make_graph(
         order, "shape_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2, 10 * 30 + 4 * 15])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="make_testdata.py")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return _checked_model(graph)
 
 
 def write_floats(path, array):
