@@ -600,15 +600,7 @@ absl::StatusOr<OnnxConstant> Transpose(const NodeProto& node, const OnnxConstant
   } else {
     for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
   }
-  std::vector<int64_t> sorted = perm;
-  std::sort(sorted.begin(), sorted.end());
-  bool ok = static_cast<int64_t>(perm.size()) == rank;
-  for (int64_t d = 0; ok && d < rank; ++d) ok = sorted[d] == d;
-  if (!ok)
-    return Error(where, absl::StrCat("perm ", ShapeText(perm), " is not a permutation of the ",
-                                     rank, " axes"));
-  Shape out;
-  for (int64_t p : perm) out.push_back(x.shape[p]);
+  ASSIGN_OR_RETURN(const Shape out, TransposedShape(x.shape, perm, where));
   ASSIGN_OR_RETURN(OnnxConstant r, Make(x.type, out, where));
   const Shape in_strides = Strides(x.shape);
   for (int64_t i = 0; i < r.size(); ++i) {
@@ -921,6 +913,22 @@ absl::StatusOr<std::vector<int64_t>> BroadcastShapes(const std::vector<int64_t>&
                                        " do not broadcast"));
     out[i] = da == 1 ? db : da;
   }
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> TransposedShape(const std::vector<int64_t>& shape,
+                                                     const std::vector<int64_t>& perm,
+                                                     absl::string_view where) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  bool ok = static_cast<int64_t>(perm.size()) == rank;
+  for (int64_t d = 0; ok && d < rank; ++d) ok = sorted[d] == d;
+  if (!ok)
+    return Error(where, absl::StrCat("perm ", ShapeText(perm), " is not a permutation of the ",
+                                     rank, " axes"));
+  std::vector<int64_t> out;
+  for (int64_t p : perm) out.push_back(shape[p]);
   return out;
 }
 

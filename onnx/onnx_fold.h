@@ -74,6 +74,12 @@ absl::StatusOr<std::vector<int64_t>> BroadcastShapes(const std::vector<int64_t>&
                                                      const std::vector<int64_t>& b,
                                                      absl::string_view where);
 
+// The shape Transpose by `perm` gives an input of `shape`; an error starting with `where`
+// if `perm` is not a permutation of its axes.
+absl::StatusOr<std::vector<int64_t>> TransposedShape(const std::vector<int64_t>& shape,
+                                                     const std::vector<int64_t>& perm,
+                                                     absl::string_view where);
+
 // Python's slice(start, end, step).indices(dim), which is ONNX Slice's clamping: the first
 // index, the end (exclusive) and the step, for a step != 0.
 struct SliceRange {

@@ -1630,15 +1630,7 @@ absl::Status Reader::Emit(const NodeProto& node, std::vector<Value>& out) {
     std::vector<int64_t> perm;
     for (int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
     perm = attrs.Ints("perm").value_or(perm);
-    std::vector<int64_t> sorted = perm;
-    std::sort(sorted.begin(), sorted.end());
-    bool ok = static_cast<int64_t>(perm.size()) == rank;
-    for (int64_t i = 0; ok && i < rank; ++i) ok = sorted[i] == i;
-    if (!ok)
-      return NodeError(node, absl::StrCat("perm ", ShapeText(perm), " is not a permutation of the ",
-                                          rank, " axes"));
-    Shape shape;
-    for (int64_t p : perm) shape.push_back(x->shape[p]);
+    ASSIGN_OR_RETURN(const Shape shape, TransposedShape(x->shape, perm, Where(node)));
     out.push_back(Call(node, "torch.permute", {NodeArg(x->node), IntsArg(perm, true)}, shape));
     return absl::OkStatus();
   }
