@@ -118,7 +118,12 @@ def test_an_unknown_quantizer_is_a_clear_error():
 
 def _resnet18_reference():
     """(resnet18, its calibration input, fuselage's PT2E reference of it)."""
-    model = _model("resnet18")
+    return _reference("resnet18")
+
+
+def _reference(name):
+    """(torchvision's `name`, its calibration input, fuselage's PT2E reference of it)."""
+    model = _model(name)
     x = torch.randn(2, 3, 64, 64)
     prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "x86")
     with torch.no_grad():
@@ -126,17 +131,25 @@ def _resnet18_reference():
         return model, x, fuselage.pt2e.convert_pt2e(prepared)
 
 
+def _lowered_to_fuselage(reference, x):
+    """(fuselage's runtime's output of `reference` lowered by lower_to_fuselage, run on
+    `x`; the lowered graph given back to torch; its calls counted: a call_function by its
+    target's name, a call_module by its module's class)."""
+    from fuselage import _core
+    lowered = fuselage.pt2e.lower_to_fuselage(reference, (x,))
+    got = torch.from_numpy(_core.run(lowered, [x.numpy()])[0])
+    back = _core.to_torch(lowered)
+    calls = collections.Counter(
+        str(n.target) if n.op == "call_function" else type(back.get_submodule(n.target))
+        for n in back.graph.nodes if n.op in ("call_function", "call_module"))
+    return got, back, calls
+
+
 def test_a_reference_lowers_to_fuselages_native_ops_at_the_references_error():
     model, x, reference = _resnet18_reference()
     with torch.no_grad():
         want, reference_out = model(x), _first(reference(x))
-    lowered = fuselage.pt2e.lower_to_fuselage(reference, (x,))
-    from fuselage import _core
-    got = torch.from_numpy(_core.run(lowered, [x.numpy()])[0])
-    back = _core.to_torch(lowered)
-    native = collections.Counter(
-        str(n.target) if n.op == "call_function" else type(back.get_submodule(n.target))
-        for n in back.graph.nodes if n.op in ("call_function", "call_module"))
+    got, back, native = _lowered_to_fuselage(reference, x)
     # Every conv lowered (20 of them): relu fused where a conv feeds one, and the conv
     # before each residual add-relu one op with it (8), both inputs quantized, as
     # X86InductorQuantizer observes them; integer arithmetic loses under 0.5 dB against
@@ -157,23 +170,14 @@ def test_mobilenets_conv_relu6_pairs_lower_to_native_convs_with_the_clamp_on_int
     # float, the weight dequantized at every run: 7x slower than PyTorch's onednn model),
     # and the lowered model's output is the reference's within the error of integer
     # arithmetic.
-    model = _model("mobilenet_v2")
-    x = torch.randn(2, 3, 64, 64)
-    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "x86")
+    model, x, reference = _reference("mobilenet_v2")
     with torch.no_grad():
-        prepared(x)
-        reference = fuselage.pt2e.convert_pt2e(prepared)
         want, reference_out = model(x), _first(reference(x))
-    lowered = fuselage.pt2e.lower_to_fuselage(reference, (x,))
-    from fuselage import _core
-    got = torch.from_numpy(_core.run(lowered, [x.numpy()])[0])
-    back = _core.to_torch(lowered)
-    calls = collections.Counter(
-        str(n.target) if n.op == "call_function" else type(back.get_submodule(n.target)).__name__
-        for n in back.graph.nodes if n.op in ("call_function", "call_module"))
-    assert calls["quantized.conv2d"] == 42 and calls["ConvAdd2d"] == 10
+    got, _, calls = _lowered_to_fuselage(reference, x)
+    from fuselage.nn.quantized import ConvAdd2d
+    assert calls["quantized.conv2d"] == 42 and calls[ConvAdd2d] == 10
     assert calls["aten.conv2d.default"] + calls["torch.nn.functional.conv2d"] == 0
-    assert sum(v for k, v in calls.items() if "hardtanh" in k) == 35
+    assert sum(v for k, v in calls.items() if isinstance(k, str) and "hardtanh" in k) == 35
     assert _sqnr(want, got) >= _sqnr(want, reference_out) - 0.5
 
 
