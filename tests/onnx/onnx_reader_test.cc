@@ -367,23 +367,26 @@ class Builder {
   }
   Builder& Ints(const std::string& name, std::vector<int64_t> values,
                 std::vector<int64_t> dims = {-1}) {
-    TensorProto* t = graph()->add_initializer();
-    t->set_name(name);
-    t->set_data_type(TensorProto::INT64);
-    if (dims == std::vector<int64_t>{-1}) dims = {static_cast<int64_t>(values.size())};
-    for (int64_t d : dims) t->add_dims(d);
+    TensorProto* t = Initializer(name, TensorProto::INT64, values.size(), dims);
     for (int64_t v : values) t->add_int64_data(v);
     return *this;
   }
   Builder& Floats(const std::string& name, std::vector<float> values,
                   std::vector<int64_t> dims = {-1}) {
-    TensorProto* t = graph()->add_initializer();
-    t->set_name(name);
-    t->set_data_type(TensorProto::FLOAT);
-    if (dims == std::vector<int64_t>{-1}) dims = {static_cast<int64_t>(values.size())};
-    for (int64_t d : dims) t->add_dims(d);
+    TensorProto* t = Initializer(name, TensorProto::FLOAT, values.size(), dims);
     for (float v : values) t->add_float_data(v);
     return *this;
+  }
+  // An initializer `name` of `data_type` shaped `dims` ({-1}: one axis of `count`), its
+  // values for the caller to add.
+  TensorProto* Initializer(const std::string& name, int data_type, size_t count,
+                           std::vector<int64_t> dims) {
+    TensorProto* t = graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(data_type);
+    if (dims == std::vector<int64_t>{-1}) dims = {static_cast<int64_t>(count)};
+    for (int64_t d : dims) t->add_dims(d);
+    return t;
   }
   // A node named `name` of `op` reading `inputs` ("" for an absent one), writing `outputs`.
   NodeProto& Node(const std::string& op, const std::string& name,
