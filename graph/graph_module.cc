@@ -571,8 +571,13 @@ absl::Status GraphModule::SetTensor(absl::string_view path, Tensor tensor) {
 
 std::string GraphModule::UniqueModulePath(absl::string_view hint) {
   std::string candidate(hint);
-  for (char& c : candidate) {
-    if (c != '.' && !std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+  // Only the new leaf's name is made an identifier: the modules above it are existing ones,
+  // whose names PyTorch allows to be any string without a dot (torchvision's regnets hold
+  // "block1-0"), and a path with them rewritten would name no module.
+  const size_t leaf = candidate.rfind('.');
+  for (size_t i = leaf == std::string::npos ? 0 : leaf + 1; i < candidate.size(); ++i) {
+    char& c = candidate[i];
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
   }
   if (candidate.empty()) candidate = "_module";
   if (FindModule(candidate) == nullptr && FindTensor(candidate) == nullptr) return candidate;

@@ -152,8 +152,9 @@ class GraphModule {
   absl::Status RemoveModules(absl::Span<const Symbol> paths);
   // Installs a tensor at `path` (its parent module must exist).
   absl::Status SetTensor(absl::string_view path, Tensor tensor);
-  // A module path under `parent` ("" = root) not yet taken, from `hint`. Not const: it
-  // advances the per-hint suffix counter that keeps naming many modules linear.
+  // A module path not yet taken, from `hint` (its last component made an identifier; the
+  // modules above it kept as named). Not const: it advances the per-hint suffix counter
+  // that keeps naming many modules linear.
   std::string UniqueModulePath(absl::string_view hint);
   // Installs `tensor` at UniqueModulePath(hint) and inserts a get_attr node of it, named
   // after the path, before `before`: how a pass adds a constant it computed (a folded

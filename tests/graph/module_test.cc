@@ -748,5 +748,26 @@ TEST(GraphModuleTest, InsertConstantBeforeTakesAFreshPathAndReadsIt) {
   EXPECT_TRUE(gm.Verify().ok()) << gm.Verify();
 }
 
+// A constant beside a weight of a module whose name is no identifier (PyTorch allows any
+// name without a dot: torchvision's regnets hold "block1-0"): the new leaf's name is made
+// one, the path above it is kept, so the constant lands in that module. Rewriting the whole
+// path named a module that does not exist, and PT2E's convert of regnet_y failed.
+TEST(GraphModuleTest, InsertConstantBeforeKeepsTheNamesOfTheModulesAboveTheLeaf) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* relu = *g.AddCallFunction("torch.relu", {x});
+  ASSERT_TRUE(g.SetOutput(relu).ok());
+  ASSERT_TRUE(gm.SetModule("trunk", std::make_unique<Module>("nn.Module")).ok());
+  ASSERT_TRUE(gm.SetModule("trunk.block1-0", std::make_unique<Module>("nn.Module")).ok());
+  ASSERT_TRUE(gm.SetTensor("trunk.block1-0.w", Tensor::FromFloats({1}, {7.0f})).ok());
+
+  auto added = gm.InsertConstantBefore(relu, "trunk.block1-0.w-int8", Tensor::FromFloats({1}, {3.0f}));
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_EQ((*added)->target().name(), "trunk.block1-0.w_int8");
+  EXPECT_EQ(gm.FindTensor("trunk.block1-0.w_int8")->data<float>()[0], 3.0f);
+  EXPECT_EQ(gm.FindTensor("trunk.block1-0.w")->data<float>()[0], 7.0f);
+}
+
 }  // namespace
 }  // namespace fuselage

@@ -109,6 +109,26 @@ def test_a_conv_add_relus_output_has_its_own_observer_as_in_torchao():
         assert our_zp == their_zp and our_scale == pytest.approx(their_scale, rel=1e-6)
 
 
+def test_a_conv_in_a_module_whose_name_is_no_identifier_converts_as_torchao_does():
+    # torchvision's regnets name their blocks "block1-0" (PyTorch allows any name without a
+    # dot). A conv without a batch norm there keeps its weight's path; the engine put the
+    # quantized weight at that path with the "-" rewritten, a module that does not exist,
+    # and convert_pt2e raised on regnet_y_400mf.
+    torch.manual_seed(0)
+    block = torch.nn.Sequential()
+    block.add_module("block1-0", torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()))
+    model = torch.nn.Sequential(block, torch.nn.Conv2d(4, 4, 1)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "x86")
+    with torch.no_grad():
+        prepared(x)
+        reference = fuselage.pt2e.convert_pt2e(prepared)
+        theirs = torchao_x86_reference(model, x)
+        assert _q_dq_counts(reference) == _q_dq_counts(theirs) == (2, 2)
+        assert _activation_qparams(reference) == pytest.approx(_activation_qparams(theirs))
+        assert torch.allclose(_first(reference(x)), theirs(x), atol=1e-5)
+
+
 def test_an_unknown_quantizer_is_a_clear_error():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4)).eval()
     gm = torch.export.export(model, (torch.randn(2, 4),)).module()
