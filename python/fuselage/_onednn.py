@@ -176,16 +176,21 @@ class _Lowerer:
         """(accumulator node, scale, zero point) of the add's other input, a per-tensor
         dequantize: its integer tensor when the sum's output is `quantized`, else the
         dequantized float tensor (scale 1, zero point 0), as torchao's lowering reads it.
-        Cloned where anything else reads it (the oneDNN sum writes into it); None if the
-        other input is no such dequantize."""
+        The oneDNN sum writes into it, and takes it only contiguous in the conv output's
+        channels-last layout: a channels-last copy where anything else reads it, else the
+        tensor made channels-last contiguous (itself where it is, as a conv's output; a
+        permuted one was refused at run time: "accum tensor must be contiguous"). None if
+        the other input is no such dequantize."""
         other = add.args[1] if add.args[0] is conv else add.args[0]
         found = _per_tensor_input(other)
         if found is None or other is conv or len(add.args) != 2 or add.kwargs:
             return None
         accum, scale, zero_point = found if quantized else (other, 1.0, 0)
-        if len(accum.users) > 1 or len(other.users) > 1 or accum.op != "call_function":
-            with self.gm.graph.inserting_before(add):
-                accum = self.gm.graph.call_function(_aten.clone.default, (accum,))
+        shared = len(accum.users) > 1 or len(other.users) > 1 or accum.op != "call_function"
+        with self.gm.graph.inserting_before(add):
+            accum = self.gm.graph.call_function(
+                _aten.clone.default if shared else _aten.contiguous.default, (accum,),
+                {"memory_format": torch.channels_last})
         return accum, scale, zero_point
 
     def lower_conv(self, conv):

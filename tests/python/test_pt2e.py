@@ -145,10 +145,15 @@ def _reference(name):
     """(torchvision's `name`, its calibration input, fuselage's PT2E reference of it)."""
     model = _model(name)
     x = torch.randn(2, 3, 64, 64)
+    return model, x, _fuselage_reference(model, x)
+
+
+def _fuselage_reference(model, x):
+    """fuselage's PT2E reference of `model` ("x86"), calibrated on `x`."""
     prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "x86")
     with torch.no_grad():
         prepared(x)
-        return model, x, fuselage.pt2e.convert_pt2e(prepared)
+    return fuselage.pt2e.convert_pt2e(prepared)
 
 
 def _lowered_to_fuselage(reference, x):
@@ -476,3 +481,32 @@ def test_a_conv_add_relu_with_a_float_output_lowers_to_binary_as_torchaos():
             "onednn.qconv_pointwise.default": 1, "onednn.qconv2d_pointwise.binary": 2}
         got, their_out = ours(x), theirs(x)
     assert torch.allclose(got, their_out, rtol=0, atol=1e-4 * their_out.abs().max())
+
+
+def test_a_conv_add_whose_residual_is_permuted_lowers_to_a_binary_that_runs():
+    # oneDNN's sum writes into its accumulator and takes it only channels-last
+    # contiguous. A residual read through a permute is not: the binary conv raised "For
+    # post op sum, accum tensor must be contiguous" at every call (torchao 0.18's own
+    # lowering of torchao's reference still does; maxvit_t has such blocks). Lowered, it
+    # gives the same onednn ops as torchao's lowering and the reference's values.
+    lowering = pytest.importorskip("torchao.quantization.pt2e.lowering")
+
+    class PermutedResidual(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = torch.nn.Conv2d(4, 4, 1), torch.nn.Conv2d(4, 4, 3, padding=1)
+
+        def forward(self, x):
+            return torch.relu(self.c2(x) + self.c1(x).permute(0, 1, 3, 2))
+
+    torch.manual_seed(0)
+    model = PermutedResidual().eval()
+    x = torch.randn(2, 4, 6, 6)
+    with torch.no_grad():
+        for reference in (_fuselage_reference(model, x), torchao_x86_reference(model, x)):
+            ours = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (x,))
+            theirs = lowering.lower_pt2e_quantized_to_x86(reference, (x,))
+            assert _onednn_counts(ours) == _onednn_counts(theirs) == {
+                "onednn.qconv_pointwise.default": 1, "onednn.qconv2d_pointwise.binary": 1}
+            want = _first(reference(x))
+            assert torch.allclose(_first(ours(x)), want, rtol=0, atol=1e-4 * want.abs().max())
