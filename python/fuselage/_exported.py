@@ -10,9 +10,11 @@ functional conv fuselage already fuses and quantizes. `to_fx_dialect` rewrites e
 call into that form and keeps the aten spelling in the node's meta (`aten`), so
 `restore_aten` (run by to_torch) writes it back: a model goes out in its own dialect.
 
-An op outside the table is refused naming the node and op; an in-place op whose input is
-read after it (the mutation would matter) is refused too, as is one mutating an input or
-a parameter.
+An op outside the table is refused naming the node and op, or, where the caller asks
+(unknown_ops="float"), kept as it is: an opaque node the engine leaves float (its prepare
+report names it) and gives back as the same aten call. An in-place op whose input is read
+after it (the mutation would matter) is refused, as is one mutating an input or a
+parameter, and an unknown op that mutates anything.
 """
 
 import importlib
@@ -22,7 +24,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from fuselage._values import attribute
+from fuselage._values import OPAQUE_META, attribute
 from fuselage.errors import ExportError
 
 ATEN_META = "aten"
@@ -189,6 +191,20 @@ def _read_after(value, node, order):
     return any(order[user] > order[node] for user in value.users if user is not node)
 
 
+# What an op outside the table becomes: "refuse" (an ExportError naming the node and op)
+# or "float" (an opaque node, kept float and reported).
+UNKNOWN_OPS = ("refuse", "float")
+
+
+def check_unknown_ops(unknown_ops, function):
+    """`unknown_ops` if it is one of UNKNOWN_OPS, else an ExportError naming `function`."""
+    if unknown_ops not in UNKNOWN_OPS:
+        raise ExportError(f"{function}: unknown_ops is {unknown_ops!r}; expected \"refuse\" "
+                          "(an op fuselage does not read is an error) or \"float\" (it is kept "
+                          "float and reported)")
+    return unknown_ops
+
+
 def _check_in_place(node, order, where):
     mutated = node.args[0] if node.args else None
     if not isinstance(mutated, torch.fx.Node):
@@ -221,17 +237,18 @@ def _copy_tensors(source, root, targets):
                               "reads tensors")
 
 
-def to_fx_dialect(program):
+def to_fx_dialect(program, unknown_ops="refuse"):
     """A torch.fx.GraphModule in fuselage's FX form of `program` (an ExportedProgram or
     what its .module() returns): aten calls rewritten, each keeping its aten spelling in
     node.meta["fuselage"]["aten"], export's input / output pytree handling and guards
-    left out (the graph takes the flat inputs and returns the flat outputs as a tuple)."""
+    left out (the graph takes the flat inputs and returns the flat outputs as a tuple).
+    An op outside the table as `unknown_ops` says (UNKNOWN_OPS)."""
     gm = program.module() if hasattr(program, "module") and \
         not isinstance(program, torch.nn.Module) else program
     if not isinstance(gm, torch.fx.GraphModule):
         raise ExportError(f"from_exported: expected a torch.export.ExportedProgram or its "
                           f".module(); got {type(program).__name__}")
-    graph, weights = _read_graph(gm, keep_modules=False)
+    graph, weights = _read_graph(gm, keep_modules=False, unknown_ops=unknown_ops)
     used = {n.target for n in graph.nodes if n.op == "get_attr"}
     root = torch.nn.Module()
     _copy_tensors(gm, root, [t for t in used if t not in weights.quantized])
@@ -245,8 +262,8 @@ def read_aten(gm):
     """`gm`, or where it calls aten / quantized_decomposed ops (a model fuselage gave back
     in torch.export's dialect, then prepared or calibrated), a copy sharing its modules and
     tensors with those calls in fuselage's FX form (fuselage.export reads through this)."""
-    if not any(n.op == "call_function" and aten_name(n.target) is not None
-               for n in gm.graph.nodes):
+    if not any(n.op == "call_function" and aten_name(n.target) is not None and
+               not _is_opaque(n) for n in gm.graph.nodes):
         return gm
     from fuselage._importer import TreeKeepingGraphModule, _keep_tree
     graph, weights = _read_graph(gm, keep_modules=True)
@@ -268,7 +285,7 @@ class _Record:
         self.args, self.kwargs, self.meta = args, kwargs, meta
 
 
-def to_engine(program):
+def to_engine(program, unknown_ops="refuse"):
     """fuselage's Model (fuselage._core) of `program` (an ExportedProgram or its
     .module()): what _core.from_torch(to_fx_dialect(program)) gives, written from the
     exported graph's FX form as records (fx_records), without building it in torch.fx
@@ -277,10 +294,10 @@ def to_engine(program):
     from fuselage import _core, _exporter
     gm = program.module() if hasattr(program, "module") and \
         not isinstance(program, torch.nn.Module) else program
-    records = fx_records(gm, keep_modules=False) if isinstance(gm, torch.fx.GraphModule) \
-        else None
+    records = fx_records(gm, keep_modules=False, unknown_ops=unknown_ops) \
+        if isinstance(gm, torch.fx.GraphModule) else None
     if records is None:
-        return _core.from_torch(to_fx_dialect(program))
+        return _core.from_torch(to_fx_dialect(program, unknown_ops))
     root = torch.nn.Module()
     _copy_tensors(gm, root, list(dict.fromkeys(r.target for r in records if r.op == "get_attr")))
     tensors = []
@@ -288,7 +305,7 @@ def to_engine(program):
     return _core.Model.from_parts(structure, tensors)
 
 
-def fx_records(gm, keep_modules):
+def fx_records(gm, keep_modules, unknown_ops="refuse"):
     """The FX form of `gm`'s graph (as _read_graph builds it) as _Records, which
     fuselage._exporter writes as it writes torch.fx nodes; None where that form needs
     more than a rewrite per node (PT2E q/dq ops, whose weights become new attributes:
@@ -320,7 +337,8 @@ def fx_records(gm, keep_modules):
         args = torch.fx.node.map_arg(node.args, env.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
         if node.op == "call_function" and (not keep_modules or name is not None):
-            target, args, kwargs, meta = _fx_form(node, args, kwargs, order, where)
+            target, args, kwargs, meta = _fx_form(node, args, kwargs, order, where,
+                                                  unknown_ops)
             if _OPS.get(name, _NO_OP).first_output_only:
                 first_output_only.add(node)
         elif node.op in ("placeholder", "output", "get_attr") or keep_modules:
@@ -332,7 +350,7 @@ def fx_records(gm, keep_modules):
     return records
 
 
-def _read_graph(gm, keep_modules):
+def _read_graph(gm, keep_modules, unknown_ops="refuse"):
     """The FX-form graph of `gm`'s graph and the quantized weights it adds. Without
     `keep_modules` (an exported program) a call_module is export's input guard, dropped,
     and another op kind is refused; with it (a model fuselage gave back) they stay."""
@@ -363,7 +381,7 @@ def _read_graph(gm, keep_modules):
             new = _fx_q_dq(gm, graph, node, args, weights, where)
         elif node.op == "call_function" and (not keep_modules or
                                              aten_name(node.target) is not None):
-            new = _fx_call(graph, node, args, kwargs, order, where)
+            new = _fx_call(graph, node, args, kwargs, order, where, unknown_ops)
             if _OPS.get(aten_name(node.target), _NO_OP).first_output_only:
                 first_output_only.add(node)
         elif node.op in ("placeholder", "output", "get_attr") or keep_modules:
@@ -441,14 +459,14 @@ def _dequantized_weight(graph, node, weight, source, weights, meta):
     return new
 
 
-def _fx_call(graph, node, args, kwargs, order, where):
-    target, args, kwargs, meta = _fx_form(node, args, kwargs, order, where)
+def _fx_call(graph, node, args, kwargs, order, where, unknown_ops):
+    target, args, kwargs, meta = _fx_form(node, args, kwargs, order, where, unknown_ops)
     new = graph.create_node("call_function", target, args, kwargs, name=node.name)
     new.meta.update(meta)
     return new
 
 
-def _fx_form(node, args, kwargs, order, where):
+def _fx_form(node, args, kwargs, order, where, unknown_ops):
     """(target, args, kwargs, meta) of the FX form of the exported call_function `node`
     whose arguments, mapped to the FX form's nodes, are `args` and `kwargs`."""
     if node.target is operator.getitem:
@@ -456,8 +474,7 @@ def _fx_form(node, args, kwargs, order, where):
     name = aten_name(node.target)
     op = _OPS.get(name)
     if op is None:
-        raise ExportError(f"{where}: op '{name or node.target}' is not one fuselage reads "
-                          f"from torch.export (it reads {', '.join(sorted(_OPS))})")
+        return _opaque_form(node, args, kwargs, name, where, unknown_ops)
     if op.in_place:
         _check_in_place(node, order, where)
     try:
@@ -470,6 +487,41 @@ def _fx_form(node, args, kwargs, order, where):
         from fuselage._exporter import MODULE_PATH_META
         meta[MODULE_PATH_META] = list(stack.values())[-1][0]
     return op.fx, fx_args, fx_kwargs, meta
+
+
+def _opaque_form(node, args, kwargs, name, where, unknown_ops):
+    """The FX form of a call of an op outside the table: the call as it is, an opaque
+    node for the engine (float, given back as this very op), where the caller asked for
+    that or fuselage made it one before (a model it gave back); else an ExportError."""
+    if unknown_ops != "float" and not _is_opaque(node):
+        raise ExportError(f"{where}: op '{name or node.target}' is not one fuselage reads "
+                          f"from torch.export (it reads {', '.join(sorted(_OPS))}); "
+                          "unknown_ops=\"float\" keeps such ops float")
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        raise ExportError(f"{where}: op '{name}' writes into its arguments; fuselage keeps "
+                          "an op it does not read float only where it computes a new value")
+    meta = {"fuselage": {OPAQUE_META: True}}
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        from fuselage._exporter import MODULE_PATH_META
+        meta[MODULE_PATH_META] = list(stack.values())[-1][0]
+    return node.target, args, kwargs, meta
+
+
+def ops_outside_table(program):
+    """(node name, op) of each call in `program` (an ExportedProgram or its .module()) of
+    an aten op fuselage does not read: what unknown_ops="float" keeps float."""
+    gm = program.module() if isinstance(program, torch.export.ExportedProgram) else program
+    return [(n.name, aten_name(n.target) or str(n.target)) for n in gm.graph.nodes
+            if n.op == "call_function" and n.target is not operator.getitem and
+            aten_name(n.target) not in _OPS and
+            aten_name(n.target) not in (_QUANTIZE, _DEQUANTIZE, _DEQUANTIZE_PER_CHANNEL)]
+
+
+def _is_opaque(node):
+    """Whether fuselage made `node` an opaque node (an op outside the table kept float)."""
+    return bool(node.meta.get("fuselage", {}).get(OPAQUE_META))
 
 
 def _meta_name(node):
@@ -613,9 +665,12 @@ def restore_aten(gm, every_q_dq=False):
     return gm
 
 
-def from_exported(program, example_inputs=None):
+def from_exported(program, example_inputs=None, unknown_ops="refuse"):
     """fuselage's Model (fuselage._core) of a torch.export program: an ExportedProgram or
-    its .module(). `example_inputs` records shapes as for fuselage.export. Raises
-    ExportError naming the node for an op fuselage does not read."""
+    its .module(). `example_inputs` records shapes as for fuselage.export. An op fuselage
+    does not read raises ExportError naming the node and op, or with
+    unknown_ops="float" stays float: an opaque node that the prepare report lists as
+    kept float and to_torch gives back as the same aten call."""
     from fuselage import _core
-    return _core.from_torch(to_fx_dialect(program), example_inputs)
+    check_unknown_ops(unknown_ops, "from_exported")
+    return _core.from_torch(to_fx_dialect(program, unknown_ops), example_inputs)

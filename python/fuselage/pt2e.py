@@ -49,6 +49,7 @@ import importlib.abc
 import importlib.util
 import operator
 import sys
+import warnings
 
 import torch
 import torch.fx
@@ -233,9 +234,14 @@ class Quantizer(_TorchaoQuantizer):
     on a model exported in training mode: the default mapping is X86InductorQuantizer's
     QAT config, each observer is annotated wrapped in its fake-quantize, and a conv read
     only by its training batch norm is placed as the conv with the batch norm's value
-    (torchao then rewrites the pair for training)."""
+    (torchao then rewrites the pair for training).
 
-    def __init__(self, backend_config="x86", qconfig_mapping=None, is_qat=False):
+    An aten op fuselage does not read makes annotate() raise ExportError naming the node
+    and op; with unknown_ops="float" it is left unannotated (float), as torchao's own
+    quantizers leave what they do not match, and a UserWarning names each such node."""
+
+    def __init__(self, backend_config="x86", qconfig_mapping=None, is_qat=False,
+                 unknown_ops="refuse"):
         if _TorchaoQuantizer is object:
             raise ConfigTranslationError("fuselage.pt2e.Quantizer needs torchao "
                                          "(pip install torchao)")
@@ -243,6 +249,7 @@ class Quantizer(_TorchaoQuantizer):
         self.backend_config = backend_config
         self.qconfig_mapping = qconfig_mapping
         self.is_qat = is_qat
+        self.unknown_ops = _exported.check_unknown_ops(unknown_ops, "fuselage.pt2e.Quantizer")
         if is_qat and self.backend_config == "xnnpack" and qconfig_mapping is None:
             raise ConfigTranslationError(
                 "fuselage.pt2e.Quantizer: is_qat=True with \"xnnpack\" is not supported "
@@ -266,9 +273,12 @@ class Quantizer(_TorchaoQuantizer):
     def annotate(self, model):
         from fuselage import _annotate
         flow = ("fuselage.pt2e.Quantizer", "convert_pt2e")
+        unknown_ops = getattr(self, "unknown_ops", "refuse")
+        if unknown_ops == "float":
+            _warn_kept_float(_exported.ops_outside_table(model), flow[0])
         if getattr(self, "is_qat", False):
-            return _annotate_qat(model, self.configs(), flow)
-        fx = _exported.to_fx_dialect(model).eval()
+            return _annotate_qat(model, self.configs(), flow, unknown_ops)
+        fx = _exported.to_fx_dialect(model, unknown_ops).eval()
         prepared = _prepare(fx, self.configs(), flow)
         return _annotate.annotate(model, prepared)
 
@@ -420,13 +430,13 @@ def _conv_bn_pattern_ends(fx, sources):
     return ends
 
 
-def _annotate_qat(model, configs, flow):
+def _annotate_qat(model, configs, flow, unknown_ops="refuse"):
     """fuselage.pt2e.Quantizer(is_qat=True).annotate: fuselage's prepare of the training
     graph without its conv batch norms (_without_training_batch_norms), each observer
     annotated in the fake-quantize the mapping wraps it in (fuselage._qat's factories)."""
     from fuselage import _annotate, _qat
     stripped, sources = _without_training_batch_norms(model, flow[0])
-    fx = _exported.to_fx_dialect(stripped).eval()
+    fx = _exported.to_fx_dialect(stripped, unknown_ops).eval()
     prepared = _prepare(fx, configs, flow, is_qat=True,
                         always_observed=_conv_bn_pattern_ends(fx, sources))
     factories = _qat._Factories(configs[0], flow[0])
@@ -452,7 +462,7 @@ def prepare_qat_pt2e(model, quantizer="x86"):
     elif isinstance(quantizer, Quantizer):
         if not quantizer.is_qat:
             quantizer = Quantizer(quantizer.backend_config, quantizer.qconfig_mapping,
-                                  is_qat=True)
+                                  is_qat=True, unknown_ops=quantizer.unknown_ops)
     elif type(quantizer).__name__ == "X86InductorQuantizer":
         if not _x86_inductor_is_qat(quantizer, "prepare_qat_pt2e"):
             raise ConfigTranslationError(
@@ -473,18 +483,32 @@ def _prepared_by_torchao(model):
     return any(type(m).__module__.startswith("torchao.") for m in model.modules())
 
 
-def prepare_pt2e(model, quantizer="x86"):
+def prepare_pt2e(model, quantizer="x86", unknown_ops="refuse"):
     """The exported `model` (torch.export's ExportedProgram .module(), or the program)
     with batch norms folded and PyTorch's observers placed by fuselage: a GraphModule the
-    user calibrates by running it."""
+    user calibrates by running it. An aten op fuselage does not read is an ExportError
+    naming the node and op; with unknown_ops="float" it stays float, as torchao leaves
+    an op its quantizer does not annotate, and a UserWarning names each such node."""
     from fuselage._importer import compile_once
     configs = _configs(quantizer)
+    if _exported.check_unknown_ops(unknown_ops, "prepare_pt2e") == "float":
+        _warn_kept_float(_exported.ops_outside_table(model), "prepare_pt2e")
     with compile_once(), _collector_paused():
-        prepared = _prepare(_exported.to_engine(model), configs,
+        prepared = _prepare(_exported.to_engine(model, unknown_ops), configs,
                             ("prepare_pt2e", "convert_pt2e"), fold_batch_norms=True,
                             keep_engine_model=True)
         exported = model.module() if isinstance(model, torch.export.ExportedProgram) else model
         return _finished(_with_outputs_of(prepared, exported))
+
+
+def _warn_kept_float(kept, function, shown=5):
+    """A UserWarning naming the nodes of `kept` ((node, op) pairs) kept float as asked."""
+    if not kept:
+        return
+    named = ", ".join(f"{node} ({op})" for node, op in kept[:shown])
+    more = f" and {len(kept) - shown} more" if len(kept) > shown else ""
+    warnings.warn(f"{function}: {len(kept)} op(s) fuselage does not read kept float "
+                  f"(unknown_ops=\"float\"): {named}{more}", UserWarning, stacklevel=3)
 
 
 @contextlib.contextmanager

@@ -69,6 +69,54 @@ def test_an_op_fuselage_does_not_read_is_refused_naming_the_node_and_op():
         fuselage.from_exported(program)
 
 
+class _Cumulative(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)).cumsum(1)
+
+
+def test_an_op_fuselage_does_not_read_is_kept_float_and_reported_where_the_user_asks():
+    # unknown_ops="float": the op is an opaque node of the engine (which the engine's
+    # interpreter does not run: PyTorch does), named in the prepare report as kept float,
+    # and given back as the same aten call.
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8)
+    program = torch.export.export(_Cumulative().eval(), (x,))
+    engine = fuselage.from_exported(program, (x,), unknown_ops="float")
+    want = program.module()(x)
+    back = _core.to_torch(engine)
+    assert _calls(back)[torch.ops.aten.cumsum.default] == 1
+    assert torch.equal(back(x)[0], want)
+    _core.fuse(engine, "x86")
+    report = _core.prepare(engine, "x86")
+    assert [(k.node, k.op) for k in report.kept_float] == [("cumsum", "torch.ops.aten.cumsum.default")]
+
+
+def test_unknown_ops_float_still_refuses_an_unknown_op_that_writes_in_place():
+    class FillsSlice(nn.Module):
+        def forward(self, x):
+            mask = torch.zeros(x.shape[0], 4)
+            mask[:, 1:3] = 1.0  # aten.fill_ into a slice of the mask
+            return x * mask
+
+    program = torch.export.export(FillsSlice(), (torch.randn(2, 4),))
+    with pytest.raises(fuselage.ExportError, match=r"node 'zeros': op 'aten.zeros.default' is not one"):
+        fuselage.from_exported(program)
+    with pytest.raises(fuselage.ExportError,
+                       match=r"node 'fill_\w*': op 'aten.fill_.Tensor' writes into its arguments"):
+        fuselage.from_exported(program, unknown_ops="float")
+
+
+def test_an_unknown_value_of_unknown_ops_is_a_clear_error():
+    program = torch.export.export(_Cumulative().eval(), (torch.randn(1, 3, 8, 8),))
+    with pytest.raises(fuselage.ExportError,
+                       match=r"from_exported: unknown_ops is 'skip'; expected \"refuse\""):
+        fuselage.from_exported(program, unknown_ops="skip")
+
+
 def test_an_in_place_write_into_an_input_is_refused():
     class WritesInput(nn.Module):
         def forward(self, x):

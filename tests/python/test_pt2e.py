@@ -510,3 +510,43 @@ def test_a_conv_add_whose_residual_is_permuted_lowers_to_a_binary_that_runs():
                 "onednn.qconv_pointwise.default": 1, "onednn.qconv2d_pointwise.binary": 1}
             want = _first(reference(x))
             assert torch.allclose(_first(ours(x)), want, rtol=0, atol=1e-4 * want.abs().max())
+
+
+class _Transposed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.c2(torch.relu(self.c1(x)).transpose(2, 3)))
+
+
+def test_an_op_fuselage_does_not_read_stays_float_where_the_user_asks_as_torchao_leaves_it():
+    # aten.transpose.int is outside fuselage's table (shufflenet_v2 has such ops): it is
+    # refused, or with unknown_ops="float" kept float and named in a warning, and the ops
+    # around it quantized as X86InductorQuantizer quantizes them; the same through
+    # fuselage's Quantizer under torchao's own flow.
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    torch.manual_seed(0)
+    model = _Transposed().eval()
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.raises(fuselage.ExportError, match=r"node 'transpose': op 'aten.transpose.int'"):
+        fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "x86")
+    with pytest.warns(UserWarning, match=r"1 op\(s\) fuselage does not read kept float "
+                                         r"\(unknown_ops=\"float\"\): transpose \(aten.transpose.int\)"):
+        prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "x86",
+                                              unknown_ops="float")
+    quantizer = fuselage.pt2e.Quantizer("x86", unknown_ops="float")
+    with pytest.warns(UserWarning, match="transpose"):
+        in_torchao = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    with torch.no_grad():
+        prepared(x)
+        in_torchao(x)
+        ours, through_torchao = fuselage.pt2e.convert_pt2e(prepared), convert_pt2e(in_torchao)
+        theirs = torchao_x86_reference(model, x)
+        for reference in (ours, through_torchao):
+            assert _q_dq_counts(reference) == _q_dq_counts(theirs) == (2, 2)
+            assert _activation_qparams(reference) == pytest.approx(_activation_qparams(theirs))
+            assert torch.allclose(_first(reference(x)), theirs(x), atol=1e-5)
+            assert collections.Counter(n.target for n in reference.graph.nodes)[
+                torch.ops.aten.transpose.int] == 1
