@@ -1,6 +1,7 @@
 #include "quantize/observers.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -761,6 +762,78 @@ void HistogramObserver::NonzeroBins(std::vector<int64_t>* bins,
   }
 }
 
+namespace {
+
+// torch.sum's vector: 8 float lanes (Vectorized<float> of its sum kernel).
+constexpr int kSumLanes = 8;
+using SumLanes = std::array<float, kSumLanes>;
+
+void AddLanes(SumLanes& acc, const SumLanes& v) {
+  for (int lane = 0; lane < kSumLanes; ++lane) acc[lane] += v[lane];
+}
+
+SumLanes LoadLanes(const float* at) {
+  SumLanes v;
+  std::copy_n(at, kSumLanes, v.begin());
+  return v;
+}
+
+int64_t TorchCeilLog2(int64_t x) {
+  if (x <= 2) return 1;
+  int64_t bits = 0;
+  for (uint64_t v = static_cast<uint64_t>(x - 1); v != 0; v >>= 1) ++bits;
+  return bits;
+}
+
+// multi_row_sum: `rows` rows of kIlp vectors each (row i's vector k at
+// values + (i * kIlp + k) * kSumLanes), summed per k through four levels of accumulators
+// that carry up every 2^level_power rows.
+constexpr int kIlp = 4;
+std::array<SumLanes, kIlp> MultiRowSum(const float* values, int64_t rows) {
+  constexpr int kLevels = 4;
+  const int64_t level_power = std::max<int64_t>(4, TorchCeilLog2(rows) / kLevels);
+  const int64_t level_step = int64_t{1} << level_power;
+  const int64_t level_mask = level_step - 1;
+  std::array<std::array<SumLanes, kIlp>, kLevels> acc{};
+  auto add_row = [&](int64_t i) {
+    for (int k = 0; k < kIlp; ++k) AddLanes(acc[0][k], LoadLanes(values + (i * kIlp + k) * kSumLanes));
+  };
+  int64_t i = 0;
+  while (i + level_step <= rows) {
+    for (int64_t j = 0; j < level_step; ++j, ++i) add_row(i);
+    for (int level = 1; level < kLevels; ++level) {
+      for (int k = 0; k < kIlp; ++k) {
+        AddLanes(acc[level][k], acc[level - 1][k]);
+        acc[level - 1][k].fill(0.0f);
+      }
+      if ((i & (level_mask << (level * level_power))) != 0) break;
+    }
+  }
+  for (; i < rows; ++i) add_row(i);
+  for (int level = 1; level < kLevels; ++level) {
+    for (int k = 0; k < kIlp; ++k) AddLanes(acc[0][k], acc[level][k]);
+  }
+  return acc[0];
+}
+
+}  // namespace
+
+float TorchFloat32Sum(const float* values, int64_t n) {
+  // row_sum over the whole vectors, kIlp interleaved, the leftover vectors into the first.
+  const int64_t vectors = n / kSumLanes;
+  const int64_t rows = vectors / kIlp;
+  std::array<SumLanes, kIlp> partial = MultiRowSum(values, rows);
+  for (int64_t v = rows * kIlp; v < vectors; ++v) {
+    AddLanes(partial[0], LoadLanes(values + v * kSumLanes));
+  }
+  for (int k = 1; k < kIlp; ++k) AddLanes(partial[0], partial[k]);
+  // The elements past the last whole vector, then the lanes, into one float.
+  float sum = 0.0f;
+  for (int64_t i = vectors * kSumLanes; i < n; ++i) sum += values[i];
+  for (float lane : partial[0]) sum += lane;
+  return sum;
+}
+
 double HistogramObserver::QuantizationError(int64_t next_start_bin, int64_t next_end_bin,
                                             const std::vector<int64_t>& nonzero_bins,
                                             const std::vector<float>& nonzero_densities) const {
@@ -816,12 +889,13 @@ double HistogramObserver::QuantizationError(int64_t next_start_bin, int64_t next
     norm += norm_of(neg_half_dst, src_end - dst_of_end_center, density);
     return norm;
   };
-  double sum = 0;
+  // PyTorch's per-bin norms (an empty bin's is 0, which adds nothing), summed as
+  // torch.sum sums them.
+  std::vector<float> norms_by_bin(static_cast<size_t>(bins), 0.0f);
   size_t k = 0;
 #ifdef __SSE2__
   // Four non-empty bins at a time: bin_norm's float operations, in the same order, in SSE
-  // lanes (the six divisions per bin cost what one does); the norms are then added to the
-  // double sum one by one, in bin order, as the loop below does.
+  // lanes (the six divisions per bin cost what one does).
   if (skip_empty_bins) {
     const __m128 v_bin_width = _mm_set1_ps(bin_width);
     const __m128 v_dst_bin_width = _mm_set1_ps(dst_bin_width);
@@ -860,12 +934,12 @@ double HistogramObserver::QuantizationError(int64_t next_start_bin, int64_t next
           norm, norm_of4(v_neg_half_dst, _mm_sub_ps(src_end, dst_of_end_center), density));
       alignas(16) float norms[4];
       _mm_store_ps(norms, norm);
-      for (size_t j = 0; j < 4; ++j) sum += static_cast<double>(norms[j]);
+      for (size_t j = 0; j < 4; ++j) norms_by_bin[static_cast<size_t>(visited[k + j])] = norms[j];
     }
   }
 #endif
-  for (; k < visited.size(); ++k) sum += static_cast<double>(bin_norm(k));
-  return static_cast<double>(static_cast<float>(sum));
+  for (; k < visited.size(); ++k) norms_by_bin[static_cast<size_t>(visited[k])] = bin_norm(k);
+  return TorchFloat32Sum(norms_by_bin);
 }
 
 double HistogramObserver::QuantizationError(int64_t start_bin, int64_t end_bin) const {
@@ -878,9 +952,7 @@ double HistogramObserver::QuantizationError(int64_t start_bin, int64_t end_bin) 
 std::pair<float, float> HistogramObserver::NonLinearParamSearch() const {
   const int64_t bins = spec().bins;
   const float bin_width = (max_val_ - min_val_) / static_cast<float>(bins);
-  double total_d = 0;
-  for (float h : histogram_) total_d += h;
-  const double total = static_cast<double>(static_cast<float>(total_d));
+  const double total = TorchFloat32Sum(histogram_);
   // torch.cumsum on CPU accumulates float32 in double and stores float32.
   std::vector<float> csum(histogram_.size());
   double running = 0;

@@ -238,6 +238,18 @@ class HistogramObserver : public Observer {
   std::vector<float> histogram_;
 };
 
+// What torch.sum gives for a 1-D float32 tensor on the CPU, to the bit: PyTorch's cascade
+// sum (aten/src/ATen/native/cpu/SumKernel.cpp) over 8-float vectors, four interleaved
+// rows of them, partial sums carried up four levels, then the tail and the lanes added
+// in order. HistogramObserver's range search compares bin masses with torch.sum of the
+// histogram; the correctly rounded sum differs from it in the last bit often enough to
+// move the searched range (densenet121's first dense block: scale 0.2452 where PyTorch
+// has 0.2468). Checked against PyTorch 1.13 and 2.14, AVX2 and AVX-512 builds alike.
+float TorchFloat32Sum(const float* values, int64_t n);
+inline float TorchFloat32Sum(const std::vector<float>& values) {
+  return TorchFloat32Sum(values.data(), static_cast<int64_t>(values.size()));
+}
+
 // Builds the observer `spec` describes, after spec.Validate(). Placeholder, noop and
 // reuse-input specs get Unimplemented: they compute nothing here (prepare handles them by
 // their spec). A dynamic placeholder (is_dynamic: the input of a dynamically quantized op)

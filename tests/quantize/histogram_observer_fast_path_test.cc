@@ -141,7 +141,7 @@ struct RefHistogram {
     auto norm_of = [](float begin, float end, float density) {
       return density * ((end * end * end - begin * begin * begin) / 3.0f);
     };
-    double sum = 0;
+    std::vector<float> norms(static_cast<size_t>(bins));
     for (int64_t i = 0; i < bins; ++i) {
       const float src_begin = static_cast<float>(i - next_start_bin) * bin_width;
       const float src_end = src_begin + bin_width;
@@ -155,16 +155,14 @@ struct RefHistogram {
       norm += (dst_of_end - dst_of_begin - 1.0f) * norm_of(neg_half_dst, half_dst, density);
       const float dst_of_end_center = dst_of_end * dst_bin_width + half_dst;
       norm += norm_of(neg_half_dst, src_end - dst_of_end_center, density);
-      sum += static_cast<double>(norm);
+      norms[static_cast<size_t>(i)] = norm;
     }
-    return static_cast<double>(static_cast<float>(sum));
+    return TorchFloat32Sum(norms);  // norm.sum()
   }
 
   std::pair<float, float> NonLinearParamSearch() const {
     const float bin_width = (max_val - min_val) / static_cast<float>(bins);
-    double total_d = 0;
-    for (float h : histogram) total_d += h;
-    const double total = static_cast<double>(static_cast<float>(total_d));
+    const double total = TorchFloat32Sum(histogram);  // torch.sum(self.histogram)
     std::vector<float> csum(histogram.size());
     double running = 0;
     for (size_t i = 0; i < histogram.size(); ++i) {

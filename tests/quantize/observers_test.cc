@@ -492,5 +492,31 @@ TEST(ObserversTest, InvalidSpecsAreRejected) {
             absl::StatusCode::kUnimplemented);
 }
 
+// torch.sum of a float32 tensor, to the bit (PyTorch 1.13's and 2.14's, both): the inputs
+// are exact floats, so only the order of the additions decides the rounding; the expected
+// sums are PyTorch's, which the correctly rounded sum (the second column) misses by ulps.
+TEST(ObserversTest, TorchFloat32SumAddsInTorchSumsOrder) {
+  struct Case {
+    int64_t n;
+    float big;
+    float torch_sum;
+    float rounded_sum;
+  };
+  for (const Case& c : {Case{2048, 65536.0f, 44777240.0f, 44777236.0f},
+                        Case{4100, 65536.0f, 89620032.0f, 89620040.0f},
+                        Case{1000, 1048576.0f, 350232288.0f, 350232256.0f},
+                        Case{37, 65536.0f, 852253.125f, 852253.125f}}) {
+    std::vector<float> x(static_cast<size_t>(c.n));
+    double exact = 0;
+    for (int64_t i = 0; i < c.n; ++i) {
+      x[static_cast<size_t>(i)] = static_cast<float>((i * 7919) % 1000) * 0.015625f +
+                                  (i % 3 == 0 ? c.big : 0.125f);
+      exact += x[static_cast<size_t>(i)];
+    }
+    EXPECT_EQ(TorchFloat32Sum(x), c.torch_sum) << c.n;
+    EXPECT_EQ(static_cast<float>(exact), c.rounded_sum) << c.n;
+  }
+}
+
 }  // namespace
 }  // namespace fuselage
