@@ -333,9 +333,20 @@ bool HoldsTensor(const Value& v) {
   return false;
 }
 
-absl::StatusOr<absl::flat_hash_map<const Node*, Seen>> Record(const GraphModule& gm) {
+// The inputs of the record run: the given ones, or zeros of the recorded shapes.
+absl::StatusOr<std::vector<Value>> RecordInputs(const GraphModule& gm,
+                                                const OnnxWriterOptions& options) {
   std::vector<Value> inputs;
-  for (const Node* p : gm.graph().Placeholders()) {
+  const std::vector<Node*> placeholders = gm.graph().Placeholders();
+  if (!options.inputs.empty()) {
+    if (options.inputs.size() != placeholders.size())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "to ONNX: ", options.inputs.size(), " example inputs for a model of ",
+          placeholders.size(), " placeholders"));
+    for (const Tensor& t : options.inputs) inputs.emplace_back(t);
+    return inputs;
+  }
+  for (const Node* p : placeholders) {
     const Argument* meta = p->FindMeta("shape");
     Shape shape;
     bool ok = meta != nullptr && meta->is_list();
@@ -347,19 +358,25 @@ absl::StatusOr<absl::flat_hash_map<const Node*, Seen>> Record(const GraphModule&
     if (!ok)
       return absl::InvalidArgumentError(absl::StrCat(
           "to ONNX: placeholder '", p->name(),
-          "' has no recorded shape (node meta 'shape', a list of ints); the ONNX graph's "
-          "shapes are the recorded ones"));
+          "' has no recorded shape (node meta 'shape', a list of ints); give example inputs "
+          "(the ONNX graph's shapes are theirs)"));
     DType dtype = DType::kFloat32;
     if (const Argument* d = p->FindMeta("dtype"); d != nullptr && d->is_dtype()) dtype = d->as_dtype();
     ASSIGN_OR_RETURN(Tensor zeros, Tensor::Zeros(dtype, shape));
     inputs.emplace_back(std::move(zeros));
   }
+  return inputs;
+}
+
+absl::StatusOr<absl::flat_hash_map<const Node*, Seen>> Record(const GraphModule& gm,
+                                                               const OnnxWriterOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<Value> inputs, RecordInputs(gm, options));
   absl::flat_hash_map<const Node*, Seen> seen;
-  RunOptions options;
+  RunOptions run;
   // One forward on zeros, whose values do not depend on the thread count: one thread, so
   // a save never takes the cores (OpenMP's idle threads spin on a shared machine).
-  options.threads = 1;
-  options.observer = [&seen](const Node& node, const Value& value) -> absl::Status {
+  run.threads = 1;
+  run.observer = [&seen](const Node& node, const Value& value) -> absl::Status {
     Seen s;
     if (value.is_tensor()) {
       const Tensor& t = value.as_tensor();
@@ -379,10 +396,12 @@ absl::StatusOr<absl::flat_hash_map<const Node*, Seen>> Record(const GraphModule&
     return absl::OkStatus();
   };
   ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
-  absl::Status ran = Run(gm, std::move(inputs), *kernels, options).status();
+  absl::Status ran = Run(gm, std::move(inputs), *kernels, run).status();
   if (!ran.ok())
-    return absl::Status(ran.code(), absl::StrCat("to ONNX: running the model on zeros of its "
-                                                 "recorded input shapes failed: ", ran.message()));
+    return absl::Status(ran.code(), absl::StrCat("to ONNX: running the model on ",
+                                                 options.inputs.empty() ? "zeros of its recorded input shapes"
+                                                                        : "the example inputs",
+                                                 " failed: ", ran.message()));
   return seen;
 }
 
@@ -1915,8 +1934,9 @@ void Tidy(OnnxGraph& g) {
 
 }  // namespace
 
-absl::StatusOr<onnx_subset::ModelProto> GraphModuleToOnnx(const GraphModule& gm) {
-  ASSIGN_OR_RETURN(auto seen, Record(gm));
+absl::StatusOr<onnx_subset::ModelProto> GraphModuleToOnnx(const GraphModule& gm,
+                                                          const OnnxWriterOptions& options) {
+  ASSIGN_OR_RETURN(auto seen, Record(gm, options));
   Emitter emitter(gm, std::move(seen));
   RETURN_IF_ERROR(emitter.Walk());
   OnnxGraph& g = emitter.graph();
@@ -1936,14 +1956,20 @@ absl::StatusOr<onnx_subset::ModelProto> GraphModuleToOnnx(const GraphModule& gm)
   return model;
 }
 
-absl::Status SaveOnnxModel(const GraphModule& gm, const std::string& path) {
-  ASSIGN_OR_RETURN(onnx_subset::ModelProto model, GraphModuleToOnnx(gm));
+absl::StatusOr<std::string> OnnxModelBytes(const GraphModule& gm, const OnnxWriterOptions& options) {
+  ASSIGN_OR_RETURN(onnx_subset::ModelProto model, GraphModuleToOnnx(gm, options));
   if (model.ByteSizeLong() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
     return absl::InvalidArgumentError(absl::StrCat(
         "to ONNX: the model is ", model.ByteSizeLong(), " bytes; one ONNX file holds < 2 GiB"));
   std::string bytes;
   if (!model.SerializeToString(&bytes))
     return absl::InternalError("to ONNX: serializing the ONNX model failed");
+  return bytes;
+}
+
+absl::Status SaveOnnxModel(const GraphModule& gm, const std::string& path,
+                           const OnnxWriterOptions& options) {
+  ASSIGN_OR_RETURN(std::string bytes, OnnxModelBytes(gm, options));
   return WriteFileAtomically(path, bytes);
 }
 

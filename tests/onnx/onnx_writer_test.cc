@@ -375,8 +375,8 @@ TEST(OnnxWriterTest, ActivationsWithoutAnOpset17OpAreWrittenOut) {
 }
 
 // nn.LayerNorm([2]) without affine parameters: ones and zeros of the normalized shape;
-// F.interpolate(scale_factor=2) a Resize to the recorded [1, 1, 4, 4]; expand to the
-// recorded shape; F.max_pool2d's defaults (stride = kernel).
+// F.interpolate(scale_factor=2) a Resize to the recorded [1, 1, 4, 4]; x.expand(3, -1, -1,
+// -1) an Expand to the recorded [3, 1, 2, 2]; F.max_pool2d's defaults (stride = kernel).
 TEST(OnnxWriterTest, ShapesComeFromTheRecordRun) {
   GraphModule gm;
   auto norm = std::make_unique<Module>("nn.LayerNorm");
@@ -392,11 +392,13 @@ TEST(OnnxWriterTest, ShapesComeFromTheRecordRun) {
                                 {{Symbol::Intern("scale_factor"), Argument::Float(2.0)},
                                  {Symbol::Intern("mode"), Argument::String("nearest")}});
   Node* pool = *g.AddCallFunction("torch.nn.functional.max_pool2d", {up, Argument::Int(2)});
-  ASSERT_TRUE(g.SetOutput(pool).ok());
+  Node* expand = *g.AddCallMethod("expand", {x, Argument::Int(3), Argument::Int(-1), Argument::Int(-1),
+                                             Argument::Int(-1)});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({pool, expand})).ok());
   auto model = GraphModuleToOnnx(gm);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(Ops(*model), (std::vector<std::string>{"LayerNormalization norm", "Resize interpolate",
-                                                   "MaxPool max_pool2d"}));
+                                                   "MaxPool max_pool2d", "Expand expand"}));
   const auto& nodes = model->graph().node();
   const auto init = Initializers(*model);
   EXPECT_EQ(Values<float>(*init.at(nodes[0].input(1))), (std::vector<float>{1.0f, 1.0f}));
@@ -412,6 +414,8 @@ TEST(OnnxWriterTest, ShapesComeFromTheRecordRun) {
       {"ceil_mode", {0}}, {"dilations", {1, 1}}, {"kernel_shape", {2, 2}}, {"pads", {0, 0, 0, 0}},
       {"strides", {2, 2}}};
   EXPECT_EQ(IntAttributes(nodes[2]), pool_attributes);
+  EXPECT_EQ(Inputs(nodes[3])[0], "x");
+  EXPECT_EQ(Values<int64_t>(*init.at(nodes[3].input(1))), (std::vector<int64_t>{3, 1, 2, 2}));
 }
 
 TEST(OnnxWriterTest, IndexingATensorAndATrainingStochasticDepthAreNamed) {

@@ -506,7 +506,7 @@ def test_an_op_without_an_onnx_form_names_the_node_and_leaves_the_file(tmp_path)
 
 def test_an_argument_without_an_onnx_form_names_the_node_and_field(tmp_path):
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")).eval()
-    with pytest.raises(OnnxExportError, match=r"node '_0' \(call_module 0\): padding_mode "
+    with pytest.raises(OnnxExportError, match=r"node '_0' \(call_module 0\): .*padding_mode "
                                               r"'reflect'"):
         fuselage.to_onnx(model, str(tmp_path / "m.onnx"), (torch.randn(1, 3, 8, 8),))
     assert not (tmp_path / "m.onnx").exists()
@@ -529,9 +529,10 @@ def test_a_directory_path_is_refused_naming_it(tmp_path):
 
 def test_inputs_it_cannot_run_are_clear_errors(tmp_path):
     gm = torch.fx.symbolic_trace(small_residual())  # a GraphModule with no recorded shapes
-    with pytest.raises(OnnxExportError, match=r"pass example_inputs"):
+    with pytest.raises(OnnxExportError, match=r"placeholder 'x' has no recorded shape .*give "
+                                              r"example inputs"):
         fuselage.to_onnx(gm, str(tmp_path / "m.onnx"))
-    with pytest.raises(OnnxExportError, match=r"running the model on example_inputs failed"):
+    with pytest.raises(OnnxExportError, match=r"running the model on the example inputs failed"):
         fuselage.to_onnx(gm, str(tmp_path / "m.onnx"), (torch.randn(1, 5, 8, 8),))
     with pytest.raises(OnnxExportError, match=r"model is a int"):
         fuselage.to_onnx(42, str(tmp_path / "m.onnx"))
