@@ -1,7 +1,8 @@
-// A port of python/fuselage/onnx/_export.py, _graph.py, _ops.py, _weights.py and _qdq.py:
-// the same walk, the same names, the same initializers in the same order, so that the two
-// writers give one model (tests/python/test_onnx_cpp_writer.py compares them). Where this
-// file and the Python one differ, the Python one is the reference.
+// fuselage's one ONNX writer (fuselage.to_onnx runs it through the extension, the CLI's
+// export-onnx and `-o x.onnx` directly): a record run, a walk over the graph that writes
+// each node as the ONNX nodes computing it in float (quantized ones between
+// DequantizeLinear and QuantizeLinear), then the QDQ tidying. Names follow the graph's
+// (an fx node's name where it is free, so the ONNX graph reads like the fx code).
 #include "onnx/onnx_writer.h"
 
 #include <algorithm>
@@ -41,7 +42,7 @@ using Shape = std::vector<int64_t>;
 
 // ONNX's element types (TensorProto.DataType), the ones the writer makes.
 constexpr int kFloat = 1, kUInt8 = 2, kInt8 = 3, kInt32 = 6, kInt64 = 7, kBool = 9;
-// The rounds of QDQ tidying (Python's _qdq._MAX_ROUNDS): each only removes nodes.
+// The rounds of QDQ tidying: each only removes nodes; a few reach the fixed point.
 constexpr int kMaxTidyRounds = 10;
 constexpr size_t kSmallConstant = 16;  // constants this small are shared and tidy reads them
 
@@ -65,7 +66,7 @@ std::optional<int> ElemTypeOf(DType dtype) {
   }
 }
 
-// A numpy array as the Python writer makes them: element type, shape, row-major bytes.
+// An initializer's contents: element type, shape, row-major bytes.
 struct Array {
   int elem_type = kFloat;
   Shape shape;
@@ -118,10 +119,14 @@ Attr FloatAttr(std::string n, double v) { return {std::move(n), static_cast<floa
 Attr StringAttr(std::string n, std::string v) { return {std::move(n), std::move(v)}; }
 Attr IntsAttr(std::string n, std::vector<int64_t> v) { return {std::move(n), std::move(v)}; }
 
-// ---- the ONNX graph under construction (Python's _graph.Graph) ---------------------------
+// ---- the ONNX graph under construction ---------------------------------------------------
 
-// A value of the graph being written (Python's Float / Quantized / Dequantized, or a plain
-// Python value), or the parts of a multi-output op (split, chunk) that getitem picks.
+// A value of the graph being written: a float (or integer) tensor named by one ONNX
+// tensor; a quantized one, named by its integers (uint8 / int8) with its own scale and
+// zero point; a dequantized one (what x.dequantize() gives), which has no ONNX tensor of
+// its own: each reader gets its own DequantizeLinear, since ONNX Runtime's QDQ selectors
+// take a group only if its DequantizeLinear nodes feed it alone; a Python value (shape
+// arithmetic, a flag); or the parts of a multi-output op (split, chunk) getitem picks.
 struct Operand {
   enum class Kind { kFloat, kQuantized, kDequantized, kConstant, kParts };
   Kind kind = Kind::kConstant;
@@ -312,7 +317,7 @@ class OnnxGraph {
   std::deque<NodeProto> storage_;
 };
 
-// ---- what each node gave on the record run (Python's _record.Seen) -----------------------
+// ---- what each node gave on the record run -----------------------------------------------
 
 struct Seen {
   bool is_tensor = false;
@@ -405,7 +410,7 @@ absl::StatusOr<absl::flat_hash_map<const Node*, Seen>> Record(const GraphModule&
   return seen;
 }
 
-// ---- the walk (Python's _export.Emitter and the emitters of _ops) ------------------------
+// ---- the walk: each node as ONNX nodes -----------------------------------------------------
 
 // What an emitter gives: a float ONNX tensor it computed (quantized afterwards if the
 // node's result was), or a value it passes on as it is.
@@ -791,8 +796,13 @@ absl::StatusOr<std::string> Emitter::Linear(const Node& node, const Module& m, c
 }
 
 // The scale and zero point the conv's result of a quantized conv-add(-relu) is quantized
-// with (Python's _ops.conv_add_mid_qparams, which says why): they cover
-// [out_lo - extra_hi, out_hi - extra_lo].
+// with: they cover [out_lo - extra_hi, out_hi - extra_lo], out_* and extra_* the float
+// ranges the output and the extra input can represent. A conv value outside that range
+// gives an output the output's quantization clamps anyway (below it, the sum is below
+// out_lo even with the largest extra; above it, above out_hi), so no result fuselage's
+// kernel gives is cut; what the extra step costs is its rounding, at most half of
+// (out_scale + extra_scale). One level is spare and the zero point rounded up, so the
+// grid reaches both ends.
 std::tuple<double, int64_t, int> ConvAddMidQParams(double out_scale, int64_t out_zp, int elem_type,
                                                    const Operand& extra) {
   auto range = [](int t) {
@@ -1334,7 +1344,7 @@ absl::StatusOr<Emitted> Emitter::CallModule(const Node& node, const std::string&
     return Emitted::Tensor(Reshape(x, node, name));
   }
   return Error(node, absl::StrCat("module type ", type,
-                                  " has no ONNX mapping in the C++ writer (onnx/onnx_writer.cc "
+                                  " has no ONNX mapping (onnx/onnx_writer.cc "
                                   "lists those that have)"));
 }
 
@@ -1741,7 +1751,19 @@ absl::Status Emitter::Walk() {
   return absl::OkStatus();
 }
 
-// ---- QDQ tidying (Python's _qdq; its docstring says why each rewrite is exact) ------------
+// ---- QDQ tidying ----------------------------------------------------------------------------
+// Writing each quantized op as DQ -> float op -> Q leaves shapes ONNX Runtime's QDQ
+// selectors reject or would have to simplify themselves:
+//   x -> Relu / Clip -> Q   the clamp goes after the Q, as a Clip of the integers with the
+//                           bounds quantized; where the Q's own range lies inside the
+//                           clamp's, it goes altogether (as ORT's quantizer folds a Relu
+//                           into the Q before it). Conv -> Relu -> Q becomes Conv -> Q
+//                           (-> Clip), which the Conv selector takes.
+//   DQ -> Q                 with equal scale and zero point: the integers themselves.
+//   Clip of integers        whose bounds are the integer type's own: the integers.
+// Each is exact: quantization is monotone, so it commutes with a clamp whose bounds are
+// quantized alike, and a DQ -> Q pair on one grid gives back its integers. Each applies
+// only where the intermediate tensor has one reader and is no graph output.
 
 class TidyView {
  public:

@@ -1,6 +1,6 @@
-// The C++ ONNX writer: a GraphModule written as ONNX for ONNX Runtime, the same model
-// fuselage.to_onnx (python/fuselage/onnx/_export.py) writes for it, node for node and
-// initializer for initializer, with no PyTorch:
+// fuselage's ONNX writer: a GraphModule written as ONNX for ONNX Runtime, with no
+// PyTorch. fuselage.to_onnx runs it through the extension; the CLI's export-onnx and
+// `-o x.onnx` of any command that writes a model run it directly:
 //
 //   a float model           plain ONNX (Conv, BatchNormalization, Gemm, Relu, Add, ...)
 //   a quantized one         QDQ: each quantized op as DequantizeLinear -> float op ->
@@ -38,7 +38,8 @@
 
 namespace fuselage {
 
-// The opset and IR version the writer declares (Python's _export.OPSET / IR_VERSION).
+// The opset and IR version the writer declares (per-axis DequantizeLinear needs opset 13;
+// IR 8 is what every ONNX Runtime since 1.11 reads).
 inline constexpr int kOnnxWriterOpset = 17;
 inline constexpr int kOnnxWriterIrVersion = 8;
 

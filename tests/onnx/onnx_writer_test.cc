@@ -1,11 +1,11 @@
-// The C++ ONNX writer (onnx/onnx_writer.h) on small graphs built here, each ONNX field
+// The ONNX writer (onnx/onnx_writer.h) on small graphs built here, each ONNX field
 // checked against a value worked out by hand: the QDQ form of a lowered quantized conv
 // (per-channel int8 weight, int32 bias of scale input_scale * weight_scale, the output's
 // own QuantizeLinear), a relu6 on a quantized tensor moved after the QuantizeLinear as a
 // Clip of the integers, a float model as plain ONNX, the ops written as several ONNX nodes
 // (GELU, SiLU), the multi-output ops (chunk, split) and what they take from the record
-// run (interpolate's and expand's sizes), and the errors. The writer against
-// the Python one on torchvision models: tests/python/test_onnx_cpp_writer.py.
+// run (interpolate's and expand's sizes), and the errors. On torchvision models, against
+// ONNX Runtime and PyTorch: tests/python/test_onnx_cpp_writer.py, test_onnx_export.py.
 #include "onnx/onnx_writer.h"
 
 #include <cmath>

@@ -312,7 +312,7 @@ def test_a_quantized_model_becomes_onnx_runtimes_int8_ops(quantized, form, tmp_p
 
     # Against fuselage's own runtime, in steps of the output's scale. ORT has no conv-add
     # kernel: a fused conv-add-relu's conv result is quantized on its own first
-    # (fuselage.onnx._ops.conv_add_mid_qparams), which costs up to half a step of the
+    # (onnx/onnx_writer.cc, ConvAddMidQParams), which costs up to half a step of the
     # output and of the residual per block (resnet18's eight blocks: 96 % within two
     # steps, 99.6 % within three).
     own = fuselage_outputs(lowered, x)
