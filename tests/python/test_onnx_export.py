@@ -251,6 +251,53 @@ def test_a_float_model_runs_in_onnx_runtime_as_in_pytorch(name, tmp_path):
     np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
+class WrittenOut(nn.Module):
+    """The ops the writer spells with several ONNX nodes or sizes from the example run:
+    layer norm (module, and functional with a parameter), split / chunk / narrow and their
+    parts, GELU (erf and tanh), SiLU, ELU, LeakyReLU, softmax, interpolate (nearest,
+    bilinear), expand, functional pools, hardtanh, hardsigmoid."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.LayerNorm([8, 8])
+        self.scale = nn.Parameter(torch.rand(16) + 0.5)
+        self.gelu, self.elu, self.leaky = nn.GELU(), nn.ELU(0.5), nn.LeakyReLU(0.2)
+        self.silu, self.softmax = nn.SiLU(), nn.Softmax(dim=1)
+
+    def forward(self, x):
+        y = self.norm(self.conv(x))
+        a, b = torch.split(y, [3, 5], 1)
+        c, d = y.chunk(2, dim=1)
+        e = torch.narrow(y, 1, -6, 4)
+        z = self.gelu(a).mean() + F.gelu(b, approximate="tanh").mean() + \
+            self.elu(c).mean() + F.elu(d).mean()
+        w = F.interpolate(self.leaky(e), scale_factor=2, mode="nearest") + \
+            F.interpolate(self.silu(e), scale_factor=2, mode="bilinear")
+        w = F.leaky_relu(w, 0.1) + F.silu(w) + self.softmax(w) + \
+            F.layer_norm(w, [16], self.scale) + w.mean((2, 3), keepdim=True).expand(-1, -1, 16, 16)
+        return (w * z, F.max_pool2d(w, 2), F.avg_pool2d(w, 3, 2, 1), F.adaptive_avg_pool2d(w, 4),
+                F.hardtanh(w, -0.5, 0.5), F.hardsigmoid(w))
+
+
+def test_ops_written_out_run_in_onnx_runtime_as_in_pytorch(tmp_path):
+    torch.manual_seed(0)
+    model = WrittenOut().eval()
+    x = torch.randn(1, 3, 8, 8)
+    path = fuselage.to_onnx(model, str(tmp_path / "model.onnx"), (x,))
+    exported = onnx.load(path)
+    onnx.checker.check_model(exported, full_check=True)
+    assert {"Split", "Slice", "Erf", "Tanh", "Resize", "Expand", "LayerNormalization",
+            "Elu", "LeakyRelu", "Softmax"} <= set(op_counts(exported))
+    x = torch.randn(1, 3, 8, 8)  # the file holds no trace of the example's values
+    outputs, _ = ort_run(path, [x])
+    with torch.no_grad():
+        expected = model(x)
+    assert len(outputs) == len(expected)
+    for y, want in zip(outputs, expected):
+        np.testing.assert_allclose(y, want.numpy(), rtol=1e-4, atol=1e-5)
+
+
 # ---- quantized ----------------------------------------------------------------------------
 
 def _check_qdq_file(path, activation_type):
