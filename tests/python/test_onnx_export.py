@@ -581,6 +581,10 @@ def test_inputs_it_cannot_run_are_clear_errors(tmp_path):
         fuselage.to_onnx(gm, str(tmp_path / "m.onnx"))
     with pytest.raises(OnnxExportError, match=r"running the model on the example inputs failed"):
         fuselage.to_onnx(gm, str(tmp_path / "m.onnx"), (torch.randn(1, 5, 8, 8),))
+    with pytest.raises(OnnxExportError, match=r"input 0 \(x\): a torch tensor of torch.float64"):
+        fuselage.to_onnx(gm, str(tmp_path / "m.onnx"), (torch.randn(SHAPE, dtype=torch.float64),))
+    with pytest.raises(OnnxExportError, match=r"2 inputs for a model with 1 placeholder"):
+        fuselage.to_onnx(gm, str(tmp_path / "m.onnx"), (torch.randn(SHAPE),) * 2)
     with pytest.raises(OnnxExportError, match=r"model is a int"):
         fuselage.to_onnx(42, str(tmp_path / "m.onnx"))
     with pytest.raises(OnnxExportError, match=r"the model is in training mode; call "

@@ -61,11 +61,23 @@ def _example_inputs(example_inputs):
                  for x in example_inputs)
 
 
+def _write(model, example_inputs, write):
+    """write(engine model, example inputs): the writer's call; example inputs the engine
+    cannot take (a float64 tensor, one too many) are an OnnxExportError too."""
+    from fuselage import _core
+
+    engine_model = _engine_model(model)
+    try:
+        return write(engine_model, _example_inputs(example_inputs))
+    except _core.EngineError as e:
+        raise OnnxExportError(str(e)) from e
+
+
 def onnx_bytes(model, example_inputs=None):
     """The serialized ONNX model to_onnx writes."""
     from fuselage import _core
 
-    return _core.onnx_bytes(_engine_model(model), _example_inputs(example_inputs))
+    return _write(model, example_inputs, _core.onnx_bytes)
 
 
 def build(model, example_inputs=None):
@@ -93,5 +105,5 @@ def to_onnx(model, path, example_inputs=None):
     nothing; an existing file is replaced only by a complete new one."""
     from fuselage import _core
 
-    _core.save_onnx(_engine_model(model), path, _example_inputs(example_inputs))
+    _write(model, example_inputs, lambda m, inputs: _core.save_onnx(m, path, inputs))
     return path
