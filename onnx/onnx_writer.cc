@@ -1,7 +1,8 @@
-// A port of python/fuselage/onnx/_export.py, _graph.py, _ops.py, _weights.py and _qdq.py:
-// the same walk, the same names, the same initializers in the same order, so that the two
-// writers give one model (tests/python/test_onnx_cpp_writer.py compares them). Where this
-// file and the Python one differ, the Python one is the reference.
+// fuselage's one ONNX writer (fuselage.to_onnx runs it through the extension, the CLI's
+// export-onnx and `-o x.onnx` directly): a record run, a walk over the graph that writes
+// each node as the ONNX nodes computing it in float (quantized ones between
+// DequantizeLinear and QuantizeLinear), then the QDQ tidying. Names follow the graph's
+// (an fx node's name where it is free, so the ONNX graph reads like the fx code).
 #include "onnx/onnx_writer.h"
 
 #include <algorithm>
@@ -41,7 +42,7 @@ using Shape = std::vector<int64_t>;
 
 // ONNX's element types (TensorProto.DataType), the ones the writer makes.
 constexpr int kFloat = 1, kUInt8 = 2, kInt8 = 3, kInt32 = 6, kInt64 = 7, kBool = 9;
-// The rounds of QDQ tidying (Python's _qdq._MAX_ROUNDS): each only removes nodes.
+// The rounds of QDQ tidying: each only removes nodes; a few reach the fixed point.
 constexpr int kMaxTidyRounds = 10;
 constexpr size_t kSmallConstant = 16;  // constants this small are shared and tidy reads them
 
@@ -65,7 +66,7 @@ std::optional<int> ElemTypeOf(DType dtype) {
   }
 }
 
-// A numpy array as the Python writer makes them: element type, shape, row-major bytes.
+// An initializer's contents: element type, shape, row-major bytes.
 struct Array {
   int elem_type = kFloat;
   Shape shape;
@@ -118,12 +119,16 @@ Attr FloatAttr(std::string n, double v) { return {std::move(n), static_cast<floa
 Attr StringAttr(std::string n, std::string v) { return {std::move(n), std::move(v)}; }
 Attr IntsAttr(std::string n, std::vector<int64_t> v) { return {std::move(n), std::move(v)}; }
 
-// ---- the ONNX graph under construction (Python's _graph.Graph) ---------------------------
+// ---- the ONNX graph under construction ---------------------------------------------------
 
-// A value of the graph being written (Python's Float / Quantized / Dequantized, or a plain
-// Python value).
+// A value of the graph being written: a float (or integer) tensor named by one ONNX
+// tensor; a quantized one, named by its integers (uint8 / int8) with its own scale and
+// zero point; a dequantized one (what x.dequantize() gives), which has no ONNX tensor of
+// its own: each reader gets its own DequantizeLinear, since ONNX Runtime's QDQ selectors
+// take a group only if its DequantizeLinear nodes feed it alone; a Python value (shape
+// arithmetic, a flag); or the parts of a multi-output op (split, chunk) getitem picks.
 struct Operand {
-  enum class Kind { kFloat, kQuantized, kDequantized, kConstant };
+  enum class Kind { kFloat, kQuantized, kDequantized, kConstant, kParts };
   Kind kind = Kind::kConstant;
   std::string name;  // the ONNX tensor (of the source, for kDequantized)
   double scale = 1.0;
@@ -131,8 +136,9 @@ struct Operand {
   int elem_type = kUInt8;
   Value constant;    // kConstant: what the node gave on the record run
   Shape shape;       // a tensor's shape on the record run
+  std::vector<Operand> parts;  // kParts: one operand per output
 
-  bool is_tensor() const { return kind != Kind::kConstant; }
+  bool is_tensor() const { return kind != Kind::kConstant && kind != Kind::kParts; }
   bool is_quantized_like() const { return kind == Kind::kQuantized || kind == Kind::kDequantized; }
   static Operand Float(std::string name, Shape shape) {
     Operand o;
@@ -177,16 +183,20 @@ class OnnxGraph {
   std::string Node(const std::string& op_type, const std::vector<std::string>& node_inputs,
                    const std::string& base, std::vector<Attr> attributes = {}) {
     const std::string output = Fresh(base);
-    NodeProto& n = storage_.emplace_back();
-    for (const std::string& i : node_inputs) n.add_input(i);
-    n.add_output(output);
-    n.set_name(output);
-    n.set_op_type(op_type);
-    std::sort(attributes.begin(), attributes.end(),
-              [](const Attr& a, const Attr& b) { return a.name < b.name; });
-    for (Attr& a : attributes) SetAttribute(n.add_attribute(), a);
-    nodes.push_back(&n);
+    Append(op_type, node_inputs, {output}, std::move(attributes));
     return output;
+  }
+
+  // Appends one node of `count` outputs, named base_0, base_1, ... (the node takes the
+  // first's name); returns their names.
+  std::vector<std::string> MultiNode(const std::string& op_type,
+                                     const std::vector<std::string>& node_inputs,
+                                     const std::string& base, size_t count,
+                                     std::vector<Attr> attributes = {}) {
+    std::vector<std::string> outputs;
+    for (size_t i = 0; i < count; ++i) outputs.push_back(Fresh(absl::StrCat(base, "_", i)));
+    Append(op_type, node_inputs, outputs, std::move(attributes));
+    return outputs;
   }
 
   // An initializer holding `array`; equal small constants (scales, zero points, shapes)
@@ -272,6 +282,19 @@ class OnnxGraph {
   }
 
  private:
+  void Append(const std::string& op_type, const std::vector<std::string>& node_inputs,
+              const std::vector<std::string>& node_outputs, std::vector<Attr> attributes) {
+    NodeProto& n = storage_.emplace_back();
+    for (const std::string& i : node_inputs) n.add_input(i);
+    for (const std::string& o : node_outputs) n.add_output(o);
+    n.set_name(node_outputs[0]);
+    n.set_op_type(op_type);
+    std::sort(attributes.begin(), attributes.end(),
+              [](const Attr& a, const Attr& b) { return a.name < b.name; });
+    for (Attr& a : attributes) SetAttribute(n.add_attribute(), a);
+    nodes.push_back(&n);
+  }
+
   static void SetAttribute(AttributeProto* a, const Attr& attr) {
     a->set_name(attr.name);
     if (const auto* i = std::get_if<int64_t>(&attr.value)) {
@@ -294,7 +317,7 @@ class OnnxGraph {
   std::deque<NodeProto> storage_;
 };
 
-// ---- what each node gave on the record run (Python's _record.Seen) -----------------------
+// ---- what each node gave on the record run -----------------------------------------------
 
 struct Seen {
   bool is_tensor = false;
@@ -315,9 +338,20 @@ bool HoldsTensor(const Value& v) {
   return false;
 }
 
-absl::StatusOr<absl::flat_hash_map<const Node*, Seen>> Record(const GraphModule& gm) {
+// The inputs of the record run: the given ones, or zeros of the recorded shapes.
+absl::StatusOr<std::vector<Value>> RecordInputs(const GraphModule& gm,
+                                                const OnnxWriterOptions& options) {
   std::vector<Value> inputs;
-  for (const Node* p : gm.graph().Placeholders()) {
+  const std::vector<Node*> placeholders = gm.graph().Placeholders();
+  if (!options.inputs.empty()) {
+    if (options.inputs.size() != placeholders.size())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "to ONNX: ", options.inputs.size(), " example inputs for a model of ",
+          placeholders.size(), " placeholders"));
+    for (const Tensor& t : options.inputs) inputs.emplace_back(t);
+    return inputs;
+  }
+  for (const Node* p : placeholders) {
     const Argument* meta = p->FindMeta("shape");
     Shape shape;
     bool ok = meta != nullptr && meta->is_list();
@@ -329,19 +363,25 @@ absl::StatusOr<absl::flat_hash_map<const Node*, Seen>> Record(const GraphModule&
     if (!ok)
       return absl::InvalidArgumentError(absl::StrCat(
           "to ONNX: placeholder '", p->name(),
-          "' has no recorded shape (node meta 'shape', a list of ints); the ONNX graph's "
-          "shapes are the recorded ones"));
+          "' has no recorded shape (node meta 'shape', a list of ints); give example inputs "
+          "(the ONNX graph's shapes are theirs)"));
     DType dtype = DType::kFloat32;
     if (const Argument* d = p->FindMeta("dtype"); d != nullptr && d->is_dtype()) dtype = d->as_dtype();
     ASSIGN_OR_RETURN(Tensor zeros, Tensor::Zeros(dtype, shape));
     inputs.emplace_back(std::move(zeros));
   }
+  return inputs;
+}
+
+absl::StatusOr<absl::flat_hash_map<const Node*, Seen>> Record(const GraphModule& gm,
+                                                               const OnnxWriterOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<Value> inputs, RecordInputs(gm, options));
   absl::flat_hash_map<const Node*, Seen> seen;
-  RunOptions options;
+  RunOptions run;
   // One forward on zeros, whose values do not depend on the thread count: one thread, so
   // a save never takes the cores (OpenMP's idle threads spin on a shared machine).
-  options.threads = 1;
-  options.observer = [&seen](const Node& node, const Value& value) -> absl::Status {
+  run.threads = 1;
+  run.observer = [&seen](const Node& node, const Value& value) -> absl::Status {
     Seen s;
     if (value.is_tensor()) {
       const Tensor& t = value.as_tensor();
@@ -361,14 +401,16 @@ absl::StatusOr<absl::flat_hash_map<const Node*, Seen>> Record(const GraphModule&
     return absl::OkStatus();
   };
   ASSIGN_OR_RETURN(std::unique_ptr<KernelRegistry> kernels, BuiltinKernels());
-  absl::Status ran = Run(gm, std::move(inputs), *kernels, options).status();
+  absl::Status ran = Run(gm, std::move(inputs), *kernels, run).status();
   if (!ran.ok())
-    return absl::Status(ran.code(), absl::StrCat("to ONNX: running the model on zeros of its "
-                                                 "recorded input shapes failed: ", ran.message()));
+    return absl::Status(ran.code(), absl::StrCat("to ONNX: running the model on ",
+                                                 options.inputs.empty() ? "zeros of its recorded input shapes"
+                                                                        : "the example inputs",
+                                                 " failed: ", ran.message()));
   return seen;
 }
 
-// ---- the walk (Python's _export.Emitter and the emitters of _ops) ------------------------
+// ---- the walk: each node as ONNX nodes -----------------------------------------------------
 
 // What an emitter gives: a float ONNX tensor it computed (quantized afterwards if the
 // node's result was), or a value it passes on as it is.
@@ -460,6 +502,52 @@ class Emitter {
     return *v;
   }
 
+  // An int or ints arg as `n` ints (one int repeated, as PyTorch's _pair does), or
+  // `fallback` when absent or None.
+  absl::StatusOr<std::vector<int64_t>> NIntsArg(const Node& node, size_t index, absl::string_view name,
+                                                size_t n, std::vector<int64_t> fallback) const {
+    ASSIGN_OR_RETURN(auto v, IntsArg(node, index, name));
+    if (!v || v->empty()) return fallback;
+    if (v->size() == 1 && n > 1) v->assign(n, (*v)[0]);
+    if (v->size() != n)
+      return Error(node, absl::StrCat("argument '", name, "' has ", v->size(), " values; expected ", n));
+    return *v;
+  }
+  // A number arg (a literal, or what a node gave), or `fallback` when absent or None.
+  absl::StatusOr<double> FloatArg(const Node& node, size_t index, absl::string_view name,
+                                  double fallback) const {
+    const Argument* a = ArgOf(node, index, name);
+    if (a == nullptr || a->is_none()) return fallback;
+    if (a->is_int() || a->is_float()) return a->as_float();
+    if (a->is_node()) {
+      auto it = seen_.find(a->as_node());
+      if (it != seen_.end() && it->second.python.is_number()) return it->second.python.as_float();
+    }
+    return Error(node, absl::StrCat("argument '", name, "' is ", a->ToString(), "; expected a number"));
+  }
+  absl::StatusOr<bool> BoolArg(const Node& node, size_t index, absl::string_view name,
+                               bool fallback) const {
+    const Argument* a = ArgOf(node, index, name);
+    if (a == nullptr || a->is_none()) return fallback;
+    if (a->is_bool()) return a->as_bool();
+    if (a->is_int()) return a->as_int() != 0;
+    return Error(node, absl::StrCat("argument '", name, "' is ", a->ToString(), "; expected a bool"));
+  }
+  absl::StatusOr<std::string> StringArg(const Node& node, size_t index, absl::string_view name,
+                                        std::string fallback) const {
+    const Argument* a = ArgOf(node, index, name);
+    if (a == nullptr || a->is_none()) return fallback;
+    if (a->is_string()) return std::string(a->as_string());
+    return Error(node, absl::StrCat("argument '", name, "' is ", a->ToString(), "; expected a string"));
+  }
+  absl::StatusOr<double> ModuleFloat(const Node& node, const Module& m, absl::string_view field,
+                                     double fallback) const {
+    if (m.FindAttribute(field) == nullptr) return fallback;
+    auto v = m.GetFloat(field);
+    if (!v.ok()) return Error(node, v.status().message());
+    return *v;
+  }
+
   std::string F(const Operand& v, const std::string& base) { return g_.FloatInput(v, base); }
   absl::StatusOr<std::string> FChecked(const Node& node, const Operand& v, const std::string& base) {
     if (!v.is_tensor())
@@ -524,8 +612,32 @@ class Emitter {
                                    const std::string& name);
   absl::StatusOr<std::string> BatchNorm(const Node& node, const Module& m, const Operand& input,
                                         const std::string& base);
-  absl::StatusOr<std::string> Pool(const Node& node, const Module& m, const Operand& input,
+  // A max or average pool's parameters, from a module's attributes or a call's args.
+  struct PoolParams {
+    std::vector<int64_t> kernel, stride, padding, dilation;
+    bool ceil_mode = false;
+    bool count_include_pad = true;
+  };
+  absl::StatusOr<PoolParams> ModulePoolParams(const Node& node, const Module& m, size_t nd,
+                                              bool max) const;
+  absl::StatusOr<PoolParams> CallPoolParams(const Node& node, size_t nd, bool max) const;
+  absl::StatusOr<std::string> Pool(const Node& node, const PoolParams& p, const Operand& input,
                                    const std::string& name, bool max);
+  absl::StatusOr<std::string> AdaptiveAvgPool(const Node& node, const Operand& input,
+                                              const Argument* output_size,
+                                              const std::string& name);
+  absl::StatusOr<std::string> LayerNorm(const Node& node, const Operand& input,
+                                        std::vector<int64_t> normalized_shape,
+                                        const Operand* weight, const Operand* bias,
+                                        const Module* module, double eps);
+  absl::StatusOr<std::string> Gelu(const Node& node, const Operand& input,
+                                   const std::string& approximate);
+  absl::StatusOr<std::string> Silu(const Node& node, const Operand& input);
+  absl::StatusOr<Emitted> Split(const Node& node, const Operand& input,
+                                const std::vector<int64_t>& sizes, int64_t dim);
+  absl::StatusOr<Emitted> Narrow(const Node& node);
+  absl::StatusOr<Emitted> Interpolate(const Node& node);
+  absl::StatusOr<Emitted> GetItem(const Node& node);
   absl::StatusOr<std::string> Binary(const Node& node, const std::string& op_type, bool relu,
                                      bool native);
   absl::StatusOr<std::string> Operand_(const Node& node, const Operand& v, const std::string& base,
@@ -684,8 +796,13 @@ absl::StatusOr<std::string> Emitter::Linear(const Node& node, const Module& m, c
 }
 
 // The scale and zero point the conv's result of a quantized conv-add(-relu) is quantized
-// with (Python's _ops.conv_add_mid_qparams, which says why): they cover
-// [out_lo - extra_hi, out_hi - extra_lo].
+// with: they cover [out_lo - extra_hi, out_hi - extra_lo], out_* and extra_* the float
+// ranges the output and the extra input can represent. A conv value outside that range
+// gives an output the output's quantization clamps anyway (below it, the sum is below
+// out_lo even with the largest extra; above it, above out_hi), so no result fuselage's
+// kernel gives is cut; what the extra step costs is its rounding, at most half of
+// (out_scale + extra_scale). One level is spare and the zero point rounded up, so the
+// grid reaches both ends.
 std::tuple<double, int64_t, int> ConvAddMidQParams(double out_scale, int64_t out_zp, int elem_type,
                                                    const Operand& extra) {
   auto range = [](int t) {
@@ -764,51 +881,275 @@ absl::StatusOr<std::string> Emitter::BatchNorm(const Node& node, const Module& m
   return g_.Node("BatchNormalization", inputs, base, {FloatAttr("epsilon", eps)});
 }
 
-absl::StatusOr<std::string> Emitter::Pool(const Node& node, const Module& m, const Operand& input,
-                                          const std::string& name, bool max) {
-  const size_t nd = static_cast<size_t>(Rank(input) - 2);
-  ASSIGN_OR_RETURN(std::vector<int64_t> kernel, ModuleInts(node, m, "kernel_size", nd));
-  std::vector<int64_t> stride = kernel;
+absl::StatusOr<Emitter::PoolParams> Emitter::ModulePoolParams(const Node& node, const Module& m,
+                                                               size_t nd, bool max) const {
+  PoolParams p;
+  ASSIGN_OR_RETURN(p.kernel, ModuleInts(node, m, "kernel_size", nd));
+  p.stride = p.kernel;
   if (const Argument* s = m.FindAttribute("stride"); s != nullptr && !s->is_none() &&
                                                      !(s->is_list() && s->items().empty())) {
-    ASSIGN_OR_RETURN(stride, ModuleInts(node, m, "stride", nd));
+    ASSIGN_OR_RETURN(p.stride, ModuleInts(node, m, "stride", nd));
   }
-  ASSIGN_OR_RETURN(std::vector<int64_t> padding, ModuleInts(node, m, "padding", nd));
-  std::vector<int64_t> dilation(nd, 1);
+  ASSIGN_OR_RETURN(p.padding, ModuleInts(node, m, "padding", nd));
+  p.dilation.assign(nd, 1);
   if (max) {
-    ASSIGN_OR_RETURN(dilation, ModuleInts(node, m, "dilation", nd));
+    ASSIGN_OR_RETURN(p.dilation, ModuleInts(node, m, "dilation", nd));
     if (const Argument* r = m.FindAttribute("return_indices"); r != nullptr && r->is_bool() && r->as_bool())
       return Error(node, "return_indices=True is not exported");
   } else if (const Argument* d = m.FindAttribute("divisor_override"); d != nullptr && !d->is_none()) {
     return Error(node, "divisor_override has no ONNX AveragePool form");
   }
-  bool ceil_mode = false;
-  if (auto c = m.GetBool("ceil_mode"); c.ok()) ceil_mode = *c;
-  if (ceil_mode) {
+  if (auto c = m.GetBool("ceil_mode"); c.ok()) p.ceil_mode = *c;
+  if (auto c = m.GetBool("count_include_pad"); c.ok()) p.count_include_pad = *c;
+  return p;
+}
+
+// F.max_pool*d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+// return_indices=False) and F.avg_pool*d(input, kernel_size, stride=None, padding=0,
+// ceil_mode=False, count_include_pad=True, divisor_override=None).
+absl::StatusOr<Emitter::PoolParams> Emitter::CallPoolParams(const Node& node, size_t nd,
+                                                             bool max) const {
+  PoolParams p;
+  ASSIGN_OR_RETURN(p.kernel, NIntsArg(node, 1, "kernel_size", nd, {}));
+  if (p.kernel.empty()) return Error(node, "no argument 'kernel_size'");
+  ASSIGN_OR_RETURN(p.stride, NIntsArg(node, 2, "stride", nd, p.kernel));
+  ASSIGN_OR_RETURN(p.padding, NIntsArg(node, 3, "padding", nd, std::vector<int64_t>(nd, 0)));
+  if (max) {
+    ASSIGN_OR_RETURN(p.dilation, NIntsArg(node, 4, "dilation", nd, std::vector<int64_t>(nd, 1)));
+    ASSIGN_OR_RETURN(p.ceil_mode, BoolArg(node, 5, "ceil_mode", false));
+    ASSIGN_OR_RETURN(bool return_indices, BoolArg(node, 6, "return_indices", false));
+    if (return_indices) return Error(node, "return_indices=True is not exported");
+  } else {
+    p.dilation.assign(nd, 1);
+    ASSIGN_OR_RETURN(p.ceil_mode, BoolArg(node, 4, "ceil_mode", false));
+    ASSIGN_OR_RETURN(p.count_include_pad, BoolArg(node, 5, "count_include_pad", true));
+    if (const Argument* d = ArgOf(node, 6, "divisor_override"); d != nullptr && !d->is_none())
+      return Error(node, "divisor_override has no ONNX AveragePool form");
+  }
+  return p;
+}
+
+std::string ShapeString(absl::Span<const int64_t> dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
+
+absl::StatusOr<std::string> Emitter::Pool(const Node& node, const PoolParams& p, const Operand& input,
+                                          const std::string& name, bool max) {
+  const size_t nd = p.kernel.size();
+  if (p.ceil_mode) {
     // PyTorch drops a last window that would start in the padding; ONNX keeps it.
-    const Shape& wanted = SeenOf(node).shape;
+    const Shape& out = SeenOf(node).shape;
+    const std::vector<int64_t> wanted(out.begin() + 2, out.end());
+    std::vector<int64_t> onnx_sizes;
     for (size_t i = 0; i < nd; ++i) {
       const int64_t n = input.shape[2 + i];
-      const int64_t span = n + 2 * padding[i] - dilation[i] * (kernel[i] - 1) - 1;
-      const int64_t onnx_size = (span + stride[i] - 1) / stride[i] + 1;
-      if (onnx_size != wanted[2 + i])
-        return Error(node, "ceil_mode gives another size in PyTorch (which drops a last window "
-                           "that starts in the padding) than in ONNX");
+      const int64_t span = n + 2 * p.padding[i] - p.dilation[i] * (p.kernel[i] - 1) - 1;
+      onnx_sizes.push_back((span + p.stride[i] - 1) / p.stride[i] + 1);
     }
+    if (onnx_sizes != wanted)
+      return Error(node, absl::StrCat("ceil_mode gives ", ShapeString(wanted),
+                                      " in PyTorch, which drops a last window that starts in "
+                                      "the padding, and ", ShapeString(onnx_sizes), " in ONNX"));
   }
-  std::vector<int64_t> pads = padding;
-  pads.insert(pads.end(), padding.begin(), padding.end());
-  std::vector<Attr> attributes = {IntsAttr("kernel_shape", kernel), IntsAttr("strides", stride),
-                                  IntsAttr("pads", pads), IntAttr("ceil_mode", ceil_mode ? 1 : 0)};
+  std::vector<int64_t> pads = p.padding;
+  pads.insert(pads.end(), p.padding.begin(), p.padding.end());
+  std::vector<Attr> attributes = {IntsAttr("kernel_shape", p.kernel), IntsAttr("strides", p.stride),
+                                  IntsAttr("pads", pads), IntAttr("ceil_mode", p.ceil_mode ? 1 : 0)};
   ASSIGN_OR_RETURN(std::string x, FChecked(node, input, name));
   if (max) {
-    attributes.push_back(IntsAttr("dilations", dilation));
+    attributes.push_back(IntsAttr("dilations", p.dilation));
     return g_.Node("MaxPool", {x}, name, std::move(attributes));
   }
-  bool count_include_pad = true;
-  if (auto c = m.GetBool("count_include_pad"); c.ok()) count_include_pad = *c;
-  attributes.push_back(IntAttr("count_include_pad", count_include_pad ? 1 : 0));
+  attributes.push_back(IntAttr("count_include_pad", p.count_include_pad ? 1 : 0));
   return g_.Node("AveragePool", {x}, name, std::move(attributes));
+}
+
+// A global average pool when every output size is 1; an AveragePool of even windows
+// otherwise (a size of None keeps the input's).
+absl::StatusOr<std::string> Emitter::AdaptiveAvgPool(const Node& node, const Operand& input,
+                                                     const Argument* output_size,
+                                                     const std::string& name) {
+  const size_t nd = input.shape.size() - 2;
+  std::vector<int64_t> wanted;
+  for (size_t i = 0; i < nd; ++i) {
+    const Argument* d = output_size == nullptr ? nullptr
+                        : output_size->is_list() ? (i < output_size->items().size() ? &output_size->items()[i] : nullptr)
+                                                 : output_size;
+    if (d != nullptr && !d->is_none() && !d->is_int())
+      return Error(node, absl::StrCat("output_size is ", output_size->ToString(), "; expected ints or None"));
+    wanted.push_back(d == nullptr || d->is_none() ? input.shape[2 + i] : d->as_int());
+  }
+  ASSIGN_OR_RETURN(std::string x, FChecked(node, input, name));
+  if (std::all_of(wanted.begin(), wanted.end(), [](int64_t o) { return o == 1; }))
+    return g_.Node("GlobalAveragePool", {x}, name);
+  std::vector<int64_t> kernel;
+  for (size_t i = 0; i < nd; ++i) {
+    if (wanted[i] <= 0 || input.shape[2 + i] % wanted[i] != 0) {
+      const std::vector<int64_t> spatial(input.shape.begin() + 2, input.shape.end());
+      return Error(node, absl::StrCat("adaptive average pooling from ", ShapeString(spatial), " to ",
+                                      ShapeString(wanted), " has uneven windows, which no ONNX pool computes"));
+    }
+    kernel.push_back(input.shape[2 + i] / wanted[i]);
+  }
+  return g_.Node("AveragePool", {x}, name, {IntsAttr("kernel_shape", kernel), IntsAttr("strides", kernel)});
+}
+
+// LayerNormalization over the last len(normalized_shape) dims. The weight and bias: the
+// call's tensors (`weight`, `bias`), or the module's as constants named node_weight /
+// node_bias, or, absent, ones and zeros.
+absl::StatusOr<std::string> Emitter::LayerNorm(const Node& node, const Operand& input,
+                                               std::vector<int64_t> normalized_shape,
+                                               const Operand* weight, const Operand* bias,
+                                               const Module* module, double eps) {
+  ASSIGN_OR_RETURN(std::string x, FChecked(node, input, node.name()));
+  int64_t count = 1;
+  for (int64_t d : normalized_shape) count *= d;
+  std::vector<std::string> inputs = {x};
+  const std::pair<const Operand*, float> affine[2] = {{weight, 1.0f}, {bias, 0.0f}};
+  const char* what[2] = {"weight", "bias"};
+  for (int i = 0; i < 2; ++i) {
+    const Operand* given = affine[i].first;
+    const Tensor* own = module != nullptr ? module->FindTensor(what[i]) : nullptr;
+    if (given != nullptr && given->is_tensor()) {
+      inputs.push_back(F(*given, absl::StrCat(node.name(), "_", what[i])));
+    } else if (own != nullptr) {
+      if (own->dtype() != DType::kFloat32)
+        return Error(node, absl::StrCat("its ", what[i], " is ", DTypeName(own->dtype()), "; expected float32"));
+      inputs.push_back(g_.Constant(Array{kFloat, own->shape(), std::string(own->bytes())},
+                                   absl::StrCat(node.name(), "_", what[i])));
+    } else {
+      inputs.push_back(g_.Constant(Floats(normalized_shape, std::vector<float>(count, affine[i].second)),
+                                   absl::StrCat(node.name(), "_", what[i])));
+    }
+  }
+  return g_.Node("LayerNormalization", inputs, node.name(),
+                 {IntAttr("axis", -static_cast<int64_t>(normalized_shape.size())), FloatAttr("epsilon", eps)});
+}
+
+constexpr double kPi = 3.14159265358979323846;
+
+// ONNX's Gelu is opset 20: written out as PyTorch defines it, x * 0.5 * (1 + erf(x / sqrt 2))
+// or, approximate='tanh', x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
+absl::StatusOr<std::string> Emitter::Gelu(const Node& node, const Operand& input,
+                                          const std::string& approximate) {
+  if (approximate != "none" && approximate != "tanh")
+    return Error(node, absl::StrCat("approximate='", approximate, "' is not a GELU form ('none' or 'tanh')"));
+  const std::string& name = node.name();
+  ASSIGN_OR_RETURN(std::string x, FChecked(node, input, name));
+  std::string t;
+  if (approximate == "tanh") {
+    const std::string square = g_.Node("Mul", {x, x}, name + "_sq");
+    const std::string cube = g_.Node("Mul", {x, square}, name + "_cube");
+    const std::string k = g_.Constant(ScalarFloat(0.044715), "k");
+    const std::string scaled_cube = g_.Node("Mul", {cube, k}, name + "_k");
+    const std::string inner = g_.Node("Add", {x, scaled_cube}, name + "_inner");
+    const std::string root = g_.Constant(ScalarFloat(std::sqrt(2.0 / kPi)), "k");
+    const std::string scaled = g_.Node("Mul", {inner, root}, name + "_scaled");
+    t = g_.Node("Tanh", {scaled}, name + "_tanh");
+  } else {
+    const std::string scaled = g_.Node("Mul", {x, g_.Constant(ScalarFloat(1.0 / std::sqrt(2.0)), "k")},
+                                       name + "_scaled");
+    t = g_.Node("Erf", {scaled}, name + "_erf");
+  }
+  const std::string half = g_.Node("Mul", {x, g_.Constant(ScalarFloat(0.5), "half")}, name + "_half");
+  const std::string one_plus = g_.Node("Add", {t, g_.Constant(ScalarFloat(1.0), "one")}, name + "_1p");
+  return g_.Node("Mul", {half, one_plus}, name);
+}
+
+// x * sigmoid(x): ONNX has no SiLU before opset 24.
+absl::StatusOr<std::string> Emitter::Silu(const Node& node, const Operand& input) {
+  ASSIGN_OR_RETURN(std::string x, FChecked(node, input, node.name()));
+  const std::string sigmoid = g_.Node("Sigmoid", {x}, node.name() + "_sigmoid");
+  return g_.Node("Mul", {x, sigmoid}, node.name());
+}
+
+// The parts of `input` along `dim`: a Split of the tensor's own integers when it is
+// quantized (each part keeps its scale and zero point, as PyTorch's do), else of the
+// float tensor. Each part's shape is what the record run gave.
+absl::StatusOr<Emitted> Emitter::Split(const Node& node, const Operand& input,
+                                       const std::vector<int64_t>& sizes, int64_t dim) {
+  const int64_t rank = Rank(input);
+  const bool quantized = input.is_quantized_like();
+  const std::string whole = quantized ? input.name : F(input, node.name());
+  const std::string split = g_.Constant(Integers(kInt64, {static_cast<int64_t>(sizes.size())}, sizes), "split");
+  const std::vector<std::string> names =
+      g_.MultiNode("Split", {whole, split}, node.name(), sizes.size(), {IntAttr("axis", ((dim % rank) + rank) % rank)});
+  const Seen& s = SeenOf(node);
+  if (!s.python.is_list() || s.python.items().size() != names.size())
+    return Error(node, absl::StrCat("the record run gave ", s.python.KindName(), "; expected ",
+                                    names.size(), " tensors"));
+  Operand parts;
+  parts.kind = Operand::Kind::kParts;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Value& v = s.python.items()[i];
+    Shape shape;
+    if (v.is_tensor()) shape.assign(v.as_tensor().shape().begin(), v.as_tensor().shape().end());
+    parts.parts.push_back(quantized ? Operand::Quantized(names[i], input.scale, input.zero_point,
+                                                         input.elem_type, shape)
+                                    : Operand::Float(names[i], shape));
+  }
+  return Emitted::Pass(std::move(parts));
+}
+
+// narrow(input, dim, start, length): a Slice, of the tensor's own integers when it is
+// quantized (the part keeps its scale and zero point), else of the float tensor.
+absl::StatusOr<Emitted> Emitter::Narrow(const Node& node) {
+  ASSIGN_OR_RETURN(Operand x, TensorArg(node, 0, "input"));
+  ASSIGN_OR_RETURN(auto dim, IntsArg(node, 1, "dim"));
+  ASSIGN_OR_RETURN(auto start, IntsArg(node, 2, "start"));
+  ASSIGN_OR_RETURN(auto length, IntsArg(node, 3, "length"));
+  if (!dim || !start || !length) return Error(node, "expects dim, start and length");
+  const int64_t rank = Rank(x);
+  const int64_t axis = (((*dim)[0] % rank) + rank) % rank;
+  int64_t begin = (*start)[0];
+  if (begin < 0) begin = ((begin % x.shape[axis]) + x.shape[axis]) % x.shape[axis];
+  const bool quantized = x.is_quantized_like();
+  const std::string whole = quantized ? x.name : F(x, node.name());
+  const std::string starts = g_.Constant(Integers(kInt64, {1}, {begin}), "starts");
+  const std::string ends = g_.Constant(Integers(kInt64, {1}, {begin + (*length)[0]}), "ends");
+  const std::string axes = g_.Constant(Integers(kInt64, {1}, {axis}), "axes");
+  const std::string name = g_.Node("Slice", {whole, starts, ends, axes}, node.name());
+  if (!quantized) return Emitted::Tensor(name);
+  return Emitted::Pass(Operand::Quantized(name, x.scale, x.zero_point, x.elem_type, SeenOf(node).shape));
+}
+
+// F.interpolate(input, size=None, scale_factor=None, mode='nearest', align_corners=None,
+// recompute_scale_factor=None, antialias=False): a Resize to the recorded output size.
+absl::StatusOr<Emitted> Emitter::Interpolate(const Node& node) {
+  ASSIGN_OR_RETURN(Operand x, TensorArg(node, 0, "input"));
+  ASSIGN_OR_RETURN(std::string mode, StringArg(node, 3, "mode", "nearest"));
+  ASSIGN_OR_RETURN(bool align_corners, BoolArg(node, 4, "align_corners", false));
+  ASSIGN_OR_RETURN(bool antialias, BoolArg(node, 6, "antialias", false));
+  if (antialias) return Error(node, "interpolate with antialias has no ONNX mapping here");
+  std::vector<Attr> attributes;
+  if (mode == "nearest") {
+    attributes = {StringAttr("mode", "nearest"), StringAttr("coordinate_transformation_mode", "asymmetric"),
+                  StringAttr("nearest_mode", "floor")};
+  } else if (mode == "linear" || mode == "bilinear" || mode == "trilinear") {
+    attributes = {StringAttr("mode", "linear"),
+                  StringAttr("coordinate_transformation_mode",
+                             align_corners ? "align_corners" : "pytorch_half_pixel")};
+  } else {
+    return Error(node, absl::StrCat("interpolate mode '", mode,
+                                    "' has no ONNX mapping here (nearest, linear, bilinear, trilinear)"));
+  }
+  const std::string input = F(x, node.name());
+  const Shape& out = SeenOf(node).shape;
+  const std::string sizes = g_.Constant(Integers(kInt64, {static_cast<int64_t>(out.size())}, out), "sizes");
+  return Emitted::Tensor(g_.Node("Resize", {input, "", "", sizes}, node.name(), std::move(attributes)));
+}
+
+// One result of a multi-output op (split, chunk); indexing a tensor is not mapped.
+absl::StatusOr<Emitted> Emitter::GetItem(const Node& node) {
+  if (node.num_args() != 2) return Error(node, "expects a container and an index");
+  ASSIGN_OR_RETURN(Operand container, Resolve(node.arg(0)));
+  if (container.kind != Operand::Kind::kParts)
+    return Error(node, "indexing a tensor has no ONNX mapping here");
+  ASSIGN_OR_RETURN(auto index, IntsArg(node, 1, "index"));
+  const int64_t n = static_cast<int64_t>(container.parts.size());
+  if (!index || index->size() != 1 || (*index)[0] < -n || (*index)[0] >= n)
+    return Error(node, absl::StrCat("index ", node.arg(1).ToString(), " is not one of the ", n, " parts"));
+  return Emitted::Pass(container.parts[((*index)[0] + n) % n]);
 }
 
 // One operand of a binary op: a tensor's, or a number's as a constant; with `like` (a
@@ -952,33 +1293,46 @@ absl::StatusOr<Emitted> Emitter::CallModule(const Node& node, const std::string&
     return Emitted::Tensor(g_.Node("HardSigmoid", {x}, name,
                                    {FloatAttr("alpha", 1.0 / 6), FloatAttr("beta", 0.5)}));
   }
-  if (strip_nd("nn.MaxPool") || is({"nnq.MaxPool2d"})) {
-    ASSIGN_OR_RETURN(std::string y, Pool(node, m, input, name, true));
-    return Emitted::Tensor(y);
-  }
-  if (strip_nd("nn.AvgPool")) {
-    ASSIGN_OR_RETURN(std::string y, Pool(node, m, input, name, false));
+  if (strip_nd("nn.MaxPool") || is({"nnq.MaxPool2d"}) || strip_nd("nn.AvgPool")) {
+    const bool max = !strip_nd("nn.AvgPool");
+    ASSIGN_OR_RETURN(PoolParams p, ModulePoolParams(node, m, input.shape.size() - 2, max));
+    ASSIGN_OR_RETURN(std::string y, Pool(node, p, input, name, max));
     return Emitted::Tensor(y);
   }
   if (strip_nd("nn.AdaptiveAvgPool")) {
-    const size_t nd = input.shape.size() - 2;
-    const Argument* size = m.FindAttribute("output_size");
-    std::vector<int64_t> wanted;
-    for (size_t i = 0; i < nd; ++i) {
-      const Argument* d = size == nullptr ? nullptr : size->is_list() ? &size->items()[i] : size;
-      wanted.push_back(d == nullptr || d->is_none() ? input.shape[2 + i] : d->as_int());
-    }
+    ASSIGN_OR_RETURN(std::string y, AdaptiveAvgPool(node, input, m.FindAttribute("output_size"), name));
+    return Emitted::Tensor(y);
+  }
+  if (is({"nn.GELU"})) {
+    std::string approximate = "none";
+    if (const Argument* a = m.FindAttribute("approximate"); a != nullptr && a->is_string())
+      approximate = std::string(a->as_string());
+    ASSIGN_OR_RETURN(std::string y, Gelu(node, input, approximate));
+    return Emitted::Tensor(y);
+  }
+  if (is({"nn.SiLU"})) {
+    ASSIGN_OR_RETURN(std::string y, Silu(node, input));
+    return Emitted::Tensor(y);
+  }
+  if (is({"nn.ELU", "nnq.ELU"}) || is({"nn.LeakyReLU", "nnq.LeakyReLU"})) {
+    const bool elu = is({"nn.ELU", "nnq.ELU"});
+    ASSIGN_OR_RETURN(double alpha, ModuleFloat(node, m, elu ? "alpha" : "negative_slope", elu ? 1.0 : 0.01));
     ASSIGN_OR_RETURN(std::string x, FChecked(node, input, name));
-    if (std::all_of(wanted.begin(), wanted.end(), [](int64_t o) { return o == 1; }))
-      return Emitted::Tensor(g_.Node("GlobalAveragePool", {x}, name));
-    std::vector<int64_t> kernel;
-    for (size_t i = 0; i < nd; ++i) {
-      if (input.shape[2 + i] % wanted[i] != 0)
-        return Error(node, "adaptive average pooling with uneven windows, which no ONNX pool computes");
-      kernel.push_back(input.shape[2 + i] / wanted[i]);
-    }
-    return Emitted::Tensor(g_.Node("AveragePool", {x}, name,
-                                   {IntsAttr("kernel_shape", kernel), IntsAttr("strides", kernel)}));
+    return Emitted::Tensor(g_.Node(elu ? "Elu" : "LeakyRelu", {x}, name, {FloatAttr("alpha", alpha)}));
+  }
+  if (is({"nn.Softmax", "nnq.Softmax"})) {
+    const Argument* dim = m.FindAttribute("dim");
+    if (dim == nullptr || !dim->is_int()) return Error(node, "softmax needs an explicit dim");
+    ASSIGN_OR_RETURN(std::string x, FChecked(node, input, name));
+    return Emitted::Tensor(g_.Node("Softmax", {x}, name, {IntAttr("axis", dim->as_int())}));
+  }
+  if (is({"nn.LayerNorm"})) {
+    const Argument* shape = m.FindAttribute("normalized_shape");
+    const size_t rank = shape != nullptr && shape->is_list() ? shape->items().size() : 1;
+    ASSIGN_OR_RETURN(std::vector<int64_t> normalized, ModuleInts(node, m, "normalized_shape", rank));
+    ASSIGN_OR_RETURN(double eps, ModuleFloat(node, m, "eps", 1e-5));
+    ASSIGN_OR_RETURN(std::string y, LayerNorm(node, input, normalized, nullptr, nullptr, &m, eps));
+    return Emitted::Tensor(y);
   }
   if (is({"nn.Flatten"})) {
     ASSIGN_OR_RETURN(int64_t start, m.GetInt("start_dim"));
@@ -990,7 +1344,7 @@ absl::StatusOr<Emitted> Emitter::CallModule(const Node& node, const std::string&
     return Emitted::Tensor(Reshape(x, node, name));
   }
   return Error(node, absl::StrCat("module type ", type,
-                                  " has no ONNX mapping in the C++ writer (onnx/onnx_writer.cc "
+                                  " has no ONNX mapping (onnx/onnx_writer.cc "
                                   "lists those that have)"));
 }
 
@@ -1017,7 +1371,8 @@ absl::StatusOr<Emitted> Emitter::CallFunction(const Node& node, absl::string_vie
       {"torch.relu", "Relu"}, {"torch.nn.functional.relu", "Relu"}, {"relu", "Relu"},
       {"torch.sigmoid", "Sigmoid"}, {"torch.nn.functional.sigmoid", "Sigmoid"}, {"sigmoid", "Sigmoid"},
       {"torch.tanh", "Tanh"}, {"torch.nn.functional.tanh", "Tanh"}, {"tanh", "Tanh"},
-      {"torch.nn.functional.hardswish", "HardSwish"}};
+      {"torch.nn.functional.hardswish", "HardSwish"}, {"torch.ops.quantized.sigmoid", "Sigmoid"},
+      {"torch.ops.quantized.hardswish", "HardSwish"}};
   if (auto it = unary.find(std::string(target)); it != unary.end()) {
     ASSIGN_OR_RETURN(Operand x, first());
     return Emitted::Tensor(g_.Node(it->second, {F(x, name)}, name));
@@ -1142,7 +1497,8 @@ absl::StatusOr<Emitted> Emitter::CallFunction(const Node& node, absl::string_vie
     return Emitted::Tensor(g_.Node("ReduceMean", {F(x, name)}, name,
                                    {IntsAttr("axes", dims), IntAttr("keepdims", keepdim ? 1 : 0)}));
   }
-  if (target == "torch.softmax" || target == "torch.nn.functional.softmax" || target == "softmax") {
+  if (target == "torch.softmax" || target == "torch.nn.functional.softmax" || target == "softmax" ||
+      target == "torch.ops.quantized.softmax") {
     ASSIGN_OR_RETURN(Operand x, first());
     ASSIGN_OR_RETURN(auto dim, IntsArg(node, 1, "dim"));
     if (!dim) return Error(node, "softmax needs an explicit dim");
@@ -1169,8 +1525,119 @@ absl::StatusOr<Emitted> Emitter::CallFunction(const Node& node, absl::string_vie
       inputs.push_back(g_.Constant(ScalarFloat(v->as_float()), "value"));
     return Emitted::Tensor(g_.Node("Pad", inputs, name, {StringAttr("mode", "constant")}));
   }
-  return Error(node, "has no ONNX mapping in the C++ writer (onnx/onnx_writer.cc lists the ops "
-                     "that have one)");
+  if (target == "operator.getitem") return GetItem(node);
+  if (target == "torchvision.ops.stochastic_depth.stochastic_depth") {
+    ASSIGN_OR_RETURN(Operand x, first());
+    ASSIGN_OR_RETURN(double p, FloatArg(node, 1, "p", 0.0));
+    ASSIGN_OR_RETURN(bool training, BoolArg(node, 3, "training", true));
+    if (training && p > 0)
+      return Error(node, "stochastic depth in training mode (random) has no inference form");
+    return Emitted::Pass(x);
+  }
+  if (target == "torch.nn.functional.hardtanh" || target == "torch.nn.functional.hardtanh_") {
+    ASSIGN_OR_RETURN(Operand x, first());
+    ASSIGN_OR_RETURN(double lo, FloatArg(node, 1, "min_val", -1.0));
+    ASSIGN_OR_RETURN(double hi, FloatArg(node, 2, "max_val", 1.0));
+    ASSIGN_OR_RETURN(std::string y, Clip(node, x, lo, hi, name));
+    return Emitted::Tensor(y);
+  }
+  if (target == "torch.nn.functional.hardsigmoid") {
+    ASSIGN_OR_RETURN(Operand x, first());
+    return Emitted::Tensor(g_.Node("HardSigmoid", {F(x, name)}, name,
+                                   {FloatAttr("alpha", 1.0 / 6), FloatAttr("beta", 0.5)}));
+  }
+  if (target == "torch.nn.functional.silu") {
+    ASSIGN_OR_RETURN(Operand x, first());
+    ASSIGN_OR_RETURN(std::string y, Silu(node, x));
+    return Emitted::Tensor(y);
+  }
+  if (target == "torch.nn.functional.gelu") {
+    ASSIGN_OR_RETURN(Operand x, first());
+    ASSIGN_OR_RETURN(std::string approximate, StringArg(node, 1, "approximate", "none"));
+    ASSIGN_OR_RETURN(std::string y, Gelu(node, x, approximate));
+    return Emitted::Tensor(y);
+  }
+  if (target == "torch.nn.functional.elu" || target == "torch.nn.functional.leaky_relu" ||
+      target == "torch.ops.quantized.leaky_relu") {
+    const bool elu = target == "torch.nn.functional.elu";
+    ASSIGN_OR_RETURN(Operand x, TensorArg(node, 0, target == "torch.ops.quantized.leaky_relu" ? "qx" : "input"));
+    ASSIGN_OR_RETURN(double alpha, FloatArg(node, 1, elu ? "alpha" : "negative_slope", elu ? 1.0 : 0.01));
+    return Emitted::Tensor(g_.Node(elu ? "Elu" : "LeakyRelu", {F(x, name)}, name, {FloatAttr("alpha", alpha)}));
+  }
+  if (target == "torch.nn.functional.layer_norm") {
+    ASSIGN_OR_RETURN(Operand x, first());
+    ASSIGN_OR_RETURN(auto normalized, IntsArg(node, 1, "normalized_shape"));
+    if (!normalized) return Error(node, "no argument 'normalized_shape'");
+    std::optional<Operand> affine[2];
+    const char* what[2] = {"weight", "bias"};
+    for (int i = 0; i < 2; ++i) {
+      const Argument* a = ArgOf(node, 2 + i, what[i]);
+      if (a == nullptr || a->is_none()) continue;
+      ASSIGN_OR_RETURN(affine[i], Resolve(*a));
+      if (!affine[i]->is_tensor()) return Error(node, absl::StrCat("argument '", what[i], "' is not a tensor"));
+    }
+    ASSIGN_OR_RETURN(double eps, FloatArg(node, 4, "eps", 1e-5));
+    ASSIGN_OR_RETURN(std::string y, LayerNorm(node, x, *normalized, affine[0] ? &*affine[0] : nullptr,
+                                              affine[1] ? &*affine[1] : nullptr, nullptr, eps));
+    return Emitted::Tensor(y);
+  }
+  for (const char* kind : {"max", "avg"}) {
+    for (int nd = 1; nd <= 3; ++nd) {
+      if (target != absl::StrCat("torch.nn.functional.", kind, "_pool", nd, "d")) continue;
+      const bool max = std::string(kind) == "max";
+      ASSIGN_OR_RETURN(Operand x, first());
+      ASSIGN_OR_RETURN(PoolParams p, CallPoolParams(node, x.shape.size() - 2, max));
+      ASSIGN_OR_RETURN(std::string y, Pool(node, p, x, name, max));
+      return Emitted::Tensor(y);
+    }
+  }
+  if (target == "torch.nn.functional.adaptive_avg_pool1d" ||
+      target == "torch.nn.functional.adaptive_avg_pool2d" ||
+      target == "torch.nn.functional.adaptive_avg_pool3d") {
+    ASSIGN_OR_RETURN(Operand x, first());
+    ASSIGN_OR_RETURN(std::string y, AdaptiveAvgPool(node, x, ArgOf(node, 1, "output_size"), name));
+    return Emitted::Tensor(y);
+  }
+  if (target == "torch.chunk" || target == "chunk") {
+    ASSIGN_OR_RETURN(Operand x, first());
+    ASSIGN_OR_RETURN(auto chunks, IntsArg(node, 1, "chunks"));
+    ASSIGN_OR_RETURN(auto dim, IntsArg(node, 2, "dim"));
+    if (!chunks || (*chunks)[0] <= 0) return Error(node, "expects a positive number of chunks");
+    const int64_t axis = modded(dim ? (*dim)[0] : 0, Rank(x));
+    const int64_t length = x.shape[axis];
+    const int64_t step = (length + (*chunks)[0] - 1) / (*chunks)[0];
+    std::vector<int64_t> sizes;
+    for (int64_t start = 0; step > 0 && start < length; start += step)
+      sizes.push_back(std::min(step, length - start));
+    return Split(node, x, sizes, axis);
+  }
+  if (target == "torch.functional.split" || target == "split") {
+    ASSIGN_OR_RETURN(Operand x, TensorArg(node, 0, target == "split" ? "self" : "tensor"));
+    ASSIGN_OR_RETURN(auto sections, IntsArg(node, 1, "split_size_or_sections"));
+    ASSIGN_OR_RETURN(auto dim, IntsArg(node, 2, "dim"));
+    if (!sections) return Error(node, "no argument 'split_size_or_sections'");
+    const int64_t axis = modded(dim ? (*dim)[0] : 0, Rank(x));
+    std::vector<int64_t> sizes = *sections;
+    const Argument* given = ArgOf(node, 1, "split_size_or_sections");
+    if (!given->is_list()) {  // one size: parts of it, the last what remains
+      const int64_t step = (*sections)[0], length = x.shape[axis];
+      if (step <= 0) return Error(node, "expects a positive split size");
+      sizes.clear();
+      for (int64_t start = 0; start < length; start += step) sizes.push_back(std::min(step, length - start));
+    }
+    return Split(node, x, sizes, axis);
+  }
+  if (target == "torch.narrow" || target == "narrow") return Narrow(node);
+  if (target == "torch.nn.functional.interpolate") return Interpolate(node);
+  if (target == "expand") {
+    ASSIGN_OR_RETURN(Operand x, first());
+    const std::string input = F(x, name);
+    const Shape& out = SeenOf(node).shape;
+    const std::string shape = g_.Constant(Integers(kInt64, {static_cast<int64_t>(out.size())}, out), "shape");
+    return Emitted::Tensor(g_.Node("Expand", {input, shape}, name));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      Where(node), " has no ONNX mapping (onnx/onnx_writer.cc lists the ops that have one)"));
 }
 
 absl::StatusOr<Emitted> Emitter::Call(const Node& node) {
@@ -1284,7 +1751,19 @@ absl::Status Emitter::Walk() {
   return absl::OkStatus();
 }
 
-// ---- QDQ tidying (Python's _qdq; its docstring says why each rewrite is exact) ------------
+// ---- QDQ tidying ----------------------------------------------------------------------------
+// Writing each quantized op as DQ -> float op -> Q leaves shapes ONNX Runtime's QDQ
+// selectors reject or would have to simplify themselves:
+//   x -> Relu / Clip -> Q   the clamp goes after the Q, as a Clip of the integers with the
+//                           bounds quantized; where the Q's own range lies inside the
+//                           clamp's, it goes altogether (as ORT's quantizer folds a Relu
+//                           into the Q before it). Conv -> Relu -> Q becomes Conv -> Q
+//                           (-> Clip), which the Conv selector takes.
+//   DQ -> Q                 with equal scale and zero point: the integers themselves.
+//   Clip of integers        whose bounds are the integer type's own: the integers.
+// Each is exact: quantization is monotone, so it commutes with a clamp whose bounds are
+// quantized alike, and a DQ -> Q pair on one grid gives back its integers. Each applies
+// only where the intermediate tensor has one reader and is no graph output.
 
 class TidyView {
  public:
@@ -1477,8 +1956,9 @@ void Tidy(OnnxGraph& g) {
 
 }  // namespace
 
-absl::StatusOr<onnx_subset::ModelProto> GraphModuleToOnnx(const GraphModule& gm) {
-  ASSIGN_OR_RETURN(auto seen, Record(gm));
+absl::StatusOr<onnx_subset::ModelProto> GraphModuleToOnnx(const GraphModule& gm,
+                                                          const OnnxWriterOptions& options) {
+  ASSIGN_OR_RETURN(auto seen, Record(gm, options));
   Emitter emitter(gm, std::move(seen));
   RETURN_IF_ERROR(emitter.Walk());
   OnnxGraph& g = emitter.graph();
@@ -1498,14 +1978,20 @@ absl::StatusOr<onnx_subset::ModelProto> GraphModuleToOnnx(const GraphModule& gm)
   return model;
 }
 
-absl::Status SaveOnnxModel(const GraphModule& gm, const std::string& path) {
-  ASSIGN_OR_RETURN(onnx_subset::ModelProto model, GraphModuleToOnnx(gm));
+absl::StatusOr<std::string> OnnxModelBytes(const GraphModule& gm, const OnnxWriterOptions& options) {
+  ASSIGN_OR_RETURN(onnx_subset::ModelProto model, GraphModuleToOnnx(gm, options));
   if (model.ByteSizeLong() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
     return absl::InvalidArgumentError(absl::StrCat(
         "to ONNX: the model is ", model.ByteSizeLong(), " bytes; one ONNX file holds < 2 GiB"));
   std::string bytes;
   if (!model.SerializeToString(&bytes))
     return absl::InternalError("to ONNX: serializing the ONNX model failed");
+  return bytes;
+}
+
+absl::Status SaveOnnxModel(const GraphModule& gm, const std::string& path,
+                           const OnnxWriterOptions& options) {
+  ASSIGN_OR_RETURN(std::string bytes, OnnxModelBytes(gm, options));
   return WriteFileAtomically(path, bytes);
 }
 

@@ -1,6 +1,6 @@
-// The C++ ONNX writer: a GraphModule written as ONNX for ONNX Runtime, the same model
-// fuselage.to_onnx (python/fuselage/onnx/_export.py) writes for it, node for node and
-// initializer for initializer, with no PyTorch:
+// fuselage's ONNX writer: a GraphModule written as ONNX for ONNX Runtime, with no
+// PyTorch. fuselage.to_onnx runs it through the extension; the CLI's export-onnx and
+// `-o x.onnx` of any command that writes a model run it directly:
 //
 //   a float model           plain ONNX (Conv, BatchNormalization, Gemm, Relu, Add, ...)
 //   a quantized one         QDQ: each quantized op as DequantizeLinear -> float op ->
@@ -15,11 +15,11 @@
 // QLinearAdd, QLinearMul, QGemm, QLinearGlobalAveragePool, ... The opset is 17, the IR
 // version 8 (what every ONNX Runtime since 1.11 reads).
 //
-// The writer runs the model once (runtime/interpreter.h) on zeros of the shapes the
-// placeholders' node meta `shape` records, as fuselage.to_onnx does without example
-// inputs: that run gives each value's shape, dtype and quantization parameters (a max pool
-// keeps its input's), and the Python values shape arithmetic makes, which the ONNX graph
-// holds as constants.
+// The writer runs the model once (runtime/interpreter.h) on the example inputs it is
+// given, else on zeros of the shapes the placeholders' node meta `shape` records: that
+// run gives each value's shape, dtype and quantization parameters (a max pool keeps its
+// input's), and the Python values shape arithmetic makes, which the ONNX graph holds as
+// constants.
 //
 // Bad input — a placeholder without a recorded shape, an op with no ONNX mapping here, a
 // value whose quantization ONNX QDQ cannot express — is an error naming the node and what
@@ -28,24 +28,40 @@
 #define FUSELAGE_ONNX_ONNX_WRITER_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "graph/graph_module.h"
+#include "graph/tensor.h"
 #include "onnx/onnx_subset.pb.h"
 
 namespace fuselage {
 
-// The opset and IR version the writer declares (Python's _export.OPSET / IR_VERSION).
+// The opset and IR version the writer declares (per-axis DequantizeLinear needs opset 13;
+// IR 8 is what every ONNX Runtime since 1.11 reads).
 inline constexpr int kOnnxWriterOpset = 17;
 inline constexpr int kOnnxWriterIrVersion = 8;
 
-// The ONNX model of `gm` (read only; the record run works on the model as it is).
-absl::StatusOr<onnx_subset::ModelProto> GraphModuleToOnnx(const GraphModule& gm);
+struct OnnxWriterOptions {
+  // The record run's inputs, one per placeholder: the ONNX graph inputs take their shapes
+  // and dtypes (fuselage.to_onnx's example_inputs). Empty: zeros of the shapes (and
+  // dtypes) the placeholders' node meta records.
+  std::vector<Tensor> inputs;
+};
 
-// Writes GraphModuleToOnnx(gm) to `path`, whole or not at all (a temporary file renamed
-// over it, graph/file_io.h): a failure leaves an existing file as it was.
-absl::Status SaveOnnxModel(const GraphModule& gm, const std::string& path);
+// The ONNX model of `gm` (read only; the record run works on the model as it is).
+absl::StatusOr<onnx_subset::ModelProto> GraphModuleToOnnx(const GraphModule& gm,
+                                                          const OnnxWriterOptions& options = {});
+
+// Writes GraphModuleToOnnx(gm, options) to `path`, whole or not at all (a temporary file
+// renamed over it, graph/file_io.h): a failure leaves an existing file as it was.
+absl::Status SaveOnnxModel(const GraphModule& gm, const std::string& path,
+                           const OnnxWriterOptions& options = {});
+
+// The bytes SaveOnnxModel writes (a serialized ModelProto).
+absl::StatusOr<std::string> OnnxModelBytes(const GraphModule& gm,
+                                           const OnnxWriterOptions& options = {});
 
 }  // namespace fuselage
 

@@ -592,6 +592,54 @@ absl::StatusOr<Value> SqueezeKernel(const KernelContext&, absl::Span<const Value
 }
 
 // unsqueeze(input, dim): a size-1 dim inserted at dim in [-rank - 1, rank]. Any dtype.
+// Tensor.expand(*sizes) / expand(sizes): the input repeated along its size-1 dims and
+// along new leading dims to `sizes` (-1 keeps an existing dim), any dtype. A copy, where
+// PyTorch gives a view: values are never written through it here.
+absl::StatusOr<Value> ExpandKernel(const KernelContext&, absl::Span<const Value> args,
+                                   const ValueKwargs& kwargs) {
+  ArgReader r(args, kwargs);
+  ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
+  std::vector<int64_t> sizes;
+  if (args.size() == 2 && args[1].is_list()) {
+    ASSIGN_OR_RETURN(sizes, ValueToInts(args[1], "sizes"));
+  } else if (args.size() >= 2) {
+    ASSIGN_OR_RETURN(sizes, ValueToInts(Value::Tuple(std::vector<Value>(args.begin() + 1, args.end())), "sizes"));
+  } else {
+    ASSIGN_OR_RETURN(Value s, r.Required(1, "size"));
+    ASSIGN_OR_RETURN(sizes, ValueToInts(s, "size"));
+  }
+  if (x->is_quantized() && x->qparams().scheme != QScheme::kPerTensorAffine)
+    return absl::InvalidArgumentError("expand: a tensor quantized per channel is not expanded here");
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  const int64_t lead = rank - x->dim();
+  if (lead < 0)
+    return absl::InvalidArgumentError(absl::StrCat("expand: ", rank, " sizes for a ", x->dim(),
+                                                   "-dim tensor; expected at least ", x->dim()));
+  std::vector<int64_t> shape(rank), in_strides(rank, 0);  // stride 0 along a repeated dim
+  int64_t stride = 1;
+  for (int64_t i = rank - 1; i >= 0; --i) {
+    const int64_t n = i >= lead ? x->shape()[i - lead] : 1;
+    if ((i < lead && sizes[i] < 0) || (sizes[i] != -1 && n != 1 && sizes[i] != n) || sizes[i] < -1)
+      return absl::InvalidArgumentError(absl::StrCat("expand: size ", sizes[i], " at dim ", i,
+                                                     " for a dim of ", i < lead ? "none" : absl::StrCat(n)));
+    shape[i] = sizes[i] == -1 ? n : sizes[i];
+    if (i >= lead && n != 1) in_strides[i] = stride;
+    stride *= n;
+  }
+  ASSIGN_OR_RETURN(Tensor y, Tensor::Uninitialized(x->dtype(), shape, x->qparams()));
+  const size_t element = DTypeSize(x->dtype());
+  const char* in = x->bytes().data();
+  char* out = static_cast<char*>(y.mutable_raw_data());
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t o = 0, total = y.numel(); o < total; ++o) {
+    int64_t offset = 0;
+    for (int64_t d = 0; d < rank; ++d) offset += index[d] * in_strides[d];
+    std::memcpy(out + o * element, in + offset * element, element);
+    for (int64_t d = rank - 1; d >= 0 && ++index[d] == shape[d]; --d) index[d] = 0;
+  }
+  return Value(std::move(y));
+}
+
 absl::StatusOr<Value> UnsqueezeKernel(const KernelContext&, absl::Span<const Value> args,
                                       const ValueKwargs& kwargs) {
   ArgReader r(args, kwargs);
@@ -657,6 +705,7 @@ std::vector<NamedFunctionKernel> ShapeFunctionKernels() {
       {kMethod, "squeeze", SqueezeKernel},
       {kFunction, "torch.unsqueeze", UnsqueezeKernel},
       {kMethod, "unsqueeze", UnsqueezeKernel},
+      {kMethod, "expand", ExpandKernel},
       {kFunction, "torch.permute", PermuteKernel},
       {kMethod, "permute", PermuteKernel},
       {kFunction, "torch.transpose", TransposeKernel},

@@ -11,6 +11,7 @@ namespace py = pybind11;
 PyObject* engine_error = nullptr;
 PyObject* model_file_error = nullptr;
 PyObject* onnx_import_error = nullptr;
+PyObject* onnx_export_error = nullptr;
 
 }  // namespace
 
@@ -19,6 +20,7 @@ void RegisterErrors(py::module_& module) {
   py::object base = errors.attr("FuselageError");
   model_file_error = py::object(errors.attr("ModelFileError")).release().ptr();
   onnx_import_error = py::object(errors.attr("OnnxImportError")).release().ptr();
+  onnx_export_error = py::object(errors.attr("OnnxExportError")).release().ptr();
   engine_error = PyErr_NewExceptionWithDoc(
       "fuselage._core.EngineError",
       "An engine error: a pass, a backend config or an interpreter run refused its input. "
@@ -35,6 +37,7 @@ void ThrowIfError(const absl::Status& status, ErrorKind kind) {
   const std::string message(status.message());
   PyObject* type = kind == ErrorKind::kModelFile    ? model_file_error
                    : kind == ErrorKind::kOnnxImport ? onnx_import_error
+                   : kind == ErrorKind::kOnnxExport ? onnx_export_error
                                                     : engine_error;
   // A message may quote bytes of a damaged file (a node name that is not UTF-8): those
   // are shown escaped, never a UnicodeDecodeError in place of the error.

@@ -1,6 +1,6 @@
 // How the extension turns an absl::Status into a Python exception: a model that does not
 // load or parse becomes fuselage.ModelFileError, an ONNX model the ONNX reader refuses
-// fuselage.OnnxImportError, any other engine error
+// fuselage.OnnxImportError and fuselage.OnnxExportError. any other engine error
 // fuselage._core.EngineError (a fuselage.FuselageError whose `code` is the Status code's
 // name, e.g. "INVALID_ARGUMENT"); both carry the Status message, which names the node,
 // field or file at fault.
@@ -20,11 +20,11 @@
 
 namespace fuselage::python {
 
-enum class ErrorKind { kEngine, kModelFile, kOnnxImport };
+enum class ErrorKind { kEngine, kModelFile, kOnnxImport, kOnnxExport };
 
 // Creates fuselage._core.EngineError in `module`, a subclass of fuselage.FuselageError
 // (imported from fuselage.errors), and remembers it, fuselage.ModelFileError and
-// fuselage.OnnxImportError.
+// fuselage.OnnxImportError and fuselage.OnnxExportError.
 void RegisterErrors(pybind11::module_& module);
 
 // Raises the Python exception for a non-OK `status` (throws pybind11::error_already_set);

@@ -17,6 +17,7 @@
 #include "graph/serialization.h"
 #include "graph/status_macros.h"
 #include "onnx/onnx_reader.h"
+#include "onnx/onnx_writer.h"
 #include "patterns/aten_ops.h"
 #include "patterns/batch_norm_folding.h"
 #include "pipeline/quantize_flow.h"
@@ -40,7 +41,7 @@ namespace py = pybind11;
 
 // Bumped whenever the Python API changes; python/fuselage/_core.py refuses an extension
 // built with another value (a stale build) and says how to rebuild it.
-constexpr int kApiVersion = 2;  // 2: Model.load_onnx / from_onnx_bytes
+constexpr int kApiVersion = 3;  // 2: Model.load_onnx / from_onnx_bytes; 3: save_onnx / onnx_bytes
 
 constexpr char kModuleDoc[] = R"doc(fuselage's engine in process (the compiled extension).
 
@@ -68,6 +69,9 @@ Models:
     model.set_tensors([(path, tensor), ...])   replaces tensors it has (borrowed)
     from_torch(module, example_inputs=None) -> Model   (tensors read in place, no copy)
     to_torch(model, consume=False) -> torch.fx.GraphModule   (consume: no copy, model emptied)
+    save_onnx(model, path, example_inputs=None) / onnx_bytes(model, example_inputs=None)
+                                          the model as ONNX (onnx/onnx_writer.h; errors:
+                                          fuselage.OnnxExportError)
 
 Passes (in place; each returns a report object with fields, str() = the CLI's text; a
 pass that fails raises and leaves the model as it was). `backend` is a built-in backend
@@ -888,6 +892,43 @@ void RegisterPasses(py::module_& m) {
       "Runs the model with the interpreter; returns the flattened outputs as a list.");
 }
 
+// The writer's options for `example_inputs` (None: the placeholders' recorded shapes).
+OnnxWriterOptions OnnxOptions(Model& model, const py::object& example_inputs) {
+  OnnxWriterOptions options;
+  if (example_inputs.is_none()) return options;
+  const std::vector<std::string> names =
+      model.Read([](GraphModule& gm) { return PlaceholderNames(gm); });
+  options.inputs = InputTensors(example_inputs, names, "to_onnx: example_inputs");
+  return options;
+}
+
+void RegisterOnnxWriter(py::module_& m) {
+  m.def(
+      "save_onnx",
+      [](Model& model, const py::object& path, const py::object& example_inputs) {
+        const std::string p = PathArg(path);
+        OnnxWriterOptions options = OnnxOptions(model, example_inputs);
+        ThrowIfError(model.Read([&](GraphModule& gm) { return SaveOnnxModel(gm, p, options); }),
+                     ErrorKind::kOnnxExport);
+      },
+      py::arg("model"), py::arg("path"), py::arg("example_inputs") = py::none(),
+      "Writes the model as ONNX (onnx/onnx_writer.h: plain, or QDQ where quantized), whole "
+      "or not at all. The record run takes `example_inputs` (one array per placeholder), or "
+      "zeros of the placeholders' recorded shapes. Raises fuselage.OnnxExportError naming "
+      "the node.");
+  m.def(
+      "onnx_bytes",
+      [](Model& model, const py::object& example_inputs) {
+        OnnxWriterOptions options = OnnxOptions(model, example_inputs);
+        std::string bytes = ValueOrThrow(
+            model.Read([&](GraphModule& gm) { return OnnxModelBytes(gm, options); }),
+            ErrorKind::kOnnxExport);
+        return py::bytes(bytes);
+      },
+      py::arg("model"), py::arg("example_inputs") = py::none(),
+      "The serialized ONNX model save_onnx writes.");
+}
+
 void RegisterModule(py::module_& m) {
   m.doc() = kModuleDoc;
   m.attr("API_VERSION") = kApiVersion;
@@ -896,6 +937,7 @@ void RegisterModule(py::module_& m) {
   RegisterReports(m);
   RegisterModel(m);
   RegisterPasses(m);
+  RegisterOnnxWriter(m);
 }
 
 }  // namespace

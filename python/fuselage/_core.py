@@ -10,7 +10,7 @@ here, move models between torch.fx and the engine in memory.
 
 # The API version this Python package expects; the extension carries its own
 # (python/core/module.cc kApiVersion). They differ when the .so is older than the sources.
-_EXPECTED_API_VERSION = 2
+_EXPECTED_API_VERSION = 3
 
 _REBUILD = "run `bash tools/demo.sh` (or `bash tools/build_extension.sh`) to build it"
 

@@ -1,11 +1,14 @@
-// The C++ ONNX writer (onnx/onnx_writer.h) on small graphs built here, each ONNX field
+// The ONNX writer (onnx/onnx_writer.h) on small graphs built here, each ONNX field
 // checked against a value worked out by hand: the QDQ form of a lowered quantized conv
 // (per-channel int8 weight, int32 bias of scale input_scale * weight_scale, the output's
 // own QuantizeLinear), a relu6 on a quantized tensor moved after the QuantizeLinear as a
-// Clip of the integers, a float model as plain ONNX, and the errors. The writer against
-// the Python one on torchvision models: tests/python/test_onnx_cpp_writer.py.
+// Clip of the integers, a float model as plain ONNX, the ops written as several ONNX nodes
+// (GELU, SiLU), the multi-output ops (chunk, split) and what they take from the record
+// run (interpolate's and expand's sizes), and the errors. On torchvision models, against
+// ONNX Runtime and PyTorch: tests/python/test_onnx_cpp_writer.py, test_onnx_export.py.
 #include "onnx/onnx_writer.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -45,11 +48,10 @@ std::unique_ptr<Module> ConvModule(absl::string_view type) {
   return conv;
 }
 
-void SetInputShape(GraphModule& gm, Node* x) {
-  ASSERT_TRUE(gm.graph()
-                  .SetMeta(x, "shape", Argument::List({Argument::Int(1), Argument::Int(1),
-                                                       Argument::Int(2), Argument::Int(2)}))
-                  .ok());
+void SetInputShape(GraphModule& gm, Node* x, std::vector<int64_t> shape = {1, 1, 2, 2}) {
+  std::vector<Argument> dims;
+  for (int64_t d : shape) dims.push_back(Argument::Int(d));
+  ASSERT_TRUE(gm.graph().SetMeta(x, "shape", Argument::List(dims)).ok());
 }
 
 // x -> quantize_per_tensor(0.5, 10, quint8) -> nnq.Conv2d (weight [3, -4] int8 with
@@ -203,16 +205,18 @@ TEST(OnnxWriterTest, AFloatModelIsPlainOnnx) {
 
 TEST(OnnxWriterTest, AnOpWithoutAnOnnxFormNamesTheNodeAndWritesNothing) {
   GraphModule gm;
-  ASSERT_TRUE(gm.SetModule("act", std::make_unique<Module>("nn.GELU")).ok());
+  auto shuffle = std::make_unique<Module>("nn.PixelShuffle");  // the run has a kernel
+  shuffle->SetAttribute("upscale_factor", Argument::Int(2));
+  ASSERT_TRUE(gm.SetModule("act", std::move(shuffle)).ok());
   Node* x = *gm.graph().AddPlaceholder("x");
-  SetInputShape(gm, x);
+  SetInputShape(gm, x, {1, 4, 2, 2});
   ASSERT_TRUE(gm.graph().SetOutput(*gm.graph().AddCallModule("act", {x})).ok());
   const std::string path = absl::StrCat(testing::TempDir(), "/kept.onnx");
   { std::ofstream(path) << "old"; }
   const absl::Status status = SaveOnnxModel(gm, path);
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.message().find("node 'act'"), std::string::npos) << status;
-  EXPECT_NE(status.message().find("nn.GELU"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("nn.PixelShuffle has no ONNX mapping"), std::string::npos) << status;
   std::ifstream in(path);
   std::stringstream kept;
   kept << in.rdbuf();
@@ -239,6 +243,203 @@ TEST(OnnxWriterTest, SavesAWholeFileThatParsesBack) {
   ModelProto read;
   ASSERT_TRUE(read.ParseFromString(bytes.str()));
   EXPECT_EQ(read.graph().node_size(), 8);
+}
+
+
+std::vector<std::string> Ops(const ModelProto& model) {
+  std::vector<std::string> ops;
+  for (const NodeProto& n : model.graph().node()) ops.push_back(absl::StrCat(n.op_type(), " ", n.name()));
+  return ops;
+}
+
+std::vector<std::string> Inputs(const NodeProto& node) {
+  return {node.input().begin(), node.input().end()};
+}
+
+std::vector<std::string> Outputs(const NodeProto& node) {
+  return {node.output().begin(), node.output().end()};
+}
+
+Kwargs OneKwarg(absl::string_view name, Argument value) {
+  return {{Symbol::Intern(name), std::move(value)}};
+}
+
+// x -> quantize_per_tensor(0.5, 10, quint8) -> chunk(2, dim=1) -> [1], [0] -> quantized.cat
+// along dim 1 (0.5, 10) -> dequantize: the halves swapped.
+TEST(OnnxWriterTest, AChunkOfAQuantizedTensorSplitsItsIntegers) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  SetInputShape(gm, x, {1, 4, 2, 2});
+  Node* q = *g.AddCallFunction("torch.quantize_per_tensor",
+                               {x, Argument::Float(0.5), Argument::Int(10), Argument::Dtype(DType::kQUInt8)});
+  Node* chunk = *g.AddCallMethod("chunk", {q, Argument::Int(2)}, OneKwarg("dim", Argument::Int(1)));
+  Node* a = *g.AddCallFunction("operator.getitem", {chunk, Argument::Int(0)});
+  Node* b = *g.AddCallFunction("operator.getitem", {chunk, Argument::Int(-1)});
+  Node* cat = *g.AddCallFunction("torch.ops.quantized.cat",
+                                 {Argument::List({b, a}), Argument::Int(1), Argument::Float(0.5), Argument::Int(10)});
+  ASSERT_TRUE(g.SetOutput(*g.AddCallMethod("dequantize", {cat})).ok());
+  auto model = GraphModuleToOnnx(gm);
+  ASSERT_TRUE(model.ok()) << model.status();
+  // The concat's DequantizeLinear -> Concat -> QuantizeLinear of one grid stays for ORT's
+  // QLinearConcat; the split works on the integers, no DequantizeLinear before it.
+  EXPECT_EQ(Ops(*model), (std::vector<std::string>{
+                             "QuantizeLinear quantize_per_tensor", "Split chunk_0",
+                             "DequantizeLinear cat_0_dq", "DequantizeLinear cat_1_dq", "Concat cat",
+                             "QuantizeLinear cat_1", "DequantizeLinear dequantize"}));
+  const auto& nodes = model->graph().node();
+  const auto init = Initializers(*model);
+  const NodeProto& split = nodes[1];
+  EXPECT_EQ(Inputs(split)[0], "quantize_per_tensor");
+  EXPECT_EQ(Outputs(split), (std::vector<std::string>{"chunk_0", "chunk_1"}));
+  EXPECT_EQ(Values<int64_t>(*init.at(split.input(1))), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(IntAttributes(split).at("axis"), std::vector<int64_t>{1});
+  // Part 1 (index -1) first, each dequantized with the 0.5 / 10 it keeps.
+  EXPECT_EQ(nodes[2].input(0), "chunk_1");
+  EXPECT_EQ(nodes[3].input(0), "chunk_0");
+  EXPECT_EQ(Values<float>(*init.at(nodes[2].input(1))), std::vector<float>{0.5f});
+  EXPECT_EQ(Values<uint8_t>(*init.at(nodes[3].input(2))), std::vector<uint8_t>{10});
+  EXPECT_EQ(IntAttributes(nodes[4]).at("axis"), std::vector<int64_t>{1});
+}
+
+// torch.split(x, 3, dim=-1) of a float [1, 2, 7]: parts of 3, 3 and 1; narrow(x, 2, -4, 2):
+// elements 3 and 4 of the last dim.
+TEST(OnnxWriterTest, SplitAndNarrowOfAFloatTensor) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  SetInputShape(gm, x, {1, 2, 7});
+  Node* split = *g.AddCallFunction("torch.functional.split", {x, Argument::Int(3)},
+                                   OneKwarg("dim", Argument::Int(-1)));
+  Node* last = *g.AddCallFunction("operator.getitem", {split, Argument::Int(2)});
+  Node* narrow = *g.AddCallFunction("torch.narrow", {x, Argument::Int(2), Argument::Int(-4), Argument::Int(2)});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({last, narrow})).ok());
+  auto model = GraphModuleToOnnx(gm);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(Ops(*model), (std::vector<std::string>{"Split split_0", "Slice narrow"}));
+  const auto& nodes = model->graph().node();
+  const auto init = Initializers(*model);
+  EXPECT_EQ(Values<int64_t>(*init.at(nodes[0].input(1))), (std::vector<int64_t>{3, 3, 1}));
+  EXPECT_EQ(IntAttributes(nodes[0]).at("axis"), std::vector<int64_t>{2});
+  EXPECT_EQ(Outputs(nodes[0]).size(), 3u);
+  EXPECT_EQ(Values<int64_t>(*init.at(nodes[1].input(1))), std::vector<int64_t>{3});  // 7 - 4
+  EXPECT_EQ(Values<int64_t>(*init.at(nodes[1].input(2))), std::vector<int64_t>{5});
+  EXPECT_EQ(Values<int64_t>(*init.at(nodes[1].input(3))), std::vector<int64_t>{2});
+  // The outputs: the last part (shape [1, 2, 1]) and the slice.
+  ASSERT_EQ(model->graph().output_size(), 2);
+  EXPECT_EQ(model->graph().output(0).name(), "split_2");
+  const auto& dims = model->graph().output(0).type().tensor_type().shape().dim();
+  ASSERT_EQ(dims.size(), 3);
+  EXPECT_EQ(dims[2].dim_value(), 1);
+  EXPECT_EQ(model->graph().output(1).name(), "narrow");
+}
+
+// nn.GELU (erf) and F.gelu(approximate='tanh') written out, F.silu as x * sigmoid(x),
+// nn.LeakyReLU / F.elu with their slopes.
+TEST(OnnxWriterTest, ActivationsWithoutAnOpset17OpAreWrittenOut) {
+  GraphModule gm;
+  auto gelu = std::make_unique<Module>("nn.GELU");
+  gelu->SetAttribute("approximate", Argument::String("none"));
+  ASSERT_TRUE(gm.SetModule("gelu", std::move(gelu)).ok());
+  auto leaky = std::make_unique<Module>("nn.LeakyReLU");
+  leaky->SetAttribute("negative_slope", Argument::Float(0.25));
+  ASSERT_TRUE(gm.SetModule("leaky", std::move(leaky)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  SetInputShape(gm, x);
+  Node* a = *g.AddCallModule("gelu", {x});
+  Node* b = *g.AddCallFunction("torch.nn.functional.gelu", {a}, OneKwarg("approximate", Argument::String("tanh")));
+  Node* c = *g.AddCallFunction("torch.nn.functional.silu", {b});
+  Node* d = *g.AddCallModule("leaky", {c});
+  Node* e = *g.AddCallFunction("torch.nn.functional.elu", {d, Argument::Float(0.5)});
+  ASSERT_TRUE(g.SetOutput(e).ok());
+  auto model = GraphModuleToOnnx(gm);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(Ops(*model), (std::vector<std::string>{
+                             "Mul gelu_scaled", "Erf gelu_erf", "Mul gelu_half", "Add gelu_1p", "Mul gelu",
+                             "Mul gelu_1_sq", "Mul gelu_1_cube", "Mul gelu_1_k", "Add gelu_1_inner",
+                             "Mul gelu_1_scaled", "Tanh gelu_1_tanh", "Mul gelu_1_half", "Add gelu_1_1p",
+                             "Mul gelu_1", "Sigmoid silu_sigmoid", "Mul silu", "LeakyRelu leaky", "Elu elu"}));
+  const auto& nodes = model->graph().node();
+  const auto init = Initializers(*model);
+  auto scalar = [&](const NodeProto& n, int i) { return Values<float>(*init.at(n.input(i))).at(0); };
+  EXPECT_FLOAT_EQ(scalar(nodes[0], 1), static_cast<float>(1 / std::sqrt(2.0)));
+  EXPECT_FLOAT_EQ(scalar(nodes[2], 1), 0.5f);
+  EXPECT_FLOAT_EQ(scalar(nodes[3], 1), 1.0f);
+  EXPECT_EQ(Inputs(nodes[4]), (std::vector<std::string>{"gelu_half", "gelu_1p"}));
+  EXPECT_FLOAT_EQ(scalar(nodes[7], 1), 0.044715f);
+  EXPECT_FLOAT_EQ(scalar(nodes[9], 1), static_cast<float>(std::sqrt(2.0 / 3.14159265358979323846)));
+  EXPECT_EQ(Inputs(nodes[15]), (std::vector<std::string>{"gelu_1", "silu_sigmoid"}));
+  EXPECT_FLOAT_EQ(nodes[16].attribute(0).f(), 0.25f);
+  EXPECT_FLOAT_EQ(nodes[17].attribute(0).f(), 0.5f);
+}
+
+// nn.LayerNorm([2]) without affine parameters: ones and zeros of the normalized shape;
+// F.interpolate(scale_factor=2) a Resize to the recorded [1, 1, 4, 4]; x.expand(3, -1, -1,
+// -1) an Expand to the recorded [3, 1, 2, 2]; F.max_pool2d's defaults (stride = kernel).
+TEST(OnnxWriterTest, ShapesComeFromTheRecordRun) {
+  GraphModule gm;
+  auto norm = std::make_unique<Module>("nn.LayerNorm");
+  norm->SetAttribute("normalized_shape", Argument::Tuple({Argument::Int(2)}));
+  norm->SetAttribute("eps", Argument::Float(1e-3));
+  norm->SetAttribute("elementwise_affine", Argument::Bool(false));
+  ASSERT_TRUE(gm.SetModule("norm", std::move(norm)).ok());
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  SetInputShape(gm, x);
+  Node* n = *g.AddCallModule("norm", {x});
+  Node* up = *g.AddCallFunction("torch.nn.functional.interpolate", {n},
+                                {{Symbol::Intern("scale_factor"), Argument::Float(2.0)},
+                                 {Symbol::Intern("mode"), Argument::String("nearest")}});
+  Node* pool = *g.AddCallFunction("torch.nn.functional.max_pool2d", {up, Argument::Int(2)});
+  Node* expand = *g.AddCallMethod("expand", {x, Argument::Int(3), Argument::Int(-1), Argument::Int(-1),
+                                             Argument::Int(-1)});
+  ASSERT_TRUE(g.SetOutput(Argument::Tuple({pool, expand})).ok());
+  auto model = GraphModuleToOnnx(gm);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(Ops(*model), (std::vector<std::string>{"LayerNormalization norm", "Resize interpolate",
+                                                   "MaxPool max_pool2d", "Expand expand"}));
+  const auto& nodes = model->graph().node();
+  const auto init = Initializers(*model);
+  EXPECT_EQ(Values<float>(*init.at(nodes[0].input(1))), (std::vector<float>{1.0f, 1.0f}));
+  EXPECT_EQ(Values<float>(*init.at(nodes[0].input(2))), (std::vector<float>{0.0f, 0.0f}));
+  EXPECT_EQ(IntAttributes(nodes[0]).at("axis"), std::vector<int64_t>{-1});
+  EXPECT_EQ(Inputs(nodes[1]), (std::vector<std::string>{"norm", "", "", "sizes"}));
+  EXPECT_EQ(Values<int64_t>(*init.at("sizes")), (std::vector<int64_t>{1, 1, 4, 4}));
+  std::map<std::string, std::string> strings;
+  for (const auto& a : nodes[1].attribute()) strings[a.name()] = a.s();
+  EXPECT_EQ(strings, (std::map<std::string, std::string>{{"coordinate_transformation_mode", "asymmetric"},
+                                                         {"mode", "nearest"}, {"nearest_mode", "floor"}}));
+  const std::map<std::string, std::vector<int64_t>> pool_attributes = {
+      {"ceil_mode", {0}}, {"dilations", {1, 1}}, {"kernel_shape", {2, 2}}, {"pads", {0, 0, 0, 0}},
+      {"strides", {2, 2}}};
+  EXPECT_EQ(IntAttributes(nodes[2]), pool_attributes);
+  EXPECT_EQ(Inputs(nodes[3])[0], "x");
+  EXPECT_EQ(Values<int64_t>(*init.at(nodes[3].input(1))), (std::vector<int64_t>{3, 1, 2, 2}));
+}
+
+TEST(OnnxWriterTest, IndexingATensorAndATrainingStochasticDepthAreNamed) {
+  for (const bool index : {true, false}) {
+    GraphModule gm;
+    Graph& g = gm.graph();
+    Node* x = *g.AddPlaceholder("x");
+    SetInputShape(gm, x);
+    Node* y = index ? *g.AddCallFunction("operator.getitem", {x, Argument::Int(0)})
+                    : *g.AddCallFunction("torchvision.ops.stochastic_depth.stochastic_depth",
+                                         {x, Argument::Float(0.0), Argument::String("row")});
+    ASSERT_TRUE(g.SetOutput(y).ok());
+    auto model = GraphModuleToOnnx(gm);
+    if (index) {
+      ASSERT_FALSE(model.ok());
+      EXPECT_NE(model.status().message().find("node 'getitem' (call_function operator.getitem): "
+                                              "indexing a tensor has no ONNX mapping"),
+                std::string::npos) << model.status();
+    } else {
+      // p = 0: the identity, which the run and the writer both accept.
+      ASSERT_TRUE(model.ok()) << model.status();
+      EXPECT_EQ(model->graph().node_size(), 1);  // the Identity the output needs
+    }
+  }
 }
 
 }  // namespace

@@ -1,15 +1,18 @@
-"""The C++ ONNX writer (onnx/onnx_writer.h: `fuselage quantize model.onnx -o model.qdq.onnx`,
-`fuselage export-onnx`) against the Python one (fuselage.to_onnx) and ONNX Runtime, on
-torchvision models exported as their users export them (torch.onnx.export, dynamo=False,
-opset 17, 1x3x64x64):
+"""fuselage's ONNX writer (onnx/onnx_writer.h) from its two front doors, the CLI
+(`fuselage quantize model.onnx -o model.qdq.onnx`, `fuselage export-onnx`) and
+fuselage.to_onnx, against ONNX Runtime, on torchvision models exported as their users
+export them (torch.onnx.export, dynamo=False, opset 17, 1x3x64x64):
 
-- the C++ CLI's ONNX file is the model fuselage.to_onnx writes for the same fuselage model
-  (the same nodes with the same names, inputs, outputs and attributes, the same
-  initializers bit for bit, the same graph inputs and outputs), float, reference and
-  lowered; onnx.checker passes;
-- ONNX Runtime runs the C++-written QDQ resnet18 to fuselage's own runtime's outputs (its
-  onnxruntime engine: ORT's requantization) within one step of the output's scale, and
-  its optimizer (EXTENDED, the optimized model saved) turns every quantized conv into
+- the CLI's file passes onnx.checker and ONNX Runtime runs it (EXTENDED) to the outputs
+  it gives for the torch.onnx export itself (float), or to fuselage's own runtime's on the
+  quantized model file (its onnxruntime engine: ORT's requantization): lowered, within
+  one step of the output's scale; reference (fuselage runs its float reference ops) and
+  a fused conv-add-relu (ORT has no conv-add kernel: the conv's result is requantized on
+  its own), within three;
+- fuselage.to_onnx, given the same model from torch (fuselage.from_onnx, fuselage.export),
+  writes the same file: the same nodes, initializers bit for bit, graph inputs and outputs;
+- ONNX Runtime runs the QDQ resnet18 to fuselage's outputs within one step, and its
+  optimizer (EXTENDED, the optimized model saved) turns every quantized conv into
   QLinearConv and every quantized add into QLinearAdd, leaving no float op between a
   DequantizeLinear and a QuantizeLinear.
 The writer's fields on hand-built graphs: tests/onnx/onnx_writer_test.cc.
@@ -29,6 +32,7 @@ import onnx.helper  # noqa: E402
 import onnx.numpy_helper  # noqa: E402
 
 import fuselage  # noqa: E402
+from fuselage import _core  # noqa: E402
 from conftest import randomize_batch_norm  # noqa: E402
 
 SHAPE = (1, 3, 64, 64)
@@ -85,7 +89,7 @@ def exported(request, tmp_path_factory):
 
 
 def graph_of(model):
-    """What two writers of one model must agree on, comparable with ==."""
+    """What two front doors writing one model must agree on, comparable with ==."""
     nodes = [(n.op_type, n.name, n.domain, list(n.input), list(n.output),
               {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute})
              for n in model.graph.node]
@@ -97,30 +101,55 @@ def graph_of(model):
     return nodes, initializers, values, io, opsets, model.ir_version
 
 
-def assert_same_model(cpp_path, python_path):
-    cpp, python = onnx.load(cpp_path), onnx.load(python_path)
-    onnx.checker.check_model(cpp, full_check=True)
-    c_nodes, c_inits, c_values, c_io, c_opsets, c_ir = graph_of(cpp)
+def assert_same_model(cli_path, python_path):
+    cli, python = onnx.load(cli_path), onnx.load(python_path)
+    onnx.checker.check_model(cli, full_check=True)
+    c_nodes, c_inits, c_values, c_io, c_opsets, c_ir = graph_of(cli)
     p_nodes, p_inits, p_values, p_io, p_opsets, p_ir = graph_of(python)
     for i, (c, p) in enumerate(zip(c_nodes, p_nodes)):
-        assert c == p, f"node {i}: C++ {c} != Python {p}"
+        assert c == p, f"node {i}: CLI {c} != to_onnx {p}"
     assert len(c_nodes) == len(p_nodes)
     assert c_inits == p_inits
     for name, value in p_values.items():
         np.testing.assert_array_equal(c_values[name], value, err_msg=name)
     assert (c_io, c_opsets, c_ir) == (p_io, p_opsets, p_ir)
-    return cpp
+    return cli
+
+
+def ort_outputs(path, x):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})
+
+
+def output_step(model_file):
+    """The scale of the quantized tensor a one-output model file's output dequantizes: the
+    module's (lowered) or the quantize_per_tensor's (reference) giving it."""
+    gm = fuselage.to_torch(model_file)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    (source,) = output.args[0].all_input_nodes
+    if source.op == "call_module":
+        return float(gm.get_submodule(source.target).scale)
+    assert source.target is torch.quantize_per_tensor, source.format_node()
+    return float(source.args[1])
 
 
 @pytest.mark.parametrize("form", ["float", "reference", "lowered", "conv_add_relu"])
-def test_cpp_writer_writes_the_python_writers_model(cli, exported, form, tmp_path):
+def test_the_cli_and_to_onnx_write_what_onnx_runtime_runs_as_the_model(cli, exported, form,
+                                                                        tmp_path):
     path, python_model = exported
-    cpp_onnx, python_onnx = str(tmp_path / "cpp.onnx"), str(tmp_path / "python.onnx")
+    cli_onnx, python_onnx = str(tmp_path / "cli.onnx"), str(tmp_path / "python.onnx")
+    torch.manual_seed(3)
+    x = torch.randn(SHAPE).numpy()
     if form == "float":
-        # The reader's model of the ONNX file, written by the C++ writer from the CLI and
-        # by the Python writer from fuselage.from_onnx's GraphModule.
-        fuselage_cli(cli, "export-onnx", path, "-o", cpp_onnx)
+        # The reader's model of the ONNX file, written from the CLI and by fuselage.to_onnx
+        # from the file fuselage.export made of fuselage.from_onnx's GraphModule.
+        fuselage_cli(cli, "export-onnx", path, "-o", cli_onnx)
         fuselage.to_onnx(python_model, python_onnx)
+        (expected,) = ort_outputs(path, x)
+        tolerance = 1e-4 * np.abs(expected).max()
     else:
         quantized = str(tmp_path / "quantized.fsl")
         flags = ["--backend=fbgemm", "--samples=2", "--threads=1", "--quiet"]
@@ -130,12 +159,18 @@ def test_cpp_writer_writes_the_python_writers_model(cli, exported, form, tmp_pat
             config.write_text(CONV_ADD_RELU_CONFIG)
             flags[0:1] = ["--backend=qnnpack", f"--config={config}"]
         fuselage_cli(cli, "quantize", path, *flags, "-o", quantized)
-        fuselage_cli(cli, "quantize", path, *flags, "-o", cpp_onnx)
+        fuselage_cli(cli, "quantize", path, *flags, "-o", cli_onnx)
         fuselage.to_onnx(quantized, python_onnx)
-    model = assert_same_model(cpp_onnx, python_onnx)
+        (expected,) = _core.run(_core.Model.load(quantized), [x], threads=1,
+                                engine="onnxruntime")
+        tolerance = output_step(quantized) * (1 if form == "lowered" else 3)
+    model = assert_same_model(cli_onnx, python_onnx)
     ops = collections.Counter(n.op_type for n in model.graph.node)
     assert ops["Conv"] > 0
     assert (ops["QuantizeLinear"] > 0) == (form != "float")
+    (y,) = ort_outputs(cli_onnx, x)
+    distance = np.abs(y - np.asarray(expected))
+    assert float((distance <= tolerance * (1 + 1e-3)).mean()) >= 0.99, distance.max()
     if form == "conv_add_relu" and "resnet" in path:
         # Each residual add reads two DequantizeLinear nodes: both inputs quantized.
         producer = {o: n for n in model.graph.node for o in n.output}

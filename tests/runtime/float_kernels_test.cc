@@ -472,5 +472,27 @@ TEST_F(FloatKernelsTest, ShapeOpsKeepThePerChannelAxisOnItsDim) {
   EXPECT_EQ(out->items()[2].as_tensor().shape(), (std::vector<int64_t>{2, 3}));
 }
 
+// x.expand(2, -1, 3) of a [2, 1] tensor: a new leading dim, the first kept, the size-1
+// one repeated, as torch.Tensor.expand gives; sizes that do not fit are named.
+TEST_F(FloatKernelsTest, ExpandRepeatsSizeOneAndNewDims) {
+  GraphModule gm;
+  Graph& g = gm.graph();
+  Node* x = *g.AddPlaceholder("x");
+  Node* e = *g.AddCallMethod("expand", {x, Argument::Int(2), Argument::Int(-1), Argument::Int(3)});
+  ASSERT_TRUE(g.SetOutput(e).ok());
+  auto out = RunGraph(gm, {Tensor::FromFloats({2, 1}, {1.0f, 2.0f})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->as_tensor().shape(), (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_EQ(Floats(*out), (std::vector<float>{1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2}));
+
+  GraphModule bad;
+  Node* y = *bad.graph().AddPlaceholder("x");
+  ASSERT_TRUE(bad.graph().SetOutput(*bad.graph().AddCallMethod("expand", {y, Argument::Ints({3, 3})})).ok());
+  auto error = RunGraph(bad, {Tensor::FromFloats({2, 1}, {1.0f, 2.0f})});
+  ASSERT_FALSE(error.ok());
+  EXPECT_NE(error.status().message().find("expand: size 3 at dim 0 for a dim of 2"), std::string::npos)
+      << error.status();
+}
+
 }  // namespace
 }  // namespace fuselage

@@ -87,7 +87,7 @@ TEST(OnnxCliTest, QuantizeToOnnxWritesQdqWithInt8Weights) {
 }
 
 TEST(OnnxCliTest, ExportOnnxOfAFloatModelRunsToOnnxRuntimesOutputs) {
-  // all_ops.onnx written back by the C++ writer, read by the C++ reader, run: ORT's outputs
+  // all_ops.onnx written back by the ONNX writer, read by the ONNX reader, run: ORT's outputs
   // on the original file.
   const std::string written = TempPath("onnx_float.onnx");
   CliResult exported = RunFuselage({"export-onnx", kModel, "-o", written});
