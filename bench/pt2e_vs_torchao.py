@@ -2,7 +2,7 @@
 against the float model, side by side.
 
     PYTHONPATH=python $(bash tools/pytorch2_env.sh | tail -n 1) bench/pt2e_vs_torchao.py \
-        [--models mobilenet_v2,resnet18] [--synthetic 1000,10000] [--floor]
+        [--models mobilenet_v2,resnet18] [--synthetic 1000,10000] [--floor] [--repeats 3]
 
 With --synthetic, the synthetic networks of bench/synthetic_network.h (written by
 bazel-bin/bench/write_synthetic: build it first) instead, exported at 1x8x8x8: prepare +
@@ -13,7 +13,9 @@ Per model (torchvision, weights=None, randomized batch norms, one calibration ba
 and torchao's prepare_pt2e / convert_pt2e with X86InductorQuantizer's default config, each
 calibrated on the same batch and measured on it. Prints SQNR in dB and each flow's prepare +
 convert wall time (torch.export and the calibration run, the same PyTorch observers on both
-sides, excluded); "refused" where torchao raises. Then the
+sides, excluded), the median of --repeats runs on fresh exports, the two flows taking turns
+(the first run of a process pays for warming its allocator and caches, and whichever flow
+ran first paid it for both); "refused" where torchao raises. Then the
 lowering to oneDNN ops of torchao's reference (fuselage's where torchao refuses; the
 resnets go to torchao with one ReLU module per call, conftest.one_relu_per_call):
 fuselage.pt2e.lower_pt2e_quantized_to_x86 and torchao's, wall time, and whether the two
@@ -76,6 +78,25 @@ def torchao_flow(module, x):
     return timed_flow(lambda m: prepare_pt2e(m, quantizer), convert_pt2e, module, x)
 
 
+def taking_turns(repeats, ours, theirs):
+    """((our reference, our median s), (their reference or the exception, their median s
+    or None)): `repeats` runs of each flow on a fresh export (ours() / theirs() return
+    (reference, seconds)), in turns; torchao's refusal (ValueError) is kept, not timed."""
+    ours_runs, theirs_runs, refusal = [], [], None
+    for _ in range(repeats):
+        ours_runs.append(ours())
+        if refusal is None:
+            try:
+                theirs_runs.append(theirs())
+            except ValueError as e:
+                refusal = e
+
+    def median(runs):
+        return sorted(s for _, s in runs)[len(runs) // 2]
+    return (ours_runs[-1][0], median(ours_runs)), \
+        ((refusal, None) if refusal is not None else (theirs_runs[-1][0], median(theirs_runs)))
+
+
 def onednn_counts(gm):
     return collections.Counter(str(n.target) for n in gm.graph.nodes
                                if n.op == "call_function" and "onednn" in str(n.target))
@@ -121,7 +142,7 @@ def codegen_floor(name, model, x):
     print(f"{name}: torch.fx code generation: prepared {figures[0]}, reference {figures[1]}")
 
 
-def synthetic(sizes):
+def synthetic(sizes, repeats):
     import subprocess
     import tempfile
     writer = os.path.join(os.path.dirname(__file__), "..", "bazel-bin", "bench", "write_synthetic")
@@ -135,8 +156,9 @@ def synthetic(sizes):
         x = torch.randn(1, 8, 8, 8)
         with torch.no_grad():
             want = model(x)
-            ours, ours_s = fuselage_flow(torch.export.export(model, (x,)).module(), x)
-            theirs, theirs_s = torchao_flow(torch.export.export(model, (x,)).module(), x)
+            (ours, ours_s), (theirs, theirs_s) = taking_turns(
+                repeats, lambda: fuselage_flow(torch.export.export(model, (x,)).module(), x),
+                lambda: torchao_flow(torch.export.export(model, (x,)).module(), x))
             print(f"| {size} | {sqnr(want, first(ours(x))):.2f} | "
                   f"{sqnr(want, first(theirs(x))):.2f} | {ours_s:.2f} | {theirs_s:.2f} | "
                   f"{theirs_s / ours_s:.1f}x |", flush=True)
@@ -148,28 +170,33 @@ def main():
     parser.add_argument("--synthetic", help="synthetic network sizes in nodes, comma-separated")
     parser.add_argument("--floor", action="store_true",
                         help="also torch.fx's code generation of both GraphModules per model")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each flow, in turns; the median is printed")
     args = parser.parse_args()
     if args.synthetic:
-        return synthetic(args.synthetic)
-    print("| model | fuselage SQNR | torchao SQNR | fuselage s | torchao s "
+        return synthetic(args.synthetic, args.repeats)
+    print("| model | fuselage SQNR | torchao SQNR | fuselage s | torchao s | ratio "
           "| lowering: fuselage s | torchao s | same onednn ops |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.models.split(","):
         torch.manual_seed(0)
         model = randomize_batch_norm(getattr(torchvision.models, name)(weights=None).eval())
         x = torch.randn(4, 3, 64, 64)
         with torch.no_grad():
             want = model(x)
-            ours, ours_s = fuselage_flow(torch.export.export(model, (x,)).module(), x)
+            (ours, ours_s), (theirs, theirs_s) = taking_turns(
+                args.repeats,
+                lambda: fuselage_flow(torch.export.export(model, (x,)).module(), x),
+                lambda: torchao_flow(
+                    torch.export.export(one_relu_per_call(model), (x,)).module(), x))
             ours_db = f"{sqnr(want, first(ours(x))):.2f}"
-            try:
-                theirs, theirs_s = torchao_flow(
-                    torch.export.export(one_relu_per_call(model), (x,)).module(), x)
+            if theirs_s is None:
+                theirs, theirs_db, theirs_s, ratio = None, f"refused ({str(theirs)[:40]})", "-", "-"
+            else:
+                ratio = f"{theirs_s / ours_s:.1f}x"
                 theirs_db, theirs_s = f"{sqnr(want, first(theirs(x))):.2f}", f"{theirs_s:.2f}"
-            except ValueError as e:
-                theirs, theirs_db, theirs_s = None, f"refused ({str(e)[:40]})", "-"
             lowered = lowering(theirs if theirs is not None else ours, x, theirs is not None)
-        print(f"| {name} | {ours_db} | {theirs_db} | {ours_s:.2f} | {theirs_s} | "
+        print(f"| {name} | {ours_db} | {theirs_db} | {ours_s:.3f} | {theirs_s} | {ratio} | "
               + " | ".join(lowered) + " |", flush=True)
         if args.floor:
             with torch.no_grad():
