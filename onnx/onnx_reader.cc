@@ -707,6 +707,8 @@ class Reader {
   absl::Status EmitBatchNorm(const NodeProto& node, const Attributes& attrs,
                              std::vector<Value>& out);
   absl::Status EmitClip(const NodeProto& node, std::vector<Value>& out);
+  absl::Status EmitLayerNorm(const NodeProto& node, const Attributes& attrs,
+                             std::vector<Value>& out);
   absl::Status EmitBinary(const NodeProto& node, const std::string& target,
                           std::vector<Value>& out);
   absl::Status EmitGemm(const NodeProto& node, const Attributes& attrs, std::vector<Value>& out);
@@ -753,7 +755,7 @@ const std::vector<std::string>& TensorOps() {
   static const auto* ops = new std::vector<std::string>{
       "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Constant", "Conv", "Div",
       "Dropout", "Flatten", "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity",
-      "MatMul", "MaxPool", "Mul", "Pad", "ReduceMean", "Relu", "Reshape", "Resize", "Shape",
+      "LayerNormalization", "MatMul", "MaxPool", "Mul", "Pad", "ReduceMean", "Relu", "Reshape", "Resize", "Shape",
       "Sigmoid", "Slice", "Softmax", "Split", "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze"};
   return *ops;
 }
@@ -915,6 +917,50 @@ absl::Status Reader::EmitBatchNorm(const NodeProto& node, const Attributes& attr
   AddAttribute(bn, "affine", BoolArg(true));
   AddAttribute(bn, "track_running_stats", BoolArg(true));
   out.push_back(Module(node, std::move(bn), x->node, x->shape));
+  return absl::OkStatus();
+}
+
+// LayerNormalization (opset 17): nn.LayerNorm over the dimensions from `axis` on, its
+// Scale the weight and B (zeros where absent) the bias.
+absl::Status Reader::EmitLayerNorm(const NodeProto& node, const Attributes& attrs,
+                                   std::vector<Value>& out) {
+  for (int i = 1; i < node.output_size(); ++i)
+    if (!node.output(i).empty())
+      return NodeError(node, "its Mean or InvStdDev output is read; fuselage reads the "
+                             "normalized output only");
+  if (attrs.Int("stash_type", 1) != 1)
+    return NodeError(node, absl::StrCat("stash_type=", attrs.Int("stash_type", 1),
+                                        "; fuselage computes layer norms in float32 (1)"));
+  ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
+  const int64_t rank = static_cast<int64_t>(x->shape.size());
+  ASSIGN_OR_RETURN(const int64_t axis, Axis(node, attrs.Int("axis", -1), rank));
+  const Shape normalized(x->shape.begin() + axis, x->shape.end());
+  ASSIGN_OR_RETURN(const Value* scale, ConstantInput(node, 1, "Scale", true));
+  const Value* bias = nullptr;
+  if (HasInput(node, 2)) {
+    ASSIGN_OR_RETURN(bias, ConstantInput(node, 2, "B", true));
+  }
+  for (const Value* param : {scale, bias}) {
+    if (param != nullptr && param->shape != normalized)
+      return NodeError(node, absl::StrCat("its ", param == scale ? "Scale" : "B", " has shape ",
+                                          ShapeText(param->shape), "; expected ",
+                                          ShapeText(normalized), " (the input's from axis ",
+                                          axis, ")"));
+  }
+  proto::Module norm;
+  norm.set_type("nn.LayerNorm");
+  AddAttribute(norm, "normalized_shape", IntsArg(normalized, true));
+  AddAttribute(norm, "eps", FloatArg(attrs.Float("epsilon", 1e-5)));
+  AddAttribute(norm, "elementwise_affine", BoolArg(true));
+  AddFloatValue(norm, "weight", *scale);
+  if (bias != nullptr) {
+    AddFloatValue(norm, "bias", *bias);
+  } else {
+    int64_t count = 1;
+    for (int64_t d : normalized) count *= d;
+    AddFloatTensor(norm, "bias", normalized, std::vector<float>(static_cast<size_t>(count), 0.0f));
+  }
+  out.push_back(Module(node, std::move(norm), x->node, x->shape));
   return absl::OkStatus();
 }
 
@@ -1563,6 +1609,7 @@ absl::Status Reader::Emit(const NodeProto& node, std::vector<Value>& out) {
   const std::string& op = node.op_type();
   if (op == "Conv") return EmitConv(node, attrs, out);
   if (op == "BatchNormalization") return EmitBatchNorm(node, attrs, out);
+  if (op == "LayerNormalization") return EmitLayerNorm(node, attrs, out);
   if (op == "Relu" || op == "HardSwish") {
     ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
     out.push_back(Module(node, SimpleModule(op == "Relu" ? "nn.ReLU" : "nn.Hardswish"), x->node,

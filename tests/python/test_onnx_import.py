@@ -229,6 +229,43 @@ def test_batch_normalization_reads_as_an_eval_batch_norm(tmp_path):
     assert isinstance(fuselage.from_onnx(model), torch.fx.GraphModule)
 
 
+@pytest.mark.parametrize("axis, with_bias", [(-1, True), (1, False), (-2, True)])
+def test_layer_normalization_reads_as_onnx_runtime_runs_it(axis, with_bias, tmp_path):
+    # LayerNormalization (opset 17), as torch.onnx writes convnext's and the transformers'
+    # norms: an nn.LayerNorm over the dimensions from `axis` on; without B its bias is zero.
+    rng = np.random.default_rng(0)
+    shape = [2, 3, 4, 5]
+    normalized = shape[axis:]
+    inputs = ["x", "scale"] + (["bias"] if with_bias else [])
+    inits = [onnx.numpy_helper.from_array((rng.random(normalized) + 0.5).astype(np.float32),
+                                          "scale")]
+    if with_bias:
+        inits.append(onnx.numpy_helper.from_array(
+            rng.standard_normal(normalized).astype(np.float32), "bias"))
+    node = helper.make_node("LayerNormalization", inputs, ["y"], name="norm", axis=axis,
+                            epsilon=1e-3)
+    graph = helper.make_graph([node], "ln", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, shape)], inits)
+    path = tmp_path / "ln.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+    gm = assert_same_as_onnx_runtime(str(path), [torch.randn(*shape) * 3 + 1])
+    (norm,) = [m for m in gm.modules() if isinstance(m, nn.LayerNorm)]
+    assert list(norm.normalized_shape) == normalized and norm.eps == pytest.approx(1e-3)
+
+
+def test_layer_normalization_whose_statistics_are_read_is_refused_naming_the_node():
+    node = helper.make_node("LayerNormalization", ["x", "scale"], ["y", "mean"], name="norm")
+    graph = helper.make_graph([node], "ln", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4]), helper.make_tensor_value_info(
+            "mean", TensorProto.FLOAT, [1, 1])],
+        [onnx.numpy_helper.from_array(np.ones(4, np.float32), "scale")])
+    refused(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+            "node 'norm'", "Mean or InvStdDev output is read")
+
+
 # ---- bad input ---------------------------------------------------------------------------
 
 def small_model(op_type="Relu", domain="", opset=17, name="the_node", **attributes):
