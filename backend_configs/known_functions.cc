@@ -41,7 +41,7 @@ absl::Status RegisterBuiltinFunctions(FunctionRegistry& registry) {
            "builtins.getattr",  // x.shape, as torch.fx records it
            "torch.add", "torch.mul", "torch.matmul", "torch.cat", "torch.stack",
            // Activations and elementwise ops.
-           "torch.relu", "torch.sigmoid", "torch.tanh", "torch.clamp",
+           "torch.relu", "torch.sigmoid", "torch.tanh", "torch.clamp", "torch.erf",
            "torch.nn.functional.relu", "torch.nn.functional.relu6",
            "torch.nn.functional.hardtanh", "torch.nn.functional.hardtanh_",
            "torch.nn.functional.hardswish", "torch.nn.functional.hardsigmoid",

@@ -754,7 +754,7 @@ class Reader {
 const std::vector<std::string>& TensorOps() {
   static const auto* ops = new std::vector<std::string>{
       "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Constant", "Conv", "Div",
-      "Dropout", "Flatten", "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity",
+      "Dropout", "Erf", "Flatten", "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity",
       "LayerNormalization", "MatMul", "MaxPool", "Mul", "Pad", "ReduceMean", "Relu", "Reshape", "Resize", "Shape",
       "Sigmoid", "Slice", "Softmax", "Split", "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze"};
   return *ops;
@@ -1626,10 +1626,10 @@ absl::Status Reader::Emit(const NodeProto& node, std::vector<Value>& out) {
     out.push_back(Module(node, SimpleModule("nn.Hardsigmoid"), x->node, x->shape));
     return absl::OkStatus();
   }
-  if (op == "Sigmoid" || op == "Tanh") {
+  if (op == "Sigmoid" || op == "Tanh" || op == "Erf") {
     ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
-    out.push_back(Call(node, op == "Sigmoid" ? "torch.sigmoid" : "torch.tanh", {NodeArg(x->node)},
-                       x->shape));
+    const char* target = op == "Sigmoid" ? "torch.sigmoid" : op == "Tanh" ? "torch.tanh" : "torch.erf";
+    out.push_back(Call(node, target, {NodeArg(x->node)}, x->shape));
     return absl::OkStatus();
   }
   if (op == "Clip") return EmitClip(node, out);

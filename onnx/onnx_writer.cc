@@ -1326,7 +1326,7 @@ absl::StatusOr<Emitted> Emitter::CallModule(const Node& node, const std::string&
     ASSIGN_OR_RETURN(std::string x, FChecked(node, input, name));
     return Emitted::Tensor(g_.Node("Softmax", {x}, name, {IntAttr("axis", dim->as_int())}));
   }
-  if (is({"nn.LayerNorm"})) {
+  if (is({"nn.LayerNorm", "nnq.LayerNorm"})) {
     const Argument* shape = m.FindAttribute("normalized_shape");
     const size_t rank = shape != nullptr && shape->is_list() ? shape->items().size() : 1;
     ASSIGN_OR_RETURN(std::vector<int64_t> normalized, ModuleInts(node, m, "normalized_shape", rank));
@@ -1371,6 +1371,7 @@ absl::StatusOr<Emitted> Emitter::CallFunction(const Node& node, absl::string_vie
       {"torch.relu", "Relu"}, {"torch.nn.functional.relu", "Relu"}, {"relu", "Relu"},
       {"torch.sigmoid", "Sigmoid"}, {"torch.nn.functional.sigmoid", "Sigmoid"}, {"sigmoid", "Sigmoid"},
       {"torch.tanh", "Tanh"}, {"torch.nn.functional.tanh", "Tanh"}, {"tanh", "Tanh"},
+      {"torch.erf", "Erf"},
       {"torch.nn.functional.hardswish", "HardSwish"}, {"torch.ops.quantized.sigmoid", "Sigmoid"},
       {"torch.ops.quantized.hardswish", "HardSwish"}};
   if (auto it = unary.find(std::string(target)); it != unary.end()) {

@@ -13,6 +13,8 @@ constexpr V kSigmoid[] = {"sigmoid"};
 constexpr V kHardSwish[] = {"Hardswish"};
 constexpr V kHardSigmoid[] = {"Hardsigmoid"};
 constexpr V kTanh[] = {"torch.tanh"};
+constexpr V kErf[] = {"torch.erf"};
+constexpr V kLayerNorm[] = {"LayerNorm"};
 constexpr V kAdd[] = {"add"};
 constexpr V kSub[] = {"operator.sub"};
 constexpr V kMul[] = {"mul"};
@@ -36,12 +38,14 @@ absl::Span<const OnnxOp> OnnxOps() {
   static constexpr OnnxOp kOps[] = {
       {"Conv", kConv},
       {"BatchNormalization", kBatchNorm},
+      {"LayerNormalization", kLayerNorm},
       {"Relu", kRelu},
       {"Clip", kClip},
       {"Sigmoid", kSigmoid},
       {"HardSwish", kHardSwish},
       {"HardSigmoid", kHardSigmoid},
       {"Tanh", kTanh},
+      {"Erf", kErf},
       {"Add", kAdd},
       {"Sub", kSub},
       {"Mul", kMul},

@@ -8,7 +8,7 @@
 // from PyTorch):
 //
 //   FxFormsOfOnnxOp("Clip")   // {"ReLU6", "ReLU", "Hardtanh", "torch.clamp"}: pattern leaves
-//   FxFormsOfOnnxOp("Erf")    // nullopt: not an op fuselage reads
+//   FxFormsOfOnnxOp("Einsum") // nullopt: not an op fuselage reads
 //
 // Kept by hand beside onnx/onnx_reader.cc (its per-op readers); tests/patterns/
 // pattern_test.cc checks the leaves resolve, tests/python/test_onnx_patterns.py fuses over

@@ -402,6 +402,7 @@ std::vector<NamedFunctionKernel> ActivationFunctionKernels() {
       {kFunction, "torch.nn.functional.sigmoid", sigmoid},
       {kFunction, "torch.nn.functional.silu", Elementwise(Silu)},
       {kFunction, "torch.tanh", Elementwise(Tanh)},
+      {kFunction, "torch.erf", Elementwise(Erf)},
       {kFunction, "torch.nn.functional.tanh", Elementwise(Tanh)},
       {kMethod, "tanh", Elementwise(Tanh)},
       {kFunction, "torch.nn.functional.gelu",

@@ -232,6 +232,10 @@ Tensor Tanh(const Tensor& x) {
   return MapFloats(x, [](float v) { return std::tanh(v); });
 }
 
+Tensor Erf(const Tensor& x) {
+  return MapFloats(x, [](float v) { return std::erf(v); });
+}
+
 Tensor Silu(const Tensor& x) {
   return MapFloats(x, [](float v) { return v / (1.0f + std::exp(-v)); });
 }

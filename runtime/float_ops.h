@@ -34,6 +34,7 @@ Tensor Hardswish(const Tensor& x);    // x * relu6(x + 3) / 6
 Tensor Hardsigmoid(const Tensor& x);  // relu6(x + 3) / 6
 Tensor Sigmoid(const Tensor& x);
 Tensor Tanh(const Tensor& x);
+Tensor Erf(const Tensor& x);   // torch.erf (ONNX Erf: a GELU torch.onnx writes out)
 Tensor Silu(const Tensor& x);  // x * sigmoid(x)
 // x * Phi(x) with the exact erf form, or PyTorch's tanh approximation when `tanh_approx`.
 Tensor Gelu(const Tensor& x, bool tanh_approx);

@@ -129,10 +129,10 @@ def test_a_pattern_over_onnx_ops_fuses_and_onnx_runtime_runs_it(tmp_path):
 
 def test_a_pattern_over_an_unknown_onnx_op_names_it(tmp_path):
     model = exported(tmp_path)
-    config = config_file(tmp_path, "onnx.Erf")
+    config = config_file(tmp_path, "onnx.Einsum")
     calibration = [np.zeros(SHAPE, np.float32)]
     out = tmp_path / "out.onnx"
-    with pytest.raises(FuselageError, match=r"unknown pattern leaf 'onnx\.Erf': not an ONNX "
+    with pytest.raises(FuselageError, match=r"unknown pattern leaf 'onnx\.Einsum': not an ONNX "
                                             r"op fuselage reads"):
         fuselage.onnx.quantize_static(model, str(out), Reader("x", calibration),
                                       backend_config=config)

@@ -48,6 +48,7 @@ _OP_TYPES = {
     "Sigmoid": (torch.sigmoid,), "HardSwish": (torch.nn.Hardswish,),
     "HardSigmoid": (torch.nn.Hardsigmoid,), "ReduceMean": (torch.mean,),
     "BatchNormalization": (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d),
+    "LayerNormalization": (torch.nn.LayerNorm,),
 }
 
 
@@ -90,9 +91,12 @@ def _qconfig(activation, weight_dtype, per_channel, reduce_range, symmetric_acti
 
 
 # ORT calibrates a GlobalAveragePool's output with its own range (QLinearGlobalAveragePool
-# has an output scale of its own); PyTorch's native config shares the input's observer.
+# has an output scale of its own), and leaves a ReduceMean float, so what reads a mean is
+# quantized over the mean's own range; PyTorch's native config shares the input's
+# observer, whose range a spatial mean's output may use a fraction of (10 dB on a
+# convnext block).
 _OWN_OUTPUT_OBSERVER = (torch.nn.AdaptiveAvgPool1d, torch.nn.AdaptiveAvgPool2d,
-                        torch.nn.AdaptiveAvgPool3d)
+                        torch.nn.AdaptiveAvgPool3d, torch.mean)
 
 
 def _backend_config(activation):
