@@ -259,27 +259,33 @@ absl::StatusOr<Value> PixelShuffleKernel(const KernelContext&, absl::Span<const 
   return Value(std::move(y));
 }
 
+// The sizes after a method's tensor argument, given as varargs (x.view(n, -1)) or as one
+// list (x.view([n, -1])), or as the keyword `name`.
+absl::StatusOr<std::vector<int64_t>> SizesAfterInput(absl::Span<const Value> args,
+                                                     const ArgReader& r, absl::string_view name) {
+  if (args.size() == 2 && args[1].is_list()) return ValueToInts(args[1], name);
+  if (args.size() < 2) {
+    ASSIGN_OR_RETURN(Value s, r.Required(1, name));
+    return ValueToInts(s, name);
+  }
+  std::vector<int64_t> sizes;
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (!args[i].is_int()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " entry ", i - 1, " is a ",
+                                                     args[i].KindName(), "; expected an int"));
+    }
+    sizes.push_back(args[i].as_int());
+  }
+  return sizes;
+}
+
 // Tensor.view / Tensor.reshape: the shape as varargs (x.view(n, -1)) or one list; also
 // torch.reshape(input, shape). Any dtype.
 absl::StatusOr<Value> ReshapeKernel(const KernelContext&, absl::Span<const Value> args,
                                     const ValueKwargs& kwargs) {
   ArgReader r(args, kwargs);
   ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
-  std::vector<int64_t> shape;
-  if (args.size() == 2 && args[1].is_list()) {
-    ASSIGN_OR_RETURN(shape, ValueToInts(args[1], "shape"));
-  } else if (args.size() >= 2) {
-    for (size_t i = 1; i < args.size(); ++i) {
-      if (!args[i].is_int()) {
-        return absl::InvalidArgumentError(absl::StrCat("shape entry ", i - 1, " is a ",
-                                                       args[i].KindName(), "; expected an int"));
-      }
-      shape.push_back(args[i].as_int());
-    }
-  } else {
-    ASSIGN_OR_RETURN(Value s, r.Required(1, "shape"));
-    ASSIGN_OR_RETURN(shape, ValueToInts(s, "shape"));
-  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, SizesAfterInput(args, r, "shape"));
   ASSIGN_OR_RETURN(Tensor y, Reshape(*x, std::move(shape)));
   return Value(std::move(y));
 }
@@ -591,7 +597,6 @@ absl::StatusOr<Value> SqueezeKernel(const KernelContext&, absl::Span<const Value
   return Value(std::move(y));
 }
 
-// unsqueeze(input, dim): a size-1 dim inserted at dim in [-rank - 1, rank]. Any dtype.
 // Tensor.expand(*sizes) / expand(sizes): the input repeated along its size-1 dims and
 // along new leading dims to `sizes` (-1 keeps an existing dim), any dtype. A copy, where
 // PyTorch gives a view: values are never written through it here.
@@ -599,15 +604,7 @@ absl::StatusOr<Value> ExpandKernel(const KernelContext&, absl::Span<const Value>
                                    const ValueKwargs& kwargs) {
   ArgReader r(args, kwargs);
   ASSIGN_OR_RETURN(const Tensor* x, r.GetTensor(0, "input"));
-  std::vector<int64_t> sizes;
-  if (args.size() == 2 && args[1].is_list()) {
-    ASSIGN_OR_RETURN(sizes, ValueToInts(args[1], "sizes"));
-  } else if (args.size() >= 2) {
-    ASSIGN_OR_RETURN(sizes, ValueToInts(Value::Tuple(std::vector<Value>(args.begin() + 1, args.end())), "sizes"));
-  } else {
-    ASSIGN_OR_RETURN(Value s, r.Required(1, "size"));
-    ASSIGN_OR_RETURN(sizes, ValueToInts(s, "size"));
-  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> sizes, SizesAfterInput(args, r, "size"));
   if (x->is_quantized() && x->qparams().scheme != QScheme::kPerTensorAffine)
     return absl::InvalidArgumentError("expand: a tensor quantized per channel is not expanded here");
   const int64_t rank = static_cast<int64_t>(sizes.size());
@@ -640,6 +637,7 @@ absl::StatusOr<Value> ExpandKernel(const KernelContext&, absl::Span<const Value>
   return Value(std::move(y));
 }
 
+// unsqueeze(input, dim): a size-1 dim inserted at dim in [-rank - 1, rank]. Any dtype.
 absl::StatusOr<Value> UnsqueezeKernel(const KernelContext&, absl::Span<const Value> args,
                                       const ValueKwargs& kwargs) {
   ArgReader r(args, kwargs);

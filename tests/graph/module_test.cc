@@ -721,15 +721,20 @@ TEST(BuiltinNamespaceTest, QuantizedModuleTypesAreTheNnqNniqAndNnqrOnes) {
   }
 }
 
+// x -> torch.relu -> output in `gm`; returns the relu.
+Node* AddReluGraph(GraphModule& gm) {
+  Graph& g = gm.graph();
+  Node* relu = *g.AddCallFunction("torch.relu", {*g.AddPlaceholder("x")});
+  EXPECT_TRUE(g.SetOutput(relu).ok());
+  return relu;
+}
+
 // A pass's computed constant: installed at a path not yet taken (the hint, then `_1`,
 // ...: never over a tensor or module already there) and read by a get_attr of that path,
 // inserted before the given node.
 TEST(GraphModuleTest, InsertConstantBeforeTakesAFreshPathAndReadsIt) {
   GraphModule gm;
-  Graph& g = gm.graph();
-  Node* x = *g.AddPlaceholder("x");
-  Node* relu = *g.AddCallFunction("torch.relu", {x});
-  ASSERT_TRUE(g.SetOutput(relu).ok());
+  Node* relu = AddReluGraph(gm);
   ASSERT_TRUE(gm.SetTensor("w", Tensor::FromFloats({1}, {7.0f})).ok());
 
   auto first = gm.InsertConstantBefore(relu, "w", Tensor::FromFloats({2}, {1.0f, 2.0f}));
@@ -754,10 +759,7 @@ TEST(GraphModuleTest, InsertConstantBeforeTakesAFreshPathAndReadsIt) {
 // path named a module that does not exist, and PT2E's convert of regnet_y failed.
 TEST(GraphModuleTest, InsertConstantBeforeKeepsTheNamesOfTheModulesAboveTheLeaf) {
   GraphModule gm;
-  Graph& g = gm.graph();
-  Node* x = *g.AddPlaceholder("x");
-  Node* relu = *g.AddCallFunction("torch.relu", {x});
-  ASSERT_TRUE(g.SetOutput(relu).ok());
+  Node* relu = AddReluGraph(gm);
   ASSERT_TRUE(gm.SetModule("trunk", std::make_unique<Module>("nn.Module")).ok());
   ASSERT_TRUE(gm.SetModule("trunk.block1-0", std::make_unique<Module>("nn.Module")).ok());
   ASSERT_TRUE(gm.SetTensor("trunk.block1-0.w", Tensor::FromFloats({1}, {7.0f})).ok());
