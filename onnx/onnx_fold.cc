@@ -190,6 +190,24 @@ absl::StatusOr<OnnxConstant> Arithmetic(const std::string& op, const OnnxConstan
   return absl::UnimplementedError(absl::StrCat(where.node, ": cannot fold ", op));
 }
 
+// Mod(A, B): with fmod=0 the integer remainder with the divisor's sign (Python's %), with
+// fmod=1 C's fmod (the dividend's sign), the only form ONNX defines for floats.
+absl::StatusOr<OnnxConstant> Mod(const OnnxConstant& a, const OnnxConstant& b, bool fmod,
+                                 const Site& where) {
+  if (!fmod && (a.type == Type::kFloat || b.type == Type::kFloat))
+    return Error(where, "fmod=0 on floats; ONNX's Mod of floats needs fmod=1");
+  const std::string w(where.node);
+  return Binary(a, b, std::nullopt, [](double x, double y) { return std::fmod(x, y); },
+                [w, fmod](int64_t x, int64_t y) -> absl::StatusOr<int64_t> {
+                  if (y == 0) return Error(w, "an integer modulo by zero");
+                  if (y == -1) return 0;  // INT64_MIN % -1 overflows in C++
+                  int64_t r = x % y;
+                  if (!fmod && r != 0 && ((r < 0) != (y < 0))) r += y;
+                  return r;
+                },
+                where);
+}
+
 // Pow(X, Y): X's type; Y may be of another (ONNX's T1).
 absl::StatusOr<OnnxConstant> Pow(const OnnxConstant& x, const OnnxConstant& y,
                                  const Site& where) {
@@ -694,7 +712,7 @@ int64_t OnnxConstant::size() const {
 const std::vector<std::string>& FoldOnlyOps() {
   static const auto* ops = new std::vector<std::string>{
       "Abs",  "Cast",  "Ceil", "ConstantOfShape", "Equal",      "Expand",    "Floor",
-      "Gather", "Greater", "Less", "Max",          "Min",        "Neg",       "Not",
+      "Gather", "Greater", "Less", "Max",          "Min",        "Mod",       "Neg",  "Not",
       "Pow",  "Range", "ReduceProd", "ReduceSum", "Size",       "Sqrt",      "Tile",
       "Where"};
   return *ops;
@@ -803,6 +821,10 @@ absl::StatusOr<std::vector<OnnxConstant>> FoldNode(const NodeProto& node,
       ASSIGN_OR_RETURN(acc, Arithmetic(op, acc, *inputs[i], where));
     }
     return one(std::move(acc));
+  }
+  if (op == "Mod") {
+    RETURN_IF_ERROR(need(2));
+    return one(Mod(*input(0), *input(1), IntAttribute(node, "fmod", 0) != 0, where));
   }
   if (op == "Pow") {
     RETURN_IF_ERROR(need(2));

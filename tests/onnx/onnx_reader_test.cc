@@ -687,6 +687,36 @@ TEST(OnnxReaderOpsTest, FoldsComputeAsTheReferenceImplementation) {
   EXPECT_EQ(out[0].values, (Floats{-3, -6, -9, -12}));
 }
 
+// Mod as ONNX defines it (swin_t's window shifts): fmod=0 takes the divisor's sign, as
+// Python's % (-7 % 3 = 2, 7 % -3 = -2); fmod=1 the dividend's, as C's fmod (-7 -> -1,
+// and floats); fmod=0 on floats, or an integer modulo by zero, is an error naming the node.
+TEST(OnnxReaderOpsTest, ModFoldsWithTheSignItsFmodAttributeSays) {
+  for (const int fmod : {0, 1}) {
+    SCOPED_TRACE(fmod);
+    Builder b;
+    b.Input("x", {1, 1}).Ints("a", {-7, 7, 6, -6}).Ints("d", {3, -3, 4, 4});
+    IntAttr(b.Node("Mod", "mod", {"a", "d"}, {"r"}), "fmod", fmod);
+    IntAttr(b.Node("Cast", "cast", {"r"}, {"y"}), "to", TensorProto::FLOAT);
+    b.Output("y");
+    auto out = RunOnnx(b.onnx(), {Tensor::FromFloats({1, 1}, Floats{0})});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].values, fmod == 0 ? (Floats{2, -2, 2, 2}) : (Floats{-1, 1, 2, -2}));
+  }
+  Builder floats;
+  floats.Input("x", {1, 1}).Floats("a", {-7.5f}, {}).Floats("d", {2.0f}, {});
+  floats.Node("Mod", "mod", {"a", "d"}, {"y"});
+  floats.Output("y");
+  EXPECT_NE(ErrorOf(floats.onnx()).find("node 'mod' (Mod): fmod=0 on floats"), std::string::npos)
+      << ErrorOf(floats.onnx());
+  Builder by_zero;
+  by_zero.Input("x", {1, 1}).Ints("one", {1}, {}).Ints("zero", {0}, {});
+  by_zero.Node("Mod", "mod", {"one", "zero"}, {"y"});
+  by_zero.Output("y");
+  EXPECT_NE(ErrorOf(by_zero.onnx()).find("node 'mod' (Mod): an integer modulo by zero"),
+            std::string::npos)
+      << ErrorOf(by_zero.onnx());
+}
+
 TEST(OnnxReaderOpsTest, FoldErrorsNameTheNode) {
   Builder on_tensor;
   on_tensor.Input("x", {1, 4});
