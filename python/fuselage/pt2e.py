@@ -274,13 +274,14 @@ class Quantizer(_TorchaoQuantizer):
         from fuselage import _annotate
         flow = ("fuselage.pt2e.Quantizer", "convert_pt2e")
         unknown_ops = getattr(self, "unknown_ops", "refuse")
-        if unknown_ops == "float":
-            _warn_kept_float(_exported.ops_outside_table(model), flow[0])
+        kept = _exported.ops_outside_table(model) if unknown_ops == "float" else []
         if getattr(self, "is_qat", False):
-            return _annotate_qat(model, self.configs(), flow, unknown_ops)
-        fx = _exported.to_fx_dialect(model, unknown_ops).eval()
-        prepared = _prepare(fx, self.configs(), flow)
-        return _annotate.annotate(model, prepared)
+            annotated = _annotate_qat(model, self.configs(), flow, unknown_ops)
+        else:
+            fx = _exported.to_fx_dialect(model, unknown_ops).eval()
+            annotated = _annotate.annotate(model, _prepare(fx, self.configs(), flow))
+        _warn_kept_float(kept, flow[0])  # once the model is annotated: a refusal says why
+        return annotated
 
     def validate(self, model):
         pass
@@ -491,14 +492,16 @@ def prepare_pt2e(model, quantizer="x86", unknown_ops="refuse"):
     an op its quantizer does not annotate, and a UserWarning names each such node."""
     from fuselage._importer import compile_once
     configs = _configs(quantizer)
-    if _exported.check_unknown_ops(unknown_ops, "prepare_pt2e") == "float":
-        _warn_kept_float(_exported.ops_outside_table(model), "prepare_pt2e")
+    kept = _exported.ops_outside_table(model) \
+        if _exported.check_unknown_ops(unknown_ops, "prepare_pt2e") == "float" else []
     with compile_once(), _collector_paused():
         prepared = _prepare(_exported.to_engine(model, unknown_ops), configs,
                             ("prepare_pt2e", "convert_pt2e"), fold_batch_norms=True,
                             keep_engine_model=True)
         exported = model.module() if isinstance(model, torch.export.ExportedProgram) else model
-        return _finished(_with_outputs_of(prepared, exported))
+        prepared = _finished(_with_outputs_of(prepared, exported))
+    _warn_kept_float(kept, "prepare_pt2e")  # once prepared: a refusal (fill_) says why
+    return prepared
 
 
 def _warn_kept_float(kept, function, shown=5):
