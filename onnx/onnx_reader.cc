@@ -754,9 +754,10 @@ class Reader {
 const std::vector<std::string>& TensorOps() {
   static const auto* ops = new std::vector<std::string>{
       "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Constant", "Conv", "Div",
-      "Dropout", "Erf", "Flatten", "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity",
-      "LayerNormalization", "MatMul", "MaxPool", "Mul", "Pad", "ReduceMean", "Relu", "Reshape", "Resize", "Shape",
-      "Sigmoid", "Slice", "Softmax", "Split", "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze"};
+      "Dropout", "Erf", "Flatten", "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish",
+      "Identity", "LayerNormalization", "MatMul", "MaxPool", "Mul", "Pad", "ReduceMean", "Relu",
+      "Reshape", "Resize", "Shape", "Sigmoid", "Slice", "Softmax", "Split", "Squeeze", "Sub",
+      "Tanh", "Transpose", "Unsqueeze"};
   return *ops;
 }
 
@@ -956,9 +957,8 @@ absl::Status Reader::EmitLayerNorm(const NodeProto& node, const Attributes& attr
   if (bias != nullptr) {
     AddFloatValue(norm, "bias", *bias);
   } else {
-    int64_t count = 1;
-    for (int64_t d : normalized) count *= d;
-    AddFloatTensor(norm, "bias", normalized, std::vector<float>(static_cast<size_t>(count), 0.0f));
+    AddFloatTensor(norm, "bias", normalized,
+                   std::vector<float>(static_cast<size_t>(Elements(normalized)), 0.0f));
   }
   out.push_back(Module(node, std::move(norm), x->node, x->shape));
   return absl::OkStatus();
@@ -1628,7 +1628,9 @@ absl::Status Reader::Emit(const NodeProto& node, std::vector<Value>& out) {
   }
   if (op == "Sigmoid" || op == "Tanh" || op == "Erf") {
     ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
-    const char* target = op == "Sigmoid" ? "torch.sigmoid" : op == "Tanh" ? "torch.tanh" : "torch.erf";
+    const char* target = op == "Sigmoid" ? "torch.sigmoid"
+                         : op == "Tanh"  ? "torch.tanh"
+                                         : "torch.erf";
     out.push_back(Call(node, target, {NodeArg(x->node)}, x->shape));
     return absl::OkStatus();
   }

@@ -823,19 +823,20 @@ TEST(OnnxReaderOpsTest, ExternalDataIsReadFromTheModelsFolder) {
   const Tensor& y = (*out)[0].as_tensor();
   EXPECT_EQ(Floats(y.data<float>(), y.data<float>() + 3), (Floats{11, 22, 33}));
 
-  location->set_value("gone.bin");
-  std::ofstream(absl::StrCat(dir, "/m.onnx"), std::ios::binary | std::ios::trunc)
-      << onnx.SerializeAsString();
-  auto missing = LoadOnnxModel(absl::StrCat(dir, "/m.onnx"));
+  // The model again, its initializer's data at `where`.
+  auto load_with_location = [&](const std::string& where) {
+    location->set_value(where);
+    std::ofstream(absl::StrCat(dir, "/m.onnx"), std::ios::binary | std::ios::trunc)
+        << onnx.SerializeAsString();
+    return LoadOnnxModel(absl::StrCat(dir, "/m.onnx"));
+  };
+  auto missing = load_with_location("gone.bin");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("initializer 'w': its external data file 'gone.bin' "
                                             "is missing"),
             std::string::npos)
       << missing.status();
-  location->set_value("../w.bin");
-  std::ofstream(absl::StrCat(dir, "/m.onnx"), std::ios::binary | std::ios::trunc)
-      << onnx.SerializeAsString();
-  auto outside = LoadOnnxModel(absl::StrCat(dir, "/m.onnx"));
+  auto outside = load_with_location("../w.bin");
   ASSERT_FALSE(outside.ok());
   EXPECT_NE(outside.status().message().find("initializer 'w': external data location '../w.bin' "
                                             "is outside the model's folder"),
