@@ -25,9 +25,6 @@ import torch.fx
 
 from fuselage.errors import OnnxExportError
 
-OPSET = 17          # torchvision's export opset; per-axis DequantizeLinear needs 13
-IR_VERSION = 8      # the IR version of opset 17, which every ONNX Runtime since 1.11 reads
-
 
 def _engine_model(model):
     """fuselage._core.Model of `model`: a fuselage model file's path, a
