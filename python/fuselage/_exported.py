@@ -166,6 +166,7 @@ def _aten_op(name):
 _QUANTIZE = "quantized_decomposed.quantize_per_tensor.default"
 _DEQUANTIZE = "quantized_decomposed.dequantize_per_tensor.default"
 _DEQUANTIZE_PER_CHANNEL = "quantized_decomposed.dequantize_per_channel.default"
+_Q_DQ = (_QUANTIZE, _DEQUANTIZE, _DEQUANTIZE_PER_CHANNEL)
 _QUANTIZED_DTYPES = {torch.uint8: torch.quint8, torch.int8: torch.qint8}
 _PLAIN_DTYPES = {quantized: plain for plain, quantized in _QUANTIZED_DTYPES.items()}
 
@@ -243,8 +244,7 @@ def to_fx_dialect(program, unknown_ops="refuse"):
     node.meta["fuselage"]["aten"], export's input / output pytree handling and guards
     left out (the graph takes the flat inputs and returns the flat outputs as a tuple).
     An op outside the table as `unknown_ops` says (UNKNOWN_OPS)."""
-    gm = program.module() if hasattr(program, "module") and \
-        not isinstance(program, torch.nn.Module) else program
+    gm = graph_module_of(program)
     if not isinstance(gm, torch.fx.GraphModule):
         raise ExportError(f"from_exported: expected a torch.export.ExportedProgram or its "
                           f".module(); got {type(program).__name__}")
@@ -292,8 +292,7 @@ def to_engine(program, unknown_ops="refuse"):
     first (on a graph of 10^3 nodes that graph, then read again node by node, was a fifth
     of prepare_pt2e). A program holding PT2E q/dq ops goes through to_fx_dialect."""
     from fuselage import _core, _exporter
-    gm = program.module() if hasattr(program, "module") and \
-        not isinstance(program, torch.nn.Module) else program
+    gm = graph_module_of(program)
     records = fx_records(gm, keep_modules=False, unknown_ops=unknown_ops) \
         if isinstance(gm, torch.fx.GraphModule) else None
     if records is None:
@@ -313,7 +312,7 @@ def fx_records(gm, keep_modules, unknown_ops="refuse"):
     (it is the FX form already)."""
     nodes = gm.graph.nodes
     names = [aten_name(n.target) if n.op == "call_function" else None for n in nodes]
-    if any(name in (_QUANTIZE, _DEQUANTIZE, _DEQUANTIZE_PER_CHANNEL) for name in names) or \
+    if any(name in _Q_DQ for name in names) or \
             keep_modules and not any(names):
         return None
     records = []
@@ -376,8 +375,7 @@ def _read_graph(gm, keep_modules, unknown_ops="refuse"):
                                   f"'{node.args[0].name}', whose FX form has only output 0")
             env[node] = args[0]
             continue
-        if node.op == "call_function" and aten_name(node.target) in \
-                (_QUANTIZE, _DEQUANTIZE, _DEQUANTIZE_PER_CHANNEL):
+        if node.op == "call_function" and aten_name(node.target) in _Q_DQ:
             new = _fx_q_dq(gm, graph, node, args, weights, where)
         elif node.op == "call_function" and (not keep_modules or
                                              aten_name(node.target) is not None):
@@ -472,9 +470,9 @@ def _fx_form(node, args, kwargs, order, where, unknown_ops):
     if node.target is operator.getitem:
         return operator.getitem, args, kwargs, {}
     name = aten_name(node.target)
-    op = _OPS.get(name)
-    if op is None:
+    if _outside_table(node):
         return _opaque_form(node, args, kwargs, name, where, unknown_ops)
+    op = _OPS[name]
     if op.in_place:
         _check_in_place(node, order, where)
     try:
@@ -512,11 +510,23 @@ def _opaque_form(node, args, kwargs, name, where, unknown_ops):
 def ops_outside_table(program):
     """(node name, op) of each call in `program` (an ExportedProgram or its .module()) of
     an aten op fuselage does not read: what unknown_ops="float" keeps float."""
-    gm = program.module() if isinstance(program, torch.export.ExportedProgram) else program
-    return [(n.name, aten_name(n.target) or str(n.target)) for n in gm.graph.nodes
-            if n.op == "call_function" and n.target is not operator.getitem and
-            aten_name(n.target) not in _OPS and
-            aten_name(n.target) not in (_QUANTIZE, _DEQUANTIZE, _DEQUANTIZE_PER_CHANNEL)]
+    return [(n.name, aten_name(n.target) or str(n.target))
+            for n in graph_module_of(program).graph.nodes
+            if n.op == "call_function" and _outside_table(n)]
+
+
+def _outside_table(call):
+    """Whether the exported call_function `call` is of an op fuselage does not read: one
+    unknown_ops refuses or keeps float (_opaque_form)."""
+    name = aten_name(call.target)
+    return call.target is not operator.getitem and name not in _OPS and name not in _Q_DQ
+
+
+def graph_module_of(program):
+    """The GraphModule of `program`: an ExportedProgram's .module(), or `program` itself
+    (that .module(), a model fuselage gave back, or something from_exported refuses)."""
+    return program.module() if hasattr(program, "module") and \
+        not isinstance(program, torch.nn.Module) else program
 
 
 def _is_opaque(node):

@@ -498,8 +498,7 @@ def prepare_pt2e(model, quantizer="x86", unknown_ops="refuse"):
         prepared = _prepare(_exported.to_engine(model, unknown_ops), configs,
                             ("prepare_pt2e", "convert_pt2e"), fold_batch_norms=True,
                             keep_engine_model=True)
-        exported = model.module() if isinstance(model, torch.export.ExportedProgram) else model
-        prepared = _finished(_with_outputs_of(prepared, exported))
+        prepared = _finished(_with_outputs_of(prepared, _exported.graph_module_of(model)))
     _warn_kept_float(kept, "prepare_pt2e")  # once prepared: a refusal (fill_) says why
     return prepared
 
