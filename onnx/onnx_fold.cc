@@ -703,11 +703,13 @@ absl::StatusOr<OnnxConstant> MatMul(const OnnxConstant& a, const OnnxConstant& b
 
 }  // namespace
 
-int64_t OnnxConstant::size() const {
+int64_t ElementCount(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
+
+int64_t OnnxConstant::size() const { return ElementCount(shape); }
 
 const std::vector<std::string>& FoldOnlyOps() {
   static const auto* ops = new std::vector<std::string>{

@@ -34,6 +34,10 @@ struct OnnxConstant {
   int64_t size() const;
 };
 
+// The element count of a tensor of `shape` (1 for a scalar): the product of its dimensions,
+// which the caller has bounded (kMaxFoldElements, the reader's kMaxElements).
+int64_t ElementCount(const std::vector<int64_t>& shape);
+
 // The most elements a folded constant may have (the reader's limit on every tensor).
 inline constexpr int64_t kMaxFoldElements = int64_t{1} << 28;
 // The elements of constants a model's folds may make beyond its initializers' (the reader's

@@ -64,18 +64,8 @@ struct Value {
   std::string unreadable;         // why a constant cannot be used (its data type), if so
 
   bool is_constant() const { return node.empty(); }
-  int64_t size() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
+  int64_t size() const { return ElementCount(shape); }
 };
-
-int64_t Elements(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 
 // A float constant's elements as float32 bytes (Value::floats or Value::raw_floats).
 absl::string_view FloatBytes(const Value& v) {
@@ -297,11 +287,11 @@ absl::StatusOr<Value> ReadTensor(const TensorProto& t, const std::string& where)
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": a dimension of ", d, "; fuselage reads tensors of <= ", kMaxElements, " elements"));
     v.shape.push_back(d);
-    if (Elements(v.shape) > kMaxElements)
+    if (ElementCount(v.shape) > kMaxElements)
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": more than ", kMaxElements, " elements; fuselage reads smaller tensors"));
   }
-  const int64_t n = Elements(v.shape);
+  const int64_t n = ElementCount(v.shape);
   const bool raw = t.has_raw_data();
   auto size_error = [&](int64_t have, absl::string_view field) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": its ", field, " holds ", have,
@@ -958,7 +948,7 @@ absl::Status Reader::EmitLayerNorm(const NodeProto& node, const Attributes& attr
     AddFloatValue(norm, "bias", *bias);
   } else {
     AddFloatTensor(norm, "bias", normalized,
-                   std::vector<float>(static_cast<size_t>(Elements(normalized)), 0.0f));
+                   std::vector<float>(static_cast<size_t>(ElementCount(normalized)), 0.0f));
   }
   out.push_back(Module(node, std::move(norm), x->node, x->shape));
   return absl::OkStatus();
@@ -1232,7 +1222,7 @@ absl::Status Reader::EmitReshape(const NodeProto& node, const Attributes& attrs,
     target.push_back(d);
   }
   Shape shape = target;
-  const int64_t n = Elements(x->shape);
+  const int64_t n = ElementCount(x->shape);
   if (unknown >= 0) {
     if (known == 0 || n % known != 0)
       return NodeError(node, absl::StrCat("cannot reshape ", ShapeText(x->shape), " to ",
@@ -1775,7 +1765,7 @@ absl::Status Reader::Read(const onnx_subset::GraphProto& graph) {
           where, ": its shape is not static ([", absl::StrJoin(shown, ", "),
           "]); fuselage reads models of fixed input shapes (export with fixed sizes, no "
           "dynamic_axes)"));
-    if (static_cast<int>(shape.size()) > kMaxRank || Elements(shape) > kMaxElements)
+    if (static_cast<int>(shape.size()) > kMaxRank || ElementCount(shape) > kMaxElements)
       return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeText(shape),
                                                      "; fuselage reads inputs of rank <= ", kMaxRank,
                                                      " and <= ", kMaxElements, " elements"));
@@ -1794,7 +1784,7 @@ absl::Status Reader::Read(const onnx_subset::GraphProto& graph) {
     for (size_t i = 0; i < outputs.size() && i < static_cast<size_t>(node.output_size()); ++i) {
       if (node.output(i).empty()) continue;
       for (int64_t d : outputs[i].shape)
-        if (d < 0 || Elements(outputs[i].shape) > kMaxElements)
+        if (d < 0 || ElementCount(outputs[i].shape) > kMaxElements)
           return NodeError(node, absl::StrCat("an output of shape ", ShapeText(outputs[i].shape),
                                               "; fuselage makes tensors of <= ", kMaxElements,
                                               " elements"));
