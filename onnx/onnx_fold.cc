@@ -23,10 +23,6 @@ using onnx_subset::TensorProto;
 using Shape = std::vector<int64_t>;
 using Type = OnnxConstant::Type;
 
-std::string ShapeText(const Shape& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // Where a fold is, for its errors (the node; it converts to that text), and the most
 // elements a constant it makes may have: what is left of the model's folding budget
 // (FoldOnnxNode's max_elements), so a small file cannot make a large amount of data.
@@ -425,53 +421,15 @@ absl::StatusOr<OnnxConstant> Range(const OnnxConstant& start, const OnnxConstant
 
 // The one element of ConstantOfShape's `value` attribute (float 0 if absent).
 absl::StatusOr<OnnxConstant> ScalarAttribute(const NodeProto& node, absl::string_view where) {
-  OnnxConstant v;
-  v.shape = {1};
   const AttributeProto* a = FindAttribute(node, "value");
   if (a == nullptr) {
-    v.floats = {0.0f};
-    return v;
+    OnnxConstant zero;
+    zero.shape = {1};
+    zero.floats = {0.0f};
+    return zero;
   }
-  const TensorProto& t = a->t();
-  const std::string& raw = t.raw_data();
-  switch (t.data_type()) {
-    case kOnnxFloat:
-      v.type = Type::kFloat;
-      if (t.float_data_size() == 1) {
-        v.floats = {t.float_data(0)};
-      } else if (raw.size() == 4) {
-        float f;
-        std::memcpy(&f, raw.data(), 4);
-        v.floats = {f};
-      }
-      break;
-    case kOnnxInt64:
-      v.type = Type::kInt64;
-      if (t.int64_data_size() == 1) {
-        v.ints = {t.int64_data(0)};
-      } else if (raw.size() == 8) {
-        int64_t i;
-        std::memcpy(&i, raw.data(), 8);
-        v.ints = {i};
-      }
-      break;
-    case kOnnxInt32:
-    case kOnnxBool:
-      v.type = t.data_type() == kOnnxBool ? Type::kBool : Type::kInt64;
-      if (t.int32_data_size() == 1) {
-        v.ints = {t.int32_data(0)};
-      } else if (raw.size() == (t.data_type() == kOnnxBool ? 1u : 4u)) {
-        int32_t i = 0;
-        std::memcpy(&i, raw.data(), raw.size());
-        v.ints = {i};
-      }
-      if (v.type == Type::kBool && !v.ints.empty()) v.ints[0] = v.ints[0] != 0;
-      break;
-    default:
-      return Error(where, absl::StrCat("a value of data type ", t.data_type(),
-                                       "; fuselage folds FLOAT, INT32, INT64 and BOOL"));
-  }
-  if (v.floats.size() + v.ints.size() != 1) return Error(where, "a value of other than one element");
+  ASSIGN_OR_RETURN(OnnxConstant v, ReadOnnxTensor(a->t(), absl::StrCat(where, ": its value")));
+  if (v.size() != 1) return Error(where, "a value of other than one element");
   return v;
 }
 
@@ -703,6 +661,10 @@ absl::StatusOr<OnnxConstant> MatMul(const OnnxConstant& a, const OnnxConstant& b
 
 }  // namespace
 
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
 int64_t ElementCount(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -710,6 +672,94 @@ int64_t ElementCount(const std::vector<int64_t>& shape) {
 }
 
 int64_t OnnxConstant::size() const { return ElementCount(shape); }
+
+absl::StatusOr<OnnxConstant> ReadOnnxTensor(const TensorProto& t, absl::string_view where,
+                                            absl::string_view* raw_floats) {
+  auto invalid = [&](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", parts...));
+  };
+  if (t.data_location() == TensorProto::EXTERNAL) {
+    std::string location;
+    for (const auto& e : t.external_data())
+      if (e.key() == "location") location = e.value();
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": its data is external ('", location,
+        "') and the model was given without its path; read the ONNX file by its path so "
+        "that the data beside it is found"));
+  }
+  if (static_cast<size_t>(t.dims_size()) > kMaxFoldRank)
+    return invalid("rank ", t.dims_size(), "; expected at most ", kMaxFoldRank);
+  OnnxConstant v;
+  for (int64_t d : t.dims()) {
+    if (d < 0) return invalid("a negative dimension ", d);
+    if (d > kMaxFoldElements)
+      return invalid("a dimension of ", d, "; fuselage reads tensors of <= ", kMaxFoldElements,
+                     " elements");
+    v.shape.push_back(d);
+    if (ElementCount(v.shape) > kMaxFoldElements)
+      return invalid("more than ", kMaxFoldElements, " elements; fuselage reads smaller tensors");
+  }
+  const int64_t n = ElementCount(v.shape);
+  const std::string& raw = t.raw_data();
+  const bool has_raw = t.has_raw_data();
+  // The data's size in values of `width` bytes (raw_data) or its typed field's, against n.
+  auto check_size = [&](int64_t width, int typed_size, absl::string_view field) -> absl::Status {
+    const int64_t have = has_raw ? static_cast<int64_t>(raw.size()) / width : typed_size;
+    if ((has_raw && static_cast<int64_t>(raw.size()) != n * width) || (!has_raw && have != n))
+      return invalid("its ", has_raw ? "raw_data" : field, " holds ", have,
+                     " values; its shape ", ShapeText(v.shape), " needs ", n);
+    return absl::OkStatus();
+  };
+  switch (t.data_type()) {
+    case kOnnxFloat:
+      v.type = Type::kFloat;
+      RETURN_IF_ERROR(check_size(4, t.float_data_size(), "float_data"));
+      if (!has_raw) {
+        v.floats.assign(t.float_data().begin(), t.float_data().end());
+      } else if (raw_floats != nullptr) {
+        *raw_floats = raw;
+      } else {
+        v.floats.resize(n);
+        if (n > 0) std::memcpy(v.floats.data(), raw.data(), n * 4);
+      }
+      return v;
+    case kOnnxInt64:
+      v.type = Type::kInt64;
+      RETURN_IF_ERROR(check_size(8, t.int64_data_size(), "int64_data"));
+      if (has_raw) {
+        v.ints.resize(n);
+        if (n > 0) std::memcpy(v.ints.data(), raw.data(), n * 8);
+      } else {
+        v.ints.assign(t.int64_data().begin(), t.int64_data().end());
+      }
+      return v;
+    case kOnnxInt32: {
+      v.type = Type::kInt64;
+      RETURN_IF_ERROR(check_size(4, t.int32_data_size(), "int32_data"));
+      if (has_raw) {
+        std::vector<int32_t> values(n);
+        if (n > 0) std::memcpy(values.data(), raw.data(), n * 4);
+        v.ints.assign(values.begin(), values.end());
+      } else {
+        v.ints.assign(t.int32_data().begin(), t.int32_data().end());
+      }
+      return v;
+    }
+    case kOnnxBool:
+      v.type = Type::kBool;
+      RETURN_IF_ERROR(check_size(1, t.int32_data_size(), "int32_data"));
+      if (has_raw) {
+        for (char c : raw) v.ints.push_back(c != 0);
+      } else {
+        for (int32_t b : t.int32_data()) v.ints.push_back(b != 0);
+      }
+      return v;
+    default:
+      return absl::UnimplementedError(absl::StrCat(
+          where, ": data type ", t.data_type(),
+          "; fuselage reads FLOAT, INT64, INT32 and BOOL tensors"));
+  }
+}
 
 const std::vector<std::string>& FoldOnlyOps() {
   static const auto* ops = new std::vector<std::string>{

@@ -34,6 +34,9 @@ struct OnnxConstant {
   int64_t size() const;
 };
 
+// `shape` as errors write it: "[1, 3, 8, 8]".
+std::string ShapeText(const std::vector<int64_t>& shape);
+
 // The element count of a tensor of `shape` (1 for a scalar): the product of its dimensions,
 // which the caller has bounded (kMaxFoldElements, the reader's kMaxElements).
 int64_t ElementCount(const std::vector<int64_t>& shape);
@@ -45,6 +48,19 @@ inline constexpr int64_t kMaxFoldElements = int64_t{1} << 28;
 inline constexpr int64_t kFoldBudget = int64_t{1} << 24;
 // The highest rank of a folded constant (the reader's limit on every tensor).
 inline constexpr size_t kMaxFoldRank = 8;
+
+// The value of the ONNX tensor `t`: FLOAT, INT64, INT32 (read as int64) or BOOL, from its
+// raw_data or its typed field, checked against its dims (rank <= kMaxFoldRank, at most
+// kMaxFoldElements elements, as much data as they need). With `raw_floats`, a FLOAT tensor
+// held in raw_data is not copied: *raw_floats views t.raw_data() and `floats` stays empty
+// (a model's weights are most of its file). Another data type is an Unimplemented status,
+// external data a FailedPrecondition one (the reader reads it in first, from the model's
+// folder); anything else bad InvalidArgument. `where` (the tensor) starts every error.
+//
+//   ASSIGN_OR_RETURN(OnnxConstant c, ReadOnnxTensor(attribute.t(), "node 'fill' value"));
+absl::StatusOr<OnnxConstant> ReadOnnxTensor(const onnx_subset::TensorProto& t,
+                                            absl::string_view where,
+                                            absl::string_view* raw_floats = nullptr);
 
 // True for the ops the reader reads only on constants (shape arithmetic): Gather, Cast,
 // ConstantOfShape, Range, Equal, Where, ... (fuselage.from_onnx's former _FOLD_ONLY).

@@ -36,8 +36,8 @@ using Shape = std::vector<int64_t>;
 
 // The most elements a tensor the reader makes may have (1 GiB of float32) and the highest
 // rank (fuselage.from_onnx refuses larger tensors with these).
-constexpr int64_t kMaxElements = int64_t{1} << 28;
-constexpr int kMaxRank = 8;
+constexpr int64_t kMaxElements = kMaxFoldElements;
+constexpr int kMaxRank = static_cast<int>(kMaxFoldRank);
 // The largest ONNX file read: protobuf parses at most 2 GiB - 1.
 constexpr size_t kMaxFileBytes = (size_t{1} << 31) - 1;
 
@@ -112,8 +112,6 @@ Value FromConstant(OnnxConstant c) {
   v.ints = std::move(c.ints);
   return v;
 }
-
-std::string ShapeText(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
 std::string Where(const NodeProto& node) {
   if (!node.name().empty()) return absl::StrCat("node '", node.name(), "' (", node.op_type(), ")");
@@ -263,100 +261,23 @@ class Attributes {
   std::map<std::string, const AttributeProto*> by_name_;
 };
 
-// The value of an ONNX tensor (an initializer or a Constant's), float32 or integer.
+// The value of an ONNX tensor (an initializer or a Constant's), float32 or integer; one of
+// another data type is kept with why it cannot be used (only its use is an error).
 absl::StatusOr<Value> ReadTensor(const TensorProto& t, const std::string& where) {
-  Value v;
-  if (t.data_location() == TensorProto::EXTERNAL) {
-    std::string location;
-    for (const auto& e : t.external_data())
-      if (e.key() == "location") location = e.value();
-    // LoadOnnxModel reads external data into raw_data first: a model given as bytes
-    // (or an onnx.ModelProto) has no folder to find it in.
-    return absl::UnimplementedError(absl::StrCat(
-        where, ": its data is external ('", location,
-        "') and the model was given without its path; read the ONNX file by its path so "
-        "that the data beside it is found"));
+  absl::string_view raw_floats;
+  absl::StatusOr<OnnxConstant> c = ReadOnnxTensor(t, where, &raw_floats);
+  if (absl::IsUnimplemented(c.status())) {
+    Value unreadable;
+    unreadable.shape.assign(t.dims().begin(), t.dims().end());  // checked before the type
+    unreadable.unreadable = std::string(c.status().message());
+    return unreadable;
   }
-  if (t.dims_size() > kMaxRank)
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": rank ", t.dims_size(), "; expected at most ", kMaxRank));
-  for (int64_t d : t.dims()) {
-    if (d < 0)
-      return absl::InvalidArgumentError(absl::StrCat(where, ": a negative dimension ", d));
-    if (d > kMaxElements)
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": a dimension of ", d, "; fuselage reads tensors of <= ", kMaxElements, " elements"));
-    v.shape.push_back(d);
-    if (ElementCount(v.shape) > kMaxElements)
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": more than ", kMaxElements, " elements; fuselage reads smaller tensors"));
-  }
-  const int64_t n = ElementCount(v.shape);
-  const bool raw = t.has_raw_data();
-  auto size_error = [&](int64_t have, absl::string_view field) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": its ", field, " holds ", have,
-                                                   " values; its shape ", ShapeText(v.shape),
-                                                   " needs ", n));
-  };
-  switch (t.data_type()) {
-    case TensorProto::FLOAT: {
-      v.is_float = true;
-      if (raw) {
-        if (static_cast<int64_t>(t.raw_data().size()) != n * 4)
-          return size_error(static_cast<int64_t>(t.raw_data().size()) / 4, "raw_data");
-        v.raw_floats = t.raw_data();
-      } else {
-        if (t.float_data_size() != n) return size_error(t.float_data_size(), "float_data");
-        v.floats.assign(t.float_data().begin(), t.float_data().end());
-      }
-      return v;
-    }
-    case TensorProto::INT64: {
-      v.is_float = false;
-      if (raw) {
-        if (static_cast<int64_t>(t.raw_data().size()) != n * 8)
-          return size_error(static_cast<int64_t>(t.raw_data().size()) / 8, "raw_data");
-        v.ints.resize(n);
-        if (n > 0) std::memcpy(v.ints.data(), t.raw_data().data(), n * 8);
-      } else {
-        if (t.int64_data_size() != n) return size_error(t.int64_data_size(), "int64_data");
-        v.ints.assign(t.int64_data().begin(), t.int64_data().end());
-      }
-      return v;
-    }
-    case TensorProto::INT32: {
-      v.is_float = false;
-      if (raw) {
-        if (static_cast<int64_t>(t.raw_data().size()) != n * 4)
-          return size_error(static_cast<int64_t>(t.raw_data().size()) / 4, "raw_data");
-        std::vector<int32_t> values(n);
-        if (n > 0) std::memcpy(values.data(), t.raw_data().data(), n * 4);
-        v.ints.assign(values.begin(), values.end());
-      } else {
-        if (t.int32_data_size() != n) return size_error(t.int32_data_size(), "int32_data");
-        v.ints.assign(t.int32_data().begin(), t.int32_data().end());
-      }
-      return v;
-    }
-    case TensorProto::BOOL: {
-      v.is_float = false;
-      v.is_bool = true;
-      if (raw) {
-        if (static_cast<int64_t>(t.raw_data().size()) != n)
-          return size_error(static_cast<int64_t>(t.raw_data().size()), "raw_data");
-        for (char c : t.raw_data()) v.ints.push_back(c != 0);
-      } else {
-        if (t.int32_data_size() != n) return size_error(t.int32_data_size(), "int32_data");
-        for (int32_t b : t.int32_data()) v.ints.push_back(b != 0);
-      }
-      return v;
-    }
-    default:
-      v.unreadable = absl::StrCat(where, ": data type ", t.data_type(),
-                                  "; fuselage reads FLOAT, INT64, INT32 and BOOL "
-                                  "tensors");
-      return v;
-  }
+  if (absl::IsFailedPrecondition(c.status()))  // external data, given without its folder
+    return absl::UnimplementedError(c.status().message());
+  RETURN_IF_ERROR(c.status());
+  Value v = FromConstant(*std::move(c));
+  v.raw_floats = raw_floats;
+  return v;
 }
 
 // Python's `re.sub(r"[^0-9a-zA-Z_]+", "_", base).strip("_")`, "v" if empty, a leading digit

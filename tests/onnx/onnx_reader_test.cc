@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -715,6 +716,83 @@ TEST(OnnxReaderOpsTest, ModFoldsWithTheSignItsFmodAttributeSays) {
   EXPECT_NE(ErrorOf(by_zero.onnx()).find("node 'mod' (Mod): an integer modulo by zero"),
             std::string::npos)
       << ErrorOf(by_zero.onnx());
+}
+
+// ConstantOfShape's value attribute, in each encoding a TensorProto allows (the typed field or
+// raw_data), fills its shape as ONNX defines (float 0 when absent); a value of two elements,
+// of a data type fuselage does not read, or whose data does not fit its dims is an error
+// naming the node.
+TEST(OnnxReaderOpsTest, ConstantOfShapeReadsItsValueInEveryEncoding) {
+  struct Case {
+    std::string name;
+    int data_type;
+    std::string raw;  // raw_data, or empty for the typed field below
+    std::vector<int64_t> typed_ints;
+    std::vector<float> typed_floats;
+    float filled;  // the value of every element, cast to float
+  };
+  const int64_t seven = 7;
+  const float two_and_a_half = 2.5f;
+  const std::vector<Case> cases = {
+      {"absent", -1, "", {}, {}, 0.0f},
+      {"int64 raw", TensorProto::INT64, std::string(reinterpret_cast<const char*>(&seven), 8),
+       {}, {}, 7.0f},
+      {"int64 typed", TensorProto::INT64, "", {-3}, {}, -3.0f},
+      {"int32 typed", TensorProto::INT32, "", {-2}, {}, -2.0f},
+      {"bool raw", TensorProto::BOOL, std::string(1, '\x05'), {}, {}, 1.0f},
+      {"float raw", TensorProto::FLOAT,
+       std::string(reinterpret_cast<const char*>(&two_and_a_half), 4), {}, {}, 2.5f},
+      {"float typed", TensorProto::FLOAT, "", {}, {0.25f}, 0.25f}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Builder b;
+    b.Input("x", {1, 1}).Ints("shape", {2, 3});
+    NodeProto& fill = b.Node("ConstantOfShape", "fill", {"shape"}, {"c"});
+    if (c.data_type >= 0) {
+      auto* a = fill.add_attribute();
+      a->set_name("value");
+      a->set_type(onnx_subset::AttributeProto::TENSOR);
+      TensorProto* t = a->mutable_t();
+      t->set_data_type(c.data_type);
+      t->add_dims(1);
+      if (!c.raw.empty()) t->set_raw_data(c.raw);
+      for (int64_t v : c.typed_ints) {
+        if (c.data_type == TensorProto::INT64)
+          t->add_int64_data(v);
+        else
+          t->add_int32_data(static_cast<int32_t>(v));
+      }
+      for (float v : c.typed_floats) t->add_float_data(v);
+    }
+    IntAttr(b.Node("Cast", "cast", {"c"}, {"y"}), "to", TensorProto::FLOAT);
+    b.Output("y");
+    auto out = RunOnnx(b.onnx(), {Tensor::FromFloats({1, 1}, Floats{0})});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].shape, (Dims{2, 3}));
+    EXPECT_EQ(out[0].values, Floats(6, c.filled));
+  }
+  // What the value attribute may not be: each an error naming the node and what is wrong.
+  for (const auto& [data_type, values, expected] :
+       std::vector<std::tuple<int, int, std::string>>{
+           {TensorProto::INT64, 2, "a value of other than one element"},
+           {11, 1, "data type 11; fuselage reads FLOAT, INT64, INT32 and BOOL"},
+           {TensorProto::INT64, 0, "its int64_data holds 0 values; its shape [1] needs 1"}}) {
+    SCOPED_TRACE(expected);
+    Builder b;
+    b.Input("x", {1, 1}).Ints("shape", {2});
+    NodeProto& fill = b.Node("ConstantOfShape", "fill", {"shape"}, {"y"});
+    auto* a = fill.add_attribute();
+    a->set_name("value");
+    a->set_type(onnx_subset::AttributeProto::TENSOR);
+    TensorProto* t = a->mutable_t();
+    t->set_data_type(data_type);
+    t->add_dims(values == 2 ? 2 : 1);
+    for (int i = 0; i < values; ++i) t->add_int64_data(i);
+    b.Output("y");
+    const std::string error = ErrorOf(b.onnx());
+    EXPECT_NE(error.find("node 'fill' (ConstantOfShape)"), std::string::npos) << error;
+    EXPECT_NE(error.find(expected), std::string::npos) << error;
+  }
 }
 
 TEST(OnnxReaderOpsTest, FoldErrorsNameTheNode) {
