@@ -374,6 +374,17 @@ const std::set<std::string>& FxIllegalNames() {
   return *names;
 }
 
+// Python's keywords (keyword.kwlist): a module or buffer named one would make torch.fx's
+// code `self.class(x)`, which does not compile.
+bool IsPythonKeyword(const std::string& name) {
+  static const auto* keywords = new std::set<std::string>{
+      "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class",
+      "continue", "def", "del", "elif", "else", "except", "finally", "for", "from", "global",
+      "if", "import", "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return",
+      "try", "while", "with", "yield"};
+  return keywords->count(name) > 0;
+}
+
 // torch.fx's node names (torch.fx.graph._Namespace.create_name, torch 2.14): the names a
 // torch.fx graph of these nodes, and so its model file, gives each node. A candidate that is a
 // valid identifier keeps its numeric suffix; a taken or illegal one gets the next free
@@ -463,7 +474,8 @@ class Reader {
   std::string Fresh(const std::string& base) {
     const std::string name = Sanitize(base);
     std::string candidate = name;
-    for (int i = 1; names_.count(candidate) > 0 || TorchModuleAttributes().count(candidate) > 0;
+    for (int i = 1; names_.count(candidate) > 0 || TorchModuleAttributes().count(candidate) > 0 ||
+                    IsPythonKeyword(candidate);
          ++i)
       candidate = absl::StrCat(name, "_", i);
     names_.insert(candidate);
@@ -894,6 +906,10 @@ absl::Status Reader::EmitClip(const NodeProto& node, std::vector<Value>& out) {
     bounds[i - 1] = FirstFloat(*v);
   }
   const auto& [lo, hi] = bounds;
+  if (!lo && !hi) {  // clips nothing
+    out.push_back(*x);
+    return absl::OkStatus();
+  }
   if (lo && hi && *lo == 0.0 && *hi == 6.0) {
     proto::Module m;
     m.set_type("nn.ReLU6");
@@ -903,14 +919,14 @@ absl::Status Reader::EmitClip(const NodeProto& node, std::vector<Value>& out) {
     out.push_back(Module(node, std::move(m), x->node, x->shape));
   } else if (lo && !hi && *lo == 0.0) {
     out.push_back(Module(node, SimpleModule("nn.ReLU"), x->node, x->shape));
-  } else if (lo && hi) {
+  } else if (lo && hi && *lo < *hi) {  // nn.Hardtanh asserts min_val < max_val
     proto::Module m;
     m.set_type("nn.Hardtanh");
     AddAttribute(m, "min_val", FloatArg(*lo));
     AddAttribute(m, "max_val", FloatArg(*hi));
     AddAttribute(m, "inplace", BoolArg(false));
     out.push_back(Module(node, std::move(m), x->node, x->shape));
-  } else {
+  } else {  // one bound, or min >= max: every element max, as ONNX and torch.clamp say
     std::vector<proto::Arg> args = {NodeArg(x->node), lo ? FloatArg(*lo) : NoneArg(),
                                     hi ? FloatArg(*hi) : NoneArg()};
     out.push_back(Call(node, "torch.clamp", std::move(args), x->shape));
@@ -1570,7 +1586,13 @@ absl::Status Reader::Emit(const NodeProto& node, std::vector<Value>& out) {
   if (op == "Flatten") {
     ASSIGN_OR_RETURN(const Value* x, TensorInput(node, 0));
     const int64_t rank = static_cast<int64_t>(x->shape.size());
-    ASSIGN_OR_RETURN(int64_t axis, Axis(node, attrs.Int("axis", 1), rank + 1));
+    // Flatten's axis is in [-rank, rank]: a negative one counts from rank (-1: all axes
+    // but the last go to the first dimension), not from rank + 1.
+    int64_t axis = attrs.Int("axis", 1);
+    if (axis < -rank || axis > rank)
+      return NodeError(node, absl::StrCat("axis ", axis, " for an input of rank ", rank,
+                                          "; expected one in [", -rank, ", ", rank, "]"));
+    if (axis < 0) axis += rank;
     Shape shape = {1, 1};
     for (int64_t i = 0; i < rank; ++i) shape[i < axis ? 0 : 1] *= x->shape[i];
     if (axis == 1) {

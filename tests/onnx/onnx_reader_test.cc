@@ -795,6 +795,76 @@ TEST(OnnxReaderOpsTest, ConstantOfShapeReadsItsValueInEveryEncoding) {
   }
 }
 
+// Flatten's axis is in [-rank, rank], a negative one counted from rank (ONNX's Flatten):
+// on [2, 3, 4, 5], -1 gives [24, 5], -2 [6, 20], -4 and 0 [1, 120], 4 [120, 1].
+TEST(OnnxReaderOpsTest, FlattenCountsANegativeAxisFromTheRank) {
+  for (const auto& [axis, dims] : std::vector<std::pair<int64_t, Dims>>{
+           {-1, {24, 5}}, {-2, {6, 20}}, {-4, {1, 120}}, {0, {1, 120}}, {1, {2, 60}},
+           {4, {120, 1}}}) {
+    SCOPED_TRACE(axis);
+    Builder b;
+    b.Input("x", {2, 3, 4, 5});
+    IntAttr(b.Node("Flatten", "flatten", {"x"}, {"y"}), "axis", axis);
+    b.Output("y");
+    auto out = RunOnnx(b.onnx(), {Tensor::FromFloats({2, 3, 4, 5}, Iota(120))});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].shape, dims);
+    EXPECT_EQ(out[0].values, Iota(120));
+  }
+  for (const int64_t axis : {-5, 5}) {
+    Builder b;
+    b.Input("x", {2, 3, 4, 5});
+    IntAttr(b.Node("Flatten", "flatten", {"x"}, {"y"}), "axis", axis);
+    b.Output("y");
+    EXPECT_NE(ErrorOf(b.onnx()).find(absl::StrCat("node 'flatten' (Flatten): axis ", axis,
+                                                  " for an input of rank 4; expected one in "
+                                                  "[-4, 4]")),
+              std::string::npos)
+        << ErrorOf(b.onnx());
+  }
+}
+
+// Clip as ONNX defines it: without bounds it clips nothing; with min >= max every element
+// is max (min(max(x, min), max)).
+TEST(OnnxReaderOpsTest, ClipWithoutBoundsOrWithMinAtLeastMax) {
+  const Floats x = {-2.0f, -0.5f, 0.5f, 2.0f};
+  struct Case {
+    std::string name;
+    std::vector<std::string> inputs;
+    Floats expected;
+  };
+  for (const Case& c : std::vector<Case>{{"no bounds", {"x"}, x},
+                                         {"min > max", {"x", "one", "minus_one"}, Floats(4, -1)},
+                                         {"min == max", {"x", "half", "half"}, Floats(4, 0.5f)},
+                                         {"max only", {"x", "", "half"}, {-2, -0.5f, 0.5f, 0.5f}}}) {
+    SCOPED_TRACE(c.name);
+    Builder b;
+    b.Input("x", {1, 4}).Floats("one", {1.0f}, {}).Floats("minus_one", {-1.0f}, {});
+    b.Floats("half", {0.5f}, {});
+    b.Node("Clip", "clip", c.inputs, {"y"});
+    b.Output("y");
+    auto out = RunOnnx(b.onnx(), {Tensor::FromFloats({1, 4}, x)});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].values, c.expected);
+  }
+}
+
+// A node named as a Python keyword gives its module another name: torch.fx's code would
+// call `self.class(x)`, which does not compile.
+TEST(OnnxReaderOpsTest, AModuleIsNeverNamedAsAPythonKeyword) {
+  Builder b;
+  b.Input("x", {1, 4});
+  b.Node("Relu", "class", {"x"}, {"r"});
+  b.Node("Relu", "def", {"r"}, {"y"});
+  b.Output("y");
+  auto model = OnnxToModelProto(b.onnx());
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<std::string> modules;
+  for (const auto& node : model->graph().nodes())
+    if (node.op() == proto::CALL_MODULE) modules.push_back(node.target());
+  EXPECT_EQ(modules, (std::vector<std::string>{"class_1", "def_1"}));
+}
+
 TEST(OnnxReaderOpsTest, FoldErrorsNameTheNode) {
   Builder on_tensor;
   on_tensor.Input("x", {1, 4});
