@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/check.h"
@@ -59,6 +60,30 @@ DType Argument::as_dtype() const {
   FUSELAGE_CHECK(is_dtype());
   return std::get<DType>(value_);
 }
+absl::string_view Argument::as_torch_object() const {
+  FUSELAGE_CHECK(is_torch_object());
+  return std::get<TorchObjectText>(value_).text.name();
+}
+
+bool IsTorchObjectText(absl::string_view text) {
+  const size_t colon = text.find(':');
+  if (colon == absl::string_view::npos) return false;
+  const absl::string_view type = text.substr(0, colon), name = text.substr(colon + 1);
+  const bool is_device = type == "device";
+  if (!is_device && type != "layout" && type != "memory_format") return false;
+  // A device may carry its index ("cuda:0"); a layout or memory format is one identifier.
+  return !name.empty() && std::all_of(name.begin(), name.end(), [&](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+           (is_device && c == ':');
+  });
+}
+
+std::string TorchObjectRepr(absl::string_view text) {
+  const size_t colon = text.find(':');
+  if (text.substr(0, colon) == "device")
+    return absl::StrCat("torch.device('", text.substr(colon + 1), "')");
+  return absl::StrCat("torch.", text.substr(colon + 1));
+}
 
 bool Argument::ContainsNode() const {
   bool found = false;
@@ -96,6 +121,7 @@ std::string Argument::ToString() const {
     case Kind::kDType: return std::string(DTypeName(as_dtype()));
     case Kind::kNode: return as_node()->name();
     case Kind::kEllipsis: return "Ellipsis";
+    case Kind::kTorchObject: return TorchObjectRepr(as_torch_object());
     case Kind::kSlice:
     case Kind::kList: {
       std::string inner = absl::StrJoin(items(), ", ", [](std::string* out, const Argument& a) {

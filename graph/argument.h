@@ -1,7 +1,7 @@
 // Argument: one positional or keyword arg of a node, or a module attribute. Args nest as
 // in torch.fx: None, bool, int, float, string, dtype, a reference to a node, a list or
 // tuple of args, a slice (start, stop, step: each None, an int or a node) or Ellipsis, as
-// `x[..., -2:]` records them. Strings are interned (Symbol). Lists are immutable and shared, so an
+// `x[..., -2:]` records them, or a torch device, layout or memory format (TorchObject). Strings are interned (Symbol). Lists are immutable and shared, so an
 // Argument is 24 bytes and cheap to copy; "changing" a list means building a new one.
 //
 //   Argument a = Argument::Tuple({Argument(x), Argument::Int(1), Argument::None()});
@@ -39,7 +39,7 @@ class Argument {
  public:
   // kSlice is last: it is a list in the variant (see kind()), told apart by ArgList::is_slice.
   enum class Kind : uint8_t {
-    kNone, kBool, kInt, kFloat, kString, kDType, kNode, kList, kEllipsis, kSlice
+    kNone, kBool, kInt, kFloat, kString, kDType, kNode, kList, kEllipsis, kTorchObject, kSlice
   };
 
   Argument() = default;  // None
@@ -57,6 +57,12 @@ class Argument {
   // loader and Graph::Verify check it).
   static Argument Slice(Argument start, Argument stop, Argument step);
   static Argument Ellipsis() { return Argument(Value(EllipsisTag{})); }
+  // A torch object fuselage passes through to torch and computes nothing with, by its
+  // text: "device:cpu", "layout:strided", "memory_format:channels_last" (torch.export
+  // writes `device=cpu` into factory calls; IsTorchObjectText says which texts are valid).
+  static Argument TorchObject(absl::string_view text) {
+    return Argument(Value(TorchObjectText{Symbol::Intern(text)}));
+  }
 
   Kind kind() const {
     const Kind kind = static_cast<Kind>(value_.index());
@@ -74,6 +80,7 @@ class Argument {
   bool is_tuple() const { return is_list() && std::get<ListPtr>(value_)->is_tuple; }
   bool is_slice() const { return kind() == Kind::kSlice; }
   bool is_ellipsis() const { return kind() == Kind::kEllipsis; }
+  bool is_torch_object() const { return kind() == Kind::kTorchObject; }
 
   // Accessors; calling one for another kind is a bug (checked).
   bool as_bool() const;
@@ -82,6 +89,7 @@ class Argument {
   Symbol as_symbol() const;
   absl::string_view as_string() const { return as_symbol().name(); }
   DType as_dtype() const;
+  absl::string_view as_torch_object() const;  // "device:cpu"
   // Inline: every walk over a graph's edges reads these two.
   Node* as_node() const {
     Node* const* node = std::get_if<Node*>(&value_);
@@ -124,7 +132,7 @@ class Argument {
   int Depth() const;
 
   // Python-like rendering: None, True, 3, 0.5, 'str', torch.quint8, node_name, [a, b], (a,),
-  // slice(-2, None, None), Ellipsis.
+  // slice(-2, None, None), Ellipsis, torch.device('cpu'), torch.channels_last.
   std::string ToString() const;
 
   // Structural equality; nodes compare by identity.
@@ -149,12 +157,24 @@ class Argument {
   struct EllipsisTag {
     friend bool operator==(EllipsisTag, EllipsisTag) { return true; }
   };
+  struct TorchObjectText {
+    Symbol text;
+    friend bool operator==(TorchObjectText a, TorchObjectText b) { return a.text == b.text; }
+  };
   // The order matches Kind (kSlice excepted, which is a ListPtr).
   using Value = std::variant<std::monostate, bool, int64_t, double, Symbol, DType, Node*,
-                             ListPtr, EllipsisTag>;
+                             ListPtr, EllipsisTag, TorchObjectText>;
   explicit Argument(Value v) : value_(std::move(v)) {}
   Value value_;
 };
+
+// Whether `text` names a torch object Argument::TorchObject holds: "device:" followed by a
+// device ("cpu", "cuda:0"), "layout:" or "memory_format:" followed by a name (letters,
+// digits, '_').
+bool IsTorchObjectText(absl::string_view text);
+// `text` (IsTorchObjectText) as Python spells the object: torch.device('cpu'),
+// torch.strided, torch.channels_last.
+std::string TorchObjectRepr(absl::string_view text);
 
 using Kwarg = std::pair<Symbol, Argument>;
 using Kwargs = std::vector<Kwarg>;

@@ -236,6 +236,7 @@ std::string PythonRepr(const Argument& arg) {
     case Argument::Kind::kDType: return std::string(DTypeName(arg.as_dtype()));
     case Argument::Kind::kNode: return arg.as_node()->name();
     case Argument::Kind::kEllipsis: return "Ellipsis";
+    case Argument::Kind::kTorchObject: return TorchObjectRepr(arg.as_torch_object());
     case Argument::Kind::kSlice:
     case Argument::Kind::kList: {
       std::string inner = absl::StrJoin(arg.items(), ", ", [](std::string* out, const Argument& a) {

@@ -45,6 +45,9 @@ void ArgToProto(const Argument& arg, proto::Arg* out) {
       break;
     case Argument::Kind::kNode: out->set_node(arg.as_node()->name()); break;
     case Argument::Kind::kEllipsis: out->set_ellipsis(true); break;
+    case Argument::Kind::kTorchObject:
+      out->set_torch_object(std::string(arg.as_torch_object()));
+      break;
     case Argument::Kind::kSlice:
     case Argument::Kind::kList: {
       proto::ArgList* list = arg.is_slice()   ? out->mutable_slice()
@@ -340,6 +343,14 @@ class ModelReader {
         return absl::OkStatus();
       case proto::Arg::kStringValue:
         return CheckString(a.string_value(), where, "string_value");
+      case proto::Arg::kTorchObject:
+        RETURN_IF_ERROR(CheckString(a.torch_object(), where, "torch_object"));
+        if (!IsTorchObjectText(a.torch_object())) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": field 'torch_object' is '", a.torch_object(),
+              "'; expected device:<device>, layout:<name> or memory_format:<name>"));
+        }
+        return absl::OkStatus();
       default:
         return absl::OkStatus();
     }
@@ -508,6 +519,9 @@ class ModelReader {
     if (a.value_case() == proto::Arg::kStringValue) {
       return Symbol::TryIntern(a.string_value()).status();
     }
+    if (a.value_case() == proto::Arg::kTorchObject) {
+      return Symbol::TryIntern(a.torch_object()).status();
+    }
     if (a.has_list() || a.has_tuple()) {
       for (const proto::Arg& item : (a.has_list() ? a.list() : a.tuple()).items()) {
         RETURN_IF_ERROR(InternArgText(item));
@@ -534,6 +548,7 @@ class ModelReader {
       case proto::Arg::kDtypeValue: return Argument::Dtype(static_cast<DType>(a.dtype_value()));
       case proto::Arg::kNode: return Argument(built[index.at(a.node())]);
       case proto::Arg::kEllipsis: return Argument::Ellipsis();
+      case proto::Arg::kTorchObject: return Argument::TorchObject(a.torch_object());
       case proto::Arg::kSlice:
         return Argument::Slice(BuildArg(a.slice().items(0), index, built),
                                BuildArg(a.slice().items(1), index, built),

@@ -88,6 +88,10 @@ class ValueStore {
         return arg.is_tuple() ? Value::Tuple(std::move(items)) : Value::List(std::move(items));
       }
       case Argument::Kind::kEllipsis: return Value::Ellipsis();
+      case Argument::Kind::kTorchObject:  // only an opaque aten call takes one
+        return absl::UnimplementedError(absl::StrCat(
+            "an argument ", arg.ToString(), "; fuselage's kernels take no torch device, "
+            "layout or memory format"));
       case Argument::Kind::kSlice: {
         // A part that is a node (`x[:n]`) must have computed None or an int.
         std::optional<int64_t> parts[3];

@@ -106,6 +106,8 @@ def write_arg(out, value, where, depth=0):
             write_arg(out.slice.items.add(), item, f"{where} slice {part}", depth + 1)
     elif value is Ellipsis:  # x[..., 0]
         out.ellipsis = True
+    elif isinstance(value, (torch.device, torch.layout, torch.memory_format)):
+        out.torch_object = torch_object_text(value)  # torch.export's device=cpu
     elif isinstance(value, (list, tuple)):  # torch.Size and fx's immutable_list included
         if depth >= MAX_ARG_DEPTH:
             raise ExportError(f"{where}: lists nest deeper than {MAX_ARG_DEPTH}")
@@ -116,7 +118,38 @@ def write_arg(out, value, where, depth=0):
     else:
         raise ExportError(f"{where}: a value of type {type(value).__name__} ({value!r:.80}) "
                           "cannot be stored in a model file (supported: None, bool, int, "
-                          "float, str, dtype, node, list, tuple, slice, Ellipsis)")
+                          "float, str, dtype, node, list, tuple, slice, Ellipsis, "
+                          "torch.device, torch.layout, torch.memory_format)")
+
+
+def torch_object_text(value):
+    """The model file's text of a torch device, layout or memory format (graph/model.proto
+    Arg.torch_object): "device:cpu", "layout:strided", "memory_format:channels_last"."""
+    if isinstance(value, torch.device):
+        return f"device:{value}"
+    kind = "layout" if isinstance(value, torch.layout) else "memory_format"
+    return f"{kind}:{str(value).removeprefix('torch.')}"
+
+
+_TORCH_OBJECT_TYPES = {"layout": torch.layout, "memory_format": torch.memory_format}
+
+
+def read_torch_object(text, where):
+    """The torch object of a model file's torch_object `text` (torch_object_text's form,
+    which the C++ loader has checked): a device torch knows, or the layout / memory format
+    torch names so; anything else is a ModelFileError."""
+    kind, _, name = text.partition(":")
+    if kind == "device":
+        try:
+            return torch.device(name)
+        except RuntimeError as e:
+            raise ModelFileError(f"{where}: torch_object '{text}' is not a device torch "
+                                 f"knows ({e})") from None
+    value = getattr(torch, name, None) if kind in _TORCH_OBJECT_TYPES else None
+    if not isinstance(value, _TORCH_OBJECT_TYPES.get(kind, ())):
+        raise ModelFileError(f"{where}: torch_object '{text}' is not a torch device, layout "
+                             "or memory format")
+    return value
 
 
 def attribute_value(value):
@@ -178,6 +211,8 @@ def read_arg(arg, nodes, where, depth=0):
         return dtype
     if kind == "ellipsis":
         return Ellipsis
+    if kind == "torch_object":
+        return read_torch_object(check_string(arg.torch_object, where, "torch_object"), where)
     if kind == "slice":
         # As the C++ loader checks it: start, stop, step, each None, an int or a node.
         if depth >= MAX_ARG_DEPTH:

@@ -227,3 +227,40 @@ def test_a_pattern_in_aten_spelling_fuses_an_exported_model():
         want = model(x)
     got = torch.from_numpy(_core.run(engine, [x.numpy()])[0])
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+class _ArangeChannelsLast(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x) + torch.arange(x.shape[-1], dtype=torch.float32)  # device=cpu
+        return y.contiguous(memory_format=torch.channels_last)
+
+
+def test_an_op_kept_float_keeps_its_torch_object_arguments_through_a_model_file(tmp_path):
+    # torch.export writes `device=cpu` into arange and `memory_format=torch.channels_last`
+    # into contiguous: the model file holds them (Arg.torch_object), and the calls come
+    # back as they were exported. A file naming a device torch does not know is refused.
+    x = torch.randn(2, 3, 8, 8)
+    program = torch.export.export(_ArangeChannelsLast().eval(), (x,))
+    engine = fuselage.from_exported(program, (x,), unknown_ops="float")
+    path = tmp_path / "kept_float.fsl"
+    path.write_bytes(engine.to_bytes())
+    back = fuselage.to_torch(path)
+    want = program.module()(x)
+    got = back(x)[0]
+    assert torch.equal(got, want)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    kwargs = {n.target: n.kwargs for n in back.graph.nodes if n.op == "call_function"}
+    assert kwargs[torch.ops.aten.arange.default]["device"] == torch.device("cpu")
+    assert kwargs[torch.ops.aten.contiguous.default]["memory_format"] == torch.channels_last
+    proto = fuselage.to_proto(back)
+    arange = next(n for n in proto.graph.nodes if n.name == "arange")
+    next(kw for kw in arange.kwargs if kw.name == "device").value.torch_object = "device:bogus"
+    path.write_bytes(proto.SerializeToString())
+    with pytest.raises(fuselage.ModelFileError,
+                       match=r"node 'arange' kwargs\['device'\]: torch_object 'device:bogus' "
+                             r"is not a device torch knows"):
+        fuselage.to_torch(path)

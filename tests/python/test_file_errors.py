@@ -119,7 +119,8 @@ def _arg_messages(message, out):
 
 def test_values_of_the_wrong_kind_are_model_file_errors(tmp_path, small_residual):
     """Each attribute or arg of PyTorch's reference / converted / prepared models replaced
-    by a value of another kind (a list where a qscheme string was, ...): every file loads
+    by a value of another kind (a list where a qscheme string was, a torch device where a
+    number was, ...): every file loads
     or is a ModelFileError naming it."""
     from conftest import quantize_with_pytorch
 
@@ -133,7 +134,7 @@ def test_values_of_the_wrong_kind_are_model_file_errors(tmp_path, small_residual
         proto = type(protos[0])()
         proto.CopyFrom(protos[i % len(protos)])
         arg = rng.choice(_arg_messages(proto, []))
-        kind = rng.randrange(5)
+        kind = rng.randrange(6)
         if kind == 0:
             arg.int_value = rng.choice([0, -1, 1 << 40])
         elif kind == 1:
@@ -144,6 +145,9 @@ def test_values_of_the_wrong_kind_are_model_file_errors(tmp_path, small_residual
                 arg.list.items.add().int_value = rng.randint(-2, 5)
         elif kind == 3:
             arg.none = True
+        elif kind == 4:  # a torch object where another kind was; a device torch does not know
+            arg.torch_object = rng.choice(["device:cpu", "memory_format:channels_last",
+                                           "layout:strided", "device:bogus", "layout:cpu"])
         else:
             arg.float_value = rng.choice([0.0, -1.0, 1e30, float("nan")])
         path.write_bytes(proto.SerializeToString())

@@ -575,3 +575,43 @@ def test_a_batch_norm_after_a_conv_that_others_read_too_is_not_folded():
         assert torch.allclose(prepared(x), model(x), atol=1e-5)
         reference = fuselage.pt2e.convert_pt2e(prepared)
         assert _sqnr(model(x), reference(x)) > 30
+
+
+class _WithTorchObjects(torch.nn.Module):
+    """Ops fuselage does not read whose arguments are torch objects: torch.export writes
+    `device=cpu` into arange and `memory_format=torch.channels_last` into contiguous."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.linear = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        positions = torch.arange(y.shape[-1], dtype=torch.float32)
+        return self.linear(y + positions).contiguous(memory_format=torch.channels_last)
+
+
+def test_ops_kept_float_keep_their_device_and_memory_format_arguments():
+    # With unknown_ops="float" the arange and contiguous calls are given back as they were
+    # exported, torch objects included (the model file holds them), and the conv and linear
+    # around them are quantized as X86InductorQuantizer quantizes them.
+    torch.manual_seed(0)
+    model = _WithTorchObjects().eval()
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.warns(UserWarning, match=r"2 op\(s\) fuselage does not read kept float \(unknown_"
+                                         r"ops=\"float\"\): arange \(aten.arange.default\), "
+                                         r"contiguous \(aten.contiguous.default\)"):
+        prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "x86",
+                                              unknown_ops="float")
+    with torch.no_grad():
+        prepared(x)
+        ours = fuselage.pt2e.convert_pt2e(prepared)
+        theirs = torchao_x86_reference(model, x)
+        assert _q_dq_counts(ours) == _q_dq_counts(theirs)
+        assert _activation_qparams(ours) == pytest.approx(_activation_qparams(theirs))
+        got = _first(ours(x))
+        assert torch.allclose(got, theirs(x), atol=1e-5)
+        assert got.is_contiguous(memory_format=torch.channels_last)
+    calls = {n.target: n.kwargs for n in ours.graph.nodes if n.op == "call_function"}
+    assert calls[torch.ops.aten.arange.default]["device"] == torch.device("cpu")
+    assert calls[torch.ops.aten.contiguous.default]["memory_format"] == torch.channels_last

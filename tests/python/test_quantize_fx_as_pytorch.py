@@ -1104,3 +1104,33 @@ def test_a_histogram_observers_range_is_searched_with_torch_sums_total():
     scale, zero_point = observer.calculate_qparams()  # PyTorch's
     conv = qfx.convert_fx(copy.deepcopy(prepared)).get_submodule("0")
     assert (conv.scale, conv.zero_point) == (float(scale), int(zero_point))
+
+
+class _ChannelsLastBetweenConvs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x)).contiguous(memory_format=torch.channels_last)
+        return self.conv2(y)
+
+
+def test_a_memory_format_argument_is_kept_as_pytorch_keeps_it():
+    # `memory_format=torch.channels_last` is an arg the model file holds (Arg.torch_object):
+    # fuselage's converted model is PyTorch's, the contiguous call with it, to the bit.
+    model = _ChannelsLastBetweenConvs().eval()
+    batches = _batches((2, 3, 8, 8))
+    converted = []
+    for flow in (torch_qfx, qfx):
+        prepared = flow.prepare_fx(copy.deepcopy(model), get_default_qconfig_mapping("x86"),
+                                   (batches[0],))
+        with torch.no_grad():
+            for x in batches:
+                prepared(x)
+        converted.append(flow.convert_fx(prepared))
+    theirs, ours = converted
+    with torch.no_grad():
+        assert torch.equal(ours(batches[0]), theirs(batches[0]))
+    assert [n.kwargs for n in ours.graph.nodes if n.target == "contiguous"] == \
+        [{"memory_format": torch.channels_last}]
