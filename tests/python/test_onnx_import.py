@@ -609,6 +609,33 @@ def test_a_model_proto_in_a_path_out_and_enum_names(residual_onnx, tmp_path):
     assert sqnr(reference, outputs_on(out, test)) > 20
 
 
+@pytest.mark.parametrize("outputs", [["c", "a", "c"], ["a", "c", "a"]])
+def test_an_output_that_is_an_input_or_listed_twice_keeps_its_name_once(outputs, tmp_path):
+    # ONNX names a value once; the writer gives each output its own copy (an Identity of
+    # the input, a second DequantizeLinear), which the source names could not all name.
+    rng = np.random.default_rng(0)
+    weight = onnx.numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(
+        np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["a", "w"], ["c"], name="conv", pads=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], [weight])
+    path = str(tmp_path / "alias.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    calibration = [rng.standard_normal((1, 3, 6, 6)).astype(np.float32) for _ in range(4)]
+    out = tmp_path / "alias.qdq.onnx"
+    fuselage.onnx.quantize_static(path, str(out), Reader("a", calibration))
+    assert [o.name for o in onnx.load(str(out)).graph.output] == outputs
+    x = torch.from_numpy(calibration[0])
+    reference, ours = ort_outputs(path, [x]), ort_outputs(out, [x])
+    for name, want, got in zip(outputs, reference, ours):
+        if name == "a":
+            np.testing.assert_array_equal(got, want)   # the input itself, float
+        else:
+            assert sqnr(want, got) > 30, (name, sqnr(want, got))
+
+
 def test_a_reader_without_the_input_names_it(residual_onnx, tmp_path):
     path, calibration, _ = residual_onnx
     with pytest.raises(OnnxImportError, match="no value for input 'image'"):

@@ -324,6 +324,7 @@ def quantize_with_model(model_input, calibration_data_reader, quant_format="QDQ"
 
 def _rename_io(proto, input_names, output_names):
     """The written graph's inputs and outputs given the source model's names."""
+    _list_aliased_outputs_once(proto, input_names, output_names)
     renames = {}
     for info, name in zip(proto.graph.input, input_names):
         renames[info.name] = name
@@ -341,6 +342,35 @@ def _rename_io(proto, input_names, output_names):
     for node in proto.graph.node:
         node.input[:] = [renames.get(n, n) for n in node.input]
         node.output[:] = [renames.get(n, n) for n in node.output]
+
+
+def _list_aliased_outputs_once(proto, input_names, output_names):
+    """ONNX defines each name once, so a source output that is a graph input, or one listed
+    twice, is that very value; the writer gives each output a value of its own (an
+    Identity of the input, a second DequantizeLinear), which the source's name could then
+    not name. Such an output lists the written value the name already stands for, and its
+    own copy, read by nothing, goes."""
+    written = {name: info.name for info, name in zip(proto.graph.input, input_names)}
+    for info, name in zip(proto.graph.output, output_names):
+        if name in written:
+            info.name = written[name]
+        else:
+            written[name] = info.name
+    _drop_unread(proto)
+
+
+def _drop_unread(proto):
+    """The graph without the nodes no node or graph output reads (an alias _rename_io no
+    longer lists)."""
+    while True:
+        read = {n for node in proto.graph.node for n in node.input}
+        read.update(o.name for o in proto.graph.output)
+        unread = [node for node in proto.graph.node
+                  if not any(o in read for o in node.output)]
+        if not unread:
+            return
+        for node in unread:
+            proto.graph.node.remove(node)
 
 
 def quantize_static(model_input, model_output, calibration_data_reader=None,
