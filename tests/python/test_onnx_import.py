@@ -609,6 +609,25 @@ def test_a_model_proto_in_a_path_out_and_enum_names(residual_onnx, tmp_path):
     assert sqnr(reference, outputs_on(out, test)) > 20
 
 
+@pytest.mark.parametrize("change", [lambda x: np.concatenate([x, x]),    # batch 2
+                                    lambda x: x[:, :, :16],                  # 16 x 32
+                                    lambda x: x.astype(np.float64)])
+def test_a_calibration_sample_of_another_shape_or_type_names_the_input(
+        residual_onnx, change, tmp_path):
+    # The written file's shapes were the first sample's: calibrated on batch 2, it took
+    # only batch 2, where the model (and ONNX Runtime, which refuses such samples) takes 1.
+    path, calibration, _ = residual_onnx
+    samples = [calibration[0], change(calibration[1])]
+    with pytest.raises(Exception):
+        quantization.quantize_static(path, str(tmp_path / "ort.onnx"),
+                                     Reader("image", samples))
+    out = tmp_path / "out.onnx"
+    with pytest.raises(OnnxImportError, match="calibration sample 1, input 'image'.*"
+                       r"float32 of shape \[1, 3, 32, 32\]"):
+        fuselage.onnx.quantize_static(path, str(out), Reader("image", samples))
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("outputs", [["c", "a", "c"], ["a", "c", "a"]])
 def test_an_output_that_is_an_input_or_listed_twice_keeps_its_name_once(outputs, tmp_path):
     # ONNX names a value once; the writer gives each output its own copy (an Identity of

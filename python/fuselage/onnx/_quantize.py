@@ -238,7 +238,21 @@ def _clamps_reading(gm, module_name):
                 yield user.target
 
 
-def _samples(calibration_data_reader, input_names):
+def _sample(value, name, shape, index):
+    """The tensor of one input of calibration sample `index`. Its shape and type must be
+    the model's, as ONNX Runtime's calibration requires: the written file's shapes are the
+    first sample's, and PyTorch's modules would take any batch or size and give a file
+    for other inputs than the model's."""
+    tensor = torch.as_tensor(value)
+    if tensor.dtype is not torch.float32 or tuple(tensor.shape) != tuple(shape):
+        raise OnnxImportError(
+            f"quantize_static: calibration sample {index}, input '{name}': a "
+            f"{str(tensor.dtype).replace('torch.', '')} tensor of shape "
+            f"{list(tensor.shape)}; the model takes float32 of shape {list(shape)}")
+    return tensor
+
+
+def _samples(calibration_data_reader, input_names, input_shapes):
     if calibration_data_reader is None or not hasattr(calibration_data_reader, "get_next"):
         raise OnnxImportError("quantize_static: calibration_data_reader must be an "
                               "onnxruntime CalibrationDataReader (an object with get_next())")
@@ -255,7 +269,8 @@ def _samples(calibration_data_reader, input_names):
         if missing:
             raise OnnxImportError(f"quantize_static: calibration sample {len(samples)} has no "
                                   f"value for input '{missing[0]}' (it has {sorted(feed)})")
-        samples.append(tuple(torch.as_tensor(feed[n]) for n in input_names))
+        samples.append(tuple(_sample(feed[n], n, shape, len(samples))
+                             for n, shape in zip(input_names, input_shapes)))
     if not samples:
         raise OnnxImportError("quantize_static: calibration_data_reader gave no samples")
     return samples
@@ -297,7 +312,8 @@ def quantize_with_model(model_input, calibration_data_reader, quant_format="QDQ"
     from fuselage.onnx import _export, _import
     from fuselage import quantize_fx
     gm, reader = _import.read(model_input)
-    samples = _samples(calibration_data_reader, reader.input_names)
+    samples = _samples(calibration_data_reader, reader.input_names,
+                       reader.input_shapes)
     qconfig = _qconfig(activation, weight, per_channel, reduce_range, symmetric_activation)
     mapping = _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude)
     backend = _backend_config(activation) if backend_config is None else backend_config
