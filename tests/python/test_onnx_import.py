@@ -552,6 +552,22 @@ def test_op_types_and_nodes_to_exclude_keep_ops_float(residual_onnx, tmp_path):
     assert fused["QLinearConv"] == 2 and fused["QGemm"] == 0 and fused["Gemm"] == 1, fused
 
 
+def test_op_types_to_quantize_empty_quantizes_every_op_as_onnx_runtimes_does(residual_onnx,
+                                                                             tmp_path):
+    # ORT takes [] as None (every op type it quantizes); fuselage quantized nothing.
+    path, calibration, test = residual_onnx
+    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
+    settings = dict(op_types_to_quantize=[], per_channel=True,
+                    activation_type=QuantType.QUInt8)
+    quantization.quantize_static(path, str(theirs), Reader("image", calibration), **settings)
+    fuselage.onnx.quantize_static(path, str(ours), Reader("image", calibration), **settings)
+    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    theirs_sqnr = sqnr(reference, outputs_on(theirs, test))
+    ours_sqnr = sqnr(reference, outputs_on(ours, test))
+    assert abs(ours_sqnr - theirs_sqnr) <= 0.5, (ours_sqnr, theirs_sqnr)
+    assert op_types(ours)["QuantizeLinear"] > 0
+
+
 @pytest.mark.parametrize("argument, value", [
     ("quant_format", QuantFormat.QOperator),
     ("calibrate_method", CalibrationMethod.Entropy),

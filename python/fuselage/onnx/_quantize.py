@@ -129,7 +129,7 @@ def _backend_config(activation):
 def _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude):
     from torch.ao.quantization import QConfigMapping
     mapping = QConfigMapping()
-    if op_types_to_quantize is None:
+    if not op_types_to_quantize:  # ORT's meaning of None and of []: every op type it knows
         mapping.set_global(qconfig)
     else:
         for op_type in op_types_to_quantize:
