@@ -552,6 +552,29 @@ def test_op_types_and_nodes_to_exclude_keep_ops_float(residual_onnx, tmp_path):
     assert fused["QLinearConv"] == 2 and fused["QGemm"] == 0 and fused["Gemm"] == 1, fused
 
 
+@pytest.mark.parametrize("chosen, fused_ops", [
+    (["Gemm"], {"QGemm": 1, "QLinearConv": 0, "QLinearAdd": 0}),
+    (["Add"], {"QGemm": 0, "QLinearConv": 0, "QLinearAdd": 1}),
+])
+def test_op_types_without_conv_keep_a_conv_relu_float(residual_onnx, chosen, fused_ops,
+                                                      tmp_path):
+    # nn.ReLU was quantized by object type with a Gemm or an Add, so the conv-relu, whose
+    # conv was not, was refused ("the parts of a fused module need the same object-type
+    # qconfig"); ORT quantizes the Gemm or the Add alone.
+    path, calibration, test = residual_onnx
+    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
+    settings = dict(op_types_to_quantize=chosen, per_channel=True,
+                    activation_type=QuantType.QUInt8)
+    quantization.quantize_static(path, str(theirs), Reader("image", calibration), **settings)
+    fuselage.onnx.quantize_static(path, str(ours), Reader("image", calibration), **settings)
+    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    theirs_sqnr = sqnr(reference, outputs_on(theirs, test))
+    ours_sqnr = sqnr(reference, outputs_on(ours, test))
+    assert ours_sqnr >= theirs_sqnr - 0.5, (ours_sqnr, theirs_sqnr)
+    fused = op_types(_optimized(ours, tmp_path / "optimized.onnx"))
+    assert {op: fused[op] for op in fused_ops} == fused_ops, fused
+
+
 def test_op_types_to_quantize_empty_quantizes_every_op_as_onnx_runtimes_does(residual_onnx,
                                                                              tmp_path):
     # ORT takes [] as None (every op type it quantizes); fuselage quantized nothing.

@@ -31,13 +31,11 @@ _EXTRA_OPTIONS = {"ActivationSymmetric": False, "WeightSymmetric": True,
                   "MatMulConstBOnly": True, "AddQDQPairToWeight": False,
                   "QuantizeBias": True, "DedicatedQDQPair": False}
 
-# The ONNX op types ORT's op_types_to_quantize names -> the fx targets from_onnx makes. A
-# Relu after a Conv, Gemm, MatMul or Add is quantized with it (ORT folds it into the Q;
-# fuselage fuses it into the op, which needs one qconfig for both).
+# The ONNX op types ORT's op_types_to_quantize names -> the fx targets from_onnx makes.
 _OP_TYPES = {
-    "Conv": (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ReLU),
-    "Gemm": (torch.nn.Linear, torch.nn.ReLU), "MatMul": (torch.nn.Linear, torch.matmul),
-    "Add": ("add", torch.nn.ReLU), "Mul": ("mul",),
+    "Conv": (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d),
+    "Gemm": (torch.nn.Linear,), "MatMul": (torch.nn.Linear, torch.matmul),
+    "Add": ("add",), "Mul": ("mul",),
     "Relu": (torch.nn.ReLU,), "Clip": (torch.nn.ReLU6, torch.nn.Hardtanh, torch.clamp),
     "MaxPool": (torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d),
     "AveragePool": (torch.nn.AvgPool1d, torch.nn.AvgPool2d, torch.nn.AvgPool3d),
@@ -50,6 +48,11 @@ _OP_TYPES = {
     "BatchNormalization": (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d),
     "LayerNormalization": (torch.nn.LayerNorm,),
 }
+
+
+# A Relu after one of these is quantized with it (ORT folds it into the op's Q; fuselage
+# fuses it into the op, which needs one qconfig for both).
+_RELU_FOLLOWS = ("Conv", "Gemm", "Add")
 
 
 def _name(value):
@@ -132,16 +135,7 @@ def _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude):
     if not op_types_to_quantize:  # ORT's meaning of None and of []: every op type it knows
         mapping.set_global(qconfig)
     else:
-        for op_type in op_types_to_quantize:
-            if op_type not in _OP_TYPES:
-                _refuse("op_types_to_quantize", op_type,
-                        f"op types among {', '.join(sorted(_OP_TYPES))}")
-            for target in _OP_TYPES[op_type]:
-                if isinstance(target, str):
-                    import operator
-                    mapping.set_object_type(getattr(operator, target), qconfig)
-                else:
-                    mapping.set_object_type(target, qconfig)
+        _map_op_types(mapping, qconfig, gm, op_types_to_quantize)
     modules = {onnx_name: fx_name for fx_name, onnx_name in reader.onnx_node_of.items()
                if fx_name in dict(gm.named_children())}
     known = set(reader.onnx_node_of.values())
@@ -157,6 +151,46 @@ def _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude):
             raise OnnxImportError(f"quantize_static: nodes_to_exclude names '{name}', which is "
                                   "not a node of the model")
     return mapping
+
+
+def _targets(op_types):
+    """The fx targets (module classes, functions) of the ONNX `op_types`."""
+    import operator
+    targets = set()
+    for op_type in op_types:
+        if op_type not in _OP_TYPES:
+            _refuse("op_types_to_quantize", op_type,
+                    f"op types among {', '.join(sorted(_OP_TYPES))}")
+        targets.update(getattr(operator, t) if isinstance(t, str) else t
+                       for t in _OP_TYPES[op_type])
+    return targets
+
+
+def _map_op_types(mapping, qconfig, gm, op_types):
+    """`qconfig` on the functions of `op_types` by type, and on their modules (and the
+    ReLUs after those of _RELU_FOLLOWS) by name: a fused module's parts need the same
+    object-type qconfig, which nn.ReLU cannot have when a Gemm's ReLU is quantized and a
+    Conv's (fused into ConvReLU2d) is not."""
+    chosen = _targets(op_types)
+    followed = _targets(set(op_types) & set(_RELU_FOLLOWS))
+    children = dict(gm.named_children())
+
+    def target(node):
+        if node.op == "call_module":
+            return type(children.get(node.target))
+        return node.target if node.op == "call_function" else None
+
+    for function in chosen:
+        if not isinstance(function, type):
+            mapping.set_object_type(function, qconfig)
+    for node in gm.graph.nodes:
+        if node.op != "call_module":
+            continue
+        source = node.args[0] if node.args else None
+        after_chosen = target(node) is torch.nn.ReLU and isinstance(source, torch.fx.Node) \
+            and target(source) in followed
+        if target(node) in chosen or after_chosen:
+            mapping.set_module_name(node.target, qconfig)
 
 
 _RANGE_KEEPING_MODULES = (torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d,
