@@ -77,8 +77,11 @@ def _qconfig(activation, weight_dtype, per_channel, reduce_range, symmetric_acti
     from torch.ao.quantization import QConfig
     from torch.ao.quantization.observer import MinMaxObserver, PerChannelMinMaxObserver
     info = torch.iinfo(torch.uint8 if activation is torch.quint8 else torch.int8)
+    # ORT's symmetric int8 activations are over [-127, 127] (scale max|x| / 127), not
+    # PyTorch's [-128, 127] (max|x| / 127.5, which clips the largest by half a step).
+    lowest = -info.max if symmetric_activation and activation is torch.qint8 else info.min
     act = MinMaxObserver.with_args(
-        dtype=activation, quant_min=info.min, quant_max=info.max,
+        dtype=activation, quant_min=lowest, quant_max=info.max,
         qscheme=torch.per_tensor_symmetric if symmetric_activation else
         torch.per_tensor_affine)
     # ORT's symmetric int8 weights: [-127, 127], [-64, 64] with reduce_range (7 bits).
