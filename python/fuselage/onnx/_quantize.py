@@ -31,13 +31,11 @@ _EXTRA_OPTIONS = {"ActivationSymmetric": False, "WeightSymmetric": True,
                   "MatMulConstBOnly": True, "AddQDQPairToWeight": False,
                   "QuantizeBias": True, "DedicatedQDQPair": False}
 
-# The ONNX op types ORT's op_types_to_quantize names -> the fx targets from_onnx makes. A
-# Relu after a Conv, Gemm, MatMul or Add is quantized with it (ORT folds it into the Q;
-# fuselage fuses it into the op, which needs one qconfig for both).
+# The ONNX op types ORT's op_types_to_quantize names -> the fx targets from_onnx makes.
 _OP_TYPES = {
-    "Conv": (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ReLU),
-    "Gemm": (torch.nn.Linear, torch.nn.ReLU), "MatMul": (torch.nn.Linear, torch.matmul),
-    "Add": ("add", torch.nn.ReLU), "Mul": ("mul",),
+    "Conv": (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d),
+    "Gemm": (torch.nn.Linear,), "MatMul": (torch.nn.Linear, torch.matmul),
+    "Add": ("add",), "Mul": ("mul",),
     "Relu": (torch.nn.ReLU,), "Clip": (torch.nn.ReLU6, torch.nn.Hardtanh, torch.clamp),
     "MaxPool": (torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d),
     "AveragePool": (torch.nn.AvgPool1d, torch.nn.AvgPool2d, torch.nn.AvgPool3d),
@@ -50,6 +48,11 @@ _OP_TYPES = {
     "BatchNormalization": (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d),
     "LayerNormalization": (torch.nn.LayerNorm,),
 }
+
+
+# A Relu after one of these is quantized with it (ORT folds it into the op's Q; fuselage
+# fuses it into the op, which needs one qconfig for both).
+_RELU_FOLLOWS = ("Conv", "Gemm", "Add")
 
 
 def _name(value):
@@ -74,8 +77,11 @@ def _qconfig(activation, weight_dtype, per_channel, reduce_range, symmetric_acti
     from torch.ao.quantization import QConfig
     from torch.ao.quantization.observer import MinMaxObserver, PerChannelMinMaxObserver
     info = torch.iinfo(torch.uint8 if activation is torch.quint8 else torch.int8)
+    # ORT's symmetric int8 activations are over [-127, 127] (scale max|x| / 127), not
+    # PyTorch's [-128, 127] (max|x| / 127.5, which clips the largest by half a step).
+    lowest = -info.max if symmetric_activation and activation is torch.qint8 else info.min
     act = MinMaxObserver.with_args(
-        dtype=activation, quant_min=info.min, quant_max=info.max,
+        dtype=activation, quant_min=lowest, quant_max=info.max,
         qscheme=torch.per_tensor_symmetric if symmetric_activation else
         torch.per_tensor_affine)
     # ORT's symmetric int8 weights: [-127, 127], [-64, 64] with reduce_range (7 bits).
@@ -129,19 +135,10 @@ def _backend_config(activation):
 def _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude):
     from torch.ao.quantization import QConfigMapping
     mapping = QConfigMapping()
-    if op_types_to_quantize is None:
+    if not op_types_to_quantize:  # ORT's meaning of None and of []: every op type it knows
         mapping.set_global(qconfig)
     else:
-        for op_type in op_types_to_quantize:
-            if op_type not in _OP_TYPES:
-                _refuse("op_types_to_quantize", op_type,
-                        f"op types among {', '.join(sorted(_OP_TYPES))}")
-            for target in _OP_TYPES[op_type]:
-                if isinstance(target, str):
-                    import operator
-                    mapping.set_object_type(getattr(operator, target), qconfig)
-                else:
-                    mapping.set_object_type(target, qconfig)
+        _map_op_types(mapping, qconfig, gm, op_types_to_quantize)
     modules = {onnx_name: fx_name for fx_name, onnx_name in reader.onnx_node_of.items()
                if fx_name in dict(gm.named_children())}
     known = set(reader.onnx_node_of.values())
@@ -157,6 +154,46 @@ def _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude):
             raise OnnxImportError(f"quantize_static: nodes_to_exclude names '{name}', which is "
                                   "not a node of the model")
     return mapping
+
+
+def _targets(op_types):
+    """The fx targets (module classes, functions) of the ONNX `op_types`."""
+    import operator
+    targets = set()
+    for op_type in op_types:
+        if op_type not in _OP_TYPES:
+            _refuse("op_types_to_quantize", op_type,
+                    f"op types among {', '.join(sorted(_OP_TYPES))}")
+        targets.update(getattr(operator, t) if isinstance(t, str) else t
+                       for t in _OP_TYPES[op_type])
+    return targets
+
+
+def _map_op_types(mapping, qconfig, gm, op_types):
+    """`qconfig` on the functions of `op_types` by type, and on their modules (and the
+    ReLUs after those of _RELU_FOLLOWS) by name: a fused module's parts need the same
+    object-type qconfig, which nn.ReLU cannot have when a Gemm's ReLU is quantized and a
+    Conv's (fused into ConvReLU2d) is not."""
+    chosen = _targets(op_types)
+    followed = _targets(set(op_types) & set(_RELU_FOLLOWS))
+    children = dict(gm.named_children())
+
+    def target(node):
+        if node.op == "call_module":
+            return type(children.get(node.target))
+        return node.target if node.op == "call_function" else None
+
+    for function in chosen:
+        if not isinstance(function, type):
+            mapping.set_object_type(function, qconfig)
+    for node in gm.graph.nodes:
+        if node.op != "call_module":
+            continue
+        source = node.args[0] if node.args else None
+        after_chosen = target(node) is torch.nn.ReLU and isinstance(source, torch.fx.Node) \
+            and target(source) in followed
+        if target(node) in chosen or after_chosen:
+            mapping.set_module_name(node.target, qconfig)
 
 
 _RANGE_KEEPING_MODULES = (torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d,
@@ -238,7 +275,21 @@ def _clamps_reading(gm, module_name):
                 yield user.target
 
 
-def _samples(calibration_data_reader, input_names):
+def _sample(value, name, shape, index):
+    """The tensor of one input of calibration sample `index`. Its shape and type must be
+    the model's, as ONNX Runtime's calibration requires: the written file's shapes are the
+    first sample's, and PyTorch's modules would take any batch or size and give a file
+    for other inputs than the model's."""
+    tensor = torch.as_tensor(value)
+    if tensor.dtype is not torch.float32 or tuple(tensor.shape) != tuple(shape):
+        raise OnnxImportError(
+            f"quantize_static: calibration sample {index}, input '{name}': a "
+            f"{str(tensor.dtype).replace('torch.', '')} tensor of shape "
+            f"{list(tensor.shape)}; the model takes float32 of shape {list(shape)}")
+    return tensor
+
+
+def _samples(calibration_data_reader, input_names, input_shapes):
     if calibration_data_reader is None or not hasattr(calibration_data_reader, "get_next"):
         raise OnnxImportError("quantize_static: calibration_data_reader must be an "
                               "onnxruntime CalibrationDataReader (an object with get_next())")
@@ -255,7 +306,8 @@ def _samples(calibration_data_reader, input_names):
         if missing:
             raise OnnxImportError(f"quantize_static: calibration sample {len(samples)} has no "
                                   f"value for input '{missing[0]}' (it has {sorted(feed)})")
-        samples.append(tuple(torch.as_tensor(feed[n]) for n in input_names))
+        samples.append(tuple(_sample(feed[n], n, shape, len(samples))
+                             for n, shape in zip(input_names, input_shapes)))
     if not samples:
         raise OnnxImportError("quantize_static: calibration_data_reader gave no samples")
     return samples
@@ -297,7 +349,8 @@ def quantize_with_model(model_input, calibration_data_reader, quant_format="QDQ"
     from fuselage.onnx import _export, _import
     from fuselage import quantize_fx
     gm, reader = _import.read(model_input)
-    samples = _samples(calibration_data_reader, reader.input_names)
+    samples = _samples(calibration_data_reader, reader.input_names,
+                       reader.input_shapes)
     qconfig = _qconfig(activation, weight, per_channel, reduce_range, symmetric_activation)
     mapping = _mapping(qconfig, gm, reader, op_types_to_quantize, nodes_to_exclude)
     backend = _backend_config(activation) if backend_config is None else backend_config
@@ -324,6 +377,7 @@ def quantize_with_model(model_input, calibration_data_reader, quant_format="QDQ"
 
 def _rename_io(proto, input_names, output_names):
     """The written graph's inputs and outputs given the source model's names."""
+    _list_aliased_outputs_once(proto, input_names, output_names)
     renames = {}
     for info, name in zip(proto.graph.input, input_names):
         renames[info.name] = name
@@ -341,6 +395,35 @@ def _rename_io(proto, input_names, output_names):
     for node in proto.graph.node:
         node.input[:] = [renames.get(n, n) for n in node.input]
         node.output[:] = [renames.get(n, n) for n in node.output]
+
+
+def _list_aliased_outputs_once(proto, input_names, output_names):
+    """ONNX defines each name once, so a source output that is a graph input, or one listed
+    twice, is that very value; the writer gives each output a value of its own (an
+    Identity of the input, a second DequantizeLinear), which the source's name could then
+    not name. Such an output lists the written value the name already stands for, and its
+    own copy, read by nothing, goes."""
+    written = {name: info.name for info, name in zip(proto.graph.input, input_names)}
+    for info, name in zip(proto.graph.output, output_names):
+        if name in written:
+            info.name = written[name]
+        else:
+            written[name] = info.name
+    _drop_unread(proto)
+
+
+def _drop_unread(proto):
+    """The graph without the nodes no node or graph output reads (an alias _rename_io no
+    longer lists)."""
+    while True:
+        read = {n for node in proto.graph.node for n in node.input}
+        read.update(o.name for o in proto.graph.output)
+        unread = [node for node in proto.graph.node
+                  if not any(o in read for o in node.output)]
+        if not unread:
+            return
+        for node in unread:
+            proto.graph.node.remove(node)
 
 
 def quantize_static(model_input, model_output, calibration_data_reader=None,
