@@ -449,6 +449,41 @@ def test_the_xnnpack_config_quantizes_where_xnnpack_quantizer_does():
         assert abs(_sqnr(want, ours(x)) - _sqnr(want, theirs(x))) < 1.0
 
 
+def test_the_xnnpack_config_observes_a_scalar_mul_or_adds_output_apart_as_xnnpack_quantizer():
+    # XNNPACKQuantizer gives an add or mul of a tensor and a scalar an output observer of
+    # its own. The FX config it was narrowed from shares the input's: y * 0.5 was then
+    # quantized at y's scale (a bit lost, 5 dB on this model) and y.mul_(2.0) widened the
+    # conv output's range.
+    xnnpack = pytest.importorskip("torchao.testing.pt2e._xnnpack_quantizer")
+
+    class ScalarOps(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 1)
+            self.c3 = torch.nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            y = self.c1(x) * 0.5
+            y = torch.relu(self.c2(y)) + 1.0
+            return self.c3(y.mul_(2.0))
+
+    torch.manual_seed(0)
+    model = ScalarOps().eval()
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.warns(UserWarning, match="deprecated"):
+        quantizer = xnnpack.XNNPACKQuantizer().set_global(
+            xnnpack.get_symmetric_quantization_config())
+    theirs = _torchao_flow(model, x, quantizer)
+    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "xnnpack")
+    with torch.no_grad():
+        prepared(x)
+    ours = fuselage.pt2e.convert_pt2e(prepared)
+    assert len(_activation_qparams(ours)) == len(_activation_qparams(theirs)) == 7
+    assert _activation_qparams(ours) == pytest.approx(_activation_qparams(theirs))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=1e-5)
+
+
 def test_lowering_to_onednn_refuses_what_is_no_graph():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
     with pytest.raises(fuselage.ExportError, match="expected the torch.fx.GraphModule"):
