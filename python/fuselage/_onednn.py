@@ -13,10 +13,12 @@ becomes the op torchao's lower_pt2e_quantized_to_x86 gives it:
     dq(x) -> linear(dq(w)) [-> relu] [-> q]
         onednn.qlinear_pointwise(x, sx, zx, packed, w_scales, w_zps, bias, ...)
 
-Without a quantize after it the op gives float32 (scale 1, zero point 0). Weights are
-packed once here (onednn.qconv_prepack / qlinear_prepack). Everything else stays as the
-reference has it, so the result runs on stock PyTorch, without fuselage and without the
-deprecated quantized dtypes. The reference model is not changed.
+A conv1d fuses relu only, a conv3d no unary op (oneDNN's limits: the op stays after
+it). Without a quantize after it the op gives
+float32 (scale 1, zero point 0). Weights are packed once here (onednn.qconv_prepack /
+qlinear_prepack). Everything else stays as the reference has it, so the result runs on
+stock PyTorch, without fuselage and without the deprecated quantized dtypes. The
+reference model is not changed.
 """
 
 import copy
@@ -49,6 +51,10 @@ _UNARY = {
     _aten.silu.default: ("swish", lambda n: []),
     _aten.silu_.default: ("swish", lambda n: []),
 }
+# The unary ops oneDNN's qconv_pointwise fuses, by conv rank: conv2d takes every post-op
+# of _UNARY, conv1d relu only, conv3d none ("Unsupported post op relu for quantized
+# pointwise conv3d" at every call). An op left out stays after the conv, float.
+_CONV_UNARY = {1: _RELUS, 2: tuple(_UNARY), 3: ()}
 
 
 def _arg(node, index, name, default):
@@ -231,7 +237,7 @@ class _Lowerer:
                              [scale, zero_point, dtype, accum_scale, accum_zp, "sum", 1.0,
                               "relu" if relu is not None else "none", [], ""])
                 return
-        nodes, attr, scalars, scale, zero_point, dtype = self.tail(conv, _UNARY)
+        nodes, attr, scalars, scale, zero_point, dtype = self.tail(conv, _CONV_UNARY[dims])
         group = [conv] + nodes
         self.replace(group, group[-1], torch.ops.onednn.qconv_pointwise.default,
                      head + [bias] + conv_args +

@@ -610,3 +610,25 @@ def test_a_batch_norm_after_a_conv_that_others_read_too_is_not_folded():
         assert torch.allclose(prepared(x), model(x), atol=1e-5)
         reference = fuselage.pt2e.convert_pt2e(prepared)
         assert _sqnr(model(x), reference(x)) > 30
+
+
+@pytest.mark.parametrize("conv, activation, shape", [
+    (torch.nn.Conv1d, torch.nn.ReLU6, (2, 3, 16)),
+    (torch.nn.Conv1d, torch.nn.Hardswish, (2, 3, 16)),
+    (torch.nn.Conv3d, torch.nn.ReLU, (2, 3, 6, 6, 6)),
+])
+def test_a_conv1d_or_conv3d_keeps_the_activation_onednn_does_not_fuse_into_it(
+        conv, activation, shape):
+    # oneDNN's qconv_pointwise fuses relu only into a conv1d and no post-op into a conv3d:
+    # the lowered model raised "Unsupported post op ... for quantized pointwise conv3d"
+    # at every call. The conv lowers all the same, the activation after it.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(conv(3, 8, 3), activation(), conv(8, 4, 1)).eval()
+    x = torch.randn(*shape)
+    reference = _fuselage_reference(model, x)
+    with torch.no_grad():
+        lowered = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (x,))
+        assert _onednn_counts(lowered) == {"onednn.qconv_pointwise.default": 2}
+        want = _first(reference(x))
+        assert torch.allclose(_first(lowered(x)), want, rtol=0, atol=1e-4 * want.abs().max())
+
