@@ -632,3 +632,43 @@ def test_a_conv1d_or_conv3d_keeps_the_activation_onednn_does_not_fuse_into_it(
         want = _first(reference(x))
         assert torch.allclose(_first(lowered(x)), want, rtol=0, atol=1e-4 * want.abs().max())
 
+
+class _BroadcastResidual(torch.nn.Module):
+    """A conv whose residual add broadcasts its other input: a per-sample mean, a (C, 1, 1)
+    parameter, a constant of batch 1."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.conv, self.side = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(3, 8, 1)
+        self.bias = torch.nn.Parameter(torch.randn(8, 1, 1))
+        self.register_buffer("constant", torch.randn(1, 8, 8, 8))
+
+    def forward(self, x):
+        if self.kind == "mean":
+            other = self.side(x).mean((2, 3), keepdim=True)
+        else:
+            other = self.bias if self.kind == "parameter" else self.constant
+        return torch.relu(self.conv(x) + other)
+
+
+@pytest.mark.parametrize("kind", ["mean", "parameter", "constant"])
+def test_a_conv_add_that_broadcasts_lowers_as_torchaos_lowering_does(kind):
+    # oneDNN's sum takes an accumulator of the conv output's shape only: a broadcast one
+    # was made a qconv2d_pointwise.binary that raised at every call ("could not create a
+    # primitive descriptor", "required rank 4 tensor to use channels_last format").
+    # torchao's lowering leaves such an add apart; so does fuselage's, with the values of
+    # the reference.
+    lowering = pytest.importorskip("torchao.quantization.pt2e.lowering")
+    torch.manual_seed(0)
+    model = _BroadcastResidual(kind).eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for reference in (_fuselage_reference(model, x), torchao_x86_reference(model, x)):
+            ours = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (x,))
+            theirs = lowering.lower_pt2e_quantized_to_x86(reference, (x,))
+            assert "onednn.qconv2d_pointwise.binary" not in _onednn_counts(ours)
+            want = _first(reference(x))
+            for lowered in (ours, theirs):
+                assert torch.allclose(_first(lowered(x)), want, rtol=0,
+                                      atol=1e-4 * want.abs().max())
