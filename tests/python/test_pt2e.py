@@ -672,3 +672,29 @@ def test_a_conv_add_that_broadcasts_lowers_as_torchaos_lowering_does(kind):
             for lowered in (ours, theirs):
                 assert torch.allclose(_first(lowered(x)), want, rtol=0,
                                       atol=1e-4 * want.abs().max())
+
+
+def test_a_value_a_float_op_reads_too_stays_float_for_it_under_torchaos_flow():
+    # A conv-relu read by a conv (int8) and by a sigmoid (float): X86InductorQuantizer and
+    # fuselage's own prepare_pt2e quantize the value for the conv only. fuselage's
+    # Quantizer annotated it as the relu's output_qspec, and torchao's convert then gave
+    # the sigmoid the dequantized value too.
+    class SharedValue(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            y = torch.relu(self.conv1(x))
+            return self.conv2(y), torch.sigmoid(y)
+
+    torch.manual_seed(0)
+    model = SharedValue().eval()
+    x = torch.randn(2, 3, 8, 8)
+    ours = _torchao_flow(model, x, fuselage.pt2e.Quantizer("x86"))
+    theirs = torchao_x86_reference(model, x)
+    sigmoid = next(n for n in ours.graph.nodes if n.target == torch.ops.aten.sigmoid.default)
+    assert sigmoid.args[0].target == torch.ops.aten.relu.default
+    assert _activation_qparams(ours) == pytest.approx(_activation_qparams(theirs))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=1e-6)
