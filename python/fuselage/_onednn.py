@@ -300,6 +300,24 @@ class _Lowerer:
                       attr, scalars, ""])
 
 
+_ONEDNN_CONVS = (torch.ops.onednn.qconv_pointwise.default,
+                 torch.ops.onednn.qconv2d_pointwise.binary)
+
+
+def _views_as_reshapes(gm):
+    """Each aten.view of a value computed from a oneDNN conv's output made an
+    aten.reshape. The conv gives its output channels-last, where the reference's conv
+    gave it contiguous: conv -> view(N, -1) -> linear raised "view size is not compatible
+    with input tensor's size and stride" at every call (torchao 0.18's lowering too).
+    reshape is that view where the layout allows it, else a copy."""
+    reached = set()
+    for node in gm.graph.nodes:
+        if _call(node, _ONEDNN_CONVS) or any(arg in reached for arg in node.all_input_nodes):
+            reached.add(node)
+            if _call(node, (_aten.view.default,)):
+                node.target = _aten.reshape.default
+
+
 def lower_to_onednn(reference, example_inputs=None):
     """A copy of the PT2E reference GraphModule `reference` with its quantized convs and
     linears as oneDNN int8 ops (module docstring). With `example_inputs`, each conv's
@@ -322,6 +340,7 @@ def lower_to_onednn(reference, example_inputs=None):
             lowerer.lower_conv(node)
         elif _call(node, (_aten.linear.default,)):
             lowerer.lower_linear(node)
+    _views_as_reshapes(gm)
     gm.graph.eliminate_dead_code()
     gm.graph.lint()
     gm.recompile()

@@ -698,3 +698,28 @@ def test_a_value_a_float_op_reads_too_stays_float_for_it_under_torchaos_flow():
     assert _activation_qparams(ours) == pytest.approx(_activation_qparams(theirs))
     with torch.no_grad():
         torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=1e-6)
+
+
+def test_a_view_of_a_lowered_convs_output_runs_as_the_reference_does():
+    # A oneDNN conv gives its output channels-last; the reference's conv -> view(N, -1)
+    # -> linear then raised "view size is not compatible with input tensor's size and
+    # stride" at every call (torchao 0.18's own lowering still does). The view reads it
+    # as a reshape: the reference's values.
+    class ViewHead(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = torch.nn.Conv2d(3, 8, 3), torch.nn.Linear(8 * 36, 5)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.conv(x)).view(x.shape[0], -1))
+
+    torch.manual_seed(0)
+    model = ViewHead().eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for reference in (_fuselage_reference(model, x), torchao_x86_reference(model, x)):
+            lowered = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (x,))
+            assert _onednn_counts(lowered) == {"onednn.qconv_pointwise.default": 1,
+                                               "onednn.qlinear_pointwise.default": 1}
+            want = _first(reference(x))
+            assert torch.allclose(_first(lowered(x)), want, rtol=0, atol=1e-4 * want.abs().max())
