@@ -4,7 +4,9 @@ fuselage.pt2e.Quantizer's annotate() has fuselage prepare the FX form of the exp
 graph (fuselage._exported.to_fx_dialect keeps every node's name) and reads back where the
 observers went: an observer on the output of op `p` read by ops `u1, u2` becomes
 `output_qspec` on `p` and `input_qspec_map[p]` on `u1` and `u2`, all one spec, which
-torchao's prepare_pt2e shares implicitly (the same tensor, an equal spec); an observer
+torchao's prepare_pt2e shares implicitly (the same tensor, an equal spec); where another
+op (or the graph's output) reads `p` float, `input_qspec_map[p]` on `u1` and `u2` only,
+so that it keeps reading the float value; an observer
 module used at several places (a pool or cat sharing its input's parameters) becomes one
 spec and SharedQuantizationSpecs pointing to its first place. The annotations carry the
 observer's class (torchao's class of the same name), dtype, range, scheme and axis, so
@@ -82,6 +84,15 @@ def _input_reading(user, source):
     return None
 
 
+def _read_float(prepared, value):
+    """Whether an op or the graph's output reads `value` unobserved in `prepared`: a
+    value quantized for its int8 readers only. Its observer is then annotated on those
+    readers' inputs alone: as an output_qspec, torchao's convert gives every reader the
+    dequantized value (a sigmoid after a conv-relu that a conv also reads, which
+    X86InductorQuantizer keeps float)."""
+    return any(_observer_of(prepared, user) is None for user in value.users)
+
+
 def annotate(aten_gm, prepared, sources=None, fake_quantize=None):
     """Writes `node.meta["quantization_annotation"]` on the nodes of `aten_gm` for each
     observer fuselage placed in `prepared` (fuselage's prepare of aten_gm's FX form).
@@ -122,7 +133,8 @@ def annotate(aten_gm, prepared, sources=None, fake_quantize=None):
         spec = SharedQuantizationSpec(shared) if shared is not None else \
             _spec_of(observer, where, fake)
         anchor = None
-        if source.op == "call_function" and source.target is not operator.getitem:
+        if source.op == "call_function" and source.target is not operator.getitem and \
+                not _read_float(prepared, value):
             annotation(source).output_qspec = spec
             anchor = source
         for user in node.users:

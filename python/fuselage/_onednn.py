@@ -13,10 +13,13 @@ becomes the op torchao's lower_pt2e_quantized_to_x86 gives it:
     dq(x) -> linear(dq(w)) [-> relu] [-> q]
         onednn.qlinear_pointwise(x, sx, zx, packed, w_scales, w_zps, bias, ...)
 
-Without a quantize after it the op gives float32 (scale 1, zero point 0). Weights are
-packed once here (onednn.qconv_prepack / qlinear_prepack). Everything else stays as the
-reference has it, so the result runs on stock PyTorch, without fuselage and without the
-deprecated quantized dtypes. The reference model is not changed.
+A conv1d fuses relu only, a conv3d no unary op (oneDNN's limits: the op stays after it),
+and an add whose other input is not of the conv output's shape (a broadcast bias or
+mean) stays apart, as in torchao's lowering. Without a quantize after it the op gives
+float32 (scale 1, zero point 0). Weights are packed once here (onednn.qconv_prepack /
+qlinear_prepack). Everything else stays as the reference has it, so the result runs on
+stock PyTorch, without fuselage and without the deprecated quantized dtypes. The
+reference model is not changed.
 """
 
 import copy
@@ -49,6 +52,10 @@ _UNARY = {
     _aten.silu.default: ("swish", lambda n: []),
     _aten.silu_.default: ("swish", lambda n: []),
 }
+# The unary ops oneDNN's qconv_pointwise fuses, by conv rank: conv2d takes every post-op
+# of _UNARY, conv1d relu only, conv3d none ("Unsupported post op relu for quantized
+# pointwise conv3d" at every call). An op left out stays after the conv, float.
+_CONV_UNARY = {1: _RELUS, 2: tuple(_UNARY), 3: ()}
 
 
 def _arg(node, index, name, default):
@@ -107,6 +114,13 @@ def _weight(gm, node):
     return None
 
 
+def _reads_constant(gm, node):
+    """Whether `node` is a constant, or quantizes / dequantizes one."""
+    while _call(node, _DQ_PER_TENSOR + _Q_PER_TENSOR):
+        node = node.args[0]
+    return _constant(gm, node) is not None
+
+
 def _only_user(node):
     return next(iter(node.users)) if len(node.users) == 1 else None
 
@@ -117,6 +131,26 @@ def _quantize_after(node):
     q = _only_user(node)
     qparams = _call(q, _Q_PER_TENSOR) and _inline_qparams(q)
     return (q, *qparams) if qparams else None
+
+
+def _shape(gm, node):
+    """The shape of `node`'s value where it is known: shape propagation's (example_inputs),
+    torch.export's fake value, a constant's own; through a quantize or dequantize, the
+    value it reads. None if unknown."""
+    if not isinstance(node, torch.fx.Node):
+        return None
+    meta = node.meta.get("tensor_meta")
+    value = node.meta.get("val")
+    if meta is not None and hasattr(meta, "shape"):
+        return tuple(meta.shape)
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    constant = _constant(gm, node)
+    if constant is not None:
+        return tuple(constant.shape)
+    if _call(node, _DQ_PER_TENSOR + _Q_PER_TENSOR):
+        return _shape(gm, node.args[0])
+    return None
 
 
 def _input_shape(conv):
@@ -183,7 +217,8 @@ class _Lowerer:
         the other input is no such dequantize."""
         other = add.args[1] if add.args[0] is conv else add.args[0]
         found = _per_tensor_input(other)
-        if found is None or other is conv or len(add.args) != 2 or add.kwargs:
+        if found is None or other is conv or len(add.args) != 2 or add.kwargs or \
+                not self.adds_without_broadcast(conv, other):
             return None
         accum, scale, zero_point = found if quantized else (other, 1.0, 0)
         shared = len(accum.users) > 1 or len(other.users) > 1 or accum.op != "call_function"
@@ -192,6 +227,17 @@ class _Lowerer:
                 _aten.clone.default if shared else _aten.contiguous.default, (accum,),
                 {"memory_format": torch.channels_last})
         return accum, scale, zero_point
+
+    def adds_without_broadcast(self, conv, other):
+        """Whether `other` has the shape of `conv`'s output, as the oneDNN sum's
+        accumulator must (a broadcast one, a (C, 1, 1) bias or a (N, C, 1, 1) mean, was
+        lowered and raised at every call). With a shape unknown (no example_inputs) a
+        computed input is taken as a residual of the same shape and a constant, often a
+        bias broadcast, is not."""
+        conv_shape, other_shape = _shape(self.gm, conv), _shape(self.gm, other)
+        if conv_shape is not None and other_shape is not None:
+            return conv_shape == other_shape
+        return not _reads_constant(self.gm, other)
 
     def lower_conv(self, conv):
         found, weight = _per_tensor_input(conv.args[0]), _weight(self.gm, conv.args[1])
@@ -231,7 +277,7 @@ class _Lowerer:
                              [scale, zero_point, dtype, accum_scale, accum_zp, "sum", 1.0,
                               "relu" if relu is not None else "none", [], ""])
                 return
-        nodes, attr, scalars, scale, zero_point, dtype = self.tail(conv, _UNARY)
+        nodes, attr, scalars, scale, zero_point, dtype = self.tail(conv, _CONV_UNARY[dims])
         group = [conv] + nodes
         self.replace(group, group[-1], torch.ops.onednn.qconv_pointwise.default,
                      head + [bias] + conv_args +
@@ -252,6 +298,24 @@ class _Lowerer:
         self.replace(group, group[-1], torch.ops.onednn.qlinear_pointwise.default,
                      [x, x_scale, x_zp, packed, scales, zps, bias, scale, zero_point, dtype,
                       attr, scalars, ""])
+
+
+_ONEDNN_CONVS = (torch.ops.onednn.qconv_pointwise.default,
+                 torch.ops.onednn.qconv2d_pointwise.binary)
+
+
+def _views_as_reshapes(gm):
+    """Each aten.view of a value computed from a oneDNN conv's output made an
+    aten.reshape. The conv gives its output channels-last, where the reference's conv
+    gave it contiguous: conv -> view(N, -1) -> linear raised "view size is not compatible
+    with input tensor's size and stride" at every call (torchao 0.18's lowering too).
+    reshape is that view where the layout allows it, else a copy."""
+    reached = set()
+    for node in gm.graph.nodes:
+        if _call(node, _ONEDNN_CONVS) or any(arg in reached for arg in node.all_input_nodes):
+            reached.add(node)
+            if _call(node, (_aten.view.default,)):
+                node.target = _aten.reshape.default
 
 
 def lower_to_onednn(reference, example_inputs=None):
@@ -276,6 +340,7 @@ def lower_to_onednn(reference, example_inputs=None):
             lowerer.lower_conv(node)
         elif _call(node, (_aten.linear.default,)):
             lowerer.lower_linear(node)
+    _views_as_reshapes(gm)
     gm.graph.eliminate_dead_code()
     gm.graph.lint()
     gm.recompile()

@@ -177,7 +177,20 @@ def _xnnpack_configs():
     backend = _narrowed(get_qnnpack_backend_config(), "xnnpack", lambda ops: all(
         op in _XNNPACK_OPS or op.startswith(("conv", "linear", "batchnorm"))
         and "transpose" not in op for op in ops))
-    return QConfigMapping().set_global(qconfig), backend
+    return QConfigMapping().set_global(qconfig), _scalar_binaries_observed_apart(backend)
+
+
+def _scalar_binaries_observed_apart(backend):
+    """`backend` with an add or mul of one tensor and a scalar observing its output apart
+    from its input, as XNNPACKQuantizer annotates them (an input and an output qspec).
+    The FX config shares one observer between the two (its num_tensor_args_to_observation
+    _type): y * 0.5 then quantized at y's scale lost a bit, 5 dB on conv-mul-conv."""
+    from torch.ao.quantization.backend_config import ObservationType
+    for config in backend.configs:
+        by_count = config._num_tensor_args_to_observation_type
+        if by_count.get(1) == ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT:
+            by_count[1] = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
+    return backend
 
 
 def _with_conv_activations(backend):

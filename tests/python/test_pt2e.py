@@ -449,6 +449,41 @@ def test_the_xnnpack_config_quantizes_where_xnnpack_quantizer_does():
         assert abs(_sqnr(want, ours(x)) - _sqnr(want, theirs(x))) < 1.0
 
 
+def test_the_xnnpack_config_observes_a_scalar_mul_or_adds_output_apart_as_xnnpack_quantizer():
+    # XNNPACKQuantizer gives an add or mul of a tensor and a scalar an output observer of
+    # its own. The FX config it was narrowed from shares the input's: y * 0.5 was then
+    # quantized at y's scale (a bit lost, 5 dB on this model) and y.mul_(2.0) widened the
+    # conv output's range.
+    xnnpack = pytest.importorskip("torchao.testing.pt2e._xnnpack_quantizer")
+
+    class ScalarOps(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 1)
+            self.c3 = torch.nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            y = self.c1(x) * 0.5
+            y = torch.relu(self.c2(y)) + 1.0
+            return self.c3(y.mul_(2.0))
+
+    torch.manual_seed(0)
+    model = ScalarOps().eval()
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.warns(UserWarning, match="deprecated"):
+        quantizer = xnnpack.XNNPACKQuantizer().set_global(
+            xnnpack.get_symmetric_quantization_config())
+    theirs = _torchao_flow(model, x, quantizer)
+    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "xnnpack")
+    with torch.no_grad():
+        prepared(x)
+    ours = fuselage.pt2e.convert_pt2e(prepared)
+    assert len(_activation_qparams(ours)) == len(_activation_qparams(theirs)) == 7
+    assert _activation_qparams(ours) == pytest.approx(_activation_qparams(theirs))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=1e-5)
+
+
 def test_lowering_to_onednn_refuses_what_is_no_graph():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
     with pytest.raises(fuselage.ExportError, match="expected the torch.fx.GraphModule"):
@@ -615,3 +650,116 @@ def test_ops_kept_float_keep_their_device_and_memory_format_arguments():
     calls = {n.target: n.kwargs for n in ours.graph.nodes if n.op == "call_function"}
     assert calls[torch.ops.aten.arange.default]["device"] == torch.device("cpu")
     assert calls[torch.ops.aten.contiguous.default]["memory_format"] == torch.channels_last
+
+
+@pytest.mark.parametrize("conv, activation, shape", [
+    (torch.nn.Conv1d, torch.nn.ReLU6, (2, 3, 16)),
+    (torch.nn.Conv1d, torch.nn.Hardswish, (2, 3, 16)),
+    (torch.nn.Conv3d, torch.nn.ReLU, (2, 3, 6, 6, 6)),
+])
+def test_a_conv1d_or_conv3d_keeps_the_activation_onednn_does_not_fuse_into_it(
+        conv, activation, shape):
+    # oneDNN's qconv_pointwise fuses relu only into a conv1d and no post-op into a conv3d:
+    # the lowered model raised "Unsupported post op ... for quantized pointwise conv3d"
+    # at every call. The conv lowers all the same, the activation after it.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(conv(3, 8, 3), activation(), conv(8, 4, 1)).eval()
+    x = torch.randn(*shape)
+    reference = _fuselage_reference(model, x)
+    with torch.no_grad():
+        lowered = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (x,))
+        assert _onednn_counts(lowered) == {"onednn.qconv_pointwise.default": 2}
+        want = _first(reference(x))
+        assert torch.allclose(_first(lowered(x)), want, rtol=0, atol=1e-4 * want.abs().max())
+
+
+class _BroadcastResidual(torch.nn.Module):
+    """A conv whose residual add broadcasts its other input: a per-sample mean, a (C, 1, 1)
+    parameter, a constant of batch 1."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.conv, self.side = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(3, 8, 1)
+        self.bias = torch.nn.Parameter(torch.randn(8, 1, 1))
+        self.register_buffer("constant", torch.randn(1, 8, 8, 8))
+
+    def forward(self, x):
+        if self.kind == "mean":
+            other = self.side(x).mean((2, 3), keepdim=True)
+        else:
+            other = self.bias if self.kind == "parameter" else self.constant
+        return torch.relu(self.conv(x) + other)
+
+
+@pytest.mark.parametrize("kind", ["mean", "parameter", "constant"])
+def test_a_conv_add_that_broadcasts_lowers_as_torchaos_lowering_does(kind):
+    # oneDNN's sum takes an accumulator of the conv output's shape only: a broadcast one
+    # was made a qconv2d_pointwise.binary that raised at every call ("could not create a
+    # primitive descriptor", "required rank 4 tensor to use channels_last format").
+    # torchao's lowering leaves such an add apart; so does fuselage's, with the values of
+    # the reference.
+    lowering = pytest.importorskip("torchao.quantization.pt2e.lowering")
+    torch.manual_seed(0)
+    model = _BroadcastResidual(kind).eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for reference in (_fuselage_reference(model, x), torchao_x86_reference(model, x)):
+            ours = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (x,))
+            theirs = lowering.lower_pt2e_quantized_to_x86(reference, (x,))
+            assert "onednn.qconv2d_pointwise.binary" not in _onednn_counts(ours)
+            want = _first(reference(x))
+            for lowered in (ours, theirs):
+                assert torch.allclose(_first(lowered(x)), want, rtol=0,
+                                      atol=1e-4 * want.abs().max())
+
+
+def test_a_value_a_float_op_reads_too_stays_float_for_it_under_torchaos_flow():
+    # A conv-relu read by a conv (int8) and by a sigmoid (float): X86InductorQuantizer and
+    # fuselage's own prepare_pt2e quantize the value for the conv only. fuselage's
+    # Quantizer annotated it as the relu's output_qspec, and torchao's convert then gave
+    # the sigmoid the dequantized value too.
+    class SharedValue(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 4, 1)
+
+        def forward(self, x):
+            y = torch.relu(self.conv1(x))
+            return self.conv2(y), torch.sigmoid(y)
+
+    torch.manual_seed(0)
+    model = SharedValue().eval()
+    x = torch.randn(2, 3, 8, 8)
+    ours = _torchao_flow(model, x, fuselage.pt2e.Quantizer("x86"))
+    theirs = torchao_x86_reference(model, x)
+    sigmoid = next(n for n in ours.graph.nodes if n.target == torch.ops.aten.sigmoid.default)
+    assert sigmoid.args[0].target == torch.ops.aten.relu.default
+    assert _activation_qparams(ours) == pytest.approx(_activation_qparams(theirs))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=1e-6)
+
+
+def test_a_view_of_a_lowered_convs_output_runs_as_the_reference_does():
+    # A oneDNN conv gives its output channels-last; the reference's conv -> view(N, -1)
+    # -> linear then raised "view size is not compatible with input tensor's size and
+    # stride" at every call (torchao 0.18's own lowering still does). The view reads it
+    # as a reshape: the reference's values.
+    class ViewHead(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = torch.nn.Conv2d(3, 8, 3), torch.nn.Linear(8 * 36, 5)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.conv(x)).view(x.shape[0], -1))
+
+    torch.manual_seed(0)
+    model = ViewHead().eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for reference in (_fuselage_reference(model, x), torchao_x86_reference(model, x)):
+            lowered = fuselage.pt2e.lower_pt2e_quantized_to_x86(reference, (x,))
+            assert _onednn_counts(lowered) == {"onednn.qconv_pointwise.default": 1,
+                                               "onednn.qlinear_pointwise.default": 1}
+            want = _first(reference(x))
+            assert torch.allclose(_first(lowered(x)), want, rtol=0, atol=1e-4 * want.abs().max())
