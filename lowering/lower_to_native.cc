@@ -663,6 +663,15 @@ absl::StatusOr<Plan> Lowerer::TryRule(const LoweringRule& rule, Node* ref, Modul
           where(), ": arg ", other, " of the add '", add->name(), "' (",
           add->arg(other).ToString(), ") is not a dequantized tensor"));
     }
+    // A constant added to a conv is most often a bias that broadcasts ((1, C, H, W) to
+    // any batch); the native kernel takes only a residual of the conv output's shape, and
+    // the graph does not say that shape.
+    if (plan.accumulator->op() == OpKind::kGetAttr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where(), ": arg ", other, " of the add '", add->name(), "' is the constant '",
+          plan.accumulator->target().name(), "', which may broadcast; the native add takes a "
+          "residual of the conv output's shape"));
+    }
   }
   if (ref->op() == OpKind::kCallModule) {
     if (module == nullptr) {

@@ -763,3 +763,28 @@ def test_a_view_of_a_lowered_convs_output_runs_as_the_reference_does():
                                                "onednn.qlinear_pointwise.default": 1}
             want = _first(reference(x))
             assert torch.allclose(_first(lowered(x)), want, rtol=0, atol=1e-4 * want.abs().max())
+
+
+class _ConvPlusConstant(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.head = torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 4, 1)
+        self.register_buffer("offset", torch.randn(1, 8, 6, 6))
+
+    def forward(self, x):
+        return self.head(self.conv(x) + self.offset)
+
+
+def test_a_conv_plus_a_constant_that_broadcasts_is_not_lowered_as_a_residual_add():
+    # The constant (1, 8, 6, 6) broadcasts over the batch; fused into the native
+    # conv2d_add (whose residual has the conv output's shape) it made the lowered model
+    # refuse batch 2, which the reference runs.
+    torch.manual_seed(0)
+    model = _ConvPlusConstant().eval()
+    x = torch.randn(2, 3, 8, 8)
+    reference = _fuselage_reference(model, x)
+    with torch.no_grad():
+        want = reference(x)
+    got, _, calls = _lowered_to_fuselage(reference, x)
+    assert calls["torch.ops.quantized.conv2d_add"] == 0
+    assert torch.allclose(got, want, atol=1e-5)  # the conv and add stay float, as referenced
