@@ -278,23 +278,34 @@ ModuleKernel UnaryModule(
 }
 
 
-absl::StatusOr<Pool2dParams> ModulePoolParams(const Module& m, bool max_pool) {
+// A pool module's parameters as the 2-d kernels take them; a 1-d pool's (dims 1) over its
+// input viewed as [N, C, 1, L]: each of its values is the width, the height's kernel and
+// stride 1 and its padding 0 (as ATen's max_pool1d / avg_pool1d run the 2-d kernels).
+absl::StatusOr<Pool2dParams> ModulePoolParams(const Module& m, bool max_pool, int dims = 2) {
+  auto pair = [&](absl::string_view name, int64_t fallback,
+                  int64_t height) -> absl::StatusOr<std::array<int64_t, 2>> {
+    if (dims == 2) return AttrPair(m, name, fallback);
+    if (m.FindAttribute(name) == nullptr) return std::array<int64_t, 2>{height, fallback};
+    ASSIGN_OR_RETURN(std::vector<int64_t> v, m.GetInts(name, 1));
+    return std::array<int64_t, 2>{height, v[0]};
+  };
   Pool2dParams p;
-  ASSIGN_OR_RETURN(p.kernel_size, AttrPair(m, "kernel_size", 0));
+  ASSIGN_OR_RETURN(p.kernel_size, pair("kernel_size", 0, 1));
   const Argument* stride = m.FindAttribute("stride");
   if (stride == nullptr || stride->is_none() || (stride->is_list() && stride->items().empty())) {
     p.stride = p.kernel_size;
   } else {
-    ASSIGN_OR_RETURN(p.stride, AttrPair(m, "stride", 0));
+    ASSIGN_OR_RETURN(p.stride, pair("stride", 0, 1));
   }
-  ASSIGN_OR_RETURN(p.padding, AttrPair(m, "padding", 0));
+  ASSIGN_OR_RETURN(p.padding, pair("padding", 0, 0));
   if (m.FindAttribute("ceil_mode") != nullptr) {
     ASSIGN_OR_RETURN(p.ceil_mode, m.GetBool("ceil_mode"));
   }
   if (max_pool) {
-    ASSIGN_OR_RETURN(p.dilation, AttrPair(m, "dilation", 1));
+    ASSIGN_OR_RETURN(p.dilation, pair("dilation", 1, 1));
     if (const Argument* ri = m.FindAttribute("return_indices"); ri && ri->is_bool() && ri->as_bool()) {
-      return absl::UnimplementedError("nn.MaxPool2d: return_indices=True on a quantized input");
+      return absl::UnimplementedError(absl::StrCat(
+          m.type().name(), ": return_indices=True on a quantized input"));
     }
   } else {
     if (m.FindAttribute("count_include_pad") != nullptr) {
@@ -344,6 +355,33 @@ absl::StatusOr<Pool2dParams> FunctionPoolParams(const ArgReader& r, bool max_poo
     }
   }
   return p;
+}
+
+// nn.MaxPool1d / nn.AvgPool1d on a quantized [N, C, L] (or [C, L]) input: the 2-d kernel
+// over [N, C, 1, L], the result viewed back, as ATen's quantized max_pool1d / avg_pool1d.
+ModuleKernel Pool1dModule(bool max_pool) {
+  return UnaryModule([max_pool](const Module& m, const Tensor& x) -> absl::StatusOr<Tensor> {
+    if (x.dim() != 2 && x.dim() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          m.type().name(), ": expected a 2-D or 3-D input; got ", x.ShapeString()));
+    }
+    ASSIGN_OR_RETURN(Pool2dParams p, ModulePoolParams(m, max_pool, /*dims=*/1));
+    Shape rows;  // x's shape with a 1 before its last dimension
+    for (int64_t i = 0; i < x.dim(); ++i) {
+      if (i == x.dim() - 1) rows.push_back(1);
+      rows.push_back(x.shape()[i]);
+    }
+    ASSIGN_OR_RETURN(Tensor x2d, x.Reshaped(rows));
+    // PyTorch's arithmetic follows the layout: a 3-D input from a quantized conv1d (as in a
+    // converted model) is [N, L, C] in memory, pooled by the NHWC kernel (pooling.h).
+    p.channels_last = !max_pool && x.dim() == 3;
+    ASSIGN_OR_RETURN(Tensor y2d, max_pool ? quantized::QuantizedMaxPool2d(x2d, p)
+                                          : quantized::QuantizedAvgPool2d(x2d, p));
+    Shape out;  // without the 1 again
+    for (int64_t i = 0; i < y2d.dim(); ++i)
+      if (i != y2d.dim() - 2) out.push_back(y2d.shape()[i]);
+    return y2d.Reshaped(out);
+  });
 }
 
 // Channels-last overloads of a max pool: a channels-last input is pooled in its layout,
@@ -635,6 +673,8 @@ absl::Status RegisterQuantizedKernels(KernelRegistry& registry) {
          p.channels_last = x.dim() == 4;  // as in a converted model (pooling.h)
          return quantized::QuantizedAvgPool2d(x, p);
        })},
+      {"nn.MaxPool1d", Pool1dModule(/*max_pool=*/true)},
+      {"nn.AvgPool1d", Pool1dModule(/*max_pool=*/false)},
       {"nn.Sigmoid", UnaryModule([](const Module&, const Tensor& x) {
          return quantized::QuantizedSigmoid(x);
        })},

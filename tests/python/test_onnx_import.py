@@ -796,3 +796,26 @@ def test_quantize_static_of_layer_norms_and_erf_gelus_is_as_good_as_onnx_runtime
     producers = {o: n.op_type for n in model.graph.node for o in n.output}
     readers = [n.op_type for n in model.graph.node if norm.output[0] in n.input]
     assert producers[norm.input[0]] == "DequantizeLinear" and readers == ["QuantizeLinear"]
+
+
+@pytest.mark.parametrize("pool", [nn.MaxPool1d(3, 2, padding=1), nn.AvgPool1d(3, 2),
+                                  nn.AvgPool1d(2, ceil_mode=True, count_include_pad=False)],
+                         ids=["max", "avg", "avg_ceil"])
+def test_quantize_static_of_1d_pools_is_as_good_as_onnx_runtimes(pool, tmp_path):
+    # An audio-style Conv1d -> Relu -> pool -> Conv1d: the quantized 1-d pools run on
+    # fuselage's runtime (the 2-d kernels over [N, C, 1, L], as ATen's), so the file is
+    # written; ONNX Runtime runs it as well as its own quantization.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv1d(2, 8, 3, padding=1), nn.ReLU(), pool,
+                          nn.Conv1d(8, 4, 1)).eval()
+    path = export(model, (torch.randn(1, 2, 32),), tmp_path / "audio.onnx", input_names=["x"])
+    rng = np.random.default_rng(0)
+    calibration = [rng.standard_normal((1, 2, 32)).astype(np.float32) for _ in range(8)]
+    test = [torch.from_numpy(c) for c in calibration[:4]]
+    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
+    quantization.quantize_static(path, str(theirs), Reader("x", calibration))
+    fuselage.onnx.quantize_static(path, str(ours), Reader("x", calibration))
+    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    theirs_sqnr = sqnr(reference, outputs_on(theirs, test))
+    ours_sqnr = sqnr(reference, outputs_on(ours, test))
+    assert ours_sqnr >= theirs_sqnr - 0.5, (ours_sqnr, theirs_sqnr)

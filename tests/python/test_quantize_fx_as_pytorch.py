@@ -1134,3 +1134,25 @@ def test_a_memory_format_argument_is_kept_as_pytorch_keeps_it():
         assert torch.equal(ours(batches[0]), theirs(batches[0]))
     assert [n.kwargs for n in ours.graph.nodes if n.target == "contiguous"] == \
         [{"memory_format": torch.channels_last}]
+
+
+@pytest.mark.parametrize("pool", [nn.MaxPool1d(3, 2, padding=1), nn.AvgPool1d(3, 2, padding=1),
+                                  nn.AvgPool1d(2, ceil_mode=True, count_include_pad=False)],
+                         ids=["max", "avg", "avg_ceil"])
+def test_quantized_1d_pools_run_on_fuselages_runtime_as_in_pytorch(pool):
+    # PyTorch's converted conv1d -> relu -> pool -> conv1d: the quantized pool runs on
+    # fuselage's runtime (the 2-d kernel over [N, C, 1, L], as ATen's) to the bit.
+    from fuselage import _core
+    model = nn.Sequential(nn.Conv1d(2, 8, 3, padding=1), nn.ReLU(), pool,
+                          nn.Conv1d(8, 4, 1)).eval()
+    batches = _batches((2, 2, 17))
+    prepared = torch_qfx.prepare_fx(copy.deepcopy(model), get_default_qconfig_mapping("x86"),
+                                    (batches[0],))
+    with torch.no_grad():
+        for x in batches[1:]:
+            prepared(x)
+        converted = torch_qfx.convert_fx(prepared)
+        want = converted(batches[0])
+    engine = _core.from_torch(converted, (batches[0],))
+    got = torch.from_numpy(_core.run(engine, [batches[0].numpy()])[0])
+    assert torch.equal(got, want)
