@@ -24,7 +24,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from fuselage._values import OPAQUE_META, attribute
+from fuselage._values import OPAQUE_META, SHAPE_META, attribute
 from fuselage.errors import ExportError
 
 ATEN_META = "aten"
@@ -520,6 +520,23 @@ def _outside_table(call):
     unknown_ops refuses or keeps float (_opaque_form)."""
     name = aten_name(call.target)
     return call.target is not operator.getitem and name not in _OPS and name not in _Q_DQ
+
+
+def value_shapes(gm):
+    """{node name: shape} of the tensor values torch.export recorded in `gm`
+    (node.meta["val"]), for give_shapes."""
+    return {n.name: tuple(n.meta["val"].shape) for n in gm.graph.nodes
+            if isinstance(n.meta.get("val"), torch.Tensor)}
+
+
+def give_shapes(gm, shapes):
+    """Each node of `gm` named as a node of `shapes` (value_shapes of the program it came
+    from) gets that shape in node.meta["fuselage"][SHAPE_META]: fuselage keeps the
+    exported nodes' names, and a value folded away (a batch norm) leaves its shape to the
+    node that now stands for it, the conv, whose output has the same shape."""
+    for node in gm.graph.nodes:
+        if node.name in shapes:
+            node.meta.setdefault("fuselage", {})[SHAPE_META] = shapes[node.name]
 
 
 def graph_module_of(program):

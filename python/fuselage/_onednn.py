@@ -27,7 +27,7 @@ import copy
 import torch
 import torch.fx
 
-from fuselage._values import attribute
+from fuselage._values import SHAPE_META, attribute
 from fuselage.errors import ExportError
 
 _aten = torch.ops.aten
@@ -135,16 +135,20 @@ def _quantize_after(node):
 
 def _shape(gm, node):
     """The shape of `node`'s value where it is known: shape propagation's (example_inputs),
-    torch.export's fake value, a constant's own; through a quantize or dequantize, the
+    torch.export's fake value, the one fuselage's convert_pt2e carried over from it
+    (_exported.give_shapes), a constant's own; through a quantize or dequantize, the
     value it reads. None if unknown."""
     if not isinstance(node, torch.fx.Node):
         return None
     meta = node.meta.get("tensor_meta")
     value = node.meta.get("val")
+    exported = node.meta.get("fuselage", {}).get(SHAPE_META)
     if meta is not None and hasattr(meta, "shape"):
         return tuple(meta.shape)
     if isinstance(value, torch.Tensor):
         return tuple(value.shape)
+    if exported is not None:
+        return tuple(exported)
     constant = _constant(gm, node)
     if constant is not None:
         return tuple(constant.shape)

@@ -42,6 +42,10 @@ OUTPUT_KEYS_META = "output_keys"
 # Node meta `opaque` = True: a call of a function the engine does not know, kept in the
 # graph (graph/node.h kOpaqueMeta); the callable stays on the Python side (_names).
 OPAQUE_META = "opaque"
+# Node meta["fuselage"] `shape`: the shape torch.export recorded for the value of the
+# exported node of the same name (fuselage._exported.give_shapes), where the graph fuselage
+# gives back no longer carries torch.export's values.
+SHAPE_META = "shape"
 # The attribute of the empty container that stands for an opaque module (a user's module
 # class the engine has no type for): the key the Python side keeps the module under (_names).
 OPAQUE_MODULE_ATTR = "opaque_module"

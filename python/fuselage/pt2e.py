@@ -511,9 +511,17 @@ def prepare_pt2e(model, quantizer="x86", unknown_ops="refuse"):
         prepared = _prepare(_exported.to_engine(model, unknown_ops), configs,
                             ("prepare_pt2e", "convert_pt2e"), fold_batch_norms=True,
                             keep_engine_model=True)
-        prepared = _finished(_with_outputs_of(prepared, _exported.graph_module_of(model)))
+        exported = _exported.graph_module_of(model)
+        prepared = _finished(_with_outputs_of(prepared, exported))
+        prepared.meta[_EXPORTED_SHAPES] = _exported.value_shapes(exported)
     _warn_kept_float(kept, "prepare_pt2e")  # once prepared: a refusal (fill_) says why
     return prepared
+
+
+# GraphModule.meta key of a prepared model: the shapes torch.export recorded for its
+# values (_exported.value_shapes), which convert_pt2e gives its reference's nodes, so that
+# lowering it without example inputs still tells a residual from a broadcast add.
+_EXPORTED_SHAPES = "fuselage_exported_shapes"
 
 
 def _warn_kept_float(kept, function, shown=5):
@@ -564,8 +572,9 @@ def convert_pt2e(model):
     with compile_once(), _collector_paused():
         reference = quantize_fx._convert(model, None, None, None, lower=False,
                                          fold_weights=True)
-        return _finished(_with_outputs_of(_exported.restore_aten(reference, every_q_dq=True),
-                                          model))
+        reference = _with_outputs_of(_exported.restore_aten(reference, every_q_dq=True), model)
+        _exported.give_shapes(reference, getattr(model, "meta", {}).get(_EXPORTED_SHAPES, {}))
+        return _finished(reference)
 
 
 _TORCHAO_LOWERING = "torchao.quantization.pt2e.lowering"

@@ -714,6 +714,23 @@ def test_a_conv_add_that_broadcasts_lowers_as_torchaos_lowering_does(kind):
                                       atol=1e-4 * want.abs().max())
 
 
+def test_fuselages_reference_tells_a_broadcast_add_without_example_inputs():
+    # Without example_inputs the lowering knows a value's shape from what torch.export
+    # recorded: torchao's reference keeps it (node.meta["val"]), fuselage's convert_pt2e
+    # carries it over; a residual add keeps its fusion, a per-sample mean's stays apart.
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        broadcast = _fuselage_reference(_BroadcastResidual("mean").eval(), x)
+        lowered = fuselage.pt2e.lower_pt2e_quantized_to_x86(broadcast)
+        assert "onednn.qconv2d_pointwise.binary" not in _onednn_counts(lowered)
+        want = _first(broadcast(x))
+        assert torch.allclose(_first(lowered(x)), want, rtol=0, atol=1e-4 * want.abs().max())
+        model, x, residual = _resnet18_reference()
+        assert _onednn_counts(fuselage.pt2e.lower_pt2e_quantized_to_x86(residual)) == \
+            _onednn_counts(fuselage.pt2e.lower_pt2e_quantized_to_x86(residual, (x,)))
+
+
 def test_a_value_a_float_op_reads_too_stays_float_for_it_under_torchaos_flow():
     # A conv-relu read by a conv (int8) and by a sigmoid (float): X86InductorQuantizer and
     # fuselage's own prepare_pt2e quantize the value for the conv only. fuselage's
