@@ -432,6 +432,17 @@ def outputs_on(path, test, level=ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
     return np.concatenate([ort_outputs(path, [x], level=level)[0] for x in test])
 
 
+def quantized_by_both(path, input_name, calibration, test, tmp_path, **settings):
+    """(fuselage's file, its SQNR, ORT's SQNR): `path` quantized by fuselage.onnx.
+    quantize_static and by ORT's with `settings`, each file's outputs on `test` against
+    the float model's."""
+    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
+    quantization.quantize_static(path, str(theirs), Reader(input_name, calibration), **settings)
+    fuselage.onnx.quantize_static(path, str(ours), Reader(input_name, calibration), **settings)
+    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    return ours, sqnr(reference, outputs_on(ours, test)), sqnr(reference, outputs_on(theirs, test))
+
+
 @pytest.mark.parametrize("activation_type", [QuantType.QUInt8, QuantType.QInt8])
 def test_quantize_static_matches_onnx_runtimes_own(residual_onnx, activation_type, tmp_path):
     path, calibration, test = residual_onnx
@@ -588,14 +599,9 @@ def test_op_types_without_conv_keep_a_conv_relu_float(residual_onnx, chosen, fus
     # conv was not, was refused ("the parts of a fused module need the same object-type
     # qconfig"); ORT quantizes the Gemm or the Add alone.
     path, calibration, test = residual_onnx
-    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
-    settings = dict(op_types_to_quantize=chosen, per_channel=True,
-                    activation_type=QuantType.QUInt8)
-    quantization.quantize_static(path, str(theirs), Reader("image", calibration), **settings)
-    fuselage.onnx.quantize_static(path, str(ours), Reader("image", calibration), **settings)
-    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    theirs_sqnr = sqnr(reference, outputs_on(theirs, test))
-    ours_sqnr = sqnr(reference, outputs_on(ours, test))
+    ours, ours_sqnr, theirs_sqnr = quantized_by_both(
+        path, "image", calibration, test, tmp_path, op_types_to_quantize=chosen,
+        per_channel=True, activation_type=QuantType.QUInt8)
     assert ours_sqnr >= theirs_sqnr - 0.5, (ours_sqnr, theirs_sqnr)
     fused = op_types(_optimized(ours, tmp_path / "optimized.onnx"))
     assert {op: fused[op] for op in fused_ops} == fused_ops, fused
@@ -605,14 +611,9 @@ def test_op_types_to_quantize_empty_quantizes_every_op_as_onnx_runtimes_does(res
                                                                              tmp_path):
     # ORT takes [] as None (every op type it quantizes); fuselage quantized nothing.
     path, calibration, test = residual_onnx
-    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
-    settings = dict(op_types_to_quantize=[], per_channel=True,
-                    activation_type=QuantType.QUInt8)
-    quantization.quantize_static(path, str(theirs), Reader("image", calibration), **settings)
-    fuselage.onnx.quantize_static(path, str(ours), Reader("image", calibration), **settings)
-    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    theirs_sqnr = sqnr(reference, outputs_on(theirs, test))
-    ours_sqnr = sqnr(reference, outputs_on(ours, test))
+    ours, ours_sqnr, theirs_sqnr = quantized_by_both(
+        path, "image", calibration, test, tmp_path, op_types_to_quantize=[],
+        per_channel=True, activation_type=QuantType.QUInt8)
     assert abs(ours_sqnr - theirs_sqnr) <= 0.5, (ours_sqnr, theirs_sqnr)
     assert op_types(ours)["QuantizeLinear"] > 0
 
@@ -812,10 +813,5 @@ def test_quantize_static_of_1d_pools_is_as_good_as_onnx_runtimes(pool, tmp_path)
     rng = np.random.default_rng(0)
     calibration = [rng.standard_normal((1, 2, 32)).astype(np.float32) for _ in range(8)]
     test = [torch.from_numpy(c) for c in calibration[:4]]
-    theirs, ours = tmp_path / "ort.onnx", tmp_path / "fuselage.onnx"
-    quantization.quantize_static(path, str(theirs), Reader("x", calibration))
-    fuselage.onnx.quantize_static(path, str(ours), Reader("x", calibration))
-    reference = outputs_on(path, test, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    theirs_sqnr = sqnr(reference, outputs_on(theirs, test))
-    ours_sqnr = sqnr(reference, outputs_on(ours, test))
+    _, ours_sqnr, theirs_sqnr = quantized_by_both(path, "x", calibration, test, tmp_path)
     assert ours_sqnr >= theirs_sqnr - 0.5, (ours_sqnr, theirs_sqnr)

@@ -420,11 +420,10 @@ def test_a_config_that_quantizes_nothing_in_the_model_says_so(tmp_path):
                                    fuselage.pt2e.Quantizer(str(config)))
 
 
-def test_the_xnnpack_config_quantizes_where_xnnpack_quantizer_does():
+def _xnnpack_references(model, x):
+    """(fuselage's reference of `model` with "xnnpack", torchao's with XNNPACKQuantizer's
+    default), both calibrated on `x`."""
     xnnpack = pytest.importorskip("torchao.testing.pt2e._xnnpack_quantizer")
-    torch.manual_seed(0)
-    model = randomize_batch_norm(_ResidualNet()).eval()
-    x = torch.randn(2, 3, 16, 16)
     with pytest.warns(UserWarning, match="deprecated"):
         quantizer = xnnpack.XNNPACKQuantizer().set_global(
             xnnpack.get_symmetric_quantization_config())
@@ -432,7 +431,14 @@ def test_the_xnnpack_config_quantizes_where_xnnpack_quantizer_does():
     prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "xnnpack")
     with torch.no_grad():
         prepared(x)
-    ours = fuselage.pt2e.convert_pt2e(prepared)
+    return fuselage.pt2e.convert_pt2e(prepared), theirs
+
+
+def test_the_xnnpack_config_quantizes_where_xnnpack_quantizer_does():
+    torch.manual_seed(0)
+    model = randomize_batch_norm(_ResidualNet()).eval()
+    x = torch.randn(2, 3, 16, 16)
+    ours, theirs = _xnnpack_references(model, x)
 
     def quantizes_after(reference):
         return collections.Counter(
@@ -454,8 +460,6 @@ def test_the_xnnpack_config_observes_a_scalar_mul_or_adds_output_apart_as_xnnpac
     # its own. The FX config it was narrowed from shares the input's: y * 0.5 was then
     # quantized at y's scale (a bit lost, 5 dB on this model) and y.mul_(2.0) widened the
     # conv output's range.
-    xnnpack = pytest.importorskip("torchao.testing.pt2e._xnnpack_quantizer")
-
     class ScalarOps(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -470,14 +474,7 @@ def test_the_xnnpack_config_observes_a_scalar_mul_or_adds_output_apart_as_xnnpac
     torch.manual_seed(0)
     model = ScalarOps().eval()
     x = torch.randn(2, 3, 8, 8)
-    with pytest.warns(UserWarning, match="deprecated"):
-        quantizer = xnnpack.XNNPACKQuantizer().set_global(
-            xnnpack.get_symmetric_quantization_config())
-    theirs = _torchao_flow(model, x, quantizer)
-    prepared = fuselage.pt2e.prepare_pt2e(torch.export.export(model, (x,)), "xnnpack")
-    with torch.no_grad():
-        prepared(x)
-    ours = fuselage.pt2e.convert_pt2e(prepared)
+    ours, theirs = _xnnpack_references(model, x)
     assert len(_activation_qparams(ours)) == len(_activation_qparams(theirs)) == 7
     assert _activation_qparams(ours) == pytest.approx(_activation_qparams(theirs))
     with torch.no_grad():
