@@ -97,7 +97,14 @@ def describe(module, type_name, where):
                 f"{where} ({type_name or cls.__qualname__}): keeps '{name}' as a TorchScript "
                 "object (packed parameters) that fuselage cannot unpack")
     if packed:
-        weight, bias = module.weight(), module.bias()
+        try:
+            weight, bias = module.weight(), module.bias()
+        except RuntimeError as e:  # PyTorch's engine cannot unpack what it packed
+            raise ExportError(
+                f"{where} ({type_name}): PyTorch's quantized engine "
+                f"'{torch.backends.quantized.engine}' cannot unpack its packed weight ({e}); "
+                "set torch.backends.quantized.engine to one that runs this op "
+                "('x86' or 'fbgemm')") from None
         contents.tensors.append(("weight", weight))
         if bias is not None:
             contents.tensors.append(("bias", bias))

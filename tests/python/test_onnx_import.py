@@ -815,3 +815,26 @@ def test_quantize_static_of_1d_pools_is_as_good_as_onnx_runtimes(pool, tmp_path)
     test = [torch.from_numpy(c) for c in calibration[:4]]
     _, ours_sqnr, theirs_sqnr = quantized_by_both(path, "x", calibration, test, tmp_path)
     assert ours_sqnr >= theirs_sqnr - 0.5, (ours_sqnr, theirs_sqnr)
+
+
+@pytest.mark.parametrize("engine, refused", [
+    ("x86", r"node '\w*MaxPool\w*'.*nn.MaxPool3d"),
+    ("qnnpack", r"module '\w*Conv\w*' \(nnq.Conv3d\): PyTorch's quantized engine 'qnnpack' "
+                r"cannot unpack its packed weight")])
+def test_a_model_the_runtime_cannot_run_quantized_is_refused_naming_the_step_and_node(
+        engine, refused, monkeypatch, tmp_path):
+    # fuselage's runtime has no quantized 3-d pool, and PyTorch's QNNPACK engine cannot
+    # unpack a conv3d weight it packed (a raw RuntimeError before): the error says it is
+    # quantize_static's writing step, at which node or module; no file is written.
+    monkeypatch.setattr(torch.backends.quantized, "engine", engine)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv3d(2, 4, 3, padding=1), nn.MaxPool3d(2)).eval()
+    path = export(model, (torch.randn(1, 2, 6, 6, 6),), tmp_path / "volume.onnx",
+                  input_names=["x"])
+    rng = np.random.default_rng(0)
+    calibration = [rng.standard_normal((1, 2, 6, 6, 6)).astype(np.float32) for _ in range(2)]
+    out = tmp_path / "volume.qdq.onnx"
+    with pytest.raises(fuselage.OnnxExportError,
+                       match=r"quantize_static: writing the quantized model: .*" + refused):
+        fuselage.onnx.quantize_static(path, str(out), Reader("x", calibration))
+    assert not out.exists()

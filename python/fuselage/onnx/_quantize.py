@@ -365,12 +365,15 @@ def quantize_with_model(model_input, calibration_data_reader, quant_format="QDQ"
         # would drop it and leave the pool's output on its input's parameters.
         converted = quantize_fx._convert(prepared, None, mapping, backend, lower=True,
                                          drop_requantizing_quantizes=False)
-        proto = _export.build(converted, samples[0])
     except (OnnxExportError, ConfigTranslationError, PatternError):
         raise  # the user's backend_config: its own error, naming the pattern or field
     except FuselageError as e:
         raise OnnxImportError(f"quantize_static: fuselage cannot quantize the model: {e}") \
             from e
+    try:
+        proto = _export.build(converted, samples[0])
+    except FuselageError as e:  # said as the step of quantize_static it is
+        raise OnnxExportError(f"quantize_static: writing the quantized model: {e}") from e
     _rename_io(proto, reader.input_names, reader.output_names)
     return proto, converted
 
