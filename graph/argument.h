@@ -1,8 +1,9 @@
 // Argument: one positional or keyword arg of a node, or a module attribute. Args nest as
 // in torch.fx: None, bool, int, float, string, dtype, a reference to a node, a list or
 // tuple of args, a slice (start, stop, step: each None, an int or a node) or Ellipsis, as
-// `x[..., -2:]` records them, or a torch device, layout or memory format (TorchObject). Strings are interned (Symbol). Lists are immutable and shared, so an
-// Argument is 24 bytes and cheap to copy; "changing" a list means building a new one.
+// `x[..., -2:]` records them, or a torch device, layout or memory format (TorchObject).
+// Strings are interned (Symbol). Lists are immutable and shared, so an Argument is 24 bytes
+// and cheap to copy; "changing" a list means building a new one.
 //
 //   Argument a = Argument::Tuple({Argument(x), Argument::Int(1), Argument::None()});
 //   if (a.is_tuple() && a.items()[0].is_node()) use(a.items()[0].as_node());
