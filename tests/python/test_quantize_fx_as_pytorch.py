@@ -1139,10 +1139,14 @@ def test_a_memory_format_argument_is_kept_as_pytorch_keeps_it():
 @pytest.mark.parametrize("pool", [nn.MaxPool1d(3, 2, padding=1), nn.AvgPool1d(3, 2, padding=1),
                                   nn.AvgPool1d(2, ceil_mode=True, count_include_pad=False)],
                          ids=["max", "avg", "avg_ceil"])
-def test_quantized_1d_pools_run_on_fuselages_runtime_as_in_pytorch(pool):
-    # PyTorch's converted conv1d -> relu -> pool -> conv1d: the quantized pool runs on
-    # fuselage's runtime (the 2-d kernel over [N, C, 1, L], as ATen's) to the bit.
+def test_quantized_1d_pools_run_on_fuselages_runtime_as_in_pytorch(pool, monkeypatch):
+    # PyTorch's converted conv1d -> relu -> pool -> conv1d, run on the engine of the x86
+    # mapping it was quantized with (QNNPACK's own average pool rounds otherwise): the
+    # quantized pool runs on fuselage's runtime (the 2-d kernel over [N, C, 1, L], as
+    # ATen's) to the bit.
+    from conftest import x86_engine
     from fuselage import _core
+    monkeypatch.setattr(torch.backends.quantized, "engine", x86_engine())
     model = nn.Sequential(nn.Conv1d(2, 8, 3, padding=1), nn.ReLU(), pool,
                           nn.Conv1d(8, 4, 1)).eval()
     batches = _batches((2, 2, 17))
