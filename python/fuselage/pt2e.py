@@ -505,13 +505,14 @@ def prepare_pt2e(model, quantizer="x86", unknown_ops="refuse"):
     an op its quantizer does not annotate, and a UserWarning names each such node."""
     from fuselage._importer import compile_once
     configs = _configs(quantizer)
-    kept = _exported.ops_outside_table(model) \
+    # Once: an ExportedProgram builds a new GraphModule at each .module() call.
+    exported = _exported.graph_module_of(model)
+    kept = _exported.ops_outside_table(exported) \
         if _exported.check_unknown_ops(unknown_ops, "prepare_pt2e") == "float" else []
     with compile_once(), _collector_paused():
-        prepared = _prepare(_exported.to_engine(model, unknown_ops), configs,
+        prepared = _prepare(_exported.to_engine(exported, unknown_ops), configs,
                             ("prepare_pt2e", "convert_pt2e"), fold_batch_norms=True,
                             keep_engine_model=True)
-        exported = _exported.graph_module_of(model)
         prepared = _finished(_with_outputs_of(prepared, exported))
         prepared.meta[_EXPORTED_SHAPES] = _exported.value_shapes(exported)
     _warn_kept_float(kept, "prepare_pt2e")  # once prepared: a refusal (fill_) says why
